@@ -1,0 +1,54 @@
+package operators
+
+import (
+	"context"
+
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// Collector emits records downstream (Flink's Collector). Collect blocks
+// while downstream is back-pressured and fails only when the job is being
+// cancelled.
+type Collector interface {
+	Collect(rec runtime.Record) error
+}
+
+// OpenContext is what a function sees when it opens: its subtask and the
+// keyed state backend it registers its state with.
+type OpenContext struct {
+	// Operator is the operator's configured name.
+	Operator string
+	// Subtask is the subtask index in [0, Parallelism).
+	Subtask int
+	// Parallelism is the operator's parallelism.
+	Parallelism int
+	// Backend is the subtask's keyed state backend; state handles obtained
+	// from it act on the current key.
+	Backend state.KeyedStateBackend
+}
+
+// KeyedBroadcastProcessFunction processes a keyed stream together with a
+// broadcast stream (Flink's KeyedBroadcastProcessFunction). The function owns
+// its broadcast state: ProcessBroadcastElement may change it, ProcessElement
+// must only read it (through broadcast.ReadOnlyState). Every method runs on
+// the subtask goroutine.
+type KeyedBroadcastProcessFunction interface {
+	// Open registers keyed and broadcast state before the first record.
+	Open(ctx OpenContext) error
+	// ProcessElement handles a record of the keyed input; the backend's
+	// current key is rec.Key.
+	ProcessElement(ctx context.Context, rec runtime.Record, out Collector) error
+	// ProcessBroadcastElement handles a record of the broadcast input; no
+	// key is current.
+	ProcessBroadcastElement(ctx context.Context, rec runtime.Record, out Collector) error
+}
+
+// KeyedProcessFunction processes a keyed stream (Flink's
+// KeyedProcessFunction). Every method runs on the subtask goroutine.
+type KeyedProcessFunction interface {
+	// Open registers keyed state before the first record.
+	Open(ctx OpenContext) error
+	// ProcessElement handles one record; the backend's current key is rec.Key.
+	ProcessElement(ctx context.Context, rec runtime.Record, out Collector) error
+}

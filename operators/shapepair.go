@@ -1,0 +1,158 @@
+package operators
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kstreamd/kstreamd/broadcast"
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// ShapePairMatcherType is the pipeline name of the built-in shape-pair
+// matcher.
+const ShapePairMatcherType = "shape_pair_matcher"
+
+// Match is one output record of the shape-pair matcher, JSON
+// {"rule","key","first","second"}: the rule's name, the key (colour) and the
+// two items (their original JSON). Its Kafka key is the colour.
+type Match struct {
+	Rule   string          `json:"rule"`
+	Key    string          `json:"key"`
+	First  json.RawMessage `json:"first"`
+	Second json.RawMessage `json:"second"`
+}
+
+// ShapePairMatcher is the reference job's KeyedBroadcastProcessFunction, with
+// the semantics of Flink's broadcast state example: per key (colour) and rule,
+// an item whose shape equals the rule's First is stored; an item whose shape
+// equals Second, when items are stored, emits one Match per stored item and
+// clears them; then, if its shape equals First, it is stored (there is no
+// else: with First == Second an item closes the earlier pair and opens a new
+// one). Rules are visited in ascending name order.
+//
+// Keyed state: MapState "shape-pair-items", rule name -> stored items (JSON).
+// Broadcast state: "rules", rule name -> Rule.
+type ShapePairMatcher struct {
+	// ShapeField is the item's JSON field holding the shape; "" means "shape".
+	ShapeField string
+	// Metrics, if not nil, reports rules held and rule updates.
+	Metrics *Metrics
+	// Logger reports rejected rules (rate is bounded by the rules topic).
+	Logger *slog.Logger
+
+	rules   *broadcast.State[string, broadcast.Rule]
+	items   state.MapState[string, []json.RawMessage]
+	held    prometheus.Gauge
+	updated prometheus.Gauge
+	bad     prometheus.Counter
+}
+
+// ShapePairItemsState describes the matcher's keyed state.
+var ShapePairItemsState = state.MapStateDescriptor[string, []json.RawMessage]{
+	Name:            "shape-pair-items",
+	KeySerializer:   state.StringSerializer{},
+	ValueSerializer: state.JSONSerializer[[]json.RawMessage]{},
+}
+
+// Open implements KeyedBroadcastProcessFunction.
+func (m *ShapePairMatcher) Open(ctx OpenContext) error {
+	if m.ShapeField == "" {
+		m.ShapeField = "shape"
+	}
+	if m.Logger == nil {
+		m.Logger = slog.New(slog.DiscardHandler)
+	}
+	items, err := state.GetMapState(ctx.Backend, ShapePairItemsState)
+	if err != nil {
+		return err
+	}
+	m.items = items
+	m.rules = broadcast.NewState[string, broadcast.Rule]("rules")
+	if m.Metrics != nil {
+		m.held = m.Metrics.RulesHeld(ctx.Operator, ctx.Subtask)
+		m.updated = m.Metrics.LastRuleUpdate(ctx.Operator, ctx.Subtask)
+		m.bad = m.Metrics.RulesRejected(ctx.Operator)
+		m.held.Set(0)
+	}
+	return nil
+}
+
+// Rules returns the subtask's broadcast state, read-only.
+func (m *ShapePairMatcher) Rules() broadcast.ReadOnlyState[string, broadcast.Rule] { return m.rules }
+
+// ProcessBroadcastElement implements KeyedBroadcastProcessFunction: it puts
+// or deletes a rule. A rule that cannot be decoded never reaches the state:
+// it is counted in kstreamd_broadcast_rules_rejected_total and logged.
+func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtime.Record, _ Collector) error {
+	up, err := broadcast.DecodeRule(rec.Key, rec.Value)
+	if err != nil {
+		if m.bad != nil {
+			m.bad.Inc()
+		}
+		m.Logger.Warn("rejected rule", "topic", rec.Origin.Topic, "partition", rec.Origin.Partition, "offset", rec.Origin.Offset, "err", err)
+		return nil
+	}
+	if up.Rule == nil {
+		m.rules.Remove(up.Name)
+	} else {
+		m.rules.Put(up.Name, *up.Rule)
+	}
+	if m.held != nil {
+		m.held.Set(float64(m.rules.Len()))
+		m.updated.Set(float64(time.Now().UnixNano()) / 1e9)
+	}
+	return nil
+}
+
+// ProcessElement implements KeyedBroadcastProcessFunction.
+func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(rec.Value, &fields); err != nil {
+		return nil // the source only lets JSON objects through; nothing to match
+	}
+	var shape string
+	if raw, ok := fields[m.ShapeField]; !ok || json.Unmarshal(raw, &shape) != nil {
+		return nil // no shape: matches no rule
+	}
+	key := string(rec.Key)
+	for name, rule := range m.rules.Entries() {
+		stored, _, err := m.items.Get(name)
+		if err != nil {
+			return err
+		}
+		changed := false
+		if shape == rule.Second && len(stored) > 0 {
+			for _, first := range stored {
+				v, err := json.Marshal(Match{Rule: name, Key: key, First: first, Second: json.RawMessage(rec.Value)})
+				if err != nil {
+					return err
+				}
+				if err := out.Collect(runtime.Record{Key: rec.Key, Value: v, Timestamp: rec.Timestamp}); err != nil {
+					return err
+				}
+			}
+			stored, changed = nil, true
+		}
+		// No else: with First == Second the item closes a pair and opens one.
+		if shape == rule.First {
+			stored, changed = append(stored, json.RawMessage(rec.Value)), true
+		}
+		if !changed {
+			continue
+		}
+		if len(stored) == 0 {
+			err = m.items.Remove(name)
+		} else {
+			err = m.items.Put(name, stored)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

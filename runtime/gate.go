@@ -1,0 +1,126 @@
+package runtime
+
+import (
+	"context"
+	"reflect"
+)
+
+// InputChannel is one channel of an InputGate together with the logical
+// input it belongs to (0 for the main input; a two-input operator such as a
+// keyed broadcast operator uses 1 for its broadcast side).
+type InputChannel struct {
+	Ch    Channel
+	Input int
+}
+
+// InputGate reads the input channels of one subtask (Flink's InputGate).
+// Single channels can be blocked: a blocked channel is not read (its sender
+// is back-pressured) until unblocked. A channel that delivered end-of-input
+// is finished and never read again. Not safe for concurrent use: it belongs
+// to the subtask goroutine.
+type InputGate struct {
+	chans    []InputChannel
+	blocked  []bool
+	finished []bool
+	open     int // channels not finished
+	next     int // round-robin start of the fast path
+	cases    []reflect.SelectCase
+	caseIdx  []int
+}
+
+// NewInputGate returns a gate over chans, none blocked.
+func NewInputGate(chans []InputChannel) *InputGate {
+	return &InputGate{
+		chans:    chans,
+		blocked:  make([]bool, len(chans)),
+		finished: make([]bool, len(chans)),
+		open:     len(chans),
+	}
+}
+
+// NumChannels returns the number of channels, finished ones included.
+func (g *InputGate) NumChannels() int { return len(g.chans) }
+
+// Channel returns channel i.
+func (g *InputGate) Channel(i int) InputChannel { return g.chans[i] }
+
+// Block stops reading channel i until Unblock(i).
+func (g *InputGate) Block(i int) { g.blocked[i] = true }
+
+// Unblock resumes reading channel i.
+func (g *InputGate) Unblock(i int) { g.blocked[i] = false }
+
+// BlockInput blocks every channel of logical input in.
+func (g *InputGate) BlockInput(in int) { g.setInput(in, true) }
+
+// UnblockInput unblocks every channel of logical input in.
+func (g *InputGate) UnblockInput(in int) { g.setInput(in, false) }
+
+func (g *InputGate) setInput(in int, b bool) {
+	for i, c := range g.chans {
+		if c.Input == in {
+			g.blocked[i] = b
+		}
+	}
+}
+
+// Finished reports whether every channel delivered end-of-input.
+func (g *InputGate) Finished() bool { return g.open == 0 }
+
+// Next returns the next element and the index of the channel it came from.
+// It blocks until an unblocked, unfinished channel has an element, wake is
+// signalled (then it returns ok == false and a nil error), or ctx ends (then
+// it returns ctx.Err()). An end-of-input element marks its channel finished
+// before it is returned. Next on a finished gate returns ok == false at once.
+func (g *InputGate) Next(ctx context.Context, wake <-chan struct{}) (el Element, ch int, ok bool, err error) {
+	if g.open == 0 {
+		return Element{}, -1, false, nil
+	}
+	n := len(g.chans)
+	// Fast path: a non-blocking round-robin poll.
+	for k := 0; k < n; k++ {
+		i := (g.next + k) % n
+		if g.blocked[i] || g.finished[i] {
+			continue
+		}
+		select {
+		case el := <-g.chans[i].Ch:
+			g.next = i + 1
+			return g.got(el, i), i, true, nil
+		default:
+		}
+	}
+	// Slow path: block on every readable channel, wake and ctx.
+	g.cases = g.cases[:0]
+	g.caseIdx = g.caseIdx[:0]
+	for i, c := range g.chans {
+		if g.blocked[i] || g.finished[i] {
+			continue
+		}
+		g.cases = append(g.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.Ch)})
+		g.caseIdx = append(g.caseIdx, i)
+	}
+	g.cases = append(g.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+	if wake != nil {
+		g.cases = append(g.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wake)})
+	}
+	chosen, v, _ := reflect.Select(g.cases)
+	switch {
+	case chosen < len(g.caseIdx):
+		i := g.caseIdx[chosen]
+		g.next = i + 1
+		return g.got(v.Interface().(Element), i), i, true, nil
+	case chosen == len(g.caseIdx):
+		return Element{}, -1, false, ctx.Err()
+	default:
+		return Element{}, -1, false, nil
+	}
+}
+
+func (g *InputGate) got(el Element, i int) Element {
+	if el.Kind == KindEndOfInput && !g.finished[i] {
+		g.finished[i] = true
+		g.open--
+	}
+	return el
+}

@@ -1,0 +1,164 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+// ChannelCapacity is the default number of elements a channel between two
+// subtasks buffers before the sender blocks (back-pressure).
+const ChannelCapacity = 256
+
+// Channel is the bounded channel from one upstream subtask to one
+// downstream subtask.
+type Channel chan Element
+
+// NewChannel returns a channel buffering capacity elements; capacity <= 0
+// means ChannelCapacity.
+func NewChannel(capacity int) Channel {
+	if capacity <= 0 {
+		capacity = ChannelCapacity
+	}
+	return make(Channel, capacity)
+}
+
+// Partitioner picks the downstream channel of a record, in [0, n) for n
+// channels (Flink's StreamPartitioner).
+type Partitioner interface {
+	// Select returns the index of the channel rec goes to, or -1 for every
+	// channel (broadcast).
+	Select(rec *Record, n int) int
+}
+
+// ForwardPartitioner sends every record to channel 0: a one-to-one edge
+// between subtasks of equal parallelism.
+type ForwardPartitioner struct{}
+
+// Select returns 0.
+func (ForwardPartitioner) Select(*Record, int) int { return 0 }
+
+// BroadcastPartitioner sends every record to every channel.
+type BroadcastPartitioner struct{}
+
+// Select returns -1 (every channel).
+func (BroadcastPartitioner) Select(*Record, int) int { return -1 }
+
+// RebalancePartitioner spreads records round-robin over the channels.
+type RebalancePartitioner struct{ next int }
+
+// Select returns the next channel in round-robin order.
+func (p *RebalancePartitioner) Select(_ *Record, n int) int {
+	i := p.next % n
+	p.next = i + 1
+	return i
+}
+
+// KeyGroupPartitioner routes a record by the key group of its Key (Flink's
+// KeyGroupStreamPartitioner): channel = keygroup.SubtaskForKey(key,
+// MaxParallelism, n). The number of channels is the downstream parallelism.
+type KeyGroupPartitioner struct {
+	MaxParallelism int
+}
+
+// Select returns the subtask owning rec.Key's key group.
+func (p KeyGroupPartitioner) Select(rec *Record, n int) int {
+	return keygroup.SubtaskForKey(rec.Key, p.MaxParallelism, n)
+}
+
+// Writer sends the elements of one upstream subtask to the channels of one
+// downstream operator (Flink's RecordWriter). Not safe for concurrent use:
+// it belongs to the upstream subtask goroutine.
+type Writer struct {
+	channels    []Channel
+	partitioner Partitioner
+}
+
+// NewWriter returns a writer over channels (one per downstream subtask,
+// index = subtask) routing records with p.
+func NewWriter(channels []Channel, p Partitioner) *Writer {
+	return &Writer{channels: channels, partitioner: p}
+}
+
+// Emit sends rec to the channel the partitioner picks, blocking while that
+// channel is full. It returns ctx.Err() if ctx ends first; the record is
+// then not sent.
+func (w *Writer) Emit(ctx context.Context, rec Record) error {
+	i := w.partitioner.Select(&rec, len(w.channels))
+	el := Element{Kind: KindRecord, Record: rec}
+	if i < 0 {
+		return w.broadcast(ctx, el)
+	}
+	if i >= len(w.channels) {
+		return fmt.Errorf("runtime: partitioner picked channel %d of %d", i, len(w.channels))
+	}
+	return send(ctx, w.channels[i], el)
+}
+
+// Broadcast sends a control element (barrier, watermark, caught-up,
+// end-of-input) to every channel, blocking while a channel is full.
+func (w *Writer) Broadcast(ctx context.Context, el Element) error { return w.broadcast(ctx, el) }
+
+func (w *Writer) broadcast(ctx context.Context, el Element) error {
+	for _, ch := range w.channels {
+		if err := send(ctx, ch, el); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func send(ctx context.Context, ch Channel, el Element) error {
+	select {
+	case ch <- el:
+		return nil
+	default:
+	}
+	select {
+	case ch <- el:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Output is everything one subtask emits to: one Writer per downstream
+// operator (fan-out). Not safe for concurrent use.
+type Output struct {
+	writers []*Writer
+	counter interface{ Inc() }
+}
+
+// NewOutput returns an output over writers; recordsOut, if not nil, is
+// incremented once per emitted record (whatever the fan-out).
+func NewOutput(recordsOut interface{ Inc() }, writers ...*Writer) *Output {
+	return &Output{writers: writers, counter: recordsOut}
+}
+
+// AddWriter adds a downstream operator's writer.
+func (o *Output) AddWriter(w *Writer) { o.writers = append(o.writers, w) }
+
+// Emit sends rec to every downstream operator; see Writer.Emit.
+func (o *Output) Emit(ctx context.Context, rec Record) error {
+	for _, w := range o.writers {
+		if err := w.Emit(ctx, rec); err != nil {
+			return err
+		}
+	}
+	if o.counter != nil {
+		o.counter.Inc()
+	}
+	return nil
+}
+
+// Broadcast sends a control element to every channel of every downstream
+// operator.
+func (o *Output) Broadcast(ctx context.Context, el Element) error {
+	for _, w := range o.writers {
+		if err := w.Broadcast(ctx, el); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// Delivery is a sink's delivery guarantee.
+type Delivery string
+
+const (
+	// AtLeastOnce waits for acks=all and fails the job when a record cannot
+	// be written (the default).
+	AtLeastOnce Delivery = "at-least-once"
+	// None produces without acknowledgements and drops records it cannot
+	// write (counted in the metrics).
+	None Delivery = "none"
+)
+
+// Config configures one Kafka sink subtask.
+type Config struct {
+	// Name is the sink's configured name.
+	Name string
+	// Subtask is this subtask's index.
+	Subtask int
+	// Topic receives every record; the record key becomes the Kafka key.
+	Topic string
+	// Delivery is AtLeastOnce (default) or None.
+	Delivery Delivery
+	// ClientOpts are the franz-go options every client of the job shares.
+	ClientOpts []kgo.Opt
+	// RecordsOut counts records the broker acknowledged; may be nil.
+	RecordsOut prometheus.Counter
+	// Logger is scoped by the caller.
+	Logger *slog.Logger
+}
+
+// KafkaSink is one sink subtask; it implements runtime.Operator.
+type KafkaSink struct {
+	cfg    Config
+	client *kgo.Client
+	logger *slog.Logger
+
+	mu       sync.Mutex // guards firstErr
+	firstErr error
+}
+
+// New returns the sink subtask cfg describes; it connects in Open.
+func New(cfg Config) *KafkaSink {
+	if cfg.Delivery == "" {
+		cfg.Delivery = AtLeastOnce
+	}
+	return &KafkaSink{cfg: cfg, logger: cfg.Logger.With("sink", cfg.Name, "subtask", cfg.Subtask)}
+}
+
+// Open implements runtime.Operator: it creates the producer client.
+func (s *KafkaSink) Open(context.Context) error {
+	opts := append([]kgo.Opt{}, s.cfg.ClientOpts...)
+	opts = append(opts, kgo.DefaultProduceTopic(s.cfg.Topic))
+	if s.cfg.Delivery == None {
+		opts = append(opts, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
+	} else {
+		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("sink %s: client: %w", s.cfg.Name, err)
+	}
+	s.client = cl
+	return nil
+}
+
+// ProcessRecord implements runtime.Operator: it hands the record to the
+// producer, blocking while the producer's buffer is full (back-pressure). It
+// returns the first write failure seen so far, which fails the job.
+func (s *KafkaSink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record) error {
+	if err := s.err(); err != nil {
+		return err
+	}
+	kr := &kgo.Record{Key: rec.Key, Value: rec.Value}
+	s.client.Produce(ctx, kr, s.promise)
+	return nil
+}
+
+func (s *KafkaSink) promise(r *kgo.Record, err error) {
+	if err == nil {
+		if s.cfg.RecordsOut != nil {
+			s.cfg.RecordsOut.Inc()
+		}
+		return
+	}
+	if s.cfg.Delivery == None {
+		s.logger.Debug("record dropped", "topic", r.Topic, "err", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.firstErr == nil {
+		s.firstErr = fmt.Errorf("sink %s: write to topic %q: %w", s.cfg.Name, r.Topic, err)
+	}
+}
+
+func (s *KafkaSink) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.firstErr
+}
+
+// EndInput implements runtime.Operator: it waits until every record was
+// acknowledged (or failed) and returns the first failure.
+func (s *KafkaSink) EndInput(ctx context.Context) error {
+	if err := s.client.Flush(ctx); err != nil {
+		return fmt.Errorf("sink %s: flush: %w", s.cfg.Name, err)
+	}
+	return s.err()
+}
+
+// Close implements runtime.Operator: it closes the client, abandoning
+// records not yet acknowledged (EndInput flushed them on a clean stop).
+func (s *KafkaSink) Close() error {
+	if s.client != nil {
+		s.client.Close()
+	}
+	return nil
+}

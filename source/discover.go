@@ -1,0 +1,71 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// ErrUnknownTopic is returned by Discover when the broker answers that the
+// topic does not exist.
+var ErrUnknownTopic = errors.New("source: topic does not exist")
+
+// Discover returns the number of partitions of topic. A broker that cannot be
+// reached is retried with exponential back-off (100 ms doubling up to 5 s)
+// and reported at Warn until ctx ends; a topic that does not exist returns an
+// error wrapping ErrUnknownTopic.
+func Discover(ctx context.Context, adm *kadm.Client, logger *slog.Logger, topic string) (int32, error) {
+	var n int32
+	err := retry(ctx, logger, "discover partitions", func() error {
+		details, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			return err
+		}
+		d, ok := details[topic]
+		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			return permanent{fmt.Errorf("%w: %q", ErrUnknownTopic, topic)}
+		}
+		if d.Err != nil {
+			return d.Err
+		}
+		n = int32(len(d.Partitions))
+		return nil
+	})
+	return n, err
+}
+
+// permanent marks an error retry must not retry.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
+// retry calls fn until it succeeds, returns a permanent error, or ctx ends,
+// backing off 100 ms doubling to 5 s and logging each failure at Warn.
+func retry(ctx context.Context, logger *slog.Logger, what string, fn func() error) error {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		var p permanent
+		if errors.As(err, &p) {
+			return p.error
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		logger.Warn(what+" failed; retrying", "attempt", attempt, "backoff", backoff, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}

@@ -1,0 +1,477 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// DefaultInFlightRecordsLimit is the default number of records an
+// AsyncExecutionController keeps in flight, as Flink's
+// execution.async-state.in-flight-records-limit (6000).
+const DefaultInFlightRecordsLimit = 6000
+
+// DefaultReadWorkers is the default number of goroutines an
+// AsyncExecutionController runs for state reads off the subtask goroutine
+// (Flink's ForSt read-io-parallelism plays the same part).
+const DefaultReadWorkers = 4
+
+// ErrControllerClosed is returned by AsyncExecutionController.Process after
+// Close.
+var ErrControllerClosed = errors.New("state: async execution controller closed")
+
+// ErrNoRecordContext fails async state operations called outside a record
+// the AsyncExecutionController is processing (not from within the function
+// given to Process or a continuation of one of its futures).
+var ErrNoRecordContext = errors.New("state: async state accessed outside a record of the async execution controller")
+
+// MailboxExecutor is what the AsyncExecutionController needs from the
+// subtask's mailbox (Flink's MailboxExecutor); runtime.Mailbox implements it.
+//
+// Execute posts action to run later on the subtask goroutine. It is called
+// from read-worker goroutines, so it must be safe for concurrent use, and it
+// must not block waiting for the subtask goroutine (an unbounded queue, as
+// runtime.Mailbox has): the subtask goroutine may itself be waiting for the
+// worker. Actions posted after the controller was closed may be dropped.
+//
+// Yield runs one pending action on the calling goroutine, which is the
+// subtask goroutine, blocking until one is available or ctx ends (then it
+// returns ctx's error). Actions posted by other parts of the subtask (timers,
+// other operators' completions) may run too.
+type MailboxExecutor interface {
+	Execute(action func())
+	Yield(ctx context.Context) error
+}
+
+// RecordError is the error the AsyncExecutionController returns when a
+// record failed: its function or a continuation of one of its futures
+// returned an error, or one of its state operations failed. Err is the
+// original error (errors.Is and errors.As see through RecordError).
+type RecordError struct {
+	Key []byte // the record's serialized key
+	Err error
+}
+
+// Error names the key (hex) and the cause.
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("state: async processing of record with key %x failed: %v", e.Key, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *RecordError) Unwrap() error { return e.Err }
+
+// AsyncOpt configures an AsyncExecutionController; see
+// WithInFlightRecordsLimit and WithReadWorkers.
+type AsyncOpt func(*asyncConfig)
+
+type asyncConfig struct {
+	limit   int
+	workers int
+}
+
+// WithInFlightRecordsLimit sets how many records may be in flight (accepted
+// by Process and not yet finished, including those waiting behind an earlier
+// record of their key), overriding the default of
+// DefaultInFlightRecordsLimit. Must be at least 1.
+func WithInFlightRecordsLimit(n int) AsyncOpt { return func(c *asyncConfig) { c.limit = n } }
+
+// WithReadWorkers sets how many goroutines run state reads off the subtask
+// goroutine, overriding the default of DefaultReadWorkers. Must be at least
+// 1. The workers are started on the first such read, so a backend that reads
+// on the subtask goroutine (hashmap) starts none.
+func WithReadWorkers(n int) AsyncOpt { return func(c *asyncConfig) { c.workers = n } }
+
+// AsyncExecutionController runs the records of one keyed subtask whose
+// functions use async state (Flink's AsyncExecutionController of State V2,
+// enabled per keyed stream by EnableAsyncState). See ASYNC.md in this
+// package for the design.
+//
+// Guarantees:
+//   - Records of one key enter user code (the function given to Process) in
+//     the order Process was called for them: a record whose key already has a
+//     record in flight waits, buffered per key, until that one finished (its
+//     function returned and every future chain it started completed).
+//     Records of other keys do not wait and may overtake.
+//   - Continuations of futures run only on the subtask goroutine, with the
+//     backend's current key set to their record's key; those of one chain run
+//     in chain order.
+//   - The state operations of one record run in program order: a read sees
+//     every write the record issued before it and none issued after it.
+//   - At most the in-flight limit of records is in flight; Process yields to
+//     the mailbox while the limit is reached (back-pressure, nothing is
+//     dropped).
+//
+// Reads of backends that can read by explicit key from any goroutine
+// (Pebble) run on a bounded pool of read workers owned by the controller, so
+// a slow read of one key does not hold up other keys; their completions come
+// back through the mailbox. Writes, and every operation of backends without
+// such reads (hashmap), run on the subtask goroutine when issued and
+// complete at once; a write issued while a read of the same record is still
+// with a worker waits for that read (program order). Since only one record
+// per key is in flight, that orders all operations on a key.
+//
+// Errors: the first failure of a record is kept and returned, as a
+// *RecordError, by Process, Drain and Err; from then on no record starts and
+// completions are dropped: the task must fail and restore from a checkpoint.
+//
+// Concurrency: every method must be called on the subtask goroutine (Close
+// also after that goroutine stopped).
+type AsyncExecutionController struct {
+	backend  KeyedStateBackend
+	mailbox  MailboxExecutor
+	limit    int
+	offReads bool // reads run on workers: the backend's ConcurrentReads
+
+	inFlight int                  // records accepted and not finished
+	keys     map[string]*keyQueue // keys with a record in flight
+	ready    []*recordContext     // records whose turn came, to start
+	current  *recordContext       // record whose code runs now, nil outside records
+	starting bool                 // runReady is active
+	err      error                // first failure
+	closed   bool
+
+	workers *readPool
+	nWorker int
+}
+
+// keyQueue holds the records waiting behind the key's record in flight.
+type keyQueue struct {
+	waiting []*recordContext
+}
+
+// recordContext is one record in flight (Flink's RecordContext): its key,
+// function, pending state requests and a reference count of what still has
+// to run for it.
+type recordContext struct {
+	c   *AsyncExecutionController
+	key []byte
+	fn  func() error
+
+	// refs counts the running function (1 while it runs) plus each issued
+	// state request until its completion and continuations ran. At zero the
+	// record is finished.
+	refs int
+	// readsOut counts reads handed to workers and not completed.
+	readsOut int
+	// queue holds requests that must wait for earlier ones (program order).
+	queue []*stateRequest
+}
+
+// fail reports err as the record's failure to the controller.
+func (r *recordContext) fail(err error) { r.c.fail(r, err) }
+
+// stateRequest is one state operation of a record.
+type stateRequest struct {
+	// off, set for a read a worker may run: it runs on a worker and returns
+	// the completion to run on the subtask goroutine.
+	off func() func()
+	// exec, set otherwise, runs the operation on the subtask goroutine with
+	// the record's key current and completes its future.
+	exec func()
+}
+
+// NewAsyncExecutionController returns a controller for the keyed subtask
+// owning backend and mailbox. It refuses a nil backend or mailbox and
+// options out of range, listing every problem. The controller does not own
+// the backend: Close stops the read workers but leaves the backend open.
+func NewAsyncExecutionController(backend KeyedStateBackend, mailbox MailboxExecutor, opts ...AsyncOpt) (*AsyncExecutionController, error) {
+	cfg := asyncConfig{limit: DefaultInFlightRecordsLimit, workers: DefaultReadWorkers}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var problems []string
+	if backend == nil {
+		problems = append(problems, "nil backend")
+	}
+	if mailbox == nil {
+		problems = append(problems, "nil mailbox")
+	}
+	if cfg.limit < 1 {
+		problems = append(problems, fmt.Sprintf("in-flight records limit %d, want at least 1", cfg.limit))
+	}
+	if cfg.workers < 1 {
+		problems = append(problems, fmt.Sprintf("read workers %d, want at least 1", cfg.workers))
+	}
+	if err := joinProblems("state: async execution controller", problems); err != nil {
+		return nil, err
+	}
+	c := &AsyncExecutionController{
+		backend: backend,
+		mailbox: mailbox,
+		limit:   cfg.limit,
+		keys:    make(map[string]*keyQueue),
+		nWorker: cfg.workers,
+	}
+	c.offReads = backend.ConcurrentReads()
+	return c, nil
+}
+
+// Process hands one record to the controller: fn is the user code for the
+// record (for example a KeyedProcessFunction's ProcessElement bound to it),
+// key its serialized key (copied). fn runs on the calling goroutine, now or
+// later from within Process, Drain or a mailbox action, with the backend's
+// current key set to key, once every earlier record of key has finished.
+// An error returned by fn fails the record.
+//
+// When the in-flight limit is reached, Process first runs mailbox actions
+// (Yield) until a record finishes; it returns ctx's error, wrapped, if ctx
+// ends meanwhile. It returns the controller's failure, if any, and
+// ErrControllerClosed after Close; the record is not accepted then.
+//
+// Must be called on the subtask goroutine, never from within fn or a
+// continuation.
+func (c *AsyncExecutionController) Process(ctx context.Context, key []byte, fn func() error) error {
+	for {
+		if c.closed {
+			return ErrControllerClosed
+		}
+		if c.err != nil {
+			return c.err
+		}
+		if c.inFlight < c.limit {
+			break
+		}
+		if err := c.mailbox.Yield(ctx); err != nil {
+			return fmt.Errorf("state: waiting for in-flight records below the limit of %d: %w", c.limit, err)
+		}
+	}
+	rec := &recordContext{c: c, key: bytes.Clone(key), fn: fn}
+	if rec.key == nil {
+		rec.key = []byte{}
+	}
+	c.inFlight++
+	if q, busy := c.keys[string(rec.key)]; busy {
+		q.waiting = append(q.waiting, rec)
+		return nil
+	}
+	c.keys[string(rec.key)] = &keyQueue{}
+	c.ready = append(c.ready, rec)
+	c.runReady()
+	return c.err
+}
+
+// Drain runs mailbox actions until no record is in flight (Flink's
+// drainInflightRecords), then returns the controller's failure, if any. The
+// runtime calls it before a checkpoint snapshot (after barrier alignment)
+// and at end of input. If ctx ends first it returns ctx's error, wrapped.
+// Must be called on the subtask goroutine.
+func (c *AsyncExecutionController) Drain(ctx context.Context) error {
+	for c.inFlight > 0 && c.err == nil && !c.closed {
+		if err := c.mailbox.Yield(ctx); err != nil {
+			return fmt.Errorf("state: draining %d in-flight records: %w", c.inFlight, err)
+		}
+	}
+	return c.err
+}
+
+// InFlight returns the number of records in flight (accepted by Process and
+// not finished). Must be called on the subtask goroutine.
+func (c *AsyncExecutionController) InFlight() int { return c.inFlight }
+
+// Err returns the controller's failure: the first record failure as a
+// *RecordError, or nil. Must be called on the subtask goroutine.
+func (c *AsyncExecutionController) Err() error { return c.err }
+
+// Backend returns the keyed state backend the controller works on.
+func (c *AsyncExecutionController) Backend() KeyedStateBackend { return c.backend }
+
+// Close stops the read workers and waits for them; reads still queued are
+// abandoned and completions arriving later are dropped, so the records they
+// belong to never finish: call Drain first for a clean stop. Process returns
+// ErrControllerClosed afterwards. Close does not close the backend. It is
+// idempotent and always returns nil.
+func (c *AsyncExecutionController) Close() error {
+	c.closed = true
+	if c.workers != nil {
+		c.workers.close()
+	}
+	return nil
+}
+
+// fail keeps the first failure.
+func (c *AsyncExecutionController) fail(r *recordContext, err error) {
+	if c.err == nil {
+		c.err = &RecordError{Key: r.key, Err: err}
+	}
+}
+
+// enter makes r the current record and its key the backend's current key; it
+// returns the record to give back to leave.
+func (c *AsyncExecutionController) enter(r *recordContext) *recordContext {
+	prev := c.current
+	c.current = r
+	c.backend.SetCurrentKey(r.key)
+	return prev
+}
+
+func (c *AsyncExecutionController) leave(prev *recordContext) {
+	c.current = prev
+	if prev != nil {
+		c.backend.SetCurrentKey(prev.key)
+	}
+}
+
+// runReady starts the records whose turn came, iteratively (a record that
+// finishes at once may make the next record of its key ready).
+func (c *AsyncExecutionController) runReady() {
+	if c.starting {
+		return
+	}
+	c.starting = true
+	defer func() { c.starting = false }()
+	for len(c.ready) > 0 && c.err == nil && !c.closed {
+		r := c.ready[0]
+		c.ready[0] = nil
+		c.ready = c.ready[1:]
+		prev := c.enter(r)
+		r.refs++
+		if err := r.fn(); err != nil {
+			r.fail(err)
+		}
+		c.release(r)
+		c.leave(prev)
+	}
+	if len(c.ready) == 0 {
+		c.ready = nil
+	}
+}
+
+// release drops one reference of r; at zero r has finished and the next
+// record of its key becomes ready.
+func (c *AsyncExecutionController) release(r *recordContext) {
+	if r.refs--; r.refs > 0 {
+		return
+	}
+	c.inFlight--
+	k := string(r.key)
+	q := c.keys[k]
+	if len(q.waiting) == 0 {
+		delete(c.keys, k)
+		return
+	}
+	next := q.waiting[0]
+	q.waiting[0] = nil
+	q.waiting = q.waiting[1:]
+	c.ready = append(c.ready, next)
+}
+
+// issue registers req for record r (the current record) and starts it
+// unless an earlier request of r must run first.
+func (c *AsyncExecutionController) issue(r *recordContext, req *stateRequest) {
+	r.refs++
+	if len(r.queue) == 0 && (req.off != nil || r.readsOut == 0) {
+		c.start(r, req)
+		return
+	}
+	r.queue = append(r.queue, req)
+}
+
+// start runs req: on a worker if it is an off-goroutine read, else now.
+func (c *AsyncExecutionController) start(r *recordContext, req *stateRequest) {
+	if req.off == nil {
+		req.exec()
+		c.release(r)
+		return
+	}
+	r.readsOut++
+	if c.workers == nil {
+		c.workers = newReadPool(c.nWorker)
+	}
+	c.workers.submit(func() {
+		done := req.off()
+		c.mailbox.Execute(func() { c.completeRead(r, done) })
+	})
+}
+
+// completeRead runs on the subtask goroutine when a worker finished a read
+// of r: it starts requests that waited for it, completes the read's future
+// and starts records whose turn came.
+func (c *AsyncExecutionController) completeRead(r *recordContext, done func()) {
+	if c.closed || c.err != nil {
+		return
+	}
+	prev := c.enter(r)
+	r.readsOut--
+	c.pump(r)
+	done()
+	c.release(r)
+	c.leave(prev)
+	c.runReady()
+}
+
+// pump starts r's queued requests as far as program order allows.
+func (c *AsyncExecutionController) pump(r *recordContext) {
+	for len(r.queue) > 0 {
+		req := r.queue[0]
+		if req.off == nil && r.readsOut > 0 {
+			return
+		}
+		r.queue[0] = nil
+		r.queue = r.queue[1:]
+		c.start(r, req)
+	}
+	r.queue = nil
+}
+
+// readPool is the controller's bounded pool of read workers. Its goroutines
+// are started by newReadPool and stopped and waited for by close.
+type readPool struct {
+	mu     sync.Mutex // guards jobs and closed
+	cond   *sync.Cond // signals jobs or closed changed; uses mu
+	jobs   []func()
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func newReadPool(n int) *readPool {
+	p := &readPool{}
+	p.cond = sync.NewCond(&p.mu)
+	p.wg.Add(n)
+	for range n {
+		go p.run()
+	}
+	return p
+}
+
+// submit queues job; it never blocks (the queue is bounded by the
+// controller's in-flight records).
+func (p *readPool) submit(job func()) {
+	p.mu.Lock()
+	if !p.closed {
+		p.jobs = append(p.jobs, job)
+		p.cond.Signal()
+	}
+	p.mu.Unlock()
+}
+
+func (p *readPool) run() {
+	defer p.wg.Done()
+	for {
+		p.mu.Lock()
+		for len(p.jobs) == 0 && !p.closed {
+			p.cond.Wait()
+		}
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
+		job := p.jobs[0]
+		p.jobs[0] = nil
+		p.jobs = p.jobs[1:]
+		p.mu.Unlock()
+		job()
+	}
+}
+
+// close drops queued jobs, stops the workers and waits for them (a job
+// running now finishes first).
+func (p *readPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.jobs = nil
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	p.wg.Wait()
+}

@@ -1,0 +1,100 @@
+package state
+
+import (
+	"encoding/binary"
+	"iter"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+// epoch is time zero of the fake clock.
+var epoch = time.UnixMilli(1_700_000_000_000)
+
+// fakeClock is a Clock tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: epoch} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// at sets the clock to epoch + d.
+func (c *fakeClock) at(d time.Duration) {
+	c.mu.Lock()
+	c.t = epoch.Add(d)
+	c.mu.Unlock()
+}
+
+var backendKinds = []string{KindHashmap, KindPebble}
+
+const testMaxP = 128
+
+// testConfig returns the config of a backend owning every key group.
+func testConfig(t testing.TB, kind string) BackendConfig {
+	cfg := BackendConfig{Kind: kind, MaxParallelism: testMaxP, KeyGroupRange: keygroup.Range{Start: 0, End: testMaxP - 1}}
+	if kind == KindPebble {
+		cfg.Dir = t.TempDir()
+	}
+	return cfg
+}
+
+// open opens a backend and closes it at the end of the test.
+func open(t testing.TB, cfg BackendConfig) KeyedStateBackend {
+	t.Helper()
+	b, err := OpenBackend(cfg)
+	if err != nil {
+		t.Fatalf("OpenBackend: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// storedEntries returns the stored entry count of a backend.
+func storedEntries(t testing.TB, b KeyedStateBackend) int {
+	t.Helper()
+	n, err := b.core().st.countEntries()
+	if err != nil {
+		t.Fatalf("countEntries: %v", err)
+	}
+	return n
+}
+
+// collect drains an iterator, failing the test on an error.
+func collect[T any](t testing.TB, seq iter.Seq2[T, error]) []T {
+	t.Helper()
+	var out []T
+	for v, err := range seq {
+		if err != nil {
+			t.Fatalf("iteration: %v", err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func must1[T any](t testing.TB, v T, err error) T {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// u64key is the serialized key of n: 8 bytes big-endian.
+func u64key(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }

@@ -1,0 +1,271 @@
+package state
+
+import (
+	"fmt"
+	"iter"
+)
+
+// MapEntry is one entry of a MapState, as yielded by MapState.Entries.
+type MapEntry[K, V any] struct {
+	Key   K
+	Value V
+}
+
+// MapState holds a map per key, as Flink's MapState. User keys are equal
+// when their serialized bytes are equal.
+//
+// Get returns the value of user key uk and true, or false when absent;
+// Contains reports presence; both count as reads for TTL. Put stores v
+// under uk; PutAll stores every pair of entries (e.g. maps.All(m)); Remove
+// deletes uk (absent is fine); Clear removes every entry of the current key.
+//
+// Entries, Keys and Values iterate the current key's entries: in
+// serialized-key byte order on Pebble, in no particular order on hashmap.
+// The state may be modified while iterating; an entry put or removed during
+// the iteration, other than the current one, may or may not be visited. An
+// error is yielded as the last pair (zero, err). IsEmpty reports whether the
+// key has no (visible) entry.
+//
+// With TTL each entry carries its own timestamp and expires on its own;
+// every read that returns an entry (Get, Contains, iteration) refreshes it
+// under OnReadAndWrite, and reads remove the expired entries they meet.
+// Errors as ValueState.
+type MapState[K, V any] interface {
+	Get(uk K) (V, bool, error)
+	Put(uk K, v V) error
+	PutAll(entries iter.Seq2[K, V]) error
+	Remove(uk K) error
+	Contains(uk K) (bool, error)
+	Entries() iter.Seq2[MapEntry[K, V], error]
+	Keys() iter.Seq2[K, error]
+	Values() iter.Seq2[V, error]
+	IsEmpty() (bool, error)
+	Clear() error
+}
+
+// GetMapState returns the MapState d describes, creating it on first use;
+// errors as GetValueState. The stored serializer name is
+// "<key serializer>/<value serializer>".
+func GetMapState[K, V any](b KeyedStateBackend, d MapStateDescriptor[K, V]) (MapState[K, V], error) {
+	spec := descriptorSpec{name: d.Name, kind: kindMap, ttl: d.TTL, nilSer: d.KeySerializer == nil || d.ValueSerializer == nil}
+	if !spec.nilSer {
+		spec.serializer = d.KeySerializer.Name() + "/" + d.ValueSerializer.Name()
+	}
+	h, err := register(b, spec, fmt.Sprintf("%T/%T", d.KeySerializer, d.ValueSerializer), func(c *stateCore) any {
+		return &mapState[K, V]{c: c, kser: d.KeySerializer, vser: d.ValueSerializer}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return typedHandle[*mapState[K, V]](h, d.Name)
+}
+
+// mapState implements MapState; key as in valueState.
+type mapState[K, V any] struct {
+	c    *stateCore
+	kser Serializer[K]
+	vser Serializer[V]
+	key  *keyRef
+}
+
+// bind returns a handle acting on k; see valueState.bind.
+func (s *mapState[K, V]) bind(k keyRef) *mapState[K, V] {
+	return &mapState[K, V]{c: s.c, kser: s.kser, vser: s.vser, key: &k}
+}
+
+// userKey returns the state address and the serialized user key.
+func (s *mapState[K, V]) userKey(uk K) (stateKey, []byte, error) {
+	k, err := s.c.stateKey(s.key)
+	if err != nil {
+		return k, nil, err
+	}
+	b, err := s.kser.Append(nil, uk)
+	if err != nil {
+		return k, nil, s.c.wrapErr("map key", err)
+	}
+	return k, b, nil
+}
+
+func (s *mapState[K, V]) Get(uk K) (V, bool, error) {
+	var zero V
+	k, ukb, err := s.userKey(uk)
+	if err != nil {
+		return zero, false, err
+	}
+	payload, ok, err := s.c.readEntry(k, ukb)
+	if err != nil || !ok {
+		return zero, false, err
+	}
+	v, err := s.vser.Decode(payload)
+	if err != nil {
+		return zero, false, s.c.wrapErr("get", err)
+	}
+	return v, true, nil
+}
+
+func (s *mapState[K, V]) Contains(uk K) (bool, error) {
+	k, ukb, err := s.userKey(uk)
+	if err != nil {
+		return false, err
+	}
+	_, ok, err := s.c.readEntry(k, ukb)
+	return ok, err
+}
+
+func (s *mapState[K, V]) Put(uk K, v V) error {
+	k, ukb, err := s.userKey(uk)
+	if err != nil {
+		return err
+	}
+	blob, err := s.vser.Append(s.c.stamp(nil, s.c.now()), v)
+	if err != nil {
+		return s.c.wrapErr("put", err)
+	}
+	return s.c.st.setEntry(k, ukb, blob)
+}
+
+func (s *mapState[K, V]) PutAll(entries iter.Seq2[K, V]) error {
+	if entries == nil {
+		return nil
+	}
+	for uk, v := range entries {
+		if err := s.Put(uk, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *mapState[K, V]) Remove(uk K) error {
+	k, ukb, err := s.userKey(uk)
+	if err != nil {
+		return err
+	}
+	return s.c.st.delEntry(k, ukb)
+}
+
+func (s *mapState[K, V]) Clear() error {
+	k, err := s.c.stateKey(s.key)
+	if err != nil {
+		return err
+	}
+	return s.c.st.clearEntries(k)
+}
+
+func (s *mapState[K, V]) IsEmpty() (bool, error) {
+	k, err := s.c.stateKey(s.key)
+	if err != nil {
+		return false, err
+	}
+	empty := true
+	err = s.c.scanMap(k, func(_, _ []byte) (bool, error) {
+		empty = false
+		return false, nil
+	})
+	return empty, err
+}
+
+func (s *mapState[K, V]) Entries() iter.Seq2[MapEntry[K, V], error] {
+	return func(yield func(MapEntry[K, V], error) bool) {
+		s.iterate(func(uk, payload []byte) (bool, error) {
+			key, err := s.kser.Decode(uk)
+			if err != nil {
+				return false, s.c.wrapErr("entries", err)
+			}
+			v, err := s.vser.Decode(payload)
+			if err != nil {
+				return false, s.c.wrapErr("entries", err)
+			}
+			return yield(MapEntry[K, V]{Key: key, Value: v}, nil), nil
+		}, func(err error) { yield(MapEntry[K, V]{}, err) })
+	}
+}
+
+func (s *mapState[K, V]) Keys() iter.Seq2[K, error] {
+	return func(yield func(K, error) bool) {
+		var zero K
+		s.iterate(func(uk, _ []byte) (bool, error) {
+			key, err := s.kser.Decode(uk)
+			if err != nil {
+				return false, s.c.wrapErr("keys", err)
+			}
+			return yield(key, nil), nil
+		}, func(err error) { yield(zero, err) })
+	}
+}
+
+func (s *mapState[K, V]) Values() iter.Seq2[V, error] {
+	return func(yield func(V, error) bool) {
+		var zero V
+		s.iterate(func(_, payload []byte) (bool, error) {
+			v, err := s.vser.Decode(payload)
+			if err != nil {
+				return false, s.c.wrapErr("values", err)
+			}
+			return yield(v, nil), nil
+		}, func(err error) { yield(zero, err) })
+	}
+}
+
+// iterate runs fn over the visible entries of the current key and passes a
+// failure to fail; fn returning false (the consumer stopped) ends it quietly.
+func (s *mapState[K, V]) iterate(fn func(uk, payload []byte) (bool, error), fail func(error)) {
+	k, err := s.c.stateKey(s.key)
+	if err == nil {
+		err = s.c.scanMap(k, fn)
+	}
+	if err != nil {
+		fail(err)
+	}
+}
+
+// readEntry reads one map entry and applies TTL as readValue does.
+func (c *stateCore) readEntry(k stateKey, uk []byte) ([]byte, bool, error) {
+	blob, found, err := c.st.getEntry(k, uk)
+	if err != nil || !found {
+		return nil, false, err
+	}
+	payload, visible, act, err := c.check(blob, c.now())
+	if err != nil {
+		return nil, false, c.wrapErr("read", err)
+	}
+	switch act {
+	case ttlRemove:
+		err = c.st.delEntry(k, uk)
+	case ttlRefresh:
+		err = c.st.setEntry(k, uk, blob)
+	}
+	if err != nil || !visible {
+		return nil, false, err
+	}
+	return payload, true, nil
+}
+
+// scanMap calls fn with the serialized key and payload of each visible entry
+// of a map under k, applying TTL to each as readEntry does, until fn
+// returns false or an error.
+func (c *stateCore) scanMap(k stateKey, fn func(uk, payload []byte) (bool, error)) error {
+	if c.ttl == nil {
+		return c.st.scanEntries(k, fn)
+	}
+	now := c.b.nowMillis()
+	return c.st.scanEntries(k, func(uk, v []byte) (bool, error) {
+		if c.ttl.updateOnRead {
+			v = append([]byte(nil), v...) // check restamps in place; v belongs to the store
+		}
+		payload, visible, act, err := c.check(v, now)
+		if err != nil {
+			return false, c.wrapErr("read", err)
+		}
+		switch act {
+		case ttlRemove:
+			err = c.st.delEntry(k, uk)
+		case ttlRefresh:
+			err = c.st.setEntry(k, uk, v)
+		}
+		if err != nil || !visible {
+			return err == nil, err
+		}
+		return fn(uk, payload)
+	})
+}

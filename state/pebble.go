@@ -1,0 +1,331 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+// MetricsProvider is implemented by the Pebble backend: Metrics returns the
+// DB's current metrics (pebble.DB.Metrics), for export by the caller.
+type MetricsProvider interface {
+	Metrics() *pebble.Metrics
+}
+
+// defaultPrivateCacheBytes is the block cache size of a Pebble backend
+// opened without BackendConfig.Cache.
+const defaultPrivateCacheBytes = 8 << 20
+
+// listMergerName is the name of the Pebble merge operator of ListState,
+// recorded by Pebble in the DB: a DB written with it cannot be opened with
+// another merger.
+const listMergerName = "kstreamd.list_append.v1"
+
+// listMerger concatenates list blobs, oldest first. Every list element is
+// length-prefixed, so the concatenation of two lists is a list: a ListState
+// Add is a Merge of the new elements and never reads the list.
+var listMerger = &pebble.Merger{
+	Name: listMergerName,
+	Merge: func(_, value []byte) (pebble.ValueMerger, error) {
+		return &appendMerger{buf: append([]byte(nil), value...)}, nil
+	},
+}
+
+// appendMerger is the ValueMerger of listMerger.
+type appendMerger struct{ buf []byte }
+
+func (m *appendMerger) MergeNewer(v []byte) error { m.buf = append(m.buf, v...); return nil }
+
+func (m *appendMerger) MergeOlder(v []byte) error {
+	m.buf = append(append(make([]byte, 0, len(v)+len(m.buf)), v...), m.buf...)
+	return nil
+}
+
+func (m *appendMerger) Finish(bool) ([]byte, io.Closer, error) { return m.buf, nil, nil }
+
+// pebbleBackend is the backend of one keyed subtask on one Pebble DB,
+// Flink's EmbeddedRocksDBStateBackend. Its read paths are safe on other
+// goroutines (ConcurrentReads is true). Writes use pebble.NoSync: durability
+// comes from checkpoints, as with Flink's RocksDB backend (which disables
+// the WAL altogether).
+type pebbleBackend struct {
+	*backend
+	st *pebbleStore
+}
+
+// Metrics implements MetricsProvider.
+func (p *pebbleBackend) Metrics() *pebble.Metrics { return p.st.db.Metrics() }
+
+// pebbleStore implements store on a Pebble DB, in the layout of keys.go and
+// FORMAT.md.
+type pebbleStore struct {
+	db  *pebble.DB
+	cur pebbleCursor // background cleanup position; owner goroutine only
+}
+
+// pebbleCursor is where background cleanup resumes: target index, key group
+// and the last key visited there (nil: the group's start).
+type pebbleCursor struct {
+	ti, kg int
+	after  []byte
+}
+
+func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, error) {
+	opts := &pebble.Options{
+		Merger:             listMerger,
+		Logger:             pebbleLogger{logger.With("subsystem", "pebble")},
+		FormatMajorVersion: pebble.FormatNewest,
+	}
+	if cfg.Cache != nil {
+		opts.Cache = cfg.Cache.c
+	} else {
+		c := pebble.NewCache(defaultPrivateCacheBytes)
+		defer c.Unref() // the DB holds its own reference
+		opts.Cache = c
+	}
+	db, err := pebble.Open(cfg.Dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("state: open pebble in %s: %w", cfg.Dir, err)
+	}
+	return &pebbleStore{db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}}, nil
+}
+
+// getCopy returns a copy of the value of key.
+func (s *pebbleStore) getCopy(key []byte) ([]byte, bool, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("state: pebble get: %w", err)
+	}
+	out := append([]byte{}, v...)
+	return out, true, closer.Close()
+}
+
+func (s *pebbleStore) loadFormat() (formatInfo, bool, error) {
+	var f formatInfo
+	v, ok, err := s.getCopy(formatKey)
+	if err != nil || !ok {
+		return f, ok, err
+	}
+	if err := json.Unmarshal(v, &f); err != nil {
+		return f, false, fmt.Errorf("state: format record: %v: %w", err, ErrCorrupt)
+	}
+	return f, true, nil
+}
+
+func (s *pebbleStore) saveFormat(f formatInfo) error {
+	v, _ := json.Marshal(f)
+	return s.db.Set(formatKey, v, pebble.Sync)
+}
+
+func (s *pebbleStore) loadMetas() ([]stateMeta, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: metaStatePfx, UpperBound: prefixEnd(metaStatePfx)})
+	if err != nil {
+		return nil, fmt.Errorf("state: pebble iter: %w", err)
+	}
+	var metas []stateMeta
+	for ok := it.First(); ok; ok = it.Next() {
+		var m stateMeta
+		v, err := it.ValueAndErr()
+		if err == nil {
+			err = json.Unmarshal(v, &m)
+		}
+		if err != nil {
+			_ = it.Close()
+			return nil, fmt.Errorf("state: state meta %q: %v: %w", it.Key()[len(metaStatePfx):], err, ErrCorrupt)
+		}
+		metas = append(metas, m)
+	}
+	return metas, it.Close()
+}
+
+func (s *pebbleStore) saveMeta(m stateMeta) error {
+	v, _ := json.Marshal(m)
+	return s.db.Set(metaKey(m.Name), v, pebble.Sync)
+}
+
+func (s *pebbleStore) get(k stateKey) ([]byte, bool, error) {
+	return s.getCopy(appendStateKey(nil, k))
+}
+
+func (s *pebbleStore) set(k stateKey, v []byte) error {
+	return s.db.Set(appendStateKey(nil, k), v, pebble.NoSync)
+}
+
+func (s *pebbleStore) merge(k stateKey, v []byte) error {
+	return s.db.Merge(appendStateKey(nil, k), v, pebble.NoSync)
+}
+
+func (s *pebbleStore) del(k stateKey) error {
+	return s.db.Delete(appendStateKey(nil, k), pebble.NoSync)
+}
+
+func (s *pebbleStore) getEntry(k stateKey, uk []byte) ([]byte, bool, error) {
+	return s.getCopy(append(appendStateKey(nil, k), uk...))
+}
+
+func (s *pebbleStore) setEntry(k stateKey, uk, v []byte) error {
+	return s.db.Set(append(appendStateKey(nil, k), uk...), v, pebble.NoSync)
+}
+
+func (s *pebbleStore) delEntry(k stateKey, uk []byte) error {
+	return s.db.Delete(append(appendStateKey(nil, k), uk...), pebble.NoSync)
+}
+
+// scanEntries iterates a point-in-time view of the map: writes made by fn
+// are not seen by the iteration.
+func (s *pebbleStore) scanEntries(k stateKey, fn func(uk, v []byte) (bool, error)) error {
+	prefix := appendStateKey(nil, k)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return fmt.Errorf("state: pebble iter: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("state: pebble iter: %w", err)
+		}
+		more, err := fn(it.Key()[len(prefix):], v)
+		if err != nil || !more {
+			_ = it.Close()
+			return err
+		}
+	}
+	return it.Close()
+}
+
+// clearEntries deletes the entries one by one in a batch, as Flink's RocksDB
+// MapState.clear does, rather than with a range tombstone per cleared key.
+func (s *pebbleStore) clearEntries(k stateKey) error {
+	prefix := appendStateKey(nil, k)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix), KeyTypes: pebble.IterKeyTypePointsOnly})
+	if err != nil {
+		return fmt.Errorf("state: pebble iter: %w", err)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		_ = b.Delete(it.Key(), nil) // Batch.Delete copies the key; it fails only on a closed batch
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("state: pebble iter: %w", err)
+	}
+	return b.Commit(pebble.NoSync)
+}
+
+func (s *pebbleStore) countEntries() (int, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: keyGroupsStart, UpperBound: keyGroupsEnd})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		n++
+	}
+	return n, it.Close()
+}
+
+func (s *pebbleStore) concurrentReads() bool { return true }
+
+func (s *pebbleStore) close() error { return s.db.Close() }
+
+// cleanup implements store: it scans the (key group, state id) prefixes of
+// the targets in turn with a bounded iterator, resuming after the last key
+// visited, and deletes or rewrites what the target's visit says in one
+// batch. Each seek and each visited entry costs one unit of budget.
+func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budget int) (int, error) {
+	c := &s.cur
+	if c.ti >= len(targets) || !kgs.Contains(c.kg) {
+		*c = pebbleCursor{kg: kgs.Start}
+	}
+	startTI, startKG := c.ti, c.kg
+	b := s.db.NewBatch()
+	defer b.Close()
+	removed := 0
+	for budget > 0 {
+		t := targets[c.ti]
+		prefix := appendGroupPrefix(nil, c.kg, t.id)
+		lower := prefix
+		if c.after != nil {
+			lower = append(append([]byte(nil), c.after...), 0)
+		}
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
+		if err != nil {
+			return removed, fmt.Errorf("state: pebble iter: %w", err)
+		}
+		budget--
+		done := true
+		for ok := it.First(); ok; ok = it.Next() {
+			if budget <= 0 {
+				done = false
+				break
+			}
+			budget--
+			v, err := it.ValueAndErr()
+			if err != nil {
+				_ = it.Close()
+				return removed, fmt.Errorf("state: pebble iter: %w", err)
+			}
+			repl, keep, err := t.visit(v)
+			if err != nil {
+				_ = it.Close()
+				return removed, fmt.Errorf("state: ttl cleanup of key %x: %w", it.Key(), err)
+			}
+			switch {
+			case !keep:
+				_ = b.Delete(it.Key(), nil)
+				removed++
+			case repl != nil:
+				_ = b.Set(it.Key(), repl, nil)
+			}
+			c.after = append(c.after[:0], it.Key()...)
+		}
+		if err := it.Close(); err != nil {
+			return removed, fmt.Errorf("state: pebble iter: %w", err)
+		}
+		if !done {
+			break
+		}
+		c.after = nil
+		if c.kg++; c.kg > kgs.End {
+			c.kg = kgs.Start
+			if c.ti++; c.ti >= len(targets) {
+				c.ti = 0
+			}
+		}
+		if c.ti == startTI && c.kg == startKG {
+			break // a full round in one step
+		}
+	}
+	if b.Empty() {
+		return removed, nil
+	}
+	return removed, b.Commit(pebble.NoSync)
+}
+
+// pebbleLogger routes Pebble's logs to slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug("pebble", "msg", fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error("pebble", "msg", fmt.Sprintf(format, args...))
+}
+
+// Fatalf logs and panics: Pebble calls it on broken invariants and expects
+// it not to return.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error("pebble fatal", "msg", msg)
+	panic("state: pebble: " + msg)
+}

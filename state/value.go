@@ -1,0 +1,157 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ValueState holds one value per key, as Flink's ValueState.
+//
+// Value returns the current key's value and true, or the zero value and
+// false when there is none (never written, cleared, or expired under
+// NeverReturnExpired TTL). Update stores v for the current key; Clear
+// removes it. All three fail with ErrNoCurrentKey before the first
+// SetCurrentKey, with a *KeyGroupError for a key the backend does not own,
+// with ErrClosed after Close, and with the serializer's or store's error.
+type ValueState[T any] interface {
+	Value() (T, bool, error)
+	Update(v T) error
+	Clear() error
+}
+
+// GetValueState returns the ValueState d describes, creating it on first
+// use. Getting the same descriptor again returns the same handle. It fails
+// with ErrStateConflict when the name was obtained with another state type,
+// value type, serializer or TTL config in this session, and with a
+// *StateMigrationError (errors.Is(err, ErrStateMigration)) when the stored
+// state of that name is incompatible with d.
+func GetValueState[T any](b KeyedStateBackend, d ValueStateDescriptor[T]) (ValueState[T], error) {
+	spec := descriptorSpec{name: d.Name, kind: kindValue, ttl: d.TTL, nilSer: d.Serializer == nil}
+	if d.Serializer != nil {
+		spec.serializer = d.Serializer.Name()
+	}
+	h, err := register(b, spec, fmt.Sprintf("%T", d.Serializer), func(c *stateCore) any {
+		return &valueState[T]{c: c, ser: d.Serializer}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return typedHandle[*valueState[T]](h, d.Name)
+}
+
+// register is backend.register behind a nil check of the interface.
+func register(b KeyedStateBackend, spec descriptorSpec, serType string, build func(c *stateCore) any) (any, error) {
+	if b == nil {
+		return nil, errors.New("state: nil backend")
+	}
+	return b.core().register(spec, serType, build)
+}
+
+// typedHandle asserts a registered handle to the type the caller asks for;
+// a mismatch means the same name was used with another value type.
+func typedHandle[H any](h any, name string) (H, error) {
+	t, ok := h.(H)
+	if !ok {
+		var zero H
+		return zero, fmt.Errorf("state: state %q already obtained as %T, now requested as %T: %w", name, h, zero, ErrStateConflict)
+	}
+	return t, nil
+}
+
+// valueState implements ValueState. key is nil for a handle acting on the
+// backend's current key, or the explicit key of a handle made by bind.
+type valueState[T any] struct {
+	c   *stateCore
+	ser Serializer[T]
+	key *keyRef
+}
+
+// bind returns a handle acting on k rather than on the current key. With a
+// backend whose ConcurrentReads is true, Value on the bound handle may run
+// on another goroutine (async state); writes stay on the owner's goroutine.
+func (s *valueState[T]) bind(k keyRef) *valueState[T] {
+	return &valueState[T]{c: s.c, ser: s.ser, key: &k}
+}
+
+func (s *valueState[T]) Value() (T, bool, error) {
+	var zero T
+	k, err := s.c.stateKey(s.key)
+	if err != nil {
+		return zero, false, err
+	}
+	payload, ok, err := s.c.readValue(k)
+	if err != nil || !ok {
+		return zero, false, err
+	}
+	v, err := s.ser.Decode(payload)
+	if err != nil {
+		return zero, false, s.c.wrapErr("value", err)
+	}
+	return v, true, nil
+}
+
+func (s *valueState[T]) Update(v T) error {
+	k, err := s.c.stateKey(s.key)
+	if err != nil {
+		return err
+	}
+	blob, err := s.ser.Append(s.c.stamp(nil, s.c.now()), v)
+	if err != nil {
+		return s.c.wrapErr("update", err)
+	}
+	return s.c.st.set(k, blob)
+}
+
+func (s *valueState[T]) Clear() error {
+	k, err := s.c.stateKey(s.key)
+	if err != nil {
+		return err
+	}
+	return s.c.st.del(k)
+}
+
+// readValue reads the blob of a value, reducing or aggregating state and
+// applies TTL: it removes an expired blob (returning it only under
+// ReturnExpiredIfNotCleanedUp) and, under OnReadAndWrite, rewrites a
+// returned one with a fresh timestamp. The payload is the serialized value.
+func (c *stateCore) readValue(k stateKey) ([]byte, bool, error) {
+	blob, found, err := c.st.get(k)
+	if err != nil || !found {
+		return nil, false, err
+	}
+	payload, visible, act, err := c.check(blob, c.now())
+	if err != nil {
+		return nil, false, c.wrapErr("read", err)
+	}
+	switch act {
+	case ttlRemove:
+		err = c.st.del(k)
+	case ttlRefresh:
+		err = c.st.set(k, blob)
+	}
+	if err != nil || !visible {
+		return nil, false, err
+	}
+	return payload, true, nil
+}
+
+// readUnexpired reads the payload of a value-like blob for an update
+// (reducing and aggregating Add): an expired blob counts as absent whatever
+// the visibility, as in Flink's TtlReduceFunction. It writes nothing.
+func (c *stateCore) readUnexpired(k stateKey, now int64) ([]byte, bool, error) {
+	blob, found, err := c.st.get(k)
+	if err != nil || !found {
+		return nil, false, err
+	}
+	if c.ttl == nil {
+		return blob, true, nil
+	}
+	ts, payload, err := splitTimestamp(blob)
+	if err != nil {
+		return nil, false, c.wrapErr("read", err)
+	}
+	if c.ttl.expired(ts, now) {
+		return nil, false, nil
+	}
+	return payload, true, nil
+}
