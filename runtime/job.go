@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -62,7 +61,7 @@ func (j *Job) Run(ctx context.Context) error {
 			}
 			mu.Lock()
 			if firstErr == nil {
-				firstErr = fmt.Errorf("%s: %w", t.Name(), err)
+				firstErr = err
 				j.logger.Error("subtask failed", "task", t.Name(), "err", err)
 			}
 			mu.Unlock()

@@ -9,7 +9,8 @@ import (
 type Task interface {
 	// Name returns "<operator>[<subtask>]", used in logs and errors.
 	Name() string
-	// Run runs the subtask until its input ends, it fails, or ctx ends.
+	// Run runs the subtask until its input ends, it fails, or ctx ends. Its
+	// errors start with the task name.
 	// Sources also watch stop: when it is closed they stop reading, emit
 	// end-of-input downstream and return nil. Other tasks ignore stop: they
 	// finish when every input channel delivered end-of-input. Run returns

@@ -88,12 +88,15 @@ func must(t testing.TB, err error) {
 	}
 }
 
-func must1[T any](t testing.TB, v T, err error) T {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
+// must1 is must for a call returning a value: must1(f())(t).
+func must1[T any](v T, err error) func(testing.TB) T {
+	return func(t testing.TB) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
 	}
-	return v
 }
 
 // u64key is the serialized key of n: 8 bytes big-endian.

@@ -1,0 +1,278 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+func rec(v string) Element { return Element{Kind: KindRecord, Record: Record{Value: []byte(v)}} }
+
+// recorder is an Operator that records what it saw.
+type recorder struct {
+	seen    []string
+	ended   bool
+	closed  bool
+	failOn  string
+	onInput func(input int, rec Record)
+}
+
+func (r *recorder) Open(context.Context) error { return nil }
+func (r *recorder) ProcessRecord(_ context.Context, input int, rec Record) error {
+	if string(rec.Value) == r.failOn {
+		return errors.New("boom")
+	}
+	r.seen = append(r.seen, fmt.Sprintf("%d:%s", input, rec.Value))
+	return nil
+}
+func (r *recorder) EndInput(context.Context) error { r.ended = true; return nil }
+func (r *recorder) Close() error                   { r.closed = true; return nil }
+
+func TestOperatorTaskBootstrapHoldsKeyedInput(t *testing.T) {
+	keyed, bc := NewChannel(8), NewChannel(8)
+	keyed <- rec("a")
+	keyed <- rec("b")
+	bc <- rec("rule1")
+	bc <- rec("rule2")
+	bc <- Element{Kind: KindCaughtUp}
+	bc <- rec("rule3")
+	keyed <- Element{Kind: KindEndOfInput}
+	bc <- Element{Kind: KindEndOfInput}
+	downstream := NewChannel(8)
+	op := &recorder{}
+	task := NewOperatorTask(OperatorTaskConfig{
+		Name: "op[0]", Gate: NewInputGate([]InputChannel{{Ch: keyed, Input: 0}, {Ch: bc, Input: 1}}),
+		Operator: op, Output: NewOutput(nil, NewWriter([]Channel{downstream}, ForwardPartitioner{})), BootstrapInput: 1,
+	})
+	if err := task.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Both rules before the caught-up marker come before any keyed record.
+	if got := op.seen[:2]; !slices.Equal(got, []string{"1:rule1", "1:rule2"}) {
+		t.Fatalf("first records = %q, want the two bootstrap rules", got)
+	}
+	if got := len(op.seen); got != 5 {
+		t.Fatalf("saw %d records, want 5: %q", got, op.seen)
+	}
+	if !op.ended || !op.closed {
+		t.Fatalf("ended=%v closed=%v, want both", op.ended, op.closed)
+	}
+	if el := <-downstream; el.Kind != KindEndOfInput {
+		t.Fatalf("forwarded %v, want end-of-input", el.Kind)
+	}
+}
+
+func TestOperatorTaskFailureClosesOperator(t *testing.T) {
+	in := NewChannel(4)
+	in <- rec("x")
+	op := &recorder{failOn: "x"}
+	task := NewOperatorTask(OperatorTaskConfig{Name: "op[3]", Gate: NewInputGate([]InputChannel{{Ch: in}}), Operator: op, BootstrapInput: -1})
+	err := task.Run(context.Background(), nil)
+	if err == nil || err.Error() != "op[3]: boom" {
+		t.Fatalf("err = %v, want op[3]: boom", err)
+	}
+	if !op.closed {
+		t.Fatal("operator not closed after failure")
+	}
+}
+
+func TestInputGateBlockedChannelIsNotRead(t *testing.T) {
+	a, b := NewChannel(4), NewChannel(4)
+	a <- rec("a1")
+	b <- rec("b1")
+	g := NewInputGate([]InputChannel{{Ch: a}, {Ch: b}})
+	g.Block(0)
+	el, ch, ok, err := g.Next(context.Background(), nil)
+	if err != nil || !ok || ch != 1 || string(el.Record.Value) != "b1" {
+		t.Fatalf("Next = %q from %d (ok %v, err %v), want b1 from 1", el.Record.Value, ch, ok, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if _, _, _, err := g.Next(ctx, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next with only a blocked channel ready = %v, want deadline", err)
+	}
+	g.Unblock(0)
+	if el, ch, _, _ := g.Next(context.Background(), nil); ch != 0 || string(el.Record.Value) != "a1" {
+		t.Fatalf("after unblock got %q from %d", el.Record.Value, ch)
+	}
+	a <- Element{Kind: KindEndOfInput}
+	b <- Element{Kind: KindEndOfInput}
+	for !g.Finished() {
+		if _, _, ok, err := g.Next(context.Background(), nil); err != nil || !ok {
+			t.Fatalf("Next = ok %v err %v", ok, err)
+		}
+	}
+}
+
+func TestInputGateWake(t *testing.T) {
+	g := NewInputGate([]InputChannel{{Ch: NewChannel(1)}})
+	wake := make(chan struct{}, 1)
+	wake <- struct{}{}
+	if _, _, ok, err := g.Next(context.Background(), wake); ok || err != nil {
+		t.Fatalf("woken Next = ok %v err %v, want ok false, nil", ok, err)
+	}
+}
+
+func TestKeyGroupPartitionerMatchesKeyGroupRanges(t *testing.T) {
+	const maxP, p = 128, 3
+	part := KeyGroupPartitioner{MaxParallelism: maxP}
+	for i := 0; i < 1000; i++ {
+		key := []byte(fmt.Sprintf("key-%d", i))
+		sub := part.Select(&Record{Key: key}, p)
+		if kg := keygroup.Assign(key, maxP); !keygroup.RangeFor(maxP, p, sub).Contains(kg) {
+			t.Fatalf("key %q (key group %d) routed to subtask %d owning %v", key, kg, sub, keygroup.RangeFor(maxP, p, sub))
+		}
+	}
+}
+
+func TestWriterBroadcastsControlAndRebalances(t *testing.T) {
+	chans := []Channel{NewChannel(8), NewChannel(8), NewChannel(8)}
+	w := NewWriter(chans, &RebalancePartitioner{})
+	ctx := context.Background()
+	for i := 0; i < 6; i++ {
+		if err := w.Emit(ctx, Record{Value: []byte{byte('0' + i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Broadcast(ctx, Element{Kind: KindBarrier, CheckpointID: 7}); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range chans {
+		if len(ch) != 3 {
+			t.Fatalf("channel %d holds %d elements, want 2 records + barrier", i, len(ch))
+		}
+		<-ch
+		<-ch
+		if el := <-ch; el.Kind != KindBarrier || el.CheckpointID != 7 {
+			t.Fatalf("channel %d last element %v %d, want barrier 7", i, el.Kind, el.CheckpointID)
+		}
+	}
+}
+
+func TestWriterBlocksWhenFull(t *testing.T) {
+	ch := NewChannel(1)
+	w := NewWriter([]Channel{ch}, ForwardPartitioner{})
+	if err := w.Emit(context.Background(), Record{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := w.Emit(ctx, Record{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Emit into a full channel = %v, want it to block until the deadline", err)
+	}
+	if len(ch) != 1 {
+		t.Fatalf("channel holds %d, want 1: nothing dropped, nothing extra", len(ch))
+	}
+}
+
+func TestMailboxRunsActionsInOrderOnTheCaller(t *testing.T) {
+	m := NewMailbox()
+	var got []int
+	done := make(chan struct{})
+	go func() {
+		for i := 0; i < 3; i++ {
+			m.Execute(func() { got = append(got, i) })
+		}
+		close(done)
+	}()
+	<-done
+	for len(got) < 3 {
+		if err := m.Yield(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(got, []int{0, 1, 2}) {
+		t.Fatalf("ran %v, want [0 1 2]", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := m.Yield(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Yield on empty mailbox with ended ctx = %v", err)
+	}
+}
+
+// fakeSource emits n records then waits for stop.
+type fakeSource struct {
+	out *Output
+	n   int
+}
+
+func (s *fakeSource) Name() string { return "src[0]" }
+func (s *fakeSource) Run(ctx context.Context, stop <-chan struct{}) error {
+	for i := 0; i < s.n; i++ {
+		if err := s.out.Emit(ctx, Record{Value: []byte("r")}); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-stop:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.out.Broadcast(ctx, Element{Kind: KindEndOfInput})
+}
+
+type countOp struct{ n *atomic.Int64 }
+
+func (c countOp) Open(context.Context) error                       { return nil }
+func (c countOp) ProcessRecord(context.Context, int, Record) error { c.n.Add(1); return nil }
+func (c countOp) EndInput(context.Context) error                   { return nil }
+func (c countOp) Close() error                                     { return nil }
+
+func TestJobSoftStopDrainsEveryRecord(t *testing.T) {
+	ch := NewChannel(2) // smaller than the record count: back-pressure, not loss
+	src := &fakeSource{out: NewOutput(nil, NewWriter([]Channel{ch}, ForwardPartitioner{})), n: 100}
+	var n atomic.Int64
+	task := NewOperatorTask(OperatorTaskConfig{Name: "op[0]", Gate: NewInputGate([]InputChannel{{Ch: ch}}), Operator: countOp{&n}, BootstrapInput: -1})
+	job := NewJob(slog.New(slog.NewTextHandler(io.Discard, nil)), time.Second, []Task{src}, []Task{task})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for n.Load() < 100 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	if err := job.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Load(); got != 100 {
+		t.Fatalf("processed %d records, want 100", got)
+	}
+}
+
+func TestJobFailureCancelsEveryTask(t *testing.T) {
+	ch := NewChannel(2)
+	src := &fakeSource{out: NewOutput(nil, NewWriter([]Channel{ch}, ForwardPartitioner{})), n: 1}
+	op := &recorder{failOn: "r"}
+	task := NewOperatorTask(OperatorTaskConfig{Name: "op[0]", Gate: NewInputGate([]InputChannel{{Ch: ch}}), Operator: op, BootstrapInput: -1})
+	job := NewJob(slog.New(slog.NewTextHandler(io.Discard, nil)), time.Second, []Task{src}, []Task{task})
+	err := job.Run(context.Background())
+	if err == nil || err.Error() != "op[0]: boom" {
+		t.Fatalf("Run = %v, want the operator's failure", err)
+	}
+}
+
+type stuck struct{}
+
+func (stuck) Name() string { return "stuck[0]" }
+func (stuck) Run(ctx context.Context, _ <-chan struct{}) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func TestJobDrainTimeout(t *testing.T) {
+	job := NewJob(slog.New(slog.NewTextHandler(io.Discard, nil)), 20*time.Millisecond, nil, []Task{stuck{}})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := job.Run(ctx); !errors.Is(err, ErrDrainTimeout) {
+		t.Fatalf("Run = %v, want ErrDrainTimeout", err)
+	}
+}
