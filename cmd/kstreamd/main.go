@@ -170,7 +170,7 @@ type health struct {
 }
 
 func (h *health) set(ok bool) { h.mu.Lock(); h.ok = ok; h.mu.Unlock() }
-func (h *health) get() bool  { h.mu.Lock(); defer h.mu.Unlock(); return h.ok }
+func (h *health) get() bool   { h.mu.Lock(); defer h.mu.Unlock(); return h.ok }
 
 // serveHTTP serves /metrics and /healthz on addr ("" disables it) and
 // returns the function that shuts the listener down.
