@@ -151,6 +151,8 @@ type Config struct {
 	Kafka KafkaConfig `yaml:"kafka"`
 	// State selects the keyed state backend.
 	State StateConfig `yaml:"state"`
+	// Checkpoints configures consistent checkpoints, restore and savepoints.
+	Checkpoints CheckpointsConfig `yaml:"checkpoints"`
 	// Metrics is the HTTP listener of /metrics and /healthz.
 	Metrics MetricsConfig `yaml:"metrics"`
 	// Log sets the level and format of the process's log.
@@ -227,6 +229,35 @@ type StateConfig struct {
 	// BlockCacheBytes is the size in bytes of the block cache the Pebble
 	// instances of this process share. Default 67108864 (64 MiB); >= 0.
 	BlockCacheBytes int64 `yaml:"block_cache_bytes"`
+}
+
+// CheckpointsConfig configures checkpoints (Flink's execution.checkpointing.*
+// options) and where checkpoints and savepoints are kept.
+type CheckpointsConfig struct {
+	// Interval is the time between checkpoint triggers, a Go duration such
+	// as "10s". Default 0: no periodic checkpoints (savepoints still work);
+	// otherwise >= 10ms.
+	Interval time.Duration `yaml:"interval"`
+	// Timeout aborts a checkpoint that has not completed after this long.
+	// Default "10m"; > 0.
+	Timeout time.Duration `yaml:"timeout"`
+	// MinPause is the least time between the end of one checkpoint and the
+	// start of the next. Default 0; >= 0.
+	MinPause time.Duration `yaml:"min_pause"`
+	// TolerableFailures is how many consecutive checkpoints may fail before
+	// the job fails. Default 3; >= 0 (Flink's default is 0).
+	TolerableFailures int `yaml:"tolerable_failures"`
+	// Retained is how many completed checkpoints are kept. Default 3; >= 1.
+	Retained int `yaml:"retained"`
+	// Incremental makes Pebble checkpoints upload only the files the
+	// retained checkpoints do not already hold. Default false.
+	Incremental bool `yaml:"incremental"`
+	// Dir holds the checkpoints, as <dir>/<job>/chk-<n>. Default "" meaning
+	// "<data_dir>/checkpoints" (see Config.CheckpointDir).
+	Dir string `yaml:"dir"`
+	// SavepointDir receives savepoints. Default "" meaning
+	// "<data_dir>/savepoints" (see Config.SavepointDir).
+	SavepointDir string `yaml:"savepoint_dir"`
 }
 
 // MetricsConfig is the HTTP listener of /metrics and /healthz.
@@ -341,6 +372,9 @@ func Default() *Config {
 			Embedded: EmbeddedKafkaConfig{Address: "127.0.0.1:9092", Partitions: 4},
 		},
 		State:   StateConfig{Backend: StateBackendPebble, BlockCacheBytes: 64 << 20},
+		Checkpoints: CheckpointsConfig{
+			Timeout: 10 * time.Minute, TolerableFailures: 3, Retained: 3,
+		},
 		Metrics: MetricsConfig{Address: "127.0.0.1:9249"},
 		Log:     LogConfig{Level: LogLevelInfo, Format: LogFormatText},
 		Demo:    DemoConfig{ItemsPerSecond: 5},
@@ -427,6 +461,24 @@ func (c *Config) EmbeddedDataDir() string {
 		return c.Kafka.Embedded.DataDir
 	}
 	return filepath.Join(c.DataDir, "kafka")
+}
+
+// CheckpointDir returns checkpoints.dir, or "<data_dir>/checkpoints" when it
+// is empty.
+func (c *Config) CheckpointDir() string {
+	if c.Checkpoints.Dir != "" {
+		return c.Checkpoints.Dir
+	}
+	return filepath.Join(c.DataDir, "checkpoints")
+}
+
+// SavepointDir returns checkpoints.savepoint_dir, or "<data_dir>/savepoints"
+// when it is empty.
+func (c *Config) SavepointDir() string {
+	if c.Checkpoints.SavepointDir != "" {
+		return c.Checkpoints.SavepointDir
+	}
+	return filepath.Join(c.DataDir, "savepoints")
 }
 
 // StateDir returns the directory of the state backend: state.dir, or
@@ -1279,6 +1331,22 @@ func (c *Config) validateRuntime(v *validator) {
 	}
 	if c.Metrics.Address != "" {
 		v.hostPort("metrics.address", c.Metrics.Address, true)
+	}
+	cp := &c.Checkpoints
+	if cp.Interval != 0 && cp.Interval < 10*time.Millisecond {
+		v.errorf("checkpoints.interval", "must be 0 (off) or >= 10ms, got %v", cp.Interval)
+	}
+	if cp.Timeout <= 0 {
+		v.errorf("checkpoints.timeout", "must be > 0, got %v", cp.Timeout)
+	}
+	if cp.MinPause < 0 {
+		v.errorf("checkpoints.min_pause", "must be >= 0, got %v", cp.MinPause)
+	}
+	if cp.TolerableFailures < 0 {
+		v.errorf("checkpoints.tolerable_failures", "must be >= 0, got %d", cp.TolerableFailures)
+	}
+	if cp.Retained < 1 {
+		v.errorf("checkpoints.retained", "must be >= 1, got %d", cp.Retained)
 	}
 	v.oneOf("log.level", string(c.Log.Level),
 		string(LogLevelDebug), string(LogLevelInfo), string(LogLevelWarn), string(LogLevelError))

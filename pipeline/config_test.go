@@ -139,13 +139,14 @@ func TestDefaultsApplied(t *testing.T) {
 			ClientID: "kstreamd",
 			Embedded: EmbeddedKafkaConfig{Enabled: false, Address: "127.0.0.1:9092", DataDir: "", Partitions: 4},
 		},
-		State:     StateConfig{Backend: StateBackendPebble, Dir: "", BlockCacheBytes: 67108864},
-		Metrics:   MetricsConfig{Address: "127.0.0.1:9249"},
-		Log:       LogConfig{Level: LogLevelInfo, Format: LogFormatText},
-		Sources:   sources,
-		Operators: operators,
-		Sinks:     sinks,
-		Demo:      DemoConfig{Enabled: false, ItemsTopic: "", RulesTopic: "", ItemsPerSecond: 5},
+		State:       StateConfig{Backend: StateBackendPebble, Dir: "", BlockCacheBytes: 67108864},
+		Checkpoints: CheckpointsConfig{Timeout: 10 * time.Minute, TolerableFailures: 3, Retained: 3},
+		Metrics:     MetricsConfig{Address: "127.0.0.1:9249"},
+		Log:         LogConfig{Level: LogLevelInfo, Format: LogFormatText},
+		Sources:     sources,
+		Operators:   operators,
+		Sinks:       sinks,
+		Demo:        DemoConfig{Enabled: false, ItemsTopic: "", RulesTopic: "", ItemsPerSecond: 5},
 	}
 	if got := withoutOrigin(cfg); !reflect.DeepEqual(got, want) {
 		t.Errorf("Load(minimal) =\n%+v\nwant\n%+v", got, want)
@@ -185,7 +186,9 @@ func TestFullConfig(t *testing.T) {
 			ClientID: "full",
 			Embedded: EmbeddedKafkaConfig{Enabled: true, Address: ":19092", DataDir: "/tmp/kfake", Partitions: 8},
 		},
-		State:   StateConfig{Backend: StateBackendHashMap, Dir: "/tmp/state", BlockCacheBytes: 0},
+		State: StateConfig{Backend: StateBackendHashMap, Dir: "/tmp/state", BlockCacheBytes: 0},
+		Checkpoints: CheckpointsConfig{Interval: 5 * time.Second, Timeout: time.Minute, MinPause: 500 * time.Millisecond,
+			TolerableFailures: 1, Retained: 2, Incremental: true, Dir: "/tmp/chk", SavepointDir: "/tmp/sp"},
 		Metrics: MetricsConfig{Address: ""},
 		Log:     LogConfig{Level: LogLevelDebug, Format: LogFormatJSON},
 		Sources: []SourceConfig{

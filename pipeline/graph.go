@@ -149,7 +149,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 				bootstrap = 1
 			}
 			tasks = append(tasks, runtime.NewOperatorTask(runtime.OperatorTaskConfig{
-				Name: fmt.Sprintf("%s[%d]", op.Name, sub), Gate: runtime.NewInputGate(b.gates[op.Name][sub]),
+				ID: runtime.TaskID{Operator: op.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[op.Name][sub]),
 				Operator: kop, Output: b.outputs[op.Name][sub], BootstrapInput: bootstrap,
 				RecordsIn: rm.RecordsIn(op.Name, sub),
 			}))
@@ -164,7 +164,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 				Logger: deps.Logger.With("component", "sink"),
 			})
 			tasks = append(tasks, runtime.NewOperatorTask(runtime.OperatorTaskConfig{
-				Name: fmt.Sprintf("%s[%d]", sk.Name, sub), Gate: runtime.NewInputGate(b.gates[sk.Name][sub]),
+				ID: runtime.TaskID{Operator: sk.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[sk.Name][sub]),
 				Operator: k, BootstrapInput: -1, RecordsIn: rm.RecordsIn(sk.Name, sub),
 			}))
 		}

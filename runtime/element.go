@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"fmt"
+	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -14,7 +16,8 @@ const (
 	// KindWatermark carries event-time progress: no later record on this
 	// channel has a timestamp at or before Watermark.
 	KindWatermark
-	// KindBarrier is checkpoint barrier CheckpointID (Flink's CheckpointBarrier).
+	// KindBarrier is a checkpoint barrier (Flink's CheckpointBarrier); see
+	// Element.Barrier.
 	KindBarrier
 	// KindCaughtUp says the upstream source subtask has read every partition
 	// up to the end offsets it saw at start (the broadcast bootstrap marker).
@@ -68,8 +71,36 @@ func (o Origin) String() string { return fmt.Sprintf("%s/%d@%d", o.Topic, o.Part
 // Element is what travels over a channel: a record or a control element.
 // Only the fields of its Kind are meaningful.
 type Element struct {
-	Kind         ElementKind
-	Record       Record    // KindRecord
-	Watermark    time.Time // KindWatermark
-	CheckpointID int64     // KindBarrier
+	Kind      ElementKind
+	Record    Record    // KindRecord
+	Watermark time.Time // KindWatermark
+	Barrier   *Barrier  // KindBarrier; shared read-only by every receiver
+}
+
+// Barrier is checkpoint barrier n with its options (Flink's
+// CheckpointBarrier with CheckpointOptions). Every element a source emitted
+// before barrier n is covered by checkpoint n, every later one is not.
+type Barrier struct {
+	// CheckpointID is n, increasing from 1 within a job's checkpoint history.
+	CheckpointID int64
+	// Timestamp is when the coordinator triggered the checkpoint.
+	Timestamp time.Time
+	// Savepoint marks a savepoint: self-contained, never deleted by the
+	// retention of checkpoints.
+	Savepoint bool
+	// Dir is the absolute directory of this checkpoint's files; a subtask
+	// writes its own files under Dir/<operator>/<subtask>/.
+	Dir string
+	// SharedDir is the absolute directory of files shared between
+	// checkpoints (incremental keyed state), or "" when the snapshot must be
+	// self-contained (savepoints, full checkpoints).
+	SharedDir string
+	// StopAfter asks sources to emit end-of-input right after this barrier
+	// (stop-with-savepoint): nothing follows the barrier.
+	StopAfter bool
+}
+
+// TaskDir returns the directory the subtask id writes its files under.
+func (b *Barrier) TaskDir(id TaskID) string {
+	return filepath.Join(b.Dir, id.Operator, strconv.Itoa(id.Subtask))
 }

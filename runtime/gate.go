@@ -13,14 +13,27 @@ type InputChannel struct {
 	Input int
 }
 
+// BlockReason says why a channel is blocked; a channel is read only when no
+// reason holds. The reasons are independent bits.
+type BlockReason uint8
+
+const (
+	// BlockAlignment holds a channel that delivered barrier n until every
+	// channel did (aligned checkpoints).
+	BlockAlignment BlockReason = 1 << iota
+	// BlockBootstrap holds the keyed input until the broadcast input caught
+	// up.
+	BlockBootstrap
+)
+
 // InputGate reads the input channels of one subtask (Flink's InputGate).
-// Single channels can be blocked: a blocked channel is not read (its sender
-// is back-pressured) until unblocked. A channel that delivered end-of-input
+// Single channels can be blocked for one or more reasons: a blocked channel
+// is not read (its sender is back-pressured) until every reason is lifted. A channel that delivered end-of-input
 // is finished and never read again. Not safe for concurrent use: it belongs
 // to the subtask goroutine.
 type InputGate struct {
 	chans    []InputChannel
-	blocked  []bool
+	blocked  []BlockReason
 	finished []bool
 	open     int // channels not finished
 	next     int // round-robin start of the fast path
@@ -32,7 +45,7 @@ type InputGate struct {
 func NewInputGate(chans []InputChannel) *InputGate {
 	return &InputGate{
 		chans:    chans,
-		blocked:  make([]bool, len(chans)),
+		blocked:  make([]BlockReason, len(chans)),
 		finished: make([]bool, len(chans)),
 		open:     len(chans),
 	}
@@ -44,25 +57,31 @@ func (g *InputGate) NumChannels() int { return len(g.chans) }
 // Channel returns channel i.
 func (g *InputGate) Channel(i int) InputChannel { return g.chans[i] }
 
-// Block stops reading channel i until Unblock(i).
-func (g *InputGate) Block(i int) { g.blocked[i] = true }
+// Block stops reading channel i for reason r until Unblock(i, r).
+func (g *InputGate) Block(i int, r BlockReason) { g.blocked[i] |= r }
 
-// Unblock resumes reading channel i.
-func (g *InputGate) Unblock(i int) { g.blocked[i] = false }
+// Unblock lifts reason r from channel i; it is read again once no reason
+// holds.
+func (g *InputGate) Unblock(i int, r BlockReason) { g.blocked[i] &^= r }
 
-// BlockInput blocks every channel of logical input in.
-func (g *InputGate) BlockInput(in int) { g.setInput(in, true) }
-
-// UnblockInput unblocks every channel of logical input in.
-func (g *InputGate) UnblockInput(in int) { g.setInput(in, false) }
-
-func (g *InputGate) setInput(in int, b bool) {
+// BlockInput blocks every channel of logical input in for reason r.
+func (g *InputGate) BlockInput(in int, r BlockReason) {
 	for i, c := range g.chans {
 		if c.Input == in {
-			g.blocked[i] = b
+			g.blocked[i] |= r
 		}
 	}
 }
+
+// UnblockAll lifts reason r from every channel.
+func (g *InputGate) UnblockAll(r BlockReason) {
+	for i := range g.blocked {
+		g.blocked[i] &^= r
+	}
+}
+
+// IsFinished reports whether channel i delivered end-of-input.
+func (g *InputGate) IsFinished(i int) bool { return g.finished[i] }
 
 // Finished reports whether every channel delivered end-of-input.
 func (g *InputGate) Finished() bool { return g.open == 0 }
@@ -80,7 +99,7 @@ func (g *InputGate) Next(ctx context.Context, wake <-chan struct{}) (el Element,
 	// Fast path: a non-blocking round-robin poll.
 	for k := 0; k < n; k++ {
 		i := (g.next + k) % n
-		if g.blocked[i] || g.finished[i] {
+		if g.blocked[i] != 0 || g.finished[i] {
 			continue
 		}
 		select {
@@ -94,7 +113,7 @@ func (g *InputGate) Next(ctx context.Context, wake <-chan struct{}) (el Element,
 	g.cases = g.cases[:0]
 	g.caseIdx = g.caseIdx[:0]
 	for i, c := range g.chans {
-		if g.blocked[i] || g.finished[i] {
+		if g.blocked[i] != 0 || g.finished[i] {
 			continue
 		}
 		g.cases = append(g.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.Ch)})

@@ -49,7 +49,7 @@ func TestOperatorTaskBootstrapHoldsKeyedInput(t *testing.T) {
 	downstream := NewChannel(8)
 	op := &recorder{}
 	task := NewOperatorTask(OperatorTaskConfig{
-		Name: "op[0]", Gate: NewInputGate([]InputChannel{{Ch: keyed, Input: 0}, {Ch: bc, Input: 1}}),
+		ID: TaskID{"op", 0}, Gate: NewInputGate([]InputChannel{{Ch: keyed, Input: 0}, {Ch: bc, Input: 1}}),
 		Operator: op, Output: NewOutput(nil, NewWriter([]Channel{downstream}, ForwardPartitioner{})), BootstrapInput: 1,
 	})
 	if err := task.Run(context.Background(), nil); err != nil {
@@ -74,7 +74,7 @@ func TestOperatorTaskFailureClosesOperator(t *testing.T) {
 	in := NewChannel(4)
 	in <- rec("x")
 	op := &recorder{failOn: "x"}
-	task := NewOperatorTask(OperatorTaskConfig{Name: "op[3]", Gate: NewInputGate([]InputChannel{{Ch: in}}), Operator: op, BootstrapInput: -1})
+	task := NewOperatorTask(OperatorTaskConfig{ID: TaskID{"op", 3}, Gate: NewInputGate([]InputChannel{{Ch: in}}), Operator: op, BootstrapInput: -1})
 	err := task.Run(context.Background(), nil)
 	if err == nil || err.Error() != "op[3]: boom" {
 		t.Fatalf("err = %v, want op[3]: boom", err)
@@ -89,7 +89,7 @@ func TestInputGateBlockedChannelIsNotRead(t *testing.T) {
 	a <- rec("a1")
 	b <- rec("b1")
 	g := NewInputGate([]InputChannel{{Ch: a}, {Ch: b}})
-	g.Block(0)
+	g.Block(0, BlockAlignment)
 	el, ch, ok, err := g.Next(context.Background(), nil)
 	if err != nil || !ok || ch != 1 || string(el.Record.Value) != "b1" {
 		t.Fatalf("Next = %q from %d (ok %v, err %v), want b1 from 1", el.Record.Value, ch, ok, err)
@@ -99,7 +99,7 @@ func TestInputGateBlockedChannelIsNotRead(t *testing.T) {
 	if _, _, _, err := g.Next(ctx, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Next with only a blocked channel ready = %v, want deadline", err)
 	}
-	g.Unblock(0)
+	g.Unblock(0, BlockAlignment)
 	if el, ch, _, _ := g.Next(context.Background(), nil); ch != 0 || string(el.Record.Value) != "a1" {
 		t.Fatalf("after unblock got %q from %d", el.Record.Value, ch)
 	}
@@ -142,7 +142,7 @@ func TestWriterBroadcastsControlAndRebalances(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := w.Broadcast(ctx, Element{Kind: KindBarrier, CheckpointID: 7}); err != nil {
+	if err := w.Broadcast(ctx, Element{Kind: KindBarrier, Barrier: &Barrier{CheckpointID: 7}}); err != nil {
 		t.Fatal(err)
 	}
 	for i, ch := range chans {
@@ -151,8 +151,8 @@ func TestWriterBroadcastsControlAndRebalances(t *testing.T) {
 		}
 		<-ch
 		<-ch
-		if el := <-ch; el.Kind != KindBarrier || el.CheckpointID != 7 {
-			t.Fatalf("channel %d last element %v %d, want barrier 7", i, el.Kind, el.CheckpointID)
+		if el := <-ch; el.Kind != KindBarrier || el.Barrier.CheckpointID != 7 {
+			t.Fatalf("channel %d last element %v %d, want barrier 7", i, el.Kind, el.Barrier.CheckpointID)
 		}
 	}
 }
@@ -231,7 +231,7 @@ func TestJobSoftStopDrainsEveryRecord(t *testing.T) {
 	ch := NewChannel(2) // smaller than the record count: back-pressure, not loss
 	src := &fakeSource{out: NewOutput(nil, NewWriter([]Channel{ch}, ForwardPartitioner{})), n: 100}
 	var n atomic.Int64
-	task := NewOperatorTask(OperatorTaskConfig{Name: "op[0]", Gate: NewInputGate([]InputChannel{{Ch: ch}}), Operator: countOp{&n}, BootstrapInput: -1})
+	task := NewOperatorTask(OperatorTaskConfig{ID: TaskID{"op", 0}, Gate: NewInputGate([]InputChannel{{Ch: ch}}), Operator: countOp{&n}, BootstrapInput: -1})
 	job := NewJob(slog.New(slog.NewTextHandler(io.Discard, nil)), time.Second, []Task{src}, []Task{task})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -252,7 +252,7 @@ func TestJobFailureCancelsEveryTask(t *testing.T) {
 	ch := NewChannel(2)
 	src := &fakeSource{out: NewOutput(nil, NewWriter([]Channel{ch}, ForwardPartitioner{})), n: 1}
 	op := &recorder{failOn: "r"}
-	task := NewOperatorTask(OperatorTaskConfig{Name: "op[0]", Gate: NewInputGate([]InputChannel{{Ch: ch}}), Operator: op, BootstrapInput: -1})
+	task := NewOperatorTask(OperatorTaskConfig{ID: TaskID{"op", 0}, Gate: NewInputGate([]InputChannel{{Ch: ch}}), Operator: op, BootstrapInput: -1})
 	job := NewJob(slog.New(slog.NewTextHandler(io.Discard, nil)), time.Second, []Task{src}, []Task{task})
 	err := job.Run(context.Background())
 	if err == nil || err.Error() != "op[0]: boom" {

@@ -2,7 +2,10 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"time"
 )
 
 // Task is one subtask: a goroutine the Job starts and waits for.
@@ -20,8 +23,10 @@ type Task interface {
 
 // Operator is the logic of a non-source subtask driven by an OperatorTask
 // (Flink's StreamOperator). Every method runs on the subtask goroutine.
+// Operators may also implement Snapshotter and CheckpointListener.
 type Operator interface {
-	// Open prepares the operator (opens state) before the first record.
+	// Open prepares the operator (opens or restores state) before the first
+	// record.
 	Open(ctx context.Context) error
 	// ProcessRecord handles one record of logical input input (0 = main,
 	// 1 = broadcast side). An error fails the job.
@@ -35,22 +40,35 @@ type Operator interface {
 }
 
 // OperatorTask runs an Operator over an InputGate on one goroutine (Flink's
-// StreamTask with its mailbox loop).
+// StreamTask with its mailbox loop). It aligns checkpoint barriers: a
+// channel that delivered barrier n is blocked until every channel did; then
+// the operator snapshots, the barrier is forwarded, the channels are
+// unblocked, and the snapshot's files are written on another goroutine while
+// records flow again.
 type OperatorTask struct {
-	name     string
-	gate     *InputGate
-	op       Operator
-	out      *Output
-	mailbox  *Mailbox
-	inputs   int
-	recIn    interface{ Inc() }
-	bootstrp int
+	id        TaskID
+	name      string
+	gate      *InputGate
+	op        Operator
+	out       *Output
+	mailbox   *Mailbox
+	inputs    int
+	recIn     interface{ Inc() }
+	bootstrp  int
+	responder CheckpointResponder
+
+	// Only the subtask goroutine touches these.
+	aligning   *Barrier
+	arrived    map[int]bool
+	alignStart time.Time
+	mailErr    error
+	snapshots  sync.WaitGroup // asynchronous snapshot parts in flight
 }
 
 // OperatorTaskConfig configures NewOperatorTask.
 type OperatorTaskConfig struct {
-	// Name is "<operator>[<subtask>]".
-	Name string
+	// ID names the subtask.
+	ID TaskID
 	// Gate holds the subtask's input channels.
 	Gate *InputGate
 	// Operator is the logic.
@@ -68,6 +86,9 @@ type OperatorTaskConfig struct {
 	BootstrapInput int
 	// RecordsIn is incremented per record received; may be nil.
 	RecordsIn interface{ Inc() }
+	// Responder receives checkpoint acknowledgements; nil when the job
+	// takes no checkpoints (barriers are then forwarded without snapshots).
+	Responder CheckpointResponder
 }
 
 // NewOperatorTask returns a task from cfg.
@@ -76,7 +97,8 @@ func NewOperatorTask(cfg OperatorTaskConfig) *OperatorTask {
 	if mb == nil {
 		mb = NewMailbox()
 	}
-	t := &OperatorTask{name: cfg.Name, gate: cfg.Gate, op: cfg.Operator, out: cfg.Output, mailbox: mb, recIn: cfg.RecordsIn, bootstrp: cfg.BootstrapInput}
+	t := &OperatorTask{id: cfg.ID, name: cfg.ID.String(), gate: cfg.Gate, op: cfg.Operator, out: cfg.Output, mailbox: mb,
+		recIn: cfg.RecordsIn, bootstrp: cfg.BootstrapInput, responder: cfg.Responder}
 	for i := 0; i < cfg.Gate.NumChannels(); i++ {
 		t.inputs = max(t.inputs, cfg.Gate.Channel(i).Input+1)
 	}
@@ -86,8 +108,31 @@ func NewOperatorTask(cfg OperatorTaskConfig) *OperatorTask {
 // Name implements Task.
 func (t *OperatorTask) Name() string { return t.name }
 
+// ID implements CheckpointTarget.
+func (t *OperatorTask) ID() TaskID { return t.id }
+
 // Mailbox returns the subtask's mailbox.
 func (t *OperatorTask) Mailbox() *Mailbox { return t.mailbox }
+
+// NotifyCheckpointComplete implements CheckpointTarget.
+func (t *OperatorTask) NotifyCheckpointComplete(id int64) {
+	l, ok := t.op.(CheckpointListener)
+	if !ok {
+		return
+	}
+	t.mailbox.Execute(func() {
+		if err := l.NotifyCheckpointComplete(context.Background(), id); err != nil && t.mailErr == nil {
+			t.mailErr = fmt.Errorf("%s: checkpoint %d complete: %w", t.name, id, err)
+		}
+	})
+}
+
+// NotifyCheckpointAborted implements CheckpointTarget.
+func (t *OperatorTask) NotifyCheckpointAborted(id int64) {
+	if l, ok := t.op.(CheckpointListener); ok {
+		t.mailbox.Execute(func() { l.NotifyCheckpointAborted(context.Background(), id) })
+	}
+}
 
 // Run implements Task: open, loop over the gate and the mailbox until every
 // channel ended, EndInput, forward end-of-input, close.
@@ -96,6 +141,7 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 		return fmt.Errorf("%s: open: %w", t.name, err)
 	}
 	defer func() {
+		t.snapshots.Wait()
 		if cerr := t.op.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("%s: close: %w", t.name, cerr)
 		}
@@ -108,6 +154,9 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 		}
 		if !ok {
 			t.mailbox.TryYieldAll()
+			if t.mailErr != nil {
+				return t.mailErr
+			}
 			continue
 		}
 		input := t.gate.Channel(ch).Input
@@ -119,21 +168,107 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 			if err := t.op.ProcessRecord(ctx, input, el.Record); err != nil {
 				return fmt.Errorf("%s: %w", t.name, err)
 			}
+		case KindBarrier:
+			if err := t.onBarrier(ctx, ch, el.Barrier); err != nil {
+				return err
+			}
 		case KindCaughtUp, KindEndOfInput:
 			if input == t.bootstrp && pending[ch] {
 				delete(pending, ch)
 				if len(pending) == 0 {
-					t.endBootstrap()
+					t.gate.UnblockAll(BlockBootstrap)
+				}
+			}
+			if el.Kind == KindEndOfInput && t.aligning != nil {
+				if err := t.maybeAligned(ctx); err != nil {
+					return err
 				}
 			}
 		}
 	}
 	t.mailbox.TryYieldAll()
+	if t.mailErr != nil {
+		return t.mailErr
+	}
 	if err := t.op.EndInput(ctx); err != nil {
 		return fmt.Errorf("%s: end of input: %w", t.name, err)
 	}
 	if t.out != nil {
 		return t.out.Broadcast(ctx, Element{Kind: KindEndOfInput})
+	}
+	return nil
+}
+
+// onBarrier handles barrier b from channel ch: a newer barrier starts (or
+// replaces) the alignment, an older one is stale and dropped.
+func (t *OperatorTask) onBarrier(ctx context.Context, ch int, b *Barrier) error {
+	switch {
+	case t.aligning == nil || b.CheckpointID > t.aligning.CheckpointID:
+		if t.aligning != nil {
+			// A newer checkpoint overtook one that never aligned here (it was
+			// aborted upstream): give the old one up.
+			t.gate.UnblockAll(BlockAlignment)
+			if t.responder != nil {
+				t.responder.Decline(t.id, t.aligning.CheckpointID, fmt.Errorf("%s: overtaken by checkpoint %d", t.name, b.CheckpointID))
+			}
+		}
+		t.aligning, t.arrived, t.alignStart = b, map[int]bool{}, time.Now()
+	case b.CheckpointID < t.aligning.CheckpointID:
+		return nil
+	}
+	t.arrived[ch] = true
+	t.gate.Block(ch, BlockAlignment)
+	return t.maybeAligned(ctx)
+}
+
+// maybeAligned completes the alignment once every channel that is not
+// finished delivered the barrier.
+func (t *OperatorTask) maybeAligned(ctx context.Context) error {
+	for i := 0; i < t.gate.NumChannels(); i++ {
+		if !t.arrived[i] && !t.gate.IsFinished(i) {
+			return nil
+		}
+	}
+	b := t.aligning
+	t.aligning, t.arrived = nil, nil
+	if t.responder != nil {
+		t.responder.AlignmentDuration(t.id, b.CheckpointID, time.Since(t.alignStart))
+	}
+	var finish SnapshotFinisher
+	if s, ok := t.op.(Snapshotter); ok {
+		f, err := s.SnapshotState(ctx, b)
+		if err != nil {
+			if t.responder != nil {
+				t.responder.Decline(t.id, b.CheckpointID, fmt.Errorf("%s: snapshot: %w", t.name, err))
+			}
+		} else {
+			finish = f
+		}
+	} else if t.responder != nil {
+		t.responder.Acknowledge(t.id, b.CheckpointID, TaskSnapshot{})
+	}
+	if t.out != nil {
+		if err := t.out.Broadcast(ctx, Element{Kind: KindBarrier, Barrier: b}); err != nil {
+			return err
+		}
+	}
+	t.gate.UnblockAll(BlockAlignment)
+	if finish != nil {
+		t.snapshots.Add(1)
+		go func() {
+			defer t.snapshots.Done()
+			snap, err := finish(ctx)
+			if t.responder == nil {
+				return
+			}
+			if err != nil {
+				if !errors.Is(err, context.Canceled) {
+					t.responder.Decline(t.id, b.CheckpointID, fmt.Errorf("%s: snapshot: %w", t.name, err))
+				}
+				return
+			}
+			t.responder.Acknowledge(t.id, b.CheckpointID, snap)
+		}()
 	}
 	return nil
 }
@@ -153,15 +288,9 @@ func (t *OperatorTask) startBootstrap() map[int]bool {
 	if len(pending) > 0 {
 		for in := 0; in < t.inputs; in++ {
 			if in != t.bootstrp {
-				t.gate.BlockInput(in)
+				t.gate.BlockInput(in, BlockBootstrap)
 			}
 		}
 	}
 	return pending
-}
-
-func (t *OperatorTask) endBootstrap() {
-	for in := 0; in < t.inputs; in++ {
-		t.gate.UnblockInput(in)
-	}
 }

@@ -1,0 +1,388 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// Defaults of CoordinatorConfig.
+const (
+	DefaultTimeout           = 10 * time.Minute // Flink's execution.checkpointing.timeout
+	DefaultTolerableFailures = 3
+)
+
+// ErrTooManyFailures is wrapped by the error Coordinator.Run returns when
+// more consecutive checkpoints failed than tolerated.
+var ErrTooManyFailures = errors.New("checkpoint: too many consecutive failed checkpoints")
+
+// ErrNotReady is returned by TriggerSavepoint when the job cannot take one
+// yet (sources still bootstrapping) and ctx ended while waiting.
+var ErrNotReady = errors.New("checkpoint: job not ready for a savepoint")
+
+// CoordinatorConfig configures NewCoordinator.
+type CoordinatorConfig struct {
+	// Job is the job's name, written into the metadata.
+	Job string
+	// MaxParallelism is written into the metadata.
+	MaxParallelism int
+	// Storage holds the checkpoints.
+	Storage *Storage
+	// Interval between checkpoint triggers; 0 disables periodic
+	// checkpoints (savepoints still work).
+	Interval time.Duration
+	// Timeout after which an unfinished checkpoint is aborted. 0 means
+	// DefaultTimeout.
+	Timeout time.Duration
+	// MinPause is the least time between the end of one checkpoint and the
+	// trigger of the next. Default 0.
+	MinPause time.Duration
+	// TolerableFailures is how many consecutive checkpoints may fail before
+	// Run returns ErrTooManyFailures. Negative means
+	// DefaultTolerableFailures; 0 tolerates none (Flink's default).
+	TolerableFailures int
+	// Incremental lets keyed state upload only new files to the shared
+	// directory.
+	Incremental bool
+	// FirstID is the id of the first checkpoint this coordinator triggers;
+	// at least one more than any id restored from. 0 picks one more than
+	// the highest checkpoint id in Storage.
+	FirstID int64
+	// Logger receives lifecycle logs.
+	Logger *slog.Logger
+	// Metrics, if not nil, reports checkpoints.
+	Metrics *Metrics
+}
+
+// Coordinator triggers checkpoints and savepoints, collects the tasks'
+// acknowledgements and commits completed checkpoints (Flink's
+// CheckpointCoordinator). One checkpoint is in flight at a time. It
+// implements runtime.CheckpointResponder; its event loop is Run.
+type Coordinator struct {
+	cfg      CoordinatorConfig
+	sources  []runtime.SourceTask
+	targets  []runtime.CheckpointTarget
+	expected map[runtime.TaskID]bool
+	parallel map[string]int
+	events   *runtime.Mailbox
+	logger   *slog.Logger
+
+	// Only the Run goroutine touches these.
+	nextID   int64
+	pending  *pending
+	lastEnd  time.Time
+	failures int
+	queue    []*savepointReq
+	fatal    error
+
+	mu    sync.Mutex // guards ready
+	ready map[runtime.TaskID]bool
+}
+
+type pending struct {
+	barrier *runtime.Barrier
+	start   time.Time
+	acks    map[runtime.TaskID]runtime.TaskSnapshot
+	timer   *time.Timer
+	req     *savepointReq // nil for a checkpoint
+}
+
+type savepointReq struct {
+	dir       string
+	stopAfter bool
+	reply     chan savepointResult
+}
+
+type savepointResult struct {
+	path string
+	err  error
+}
+
+// NewCoordinator returns a coordinator over the job's tasks: sources get
+// triggers, every target gets completion notices and is expected to
+// acknowledge each checkpoint.
+func NewCoordinator(cfg CoordinatorConfig, sources []runtime.SourceTask, targets []runtime.CheckpointTarget) (*Coordinator, error) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.TolerableFailures < 0 {
+		cfg.TolerableFailures = DefaultTolerableFailures
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Coordinator{cfg: cfg, sources: sources, targets: targets, expected: map[runtime.TaskID]bool{},
+		parallel: map[string]int{}, events: runtime.NewMailbox(), logger: cfg.Logger, ready: map[runtime.TaskID]bool{}}
+	for _, t := range targets {
+		c.expected[t.ID()] = true
+		c.parallel[t.ID().Operator]++
+	}
+	c.nextID = cfg.FirstID
+	if c.nextID <= 0 {
+		infos, err := cfg.Storage.List()
+		if err != nil {
+			return nil, err
+		}
+		c.nextID = 1
+		if len(infos) > 0 {
+			c.nextID = infos[len(infos)-1].ID + 1
+		}
+	}
+	return c, nil
+}
+
+// SourceCaughtUp records that a source subtask has read up to the end
+// offsets it saw at start; checkpoints are triggered only once every source
+// did (a barrier must never wait behind a bootstrap). Safe for concurrent use.
+func (c *Coordinator) SourceCaughtUp(id runtime.TaskID) {
+	c.mu.Lock()
+	c.ready[id] = true
+	c.mu.Unlock()
+	c.events.Execute(func() {})
+}
+
+// Ready reports whether every source caught up. Safe for concurrent use.
+func (c *Coordinator) Ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ready) >= len(c.sources)
+}
+
+// Acknowledge implements runtime.CheckpointResponder.
+func (c *Coordinator) Acknowledge(task runtime.TaskID, id int64, snap runtime.TaskSnapshot) {
+	c.events.Execute(func() { c.onAck(task, id, snap) })
+}
+
+// Decline implements runtime.CheckpointResponder.
+func (c *Coordinator) Decline(task runtime.TaskID, id int64, err error) {
+	c.events.Execute(func() {
+		if c.pending != nil && c.pending.barrier.CheckpointID == id {
+			c.abort(fmt.Errorf("declined by %s: %w", task, err))
+		}
+	})
+}
+
+// AlignmentDuration implements runtime.CheckpointResponder.
+func (c *Coordinator) AlignmentDuration(_ runtime.TaskID, _ int64, d time.Duration) {
+	if c.cfg.Metrics != nil {
+		c.cfg.Metrics.alignment.Observe(d.Seconds())
+	}
+}
+
+// TriggerSavepoint takes a savepoint into a new directory under dir and
+// returns that directory once it is committed. With stopAfter the sources
+// stop right after the savepoint's barrier (stop-with-savepoint): the job
+// then drains and ends. It waits for a checkpoint in flight and for the
+// sources to catch up; it returns ctx.Err() (wrapped with ErrNotReady when
+// the job was never ready) if ctx ends first, or the reason the savepoint
+// failed.
+func (c *Coordinator) TriggerSavepoint(ctx context.Context, dir string, stopAfter bool) (string, error) {
+	req := &savepointReq{dir: dir, stopAfter: stopAfter, reply: make(chan savepointResult, 1)}
+	c.events.Execute(func() { c.queue = append(c.queue, req); c.maybeTrigger() })
+	select {
+	case r := <-req.reply:
+		return r.path, r.err
+	case <-ctx.Done():
+		if !c.Ready() {
+			return "", fmt.Errorf("%w: %w", ErrNotReady, ctx.Err())
+		}
+		return "", ctx.Err()
+	}
+}
+
+// Run is the coordinator's event loop: it triggers a checkpoint every
+// Interval and handles acknowledgements until ctx ends (then it aborts the
+// checkpoint in flight and returns nil). It returns an error wrapping
+// ErrTooManyFailures when more consecutive checkpoints failed than
+// tolerated, or a commit error that leaves storage unusable.
+func (c *Coordinator) Run(ctx context.Context) error {
+	var tick <-chan time.Time
+	if c.cfg.Interval > 0 {
+		t := time.NewTicker(c.cfg.Interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	defer func() {
+		if c.pending != nil {
+			c.abort(errors.New("job stopping"))
+		}
+		for _, r := range c.queue {
+			r.reply <- savepointResult{err: errors.New("checkpoint: job stopped before the savepoint")}
+		}
+	}()
+	for {
+		var timeout <-chan time.Time
+		if c.pending != nil {
+			timeout = c.pending.timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.events.Ready():
+			c.events.TryYieldAll()
+			c.maybeTrigger()
+		case <-tick:
+			c.maybeTriggerCheckpoint()
+		case <-timeout:
+			c.abort(fmt.Errorf("timed out after %v", c.cfg.Timeout))
+			c.maybeTrigger()
+		}
+		if c.fatal != nil {
+			return c.fatal
+		}
+	}
+}
+
+// maybeTrigger starts a queued savepoint when nothing is in flight.
+func (c *Coordinator) maybeTrigger() {
+	if c.pending != nil || len(c.queue) == 0 || !c.Ready() {
+		return
+	}
+	req := c.queue[0]
+	c.queue = c.queue[1:]
+	id := c.nextID
+	dir := filepath.Join(req.dir, "savepoint-"+strconv.FormatInt(id, 10)+"-"+strconv.FormatInt(time.Now().Unix(), 10))
+	c.trigger(&runtime.Barrier{CheckpointID: id, Timestamp: time.Now(), Savepoint: true, Dir: dir, StopAfter: req.stopAfter}, req)
+}
+
+// maybeTriggerCheckpoint starts a periodic checkpoint when nothing is in
+// flight, the sources caught up and the minimum pause passed.
+func (c *Coordinator) maybeTriggerCheckpoint() {
+	if c.pending != nil || !c.Ready() || time.Since(c.lastEnd) < c.cfg.MinPause {
+		return
+	}
+	id := c.nextID
+	b := &runtime.Barrier{CheckpointID: id, Timestamp: time.Now(), Dir: c.cfg.Storage.CheckpointDir(id)}
+	if c.cfg.Incremental {
+		b.SharedDir = c.cfg.Storage.SharedDir()
+	}
+	c.trigger(b, nil)
+}
+
+func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
+	c.nextID++
+	if err := os.MkdirAll(b.Dir, 0o755); err != nil {
+		c.pending = &pending{barrier: b, req: req, timer: time.NewTimer(0)}
+		c.abort(err)
+		return
+	}
+	c.pending = &pending{barrier: b, start: time.Now(), acks: map[runtime.TaskID]runtime.TaskSnapshot{}, timer: time.NewTimer(c.cfg.Timeout), req: req}
+	c.logger.Debug("triggering checkpoint", "checkpoint_id", b.CheckpointID, "savepoint", b.Savepoint)
+	for _, s := range c.sources {
+		s.TriggerCheckpoint(b)
+	}
+}
+
+func (c *Coordinator) onAck(task runtime.TaskID, id int64, snap runtime.TaskSnapshot) {
+	p := c.pending
+	if p == nil || p.barrier.CheckpointID != id || !c.expected[task] {
+		return // late answer to an aborted checkpoint
+	}
+	p.acks[task] = snap
+	if len(p.acks) < len(c.expected) {
+		return
+	}
+	p.timer.Stop()
+	if err := c.complete(p); err != nil {
+		c.abort(err)
+		return
+	}
+}
+
+func (c *Coordinator) kind(p *pending) string {
+	if p.barrier.Savepoint {
+		return "savepoint"
+	}
+	return "checkpoint"
+}
+
+// complete writes the metadata (the commit point), applies retention and
+// notifies every task.
+func (c *Coordinator) complete(p *pending) error {
+	b := p.barrier
+	m := &Metadata{Version: MetadataVersion, Job: c.cfg.Job, CheckpointID: b.CheckpointID, Savepoint: b.Savepoint,
+		Timestamp: b.Timestamp, MaxParallelism: c.cfg.MaxParallelism, Operators: map[string]OperatorMetadata{}}
+	shared := map[string]bool{}
+	for op, n := range c.parallel {
+		m.Operators[op] = OperatorMetadata{Parallelism: n, Subtasks: make([]json.RawMessage, n)}
+	}
+	for id, snap := range p.acks {
+		m.Operators[id.Operator].Subtasks[id.Subtask] = snap.State
+		m.Bytes += snap.Bytes
+		for _, f := range snap.SharedFiles {
+			shared[f] = true
+		}
+	}
+	for f := range shared {
+		m.SharedFiles = append(m.SharedFiles, f)
+	}
+	slices.Sort(m.SharedFiles)
+	m.Completed = time.Now()
+	if !b.Savepoint && c.cfg.Storage.beforeCommit != nil {
+		if err := c.cfg.Storage.beforeCommit(b.CheckpointID); err != nil {
+			return err
+		}
+	}
+	if err := writeMetadata(b.Dir, m, nil); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	c.pending, c.failures, c.lastEnd = nil, 0, time.Now()
+	dur := time.Since(p.start)
+	c.logger.Info("checkpoint completed", "checkpoint_id", b.CheckpointID, "savepoint", b.Savepoint, "duration", dur, "bytes", m.Bytes, "dir", b.Dir)
+	if mt := c.cfg.Metrics; mt != nil {
+		mt.duration.Observe(dur.Seconds())
+		mt.size.Set(float64(m.Bytes))
+		mt.lastCompleted.Set(float64(b.CheckpointID))
+		mt.lastTime.Set(float64(m.Completed.UnixNano()) / 1e9)
+		mt.total.WithLabelValues(c.kind(p), "completed").Inc()
+	}
+	if !b.Savepoint {
+		if err := c.cfg.Storage.Prune(); err != nil {
+			c.logger.Warn("checkpoint retention failed; will retry after the next checkpoint", "err", err)
+		}
+	}
+	for _, t := range c.targets {
+		t.NotifyCheckpointComplete(b.CheckpointID)
+	}
+	if p.req != nil {
+		p.req.reply <- savepointResult{path: b.Dir}
+	}
+	return nil
+}
+
+// abort gives up the pending checkpoint.
+func (c *Coordinator) abort(reason error) {
+	p := c.pending
+	if p == nil {
+		return
+	}
+	c.pending, c.lastEnd = nil, time.Now()
+	p.timer.Stop()
+	b := p.barrier
+	c.logger.Warn("checkpoint failed", "checkpoint_id", b.CheckpointID, "savepoint", b.Savepoint, "err", reason)
+	if c.cfg.Metrics != nil {
+		c.cfg.Metrics.total.WithLabelValues(c.kind(p), "failed").Inc()
+	}
+	for _, t := range c.targets {
+		t.NotifyCheckpointAborted(b.CheckpointID)
+	}
+	if p.req != nil {
+		p.req.reply <- savepointResult{err: fmt.Errorf("checkpoint: savepoint %d failed: %w", b.CheckpointID, reason)}
+		return
+	}
+	c.failures++
+	if c.failures > c.cfg.TolerableFailures {
+		c.fatal = fmt.Errorf("%w: %d failed in a row (tolerable: %d); last: checkpoint %d: %v",
+			ErrTooManyFailures, c.failures, c.cfg.TolerableFailures, b.CheckpointID, reason)
+	}
+}

@@ -1,0 +1,241 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultRetained is how many completed checkpoints Storage keeps unless
+// configured otherwise.
+const DefaultRetained = 3
+
+// Checkpoint states as List reports them.
+const (
+	StateCompleted  = "completed"
+	StateIncomplete = "incomplete" // no metadata: in progress, or failed before its commit point
+)
+
+// Storage is the filesystem checkpoint storage of one job (see the package
+// comment for the layout). Its methods are not safe for concurrent use; the
+// Coordinator owns it while the job runs.
+type Storage struct {
+	jobDir   string
+	retained int
+	logger   *slog.Logger
+	// beforeCommit, if set, runs between the task snapshots and the
+	// metadata rename (failure injection in tests).
+	beforeCommit func(id int64) error
+}
+
+// NewStorage returns the storage of job under dir: dir/job holds its
+// checkpoints. retained <= 0 means DefaultRetained.
+func NewStorage(dir, job string, retained int, logger *slog.Logger) *Storage {
+	if retained <= 0 {
+		retained = DefaultRetained
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Storage{jobDir: filepath.Join(dir, job), retained: retained, logger: logger}
+}
+
+// JobDir returns dir/job.
+func (s *Storage) JobDir() string { return s.jobDir }
+
+// CheckpointDir returns the directory of checkpoint id: dir/job/chk-<id>.
+func (s *Storage) CheckpointDir(id int64) string {
+	return filepath.Join(s.jobDir, "chk-"+strconv.FormatInt(id, 10))
+}
+
+// SharedDir returns dir/job/shared, the home of incremental shared files.
+func (s *Storage) SharedDir() string { return filepath.Join(s.jobDir, "shared") }
+
+// Info describes one checkpoint directory.
+type Info struct {
+	ID        int64
+	Dir       string
+	State     string    // StateCompleted or StateIncomplete
+	Time      time.Time // trigger time (completed) or directory time (incomplete)
+	Bytes     int64     // bytes the checkpoint wrote (metadata's count), or the directory's size when incomplete
+	Savepoint bool
+}
+
+// List returns the checkpoints under the job directory, ascending by id. A
+// directory whose metadata is unreadable is listed as incomplete.
+func (s *Storage) List() ([]Info, error) { return ListDir(s.jobDir) }
+
+// ListDir lists the checkpoints in a job's checkpoint directory (see
+// Storage.List). A missing directory has no checkpoints.
+func ListDir(jobDir string) ([]Info, error) {
+	ents, err := os.ReadDir(jobDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Info
+	for _, e := range ents {
+		id, ok := parseChkName(e.Name())
+		if !ok || !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(jobDir, e.Name())
+		info := Info{ID: id, Dir: dir, State: StateIncomplete}
+		if m, err := ReadMetadata(dir); err == nil {
+			info.State, info.Time, info.Bytes, info.Savepoint = StateCompleted, m.Timestamp, m.Bytes, m.Savepoint
+		} else {
+			if st, err := e.Info(); err == nil {
+				info.Time = st.ModTime()
+			}
+			info.Bytes = dirSize(dir)
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b Info) int { return int(a.ID - b.ID) })
+	return out, nil
+}
+
+func parseChkName(name string) (int64, bool) {
+	rest, ok := strings.CutPrefix(name, "chk-")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(rest, 10, 64)
+	return id, err == nil && id > 0
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if st, err := d.Info(); err == nil {
+				n += st.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// Latest returns the directory and metadata of the newest completed
+// checkpoint, or ErrNoCheckpoint.
+func (s *Storage) Latest() (string, *Metadata, error) {
+	infos, err := s.List()
+	if err != nil {
+		return "", nil, err
+	}
+	for i := len(infos) - 1; i >= 0; i-- {
+		if infos[i].State != StateCompleted {
+			continue
+		}
+		m, err := ReadMetadata(infos[i].Dir)
+		if err != nil {
+			return "", nil, err
+		}
+		return infos[i].Dir, m, nil
+	}
+	return "", nil, ErrNoCheckpoint
+}
+
+// commit writes m as the metadata of the checkpoint in dir: the commit
+// point.
+func (s *Storage) commit(dir string, m *Metadata) error {
+	var hook func() error
+	if s.beforeCommit != nil {
+		hook = func() error { return s.beforeCommit(m.CheckpointID) }
+	}
+	if err := writeMetadata(dir, m, hook); err != nil {
+		return fmt.Errorf("checkpoint: commit %d: %w", m.CheckpointID, err)
+	}
+	return nil
+}
+
+// Prune applies retention after a commit: it keeps the newest Retained
+// completed checkpoints, deletes older ones and every incomplete checkpoint
+// older than the newest completed one, then deletes each shared file no
+// kept checkpoint refers to. It must not run while a checkpoint is in
+// flight (the Coordinator runs it between checkpoints).
+func (s *Storage) Prune() error {
+	infos, err := s.List()
+	if err != nil {
+		return err
+	}
+	var completed []Info
+	for _, in := range infos {
+		if in.State == StateCompleted {
+			completed = append(completed, in)
+		}
+	}
+	if len(completed) == 0 {
+		return nil
+	}
+	newest := completed[len(completed)-1].ID
+	keep := map[int64]bool{}
+	for _, in := range completed[max(0, len(completed)-s.retained):] {
+		keep[in.ID] = true
+	}
+	var errs []error
+	referenced := map[string]bool{}
+	for _, in := range infos {
+		if keep[in.ID] {
+			m, err := ReadMetadata(in.Dir)
+			if err != nil {
+				return err // never delete shared files on a partial view
+			}
+			for _, f := range m.SharedFiles {
+				referenced[f] = true
+			}
+			continue
+		}
+		if in.State == StateIncomplete && in.ID > newest {
+			continue // may still be in flight
+		}
+		s.logger.Debug("deleting checkpoint", "checkpoint_id", in.ID, "state", in.State)
+		errs = append(errs, os.RemoveAll(in.Dir))
+	}
+	shared := s.SharedDir()
+	err = filepath.WalkDir(shared, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(shared, path)
+		if !referenced[filepath.ToSlash(rel)] {
+			errs = append(errs, os.Remove(path))
+		}
+		return nil
+	})
+	errs = append(errs, err)
+	return errors.Join(errs...)
+}
+
+// SharedRefCounts returns, per shared file, how many kept completed
+// checkpoints refer to it (tests and `checkpoints list` use it).
+func (s *Storage) SharedRefCounts() (map[string]int, error) {
+	infos, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, in := range infos {
+		if in.State != StateCompleted {
+			continue
+		}
+		m, err := ReadMetadata(in.Dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range m.SharedFiles {
+			out[f]++
+		}
+	}
+	return out, nil
+}
