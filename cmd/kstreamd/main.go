@@ -106,6 +106,31 @@ func newLogger(cfg *pipeline.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// kafkaLogger is the logger of franz-go's clients: franz-go logs every
+// connection and metadata refresh at info, so below debug only its warnings
+// and errors are kept.
+func kafkaLogger(cfg *pipeline.Config, logger *slog.Logger) *slog.Logger {
+	l := logger.With("component", "kafka-client")
+	if cfg.Log.Level == pipeline.LogLevelDebug {
+		return l
+	}
+	return slog.New(minLevel{l.Handler(), slog.LevelWarn})
+}
+
+// minLevel drops records below level.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.level && m.Handler.Enabled(ctx, l)
+}
+func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(a), m.level}
+}
+func (m minLevel) WithGroup(n string) slog.Handler { return minLevel{m.Handler.WithGroup(n), m.level} }
+
 // runJob starts the embedded broker (if enabled), the HTTP listener, the
 // demo producer (if enabled) and the job, and stops them in reverse order
 // when ctx ends or the job fails.
@@ -129,7 +154,7 @@ func runJob(ctx context.Context, cfg *pipeline.Config, logger *slog.Logger) erro
 	}
 	defer stopHTTP()
 
-	opts := append(cfg.ClientOptions(), kgo.WithLogger(kslog.New(logger.With("component", "kafka-client"))))
+	opts := append(cfg.ClientOptions(), kgo.WithLogger(kslog.New(kafkaLogger(cfg, logger))))
 	job, err := pipeline.Build(ctx, cfg, pipeline.Deps{Logger: logger, Registerer: reg, ClientOpts: opts})
 	if err != nil {
 		return err
