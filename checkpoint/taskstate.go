@@ -4,18 +4,19 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/kstreamd/kstreamd/state"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
 // Operator list state redistribution modes (Flink's OperatorStateHandle.Mode).
 const (
-	// ModeSplit is even-split redistribution: on restore the entries of
-	// every old subtask are concatenated in subtask order and cut into
-	// contiguous runs whose sizes differ by at most one, one per new subtask.
-	ModeSplit = "split"
-	// ModeUnion is union redistribution: every new subtask gets every entry.
-	ModeUnion = "union"
+	ModeSplit = state.ModeSplit // even-split redistribution
+	ModeUnion = state.ModeUnion // union redistribution
 )
+
+// OperatorListState is one operator list state of one subtask: its mode and
+// serialized entries.
+type OperatorListState = state.OperatorListSnapshot
 
 // TaskState is the state description one subtask writes into the metadata
 // (runtime.TaskSnapshot.State): its keyed state, operator list states and
@@ -31,14 +32,6 @@ type TaskState struct {
 	// Broadcast holds the broadcast states by name (each a JSON object of
 	// the state's entries).
 	Broadcast map[string]json.RawMessage `json:"broadcast,omitempty"`
-}
-
-// OperatorListState is one operator list state of one subtask.
-type OperatorListState struct {
-	// Mode is ModeSplit or ModeUnion.
-	Mode string `json:"mode"`
-	// Entries are the list's elements, each a JSON value.
-	Entries []json.RawMessage `json:"entries"`
 }
 
 // DecodeTaskStates decodes the subtask states of one operator's metadata;
@@ -90,7 +83,7 @@ func RedistributeKeyed(old []TaskState, maxP, newP int) [][]KeyedHandle {
 func RedistributeOperatorState(old []TaskState, newP int) ([]map[string]OperatorListState, error) {
 	type acc struct {
 		mode    string
-		entries []json.RawMessage
+		entries [][]byte
 	}
 	all := map[string]*acc{}
 	var names []string

@@ -2,54 +2,100 @@ package operators
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"path"
+	"strconv"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
 )
 
-// BackendOpener opens the keyed state backend of one subtask; the operator
-// calls it in Open and closes the backend in Close.
-type BackendOpener func() (state.KeyedStateBackend, error)
+// BackendOpener opens the keyed state backend of one subtask, restoring the
+// given keyed snapshots (none for a fresh start); the operator calls it in
+// Open and closes the backend in Close.
+type BackendOpener func(restore []state.RestoreHandle) (state.KeyedStateBackend, error)
+
+// Restore is what one subtask restores from a checkpoint or savepoint,
+// already redistributed for the new parallelism (checkpoint.Redistribute*).
+type Restore struct {
+	// Keyed are the keyed snapshots overlapping the subtask's key groups.
+	Keyed []state.RestoreHandle
+	// Operator are the operator list states; non-nil marks a restore.
+	Operator map[string]state.OperatorListSnapshot
+	// Broadcast are the broadcast states of one old subtask.
+	Broadcast map[string]json.RawMessage
+}
 
 // KeyedOperator drives a KeyedProcessFunction or a
 // KeyedBroadcastProcessFunction on one subtask; it implements
-// runtime.Operator. Logical input 0 is the keyed input, input 1 the
-// broadcast input.
+// runtime.Operator and runtime.Snapshotter. Logical input 0 is the keyed
+// input, input 1 the broadcast input.
 type KeyedOperator struct {
 	info      OpenContext
 	open      BackendOpener
+	restore   *Restore
 	keyed     KeyedProcessFunction
 	broadcast KeyedBroadcastProcessFunction
 	out       *runtime.Output
 	backend   state.KeyedStateBackend
+	opStore   *state.OperatorStateStore
 	coll      collector
 }
 
 // NewKeyedBroadcastOperator returns the operator of one subtask running fn;
-// info names the subtask (its Backend is filled in at Open).
-func NewKeyedBroadcastOperator(info OpenContext, open BackendOpener, fn KeyedBroadcastProcessFunction, out *runtime.Output) *KeyedOperator {
-	return &KeyedOperator{info: info, open: open, broadcast: fn, out: out}
+// info names the subtask (its Backend is filled in at Open). restore is nil
+// for a fresh start.
+func NewKeyedBroadcastOperator(info OpenContext, open BackendOpener, restore *Restore, fn KeyedBroadcastProcessFunction, out *runtime.Output) *KeyedOperator {
+	return &KeyedOperator{info: info, open: open, restore: restore, broadcast: fn, out: out}
 }
 
 // NewKeyedProcessOperator returns the operator of one subtask running fn.
-func NewKeyedProcessOperator(info OpenContext, open BackendOpener, fn KeyedProcessFunction, out *runtime.Output) *KeyedOperator {
-	return &KeyedOperator{info: info, open: open, keyed: fn, out: out}
+func NewKeyedProcessOperator(info OpenContext, open BackendOpener, restore *Restore, fn KeyedProcessFunction, out *runtime.Output) *KeyedOperator {
+	return &KeyedOperator{info: info, open: open, restore: restore, keyed: fn, out: out}
 }
 
-// Open implements runtime.Operator: it opens the state backend and the
-// function.
+func (o *KeyedOperator) function() any {
+	if o.broadcast != nil {
+		return o.broadcast
+	}
+	return o.keyed
+}
+
+// Open implements runtime.Operator: it opens (restoring) the state backend,
+// the function, its operator state and its broadcast state.
 func (o *KeyedOperator) Open(ctx context.Context) error {
-	b, err := o.open()
+	var r Restore
+	if o.restore != nil {
+		r = *o.restore
+	}
+	b, err := o.open(r.Keyed)
 	if err != nil {
 		return err
 	}
 	o.backend = b
 	o.info.Backend = b
 	if o.broadcast != nil {
-		return o.broadcast.Open(o.info)
+		err = o.broadcast.Open(o.info)
+	} else {
+		err = o.keyed.Open(o.info)
 	}
-	return o.keyed.Open(o.info)
+	if err != nil {
+		return err
+	}
+	o.opStore = state.NewOperatorStateStore(r.Operator)
+	if cf, ok := o.function().(CheckpointedFunction); ok {
+		if err := cf.InitializeState(FunctionInitializationContext{OperatorStateStore: o.opStore, Backend: b}); err != nil {
+			return err
+		}
+	}
+	if bs, ok := o.function().(BroadcastStateful); ok && r.Broadcast != nil {
+		if err := bs.RestoreBroadcastState(r.Broadcast); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ProcessRecord implements runtime.Operator.
@@ -66,6 +112,50 @@ func (o *KeyedOperator) ProcessRecord(ctx context.Context, input int, rec runtim
 		return o.broadcast.ProcessBroadcastElement(ctx, rec, &o.coll)
 	}
 	return fmt.Errorf("operators: %s[%d]: record on unknown input %d", o.info.Operator, o.info.Subtask, input)
+}
+
+// SnapshotState implements runtime.Snapshotter: on the subtask goroutine it
+// runs the function's SnapshotState, copies operator and broadcast state and
+// freezes the keyed state (Pebble: flush and checkpoint; hashmap: see
+// state.SnapshotKeyed); the returned finisher writes the keyed state's files
+// under the barrier's task directory (and shared directory, when
+// incremental) and describes everything as a checkpoint.TaskState.
+func (o *KeyedOperator) SnapshotState(_ context.Context, b *runtime.Barrier) (runtime.SnapshotFinisher, error) {
+	r := o.backend.KeyGroupRange()
+	ts := checkpoint.TaskState{KeyGroups: &r}
+	if cf, ok := o.function().(CheckpointedFunction); ok {
+		if err := cf.SnapshotState(FunctionSnapshotContext{CheckpointID: b.CheckpointID, Timestamp: b.Timestamp}); err != nil {
+			return nil, err
+		}
+	}
+	if ops := o.opStore.Snapshot(); len(ops) > 0 {
+		ts.Operator = ops
+	}
+	if bs, ok := o.function().(BroadcastStateful); ok {
+		m, err := bs.SnapshotBroadcastState()
+		if err != nil {
+			return nil, err
+		}
+		ts.Broadcast = m
+	}
+	write, err := state.SnapshotKeyed(o.backend, state.SnapshotTarget{
+		Dir: b.Dir, TaskPath: path.Join(o.info.Operator, strconv.Itoa(o.info.Subtask)), SharedDir: b.SharedDir,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (runtime.TaskSnapshot, error) {
+		ks, err := write(ctx)
+		if err != nil {
+			return runtime.TaskSnapshot{}, err
+		}
+		ts.Keyed = ks.Handle
+		raw, err := json.Marshal(ts)
+		if err != nil {
+			return runtime.TaskSnapshot{}, err
+		}
+		return runtime.TaskSnapshot{State: raw, Bytes: ks.Bytes + int64(len(raw)), SharedFiles: ks.SharedFiles}, nil
+	}, nil
 }
 
 // EndInput implements runtime.Operator; the synchronous functions have

@@ -3,6 +3,7 @@ package operators
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -47,6 +48,7 @@ type ShapePairMatcher struct {
 
 	rules   *broadcast.State[string, broadcast.Rule]
 	items   state.MapState[string, []json.RawMessage]
+	backend state.KeyedStateBackend
 	held    prometheus.Gauge
 	updated prometheus.Gauge
 	bad     prometheus.Counter
@@ -72,6 +74,7 @@ func (m *ShapePairMatcher) Open(ctx OpenContext) error {
 		return err
 	}
 	m.items = items
+	m.backend = ctx.Backend
 	m.rules = broadcast.NewState[string, broadcast.Rule]("rules")
 	if m.Metrics != nil {
 		m.held = m.Metrics.RulesHeld(ctx.Operator, ctx.Subtask)
@@ -86,8 +89,10 @@ func (m *ShapePairMatcher) Open(ctx OpenContext) error {
 func (m *ShapePairMatcher) Rules() broadcast.ReadOnlyState[string, broadcast.Rule] { return m.rules }
 
 // ProcessBroadcastElement implements KeyedBroadcastProcessFunction: it puts
-// or deletes a rule. A rule that cannot be decoded never reaches the state:
-// it is counted in kstreamd_broadcast_rules_rejected_total and logged.
+// or deletes a rule. Deleting a rule also removes the items stored for it
+// under every key (Flink's applyToKeyedState), so a rule re-added later
+// starts clean. A rule that cannot be decoded never reaches the state: it is
+// counted in kstreamd_broadcast_rules_rejected_total and logged.
 func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtime.Record, _ Collector) error {
 	up, err := broadcast.DecodeRule(rec.Key, rec.Value)
 	if err != nil {
@@ -98,7 +103,14 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 		return nil
 	}
 	if up.Rule == nil {
-		m.rules.Remove(up.Name)
+		if m.rules.Remove(up.Name) {
+			err := state.ApplyToAllKeys(m.backend, ShapePairItemsState, func(_ []byte, items state.MapState[string, []json.RawMessage]) error {
+				return items.Remove(up.Name)
+			})
+			if err != nil {
+				return err
+			}
+		}
 	} else {
 		m.rules.Put(up.Name, *up.Rule)
 	}
@@ -153,6 +165,39 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 		if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// SnapshotBroadcastState implements BroadcastStateful: the rules as a JSON
+// object name -> rule.
+func (m *ShapePairMatcher) SnapshotBroadcastState() (map[string]json.RawMessage, error) {
+	rules := map[string]broadcast.Rule{}
+	for name, r := range m.rules.Entries() {
+		rules[name] = r
+	}
+	b, err := json.Marshal(rules)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]json.RawMessage{m.rules.Name(): b}, nil
+}
+
+// RestoreBroadcastState implements BroadcastStateful.
+func (m *ShapePairMatcher) RestoreBroadcastState(states map[string]json.RawMessage) error {
+	raw, ok := states[m.rules.Name()]
+	if !ok {
+		return nil
+	}
+	var rules map[string]broadcast.Rule
+	if err := json.Unmarshal(raw, &rules); err != nil {
+		return fmt.Errorf("operators: restore broadcast state %q: %w", m.rules.Name(), err)
+	}
+	for name, r := range rules {
+		m.rules.Put(name, r)
+	}
+	if m.held != nil {
+		m.held.Set(float64(m.rules.Len()))
 	}
 	return nil
 }

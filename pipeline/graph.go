@@ -2,10 +2,13 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/sink"
@@ -32,6 +36,9 @@ type Deps struct {
 	ClientOpts []kgo.Opt
 	// DrainTimeout bounds the soft stop; 0 means runtime.DefaultDrainTimeout.
 	DrainTimeout time.Duration
+	// FromSavepoint, if not empty, is a savepoint (or checkpoint) directory
+	// to restore instead of the job's latest checkpoint.
+	FromSavepoint string
 }
 
 // ClientOptions returns the franz-go options of the config's Kafka clients:
@@ -40,24 +47,56 @@ func (c *Config) ClientOptions() []kgo.Opt {
 	return []kgo.Opt{kgo.SeedBrokers(c.Brokers()...), kgo.ClientID(c.Kafka.ClientID)}
 }
 
+// ErrMaxParallelismChanged is wrapped by Build's error when the restored
+// checkpoint has another max parallelism than the config asks for.
+var ErrMaxParallelismChanged = state.ErrMaxParallelismChanged
+
 // Job is a job graph built from a Config, ready to run.
 type Job struct {
-	cfg      *Config
-	job      *runtime.Job
-	cache    *state.BlockCache
-	matchers map[string][]*operators.ShapePairMatcher
+	cfg         *Config
+	job         *runtime.Job
+	coordinator *checkpoint.Coordinator
+	cache       *state.BlockCache
+	restoredDir string
 }
 
-// Build turns a validated config into a runnable job: it discovers the
+// Build turns a validated config into a runnable job. It finds what to
+// restore (deps.FromSavepoint, else the job's latest completed checkpoint,
+// else nothing), checks the max parallelism against it, discovers the
 // partitions of every source topic (retrying while the brokers cannot be
-// reached, until ctx ends), wires subtasks and channels, and prepares the
-// state directories. Keyed state starts empty: the job's directory under
-// the state dir is removed first (restoring from checkpoints arrives with
-// the checkpoint issue).
+// reached, until ctx ends), wires subtasks and channels, and redistributes
+// the restored state over the configured parallelism. The local state
+// directory is rebuilt from the checkpoint (or emptied when there is none).
 func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
+	logger := deps.Logger
+	storage := checkpoint.NewStorage(cfg.CheckpointDir(), cfg.Job.Name, cfg.Checkpoints.Retained, logger.With("component", "checkpoint"))
+	restoreDir, meta, err := findRestore(storage, deps.FromSavepoint)
+	if err != nil {
+		return nil, err
+	}
+	maxP := cfg.MaxParallelism()
+	if meta != nil {
+		if meta.MaxParallelism != maxP {
+			if cfg.Job.MaxParallelism != 0 {
+				return nil, fmt.Errorf("pipeline: restore %s: the checkpoint has max parallelism %d, the config sets job.max_parallelism %d; it cannot change across a restore: %w",
+					restoreDir, meta.MaxParallelism, maxP, ErrMaxParallelismChanged)
+			}
+			maxP = meta.MaxParallelism // not set explicitly: keep the checkpoint's, as Flink does
+		}
+		for _, op := range cfg.Operators {
+			if p := cfg.OperatorParallelism(&op); p > maxP {
+				return nil, fmt.Errorf("pipeline: operator %q: parallelism %d exceeds the restored max parallelism %d", op.Name, p, maxP)
+			}
+		}
+		if err := checkRestoredOperators(cfg, meta); err != nil {
+			return nil, fmt.Errorf("pipeline: restore %s: %w", restoreDir, err)
+		}
+		logger.Info("restoring", "dir", restoreDir, "checkpoint_id", meta.CheckpointID, "savepoint", meta.Savepoint, "max_parallelism", maxP)
+	}
+
 	rm, err := runtime.NewMetrics(deps.Registerer)
 	if err != nil {
 		return nil, err
@@ -70,11 +109,15 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	cm, err := checkpoint.NewMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	partitions, err := discover(ctx, cfg, deps)
 	if err != nil {
 		return nil, err
 	}
-	b := &builder{cfg: cfg, deps: deps, maxP: cfg.MaxParallelism(), outputs: map[string][]*runtime.Output{}, gates: map[string][][]runtime.InputChannel{}}
+	b := &builder{cfg: cfg, deps: deps, maxP: maxP, outputs: map[string][]*runtime.Output{}, gates: map[string][][]runtime.InputChannel{}}
 	if err := b.planSources(); err != nil {
 		return nil, err
 	}
@@ -94,8 +137,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 		sk := &cfg.Sinks[i]
 		p := cfg.SinkParallelism(sk)
 		b.gates[sk.Name] = make([][]runtime.InputChannel, p)
-		up := len(b.outputs[sk.Input])
-		if up == p {
+		if len(b.outputs[sk.Input]) == p {
 			b.connectForward(sk.Input, sk.Name, p)
 		} else {
 			b.connect(sk.Input, sk.Name, 0, p, &runtime.RebalancePartitioner{})
@@ -106,41 +148,57 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 	if err := os.RemoveAll(stateRoot); err != nil {
 		return nil, fmt.Errorf("pipeline: clear state dir: %w", err)
 	}
-	cache := state.NewBlockCache(cfg.State.BlockCacheBytes)
-	j := &Job{cfg: cfg, cache: cache, matchers: map[string][]*operators.ShapePairMatcher{}}
+	j := &Job{cfg: cfg, cache: state.NewBlockCache(cfg.State.BlockCacheBytes), restoredDir: restoreDir}
+	resp := &responder{}
 
-	var sources, tasks []runtime.Task
+	var sources []runtime.Task
+	var sourceTasks []runtime.SourceTask
+	var targets []runtime.CheckpointTarget
 	for i := range cfg.Sources {
 		s := &cfg.Sources[i]
 		plan := b.sourcePlans[s.Name]
-		for sub := range b.outputs[s.Name] {
-			sources = append(sources, source.New(source.Config{
+		p := len(b.outputs[s.Name])
+		restored, err := restoreSource(meta, s, p)
+		if err != nil {
+			return nil, err
+		}
+		for sub := 0; sub < p; sub++ {
+			id := runtime.TaskID{Operator: s.Name, Subtask: sub}
+			src := source.New(source.Config{
 				Name: s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
-				Subtask: sub, Parallelism: len(b.outputs[s.Name]),
-				StartFrom: source.StartFrom(s.StartFrom), KeyBy: plan.keyBy, Tombstones: plan.tombstones,
-				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub],
-				RecordsIn: rm.RecordsIn(s.Name, sub), Metrics: sm,
-				Logger: deps.Logger.With("component", "source"),
-			}))
+				Subtask: sub, Parallelism: p, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
+				DiscoveryInterval: 30 * time.Second, Group: "kstreamd-" + cfg.Job.Name,
+				KeyBy: plan.keyBy, Tombstones: plan.tombstones,
+				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
+				OnCaughtUp: func() { resp.caughtUp(id) },
+				RecordsIn:  rm.RecordsIn(s.Name, sub), Metrics: sm,
+				Logger: logger.With("component", "source"),
+			})
+			sources = append(sources, src)
+			sourceTasks = append(sourceTasks, src)
+			targets = append(targets, src)
 		}
 	}
+	var tasks []runtime.Task
 	for i := range cfg.Operators {
 		op := &cfg.Operators[i]
 		p := len(b.outputs[op.Name])
+		restores, err := restoreOperator(meta, restoreDir, storage.SharedDir(), op.Name, maxP, p)
+		if err != nil {
+			return nil, err
+		}
 		for sub := 0; sub < p; sub++ {
 			info := operators.OpenContext{Operator: op.Name, Subtask: sub, Parallelism: p}
-			opener := j.opener(stateRoot, op.Name, sub, p, b.maxP, deps.Logger)
-			logger := deps.Logger.With("component", "operator", "operator", op.Name, "subtask", sub)
+			opener := j.opener(stateRoot, op.Name, sub, p, maxP, logger)
+			opLogger := logger.With("component", "operator", "operator", op.Name, "subtask", sub)
 			var kop *operators.KeyedOperator
 			switch op.Type {
 			case OperatorShapePairMatcher:
-				m := &operators.ShapePairMatcher{Metrics: om, Logger: logger}
-				j.matchers[op.Name] = append(j.matchers[op.Name], m)
-				kop = operators.NewKeyedBroadcastOperator(info, opener, m, b.outputs[op.Name][sub])
+				kop = operators.NewKeyedBroadcastOperator(info, opener, restores[sub], &operators.ShapePairMatcher{Metrics: om, Logger: opLogger}, b.outputs[op.Name][sub])
 			case OperatorCountWindowAverage:
-				kop = operators.NewKeyedProcessOperator(info, opener, &operators.CountWindowAverage{}, b.outputs[op.Name][sub])
+				kop = operators.NewKeyedProcessOperator(info, opener, restores[sub], &operators.CountWindowAverage{}, b.outputs[op.Name][sub])
 			case OperatorKeyedCount:
-				kop = operators.NewKeyedProcessOperator(info, opener, &operators.KeyedCount{}, b.outputs[op.Name][sub])
+				kop = operators.NewKeyedProcessOperator(info, opener, restores[sub], &operators.KeyedCount{}, b.outputs[op.Name][sub])
 			default:
 				return nil, fmt.Errorf("pipeline: operators[%d]: unknown type %q", i, op.Type)
 			}
@@ -148,11 +206,13 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 			if op.Broadcast != "" {
 				bootstrap = 1
 			}
-			tasks = append(tasks, runtime.NewOperatorTask(runtime.OperatorTaskConfig{
+			t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
 				ID: runtime.TaskID{Operator: op.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[op.Name][sub]),
 				Operator: kop, Output: b.outputs[op.Name][sub], BootstrapInput: bootstrap,
-				RecordsIn: rm.RecordsIn(op.Name, sub),
-			}))
+				RecordsIn: rm.RecordsIn(op.Name, sub), Responder: resp,
+			})
+			tasks = append(tasks, t)
+			targets = append(targets, t)
 		}
 	}
 	for i := range cfg.Sinks {
@@ -161,38 +221,224 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 			k := sink.New(sink.Config{
 				Name: sk.Name, Subtask: sub, Topic: sk.Topic, Delivery: sink.Delivery(sk.Delivery),
 				ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub),
-				Logger: deps.Logger.With("component", "sink"),
+				Logger: logger.With("component", "sink"),
 			})
-			tasks = append(tasks, runtime.NewOperatorTask(runtime.OperatorTaskConfig{
+			t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
 				ID: runtime.TaskID{Operator: sk.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[sk.Name][sub]),
-				Operator: k, BootstrapInput: -1, RecordsIn: rm.RecordsIn(sk.Name, sub),
-			}))
+				Operator: k, BootstrapInput: -1, RecordsIn: rm.RecordsIn(sk.Name, sub), Responder: resp,
+			})
+			tasks = append(tasks, t)
+			targets = append(targets, t)
 		}
 	}
-	j.job = runtime.NewJob(deps.Logger.With("component", "job"), deps.DrainTimeout, sources, tasks)
+	var firstID int64
+	if meta != nil {
+		firstID = meta.CheckpointID + 1
+		if infos, err := storage.List(); err == nil && len(infos) > 0 {
+			firstID = max(firstID, infos[len(infos)-1].ID+1)
+		}
+	}
+	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
+		Job: cfg.Job.Name, MaxParallelism: maxP, Storage: storage,
+		Interval: cfg.Checkpoints.Interval, Timeout: cfg.Checkpoints.Timeout, MinPause: cfg.Checkpoints.MinPause,
+		TolerableFailures: cfg.Checkpoints.TolerableFailures, Incremental: cfg.Checkpoints.Incremental,
+		FirstID: firstID, Logger: logger.With("component", "checkpoint"), Metrics: cm,
+	}, sourceTasks, targets)
+	if err != nil {
+		return nil, err
+	}
+	resp.c = coord
+	j.coordinator = coord
+	j.job = runtime.NewJob(logger.With("component", "job"), deps.DrainTimeout, sources, tasks)
 	return j, nil
 }
 
-// Run runs the job until ctx ends (then it drains and returns nil) or a
-// subtask fails (then it returns the failure). It releases the shared block
-// cache when it returns.
+// responder forwards to the coordinator, which is created after the tasks.
+type responder struct{ c *checkpoint.Coordinator }
+
+func (r *responder) Acknowledge(t runtime.TaskID, id int64, s runtime.TaskSnapshot) {
+	r.c.Acknowledge(t, id, s)
+}
+func (r *responder) Decline(t runtime.TaskID, id int64, err error) { r.c.Decline(t, id, err) }
+func (r *responder) AlignmentDuration(t runtime.TaskID, id int64, d time.Duration) {
+	r.c.AlignmentDuration(t, id, d)
+}
+func (r *responder) caughtUp(id runtime.TaskID) { r.c.SourceCaughtUp(id) }
+
+// findRestore returns the directory and metadata to restore: the savepoint
+// asked for, else the latest completed checkpoint, else none.
+func findRestore(storage *checkpoint.Storage, fromSavepoint string) (string, *checkpoint.Metadata, error) {
+	if fromSavepoint != "" {
+		m, err := checkpoint.ReadMetadata(fromSavepoint)
+		if err != nil {
+			return "", nil, fmt.Errorf("pipeline: --from-savepoint %s: %w", fromSavepoint, err)
+		}
+		return fromSavepoint, m, nil
+	}
+	dir, m, err := storage.Latest()
+	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("pipeline: find latest checkpoint: %w", err)
+	}
+	return dir, m, nil
+}
+
+// checkRestoredOperators refuses a checkpoint holding state of an operator
+// the job no longer has (Flink refuses it too, unless told to drop it).
+func checkRestoredOperators(cfg *Config, m *checkpoint.Metadata) error {
+	for name, op := range m.Operators {
+		_, isSource := cfg.SourceByName(name)
+		_, isOp := cfg.OperatorByName(name)
+		_, isSink := cfg.SinkByName(name)
+		if isSource || isOp || isSink {
+			continue
+		}
+		for _, st := range op.Subtasks {
+			if len(st) > 0 && string(st) != "null" {
+				return fmt.Errorf("the checkpoint holds state of %q, which the pipeline no longer has", name)
+			}
+		}
+	}
+	return nil
+}
+
+// restoreSource returns each new subtask's share of the restored splits
+// (even-split redistribution) with every partition the checkpoint knew;
+// nil entries when the source is not in the checkpoint.
+func restoreSource(m *checkpoint.Metadata, s *SourceConfig, p int) ([]*source.Restored, error) {
+	out := make([]*source.Restored, p)
+	if m == nil {
+		return out, nil
+	}
+	om, ok := m.Operators[s.Name]
+	if !ok {
+		return out, nil
+	}
+	old, err := checkpoint.DecodeTaskStates(om)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: restore source %q: %w", s.Name, err)
+	}
+	shares, err := checkpoint.RedistributeOperatorState(old, p)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: restore source %q: %w", s.Name, err)
+	}
+	var known []int32
+	for i, share := range shares {
+		r := &source.Restored{}
+		for _, e := range share[source.SplitsState].Entries {
+			var sp source.Split
+			if err := json.Unmarshal(e, &sp); err != nil {
+				return nil, fmt.Errorf("pipeline: restore source %q: split %s: %w", s.Name, e, err)
+			}
+			if sp.Topic != s.Topic {
+				continue // the source was pointed at another topic: start fresh there
+			}
+			r.Splits = append(r.Splits, sp)
+			known = append(known, sp.Partition)
+		}
+		out[i] = r
+	}
+	slices.Sort(known)
+	for _, r := range out {
+		r.Known = known
+	}
+	return out, nil
+}
+
+// restoreOperator returns each new subtask's restore of a keyed operator:
+// keyed snapshots by key-group range, operator state redistributed, and one
+// broadcast copy; nil entries when the operator is not in the checkpoint.
+func restoreOperator(m *checkpoint.Metadata, dir, sharedDir, name string, maxP, p int) ([]*operators.Restore, error) {
+	out := make([]*operators.Restore, p)
+	if m == nil {
+		return out, nil
+	}
+	om, ok := m.Operators[name]
+	if !ok {
+		return out, nil
+	}
+	old, err := checkpoint.DecodeTaskStates(om)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: restore operator %q: %w", name, err)
+	}
+	keyed := checkpoint.RedistributeKeyed(old, maxP, p)
+	opStates, err := checkpoint.RedistributeOperatorState(old, p)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: restore operator %q: %w", name, err)
+	}
+	bc := checkpoint.RedistributeBroadcast(old, p)
+	for i := range out {
+		r := &operators.Restore{Operator: opStates[i], Broadcast: bc[i]}
+		for _, kh := range keyed[i] {
+			r.Keyed = append(r.Keyed, state.RestoreHandle{Handle: kh.Handle, Dir: dir, SharedDir: sharedDir})
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// Run runs the job and its checkpoint coordinator until ctx ends (then the
+// job drains and Run returns nil) or a subtask fails or too many checkpoints
+// fail (then it returns the failure). It releases the shared block cache when
+// it returns.
 func (j *Job) Run(ctx context.Context) error {
 	defer j.cache.Close()
-	return j.job.Run(ctx)
+	jobCtx, stopJob := context.WithCancel(ctx)
+	defer stopJob()
+	coordCtx, stopCoord := context.WithCancel(ctx)
+	coordDone := make(chan error, 1)
+	go func() { coordDone <- j.coordinator.Run(coordCtx) }()
+	jobDone := make(chan error, 1)
+	go func() { jobDone <- j.job.Run(jobCtx) }()
+	select {
+	case err := <-jobDone:
+		stopCoord()
+		<-coordDone
+		return err
+	case cerr := <-coordDone:
+		// The coordinator gave up (too many failed checkpoints): stop the job.
+		stopJob()
+		err := <-jobDone
+		stopCoord()
+		if cerr != nil {
+			return cerr
+		}
+		return err
+	}
+}
+
+// Coordinator returns the job's checkpoint coordinator (savepoints,
+// readiness).
+func (j *Job) Coordinator() *checkpoint.Coordinator { return j.coordinator }
+
+// RestoredFrom returns the checkpoint or savepoint directory the job
+// restored, or "" for a fresh start.
+func (j *Job) RestoredFrom() string { return j.restoredDir }
+
+// TriggerSavepoint takes a savepoint into dir ("" means the configured
+// savepoint directory) and returns its path; with stop the job stops right
+// after it (stop-with-savepoint). See checkpoint.Coordinator.TriggerSavepoint.
+func (j *Job) TriggerSavepoint(ctx context.Context, dir string, stop bool) (string, error) {
+	if dir == "" {
+		dir = j.cfg.SavepointDir()
+	}
+	return j.coordinator.TriggerSavepoint(ctx, dir, stop)
 }
 
 // opener returns the state backend opener of one keyed subtask: its Pebble
 // DB lives in <state dir>/<job>/<operator>/subtask-<i>.
 func (j *Job) opener(root, op string, sub, p, maxP int, logger *slog.Logger) operators.BackendOpener {
-	return func() (state.KeyedStateBackend, error) {
-		return state.OpenBackend(state.BackendConfig{
+	return func(restore []state.RestoreHandle) (state.KeyedStateBackend, error) {
+		return state.OpenBackendRestored(state.BackendConfig{
 			Kind:           string(j.cfg.State.Backend),
 			Dir:            filepath.Join(root, op, "subtask-"+strconv.Itoa(sub)),
 			MaxParallelism: maxP,
 			KeyGroupRange:  keygroup.RangeFor(maxP, p, sub),
 			Cache:          j.cache,
-			Logger:         logger.With("component", "state", "operator", op, "subtask", sub),
-		})
+			Logger:         logger.With("operator", op, "subtask", sub),
+		}, restore)
 	}
 }
 
@@ -225,7 +471,7 @@ type builder struct {
 	cfg         *Config
 	deps        Deps
 	maxP        int
-	outputs     map[string][]*runtime.Output        // stage -> per subtask
+	outputs     map[string][]*runtime.Output         // stage -> per subtask
 	gates       map[string][][]runtime.InputChannel // stage -> per subtask input channels
 	sourcePlans map[string]sourcePlan
 }

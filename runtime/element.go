@@ -2,8 +2,6 @@ package runtime
 
 import (
 	"fmt"
-	"path/filepath"
-	"strconv"
 	"time"
 )
 
@@ -100,7 +98,3 @@ type Barrier struct {
 	StopAfter bool
 }
 
-// TaskDir returns the directory the subtask id writes its files under.
-func (b *Barrier) TaskDir(id TaskID) string {
-	return filepath.Join(b.Dir, id.Operator, strconv.Itoa(id.Subtask))
-}

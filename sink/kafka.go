@@ -113,6 +113,22 @@ func (s *KafkaSink) err() error {
 	return s.firstErr
 }
 
+// SnapshotState implements runtime.Snapshotter: at-least-once means every
+// record before the barrier is acknowledged by the broker before the
+// checkpoint that covers it can complete, so it flushes here. The sink has
+// no state of its own.
+func (s *KafkaSink) SnapshotState(ctx context.Context, _ *runtime.Barrier) (runtime.SnapshotFinisher, error) {
+	if s.cfg.Delivery != None {
+		if err := s.client.Flush(ctx); err != nil {
+			return nil, fmt.Errorf("sink %s: flush: %w", s.cfg.Name, err)
+		}
+		if err := s.err(); err != nil {
+			return nil, err
+		}
+	}
+	return func(context.Context) (runtime.TaskSnapshot, error) { return runtime.TaskSnapshot{}, nil }, nil
+}
+
 // EndInput implements runtime.Operator: it waits until every record was
 // acknowledged (or failed) and returns the first failure.
 func (s *KafkaSink) EndInput(ctx context.Context) error {

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/runtime"
 )
 
@@ -39,16 +41,31 @@ const (
 type Config struct {
 	// Name is the source's configured name (metric and log label).
 	Name string
-	// Topic is read in full: every partition AssignPartition gives this subtask.
+	// Topic is read in full: every partition this subtask is assigned.
 	Topic string
-	// Partitions is the number of partitions of Topic, from Discover.
+	// Partitions is the number of partitions of Topic at start, from
+	// Discover; used for a fresh start.
 	Partitions int32
 	// Subtask is this subtask's index in [0, Parallelism).
 	Subtask int
 	// Parallelism is the number of subtasks of this source.
 	Parallelism int
-	// StartFrom is Earliest (default) or Latest.
+	// StartFrom is Earliest (default) or Latest, for partitions without a
+	// restored offset.
 	StartFrom StartFrom
+	// Restored, when not nil, is what this subtask restores from a
+	// checkpoint: its splits (after even-split redistribution) and every
+	// partition the checkpoint knew. Nil starts fresh: partitions by
+	// AssignPartition at StartFrom.
+	Restored *Restored
+	// DiscoveryInterval is how often new partitions of Topic are looked
+	// for; new partitions AssignPartition gives this subtask are read from
+	// the earliest offset. 0 disables discovery after start.
+	DiscoveryInterval time.Duration
+	// Group, if not empty, is the consumer group this subtask commits the
+	// offsets of each completed checkpoint to, for lag monitoring only: the
+	// checkpoint stays the truth and the group is never joined.
+	Group string
 	// KeyBy, if not empty, is the top-level JSON field whose value becomes
 	// the record key (a JSON string gives its characters, any other JSON
 	// value its JSON text); a record without it is skipped. Empty keeps the
@@ -62,6 +79,12 @@ type Config struct {
 	ClientOpts []kgo.Opt
 	// Output receives the records and control elements.
 	Output *runtime.Output
+	// Responder receives checkpoint acknowledgements; nil when the job
+	// takes no checkpoints.
+	Responder runtime.CheckpointResponder
+	// OnCaughtUp, if not nil, is called once when the subtask has read up
+	// to the end offsets it saw at start (from the subtask goroutine).
+	OnCaughtUp func()
 	// RecordsIn counts records read from Kafka, malformed ones included; may
 	// be nil.
 	RecordsIn prometheus.Counter
@@ -70,6 +93,27 @@ type Config struct {
 	// Logger is scoped by the caller; the subtask adds source and subtask.
 	Logger *slog.Logger
 }
+
+// Split is a Kafka partition with the offset of the next record to read
+// (Flink's KafkaPartitionSplit); the unit of the source's operator state.
+type Split struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// Restored is a source subtask's share of a checkpoint.
+type Restored struct {
+	// Splits are the partitions this subtask reads, at their offsets.
+	Splits []Split
+	// Known are every partition of the topic the checkpoint knew (any
+	// subtask's); partitions beyond them are new and start from earliest.
+	Known []int32
+}
+
+// SplitsState is the name of the source's even-split operator list state;
+// each entry is one Split as JSON.
+const SplitsState = "kafka-source-splits"
 
 // Metrics are the source metrics shared by every source subtask.
 type Metrics struct {
@@ -94,13 +138,22 @@ func (m *Metrics) Skipped(source, reason string) prometheus.Counter {
 	return m.skipped.WithLabelValues(source, reason)
 }
 
-// KafkaSource is one source subtask; it implements runtime.Task.
+// KafkaSource is one source subtask; it implements runtime.SourceTask.
 type KafkaSource struct {
 	cfg        Config
-	partitions []int32
 	logger     *slog.Logger
+	mailbox    *runtime.Mailbox
 	lastLog    time.Time
 	suppressed int
+
+	// Only the subtask goroutine touches these.
+	cl        *kgo.Client
+	pos       map[int32]int64 // partition -> offset of the next record to emit
+	known     map[int32]bool  // every partition of the topic known to the job
+	committed map[int64]map[int32]int64
+	stopAfter bool
+	// pendingBarriers are checkpoints triggered but not yet taken.
+	pendingBarriers []*runtime.Barrier
 }
 
 // New returns the source subtask cfg describes. It does not connect yet.
@@ -109,21 +162,42 @@ func New(cfg Config) *KafkaSource {
 		cfg.StartFrom = Earliest
 	}
 	return &KafkaSource{
-		cfg:        cfg,
-		partitions: PartitionsFor(cfg.Topic, cfg.Partitions, cfg.Subtask, cfg.Parallelism),
-		logger:     cfg.Logger.With("source", cfg.Name, "subtask", cfg.Subtask),
+		cfg:       cfg,
+		logger:    cfg.Logger.With("source", cfg.Name, "subtask", cfg.Subtask),
+		mailbox:   runtime.NewMailbox(),
+		committed: map[int64]map[int32]int64{},
 	}
 }
 
 // Name implements runtime.Task.
-func (s *KafkaSource) Name() string { return fmt.Sprintf("%s[%d]", s.cfg.Name, s.cfg.Subtask) }
+func (s *KafkaSource) Name() string { return s.ID().String() }
 
-// Partitions returns the partitions this subtask reads, ascending.
-func (s *KafkaSource) Partitions() []int32 { return s.partitions }
+// ID implements runtime.CheckpointTarget.
+func (s *KafkaSource) ID() runtime.TaskID {
+	return runtime.TaskID{Operator: s.cfg.Name, Subtask: s.cfg.Subtask}
+}
 
-// Run implements runtime.Task: it reads its partitions until stop is closed,
-// then emits end-of-input and returns nil. It returns an error only if ctx
-// ends or the output fails.
+// TriggerCheckpoint implements runtime.SourceTask: the subtask goroutine
+// snapshots the offsets of the records it emitted so far, acknowledges, and
+// emits barrier b right after them.
+func (s *KafkaSource) TriggerCheckpoint(b *runtime.Barrier) {
+	s.mailbox.Execute(func() { s.pendingBarriers = append(s.pendingBarriers, b) })
+}
+
+// NotifyCheckpointComplete implements runtime.CheckpointTarget: the offsets
+// of checkpoint id are committed to the monitoring consumer group.
+func (s *KafkaSource) NotifyCheckpointComplete(id int64) {
+	s.mailbox.Execute(func() { s.commitGroup(id) })
+}
+
+// NotifyCheckpointAborted implements runtime.CheckpointTarget.
+func (s *KafkaSource) NotifyCheckpointAborted(id int64) {
+	s.mailbox.Execute(func() { delete(s.committed, id) })
+}
+
+// Run implements runtime.Task: it reads its partitions until stop is closed
+// (or a stop-with-savepoint barrier was emitted), then emits end-of-input
+// and returns nil. It returns an error only if ctx ends or the output fails.
 func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) error {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -134,7 +208,11 @@ func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) error {
 		case <-pctx.Done():
 		}
 	}()
-	if err := s.read(pctx); err != nil && !errors.Is(err, context.Canceled) {
+	err := s.read(pctx)
+	if s.cl != nil {
+		s.cl.Close()
+	}
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, errStopAfter) {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -144,40 +222,38 @@ func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) error {
 	return s.cfg.Output.Broadcast(ctx, runtime.Element{Kind: runtime.KindEndOfInput})
 }
 
+// errStopAfter ends read after a stop-with-savepoint barrier.
+var errStopAfter = errors.New("source: stopped after savepoint barrier")
+
 func (s *KafkaSource) read(ctx context.Context) error {
-	if len(s.partitions) == 0 {
-		s.logger.Info("source subtask has no partitions", "topic", s.cfg.Topic, "partitions", s.cfg.Partitions)
-		if err := s.cfg.Output.Broadcast(ctx, runtime.Element{Kind: runtime.KindCaughtUp}); err != nil {
-			return err
-		}
-		<-ctx.Done()
-		return ctx.Err()
+	adminCl, err := kgo.NewClient(s.cfg.ClientOpts...)
+	if err != nil {
+		return fmt.Errorf("source %s: client: %w", s.cfg.Name, err)
 	}
-	start := kgo.NewOffset().AtStart()
-	if s.cfg.StartFrom == Latest {
-		start = kgo.NewOffset().AtEnd()
+	defer adminCl.Close()
+	adm := kadm.NewClient(adminCl)
+	if err := s.assign(ctx, adm); err != nil {
+		return err
 	}
 	assign := map[int32]kgo.Offset{}
-	for _, p := range s.partitions {
-		assign[p] = start
+	for p, off := range s.pos {
+		assign[p] = kgo.NewOffset().At(off)
 	}
 	opts := append([]kgo.Opt{}, s.cfg.ClientOpts...)
 	opts = append(opts,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: assign}),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
 	)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
+	if s.cl, err = kgo.NewClient(opts...); err != nil {
 		return fmt.Errorf("source %s: client: %w", s.cfg.Name, err)
 	}
-	defer cl.Close()
-
-	pending, err := s.catchUpTargets(ctx, cl)
+	pending, err := s.catchUpTargets(ctx, adm)
 	if err != nil {
 		return err
 	}
-	s.logger.Info("source started", "topic", s.cfg.Topic, "partitions", s.partitions, "start_from", string(s.cfg.StartFrom))
+	s.logger.Info("source started", "topic", s.cfg.Topic, "partitions", sortedKeys(s.pos), "start_from", string(s.cfg.StartFrom), "restored", s.cfg.Restored != nil)
 	caughtUp := false
 	checkCaughtUp := func() error {
 		if caughtUp || len(pending) > 0 {
@@ -185,18 +261,35 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		}
 		caughtUp = true
 		s.logger.Info("source caught up with the end offsets seen at start", "topic", s.cfg.Topic)
-		return s.cfg.Output.Broadcast(ctx, runtime.Element{Kind: runtime.KindCaughtUp})
+		if err := s.cfg.Output.Broadcast(ctx, runtime.Element{Kind: runtime.KindCaughtUp}); err != nil {
+			return err
+		}
+		if s.cfg.OnCaughtUp != nil {
+			s.cfg.OnCaughtUp()
+		}
+		return nil
 	}
 	if err := checkCaughtUp(); err != nil {
 		return err
 	}
+	var nextDiscovery time.Time
+	if s.cfg.DiscoveryInterval > 0 {
+		nextDiscovery = time.Now().Add(s.cfg.DiscoveryInterval)
+	}
 	for {
-		fetches := cl.PollRecords(ctx, 1000)
+		if err := s.runMail(ctx); err != nil {
+			return err
+		}
+		if !nextDiscovery.IsZero() && time.Now().After(nextDiscovery) {
+			s.discover(ctx, adm)
+			nextDiscovery = time.Now().Add(s.cfg.DiscoveryInterval)
+		}
+		fetches := s.poll(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		for _, fe := range fetches.Errors() {
-			if errors.Is(fe.Err, context.Canceled) {
+			if errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, context.DeadlineExceeded) {
 				continue
 			}
 			s.logger.Warn("fetch failed; retrying", "topic", fe.Topic, "partition", fe.Partition, "err", fe.Err)
@@ -209,6 +302,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 			if !r.Attrs.IsControl() {
 				emitErr = s.emit(ctx, r)
 			}
+			s.pos[r.Partition] = r.Offset + 1
 			if target, ok := pending[r.Partition]; ok && r.Offset+1 >= target {
 				delete(pending, r.Partition)
 			}
@@ -222,40 +316,233 @@ func (s *KafkaSource) read(ctx context.Context) error {
 	}
 }
 
+// poll waits for records, returning early when mail arrives (a checkpoint
+// trigger must not wait for the next record) and at the latest after 500 ms
+// so discovery runs on time. Records stay buffered in the client when the
+// poll returns early.
+func (s *KafkaSource) poll(ctx context.Context) kgo.Fetches {
+	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-s.mailbox.Ready():
+			cancel()
+			// Re-arm the signal for runMail.
+			s.mailbox.Execute(func() {})
+		case <-done:
+		}
+	}()
+	return s.cl.PollRecords(pctx, 1000)
+}
+
+// runMail runs the actions posted to the subtask (checkpoint triggers and
+// notifications), then takes the checkpoints triggered.
+func (s *KafkaSource) runMail(ctx context.Context) error {
+	s.mailbox.TryYieldAll()
+	for len(s.pendingBarriers) > 0 {
+		b := s.pendingBarriers[0]
+		s.pendingBarriers = s.pendingBarriers[1:]
+		if err := s.checkpoint(ctx, b); err != nil {
+			return err
+		}
+	}
+	if s.stopAfter {
+		return errStopAfter
+	}
+	return nil
+}
+
+// checkpoint snapshots the offsets (as even-split operator list state),
+// acknowledges and emits barrier b.
+func (s *KafkaSource) checkpoint(ctx context.Context, b *runtime.Barrier) error {
+	splits := make([]Split, 0, len(s.pos))
+	for _, p := range sortedKeys(s.pos) {
+		splits = append(splits, Split{Topic: s.cfg.Topic, Partition: p, Offset: s.pos[p]})
+	}
+	st, err := SplitsTaskState(splits)
+	if err != nil {
+		return err
+	}
+	offs := make(map[int32]int64, len(s.pos))
+	for p, o := range s.pos {
+		offs[p] = o
+	}
+	s.committed[b.CheckpointID] = offs
+	if s.cfg.Responder != nil {
+		s.cfg.Responder.Acknowledge(s.ID(), b.CheckpointID, runtime.TaskSnapshot{State: st})
+	}
+	if err := s.cfg.Output.Broadcast(ctx, runtime.Element{Kind: runtime.KindBarrier, Barrier: b}); err != nil {
+		return err
+	}
+	if b.StopAfter {
+		s.stopAfter = true
+	}
+	return nil
+}
+
+// commitGroup commits the offsets of checkpoint id to the monitoring group
+// and forgets older checkpoints' offsets. A failure is logged: the group is
+// for monitoring only.
+func (s *KafkaSource) commitGroup(id int64) {
+	offs, ok := s.committed[id]
+	for cid := range s.committed {
+		if cid <= id {
+			delete(s.committed, cid)
+		}
+	}
+	if !ok || s.cfg.Group == "" || s.cl == nil || len(offs) == 0 {
+		return
+	}
+	os := kadm.Offsets{}
+	for p, o := range offs {
+		os.Add(kadm.Offset{Topic: s.cfg.Topic, Partition: p, At: o, LeaderEpoch: -1})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(s.cl).CommitOffsets(ctx, s.cfg.Group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		s.logger.Warn("committing checkpoint offsets to the monitoring group failed", "group", s.cfg.Group, "checkpoint_id", id, "err", err)
+	}
+}
+
+// SplitsTaskState encodes splits as the task state of a source subtask: the
+// even-split operator list state SplitsState.
+func SplitsTaskState(splits []Split) (json.RawMessage, error) {
+	entries := make([][]byte, 0, len(splits))
+	for _, sp := range splits {
+		b, err := json.Marshal(sp)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, b)
+	}
+	return json.Marshal(checkpoint.TaskState{Operator: map[string]checkpoint.OperatorListState{
+		SplitsState: {Mode: checkpoint.ModeSplit, Entries: entries},
+	}})
+}
+
+// assign decides the partitions this subtask reads and their start offsets:
+// restored splits, then every partition not known to the checkpoint that
+// AssignPartition gives this subtask (from the earliest offset when
+// restoring, from StartFrom when fresh).
+func (s *KafkaSource) assign(ctx context.Context, adm *kadm.Client) error {
+	s.pos, s.known = map[int32]int64{}, map[int32]bool{}
+	fresh := s.cfg.Restored == nil
+	if !fresh {
+		for _, sp := range s.cfg.Restored.Splits {
+			s.pos[sp.Partition] = sp.Offset
+		}
+		for _, p := range s.cfg.Restored.Known {
+			s.known[p] = true
+		}
+	}
+	n := s.cfg.Partitions
+	var mine []int32
+	for p := int32(0); p < n; p++ {
+		if !s.known[p] && AssignPartition(s.cfg.Topic, p, s.cfg.Parallelism) == s.cfg.Subtask {
+			mine = append(mine, p)
+		}
+		s.known[p] = true
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	var offs kadm.ListedOffsets
+	err := retry(ctx, s.logger, "list offsets", func() error {
+		var err error
+		if !fresh || s.cfg.StartFrom == Earliest {
+			offs, err = adm.ListStartOffsets(ctx, s.cfg.Topic)
+		} else {
+			offs, err = adm.ListEndOffsets(ctx, s.cfg.Topic)
+		}
+		if err != nil {
+			return err
+		}
+		return offs.Error()
+	})
+	if err != nil {
+		return fmt.Errorf("source %s: %w", s.cfg.Name, err)
+	}
+	for _, p := range mine {
+		o, _ := offs.Lookup(s.cfg.Topic, p)
+		s.pos[p] = max(o.Offset, 0)
+	}
+	if !fresh {
+		s.logger.Info("new partitions since the checkpoint; reading them from the earliest offset", "partitions", mine)
+	}
+	return nil
+}
+
+// discover looks for partitions added to the topic; the ones
+// AssignPartition gives this subtask are read from the earliest offset.
+// Failures are logged and retried at the next interval.
+func (s *KafkaSource) discover(ctx context.Context, adm *kadm.Client) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	details, err := adm.ListTopics(dctx, s.cfg.Topic)
+	if err != nil {
+		s.logger.Warn("partition discovery failed; retrying at the next interval", "topic", s.cfg.Topic, "err", err)
+		return
+	}
+	d, ok := details[s.cfg.Topic]
+	if !ok || d.Err != nil {
+		return
+	}
+	add := map[int32]kgo.Offset{}
+	for p := range d.Partitions {
+		if s.known[p] {
+			continue
+		}
+		s.known[p] = true
+		if AssignPartition(s.cfg.Topic, p, s.cfg.Parallelism) == s.cfg.Subtask {
+			add[p] = kgo.NewOffset().AtStart()
+			s.pos[p] = 0
+		}
+	}
+	if len(add) > 0 {
+		s.logger.Info("discovered new partitions; reading them from the earliest offset", "topic", s.cfg.Topic, "partitions", sortedKeys(add))
+		s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: add})
+	}
+}
+
 // catchUpTargets returns, per partition not yet caught up, the last stable
-// offset it must read up to. Earliest-starting partitions whose log is empty
-// and latest-starting partitions are caught up at once.
-func (s *KafkaSource) catchUpTargets(ctx context.Context, cl *kgo.Client) (map[int32]int64, error) {
+// offset it must read up to.
+func (s *KafkaSource) catchUpTargets(ctx context.Context, adm *kadm.Client) (map[int32]int64, error) {
 	pending := map[int32]int64{}
-	if s.cfg.StartFrom == Latest {
+	if len(s.pos) == 0 {
 		return pending, nil
 	}
-	adm := kadm.NewClient(cl)
-	var ends, starts kadm.ListedOffsets
+	var ends kadm.ListedOffsets
 	err := retry(ctx, s.logger, "list offsets", func() error {
 		var err error
 		if ends, err = adm.ListCommittedOffsets(ctx, s.cfg.Topic); err != nil {
 			return err
 		}
-		if starts, err = adm.ListStartOffsets(ctx, s.cfg.Topic); err != nil {
-			return err
-		}
-		if err := ends.Error(); err != nil {
-			return err
-		}
-		return starts.Error()
+		return ends.Error()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("source %s: %w", s.cfg.Name, err)
 	}
-	for _, p := range s.partitions {
-		end, _ := ends.Lookup(s.cfg.Topic, p)
-		st, _ := starts.Lookup(s.cfg.Topic, p)
-		if end.Offset > st.Offset {
+	for p, pos := range s.pos {
+		if end, ok := ends.Lookup(s.cfg.Topic, p); ok && end.Offset > pos {
 			pending[p] = end.Offset
 		}
 	}
 	return pending, nil
+}
+
+func sortedKeys[V any](m map[int32]V) []int32 {
+	keys := make([]int32, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {

@@ -213,9 +213,8 @@ type backend struct {
 
 	metas    map[string]stateMeta   // every state ever registered, by name
 	states   map[string]*registered // states obtained in this session
-	nextID   uint32
-	targets  []cleanupTarget // TTL states with background cleanup, in registration order
-	lastStep time.Time       // clock time of the previous cleanup step
+	targets  []cleanupTarget        // TTL states with background cleanup, in registration order
+	lastStep time.Time              // clock time of the previous cleanup step
 	closed   bool
 }
 
@@ -241,7 +240,6 @@ func newBackend(cfg BackendConfig, st store, logger *slog.Logger) (*backend, err
 		curKG:   -1,
 		metas:   map[string]stateMeta{},
 		states:  map[string]*registered{},
-		nextID:  1,
 	}
 	if b.clock == nil {
 		b.clock = wallClock{}
@@ -269,9 +267,6 @@ func newBackend(cfg BackendConfig, st store, logger *slog.Logger) (*backend, err
 	}
 	for _, m := range metas {
 		b.metas[m.Name] = m
-		if m.ID >= b.nextID {
-			b.nextID = m.ID + 1
-		}
 	}
 	b.log.Info("keyed state backend opened", "restored", found, "states", len(metas))
 	return b, nil
@@ -374,11 +369,15 @@ func (b *backend) register(spec descriptorSpec, serType string, build func(c *st
 		}
 		meta.ID = stored.ID
 	} else {
-		meta.ID = b.nextID
+		meta.ID = StateID(spec.name)
+		for _, other := range b.metas {
+			if other.ID == meta.ID {
+				return nil, fmt.Errorf("state: states %q and %q hash to the same state id %d; rename one", other.Name, spec.name, meta.ID)
+			}
+		}
 		if err := b.st.saveMeta(meta); err != nil {
 			return nil, err
 		}
-		b.nextID++
 		b.metas[spec.name] = meta
 	}
 	c := &stateCore{b: b, st: b.st, id: meta.ID, name: spec.name, kind: spec.kind, ttl: newTTLPolicy(spec.ttl)}

@@ -56,6 +56,9 @@ func (m *appendMerger) Finish(bool) ([]byte, io.Closer, error) { return m.buf, n
 type pebbleBackend struct {
 	*backend
 	st *pebbleStore
+	// instanceID names this DB instance's files in a checkpoint's shared
+	// directory; set by the first incremental snapshot (checkpointing.go).
+	instanceID string
 }
 
 // Metrics implements MetricsProvider.
@@ -64,6 +67,7 @@ func (p *pebbleBackend) Metrics() *pebble.Metrics { return p.st.db.Metrics() }
 // pebbleStore implements store on a Pebble DB, in the layout of keys.go and
 // FORMAT.md.
 type pebbleStore struct {
+	dir string // the DB directory
 	db  *pebble.DB
 	cur pebbleCursor // background cleanup position; owner goroutine only
 }
@@ -92,7 +96,7 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 	if err != nil {
 		return nil, fmt.Errorf("state: open pebble in %s: %w", cfg.Dir, err)
 	}
-	return &pebbleStore{db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}}, nil
+	return &pebbleStore{dir: cfg.Dir, db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}}, nil
 }
 
 // getCopy returns a copy of the value of key.

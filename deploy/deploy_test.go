@@ -1,0 +1,326 @@
+package deploy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/pipeline"
+)
+
+// testVersion is the version the test binary is stamped with, the way the
+// Dockerfile stamps the image's (-X main.version=...).
+const testVersion = "deploy-test"
+
+var (
+	root    string // the repository root
+	binPath string // the kstreamd binary TestMain built
+
+	shared struct {
+		once sync.Once
+		d    *daemon
+		err  error
+	}
+)
+
+// TestMain builds kstreamd once for every test of the package, and stops
+// the shared daemon (if a test started it) after the last one.
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	var err error
+	if root, err = filepath.Abs(".."); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	tmp, err := os.MkdirTemp("", "kstreamd-deploy-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	binPath = filepath.Join(tmp, "kstreamd")
+	if err := buildKstreamd(binPath); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer stopShared()
+	return m.Run()
+}
+
+// buildKstreamd builds ./cmd/kstreamd to out, stamped with testVersion. It
+// uses the default build flags (no -trimpath, cgo as the toolchain says), so
+// it shares the build cache with the other packages' tests and costs only a
+// link; TestStaticBuild checks the Dockerfile's CGO_ENABLED=0 build apart.
+func buildKstreamd(out string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-ldflags", "-X main.version="+testVersion, "-o", out, "./cmd/kstreamd")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/kstreamd: %v\n%s", err, b)
+	}
+	return nil
+}
+
+// goTool returns the go command that runs these tests.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(goruntime.GOROOT(), "bin", "go")
+}
+
+// requireTool returns the path of the command name, failing the test (never
+// skipping it) with the Debian package that provides it when it is missing.
+func requireTool(t *testing.T, name, debPackage string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is not on PATH (%v): install the Debian package %q (`apt-get install %s`; .ci/run installs it)",
+			name, err, debPackage, debPackage)
+	}
+	return p
+}
+
+// repoFile returns the path of a file given relative to the repository root.
+func repoFile(rel string) string { return filepath.Join(root, filepath.FromSlash(rel)) }
+
+// readRepoFile returns the content of a file of the repository.
+func readRepoFile(t *testing.T, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(repoFile(rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// dockerPipeline loads configs/colorshape-docker.yaml as kstreamd does.
+func dockerPipeline(t *testing.T) *pipeline.Config {
+	t.Helper()
+	cfg, err := pipeline.Load(repoFile("configs/colorshape-docker.yaml"))
+	if err != nil {
+		t.Fatalf("configs/colorshape-docker.yaml: %v", err)
+	}
+	return cfg
+}
+
+// daemon is a `kstreamd run` child process running the reference job on its
+// embedded broker, with the demo producer on.
+type daemon struct {
+	dir     string // data dir, config and log
+	broker  string // the embedded broker's host:port
+	metrics string // the /metrics listener's host:port
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the process has exited
+	waitErr error         // the process's exit, set before exited closes
+}
+
+// demoItemsPerSecond is high so every labelled series appears within a
+// second of the start.
+const demoItemsPerSecond = 200
+
+// referenceConfig is the reference job's pipeline on loopback addresses.
+func (d *daemon) config() string {
+	return fmt.Sprintf(`job:
+  name: colorshape
+  parallelism: 2
+data_dir: %s
+kafka:
+  embedded:
+    enabled: true
+    address: %s
+    partitions: 4
+metrics:
+  address: %s
+sources:
+  - name: items
+    topic: items
+  - name: rules
+    topic: rules
+    parallelism: 1
+operators:
+  - name: matcher
+    type: shape_pair_matcher
+    input: items
+    key_by: color
+    broadcast: rules
+sinks:
+  - name: matches
+    input: matcher
+    topic: matches
+demo:
+  enabled: true
+  items_topic: items
+  rules_topic: rules
+  items_per_second: %d
+`, filepath.Join(d.dir, "data"), d.broker, d.metrics, demoItemsPerSecond)
+}
+
+// sharedDaemon returns the daemon the tests of this package share, starting
+// it on first use; TestMain stops it.
+func sharedDaemon(t *testing.T) *daemon {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.err = errors.New("the shared daemon did not start (see the first test that used it)")
+		d, err := startDaemon(testkit.FreeAddr(t), testkit.FreeAddr(t))
+		shared.d, shared.err = d, err
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.d
+}
+
+func stopShared() {
+	if shared.d != nil {
+		if err := shared.d.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+}
+
+// startDaemon starts the binary on the reference job and waits until
+// /healthz answers; then it writes one malformed item, so the
+// skipped-records series exists too.
+func startDaemon(broker, metrics string) (*daemon, error) {
+	dir, err := os.MkdirTemp("", "kstreamd-deploy-daemon-")
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{dir: dir, broker: broker, metrics: metrics, exited: make(chan struct{})}
+	cfg := filepath.Join(dir, "pipeline.yaml")
+	if err := os.WriteFile(cfg, []byte(d.config()), 0o644); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "kstreamd.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child holds its own descriptor
+	d.cmd = exec.Command(binPath, "run", "--config", cfg)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	if err := d.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { d.waitErr = d.cmd.Wait(); close(d.exited) }()
+
+	healthy := testkit.Poll(20*time.Second, func() bool {
+		select {
+		case <-d.exited:
+			return true
+		default:
+		}
+		resp, err := http.Get("http://" + metrics + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	select {
+	case <-d.exited:
+		return nil, fmt.Errorf("kstreamd exited at start (%v):\n%s", d.waitErr, d.logTail())
+	default:
+	}
+	if !healthy {
+		err := fmt.Errorf("kstreamd /healthz not ok within 20s:\n%s", d.logTail())
+		return nil, errors.Join(err, d.stop())
+	}
+	if err := d.produceMalformedItem(); err != nil {
+		return nil, errors.Join(err, d.stop())
+	}
+	return d, nil
+}
+
+// produceMalformedItem writes an item that is not JSON, which the items
+// source skips (reason malformed_json).
+func (d *daemon) produceMalformedItem() error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(d.broker))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec := &kgo.Record{Topic: "items", Key: []byte("red"), Value: []byte(`{"color": "red", "shape":`)}
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return fmt.Errorf("produce a malformed item: %w", err)
+	}
+	return nil
+}
+
+// stop sends SIGTERM, waits up to 15 s for a clean exit (then kills), and
+// removes the daemon's files. It returns an error if the exit was not clean.
+func (d *daemon) stop() error {
+	defer os.RemoveAll(d.dir)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+		return fmt.Errorf("kstreamd did not stop within 15s of SIGTERM:\n%s", d.logTail())
+	}
+	if d.waitErr != nil {
+		return fmt.Errorf("kstreamd exited with %v after SIGTERM:\n%s", d.waitErr, d.logTail())
+	}
+	return nil
+}
+
+// logTail returns the last lines of the daemon's log.
+func (d *daemon) logTail() string {
+	b, err := os.ReadFile(filepath.Join(d.dir, "kstreamd.log"))
+	if err != nil {
+		return err.Error()
+	}
+	const max = 8 << 10
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(b)
+}
+
+// exportedNames returns the sample names on the /metrics page at url (for a
+// histogram or summary: its _bucket, _sum and _count series and the quantile
+// series, as PromQL sees them).
+func exportedNames(url string) (map[string]bool, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	names := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if i := strings.IndexAny(line, "{ "); i > 0 {
+			names[line[:i]] = true
+		}
+	}
+	return names, sc.Err()
+}

@@ -1,0 +1,473 @@
+package state
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+// SnapshotTarget says where a keyed snapshot writes its files.
+type SnapshotTarget struct {
+	// Dir is the checkpoint's (or savepoint's) directory; private paths in
+	// the handle are relative to it, so a savepoint directory can move.
+	Dir string
+	// TaskPath is the subtask's directory relative to Dir, e.g. "matcher/0".
+	TaskPath string
+	// SharedDir, when not empty, makes a Pebble snapshot incremental: SST
+	// files go to SharedDir (named by DB instance and file number) and are
+	// only uploaded when not already there. Empty: self-contained.
+	SharedDir string
+}
+
+// KeyedSnapshot is a written keyed-state snapshot: the handle to restore it
+// and what it cost.
+type KeyedSnapshot struct {
+	// Handle is the JSON description RestoreHandle.Handle takes back.
+	Handle json.RawMessage
+	// Bytes is the number of bytes written (shared files only referenced
+	// not counted).
+	Bytes int64
+	// SharedFiles are the shared files the snapshot refers to, relative to
+	// SnapshotTarget.SharedDir.
+	SharedFiles []string
+}
+
+// RestoreHandle is one keyed snapshot to restore with OpenBackendRestored.
+type RestoreHandle struct {
+	// Handle is KeyedSnapshot.Handle as stored in the checkpoint metadata.
+	Handle json.RawMessage
+	// Dir is the checkpoint or savepoint directory the snapshot was taken
+	// into (its private paths are relative to it).
+	Dir string
+	// SharedDir is the job's shared directory (incremental files).
+	SharedDir string
+}
+
+// keyedHandle is the JSON shape of a keyed snapshot handle (FORMAT.md,
+// "Checkpoint handles").
+type keyedHandle struct {
+	Backend        string         `json:"backend"`
+	KeyGroups      keygroup.Range `json:"key_groups"`
+	MaxParallelism int            `json:"max_parallelism"`
+	Files          []fileRef      `json:"files"`
+}
+
+// fileRef is one file of a snapshot.
+type fileRef struct {
+	// Name is the file's name inside the Pebble directory (or
+	// SnapshotFileName for the hashmap backend).
+	Name string `json:"name"`
+	// Path is relative to the checkpoint directory, or to the shared
+	// directory when Shared.
+	Path   string `json:"path"`
+	Shared bool   `json:"shared,omitempty"`
+	Size   int64  `json:"size"`
+}
+
+// SnapshotKeyed takes a snapshot of b for a checkpoint, in two parts as
+// Flink's snapshot strategies do. The synchronous part runs now on the
+// owner's goroutine and freezes a consistent view: the Pebble backend
+// flushes its memtable and makes a Pebble checkpoint (hard links) in a
+// staging directory beside its own; the hashmap backend writes its full
+// snapshot file (it has no copy-on-write yet, so this part is not
+// asynchronous). The returned function, safe to run on another goroutine
+// while the owner goes on, copies the frozen files into the target and
+// returns the handle. Errors from either part fail only this checkpoint.
+func SnapshotKeyed(b KeyedStateBackend, t SnapshotTarget) (func(context.Context) (KeyedSnapshot, error), error) {
+	taskDir := filepath.Join(t.Dir, t.TaskPath)
+	if err := os.MkdirAll(taskDir, 0o755); err != nil {
+		return nil, fmt.Errorf("state: snapshot: %w", err)
+	}
+	switch sb := b.(type) {
+	case *pebbleBackend:
+		return sb.snapshot(t)
+	case *hashmapBackend:
+		if err := sb.Snapshot(taskDir); err != nil {
+			return nil, err
+		}
+		h := keyedHandle{Backend: KindHashmap, KeyGroups: sb.kgs, MaxParallelism: sb.maxP}
+		st, err := os.Stat(filepath.Join(taskDir, SnapshotFileName))
+		if err != nil {
+			return nil, err
+		}
+		h.Files = []fileRef{{Name: SnapshotFileName, Path: filepath.ToSlash(filepath.Join(t.TaskPath, SnapshotFileName)), Size: st.Size()}}
+		raw, err := json.Marshal(h)
+		if err != nil {
+			return nil, err
+		}
+		return func(context.Context) (KeyedSnapshot, error) {
+			return KeyedSnapshot{Handle: raw, Bytes: st.Size()}, nil
+		}, nil
+	}
+	return nil, fmt.Errorf("state: snapshot: backend %T cannot be checkpointed", b)
+}
+
+func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (KeyedSnapshot, error), error) {
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if p.instanceID == "" {
+		var id [8]byte
+		if _, err := rand.Read(id[:]); err != nil {
+			return nil, err
+		}
+		p.instanceID = hex.EncodeToString(id[:])
+	}
+	if err := p.st.db.Flush(); err != nil {
+		return nil, fmt.Errorf("state: snapshot: flush: %w", err)
+	}
+	staging, err := os.MkdirTemp(filepath.Dir(p.st.dir), filepath.Base(p.st.dir)+".snapshot-")
+	if err != nil {
+		return nil, fmt.Errorf("state: snapshot: %w", err)
+	}
+	stagingDB := filepath.Join(staging, "db")
+	if err := p.st.db.Checkpoint(stagingDB, pebble.WithFlushedWAL()); err != nil {
+		os.RemoveAll(staging)
+		return nil, fmt.Errorf("state: snapshot: pebble checkpoint: %w", err)
+	}
+	h := keyedHandle{Backend: KindPebble, KeyGroups: p.kgs, MaxParallelism: p.maxP}
+	instance := p.instanceID
+	return func(ctx context.Context) (KeyedSnapshot, error) {
+		defer os.RemoveAll(staging)
+		ents, err := os.ReadDir(stagingDB)
+		if err != nil {
+			return KeyedSnapshot{}, err
+		}
+		var snap KeyedSnapshot
+		for _, e := range ents {
+			if err := ctx.Err(); err != nil {
+				return KeyedSnapshot{}, err
+			}
+			if e.IsDir() {
+				continue
+			}
+			src := filepath.Join(stagingDB, e.Name())
+			st, err := os.Stat(src)
+			if err != nil {
+				return KeyedSnapshot{}, err
+			}
+			ref := fileRef{Name: e.Name(), Size: st.Size()}
+			if t.SharedDir != "" && strings.HasSuffix(e.Name(), ".sst") {
+				ref.Shared, ref.Path = true, instance+"-"+e.Name()
+				dst := filepath.Join(t.SharedDir, ref.Path)
+				if have, err := os.Stat(dst); err != nil || have.Size() != st.Size() {
+					if err := copyFileAtomic(src, dst); err != nil {
+						return KeyedSnapshot{}, err
+					}
+					snap.Bytes += st.Size()
+				}
+				snap.SharedFiles = append(snap.SharedFiles, ref.Path)
+			} else {
+				ref.Path = filepath.ToSlash(filepath.Join(t.TaskPath, e.Name()))
+				if err := copyFileAtomic(src, filepath.Join(t.Dir, ref.Path)); err != nil {
+					return KeyedSnapshot{}, err
+				}
+				snap.Bytes += st.Size()
+			}
+			h.Files = append(h.Files, ref)
+		}
+		if snap.Handle, err = json.Marshal(h); err != nil {
+			return KeyedSnapshot{}, err
+		}
+		return snap, nil
+	}, nil
+}
+
+// copyFileAtomic copies src to dst through a temporary file that is synced
+// and renamed, so dst is either absent or complete.
+func copyFileAtomic(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := dst + ".tmp"
+	out, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// OpenBackendRestored opens the backend cfg describes with the state of the
+// given snapshots, keeping only the key groups of cfg.KeyGroupRange (Flink's
+// restore with key-group redistribution). With no handles it is
+// OpenBackend. For Pebble, a single snapshot of exactly the subtask's range
+// is materialized as the DB (SST files hard-linked where possible); otherwise
+// the first overlapping snapshot becomes the DB with the key groups outside
+// the range deleted, and the entries of the others in the range are copied
+// in. State ids derive from state names (StateID), so snapshots of
+// different subtasks merge without renumbering. It returns an error
+// wrapping ErrMaxParallelismChanged when a snapshot has another max
+// parallelism, and ErrCorrupt when a handle cannot be decoded.
+func OpenBackendRestored(cfg BackendConfig, handles []RestoreHandle) (KeyedStateBackend, error) {
+	if len(handles) == 0 {
+		return OpenBackend(cfg)
+	}
+	hs := make([]keyedHandle, len(handles))
+	for i, rh := range handles {
+		if err := json.Unmarshal(rh.Handle, &hs[i]); err != nil {
+			return nil, fmt.Errorf("state: restore handle %d: %v: %w", i, err, ErrCorrupt)
+		}
+		if hs[i].MaxParallelism != cfg.MaxParallelism {
+			return nil, fmt.Errorf("state: checkpoint was taken with max parallelism %d, the job now has %d: %w", hs[i].MaxParallelism, cfg.MaxParallelism, ErrMaxParallelismChanged)
+		}
+		if hs[i].Backend != cfg.Kind {
+			return nil, fmt.Errorf("state: checkpoint holds %s state, the job now uses the %s backend (switching backends needs a savepoint of the other kind, not supported yet)", hs[i].Backend, cfg.Kind)
+		}
+	}
+	if cfg.Kind == KindHashmap {
+		return openHashmapRestored(cfg, handles, hs)
+	}
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		return nil, err
+	}
+	if err := materialize(handles[0], hs[0], cfg.Dir); err != nil {
+		return nil, err
+	}
+	if len(handles) > 1 || hs[0].KeyGroups != cfg.KeyGroupRange {
+		if err := rescalePebble(cfg, handles, hs); err != nil {
+			return nil, err
+		}
+	}
+	return OpenBackend(cfg)
+}
+
+// materialize lays the files of a Pebble snapshot out as a DB directory.
+func materialize(rh RestoreHandle, h keyedHandle, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range h.Files {
+		src := filepath.Join(rh.Dir, filepath.FromSlash(f.Path))
+		if f.Shared {
+			src = filepath.Join(rh.SharedDir, filepath.FromSlash(f.Path))
+		}
+		dst := filepath.Join(dir, f.Name)
+		// SSTs are immutable: a hard link is safe. Everything else is copied.
+		if strings.HasSuffix(f.Name, ".sst") && os.Link(src, dst) == nil {
+			continue
+		}
+		if err := copyFileAtomic(src, dst); err != nil {
+			return fmt.Errorf("state: restore %s: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+// kgBound returns the first key of key group kg (kg == maxP bounds the
+// key-group space).
+func kgBound(kg int) []byte { return binary.BigEndian.AppendUint16(nil, uint16(kg)) }
+
+// rescalePebble turns the materialized first snapshot in cfg.Dir into the
+// subtask's DB: it deletes the key groups outside the range and copies in
+// the range's entries of the other snapshots, with their metadata.
+func rescalePebble(cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) error {
+	db, err := pebble.Open(cfg.Dir, &pebble.Options{Merger: listMerger, FormatMajorVersion: pebble.FormatNewest})
+	if err != nil {
+		return fmt.Errorf("state: restore: open %s: %w", cfg.Dir, err)
+	}
+	r := cfg.KeyGroupRange
+	lo, hi := kgBound(r.Start), kgBound(r.End+1)
+	if r.Start > 0 {
+		err = db.DeleteRange(keyGroupsStart, lo, pebble.NoSync)
+	}
+	if err == nil {
+		err = db.DeleteRange(hi, keyGroupsEnd, pebble.NoSync)
+	}
+	for i := 1; i < len(handles) && err == nil; i++ {
+		err = copyRange(db, handles[i], hs[i], cfg, lo, hi)
+	}
+	if err == nil {
+		err = db.Flush()
+	}
+	return errors.Join(err, db.Close())
+}
+
+// copyRange copies the metadata and the entries in [lo, hi) of one snapshot
+// into db.
+func copyRange(db *pebble.DB, rh RestoreHandle, h keyedHandle, cfg BackendConfig, lo, hi []byte) error {
+	tmp, err := os.MkdirTemp(filepath.Dir(cfg.Dir), filepath.Base(cfg.Dir)+".restore-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := materialize(rh, h, tmp); err != nil {
+		return err
+	}
+	src, err := pebble.Open(tmp, &pebble.Options{Merger: listMerger, FormatMajorVersion: pebble.FormatNewest, ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("state: restore: open snapshot %s: %w", tmp, err)
+	}
+	defer src.Close()
+	copySpan := func(from, to []byte) error {
+		it, err := src.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: to})
+		if err != nil {
+			return err
+		}
+		batch := db.NewBatch()
+		for it.First(); it.Valid(); it.Next() {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				it.Close()
+				return err
+			}
+			if err := batch.Set(it.Key(), v, nil); err != nil {
+				it.Close()
+				return err
+			}
+			if batch.Len() > 4<<20 {
+				if err := batch.Commit(pebble.NoSync); err != nil {
+					it.Close()
+					return err
+				}
+				batch = db.NewBatch()
+			}
+		}
+		if err := it.Close(); err != nil {
+			return err
+		}
+		return batch.Commit(pebble.NoSync)
+	}
+	if err := copySpan(lo, hi); err != nil {
+		return err
+	}
+	// Metadata: states only the other snapshot registered.
+	return copySpan(metaStatePfx, prefixEnd(metaStatePfx))
+}
+
+func openHashmapRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) (KeyedStateBackend, error) {
+	cfg.RestoreDir = ""
+	st, err := openHashmapStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for i, h := range hs {
+		for _, f := range h.Files {
+			if f.Name != SnapshotFileName {
+				continue
+			}
+			dir := filepath.Dir(filepath.Join(handles[i].Dir, filepath.FromSlash(f.Path)))
+			if err := st.restore(dir); err != nil {
+				return nil, err
+			}
+		}
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	b, err := newBackend(cfg, st, logger.With("component", "state", "backend", cfg.Kind, "key_groups", cfg.KeyGroupRange.String()))
+	if err != nil {
+		return nil, err
+	}
+	return &hashmapBackend{backend: b, st: st}, nil
+}
+
+// ApplyToAllKeys calls fn once for every key that has state under d in the
+// backend, with the backend's current key set to it and s acting on it
+// (Flink's KeyedStateBackend.applyToAllKeys, which
+// KeyedBroadcastProcessFunction's applyToKeyedState uses). fn may change or
+// clear the state of its key. The keys are collected first, so fn's writes
+// do not disturb the walk. The current key is restored afterwards.
+func ApplyToAllKeys[K, V any](b KeyedStateBackend, d MapStateDescriptor[K, V], fn func(key []byte, s MapState[K, V]) error) error {
+	s, err := GetMapState(b, d)
+	if err != nil {
+		return err
+	}
+	keys, err := keysOf(b, StateID(d.Name))
+	if err != nil {
+		return err
+	}
+	prev := append([]byte(nil), b.CurrentKey()...)
+	hadKey := b.CurrentKeyGroup() >= 0
+	defer func() {
+		if hadKey {
+			b.SetCurrentKey(prev)
+		}
+	}()
+	for _, k := range keys {
+		b.SetCurrentKey(k)
+		if err := fn(k, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keysOf returns the distinct serialized keys with state under id.
+func keysOf(b KeyedStateBackend, id uint32) ([][]byte, error) {
+	var out [][]byte
+	switch sb := b.(type) {
+	case *pebbleBackend:
+		r := sb.kgs
+		for kg := r.Start; kg <= r.End; kg++ {
+			pfx := appendGroupPrefix(nil, kg, id)
+			it, err := sb.st.db.NewIter(&pebble.IterOptions{LowerBound: pfx, UpperBound: prefixEnd(pfx)})
+			if err != nil {
+				return nil, err
+			}
+			var last []byte
+			for it.First(); it.Valid(); it.Next() {
+				k, _, err := parseStateKey(it.Key())
+				if err != nil {
+					it.Close()
+					return nil, err
+				}
+				if last == nil || string(k.key) != string(last) {
+					last = append([]byte(nil), k.key...)
+					out = append(out, last)
+				}
+			}
+			if err := it.Close(); err != nil {
+				return nil, err
+			}
+		}
+	case *hashmapBackend:
+		for _, g := range sb.st.tables[id] {
+			for k := range g.values {
+				out = append(out, []byte(k))
+			}
+			for k := range g.maps {
+				out = append(out, []byte(k))
+			}
+		}
+	default:
+		return nil, fmt.Errorf("state: backend %T cannot list its keys", b)
+	}
+	return out, nil
+}
+
+// StateID is the id of the state called name in the key layout: the low 32
+// bits of keygroup.Hash(name). Deriving it from the name (rather than from
+// registration order) lets snapshots of different subtasks merge on
+// rescale; two names of one backend with the same id are refused at
+// registration.
+func StateID(name string) uint32 { return uint32(keygroup.Hash([]byte(name))) }
