@@ -371,7 +371,7 @@ func Default() *Config {
 			ClientID: "kstreamd",
 			Embedded: EmbeddedKafkaConfig{Address: "127.0.0.1:9092", Partitions: 4},
 		},
-		State:   StateConfig{Backend: StateBackendPebble, BlockCacheBytes: 64 << 20},
+		State: StateConfig{Backend: StateBackendPebble, BlockCacheBytes: 64 << 20},
 		Checkpoints: CheckpointsConfig{
 			Timeout: 10 * time.Minute, TolerableFailures: 3, Retained: 3,
 		},

@@ -471,7 +471,7 @@ type builder struct {
 	cfg         *Config
 	deps        Deps
 	maxP        int
-	outputs     map[string][]*runtime.Output         // stage -> per subtask
+	outputs     map[string][]*runtime.Output        // stage -> per subtask
 	gates       map[string][][]runtime.InputChannel // stage -> per subtask input channels
 	sourcePlans map[string]sourcePlan
 }

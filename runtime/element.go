@@ -97,4 +97,3 @@ type Barrier struct {
 	// (stop-with-savepoint): nothing follows the barrier.
 	StopAfter bool
 }
-
