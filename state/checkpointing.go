@@ -290,7 +290,7 @@ func kgBound(kg int) []byte { return binary.BigEndian.AppendUint16(nil, uint16(k
 // subtask's DB: it deletes the key groups outside the range and copies in
 // the range's entries of the other snapshots, with their metadata.
 func rescalePebble(cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) error {
-	db, err := pebble.Open(cfg.Dir, &pebble.Options{Merger: listMerger, FormatMajorVersion: pebble.FormatNewest})
+	db, err := pebble.Open(cfg.Dir, rawPebbleOptions(cfg, false))
 	if err != nil {
 		return fmt.Errorf("state: restore: open %s: %w", cfg.Dir, err)
 	}
@@ -311,6 +311,16 @@ func rescalePebble(cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle)
 	return errors.Join(err, db.Close())
 }
 
+// rawPebbleOptions are the options of the DBs a restore opens directly.
+func rawPebbleOptions(cfg BackendConfig, readOnly bool) *pebble.Options {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &pebble.Options{Merger: listMerger, FormatMajorVersion: pebble.FormatNewest, ReadOnly: readOnly,
+		Logger: pebbleLogger{logger.With("subsystem", "pebble-restore")}}
+}
+
 // copyRange copies the metadata and the entries in [lo, hi) of one snapshot
 // into db.
 func copyRange(db *pebble.DB, rh RestoreHandle, h keyedHandle, cfg BackendConfig, lo, hi []byte) error {
@@ -322,7 +332,7 @@ func copyRange(db *pebble.DB, rh RestoreHandle, h keyedHandle, cfg BackendConfig
 	if err := materialize(rh, h, tmp); err != nil {
 		return err
 	}
-	src, err := pebble.Open(tmp, &pebble.Options{Merger: listMerger, FormatMajorVersion: pebble.FormatNewest, ReadOnly: true})
+	src, err := pebble.Open(tmp, rawPebbleOptions(cfg, true))
 	if err != nil {
 		return fmt.Errorf("state: restore: open snapshot %s: %w", tmp, err)
 	}

@@ -58,7 +58,7 @@ kafka:
 metrics:
   address: %s
 log:
-  level: debug
+  level: info
 sources:
   - name: items
     topic: items
