@@ -21,15 +21,16 @@ checkpoints:
 `, backend)
 }
 
-// waitCheckpointAfter waits until a checkpoint with an id above after
-// completed and returns its id.
+// waitCheckpointAfter waits until a checkpoint with an id above after+1
+// completed and returns its id: checkpoint after+1 may have been triggered
+// before the caller's last records were read, after+2 was not.
 func waitCheckpointAfter(t *testing.T, d *daemon, after float64) float64 {
 	t.Helper()
 	var id float64
 	ok := testkit.Poll(15*time.Second, func() bool {
 		v, err := testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
 		id = v
-		return err == nil && v > after
+		return err == nil && v > after+1
 	})
 	if !ok {
 		t.Fatalf("no checkpoint after %v completed (last %v):\n%s", after, id, d.out.String())

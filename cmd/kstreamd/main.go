@@ -11,26 +11,22 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kslog"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/demo"
 	"github.com/kstreamd/kstreamd/internal/embedded"
 	"github.com/kstreamd/kstreamd/pipeline"
@@ -49,8 +45,16 @@ func main() {
 const usage = `usage: kstreamd <command> [flags]
 
 commands:
-  run --config FILE       run the job until SIGINT or SIGTERM
+  run --config FILE [--from-savepoint DIR]
+                          run the job until SIGINT or SIGTERM; restores the
+                          latest checkpoint, or the savepoint given
   validate --config FILE  check the pipeline file and exit
+  savepoint [--address HOST:PORT] [--dir DIR] [--stop]
+                          ask a running daemon for a savepoint and print its
+                          path; --stop stops the job after it
+  checkpoints list --dir DIR
+                          list the checkpoints in a job's checkpoint directory
+                          (<checkpoints.dir>/<job>)
   version                 print the version
 `
 
@@ -60,11 +64,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	fs := flag.NewFlagSet("kstreamd "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	switch args[0] {
 	case "run", "validate":
-		fs := flag.NewFlagSet("kstreamd "+args[0], flag.ContinueOnError)
-		fs.SetOutput(stderr)
 		path := fs.String("config", "", "pipeline `FILE` (YAML)")
+		from := fs.String("from-savepoint", "", "restore the savepoint (or checkpoint) in `DIR` instead of the latest checkpoint")
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}
@@ -82,8 +87,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		logger := newLogger(cfg, stderr)
-		if err := runJob(ctx, cfg, logger); err != nil {
+		if err := runJob(ctx, cfg, *from, logger); err != nil {
 			logger.Error("job failed", "err", err)
+			return 1
+		}
+		return 0
+	case "savepoint":
+		addr := fs.String("address", "127.0.0.1:9249", "the daemon's metrics.address")
+		dir := fs.String("dir", "", "write the savepoint under `DIR` instead of checkpoints.savepoint_dir")
+		stop := fs.Bool("stop", false, "stop the job right after the savepoint")
+		if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
+			return 2
+		}
+		path, err := requestSavepoint(ctx, *addr, *dir, *stop)
+		if err != nil {
+			fmt.Fprintln(stderr, "kstreamd savepoint:", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, path)
+		return 0
+	case "checkpoints":
+		if len(args) < 2 || args[1] != "list" {
+			fmt.Fprint(stderr, "usage: kstreamd checkpoints list --dir DIR\n")
+			return 2
+		}
+		dir := fs.String("dir", "", "a job's checkpoint `DIR` (<checkpoints.dir>/<job>)")
+		if err := fs.Parse(args[2:]); err != nil || *dir == "" || fs.NArg() > 0 {
+			fmt.Fprint(stderr, "usage: kstreamd checkpoints list --dir DIR\n")
+			return 2
+		}
+		if err := printCheckpoints(stdout, *dir); err != nil {
+			fmt.Fprintln(stderr, "kstreamd checkpoints list:", err)
 			return 1
 		}
 		return 0
@@ -133,8 +167,8 @@ func (m minLevel) WithGroup(n string) slog.Handler { return minLevel{m.Handler.W
 
 // runJob starts the embedded broker (if enabled), the HTTP listener, the
 // demo producer (if enabled) and the job, and stops them in reverse order
-// when ctx ends or the job fails.
-func runJob(ctx context.Context, cfg *pipeline.Config, logger *slog.Logger) error {
+// when ctx ends, the job stops itself (stop-with-savepoint) or fails.
+func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, logger *slog.Logger) error {
 	logger.Info("starting kstreamd", "version", version, "job", cfg.Job.Name)
 	if cfg.Kafka.Embedded.Enabled {
 		b, err := embedded.Start(ctx, logger.With("component", "embedded-kafka"), cfg.Kafka.Embedded.Address,
@@ -147,15 +181,15 @@ func runJob(ctx context.Context, cfg *pipeline.Config, logger *slog.Logger) erro
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	var ready health
-	stopHTTP, err := serveHTTP(cfg.Metrics.Address, reg, &ready, logger)
+	srv := &server{reg: reg, logger: logger}
+	stopHTTP, err := srv.serve(cfg.Metrics.Address)
 	if err != nil {
 		return err
 	}
 	defer stopHTTP()
 
 	opts := append(cfg.ClientOptions(), kgo.WithLogger(kslog.New(kafkaLogger(cfg, logger))))
-	job, err := pipeline.Build(ctx, cfg, pipeline.Deps{Logger: logger, Registerer: reg, ClientOpts: opts})
+	job, err := pipeline.Build(ctx, cfg, pipeline.Deps{Logger: logger, Registerer: reg, ClientOpts: opts, FromSavepoint: fromSavepoint})
 	if err != nil {
 		return err
 	}
@@ -178,57 +212,12 @@ func runJob(ctx context.Context, cfg *pipeline.Config, logger *slog.Logger) erro
 			}
 		}()
 	}
-	ready.set(true)
-	logger.Info("job running", "job", cfg.Job.Name, "data_dir", filepath.Clean(cfg.DataDir))
+	srv.setJob(job, checkpoint.NewStorage(cfg.CheckpointDir(), cfg.Job.Name, cfg.Checkpoints.Retained, nil))
+	logger.Info("job running", "job", cfg.Job.Name, "data_dir", filepath.Clean(cfg.DataDir), "restored_from", job.RestoredFrom())
 	err = job.Run(ctx)
-	ready.set(false)
+	srv.setJob(nil, nil)
 	if err == nil {
 		logger.Info("job stopped cleanly", "job", cfg.Job.Name)
 	}
 	return err
-}
-
-// health is the state /healthz reports.
-type health struct {
-	mu sync.Mutex // guards ok
-	ok bool
-}
-
-func (h *health) set(ok bool) { h.mu.Lock(); h.ok = ok; h.mu.Unlock() }
-func (h *health) get() bool   { h.mu.Lock(); defer h.mu.Unlock(); return h.ok }
-
-// serveHTTP serves /metrics and /healthz on addr ("" disables it) and
-// returns the function that shuts the listener down.
-func serveHTTP(addr string, reg *prometheus.Registry, h *health, logger *slog.Logger) (func(), error) {
-	if addr == "" {
-		return func() {}, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !h.get() {
-			http.Error(w, "starting", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("metrics listener failed", "err", err)
-		}
-	}()
-	logger.Info("serving /metrics and /healthz", "address", ln.Addr().String())
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	}, nil
 }

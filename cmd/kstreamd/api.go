@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/pipeline"
+)
+
+// server is the HTTP listener on metrics.address: /metrics, /healthz,
+// /readyz and the job API under /api/v1/.
+type server struct {
+	reg    *prometheus.Registry
+	logger *slog.Logger
+
+	mu      sync.Mutex // guards job and storage
+	job     *pipeline.Job
+	storage *checkpoint.Storage
+}
+
+func (s *server) setJob(j *pipeline.Job, st *checkpoint.Storage) {
+	s.mu.Lock()
+	s.job, s.storage = j, st
+	s.mu.Unlock()
+}
+
+func (s *server) current() (*pipeline.Job, *checkpoint.Storage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.job, s.storage
+}
+
+func (s *server) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if j, _ := s.current(); j == nil {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if j, _ := s.current(); j == nil || !j.Coordinator().Ready() {
+			http.Error(w, "not ready: restoring state or bootstrapping rules", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.HandleFunc("POST /api/v1/savepoints", s.savepoint)
+	mux.HandleFunc("GET /api/v1/checkpoints", s.checkpoints)
+	return mux
+}
+
+// savepointRequest is the body of POST /api/v1/savepoints (optional).
+type savepointRequest struct {
+	// Dir overrides checkpoints.savepoint_dir.
+	Dir string `json:"dir"`
+	// Stop stops the job right after the savepoint (stop-with-savepoint).
+	Stop bool `json:"stop"`
+}
+
+// savepointResponse is the answer of POST /api/v1/savepoints.
+type savepointResponse struct {
+	Path  string `json:"path,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
+	var req savepointRequest
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+			writeJSON(w, http.StatusBadRequest, savepointResponse{Error: "bad request body: " + err.Error()})
+			return
+		}
+	}
+	j, _ := s.current()
+	if j == nil {
+		writeJSON(w, http.StatusServiceUnavailable, savepointResponse{Error: "job not running"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
+	defer cancel()
+	path, err := j.TriggerSavepoint(ctx, req.Dir, req.Stop)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, savepointResponse{Error: err.Error()})
+		return
+	}
+	s.logger.Info("savepoint taken", "path", path, "stop", req.Stop)
+	writeJSON(w, http.StatusOK, savepointResponse{Path: path})
+}
+
+// checkpointInfo is one entry of GET /api/v1/checkpoints.
+type checkpointInfo struct {
+	ID    int64     `json:"id"`
+	State string    `json:"state"`
+	Time  time.Time `json:"time"`
+	Bytes int64     `json:"bytes"`
+	Dir   string    `json:"dir"`
+}
+
+func (s *server) checkpoints(w http.ResponseWriter, _ *http.Request) {
+	_, st := s.current()
+	if st == nil {
+		writeJSON(w, http.StatusServiceUnavailable, savepointResponse{Error: "job not running"})
+		return
+	}
+	infos, err := st.List()
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, savepointResponse{Error: err.Error()})
+		return
+	}
+	out := []checkpointInfo{}
+	for _, in := range infos {
+		out = append(out, checkpointInfo{ID: in.ID, State: in.State, Time: in.Time, Bytes: in.Bytes, Dir: in.Dir})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// serve listens on addr ("" disables it) and returns the function that
+// shuts the listener down.
+func (s *server) serve(addr string) (func(), error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("metrics listener failed", "err", err)
+		}
+	}()
+	s.logger.Info("serving /metrics, /healthz, /readyz and /api/v1", "address", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
+}
+
+// printCheckpoints writes the checkpoints of a job directory as a table.
+func printCheckpoints(w io.Writer, jobDir string) error {
+	infos, err := checkpoint.ListDir(jobDir)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tTIME\tBYTES\tDIR")
+	for _, in := range infos {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", in.ID, in.State, in.Time.UTC().Format(time.RFC3339), in.Bytes, in.Dir)
+	}
+	return tw.Flush()
+}
+
+// requestSavepoint asks the daemon at addr for a savepoint and returns its
+// path.
+func requestSavepoint(ctx context.Context, addr, dir string, stop bool) (string, error) {
+	body, _ := json.Marshal(savepointRequest{Dir: dir, Stop: stop})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/api/v1/savepoints", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("savepoint: %w", err)
+	}
+	defer resp.Body.Close()
+	var out savepointResponse
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", fmt.Errorf("savepoint: %s: bad answer: %w", resp.Status, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("savepoint: %s: %s", resp.Status, out.Error)
+	}
+	return out.Path, nil
+}
