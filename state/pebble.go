@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
@@ -84,6 +85,11 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 		Merger:             listMerger,
 		Logger:             pebbleLogger{logger.With("subsystem", "pebble")},
 		FormatMajorVersion: pebble.FormatNewest,
+	}
+	// Bloom filters on every level: state reads are point gets of one key
+	// (Flink's state.backend.rocksdb.use-bloom-filter, 10 bits per key).
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	if cfg.Cache != nil {
 		opts.Cache = cfg.Cache.c

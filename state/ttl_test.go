@@ -93,7 +93,7 @@ func TestTTL(t *testing.T) {
 			{0, "write", false, 1},
 			{500 * ms, "read", true, 1},
 			{1400 * ms, "read", true, 1},
-			{2399 * ms, "read", true, 1}, // 0.999s after the refresh at 1.4s
+			{2399 * ms, "read", true, 1},  // 0.999s after the refresh at 1.4s
 			{3899 * ms, "read", false, 0}, // 1.5s after the refresh at 2.399s
 		}},
 		{"OnReadAndWrite 1.5s after the last refresh", OnReadAndWrite, NeverReturnExpired, []ttlStep{
