@@ -82,7 +82,8 @@ const (
 	// DeliveryNone fires and forgets: records may be lost.
 	DeliveryNone Delivery = "none"
 	// DeliveryExactlyOnce writes one Kafka transaction per checkpoint
-	// epoch. Validate refuses it until checkpoints exist.
+	// epoch, committed when the checkpoint completes (two-phase commit):
+	// read_committed readers see every record once. It needs checkpoints.
 	DeliveryExactlyOnce Delivery = "exactly-once"
 )
 
@@ -333,16 +334,51 @@ type SinkConfig struct {
 	Input string `yaml:"input"`
 	// Topic is the Kafka topic written. Required; a valid topic name.
 	Topic string `yaml:"topic"`
-	// Delivery is at-least-once or none. Default "at-least-once".
-	// exactly-once is refused until checkpoints are available.
+	// Delivery is exactly-once, at-least-once or none. Default
+	// "at-least-once". exactly-once needs checkpoints.interval > 0.
 	Delivery Delivery `yaml:"delivery"`
 	// Parallelism is the number of sink subtasks. Default 0 meaning the
 	// input's parallelism (see Config.SinkParallelism); else in [1, 32768].
 	Parallelism int `yaml:"parallelism"`
+	// TransactionalIDPrefix starts the Kafka transactional ids of an
+	// exactly-once sink: <prefix>-<subtask>-<slot>. Default "" meaning
+	// "kstreamd-<job>-<sink name>" (see Config.TransactionalIDPrefix). Two
+	// jobs must never share a prefix.
+	TransactionalIDPrefix string `yaml:"transactional_id_prefix"`
+	// TransactionTimeout is the Kafka transaction timeout of an
+	// exactly-once sink. It must exceed checkpoints.interval plus the time
+	// a restart takes (a transaction pre-committed before a crash must
+	// still be open when the restarted job commits it), and must not
+	// exceed the brokers' transaction.max.timeout.ms (checked at start).
+	// Default "10m" (0 in a Config built in code means the default).
+	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
+	// PoolSize is the number of transactional ids per sink subtask.
+	// Default 5 (0 in a Config built in code means the default); in
+	// [3, 100].
+	PoolSize int `yaml:"pool_size"`
+	// IgnoreLostTransactions keeps the job running when a pre-committed
+	// transaction can no longer be committed (the broker aborted it after
+	// its timeout): its output is lost, logged and counted. Default false:
+	// the job stops with an error naming the transaction (Flink's
+	// ignoreFailuresAfterTransactionTimeout).
+	IgnoreLostTransactions bool `yaml:"ignore_lost_transactions"`
 }
 
 // setDefaults sets the defaults of a list item before it is decoded.
-func (s *SinkConfig) setDefaults() { s.Delivery = DeliveryAtLeastOnce }
+func (s *SinkConfig) setDefaults() {
+	s.Delivery = DeliveryAtLeastOnce
+	s.TransactionTimeout = 10 * time.Minute
+	s.PoolSize = 5
+}
+
+// TransactionalIDPrefix returns the sink's transactional_id_prefix, or
+// "kstreamd-<job>-<sink>" when it is empty.
+func (c *Config) TransactionalIDPrefix(s *SinkConfig) string {
+	if s.TransactionalIDPrefix != "" {
+		return s.TransactionalIDPrefix
+	}
+	return "kstreamd-" + c.Job.Name + "-" + s.Name
+}
 
 // DemoConfig is the built-in demo producer: it writes made-up items and
 // rules so the reference job shows matches on a fresh machine.
@@ -1481,10 +1517,18 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 			v.errorf(p+".input", "%q is a sink (%s); an input must be an operator or a source", s.Input, in.path)
 		}
 		v.topic(p+".topic", s.Topic)
+		v.oneOf(p+".delivery", string(s.Delivery), string(DeliveryExactlyOnce), string(DeliveryAtLeastOnce), string(DeliveryNone))
 		if s.Delivery == DeliveryExactlyOnce {
-			v.errorf(p+".delivery", "exactly-once needs checkpoints, which are not available yet; use at-least-once")
-		} else {
-			v.oneOf(p+".delivery", string(s.Delivery), string(DeliveryAtLeastOnce), string(DeliveryNone))
+			iv := c.Checkpoints.Interval
+			switch {
+			case iv == 0:
+				v.errorf(p+".delivery", "exactly-once needs checkpoints: set checkpoints.interval (transactions commit when a checkpoint completes)")
+			case s.TransactionTimeout != 0 && s.TransactionTimeout <= iv:
+				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v plus the time a restart takes", s.TransactionTimeout, iv)
+			}
+		}
+		if s.PoolSize != 0 && (s.PoolSize < 3 || s.PoolSize > 100) {
+			v.errorf(p+".pool_size", "must be in [3, 100], got %d", s.PoolSize)
 		}
 		v.parallelism(p+".parallelism", s.Parallelism, 0)
 	}

@@ -121,7 +121,7 @@ func minimalGraph() ([]SourceConfig, []OperatorConfig, []SinkConfig) {
 		}, []OperatorConfig{
 			{Name: "matcher", Type: OperatorShapePairMatcher, Input: "items", KeyBy: "color", Broadcast: "rules"},
 		}, []SinkConfig{
-			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryAtLeastOnce},
+			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 10 * time.Minute, PoolSize: 5},
 		}
 }
 
@@ -201,9 +201,9 @@ func TestFullConfig(t *testing.T) {
 			{Name: "averages", Type: OperatorCountWindowAverage, Input: "items", KeyBy: "shape", Parallelism: 5},
 		},
 		Sinks: []SinkConfig{
-			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryNone},
-			{Name: "counted", Input: "counts", Topic: "counts", Delivery: DeliveryAtLeastOnce, Parallelism: 7},
-			{Name: "raw", Input: "rules", Topic: "rules-copy", Delivery: DeliveryAtLeastOnce},
+			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryNone, TransactionTimeout: 10 * time.Minute, PoolSize: 5},
+			{Name: "counted", Input: "counts", Topic: "counts", Delivery: DeliveryAtLeastOnce, Parallelism: 7, TransactionTimeout: 10 * time.Minute, PoolSize: 5},
+			{Name: "raw", Input: "rules", Topic: "rules-copy", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 10 * time.Minute, PoolSize: 5},
 		},
 		Demo: DemoConfig{Enabled: true, ItemsTopic: "items.v1", RulesTopic: "rules", ItemsPerSecond: 0.5},
 	}
@@ -256,7 +256,7 @@ func TestColorshapeReferenceJob(t *testing.T) {
 			{Name: "matcher", Type: OperatorShapePairMatcher, Input: "items", KeyBy: "color", Broadcast: "rules"},
 		}},
 		{"sinks", cfg.Sinks, []SinkConfig{
-			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryAtLeastOnce},
+			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 10 * time.Minute, PoolSize: 5},
 		}},
 		{"demo", cfg.Demo, DemoConfig{Enabled: true, ItemsTopic: "items", RulesTopic: "rules", ItemsPerSecond: 5}},
 		{"Topics", cfg.Topics(), []string{"items", "matches", "rules"}},
@@ -327,7 +327,7 @@ func TestValidateInCode(t *testing.T) {
 		{"empty enum", func(c *Config) { c.Sources[1].StartFrom = "" },
 			"sources[1].start_from: must be one of earliest, latest"},
 		{"exactly-once", func(c *Config) { c.Sinks[0].Delivery = DeliveryExactlyOnce },
-			"sinks[0].delivery: exactly-once needs checkpoints, which are not available yet; use at-least-once"},
+			"sinks[0].delivery: exactly-once needs checkpoints: set checkpoints.interval (transactions commit when a checkpoint completes)"},
 		{"self input", func(c *Config) { c.Operators[0].Input = "matcher" },
 			"operators[0].input: an operator cannot read its own output"},
 		{"broadcast is input", func(c *Config) { c.Operators[0].Broadcast = "items" },

@@ -215,14 +215,41 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 			targets = append(targets, t)
 		}
 	}
+	skm, err := sink.NewMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	for i := range cfg.Sinks {
 		sk := &cfg.Sinks[i]
+		exactlyOnce := sk.Delivery == DeliveryExactlyOnce
+		timeout, pool := sk.TransactionTimeout, sk.PoolSize
+		if timeout == 0 {
+			timeout = 10 * time.Minute
+		}
+		if pool == 0 {
+			pool = sink.DefaultPoolSize
+		}
+		if exactlyOnce {
+			if err := recoverSink(ctx, cfg, sk, meta, len(b.gates[sk.Name]), timeout, pool, skm, deps); err != nil {
+				return nil, err
+			}
+		}
 		for sub := range b.gates[sk.Name] {
-			k := sink.New(sink.Config{
-				Name: sk.Name, Subtask: sub, Topic: sk.Topic, Delivery: sink.Delivery(sk.Delivery),
-				ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub),
-				Logger: logger.With("component", "sink"),
-			})
+			sinkLogger := logger.With("component", "sink")
+			var k runtime.Operator
+			if exactlyOnce {
+				k = sink.NewTwoPhaseCommitSink(sk.Name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
+					Name: sk.Name, Subtask: sub, Topic: sk.Topic, TransactionalIDPrefix: cfg.TransactionalIDPrefix(sk),
+					PoolSize: pool, TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions,
+					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub), Metrics: skm, Logger: sinkLogger,
+				}), skm, sinkLogger)
+			} else {
+				k = sink.New(sink.Config{
+					Name: sk.Name, Subtask: sub, Topic: sk.Topic, Delivery: sink.Delivery(sk.Delivery),
+					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub),
+					Logger: sinkLogger,
+				})
+			}
 			t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
 				ID: runtime.TaskID{Operator: sk.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[sk.Name][sub]),
 				Operator: k, BootstrapInput: -1, RecordsIn: rm.RecordsIn(sk.Name, sub), Responder: resp,
@@ -251,6 +278,42 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 	j.coordinator = coord
 	j.job = runtime.NewJob(logger.With("component", "job"), deps.DrainTimeout, sources, tasks)
 	return j, nil
+}
+
+// recoverSink prepares an exactly-once sink before its subtasks start: it
+// checks the transaction timeout against the brokers' maximum, commits the
+// transactions the restored checkpoint pre-committed and fences every
+// transactional id the sink may have used (old or new parallelism).
+func recoverSink(ctx context.Context, cfg *Config, sk *SinkConfig, meta *checkpoint.Metadata, p int, timeout time.Duration, pool int, m *sink.Metrics, deps Deps) error {
+	if err := sink.CheckTransactionTimeout(ctx, deps.ClientOpts, sk.Name, timeout); err != nil {
+		return err
+	}
+	var committables []sink.Committable
+	oldP := 0
+	if meta != nil {
+		if om, ok := meta.Operators[sk.Name]; ok {
+			oldP = om.Parallelism
+			old, err := checkpoint.DecodeTaskStates(om)
+			if err != nil {
+				return fmt.Errorf("pipeline: restore sink %q: %w", sk.Name, err)
+			}
+			for _, ts := range old {
+				for _, e := range ts.Operator[sink.CommittablesState].Entries {
+					var c sink.Committable
+					if err := json.Unmarshal(e, &c); err != nil {
+						return fmt.Errorf("pipeline: restore sink %q: committable %s: %w", sk.Name, e, err)
+					}
+					committables = append(committables, c)
+				}
+			}
+		}
+	}
+	return sink.RecoverTransactions(ctx, sink.RecoverConfig{
+		Name: sk.Name, ClientOpts: deps.ClientOpts, Committables: committables,
+		TransactionalIDPrefix: cfg.TransactionalIDPrefix(sk), PoolSize: pool, Subtasks: max(oldP, p),
+		TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions, Metrics: m,
+		Logger: deps.Logger.With("component", "sink", "sink", sk.Name),
+	})
 }
 
 // responder forwards to the coordinator, which is created after the tasks.

@@ -90,3 +90,15 @@ type SourceTask interface {
 	// source acts on its own goroutine) and answers through the responder.
 	TriggerCheckpoint(b *Barrier)
 }
+
+// PendingCommitter is implemented by sinks that must see a checkpoint's
+// completion before their subtask finishes (a stop-with-savepoint's
+// transaction). After end of input the task keeps running its mailbox,
+// for at most FinalCommitTimeout, while PendingCommits reports true.
+type PendingCommitter interface {
+	PendingCommits() bool
+}
+
+// FinalCommitTimeout bounds how long a finished subtask waits for pending
+// commits (see PendingCommitter).
+const FinalCommitTimeout = time.Minute

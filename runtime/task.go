@@ -187,6 +187,9 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 		}
 	}
 	t.mailbox.TryYieldAll()
+	if err := t.awaitPendingCommits(ctx); err != nil {
+		return err
+	}
 	if t.mailErr != nil {
 		return t.mailErr
 	}
@@ -293,4 +296,25 @@ func (t *OperatorTask) startBootstrap() map[int]bool {
 		}
 	}
 	return pending
+}
+
+// awaitPendingCommits runs the mailbox while the operator waits for a
+// checkpoint's completion (stop-with-savepoint), for at most
+// FinalCommitTimeout.
+func (t *OperatorTask) awaitPendingCommits(ctx context.Context) error {
+	pc, ok := t.op.(PendingCommitter)
+	if !ok || !pc.PendingCommits() {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, FinalCommitTimeout)
+	defer cancel()
+	for pc.PendingCommits() && t.mailErr == nil {
+		if err := t.mailbox.Yield(wctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%s: the final checkpoint did not complete within %v", t.name, FinalCommitTimeout)
+		}
+	}
+	return nil
 }

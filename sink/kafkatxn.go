@@ -1,0 +1,321 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// DefaultPoolSize is the number of transactional ids per sink subtask
+// (Flink's FlinkKafkaProducer kafkaProducersPoolSize).
+const DefaultPoolSize = 5
+
+// ErrPoolExhausted is returned by BeginTransaction when every transactional
+// id of the subtask's pool is still tied to a pending or recently committed
+// transaction (checkpoints are failing or far apart).
+var ErrPoolExhausted = errors.New("sink: every transactional id of the pool is in use")
+
+// TransactionalID returns the transactional id of slot of a sink subtask:
+// <prefix>-<subtask>-<slot>.
+func TransactionalID(prefix string, subtask, slot int) string {
+	return prefix + "-" + strconv.Itoa(subtask) + "-" + strconv.Itoa(slot)
+}
+
+// KafkaTxnConfig configures a KafkaTxnCommitter.
+type KafkaTxnConfig struct {
+	// Name is the sink's name; Subtask its subtask index.
+	Name    string
+	Subtask int
+	// Topic receives the records; the record key becomes the Kafka key.
+	Topic string
+	// TransactionalIDPrefix starts every transactional id.
+	TransactionalIDPrefix string
+	// PoolSize is the number of transactional ids; 0 means DefaultPoolSize.
+	PoolSize int
+	// TransactionTimeout is the Kafka transaction timeout; it must exceed
+	// the checkpoint interval plus the time to restart.
+	TransactionTimeout time.Duration
+	// IgnoreLost turns a transaction that can no longer be committed into
+	// an error log and a metric instead of a job failure (Flink's
+	// ignoreFailuresAfterTransactionTimeout).
+	IgnoreLost bool
+	// ClientOpts are the franz-go options every client of the job shares.
+	ClientOpts []kgo.Opt
+	// RecordsOut counts records written into committed transactions.
+	RecordsOut prometheus.Counter
+	// Metrics may be nil.
+	Metrics *Metrics
+	// Logger is scoped by the caller.
+	Logger *slog.Logger
+}
+
+// KafkaTxnCommitter is the TwoPhaseCommitter of Kafka transactions: one
+// transaction per sink subtask and checkpoint epoch, each on a
+// transactional id of the subtask's bounded pool, with one franz-go
+// producer per id. Not safe for concurrent use.
+type KafkaTxnCommitter struct {
+	cfg   KafkaTxnConfig
+	slots []*txnSlot
+	open  *txnSlot
+}
+
+type slotState int
+
+const (
+	slotFree slotState = iota
+	slotOpen
+	slotPreCommitted
+	slotCommitted // committed; reusable once a snapshot taken after the commit completed
+)
+
+type txnSlot struct {
+	index    int
+	id       string
+	cl       *kgo.Client
+	state    slotState
+	records  int64
+	oldest   []time.Time // source timestamps of the records, for the end-to-end latency
+	c        Committable
+	freeAt   int64 // slotCommitted: reusable when a checkpoint >= freeAt completed (0: not yet known)
+	mu       sync.Mutex
+	writeErr error
+}
+
+// NewKafkaTxnCommitter returns the committer of one sink subtask; producers
+// connect lazily.
+func NewKafkaTxnCommitter(cfg KafkaTxnConfig) *KafkaTxnCommitter {
+	if cfg.PoolSize <= 0 {
+		cfg.PoolSize = DefaultPoolSize
+	}
+	k := &KafkaTxnCommitter{cfg: cfg}
+	for i := 0; i < cfg.PoolSize; i++ {
+		k.slots = append(k.slots, &txnSlot{index: i, id: TransactionalID(cfg.TransactionalIDPrefix, cfg.Subtask, i)})
+	}
+	return k
+}
+
+func (k *KafkaTxnCommitter) inFlight() {
+	n := 0
+	for _, s := range k.slots {
+		if s.state == slotOpen || s.state == slotPreCommitted {
+			n++
+		}
+	}
+	k.cfg.Metrics.setInFlight(k.cfg.Name, k.cfg.Subtask, n)
+}
+
+// BeginTransaction implements TwoPhaseCommitter: it takes a free slot and
+// begins a transaction on its producer. It returns ErrPoolExhausted when no
+// slot is free.
+func (k *KafkaTxnCommitter) BeginTransaction(context.Context) error {
+	var s *txnSlot
+	for _, c := range k.slots {
+		if c.state == slotFree {
+			s = c
+			break
+		}
+	}
+	if s == nil {
+		return fmt.Errorf("sink %s[%d]: %w (pool size %d)", k.cfg.Name, k.cfg.Subtask, ErrPoolExhausted, k.cfg.PoolSize)
+	}
+	if s.cl == nil {
+		opts := append([]kgo.Opt{}, k.cfg.ClientOpts...)
+		opts = append(opts, kgo.TransactionalID(s.id), kgo.TransactionTimeout(k.cfg.TransactionTimeout),
+			kgo.DefaultProduceTopic(k.cfg.Topic), kgo.RequiredAcks(kgo.AllISRAcks()))
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return fmt.Errorf("sink %s: transactional producer %s: %w", k.cfg.Name, s.id, err)
+		}
+		s.cl = cl
+	}
+	if err := s.cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("sink %s: begin transaction on %s: %w", k.cfg.Name, s.id, err)
+	}
+	s.state, s.records, s.oldest, s.writeErr, s.freeAt = slotOpen, 0, s.oldest[:0], nil, 0
+	k.open = s
+	k.inFlight()
+	return nil
+}
+
+// Write implements TwoPhaseCommitter: it produces rec into the open
+// transaction, blocking while the producer's buffer is full. It returns the
+// first failure of an earlier record of the transaction.
+func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error {
+	s := k.open
+	if err := s.err(); err != nil {
+		return err
+	}
+	s.records++
+	if !rec.Timestamp.IsZero() {
+		s.oldest = append(s.oldest, rec.Timestamp)
+	}
+	s.cl.Produce(ctx, &kgo.Record{Key: rec.Key, Value: rec.Value}, func(r *kgo.Record, err error) {
+		if err != nil {
+			s.mu.Lock()
+			if s.writeErr == nil {
+				s.writeErr = fmt.Errorf("sink %s: write to %q in transaction %s: %w", k.cfg.Name, r.Topic, s.id, err)
+			}
+			s.mu.Unlock()
+		}
+	})
+	return nil
+}
+
+func (s *txnSlot) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writeErr
+}
+
+// PreCommit implements TwoPhaseCommitter: flush, then record the
+// transactional id, producer id and epoch now (the epoch changes when the
+// transaction ends).
+func (k *KafkaTxnCommitter) PreCommit(ctx context.Context, checkpointID int64) (Committable, error) {
+	s := k.open
+	if err := s.cl.Flush(ctx); err != nil {
+		return Committable{}, fmt.Errorf("sink %s: flush %s: %w", k.cfg.Name, s.id, err)
+	}
+	if err := s.err(); err != nil {
+		return Committable{}, err
+	}
+	c := Committable{TransactionalID: s.id, CheckpointID: checkpointID, Records: s.records}
+	if s.records > 0 {
+		pid, epoch, err := s.cl.ProducerID(ctx)
+		if err != nil {
+			return Committable{}, fmt.Errorf("sink %s: producer id of %s: %w", k.cfg.Name, s.id, err)
+		}
+		c.ProducerID, c.Epoch = pid, epoch
+	}
+	s.c, s.state = c, slotPreCommitted
+	k.open = nil
+	return c, nil
+}
+
+// Commit implements TwoPhaseCommitter. In the normal case the slot's
+// producer still has the transaction open and ends it; a committable whose
+// producer is gone (restored from a checkpoint) is committed with a raw
+// EndTxn (see CommitRecovered).
+func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
+	var s *txnSlot
+	for _, cand := range k.slots {
+		if cand.state == slotPreCommitted && cand.c == c {
+			s = cand
+		}
+	}
+	if s == nil {
+		return k.lost(CommitRecovered(ctx, k.cfg.ClientOpts, c))
+	}
+	if c.Records > 0 {
+		if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			if lerr := k.lost(classify(c, err)); lerr != nil {
+				return lerr
+			}
+			// Ignored loss: the producer must start over.
+			_ = s.cl.EndTransaction(ctx, kgo.TryAbort)
+		} else {
+			k.cfg.Metrics.transaction(k.cfg.Name, "committed")
+			if k.cfg.RecordsOut != nil {
+				k.cfg.RecordsOut.Add(float64(c.Records))
+			}
+			if k.cfg.Metrics != nil {
+				now := time.Now()
+				for _, ts := range s.oldest {
+					k.cfg.Metrics.e2eLatency.Observe(now.Sub(ts).Seconds())
+				}
+			}
+		}
+	} else if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("sink %s: end empty transaction %s: %w", k.cfg.Name, s.id, err)
+	}
+	s.state = slotCommitted
+	k.inFlight()
+	return nil
+}
+
+// lost reports err, a *LostOutputError or nil, as the configuration asks:
+// returned, or logged and counted when IgnoreLost.
+func (k *KafkaTxnCommitter) lost(err error) error {
+	var le *LostOutputError
+	if !errors.As(err, &le) {
+		return err
+	}
+	k.cfg.Metrics.transaction(k.cfg.Name, "lost")
+	if !k.cfg.IgnoreLost {
+		return err
+	}
+	k.cfg.Logger.Error("lost output ignored (ignore_lost_transactions)", "transactional_id", le.TransactionalID, "checkpoint_id", le.CheckpointID, "records", le.Records, "err", le.Err)
+	return nil
+}
+
+// Snapshotted implements TwoPhaseCommitter: committed slots whose commit
+// precedes this snapshot become free once checkpoint id completes.
+func (k *KafkaTxnCommitter) Snapshotted(id int64) {
+	for _, s := range k.slots {
+		if s.state == slotCommitted && s.freeAt == 0 {
+			s.freeAt = id
+		}
+	}
+}
+
+// CheckpointCompleted implements TwoPhaseCommitter.
+func (k *KafkaTxnCommitter) CheckpointCompleted(id int64) {
+	for _, s := range k.slots {
+		if s.state == slotCommitted && s.freeAt != 0 && s.freeAt <= id {
+			s.state = slotFree
+		}
+	}
+}
+
+// AbortOpen implements TwoPhaseCommitter.
+func (k *KafkaTxnCommitter) AbortOpen(ctx context.Context) error {
+	s := k.open
+	if s == nil {
+		return nil
+	}
+	k.open = nil
+	s.state = slotFree
+	if err := s.cl.AbortBufferedRecords(ctx); err != nil {
+		return fmt.Errorf("sink %s: abort %s: %w", k.cfg.Name, s.id, err)
+	}
+	if err := s.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		return fmt.Errorf("sink %s: abort %s: %w", k.cfg.Name, s.id, err)
+	}
+	if s.records > 0 {
+		k.cfg.Metrics.transaction(k.cfg.Name, "aborted")
+	}
+	k.inFlight()
+	return nil
+}
+
+// Close implements TwoPhaseCommitter: it closes every producer without
+// ending transactions (a pre-committed one must stay open for the next
+// start to commit).
+func (k *KafkaTxnCommitter) Close() error {
+	for _, s := range k.slots {
+		if s.cl != nil {
+			s.cl.Close()
+		}
+	}
+	return nil
+}
+
+// classify turns a commit failure into a *LostOutputError when the broker
+// says the transaction can no longer be committed, and returns other
+// errors as they are.
+func classify(c Committable, err error) error {
+	if errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.InvalidProducerIDMapping) || errors.Is(err, kerr.TransactionalIDNotFound) || errors.Is(err, kerr.TransactionAbortable) {
+		return &LostOutputError{TransactionalID: c.TransactionalID, CheckpointID: c.CheckpointID, Records: c.Records, Err: err}
+	}
+	return err
+}
