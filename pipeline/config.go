@@ -362,6 +362,11 @@ type SinkConfig struct {
 	// the job stops with an error naming the transaction (Flink's
 	// ignoreFailuresAfterTransactionTimeout).
 	IgnoreLostTransactions bool `yaml:"ignore_lost_transactions"`
+	// BufferThreshold, when > 0, buffers up to this many records in memory
+	// and writes them when the buffer is full or a checkpoint completes
+	// (Flink's BufferingSink); the buffer is kept in checkpoints, so a
+	// crash loses nothing. at-least-once only. Default 0: no buffering.
+	BufferThreshold int `yaml:"buffer_threshold"`
 }
 
 // setDefaults sets the defaults of a list item before it is decoded.
@@ -1526,6 +1531,11 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 			case s.TransactionTimeout != 0 && s.TransactionTimeout <= iv:
 				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v plus the time a restart takes", s.TransactionTimeout, iv)
 			}
+		}
+		if s.BufferThreshold < 0 {
+			v.errorf(p+".buffer_threshold", "must be >= 0, got %d", s.BufferThreshold)
+		} else if s.BufferThreshold > 0 && s.Delivery != DeliveryAtLeastOnce {
+			v.errorf(p+".buffer_threshold", "buffering applies to at-least-once sinks, this one is %s", s.Delivery)
 		}
 		if s.PoolSize != 0 && (s.PoolSize < 3 || s.PoolSize > 100) {
 			v.errorf(p+".pool_size", "must be in [3, 100], got %d", s.PoolSize)

@@ -234,6 +234,10 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 				return nil, err
 			}
 		}
+		sinkShares, err := restoreSinkState(meta, sk.Name, len(b.gates[sk.Name]))
+		if err != nil {
+			return nil, err
+		}
 		for sub := range b.gates[sk.Name] {
 			sinkLogger := logger.With("component", "sink")
 			var k runtime.Operator
@@ -244,11 +248,15 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub), Metrics: skm, Logger: sinkLogger,
 				}), skm, sinkLogger)
 			} else {
-				k = sink.New(sink.Config{
+				ks := sink.New(sink.Config{
 					Name: sk.Name, Subtask: sub, Topic: sk.Topic, Delivery: sink.Delivery(sk.Delivery),
 					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub),
 					Logger: sinkLogger,
 				})
+				k = ks
+				if sk.BufferThreshold > 0 {
+					k = sink.NewBufferingSink(ks, sk.BufferThreshold, sinkShares[sub])
+				}
 			}
 			t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
 				ID: runtime.TaskID{Operator: sk.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[sk.Name][sub]),
@@ -314,6 +322,28 @@ func recoverSink(ctx context.Context, cfg *Config, sk *SinkConfig, meta *checkpo
 		TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions, Metrics: m,
 		Logger: deps.Logger.With("component", "sink", "sink", sk.Name),
 	})
+}
+
+// restoreSinkState returns each new sink subtask's share of the sink's
+// operator list states (BufferingSink's buffer); nil maps when there is
+// nothing to restore.
+func restoreSinkState(meta *checkpoint.Metadata, name string, p int) ([]map[string]state.OperatorListSnapshot, error) {
+	if meta == nil {
+		return make([]map[string]state.OperatorListSnapshot, p), nil
+	}
+	om, ok := meta.Operators[name]
+	if !ok {
+		return make([]map[string]state.OperatorListSnapshot, p), nil
+	}
+	old, err := checkpoint.DecodeTaskStates(om)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: restore sink %q: %w", name, err)
+	}
+	out, err := checkpoint.RedistributeOperatorState(old, p)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: restore sink %q: %w", name, err)
+	}
+	return out, nil
 }
 
 // responder forwards to the coordinator, which is created after the tasks.
