@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -27,7 +28,7 @@ const (
 
 // dashboard is the part of a Grafana dashboard JSON the tests read.
 type dashboard struct {
-	file       string // repository path
+	file       string  // repository path
 	UID        string  `json:"uid"`
 	Title      string  `json:"title"`
 	Panels     []panel `json:"panels"`
@@ -295,8 +296,11 @@ func TestGrafanaProvisioning(t *testing.T) {
 		if p := dp.Providers[0].Options.Path; p != mount {
 			t.Errorf("dashboard provider path %q, want %q where compose mounts configs/grafana/dashboards", p, mount)
 		}
-		if _, ok := g.mountOf("./configs/grafana/provisioning"); !ok {
-			t.Errorf("grafana does not mount ./configs/grafana/provisioning; volumes %q", g.Volumes)
+		for _, dir := range []string{"datasources", "dashboards"} {
+			src, want := "./configs/grafana/provisioning/"+dir, "/etc/grafana/provisioning/"+dir
+			if got, ok := g.mountOf(src); !ok || got != want {
+				t.Errorf("grafana mounts %s at %q, want %s", src, got, want)
+			}
 		}
 		home := g.Environment["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
 		if want := path.Join(mount, path.Base(homeDashboard)); home != want {

@@ -112,21 +112,27 @@ func readRepoFile(t *testing.T, rel string) []byte {
 	return b
 }
 
-// dockerPipeline loads configs/colorshape-docker.yaml as kstreamd does.
-func dockerPipeline(t *testing.T) *pipeline.Config {
+// loadPipeline loads a pipeline file of the repository as kstreamd does.
+func loadPipeline(t *testing.T, rel string) *pipeline.Config {
 	t.Helper()
-	cfg, err := pipeline.Load(repoFile("configs/colorshape-docker.yaml"))
+	cfg, err := pipeline.Load(repoFile(rel))
 	if err != nil {
-		t.Fatalf("configs/colorshape-docker.yaml: %v", err)
+		t.Fatalf("%s: %v", rel, err)
 	}
 	return cfg
 }
 
-// daemon is a `kstreamd run` child process running the reference job on its
-// embedded broker, with the demo producer on.
+// dockerPipeline loads configs/colorshape-docker.yaml, the pipeline
+// docker-compose.yml mounts.
+func dockerPipeline(t *testing.T) *pipeline.Config {
+	t.Helper()
+	return loadPipeline(t, "configs/colorshape-docker.yaml")
+}
+
+// daemon is a `kstreamd run` child process.
 type daemon struct {
-	dir     string // data dir, config and log
-	broker  string // the embedded broker's host:port
+	dir     string // config and log (and, for the shared daemon, data)
+	broker  string // the broker's host:port
 	metrics string // the /metrics listener's host:port
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when the process has exited
@@ -137,8 +143,9 @@ type daemon struct {
 // second of the start.
 const demoItemsPerSecond = 200
 
-// referenceConfig is the reference job's pipeline on loopback addresses.
-func (d *daemon) config() string {
+// referenceConfig is the reference job on an embedded broker at broker,
+// with /metrics at metrics, its data under dataDir and the demo producer on.
+func referenceConfig(dataDir, broker, metrics string) string {
 	return fmt.Sprintf(`job:
   name: colorshape
   parallelism: 2
@@ -171,17 +178,35 @@ demo:
   items_topic: items
   rules_topic: rules
   items_per_second: %d
-`, filepath.Join(d.dir, "data"), d.broker, d.metrics, demoItemsPerSecond)
+`, dataDir, broker, metrics, demoItemsPerSecond)
 }
 
-// sharedDaemon returns the daemon the tests of this package share, starting
-// it on first use; TestMain stops it.
+// sharedDaemon returns the daemon running the reference job that the tests
+// of this package share, starting it on first use; TestMain stops it. Once
+// it is up, it has skipped one malformed item, so the skipped-records
+// series exists too.
 func sharedDaemon(t *testing.T) *daemon {
 	t.Helper()
 	shared.once.Do(func() {
 		shared.err = errors.New("the shared daemon did not start (see the first test that used it)")
-		d, err := startDaemon(testkit.FreeAddr(t), testkit.FreeAddr(t))
-		shared.d, shared.err = d, err
+		dir, err := os.MkdirTemp("", "kstreamd-deploy-daemon-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
+		d, err := startDaemon(dir, referenceConfig(filepath.Join(dir, "data"), broker, metrics), broker, metrics)
+		if err == nil {
+			if err = d.produceMalformedItem(); err != nil {
+				err = errors.Join(err, d.stop())
+				os.RemoveAll(dir)
+			}
+		}
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.d, shared.err = d, nil
 	})
 	if shared.err != nil {
 		t.Fatal(shared.err)
@@ -194,30 +219,29 @@ func stopShared() {
 		if err := shared.d.stop(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
+		os.RemoveAll(shared.d.dir)
 	}
 }
 
-// startDaemon starts the binary on the reference job and waits until
-// /healthz answers; then it writes one malformed item, so the
-// skipped-records series exists too.
-func startDaemon(broker, metrics string) (*daemon, error) {
-	dir, err := os.MkdirTemp("", "kstreamd-deploy-daemon-")
-	if err != nil {
-		return nil, err
-	}
+// startDaemon writes config to dir, starts `kstreamd run` on it with its log
+// in dir, and waits until /healthz at metrics answers. On error it has
+// stopped the process and removed dir.
+func startDaemon(dir, config, broker, metrics string) (*daemon, error) {
 	d := &daemon{dir: dir, broker: broker, metrics: metrics, exited: make(chan struct{})}
 	cfg := filepath.Join(dir, "pipeline.yaml")
-	if err := os.WriteFile(cfg, []byte(d.config()), 0o644); err != nil {
-		return nil, err
-	}
 	logf, err := os.Create(filepath.Join(dir, "kstreamd.log"))
+	if err == nil {
+		err = os.WriteFile(cfg, []byte(config), 0o644)
+	}
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	defer logf.Close() // the child holds its own descriptor
 	d.cmd = exec.Command(binPath, "run", "--config", cfg)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	go func() { d.waitErr = d.cmd.Wait(); close(d.exited) }()
@@ -237,15 +261,15 @@ func startDaemon(broker, metrics string) (*daemon, error) {
 	})
 	select {
 	case <-d.exited:
-		return nil, fmt.Errorf("kstreamd exited at start (%v):\n%s", d.waitErr, d.logTail())
+		err := fmt.Errorf("kstreamd exited at start (%v):\n%s", d.waitErr, d.logTail())
+		os.RemoveAll(dir)
+		return nil, err
 	default:
 	}
 	if !healthy {
-		err := fmt.Errorf("kstreamd /healthz not ok within 20s:\n%s", d.logTail())
-		return nil, errors.Join(err, d.stop())
-	}
-	if err := d.produceMalformedItem(); err != nil {
-		return nil, errors.Join(err, d.stop())
+		err := errors.Join(fmt.Errorf("kstreamd /healthz not ok within 20s:\n%s", d.logTail()), d.stop())
+		os.RemoveAll(dir)
+		return nil, err
 	}
 	return d, nil
 }
@@ -267,10 +291,9 @@ func (d *daemon) produceMalformedItem() error {
 	return nil
 }
 
-// stop sends SIGTERM, waits up to 15 s for a clean exit (then kills), and
-// removes the daemon's files. It returns an error if the exit was not clean.
+// stop sends SIGTERM and waits up to 15 s for a clean exit (then kills). It
+// returns an error if the exit was not clean. It leaves the daemon's files.
 func (d *daemon) stop() error {
-	defer os.RemoveAll(d.dir)
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.exited:

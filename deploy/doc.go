@@ -17,8 +17,12 @@
 //     mounts, the topics kafka-init creates are the job's, Prometheus scrapes
 //     the metrics port the job listens on, Grafana loads the dashboard from
 //     where compose mounts it;
+//   - configs/colorshape-docker.yaml runs, its addresses made local, against
+//     an outside broker (kfake on loopback) whose topics are created as
+//     kafka-init creates them: it matches, checkpoints under its data_dir and
+//     logs JSON;
 //   - a real Prometheus server (Debian's prometheus) scrapes a running daemon
-//     and answers every dashboard query.
+//     and answers every dashboard query with data.
 //
 // No Docker engine is needed. The tools the tests run come from Debian
 // packages: docker-compose and prometheus (which brings promtool). A missing

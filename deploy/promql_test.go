@@ -195,10 +195,12 @@ func skipBalanced(expr string, i int, open, close byte) (int, error) {
 	return 0, fmt.Errorf("%q: unbalanced %q at offset %d", expr, open, i)
 }
 
-func isSpace(c byte) bool      { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-func isDigit(c byte) bool      { return c >= '0' && c <= '9' }
-func isIdentStart(c byte) bool { return c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
-func isIdent(c byte) bool      { return isIdentStart(c) || isDigit(c) }
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+func isIdentStart(c byte) bool {
+	return c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+func isIdent(c byte) bool { return isIdentStart(c) || isDigit(c) }
 
 func TestMetricNames(t *testing.T) {
 	for _, tc := range []struct {
