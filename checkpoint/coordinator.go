@@ -85,8 +85,19 @@ type Coordinator struct {
 	queue    []*savepointReq
 	fatal    error
 
-	mu    sync.Mutex // guards ready
-	ready map[runtime.TaskID]bool
+	mu       sync.Mutex // guards ready, lastID, lastTime
+	ready    map[runtime.TaskID]bool
+	lastID   int64
+	lastTime time.Time
+}
+
+// LastCompleted returns the id and completion time of the last checkpoint
+// or savepoint this coordinator completed; 0 and the zero time when none.
+// Safe for concurrent use.
+func (c *Coordinator) LastCompleted() (int64, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastID, c.lastTime
 }
 
 type pending struct {
@@ -328,15 +339,21 @@ func (c *Coordinator) complete(p *pending) error {
 	}
 	slices.Sort(m.SharedFiles)
 	m.Completed = time.Now()
-	if !b.Savepoint && c.cfg.Storage.beforeCommit != nil {
-		if err := c.cfg.Storage.beforeCommit(b.CheckpointID); err != nil {
-			return err
-		}
+	// Checkpoints commit through Storage.commit, whose failure-injection
+	// hook runs between the temporary metadata file and its rename.
+	var err error
+	if b.Savepoint {
+		err = writeMetadata(b.Dir, m, nil)
+	} else {
+		err = c.cfg.Storage.commit(b.Dir, m)
 	}
-	if err := writeMetadata(b.Dir, m, nil); err != nil {
+	if err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	c.pending, c.failures, c.lastEnd = nil, 0, time.Now()
+	c.mu.Lock()
+	c.lastID, c.lastTime = b.CheckpointID, m.Completed
+	c.mu.Unlock()
 	dur := time.Since(p.start)
 	c.logger.Info("checkpoint completed", "checkpoint_id", b.CheckpointID, "savepoint", b.Savepoint, "duration", dur, "bytes", m.Bytes, "dir", b.Dir)
 	if mt := c.cfg.Metrics; mt != nil {

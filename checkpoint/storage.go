@@ -217,6 +217,24 @@ func (s *Storage) Prune() error {
 	return errors.Join(errs...)
 }
 
+// DiscardIncomplete deletes every checkpoint directory without metadata:
+// checkpoints aborted or cut short by a stop. It must only run when no
+// checkpoint is in flight (after the job's tasks returned).
+func (s *Storage) DiscardIncomplete() error {
+	infos, err := s.List()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, in := range infos {
+		if in.State == StateIncomplete {
+			s.logger.Debug("discarding incomplete checkpoint", "checkpoint_id", in.ID)
+			errs = append(errs, os.RemoveAll(in.Dir))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // SharedRefCounts returns, per shared file, how many kept completed
 // checkpoints refer to it (tests and `checkpoints list` use it).
 func (s *Storage) SharedRefCounts() (map[string]int, error) {

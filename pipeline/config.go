@@ -201,6 +201,13 @@ type KafkaConfig struct {
 	ClientID string `yaml:"client_id"`
 	// Embedded runs an in-process development broker.
 	Embedded EmbeddedKafkaConfig `yaml:"embedded"`
+	// TLS dials the brokers with TLS: CA, client certificate, server name.
+	// Default off. Validate reads its files (see TLSConfig).
+	TLS TLSConfig `yaml:"tls"`
+	// SASL authenticates every client: PLAIN, SCRAM-SHA-256 or
+	// SCRAM-SHA-512, the password from an environment variable or a file.
+	// Default off. Validate reads the password (see SASLConfig).
+	SASL SASLConfig `yaml:"sasl"`
 }
 
 // EmbeddedKafkaConfig is an in-process development broker (franz-go's kfake)
@@ -264,9 +271,45 @@ type CheckpointsConfig struct {
 // MetricsConfig is the HTTP listener of /metrics and /healthz.
 type MetricsConfig struct {
 	// Address is the host:port to listen on (an empty host listens on every
-	// interface). Default "127.0.0.1:9249"; write `address: ""` to disable
-	// the listener.
+	// interface). It serves /metrics, /healthz, /readyz and the job API
+	// under /api/v1/. Default "127.0.0.1:9249"; write `address: ""` to
+	// disable the listener.
 	Address string `yaml:"address"`
+	// BearerTokenEnv names an environment variable holding a bearer token;
+	// when set (or BearerTokenFile), every /api/v1/ request must carry
+	// "Authorization: Bearer <token>". /metrics and the health endpoints
+	// stay open. Default "": no token.
+	BearerTokenEnv string `yaml:"bearer_token_env"`
+	// BearerTokenFile is a file holding the bearer token (a trailing
+	// newline is ignored). At most one of BearerTokenEnv and
+	// BearerTokenFile. Default "".
+	BearerTokenFile string `yaml:"bearer_token_file"`
+}
+
+// BearerToken returns the API's bearer token from metrics.bearer_token_env
+// or metrics.bearer_token_file, "" when none is configured. It fails when the
+// variable is unset or empty, or the file cannot be read or is empty.
+func (c *Config) BearerToken() (string, error) {
+	m := &c.Metrics
+	switch {
+	case m.BearerTokenEnv != "":
+		t := os.Getenv(m.BearerTokenEnv)
+		if t == "" {
+			return "", fmt.Errorf("metrics.bearer_token_env: environment variable %s is unset or empty", m.BearerTokenEnv)
+		}
+		return t, nil
+	case m.BearerTokenFile != "":
+		b, err := os.ReadFile(m.BearerTokenFile)
+		if err != nil {
+			return "", fmt.Errorf("metrics.bearer_token_file: %w", err)
+		}
+		t := strings.TrimRight(string(b), "\r\n")
+		if t == "" {
+			return "", fmt.Errorf("metrics.bearer_token_file: %s is empty", m.BearerTokenFile)
+		}
+		return t, nil
+	}
+	return "", nil
 }
 
 // LogConfig sets the process's log.
@@ -293,12 +336,40 @@ type SourceConfig struct {
 	// Parallelism is the number of source subtasks. Default 0 meaning
 	// job.parallelism (see Config.SourceParallelism); else in [1, 32768].
 	Parallelism int `yaml:"parallelism"`
+	// OnError is what happens to a bad record (not JSON, not an object, key
+	// field missing or of the wrong type, empty, over max_record_bytes, or
+	// an undecodable rule on a broadcast source): "fail" stops the job
+	// with an error naming topic, partition and offset; "skip" counts it in
+	// kstreamd_source_records_skipped_total and logs it (rate-limited);
+	// "dead-letter" writes the original record to dead_letter_topic with
+	// headers kstreamd.error, kstreamd.source.topic,
+	// kstreamd.source.partition and kstreamd.source.offset, and counts it in
+	// kstreamd_source_records_dead_lettered_total. Default "skip".
+	OnError OnError `yaml:"on_error"`
+	// DeadLetterTopic receives bad records when on_error is dead-letter.
+	// Required then; a valid topic name.
+	DeadLetterTopic string `yaml:"dead_letter_topic"`
+	// MaxRecordBytes is the largest record value accepted, in bytes; a
+	// larger one is a bad record. Default 1048576 (1 MiB); 0 means no limit.
+	MaxRecordBytes int `yaml:"max_record_bytes"`
 }
+
+// OnError is a source's bad-record policy.
+type OnError string
+
+// OnError values.
+const (
+	OnErrorFail       OnError = "fail"
+	OnErrorSkip       OnError = "skip"
+	OnErrorDeadLetter OnError = "dead-letter"
+)
 
 // setDefaults sets the defaults of a list item before it is decoded.
 func (s *SourceConfig) setDefaults() {
 	s.StartFrom = StartFromEarliest
 	s.Format = RecordFormatJSON
+	s.OnError = OnErrorSkip
+	s.MaxRecordBytes = 1 << 20
 }
 
 // OperatorConfig is one built-in operator.
@@ -322,6 +393,10 @@ type OperatorConfig struct {
 	// job.parallelism (see Config.OperatorParallelism); else in [1, 32768]
 	// and at most job.max_parallelism.
 	Parallelism int `yaml:"parallelism"`
+	// AsyncState enables Flink's State V2 asynchronous state access for
+	// this keyed operator (EnableAsyncState); default false; only
+	// count_window_average and keyed_count support it for now.
+	AsyncState bool `yaml:"async_state"`
 }
 
 // SinkConfig writes one stream to a Kafka topic.
@@ -619,7 +694,7 @@ func (c *Config) MaxParallelism() int {
 func (c *Config) Topics() []string {
 	var ts []string
 	for _, s := range c.Sources {
-		ts = append(ts, s.Topic)
+		ts = append(ts, s.Topic, s.DeadLetterTopic)
 	}
 	for _, s := range c.Sinks {
 		ts = append(ts, s.Topic)
@@ -1366,12 +1441,16 @@ func (c *Config) validateRuntime(v *validator) {
 	if k.Embedded.Partitions < 1 {
 		v.errorf("kafka.embedded.partitions", "must be >= 1, got %d", k.Embedded.Partitions)
 	}
+	c.validateSecurity(v)
 	v.oneOf("state.backend", string(c.State.Backend), string(StateBackendHashMap), string(StateBackendPebble))
 	if c.State.BlockCacheBytes < 0 {
 		v.errorf("state.block_cache_bytes", "must be >= 0, got %d", c.State.BlockCacheBytes)
 	}
 	if c.Metrics.Address != "" {
 		v.hostPort("metrics.address", c.Metrics.Address, true)
+	}
+	if c.Metrics.BearerTokenEnv != "" && c.Metrics.BearerTokenFile != "" {
+		v.errorf("metrics.bearer_token_file", "set at most one of bearer_token_env and bearer_token_file")
 	}
 	cp := &c.Checkpoints
 	if cp.Interval != 0 && cp.Interval < 10*time.Millisecond {
@@ -1438,6 +1517,21 @@ func (c *Config) validateSources(v *validator) {
 		v.oneOf(p+".start_from", string(s.StartFrom), string(StartFromEarliest), string(StartFromLatest))
 		v.oneOf(p+".format", string(s.Format), string(RecordFormatJSON))
 		v.parallelism(p+".parallelism", s.Parallelism, 0)
+		if s.OnError != "" {
+			v.oneOf(p+".on_error", string(s.OnError), string(OnErrorFail), string(OnErrorSkip), string(OnErrorDeadLetter))
+		}
+		switch {
+		case s.OnError == OnErrorDeadLetter && s.DeadLetterTopic == "":
+			v.errorf(p+".dead_letter_topic", "required when on_error is dead-letter")
+		case s.DeadLetterTopic != "":
+			v.topic(p+".dead_letter_topic", s.DeadLetterTopic)
+			if s.DeadLetterTopic == s.Topic {
+				v.errorf(p+".dead_letter_topic", "must differ from the source's topic %q", s.Topic)
+			}
+		}
+		if s.MaxRecordBytes < 0 {
+			v.errorf(p+".max_record_bytes", "must be >= 0, got %d", s.MaxRecordBytes)
+		}
 	}
 }
 
@@ -1505,6 +1599,9 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 			v.errorf(p+".broadcast", "%q is %s; a broadcast input must be a source", op.Broadcast, bc.path)
 		case op.Broadcast == op.Input:
 			v.errorf(p+".broadcast", "%q is also the input; the broadcast input must be another source", op.Broadcast)
+		}
+		if op.AsyncState && known && op.Type != OperatorCountWindowAverage && op.Type != OperatorKeyedCount {
+			v.errorf(p+".async_state", "operator type %s has no async state version; only %s and %s do", op.Type, OperatorCountWindowAverage, OperatorKeyedCount)
 		}
 		v.parallelism(p+".parallelism", op.Parallelism, 0)
 	}

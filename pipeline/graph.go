@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kstreamd/kstreamd/broadcast"
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
@@ -42,9 +43,12 @@ type Deps struct {
 }
 
 // ClientOptions returns the franz-go options of the config's Kafka clients:
-// seed brokers and client id.
+// seed brokers, client id, and the TLS dialer and SASL mechanism of
+// kafka.tls and kafka.sasl, which Validate (run by Load) must have loaded
+// (else dials or authentication fail with ErrSecurityNotLoaded).
 func (c *Config) ClientOptions() []kgo.Opt {
-	return []kgo.Opt{kgo.SeedBrokers(c.Brokers()...), kgo.ClientID(c.Kafka.ClientID)}
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers()...), kgo.ClientID(c.Kafka.ClientID)}
+	return append(opts, c.Kafka.securityOptions()...)
 }
 
 // ErrMaxParallelismChanged is wrapped by Build's error when the restored
@@ -56,6 +60,9 @@ type Job struct {
 	cfg         *Config
 	job         *runtime.Job
 	coordinator *checkpoint.Coordinator
+	storage     *checkpoint.Storage
+	logger      *slog.Logger
+	maxP        int
 	cache       *state.BlockCache
 	restoredDir string
 }
@@ -148,7 +155,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 	if err := os.RemoveAll(stateRoot); err != nil {
 		return nil, fmt.Errorf("pipeline: clear state dir: %w", err)
 	}
-	j := &Job{cfg: cfg, cache: state.NewBlockCache(cfg.State.BlockCacheBytes), restoredDir: restoreDir}
+	j := &Job{cfg: cfg, storage: storage, logger: logger, maxP: maxP, cache: state.NewBlockCache(cfg.State.BlockCacheBytes), restoredDir: restoreDir}
 	resp := &responder{}
 
 	var sources []runtime.Task
@@ -168,7 +175,8 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 				Name: s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
 				Subtask: sub, Parallelism: p, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
 				DiscoveryInterval: 30 * time.Second, Group: "kstreamd-" + cfg.Job.Name,
-				KeyBy: plan.keyBy, Tombstones: plan.tombstones,
+				KeyBy: plan.keyBy, Tombstones: plan.tombstones, Check: plan.check,
+				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, MaxRecordBytes: s.MaxRecordBytes,
 				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
 				OnCaughtUp: func() { resp.caughtUp(id) },
 				RecordsIn:  rm.RecordsIn(s.Name, sub), Metrics: sm,
@@ -192,13 +200,22 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 			opener := j.opener(stateRoot, op.Name, sub, p, maxP, logger)
 			opLogger := logger.With("component", "operator", "operator", op.Name, "subtask", sub)
 			var kop *operators.KeyedOperator
+			mailbox := runtime.NewMailbox() // shared by the task and an async operator's completions
 			switch op.Type {
 			case OperatorShapePairMatcher:
 				kop = operators.NewKeyedBroadcastOperator(info, opener, restores[sub], &operators.ShapePairMatcher{Metrics: om, Logger: opLogger}, b.outputs[op.Name][sub])
 			case OperatorCountWindowAverage:
-				kop = operators.NewKeyedProcessOperator(info, opener, restores[sub], &operators.CountWindowAverage{}, b.outputs[op.Name][sub])
+				if op.AsyncState {
+					kop = operators.NewAsyncKeyedProcessOperator(info, opener, restores[sub], &operators.AsyncCountWindowAverage{}, b.outputs[op.Name][sub], mailbox)
+				} else {
+					kop = operators.NewKeyedProcessOperator(info, opener, restores[sub], &operators.CountWindowAverage{}, b.outputs[op.Name][sub])
+				}
 			case OperatorKeyedCount:
-				kop = operators.NewKeyedProcessOperator(info, opener, restores[sub], &operators.KeyedCount{}, b.outputs[op.Name][sub])
+				if op.AsyncState {
+					kop = operators.NewAsyncKeyedProcessOperator(info, opener, restores[sub], &operators.AsyncKeyedCount{}, b.outputs[op.Name][sub], mailbox)
+				} else {
+					kop = operators.NewKeyedProcessOperator(info, opener, restores[sub], &operators.KeyedCount{}, b.outputs[op.Name][sub])
+				}
 			default:
 				return nil, fmt.Errorf("pipeline: operators[%d]: unknown type %q", i, op.Type)
 			}
@@ -208,7 +225,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 			}
 			t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
 				ID: runtime.TaskID{Operator: op.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[op.Name][sub]),
-				Operator: kop, Output: b.outputs[op.Name][sub], BootstrapInput: bootstrap,
+				Operator: kop, Output: b.outputs[op.Name][sub], Mailbox: mailbox, BootstrapInput: bootstrap,
 				RecordsIn: rm.RecordsIn(op.Name, sub), Responder: resp,
 			})
 			tasks = append(tasks, t)
@@ -485,6 +502,12 @@ func (j *Job) Run(ctx context.Context) error {
 	go func() { coordDone <- j.coordinator.Run(coordCtx) }()
 	jobDone := make(chan error, 1)
 	go func() { jobDone <- j.job.Run(jobCtx) }()
+	defer func() {
+		// Every task returned: no snapshot is being written any more.
+		if err := j.storage.DiscardIncomplete(); err != nil {
+			j.logger.Warn("could not discard incomplete checkpoints", "err", err)
+		}
+	}()
 	select {
 	case err := <-jobDone:
 		stopCoord()
@@ -501,6 +524,50 @@ func (j *Job) Run(ctx context.Context) error {
 		return err
 	}
 }
+
+// JobStatus describes a running job (the HTTP API's GET /api/v1/job).
+type JobStatus struct {
+	Name           string           `json:"name"`
+	Ready          bool             `json:"ready"`
+	RestoredFrom   string           `json:"restored_from,omitempty"`
+	MaxParallelism int              `json:"max_parallelism"`
+	Operators      []OperatorStatus `json:"operators"`
+	// LastCheckpointID is the last checkpoint or savepoint completed by this
+	// run (0: none yet); LastCheckpointTime when it completed.
+	LastCheckpointID   int64     `json:"last_checkpoint_id"`
+	LastCheckpointTime time.Time `json:"last_checkpoint_time,omitempty"`
+}
+
+// OperatorStatus is one stage of the job graph.
+type OperatorStatus struct {
+	Name        string `json:"name"`
+	Kind        string `json:"kind"` // source, operator or sink
+	Type        string `json:"type,omitempty"`
+	Topic       string `json:"topic,omitempty"`
+	Parallelism int    `json:"parallelism"`
+}
+
+// Status returns the job's status. Safe for concurrent use.
+func (j *Job) Status() JobStatus {
+	st := JobStatus{Name: j.cfg.Job.Name, Ready: j.coordinator.Ready(), RestoredFrom: j.restoredDir, MaxParallelism: j.maxP}
+	st.LastCheckpointID, st.LastCheckpointTime = j.coordinator.LastCompleted()
+	for i := range j.cfg.Sources {
+		s := &j.cfg.Sources[i]
+		st.Operators = append(st.Operators, OperatorStatus{Name: s.Name, Kind: "source", Topic: s.Topic, Parallelism: j.cfg.SourceParallelism(s)})
+	}
+	for i := range j.cfg.Operators {
+		o := &j.cfg.Operators[i]
+		st.Operators = append(st.Operators, OperatorStatus{Name: o.Name, Kind: "operator", Type: o.Type, Parallelism: j.cfg.OperatorParallelism(o)})
+	}
+	for i := range j.cfg.Sinks {
+		s := &j.cfg.Sinks[i]
+		st.Operators = append(st.Operators, OperatorStatus{Name: s.Name, Kind: "sink", Type: string(s.Delivery), Topic: s.Topic, Parallelism: j.cfg.SinkParallelism(s)})
+	}
+	return st
+}
+
+// Storage returns the job's checkpoint storage.
+func (j *Job) Storage() *checkpoint.Storage { return j.storage }
 
 // Coordinator returns the job's checkpoint coordinator (savepoints,
 // readiness).
@@ -558,6 +625,13 @@ func discover(ctx context.Context, cfg *Config, deps Deps) (map[string]int32, er
 type sourcePlan struct {
 	keyBy      string
 	tombstones bool
+	check      func(key, value []byte) error // broadcast rules: decode, so a bad rule meets the bad-record policy
+}
+
+// checkRule refuses a rules-topic record that does not decode as a rule.
+func checkRule(key, value []byte) error {
+	_, err := broadcast.DecodeRule(key, value)
+	return err
 }
 
 type builder struct {
@@ -595,6 +669,9 @@ func (b *builder) planSources() error {
 			return fmt.Errorf("pipeline: operators[%d] (%s): broadcast source %q is also a keyed input", i, op.Name, op.Broadcast)
 		}
 		plan.tombstones = true
+		if op.Type == OperatorShapePairMatcher {
+			plan.check = checkRule
+		}
 		b.sourcePlans[op.Broadcast] = plan
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,8 +35,53 @@ const (
 	ReasonMalformedJSON = "malformed_json"
 	ReasonNotObject     = "not_object"
 	ReasonMissingKey    = "missing_key"
+	ReasonWrongType     = "wrong_type" // the key field is an object, array or boolean
 	ReasonEmptyValue    = "empty_value"
+	ReasonTooLarge      = "too_large"
+	ReasonInvalid       = "invalid" // refused by Config.Check (e.g. an undecodable rule)
 )
+
+// OnError is the bad-record policy of a source.
+type OnError string
+
+// OnError values.
+const (
+	// OnErrorSkip counts and logs a bad record and goes on (the default).
+	OnErrorSkip OnError = "skip"
+	// OnErrorFail stops the job with a *BadRecordError.
+	OnErrorFail OnError = "fail"
+	// OnErrorDeadLetter writes the original record, with error headers, to
+	// Config.DeadLetterTopic and goes on.
+	OnErrorDeadLetter OnError = "dead-letter"
+)
+
+// Dead-letter record headers.
+const (
+	HeaderError     = "kstreamd.error"
+	HeaderTopic     = "kstreamd.source.topic"
+	HeaderPartition = "kstreamd.source.partition"
+	HeaderOffset    = "kstreamd.source.offset"
+)
+
+// BadRecordError is returned by a source whose policy is OnErrorFail when it
+// reads a bad record; it stops the job.
+type BadRecordError struct {
+	Source    string
+	Topic     string
+	Partition int32
+	Offset    int64
+	Reason    string
+	Detail    string
+}
+
+// Error names the record's position and the reason.
+func (e *BadRecordError) Error() string {
+	msg := fmt.Sprintf("source %s: bad record at %s/%d@%d: %s", e.Source, e.Topic, e.Partition, e.Offset, e.Reason)
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg + " (on_error: fail)"
+}
 
 // Config configures one Kafka source subtask.
 type Config struct {
@@ -74,6 +120,16 @@ type Config struct {
 	// Tombstones lets records with a null value through (they delete a rule
 	// on a broadcast rules topic); otherwise they are skipped as empty.
 	Tombstones bool
+	// Check, if not nil, validates a record beyond JSON (a broadcast rules
+	// source decodes the rule); an error makes it a bad record with reason
+	// ReasonInvalid.
+	Check func(key, value []byte) error
+	// OnError is the bad-record policy; "" means OnErrorSkip.
+	OnError OnError
+	// DeadLetterTopic receives bad records under OnErrorDeadLetter.
+	DeadLetterTopic string
+	// MaxRecordBytes bounds a record value's size; 0 means no limit.
+	MaxRecordBytes int
 	// ClientOpts are the franz-go options every client of the job shares
 	// (seed brokers, client id, TLS, SASL, logger).
 	ClientOpts []kgo.Opt
@@ -117,20 +173,37 @@ const SplitsState = "kafka-source-splits"
 
 // Metrics are the source metrics shared by every source subtask.
 type Metrics struct {
-	skipped *prometheus.CounterVec
+	skipped      *prometheus.CounterVec
+	deadLettered *prometheus.CounterVec
 }
 
-// NewMetrics registers kstreamd_source_records_skipped_total{source,reason}
-// with reg.
+// NewMetrics registers with reg:
+//
+//	kstreamd_source_records_skipped_total{source,reason}        bad records skipped
+//	kstreamd_source_records_dead_lettered_total{source,reason}  bad records written to the dead-letter topic
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "kstreamd_source_records_skipped_total",
-		Help: "Records a source skipped as malformed, by reason (malformed_json, not_object, missing_key, empty_value).",
-	}, []string{"source", "reason"})}
-	if err := reg.Register(m.skipped); err != nil {
-		return nil, err
+	m := &Metrics{
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_source_records_skipped_total",
+			Help: "Bad records a source skipped (on_error: skip), by reason (malformed_json, not_object, missing_key, wrong_type, empty_value, too_large, invalid).",
+		}, []string{"source", "reason"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_source_records_dead_lettered_total",
+			Help: "Bad records a source wrote to its dead-letter topic (on_error: dead-letter), by reason.",
+		}, []string{"source", "reason"}),
+	}
+	for _, c := range []prometheus.Collector{m.skipped, m.deadLettered} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
+}
+
+// DeadLettered returns the dead-lettered-records counter of one source and
+// reason.
+func (m *Metrics) DeadLettered(source, reason string) prometheus.Counter {
+	return m.deadLettered.WithLabelValues(source, reason)
 }
 
 // Skipped returns the skipped-records counter of one source and reason.
@@ -551,40 +624,96 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 	}
 	origin := runtime.Origin{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	rec := runtime.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Origin: origin}
-	if reason := s.decode(&rec); reason != "" {
-		s.skip(origin, reason)
-		return nil
+	if reason, detail := s.decode(&rec); reason != "" {
+		return s.bad(ctx, r, reason, detail)
 	}
 	return s.cfg.Output.Emit(ctx, rec)
 }
 
-// decode checks rec's value and extracts the key; it returns the skip
-// reason, or "" if the record is good.
-func (s *KafkaSource) decode(rec *runtime.Record) string {
+// decode checks rec's value and extracts the key; it returns the bad-record
+// reason (and a detail), or "" if the record is good.
+func (s *KafkaSource) decode(rec *runtime.Record) (reason, detail string) {
 	if rec.Value == nil && s.cfg.Tombstones {
-		return ""
+		if s.cfg.Check != nil {
+			if err := s.cfg.Check(rec.Key, rec.Value); err != nil {
+				return ReasonInvalid, err.Error()
+			}
+		}
+		return "", ""
 	}
 	if len(rec.Value) == 0 {
-		return ReasonEmptyValue
+		return ReasonEmptyValue, ""
+	}
+	if s.cfg.MaxRecordBytes > 0 && len(rec.Value) > s.cfg.MaxRecordBytes {
+		return ReasonTooLarge, fmt.Sprintf("%d bytes, limit %d", len(rec.Value), s.cfg.MaxRecordBytes)
 	}
 	if s.cfg.KeyBy == "" {
 		if !json.Valid(rec.Value) {
-			return ReasonMalformedJSON
+			return ReasonMalformedJSON, ""
 		}
-		return ""
+	} else {
+		key, reason := ExtractKey(rec.Value, s.cfg.KeyBy)
+		if reason != "" {
+			return reason, ""
+		}
+		rec.Key = key
 	}
-	key, reason := ExtractKey(rec.Value, s.cfg.KeyBy)
-	if reason != "" {
-		return reason
+	if s.cfg.Check != nil {
+		if err := s.cfg.Check(rec.Key, rec.Value); err != nil {
+			return ReasonInvalid, err.Error()
+		}
 	}
-	rec.Key = key
-	return ""
+	return "", ""
+}
+
+// bad applies the bad-record policy to r.
+func (s *KafkaSource) bad(ctx context.Context, r *kgo.Record, reason, detail string) error {
+	switch s.cfg.OnError {
+	case OnErrorFail:
+		return &BadRecordError{Source: s.cfg.Name, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Reason: reason, Detail: detail}
+	case OnErrorDeadLetter:
+		return s.deadLetter(ctx, r, reason, detail)
+	}
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.Skipped(s.cfg.Name, reason).Inc()
+	}
+	s.logBad("skipped bad record", r, reason, detail)
+	return nil
+}
+
+// deadLetter writes the original record with error headers to the
+// dead-letter topic and waits for the broker's acknowledgement, retrying
+// with back-off while it fails (the record is never dropped).
+func (s *KafkaSource) deadLetter(ctx context.Context, r *kgo.Record, reason, detail string) error {
+	msg := reason
+	if detail != "" {
+		msg += ": " + detail
+	}
+	dl := &kgo.Record{Topic: s.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
+		Headers: append(append([]kgo.RecordHeader{}, r.Headers...),
+			kgo.RecordHeader{Key: HeaderError, Value: []byte(msg)},
+			kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
+			kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+			kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+		)}
+	err := retry(ctx, s.logger, "dead-letter write", func() error {
+		return s.cl.ProduceSync(ctx, dl).FirstErr()
+	})
+	if err != nil {
+		return fmt.Errorf("source %s: dead-letter %s/%d@%d to %q: %w", s.cfg.Name, r.Topic, r.Partition, r.Offset, s.cfg.DeadLetterTopic, err)
+	}
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.DeadLettered(s.cfg.Name, reason).Inc()
+	}
+	s.logBad("dead-lettered bad record", r, reason, detail)
+	return nil
 }
 
 // ExtractKey returns the key bytes of field in the JSON object value: a JSON
 // string gives its characters, another JSON value its compact JSON text. It
-// returns a skip reason (ReasonMalformedJSON, ReasonNotObject,
-// ReasonMissingKey) when value is not a JSON object holding field.
+// returns a bad-record reason (ReasonMalformedJSON, ReasonNotObject,
+// ReasonMissingKey, or ReasonWrongType for an object, array or boolean key)
+// when value is not a JSON object holding a usable field.
 func ExtractKey(value []byte, field string) ([]byte, string) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(value, &obj); err != nil {
@@ -601,24 +730,24 @@ func ExtractKey(value []byte, field string) ([]byte, string) {
 	if !ok || string(raw) == "null" {
 		return nil, ReasonMissingKey
 	}
-	if raw[0] == '"' {
+	switch raw[0] {
+	case '"':
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, ReasonMalformedJSON
 		}
 		return []byte(s), ""
+	case '{', '[', 't', 'f':
+		return nil, ReasonWrongType
 	}
 	return []byte(raw), ""
 }
 
-// skip counts a malformed record and logs it, at most once a second per
-// subtask (with the number of records skipped unlogged since).
-func (s *KafkaSource) skip(o runtime.Origin, reason string) {
-	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.Skipped(s.cfg.Name, reason).Inc()
-	}
+// logBad logs a bad record at Warn, at most once a second per subtask
+// (with the number of bad records not logged since).
+func (s *KafkaSource) logBad(msg string, r *kgo.Record, reason, detail string) {
 	if now := time.Now(); now.Sub(s.lastLog) >= time.Second {
-		s.logger.Warn("skipped malformed record", "topic", o.Topic, "partition", o.Partition, "offset", o.Offset, "reason", reason, "suppressed_since_last_log", s.suppressed)
+		s.logger.Warn(msg, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "detail", detail, "suppressed_since_last_log", s.suppressed)
 		s.lastLog = now
 		s.suppressed = 0
 		return

@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -26,22 +29,37 @@ import (
 type server struct {
 	reg    *prometheus.Registry
 	logger *slog.Logger
+	token  string // required as "Authorization: Bearer <token>" on /api/v1/ when not empty
 
-	mu      sync.Mutex // guards job and storage
-	job     *pipeline.Job
-	storage *checkpoint.Storage
+	mu  sync.Mutex // guards job
+	job *pipeline.Job
 }
 
-func (s *server) setJob(j *pipeline.Job, st *checkpoint.Storage) {
+func (s *server) setJob(j *pipeline.Job) {
 	s.mu.Lock()
-	s.job, s.storage = j, st
+	s.job = j
 	s.mu.Unlock()
 }
 
 func (s *server) current() (*pipeline.Job, *checkpoint.Storage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.job, s.storage
+	if s.job == nil {
+		return nil, nil
+	}
+	return s.job, s.job.Storage()
+}
+
+// authorized wraps an API handler with the bearer-token check.
+func (s *server) authorized(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kstreamd"`)
+			writeJSON(w, http.StatusUnauthorized, savepointResponse{Error: "missing or wrong bearer token"})
+			return
+		}
+		h(w, r)
+	}
 }
 
 func (s *server) handler() http.Handler {
@@ -61,8 +79,10 @@ func (s *server) handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.HandleFunc("POST /api/v1/savepoints", s.savepoint)
-	mux.HandleFunc("GET /api/v1/checkpoints", s.checkpoints)
+	mux.HandleFunc("GET /api/v1/job", s.authorized(s.jobStatus))
+	mux.HandleFunc("POST /api/v1/savepoints", s.authorized(s.savepoint))
+	mux.HandleFunc("GET /api/v1/checkpoints", s.authorized(s.checkpoints))
+	mux.HandleFunc("GET /api/v1/checkpoints/{id}", s.authorized(s.checkpointDetails))
 	return mux
 }
 
@@ -102,6 +122,40 @@ func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
 	}
 	s.logger.Info("savepoint taken", "path", path, "stop", req.Stop)
 	writeJSON(w, http.StatusOK, savepointResponse{Path: path})
+}
+
+func (s *server) jobStatus(w http.ResponseWriter, _ *http.Request) {
+	j, _ := s.current()
+	if j == nil {
+		writeJSON(w, http.StatusServiceUnavailable, savepointResponse{Error: "job not running"})
+		return
+	}
+	writeJSON(w, http.StatusOK, j.Status())
+}
+
+// checkpointDetails answers GET /api/v1/checkpoints/{id} with the
+// checkpoint's metadata.
+func (s *server) checkpointDetails(w http.ResponseWriter, r *http.Request) {
+	_, st := s.current()
+	if st == nil {
+		writeJSON(w, http.StatusServiceUnavailable, savepointResponse{Error: "job not running"})
+		return
+	}
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		writeJSON(w, http.StatusBadRequest, savepointResponse{Error: "checkpoint id must be a positive integer"})
+		return
+	}
+	m, err := checkpoint.ReadMetadata(st.CheckpointDir(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		writeJSON(w, http.StatusNotFound, savepointResponse{Error: fmt.Sprintf("no completed checkpoint %d", id)})
+		return
+	}
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, savepointResponse{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
 }
 
 // checkpointInfo is one entry of GET /api/v1/checkpoints.
@@ -180,13 +234,16 @@ func printCheckpoints(w io.Writer, jobDir string) error {
 
 // requestSavepoint asks the daemon at addr for a savepoint and returns its
 // path.
-func requestSavepoint(ctx context.Context, addr, dir string, stop bool) (string, error) {
+func requestSavepoint(ctx context.Context, addr, token, dir string, stop bool) (string, error) {
 	body, _ := json.Marshal(savepointRequest{Dir: dir, Stop: stop})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/api/v1/savepoints", bytes.NewReader(body))
 	if err != nil {
 		return "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("savepoint: %w", err)

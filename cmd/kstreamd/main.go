@@ -26,7 +26,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kslog"
 
-	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/demo"
 	"github.com/kstreamd/kstreamd/internal/embedded"
 	"github.com/kstreamd/kstreamd/pipeline"
@@ -49,7 +48,7 @@ commands:
                           run the job until SIGINT or SIGTERM; restores the
                           latest checkpoint, or the savepoint given
   validate --config FILE  check the pipeline file and exit
-  savepoint [--address HOST:PORT] [--dir DIR] [--stop]
+  savepoint [--address HOST:PORT] [--dir DIR] [--stop] [--token-env NAME]
                           ask a running daemon for a savepoint and print its
                           path; --stop stops the job after it
   checkpoints list --dir DIR
@@ -96,10 +95,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		addr := fs.String("address", "127.0.0.1:9249", "the daemon's metrics.address")
 		dir := fs.String("dir", "", "write the savepoint under `DIR` instead of checkpoints.savepoint_dir")
 		stop := fs.Bool("stop", false, "stop the job right after the savepoint")
+		tokenEnv := fs.String("token-env", "", "send the bearer token held by environment variable `NAME`")
 		if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
 			return 2
 		}
-		path, err := requestSavepoint(ctx, *addr, *dir, *stop)
+		token := ""
+		if *tokenEnv != "" {
+			if token = os.Getenv(*tokenEnv); token == "" {
+				fmt.Fprintf(stderr, "kstreamd savepoint: environment variable %s is unset or empty\n", *tokenEnv)
+				return 2
+			}
+		}
+		path, err := requestSavepoint(ctx, *addr, token, *dir, *stop)
 		if err != nil {
 			fmt.Fprintln(stderr, "kstreamd savepoint:", err)
 			return 1
@@ -170,6 +177,7 @@ func (m minLevel) WithGroup(n string) slog.Handler { return minLevel{m.Handler.W
 // when ctx ends, the job stops itself (stop-with-savepoint) or fails.
 func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, logger *slog.Logger) error {
 	logger.Info("starting kstreamd", "version", version, "job", cfg.Job.Name)
+	cfg.LogSecurity(logger.With("component", "kafka-client"))
 	if cfg.Kafka.Embedded.Enabled {
 		b, err := embedded.Start(ctx, logger.With("component", "embedded-kafka"), cfg.Kafka.Embedded.Address,
 			cfg.EmbeddedDataDir(), cfg.Kafka.Embedded.Partitions, cfg.Topics())
@@ -181,7 +189,11 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	srv := &server{reg: reg, logger: logger}
+	token, err := cfg.BearerToken()
+	if err != nil {
+		return err
+	}
+	srv := &server{reg: reg, logger: logger, token: token}
 	stopHTTP, err := srv.serve(cfg.Metrics.Address)
 	if err != nil {
 		return err
@@ -212,10 +224,10 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 			}
 		}()
 	}
-	srv.setJob(job, checkpoint.NewStorage(cfg.CheckpointDir(), cfg.Job.Name, cfg.Checkpoints.Retained, nil))
+	srv.setJob(job)
 	logger.Info("job running", "job", cfg.Job.Name, "data_dir", filepath.Clean(cfg.DataDir), "restored_from", job.RestoredFrom())
 	err = job.Run(ctx)
-	srv.setJob(nil, nil)
+	srv.setJob(nil)
 	if err == nil {
 		logger.Info("job stopped cleanly", "job", cfg.Job.Name)
 	}

@@ -493,9 +493,9 @@ func TestProcessMalformedItems(t *testing.T) {
 	}
 	log := d.out.String()
 	// Skips are logged at most once a second per subtask: the first one is.
-	if !strings.Contains(log, `msg="skipped malformed record"`) || !strings.Contains(log, "topic=items partition=") ||
+	if !strings.Contains(log, `msg="skipped bad record"`) || !strings.Contains(log, "topic=items partition=") ||
 		!strings.Contains(log, "offset=1 reason=malformed_json") {
-		t.Errorf("no \"skipped malformed record\" log line with topic, partition, offset 1 and reason malformed_json")
+		t.Errorf("no \"skipped bad record\" log line with topic, partition, offset 1 and reason malformed_json")
 	}
 	if code, _ := d.terminate(t, 10*time.Second); code != 0 {
 		t.Fatalf("exit status %d after SIGTERM, want 0:\n%s", code, d.out.String())
