@@ -62,6 +62,7 @@ type Job struct {
 	coordinator *checkpoint.Coordinator
 	storage     *checkpoint.Storage
 	logger      *slog.Logger
+	reg         prometheus.Registerer
 	maxP        int
 	cache       *state.BlockCache
 	restoredDir string
@@ -155,7 +156,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 	if err := os.RemoveAll(stateRoot); err != nil {
 		return nil, fmt.Errorf("pipeline: clear state dir: %w", err)
 	}
-	j := &Job{cfg: cfg, storage: storage, logger: logger, maxP: maxP, cache: state.NewBlockCache(cfg.State.BlockCacheBytes), restoredDir: restoreDir}
+	j := &Job{cfg: cfg, storage: storage, logger: logger, reg: deps.Registerer, maxP: maxP, cache: state.NewBlockCache(cfg.State.BlockCacheBytes), restoredDir: restoreDir}
 	resp := &responder{}
 
 	var sources []runtime.Task
@@ -165,6 +166,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 		s := &cfg.Sources[i]
 		plan := b.sourcePlans[s.Name]
 		p := len(b.outputs[s.Name])
+		sm.Init(s.Name)
 		restored, err := restoreSource(meta, s, p)
 		if err != nil {
 			return nil, err
@@ -247,6 +249,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 			pool = sink.DefaultPoolSize
 		}
 		if exactlyOnce {
+			skm.Init(sk.Name)
 			if err := recoverSink(ctx, cfg, sk, meta, len(b.gates[sk.Name]), timeout, pool, skm, deps); err != nil {
 				return nil, err
 			}
@@ -591,7 +594,7 @@ func (j *Job) TriggerSavepoint(ctx context.Context, dir string, stop bool) (stri
 // DB lives in <state dir>/<job>/<operator>/subtask-<i>.
 func (j *Job) opener(root, op string, sub, p, maxP int, logger *slog.Logger) operators.BackendOpener {
 	return func(restore []state.RestoreHandle) (state.KeyedStateBackend, error) {
-		return state.OpenBackendRestored(state.BackendConfig{
+		b, err := state.OpenBackendRestored(state.BackendConfig{
 			Kind:           string(j.cfg.State.Backend),
 			Dir:            filepath.Join(root, op, "subtask-"+strconv.Itoa(sub)),
 			MaxParallelism: maxP,
@@ -599,6 +602,23 @@ func (j *Job) opener(root, op string, sub, p, maxP int, logger *slog.Logger) ope
 			Cache:          j.cache,
 			Logger:         logger.With("operator", op, "subtask", sub),
 		}, restore)
+		if err != nil {
+			return nil, err
+		}
+		if du, ok := b.(state.DiskUser); ok && j.reg != nil {
+			g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name:        "kstreamd_state_size_bytes",
+				Help:        "Disk space of a keyed operator subtask's Pebble state (SST files, WAL and manifest).",
+				ConstLabels: prometheus.Labels{"operator": op, "subtask": strconv.Itoa(sub)},
+			}, func() float64 { n, _ := du.DiskSpaceUsage(); return float64(n) })
+			if err := j.reg.Register(g); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					return nil, err
+				}
+			}
+		}
+		return b, nil
 	}
 }
 
@@ -685,6 +705,7 @@ func (b *builder) stage(name string, p int, rm *runtime.Metrics) {
 	outs := make([]*runtime.Output, p)
 	for i := range outs {
 		outs[i] = runtime.NewOutput(rm.RecordsOut(name, i))
+		outs[i].SetBackPressure(rm.BackPressure(name, i))
 	}
 	b.outputs[name] = outs
 	b.gates[name] = make([][]runtime.InputChannel, p)

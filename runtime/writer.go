@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
@@ -73,6 +74,7 @@ func (p KeyGroupPartitioner) Select(rec *Record, n int) int {
 type Writer struct {
 	channels    []Channel
 	partitioner Partitioner
+	blocked     interface{ Add(float64) } // seconds spent waiting on full channels; may be nil
 }
 
 // NewWriter returns a writer over channels (one per downstream subtask,
@@ -93,7 +95,7 @@ func (w *Writer) Emit(ctx context.Context, rec Record) error {
 	if i >= len(w.channels) {
 		return fmt.Errorf("runtime: partitioner picked channel %d of %d", i, len(w.channels))
 	}
-	return send(ctx, w.channels[i], el)
+	return w.send(ctx, w.channels[i], el)
 }
 
 // Broadcast sends a control element (barrier, watermark, caught-up,
@@ -102,19 +104,27 @@ func (w *Writer) Broadcast(ctx context.Context, el Element) error { return w.bro
 
 func (w *Writer) broadcast(ctx context.Context, el Element) error {
 	for _, ch := range w.channels {
-		if err := send(ctx, ch, el); err != nil {
+		if err := w.send(ctx, ch, el); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func send(ctx context.Context, ch Channel, el Element) error {
+// send puts el on ch, blocking while ch is full; the time blocked counts as
+// back-pressure.
+func (w *Writer) send(ctx context.Context, ch Channel, el Element) error {
 	select {
 	case ch <- el:
 		return nil
 	default:
 	}
+	start := time.Now()
+	defer func() {
+		if w.blocked != nil {
+			w.blocked.Add(time.Since(start).Seconds())
+		}
+	}()
 	select {
 	case ch <- el:
 		return nil
@@ -128,6 +138,7 @@ func send(ctx context.Context, ch Channel, el Element) error {
 type Output struct {
 	writers []*Writer
 	counter interface{ Inc() }
+	blocked interface{ Add(float64) }
 }
 
 // NewOutput returns an output over writers; recordsOut, if not nil, is
@@ -137,7 +148,21 @@ func NewOutput(recordsOut interface{ Inc() }, writers ...*Writer) *Output {
 }
 
 // AddWriter adds a downstream operator's writer.
-func (o *Output) AddWriter(w *Writer) { o.writers = append(o.writers, w) }
+func (o *Output) AddWriter(w *Writer) {
+	if w.blocked == nil {
+		w.blocked = o.blocked
+	}
+	o.writers = append(o.writers, w)
+}
+
+// SetBackPressure makes every writer of o, present and future, add the
+// seconds it waits on a full downstream channel to c.
+func (o *Output) SetBackPressure(c interface{ Add(float64) }) {
+	o.blocked = c
+	for _, w := range o.writers {
+		w.blocked = c
+	}
+}
 
 // Emit sends rec to every downstream operator; see Writer.Emit.
 func (o *Output) Emit(ctx context.Context, rec Record) error {

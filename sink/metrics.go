@@ -56,3 +56,11 @@ func (m *Metrics) setInFlight(sink string, subtask, n int) {
 		m.inFlight.WithLabelValues(sink, strconv.Itoa(subtask)).Set(float64(n))
 	}
 }
+
+// Init creates the transaction series of an exactly-once sink at 0 (results
+// committed, aborted, lost), so dashboards see them before the first one.
+func (m *Metrics) Init(sink string) {
+	for _, r := range []string{"committed", "aborted", "lost"} {
+		m.txns.WithLabelValues(sink, r)
+	}
+}

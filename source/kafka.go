@@ -175,12 +175,14 @@ const SplitsState = "kafka-source-splits"
 type Metrics struct {
 	skipped      *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
+	lag          *prometheus.GaugeVec
 }
 
 // NewMetrics registers with reg:
 //
 //	kstreamd_source_records_skipped_total{source,reason}        bad records skipped
 //	kstreamd_source_records_dead_lettered_total{source,reason}  bad records written to the dead-letter topic
+//	kstreamd_source_consumer_lag_records{source,partition}      high watermark minus the next offset to read
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -192,12 +194,29 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Bad records a source wrote to its dead-letter topic (on_error: dead-letter), by reason.",
 		}, []string{"source", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.skipped, m.deadLettered} {
+	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kstreamd_source_consumer_lag_records",
+		Help: "Records between a partition's high watermark and the next offset the source reads, as of its last fetch.",
+	}, []string{"source", "partition"})
+	for _, c := range []prometheus.Collector{m.skipped, m.deadLettered, m.lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// Reasons lists every bad-record reason, the bounded values of the reason
+// label.
+var Reasons = []string{ReasonMalformedJSON, ReasonNotObject, ReasonMissingKey, ReasonWrongType, ReasonEmptyValue, ReasonTooLarge, ReasonInvalid}
+
+// Init creates the skipped and dead-lettered series of a source for every
+// reason at 0, so dashboards see them before the first bad record.
+func (m *Metrics) Init(source string) {
+	for _, r := range Reasons {
+		m.skipped.WithLabelValues(source, r)
+		m.deadLettered.WithLabelValues(source, r)
+	}
 }
 
 // DeadLettered returns the dead-lettered-records counter of one source and
@@ -382,6 +401,13 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		})
 		if emitErr != nil {
 			return emitErr
+		}
+		if s.cfg.Metrics != nil {
+			fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+				if pos, ok := s.pos[p.Partition]; ok && p.HighWatermark >= 0 {
+					s.cfg.Metrics.lag.WithLabelValues(s.cfg.Name, strconv.Itoa(int(p.Partition))).Set(float64(max(p.HighWatermark-pos, 0)))
+				}
+			})
 		}
 		if err := checkCaughtUp(); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -70,7 +71,10 @@ func (p *pebbleBackend) Metrics() *pebble.Metrics { return p.st.db.Metrics() }
 type pebbleStore struct {
 	dir string // the DB directory
 	db  *pebble.DB
-	cur pebbleCursor // background cleanup position; owner goroutine only
+	// mu guards closed against DiskSpaceUsage on other goroutines.
+	mu     sync.Mutex
+	closed bool
+	cur    pebbleCursor // background cleanup position; owner goroutine only
 }
 
 // pebbleCursor is where background cleanup resumes: target index, key group
@@ -245,7 +249,30 @@ func (s *pebbleStore) countEntries() (int, error) {
 
 func (s *pebbleStore) concurrentReads() bool { return true }
 
-func (s *pebbleStore) close() error { return s.db.Close() }
+func (s *pebbleStore) close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	return s.db.Close()
+}
+
+// DiskSpaceUsage returns the bytes the DB occupies on disk (SSTs, WAL,
+// manifest), and false once the backend is closed. Safe for concurrent use
+// (a metrics scrape calls it).
+func (p *pebbleBackend) DiskSpaceUsage() (uint64, bool) {
+	p.st.mu.Lock()
+	defer p.st.mu.Unlock()
+	if p.st.closed {
+		return 0, false
+	}
+	return p.st.db.Metrics().DiskSpaceUsage(), true
+}
+
+// DiskUser is implemented by backends that can report their disk usage
+// concurrently with their owner (the Pebble backend).
+type DiskUser interface {
+	DiskSpaceUsage() (bytes uint64, open bool)
+}
 
 // cleanup implements store: it scans the (key group, state id) prefixes of
 // the targets in turn with a bounded iterator, resuming after the last key
