@@ -352,6 +352,11 @@ type SourceConfig struct {
 	// MaxRecordBytes is the largest record value accepted, in bytes; a
 	// larger one is a bad record. Default 1048576 (1 MiB); 0 means no limit.
 	MaxRecordBytes int `yaml:"max_record_bytes"`
+	// PartitionDiscoveryInterval is how often the source looks for
+	// partitions added to its topic (read from the earliest offset, Flink's
+	// partition.discovery.interval.ms). Default "30s"; 0 disables discovery
+	// after start; otherwise >= 100ms.
+	PartitionDiscoveryInterval time.Duration `yaml:"partition_discovery_interval"`
 }
 
 // OnError is a source's bad-record policy.
@@ -370,6 +375,7 @@ func (s *SourceConfig) setDefaults() {
 	s.Format = RecordFormatJSON
 	s.OnError = OnErrorSkip
 	s.MaxRecordBytes = 1 << 20
+	s.PartitionDiscoveryInterval = 30 * time.Second
 }
 
 // OperatorConfig is one built-in operator.
@@ -1531,6 +1537,9 @@ func (c *Config) validateSources(v *validator) {
 		}
 		if s.MaxRecordBytes < 0 {
 			v.errorf(p+".max_record_bytes", "must be >= 0, got %d", s.MaxRecordBytes)
+		}
+		if d := s.PartitionDiscoveryInterval; d != 0 && d < 100*time.Millisecond {
+			v.errorf(p+".partition_discovery_interval", "must be 0 (off) or >= 100ms, got %v", d)
 		}
 	}
 }

@@ -116,8 +116,8 @@ func withoutOrigin(c *Config) Config {
 // items' defaults.
 func minimalGraph() ([]SourceConfig, []OperatorConfig, []SinkConfig) {
 	return []SourceConfig{
-			{Name: "items", Topic: "items", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20},
-			{Name: "rules", Topic: "rules", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20},
+			{Name: "items", Topic: "items", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
+			{Name: "rules", Topic: "rules", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
 		}, []OperatorConfig{
 			{Name: "matcher", Type: OperatorShapePairMatcher, Input: "items", KeyBy: "color", Broadcast: "rules"},
 		}, []SinkConfig{
@@ -192,8 +192,8 @@ func TestFullConfig(t *testing.T) {
 		Metrics: MetricsConfig{Address: ""},
 		Log:     LogConfig{Level: LogLevelDebug, Format: LogFormatJSON},
 		Sources: []SourceConfig{
-			{Name: "items", Topic: "items.v1", StartFrom: StartFromLatest, Format: RecordFormatJSON, Parallelism: 6, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20},
-			{Name: "rules", Topic: "rules", StartFrom: StartFromEarliest, Format: RecordFormatJSON, Parallelism: 1, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20},
+			{Name: "items", Topic: "items.v1", StartFrom: StartFromLatest, Format: RecordFormatJSON, Parallelism: 6, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
+			{Name: "rules", Topic: "rules", StartFrom: StartFromEarliest, Format: RecordFormatJSON, Parallelism: 1, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
 		},
 		Operators: []OperatorConfig{
 			{Name: "matcher", Type: OperatorShapePairMatcher, Input: "items", KeyBy: "color", Broadcast: "rules", Parallelism: 4},
@@ -249,8 +249,8 @@ func TestColorshapeReferenceJob(t *testing.T) {
 		{"EmbeddedDataDir", cfg.EmbeddedDataDir(), filepath.Join("data", "kafka")},
 		{"StateDir", cfg.StateDir(), filepath.Join("data", "state")},
 		{"sources", cfg.Sources, []SourceConfig{
-			{Name: "items", Topic: "items", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20},
-			{Name: "rules", Topic: "rules", StartFrom: StartFromEarliest, Format: RecordFormatJSON, Parallelism: 1, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20},
+			{Name: "items", Topic: "items", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
+			{Name: "rules", Topic: "rules", StartFrom: StartFromEarliest, Format: RecordFormatJSON, Parallelism: 1, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
 		}},
 		{"operators", cfg.Operators, []OperatorConfig{
 			{Name: "matcher", Type: OperatorShapePairMatcher, Input: "items", KeyBy: "color", Broadcast: "rules"},

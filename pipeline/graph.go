@@ -176,7 +176,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 			src := source.New(source.Config{
 				Name: s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
 				Subtask: sub, Parallelism: p, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
-				DiscoveryInterval: 30 * time.Second, Group: "kstreamd-" + cfg.Job.Name,
+				DiscoveryInterval: s.PartitionDiscoveryInterval, Group: "kstreamd-" + cfg.Job.Name,
 				KeyBy: plan.keyBy, Tombstones: plan.tombstones, Check: plan.check,
 				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, MaxRecordBytes: s.MaxRecordBytes,
 				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
