@@ -19,17 +19,20 @@ const (
 // CountWindowAverage is Flink's CountWindowAverage example (the
 // documentation's ValueState example): per key it keeps the count and the
 // running sum of the records' "value" field in one ValueState; when the
-// count reaches 2 it emits the average and clears the state. Input: JSON
-// objects with a numeric "value"; a record without one is skipped. Output:
-// {"key": <key>, "average": <float>} with the record key.
+// count reaches 2 it emits the average and clears the state. As in Flink's
+// example (Tuple2<Long, Long>) values are integers and the average is the
+// integer quotient sum/count: (1,3),(1,5),(1,7),(1,4),(1,2) emit (1,4) and
+// (1,5). Input: JSON objects with an integer "value"; a record without one
+// (missing, not a number, not an integer) is skipped. Output:
+// {"key": <key>, "average": <integer>} with the record key and timestamp.
 type CountWindowAverage struct {
 	sum state.ValueState[CountAndSum]
 }
 
 // CountAndSum is CountWindowAverage's state: Flink's Tuple2<count, sum>.
 type CountAndSum struct {
-	Count int64   `json:"count"`
-	Sum   float64 `json:"sum"`
+	Count int64 `json:"count"`
+	Sum   int64 `json:"sum"`
 }
 
 // CountWindowAverageState describes CountWindowAverage's keyed state.
@@ -47,10 +50,8 @@ func (c *CountWindowAverage) Open(ctx OpenContext) error {
 
 // ProcessElement implements KeyedProcessFunction.
 func (c *CountWindowAverage) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
-	var in struct {
-		Value *float64 `json:"value"`
-	}
-	if json.Unmarshal(rec.Value, &in) != nil || in.Value == nil {
+	v, ok := averageInput(rec)
+	if !ok {
 		return nil
 	}
 	cur, _, err := c.sum.Value()
@@ -58,20 +59,76 @@ func (c *CountWindowAverage) ProcessElement(_ context.Context, rec runtime.Recor
 		return err
 	}
 	cur.Count++
-	cur.Sum += *in.Value
+	cur.Sum += v
 	if cur.Count < 2 {
 		return c.sum.Update(cur)
 	}
 	if err := c.sum.Clear(); err != nil {
 		return err
 	}
-	return out.Collect(runtime.Record{Key: rec.Key, Value: keyedJSON(rec.Key, "average", cur.Sum/float64(cur.Count)), Timestamp: rec.Timestamp})
+	return out.Collect(averageRecord(rec, cur))
+}
+
+// AsyncCountWindowAverage is CountWindowAverage through the async state API
+// (Flink's State V2 version of the example): the same state, input and
+// output, as chained StateFutures. It is the count_window_average operator
+// with async_state: true.
+type AsyncCountWindowAverage struct {
+	sum state.AsyncValueState[CountAndSum]
+}
+
+// Open implements AsyncKeyedProcessFunction.
+func (c *AsyncCountWindowAverage) Open(ctx AsyncOpenContext) error {
+	s, err := state.GetAsyncValueState(ctx.AEC, CountWindowAverageState)
+	c.sum = s
+	return err
+}
+
+// ProcessElement implements AsyncKeyedProcessFunction: read the count and
+// sum, then either update them or, at count 2, clear them and emit the
+// average.
+func (c *AsyncCountWindowAverage) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	v, ok := averageInput(rec)
+	if !ok {
+		return nil
+	}
+	state.ThenCompose(c.sum.AsyncValue(), func(cur state.Optional[CountAndSum]) (state.StateFuture[state.Void], error) {
+		acc := cur.Value
+		acc.Count++
+		acc.Sum += v
+		if acc.Count < 2 {
+			return c.sum.AsyncUpdate(acc), nil
+		}
+		return c.sum.AsyncClear().ThenAccept(func(state.Void) error {
+			return out.Collect(averageRecord(rec, acc))
+		}), nil
+	})
+	return nil // failures of the chain reach the controller, which fails the task
+}
+
+// averageInput returns the record's integer "value" field; false when the
+// record is not a JSON object with one (the record is skipped).
+func averageInput(rec runtime.Record) (int64, bool) {
+	var in struct {
+		Value *int64 `json:"value"`
+	}
+	if json.Unmarshal(rec.Value, &in) != nil || in.Value == nil {
+		return 0, false
+	}
+	return *in.Value, true
+}
+
+// averageRecord is CountWindowAverage's output for the window acc closed:
+// the integer average, as Flink's Long division.
+func averageRecord(rec runtime.Record, acc CountAndSum) runtime.Record {
+	return runtime.Record{Key: rec.Key, Value: keyedJSON(rec.Key, "average", acc.Sum/acc.Count), Timestamp: rec.Timestamp}
 }
 
 // KeyedCount counts records per key in a ValueState[int64] and emits the
 // new count with every record: {"key": <key>, "count": <n>}.
 type KeyedCount struct {
 	count state.ValueState[int64]
+	desc  *state.ValueStateDescriptor[int64] // nil: KeyedCountState (tests slow the serializer)
 }
 
 // KeyedCountState describes KeyedCount's keyed state.
@@ -79,9 +136,16 @@ var KeyedCountState = state.ValueStateDescriptor[int64]{Name: "count", Serialize
 
 // Open implements KeyedProcessFunction.
 func (k *KeyedCount) Open(ctx OpenContext) error {
-	s, err := state.GetValueState(ctx.Backend, KeyedCountState)
+	s, err := state.GetValueState(ctx.Backend, countDescriptor(k.desc))
 	k.count = s
 	return err
+}
+
+func countDescriptor(d *state.ValueStateDescriptor[int64]) state.ValueStateDescriptor[int64] {
+	if d == nil {
+		return KeyedCountState
+	}
+	return *d
 }
 
 // ProcessElement implements KeyedProcessFunction.
@@ -94,7 +158,38 @@ func (k *KeyedCount) ProcessElement(_ context.Context, rec runtime.Record, out C
 	if err := k.count.Update(n); err != nil {
 		return err
 	}
-	return out.Collect(runtime.Record{Key: rec.Key, Value: keyedJSON(rec.Key, "count", n), Timestamp: rec.Timestamp})
+	return out.Collect(countRecord(rec, n))
+}
+
+// AsyncKeyedCount is KeyedCount through the async state API: the same
+// state and output. It is the keyed_count operator with async_state: true.
+type AsyncKeyedCount struct {
+	count state.AsyncValueState[int64]
+	desc  *state.ValueStateDescriptor[int64] // nil: KeyedCountState
+}
+
+// Open implements AsyncKeyedProcessFunction.
+func (k *AsyncKeyedCount) Open(ctx AsyncOpenContext) error {
+	s, err := state.GetAsyncValueState(ctx.AEC, countDescriptor(k.desc))
+	k.count = s
+	return err
+}
+
+// ProcessElement implements AsyncKeyedProcessFunction: read the count,
+// write it incremented, then emit it.
+func (k *AsyncKeyedCount) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	state.ThenCompose(k.count.AsyncValue(), func(cur state.Optional[int64]) (state.StateFuture[state.Void], error) {
+		n := cur.Value + 1
+		return k.count.AsyncUpdate(n).ThenAccept(func(state.Void) error {
+			return out.Collect(countRecord(rec, n))
+		}), nil
+	})
+	return nil // failures of the chain reach the controller, which fails the task
+}
+
+// countRecord is KeyedCount's output for count n.
+func countRecord(rec runtime.Record, n int64) runtime.Record {
+	return runtime.Record{Key: rec.Key, Value: keyedJSON(rec.Key, "count", n), Timestamp: rec.Timestamp}
 }
 
 // keyedJSON renders {"key": <key as string>, field: value}.

@@ -28,10 +28,10 @@ type Restore struct {
 	Broadcast map[string]json.RawMessage
 }
 
-// KeyedOperator drives a KeyedProcessFunction or a
-// KeyedBroadcastProcessFunction on one subtask; it implements
-// runtime.Operator and runtime.Snapshotter. Logical input 0 is the keyed
-// input, input 1 the broadcast input.
+// KeyedOperator drives a KeyedProcessFunction, a
+// KeyedBroadcastProcessFunction or an AsyncKeyedProcessFunction on one
+// subtask; it implements runtime.Operator and runtime.Snapshotter. Logical
+// input 0 is the keyed input, input 1 the broadcast input.
 type KeyedOperator struct {
 	info      OpenContext
 	open      BackendOpener
@@ -42,6 +42,13 @@ type KeyedOperator struct {
 	backend   state.KeyedStateBackend
 	opStore   *state.OperatorStateStore
 	coll      collector
+
+	// Async state (NewAsyncKeyedProcessOperator): the function, the task's
+	// mailbox and the controller made at Open.
+	async     AsyncKeyedProcessFunction
+	mailbox   *runtime.Mailbox
+	asyncOpts []state.AsyncOpt
+	aec       *state.AsyncExecutionController
 }
 
 // NewKeyedBroadcastOperator returns the operator of one subtask running fn;
@@ -57,18 +64,28 @@ func NewKeyedProcessOperator(info OpenContext, open BackendOpener, restore *Rest
 }
 
 func (o *KeyedOperator) function() any {
-	if o.broadcast != nil {
+	switch {
+	case o.broadcast != nil:
 		return o.broadcast
+	case o.async != nil:
+		return o.async
 	}
 	return o.keyed
 }
 
 // Open implements runtime.Operator: it opens (restoring) the state backend,
-// the function, its operator state and its broadcast state.
-func (o *KeyedOperator) Open(ctx context.Context) error {
+// the async execution controller of an async function, the function, its
+// operator state and its broadcast state. When it fails after the backend
+// opened it closes what it opened (the task calls Close only after a
+// successful Open).
+func (o *KeyedOperator) Open(ctx context.Context) (err error) {
+	o.coll = collector{ctx: ctx, out: o.out}
 	var r Restore
 	if o.restore != nil {
 		r = *o.restore
+	}
+	if o.async != nil && o.mailbox == nil {
+		return fmt.Errorf("operators: %s[%d]: async state needs the task's mailbox", o.info.Operator, o.info.Subtask)
 	}
 	b, err := o.open(r.Keyed)
 	if err != nil {
@@ -76,9 +93,21 @@ func (o *KeyedOperator) Open(ctx context.Context) error {
 	}
 	o.backend = b
 	o.info.Backend = b
-	if o.broadcast != nil {
+	defer func() {
+		if err != nil {
+			_ = o.Close()
+			o.backend, o.aec = nil, nil
+		}
+	}()
+	switch {
+	case o.broadcast != nil:
 		err = o.broadcast.Open(o.info)
-	} else {
+	case o.async != nil:
+		if o.aec, err = state.NewAsyncExecutionController(b, o.mailbox, o.asyncOpts...); err != nil {
+			return err
+		}
+		err = o.async.Open(AsyncOpenContext{OpenContext: o.info, AEC: o.aec})
+	default:
 		err = o.keyed.Open(o.info)
 	}
 	if err != nil {
@@ -102,6 +131,8 @@ func (o *KeyedOperator) Open(ctx context.Context) error {
 func (o *KeyedOperator) ProcessRecord(ctx context.Context, input int, rec runtime.Record) error {
 	o.coll = collector{ctx: ctx, out: o.out}
 	switch {
+	case input == 0 && o.async != nil:
+		return o.aec.Process(ctx, rec.Key, func() error { return o.async.ProcessElement(ctx, rec, &o.coll) })
 	case input == 0:
 		o.backend.SetCurrentKey(rec.Key)
 		if o.broadcast != nil {
@@ -115,12 +146,20 @@ func (o *KeyedOperator) ProcessRecord(ctx context.Context, input int, rec runtim
 }
 
 // SnapshotState implements runtime.Snapshotter: on the subtask goroutine it
-// runs the function's SnapshotState, copies operator and broadcast state and
-// freezes the keyed state (Pebble: flush and checkpoint; hashmap: see
-// state.SnapshotKeyed); the returned finisher writes the keyed state's files
-// under the barrier's task directory (and shared directory, when
-// incremental) and describes everything as a checkpoint.TaskState.
-func (o *KeyedOperator) SnapshotState(_ context.Context, b *runtime.Barrier) (runtime.SnapshotFinisher, error) {
+// drains the async execution controller of an async function (the snapshot
+// then holds the effects of exactly the records before the barrier), runs
+// the function's SnapshotState, copies operator and broadcast state and
+// freezes the keyed state (Pebble: flush and checkpoint; hashmap: an
+// in-memory copy, see state.SnapshotKeyed); the returned finisher writes the
+// keyed state's files under the barrier's task directory (and shared
+// directory, when incremental) and describes everything as a
+// checkpoint.TaskState.
+func (o *KeyedOperator) SnapshotState(ctx context.Context, b *runtime.Barrier) (runtime.SnapshotFinisher, error) {
+	if o.aec != nil {
+		if err := o.aec.Drain(ctx); err != nil {
+			return nil, err
+		}
+	}
 	r := o.backend.KeyGroupRange()
 	ts := checkpoint.TaskState{KeyGroups: &r}
 	if cf, ok := o.function().(CheckpointedFunction); ok {
@@ -158,12 +197,23 @@ func (o *KeyedOperator) SnapshotState(_ context.Context, b *runtime.Barrier) (ru
 	}, nil
 }
 
-// EndInput implements runtime.Operator; the synchronous functions have
-// nothing in flight.
-func (o *KeyedOperator) EndInput(context.Context) error { return nil }
+// EndInput implements runtime.Operator: it drains the async execution
+// controller of an async function (the synchronous functions have nothing
+// in flight).
+func (o *KeyedOperator) EndInput(ctx context.Context) error {
+	if o.aec == nil {
+		return nil
+	}
+	return o.aec.Drain(ctx)
+}
 
-// Close implements runtime.Operator: it closes the state backend.
+// Close implements runtime.Operator: it closes the async execution
+// controller (stopping and waiting for its read workers), then the state
+// backend.
 func (o *KeyedOperator) Close() error {
+	if o.aec != nil {
+		_ = o.aec.Close() // always nil
+	}
 	if o.backend == nil {
 		return nil
 	}

@@ -81,11 +81,13 @@ type fileRef struct {
 // Flink's snapshot strategies do. The synchronous part runs now on the
 // owner's goroutine and freezes a consistent view: the Pebble backend
 // flushes its memtable and makes a Pebble checkpoint (hard links) in a
-// staging directory beside its own; the hashmap backend writes its full
-// snapshot file (it has no copy-on-write yet, so this part is not
-// asynchronous). The returned function, safe to run on another goroutine
-// while the owner goes on, copies the frozen files into the target and
-// returns the handle. Errors from either part fail only this checkpoint.
+// staging directory beside its own; the hashmap backend copies its tables
+// in memory (the maps, sharing the immutable stored bytes; see
+// snapshotCopy). The returned function, safe to run on another goroutine
+// while the owner goes on, writes the frozen state into the target (Pebble:
+// copies the files; hashmap: writes its full snapshot file, the format of
+// Snapshot) and returns the handle. Errors from either part fail only this
+// checkpoint.
 func SnapshotKeyed(b KeyedStateBackend, t SnapshotTarget) (func(context.Context) (KeyedSnapshot, error), error) {
 	taskDir := filepath.Join(t.Dir, t.TaskPath)
 	if err := os.MkdirAll(taskDir, 0o755); err != nil {
@@ -95,22 +97,7 @@ func SnapshotKeyed(b KeyedStateBackend, t SnapshotTarget) (func(context.Context)
 	case *pebbleBackend:
 		return sb.snapshot(t)
 	case *hashmapBackend:
-		if err := sb.Snapshot(taskDir); err != nil {
-			return nil, err
-		}
-		h := keyedHandle{Backend: KindHashmap, KeyGroups: sb.kgs, MaxParallelism: sb.maxP}
-		st, err := os.Stat(filepath.Join(taskDir, SnapshotFileName))
-		if err != nil {
-			return nil, err
-		}
-		h.Files = []fileRef{{Name: SnapshotFileName, Path: filepath.ToSlash(filepath.Join(t.TaskPath, SnapshotFileName)), Size: st.Size()}}
-		raw, err := json.Marshal(h)
-		if err != nil {
-			return nil, err
-		}
-		return func(context.Context) (KeyedSnapshot, error) {
-			return KeyedSnapshot{Handle: raw, Bytes: st.Size()}, nil
-		}, nil
+		return sb.snapshotAsync(t, taskDir)
 	}
 	return nil, fmt.Errorf("state: snapshot: backend %T cannot be checkpointed", b)
 }
@@ -151,7 +138,13 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 			if err := ctx.Err(); err != nil {
 				return KeyedSnapshot{}, err
 			}
-			if e.IsDir() {
+			// WAL files hold nothing the SSTs do not: the memtable was
+			// flushed right before the Pebble checkpoint, on the only
+			// goroutine that writes. Pebble recycles WAL files, so a
+			// fresh WAL still has the size of an old one (a memtable's
+			// worth of dead bytes); copying it would make every
+			// incremental checkpoint megabytes large.
+			if e.IsDir() || strings.HasSuffix(e.Name(), ".log") {
 				continue
 			}
 			src := filepath.Join(stagingDB, e.Name())
