@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"gopkg.in/yaml.v3"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/pipeline"
@@ -143,48 +145,49 @@ type daemon struct {
 // second of the start.
 const demoItemsPerSecond = 200
 
-// referenceConfig is the reference job on an embedded broker at broker,
-// with /metrics at metrics, its data under dataDir and the demo producer on.
-func referenceConfig(dataDir, broker, metrics string) string {
-	return fmt.Sprintf(`job:
-  name: colorshape
-  parallelism: 2
-data_dir: %s
-kafka:
-  embedded:
-    enabled: true
-    address: %s
-    partitions: 4
-metrics:
-  address: %s
-sources:
-  - name: items
-    topic: items
-  - name: rules
-    topic: rules
-    parallelism: 1
-operators:
-  - name: matcher
-    type: shape_pair_matcher
-    input: items
-    key_by: color
-    broadcast: rules
-sinks:
-  - name: matches
-    input: matcher
-    topic: matches
-demo:
-  enabled: true
-  items_topic: items
-  rules_topic: rules
-  items_per_second: %d
-`, dataDir, broker, metrics, demoItemsPerSecond)
+// testCheckpointInterval replaces the reference job's checkpoints.interval,
+// so that checkpoints and the exactly-once sink's transactions complete
+// several times within a test.
+const testCheckpointInterval = "500ms"
+
+// referenceConfig is configs/colorshape.yaml, the job the README runs, with
+// only what a test must change: its data under dataDir, the embedded broker
+// at broker, /metrics at metrics, a checkpoint every testCheckpointInterval
+// and the demo producer at demoItemsPerSecond. Everything else (the
+// exactly-once sink, incremental checkpoints, the dead-letter policies) is
+// the file's, so the dashboard is checked against the job a newcomer runs.
+func referenceConfig(dataDir, broker, metrics string) (string, error) {
+	const rel = "configs/colorshape.yaml"
+	b, err := os.ReadFile(repoFile(rel))
+	if err != nil {
+		return "", err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return "", fmt.Errorf("%s: %w", rel, err)
+	}
+	for _, set := range []struct {
+		keys  []string
+		value string
+	}{
+		{[]string{"data_dir"}, dataDir},
+		{[]string{"kafka", "embedded", "address"}, broker},
+		{[]string{"metrics", "address"}, metrics},
+		{[]string{"checkpoints", "interval"}, testCheckpointInterval},
+		{[]string{"demo", "items_per_second"}, strconv.Itoa(demoItemsPerSecond)},
+	} {
+		if err := setYAMLPath(&doc, scalar(set.value), set.keys...); err != nil {
+			return "", fmt.Errorf("%s: %w", rel, err)
+		}
+	}
+	out, err := yaml.Marshal(&doc)
+	return string(out), err
 }
 
 // sharedDaemon returns the daemon running the reference job that the tests
 // of this package share, starting it on first use; TestMain stops it. Once
-// it is up, it has skipped one malformed item, so the skipped-records
-// series exists too.
+// it is up, it has been sent a malformed item and an undecodable rule (see
+// produceBadRecords), which it dead-letters.
 func sharedDaemon(t *testing.T) *daemon {
 	t.Helper()
 	shared.once.Do(func() {
@@ -195,9 +198,15 @@ func sharedDaemon(t *testing.T) *daemon {
 			return
 		}
 		broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
-		d, err := startDaemon(dir, referenceConfig(filepath.Join(dir, "data"), broker, metrics), broker, metrics)
+		cfg, err := referenceConfig(filepath.Join(dir, "data"), broker, metrics)
+		if err != nil {
+			shared.err = err
+			os.RemoveAll(dir)
+			return
+		}
+		d, err := startDaemon(dir, cfg, broker, metrics)
 		if err == nil {
-			if err = d.produceMalformedItem(); err != nil {
+			if err = d.produceBadRecords(); err != nil {
 				err = errors.Join(err, d.stop())
 				os.RemoveAll(dir)
 			}
@@ -274,9 +283,17 @@ func startDaemon(dir, config, broker, metrics string) (*daemon, error) {
 	return d, nil
 }
 
-// produceMalformedItem writes an item that is not JSON, which the items
-// source skips (reason malformed_json).
-func (d *daemon) produceMalformedItem() error {
+// badItem is an item that is not JSON; badRule is a rule without its
+// second shape. The reference job dead-letters both (reasons malformed_json
+// and invalid), to items-dlq and rules-dlq.
+var (
+	badItem = &kgo.Record{Topic: "items", Key: []byte("red"), Value: []byte(`{"color": "red", "shape":`)}
+	badRule = &kgo.Record{Topic: "rules", Key: []byte("R9"), Value: []byte(`{"name": "R9", "first": "CIRCLE"}`)}
+)
+
+// produceBadRecords writes badItem and badRule, so that the dead-letter
+// series have data.
+func (d *daemon) produceBadRecords() error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(d.broker))
 	if err != nil {
 		return err
@@ -284,9 +301,8 @@ func (d *daemon) produceMalformedItem() error {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rec := &kgo.Record{Topic: "items", Key: []byte("red"), Value: []byte(`{"color": "red", "shape":`)}
-	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("produce a malformed item: %w", err)
+	if err := cl.ProduceSync(ctx, badItem, badRule).FirstErr(); err != nil {
+		return fmt.Errorf("produce a malformed item and an undecodable rule: %w", err)
 	}
 	return nil
 }

@@ -7,8 +7,13 @@
 // configs/grafana/:
 //
 //   - every metric a dashboard panel queries is exported by a running
-//     kstreamd (the tests build the binary and run the reference job on the
-//     embedded broker, on loopback ports);
+//     kstreamd (the tests build the binary and run the reference job,
+//     configs/colorshape.yaml with its addresses and data dir made local, on
+//     the embedded broker, on loopback ports);
+//   - that reference job checkpoints, commits its exactly-once sink's
+//     transactions (read_committed readers see no duplicate) and writes a
+//     malformed item and an undecodable rule to its dead-letter topics with
+//     their headers;
 //   - docker-compose.yml passes `docker-compose config -q` and
 //     configs/prometheus.yml passes `promtool check config`; the provisioning
 //     YAML and the dashboard JSON parse, and every panel uses the provisioned

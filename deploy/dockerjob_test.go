@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,9 +21,18 @@ import (
 )
 
 // setYAML replaces the value at the mapping path keys of the document doc
-// with value, failing the test when a key is missing.
+// (configs/colorshape-docker.yaml) with value, failing the test when a key
+// is missing.
 func setYAML(t *testing.T, doc *yaml.Node, value *yaml.Node, keys ...string) {
 	t.Helper()
+	if err := setYAMLPath(doc, value, keys...); err != nil {
+		t.Fatalf("configs/colorshape-docker.yaml: %v", err)
+	}
+}
+
+// setYAMLPath replaces the value at the mapping path keys of the document
+// doc with value; it fails when a key is missing.
+func setYAMLPath(doc *yaml.Node, value *yaml.Node, keys ...string) error {
 	n := doc
 	if n.Kind == yaml.DocumentNode {
 		n = n.Content[0]
@@ -38,9 +49,10 @@ func setYAML(t *testing.T, doc *yaml.Node, value *yaml.Node, keys ...string) {
 			}
 		}
 		if !found {
-			t.Fatalf("configs/colorshape-docker.yaml has no %v", keys[:i+1])
+			return fmt.Errorf("no key %s", strings.Join(keys[:i+1], "."))
 		}
 	}
+	return nil
 }
 
 func scalar(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: v} }

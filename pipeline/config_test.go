@@ -249,17 +249,18 @@ func TestColorshapeReferenceJob(t *testing.T) {
 		{"EmbeddedDataDir", cfg.EmbeddedDataDir(), filepath.Join("data", "kafka")},
 		{"StateDir", cfg.StateDir(), filepath.Join("data", "state")},
 		{"sources", cfg.Sources, []SourceConfig{
-			{Name: "items", Topic: "items", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
-			{Name: "rules", Topic: "rules", StartFrom: StartFromEarliest, Format: RecordFormatJSON, Parallelism: 1, OnError: OnErrorSkip, MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
+			{Name: "items", Topic: "items", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorDeadLetter, DeadLetterTopic: "items-dlq", MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
+			{Name: "rules", Topic: "rules", StartFrom: StartFromEarliest, Format: RecordFormatJSON, Parallelism: 1, OnError: OnErrorDeadLetter, DeadLetterTopic: "rules-dlq", MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
 		}},
 		{"operators", cfg.Operators, []OperatorConfig{
 			{Name: "matcher", Type: OperatorShapePairMatcher, Input: "items", KeyBy: "color", Broadcast: "rules"},
 		}},
 		{"sinks", cfg.Sinks, []SinkConfig{
-			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 10 * time.Minute, PoolSize: 5},
+			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryExactlyOnce, TransactionTimeout: time.Minute, PoolSize: 5},
 		}},
 		{"demo", cfg.Demo, DemoConfig{Enabled: true, ItemsTopic: "items", RulesTopic: "rules", ItemsPerSecond: 5}},
-		{"Topics", cfg.Topics(), []string{"items", "matches", "rules"}},
+		{"checkpoints", cfg.Checkpoints, CheckpointsConfig{Interval: 2 * time.Second, Timeout: 10 * time.Minute, TolerableFailures: 3, Retained: 3, Incremental: true}},
+		{"Topics", cfg.Topics(), []string{"items", "items-dlq", "matches", "rules", "rules-dlq"}},
 		{"MaxParallelism", cfg.MaxParallelism(), 128},
 		{"rules parallelism", cfg.SourceParallelism(&cfg.Sources[1]), 1},
 	}
