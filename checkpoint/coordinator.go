@@ -363,7 +363,11 @@ func (c *Coordinator) complete(p *pending) error {
 		mt.lastTime.Set(float64(m.Completed.UnixNano()) / 1e9)
 		mt.total.WithLabelValues(c.kind(p), "completed").Inc()
 	}
-	if !b.Savepoint {
+	if b.Savepoint {
+		if err := c.cfg.Storage.RecordSavepoint(b.Dir); err != nil {
+			c.logger.Warn("could not record the savepoint as the job's newest; a restart without --from-savepoint resumes from the latest checkpoint", "dir", b.Dir, "err", err)
+		}
+	} else {
 		if err := c.cfg.Storage.Prune(); err != nil {
 			c.logger.Warn("checkpoint retention failed; will retry after the next checkpoint", "err", err)
 		}

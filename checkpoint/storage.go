@@ -127,12 +127,18 @@ func dirSize(dir string) int64 {
 }
 
 // Latest returns the directory and metadata of the newest completed
-// checkpoint, or ErrNoCheckpoint.
+// checkpoint or savepoint of the job, or ErrNoCheckpoint. Savepoints and
+// checkpoints share one id sequence; a savepoint newer than every checkpoint
+// (a stop-with-savepoint, say) is what a restart must resume from, or it
+// would replay output the savepoint already committed. Savepoints are found
+// through the pointer RecordSavepoint writes.
 func (s *Storage) Latest() (string, *Metadata, error) {
 	infos, err := s.List()
 	if err != nil {
 		return "", nil, err
 	}
+	var dir string
+	var meta *Metadata
 	for i := len(infos) - 1; i >= 0; i-- {
 		if infos[i].State != StateCompleted {
 			continue
@@ -141,9 +147,56 @@ func (s *Storage) Latest() (string, *Metadata, error) {
 		if err != nil {
 			return "", nil, err
 		}
-		return infos[i].Dir, m, nil
+		dir, meta = infos[i].Dir, m
+		break
 	}
-	return "", nil, ErrNoCheckpoint
+	if spDir, err := s.LatestSavepoint(); err == nil {
+		if m, err := ReadMetadata(spDir); err == nil && (meta == nil || m.CheckpointID > meta.CheckpointID) {
+			dir, meta = spDir, m
+		}
+	}
+	if meta == nil {
+		return "", nil, ErrNoCheckpoint
+	}
+	return dir, meta, nil
+}
+
+// savepointPointer is the file in the job directory naming the job's newest
+// savepoint.
+const savepointPointer = "latest-savepoint"
+
+// RecordSavepoint remembers dir as the job's newest savepoint (atomically:
+// temp file, fsync, rename), so Latest can resume from it.
+func (s *Storage) RecordSavepoint(dir string) error {
+	if err := os.MkdirAll(s.jobDir, 0o755); err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(s.jobDir, savepointPointer+".tmp")
+	if err := os.WriteFile(tmp, []byte(abs+"\n"), 0o644); err != nil {
+		return err
+	}
+	if f, err := os.Open(tmp); err == nil {
+		_ = f.Sync()
+		f.Close()
+	}
+	if err := os.Rename(tmp, filepath.Join(s.jobDir, savepointPointer)); err != nil {
+		return err
+	}
+	return syncDir(s.jobDir)
+}
+
+// LatestSavepoint returns the directory RecordSavepoint last recorded, or an
+// error wrapping fs.ErrNotExist when there is none.
+func (s *Storage) LatestSavepoint() (string, error) {
+	b, err := os.ReadFile(filepath.Join(s.jobDir, savepointPointer))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // commit writes m as the metadata of the checkpoint in dir: the commit

@@ -180,8 +180,12 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 }
 
 // copyFileAtomic copies src to dst through a temporary file that is synced
-// and renamed, so dst is either absent or complete.
-func copyFileAtomic(src, dst string) error {
+// and renamed, so dst is either absent or complete. The temporary name is
+// unique: two snapshots of one backend may upload the same shared file at
+// once (the finisher of a timed-out checkpoint still runs when the next
+// one starts), and a shared temporary name would let one truncate the
+// other's copy and fail its rename.
+func copyFileAtomic(src, dst string) (err error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
@@ -190,9 +194,17 @@ func copyFileAtomic(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	tmp := dst + ".tmp"
-	out, err := os.Create(tmp)
+	out, err := os.CreateTemp(filepath.Dir(dst), filepath.Base(dst)+".tmp-*")
 	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(out.Name())
+		}
+	}()
+	if err := out.Chmod(0o644); err != nil { // CreateTemp makes 0600
+		out.Close()
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
@@ -206,7 +218,7 @@ func copyFileAtomic(src, dst string) error {
 	if err := out.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, dst)
+	return os.Rename(out.Name(), dst)
 }
 
 // OpenBackendRestored opens the backend cfg describes with the state of the
@@ -383,6 +395,18 @@ func openHashmapRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedH
 			}
 		}
 	}
+	// Every snapshot carries the metadata records of its states; keep one
+	// per state, or each restore from several snapshots would multiply them
+	// (and every later snapshot would write the copies back).
+	seen := map[string]bool{}
+	metas := st.metas[:0]
+	for _, m := range st.metas {
+		if !seen[m.Name] {
+			seen[m.Name] = true
+			metas = append(metas, m)
+		}
+	}
+	st.metas = metas
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

@@ -1,12 +1,15 @@
 // Command kstreamd is the kstreamd daemon: it runs a stream-processing job
 // described by a YAML pipeline file.
 //
-//	kstreamd run --config FILE       run the job until SIGINT or SIGTERM
-//	kstreamd validate --config FILE  check the file and exit
-//	kstreamd version                 print the version
+//	kstreamd run --config FILE [--from-savepoint DIR]   run the job until SIGINT or SIGTERM
+//	kstreamd validate --config FILE                     check the file and exit
+//	kstreamd savepoint [--address A] [--dir D] [--stop] [--token-env NAME]
+//	                                                    ask a running daemon for a savepoint
+//	kstreamd checkpoints list --dir DIR                 list a job's checkpoints
+//	kstreamd version                                    print the version
 //
-// Exit status: 0 after a clean stop or a valid file, 1 when the job fails,
-// 2 for a bad command line or config file.
+// Exit status: 0 after a clean stop or a valid file, 1 when the job (or a
+// command) fails, 2 for a bad command line or config file.
 package main
 
 import (

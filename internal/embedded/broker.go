@@ -87,7 +87,8 @@ func (b *Broker) createTopics(ctx context.Context, partitions int, topics []stri
 	return nil
 }
 
-// kfakeLogger sends kfake's logs to slog (warnings and errors only: kfake's
+// kfakeLogger sends kfake's logs to slog: errors as errors, warnings at
+// debug (kfake warns about ordinary slow requests), nothing below (kfake's
 // info level logs every request).
 type kfakeLogger struct{ l *slog.Logger }
 
@@ -96,6 +97,6 @@ func (k kfakeLogger) Logf(level kfake.LogLevel, format string, args ...any) {
 	case kfake.LogLevelError:
 		k.l.Error("embedded broker: " + fmt.Sprintf(format, args...))
 	case kfake.LogLevelWarn:
-		k.l.Warn("embedded broker: " + fmt.Sprintf(format, args...))
+		k.l.Debug("embedded broker: " + fmt.Sprintf(format, args...))
 	}
 }

@@ -1,0 +1,241 @@
+package operators
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/kstreamd/kstreamd/broadcast"
+	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+// matcherRun drives one ShapePairMatcher subtask through a KeyedOperator,
+// as the runtime does: records of input 0 (items, keyed by colour) and 1
+// (rules), output read from a channel.
+type matcherRun struct {
+	t  *testing.T
+	op *KeyedOperator
+	fn *ShapePairMatcher
+	ch runtime.Channel
+}
+
+func newMatcherRun(t *testing.T, kind, dir string, p, i int, restore *Restore) *matcherRun {
+	t.Helper()
+	m := &matcherRun{t: t, fn: &ShapePairMatcher{}, ch: runtime.NewChannel(256)}
+	cfg := state.BackendConfig{Kind: kind, MaxParallelism: ckMaxP, KeyGroupRange: keygroup.RangeFor(ckMaxP, p, i)}
+	if kind == state.KindPebble {
+		cfg.Dir = dir
+	}
+	open := func(r []state.RestoreHandle) (state.KeyedStateBackend, error) {
+		return state.OpenBackendRestored(cfg, r)
+	}
+	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{m.ch}, runtime.ForwardPartitioner{}))
+	m.op = NewKeyedBroadcastOperator(OpenContext{Operator: "matcher", Subtask: i, Parallelism: p}, open, restore, m.fn, out)
+	if err := m.op.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.op.Close() })
+	return m
+}
+
+func (m *matcherRun) rule(name, first, second string) {
+	m.t.Helper()
+	v := fmt.Appendf(nil, `{"name":%q,"first":%q,"second":%q}`, name, first, second)
+	if err := m.op.ProcessRecord(context.Background(), 1, runtime.Record{Key: []byte(name), Value: v}); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+func (m *matcherRun) deleteRule(name string) {
+	m.t.Helper()
+	if err := m.op.ProcessRecord(context.Background(), 1, runtime.Record{Key: []byte(name)}); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+func (m *matcherRun) item(id int, color, shape string) {
+	m.t.Helper()
+	v := fmt.Appendf(nil, `{"id":%d,"color":%q,"shape":%q}`, id, color, shape)
+	if err := m.op.ProcessRecord(context.Background(), 0, runtime.Record{Key: []byte(color), Value: v}); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// matches returns what was emitted since the last call as "rule key
+// firstID,secondID".
+func (m *matcherRun) matches() []string {
+	m.t.Helper()
+	var out []string
+	for {
+		select {
+		case el := <-m.ch:
+			var mt Match
+			if err := json.Unmarshal(el.Record.Value, &mt); err != nil {
+				m.t.Fatal(err)
+			}
+			var a, b struct{ ID int }
+			if err := json.Unmarshal(mt.First, &a); err != nil {
+				m.t.Fatal(err)
+			}
+			if err := json.Unmarshal(mt.Second, &b); err != nil {
+				m.t.Fatal(err)
+			}
+			if string(el.Record.Key) != mt.Key {
+				m.t.Fatalf("match %s emitted with key %q", el.Record.Value, el.Record.Key)
+			}
+			out = append(out, fmt.Sprintf("%s %s %d,%d", mt.Rule, mt.Key, a.ID, b.ID))
+		default:
+			return out
+		}
+	}
+}
+
+// stored returns the rules with stored items under key.
+func (m *matcherRun) stored(key string) []string {
+	m.t.Helper()
+	m.fn.backend.SetCurrentKey([]byte(key))
+	var rules []string
+	for name, err := range m.fn.items.Keys() {
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		rules = append(rules, name)
+	}
+	slices.Sort(rules)
+	return rules
+}
+
+// TestShapePairRuleDeletionClearsItems: deleting a rule removes that
+// rule's stored items under every key (Flink's applyToKeyedState), so a
+// re-added rule starts clean; other rules' items stay. The control case
+// without the deletion shows the same input matching.
+func TestShapePairRuleDeletionClearsItems(t *testing.T) {
+	colors := []string{"red", "blue", "green", "yellow"}
+	for _, kind := range []string{state.KindHashmap, state.KindPebble} {
+		for _, tc := range []struct {
+			name       string
+			deleteRule string // "" for none
+			want       []string
+			wantStored []string // rules with items under red after the deletion
+		}{
+			{name: "delete and re-add R1", deleteRule: "R1", want: []string{"R2 red 1,8"}, wantStored: []string{"R2"}},
+			{name: "delete unknown rule", deleteRule: "R9", want: []string{
+				"R1 red 1,4", "R1 blue 2,5", "R1 green 3,6", "R1 yellow 4,7", "R2 red 1,8",
+			}, wantStored: []string{"R1", "R2"}},
+			{name: "no deletion", want: []string{
+				"R1 red 1,4", "R1 blue 2,5", "R1 green 3,6", "R1 yellow 4,7", "R2 red 1,8",
+			}, wantStored: []string{"R1", "R2"}},
+		} {
+			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+				m := newMatcherRun(t, kind, t.TempDir(), 1, 0, nil)
+				m.rule("R1", "RECTANGLE", "TRIANGLE")
+				m.rule("R2", "RECTANGLE", "CIRCLE")
+				for i, c := range colors {
+					m.item(i+1, c, "RECTANGLE")
+				}
+				if got := m.matches(); len(got) != 0 {
+					t.Fatalf("rectangles alone matched %q", got)
+				}
+				for _, c := range colors {
+					if got := m.stored(c); !slices.Equal(got, []string{"R1", "R2"}) {
+						t.Fatalf("%s holds items of %q before the deletion", c, got)
+					}
+				}
+				if tc.deleteRule != "" {
+					m.deleteRule(tc.deleteRule)
+					if _, ok := m.fn.Rules().Get(tc.deleteRule); ok {
+						t.Fatalf("rule %s still in broadcast state", tc.deleteRule)
+					}
+					for _, c := range colors {
+						if got := m.stored(c); !slices.Equal(got, tc.wantStored) {
+							t.Fatalf("%s holds items of %q after deleting %s, want %q", c, got, tc.deleteRule, tc.wantStored)
+						}
+					}
+					m.rule("R1", "RECTANGLE", "TRIANGLE")
+				}
+				for i, c := range colors {
+					m.item(i+4, c, "TRIANGLE")
+				}
+				m.item(8, "red", "CIRCLE")
+				got := m.matches()
+				if !slices.Equal(got, tc.want) {
+					t.Fatalf("matches = %q, want %q", got, tc.want)
+				}
+			})
+		}
+	}
+}
+
+// TestShapePairBroadcastStateScaleUp: the matcher's rules, checkpointed by
+// each of 2 subtasks, are on every subtask after a restore at 4 (scale-up
+// subtasks take old copies round-robin), and a pair begun before the
+// checkpoint completes after it in the subtask now owning the key.
+func TestShapePairBroadcastStateScaleUp(t *testing.T) {
+	for _, kind := range []string{state.KindHashmap, state.KindPebble} {
+		t.Run(kind, func(t *testing.T) {
+			root := t.TempDir()
+			colors := []string{"red", "blue", "green", "yellow", "black", "white"}
+			var runs []*matcherRun
+			for i := range 2 {
+				m := newMatcherRun(t, kind, filepath.Join(root, fmt.Sprint("old-", i)), 2, i, nil)
+				m.rule("R1", "RECTANGLE", "TRIANGLE")
+				m.rule("R2", "CIRCLE", "CIRCLE")
+				runs = append(runs, m)
+			}
+			for i, c := range colors {
+				runs[keygroup.SubtaskForKey([]byte(c), ckMaxP, 2)].item(i+1, c, "RECTANGLE")
+			}
+			dir := filepath.Join(root, "chk-1")
+			old := make([]checkpoint.TaskState, 2)
+			for i, m := range runs {
+				finish, err := m.op.SnapshotState(context.Background(), &runtime.Barrier{CheckpointID: 1, Dir: dir})
+				if err != nil {
+					t.Fatal(err)
+				}
+				snap, err := finish(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := json.Unmarshal(snap.State, &old[i]); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.op.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			restores := restoresFor(t, old, dir, "", 4)
+			wantRules := map[string]broadcast.Rule{
+				"R1": {Name: "R1", First: "RECTANGLE", Second: "TRIANGLE"},
+				"R2": {Name: "R2", First: "CIRCLE", Second: "CIRCLE"},
+			}
+			runs = nil
+			for i := range 4 {
+				m := newMatcherRun(t, kind, filepath.Join(root, fmt.Sprint("new-", i)), 4, i, restores[i])
+				if got := maps.Collect(m.fn.Rules().Entries()); !maps.Equal(got, wantRules) {
+					t.Fatalf("subtask %d of 4 restored rules %v, want %v", i, got, wantRules)
+				}
+				runs = append(runs, m)
+			}
+			var got []string
+			for i, c := range colors {
+				m := runs[keygroup.SubtaskForKey([]byte(c), ckMaxP, 4)]
+				m.item(100+i, c, "TRIANGLE")
+				got = append(got, m.matches()...)
+			}
+			var want []string
+			for i, c := range colors {
+				want = append(want, fmt.Sprintf("R1 %s %d,%d", c, i+1, 100+i))
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("matches after the restore at 4 = %q, want %q", got, want)
+			}
+		})
+	}
+}
