@@ -133,8 +133,8 @@ func (s *server) jobStatus(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, j.Status())
 }
 
-// checkpointDetails answers GET /api/v1/checkpoints/{id} with the
-// checkpoint's metadata.
+// checkpointDetails answers GET /api/v1/checkpoints/{id} with the metadata
+// of checkpoint id, or of the job's newest savepoint when it has that id.
 func (s *server) checkpointDetails(w http.ResponseWriter, r *http.Request) {
 	_, st := s.current()
 	if st == nil {
@@ -147,6 +147,14 @@ func (s *server) checkpointDetails(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := checkpoint.ReadMetadata(st.CheckpointDir(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		// Savepoints share the id sequence; the newest one is recorded.
+		if dir, perr := st.LatestSavepoint(); perr == nil {
+			if sm, serr := checkpoint.ReadMetadata(dir); serr == nil && sm.CheckpointID == id {
+				m, err = sm, nil
+			}
+		}
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		writeJSON(w, http.StatusNotFound, savepointResponse{Error: fmt.Sprintf("no completed checkpoint %d", id)})
 		return
