@@ -1,10 +1,15 @@
 // Package sink writes a stream's records to Kafka.
 //
-// This version delivers at-least-once: every record is produced with
-// acks=all and franz-go's idempotent producer, and a sink subtask finishes
-// only after every record it accepted was acknowledged by the broker. After a
-// crash, records produced before it may be produced again when the job
-// re-reads its input. The two-phase-commit (exactly-once) sink builds on the
-// checkpoints of a later version. Delivery "none" produces without waiting
-// for acknowledgements and ignores failures (fire and forget).
+// Delivery "exactly-once" is the two-phase-commit sink (TwoPhaseCommitSink
+// over KafkaTxnCommitter): one Kafka transaction per sink subtask and
+// checkpoint epoch, pre-committed on the checkpoint barrier and committed
+// when the checkpoint completes; RecoverTransactions commits the restored
+// committables and fences the sink's other transactional ids before the
+// subtasks start, so a read_committed reader sees every record once.
+// "at-least-once" (KafkaSink) produces with acks=all and franz-go's
+// idempotent producer and flushes on every barrier: after a crash, records
+// produced after the last completed checkpoint are produced again.
+// BufferingSink adds a buffer kept in operator state to it, also
+// at-least-once. "none" produces without waiting for acknowledgements and
+// ignores failures (fire and forget).
 package sink

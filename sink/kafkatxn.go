@@ -79,16 +79,20 @@ const (
 )
 
 type txnSlot struct {
-	index    int
-	id       string
-	cl       *kgo.Client
-	state    slotState
-	records  int64
-	oldest   []time.Time // source timestamps of the records, for the end-to-end latency
-	c        Committable
-	freeAt   int64 // slotCommitted: reusable when a checkpoint >= freeAt completed (0: not yet known)
-	mu       sync.Mutex
+	index   int
+	id      string
+	cl      *kgo.Client
+	state   slotState
+	records int64
+	oldest  []time.Time // source timestamps of the records, for the end-to-end latency
+	c       Committable
+	freeAt  int64 // slotCommitted: reusable when a checkpoint >= freeAt completed (0: not yet known)
+
+	mu       sync.Mutex // guards the fields below, set by produce promises
 	writeErr error
+	acked    bool  // a record of the open transaction was acknowledged:
+	ackPart  int32 // its partition
+	ackOff   int64 // and offset
 }
 
 // NewKafkaTxnCommitter returns the committer of one sink subtask; producers
@@ -141,7 +145,10 @@ func (k *KafkaTxnCommitter) BeginTransaction(context.Context) error {
 	if err := s.cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("sink %s: begin transaction on %s: %w", k.cfg.Name, s.id, err)
 	}
-	s.state, s.records, s.oldest, s.writeErr, s.freeAt = slotOpen, 0, s.oldest[:0], nil, 0
+	s.state, s.records, s.oldest, s.freeAt = slotOpen, 0, s.oldest[:0], 0
+	s.mu.Lock()
+	s.writeErr, s.acked = nil, false
+	s.mu.Unlock()
 	k.open = s
 	k.inFlight()
 	return nil
@@ -160,12 +167,15 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 		s.oldest = append(s.oldest, rec.Timestamp)
 	}
 	s.cl.Produce(ctx, &kgo.Record{Key: rec.Key, Value: rec.Value}, func(r *kgo.Record, err error) {
-		if err != nil {
-			s.mu.Lock()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch {
+		case err != nil:
 			if s.writeErr == nil {
 				s.writeErr = fmt.Errorf("sink %s: write to %q in transaction %s: %w", k.cfg.Name, r.Topic, s.id, err)
 			}
-			s.mu.Unlock()
+		case !s.acked:
+			s.acked, s.ackPart, s.ackOff = true, r.Partition, r.Offset
 		}
 	})
 	return nil
@@ -195,6 +205,11 @@ func (k *KafkaTxnCommitter) PreCommit(ctx context.Context, checkpointID int64) (
 			return Committable{}, fmt.Errorf("sink %s: producer id of %s: %w", k.cfg.Name, s.id, err)
 		}
 		c.ProducerID, c.Epoch = pid, epoch
+		s.mu.Lock()
+		if s.acked {
+			c.Topic, c.Partition, c.Offset = k.cfg.Topic, s.ackPart, s.ackOff
+		}
+		s.mu.Unlock()
 	}
 	s.c, s.state = c, slotPreCommitted
 	k.open = nil
@@ -220,8 +235,13 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 			if lerr := k.lost(classify(c, err)); lerr != nil {
 				return lerr
 			}
-			// Ignored loss: the producer must start over.
+			// Ignored loss: the producer must start over. A fenced
+			// franz-go client stays failed ("fatal, unrecoverable" on
+			// the next BeginTransaction), so the slot gets a new one,
+			// whose InitProducerId takes a fresh epoch.
 			_ = s.cl.EndTransaction(ctx, kgo.TryAbort)
+			s.cl.Close()
+			s.cl = nil
 		} else {
 			k.cfg.Metrics.transaction(k.cfg.Name, "committed")
 			if k.cfg.RecordsOut != nil {

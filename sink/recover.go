@@ -2,9 +2,11 @@ package sink
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -61,7 +63,7 @@ func RecoverTransactions(ctx context.Context, cfg RecoverConfig) error {
 		if c.Records == 0 {
 			continue
 		}
-		err := CommitRecovered(ctx, cfg.ClientOpts, c)
+		already, err := commitRecovered(ctx, cfg.ClientOpts, c)
 		var le *LostOutputError
 		if errors.As(err, &le) {
 			cfg.Metrics.transaction(cfg.Name, "lost")
@@ -74,6 +76,10 @@ func RecoverTransactions(ctx context.Context, cfg RecoverConfig) error {
 		if err != nil {
 			return fmt.Errorf("sink %s: commit restored transaction %s of checkpoint %d: %w", cfg.Name, c.TransactionalID, c.CheckpointID, err)
 		}
+		if already {
+			cfg.Logger.Info("restored transaction was already committed", "transactional_id", c.TransactionalID, "checkpoint_id", c.CheckpointID, "records", c.Records)
+			continue
+		}
 		cfg.Metrics.transaction(cfg.Name, "committed")
 		cfg.Logger.Info("committed restored transaction", "transactional_id", c.TransactionalID, "checkpoint_id", c.CheckpointID, "records", c.Records)
 	}
@@ -82,31 +88,89 @@ func RecoverTransactions(ctx context.Context, cfg RecoverConfig) error {
 		return err
 	}
 	defer cl.Close()
+	fenced := map[string]bool{}
 	for sub := 0; sub < cfg.Subtasks; sub++ {
 		for slot := 0; slot < cfg.PoolSize; slot++ {
 			id := TransactionalID(cfg.TransactionalIDPrefix, sub, slot)
 			if err := fence(ctx, cl, id, cfg.TransactionTimeout); err != nil {
 				return fmt.Errorf("sink %s: fence transactional id %s: %w", cfg.Name, id, err)
 			}
+			fenced[id] = true
 		}
+	}
+	// The range above misses ids of a run this start cannot know about:
+	// a larger parallelism or pool size of a run that crashed before its
+	// first checkpoint, or one whose checkpoint is not the one restored.
+	// Fence every other ongoing transaction of the prefix the brokers list
+	// (ListTransactions, Kafka 3.0+; best effort: a broker that cannot
+	// list them leaves them to the transaction timeout).
+	extra, err := ongoingTransactions(ctx, cl, cfg.TransactionalIDPrefix)
+	if err != nil {
+		cfg.Logger.Warn("could not list ongoing transactions; transactions of ids outside the fenced range are left to the transaction timeout",
+			"prefix", cfg.TransactionalIDPrefix, "err", err)
+	}
+	for _, id := range extra {
+		if fenced[id] {
+			continue
+		}
+		if err := fence(ctx, cl, id, cfg.TransactionTimeout); err != nil {
+			return fmt.Errorf("sink %s: fence transactional id %s: %w", cfg.Name, id, err)
+		}
+		cfg.Logger.Info("fenced a lingering transaction outside the sink's current ids", "transactional_id", id)
 	}
 	cfg.Logger.Info("fenced the sink's transactional ids", "sink", cfg.Name, "subtasks", cfg.Subtasks, "pool_size", cfg.PoolSize)
 	return nil
 }
 
+// ongoingTransactions returns the transactional ids <prefix>-<n>-<m> the
+// brokers list as Ongoing, sorted.
+func ongoingTransactions(ctx context.Context, cl *kgo.Client, prefix string) ([]string, error) {
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-[0-9]+-[0-9]+$`)
+	listed, err := kadm.NewClient(cl).ListTransactions(ctx, nil, []string{"Ongoing"})
+	var ids []string
+	for _, t := range listed.Sorted() {
+		if t.State == "Ongoing" && re.MatchString(t.TxnID) {
+			ids = append(ids, t.TxnID)
+		}
+	}
+	return ids, err
+}
+
 // CommitRecovered commits a committable whose producer is gone with a raw
 // EndTxn request. It retries while the coordinator is busy and returns a
-// *LostOutputError when the broker says the transaction cannot be committed.
+// *LostOutputError when the transaction cannot be committed: the broker
+// aborted it. A transaction that was already committed (by an earlier
+// restore of the same checkpoint) is success.
 func CommitRecovered(ctx context.Context, opts []kgo.Opt, c Committable) error {
+	_, err := commitRecovered(ctx, opts, c)
+	return err
+}
+
+// commitRecovered is CommitRecovered; already reports a transaction that
+// was committed before.
+//
+// Kafka answers an EndTxn(commit) carrying the epoch recorded at
+// pre-commit with success while the transaction is open, and also for a
+// repeated commit as long as the transactional id was not used since
+// (transaction version 1: same epoch, state CompleteCommit; version 2,
+// KIP-890: the commit bumped the epoch by one and the request is taken for
+// a retry). Once the id moved on (the fencing InitProducerId of an earlier
+// restore, a later transaction on the id) the answer is PRODUCER_FENCED,
+// and a transaction the coordinator aborted after its timeout is
+// PRODUCER_FENCED (version 1) or INVALID_TXN_STATE (version 2 before
+// KAFKA-20785) — the same answers for a committed and for a lost
+// transaction. The transaction's end marker in the partition of its
+// recorded record settles it: COMMIT or ABORT from the same producer id.
+func commitRecovered(ctx context.Context, opts []kgo.Opt, c Committable) (already bool, err error) {
 	if c.Records == 0 {
-		return nil
+		return false, nil
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer cl.Close()
-	return retryTxn(ctx, func() error {
+	err = retryTxn(ctx, func() error {
 		req := kmsg.NewPtrEndTxnRequest()
 		req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = c.TransactionalID, c.ProducerID, c.Epoch, true
 		resp, err := req.RequestWith(ctx, cl)
@@ -118,6 +182,97 @@ func CommitRecovered(ctx context.Context, opts []kgo.Opt, c Committable) error {
 		}
 		return nil
 	})
+	le, ok := errors.AsType[*LostOutputError](err)
+	if !ok {
+		return false, err
+	}
+	committed, how := transactionOutcome(ctx, opts, c)
+	if committed {
+		return true, nil
+	}
+	le.Err = fmt.Errorf("%w (%s)", le.Err, how)
+	return false, le
+}
+
+// transactionOutcome reads the partition of c's recorded record, without
+// isolation and with control records, from that record to the end marker
+// of c's producer id: true for COMMIT. Otherwise it says why not (an
+// ABORT marker, or the outcome cannot be read).
+func transactionOutcome(ctx context.Context, opts []kgo.Opt, c Committable) (bool, string) {
+	if c.Topic == "" {
+		return false, "the committable does not locate a record of the transaction, so whether an earlier start committed it is unknown"
+	}
+	where := fmt.Sprintf("%s[%d] offset %d", c.Topic, c.Partition, c.Offset)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	adm, err := kgo.NewClient(opts...)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer adm.Close()
+	starts, err := kadm.NewClient(adm).ListStartOffsets(ctx, c.Topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	ends, err2 := kadm.NewClient(adm).ListEndOffsets(ctx, c.Topic)
+	if err2 == nil {
+		err2 = ends.Error()
+	}
+	if err = errors.Join(err, err2); err != nil {
+		return false, fmt.Sprintf("cannot read the outcome from %s: %v", where, err)
+	}
+	start, ok1 := starts.Lookup(c.Topic, c.Partition)
+	end, ok2 := ends.Lookup(c.Topic, c.Partition)
+	if !ok1 || !ok2 || c.Offset < start.Offset || c.Offset >= end.Offset {
+		return false, fmt.Sprintf("the transaction's record at %s is no longer in the log", where)
+	}
+	cl, err := kgo.NewClient(append(slices.Clone(opts),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{c.Topic: {c.Partition: kgo.NewOffset().At(c.Offset)}}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())...)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer cl.Close()
+	first := true
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return false, fmt.Sprintf("no end marker of producer %d found after %s: %v", c.ProducerID, where, ctx.Err())
+		}
+		var (
+			done    bool
+			outcome bool
+			why     string
+		)
+		fs.EachRecord(func(r *kgo.Record) {
+			if done {
+				return
+			}
+			if first {
+				first = false
+				if r.Offset != c.Offset || r.ProducerID != c.ProducerID {
+					done, why = true, fmt.Sprintf("the record at %s is not the transaction's (producer %d at offset %d)", where, r.ProducerID, r.Offset)
+					return
+				}
+			}
+			if r.Attrs.IsControl() && r.ProducerID == c.ProducerID && len(r.Key) >= 4 {
+				// Control record key: version int16, type int16 (0 ABORT, 1 COMMIT).
+				switch binary.BigEndian.Uint16(r.Key[2:4]) {
+				case 1:
+					done, outcome = true, true
+				case 0:
+					done, why = true, fmt.Sprintf("the broker aborted it: ABORT marker at offset %d after %s", r.Offset, where)
+				}
+				return
+			}
+			if r.Offset+1 >= end.Offset {
+				done, why = true, fmt.Sprintf("no end marker of producer %d between %s and the end offset %d", c.ProducerID, where, end.Offset)
+			}
+		})
+		if done {
+			return outcome, why
+		}
+	}
 }
 
 // fence sends InitProducerId for id: the broker aborts the id's open
@@ -167,7 +322,15 @@ func CheckTransactionTimeout(ctx context.Context, opts []kgo.Opt, sinkName strin
 		return err
 	}
 	defer cl.Close()
-	rcs, err := kadm.NewClient(cl).DescribeBrokerConfigs(ctx)
+	// Describe each broker by id: the resource "" answers only the
+	// cluster-wide dynamic defaults, never a static broker config such as
+	// transaction.max.timeout.ms (Kafka; kfake is lenient here).
+	adm := kadm.NewClient(cl)
+	md, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		return fmt.Errorf("sink %s: read the brokers' transaction.max.timeout.ms: %w", sinkName, err)
+	}
+	rcs, err := adm.DescribeBrokerConfigs(ctx, md.Brokers.NodeIDs()...)
 	if err != nil {
 		return fmt.Errorf("sink %s: read the brokers' transaction.max.timeout.ms: %w", sinkName, err)
 	}

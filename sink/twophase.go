@@ -28,6 +28,16 @@ type Committable struct {
 	// Records is the number of records in the transaction; 0 means there is
 	// nothing to commit (an empty epoch).
 	Records int64 `json:"records"`
+	// Topic, Partition and Offset locate one record of the transaction
+	// (the first the broker acknowledged). When a restore finds the
+	// transaction already ended (the broker answers EndTxn with
+	// PRODUCER_FENCED or INVALID_TXN_STATE both for a transaction an
+	// earlier restore of the same checkpoint committed and for one the
+	// broker aborted), the transaction's end marker after this offset
+	// tells which. Empty Topic: unknown (committables of older versions).
+	Topic     string `json:"topic,omitempty"`
+	Partition int32  `json:"partition,omitempty"`
+	Offset    int64  `json:"offset,omitempty"`
 }
 
 // CommittablesState is the name of the sink's operator list state (even
