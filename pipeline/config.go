@@ -431,7 +431,10 @@ type SinkConfig struct {
 	// a restart takes (a transaction pre-committed before a crash must
 	// still be open when the restarted job commits it), and must not
 	// exceed the brokers' transaction.max.timeout.ms (checked at start).
-	// Default "10m" (0 in a Config built in code means the default).
+	// A pre-committed transaction waits for its checkpoint to complete, so
+	// keep it above checkpoints.interval plus checkpoints.timeout.
+	// Default "15m", Kafka's default transaction.max.timeout.ms (0 in a
+	// Config built in code means the default).
 	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
 	// PoolSize is the number of transactional ids per sink subtask.
 	// Default 5 (0 in a Config built in code means the default); in
@@ -453,7 +456,7 @@ type SinkConfig struct {
 // setDefaults sets the defaults of a list item before it is decoded.
 func (s *SinkConfig) setDefaults() {
 	s.Delivery = DeliveryAtLeastOnce
-	s.TransactionTimeout = 10 * time.Minute
+	s.TransactionTimeout = 15 * time.Minute
 	s.PoolSize = 5
 }
 

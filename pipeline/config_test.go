@@ -121,7 +121,7 @@ func minimalGraph() ([]SourceConfig, []OperatorConfig, []SinkConfig) {
 		}, []OperatorConfig{
 			{Name: "matcher", Type: OperatorShapePairMatcher, Input: "items", KeyBy: "color", Broadcast: "rules"},
 		}, []SinkConfig{
-			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 10 * time.Minute, PoolSize: 5},
+			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 15 * time.Minute, PoolSize: 5},
 		}
 }
 
@@ -201,9 +201,9 @@ func TestFullConfig(t *testing.T) {
 			{Name: "averages", Type: OperatorCountWindowAverage, Input: "items", KeyBy: "shape", Parallelism: 5},
 		},
 		Sinks: []SinkConfig{
-			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryNone, TransactionTimeout: 10 * time.Minute, PoolSize: 5},
-			{Name: "counted", Input: "counts", Topic: "counts", Delivery: DeliveryAtLeastOnce, Parallelism: 7, TransactionTimeout: 10 * time.Minute, PoolSize: 5},
-			{Name: "raw", Input: "rules", Topic: "rules-copy", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 10 * time.Minute, PoolSize: 5},
+			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryNone, TransactionTimeout: 15 * time.Minute, PoolSize: 5},
+			{Name: "counted", Input: "counts", Topic: "counts", Delivery: DeliveryAtLeastOnce, Parallelism: 7, TransactionTimeout: 15 * time.Minute, PoolSize: 5},
+			{Name: "raw", Input: "rules", Topic: "rules-copy", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 15 * time.Minute, PoolSize: 5},
 		},
 		Demo: DemoConfig{Enabled: true, ItemsTopic: "items.v1", RulesTopic: "rules", ItemsPerSecond: 0.5},
 	}
@@ -259,7 +259,7 @@ func TestColorshapeReferenceJob(t *testing.T) {
 			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryExactlyOnce, TransactionTimeout: time.Minute, PoolSize: 5},
 		}},
 		{"demo", cfg.Demo, DemoConfig{Enabled: true, ItemsTopic: "items", RulesTopic: "rules", ItemsPerSecond: 5}},
-		{"checkpoints", cfg.Checkpoints, CheckpointsConfig{Interval: 2 * time.Second, Timeout: 10 * time.Minute, TolerableFailures: 3, Retained: 3, Incremental: true}},
+		{"checkpoints", cfg.Checkpoints, CheckpointsConfig{Interval: 2 * time.Second, Timeout: 30 * time.Second, TolerableFailures: 3, Retained: 3, Incremental: true}},
 		{"Topics", cfg.Topics(), []string{"items", "items-dlq", "matches", "rules", "rules-dlq"}},
 		{"MaxParallelism", cfg.MaxParallelism(), 128},
 		{"rules parallelism", cfg.SourceParallelism(&cfg.Sources[1]), 1},

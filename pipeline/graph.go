@@ -243,7 +243,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 		exactlyOnce := sk.Delivery == DeliveryExactlyOnce
 		timeout, pool := sk.TransactionTimeout, sk.PoolSize
 		if timeout == 0 {
-			timeout = 10 * time.Minute
+			timeout = 15 * time.Minute
 		}
 		if pool == 0 {
 			pool = sink.DefaultPoolSize
