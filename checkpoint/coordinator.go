@@ -152,9 +152,12 @@ func NewCoordinator(cfg CoordinatorConfig, sources []runtime.SourceTask, targets
 	return c, nil
 }
 
-// SourceCaughtUp records that a source subtask has read up to the end
-// offsets it saw at start; checkpoints are triggered only once every source
-// did (a barrier must never wait behind a bootstrap). Safe for concurrent use.
+// SourceCaughtUp records that a source subtask is ready for barriers: a
+// broadcast source once it has read up to the end offsets it saw at start
+// (a barrier must never wait behind a bootstrap that holds other inputs),
+// any other source from the start. Checkpoints are triggered only once every
+// source is ready; Ready reports it (the job's readiness: state restored,
+// rules bootstrapped). Safe for concurrent use.
 func (c *Coordinator) SourceCaughtUp(id runtime.TaskID) {
 	c.mu.Lock()
 	c.ready[id] = true

@@ -303,6 +303,15 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 		return nil, err
 	}
 	resp.c = coord
+	// Only a broadcast source's bootstrap holds other inputs back, so only
+	// those must catch up before barriers flow (a barrier behind a held
+	// input would never align). Keyed sources take part in checkpoints from
+	// the start, also while they work through a backlog.
+	for _, st := range sourceTasks {
+		if !b.sourcePlans[st.ID().Operator].tombstones {
+			coord.SourceCaughtUp(st.ID())
+		}
+	}
 	j.coordinator = coord
 	j.job = runtime.NewJob(logger.With("component", "job"), deps.DrainTimeout, sources, tasks)
 	return j, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/runtime"
@@ -244,6 +245,7 @@ type KafkaSource struct {
 	known     map[int32]bool  // every partition of the topic known to the job
 	committed map[int64]map[int32]int64
 	stopAfter bool
+	adminCl   *kgo.Client // metadata and offsets requests; owned by read
 	// pendingBarriers are checkpoints triggered but not yet taken.
 	pendingBarriers []*runtime.Barrier
 }
@@ -319,6 +321,7 @@ var errStopAfter = errors.New("source: stopped after savepoint barrier")
 
 func (s *KafkaSource) read(ctx context.Context) error {
 	adminCl, err := kgo.NewClient(s.cfg.ClientOpts...)
+	s.adminCl = adminCl
 	if err != nil {
 		return fmt.Errorf("source %s: client: %w", s.cfg.Name, err)
 	}
@@ -337,6 +340,10 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
+		// A fetch waiting for data is not interrupted when discovery adds a
+		// partition; a short wait bounds how late the new partition's first
+		// records arrive.
+		kgo.FetchMaxWait(500*time.Millisecond),
 	)
 	if s.cl, err = kgo.NewClient(opts...); err != nil {
 		return fmt.Errorf("source %s: client: %w", s.cfg.Name, err)
@@ -583,13 +590,27 @@ func (s *KafkaSource) assign(ctx context.Context, adm *kadm.Client) error {
 func (s *KafkaSource) discover(ctx context.Context, adm *kadm.Client) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	details, err := adm.ListTopics(dctx, s.cfg.Topic)
+	// A raw metadata request: kadm's ListTopics answers from franz-go's
+	// metadata cache, which can be seconds old.
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(s.cfg.Topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(dctx, s.adminCl)
 	if err != nil {
 		s.logger.Warn("partition discovery failed; retrying at the next interval", "topic", s.cfg.Topic, "err", err)
 		return
 	}
-	d, ok := details[s.cfg.Topic]
-	if !ok || d.Err != nil {
+	d := kadm.TopicDetail{Partitions: kadm.PartitionDetails{}}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != s.cfg.Topic || t.ErrorCode != 0 {
+			continue
+		}
+		for _, p := range t.Partitions {
+			d.Partitions[p.Partition] = kadm.PartitionDetail{Topic: s.cfg.Topic, Partition: p.Partition}
+		}
+	}
+	if len(d.Partitions) == 0 {
 		return
 	}
 	add := map[int32]kgo.Offset{}

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"text/tabwriter"
@@ -228,6 +230,11 @@ func (s *server) serve(addr string) (func(), error) {
 
 // printCheckpoints writes the checkpoints of a job directory as a table.
 func printCheckpoints(w io.Writer, jobDir string) error {
+	if st, err := os.Stat(jobDir); err != nil {
+		return err
+	} else if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", jobDir)
+	}
 	infos, err := checkpoint.ListDir(jobDir)
 	if err != nil {
 		return err
@@ -243,6 +250,14 @@ func printCheckpoints(w io.Writer, jobDir string) error {
 // requestSavepoint asks the daemon at addr for a savepoint and returns its
 // path.
 func requestSavepoint(ctx context.Context, addr, token, dir string, stop bool) (string, error) {
+	if dir != "" {
+		// The daemon resolves paths against its own working directory.
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return "", err
+		}
+		dir = abs
+	}
 	body, _ := json.Marshal(savepointRequest{Dir: dir, Stop: stop})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/api/v1/savepoints", bytes.NewReader(body))
 	if err != nil {
