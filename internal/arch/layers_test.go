@@ -1,0 +1,78 @@
+package arch
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/kstreamd/kstreamd/"
+
+// allowed lists, per package, the project packages its non-test files may
+// import (STYLE.md section 1). internal/ helpers are wired only by cmd.
+var allowed = map[string][]string{
+	"state/keygroup":    {},
+	"runtime":           {"state/keygroup"},
+	"state":             {"runtime", "state/keygroup"},
+	"checkpoint":        {"state", "runtime", "state/keygroup"},
+	"source":            {"checkpoint", "state", "runtime", "state/keygroup"},
+	"sink":              {"checkpoint", "state", "runtime", "state/keygroup"},
+	"broadcast":         {"state", "runtime", "state/keygroup"},
+	"operators":         {"broadcast", "checkpoint", "state", "runtime", "state/keygroup"},
+	"pipeline":          {"operators", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup"},
+	"internal/demo":     {},
+	"internal/embedded": {},
+	"internal/testkit":  {},
+	"internal/arch":     {},
+	"cmd/kstreamd":      {"pipeline", "checkpoint", "internal/demo", "internal/embedded"},
+	"deploy":            {},
+}
+
+func TestLayering(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		if strings.Contains(rel, "testdata") {
+			return nil
+		}
+		ok, known := allowed[rel]
+		if !known {
+			t.Errorf("package %s is not in the layering table; add it to allowed", rel)
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		seen++
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if dep, ours := strings.CutPrefix(p, module); ours && !slices.Contains(ok, dep) {
+				t.Errorf("%s imports %s, which is not below it", filepath.Base(path)+" ("+rel+")", dep)
+			}
+			if rel != "cmd/kstreamd" && rel != "internal/embedded" && strings.Contains(p, "franz-go/pkg/kfake") {
+				t.Errorf("%s (%s) imports kfake; only the embedded broker may", filepath.Base(path), rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen < 40 {
+		t.Fatalf("checked only %d files; the walk missed the tree", seen)
+	}
+}
