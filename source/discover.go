@@ -21,7 +21,7 @@ var ErrUnknownTopic = errors.New("source: topic does not exist")
 // error wrapping ErrUnknownTopic.
 func Discover(ctx context.Context, adm *kadm.Client, logger *slog.Logger, topic string) (int32, error) {
 	var n int32
-	err := retry(ctx, logger, "discover partitions", func() error {
+	err := retry(ctx, logger, "discover partitions", func(ctx context.Context) error {
 		details, err := adm.ListTopics(ctx, topic)
 		if err != nil {
 			return err
@@ -44,12 +44,20 @@ type permanent struct{ error }
 
 func (p permanent) Unwrap() error { return p.error }
 
+// attemptTimeout bounds one attempt of retry: franz-go retries a request
+// internally for much longer, and a broker that is down must be reported
+// while the retrying goes on.
+const attemptTimeout = 10 * time.Second
+
 // retry calls fn until it succeeds, returns a permanent error, or ctx ends,
-// backing off 100 ms doubling to 5 s and logging each failure at Warn.
-func retry(ctx context.Context, logger *slog.Logger, what string, fn func() error) error {
+// giving each attempt attemptTimeout, backing off 100 ms doubling to 5 s and
+// logging each failure at Warn.
+func retry(ctx context.Context, logger *slog.Logger, what string, fn func(ctx context.Context) error) error {
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := fn()
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		err := fn(actx)
+		cancel()
 		if err == nil {
 			return nil
 		}

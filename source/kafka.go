@@ -559,7 +559,7 @@ func (s *KafkaSource) assign(ctx context.Context, adm *kadm.Client) error {
 		return nil
 	}
 	var offs kadm.ListedOffsets
-	err := retry(ctx, s.logger, "list offsets", func() error {
+	err := retry(ctx, s.logger, "list offsets", func(ctx context.Context) error {
 		var err error
 		if !fresh || s.cfg.StartFrom == Earliest {
 			offs, err = adm.ListStartOffsets(ctx, s.cfg.Topic)
@@ -638,7 +638,7 @@ func (s *KafkaSource) catchUpTargets(ctx context.Context, adm *kadm.Client) (map
 		return pending, nil
 	}
 	var ends kadm.ListedOffsets
-	err := retry(ctx, s.logger, "list offsets", func() error {
+	err := retry(ctx, s.logger, "list offsets", func(ctx context.Context) error {
 		var err error
 		if ends, err = adm.ListCommittedOffsets(ctx, s.cfg.Topic); err != nil {
 			return err
@@ -743,7 +743,7 @@ func (s *KafkaSource) deadLetter(ctx context.Context, r *kgo.Record, reason, det
 			kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
 			kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
 		)}
-	err := retry(ctx, s.logger, "dead-letter write", func() error {
+	err := retry(ctx, s.logger, "dead-letter write", func(ctx context.Context) error {
 		return s.cl.ProduceSync(ctx, dl).FirstErr()
 	})
 	if err != nil {

@@ -206,6 +206,11 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 	opts := append(cfg.ClientOptions(), kgo.WithLogger(kslog.New(kafkaLogger(cfg, logger))))
 	job, err := pipeline.Build(ctx, cfg, pipeline.Deps{Logger: logger, Registerer: reg, ClientOpts: opts, FromSavepoint: fromSavepoint})
 	if err != nil {
+		if ctx.Err() != nil {
+			// SIGINT/SIGTERM while waiting for the brokers: a clean stop.
+			logger.Info("stopped before the job started", "reason", err)
+			return nil
+		}
 		return err
 	}
 	var wg sync.WaitGroup
