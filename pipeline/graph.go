@@ -349,7 +349,7 @@ func recoverSink(ctx context.Context, cfg *Config, sk *SinkConfig, meta *checkpo
 		Name: sk.Name, ClientOpts: deps.ClientOpts, Committables: committables,
 		TransactionalIDPrefix: cfg.TransactionalIDPrefix(sk), PoolSize: pool, Subtasks: max(oldP, p),
 		TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions, Metrics: m,
-		Logger: deps.Logger.With("component", "sink", "sink", sk.Name),
+		Logger: deps.Logger.With("component", "sink"),
 	})
 }
 

@@ -85,6 +85,9 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("POST /api/v1/savepoints", s.authorized(s.savepoint))
 	mux.HandleFunc("GET /api/v1/checkpoints", s.authorized(s.checkpoints))
 	mux.HandleFunc("GET /api/v1/checkpoints/{id}", s.authorized(s.checkpointDetails))
+	mux.HandleFunc("/api/v1/", s.authorized(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, savepointResponse{Error: "no API endpoint " + r.Method + " " + r.URL.Path})
+	}))
 	return mux
 }
 

@@ -6,6 +6,7 @@
 //	kstreamd savepoint [--address A] [--dir D] [--stop] [--token-env NAME]
 //	                                                    ask a running daemon for a savepoint
 //	kstreamd checkpoints list --dir DIR                 list a job's checkpoints
+//	kstreamd broker --config FILE                       run the development broker on its own
 //	kstreamd version                                    print the version
 //
 // Exit status: 0 after a clean stop or a valid file, 1 when the job (or a
@@ -57,6 +58,9 @@ commands:
   checkpoints list --dir DIR
                           list the checkpoints in a job's checkpoint directory
                           (<checkpoints.dir>/<job>)
+  broker --config FILE    run only the development broker of kafka.embedded
+                          (address, data_dir, partitions) with the pipeline's
+                          topics, in its own process, until SIGINT or SIGTERM
   version                 print the version
 `
 
@@ -99,7 +103,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		dir := fs.String("dir", "", "write the savepoint under `DIR` instead of checkpoints.savepoint_dir")
 		stop := fs.Bool("stop", false, "stop the job right after the savepoint")
 		tokenEnv := fs.String("token-env", "", "send the bearer token held by environment variable `NAME`")
-		if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "kstreamd savepoint: unexpected argument %q (flags only)\n", fs.Arg(0))
 			return 2
 		}
 		token := ""
@@ -131,6 +139,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	case "broker":
+		path := fs.String("config", "", "pipeline `FILE` whose kafka.embedded section describes the broker")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if *path == "" || fs.NArg() > 0 {
+			fmt.Fprint(stderr, "usage: kstreamd broker --config FILE\n")
+			return 2
+		}
+		cfg, err := pipeline.Load(*path)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		logger := newLogger(cfg, stderr)
+		if err := runBroker(ctx, cfg, logger); err != nil {
+			logger.Error("broker failed", "err", err)
+			return 1
+		}
+		return 0
 	case "version":
 		fmt.Fprintf(stdout, "kstreamd %s\n", version)
 		return 0
@@ -148,6 +176,22 @@ func newLogger(cfg *pipeline.Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// runBroker runs the embedded development broker of cfg in this process
+// until ctx ends. A daemon killed with SIGKILL takes an in-process broker
+// with it, and the broker does not recover transactions that were open;
+// in its own process the broker survives the daemon's crashes.
+func runBroker(ctx context.Context, cfg *pipeline.Config, logger *slog.Logger) error {
+	b, err := embedded.Start(ctx, logger.With("component", "embedded-kafka"), cfg.Kafka.Embedded.Address,
+		cfg.EmbeddedDataDir(), cfg.Kafka.Embedded.Partitions, cfg.Topics())
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	b.Close()
+	logger.Info("broker stopped")
+	return nil
 }
 
 // kafkaLogger is the logger of franz-go's clients: franz-go logs every
