@@ -1,7 +1,6 @@
 package sink
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
 )
@@ -49,26 +48,8 @@ func newClusterHandle(t *testing.T, opts ...kfake.Opt) (*kfake.Cluster, []kgo.Op
 	return c, []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
 }
 
-// logBuffer is a concurrency-safe log sink.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func testLogger() (*slog.Logger, *logBuffer) {
-	var buf logBuffer
+func testLogger() (*slog.Logger, *testkit.SyncBuffer) {
+	var buf testkit.SyncBuffer
 	return slog.New(slog.NewTextHandler(&buf, nil)), &buf
 }
 
@@ -135,51 +116,9 @@ func writeAndPreCommit(t *testing.T, k *KafkaTxnCommitter, id int64, values ...s
 // returns the values sorted.
 func readAll(t *testing.T, opts []kgo.Opt, iso kgo.IsolationLevel) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	adm, err := kgo.NewClient(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	var ends kadm.ListedOffsets
-	if iso == kgo.ReadCommitted() {
-		ends, err = kadm.NewClient(adm).ListCommittedOffsets(ctx, testTopic)
-	} else {
-		ends, err = kadm.NewClient(adm).ListEndOffsets(ctx, testTopic)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
-		}
-	})
 	var out []string
-	if len(want) == 0 {
-		return out
-	}
-	cl, err := kgo.NewClient(append(slices.Clone(opts), kgo.ConsumeTopics(testTopic),
-		kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords())...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read %s: partitions %v not read to their end", testTopic, want)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if !r.Attrs.IsControl() {
-				out = append(out, string(r.Value))
-			}
-			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
-				delete(want, r.Partition)
-			}
-		})
+	for _, r := range testkit.ReadTopicWith(t, opts, iso, testTopic, 10*time.Second) {
+		out = append(out, string(r.Value))
 	}
 	slices.Sort(out)
 	return out
@@ -216,6 +155,31 @@ func stableEqualsEnd(t *testing.T, opts []kgo.Opt) (bool, string) {
 		}
 	})
 	return ok, sb.String()
+}
+
+// waitTimedOut waits until the broker has aborted transaction id (it is no
+// longer ongoing), as kfake does once its timeout passed.
+func waitTimedOut(t *testing.T, opts []kgo.Opt, id string) {
+	t.Helper()
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var state string
+	if !testkit.Poll(10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ds, err := adm.DescribeTransactions(ctx, id)
+		if err != nil {
+			return false
+		}
+		state = ds[id].State
+		return state != "Ongoing"
+	}) {
+		t.Fatalf("transaction %s still %q 10s later: the broker did not abort it after its timeout", id, state)
+	}
 }
 
 func recoverCfg(opts []kgo.Opt, prefix string, cs []Committable, subtasks int, m *Metrics, logger *slog.Logger) RecoverConfig {
@@ -313,7 +277,7 @@ func TestRecoverTimedOutTransaction(t *testing.T) {
 			k := committer(opts, "p", 1, time.Second, m, logger)
 			c := writeAndPreCommit(t, k, 12, "lost-1", "lost-2")
 			k.Close()
-			time.Sleep(1500 * time.Millisecond) // kfake aborts after the 1 s timeout
+			waitTimedOut(t, opts, c.TransactionalID) // kfake aborts it after the 1 s timeout
 			cfg := recoverCfg(opts, "p", []Committable{c}, 2, m, logger)
 			cfg.IgnoreLost = ignore
 			err := RecoverTransactions(context.Background(), cfg)
@@ -431,7 +395,7 @@ func TestCommitLostIgnoredRecreatesProducer(t *testing.T) {
 	})
 	defer k.Close()
 	c1 := writeAndPreCommit(t, k, 1, "timed-out")
-	time.Sleep(1500 * time.Millisecond)
+	waitTimedOut(t, opts, c1.TransactionalID)
 	if err := k.Commit(ctx, c1); err != nil {
 		t.Fatalf("commit of a timed-out transaction with IgnoreLost: %v", err)
 	}
@@ -524,19 +488,10 @@ func TestEmptyEpochs(t *testing.T) {
 // cluster is made to answer as Kafka does.
 func TestCheckTransactionTimeout(t *testing.T) {
 	c, opts := newClusterHandle(t, kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "60000"}))
-	c.ControlKey(32, func(req kmsg.Request) (kmsg.Response, error, bool) {
+	c.ControlKey(int16(kmsg.DescribeConfigs), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		dreq := req.(*kmsg.DescribeConfigsRequest)
-		resp := dreq.ResponseKind().(*kmsg.DescribeConfigsResponse)
-		for _, r := range dreq.Resources {
-			if r.ResourceType != kmsg.ConfigResourceTypeBroker || r.ResourceName != "" {
-				return nil, nil, false
-			}
-			rr := kmsg.NewDescribeConfigsResponseResource()
-			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
-			resp.Resources = append(resp.Resources, rr) // no dynamic default is set
-		}
-		return resp, nil, true
+		resp, ok := testkit.DescribeConfigsAsKafka(req)
+		return resp, nil, ok
 	})
 	ctx := context.Background()
 	err := CheckTransactionTimeout(ctx, opts, "out", 2*time.Minute)

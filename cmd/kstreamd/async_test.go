@@ -18,20 +18,7 @@ import (
 // source, on the embedded broker, with checkpoints every 100 ms (each one
 // drains the operators' in-flight records before snapshotting).
 func asyncStateConfig(dir, broker, metrics, backend string) string {
-	return fmt.Sprintf(`job:
-  name: asyncjob
-  parallelism: 2
-data_dir: %s
-kafka:
-  embedded:
-    enabled: true
-    address: %s
-    partitions: 4
-metrics:
-  address: %s
-log:
-  level: info
-state:
+	return jobHead("asyncjob", 2, dir, embeddedKafka(broker), metrics, "info") + fmt.Sprintf(`state:
   backend: %s
 checkpoints:
   interval: 100ms
@@ -56,7 +43,7 @@ sinks:
   - name: counted
     input: counts
     topic: counts
-`, dir, broker, metrics, backend)
+`, backend)
 }
 
 // TestAsyncStateOperatorsEndToEnd runs count_window_average and keyed_count

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,18 +38,6 @@ import (
 // the next start must commit it (its log says "committed restored
 // transaction").
 
-// eoKfake starts a one-broker kfake cluster with topics items, rules and
-// matches of 4 partitions, closed at cleanup.
-func eoKfake(t *testing.T, opts ...kfake.Opt) (*kfake.Cluster, string) {
-	t.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(4, "items", "rules", "matches")}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c, c.ListenAddrs()[0]
-}
-
 // eoOptions varies eoConfig.
 type eoOptions struct {
 	parallelism int
@@ -69,97 +56,12 @@ func eoConfig(dir, broker, metrics string, o eoOptions) string {
 	if o.timeout == "" {
 		o.timeout = "1m"
 	}
-	cfg := fmt.Sprintf(`job:
-  name: colorshape
-  parallelism: %d
-data_dir: %s
-kafka:
-  brokers: [%s]
-metrics:
-  address: %s
-log:
-  level: info
-checkpoints:
-  interval: %s
-sources:
-  - name: items
-    topic: items
-  - name: rules
-    topic: rules
-    parallelism: 1
-operators:
-  - name: matcher
-    type: shape_pair_matcher
-    input: items
-    key_by: color
-    broadcast: rules
-sinks:
-  - name: matches
-    input: matcher
-    topic: matches
-    delivery: %s
-`, o.parallelism, dir, broker, metrics, o.interval, o.delivery)
+	cfg := jobHead("colorshape", o.parallelism, dir, brokersKafka(broker), metrics, "info") +
+		"checkpoints:\n  interval: " + o.interval + "\n" + referencePipeline + "    delivery: " + o.delivery + "\n"
 	if o.delivery == "exactly-once" {
 		cfg += "    transaction_timeout: " + o.timeout + "\n"
 	}
 	return cfg + o.sinkExtra
-}
-
-// eoKill sends SIGKILL to p and waits for it to be gone.
-func eoKill(t *testing.T, p *proc) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("SIGKILL: %v", err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("kstreamd did not die within 10s of SIGKILL")
-	}
-}
-
-// eoEndOffsets returns the end offsets (high watermarks) of topic.
-func eoEndOffsets(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out, nil
-}
-
-// eoGroupOffsets returns the offsets group committed for topic.
-func eoGroupOffsets(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
-	resp, err := adm.FetchOffsets(ctx, group)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	for p, o := range resp[topic] {
-		if o.Err != nil {
-			return nil, o.Err
-		}
-		out[p] = o.At
-	}
-	return out, nil
-}
-
-// eoRestoreLines returns the "restoring" log lines of out.
-func eoRestoreLines(out string) []string {
-	var lines []string
-	for l := range strings.Lines(out) {
-		if strings.Contains(l, "msg=restoring ") {
-			lines = append(lines, strings.TrimSuffix(l, "\n"))
-		}
-	}
-	return lines
 }
 
 // heldCommit is an EndTxn(commit) the broker swallowed.
@@ -283,55 +185,6 @@ func expectedMatches(t *testing.T, items []*kgo.Record) []string {
 	return out
 }
 
-// readUncommitted reads every record of topic up to its high watermarks,
-// without isolation (records of aborted and open transactions included,
-// control records not).
-func readUncommitted(t *testing.T, broker, topic string) []*kgo.Record {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	ends, err := eoEndOffsets(ctx, kadm.NewClient(adm), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[int32]int64{}
-	for p, o := range ends {
-		if o > 0 {
-			want[p] = o
-		}
-	}
-	var out []*kgo.Record
-	if len(want) == 0 {
-		return out
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read_uncommitted %s: partitions %v not read to their end", topic, want)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
-				delete(want, r.Partition)
-			}
-		})
-	}
-	return out
-}
-
 // diffMatches describes how got differs from want (both sorted): the
 // duplicates in got and the entries missing from it, at most 10 of each.
 func diffMatches(got, want []string) string {
@@ -444,17 +297,15 @@ func logCount(out string, subs ...string) int {
 // waiting for it; -1 when p restored nothing.
 func restoredCheckpoint(t *testing.T, p *proc) string {
 	t.Helper()
-	lines := eoRestoreLines(p.out.String())
+	lines := restoreLines(p.out.String())
 	if len(lines) == 0 {
 		return "-1"
 	}
-	for f := range strings.FieldsSeq(lines[0]) {
-		if v, ok := strings.CutPrefix(f, "checkpoint_id="); ok {
-			return v
-		}
+	id := logField(lines[0], "checkpoint_id")
+	if id == "" {
+		t.Fatalf("restore line without checkpoint_id: %s", lines[0])
 	}
-	t.Fatalf("restore line without checkpoint_id: %s", lines[0])
-	return ""
+	return id
 }
 
 // checkNoLoss asserts that p logged no lost transaction and no failure.
@@ -496,44 +347,19 @@ func TestExactlyOnceChaos(t *testing.T) {
 	held := 1 + rng.IntN(kills)
 	t.Logf("seed %d; kill %d is the one between pre-commit and commit", seed, held)
 
-	c, broker := eoKfake(t)
+	c, broker := startKfake(t, referenceTopics)
 	hold := holdCommits(c)
 	dir := t.TempDir()
 	metrics := testkit.FreeAddr(t)
 	cfg := eoConfig(dir, broker, metrics, eoOptions{parallelism: p, interval: "500ms"})
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := newClient(t, broker)
 	d := startProc(t, dir, cfg, broker, metrics)
 	loadRules(t, cl, d, p)
 
 	colors := []string{"red", "blue", "green", "yellow", "black", "white", "orange", "purple"}
 	items := genItems(rng, 1, total, colors)
-	var produced atomic.Int64
-	prodDone := make(chan error, 1)
-	prodCtx, stopProd := context.WithCancel(context.Background())
-	defer stopProd()
-	go func() {
-		tick := time.NewTicker(pacing)
-		defer tick.Stop()
-		for i := 0; i < total; i += batch {
-			if err := cl.ProduceSync(prodCtx, items[i:i+batch]...).FirstErr(); err != nil {
-				prodDone <- fmt.Errorf("produce items %d..%d: %w", i+1, i+batch, err)
-				return
-			}
-			produced.Add(batch)
-			select {
-			case <-tick.C:
-			case <-prodCtx.Done():
-				prodDone <- prodCtx.Err()
-				return
-			}
-		}
-		prodDone <- nil
-	}()
+	prod := producePaced(t, cl, total, batch, pacing, func(i, j int) []*kgo.Record { return items[i:j] })
 
 	completed := map[string]string{"kind": "checkpoint", "result": "completed"}
 	restoredCommits := 0
@@ -546,9 +372,9 @@ func TestExactlyOnceChaos(t *testing.T) {
 		after := int64(k)*sixth + rng.Int64N(sixth) - sixth/2
 		started := time.Now()
 		if !testkit.Poll(40*time.Second, func() bool {
-			return d.exited() || produced.Load() >= after && time.Since(started) > 300*time.Millisecond
+			return d.exited() || prod.produced.Load() >= after && time.Since(started) > 300*time.Millisecond
 		}) {
-			t.Fatalf("kill %d: %d items produced after 40s, want >= %d", k, produced.Load(), after)
+			t.Fatalf("kill %d: %d items produced after 40s, want >= %d", k, prod.produced.Load(), after)
 		}
 		if d.exited() {
 			t.Fatalf("kstreamd exited on its own before kill %d:\n%s", k, d.out.String())
@@ -568,7 +394,7 @@ func TestExactlyOnceChaos(t *testing.T) {
 			how = fmt.Sprintf("commit of %s (producer %d, epoch %d) held", heldTxn.TransactionalID, heldTxn.ProducerID, heldTxn.Epoch)
 		}
 		chk := d.scrape(t, "kstreamd_checkpoints_total", completed)
-		eoKill(t, d)
+		d.kill(t)
 		hold.disarm()
 		if k == held {
 			// The broker still has the transaction open: the kill came
@@ -580,7 +406,7 @@ func TestExactlyOnceChaos(t *testing.T) {
 			}
 		}
 		t.Logf("kill %d at %v (%s): this process completed %v checkpoints; %d items produced",
-			k, time.Since(start).Round(time.Millisecond), how, chk, produced.Load())
+			k, time.Since(start).Round(time.Millisecond), how, chk, prod.produced.Load())
 		d = startProc(t, dir, cfg, broker, metrics)
 		n := logCount(d.out.String(), `msg="committed restored transaction"`)
 		t.Logf("restart %d restored checkpoint %s and committed %d restored transactions (%d already committed)",
@@ -591,50 +417,17 @@ func TestExactlyOnceChaos(t *testing.T) {
 		restoredCommits += n
 	}
 
-	select {
-	case err := <-prodDone:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("producer did not finish within 60s (%d produced)", produced.Load())
-	}
+	prod.wait(t, 60*time.Second)
 	t.Logf("all %d items produced at %v", total, time.Since(start).Round(time.Millisecond))
 
 	// One producer wrote the items batch after batch, and a colour is a
 	// Kafka key: each colour's items are in one partition in the order of
 	// the slice, the order the matcher sees them in.
-	ends, err := eoEndOffsets(context.Background(), adm, "items")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var inTopic int64
-	for _, o := range ends {
-		inTopic += o
-	}
-	if inTopic != total {
-		t.Fatalf("items end offsets %v sum to %d, want %d", ends, inTopic, total)
-	}
+	ends := topicEnds(t, adm, "items", total)
 	want := expectedMatches(t, items)
 	// Done when a checkpoint covering every item completed (the
 	// monitoring group's offsets reach the end offsets); its commit follows.
-	var grp map[int32]int64
-	if !testkit.Poll(60*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		grp, err = eoGroupOffsets(ctx, adm, "kstreamd-colorshape", "items")
-		if err != nil || d.exited() {
-			return d.exited()
-		}
-		for p, o := range ends {
-			if grp[p] != o {
-				return false
-			}
-		}
-		return true
-	}) || d.exited() {
-		t.Fatalf("no checkpoint covering every item: group offsets %v (err %v), end offsets %v:\n%s", grp, err, ends, d.out.String())
-	}
+	waitGroupAt(t, adm, "kstreamd-colorshape", "items", ends, 60*time.Second, d)
 	t.Logf("a checkpoint covering every item completed at %v", time.Since(start).Round(time.Millisecond))
 	got, recs := waitMatches(t, d, broker, want, 30*time.Second, time.Second)
 	t.Logf("%d matches read with read_committed at %v", len(got), time.Since(start).Round(time.Millisecond))
@@ -673,17 +466,13 @@ func TestExactlyOnceChaos(t *testing.T) {
 // transaction as committed. Every match is read once.
 func TestExactlyOnceRestoreTwice(t *testing.T) {
 	const p = 2
-	c, broker := eoKfake(t)
+	c, broker := startKfake(t, referenceTopics)
 	hold := holdCommits(c)
 	dir := t.TempDir()
 	metrics := testkit.FreeAddr(t)
 	cfg := eoConfig(dir, broker, metrics, eoOptions{parallelism: p, interval: "500ms"})
 	slow := eoConfig(dir, broker, metrics, eoOptions{parallelism: p, interval: "1m", timeout: "2m"})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := newClient(t, broker)
 	rng := rand.New(rand.NewPCG(1, 2))
 	colors := []string{"red", "blue", "green", "yellow"}
 
@@ -695,7 +484,7 @@ func TestExactlyOnceRestoreTwice(t *testing.T) {
 	produce(t, cl, genItems(rng, 2001, 2000, colors)...)
 	hc := hold.wait(t, d, 20*time.Second)
 	last := d.scrape(t, "kstreamd_checkpoint_last_completed_id", nil)
-	eoKill(t, d)
+	d.kill(t)
 	hold.disarm()
 	t.Logf("killed with the commit of %s (checkpoint %v) held", hc.TransactionalID, last)
 
@@ -709,6 +498,24 @@ func TestExactlyOnceRestoreTwice(t *testing.T) {
 	}
 	// Records of this start go into transactions that no checkpoint
 	// covers: the third start aborts them (fencing) and writes them again.
+	adm := kadm.NewClient(cl)
+	matchesEnd := func() int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ends, err := endOffsets(ctx, adm, "matches")
+		if err != nil {
+			return -1
+		}
+		var sum int64
+		for _, o := range ends {
+			sum += o
+		}
+		return sum
+	}
+	before := matchesEnd()
+	if before < 0 {
+		t.Fatalf("cannot list the end offsets of matches")
+	}
 	produce(t, cl, genItems(rng, 4001, 1000, colors)...)
 	if !testkit.Poll(20*time.Second, func() bool {
 		v, err := testkit.Scrape(d.url(), "kstreamd_operator_records_in_total", map[string]string{"operator": "items"})
@@ -716,8 +523,13 @@ func TestExactlyOnceRestoreTwice(t *testing.T) {
 	}) {
 		t.Fatalf("the second start did not read the new items:\n%s", d.out.String())
 	}
-	time.Sleep(200 * time.Millisecond) // the matcher's output reaches the broker
-	eoKill(t, d)
+	// The matcher's output of this start reaches the broker: the high
+	// watermarks of matches grow.
+	if !testkit.Poll(20*time.Second, func() bool { return matchesEnd() > before }) {
+		t.Fatalf("no match of the second start reached the broker (matches end offsets sum to %d, %d at its start):\n%s",
+			matchesEnd(), before, d.out.String())
+	}
+	d.kill(t)
 
 	// Third start: the same checkpoint again.
 	d = startProc(t, dir, cfg, broker, metrics)
@@ -751,14 +563,10 @@ func TestExactlyOnceRestoreTwice(t *testing.T) {
 // the topic: the last stable offset equals the high watermark. The matches
 // are exactly the expected ones.
 func TestExactlyOnceDownscale(t *testing.T) {
-	_, broker := eoKfake(t)
+	_, broker := startKfake(t, referenceTopics)
 	dir := t.TempDir()
 	metrics := testkit.FreeAddr(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := newClient(t, broker)
 	adm := kadm.NewClient(cl)
 	rng := rand.New(rand.NewPCG(3, 4))
 	colors := make([]string, 24)
@@ -799,7 +607,7 @@ func TestExactlyOnceDownscale(t *testing.T) {
 	}) {
 		t.Fatalf("subtask 2 never had an ongoing transaction:\n%s", d.out.String())
 	}
-	eoKill(t, d)
+	d.kill(t)
 	// The daemon is dead: what is ongoing now lingers.
 	ds, err := adm.DescribeTransactions(context.Background(), removed...)
 	if err != nil {
@@ -861,7 +669,7 @@ func TestExactlyOnceDownscale(t *testing.T) {
 		}
 		lso = map[int32]int64{}
 		l.Each(func(o kadm.ListedOffset) { lso[o.Partition] = o.Offset })
-		if hwm, err = eoEndOffsets(ctx, adm, "matches"); err != nil {
+		if hwm, err = endOffsets(ctx, adm, "matches"); err != nil {
 			return false
 		}
 		for p, o := range hwm {
@@ -885,14 +693,10 @@ func TestExactlyOnceDownscale(t *testing.T) {
 // records are committed as usual.
 func TestExactlyOnceEmptyEpochs(t *testing.T) {
 	const p = 2
-	_, broker := eoKfake(t)
+	_, broker := startKfake(t, referenceTopics)
 	dir := t.TempDir()
 	metrics := testkit.FreeAddr(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := newClient(t, broker)
 	d := startProc(t, dir, eoConfig(dir, broker, metrics, eoOptions{parallelism: p, interval: "100ms"}), broker, metrics)
 	loadRules(t, cl, d, p)
 	completed := map[string]string{"kind": "checkpoint", "result": "completed"}
@@ -994,20 +798,11 @@ func TestExactlyOnceTimeoutRefused(t *testing.T) {
 		}
 	}
 
-	c, broker := eoKfake(t, kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "60000"}))
+	c, broker := startKfake(t, referenceTopics, kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "60000"}))
 	c.ControlKey(int16(kmsg.DescribeConfigs), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		dreq := req.(*kmsg.DescribeConfigsRequest)
-		resp := dreq.ResponseKind().(*kmsg.DescribeConfigsResponse)
-		for _, r := range dreq.Resources {
-			if r.ResourceType != kmsg.ConfigResourceTypeBroker || r.ResourceName != "" {
-				return nil, nil, false
-			}
-			rr := kmsg.NewDescribeConfigsResponseResource()
-			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
-			resp.Resources = append(resp.Resources, rr)
-		}
-		return resp, nil, true
+		resp, ok := testkit.DescribeConfigsAsKafka(req)
+		return resp, nil, ok
 	})
 	var inits atomic.Int64
 	c.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -1043,16 +838,12 @@ func TestExactlyOnceTimeoutRefused(t *testing.T) {
 // output lacks exactly the lost transaction's records.
 func TestExactlyOnceLostTransaction(t *testing.T) {
 	const p = 1
-	c, broker := eoKfake(t)
+	c, broker := startKfake(t, referenceTopics)
 	hold := holdCommits(c)
 	dir := t.TempDir()
 	metrics := testkit.FreeAddr(t)
 	opts := eoOptions{parallelism: p, interval: "500ms", timeout: "2s"}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := newClient(t, broker)
 	adm := kadm.NewClient(cl)
 	rng := rand.New(rand.NewPCG(5, 6))
 	colors := []string{"red", "blue", "green"}
@@ -1063,7 +854,7 @@ func TestExactlyOnceLostTransaction(t *testing.T) {
 	produce(t, cl, genItems(rng, 1, 300, colors)...)
 	hc := hold.wait(t, d, 20*time.Second)
 	last := d.scrape(t, "kstreamd_checkpoint_last_completed_id", nil)
-	eoKill(t, d)
+	d.kill(t)
 	hold.disarm()
 	// kfake aborts the transaction once its 2 s timeout passed.
 	if !testkit.Poll(10*time.Second, func() bool {
@@ -1132,12 +923,8 @@ func TestExactlyOnceLostTransaction(t *testing.T) {
 // restored operator state.
 func TestBufferingSinkSurvivesCrash(t *testing.T) {
 	const p = 2
-	c, broker := eoKfake(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	c, broker := startKfake(t, referenceTopics)
+	cl := newClient(t, broker)
 	// Produce v13+ names the topic by id.
 	tds, err := kadm.NewClient(cl).ListTopics(context.Background(), "matches")
 	if err != nil || tds.Error() != nil {
@@ -1181,7 +968,7 @@ func TestBufferingSinkSurvivesCrash(t *testing.T) {
 		t.Fatalf("the sink never flushed its buffer:\n%s", d.out.String())
 	}
 	last := d.scrape(t, "kstreamd_checkpoint_last_completed_id", nil)
-	eoKill(t, d)
+	d.kill(t)
 	armed.Store(false)
 	if got := readUncommitted(t, broker, "matches"); len(got) != 0 {
 		t.Fatalf("the topic holds %d records after the crash, want 0", len(got))
@@ -1214,16 +1001,11 @@ func TestBufferingSinkSurvivesCrash(t *testing.T) {
 // "matches" stored in the checkpoint p restored.
 func bufferedInCheckpoint(t *testing.T, p *proc) int {
 	t.Helper()
-	lines := eoRestoreLines(p.out.String())
+	lines := restoreLines(p.out.String())
 	if len(lines) == 0 {
 		t.Fatalf("no restore line:\n%s", p.out.String())
 	}
-	var dir string
-	for f := range strings.FieldsSeq(lines[0]) {
-		if v, ok := strings.CutPrefix(f, "dir="); ok {
-			dir = v
-		}
-	}
+	dir := logField(lines[0], "dir")
 	meta, err := checkpoint.ReadMetadata(dir)
 	if err != nil {
 		t.Fatalf("read the metadata of %q: %v", dir, err)

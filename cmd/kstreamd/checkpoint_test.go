@@ -11,33 +11,6 @@ import (
 	"github.com/kstreamd/kstreamd/internal/testkit"
 )
 
-// checkpointedConfig is the reference job with checkpoints every 100 ms.
-func checkpointedConfig(dir, broker, metrics string, p int, backend string) string {
-	return referenceConfig(dir, broker, metrics, p) + fmt.Sprintf(`state:
-  backend: %s
-checkpoints:
-  interval: 100ms
-  incremental: true
-`, backend)
-}
-
-// waitCheckpointAfter waits until a checkpoint with an id above after+1
-// completed and returns its id: checkpoint after+1 may have been triggered
-// before the caller's last records were read, after+2 was not.
-func waitCheckpointAfter(t *testing.T, d *daemon, after float64) float64 {
-	t.Helper()
-	var id float64
-	ok := testkit.Poll(15*time.Second, func() bool {
-		v, err := testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
-		id = v
-		return err == nil && v > after+1
-	})
-	if !ok {
-		t.Fatalf("no checkpoint after %v completed (last %v):\n%s", after, id, d.out.String())
-	}
-	return id
-}
-
 // TestCheckpointRestoreAndRescale runs the reference job with checkpoints,
 // stops it after a checkpoint that covers every record, and restarts it at
 // another parallelism: rules (broadcast state), stored items (keyed state)
@@ -49,11 +22,7 @@ func TestCheckpointRestoreAndRescale(t *testing.T) {
 			dir := t.TempDir()
 			broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
 			d := startDaemon(t, dir, checkpointedConfig(dir, broker, metrics, 2, backend), broker, metrics)
-			cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
+			cl := newClient(t, broker)
 			produce(t, cl, rule("R1", "RECTANGLE", "TRIANGLE"), rule("R2", "CIRCLE", "CIRCLE"))
 			testkit.WaitMetric(t, 10*time.Second, d.url(), "kstreamd_broadcast_rules", map[string]string{"operator": "matcher"}, 4)
 			var items []*kgo.Record

@@ -1,68 +1,27 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
 	"strconv"
-	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
 )
 
-// The tests in this file run the broker in the test process (kfake), so that
-// it outlives the kstreamd child processes they kill.
-
-// startKfake starts a one-broker kfake cluster on 127.0.0.1 with topics of 4
-// partitions, closed at cleanup, and returns its address.
-func startKfake(t *testing.T, topics ...string) string {
-	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topics...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()[0]
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (p *proc) kill(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("SIGKILL: %v", err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("kstreamd did not die within 10s of SIGKILL")
-	}
-}
+// The test in this file runs the broker in the test process (kfake), so
+// that it outlives the kstreamd child processes it kills.
 
 // crashCountConfig is a keyed count job on the broker at broker: source
 // events (topic events), operator counts (keyed_count by key), sink counted
 // (topic counts, at-least-once), checkpoints every 100 ms, Pebble state.
 func crashCountConfig(dir, broker, metrics string, incremental bool) string {
-	return fmt.Sprintf(`job:
-  name: crashcount
-  parallelism: 2
-data_dir: %s
-kafka:
-  brokers: [%s]
-metrics:
-  address: %s
-log:
-  level: info
-state:
+	return jobHead("crashcount", 2, dir, brokersKafka(broker), metrics, "info") + fmt.Sprintf(`state:
   backend: pebble
 checkpoints:
   interval: 100ms
@@ -80,40 +39,7 @@ sinks:
     input: counts
     topic: counts
     delivery: at-least-once
-`, dir, broker, metrics, incremental)
-}
-
-// groupOffsets returns the offsets group committed for topic, by partition.
-func groupOffsets(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
-	resp, err := adm.FetchOffsets(ctx, group)
-	if err != nil {
-		return nil, err
-	}
-	if err := resp.Error(); err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	for p, o := range resp[topic] {
-		if o.Err != nil {
-			return nil, o.Err
-		}
-		out[p] = o.At
-	}
-	return out, nil
-}
-
-// endOffsets returns the end offsets of topic, by partition.
-func endOffsets(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	if err := ends.Error(); err != nil {
-		return nil, err
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out, nil
+`, incremental)
 }
 
 // TestCrashRecoveryKeyedCount is issue 4's crash-recovery acceptance test:
@@ -142,55 +68,30 @@ func crashRecovery(t *testing.T, incremental bool) {
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 	t.Logf("seed %d", seed)
 
-	broker := startKfake(t, "events", "counts")
+	_, broker := startKfake(t, []string{"events", "counts"})
 	dir := t.TempDir()
 	metrics := testkit.FreeAddr(t)
 	cfg := crashCountConfig(dir, broker, metrics, incremental)
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.DefaultProduceTopic("events"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := newClient(t, broker, kgo.DefaultProduceTopic("events"))
 	adm := kadm.NewClient(cl)
 
-	// The producer writes the records at a steady pace while the daemon
-	// runs, is killed and restarts: 200 batches of 1,000 records, one batch
-	// every 40 ms (about 8 s in all).
-	var produced atomic.Int64
-	prodDone := make(chan error, 1)
-	prodCtx, stopProd := context.WithCancel(context.Background())
-	defer stopProd()
-	startProducer := func() {
-		go func() {
-			tick := time.NewTicker(40 * time.Millisecond)
-			defer tick.Stop()
-			for i := 0; i < records; i += batch {
-				recs := make([]*kgo.Record, 0, batch)
-				for j := i; j < i+batch; j++ {
-					k := fmt.Sprintf("k%04d", j%keys)
-					recs = append(recs, &kgo.Record{Key: []byte(k), Value: fmt.Appendf(nil, `{"key":%q,"n":%d}`, k, j)})
-				}
-				if err := cl.ProduceSync(prodCtx, recs...).FirstErr(); err != nil {
-					prodDone <- fmt.Errorf("produce records %d..%d: %w", i, i+batch-1, err)
-					return
-				}
-				produced.Add(batch)
-				select {
-				case <-tick.C:
-				case <-prodCtx.Done():
-					prodDone <- prodCtx.Err()
-					return
-				}
-			}
-			prodDone <- nil
-		}()
+	newRecords := func(i, j int) []*kgo.Record {
+		recs := make([]*kgo.Record, 0, j-i)
+		for n := i; n < j; n++ {
+			k := fmt.Sprintf("k%04d", n%keys)
+			recs = append(recs, &kgo.Record{Key: []byte(k), Value: fmt.Appendf(nil, `{"key":%q,"n":%d}`, k, n)})
+		}
+		return recs
 	}
 
 	in := map[string]string{"operator": "events"}
 	completed := map[string]string{"kind": "checkpoint", "result": "completed"}
 	d := startProc(t, dir, cfg, broker, metrics)
-	startProducer()
+	// The producer writes the records at a steady pace while the daemon
+	// runs, is killed and restarts: 200 batches of 1,000 records, one batch
+	// every 40 ms (about 8 s in all).
+	prod := producePaced(t, cl, records, batch, 40*time.Millisecond, newRecords)
 	for kill := 1; kill <= 3; kill++ {
 		// Kill at a random moment of the k-th third of the production, once
 		// this process read a random number of records; the second and
@@ -211,19 +112,19 @@ func crashRecovery(t *testing.T, incremental bool) {
 			var err1, err2 error
 			read, err1 = testkit.Scrape(d.url(), "kstreamd_operator_records_in_total", in)
 			chk, err2 = testkit.Scrape(d.url(), "kstreamd_checkpoints_total", completed)
-			return err1 == nil && err2 == nil && read >= threshold && chk >= wantCheckpoints && produced.Load() >= after
+			return err1 == nil && err2 == nil && read >= threshold && chk >= wantCheckpoints && prod.produced.Load() >= after
 		})
 		if d.exited() {
 			t.Fatalf("kstreamd exited on its own before kill %d:\n%s", kill, d.out.String())
 		}
 		if !ok {
 			t.Fatalf("kill %d: after 30s this process read %v records (want >= %v) and completed %v checkpoints (want >= %v); %d produced (want >= %d)",
-				kill, read, threshold, chk, wantCheckpoints, produced.Load(), after)
+				kill, read, threshold, chk, wantCheckpoints, prod.produced.Load(), after)
 		}
 		last, _ := testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
 		d.kill(t)
 		t.Logf("kill %d at %v: this process had read %v records (threshold %v), completed %v checkpoints (last id %v); %d records produced",
-			kill, time.Since(start).Round(time.Millisecond), read, threshold, chk, last, produced.Load())
+			kill, time.Since(start).Round(time.Millisecond), read, threshold, chk, last, prod.produced.Load())
 		d = startProc(t, dir, cfg, broker, metrics)
 		// The restart restores the latest completed checkpoint: the one
 		// seen last, or a later one that completed before the kill.
@@ -231,9 +132,7 @@ func crashRecovery(t *testing.T, incremental bool) {
 			lines := restoreLines(d.out.String())
 			var id float64
 			if len(lines) == 1 {
-				if m := restoredIDRE.FindStringSubmatch(lines[0]); m != nil {
-					id, _ = strconv.ParseFloat(m[1], 64)
-				}
+				id, _ = strconv.ParseFloat(logField(lines[0], "checkpoint_id"), 64)
 			}
 			if id < last {
 				t.Fatalf("restart after kill %d: \"restoring\" lines %q, want one restoring checkpoint %v or later", kill, lines, last)
@@ -242,47 +141,14 @@ func crashRecovery(t *testing.T, incremental bool) {
 		}
 	}
 
-	select {
-	case err := <-prodDone:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("producer did not finish within 30s (%d produced)", produced.Load())
-	}
+	prod.wait(t, 30*time.Second)
 	t.Logf("all %d records produced at %v", records, time.Since(start).Round(time.Millisecond))
 
 	// Done when a completed checkpoint covers every record: the monitoring
 	// group's offsets, committed on checkpoint completion, reach the end
 	// offsets; the at-least-once sink flushed everything before it.
-	ends, err := endOffsets(context.Background(), adm, "events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	for _, o := range ends {
-		total += o
-	}
-	if total != records {
-		t.Fatalf("events end offsets %v sum to %d, want %d", ends, total, records)
-	}
-	var committed map[int32]int64
-	if !testkit.Poll(45*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		committed, err = groupOffsets(ctx, adm, "kstreamd-crashcount", "events")
-		if err != nil || len(committed) != len(ends) {
-			return false
-		}
-		for p, o := range ends {
-			if committed[p] != o {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("group kstreamd-crashcount committed %v (err %v), want the end offsets %v", committed, err, ends)
-	}
+	ends := topicEnds(t, adm, "events", records)
+	waitGroupAt(t, adm, "kstreamd-crashcount", "events", ends, 45*time.Second, d)
 	t.Logf("a checkpoint covering every record completed at %v", time.Since(start).Round(time.Millisecond))
 
 	out := testkit.ReadTopic(t, []string{broker}, "counts", 30*time.Second)
@@ -336,18 +202,4 @@ func crashRecovery(t *testing.T, incremental bool) {
 		t.Errorf("%d of %d keys wrong", bad, keys)
 	}
 	t.Logf("finished in %v", time.Since(start).Round(time.Millisecond))
-}
-
-// restoredIDRE finds the checkpoint id in a "restoring" log line.
-var restoredIDRE = regexp.MustCompile(` checkpoint_id=([0-9]+) `)
-
-// restoreLines returns the "restoring" log lines of out.
-func restoreLines(out string) []string {
-	var lines []string
-	for l := range strings.Lines(out) {
-		if strings.Contains(l, "msg=restoring ") {
-			lines = append(lines, strings.TrimSuffix(l, "\n"))
-		}
-	}
-	return lines
 }

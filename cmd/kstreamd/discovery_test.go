@@ -64,13 +64,9 @@ func TestSourceOffsetsInMonitoringGroupAndNewPartitions(t *testing.T) {
 	const p = 2
 	dir := t.TempDir()
 	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
-	cfg := savepointConfig(dir, broker, metrics, p)
-	d := startDaemonArgs(t, dir, cfg, broker, metrics)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cfg := checkpointedConfig(dir, broker, metrics, p, "pebble")
+	d := startDaemon(t, dir, cfg, broker, metrics)
+	cl := newClient(t, broker)
 	adm := kadm.NewClient(cl)
 	matcher := map[string]string{"operator": "matcher"}
 	itemsIn := map[string]string{"operator": "items"}
@@ -96,11 +92,7 @@ func TestSourceOffsetsInMonitoringGroupAndNewPartitions(t *testing.T) {
 
 	// Two partitions more for items, each with one record.
 	addPartitions(t, adm, 2, "items")
-	manual, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer manual.Close()
+	manual := newClient(t, broker, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	r4, r5 := item(200, "red", "TRIANGLE"), item(201, "green", "CIRCLE")
 	r4.Partition, r5.Partition = 4, 5
 	produce(t, manual, r4, r5)
@@ -122,7 +114,7 @@ func TestSourceOffsetsInMonitoringGroupAndNewPartitions(t *testing.T) {
 		t.Fatalf("exit status %d", code)
 	}
 
-	d = startDaemonArgs(t, dir, cfg, broker, metrics)
+	d = startDaemon(t, dir, cfg, broker, metrics)
 	restoreLine := restoreLines(d.out.String())
 	if len(restoreLine) != 1 {
 		t.Fatalf("restart: \"restoring\" lines %q, want one", restoreLine)
@@ -184,17 +176,13 @@ func TestPartitionDiscoveryWhileRunning(t *testing.T) {
 	dir := t.TempDir()
 	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	itemsSource := "  - name: items\n    topic: items\n"
-	cfg := savepointConfig(dir, broker, metrics, p)
+	cfg := checkpointedConfig(dir, broker, metrics, p, "pebble")
 	if !strings.Contains(cfg, itemsSource) {
 		t.Fatalf("no items source %q in\n%s", itemsSource, cfg)
 	}
 	cfg = strings.Replace(cfg, itemsSource, itemsSource+"    partition_discovery_interval: 200ms\n", 1)
-	d := startDaemonArgs(t, dir, cfg, broker, metrics)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	d := startDaemon(t, dir, cfg, broker, metrics)
+	cl := newClient(t, broker)
 	adm := kadm.NewClient(cl)
 	matcher := map[string]string{"operator": "matcher"}
 	itemsIn := map[string]string{"operator": "items"}
@@ -247,7 +235,7 @@ func TestPartitionDiscoveryWhileRunning(t *testing.T) {
 
 	// The restored job knows the seven partitions: it reads nothing again,
 	// and goes on reading partition 5 at its restored offset.
-	d = startDaemonArgs(t, dir, cfg, broker, metrics)
+	d = startDaemon(t, dir, cfg, broker, metrics)
 	if lines := restoreLines(d.out.String()); len(lines) != 1 {
 		t.Fatalf("restart: \"restoring\" lines %q, want one", lines)
 	}

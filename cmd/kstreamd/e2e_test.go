@@ -1,15 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,160 +11,6 @@ import (
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
 )
-
-// daemon is a kstreamd run started in-process by a test.
-type daemon struct {
-	broker, metrics string
-	out             *syncBuffer
-	cancel          context.CancelFunc
-	done            chan int
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// referenceConfig is the reference job on an embedded broker at broker with
-// /metrics at metrics, its data under dir.
-func referenceConfig(dir, broker, metrics string, parallelism int) string {
-	return fmt.Sprintf(`job:
-  name: colorshape
-  parallelism: %d
-data_dir: %s
-kafka:
-  embedded:
-    enabled: true
-    address: %s
-    partitions: 4
-metrics:
-  address: %s
-log:
-  level: info
-sources:
-  - name: items
-    topic: items
-  - name: rules
-    topic: rules
-    parallelism: 1
-operators:
-  - name: matcher
-    type: shape_pair_matcher
-    input: items
-    key_by: color
-    broadcast: rules
-sinks:
-  - name: matches
-    input: matcher
-    topic: matches
-`, parallelism, dir, broker, metrics)
-}
-
-// startDaemon runs `kstreamd run` on cfg and waits until /healthz answers.
-func startDaemon(t *testing.T, dir, cfg, broker, metrics string) *daemon {
-	t.Helper()
-	path := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d := &daemon{broker: broker, metrics: metrics, out: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
-	go func() { d.done <- run(ctx, []string{"run", "--config", path}, d.out, d.out) }()
-	t.Cleanup(func() {
-		d.cancel()
-		select {
-		case <-d.done:
-		case <-time.After(20 * time.Second):
-			t.Errorf("daemon did not stop")
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.out.String())
-		}
-	})
-	ok := testkit.Poll(20*time.Second, func() bool {
-		v, err := testkit.Scrape("http://"+metrics+"/metrics", "kstreamd_broadcast_rules", nil)
-		_ = v
-		return err == nil && strings.Contains(d.out.String(), "job running")
-	})
-	if !ok {
-		t.Fatalf("daemon did not start:\n%s", d.out.String())
-	}
-	return d
-}
-
-// stop cancels the daemon (as SIGTERM does) and returns its exit status.
-func (d *daemon) stop(t *testing.T) int {
-	t.Helper()
-	d.cancel()
-	select {
-	case code := <-d.done:
-		d.done <- code
-		return code
-	case <-time.After(15 * time.Second):
-		t.Fatalf("daemon did not stop within 15s:\n%s", d.out.String())
-	}
-	return -1
-}
-
-func (d *daemon) url() string { return "http://" + d.metrics + "/metrics" }
-
-func produce(t *testing.T, cl *kgo.Client, recs ...*kgo.Record) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatalf("produce: %v", err)
-	}
-}
-
-func item(id int, color, shape string) *kgo.Record {
-	v := fmt.Sprintf(`{"id":%d,"color":%q,"shape":%q}`, id, color, shape)
-	return &kgo.Record{Topic: "items", Key: []byte(color), Value: []byte(v)}
-}
-
-func rule(name, first, second string) *kgo.Record {
-	if first == "" {
-		return &kgo.Record{Topic: "rules", Key: []byte(name)} // null value: delete
-	}
-	v := fmt.Sprintf(`{"name":%q,"first":%q,"second":%q}`, name, first, second)
-	return &kgo.Record{Topic: "rules", Key: []byte(name), Value: []byte(v)}
-}
-
-// matchStrings renders each match as "rule key first.id,second.id", sorted.
-func matchStrings(t *testing.T, recs []*kgo.Record) []string {
-	t.Helper()
-	var out []string
-	for _, r := range recs {
-		var m struct {
-			Rule, Key     string
-			First, Second struct {
-				ID    int
-				Color string
-			}
-		}
-		if err := json.Unmarshal(r.Value, &m); err != nil {
-			t.Fatalf("match %s: %v", r.Value, err)
-		}
-		if string(r.Key) != m.Key || m.First.Color != m.Key || m.Second.Color != m.Key {
-			t.Errorf("match %s has Kafka key %q", r.Value, r.Key)
-		}
-		out = append(out, fmt.Sprintf("%s %s %d,%d", m.Rule, m.Key, m.First.ID, m.Second.ID))
-	}
-	slices.Sort(out)
-	return out
-}
 
 // TestReferenceJobEndToEnd is issue 2's acceptance scenario on the embedded
 // broker at parallelism 1, 2 and 4.
@@ -180,11 +20,7 @@ func TestReferenceJobEndToEnd(t *testing.T) {
 			dir := t.TempDir()
 			broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
 			d := startDaemon(t, dir, referenceConfig(dir, broker, metrics, p), broker, metrics)
-			cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
+			cl := newClient(t, broker)
 			rules := func(want int) {
 				t.Helper()
 				testkit.WaitMetric(t, 10*time.Second, d.url(), "kstreamd_broadcast_rules", map[string]string{"operator": "matcher"}, float64(want*p))

@@ -29,11 +29,7 @@ func TestExactlyOnceSinkAcrossRestarts(t *testing.T) {
 	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	cfg := exactlyOnceConfig(dir, broker, metrics, 2)
 	d := startDaemon(t, dir, cfg, broker, metrics)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := newClient(t, broker)
 	produce(t, cl, rule("R1", "RECTANGLE", "TRIANGLE"))
 	testkit.WaitMetric(t, 10*time.Second, d.url(), "kstreamd_broadcast_rules", map[string]string{"operator": "matcher"}, 2)
 	colors := []string{"red", "blue", "green", "yellow"}

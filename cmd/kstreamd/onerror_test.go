@@ -123,13 +123,3 @@ func TestOnErrorFail(t *testing.T) {
 		t.Fatalf("no job failure logged")
 	}
 }
-
-func newClient(t *testing.T, broker string) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
-}

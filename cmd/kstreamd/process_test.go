@@ -3,18 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,47 +22,6 @@ import (
 
 // The tests in this file run the real kstreamd binary as a child process, as
 // a user would, and talk to its embedded broker with Debian's kcat.
-
-var (
-	binOnce sync.Once
-	binDir  string // temp dir holding the binary; removed by TestMain
-	binPath string
-	binErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// kstreamdBinary builds the kstreamd binary once per test process (without
-// -race: the in-process tests cover the race detector) and returns its path.
-func kstreamdBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			goTool = filepath.Join(goruntime.GOROOT(), "bin", "go")
-		}
-		if binDir, binErr = os.MkdirTemp("", "kstreamd-bin-"); binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "kstreamd")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, goTool, "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
 
 // requireKcat fails the test (never skips it) when kcat is missing.
 func requireKcat(t *testing.T) {
@@ -118,103 +72,6 @@ func kcatMatches(t *testing.T, broker string) []string {
 		recs = append(recs, &kgo.Record{Key: []byte(k), Value: []byte(v)})
 	}
 	return matchStrings(t, recs)
-}
-
-// proc is a kstreamd child process.
-type proc struct {
-	cmd     *exec.Cmd
-	out     *syncBuffer // stdout and stderr
-	done    chan struct{}
-	dir     string
-	broker  string
-	metrics string
-}
-
-// startProc writes cfg to dir/job.yaml, starts `kstreamd run` on it and
-// waits until /healthz answers ok. The process is stopped at cleanup.
-func startProc(t *testing.T, dir, cfg, broker, metrics string) *proc {
-	t.Helper()
-	bin := kstreamdBinary(t)
-	path := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{out: &syncBuffer{}, done: make(chan struct{}), dir: dir, broker: broker, metrics: metrics}
-	p.cmd = exec.Command(bin, "run", "--config", path)
-	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		if !p.exited() {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(15 * time.Second):
-				t.Errorf("kstreamd did not stop within 15s of SIGTERM; killing it")
-				_ = p.cmd.Process.Kill()
-				<-p.done
-			}
-		}
-		if t.Failed() {
-			t.Logf("kstreamd log:\n%s", p.out.String())
-		}
-	})
-	ok := testkit.Poll(20*time.Second, func() bool {
-		if p.exited() {
-			return true
-		}
-		resp, err := http.Get("http://" + metrics + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	if !ok || p.exited() {
-		t.Fatalf("kstreamd did not become healthy within 20s (exited: %v):\n%s", p.exited(), p.out.String())
-	}
-	return p
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *proc) url() string { return "http://" + p.metrics + "/metrics" }
-
-// scrape returns the current value of metric (summed over series matching
-// match), failing the test when /metrics cannot be read.
-func (p *proc) scrape(t *testing.T, metric string, match map[string]string) float64 {
-	t.Helper()
-	v, err := testkit.Scrape(p.url(), metric, match)
-	if err != nil {
-		t.Fatalf("scrape %s: %v", metric, err)
-	}
-	return v
-}
-
-// terminate sends SIGTERM and returns the exit status and how long the
-// process took to exit; it fails the test after limit.
-func (p *proc) terminate(t *testing.T, limit time.Duration) (int, time.Duration) {
-	t.Helper()
-	start := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(limit):
-		t.Fatalf("kstreamd did not exit within %v of SIGTERM:\n%s", limit, p.out.String())
-	}
-	return p.cmd.ProcessState.ExitCode(), time.Since(start)
 }
 
 func processItem(id int, color, shape string) string {
@@ -377,23 +234,6 @@ sinks:
     input: matcher
     topic: matches
 `
-
-// runBinary runs the binary with args, bounded by 20 s, and returns its exit
-// status, stdout and stderr.
-func runBinary(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, kstreamdBinary(t), args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("kstreamd %s: %v", strings.Join(args, " "), err)
-	}
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
-}
 
 // TestProcessConfigErrors runs `kstreamd validate` and `kstreamd run` on bad
 // files: both exit 2 and name the file, line, column and field.

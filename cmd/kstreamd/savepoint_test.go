@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -21,69 +19,6 @@ import (
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 )
-
-// startDaemonArgs is startDaemon with extra `run` flags (--from-savepoint).
-func startDaemonArgs(t *testing.T, dir, cfg, broker, metrics string, extra ...string) *daemon {
-	t.Helper()
-	path := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d := &daemon{broker: broker, metrics: metrics, out: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
-	args := append([]string{"run", "--config", path}, extra...)
-	go func() { d.done <- run(ctx, args, d.out, d.out) }()
-	t.Cleanup(func() {
-		d.cancel()
-		select {
-		case code := <-d.done:
-			d.done <- code
-		case <-time.After(20 * time.Second):
-			t.Errorf("daemon did not stop")
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.out.String())
-		}
-	})
-	ok := testkit.Poll(20*time.Second, func() bool {
-		select {
-		case code := <-d.done:
-			d.done <- code
-			return true
-		default:
-		}
-		_, err := testkit.Scrape(d.url(), "kstreamd_broadcast_rules", nil)
-		return err == nil && strings.Contains(d.out.String(), "job running")
-	})
-	if !ok || !strings.Contains(d.out.String(), "job running") {
-		t.Fatalf("daemon did not start:\n%s", d.out.String())
-	}
-	return d
-}
-
-// waitExit waits up to limit for the daemon to exit on its own and returns
-// its exit status.
-func (d *daemon) waitExit(t *testing.T, limit time.Duration) int {
-	t.Helper()
-	select {
-	case code := <-d.done:
-		d.done <- code
-		return code
-	case <-time.After(limit):
-		t.Fatalf("daemon did not exit on its own within %v:\n%s", limit, d.out.String())
-	}
-	return -1
-}
-
-// savepointConfig is the reference job with checkpoints every 100 ms.
-func savepointConfig(dir, broker, metrics string, p int) string {
-	return referenceConfig(dir, broker, metrics, p) + `state:
-  backend: pebble
-checkpoints:
-  interval: 100ms
-  incremental: true
-`
-}
 
 // savepointNameRE is the base name of a savepoint directory.
 var savepointNameRE = regexp.MustCompile(`^savepoint-[0-9]+-[0-9]+$`)
@@ -125,12 +60,8 @@ func restoringFrom(t *testing.T, log, dir string) {
 func TestSavepointCLIAndStopWithSavepoint(t *testing.T) {
 	dir := t.TempDir()
 	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
-	d := startDaemonArgs(t, dir, savepointConfig(dir, broker, metrics, 2), broker, metrics)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	d := startDaemon(t, dir, checkpointedConfig(dir, broker, metrics, 2, "pebble"), broker, metrics)
+	cl := newClient(t, broker)
 	matcher := map[string]string{"operator": "matcher"}
 	itemsIn := map[string]string{"operator": "items"}
 	produce(t, cl, rule("R1", "RECTANGLE", "TRIANGLE"), rule("R2", "CIRCLE", "CIRCLE"))
@@ -165,7 +96,7 @@ func TestSavepointCLIAndStopWithSavepoint(t *testing.T) {
 	}
 
 	// Restore the savepoint at parallelism 3.
-	d = startDaemonArgs(t, dir, savepointConfig(dir, broker, metrics, 3), broker, metrics, "--from-savepoint", sp1)
+	d = startDaemon(t, dir, checkpointedConfig(dir, broker, metrics, 3, "pebble"), broker, metrics, "--from-savepoint", sp1)
 	restoringFrom(t, d.out.String(), sp1)
 	testkit.WaitMetric(t, 10*time.Second, d.url(), "kstreamd_broadcast_rules", matcher, 2*3)
 	// Only the yellow item (after the savepoint) is read again.
@@ -198,7 +129,7 @@ func TestSavepointCLIAndStopWithSavepoint(t *testing.T) {
 
 	// Restore the stop-with-savepoint at parallelism 1: rules and the blue
 	// pair come back, nothing is read twice.
-	d = startDaemonArgs(t, dir, savepointConfig(dir, broker, metrics, 1), broker, metrics, "--from-savepoint", sp2)
+	d = startDaemon(t, dir, checkpointedConfig(dir, broker, metrics, 1, "pebble"), broker, metrics, "--from-savepoint", sp2)
 	restoringFrom(t, d.out.String(), sp2)
 	testkit.WaitMetric(t, 10*time.Second, d.url(), "kstreamd_broadcast_rules", matcher, 2*1)
 	produce(t, cl, item(20, "blue", "TRIANGLE"))
@@ -223,12 +154,8 @@ func TestSavepointHTTPAPI(t *testing.T) {
 	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	// No checkpoints section: checkpoints.interval is 0.
 	cfg := func(p int) string { return referenceConfig(dir, broker, metrics, p) }
-	d := startDaemonArgs(t, dir, cfg(2), broker, metrics)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	d := startDaemon(t, dir, cfg(2), broker, metrics)
+	cl := newClient(t, broker)
 	matcher := map[string]string{"operator": "matcher"}
 	produce(t, cl, rule("R1", "RECTANGLE", "TRIANGLE"))
 	testkit.WaitMetric(t, 10*time.Second, d.url(), "kstreamd_broadcast_rules", matcher, 1*2)
@@ -282,7 +209,7 @@ func TestSavepointHTTPAPI(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "checkpoints")); err != nil {
 		t.Fatal(err)
 	}
-	d = startDaemonArgs(t, dir, cfg(4), broker, metrics, "--from-savepoint", moved)
+	d = startDaemon(t, dir, cfg(4), broker, metrics, "--from-savepoint", moved)
 	restoringFrom(t, d.out.String(), moved)
 	testkit.WaitMetric(t, 10*time.Second, d.url(), "kstreamd_broadcast_rules", matcher, 1*4)
 	produce(t, cl, item(2, "red", "TRIANGLE"))
@@ -290,24 +217,6 @@ func TestSavepointHTTPAPI(t *testing.T) {
 	if got, want := matchStrings(t, testkit.ReadTopic(t, []string{broker}, "matches", 10*time.Second)), []string{"R1 red 1,2"}; !slices.Equal(got, want) {
 		t.Fatalf("matches after restoring the savepoint at parallelism 4 = %q, want %q", got, want)
 	}
-}
-
-// jsonDecode decodes the JSON body of resp into v and closes it.
-func jsonDecode(resp *http.Response, v any) error {
-	defer resp.Body.Close()
-	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-// externalReferenceConfig is referenceConfig on the broker at broker (not
-// embedded).
-func externalReferenceConfig(t *testing.T, dir, broker, metrics string, p int) string {
-	t.Helper()
-	embedded := "  embedded:\n    enabled: true\n    address: " + broker + "\n    partitions: 4\n"
-	cfg := referenceConfig(dir, broker, metrics, p)
-	if !strings.Contains(cfg, embedded) {
-		t.Fatalf("referenceConfig changed: no %q in\n%s", embedded, cfg)
-	}
-	return strings.Replace(cfg, embedded, "  brokers: ["+broker+"]\n", 1)
 }
 
 // getStatus returns the status code of GET url, or 0 when it cannot connect.
@@ -353,29 +262,8 @@ func TestReadyzBeforeAndAfterReady(t *testing.T) {
 	const p = 2
 	dir := t.TempDir()
 	metrics := testkit.FreeAddr(t)
-	cfg := externalReferenceConfig(t, dir, brokerAddr, metrics, p)
-	path := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"run", "--config", path}, out, out) }()
-	stopped := false
-	defer func() {
-		if !stopped {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				t.Errorf("daemon did not stop")
-			}
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", out.String())
-		}
-	}()
+	d := launchDaemon(t, dir, externalReferenceConfig(dir, brokerAddr, metrics, p), brokerAddr, metrics)
+	out := d.out
 	healthz, readyz := "http://"+metrics+"/healthz", "http://"+metrics+"/readyz"
 
 	// Phase 1: the broker is down; run is discovering partitions.
@@ -437,14 +325,7 @@ func TestReadyzBeforeAndAfterReady(t *testing.T) {
 	if h, r := getStatus(healthz), getStatus(readyz); h != http.StatusOK || r != http.StatusOK {
 		t.Fatalf("after the bootstrap: /healthz %d, /readyz %d; want 200, 200", h, r)
 	}
-	cancel()
-	stopped = true
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("exit status %d", code)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("daemon did not stop")
+	if code := d.stopWithin(t, 20*time.Second); code != 0 {
+		t.Fatalf("exit status %d", code)
 	}
 }

@@ -37,34 +37,7 @@ func leaks(out, user, pass string) []string {
 // securedReferenceConfig is the reference job on the broker at broker, with
 // the kafka section's kafkaSecurity appended and the log at debug.
 func securedReferenceConfig(dir, broker, metrics, kafkaSecurity string) string {
-	return fmt.Sprintf(`job:
-  name: colorshape
-  parallelism: 2
-data_dir: %s
-kafka:
-  brokers: [%s]
-%s
-metrics:
-  address: %s
-log:
-  level: debug
-sources:
-  - name: items
-    topic: items
-  - name: rules
-    topic: rules
-    parallelism: 1
-operators:
-  - name: matcher
-    type: shape_pair_matcher
-    input: items
-    key_by: color
-    broadcast: rules
-sinks:
-  - name: matches
-    input: matcher
-    topic: matches
-`, dir, broker, kafkaSecurity, metrics)
+	return jobHead("colorshape", 2, dir, brokersKafka(broker)+"\n"+kafkaSecurity, metrics, "debug") + referencePipeline
 }
 
 // TestDaemonWithSASL runs the reference job against a kfake broker that
@@ -82,17 +55,12 @@ func TestDaemonWithSASL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			certs := testkit.NewTLSCerts(t)
-			opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(4, "items", "rules", "matches"),
-				kfake.EnableSASL(), kfake.Superuser(tc.mechanism, "kstreamd", daemonPassword)}
+			opts := []kfake.Opt{kfake.EnableSASL(), kfake.Superuser(tc.mechanism, "kstreamd", daemonPassword)}
 			if tc.tls {
 				opts = append(opts, kfake.TLS(certs.ServerConfig(true)))
 			}
-			c, err := kfake.NewCluster(opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Close)
-			broker, metrics := c.ListenAddrs()[0], testkit.FreeAddr(t)
+			_, broker := startKfake(t, referenceTopics, opts...)
+			metrics := testkit.FreeAddr(t)
 
 			security := fmt.Sprintf("  sasl:\n    mechanism: %s\n    username: kstreamd\n", tc.mechanism)
 			if tc.fromEnv {
@@ -133,7 +101,7 @@ func TestDaemonWithSASL(t *testing.T) {
 				t.Fatalf("matches = %q, want %q", got, want)
 			}
 
-			var out syncBuffer
+			var out testkit.SyncBuffer
 			if code := run(context.Background(), []string{"validate", "--config", path}, &out, &out); code != 0 || out.String() != path+": ok\n" {
 				t.Fatalf("validate = %d %q", code, out.String())
 			}
@@ -184,42 +152,31 @@ func consumeN(t *testing.T, cfg *pipeline.Config, topic string, n int) []*kgo.Re
 }
 
 // TestDaemonWrongPassword runs the daemon with a wrong password at debug
-// until the broker has refused it: neither password appears in the log.
+// until the broker has refused it, then stops it: neither password appears
+// in the log.
 func TestDaemonWrongPassword(t *testing.T) {
 	const wrong = "wrong-" + daemonPassword
 	dir := t.TempDir()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "items", "rules", "matches"),
-		kfake.EnableSASL(), kfake.Superuser("PLAIN", "kstreamd", daemonPassword))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	_, broker := startKfake(t, referenceTopics, kfake.EnableSASL(), kfake.Superuser("PLAIN", "kstreamd", daemonPassword))
 	t.Setenv("KSTREAMD_KAFKA_PASSWORD", wrong)
-	path := filepath.Join(dir, "job.yaml")
-	cfg := securedReferenceConfig(dir, c.ListenAddrs()[0], testkit.FreeAddr(t),
+	metrics := testkit.FreeAddr(t)
+	cfg := securedReferenceConfig(dir, broker, metrics,
 		"  sasl:\n    mechanism: PLAIN\n    username: kstreamd\n    password_env: KSTREAMD_KAFKA_PASSWORD")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := &syncBuffer{}
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"run", "--config", path}, out, out) }()
+	d := launchDaemon(t, dir, cfg, broker, metrics)
+	out := d.out
 	// kfake hangs up on a failed authentication (rather than answering
 	// SASL_AUTHENTICATION_FAILED), and the job keeps retrying.
 	const failed = `level=DEBUG msg="connection initialization failed" component=kafka-client`
 	refused := testkit.Poll(20*time.Second, func() bool { return strings.Count(out.String(), failed) >= 3 })
-	cancel()
-	select {
-	case code := <-done:
-		if code == 0 {
-			t.Errorf("exit status 0 for a job that never started")
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the daemon did not stop:\n%s", out.String())
+	// SIGTERM while the job waits for the brokers is a clean stop (exit 0)
+	// that says the job never started.
+	if code := d.stopWithin(t, 20*time.Second); code != 0 {
+		t.Errorf("exit status %d after SIGTERM while waiting for the brokers, want 0", code)
 	}
 	log := out.String()
+	if !strings.Contains(log, `msg="stopped before the job started"`) {
+		t.Errorf("the log lacks \"stopped before the job started\"")
+	}
 	if !refused {
 		t.Fatalf("no failed authentication in the log:\n%s", log)
 	}
@@ -252,7 +209,7 @@ func TestValidateNeverPrintsSecrets(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, cmd := range []string{"validate", "run"} {
-				var stdout, stderr syncBuffer
+				var stdout, stderr testkit.SyncBuffer
 				code := run(context.Background(), []string{cmd, "--config", path}, &stdout, &stderr)
 				if code != 2 {
 					t.Errorf("%s exit status %d, want 2", cmd, code)

@@ -1,13 +1,20 @@
 // Package testkit holds helpers shared by kstreamd's tests: free loopback
-// ports, scraping a /metrics endpoint, polling for a condition, and reading a
-// Kafka topic to its end. Only tests import it.
+// ports, scraping a /metrics endpoint, polling for a condition, reading a
+// Kafka topic to its end, and a log buffer safe for concurrent writers. Only
+// tests import it.
 package testkit
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,17 +22,73 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// FreeAddr returns a 127.0.0.1:port address that was free a moment ago.
+// FreeAddr returns a 127.0.0.1:port address that was free a moment ago,
+// for a listener the test starts later (a daemon's broker or metrics). The
+// port is drawn at random below the kernel's ephemeral range (32768-60999
+// on Linux), where the ports of bind to port 0 (kfake's listeners) and of
+// outgoing connections come from, so the kernel gives it to no other
+// socket before the test listens on it; and a test process hands out each
+// port once, so tests running in parallel get different addresses. Where
+// the ephemeral range starts too low for that, the kernel picks the port.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	if lo, hi := freePortRange(); hi > lo {
+		for range 1000 {
+			port := lo + rand.IntN(hi-lo)
+			if handedOut[port] {
+				continue
+			}
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				continue
+			}
+			ln.Close()
+			handedOut[port] = true
+			return ln.Addr().String()
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	for range 1000 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.Close()
+		if port := ln.Addr().(*net.TCPAddr).Port; !handedOut[port] {
+			handedOut[port] = true
+			return ln.Addr().String()
+		}
+	}
+	t.Fatal("FreeAddr: no free port")
+	return ""
+}
+
+var (
+	portsMu   sync.Mutex
+	handedOut = map[int]bool{} // ports FreeAddr returned in this process
+)
+
+// freePortRange is the range [lo, hi) FreeAddr draws from: 20000 (above
+// the usual fixed ports of services) up to the start of the kernel's
+// ephemeral port range.
+func freePortRange() (lo, hi int) {
+	lo, hi = 20000, 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return lo, hi
+	}
+	if start, err := strconv.Atoi(f[0]); err == nil {
+		hi = min(hi, start)
+	}
+	return lo, hi
 }
 
 // Scrape returns the sum of every sample of metric on the /metrics page at
@@ -108,22 +171,40 @@ func Poll(timeout time.Duration, cond func() bool) bool {
 // offset order. It fails the test after timeout.
 func ReadTopic(t testing.TB, brokers []string, topic string, timeout time.Duration) []*kgo.Record {
 	t.Helper()
+	return ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(brokers...)}, kgo.ReadCommitted(), topic, timeout)
+}
+
+// ReadTopicWith reads topic with a client of opts at isolation level iso,
+// from the start to the end offsets it has now: the last stable offsets for
+// read_committed, the high watermarks for read_uncommitted (whose records
+// of aborted and open transactions are included). Control records are left
+// out; the records are in partition then offset order. It fails the test
+// after timeout.
+func ReadTopicWith(t testing.TB, opts []kgo.Opt, iso kgo.IsolationLevel, topic string, timeout time.Duration) []*kgo.Record {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	recs, err := readTopic(ctx, brokers, topic)
+	recs, err := readTopic(ctx, opts, iso, topic)
 	if err != nil {
 		t.Fatalf("read topic %q: %v", topic, err)
 	}
 	return recs
 }
 
-func readTopic(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, error) {
-	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+func readTopic(ctx context.Context, opts []kgo.Opt, iso kgo.IsolationLevel, topic string) ([]*kgo.Record, error) {
+	adm, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err
 	}
 	defer adm.Close()
-	ends, err := kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
+	var ends kadm.ListedOffsets
+	if iso == kgo.ReadCommitted() {
+		ends, err = kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
+	} else {
+		if ends, err = kadm.NewClient(adm).ListEndOffsets(ctx, topic); err == nil {
+			err = ends.Error()
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +216,8 @@ func readTopic(ctx context.Context, brokers []string, topic string) ([]*kgo.Reco
 	})
 	byPart := map[int32][]*kgo.Record{}
 	if len(want) > 0 {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+		cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.ConsumeTopics(topic),
+			kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords())...)
 		if err != nil {
 			return nil, err
 		}
@@ -162,4 +243,45 @@ func readTopic(ctx context.Context, brokers []string, topic string) ([]*kgo.Reco
 		delete(byPart, p)
 	}
 	return out, nil
+}
+
+// SyncBuffer is a bytes.Buffer that goroutines may write to concurrently,
+// for logs and a process's output.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// DescribeConfigsAsKafka answers a DescribeConfigs request for the broker
+// resource "" as Kafka does: with the cluster-wide dynamic defaults only
+// (none here), never a static config such as transaction.max.timeout.ms,
+// where kfake answers every broker config. A kfake control function for
+// kmsg.DescribeConfigs returns its answer, and handles is false (with a nil
+// answer) for a request of any other resource, which kfake then answers as
+// usual.
+func DescribeConfigsAsKafka(req kmsg.Request) (resp kmsg.Response, handles bool) {
+	dreq := req.(*kmsg.DescribeConfigsRequest)
+	dresp := dreq.ResponseKind().(*kmsg.DescribeConfigsResponse)
+	for _, r := range dreq.Resources {
+		if r.ResourceType != kmsg.ConfigResourceTypeBroker || r.ResourceName != "" {
+			return nil, false
+		}
+		rr := kmsg.NewDescribeConfigsResponseResource()
+		rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
+		dresp.Resources = append(dresp.Resources, rr) // no dynamic default is set
+	}
+	return dresp, true
 }
