@@ -73,18 +73,10 @@ func (s *aggregatingState[IN, ACC, OUT]) Add(v IN) error {
 }
 
 func (s *aggregatingState[IN, ACC, OUT]) Get() (OUT, bool, error) {
-	var zero OUT
-	k, err := s.c.stateKey(s.key)
-	if err != nil {
-		return zero, false, err
-	}
-	payload, ok, err := s.c.readValue(k)
+	acc, ok, err := readDecoded(s.c, s.key, s.ser, "get")
 	if err != nil || !ok {
+		var zero OUT
 		return zero, false, err
-	}
-	acc, err := s.ser.Decode(payload)
-	if err != nil {
-		return zero, false, s.c.wrapErr("get", err)
 	}
 	return s.agg.GetResult(acc), true, nil
 }

@@ -72,20 +72,7 @@ func (s *reducingState[T]) Add(v T) error {
 }
 
 func (s *reducingState[T]) Get() (T, bool, error) {
-	var zero T
-	k, err := s.c.stateKey(s.key)
-	if err != nil {
-		return zero, false, err
-	}
-	payload, ok, err := s.c.readValue(k)
-	if err != nil || !ok {
-		return zero, false, err
-	}
-	v, err := s.ser.Decode(payload)
-	if err != nil {
-		return zero, false, s.c.wrapErr("get", err)
-	}
-	return v, true, nil
+	return readDecoded(s.c, s.key, s.ser, "get")
 }
 
 func (s *reducingState[T]) Clear() error {

@@ -74,20 +74,7 @@ func (s *valueState[T]) bind(k keyRef) *valueState[T] {
 }
 
 func (s *valueState[T]) Value() (T, bool, error) {
-	var zero T
-	k, err := s.c.stateKey(s.key)
-	if err != nil {
-		return zero, false, err
-	}
-	payload, ok, err := s.c.readValue(k)
-	if err != nil || !ok {
-		return zero, false, err
-	}
-	v, err := s.ser.Decode(payload)
-	if err != nil {
-		return zero, false, s.c.wrapErr("value", err)
-	}
-	return v, true, nil
+	return readDecoded(s.c, s.key, s.ser, "value")
 }
 
 func (s *valueState[T]) Update(v T) error {
@@ -114,6 +101,26 @@ func (s *valueState[T]) Clear() error {
 // applies TTL: it removes an expired blob (returning it only under
 // ReturnExpiredIfNotCleanedUp) and, under OnReadAndWrite, rewrites a
 // returned one with a fresh timestamp. The payload is the serialized value.
+// readDecoded reads the blob of the bound key (or the current key) and
+// decodes it with ser; found is false when there is none (or it expired).
+// op names the operation in a decode error. Value, Reducing and
+// Aggregating state share it.
+func readDecoded[T any](c *stateCore, key *keyRef, ser Serializer[T], op string) (v T, found bool, err error) {
+	k, err := c.stateKey(key)
+	if err != nil {
+		return v, false, err
+	}
+	payload, ok, err := c.readValue(k)
+	if err != nil || !ok {
+		return v, false, err
+	}
+	if v, err = ser.Decode(payload); err != nil {
+		var zero T
+		return zero, false, c.wrapErr(op, err)
+	}
+	return v, true, nil
+}
+
 func (c *stateCore) readValue(k stateKey) ([]byte, bool, error) {
 	blob, found, err := c.st.get(k)
 	if err != nil || !found {
