@@ -22,7 +22,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download && go mod verify
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/kstreamd/kstreamd/sdk.Version=${VERSION}" \
         -o /out/kstreamd ./cmd/kstreamd \
     && mkdir -p /out/data
 

@@ -501,7 +501,7 @@ func TestDockerfile(t *testing.T) {
 	if first := froms[0].args; !strings.HasPrefix(first, "golang:${GO_VERSION} ") || args["GO_VERSION"] != m[1] {
 		t.Errorf("first stage FROM %q with ARG GO_VERSION=%q, want golang:${GO_VERSION} with GO_VERSION=%s (go.mod)", first, args["GO_VERSION"], m[1])
 	}
-	for _, flag := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w -X main.version=${VERSION}"`, "./cmd/kstreamd"} {
+	for _, flag := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w -X github.com/kstreamd/kstreamd/sdk.Version=${VERSION}"`, "./cmd/kstreamd"} {
 		if !strings.Contains(buildRun, flag) {
 			t.Errorf("the go build RUN %q lacks %s", buildRun, flag)
 		}
@@ -521,7 +521,7 @@ func TestDockerfile(t *testing.T) {
 	}
 	df.configPath(t)
 
-	t.Run("-X main.version stamps the version", func(t *testing.T) {
+	t.Run("-X sdk.Version stamps the version", func(t *testing.T) {
 		out, err := exec.Command(binPath, "version").CombinedOutput()
 		if want := "kstreamd " + testVersion + "\n"; err != nil || string(out) != want {
 			t.Errorf("kstreamd version = %q (%v), want %q", out, err, want)

@@ -25,7 +25,7 @@ import (
 )
 
 // testVersion is the version the test binary is stamped with, the way the
-// Dockerfile stamps the image's (-X main.version=...).
+// Dockerfile stamps the image's (-X github.com/kstreamd/kstreamd/sdk.Version=...).
 const testVersion = "deploy-test"
 
 var (
@@ -73,7 +73,7 @@ func testMain(m *testing.M) int {
 func buildKstreamd(out string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool(), "build", "-ldflags", "-X main.version="+testVersion, "-o", out, "./cmd/kstreamd")
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-ldflags", "-X github.com/kstreamd/kstreamd/sdk.Version="+testVersion, "-o", out, "./cmd/kstreamd")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/kstreamd: %v\n%s", err, b)
@@ -117,7 +117,7 @@ func readRepoFile(t *testing.T, rel string) []byte {
 // loadPipeline loads a pipeline file of the repository as kstreamd does.
 func loadPipeline(t *testing.T, rel string) *pipeline.Config {
 	t.Helper()
-	cfg, err := pipeline.Load(repoFile(rel))
+	cfg, err := pipeline.Load(repoFile(rel), nil)
 	if err != nil {
 		t.Fatalf("%s: %v", rel, err)
 	}

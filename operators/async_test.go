@@ -119,10 +119,26 @@ func TestCountWindowAverage(t *testing.T) {
 				for _, v := range []int64{3, 5, 7, 4, 2} {
 					h.process(valueRecord("1", v))
 				}
-				for _, skipped := range []string{`{"other":1}`, `{"value":2.5}`, `{"value":"3"}`, `not json`} {
-					h.process(runtime.Record{Key: []byte("1"), Value: []byte(skipped)})
+				// Records without an integer value meet the on_error policy:
+				// the sync path returns the *runtime.RecordError, the async
+				// path hands it to the task's handler.
+				bad := &recordingHandler{}
+				h.op.SetBadRecordHandlers([]runtime.BadRecordHandler{bad})
+				for _, v := range []string{`{"other":1}`, `{"value":2.5}`, `{"value":"3"}`, `not json`} {
+					rec := runtime.Record{Key: []byte("1"), Value: []byte(v)}
+					var re *runtime.RecordError
+					switch err := h.op.ProcessRecord(h.ctx, 0, rec); {
+					case errors.As(err, &re):
+						_ = bad.HandleBadRecord(h.ctx, rec, re)
+					case err != nil:
+						t.Fatal(err)
+					}
+					h.mb.TryYieldAll()
 				}
 				got := h.finish()
+				if len(bad.reasons) != 4 || slices.ContainsFunc(bad.reasons, func(r string) bool { return r != runtime.ReasonInvalid }) {
+					t.Fatalf("bad records %v, want 4 with reason invalid", bad.reasons)
+				}
 				var avgs []json.Number
 				for _, r := range got {
 					var o struct {
@@ -429,4 +445,12 @@ func TestAsyncOperatorNeedsMailbox(t *testing.T) {
 	if err := op.Open(context.Background()); err == nil || err.Error() != "operators: avg[0]: async state needs the task's mailbox" {
 		t.Fatalf("Open = %v", err)
 	}
+}
+
+// recordingHandler is a runtime.BadRecordHandler that records the reasons.
+type recordingHandler struct{ reasons []string }
+
+func (r *recordingHandler) HandleBadRecord(_ context.Context, _ runtime.Record, err *runtime.RecordError) error {
+	r.reasons = append(r.reasons, err.Reason)
+	return nil
 }

@@ -23,7 +23,8 @@ const (
 // example (Tuple2<Long, Long>) values are integers and the average is the
 // integer quotient sum/count: (1,3),(1,5),(1,7),(1,4),(1,2) emit (1,4) and
 // (1,5). Input: JSON objects with an integer "value"; a record without one
-// (missing, not a number, not an integer) is skipped. Output:
+// (missing, not a number, not an integer) fails with a *runtime.RecordError
+// (reason invalid) and meets its source's on_error policy. Output:
 // {"key": <key>, "average": <integer>} with the record key and timestamp.
 type CountWindowAverage struct {
 	sum state.ValueState[CountAndSum]
@@ -41,6 +42,38 @@ var CountWindowAverageState = state.ValueStateDescriptor[CountAndSum]{
 	Serializer: state.JSONSerializer[CountAndSum]{},
 }
 
+// countWindowAverageFactory registers CountWindowAverageType.
+func countWindowAverageFactory() Factory {
+	return Factory{
+		Type:   CountWindowAverageType,
+		Doc:    "Flink's CountWindowAverage: per key, the integer average of every two integer \"value\" fields.",
+		Traits: Traits{Keyed: true, AsyncState: true},
+		State:  []string{CountWindowAverageState.Name},
+		New: func(ctx FactoryContext) (any, error) {
+			if ctx.AsyncState {
+				return &AsyncCountWindowAverage{}, nil
+			}
+			return &CountWindowAverage{}, nil
+		},
+	}
+}
+
+// keyedCountFactory registers KeyedCountType.
+func keyedCountFactory() Factory {
+	return Factory{
+		Type:   KeyedCountType,
+		Doc:    "Counts records per key and emits {\"key\", \"count\"} with every record.",
+		Traits: Traits{Keyed: true, AsyncState: true},
+		State:  []string{KeyedCountState.Name},
+		New: func(ctx FactoryContext) (any, error) {
+			if ctx.AsyncState {
+				return &AsyncKeyedCount{}, nil
+			}
+			return &KeyedCount{}, nil
+		},
+	}
+}
+
 // Open implements KeyedProcessFunction.
 func (c *CountWindowAverage) Open(ctx OpenContext) error {
 	s, err := state.GetValueState(ctx.Backend, CountWindowAverageState)
@@ -50,9 +83,9 @@ func (c *CountWindowAverage) Open(ctx OpenContext) error {
 
 // ProcessElement implements KeyedProcessFunction.
 func (c *CountWindowAverage) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
-	v, ok := averageInput(rec)
-	if !ok {
-		return nil
+	v, err := averageInput(rec)
+	if err != nil {
+		return err
 	}
 	cur, _, err := c.sum.Value()
 	if err != nil {
@@ -88,9 +121,9 @@ func (c *AsyncCountWindowAverage) Open(ctx AsyncOpenContext) error {
 // sum, then either update them or, at count 2, clear them and emit the
 // average.
 func (c *AsyncCountWindowAverage) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
-	v, ok := averageInput(rec)
-	if !ok {
-		return nil
+	v, err := averageInput(rec)
+	if err != nil {
+		return err
 	}
 	state.ThenCompose(c.sum.AsyncValue(), func(cur state.Optional[CountAndSum]) (state.StateFuture[state.Void], error) {
 		acc := cur.Value
@@ -106,16 +139,17 @@ func (c *AsyncCountWindowAverage) ProcessElement(_ context.Context, rec runtime.
 	return nil // failures of the chain reach the controller, which fails the task
 }
 
-// averageInput returns the record's integer "value" field; false when the
-// record is not a JSON object with one (the record is skipped).
-func averageInput(rec runtime.Record) (int64, bool) {
+// averageInput returns the record's integer "value" field, or a
+// *runtime.RecordError (reason invalid) when the record is not a JSON object
+// with one.
+func averageInput(rec runtime.Record) (int64, error) {
 	var in struct {
 		Value *int64 `json:"value"`
 	}
 	if json.Unmarshal(rec.Value, &in) != nil || in.Value == nil {
-		return 0, false
+		return 0, &runtime.RecordError{Reason: runtime.ReasonInvalid, Detail: CountWindowAverageType + `: "value" must be an integer`}
 	}
-	return *in.Value, true
+	return *in.Value, nil
 }
 
 // averageRecord is CountWindowAverage's output for the window acc closed:

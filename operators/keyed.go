@@ -3,6 +3,7 @@ package operators
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"strconv"
@@ -49,7 +50,13 @@ type KeyedOperator struct {
 	mailbox   *runtime.Mailbox
 	asyncOpts []state.AsyncOpt
 	aec       *state.AsyncExecutionController
+	// bad are the task's bad-record handlers per input, for records an
+	// async function fails with a *runtime.RecordError.
+	bad []runtime.BadRecordHandler
 }
+
+// SetBadRecordHandlers implements runtime.BadRecordAware.
+func (o *KeyedOperator) SetBadRecordHandlers(h []runtime.BadRecordHandler) { o.bad = h }
 
 // NewKeyedBroadcastOperator returns the operator of one subtask running fn;
 // info names the subtask (its Backend is filled in at Open). restore is nil
@@ -132,7 +139,14 @@ func (o *KeyedOperator) ProcessRecord(ctx context.Context, input int, rec runtim
 	o.coll = collector{ctx: ctx, out: o.out}
 	switch {
 	case input == 0 && o.async != nil:
-		return o.aec.Process(ctx, rec.Key, func() error { return o.async.ProcessElement(ctx, rec, &o.coll) })
+		return o.aec.Process(ctx, rec.Key, func() error {
+			err := o.async.ProcessElement(ctx, rec, &o.coll)
+			var re *runtime.RecordError
+			if errors.As(err, &re) && len(o.bad) > 0 && o.bad[0] != nil {
+				return o.bad[0].HandleBadRecord(ctx, rec, re) // runs on the subtask goroutine
+			}
+			return err
+		})
 	case input == 0:
 		o.backend.SetCurrentKey(rec.Key)
 		if o.broadcast != nil {

@@ -54,6 +54,23 @@ type ShapePairMatcher struct {
 	bad     prometheus.Counter
 }
 
+// shapePairMatcherFactory registers ShapePairMatcherType.
+func shapePairMatcherFactory() Factory {
+	return Factory{
+		Type:   ShapePairMatcherType,
+		Doc:    "Flink's broadcast state example: per key, pairs an item of a rule's first shape with a later one of its second shape.",
+		Traits: Traits{Keyed: true, Broadcast: true},
+		State:  []string{ShapePairItemsState.Name, "rules (broadcast)"},
+		CheckBroadcast: func(key, value []byte) error {
+			_, err := broadcast.DecodeRule(key, value)
+			return err
+		},
+		New: func(ctx FactoryContext) (any, error) {
+			return &ShapePairMatcher{Metrics: ctx.Metrics, Logger: ctx.Logger}, nil
+		},
+	}
+}
+
 // ShapePairItemsState describes the matcher's keyed state.
 var ShapePairItemsState = state.MapStateDescriptor[string, []json.RawMessage]{
 	Name:            "shape-pair-items",

@@ -25,7 +25,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := Parse("fuzz.yaml", data)
+		cfg, err := Parse("fuzz.yaml", data, nil)
 		if err != nil {
 			if cfg != nil {
 				t.Fatalf("Parse returned a config with error %v", err)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kstreamd/kstreamd/operators"
+
 	"gopkg.in/yaml.v3"
 )
 
@@ -31,7 +33,7 @@ func TestBadConfigs(t *testing.T) {
 	}
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".bad.yaml"), func(t *testing.T) {
-			cfg, err := Load(file)
+			cfg, err := Load(file, nil)
 			if err == nil {
 				t.Fatalf("Load(%s) accepted the config: %+v", file, cfg)
 			}
@@ -93,7 +95,7 @@ func TestGoodConfigs(t *testing.T) {
 	files = append(files, "../configs/colorshape.yaml")
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			cfg, err := Load(file)
+			cfg, err := Load(file, nil)
 			if err != nil {
 				t.Fatalf("Load(%s):\n%v", file, err)
 			}
@@ -126,7 +128,7 @@ func minimalGraph() ([]SourceConfig, []OperatorConfig, []SinkConfig) {
 }
 
 func TestDefaultsApplied(t *testing.T) {
-	cfg, err := Load("testdata/minimal.good.yaml")
+	cfg, err := Load("testdata/minimal.good.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +176,7 @@ func TestDefaultsApplied(t *testing.T) {
 }
 
 func TestFullConfig(t *testing.T) {
-	cfg, err := Load("testdata/full.good.yaml")
+	cfg, err := Load("testdata/full.good.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +236,7 @@ func TestFullConfig(t *testing.T) {
 }
 
 func TestColorshapeReferenceJob(t *testing.T) {
-	cfg, err := Load("../configs/colorshape.yaml")
+	cfg, err := Load("../configs/colorshape.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +274,7 @@ func TestColorshapeReferenceJob(t *testing.T) {
 }
 
 func TestAnchorsResolved(t *testing.T) {
-	cfg, err := Load("testdata/anchors.good.yaml")
+	cfg, err := Load("testdata/anchors.good.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +289,7 @@ func TestAnchorsResolved(t *testing.T) {
 }
 
 func TestLoadMissingFile(t *testing.T) {
-	_, err := Load("testdata/does-not-exist.yaml")
+	_, err := Load("testdata/does-not-exist.yaml", nil)
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Load(missing) = %v, want fs.ErrNotExist", err)
 	}
@@ -317,7 +319,6 @@ func TestValidateInCode(t *testing.T) {
 			"job.name: required",
 			"kafka.brokers: required unless kafka.embedded.enabled is true",
 			"sources: at least one source is required",
-			"operators: at least one operator is required",
 			"sinks: at least one sink is required",
 		}, "\n")},
 		{"embedded replaces brokers", func(c *Config) { c.Kafka.Brokers = nil; c.Kafka.Embedded.Enabled = true }, ""},
@@ -447,17 +448,20 @@ func TestConfigErrorFormat(t *testing.T) {
 	}
 }
 
-func TestKnownOperatorTypes(t *testing.T) {
-	want := []string{OperatorShapePairMatcher, OperatorCountWindowAverage, OperatorKeyedCount}
-	if !slices.Equal(KnownOperatorTypes, want) {
-		t.Fatalf("KnownOperatorTypes = %v, want %v", KnownOperatorTypes, want)
+func TestBuiltinOperatorTraits(t *testing.T) {
+	reg := operators.NewBuiltinRegistry()
+	want := map[string]operators.Traits{
+		OperatorShapePairMatcher:   {Keyed: true, Broadcast: true},
+		OperatorCountWindowAverage: {Keyed: true, AsyncState: true},
+		OperatorKeyedCount:         {Keyed: true, AsyncState: true},
 	}
-	for _, typ := range KnownOperatorTypes {
-		if !operatorKeyed(typ) {
-			t.Errorf("%s is not keyed", typ)
+	for typ, tr := range want {
+		f, ok := reg.Lookup(typ)
+		if !ok {
+			t.Fatalf("%s is not registered", typ)
 		}
-		if got, want := operatorBroadcast(typ), typ == OperatorShapePairMatcher; got != want {
-			t.Errorf("operatorBroadcast(%s) = %v, want %v", typ, got, want)
+		if f.Traits != tr {
+			t.Errorf("%s traits = %+v, want %+v", typ, f.Traits, tr)
 		}
 	}
 }
@@ -551,7 +555,7 @@ func TestExcessiveAliasing(t *testing.T) {
 		b.WriteString("*m, ")
 	}
 	b.WriteString("]\n")
-	_, err := Parse("alias.yaml", []byte(b.String()))
+	_, err := Parse("alias.yaml", []byte(b.String()), nil)
 	want := fmt.Sprintf("config too large: more than %d fields and values after expanding aliases", maxDecodeNodes)
 	var problems ConfigErrors
 	if !errors.As(err, &problems) || len(problems) != 1 || problems[0].Msg != want {

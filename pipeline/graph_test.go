@@ -59,17 +59,17 @@ func TestBuildRestoreMaxParallelism(t *testing.T) {
 	}{
 		{
 			name: "checkpoint with another max parallelism", maxP: 128, parallelism: 2, chkMaxP: 256,
-			wantErr: "pipeline: restore %s: the checkpoint has max parallelism 256, the config sets job.max_parallelism 128; it cannot change across a restore: state: max parallelism changed",
+			wantErr: "job: restore %s: the checkpoint has max parallelism 256, the config sets job.max_parallelism 128; it cannot change across a restore: state: max parallelism changed",
 			wantIs:  ErrMaxParallelismChanged,
 		},
 		{
 			name: "savepoint with another max parallelism", maxP: 256, parallelism: 2, chkMaxP: 128, savepoint: true,
-			wantErr: "pipeline: restore %s: the checkpoint has max parallelism 128, the config sets job.max_parallelism 256; it cannot change across a restore: state: max parallelism changed",
+			wantErr: "job: restore %s: the checkpoint has max parallelism 128, the config sets job.max_parallelism 256; it cannot change across a restore: state: max parallelism changed",
 			wantIs:  ErrMaxParallelismChanged,
 		},
 		{
 			name: "derived max parallelism keeps the checkpoint's, too small", parallelism: 4, chkMaxP: 2,
-			wantErr: `pipeline: operator "matcher": parallelism 4 exceeds the restored max parallelism 2`,
+			wantErr: `job: operator "matcher": parallelism 4 exceeds the restored max parallelism 2`,
 		},
 		{name: "derived max parallelism keeps the checkpoint's", parallelism: 2, chkMaxP: 256},
 		{name: "same max parallelism", maxP: 256, parallelism: 2, chkMaxP: 256},
@@ -99,7 +99,7 @@ sinks:
     input: matcher
     topic: matches
 `, tc.parallelism, tc.maxP, dataDir, strings.Join(cluster.ListenAddrs(), ", "))
-			cfg, err := Parse("rescale.yaml", []byte(yaml))
+			cfg, err := Parse("rescale.yaml", []byte(yaml), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -56,7 +56,7 @@ sinks:
 // parseSecured parses securedYAML and fails the test on a problem.
 func parseSecured(t *testing.T, brokers []string, kafkaExtra string) *Config {
 	t.Helper()
-	cfg, err := Parse("secure.yaml", []byte(securedYAML(brokers, kafkaExtra)))
+	cfg, err := Parse("secure.yaml", []byte(securedYAML(brokers, kafkaExtra)), nil)
 	if err != nil {
 		t.Fatalf("Parse:\n%v", err)
 	}
@@ -285,7 +285,7 @@ func TestInlinePasswordNeverEchoed(t *testing.T) {
 		"  sasl:\n    mechanism: PLAIN\n    username: u\n    password_env: " + testPassword,
 		"  sasl:\n    mechanism: PLAIN\n    username: u\n    password_file: " + testPassword,
 	} {
-		_, err := Parse("inline.yaml", []byte(securedYAML([]string{"localhost:9092"}, doc)))
+		_, err := Parse("inline.yaml", []byte(securedYAML([]string{"localhost:9092"}, doc)), nil)
 		if err == nil {
 			t.Fatalf("accepted:\n%s", doc)
 		}
@@ -300,7 +300,7 @@ func TestInlinePasswordNeverEchoed(t *testing.T) {
 	if !bytes.Contains(data, []byte("hunter2-inline-secret")) {
 		t.Fatal("the golden config lost its inline password")
 	}
-	_, err = Load("testdata/sasl_inline_password.bad.yaml")
+	_, err = Load("testdata/sasl_inline_password.bad.yaml", nil)
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("Load = %v", err)
 	}

@@ -51,8 +51,21 @@ type Record struct {
 	// Timestamp is the record's event time (the Kafka record timestamp at
 	// the source).
 	Timestamp time.Time
+	// Headers are the Kafka record headers, in order (keys may repeat).
+	// They travel from the source through every operator to the sink; an
+	// operator may set or drop them. Shared read-only: an operator that
+	// changes them copies the slice first.
+	Headers []Header
 	// Origin says where the record was read from, for error reports.
+	// Operators keep the Origin of the input record an output derives from.
 	Origin Origin
+}
+
+// Header is one Kafka record header (Kafka's Header: a string key and
+// opaque bytes).
+type Header struct {
+	Key   string `json:"key"`
+	Value []byte `json:"value"`
 }
 
 // Origin is the Kafka position a record was read from. Zero for records

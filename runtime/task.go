@@ -56,6 +56,8 @@ type OperatorTask struct {
 	recIn     interface{ Inc() }
 	bootstrp  int
 	responder CheckpointResponder
+	// badByInput handles *RecordError failures per logical input.
+	badByInput []BadRecordHandler
 
 	// Only the subtask goroutine touches these.
 	aligning   *Barrier
@@ -89,6 +91,10 @@ type OperatorTaskConfig struct {
 	// Responder receives checkpoint acknowledgements; nil when the job
 	// takes no checkpoints (barriers are then forwarded without snapshots).
 	Responder CheckpointResponder
+	// BadRecords receives the records the operator (or a key selector of
+	// its output) failed with a *RecordError, per logical input (index =
+	// input); a missing or nil entry makes such an error fail the task.
+	BadRecords []BadRecordHandler
 }
 
 // NewOperatorTask returns a task from cfg.
@@ -98,9 +104,12 @@ func NewOperatorTask(cfg OperatorTaskConfig) *OperatorTask {
 		mb = NewMailbox()
 	}
 	t := &OperatorTask{id: cfg.ID, name: cfg.ID.String(), gate: cfg.Gate, op: cfg.Operator, out: cfg.Output, mailbox: mb,
-		recIn: cfg.RecordsIn, bootstrp: cfg.BootstrapInput, responder: cfg.Responder}
+		recIn: cfg.RecordsIn, bootstrp: cfg.BootstrapInput, responder: cfg.Responder, badByInput: cfg.BadRecords}
 	for i := 0; i < cfg.Gate.NumChannels(); i++ {
 		t.inputs = max(t.inputs, cfg.Gate.Channel(i).Input+1)
+	}
+	if ba, ok := cfg.Operator.(BadRecordAware); ok {
+		ba.SetBadRecordHandlers(cfg.BadRecords)
 	}
 	return t
 }
@@ -166,7 +175,9 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 				t.recIn.Inc()
 			}
 			if err := t.op.ProcessRecord(ctx, input, el.Record); err != nil {
-				return fmt.Errorf("%s: %w", t.name, err)
+				if err := t.badRecord(ctx, input, el.Record, err); err != nil {
+					return fmt.Errorf("%s: %w", t.name, err)
+				}
 			}
 		case KindBarrier:
 			if err := t.onBarrier(ctx, ch, el.Barrier); err != nil {
@@ -200,6 +211,17 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 		return t.out.Broadcast(ctx, Element{Kind: KindEndOfInput})
 	}
 	return nil
+}
+
+// badRecord hands a record that failed with a *RecordError to the
+// handler of its input; it returns err itself for any other failure or when
+// the input has no handler, and the handler's verdict otherwise.
+func (t *OperatorTask) badRecord(ctx context.Context, input int, rec Record, err error) error {
+	var re *RecordError
+	if !errors.As(err, &re) || input >= len(t.badByInput) || t.badByInput[input] == nil {
+		return err
+	}
+	return t.badByInput[input].HandleBadRecord(ctx, rec, re)
 }
 
 // onBarrier handles barrier b from channel ch: a newer barrier starts (or

@@ -74,6 +74,7 @@ func (p KeyGroupPartitioner) Select(rec *Record, n int) int {
 type Writer struct {
 	channels    []Channel
 	partitioner Partitioner
+	keys        KeySelector               // nil: records keep their key
 	blocked     interface{ Add(float64) } // seconds spent waiting on full channels; may be nil
 }
 
@@ -83,10 +84,27 @@ func NewWriter(channels []Channel, p Partitioner) *Writer {
 	return &Writer{channels: channels, partitioner: p}
 }
 
+// WithKeySelector makes w set each record's Key with sel before routing it:
+// the writer of a key-group edge (Flink's keyBy), whose downstream operator
+// is keyed by sel. It returns w.
+func (w *Writer) WithKeySelector(sel KeySelector) *Writer {
+	w.keys = sel
+	return w
+}
+
 // Emit sends rec to the channel the partitioner picks, blocking while that
 // channel is full. It returns ctx.Err() if ctx ends first; the record is
-// then not sent.
+// then not sent. With a key selector the record gets the selected key
+// first; when the selector fails Emit returns its error (a *RecordError for
+// a record without a usable key) and sends nothing.
 func (w *Writer) Emit(ctx context.Context, rec Record) error {
+	if w.keys != nil {
+		k, err := w.keys.SelectKey(&rec)
+		if err != nil {
+			return err
+		}
+		rec.Key = k
+	}
 	i := w.partitioner.Select(&rec, len(w.channels))
 	el := Element{Kind: KindRecord, Record: rec}
 	if i < 0 {
@@ -164,7 +182,10 @@ func (o *Output) SetBackPressure(c interface{ Add(float64) }) {
 	}
 }
 
-// Emit sends rec to every downstream operator; see Writer.Emit.
+// Emit sends rec to every downstream operator; see Writer.Emit. A writer
+// that fails stops the fan-out: downstream operators after it do not get
+// the record (for a *RecordError, the record then meets the bad-record
+// policy of the emitting task).
 func (o *Output) Emit(ctx context.Context, rec Record) error {
 	for _, w := range o.writers {
 		if err := w.Emit(ctx, rec); err != nil {

@@ -17,9 +17,10 @@ const BufferedState = "buffering-sink-elements"
 
 // bufferedRecord is a buffered record as stored in a checkpoint.
 type bufferedRecord struct {
-	Key       []byte    `json:"key,omitempty"`
-	Value     []byte    `json:"value"`
-	Timestamp time.Time `json:"timestamp"`
+	Key       []byte           `json:"key,omitempty"`
+	Value     []byte           `json:"value"`
+	Timestamp time.Time        `json:"timestamp"`
+	Headers   []runtime.Header `json:"headers,omitempty"`
 }
 
 // BufferingSink is Flink's BufferingSink example as a sink for systems
@@ -60,7 +61,7 @@ func (b *BufferingSink) Open(ctx context.Context) error {
 		if err := json.Unmarshal(e, &r); err != nil {
 			return fmt.Errorf("sink %s: restore buffered record: %w", b.out.cfg.Name, err)
 		}
-		b.buffer = append(b.buffer, runtime.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
+		b.buffer = append(b.buffer, runtime.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: r.Headers})
 	}
 	b.restored = nil
 	return nil
@@ -97,7 +98,7 @@ func (b *BufferingSink) SnapshotState(ctx context.Context, bar *runtime.Barrier)
 	}
 	entries := make([][]byte, 0, len(b.buffer))
 	for _, r := range b.buffer {
-		e, err := json.Marshal(bufferedRecord{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
+		e, err := json.Marshal(bufferedRecord{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: r.Headers})
 		if err != nil {
 			return nil, err
 		}

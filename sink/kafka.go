@@ -84,7 +84,7 @@ func (s *KafkaSink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record
 	if err := s.err(); err != nil {
 		return err
 	}
-	kr := &kgo.Record{Key: rec.Key, Value: rec.Value}
+	kr := &kgo.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers)}
 	s.client.Produce(ctx, kr, s.promise)
 	return nil
 }
@@ -145,4 +145,16 @@ func (s *KafkaSink) Close() error {
 		s.client.Close()
 	}
 	return nil
+}
+
+// kafkaHeaders converts a record's headers for the producer; nil for none.
+func kafkaHeaders(hs []runtime.Header) []kgo.RecordHeader {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]kgo.RecordHeader, len(hs))
+	for i, h := range hs {
+		out[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+	}
+	return out
 }

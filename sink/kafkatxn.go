@@ -166,7 +166,7 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 	if !rec.Timestamp.IsZero() {
 		s.oldest = append(s.oldest, rec.Timestamp)
 	}
-	s.cl.Produce(ctx, &kgo.Record{Key: rec.Key, Value: rec.Value}, func(r *kgo.Record, err error) {
+	s.cl.Produce(ctx, &kgo.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers)}, func(r *kgo.Record, err error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		switch {

@@ -31,15 +31,17 @@ const (
 )
 
 // Skip reasons, the bounded values of the reason label of
-// kstreamd_source_records_skipped_total.
+// kstreamd_source_records_skipped_total (runtime's, repeated here for the
+// source's callers).
 const (
-	ReasonMalformedJSON = "malformed_json"
-	ReasonNotObject     = "not_object"
-	ReasonMissingKey    = "missing_key"
-	ReasonWrongType     = "wrong_type" // the key field is an object, array or boolean
-	ReasonEmptyValue    = "empty_value"
-	ReasonTooLarge      = "too_large"
-	ReasonInvalid       = "invalid" // refused by Config.Check (e.g. an undecodable rule)
+	ReasonMalformedJSON = runtime.ReasonMalformedJSON
+	ReasonNotObject     = runtime.ReasonNotObject
+	ReasonMissingKey    = runtime.ReasonMissingKey
+	ReasonWrongType     = runtime.ReasonWrongType // the key field is an object, array or boolean
+	ReasonEmptyValue    = runtime.ReasonEmptyValue
+	ReasonTooLarge      = runtime.ReasonTooLarge
+	ReasonInvalid       = runtime.ReasonInvalid // refused by Config.Check (e.g. an undecodable rule)
+	ReasonEvalError     = runtime.ReasonEvalError
 )
 
 // OnError is the bad-record policy of a source.
@@ -113,11 +115,11 @@ type Config struct {
 	// offsets of each completed checkpoint to, for lag monitoring only: the
 	// checkpoint stays the truth and the group is never joined.
 	Group string
-	// KeyBy, if not empty, is the top-level JSON field whose value becomes
-	// the record key (a JSON string gives its characters, any other JSON
-	// value its JSON text); a record without it is skipped. Empty keeps the
-	// Kafka record key.
-	KeyBy string
+	// Format is how values are checked: FormatJSON (default) refuses a
+	// value that is not valid JSON; FormatString and FormatBytes pass values
+	// through unchecked. Keys are never decoded: key_by runs on the edge to
+	// the keyed operator (runtime.KeySelector).
+	Format Format
 	// Tombstones lets records with a null value through (they delete a rule
 	// on a broadcast rules topic); otherwise they are skipped as empty.
 	Tombstones bool
@@ -150,6 +152,19 @@ type Config struct {
 	// Logger is scoped by the caller; the subtask adds source and subtask.
 	Logger *slog.Logger
 }
+
+// Format is a source's record format.
+type Format string
+
+// Formats.
+const (
+	// FormatJSON: every value is one JSON value (objects, arrays, scalars).
+	FormatJSON Format = "json"
+	// FormatString: values are passed through as text, unchecked.
+	FormatString Format = "string"
+	// FormatBytes: values are passed through as opaque bytes, unchecked.
+	FormatBytes Format = "bytes"
+)
 
 // Split is a Kafka partition with the offset of the next record to read
 // (Flink's KafkaPartitionSplit); the unit of the source's operator state.
@@ -188,7 +203,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kstreamd_source_records_skipped_total",
-			Help: "Bad records a source skipped (on_error: skip), by reason (malformed_json, not_object, missing_key, wrong_type, empty_value, too_large, invalid).",
+			Help: "Bad records a source skipped (on_error: skip), by reason (malformed_json, not_object, missing_key, wrong_type, empty_value, too_large, invalid, eval_error).",
 		}, []string{"source", "reason"}),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kstreamd_source_records_dead_lettered_total",
@@ -208,8 +223,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // Reasons lists every bad-record reason, the bounded values of the reason
-// label.
-var Reasons = []string{ReasonMalformedJSON, ReasonNotObject, ReasonMissingKey, ReasonWrongType, ReasonEmptyValue, ReasonTooLarge, ReasonInvalid}
+// label (runtime.Reasons).
+var Reasons = runtime.Reasons
 
 // Init creates the skipped and dead-lettered series of a source for every
 // reason at 0, so dashboards see them before the first bad record.
@@ -233,11 +248,10 @@ func (m *Metrics) Skipped(source, reason string) prometheus.Counter {
 
 // KafkaSource is one source subtask; it implements runtime.SourceTask.
 type KafkaSource struct {
-	cfg        Config
-	logger     *slog.Logger
-	mailbox    *runtime.Mailbox
-	lastLog    time.Time
-	suppressed int
+	cfg     Config
+	logger  *slog.Logger
+	mailbox *runtime.Mailbox
+	policy  *BadRecordPolicy
 
 	// Only the subtask goroutine touches these.
 	cl        *kgo.Client
@@ -255,11 +269,19 @@ func New(cfg Config) *KafkaSource {
 	if cfg.StartFrom == "" {
 		cfg.StartFrom = Earliest
 	}
+	if cfg.Format == "" {
+		cfg.Format = FormatJSON
+	}
+	logger := cfg.Logger.With("source", cfg.Name, "subtask", cfg.Subtask)
 	return &KafkaSource{
 		cfg:       cfg,
-		logger:    cfg.Logger.With("source", cfg.Name, "subtask", cfg.Subtask),
+		logger:    logger,
 		mailbox:   runtime.NewMailbox(),
 		committed: map[int64]map[int32]int64{},
+		policy: NewBadRecordPolicy(PolicyConfig{
+			Source: cfg.Name, OnError: cfg.OnError, DeadLetterTopic: cfg.DeadLetterTopic,
+			Metrics: cfg.Metrics, Logger: logger,
+		}),
 	}
 }
 
@@ -348,6 +370,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 	if s.cl, err = kgo.NewClient(opts...); err != nil {
 		return fmt.Errorf("source %s: client: %w", s.cfg.Name, err)
 	}
+	s.policy.SetProducer(s.cl)
 	pending, err := s.catchUpTargets(ctx, adm)
 	if err != nil {
 		return err
@@ -671,14 +694,26 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 	}
 	origin := runtime.Origin{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	rec := runtime.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Origin: origin}
-	if reason, detail := s.decode(&rec); reason != "" {
-		return s.bad(ctx, r, reason, detail)
+	if len(r.Headers) > 0 {
+		rec.Headers = make([]runtime.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			rec.Headers[i] = runtime.Header{Key: h.Key, Value: h.Value}
+		}
 	}
-	return s.cfg.Output.Emit(ctx, rec)
+	if reason, detail := s.decode(&rec); reason != "" {
+		return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: reason, Detail: detail})
+	}
+	err := s.cfg.Output.Emit(ctx, rec)
+	var re *runtime.RecordError
+	if errors.As(err, &re) {
+		// A key selector of a downstream edge found no usable key.
+		return s.policy.HandleBadRecord(ctx, rec, re)
+	}
+	return err
 }
 
-// decode checks rec's value and extracts the key; it returns the bad-record
-// reason (and a detail), or "" if the record is good.
+// decode checks rec's value; it returns the bad-record reason (and a
+// detail), or "" if the record is good.
 func (s *KafkaSource) decode(rec *runtime.Record) (reason, detail string) {
 	if rec.Value == nil && s.cfg.Tombstones {
 		if s.cfg.Check != nil {
@@ -694,16 +729,8 @@ func (s *KafkaSource) decode(rec *runtime.Record) (reason, detail string) {
 	if s.cfg.MaxRecordBytes > 0 && len(rec.Value) > s.cfg.MaxRecordBytes {
 		return ReasonTooLarge, fmt.Sprintf("%d bytes, limit %d", len(rec.Value), s.cfg.MaxRecordBytes)
 	}
-	if s.cfg.KeyBy == "" {
-		if !json.Valid(rec.Value) {
-			return ReasonMalformedJSON, ""
-		}
-	} else {
-		key, reason := ExtractKey(rec.Value, s.cfg.KeyBy)
-		if reason != "" {
-			return reason, ""
-		}
-		rec.Key = key
+	if s.cfg.Format == FormatJSON && !json.Valid(rec.Value) {
+		return ReasonMalformedJSON, ""
 	}
 	if s.cfg.Check != nil {
 		if err := s.cfg.Check(rec.Key, rec.Value); err != nil {
@@ -711,93 +738,4 @@ func (s *KafkaSource) decode(rec *runtime.Record) (reason, detail string) {
 		}
 	}
 	return "", ""
-}
-
-// bad applies the bad-record policy to r.
-func (s *KafkaSource) bad(ctx context.Context, r *kgo.Record, reason, detail string) error {
-	switch s.cfg.OnError {
-	case OnErrorFail:
-		return &BadRecordError{Source: s.cfg.Name, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Reason: reason, Detail: detail}
-	case OnErrorDeadLetter:
-		return s.deadLetter(ctx, r, reason, detail)
-	}
-	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.Skipped(s.cfg.Name, reason).Inc()
-	}
-	s.logBad("skipped bad record", r, reason, detail)
-	return nil
-}
-
-// deadLetter writes the original record with error headers to the
-// dead-letter topic and waits for the broker's acknowledgement, retrying
-// with back-off while it fails (the record is never dropped).
-func (s *KafkaSource) deadLetter(ctx context.Context, r *kgo.Record, reason, detail string) error {
-	msg := reason
-	if detail != "" {
-		msg += ": " + detail
-	}
-	dl := &kgo.Record{Topic: s.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
-		Headers: append(append([]kgo.RecordHeader{}, r.Headers...),
-			kgo.RecordHeader{Key: HeaderError, Value: []byte(msg)},
-			kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
-			kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-			kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
-		)}
-	err := retry(ctx, s.logger, "dead-letter write", func(ctx context.Context) error {
-		return s.cl.ProduceSync(ctx, dl).FirstErr()
-	})
-	if err != nil {
-		return fmt.Errorf("source %s: dead-letter %s/%d@%d to %q: %w", s.cfg.Name, r.Topic, r.Partition, r.Offset, s.cfg.DeadLetterTopic, err)
-	}
-	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.DeadLettered(s.cfg.Name, reason).Inc()
-	}
-	s.logBad("dead-lettered bad record", r, reason, detail)
-	return nil
-}
-
-// ExtractKey returns the key bytes of field in the JSON object value: a JSON
-// string gives its characters, another JSON value its compact JSON text. It
-// returns a bad-record reason (ReasonMalformedJSON, ReasonNotObject,
-// ReasonMissingKey, or ReasonWrongType for an object, array or boolean key)
-// when value is not a JSON object holding a usable field.
-func ExtractKey(value []byte, field string) ([]byte, string) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(value, &obj); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return nil, ReasonNotObject
-		}
-		return nil, ReasonMalformedJSON
-	}
-	if obj == nil {
-		return nil, ReasonNotObject
-	}
-	raw, ok := obj[field]
-	if !ok || string(raw) == "null" {
-		return nil, ReasonMissingKey
-	}
-	switch raw[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, ReasonMalformedJSON
-		}
-		return []byte(s), ""
-	case '{', '[', 't', 'f':
-		return nil, ReasonWrongType
-	}
-	return []byte(raw), ""
-}
-
-// logBad logs a bad record at Warn, at most once a second per subtask
-// (with the number of bad records not logged since).
-func (s *KafkaSource) logBad(msg string, r *kgo.Record, reason, detail string) {
-	if now := time.Now(); now.Sub(s.lastLog) >= time.Second {
-		s.logger.Warn(msg, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "detail", detail, "suppressed_since_last_log", s.suppressed)
-		s.lastLog = now
-		s.suppressed = 0
-		return
-	}
-	s.suppressed++
 }

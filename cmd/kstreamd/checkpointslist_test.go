@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/sdk"
 )
 
 // listRow is one line of `kstreamd checkpoints list`.
@@ -136,7 +137,7 @@ checkpoints:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var infos []checkpointInfo
+	var infos []sdk.CheckpointInfo
 	if err := jsonDecode(resp, &infos); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /api/v1/checkpoints: %s, decode %v", resp.Status, err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/sdk"
 )
 
 // savepointNameRE is the base name of a savepoint directory.
@@ -168,7 +169,7 @@ func TestSavepointHTTPAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out savepointResponse
+	var out sdk.SavepointResponse
 	derr := jsonDecode(resp, &out)
 	if resp.StatusCode != http.StatusOK || derr != nil || out.Error != "" {
 		t.Fatalf("POST /api/v1/savepoints: %s, %+v (decode: %v)", resp.Status, out, derr)
@@ -186,7 +187,7 @@ func TestSavepointHTTPAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = savepointResponse{}
+	out = sdk.SavepointResponse{}
 	derr = jsonDecode(resp, &out)
 	if resp.StatusCode != http.StatusBadRequest || derr != nil || !strings.HasPrefix(out.Error, "bad request body: ") {
 		t.Errorf("POST /api/v1/savepoints with a bad body: %s, %+v (decode: %v); want 400 with \"bad request body: ...\"", resp.Status, out, derr)

@@ -82,7 +82,7 @@ func TestDaemonWithSASL(t *testing.T) {
 			path := filepath.Join(dir, "job.yaml")
 
 			// The test's own clients use the same config.
-			cfg, err := pipeline.Load(path)
+			cfg, err := pipeline.Load(path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package pipeline
+package job
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kstreamd/kstreamd/broadcast"
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/sink"
@@ -26,6 +26,26 @@ import (
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
+// Settings are where and how a job keeps its state and checkpoints: the
+// parts of a pipeline config that are not the graph.
+type Settings struct {
+	// CheckpointDir holds <job>/chk-<n>/ and <job>/shared/.
+	CheckpointDir string
+	// SavepointDir is where savepoints go when a request names no dir.
+	SavepointDir string
+	// StateDir holds the local keyed state: <StateDir>/<job>/<operator>/subtask-<i>.
+	StateDir string
+	// StateBackend is "pebble" or "hashmap".
+	StateBackend string
+	// BlockCacheBytes is the Pebble block cache shared by the process, in bytes.
+	BlockCacheBytes int64
+	// Checkpoints configures the coordinator: Interval 0 means no periodic
+	// checkpoints.
+	Interval, Timeout, MinPause time.Duration
+	TolerableFailures, Retained int
+	Incremental                 bool
+}
+
 // Deps are what Build needs from the process.
 type Deps struct {
 	// Logger is the process logger; every component scopes it.
@@ -33,7 +53,7 @@ type Deps struct {
 	// Registerer receives every metric of the job.
 	Registerer prometheus.Registerer
 	// ClientOpts are the franz-go options every Kafka client of the job
-	// shares: seed brokers, client id, logger (see ClientOptions).
+	// shares: seed brokers, client id, TLS, SASL, logger.
 	ClientOpts []kgo.Opt
 	// DrainTimeout bounds the soft stop; 0 means runtime.DefaultDrainTimeout.
 	DrainTimeout time.Duration
@@ -42,22 +62,16 @@ type Deps struct {
 	FromSavepoint string
 }
 
-// ClientOptions returns the franz-go options of the config's Kafka clients:
-// seed brokers, client id, and the TLS dialer and SASL mechanism of
-// kafka.tls and kafka.sasl, which Validate (run by Load) must have loaded
-// (else dials or authentication fail with ErrSecurityNotLoaded).
-func (c *Config) ClientOptions() []kgo.Opt {
-	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers()...), kgo.ClientID(c.Kafka.ClientID)}
-	return append(opts, c.Kafka.securityOptions()...)
-}
-
 // ErrMaxParallelismChanged is wrapped by Build's error when the restored
-// checkpoint has another max parallelism than the config asks for.
+// checkpoint has another max parallelism than the graph asks for
+// explicitly (state.ErrMaxParallelismChanged).
 var ErrMaxParallelismChanged = state.ErrMaxParallelismChanged
 
-// Job is a job graph built from a Config, ready to run.
+// Job is a job graph built into subtasks and channels, ready to run (Flink's
+// ExecutionGraph with its tasks, on one process).
 type Job struct {
-	cfg         *Config
+	g           *graph.Graph
+	settings    Settings
 	job         *runtime.Job
 	coordinator *checkpoint.Coordinator
 	storage     *checkpoint.Storage
@@ -66,41 +80,45 @@ type Job struct {
 	maxP        int
 	cache       *state.BlockCache
 	restoredDir string
+	deadLetters *kgo.Client // shared dead-letter producer of the operators' bad-record policies; nil when none
 }
 
-// Build turns a validated config into a runnable job. It finds what to
-// restore (deps.FromSavepoint, else the job's latest completed checkpoint,
-// else nothing), checks the max parallelism against it, discovers the
+// Build turns a planned graph into a runnable job. It finds what to restore
+// (deps.FromSavepoint, else the job's latest completed checkpoint, else
+// nothing), checks the max parallelism against it, discovers the
 // partitions of every source topic (retrying while the brokers cannot be
-// reached, until ctx ends), wires subtasks and channels, and redistributes
-// the restored state over the configured parallelism. The local state
-// directory is rebuilt from the checkpoint (or emptied when there is none).
-func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
+// reached, until ctx ends), recovers exactly-once sinks, wires subtasks and
+// channels along the graph's edges, and redistributes the restored state
+// over the graph's parallelism. The local state directory is rebuilt from
+// the checkpoint (or emptied when there is none). Errors wrap
+// ErrMaxParallelismChanged when the checkpoint's max parallelism differs
+// from the one the graph sets explicitly.
+func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job, err error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
 	logger := deps.Logger
-	storage := checkpoint.NewStorage(cfg.CheckpointDir(), cfg.Job.Name, cfg.Checkpoints.Retained, logger.With("component", "checkpoint"))
+	storage := checkpoint.NewStorage(set.CheckpointDir, g.Job, set.Retained, logger.With("component", "checkpoint"))
 	restoreDir, meta, err := findRestore(storage, deps.FromSavepoint)
 	if err != nil {
 		return nil, err
 	}
-	maxP := cfg.MaxParallelism()
+	maxP := g.MaxParallelism
 	if meta != nil {
 		if meta.MaxParallelism != maxP {
-			if cfg.Job.MaxParallelism != 0 {
-				return nil, fmt.Errorf("pipeline: restore %s: the checkpoint has max parallelism %d, the config sets job.max_parallelism %d; it cannot change across a restore: %w",
+			if g.MaxParallelismSet {
+				return nil, fmt.Errorf("job: restore %s: the checkpoint has max parallelism %d, the config sets job.max_parallelism %d; it cannot change across a restore: %w",
 					restoreDir, meta.MaxParallelism, maxP, ErrMaxParallelismChanged)
 			}
 			maxP = meta.MaxParallelism // not set explicitly: keep the checkpoint's, as Flink does
 		}
-		for _, op := range cfg.Operators {
-			if p := cfg.OperatorParallelism(&op); p > maxP {
-				return nil, fmt.Errorf("pipeline: operator %q: parallelism %d exceeds the restored max parallelism %d", op.Name, p, maxP)
+		for _, op := range g.Operators {
+			if op.Parallelism > maxP {
+				return nil, fmt.Errorf("job: operator %q: parallelism %d exceeds the restored max parallelism %d", op.Name, op.Parallelism, maxP)
 			}
 		}
-		if err := checkRestoredOperators(cfg, meta); err != nil {
-			return nil, fmt.Errorf("pipeline: restore %s: %w", restoreDir, err)
+		if err := checkRestoredOperators(g, meta); err != nil {
+			return nil, fmt.Errorf("job: restore %s: %w", restoreDir, err)
 		}
 		logger.Info("restoring", "dir", restoreDir, "checkpoint_id", meta.CheckpointID, "savepoint", meta.Savepoint, "max_parallelism", maxP)
 	}
@@ -121,51 +139,48 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	partitions, err := discover(ctx, cfg, deps)
+	partitions, err := discover(ctx, g, deps)
 	if err != nil {
 		return nil, err
 	}
-	b := &builder{cfg: cfg, deps: deps, maxP: maxP, outputs: map[string][]*runtime.Output{}, gates: map[string][][]runtime.InputChannel{}}
-	if err := b.planSources(); err != nil {
-		return nil, err
+	b := &builder{g: g, maxP: maxP, outputs: map[string][]*runtime.Output{}, gates: map[string][][]runtime.InputChannel{}, exchange: InProcessExchange{}}
+	for _, s := range g.Sources {
+		b.stage(s.Name, s.Parallelism, rm)
 	}
-	for i := range cfg.Sources {
-		b.stage(cfg.Sources[i].Name, cfg.SourceParallelism(&cfg.Sources[i]), rm)
+	for _, op := range g.Operators {
+		b.stage(op.Name, op.Parallelism, rm)
 	}
-	for i := range cfg.Operators {
-		op := &cfg.Operators[i]
-		p := cfg.OperatorParallelism(op)
-		b.stage(op.Name, p, rm)
-		b.connect(op.Input, op.Name, 0, p, runtime.KeyGroupPartitioner{MaxParallelism: b.maxP})
-		if op.Broadcast != "" {
-			b.connect(op.Broadcast, op.Name, 1, p, runtime.BroadcastPartitioner{})
-		}
+	for _, sk := range g.Sinks {
+		b.gates[sk.Name] = make([][]runtime.InputChannel, sk.Parallelism)
 	}
-	for i := range cfg.Sinks {
-		sk := &cfg.Sinks[i]
-		p := cfg.SinkParallelism(sk)
-		b.gates[sk.Name] = make([][]runtime.InputChannel, p)
-		if len(b.outputs[sk.Input]) == p {
-			b.connectForward(sk.Input, sk.Name, p)
-		} else {
-			b.connect(sk.Input, sk.Name, 0, p, &runtime.RebalancePartitioner{})
+	for _, e := range g.Edges {
+		if err := b.wire(e); err != nil {
+			return nil, err
 		}
 	}
 
-	stateRoot := filepath.Join(cfg.StateDir(), cfg.Job.Name)
+	stateRoot := filepath.Join(set.StateDir, g.Job)
 	if err := os.RemoveAll(stateRoot); err != nil {
-		return nil, fmt.Errorf("pipeline: clear state dir: %w", err)
+		return nil, fmt.Errorf("job: clear state dir: %w", err)
 	}
-	j := &Job{cfg: cfg, storage: storage, logger: logger, reg: deps.Registerer, maxP: maxP, cache: state.NewBlockCache(cfg.State.BlockCacheBytes), restoredDir: restoreDir}
+	j := &Job{g: g, settings: set, storage: storage, logger: logger, reg: deps.Registerer, maxP: maxP, cache: state.NewBlockCache(set.BlockCacheBytes), restoredDir: restoreDir}
+	defer func() {
+		if err != nil {
+			j.cache.Close()
+			if j.deadLetters != nil {
+				j.deadLetters.Close()
+			}
+		}
+	}()
 	resp := &responder{}
 
 	var sources []runtime.Task
 	var sourceTasks []runtime.SourceTask
 	var targets []runtime.CheckpointTarget
-	for i := range cfg.Sources {
-		s := &cfg.Sources[i]
-		plan := b.sourcePlans[s.Name]
-		p := len(b.outputs[s.Name])
+	srcByName := map[string]*graph.Source{}
+	for _, s := range g.Sources {
+		srcByName[s.Name] = s
+		p := s.Parallelism
 		sm.Init(s.Name)
 		restored, err := restoreSource(meta, s, p)
 		if err != nil {
@@ -176,8 +191,8 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 			src := source.New(source.Config{
 				Name: s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
 				Subtask: sub, Parallelism: p, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
-				DiscoveryInterval: s.PartitionDiscoveryInterval, Group: "kstreamd-" + cfg.Job.Name,
-				KeyBy: plan.keyBy, Tombstones: plan.tombstones, Check: plan.check,
+				DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + g.Job,
+				Format: source.Format(s.Format), Tombstones: s.Broadcast, Check: s.Check,
 				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, MaxRecordBytes: s.MaxRecordBytes,
 				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
 				OnCaughtUp: func() { resp.caughtUp(id) },
@@ -189,37 +204,43 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 			targets = append(targets, src)
 		}
 	}
+	policy := func(name string, opLogger *slog.Logger) runtime.BadRecordHandler {
+		s := srcByName[name]
+		if s == nil {
+			return nil
+		}
+		if s.OnError == string(source.OnErrorDeadLetter) && j.deadLetters == nil {
+			cl, err := kgo.NewClient(deps.ClientOpts...)
+			if err != nil {
+				return nil // reported by the sources' own client, which uses the same options
+			}
+			j.deadLetters = cl
+		}
+		return source.NewBadRecordPolicy(source.PolicyConfig{
+			Source: s.Name, OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
+			Producer: j.deadLetters, Metrics: sm, Logger: opLogger,
+		})
+	}
 	var tasks []runtime.Task
-	for i := range cfg.Operators {
-		op := &cfg.Operators[i]
-		p := len(b.outputs[op.Name])
+	for _, op := range g.Operators {
+		p := op.Parallelism
 		restores, err := restoreOperator(meta, restoreDir, storage.SharedDir(), op.Name, maxP, p)
 		if err != nil {
 			return nil, err
 		}
 		for sub := 0; sub < p; sub++ {
-			info := operators.OpenContext{Operator: op.Name, Subtask: sub, Parallelism: p}
-			opener := j.opener(stateRoot, op.Name, sub, p, maxP, logger)
 			opLogger := logger.With("component", "operator", "operator", op.Name, "subtask", sub)
-			var kop *operators.KeyedOperator
 			mailbox := runtime.NewMailbox() // shared by the task and an async operator's completions
-			switch op.Type {
-			case OperatorShapePairMatcher:
-				kop = operators.NewKeyedBroadcastOperator(info, opener, restores[sub], &operators.ShapePairMatcher{Metrics: om, Logger: opLogger}, b.outputs[op.Name][sub])
-			case OperatorCountWindowAverage:
-				if op.AsyncState {
-					kop = operators.NewAsyncKeyedProcessOperator(info, opener, restores[sub], &operators.AsyncCountWindowAverage{}, b.outputs[op.Name][sub], mailbox)
-				} else {
-					kop = operators.NewKeyedProcessOperator(info, opener, restores[sub], &operators.CountWindowAverage{}, b.outputs[op.Name][sub])
-				}
-			case OperatorKeyedCount:
-				if op.AsyncState {
-					kop = operators.NewAsyncKeyedProcessOperator(info, opener, restores[sub], &operators.AsyncKeyedCount{}, b.outputs[op.Name][sub], mailbox)
-				} else {
-					kop = operators.NewKeyedProcessOperator(info, opener, restores[sub], &operators.KeyedCount{}, b.outputs[op.Name][sub])
-				}
-			default:
-				return nil, fmt.Errorf("pipeline: operators[%d]: unknown type %q", i, op.Type)
+			fn, err := op.Factory.New(operators.FactoryContext{
+				Operator: op.Name, Subtask: sub, Parallelism: p, Params: op.Params, AsyncState: op.AsyncState,
+				Metrics: om, Logger: opLogger,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("job: operator %q (%s) subtask %d: %w", op.Name, op.Type, sub, err)
+			}
+			kop, err := j.operator(op, sub, fn, restores[sub], b.outputs[op.Name][sub], mailbox, stateRoot, logger)
+			if err != nil {
+				return nil, err
 			}
 			bootstrap := -1
 			if op.Broadcast != "" {
@@ -229,6 +250,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 				ID: runtime.TaskID{Operator: op.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[op.Name][sub]),
 				Operator: kop, Output: b.outputs[op.Name][sub], Mailbox: mailbox, BootstrapInput: bootstrap,
 				RecordsIn: rm.RecordsIn(op.Name, sub), Responder: resp,
+				BadRecords: []runtime.BadRecordHandler{policy(op.ErrorSources[0], opLogger), policy(op.ErrorSources[1], opLogger)},
 			})
 			tasks = append(tasks, t)
 			targets = append(targets, t)
@@ -238,9 +260,8 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i := range cfg.Sinks {
-		sk := &cfg.Sinks[i]
-		exactlyOnce := sk.Delivery == DeliveryExactlyOnce
+	for _, sk := range g.Sinks {
+		exactlyOnce := sk.Delivery == "exactly-once"
 		timeout, pool := sk.TransactionTimeout, sk.PoolSize
 		if timeout == 0 {
 			timeout = 15 * time.Minute
@@ -250,7 +271,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 		}
 		if exactlyOnce {
 			skm.Init(sk.Name)
-			if err := recoverSink(ctx, cfg, sk, meta, len(b.gates[sk.Name]), timeout, pool, skm, deps); err != nil {
+			if err := recoverSink(ctx, sk, meta, len(b.gates[sk.Name]), timeout, pool, skm, deps); err != nil {
 				return nil, err
 			}
 		}
@@ -263,7 +284,7 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 			var k runtime.Operator
 			if exactlyOnce {
 				k = sink.NewTwoPhaseCommitSink(sk.Name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
-					Name: sk.Name, Subtask: sub, Topic: sk.Topic, TransactionalIDPrefix: cfg.TransactionalIDPrefix(sk),
+					Name: sk.Name, Subtask: sub, Topic: sk.Topic, TransactionalIDPrefix: sk.TransactionalIDPrefix,
 					PoolSize: pool, TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions,
 					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub), Metrics: skm, Logger: sinkLogger,
 				}), skm, sinkLogger)
@@ -294,9 +315,9 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 		}
 	}
 	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
-		Job: cfg.Job.Name, MaxParallelism: maxP, Storage: storage,
-		Interval: cfg.Checkpoints.Interval, Timeout: cfg.Checkpoints.Timeout, MinPause: cfg.Checkpoints.MinPause,
-		TolerableFailures: cfg.Checkpoints.TolerableFailures, Incremental: cfg.Checkpoints.Incremental,
+		Job: g.Job, MaxParallelism: maxP, Storage: storage,
+		Interval: set.Interval, Timeout: set.Timeout, MinPause: set.MinPause,
+		TolerableFailures: set.TolerableFailures, Incremental: set.Incremental,
 		FirstID: firstID, Logger: logger.With("component", "checkpoint"), Metrics: cm,
 	}, sourceTasks, targets)
 	if err != nil {
@@ -305,10 +326,10 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 	resp.c = coord
 	// Only a broadcast source's bootstrap holds other inputs back, so only
 	// those must catch up before barriers flow (a barrier behind a held
-	// input would never align). Keyed sources take part in checkpoints from
+	// input would never align). Other sources take part in checkpoints from
 	// the start, also while they work through a backlog.
 	for _, st := range sourceTasks {
-		if !b.sourcePlans[st.ID().Operator].tombstones {
+		if !srcByName[st.ID().Operator].Broadcast {
 			coord.SourceCaughtUp(st.ID())
 		}
 	}
@@ -317,11 +338,39 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*Job, error) {
 	return j, nil
 }
 
+// operator wraps the function fn of one subtask of op into the
+// runtime.Operator its traits call for, and refuses a function of the wrong
+// kind for them.
+func (j *Job) operator(op *graph.Operator, sub int, fn any, restore *operators.Restore, out *runtime.Output, mailbox *runtime.Mailbox, stateRoot string, logger *slog.Logger) (runtime.Operator, error) {
+	info := operators.OpenContext{Operator: op.Name, Subtask: sub, Parallelism: op.Parallelism}
+	open := j.opener(stateRoot, op.Name, sub, op.Parallelism, j.maxP, logger)
+	tr := op.Factory.Traits
+	switch f := fn.(type) {
+	case operators.KeyedBroadcastProcessFunction:
+		if tr.Keyed && tr.Broadcast {
+			return operators.NewKeyedBroadcastOperator(info, open, restore, f, out), nil
+		}
+	case operators.AsyncKeyedProcessFunction:
+		if tr.Keyed && op.AsyncState {
+			return operators.NewAsyncKeyedProcessOperator(info, open, restore, f, out, mailbox), nil
+		}
+	case operators.KeyedProcessFunction:
+		if tr.Keyed && !tr.Broadcast && !op.AsyncState {
+			return operators.NewKeyedProcessOperator(info, open, restore, f, out), nil
+		}
+	case operators.ProcessFunction:
+		if !tr.Keyed {
+			return operators.NewProcessOperator(info, restore, f, out), nil
+		}
+	}
+	return nil, fmt.Errorf("job: operator %q: type %s (traits %+v, async_state %v) built a %T, which does not fit its traits", op.Name, op.Type, tr, op.AsyncState, fn)
+}
+
 // recoverSink prepares an exactly-once sink before its subtasks start: it
 // checks the transaction timeout against the brokers' maximum, commits the
 // transactions the restored checkpoint pre-committed and fences every
 // transactional id the sink may have used (old or new parallelism).
-func recoverSink(ctx context.Context, cfg *Config, sk *SinkConfig, meta *checkpoint.Metadata, p int, timeout time.Duration, pool int, m *sink.Metrics, deps Deps) error {
+func recoverSink(ctx context.Context, sk *graph.Sink, meta *checkpoint.Metadata, p int, timeout time.Duration, pool int, m *sink.Metrics, deps Deps) error {
 	if err := sink.CheckTransactionTimeout(ctx, deps.ClientOpts, sk.Name, timeout); err != nil {
 		return err
 	}
@@ -332,13 +381,13 @@ func recoverSink(ctx context.Context, cfg *Config, sk *SinkConfig, meta *checkpo
 			oldP = om.Parallelism
 			old, err := checkpoint.DecodeTaskStates(om)
 			if err != nil {
-				return fmt.Errorf("pipeline: restore sink %q: %w", sk.Name, err)
+				return fmt.Errorf("job: restore sink %q: %w", sk.Name, err)
 			}
 			for _, ts := range old {
 				for _, e := range ts.Operator[sink.CommittablesState].Entries {
 					var c sink.Committable
 					if err := json.Unmarshal(e, &c); err != nil {
-						return fmt.Errorf("pipeline: restore sink %q: committable %s: %w", sk.Name, e, err)
+						return fmt.Errorf("job: restore sink %q: committable %s: %w", sk.Name, e, err)
 					}
 					committables = append(committables, c)
 				}
@@ -347,7 +396,7 @@ func recoverSink(ctx context.Context, cfg *Config, sk *SinkConfig, meta *checkpo
 	}
 	return sink.RecoverTransactions(ctx, sink.RecoverConfig{
 		Name: sk.Name, ClientOpts: deps.ClientOpts, Committables: committables,
-		TransactionalIDPrefix: cfg.TransactionalIDPrefix(sk), PoolSize: pool, Subtasks: max(oldP, p),
+		TransactionalIDPrefix: sk.TransactionalIDPrefix, PoolSize: pool, Subtasks: max(oldP, p),
 		TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions, Metrics: m,
 		Logger: deps.Logger.With("component", "sink"),
 	})
@@ -366,11 +415,11 @@ func restoreSinkState(meta *checkpoint.Metadata, name string, p int) ([]map[stri
 	}
 	old, err := checkpoint.DecodeTaskStates(om)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline: restore sink %q: %w", name, err)
+		return nil, fmt.Errorf("job: restore sink %q: %w", name, err)
 	}
 	out, err := checkpoint.RedistributeOperatorState(old, p)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline: restore sink %q: %w", name, err)
+		return nil, fmt.Errorf("job: restore sink %q: %w", name, err)
 	}
 	return out, nil
 }
@@ -393,7 +442,7 @@ func findRestore(storage *checkpoint.Storage, fromSavepoint string) (string, *ch
 	if fromSavepoint != "" {
 		m, err := checkpoint.ReadMetadata(fromSavepoint)
 		if err != nil {
-			return "", nil, fmt.Errorf("pipeline: --from-savepoint %s: %w", fromSavepoint, err)
+			return "", nil, fmt.Errorf("job: --from-savepoint %s: %w", fromSavepoint, err)
 		}
 		return fromSavepoint, m, nil
 	}
@@ -402,19 +451,16 @@ func findRestore(storage *checkpoint.Storage, fromSavepoint string) (string, *ch
 		return "", nil, nil
 	}
 	if err != nil {
-		return "", nil, fmt.Errorf("pipeline: find latest checkpoint: %w", err)
+		return "", nil, fmt.Errorf("job: find latest checkpoint: %w", err)
 	}
 	return dir, m, nil
 }
 
-// checkRestoredOperators refuses a checkpoint holding state of an operator
-// the job no longer has (Flink refuses it too, unless told to drop it).
-func checkRestoredOperators(cfg *Config, m *checkpoint.Metadata) error {
+// checkRestoredOperators refuses a checkpoint holding state of a vertex
+// the graph no longer has (Flink refuses it too, unless told to drop it).
+func checkRestoredOperators(g *graph.Graph, m *checkpoint.Metadata) error {
 	for name, op := range m.Operators {
-		_, isSource := cfg.SourceByName(name)
-		_, isOp := cfg.OperatorByName(name)
-		_, isSink := cfg.SinkByName(name)
-		if isSource || isOp || isSink {
+		if g.Vertex(name) {
 			continue
 		}
 		for _, st := range op.Subtasks {
@@ -429,7 +475,7 @@ func checkRestoredOperators(cfg *Config, m *checkpoint.Metadata) error {
 // restoreSource returns each new subtask's share of the restored splits
 // (even-split redistribution) with every partition the checkpoint knew;
 // nil entries when the source is not in the checkpoint.
-func restoreSource(m *checkpoint.Metadata, s *SourceConfig, p int) ([]*source.Restored, error) {
+func restoreSource(m *checkpoint.Metadata, s *graph.Source, p int) ([]*source.Restored, error) {
 	out := make([]*source.Restored, p)
 	if m == nil {
 		return out, nil
@@ -440,11 +486,11 @@ func restoreSource(m *checkpoint.Metadata, s *SourceConfig, p int) ([]*source.Re
 	}
 	old, err := checkpoint.DecodeTaskStates(om)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline: restore source %q: %w", s.Name, err)
+		return nil, fmt.Errorf("job: restore source %q: %w", s.Name, err)
 	}
 	shares, err := checkpoint.RedistributeOperatorState(old, p)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline: restore source %q: %w", s.Name, err)
+		return nil, fmt.Errorf("job: restore source %q: %w", s.Name, err)
 	}
 	var known []int32
 	for i, share := range shares {
@@ -452,7 +498,7 @@ func restoreSource(m *checkpoint.Metadata, s *SourceConfig, p int) ([]*source.Re
 		for _, e := range share[source.SplitsState].Entries {
 			var sp source.Split
 			if err := json.Unmarshal(e, &sp); err != nil {
-				return nil, fmt.Errorf("pipeline: restore source %q: split %s: %w", s.Name, e, err)
+				return nil, fmt.Errorf("job: restore source %q: split %s: %w", s.Name, e, err)
 			}
 			if sp.Topic != s.Topic {
 				continue // the source was pointed at another topic: start fresh there
@@ -483,12 +529,12 @@ func restoreOperator(m *checkpoint.Metadata, dir, sharedDir, name string, maxP, 
 	}
 	old, err := checkpoint.DecodeTaskStates(om)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline: restore operator %q: %w", name, err)
+		return nil, fmt.Errorf("job: restore operator %q: %w", name, err)
 	}
 	keyed := checkpoint.RedistributeKeyed(old, maxP, p)
 	opStates, err := checkpoint.RedistributeOperatorState(old, p)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline: restore operator %q: %w", name, err)
+		return nil, fmt.Errorf("job: restore operator %q: %w", name, err)
 	}
 	bc := checkpoint.RedistributeBroadcast(old, p)
 	for i := range out {
@@ -507,6 +553,9 @@ func restoreOperator(m *checkpoint.Metadata, dir, sharedDir, name string, maxP, 
 // it returns.
 func (j *Job) Run(ctx context.Context) error {
 	defer j.cache.Close()
+	if j.deadLetters != nil {
+		defer j.deadLetters.Close()
+	}
 	jobCtx, stopJob := context.WithCancel(ctx)
 	defer stopJob()
 	coordCtx, stopCoord := context.WithCancel(ctx)
@@ -537,21 +586,21 @@ func (j *Job) Run(ctx context.Context) error {
 	}
 }
 
-// JobStatus describes a running job (the HTTP API's GET /api/v1/job).
-type JobStatus struct {
-	Name           string           `json:"name"`
-	Ready          bool             `json:"ready"`
-	RestoredFrom   string           `json:"restored_from,omitempty"`
-	MaxParallelism int              `json:"max_parallelism"`
-	Operators      []OperatorStatus `json:"operators"`
+// Status describes a running job (the HTTP API's GET /api/v1/job).
+type Status struct {
+	Name           string         `json:"name"`
+	Ready          bool           `json:"ready"`
+	RestoredFrom   string         `json:"restored_from,omitempty"`
+	MaxParallelism int            `json:"max_parallelism"`
+	Operators      []VertexStatus `json:"operators"`
 	// LastCheckpointID is the last checkpoint or savepoint completed by this
 	// run (0: none yet); LastCheckpointTime when it completed.
 	LastCheckpointID   int64     `json:"last_checkpoint_id"`
 	LastCheckpointTime time.Time `json:"last_checkpoint_time,omitempty"`
 }
 
-// OperatorStatus is one stage of the job graph.
-type OperatorStatus struct {
+// VertexStatus is one vertex of the job graph.
+type VertexStatus struct {
 	Name        string `json:"name"`
 	Kind        string `json:"kind"` // source, operator or sink
 	Type        string `json:"type,omitempty"`
@@ -560,20 +609,17 @@ type OperatorStatus struct {
 }
 
 // Status returns the job's status. Safe for concurrent use.
-func (j *Job) Status() JobStatus {
-	st := JobStatus{Name: j.cfg.Job.Name, Ready: j.coordinator.Ready(), RestoredFrom: j.restoredDir, MaxParallelism: j.maxP}
+func (j *Job) Status() Status {
+	st := Status{Name: j.g.Job, Ready: j.coordinator.Ready(), RestoredFrom: j.restoredDir, MaxParallelism: j.maxP}
 	st.LastCheckpointID, st.LastCheckpointTime = j.coordinator.LastCompleted()
-	for i := range j.cfg.Sources {
-		s := &j.cfg.Sources[i]
-		st.Operators = append(st.Operators, OperatorStatus{Name: s.Name, Kind: "source", Topic: s.Topic, Parallelism: j.cfg.SourceParallelism(s)})
+	for _, s := range j.g.Sources {
+		st.Operators = append(st.Operators, VertexStatus{Name: s.Name, Kind: "source", Topic: s.Topic, Parallelism: s.Parallelism})
 	}
-	for i := range j.cfg.Operators {
-		o := &j.cfg.Operators[i]
-		st.Operators = append(st.Operators, OperatorStatus{Name: o.Name, Kind: "operator", Type: o.Type, Parallelism: j.cfg.OperatorParallelism(o)})
+	for _, o := range j.g.Operators {
+		st.Operators = append(st.Operators, VertexStatus{Name: o.Name, Kind: "operator", Type: o.Type, Parallelism: o.Parallelism})
 	}
-	for i := range j.cfg.Sinks {
-		s := &j.cfg.Sinks[i]
-		st.Operators = append(st.Operators, OperatorStatus{Name: s.Name, Kind: "sink", Type: string(s.Delivery), Topic: s.Topic, Parallelism: j.cfg.SinkParallelism(s)})
+	for _, s := range j.g.Sinks {
+		st.Operators = append(st.Operators, VertexStatus{Name: s.Name, Kind: "sink", Type: s.Delivery, Topic: s.Topic, Parallelism: s.Parallelism})
 	}
 	return st
 }
@@ -594,7 +640,7 @@ func (j *Job) RestoredFrom() string { return j.restoredDir }
 // after it (stop-with-savepoint). See checkpoint.Coordinator.TriggerSavepoint.
 func (j *Job) TriggerSavepoint(ctx context.Context, dir string, stop bool) (string, error) {
 	if dir == "" {
-		dir = j.cfg.SavepointDir()
+		dir = j.settings.SavepointDir
 	}
 	return j.coordinator.TriggerSavepoint(ctx, dir, stop)
 }
@@ -604,7 +650,7 @@ func (j *Job) TriggerSavepoint(ctx context.Context, dir string, stop bool) (stri
 func (j *Job) opener(root, op string, sub, p, maxP int, logger *slog.Logger) operators.BackendOpener {
 	return func(restore []state.RestoreHandle) (state.KeyedStateBackend, error) {
 		b, err := state.OpenBackendRestored(state.BackendConfig{
-			Kind:           string(j.cfg.State.Backend),
+			Kind:           j.settings.StateBackend,
 			Dir:            filepath.Join(root, op, "subtask-"+strconv.Itoa(sub)),
 			MaxParallelism: maxP,
 			KeyGroupRange:  keygroup.RangeFor(maxP, p, sub),
@@ -632,117 +678,20 @@ func (j *Job) opener(root, op string, sub, p, maxP int, logger *slog.Logger) ope
 }
 
 // discover returns the partition count of every source topic.
-func discover(ctx context.Context, cfg *Config, deps Deps) (map[string]int32, error) {
+func discover(ctx context.Context, g *graph.Graph, deps Deps) (map[string]int32, error) {
 	cl, err := kgo.NewClient(deps.ClientOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline: kafka client: %w", err)
+		return nil, fmt.Errorf("job: kafka client: %w", err)
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	out := map[string]int32{}
-	for _, s := range cfg.Sources {
+	for _, s := range g.Sources {
 		n, err := source.Discover(ctx, adm, deps.Logger.With("component", "source", "source", s.Name), s.Topic)
 		if err != nil {
-			return nil, fmt.Errorf("pipeline: source %q: %w", s.Name, err)
+			return nil, fmt.Errorf("job: source %q: %w", s.Name, err)
 		}
 		out[s.Topic] = n
 	}
 	return out, nil
-}
-
-// sourcePlan is what a source must do for its consumers.
-type sourcePlan struct {
-	keyBy      string
-	tombstones bool
-	check      func(key, value []byte) error // broadcast rules: decode, so a bad rule meets the bad-record policy
-}
-
-// checkRule refuses a rules-topic record that does not decode as a rule.
-func checkRule(key, value []byte) error {
-	_, err := broadcast.DecodeRule(key, value)
-	return err
-}
-
-type builder struct {
-	cfg         *Config
-	deps        Deps
-	maxP        int
-	outputs     map[string][]*runtime.Output        // stage -> per subtask
-	gates       map[string][][]runtime.InputChannel // stage -> per subtask input channels
-	sourcePlans map[string]sourcePlan
-}
-
-// planSources decides per source the key field to extract and whether null
-// values pass (broadcast rule deletions). A keyed operator's input must be a
-// source for now (re-keying an operator's output comes later), and one
-// source cannot feed two different keys.
-func (b *builder) planSources() error {
-	b.sourcePlans = map[string]sourcePlan{}
-	for i, op := range b.cfg.Operators {
-		if _, ok := b.cfg.SourceByName(op.Input); !ok {
-			return fmt.Errorf("pipeline: operators[%d] (%s): input %q is an operator; a keyed operator reads a source in this version", i, op.Name, op.Input)
-		}
-		plan := b.sourcePlans[op.Input]
-		if plan.keyBy != "" && plan.keyBy != op.KeyBy || plan.tombstones {
-			return fmt.Errorf("pipeline: operators[%d] (%s): source %q is already keyed or broadcast differently by another operator", i, op.Name, op.Input)
-		}
-		plan.keyBy = op.KeyBy
-		b.sourcePlans[op.Input] = plan
-	}
-	for i, op := range b.cfg.Operators {
-		if op.Broadcast == "" {
-			continue
-		}
-		plan := b.sourcePlans[op.Broadcast]
-		if plan.keyBy != "" {
-			return fmt.Errorf("pipeline: operators[%d] (%s): broadcast source %q is also a keyed input", i, op.Name, op.Broadcast)
-		}
-		plan.tombstones = true
-		if op.Type == OperatorShapePairMatcher {
-			plan.check = checkRule
-		}
-		b.sourcePlans[op.Broadcast] = plan
-	}
-	return nil
-}
-
-// stage creates the outputs of a stage with p subtasks and its empty gates.
-func (b *builder) stage(name string, p int, rm *runtime.Metrics) {
-	if _, ok := b.outputs[name]; ok {
-		return
-	}
-	outs := make([]*runtime.Output, p)
-	for i := range outs {
-		outs[i] = runtime.NewOutput(rm.RecordsOut(name, i))
-		outs[i].SetBackPressure(rm.BackPressure(name, i))
-	}
-	b.outputs[name] = outs
-	b.gates[name] = make([][]runtime.InputChannel, p)
-}
-
-// connect wires every subtask of from to every subtask of to (p subtasks)
-// over one channel per pair, as logical input in, routed by part.
-func (b *builder) connect(from, to string, in, p int, part runtime.Partitioner) {
-	for _, out := range b.outputs[from] {
-		chans := make([]runtime.Channel, p)
-		for d := 0; d < p; d++ {
-			chans[d] = runtime.NewChannel(0)
-			b.gates[to][d] = append(b.gates[to][d], runtime.InputChannel{Ch: chans[d], Input: in})
-		}
-		pt := part
-		if rb, ok := part.(*runtime.RebalancePartitioner); ok {
-			c := *rb
-			pt = &c // each upstream subtask keeps its own round-robin position
-		}
-		out.AddWriter(runtime.NewWriter(chans, pt))
-	}
-}
-
-// connectForward wires subtask i of from to subtask i of to.
-func (b *builder) connectForward(from, to string, p int) {
-	for i := 0; i < p; i++ {
-		ch := runtime.NewChannel(0)
-		b.gates[to][i] = append(b.gates[to][i], runtime.InputChannel{Ch: ch, Input: 0})
-		b.outputs[from][i].AddWriter(runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
-	}
 }

@@ -1,4 +1,4 @@
-package main
+package sdk
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
-	"github.com/kstreamd/kstreamd/pipeline"
+	"github.com/kstreamd/kstreamd/job"
 )
 
 // server is the HTTP listener on metrics.address: /metrics, /healthz,
@@ -34,16 +34,16 @@ type server struct {
 	token  string // required as "Authorization: Bearer <token>" on /api/v1/ when not empty
 
 	mu  sync.Mutex // guards job
-	job *pipeline.Job
+	job *job.Job
 }
 
-func (s *server) setJob(j *pipeline.Job) {
+func (s *server) setJob(j *job.Job) {
 	s.mu.Lock()
 	s.job = j
 	s.mu.Unlock()
 }
 
-func (s *server) current() (*pipeline.Job, *checkpoint.Storage) {
+func (s *server) current() (*job.Job, *checkpoint.Storage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.job == nil {
@@ -57,7 +57,7 @@ func (s *server) authorized(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kstreamd"`)
-			writeJSON(w, http.StatusUnauthorized, savepointResponse{Error: "missing or wrong bearer token"})
+			writeJSON(w, http.StatusUnauthorized, SavepointResponse{Error: "missing or wrong bearer token"})
 			return
 		}
 		h(w, r)
@@ -86,53 +86,53 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/checkpoints", s.authorized(s.checkpoints))
 	mux.HandleFunc("GET /api/v1/checkpoints/{id}", s.authorized(s.checkpointDetails))
 	mux.HandleFunc("/api/v1/", s.authorized(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, savepointResponse{Error: "no API endpoint " + r.Method + " " + r.URL.Path})
+		writeJSON(w, http.StatusNotFound, SavepointResponse{Error: "no API endpoint " + r.Method + " " + r.URL.Path})
 	}))
 	return mux
 }
 
-// savepointRequest is the body of POST /api/v1/savepoints (optional).
-type savepointRequest struct {
+// SavepointRequest is the body of POST /api/v1/savepoints (optional).
+type SavepointRequest struct {
 	// Dir overrides checkpoints.savepoint_dir.
 	Dir string `json:"dir"`
 	// Stop stops the job right after the savepoint (stop-with-savepoint).
 	Stop bool `json:"stop"`
 }
 
-// savepointResponse is the answer of POST /api/v1/savepoints.
-type savepointResponse struct {
+// SavepointResponse is the answer of POST /api/v1/savepoints: the savepoint's directory, or what went wrong.
+type SavepointResponse struct {
 	Path  string `json:"path,omitempty"`
 	Error string `json:"error,omitempty"`
 }
 
 func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
-	var req savepointRequest
+	var req SavepointRequest
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-			writeJSON(w, http.StatusBadRequest, savepointResponse{Error: "bad request body: " + err.Error()})
+			writeJSON(w, http.StatusBadRequest, SavepointResponse{Error: "bad request body: " + err.Error()})
 			return
 		}
 	}
 	j, _ := s.current()
 	if j == nil {
-		writeJSON(w, http.StatusServiceUnavailable, savepointResponse{Error: "job not running"})
+		writeJSON(w, http.StatusServiceUnavailable, SavepointResponse{Error: "job not running"})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
 	defer cancel()
 	path, err := j.TriggerSavepoint(ctx, req.Dir, req.Stop)
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, savepointResponse{Error: err.Error()})
+		writeJSON(w, http.StatusInternalServerError, SavepointResponse{Error: err.Error()})
 		return
 	}
 	s.logger.Info("savepoint taken", "path", path, "stop", req.Stop)
-	writeJSON(w, http.StatusOK, savepointResponse{Path: path})
+	writeJSON(w, http.StatusOK, SavepointResponse{Path: path})
 }
 
 func (s *server) jobStatus(w http.ResponseWriter, _ *http.Request) {
 	j, _ := s.current()
 	if j == nil {
-		writeJSON(w, http.StatusServiceUnavailable, savepointResponse{Error: "job not running"})
+		writeJSON(w, http.StatusServiceUnavailable, SavepointResponse{Error: "job not running"})
 		return
 	}
 	writeJSON(w, http.StatusOK, j.Status())
@@ -143,12 +143,12 @@ func (s *server) jobStatus(w http.ResponseWriter, _ *http.Request) {
 func (s *server) checkpointDetails(w http.ResponseWriter, r *http.Request) {
 	_, st := s.current()
 	if st == nil {
-		writeJSON(w, http.StatusServiceUnavailable, savepointResponse{Error: "job not running"})
+		writeJSON(w, http.StatusServiceUnavailable, SavepointResponse{Error: "job not running"})
 		return
 	}
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		writeJSON(w, http.StatusBadRequest, savepointResponse{Error: "checkpoint id must be a positive integer"})
+		writeJSON(w, http.StatusBadRequest, SavepointResponse{Error: "checkpoint id must be a positive integer"})
 		return
 	}
 	m, err := checkpoint.ReadMetadata(st.CheckpointDir(id))
@@ -161,18 +161,18 @@ func (s *server) checkpointDetails(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		writeJSON(w, http.StatusNotFound, savepointResponse{Error: fmt.Sprintf("no completed checkpoint %d", id)})
+		writeJSON(w, http.StatusNotFound, SavepointResponse{Error: fmt.Sprintf("no completed checkpoint %d", id)})
 		return
 	}
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, savepointResponse{Error: err.Error()})
+		writeJSON(w, http.StatusInternalServerError, SavepointResponse{Error: err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, m)
 }
 
-// checkpointInfo is one entry of GET /api/v1/checkpoints.
-type checkpointInfo struct {
+// CheckpointInfo is one entry of the HTTP API's GET /api/v1/checkpoints: a checkpoint or savepoint id, its state (completed or incomplete), when it was taken, its size in bytes and its directory.
+type CheckpointInfo struct {
 	ID    int64     `json:"id"`
 	State string    `json:"state"`
 	Time  time.Time `json:"time"`
@@ -183,17 +183,17 @@ type checkpointInfo struct {
 func (s *server) checkpoints(w http.ResponseWriter, _ *http.Request) {
 	_, st := s.current()
 	if st == nil {
-		writeJSON(w, http.StatusServiceUnavailable, savepointResponse{Error: "job not running"})
+		writeJSON(w, http.StatusServiceUnavailable, SavepointResponse{Error: "job not running"})
 		return
 	}
 	infos, err := st.List()
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, savepointResponse{Error: err.Error()})
+		writeJSON(w, http.StatusInternalServerError, SavepointResponse{Error: err.Error()})
 		return
 	}
-	out := []checkpointInfo{}
+	out := []CheckpointInfo{}
 	for _, in := range infos {
-		out = append(out, checkpointInfo{ID: in.ID, State: in.State, Time: in.Time, Bytes: in.Bytes, Dir: in.Dir})
+		out = append(out, CheckpointInfo{ID: in.ID, State: in.State, Time: in.Time, Bytes: in.Bytes, Dir: in.Dir})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -261,7 +261,7 @@ func requestSavepoint(ctx context.Context, addr, token, dir string, stop bool) (
 		}
 		dir = abs
 	}
-	body, _ := json.Marshal(savepointRequest{Dir: dir, Stop: stop})
+	body, _ := json.Marshal(SavepointRequest{Dir: dir, Stop: stop})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/api/v1/savepoints", bytes.NewReader(body))
 	if err != nil {
 		return "", err
@@ -275,7 +275,7 @@ func requestSavepoint(ctx context.Context, addr, token, dir string, stop bool) (
 		return "", fmt.Errorf("savepoint: %w", err)
 	}
 	defer resp.Body.Close()
-	var out savepointResponse
+	var out SavepointResponse
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		return "", fmt.Errorf("savepoint: %s: bad answer: %w", resp.Status, err)
 	}

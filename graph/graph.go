@@ -1,0 +1,189 @@
+// Package graph is the job graph as data: what the planner
+// (pipeline.Plan) makes of a config and what the job package builds into
+// running tasks. A graph has vertices (sources, operators, sinks, each with
+// its parallelism and what it needs to run) and edges (forward, rebalance,
+// key-group hash with its key selector, broadcast), after Flink's
+// JobGraph/StreamGraph. It holds no Kafka client, no file and no goroutine:
+// planner tests compare graphs as values.
+package graph
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kstreamd/kstreamd/operators"
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// Graph is a planned job.
+type Graph struct {
+	// Job is the job's name: it names checkpoint and state directories,
+	// the monitoring group and default transactional ids.
+	Job string
+	// MaxParallelism is the number of key groups (Flink's max
+	// parallelism); MaxParallelismSet says the config set it explicitly (a
+	// restore then refuses another number; otherwise the checkpoint's
+	// number is kept).
+	MaxParallelism    int
+	MaxParallelismSet bool
+	// Sources, Operators and Sinks are the vertices; Operators are in
+	// topological order (every operator after its inputs).
+	Sources   []*Source
+	Operators []*Operator
+	Sinks     []*Sink
+	// Edges connect vertices by name, in the order the job wires them.
+	Edges []Edge
+}
+
+// Source reads one Kafka topic.
+type Source struct {
+	Name, Topic string
+	// Parallelism is the number of source subtasks, >= 1.
+	Parallelism int
+	// StartFrom is "earliest" or "latest".
+	StartFrom string
+	// Format is "json", "string" or "bytes".
+	Format string
+	// OnError is "fail", "skip" or "dead-letter"; DeadLetterTopic is set
+	// for dead-letter.
+	OnError, DeadLetterTopic string
+	// MaxRecordBytes bounds a value's size; 0 means no limit.
+	MaxRecordBytes int
+	// DiscoveryInterval is the partition discovery period; 0 off.
+	DiscoveryInterval time.Duration
+	// Broadcast says the source feeds a broadcast edge: null values pass
+	// (they delete rules) and checkpoints wait until it caught up.
+	Broadcast bool
+	// Check, if not nil, validates each record at the source (the
+	// broadcast consumer's Factory.CheckBroadcast).
+	Check func(key, value []byte) error
+}
+
+// Operator runs one registered operator type.
+type Operator struct {
+	Name string
+	// Type is the registered type name and Factory its registry entry.
+	Type    string
+	Factory *operators.Factory
+	// Params is the decoded params struct; nil when the type takes none.
+	Params any
+	// Parallelism is the number of subtasks, >= 1.
+	Parallelism int
+	// AsyncState runs the type's async state version.
+	AsyncState bool
+	// KeyBy is the key_by text ("" when the operator is not keyed by its
+	// input edge); the edge carries its selector.
+	KeyBy string
+	// Input is the main input's vertex name; Broadcast the broadcast
+	// input's ("" for none).
+	Input, Broadcast string
+	// ErrorSources name, per logical input (0 main, 1 broadcast), the
+	// source whose on_error policy a bad record met here obeys: the source
+	// the input's records come from.
+	ErrorSources [2]string
+}
+
+// Keyed reports whether the operator runs on a keyed stream (keyed state).
+func (o *Operator) Keyed() bool { return o.Factory.Traits.Keyed }
+
+// Sink writes one stream to a Kafka topic.
+type Sink struct {
+	Name, Input, Topic string
+	// Parallelism is the number of sink subtasks, >= 1.
+	Parallelism int
+	// Delivery is "exactly-once", "at-least-once" or "none".
+	Delivery string
+	// TransactionalIDPrefix is the prefix of an exactly-once sink's ids
+	// (already defaulted); TransactionTimeout and PoolSize as configured
+	// (0: the sink's default).
+	TransactionalIDPrefix string
+	TransactionTimeout    time.Duration
+	PoolSize              int
+	// IgnoreLostTransactions and BufferThreshold as in the config.
+	IgnoreLostTransactions bool
+	BufferThreshold        int
+}
+
+// EdgeKind says how records cross an edge (Flink's StreamPartitioner).
+type EdgeKind string
+
+// Edge kinds.
+const (
+	// Forward: subtask i to subtask i (equal parallelism).
+	Forward EdgeKind = "forward"
+	// Rebalance: round-robin over the downstream subtasks.
+	Rebalance EdgeKind = "rebalance"
+	// Hash: by the key group of the key Key selects (keyBy).
+	Hash EdgeKind = "hash"
+	// Broadcast: every record to every downstream subtask.
+	Broadcast EdgeKind = "broadcast"
+)
+
+// Edge is one input of a vertex.
+type Edge struct {
+	From, To string
+	// Input is the downstream logical input: 0 main, 1 broadcast.
+	Input int
+	Kind  EdgeKind
+	// Key selects the key of a Hash edge; KeyBy is its text.
+	Key   runtime.KeySelector
+	KeyBy string
+}
+
+// String renders the edge as "from -hash(key)-> to[input]".
+func (e Edge) String() string {
+	k := string(e.Kind)
+	if e.Kind == Hash {
+		k += "(" + e.KeyBy + ")"
+	}
+	s := fmt.Sprintf("%s -%s-> %s", e.From, k, e.To)
+	if e.Input != 0 {
+		s += fmt.Sprintf("[%d]", e.Input)
+	}
+	return s
+}
+
+// String renders the graph one vertex or edge per line, for tests and
+// debugging: "source items p=2", "operator matcher shape_pair_matcher p=2",
+// "sink out p=2", then the edges.
+func (g *Graph) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "job %s max_parallelism=%d\n", g.Job, g.MaxParallelism)
+	for _, s := range g.Sources {
+		fmt.Fprintf(&b, "source %s topic=%s p=%d\n", s.Name, s.Topic, s.Parallelism)
+	}
+	for _, o := range g.Operators {
+		fmt.Fprintf(&b, "operator %s type=%s p=%d\n", o.Name, o.Type, o.Parallelism)
+	}
+	for _, s := range g.Sinks {
+		fmt.Fprintf(&b, "sink %s topic=%s p=%d\n", s.Name, s.Topic, s.Parallelism)
+	}
+	for _, e := range g.Edges {
+		fmt.Fprintln(&b, e.String())
+	}
+	return b.String()
+}
+
+// Parallelism returns the parallelism of the vertex called name, 0 if none.
+func (g *Graph) Parallelism(name string) int {
+	for _, s := range g.Sources {
+		if s.Name == name {
+			return s.Parallelism
+		}
+	}
+	for _, o := range g.Operators {
+		if o.Name == name {
+			return o.Parallelism
+		}
+	}
+	for _, s := range g.Sinks {
+		if s.Name == name {
+			return s.Parallelism
+		}
+	}
+	return 0
+}
+
+// Vertex reports whether a vertex is called name.
+func (g *Graph) Vertex(name string) bool { return g.Parallelism(name) > 0 }

@@ -1,0 +1,100 @@
+package job
+
+import (
+	"fmt"
+
+	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// KeyedExchange carries the records of a key-group hash edge from every
+// upstream subtask to the downstream subtask owning each record's key group
+// (Flink's keyBy shuffle). The in-process exchange uses bounded channels;
+// in cluster mode a Kafka repartition topic takes its place, so this is the
+// one seam between keyed stages.
+type KeyedExchange interface {
+	// Connect adds, to every output in upstream, a writer that selects the
+	// key with e.Key and routes by key group over maxParallelism key
+	// groups, and returns, per downstream subtask (len downstream), the
+	// channels it reads.
+	Connect(e graph.Edge, upstream []*runtime.Output, downstream, maxParallelism int) [][]runtime.Channel
+}
+
+// InProcessExchange is the KeyedExchange of one process: one bounded
+// channel per (upstream, downstream) subtask pair.
+type InProcessExchange struct{}
+
+// Connect implements KeyedExchange.
+func (InProcessExchange) Connect(e graph.Edge, upstream []*runtime.Output, downstream, maxParallelism int) [][]runtime.Channel {
+	out := make([][]runtime.Channel, downstream)
+	for _, o := range upstream {
+		chans := make([]runtime.Channel, downstream)
+		for d := range chans {
+			chans[d] = runtime.NewChannel(0)
+			out[d] = append(out[d], chans[d])
+		}
+		o.AddWriter(runtime.NewWriter(chans, runtime.KeyGroupPartitioner{MaxParallelism: maxParallelism}).WithKeySelector(e.Key))
+	}
+	return out
+}
+
+// builder wires the subtasks of a graph.
+type builder struct {
+	g        *graph.Graph
+	maxP     int
+	outputs  map[string][]*runtime.Output        // vertex -> per subtask
+	gates    map[string][][]runtime.InputChannel // vertex -> per subtask input channels
+	exchange KeyedExchange
+}
+
+// stage creates the outputs of a vertex with p subtasks and its empty gates.
+func (b *builder) stage(name string, p int, rm *runtime.Metrics) {
+	outs := make([]*runtime.Output, p)
+	for i := range outs {
+		outs[i] = runtime.NewOutput(rm.RecordsOut(name, i))
+		outs[i].SetBackPressure(rm.BackPressure(name, i))
+	}
+	b.outputs[name] = outs
+	b.gates[name] = make([][]runtime.InputChannel, p)
+}
+
+// wire connects the subtasks of edge e.
+func (b *builder) wire(e graph.Edge) error {
+	ups, down := b.outputs[e.From], b.gates[e.To]
+	if ups == nil || down == nil {
+		return fmt.Errorf("job: edge %s: unknown vertex", e)
+	}
+	switch e.Kind {
+	case graph.Hash:
+		for d, chans := range b.exchange.Connect(e, ups, len(down), b.maxP) {
+			for _, ch := range chans {
+				down[d] = append(down[d], runtime.InputChannel{Ch: ch, Input: e.Input})
+			}
+		}
+	case graph.Forward:
+		if len(ups) != len(down) {
+			return fmt.Errorf("job: edge %s: forward between parallelism %d and %d", e, len(ups), len(down))
+		}
+		for i, o := range ups {
+			ch := runtime.NewChannel(0)
+			down[i] = append(down[i], runtime.InputChannel{Ch: ch, Input: e.Input})
+			o.AddWriter(runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+		}
+	case graph.Broadcast, graph.Rebalance:
+		for _, o := range ups {
+			chans := make([]runtime.Channel, len(down))
+			for d := range chans {
+				chans[d] = runtime.NewChannel(0)
+				down[d] = append(down[d], runtime.InputChannel{Ch: chans[d], Input: e.Input})
+			}
+			var p runtime.Partitioner = runtime.BroadcastPartitioner{}
+			if e.Kind == graph.Rebalance {
+				p = &runtime.RebalancePartitioner{} // each upstream subtask keeps its own round-robin position
+			}
+			o.AddWriter(runtime.NewWriter(chans, p))
+		}
+	default:
+		return fmt.Errorf("job: edge %s: unknown kind", e)
+	}
+	return nil
+}

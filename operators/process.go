@@ -1,0 +1,97 @@
+package operators
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// ProcessFunction processes a stream that is not keyed, record by record
+// (Flink's ProcessFunction): filter, map, flat_map. It has no keyed state;
+// it may keep operator state by also implementing CheckpointedFunction.
+// Every method runs on the subtask goroutine. ProcessElement returns a
+// *runtime.RecordError (wrapped or not) for a record it cannot process
+// because of its content: that record meets its source's on_error policy
+// and the next record follows; any other error fails the task.
+type ProcessFunction interface {
+	// Open prepares the function before the first record; ctx.Backend is
+	// nil.
+	Open(ctx OpenContext) error
+	// ProcessElement handles one record.
+	ProcessElement(ctx context.Context, rec runtime.Record, out Collector) error
+}
+
+// ProcessOperator drives a ProcessFunction on one subtask; it implements
+// runtime.Operator and runtime.Snapshotter (operator state only).
+type ProcessOperator struct {
+	info    OpenContext
+	restore *Restore
+	fn      ProcessFunction
+	out     *runtime.Output
+	opStore *state.OperatorStateStore
+	coll    collector
+}
+
+// NewProcessOperator returns the operator of one subtask running fn;
+// restore is nil for a fresh start.
+func NewProcessOperator(info OpenContext, restore *Restore, fn ProcessFunction, out *runtime.Output) *ProcessOperator {
+	return &ProcessOperator{info: info, restore: restore, fn: fn, out: out}
+}
+
+// Open implements runtime.Operator: it opens the function, then hands a
+// CheckpointedFunction its (restored) operator state.
+func (o *ProcessOperator) Open(ctx context.Context) error {
+	o.coll = collector{ctx: ctx, out: o.out}
+	if err := o.fn.Open(o.info); err != nil {
+		return err
+	}
+	var r Restore
+	if o.restore != nil {
+		r = *o.restore
+	}
+	o.opStore = state.NewOperatorStateStore(r.Operator)
+	if cf, ok := o.fn.(CheckpointedFunction); ok {
+		return cf.InitializeState(FunctionInitializationContext{OperatorStateStore: o.opStore})
+	}
+	return nil
+}
+
+// ProcessRecord implements runtime.Operator.
+func (o *ProcessOperator) ProcessRecord(ctx context.Context, input int, rec runtime.Record) error {
+	if input != 0 {
+		return fmt.Errorf("operators: %s[%d]: record on unknown input %d", o.info.Operator, o.info.Subtask, input)
+	}
+	o.coll.ctx = ctx
+	return o.fn.ProcessElement(ctx, rec, &o.coll)
+}
+
+// SnapshotState implements runtime.Snapshotter: the function's
+// SnapshotState, then a copy of the operator state.
+func (o *ProcessOperator) SnapshotState(_ context.Context, b *runtime.Barrier) (runtime.SnapshotFinisher, error) {
+	if cf, ok := o.fn.(CheckpointedFunction); ok {
+		if err := cf.SnapshotState(FunctionSnapshotContext{CheckpointID: b.CheckpointID, Timestamp: b.Timestamp}); err != nil {
+			return nil, err
+		}
+	}
+	var ts checkpoint.TaskState
+	if ops := o.opStore.Snapshot(); len(ops) > 0 {
+		ts.Operator = ops
+	}
+	raw, err := json.Marshal(ts)
+	if err != nil {
+		return nil, err
+	}
+	return func(context.Context) (runtime.TaskSnapshot, error) {
+		return runtime.TaskSnapshot{State: raw, Bytes: int64(len(raw))}, nil
+	}, nil
+}
+
+// EndInput implements runtime.Operator.
+func (o *ProcessOperator) EndInput(context.Context) error { return nil }
+
+// Close implements runtime.Operator.
+func (o *ProcessOperator) Close() error { return nil }

@@ -1,0 +1,151 @@
+package operators
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+)
+
+// Traits say how an operator type sits in a job graph; the planner checks a
+// pipeline against them.
+type Traits struct {
+	// Keyed types run on a keyed stream: the operator needs key_by, gets a
+	// keyed state backend, and its function is a KeyedProcessFunction,
+	// KeyedBroadcastProcessFunction or AsyncKeyedProcessFunction. A type
+	// that is not keyed runs a ProcessFunction; it may still take key_by,
+	// which then only routes (re-keys) its input.
+	Keyed bool
+	// Broadcast types read a second, broadcast input (every subtask gets
+	// every record of it) and require one; only keyed types may.
+	Broadcast bool
+	// AsyncState types have an asynchronous state version (async_state:
+	// true): New then returns an AsyncKeyedProcessFunction.
+	AsyncState bool
+}
+
+// Factory declares one operator type (an entry of the operator registry,
+// after benthos' ConfigSpec and Environment): its name, its one-line doc,
+// its traits, its params schema and its constructor. Params are decoded
+// strictly from the operator's params: mapping by the pipeline (unknown
+// fields, wrong types and bad values are config errors with FILE:LINE:COL).
+type Factory struct {
+	// Type is the name operators[].type uses: lowercase, snake_case.
+	Type string
+	// Doc is one line for the operator reference.
+	Doc string
+	// Traits place the type in the graph.
+	Traits Traits
+	// Params returns a pointer to a new params struct holding the defaults;
+	// its fields are decoded from params: by their yaml tags (strings,
+	// numbers, booleans, durations, lists, nested structs, and any type
+	// implementing encoding.TextUnmarshaler, such as expression.Expr).
+	// When the struct implements ParamsChecker its CheckParams reports
+	// every further problem. Nil: the type takes no params (a params:
+	// mapping is refused).
+	Params func() any
+	// State names the state the type declares (documentation: keyed state
+	// ids derive from these names, so they must stay stable across
+	// versions for restores to find their state).
+	State []string
+	// CheckBroadcast, if not nil, validates each record of the broadcast
+	// input at its source (a rule that does not decode meets the source's
+	// on_error policy with reason invalid and never reaches state).
+	CheckBroadcast func(key, value []byte) error
+	// New returns the function of one subtask: a ProcessFunction for a type
+	// that is not keyed; for a keyed type a KeyedProcessFunction or, with
+	// Traits.Broadcast, a KeyedBroadcastProcessFunction; with
+	// ctx.AsyncState an AsyncKeyedProcessFunction. It is called once per
+	// subtask, at every (re)start of the job.
+	New func(ctx FactoryContext) (any, error)
+}
+
+// FactoryContext is what Factory.New gets for one subtask.
+type FactoryContext struct {
+	// Operator is the operator's configured name.
+	Operator string
+	// Subtask is the subtask index in [0, Parallelism).
+	Subtask, Parallelism int
+	// Params is the decoded params struct (what Factory.Params returned,
+	// filled in and checked); nil when the type takes none.
+	Params any
+	// AsyncState says the operator runs with async_state: true.
+	AsyncState bool
+	// Metrics are the built-in operators' metrics.
+	Metrics *Metrics
+	// Logger is scoped to the operator and subtask.
+	Logger *slog.Logger
+}
+
+// ParamsChecker is implemented by a params struct with rules beyond types.
+// CheckParams calls report once per problem with the field's path relative
+// to params (as "aggregates[1].of"; "" for the mapping as a whole) and a
+// lowercase message naming the offending value.
+type ParamsChecker interface {
+	CheckParams(report func(field, msg string))
+}
+
+// Registry holds the operator types a job may name. It is built by the
+// program (cmd/kstreamd registers the built-ins; an SDK user adds their
+// own) and handed down: there is no global registry. Not safe for
+// concurrent Register; lookups are safe once registration is done.
+type Registry struct {
+	types map[string]*Factory
+	order []string
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{types: map[string]*Factory{}} }
+
+// Register adds f. It fails when f.Type is empty or already registered, when
+// New is nil, or when the traits contradict each other (a broadcast or async
+// type that is not keyed).
+func (r *Registry) Register(f Factory) error {
+	switch {
+	case f.Type == "":
+		return fmt.Errorf("operators: register: empty type name")
+	case f.New == nil:
+		return fmt.Errorf("operators: register %q: New is nil", f.Type)
+	case (f.Traits.Broadcast || f.Traits.AsyncState) && !f.Traits.Keyed:
+		return fmt.Errorf("operators: register %q: broadcast and async state need a keyed type", f.Type)
+	}
+	if _, dup := r.types[f.Type]; dup {
+		return fmt.Errorf("operators: register %q: type already registered", f.Type)
+	}
+	r.types[f.Type] = &f
+	r.order = append(r.order, f.Type)
+	return nil
+}
+
+// Lookup returns the factory of type typ.
+func (r *Registry) Lookup(typ string) (*Factory, bool) {
+	f, ok := r.types[typ]
+	return f, ok
+}
+
+// Types returns every registered type name, sorted.
+func (r *Registry) Types() []string {
+	out := slices.Clone(r.order)
+	slices.Sort(out)
+	return out
+}
+
+// Builtins returns the factories of the built-in operator types; a new
+// built-in is one file in this package plus one line here.
+func Builtins() []Factory {
+	return []Factory{
+		shapePairMatcherFactory(),
+		countWindowAverageFactory(),
+		keyedCountFactory(),
+	}
+}
+
+// NewBuiltinRegistry returns a registry holding Builtins.
+func NewBuiltinRegistry() *Registry {
+	r := NewRegistry()
+	for _, f := range Builtins() {
+		if err := r.Register(f); err != nil {
+			panic(err) // the built-ins are fixed: a clash is a programming error caught by every test
+		}
+	}
+	return r
+}

@@ -1,0 +1,228 @@
+package pipeline
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/operators"
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// Plan turns the config into a job graph (graph.Graph): a pure function of
+// the config and its operator registry, with no Kafka and no disk. It runs
+// every check Validate runs, so a config Plan refuses is refused by
+// `kstreamd validate` too, with the same FILE:LINE:COL messages; on failure
+// the error is a ConfigErrors.
+//
+// Parallelism: a source runs parallelism (default job.parallelism) subtasks;
+// an operator with key_by job.parallelism unless set, one without key_by its
+// input's parallelism; a sink its input's. Edges: an operator with key_by
+// reads its input over a key-group hash edge (the key selected on the
+// upstream side); without key_by over a forward edge when the parallelism
+// is equal, else a rebalance edge; a broadcast input over a broadcast edge;
+// a sink over a forward or rebalance edge likewise.
+func (c *Config) Plan() (*graph.Graph, error) {
+	if errs := c.validate(); len(errs) > 0 {
+		errs.sort()
+		return nil, errs
+	}
+	return c.buildGraph(), nil
+}
+
+// keySelector returns the runtime.KeySelector of a key_by text: a field
+// path, or an error saying why the text is no key.
+func (c *Config) keySelector(keyBy string) (runtime.KeySelector, error) {
+	if operators.IsFieldPath(keyBy) {
+		return operators.NewFieldKeySelector(keyBy), nil
+	}
+	return nil, fmt.Errorf("%q is not a field path (identifiers joined by dots, such as user.id)", keyBy)
+}
+
+// decodeParams decodes op's params: mapping strictly into the params
+// struct of its type, runs the type's CheckParams, and keeps the result for
+// buildGraph.
+func (c *Config) decodeParams(v *validator, path string, op *OperatorConfig, f *operators.Factory) {
+	ppath := path + ".params"
+	set := op.Params.Kind != 0 && op.Params.ShortTag() != "!!null"
+	if f.Params == nil {
+		if set {
+			v.errorf(ppath, "operator type %s takes no params", op.Type)
+		}
+		return
+	}
+	pv := f.Params()
+	if set {
+		o := c.src
+		if o == nil {
+			o = &origin{keys: map[string]position{}, vals: map[string]position{}, bad: map[string]bool{}}
+		}
+		d := &decoder{o: o}
+		d.decode(&op.Params, reflect.ValueOf(pv).Elem(), ppath)
+		if d.tooLarge != nil {
+			d.errs = append(d.errs, d.tooLarge)
+		}
+		if len(d.errs) > 0 {
+			v.errs = append(v.errs, d.errs...)
+			return
+		}
+	}
+	if pc, ok := pv.(operators.ParamsChecker); ok {
+		pc.CheckParams(func(field, msg string) {
+			switch {
+			case field == "":
+				v.errorf(ppath, "%s", msg)
+			case strings.HasPrefix(field, "["):
+				v.errorf(ppath+field, "%s", msg)
+			default:
+				v.errorf(ppath+"."+field, "%s", msg)
+			}
+		})
+	}
+	if c.params == nil {
+		c.params = map[string]any{}
+	}
+	c.params[op.Name] = pv
+}
+
+// validateGraph checks what spans several operators: cycles, and a
+// broadcast source that is also read as a main input.
+func (c *Config) validateGraph(v *validator, stages map[string]stage) {
+	reported := map[string]bool{}
+	for i := range c.Operators {
+		start := &c.Operators[i]
+		path := []string{start.Name}
+		cur := start
+		for range len(c.Operators) {
+			next, ok := c.OperatorByName(cur.Input)
+			if !ok || next == cur {
+				break
+			}
+			path = append(path, next.Name)
+			if next.Name == start.Name {
+				cycle := false
+				for _, n := range path {
+					cycle = cycle || reported[n]
+				}
+				if !cycle {
+					v.errorf(fmt.Sprintf("operators[%d].input", i), "cycle: %s", strings.Join(path, " -> "))
+				}
+				for _, n := range path {
+					reported[n] = true
+				}
+				break
+			}
+			cur = next
+		}
+	}
+	for i := range c.Operators {
+		op := &c.Operators[i]
+		if op.Broadcast == "" {
+			continue
+		}
+		for j := range c.Operators {
+			if j != i && c.Operators[j].Input == op.Broadcast {
+				v.errorf(fmt.Sprintf("operators[%d].input", j), "%q is the broadcast input of operators[%d] (%q); a broadcast source cannot also be a main input", op.Broadcast, i, op.Name)
+			}
+		}
+	}
+	_ = stages
+}
+
+// lineageSource returns the source the records of vertex name come from,
+// following main inputs.
+func (c *Config) lineageSource(name string) string {
+	for range len(c.Operators) + 1 {
+		if _, ok := c.SourceByName(name); ok {
+			return name
+		}
+		op, ok := c.OperatorByName(name)
+		if !ok {
+			return ""
+		}
+		name = op.Input
+	}
+	return ""
+}
+
+// buildGraph builds the graph of a validated config.
+func (c *Config) buildGraph() *graph.Graph {
+	reg := c.registry()
+	g := &graph.Graph{Job: c.Job.Name, MaxParallelism: c.MaxParallelism(), MaxParallelismSet: c.Job.MaxParallelism != 0}
+	srcs := map[string]*graph.Source{}
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		gs := &graph.Source{
+			Name: s.Name, Topic: s.Topic, Parallelism: c.SourceParallelism(s), StartFrom: string(s.StartFrom),
+			Format: string(s.Format), OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
+			MaxRecordBytes: s.MaxRecordBytes, DiscoveryInterval: s.PartitionDiscoveryInterval,
+		}
+		srcs[s.Name] = gs
+		g.Sources = append(g.Sources, gs)
+	}
+	// Operators in topological order: each after its main input.
+	placed := map[string]bool{}
+	var place func(op *OperatorConfig)
+	place = func(op *OperatorConfig) {
+		if placed[op.Name] {
+			return
+		}
+		placed[op.Name] = true
+		if in, ok := c.OperatorByName(op.Input); ok {
+			place(in)
+		}
+		f, _ := reg.Lookup(op.Type)
+		o := &graph.Operator{
+			Name: op.Name, Type: op.Type, Factory: f, Params: c.params[op.Name],
+			Parallelism: c.OperatorParallelism(op), AsyncState: op.AsyncState, KeyBy: op.KeyBy,
+			Input: op.Input, Broadcast: op.Broadcast,
+		}
+		o.ErrorSources[0] = c.lineageSource(op.Input)
+		o.ErrorSources[1] = op.Broadcast
+		g.Operators = append(g.Operators, o)
+		g.Edges = append(g.Edges, c.edge(op.Input, op.Name, op.KeyBy, o.Parallelism))
+		if op.Broadcast != "" {
+			g.Edges = append(g.Edges, graph.Edge{From: op.Broadcast, To: op.Name, Input: 1, Kind: graph.Broadcast})
+			if bs := srcs[op.Broadcast]; bs != nil {
+				bs.Broadcast = true
+				if bs.Check == nil {
+					bs.Check = f.CheckBroadcast
+				}
+			}
+		}
+	}
+	for i := range c.Operators {
+		place(&c.Operators[i])
+	}
+	for i := range c.Sinks {
+		s := &c.Sinks[i]
+		gs := &graph.Sink{
+			Name: s.Name, Input: s.Input, Topic: s.Topic, Parallelism: c.SinkParallelism(s), Delivery: string(s.Delivery),
+			TransactionalIDPrefix: c.TransactionalIDPrefix(s), TransactionTimeout: s.TransactionTimeout, PoolSize: s.PoolSize,
+			IgnoreLostTransactions: s.IgnoreLostTransactions, BufferThreshold: s.BufferThreshold,
+		}
+		g.Sinks = append(g.Sinks, gs)
+		g.Edges = append(g.Edges, c.edge(s.Input, s.Name, "", gs.Parallelism))
+	}
+	return g
+}
+
+// edge returns the main-input edge from vertex from to vertex to of
+// parallelism p.
+func (c *Config) edge(from, to, keyBy string, p int) graph.Edge {
+	if keyBy != "" {
+		sel, _ := c.keySelector(keyBy) // validated
+		return graph.Edge{From: from, To: to, Kind: graph.Hash, Key: sel, KeyBy: keyBy}
+	}
+	inP := 0
+	if s, ok := c.SourceByName(from); ok {
+		inP = c.SourceParallelism(s)
+	} else if op, ok := c.OperatorByName(from); ok {
+		inP = c.OperatorParallelism(op)
+	}
+	if inP == p {
+		return graph.Edge{From: from, To: to, Kind: graph.Forward}
+	}
+	return graph.Edge{From: from, To: to, Kind: graph.Rebalance}
+}

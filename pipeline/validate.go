@@ -1,0 +1,460 @@
+package pipeline
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kstreamd/kstreamd/operators"
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+// Validate checks the Config and returns nil or a ConfigErrors listing every
+// problem: impossible values, missing required fields, duplicate names, and
+// references to names that do not exist. Load and Parse call it; call it
+// again after changing a Config in code. Problems in a Config that came from
+// a file carry its file, line and column.
+func (c *Config) Validate() error {
+	if errs := c.validate(); len(errs) > 0 {
+		errs.sort()
+		return errs
+	}
+	return nil
+}
+
+// validator collects the problems Validate finds.
+type validator struct {
+	c    *Config
+	errs ConfigErrors
+	// inputNames are the names of sources and operators, sorted; built on
+	// the first unknown reference.
+	inputNames []string
+	// suggested caches "did you mean" answers by unknown name.
+	suggested map[string]string
+}
+
+func (v *validator) errorf(path, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if v.c.src == nil {
+		v.errs = append(v.errs, &ConfigError{Path: path, Msg: msg})
+		return
+	}
+	if v.c.src.suppressed(path) {
+		return
+	}
+	v.errs = append(v.errs, v.c.src.newError(path, msg))
+}
+
+// required reports a required field that is unset.
+func (v *validator) required(path string) {
+	switch _, written := v.c.src.keyWritten(path); {
+	case v.c.src == nil:
+		v.errorf(path, "required")
+	case written:
+		v.errorf(path, "must not be empty")
+	default:
+		v.errorf(path, "required field is missing")
+	}
+}
+
+func (o *origin) keyWritten(path string) (position, bool) {
+	if o == nil {
+		return position{}, false
+	}
+	p, ok := o.keys[path]
+	return p, ok
+}
+
+// oneOf reports value unless it is one of allowed.
+func (v *validator) oneOf(path, value string, allowed ...string) {
+	if slices.Contains(allowed, value) {
+		return
+	}
+	want := strings.Join(allowed, ", ")
+	if value == "" {
+		v.errorf(path, "must be one of %s", want)
+		return
+	}
+	if s := suggest(value, allowed); s != "" {
+		v.errorf(path, "unknown value %q (did you mean %q?); want one of %s", value, s, want)
+		return
+	}
+	v.errorf(path, "unknown value %q; want one of %s", value, want)
+}
+
+// parallelism checks a parallelism field: in [lo, 32768], where lo is 0 for
+// fields whose 0 means "inherit".
+func (v *validator) parallelism(path string, p, lo int) {
+	switch {
+	case p < lo && lo == 0:
+		v.errorf(path, "must be >= 0 (0 inherits), got %d", p)
+	case p < lo:
+		v.errorf(path, "must be >= %d, got %d", lo, p)
+	case p > keygroup.UpperBoundMaxParallelism:
+		v.errorf(path, "must be <= %d, got %d", keygroup.UpperBoundMaxParallelism, p)
+	}
+}
+
+// hostPort checks a host:port address; the host may be empty only for a
+// listen address.
+func (v *validator) hostPort(path, addr string, listen bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.errorf(path, "invalid address %q: want host:port", addr)
+		return
+	}
+	if host == "" && !listen {
+		v.errorf(path, "invalid address %q: missing host", addr)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		v.errorf(path, "invalid address %q: port must be a number in [1, 65535]", addr)
+	}
+}
+
+// topicNameRE is the alphabet of Kafka topic names.
+var topicNameRE = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
+
+// maxTopicNameLen is Kafka's limit on topic name length.
+const maxTopicNameLen = 249
+
+// topic checks a Kafka topic name as the broker does (Kafka's
+// org.apache.kafka.common.internals.Topic.validate).
+func (v *validator) topic(path, t string) {
+	switch {
+	case t == "":
+		v.required(path)
+	case t == "." || t == "..":
+		v.errorf(path, "invalid topic name %q: cannot be \".\" or \"..\"", t)
+	case len(t) > maxTopicNameLen:
+		v.errorf(path, "invalid topic name: %d characters, at most %d allowed", len(t), maxTopicNameLen)
+	case !topicNameRE.MatchString(t):
+		v.errorf(path, "invalid topic name %q: only ASCII letters, digits, '.', '_' and '-' are allowed", t)
+	}
+}
+
+var jobNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+// stage is a named source, operator or sink.
+type stage struct {
+	kind  string // "source", "operator" or "sink"
+	index int
+	path  string // e.g. "operators[1]"
+}
+
+func (c *Config) validate() ConfigErrors {
+	v := &validator{c: c}
+	c.validateJob(v)
+	c.validateRuntime(v)
+	stages := c.validateNames(v)
+	c.validateSources(v)
+	c.validateOperators(v, stages)
+	c.validateSinks(v, stages)
+	c.validateDemo(v)
+	return v.errs
+}
+
+func (c *Config) validateJob(v *validator) {
+	switch {
+	case c.Job.Name == "":
+		v.required("job.name")
+	case !jobNameRE.MatchString(c.Job.Name):
+		v.errorf("job.name", "invalid job name %q: must match [a-z0-9][a-z0-9_-]*", c.Job.Name)
+	}
+	v.parallelism("job.parallelism", c.Job.Parallelism, 1)
+	mp := c.Job.MaxParallelism
+	if mp == 0 {
+		return
+	}
+	if mp < 1 || mp > keygroup.UpperBoundMaxParallelism {
+		v.errorf("job.max_parallelism", "must be 0 (derive) or in [1, %d], got %d", keygroup.UpperBoundMaxParallelism, mp)
+		return
+	}
+	for i := range c.Operators {
+		op := &c.Operators[i]
+		if p := c.OperatorParallelism(op); p > mp {
+			v.errorf("job.max_parallelism", "%d is less than the parallelism %d of operators[%d] (%q)", mp, p, i, op.Name)
+		}
+	}
+}
+
+func (c *Config) validateRuntime(v *validator) {
+	if c.DataDir == "" {
+		v.required("data_dir")
+	}
+	k := &c.Kafka
+	if len(k.Brokers) == 0 && !k.Embedded.Enabled {
+		v.errorf("kafka.brokers", "required unless kafka.embedded.enabled is true")
+	}
+	for i, b := range k.Brokers {
+		v.hostPort(fmt.Sprintf("kafka.brokers[%d]", i), b, false)
+	}
+	if k.ClientID == "" {
+		v.required("kafka.client_id")
+	}
+	v.hostPort("kafka.embedded.address", k.Embedded.Address, true)
+	if k.Embedded.Partitions < 1 {
+		v.errorf("kafka.embedded.partitions", "must be >= 1, got %d", k.Embedded.Partitions)
+	}
+	c.validateSecurity(v)
+	v.oneOf("state.backend", string(c.State.Backend), string(StateBackendHashMap), string(StateBackendPebble))
+	if c.State.BlockCacheBytes < 0 {
+		v.errorf("state.block_cache_bytes", "must be >= 0, got %d", c.State.BlockCacheBytes)
+	}
+	if c.Metrics.Address != "" {
+		v.hostPort("metrics.address", c.Metrics.Address, true)
+	}
+	if c.Metrics.BearerTokenEnv != "" && c.Metrics.BearerTokenFile != "" {
+		v.errorf("metrics.bearer_token_file", "set at most one of bearer_token_env and bearer_token_file")
+	}
+	cp := &c.Checkpoints
+	if cp.Interval != 0 && cp.Interval < 10*time.Millisecond {
+		v.errorf("checkpoints.interval", "must be 0 (off) or >= 10ms, got %v", cp.Interval)
+	}
+	if cp.Timeout <= 0 {
+		v.errorf("checkpoints.timeout", "must be > 0, got %v", cp.Timeout)
+	}
+	if cp.MinPause < 0 {
+		v.errorf("checkpoints.min_pause", "must be >= 0, got %v", cp.MinPause)
+	}
+	if cp.TolerableFailures < 0 {
+		v.errorf("checkpoints.tolerable_failures", "must be >= 0, got %d", cp.TolerableFailures)
+	}
+	if cp.Retained < 1 {
+		v.errorf("checkpoints.retained", "must be >= 1, got %d", cp.Retained)
+	}
+	v.oneOf("log.level", string(c.Log.Level),
+		string(LogLevelDebug), string(LogLevelInfo), string(LogLevelWarn), string(LogLevelError))
+	v.oneOf("log.format", string(c.Log.Format), string(LogFormatText), string(LogFormatJSON))
+}
+
+// validateNames checks that every stage has a unique name and returns the
+// stages by name (the first, for a duplicate).
+func (c *Config) validateNames(v *validator) map[string]stage {
+	stages := map[string]stage{}
+	add := func(kind, list string, i int, name string) {
+		path := fmt.Sprintf("%s[%d]", list, i)
+		if name == "" {
+			v.required(path + ".name")
+			return
+		}
+		if prev, dup := stages[name]; dup {
+			v.errorf(path+".name", "duplicate name %q: %s already uses it", name, prev.path)
+			return
+		}
+		stages[name] = stage{kind: kind, index: i, path: path}
+	}
+	if len(c.Sources) == 0 {
+		v.errorf("sources", "at least one source is required")
+	}
+	for i, s := range c.Sources {
+		add("source", "sources", i, s.Name)
+	}
+	for i, op := range c.Operators {
+		add("operator", "operators", i, op.Name)
+	}
+	if len(c.Sinks) == 0 {
+		v.errorf("sinks", "at least one sink is required")
+	}
+	for i, s := range c.Sinks {
+		add("sink", "sinks", i, s.Name)
+	}
+	return stages
+}
+
+func (c *Config) validateSources(v *validator) {
+	for i, s := range c.Sources {
+		p := fmt.Sprintf("sources[%d]", i)
+		v.topic(p+".topic", s.Topic)
+		v.oneOf(p+".start_from", string(s.StartFrom), string(StartFromEarliest), string(StartFromLatest))
+		v.oneOf(p+".format", string(s.Format), string(RecordFormatJSON), string(RecordFormatString), string(RecordFormatBytes))
+		v.parallelism(p+".parallelism", s.Parallelism, 0)
+		if s.OnError != "" {
+			v.oneOf(p+".on_error", string(s.OnError), string(OnErrorFail), string(OnErrorSkip), string(OnErrorDeadLetter))
+		}
+		switch {
+		case s.OnError == OnErrorDeadLetter && s.DeadLetterTopic == "":
+			v.errorf(p+".dead_letter_topic", "required when on_error is dead-letter")
+		case s.DeadLetterTopic != "":
+			v.topic(p+".dead_letter_topic", s.DeadLetterTopic)
+			if s.DeadLetterTopic == s.Topic {
+				v.errorf(p+".dead_letter_topic", "must differ from the source's topic %q", s.Topic)
+			}
+		}
+		if s.MaxRecordBytes < 0 {
+			v.errorf(p+".max_record_bytes", "must be >= 0, got %d", s.MaxRecordBytes)
+		}
+		if d := s.PartitionDiscoveryInterval; d != 0 && d < 100*time.Millisecond {
+			v.errorf(p+".partition_discovery_interval", "must be 0 (off) or >= 100ms, got %v", d)
+		}
+	}
+}
+
+// maxSuggestCandidates bounds the names a "did you mean" compares against.
+const maxSuggestCandidates = 1000
+
+// unknownRef reports a reference to a name no stage has.
+func (v *validator) unknownRef(path, name, what string, stages map[string]stage) {
+	if v.inputNames == nil {
+		for n, s := range stages {
+			if s.kind != "sink" {
+				v.inputNames = append(v.inputNames, n)
+			}
+		}
+		slices.Sort(v.inputNames)
+		v.suggested = map[string]string{}
+	}
+	s, ok := v.suggested[name]
+	if !ok && len(v.inputNames) <= maxSuggestCandidates {
+		s = suggest(name, v.inputNames)
+		v.suggested[name] = s
+	}
+	if s != "" {
+		v.errorf(path, "no %s is called %q (did you mean %q?)", what, name, s)
+		return
+	}
+	v.errorf(path, "no %s is called %q", what, name)
+}
+
+// registry returns the operator registry the config was parsed with.
+func (c *Config) registry() *operators.Registry {
+	if c.reg == nil {
+		return operators.NewBuiltinRegistry()
+	}
+	return c.reg
+}
+
+// typesWith lists, for messages, the registered types whose traits match.
+func typesWith(reg *operators.Registry, match func(operators.Traits) bool) string {
+	var out []string
+	for _, t := range reg.Types() {
+		if f, _ := reg.Lookup(t); match(f.Traits) {
+			out = append(out, t)
+		}
+	}
+	switch len(out) {
+	case 0:
+		return "none does"
+	case 1:
+		return "only " + out[0] + " does"
+	}
+	return "only " + strings.Join(out[:len(out)-1], ", ") + " and " + out[len(out)-1] + " do"
+}
+
+func (c *Config) validateOperators(v *validator, stages map[string]stage) {
+	reg := c.registry()
+	for i := range c.Operators {
+		op := &c.Operators[i]
+		p := fmt.Sprintf("operators[%d]", i)
+		f, known := reg.Lookup(op.Type)
+		if op.Type == "" {
+			v.required(p + ".type")
+		} else {
+			v.oneOf(p+".type", op.Type, reg.Types()...)
+		}
+		switch in, ok := stages[op.Input]; {
+		case op.Input == "":
+			v.required(p + ".input")
+		case !ok:
+			v.unknownRef(p+".input", op.Input, "source or operator", stages)
+		case in.kind == "sink":
+			v.errorf(p+".input", "%q is a sink (%s); an input must be a source or an operator", op.Input, in.path)
+		case in.kind == "operator" && in.index == i:
+			v.errorf(p+".input", "an operator cannot read its own output")
+		}
+		if op.KeyBy != "" {
+			if _, err := c.keySelector(op.KeyBy); err != nil {
+				v.errorf(p+".key_by", "%v", err)
+			}
+		}
+		if known && f.Traits.Keyed && op.KeyBy == "" {
+			v.errorf(p+".key_by", "required for operator type %s: a field path (such as user.id) or an expression giving the key", op.Type)
+		}
+		switch bc, ok := stages[op.Broadcast]; {
+		case !known:
+		case !f.Traits.Broadcast:
+			if op.Broadcast != "" {
+				v.errorf(p+".broadcast", "operator type %s takes no broadcast input; %s", op.Type, typesWith(reg, func(t operators.Traits) bool { return t.Broadcast }))
+			}
+		case op.Broadcast == "":
+			v.errorf(p+".broadcast", "required for operator type %s: the source of the rules broadcast to every subtask", op.Type)
+		case !ok:
+			v.unknownRef(p+".broadcast", op.Broadcast, "source", stages)
+		case bc.kind != "source":
+			v.errorf(p+".broadcast", "%q is %s; a broadcast input must be a source", op.Broadcast, bc.path)
+		case op.Broadcast == op.Input:
+			v.errorf(p+".broadcast", "%q is also the input; the broadcast input must be another source", op.Broadcast)
+		}
+		if op.AsyncState && known && !f.Traits.AsyncState {
+			v.errorf(p+".async_state", "operator type %s has no async state version; %s", op.Type, typesWith(reg, func(t operators.Traits) bool { return t.AsyncState }))
+		}
+		v.parallelism(p+".parallelism", op.Parallelism, 0)
+		if known {
+			c.decodeParams(v, p, op, f)
+		}
+	}
+	c.validateGraph(v, stages)
+}
+
+func (c *Config) validateSinks(v *validator, stages map[string]stage) {
+	for i, s := range c.Sinks {
+		p := fmt.Sprintf("sinks[%d]", i)
+		switch in, ok := stages[s.Input]; {
+		case s.Input == "":
+			v.required(p + ".input")
+		case !ok:
+			v.unknownRef(p+".input", s.Input, "operator or source", stages)
+		case in.kind == "sink":
+			v.errorf(p+".input", "%q is a sink (%s); an input must be an operator or a source", s.Input, in.path)
+		}
+		v.topic(p+".topic", s.Topic)
+		v.oneOf(p+".delivery", string(s.Delivery), string(DeliveryExactlyOnce), string(DeliveryAtLeastOnce), string(DeliveryNone))
+		if s.Delivery == DeliveryExactlyOnce {
+			iv := c.Checkpoints.Interval
+			switch {
+			case iv == 0:
+				v.errorf(p+".delivery", "exactly-once needs checkpoints: set checkpoints.interval (transactions commit when a checkpoint completes)")
+			case s.TransactionTimeout != 0 && s.TransactionTimeout <= iv:
+				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v plus the time a restart takes", s.TransactionTimeout, iv)
+			}
+		}
+		if s.BufferThreshold < 0 {
+			v.errorf(p+".buffer_threshold", "must be >= 0, got %d", s.BufferThreshold)
+		} else if s.BufferThreshold > 0 && s.Delivery != DeliveryAtLeastOnce {
+			v.errorf(p+".buffer_threshold", "buffering applies to at-least-once sinks, this one is %s", s.Delivery)
+		}
+		if s.PoolSize != 0 && (s.PoolSize < 3 || s.PoolSize > 100) {
+			v.errorf(p+".pool_size", "must be in [3, 100], got %d", s.PoolSize)
+		}
+		v.parallelism(p+".parallelism", s.Parallelism, 0)
+	}
+}
+
+func (c *Config) validateDemo(v *validator) {
+	d := &c.Demo
+	if math.IsNaN(d.ItemsPerSecond) || math.IsInf(d.ItemsPerSecond, 0) || d.ItemsPerSecond <= 0 {
+		v.errorf("demo.items_per_second", "must be a finite number > 0, got %v", d.ItemsPerSecond)
+	}
+	if !d.Enabled {
+		return
+	}
+	sourceTopic := func(path, t string) {
+		if t == "" {
+			v.errorf(path, "required when demo.enabled is true")
+			return
+		}
+		if !slices.ContainsFunc(c.Sources, func(s SourceConfig) bool { return s.Topic == t }) {
+			v.errorf(path, "no source reads topic %q; the demo writes only to source topics", t)
+		}
+	}
+	sourceTopic("demo.items_topic", d.ItemsTopic)
+	sourceTopic("demo.rules_topic", d.RulesTopic)
+	if d.ItemsTopic != "" && d.ItemsTopic == d.RulesTopic {
+		v.errorf("demo.rules_topic", "%q is also demo.items_topic; items and rules need their own topics", d.RulesTopic)
+	}
+}
