@@ -199,6 +199,127 @@ func TestMailboxRunsActionsInOrderOnTheCaller(t *testing.T) {
 	}
 }
 
+// TestMailboxReadyIsQuietOnceTheActionsRan checks that Ready is signalled
+// while actions are pending and not after they ran, whichever way they ran:
+// a stale signal would wake an idle subtask again and again.
+func TestMailboxReadyIsQuietOnceTheActionsRan(t *testing.T) {
+	m := NewMailbox()
+	signalled := func() bool { return len(m.Ready()) == 1 }
+	if signalled() {
+		t.Fatal("a new mailbox is signalled")
+	}
+	ran := 0
+	for i := 0; i < 3; i++ {
+		m.Execute(func() { ran++ })
+	}
+	if !signalled() {
+		t.Fatal("3 actions pending, Ready not signalled")
+	}
+	if n := m.TryYieldAll(); n != 3 || ran != 3 {
+		t.Fatalf("TryYieldAll ran %d (counted %d), want 3", n, ran)
+	}
+	if signalled() {
+		t.Fatal("Ready still signalled after TryYieldAll ran every action")
+	}
+	// The task loop's way: take the signal, then run the mail.
+	m.Execute(func() { ran++ })
+	<-m.Ready()
+	m.Execute(func() { ran++ }) // posted after the signal was taken
+	if n := m.TryYieldAll(); n != 2 || ran != 5 {
+		t.Fatalf("TryYieldAll ran %d (counted %d), want 2", n, ran)
+	}
+	if signalled() {
+		t.Fatal("Ready signalled after the actions posted around a wake-up ran")
+	}
+	m.Execute(func() { ran++ })
+	if err := m.Yield(context.Background()); err != nil || ran != 6 {
+		t.Fatalf("Yield = %v (counted %d), want nil and 6", err, ran)
+	}
+	if signalled() {
+		t.Fatal("Ready still signalled after Yield ran the only action")
+	}
+	if n := m.TryYieldAll(); n != 0 {
+		t.Fatalf("TryYieldAll on an empty mailbox ran %d", n)
+	}
+}
+
+// TestMailboxInterruptible checks that an Interruptible context is cancelled
+// by the next post, at once when mail is pending, not by a post after its
+// release, and not by mail that already ran.
+func TestMailboxInterruptible(t *testing.T) {
+	m := NewMailbox()
+	ctx, release := m.Interruptible(context.Background())
+	if ctx.Err() != nil {
+		t.Fatalf("fresh context on an empty mailbox: %v", ctx.Err())
+	}
+	m.Execute(func() {})
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatalf("after a post, ctx.Err() = %v, want context.Canceled", ctx.Err())
+	}
+	release()
+	// Mail pending: cancelled from the start.
+	ctx, release = m.Interruptible(context.Background())
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatalf("with mail pending, ctx.Err() = %v, want context.Canceled", ctx.Err())
+	}
+	release()
+	if n := m.TryYieldAll(); n != 1 {
+		t.Fatalf("TryYieldAll ran %d, want 1", n)
+	}
+	// Mail ran: a new context waits again, and a post after release is no
+	// concern of it.
+	ctx, release = m.Interruptible(context.Background())
+	if ctx.Err() != nil {
+		t.Fatalf("after the mail ran, a new context is done: %v", ctx.Err())
+	}
+	release()
+	next, releaseNext := m.Interruptible(context.Background())
+	defer releaseNext()
+	release() // a second release must not detach the newer context
+	m.Execute(func() {})
+	if !errors.Is(next.Err(), context.Canceled) {
+		t.Fatalf("newer context after a post: %v, want context.Canceled", next.Err())
+	}
+	// The parent's end reaches it too.
+	parent, cancel := context.WithCancel(context.Background())
+	m.TryYieldAll()
+	ctx, release = m.Interruptible(parent)
+	defer release()
+	cancel()
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatalf("after the parent ended, ctx.Err() = %v", ctx.Err())
+	}
+}
+
+// TestIdleOperatorTaskWakesOncePerPost posts actions to a task whose input
+// stays silent: it wakes at most once per post and not at all in between.
+func TestIdleOperatorTaskWakesOncePerPost(t *testing.T) {
+	in := NewChannel(1)
+	task := NewOperatorTask(OperatorTaskConfig{ID: TaskID{"op", 0}, Gate: NewInputGate([]InputChannel{{Ch: in}}), Operator: &recorder{}, BootstrapInput: -1})
+	done := make(chan error, 1)
+	go func() { done <- task.Run(context.Background(), nil) }()
+	var ran atomic.Int64
+	const posts = 20
+	for i := int64(1); i <= posts; i++ {
+		task.Mailbox().Execute(func() { ran.Add(1) })
+		for ran.Load() < i {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	woke := task.mailWakes.Load()
+	if woke < 1 || woke > posts {
+		t.Fatalf("the task woke %d times for %d posts, want 1..%d", woke, posts, posts)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := task.mailWakes.Load(); got != woke {
+		t.Fatalf("an idle task woke %d more times with no mail", got-woke)
+	}
+	in <- Element{Kind: KindEndOfInput}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // fakeSource emits n records then waits for stop.
 type fakeSource struct {
 	out *Output

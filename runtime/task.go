@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,6 +66,10 @@ type OperatorTask struct {
 	alignStart time.Time
 	mailErr    error
 	snapshots  sync.WaitGroup // asynchronous snapshot parts in flight
+
+	// mailWakes counts the times the loop woke for mail rather than input;
+	// read by tests from other goroutines.
+	mailWakes atomic.Int64
 }
 
 // OperatorTaskConfig configures NewOperatorTask.
@@ -162,6 +167,9 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 			return err
 		}
 		if !ok {
+			// Ready woke the gate: run the mail. TryYieldAll takes the signal
+			// back, so an idle task blocks in Next until the next post.
+			t.mailWakes.Add(1)
 			t.mailbox.TryYieldAll()
 			if t.mailErr != nil {
 				return t.mailErr

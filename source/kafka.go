@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -262,6 +263,13 @@ type KafkaSource struct {
 	adminCl   *kgo.Client // metadata and offsets requests; owned by read
 	// pendingBarriers are checkpoints triggered but not yet taken.
 	pendingBarriers []*runtime.Barrier
+
+	// pollBound bounds one poll (pollBound unless a test changes it).
+	pollBound time.Duration
+	// wakes counts the polls started: each is one wake-up of the subtask
+	// goroutine (mail, records or the poll bound ended the previous one).
+	// Read by tests from other goroutines.
+	wakes atomic.Int64
 }
 
 // New returns the source subtask cfg describes. It does not connect yet.
@@ -282,6 +290,7 @@ func New(cfg Config) *KafkaSource {
 			Source: cfg.Name, OnError: cfg.OnError, DeadLetterTopic: cfg.DeadLetterTopic,
 			Metrics: cfg.Metrics, Logger: logger,
 		}),
+		pollBound: pollBound,
 	}
 }
 
@@ -445,24 +454,22 @@ func (s *KafkaSource) read(ctx context.Context) error {
 	}
 }
 
+// pollBound is how long one poll waits for records at most, so discovery
+// runs on time.
+const pollBound = 500 * time.Millisecond
+
 // poll waits for records, returning early when mail arrives (a checkpoint
-// trigger must not wait for the next record) and at the latest after 500 ms
-// so discovery runs on time. Records stay buffered in the client when the
-// poll returns early.
+// trigger must not wait for the next record) and at the latest after
+// s.pollBound. The poll's context is one the mailbox cancels when an action
+// is posted (or is already pending), so no goroutine watches the mailbox and
+// a wake-up cannot signal itself again. Records stay buffered in the client
+// when the poll returns early.
 func (s *KafkaSource) poll(ctx context.Context) kgo.Fetches {
-	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	pctx, cancel := context.WithTimeout(ctx, s.pollBound)
 	defer cancel()
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-s.mailbox.Ready():
-			cancel()
-			// Re-arm the signal for runMail.
-			s.mailbox.Execute(func() {})
-		case <-done:
-		}
-	}()
+	pctx, release := s.mailbox.Interruptible(pctx)
+	defer release()
+	s.wakes.Add(1)
 	return s.cl.PollRecords(pctx, 1000)
 }
 
