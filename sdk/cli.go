@@ -1,20 +1,3 @@
-// Package sdk is what a Go user imports to run kstreamd jobs with operator
-// types of their own: the kstreamd command line (Main, Run) over an
-// operator registry (NewRegistry holds the built-ins; Register adds more),
-// and the function interfaces and helpers a custom operator implements. A
-// binary built with it has the commands, flags, HTTP API and metrics of
-// kstreamd itself; its pipelines name the registered types in YAML.
-//
-//	kstreamd run --config FILE [--from-savepoint DIR]   run the job until SIGINT or SIGTERM
-//	kstreamd validate --config FILE                     check the file and exit
-//	kstreamd savepoint [--address A] [--dir D] [--stop] [--token-env NAME]
-//	                                                    ask a running daemon for a savepoint
-//	kstreamd checkpoints list --dir DIR                 list a job's checkpoints
-//	kstreamd broker --config FILE                       run the development broker on its own
-//	kstreamd version                                    print the version
-//
-// Exit status: 0 after a clean stop or a valid file, 1 when the job (or a
-// command) fails, 2 for a bad command line or config file.
 package sdk
 
 import (
