@@ -1,0 +1,158 @@
+package expression
+
+import (
+	"testing"
+	"time"
+)
+
+const benchRecord = `{"event_id":"e-123","user":{"id":"u42","country":"NL"},"amount":512,"currency":"EUR","type":"card","tags":["a","b"]}`
+
+// benchExprs are the record shapes' typical expressions: a filter, a
+// compound filter, a projection and a flat_map selector; then two that
+// walk or read a record's list or string, so run with cost tracking.
+var benchExprs = []struct{ name, src string }{
+	{"filter", `amount > 100`},
+	{"and", `user.country == 'NL' && amount >= 10`},
+	{"projection", `{"id": event_id, "amount": amount}`},
+	{"list", `tags`},
+	{"tracked_exists", `tags.exists(t, t == 'b')`},
+	{"tracked_concat", `event_id + '/' + currency`},
+}
+
+func benchInput(b *testing.B) *Input {
+	v, err := DecodeJSON([]byte(benchRecord))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &Input{
+		Value:     v,
+		Key:       []byte("u42"),
+		Timestamp: time.UnixMilli(1700000000000),
+		Headers:   []Header{{Key: "trace", Value: []byte("t-1")}},
+	}
+}
+
+func BenchmarkCompile(b *testing.B) {
+	for _, e := range benchExprs {
+		b.Run(e.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Compile(e.src); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEval evaluates on a reused Env, Reset per record as an operator
+// goroutine would.
+func BenchmarkEval(b *testing.B) {
+	in := benchInput(b)
+	for _, e := range benchExprs {
+		p, err := Compile(e.src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(e.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var env Env
+			for b.Loop() {
+				env.Reset(in)
+				if _, err := p.Eval(&env); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEvalNewEnv builds a new Env per evaluation.
+func BenchmarkEvalNewEnv(b *testing.B) {
+	in := benchInput(b)
+	p, err := Compile(`amount > 100`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.EvalBool(NewEnv(in)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEnvShared compares three expressions that read headers and the
+// key on one record: one Env shared by all, against one Env each.
+func BenchmarkEnvShared(b *testing.B) {
+	in := benchInput(b)
+	var ps []*Program
+	for _, src := range []string{`headers.trace == 't-1'`, `key == 'u42'`, `'trace' in headers && key != null`} {
+		p, err := Compile(src, ExpectBool())
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	b.Run("shared", func(b *testing.B) {
+		b.ReportAllocs()
+		var env Env
+		for b.Loop() {
+			env.Reset(in)
+			for _, p := range ps {
+				if _, err := p.EvalBool(&env); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("each", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, p := range ps {
+				if _, err := p.EvalBool(NewEnv(in)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+func BenchmarkDecodeJSON(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeJSON([]byte(benchRecord)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeJSON(b *testing.B) {
+	v := map[string]any{"id": "e-123", "amount": int64(512)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := EncodeJSON(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEvalToCostLimit is the time a runaway expression runs before
+// DefaultMaxCost stops it.
+func BenchmarkEvalToCostLimit(b *testing.B) {
+	arr := make([]any, 1000)
+	for i := range arr {
+		arr[i] = int64(i)
+	}
+	env := NewEnv(&Input{Value: map[string]any{"arr": arr}})
+	p, err := Compile(`arr.all(a, arr.all(b, arr.all(c, true)))`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Eval(env); err == nil {
+			b.Fatal("no cost limit")
+		}
+	}
+}
