@@ -345,6 +345,11 @@ func (j *Job) operator(op *graph.Operator, sub int, fn any, restore *operators.R
 	info := operators.OpenContext{Operator: op.Name, Subtask: sub, Parallelism: op.Parallelism}
 	open := j.opener(stateRoot, op.Name, sub, op.Parallelism, j.maxP, logger)
 	tr := op.Factory.Traits
+	// ProcessFunction and KeyedProcessFunction have the same methods, so
+	// the traits, not the type switch, tell them apart.
+	if f, ok := fn.(operators.ProcessFunction); ok && !tr.Keyed {
+		return operators.NewProcessOperator(info, restore, f, out), nil
+	}
 	switch f := fn.(type) {
 	case operators.KeyedBroadcastProcessFunction:
 		if tr.Keyed && tr.Broadcast {
@@ -357,10 +362,6 @@ func (j *Job) operator(op *graph.Operator, sub int, fn any, restore *operators.R
 	case operators.KeyedProcessFunction:
 		if tr.Keyed && !tr.Broadcast && !op.AsyncState {
 			return operators.NewKeyedProcessOperator(info, open, restore, f, out), nil
-		}
-	case operators.ProcessFunction:
-		if !tr.Keyed {
-			return operators.NewProcessOperator(info, restore, f, out), nil
 		}
 	}
 	return nil, fmt.Errorf("job: operator %q: type %s (traits %+v, async_state %v) built a %T, which does not fit its traits", op.Name, op.Type, tr, op.AsyncState, fn)

@@ -3,9 +3,11 @@ package operators
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 
+	"github.com/kstreamd/kstreamd/expression"
 	"github.com/kstreamd/kstreamd/runtime"
 )
 
@@ -16,6 +18,27 @@ var fieldPathRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z
 // IsFieldPath reports whether a key_by is a (possibly nested) JSON field
 // path rather than an expression.
 func IsFieldPath(s string) bool { return fieldPathRE.MatchString(s) }
+
+// NewKeySelector returns the selector of a key_by text: a
+// FieldKeySelector for a field path, an ExpressionKeySelector for any other
+// text and for a path starting at a name expressions reserve (value, key,
+// timestamp, headers: key_by: key is the Kafka key, value.id the id field,
+// as in expressions). An expression that does not compile is a
+// *CompileError.
+func NewKeySelector(keyBy string) (runtime.KeySelector, error) {
+	root, _, _ := strings.Cut(keyBy, ".")
+	switch {
+	case !IsFieldPath(keyBy):
+	case root == "value" || root == "key" || root == "timestamp" || root == "headers":
+	default:
+		return NewFieldKeySelector(keyBy), nil
+	}
+	sel, err := NewExpressionKeySelector(keyBy)
+	if err != nil {
+		return nil, err
+	}
+	return sel, nil
+}
 
 // FieldKeySelector selects the key of a JSON object value by a field path
 // (Flink's KeySelector over a nested field): a JSON string gives its
@@ -65,4 +88,57 @@ func (s *FieldKeySelector) SelectKey(rec *runtime.Record) ([]byte, error) {
 		return nil, &runtime.RecordError{Reason: runtime.ReasonWrongType, Detail: "key_by " + strings.Join(s.path, ".")}
 	}
 	return []byte(raw), nil
+}
+
+// ExpressionKeySelector selects the key of a record by an expression over
+// it (a key_by that is not a field path, such as
+// "user.country + '/' + string(user.id)"): a string result gives its bytes,
+// a number its JSON text, bytes themselves. It implements
+// runtime.KeySelector; its *runtime.RecordError reasons are missing_key (a
+// null result), wrong_type (a bool, map or list result) and eval_error (the
+// expression fails on the record: a missing field, a wrong type); the
+// detail names the expression. Safe for concurrent use by several
+// subtasks: each call evaluates in its own environment.
+type ExpressionKeySelector struct {
+	expr Expression
+}
+
+// NewExpressionKeySelector compiles src and returns its selector; a compile
+// error is a *CompileError.
+func NewExpressionKeySelector(src string) (*ExpressionKeySelector, error) {
+	e, err := CompileExpression(src)
+	if err != nil {
+		return nil, err
+	}
+	return &ExpressionKeySelector{expr: e}, nil
+}
+
+// SelectKey implements runtime.KeySelector.
+func (s *ExpressionKeySelector) SelectKey(rec *runtime.Record) ([]byte, error) {
+	var env RecordEnv
+	v, err := s.expr.Program().Eval(env.Reset(rec))
+	if err != nil {
+		return nil, EvalRecordError(err)
+	}
+	switch k := v.(type) {
+	case string:
+		return []byte(k), nil
+	case []byte:
+		return k, nil
+	case int64, uint64, float64:
+		b, err := expression.EncodeJSON(k)
+		if err != nil { // NaN or an infinity
+			return nil, s.keyError(runtime.ReasonWrongType, err.Error())
+		}
+		return b, nil
+	case nil:
+		return nil, s.keyError(runtime.ReasonMissingKey, "result is null")
+	default:
+		return nil, s.keyError(runtime.ReasonWrongType, "result is a "+resultType(v)+", not a string or number")
+	}
+}
+
+// keyError is the bad-record error of a key the expression cannot give.
+func (s *ExpressionKeySelector) keyError(reason, msg string) *runtime.RecordError {
+	return &runtime.RecordError{Reason: reason, Detail: fmt.Sprintf("key_by %q: %s", s.expr.String(), msg)}
 }

@@ -37,8 +37,9 @@ type Factory struct {
 	Traits Traits
 	// Params returns a pointer to a new params struct holding the defaults;
 	// its fields are decoded from params: by their yaml tags (strings,
-	// numbers, booleans, durations, lists, nested structs, and any type
-	// implementing encoding.TextUnmarshaler, such as expression.Expr).
+	// numbers, booleans, durations, lists, maps with string keys, nested
+	// structs, and any type implementing encoding.TextUnmarshaler, such as
+	// Expression).
 	// When the struct implements ParamsChecker its CheckParams reports
 	// every further problem. Nil: the type takes no params (a params:
 	// mapping is refused).
@@ -136,6 +137,11 @@ func Builtins() []Factory {
 		shapePairMatcherFactory(),
 		countWindowAverageFactory(),
 		keyedCountFactory(),
+		aggregateFactory(),
+		dedupFactory(),
+		filterFactory(),
+		mapFactory(),
+		flatMapFactory(),
 	}
 }
 

@@ -279,6 +279,8 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		d.decodeStruct(n, v, path)
 	case reflect.Slice:
 		d.decodeSlice(n, v, path)
+	case reflect.Map:
+		d.decodeMap(n, v, path)
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode || !slices.Contains([]string{"!!str", "!!int", "!!float", "!!timestamp"}, tag) {
 			d.fail(path, "must be a string, got "+describe(n))
@@ -388,6 +390,45 @@ func (d *decoder) decodeSlice(n *yaml.Node, v reflect.Value, path string) {
 		s = reflect.Append(s, e.Elem())
 	}
 	v.Set(s)
+}
+
+// decodeMap decodes a mapping into a map with string keys (operator params
+// such as map's headers: {name: expression}): every key is a string, each
+// value decoded as its type at path "<path>.<key>"; duplicate keys are
+// refused.
+func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) {
+	if v.Type().Key().Kind() != reflect.String {
+		d.fail(path, "pipeline: no decoder for field type "+v.Type().String())
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.fail(path, "must be a mapping, got "+describe(n))
+		return
+	}
+	m := reflect.MakeMapWithSize(v.Type(), len(n.Content)/2)
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := resolveAlias(n.Content[i]), n.Content[i+1]
+		if !d.step(k, path) {
+			return
+		}
+		if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
+			d.failAt(k, path, "keys must be strings, got "+describe(k))
+			continue
+		}
+		kpath := joinPath(path, k.Value)
+		if line, dup := seen[k.Value]; dup {
+			d.failAt(k, kpath, fmt.Sprintf("duplicate key (first set on line %d)", line))
+			continue
+		}
+		seen[k.Value] = k.Line
+		d.o.keys[kpath] = posOf(k)
+		d.o.vals[kpath] = posOf(resolveAlias(val))
+		e := reflect.New(v.Type().Elem())
+		d.decode(val, e.Elem(), kpath)
+		m.SetMapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key()), e.Elem())
+	}
+	v.Set(m)
 }
 
 // fieldNames returns the yaml names of a struct type's fields, mapped to

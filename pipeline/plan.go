@@ -32,12 +32,14 @@ func (c *Config) Plan() (*graph.Graph, error) {
 }
 
 // keySelector returns the runtime.KeySelector of a key_by text: a field
-// path, or an error saying why the text is no key.
+// path, or an expression over the record (operators.NewKeySelector), or an
+// error naming the expression and why it does not compile.
 func (c *Config) keySelector(keyBy string) (runtime.KeySelector, error) {
-	if operators.IsFieldPath(keyBy) {
-		return operators.NewFieldKeySelector(keyBy), nil
+	sel, err := operators.NewKeySelector(keyBy)
+	if err != nil {
+		return nil, fmt.Errorf("neither a field path (identifiers joined by dots, such as user.id) nor an expression: %w", err)
 	}
-	return nil, fmt.Errorf("%q is not a field path (identifiers joined by dots, such as user.id)", keyBy)
+	return sel, nil
 }
 
 // decodeParams decodes op's params: mapping strictly into the params

@@ -1,0 +1,564 @@
+package operators
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/kstreamd/kstreamd/expression"
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// AggregateType is the pipeline name of the aggregate operator.
+const AggregateType = "aggregate"
+
+// AggregateStateName is the name of the aggregate operator's ValueState
+// holding every accumulator of a key; each count_distinct aggregate adds a
+// MapState named AggregateStateName + "." + its name holding the distinct
+// values seen. The names are part of the checkpoint format: renaming an
+// aggregate starts it from zero.
+const AggregateStateName = "aggregate"
+
+// AggregateFn is the fn of one aggregate.
+type AggregateFn string
+
+// The aggregate functions. sum, min, max and avg take numbers (an of that
+// evaluates to anything else, or to NaN or an infinity, is an eval_error);
+// first, last and count_distinct take any JSON value.
+const (
+	// AggCount counts the key's records (it takes no of).
+	AggCount AggregateFn = "count"
+	// AggSum adds the values: an integer while every value is an integer
+	// and the sum fits in int64, a double from the first fraction (or
+	// overflow) on; a double sum beyond the float64 range is emitted as
+	// null.
+	AggSum AggregateFn = "sum"
+	// AggMin is the smallest value, as given (integer or double).
+	AggMin AggregateFn = "min"
+	// AggMax is the largest value, as given (integer or double).
+	AggMax AggregateFn = "max"
+	// AggAvg is the sum divided by the count, always a double.
+	AggAvg AggregateFn = "avg"
+	// AggFirst is the value of the key's first record.
+	AggFirst AggregateFn = "first"
+	// AggLast is the value of the key's latest record.
+	AggLast AggregateFn = "last"
+	// AggCountDistinct counts the distinct values (two values are the same
+	// when their compact JSON encodings, with object keys sorted, are
+	// equal); the values seen are kept in a MapState, one entry each.
+	AggCountDistinct AggregateFn = "count_distinct"
+)
+
+var aggregateFns = []AggregateFn{AggCount, AggSum, AggMin, AggMax, AggAvg, AggFirst, AggLast, AggCountDistinct}
+
+// UnmarshalText implements encoding.TextUnmarshaler, refusing an unknown
+// function.
+func (f *AggregateFn) UnmarshalText(text []byte) error { return setEnum(f, text, aggregateFns...) }
+
+// AggregateEmit is the emit param of the aggregate operator.
+type AggregateEmit string
+
+// The values of AggregateEmit.
+const (
+	// EmitEveryUpdate emits the results after every record. The default.
+	EmitEveryUpdate AggregateEmit = "every_update"
+	// EmitOnChange emits the results after a record only when some result
+	// differs from its value before the record (a key's first record always
+	// emits).
+	EmitOnChange AggregateEmit = "on_change"
+)
+
+// UnmarshalText implements encoding.TextUnmarshaler, refusing an unknown
+// value.
+func (e *AggregateEmit) UnmarshalText(text []byte) error {
+	return setEnum(e, text, EmitEveryUpdate, EmitOnChange)
+}
+
+// AggregateParams are the params of the aggregate operator:
+//
+//	params:
+//	  aggregates:
+//	    - {name: total, fn: sum, of: amount}
+//	    - {name: n, fn: count}
+//	  emit: every_update      # or on_change
+//	  state_ttl: {ttl: 30m}   # optional, see StateTTLParams
+type AggregateParams struct {
+	// Aggregates are the results computed per key, in output order; at
+	// least one.
+	Aggregates []AggregateSpec `yaml:"aggregates" doc:"The aggregates, each {name, fn, of}, in output order; required, at least one."`
+	// Emit says when results are emitted; default EmitEveryUpdate.
+	Emit AggregateEmit `yaml:"emit" doc:"When to emit: every_update (default: after every record) or on_change (only when some result changed)."`
+	// StateTTL expires a key's aggregates; default: never.
+	StateTTL StateTTLParams `yaml:"state_ttl" doc:"Expire a key's aggregates a time after their last update, so the key starts again from zero; default: never (see state_ttl)."`
+}
+
+// AggregateSpec is one aggregate of AggregateParams.
+type AggregateSpec struct {
+	// Name is the result's field in the output; required, unique, not
+	// "key".
+	Name string `yaml:"name" doc:"The result's field in the output; required, unique, not key."`
+	// Fn is the aggregate function; required.
+	Fn AggregateFn `yaml:"fn" doc:"count, sum, min, max, avg, first, last or count_distinct; required."`
+	// Of is the expression aggregated, evaluated on each record; required
+	// except for count, which takes none.
+	Of Expression `yaml:"of" doc:"The expression aggregated, evaluated on each record (e.g. amount); required except for count, which takes none."`
+}
+
+// CheckParams implements ParamsChecker.
+func (p *AggregateParams) CheckParams(report func(field, msg string)) {
+	if len(p.Aggregates) == 0 {
+		report("aggregates", "at least one aggregate is required")
+	}
+	names := map[string]int{}
+	for i, a := range p.Aggregates {
+		at := func(f string) string { return fmt.Sprintf("aggregates[%d].%s", i, f) }
+		switch j, dup := names[a.Name]; {
+		case a.Name == "":
+			report(at("name"), "required")
+		case a.Name == "key":
+			report(at("name"), `"key" is the output's key field; choose another name`)
+		case dup:
+			report(at("name"), fmt.Sprintf("duplicate name %q (also aggregates[%d])", a.Name, j))
+		default:
+			names[a.Name] = i
+		}
+		switch {
+		case a.Fn == "":
+			report(at("fn"), "required: one of count, sum, min, max, avg, first, last, count_distinct")
+		case a.Fn == AggCount && a.Of.IsSet():
+			report(at("of"), "count counts records and takes no of")
+		case a.Fn != AggCount && !a.Of.IsSet():
+			report(at("of"), fmt.Sprintf("required for fn %s (an expression such as amount)", a.Fn))
+		}
+	}
+	p.StateTTL.Check("state_ttl", report)
+}
+
+// aggregateFactory registers AggregateType.
+func aggregateFactory() Factory {
+	return Factory{
+		Type:   AggregateType,
+		Doc:    "Per key, running aggregates (count, sum, min, max, avg, first, last, count_distinct) emitted as {\"key\", <name>: <result>, ...} on every update or on change.",
+		Traits: Traits{Keyed: true, AsyncState: true},
+		Params: func() any { return &AggregateParams{Emit: EmitEveryUpdate} },
+		State:  []string{AggregateStateName, AggregateStateName + ".<name>"},
+		New: func(ctx FactoryContext) (any, error) {
+			p, ok := ctx.Params.(*AggregateParams)
+			if !ok {
+				return nil, fmt.Errorf("operators: %s: params %T, want *AggregateParams", AggregateType, ctx.Params)
+			}
+			if ctx.AsyncState {
+				return NewAsyncAggregate(*p), nil
+			}
+			return NewAggregate(*p), nil
+		},
+	}
+}
+
+// aggregator is what Aggregate and AsyncAggregate share: the params, the
+// evaluation of a record's inputs, the fold of them into the accumulators
+// and the output.
+type aggregator struct {
+	specs    []AggregateSpec
+	emit     AggregateEmit
+	ttl      *state.StateTtlConfig
+	distinct []int // indexes in specs of the count_distinct aggregates
+	env      RecordEnv
+}
+
+func newAggregator(p AggregateParams) aggregator {
+	a := aggregator{specs: p.Aggregates, emit: p.Emit, ttl: p.StateTTL.Config()}
+	for i, s := range a.specs {
+		if s.Fn == AggCountDistinct {
+			a.distinct = append(a.distinct, i)
+		}
+	}
+	return a
+}
+
+// aggregateAccumulators is the aggregate operator's ValueState: each
+// aggregate's accumulator by name, stored as JSON.
+type aggregateAccumulators map[string]aggAccumulator
+
+// aggAccumulator is the state of one aggregate of one key.
+type aggAccumulator struct {
+	// Fn is the function the accumulator belongs to; an accumulator of
+	// another fn (the config changed) starts again from zero.
+	Fn AggregateFn `json:"fn"`
+	// Records is the number of records folded.
+	Records int64 `json:"records"`
+	// Distinct is count_distinct's number of distinct values.
+	Distinct int64 `json:"distinct,omitempty"`
+	// Num is the sum (sum, avg) or the extreme (min, max).
+	Num number `json:"num,omitzero"`
+	// Value is the JSON of first's or last's value.
+	Value json.RawMessage `json:"value,omitempty"`
+}
+
+// number is an integer or a double, as expression results are.
+type number struct {
+	Int     int64   `json:"int,omitempty"`
+	Float   float64 `json:"float,omitempty"`
+	IsFloat bool    `json:"is_float,omitempty"`
+}
+
+func (n number) float() float64 {
+	if n.IsFloat {
+		return n.Float
+	}
+	return float64(n.Int)
+}
+
+// add returns n+m: an integer when both are and the sum does not overflow.
+func (n number) add(m number) number {
+	if !n.IsFloat && !m.IsFloat {
+		s := n.Int + m.Int
+		if (s > n.Int) == (m.Int > 0) {
+			return number{Int: s}
+		}
+	}
+	return number{Float: n.float() + m.float(), IsFloat: true}
+}
+
+// less reports n < m: exactly for two integers, as doubles otherwise.
+func (n number) less(m number) bool {
+	if !n.IsFloat && !m.IsFloat {
+		return n.Int < m.Int
+	}
+	return n.float() < m.float()
+}
+
+func (n number) appendJSON(dst []byte) []byte {
+	if !n.IsFloat {
+		return strconv.AppendInt(dst, n.Int, 10)
+	}
+	return appendFloat(dst, n.Float)
+}
+
+// appendFloat appends f as encoding/json does, and null for NaN and the
+// infinities, which JSON cannot hold.
+func appendFloat(dst []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(dst, "null"...)
+	}
+	b, _ := json.Marshal(f) // finite: cannot fail
+	return append(dst, b...)
+}
+
+// toNumber returns v as a number when it is a finite integer or double.
+func toNumber(v any) (number, bool) {
+	switch x := v.(type) {
+	case int64:
+		return number{Int: x}, true
+	case uint64:
+		if x <= math.MaxInt64 {
+			return number{Int: int64(x)}, true
+		}
+		return number{Float: float64(x), IsFloat: true}, true
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return number{}, false
+		}
+		return number{Float: x, IsFloat: true}, true
+	}
+	return number{}, false
+}
+
+// aggInput is one aggregate's input from one record: the number (sum, min,
+// max, avg) or the JSON of the value (first, last, count_distinct).
+type aggInput struct {
+	num number
+	raw []byte
+}
+
+// inputs evaluates every aggregate's of on rec, before any state is
+// touched: a failure is a *runtime.RecordError with reason eval_error.
+func (a *aggregator) inputs(rec *runtime.Record) ([]aggInput, error) {
+	env := a.env.Reset(rec)
+	in := make([]aggInput, len(a.specs))
+	for i, s := range a.specs {
+		if s.Fn == AggCount {
+			continue
+		}
+		v, err := s.Of.Program().Eval(env)
+		if err != nil {
+			return nil, EvalRecordError(err)
+		}
+		switch s.Fn {
+		case AggSum, AggMin, AggMax, AggAvg:
+			n, ok := toNumber(v)
+			if !ok {
+				what := resultType(v)
+				if f, isFloat := v.(float64); isFloat {
+					what = strconv.FormatFloat(f, 'g', -1, 64)
+				}
+				return nil, resultError(s.Of, "aggregate "+s.Name+" ("+string(s.Fn)+")", "needs a finite number, got "+what)
+			}
+			in[i].num = n
+		default:
+			raw, err := expression.EncodeJSON(v)
+			if err != nil {
+				return nil, resultError(s.Of, "aggregate "+s.Name+" ("+string(s.Fn)+")", "has no JSON value: "+err.Error())
+			}
+			in[i].raw = raw
+		}
+	}
+	return in, nil
+}
+
+// fold returns the accumulators after folding in into cur (found: cur was
+// in the state), the output value before (nil for a new key) and after the
+// record, and whether to emit. isNew[j] says whether the input of the j-th
+// count_distinct aggregate was not seen before.
+func (a *aggregator) fold(key []byte, cur aggregateAccumulators, found bool, in []aggInput, isNew []bool) (next aggregateAccumulators, out []byte, emit bool) {
+	var before []byte
+	if found {
+		before = a.output(key, cur)
+	}
+	next = make(aggregateAccumulators, len(a.specs))
+	d := 0
+	for i, s := range a.specs {
+		acc, ok := cur[s.Name]
+		if !ok || acc.Fn != s.Fn {
+			acc = aggAccumulator{Fn: s.Fn}
+		}
+		switch s.Fn {
+		case AggSum, AggAvg:
+			acc.Num = acc.Num.add(in[i].num)
+		case AggMin:
+			if acc.Records == 0 || in[i].num.less(acc.Num) {
+				acc.Num = in[i].num
+			}
+		case AggMax:
+			if acc.Records == 0 || acc.Num.less(in[i].num) {
+				acc.Num = in[i].num
+			}
+		case AggFirst:
+			if acc.Records == 0 {
+				acc.Value = in[i].raw
+			}
+		case AggLast:
+			acc.Value = in[i].raw
+		case AggCountDistinct:
+			if isNew[d] {
+				acc.Distinct++
+			}
+			d++
+		}
+		acc.Records++
+		next[s.Name] = acc
+	}
+	out = a.output(key, next)
+	return next, out, a.emit == EmitEveryUpdate || !bytes.Equal(before, out)
+}
+
+// output renders {"key": <key as a string>, <name>: <result>, ...} in the
+// order of the aggregates.
+func (a *aggregator) output(key []byte, accs aggregateAccumulators) []byte {
+	k, _ := json.Marshal(string(key)) // a string: cannot fail
+	b := append([]byte(`{"key":`), k...)
+	for _, s := range a.specs {
+		name, _ := json.Marshal(s.Name)
+		b = append(append(append(b, ','), name...), ':')
+		acc := accs[s.Name]
+		switch s.Fn {
+		case AggCount:
+			b = strconv.AppendInt(b, acc.Records, 10)
+		case AggCountDistinct:
+			b = strconv.AppendInt(b, acc.Distinct, 10)
+		case AggSum, AggMin, AggMax:
+			b = acc.Num.appendJSON(b)
+		case AggAvg:
+			b = appendFloat(b, acc.Num.float()/float64(acc.Records))
+		case AggFirst, AggLast:
+			b = append(b, acc.Value...)
+		}
+	}
+	return append(b, '}')
+}
+
+// record is the output record of value v for input rec: rec's key,
+// timestamp, headers and origin.
+func aggregateRecord(rec runtime.Record, v []byte) runtime.Record {
+	return runtime.Record{Key: rec.Key, Value: v, Timestamp: rec.Timestamp, Headers: rec.Headers, Origin: rec.Origin}
+}
+
+// accDescriptor describes the accumulators' ValueState.
+func (a *aggregator) accDescriptor() state.ValueStateDescriptor[aggregateAccumulators] {
+	return state.ValueStateDescriptor[aggregateAccumulators]{
+		Name: AggregateStateName, Serializer: state.JSONSerializer[aggregateAccumulators]{}, TTL: a.ttl,
+	}
+}
+
+// setDescriptor describes the MapState of the count_distinct aggregate
+// specs[i]: the distinct values' JSON to nothing.
+func (a *aggregator) setDescriptor(i int) state.MapStateDescriptor[string, []byte] {
+	return state.MapStateDescriptor[string, []byte]{
+		Name: AggregateStateName + "." + a.specs[i].Name, KeySerializer: state.StringSerializer{},
+		ValueSerializer: state.BytesSerializer{}, TTL: a.ttl,
+	}
+}
+
+// putSeen says whether a count_distinct value seen before is written again:
+// with TTL refreshed by writes only, so that a value stays remembered ttl
+// after its last occurrence.
+func (a *aggregator) putSeen() bool {
+	return a.ttl != nil && a.ttl.UpdateType == state.OnCreateAndWrite
+}
+
+// Aggregate is the aggregate operator (Flink's keyed aggregate over a
+// global window, emitting on every update, as Flink SQL's unbounded GROUP
+// BY): per key it folds each record into running aggregates and emits
+// {"key": <key>, <name>: <result>, ...} in the aggregates' order, with the
+// input's key, timestamp, headers and origin. Its state is one
+// ValueState (AggregateStateName, the accumulators as JSON) plus one
+// MapState per count_distinct aggregate; with state_ttl every one of them
+// expires ttl after its last refresh: a key whose accumulators expired
+// starts again from zero (its distinct sets are cleared), and a
+// count_distinct value is remembered for ttl after its last occurrence.
+//
+// Every of is evaluated before the state is read: a record on which one
+// fails (a missing field, a sum over a string) is a *runtime.RecordError
+// with reason eval_error and leaves the state untouched.
+type Aggregate struct {
+	aggregator
+	acc  state.ValueState[aggregateAccumulators]
+	sets []state.MapState[string, []byte] // one per aggregator.distinct
+}
+
+// NewAggregate returns the aggregate function of params p (checked by
+// CheckParams).
+func NewAggregate(p AggregateParams) *Aggregate { return &Aggregate{aggregator: newAggregator(p)} }
+
+// Open implements KeyedProcessFunction. It fails with a
+// *state.StateMigrationError naming the state when the restored state was
+// written with TTL and the params have none, or the other way round.
+func (f *Aggregate) Open(ctx OpenContext) error {
+	acc, err := state.GetValueState(ctx.Backend, f.accDescriptor())
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: %w", AggregateType, ctx.Operator, err)
+	}
+	f.acc = acc
+	f.sets = nil
+	for _, i := range f.distinct {
+		m, err := state.GetMapState(ctx.Backend, f.setDescriptor(i))
+		if err != nil {
+			return fmt.Errorf("operators: %s %s: %w", AggregateType, ctx.Operator, err)
+		}
+		f.sets = append(f.sets, m)
+	}
+	return nil
+}
+
+// ProcessElement implements KeyedProcessFunction.
+func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	in, err := f.inputs(&rec)
+	if err != nil {
+		return err
+	}
+	cur, found, err := f.acc.Value()
+	if err != nil {
+		return err
+	}
+	isNew := make([]bool, len(f.distinct))
+	for j, i := range f.distinct {
+		if !found && f.ttl != nil {
+			if err := f.sets[j].Clear(); err != nil { // values of an expired run of the key
+				return err
+			}
+		}
+		seen, err := f.sets[j].Contains(string(in[i].raw))
+		if err != nil {
+			return err
+		}
+		isNew[j] = !seen
+		if !seen || f.putSeen() {
+			if err := f.sets[j].Put(string(in[i].raw), nil); err != nil {
+				return err
+			}
+		}
+	}
+	next, v, emit := f.fold(rec.Key, cur, found, in, isNew)
+	if err := f.acc.Update(next); err != nil {
+		return err
+	}
+	if !emit {
+		return nil
+	}
+	return out.Collect(aggregateRecord(rec, v))
+}
+
+// AsyncAggregate is Aggregate through the async state API: the same state,
+// input and output; the reads of the accumulators and of the distinct sets
+// are futures, the writes follow them. It is the aggregate operator with
+// async_state: true.
+type AsyncAggregate struct {
+	aggregator
+	acc  state.AsyncValueState[aggregateAccumulators]
+	sets []state.AsyncMapState[string, []byte]
+}
+
+// NewAsyncAggregate returns the async aggregate function of params p.
+func NewAsyncAggregate(p AggregateParams) *AsyncAggregate {
+	return &AsyncAggregate{aggregator: newAggregator(p)}
+}
+
+// Open implements AsyncKeyedProcessFunction; errors as Aggregate.Open.
+func (f *AsyncAggregate) Open(ctx AsyncOpenContext) error {
+	acc, err := state.GetAsyncValueState(ctx.AEC, f.accDescriptor())
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: %w", AggregateType, ctx.Operator, err)
+	}
+	f.acc = acc
+	f.sets = nil
+	for _, i := range f.distinct {
+		m, err := state.GetAsyncMapState(ctx.AEC, f.setDescriptor(i))
+		if err != nil {
+			return fmt.Errorf("operators: %s %s: %w", AggregateType, ctx.Operator, err)
+		}
+		f.sets = append(f.sets, m)
+	}
+	return nil
+}
+
+// ProcessElement implements AsyncKeyedProcessFunction: evaluate the inputs
+// (an eval_error is returned at once), read the accumulators, then the
+// distinct sets, then write them and emit.
+func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	in, err := f.inputs(&rec)
+	if err != nil {
+		return err
+	}
+	state.ThenCompose(f.acc.AsyncValue(), func(cur state.Optional[aggregateAccumulators]) (state.StateFuture[state.Void], error) {
+		contains := make([]state.StateFuture[bool], len(f.distinct))
+		for j, i := range f.distinct {
+			if !cur.OK && f.ttl != nil {
+				f.sets[j].AsyncClear() // ordered before the read below; its failure fails the record
+			}
+			contains[j] = f.sets[j].AsyncContains(string(in[i].raw))
+		}
+		return state.ThenCompose(state.CombineAll(contains), func(seen []bool) (state.StateFuture[state.Void], error) {
+			isNew := make([]bool, len(seen))
+			writes := make([]state.StateFuture[state.Void], 0, len(seen)+1)
+			for j, i := range f.distinct {
+				isNew[j] = !seen[j]
+				if !seen[j] || f.putSeen() {
+					writes = append(writes, f.sets[j].AsyncPut(string(in[i].raw), nil))
+				}
+			}
+			next, v, emit := f.fold(rec.Key, cur.Value, cur.OK, in, isNew)
+			writes = append(writes, f.acc.AsyncUpdate(next))
+			return state.CombineAll(writes).ThenAccept(func([]state.Void) error {
+				if !emit {
+					return nil
+				}
+				return out.Collect(aggregateRecord(rec, v))
+			}), nil
+		}), nil
+	})
+	return nil // failures of the chain reach the controller, which fails the task
+}

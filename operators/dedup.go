@@ -1,0 +1,219 @@
+package operators
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kstreamd/kstreamd/expression"
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// DedupType is the pipeline name of the dedup operator.
+const DedupType = "dedup"
+
+// The dedup operator's keyed state names: DedupStateName is the ValueState
+// marking a key seen (without by), DedupByStateName the MapState of the by
+// values seen per key (with by). Both hold the timestamp (ms since the
+// epoch) of the record that was let through.
+const (
+	DedupStateName   = "dedup"
+	DedupByStateName = "dedup_by"
+)
+
+// DedupParams are the params of the dedup operator:
+//
+//	params:
+//	  ttl: 10m             # required
+//	  by: order.line_id    # optional; default: the record key
+type DedupParams struct {
+	// TTL is how long a key (or by value) is remembered after the record
+	// that was let through; required, at least 1ms.
+	TTL time.Duration `yaml:"ttl" doc:"How long a seen key (or by value) is remembered after the record let through, in processing time, e.g. 10m; required, at least 1ms."`
+	// By identifies duplicates within a key; unset: the key alone.
+	By Expression `yaml:"by" doc:"An expression whose value (its JSON) identifies a duplicate among the records of one key; default: the key alone."`
+}
+
+// CheckParams implements ParamsChecker.
+func (p *DedupParams) CheckParams(report func(field, msg string)) {
+	switch {
+	case p.TTL == 0:
+		report("ttl", "required: how long a seen record is remembered (a duration such as 10m)")
+	case p.TTL < time.Millisecond:
+		report("ttl", fmt.Sprintf("must be at least 1ms, got %v", p.TTL))
+	}
+}
+
+// dedupFactory registers DedupType.
+func dedupFactory() Factory {
+	return Factory{
+		Type:   DedupType,
+		Doc:    "Drops a record whose key (or by value within the key) was seen within ttl; emits the first one unchanged.",
+		Traits: Traits{Keyed: true, AsyncState: true},
+		Params: func() any { return &DedupParams{} },
+		State:  []string{DedupStateName, DedupByStateName},
+		New: func(ctx FactoryContext) (any, error) {
+			p, ok := ctx.Params.(*DedupParams)
+			if !ok {
+				return nil, fmt.Errorf("operators: %s: params %T, want *DedupParams", DedupType, ctx.Params)
+			}
+			if ctx.AsyncState {
+				return NewAsyncDedup(*p), nil
+			}
+			return NewDedup(*p), nil
+		},
+	}
+}
+
+// deduper is what Dedup and AsyncDedup share.
+type deduper struct {
+	by  Expression
+	ttl *state.StateTtlConfig
+	env RecordEnv
+}
+
+func newDeduper(p DedupParams) deduper {
+	return deduper{by: p.By, ttl: &state.StateTtlConfig{
+		TTL: p.TTL, UpdateType: state.OnCreateAndWrite, Visibility: state.NeverReturnExpired,
+	}}
+}
+
+// byValue evaluates by on rec: the JSON of its value, or a
+// *runtime.RecordError with reason eval_error.
+func (d *deduper) byValue(rec *runtime.Record) (string, error) {
+	v, err := d.by.Program().Eval(d.env.Reset(rec))
+	if err != nil {
+		return "", EvalRecordError(err)
+	}
+	raw, err := expression.EncodeJSON(v)
+	if err != nil {
+		return "", resultError(d.by, "dedup by", "has no JSON value: "+err.Error())
+	}
+	return string(raw), nil
+}
+
+func (d *deduper) seenDescriptor() state.ValueStateDescriptor[int64] {
+	return state.ValueStateDescriptor[int64]{Name: DedupStateName, Serializer: state.Int64Serializer{}, TTL: d.ttl}
+}
+
+func (d *deduper) byDescriptor() state.MapStateDescriptor[string, int64] {
+	return state.MapStateDescriptor[string, int64]{
+		Name: DedupByStateName, KeySerializer: state.StringSerializer{}, ValueSerializer: state.Int64Serializer{}, TTL: d.ttl,
+	}
+}
+
+// Dedup is the dedup operator: it lets through the first record of a key
+// (or, with by, of a by value within the key) and drops every later one
+// until ttl has passed since the one let through, in processing time (the
+// state backend's clock): a dropped duplicate does not extend the time,
+// since the state has TTL with OnCreateAndWrite and NeverReturnExpired and
+// is written only for a record let through. The record let through is
+// emitted unchanged. A by that fails to evaluate is a *runtime.RecordError
+// with reason eval_error, before any state is touched.
+//
+// State: without by a ValueState (DedupStateName) per key, with by a
+// MapState (DedupByStateName) from the by value's JSON, each holding the
+// timestamp of the record let through; expired entries are removed by the
+// backend's TTL cleanup.
+type Dedup struct {
+	deduper
+	seen   state.ValueState[int64]
+	seenBy state.MapState[string, int64]
+}
+
+// NewDedup returns the dedup function of params p (checked by CheckParams).
+func NewDedup(p DedupParams) *Dedup { return &Dedup{deduper: newDeduper(p)} }
+
+// Open implements KeyedProcessFunction.
+func (d *Dedup) Open(ctx OpenContext) error {
+	var err error
+	if d.by.IsSet() {
+		d.seenBy, err = state.GetMapState(ctx.Backend, d.byDescriptor())
+	} else {
+		d.seen, err = state.GetValueState(ctx.Backend, d.seenDescriptor())
+	}
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: %w", DedupType, ctx.Operator, err)
+	}
+	return nil
+}
+
+// ProcessElement implements KeyedProcessFunction.
+func (d *Dedup) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	ts := rec.Timestamp.UnixMilli()
+	if d.by.IsSet() {
+		by, err := d.byValue(&rec)
+		if err != nil {
+			return err
+		}
+		seen, err := d.seenBy.Contains(by)
+		if err != nil || seen {
+			return err
+		}
+		if err := d.seenBy.Put(by, ts); err != nil {
+			return err
+		}
+		return out.Collect(rec)
+	}
+	_, seen, err := d.seen.Value()
+	if err != nil || seen {
+		return err
+	}
+	if err := d.seen.Update(ts); err != nil {
+		return err
+	}
+	return out.Collect(rec)
+}
+
+// AsyncDedup is Dedup through the async state API: the same state, input
+// and output. It is the dedup operator with async_state: true.
+type AsyncDedup struct {
+	deduper
+	seen   state.AsyncValueState[int64]
+	seenBy state.AsyncMapState[string, int64]
+}
+
+// NewAsyncDedup returns the async dedup function of params p.
+func NewAsyncDedup(p DedupParams) *AsyncDedup { return &AsyncDedup{deduper: newDeduper(p)} }
+
+// Open implements AsyncKeyedProcessFunction.
+func (d *AsyncDedup) Open(ctx AsyncOpenContext) error {
+	var err error
+	if d.by.IsSet() {
+		d.seenBy, err = state.GetAsyncMapState(ctx.AEC, d.byDescriptor())
+	} else {
+		d.seen, err = state.GetAsyncValueState(ctx.AEC, d.seenDescriptor())
+	}
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: %w", DedupType, ctx.Operator, err)
+	}
+	return nil
+}
+
+// ProcessElement implements AsyncKeyedProcessFunction: read whether the key
+// (or by value) was seen; if not, mark it and emit the record.
+func (d *AsyncDedup) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	ts := rec.Timestamp.UnixMilli()
+	emit := func(state.Void) error { return out.Collect(rec) }
+	if d.by.IsSet() {
+		by, err := d.byValue(&rec)
+		if err != nil {
+			return err
+		}
+		state.ThenCompose(d.seenBy.AsyncContains(by), func(seen bool) (state.StateFuture[state.Void], error) {
+			if seen {
+				return state.CompletedVoidFuture(), nil
+			}
+			return d.seenBy.AsyncPut(by, ts).ThenAccept(emit), nil
+		})
+		return nil
+	}
+	state.ThenCompose(d.seen.AsyncValue(), func(cur state.Optional[int64]) (state.StateFuture[state.Void], error) {
+		if cur.OK {
+			return state.CompletedVoidFuture(), nil
+		}
+		return d.seen.AsyncUpdate(ts).ThenAccept(emit), nil
+	})
+	return nil // failures of the chain reach the controller, which fails the task
+}

@@ -1,0 +1,184 @@
+package operators
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kstreamd/kstreamd/expression"
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// This file is the one place operators meet the expression package: the
+// params types an expression is written in (Expression, BoolExpression,
+// ListExpression), the record an expression sees (RecordEnv) and the bad
+// record an evaluation failure becomes (EvalRecordError).
+
+// Expression is an expression in operator params, of any result type: a
+// params field of this type is compiled when the pipeline decodes it
+// (UnmarshalText), so an expression that does not compile is a config error
+// at its FILE:LINE:COL. The zero Expression is unset (IsSet is false).
+type Expression struct {
+	prog *expression.Program
+}
+
+// BoolExpression is an Expression whose result must be a bool (filter's
+// condition): one known not to be is refused at compile time, one that is
+// not a bool on a record is an evaluation error.
+type BoolExpression struct{ Expression }
+
+// ListExpression is an Expression whose result must be a list (flat_map's
+// values), checked as BoolExpression checks a bool.
+type ListExpression struct{ Expression }
+
+// CompileError is an expression of operator params that did not compile. It
+// wraps the *expression.CompileError (errors.As finds it) and has Position,
+// the 1-based line and column within the expression text, with which the
+// pipeline decoder reports the error at the exact place in the file.
+type CompileError struct {
+	*expression.CompileError
+}
+
+// Position returns the 1-based line and column of the error within the
+// expression text (1:1 for an error about the whole expression).
+func (e *CompileError) Position() (line, col int) { return e.Line, e.Column }
+
+// Unwrap returns the *expression.CompileError.
+func (e *CompileError) Unwrap() error { return e.CompileError }
+
+// CompileExpression compiles src with opts; a compile error is a
+// *CompileError when the expression package reports its position.
+func CompileExpression(src string, opts ...expression.Option) (Expression, error) {
+	p, err := expression.Compile(src, opts...)
+	if err != nil {
+		var ce *expression.CompileError
+		if errors.As(err, &ce) {
+			return Expression{}, &CompileError{ce}
+		}
+		return Expression{}, err
+	}
+	return Expression{prog: p}, nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler: it compiles text.
+func (e *Expression) UnmarshalText(text []byte) error {
+	x, err := CompileExpression(string(text))
+	*e = x
+	return err
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler: it compiles text,
+// refusing a result type known not to be bool.
+func (e *BoolExpression) UnmarshalText(text []byte) error {
+	x, err := CompileExpression(string(text), expression.ExpectBool())
+	e.Expression = x
+	return err
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler: it compiles text,
+// refusing a result type known not to be a list.
+func (e *ListExpression) UnmarshalText(text []byte) error {
+	x, err := CompileExpression(string(text), expression.ExpectList())
+	e.Expression = x
+	return err
+}
+
+// IsSet reports whether the expression was given (compiled).
+func (e Expression) IsSet() bool { return e.prog != nil }
+
+// Program returns the compiled program; nil when unset.
+func (e Expression) Program() *expression.Program { return e.prog }
+
+// String returns the expression text; "" when unset.
+func (e Expression) String() string {
+	if e.prog == nil {
+		return ""
+	}
+	return e.prog.Source()
+}
+
+// RecordEnv is the environment expressions evaluate in, one record at a
+// time (expression.Env over a runtime.Record): Reset decodes the record's
+// value once, and every expression of the operator then evaluates on the
+// returned Env. What an expression sees:
+//   - value: the value decoded by expression.DecodeJSON; a value that is not
+//     valid JSON (string and bytes source formats) is seen as a string of
+//     its bytes, and a nil value (a Kafka tombstone) as null;
+//   - its top-level fields, when the value is a JSON object;
+//   - key: the key as a string (null when nil);
+//   - timestamp: the record time in milliseconds since the Unix epoch;
+//   - headers: header key to string value (the last of a repeated key).
+//
+// The zero RecordEnv is ready for use. It is owned by one goroutine (a
+// subtask's); the Env Reset returns is valid until the next Reset and
+// refers to the record's key and headers without copying them.
+type RecordEnv struct {
+	in      expression.Input
+	headers []expression.Header
+	env     expression.Env
+}
+
+// Reset makes e the environment of rec and returns it.
+func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
+	e.in.Value = nil
+	if rec.Value != nil {
+		v, err := expression.DecodeJSON(rec.Value)
+		if err != nil {
+			v = string(rec.Value)
+		}
+		e.in.Value = v
+	}
+	e.in.Key = rec.Key
+	e.in.Timestamp = rec.Timestamp
+	e.headers = e.headers[:0]
+	for _, h := range rec.Headers {
+		e.headers = append(e.headers, expression.Header(h))
+	}
+	e.in.Headers = e.headers
+	e.env.Reset(&e.in)
+	return &e.env
+}
+
+// EvalRecordError turns an evaluation failure into the bad record it is:
+// an *expression.EvalError (wrapped or not) becomes a *runtime.RecordError
+// with reason eval_error whose detail is the error's text (the expression
+// and the reason, as `expression "amount > 100": no such overload`); the
+// record then meets its source's on_error policy. Any other error, and nil,
+// is returned as it is.
+func EvalRecordError(err error) error {
+	var ee *expression.EvalError
+	if errors.As(err, &ee) {
+		return &runtime.RecordError{Reason: runtime.ReasonEvalError, Detail: ee.Error()}
+	}
+	return err
+}
+
+// resultError is the eval_error of an expression whose result cannot be
+// used, formatted as the expression package formats evaluation errors:
+// what names the use ("key", "header x-id"), msg says why.
+func resultError(e Expression, what, msg string) error {
+	return EvalRecordError(&expression.EvalError{Expr: e.String(), Err: fmt.Errorf("%s %s", what, msg)})
+}
+
+// resultType names the type of an evaluation result, for messages.
+func resultType(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "bool"
+	case int64, uint64:
+		return "int"
+	case float64:
+		return "double"
+	case string:
+		return "string"
+	case []byte:
+		return "bytes"
+	case []any:
+		return "list"
+	case map[string]any:
+		return "map"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
