@@ -12,6 +12,7 @@ import (
 	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/ext"
 )
 
 // Defaults of [Limits], taken by a zero field.
@@ -159,6 +160,7 @@ func Compile(src string, opts ...Option) (*Program, error) {
 	}
 	env, err := cel.NewEnv(
 		cel.OptionalTypes(),
+		ext.Strings(), // split, join, lowerAscii, upperAscii, trim, replace, substring, indexOf, format ...
 		cel.ParserExpressionSizeLimit(lim.MaxLength),
 		cel.ExpressionNodeLimit(lim.MaxNodes),
 		cel.Variable(nameValue, cel.DynType),

@@ -535,3 +535,31 @@ func TestEncodeJSON(t *testing.T) {
 		t.Errorf("EncodeJSON(NaN) err = %v", err)
 	}
 }
+
+// TestStringFunctions: CEL's strings extension is on (word counts split a
+// line; case and trimming work).
+func TestStringFunctions(t *testing.T) {
+	cases := []struct {
+		expr string
+		in   any
+		want any
+	}{
+		{`value.split(' ')`, "to be or", []any{"to", "be", "or"}},
+		{`value.upperAscii()`, "ab", "AB"},
+		{`value.trim()`, "  x ", "x"},
+		{`name.lowerAscii() + "/" + string(size(tags))`, map[string]any{"name": "NL", "tags": []any{"a"}}, "nl/1"},
+	}
+	for _, tc := range cases {
+		p, err := Compile(tc.expr)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.expr, err)
+		}
+		got, err := p.Eval(NewEnv(&Input{Value: tc.in}))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.expr, err)
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s = %#v, want %#v", tc.expr, got, tc.want)
+		}
+	}
+}

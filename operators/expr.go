@@ -120,7 +120,10 @@ type RecordEnv struct {
 // Reset makes e the environment of rec and returns it.
 func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 	e.in.Value = nil
-	if rec.Value != nil {
+	switch {
+	case rec.Format == runtime.FormatText:
+		e.in.Value = string(rec.Value) // a string or bytes source: never decoded
+	case rec.Value != nil:
 		v, err := expression.DecodeJSON(rec.Value)
 		if err != nil {
 			v = string(rec.Value)

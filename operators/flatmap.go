@@ -68,7 +68,7 @@ func (f *FlatMap) ProcessElement(_ context.Context, rec runtime.Record, out Coll
 	}
 	for _, v := range values {
 		o := rec
-		o.Value = v
+		o.Value, o.Format = v, runtime.FormatJSON
 		if err := out.Collect(o); err != nil {
 			return err
 		}

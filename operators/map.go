@@ -110,6 +110,7 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 		if o.Value, err = expression.EncodeJSON(v); err != nil {
 			return resultError(m.value, "value", "is not JSON: "+err.Error())
 		}
+		o.Format = runtime.FormatJSON
 	}
 	if m.key.IsSet() {
 		v, err := m.key.Program().Eval(env)

@@ -59,7 +59,22 @@ type Record struct {
 	// Origin says where the record was read from, for error reports.
 	// Operators keep the Origin of the input record an output derives from.
 	Origin Origin
+	// Format says what Value holds: FormatJSON (the zero value: one JSON
+	// value), or FormatText for a value passed through as is (a source of
+	// format string or bytes); expressions then see the value as a string.
+	// An operator that builds a new value from JSON sets FormatJSON.
+	Format Format
 }
+
+// Format is what a record's Value holds.
+type Format uint8
+
+const (
+	// FormatJSON: the value is one JSON value (the default).
+	FormatJSON Format = iota
+	// FormatText: the value is opaque text or bytes, never decoded as JSON.
+	FormatText
+)
 
 // Header is one Kafka record header (Kafka's Header: a string key and
 // opaque bytes).

@@ -397,3 +397,31 @@ func TestJobDrainTimeout(t *testing.T) {
 		t.Fatalf("Run = %v, want ErrDrainTimeout", err)
 	}
 }
+
+// refuseKey is a KeySelector refusing every record (missing_key).
+type refuseKey struct{}
+
+func (refuseKey) SelectKey(*Record) ([]byte, error) {
+	return nil, &RecordError{Reason: ReasonMissingKey}
+}
+
+// TestOutputRefusalKeepsOtherWriters: a writer whose key selector refuses a
+// record does not keep it from the writers after it; Emit returns the
+// refusal.
+func TestOutputRefusalKeepsOtherWriters(t *testing.T) {
+	keyed, plain := NewChannel(4), NewChannel(4)
+	out := NewOutput(nil,
+		NewWriter([]Channel{keyed}, ForwardPartitioner{}).WithKeySelector(refuseKey{}),
+		NewWriter([]Channel{plain}, ForwardPartitioner{}))
+	err := out.Emit(context.Background(), Record{Value: []byte(`{"nok":1}`)})
+	var re *RecordError
+	if !errors.As(err, &re) || re.Reason != ReasonMissingKey {
+		t.Fatalf("Emit = %v, want the missing_key refusal", err)
+	}
+	if len(keyed) != 0 || len(plain) != 1 {
+		t.Fatalf("keyed branch got %d, plain branch %d; want 0 and 1", len(keyed), len(plain))
+	}
+	if el := <-plain; string(el.Record.Value) != `{"nok":1}` {
+		t.Fatalf("plain branch got %q", el.Record.Value)
+	}
+}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -183,19 +184,28 @@ func (o *Output) SetBackPressure(c interface{ Add(float64) }) {
 }
 
 // Emit sends rec to every downstream operator; see Writer.Emit. A writer
-// that fails stops the fan-out: downstream operators after it do not get
-// the record (for a *RecordError, the record then meets the bad-record
-// policy of the emitting task).
+// whose key selector refuses the record (a *RecordError) does not keep it
+// from the other writers: every other branch still gets the record, and
+// Emit then returns that *RecordError (the first, when several refuse), so
+// the record meets the emitting task's bad-record policy for the refusing
+// branch only. Any other error stops the fan-out and is returned at once.
 func (o *Output) Emit(ctx context.Context, rec Record) error {
+	var refused error
 	for _, w := range o.writers {
 		if err := w.Emit(ctx, rec); err != nil {
-			return err
+			var re *RecordError
+			if !errors.As(err, &re) {
+				return err
+			}
+			if refused == nil {
+				refused = err
+			}
 		}
 	}
-	if o.counter != nil {
+	if o.counter != nil && refused == nil {
 		o.counter.Inc()
 	}
-	return nil
+	return refused
 }
 
 // Broadcast sends a control element to every channel of every downstream

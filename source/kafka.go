@@ -701,6 +701,9 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 	}
 	origin := runtime.Origin{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	rec := runtime.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Origin: origin}
+	if s.cfg.Format != FormatJSON {
+		rec.Format = runtime.FormatText
+	}
 	if len(r.Headers) > 0 {
 		rec.Headers = make([]runtime.Header, len(r.Headers))
 		for i, h := range r.Headers {

@@ -25,7 +25,8 @@ func exampleConfig(t *testing.T, name, dir, broker, metrics string) string {
 	}
 	cfg := string(b)
 	for _, r := range [][2]string{
-		{"brokers: [localhost:9092]", "brokers: [" + broker + "]"},
+		{"  # brokers: [kafka-1:9092]", "  brokers: [" + broker + "] #"},
+		{"    enabled: true\n", "    enabled: false\n"},
 		{"data_dir: ./data", "data_dir: " + dir},
 		{"address: 127.0.0.1:9249", "address: " + metrics},
 		{"interval: 5s", "interval: 200ms"},
