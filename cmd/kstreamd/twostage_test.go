@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,29 +36,25 @@ const (
 // twoStageConfig is the two-stage job on the broker at broker, at job
 // parallelism p, checkpoints every 200 ms, Pebble state.
 func twoStageConfig(dir, broker, metrics string, p int) string {
-	return jobHead("twostage", p, dir, brokersKafka(broker), metrics, "info") + `state:
-  backend: pebble
-checkpoints:
-  interval: 200ms
-sources:
-  - name: clicks
-    topic: clicks
-operators:
-  - name: per_user
-    type: keyed_count
-    input: clicks
-    key_by: user
-  - name: per_count
-    type: keyed_count
-    input: per_user
-    key_by: count
-sinks:
-  - name: reached
-    input: per_count
-    topic: reached
-    delivery: exactly-once
-    transaction_timeout: 1m
-`
+	raw, err := os.ReadFile(filepath.Join("..", "..", "configs", "examples", "two_stage.yaml"))
+	if err != nil {
+		panic(err)
+	}
+	cfg := string(raw)
+	for _, r := range [][2]string{
+		{"  parallelism: 2 ", "  parallelism: " + strconv.Itoa(p) + " "},
+		{"\ndata_dir: ./data ", "\ndata_dir: " + dir + " "},
+		{"  # brokers: [kafka-1:9092]", "  brokers: [" + broker + "] #"},
+		{"    enabled: true\n", "    enabled: false\n"},
+		{"  address: 127.0.0.1:9249", "  address: " + metrics},
+		{"  interval: 1s ", "  interval: 200ms "},
+	} {
+		if !strings.Contains(cfg, r[0]) {
+			panic("two_stage.yaml has no line " + strconv.Quote(r[0]) + " to override")
+		}
+		cfg = strings.Replace(cfg, r[0], r[1], 1)
+	}
+	return cfg
 }
 
 // twoStageClicks returns the clicks in rounds: round r has one click of
