@@ -74,7 +74,7 @@ func (p *Program) Eval(env *Env) (any, error) {
 	}
 	if p.expect == mapResult {
 		if _, ok := v.(map[string]any); !ok {
-			return nil, p.fail(fmt.Errorf("result is %s, want map", kindOf(v)))
+			return nil, p.fail(fmt.Errorf("result is %s, want map", TypeName(v)))
 		}
 	}
 	return v, nil
@@ -105,7 +105,7 @@ func (p *Program) EvalList(env *Env) ([]any, error) {
 	}
 	l, ok := v.([]any)
 	if !ok {
-		return nil, p.fail(fmt.Errorf("result is %s, want list", kindOf(v)))
+		return nil, p.fail(fmt.Errorf("result is %s, want list", TypeName(v)))
 	}
 	return l, nil
 }
@@ -270,8 +270,10 @@ func native(v ref.Val) (any, error) {
 	return nil, fmt.Errorf("result of type %s has no JSON form", v.Type().TypeName())
 }
 
-// kindOf names the CEL type of a Go result, for messages.
-func kindOf(v any) string {
+// TypeName names the CEL type of a Go value an evaluation returned ("null",
+// "bool", "int", "uint", "double", "string", "bytes", "list", "map",
+// "timestamp", "duration", else its Go type), for messages.
+func TypeName(v any) string {
 	switch v.(type) {
 	case nil:
 		return "null"
@@ -299,10 +301,10 @@ func kindOf(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// celKind names the type of a CEL result as kindOf does.
+// celKind names the type of a CEL result as TypeName does.
 func celKind(v ref.Val) string {
 	if g, err := native(v); err == nil {
-		return kindOf(g)
+		return TypeName(g)
 	}
 	return v.Type().TypeName()
 }

@@ -292,7 +292,7 @@ func (a *aggregator) inputs(rec *runtime.Record) ([]aggInput, error) {
 		case AggSum, AggMin, AggMax, AggAvg:
 			n, ok := toNumber(v)
 			if !ok {
-				what := resultType(v)
+				what := expression.TypeName(v)
 				if f, isFloat := v.(float64); isFloat {
 					what = strconv.FormatFloat(f, 'g', -1, 64)
 				}

@@ -161,27 +161,3 @@ func EvalRecordError(err error) error {
 func resultError(e Expression, what, msg string) error {
 	return EvalRecordError(&expression.EvalError{Expr: e.String(), Err: fmt.Errorf("%s %s", what, msg)})
 }
-
-// resultType names the type of an evaluation result, for messages.
-func resultType(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "bool"
-	case int64, uint64:
-		return "int"
-	case float64:
-		return "double"
-	case string:
-		return "string"
-	case []byte:
-		return "bytes"
-	case []any:
-		return "list"
-	case map[string]any:
-		return "map"
-	default:
-		return fmt.Sprintf("%T", v)
-	}
-}

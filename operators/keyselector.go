@@ -134,7 +134,7 @@ func (s *ExpressionKeySelector) SelectKey(rec *runtime.Record) ([]byte, error) {
 	case nil:
 		return nil, s.keyError(runtime.ReasonMissingKey, "result is null")
 	default:
-		return nil, s.keyError(runtime.ReasonWrongType, "result is a "+resultType(v)+", not a string or number")
+		return nil, s.keyError(runtime.ReasonWrongType, "result is a "+expression.TypeName(v)+", not a string or number")
 	}
 }
 

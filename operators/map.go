@@ -129,7 +129,7 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 				return resultError(m.key, "key", "is not a JSON number: "+err.Error())
 			}
 		default:
-			return resultError(m.key, "key", "must be a string, a number or null, got "+resultType(v))
+			return resultError(m.key, "key", "must be a string, a number or null, got "+expression.TypeName(v))
 		}
 	}
 	if len(m.drop) > 0 {
@@ -150,7 +150,7 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 			case []byte:
 				o.Headers = append(o.Headers, runtime.Header{Key: h.name, Value: s})
 			default:
-				return resultError(h.expr, "header "+h.name, "must be a string, got "+resultType(v))
+				return resultError(h.expr, "header "+h.name, "must be a string, got "+expression.TypeName(v))
 			}
 		}
 		if len(o.Headers) == 0 {
