@@ -466,7 +466,7 @@ func findRestore(storage *checkpoint.Storage, fromSavepoint string) (string, *ch
 			return "", nil, fmt.Errorf("job: find latest checkpoint: %w", err)
 		}
 	}
-	if err := checkpoint.Verify(dir, m, checkpoint.VerifyOptions{InferRequired: []string{sink.CommittablesState}}); err != nil {
+	if err := verify(dir, m); err != nil {
 		return "", nil, fmt.Errorf("job: restore %s: %w", dir, err)
 	}
 	if _, err := storage.AdoptShared(dir, m); err != nil {
@@ -476,6 +476,27 @@ func findRestore(storage *checkpoint.Storage, fromSavepoint string) (string, *ch
 		storage.Protect(dir)
 	}
 	return dir, m, nil
+}
+
+// VerifyCheckpoint checks the checkpoint or savepoint in dir offline, as a
+// restore does before it reads anything (`kstreamd checkpoints verify`):
+// it returns its metadata and nil, the metadata and an error wrapping
+// checkpoint.ErrInconsistent (a *checkpoint.InconsistentError listing every
+// problem), or a nil metadata and the error reading it
+// (checkpoint.ReadMetadata).
+func VerifyCheckpoint(dir string) (*checkpoint.Metadata, error) {
+	m, err := checkpoint.ReadMetadata(dir)
+	if err != nil {
+		return nil, err
+	}
+	return m, verify(dir, m)
+}
+
+// verify is checkpoint.Verify, with version-1 metadata (which records no
+// required states) checked for an exactly-once sink's committables in
+// every subtask of an operator that holds any.
+func verify(dir string, m *checkpoint.Metadata) error {
+	return checkpoint.Verify(dir, m, checkpoint.VerifyOptions{InferRequired: []string{sink.CommittablesState}})
 }
 
 // requiredStates names, per exactly-once sink of g, the state every
