@@ -421,3 +421,27 @@ func dropCommittables(t *testing.T, dir, sinkName string, subtask int) {
 		t.Fatal(err)
 	}
 }
+
+// TestCheckpointsVerifyCommandLine: the command's usage and failures.
+func TestCheckpointsVerifyCommandLine(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "chk-9")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		out  string
+	}{
+		{"no dir", []string{"checkpoints", "verify"}, 2, "usage: kstreamd checkpoints verify DIR"},
+		{"two dirs", []string{"checkpoints", "verify", "a", "b"}, 2, "usage: kstreamd checkpoints verify DIR"},
+		{"no metadata", []string{"checkpoints", "verify", missing}, 1, "kstreamd checkpoints verify: open " + filepath.Join(missing, checkpoint.MetadataFile) + ": no such file or directory"},
+		{"help", []string{"checkpoints", "--help"}, 0, "usage: kstreamd checkpoints list --dir DIR\n       kstreamd checkpoints verify DIR\n"},
+		{"unknown sub-command", []string{"checkpoints", "check"}, 2, "usage: kstreamd checkpoints list --dir DIR"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out testkit.SyncBuffer
+			if code := run(context.Background(), tc.args, &out, &out); code != tc.code || !strings.Contains(out.String(), tc.out) {
+				t.Fatalf("kstreamd %s = %d:\n%s\nwant %d with %q", strings.Join(tc.args, " "), code, out.String(), tc.code, tc.out)
+			}
+		})
+	}
+}
