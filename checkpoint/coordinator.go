@@ -54,6 +54,11 @@ type CoordinatorConfig struct {
 	// Incremental lets keyed state upload only new files to the shared
 	// directory.
 	Incremental bool
+	// RequiredStates names, per operator, the operator list states every
+	// subtask writes at least one entry of into each checkpoint (an
+	// exactly-once sink's committables); the metadata records them, so a
+	// restore or Verify can refuse a checkpoint that lost one.
+	RequiredStates map[string][]string
 	// FirstID is the id of the first checkpoint this coordinator triggers;
 	// at least one more than any id restored from. 0 picks one more than
 	// the highest checkpoint id in Storage.
@@ -328,7 +333,8 @@ func (c *Coordinator) complete(p *pending) error {
 		Timestamp: b.Timestamp, MaxParallelism: c.cfg.MaxParallelism, Operators: map[string]OperatorMetadata{}}
 	shared := map[string]bool{}
 	for op, n := range c.parallel {
-		m.Operators[op] = OperatorMetadata{Parallelism: n, Subtasks: make([]json.RawMessage, n)}
+		req := slices.Sorted(slices.Values(c.cfg.RequiredStates[op]))
+		m.Operators[op] = OperatorMetadata{Parallelism: n, Subtasks: make([]json.RawMessage, n), RequiredStates: req}
 	}
 	for id, snap := range p.acks {
 		m.Operators[id.Operator].Subtasks[id.Subtask] = snap.State
@@ -341,6 +347,9 @@ func (c *Coordinator) complete(p *pending) error {
 		m.SharedFiles = append(m.SharedFiles, f)
 	}
 	slices.Sort(m.SharedFiles)
+	if len(m.SharedFiles) > 0 {
+		m.SharedDir = sharedDirRef(b.Dir, b.SharedDir)
+	}
 	m.Completed = time.Now()
 	// Checkpoints commit through Storage.commit, whose failure-injection
 	// hook runs between the temporary metadata file and its rename.
@@ -382,6 +391,19 @@ func (c *Coordinator) complete(p *pending) error {
 		p.req.reply <- savepointResult{path: b.Dir}
 	}
 	return nil
+}
+
+// sharedDirRef is Metadata.SharedDir for a checkpoint in dir whose shared
+// files are in shared: relative to dir when both are on one tree (the
+// usual ../shared, so a job directory can move as a whole), else absolute.
+func sharedDirRef(dir, shared string) string {
+	if rel, err := filepath.Rel(dir, shared); err == nil {
+		return filepath.ToSlash(rel)
+	}
+	if abs, err := filepath.Abs(shared); err == nil {
+		return filepath.ToSlash(abs)
+	}
+	return filepath.ToSlash(shared)
 }
 
 // abort gives up the pending checkpoint.

@@ -39,7 +39,8 @@ func TestCommitFailureKeepsPreviousCheckpoint(t *testing.T) {
 			return nil
 		}
 		j := newFakeJob(2, nil)
-		c := j.coordinator(t, CoordinatorConfig{Job: "job", MaxParallelism: 128, Storage: s, Interval: 100 * time.Millisecond, TolerableFailures: 1})
+		c := j.coordinator(t, CoordinatorConfig{Job: "job", MaxParallelism: 128, Storage: s, Interval: 100 * time.Millisecond, TolerableFailures: 1,
+			RequiredStates: map[string][]string{"op": {"b", "a"}}})
 		start := time.Now()
 		if id, at := c.LastCompleted(); id != 0 || !at.IsZero() {
 			t.Fatalf("LastCompleted before any checkpoint = %d, %v", id, at)
@@ -66,7 +67,7 @@ func TestCommitFailureKeepsPreviousCheckpoint(t *testing.T) {
 				"src": {Parallelism: 1, Subtasks: []json.RawMessage{taskStateJSON(runtime.TaskID{Operator: "src"})}},
 				"op": {Parallelism: 2, Subtasks: []json.RawMessage{
 					taskStateJSON(runtime.TaskID{Operator: "op", Subtask: 0}), taskStateJSON(runtime.TaskID{Operator: "op", Subtask: 1}),
-				}},
+				}, RequiredStates: []string{"a", "b"}},
 			},
 		}
 		assertMetadata(t, m, want)

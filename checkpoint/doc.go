@@ -17,7 +17,16 @@
 // Storage keeps the newest Retained completed checkpoints, deletes older
 // ones and any chk-<n> without metadata (a half-written checkpoint is never
 // restored), and deletes a shared file once no retained checkpoint refers to
-// it. Savepoints are never deleted by retention.
+// it. Savepoints are never deleted by retention, nor is a checkpoint the
+// job restored explicitly (Protect) while the job runs.
+//
+// # Restoring another job's checkpoint
+//
+// Any retained checkpoint or savepoint restores for any job name and
+// checkpoints dir: Verify checks it before anything is read (subtask
+// states, an exactly-once sink's committables, file presence and sizes),
+// and AdoptShared links its shared files, found where its metadata's
+// shared_dir says, into the restoring job's shared directory (FORMAT.md).
 //
 // # Restore and rescaling
 //

@@ -272,8 +272,9 @@ func TestIncrementalCheckpoints(t *testing.T) {
 	if incr.Bytes*20 >= full.Bytes {
 		t.Fatalf("checkpoint n+1 wrote %d bytes, not under 5%% of the full snapshot's %d", incr.Bytes, full.Bytes)
 	}
-	if m, err := ReadMetadata(s.CheckpointDir(n1)); err != nil || m.Bytes != incr.Bytes || !slices.Equal(m.SharedFiles, slices.Sorted(slices.Values(incr.SharedFiles))) {
-		t.Fatalf("metadata of %d: %+v, %v; want bytes %d and shared files %q", n1, m, err, incr.Bytes, incr.SharedFiles)
+	if m, err := ReadMetadata(s.CheckpointDir(n1)); err != nil || m.Bytes != incr.Bytes || !slices.Equal(m.SharedFiles, slices.Sorted(slices.Values(incr.SharedFiles))) ||
+		m.SharedDir != DefaultSharedDir || m.SharedDirOf(s.CheckpointDir(n1)) != s.SharedDir() {
+		t.Fatalf("metadata of %d: %+v, %v; want bytes %d, shared files %q in %s", n1, m, err, incr.Bytes, incr.SharedFiles, DefaultSharedDir)
 	}
 	change(a, va, changed, 2)
 	n2, _ := take(a)

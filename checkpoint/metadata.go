@@ -13,9 +13,19 @@ import (
 // checkpoint or savepoint.
 const MetadataFile = "_metadata"
 
-// MetadataVersion is the version of the metadata format this package writes
-// and reads.
-const MetadataVersion = 1
+// MetadataVersion is the version of the metadata format this package
+// writes (FORMAT.md). It reads every version from MinMetadataVersion on:
+// version 1 lacks shared_dir (its shared files are in the shared directory
+// beside the checkpoint's, ../shared) and required_states.
+const MetadataVersion = 2
+
+// MinMetadataVersion is the oldest metadata version ReadMetadata accepts.
+const MinMetadataVersion = 1
+
+// DefaultSharedDir is where a checkpoint's shared files are, relative to
+// its directory, when its metadata does not say (version 1): the job's
+// shared directory beside chk-<n>.
+const DefaultSharedDir = "../shared"
 
 // ErrNoCheckpoint is returned by Latest when the job has no completed
 // checkpoint.
@@ -27,7 +37,8 @@ var ErrCorruptMetadata = errors.New("checkpoint: corrupt metadata")
 
 // Metadata is the content of a _metadata file (JSON; FORMAT.md): everything
 // needed to restore the job, with task files referenced by paths relative to
-// the checkpoint's directory (private files) or the job's shared directory.
+// the checkpoint's directory (private files) or to the shared directory
+// SharedDir names.
 type Metadata struct {
 	// Version is MetadataVersion.
 	Version int `json:"version"`
@@ -47,9 +58,15 @@ type Metadata struct {
 	// Operators maps each operator (source, operator, sink) name to its
 	// subtasks' states.
 	Operators map[string]OperatorMetadata `json:"operators"`
-	// SharedFiles lists every file under the job's shared directory this
+	// SharedFiles lists every file under the shared directory this
 	// checkpoint refers to (relative paths), sorted.
 	SharedFiles []string `json:"shared_files,omitempty"`
+	// SharedDir is the directory holding SharedFiles: slash-separated and
+	// relative to the checkpoint's directory (DefaultSharedDir as written
+	// by Storage), or absolute. Empty when there are no shared files, and
+	// in version 1, where it means DefaultSharedDir. Read it with
+	// SharedDirOf.
+	SharedDir string `json:"shared_dir,omitempty"`
 	// Bytes is the total size in bytes of the files the checkpoint wrote.
 	Bytes int64 `json:"bytes"`
 }
@@ -61,11 +78,32 @@ type OperatorMetadata struct {
 	// Subtasks holds each subtask's state description (index = subtask);
 	// null for a stateless subtask. Its shape is TaskState.
 	Subtasks []json.RawMessage `json:"subtasks"`
+	// RequiredStates names the operator list states every subtask's state
+	// must hold with at least one entry (an exactly-once sink's
+	// committables: each subtask pre-commits one transaction per
+	// checkpoint); Verify refuses a checkpoint lacking one. Sorted; absent
+	// in version 1 (see VerifyOptions.InferRequired).
+	RequiredStates []string `json:"required_states,omitempty"`
 }
 
-// ReadMetadata reads the metadata of the checkpoint or savepoint in dir. It
-// returns an error wrapping ErrCorruptMetadata when the file cannot be
-// decoded or has another version, and the os error when it cannot be read
+// SharedDirOf returns the directory of the shared files of the checkpoint
+// in dir whose metadata is m: m.SharedDir resolved against dir, or
+// DefaultSharedDir when m does not say.
+func (m *Metadata) SharedDirOf(dir string) string {
+	sd := m.SharedDir
+	if sd == "" {
+		sd = DefaultSharedDir
+	}
+	if filepath.IsAbs(filepath.FromSlash(sd)) {
+		return filepath.Clean(filepath.FromSlash(sd))
+	}
+	return filepath.Join(dir, filepath.FromSlash(sd))
+}
+
+// ReadMetadata reads the metadata of the checkpoint or savepoint in dir, of
+// any version from MinMetadataVersion to MetadataVersion (Version tells
+// which). It returns an error wrapping ErrCorruptMetadata when the file
+// cannot be decoded or has an unknown version, and the os error when it cannot be read
 // (os.ErrNotExist for a checkpoint that never committed).
 func ReadMetadata(dir string) (*Metadata, error) {
 	b, err := os.ReadFile(filepath.Join(dir, MetadataFile))
@@ -76,8 +114,8 @@ func ReadMetadata(dir string) (*Metadata, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, dir, err)
 	}
-	if m.Version != MetadataVersion {
-		return nil, fmt.Errorf("%w: %s: version %d, want %d", ErrCorruptMetadata, dir, m.Version, MetadataVersion)
+	if m.Version < MinMetadataVersion || m.Version > MetadataVersion {
+		return nil, fmt.Errorf("%w: %s: version %d, want %d to %d", ErrCorruptMetadata, dir, m.Version, MinMetadataVersion, MetadataVersion)
 	}
 	return &m, nil
 }

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -33,6 +34,9 @@ type Storage struct {
 	// beforeCommit, if set, runs between the task snapshots and the
 	// metadata rename (failure injection in tests).
 	beforeCommit func(id int64) error
+	// protected holds the absolute directories of checkpoints Prune must
+	// keep (Protect).
+	protected map[string]bool
 }
 
 // NewStorage returns the storage of job under dir: dir/job holds its
@@ -213,7 +217,7 @@ func (s *Storage) commit(dir string, m *Metadata) error {
 }
 
 // Prune applies retention after a commit: it keeps the newest Retained
-// completed checkpoints, deletes older ones and every incomplete checkpoint
+// completed checkpoints and the protected ones (Protect), deletes older ones and every incomplete checkpoint
 // older than the newest completed one, then deletes each shared file no
 // kept checkpoint refers to. It must not run while a checkpoint is in
 // flight (the Coordinator runs it between checkpoints).
@@ -235,6 +239,11 @@ func (s *Storage) Prune() error {
 	keep := map[int64]bool{}
 	for _, in := range completed[max(0, len(completed)-s.retained):] {
 		keep[in.ID] = true
+	}
+	for _, in := range completed {
+		if s.protected[absPath(in.Dir)] {
+			keep[in.ID] = true
+		}
 	}
 	var errs []error
 	referenced := map[string]bool{}
@@ -309,4 +318,129 @@ func (s *Storage) SharedRefCounts() (map[string]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// Protect keeps the checkpoint in dir, and every shared file it refers to,
+// from Prune for the life of s: the job restored it explicitly
+// (--from-savepoint), possibly an older one than the retained ones, and
+// retention must not delete what was restored while the job runs from it
+// (Flink's NO_CLAIM restore mode). A dir outside the job's directory is
+// not Prune's to delete anyway; protecting it changes nothing. Call it
+// before the Coordinator runs.
+func (s *Storage) Protect(dir string) {
+	if s.protected == nil {
+		s.protected = map[string]bool{}
+	}
+	s.protected[absPath(dir)] = true
+}
+
+// absPath is dir made absolute and clean (dir cleaned when that fails).
+func absPath(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return filepath.Clean(dir)
+}
+
+// AdoptShared makes the shared files of the checkpoint in dir (metadata m)
+// available in this job's shared directory, where a restore reads them
+// (state.RestoreHandle.SharedDir): when the checkpoint's shared directory
+// (m.SharedDirOf(dir)) is another one — a retained checkpoint of another
+// job or checkpoints dir given with --from-savepoint — each of its
+// m.SharedFiles is hard-linked (copied where a link is impossible) into
+// SharedDir. Shared files are immutable and named by the backend instance
+// that wrote them, so a file already present with the same size is taken
+// as is; one of another size is refused. The restored job then depends on
+// the other directory only until the tasks opened their state, and its own
+// checkpoints never refer to the copies (a restored backend writes its
+// shared files under a new instance name), so retention deletes them after
+// the first checkpoint. It returns the number of files linked or copied; 0
+// when the checkpoint's shared directory is this job's own.
+func (s *Storage) AdoptShared(dir string, m *Metadata) (int, error) {
+	if len(m.SharedFiles) == 0 {
+		return 0, nil
+	}
+	from, to := m.SharedDirOf(dir), s.SharedDir()
+	if sameDir(from, to) {
+		return 0, nil
+	}
+	n := 0
+	for _, f := range m.SharedFiles {
+		src, dst := filepath.Join(from, filepath.FromSlash(f)), filepath.Join(to, filepath.FromSlash(f))
+		st, err := os.Stat(src)
+		if err != nil {
+			return n, fmt.Errorf("checkpoint: shared file %s of checkpoint %d: %w", f, m.CheckpointID, err)
+		}
+		if have, err := os.Stat(dst); err == nil {
+			if have.Size() != st.Size() {
+				return n, fmt.Errorf("checkpoint: shared file %s of checkpoint %d (%s, %d bytes) exists in %s with %d bytes", f, m.CheckpointID, from, st.Size(), to, have.Size())
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return n, err
+		}
+		if err := os.Link(src, dst); err != nil {
+			if err := copyFile(src, dst); err != nil {
+				return n, fmt.Errorf("checkpoint: copy shared file %s of checkpoint %d: %w", f, m.CheckpointID, err)
+			}
+		}
+		n++
+	}
+	if n > 0 {
+		if err := syncDir(to); err != nil {
+			return n, err
+		}
+		s.logger.Info("linked the restored checkpoint's shared files into the job's shared directory",
+			"checkpoint_id", m.CheckpointID, "files", n, "from", from, "to", to)
+	}
+	return n, nil
+}
+
+// sameDir reports whether a and b name one directory (the same file when
+// both exist, else the same cleaned absolute path).
+func sameDir(a, b string) bool {
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	if errA == nil && errB == nil {
+		return os.SameFile(sa, sb)
+	}
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == ab
+}
+
+// copyFile copies src to dst through a synced temporary file renamed into
+// place, so dst is either absent or complete.
+func copyFile(src, dst string) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.CreateTemp(filepath.Dir(dst), filepath.Base(dst)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(out.Name())
+		}
+	}()
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Chmod(0o644); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(out.Name(), dst)
 }

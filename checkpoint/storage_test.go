@@ -296,7 +296,8 @@ func TestReadMetadataErrors(t *testing.T) {
 	for _, tc := range []struct{ name, content string }{
 		{"truncated", `{"version": 1`},
 		{"wrong type", `{"version": "1"}`},
-		{"other version", `{"version": 2}`},
+		{"newer version", `{"version": 3}`},
+		{"version 0", `{"version": 0}`},
 		{"no version", `{}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -315,8 +316,11 @@ func TestReadMetadataErrors(t *testing.T) {
 func FuzzReadMetadata(f *testing.F) {
 	good, _ := json.Marshal(&Metadata{Version: MetadataVersion, Job: "job", CheckpointID: 3, MaxParallelism: 128,
 		Operators:   map[string]OperatorMetadata{"op": {Parallelism: 2, Subtasks: []json.RawMessage{json.RawMessage(`{"key_groups":{"Start":0,"End":63}}`), json.RawMessage(`null`)}}},
-		SharedFiles: []string{"a-000001.sst"}, Bytes: 10})
-	for _, seed := range []string{string(good), `{"version":1}`, `{"version":2}`, `{`, ``, `null`, `{"version":1,"operators":{"x":{"subtasks":[1,"a"]}}}`} {
+		SharedFiles: []string{"a-000001.sst"}, SharedDir: "../shared", Bytes: 10})
+	sink, _ := json.Marshal(&Metadata{Version: MetadataVersion, Job: "job", CheckpointID: 4, MaxParallelism: 128,
+		Operators: map[string]OperatorMetadata{"sink": {Parallelism: 2, RequiredStates: []string{"c"},
+			Subtasks: []json.RawMessage{json.RawMessage(`{"operator":{"c":{"mode":"split","entries":["e30="]}}}`), json.RawMessage(`{"keyed":{"files":[{"path":"x","size":3}]}}`)}}}})
+	for _, seed := range []string{string(good), string(sink), `{"version":1}`, `{"version":2}`, `{"version":3}`, `{`, ``, `null`, `{"version":1,"operators":{"x":{"subtasks":[1,"a"]}}}`} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -330,6 +334,9 @@ func FuzzReadMetadata(f *testing.F) {
 				t.Fatalf("error %v does not wrap ErrCorruptMetadata", err)
 			}
 			return
+		}
+		if err := Verify(dir, m, VerifyOptions{InferRequired: []string{"c"}}); err != nil && !errors.Is(err, ErrInconsistent) {
+			t.Fatalf("Verify error %v does not wrap ErrInconsistent", err)
 		}
 		out := t.TempDir()
 		if err := writeMetadata(out, m, nil); err != nil {

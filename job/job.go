@@ -317,7 +317,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
 		Job: g.Job, MaxParallelism: maxP, Storage: storage,
 		Interval: set.Interval, Timeout: set.Timeout, MinPause: set.MinPause,
-		TolerableFailures: set.TolerableFailures, Incremental: set.Incremental,
+		TolerableFailures: set.TolerableFailures, Incremental: set.Incremental, RequiredStates: requiredStates(g),
 		FirstID: firstID, Logger: logger.With("component", "checkpoint"), Metrics: cm,
 	}, sourceTasks, targets)
 	if err != nil {
@@ -438,23 +438,78 @@ func (r *responder) AlignmentDuration(t runtime.TaskID, id int64, d time.Duratio
 func (r *responder) caughtUp(id runtime.TaskID) { r.c.SourceCaughtUp(id) }
 
 // findRestore returns the directory and metadata to restore: the savepoint
-// asked for, else the latest completed checkpoint, else none.
+// asked for, else the latest completed checkpoint, else none. Before
+// anything is restored it refuses an inconsistent checkpoint (checkpoint.
+// Verify: missing subtask states or sink committables, missing or
+// truncated files; version-1 metadata is checked for committables in every
+// subtask of an operator that holds any), links the shared files of a
+// checkpoint of another job or checkpoints dir into the job's own shared
+// directory (checkpoint.Storage.AdoptShared), and protects a checkpoint
+// given explicitly from the job's retention while it runs.
 func findRestore(storage *checkpoint.Storage, fromSavepoint string) (string, *checkpoint.Metadata, error) {
+	var (
+		dir string
+		m   *checkpoint.Metadata
+		err error
+	)
 	if fromSavepoint != "" {
-		m, err := checkpoint.ReadMetadata(fromSavepoint)
-		if err != nil {
+		if m, err = checkpoint.ReadMetadata(fromSavepoint); err != nil {
 			return "", nil, fmt.Errorf("job: --from-savepoint %s: %w", fromSavepoint, err)
 		}
-		return fromSavepoint, m, nil
+		dir = fromSavepoint
+	} else {
+		dir, m, err = storage.Latest()
+		if errors.Is(err, checkpoint.ErrNoCheckpoint) {
+			return "", nil, nil
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("job: find latest checkpoint: %w", err)
+		}
 	}
-	dir, m, err := storage.Latest()
-	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
-		return "", nil, nil
+	if err := verify(dir, m); err != nil {
+		return "", nil, fmt.Errorf("job: restore %s: %w", dir, err)
 	}
-	if err != nil {
-		return "", nil, fmt.Errorf("job: find latest checkpoint: %w", err)
+	if _, err := storage.AdoptShared(dir, m); err != nil {
+		return "", nil, fmt.Errorf("job: restore %s: %w", dir, err)
+	}
+	if fromSavepoint != "" {
+		storage.Protect(dir)
 	}
 	return dir, m, nil
+}
+
+// VerifyCheckpoint checks the checkpoint or savepoint in dir offline, as a
+// restore does before it reads anything (`kstreamd checkpoints verify`):
+// it returns its metadata and nil, the metadata and an error wrapping
+// checkpoint.ErrInconsistent (a *checkpoint.InconsistentError listing every
+// problem), or a nil metadata and the error reading it
+// (checkpoint.ReadMetadata).
+func VerifyCheckpoint(dir string) (*checkpoint.Metadata, error) {
+	m, err := checkpoint.ReadMetadata(dir)
+	if err != nil {
+		return nil, err
+	}
+	return m, verify(dir, m)
+}
+
+// verify is checkpoint.Verify, with version-1 metadata (which records no
+// required states) checked for an exactly-once sink's committables in
+// every subtask of an operator that holds any.
+func verify(dir string, m *checkpoint.Metadata) error {
+	return checkpoint.Verify(dir, m, checkpoint.VerifyOptions{InferRequired: []string{sink.CommittablesState}})
+}
+
+// requiredStates names, per exactly-once sink of g, the state every
+// subtask writes into each checkpoint (its committables), for the
+// checkpoint metadata's required_states.
+func requiredStates(g *graph.Graph) map[string][]string {
+	out := map[string][]string{}
+	for _, sk := range g.Sinks {
+		if sk.Delivery == "exactly-once" {
+			out[sk.Name] = []string{sink.CommittablesState}
+		}
+	}
+	return out
 }
 
 // checkRestoredOperators refuses a checkpoint holding state of a vertex

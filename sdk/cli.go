@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,8 +18,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kslog"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/demo"
 	"github.com/kstreamd/kstreamd/internal/embedded"
+	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/pipeline"
 )
 
@@ -39,6 +42,9 @@ commands:
   checkpoints list --dir DIR
                           list the checkpoints in a job's checkpoint directory
                           (<checkpoints.dir>/<job>)
+  checkpoints verify DIR  check the checkpoint or savepoint in DIR as a restore
+                          would, without restoring it: exit 0 when consistent,
+                          1 listing every problem
   broker --config FILE    run only the development broker of kafka.embedded
                           (address, data_dir, partitions) with the pipeline's
                           topics, in its own process, until SIGINT or SIGTERM
@@ -46,7 +52,7 @@ commands:
 `
 
 // Main runs the kstreamd command line (run, validate, savepoint,
-// checkpoints list, broker, version) with os.Args, stdout and stderr, the
+// checkpoints list, checkpoints verify, broker, version) with os.Args, stdout and stderr, the
 // operator types of reg, and SIGINT/SIGTERM as the soft stop; it returns the
 // exit status for os.Exit: 0 success, 1 the job or command failed, 2 a usage
 // or config error. A program of one's own is
@@ -123,20 +129,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		fmt.Fprintln(stdout, path)
 		return 0
 	case "checkpoints":
-		if len(args) < 2 || args[1] != "list" {
-			fmt.Fprint(stderr, "usage: kstreamd checkpoints list --dir DIR\n")
-			return 2
-		}
-		dir := fs.String("dir", "", "a job's checkpoint `DIR` (<checkpoints.dir>/<job>)")
-		if err := fs.Parse(args[2:]); err != nil || *dir == "" || fs.NArg() > 0 {
-			fmt.Fprint(stderr, "usage: kstreamd checkpoints list --dir DIR\n")
-			return 2
-		}
-		if err := printCheckpoints(stdout, *dir); err != nil {
-			fmt.Fprintln(stderr, "kstreamd checkpoints list:", err)
-			return 1
-		}
-		return 0
+		return checkpointsCommand(args[1:], stdout, stderr)
 	case "broker":
 		path := fs.String("config", "", "pipeline `FILE` whose kafka.embedded section describes the broker")
 		if err := fs.Parse(args[1:]); err != nil {
@@ -166,6 +159,78 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 	}
 	fmt.Fprintf(stderr, "kstreamd: unknown command %q\n%s", args[0], usage)
 	return 2
+}
+
+const checkpointsUsage = `usage: kstreamd checkpoints list --dir DIR
+       kstreamd checkpoints verify DIR
+`
+
+// checkpointsCommand runs `kstreamd checkpoints list|verify` with args
+// after "checkpoints" and returns the exit status.
+func checkpointsCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, checkpointsUsage)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, checkpointsUsage)
+		return 0
+	case "list":
+		fs := flag.NewFlagSet("kstreamd checkpoints list", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		dir := fs.String("dir", "", "a job's checkpoint `DIR` (<checkpoints.dir>/<job>)")
+		if err := fs.Parse(args[1:]); err != nil || *dir == "" || fs.NArg() > 0 {
+			fmt.Fprint(stderr, "usage: kstreamd checkpoints list --dir DIR\n")
+			return 2
+		}
+		if err := printCheckpoints(stdout, *dir); err != nil {
+			fmt.Fprintln(stderr, "kstreamd checkpoints list:", err)
+			return 1
+		}
+		return 0
+	case "verify":
+		fs := flag.NewFlagSet("kstreamd checkpoints verify", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 1 {
+			fmt.Fprint(stderr, "usage: kstreamd checkpoints verify DIR   (a chk-<n> or savepoint directory)\n")
+			return 2
+		}
+		return verifyCheckpoint(stdout, stderr, fs.Arg(0))
+	}
+	fmt.Fprint(stderr, checkpointsUsage)
+	return 2
+}
+
+// verifyCheckpoint prints whether the checkpoint in dir is consistent:
+// `DIR: ok: checkpoint N (job J, K operators)` with status 0, or
+// `DIR: checkpoint N is inconsistent:` and one indented line per problem
+// with status 1 (also when the metadata cannot be read).
+func verifyCheckpoint(stdout, stderr io.Writer, dir string) int {
+	m, err := job.VerifyCheckpoint(dir)
+	if m == nil {
+		fmt.Fprintf(stderr, "kstreamd checkpoints verify: %v\n", err)
+		return 1
+	}
+	kind := "checkpoint"
+	if m.Savepoint {
+		kind = "savepoint"
+	}
+	var ie *checkpoint.InconsistentError
+	if errors.As(err, &ie) {
+		fmt.Fprintf(stdout, "%s: %s %d of job %s is inconsistent:\n", dir, kind, m.CheckpointID, m.Job)
+		for _, p := range ie.Problems {
+			fmt.Fprintf(stdout, "  %s\n", p)
+		}
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kstreamd checkpoints verify: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok: %s %d of job %s (metadata version %d, %d operators, %d shared files)\n",
+		dir, kind, m.CheckpointID, m.Job, m.Version, len(m.Operators), len(m.SharedFiles))
+	return 0
 }
 
 func newLogger(cfg *pipeline.Config, w io.Writer) *slog.Logger {

@@ -5,7 +5,9 @@
 // checkpoint epoch, pre-committed on the checkpoint barrier and committed
 // when the checkpoint completes; RecoverTransactions commits the restored
 // committables and fences the sink's other transactional ids before the
-// subtasks start, so a read_committed reader sees every record once.
+// subtasks start (those of the configured prefix and of every prefix the
+// committables were written under), so a read_committed reader sees every
+// record once.
 // "at-least-once" (KafkaSink) produces with acks=all and franz-go's
 // idempotent producer and flushes on every barrier: after a crash, records
 // produced after the last completed checkpoint are produced again.

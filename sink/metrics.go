@@ -16,14 +16,14 @@ type Metrics struct {
 
 // NewMetrics registers with reg:
 //
-//	kstreamd_sink_transactions_total{sink,result}         transactions committed, aborted, lost
+//	kstreamd_sink_transactions_total{sink,result}         transactions committed, aborted, lost; transactional ids fenced at a start
 //	kstreamd_sink_transactions_in_flight{sink,subtask}     open plus pre-committed transactions
 //	kstreamd_sink_commit_latency_seconds                   time to commit a pre-committed transaction
 //	kstreamd_sink_end_to_end_latency_seconds               record timestamp (source) to commit, per record
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		txns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kstreamd_sink_transactions_total", Help: "Kafka transactions of exactly-once sinks by result (committed, aborted, lost).",
+			Name: "kstreamd_sink_transactions_total", Help: "Kafka transactions of exactly-once sinks by result (committed, aborted, lost; fenced: transactional ids fenced at a start, whose open transactions count as aborted).",
 		}, []string{"sink", "result"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kstreamd_sink_transactions_in_flight", Help: "Open and pre-committed, not yet committed, transactions of a sink subtask.",
@@ -58,9 +58,10 @@ func (m *Metrics) setInFlight(sink string, subtask, n int) {
 }
 
 // Init creates the transaction series of an exactly-once sink at 0 (results
-// committed, aborted, lost), so dashboards see them before the first one.
+// committed, aborted, lost, fenced), so dashboards see them before the
+// first one.
 func (m *Metrics) Init(sink string) {
-	for _, r := range []string{"committed", "aborted", "lost"} {
+	for _, r := range []string{"committed", "aborted", "lost", "fenced"} {
 		m.txns.WithLabelValues(sink, r)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -47,11 +48,19 @@ type RecoverConfig struct {
 //  1. every restored committable is committed with a raw EndTxn carrying the
 //     transactional id, producer id and epoch recorded at pre-commit (a
 //     transaction that was already committed commits again harmlessly);
-//  2. every transactional id the sink may have used (<prefix>-<subtask>-<slot>
-//     for every subtask below Subtasks and slot below PoolSize) is fenced
-//     with InitProducerId, which aborts its open transaction, so
-//     read_committed readers are not held back by a previous run's
-//     transactions.
+//  2. every transactional id the sink may have used is fenced with
+//     InitProducerId, which aborts its open transaction, so read_committed
+//     readers are not held back by a previous run's transactions: the ids
+//     <prefix>-<subtask>-<slot> of the configured prefix and of every
+//     prefix a restored committable was written under (the prefix may have
+//     changed since), for every subtask below the larger of Subtasks and
+//     the committables' subtasks and every slot below the larger of
+//     PoolSize and the committables' slots, plus every other id of those
+//     prefixes the brokers list as ongoing.
+//
+// Each fenced id counts as kstreamd_sink_transactions_total{result="fenced"},
+// and each open transaction a fence aborted as {result="aborted"} (an id is
+// known to hold one when the brokers listed it as ongoing just before).
 //
 // Committing first matters: an InitProducerId would abort the very
 // transactions the checkpoint must commit. A committable that can no longer
@@ -88,44 +97,111 @@ func RecoverTransactions(ctx context.Context, cfg RecoverConfig) error {
 		return err
 	}
 	defer cl.Close()
-	fenced := map[string]bool{}
-	for sub := 0; sub < cfg.Subtasks; sub++ {
-		for slot := 0; slot < cfg.PoolSize; slot++ {
-			id := TransactionalID(cfg.TransactionalIDPrefix, sub, slot)
-			if err := fence(ctx, cl, id, cfg.TransactionTimeout); err != nil {
-				return fmt.Errorf("sink %s: fence transactional id %s: %w", cfg.Name, id, err)
-			}
-			fenced[id] = true
-		}
-	}
-	// The range above misses ids of a run this start cannot know about:
-	// a larger parallelism or pool size of a run that crashed before its
-	// first checkpoint, or one whose checkpoint is not the one restored.
-	// Fence every other ongoing transaction of the prefix the brokers list
-	// (ListTransactions, Kafka 3.0+; best effort: a broker that cannot
-	// list them leaves them to the transaction timeout).
-	extra, err := ongoingTransactions(ctx, cl, cfg.TransactionalIDPrefix)
+	known := knownIDs(cfg)
+	// Which ids hold an open transaction is asked before fencing, so the
+	// aborts the fences cause are counted; the list also finds ids outside
+	// the known ranges: a larger parallelism or pool size of a run that
+	// crashed before its first checkpoint, or one whose checkpoint is not
+	// the one restored (ListTransactions, Kafka 3.0+; best effort: a broker
+	// that cannot list them leaves them to the transaction timeout, and
+	// their aborts uncounted).
+	ongoing, err := ongoingTransactions(ctx, cl, known.prefixes)
 	if err != nil {
 		cfg.Logger.Warn("could not list ongoing transactions; transactions of ids outside the fenced range are left to the transaction timeout",
-			"prefix", cfg.TransactionalIDPrefix, "err", err)
+			"prefixes", known.prefixes, "err", err)
 	}
-	for _, id := range extra {
-		if fenced[id] {
-			continue
+	ids := known.ids()
+	inRange := map[string]bool{}
+	for _, id := range ids {
+		inRange[id] = true
+	}
+	for _, id := range ongoing {
+		if !inRange[id] {
+			ids = append(ids, id)
 		}
+	}
+	isOngoing := map[string]bool{}
+	for _, id := range ongoing {
+		isOngoing[id] = true
+	}
+	aborted := 0
+	for _, id := range ids {
 		if err := fence(ctx, cl, id, cfg.TransactionTimeout); err != nil {
 			return fmt.Errorf("sink %s: fence transactional id %s: %w", cfg.Name, id, err)
 		}
-		cfg.Logger.Info("fenced a lingering transaction outside the sink's current ids", "transactional_id", id)
+		cfg.Metrics.transaction(cfg.Name, "fenced")
+		if isOngoing[id] {
+			aborted++
+			cfg.Metrics.transaction(cfg.Name, "aborted")
+			cfg.Logger.Info("fenced and aborted an open transaction of a previous run", "transactional_id", id, "in_range", inRange[id])
+		}
 	}
-	cfg.Logger.Info("fenced the sink's transactional ids", "sink", cfg.Name, "subtasks", cfg.Subtasks, "pool_size", cfg.PoolSize)
+	cfg.Logger.Info("fenced the sink's transactional ids", "sink", cfg.Name, "prefixes", known.prefixes,
+		"subtasks", known.subtasks, "pool_size", known.pool, "fenced", len(ids), "aborted", aborted)
 	return nil
 }
 
-// ongoingTransactions returns the transactional ids <prefix>-<n>-<m> the
-// brokers list as Ongoing, sorted.
-func ongoingTransactions(ctx context.Context, cl *kgo.Client, prefix string) ([]string, error) {
-	re := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-[0-9]+-[0-9]+$`)
+// transactionalIDs are the transactional ids a restore fences: every
+// <prefix>-<subtask>-<slot> for each prefix, subtask below subtasks and
+// slot below pool.
+type transactionalIDs struct {
+	prefixes       []string // the configured prefix first, then the committables' others, sorted
+	subtasks, pool int
+}
+
+// transactionalIDPattern splits a transactional id <prefix>-<subtask>-<slot>.
+var transactionalIDPattern = regexp.MustCompile(`^(.*)-([0-9]+)-([0-9]+)$`)
+
+// knownIDs returns the ids every start fences: those of the configured
+// prefix and of every prefix the restored committables were written under
+// (a changed transactional_id_prefix leaves the old prefix's open
+// transaction holding read_committed readers back until its timeout
+// otherwise), over the larger of cfg.Subtasks and the committables'
+// subtasks, and the larger of cfg.PoolSize and the committables' slots.
+func knownIDs(cfg RecoverConfig) transactionalIDs {
+	k := transactionalIDs{prefixes: []string{cfg.TransactionalIDPrefix}, subtasks: cfg.Subtasks, pool: cfg.PoolSize}
+	var others []string
+	for _, c := range cfg.Committables {
+		m := transactionalIDPattern.FindStringSubmatch(c.TransactionalID)
+		if m == nil {
+			continue
+		}
+		sub, err1 := strconv.Atoi(m[2])
+		slot, err2 := strconv.Atoi(m[3])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		k.subtasks, k.pool = max(k.subtasks, sub+1), max(k.pool, slot+1)
+		if m[1] != cfg.TransactionalIDPrefix && !slices.Contains(others, m[1]) {
+			others = append(others, m[1])
+		}
+	}
+	slices.Sort(others)
+	k.prefixes = append(k.prefixes, others...)
+	return k
+}
+
+// ids lists the ids in prefix, subtask, slot order.
+func (k transactionalIDs) ids() []string {
+	var out []string
+	for _, p := range k.prefixes {
+		for sub := 0; sub < k.subtasks; sub++ {
+			for slot := 0; slot < k.pool; slot++ {
+				out = append(out, TransactionalID(p, sub, slot))
+			}
+		}
+	}
+	return out
+}
+
+// ongoingTransactions returns the transactional ids <prefix>-<n>-<m> of
+// any of prefixes the brokers list as Ongoing, sorted.
+func ongoingTransactions(ctx context.Context, cl *kgo.Client, prefixes []string) ([]string, error) {
+	quoted := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		quoted[i] = regexp.QuoteMeta(p)
+	}
+	re := regexp.MustCompile(`^(` + strings.Join(quoted, "|") + `)-[0-9]+-[0-9]+$`)
 	listed, err := kadm.NewClient(cl).ListTransactions(ctx, nil, []string{"Ongoing"})
 	var ids []string
 	for _, t := range listed.Sorted() {

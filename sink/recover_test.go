@@ -573,3 +573,83 @@ func TestBufferingSinkRestoresBuffer(t *testing.T) {
 		t.Fatalf("after restore and checkpoint completion: %q, want %q", got, want)
 	}
 }
+
+// TestRecoverFencesChangedPrefix: the previous run wrote under prefix "old"
+// (a pre-committed transaction in the checkpoint and the next epoch's open
+// one on another slot); the restore runs with prefix "new". The
+// committable is committed, every id of both prefixes is fenced, the open
+// transaction of "old" is aborted and counted, and read_committed readers
+// are not held back: the last stable offset equals the high watermark
+// right after the recovery, not after the old transaction's timeout.
+func TestRecoverFencesChangedPrefix(t *testing.T) {
+	opts := newCluster(t)
+	logger, logs := testLogger()
+	ctx := context.Background()
+
+	old := committer(opts, "old", 0, time.Minute, nil, logger)
+	c := writeAndPreCommit(t, old, 4, "pre-committed")
+	if err := old.BeginTransaction(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Write(ctx, runtime.Record{Key: []byte("k"), Value: []byte("open"), Timestamp: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if old.open.id != "old-0-1" {
+		t.Fatalf("open transaction on %s, want old-0-1", old.open.id)
+	}
+	if err := old.open.cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old.Close() // crash: the open transaction lingers
+	if ok, _ := stableEqualsEnd(t, opts); ok {
+		t.Fatal("precondition: the open transactions should hold the last stable offset back")
+	}
+
+	m, reg := newMetrics(t)
+	m.Init("out")
+	if err := RecoverTransactions(ctx, recoverCfg(opts, "new", []Committable{c}, 1, m, logger)); err != nil {
+		t.Fatalf("recovery: %v\n%s", err, logs.String())
+	}
+	if ok, s := stableEqualsEnd(t, opts); !ok {
+		t.Fatalf("last stable offset below high watermark after recovery: %s", s)
+	}
+	if got, want := readAll(t, opts, kgo.ReadCommitted()), []string{"pre-committed"}; !slices.Equal(got, want) {
+		t.Fatalf("read_committed = %q, want %q", got, want)
+	}
+	// Prefixes new and old, 1 subtask, pool 3: 6 ids fenced; one of them
+	// (old-0-1) held an open transaction.
+	for result, want := range map[string]float64{"committed": 1, "fenced": 6, "aborted": 1, "lost": 0} {
+		if got := counter(t, reg, result); got != want {
+			t.Errorf("transactions{result=%q} = %v, want %v", result, got, want)
+		}
+	}
+	if !strings.Contains(logs.String(), "transactional_id=old-0-1") || !strings.Contains(logs.String(), `prefixes="[new old]"`) {
+		t.Errorf("log does not name the aborted transaction old-0-1 and both prefixes:\n%s", logs.String())
+	}
+}
+
+func TestKnownIDs(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   RecoverConfig
+		want  transactionalIDs
+		first string
+		n     int
+	}{
+		{"config only", RecoverConfig{TransactionalIDPrefix: "p", Subtasks: 2, PoolSize: 2},
+			transactionalIDs{prefixes: []string{"p"}, subtasks: 2, pool: 2}, "p-0-0", 4},
+		{"old prefixes sorted, committables widen the range", RecoverConfig{TransactionalIDPrefix: "p", Subtasks: 1, PoolSize: 2,
+			Committables: []Committable{{TransactionalID: "z-x-0-4"}, {TransactionalID: "p-2-0"}, {TransactionalID: "a-0-1"}, {TransactionalID: "z-x-0-0"}, {TransactionalID: "junk"}}},
+			transactionalIDs{prefixes: []string{"p", "a", "z-x"}, subtasks: 3, pool: 5}, "p-0-0", 45},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := knownIDs(tc.cfg)
+			if !slices.Equal(got.prefixes, tc.want.prefixes) || got.subtasks != tc.want.subtasks || got.pool != tc.want.pool {
+				t.Fatalf("knownIDs = %+v, want %+v", got, tc.want)
+			}
+			if ids := got.ids(); len(ids) != tc.n || ids[0] != tc.first {
+				t.Fatalf("ids = %d starting %q, want %d starting %q", len(ids), ids[0], tc.n, tc.first)
+			}
+		})
+	}
+}

@@ -56,8 +56,8 @@ type RestoreHandle struct {
 	SharedDir string
 }
 
-// keyedHandle is the JSON shape of a keyed snapshot handle (FORMAT.md,
-// "Checkpoint handles").
+// keyedHandle is the JSON shape of a keyed snapshot handle
+// (checkpoint/FORMAT.md, "A keyed state handle").
 type keyedHandle struct {
 	Backend        string         `json:"backend"`
 	KeyGroups      keygroup.Range `json:"key_groups"`
@@ -498,3 +498,38 @@ func keysOf(b KeyedStateBackend, id uint32) ([][]byte, error) {
 // rescale; two names of one backend with the same id are refused at
 // registration.
 func StateID(name string) uint32 { return uint32(keygroup.Hash([]byte(name))) }
+
+// VerifyRestoreHandle checks, without opening anything, that every file
+// the keyed snapshot rh describes is where a restore looks for it (private
+// files under rh.Dir, shared ones under rh.SharedDir) with the size the
+// handle recorded. It returns one line per problem (a missing file, a
+// file of another size: truncated or replaced), nil when there is none,
+// and a single problem when the handle cannot be decoded.
+func VerifyRestoreHandle(rh RestoreHandle) []string {
+	var h keyedHandle
+	if err := json.Unmarshal(rh.Handle, &h); err != nil {
+		return []string{fmt.Sprintf("keyed state handle cannot be decoded: %v", err)}
+	}
+	if len(h.Files) == 0 {
+		return []string{"keyed state handle lists no file"}
+	}
+	var out []string
+	for _, f := range h.Files {
+		where, kind := filepath.Join(rh.Dir, filepath.FromSlash(f.Path)), "file"
+		if f.Shared {
+			where, kind = filepath.Join(rh.SharedDir, filepath.FromSlash(f.Path)), "shared file"
+		}
+		st, err := os.Stat(where)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			out = append(out, fmt.Sprintf("keyed state %s %s is missing (%s)", kind, f.Path, where))
+		case err != nil:
+			out = append(out, fmt.Sprintf("keyed state %s %s cannot be read: %v", kind, f.Path, err))
+		case st.IsDir():
+			out = append(out, fmt.Sprintf("keyed state %s %s is a directory (%s)", kind, f.Path, where))
+		case st.Size() != f.Size:
+			out = append(out, fmt.Sprintf("keyed state %s %s has %d bytes, the checkpoint recorded %d (truncated or replaced; %s)", kind, f.Path, st.Size(), f.Size, where))
+		}
+	}
+	return out
+}
