@@ -58,6 +58,12 @@ type Source struct {
 	// Check, if not nil, validates each record at the source (the
 	// broadcast consumer's Factory.CheckBroadcast).
 	Check func(key, value []byte) error
+	// Timestamp, if not nil, makes the event-time assigner of one subtask
+	// (a sources[].timestamp expression); nil: the Kafka timestamp.
+	Timestamp func() func(*runtime.Record) (time.Time, error)
+	// OutOfOrderness and Idleness configure the watermarks (0: none, never
+	// idle).
+	OutOfOrderness, Idleness time.Duration
 }
 
 // Operator runs one registered operator type.

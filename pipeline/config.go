@@ -349,6 +349,35 @@ type SourceConfig struct {
 	// partition.discovery.interval.ms). Default "30s"; 0 disables discovery
 	// after start; otherwise >= 100ms.
 	PartitionDiscoveryInterval time.Duration `yaml:"partition_discovery_interval"`
+	// Timestamp says where a record's event time comes from. Default: the
+	// Kafka record timestamp.
+	Timestamp TimestampConfig `yaml:"timestamp"`
+	// Watermark configures the source's watermarks (bounded
+	// out-of-orderness per partition, minimum over partitions).
+	Watermark WatermarkConfig `yaml:"watermark"`
+}
+
+// TimestampConfig is sources[].timestamp: the record time from the value.
+type TimestampConfig struct {
+	// Expression over the record giving its event time, e.g. ts or
+	// event.time. Default "": the Kafka record timestamp. A record on which
+	// it fails is a bad record with reason eval_error.
+	Expression operators.Expression `yaml:"expression"`
+	// Unit of the expression's result: ms (default), s (a number of
+	// seconds, fractions allowed) or rfc3339 (a string).
+	Unit operators.TimestampUnit `yaml:"unit"`
+}
+
+// WatermarkConfig is sources[].watermark.
+type WatermarkConfig struct {
+	// OutOfOrderness is how far behind a partition's largest timestamp a
+	// record may arrive and still be on time: the partition's watermark is
+	// that timestamp minus out_of_orderness minus 1ms. Default 0; >= 0.
+	OutOfOrderness time.Duration `yaml:"out_of_orderness"`
+	// Idleness is how long a partition may go without records before it
+	// stops holding the watermark back (Flink's withIdleness). Default 0:
+	// never; otherwise >= 100ms.
+	Idleness time.Duration `yaml:"idleness"`
 }
 
 // OnError is a source's bad-record policy.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
@@ -159,6 +160,10 @@ func (c *Config) buildGraph() *graph.Graph {
 			Name: s.Name, Topic: s.Topic, Parallelism: c.SourceParallelism(s), StartFrom: string(s.StartFrom),
 			Format: string(s.Format), OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
 			MaxRecordBytes: s.MaxRecordBytes, DiscoveryInterval: s.PartitionDiscoveryInterval,
+			OutOfOrderness: s.Watermark.OutOfOrderness, Idleness: s.Watermark.Idleness,
+		}
+		if e, unit := s.Timestamp.Expression, s.Timestamp.Unit; e.IsSet() {
+			gs.Timestamp = func() func(*runtime.Record) (time.Time, error) { return operators.NewTimestampAssigner(e, unit) }
 		}
 		srcs[s.Name] = gs
 		g.Sources = append(g.Sources, gs)

@@ -292,6 +292,15 @@ func (c *Config) validateSources(v *validator) {
 		if d := s.PartitionDiscoveryInterval; d != 0 && d < 100*time.Millisecond {
 			v.errorf(p+".partition_discovery_interval", "must be 0 (off) or >= 100ms, got %v", d)
 		}
+		if s.Timestamp.Unit != "" && !s.Timestamp.Expression.IsSet() {
+			v.errorf(p+".timestamp.unit", "applies to timestamp.expression, which is not set")
+		}
+		if d := s.Watermark.OutOfOrderness; d < 0 {
+			v.errorf(p+".watermark.out_of_orderness", "must be >= 0, got %v", d)
+		}
+		if d := s.Watermark.Idleness; d != 0 && d < 100*time.Millisecond {
+			v.errorf(p+".watermark.idleness", "must be 0 (never idle) or >= 100ms, got %v", d)
+		}
 	}
 }
 
