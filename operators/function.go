@@ -26,7 +26,13 @@ type OpenContext struct {
 	// Backend is the subtask's keyed state backend; state handles obtained
 	// from it act on the current key.
 	Backend state.KeyedStateBackend
+	// Timers is the subtask's timer service when the function implements
+	// TimerFunction (synchronous keyed functions only); nil otherwise.
+	Timers TimerService
 }
+
+// TimerService returns ctx.Timers (Flink's ctx.timerService()).
+func (c OpenContext) TimerService() TimerService { return c.Timers }
 
 // KeyedBroadcastProcessFunction processes a keyed stream together with a
 // broadcast stream (Flink's KeyedBroadcastProcessFunction). The function owns

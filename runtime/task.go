@@ -188,6 +188,11 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 			// back, so an idle task blocks in Next until the next post.
 			t.mailWakes.Add(1)
 			t.mailbox.TryYieldAll()
+			if t.mailErr == nil {
+				if err := t.mailbox.Err(); err != nil {
+					t.mailErr = fmt.Errorf("%s: %w", t.name, err)
+				}
+			}
 			if t.mailErr != nil {
 				return t.mailErr
 			}

@@ -230,3 +230,14 @@ func (h *timerHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return t
 }
+
+// EntryCount returns the number of entries stored in b's key-group space:
+// one per value, list, reducing or aggregating state of a key, one per map
+// entry and one per timer. Tests and diagnostics use it to check that state
+// was removed (closed windows, expired keys).
+func EntryCount(b KeyedStateBackend) (int, error) {
+	if b.core().closed {
+		return 0, ErrClosed
+	}
+	return b.core().st.countEntries()
+}
