@@ -14,6 +14,14 @@ type Collector interface {
 	Collect(rec runtime.Record) error
 }
 
+// SideCollector is implemented by the Collector a function gets: it emits
+// to one of the type's side outputs (Factory.SideOutputs; Flink's
+// ctx.output(outputTag, value)). A side output no vertex reads drops the
+// record.
+type SideCollector interface {
+	CollectSide(output string, rec runtime.Record) error
+}
+
 // OpenContext is what a function sees when it opens: its subtask and the
 // keyed state backend it registers its state with.
 type OpenContext struct {

@@ -252,6 +252,14 @@ type collector struct {
 	out *runtime.Output
 }
 
+// CollectSide implements SideCollector.
+func (c *collector) CollectSide(output string, rec runtime.Record) error {
+	if c.out == nil {
+		return nil
+	}
+	return c.out.EmitSide(c.ctx, output, rec)
+}
+
 func (c *collector) Collect(rec runtime.Record) error {
 	if c.out == nil {
 		return nil

@@ -598,6 +598,32 @@ func (c *Config) SourceByName(name string) (*SourceConfig, bool) {
 	return nil, false
 }
 
+// SplitInput splits an input name into the vertex it reads and the side
+// output of that vertex ("" for the main output): "late_clicks.late" is
+// side output late of operator late_clicks when no stage is called
+// "late_clicks.late" and late_clicks is an operator. Whether the operator's
+// type declares that side output is checked by validation.
+func (c *Config) SplitInput(name string) (vertex, output string) {
+	if _, ok := c.OperatorByName(name); ok {
+		return name, ""
+	}
+	if _, ok := c.SourceByName(name); ok {
+		return name, ""
+	}
+	if i := strings.LastIndexByte(name, '.'); i > 0 {
+		if _, ok := c.OperatorByName(name[:i]); ok {
+			return name[:i], name[i+1:]
+		}
+	}
+	return name, ""
+}
+
+// inputVertex returns the vertex an input name reads (SplitInput).
+func (c *Config) inputVertex(name string) string {
+	v, _ := c.SplitInput(name)
+	return v
+}
+
 // OperatorByName returns the operator called name, pointing into c.Operators.
 func (c *Config) OperatorByName(name string) (*OperatorConfig, bool) {
 	for i := range c.Operators {
@@ -642,7 +668,7 @@ func (c *Config) OperatorParallelism(op *OperatorConfig) int {
 		if src, ok := c.SourceByName(op.Input); ok {
 			return c.SourceParallelism(src)
 		}
-		in, ok := c.OperatorByName(op.Input)
+		in, ok := c.OperatorByName(c.inputVertex(op.Input))
 		if !ok {
 			break
 		}
@@ -658,7 +684,7 @@ func (c *Config) SinkParallelism(s *SinkConfig) int {
 	if s.Parallelism > 0 {
 		return s.Parallelism
 	}
-	if op, ok := c.OperatorByName(s.Input); ok {
+	if op, ok := c.OperatorByName(c.inputVertex(s.Input)); ok {
 		return c.OperatorParallelism(op)
 	}
 	if src, ok := c.SourceByName(s.Input); ok {

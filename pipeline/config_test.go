@@ -251,7 +251,8 @@ func TestColorshapeReferenceJob(t *testing.T) {
 		{"EmbeddedDataDir", cfg.EmbeddedDataDir(), filepath.Join("data", "kafka")},
 		{"StateDir", cfg.StateDir(), filepath.Join("data", "state")},
 		{"sources", cfg.Sources, []SourceConfig{
-			{Name: "items", Topic: "items", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorDeadLetter, DeadLetterTopic: "items-dlq", MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
+			{Name: "items", Topic: "items", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorDeadLetter, DeadLetterTopic: "items-dlq", MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second,
+				Watermark: WatermarkConfig{OutOfOrderness: time.Second, Idleness: 5 * time.Second}},
 			{Name: "rules", Topic: "rules", StartFrom: StartFromEarliest, Format: RecordFormatJSON, Parallelism: 1, OnError: OnErrorDeadLetter, DeadLetterTopic: "rules-dlq", MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
 		}},
 		{"operators", cfg.Operators, []OperatorConfig{
