@@ -74,3 +74,120 @@ func TestExampleTumblingWindow(t *testing.T) {
 		t.Fatalf("exit status %d, want 0", code)
 	}
 }
+
+// timersConfig is a tumbling 10s event-time window counting each user's
+// events, at job parallelism p, checkpoints every 200ms, Pebble state.
+func timersConfig(dir, broker, metrics string, p int) string {
+	return jobHead("timers", p, dir, brokersKafka(broker), metrics, "info") + `state:
+  backend: pebble
+checkpoints:
+  interval: 200ms
+sources:
+  - name: events
+    topic: events
+    timestamp: {expression: ts}
+operators:
+  - name: per_user
+    type: window
+    input: events
+    key_by: user
+    params:
+      kind: tumbling
+      size: 10s
+      aggregates: [{name: n, fn: count}]
+sinks:
+  - name: out
+    input: per_user
+    topic: out
+    delivery: exactly-once
+    transaction_timeout: 1m
+`
+}
+
+// TestTimersSurviveKillAndRescale: 1,000 users each send one event at
+// event time 1s, so each registers the event-time timer of its window's end;
+// the job (parallelism 2) is killed with SIGKILL once a checkpoint holds all
+// of them and is restarted at parallelism 4, which restores the timers by
+// key group. Nothing fires before the watermark moves; then one event at
+// 20s on every partition moves it past 10s, and the read_committed output
+// holds exactly 1,000 firings, one per user, none twice.
+func TestTimersSurviveKillAndRescale(t *testing.T) {
+	const users = 1000
+	_, broker := startKfake(t, []string{"events", "out"})
+	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
+	cl := newClient(t, broker, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	d := startProc(t, dir, timersConfig(dir, broker, metrics, 2), broker, metrics)
+	recs := make([]*kgo.Record, users)
+	for i := range recs {
+		u := fmt.Sprintf("u%04d", i)
+		recs[i] = &kgo.Record{Topic: "events", Partition: int32(i % 4), Key: []byte(u), Value: fmt.Appendf(nil, `{"user":%q,"ts":%d}`, u, t0+1000)}
+	}
+	produce(t, cl, recs...)
+	in := map[string]string{"operator": "per_user"}
+	var read, after float64
+	if !testkit.Poll(60*time.Second, func() bool {
+		if d.exited() {
+			return true
+		}
+		var err error
+		if read, err = testkit.Scrape(d.url(), "kstreamd_operator_records_in_total", in); err != nil || read < users {
+			return false
+		}
+		if after == 0 {
+			after, _ = testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
+		}
+		id, err := testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
+		return err == nil && id > after+1
+	}) || d.exited() {
+		t.Fatalf("before the kill: %v events read (want %d) and no checkpoint after them, exited %v:\n%s", read, users, d.exited(), d.out.String())
+	}
+	d.kill(t)
+
+	d = startProc(t, dir, timersConfig(dir, broker, metrics, 4), broker, metrics)
+	if lines := restoreLines(d.out.String()); len(lines) != 1 {
+		t.Fatalf("restart: \"restoring\" lines %q, want one", lines)
+	}
+	// The restored job checkpoints with its timers pending: none fired.
+	first := -1.0
+	if !testkit.Poll(30*time.Second, func() bool {
+		id, err := testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
+		if err != nil {
+			return false
+		}
+		if first < 0 {
+			first = id
+		}
+		return id > first+1
+	}) {
+		t.Fatalf("the restored job completes no checkpoint:\n%s", d.out.String())
+	}
+	if n, _ := testkit.Scrape(d.url(), "kstreamd_operator_records_out_total", map[string]string{"operator": "per_user"}); n != 0 {
+		t.Fatalf("%v windows fired after the restore before the watermark moved", n)
+	}
+	var ticks []*kgo.Record
+	for p := range int32(4) {
+		ticks = append(ticks, &kgo.Record{Topic: "events", Partition: p, Value: fmt.Appendf(nil, `{"user":"tick","ts":%d}`, t0+20_000)})
+	}
+	produce(t, cl, ticks...)
+	testkit.WaitMetric(t, 60*time.Second, d.url(), "kstreamd_operator_records_out_total", map[string]string{"operator": "out"}, users)
+	last, _ := testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
+	if !testkit.Poll(30*time.Second, func() bool {
+		id, err := testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
+		return err == nil && id > last+1
+	}) {
+		t.Fatal("no checkpoint after the firings")
+	}
+	seen := map[string]int{}
+	for _, r := range testkit.ReadTopic(t, []string{broker}, "out", 15*time.Second) {
+		seen[string(r.Value)]++
+	}
+	if len(seen) != users {
+		t.Fatalf("read_committed out: %d distinct firings, want %d", len(seen), users)
+	}
+	for v, n := range seen {
+		want := fmt.Sprintf(`,"window_start":%q,"window_end":%q,"n":1}`, time.UnixMilli(t0).UTC().Format(time.RFC3339), time.UnixMilli(t0+10_000).UTC().Format(time.RFC3339))
+		if n != 1 || len(v) < len(want) || v[len(v)-len(want):] != want {
+			t.Fatalf("firing %s seen %d times (want once, ending %s)", v, n, want)
+		}
+	}
+}
