@@ -153,6 +153,9 @@ func aggregateFactory() Factory {
 				return nil, fmt.Errorf("operators: %s: params %T, want *AggregateParams", AggregateType, ctx.Params)
 			}
 			if ctx.AsyncState {
+				if p.StateTTL.Time == TTLEventTime {
+					return nil, fmt.Errorf("operators: %s %s: state_ttl.time event is not supported with async_state", AggregateType, ctx.Operator)
+				}
 				return NewAsyncAggregate(*p), nil
 			}
 			return NewAggregate(*p), nil
