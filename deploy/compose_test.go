@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/kstreamd/kstreamd/pipeline"
 )
 
 // composeFile is the part of docker-compose.yml the tests read.
@@ -378,11 +380,22 @@ func TestPipelineConfigValidates(t *testing.T) {
 	if !docker.Demo.Enabled {
 		t.Errorf("%s: demo.enabled is false; the dashboard would show no traffic", rel)
 	}
+	// Params are compared as YAML text: their nodes carry line numbers.
+	params := func(ops []pipeline.OperatorConfig) (out []string) {
+		for i := range ops {
+			b, _ := yaml.Marshal(&ops[i].Params)
+			out = append(out, string(b))
+			ops[i].Params = yaml.Node{}
+		}
+		return out
+	}
+	dockerParams, refParams := params(docker.Operators), params(ref.Operators)
 	for _, c := range []struct {
 		field         string
 		docker, refer any
 	}{
 		{"job", docker.Job, ref.Job},
+		{"operator params", dockerParams, refParams},
 		{"sources", docker.Sources, ref.Sources},
 		{"operators", docker.Operators, ref.Operators},
 		{"sinks", docker.Sinks, ref.Sinks},

@@ -58,6 +58,12 @@ type Source struct {
 	// Check, if not nil, validates each record at the source (the
 	// broadcast consumer's Factory.CheckBroadcast).
 	Check func(key, value []byte) error
+	// Timestamp, if not nil, makes the event-time assigner of one subtask
+	// (a sources[].timestamp expression); nil: the Kafka timestamp.
+	Timestamp func() func(*runtime.Record) (time.Time, error)
+	// OutOfOrderness and Idleness configure the watermarks (0: none, never
+	// idle).
+	OutOfOrderness, Idleness time.Duration
 }
 
 // Operator runs one registered operator type.
@@ -123,6 +129,9 @@ const (
 // Edge is one input of a vertex.
 type Edge struct {
 	From, To string
+	// Output is the side output of From the edge reads ("" for the main
+	// output), e.g. "late" for an input named "<operator>.late".
+	Output string
 	// Input is the downstream logical input: 0 main, 1 broadcast.
 	Input int
 	Kind  EdgeKind
@@ -137,7 +146,11 @@ func (e Edge) String() string {
 	if e.Kind == Hash {
 		k += "(" + e.KeyBy + ")"
 	}
-	s := fmt.Sprintf("%s -%s-> %s", e.From, k, e.To)
+	from := e.From
+	if e.Output != "" {
+		from += "." + e.Output
+	}
+	s := fmt.Sprintf("%s -%s-> %s", from, k, e.To)
 	if e.Input != 0 {
 		s += fmt.Sprintf("[%d]", e.Input)
 	}

@@ -139,6 +139,10 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 	if err != nil {
 		return nil, err
 	}
+	wmm, err := runtime.NewWatermarkMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	partitions, err := discover(ctx, g, deps)
 	if err != nil {
 		return nil, err
@@ -188,8 +192,14 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		}
 		for sub := 0; sub < p; sub++ {
 			id := runtime.TaskID{Operator: s.Name, Subtask: sub}
+			var assigner func(*runtime.Record) (time.Time, error)
+			if s.Timestamp != nil {
+				assigner = s.Timestamp()
+			}
 			src := source.New(source.Config{
-				Name: s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
+				Timestamp: assigner, Watermarks: source.WatermarkConfig{OutOfOrderness: s.OutOfOrderness, Idleness: s.Idleness},
+				WatermarkGauge: wmm.Gauge(id),
+				Name:           s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
 				Subtask: sub, Parallelism: p, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
 				DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + g.Job,
 				Format: source.Format(s.Format), Tombstones: s.Broadcast, Check: s.Check,
@@ -250,6 +260,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				ID: runtime.TaskID{Operator: op.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[op.Name][sub]),
 				Operator: kop, Output: b.outputs[op.Name][sub], Mailbox: mailbox, BootstrapInput: bootstrap,
 				RecordsIn: rm.RecordsIn(op.Name, sub), Responder: resp,
+				Watermark:  wmm.Gauge(runtime.TaskID{Operator: op.Name, Subtask: sub}),
 				BadRecords: []runtime.BadRecordHandler{policy(op.ErrorSources[0], opLogger), policy(op.ErrorSources[1], opLogger)},
 			})
 			tasks = append(tasks, t)
@@ -302,6 +313,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
 				ID: runtime.TaskID{Operator: sk.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[sk.Name][sub]),
 				Operator: k, BootstrapInput: -1, RecordsIn: rm.RecordsIn(sk.Name, sub), Responder: resp,
+				Watermark: wmm.Gauge(runtime.TaskID{Operator: sk.Name, Subtask: sub}),
 			})
 			tasks = append(tasks, t)
 			targets = append(targets, t)

@@ -33,9 +33,18 @@ func (InProcessExchange) Connect(e graph.Edge, upstream []*runtime.Output, downs
 			chans[d] = runtime.NewChannel(0)
 			out[d] = append(out[d], chans[d])
 		}
-		o.AddWriter(runtime.NewWriter(chans, runtime.KeyGroupPartitioner{MaxParallelism: maxParallelism}).WithKeySelector(e.Key))
+		addWriter(o, e, runtime.NewWriter(chans, runtime.KeyGroupPartitioner{MaxParallelism: maxParallelism}).WithKeySelector(e.Key))
 	}
 	return out
+}
+
+// addWriter adds w to o's main output, or to the side output e reads.
+func addWriter(o *runtime.Output, e graph.Edge, w *runtime.Writer) {
+	if e.Output != "" {
+		o.AddSideWriter(e.Output, w)
+		return
+	}
+	o.AddWriter(w)
 }
 
 // builder wires the subtasks of a graph.
@@ -78,7 +87,7 @@ func (b *builder) wire(e graph.Edge) error {
 		for i, o := range ups {
 			ch := runtime.NewChannel(0)
 			down[i] = append(down[i], runtime.InputChannel{Ch: ch, Input: e.Input})
-			o.AddWriter(runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+			addWriter(o, e, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
 		}
 	case graph.Broadcast, graph.Rebalance:
 		for _, o := range ups {
@@ -91,7 +100,7 @@ func (b *builder) wire(e graph.Edge) error {
 			if e.Kind == graph.Rebalance {
 				p = &runtime.RebalancePartitioner{} // each upstream subtask keeps its own round-robin position
 			}
-			o.AddWriter(runtime.NewWriter(chans, p))
+			addWriter(o, e, runtime.NewWriter(chans, p))
 		}
 	default:
 		return fmt.Errorf("job: edge %s: unknown kind", e)

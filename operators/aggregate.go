@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/kstreamd/kstreamd/expression"
@@ -152,6 +153,9 @@ func aggregateFactory() Factory {
 				return nil, fmt.Errorf("operators: %s: params %T, want *AggregateParams", AggregateType, ctx.Params)
 			}
 			if ctx.AsyncState {
+				if p.StateTTL.Time == TTLEventTime {
+					return nil, fmt.Errorf("operators: %s %s: state_ttl.time event is not supported with async_state", AggregateType, ctx.Operator)
+				}
 				return NewAsyncAggregate(*p), nil
 			}
 			return NewAggregate(*p), nil
@@ -197,6 +201,10 @@ type aggAccumulator struct {
 	Num number `json:"num,omitzero"`
 	// Value is the JSON of first's or last's value.
 	Value json.RawMessage `json:"value,omitempty"`
+	// Seen are count_distinct's values (their JSON) when the accumulator
+	// keeps them itself: a window's, which must merge (the aggregate
+	// operator keeps them in a MapState instead).
+	Seen []string `json:"seen,omitempty"`
 }
 
 // number is an integer or a double, as expression results are.
@@ -319,7 +327,15 @@ func (a *aggregator) fold(key []byte, cur aggregateAccumulators, found bool, in 
 	if found {
 		before = a.output(key, cur)
 	}
-	next = make(aggregateAccumulators, len(a.specs))
+	next = a.accumulate(cur, in, isNew)
+	out = a.output(key, next)
+	return next, out, a.emit == EmitEveryUpdate || !bytes.Equal(before, out)
+}
+
+// accumulate returns the accumulators after folding one record's inputs in
+// into cur (nil: none yet); isNew as for fold.
+func (a *aggregator) accumulate(cur aggregateAccumulators, in []aggInput, isNew []bool) aggregateAccumulators {
+	next := make(aggregateAccumulators, len(a.specs))
 	d := 0
 	for i, s := range a.specs {
 		acc, ok := cur[s.Name]
@@ -352,8 +368,55 @@ func (a *aggregator) fold(key []byte, cur aggregateAccumulators, found bool, in 
 		acc.Records++
 		next[s.Name] = acc
 	}
-	out = a.output(key, next)
-	return next, out, a.emit == EmitEveryUpdate || !bytes.Equal(before, out)
+	return next
+}
+
+// merge returns the accumulators of the union of two windows' records
+// (session windows): earlier holds the records before those of later, so
+// first comes from earlier and last from later. count_distinct merges the
+// Seen sets both keep.
+func (a *aggregator) merge(earlier, later aggregateAccumulators) aggregateAccumulators {
+	out := make(aggregateAccumulators, len(a.specs))
+	for _, s := range a.specs {
+		x, y := earlier[s.Name], later[s.Name]
+		switch {
+		case x.Records == 0:
+			out[s.Name] = y
+			continue
+		case y.Records == 0:
+			out[s.Name] = x
+			continue
+		}
+		m := aggAccumulator{Fn: s.Fn, Records: x.Records + y.Records}
+		switch s.Fn {
+		case AggSum, AggAvg:
+			m.Num = x.Num.add(y.Num)
+		case AggMin:
+			m.Num = x.Num
+			if y.Num.less(x.Num) {
+				m.Num = y.Num
+			}
+		case AggMax:
+			m.Num = x.Num
+			if x.Num.less(y.Num) {
+				m.Num = y.Num
+			}
+		case AggFirst:
+			m.Value = x.Value
+		case AggLast:
+			m.Value = y.Value
+		case AggCountDistinct:
+			m.Seen = slices.Clone(x.Seen)
+			for _, v := range y.Seen {
+				if !slices.Contains(m.Seen, v) {
+					m.Seen = append(m.Seen, v)
+				}
+			}
+			m.Distinct = int64(len(m.Seen))
+		}
+		out[s.Name] = m
+	}
+	return out
 }
 
 // output renders {"key": <key as a string>, <name>: <result>, ...} in the
@@ -361,6 +424,11 @@ func (a *aggregator) fold(key []byte, cur aggregateAccumulators, found bool, in 
 func (a *aggregator) output(key []byte, accs aggregateAccumulators) []byte {
 	k, _ := json.Marshal(string(key)) // a string: cannot fail
 	b := append([]byte(`{"key":`), k...)
+	return append(a.appendResults(b, accs), '}')
+}
+
+// appendResults appends `,<name>:<result>` for every aggregate, in order.
+func (a *aggregator) appendResults(b []byte, accs aggregateAccumulators) []byte {
 	for _, s := range a.specs {
 		name, _ := json.Marshal(s.Name)
 		b = append(append(append(b, ','), name...), ':')
@@ -378,7 +446,7 @@ func (a *aggregator) output(key []byte, accs aggregateAccumulators) []byte {
 			b = append(b, acc.Value...)
 		}
 	}
-	return append(b, '}')
+	return b
 }
 
 // record is the output record of value v for input rec: rec's key,

@@ -468,3 +468,32 @@ func TestStateTTLParamsConfig(t *testing.T) {
 		t.Fatalf("UnmarshalText(on_write) = %v", err)
 	}
 }
+
+// TestAggregateEventTimeTTL: with state_ttl {ttl: 10s, time: event} a
+// key's aggregates expire 10s of event time after their last update,
+// whatever the wall clock does: the same input gives the same output
+// however fast it is replayed.
+func TestAggregateEventTimeTTL(t *testing.T) {
+	p := AggregateParams{Aggregates: []AggregateSpec{{Name: "n", Fn: AggCount}}, Emit: EmitEveryUpdate,
+		StateTTL: StateTTLParams{TTL: 10 * time.Second, Time: TTLEventTime}}
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			h, err := openStateful(t, kind, t.TempDir(), nil, nil, NewAggregate(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := func(ms int64) runtime.Record {
+				return runtime.Record{Key: []byte("a"), Value: []byte(`{}`), Timestamp: time.UnixMilli(ms)}
+			}
+			h.process(rec(0), rec(5_000), rec(14_000)) // 5 + 10 > 14: alive
+			if err := h.op.ProcessWatermark(h.ctx, time.UnixMilli(20_000)); err != nil {
+				t.Fatal(err)
+			}
+			h.process(rec(25_000)) // last update at 14: 14 + 10 <= 25, expired
+			want := []string{`{"key":"a","n":1}`, `{"key":"a","n":2}`, `{"key":"a","n":3}`, `{"key":"a","n":1}`}
+			if got := values(h.finish()); !reflect.DeepEqual(got, want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+		})
+	}
+}

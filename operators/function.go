@@ -14,6 +14,14 @@ type Collector interface {
 	Collect(rec runtime.Record) error
 }
 
+// SideCollector is implemented by the Collector a function gets: it emits
+// to one of the type's side outputs (Factory.SideOutputs; Flink's
+// ctx.output(outputTag, value)). A side output no vertex reads drops the
+// record.
+type SideCollector interface {
+	CollectSide(output string, rec runtime.Record) error
+}
+
 // OpenContext is what a function sees when it opens: its subtask and the
 // keyed state backend it registers its state with.
 type OpenContext struct {
@@ -26,7 +34,13 @@ type OpenContext struct {
 	// Backend is the subtask's keyed state backend; state handles obtained
 	// from it act on the current key.
 	Backend state.KeyedStateBackend
+	// Timers is the subtask's timer service when the function implements
+	// TimerFunction (synchronous keyed functions only); nil otherwise.
+	Timers TimerService
 }
+
+// TimerService returns ctx.Timers (Flink's ctx.timerService()).
+func (c OpenContext) TimerService() TimerService { return c.Timers }
 
 // KeyedBroadcastProcessFunction processes a keyed stream together with a
 // broadcast stream (Flink's KeyedBroadcastProcessFunction). The function owns

@@ -43,6 +43,8 @@ type KeyedOperator struct {
 	backend   state.KeyedStateBackend
 	opStore   *state.OperatorStateStore
 	coll      collector
+	// timers is the timer service of a TimerFunction; nil otherwise.
+	timers *timerService
 
 	// Async state (NewAsyncKeyedProcessOperator): the function, the task's
 	// mailbox and the controller made at Open.
@@ -106,6 +108,9 @@ func (o *KeyedOperator) Open(ctx context.Context) (err error) {
 			o.backend, o.aec = nil, nil
 		}
 	}()
+	if err = o.newTimers(); err != nil {
+		return err
+	}
 	switch {
 	case o.broadcast != nil:
 		err = o.broadcast.Open(o.info)
@@ -149,11 +154,16 @@ func (o *KeyedOperator) ProcessRecord(ctx context.Context, input int, rec runtim
 		})
 	case input == 0:
 		o.backend.SetCurrentKey(rec.Key)
+		o.backend.SetRecordTimestamp(rec.Timestamp)
 		if o.broadcast != nil {
 			return o.broadcast.ProcessElement(ctx, rec, &o.coll)
 		}
 		return o.keyed.ProcessElement(ctx, rec, &o.coll)
 	case input == 1 && o.broadcast != nil:
+		if o.timers != nil {
+			o.timers.noKey = true
+			defer func() { o.timers.noKey = false }()
+		}
 		return o.broadcast.ProcessBroadcastElement(ctx, rec, &o.coll)
 	}
 	return fmt.Errorf("operators: %s[%d]: record on unknown input %d", o.info.Operator, o.info.Subtask, input)
@@ -225,6 +235,9 @@ func (o *KeyedOperator) EndInput(ctx context.Context) error {
 // controller (stopping and waiting for its read workers), then the state
 // backend.
 func (o *KeyedOperator) Close() error {
+	if o.timers != nil {
+		o.timers.stop()
+	}
 	if o.aec != nil {
 		_ = o.aec.Close() // always nil
 	}
@@ -237,6 +250,14 @@ func (o *KeyedOperator) Close() error {
 type collector struct {
 	ctx context.Context
 	out *runtime.Output
+}
+
+// CollectSide implements SideCollector.
+func (c *collector) CollectSide(output string, rec runtime.Record) error {
+	if c.out == nil {
+		return nil
+	}
+	return c.out.EmitSide(c.ctx, output, rec)
 }
 
 func (c *collector) Collect(rec runtime.Record) error {

@@ -11,6 +11,7 @@ type Metrics struct {
 	rulesHeld      *prometheus.GaugeVec
 	lastRuleUpdate *prometheus.GaugeVec
 	rulesRejected  *prometheus.CounterVec
+	pendingExpired *prometheus.CounterVec
 }
 
 // NewMetrics registers with reg:
@@ -32,8 +33,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kstreamd_broadcast_rules_rejected_total",
 			Help: "Rule records an operator could not decode; they never reach broadcast state. Counted once per subtask that saw them.",
 		}, []string{"operator"}),
+		pendingExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_shape_pair_items_expired_total",
+			Help: "Stored items the shape-pair matcher removed unpaired after pending_timeout.",
+		}, []string{"operator"}),
 	}
-	for _, c := range []prometheus.Collector{m.rulesHeld, m.lastRuleUpdate, m.rulesRejected} {
+	for _, c := range []prometheus.Collector{m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -49,6 +54,12 @@ func (m *Metrics) RulesHeld(operator string, subtask int) prometheus.Gauge {
 // LastRuleUpdate returns the last-rule-update gauge of one subtask.
 func (m *Metrics) LastRuleUpdate(operator string, subtask int) prometheus.Gauge {
 	return m.lastRuleUpdate.WithLabelValues(operator, strconv.Itoa(subtask))
+}
+
+// PendingExpired returns the expired-items counter of one shape-pair
+// matcher.
+func (m *Metrics) PendingExpired(operator string) prometheus.Counter {
+	return m.pendingExpired.WithLabelValues(operator)
 }
 
 // RulesRejected returns the rejected-rules counter of one operator.

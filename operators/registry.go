@@ -48,6 +48,11 @@ type Factory struct {
 	// ids derive from these names, so they must stay stable across
 	// versions for restores to find their state).
 	State []string
+	// SideOutputs are the names of the type's side outputs (Flink's
+	// OutputTag): another operator or a sink reads side output s of
+	// operator op with input: op.s. Records the function passes to
+	// SideCollector.CollectSide(s, rec) go there.
+	SideOutputs []string
 	// CheckBroadcast, if not nil, validates each record of the broadcast
 	// input at its source (a rule that does not decode meets the source's
 	// on_error policy with reason invalid and never reaches state).
@@ -138,6 +143,7 @@ func Builtins() []Factory {
 		countWindowAverageFactory(),
 		keyedCountFactory(),
 		aggregateFactory(),
+		windowFactory(),
 		dedupFactory(),
 		filterFactory(),
 		mapFactory(),

@@ -45,9 +45,17 @@ type ShapePairMatcher struct {
 	Metrics *Metrics
 	// Logger reports rejected rules (rate is bounded by the rules topic).
 	Logger *slog.Logger
+	// PendingTimeout, when > 0, removes a stored item once the watermark
+	// passes its timestamp plus PendingTimeout (an event-time timer per
+	// key and expiry time), so items that find no pair do not pile up.
+	PendingTimeout time.Duration
+	// Expired counts the items removed by PendingTimeout; may be nil.
+	Expired interface{ Add(float64) }
 
 	rules   *broadcast.State[string, broadcast.Rule]
 	items   state.MapState[string, []json.RawMessage]
+	times   state.MapState[string, []int64] // with PendingTimeout: the stored items' timestamps, ms
+	timers  TimerService
 	backend state.KeyedStateBackend
 	held    prometheus.Gauge
 	updated prometheus.Gauge
@@ -60,15 +68,49 @@ func shapePairMatcherFactory() Factory {
 		Type:   ShapePairMatcherType,
 		Doc:    "Flink's broadcast state example: per key, pairs an item of a rule's first shape with a later one of its second shape.",
 		Traits: Traits{Keyed: true, Broadcast: true},
-		State:  []string{ShapePairItemsState.Name, "rules (broadcast)"},
+		State:  []string{ShapePairItemsState.Name, ShapePairTimesState.Name, state.TimersStateName, "rules (broadcast)"},
+		Params: func() any { return &ShapePairParams{} },
 		CheckBroadcast: func(key, value []byte) error {
 			_, err := broadcast.DecodeRule(key, value)
 			return err
 		},
 		New: func(ctx FactoryContext) (any, error) {
-			return &ShapePairMatcher{Metrics: ctx.Metrics, Logger: ctx.Logger}, nil
+			m := &ShapePairMatcher{Metrics: ctx.Metrics, Logger: ctx.Logger}
+			if p, ok := ctx.Params.(*ShapePairParams); ok {
+				m.PendingTimeout = p.PendingTimeout
+			}
+			if m.PendingTimeout > 0 && ctx.Metrics != nil {
+				m.Expired = ctx.Metrics.PendingExpired(ctx.Operator)
+			}
+			return m, nil
 		},
 	}
+}
+
+// ShapePairParams are the params of the shape-pair matcher:
+//
+//	params:
+//	  pending_timeout: 10m   # optional
+type ShapePairParams struct {
+	// PendingTimeout removes a stored item that found no pair this long
+	// after its timestamp, in event time; 0 (the default) keeps it forever.
+	PendingTimeout time.Duration `yaml:"pending_timeout" doc:"Remove a stored item that found no pair once the watermark passes its timestamp plus this, e.g. 10m; default 0: kept until paired."`
+}
+
+// CheckParams implements ParamsChecker.
+func (p *ShapePairParams) CheckParams(report func(field, msg string)) {
+	if p.PendingTimeout < 0 || (p.PendingTimeout > 0 && p.PendingTimeout < time.Millisecond) {
+		report("pending_timeout", fmt.Sprintf("must be 0 (off) or at least 1ms, got %v", p.PendingTimeout))
+	}
+}
+
+// ShapePairTimesState describes the timestamps of the stored items, kept
+// only with pending_timeout: rule name -> each stored item's timestamp (ms),
+// in the order of ShapePairItemsState's list.
+var ShapePairTimesState = state.MapStateDescriptor[string, []int64]{
+	Name:            "shape-pair-item-times",
+	KeySerializer:   state.StringSerializer{},
+	ValueSerializer: state.JSONSerializer[[]int64]{},
 }
 
 // ShapePairItemsState describes the matcher's keyed state.
@@ -92,6 +134,14 @@ func (m *ShapePairMatcher) Open(ctx OpenContext) error {
 	}
 	m.items = items
 	m.backend = ctx.Backend
+	if m.PendingTimeout > 0 {
+		if m.timers = ctx.TimerService(); m.timers == nil {
+			return fmt.Errorf("operators: %s %s: pending_timeout needs the timer service", ShapePairMatcherType, ctx.Operator)
+		}
+		if m.times, err = state.GetMapState(ctx.Backend, ShapePairTimesState); err != nil {
+			return err
+		}
+	}
 	m.rules = broadcast.NewState[string, broadcast.Rule]("rules")
 	if m.Metrics != nil {
 		m.held = m.Metrics.RulesHeld(ctx.Operator, ctx.Subtask)
@@ -124,6 +174,11 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 			err := state.ApplyToAllKeys(m.backend, ShapePairItemsState, func(_ []byte, items state.MapState[string, []json.RawMessage]) error {
 				return items.Remove(up.Name)
 			})
+			if err == nil && m.times != nil {
+				err = state.ApplyToAllKeys(m.backend, ShapePairTimesState, func(_ []byte, times state.MapState[string, []int64]) error {
+					return times.Remove(up.Name)
+				})
+			}
 			if err != nil {
 				return err
 			}
@@ -180,6 +235,88 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 			err = m.items.Put(name, stored)
 		}
 		if err != nil {
+			return err
+		}
+		if m.times != nil {
+			if err := m.storeTime(name, len(stored), rec.Timestamp); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// storeTime keeps the item timestamps of rule name in step with its n
+// stored items: cleared when n is 0, else rec's time appended for the item
+// just stored (with an expiry timer).
+func (m *ShapePairMatcher) storeTime(name string, n int, ts time.Time) error {
+	if n == 0 {
+		return m.times.Remove(name)
+	}
+	times, _, err := m.times.Get(name)
+	if err != nil {
+		return err
+	}
+	for len(times) < n-1 { // items stored before pending_timeout was set: expire with this one
+		times = append(times, ts.UnixMilli())
+	}
+	times = append(times[:n-1], ts.UnixMilli())
+	if err := m.times.Put(name, times); err != nil {
+		return err
+	}
+	return m.timers.RegisterEventTimeTimer(ts.Add(m.PendingTimeout))
+}
+
+// OnTimer implements TimerFunction: the key's stored items whose timestamp
+// plus PendingTimeout the watermark passed are removed.
+func (m *ShapePairMatcher) OnTimer(_ context.Context, _ time.Time, _ TimerContext, _ Collector) error {
+	if m.times == nil {
+		return nil
+	}
+	cutoff := m.timers.CurrentWatermark().Add(-m.PendingTimeout).UnixMilli()
+	type upd struct {
+		name  string
+		times []int64
+	}
+	var changes []upd
+	for e, err := range m.times.Entries() {
+		if err != nil {
+			return err
+		}
+		changes = append(changes, upd{e.Key, e.Value})
+	}
+	for _, c := range changes {
+		items, _, err := m.items.Get(c.name)
+		if err != nil {
+			return err
+		}
+		var keptItems []json.RawMessage
+		var keptTimes []int64
+		for i, it := range items {
+			if i < len(c.times) && c.times[i] <= cutoff {
+				continue
+			}
+			keptItems = append(keptItems, it)
+			if i < len(c.times) {
+				keptTimes = append(keptTimes, c.times[i])
+			}
+		}
+		if removed := len(items) - len(keptItems); removed > 0 && m.Expired != nil {
+			m.Expired.Add(float64(removed))
+		}
+		if len(keptItems) == 0 {
+			if err := m.items.Remove(c.name); err != nil {
+				return err
+			}
+			if err := m.times.Remove(c.name); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := m.items.Put(c.name, keptItems); err != nil {
+			return err
+		}
+		if err := m.times.Put(c.name, keptTimes); err != nil {
 			return err
 		}
 	}

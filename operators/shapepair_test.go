@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kstreamd/kstreamd/broadcast"
 	"github.com/kstreamd/kstreamd/checkpoint"
@@ -239,3 +240,60 @@ func TestShapePairBroadcastStateScaleUp(t *testing.T) {
 		})
 	}
 }
+
+// TestShapePairPendingTimeout: with pending_timeout 10s an item that found
+// no pair is removed once the watermark passes its timestamp plus 10s
+// (count asserted), a pair completed in time matches exactly as without
+// the timeout, and no entry is left once everything paired or expired.
+func TestShapePairPendingTimeout(t *testing.T) {
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			expired := &addCounter{}
+			ch := runtime.NewChannel(64)
+			fn := &ShapePairMatcher{PendingTimeout: 10 * time.Second, Expired: expired}
+			out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+			op := NewKeyedBroadcastOperator(OpenContext{Operator: "matcher", Parallelism: 1}, opener(kind, t.TempDir()), nil, fn, out)
+			ctx := context.Background()
+			if err := op.Open(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer op.Close()
+			m := &matcherRun{t: t, op: op, fn: fn, ch: ch}
+			m.rule("R", "CIRCLE", "SQUARE")
+			item := func(id int, color, shape string, ms int64) {
+				v := fmt.Appendf(nil, `{"id":%d,"color":%q,"shape":%q}`, id, color, shape)
+				if err := op.ProcessRecord(ctx, 0, runtime.Record{Key: []byte(color), Value: v, Timestamp: time.UnixMilli(ms)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wm := func(ms int64) {
+				if err := op.ProcessWatermark(ctx, time.UnixMilli(ms)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			item(1, "red", "CIRCLE", 0)
+			item(2, "blue", "CIRCLE", 1000)
+			item(3, "green", "CIRCLE", 2000)
+			item(4, "red", "SQUARE", 5000) // pairs with 1 in time
+			item(5, "green", "CIRCLE", 9000)
+			wm(12_000)                         // 2 (1s) and 3 (2s) expired; 5 (9s) not yet
+			item(6, "blue", "SQUARE", 13_000)  // 2 is gone: no match
+			item(7, "green", "SQUARE", 14_000) // pairs with 5 only
+			if got, want := m.matches(), []string{"R red 1,4", "R green 5,7"}; !slices.Equal(got, want) {
+				t.Fatalf("matches %q, want %q", got, want)
+			}
+			if got := expired.n; got != 2 {
+				t.Fatalf("expired %v items, want 2", got)
+			}
+			wm(30_000)
+			if n, err := state.EntryCount(op.backend); err != nil || n != 0 {
+				t.Fatalf("%d entries left (%v), want 0", n, err)
+			}
+		})
+	}
+}
+
+// addCounter counts what is added to it.
+type addCounter struct{ n float64 }
+
+func (c *addCounter) Add(v float64) { c.n += v }

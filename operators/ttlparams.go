@@ -39,6 +39,23 @@ type StateTTLParams struct {
 	Visibility TTLVisibility `yaml:"visibility" doc:"never_return_expired (default) or return_expired_if_not_cleaned_up (expired state is used until removed)."`
 	// Cleanup says how expired state is removed; "" means background.
 	Cleanup TTLCleanup `yaml:"cleanup" doc:"How expired state is removed: background (default: incremental scans plus on read) or on_read (only when read or snapshotted)."`
+	// Time says which clock TTL counts on; "" means processing.
+	Time TTLTime `yaml:"time" doc:"processing (default: the wall clock) or event (the record timestamps and the watermark, so a replayed backlog expires the same state live traffic did)."`
+}
+
+// TTLTime is state_ttl.time: state.StateTtlConfig.EventTime in YAML.
+type TTLTime string
+
+// The values of TTLTime.
+const (
+	TTLProcessingTime TTLTime = "processing" // the default
+	TTLEventTime      TTLTime = "event"      // state.StateTtlConfig.EventTime
+)
+
+// UnmarshalText implements encoding.TextUnmarshaler, refusing an unknown
+// value.
+func (t *TTLTime) UnmarshalText(text []byte) error {
+	return setEnum(t, text, TTLProcessingTime, TTLEventTime)
 }
 
 // TTLUpdateType is state_ttl.update_type: state.UpdateType in YAML.
@@ -94,7 +111,7 @@ func (c *TTLCleanup) UnmarshalText(text []byte) error {
 
 // Enabled reports whether state_ttl was given with any field.
 func (p StateTTLParams) Enabled() bool {
-	return p.TTL != 0 || p.UpdateType != "" || p.Visibility != "" || p.Cleanup != ""
+	return p.TTL != 0 || p.UpdateType != "" || p.Visibility != "" || p.Cleanup != "" || p.Time != ""
 }
 
 // Check reports the problems of a state_ttl mapping at field (its path
@@ -123,6 +140,7 @@ func (p StateTTLParams) Config() *state.StateTtlConfig {
 		c.Visibility = state.ReturnExpiredIfNotCleanedUp
 	}
 	c.DisableCleanupInBackground = p.Cleanup == TTLCleanupOnRead
+	c.EventTime = p.Time == TTLEventTime
 	return c
 }
 

@@ -349,6 +349,35 @@ type SourceConfig struct {
 	// partition.discovery.interval.ms). Default "30s"; 0 disables discovery
 	// after start; otherwise >= 100ms.
 	PartitionDiscoveryInterval time.Duration `yaml:"partition_discovery_interval"`
+	// Timestamp says where a record's event time comes from. Default: the
+	// Kafka record timestamp.
+	Timestamp TimestampConfig `yaml:"timestamp"`
+	// Watermark configures the source's watermarks (bounded
+	// out-of-orderness per partition, minimum over partitions).
+	Watermark WatermarkConfig `yaml:"watermark"`
+}
+
+// TimestampConfig is sources[].timestamp: the record time from the value.
+type TimestampConfig struct {
+	// Expression over the record giving its event time, e.g. ts or
+	// event.time. Default "": the Kafka record timestamp. A record on which
+	// it fails is a bad record with reason eval_error.
+	Expression operators.Expression `yaml:"expression"`
+	// Unit of the expression's result: ms (default), s (a number of
+	// seconds, fractions allowed) or rfc3339 (a string).
+	Unit operators.TimestampUnit `yaml:"unit"`
+}
+
+// WatermarkConfig is sources[].watermark.
+type WatermarkConfig struct {
+	// OutOfOrderness is how far behind a partition's largest timestamp a
+	// record may arrive and still be on time: the partition's watermark is
+	// that timestamp minus out_of_orderness minus 1ms. Default 0; >= 0.
+	OutOfOrderness time.Duration `yaml:"out_of_orderness"`
+	// Idleness is how long a partition may go without records before it
+	// stops holding the watermark back (Flink's withIdleness). Default 0:
+	// never; otherwise >= 100ms.
+	Idleness time.Duration `yaml:"idleness"`
 }
 
 // OnError is a source's bad-record policy.
@@ -569,6 +598,32 @@ func (c *Config) SourceByName(name string) (*SourceConfig, bool) {
 	return nil, false
 }
 
+// SplitInput splits an input name into the vertex it reads and the side
+// output of that vertex ("" for the main output): "late_clicks.late" is
+// side output late of operator late_clicks when no stage is called
+// "late_clicks.late" and late_clicks is an operator. Whether the operator's
+// type declares that side output is checked by validation.
+func (c *Config) SplitInput(name string) (vertex, output string) {
+	if _, ok := c.OperatorByName(name); ok {
+		return name, ""
+	}
+	if _, ok := c.SourceByName(name); ok {
+		return name, ""
+	}
+	if i := strings.LastIndexByte(name, '.'); i > 0 {
+		if _, ok := c.OperatorByName(name[:i]); ok {
+			return name[:i], name[i+1:]
+		}
+	}
+	return name, ""
+}
+
+// inputVertex returns the vertex an input name reads (SplitInput).
+func (c *Config) inputVertex(name string) string {
+	v, _ := c.SplitInput(name)
+	return v
+}
+
 // OperatorByName returns the operator called name, pointing into c.Operators.
 func (c *Config) OperatorByName(name string) (*OperatorConfig, bool) {
 	for i := range c.Operators {
@@ -613,7 +668,7 @@ func (c *Config) OperatorParallelism(op *OperatorConfig) int {
 		if src, ok := c.SourceByName(op.Input); ok {
 			return c.SourceParallelism(src)
 		}
-		in, ok := c.OperatorByName(op.Input)
+		in, ok := c.OperatorByName(c.inputVertex(op.Input))
 		if !ok {
 			break
 		}
@@ -629,7 +684,7 @@ func (c *Config) SinkParallelism(s *SinkConfig) int {
 	if s.Parallelism > 0 {
 		return s.Parallelism
 	}
-	if op, ok := c.OperatorByName(s.Input); ok {
+	if op, ok := c.OperatorByName(c.inputVertex(s.Input)); ok {
 		return c.OperatorParallelism(op)
 	}
 	if src, ok := c.SourceByName(s.Input); ok {

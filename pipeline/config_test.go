@@ -111,6 +111,7 @@ func TestGoodConfigs(t *testing.T) {
 func withoutOrigin(c *Config) Config {
 	cp := *c
 	cp.src = nil
+	cp.params = nil // decoded params are checked on their own
 	return cp
 }
 
@@ -251,12 +252,14 @@ func TestColorshapeReferenceJob(t *testing.T) {
 		{"EmbeddedDataDir", cfg.EmbeddedDataDir(), filepath.Join("data", "kafka")},
 		{"StateDir", cfg.StateDir(), filepath.Join("data", "state")},
 		{"sources", cfg.Sources, []SourceConfig{
-			{Name: "items", Topic: "items", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorDeadLetter, DeadLetterTopic: "items-dlq", MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
+			{Name: "items", Topic: "items", StartFrom: StartFromEarliest, Format: RecordFormatJSON, OnError: OnErrorDeadLetter, DeadLetterTopic: "items-dlq", MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second,
+				Watermark: WatermarkConfig{OutOfOrderness: time.Second, Idleness: 5 * time.Second}},
 			{Name: "rules", Topic: "rules", StartFrom: StartFromEarliest, Format: RecordFormatJSON, Parallelism: 1, OnError: OnErrorDeadLetter, DeadLetterTopic: "rules-dlq", MaxRecordBytes: 1 << 20, PartitionDiscoveryInterval: 30 * time.Second},
 		}},
-		{"operators", cfg.Operators, []OperatorConfig{
+		{"operators", withoutParams(cfg.Operators), []OperatorConfig{
 			{Name: "matcher", Type: OperatorShapePairMatcher, Input: "items", KeyBy: "color", Broadcast: "rules"},
 		}},
+		{"matcher params", cfg.params["matcher"], any(&operators.ShapePairParams{PendingTimeout: 10 * time.Minute})},
 		{"sinks", cfg.Sinks, []SinkConfig{
 			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryExactlyOnce, TransactionTimeout: time.Minute, PoolSize: 5},
 		}},
@@ -561,4 +564,14 @@ func TestExcessiveAliasing(t *testing.T) {
 	if !errors.As(err, &problems) || len(problems) != 1 || problems[0].Msg != want {
 		t.Fatalf("Parse = %v, want only %q", err, want)
 	}
+}
+
+// withoutParams returns ops with their params nodes cleared (they carry
+// line numbers; the decoded params are compared on their own).
+func withoutParams(ops []OperatorConfig) []OperatorConfig {
+	out := slices.Clone(ops)
+	for i := range out {
+		out[i].Params = yaml.Node{}
+	}
+	return out
 }

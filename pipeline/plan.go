@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
@@ -97,7 +98,7 @@ func (c *Config) validateGraph(v *validator, stages map[string]stage) {
 		path := []string{start.Name}
 		cur := start
 		for range len(c.Operators) {
-			next, ok := c.OperatorByName(cur.Input)
+			next, ok := c.OperatorByName(c.inputVertex(cur.Input))
 			if !ok || next == cur {
 				break
 			}
@@ -143,7 +144,7 @@ func (c *Config) lineageSource(name string) string {
 		if !ok {
 			return ""
 		}
-		name = op.Input
+		name = c.inputVertex(op.Input)
 	}
 	return ""
 }
@@ -159,6 +160,10 @@ func (c *Config) buildGraph() *graph.Graph {
 			Name: s.Name, Topic: s.Topic, Parallelism: c.SourceParallelism(s), StartFrom: string(s.StartFrom),
 			Format: string(s.Format), OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
 			MaxRecordBytes: s.MaxRecordBytes, DiscoveryInterval: s.PartitionDiscoveryInterval,
+			OutOfOrderness: s.Watermark.OutOfOrderness, Idleness: s.Watermark.Idleness,
+		}
+		if e, unit := s.Timestamp.Expression, s.Timestamp.Unit; e.IsSet() {
+			gs.Timestamp = func() func(*runtime.Record) (time.Time, error) { return operators.NewTimestampAssigner(e, unit) }
 		}
 		srcs[s.Name] = gs
 		g.Sources = append(g.Sources, gs)
@@ -171,16 +176,16 @@ func (c *Config) buildGraph() *graph.Graph {
 			return
 		}
 		placed[op.Name] = true
-		if in, ok := c.OperatorByName(op.Input); ok {
+		if in, ok := c.OperatorByName(c.inputVertex(op.Input)); ok {
 			place(in)
 		}
 		f, _ := reg.Lookup(op.Type)
 		o := &graph.Operator{
 			Name: op.Name, Type: op.Type, Factory: f, Params: c.params[op.Name],
 			Parallelism: c.OperatorParallelism(op), AsyncState: op.AsyncState, KeyBy: op.KeyBy,
-			Input: op.Input, Broadcast: op.Broadcast,
+			Input: c.inputVertex(op.Input), Broadcast: op.Broadcast,
 		}
-		o.ErrorSources[0] = c.lineageSource(op.Input)
+		o.ErrorSources[0] = c.lineageSource(c.inputVertex(op.Input))
 		o.ErrorSources[1] = op.Broadcast
 		g.Operators = append(g.Operators, o)
 		g.Edges = append(g.Edges, c.edge(op.Input, op.Name, op.KeyBy, o.Parallelism))
@@ -200,7 +205,7 @@ func (c *Config) buildGraph() *graph.Graph {
 	for i := range c.Sinks {
 		s := &c.Sinks[i]
 		gs := &graph.Sink{
-			Name: s.Name, Input: s.Input, Topic: s.Topic, Parallelism: c.SinkParallelism(s), Delivery: string(s.Delivery),
+			Name: s.Name, Input: c.inputVertex(s.Input), Topic: s.Topic, Parallelism: c.SinkParallelism(s), Delivery: string(s.Delivery),
 			TransactionalIDPrefix: c.TransactionalIDPrefix(s), TransactionTimeout: s.TransactionTimeout, PoolSize: s.PoolSize,
 			IgnoreLostTransactions: s.IgnoreLostTransactions, BufferThreshold: s.BufferThreshold,
 		}
@@ -212,10 +217,11 @@ func (c *Config) buildGraph() *graph.Graph {
 
 // edge returns the main-input edge from vertex from to vertex to of
 // parallelism p.
-func (c *Config) edge(from, to, keyBy string, p int) graph.Edge {
+func (c *Config) edge(input, to, keyBy string, p int) graph.Edge {
+	from, side := c.SplitInput(input)
 	if keyBy != "" {
 		sel, _ := c.keySelector(keyBy) // validated
-		return graph.Edge{From: from, To: to, Kind: graph.Hash, Key: sel, KeyBy: keyBy}
+		return graph.Edge{From: from, Output: side, To: to, Kind: graph.Hash, Key: sel, KeyBy: keyBy}
 	}
 	inP := 0
 	if s, ok := c.SourceByName(from); ok {
@@ -224,7 +230,7 @@ func (c *Config) edge(from, to, keyBy string, p int) graph.Edge {
 		inP = c.OperatorParallelism(op)
 	}
 	if inP == p {
-		return graph.Edge{From: from, To: to, Kind: graph.Forward}
+		return graph.Edge{From: from, Output: side, To: to, Kind: graph.Forward}
 	}
-	return graph.Edge{From: from, To: to, Kind: graph.Rebalance}
+	return graph.Edge{From: from, Output: side, To: to, Kind: graph.Rebalance}
 }

@@ -292,6 +292,15 @@ func (c *Config) validateSources(v *validator) {
 		if d := s.PartitionDiscoveryInterval; d != 0 && d < 100*time.Millisecond {
 			v.errorf(p+".partition_discovery_interval", "must be 0 (off) or >= 100ms, got %v", d)
 		}
+		if s.Timestamp.Unit != "" && !s.Timestamp.Expression.IsSet() {
+			v.errorf(p+".timestamp.unit", "applies to timestamp.expression, which is not set")
+		}
+		if d := s.Watermark.OutOfOrderness; d < 0 {
+			v.errorf(p+".watermark.out_of_orderness", "must be >= 0, got %v", d)
+		}
+		if d := s.Watermark.Idleness; d != 0 && d < 100*time.Millisecond {
+			v.errorf(p+".watermark.idleness", "must be 0 (never idle) or >= 100ms, got %v", d)
+		}
 	}
 }
 
@@ -357,7 +366,8 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 		} else {
 			v.oneOf(p+".type", op.Type, reg.Types()...)
 		}
-		switch in, ok := stages[op.Input]; {
+		vin, side := c.SplitInput(op.Input)
+		switch in, ok := stages[vin]; {
 		case op.Input == "":
 			v.required(p + ".input")
 		case !ok:
@@ -366,6 +376,8 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 			v.errorf(p+".input", "%q is a sink (%s); an input must be a source or an operator", op.Input, in.path)
 		case in.kind == "operator" && in.index == i:
 			v.errorf(p+".input", "an operator cannot read its own output")
+		case side != "":
+			c.checkSideOutput(v, p+".input", vin, side)
 		}
 		if op.KeyBy != "" {
 			if _, err := c.keySelector(op.KeyBy); err != nil {
@@ -401,16 +413,41 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 	c.validateGraph(v, stages)
 }
 
+// checkSideOutput reports an input naming side output side of operator op
+// when op's type declares no such side output.
+func (c *Config) checkSideOutput(v *validator, path, op, side string) {
+	o, _ := c.OperatorByName(op)
+	f, ok := c.registry().Lookup(o.Type)
+	if !ok {
+		return // the unknown type is reported at its own line
+	}
+	if slices.Contains(f.SideOutputs, side) {
+		return
+	}
+	have := "it has none"
+	if len(f.SideOutputs) > 0 {
+		names := make([]string, len(f.SideOutputs))
+		for i, s := range f.SideOutputs {
+			names[i] = op + "." + s
+		}
+		have = "it has " + strings.Join(names, ", ")
+	}
+	v.errorf(path, "operator %q (type %s) has no side output %q; %s", op, o.Type, side, have)
+}
+
 func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 	for i, s := range c.Sinks {
 		p := fmt.Sprintf("sinks[%d]", i)
-		switch in, ok := stages[s.Input]; {
+		vin, side := c.SplitInput(s.Input)
+		switch in, ok := stages[vin]; {
 		case s.Input == "":
 			v.required(p + ".input")
 		case !ok:
 			v.unknownRef(p+".input", s.Input, "operator or source", stages)
 		case in.kind == "sink":
 			v.errorf(p+".input", "%q is a sink (%s); an input must be an operator or a source", s.Input, in.path)
+		case side != "":
+			c.checkSideOutput(v, p+".input", vin, side)
 		}
 		v.topic(p+".topic", s.Topic)
 		v.oneOf(p+".delivery", string(s.Delivery), string(DeliveryExactlyOnce), string(DeliveryAtLeastOnce), string(DeliveryNone))

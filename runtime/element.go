@@ -100,7 +100,12 @@ type Element struct {
 	Kind      ElementKind
 	Record    Record    // KindRecord
 	Watermark time.Time // KindWatermark
-	Barrier   *Barrier  // KindBarrier; shared read-only by every receiver
+	// Idle, on a KindWatermark element, is the idle status instead of a
+	// watermark (Flink's WatermarkStatus.IDLE): the sender has no time to
+	// report and must not hold its receivers' watermark back; it is active
+	// again with its next record or watermark.
+	Idle    bool
+	Barrier *Barrier // KindBarrier; shared read-only by every receiver
 }
 
 // Barrier is checkpoint barrier n with its options (Flink's

@@ -23,6 +23,25 @@ type Mailbox struct {
 	queue     []func()
 	ready     chan struct{} // capacity 1: holds a signal only while queue is not empty
 	interrupt *interrupter  // the Interruptible context to cancel at the next post, or nil
+	err       error         // first failure reported by an action (Fail)
+}
+
+// Fail records err as the failure of an action (a timer callback): the task
+// loop fails with the first one after running its mail. Safe for
+// concurrent use.
+func (m *Mailbox) Fail(err error) {
+	m.mu.Lock()
+	if m.err == nil {
+		m.err = err
+	}
+	m.mu.Unlock()
+}
+
+// Err returns the first error passed to Fail, or nil.
+func (m *Mailbox) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
 }
 
 // interrupter is the cancel func of one Interruptible context.

@@ -59,6 +59,10 @@ type OperatorTask struct {
 	responder CheckpointResponder
 	// badByInput handles *RecordError failures per logical input.
 	badByInput []BadRecordHandler
+	// valve combines the channels' watermarks; wmGauge exports the last
+	// watermark forwarded (may be nil).
+	valve   *StatusWatermarkValve
+	wmGauge *WatermarkGauge
 
 	// Only the subtask goroutine touches these.
 	aligning   *Barrier
@@ -100,6 +104,9 @@ type OperatorTaskConfig struct {
 	// its output) failed with a *RecordError, per logical input (index =
 	// input); a missing or nil entry makes such an error fail the task.
 	BadRecords []BadRecordHandler
+	// Watermark receives the task's input watermark each time it advances;
+	// may be nil.
+	Watermark *WatermarkGauge
 }
 
 // NewOperatorTask returns a task from cfg.
@@ -116,6 +123,16 @@ func NewOperatorTask(cfg OperatorTaskConfig) *OperatorTask {
 	if ba, ok := cfg.Operator.(BadRecordAware); ok {
 		ba.SetBadRecordHandlers(cfg.BadRecords)
 	}
+	if ma, ok := cfg.Operator.(MailboxAware); ok {
+		ma.SetMailbox(mb)
+	}
+	// The broadcast (bootstrap) input does not hold event time back.
+	ignored := make([]bool, cfg.Gate.NumChannels())
+	for i := range ignored {
+		ignored[i] = cfg.BootstrapInput >= 0 && cfg.Gate.Channel(i).Input == cfg.BootstrapInput
+	}
+	t.valve = NewStatusWatermarkValve(cfg.Gate.NumChannels(), ignored)
+	t.wmGauge = cfg.Watermark
 	return t
 }
 
@@ -171,6 +188,11 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 			// back, so an idle task blocks in Next until the next post.
 			t.mailWakes.Add(1)
 			t.mailbox.TryYieldAll()
+			if t.mailErr == nil {
+				if err := t.mailbox.Err(); err != nil {
+					t.mailErr = fmt.Errorf("%s: %w", t.name, err)
+				}
+			}
 			if t.mailErr != nil {
 				return t.mailErr
 			}
@@ -182,16 +204,28 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 			if t.recIn != nil {
 				t.recIn.Inc()
 			}
+			t.valve.Active(ch)
 			if err := t.op.ProcessRecord(ctx, input, el.Record); err != nil {
 				if err := t.badRecord(ctx, input, el.Record, err); err != nil {
 					return fmt.Errorf("%s: %w", t.name, err)
 				}
+			}
+		case KindWatermark:
+			if err := t.onWatermark(ctx, ch, el); err != nil {
+				return err
 			}
 		case KindBarrier:
 			if err := t.onBarrier(ctx, ch, el.Barrier); err != nil {
 				return err
 			}
 		case KindCaughtUp, KindEndOfInput:
+			if el.Kind == KindEndOfInput {
+				if wm, ok := t.valve.Finish(ch); ok {
+					if err := t.advanceWatermark(ctx, wm); err != nil {
+						return err
+					}
+				}
+			}
 			if input == t.bootstrp && pending[ch] {
 				delete(pending, ch)
 				if len(pending) == 0 {
@@ -217,6 +251,42 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 	}
 	if t.out != nil {
 		return t.out.Broadcast(ctx, Element{Kind: KindEndOfInput})
+	}
+	return nil
+}
+
+// onWatermark feeds a watermark or idle status of channel ch to the valve
+// and acts on what it says.
+func (t *OperatorTask) onWatermark(ctx context.Context, ch int, el Element) error {
+	if !el.Idle {
+		if wm, ok := t.valve.Watermark(ch, el.Watermark); ok {
+			return t.advanceWatermark(ctx, wm)
+		}
+		return nil
+	}
+	wm, advanced, allIdle := t.valve.Idle(ch)
+	if advanced {
+		if err := t.advanceWatermark(ctx, wm); err != nil {
+			return err
+		}
+	}
+	if allIdle && t.out != nil {
+		return t.out.Broadcast(ctx, Element{Kind: KindWatermark, Idle: true})
+	}
+	return nil
+}
+
+// advanceWatermark hands the new input watermark wm to the operator (timers
+// fire), then forwards it.
+func (t *OperatorTask) advanceWatermark(ctx context.Context, wm time.Time) error {
+	if h, ok := t.op.(WatermarkHandler); ok {
+		if err := h.ProcessWatermark(ctx, wm); err != nil {
+			return fmt.Errorf("%s: watermark: %w", t.name, err)
+		}
+	}
+	t.wmGauge.Set(wm)
+	if t.out != nil {
+		return t.out.Broadcast(ctx, Element{Kind: KindWatermark, Watermark: wm})
 	}
 	return nil
 }

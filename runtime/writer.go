@@ -156,6 +156,7 @@ func (w *Writer) send(ctx context.Context, ch Channel, el Element) error {
 // operator (fan-out). Not safe for concurrent use.
 type Output struct {
 	writers []*Writer
+	side    map[string][]*Writer // side output tag -> writers
 	counter interface{ Inc() }
 	blocked interface{ Add(float64) }
 }
@@ -174,12 +175,44 @@ func (o *Output) AddWriter(w *Writer) {
 	o.writers = append(o.writers, w)
 }
 
+// AddSideWriter adds a downstream operator's writer to side output tag
+// (Flink's OutputTag): it gets what EmitSide(tag) emits, and every control
+// element.
+func (o *Output) AddSideWriter(tag string, w *Writer) {
+	if w.blocked == nil {
+		w.blocked = o.blocked
+	}
+	if o.side == nil {
+		o.side = map[string][]*Writer{}
+	}
+	o.side[tag] = append(o.side[tag], w)
+}
+
+// EmitSide sends rec to every writer of side output tag (none: rec is
+// dropped); see Writer.Emit. It counts as an emitted record.
+func (o *Output) EmitSide(ctx context.Context, tag string, rec Record) error {
+	for _, w := range o.side[tag] {
+		if err := w.Emit(ctx, rec); err != nil {
+			return err
+		}
+	}
+	if o.counter != nil && len(o.side[tag]) > 0 {
+		o.counter.Inc()
+	}
+	return nil
+}
+
 // SetBackPressure makes every writer of o, present and future, add the
 // seconds it waits on a full downstream channel to c.
 func (o *Output) SetBackPressure(c interface{ Add(float64) }) {
 	o.blocked = c
 	for _, w := range o.writers {
 		w.blocked = c
+	}
+	for _, ws := range o.side {
+		for _, w := range ws {
+			w.blocked = c
+		}
 	}
 }
 
@@ -214,6 +247,13 @@ func (o *Output) Broadcast(ctx context.Context, el Element) error {
 	for _, w := range o.writers {
 		if err := w.Broadcast(ctx, el); err != nil {
 			return err
+		}
+	}
+	for _, ws := range o.side {
+		for _, w := range ws {
+			if err := w.Broadcast(ctx, el); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

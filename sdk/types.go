@@ -74,7 +74,31 @@ type (
 	// BroadcastStateful is implemented by a KeyedBroadcastProcessFunction
 	// whose broadcast state is checkpointed (operators.BroadcastStateful).
 	BroadcastStateful = operators.BroadcastStateful
+	// TimerService registers and deletes the current key's event- and
+	// processing-time timers (Flink's TimerService); a function
+	// implementing TimerFunction finds it with OpenContext.TimerService()
+	// (operators.TimerService).
+	TimerService = operators.TimerService
+	// TimerFunction is the optional OnTimer(ctx, timestamp, TimerContext,
+	// out) of a keyed function with timers (operators.TimerFunction).
+	TimerFunction = operators.TimerFunction
+	// TimerContext holds the key and time domain of a firing timer
+	// (operators.TimerContext).
+	TimerContext = operators.TimerContext
+	// TimeDomain is EventTime or ProcessingTime (operators.TimeDomain).
+	TimeDomain = operators.TimeDomain
 )
+
+// The time domains of timers, and the error of a timer registered on the
+// broadcast side.
+const (
+	EventTime      = operators.EventTime
+	ProcessingTime = operators.ProcessingTime
+)
+
+// ErrNoTimerKey is returned by TimerService calls from
+// ProcessBroadcastElement, where no key is current (operators.ErrNoTimerKey).
+var ErrNoTimerKey = operators.ErrNoTimerKey
 
 // Records and bad records.
 type (

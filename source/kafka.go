@@ -137,6 +137,14 @@ type Config struct {
 	// ClientOpts are the franz-go options every client of the job shares
 	// (seed brokers, client id, TLS, SASL, logger).
 	ClientOpts []kgo.Opt
+	// Timestamp, if not nil, returns a record's event time (a
+	// sources[].timestamp expression); an error makes the record a bad
+	// record with reason ReasonEvalError. Nil: the Kafka timestamp.
+	Timestamp func(rec *runtime.Record) (time.Time, error)
+	// Watermarks configures the watermarks the subtask emits.
+	Watermarks WatermarkConfig
+	// WatermarkGauge receives the subtask's watermark; may be nil.
+	WatermarkGauge *runtime.WatermarkGauge
 	// Output receives the records and control elements.
 	Output *runtime.Output
 	// Responder receives checkpoint acknowledgements; nil when the job
@@ -173,6 +181,10 @@ type Split struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	Offset    int64  `json:"offset"`
+	// MaxTimestamp is the largest event time read from the partition, in
+	// ms since the epoch; absent before the first record. A restore starts
+	// the partition's watermark from it.
+	MaxTimestamp *int64 `json:"max_timestamp,omitempty"`
 }
 
 // Restored is a source subtask's share of a checkpoint.
@@ -257,7 +269,8 @@ type KafkaSource struct {
 	// Only the subtask goroutine touches these.
 	cl        *kgo.Client
 	pos       map[int32]int64 // partition -> offset of the next record to emit
-	known     map[int32]bool  // every partition of the topic known to the job
+	wms       *watermarks
+	known     map[int32]bool // every partition of the topic known to the job
 	committed map[int64]map[int32]int64
 	stopAfter bool
 	adminCl   *kgo.Client // metadata and offsets requests; owned by read
@@ -384,6 +397,9 @@ func (s *KafkaSource) read(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.emitWatermark(ctx); err != nil {
+		return err
+	}
 	s.logger.Info("source started", "topic", s.cfg.Topic, "partitions", sortedKeys(s.pos), "start_from", string(s.cfg.StartFrom), "restored", s.cfg.Restored != nil)
 	caughtUp := false
 	checkCaughtUp := func() error {
@@ -441,6 +457,9 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if emitErr != nil {
 			return emitErr
 		}
+		if err := s.emitWatermark(ctx); err != nil {
+			return err
+		}
 		if s.cfg.Metrics != nil {
 			fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 				if pos, ok := s.pos[p.Partition]; ok && p.HighWatermark >= 0 {
@@ -495,7 +514,11 @@ func (s *KafkaSource) runMail(ctx context.Context) error {
 func (s *KafkaSource) checkpoint(ctx context.Context, b *runtime.Barrier) error {
 	splits := make([]Split, 0, len(s.pos))
 	for _, p := range sortedKeys(s.pos) {
-		splits = append(splits, Split{Topic: s.cfg.Topic, Partition: p, Offset: s.pos[p]})
+		sp := Split{Topic: s.cfg.Topic, Partition: p, Offset: s.pos[p]}
+		if ts, ok := s.wms.maxTs[p]; ok && ts != noTimestamp {
+			sp.MaxTimestamp = &ts
+		}
+		splits = append(splits, sp)
 	}
 	st, err := SplitsTaskState(splits)
 	if err != nil {
@@ -568,10 +591,17 @@ func SplitsTaskState(splits []Split) (json.RawMessage, error) {
 // restoring, from StartFrom when fresh).
 func (s *KafkaSource) assign(ctx context.Context, adm *kadm.Client) error {
 	s.pos, s.known = map[int32]int64{}, map[int32]bool{}
+	s.wms = newWatermarks(s.cfg.Watermarks)
+	now := time.Now()
 	fresh := s.cfg.Restored == nil
 	if !fresh {
 		for _, sp := range s.cfg.Restored.Splits {
 			s.pos[sp.Partition] = sp.Offset
+			ts := int64(noTimestamp)
+			if sp.MaxTimestamp != nil {
+				ts = *sp.MaxTimestamp
+			}
+			s.wms.assign(sp.Partition, ts, now)
 		}
 		for _, p := range s.cfg.Restored.Known {
 			s.known[p] = true
@@ -607,6 +637,7 @@ func (s *KafkaSource) assign(ctx context.Context, adm *kadm.Client) error {
 	for _, p := range mine {
 		o, _ := offs.Lookup(s.cfg.Topic, p)
 		s.pos[p] = max(o.Offset, 0)
+		s.wms.assign(p, noTimestamp, now)
 	}
 	if !fresh {
 		s.logger.Info("new partitions since the checkpoint; reading them from the earliest offset", "partitions", mine)
@@ -652,6 +683,7 @@ func (s *KafkaSource) discover(ctx context.Context, adm *kadm.Client) {
 		if AssignPartition(s.cfg.Topic, p, s.cfg.Parallelism) == s.cfg.Subtask {
 			add[p] = kgo.NewOffset().AtStart()
 			s.pos[p] = 0
+			s.wms.assign(p, noTimestamp, time.Now())
 		}
 	}
 	if len(add) > 0 {
@@ -713,6 +745,14 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 	if reason, detail := s.decode(&rec); reason != "" {
 		return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: reason, Detail: detail})
 	}
+	if s.cfg.Timestamp != nil && rec.Value != nil {
+		ts, err := s.cfg.Timestamp(&rec)
+		if err != nil {
+			return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: ReasonEvalError, Detail: err.Error()})
+		}
+		rec.Timestamp = ts
+	}
+	s.wms.observe(r.Partition, rec.Timestamp, time.Now())
 	err := s.cfg.Output.Emit(ctx, rec)
 	var re *runtime.RecordError
 	if errors.As(err, &re) {
@@ -720,6 +760,19 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 		return s.policy.HandleBadRecord(ctx, rec, re)
 	}
 	return err
+}
+
+// emitWatermark emits the subtask's watermark or idle status when it
+// changed.
+func (s *KafkaSource) emitWatermark(ctx context.Context) error {
+	el, ok := s.wms.next(time.Now())
+	if !ok {
+		return nil
+	}
+	if !el.Idle {
+		s.cfg.WatermarkGauge.Set(el.Watermark)
+	}
+	return s.cfg.Output.Broadcast(ctx, el)
 }
 
 // decode checks rec's value; it returns the bad-record reason (and a

@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/kstreamd/kstreamd/state/keygroup"
@@ -50,6 +51,13 @@ type KeyedStateBackend interface {
 	KeyGroupRange() keygroup.Range
 	// MaxParallelism returns the number of key groups of the job.
 	MaxParallelism() int
+	// SetWatermark moves the event-time clock of TTL (StateTtlConfig.EventTime)
+	// to the input watermark wm; it never moves back.
+	SetWatermark(wm time.Time)
+	// SetRecordTimestamp sets the timestamp of the record being processed
+	// (the zero time: none, as in OnTimer); the event time of TTL is the
+	// later of it and the watermark.
+	SetRecordTimestamp(ts time.Time)
 	// CleanupStep runs one bounded step of background TTL cleanup and
 	// returns the number of expired entries it removed. It visits about
 	// TTLCleanupConfig.EntriesPerStep stored entries of the states with TTL
@@ -208,6 +216,9 @@ type backend struct {
 	log     *slog.Logger
 	cleanup TTLCleanupConfig
 
+	watermark int64 // event-time clock of TTL, ms; math.MinInt64 before the first
+	recordTs  int64 // timestamp of the record being processed, ms; math.MinInt64 for none
+
 	curKey []byte // copy of the current key, reused across SetCurrentKey
 	curKG  int    // -1 before the first SetCurrentKey
 
@@ -230,16 +241,18 @@ type registered struct {
 
 func newBackend(cfg BackendConfig, st store, logger *slog.Logger) (*backend, error) {
 	b := &backend{
-		st:      st,
-		kind:    cfg.Kind,
-		maxP:    cfg.MaxParallelism,
-		kgs:     cfg.KeyGroupRange,
-		clock:   cfg.Clock,
-		log:     logger,
-		cleanup: cfg.TTLCleanup,
-		curKG:   -1,
-		metas:   map[string]stateMeta{},
-		states:  map[string]*registered{},
+		st:        st,
+		kind:      cfg.Kind,
+		maxP:      cfg.MaxParallelism,
+		kgs:       cfg.KeyGroupRange,
+		clock:     cfg.Clock,
+		log:       logger,
+		cleanup:   cfg.TTLCleanup,
+		curKG:     -1,
+		watermark: math.MinInt64,
+		recordTs:  math.MinInt64,
+		metas:     map[string]stateMeta{},
+		states:    map[string]*registered{},
 	}
 	if b.clock == nil {
 		b.clock = wallClock{}
@@ -338,6 +351,21 @@ type keyRef struct {
 func (b *backend) keyRefFor(key []byte) keyRef {
 	return keyRef{kg: keygroup.Assign(key, b.maxP), key: append([]byte(nil), key...)}
 }
+
+// SetWatermark implements KeyedStateBackend.
+func (b *backend) SetWatermark(wm time.Time) { b.watermark = max(b.watermark, wm.UnixMilli()) }
+
+// SetRecordTimestamp implements KeyedStateBackend.
+func (b *backend) SetRecordTimestamp(ts time.Time) {
+	if ts.IsZero() {
+		b.recordTs = math.MinInt64
+		return
+	}
+	b.recordTs = ts.UnixMilli()
+}
+
+// eventMillis returns the event time of TTL in ms since the epoch.
+func (b *backend) eventMillis() int64 { return max(b.watermark, b.recordTs) }
 
 // nowMillis returns the clock's time in ms since the epoch.
 func (b *backend) nowMillis() int64 { return b.clock.Now().UnixMilli() }

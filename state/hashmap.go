@@ -172,6 +172,21 @@ func (s *hashmapStore) scanEntries(k stateKey, fn func(uk, v []byte) (bool, erro
 	return nil
 }
 
+func (s *hashmapStore) scanGroup(id uint32, kg int, fn func(key, uk, v []byte) error) error {
+	g := s.group(id, kg, false)
+	if g == nil {
+		return nil
+	}
+	for key, m := range g.maps {
+		for uk, v := range m {
+			if err := fn([]byte(key), []byte(uk), v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func (s *hashmapStore) clearEntries(k stateKey) error {
 	if g := s.group(k.id, k.kg, false); g != nil {
 		delete(g.maps, string(k.key))

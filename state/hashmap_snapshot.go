@@ -25,11 +25,10 @@ func (h *hashmapBackend) snapshotAsync(t SnapshotTarget, taskDir string) (func(c
 	if h.st.format == nil {
 		return nil, fmt.Errorf("state: snapshot: no format record")
 	}
-	now := h.nowMillis()
 	visit := map[uint32]func([]byte) ([]byte, bool, error){}
 	for _, r := range h.states {
 		if r.core.ttl != nil {
-			visit[r.meta.ID] = r.core.snapshotVisitor(now)
+			visit[r.meta.ID] = r.core.snapshotVisitor(r.core.now())
 		}
 	}
 	frozen := h.st.snapshotCopy()

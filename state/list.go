@@ -178,7 +178,7 @@ func (c *stateCore) readList(k stateKey) ([][]byte, error) {
 		}
 		return out, nil
 	}
-	now := c.b.nowMillis()
+	now := c.now()
 	var kept []byte
 	changed := false
 	err = forEachElement(blob, func(e []byte) error {

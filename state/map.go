@@ -248,7 +248,7 @@ func (c *stateCore) scanMap(k stateKey, fn func(uk, payload []byte) (bool, error
 	if c.ttl == nil {
 		return c.st.scanEntries(k, fn)
 	}
-	now := c.b.nowMillis()
+	now := c.now()
 	return c.st.scanEntries(k, func(uk, v []byte) (bool, error) {
 		if c.ttl.updateOnRead {
 			v = append([]byte(nil), v...) // check restamps in place; v belongs to the store

@@ -216,6 +216,28 @@ func (s *pebbleStore) scanEntries(k stateKey, fn func(uk, v []byte) (bool, error
 	return it.Close()
 }
 
+func (s *pebbleStore) scanGroup(id uint32, kg int, fn func(key, uk, v []byte) error) error {
+	prefix := appendGroupPrefix(nil, kg, id)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return fmt.Errorf("state: pebble iter: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k, uk, err := parseStateKey(it.Key())
+		if err == nil {
+			var v []byte
+			if v, err = it.ValueAndErr(); err == nil {
+				err = fn(k.key, uk, v)
+			}
+		}
+		if err != nil {
+			_ = it.Close()
+			return err
+		}
+	}
+	return it.Close()
+}
+
 // clearEntries deletes the entries one by one in a batch, as Flink's RocksDB
 // MapState.clear does, rather than with a range tombstone per cleared key.
 func (s *pebbleStore) clearEntries(k stateKey) error {

@@ -37,6 +37,10 @@ type store interface {
 	delEntry(k stateKey, uk []byte) error
 	scanEntries(k stateKey, fn func(uk, v []byte) (bool, error)) error
 	clearEntries(k stateKey) error
+	// scanGroup calls fn for every map entry of state id in key group kg
+	// (every key's), until fn returns an error (returned as is); fn must
+	// not write to the store.
+	scanGroup(id uint32, kg int, fn func(key, uk, v []byte) error) error
 
 	// cleanup runs one bounded step of background TTL cleanup over the
 	// targets, in the key groups kgs, visiting about budget stored entries

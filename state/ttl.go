@@ -84,6 +84,15 @@ type StateTtlConfig struct {
 	// (Flink's disableCleanupInBackground); expired entries are then only
 	// removed when read or snapshotted.
 	DisableCleanupInBackground bool
+	// EventTime measures TTL in event time rather than processing time (a
+	// kstreamd extension): an access is stamped with the current event
+	// time, the later of the accessing record's timestamp and the input
+	// watermark (KeyedStateBackend.SetRecordTimestamp, SetWatermark), and
+	// an entry expires once the event time passes its stamp plus TTL. A
+	// replayed backlog thus expires the same state as live traffic did.
+	// Before the first record and watermark the event time is
+	// runtime.MinWatermark's and nothing expires.
+	EventTime bool
 }
 
 // Validate reports every problem of the config, or nil.
@@ -108,6 +117,7 @@ type ttlPolicy struct {
 	updateOnRead  bool
 	returnExpired bool
 	background    bool
+	eventTime     bool
 }
 
 func newTTLPolicy(c *StateTtlConfig) *ttlPolicy {
@@ -119,6 +129,7 @@ func newTTLPolicy(c *StateTtlConfig) *ttlPolicy {
 		updateOnRead:  c.UpdateType == OnReadAndWrite,
 		returnExpired: c.Visibility == ReturnExpiredIfNotCleanedUp,
 		background:    !c.DisableCleanupInBackground,
+		eventTime:     c.EventTime,
 	}
 }
 
@@ -171,6 +182,9 @@ func (c *stateCore) now() int64 {
 	if c.ttl == nil {
 		return 0
 	}
+	if c.ttl.eventTime {
+		return c.b.eventMillis()
+	}
 	return c.b.nowMillis()
 }
 
@@ -201,7 +215,7 @@ func (c *stateCore) check(blob []byte, now int64) (payload []byte, visible bool,
 func (c *stateCore) cleanupVisitor() func(v []byte) ([]byte, bool, error) {
 	if c.kind == kindList {
 		return func(v []byte) ([]byte, bool, error) {
-			kept, changed, err := c.filterList(v, c.b.nowMillis())
+			kept, changed, err := c.filterList(v, c.now())
 			if err != nil || !changed {
 				return nil, true, err
 			}
@@ -213,6 +227,6 @@ func (c *stateCore) cleanupVisitor() func(v []byte) ([]byte, bool, error) {
 		if err != nil {
 			return nil, true, err
 		}
-		return nil, !c.ttl.expired(ts, c.b.nowMillis()), nil
+		return nil, !c.ttl.expired(ts, c.now()), nil
 	}
 }

@@ -1,0 +1,81 @@
+package operators
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// TimestampUnit says how a source's timestamp expression result is read.
+type TimestampUnit string
+
+// The values of TimestampUnit.
+const (
+	// TimestampMillis: a number of milliseconds since the Unix epoch (the
+	// default).
+	TimestampMillis TimestampUnit = "ms"
+	// TimestampSeconds: a number of seconds since the Unix epoch; a
+	// fraction gives milliseconds.
+	TimestampSeconds TimestampUnit = "s"
+	// TimestampRFC3339: a string such as "2024-05-01T12:00:00.250Z".
+	TimestampRFC3339 TimestampUnit = "rfc3339"
+)
+
+// UnmarshalText implements encoding.TextUnmarshaler, refusing an unknown
+// unit.
+func (u *TimestampUnit) UnmarshalText(text []byte) error {
+	return setEnum(u, text, TimestampMillis, TimestampSeconds, TimestampRFC3339)
+}
+
+// NewTimestampAssigner returns the function that reads a record's event
+// time from expression e, its result in unit ("" means ms) (Flink's
+// TimestampAssigner). The function's errors are *runtime.RecordError with
+// reason eval_error: the expression failed, or its result is not a number
+// (ms, s) or an RFC 3339 string (rfc3339). It is not safe for concurrent
+// use: each source subtask gets its own.
+func NewTimestampAssigner(e Expression, unit TimestampUnit) func(rec *runtime.Record) (time.Time, error) {
+	var env RecordEnv
+	return func(rec *runtime.Record) (time.Time, error) {
+		v, err := e.Program().Eval(env.Reset(rec))
+		if err != nil {
+			return time.Time{}, EvalRecordError(err)
+		}
+		bad := func(msg string) (time.Time, error) {
+			return time.Time{}, resultError(e, "timestamp", msg)
+		}
+		if unit == TimestampRFC3339 {
+			s, ok := v.(string)
+			if !ok {
+				return bad("needs an RFC 3339 string, got " + resultType(v))
+			}
+			t, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return bad(fmt.Sprintf("is not RFC 3339: %q", s))
+			}
+			return t, nil
+		}
+		var f float64
+		switch x := v.(type) {
+		case int64:
+			if unit != TimestampSeconds {
+				return time.UnixMilli(x), nil
+			}
+			f = float64(x)
+		case uint64:
+			f = float64(x)
+		case float64:
+			f = x
+		default:
+			return bad("needs a number, got " + resultType(v))
+		}
+		if unit == TimestampSeconds {
+			f *= 1000
+		}
+		if math.IsNaN(f) || math.Abs(f) > 1e15 {
+			return bad(fmt.Sprintf("is out of range: %v", v))
+		}
+		return time.UnixMilli(int64(math.Round(f))), nil
+	}
+}
