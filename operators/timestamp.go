@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/kstreamd/kstreamd/expression"
 	"github.com/kstreamd/kstreamd/runtime"
 )
 
@@ -48,7 +49,7 @@ func NewTimestampAssigner(e Expression, unit TimestampUnit) func(rec *runtime.Re
 		if unit == TimestampRFC3339 {
 			s, ok := v.(string)
 			if !ok {
-				return bad("needs an RFC 3339 string, got " + resultType(v))
+				return bad("needs an RFC 3339 string, got " + expression.TypeName(v))
 			}
 			t, err := time.Parse(time.RFC3339Nano, s)
 			if err != nil {
@@ -68,7 +69,7 @@ func NewTimestampAssigner(e Expression, unit TimestampUnit) func(rec *runtime.Re
 		case float64:
 			f = x
 		default:
-			return bad("needs a number, got " + resultType(v))
+			return bad("needs a number, got " + expression.TypeName(v))
 		}
 		if unit == TimestampSeconds {
 			f *= 1000
