@@ -44,6 +44,9 @@ type Settings struct {
 	Interval, Timeout, MinPause time.Duration
 	TolerableFailures, Retained int
 	Incremental                 bool
+	// Restart is the restart strategy of Runner; the zero value is
+	// replaced by DefaultRestartConfig.
+	Restart RestartConfig
 }
 
 // Deps are what Build needs from the process.

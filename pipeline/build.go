@@ -25,7 +25,7 @@ func (c *Config) ClientOptions() []kgo.Opt {
 }
 
 // Settings returns the job settings of the config: directories, state
-// backend and checkpointing.
+// backend, checkpointing and the restart strategy.
 func (c *Config) Settings() job.Settings {
 	cp := c.Checkpoints
 	return job.Settings{
@@ -33,6 +33,7 @@ func (c *Config) Settings() job.Settings {
 		StateBackend: string(c.State.Backend), BlockCacheBytes: c.State.BlockCacheBytes,
 		Interval: cp.Interval, Timeout: cp.Timeout, MinPause: cp.MinPause,
 		TolerableFailures: cp.TolerableFailures, Retained: cp.Retained, Incremental: cp.Incremental,
+		Restart: c.Restart.Job(),
 	}
 }
 
