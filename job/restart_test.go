@@ -141,7 +141,9 @@ func TestRestartConfigValidate(t *testing.T) {
 			"job: restart.attempts_before_reset: must be >= 0 (0: no limit), got -1"},
 		{"fixed", func(c *RestartConfig) { c.Strategy, c.Attempts, c.Delay = RestartFixedDelay, -1, -time.Second },
 			"job: restart.delay: must be >= 0, got -1s\njob: restart.attempts: must be >= 0, got -1"},
-		{"rate", func(c *RestartConfig) { c.Strategy, c.MaxFailuresPerInterval, c.FailureRateInterval = RestartFailureRate, 0, 0 },
+		{"rate", func(c *RestartConfig) {
+			c.Strategy, c.MaxFailuresPerInterval, c.FailureRateInterval = RestartFailureRate, 0, 0
+		},
 			"job: restart.max_failures_per_interval: must be >= 1, got 0\njob: restart.failure_rate_interval: must be > 0, got 0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

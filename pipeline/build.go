@@ -46,3 +46,13 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*job.Job, error) {
 	}
 	return job.Build(ctx, g, cfg.Settings(), deps)
 }
+
+// NewRunner plans the config (Plan) and returns the job.Runner that builds,
+// runs and, by restart, restarts it.
+func NewRunner(cfg *Config, deps Deps, opts ...job.RunnerOption) (*job.Runner, error) {
+	g, err := cfg.Plan()
+	if err != nil {
+		return nil, err
+	}
+	return job.NewRunner(g, cfg.Settings(), deps, opts...)
+}

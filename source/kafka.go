@@ -87,6 +87,11 @@ func (e *BadRecordError) Error() string {
 	return msg + " (on_error: fail)"
 }
 
+// SuppressRestarts reports true: a restart would read the same record
+// again, so the job fails whatever its restart strategy (Flink's
+// SuppressRestartsException).
+func (e *BadRecordError) SuppressRestarts() bool { return true }
+
 // Config configures one Kafka source subtask.
 type Config struct {
 	// Name is the source's configured name (metric and log label).
