@@ -142,6 +142,8 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		}
 	}
 	rm, sm, om, cm, skm := metrics.runtime, metrics.source, metrics.operators, metrics.checkpoint, metrics.sink
+	// Every client of the job counts its failed broker connections.
+	deps.ClientOpts = append(slices.Clip(deps.ClientOpts), kgo.WithHooks(metrics.kafka.Hook()))
 	partitions, err := discover(ctx, g, deps)
 	if err != nil {
 		return nil, err
@@ -199,7 +201,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, MaxRecordBytes: s.MaxRecordBytes,
 				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
 				OnCaughtUp: func() { resp.caughtUp(id) },
-				RecordsIn:  rm.RecordsIn(s.Name, sub), Metrics: sm,
+				RecordsIn:  rm.RecordsIn(s.Name, sub), Metrics: sm, Retries: metrics.kafka,
 				Logger: logger.With("component", "source"),
 			})
 			sources = append(sources, src)
@@ -285,7 +287,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				k = sink.NewTwoPhaseCommitSink(sk.Name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
 					Name: sk.Name, Subtask: sub, Topic: sk.Topic, TransactionalIDPrefix: sk.TransactionalIDPrefix,
 					PoolSize: pool, TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions,
-					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub), Metrics: skm, Logger: sinkLogger,
+					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub), Metrics: skm, Retries: metrics.kafka, Logger: sinkLogger,
 				}), skm, sinkLogger)
 			} else {
 				ks := sink.New(sink.Config{

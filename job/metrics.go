@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/internal/kafkaretry"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/sink"
@@ -32,6 +33,7 @@ type Metrics struct {
 	operators  *operators.Metrics
 	checkpoint *checkpoint.Metrics
 	sink       *sink.Metrics
+	kafka      *kafkaretry.Metrics
 
 	restarts  prometheus.Counter
 	state     *prometheus.GaugeVec
@@ -39,7 +41,7 @@ type Metrics struct {
 }
 
 // NewMetrics registers with reg the metrics of every package a job uses
-// and:
+// (kafkaretry's retries and broker connection errors among them) and:
 //
 //	kstreamd_job_restarts_total       restarts of the job inside the process
 //	kstreamd_job_state{state}         1 for the current state (running, restarting, failed), 0 for the others; all 0 before the first attempt runs
@@ -62,6 +64,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.sink, err = sink.NewMetrics(reg); err != nil {
+		return nil, err
+	}
+	if m.kafka, err = kafkaretry.NewMetrics(reg); err != nil {
 		return nil, err
 	}
 	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{

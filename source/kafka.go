@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/internal/kafkaretry"
 	"github.com/kstreamd/kstreamd/runtime"
 )
 
@@ -66,6 +67,12 @@ const (
 	HeaderPartition = "kstreamd.source.partition"
 	HeaderOffset    = "kstreamd.source.offset"
 )
+
+// FetchRetryTimeout is how long a source's fetches may keep failing (each
+// failure logged and counted in kstreamd_kafka_retries_total{operation=
+// "fetch"}, franz-go retrying underneath) before the subtask fails, and
+// with it the job, which the restart strategy may then restart.
+const FetchRetryTimeout = 2 * time.Minute
 
 // BadRecordError is returned by a source whose policy is OnErrorFail when it
 // reads a bad record; it stops the job.
@@ -155,6 +162,8 @@ type Config struct {
 	RecordsIn prometheus.Counter
 	// Metrics is shared by every source subtask of the job.
 	Metrics *Metrics
+	// Retries counts fetches retried after an error; may be nil.
+	Retries *kafkaretry.Metrics
 	// Logger is scoped by the caller; the subtask adds source and subtask.
 	Logger *slog.Logger
 }
@@ -409,6 +418,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		return err
 	}
 	var nextDiscovery time.Time
+	var fetchFailing time.Time // the first of consecutive failed polls; zero while fetches succeed
 	if s.cfg.DiscoveryInterval > 0 {
 		nextDiscovery = time.Now().Add(s.cfg.DiscoveryInterval)
 	}
@@ -424,11 +434,24 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		failed := false
 		for _, fe := range fetches.Errors() {
 			if errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, context.DeadlineExceeded) {
 				continue
 			}
-			s.logger.Warn("fetch failed; retrying", "topic", fe.Topic, "partition", fe.Partition, "err", fe.Err)
+			failed = true
+			if fetchFailing.IsZero() {
+				fetchFailing = time.Now()
+			}
+			if time.Since(fetchFailing) >= FetchRetryTimeout {
+				return fmt.Errorf("source %s: fetch %s/%d still failing after %v: %w", s.cfg.Name, fe.Topic, fe.Partition, FetchRetryTimeout, fe.Err)
+			}
+			s.cfg.Retries.Retried(kafkaretry.OpFetch)
+			s.logger.Warn("fetch failed; retrying", "operation", kafkaretry.OpFetch, "topic", fe.Topic, "partition", fe.Partition,
+				"failing_for", time.Since(fetchFailing).Round(time.Millisecond), "err", fe.Err)
+		}
+		if !failed {
+			fetchFailing = time.Time{}
 		}
 		var emitErr error
 		fetches.EachRecord(func(r *kgo.Record) {
