@@ -53,13 +53,13 @@ type Metrics struct {
 
 // NewMetrics registers with reg:
 //
-//	kstreamd_kafka_retries_total{operation}          Kafka operations retried after a transient error (operation: commit, fetch, recover)
-//	kstreamd_kafka_connect_errors_total{broker}      failed connection attempts to a broker (host:port), from every client of the job
+//	kstreamd_kafka_retries_total{operation}          Kafka operations retried after a transient error (operation: commit, fetch)
+//	kstreamd_kafka_connect_errors_total{broker}      failed connection attempts to a broker (host:port), from every client of the job; a broker's series appears with its first connection
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kstreamd_kafka_retries_total",
-			Help: "Kafka operations retried after a transient broker error, by operation (commit, fetch, recover).",
+			Help: "Kafka operations retried after a transient broker error, by operation (commit, fetch).",
 		}, []string{"operation"}),
 		connectFails: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kstreamd_kafka_connect_errors_total",
@@ -78,13 +78,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // Operations are the values of kstreamd_kafka_retries_total's operation label.
-var Operations = []string{OpCommit, OpFetch, OpRecover}
+var Operations = []string{OpCommit, OpFetch}
 
 // Operation label values.
 const (
-	OpCommit  = "commit"  // an exactly-once sink's commit of a pre-committed transaction
-	OpFetch   = "fetch"   // a source's fetch
-	OpRecover = "recover" // a restore's commit or fencing of recorded transactions
+	OpCommit = "commit" // an exactly-once sink's commit of a pre-committed transaction
+	OpFetch  = "fetch"  // a source's fetch
 )
 
 // Retried counts one retry of operation; m may be nil.
@@ -103,8 +102,14 @@ type connectHook struct{ m *Metrics }
 
 // OnBrokerConnect implements kgo.HookBrokerConnect.
 func (h connectHook) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
-	if err != nil && h.m != nil {
-		h.m.connectFails.WithLabelValues(net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port)))).Inc()
+	if h.m == nil {
+		return
+	}
+	// A successful connection creates the broker's series at 0, so that
+	// dashboards see every broker before its first failure.
+	c := h.m.connectFails.WithLabelValues(net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port))))
+	if err != nil {
+		c.Inc()
 	}
 }
 

@@ -117,6 +117,10 @@ func TestConnectHook(t *testing.T) {
 	})
 	h.OnBrokerConnect(kgo.BrokerMetadata{Host: "127.0.0.1", Port: 9092}, 0, nil, syscall.ECONNREFUSED)
 	h.OnBrokerConnect(kgo.BrokerMetadata{Host: "127.0.0.1", Port: 9092}, 0, nil, nil)
+	h.OnBrokerConnect(kgo.BrokerMetadata{Host: "127.0.0.1", Port: 9093}, 0, nil, nil)
+	if v := counter(t, m.connectFails.WithLabelValues("127.0.0.1:9093")); v != 0 {
+		t.Errorf("connect errors of a broker that answered = %v, want 0", v)
+	}
 	if v := counter(t, m.connectFails.WithLabelValues("127.0.0.1:9092")); v != 1 {
 		t.Errorf("connect errors = %v, want 1", v)
 	}
