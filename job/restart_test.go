@@ -1,6 +1,8 @@
 package job
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -155,6 +157,29 @@ func TestRestartConfigValidate(t *testing.T) {
 			}
 			if got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+type suppressing struct{}
+
+func (suppressing) Error() string          { return "bad record" }
+func (suppressing) SuppressRestarts() bool { return true }
+
+func TestSuppressesRestarts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"plain", errors.New("dial"), false},
+		{"suppressing", suppressing{}, true},
+		{"wrapped", fmt.Errorf("job: restart 2: %w", suppressing{}), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := suppressesRestarts(tc.err); got != tc.want {
+				t.Errorf("suppressesRestarts(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
 	}

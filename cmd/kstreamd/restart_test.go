@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,9 +189,10 @@ func checkExactCounts(t *testing.T, recs []*kgo.Record, keys, perKey int) {
 // attempts 3, a task made to fail three times in a row (on the same
 // poison record, read again after each restore) restores the latest
 // checkpoint each time, the process keeps running, restarts are counted
-// and logged with attempt numbers, and the read_committed output is exact:
-// counts 1..n per key, no gap, no repeat. A fourth failure exits 1 naming
-// the strategy and the cause.
+// and logged with attempt numbers, /healthz stays 200 while /readyz is 503
+// during each back-off, and the read_committed output is exact: counts
+// 1..n per key, no gap, no repeat. A fourth failure exits 1 naming the
+// strategy and the cause.
 func TestRestartStrategyRestoresEachFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -215,7 +218,7 @@ func restartAfterFailures(t *testing.T, failures int64) {
 		t.Fatal(err)
 	}
 	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
-	p := runInProcess(t, reg, dir, restartCountConfig(dir, broker, metrics, "  strategy: fixed-delay\n  attempts: 3\n  delay: 50ms\n"), metrics)
+	p := runInProcess(t, reg, dir, restartCountConfig(dir, broker, metrics, "  strategy: fixed-delay\n  attempts: 3\n  delay: 1s\n"), metrics)
 	cl := newClient(t, broker)
 	recs := countRecords(keys)
 
@@ -236,6 +239,28 @@ func restartAfterFailures(t *testing.T, failures int64) {
 	produce(t, cl, &kgo.Record{Topic: "events", Key: []byte("k000"), Value: []byte(`{"key":"k000","poison":true}`)})
 	produce(t, cl, recs(half, keys*perKey)...)
 
+	// While it restarts (each back-off lasts 1s) the job is alive but not
+	// ready, and says so.
+	healthz := 0
+	if !testkit.Poll(60*time.Second, func() bool {
+		if p.exited() {
+			return true
+		}
+		if st, _ := testkit.Scrape(p.url(), "kstreamd_job_state", map[string]string{"state": "restarting"}); st != 1 {
+			return false
+		}
+		if code, body := httpGet("http://" + metrics + "/readyz"); code != 503 || body != "not ready: restarting after a task failure\n" {
+			return false
+		}
+		healthz, _ = httpGet("http://" + metrics + "/healthz")
+		return true
+	}) || p.exited() {
+		t.Fatal("never saw kstreamd_job_state{state=restarting} 1 with /readyz 503 \"not ready: restarting after a task failure\" within 60s")
+	}
+	if healthz != 200 {
+		t.Errorf("/healthz while restarting: %d, want 200", healthz)
+	}
+
 	if failures > 3 {
 		{
 			code := p.wait(t, 90*time.Second)
@@ -243,7 +268,7 @@ func restartAfterFailures(t *testing.T, failures int64) {
 			if code != 1 {
 				t.Fatalf("exit status %d, want 1", code)
 			}
-			want := "job: the restart strategy gave up after 3 restarts (fixed-delay (attempts 3, delay 50ms)); last failure: "
+			want := "job: the restart strategy gave up after 3 restarts (fixed-delay (attempts 3, delay 1s)); last failure: "
 			line := ""
 			for _, l := range strings.Split(out, "\n") {
 				if strings.Contains(l, `msg="job failed"`) {
@@ -310,4 +335,15 @@ func restartAfterFailures(t *testing.T, failures int64) {
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Errorf("exit status after the stop %d, want 0", code)
 	}
+}
+
+// httpGet returns the status code and body of GET url (0 when it fails).
+func httpGet(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
