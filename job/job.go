@@ -44,14 +44,22 @@ type Settings struct {
 	Interval, Timeout, MinPause time.Duration
 	TolerableFailures, Retained int
 	Incremental                 bool
+	// Restart is the restart strategy of Runner; the zero value is
+	// replaced by DefaultRestartConfig.
+	Restart RestartConfig
 }
 
 // Deps are what Build needs from the process.
 type Deps struct {
 	// Logger is the process logger; every component scopes it.
 	Logger *slog.Logger
-	// Registerer receives every metric of the job.
+	// Registerer receives every metric of the job when Metrics is nil.
 	Registerer prometheus.Registerer
+	// Metrics, if not nil, are the job's metrics, registered once and
+	// shared by every Build of the process (Runner passes its own); nil
+	// means Build registers new ones with Registerer (nil: a registry of
+	// its own).
+	Metrics *Metrics
 	// ClientOpts are the franz-go options every Kafka client of the job
 	// shares: seed brokers, client id, TLS, SASL, logger.
 	ClientOpts []kgo.Opt
@@ -76,7 +84,7 @@ type Job struct {
 	coordinator *checkpoint.Coordinator
 	storage     *checkpoint.Storage
 	logger      *slog.Logger
-	reg         prometheus.Registerer
+	metrics     *Metrics
 	maxP        int
 	cache       *state.BlockCache
 	restoredDir string
@@ -123,26 +131,19 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		logger.Info("restoring", "dir", restoreDir, "checkpoint_id", meta.CheckpointID, "savepoint", meta.Savepoint, "max_parallelism", maxP)
 	}
 
-	rm, err := runtime.NewMetrics(deps.Registerer)
-	if err != nil {
-		return nil, err
+	metrics := deps.Metrics
+	if metrics == nil {
+		reg := deps.Registerer
+		if reg == nil {
+			reg = prometheus.NewRegistry()
+		}
+		if metrics, err = NewMetrics(reg); err != nil {
+			return nil, err
+		}
 	}
-	sm, err := source.NewMetrics(deps.Registerer)
-	if err != nil {
-		return nil, err
-	}
-	om, err := operators.NewMetrics(deps.Registerer)
-	if err != nil {
-		return nil, err
-	}
-	cm, err := checkpoint.NewMetrics(deps.Registerer)
-	if err != nil {
-		return nil, err
-	}
-	wmm, err := runtime.NewWatermarkMetrics(deps.Registerer)
-	if err != nil {
-		return nil, err
-	}
+	rm, sm, om, cm, skm, wmm := metrics.runtime, metrics.source, metrics.operators, metrics.checkpoint, metrics.sink, metrics.watermark
+	// Every client of the job counts its failed broker connections.
+	deps.ClientOpts = append(slices.Clip(deps.ClientOpts), kgo.WithHooks(metrics.kafka.Hook()))
 	partitions, err := discover(ctx, g, deps)
 	if err != nil {
 		return nil, err
@@ -167,7 +168,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 	if err := os.RemoveAll(stateRoot); err != nil {
 		return nil, fmt.Errorf("job: clear state dir: %w", err)
 	}
-	j := &Job{g: g, settings: set, storage: storage, logger: logger, reg: deps.Registerer, maxP: maxP, cache: state.NewBlockCache(set.BlockCacheBytes), restoredDir: restoreDir}
+	j := &Job{g: g, settings: set, storage: storage, logger: logger, metrics: metrics, maxP: maxP, cache: state.NewBlockCache(set.BlockCacheBytes), restoredDir: restoreDir}
 	defer func() {
 		if err != nil {
 			j.cache.Close()
@@ -206,7 +207,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, MaxRecordBytes: s.MaxRecordBytes,
 				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
 				OnCaughtUp: func() { resp.caughtUp(id) },
-				RecordsIn:  rm.RecordsIn(s.Name, sub), Metrics: sm,
+				RecordsIn:  rm.RecordsIn(s.Name, sub), Metrics: sm, Retries: metrics.kafka,
 				Logger: logger.With("component", "source"),
 			})
 			sources = append(sources, src)
@@ -267,10 +268,6 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			targets = append(targets, t)
 		}
 	}
-	skm, err := sink.NewMetrics(deps.Registerer)
-	if err != nil {
-		return nil, err
-	}
 	for _, sk := range g.Sinks {
 		exactlyOnce := sk.Delivery == "exactly-once"
 		timeout, pool := sk.TransactionTimeout, sk.PoolSize
@@ -297,7 +294,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				k = sink.NewTwoPhaseCommitSink(sk.Name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
 					Name: sk.Name, Subtask: sub, Topic: sk.Topic, TransactionalIDPrefix: sk.TransactionalIDPrefix,
 					PoolSize: pool, TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions,
-					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub), Metrics: skm, Logger: sinkLogger,
+					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub), Metrics: skm, Retries: metrics.kafka, Logger: sinkLogger,
 				}), skm, sinkLogger)
 			} else {
 				ks := sink.New(sink.Config{
@@ -621,6 +618,7 @@ func restoreOperator(m *checkpoint.Metadata, dir, sharedDir, name string, maxP, 
 // it returns.
 func (j *Job) Run(ctx context.Context) error {
 	defer j.cache.Close()
+	defer j.metrics.stateSize.clear()
 	if j.deadLetters != nil {
 		defer j.deadLetters.Close()
 	}
@@ -728,18 +726,8 @@ func (j *Job) opener(root, op string, sub, p, maxP int, logger *slog.Logger) ope
 		if err != nil {
 			return nil, err
 		}
-		if du, ok := b.(state.DiskUser); ok && j.reg != nil {
-			g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name:        "kstreamd_state_size_bytes",
-				Help:        "Disk space of a keyed operator subtask's Pebble state (SST files, WAL and manifest).",
-				ConstLabels: prometheus.Labels{"operator": op, "subtask": strconv.Itoa(sub)},
-			}, func() float64 { n, _ := du.DiskSpaceUsage(); return float64(n) })
-			if err := j.reg.Register(g); err != nil {
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					return nil, err
-				}
-			}
+		if du, ok := b.(state.DiskUser); ok {
+			j.metrics.stateSize.set(op, sub, du)
 		}
 		return b, nil
 	}

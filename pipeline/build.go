@@ -25,7 +25,7 @@ func (c *Config) ClientOptions() []kgo.Opt {
 }
 
 // Settings returns the job settings of the config: directories, state
-// backend and checkpointing.
+// backend, checkpointing and the restart strategy.
 func (c *Config) Settings() job.Settings {
 	cp := c.Checkpoints
 	return job.Settings{
@@ -33,6 +33,7 @@ func (c *Config) Settings() job.Settings {
 		StateBackend: string(c.State.Backend), BlockCacheBytes: c.State.BlockCacheBytes,
 		Interval: cp.Interval, Timeout: cp.Timeout, MinPause: cp.MinPause,
 		TolerableFailures: cp.TolerableFailures, Retained: cp.Retained, Incremental: cp.Incremental,
+		Restart: c.Restart.Job(),
 	}
 }
 
@@ -44,4 +45,14 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*job.Job, error) {
 		return nil, err
 	}
 	return job.Build(ctx, g, cfg.Settings(), deps)
+}
+
+// NewRunner plans the config (Plan) and returns the job.Runner that builds,
+// runs and, by restart, restarts it.
+func NewRunner(cfg *Config, deps Deps, opts ...job.RunnerOption) (*job.Runner, error) {
+	g, err := cfg.Plan()
+	if err != nil {
+		return nil, err
+	}
+	return job.NewRunner(g, cfg.Settings(), deps, opts...)
 }

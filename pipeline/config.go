@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 	"gopkg.in/yaml.v3"
@@ -136,6 +137,8 @@ type Config struct {
 	State StateConfig `yaml:"state"`
 	// Checkpoints configures consistent checkpoints, restore and savepoints.
 	Checkpoints CheckpointsConfig `yaml:"checkpoints"`
+	// Restart is the restart strategy after a task failure.
+	Restart RestartConfig `yaml:"restart"`
 	// Metrics is the HTTP listener of /metrics and /healthz.
 	Metrics MetricsConfig `yaml:"metrics"`
 	// Log sets the level and format of the process's log.
@@ -255,6 +258,83 @@ type CheckpointsConfig struct {
 	// SavepointDir receives savepoints. Default "" meaning
 	// "<data_dir>/savepoints" (see Config.SavepointDir).
 	SavepointDir string `yaml:"savepoint_dir"`
+}
+
+// RestartStrategy names a restart strategy (Flink's restart-strategy.type).
+type RestartStrategy string
+
+// RestartStrategy values (see job.RestartStrategyName).
+const (
+	RestartExponentialDelay RestartStrategy = RestartStrategy(job.RestartExponentialDelay)
+	RestartFixedDelay       RestartStrategy = RestartStrategy(job.RestartFixedDelay)
+	RestartFailureRate      RestartStrategy = RestartStrategy(job.RestartFailureRate)
+	RestartNone             RestartStrategy = RestartStrategy(job.RestartNone)
+)
+
+// RestartConfig is what the process does when a task fails (Flink's
+// restart-strategy.* options): it cancels every task, restores the latest
+// completed checkpoint (state, source offsets, pending transactions) and
+// runs again, as the strategy allows; when the strategy gives up, the
+// process exits 1 naming the last failure. A clean stop (SIGINT, SIGTERM,
+// stop-with-savepoint) never restarts. Only the fields of the chosen
+// strategy may be set.
+type RestartConfig struct {
+	// Strategy is exponential-delay, fixed-delay, failure-rate or none.
+	// Default "exponential-delay" (Flink's default with checkpointing).
+	Strategy RestartStrategy `yaml:"strategy"`
+	// InitialBackoff is exponential-delay's first back-off. Default "1s"; > 0.
+	InitialBackoff time.Duration `yaml:"initial_backoff"`
+	// MaxBackoff caps exponential-delay's back-off. Default "1m" (Flink
+	// 1.19's default); >= initial_backoff.
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+	// BackoffMultiplier grows exponential-delay's back-off after each
+	// failure. Default 1.5 (Flink 1.19's); >= 1.
+	BackoffMultiplier float64 `yaml:"backoff_multiplier"`
+	// JitterFactor spreads each exponential-delay back-off b over
+	// [b - f*b, b + f*b] so that jobs failing together do not restart
+	// together. Default 0.1; in [0, 1].
+	JitterFactor float64 `yaml:"jitter_factor"`
+	// ResetBackoffThreshold is how long the job must run without failure
+	// for exponential-delay's back-off (and attempt count) to start over.
+	// Default "1h"; > 0.
+	ResetBackoffThreshold time.Duration `yaml:"reset_backoff_threshold"`
+	// AttemptsBeforeReset, when > 0, makes exponential-delay give up after
+	// this many restarts without a reset. Default 0: no limit.
+	AttemptsBeforeReset int `yaml:"attempts_before_reset"`
+	// Attempts is fixed-delay's number of restarts; the next failure fails
+	// the job. Default 1; >= 0.
+	Attempts int `yaml:"attempts"`
+	// Delay is the back-off of fixed-delay and failure-rate. Default "1s"; >= 0.
+	Delay time.Duration `yaml:"delay"`
+	// MaxFailuresPerInterval is failure-rate's number of restarts within
+	// failure_rate_interval; one more failure in it fails the job.
+	// Default 1; >= 1.
+	MaxFailuresPerInterval int `yaml:"max_failures_per_interval"`
+	// FailureRateInterval is failure-rate's sliding window. Default "1m"; > 0.
+	FailureRateInterval time.Duration `yaml:"failure_rate_interval"`
+}
+
+// Job returns the restart config as the job package takes it.
+func (r *RestartConfig) Job() job.RestartConfig {
+	return job.RestartConfig{
+		Strategy:       job.RestartStrategyName(r.Strategy),
+		InitialBackoff: r.InitialBackoff, MaxBackoff: r.MaxBackoff, BackoffMultiplier: r.BackoffMultiplier,
+		JitterFactor: r.JitterFactor, ResetBackoffThreshold: r.ResetBackoffThreshold, AttemptsBeforeReset: r.AttemptsBeforeReset,
+		Attempts: r.Attempts, Delay: r.Delay,
+		MaxFailuresPerInterval: r.MaxFailuresPerInterval, FailureRateInterval: r.FailureRateInterval,
+	}
+}
+
+// defaultRestart returns job.DefaultRestartConfig as a RestartConfig.
+func defaultRestart() RestartConfig {
+	d := job.DefaultRestartConfig()
+	return RestartConfig{
+		Strategy:       RestartStrategy(d.Strategy),
+		InitialBackoff: d.InitialBackoff, MaxBackoff: d.MaxBackoff, BackoffMultiplier: d.BackoffMultiplier,
+		JitterFactor: d.JitterFactor, ResetBackoffThreshold: d.ResetBackoffThreshold, AttemptsBeforeReset: d.AttemptsBeforeReset,
+		Attempts: d.Attempts, Delay: d.Delay,
+		MaxFailuresPerInterval: d.MaxFailuresPerInterval, FailureRateInterval: d.FailureRateInterval,
+	}
 }
 
 // MetricsConfig is the HTTP listener of /metrics and /healthz.
@@ -533,6 +613,7 @@ func Default() *Config {
 		Checkpoints: CheckpointsConfig{
 			Timeout: 10 * time.Minute, TolerableFailures: 3, Retained: 3,
 		},
+		Restart: defaultRestart(),
 		Metrics: MetricsConfig{Address: "127.0.0.1:9249"},
 		Log:     LogConfig{Level: LogLevelInfo, Format: LogFormatText},
 		Demo:    DemoConfig{ItemsPerSecond: 5},

@@ -144,12 +144,15 @@ func TestDefaultsApplied(t *testing.T) {
 		},
 		State:       StateConfig{Backend: StateBackendPebble, Dir: "", BlockCacheBytes: 67108864},
 		Checkpoints: CheckpointsConfig{Timeout: 10 * time.Minute, TolerableFailures: 3, Retained: 3},
-		Metrics:     MetricsConfig{Address: "127.0.0.1:9249"},
-		Log:         LogConfig{Level: LogLevelInfo, Format: LogFormatText},
-		Sources:     sources,
-		Operators:   operators,
-		Sinks:       sinks,
-		Demo:        DemoConfig{Enabled: false, ItemsTopic: "", RulesTopic: "", ItemsPerSecond: 5},
+		Restart: RestartConfig{Strategy: RestartExponentialDelay, InitialBackoff: time.Second, MaxBackoff: time.Minute,
+			BackoffMultiplier: 1.5, JitterFactor: 0.1, ResetBackoffThreshold: time.Hour, Attempts: 1, Delay: time.Second,
+			MaxFailuresPerInterval: 1, FailureRateInterval: time.Minute},
+		Metrics:   MetricsConfig{Address: "127.0.0.1:9249"},
+		Log:       LogConfig{Level: LogLevelInfo, Format: LogFormatText},
+		Sources:   sources,
+		Operators: operators,
+		Sinks:     sinks,
+		Demo:      DemoConfig{Enabled: false, ItemsTopic: "", RulesTopic: "", ItemsPerSecond: 5},
 	}
 	if got := withoutOrigin(cfg); !reflect.DeepEqual(got, want) {
 		t.Errorf("Load(minimal) =\n%+v\nwant\n%+v", got, want)
@@ -192,6 +195,9 @@ func TestFullConfig(t *testing.T) {
 		State: StateConfig{Backend: StateBackendHashMap, Dir: "/tmp/state", BlockCacheBytes: 0},
 		Checkpoints: CheckpointsConfig{Interval: 5 * time.Second, Timeout: time.Minute, MinPause: 500 * time.Millisecond,
 			TolerableFailures: 1, Retained: 2, Incremental: true, Dir: "/tmp/chk", SavepointDir: "/tmp/sp"},
+		Restart: RestartConfig{Strategy: RestartFixedDelay, InitialBackoff: time.Second, MaxBackoff: time.Minute,
+			BackoffMultiplier: 1.5, JitterFactor: 0.1, ResetBackoffThreshold: time.Hour, Attempts: 5, Delay: 250 * time.Millisecond,
+			MaxFailuresPerInterval: 1, FailureRateInterval: time.Minute},
 		Metrics: MetricsConfig{Address: ""},
 		Log:     LogConfig{Level: LogLevelDebug, Format: LogFormatJSON},
 		Sources: []SourceConfig{

@@ -228,6 +228,7 @@ func (c *Config) validateRuntime(v *validator) {
 	if cp.Retained < 1 {
 		v.errorf("checkpoints.retained", "must be >= 1, got %d", cp.Retained)
 	}
+	c.validateRestart(v)
 	v.oneOf("log.level", string(c.Log.Level),
 		string(LogLevelDebug), string(LogLevelInfo), string(LogLevelWarn), string(LogLevelError))
 	v.oneOf("log.format", string(c.Log.Format), string(LogFormatText), string(LogFormatJSON))
@@ -493,5 +494,66 @@ func (c *Config) validateDemo(v *validator) {
 	sourceTopic("demo.rules_topic", d.RulesTopic)
 	if d.ItemsTopic != "" && d.ItemsTopic == d.RulesTopic {
 		v.errorf("demo.rules_topic", "%q is also demo.items_topic; items and rules need their own topics", d.RulesTopic)
+	}
+}
+
+// restartFields are the restart fields each strategy reads.
+var restartFields = map[RestartStrategy][]string{
+	RestartExponentialDelay: {"initial_backoff", "max_backoff", "backoff_multiplier", "jitter_factor", "reset_backoff_threshold", "attempts_before_reset"},
+	RestartFixedDelay:       {"attempts", "delay"},
+	RestartFailureRate:      {"max_failures_per_interval", "failure_rate_interval", "delay"},
+	RestartNone:             {},
+}
+
+func (c *Config) validateRestart(v *validator) {
+	r := &c.Restart
+	fields, ok := restartFields[r.Strategy]
+	if !ok {
+		v.oneOf("restart.strategy", string(r.Strategy), string(RestartExponentialDelay), string(RestartFixedDelay), string(RestartFailureRate), string(RestartNone))
+		return
+	}
+	// A field of another strategy is a mistake (a typo in strategy, or a
+	// leftover): refuse it rather than ignore it.
+	for _, f := range []string{"initial_backoff", "max_backoff", "backoff_multiplier", "jitter_factor", "reset_backoff_threshold",
+		"attempts_before_reset", "attempts", "delay", "max_failures_per_interval", "failure_rate_interval"} {
+		if _, written := c.src.keyWritten("restart." + f); written && !slices.Contains(fields, f) {
+			v.errorf("restart."+f, "does not apply to strategy %s (it reads: %s)", r.Strategy, strings.Join(append([]string{"strategy"}, fields...), ", "))
+		}
+	}
+	switch r.Strategy {
+	case RestartExponentialDelay:
+		if r.InitialBackoff <= 0 {
+			v.errorf("restart.initial_backoff", "must be > 0, got %v", r.InitialBackoff)
+		}
+		if r.MaxBackoff < r.InitialBackoff {
+			v.errorf("restart.max_backoff", "must be >= restart.initial_backoff %v, got %v", r.InitialBackoff, r.MaxBackoff)
+		}
+		if !(r.BackoffMultiplier >= 1) || math.IsInf(r.BackoffMultiplier, 0) {
+			v.errorf("restart.backoff_multiplier", "must be finite and >= 1, got %v", r.BackoffMultiplier)
+		}
+		if !(r.JitterFactor >= 0 && r.JitterFactor <= 1) {
+			v.errorf("restart.jitter_factor", "must be in [0, 1], got %v", r.JitterFactor)
+		}
+		if r.ResetBackoffThreshold <= 0 {
+			v.errorf("restart.reset_backoff_threshold", "must be > 0, got %v", r.ResetBackoffThreshold)
+		}
+		if r.AttemptsBeforeReset < 0 {
+			v.errorf("restart.attempts_before_reset", "must be >= 0 (0: no limit), got %d", r.AttemptsBeforeReset)
+		}
+	case RestartFixedDelay, RestartFailureRate:
+		if r.Delay < 0 {
+			v.errorf("restart.delay", "must be >= 0, got %v", r.Delay)
+		}
+		if r.Strategy == RestartFixedDelay && r.Attempts < 0 {
+			v.errorf("restart.attempts", "must be >= 0, got %d", r.Attempts)
+		}
+		if r.Strategy == RestartFailureRate {
+			if r.MaxFailuresPerInterval < 1 {
+				v.errorf("restart.max_failures_per_interval", "must be >= 1, got %d", r.MaxFailuresPerInterval)
+			}
+			if r.FailureRateInterval <= 0 {
+				v.errorf("restart.failure_rate_interval", "must be > 0, got %v", r.FailureRateInterval)
+			}
+		}
 	}
 }

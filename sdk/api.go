@@ -33,14 +33,25 @@ type server struct {
 	logger *slog.Logger
 	token  string // required as "Authorization: Bearer <token>" on /api/v1/ when not empty
 
-	mu  sync.Mutex // guards job
-	job *job.Job
+	mu      sync.Mutex // guards job and started
+	job     *job.Job   // the running attempt; nil before the first and while restarting
+	started bool       // an attempt ran: a nil job means restarting
 }
 
+// setJob makes j the current attempt (job.WithAttemptHook); nil while the
+// job restarts or after it stopped.
 func (s *server) setJob(j *job.Job) {
 	s.mu.Lock()
 	s.job = j
+	s.started = s.started || j != nil
 	s.mu.Unlock()
+}
+
+// restarting reports whether no attempt runs now although one ran before.
+func (s *server) restarting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started && s.job == nil
 }
 
 func (s *server) current() (*job.Job, *checkpoint.Storage) {
@@ -68,13 +79,18 @@ func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if j, _ := s.current(); j == nil {
+		// Alive while it runs or restarts inside the process.
+		if j, _ := s.current(); j == nil && !s.restarting() {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.restarting() {
+			http.Error(w, "not ready: restarting after a task failure", http.StatusServiceUnavailable)
+			return
+		}
 		if j, _ := s.current(); j == nil || !j.Coordinator().Ready() {
 			http.Error(w, "not ready: restoring state or bootstrapping rules", http.StatusServiceUnavailable)
 			return
@@ -115,7 +131,7 @@ func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
 	}
 	j, _ := s.current()
 	if j == nil {
-		writeJSON(w, http.StatusServiceUnavailable, SavepointResponse{Error: "job not running"})
+		writeJSON(w, http.StatusServiceUnavailable, SavepointResponse{Error: s.notRunning()})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
@@ -196,6 +212,14 @@ func (s *server) checkpoints(w http.ResponseWriter, _ *http.Request) {
 		out = append(out, CheckpointInfo{ID: in.ID, State: in.State, Time: in.Time, Bytes: in.Bytes, Dir: in.Dir})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// notRunning says why no attempt answers: starting or restarting.
+func (s *server) notRunning() string {
+	if s.restarting() {
+		return "job restarting"
+	}
+	return "job not running"
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -311,19 +311,13 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 	defer stopHTTP()
 
 	opts := append(cfg.ClientOptions(), kgo.WithLogger(kslog.New(kafkaLogger(cfg, logger))))
-	j, err := pipeline.Build(ctx, cfg, pipeline.Deps{Logger: logger, Registerer: reg, ClientOpts: opts, FromSavepoint: fromSavepoint})
-	if err != nil {
-		if ctx.Err() != nil {
-			// SIGINT/SIGTERM while waiting for the brokers: a clean stop.
-			logger.Info("stopped before the job started", "reason", err)
-			return nil
-		}
-		return err
-	}
 	var wg sync.WaitGroup
 	demoCtx, stopDemo := context.WithCancel(ctx)
 	defer func() { stopDemo(); wg.Wait() }()
-	if cfg.Demo.Enabled {
+	startDemo := func() {
+		if !cfg.Demo.Enabled {
+			return
+		}
 		var watch []string
 		for _, s := range cfg.Sinks {
 			watch = append(watch, s.Topic)
@@ -339,10 +333,28 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 			}
 		}()
 	}
-	srv.setJob(j)
-	logger.Info("job running", "job", cfg.Job.Name, "data_dir", filepath.Clean(cfg.DataDir), "restored_from", j.RestoredFrom())
-	err = j.Run(ctx)
-	srv.setJob(nil)
+	ran := false
+	runner, err := pipeline.NewRunner(cfg, pipeline.Deps{Logger: logger, Registerer: reg, ClientOpts: opts, FromSavepoint: fromSavepoint},
+		job.WithAttemptHook(func(j *job.Job) {
+			srv.setJob(j)
+			if j == nil {
+				return
+			}
+			if !ran {
+				ran = true
+				startDemo() // once the first attempt is built: the brokers answer
+			}
+			logger.Info("job running", "job", cfg.Job.Name, "data_dir", filepath.Clean(cfg.DataDir), "restored_from", j.RestoredFrom())
+		}))
+	if err != nil {
+		return err
+	}
+	err = runner.Run(ctx)
+	if err != nil && !ran && ctx.Err() != nil {
+		// SIGINT/SIGTERM while waiting for the brokers: a clean stop.
+		logger.Info("stopped before the job started", "reason", err)
+		return nil
+	}
 	if err == nil {
 		logger.Info("job stopped cleanly", "job", cfg.Job.Name)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kstreamd/kstreamd/internal/kafkaretry"
 	"github.com/kstreamd/kstreamd/runtime"
 )
 
@@ -55,6 +56,9 @@ type KafkaTxnConfig struct {
 	RecordsOut prometheus.Counter
 	// Metrics may be nil.
 	Metrics *Metrics
+	// Retries counts commits retried after a transient broker error; may
+	// be nil.
+	Retries *kafkaretry.Metrics
 	// Logger is scoped by the caller.
 	Logger *slog.Logger
 }
@@ -220,6 +224,16 @@ func (k *KafkaTxnCommitter) PreCommit(ctx context.Context, checkpointID int64) (
 // producer still has the transaction open and ends it; a committable whose
 // producer is gone (restored from a checkpoint) is committed with a raw
 // EndTxn (see CommitRecovered).
+//
+// A commit that fails with a transient broker error (a broker that cannot
+// be dialled or does not answer, a coordinator moving or loading) is
+// retried with back-off until it succeeds, the transaction can no longer
+// be committed (a *LostOutputError, reported as IgnoreLost says) or ctx
+// ends; each retry is counted (kstreamd_kafka_retries_total{operation=
+// "commit"}) and logged. franz-go cannot retry a commit whose outcome it
+// did not see, so retries go through CommitRecovered with the
+// committable's producer id and epoch, and the slot gets a new producer
+// afterwards.
 func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 	var s *txnSlot
 	for _, cand := range k.slots {
@@ -228,10 +242,21 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 		}
 	}
 	if s == nil {
-		return k.lost(CommitRecovered(ctx, k.cfg.ClientOpts, c))
+		return k.lost(k.commitRetrying(ctx, c))
 	}
 	if c.Records > 0 {
-		if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		err := s.cl.EndTransaction(ctx, kgo.TryCommit)
+		if err != nil && !errors.As(classify(c, err), new(*LostOutputError)) && ctx.Err() == nil {
+			k.cfg.Logger.Warn("commit failed; retrying with the recorded producer id and epoch",
+				"operation", kafkaretry.OpCommit, "transactional_id", c.TransactionalID, "checkpoint_id", c.CheckpointID, "err", err)
+			k.cfg.Retries.Retried(kafkaretry.OpCommit)
+			err = k.commitRetrying(ctx, c)
+			// The producer's state of the transaction is unknown to
+			// franz-go now: the slot starts over with a new producer.
+			s.cl.Close()
+			s.cl = nil
+		}
+		if err != nil {
 			if lerr := k.lost(classify(c, err)); lerr != nil {
 				return lerr
 			}
@@ -239,9 +264,11 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 			// franz-go client stays failed ("fatal, unrecoverable" on
 			// the next BeginTransaction), so the slot gets a new one,
 			// whose InitProducerId takes a fresh epoch.
-			_ = s.cl.EndTransaction(ctx, kgo.TryAbort)
-			s.cl.Close()
-			s.cl = nil
+			if s.cl != nil {
+				_ = s.cl.EndTransaction(ctx, kgo.TryAbort)
+				s.cl.Close()
+				s.cl = nil
+			}
 		} else {
 			k.cfg.Metrics.transaction(k.cfg.Name, "committed")
 			if k.cfg.RecordsOut != nil {
@@ -255,11 +282,26 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 			}
 		}
 	} else if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return fmt.Errorf("sink %s: end empty transaction %s: %w", k.cfg.Name, s.id, err)
+		// Nothing to lose: the slot starts over with a new producer
+		// (whose InitProducerId ends whatever the broker still holds).
+		k.cfg.Logger.Warn("ending an empty transaction failed; the slot gets a new producer", "transactional_id", s.id, "err", err)
+		s.cl.Close()
+		s.cl = nil
 	}
 	s.state = slotCommitted
 	k.inFlight()
 	return nil
+}
+
+// commitRetrying commits c with CommitRecovered, each attempt bounded by
+// 30s, retrying transient errors with back-off until ctx ends.
+func (k *KafkaTxnCommitter) commitRetrying(ctx context.Context, c Committable) error {
+	return kafkaretry.Do(ctx, kafkaretry.Policy{Operation: kafkaretry.OpCommit, Metrics: k.cfg.Retries, Logger: k.cfg.Logger},
+		func(ctx context.Context) error {
+			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			return CommitRecovered(actx, k.cfg.ClientOpts, c)
+		}, "transactional_id", c.TransactionalID, "checkpoint_id", c.CheckpointID)
 }
 
 // lost reports err, a *LostOutputError or nil, as the configuration asks:

@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kstreamd/kstreamd/internal/kafkaretry"
 )
 
 // RecoverConfig configures RecoverTransactions.
@@ -367,14 +369,15 @@ func fence(ctx context.Context, cl *kgo.Client, id string, timeout time.Duration
 	})
 }
 
-// retryTxn retries fn while it fails with a retriable broker error
-// (coordinator loading or moving, concurrent transactions), backing off
+// retryTxn retries fn while it fails with a transient broker error
+// (kafkaretry.IsTransient: coordinator loading or moving, concurrent
+// transactions, a broker that cannot be dialled or times out), backing off
 // from 50 ms to 1 s, until ctx ends.
 func retryTxn(ctx context.Context, fn func() error) error {
 	backoff := 50 * time.Millisecond
 	for {
 		err := fn()
-		if err == nil || !(kerr.IsRetriable(err) || errors.Is(err, kerr.ConcurrentTransactions)) {
+		if err == nil || !kafkaretry.IsTransient(err) || ctx.Err() != nil {
 			return err
 		}
 		select {

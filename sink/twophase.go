@@ -206,3 +206,8 @@ func (e *LostOutputError) Error() string {
 
 // Unwrap returns the broker's error.
 func (e *LostOutputError) Unwrap() error { return e.Err }
+
+// SuppressRestarts reports true: a restart restores the same checkpoint and
+// meets the same transaction, so the job fails whatever its restart
+// strategy (Flink's SuppressRestartsException).
+func (e *LostOutputError) SuppressRestarts() bool { return true }

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/internal/kafkaretry"
 	"github.com/kstreamd/kstreamd/runtime"
 )
 
@@ -67,6 +68,12 @@ const (
 	HeaderOffset    = "kstreamd.source.offset"
 )
 
+// FetchRetryTimeout is how long a source's fetches may keep failing (each
+// failure logged and counted in kstreamd_kafka_retries_total{operation=
+// "fetch"}, franz-go retrying underneath) before the subtask fails, and
+// with it the job, which the restart strategy may then restart.
+const FetchRetryTimeout = 2 * time.Minute
+
 // BadRecordError is returned by a source whose policy is OnErrorFail when it
 // reads a bad record; it stops the job.
 type BadRecordError struct {
@@ -86,6 +93,11 @@ func (e *BadRecordError) Error() string {
 	}
 	return msg + " (on_error: fail)"
 }
+
+// SuppressRestarts reports true: a restart would read the same record
+// again, so the job fails whatever its restart strategy (Flink's
+// SuppressRestartsException).
+func (e *BadRecordError) SuppressRestarts() bool { return true }
 
 // Config configures one Kafka source subtask.
 type Config struct {
@@ -158,6 +170,8 @@ type Config struct {
 	RecordsIn prometheus.Counter
 	// Metrics is shared by every source subtask of the job.
 	Metrics *Metrics
+	// Retries counts fetches retried after an error; may be nil.
+	Retries *kafkaretry.Metrics
 	// Logger is scoped by the caller; the subtask adds source and subtask.
 	Logger *slog.Logger
 }
@@ -420,6 +434,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		return err
 	}
 	var nextDiscovery time.Time
+	var fetchFailing time.Time // the first of consecutive failed polls; zero while fetches succeed
 	if s.cfg.DiscoveryInterval > 0 {
 		nextDiscovery = time.Now().Add(s.cfg.DiscoveryInterval)
 	}
@@ -435,11 +450,24 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		failed := false
 		for _, fe := range fetches.Errors() {
 			if errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, context.DeadlineExceeded) {
 				continue
 			}
-			s.logger.Warn("fetch failed; retrying", "topic", fe.Topic, "partition", fe.Partition, "err", fe.Err)
+			failed = true
+			if fetchFailing.IsZero() {
+				fetchFailing = time.Now()
+			}
+			if time.Since(fetchFailing) >= FetchRetryTimeout {
+				return fmt.Errorf("source %s: fetch %s/%d still failing after %v: %w", s.cfg.Name, fe.Topic, fe.Partition, FetchRetryTimeout, fe.Err)
+			}
+			s.cfg.Retries.Retried(kafkaretry.OpFetch)
+			s.logger.Warn("fetch failed; retrying", "operation", kafkaretry.OpFetch, "topic", fe.Topic, "partition", fe.Partition,
+				"failing_for", time.Since(fetchFailing).Round(time.Millisecond), "err", fe.Err)
+		}
+		if !failed {
+			fetchFailing = time.Time{}
 		}
 		var emitErr error
 		fetches.EachRecord(func(r *kgo.Record) {

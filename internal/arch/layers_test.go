@@ -14,27 +14,30 @@ import (
 const module = "github.com/kstreamd/kstreamd/"
 
 // allowed lists, per package, the project packages its non-test files may
-// import (STYLE.md section 1). internal/ helpers are wired only by cmd.
+// import (STYLE.md section 1). internal/ helpers are wired only by cmd,
+// except internal/kafkaretry, the retry of transient broker errors that
+// source, sink and job share.
 var allowed = map[string][]string{
-	"state/keygroup":    {},
-	"runtime":           {"state/keygroup"},
-	"state":             {"runtime", "state/keygroup"},
-	"checkpoint":        {"state", "runtime", "state/keygroup"},
-	"source":            {"checkpoint", "state", "runtime", "state/keygroup"},
-	"sink":              {"checkpoint", "state", "runtime", "state/keygroup"},
-	"broadcast":         {"state", "runtime", "state/keygroup"},
-	"expression":        {},
-	"operators":         {"expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup"},
-	"pipeline":          {"job", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup"},
-	"internal/demo":     {},
-	"internal/embedded": {},
-	"internal/testkit":  {},
-	"internal/arch":     {},
-	"graph":             {"operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup"},
-	"job":               {"graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup"},
-	"sdk":               {"pipeline", "job", "graph", "operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/demo", "internal/embedded"},
-	"cmd/kstreamd":      {"sdk", "operators"},
-	"deploy":            {},
+	"state/keygroup":      {},
+	"runtime":             {"state/keygroup"},
+	"state":               {"runtime", "state/keygroup"},
+	"checkpoint":          {"state", "runtime", "state/keygroup"},
+	"source":              {"checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry"},
+	"sink":                {"checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry"},
+	"broadcast":           {"state", "runtime", "state/keygroup"},
+	"expression":          {},
+	"operators":           {"expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup"},
+	"pipeline":            {"job", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup"},
+	"internal/demo":       {},
+	"internal/kafkaretry": {},
+	"internal/embedded":   {},
+	"internal/testkit":    {},
+	"internal/arch":       {},
+	"graph":               {"operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup"},
+	"job":                 {"graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry"},
+	"sdk":                 {"pipeline", "job", "graph", "operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/demo", "internal/embedded"},
+	"cmd/kstreamd":        {"sdk", "operators"},
+	"deploy":              {},
 }
 
 func TestLayering(t *testing.T) {

@@ -1,0 +1,206 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kstreamd/kstreamd/graph"
+)
+
+// ErrRestartsExhausted is wrapped, with the last failure, by Runner.Run's
+// error when the restart strategy gave up.
+var ErrRestartsExhausted = errors.New("job: the restart strategy gave up")
+
+// RestartSuppressor is implemented by errors a restart cannot cure (a bad
+// record under on_error: fail, a lost transaction): when a failure's chain
+// holds one whose SuppressRestarts reports true, the job fails at once,
+// whatever the strategy (Flink's SuppressRestartsException).
+type RestartSuppressor interface{ SuppressRestarts() bool }
+
+func suppressesRestarts(err error) bool {
+	var s RestartSuppressor
+	return errors.As(err, &s) && s.SuppressRestarts()
+}
+
+// Runner runs a job graph and restarts it inside the process when a task
+// fails, as the restart strategy of Settings.Restart allows (Flink's
+// failover of the whole job, "restart all"): every task of the failed
+// attempt is cancelled and its state closed, then, after the strategy's
+// back-off, the graph is built again from the latest completed checkpoint
+// (state, source offsets, pending transactions: Build) and run. A clean stop
+// never restarts.
+//
+// Runner is the shell around Build and Job.Run; its methods other than Run
+// are safe for concurrent use (the HTTP API reads the current attempt).
+type Runner struct {
+	g        *graph.Graph
+	set      Settings
+	deps     Deps
+	strategy RestartBackoffTimeStrategy
+	metrics  *Metrics
+	logger   *slog.Logger
+	notify   func(*Job)
+
+	mu       sync.Mutex // guards the fields below
+	current  *Job       // the running attempt; nil while restarting
+	state    string     // StateRunning, StateRestarting, StateFailed; "" before the first attempt runs
+	restarts int
+}
+
+// RunnerOption configures a Runner.
+type RunnerOption func(*Runner)
+
+// WithAttemptHook calls fn, synchronously on Run's goroutine, with each
+// attempt's Job just before it runs and with nil as soon as it returned
+// (the HTTP API follows the current attempt this way). fn must be fast.
+func WithAttemptHook(fn func(*Job)) RunnerOption { return func(r *Runner) { r.notify = fn } }
+
+// NewRunner returns the runner of g. Its metrics are deps.Metrics, or new
+// ones registered with deps.Registerer; every attempt shares them. It fails
+// when set.Restart is invalid or the metrics cannot be registered.
+func NewRunner(g *graph.Graph, set Settings, deps Deps, opts ...RunnerOption) (*Runner, error) {
+	if set.Restart == (RestartConfig{}) {
+		set.Restart = DefaultRestartConfig()
+	}
+	strategy, err := NewRestartStrategy(set.Restart, nil)
+	if err != nil {
+		return nil, err
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.Metrics == nil {
+		if deps.Metrics, err = NewMetrics(deps.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	r := &Runner{g: g, set: set, deps: deps, strategy: strategy, metrics: deps.Metrics,
+		logger: deps.Logger.With("component", "job"), notify: func(*Job) {}}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
+}
+
+// Run builds the job and runs it until ctx ends or the job stops itself
+// (stop-with-savepoint), then returns nil; a failure of the first Build
+// (a bad restore, a refused max parallelism) is returned as it is. After a
+// task failure the job restarts as the strategy allows; each restart is
+// logged with its cause and attempt number and counted in
+// kstreamd_job_restarts_total. A rebuild that fails counts as another
+// failure. When the strategy gives up, Run returns an error wrapping
+// ErrRestartsExhausted and the last failure; a failure whose chain holds a
+// RestartSuppressor fails the job without a restart. A failure while ctx is ending
+// is returned without a restart; ctx ending during a back-off or a rebuild
+// returns nil.
+func (r *Runner) Run(ctx context.Context) error {
+	j, err := Build(ctx, r.g, r.set, r.deps)
+	if err != nil {
+		return err
+	}
+	deps := r.deps
+	for {
+		r.setCurrent(j, StateRunning)
+		r.notify(j)
+		err := j.Run(ctx)
+		r.notify(nil)
+		if id, _ := j.Coordinator().LastCompleted(); id > 0 {
+			// A newer checkpoint or savepoint than the one asked for:
+			// restarts restore the latest (Storage.Latest sees both).
+			deps.FromSavepoint = ""
+		}
+		if err == nil {
+			r.setCurrent(nil, "")
+			return nil
+		}
+		if ctx.Err() != nil {
+			r.setCurrent(nil, "")
+			return err // failed while stopping: no restart
+		}
+		if j, err = r.restart(ctx, deps, err); err != nil || j == nil {
+			return err
+		}
+	}
+}
+
+// restart asks the strategy, waits for its back-off and rebuilds the job,
+// until a rebuild succeeds (the new attempt), ctx ends (nil, nil) or the
+// strategy gives up (its error).
+func (r *Runner) restart(ctx context.Context, deps Deps, cause error) (*Job, error) {
+	for {
+		if suppressesRestarts(cause) {
+			r.setCurrent(nil, StateFailed)
+			return nil, fmt.Errorf("job: not restarted (a restart cannot cure this failure): %w", cause)
+		}
+		backoff, ok := r.strategy.NotifyFailure(time.Now())
+		if !ok {
+			r.setCurrent(nil, StateFailed)
+			r.mu.Lock()
+			n := r.restarts
+			r.mu.Unlock()
+			return nil, fmt.Errorf("%w after %d restarts (%s); last failure: %w", ErrRestartsExhausted, n, r.strategy, cause)
+		}
+		r.mu.Lock()
+		r.restarts++
+		attempt := r.restarts
+		r.mu.Unlock()
+		r.setCurrent(nil, StateRestarting)
+		r.metrics.restarts.Inc()
+		r.logger.Warn("job failed; restarting from the latest completed checkpoint",
+			"attempt", attempt, "backoff", backoff, "strategy", r.strategy.String(), "err", cause)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			r.setCurrent(nil, "")
+			return nil, nil
+		case <-t.C:
+		}
+		j, err := Build(ctx, r.g, r.set, deps)
+		if err == nil {
+			r.logger.Info("job restarted", "attempt", attempt, "restored_from", j.RestoredFrom())
+			return j, nil
+		}
+		if ctx.Err() != nil {
+			r.setCurrent(nil, "")
+			return nil, nil
+		}
+		cause = fmt.Errorf("job: restart %d: %w", attempt, err)
+	}
+}
+
+func (r *Runner) setCurrent(j *Job, state string) {
+	r.mu.Lock()
+	r.current, r.state = j, state
+	r.mu.Unlock()
+	if state != "" {
+		r.metrics.setState(state)
+	}
+}
+
+// Current returns the running attempt, or nil before the first one runs,
+// while restarting and after Run returned.
+func (r *Runner) Current() *Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.current
+}
+
+// State returns StateRunning, StateRestarting or StateFailed, or "" before
+// the first attempt runs and after a clean stop.
+func (r *Runner) State() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
+
+// Restarts returns how many times the job restarted in this process.
+func (r *Runner) Restarts() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.restarts
+}

@@ -1,0 +1,97 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kstreamd/kstreamd/internal/kafkaretry"
+)
+
+// TestCommitRetriesTransientErrors: the broker drops the connection of the
+// first EndTxn requests (as a broker that went away does), more often than
+// franz-go retries by itself; the commit is retried with the recorded
+// producer id and epoch until it succeeds, each retry counted and logged,
+// the output is committed once, and the slot's next transaction (on a new
+// producer) commits too.
+func TestCommitRetriesTransientErrors(t *testing.T) {
+	c, opts := newClusterHandle(t)
+	var drop atomic.Int32
+	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if drop.Add(-1) >= 0 {
+			return nil, errors.New("test: connection dropped"), true
+		}
+		return nil, nil, false
+	})
+	opts = append(slices.Clip(opts), kgo.RequestRetries(1), kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond }))
+	m, _ := newMetrics(t)
+	reg := prometheus.NewRegistry()
+	retries, err := kafkaretry.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger, logs := testLogger()
+	ctx := context.Background()
+	k := NewKafkaTxnCommitter(KafkaTxnConfig{
+		Name: "out", Topic: testTopic, TransactionalIDPrefix: "p", PoolSize: 3, TransactionTimeout: time.Minute,
+		ClientOpts: opts, Metrics: m, Retries: retries, Logger: logger,
+	})
+	defer k.Close()
+
+	c1 := writeAndPreCommit(t, k, 1, "a", "b")
+	drop.Store(6)
+	if err := k.Commit(ctx, c1); err != nil {
+		t.Fatalf("commit with dropped connections: %v\n%s", err, logs.String())
+	}
+	if n := drop.Load(); n >= 0 {
+		t.Fatalf("%d drops left: the commit did not meet them", n+1)
+	}
+	if n := strings.Count(logs.String(), "commit failed; retrying"); n != 1 {
+		t.Errorf("%d \"commit failed; retrying\" lines, want 1:\n%s", n, logs.String())
+	}
+	if got := retryCount(t, reg, "commit"); got < 1 {
+		t.Errorf("kstreamd_kafka_retries_total{operation=commit} = %v, want >= 1", got)
+	}
+	k.Snapshotted(2)
+	k.CheckpointCompleted(2)
+	for id := int64(2); id <= 4; id++ { // every slot once more, slot 0 on its new producer
+		c := writeAndPreCommit(t, k, id, "v"+string(rune('0'+id)))
+		if err := k.Commit(ctx, c); err != nil {
+			t.Fatalf("commit %d on %s: %v", id, c.TransactionalID, err)
+		}
+		k.Snapshotted(id + 10)
+		k.CheckpointCompleted(id + 10)
+	}
+	if got, want := readAll(t, opts, kgo.ReadCommitted()), []string{"a", "b", "v2", "v3", "v4"}; !slices.Equal(got, want) {
+		t.Fatalf("read_committed = %q, want %q", got, want)
+	}
+	if ok, why := stableEqualsEnd(t, opts); !ok {
+		t.Fatalf("an open transaction holds readers back: %s", why)
+	}
+}
+
+// retryCount returns kstreamd_kafka_retries_total{operation}.
+func retryCount(t *testing.T, reg *prometheus.Registry, op string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			if f.GetName() == "kstreamd_kafka_retries_total" && m.GetLabel()[0].GetValue() == op {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
