@@ -33,7 +33,8 @@ commands:
                           run the job until SIGINT or SIGTERM; restores the
                           latest checkpoint, or the savepoint given
   validate --config FILE  check the pipeline file and exit
-  savepoint [--address HOST:PORT] [--dir DIR] [--stop] [--token-env NAME]
+  savepoint [--address HOST:PORT] [--dir DIR] [--stop]
+            [--token-env NAME | --token-file FILE]
                           ask a running daemon for a savepoint and print its
                           path; --stop stops the job after it
   checkpoints list --dir DIR
@@ -101,6 +102,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		dir := fs.String("dir", "", "write the savepoint under `DIR` instead of checkpoints.savepoint_dir")
 		stop := fs.Bool("stop", false, "stop the job right after the savepoint")
 		tokenEnv := fs.String("token-env", "", "send the bearer token held by environment variable `NAME`")
+		tokenFile := fs.String("token-file", "", "send the bearer token held by `FILE` (a trailing newline is ignored)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}
@@ -108,12 +110,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			fmt.Fprintf(stderr, "kstreamd savepoint: unexpected argument %q (flags only)\n", fs.Arg(0))
 			return 2
 		}
-		token := ""
-		if *tokenEnv != "" {
-			if token = os.Getenv(*tokenEnv); token == "" {
-				fmt.Fprintf(stderr, "kstreamd savepoint: environment variable %s is unset or empty\n", *tokenEnv)
-				return 2
-			}
+		token, err := pipeline.ReadBearerToken(*tokenEnv, *tokenFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "kstreamd savepoint:", err)
+			return 2
 		}
 		path, err := requestSavepoint(ctx, *addr, token, *dir, *stop)
 		if err != nil {
@@ -238,7 +238,7 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 	if err != nil {
 		return err
 	}
-	srv := &server{reg: reg, logger: logger, token: token}
+	srv := &server{reg: reg, logger: logger, token: token, allowOpenControl: cfg.Metrics.AllowUnauthenticatedControl}
 	stopHTTP, err := srv.serve(cfg.Metrics.Address)
 	if err != nil {
 		return err
