@@ -134,12 +134,10 @@ type SavepointResponse struct {
 }
 
 func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
-	var req SavepointRequest
-	if r.ContentLength != 0 {
-		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-			writeJSON(w, http.StatusBadRequest, SavepointResponse{Error: "bad request body: " + err.Error()})
-			return
-		}
+	req, err := decodeSavepointRequest(io.LimitReader(r.Body, 1<<16))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, SavepointResponse{Error: "bad request body: " + err.Error()})
+		return
 	}
 	j, _ := s.current()
 	if j == nil {
@@ -155,6 +153,25 @@ func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
 	}
 	s.logger.Info("savepoint taken", "path", path, "stop", req.Stop)
 	writeJSON(w, http.StatusOK, SavepointResponse{Path: path})
+}
+
+// decodeSavepointRequest decodes the body of POST /api/v1/savepoints as
+// strictly as the config decoder: an empty body is the zero request; an
+// unknown field, a wrong type or anything after the one JSON object is an
+// error.
+func decodeSavepointRequest(body io.Reader) (SavepointRequest, error) {
+	var req SavepointRequest
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); errors.Is(err, io.EOF) {
+		return SavepointRequest{}, nil
+	} else if err != nil {
+		return SavepointRequest{}, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return SavepointRequest{}, errors.New("more than one JSON value")
+	}
+	return req, nil
 }
 
 func (s *server) jobStatus(w http.ResponseWriter, _ *http.Request) {

@@ -71,3 +71,42 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestSavepointRequestStrict checks that POST /api/v1/savepoints decodes
+// its body as strictly as the config: unknown fields, wrong types and
+// trailing values answer 400 naming the problem, before the job is asked.
+func TestSavepointRequestStrict(t *testing.T) {
+	for _, tc := range []struct {
+		body    string
+		want    SavepointRequest
+		wantErr string
+	}{
+		{body: ``, want: SavepointRequest{}},
+		{body: `{}`, want: SavepointRequest{}},
+		{body: `{"dir": "/backups", "stop": true}`, want: SavepointRequest{Dir: "/backups", Stop: true}},
+		{body: `{"stop": true}` + "\n", want: SavepointRequest{Stop: true}},
+		{body: `{"stpo": true}`, wantErr: `json: unknown field "stpo"`},
+		{body: `{"stop": "yes"}`, wantErr: "json: cannot unmarshal string into Go struct field SavepointRequest.stop of type bool"},
+		{body: `{"stop": true} {"stop": false}`, wantErr: "more than one JSON value"},
+		{body: `{"stop": tru`, wantErr: "unexpected EOF"},
+	} {
+		got, err := decodeSavepointRequest(strings.NewReader(tc.body))
+		if tc.wantErr != "" {
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("decode %q: error %v, want %q", tc.body, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("decode %q = %+v, %v; want %+v", tc.body, got, err, tc.want)
+		}
+	}
+
+	s := &server{reg: prometheus.NewRegistry(), logger: slog.New(slog.DiscardHandler)}
+	rec := httptest.NewRecorder()
+	s.handler().ServeHTTP(rec, httptest.NewRequest("POST", "/api/v1/savepoints", strings.NewReader(`{"stop": true, "drain": true}`)))
+	var out SavepointResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != http.StatusBadRequest || out.Error != `bad request body: json: unknown field "drain"` {
+		t.Fatalf("POST with an unknown field = %d %q (%v), want 400 naming it", rec.Code, rec.Body.String(), err)
+	}
+}

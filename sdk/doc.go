@@ -7,7 +7,7 @@
 //
 //	kstreamd run --config FILE [--from-savepoint DIR]   run the job until SIGINT or SIGTERM
 //	kstreamd validate --config FILE                     check the file and exit
-//	kstreamd savepoint [--address A] [--dir D] [--stop] [--token-env NAME]
+//	kstreamd savepoint [--address A] [--dir D] [--stop] [--token-env NAME | --token-file FILE]
 //	                                                    ask a running daemon for a savepoint
 //	kstreamd checkpoints list --dir DIR                 list a job's checkpoints
 //	kstreamd broker --config FILE                       run the development broker on its own
