@@ -288,14 +288,16 @@ func isLoopback(a net.Addr) bool {
 	return ok && tcp.IP.IsLoopback()
 }
 
-// printCheckpoints writes the checkpoints of a job directory as a table.
-func printCheckpoints(w io.Writer, jobDir string) error {
-	if st, err := os.Stat(jobDir); err != nil {
+// printCheckpoints writes the checkpoints and savepoints of dir (a job's
+// checkpoint directory, a savepoint directory, or one checkpoint or
+// savepoint; see checkpoint.ListAll) as a table.
+func printCheckpoints(w io.Writer, dir string) error {
+	if st, err := os.Stat(dir); err != nil {
 		return err
 	} else if !st.IsDir() {
-		return fmt.Errorf("%s is not a directory", jobDir)
+		return fmt.Errorf("%s is not a directory", dir)
 	}
-	infos, err := checkpoint.ListDir(jobDir)
+	infos, err := checkpoint.ListAll(dir)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,9 @@ commands:
                           path; --stop stops the job after it
   checkpoints list --dir DIR
                           list the checkpoints in a job's checkpoint directory
-                          (<checkpoints.dir>/<job>)
+                          (<checkpoints.dir>/<job>) with its latest savepoint,
+                          the savepoints in a savepoint directory, or the one
+                          checkpoint or savepoint DIR is
   broker --config FILE    run only the development broker of kafka.embedded
                           (address, data_dir, partitions) with the pipeline's
                           topics, in its own process, until SIGINT or SIGTERM

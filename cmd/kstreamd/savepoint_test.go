@@ -83,6 +83,20 @@ func TestSavepointCLIAndStopWithSavepoint(t *testing.T) {
 	}
 	m := checkSavepoint(t, sp1, filepath.Join(dir, "savepoints"))
 	t.Logf("savepoint %d at %s", m.CheckpointID, sp1)
+	// `checkpoints list` lists it from the savepoint directory, from the
+	// job's checkpoint directory (its latest-savepoint pointer) and alone.
+	for _, listDir := range []string{filepath.Join(dir, "savepoints"), filepath.Join(dir, "checkpoints", "colorshape"), sp1} {
+		var out, errOut strings.Builder
+		if code := run(t.Context(), []string{"checkpoints", "list", "--dir", listDir}, &out, &errOut); code != 0 || errOut.Len() > 0 {
+			t.Fatalf("checkpoints list --dir %s: exit %d, stderr %q", listDir, code, errOut.String())
+		}
+		rows := parseCheckpointsList(t, out.String())
+		if !slices.ContainsFunc(rows, func(r listRow) bool {
+			return r.id == m.CheckpointID && r.state == "completed" && r.dir == sp1 && r.bytes == m.Bytes
+		}) {
+			t.Errorf("checkpoints list --dir %s does not list savepoint %d at %s:\n%s", listDir, m.CheckpointID, sp1, out.String())
+		}
+	}
 	if v, _ := testkit.Scrape(d.url(), "kstreamd_checkpoints_total", map[string]string{"kind": "savepoint", "result": "completed"}); v != 1 {
 		t.Errorf("kstreamd_checkpoints_total{kind=savepoint,result=completed} = %v, want 1", v)
 	}
