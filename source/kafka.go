@@ -730,14 +730,17 @@ func (s *KafkaSource) decode(rec *runtime.Record) (reason, detail string) {
 		}
 		return "", ""
 	}
+	if rec.Value == nil {
+		return ReasonEmptyValue, "the value is null"
+	}
 	if len(rec.Value) == 0 {
-		return ReasonEmptyValue, ""
+		return ReasonEmptyValue, "the value is 0 bytes"
 	}
 	if s.cfg.MaxRecordBytes > 0 && len(rec.Value) > s.cfg.MaxRecordBytes {
 		return ReasonTooLarge, fmt.Sprintf("%d bytes, limit %d", len(rec.Value), s.cfg.MaxRecordBytes)
 	}
 	if s.cfg.Format == FormatJSON && !json.Valid(rec.Value) {
-		return ReasonMalformedJSON, ""
+		return ReasonMalformedJSON, runtime.JSONSyntaxDetail(rec.Value)
 	}
 	if s.cfg.Check != nil {
 		if err := s.cfg.Check(rec.Key, rec.Value); err != nil {
