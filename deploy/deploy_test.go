@@ -66,14 +66,16 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// buildKstreamd builds ./cmd/kstreamd to out, stamped with testVersion. It
+// buildKstreamd builds ./cmd/kstreamd to out, stamped with testVersion and
+// the VCS revision. It
 // uses the default build flags (no -trimpath, cgo as the toolchain says), so
 // it shares the build cache with the other packages' tests and costs only a
 // link; TestStaticBuild checks the Dockerfile's CGO_ENABLED=0 build apart.
 func buildKstreamd(out string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool(), "build", "-ldflags", "-X github.com/kstreamd/kstreamd/sdk.Version="+testVersion, "-o", out, "./cmd/kstreamd")
+	// -buildvcs=auto: stamp the VCS revision even where GOFLAGS turns it off.
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-buildvcs=auto", "-ldflags", "-X github.com/kstreamd/kstreamd/sdk.Version="+testVersion, "-o", out, "./cmd/kstreamd")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/kstreamd: %v\n%s", err, b)

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -22,8 +25,9 @@ import (
 	"github.com/kstreamd/kstreamd/pipeline"
 )
 
-// Version is what `kstreamd version` prints; set it at build time with
-// -ldflags "-X github.com/kstreamd/kstreamd/sdk.Version=...".
+// Version is the first line of `kstreamd version`; set it at build time
+// with -ldflags "-X github.com/kstreamd/kstreamd/sdk.Version=...". The
+// module version and the VCS revision the go command stamps follow it.
 var Version = "dev"
 
 const usage = `usage: kstreamd <command> [flags]
@@ -45,7 +49,10 @@ commands:
   broker --config FILE    run only the development broker of kafka.embedded
                           (address, data_dir, partitions) with the pipeline's
                           topics, in its own process, until SIGINT or SIGTERM
-  version                 print the version
+  version                 print the version, the module version and the VCS
+                          revision (also --version)
+
+kstreamd COMMAND --help prints the command's flags.
 `
 
 // Main runs the kstreamd command line (run, validate, savepoint,
@@ -73,12 +80,35 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 	}
 	fs := flag.NewFlagSet("kstreamd "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {}
+	// parse parses the command's flags; on --help it prints the usage to
+	// stdout (exit 0), on a bad flag to stderr (exit 2).
+	parse := func(synopsis string, args []string) (int, bool) {
+		err := fs.Parse(args)
+		switch {
+		case err == nil:
+			return 0, true
+		case errors.Is(err, flag.ErrHelp):
+			printUsage(fs, stdout, synopsis)
+			return 0, false
+		}
+		printUsage(fs, stderr, synopsis)
+		return 2, false
+	}
 	switch args[0] {
 	case "run", "validate":
 		path := fs.String("config", "", "pipeline `FILE` (YAML)")
-		from := fs.String("from-savepoint", "", "restore the savepoint (or checkpoint) in `DIR` instead of the latest checkpoint")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		synopsis := "kstreamd validate --config FILE"
+		if args[0] == "run" {
+			fs.String("from-savepoint", "", "restore the savepoint (or checkpoint) in `DIR` instead of the latest checkpoint")
+			synopsis = "kstreamd run --config FILE [--from-savepoint DIR]"
+		}
+		if code, ok := parse(synopsis, args[1:]); !ok {
+			return code
+		}
+		from := ""
+		if f := fs.Lookup("from-savepoint"); f != nil {
+			from = f.Value.String()
 		}
 		if *path == "" || fs.NArg() > 0 {
 			fmt.Fprintf(stderr, "kstreamd %s: --config FILE is required and takes no arguments\n", args[0])
@@ -94,7 +124,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 0
 		}
 		logger := newLogger(cfg, stderr)
-		if err := runJob(ctx, cfg, *from, logger); err != nil {
+		if err := runJob(ctx, cfg, from, logger); err != nil {
 			logger.Error("job failed", "err", err)
 			return 1
 		}
@@ -105,8 +135,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		stop := fs.Bool("stop", false, "stop the job right after the savepoint")
 		tokenEnv := fs.String("token-env", "", "send the bearer token held by environment variable `NAME`")
 		tokenFile := fs.String("token-file", "", "send the bearer token held by `FILE` (a trailing newline is ignored)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		if code, ok := parse("kstreamd savepoint [--address HOST:PORT] [--dir DIR] [--stop] [--token-env NAME | --token-file FILE]", args[1:]); !ok {
+			return code
 		}
 		if fs.NArg() > 0 {
 			fmt.Fprintf(stderr, "kstreamd savepoint: unexpected argument %q (flags only)\n", fs.Arg(0))
@@ -125,13 +155,23 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		fmt.Fprintln(stdout, path)
 		return 0
 	case "checkpoints":
+		if len(args) == 2 && isHelp(args[1]) {
+			fmt.Fprint(stdout, checkpointsUsage)
+			return 0
+		}
 		if len(args) < 2 || args[1] != "list" {
-			fmt.Fprint(stderr, "usage: kstreamd checkpoints list --dir DIR\n")
+			fmt.Fprint(stderr, checkpointsUsage)
 			return 2
 		}
-		dir := fs.String("dir", "", "a job's checkpoint `DIR` (<checkpoints.dir>/<job>)")
-		if err := fs.Parse(args[2:]); err != nil || *dir == "" || fs.NArg() > 0 {
-			fmt.Fprint(stderr, "usage: kstreamd checkpoints list --dir DIR\n")
+		fs = flag.NewFlagSet("kstreamd checkpoints list", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.Usage = func() {}
+		dir := fs.String("dir", "", "a job's checkpoint `DIR` (<checkpoints.dir>/<job>), a savepoint directory, or one checkpoint or savepoint")
+		if code, ok := parse("kstreamd checkpoints list --dir DIR", args[2:]); !ok {
+			return code
+		}
+		if *dir == "" || fs.NArg() > 0 {
+			printUsage(fs, stderr, "kstreamd checkpoints list --dir DIR")
 			return 2
 		}
 		if err := printCheckpoints(stdout, *dir); err != nil {
@@ -141,8 +181,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		return 0
 	case "broker":
 		path := fs.String("config", "", "pipeline `FILE` whose kafka.embedded section describes the broker")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		if code, ok := parse("kstreamd broker --config FILE", args[1:]); !ok {
+			return code
 		}
 		if *path == "" || fs.NArg() > 0 {
 			fmt.Fprint(stderr, "usage: kstreamd broker --config FILE\n")
@@ -159,8 +199,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 1
 		}
 		return 0
-	case "version":
-		fmt.Fprintf(stdout, "kstreamd %s\n", Version)
+	case "version", "--version", "-version":
+		if code, ok := parse("kstreamd version", args[1:]); !ok {
+			return code
+		}
+		if fs.NArg() > 0 {
+			printUsage(fs, stderr, "kstreamd version")
+			return 2
+		}
+		bi, _ := debug.ReadBuildInfo()
+		fmt.Fprint(stdout, versionText(Version, bi))
 		return 0
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
@@ -168,6 +216,82 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 	}
 	fmt.Fprintf(stderr, "kstreamd: unknown command %q\n%s", args[0], usage)
 	return 2
+}
+
+// checkpointsUsage is the usage of `kstreamd checkpoints`.
+const checkpointsUsage = `usage: kstreamd checkpoints <command> [flags]
+
+commands:
+  list --dir DIR          list the checkpoints in a job's checkpoint directory
+                          (<checkpoints.dir>/<job>) with its latest savepoint,
+                          the savepoints in a savepoint directory, or the one
+                          checkpoint or savepoint DIR is
+`
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
+// printUsage writes "usage: synopsis" and the flags of fs to w.
+func printUsage(fs *flag.FlagSet, w io.Writer, synopsis string) {
+	fmt.Fprintf(w, "usage: %s\n", synopsis)
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nflags:")
+	out := fs.Output()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+}
+
+// versionText is what `kstreamd version` prints: version (Version), then
+// from the build info the go command stamps the main module and its
+// version, the kstreamd module's when it is a dependency (a daemon built
+// with package sdk), the VCS revision with its commit time and whether the
+// tree was modified, and the Go version. bi may be nil (no build info).
+func versionText(version string, bi *debug.BuildInfo) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "kstreamd %s\n", version)
+	if bi == nil {
+		b.WriteString("module unknown (no build information)\n")
+		return b.String()
+	}
+	fmt.Fprintf(&b, "module %s\n", strings.TrimSpace(bi.Main.Path+" "+bi.Main.Version))
+	const self = "github.com/kstreamd/kstreamd"
+	if bi.Main.Path != self {
+		for _, d := range bi.Deps {
+			if d.Path == self {
+				if d.Replace != nil {
+					d = d.Replace
+				}
+				fmt.Fprintf(&b, "kstreamd module %s\n", strings.TrimSpace(d.Path+" "+d.Version)) // a local replace has no version
+			}
+		}
+	}
+	vcs := map[string]string{}
+	for _, s := range bi.Settings {
+		vcs[s.Key] = s.Value
+	}
+	if rev := vcs["vcs.revision"]; rev != "" {
+		fmt.Fprintf(&b, "revision %s", rev)
+		if t := vcs["vcs.time"]; t != "" {
+			fmt.Fprintf(&b, " (%s)", t)
+		}
+		if vcs["vcs.modified"] == "true" {
+			b.WriteString(" modified")
+		}
+		b.WriteString("\n")
+	} else {
+		b.WriteString("revision unknown (built without VCS information)\n")
+	}
+	if bi.GoVersion != "" {
+		fmt.Fprintf(&b, "%s\n", bi.GoVersion)
+	}
+	return b.String()
 }
 
 func newLogger(cfg *pipeline.Config, w io.Writer) *slog.Logger {
