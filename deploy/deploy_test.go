@@ -97,7 +97,7 @@ func requireTool(t *testing.T, name, debPackage string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Fatalf("%s is not on PATH (%v): install the Debian package %q (`apt-get install %s`; .ci/run installs it)",
+		t.Fatalf("%s is not on PATH (%v): install the Debian package %q (`apt-get install %s`; scripts/test installs it)",
 			name, err, debPackage, debPackage)
 	}
 	return p
