@@ -142,9 +142,10 @@ func TestSavepointCLIAndStopWithSavepoint(t *testing.T) {
 		t.Fatalf("stop-with-savepoint: no clean stop in the log:\n%s", log)
 	}
 
-	// Restore the stop-with-savepoint at parallelism 1: rules and the blue
-	// pair come back, nothing is read twice.
-	d = startDaemon(t, dir, checkpointedConfig(dir, broker, metrics, 1, "pebble"), broker, metrics, "--from-savepoint", sp2)
+	// A plain run (no --from-savepoint) restores the stop-with-savepoint,
+	// newer than every checkpoint, as the README says, here at parallelism
+	// 1: rules and the blue pair come back, nothing is read twice.
+	d = startDaemon(t, dir, checkpointedConfig(dir, broker, metrics, 1, "pebble"), broker, metrics)
 	restoringFrom(t, d.out.String(), sp2)
 	testkit.WaitMetric(t, 10*time.Second, d.url(), "kstreamd_broadcast_rules", matcher, 2*1)
 	produce(t, cl, item(20, "blue", "TRIANGLE"))
