@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
 	"gopkg.in/yaml.v3"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
@@ -40,9 +41,18 @@ var (
 )
 
 // TestMain builds kstreamd once for every test of the package, and stops
-// the shared daemon (if a test started it) after the last one.
+// the shared daemon (if a test started it) after the last one; when the
+// tests passed, it fails the run if a goroutine outlived them.
 func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
+	code := testMain(m)
+	if code == 0 {
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func testMain(m *testing.M) int {
