@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -106,6 +107,78 @@ func ListDir(jobDir string) ([]Info, error) {
 	}
 	slices.SortFunc(out, func(a, b Info) int { return int(a.ID - b.ID) })
 	return out, nil
+}
+
+// ListAll lists what dir holds for `kstreamd checkpoints list`, ascending
+// by id: dir itself when it is one checkpoint or savepoint (it holds
+// _metadata); else the checkpoints (chk-<id>) and savepoints
+// (savepoint-<id>-<unix>) directly under it, so a job's checkpoint
+// directory and a savepoint directory both list, plus, for a job
+// directory, the savepoint its latest-savepoint pointer names when that is
+// elsewhere (checkpoints.savepoint_dir). Entries are as in ListDir; a
+// savepoint's Savepoint is true also while its metadata is missing. A
+// missing dir lists nothing. Unlike ListDir it is for display only:
+// retention and restore never see savepoints through it.
+func ListAll(dir string) ([]Info, error) {
+	if m, err := ReadMetadata(dir); err == nil {
+		return []Info{{ID: m.CheckpointID, Dir: dir, State: StateCompleted, Time: m.Timestamp, Bytes: m.Bytes, Savepoint: m.Savepoint}}, nil
+	}
+	out, err := ListDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, e := range ents {
+		if id, ok := parseSavepointName(e.Name()); ok && e.IsDir() {
+			out = append(out, infoOf(filepath.Join(dir, e.Name()), id, true))
+			seen[filepath.Join(dir, e.Name())] = true
+		}
+	}
+	if sp, err := (&Storage{jobDir: dir}).LatestSavepoint(); err == nil && !seen[sp] && filepath.Dir(sp) != filepath.Clean(dir) {
+		if id, ok := parseSavepointName(filepath.Base(sp)); ok {
+			if _, err := os.Stat(sp); err == nil {
+				out = append(out, infoOf(sp, id, true))
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Info) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// infoOf describes the checkpoint or savepoint directory dir of id.
+func infoOf(dir string, id int64, savepoint bool) Info {
+	info := Info{ID: id, Dir: dir, State: StateIncomplete, Savepoint: savepoint}
+	if m, err := ReadMetadata(dir); err == nil {
+		info.State, info.Time, info.Bytes, info.Savepoint = StateCompleted, m.Timestamp, m.Bytes, m.Savepoint
+		return info
+	}
+	if st, err := os.Stat(dir); err == nil {
+		info.Time = st.ModTime()
+	}
+	info.Bytes = dirSize(dir)
+	return info
+}
+
+// parseSavepointName parses a savepoint directory's name,
+// savepoint-<id>-<unix time>, and returns the id.
+func parseSavepointName(name string) (int64, bool) {
+	rest, ok := strings.CutPrefix(name, "savepoint-")
+	if !ok {
+		return 0, false
+	}
+	idText, unix, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if _, err2 := strconv.ParseInt(unix, 10, 64); err != nil || err2 != nil || id <= 0 {
+		return 0, false
+	}
+	return id, true
 }
 
 func parseChkName(name string) (int64, bool) {

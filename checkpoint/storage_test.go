@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"os"
@@ -352,4 +353,77 @@ func FuzzReadMetadata(f *testing.F) {
 			t.Fatalf("round trip changed the metadata:\n%s\n%s", a, b)
 		}
 	})
+}
+
+// TestListAll checks what `kstreamd checkpoints list` shows: a job
+// directory's checkpoints plus the savepoint its pointer names elsewhere,
+// a savepoint directory's savepoints (savepoint-<id>-<unix>), and one
+// savepoint directory given itself.
+func TestListAll(t *testing.T) {
+	root := t.TempDir()
+	s := NewStorage(filepath.Join(root, "checkpoints"), "job", 3, nil)
+	writeLayout(t, s, []chkLayout{{id: 1, kind: "completed"}, {id: 2, kind: "empty"}, {id: 4, kind: "completed"}}, nil)
+	spRoot := filepath.Join(root, "savepoints")
+	savepoint := func(id int64, complete bool) string {
+		dir := filepath.Join(spRoot, fmt.Sprintf("savepoint-%d-%d", id, 1700000000+id))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if complete {
+			m := &Metadata{Version: MetadataVersion, Job: "job", CheckpointID: id, Savepoint: true, MaxParallelism: 128,
+				Timestamp: time.Unix(2000+id, 0).UTC(), Operators: map[string]OperatorMetadata{}, Bytes: 7}
+			if err := writeMetadata(dir, m, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	sp3, sp5, sp6 := savepoint(3, true), savepoint(5, true), savepoint(6, false)
+	for _, junk := range []string{"savepoint-x-1", "savepoint-7", "notes"} {
+		if err := os.MkdirAll(filepath.Join(spRoot, junk), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.RecordSavepoint(sp3); err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		ID        int64
+		State     string
+		Savepoint bool
+		Dir       string
+	}
+	rows := func(dir string) []row {
+		infos, err := ListAll(dir)
+		if err != nil {
+			t.Fatalf("ListAll(%s): %v", dir, err)
+		}
+		var out []row
+		for _, in := range infos {
+			out = append(out, row{in.ID, in.State, in.Savepoint, in.Dir})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		dir  string
+		want []row
+	}{
+		{s.JobDir(), []row{
+			{1, StateCompleted, false, s.CheckpointDir(1)},
+			{2, StateIncomplete, false, s.CheckpointDir(2)},
+			{3, StateCompleted, true, sp3},
+			{4, StateCompleted, false, s.CheckpointDir(4)},
+		}},
+		{spRoot, []row{
+			{3, StateCompleted, true, sp3},
+			{5, StateCompleted, true, sp5},
+			{6, StateIncomplete, true, sp6},
+		}},
+		{sp5, []row{{5, StateCompleted, true, sp5}}},
+		{filepath.Join(root, "missing"), nil},
+	} {
+		if got := rows(tc.dir); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("ListAll(%s) =\n%+v\nwant\n%+v", tc.dir, got, tc.want)
+		}
+	}
 }

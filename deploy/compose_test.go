@@ -250,6 +250,46 @@ func TestComposeAgreesWithConfigs(t *testing.T) {
 		}
 	})
 
+	t.Run("the API needs a token from a file", func(t *testing.T) {
+		// kstreamd listens on 0.0.0.0 (for Prometheus): without a token
+		// it refuses savepoints and stop, and allowing them would let any
+		// container on the network stop the job.
+		m := cfg.Metrics
+		if m.BearerTokenFile == "" || m.BearerTokenEnv != "" || m.AllowUnauthenticatedControl {
+			t.Fatalf("metrics: bearer_token_file %q, bearer_token_env %q, allow_unauthenticated_control %v; want a token file only",
+				m.BearerTokenFile, m.BearerTokenEnv, m.AllowUnauthenticatedControl)
+		}
+		tokenDir := path.Dir(m.BearerTokenFile)
+		vol, ok := ksd.volumeAt(tokenDir)
+		if !ok || strings.HasPrefix(vol, ".") {
+			t.Fatalf("kstreamd mounts no named volume at %s, the directory of bearer_token_file; volumes %q", tokenDir, ksd.Volumes)
+		}
+		if !slices.Contains(ksd.Volumes, vol+":"+tokenDir+":ro") {
+			t.Errorf("kstreamd should mount the token volume %s read-only; volumes %q", vol, ksd.Volumes)
+		}
+		var maker string
+		for name, s := range c.Services {
+			if src, ok := s.volumeAt(tokenDir); ok && src == vol && name != "kstreamd" {
+				maker = name
+			}
+		}
+		if maker == "" {
+			t.Fatalf("no service writes the token volume %s at %s", vol, tokenDir)
+		}
+		if got := ksd.DependsOn[maker]; got != "service_completed_successfully" {
+			t.Errorf("kstreamd depends on %s (which makes the token) with %q, want service_completed_successfully", maker, got)
+		}
+		script := strings.Join(c.Services[maker].Command, "\n")
+		for _, want := range []string{m.BearerTokenFile, "/dev/urandom", "chown 65532:65532", "chmod 0400"} {
+			if !strings.Contains(script, want) {
+				t.Errorf("service %s's command does not contain %q (the token file, random, owned by the image's user 65532, private):\n%s", maker, want, script)
+			}
+		}
+		if !slices.Contains(df.all("USER"), "65532:65532") {
+			t.Errorf("the Dockerfile's USER %q, want 65532:65532, the owner of the token file", df.all("USER"))
+		}
+	})
+
 	t.Run("prometheus scrapes kstreamd", func(t *testing.T) {
 		if host, _, _ := net.SplitHostPort(cfg.Metrics.Address); host != "0.0.0.0" && host != "" {
 			t.Errorf("metrics.address %q: Prometheus in another container cannot reach it; listen on 0.0.0.0", cfg.Metrics.Address)
@@ -380,16 +420,7 @@ func TestPipelineConfigValidates(t *testing.T) {
 	if !docker.Demo.Enabled {
 		t.Errorf("%s: demo.enabled is false; the dashboard would show no traffic", rel)
 	}
-	// Params are compared as YAML text: their nodes carry line numbers.
-	params := func(ops []pipeline.OperatorConfig) (out []string) {
-		for i := range ops {
-			b, _ := yaml.Marshal(&ops[i].Params)
-			out = append(out, string(b))
-			ops[i].Params = yaml.Node{}
-		}
-		return out
-	}
-	dockerParams, refParams := params(docker.Operators), params(ref.Operators)
+	dockerParams, refParams := operatorParams(docker.Operators), operatorParams(ref.Operators)
 	for _, c := range []struct {
 		field         string
 		docker, refer any
@@ -536,8 +567,17 @@ func TestDockerfile(t *testing.T) {
 
 	t.Run("-X sdk.Version stamps the version", func(t *testing.T) {
 		out, err := exec.Command(binPath, "version").CombinedOutput()
-		if want := "kstreamd " + testVersion + "\n"; err != nil || string(out) != want {
-			t.Errorf("kstreamd version = %q (%v), want %q", out, err, want)
+		if want := "kstreamd " + testVersion + "\nmodule github.com/kstreamd/kstreamd "; err != nil || !strings.HasPrefix(string(out), want) {
+			t.Errorf("kstreamd version = %q (%v), want it to start %q", out, err, want)
+		}
+		// The go command stamps the checkout's revision (a fresh clone in
+		// CI); it does not read a git worktree's .git file.
+		if st, err := os.Stat(repoFile(".git")); err != nil || !st.IsDir() {
+			t.Logf("no .git directory at the root: not checking the revision in %q", out)
+		} else if head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output(); err == nil {
+			if want := "\nrevision " + strings.TrimSpace(string(head)); !strings.Contains(string(out), want) {
+				t.Errorf("kstreamd version = %q, want %q", out, want)
+			}
 		}
 	})
 }
@@ -680,4 +720,15 @@ func dockerIgnored(ps []ignorePattern, rel string) bool {
 		}
 	}
 	return ignored
+}
+
+// operatorParams returns each operator's params as YAML text and clears
+// them, so configs can be compared without the nodes' line numbers.
+func operatorParams(ops []pipeline.OperatorConfig) (out []string) {
+	for i := range ops {
+		b, _ := yaml.Marshal(&ops[i].Params)
+		out = append(out, string(b))
+		ops[i].Params = yaml.Node{}
+	}
+	return out
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
 	"gopkg.in/yaml.v3"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
@@ -40,9 +41,18 @@ var (
 )
 
 // TestMain builds kstreamd once for every test of the package, and stops
-// the shared daemon (if a test started it) after the last one.
+// the shared daemon (if a test started it) after the last one; when the
+// tests passed, it fails the run if a goroutine outlived them.
 func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
+	code := testMain(m)
+	if code == 0 {
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func testMain(m *testing.M) int {
@@ -66,14 +76,16 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// buildKstreamd builds ./cmd/kstreamd to out, stamped with testVersion. It
+// buildKstreamd builds ./cmd/kstreamd to out, stamped with testVersion and
+// the VCS revision. It
 // uses the default build flags (no -trimpath, cgo as the toolchain says), so
 // it shares the build cache with the other packages' tests and costs only a
 // link; TestStaticBuild checks the Dockerfile's CGO_ENABLED=0 build apart.
 func buildKstreamd(out string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool(), "build", "-ldflags", "-X github.com/kstreamd/kstreamd/sdk.Version="+testVersion, "-o", out, "./cmd/kstreamd")
+	// -buildvcs=auto: stamp the VCS revision even where GOFLAGS turns it off.
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-buildvcs=auto", "-ldflags", "-X github.com/kstreamd/kstreamd/sdk.Version="+testVersion, "-o", out, "./cmd/kstreamd")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/kstreamd: %v\n%s", err, b)
@@ -95,7 +107,7 @@ func requireTool(t *testing.T, name, debPackage string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Fatalf("%s is not on PATH (%v): install the Debian package %q (`apt-get install %s`; .ci/run installs it)",
+		t.Fatalf("%s is not on PATH (%v): install the Debian package %q (`apt-get install %s`; scripts/test installs it)",
 			name, err, debPackage, debPackage)
 	}
 	return p

@@ -101,6 +101,12 @@ func TestDockerPipelineRuns(t *testing.T) {
 	setYAML(t, &doc, scalar(metrics), "metrics", "address")
 	setYAML(t, &doc, scalar(dataDir), "data_dir")
 	setYAML(t, &doc, scalar("500ms"), "checkpoints", "interval")
+	// The token the compose service api-token makes.
+	tokenFile := filepath.Join(dir, "api-token")
+	if err := os.WriteFile(tokenFile, []byte("d0cker-t0ken\n"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	setYAML(t, &doc, scalar(tokenFile), "metrics", "bearer_token_file")
 	cfg, err := yaml.Marshal(&doc)
 	if err != nil {
 		t.Fatal(err)

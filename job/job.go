@@ -191,6 +191,10 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		if err != nil {
 			return nil, err
 		}
+		if s.DiscoveryInterval == 0 {
+			logger.Warn("partition discovery is off: partitions added to the topic later will not be read",
+				"source", s.Name, "topic", s.Topic, "fix", "partition_discovery_interval")
+		}
 		for sub := 0; sub < p; sub++ {
 			id := runtime.TaskID{Operator: s.Name, Subtask: sub}
 			var assigner func(*runtime.Record) (time.Time, error)

@@ -45,7 +45,10 @@ func NewKeySelector(keyBy string) (runtime.KeySelector, error) {
 // characters, a number its JSON text. It implements runtime.KeySelector;
 // its *runtime.RecordError reasons are malformed_json, not_object (the
 // value, or a step of the path, is not an object), missing_key (absent or
-// null) and wrong_type (an object, array or boolean key).
+// null) and wrong_type (an object, array or boolean key). The detail starts
+// with "key_by PATH: " and says what was found: the JSON syntax error and
+// its offset, "user is a JSON number, not an object", "user.id is absent",
+// "user.id is null", "color is a JSON object, not a string or number".
 type FieldKeySelector struct {
 	path []string
 }
@@ -59,21 +62,24 @@ func NewFieldKeySelector(path string) *FieldKeySelector {
 // SelectKey implements runtime.KeySelector.
 func (s *FieldKeySelector) SelectKey(rec *runtime.Record) ([]byte, error) {
 	raw := json.RawMessage(rec.Value)
-	for _, field := range s.path {
+	for i, field := range s.path {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &obj); err != nil {
 			var typeErr *json.UnmarshalTypeError
 			if errors.As(err, &typeErr) {
-				return nil, &runtime.RecordError{Reason: runtime.ReasonNotObject}
+				return nil, s.notObject(i, raw)
 			}
-			return nil, &runtime.RecordError{Reason: runtime.ReasonMalformedJSON}
+			return nil, s.keyError(runtime.ReasonMalformedJSON, runtime.JSONSyntaxDetail(raw))
 		}
 		if obj == nil {
-			return nil, &runtime.RecordError{Reason: runtime.ReasonNotObject}
+			return nil, s.notObject(i, raw)
 		}
 		v, ok := obj[field]
-		if !ok || string(v) == "null" {
-			return nil, &runtime.RecordError{Reason: runtime.ReasonMissingKey, Detail: "key_by " + strings.Join(s.path, ".")}
+		if !ok {
+			return nil, s.keyError(runtime.ReasonMissingKey, strings.Join(s.path[:i+1], ".")+" is absent")
+		}
+		if string(v) == "null" {
+			return nil, s.keyError(runtime.ReasonMissingKey, strings.Join(s.path[:i+1], ".")+" is null")
 		}
 		raw = v
 	}
@@ -81,13 +87,28 @@ func (s *FieldKeySelector) SelectKey(rec *runtime.Record) ([]byte, error) {
 	case '"':
 		var str string
 		if err := json.Unmarshal(raw, &str); err != nil {
-			return nil, &runtime.RecordError{Reason: runtime.ReasonMalformedJSON}
+			return nil, s.keyError(runtime.ReasonMalformedJSON, runtime.JSONSyntaxDetail(raw))
 		}
 		return []byte(str), nil
 	case '{', '[', 't', 'f':
-		return nil, &runtime.RecordError{Reason: runtime.ReasonWrongType, Detail: "key_by " + strings.Join(s.path, ".")}
+		return nil, s.keyError(runtime.ReasonWrongType, fmt.Sprintf("%s is a JSON %s, not a string or number", strings.Join(s.path, "."), runtime.JSONKind(raw)))
 	}
 	return []byte(raw), nil
+}
+
+// notObject is the not_object error of step i of the path, whose value raw
+// (the record's value when i is 0) is not an object.
+func (s *FieldKeySelector) notObject(i int, raw []byte) *runtime.RecordError {
+	what := "the value"
+	if i > 0 {
+		what = strings.Join(s.path[:i], ".")
+	}
+	return s.keyError(runtime.ReasonNotObject, fmt.Sprintf("%s is a JSON %s, not an object", what, runtime.JSONKind(raw)))
+}
+
+// keyError is the bad-record error of reason with the detail "key_by PATH: msg".
+func (s *FieldKeySelector) keyError(reason, msg string) *runtime.RecordError {
+	return &runtime.RecordError{Reason: reason, Detail: "key_by " + strings.Join(s.path, ".") + ": " + msg}
 }
 
 // ExpressionKeySelector selects the key of a record by an expression over

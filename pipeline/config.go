@@ -353,6 +353,13 @@ type MetricsConfig struct {
 	// newline is ignored). At most one of BearerTokenEnv and
 	// BearerTokenFile. Default "".
 	BearerTokenFile string `yaml:"bearer_token_file"`
+	// AllowUnauthenticatedControl lets the mutating endpoints (POST
+	// /api/v1/savepoints, stop-with-savepoint included) answer without a
+	// bearer token on a listener that is not loopback. Without it they are
+	// refused with 403 there, so that no other host or container on the
+	// network can stop the job; on a loopback listener, or with a token,
+	// it changes nothing. Default false.
+	AllowUnauthenticatedControl bool `yaml:"allow_unauthenticated_control"`
 }
 
 // BearerToken returns the API's bearer token from metrics.bearer_token_env
@@ -360,21 +367,38 @@ type MetricsConfig struct {
 // variable is unset or empty, or the file cannot be read or is empty.
 func (c *Config) BearerToken() (string, error) {
 	m := &c.Metrics
+	t, err := ReadBearerToken(m.BearerTokenEnv, m.BearerTokenFile)
 	switch {
-	case m.BearerTokenEnv != "":
-		t := os.Getenv(m.BearerTokenEnv)
+	case err != nil && m.BearerTokenEnv != "":
+		return "", fmt.Errorf("metrics.bearer_token_env: %w", err)
+	case err != nil:
+		return "", fmt.Errorf("metrics.bearer_token_file: %w", err)
+	}
+	return t, nil
+}
+
+// ReadBearerToken returns the bearer token held by the environment variable
+// env, else by the file at file (a trailing newline is ignored); "" when
+// both are "". It fails when both are set, the variable is unset or empty,
+// or the file cannot be read or is empty.
+func ReadBearerToken(env, file string) (string, error) {
+	switch {
+	case env != "" && file != "":
+		return "", fmt.Errorf("a token from environment variable %s and from file %s: give one", env, file)
+	case env != "":
+		t := os.Getenv(env)
 		if t == "" {
-			return "", fmt.Errorf("metrics.bearer_token_env: environment variable %s is unset or empty", m.BearerTokenEnv)
+			return "", fmt.Errorf("environment variable %s is unset or empty", env)
 		}
 		return t, nil
-	case m.BearerTokenFile != "":
-		b, err := os.ReadFile(m.BearerTokenFile)
+	case file != "":
+		b, err := os.ReadFile(file)
 		if err != nil {
-			return "", fmt.Errorf("metrics.bearer_token_file: %w", err)
+			return "", err
 		}
 		t := strings.TrimRight(string(b), "\r\n")
 		if t == "" {
-			return "", fmt.Errorf("metrics.bearer_token_file: %s is empty", m.BearerTokenFile)
+			return "", fmt.Errorf("%s is empty", file)
 		}
 		return t, nil
 	}

@@ -212,6 +212,9 @@ func (c *Config) validateRuntime(v *validator) {
 	if c.Metrics.BearerTokenEnv != "" && c.Metrics.BearerTokenFile != "" {
 		v.errorf("metrics.bearer_token_file", "set at most one of bearer_token_env and bearer_token_file")
 	}
+	if c.Metrics.AllowUnauthenticatedControl && (c.Metrics.BearerTokenEnv != "" || c.Metrics.BearerTokenFile != "") {
+		v.errorf("metrics.allow_unauthenticated_control", "has no effect with a bearer token; set one of them")
+	}
 	cp := &c.Checkpoints
 	if cp.Interval != 0 && cp.Interval < 10*time.Millisecond {
 		v.errorf("checkpoints.interval", "must be 0 (off) or >= 10ms, got %v", cp.Interval)

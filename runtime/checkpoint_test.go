@@ -284,3 +284,46 @@ func TestBarrierAlignmentScripts(t *testing.T) {
 		})
 	}
 }
+
+// blockingListener is an operator whose NotifyCheckpointComplete blocks
+// until its ctx ends (a commit waiting on a broker that does not answer)
+// and returns ctx's error.
+type blockingListener struct {
+	recorder
+	entered chan struct{}
+}
+
+func (b *blockingListener) NotifyCheckpointComplete(ctx context.Context, _ int64) error {
+	close(b.entered)
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (b *blockingListener) NotifyCheckpointAborted(context.Context, int64) {}
+
+// TestCheckpointNotificationHonoursCancellation: a checkpoint-complete
+// notification (the sink's commit) runs with the task's ctx, so cancelling
+// the job ends a commit that blocks, and Run returns the commit's error.
+func TestCheckpointNotificationHonoursCancellation(t *testing.T) {
+	in := NewChannel(1)
+	op := &blockingListener{entered: make(chan struct{})}
+	task := NewOperatorTask(OperatorTaskConfig{ID: TaskID{"op", 0}, Gate: NewInputGate([]InputChannel{{Ch: in}}), Operator: op, BootstrapInput: -1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- task.Run(ctx, nil) }()
+	task.NotifyCheckpointComplete(7)
+	select {
+	case <-op.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the notification did not run within 10 s")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if want := "op[0]: checkpoint 7 complete: context canceled"; err == nil || err.Error() != want || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v, want %q", err, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a cancelled job's commit still blocks Run after 10 s")
+	}
+}

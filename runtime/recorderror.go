@@ -1,7 +1,10 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -42,7 +45,10 @@ var Reasons = []string{ReasonMalformedJSON, ReasonNotObject, ReasonMissingKey, R
 type RecordError struct {
 	// Reason is one of Reasons.
 	Reason string
-	// Detail says more, e.g. the expression and what went wrong; may be "".
+	// Detail says what is wrong with the record for a person to read: the
+	// key_by and the type it found, the expression and its error, the JSON
+	// syntax error and its offset, the size and the limit. Every reason
+	// the engine reports carries one; a custom operator's may be "".
 	Detail string
 }
 
@@ -78,4 +84,44 @@ type KeySelector interface {
 // its inputs before Open; the operator calls them on the subtask goroutine.
 type BadRecordAware interface {
 	SetBadRecordHandlers(handlers []BadRecordHandler)
+}
+
+// JSONSyntaxDetail is the detail of a ReasonMalformedJSON error for value:
+// encoding/json's syntax error and the byte offset it is at, such as
+// "invalid character 'n' looking for beginning of object key string at
+// offset 2" or "unexpected end of JSON input at offset 14". It returns ""
+// for valid JSON.
+func JSONSyntaxDetail(value []byte) string {
+	var v json.RawMessage
+	err := json.Unmarshal(value, &v)
+	var se *json.SyntaxError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &se):
+		return fmt.Sprintf("%s at offset %d", se.Error(), se.Offset)
+	}
+	return err.Error()
+}
+
+// JSONKind names the type of the valid JSON value v: "object", "array",
+// "string", "number", "boolean" or "null" ("" when v is empty).
+func JSONKind(v []byte) string {
+	v = bytes.TrimLeft(v, " \t\r\n")
+	if len(v) == 0 {
+		return ""
+	}
+	switch v[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
 }

@@ -70,6 +70,10 @@ type OperatorTask struct {
 	alignStart time.Time
 	mailErr    error
 	snapshots  sync.WaitGroup // asynchronous snapshot parts in flight
+	// runCtx is Run's ctx, for the checkpoint notifications that run as
+	// mail on the subtask goroutine (only while Run runs): a commit
+	// blocked on the broker ends when the job is cancelled.
+	runCtx context.Context
 
 	// mailWakes counts the times the loop woke for mail rather than input;
 	// read by tests from other goroutines.
@@ -152,7 +156,7 @@ func (t *OperatorTask) NotifyCheckpointComplete(id int64) {
 		return
 	}
 	t.mailbox.Execute(func() {
-		if err := l.NotifyCheckpointComplete(context.Background(), id); err != nil && t.mailErr == nil {
+		if err := l.NotifyCheckpointComplete(t.runCtx, id); err != nil && t.mailErr == nil {
 			t.mailErr = fmt.Errorf("%s: checkpoint %d complete: %w", t.name, id, err)
 		}
 	})
@@ -161,13 +165,14 @@ func (t *OperatorTask) NotifyCheckpointComplete(id int64) {
 // NotifyCheckpointAborted implements CheckpointTarget.
 func (t *OperatorTask) NotifyCheckpointAborted(id int64) {
 	if l, ok := t.op.(CheckpointListener); ok {
-		t.mailbox.Execute(func() { l.NotifyCheckpointAborted(context.Background(), id) })
+		t.mailbox.Execute(func() { l.NotifyCheckpointAborted(t.runCtx, id) })
 	}
 }
 
 // Run implements Task: open, loop over the gate and the mailbox until every
 // channel ended, EndInput, forward end-of-input, close.
 func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
+	t.runCtx = ctx
 	if err := t.op.Open(ctx); err != nil {
 		return fmt.Errorf("%s: open: %w", t.name, err)
 	}

@@ -32,6 +32,13 @@ type server struct {
 	reg    *prometheus.Registry
 	logger *slog.Logger
 	token  string // required as "Authorization: Bearer <token>" on /api/v1/ when not empty
+	// allowOpenControl is metrics.allow_unauthenticated_control: the
+	// mutating endpoints answer without a token on any listener.
+	allowOpenControl bool
+	// exposed is set by serve when the listener is not loopback (0.0.0.0,
+	// an interface address): without a token the mutating endpoints are
+	// then refused unless allowOpenControl.
+	exposed bool
 
 	mu      sync.Mutex // guards job and started
 	job     *job.Job   // the running attempt; nil before the first and while restarting
@@ -75,6 +82,27 @@ func (s *server) authorized(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// control wraps a mutating API handler (savepoint, stop): after the token
+// check it refuses the request with 403 while the listener is not loopback,
+// no token is configured and metrics.allow_unauthenticated_control is not
+// set, so that nothing else on the network can stop the job.
+func (s *server) control(h http.HandlerFunc) http.HandlerFunc {
+	return s.authorized(func(w http.ResponseWriter, r *http.Request) {
+		if s.controlRefused() {
+			writeJSON(w, http.StatusForbidden, SavepointResponse{Error: errOpenControl})
+			return
+		}
+		h(w, r)
+	})
+}
+
+// errOpenControl is the answer of a refused mutating request.
+const errOpenControl = "savepoints and stop are refused: the API listens on a non-loopback address without a bearer token; " +
+	"set metrics.bearer_token_env or metrics.bearer_token_file, or metrics.allow_unauthenticated_control: true"
+
+// controlRefused reports whether the mutating endpoints are refused.
+func (s *server) controlRefused() bool { return s.exposed && s.token == "" && !s.allowOpenControl }
+
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
@@ -98,7 +126,7 @@ func (s *server) handler() http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("GET /api/v1/job", s.authorized(s.jobStatus))
-	mux.HandleFunc("POST /api/v1/savepoints", s.authorized(s.savepoint))
+	mux.HandleFunc("POST /api/v1/savepoints", s.control(s.savepoint))
 	mux.HandleFunc("GET /api/v1/checkpoints", s.authorized(s.checkpoints))
 	mux.HandleFunc("GET /api/v1/checkpoints/{id}", s.authorized(s.checkpointDetails))
 	mux.HandleFunc("/api/v1/", s.authorized(func(w http.ResponseWriter, r *http.Request) {
@@ -122,12 +150,10 @@ type SavepointResponse struct {
 }
 
 func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
-	var req SavepointRequest
-	if r.ContentLength != 0 {
-		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-			writeJSON(w, http.StatusBadRequest, SavepointResponse{Error: "bad request body: " + err.Error()})
-			return
-		}
+	req, err := decodeSavepointRequest(io.LimitReader(r.Body, 1<<16))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, SavepointResponse{Error: "bad request body: " + err.Error()})
+		return
 	}
 	j, _ := s.current()
 	if j == nil {
@@ -143,6 +169,25 @@ func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
 	}
 	s.logger.Info("savepoint taken", "path", path, "stop", req.Stop)
 	writeJSON(w, http.StatusOK, SavepointResponse{Path: path})
+}
+
+// decodeSavepointRequest decodes the body of POST /api/v1/savepoints as
+// strictly as the config decoder: an empty body is the zero request; an
+// unknown field, a wrong type or anything after the one JSON object is an
+// error.
+func decodeSavepointRequest(body io.Reader) (SavepointRequest, error) {
+	var req SavepointRequest
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); errors.Is(err, io.EOF) {
+		return SavepointRequest{}, nil
+	} else if err != nil {
+		return SavepointRequest{}, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return SavepointRequest{}, errors.New("more than one JSON value")
+	}
+	return req, nil
 }
 
 func (s *server) jobStatus(w http.ResponseWriter, _ *http.Request) {
@@ -238,6 +283,11 @@ func (s *server) serve(addr string) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
+	s.exposed = !isLoopback(ln.Addr())
+	if s.controlRefused() {
+		s.logger.Warn("savepoints and stop over the API are refused: the listener is not loopback and no bearer token is configured",
+			"address", ln.Addr().String(), "fix", "metrics.bearer_token_env, metrics.bearer_token_file or metrics.allow_unauthenticated_control")
+	}
 	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
@@ -255,14 +305,23 @@ func (s *server) serve(addr string) (func(), error) {
 	}, nil
 }
 
-// printCheckpoints writes the checkpoints of a job directory as a table.
-func printCheckpoints(w io.Writer, jobDir string) error {
-	if st, err := os.Stat(jobDir); err != nil {
+// isLoopback reports whether a listener's address is a loopback one
+// (127.0.0.0/8, ::1); the unspecified address (0.0.0.0, ::) is not.
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
+// printCheckpoints writes the checkpoints and savepoints of dir (a job's
+// checkpoint directory, a savepoint directory, or one checkpoint or
+// savepoint; see checkpoint.ListAll) as a table.
+func printCheckpoints(w io.Writer, dir string) error {
+	if st, err := os.Stat(dir); err != nil {
 		return err
 	} else if !st.IsDir() {
-		return fmt.Errorf("%s is not a directory", jobDir)
+		return fmt.Errorf("%s is not a directory", dir)
 	}
-	infos, err := checkpoint.ListDir(jobDir)
+	infos, err := checkpoint.ListAll(dir)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -25,8 +27,9 @@ import (
 	"github.com/kstreamd/kstreamd/pipeline"
 )
 
-// Version is what `kstreamd version` prints; set it at build time with
-// -ldflags "-X github.com/kstreamd/kstreamd/sdk.Version=...".
+// Version is the first line of `kstreamd version`; set it at build time
+// with -ldflags "-X github.com/kstreamd/kstreamd/sdk.Version=...". The
+// module version and the VCS revision the go command stamps follow it.
 var Version = "dev"
 
 const usage = `usage: kstreamd <command> [flags]
@@ -36,19 +39,25 @@ commands:
                           run the job until SIGINT or SIGTERM; restores the
                           latest checkpoint, or the savepoint given
   validate --config FILE  check the pipeline file and exit
-  savepoint [--address HOST:PORT] [--dir DIR] [--stop] [--token-env NAME]
+  savepoint [--address HOST:PORT] [--dir DIR] [--stop]
+            [--token-env NAME | --token-file FILE]
                           ask a running daemon for a savepoint and print its
                           path; --stop stops the job after it
   checkpoints list --dir DIR
                           list the checkpoints in a job's checkpoint directory
-                          (<checkpoints.dir>/<job>)
+                          (<checkpoints.dir>/<job>) with its latest savepoint,
+                          the savepoints in a savepoint directory, or the one
+                          checkpoint or savepoint DIR is
   checkpoints verify DIR  check the checkpoint or savepoint in DIR as a restore
                           would, without restoring it: exit 0 when consistent,
                           1 listing every problem
   broker --config FILE    run only the development broker of kafka.embedded
                           (address, data_dir, partitions) with the pipeline's
                           topics, in its own process, until SIGINT or SIGTERM
-  version                 print the version
+  version                 print the version, the module version and the VCS
+                          revision (also --version)
+
+kstreamd COMMAND --help prints the command's flags.
 `
 
 // Main runs the kstreamd command line (run, validate, savepoint,
@@ -76,12 +85,35 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 	}
 	fs := flag.NewFlagSet("kstreamd "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {}
+	// parse parses the command's flags; on --help it prints the usage to
+	// stdout (exit 0), on a bad flag to stderr (exit 2).
+	parse := func(synopsis string, args []string) (int, bool) {
+		err := fs.Parse(args)
+		switch {
+		case err == nil:
+			return 0, true
+		case errors.Is(err, flag.ErrHelp):
+			printUsage(fs, stdout, synopsis)
+			return 0, false
+		}
+		printUsage(fs, stderr, synopsis)
+		return 2, false
+	}
 	switch args[0] {
 	case "run", "validate":
 		path := fs.String("config", "", "pipeline `FILE` (YAML)")
-		from := fs.String("from-savepoint", "", "restore the savepoint (or checkpoint) in `DIR` instead of the latest checkpoint")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		synopsis := "kstreamd validate --config FILE"
+		if args[0] == "run" {
+			fs.String("from-savepoint", "", "restore the savepoint (or checkpoint) in `DIR` instead of the latest checkpoint")
+			synopsis = "kstreamd run --config FILE [--from-savepoint DIR]"
+		}
+		if code, ok := parse(synopsis, args[1:]); !ok {
+			return code
+		}
+		from := ""
+		if f := fs.Lookup("from-savepoint"); f != nil {
+			from = f.Value.String()
 		}
 		if *path == "" || fs.NArg() > 0 {
 			fmt.Fprintf(stderr, "kstreamd %s: --config FILE is required and takes no arguments\n", args[0])
@@ -97,7 +129,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 0
 		}
 		logger := newLogger(cfg, stderr)
-		if err := runJob(ctx, cfg, *from, logger); err != nil {
+		if err := runJob(ctx, cfg, from, logger); err != nil {
 			logger.Error("job failed", "err", err)
 			return 1
 		}
@@ -107,19 +139,18 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		dir := fs.String("dir", "", "write the savepoint under `DIR` instead of checkpoints.savepoint_dir")
 		stop := fs.Bool("stop", false, "stop the job right after the savepoint")
 		tokenEnv := fs.String("token-env", "", "send the bearer token held by environment variable `NAME`")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		tokenFile := fs.String("token-file", "", "send the bearer token held by `FILE` (a trailing newline is ignored)")
+		if code, ok := parse("kstreamd savepoint [--address HOST:PORT] [--dir DIR] [--stop] [--token-env NAME | --token-file FILE]", args[1:]); !ok {
+			return code
 		}
 		if fs.NArg() > 0 {
 			fmt.Fprintf(stderr, "kstreamd savepoint: unexpected argument %q (flags only)\n", fs.Arg(0))
 			return 2
 		}
-		token := ""
-		if *tokenEnv != "" {
-			if token = os.Getenv(*tokenEnv); token == "" {
-				fmt.Fprintf(stderr, "kstreamd savepoint: environment variable %s is unset or empty\n", *tokenEnv)
-				return 2
-			}
+		token, err := pipeline.ReadBearerToken(*tokenEnv, *tokenFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "kstreamd savepoint:", err)
+			return 2
 		}
 		path, err := requestSavepoint(ctx, *addr, token, *dir, *stop)
 		if err != nil {
@@ -129,11 +160,47 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		fmt.Fprintln(stdout, path)
 		return 0
 	case "checkpoints":
-		return checkpointsCommand(args[1:], stdout, stderr)
+		if len(args) == 2 && isHelp(args[1]) {
+			fmt.Fprint(stdout, checkpointsUsage)
+			return 0
+		}
+		if len(args) >= 2 && args[1] == "verify" {
+			fs = flag.NewFlagSet("kstreamd checkpoints verify", flag.ContinueOnError)
+			fs.SetOutput(stderr)
+			fs.Usage = func() {}
+			if code, ok := parse("kstreamd checkpoints verify DIR", args[2:]); !ok {
+				return code
+			}
+			if fs.NArg() != 1 {
+				printUsage(fs, stderr, "kstreamd checkpoints verify DIR   (a chk-<n> or savepoint directory)")
+				return 2
+			}
+			return verifyCheckpoint(stdout, stderr, fs.Arg(0))
+		}
+		if len(args) < 2 || args[1] != "list" {
+			fmt.Fprint(stderr, checkpointsUsage)
+			return 2
+		}
+		fs = flag.NewFlagSet("kstreamd checkpoints list", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.Usage = func() {}
+		dir := fs.String("dir", "", "a job's checkpoint `DIR` (<checkpoints.dir>/<job>), a savepoint directory, or one checkpoint or savepoint")
+		if code, ok := parse("kstreamd checkpoints list --dir DIR", args[2:]); !ok {
+			return code
+		}
+		if *dir == "" || fs.NArg() > 0 {
+			printUsage(fs, stderr, "kstreamd checkpoints list --dir DIR")
+			return 2
+		}
+		if err := printCheckpoints(stdout, *dir); err != nil {
+			fmt.Fprintln(stderr, "kstreamd checkpoints list:", err)
+			return 1
+		}
+		return 0
 	case "broker":
 		path := fs.String("config", "", "pipeline `FILE` whose kafka.embedded section describes the broker")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		if code, ok := parse("kstreamd broker --config FILE", args[1:]); !ok {
+			return code
 		}
 		if *path == "" || fs.NArg() > 0 {
 			fmt.Fprint(stderr, "usage: kstreamd broker --config FILE\n")
@@ -150,8 +217,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 1
 		}
 		return 0
-	case "version":
-		fmt.Fprintf(stdout, "kstreamd %s\n", Version)
+	case "version", "--version", "-version":
+		if code, ok := parse("kstreamd version", args[1:]); !ok {
+			return code
+		}
+		if fs.NArg() > 0 {
+			printUsage(fs, stderr, "kstreamd version")
+			return 2
+		}
+		bi, _ := debug.ReadBuildInfo()
+		fmt.Fprint(stdout, versionText(Version, bi))
 		return 0
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
@@ -161,45 +236,82 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 	return 2
 }
 
-const checkpointsUsage = `usage: kstreamd checkpoints list --dir DIR
-       kstreamd checkpoints verify DIR
+// checkpointsUsage is the usage of `kstreamd checkpoints`.
+const checkpointsUsage = `usage: kstreamd checkpoints <command> [flags]
+
+commands:
+  list --dir DIR          list the checkpoints in a job's checkpoint directory
+                          (<checkpoints.dir>/<job>) with its latest savepoint,
+                          the savepoints in a savepoint directory, or the one
+                          checkpoint or savepoint DIR is
+  verify DIR              check the checkpoint or savepoint in DIR as a restore
+                          would: exit 0 when consistent, 1 listing every problem
 `
 
-// checkpointsCommand runs `kstreamd checkpoints list|verify` with args
-// after "checkpoints" and returns the exit status.
-func checkpointsCommand(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, checkpointsUsage)
-		return 2
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
+// printUsage writes "usage: synopsis" and the flags of fs to w.
+func printUsage(fs *flag.FlagSet, w io.Writer, synopsis string) {
+	fmt.Fprintf(w, "usage: %s\n", synopsis)
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
 	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, checkpointsUsage)
-		return 0
-	case "list":
-		fs := flag.NewFlagSet("kstreamd checkpoints list", flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		dir := fs.String("dir", "", "a job's checkpoint `DIR` (<checkpoints.dir>/<job>)")
-		if err := fs.Parse(args[1:]); err != nil || *dir == "" || fs.NArg() > 0 {
-			fmt.Fprint(stderr, "usage: kstreamd checkpoints list --dir DIR\n")
-			return 2
-		}
-		if err := printCheckpoints(stdout, *dir); err != nil {
-			fmt.Fprintln(stderr, "kstreamd checkpoints list:", err)
-			return 1
-		}
-		return 0
-	case "verify":
-		fs := flag.NewFlagSet("kstreamd checkpoints verify", flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 1 {
-			fmt.Fprint(stderr, "usage: kstreamd checkpoints verify DIR   (a chk-<n> or savepoint directory)\n")
-			return 2
-		}
-		return verifyCheckpoint(stdout, stderr, fs.Arg(0))
+	fmt.Fprintln(w, "\nflags:")
+	out := fs.Output()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+}
+
+// versionText is what `kstreamd version` prints: version (Version), then
+// from the build info the go command stamps the main module and its
+// version, the kstreamd module's when it is a dependency (a daemon built
+// with package sdk), the VCS revision with its commit time and whether the
+// tree was modified, and the Go version. bi may be nil (no build info).
+func versionText(version string, bi *debug.BuildInfo) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "kstreamd %s\n", version)
+	if bi == nil {
+		b.WriteString("module unknown (no build information)\n")
+		return b.String()
 	}
-	fmt.Fprint(stderr, checkpointsUsage)
-	return 2
+	fmt.Fprintf(&b, "module %s\n", strings.TrimSpace(bi.Main.Path+" "+bi.Main.Version))
+	const self = "github.com/kstreamd/kstreamd"
+	if bi.Main.Path != self {
+		for _, d := range bi.Deps {
+			if d.Path == self {
+				if d.Replace != nil {
+					d = d.Replace
+				}
+				fmt.Fprintf(&b, "kstreamd module %s\n", strings.TrimSpace(d.Path+" "+d.Version)) // a local replace has no version
+			}
+		}
+	}
+	vcs := map[string]string{}
+	for _, s := range bi.Settings {
+		vcs[s.Key] = s.Value
+	}
+	if rev := vcs["vcs.revision"]; rev != "" {
+		fmt.Fprintf(&b, "revision %s", rev)
+		if t := vcs["vcs.time"]; t != "" {
+			fmt.Fprintf(&b, " (%s)", t)
+		}
+		if vcs["vcs.modified"] == "true" {
+			b.WriteString(" modified")
+		}
+		b.WriteString("\n")
+	} else {
+		b.WriteString("revision unknown (built without VCS information)\n")
+	}
+	if bi.GoVersion != "" {
+		fmt.Fprintf(&b, "%s\n", bi.GoVersion)
+	}
+	return b.String()
 }
 
 // verifyCheckpoint prints whether the checkpoint in dir is consistent:
@@ -303,7 +415,7 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 	if err != nil {
 		return err
 	}
-	srv := &server{reg: reg, logger: logger, token: token}
+	srv := &server{reg: reg, logger: logger, token: token, allowOpenControl: cfg.Metrics.AllowUnauthenticatedControl}
 	stopHTTP, err := srv.serve(cfg.Metrics.Address)
 	if err != nil {
 		return err

@@ -7,11 +7,13 @@
 //
 //	kstreamd run --config FILE [--from-savepoint DIR]   run the job until SIGINT or SIGTERM
 //	kstreamd validate --config FILE                     check the file and exit
-//	kstreamd savepoint [--address A] [--dir D] [--stop] [--token-env NAME]
+//	kstreamd savepoint [--address A] [--dir D] [--stop] [--token-env NAME | --token-file FILE]
 //	                                                    ask a running daemon for a savepoint
 //	kstreamd checkpoints list --dir DIR                 list a job's checkpoints
 //	kstreamd broker --config FILE                       run the development broker on its own
-//	kstreamd version                                    print the version
+//	kstreamd version                                    print the version and VCS revision
+//
+// Every command prints its usage with --help and exits 0.
 //
 // Exit status: 0 after a clean stop or a valid file, 1 when the job (or a
 // command) fails, 2 for a bad command line or config file.

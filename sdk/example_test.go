@@ -37,8 +37,8 @@ func TestCustomOperatorExample(t *testing.T) {
 
 	t.Run("version", func(t *testing.T) {
 		code, stdout, stderr := runExample(t, bin, "version")
-		if code != 0 || stdout != "kstreamd dev\n" {
-			t.Fatalf("version: exit %d, stdout %q, stderr %q; want 0 and \"kstreamd dev\\n\"", code, stdout, stderr)
+		if code != 0 || !strings.HasPrefix(stdout, "kstreamd dev\nmodule example.com/kstreamd-custom") || !strings.Contains(stdout, "\nkstreamd module ") {
+			t.Fatalf("version: exit %d, stdout %q, stderr %q; want 0, \"kstreamd dev\", the example's module and the kstreamd module", code, stdout, stderr)
 		}
 	})
 

@@ -290,6 +290,10 @@ type KafkaSource struct {
 	adminCl   *kgo.Client // metadata and offsets requests; owned by read
 	// pendingBarriers are checkpoints triggered but not yet taken.
 	pendingBarriers []*runtime.Barrier
+	// pendingCommits are completed checkpoints whose offsets are not yet
+	// committed to the monitoring group (committed in runMail, with the
+	// subtask's ctx).
+	pendingCommits []int64
 
 	// pollBound bounds one poll (pollBound unless a test changes it).
 	pollBound time.Duration
@@ -339,7 +343,7 @@ func (s *KafkaSource) TriggerCheckpoint(b *runtime.Barrier) {
 // NotifyCheckpointComplete implements runtime.CheckpointTarget: the offsets
 // of checkpoint id are committed to the monitoring consumer group.
 func (s *KafkaSource) NotifyCheckpointComplete(id int64) {
-	s.mailbox.Execute(func() { s.commitGroup(id) })
+	s.mailbox.Execute(func() { s.pendingCommits = append(s.pendingCommits, id) })
 }
 
 // NotifyCheckpointAborted implements runtime.CheckpointTarget.
@@ -524,6 +528,10 @@ func (s *KafkaSource) poll(ctx context.Context) kgo.Fetches {
 // notifications), then takes the checkpoints triggered.
 func (s *KafkaSource) runMail(ctx context.Context) error {
 	s.mailbox.TryYieldAll()
+	for _, id := range s.pendingCommits {
+		s.commitGroup(ctx, id)
+	}
+	s.pendingCommits = s.pendingCommits[:0]
 	for len(s.pendingBarriers) > 0 {
 		b := s.pendingBarriers[0]
 		s.pendingBarriers = s.pendingBarriers[1:]
@@ -570,9 +578,10 @@ func (s *KafkaSource) checkpoint(ctx context.Context, b *runtime.Barrier) error 
 }
 
 // commitGroup commits the offsets of checkpoint id to the monitoring group
-// and forgets older checkpoints' offsets. A failure is logged: the group is
-// for monitoring only.
-func (s *KafkaSource) commitGroup(id int64) {
+// and forgets older checkpoints' offsets, waiting at most 5 s and never
+// past ctx (the job's cancellation). A failure is logged: the group is for
+// monitoring only.
+func (s *KafkaSource) commitGroup(ctx context.Context, id int64) {
 	offs, ok := s.committed[id]
 	for cid := range s.committed {
 		if cid <= id {
@@ -582,11 +591,15 @@ func (s *KafkaSource) commitGroup(id int64) {
 	if !ok || s.cfg.Group == "" || s.cl == nil || len(offs) == 0 {
 		return
 	}
+	if err := ctx.Err(); err != nil {
+		s.logger.Info("not committing checkpoint offsets to the monitoring group: the job is cancelled", "group", s.cfg.Group, "checkpoint_id", id)
+		return
+	}
 	os := kadm.Offsets{}
 	for p, o := range offs {
 		os.Add(kadm.Offset{Topic: s.cfg.Topic, Partition: p, At: o, LeaderEpoch: -1})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := kadm.NewClient(s.cl).CommitOffsets(ctx, s.cfg.Group, os)
 	if err == nil {
@@ -814,14 +827,17 @@ func (s *KafkaSource) decode(rec *runtime.Record) (reason, detail string) {
 		}
 		return "", ""
 	}
+	if rec.Value == nil {
+		return ReasonEmptyValue, "the value is null"
+	}
 	if len(rec.Value) == 0 {
-		return ReasonEmptyValue, ""
+		return ReasonEmptyValue, "the value is 0 bytes"
 	}
 	if s.cfg.MaxRecordBytes > 0 && len(rec.Value) > s.cfg.MaxRecordBytes {
 		return ReasonTooLarge, fmt.Sprintf("%d bytes, limit %d", len(rec.Value), s.cfg.MaxRecordBytes)
 	}
 	if s.cfg.Format == FormatJSON && !json.Valid(rec.Value) {
-		return ReasonMalformedJSON, ""
+		return ReasonMalformedJSON, runtime.JSONSyntaxDetail(rec.Value)
 	}
 	if s.cfg.Check != nil {
 		if err := s.cfg.Check(rec.Key, rec.Value); err != nil {

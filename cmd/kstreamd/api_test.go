@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
 )
@@ -101,5 +106,87 @@ func TestJobAPI(t *testing.T) {
 	// /metrics and the health endpoints stay open.
 	if code := apiGet(t, d, "/readyz", "", nil); code != http.StatusOK {
 		t.Fatalf("GET /readyz = %d", code)
+	}
+}
+
+// savepointCLI runs `kstreamd savepoint` in-process with args and returns
+// its exit status, stdout and stderr.
+func savepointCLI(args ...string) (int, string, string) {
+	var stdout, stderr strings.Builder
+	code := run(context.Background(), append([]string{"savepoint"}, args...), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// TestControlOnOpenListener is the acceptance of "no open door to stop the
+// job": on a listener that is not loopback (0.0.0.0) and without a token,
+// POST /api/v1/savepoints (also with stop) answers 403 and the job keeps
+// running and checkpointing; with a token in a file (metrics.
+// bearer_token_file, `savepoint --token-file`) the savepoint and the stop
+// work; and metrics.allow_unauthenticated_control: true opens it on
+// purpose.
+func TestControlOnOpenListener(t *testing.T) {
+	dir := t.TempDir()
+	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	_, port, _ := net.SplitHostPort(metrics)
+	open := net.JoinHostPort("0.0.0.0", port)
+	cfgOf := func(metricsLines string) string {
+		cfg := checkpointedConfig(dir, broker, open, 2, "hashmap")
+		return strings.Replace(cfg, "metrics:\n  address: "+open+"\n", "metrics:\n  address: "+open+"\n"+metricsLines, 1)
+	}
+
+	// No token: refused, and the job goes on.
+	d := startDaemon(t, dir, cfgOf(""), broker, metrics)
+	if !strings.Contains(d.out.String(), "savepoints and stop over the API are refused") {
+		t.Errorf("no startup warning about the refused control endpoints:\n%s", d.out.String())
+	}
+	last := waitCheckpointAfter(t, d, 0)
+	resp, err := http.Post("http://"+metrics+"/api/v1/savepoints", "application/json", strings.NewReader(`{"stop": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer struct{ Path, Error string }
+	if err := jsonDecode(resp, &answer); err != nil || resp.StatusCode != http.StatusForbidden || answer.Path != "" ||
+		!strings.HasPrefix(answer.Error, "savepoints and stop are refused: the API listens on a non-loopback address without a bearer token") {
+		t.Fatalf("POST /api/v1/savepoints = %d %+v (%v), want 403 naming the missing token", resp.StatusCode, answer, err)
+	}
+	if code, stdout, stderr := savepointCLI("--address", metrics, "--stop"); code != 1 || stdout != "" ||
+		!strings.HasPrefix(stderr, "kstreamd savepoint: savepoint: 403 Forbidden: savepoints and stop are refused") {
+		t.Fatalf("kstreamd savepoint --stop: exit %d, stdout %q, stderr %q; want 1 and the 403", code, stdout, stderr)
+	}
+	waitCheckpointAfter(t, d, last)
+	if d.exited() {
+		t.Fatalf("the job stopped after a refused stop:\n%s", d.out.String())
+	}
+	if code := apiGet(t, d, "/readyz", "", nil); code != http.StatusOK {
+		t.Fatalf("GET /readyz = %d, want 200 (health stays open)", code)
+	}
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+
+	// A token from a file: the CLI reads it with --token-file.
+	tokenFile := filepath.Join(dir, "api-token")
+	if err := os.WriteFile(tokenFile, []byte("f1le-t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d = startDaemon(t, dir, cfgOf("  bearer_token_file: "+tokenFile+"\n"), broker, metrics)
+	if code, _, stderr := savepointCLI("--address", metrics); code != 1 || !strings.Contains(stderr, "401 Unauthorized") {
+		t.Fatalf("kstreamd savepoint without the token: exit %d, stderr %q; want 1 and 401", code, stderr)
+	}
+	code, stdout, stderr := savepointCLI("--address", metrics, "--token-file", tokenFile, "--stop")
+	if code != 0 || stderr != "" || !savepointNameRE.MatchString(filepath.Base(strings.TrimSpace(stdout))) {
+		t.Fatalf("kstreamd savepoint --token-file --stop: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code := d.waitExit(t, 20*time.Second); code != 0 {
+		t.Fatalf("stop-with-savepoint exit %d, want 0", code)
+	}
+
+	// Opened on purpose.
+	d = startDaemon(t, dir, cfgOf("  allow_unauthenticated_control: true\n"), broker, metrics)
+	if code, stdout, stderr := savepointCLI("--address", metrics); code != 0 || stderr != "" || stdout == "" {
+		t.Fatalf("kstreamd savepoint with allow_unauthenticated_control: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if strings.Contains(d.out.String(), "savepoints and stop over the API are refused") {
+		t.Errorf("the refusal warning was logged with allow_unauthenticated_control: true")
 	}
 }

@@ -256,3 +256,23 @@ func TestPartitionDiscoveryWhileRunning(t *testing.T) {
 		t.Fatalf("matches after the restart = %q, want %q", got, want)
 	}
 }
+
+// TestDiscoveryOffLogsOnce: a source with partition_discovery_interval: 0
+// logs once (not once per subtask) that partitions added later will not be
+// read; a source with discovery on logs nothing of the kind.
+func TestDiscoveryOffLogsOnce(t *testing.T) {
+	dir := t.TempDir()
+	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	cfg := strings.Replace(referenceConfig(dir, broker, metrics, 2), "  - name: items\n    topic: items\n",
+		"  - name: items\n    topic: items\n    partition_discovery_interval: 0\n", 1)
+	d := startDaemon(t, dir, cfg, broker, metrics)
+	var off []string
+	for _, l := range strings.Split(d.out.String(), "\n") {
+		if strings.Contains(l, "partition discovery is off") {
+			off = append(off, l)
+		}
+	}
+	if len(off) != 1 || logField(off[0], "source") != "items" || logField(off[0], "topic") != "items" || logField(off[0], "level") != "WARN" {
+		t.Fatalf("discovery-off log lines %q, want one WARN for source items (2 subtasks), none for rules", off)
+	}
+}

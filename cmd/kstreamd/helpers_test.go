@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
 )
@@ -168,10 +169,20 @@ var (
 	binErr  error
 )
 
+// TestMain runs the tests, removes the built binary and, when they passed,
+// fails the run if a goroutine outlived them (the in-process daemons,
+// their brokers and clients must all have stopped).
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }

@@ -39,6 +39,17 @@ func badItems() []*kgo.Record {
 
 var badReasons = []string{"malformed_json", "wrong_type", "empty_value", "too_large"}
 
+// badErrors are the kstreamd.error headers of badItems[1:5] dead-lettered:
+// each reason with its detail.
+func badErrors() []string {
+	return []string{
+		"malformed_json: invalid character 'n' looking for beginning of object key string at offset 2",
+		"wrong_type: key_by color: color is a JSON object, not a string or number",
+		"empty_value: the value is 0 bytes",
+		fmt.Sprintf("too_large: %d bytes, limit 200", len(badItems()[4].Value)),
+	}
+}
+
 func TestOnErrorSkip(t *testing.T) {
 	dir := t.TempDir()
 	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
@@ -84,9 +95,9 @@ func TestOnErrorDeadLetter(t *testing.T) {
 		if string(r.Value) != string(bad[i+1].Value) || string(r.Key) != "red" {
 			t.Errorf("dead-letter %d holds %q, want the original %q", i, r.Value, bad[i+1].Value)
 		}
-		if !strings.HasPrefix(h["kstreamd.error"], badReasons[i]) || h["kstreamd.source.topic"] != "items" ||
+		if h["kstreamd.error"] != badErrors()[i] || h["kstreamd.source.topic"] != "items" ||
 			h["kstreamd.source.partition"] != fmt.Sprint(part) || h["kstreamd.source.offset"] != fmt.Sprint(bad[i+1].Offset) {
-			t.Errorf("dead-letter %d headers = %v, want reason %s at items/%d@%d", i, h, badReasons[i], part, bad[i+1].Offset)
+			t.Errorf("dead-letter %d headers = %v, want kstreamd.error %q at items/%d@%d", i, h, badErrors()[i], part, bad[i+1].Offset)
 		}
 	}
 	// The undecodable rule was dead-lettered and never reached broadcast state.
@@ -115,7 +126,7 @@ func TestOnErrorFail(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the job did not stop on a bad record with on_error: fail")
 	}
-	want := fmt.Sprintf("source items: bad record at items/%d@%d: malformed_json (on_error: fail)", bad[1].Partition, bad[1].Offset)
+	want := fmt.Sprintf("source items: bad record at items/%d@%d: %s (on_error: fail)", bad[1].Partition, bad[1].Offset, badErrors()[0])
 	if code != 1 || !strings.Contains(d.out.String(), want) {
 		t.Fatalf("exit %d, want 1 with %q in the log:\n%s", code, want, d.out.String())
 	}

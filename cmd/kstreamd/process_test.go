@@ -28,7 +28,7 @@ func requireKcat(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("kcat"); err != nil {
 		t.Fatalf("kcat is not on PATH (%v): this test drives the daemon with Debian's kcat as an outside client; "+
-			"`.ci/run` installs it, or run `sudo apt-get install kcat`", err)
+			"`scripts/test` installs it, or run `sudo apt-get install kcat`", err)
 	}
 }
 

@@ -83,6 +83,20 @@ func TestSavepointCLIAndStopWithSavepoint(t *testing.T) {
 	}
 	m := checkSavepoint(t, sp1, filepath.Join(dir, "savepoints"))
 	t.Logf("savepoint %d at %s", m.CheckpointID, sp1)
+	// `checkpoints list` lists it from the savepoint directory, from the
+	// job's checkpoint directory (its latest-savepoint pointer) and alone.
+	for _, listDir := range []string{filepath.Join(dir, "savepoints"), filepath.Join(dir, "checkpoints", "colorshape"), sp1} {
+		var out, errOut strings.Builder
+		if code := run(t.Context(), []string{"checkpoints", "list", "--dir", listDir}, &out, &errOut); code != 0 || errOut.Len() > 0 {
+			t.Fatalf("checkpoints list --dir %s: exit %d, stderr %q", listDir, code, errOut.String())
+		}
+		rows := parseCheckpointsList(t, out.String())
+		if !slices.ContainsFunc(rows, func(r listRow) bool {
+			return r.id == m.CheckpointID && r.state == "completed" && r.dir == sp1 && r.bytes == m.Bytes
+		}) {
+			t.Errorf("checkpoints list --dir %s does not list savepoint %d at %s:\n%s", listDir, m.CheckpointID, sp1, out.String())
+		}
+	}
 	if v, _ := testkit.Scrape(d.url(), "kstreamd_checkpoints_total", map[string]string{"kind": "savepoint", "result": "completed"}); v != 1 {
 		t.Errorf("kstreamd_checkpoints_total{kind=savepoint,result=completed} = %v, want 1", v)
 	}
@@ -128,9 +142,10 @@ func TestSavepointCLIAndStopWithSavepoint(t *testing.T) {
 		t.Fatalf("stop-with-savepoint: no clean stop in the log:\n%s", log)
 	}
 
-	// Restore the stop-with-savepoint at parallelism 1: rules and the blue
-	// pair come back, nothing is read twice.
-	d = startDaemon(t, dir, checkpointedConfig(dir, broker, metrics, 1, "pebble"), broker, metrics, "--from-savepoint", sp2)
+	// A plain run (no --from-savepoint) restores the stop-with-savepoint,
+	// newer than every checkpoint, as the README says, here at parallelism
+	// 1: rules and the blue pair come back, nothing is read twice.
+	d = startDaemon(t, dir, checkpointedConfig(dir, broker, metrics, 1, "pebble"), broker, metrics)
 	restoringFrom(t, d.out.String(), sp2)
 	testkit.WaitMetric(t, 10*time.Second, d.url(), "kstreamd_broadcast_rules", matcher, 2*1)
 	produce(t, cl, item(20, "blue", "TRIANGLE"))

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -83,10 +84,21 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer func() { <-done }()
 
+	// Go on from the highest id already on the topic: a restarted demo
+	// writing items 1, 2, ... again would make the job's output look
+	// duplicated by eye.
+	first := int64(1)
+	if last, err := LastItemID(ctx, cfg.ClientOpts, cfg.ItemsTopic); err != nil {
+		cfg.Logger.Warn("demo: could not read the last item id; ids start at 1", "topic", cfg.ItemsTopic, "err", err)
+	} else {
+		first = last + 1
+	}
+	cfg.Logger.Info("demo: writing items", "topic", cfg.ItemsTopic, "first_id", first, "per_second", cfg.ItemsPerSecond)
+
 	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.ItemsPerSecond))
 	defer tick.Stop()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-	for id := int64(1); ; id++ {
+	for id := first; ; id++ {
 		select {
 		case <-ctx.Done():
 			return nil
@@ -100,6 +112,75 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		})
 	}
+}
+
+// lastRecords is how many records from each partition's end LastItemID
+// reads: enough to step over a few bad records or transaction markers.
+const lastRecords = 16
+
+// LastItemID returns the highest "id" among the last records of every
+// partition of topic (0 when the topic is empty or holds no item with an
+// id), read with the client options opts within 10 s. Records that are not
+// JSON items are ignored.
+func LastItemID(ctx context.Context, opts []kgo.Opt, topic string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	admin, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer admin.Close()
+	adm := kadm.NewClient(admin)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return 0, err
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return 0, err
+	}
+	from := map[int32]kgo.Offset{}
+	want := map[int32]int64{} // partition -> the last offset to read
+	ends.Each(func(o kadm.ListedOffset) {
+		start, _ := starts.Lookup(o.Topic, o.Partition)
+		if o.Offset > start.Offset {
+			from[o.Partition] = kgo.NewOffset().At(max(start.Offset, o.Offset-lastRecords))
+			want[o.Partition] = o.Offset - 1
+		}
+	})
+	if len(from) == 0 {
+		return 0, nil
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}))...)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	var last int64
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			// The last offsets may be transaction markers, which are never
+			// delivered: what was read is the answer.
+			break
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			var it Item
+			if json.Unmarshal(r.Value, &it) == nil && it.ID > last {
+				last = it.ID
+			}
+			if r.Offset >= want[r.Partition] {
+				delete(want, r.Partition)
+			}
+		})
+	}
+	return last, nil
 }
 
 func watch(ctx context.Context, cfg Config) {
