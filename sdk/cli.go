@@ -29,9 +29,10 @@ var Version = "dev"
 const usage = `usage: kstreamd <command> [flags]
 
 commands:
-  run --config FILE [--from-savepoint DIR]
+  run --config FILE [--from-savepoint DIR] [--cpuprofile FILE]
                           run the job until SIGINT or SIGTERM; restores the
-                          latest checkpoint, or the savepoint given
+                          latest checkpoint, or the savepoint given;
+                          --cpuprofile writes a CPU profile of the run
   validate --config FILE  check the pipeline file and exit
   savepoint [--address HOST:PORT] [--dir DIR] [--stop] [--token-env NAME]
                           ask a running daemon for a savepoint and print its
@@ -42,11 +43,15 @@ commands:
   broker --config FILE    run only the development broker of kafka.embedded
                           (address, data_dir, partitions) with the pipeline's
                           topics, in its own process, until SIGINT or SIGTERM
+  bench [--scenario NAME | --all] [--delivery D] [--records N] [--keys K] ...
+                          benchmark a scenario as a real job against the
+                          broker's own limit and print one table
+                          (kstreamd bench -h; BENCHMARKS.md)
   version                 print the version
 `
 
 // Main runs the kstreamd command line (run, validate, savepoint,
-// checkpoints list, broker, version) with os.Args, stdout and stderr, the
+// checkpoints list, broker, bench, version) with os.Args, stdout and stderr, the
 // operator types of reg, and SIGINT/SIGTERM as the soft stop; it returns the
 // exit status for os.Exit: 0 success, 1 the job or command failed, 2 a usage
 // or config error. A program of one's own is
@@ -74,6 +79,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 	case "run", "validate":
 		path := fs.String("config", "", "pipeline `FILE` (YAML)")
 		from := fs.String("from-savepoint", "", "restore the savepoint (or checkpoint) in `DIR` instead of the latest checkpoint")
+		cpuprofile := fs.String("cpuprofile", "", "run: write a CPU profile of the whole run to `FILE`")
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}
@@ -91,6 +97,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 0
 		}
 		logger := newLogger(cfg, stderr)
+		stopProfile, err := startCPUProfile(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(stderr, "kstreamd run:", err)
+			return 1
+		}
+		defer stopProfile()
 		if err := runJob(ctx, cfg, *from, logger); err != nil {
 			logger.Error("job failed", "err", err)
 			return 1
@@ -157,6 +169,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 1
 		}
 		return 0
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr, reg)
 	case "version":
 		fmt.Fprintf(stdout, "kstreamd %s\n", Version)
 		return 0
