@@ -39,7 +39,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	scenario := fs.String("scenario", "keyed-count-pebble", "the scenario `NAME` to run")
 	all := fs.Bool("all", false, "run every scenario (not state-scaling) and print one table")
 	delivery := fs.String("delivery", bench.ExactlyOnce, "the sinks' delivery: exactly-once, at-least-once, or both")
-	records := fs.Int("records", 1_000_000, "`N` records pre-loaded for the throughput phase")
+	records := fs.Int("records", 500_000, "`N` records pre-loaded for the throughput phase")
 	keys := fs.Int("keys", 10_000, "`K` distinct keys")
 	zipf := fs.Float64("zipf", 0, "Zipf exponent `S` (> 1) of the key distribution; 0 draws keys uniformly")
 	partitions := fs.Int("partitions", 4, "partitions of every topic the bench creates")
@@ -50,7 +50,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	dir := fs.String("dir", "", "work `DIR` (job data, checkpoints, the embedded broker's log); empty means a temporary directory, removed at the end")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of each run's throughput phase to `FILE` (with --all or several deliveries, one file per run: FILE with -<scenario>-<delivery> before the extension)")
 	changed := fs.Float64("changed", 0.01, "state-scaling: fraction of the keys changed between checkpoints")
-	rounds := fs.Int("rounds", 3, "state-scaling: incremental checkpoints measured")
+	rounds := fs.Int("rounds", 5, "state-scaling: incremental checkpoints measured")
 	serve := fs.Bool("serve-broker", false, "internal: run only the embedded broker for a parent bench, until stdin closes")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -62,7 +62,7 @@ type Config struct {
 	// ExactlyOnce and/or AtLeastOnce. Default [ExactlyOnce].
 	Deliveries []string
 	// Records is the number of records pre-loaded for the throughput phase.
-	// Default 1,000,000.
+	// Default 500,000.
 	Records int
 	// Keys is the number of distinct keys. Default 10,000.
 	Keys int
@@ -98,7 +98,7 @@ func (c *Config) setDefaults() {
 		c.Deliveries = []string{ExactlyOnce}
 	}
 	if c.Records <= 0 {
-		c.Records = 1_000_000
+		c.Records = 500_000
 	}
 	if c.Keys <= 0 {
 		c.Keys = 10_000
