@@ -35,9 +35,10 @@ var Version = "dev"
 const usage = `usage: kstreamd <command> [flags]
 
 commands:
-  run --config FILE [--from-savepoint DIR]
+  run --config FILE [--from-savepoint DIR] [--cpuprofile FILE]
                           run the job until SIGINT or SIGTERM; restores the
-                          latest checkpoint, or the savepoint given
+                          latest checkpoint, or the savepoint given;
+                          --cpuprofile writes a CPU profile of the run
   validate --config FILE  check the pipeline file and exit
   savepoint [--address HOST:PORT] [--dir DIR] [--stop]
             [--token-env NAME | --token-file FILE]
@@ -54,6 +55,10 @@ commands:
   broker --config FILE    run only the development broker of kafka.embedded
                           (address, data_dir, partitions) with the pipeline's
                           topics, in its own process, until SIGINT or SIGTERM
+  bench [--scenario NAME | --all] [--delivery D] [--records N] [--keys K] ...
+                          benchmark a scenario as a real job against the
+                          broker's own limit and print one table
+                          (kstreamd bench -h; BENCHMARKS.md)
   version                 print the version, the module version and the VCS
                           revision (also --version)
 
@@ -61,7 +66,7 @@ kstreamd COMMAND --help prints the command's flags.
 `
 
 // Main runs the kstreamd command line (run, validate, savepoint,
-// checkpoints list, checkpoints verify, broker, version) with os.Args, stdout and stderr, the
+// checkpoints list, checkpoints verify, broker, bench, version) with os.Args, stdout and stderr, the
 // operator types of reg, and SIGINT/SIGTERM as the soft stop; it returns the
 // exit status for os.Exit: 0 success, 1 the job or command failed, 2 a usage
 // or config error. A program of one's own is
@@ -106,7 +111,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		synopsis := "kstreamd validate --config FILE"
 		if args[0] == "run" {
 			fs.String("from-savepoint", "", "restore the savepoint (or checkpoint) in `DIR` instead of the latest checkpoint")
-			synopsis = "kstreamd run --config FILE [--from-savepoint DIR]"
+			fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE`")
+			synopsis = "kstreamd run --config FILE [--from-savepoint DIR] [--cpuprofile FILE]"
 		}
 		if code, ok := parse(synopsis, args[1:]); !ok {
 			return code
@@ -129,6 +135,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 0
 		}
 		logger := newLogger(cfg, stderr)
+		cpuprofile := ""
+		if f := fs.Lookup("cpuprofile"); f != nil {
+			cpuprofile = f.Value.String()
+		}
+		stopProfile, err := startCPUProfile(cpuprofile)
+		if err != nil {
+			fmt.Fprintln(stderr, "kstreamd run:", err)
+			return 1
+		}
+		defer stopProfile()
 		if err := runJob(ctx, cfg, from, logger); err != nil {
 			logger.Error("job failed", "err", err)
 			return 1
@@ -217,6 +233,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 1
 		}
 		return 0
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr, reg)
 	case "version", "--version", "-version":
 		if code, ok := parse("kstreamd version", args[1:]); !ok {
 			return code

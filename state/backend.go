@@ -132,7 +132,17 @@ type BackendConfig struct {
 	Logger *slog.Logger
 	// TTLCleanup tunes background TTL cleanup.
 	TTLCleanup TTLCleanupConfig
+	// RestoreProgressInterval is the least time between two "restoring
+	// keyed state" Info lines (bytes_done, bytes_total) while
+	// OpenBackendRestored copies or links a Pebble snapshot's files: a
+	// long restore shows its progress. 0 means
+	// DefaultRestoreProgressInterval.
+	RestoreProgressInterval time.Duration
 }
+
+// DefaultRestoreProgressInterval is the default of
+// BackendConfig.RestoreProgressInterval.
+const DefaultRestoreProgressInterval = 5 * time.Second
 
 // Validate reports every problem of the config, or nil.
 func (c *BackendConfig) Validate() error {

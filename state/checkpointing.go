@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -254,19 +255,73 @@ func OpenBackendRestored(cfg BackendConfig, handles []RestoreHandle) (KeyedState
 	if err := os.RemoveAll(cfg.Dir); err != nil {
 		return nil, err
 	}
-	if err := materialize(handles[0], hs[0], cfg.Dir); err != nil {
+	prog := newRestoreProgress(cfg, hs)
+	if err := materialize(handles[0], hs[0], cfg.Dir, prog); err != nil {
 		return nil, err
 	}
 	if len(handles) > 1 || hs[0].KeyGroups != cfg.KeyGroupRange {
-		if err := rescalePebble(cfg, handles, hs); err != nil {
+		if err := rescalePebble(cfg, handles, hs, prog); err != nil {
 			return nil, err
 		}
 	}
+	prog.finish()
 	return OpenBackend(cfg)
 }
 
-// materialize lays the files of a Pebble snapshot out as a DB directory.
-func materialize(rh RestoreHandle, h keyedHandle, dir string) error {
+// restoreProgress logs the progress of a Pebble restore: at most one
+// "restoring keyed state" line per interval with the bytes of snapshot
+// files materialized so far and in all (every handle's files: a rescaled
+// restore materializes each snapshot it reads), and one "keyed state
+// materialized" line at the end when any progress line was logged. Only
+// the restoring goroutine uses it.
+type restoreProgress struct {
+	logger                *slog.Logger
+	interval              time.Duration
+	start, last           time.Time
+	done, total           int64
+	filesDone, filesTotal int
+	logged                bool
+}
+
+func newRestoreProgress(cfg BackendConfig, hs []keyedHandle) *restoreProgress {
+	p := &restoreProgress{logger: cfg.Logger, interval: cfg.RestoreProgressInterval, start: time.Now()}
+	if p.logger == nil {
+		p.logger = slog.New(slog.DiscardHandler)
+	}
+	if p.interval <= 0 {
+		p.interval = DefaultRestoreProgressInterval
+	}
+	p.last = p.start
+	for _, h := range hs {
+		for _, f := range h.Files {
+			p.total += f.Size
+			p.filesTotal++
+		}
+	}
+	return p
+}
+
+// file records one more file of size bytes materialized.
+func (p *restoreProgress) file(size int64) {
+	p.done += size
+	p.filesDone++
+	if now := time.Now(); now.Sub(p.last) >= p.interval {
+		p.last, p.logged = now, true
+		p.logger.Info("restoring keyed state", "bytes_done", p.done, "bytes_total", p.total,
+			"files_done", p.filesDone, "files_total", p.filesTotal, "elapsed", now.Sub(p.start).Round(time.Millisecond))
+	}
+}
+
+func (p *restoreProgress) finish() {
+	if p.logged {
+		p.logger.Info("keyed state materialized", "bytes_total", p.total, "files_total", p.filesTotal,
+			"elapsed", time.Since(p.start).Round(time.Millisecond))
+	}
+}
+
+// materialize lays the files of a Pebble snapshot out as a DB directory,
+// reporting each file to prog.
+func materialize(rh RestoreHandle, h keyedHandle, dir string, prog *restoreProgress) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -278,11 +333,13 @@ func materialize(rh RestoreHandle, h keyedHandle, dir string) error {
 		dst := filepath.Join(dir, f.Name)
 		// SSTs are immutable: a hard link is safe. Everything else is copied.
 		if strings.HasSuffix(f.Name, ".sst") && os.Link(src, dst) == nil {
+			prog.file(f.Size)
 			continue
 		}
 		if err := copyFileAtomic(src, dst); err != nil {
 			return fmt.Errorf("state: restore %s: %w", f.Path, err)
 		}
+		prog.file(f.Size)
 	}
 	return nil
 }
@@ -294,7 +351,7 @@ func kgBound(kg int) []byte { return binary.BigEndian.AppendUint16(nil, uint16(k
 // rescalePebble turns the materialized first snapshot in cfg.Dir into the
 // subtask's DB: it deletes the key groups outside the range and copies in
 // the range's entries of the other snapshots, with their metadata.
-func rescalePebble(cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) error {
+func rescalePebble(cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle, prog *restoreProgress) error {
 	db, err := pebble.Open(cfg.Dir, rawPebbleOptions(cfg, false))
 	if err != nil {
 		return fmt.Errorf("state: restore: open %s: %w", cfg.Dir, err)
@@ -308,7 +365,7 @@ func rescalePebble(cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle)
 		err = db.DeleteRange(hi, keyGroupsEnd, pebble.NoSync)
 	}
 	for i := 1; i < len(handles) && err == nil; i++ {
-		err = copyRange(db, handles[i], hs[i], cfg, lo, hi)
+		err = copyRange(db, handles[i], hs[i], cfg, lo, hi, prog)
 	}
 	if err == nil {
 		err = db.Flush()
@@ -328,13 +385,13 @@ func rawPebbleOptions(cfg BackendConfig, readOnly bool) *pebble.Options {
 
 // copyRange copies the metadata and the entries in [lo, hi) of one snapshot
 // into db.
-func copyRange(db *pebble.DB, rh RestoreHandle, h keyedHandle, cfg BackendConfig, lo, hi []byte) error {
+func copyRange(db *pebble.DB, rh RestoreHandle, h keyedHandle, cfg BackendConfig, lo, hi []byte, prog *restoreProgress) error {
 	tmp, err := os.MkdirTemp(filepath.Dir(cfg.Dir), filepath.Base(cfg.Dir)+".restore-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := materialize(rh, h, tmp); err != nil {
+	if err := materialize(rh, h, tmp, prog); err != nil {
 		return err
 	}
 	src, err := pebble.Open(tmp, rawPebbleOptions(cfg, true))

@@ -1,10 +1,12 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
@@ -441,5 +444,50 @@ func TestConcurrentIncrementalSnapshots(t *testing.T) {
 			}
 			must(t, r.Close())
 		}
+	}
+}
+
+// TestRestoreLogsProgress: a Pebble restore logs "restoring keyed state"
+// with bytes done and in all (here after every file, the interval being
+// tiny), ending at the total of the handle's files, then one "keyed state
+// materialized" line.
+func TestRestoreLogsProgress(t *testing.T) {
+	b := filledBackend(t, KindPebble, 2000)
+	root := t.TempDir()
+	ks := snapshotOf(t, b, filepath.Join(root, "chk"), filepath.Join(root, "shared"))
+	var h keyedHandle
+	must(t, json.Unmarshal(ks.Handle, &h))
+	var total int64
+	for _, f := range h.Files {
+		total += f.Size
+	}
+	var logs bytes.Buffer
+	cfg := testConfig(t, KindPebble)
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	cfg.RestoreProgressInterval = time.Nanosecond
+	r, err := OpenBackendRestored(cfg, []RestoreHandle{{Handle: ks.Handle, Dir: filepath.Join(root, "chk"), SharedDir: filepath.Join(root, "shared")}})
+	must(t, err)
+	defer r.Close()
+	var progress []map[string]any
+	var finished int
+	for _, l := range bytes.Split(bytes.TrimSpace(logs.Bytes()), []byte("\n")) {
+		var m map[string]any
+		must(t, json.Unmarshal(l, &m))
+		switch m["msg"] {
+		case "restoring keyed state":
+			progress = append(progress, m)
+		case "keyed state materialized":
+			finished++
+			if m["bytes_total"] != float64(total) || m["files_total"] != float64(len(h.Files)) {
+				t.Errorf("final line %v, want bytes_total %d files_total %d", m, total, len(h.Files))
+			}
+		}
+	}
+	if len(progress) != len(h.Files) || finished != 1 {
+		t.Fatalf("%d progress lines and %d final ones, want %d and 1:\n%s", len(progress), finished, len(h.Files), logs.String())
+	}
+	last := progress[len(progress)-1]
+	if last["bytes_done"] != float64(total) || last["bytes_total"] != float64(total) || last["files_done"] != float64(len(h.Files)) {
+		t.Fatalf("last progress line %v, want bytes_done = bytes_total = %d, files_done %d", last, total, len(h.Files))
 	}
 }

@@ -33,9 +33,10 @@ var allowed = map[string][]string{
 	"internal/embedded":   {},
 	"internal/testkit":    {},
 	"internal/arch":       {},
+	"internal/bench":      {"pipeline", "job", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry"},
 	"graph":               {"operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup"},
 	"job":                 {"graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry"},
-	"sdk":                 {"pipeline", "job", "graph", "operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/demo", "internal/embedded"},
+	"sdk":                 {"pipeline", "job", "graph", "operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/demo", "internal/embedded", "internal/bench"},
 	"cmd/kstreamd":        {"sdk", "operators"},
 	"deploy":              {},
 }

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// benchColumns are the columns `kstreamd bench` prints, in order.
+var benchColumns = []string{"scenario", "delivery", "records/s", "vs_pipe", "cpu_s/M", "peak_rss_MiB",
+	"chk_p50_ms", "chk_max_ms", "chk_p50_KiB", "chk_max_KiB", "lat_rate/s", "lat_p50_ms", "lat_p99_ms", "outputs", "expected"}
+
+// checkBenchTable checks a bench table: the header, the rows named, every
+// number positive (the pipe has no checkpoints: "-"), and the committed
+// outputs equal to the expected count.
+func checkBenchTable(t *testing.T, table string, rows ...string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != len(rows)+1 || strings.Join(strings.Fields(lines[0]), " ") != strings.Join(benchColumns, " ") {
+		t.Fatalf("table:\n%s\nwant the header %v and %d rows", table, benchColumns, len(rows))
+	}
+	for i, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) != len(benchColumns) || f[0]+"/"+f[1] != rows[i] {
+			t.Fatalf("row %q, want %s with %d columns", l, rows[i], len(benchColumns))
+		}
+		for j, v := range f[2:] {
+			col := benchColumns[j+2]
+			if v == "-" && f[0] == "pipe" && strings.HasPrefix(col, "chk_") {
+				continue
+			}
+			if x, err := strconv.ParseFloat(v, 64); err != nil || x <= 0 {
+				t.Errorf("%s: %s = %q, want a positive number", rows[i], col, v)
+			}
+		}
+		if f[13] != f[14] {
+			t.Errorf("%s: %s outputs committed, %s expected", rows[i], f[13], f[14])
+		}
+	}
+}
+
+// TestBenchCommand runs `kstreamd bench` on 2,000 records against a kfake
+// broker (--brokers) and checks its table.
+func TestBenchCommand(t *testing.T) {
+	_, broker := startKfake(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"bench", "--scenario", "keyed-count-hashmap", "--records", "2000", "--keys", "50", "--zipf", "1.2",
+		"--latency-duration", "1s", "--brokers", broker, "--dir", t.TempDir()}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	checkBenchTable(t, stdout.String(), "pipe/exactly-once", "keyed-count-hashmap/exactly-once")
+}
+
+// TestBenchSpawnsBroker runs the binary's bench without --brokers: it
+// starts the embedded broker in a child process, and stops it at the end.
+func TestBenchSpawnsBroker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kstreamdBinary(t), "bench", "--scenario", "copy", "--delivery", "at-least-once",
+		"--records", "2000", "--latency-duration", "1s", "--dir", t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kstreamd bench: %v\n%s", err, stderr.String())
+	}
+	checkBenchTable(t, stdout.String(), "pipe/at-least-once", "copy/at-least-once")
+}
+
+// TestBenchUsage: unknown scenarios and deliveries fail with the list of
+// known ones.
+func TestBenchUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"bench", "--scenario", "nope", "--brokers", "127.0.0.1:1"}, 1, `bench: unknown scenario "nope" (known: copy, filter-map, keyed-count-hashmap, keyed-count-pebble, keyed-count-pebble-async, matcher-10-rules)`},
+		{[]string{"bench", "--delivery", "twice", "--brokers", "127.0.0.1:1"}, 1, `bench: unknown delivery "twice" (exactly-once or at-least-once)`},
+		{[]string{"bench", "extra"}, 2, `kstreamd bench: unexpected argument "extra" (flags only)`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
+		}
+	}
+}

@@ -1,0 +1,683 @@
+// Package bench is `kstreamd bench`: it measures kstreamd's jobs against the
+// broker's own limit on the same data. It pre-loads generated JSON records
+// into a topic, runs one scenario (Scenarios) as a real job, built the way
+// `kstreamd run` builds one (pipeline.Parse, pipeline.Build, Job.Run, in
+// this process), until every result is committed and visible to a
+// read_committed reader, then produces at half the measured rate to
+// measure the end-to-end latency. The broker's limit is a plain franz-go
+// consume-then-produce pipe over the same data (with transactions every
+// checkpoint interval when the delivery is exactly-once), measured in the
+// same run; every scenario is reported as a ratio to it.
+//
+// The broker should run in another process (the CLI starts the embedded
+// one in a child process, or uses --brokers), so the CPU and memory
+// measured are kstreamd's: getrusage of this process, whose clients (the
+// loader, the reader, the latency producer) are idle while the throughput
+// phase is measured. BENCHMARKS.md explains the table.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/operators"
+	"github.com/kstreamd/kstreamd/pipeline"
+)
+
+// Deliveries a run may measure (the sinks' delivery values).
+const (
+	ExactlyOnce = "exactly-once"
+	AtLeastOnce = "at-least-once"
+)
+
+// PipeScenario is the name of the broker's-limit row of the table.
+const PipeScenario = "pipe"
+
+// Config configures Run. Zero values take the defaults stated.
+type Config struct {
+	// Brokers are the seed brokers. Required.
+	Brokers []string
+	// Scenarios are the names of the scenarios to run, in order (see
+	// Scenarios). Required.
+	Scenarios []string
+	// Deliveries are the delivery guarantees to run each scenario with,
+	// ExactlyOnce and/or AtLeastOnce. Default [ExactlyOnce].
+	Deliveries []string
+	// Records is the number of records pre-loaded for the throughput phase.
+	// Default 500,000.
+	Records int
+	// Keys is the number of distinct keys. Default 10,000.
+	Keys int
+	// Zipf, when > 1, draws keys from a Zipf distribution with this
+	// exponent (key 0 the hottest); 0 draws them uniformly. Default 0.
+	Zipf float64
+	// Partitions of each topic the bench creates. Default 4.
+	Partitions int
+	// Parallelism is the job's parallelism. Default 2.
+	Parallelism int
+	// CheckpointInterval is the jobs' checkpoint interval and the pipe's
+	// transaction interval. Default 1s.
+	CheckpointInterval time.Duration
+	// LatencyDuration is how long the latency phase produces. Default 10s.
+	LatencyDuration time.Duration
+	// Dir is the work directory (job data, checkpoints, state); each run
+	// removes its own part. Required.
+	Dir string
+	// Registry holds the operator types. Default the built-in ones.
+	Registry *operators.Registry
+	// Logger receives the jobs' logs. Default discard.
+	Logger *slog.Logger
+	// Progress, if not nil, gets one line per run as it finishes.
+	Progress io.Writer
+	// CPUProfile, if not empty, writes a CPU profile of each run's
+	// throughput phase: to this path when there is one run, else with
+	// "-<scenario>-<delivery>" inserted before the extension.
+	CPUProfile string
+}
+
+func (c *Config) setDefaults() {
+	if len(c.Deliveries) == 0 {
+		c.Deliveries = []string{ExactlyOnce}
+	}
+	if c.Records <= 0 {
+		c.Records = 500_000
+	}
+	if c.Keys <= 0 {
+		c.Keys = 10_000
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 4
+	}
+	if c.Parallelism <= 0 {
+		c.Parallelism = 2
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = time.Second
+	}
+	if c.LatencyDuration <= 0 {
+		c.LatencyDuration = 10 * time.Second
+	}
+	if c.Registry == nil {
+		c.Registry = operators.NewBuiltinRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Result is one row of the table: one scenario with one delivery.
+type Result struct {
+	Scenario, Delivery string
+	// Records is the number of records of the throughput phase, Elapsed
+	// the time from the job's start until all their outputs were
+	// committed, RecordsPerSec their ratio.
+	Records       int64
+	Elapsed       time.Duration
+	RecordsPerSec float64
+	// Ratio is RecordsPerSec over the pipe's with the same delivery.
+	Ratio float64
+	// CPUPerMillion is the process's CPU time (user + system) in the
+	// throughput phase per million records.
+	CPUPerMillion time.Duration
+	// PeakRSSBytes is the process's peak resident set over both phases.
+	PeakRSSBytes int64
+	// Checkpoints completed over both phases (0 for the pipe), with the
+	// median and largest trigger-to-commit time and bytes written (the
+	// metadata's count of state files plus the _metadata file itself).
+	Checkpoints                            int
+	CheckpointP50, CheckpointMax           time.Duration
+	CheckpointBytesP50, CheckpointBytesMax int64
+	// Rate is the input rate of the latency phase (records/s), and
+	// LatencyP50/P99 the time from a record's timestamp (its produce time)
+	// to the moment a read_committed reader received its output.
+	Rate                   float64
+	LatencyP50, LatencyP99 time.Duration
+	// Outputs is what the read_committed reader counted over both phases;
+	// Expected what the scenario's model says it must be.
+	Outputs, Expected int64
+}
+
+// ErrOutputMismatch is wrapped by Run's error when a run's committed output
+// count differs from the expected one.
+var ErrOutputMismatch = errors.New("bench: committed outputs differ from the expected count")
+
+// Run runs every scenario of cfg with every delivery, each delivery's pipe
+// first, and returns the rows in order: per delivery, the pipe, then the
+// scenarios. It fails on the first run that fails; a count mismatch does
+// not stop it, and the returned error wraps ErrOutputMismatch.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	cfg.setDefaults()
+	if len(cfg.Brokers) == 0 || cfg.Dir == "" {
+		return nil, errors.New("bench: brokers and dir are required")
+	}
+	var scenarios []Scenario
+	for _, n := range cfg.Scenarios {
+		s, ok := ScenarioByName(n)
+		if !ok {
+			return nil, fmt.Errorf("bench: unknown scenario %q (known: %s)", n, ScenarioNames())
+		}
+		scenarios = append(scenarios, s)
+	}
+	for _, d := range cfg.Deliveries {
+		if d != ExactlyOnce && d != AtLeastOnce {
+			return nil, fmt.Errorf("bench: unknown delivery %q (exactly-once or at-least-once)", d)
+		}
+	}
+	r := &runner{cfg: cfg, suffix: fmt.Sprintf("%x", time.Now().UnixNano()%0xffffff)}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+	if err != nil {
+		return nil, fmt.Errorf("bench: kafka client: %w", err)
+	}
+	defer cl.Close()
+	r.adm = kadm.NewClient(cl)
+	runs := len(cfg.Deliveries) * (len(scenarios) + 1)
+	var out []Result
+	var mismatch []string
+	for _, d := range cfg.Deliveries {
+		pipe, err := r.run(ctx, nil, d, runs)
+		if err != nil {
+			return out, err
+		}
+		pipe.Ratio = 1
+		out = append(out, pipe)
+		r.progress(pipe)
+		for i := range scenarios {
+			res, err := r.run(ctx, &scenarios[i], d, runs)
+			if err != nil {
+				return out, err
+			}
+			if pipe.RecordsPerSec > 0 {
+				res.Ratio = res.RecordsPerSec / pipe.RecordsPerSec
+			}
+			out = append(out, res)
+			r.progress(res)
+		}
+	}
+	for _, res := range out {
+		if res.Outputs != res.Expected {
+			mismatch = append(mismatch, fmt.Sprintf("%s/%s: %d committed, %d expected", res.Scenario, res.Delivery, res.Outputs, res.Expected))
+		}
+	}
+	if len(mismatch) > 0 {
+		return out, fmt.Errorf("%w: %s", ErrOutputMismatch, strings.Join(mismatch, "; "))
+	}
+	return out, nil
+}
+
+type runner struct {
+	cfg    Config
+	adm    *kadm.Client
+	suffix string
+}
+
+func (r *runner) progress(res Result) {
+	if r.cfg.Progress != nil {
+		fmt.Fprintf(r.cfg.Progress, "bench: %s %s: %.0f records/s, %d/%d outputs\n", res.Scenario, res.Delivery, res.RecordsPerSec, res.Outputs, res.Expected)
+	}
+}
+
+// target is what a run measures: a kstreamd job or the pipe.
+type target interface {
+	// run runs until ctx ends.
+	run(ctx context.Context) error
+	// committed returns the outputs committed so far.
+	committed() int64
+	// checkpoints returns the checkpoints completed so far.
+	checkpoints() []checkpointStat
+}
+
+type checkpointStat struct {
+	dur   time.Duration
+	bytes int64
+}
+
+// run measures one scenario (nil: the pipe) with one delivery.
+func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int) (res Result, err error) {
+	cfg := r.cfg
+	name := PipeScenario
+	model := Model(modelFunc(func(Item) int { return 1 }))
+	if s != nil {
+		name, model = s.Name, s.NewModel()
+	}
+	short := map[string]string{ExactlyOnce: "eo", AtLeastOnce: "alo"}[delivery]
+	base := "bench-" + name + "-" + short + "-" + r.suffix
+	in, out, rules := base+"-in", base+"-out", base+"-rules"
+	topics := []string{in, out}
+	if s != nil && len(s.Rules) > 0 {
+		topics = append(topics, rules)
+	}
+	res = Result{Scenario: name, Delivery: delivery, Records: int64(cfg.Records)}
+	if _, err := r.adm.CreateTopics(ctx, int32(cfg.Partitions), 1, nil, topics...); err != nil {
+		return res, fmt.Errorf("bench: create topics: %w", err)
+	}
+	dataDir := filepath.Join(cfg.Dir, base)
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, _ = r.adm.DeleteTopics(dctx, topics...)
+		_ = os.RemoveAll(dataDir)
+	}()
+
+	// Load.
+	prod, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(5*time.Millisecond),
+		kgo.MaxBufferedRecords(100_000), kgo.ProducerBatchMaxBytes(1<<20))
+	if err != nil {
+		return res, err
+	}
+	defer prod.Close()
+	gen := NewGenerator(cfg.Keys, cfg.Zipf)
+	exp1, err := load(ctx, prod, in, gen, model, cfg.Records)
+	if err != nil {
+		return res, err
+	}
+	if s != nil && len(s.Rules) > 0 {
+		var recs []*kgo.Record
+		for _, rl := range s.Rules {
+			v := fmt.Sprintf(`{"name":%q,"first":%q,"second":%q}`, rl.Name, rl.First, rl.Second)
+			recs = append(recs, &kgo.Record{Topic: rules, Key: []byte(rl.Name), Value: []byte(v)})
+		}
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return res, fmt.Errorf("bench: produce rules: %w", err)
+		}
+	}
+
+	// Build.
+	var t target
+	if s == nil {
+		t = &pipe{brokers: cfg.Brokers, in: in, out: out, txnID: base, txn: delivery == ExactlyOnce, interval: cfg.CheckpointInterval}
+	} else {
+		t, err = r.buildJob(ctx, s, base, dataDir, in, rules, out, delivery)
+		if err != nil {
+			return res, err
+		}
+	}
+
+	// Throughput phase.
+	runtime.GC()
+	debug.FreeOSMemory()
+	rss := newRSSMeter()
+	stopProfile, err := r.startProfile(name, delivery, runs)
+	if err != nil {
+		return res, err
+	}
+	cpu0, t0 := cpuTime(), time.Now()
+	job := goBackground(ctx, t.run)
+	defer job.stop()
+	if err := r.waitFor(ctx, job, rss, func() bool { return t.committed() >= exp1 }, fmt.Sprintf("%s %s: %d outputs", name, delivery, exp1), t.committed); err != nil {
+		stopProfile()
+		return res, err
+	}
+	res.Elapsed, res.CPUPerMillion = time.Since(t0), cpuTime()-cpu0
+	stopProfile()
+	res.RecordsPerSec = float64(cfg.Records) / res.Elapsed.Seconds()
+	res.CPUPerMillion = time.Duration(float64(res.CPUPerMillion) * 1e6 / float64(cfg.Records))
+
+	// Latency phase: a reader of every committed output (counting the
+	// first phase's too), and a producer at half the measured rate.
+	rd := &reader{brokers: cfg.Brokers, topic: out, phase2: time.Now().Truncate(time.Millisecond)}
+	rdr := goBackground(ctx, rd.run)
+	defer rdr.stop()
+	res.Rate = max(1, res.RecordsPerSec/2)
+	exp2, err := produceAt(ctx, prod, in, gen, model, res.Rate, cfg.LatencyDuration, rss)
+	if err != nil {
+		return res, err
+	}
+	want := func() bool { return rd.n1.Load() >= exp1 && rd.n2.Load() >= exp2 }
+	if err := r.waitFor(ctx, rdr, rss, want, fmt.Sprintf("%s %s: read %d+%d outputs", name, delivery, exp1, exp2), rd.count); err != nil {
+		return res, err
+	}
+	// Anything beyond the expected count (duplicates) arrives with it; wait
+	// a little for stragglers before counting.
+	select {
+	case <-time.After(500 * time.Millisecond):
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	if err := rdr.stop(); err != nil {
+		return res, err
+	}
+	res.Outputs, res.Expected = rd.count(), exp1+exp2
+	lat := rd.latencies()
+	res.LatencyP50, res.LatencyP99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	res.PeakRSSBytes = rss.Peak()
+	if err := job.stop(); err != nil {
+		return res, fmt.Errorf("bench: %s %s: %w", name, delivery, err)
+	}
+	res.Checkpoints, res.CheckpointP50, res.CheckpointMax, res.CheckpointBytesP50, res.CheckpointBytesMax = summarize(t.checkpoints())
+	return res, nil
+}
+
+// background is a goroutine running f(ctx) with a context of its own.
+type background struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+func goBackground(ctx context.Context, f func(context.Context) error) *background {
+	ctx, cancel := context.WithCancel(ctx)
+	b := &background{cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(b.done); b.err = f(ctx) }()
+	return b
+}
+
+// stop cancels the goroutine's context and returns f's error once it
+// returned. It may be called more than once.
+func (b *background) stop() error {
+	b.cancel()
+	<-b.done
+	return b.err
+}
+
+// waitFor polls cond until it holds, the goroutine g returns, ctx ends, or
+// progress stalls for two minutes.
+func (r *runner) waitFor(ctx context.Context, g *background, rss *rssMeter, cond func() bool, what string, progress func() int64) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	last, lastChange := progress(), time.Now()
+	for i := 0; !cond(); i++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-g.done:
+			return fmt.Errorf("bench: %s: stopped early at %d: %v", what, progress(), g.err)
+		case <-tick.C:
+		}
+		if i%5 == 0 {
+			rss.Sample()
+		}
+		if n := progress(); n != last {
+			last, lastChange = n, time.Now()
+		} else if time.Since(lastChange) > 2*time.Minute {
+			return fmt.Errorf("bench: %s: no progress for 2m at %d", what, n)
+		}
+	}
+	return nil
+}
+
+func (r *runner) startProfile(name, delivery string, runs int) (func(), error) {
+	path := r.cfg.CPUProfile
+	if path == "" {
+		return func() {}, nil
+	}
+	if runs > 1 {
+		ext := filepath.Ext(path)
+		path = strings.TrimSuffix(path, ext) + "-" + name + "-" + delivery + ext
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }, nil
+}
+
+func summarize(cs []checkpointStat) (n int, p50, mx time.Duration, b50, bmax int64) {
+	var ds []time.Duration
+	var bs []int64
+	for _, c := range cs {
+		ds, bs = append(ds, c.dur), append(bs, c.bytes)
+	}
+	if len(cs) == 0 {
+		return 0, 0, 0, 0, 0
+	}
+	return len(cs), quantile(ds, 0.5), quantile(ds, 1), quantile(bs, 0.5), quantile(bs, 1)
+}
+
+// produceAt produces items of g to topic at rate records/s for d, with the
+// produce time as timestamp, and returns the outputs the model expects
+// of them.
+func produceAt(ctx context.Context, cl *kgo.Client, topic string, g *Generator, m Model, rate float64, d time.Duration, rss *rssMeter) (int64, error) {
+	var sent, expected int64
+	var failed atomic.Pointer[error]
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	for i := 0; ; i++ {
+		el := time.Since(start)
+		if el >= d {
+			break
+		}
+		for due := int64(rate * el.Seconds()); sent < due; sent++ {
+			it := g.Next()
+			expected += int64(m.Outputs(it))
+			cl.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(it.Key), Value: it.Value(make([]byte, 0, valueBytes+8)), Timestamp: time.Now()},
+				func(_ *kgo.Record, err error) {
+					if err != nil {
+						failed.CompareAndSwap(nil, &err)
+					}
+				})
+		}
+		if i%20 == 0 {
+			rss.Sample()
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-tick.C:
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return 0, err
+	}
+	if p := failed.Load(); p != nil {
+		return 0, fmt.Errorf("bench: latency producer: %w", *p)
+	}
+	return expected, nil
+}
+
+// reader counts the committed records of a topic from its start: n1 those
+// older than phase2, n2 the others, whose latency (receive time minus
+// record timestamp) it keeps.
+type reader struct {
+	brokers []string
+	topic   string
+	phase2  time.Time
+	n1, n2  atomic.Int64
+	mu      sync.Mutex
+	lat     []time.Duration
+}
+
+func (rd *reader) run(ctx context.Context) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(rd.brokers...), kgo.ConsumeTopics(rd.topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := fs.Err0(); err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("bench: read %s: %w", rd.topic, err)
+		}
+		now := time.Now()
+		var n1, n2 int64
+		var lat []time.Duration
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Timestamp.Before(rd.phase2) {
+				n1++
+				return
+			}
+			n2++
+			lat = append(lat, now.Sub(r.Timestamp))
+		})
+		rd.mu.Lock()
+		rd.lat = append(rd.lat, lat...)
+		rd.mu.Unlock()
+		rd.n1.Add(n1)
+		rd.n2.Add(n2)
+	}
+}
+
+func (rd *reader) count() int64 { return rd.n1.Load() + rd.n2.Load() }
+
+func (rd *reader) latencies() []time.Duration {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	return append([]time.Duration(nil), rd.lat...)
+}
+
+// buildJob builds scenario s as a job, the way `kstreamd run` does.
+func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string) (target, error) {
+	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String())
+	cfg, err := pipeline.Parse(name+".yaml", []byte(y), r.cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("bench: scenario %s: %w\n%s", s.Name, err, y)
+	}
+	reg := prometheus.NewRegistry()
+	j, err := pipeline.Build(ctx, cfg, pipeline.Deps{Logger: r.cfg.Logger, Registerer: reg, ClientOpts: cfg.ClientOptions()})
+	if err != nil {
+		return nil, fmt.Errorf("bench: scenario %s: build: %w", s.Name, err)
+	}
+	return &jobTarget{j: j, reg: reg}, nil
+}
+
+// jobTarget is a kstreamd job: its committed outputs are its sink's
+// kstreamd_operator_records_out_total (records in committed transactions,
+// or acknowledged by the broker), its checkpoints those of its storage.
+type jobTarget struct {
+	j interface {
+		Run(context.Context) error
+		Storage() *checkpoint.Storage
+	}
+	reg *prometheus.Registry
+
+	mu   sync.Mutex
+	seen map[int64]checkpointStat
+}
+
+func (t *jobTarget) run(ctx context.Context) error {
+	pctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); t.pollCheckpoints(pctx) }()
+	err := t.j.Run(ctx)
+	stop()
+	wg.Wait()
+	t.scan() // the last ones
+	return err
+}
+
+func (t *jobTarget) committed() int64 {
+	mfs, err := t.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "kstreamd_operator_records_out_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "operator" && l.GetValue() == "sink" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return int64(n)
+}
+
+// pollCheckpoints reads each completed checkpoint's metadata while it is
+// retained (the storage keeps only the latest few).
+func (t *jobTarget) pollCheckpoints(ctx context.Context) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			t.scan()
+		}
+	}
+}
+
+func (t *jobTarget) scan() {
+	infos, err := t.j.Storage().List()
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen == nil {
+		t.seen = map[int64]checkpointStat{}
+	}
+	for _, in := range infos {
+		if _, ok := t.seen[in.ID]; ok || in.State != checkpoint.StateCompleted || in.Savepoint {
+			continue
+		}
+		m, err := checkpoint.ReadMetadata(in.Dir)
+		if err != nil {
+			continue
+		}
+		st := checkpointStat{dur: m.Completed.Sub(m.Timestamp), bytes: m.Bytes}
+		if fi, err := os.Stat(filepath.Join(in.Dir, checkpoint.MetadataFile)); err == nil {
+			st.bytes += fi.Size() // the offsets and handles are part of what a checkpoint writes
+		}
+		t.seen[in.ID] = st
+	}
+}
+
+func (t *jobTarget) checkpoints() []checkpointStat {
+	t.scan()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]checkpointStat, 0, len(t.seen))
+	for _, c := range t.seen {
+		out = append(out, c)
+	}
+	return out
+}
+
+// WriteTable writes results as one aligned table, a row per result.
+func WriteTable(w io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(Columns, "\t")+"\t")
+	for _, r := range results {
+		chk := []string{"-", "-", "-", "-"}
+		if r.Scenario != PipeScenario {
+			chk = []string{ms(r.CheckpointP50), ms(r.CheckpointMax), kib(r.CheckpointBytesP50), kib(r.CheckpointBytesMax)}
+		}
+		cols := []string{r.Scenario, r.Delivery, fmt.Sprintf("%.0f", r.RecordsPerSec), fmt.Sprintf("%.2f", r.Ratio),
+			fmt.Sprintf("%.2f", r.CPUPerMillion.Seconds()), fmt.Sprintf("%.0f", float64(r.PeakRSSBytes)/(1<<20))}
+		cols = append(cols, chk...)
+		cols = append(cols, fmt.Sprintf("%.0f", r.Rate), ms(r.LatencyP50), ms(r.LatencyP99),
+			fmt.Sprint(r.Outputs), fmt.Sprint(r.Expected))
+		fmt.Fprintln(tw, strings.Join(cols, "\t")+"\t")
+	}
+	return tw.Flush()
+}
+
+// Columns are the table's column headers, in order.
+var Columns = []string{"scenario", "delivery", "records/s", "vs_pipe", "cpu_s/M", "peak_rss_MiB",
+	"chk_p50_ms", "chk_max_ms", "chk_p50_KiB", "chk_max_KiB", "lat_rate/s", "lat_p50_ms", "lat_p99_ms", "outputs", "expected"}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
+func kib(b int64) string        { return fmt.Sprintf("%.1f", float64(b)/1024) }

@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+func TestItemValue(t *testing.T) {
+	v := Item{ID: 17, Key: "k000042", Shape: "CIRCLE", Amount: 512}.Value(nil)
+	want := `{"id":17,"key":"k000042","shape":"CIRCLE","amount":512,"note":"` + strings.Repeat("x", 35) + `"}`
+	if string(v) != want || len(v) != valueBytes {
+		t.Fatalf("value %s (%d bytes), want %s", v, len(v), want)
+	}
+}
+
+func TestMatcherModel(t *testing.T) {
+	m := &matcherModel{rules: []Rule{{"R0", "CIRCLE", "SQUARE"}, {"R1", "SQUARE", "SQUARE"}}, stored: map[string][]int{}}
+	for _, c := range []struct {
+		key, shape string
+		want       int
+	}{
+		{"a", "CIRCLE", 0}, {"a", "CIRCLE", 0}, {"b", "CIRCLE", 0},
+		{"a", "SQUARE", 2}, // R0: two circles; R1: none stored yet, then one stored
+		{"a", "SQUARE", 1}, // R0: none; R1: the one stored
+		{"b", "SQUARE", 1},
+	} {
+		if got := m.Outputs(Item{Key: c.key, Shape: c.shape}); got != c.want {
+			t.Fatalf("%s %s: %d outputs, want %d", c.key, c.shape, got, c.want)
+		}
+	}
+}
+
+func TestMatcherRules(t *testing.T) {
+	s := matcher(10)
+	if len(s.Rules) != 10 || s.Rules[0] != (Rule{"R00", "CIRCLE", "SQUARE"}) || s.Rules[9] != (Rule{"R09", "RECTANGLE", "HEXAGON"}) {
+		t.Fatalf("rules %v", s.Rules)
+	}
+}
+
+// TestRunAll runs every scenario with both deliveries on 2,000 records and
+// checks the table: every column, positive numbers, and the committed
+// outputs equal to the model's count. Nothing about timing is asserted.
+func TestRunAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every scenario")
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var names []string
+	for _, s := range Scenarios {
+		names = append(names, s.Name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Brokers: c.ListenAddrs(), Scenarios: names, Deliveries: []string{ExactlyOnce, AtLeastOnce},
+		Records: 2000, Keys: 100, LatencyDuration: time.Second, Dir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2*(len(Scenarios)+1) {
+		t.Fatalf("%d results, want %d", len(res), 2*(len(Scenarios)+1))
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + buf.String())
+	checkTable(t, buf.String(), len(res))
+}
+
+// checkTable parses the table: a header of Columns, then rows whose numeric
+// columns are positive (the pipe's checkpoint columns are "-"), and outputs
+// equal to expected.
+func checkTable(t *testing.T, table string, rows int) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != rows+1 {
+		t.Fatalf("%d lines, want %d", len(lines), rows+1)
+	}
+	if got := strings.Fields(lines[0]); strings.Join(got, " ") != strings.Join(Columns, " ") {
+		t.Fatalf("header %q, want %q", got, Columns)
+	}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) != len(Columns) {
+			t.Fatalf("row %q: %d columns, want %d", l, len(f), len(Columns))
+		}
+		for i, v := range f[2:] {
+			col := Columns[i+2]
+			if v == "-" && f[0] == PipeScenario && strings.HasPrefix(col, "chk_") {
+				continue
+			}
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 {
+				t.Errorf("row %s/%s: %s = %q, want a positive number", f[0], f[1], col, v)
+			}
+		}
+		if out, exp := f[len(f)-2], f[len(f)-1]; out != exp {
+			t.Errorf("row %s/%s: %s outputs committed, %s expected", f[0], f[1], out, exp)
+		}
+	}
+}
+
+// TestStateScaling runs the state-scaling path on a small state: every
+// figure is positive and each incremental checkpoint uploads less than the
+// full one.
+func TestStateScaling(t *testing.T) {
+	res, err := StateScaling(context.Background(), StateScalingConfig{Keys: 20_000, Changed: 0.01, Rounds: 2, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Keys != 20_000 || res.Changed != 200 || len(res.Incremental) != 2 || len(res.IncrementalBytes) != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	if res.Load <= 0 || res.Full <= 0 || res.FullBytes <= 0 || res.Restore <= 0 || res.PeakRSSBytes <= 0 || res.DBBytes == 0 {
+		t.Fatalf("result %+v: a figure is not positive", res)
+	}
+	for i, n := range res.IncrementalBytes {
+		if n <= 0 || n >= res.FullBytes {
+			t.Errorf("incremental checkpoint %d uploaded %d bytes, want in (0, %d)", i, n, res.FullBytes)
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Shapes are the values of the generated records' "shape" field; the
+// matcher's rules pair them.
+var Shapes = []string{"CIRCLE", "SQUARE", "TRIANGLE", "RECTANGLE", "HEXAGON"}
+
+// valueBytes is the size the generated JSON values are padded to.
+const valueBytes = 100
+
+// Item is one generated input record: its value is the JSON object
+//
+//	{"id":17,"key":"k000042","shape":"CIRCLE","amount":512,"note":"xxxx"}
+//
+// padded by note to about 100 bytes, and its Kafka key is Key, so every
+// record of one key lands in one partition and keeps its order.
+type Item struct {
+	ID     int64
+	Key    string
+	Shape  string
+	Amount int
+}
+
+// Value returns the item's JSON value, appended to buf.
+func (it Item) Value(buf []byte) []byte {
+	buf = append(buf, `{"id":`...)
+	buf = strconv.AppendInt(buf, it.ID, 10)
+	buf = append(buf, `,"key":"`...)
+	buf = append(buf, it.Key...)
+	buf = append(buf, `","shape":"`...)
+	buf = append(buf, it.Shape...)
+	buf = append(buf, `","amount":`...)
+	buf = strconv.AppendInt(buf, int64(it.Amount), 10)
+	buf = append(buf, `,"note":"`...)
+	for n := valueBytes - len(buf) - 2; n > 0; n-- {
+		buf = append(buf, 'x')
+	}
+	return append(buf, `"}`...)
+}
+
+// Generator produces a deterministic stream of items: keys uniform over
+// Keys keys, or Zipf-distributed (key 0 the hottest) when zipf > 1; shapes
+// uniform over Shapes; amounts uniform in [0, 1000). Two generators made
+// with the same arguments produce the same stream. Not safe for concurrent
+// use.
+type Generator struct {
+	rng   *rand.Rand
+	zipf  *rand.Zipf
+	keys  int
+	next  int64
+	names []string
+}
+
+// NewGenerator returns a generator over keys keys (>= 1); zipf is the Zipf
+// exponent s (> 1), or 0 for uniform keys.
+func NewGenerator(keys int, zipf float64) *Generator {
+	rng := rand.New(rand.NewPCG(12, 34))
+	g := &Generator{rng: rng, keys: keys, names: make([]string, keys)}
+	for i := range g.names {
+		g.names[i] = fmt.Sprintf("k%06d", i)
+	}
+	if zipf > 1 && keys > 1 {
+		g.zipf = rand.NewZipf(rng, zipf, 1, uint64(keys-1))
+	}
+	return g
+}
+
+// Next returns the next item.
+func (g *Generator) Next() Item {
+	var k int
+	if g.zipf != nil {
+		k = int(g.zipf.Uint64())
+	} else {
+		k = g.rng.IntN(g.keys)
+	}
+	g.next++
+	return Item{ID: g.next, Key: g.names[k], Shape: Shapes[g.rng.IntN(len(Shapes))], Amount: g.rng.IntN(1000)}
+}
+
+// load produces n items of g to topic, the model m counting the outputs
+// they should cause, and returns that count. Records carry the produce
+// time as timestamp.
+func load(ctx context.Context, cl *kgo.Client, topic string, g *Generator, m Model, n int) (int64, error) {
+	var expected int64
+	errs := make(chan error, 1)
+	for range n {
+		it := g.Next()
+		expected += int64(m.Outputs(it))
+		r := &kgo.Record{Topic: topic, Key: []byte(it.Key), Value: it.Value(make([]byte, 0, valueBytes+8)), Timestamp: time.Now()}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return 0, fmt.Errorf("bench: load %s: %w", topic, err)
+	}
+	select {
+	case err := <-errs:
+		return 0, fmt.Errorf("bench: load %s: %w", topic, err)
+	default:
+	}
+	return expected, nil
+}

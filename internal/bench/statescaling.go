@@ -1,0 +1,216 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kstreamd/kstreamd/operators"
+	"github.com/kstreamd/kstreamd/state"
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+// StateScalingScenario is the --scenario name of RunStateScaling.
+const StateScalingScenario = "state-scaling"
+
+// StateScalingConfig configures RunStateScaling.
+type StateScalingConfig struct {
+	// Keys is the number of keys of the state. Default 1,000,000.
+	Keys int
+	// Changed is the fraction of keys updated between two checkpoints.
+	// Default 0.01.
+	Changed float64
+	// Rounds is the number of incremental checkpoints measured. Default 3.
+	Rounds int
+	// BlockCacheBytes bounds the Pebble block cache. Default 64 MiB, the
+	// state.block_cache_bytes default.
+	BlockCacheBytes int64
+	// Dir is the work directory (the DB, checkpoints, the restored DB).
+	// Required.
+	Dir string
+	// Logger receives the state backend's logs (the restore's progress).
+	Logger *slog.Logger
+	// CPUProfile, if not empty, profiles the checkpoints and the restore.
+	CPUProfile string
+}
+
+// StateScalingResult are the figures of RunStateScaling.
+type StateScalingResult struct {
+	Keys, Changed int
+	// Load is the time to write every key once (one ValueState.Update per
+	// key, as keyed_count does) and DBBytes the DB's disk usage after it.
+	Load    time.Duration
+	DBBytes uint64
+	// Full is the first checkpoint (every SST uploaded), FullBytes its size.
+	Full      time.Duration
+	FullBytes int64
+	// Incremental are the checkpoints after each round of changes: their
+	// duration (synchronous part: flush and Pebble checkpoint; plus the
+	// upload) and bytes uploaded.
+	Incremental      []time.Duration
+	IncrementalBytes []int64
+	// Restore is the time to open a backend from the last checkpoint and
+	// read one key.
+	Restore time.Duration
+	// PeakRSSBytes is the peak resident set of the process over the run.
+	PeakRSSBytes int64
+}
+
+// RunStateScaling measures checkpoints of Pebble keyed state of cfg.Keys
+// keys (the keyed_count state: one int64 per key, one subtask owning every
+// key group): a full checkpoint, then cfg.Rounds incremental checkpoints
+// each after updating cfg.Changed of the keys (random ones), then a
+// restore from the last; it prints one table to w. Checkpoints are taken
+// with state.SnapshotKeyed, what a keyed operator's subtask runs for a
+// barrier, into a job-like directory with a shared directory.
+func RunStateScaling(ctx context.Context, cfg StateScalingConfig, w io.Writer) error {
+	res, err := StateScaling(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "keys\tchanged\tload_s\tdb_MiB\tfull_chk_ms\tfull_chk_MiB\tincr_p50_ms\tincr_max_ms\tincr_p50_MiB\tincr_max_MiB\trestore_ms\tpeak_rss_MiB\t")
+	mib := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+	fmt.Fprintf(tw, "%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t\n", res.Keys, res.Changed, res.Load.Seconds(), mib(int64(res.DBBytes)),
+		ms(res.Full), mib(res.FullBytes), ms(quantile(res.Incremental, 0.5)), ms(quantile(res.Incremental, 1)),
+		mib(quantile(res.IncrementalBytes, 0.5)), mib(quantile(res.IncrementalBytes, 1)), ms(res.Restore), float64(res.PeakRSSBytes)/(1<<20))
+	return tw.Flush()
+}
+
+// StateScaling is RunStateScaling without the table.
+func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResult, error) {
+	if cfg.Keys <= 0 {
+		cfg.Keys = 1_000_000
+	}
+	if cfg.Changed <= 0 {
+		cfg.Changed = 0.01
+	}
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 3
+	}
+	if cfg.BlockCacheBytes <= 0 {
+		cfg.BlockCacheBytes = 64 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Dir == "" {
+		return StateScalingResult{}, errors.New("bench: state-scaling: dir is required")
+	}
+	root := filepath.Join(cfg.Dir, "state-scaling")
+	if err := os.RemoveAll(root); err != nil {
+		return StateScalingResult{}, err
+	}
+	defer os.RemoveAll(root)
+	maxP := keygroup.DefaultMaxParallelism(1)
+	cache := state.NewBlockCache(cfg.BlockCacheBytes)
+	defer cache.Close()
+	bcfg := state.BackendConfig{
+		Kind: state.KindPebble, Dir: filepath.Join(root, "db"), MaxParallelism: maxP,
+		KeyGroupRange: keygroup.RangeFor(maxP, 1, 0), Cache: cache, Logger: cfg.Logger,
+		TTLCleanup: state.TTLCleanupConfig{Disabled: true},
+	}
+	res := StateScalingResult{Keys: cfg.Keys, Changed: max(1, int(float64(cfg.Keys)*cfg.Changed))}
+	rss := newRSSMeter()
+	b, err := state.OpenBackend(bcfg)
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = b.Close() }()
+	count, err := state.GetValueState(b, operators.KeyedCountState)
+	if err != nil {
+		return res, err
+	}
+	key := func(i int) []byte { return strconv.AppendInt([]byte("k"), int64(i), 10) }
+	t0 := time.Now()
+	for i := range cfg.Keys {
+		if i%65536 == 0 {
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			rss.Sample()
+		}
+		b.SetCurrentKey(key(i))
+		if err := count.Update(1); err != nil {
+			return res, err
+		}
+	}
+	res.Load = time.Since(t0)
+	if du, ok := b.(state.DiskUser); ok {
+		res.DBBytes, _ = du.DiskSpaceUsage()
+	}
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return res, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return res, err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	shared := filepath.Join(root, "checkpoints", "shared")
+	var last state.KeyedSnapshot
+	var lastDir string
+	checkpointOnce := func(id int) (time.Duration, int64, error) {
+		dir := filepath.Join(root, "checkpoints", "chk-"+strconv.Itoa(id))
+		start := time.Now()
+		finish, err := state.SnapshotKeyed(b, state.SnapshotTarget{Dir: dir, TaskPath: "count/0", SharedDir: shared})
+		if err != nil {
+			return 0, 0, err
+		}
+		snap, err := finish(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		last, lastDir = snap, dir
+		rss.Sample()
+		return time.Since(start), snap.Bytes, nil
+	}
+	if res.Full, res.FullBytes, err = checkpointOnce(1); err != nil {
+		return res, err
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for r := range cfg.Rounds {
+		for range res.Changed {
+			b.SetCurrentKey(key(rng.IntN(cfg.Keys)))
+			if err := count.Update(int64(r + 2)); err != nil {
+				return res, err
+			}
+		}
+		d, n, err := checkpointOnce(r + 2)
+		if err != nil {
+			return res, err
+		}
+		res.Incremental, res.IncrementalBytes = append(res.Incremental, d), append(res.IncrementalBytes, n)
+	}
+	rcfg := bcfg
+	rcfg.Dir = filepath.Join(root, "restored")
+	start := time.Now()
+	rb, err := state.OpenBackendRestored(rcfg, []state.RestoreHandle{{Handle: last.Handle, Dir: lastDir, SharedDir: shared}})
+	if err != nil {
+		return res, fmt.Errorf("bench: state-scaling: restore: %w", err)
+	}
+	defer func() { _ = rb.Close() }()
+	rcount, err := state.GetValueState(rb, operators.KeyedCountState)
+	if err != nil {
+		return res, err
+	}
+	rb.SetCurrentKey(key(cfg.Keys - 1))
+	if _, ok, err := rcount.Value(); err != nil || !ok {
+		return res, fmt.Errorf("bench: state-scaling: restored state lacks key %d: %v", cfg.Keys-1, err)
+	}
+	res.Restore = time.Since(start)
+	res.PeakRSSBytes = rss.Peak()
+	return res, nil
+}

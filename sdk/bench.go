@@ -1,0 +1,227 @@
+package sdk
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/kstreamd/kstreamd/internal/bench"
+	"github.com/kstreamd/kstreamd/internal/embedded"
+)
+
+const benchUsage = `usage: kstreamd bench [--scenario NAME | --all] [flags]
+
+Runs a benchmark scenario as a real job against the embedded broker (started
+in a child process) or --brokers, and prints one table; BENCHMARKS.md
+explains it. Scenarios: %s; and state-scaling (Pebble checkpoints and
+restore of --keys keys, not part of --all).
+
+flags:
+`
+
+// runBench is `kstreamd bench`.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Registry) int {
+	fs := flag.NewFlagSet("kstreamd bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, benchUsage, bench.ScenarioNames())
+		fs.PrintDefaults()
+	}
+	scenario := fs.String("scenario", "keyed-count-pebble", "the scenario `NAME` to run")
+	all := fs.Bool("all", false, "run every scenario (not state-scaling) and print one table")
+	delivery := fs.String("delivery", bench.ExactlyOnce, "the sinks' delivery: exactly-once, at-least-once, or both")
+	records := fs.Int("records", 500_000, "`N` records pre-loaded for the throughput phase")
+	keys := fs.Int("keys", 10_000, "`K` distinct keys")
+	zipf := fs.Float64("zipf", 0, "Zipf exponent `S` (> 1) of the key distribution; 0 draws keys uniformly")
+	partitions := fs.Int("partitions", 4, "partitions of every topic the bench creates")
+	parallelism := fs.Int("parallelism", 2, "the job's parallelism")
+	brokers := fs.String("brokers", "", "comma-separated seed brokers `HOST:PORT,...`; empty starts the embedded broker in a child process")
+	interval := fs.Duration("interval", time.Second, "checkpoint interval (and the pipe's transaction interval)")
+	latency := fs.Duration("latency-duration", 10*time.Second, "how long the latency phase produces")
+	dir := fs.String("dir", "", "work `DIR` (job data, checkpoints, the embedded broker's log); empty means a temporary directory, removed at the end")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of each run's throughput phase to `FILE` (with --all or several deliveries, one file per run: FILE with -<scenario>-<delivery> before the extension)")
+	changed := fs.Float64("changed", 0.01, "state-scaling: fraction of the keys changed between checkpoints")
+	rounds := fs.Int("rounds", 5, "state-scaling: incremental checkpoints measured")
+	serve := fs.Bool("serve-broker", false, "internal: run only the embedded broker for a parent bench, until stdin closes")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "kstreamd bench: unexpected argument %q (flags only)\n", fs.Arg(0))
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if *serve {
+		return serveBroker(ctx, *dir, *partitions, stdout, logger)
+	}
+	workDir := *dir
+	if workDir == "" {
+		d, err := os.MkdirTemp("", "kstreamd-bench-")
+		if err != nil {
+			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			return 1
+		}
+		defer os.RemoveAll(d)
+		workDir = d
+	} else if err := os.MkdirAll(workDir, 0o755); err != nil {
+		fmt.Fprintln(stderr, "kstreamd bench:", err)
+		return 1
+	}
+	if *scenario == bench.StateScalingScenario && !*all {
+		err := bench.RunStateScaling(ctx, bench.StateScalingConfig{
+			Keys: *keys, Changed: *changed, Rounds: *rounds, Dir: workDir, Logger: slog.New(slog.NewTextHandler(stderr, nil)),
+			CPUProfile: *cpuprofile,
+		}, stdout)
+		if err != nil {
+			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			return 1
+		}
+		return 0
+	}
+	cfg := bench.Config{
+		Scenarios: []string{*scenario}, Deliveries: []string{*delivery}, Records: *records, Keys: *keys, Zipf: *zipf,
+		Partitions: *partitions, Parallelism: *parallelism, CheckpointInterval: *interval, LatencyDuration: *latency,
+		Dir: workDir, Registry: reg, Logger: logger, Progress: stderr, CPUProfile: *cpuprofile,
+	}
+	if *all {
+		cfg.Scenarios = nil
+		for _, s := range bench.Scenarios {
+			cfg.Scenarios = append(cfg.Scenarios, s.Name)
+		}
+	}
+	if *delivery == "both" {
+		cfg.Deliveries = []string{bench.ExactlyOnce, bench.AtLeastOnce}
+	}
+	if *brokers != "" {
+		cfg.Brokers = strings.Split(*brokers, ",")
+	} else {
+		addr, stop, err := spawnBroker(ctx, workDir+"/broker", *partitions)
+		if err != nil {
+			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			return 1
+		}
+		defer stop()
+		cfg.Brokers = []string{addr}
+	}
+	fmt.Fprintf(stderr, "kstreamd bench: %d records over %d keys, %d partitions, parallelism %d, brokers %s\n",
+		*records, *keys, *partitions, *parallelism, strings.Join(cfg.Brokers, ","))
+	res, err := bench.Run(ctx, cfg)
+	if len(res) > 0 {
+		_ = bench.WriteTable(stdout, res)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "kstreamd bench:", err)
+		return 1
+	}
+	return 0
+}
+
+// brokerReady is the line a --serve-broker child prints once it listens.
+const brokerReady = "kstreamd bench broker listening on "
+
+// spawnBroker starts this executable as `kstreamd bench --serve-broker` and
+// returns the broker's address and a stop function, which closes the
+// child's stdin (its signal to stop) and waits for it.
+func spawnBroker(ctx context.Context, dir string, partitions int) (string, func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, fmt.Errorf("start the embedded broker: %w", err)
+	}
+	cmd := exec.Command(exe, "bench", "--serve-broker", "--dir", dir, "--partitions", fmt.Sprint(partitions))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("start the embedded broker: %w", err)
+	}
+	stop := func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), brokerReady); ok {
+				line <- a
+			}
+		}
+		close(line)
+	}()
+	select {
+	case a, ok := <-line:
+		if !ok {
+			stop()
+			return "", nil, errors.New("the embedded broker exited before listening")
+		}
+		return a, stop, nil
+	case <-ctx.Done():
+		stop()
+		return "", nil, ctx.Err()
+	case <-time.After(time.Minute):
+		stop()
+		return "", nil, errors.New("the embedded broker did not start within 1m")
+	}
+}
+
+// serveBroker runs the embedded broker on a free port of 127.0.0.1 until
+// stdin closes or ctx ends, printing brokerReady and its address first.
+func serveBroker(ctx context.Context, dir string, partitions int, stdout io.Writer, logger *slog.Logger) int {
+	if dir == "" {
+		fmt.Fprintln(os.Stderr, "kstreamd bench --serve-broker: --dir is required")
+		return 2
+	}
+	b, err := embedded.Start(ctx, logger, "127.0.0.1:0", dir, partitions, nil)
+	if err != nil {
+		logger.Error("broker failed", "err", err)
+		return 1
+	}
+	defer b.Close()
+	fmt.Fprintln(stdout, brokerReady+b.Addrs()[0])
+	eof := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(eof) }()
+	select {
+	case <-eof:
+	case <-ctx.Done():
+	}
+	return 0
+}
+
+// startCPUProfile starts a CPU profile into path; the returned function
+// stops it.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
