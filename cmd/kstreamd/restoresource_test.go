@@ -434,8 +434,9 @@ func TestCheckpointsVerifyCommandLine(t *testing.T) {
 		{"no dir", []string{"checkpoints", "verify"}, 2, "usage: kstreamd checkpoints verify DIR"},
 		{"two dirs", []string{"checkpoints", "verify", "a", "b"}, 2, "usage: kstreamd checkpoints verify DIR"},
 		{"no metadata", []string{"checkpoints", "verify", missing}, 1, "kstreamd checkpoints verify: open " + filepath.Join(missing, checkpoint.MetadataFile) + ": no such file or directory"},
-		{"help", []string{"checkpoints", "--help"}, 0, "usage: kstreamd checkpoints list --dir DIR\n       kstreamd checkpoints verify DIR\n"},
-		{"unknown sub-command", []string{"checkpoints", "check"}, 2, "usage: kstreamd checkpoints list --dir DIR"},
+		{"help", []string{"checkpoints", "--help"}, 0, "usage: kstreamd checkpoints <command> [flags]\n\ncommands:\n  list --dir DIR"},
+		{"help names verify", []string{"checkpoints", "--help"}, 0, "\n  verify DIR              check the checkpoint or savepoint in DIR as a restore\n"},
+		{"unknown sub-command", []string{"checkpoints", "check"}, 2, "usage: kstreamd checkpoints <command> [flags]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out testkit.SyncBuffer
