@@ -86,13 +86,23 @@ func (v *StatusWatermarkValve) Active(ch int) {
 // Idle marks channel ch idle. It returns the new input watermark and true
 // when excluding ch advanced it, and allIdle true the first time every
 // taking part channel is idle or finished (the idle status is then to be
-// forwarded).
+// forwarded). When no channel is active any more, the input watermark
+// becomes the largest watermark any channel reached, as Flink's
+// StatusWatermarkValve flushes it (findAndOutputMaxWatermarkAcrossAllChannels):
+// otherwise the channel that went idle last would hold time back at its
+// own watermark for as long as every input stays quiet, whichever order
+// they fell quiet in.
 func (v *StatusWatermarkValve) Idle(ch int) (wm time.Time, advanced, allIdle bool) {
 	if v.ignored[ch] {
 		return v.current, false, false
 	}
 	v.idle[ch] = true
 	wm, advanced = v.advance()
+	if !v.anyActive() {
+		if top, ok := v.maxAcrossChannels(); ok && top.After(v.current) {
+			v.current, wm, advanced = top, top, true
+		}
+	}
 	if !v.anyActive() && !v.allIdle {
 		v.allIdle = true
 		return wm, advanced, true
@@ -105,6 +115,21 @@ func (v *StatusWatermarkValve) Idle(ch int) (wm time.Time, advanced, allIdle boo
 func (v *StatusWatermarkValve) Finish(ch int) (time.Time, bool) {
 	v.done[ch] = true
 	return v.advance()
+}
+
+// maxAcrossChannels returns the largest watermark of the channels taking
+// part (idle and finished ones included), false when none sent one.
+func (v *StatusWatermarkValve) maxAcrossChannels() (time.Time, bool) {
+	top, found := MinWatermark, false
+	for i, wm := range v.wm {
+		if v.ignored[i] || wm.Equal(MinWatermark) {
+			continue
+		}
+		if !found || wm.After(top) {
+			top, found = wm, true
+		}
+	}
+	return top, found
 }
 
 func (v *StatusWatermarkValve) anyActive() bool {

@@ -56,3 +56,31 @@ func TestStatusWatermarkValve(t *testing.T) {
 		}
 	}
 }
+
+// TestValveAllIdleFlushesMaxWatermark: when every channel is idle, the
+// input watermark is the largest any channel reached, whichever channel
+// went quiet last (Flink's StatusWatermarkValve). Without it a job whose
+// partitions all fall quiet keeps time at the slower one's watermark, and
+// windows it could close stay open.
+func TestValveAllIdleFlushesMaxWatermark(t *testing.T) {
+	ms := func(n int64) time.Time { return time.UnixMilli(n) }
+	for _, order := range [][2]int{{0, 1}, {1, 0}} {
+		v := NewStatusWatermarkValve(2, nil)
+		v.Watermark(0, ms(32_999))
+		if wm, _ := v.Watermark(1, ms(9_999)); !wm.Equal(ms(9_999)) {
+			t.Fatalf("min watermark %d, want 9999", wm.UnixMilli())
+		}
+		v.Idle(order[0])
+		wm, adv, allIdle := v.Idle(order[1])
+		if !v.Current().Equal(ms(32_999)) || !allIdle {
+			t.Fatalf("idle order %v: current %d (last step %d %v %v), want 32999 and all idle", order, v.Current().UnixMilli(), wm.UnixMilli(), adv, allIdle)
+		}
+	}
+	// A channel that never sent a watermark (a source subtask without a
+	// partition) does not move time.
+	v := NewStatusWatermarkValve(2, nil)
+	v.Idle(0)
+	if _, adv, _ := v.Idle(1); adv || !v.Current().Equal(MinWatermark) {
+		t.Fatalf("all idle without watermarks: advanced %v to %d, want no time", adv, v.Current().UnixMilli())
+	}
+}
