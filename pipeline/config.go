@@ -653,8 +653,16 @@ func (c *Config) SourceParallelism(s *SourceConfig) int {
 	return c.Job.Parallelism
 }
 
+// routed reports whether op's type keys its input itself
+// (operators.Factory.Router): it is keyed without key_by.
+func (c *Config) routed(op *OperatorConfig) bool {
+	f, ok := c.registry().Lookup(op.Type)
+	return ok && f.Router != nil
+}
+
 // OperatorParallelism returns the number of subtasks of op: its
 // parallelism; when that is 0, job.parallelism for an operator with key_by
+// or of a type that keys its input itself (rules)
 // and its input's parallelism otherwise (job.parallelism when the input
 // names nothing or the inputs form a cycle, which Validate refuses).
 func (c *Config) OperatorParallelism(op *OperatorConfig) int {
@@ -662,7 +670,7 @@ func (c *Config) OperatorParallelism(op *OperatorConfig) int {
 		if op.Parallelism > 0 {
 			return op.Parallelism
 		}
-		if op.KeyBy != "" {
+		if op.KeyBy != "" || c.routed(op) {
 			return c.Job.Parallelism
 		}
 		if src, ok := c.SourceByName(op.Input); ok {
