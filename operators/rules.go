@@ -466,7 +466,7 @@ type ruleEnvelope struct {
 
 // appendEnvelope appends the envelope of one routed copy.
 func appendEnvelope(b []byte, cr *CompiledRule, v ruleVersion, group []json.RawMessage, in, rec []byte) []byte {
-	str := func(s string) []byte { j, _ := json.Marshal(s); return j }
+	str := jsonString
 	b = append(b, `{"rule":`...)
 	b = append(b, str(cr.Spec.ID)...)
 	b = fmt.Appendf(b, `,"version":{"p":%d,"o":%d},"shape":`, v.P, v.O)
@@ -820,7 +820,7 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 
 // appendAlert appends the alert JSON of envelope e.
 func appendAlert(b []byte, e *ruleEnvelope, value []byte, ts int64) []byte {
-	str := func(s string) []byte { j, _ := json.Marshal(s); return j }
+	str := jsonString
 	b = append(append(b, `{"rule":`...), str(e.Rule)...)
 	b = append(b, `,"group":{`...)
 	for i, g := range e.Group {
@@ -1107,4 +1107,14 @@ func (f *RulesEvaluator) RestoreBroadcastState(states map[string]json.RawMessage
 	}
 	f.publish()
 	return nil
+}
+
+// jsonString is s as a JSON string, without escaping <, > and & (alert
+// limits such as "> 500" stay readable).
+func jsonString(s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string: cannot fail
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }

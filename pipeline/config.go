@@ -516,7 +516,7 @@ type DemoConfig struct {
 	// ItemsPerSecond is the rate of items written, per second. Default 5;
 	// finite and > 0.
 	ItemsPerSecond float64 `yaml:"items_per_second"`
-	// Kind is what the demo writes: "shapes" (the default: coloured items
+	// Kind is what the demo writes: "shapes" ("" too, the default: coloured items
 	// and shape-pair rules, for the colorshape job) or "transactions"
 	// (payments and fraud rules, for the rules job, configs/rules.yaml).
 	Kind string `yaml:"kind"`
@@ -539,7 +539,7 @@ func Default() *Config {
 		},
 		Metrics: MetricsConfig{Address: "127.0.0.1:9249"},
 		Log:     LogConfig{Level: LogLevelInfo, Format: LogFormatText},
-		Demo:    DemoConfig{ItemsPerSecond: 5, Kind: "shapes"},
+		Demo:    DemoConfig{ItemsPerSecond: 5},
 	}
 }
 

@@ -484,7 +484,9 @@ func (c *Config) validateDemo(v *validator) {
 	if math.IsNaN(d.ItemsPerSecond) || math.IsInf(d.ItemsPerSecond, 0) || d.ItemsPerSecond <= 0 {
 		v.errorf("demo.items_per_second", "must be a finite number > 0, got %v", d.ItemsPerSecond)
 	}
-	v.oneOf("demo.kind", d.Kind, "shapes", "transactions")
+	if d.Kind != "" {
+		v.oneOf("demo.kind", d.Kind, "shapes", "transactions")
+	}
 	if !d.Enabled {
 		return
 	}

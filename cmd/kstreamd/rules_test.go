@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -361,4 +363,51 @@ func TestRulesKillRestore(t *testing.T) {
 		}
 		t.Logf("%d identical alerts in three runs", len(sets[0]))
 	})
+}
+
+// TestRulesReferenceJob runs configs/rules.yaml as it is (its data_dir,
+// broker and metrics addresses moved to the test's): the built-in demo's
+// payments and rules give read_committed alerts within seconds, and GET
+// /api/v1/rules lists the four demo rules on the four subtasks of both
+// stages.
+func TestRulesReferenceJob(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "configs", "rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	cfg := strings.NewReplacer("./data-rules", dir, "127.0.0.1:9093", broker, "127.0.0.1:9250", metrics).Replace(string(raw))
+	d := startProc(t, dir, cfg, broker, metrics)
+	var alerts []*kgo.Record
+	if !testkit.Poll(60*time.Second, func() bool {
+		alerts = testkit.ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(broker)}, kgo.ReadCommitted(), "alerts", 10*time.Second)
+		return len(alerts) > 0 || d.exited()
+	}) || d.exited() {
+		t.Fatalf("no alert within 60s (exited %v):\n%s", d.exited(), d.out.String())
+	}
+	t.Logf("first alert: %s", alerts[0].Value)
+	var body struct {
+		Subtasks []struct {
+			Operator string
+			Rules    []struct{ ID string }
+		}
+	}
+	resp, err := http.Get("http://" + metrics + "/api/v1/rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := jsonDecode(resp, &body); err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string]int{}
+	for _, s := range body.Subtasks {
+		ops[s.Operator]++
+		if len(s.Rules) != 4 {
+			t.Errorf("%s holds %d rules, want 4", s.Operator, len(s.Rules))
+		}
+	}
+	if ops["fraud"] != 2 || ops["fraud.route"] != 2 {
+		t.Errorf("api lists subtasks %v, want 2 of fraud and 2 of fraud.route", ops)
+	}
 }
