@@ -89,6 +89,35 @@ type Job struct {
 	cache       *state.BlockCache
 	restoredDir string
 	deadLetters *kgo.Client // shared dead-letter producer of the operators' bad-record policies; nil when none
+	// reporters are the subtask functions that list their rules
+	// (operators.RulesReporter), in graph order; fixed after Build.
+	reporters []subtaskRules
+}
+
+// subtaskRules is one subtask's operators.RulesReporter.
+type subtaskRules struct {
+	operator string
+	subtask  int
+	r        operators.RulesReporter
+}
+
+// SubtaskRules are the rules one operator subtask holds.
+type SubtaskRules struct {
+	Operator string                 `json:"operator"`
+	Subtask  int                    `json:"subtask"`
+	Rules    []operators.RuleStatus `json:"rules"`
+}
+
+// Rules lists the rules every subtask of a rules operator holds (both
+// stages: "<op>.route" routes and counts matches, "<op>" keeps the state
+// and counts alerts), in graph order. Safe to call from any goroutine
+// while the job runs.
+func (j *Job) Rules() []SubtaskRules {
+	out := make([]SubtaskRules, 0, len(j.reporters))
+	for _, r := range j.reporters {
+		out = append(out, SubtaskRules{Operator: r.operator, Subtask: r.subtask, Rules: r.r.RuleStatuses()})
+	}
+	return out
 }
 
 // Build turns a planned graph into a runnable job. It finds what to restore
@@ -252,6 +281,9 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			})
 			if err != nil {
 				return nil, fmt.Errorf("job: operator %q (%s) subtask %d: %w", op.Name, op.Type, sub, err)
+			}
+			if rr, ok := fn.(operators.RulesReporter); ok {
+				j.reporters = append(j.reporters, subtaskRules{operator: op.Name, subtask: sub, r: rr})
 			}
 			kop, err := j.operator(op, sub, fn, restores[sub], b.outputs[op.Name][sub], mailbox, stateRoot, logger)
 			if err != nil {

@@ -40,7 +40,8 @@ type FunctionSnapshotContext struct {
 	Timestamp time.Time
 }
 
-// BroadcastStateful is implemented by a KeyedBroadcastProcessFunction whose
+// BroadcastStateful is implemented by a KeyedBroadcastProcessFunction (or
+// BroadcastProcessFunction) whose
 // broadcast state is checkpointed: every subtask snapshots its copy and a
 // restored subtask gets one copy back (scale-up subtasks take old copies
 // round-robin). Both run on the subtask goroutine.

@@ -66,3 +66,14 @@ type KeyedProcessFunction interface {
 	// ProcessElement handles one record; the backend's current key is rec.Key.
 	ProcessElement(ctx context.Context, rec runtime.Record, out Collector) error
 }
+
+// BroadcastProcessFunction processes a stream that is not keyed together
+// with a broadcast stream (Flink's BroadcastProcessFunction): the routing
+// stage of a dynamically keyed type (Factory.Router). It has no keyed state;
+// its broadcast state is checkpointed when it implements BroadcastStateful.
+// Every method runs on the subtask goroutine.
+type BroadcastProcessFunction interface {
+	ProcessFunction
+	// ProcessBroadcastElement handles a record of the broadcast input.
+	ProcessBroadcastElement(ctx context.Context, rec runtime.Record, out Collector) error
+}

@@ -163,3 +163,16 @@ func (s *ExpressionKeySelector) SelectKey(rec *runtime.Record) ([]byte, error) {
 func (s *ExpressionKeySelector) keyError(reason, msg string) *runtime.RecordError {
 	return &runtime.RecordError{Reason: reason, Detail: fmt.Sprintf("key_by %q: %s", s.expr.String(), msg)}
 }
+
+// RecordKeySelector selects the record's key as it is: the key an upstream
+// stage set (the routing stage of a dynamically keyed type). A nil key is
+// a *runtime.RecordError with reason missing_key.
+type RecordKeySelector struct{}
+
+// SelectKey implements runtime.KeySelector.
+func (RecordKeySelector) SelectKey(rec *runtime.Record) ([]byte, error) {
+	if rec.Key == nil {
+		return nil, &runtime.RecordError{Reason: runtime.ReasonMissingKey, Detail: "the routing stage set no key"}
+	}
+	return rec.Key, nil
+}

@@ -12,6 +12,11 @@ type Metrics struct {
 	lastRuleUpdate *prometheus.GaugeVec
 	rulesRejected  *prometheus.CounterVec
 	pendingExpired *prometheus.CounterVec
+
+	rulesMatched    *prometheus.CounterVec
+	rulesAlerts     *prometheus.CounterVec
+	rulesEvalErrors *prometheus.CounterVec
+	rulesEntries    *prometheus.GaugeVec
 }
 
 // NewMetrics registers with reg:
@@ -19,6 +24,13 @@ type Metrics struct {
 //	kstreamd_broadcast_rules{operator,subtask}                          rules held in broadcast state
 //	kstreamd_broadcast_last_update_timestamp_seconds{operator,subtask}  Unix time of the last rule put or delete
 //	kstreamd_broadcast_rules_rejected_total{operator}                   rule records that could not be decoded
+//	kstreamd_rules_records_matched_total{operator}                      copies the rules operator routed (record x matching rule)
+//	kstreamd_rules_alerts_total{operator}                               alerts the rules operator emitted
+//	kstreamd_rules_eval_errors_total{operator}                          rule expressions that failed on a record (no match)
+//	kstreamd_rules_window_entries{operator,subtask}                     window buckets the rules operator holds
+//
+// Per-rule counts are not metrics: a rule id is unbounded (STYLE.md
+// section 9), so they are in GET /api/v1/rules.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		rulesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -37,8 +49,24 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kstreamd_shape_pair_items_expired_total",
 			Help: "Stored items the shape-pair matcher removed unpaired after pending_timeout.",
 		}, []string{"operator"}),
+		rulesMatched: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_rules_records_matched_total",
+			Help: "Copies of records the rules operator routed: one per record and matching active rule.",
+		}, []string{"operator"}),
+		rulesAlerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_rules_alerts_total",
+			Help: "Alerts the rules operator emitted.",
+		}, []string{"operator"}),
+		rulesEvalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_rules_eval_errors_total",
+			Help: "Evaluations of a rule's filter, group_by or aggregate.of that failed on a record; the record does not match that rule.",
+		}, []string{"operator"}),
+		rulesEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kstreamd_rules_window_entries",
+			Help: "Window buckets (one per key and millisecond) the rules operator subtask holds in keyed state.",
+		}, []string{"operator", "subtask"}),
 	}
-	for _, c := range []prometheus.Collector{m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired} {
+	for _, c := range []prometheus.Collector{m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired, m.rulesMatched, m.rulesAlerts, m.rulesEvalErrors, m.rulesEntries} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -25,7 +25,8 @@ type ProcessFunction interface {
 	ProcessElement(ctx context.Context, rec runtime.Record, out Collector) error
 }
 
-// ProcessOperator drives a ProcessFunction on one subtask; it implements
+// ProcessOperator drives a ProcessFunction (or a BroadcastProcessFunction,
+// whose logical input 1 is the broadcast input) on one subtask; it implements
 // runtime.Operator and runtime.Snapshotter (operator state only).
 type ProcessOperator struct {
 	info    OpenContext
@@ -55,13 +56,22 @@ func (o *ProcessOperator) Open(ctx context.Context) error {
 	}
 	o.opStore = state.NewOperatorStateStore(r.Operator)
 	if cf, ok := o.fn.(CheckpointedFunction); ok {
-		return cf.InitializeState(FunctionInitializationContext{OperatorStateStore: o.opStore})
+		if err := cf.InitializeState(FunctionInitializationContext{OperatorStateStore: o.opStore}); err != nil {
+			return err
+		}
+	}
+	if bs, ok := o.fn.(BroadcastStateful); ok && r.Broadcast != nil {
+		return bs.RestoreBroadcastState(r.Broadcast)
 	}
 	return nil
 }
 
 // ProcessRecord implements runtime.Operator.
 func (o *ProcessOperator) ProcessRecord(ctx context.Context, input int, rec runtime.Record) error {
+	if bf, ok := o.fn.(BroadcastProcessFunction); ok && input == 1 {
+		o.coll.ctx = ctx
+		return bf.ProcessBroadcastElement(ctx, rec, &o.coll)
+	}
 	if input != 0 {
 		return fmt.Errorf("operators: %s[%d]: record on unknown input %d", o.info.Operator, o.info.Subtask, input)
 	}
@@ -80,6 +90,13 @@ func (o *ProcessOperator) SnapshotState(_ context.Context, b *runtime.Barrier) (
 	var ts checkpoint.TaskState
 	if ops := o.opStore.Snapshot(); len(ops) > 0 {
 		ts.Operator = ops
+	}
+	if bs, ok := o.fn.(BroadcastStateful); ok {
+		m, err := bs.SnapshotBroadcastState()
+		if err != nil {
+			return nil, err
+		}
+		ts.Broadcast = m
 	}
 	raw, err := json.Marshal(ts)
 	if err != nil {

@@ -57,6 +57,16 @@ type Factory struct {
 	// input at its source (a rule that does not decode meets the source's
 	// on_error policy with reason invalid and never reaches state).
 	CheckBroadcast func(key, value []byte) error
+	// Router, if not nil, keys the type's input dynamically (Flink's
+	// dynamic fraud-detection pattern, "dynamic partitioning"): the
+	// planner expands the operator into two vertices, a routing stage
+	// "<operator>.route" running Router's function (a
+	// BroadcastProcessFunction: not keyed, same broadcast input) at its
+	// input's parallelism, and the operator itself, which reads the
+	// routing stage's output over a key-group hash edge keyed by each
+	// record's key (the key the routing stage set). Such a type takes no
+	// key_by. Router's own Router must be nil.
+	Router *Factory
 	// New returns the function of one subtask: a ProcessFunction for a type
 	// that is not keyed; for a keyed type a KeyedProcessFunction or, with
 	// Traits.Broadcast, a KeyedBroadcastProcessFunction; with
@@ -113,6 +123,8 @@ func (r *Registry) Register(f Factory) error {
 		return fmt.Errorf("operators: register %q: New is nil", f.Type)
 	case (f.Traits.Broadcast || f.Traits.AsyncState) && !f.Traits.Keyed:
 		return fmt.Errorf("operators: register %q: broadcast and async state need a keyed type", f.Type)
+	case f.Router != nil && (!f.Traits.Keyed || f.Router.New == nil || f.Router.Router != nil || f.Router.Traits.Keyed):
+		return fmt.Errorf("operators: register %q: a router needs a keyed type and a non-keyed router with New and no router of its own", f.Type)
 	}
 	if _, dup := r.types[f.Type]; dup {
 		return fmt.Errorf("operators: register %q: type already registered", f.Type)
@@ -145,6 +157,7 @@ func Builtins() []Factory {
 		aggregateFactory(),
 		windowFactory(),
 		dedupFactory(),
+		rulesFactory(),
 		filterFactory(),
 		mapFactory(),
 		flatMapFactory(),

@@ -620,6 +620,10 @@ type DemoConfig struct {
 	// ItemsPerSecond is the rate of items written, per second. Default 5;
 	// finite and > 0.
 	ItemsPerSecond float64 `yaml:"items_per_second"`
+	// Kind is what the demo writes: "shapes" ("" too, the default: coloured items
+	// and shape-pair rules, for the colorshape job) or "transactions"
+	// (payments and fraud rules, for the rules job, configs/rules.yaml).
+	Kind string `yaml:"kind"`
 }
 
 // Default returns a Config holding every default: what Load and Parse start
@@ -758,8 +762,16 @@ func (c *Config) SourceParallelism(s *SourceConfig) int {
 	return c.Job.Parallelism
 }
 
+// routed reports whether op's type keys its input itself
+// (operators.Factory.Router): it is keyed without key_by.
+func (c *Config) routed(op *OperatorConfig) bool {
+	f, ok := c.registry().Lookup(op.Type)
+	return ok && f.Router != nil
+}
+
 // OperatorParallelism returns the number of subtasks of op: its
 // parallelism; when that is 0, job.parallelism for an operator with key_by
+// or of a type that keys its input itself (rules)
 // and its input's parallelism otherwise (job.parallelism when the input
 // names nothing or the inputs form a cycle, which Validate refuses).
 func (c *Config) OperatorParallelism(op *OperatorConfig) int {
@@ -767,7 +779,7 @@ func (c *Config) OperatorParallelism(op *OperatorConfig) int {
 		if op.Parallelism > 0 {
 			return op.Parallelism
 		}
-		if op.KeyBy != "" {
+		if op.KeyBy != "" || c.routed(op) {
 			return c.Job.Parallelism
 		}
 		if src, ok := c.SourceByName(op.Input); ok {

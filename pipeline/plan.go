@@ -180,6 +180,15 @@ func (c *Config) buildGraph() *graph.Graph {
 			place(in)
 		}
 		f, _ := reg.Lookup(op.Type)
+		broadcastEdge := func(to string) {
+			g.Edges = append(g.Edges, graph.Edge{From: op.Broadcast, To: to, Input: 1, Kind: graph.Broadcast})
+			if bs := srcs[op.Broadcast]; bs != nil {
+				bs.Broadcast = true
+				if bs.Check == nil {
+					bs.Check = f.CheckBroadcast
+				}
+			}
+		}
 		o := &graph.Operator{
 			Name: op.Name, Type: op.Type, Factory: f, Params: c.params[op.Name],
 			Parallelism: c.OperatorParallelism(op), AsyncState: op.AsyncState, KeyBy: op.KeyBy,
@@ -187,16 +196,28 @@ func (c *Config) buildGraph() *graph.Graph {
 		}
 		o.ErrorSources[0] = c.lineageSource(c.inputVertex(op.Input))
 		o.ErrorSources[1] = op.Broadcast
+		if f.Router != nil {
+			// Dynamic keying: the routing stage at the input's parallelism,
+			// with the same broadcast input, then the operator over a hash
+			// edge keyed by the key the routing stage set.
+			route := &graph.Operator{
+				Name: op.Name + operators.RulesRouteSuffix, Type: f.Router.Type, Factory: f.Router, Params: c.params[op.Name],
+				Parallelism: c.OperatorParallelism(&OperatorConfig{Input: op.Input}),
+				Input:       c.inputVertex(op.Input), Broadcast: op.Broadcast, ErrorSources: o.ErrorSources,
+			}
+			g.Operators = append(g.Operators, route)
+			g.Edges = append(g.Edges, c.edge(op.Input, route.Name, "", route.Parallelism))
+			broadcastEdge(route.Name)
+			o.Input, o.KeyBy = route.Name, "key"
+			g.Operators = append(g.Operators, o)
+			g.Edges = append(g.Edges, graph.Edge{From: route.Name, To: op.Name, Kind: graph.Hash, Key: operators.RecordKeySelector{}, KeyBy: "key"})
+			broadcastEdge(op.Name)
+			return
+		}
 		g.Operators = append(g.Operators, o)
 		g.Edges = append(g.Edges, c.edge(op.Input, op.Name, op.KeyBy, o.Parallelism))
 		if op.Broadcast != "" {
-			g.Edges = append(g.Edges, graph.Edge{From: op.Broadcast, To: op.Name, Input: 1, Kind: graph.Broadcast})
-			if bs := srcs[op.Broadcast]; bs != nil {
-				bs.Broadcast = true
-				if bs.Check == nil {
-					bs.Check = f.CheckBroadcast
-				}
-			}
+			broadcastEdge(op.Name)
 		}
 	}
 	for i := range c.Operators {

@@ -133,6 +133,38 @@ second -forward-> out
 			errorSources: map[string][2]string{"first": {"wide", ""}, "second": {"wide", ""}},
 		},
 		{
+			name: "rules: a routing stage at the input's parallelism, then the keyed stage over a hash edge on the routing key; both read the broadcast",
+			body: `operators:
+  - name: fraud
+    type: rules
+    input: wide
+    broadcast: rules
+sinks:
+  - name: alerts
+    input: fraud
+    topic: alerts
+  - name: exported
+    input: fraud.rules
+    topic: exported
+`,
+			want: `job plan max_parallelism=128
+source clicks topic=clicks p=2
+source rules topic=rules p=2
+source wide topic=wide p=8
+operator fraud.route type=rules.route p=8
+operator fraud type=rules p=2
+sink alerts topic=alerts p=2
+sink exported topic=exported p=2
+wide -forward-> fraud.route
+rules -broadcast-> fraud.route[1]
+fraud.route -hash(key)-> fraud
+rules -broadcast-> fraud[1]
+fraud -forward-> alerts
+fraud.rules -forward-> exported
+`,
+			errorSources: map[string][2]string{"fraud.route": {"wide", "rules"}, "fraud": {"wide", "rules"}},
+		},
+		{
 			name: "differing parallelism: rebalance edges",
 			body: `operators:
   - name: narrow

@@ -388,7 +388,14 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 				v.errorf(p+".key_by", "%v", err)
 			}
 		}
-		if known && f.Traits.Keyed && op.KeyBy == "" {
+		if known && f.Router != nil {
+			if op.KeyBy != "" {
+				v.errorf(p+".key_by", "operator type %s takes no key_by: it keys records itself (each rule's group_by)", op.Type)
+			}
+			if _, taken := stages[op.Name+operators.RulesRouteSuffix]; taken && op.Name != "" {
+				v.errorf(p+".name", "%q needs the name %q for its routing stage, which another stage uses", op.Name, op.Name+operators.RulesRouteSuffix)
+			}
+		} else if known && f.Traits.Keyed && op.KeyBy == "" {
 			v.errorf(p+".key_by", "required for operator type %s: a field path (such as user.id) or an expression giving the key", op.Type)
 		}
 		switch bc, ok := stages[op.Broadcast]; {
@@ -480,6 +487,9 @@ func (c *Config) validateDemo(v *validator) {
 	d := &c.Demo
 	if math.IsNaN(d.ItemsPerSecond) || math.IsInf(d.ItemsPerSecond, 0) || d.ItemsPerSecond <= 0 {
 		v.errorf("demo.items_per_second", "must be a finite number > 0, got %v", d.ItemsPerSecond)
+	}
+	if d.Kind != "" {
+		v.oneOf("demo.kind", d.Kind, "shapes", "transactions")
 	}
 	if !d.Enabled {
 		return

@@ -128,6 +128,7 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/job", s.authorized(s.jobStatus))
 	mux.HandleFunc("POST /api/v1/savepoints", s.control(s.savepoint))
 	mux.HandleFunc("GET /api/v1/checkpoints", s.authorized(s.checkpoints))
+	mux.HandleFunc("GET /api/v1/rules", s.authorized(s.rules))
 	mux.HandleFunc("GET /api/v1/checkpoints/{id}", s.authorized(s.checkpointDetails))
 	mux.HandleFunc("/api/v1/", s.authorized(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, SavepointResponse{Error: "no API endpoint " + r.Method + " " + r.URL.Path})
@@ -188,6 +189,23 @@ func decodeSavepointRequest(body io.Reader) (SavepointRequest, error) {
 		return SavepointRequest{}, errors.New("more than one JSON value")
 	}
 	return req, nil
+}
+
+// RulesResponse is the body of GET /api/v1/rules: per subtask of every
+// rules operator (both its stages), the rules it holds with their counts
+// since the subtask started. Per-rule counts live here, not in /metrics:
+// a rule id is an unbounded label.
+type RulesResponse struct {
+	Subtasks []job.SubtaskRules `json:"subtasks"`
+}
+
+func (s *server) rules(w http.ResponseWriter, _ *http.Request) {
+	j, _ := s.current()
+	if j == nil {
+		writeJSON(w, http.StatusServiceUnavailable, SavepointResponse{Error: "no job running"})
+		return
+	}
+	writeJSON(w, http.StatusOK, RulesResponse{Subtasks: j.Rules()})
 }
 
 func (s *server) jobStatus(w http.ResponseWriter, _ *http.Request) {

@@ -457,7 +457,7 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 			defer wg.Done()
 			if err := demo.Run(demoCtx, demo.Config{
 				ClientOpts: cfg.ClientOptions(), ItemsTopic: cfg.Demo.ItemsTopic, RulesTopic: cfg.Demo.RulesTopic,
-				ItemsPerSecond: cfg.Demo.ItemsPerSecond, WatchTopics: watch, Logger: logger.With("component", "demo"),
+				ItemsPerSecond: cfg.Demo.ItemsPerSecond, Kind: cfg.Demo.Kind, WatchTopics: watch, Logger: logger.With("component", "demo"),
 			}); err != nil {
 				logger.Warn("demo producer stopped", "err", err)
 			}

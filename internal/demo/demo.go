@@ -1,6 +1,7 @@
 // Package demo is kstreamd's built-in demo producer: it writes the
 // reference job's shape-pair rules and a steady stream of random coloured
-// items to Kafka, and watches the job's output topics, logging a sample of
+// items (kind "shapes"), or the rules job's fraud rules and a stream of
+// random payments (kind "transactions", configs/rules.yaml), to Kafka, and watches the job's output topics, logging a sample of
 // what arrives, so a newcomer sees matches within seconds on a fresh machine
 // with no other tool.
 package demo
@@ -37,6 +38,37 @@ type Item struct {
 	Shape string `json:"shape"`
 }
 
+// FraudRules are the rules the demo writes with kind "transactions"
+// (Kafka key = id): the rules job's examples, tuned so that alerts show
+// within seconds at 20 payments per second.
+var FraudRules = []string{
+	`{"id":"big-spender","filter":"method == 'card'","group_by":["payee_id","currency"],"aggregate":{"fn":"sum","of":"amount"},"window":"1m","alert_when":"> 1500","emit":{"severity":"high"}}`,
+	`{"id":"busy-payee","group_by":["payee_id"],"aggregate":{"fn":"count"},"window":"30s","alert_when":">= 8"}`,
+	`{"id":"many-cards","group_by":["payee_id"],"aggregate":{"fn":"count_distinct","of":"card"},"window":"2m","alert_when":"> 6"}`,
+	`{"id":"large-wire","filter":"method == 'wire'","group_by":["payee_id"],"aggregate":{"fn":"max","of":"amount"},"window":"1m","alert_when":"> 950"}`,
+}
+
+// Transaction is the JSON value of a transactions-topic record (Kafka key
+// = PayeeID).
+type Transaction struct {
+	ID       int64  `json:"id"`
+	PayeeID  string `json:"payee_id"`
+	Currency string `json:"currency"`
+	Method   string `json:"method"`
+	Card     string `json:"card"`
+	Amount   int64  `json:"amount"`
+}
+
+// NewTransaction returns a random payment: 20 payees, two currencies,
+// cards and wires, amounts 1 to 1000.
+func NewTransaction(rng *rand.Rand, id int64) Transaction {
+	return Transaction{
+		ID: id, PayeeID: fmt.Sprintf("payee-%02d", rng.IntN(20)), Currency: []string{"EUR", "USD"}[rng.IntN(2)],
+		Method: []string{"card", "card", "card", "wire"}[rng.IntN(4)], Card: fmt.Sprintf("card-%03d", rng.IntN(100)),
+		Amount: 1 + rng.Int64N(1000),
+	}
+}
+
 var (
 	colors = []string{"red", "blue", "green", "yellow"}
 	shapes = []string{"RECTANGLE", "TRIANGLE", "CIRCLE"}
@@ -50,6 +82,8 @@ type Config struct {
 	ItemsTopic, RulesTopic string
 	// ItemsPerSecond is the item rate; > 0.
 	ItemsPerSecond float64
+	// Kind is "shapes" ("" too) or "transactions".
+	Kind string
 	// WatchTopics are read (from their end at start) and sampled in the log.
 	WatchTopics []string
 	// Logger is scoped by the caller.
@@ -66,16 +100,31 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("demo: producer: %w", err)
 	}
 	defer prod.Close()
-	for _, r := range Rules {
-		v, _ := json.Marshal(r)
-		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: cfg.RulesTopic, Key: []byte(r.Name), Value: v}).FirstErr(); err != nil {
+	type keyed struct{ key, value []byte }
+	var rules []keyed
+	if cfg.Kind == "transactions" {
+		for _, r := range FraudRules {
+			var id struct {
+				ID string `json:"id"`
+			}
+			_ = json.Unmarshal([]byte(r), &id)
+			rules = append(rules, keyed{[]byte(id.ID), []byte(r)})
+		}
+	} else {
+		for _, r := range Rules {
+			v, _ := json.Marshal(r)
+			rules = append(rules, keyed{[]byte(r.Name), v})
+		}
+	}
+	for _, r := range rules {
+		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: cfg.RulesTopic, Key: r.key, Value: r.value}).FirstErr(); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			cfg.Logger.Warn("demo: writing rule failed", "topic", cfg.RulesTopic, "err", err)
 		}
 	}
-	cfg.Logger.Info("demo: rules written", "topic", cfg.RulesTopic, "rules", len(Rules))
+	cfg.Logger.Info("demo: rules written", "topic", cfg.RulesTopic, "rules", len(rules))
 	done := make(chan struct{})
 	if len(cfg.WatchTopics) > 0 {
 		go func() { defer close(done); watch(ctx, cfg) }()
@@ -104,9 +153,17 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		case <-tick.C:
 		}
-		it := Item{ID: id, Color: colors[rng.IntN(len(colors))], Shape: shapes[rng.IntN(len(shapes))]}
-		v, _ := json.Marshal(it)
-		prod.Produce(ctx, &kgo.Record{Topic: cfg.ItemsTopic, Key: []byte(it.Color), Value: v}, func(_ *kgo.Record, err error) {
+		var key, v []byte
+		if cfg.Kind == "transactions" {
+			tx := NewTransaction(rng, id)
+			key = []byte(tx.PayeeID)
+			v, _ = json.Marshal(tx)
+		} else {
+			it := Item{ID: id, Color: colors[rng.IntN(len(colors))], Shape: shapes[rng.IntN(len(shapes))]}
+			key = []byte(it.Color)
+			v, _ = json.Marshal(it)
+		}
+		prod.Produce(ctx, &kgo.Record{Topic: cfg.ItemsTopic, Key: key, Value: v}, func(_ *kgo.Record, err error) {
 			if err != nil && ctx.Err() == nil {
 				cfg.Logger.Warn("demo: writing item failed", "topic", cfg.ItemsTopic, "err", err)
 			}

@@ -1,0 +1,1120 @@
+package operators
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kstreamd/kstreamd/expression"
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// RulesType is the pipeline name of the rules operator.
+const RulesType = "rules"
+
+// RulesRouteSuffix names the routing stage of a rules operator: operator
+// "fraud" runs as the vertices "fraud.route" and "fraud".
+const RulesRouteSuffix = ".route"
+
+// RulesExportOutput is the rules operator's side output of exported rules
+// (control record export), read as "<operator>.rules".
+const RulesExportOutput = "rules"
+
+// RulesWindowState is the rules operator's keyed state: per key (rule id
+// and group values), record time in ms since the epoch to the window
+// bucket of that millisecond. Part of the checkpoint format.
+var RulesWindowState = state.MapStateDescriptor[int64, RuleBucket]{
+	Name:            "rules-window",
+	KeySerializer:   state.Int64Serializer{},
+	ValueSerializer: state.JSONSerializer[RuleBucket]{},
+}
+
+// RuleBucket is what one key keeps for the records of one millisecond: the
+// rule shape it was written under, the window length then (ms), the number
+// of records and, for every fn but count, their aggregate inputs (JSON).
+type RuleBucket struct {
+	Shape    string            `json:"shape"`
+	WindowMs int64             `json:"window_ms"`
+	N        int64             `json:"n"`
+	In       []json.RawMessage `json:"in,omitempty"`
+}
+
+// RuleTime is the rule_time param of the rules operator.
+type RuleTime string
+
+// The rule times.
+const (
+	// RuleTimeProcessing applies a rule change to the records routed after
+	// it arrives (Flink's behaviour; the default).
+	RuleTimeProcessing RuleTime = "processing"
+	// RuleTimeEvent applies a rule change to the records whose timestamp is
+	// at or after the rule record's own timestamp.
+	RuleTimeEvent RuleTime = "event"
+)
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (t *RuleTime) UnmarshalText(text []byte) error {
+	return setEnum(t, text, RuleTimeProcessing, RuleTimeEvent)
+}
+
+// RulesParams are the params of the rules operator:
+//
+//	params:
+//	  rule_time: processing   # or event
+type RulesParams struct {
+	// RuleTime says from which records on a rule change applies; default
+	// RuleTimeProcessing.
+	RuleTime RuleTime `yaml:"rule_time" doc:"processing (default: a rule change applies to the records routed after it arrives, as in Flink) or event (to the records at or after the rule record's timestamp, so a replay gives the same alerts)."`
+}
+
+// rulesFactory registers RulesType and, as its Router, the routing stage.
+func rulesFactory() Factory {
+	params := func() any { return &RulesParams{RuleTime: RuleTimeProcessing} }
+	timeOf := func(p any) RuleTime {
+		if rp, ok := p.(*RulesParams); ok {
+			return rp.RuleTime
+		}
+		return RuleTimeProcessing
+	}
+	router := &Factory{
+		Type:   RulesType + RulesRouteSuffix,
+		Doc:    "The routing stage of rules: one copy of each record per matching rule, keyed by rule id and group.",
+		Traits: Traits{Broadcast: true},
+		Params: params,
+		New: func(ctx FactoryContext) (any, error) {
+			return NewRulesRouter(RulesConfig{RuleTime: timeOf(ctx.Params), Operator: ctx.Operator, Metrics: ctx.Metrics, Logger: ctx.Logger}), nil
+		},
+	}
+	return Factory{
+		Type:        RulesType,
+		Doc:         "Dynamic rules from a broadcast topic (Flink's fraud-detection pattern): per rule a filter, group_by, windowed aggregate and limit; alerts at once.",
+		Traits:      Traits{Keyed: true, Broadcast: true},
+		Params:      params,
+		State:       []string{RulesWindowState.Name, state.TimersStateName, "rules (broadcast)"},
+		SideOutputs: []string{RulesExportOutput},
+		CheckBroadcast: func(key, value []byte) error {
+			_, err := DecodeRuleRecord(key, value)
+			return err
+		},
+		Router: router,
+		New: func(ctx FactoryContext) (any, error) {
+			return NewRulesEvaluator(RulesConfig{RuleTime: timeOf(ctx.Params), Operator: ctx.Operator, Metrics: ctx.Metrics, Logger: ctx.Logger}), nil
+		},
+	}
+}
+
+// RulesConfig configures both stages of the rules operator.
+type RulesConfig struct {
+	RuleTime RuleTime
+	// Operator is the operator's configured name (the evaluator's vertex).
+	Operator string
+	// Metrics may be nil.
+	Metrics *Metrics
+	// Logger may be nil.
+	Logger *slog.Logger
+}
+
+// ruleVersion is where a rule record was read: its partition and offset
+// in the rules topic. The records of one rule id share a partition (the
+// key is the id), so their offsets order them.
+type ruleVersion struct {
+	P int32 `json:"p"`
+	O int64 `json:"o"`
+}
+
+func (v ruleVersion) String() string { return fmt.Sprintf("%d:%d", v.P, v.O) }
+
+// RuleStatus is one rule as a subtask holds it, for GET /api/v1/rules.
+// The counts start at zero when the subtask starts (they are not part of
+// checkpoints).
+type RuleStatus struct {
+	ID string `json:"id"`
+	// State is active or paused.
+	State RuleState `json:"state"`
+	// Version is the rule record's partition:offset.
+	Version string `json:"version"`
+	// Since is the rule record's timestamp (from when it applies with
+	// rule_time: event).
+	Since time.Time `json:"since"`
+	// Updated is when the subtask applied the rule (wall clock).
+	Updated time.Time `json:"updated"`
+	// RecordsMatched counts the records routed for the rule (routing
+	// stage).
+	RecordsMatched int64 `json:"records_matched"`
+	// Alerts counts the alerts emitted, StateEntries the window buckets
+	// held (keyed stage).
+	Alerts       int64 `json:"alerts"`
+	StateEntries int64 `json:"state_entries"`
+	// Rule is the rule's JSON.
+	Rule json.RawMessage `json:"rule"`
+}
+
+// RulesReporter is implemented by the functions of both rules stages:
+// RuleStatuses lists the rules the subtask holds, sorted by id. It is safe
+// to call from any goroutine.
+type RulesReporter interface {
+	RuleStatuses() []RuleStatus
+}
+
+// ruleCounters are the per-rule counts, updated on the subtask goroutine
+// with atomics and read by RuleStatuses from others.
+type ruleCounters struct {
+	matched, alerts, entries atomic.Int64
+}
+
+// ruleView is what RuleStatuses shows of one rule; immutable once
+// published.
+type ruleView struct {
+	rule    *CompiledRule
+	version ruleVersion
+	since   time.Time
+	updated time.Time
+	counts  *ruleCounters
+}
+
+// ruleStatusBoard publishes a subtask's rules to RuleStatuses
+// (copy-on-write: the subtask goroutine replaces the map, readers load it).
+type ruleStatusBoard struct {
+	views  atomic.Pointer[map[string]ruleView]
+	mu     sync.Mutex // guards counts (written on the subtask goroutine, read by publish)
+	counts map[string]*ruleCounters
+}
+
+// counter returns the counters of rule id, kept across updates of the rule
+// and dropped with it.
+func (b *ruleStatusBoard) counter(id string) *ruleCounters {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.counts == nil {
+		b.counts = map[string]*ruleCounters{}
+	}
+	c := b.counts[id]
+	if c == nil {
+		c = &ruleCounters{}
+		b.counts[id] = c
+	}
+	return c
+}
+
+func (b *ruleStatusBoard) publish(views map[string]ruleView) {
+	b.mu.Lock()
+	for id := range b.counts {
+		if _, ok := views[id]; !ok {
+			delete(b.counts, id)
+		}
+	}
+	b.mu.Unlock()
+	b.views.Store(&views)
+}
+
+// statuses implements RuleStatuses.
+func (b *ruleStatusBoard) statuses() []RuleStatus {
+	p := b.views.Load()
+	if p == nil {
+		return []RuleStatus{}
+	}
+	out := make([]RuleStatus, 0, len(*p))
+	for id, v := range *p {
+		s := RuleStatus{ID: id, Version: v.version.String(), Since: v.since, Updated: v.updated, Rule: v.rule.JSON, State: v.rule.Spec.State}
+		if v.counts != nil {
+			s.RecordsMatched, s.Alerts, s.StateEntries = v.counts.matched.Load(), v.counts.alerts.Load(), v.counts.entries.Load()
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b RuleStatus) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// routerRule is one version of a rule at the routing stage: nil rule for a
+// deletion.
+type routerRule struct {
+	At      int64         // the rule record's timestamp, ms
+	Version ruleVersion   // where it was read
+	Rule    *CompiledRule // nil: deleted
+	Updated time.Time
+}
+
+// maxRuleHistory bounds the versions the routing stage keeps per rule id
+// with rule_time: event (a record older than all of them sees the oldest).
+const maxRuleHistory = 16
+
+// RulesRouter is the routing stage of the rules operator (Flink's
+// DynamicKeyFunction): a BroadcastProcessFunction that holds the rules,
+// compiled once when they arrive, and routes one copy of every record per
+// active rule whose filter it passes, keyed by the JSON array [rule id,
+// group values...], its value an envelope carrying what the keyed stage
+// needs: the rule's id, version, shape, fn, window, limit and emit, the
+// group, the aggregate input and the record. Because the envelope carries
+// the rule's evaluation part, the keyed stage never misses the rule a copy
+// was routed for, whatever the timing of the two stages' broadcast inputs,
+// also across restores.
+//
+// A filter, group_by or of that fails on a record (a missing field, a sum
+// over a string) only means the record does not match that rule; it is
+// counted in kstreamd_rules_eval_errors_total.
+//
+// Broadcast state "rules": the rule versions by id, as JSON (the last one;
+// with rule_time: event up to maxRuleHistory, by timestamp).
+type RulesRouter struct {
+	cfg     RulesConfig
+	history map[string][]routerRule
+	ids     []string // sorted ids in history
+	env     RecordEnv
+	board   ruleStatusBoard
+	logger  *slog.Logger
+
+	matched, evalErrors, bad prometheus.Counter
+	held, updated            prometheus.Gauge
+	buf                      []byte
+}
+
+// NewRulesRouter returns the routing function of one subtask.
+func NewRulesRouter(cfg RulesConfig) *RulesRouter {
+	return &RulesRouter{cfg: cfg, history: map[string][]routerRule{}}
+}
+
+// Open implements ProcessFunction.
+func (r *RulesRouter) Open(ctx OpenContext) error {
+	r.logger = r.cfg.Logger
+	if r.logger == nil {
+		r.logger = slog.New(slog.DiscardHandler)
+	}
+	if m := r.cfg.Metrics; m != nil {
+		r.matched = m.rulesMatched.WithLabelValues(r.cfg.Operator)
+		r.evalErrors = m.rulesEvalErrors.WithLabelValues(r.cfg.Operator)
+		r.bad = m.RulesRejected(ctx.Operator)
+		r.held = m.RulesHeld(ctx.Operator, ctx.Subtask)
+		r.updated = m.LastRuleUpdate(ctx.Operator, ctx.Subtask)
+	}
+	r.publish()
+	return nil
+}
+
+// RuleStatuses implements RulesReporter.
+func (r *RulesRouter) RuleStatuses() []RuleStatus { return r.board.statuses() }
+
+// current returns the version of rule id that applies to a record at ts
+// (ms): the last with processing rule time; the last at or before ts with
+// event rule time. Nil when none.
+func (r *RulesRouter) current(id string, ts int64) *routerRule {
+	h := r.history[id]
+	if len(h) == 0 {
+		return nil
+	}
+	if r.cfg.RuleTime != RuleTimeEvent {
+		return &h[len(h)-1]
+	}
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].At <= ts {
+			return &h[i]
+		}
+	}
+	return nil
+}
+
+// ProcessElement implements ProcessFunction: route rec once per matching
+// rule, in rule id order.
+func (r *RulesRouter) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	if len(r.ids) == 0 {
+		return nil
+	}
+	env := r.env.Reset(&rec)
+	ts := rec.Timestamp.UnixMilli()
+	var recJSON []byte
+	for _, id := range r.ids {
+		v := r.current(id, ts)
+		if v == nil || v.Rule == nil || v.Rule.Spec.State != RuleActive {
+			continue
+		}
+		cr := v.Rule
+		group, in, ok := r.match(cr, env)
+		if !ok {
+			continue
+		}
+		if recJSON == nil {
+			recJSON = recordJSON(rec)
+		}
+		key := appendRuleKey(nil, id, group)
+		r.buf = appendEnvelope(r.buf[:0], cr, v.Version, group, in, recJSON)
+		val := slices.Clone(r.buf)
+		if err := out.Collect(runtime.Record{Key: key, Value: val, Timestamp: rec.Timestamp, Headers: rec.Headers, Origin: rec.Origin}); err != nil {
+			return err
+		}
+		r.board.counter(id).matched.Add(1)
+		if r.matched != nil {
+			r.matched.Inc()
+		}
+	}
+	return nil
+}
+
+// match evaluates cr's filter, group_by and of on env; ok is false when the
+// record does not match (filter false, or an evaluation failed).
+func (r *RulesRouter) match(cr *CompiledRule, env *expression.Env) (group []json.RawMessage, in json.RawMessage, ok bool) {
+	fail := func() ([]json.RawMessage, json.RawMessage, bool) {
+		if r.evalErrors != nil {
+			r.evalErrors.Inc()
+		}
+		return nil, nil, false
+	}
+	if cr.filter.IsSet() {
+		res, err := cr.filter.Program().Eval(env)
+		if err != nil {
+			return fail()
+		}
+		if b, isBool := res.(bool); !isBool {
+			return fail()
+		} else if !b {
+			return nil, nil, false
+		}
+	}
+	group = make([]json.RawMessage, len(cr.groupBy))
+	for i, g := range cr.groupBy {
+		v, err := g.Program().Eval(env)
+		if err != nil {
+			return fail()
+		}
+		raw, err := expression.EncodeJSON(v)
+		if err != nil {
+			return fail()
+		}
+		group[i] = raw
+	}
+	switch AggregateFn(cr.Spec.Aggregate.Fn) {
+	case AggCount:
+	case AggCountDistinct:
+		v, err := cr.of.Program().Eval(env)
+		if err != nil {
+			return fail()
+		}
+		if in, err = expression.EncodeJSON(v); err != nil {
+			return fail()
+		}
+	default:
+		v, err := cr.of.Program().Eval(env)
+		if err != nil {
+			return fail()
+		}
+		n, isNum := toNumber(v)
+		if !isNum {
+			return fail()
+		}
+		in = n.appendJSON(nil)
+	}
+	return group, in, true
+}
+
+// recordJSON is rec's value as JSON: as it is when it is JSON, else a JSON
+// string of its bytes.
+func recordJSON(rec runtime.Record) []byte {
+	if rec.Format == runtime.FormatJSON && json.Valid(rec.Value) {
+		return rec.Value
+	}
+	b, _ := json.Marshal(string(rec.Value)) // a string: cannot fail
+	return b
+}
+
+// appendRuleKey appends the routing key: the JSON array [id, group...].
+func appendRuleKey(b []byte, id string, group []json.RawMessage) []byte {
+	idj, _ := json.Marshal(id)
+	b = append(append(b, '['), idj...)
+	for _, g := range group {
+		b = append(append(b, ','), g...)
+	}
+	return append(b, ']')
+}
+
+// ruleOfKey returns the rule id of a routing key.
+func ruleOfKey(key []byte) string {
+	var parts []json.RawMessage
+	if json.Unmarshal(key, &parts) != nil || len(parts) == 0 {
+		return ""
+	}
+	var id string
+	_ = json.Unmarshal(parts[0], &id)
+	return id
+}
+
+// ruleEnvelope is the value of a routed record (JSON): what the keyed
+// stage needs to evaluate one rule on one record.
+type ruleEnvelope struct {
+	Rule      string            `json:"rule"`
+	Version   ruleVersion       `json:"version"`
+	Shape     string            `json:"shape"`
+	Fn        AggregateFn       `json:"fn"`
+	WindowMs  int64             `json:"window_ms"`
+	AlertWhen string            `json:"alert_when"`
+	Op        string            `json:"op"`
+	Limit     float64           `json:"limit"`
+	GroupBy   []string          `json:"group_by"`
+	Group     []json.RawMessage `json:"group"`
+	In        json.RawMessage   `json:"in,omitempty"`
+	Emit      json.RawMessage   `json:"emit,omitempty"`
+	Record    json.RawMessage   `json:"record"`
+}
+
+// appendEnvelope appends the envelope of one routed copy.
+func appendEnvelope(b []byte, cr *CompiledRule, v ruleVersion, group []json.RawMessage, in, rec []byte) []byte {
+	str := jsonString
+	b = append(b, `{"rule":`...)
+	b = append(b, str(cr.Spec.ID)...)
+	b = fmt.Appendf(b, `,"version":{"p":%d,"o":%d},"shape":`, v.P, v.O)
+	b = append(b, str(cr.Shape)...)
+	b = append(append(append(b, `,"fn":`...), str(cr.Spec.Aggregate.Fn)...), `,"window_ms":`...)
+	b = strconv.AppendInt(b, cr.Window.Milliseconds(), 10)
+	b = append(append(b, `,"alert_when":`...), str(cr.Spec.AlertWhen)...)
+	b = append(append(b, `,"op":`...), str(cr.Op)...)
+	b = append(b, `,"limit":`...)
+	b = appendFloat(b, cr.Limit)
+	gb, _ := json.Marshal(cr.Spec.GroupBy)
+	b = append(append(b, `,"group_by":`...), gb...)
+	b = append(b, `,"group":[`...)
+	for i, g := range group {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, g...)
+	}
+	b = append(b, ']')
+	if in != nil {
+		b = append(append(b, `,"in":`...), in...)
+	}
+	if len(cr.Spec.Emit) > 0 {
+		b = append(append(b, `,"emit":`...), cr.Spec.Emit...)
+	}
+	b = append(append(b, `,"record":`...), rec...)
+	return append(b, '}')
+}
+
+// ProcessBroadcastElement implements BroadcastProcessFunction: apply one
+// rule record. Records the source's check refused never arrive; one that
+// does not decode here (it cannot, unless the check was bypassed) is
+// counted and skipped.
+func (r *RulesRouter) ProcessBroadcastElement(_ context.Context, rec runtime.Record, _ Collector) error {
+	rr, err := DecodeRuleRecord(rec.Key, rec.Value)
+	if err != nil {
+		if r.bad != nil {
+			r.bad.Inc()
+		}
+		r.logger.Warn("rejected rule", "topic", rec.Origin.Topic, "partition", rec.Origin.Partition, "offset", rec.Origin.Offset, "err", err)
+		return nil
+	}
+	at := rec.Timestamp.UnixMilli()
+	v := ruleVersion{P: rec.Origin.Partition, O: rec.Origin.Offset}
+	now := time.Now()
+	switch {
+	case rr.Control == ControlDeleteAll:
+		for _, id := range slices.Clone(r.ids) {
+			r.put(id, routerRule{At: at, Version: v, Updated: now})
+		}
+	case rr.Control != "":
+		// clear_state and export act on the keyed stage only.
+	default:
+		r.put(rr.ID, routerRule{At: at, Version: v, Rule: rr.Rule, Updated: now})
+	}
+	r.publish()
+	if r.updated != nil {
+		r.updated.Set(float64(now.UnixNano()) / 1e9)
+	}
+	return nil
+}
+
+// put records a new version of rule id (a nil Rule deletes it).
+func (r *RulesRouter) put(id string, rr routerRule) {
+	if r.cfg.RuleTime != RuleTimeEvent {
+		if rr.Rule == nil {
+			delete(r.history, id)
+		} else {
+			r.history[id] = []routerRule{rr}
+		}
+	} else {
+		h := r.history[id]
+		i := len(h)
+		for i > 0 && h[i-1].At > rr.At {
+			i--
+		}
+		h = slices.Insert(h, i, rr)
+		if len(h) > maxRuleHistory {
+			h = h[len(h)-maxRuleHistory:]
+		}
+		r.history[id] = h
+	}
+	r.ids = r.ids[:0]
+	for id := range r.history {
+		r.ids = append(r.ids, id)
+	}
+	slices.Sort(r.ids)
+}
+
+// publish shows the latest version of every live rule to RuleStatuses.
+func (r *RulesRouter) publish() {
+	views := map[string]ruleView{}
+	for id, h := range r.history {
+		last := h[len(h)-1]
+		if last.Rule == nil {
+			continue
+		}
+		views[id] = ruleView{rule: last.Rule, version: last.Version, since: time.UnixMilli(last.At).UTC(), updated: last.Updated, counts: r.board.counter(id)}
+	}
+	r.board.publish(views)
+	if r.held != nil {
+		r.held.Set(float64(len(views)))
+	}
+}
+
+// routerSnapshot is one rule version in the routing stage's broadcast
+// state.
+type routerSnapshot struct {
+	ID      string          `json:"id"`
+	At      int64           `json:"at"`
+	Version ruleVersion     `json:"version"`
+	Rule    json.RawMessage `json:"rule"` // null: deleted
+}
+
+// SnapshotBroadcastState implements BroadcastStateful: "rules", a JSON
+// list of rule versions (id, at, version, rule or null).
+func (r *RulesRouter) SnapshotBroadcastState() (map[string]json.RawMessage, error) {
+	list := []routerSnapshot{}
+	for _, id := range r.ids {
+		for _, h := range r.history[id] {
+			s := routerSnapshot{ID: id, At: h.At, Version: h.Version}
+			if h.Rule != nil {
+				s.Rule = h.Rule.JSON
+			}
+			list = append(list, s)
+		}
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]json.RawMessage{"rules": b}, nil
+}
+
+// RestoreBroadcastState implements BroadcastStateful, compiling every rule
+// again.
+func (r *RulesRouter) RestoreBroadcastState(states map[string]json.RawMessage) error {
+	raw, ok := states["rules"]
+	if !ok {
+		return nil
+	}
+	var list []routerSnapshot
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return fmt.Errorf("operators: %s: restore broadcast state rules: %w", r.cfg.Operator, err)
+	}
+	r.history = map[string][]routerRule{}
+	for _, s := range list {
+		rr := routerRule{At: s.At, Version: s.Version, Updated: time.Now()}
+		if len(s.Rule) > 0 && string(s.Rule) != "null" {
+			c, err := compileStored(s.Rule)
+			if err != nil {
+				return fmt.Errorf("operators: %s: restore rule %q: %w", r.cfg.Operator, s.ID, err)
+			}
+			rr.Rule = c
+		}
+		r.history[s.ID] = append(r.history[s.ID], rr)
+	}
+	r.ids = r.ids[:0]
+	for id := range r.history {
+		r.ids = append(r.ids, id)
+	}
+	slices.Sort(r.ids)
+	r.publish()
+	return nil
+}
+
+// compileStored compiles a rule's canonical JSON again.
+func compileStored(b []byte) (*CompiledRule, error) {
+	var spec RuleSpec
+	if err := strictJSON(b, &spec); err != nil {
+		return nil, err
+	}
+	return CompileRule(spec)
+}
+
+// evalRule is a rule as the keyed stage knows it from its broadcast input:
+// for lifecycle (deletion, export, the API), never for evaluation, which
+// uses the routed envelope.
+type evalRule struct {
+	Rule    *CompiledRule
+	Version ruleVersion
+	At      int64
+	Updated time.Time
+}
+
+// RulesEvaluator is the keyed stage of the rules operator (Flink's
+// DynamicAlertFunction): a KeyedBroadcastProcessFunction keyed by [rule id,
+// group values...]. For every routed copy it adds the record's aggregate
+// input to the key's window state (RulesWindowState, one bucket per
+// millisecond), computes the rule's aggregate over the buckets in [ts -
+// window, ts] and, when it meets alert_when, emits an alert at once:
+//
+//	{"rule": "big-spender", "group": {"payee_id": "p7", "currency": "EUR"},
+//	 "aggregate": "sum", "value": 612.5, "alert_when": "> 500",
+//	 "window_start": 1700000000000, "window_end": 1700001200000,
+//	 "record": {...}, "emit": {...}}
+//
+// keyed by the routing key, with the record's timestamp. Buckets are removed
+// by an event-time timer once the watermark passes their time plus the
+// window (later records cannot need them); buckets written under another
+// shape of the rule (its fn, of or group_by changed) are dropped when the
+// key next sees a record.
+//
+// Its broadcast input carries the lifecycle: deleting a rule (a null value,
+// or control delete_all) removes its buckets under every key
+// (applyToKeyedState) and, with processing rule time, drops copies a
+// routing subtask that had not seen the deletion yet still sends; control
+// clear_state removes every bucket; control export makes subtask 0 write
+// every rule to the side output "rules". Broadcast state "rules": the rules
+// and deletions it knows, as JSON.
+type RulesEvaluator struct {
+	cfg     RulesConfig
+	rules   map[string]evalRule
+	deleted map[string]ruleVersion // processing rule time: deleted id -> its last version
+	window  state.MapState[int64, RuleBucket]
+	timers  TimerService
+	backend state.KeyedStateBackend
+	subtask int
+	board   ruleStatusBoard
+	logger  *slog.Logger
+	entries int64 // buckets held by the subtask
+
+	alerts, bad   prometheus.Counter
+	held, updated prometheus.Gauge
+	entriesGauge  prometheus.Gauge
+}
+
+// NewRulesEvaluator returns the keyed function of one subtask.
+func NewRulesEvaluator(cfg RulesConfig) *RulesEvaluator {
+	return &RulesEvaluator{cfg: cfg, rules: map[string]evalRule{}, deleted: map[string]ruleVersion{}}
+}
+
+// Open implements KeyedBroadcastProcessFunction: it registers the window
+// state and counts the buckets a restore brought.
+func (f *RulesEvaluator) Open(ctx OpenContext) error {
+	f.logger = f.cfg.Logger
+	if f.logger == nil {
+		f.logger = slog.New(slog.DiscardHandler)
+	}
+	w, err := state.GetMapState(ctx.Backend, RulesWindowState)
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: %w", RulesType, ctx.Operator, err)
+	}
+	f.window, f.backend, f.subtask = w, ctx.Backend, ctx.Subtask
+	if f.timers = ctx.TimerService(); f.timers == nil {
+		return fmt.Errorf("operators: %s %s: needs the timer service", RulesType, ctx.Operator)
+	}
+	if m := f.cfg.Metrics; m != nil {
+		f.alerts = m.rulesAlerts.WithLabelValues(ctx.Operator)
+		f.bad = m.RulesRejected(ctx.Operator)
+		f.held = m.RulesHeld(ctx.Operator, ctx.Subtask)
+		f.updated = m.LastRuleUpdate(ctx.Operator, ctx.Subtask)
+		f.entriesGauge = m.rulesEntries.WithLabelValues(ctx.Operator, strconv.Itoa(ctx.Subtask))
+	}
+	f.entries = 0
+	err = state.ApplyToAllKeys(f.backend, RulesWindowState, func(key []byte, s state.MapState[int64, RuleBucket]) error {
+		c := f.board.counter(ruleOfKey(key))
+		for _, err := range s.Entries() {
+			if err != nil {
+				return err
+			}
+			c.entries.Add(1)
+			f.entries++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	f.setEntries(0)
+	f.publish()
+	return nil
+}
+
+// RuleStatuses implements RulesReporter.
+func (f *RulesEvaluator) RuleStatuses() []RuleStatus { return f.board.statuses() }
+
+func (f *RulesEvaluator) setEntries(delta int64) {
+	f.entries += delta
+	if f.entriesGauge != nil {
+		f.entriesGauge.Set(float64(f.entries))
+	}
+}
+
+// ProcessElement implements KeyedBroadcastProcessFunction.
+func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	var e ruleEnvelope
+	if err := json.Unmarshal(rec.Value, &e); err != nil {
+		return fmt.Errorf("operators: %s: routed record: %w", RulesType, err)
+	}
+	if d, ok := f.deleted[e.Rule]; ok && f.cfg.RuleTime != RuleTimeEvent && d.P == e.Version.P && e.Version.O <= d.O {
+		return nil // routed by a subtask that had not seen the deletion yet
+	}
+	ts := rec.Timestamp.UnixMilli()
+	counts := f.board.counter(e.Rule)
+	b, found, err := f.window.Get(ts)
+	if err != nil {
+		return err
+	}
+	if found && b.Shape != e.Shape {
+		found = false
+	}
+	if !found {
+		b = RuleBucket{Shape: e.Shape}
+		counts.entries.Add(1)
+		f.setEntries(1)
+	}
+	b.WindowMs = max(b.WindowMs, e.WindowMs)
+	b.N++
+	if e.In != nil {
+		b.In = append(b.In, e.In)
+	}
+	if err := f.window.Put(ts, b); err != nil {
+		return err
+	}
+	if err := f.timers.RegisterEventTimeTimer(time.UnixMilli(ts + b.WindowMs + 1)); err != nil {
+		return err
+	}
+	var agg ruleAgg
+	var stale []int64
+	for ent, err := range f.window.Entries() {
+		if err != nil {
+			return err
+		}
+		switch {
+		case ent.Value.Shape != e.Shape:
+			stale = append(stale, ent.Key)
+		case ent.Key >= ts-e.WindowMs && ent.Key <= ts:
+			agg.add(e.Fn, ent.Value)
+		}
+	}
+	for _, t := range stale {
+		if err := f.window.Remove(t); err != nil {
+			return err
+		}
+		counts.entries.Add(-1)
+		f.setEntries(-1)
+	}
+	value, num := agg.result(e.Fn)
+	cr := CompiledRule{Op: e.Op, Limit: e.Limit}
+	if !cr.meets(num) {
+		return nil
+	}
+	counts.alerts.Add(1)
+	if f.alerts != nil {
+		f.alerts.Inc()
+	}
+	return out.Collect(runtime.Record{Key: rec.Key, Value: appendAlert(nil, &e, value, ts), Timestamp: rec.Timestamp, Origin: rec.Origin})
+}
+
+// appendAlert appends the alert JSON of envelope e.
+func appendAlert(b []byte, e *ruleEnvelope, value []byte, ts int64) []byte {
+	str := jsonString
+	b = append(append(b, `{"rule":`...), str(e.Rule)...)
+	b = append(b, `,"group":{`...)
+	for i, g := range e.Group {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		name := ""
+		if i < len(e.GroupBy) {
+			name = e.GroupBy[i]
+		}
+		b = append(append(append(b, str(name)...), ':'), g...)
+	}
+	b = append(append(b, `},"aggregate":`...), str(string(e.Fn))...)
+	b = append(append(append(b, `,"value":`...), value...), `,"alert_when":`...)
+	b = append(b, str(e.AlertWhen)...)
+	b = fmt.Appendf(b, `,"window_start":%d,"window_end":%d,"record":`, ts-e.WindowMs, ts)
+	b = append(b, e.Record...)
+	if len(e.Emit) > 0 {
+		b = append(append(b, `,"emit":`...), e.Emit...)
+	}
+	return append(b, '}')
+}
+
+// ruleAgg folds the buckets of one window.
+type ruleAgg struct {
+	n        int64
+	num      number
+	distinct map[string]struct{}
+}
+
+// add folds bucket b in for fn.
+func (a *ruleAgg) add(fn AggregateFn, b RuleBucket) {
+	if fn == AggCount {
+		a.n += b.N
+		return
+	}
+	for _, raw := range b.In {
+		switch fn {
+		case AggCountDistinct:
+			if a.distinct == nil {
+				a.distinct = map[string]struct{}{}
+			}
+			a.distinct[string(raw)] = struct{}{}
+		case AggSum, AggAvg:
+			a.num = a.num.add(parseNumber(raw))
+		case AggMin:
+			if x := parseNumber(raw); a.n == 0 || x.less(a.num) {
+				a.num = x
+			}
+		case AggMax:
+			if x := parseNumber(raw); a.n == 0 || a.num.less(x) {
+				a.num = x
+			}
+		}
+		a.n++
+	}
+}
+
+// result returns the aggregate as JSON and as a float64 for alert_when.
+func (a *ruleAgg) result(fn AggregateFn) ([]byte, float64) {
+	switch fn {
+	case AggCount:
+		return strconv.AppendInt(nil, a.n, 10), float64(a.n)
+	case AggCountDistinct:
+		return strconv.AppendInt(nil, int64(len(a.distinct)), 10), float64(len(a.distinct))
+	case AggAvg:
+		v := a.num.float() / float64(a.n)
+		return appendFloat(nil, v), v
+	}
+	return a.num.appendJSON(nil), a.num.float()
+}
+
+// parseNumber parses a number the routing stage wrote (number.appendJSON).
+func parseNumber(raw []byte) number {
+	if !bytes.ContainsAny(raw, ".eE") {
+		if i, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+			return number{Int: i}
+		}
+	}
+	f, _ := strconv.ParseFloat(string(raw), 64)
+	return number{Float: f, IsFloat: true}
+}
+
+// OnTimer implements TimerFunction: the key's buckets the watermark passed
+// by more than their window are removed.
+func (f *RulesEvaluator) OnTimer(_ context.Context, _ time.Time, tc TimerContext, _ Collector) error {
+	wm := f.timers.CurrentWatermark().UnixMilli()
+	id := ruleOfKey(tc.Key)
+	w := int64(0)
+	if r, ok := f.rules[id]; ok {
+		w = r.Rule.Window.Milliseconds()
+	}
+	var expired []int64
+	next := int64(-1)
+	for ent, err := range f.window.Entries() {
+		if err != nil {
+			return err
+		}
+		end := ent.Key + max(w, ent.Value.WindowMs)
+		if end < wm {
+			expired = append(expired, ent.Key)
+		} else if next < 0 || end+1 < next {
+			next = end + 1
+		}
+	}
+	for _, t := range expired {
+		if err := f.window.Remove(t); err != nil {
+			return err
+		}
+	}
+	if n := int64(len(expired)); n > 0 {
+		f.board.counter(id).entries.Add(-n)
+		f.setEntries(-n)
+	}
+	if next >= 0 {
+		return f.timers.RegisterEventTimeTimer(time.UnixMilli(next))
+	}
+	return nil
+}
+
+// ProcessBroadcastElement implements KeyedBroadcastProcessFunction: the
+// rule lifecycle on the keyed stage.
+func (f *RulesEvaluator) ProcessBroadcastElement(_ context.Context, rec runtime.Record, out Collector) error {
+	rr, err := DecodeRuleRecord(rec.Key, rec.Value)
+	if err != nil {
+		if f.bad != nil {
+			f.bad.Inc()
+		}
+		f.logger.Warn("rejected rule", "topic", rec.Origin.Topic, "partition", rec.Origin.Partition, "offset", rec.Origin.Offset, "err", err)
+		return nil
+	}
+	v := ruleVersion{P: rec.Origin.Partition, O: rec.Origin.Offset}
+	now := time.Now()
+	switch {
+	case rr.Control == ControlDeleteAll:
+		for id, r := range f.rules {
+			f.deleted[id] = r.Version
+		}
+		clear(f.rules)
+		if err := f.removeState(func(string) bool { return true }); err != nil {
+			return err
+		}
+	case rr.Control == ControlClearState:
+		if err := f.removeState(func(string) bool { return true }); err != nil {
+			return err
+		}
+	case rr.Control == ControlExport:
+		if f.subtask == 0 {
+			if err := f.export(rec, out); err != nil {
+				return err
+			}
+		}
+	case rr.Rule == nil:
+		if r, ok := f.rules[rr.ID]; ok {
+			f.deleted[rr.ID] = r.Version
+			delete(f.rules, rr.ID)
+		}
+		if err := f.removeState(func(id string) bool { return id == rr.ID }); err != nil {
+			return err
+		}
+	default:
+		if d, ok := f.deleted[rr.ID]; ok && (d.P != v.P || v.O > d.O) {
+			delete(f.deleted, rr.ID)
+		}
+		f.rules[rr.ID] = evalRule{Rule: rr.Rule, Version: v, At: rec.Timestamp.UnixMilli(), Updated: now}
+	}
+	f.publish()
+	if f.updated != nil {
+		f.updated.Set(float64(now.UnixNano()) / 1e9)
+	}
+	return nil
+}
+
+// export writes every rule, sorted by id, to the side output "rules": key
+// the id, value the rule's JSON.
+func (f *RulesEvaluator) export(rec runtime.Record, out Collector) error {
+	sc, ok := out.(SideCollector)
+	if !ok {
+		return nil
+	}
+	ids := make([]string, 0, len(f.rules))
+	for id := range f.rules {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if err := sc.CollectSide(RulesExportOutput, runtime.Record{Key: []byte(id), Value: f.rules[id].Rule.JSON, Timestamp: rec.Timestamp}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeState removes the window state of every key whose rule id drop
+// selects (Flink's applyToKeyedState). The keys' timers stay until due and
+// then find nothing.
+func (f *RulesEvaluator) removeState(drop func(id string) bool) error {
+	return state.ApplyToAllKeys(f.backend, RulesWindowState, func(key []byte, s state.MapState[int64, RuleBucket]) error {
+		id := ruleOfKey(key)
+		if !drop(id) {
+			return nil
+		}
+		var n int64
+		for _, err := range s.Entries() {
+			if err != nil {
+				return err
+			}
+			n++
+		}
+		f.board.counter(id).entries.Add(-n)
+		f.setEntries(-n)
+		return s.Clear()
+	})
+}
+
+// publish shows the rules to RuleStatuses.
+func (f *RulesEvaluator) publish() {
+	views := map[string]ruleView{}
+	for id, r := range f.rules {
+		views[id] = ruleView{rule: r.Rule, version: r.Version, since: time.UnixMilli(r.At).UTC(), updated: r.Updated, counts: f.board.counter(id)}
+	}
+	// Rules whose buckets remain (deleted on another path, or not known
+	// yet) keep their counters until they go.
+	f.board.mu.Lock()
+	for id, c := range f.board.counts {
+		if _, ok := views[id]; !ok && c.entries.Load() > 0 {
+			views[id] = ruleView{rule: &CompiledRule{Spec: RuleSpec{ID: id, State: RulePaused}, JSON: []byte("null")}, counts: c}
+		}
+	}
+	f.board.mu.Unlock()
+	f.board.publish(views)
+	if f.held != nil {
+		f.held.Set(float64(len(f.rules)))
+	}
+}
+
+// evalSnapshot is the keyed stage's broadcast state.
+type evalSnapshot struct {
+	Rules   []routerSnapshot       `json:"rules"`
+	Deleted map[string]ruleVersion `json:"deleted,omitempty"`
+}
+
+// SnapshotBroadcastState implements BroadcastStateful: "rules", the rules
+// and the deletions, as JSON.
+func (f *RulesEvaluator) SnapshotBroadcastState() (map[string]json.RawMessage, error) {
+	s := evalSnapshot{Rules: []routerSnapshot{}, Deleted: f.deleted}
+	ids := make([]string, 0, len(f.rules))
+	for id := range f.rules {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		r := f.rules[id]
+		s.Rules = append(s.Rules, routerSnapshot{ID: id, At: r.At, Version: r.Version, Rule: r.Rule.JSON})
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]json.RawMessage{"rules": b}, nil
+}
+
+// RestoreBroadcastState implements BroadcastStateful.
+func (f *RulesEvaluator) RestoreBroadcastState(states map[string]json.RawMessage) error {
+	raw, ok := states["rules"]
+	if !ok {
+		return nil
+	}
+	var s evalSnapshot
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fmt.Errorf("operators: %s: restore broadcast state rules: %w", f.cfg.Operator, err)
+	}
+	f.rules = map[string]evalRule{}
+	for _, r := range s.Rules {
+		c, err := compileStored(r.Rule)
+		if err != nil {
+			return fmt.Errorf("operators: %s: restore rule %q: %w", f.cfg.Operator, r.ID, err)
+		}
+		f.rules[r.ID] = evalRule{Rule: c, Version: r.Version, At: r.At, Updated: time.Now()}
+	}
+	f.deleted = map[string]ruleVersion{}
+	for id, v := range s.Deleted {
+		f.deleted[id] = v
+	}
+	f.publish()
+	return nil
+}
+
+// jsonString is s as a JSON string, without escaping <, > and & (alert
+// limits such as "> 500" stay readable).
+func jsonString(s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string: cannot fail
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
