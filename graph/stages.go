@@ -122,7 +122,7 @@ func Split(g *Graph, units int) (*Stages, error) {
 			if r.To == i {
 				sg.Sources = append(sg.Sources, &Source{
 					Name: RepartitionVertex(i), Topic: r.Topic, Parallelism: 1, StartFrom: "earliest",
-					Format: "bytes", OnError: "fail", Repartition: true,
+					Format: lineageFormat(g, r.Edge.From), OnError: "fail", Repartition: true,
 				})
 			}
 		}
@@ -147,7 +147,7 @@ func Split(g *Graph, units int) (*Stages, error) {
 			if r.From == i {
 				sg.Sinks = append(sg.Sinks, &Sink{
 					Name: RepartitionVertex(r.To), Input: r.Edge.From, Topic: r.Topic, Parallelism: 1,
-					Delivery: "exactly-once", Units: units,
+					Delivery: "exactly-once", Units: units, TransactionalIDPrefix: "kstreamd-" + g.Job + "-" + RepartitionVertex(r.To),
 				})
 			}
 		}
@@ -170,6 +170,23 @@ func Split(g *Graph, units int) (*Stages, error) {
 		st.Stages = append(st.Stages, &Stage{Index: i, Graph: sg})
 	}
 	return st, nil
+}
+
+// lineageFormat returns the format of the source the records of vertex
+// name come from ("json" when unknown), so a repartition source decodes
+// them as the upstream stage did.
+func lineageFormat(g *Graph, name string) string {
+	for _, o := range g.Operators {
+		if o.Name == name {
+			name = o.ErrorSources[0]
+		}
+	}
+	for _, s := range g.Sources {
+		if s.Name == name && s.Format != "" {
+			return s.Format
+		}
+	}
+	return "json"
 }
 
 // feedsStage reports whether broadcast source name feeds an operator of
