@@ -63,6 +63,9 @@ type Settings struct {
 // fences exactly its own.
 type Unit struct {
 	Stage, Index, Units int
+	// Member is the owner's group member id, written into each HEAD;
+	// Fingerprint the graph fingerprint (graph.Stages.Fingerprint).
+	Member, Fingerprint string
 }
 
 // prefix returns the transactional id prefix of a sink of the unit:
@@ -134,9 +137,37 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		logger = logger.With("stage", unit.Stage, "unit", unit.Index)
 	}
 	storage := checkpoint.NewStorage(chkDir, chkName, set.Retained, logger.With("component", "checkpoint"))
-	restoreDir, meta, err := findRestore(storage, deps.FromSavepoint)
-	if err != nil {
-		return nil, err
+	var (
+		restoreDir string
+		meta       *checkpoint.Metadata
+		owner      *checkpoint.Owner
+	)
+	if unit != nil {
+		// Takeover (docs/scale-out.md): the newest HEAD, not a listing,
+		// names what to restore; claiming the next one fences the previous
+		// owner before anything is committed or fenced in Kafka.
+		if err := checkpoint.SelfTest(storage.JobDir()); err != nil {
+			return nil, err
+		}
+		o, head, err := checkpoint.Claim(checkpoint.Heads{Dir: storage.JobDir()}, unit.Member, unit.Fingerprint, set.Retained)
+		if err != nil {
+			return nil, fmt.Errorf("job: stage %d unit %d: claim: %w", unit.Stage, unit.Index, err)
+		}
+		owner = o
+		if head.CheckpointID > 0 {
+			restoreDir = storage.CheckpointDir(head.CheckpointID)
+			if meta, err = checkpoint.ReadMetadata(restoreDir); err != nil {
+				return nil, fmt.Errorf("job: stage %d unit %d: HEAD-%d: %w", unit.Stage, unit.Index, head.Seq, err)
+			}
+			if err := verify(restoreDir, meta); err != nil {
+				return nil, fmt.Errorf("job: restore %s: %w", restoreDir, err)
+			}
+		}
+	} else {
+		var err error
+		if restoreDir, meta, err = findRestore(storage, deps.FromSavepoint); err != nil {
+			return nil, err
+		}
 	}
 	maxP := g.MaxParallelism
 	if meta != nil {
@@ -383,7 +414,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		}
 	}
 	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
-		Job: g.Job, MaxParallelism: maxP, Storage: storage,
+		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner,
 		Interval: set.Interval, Timeout: set.Timeout, MinPause: set.MinPause,
 		TolerableFailures: set.TolerableFailures, Incremental: set.Incremental, RequiredStates: requiredStates(g),
 		FirstID: firstID, Logger: logger.With("component", "checkpoint"), Metrics: cm,

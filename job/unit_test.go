@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
@@ -196,4 +198,152 @@ func TestUnitsExactlyOnceAcrossStages(t *testing.T) {
 			t.Errorf("unexpected transactional id %s", id)
 		}
 	}
+}
+
+const copyYAML = `
+job:
+  name: copy
+  max_parallelism: 8
+kafka:
+  brokers: [localhost:9092]
+checkpoints:
+  interval: 100ms
+  timeout: 1m
+cluster:
+  enabled: true
+  units: 1
+  store:
+    dir: /unused
+sources:
+  - name: in
+    topic: in
+sinks:
+  - name: out
+    input: in
+    topic: out
+    delivery: exactly-once
+    transaction_timeout: 5m
+`
+
+// TestUnitZombieFenced: owner a runs the unit while its input is idle (its
+// epochs are empty); owner b takes the unit over (claims the next HEAD and
+// fences the unit's ids). a's next checkpoint finds its HEAD taken: a stops
+// with ErrHeadExists, writes no HEAD after b's claim and deletes no file;
+// b carries on and its output holds every record once.
+func TestUnitZombieFenced(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
+	cfg, err := pipeline.Parse("copy.yaml", []byte(copyYAML), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := cfg.PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	set := cfg.Settings()
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+	ns := dir + "/store/copy/units/0/0"
+	build := func(member string) *job.Job {
+		s := set
+		s.StateDir += "/" + member
+		s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
+		j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts})
+		if err != nil {
+			t.Fatalf("build %s: %v", member, err)
+		}
+		return j
+	}
+	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("in"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	produce := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := prod.ProduceSync(context.Background(), &kgo.Record{Value: fmt.Appendf(nil, `{"i":%d}`, i)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(0, 20)
+	a := build("a")
+	actx, acancel := context.WithCancel(context.Background())
+	defer acancel()
+	aDone := make(chan error, 1)
+	go func() { aDone <- a.Run(actx) }()
+	if !testkit.Poll(time.Minute, func() bool {
+		return len(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "out", 5*time.Second)) == 20
+	}) {
+		t.Fatal("a's output never reached 20 records")
+	}
+	// Input paused: a's epochs are empty. b takes the unit over.
+	b := build("b")
+	claim, err := checkpoint.Heads{Dir: ns}.Latest()
+	if err != nil || claim.Owner != "b" || !claim.Claim {
+		t.Fatalf("after b's claim the newest HEAD is %+v (%v)", claim, err)
+	}
+	before := listFiles(t, ns)
+	var aErr error
+	select {
+	case aErr = <-aDone:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the zombie never stopped")
+	}
+	if !errors.Is(aErr, checkpoint.ErrHeadExists) {
+		t.Fatalf("zombie stopped with %v, want ErrHeadExists", aErr)
+	}
+	if after, err := (checkpoint.Heads{Dir: ns}).Latest(); err != nil || after != claim {
+		t.Errorf("newest HEAD after the zombie stopped: %+v, want b's claim %+v (%v)", after, claim, err)
+	}
+	for _, f := range before {
+		if _, err := os.Stat(ns + "/" + f); err != nil {
+			t.Errorf("file %s of the unit vanished after the zombie's last checkpoint: %v", f, err)
+		}
+	}
+	bctx, bcancel := context.WithCancel(context.Background())
+	bDone := make(chan error, 1)
+	go func() { bDone <- b.Run(bctx) }()
+	produce(20, 40)
+	var out []*kgo.Record
+	if !testkit.Poll(time.Minute, func() bool {
+		out = testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "out", 5*time.Second)
+		return len(out) >= 40
+	}) {
+		t.Fatalf("output holds %d records, want 40", len(out))
+	}
+	bcancel()
+	if err := <-bDone; err != nil {
+		t.Errorf("b: %v", err)
+	}
+	seen := map[string]int{}
+	for _, r := range out {
+		seen[string(r.Value)]++
+	}
+	for i := range 40 {
+		if v := fmt.Sprintf(`{"i":%d}`, i); seen[v] != 1 {
+			t.Errorf("record %s in the output %d times, want once", v, seen[v])
+		}
+	}
+	if len(out) != 40 {
+		t.Errorf("output holds %d records, want 40", len(out))
+	}
+}
+
+func listFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
 }
