@@ -38,6 +38,13 @@ type CoordinatorConfig struct {
 	MaxParallelism int
 	// Storage holds the checkpoints.
 	Storage *Storage
+	// Owner, if not nil, makes every checkpoint a cluster-mode unit's
+	// fenced commit (docs/scale-out.md, invariant 1): after the metadata
+	// is written the coordinator creates the unit's next HEAD, and only
+	// then notifies the tasks (which commit their transactions) and
+	// applies retention. When the HEAD exists Run returns an error
+	// wrapping ErrHeadExists at once: nothing is committed or deleted.
+	Owner *Owner
 	// Interval between checkpoint triggers; 0 disables periodic
 	// checkpoints (savepoints still work).
 	Interval time.Duration
@@ -374,6 +381,22 @@ func (c *Coordinator) complete(p *pending) error {
 		mt.lastCompleted.Set(float64(b.CheckpointID))
 		mt.lastTime.Set(float64(m.Completed.UnixNano()) / 1e9)
 		mt.total.WithLabelValues(c.kind(p), "completed").Inc()
+	}
+	if o := c.cfg.Owner; o != nil && !b.Savepoint {
+		if err := o.Checkpoint(b.CheckpointID, UnitCommit{}); err != nil {
+			if errors.Is(err, ErrHeadExists) {
+				c.fatal = fmt.Errorf("checkpoint %d: %w", b.CheckpointID, err)
+				return nil
+			}
+			return err
+		}
+		for _, t := range c.targets {
+			t.NotifyCheckpointComplete(b.CheckpointID)
+		}
+		if err := c.cfg.Storage.Prune(); err != nil {
+			c.logger.Warn("checkpoint retention failed; will retry after the next checkpoint", "err", err)
+		}
+		return nil
 	}
 	if b.Savepoint {
 		if err := c.cfg.Storage.RecordSavepoint(b.Dir); err != nil {

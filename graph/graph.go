@@ -64,6 +64,11 @@ type Source struct {
 	// OutOfOrderness and Idleness configure the watermarks (0: none, never
 	// idle).
 	OutOfOrderness, Idleness time.Duration
+	// Repartition marks the source of a cluster-mode stage that reads a
+	// repartition topic (Split): a unit reads only its own partition, the
+	// one of its key groups, read_committed, and turns markers into
+	// watermarks (docs/scale-out.md).
+	Repartition bool
 }
 
 // Operator runs one registered operator type.
@@ -109,6 +114,11 @@ type Sink struct {
 	// IgnoreLostTransactions and BufferThreshold as in the config.
 	IgnoreLostTransactions bool
 	BufferThreshold        int
+	// Units > 0 marks the repartition sink of a cluster-mode stage
+	// (Split): a record whose key is in key group kg goes to partition
+	// keygroup.OperatorIndex(kg, max parallelism, Units), the unit owning
+	// kg.
+	Units int
 }
 
 // EdgeKind says how records cross an edge (Flink's StreamPartitioner).

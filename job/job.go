@@ -47,7 +47,31 @@ type Settings struct {
 	// Restart is the restart strategy of Runner; the zero value is
 	// replaced by DefaultRestartConfig.
 	Restart RestartConfig
+	// Unit, if not nil, makes Build build one cluster-mode work unit of a
+	// stage graph (graph.Split) instead of a whole job: see Unit.
+	Unit *Unit
 }
+
+// Unit is one cluster-mode work unit (docs/scale-out.md): unit Index of
+// Units of stage Stage. Build then gives the unit its own checkpoint
+// namespace <CheckpointDir>/<job>/units/<stage>/<index>/ and state dir
+// <StateDir>/<job>/units/<stage>/<index>/, the key groups
+// keygroup.RangeFor(maxP, Units, Index) for its keyed state, the input
+// splits of subtask Index of Units (a broadcast source: every partition; a
+// repartition source: partition Index only), and transactional ids
+// <prefix>-<stage>-<index>-<slot> for every exactly-once sink, of which it
+// fences exactly its own.
+type Unit struct {
+	Stage, Index, Units int
+	// Member is the owner's group member id, written into each HEAD;
+	// Fingerprint the graph fingerprint (graph.Stages.Fingerprint).
+	Member, Fingerprint string
+}
+
+// prefix returns the transactional id prefix of a sink of the unit:
+// <prefix>-<stage>, so that TransactionalID(prefix, Index, slot) is
+// <prefix>-<stage>-<index>-<slot>.
+func (u *Unit) prefix(p string) string { return p + "-" + strconv.Itoa(u.Stage) }
 
 // Deps are what Build needs from the process.
 type Deps struct {
@@ -135,10 +159,44 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
 	logger := deps.Logger
-	storage := checkpoint.NewStorage(set.CheckpointDir, g.Job, set.Retained, logger.With("component", "checkpoint"))
-	restoreDir, meta, err := findRestore(storage, deps.FromSavepoint)
-	if err != nil {
-		return nil, err
+	unit := set.Unit
+	chkDir, chkName := set.CheckpointDir, g.Job
+	if unit != nil {
+		chkDir, chkName = filepath.Join(set.CheckpointDir, g.Job, "units", strconv.Itoa(unit.Stage)), strconv.Itoa(unit.Index)
+		logger = logger.With("stage", unit.Stage, "unit", unit.Index)
+	}
+	storage := checkpoint.NewStorage(chkDir, chkName, set.Retained, logger.With("component", "checkpoint"))
+	var (
+		restoreDir string
+		meta       *checkpoint.Metadata
+		owner      *checkpoint.Owner
+	)
+	if unit != nil {
+		// Takeover (docs/scale-out.md): the newest HEAD, not a listing,
+		// names what to restore; claiming the next one fences the previous
+		// owner before anything is committed or fenced in Kafka.
+		if err := checkpoint.SelfTest(storage.JobDir()); err != nil {
+			return nil, err
+		}
+		o, head, err := checkpoint.Claim(checkpoint.Heads{Dir: storage.JobDir()}, unit.Member, unit.Fingerprint, set.Retained)
+		if err != nil {
+			return nil, fmt.Errorf("job: stage %d unit %d: claim: %w", unit.Stage, unit.Index, err)
+		}
+		owner = o
+		if head.CheckpointID > 0 {
+			restoreDir = storage.CheckpointDir(head.CheckpointID)
+			if meta, err = checkpoint.ReadMetadata(restoreDir); err != nil {
+				return nil, fmt.Errorf("job: stage %d unit %d: HEAD-%d: %w", unit.Stage, unit.Index, head.Seq, err)
+			}
+			if err := verify(restoreDir, meta); err != nil {
+				return nil, fmt.Errorf("job: restore %s: %w", restoreDir, err)
+			}
+		}
+	} else {
+		var err error
+		if restoreDir, meta, err = findRestore(storage, deps.FromSavepoint); err != nil {
+			return nil, err
+		}
 	}
 	maxP := g.MaxParallelism
 	if meta != nil {
@@ -194,6 +252,9 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 	}
 
 	stateRoot := filepath.Join(set.StateDir, g.Job)
+	if unit != nil {
+		stateRoot = filepath.Join(set.StateDir, g.Job, "units", strconv.Itoa(unit.Stage), strconv.Itoa(unit.Index))
+	}
 	if err := os.RemoveAll(stateRoot); err != nil {
 		return nil, fmt.Errorf("job: clear state dir: %w", err)
 	}
@@ -230,11 +291,19 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			if s.Timestamp != nil {
 				assigner = s.Timestamp()
 			}
+			var only []int32 // a unit reads its own partitions: the repartition partition of its index, or its share of the input
+			switch {
+			case unit == nil || s.Broadcast:
+			case s.Repartition:
+				only = []int32{int32(unit.Index)}
+			default:
+				only = append([]int32{}, source.PartitionsFor(s.Topic, partitions[s.Topic], unit.Index, unit.Units)...)
+			}
 			src := source.New(source.Config{
 				Timestamp: assigner, Watermarks: source.WatermarkConfig{OutOfOrderness: s.OutOfOrderness, Idleness: s.Idleness},
 				WatermarkGauge: wmm.Gauge(id),
 				Name:           s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
-				Subtask: sub, Parallelism: p, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
+				Subtask: sub, Parallelism: p, Only: only, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
 				DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + g.Job,
 				Format: source.Format(s.Format), Tombstones: s.Broadcast, Check: s.Check,
 				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, MaxRecordBytes: s.MaxRecordBytes,
@@ -313,9 +382,26 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		if pool == 0 {
 			pool = sink.DefaultPoolSize
 		}
+		prefix, txnSub := sk.TransactionalIDPrefix, func(sub int) int { return sub }
+		if unit != nil {
+			prefix, txnSub = unit.prefix(prefix), func(int) int { return unit.Index }
+		}
+		var partition func([]byte) int32
+		if sk.Units > 0 {
+			units := sk.Units
+			partition = func(key []byte) int32 {
+				return int32(keygroup.OperatorIndex(keygroup.Assign(key, maxP), maxP, units))
+			}
+		}
 		if exactlyOnce {
 			skm.Init(sk.Name)
-			if err := recoverSink(ctx, sk, meta, len(b.gates[sk.Name]), timeout, pool, skm, deps); err != nil {
+			var only []string
+			if unit != nil {
+				for slot := range pool {
+					only = append(only, sink.TransactionalID(prefix, unit.Index, slot))
+				}
+			}
+			if err := recoverSink(ctx, sk, prefix, only, meta, len(b.gates[sk.Name]), timeout, pool, skm, deps); err != nil {
 				return nil, err
 			}
 		}
@@ -328,7 +414,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			var k runtime.Operator
 			if exactlyOnce {
 				k = sink.NewTwoPhaseCommitSink(sk.Name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
-					Name: sk.Name, Subtask: sub, Topic: sk.Topic, TransactionalIDPrefix: sk.TransactionalIDPrefix,
+					Name: sk.Name, Subtask: txnSub(sub), Topic: sk.Topic, TransactionalIDPrefix: prefix, Partition: partition,
 					PoolSize: pool, TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions,
 					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub), Metrics: skm, Retries: metrics.kafka, Logger: sinkLogger,
 				}), skm, sinkLogger)
@@ -360,7 +446,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		}
 	}
 	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
-		Job: g.Job, MaxParallelism: maxP, Storage: storage,
+		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner,
 		Interval: set.Interval, Timeout: set.Timeout, MinPause: set.MinPause,
 		TolerableFailures: set.TolerableFailures, Incremental: set.Incremental, RequiredStates: requiredStates(g),
 		FirstID: firstID, Logger: logger.With("component", "checkpoint"), Metrics: cm,
@@ -388,7 +474,11 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 // kind for them.
 func (j *Job) operator(op *graph.Operator, sub int, fn any, restore *operators.Restore, out *runtime.Output, mailbox *runtime.Mailbox, stateRoot string, logger *slog.Logger) (runtime.Operator, error) {
 	info := operators.OpenContext{Operator: op.Name, Subtask: sub, Parallelism: op.Parallelism}
-	open := j.opener(stateRoot, op.Name, sub, op.Parallelism, j.maxP, logger)
+	kgr := keygroup.RangeFor(j.maxP, op.Parallelism, sub)
+	if u := j.settings.Unit; u != nil {
+		kgr = keygroup.RangeFor(j.maxP, u.Units, u.Index)
+	}
+	open := j.opener(stateRoot, op.Name, sub, kgr, logger)
 	tr := op.Factory.Traits
 	// ProcessFunction and KeyedProcessFunction have the same methods, so
 	// the traits, not the type switch, tell them apart.
@@ -416,7 +506,10 @@ func (j *Job) operator(op *graph.Operator, sub int, fn any, restore *operators.R
 // checks the transaction timeout against the brokers' maximum, commits the
 // transactions the restored checkpoint pre-committed and fences every
 // transactional id the sink may have used (old or new parallelism).
-func recoverSink(ctx context.Context, sk *graph.Sink, meta *checkpoint.Metadata, p int, timeout time.Duration, pool int, m *sink.Metrics, deps Deps) error {
+//
+// A cluster-mode unit passes its prefix and, in only, exactly its own ids:
+// only those are fenced.
+func recoverSink(ctx context.Context, sk *graph.Sink, prefix string, only []string, meta *checkpoint.Metadata, p int, timeout time.Duration, pool int, m *sink.Metrics, deps Deps) error {
 	if err := sink.CheckTransactionTimeout(ctx, deps.ClientOpts, sk.Name, timeout); err != nil {
 		return err
 	}
@@ -442,7 +535,7 @@ func recoverSink(ctx context.Context, sk *graph.Sink, meta *checkpoint.Metadata,
 	}
 	return sink.RecoverTransactions(ctx, sink.RecoverConfig{
 		Name: sk.Name, ClientOpts: deps.ClientOpts, Committables: committables,
-		TransactionalIDPrefix: sk.TransactionalIDPrefix, PoolSize: pool, Subtasks: max(oldP, p),
+		TransactionalIDPrefix: prefix, PoolSize: pool, Subtasks: max(oldP, p), FenceOnly: only,
 		TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions, Metrics: m,
 		Logger: deps.Logger.With("component", "sink"),
 	})
@@ -749,13 +842,13 @@ func (j *Job) TriggerSavepoint(ctx context.Context, dir string, stop bool) (stri
 
 // opener returns the state backend opener of one keyed subtask: its Pebble
 // DB lives in <state dir>/<job>/<operator>/subtask-<i>.
-func (j *Job) opener(root, op string, sub, p, maxP int, logger *slog.Logger) operators.BackendOpener {
+func (j *Job) opener(root, op string, sub int, kgr keygroup.Range, logger *slog.Logger) operators.BackendOpener {
 	return func(restore []state.RestoreHandle) (state.KeyedStateBackend, error) {
 		b, err := state.OpenBackendRestored(state.BackendConfig{
 			Kind:           j.settings.StateBackend,
 			Dir:            filepath.Join(root, op, "subtask-"+strconv.Itoa(sub)),
-			MaxParallelism: maxP,
-			KeyGroupRange:  keygroup.RangeFor(maxP, p, sub),
+			MaxParallelism: j.maxP,
+			KeyGroupRange:  kgr,
 			Cache:          j.cache,
 			Logger:         logger.With("operator", op, "subtask", sub),
 		}, restore)

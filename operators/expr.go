@@ -96,6 +96,11 @@ func (e Expression) String() string {
 	return e.prog.Source()
 }
 
+// MarshalText returns the expression text (the inverse of UnmarshalText),
+// so params holding expressions encode as their source, as the graph
+// fingerprint needs.
+func (e Expression) MarshalText() ([]byte, error) { return []byte(e.String()), nil }
+
 // RecordEnv is the environment expressions evaluate in, one record at a
 // time (expression.Env over a runtime.Record): Reset decodes the record's
 // value once, and every expression of the operator then evaluates on the

@@ -153,6 +153,9 @@ type Config struct {
 	Sinks []SinkConfig `yaml:"sinks"`
 	// Demo is the built-in demo producer.
 	Demo DemoConfig `yaml:"demo"`
+	// Cluster runs the job on several daemons (docs/scale-out.md). Default
+	// off.
+	Cluster ClusterConfig `yaml:"cluster"`
 
 	// src records where each field was written, so Validate can name
 	// file:line:col; nil for a Config built in code.
@@ -645,6 +648,7 @@ func Default() *Config {
 		Metrics: MetricsConfig{Address: "127.0.0.1:9249"},
 		Log:     LogConfig{Level: LogLevelInfo, Format: LogFormatText},
 		Demo:    DemoConfig{ItemsPerSecond: 5},
+		Cluster: defaultCluster(),
 	}
 }
 

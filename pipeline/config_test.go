@@ -153,6 +153,8 @@ func TestDefaultsApplied(t *testing.T) {
 		Operators: operators,
 		Sinks:     sinks,
 		Demo:      DemoConfig{Enabled: false, ItemsTopic: "", RulesTopic: "", ItemsPerSecond: 5},
+		Cluster: ClusterConfig{Enabled: false, Store: ClusterStoreConfig{Kind: StoreFilesystem},
+			SessionTimeout: 45 * time.Second, RebalanceTimeout: time.Minute, RevokeTimeout: 30 * time.Second, TakeoverTimeout: 30 * time.Second},
 	}
 	if got := withoutOrigin(cfg); !reflect.DeepEqual(got, want) {
 		t.Errorf("Load(minimal) =\n%+v\nwant\n%+v", got, want)
@@ -214,7 +216,8 @@ func TestFullConfig(t *testing.T) {
 			{Name: "counted", Input: "counts", Topic: "counts", Delivery: DeliveryAtLeastOnce, Parallelism: 7, TransactionTimeout: 15 * time.Minute, PoolSize: 5},
 			{Name: "raw", Input: "rules", Topic: "rules-copy", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 15 * time.Minute, PoolSize: 5},
 		},
-		Demo: DemoConfig{Enabled: true, ItemsTopic: "items.v1", RulesTopic: "rules", ItemsPerSecond: 0.5},
+		Demo:    DemoConfig{Enabled: true, ItemsTopic: "items.v1", RulesTopic: "rules", ItemsPerSecond: 0.5},
+		Cluster: defaultCluster(),
 	}
 	if got := withoutOrigin(cfg); !reflect.DeepEqual(got, want) {
 		t.Errorf("Load(full) =\n%+v\nwant\n%+v", got, want)

@@ -156,6 +156,7 @@ func (c *Config) validate() ConfigErrors {
 	c.validateOperators(v, stages)
 	c.validateSinks(v, stages)
 	c.validateDemo(v)
+	c.validateCluster(v)
 	return v.errs
 }
 

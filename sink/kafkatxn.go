@@ -61,6 +61,10 @@ type KafkaTxnConfig struct {
 	Retries *kafkaretry.Metrics
 	// Logger is scoped by the caller.
 	Logger *slog.Logger
+	// Partition, if not nil, picks each record's partition from its key
+	// (a cluster-mode repartition sink: the partition of the unit owning
+	// the key's key group); nil leaves it to franz-go's default partitioner.
+	Partition func(key []byte) int32
 }
 
 // KafkaTxnCommitter is the TwoPhaseCommitter of Kafka transactions: one
@@ -140,6 +144,9 @@ func (k *KafkaTxnCommitter) BeginTransaction(context.Context) error {
 		opts := append([]kgo.Opt{}, k.cfg.ClientOpts...)
 		opts = append(opts, kgo.TransactionalID(s.id), kgo.TransactionTimeout(k.cfg.TransactionTimeout),
 			kgo.DefaultProduceTopic(k.cfg.Topic), kgo.RequiredAcks(kgo.AllISRAcks()))
+		if k.cfg.Partition != nil {
+			opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		}
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			return fmt.Errorf("sink %s: transactional producer %s: %w", k.cfg.Name, s.id, err)
@@ -170,7 +177,11 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 	if !rec.Timestamp.IsZero() {
 		s.oldest = append(s.oldest, rec.Timestamp)
 	}
-	s.cl.Produce(ctx, &kgo.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers)}, func(r *kgo.Record, err error) {
+	kr := &kgo.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers)}
+	if k.cfg.Partition != nil {
+		kr.Partition = k.cfg.Partition(rec.Key)
+	}
+	s.cl.Produce(ctx, kr, func(r *kgo.Record, err error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		switch {

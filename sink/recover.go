@@ -40,6 +40,11 @@ type RecoverConfig struct {
 	TransactionTimeout time.Duration
 	// IgnoreLost logs a lost committable instead of failing.
 	IgnoreLost bool
+	// FenceOnly, if not nil, are the only transactional ids fenced, and
+	// ongoing transactions are not listed: a cluster-mode unit fences
+	// exactly its own ids, never another unit's live transactions under the
+	// same prefix (docs/scale-out.md, takeover).
+	FenceOnly []string
 	// Metrics may be nil.
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -99,6 +104,16 @@ func RecoverTransactions(ctx context.Context, cfg RecoverConfig) error {
 		return err
 	}
 	defer cl.Close()
+	if cfg.FenceOnly != nil {
+		for _, id := range cfg.FenceOnly {
+			if err := fence(ctx, cl, id, cfg.TransactionTimeout); err != nil {
+				return fmt.Errorf("sink %s: fence transactional id %s: %w", cfg.Name, id, err)
+			}
+			cfg.Metrics.transaction(cfg.Name, "fenced")
+		}
+		cfg.Logger.Info("fenced the unit's transactional ids", "sink", cfg.Name, "fenced", len(cfg.FenceOnly))
+		return nil
+	}
 	known := knownIDs(cfg)
 	// Which ids hold an open transaction is asked before fencing, so the
 	// aborts the fences cause are counted; the list also finds ids outside

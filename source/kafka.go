@@ -112,6 +112,10 @@ type Config struct {
 	Subtask int
 	// Parallelism is the number of subtasks of this source.
 	Parallelism int
+	// Only, if not nil, are the only partitions this subtask reads, instead
+	// of those AssignPartition gives it (a cluster-mode unit reading its
+	// own partition of a repartition topic); discovery adds none.
+	Only []int32
 	// StartFrom is Earliest (default) or Latest, for partitions without a
 	// restored offset.
 	StartFrom StartFrom
@@ -651,7 +655,7 @@ func (s *KafkaSource) assign(ctx context.Context, adm *kadm.Client) error {
 	n := s.cfg.Partitions
 	var mine []int32
 	for p := int32(0); p < n; p++ {
-		if !s.known[p] && AssignPartition(s.cfg.Topic, p, s.cfg.Parallelism) == s.cfg.Subtask {
+		if !s.known[p] && s.owns(p) {
 			mine = append(mine, p)
 		}
 		s.known[p] = true
@@ -721,7 +725,7 @@ func (s *KafkaSource) discover(ctx context.Context, adm *kadm.Client) {
 			continue
 		}
 		s.known[p] = true
-		if AssignPartition(s.cfg.Topic, p, s.cfg.Parallelism) == s.cfg.Subtask {
+		if s.owns(p) {
 			add[p] = kgo.NewOffset().AtStart()
 			s.pos[p] = 0
 			s.wms.assign(p, noTimestamp, time.Now())
@@ -845,4 +849,13 @@ func (s *KafkaSource) decode(rec *runtime.Record) (reason, detail string) {
 		}
 	}
 	return "", ""
+}
+
+// owns reports whether partition p of the topic is this subtask's: in
+// Only when it is set, else by AssignPartition.
+func (s *KafkaSource) owns(p int32) bool {
+	if s.cfg.Only != nil {
+		return slices.Contains(s.cfg.Only, p)
+	}
+	return AssignPartition(s.cfg.Topic, p, s.cfg.Parallelism) == s.cfg.Subtask
 }

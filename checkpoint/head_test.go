@@ -1,0 +1,105 @@
+package checkpoint
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// TestZombieCannotCommitOrDelete: owner A holds the unit, B takes it over
+// while A is paused; A's next checkpoint (an empty epoch: nothing to
+// commit) creates no HEAD, commits nothing and deletes nothing; B's chain
+// goes on.
+func TestZombieCannotCommitOrDelete(t *testing.T) {
+	heads := Heads{Dir: filepath.Join(t.TempDir(), "clicks", "units", "1", "3")}
+	var log []string
+	steps := func(who string) UnitCommit {
+		return UnitCommit{
+			PreCommit: func() error { log = append(log, who+" pre-commit"); return nil },
+			Upload:    func() error { log = append(log, who+" upload"); return nil },
+			Commit:    func() error { log = append(log, who+" commit"); return nil },
+			Purge:     func(k int64) error { log = append(log, who+" purge"); return nil },
+		}
+	}
+	a, prev, err := Claim(heads, "a", "fp", 2)
+	if err != nil || prev.Seq != 0 {
+		t.Fatalf("claim a: %v %+v", err, prev)
+	}
+	if err := a.Checkpoint(1, steps("a")); err != nil {
+		t.Fatal(err)
+	}
+	b, prev, err := Claim(heads, "b", "fp", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Head{Seq: 2, CheckpointID: 1, Owner: "a", Fingerprint: "fp"}); prev != want {
+		t.Errorf("b restores %+v, want %+v", prev, want)
+	}
+	before := files(t, heads.Dir)
+	log = nil
+	err = a.Checkpoint(2, steps("a"))
+	if !errors.Is(err, ErrHeadExists) {
+		t.Fatalf("zombie checkpoint: %v, want ErrHeadExists", err)
+	}
+	if want := []string{"a pre-commit", "a upload"}; !slices.Equal(log, want) {
+		t.Errorf("zombie ran %q, want %q (no commit, no purge)", log, want)
+	}
+	if got := files(t, heads.Dir); !slices.Equal(got, before) {
+		t.Errorf("zombie changed the namespace: %v, want %v", got, before)
+	}
+	if err := a.Checkpoint(3, steps("a")); !errors.Is(err, ErrHeadExists) || a.Seq() != 0 {
+		t.Errorf("a fenced owner must stay fenced: %v seq %d", err, a.Seq())
+	}
+	log = nil
+	if err := b.Checkpoint(2, steps("b")); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"b pre-commit", "b upload", "b commit", "b purge"}; !slices.Equal(log, want) {
+		t.Errorf("owner ran %q, want %q", log, want)
+	}
+	if got, want := files(t, heads.Dir), []string{"HEAD-3", "HEAD-4"}; !slices.Equal(got, want) {
+		t.Errorf("after b's checkpoint: %v, want %v (2 retained)", got, want)
+	}
+	latest, err := heads.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Head{Seq: 4, CheckpointID: 2, Owner: "b", Fingerprint: "fp"}); latest != want {
+		t.Errorf("latest %+v, want %+v", latest, want)
+	}
+	// A claim with another graph is refused naming both fingerprints.
+	if _, _, err := Claim(heads, "c", "other", 2); err == nil || err.Error() != "checkpoint: unit "+heads.Dir+": HEAD-4 was written for graph fp, this daemon runs graph other" {
+		t.Errorf("claim with another graph: %v", err)
+	}
+}
+
+// TestSelfTest: a filesystem honours O_EXCL; a store whose create-only
+// write overwrites is refused.
+func TestSelfTest(t *testing.T) {
+	dir := t.TempDir()
+	if err := SelfTest(dir); err != nil {
+		t.Fatal(err)
+	}
+	overwrite := func(name string) error { return os.WriteFile(name, nil, 0o644) }
+	if err := selfTest(dir, overwrite); !errors.Is(err, ErrCreateOnlyIgnored) {
+		t.Errorf("store ignoring create-only: %v, want ErrCreateOnlyIgnored", err)
+	}
+	if got := files(t, dir); len(got) != 0 {
+		t.Errorf("self-test left %v", got)
+	}
+}
+
+func files(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}

@@ -1,0 +1,269 @@
+package graph
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Stages is a graph cut at its key-group hash edges for cluster mode
+// (docs/scale-out.md): every hash edge becomes a repartition topic with one
+// partition per work unit, and each side of a cut is a stage. A unit is
+// (stage, index): it runs its stage's Graph with the key groups
+// keygroup.RangeFor(MaxParallelism, Units, index).
+type Stages struct {
+	Job string
+	// Units is the number of units of every stage (the partition count of
+	// every repartition topic).
+	Units int
+	// MaxParallelism is the graph's number of key groups.
+	MaxParallelism int
+	// Fingerprint identifies the planned graph and the unit count
+	// (Fingerprint): daemons running one job compare it when they join.
+	Fingerprint string
+	// Stages are in topological order; stage 0 reads the job's input
+	// topics.
+	Stages []*Stage
+	// Repartitions are the topics between stages, in stage order.
+	Repartitions []Repartition
+}
+
+// Stage is the part of the job graph one unit runs.
+type Stage struct {
+	// Index is the stage's number, 0 for the stage of the input sources.
+	Index int
+	// Graph is what a unit of the stage runs: every vertex at parallelism
+	// 1 (a unit is one subtask of its stage; units scale it out); a
+	// repartition source (Source.Repartition) where the stage reads a
+	// repartition topic, a repartition sink (Sink.Units > 0) where it
+	// writes one; a broadcast source in every stage that has a consumer of
+	// it.
+	Graph *Graph
+}
+
+// Repartition is one repartition topic: the hash edge it replaces and the
+// stages it connects.
+type Repartition struct {
+	// Topic is "<job>-<to stage>-repartition".
+	Topic string
+	// Partitions equals Stages.Units.
+	Partitions int
+	// Edge is the hash edge of the planned graph.
+	Edge Edge
+	// From and To are the writing and the reading stage.
+	From, To int
+}
+
+// RepartitionTopic returns the repartition topic read by stage of job:
+// "<job>-<stage>-repartition".
+func RepartitionTopic(job string, stage int) string {
+	return job + "-" + strconv.Itoa(stage) + "-repartition"
+}
+
+// RepartitionVertex returns the name of the repartition sink and source
+// vertices of the topic read by stage: "repartition.<stage>". A dot never
+// appears in a configured vertex name, so it cannot collide.
+func RepartitionVertex(stage int) string { return "repartition." + strconv.Itoa(stage) }
+
+// Split cuts g at its hash edges into the stages of cluster mode with units
+// units per stage (pure: no Kafka, no disk). A non-broadcast source is in
+// stage 0; an operator whose main input is a hash edge starts a new stage
+// (numbered in g's topological order), any other vertex is in its main
+// input's stage. It returns an error when units is not in [1,
+// g.MaxParallelism].
+func Split(g *Graph, units int) (*Stages, error) {
+	if units < 1 || units > g.MaxParallelism {
+		return nil, fmt.Errorf("graph: %d units: must be in [1, %d] (the max parallelism)", units, g.MaxParallelism)
+	}
+	st := &Stages{Job: g.Job, Units: units, MaxParallelism: g.MaxParallelism, Fingerprint: Fingerprint(g, units)}
+	stageOf := map[string]int{}
+	mainEdge := map[string]Edge{}
+	for _, e := range g.Edges {
+		if e.Input == 0 {
+			mainEdge[e.To] = e
+		}
+	}
+	for _, s := range g.Sources {
+		if !s.Broadcast {
+			stageOf[s.Name] = 0
+		}
+	}
+	next := 1
+	for _, o := range g.Operators {
+		e := mainEdge[o.Name]
+		if e.Kind == Hash {
+			stageOf[o.Name] = next
+			st.Repartitions = append(st.Repartitions, Repartition{
+				Topic: RepartitionTopic(g.Job, next), Partitions: units, Edge: e, From: stageOf[e.From], To: next,
+			})
+			next++
+			continue
+		}
+		stageOf[o.Name] = stageOf[e.From]
+	}
+	for _, s := range g.Sinks {
+		stageOf[s.Name] = stageOf[s.Input]
+	}
+	for i := range next {
+		sg := &Graph{Job: g.Job, MaxParallelism: g.MaxParallelism, MaxParallelismSet: g.MaxParallelismSet}
+		in := func(name string) bool { s, ok := stageOf[name]; return ok && s == i }
+		for _, s := range g.Sources {
+			if in(s.Name) || (s.Broadcast && feedsStage(g, s.Name, stageOf, i)) {
+				c := *s
+				c.Parallelism = 1
+				sg.Sources = append(sg.Sources, &c)
+			}
+		}
+		for _, r := range st.Repartitions {
+			if r.To == i {
+				sg.Sources = append(sg.Sources, &Source{
+					Name: RepartitionVertex(i), Topic: r.Topic, Parallelism: 1, StartFrom: "earliest",
+					Format: lineageFormat(g, r.Edge.From), OnError: "fail", Repartition: true,
+				})
+			}
+		}
+		for _, o := range g.Operators {
+			if in(o.Name) {
+				c := *o
+				c.Parallelism = 1
+				if mainEdge[o.Name].Kind == Hash {
+					c.Input = RepartitionVertex(i)
+				}
+				sg.Operators = append(sg.Operators, &c)
+			}
+		}
+		for _, s := range g.Sinks {
+			if in(s.Name) {
+				c := *s
+				c.Parallelism = 1
+				sg.Sinks = append(sg.Sinks, &c)
+			}
+		}
+		for _, r := range st.Repartitions {
+			if r.From == i {
+				sg.Sinks = append(sg.Sinks, &Sink{
+					Name: RepartitionVertex(r.To), Input: r.Edge.From, Topic: r.Topic, Parallelism: 1,
+					Delivery: "exactly-once", Units: units, TransactionalIDPrefix: "kstreamd-" + g.Job + "-" + RepartitionVertex(r.To),
+				})
+			}
+		}
+		for _, e := range g.Edges {
+			switch {
+			case e.Kind == Broadcast && in(e.To):
+				sg.Edges = append(sg.Edges, e)
+			case e.Kind == Hash && in(e.To):
+				sg.Edges = append(sg.Edges, Edge{From: RepartitionVertex(i), To: e.To, Kind: Forward})
+			case e.Kind == Hash && in(e.From):
+				c := e
+				c.To = RepartitionVertex(stageOf[e.To])
+				sg.Edges = append(sg.Edges, c) // the key selector sets the record key; the sink routes by its key group
+			case in(e.To):
+				c := e
+				c.Kind = Forward // every vertex of a unit runs one subtask
+				sg.Edges = append(sg.Edges, c)
+			}
+		}
+		st.Stages = append(st.Stages, &Stage{Index: i, Graph: sg})
+	}
+	return st, nil
+}
+
+// lineageFormat returns the format of the source the records of vertex
+// name come from ("json" when unknown), so a repartition source decodes
+// them as the upstream stage did.
+func lineageFormat(g *Graph, name string) string {
+	for _, o := range g.Operators {
+		if o.Name == name {
+			name = o.ErrorSources[0]
+		}
+	}
+	for _, s := range g.Sources {
+		if s.Name == name && s.Format != "" {
+			return s.Format
+		}
+	}
+	return "json"
+}
+
+// feedsStage reports whether broadcast source name feeds an operator of
+// stage i.
+func feedsStage(g *Graph, name string, stageOf map[string]int, i int) bool {
+	for _, e := range g.Edges {
+		if e.From == name && e.Kind == Broadcast && stageOf[e.To] == i {
+			return true
+		}
+	}
+	return false
+}
+
+// Fingerprint returns the hex SHA-256 of the canonical text of g and the
+// unit count: vertices with their types, parallelism-independent settings
+// and params as JSON, edges with their key selector text, and the max
+// parallelism. Two daemons with equal fingerprints run the same job; a
+// change of any operator, edge, key, param or of units changes it.
+// Parallelism is left out: in cluster mode units, not subtasks, scale.
+func Fingerprint(g *Graph, units int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "job %s max_parallelism=%d units=%d\n", g.Job, g.MaxParallelism, units)
+	for _, s := range g.Sources {
+		fmt.Fprintf(&b, "source %s topic=%s format=%s start=%s broadcast=%v out_of_orderness=%s idleness=%s\n",
+			s.Name, s.Topic, s.Format, s.StartFrom, s.Broadcast, s.OutOfOrderness, s.Idleness)
+	}
+	for _, o := range g.Operators {
+		params, _ := json.Marshal(o.Params)
+		fmt.Fprintf(&b, "operator %s type=%s async=%v params=%s\n", o.Name, o.Type, o.AsyncState, params)
+	}
+	for _, s := range g.Sinks {
+		fmt.Fprintf(&b, "sink %s topic=%s delivery=%s\n", s.Name, s.Topic, s.Delivery)
+	}
+	edges := make([]string, 0, len(g.Edges))
+	for _, e := range g.Edges {
+		k := e
+		if k.Kind == Rebalance {
+			k.Kind = Forward // parallelism-dependent
+		}
+		edges = append(edges, k.String())
+	}
+	slices.Sort(edges)
+	b.WriteString(strings.Join(edges, "\n"))
+	sum := sha256.Sum256([]byte(b.String()))
+	return hex.EncodeToString(sum[:])
+}
+
+// String renders the stages for tests: each stage's graph after a
+// "stage <i>" line, then the repartition topics.
+func (s *Stages) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "units=%d\n", s.Units)
+	for _, st := range s.Stages {
+		fmt.Fprintf(&b, "stage %d\n", st.Index)
+		for _, src := range st.Graph.Sources {
+			r := ""
+			if src.Repartition {
+				r = " repartition"
+			}
+			fmt.Fprintf(&b, "  source %s topic=%s%s\n", src.Name, src.Topic, r)
+		}
+		for _, o := range st.Graph.Operators {
+			fmt.Fprintf(&b, "  operator %s type=%s input=%s\n", o.Name, o.Type, o.Input)
+		}
+		for _, sk := range st.Graph.Sinks {
+			r := ""
+			if sk.Units > 0 {
+				r = fmt.Sprintf(" units=%d", sk.Units)
+			}
+			fmt.Fprintf(&b, "  sink %s topic=%s%s\n", sk.Name, sk.Topic, r)
+		}
+		for _, e := range st.Graph.Edges {
+			fmt.Fprintf(&b, "  %s\n", e)
+		}
+	}
+	for _, r := range s.Repartitions {
+		fmt.Fprintf(&b, "repartition %s partitions=%d %d->%d (%s)\n", r.Topic, r.Partitions, r.From, r.To, r.Edge)
+	}
+	return b.String()
+}

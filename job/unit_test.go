@@ -1,0 +1,349 @@
+package job_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/job"
+	"github.com/kstreamd/kstreamd/pipeline"
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+const unitsYAML = `
+job:
+  name: clicks
+  max_parallelism: 16
+kafka:
+  brokers: [localhost:9092]
+checkpoints:
+  interval: 200ms
+  timeout: 1m
+cluster:
+  enabled: true
+  units: 4
+  store:
+    dir: /unused
+sources:
+  - name: clicks
+    topic: clicks
+operators:
+  - name: per_user
+    type: keyed_count
+    input: clicks
+    key_by: user
+sinks:
+  - name: counts
+    input: per_user
+    topic: counts
+    delivery: exactly-once
+    transaction_timeout: 5m
+`
+
+// TestUnitsExactlyOnceAcrossStages runs the two stages of a keyed count as
+// eight units (4 per stage, over an input of 2 partitions) in one process,
+// each a job of its own with its own checkpoints, connected only by the
+// repartition topic: the read_committed output holds, per key, exactly the
+// counts 1..n; the repartition topic holds each input record once, in the
+// partition of the unit owning its key group; every stage-1 unit fences its
+// own transactional ids only.
+func TestUnitsExactlyOnceAcrossStages(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "clicks", "counts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	var fenceMu sync.Mutex
+	fenced := map[string]int{}
+	kc.ControlKey(22, func(req kmsg.Request) (kmsg.Response, error, bool) { // InitProducerId
+		kc.KeepControl()
+		if r := req.(*kmsg.InitProducerIDRequest); r.TransactionalID != nil {
+			fenceMu.Lock()
+			fenced[*r.TransactionalID]++
+			fenceMu.Unlock()
+		}
+		return nil, nil, false
+	})
+	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
+	cfg, err := pipeline.Parse("units.yaml", []byte(unitsYAML), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := cfg.PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
+		t.Fatal(err)
+	}
+	// A second start with another unit count is refused naming both.
+	other := *st
+	other.Repartitions = []graph.Repartition{st.Repartitions[0]}
+	other.Repartitions[0].Partitions = 6
+	err = job.EnsureRepartitionTopics(ctx, opts, &other)
+	if !errors.Is(err, job.ErrUnitsChanged) || !strings.Contains(err.Error(), "has 4 partitions, cluster.units is 6") {
+		t.Fatalf("changed unit count: %v", err)
+	}
+
+	const users, perUser = 5, 20
+	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("clicks"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	for i := range perUser {
+		for u := range users {
+			rec := &kgo.Record{Value: fmt.Appendf(nil, `{"user":"u%d","i":%d}`, u, i)}
+			if err := prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	dir := t.TempDir()
+	set := cfg.Settings()
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for _, stage := range st.Stages {
+		for u := range st.Units {
+			s := set
+			s.Unit = &job.Unit{Stage: stage.Index, Index: u, Units: st.Units}
+			j, err := job.Build(ctx, stage.Graph, s, job.Deps{ClientOpts: opts})
+			if err != nil {
+				t.Fatalf("build stage %d unit %d: %v", stage.Index, u, err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := j.Run(ctx); err != nil {
+					errs <- fmt.Errorf("stage %d unit %d: %w", stage.Index, u, err)
+				}
+			}()
+		}
+	}
+	var out []*kgo.Record
+	if !testkit.Poll(2*time.Minute, func() bool {
+		out = testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "counts", 10*time.Second)
+		return len(out) >= users*perUser
+	}) {
+		t.Fatalf("output holds %d records, want %d", len(out), users*perUser)
+	}
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	got := map[string][]int64{}
+	for _, r := range out {
+		var v struct {
+			Key   string `json:"key"`
+			Count int64  `json:"count"`
+		}
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatalf("output %s: %v", r.Value, err)
+		}
+		got[v.Key] = append(got[v.Key], v.Count)
+	}
+	for u := range users {
+		key := fmt.Sprintf("u%d", u)
+		counts := got[key]
+		if len(counts) != perUser {
+			t.Errorf("key %s: %d counts %v, want 1..%d", key, len(counts), counts, perUser)
+			continue
+		}
+		for i, c := range counts {
+			if c != int64(i+1) {
+				t.Errorf("key %s: counts %v, want 1..%d", key, counts, perUser)
+				break
+			}
+		}
+	}
+	rep := testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), st.Repartitions[0].Topic, 10*time.Second)
+	if len(rep) != users*perUser {
+		t.Errorf("repartition topic holds %d records, want %d", len(rep), users*perUser)
+	}
+	for _, r := range rep {
+		if want := keygroup.OperatorIndex(keygroup.Assign(r.Key, 16), 16, 4); int(r.Partition) != want {
+			t.Errorf("record with key %s in partition %d, want %d", r.Key, r.Partition, want)
+		}
+	}
+	// Each stage-1 unit fenced its own ids once at start, and no other.
+	fenceMu.Lock()
+	defer fenceMu.Unlock()
+	for u := range 4 {
+		id := fmt.Sprintf("kstreamd-clicks-counts-1-%d-0", u)
+		if fenced[id] < 1 {
+			t.Errorf("transactional id %s never initialised", id)
+		}
+	}
+	for id := range fenced {
+		if !strings.HasPrefix(id, "kstreamd-clicks-counts-1-") && !strings.HasPrefix(id, "kstreamd-clicks-repartition.1-0-") {
+			t.Errorf("unexpected transactional id %s", id)
+		}
+	}
+}
+
+const copyYAML = `
+job:
+  name: copy
+  max_parallelism: 8
+kafka:
+  brokers: [localhost:9092]
+checkpoints:
+  interval: 100ms
+  timeout: 1m
+cluster:
+  enabled: true
+  units: 1
+  store:
+    dir: /unused
+sources:
+  - name: in
+    topic: in
+sinks:
+  - name: out
+    input: in
+    topic: out
+    delivery: exactly-once
+    transaction_timeout: 5m
+`
+
+// TestUnitZombieFenced: owner a runs the unit while its input is idle (its
+// epochs are empty); owner b takes the unit over (claims the next HEAD and
+// fences the unit's ids). a's next checkpoint finds its HEAD taken: a stops
+// with ErrHeadExists, writes no HEAD after b's claim and deletes no file;
+// b carries on and its output holds every record once.
+func TestUnitZombieFenced(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
+	cfg, err := pipeline.Parse("copy.yaml", []byte(copyYAML), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := cfg.PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	set := cfg.Settings()
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+	ns := dir + "/store/copy/units/0/0"
+	build := func(member string) *job.Job {
+		s := set
+		s.StateDir += "/" + member
+		s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
+		j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts})
+		if err != nil {
+			t.Fatalf("build %s: %v", member, err)
+		}
+		return j
+	}
+	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("in"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	produce := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := prod.ProduceSync(context.Background(), &kgo.Record{Value: fmt.Appendf(nil, `{"i":%d}`, i)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(0, 20)
+	a := build("a")
+	actx, acancel := context.WithCancel(context.Background())
+	defer acancel()
+	aDone := make(chan error, 1)
+	go func() { aDone <- a.Run(actx) }()
+	if !testkit.Poll(time.Minute, func() bool {
+		return len(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "out", 5*time.Second)) == 20
+	}) {
+		t.Fatal("a's output never reached 20 records")
+	}
+	// Input paused: a's epochs are empty. b takes the unit over.
+	b := build("b")
+	claim, err := checkpoint.Heads{Dir: ns}.Latest()
+	if err != nil || claim.Owner != "b" || !claim.Claim {
+		t.Fatalf("after b's claim the newest HEAD is %+v (%v)", claim, err)
+	}
+	before := listFiles(t, ns)
+	var aErr error
+	select {
+	case aErr = <-aDone:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the zombie never stopped")
+	}
+	if !errors.Is(aErr, checkpoint.ErrHeadExists) {
+		t.Fatalf("zombie stopped with %v, want ErrHeadExists", aErr)
+	}
+	if after, err := (checkpoint.Heads{Dir: ns}).Latest(); err != nil || after != claim {
+		t.Errorf("newest HEAD after the zombie stopped: %+v, want b's claim %+v (%v)", after, claim, err)
+	}
+	for _, f := range before {
+		if _, err := os.Stat(ns + "/" + f); err != nil {
+			t.Errorf("file %s of the unit vanished after the zombie's last checkpoint: %v", f, err)
+		}
+	}
+	bctx, bcancel := context.WithCancel(context.Background())
+	bDone := make(chan error, 1)
+	go func() { bDone <- b.Run(bctx) }()
+	produce(20, 40)
+	var out []*kgo.Record
+	if !testkit.Poll(time.Minute, func() bool {
+		out = testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "out", 5*time.Second)
+		return len(out) >= 40
+	}) {
+		t.Fatalf("output holds %d records, want 40", len(out))
+	}
+	bcancel()
+	if err := <-bDone; err != nil {
+		t.Errorf("b: %v", err)
+	}
+	seen := map[string]int{}
+	for _, r := range out {
+		seen[string(r.Value)]++
+	}
+	for i := range 40 {
+		if v := fmt.Sprintf(`{"i":%d}`, i); seen[v] != 1 {
+			t.Errorf("record %s in the output %d times, want once", v, seen[v])
+		}
+	}
+	if len(out) != 40 {
+		t.Errorf("output holds %d records, want 40", len(out))
+	}
+}
+
+func listFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}

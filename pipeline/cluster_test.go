@@ -1,0 +1,209 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/kstreamd/kstreamd/graph"
+)
+
+const clusterYAML = `
+job:
+  name: clicks
+  max_parallelism: 128
+kafka:
+  brokers: [localhost:9092]
+checkpoints:
+  interval: 1s
+  timeout: 1m
+cluster:
+  enabled: true
+  units: 12
+  store:
+    dir: /shared/kstreamd
+sources:
+  - name: clicks
+    topic: clicks
+operators:
+  - name: valid
+    type: filter
+    input: clicks
+    params:
+      condition: has(value.user)
+  - name: per_user
+    type: keyed_count
+    input: valid
+    key_by: user
+  - name: per_count
+    type: keyed_count
+    input: per_user
+    key_by: count
+sinks:
+  - name: reached
+    input: per_count
+    topic: reached
+    delivery: exactly-once
+    transaction_timeout: 5m
+  - name: users
+    input: per_user
+    topic: users
+`
+
+// TestPlanStages: the planner cuts the graph at each key-group edge into
+// stages with one repartition topic each, named <job>-<stage>-repartition
+// with one partition per unit; every vertex of a unit runs one subtask.
+func TestPlanStages(t *testing.T) {
+	cfg, err := Parse("cluster.yaml", []byte(clusterYAML), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := cfg.PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `units=12
+stage 0
+  source clicks topic=clicks
+  operator valid type=filter input=clicks
+  sink repartition.1 topic=clicks-1-repartition units=12
+  clicks -forward-> valid
+  valid -hash(user)-> repartition.1
+stage 1
+  source repartition.1 topic=clicks-1-repartition repartition
+  operator per_user type=keyed_count input=repartition.1
+  sink users topic=users
+  sink repartition.2 topic=clicks-2-repartition units=12
+  repartition.1 -forward-> per_user
+  per_user -hash(count)-> repartition.2
+  per_user -forward-> users
+stage 2
+  source repartition.2 topic=clicks-2-repartition repartition
+  operator per_count type=keyed_count input=repartition.2
+  sink reached topic=reached
+  repartition.2 -forward-> per_count
+  per_count -forward-> reached
+repartition clicks-1-repartition partitions=12 0->1 (valid -hash(user)-> per_user)
+repartition clicks-2-repartition partitions=12 1->2 (per_user -hash(count)-> per_count)
+`
+	if got := st.String(); got != want {
+		t.Errorf("stages:\n%s\nwant:\n%s", got, want)
+	}
+	for _, s := range st.Stages {
+		for _, v := range names(s.Graph) {
+			if p := s.Graph.Parallelism(v); p != 1 {
+				t.Errorf("stage %d vertex %s: parallelism %d, want 1", s.Index, v, p)
+			}
+		}
+	}
+	if cfg.ClusterGroupID() != "kstreamd-clicks-cluster" {
+		t.Errorf("group id %q", cfg.ClusterGroupID())
+	}
+	if len(st.Fingerprint) != 64 {
+		t.Errorf("fingerprint %q: want 64 hex digits", st.Fingerprint)
+	}
+}
+
+// TestFingerprint: the fingerprint changes with the unit count, an
+// operator's params and a key, and not with parallelism.
+func TestFingerprint(t *testing.T) {
+	plan := func(t *testing.T, yaml string) *graph.Graph {
+		t.Helper()
+		cfg, err := Parse("cluster.yaml", []byte(yaml), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := cfg.Plan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	base := graph.Fingerprint(plan(t, clusterYAML), 12)
+	for _, tc := range []struct {
+		name, old, new string
+		units          int
+		same           bool
+	}{
+		{name: "units", units: 6},
+		{name: "params", old: "has(value.user)", new: "has(value.id)", units: 12},
+		{name: "key", old: "key_by: count", new: "key_by: user", units: 12},
+		{name: "parallelism", old: "max_parallelism: 128", new: "max_parallelism: 128\n  parallelism: 4", units: 12, same: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			y := clusterYAML
+			if tc.old != "" {
+				y = strings.Replace(y, tc.old, tc.new, 1)
+			}
+			got := graph.Fingerprint(plan(t, y), tc.units)
+			if (got == base) != tc.same {
+				t.Errorf("fingerprint equal to the base: %v, want %v", got == base, tc.same)
+			}
+		})
+	}
+}
+
+// TestClusterOffByDefault: without a cluster section nothing changes and
+// PlanStages refuses.
+func TestClusterOffByDefault(t *testing.T) {
+	y := strings.Replace(clusterYAML, "cluster:\n  enabled: true\n", "cluster:\n  enabled: false\n", 1)
+	cfg, err := Parse("cluster.yaml", []byte(y), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Cluster.Enabled {
+		t.Fatal("cluster enabled")
+	}
+	if _, err := cfg.PlanStages(); err == nil || err.Error() != "pipeline: cluster mode is not enabled (cluster.enabled)" {
+		t.Errorf("PlanStages: %v", err)
+	}
+	if got := Default().Cluster; got != defaultCluster() || got.Enabled {
+		t.Errorf("default cluster %+v", got)
+	}
+}
+
+// TestPlanStagesBroadcast: a broadcast source is read by every unit of the
+// stage of its consumer, not by stage 0.
+func TestPlanStagesBroadcast(t *testing.T) {
+	y := strings.Replace(clusterYAML, `  - name: per_user
+    type: keyed_count
+    input: valid
+    key_by: user`, `  - name: per_user
+    type: shape_pair_matcher
+    input: valid
+    key_by: color
+    broadcast: rules`, 1)
+	y = strings.Replace(y, "    topic: clicks\n", "    topic: clicks\n  - name: rules\n    topic: rules\n", 1)
+	y = strings.Replace(y, "key_by: count", "key_by: key", 1)
+	cfg, err := Parse("cluster.yaml", []byte(y), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := cfg.PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in []string
+	for _, s := range st.Stages {
+		for _, src := range s.Graph.Sources {
+			in = append(in, fmt.Sprintf("%d:%s", s.Index, src.Name))
+		}
+	}
+	if got, want := strings.Join(in, " "), "0:clicks 1:rules 1:repartition.1 2:repartition.2"; got != want {
+		t.Errorf("sources by stage %q, want %q", got, want)
+	}
+}
+
+func names(g *graph.Graph) []string {
+	var out []string
+	for _, s := range g.Sources {
+		out = append(out, s.Name)
+	}
+	for _, o := range g.Operators {
+		out = append(out, o.Name)
+	}
+	for _, s := range g.Sinks {
+		out = append(out, s.Name)
+	}
+	return out
+}
