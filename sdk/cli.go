@@ -126,6 +126,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 2
 		}
 		cfg, err := pipeline.Load(*path, reg)
+		if err == nil {
+			err = cfg.RefuseCluster()
+		}
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 2

@@ -384,3 +384,42 @@ func TestShippedConfigsValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterRefused: until the daemon runs assigned units, `kstreamd
+// validate` and `kstreamd run` refuse cluster.enabled: true with exit
+// status 2 and one message at the key's FILE:LINE:COL, so the option is
+// never silently ignored.
+func TestClusterRefused(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cluster.yaml")
+	cfg := `job:
+  name: clicks
+kafka:
+  brokers: [127.0.0.1:9092]
+checkpoints:
+  interval: 1s
+cluster:
+  enabled: true
+  units: 4
+  store:
+    dir: /shared
+sources:
+  - name: clicks
+    topic: clicks
+sinks:
+  - name: out
+    input: clicks
+    topic: out
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := path + ":8:3: cluster.enabled: cluster mode is not available yet: units are not assigned to daemons; see docs/scale-out.md\n"
+	for _, cmd := range []string{"validate", "run"} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{cmd, "--config", path}, &stdout, &stderr)
+		if code != 2 || stdout.Len() != 0 || stderr.String() != want {
+			t.Errorf("kstreamd %s: exit %d, stdout %q, stderr %q; want exit 2, stderr %q", cmd, code, stdout.String(), stderr.String(), want)
+		}
+	}
+}
