@@ -149,23 +149,3 @@ func (c *Config) PlanStages() (*graph.Stages, error) {
 	}
 	return graph.Split(g, c.Cluster.Units)
 }
-
-// clusterUnavailable is the message of the error RefuseCluster returns.
-const clusterUnavailable = "cluster mode is not available yet: units are not assigned to daemons; see docs/scale-out.md"
-
-// RefuseCluster returns a ConfigErrors naming cluster.enabled (with its
-// file, line and column) when the config turns cluster mode on, and nil
-// otherwise. `kstreamd run` and `kstreamd validate` call it: the daemon
-// does not yet join a group and run its assigned units, so cluster.enabled
-// must not be silently ignored. Parse does not call it: code that builds
-// units itself (job.Settings.Unit) still parses such a config.
-func (c *Config) RefuseCluster() error {
-	if !c.Cluster.Enabled {
-		return nil
-	}
-	e := &ConfigError{Path: "cluster.enabled", Msg: clusterUnavailable}
-	if c.src != nil {
-		e = c.src.newError("cluster.enabled", clusterUnavailable)
-	}
-	return ConfigErrors{e}
-}

@@ -54,6 +54,14 @@ func (s *server) setJob(j *job.Job) {
 	s.mu.Unlock()
 }
 
+// setMember marks a cluster member as alive (/healthz answers ok) although
+// it runs no single job.
+func (s *server) setMember() {
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
+}
+
 // restarting reports whether no attempt runs now although one ran before.
 func (s *server) restarting() bool {
 	s.mu.Lock()

@@ -126,9 +126,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 2
 		}
 		cfg, err := pipeline.Load(*path, reg)
-		if err == nil {
-			err = cfg.RefuseCluster()
-		}
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 2
@@ -444,6 +441,9 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 	defer stopHTTP()
 
 	opts := append(cfg.ClientOptions(), kgo.WithLogger(kslog.New(kafkaLogger(cfg, logger))))
+	if cfg.Cluster.Enabled {
+		return runMember(ctx, cfg, srv, reg, opts, logger)
+	}
 	var wg sync.WaitGroup
 	demoCtx, stopDemo := context.WithCancel(ctx)
 	defer func() { stopDemo(); wg.Wait() }()
@@ -490,6 +490,35 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 	}
 	if err == nil {
 		logger.Info("job stopped cleanly", "job", cfg.Job.Name)
+	}
+	return err
+}
+
+// runMember runs the daemon as a member of a cluster-mode job
+// (docs/scale-out.md): it runs the units the group assigns to it
+// (job.RunMember) until ctx ends.
+func runMember(ctx context.Context, cfg *pipeline.Config, srv *server, reg *prometheus.Registry, opts []kgo.Opt, logger *slog.Logger) error {
+	st, err := cfg.PlanStages()
+	if err != nil {
+		return err
+	}
+	member := cfg.Cluster.MemberID
+	if member == "" {
+		if member, err = os.Hostname(); err != nil {
+			return fmt.Errorf("kstreamd: cluster.member_id: no host name: %w", err)
+		}
+	}
+	set := cfg.Settings()
+	set.CheckpointDir = cfg.Cluster.Store.Dir
+	cl := cfg.Cluster
+	logger.Info("joining the cluster", "group", cfg.ClusterGroupID(), "member", member, "stages", len(st.Stages), "units", st.Units, "fingerprint", st.Fingerprint)
+	err = job.RunMember(ctx, st, set, job.Deps{Logger: logger, Registerer: reg, ClientOpts: opts}, job.MemberConfig{
+		GroupID: cfg.ClusterGroupID(), MemberID: member,
+		SessionTimeout: cl.SessionTimeout, RebalanceTimeout: cl.RebalanceTimeout, RevokeTimeout: cl.RevokeTimeout,
+		OnJoined: srv.setMember,
+	})
+	if err == nil {
+		logger.Info("member stopped cleanly", "job", cfg.Job.Name)
 	}
 	return err
 }
