@@ -94,6 +94,11 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		uctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		r := &unitRun{cancel: cancel, done: make(chan struct{})}
 		mu.Lock()
+		if units[p] != nil { // already running (the cooperative protocol only hands out additions)
+			mu.Unlock()
+			cancel()
+			return
+		}
 		units[p] = r
 		mu.Unlock()
 		s := set

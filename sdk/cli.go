@@ -505,7 +505,7 @@ func runMember(ctx context.Context, cfg *pipeline.Config, srv *server, reg *prom
 	member := cfg.Cluster.MemberID
 	if member == "" {
 		if member, err = os.Hostname(); err != nil {
-			return fmt.Errorf("kstreamd: cluster.member_id: no host name: %w", err)
+			return fmt.Errorf("sdk: cluster.member_id is empty and the host name is unknown: %w", err)
 		}
 	}
 	set := cfg.Settings()
