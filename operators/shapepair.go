@@ -205,6 +205,9 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 	}
 	key := string(rec.Key)
 	for name, rule := range m.rules.Entries() {
+		if shape != rule.First && shape != rule.Second {
+			continue // the rule's items stay as they are: no state access
+		}
 		stored, _, err := m.items.Get(name)
 		if err != nil {
 			return err
