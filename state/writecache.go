@@ -149,6 +149,7 @@ func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool) 
 func (c *writeCache) forget(db *pebble.DB, key []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.gen++ // a read of key in flight must not fill the cache with what preceded the merge
 	e, ok := c.entries[string(key)]
 	if !ok {
 		return nil
@@ -160,7 +161,6 @@ func (c *writeCache) forget(db *pebble.DB, key []byte) error {
 	}
 	delete(c.entries, string(key))
 	c.bytes -= len(key) + len(e.val) + writeCacheEntryOverhead
-	c.gen++
 	return nil
 }
 
