@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kstreamd/kstreamd/state"
 )
 
 // DefaultRetained is how many completed checkpoints Storage keeps unless
@@ -454,7 +455,7 @@ func (s *Storage) AdoptShared(dir string, m *Metadata) (int, error) {
 			return n, err
 		}
 		if err := os.Link(src, dst); err != nil {
-			if err := copyFile(src, dst); err != nil {
+			if err := state.CopyFileAtomic(src, dst); err != nil {
 				return n, fmt.Errorf("checkpoint: copy shared file %s of checkpoint %d: %w", f, m.CheckpointID, err)
 			}
 		}
@@ -481,39 +482,4 @@ func sameDir(a, b string) bool {
 	aa, err1 := filepath.Abs(a)
 	ab, err2 := filepath.Abs(b)
 	return err1 == nil && err2 == nil && aa == ab
-}
-
-// copyFile copies src to dst through a synced temporary file renamed into
-// place, so dst is either absent or complete.
-func copyFile(src, dst string) (err error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.CreateTemp(filepath.Dir(dst), filepath.Base(dst)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(out.Name())
-		}
-	}()
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Chmod(0o644); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	return os.Rename(out.Name(), dst)
 }

@@ -161,7 +161,7 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 				ref.Shared, ref.Path = true, instance+"-"+e.Name()
 				dst := filepath.Join(t.SharedDir, ref.Path)
 				if have, err := os.Stat(dst); err != nil || have.Size() != st.Size() {
-					if err := copyFileAtomic(src, dst); err != nil {
+					if err := CopyFileAtomic(src, dst); err != nil {
 						return KeyedSnapshot{}, err
 					}
 					snap.Bytes += st.Size()
@@ -169,7 +169,7 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 				snap.SharedFiles = append(snap.SharedFiles, ref.Path)
 			} else {
 				ref.Path = filepath.ToSlash(filepath.Join(t.TaskPath, e.Name()))
-				if err := copyFileAtomic(src, filepath.Join(t.Dir, ref.Path)); err != nil {
+				if err := CopyFileAtomic(src, filepath.Join(t.Dir, ref.Path)); err != nil {
 					return KeyedSnapshot{}, err
 				}
 				snap.Bytes += st.Size()
@@ -183,13 +183,14 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 	}, nil
 }
 
-// copyFileAtomic copies src to dst through a temporary file that is synced
-// and renamed, so dst is either absent or complete. The temporary name is
+// CopyFileAtomic copies src to dst (mode 0644, creating dst's directory) through
+// a temporary file that is synced and renamed, so dst is either absent or
+// complete; it returns the first error of those steps. The temporary name is
 // unique: two snapshots of one backend may upload the same shared file at
 // once (the finisher of a timed-out checkpoint still runs when the next
 // one starts), and a shared temporary name would let one truncate the
 // other's copy and fail its rename.
-func copyFileAtomic(src, dst string) (err error) {
+func CopyFileAtomic(src, dst string) (err error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
@@ -339,7 +340,7 @@ func materialize(rh RestoreHandle, h keyedHandle, dir string, prog *restoreProgr
 			prog.file(f.Size)
 			continue
 		}
-		if err := copyFileAtomic(src, dst); err != nil {
+		if err := CopyFileAtomic(src, dst); err != nil {
 			return fmt.Errorf("state: restore %s: %w", f.Path, err)
 		}
 		prog.file(f.Size)

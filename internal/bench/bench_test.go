@@ -47,9 +47,6 @@ func TestMatcherRules(t *testing.T) {
 // checks the table: every column, positive numbers, and the committed
 // outputs equal to the model's count. Nothing about timing is asserted.
 func TestRunAll(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs every scenario")
-	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
