@@ -179,14 +179,53 @@ func dashboardMetrics(t *testing.T) map[string][]string {
 	return used
 }
 
+// rulesMetricPrefix names the metrics only a job with a rules operator
+// exports (their series carry the operator's name).
+const rulesMetricPrefix = "kstreamd_rules_"
+
 // TestDashboardMetricsExported is issue 6's acceptance test: every metric a
-// dashboard panel (or variable) queries is exported by a running daemon.
+// dashboard panel (or variable) queries is exported by a running daemon:
+// the reference job (configs/colorshape.yaml), and for the kstreamd_rules_*
+// series the rules reference job (configs/rules.yaml).
 func TestDashboardMetricsExported(t *testing.T) {
 	used := dashboardMetrics(t)
 	if len(used) == 0 {
 		t.Fatalf("%s queries no metric", dashboardDir)
 	}
-	d := sharedDaemon(t)
+	general, rules := map[string][]string{}, map[string][]string{}
+	for n, where := range used {
+		if strings.HasPrefix(n, rulesMetricPrefix) {
+			rules[n] = where
+		} else {
+			general[n] = where
+		}
+	}
+	if len(rules) == 0 {
+		t.Errorf("%s has no panel of the %s* metrics", homeDashboard, rulesMetricPrefix)
+	}
+	checkExported(t, sharedDaemon(t), general)
+	dir := t.TempDir()
+	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	cfg, err := jobConfig("configs/rules.yaml", filepath.Join(dir, "data"), broker, metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := startDaemon(dir, cfg, broker, metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rd.stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	checkExported(t, rd, rules)
+	t.Logf("all %d dashboard metrics exported: %s", len(used), strings.Join(slices.Sorted(maps.Keys(used)), ", "))
+}
+
+// checkExported fails t unless d exports every metric of used within 20s.
+func checkExported(t *testing.T, d *daemon, used map[string][]string) {
+	t.Helper()
 	url := "http://" + d.metrics + "/metrics"
 	var missing []string
 	var lastErr error
@@ -212,7 +251,6 @@ func TestDashboardMetricsExported(t *testing.T) {
 		t.Fatalf("after 20s the daemon does not export %d metric(s) the dashboard queries (last scrape error: %v):%s\ndaemon log:\n%s",
 			len(missing), lastErr, b.String(), d.logTail())
 	}
-	t.Logf("all %d dashboard metrics exported: %s", len(used), strings.Join(slices.Sorted(maps.Keys(used)), ", "))
 }
 
 // grafanaDatasources is configs/grafana/provisioning/datasources/*.yaml.

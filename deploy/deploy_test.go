@@ -169,7 +169,12 @@ const testCheckpointInterval = "500ms"
 // exactly-once sink, incremental checkpoints, the dead-letter policies) is
 // the file's, so the dashboard is checked against the job a newcomer runs.
 func referenceConfig(dataDir, broker, metrics string) (string, error) {
-	const rel = "configs/colorshape.yaml"
+	return jobConfig("configs/colorshape.yaml", dataDir, broker, metrics)
+}
+
+// jobConfig is the reference job file rel (configs/colorshape.yaml or
+// configs/rules.yaml) changed as referenceConfig says.
+func jobConfig(rel, dataDir, broker, metrics string) (string, error) {
 	b, err := os.ReadFile(repoFile(rel))
 	if err != nil {
 		return "", err

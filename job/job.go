@@ -273,6 +273,10 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 	var sourceTasks []runtime.SourceTask
 	var targets []runtime.CheckpointTarget
 	srcByName := map[string]*graph.Source{}
+	// readers says which source subtask reads each partition of a topic at
+	// this start (restored splits, then AssignPartition), for
+	// FactoryContext.SourceSubtask.
+	readers := map[string]map[int32]int{}
 	for _, s := range g.Sources {
 		srcByName[s.Name] = s
 		p := s.Parallelism
@@ -280,6 +284,9 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		restored, err := restoreSource(meta, s, p)
 		if err != nil {
 			return nil, err
+		}
+		if _, dup := readers[s.Topic]; !dup {
+			readers[s.Topic] = sourceReaders(s, partitions[s.Topic], restored)
 		}
 		if s.DiscoveryInterval == 0 {
 			logger.Warn("partition discovery is off: partitions added to the topic later will not be read",
@@ -347,6 +354,10 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			fn, err := op.Factory.New(operators.FactoryContext{
 				Operator: op.Name, Subtask: sub, Parallelism: p, Params: op.Params, AsyncState: op.AsyncState,
 				Metrics: om, Logger: opLogger,
+				SourceSubtask: func(topic string, partition int32) (int, bool) {
+					sub, ok := readers[topic][partition]
+					return sub, ok
+				},
 			})
 			if err != nil {
 				return nil, fmt.Errorf("job: operator %q (%s) subtask %d: %w", op.Name, op.Type, sub, err)
@@ -664,6 +675,27 @@ func checkRestoredOperators(g *graph.Graph, m *checkpoint.Metadata) error {
 		}
 	}
 	return nil
+}
+
+// sourceReaders returns which subtask of s reads each of its topic's
+// partitions: a restored split's holder, else AssignPartition (as
+// KafkaSource.assign does).
+func sourceReaders(s *graph.Source, partitions int32, restored []*source.Restored) map[int32]int {
+	out := map[int32]int{}
+	for sub, r := range restored {
+		if r == nil {
+			continue
+		}
+		for _, sp := range r.Splits {
+			out[sp.Partition] = sub
+		}
+	}
+	for p := int32(0); p < partitions; p++ {
+		if _, ok := out[p]; !ok {
+			out[p] = source.AssignPartition(s.Topic, p, s.Parallelism)
+		}
+	}
+	return out
 }
 
 // restoreSource returns each new subtask's share of the restored splits

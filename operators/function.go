@@ -2,6 +2,7 @@ package operators
 
 import (
 	"context"
+	"time"
 
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
@@ -76,4 +77,17 @@ type BroadcastProcessFunction interface {
 	ProcessFunction
 	// ProcessBroadcastElement handles a record of the broadcast input.
 	ProcessBroadcastElement(ctx context.Context, rec runtime.Record, out Collector) error
+}
+
+// BroadcastWatermarkFunction is implemented by a BroadcastProcessFunction
+// that acts on its broadcast input's event time (the rules routing stage
+// with rule_time: event). When BroadcastWatermarks returns true (asked once,
+// before Open), ProcessBroadcastWatermark runs on the subtask goroutine each
+// time the broadcast input's watermark changes: runtime.MaxWatermark while
+// every broadcast channel is idle or finished, back to the last watermark
+// when one is active again. What it collects precedes the watermark the
+// task forwards, the minimum of both inputs' (runtime.BroadcastWatermarkHandler).
+type BroadcastWatermarkFunction interface {
+	BroadcastWatermarks() bool
+	ProcessBroadcastWatermark(ctx context.Context, wm time.Time, out Collector) error
 }

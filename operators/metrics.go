@@ -17,6 +17,8 @@ type Metrics struct {
 	rulesAlerts     *prometheus.CounterVec
 	rulesEvalErrors *prometheus.CounterVec
 	rulesEntries    *prometheus.GaugeVec
+	rulesWaiting    *prometheus.GaugeVec
+	rulesOverflow   *prometheus.CounterVec
 }
 
 // NewMetrics registers with reg:
@@ -28,6 +30,8 @@ type Metrics struct {
 //	kstreamd_rules_alerts_total{operator}                               alerts the rules operator emitted
 //	kstreamd_rules_eval_errors_total{operator}                          rule expressions that failed on a record (no match)
 //	kstreamd_rules_window_entries{operator,subtask}                     window buckets the rules operator holds
+//	kstreamd_rules_waiting_records{operator,subtask}                    records the routing stage holds for the rules watermark (rule_time: event)
+//	kstreamd_rules_wait_overflow_total{operator}                        records routed before the rules watermark passed them: the hold was full
 //
 // Per-rule counts are not metrics: a rule id is unbounded (STYLE.md
 // section 9), so they are in GET /api/v1/rules.
@@ -65,8 +69,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kstreamd_rules_window_entries",
 			Help: "Window buckets (one per key and millisecond) the rules operator subtask holds in keyed state.",
 		}, []string{"operator", "subtask"}),
+		rulesWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kstreamd_rules_waiting_records",
+			Help: "Records the rules routing stage subtask holds until the rules input's watermark passes them (rule_time: event).",
+		}, []string{"operator", "subtask"}),
+		rulesOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_rules_wait_overflow_total",
+			Help: "Records the rules routing stage routed before the rules watermark passed them because max_waiting records were held (rule_time: event).",
+		}, []string{"operator"}),
 	}
-	for _, c := range []prometheus.Collector{m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired, m.rulesMatched, m.rulesAlerts, m.rulesEvalErrors, m.rulesEntries} {
+	for _, c := range []prometheus.Collector{m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired, m.rulesMatched, m.rulesAlerts, m.rulesEvalErrors, m.rulesEntries, m.rulesWaiting, m.rulesOverflow} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/runtime"
@@ -105,6 +106,23 @@ func (o *ProcessOperator) SnapshotState(_ context.Context, b *runtime.Barrier) (
 	return func(context.Context) (runtime.TaskSnapshot, error) {
 		return runtime.TaskSnapshot{State: raw, Bytes: int64(len(raw))}, nil
 	}, nil
+}
+
+// BroadcastWatermarks implements runtime.BroadcastWatermarkHandler: true
+// when the function is a BroadcastWatermarkFunction that wants them.
+func (o *ProcessOperator) BroadcastWatermarks() bool {
+	f, ok := o.fn.(BroadcastWatermarkFunction)
+	return ok && f.BroadcastWatermarks()
+}
+
+// ProcessBroadcastWatermark implements runtime.BroadcastWatermarkHandler.
+func (o *ProcessOperator) ProcessBroadcastWatermark(ctx context.Context, wm time.Time) error {
+	f, ok := o.fn.(BroadcastWatermarkFunction)
+	if !ok {
+		return nil
+	}
+	o.coll.ctx = ctx
+	return f.ProcessBroadcastWatermark(ctx, wm, &o.coll)
 }
 
 // EndInput implements runtime.Operator.

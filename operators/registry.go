@@ -90,6 +90,12 @@ type FactoryContext struct {
 	Metrics *Metrics
 	// Logger is scoped to the operator and subtask.
 	Logger *slog.Logger
+	// SourceSubtask returns the subtask of the job's source reading topic
+	// that reads partition at this start (after a restore at another
+	// parallelism: the subtask the restored split went to), false when no
+	// source reads it (partitions added later: source.AssignPartition);
+	// may be nil.
+	SourceSubtask func(topic string, partition int32) (int, bool)
 }
 
 // ParamsChecker is implemented by a params struct with rules beyond types.
@@ -98,6 +104,15 @@ type FactoryContext struct {
 // lowercase message naming the offending value.
 type ParamsChecker interface {
 	CheckParams(report func(field, msg string))
+}
+
+// BroadcastTimeParams is implemented by a params struct whose operator, as
+// configured, holds records on its broadcast input's event time (rules
+// with rule_time: event): the pipeline then requires the broadcast source
+// to set watermark.idleness, or a quiet broadcast topic would hold every
+// record forever.
+type BroadcastTimeParams interface {
+	UsesBroadcastTime() bool
 }
 
 // Registry holds the operator types a job may name. It is built by the

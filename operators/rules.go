@@ -2,10 +2,12 @@ package operators
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,20 +74,40 @@ func (t *RuleTime) UnmarshalText(text []byte) error {
 //
 //	params:
 //	  rule_time: processing   # or event
+//	  max_waiting: 100000     # rule_time event: records held per routing subtask
 type RulesParams struct {
 	// RuleTime says from which records on a rule change applies; default
 	// RuleTimeProcessing.
-	RuleTime RuleTime `yaml:"rule_time" doc:"processing (default: a rule change applies to the records routed after it arrives, as in Flink) or event (to the records at or after the rule record's timestamp, so a replay gives the same alerts)."`
+	RuleTime RuleTime `yaml:"rule_time" doc:"processing (default: a rule change applies to the records routed after it arrives, as in Flink) or event (to the records at or after the rule record's timestamp, so a replay gives the same alerts; the routing stage holds each record until the rules source's watermark passes it, and the rules source must set watermark.idleness)."`
+	// MaxWaiting bounds the records one routing subtask holds for the
+	// rules watermark with rule_time event; beyond it the earliest tenth
+	// is routed at once. Default DefaultRulesMaxWaiting; >= 1.
+	MaxWaiting int `yaml:"max_waiting" doc:"rule_time event: the most records one routing subtask holds until the rules watermark passes them (default 100000); beyond it the earliest tenth is routed at once with the rules known, counted in kstreamd_rules_wait_overflow_total."`
 }
+
+// DefaultRulesMaxWaiting is the default of RulesParams.MaxWaiting.
+const DefaultRulesMaxWaiting = 100_000
+
+// CheckParams implements ParamsChecker.
+func (p *RulesParams) CheckParams(report func(field, msg string)) {
+	if p.MaxWaiting < 1 {
+		report("max_waiting", fmt.Sprintf("must be at least 1, got %d", p.MaxWaiting))
+	}
+}
+
+// UsesBroadcastTime implements BroadcastTimeParams: true with rule_time
+// event.
+func (p *RulesParams) UsesBroadcastTime() bool { return p.RuleTime == RuleTimeEvent }
 
 // rulesFactory registers RulesType and, as its Router, the routing stage.
 func rulesFactory() Factory {
-	params := func() any { return &RulesParams{RuleTime: RuleTimeProcessing} }
-	timeOf := func(p any) RuleTime {
-		if rp, ok := p.(*RulesParams); ok {
-			return rp.RuleTime
+	params := func() any { return &RulesParams{RuleTime: RuleTimeProcessing, MaxWaiting: DefaultRulesMaxWaiting} }
+	config := func(ctx FactoryContext) RulesConfig {
+		c := RulesConfig{RuleTime: RuleTimeProcessing, MaxWaiting: DefaultRulesMaxWaiting, Operator: ctx.Operator, Metrics: ctx.Metrics, Logger: ctx.Logger, SourceSubtask: ctx.SourceSubtask}
+		if rp, ok := ctx.Params.(*RulesParams); ok {
+			c.RuleTime, c.MaxWaiting = rp.RuleTime, rp.MaxWaiting
 		}
-		return RuleTimeProcessing
+		return c
 	}
 	router := &Factory{
 		Type:   RulesType + RulesRouteSuffix,
@@ -93,7 +115,7 @@ func rulesFactory() Factory {
 		Traits: Traits{Broadcast: true},
 		Params: params,
 		New: func(ctx FactoryContext) (any, error) {
-			return NewRulesRouter(RulesConfig{RuleTime: timeOf(ctx.Params), Operator: ctx.Operator, Metrics: ctx.Metrics, Logger: ctx.Logger}), nil
+			return NewRulesRouter(config(ctx)), nil
 		},
 	}
 	return Factory{
@@ -109,7 +131,7 @@ func rulesFactory() Factory {
 		},
 		Router: router,
 		New: func(ctx FactoryContext) (any, error) {
-			return NewRulesEvaluator(RulesConfig{RuleTime: timeOf(ctx.Params), Operator: ctx.Operator, Metrics: ctx.Metrics, Logger: ctx.Logger}), nil
+			return NewRulesEvaluator(config(ctx)), nil
 		},
 	}
 }
@@ -117,12 +139,20 @@ func rulesFactory() Factory {
 // RulesConfig configures both stages of the rules operator.
 type RulesConfig struct {
 	RuleTime RuleTime
+	// MaxWaiting bounds the records a routing subtask holds with
+	// RuleTimeEvent; 0 means DefaultRulesMaxWaiting.
+	MaxWaiting int
 	// Operator is the operator's configured name (the evaluator's vertex).
 	Operator string
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Logger may be nil.
 	Logger *slog.Logger
+	// SourceSubtask is FactoryContext.SourceSubtask: after a restore a
+	// routing subtask keeps the waiting records of the partitions the
+	// source subtask it reads (forward edge) reads; nil, or a partition
+	// it does not know: partition modulo parallelism.
+	SourceSubtask func(topic string, partition int32) (int, bool)
 }
 
 // ruleVersion is where a rule record was read: its partition and offset
@@ -266,6 +296,18 @@ const maxRuleHistory = 16
 //
 // Broadcast state "rules": the rule versions by id, as JSON (the last one;
 // with rule_time: event up to maxRuleHistory, by timestamp).
+//
+// With rule_time: event a record waits until the rules input's watermark
+// passes its timestamp (every rule record at or before it has arrived,
+// whatever the timing of the two inputs), then it is routed, the waiting
+// records in timestamp order (ties by partition and offset); while every
+// rules channel is idle nothing waits. At most MaxWaiting records wait
+// per subtask: beyond that the earliest tenth is routed at once with the
+// rules known (kstreamd_rules_wait_overflow_total). The waiting records are
+// operator state "rules-waiting" (union), so checkpoints cover them; a
+// restored subtask keeps those of the partitions its input subtask reads
+// (RulesConfig.SourceSubtask), so one partition's records still leave one
+// subtask in order, also after a restore at another parallelism.
 type RulesRouter struct {
 	cfg     RulesConfig
 	history map[string][]routerRule
@@ -274,14 +316,47 @@ type RulesRouter struct {
 	board   ruleStatusBoard
 	logger  *slog.Logger
 
-	matched, evalErrors, bad prometheus.Counter
-	held, updated            prometheus.Gauge
-	buf                      []byte
+	// rulesWM is the rules input's watermark, ms (math.MaxInt64 while it
+	// is idle); waiting the records held for it (RuleTimeEvent only),
+	// sorted lazily (unsorted after an append).
+	rulesWM  int64
+	waiting  []runtime.Record
+	unsorted bool
+	waitList *state.OperatorListState[waitingRecord]
+	subtask  int
+	parallel int
+
+	matched, evalErrors, bad, overflow prometheus.Counter
+	held, updated, waitingGauge        prometheus.Gauge
+	buf                                []byte
+}
+
+// RulesWaitingState is the routing stage's operator state with rule_time
+// event: the records waiting for the rules watermark. Part of the
+// checkpoint format.
+var RulesWaitingState = state.ListStateDescriptor[waitingRecord]{
+	Name:       "rules-waiting",
+	Serializer: state.JSONSerializer[waitingRecord]{},
+}
+
+// waitingRecord is a waiting record in RulesWaitingState.
+type waitingRecord struct {
+	Key     []byte           `json:"key,omitempty"`
+	Value   []byte           `json:"value"`
+	TS      int64            `json:"ts"`
+	Headers []runtime.Header `json:"headers,omitempty"`
+	Topic   string           `json:"topic,omitempty"`
+	P       int32            `json:"p"`
+	O       int64            `json:"o"`
+	Format  runtime.Format   `json:"format,omitempty"`
 }
 
 // NewRulesRouter returns the routing function of one subtask.
 func NewRulesRouter(cfg RulesConfig) *RulesRouter {
-	return &RulesRouter{cfg: cfg, history: map[string][]routerRule{}}
+	if cfg.MaxWaiting <= 0 {
+		cfg.MaxWaiting = DefaultRulesMaxWaiting
+	}
+	return &RulesRouter{cfg: cfg, history: map[string][]routerRule{}, rulesWM: math.MinInt64}
 }
 
 // Open implements ProcessFunction.
@@ -290,15 +365,122 @@ func (r *RulesRouter) Open(ctx OpenContext) error {
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)
 	}
+	r.subtask, r.parallel = ctx.Subtask, ctx.Parallelism
 	if m := r.cfg.Metrics; m != nil {
 		r.matched = m.rulesMatched.WithLabelValues(r.cfg.Operator)
 		r.evalErrors = m.rulesEvalErrors.WithLabelValues(r.cfg.Operator)
 		r.bad = m.RulesRejected(ctx.Operator)
 		r.held = m.RulesHeld(ctx.Operator, ctx.Subtask)
 		r.updated = m.LastRuleUpdate(ctx.Operator, ctx.Subtask)
+		r.waitingGauge = m.rulesWaiting.WithLabelValues(ctx.Operator, strconv.Itoa(ctx.Subtask))
+		r.overflow = m.rulesOverflow.WithLabelValues(ctx.Operator)
 	}
 	r.publish()
 	return nil
+}
+
+// BroadcastWatermarks implements BroadcastWatermarkFunction: true with
+// rule_time event.
+func (r *RulesRouter) BroadcastWatermarks() bool { return r.cfg.RuleTime == RuleTimeEvent }
+
+// ProcessBroadcastWatermark implements BroadcastWatermarkFunction: the
+// waiting records the rules watermark wm passed are routed, in timestamp
+// order.
+func (r *RulesRouter) ProcessBroadcastWatermark(_ context.Context, wm time.Time, out Collector) error {
+	r.rulesWM = wm.UnixMilli()
+	if wm.Equal(runtime.MaxWatermark) {
+		r.rulesWM = math.MaxInt64
+	}
+	if len(r.waiting) == 0 {
+		return nil
+	}
+	r.sortWaiting()
+	n := 0
+	for n < len(r.waiting) && r.waiting[n].Timestamp.UnixMilli() <= r.rulesWM {
+		if err := r.route(r.waiting[n], out); err != nil {
+			return err
+		}
+		n++
+	}
+	r.waiting = slices.Delete(r.waiting, 0, n)
+	r.setWaiting()
+	return nil
+}
+
+// sortWaiting sorts the waiting records by timestamp, partition and offset.
+func (r *RulesRouter) sortWaiting() {
+	if !r.unsorted {
+		return
+	}
+	slices.SortStableFunc(r.waiting, waitingOrder)
+	r.unsorted = false
+}
+
+// waitingOrder orders waiting records by timestamp, then where they were
+// read (topic, partition, offset).
+func waitingOrder(a, b runtime.Record) int {
+	if c := a.Timestamp.Compare(b.Timestamp); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Origin.Topic, b.Origin.Topic); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Origin.Partition, b.Origin.Partition); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Origin.Offset, b.Origin.Offset)
+}
+
+func (r *RulesRouter) setWaiting() {
+	if r.waitingGauge != nil {
+		r.waitingGauge.Set(float64(len(r.waiting)))
+	}
+}
+
+// InitializeState implements CheckpointedFunction: of a restore's waiting
+// records (union: every subtask sees all) it keeps those of the partitions
+// its input subtask reads.
+func (r *RulesRouter) InitializeState(ctx FunctionInitializationContext) error {
+	l, err := state.GetUnionListState(ctx.OperatorStateStore, RulesWaitingState)
+	if err != nil {
+		return fmt.Errorf("operators: %s: %w", r.cfg.Operator, err)
+	}
+	r.waitList = l
+	ws, err := l.Get()
+	if err != nil {
+		return fmt.Errorf("operators: %s: restore waiting records: %w", r.cfg.Operator, err)
+	}
+	n := max(1, r.parallel)
+	owner := func(topic string, p int32) int {
+		if r.cfg.SourceSubtask != nil {
+			if sub, ok := r.cfg.SourceSubtask(topic, p); ok {
+				return sub % n
+			}
+		}
+		return int(p) % n
+	}
+	r.waiting = r.waiting[:0]
+	for _, w := range ws {
+		if owner(w.Topic, w.P) != r.subtask {
+			continue
+		}
+		r.waiting = append(r.waiting, runtime.Record{Key: w.Key, Value: w.Value, Timestamp: time.UnixMilli(w.TS), Headers: w.Headers,
+			Origin: runtime.Origin{Topic: w.Topic, Partition: w.P, Offset: w.O}, Format: w.Format})
+	}
+	r.unsorted = len(r.waiting) > 1
+	r.setWaiting()
+	return nil
+}
+
+// SnapshotState implements CheckpointedFunction: the waiting records go to
+// RulesWaitingState.
+func (r *RulesRouter) SnapshotState(FunctionSnapshotContext) error {
+	ws := make([]waitingRecord, len(r.waiting))
+	for i, rec := range r.waiting {
+		ws[i] = waitingRecord{Key: rec.Key, Value: rec.Value, TS: rec.Timestamp.UnixMilli(), Headers: rec.Headers,
+			Topic: rec.Origin.Topic, P: rec.Origin.Partition, O: rec.Origin.Offset, Format: rec.Format}
+	}
+	return r.waitList.Update(ws)
 }
 
 // RuleStatuses implements RulesReporter.
@@ -324,8 +506,37 @@ func (r *RulesRouter) current(id string, ts int64) *routerRule {
 }
 
 // ProcessElement implements ProcessFunction: route rec once per matching
-// rule, in rule id order.
+// rule, in rule id order; with rule_time event, once the rules watermark
+// passed its timestamp.
 func (r *RulesRouter) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	if r.cfg.RuleTime == RuleTimeEvent && rec.Timestamp.UnixMilli() > r.rulesWM {
+		if n := len(r.waiting); n > 0 && waitingOrder(rec, r.waiting[n-1]) < 0 {
+			r.unsorted = true
+		}
+		r.waiting = append(r.waiting, rec)
+		if len(r.waiting) > r.cfg.MaxWaiting {
+			// Full: the earliest tenth goes at once (a tenth, not one, so a
+			// full hold does not move the rest for every record).
+			r.sortWaiting()
+			n := max(1, r.cfg.MaxWaiting/10)
+			for _, w := range r.waiting[:n] {
+				if err := r.route(w, out); err != nil {
+					return err
+				}
+			}
+			r.waiting = slices.Delete(r.waiting, 0, n)
+			if r.overflow != nil {
+				r.overflow.Add(float64(n))
+			}
+		}
+		r.setWaiting()
+		return nil
+	}
+	return r.route(rec, out)
+}
+
+// route routes rec once per matching rule, in rule id order.
+func (r *RulesRouter) route(rec runtime.Record, out Collector) error {
 	if len(r.ids) == 0 {
 		return nil
 	}

@@ -92,6 +92,9 @@ func newRulesRig(t *testing.T, kind string, p int, rt RuleTime, restores []*Rest
 	if err := g.router.Open(OpenContext{Operator: "fraud.route"}); err != nil {
 		t.Fatal(err)
 	}
+	if err := g.router.InitializeState(FunctionInitializationContext{OperatorStateStore: state.NewOperatorStateStore(nil)}); err != nil {
+		t.Fatal(err)
+	}
 	if routerRestore != nil {
 		if err := g.router.RestoreBroadcastState(routerRestore); err != nil {
 			t.Fatal(err)
@@ -152,7 +155,24 @@ func (g *rulesRig) tx(tx testTx) {
 	if err := g.router.ProcessElement(g.ctx, runtime.Record{Value: tx.json(), Timestamp: time.UnixMilli(tx.TS)}, c); err != nil {
 		g.t.Fatal(err)
 	}
-	for _, r := range c.recs {
+	g.evaluate(c.recs)
+}
+
+// rulesTime hands the router the rules input's watermark wm (rule_time
+// event) and the copies it routes then to the evaluators.
+func (g *rulesRig) rulesTime(wm time.Time) {
+	g.t.Helper()
+	c := &sliceCollector{}
+	if err := g.router.ProcessBroadcastWatermark(g.ctx, wm, c); err != nil {
+		g.t.Fatal(err)
+	}
+	g.evaluate(c.recs)
+}
+
+// evaluate hands routed copies to the evaluator subtasks of their keys.
+func (g *rulesRig) evaluate(recs []runtime.Record) {
+	g.t.Helper()
+	for _, r := range recs {
 		sub := keygroup.SubtaskForKey(r.Key, ckMaxP, g.p)
 		if err := g.evals[sub].ProcessRecord(g.ctx, 0, r); err != nil {
 			g.t.Fatal(err)
@@ -546,6 +566,7 @@ func TestRulesEventTime(t *testing.T) {
 	spec := `{"id":"r","group_by":["payee_id"],"aggregate":{"fn":"count"},"window":"1h","alert_when":">= 1"}`
 	g.rule("r", spec, 5000)
 	g.rule("r", "", 9000)
+	g.rulesTime(time.UnixMilli(20_000))
 	for i, ts := range []int64{4000, 5000, 7000, 9000, 12000} {
 		g.tx(testTx{ID: i, Payee: "p1", TS: ts})
 	}
@@ -556,6 +577,130 @@ func TestRulesEventTime(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("alerts %q, want %q", got, want)
+	}
+}
+
+// TestRulesEventTimeLateRule: with rule_time event a rule that arrives
+// after records past its timestamp were read still applies to exactly the
+// records at or after its timestamp: the routing stage holds every record
+// until the rules watermark passes it, then routes the held ones in
+// timestamp order; while the rules input is idle nothing waits.
+func TestRulesEventTimeLateRule(t *testing.T) {
+	g := newRulesRig(t, state.KindHashmap, 2, RuleTimeEvent, nil, nil)
+	count := func(id string) string {
+		return `{"id":"` + id + `","group_by":["payee_id"],"aggregate":{"fn":"count"},"window":"1h","alert_when":">= 1"}`
+	}
+	g.rule("r", count("r"), 1000)
+	g.rulesTime(time.UnixMilli(999)) // the rules source: its largest timestamp - 1ms
+	// Read before the late rule, out of timestamp order.
+	for i, ts := range []int64{2000, 5000, 4000, 8000, 6000} {
+		g.tx(testTx{ID: i, Payee: "p1", TS: ts})
+	}
+	if got := g.alerts(); len(got) != 0 || len(g.router.waiting) != 5 {
+		t.Fatalf("before the rules watermark: alerts %q, %d waiting; want none and 5", got, len(g.router.waiting))
+	}
+	g.rule("late", count("late"), 5000)
+	g.rulesTime(time.UnixMilli(4999))
+	got := g.alerts()
+	want := []string{ // tx0 (2000) and tx2 (4000), in timestamp order
+		`r {"payee_id":"p1"} 1 -3598000..2000 tx0`,
+		`r {"payee_id":"p1"} 2 -3596000..4000 tx2`,
+	}
+	if !slices.Equal(got, want) || len(g.router.waiting) != 3 {
+		t.Fatalf("rules watermark 4999: alerts %q, %d waiting; want %q and 3", got, len(g.router.waiting), want)
+	}
+	g.rulesTime(runtime.MaxWatermark) // the rules input went idle
+	g.tx(testTx{ID: 5, Payee: "p1", TS: 9000})
+	got = g.alerts()
+	want = []string{ // "late" from tx1 (5000) on: its timestamp, not its arrival
+		`late {"payee_id":"p1"} 1 -3595000..5000 tx1`,
+		`late {"payee_id":"p1"} 2 -3594000..6000 tx4`,
+		`late {"payee_id":"p1"} 3 -3592000..8000 tx3`,
+		`late {"payee_id":"p1"} 4 -3591000..9000 tx5`,
+		`r {"payee_id":"p1"} 3 -3595000..5000 tx1`,
+		`r {"payee_id":"p1"} 4 -3594000..6000 tx4`,
+		`r {"payee_id":"p1"} 5 -3592000..8000 tx3`,
+		`r {"payee_id":"p1"} 6 -3591000..9000 tx5`,
+	}
+	if !slices.Equal(got, want) || len(g.router.waiting) != 0 {
+		t.Fatalf("rules idle: alerts %q, %d waiting; want %q and none", got, len(g.router.waiting), want)
+	}
+}
+
+// TestRulesWaitingCheckpointed: the records waiting for the rules
+// watermark are operator state: restored at parallelism 2, each routing
+// subtask keeps those of the partitions its source subtask reads and
+// routes them, in timestamp order, once the rules watermark passes them;
+// and at most max_waiting wait, the earliest tenth routed beyond.
+func TestRulesWaitingCheckpointed(t *testing.T) {
+	ctx := context.Background()
+	rule := runtime.Record{Key: []byte("r"), Value: []byte(`{"id":"r","aggregate":{"fn":"count"},"window":"1h","alert_when":">= 1"}`), Timestamp: time.UnixMilli(1000)}
+	newRouter := func(restore *Restore, maxWaiting, subtask, p int) (*ProcessOperator, runtime.Channel) {
+		ch := runtime.NewChannel(64)
+		fn := NewRulesRouter(RulesConfig{RuleTime: RuleTimeEvent, MaxWaiting: maxWaiting, Operator: "fraud"})
+		op := NewProcessOperator(OpenContext{Operator: "fraud.route", Subtask: subtask, Parallelism: p}, restore, fn, runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{})))
+		if !op.BroadcastWatermarks() {
+			t.Fatal("a rule_time event router does not ask for broadcast watermarks")
+		}
+		if err := op.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return op, ch
+	}
+	routed := func(ch runtime.Channel) []int64 {
+		var ts []int64
+		for len(ch) > 0 {
+			ts = append(ts, (<-ch).Record.Timestamp.UnixMilli())
+		}
+		return ts
+	}
+	tx := func(op *ProcessOperator, ts int64) {
+		t.Helper()
+		if err := op.ProcessRecord(ctx, 0, runtime.Record{Value: testTx{Payee: "p1", TS: ts}.json(), Timestamp: time.UnixMilli(ts), Origin: runtime.Origin{Partition: int32(ts / 1000 % 2), Offset: ts}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op, ch := newRouter(nil, 0, 0, 1)
+	if err := op.ProcessRecord(ctx, 1, rule); err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range []int64{3000, 2000, 4000} {
+		tx(op, ts)
+	}
+	fin, err := op.SnapshotState(ctx, &runtime.Barrier{CheckpointID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := fin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts checkpoint.TaskState
+	if err := json.Unmarshal(snap.State, &ts); err != nil {
+		t.Fatal(err)
+	}
+	if got := routed(ch); len(got) != 0 || len(ts.Operator[RulesWaitingState.Name].Entries) != 3 {
+		t.Fatalf("routed %v before the rules watermark, snapshot holds %d waiting; want none and 3", got, len(ts.Operator[RulesWaitingState.Name].Entries))
+	}
+	for sub, want := range [][]int64{{2000}, {3000}} { // partition 0: 2000 and 4000; 1: 3000
+		restored, ch2 := newRouter(&Restore{Operator: ts.Operator, Broadcast: ts.Broadcast}, 0, sub, 2)
+		if err := restored.ProcessBroadcastWatermark(ctx, time.UnixMilli(3000)); err != nil {
+			t.Fatal(err)
+		}
+		if got := routed(ch2); !slices.Equal(got, want) {
+			t.Fatalf("restored router %d of 2 routed %v at rules watermark 3000, want %v", sub, got, want)
+		}
+	}
+
+	small, ch3 := newRouter(nil, 10, 0, 1)
+	if err := small.ProcessRecord(ctx, 1, rule); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 11 {
+		tx(small, int64(20_000-i*1000))
+	}
+	if got, want := routed(ch3), []int64{10_000}; !slices.Equal(got, want) {
+		t.Fatalf("11 records with max_waiting 10: routed %v, want the earliest %v", got, want)
 	}
 }
 

@@ -420,9 +420,26 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 		v.parallelism(p+".parallelism", op.Parallelism, 0)
 		if known {
 			c.decodeParams(v, p, op, f)
+			c.checkBroadcastTime(v, p, op)
 		}
 	}
 	c.validateGraph(v, stages)
+}
+
+// checkBroadcastTime reports an operator that holds records on its
+// broadcast input's event time (operators.BroadcastTimeParams, rules with
+// rule_time: event) when the broadcast source sets no watermark.idleness:
+// a quiet broadcast topic would hold every record forever.
+func (c *Config) checkBroadcastTime(v *validator, path string, op *OperatorConfig) {
+	bt, ok := c.params[op.Name].(operators.BroadcastTimeParams)
+	if !ok || !bt.UsesBroadcastTime() || op.Broadcast == "" {
+		return
+	}
+	for i := range c.Sources {
+		if s := &c.Sources[i]; s.Name == op.Broadcast && s.Watermark.Idleness == 0 {
+			v.errorf(fmt.Sprintf("sources[%d].watermark.idleness", i), "required by %s (%s with rule_time: event, which holds each record until this source's watermark passes it): how long the topic may stay quiet before records stop waiting for it, e.g. 5s", path, op.Type)
+		}
+	}
 }
 
 // checkSideOutput reports an input naming side output side of operator op

@@ -63,6 +63,16 @@ type OperatorTask struct {
 	// watermark forwarded (may be nil).
 	valve   *StatusWatermarkValve
 	wmGauge *WatermarkGauge
+	// bvalve combines the broadcast channels' watermarks for an operator
+	// that is a BroadcastWatermarkHandler wanting them (nil otherwise):
+	// bwm is the broadcast time last handed to it, outWM the watermark
+	// last forwarded, idleHeld an all-idle status of the main input not
+	// forwarded yet because the broadcast time was behind.
+	bvalve   *StatusWatermarkValve
+	bhandler BroadcastWatermarkHandler
+	bwm      time.Time
+	outWM    time.Time
+	idleHeld bool
 
 	// Only the subtask goroutine touches these.
 	aligning   *Barrier
@@ -137,6 +147,13 @@ func NewOperatorTask(cfg OperatorTaskConfig) *OperatorTask {
 	}
 	t.valve = NewStatusWatermarkValve(cfg.Gate.NumChannels(), ignored)
 	t.wmGauge = cfg.Watermark
+	if h, ok := cfg.Operator.(BroadcastWatermarkHandler); ok && cfg.BootstrapInput >= 0 && h.BroadcastWatermarks() {
+		main := make([]bool, len(ignored))
+		for i, b := range ignored {
+			main[i] = !b
+		}
+		t.bvalve, t.bhandler, t.bwm, t.outWM = NewStatusWatermarkValve(len(main), main), h, MinWatermark, MinWatermark
+	}
 	return t
 }
 
@@ -210,12 +227,29 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 				t.recIn.Inc()
 			}
 			t.valve.Active(ch)
+			if t.bvalve != nil && input == t.bootstrp {
+				t.bvalve.Active(ch)
+				if err := t.broadcastTimeChanged(ctx); err != nil {
+					return err
+				}
+			}
 			if err := t.op.ProcessRecord(ctx, input, el.Record); err != nil {
 				if err := t.badRecord(ctx, input, el.Record, err); err != nil {
 					return fmt.Errorf("%s: %w", t.name, err)
 				}
 			}
 		case KindWatermark:
+			if t.bvalve != nil && input == t.bootstrp {
+				if el.Idle {
+					t.bvalve.Idle(ch)
+				} else {
+					t.bvalve.Watermark(ch, el.Watermark)
+				}
+				if err := t.broadcastTimeChanged(ctx); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := t.onWatermark(ctx, ch, el); err != nil {
 				return err
 			}
@@ -227,6 +261,12 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 			if el.Kind == KindEndOfInput {
 				if wm, ok := t.valve.Finish(ch); ok {
 					if err := t.advanceWatermark(ctx, wm); err != nil {
+						return err
+					}
+				}
+				if t.bvalve != nil && input == t.bootstrp {
+					t.bvalve.Finish(ch)
+					if err := t.broadcastTimeChanged(ctx); err != nil {
 						return err
 					}
 				}
@@ -275,8 +315,41 @@ func (t *OperatorTask) onWatermark(ctx context.Context, ch int, el Element) erro
 			return err
 		}
 	}
+	if allIdle && t.bvalve != nil && t.bwm.Before(t.valve.Current()) {
+		// The broadcast input still holds time back: going idle now would
+		// let receivers pass records this operator has yet to emit.
+		t.idleHeld = true
+		return nil
+	}
 	if allIdle && t.out != nil {
 		return t.out.Broadcast(ctx, Element{Kind: KindWatermark, Idle: true})
+	}
+	return nil
+}
+
+// broadcastTimeChanged hands the broadcast input's time to the
+// BroadcastWatermarkHandler when it changed, then forwards the combined
+// watermark (and a held-back idle status) if that advanced it.
+func (t *OperatorTask) broadcastTimeChanged(ctx context.Context) error {
+	bt := MaxWatermark
+	if t.bvalve.anyActive() {
+		bt = t.bvalve.Current()
+	}
+	if bt.Equal(t.bwm) {
+		return nil
+	}
+	t.bwm = bt
+	if err := t.bhandler.ProcessBroadcastWatermark(ctx, bt); err != nil {
+		return fmt.Errorf("%s: broadcast watermark: %w", t.name, err)
+	}
+	if err := t.advanceWatermark(ctx, t.valve.Current()); err != nil {
+		return err
+	}
+	if t.idleHeld && !t.bwm.Before(t.valve.Current()) {
+		t.idleHeld = false
+		if !t.valve.anyActive() && t.out != nil {
+			return t.out.Broadcast(ctx, Element{Kind: KindWatermark, Idle: true})
+		}
 	}
 	return nil
 }
@@ -284,6 +357,16 @@ func (t *OperatorTask) onWatermark(ctx context.Context, ch int, el Element) erro
 // advanceWatermark hands the new input watermark wm to the operator (timers
 // fire), then forwards it.
 func (t *OperatorTask) advanceWatermark(ctx context.Context, wm time.Time) error {
+	if t.bvalve != nil {
+		// A two-input operator on broadcast time forwards the minimum.
+		if t.bwm.Before(wm) {
+			wm = t.bwm
+		}
+		if !wm.After(t.outWM) {
+			return nil
+		}
+		t.outWM = wm
+	}
 	if h, ok := t.op.(WatermarkHandler); ok {
 		if err := h.ProcessWatermark(ctx, wm); err != nil {
 			return fmt.Errorf("%s: watermark: %w", t.name, err)

@@ -14,6 +14,10 @@ import (
 // MinWatermark is the watermark before any: every timestamp is after it.
 var MinWatermark = time.UnixMilli(math.MinInt64)
 
+// MaxWatermark is the watermark of an input that holds nothing back (every
+// channel of it idle or finished): every timestamp is at or before it.
+var MaxWatermark = time.UnixMilli(math.MaxInt64)
+
 // WatermarkHandler is implemented by operators that act on event time
 // (Flink's StreamOperator.processWatermark): ProcessWatermark runs on the
 // subtask goroutine when the task's input watermark advanced to wm, before
@@ -21,6 +25,24 @@ var MinWatermark = time.UnixMilli(math.MinInt64)
 // closed windows) precede the watermark.
 type WatermarkHandler interface {
 	ProcessWatermark(ctx context.Context, wm time.Time) error
+}
+
+// BroadcastWatermarkHandler is implemented by two-input operators that act
+// on the event time of their broadcast input, which the task otherwise
+// ignores for event time (the rules routing stage with rule_time: event
+// holds records until the rules input's watermark passes them). When
+// BroadcastWatermarks returns true (NewOperatorTask asks once), the task
+// combines the broadcast channels' watermarks in a valve of their own:
+// ProcessBroadcastWatermark runs on the subtask goroutine each time that
+// watermark changes, with MaxWatermark while no broadcast channel is
+// active (all idle or finished; the value drops back to the last watermark
+// when one is active again), and the watermark the task forwards is the
+// minimum of the main input's and that one, as a Flink two-input operator
+// forwards the minimum of its inputs. Records the operator emits in
+// ProcessBroadcastWatermark precede the forwarded watermark.
+type BroadcastWatermarkHandler interface {
+	BroadcastWatermarks() bool
+	ProcessBroadcastWatermark(ctx context.Context, wm time.Time) error
 }
 
 // MailboxAware is implemented by operators that post work to their task's

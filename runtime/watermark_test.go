@@ -1,6 +1,9 @@
 package runtime
 
 import (
+	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -82,5 +85,93 @@ func TestValveAllIdleFlushesMaxWatermark(t *testing.T) {
 	v.Idle(0)
 	if _, adv, _ := v.Idle(1); adv || !v.Current().Equal(MinWatermark) {
 		t.Fatalf("all idle without watermarks: advanced %v to %d, want no time", adv, v.Current().UnixMilli())
+	}
+}
+
+// bcastTimeOp is an Operator that is a BroadcastWatermarkHandler: it
+// records the broadcast times it is handed.
+type bcastTimeOp struct {
+	recorder
+	times []string
+}
+
+func (o *bcastTimeOp) BroadcastWatermarks() bool { return true }
+func (o *bcastTimeOp) ProcessBroadcastWatermark(_ context.Context, wm time.Time) error {
+	if wm.Equal(MaxWatermark) {
+		o.times = append(o.times, "max")
+	} else {
+		o.times = append(o.times, fmt.Sprint(wm.UnixMilli()))
+	}
+	return nil
+}
+
+// TestOperatorTaskBroadcastWatermark: for a BroadcastWatermarkHandler the
+// task hands over the broadcast input's own watermark (MaxWatermark while
+// it is idle or finished, back to its last watermark when a record makes
+// it active), forwards the minimum of both inputs, and holds an all-idle
+// main input's idle status back until the broadcast time caught up.
+func TestOperatorTaskBroadcastWatermark(t *testing.T) {
+	main, bc, down := NewChannel(1), NewChannel(1), NewChannel(64)
+	wm := func(ms int64) Element { return Element{Kind: KindWatermark, Watermark: time.UnixMilli(ms)} }
+	idle := Element{Kind: KindWatermark, Idle: true}
+	op := &bcastTimeOp{}
+	task := NewOperatorTask(OperatorTaskConfig{
+		ID: TaskID{"route", 0}, Gate: NewInputGate([]InputChannel{{Ch: main, Input: 0}, {Ch: bc, Input: 1}}),
+		Operator: op, Output: NewOutput(nil, NewWriter([]Channel{down}, ForwardPartitioner{})), BootstrapInput: 1,
+	})
+	done := make(chan error, 1)
+	go func() { done <- task.Run(context.Background(), nil) }()
+	// One element at a time: the next is sent once the task took the last,
+	// so it has processed every earlier one.
+	steps := []struct {
+		ch Channel
+		el Element
+	}{
+		{bc, Element{Kind: KindCaughtUp}},
+		{main, wm(50)},    // broadcast time unknown: nothing forwarded
+		{bc, wm(100)},     // 100; forwards min(50, 100)
+		{main, wm(300)},   // forwards 100
+		{bc, idle},        // max; forwards 300
+		{bc, rec("rule")}, // active again at 100; nothing to forward
+		{bc, wm(400)},     // 400
+		{main, wm(500)},   // forwards 400
+		{main, idle},      // idle held back: broadcast time 400 < 500
+		{bc, wm(600)},     // 600; forwards 500, then idle
+		{main, Element{Kind: KindEndOfInput}},
+		{bc, Element{Kind: KindEndOfInput}}, // max
+	}
+	for i, s := range steps {
+		s.ch <- s.el
+		deadline := time.Now().Add(time.Minute)
+		for len(s.ch) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("step %d not taken", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(down) > 0 {
+		el := <-down
+		switch {
+		case el.Kind == KindWatermark && el.Idle:
+			got = append(got, "idle")
+		case el.Kind == KindWatermark:
+			got = append(got, fmt.Sprint(el.Watermark.UnixMilli()))
+		default:
+			got = append(got, el.Kind.String())
+		}
+	}
+	if want := []string{"50", "100", "300", "400", "500", "idle", "end-of-input"}; !slices.Equal(got, want) {
+		t.Errorf("forwarded %q, want %q", got, want)
+	}
+	if want := []string{"100", "max", "100", "400", "600", "max"}; !slices.Equal(op.times, want) {
+		t.Errorf("broadcast times %q, want %q", op.times, want)
+	}
+	if want := []string{"1:rule"}; !slices.Equal(op.seen, want) {
+		t.Errorf("records %q, want %q", op.seen, want)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
@@ -143,7 +144,8 @@ func alertStrings(t *testing.T, recs []*kgo.Record) []string {
 }
 
 // rulesConfig is a rules job on the broker at broker: payments (4
-// partitions), the rules source with dead-letter, the rules operator and an
+// partitions), the rules source with dead-letter (idle after 2s: rule_time
+// event holds records on its watermark), the rules operator and an
 // exactly-once alerts sink, checkpoints every 200 ms.
 func rulesConfig(dir, broker, metrics string, p int, ruleTime string) string {
 	return jobHead("rulesjob", p, dir, brokersKafka(broker), metrics, "info") + fmt.Sprintf(`state:
@@ -160,6 +162,8 @@ sources:
     parallelism: 1
     on_error: dead-letter
     dead_letter_topic: rules-dlq
+    watermark:
+      idleness: 2s
 operators:
   - name: fraud
     type: rules
@@ -327,6 +331,12 @@ func TestRulesKillRestore(t *testing.T) {
 		prod.wait(t, 60*time.Second)
 		ends := topicEnds(t, adm, "payments", int64(len(txs)))
 		waitGroupAt(t, adm, "kstreamd-rulesjob", "payments", ends, 90*time.Second, d)
+		if ruleTime == "event" {
+			// Committed offsets cover the payments still waiting for the rules
+			// watermark (operator state): wait until none waits, then for two
+			// more checkpoints, the first of which may have begun before.
+			waitRulesReleased(t, d)
+		}
 		return testkit.ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(broker)}, kgo.ReadCommitted(), "alerts", 10*time.Second)
 	}
 	t.Run("processing", func(t *testing.T) {
@@ -363,6 +373,82 @@ func TestRulesKillRestore(t *testing.T) {
 		}
 		t.Logf("%d identical alerts in three runs", len(sets[0]))
 	})
+}
+
+// waitRulesReleased waits until no record waits for the rules watermark in
+// d's routing stage "fraud.route" and two checkpoints completed after that,
+// so the alerts of every released record are committed.
+func waitRulesReleased(t *testing.T, d *proc) {
+	t.Helper()
+	completed := func() float64 {
+		n, _ := testkit.Scrape(d.url(), "kstreamd_checkpoints_total", map[string]string{"kind": "checkpoint", "result": "completed"})
+		return n
+	}
+	var waiting float64 = -1
+	testkit.Poll(90*time.Second, func() bool {
+		w, err := testkit.Scrape(d.url(), "kstreamd_rules_waiting_records", map[string]string{"operator": "fraud.route"})
+		if err == nil {
+			waiting = w
+		}
+		return (err == nil && w == 0) || d.exited()
+	})
+	if waiting != 0 {
+		t.Fatalf("%v records still wait for the rules watermark (exited %v)", waiting, d.exited())
+	}
+	c0 := completed()
+	if !testkit.Poll(90*time.Second, func() bool { return completed() >= c0+2 || d.exited() }) || d.exited() {
+		t.Fatalf("no two checkpoints after the release (exited %v)", d.exited())
+	}
+}
+
+// TestRulesEventTimeLateRule: with rule_time event a rule produced after
+// the payments past its timestamp were read (they wait in the routing
+// stage, the rules source not idle) applies to exactly the payments at or
+// after its timestamp; a later rule record moves the rules watermark past
+// every payment and releases them.
+func TestRulesEventTimeLateRule(t *testing.T) {
+	txs := rulesScript(2000, 50)
+	rules := e2eRules()
+	early, late := rules[1], rules[0] // busy-payee from the start, big-spender from txs[1000]
+	k := 1000
+	want := append(expectedAlerts([]e2eRule{early}, txs), expectedAlerts([]e2eRule{late}, txs[k:])...)
+	slices.Sort(want)
+	// One rules partition: a partition without rule records would hold the
+	// rules watermark back until it went idle.
+	_, broker := startKfake(t, []string{"payments", "alerts", "rules-dlq"}, kfake.SeedTopics(1, "rules"))
+	cl := newClient(t, broker)
+	produce(t, cl, &kgo.Record{Topic: "rules", Key: []byte(early.id), Value: []byte(early.spec), Timestamp: time.UnixMilli(txs[0].ts - 1)})
+	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
+	// The rules source never goes idle in this test: only rule records
+	// move its watermark.
+	cfg := strings.Replace(rulesConfig(dir, broker, metrics, 2, "event"), "idleness: 2s", "idleness: 10m", 1)
+	d := startProc(t, dir, cfg, broker, metrics)
+	recs := make([]*kgo.Record, len(txs))
+	for i, x := range txs {
+		recs[i] = x.record()
+	}
+	produce(t, cl, recs...)
+	var waiting float64
+	testkit.Poll(90*time.Second, func() bool {
+		waiting, _ = testkit.Scrape(d.url(), "kstreamd_rules_waiting_records", map[string]string{"operator": "fraud.route"})
+		return waiting == float64(len(txs)) || d.exited()
+	})
+	if waiting != float64(len(txs)) {
+		t.Fatalf("%v payments wait for the rules watermark, want %d (exited %v):\n%s", waiting, len(txs), d.exited(), d.out.String())
+	}
+	produce(t, cl,
+		&kgo.Record{Topic: "rules", Key: []byte(late.id), Value: []byte(late.spec), Timestamp: time.UnixMilli(txs[k].ts)},
+		&kgo.Record{Topic: "rules", Key: []byte("zz-end"), Timestamp: time.UnixMilli(txs[len(txs)-1].ts + 1), Value: []byte(
+			`{"id":"zz-end","state":"paused","aggregate":{"fn":"count"},"window":"1m","alert_when":"> 1"}`)})
+	var got []string
+	testkit.Poll(90*time.Second, func() bool {
+		got = alertStrings(t, testkit.ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(broker)}, kgo.ReadCommitted(), "alerts", 10*time.Second))
+		return len(got) >= len(want) || d.exited()
+	})
+	if !slices.Equal(got, want) {
+		t.Fatalf("%d alerts, want %d; %s", len(got), len(want), diffAlerts(got, want))
+	}
+	t.Logf("%d alerts, %d of them of the late rule", len(want), len(expectedAlerts([]e2eRule{late}, txs[k:])))
 }
 
 // TestRulesReferenceJob runs configs/rules.yaml as it is (its data_dir,

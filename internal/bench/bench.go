@@ -257,11 +257,18 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if s != nil {
 		name, model = s.Name, s.NewModel()
 	}
+	processed, err := newProcessedCount(s, model)
+	if err != nil {
+		return res, err
+	}
+	if processed != nil {
+		model = processed
+	}
 	short := map[string]string{ExactlyOnce: "eo", AtLeastOnce: "alo"}[delivery]
 	base := "bench-" + name + "-" + short + "-" + r.suffix
 	in, out, rules := base+"-in", base+"-out", base+"-rules"
 	topics := []string{in, out}
-	if s != nil && len(s.Rules) > 0 {
+	if s != nil && s.hasRules() {
 		topics = append(topics, rules)
 	}
 	res = Result{Scenario: name, Delivery: delivery, Records: int64(cfg.Records)}
@@ -298,6 +305,15 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 			return res, fmt.Errorf("bench: produce rules: %w", err)
 		}
 	}
+	if s != nil && len(s.RuleRecords) > 0 {
+		var recs []*kgo.Record
+		for _, rr := range s.RuleRecords {
+			recs = append(recs, &kgo.Record{Topic: rules, Key: []byte(rr.Key), Value: []byte(rr.Value)})
+		}
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return res, fmt.Errorf("bench: produce rules: %w", err)
+		}
+	}
 
 	// Build.
 	var t target
@@ -308,6 +324,11 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 		if err != nil {
 			return res, err
 		}
+	}
+
+	done1, progress1 := func() bool { return t.committed() >= exp1 }, t.committed
+	if processed != nil {
+		done1, progress1 = processed.waitOn(t, exp1)
 	}
 
 	// Throughput phase.
@@ -321,7 +342,7 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	cpu0, t0 := cpuTime(), time.Now()
 	job := goBackground(ctx, t.run)
 	defer job.stop()
-	if err := r.waitFor(ctx, job, rss, func() bool { return t.committed() >= exp1 }, fmt.Sprintf("%s %s: %d outputs", name, delivery, exp1), t.committed); err != nil {
+	if err := r.waitFor(ctx, job, rss, done1, fmt.Sprintf("%s %s: %d outputs", name, delivery, exp1), progress1); err != nil {
 		stopProfile()
 		return res, err
 	}
@@ -604,6 +625,29 @@ func (t *jobTarget) committed() int64 {
 	return int64(n)
 }
 
+// received returns the records operator has received so far: its
+// kstreamd_operator_records_in_total over every subtask.
+func (t *jobTarget) received(operator string) int64 {
+	mfs, err := t.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "kstreamd_operator_records_in_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "operator" && l.GetValue() == operator {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return int64(n)
+}
+
 // pollCheckpoints reads each completed checkpoint's metadata while it is
 // retained (the storage keeps only the latest few).
 func (t *jobTarget) pollCheckpoints(ctx context.Context) {
@@ -665,7 +709,7 @@ func WriteTable(w io.Writer, results []Result) error {
 		if r.Scenario != PipeScenario {
 			chk = []string{ms(r.CheckpointP50), ms(r.CheckpointMax), kib(r.CheckpointBytesP50), kib(r.CheckpointBytesMax)}
 		}
-		cols := []string{r.Scenario, r.Delivery, fmt.Sprintf("%.0f", r.RecordsPerSec), fmt.Sprintf("%.2f", r.Ratio),
+		cols := []string{r.Scenario, r.Delivery, fmt.Sprintf("%.0f", r.RecordsPerSec), ratioText(r.Ratio),
 			fmt.Sprintf("%.2f", r.CPUPerMillion.Seconds()), fmt.Sprintf("%.0f", float64(r.PeakRSSBytes)/(1<<20))}
 		cols = append(cols, chk...)
 		cols = append(cols, fmt.Sprintf("%.0f", r.Rate), ms(r.LatencyP50), ms(r.LatencyP99),
@@ -681,3 +725,12 @@ var Columns = []string{"scenario", "delivery", "records/s", "vs_pipe", "cpu_s/M"
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
 func kib(b int64) string        { return fmt.Sprintf("%.1f", float64(b)/1024) }
+
+// ratioText formats a vs_pipe ratio with two decimals, or two significant
+// digits below 0.01 (a slow scenario against a fast pipe), never as 0.00.
+func ratioText(x float64) string {
+	if x > 0 && x < 0.01 {
+		return fmt.Sprintf("%.2g", x)
+	}
+	return fmt.Sprintf("%.2f", x)
+}

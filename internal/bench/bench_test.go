@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/kstreamd/kstreamd/operators"
 )
 
 func TestItemValue(t *testing.T) {
@@ -126,6 +128,59 @@ func TestStateScaling(t *testing.T) {
 	for i, n := range res.IncrementalBytes {
 		if n <= 0 || n >= res.FullBytes {
 			t.Errorf("incremental checkpoint %d uploaded %d bytes, want in (0, %d)", i, n, res.FullBytes)
+		}
+	}
+}
+
+// TestRulesScenario: the bench rules decode and compile as the rules
+// operator's, and the model counts alerts and routed copies as the
+// operator does: per rule and key, over every item so far.
+func TestRulesScenario(t *testing.T) {
+	s := rules(10)
+	if s.Name != "rules-10" || len(s.RuleRecords) != 10 || s.Processed != "out" {
+		t.Fatalf("scenario %+v", s)
+	}
+	for _, rr := range s.RuleRecords {
+		if _, err := operators.DecodeRuleRecord([]byte(rr.Key), []byte(rr.Value)); err != nil {
+			t.Fatalf("rule %s: %v", rr.Value, err)
+		}
+	}
+	if got, want := s.RuleRecords[1].Value, `{"id":"big-spender-1","filter":"amount % 10 == 1","group_by":["key"],"aggregate":{"fn":"sum","of":"amount"},"window":"744h","alert_when":"> 3500"}`; got != want {
+		t.Fatalf("rule 1 %s, want %s", got, want)
+	}
+	m := rules(4).NewModel().(*rulesModel) // max > 985 on digit 0, sum > 3500 on 1, count > 6 on 2, distinct shapes > 4 on 3
+	for i, c := range []struct {
+		it             Item
+		alerts, copies int
+	}{
+		{Item{Key: "a", Amount: 990}, 1, 1},                  // large-amount-0: max 990
+		{Item{Key: "a", Amount: 10}, 1, 1},                   // max still 990
+		{Item{Key: "b", Amount: 980}, 0, 1},                  // another key
+		{Item{Key: "a", Amount: 15}, 0, 0},                   // no rule's digit
+		{Item{Key: "a", Amount: 991}, 0, 1},                  // big-spender-1: sum 991
+		{Item{Key: "a", Amount: 991}, 0, 1},                  // 1982
+		{Item{Key: "a", Amount: 991}, 0, 1},                  // 2973
+		{Item{Key: "a", Amount: 601}, 1, 1},                  // 3574 > 3500
+		{Item{Key: "a", Amount: 3, Shape: "CIRCLE"}, 0, 1},   // many-shapes-3: 1 shape
+		{Item{Key: "a", Amount: 13, Shape: "SQUARE"}, 0, 1},  // 2
+		{Item{Key: "a", Amount: 23, Shape: "CIRCLE"}, 0, 1},  // 2
+		{Item{Key: "a", Amount: 33, Shape: "HEXAGON"}, 0, 1}, // 3
+		{Item{Key: "a", Amount: 43, Shape: "TRIANGLE"}, 0, 1},
+		{Item{Key: "a", Amount: 53, Shape: "RECTANGLE"}, 1, 1}, // 5 shapes > 4
+	} {
+		if got, cp := m.Outputs(c.it), m.Processed(c.it); got != c.alerts || cp != c.copies {
+			t.Fatalf("item %d %+v: %d alerts %d copies, want %d and %d", i, c.it, got, cp, c.alerts, c.copies)
+		}
+	}
+}
+
+func TestRatioText(t *testing.T) {
+	for _, c := range []struct {
+		x    float64
+		want string
+	}{{1, "1.00"}, {0.236, "0.24"}, {0.01, "0.01"}, {0.0035, "0.0035"}, {0.00271, "0.0027"}, {0, "0.00"}} {
+		if got := ratioText(c.x); got != c.want {
+			t.Errorf("ratioText(%v) = %q, want %q", c.x, got, c.want)
 		}
 	}
 }

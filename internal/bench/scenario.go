@@ -29,10 +29,32 @@ type Scenario struct {
 	Rules []Rule
 	// NewModel returns a fresh model of the outputs.
 	NewModel func() Model
+	// RuleRecords, when not empty, are rules-topic records of another
+	// operator type than the matcher, written as they are (key, value) to
+	// the rules topic, which the broadcast source "rules" reads.
+	RuleRecords []RuleRecord
+	// Processed, when set, names an operator the throughput phase also
+	// waits on: until its kstreamd_operator_records_in_total reaches what
+	// the model (a ProcessedModel) counts, for scenarios whose outputs are
+	// too few to tell when the last record was processed (rules).
+	Processed string
 }
 
 // Rule is a shape-pair rule of the matcher: {"name","first","second"}.
 type Rule struct{ Name, First, Second string }
+
+// RuleRecord is one record of a scenario's rules topic.
+type RuleRecord struct{ Key, Value string }
+
+// hasRules reports whether s reads a rules topic.
+func (s Scenario) hasRules() bool { return len(s.Rules) > 0 || len(s.RuleRecords) > 0 }
+
+// ProcessedModel is a Model that also counts, per item, the records the
+// scenario's Processed operator receives.
+type ProcessedModel interface {
+	Model
+	Processed(Item) int
+}
 
 // Model counts the outputs a scenario's job writes for each item, in input
 // order per key (the order the job sees them in).
@@ -76,8 +98,10 @@ var Scenarios = []Scenario{
 	keyedCount("keyed-count-pebble", "pebble", false),
 	keyedCount("keyed-count-pebble-async", "pebble", true),
 	matcher(10),
-	// Later issues add here: a tumbling event-time window count, and the
-	// rules operator with 1, 10 and 100 rules.
+	rules(1),
+	rules(10),
+	rules(100),
+	// Later issues add here: a tumbling event-time window count.
 }
 
 func keyedCount(name, backend string, async bool) Scenario {
@@ -187,7 +211,7 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 	fmt.Fprintf(&b, "checkpoints:\n  interval: %s\n  incremental: true\n  timeout: 1m\n", interval)
 	fmt.Fprintf(&b, "metrics:\n  address: \"\"\n")
 	fmt.Fprintf(&b, "sources:\n  - name: in\n    topic: %s\n    format: json\n    on_error: fail\n", in)
-	if len(s.Rules) > 0 {
+	if s.hasRules() {
 		fmt.Fprintf(&b, "  - name: rules\n    topic: %s\n    parallelism: 1\n    on_error: fail\n", rules)
 	}
 	input := "in"
@@ -201,4 +225,173 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 		b.WriteString("    transaction_timeout: 1m\n")
 	}
 	return b.String()
+}
+
+// rules is the rules operator (dynamic rules, Flink's fraud-detection
+// pattern) with n active rules on pebble: rule i, like demo.FraudRules
+// with ids suffixed -i, takes the items with amount % 10 == i % 10 (each
+// rule a tenth of them, so a record is routed n/10 times on average),
+// groups them by key (the Kafka key: a group's items stay in order) and
+// aggregates, by i % 4, the max amount, the sum of amount, the count or
+// the distinct shapes, with limits so that few alerts fire. The window is
+// 744h (the longest a rule takes), so every earlier item of a group is in
+// the window ending at each item whatever the produce timing, and the
+// model is exact; its buckets never expire during a run. The job is done
+// when the keyed stage "out" has received every routed copy and every
+// alert is committed.
+func rules(n int) Scenario {
+	rs := make([]RuleRecord, n)
+	specs := make([]ruleSpec, n)
+	for i := range rs {
+		sp := ruleSpec{digit: i % 10, fn: i % 4}
+		specs[i] = sp
+		rs[i] = RuleRecord{Key: sp.id(i), Value: sp.json(i)}
+	}
+	return Scenario{
+		Name: fmt.Sprintf("rules-%d", n), Doc: fmt.Sprintf("rules operator with %d active rules (filter, group_by key, 744h window, sum/count/count_distinct/max) on pebble", n),
+		Backend: "pebble",
+		Operators: `  - name: out
+    type: rules
+    input: in
+    broadcast: rules
+`,
+		RuleRecords: rs,
+		Processed:   "out",
+		NewModel:    func() Model { return &rulesModel{specs: specs, groups: map[rulesGroup]*rulesAgg{}} },
+	}
+}
+
+// ruleSpec is one bench rule: items with amount % 10 == digit, fn one of
+// the four below.
+type ruleSpec struct{ digit, fn int }
+
+// The bench rules' aggregates and limits (alert_when).
+const (
+	ruleMax           = iota // max amount > ruleMaxLimit
+	ruleSum                  // sum of amount > ruleSumLimit
+	ruleCount                // count > ruleCountLimit
+	ruleCountDistinct        // distinct shapes > ruleDistinctLimit
+)
+
+const (
+	ruleMaxLimit      = 985
+	ruleSumLimit      = 3500
+	ruleCountLimit    = 6
+	ruleDistinctLimit = 4
+)
+
+func (r ruleSpec) id(i int) string {
+	return fmt.Sprintf("%s-%d", []string{"large-amount", "big-spender", "busy-key", "many-shapes"}[r.fn], i)
+}
+
+func (r ruleSpec) json(i int) string {
+	agg := []string{
+		`{"fn":"max","of":"amount"}`, `{"fn":"sum","of":"amount"}`, `{"fn":"count"}`, `{"fn":"count_distinct","of":"shape"}`,
+	}[r.fn]
+	limit := []int{ruleMaxLimit, ruleSumLimit, ruleCountLimit, ruleDistinctLimit}[r.fn]
+	return fmt.Sprintf(`{"id":%q,"filter":"amount %% 10 == %d","group_by":["key"],"aggregate":%s,"window":"744h","alert_when":"> %d"}`, r.id(i), r.digit, agg, limit)
+}
+
+// rulesGroup is one rule's group: the rule index and the key.
+type rulesGroup struct {
+	rule int
+	key  string
+}
+
+// rulesAgg is what the model keeps of one group's items so far.
+type rulesAgg struct {
+	n, sum, max int
+	shapes      map[string]bool
+}
+
+// rulesModel follows the rules operator on the bench rules: per rule and
+// key the items so far (all in the 744h window); an item a rule's filter
+// takes is one routed copy, and one alert when the aggregate including it
+// exceeds the limit.
+type rulesModel struct {
+	specs  []ruleSpec
+	groups map[rulesGroup]*rulesAgg
+	copies int // routed copies of the last item
+}
+
+func (m *rulesModel) Outputs(it Item) int {
+	alerts := 0
+	m.copies = 0
+	for i, sp := range m.specs {
+		if it.Amount%10 != sp.digit {
+			continue
+		}
+		m.copies++
+		g := m.groups[rulesGroup{i, it.Key}]
+		if g == nil {
+			g = &rulesAgg{shapes: map[string]bool{}}
+			m.groups[rulesGroup{i, it.Key}] = g
+		}
+		g.n++
+		g.sum += it.Amount
+		g.max = max(g.max, it.Amount)
+		g.shapes[it.Shape] = true
+		var over bool
+		switch sp.fn {
+		case ruleSum:
+			over = g.sum > ruleSumLimit
+		case ruleCount:
+			over = g.n > ruleCountLimit
+		case ruleCountDistinct:
+			over = len(g.shapes) > ruleDistinctLimit
+		case ruleMax:
+			over = g.max > ruleMaxLimit
+		}
+		if over {
+			alerts++
+		}
+	}
+	return alerts
+}
+
+// Processed implements ProcessedModel: the copies routed to the keyed
+// stage for it (Outputs must have seen it just before).
+func (m *rulesModel) Processed(Item) int { return m.copies }
+
+// processedCount wraps the model of a scenario with Processed: it counts
+// the records that operator receives for the items the model saw.
+type processedCount struct {
+	ProcessedModel
+	operator string
+	n        int64
+}
+
+// newProcessedCount returns the counter of scenario s (nil when s is nil
+// or has no Processed).
+func newProcessedCount(s *Scenario, m Model) (*processedCount, error) {
+	if s == nil || s.Processed == "" {
+		return nil, nil
+	}
+	pm, ok := m.(ProcessedModel)
+	if !ok {
+		return nil, fmt.Errorf("bench: scenario %s: Processed is set but its model is no ProcessedModel", s.Name)
+	}
+	return &processedCount{ProcessedModel: pm, operator: s.Processed}, nil
+}
+
+// Outputs implements Model, counting the processed records too.
+func (c *processedCount) Outputs(it Item) int {
+	n := c.ProcessedModel.Outputs(it)
+	c.n += int64(c.ProcessedModel.Processed(it))
+	return n
+}
+
+// waitOn returns the throughput phase's end condition on job t for exp
+// outputs (every output committed and every record the items counted so
+// far cause received by the operator), and its progress (both counts).
+func (c *processedCount) waitOn(t target, exp int64) (done func() bool, progress func() int64) {
+	want := c.n
+	received := func() int64 {
+		if jt, ok := t.(*jobTarget); ok {
+			return jt.received(c.operator)
+		}
+		return 0
+	}
+	return func() bool { return t.committed() >= exp && received() >= want },
+		func() int64 { return t.committed() + received() }
 }
