@@ -204,21 +204,7 @@ func TestDashboardMetricsExported(t *testing.T) {
 		t.Errorf("%s has no panel of the %s* metrics", homeDashboard, rulesMetricPrefix)
 	}
 	checkExported(t, sharedDaemon(t), general)
-	dir := t.TempDir()
-	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
-	cfg, err := jobConfig("configs/rules.yaml", filepath.Join(dir, "data"), broker, metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := startDaemon(dir, cfg, broker, metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rd.stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	rd := sharedRulesDaemon(t)
 	checkExported(t, rd, rules)
 	t.Logf("all %d dashboard metrics exported: %s", len(used), strings.Join(slices.Sorted(maps.Keys(used)), ", "))
 }

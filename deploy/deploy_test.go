@@ -33,12 +33,16 @@ var (
 	root    string // the repository root
 	binPath string // the kstreamd binary TestMain built
 
-	shared struct {
-		once sync.Once
-		d    *daemon
-		err  error
-	}
+	shared, sharedRules sharedDaemonOnce
 )
+
+// sharedDaemonOnce is a daemon the tests of this package share: started
+// on first use, stopped by TestMain.
+type sharedDaemonOnce struct {
+	once sync.Once
+	d    *daemon
+	err  error
+}
 
 // TestMain builds kstreamd once for every test of the package, and stops
 // the shared daemon (if a test started it) after the last one; when the
@@ -240,12 +244,42 @@ func sharedDaemon(t *testing.T) *daemon {
 	return shared.d
 }
 
-func stopShared() {
-	if shared.d != nil {
-		if err := shared.d.stop(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
+// sharedRulesDaemon returns the daemon running the rules reference job
+// (configs/rules.yaml) that the tests of this package share, starting it on
+// first use; TestMain stops it.
+func sharedRulesDaemon(t *testing.T) *daemon {
+	t.Helper()
+	sharedRules.once.Do(func() {
+		sharedRules.err = errors.New("the shared rules daemon did not start (see the first test that used it)")
+		dir, err := os.MkdirTemp("", "kstreamd-deploy-rules-")
+		if err != nil {
+			sharedRules.err = err
+			return
 		}
-		os.RemoveAll(shared.d.dir)
+		broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
+		cfg, err := jobConfig("configs/rules.yaml", filepath.Join(dir, "data"), broker, metrics)
+		if err == nil {
+			sharedRules.d, err = startDaemon(dir, cfg, broker, metrics)
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+		sharedRules.err = err
+	})
+	if sharedRules.err != nil {
+		t.Fatal(sharedRules.err)
+	}
+	return sharedRules.d
+}
+
+func stopShared() {
+	for _, s := range []*sharedDaemonOnce{&shared, &sharedRules} {
+		if s.d != nil {
+			if err := s.d.stop(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+			os.RemoveAll(s.d.dir)
+		}
 	}
 }
 

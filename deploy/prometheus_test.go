@@ -71,21 +71,25 @@ func promQuery(addr, q string) (promResult, error) {
 	return r, nil
 }
 
-// startPrometheus runs Debian's prometheus server scraping the daemon's
+// startPrometheus runs Debian's prometheus server scraping each daemon's
 // /metrics every second (bin is its path), on a free loopback port with its TSDB under a temp
 // dir, and returns its address. The test's cleanup stops it.
-func startPrometheus(t *testing.T, bin string, d *daemon) string {
+func startPrometheus(t *testing.T, bin string, ds ...*daemon) string {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "prometheus.yml")
+	var targets []string
+	for _, d := range ds {
+		targets = append(targets, strconv.Quote(d.metrics))
+	}
 	conf := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
 scrape_configs:
   - job_name: kstreamd
     static_configs:
-      - targets: [%q]
-`, d.metrics)
+      - targets: [%s]
+`, strings.Join(targets, ", "))
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +138,10 @@ var anyVarRE = regexp.MustCompile(`\$\{?\w+\}?`)
 // through it and must be valid PromQL and return data.
 func TestPrometheusScrapesDaemon(t *testing.T) {
 	bin := requireTool(t, "prometheus", "prometheus")
+	// The reference job exports every series but the rules operator's,
+	// which the rules reference job does.
 	d := sharedDaemon(t)
-	addr := startPrometheus(t, bin, d)
+	addr := startPrometheus(t, bin, d, sharedRulesDaemon(t))
 
 	const metric = "kstreamd_operator_records_in_total"
 	var last promResult

@@ -222,7 +222,10 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 	}
 	fmt.Fprintf(&b, "sinks:\n  - name: sink\n    input: %s\n    topic: %s\n    delivery: %s\n", input, out, delivery)
 	if delivery == "exactly-once" {
-		b.WriteString("    transaction_timeout: 1m\n")
+		// Well above checkpoints.interval plus checkpoints.timeout: a
+		// pre-committed transaction waits for the next checkpoint to
+		// complete when its own times out (rules-100 on a loaded machine).
+		b.WriteString("    transaction_timeout: 10m\n")
 	}
 	return b.String()
 }
