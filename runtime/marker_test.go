@@ -1,8 +1,10 @@
 package runtime
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +201,61 @@ func TestMarkerValveAllIdleFromStart(t *testing.T) {
 	els, _ = v.Apply(Marker{Kind: MarkerWatermark, Unit: "0/1", Watermark: time.UnixMilli(7)})
 	if len(els) != 1 || els[0].Idle || els[0].Watermark.UnixMilli() != 7 {
 		t.Fatalf("first watermark: emitted %+v, want wm 7", els)
+	}
+}
+
+// idleSink is a sink Operator (no output) that logs the watermarks and idle
+// statuses the task hands it.
+type idleSink struct {
+	recorder
+	log []string
+}
+
+func (o *idleSink) ProcessWatermark(_ context.Context, wm time.Time) error {
+	o.log = append(o.log, fmt.Sprintf("wm:%d", wm.UnixMilli()))
+	return nil
+}
+func (o *idleSink) ProcessIdle(context.Context) error { o.log = append(o.log, "idle"); return nil }
+
+// TestOperatorTaskIdleHandler: a task without output hands an IdleHandler
+// the idle status each time every channel turned idle, after the watermark
+// the idle status flushed (the largest any channel reached).
+func TestOperatorTaskIdleHandler(t *testing.T) {
+	a, b := NewChannel(1), NewChannel(1)
+	wm := func(ms int64) Element { return Element{Kind: KindWatermark, Watermark: time.UnixMilli(ms)} }
+	idle := Element{Kind: KindWatermark, Idle: true}
+	op := &idleSink{}
+	task := NewOperatorTask(OperatorTaskConfig{ID: TaskID{"repartition.1", 0}, Gate: NewInputGate([]InputChannel{{Ch: a}, {Ch: b}}), Operator: op, BootstrapInput: -1})
+	done := make(chan error, 1)
+	go func() { done <- task.Run(context.Background(), nil) }()
+	// One element at a time: the next is sent once the task took the last.
+	for i, s := range []struct {
+		ch Channel
+		el Element
+	}{
+		{b, wm(50)},
+		{a, wm(10)}, // min(10, 50)
+		{b, idle},   // min over a: 10
+		{a, idle},   // all idle: flush to 50, then idle
+		{a, rec("x")},
+		{a, wm(30)}, // active again; 30 < 50
+		{a, idle},   // all idle again: nothing to flush
+		{a, Element{Kind: KindEndOfInput}},
+		{b, Element{Kind: KindEndOfInput}},
+	} {
+		s.ch <- s.el
+		deadline := time.Now().Add(time.Minute)
+		for len(s.ch) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("step %d not taken", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"wm:10", "wm:50", "idle", "idle"}; !slices.Equal(op.log, want) {
+		t.Errorf("handed %q, want %q", op.log, want)
 	}
 }
