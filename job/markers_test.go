@@ -249,9 +249,11 @@ func TestUnitsEventTimeWindowsAcrossStages(t *testing.T) {
 	}
 
 	rep := testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), st.Repartitions[0].Topic, 10*time.Second)
-	if data := testkit.WithoutMarkers(rep); len(data) != produced {
+	data := testkit.WithoutMarkers(rep)
+	if len(data) != produced {
 		t.Errorf("repartition topic holds %d data records, want %d", len(data), produced)
 	}
+	t.Logf("repartition topic: %d data records, %d markers", len(data), len(rep)-len(data))
 	idle2 := map[int32]bool{}
 	for _, r := range rep {
 		var headers []runtime.Header
