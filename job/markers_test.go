@@ -40,7 +40,7 @@ sources:
       expression: ts
       unit: ms
     watermark:
-      idleness: 3s
+      idleness: 5s
 operators:
   - name: per_window
     type: window
@@ -74,7 +74,9 @@ sinks:
 // per-upstream state says units 0/1 and 0/2 are idle: they never write
 // again) the remaining windows close once, none twice or early. The
 // repartition topic holds each input record once and, in every
-// partition, the idle marker of unit 0/2.
+// partition, the idle marker of unit 0/2. Every record is produced while
+// its partition is active; the idleness (5s) only has to exceed the time a
+// source takes to fetch a partition it was just assigned.
 func TestUnitsEventTimeWindowsAcrossStages(t *testing.T) {
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "clicks"), kfake.SeedTopics(1, "windows", "late"))
 	if err != nil {
