@@ -69,6 +69,10 @@ type Source struct {
 	// one of its key groups, read_committed, and turns markers into
 	// watermarks (docs/scale-out.md).
 	Repartition bool
+	// UpstreamStage is, for a repartition source, the stage that writes
+	// its topic: the markers come from that stage's units
+	// "<UpstreamStage>/<0..units-1>" (runtime.MarkerUnit).
+	UpstreamStage int
 }
 
 // Operator runs one registered operator type.

@@ -122,7 +122,7 @@ func Split(g *Graph, units int) (*Stages, error) {
 			if r.To == i {
 				sg.Sources = append(sg.Sources, &Source{
 					Name: RepartitionVertex(i), Topic: r.Topic, Parallelism: 1, StartFrom: "earliest",
-					Format: lineageFormat(g, r.Edge.From), OnError: "fail", Repartition: true,
+					Format: lineageFormat(g, r.Edge.From), OnError: "fail", Repartition: true, UpstreamStage: r.From,
 				})
 			}
 		}

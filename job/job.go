@@ -50,6 +50,11 @@ type Settings struct {
 	// Unit, if not nil, makes Build build one cluster-mode work unit of a
 	// stage graph (graph.Split) instead of a whole job: see Unit.
 	Unit *Unit
+	// MarkerInterval bounds how often a unit's repartition sink writes a
+	// watermark marker while its watermark advances (cluster.
+	// marker_interval; sink.MarkerConfig.Interval); 0 means
+	// sink.DefaultMarkerInterval. Used with Unit only.
+	MarkerInterval time.Duration
 }
 
 // Unit is one cluster-mode work unit (docs/scale-out.md): unit Index of
@@ -299,10 +304,16 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				assigner = s.Timestamp()
 			}
 			var only []int32 // a unit reads its own partitions: the repartition partition of its index, or its share of the input
+			var upstream []string
 			switch {
 			case unit == nil || s.Broadcast:
 			case s.Repartition:
 				only = []int32{int32(unit.Index)}
+				// Its time comes from the markers of every unit of the
+				// upstream stage (invariant 4), not from record timestamps.
+				for u := range unit.Units {
+					upstream = append(upstream, runtime.MarkerUnit(s.UpstreamStage, u))
+				}
 			default:
 				only = append([]int32{}, source.PartitionsFor(s.Topic, partitions[s.Topic], unit.Index, unit.Units)...)
 			}
@@ -310,7 +321,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				Timestamp: assigner, Watermarks: source.WatermarkConfig{OutOfOrderness: s.OutOfOrderness, Idleness: s.Idleness},
 				WatermarkGauge: wmm.Gauge(id),
 				Name:           s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
-				Subtask: sub, Parallelism: p, Only: only, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
+				Subtask: sub, Parallelism: p, Only: only, Upstream: upstream, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
 				DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + g.Job,
 				Format: source.Format(s.Format), Tombstones: s.Broadcast, Check: s.Check,
 				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, MaxRecordBytes: s.MaxRecordBytes,
@@ -424,11 +435,23 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			sinkLogger := logger.With("component", "sink")
 			var k runtime.Operator
 			if exactlyOnce {
-				k = sink.NewTwoPhaseCommitSink(sk.Name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
-					Name: sk.Name, Subtask: txnSub(sub), Topic: sk.Topic, TransactionalIDPrefix: prefix, Partition: partition,
+				tps := sink.NewTwoPhaseCommitSink(sk.Name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
+					Name: sk.Name, Subtask: txnSub(sub), Topic: sk.Topic, TransactionalIDPrefix: prefix, Partition: partition, Partitions: int32(sk.Units),
 					PoolSize: pool, TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions,
 					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub), Metrics: skm, Retries: metrics.kafka, Logger: sinkLogger,
 				}), skm, sinkLogger)
+				if unit != nil && sk.Units > 0 {
+					// A unit's repartition sink carries its time across the
+					// exchange (invariant 4).
+					interval := set.MarkerInterval
+					if interval == 0 {
+						interval = sink.DefaultMarkerInterval
+					}
+					if err := tps.EnableMarkers(sink.MarkerConfig{Unit: runtime.MarkerUnit(unit.Stage, unit.Index), Interval: interval}); err != nil {
+						return nil, err
+					}
+				}
+				k = tps
 			} else {
 				ks := sink.New(sink.Config{
 					Name: sk.Name, Subtask: sub, Topic: sk.Topic, Delivery: sink.Delivery(sk.Delivery),

@@ -175,7 +175,7 @@ func TestUnitsExactlyOnceAcrossStages(t *testing.T) {
 			}
 		}
 	}
-	rep := testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), st.Repartitions[0].Topic, 10*time.Second)
+	rep := testkit.WithoutMarkers(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), st.Repartitions[0].Topic, 10*time.Second))
 	if len(rep) != users*perUser {
 		t.Errorf("repartition topic holds %d records, want %d", len(rep), users*perUser)
 	}

@@ -51,6 +51,12 @@ type ClusterConfig struct {
 	// (HEAD claim, commits, fencing, state download), a term of the
 	// transaction-timeout check. Default "30s"; > 0.
 	TakeoverTimeout time.Duration `yaml:"takeover_timeout"`
+	// MarkerInterval bounds how often a unit's repartition sink writes a
+	// watermark marker while its watermark advances (docs/scale-out.md,
+	// "Markers"): at most one per interval, and the latest at every
+	// checkpoint barrier (so an interval above checkpoints.interval has
+	// no effect). Default "200ms"; > 0.
+	MarkerInterval time.Duration `yaml:"marker_interval"`
 }
 
 // ClusterStoreConfig is where the units' checkpoints and HEAD chains live.
@@ -69,6 +75,7 @@ func defaultCluster() ClusterConfig {
 		Store:          ClusterStoreConfig{Kind: StoreFilesystem},
 		SessionTimeout: 45 * time.Second, RebalanceTimeout: 60 * time.Second,
 		RevokeTimeout: 30 * time.Second, TakeoverTimeout: 30 * time.Second,
+		MarkerInterval: 200 * time.Millisecond,
 	}
 }
 
@@ -111,6 +118,9 @@ func (c *Config) validateCluster(v *validator) {
 	}
 	if cl.TakeoverTimeout <= 0 {
 		v.errorf("cluster.takeover_timeout", "must be > 0, got %s", cl.TakeoverTimeout)
+	}
+	if cl.MarkerInterval <= 0 {
+		v.errorf("cluster.marker_interval", "must be > 0, got %s", cl.MarkerInterval)
 	}
 	if c.Checkpoints.Interval == 0 {
 		v.errorf("checkpoints.interval", "cluster mode needs periodic checkpoints: a unit's output is committed by its checkpoints")

@@ -321,7 +321,21 @@ func (t *OperatorTask) onWatermark(ctx context.Context, ch int, el Element) erro
 		t.idleHeld = true
 		return nil
 	}
-	if allIdle && t.out != nil {
+	if allIdle {
+		return t.forwardIdle(ctx)
+	}
+	return nil
+}
+
+// forwardIdle hands the idle status to an IdleHandler operator, then
+// forwards it.
+func (t *OperatorTask) forwardIdle(ctx context.Context) error {
+	if h, ok := t.op.(IdleHandler); ok {
+		if err := h.ProcessIdle(ctx); err != nil {
+			return fmt.Errorf("%s: idle: %w", t.name, err)
+		}
+	}
+	if t.out != nil {
 		return t.out.Broadcast(ctx, Element{Kind: KindWatermark, Idle: true})
 	}
 	return nil
@@ -347,8 +361,8 @@ func (t *OperatorTask) broadcastTimeChanged(ctx context.Context) error {
 	}
 	if t.idleHeld && !t.bwm.Before(t.valve.Current()) {
 		t.idleHeld = false
-		if !t.valve.anyActive() && t.out != nil {
-			return t.out.Broadcast(ctx, Element{Kind: KindWatermark, Idle: true})
+		if !t.valve.anyActive() {
+			return t.forwardIdle(ctx)
 		}
 	}
 	return nil

@@ -27,6 +27,17 @@ type WatermarkHandler interface {
 	ProcessWatermark(ctx context.Context, wm time.Time) error
 }
 
+// IdleHandler is implemented by operators that act on their input's idle
+// status (a cluster-mode repartition sink writes it to the exchange as a
+// marker): ProcessIdle runs on the subtask goroutine each time every input
+// channel of the task turned idle (or finished), when the task forwards
+// the idle status, after the watermark that status flushed (if any) was
+// handed to ProcessWatermark. The input is active again with the next
+// record or watermark the operator receives (Flink's WatermarkStatus).
+type IdleHandler interface {
+	ProcessIdle(ctx context.Context) error
+}
+
 // BroadcastWatermarkHandler is implemented by two-input operators that act
 // on the event time of their broadcast input, which the task otherwise
 // ignores for event time (the rules routing stage with rule_time: event

@@ -65,6 +65,10 @@ type KafkaTxnConfig struct {
 	// (a cluster-mode repartition sink: the partition of the unit owning
 	// the key's key group); nil leaves it to franz-go's default partitioner.
 	Partition func(key []byte) int32
+	// Partitions is the partition count of Topic for a repartition sink
+	// (Partition set): WriteMarker writes a marker into each of
+	// [0, Partitions).
+	Partitions int32
 }
 
 // KafkaTxnCommitter is the TwoPhaseCommitter of Kafka transactions: one
@@ -91,7 +95,8 @@ type txnSlot struct {
 	id      string
 	cl      *kgo.Client
 	state   slotState
-	records int64
+	records int64       // markers included
+	markers int64       // markers written (WriteMarker), not counted as records out
 	oldest  []time.Time // source timestamps of the records, for the end-to-end latency
 	c       Committable
 	freeAt  int64 // slotCommitted: reusable when a checkpoint >= freeAt completed (0: not yet known)
@@ -156,7 +161,7 @@ func (k *KafkaTxnCommitter) BeginTransaction(context.Context) error {
 	if err := s.cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("sink %s: begin transaction on %s: %w", k.cfg.Name, s.id, err)
 	}
-	s.state, s.records, s.oldest, s.freeAt = slotOpen, 0, s.oldest[:0], 0
+	s.state, s.records, s.markers, s.oldest, s.freeAt = slotOpen, 0, 0, s.oldest[:0], 0
 	s.mu.Lock()
 	s.writeErr, s.acked = nil, false
 	s.mu.Unlock()
@@ -181,6 +186,37 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 	if k.cfg.Partition != nil {
 		kr.Partition = k.cfg.Partition(rec.Key)
 	}
+	k.produce(ctx, s, kr)
+	return nil
+}
+
+// WriteMarker implements MarkerWriter: it produces m into every partition
+// [0, Partitions) of the topic, in the open transaction, so a
+// read_committed reader sees it only with the records written before it in
+// the same transaction. The markers count as records of the transaction
+// (it is committed, not empty) but not as records out. It returns the
+// first failure of an earlier record of the transaction, and an error when
+// the committer has no Partition function (not a repartition sink).
+func (k *KafkaTxnCommitter) WriteMarker(ctx context.Context, m runtime.Marker) error {
+	s := k.open
+	if k.cfg.Partition == nil || k.cfg.Partitions <= 0 {
+		return fmt.Errorf("sink %s: markers need a repartition sink (partitioned by key group, with a partition count)", k.cfg.Name)
+	}
+	if err := s.err(); err != nil {
+		return err
+	}
+	rec := m.Record()
+	for p := range k.cfg.Partitions {
+		s.records++
+		s.markers++
+		k.produce(ctx, s, &kgo.Record{Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers), Partition: p})
+	}
+	return nil
+}
+
+// produce produces kr into slot s's open transaction, recording the first
+// failure and the first acknowledged offset.
+func (k *KafkaTxnCommitter) produce(ctx context.Context, s *txnSlot, kr *kgo.Record) {
 	s.cl.Produce(ctx, kr, func(r *kgo.Record, err error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -193,7 +229,6 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 			s.acked, s.ackPart, s.ackOff = true, r.Partition, r.Offset
 		}
 	})
-	return nil
 }
 
 func (s *txnSlot) err() error {
@@ -283,7 +318,7 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 		} else {
 			k.cfg.Metrics.transaction(k.cfg.Name, "committed")
 			if k.cfg.RecordsOut != nil {
-				k.cfg.RecordsOut.Add(float64(c.Records))
+				k.cfg.RecordsOut.Add(float64(c.Records - s.markers))
 			}
 			if k.cfg.Metrics != nil {
 				now := time.Now()

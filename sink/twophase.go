@@ -25,8 +25,9 @@ type Committable struct {
 	Epoch      int16 `json:"epoch"`
 	// CheckpointID is the checkpoint whose barrier closed the transaction.
 	CheckpointID int64 `json:"checkpoint_id"`
-	// Records is the number of records in the transaction; 0 means there is
-	// nothing to commit (an empty epoch).
+	// Records is the number of records in the transaction, markers of a
+	// repartition sink included; 0 means there is nothing to commit (an
+	// empty epoch).
 	Records int64 `json:"records"`
 	// Topic, Partition and Offset locate one record of the transaction
 	// (the first the broker acknowledged). When a restore finds the
@@ -90,6 +91,7 @@ type TwoPhaseCommitSink struct {
 
 	pending   []Committable // pre-committed, not yet committed, ascending checkpoint id
 	finalWait bool          // a stop-with-savepoint barrier was taken: wait for its commit
+	markers   *markerState  // nil unless EnableMarkers
 }
 
 // NewTwoPhaseCommitSink returns the sink subtask over committer.
@@ -103,8 +105,14 @@ func (s *TwoPhaseCommitSink) Open(ctx context.Context) error {
 	return s.committer.BeginTransaction(ctx)
 }
 
-// ProcessRecord implements runtime.Operator.
+// ProcessRecord implements runtime.Operator. With markers, a record after
+// the idle status is preceded by an active marker.
 func (s *TwoPhaseCommitSink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record) error {
+	if s.markers != nil {
+		if err := s.markers.activate(ctx); err != nil {
+			return err
+		}
+	}
 	return s.committer.Write(ctx, rec)
 }
 
@@ -112,6 +120,11 @@ func (s *TwoPhaseCommitSink) ProcessRecord(ctx context.Context, _ int, rec runti
 // transaction, keep its committable, open the next one, and store every
 // pending committable in the checkpoint.
 func (s *TwoPhaseCommitSink) SnapshotState(ctx context.Context, b *runtime.Barrier) (runtime.SnapshotFinisher, error) {
+	if s.markers != nil {
+		if err := s.markers.barrier(ctx); err != nil {
+			return nil, err
+		}
+	}
 	c, err := s.committer.PreCommit(ctx, b.CheckpointID)
 	if err != nil {
 		return nil, err

@@ -157,8 +157,18 @@ type Config struct {
 	// sources[].timestamp expression); an error makes the record a bad
 	// record with reason ReasonEvalError. Nil: the Kafka timestamp.
 	Timestamp func(rec *runtime.Record) (time.Time, error)
-	// Watermarks configures the watermarks the subtask emits.
+	// Watermarks configures the watermarks the subtask emits; ignored with
+	// Upstream.
 	Watermarks WatermarkConfig
+	// Upstream, if not nil, makes the subtask the repartition source of a
+	// cluster-mode unit (docs/scale-out.md, "Markers"): the upstream units
+	// (runtime.MarkerUnit) whose markers its one partition carries. Marker
+	// records are never emitted as records: a runtime.MarkerValve per
+	// upstream unit turns them into the subtask's watermarks and idle
+	// status (no watermark before every upstream unit was heard from), and
+	// its state is part of the partition's Split in each checkpoint. The
+	// records' timestamps then drive no watermark.
+	Upstream []string
 	// WatermarkGauge receives the subtask's watermark; may be nil.
 	WatermarkGauge *runtime.WatermarkGauge
 	// Output receives the records and control elements.
@@ -203,6 +213,10 @@ type Split struct {
 	// ms since the epoch; absent before the first record. A restore starts
 	// the partition's watermark from it.
 	MaxTimestamp *int64 `json:"max_timestamp,omitempty"`
+	// Upstream is, for the partition of a repartition source
+	// (Config.Upstream), what its markers said of each upstream unit and
+	// the watermark last emitted; absent otherwise and before any marker.
+	Upstream *runtime.MarkerValveState `json:"upstream,omitempty"`
 }
 
 // Restored is a source subtask's share of a checkpoint.
@@ -288,7 +302,8 @@ type KafkaSource struct {
 	cl        *kgo.Client
 	pos       map[int32]int64 // partition -> offset of the next record to emit
 	wms       *watermarks
-	known     map[int32]bool // every partition of the topic known to the job
+	markers   *runtime.MarkerValve // with Config.Upstream: the valve of the one partition read
+	known     map[int32]bool       // every partition of the topic known to the job
 	committed map[int64]map[int32]int64
 	stopAfter bool
 	adminCl   *kgo.Client // metadata and offsets requests; owned by read
@@ -418,6 +433,13 @@ func (s *KafkaSource) read(ctx context.Context) error {
 	pending, err := s.catchUpTargets(ctx, adm)
 	if err != nil {
 		return err
+	}
+	if s.markers != nil {
+		for _, el := range s.markers.Restored() {
+			if err := s.emitElement(ctx, el); err != nil {
+				return err
+			}
+		}
 	}
 	if err := s.emitWatermark(ctx); err != nil {
 		return err
@@ -558,6 +580,11 @@ func (s *KafkaSource) checkpoint(ctx context.Context, b *runtime.Barrier) error 
 		if ts, ok := s.wms.maxTs[p]; ok && ts != noTimestamp {
 			sp.MaxTimestamp = &ts
 		}
+		if s.markers != nil {
+			if st := s.markers.State(); st.Current != nil || st.Idle || len(st.Units) > 0 {
+				sp.Upstream = &st
+			}
+		}
 		splits = append(splits, sp)
 	}
 	st, err := SplitsTaskState(splits)
@@ -660,6 +687,9 @@ func (s *KafkaSource) assign(ctx context.Context, adm *kadm.Client) error {
 		}
 		s.known[p] = true
 	}
+	if err := s.assignMarkers(); err != nil {
+		return err
+	}
 	if len(mine) == 0 {
 		return nil
 	}
@@ -686,6 +716,32 @@ func (s *KafkaSource) assign(ctx context.Context, adm *kadm.Client) error {
 	}
 	if !fresh {
 		s.logger.Info("new partitions since the checkpoint; reading them from the earliest offset", "partitions", mine)
+	}
+	return nil
+}
+
+// assignMarkers sets up the marker valve of a repartition source
+// (Config.Upstream) from the restored split of its partition, if any. A
+// repartition source reads exactly one partition (Config.Only).
+func (s *KafkaSource) assignMarkers() error {
+	if s.cfg.Upstream == nil {
+		return nil
+	}
+	if len(s.cfg.Only) != 1 {
+		return fmt.Errorf("source %s: a repartition source reads exactly one partition (its unit's), got %v", s.cfg.Name, s.cfg.Only)
+	}
+	s.markers = runtime.NewMarkerValve(s.cfg.Upstream)
+	if s.cfg.Restored == nil {
+		return nil
+	}
+	for _, sp := range s.cfg.Restored.Splits {
+		if sp.Partition != s.cfg.Only[0] || sp.Upstream == nil {
+			continue
+		}
+		if err := s.markers.Restore(*sp.Upstream); err != nil {
+			return fmt.Errorf("source %s: restore partition %d: %w", s.cfg.Name, sp.Partition, err)
+		}
+		s.logger.Info("restored upstream watermarks", "partition", sp.Partition, "watermark", s.markers.Current().UnixMilli(), "upstream_units", len(sp.Upstream.Units))
 	}
 	return nil
 }
@@ -773,6 +829,11 @@ func sortedKeys[V any](m map[int32]V) []int32 {
 }
 
 func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
+	if s.markers != nil {
+		if done, err := s.marker(ctx, r); done || err != nil {
+			return err
+		}
+	}
 	if s.cfg.RecordsIn != nil {
 		s.cfg.RecordsIn.Inc()
 	}
@@ -807,13 +868,51 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 	return err
 }
 
+// marker hands r to the marker valve if it is a marker and emits what the
+// valve says (done true); a data record is left to emit (done false). A
+// malformed marker fails the subtask: the repartition topic is written by
+// kstreamd only, so it is not a bad record to skip.
+func (s *KafkaSource) marker(ctx context.Context, r *kgo.Record) (done bool, err error) {
+	var headers []runtime.Header
+	for _, h := range r.Headers {
+		if h.Key == runtime.MarkerHeader || h.Key == runtime.MarkerUnitHeader {
+			headers = append(headers, runtime.Header{Key: h.Key, Value: h.Value})
+		}
+	}
+	m, ok, err := runtime.DecodeMarker(headers, r.Value)
+	if !ok {
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("source %s: %s/%d@%d: %w", s.cfg.Name, r.Topic, r.Partition, r.Offset, err)
+	}
+	els, err := s.markers.Apply(m)
+	if err != nil {
+		return true, fmt.Errorf("source %s: %s/%d@%d: %w", s.cfg.Name, r.Topic, r.Partition, r.Offset, err)
+	}
+	for _, el := range els {
+		if err := s.emitElement(ctx, el); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
 // emitWatermark emits the subtask's watermark or idle status when it
-// changed.
+// changed (a repartition source's come from its markers instead).
 func (s *KafkaSource) emitWatermark(ctx context.Context) error {
+	if s.markers != nil {
+		return nil
+	}
 	el, ok := s.wms.next(time.Now())
 	if !ok {
 		return nil
 	}
+	return s.emitElement(ctx, el)
+}
+
+// emitElement emits a watermark or idle status element.
+func (s *KafkaSource) emitElement(ctx context.Context, el runtime.Element) error {
 	if !el.Idle {
 		s.cfg.WatermarkGauge.Set(el.Watermark)
 	}

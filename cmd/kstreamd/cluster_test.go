@@ -207,7 +207,7 @@ func TestClusterTakeover(t *testing.T) {
 	if len(out) != total {
 		t.Errorf("output holds %d records, want %d", len(out), total)
 	}
-	rep := testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "clicks-1-repartition", 5*time.Second)
+	rep := testkit.WithoutMarkers(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "clicks-1-repartition", 5*time.Second))
 	if len(rep) != total {
 		t.Errorf("repartition topic holds %d records, want %d", len(rep), total)
 	}

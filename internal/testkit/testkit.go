@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -172,6 +173,19 @@ func Poll(timeout time.Duration, cond func() bool) bool {
 func ReadTopic(t testing.TB, brokers []string, topic string, timeout time.Duration) []*kgo.Record {
 	t.Helper()
 	return ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(brokers...)}, kgo.ReadCommitted(), topic, timeout)
+}
+
+// WithoutMarkers returns the records of recs that are not markers of a
+// cluster-mode repartition topic (header "kstreamd-marker",
+// runtime.MarkerHeader), in order: the data records.
+func WithoutMarkers(recs []*kgo.Record) []*kgo.Record {
+	var out []*kgo.Record
+	for _, r := range recs {
+		if !slices.ContainsFunc(r.Headers, func(h kgo.RecordHeader) bool { return h.Key == "kstreamd-marker" }) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // ReadTopicWith reads topic with a client of opts at isolation level iso,
