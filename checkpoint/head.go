@@ -208,27 +208,53 @@ type Owner struct {
 	seq         int64 // the last HEAD this owner created
 }
 
+// claimAttempts bounds how often Claim re-reads the chain after the
+// previous owner's checkpoint HEAD beat its claim.
+const claimAttempts = 50
+
 // Claim takes the unit over (takeover steps 1 and 2 of docs/scale-out.md):
 // it reads the newest HEAD and creates the next one naming the same
 // checkpoint, so that a previous owner can no longer commit. It returns
 // the owner and the HEAD read (whose CheckpointID is the checkpoint to
-// restore, 0 for none). A concurrent claim that wins returns an error
-// wrapping ErrHeadExists. retained (>= 1) is how many HEADs Purge keeps.
+// restore, 0 for none). When the previous owner's next checkpoint HEAD
+// takes the number first (it is still running until its revoke or its
+// fencing takes effect), Claim reads the chain again and claims after
+// it, up to claimAttempts times: the checkpoint restored is then that
+// newer one. A concurrent claim by another member that wins returns an
+// error wrapping ErrHeadExists. retained (>= 1) is how many HEADs Purge
+// keeps.
 func Claim(heads Heads, member, fingerprint string, retained int) (*Owner, Head, error) {
-	prev, err := heads.Latest()
-	if err != nil {
-		return nil, Head{}, err
+	return claim(heads, member, fingerprint, retained, nil)
+}
+
+// claim is Claim; raced, when not nil, runs between reading the chain and
+// creating the claim (tests use it to let a previous owner's HEAD win).
+func claim(heads Heads, member, fingerprint string, retained int, raced func(prev Head)) (*Owner, Head, error) {
+	for attempt := 1; ; attempt++ {
+		prev, err := heads.Latest()
+		if err != nil {
+			return nil, Head{}, err
+		}
+		if prev.Seq > 0 && prev.Fingerprint != fingerprint {
+			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written for graph %.12s, this daemon runs graph %.12s", heads.Dir, prev.Seq, prev.Fingerprint, fingerprint)
+		}
+		if attempt > 1 && prev.Claim && prev.Owner != member {
+			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: member %s claimed HEAD-%d first: %w", heads.Dir, prev.Owner, prev.Seq, ErrHeadExists)
+		}
+		if raced != nil {
+			raced(prev)
+		}
+		o := &Owner{heads: heads, member: member, fingerprint: fingerprint, retained: int64(max(retained, 1))}
+		claim := Head{Seq: prev.Seq + 1, CheckpointID: prev.CheckpointID, Owner: member, Claim: true, Fingerprint: fingerprint}
+		err = heads.Create(claim)
+		if err == nil {
+			o.seq = claim.Seq
+			return o, prev, nil
+		}
+		if !errors.Is(err, ErrHeadExists) || attempt == claimAttempts {
+			return nil, Head{}, err
+		}
 	}
-	if prev.Seq > 0 && prev.Fingerprint != fingerprint {
-		return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written for graph %.12s, this daemon runs graph %.12s", heads.Dir, prev.Seq, prev.Fingerprint, fingerprint)
-	}
-	o := &Owner{heads: heads, member: member, fingerprint: fingerprint, retained: int64(max(retained, 1))}
-	claim := Head{Seq: prev.Seq + 1, CheckpointID: prev.CheckpointID, Owner: member, Claim: true, Fingerprint: fingerprint}
-	if err := heads.Create(claim); err != nil {
-		return nil, Head{}, err
-	}
-	o.seq = claim.Seq
-	return o, prev, nil
 }
 
 // Checkpoint completes checkpoint id of the unit: pre-commit, upload,

@@ -103,3 +103,50 @@ func files(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// TestClaimAfterPreviousOwnersHead: the previous owner is still running
+// while the new owner claims, and its next two checkpoint HEADs take the
+// number the claim read; the claim reads the chain again and lands after
+// them, restoring the newest checkpoint. A claim beaten by another
+// member's claim is refused with ErrHeadExists.
+func TestClaimAfterPreviousOwnersHead(t *testing.T) {
+	heads := Heads{Dir: filepath.Join(t.TempDir(), "clicks", "units", "0", "0")}
+	a, _, err := Claim(heads, "a", "fp", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Checkpoint(1, UnitCommit{}); err != nil {
+		t.Fatal(err)
+	}
+	next := int64(2)
+	b, prev, err := claim(heads, "b", "fp", 3, func(Head) {
+		if next <= 3 {
+			if err := a.Checkpoint(next, UnitCommit{}); err != nil {
+				t.Fatal(err)
+			}
+			next++
+		}
+	})
+	if err != nil {
+		t.Fatalf("claim racing the previous owner's checkpoints: %v", err)
+	}
+	if want := (Head{Seq: 4, CheckpointID: 3, Owner: "a", Fingerprint: "fp"}); prev != want {
+		t.Errorf("b restores %+v, want %+v", prev, want)
+	}
+	if b.Seq() != 5 {
+		t.Errorf("b's claim is HEAD-%d, want HEAD-5", b.Seq())
+	}
+	if err := a.Checkpoint(4, UnitCommit{}); !errors.Is(err, ErrHeadExists) {
+		t.Errorf("previous owner after the claim: %v, want ErrHeadExists", err)
+	}
+
+	// c's claim is beaten by d's claim: c stops.
+	_, _, err = claim(heads, "c", "fp", 3, func(Head) {
+		if _, _, err := Claim(heads, "d", "fp", 3); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !errors.Is(err, ErrHeadExists) || err.Error() != "checkpoint: unit "+heads.Dir+": member d claimed HEAD-6 first: "+ErrHeadExists.Error() {
+		t.Errorf("claim beaten by another claim: %v", err)
+	}
+}
