@@ -23,18 +23,18 @@ func TestZombieCannotCommitOrDelete(t *testing.T) {
 			Purge:     func(k int64) error { log = append(log, who+" purge"); return nil },
 		}
 	}
-	a, prev, err := Claim(heads, "a", "fp", 2)
+	a, prev, err := Claim(heads, "a", "fp", 4, 2)
 	if err != nil || prev.Seq != 0 {
 		t.Fatalf("claim a: %v %+v", err, prev)
 	}
 	if err := a.Checkpoint(1, steps("a")); err != nil {
 		t.Fatal(err)
 	}
-	b, prev, err := Claim(heads, "b", "fp", 2)
+	b, prev, err := Claim(heads, "b", "fp", 4, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Head{Seq: 2, CheckpointID: 1, Owner: "a", Fingerprint: "fp"}); prev != want {
+	if want := (Head{Seq: 2, CheckpointID: 1, Owner: "a", Fingerprint: "fp", Units: 4}); prev != want {
 		t.Errorf("b restores %+v, want %+v", prev, want)
 	}
 	before := files(t, heads.Dir)
@@ -66,12 +66,16 @@ func TestZombieCannotCommitOrDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Head{Seq: 4, CheckpointID: 2, Owner: "b", Fingerprint: "fp"}); latest != want {
+	if want := (Head{Seq: 4, CheckpointID: 2, Owner: "b", Fingerprint: "fp", Units: 4}); latest != want {
 		t.Errorf("latest %+v, want %+v", latest, want)
 	}
 	// A claim with another graph is refused naming both fingerprints.
-	if _, _, err := Claim(heads, "c", "other", 2); err == nil || err.Error() != "checkpoint: unit "+heads.Dir+": HEAD-4 was written for graph fp, this daemon runs graph other" {
+	if _, _, err := Claim(heads, "c", "other", 4, 2); err == nil || err.Error() != "checkpoint: unit "+heads.Dir+": HEAD-4 was written for graph fp, this daemon runs graph other" {
 		t.Errorf("claim with another graph: %v", err)
+	}
+	// A claim with another unit count is refused naming both counts.
+	if _, _, err := Claim(heads, "c", "fp", 6, 2); err == nil || err.Error() != "checkpoint: unit "+heads.Dir+": HEAD-4 was written with 4 units per stage, this daemon runs 6" {
+		t.Errorf("claim with another unit count: %v", err)
 	}
 }
 

@@ -178,7 +178,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		if err := checkpoint.SelfTest(storage.JobDir()); err != nil {
 			return nil, err
 		}
-		o, head, err := checkpoint.Claim(checkpoint.Heads{Dir: storage.JobDir()}, unit.Member, unit.Fingerprint, set.Retained)
+		o, head, err := checkpoint.Claim(checkpoint.Heads{Dir: storage.JobDir()}, unit.Member, unit.Fingerprint, unit.Units, set.Retained)
 		if err != nil {
 			return nil, fmt.Errorf("job: stage %d unit %d: claim: %w", unit.Stage, unit.Index, err)
 		}

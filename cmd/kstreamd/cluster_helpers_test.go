@@ -1,0 +1,447 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+// The helpers of the cluster-mode tests (docs/scale-out.md): the broker in
+// a process of its own (this test binary re-executed), cluster configs,
+// daemons of the built binary, who holds which unit, and the oracle every
+// cluster test checks.
+
+// ---- The broker in its own process ----
+
+// testBrokerEnv, when set in the environment of this test binary, makes
+// TestMain run a kfake broker instead of the tests: "<port>;<topic>:<n>,..."
+// (topics seeded with n partitions). The broker prints one line
+// "init_producer_id <transactional id>" per InitProducerId request it
+// receives, and runs until SIGTERM.
+const testBrokerEnv = "KSTREAMD_TEST_BROKER"
+
+// runTestBroker is the broker process of testBrokerEnv; it returns the exit
+// status.
+func runTestBroker(spec string) int {
+	port, topics, _ := strings.Cut(spec, ";")
+	portN, err := strconv.Atoi(port)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test broker: port:", err)
+		return 2
+	}
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(portN)}
+	for _, tp := range strings.Split(topics, ",") {
+		if name, n, ok := strings.Cut(tp, ":"); ok {
+			parts, err := strconv.Atoi(n)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "test broker: topic", tp, err)
+				return 2
+			}
+			opts = append(opts, kfake.SeedTopics(int32(parts), name))
+		}
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test broker:", err)
+		return 1
+	}
+	out := make(chan string, 1024)
+	c.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if r := req.(*kmsg.InitProducerIDRequest); r.TransactionalID != nil {
+			out <- *r.TransactionalID
+		}
+		return nil, nil, false
+	})
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	fmt.Println("listening", c.ListenAddrs()[0])
+	for {
+		select {
+		case id := <-out:
+			fmt.Println("init_producer_id", id)
+		case <-stop:
+			c.Close()
+			return 0
+		}
+	}
+}
+
+// testBroker is a kfake broker in a child process (runTestBroker).
+type testBroker struct {
+	addr string
+	cmd  *exec.Cmd
+	out  *testkit.SyncBuffer
+	done chan struct{}
+}
+
+// startTestBroker starts the broker process with topics (name: partition
+// count) and waits until it accepts connections; it is stopped at cleanup.
+func startTestBroker(t *testing.T, topics map[string]int) *testBroker {
+	t.Helper()
+	addr := testkit.FreeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	var spec []string
+	for name, n := range topics {
+		spec = append(spec, fmt.Sprintf("%s:%d", name, n))
+	}
+	b := &testBroker{addr: addr, out: &testkit.SyncBuffer{}, done: make(chan struct{})}
+	b.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	b.cmd.Env = append(os.Environ(), testBrokerEnv+"="+port+";"+strings.Join(spec, ","))
+	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = b.cmd.Wait(); close(b.done) }()
+	t.Cleanup(func() {
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-b.done:
+		case <-time.After(15 * time.Second):
+			_ = b.cmd.Process.Kill()
+			<-b.done
+		}
+	})
+	if !testkit.Poll(20*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}) {
+		t.Fatalf("the test broker did not listen on %s within 20s:\n%s", addr, b.out.String())
+	}
+	return b
+}
+
+// inits returns how many InitProducerId requests the broker received, by
+// transactional id.
+func (b *testBroker) inits() map[string]int {
+	m := map[string]int{}
+	sc := bufio.NewScanner(strings.NewReader(b.out.String()))
+	for sc.Scan() {
+		if id, ok := strings.CutPrefix(sc.Text(), "init_producer_id "); ok {
+			m[id]++
+		}
+	}
+	return m
+}
+
+// ---- Cluster configs and daemons ----
+
+// clusterJob describes the cluster-mode config of a test: by default the
+// two-stage keyed count clicks -hash(user)-> per_user -> counts.
+type clusterJob struct {
+	// Units per stage; Session the group session timeout (default 6s).
+	Units   int
+	Session time.Duration
+	// Key is per_user's key_by (default user); a daemon with another key
+	// runs another graph.
+	Key string
+	// TxnTimeout is the sink's transaction_timeout (default 2m).
+	TxnTimeout string
+	// Pipeline, if not empty, replaces the sources/operators/sinks.
+	Pipeline string
+}
+
+// config returns the YAML of j for member, its files under dir, the store
+// at store, the broker at broker and /metrics at metrics.
+func (j clusterJob) config(dir, store, broker, metrics, member string) string {
+	session := j.Session
+	if session == 0 {
+		session = 6 * time.Second
+	}
+	key := j.Key
+	if key == "" {
+		key = "user"
+	}
+	txn := j.TxnTimeout
+	if txn == "" {
+		txn = "2m"
+	}
+	pipe := j.Pipeline
+	if pipe == "" {
+		pipe = fmt.Sprintf(`sources:
+  - name: clicks
+    topic: clicks
+operators:
+  - name: per_user
+    type: keyed_count
+    input: clicks
+    key_by: %s
+sinks:
+  - name: counts
+    input: per_user
+    topic: counts
+    delivery: exactly-once
+    transaction_timeout: %s
+`, key, txn)
+	}
+	return fmt.Sprintf(`job:
+  name: clicks
+  max_parallelism: 24
+data_dir: %s
+kafka:
+  brokers: [%s]
+metrics:
+  address: %s
+log:
+  format: json
+checkpoints:
+  interval: 200ms
+  timeout: 10s
+state:
+  backend: hashmap
+cluster:
+  enabled: true
+  member_id: %s
+  units: %d
+  session_timeout: %s
+  rebalance_timeout: 20s
+  revoke_timeout: 5s
+  takeover_timeout: 10s
+  store:
+    dir: %s
+`, dir, broker, metrics, member, j.Units, session, store) + pipe
+}
+
+// cluster is the daemons of one cluster-mode job on one broker and store.
+type cluster struct {
+	t      *testing.T
+	job    clusterJob
+	root   string
+	store  string
+	broker string
+	procs  map[string]*proc // the current process of each member
+	killed map[*proc]bool   // the processes the test killed
+	old    []*proc          // every process started, killed or not
+}
+
+func newCluster(t *testing.T, job clusterJob, broker string) *cluster {
+	root := t.TempDir()
+	return &cluster{t: t, job: job, root: root, store: filepath.Join(root, "store"), broker: broker, procs: map[string]*proc{}, killed: map[*proc]bool{}}
+}
+
+// start starts (or restarts) the daemon of member.
+func (c *cluster) start(member string) *proc {
+	c.t.Helper()
+	dir := filepath.Join(c.root, member)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	addr := testkit.FreeAddr(c.t)
+	p := startProc(c.t, dir, c.job.config(dir, c.store, c.broker, addr, member), c.broker, addr)
+	c.procs[member] = p
+	c.old = append(c.old, p)
+	return p
+}
+
+// kill kills member's daemon with -9.
+func (c *cluster) kill(member string) {
+	c.t.Helper()
+	p := c.procs[member]
+	p.kill(c.t)
+	c.killed[p] = true
+}
+
+// logs returns every log of every process started, for failure messages.
+func (c *cluster) logs() string {
+	var b strings.Builder
+	for m, p := range c.procs {
+		fmt.Fprintf(&b, "---- %s:\n%s\n", m, p.out.String())
+	}
+	return b.String()
+}
+
+// stages is the number of stages of the job (2 for the keyed count).
+const clusterStages = 2
+
+// owners returns the owner the newest HEAD of every unit names
+// ("<stage>/<unit>" -> member), "" for a unit without a HEAD.
+func (c *cluster) owners() map[string]string {
+	c.t.Helper()
+	out := map[string]string{}
+	for s := range clusterStages {
+		for u := range c.job.Units {
+			h, err := checkpoint.Heads{Dir: filepath.Join(c.store, "clicks", "units", fmt.Sprint(s), fmt.Sprint(u))}.Latest()
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			out[fmt.Sprintf("%d/%d", s, u)] = h.Owner
+		}
+	}
+	return out
+}
+
+// logLine is one JSON log line of a daemon.
+type logLine struct {
+	Msg          string `json:"msg"`
+	Stage        *int   `json:"stage"`
+	Unit         *int   `json:"unit"`
+	RestoredFrom string `json:"restored_from"`
+}
+
+// logLines returns the JSON log lines of p whose msg is msg.
+func logLines(p *proc, msg string) []logLine {
+	var out []logLine
+	sc := bufio.NewScanner(strings.NewReader(p.out.String()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var l logLine
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == msg {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// running returns the units p runs now ("<stage>/<unit>"): started ("unit
+// running") and not stopped since ("unit stopped", "unit taken over").
+func running(p *proc) map[string]bool {
+	out := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(p.out.String()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var l logLine
+		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Stage == nil || l.Unit == nil {
+			continue
+		}
+		u := fmt.Sprintf("%d/%d", *l.Stage, *l.Unit)
+		switch {
+		case l.Msg == "unit running":
+			out[u] = true
+		case l.Msg == "unit stopped" || strings.HasPrefix(l.Msg, "unit taken over"):
+			delete(out, u)
+		}
+	}
+	return out
+}
+
+// held returns, for every live member, the units both its log and the
+// HEADs say it holds, and whether every unit is held by exactly one live
+// member.
+func (c *cluster) held() (map[string][]string, bool) {
+	c.t.Helper()
+	owners := c.owners()
+	by := map[string][]string{}
+	n := map[string]int{}
+	for m, p := range c.procs {
+		if c.killed[p] || p.exited() {
+			continue
+		}
+		for u := range running(p) {
+			if owners[u] == m {
+				by[m] = append(by[m], u)
+				n[u]++
+			}
+		}
+	}
+	for s := range clusterStages {
+		for u := range c.job.Units {
+			if n[fmt.Sprintf("%d/%d", s, u)] != 1 {
+				return by, false
+			}
+		}
+	}
+	return by, true
+}
+
+// ---- The keyed count's input and the oracle ----
+
+// clickRecord is input record i of the keyed count: user u<i%users>.
+func clickRecord(i, users int) *kgo.Record {
+	return &kgo.Record{Topic: "clicks", Key: fmt.Appendf(nil, "%d", i), Value: fmt.Appendf(nil, `{"user":"u%d","i":%d}`, i%users, i)}
+}
+
+// committedCounts reads the counts topic read_committed.
+func committedCounts(t *testing.T, broker string) []*kgo.Record {
+	return testkit.ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(broker)}, kgo.ReadCommitted(), "counts", 5*time.Second)
+}
+
+// checkClusterOracle checks what every cluster test asserts once the
+// input records 0..users*perUser-1 are processed: the read_committed output
+// holds, per key, exactly the counts 1..perUser in order (no pair twice),
+// users*perUser records in all; the repartition topic holds each input
+// record once, in the partition of its key group's unit; no transaction is
+// left open on the output or repartition topic (the last stable offsets
+// reach the high watermarks) and no daemon lost output; no daemon the test
+// did not kill exited.
+func (c *cluster) checkOracle(users, perUser int) {
+	t := c.t
+	t.Helper()
+	total := users * perUser
+	checkExactCounts(t, committedCounts(t, c.broker), users, perUser)
+	opts := []kgo.Opt{kgo.SeedBrokers(c.broker)}
+	rep := testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "clicks-1-repartition", 5*time.Second)
+	seen := map[int]int{}
+	for _, r := range rep {
+		var v struct {
+			I int `json:"i"`
+		}
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatalf("repartition record %s: %v", r.Value, err)
+		}
+		seen[v.I]++
+		if want := keygroup.OperatorIndex(keygroup.Assign(r.Key, 24), 24, c.job.Units); int(r.Partition) != want {
+			t.Errorf("repartition record %s in partition %d, want %d", r.Value, r.Partition, want)
+		}
+	}
+	for i := range total {
+		if seen[i] != 1 {
+			t.Errorf("input record %d is in the repartition topic %d times, want once", i, seen[i])
+		}
+	}
+	if len(rep) != total {
+		t.Errorf("repartition topic holds %d records, want %d", len(rep), total)
+	}
+	cl := newClient(t, c.broker)
+	adm := kadm.NewClient(cl)
+	var lso, hwm kadm.ListedOffsets
+	if !testkit.Poll(time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err1, err2 error
+		lso, err1 = adm.ListCommittedOffsets(ctx, "counts", "clicks-1-repartition")
+		hwm, err2 = adm.ListEndOffsets(ctx, "counts", "clicks-1-repartition")
+		if err1 != nil || err2 != nil || lso.Error() != nil || hwm.Error() != nil {
+			return false
+		}
+		ok := true
+		hwm.Each(func(o kadm.ListedOffset) {
+			if l, _ := lso.Lookup(o.Topic, o.Partition); l.Offset != o.Offset {
+				ok = false
+			}
+		})
+		return ok
+	}) {
+		t.Errorf("a transaction stays open: last stable offsets %v, high watermarks %v", lso, hwm)
+	}
+	for _, p := range c.old {
+		if strings.Contains(p.out.String(), "lost output") {
+			t.Errorf("a daemon lost output:\n%s", p.out.String())
+		}
+		if !c.killed[p] && p.exited() {
+			t.Errorf("a daemon the test did not kill exited (%v):\n%s", p.cmd.ProcessState, p.out.String())
+		}
+	}
+}
