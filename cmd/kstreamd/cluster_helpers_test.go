@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -162,6 +163,10 @@ type clusterJob struct {
 	TxnTimeout string
 	// Pipeline, if not empty, replaces the sources/operators/sinks.
 	Pipeline string
+	// Retained is checkpoints.retained (default 3): a test that must see
+	// every HEAD and file a daemon ever wrote sets it above the number of
+	// checkpoints of the test, so that no owner deletes any.
+	Retained int
 }
 
 // config returns the YAML of j for member, its files under dir, the store
@@ -178,6 +183,10 @@ func (j clusterJob) config(dir, store, broker, metrics, member string) string {
 	txn := j.TxnTimeout
 	if txn == "" {
 		txn = "2m"
+	}
+	retained := j.Retained
+	if retained == 0 {
+		retained = 3
 	}
 	pipe := j.Pipeline
 	if pipe == "" {
@@ -210,6 +219,7 @@ log:
 checkpoints:
   interval: 200ms
   timeout: 10s
+  retained: %d
 state:
   backend: hashmap
 cluster:
@@ -222,7 +232,7 @@ cluster:
   takeover_timeout: 10s
   store:
     dir: %s
-`, dir, broker, metrics, member, j.Units, session, store) + pipe
+`, dir, broker, metrics, retained, member, j.Units, session, store) + pipe
 }
 
 // cluster is the daemons of one cluster-mode job on one broker and store.
@@ -263,6 +273,10 @@ func (c *cluster) kill(member string) {
 	p.kill(c.t)
 	c.killed[p] = true
 }
+
+// stopped records that the test stopped p (it must not count as a daemon
+// that exited by itself, nor hold units).
+func (c *cluster) stopped(p *proc) { c.killed[p] = true }
 
 // logs returns every log of every process started, for failure messages.
 func (c *cluster) logs() string {
@@ -366,11 +380,101 @@ func (c *cluster) held() (map[string][]string, bool) {
 	return by, true
 }
 
+// signal sends s to member's daemon.
+func (c *cluster) signal(member string, s syscall.Signal) {
+	c.t.Helper()
+	if err := c.procs[member].cmd.Process.Signal(s); err != nil {
+		c.t.Fatalf("%s: %v: %v", member, s, err)
+	}
+}
+
+// namespace returns the store directory of unit ("<stage>/<unit>").
+func (c *cluster) namespace(unit string) string {
+	return filepath.Join(c.store, "clicks", "units", filepath.FromSlash(unit))
+}
+
+// files returns every file under unit's namespace, relative to it, with
+// the SHA-256 of its content.
+func (c *cluster) files(unit string) map[string]string {
+	c.t.Helper()
+	ns := c.namespace(unit)
+	out := map[string]string{}
+	err := filepath.WalkDir(ns, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !strings.HasPrefix(d.Name(), ".") { // not the temporary files of a create
+			rel, _ := filepath.Rel(ns, path)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			out[rel] = fmt.Sprintf("%x", sha256.Sum256(b))
+		}
+		return nil
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+// heads returns every HEAD of unit's chain, HEAD-1 first; it fails the
+// test unless the chain is dense from HEAD-1 (the job must retain every
+// HEAD: clusterJob.Retained).
+func (c *cluster) heads(unit string) []checkpoint.Head {
+	c.t.Helper()
+	ns := c.namespace(unit)
+	var out []checkpoint.Head
+	for k := 1; ; k++ {
+		b, err := os.ReadFile(filepath.Join(ns, fmt.Sprintf("HEAD-%d", k)))
+		if os.IsNotExist(err) {
+			break
+		}
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		var h checkpoint.Head
+		if err := json.Unmarshal(b, &h); err != nil {
+			c.t.Fatalf("unit %s HEAD-%d: %v", unit, k, err)
+		}
+		out = append(out, h)
+	}
+	if last, err := (checkpoint.Heads{Dir: ns}).Latest(); err != nil || last.Seq != int64(len(out)) {
+		c.t.Fatalf("unit %s: the chain HEAD-1..HEAD-%d is not dense up to the newest %+v (%v)", unit, len(out), last, err)
+	}
+	return out
+}
+
+// checkChains checks every unit's HEAD chain: each HEAD that is not a
+// takeover claim was written by the owner of the HEAD before it (an owner
+// whose unit was taken over never writes another HEAD of it), and every
+// claim names the checkpoint of the HEAD before it.
+func (c *cluster) checkChains() {
+	c.t.Helper()
+	for s := range clusterStages {
+		for u := range c.job.Units {
+			unit := fmt.Sprintf("%d/%d", s, u)
+			hs := c.heads(unit)
+			for i := 1; i < len(hs); i++ {
+				prev, h := hs[i-1], hs[i]
+				switch {
+				case !h.Claim && h.Owner != prev.Owner:
+					c.t.Errorf("unit %s: HEAD-%d is a checkpoint of %s, but HEAD-%d is %s's: a zombie committed", unit, h.Seq, h.Owner, prev.Seq, prev.Owner)
+				case h.Claim && h.CheckpointID != prev.CheckpointID:
+					c.t.Errorf("unit %s: claim HEAD-%d names checkpoint %d, HEAD-%d names %d", unit, h.Seq, h.CheckpointID, prev.Seq, prev.CheckpointID)
+				}
+			}
+		}
+	}
+}
+
 // ---- The keyed count's input and the oracle ----
 
-// clickRecord is input record i of the keyed count: user u<i%users>.
+// clickRecord is input record i: user u<i%users>, id i/2 (every id twice,
+// for a dedup keyed by id).
 func clickRecord(i, users int) *kgo.Record {
-	return &kgo.Record{Topic: "clicks", Key: fmt.Appendf(nil, "%d", i), Value: fmt.Appendf(nil, `{"user":"u%d","i":%d}`, i%users, i)}
+	return &kgo.Record{Topic: "clicks", Key: fmt.Appendf(nil, "%d", i), Value: fmt.Appendf(nil, `{"user":"u%d","i":%d,"id":%d}`, i%users, i, i/2)}
 }
 
 // committedCounts reads the counts topic read_committed.
@@ -378,19 +482,53 @@ func committedCounts(t *testing.T, broker string) []*kgo.Record {
 	return testkit.ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(broker)}, kgo.ReadCommitted(), "counts", 5*time.Second)
 }
 
-// checkClusterOracle checks what every cluster test asserts once the
-// input records 0..users*perUser-1 are processed: the read_committed output
-// holds, per key, exactly the counts 1..perUser in order (no pair twice),
-// users*perUser records in all; the repartition topic holds each input
-// record once, in the partition of its key group's unit; no transaction is
+// checkOracle checks what every cluster test of the keyed count asserts
+// once the input records 0..users*perUser-1 are processed: the
+// read_committed output holds, per key, exactly the counts 1..perUser in
+// order (no pair twice), users*perUser records in all; and checkExchange.
+func (c *cluster) checkOracle(users, perUser int) {
+	c.t.Helper()
+	checkExactCounts(c.t, committedCounts(c.t, c.broker), users, perUser)
+	c.checkExchange(users * perUser)
+}
+
+// checkDedupOracle is checkOracle of the dedup keyed by id: the
+// read_committed output holds each id of the input records 0..total-1
+// exactly once; and checkExchange.
+func (c *cluster) checkDedupOracle(total int) {
+	t := c.t
+	t.Helper()
+	out := committedCounts(t, c.broker)
+	seen := map[int]int{}
+	for _, r := range out {
+		var v struct {
+			ID int `json:"id"`
+		}
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatalf("output record %s: %v", r.Value, err)
+		}
+		seen[v.ID]++
+	}
+	for id := range total / 2 {
+		if seen[id] != 1 {
+			t.Errorf("id %d is in the output %d times, want once", id, seen[id])
+		}
+	}
+	if len(out) != total/2 {
+		t.Errorf("the output holds %d records, want %d", len(out), total/2)
+	}
+	c.checkExchange(total)
+}
+
+// checkExchange checks, once the input records 0..total-1 are processed:
+// the repartition topic holds each input record once, in the partition of
+// its key group's unit; no transaction is
 // left open on the output or repartition topic (the last stable offsets
 // reach the high watermarks) and no daemon lost output; no daemon the test
 // did not kill exited.
-func (c *cluster) checkOracle(users, perUser int) {
+func (c *cluster) checkExchange(total int) {
 	t := c.t
 	t.Helper()
-	total := users * perUser
-	checkExactCounts(t, committedCounts(t, c.broker), users, perUser)
 	opts := []kgo.Opt{kgo.SeedBrokers(c.broker)}
 	rep := testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "clicks-1-repartition", 5*time.Second)
 	seen := map[int]int{}
@@ -444,4 +582,27 @@ func (c *cluster) checkOracle(users, perUser int) {
 			t.Errorf("a daemon the test did not kill exited (%v):\n%s", p.cmd.ProcessState, p.out.String())
 		}
 	}
+}
+
+// unitLogs counts, per unit ("<stage>/<unit>"), the lines of p's log whose
+// msg is msg.
+func unitLogs(p *proc, msg string) map[string]int {
+	out := map[string]int{}
+	for _, l := range logLines(p, msg) {
+		if l.Stage != nil && l.Unit != nil {
+			out[fmt.Sprintf("%d/%d", *l.Stage, *l.Unit)]++
+		}
+	}
+	return out
+}
+
+// unitTxnIDs returns the transactional ids of unit ("<stage>/<unit>") of
+// the keyed count: the repartition sink's of a stage-0 unit, the counts
+// sink's of a stage-1 unit.
+func unitTxnIDs(unit string) []string {
+	stage, index, _ := strings.Cut(unit, "/")
+	if stage == "0" {
+		return []string{"kstreamd-clicks-repartition.1-0-" + index + "-0"}
+	}
+	return []string{"kstreamd-clicks-counts-1-" + index + "-0"}
 }
