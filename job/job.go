@@ -92,6 +92,10 @@ type Deps struct {
 	// FromSavepoint, if not empty, is a savepoint (or checkpoint) directory
 	// to restore instead of the job's latest checkpoint.
 	FromSavepoint string
+	// CheckpointFault, if not nil, is the coordinator's fault-injection
+	// seam (checkpoint.CoordinatorConfig.Fault) for tests of a unit's
+	// commit order; no pipeline config sets it.
+	CheckpointFault func(point checkpoint.FaultPoint, checkpointID int64) bool
 }
 
 // ErrMaxParallelismChanged is wrapped by Build's error when the restored
@@ -457,7 +461,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		}
 	}
 	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
-		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner,
+		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner, Fault: deps.CheckpointFault,
 		Interval: set.Interval, Timeout: set.Timeout, MinPause: set.MinPause,
 		TolerableFailures: set.TolerableFailures, Incremental: set.Incremental, RequiredStates: requiredStates(g),
 		FirstID: firstID, Logger: logger.With("component", "checkpoint"), Metrics: cm,
