@@ -795,7 +795,15 @@ func (j *Job) Run(ctx context.Context) error {
 	jobDone := make(chan error, 1)
 	go func() { jobDone <- j.job.Run(jobCtx) }()
 	defer func() {
-		// Every task returned: no snapshot is being written any more.
+		// Every task returned: no snapshot is being written any more. Not
+		// so for a cluster-mode unit: another owner may have taken it
+		// over and be writing its next checkpoint in the same namespace
+		// (a zombie must delete nothing: docs/scale-out.md, invariant 1);
+		// the owner's retention (Storage.Prune after its HEAD) deletes
+		// the incomplete checkpoints instead.
+		if j.settings.Unit != nil {
+			return
+		}
 		if err := j.storage.DiscardIncomplete(); err != nil {
 			j.logger.Warn("could not discard incomplete checkpoints", "err", err)
 		}

@@ -230,7 +230,8 @@ sinks:
 // TestUnitZombieFenced: owner a runs the unit while its input is idle (its
 // epochs are empty); owner b takes the unit over (claims the next HEAD and
 // fences the unit's ids). a's next checkpoint finds its HEAD taken: a stops
-// with ErrHeadExists, writes no HEAD after b's claim and deletes no file;
+// with ErrHeadExists, writes no HEAD after b's claim and deletes no file,
+// not even the incomplete directory of b's checkpoint in flight;
 // b carries on and its output holds every record once.
 func TestUnitZombieFenced(t *testing.T) {
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
@@ -290,6 +291,14 @@ func TestUnitZombieFenced(t *testing.T) {
 	if err != nil || claim.Owner != "b" || !claim.Claim {
 		t.Fatalf("after b's claim the newest HEAD is %+v (%v)", claim, err)
 	}
+	// b's first checkpoint in flight: a directory without metadata yet.
+	inFlight := fmt.Sprintf("%s/chk-%d", ns, 1000)
+	if err := os.MkdirAll(inFlight, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(inFlight+"/state", []byte("b's snapshot"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	before := listFiles(t, ns)
 	var aErr error
 	select {
@@ -307,6 +316,12 @@ func TestUnitZombieFenced(t *testing.T) {
 		if _, err := os.Stat(ns + "/" + f); err != nil {
 			t.Errorf("file %s of the unit vanished after the zombie's last checkpoint: %v", f, err)
 		}
+	}
+	if _, err := os.Stat(inFlight + "/state"); err != nil {
+		t.Errorf("the zombie deleted the new owner's in-flight checkpoint: %v", err)
+	}
+	if err := os.RemoveAll(inFlight); err != nil { // b's own coordinator never wrote it
+		t.Fatal(err)
 	}
 	bctx, bcancel := context.WithCancel(context.Background())
 	bDone := make(chan error, 1)
