@@ -325,7 +325,7 @@ func (c *Coordinator) maybeTriggerCheckpoint() {
 
 func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
 	c.nextID++
-	if err := os.MkdirAll(b.Dir, 0o755); err != nil {
+	if err := c.mkdir(b); err != nil {
 		c.pending = &pending{barrier: b, req: req, timer: time.NewTimer(0)}
 		c.abort(err)
 		return
@@ -335,6 +335,27 @@ func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
 	for _, s := range c.sources {
 		s.TriggerCheckpoint(b)
 	}
+}
+
+// mkdir creates the directory of b. A cluster-mode unit's checkpoint
+// creates it create-only: a directory of that id in the unit's namespace
+// belongs to another owner (a zombie and the unit's new owner may count
+// the same ids), and writing into it would overwrite that owner's
+// checkpoint; the checkpoint fails instead and the next takes the next id.
+func (c *Coordinator) mkdir(b *runtime.Barrier) error {
+	if c.cfg.Owner == nil || b.Savepoint {
+		return os.MkdirAll(b.Dir, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(b.Dir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(b.Dir, 0o755); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("checkpoint directory %s exists: another owner of the unit wrote it", b.Dir)
+		}
+		return err
+	}
+	return nil
 }
 
 func (c *Coordinator) onAck(task runtime.TaskID, id int64, snap runtime.TaskSnapshot) {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 // TestZombieCannotCommitOrDelete: owner A holds the unit, B takes it over
@@ -106,4 +108,52 @@ func files(t *testing.T, dir string) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// TestUnitCheckpointDirCreateOnly: a unit's coordinator whose next
+// checkpoint id already has a directory in the namespace (written by the
+// unit's other owner: a zombie and a new owner count the same ids) writes
+// nothing into it: that checkpoint fails, the other owner's file is
+// untouched and no metadata lands there, and the next checkpoint completes
+// under the next id (its retention then deletes the stale directory, as
+// the unit's owner).
+func TestUnitCheckpointDirCreateOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		root := t.TempDir()
+		s := NewStorage(filepath.Join(root, "clicks", "units", "1"), "0", 3, nil)
+		o, _, err := Claim(Heads{Dir: s.JobDir()}, "a", "fp", 2, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		theirs := filepath.Join(s.CheckpointDir(1), "state")
+		if err := os.MkdirAll(filepath.Dir(theirs), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(theirs, []byte("the other owner's"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		j := newFakeJob(1, nil)
+		c := j.coordinator(t, CoordinatorConfig{Job: "clicks", MaxParallelism: 24, Storage: s, Owner: o, FirstID: 1, Interval: 100 * time.Millisecond, TolerableFailures: 1})
+		r := runCoordinator(c)
+		defer r.stop()
+		time.Sleep(150 * time.Millisecond) // checkpoint 1 at 100 ms
+		synctest.Wait()
+		if id, _ := c.LastCompleted(); id != 0 {
+			t.Errorf("LastCompleted = %d, want 0 (checkpoint 1 fails on the existing directory)", id)
+		}
+		if b, err := os.ReadFile(theirs); err != nil || string(b) != "the other owner's" {
+			t.Errorf("the other owner's file: %q, %v", b, err)
+		}
+		if got := files(t, s.CheckpointDir(1)); !slices.Equal(got, []string{"state"}) {
+			t.Errorf("chk-1 holds %v, want only the other owner's [state]", got)
+		}
+		time.Sleep(100 * time.Millisecond) // checkpoint 2 at 200 ms
+		synctest.Wait()
+		if id, _ := c.LastCompleted(); id != 2 {
+			t.Errorf("LastCompleted = %d, want 2", id)
+		}
+		if h, err := (Heads{Dir: s.JobDir()}).Latest(); err != nil || h.CheckpointID != 2 || h.Owner != "a" {
+			t.Errorf("newest HEAD %+v (%v), want a's naming checkpoint 2", h, err)
+		}
+	})
 }
