@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/sink"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
@@ -163,6 +165,8 @@ type clusterJob struct {
 	TxnTimeout string
 	// Pipeline, if not empty, replaces the sources/operators/sinks.
 	Pipeline string
+	// Output is the output topic of Pipeline (default counts).
+	Output string
 	// Retained is checkpoints.retained (default 3): a test that must see
 	// every HEAD and file a daemon ever wrote sets it above the number of
 	// checkpoints of the test, so that no owner deletes any.
@@ -234,6 +238,9 @@ cluster:
     dir: %s
 `, dir, broker, metrics, retained, member, j.Units, session, store) + pipe
 }
+
+// outTopic is the job's output topic: counts, or clusterJob.Output.
+func (c *cluster) outTopic() string { return cmp.Or(c.job.Output, "counts") }
 
 // cluster is the daemons of one cluster-mode job on one broker and store.
 type cluster struct {
@@ -489,7 +496,7 @@ func committedCounts(t *testing.T, broker string) []*kgo.Record {
 func (c *cluster) checkOracle(users, perUser int) {
 	c.t.Helper()
 	checkExactCounts(c.t, committedCounts(c.t, c.broker), users, perUser)
-	c.checkExchange(users * perUser)
+	c.checkExchange(users*perUser, "i")
 }
 
 // checkDedupOracle is checkOracle of the dedup keyed by id: the
@@ -517,29 +524,28 @@ func (c *cluster) checkDedupOracle(total int) {
 	if len(out) != total/2 {
 		t.Errorf("the output holds %d records, want %d", len(out), total/2)
 	}
-	c.checkExchange(total)
+	c.checkExchange(total, "i")
 }
 
-// checkExchange checks, once the input records 0..total-1 are processed:
-// the repartition topic holds each input record once, in the partition of
-// its key group's unit; no transaction is
+// checkExchange checks, once the input records 0..total-1 (numbered by
+// their JSON field field) are processed: the repartition topic holds each
+// input record once, in the partition of its key group's unit; no transaction is
 // left open on the output or repartition topic (the last stable offsets
 // reach the high watermarks) and no daemon lost output; no daemon the test
 // did not kill exited.
-func (c *cluster) checkExchange(total int) {
+func (c *cluster) checkExchange(total int, field string) {
 	t := c.t
 	t.Helper()
 	opts := []kgo.Opt{kgo.SeedBrokers(c.broker)}
 	rep := testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "clicks-1-repartition", 5*time.Second)
 	seen := map[int]int{}
 	for _, r := range rep {
-		var v struct {
-			I int `json:"i"`
-		}
+		var v map[string]any
 		if err := json.Unmarshal(r.Value, &v); err != nil {
 			t.Fatalf("repartition record %s: %v", r.Value, err)
 		}
-		seen[v.I]++
+		n, _ := v[field].(float64)
+		seen[int(n)]++
 		if want := keygroup.OperatorIndex(keygroup.Assign(r.Key, 24), 24, c.job.Units); int(r.Partition) != want {
 			t.Errorf("repartition record %s in partition %d, want %d", r.Value, r.Partition, want)
 		}
@@ -559,8 +565,8 @@ func (c *cluster) checkExchange(total int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err1, err2 error
-		lso, err1 = adm.ListCommittedOffsets(ctx, "counts", "clicks-1-repartition")
-		hwm, err2 = adm.ListEndOffsets(ctx, "counts", "clicks-1-repartition")
+		lso, err1 = adm.ListCommittedOffsets(ctx, c.outTopic(), "clicks-1-repartition")
+		hwm, err2 = adm.ListEndOffsets(ctx, c.outTopic(), "clicks-1-repartition")
 		if err1 != nil || err2 != nil || lso.Error() != nil || hwm.Error() != nil {
 			return false
 		}
@@ -597,12 +603,32 @@ func unitLogs(p *proc, msg string) map[string]int {
 }
 
 // unitTxnIDs returns the transactional ids of unit ("<stage>/<unit>") of
-// the keyed count: the repartition sink's of a stage-0 unit, the counts
-// sink's of a stage-1 unit.
+// the keyed count, one per slot of the sink's pool (sink.DefaultPoolSize):
+// the repartition sink's of a stage-0 unit, the counts sink's of a stage-1
+// unit.
 func unitTxnIDs(unit string) []string {
 	stage, index, _ := strings.Cut(unit, "/")
+	prefix := "kstreamd-clicks-counts-1-" + index + "-"
 	if stage == "0" {
-		return []string{"kstreamd-clicks-repartition.1-0-" + index + "-0"}
+		prefix = "kstreamd-clicks-repartition.1-0-" + index + "-"
 	}
-	return []string{"kstreamd-clicks-counts-1-" + index + "-0"}
+	var out []string
+	for slot := range sink.DefaultPoolSize {
+		out = append(out, prefix+strconv.Itoa(slot))
+	}
+	return out
+}
+
+// fenced reports whether every transactional id of unit got an
+// InitProducerId request between the broker counts before and after: the
+// takeover fencing of a unit initialises all its ids at once, while a
+// unit's own producers initialise one slot's id each when they first
+// produce or start over (so a count alone cannot tell a fence).
+func fenced(unit string, before, after map[string]int) bool {
+	for _, id := range unitTxnIDs(unit) {
+		if after[id] <= before[id] {
+			return false
+		}
+	}
+	return true
 }

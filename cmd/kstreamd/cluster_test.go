@@ -96,25 +96,17 @@ func TestClusterTakeover(t *testing.T) {
 		t.Fatalf("b never took every unit over with the whole output committed: owners %v, %d records\nb:\n%s", owners, len(committed()), b.out.String())
 	}
 	cl.checkOracle(users, perUser)
-	// b fenced the ids of the units it took from a, and re-initialised none
-	// of the units it held all along.
+	// b fenced all the ids of the units it took from a, and none of the
+	// units it held all along.
 	after := snapshot()
-	ids := func(s, u int) []string {
-		if s == 0 {
-			return []string{fmt.Sprintf("kstreamd-clicks-repartition.1-0-%d-0", u)}
-		}
-		return []string{fmt.Sprintf("kstreamd-clicks-counts-1-%d-0", u)}
-	}
 	for s := range 2 {
 		for u := range 4 {
 			unit := fmt.Sprintf("%d/%d", s, u)
-			for _, id := range ids(s, u) {
-				switch {
-				case spread[unit] == "a" && after[id] <= before[id]:
-					t.Errorf("unit %s moved from a to b but b never fenced %s (InitProducerId %d before the kill, %d after)", unit, id, before[id], after[id])
-				case spread[unit] == "b" && after[id] != before[id]:
-					t.Errorf("unit %s stayed on b but %s was re-initialised (InitProducerId %d before the kill, %d after)", unit, id, before[id], after[id])
-				}
+			switch f := fenced(unit, before, after); {
+			case spread[unit] == "a" && !f:
+				t.Errorf("unit %s moved from a to b but b never fenced all of %v (InitProducerId %v before the kill, %v after)", unit, unitTxnIDs(unit), counts(unitTxnIDs(unit), before), counts(unitTxnIDs(unit), after))
+			case spread[unit] == "b" && f:
+				t.Errorf("unit %s stayed on b but all of %v were initialised again (InitProducerId %v before the kill, %v after)", unit, unitTxnIDs(unit), counts(unitTxnIDs(unit), before), counts(unitTxnIDs(unit), after))
 			}
 		}
 	}
