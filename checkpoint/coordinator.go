@@ -26,6 +26,23 @@ const (
 // more consecutive checkpoints failed than tolerated.
 var ErrTooManyFailures = errors.New("checkpoint: too many consecutive failed checkpoints")
 
+// FaultPoint names a point of a cluster-mode unit's checkpoint where
+// CoordinatorConfig.Fault may stop the coordinator.
+type FaultPoint int
+
+// The fault points, in the order of a checkpoint.
+const (
+	// FaultBeforeHead: transactions pre-committed, metadata written, no
+	// HEAD created.
+	FaultBeforeHead FaultPoint = iota + 1
+	// FaultAfterHead: the HEAD created, nothing committed.
+	FaultAfterHead
+)
+
+// ErrFaultInjected is wrapped by Run's error when CoordinatorConfig.Fault
+// stopped the coordinator.
+var ErrFaultInjected = errors.New("checkpoint: stopped by an injected fault")
+
 // ErrNotReady is returned by TriggerSavepoint when the job cannot take one
 // yet (sources still bootstrapping) and ctx ended while waiting.
 var ErrNotReady = errors.New("checkpoint: job not ready for a savepoint")
@@ -45,6 +62,17 @@ type CoordinatorConfig struct {
 	// applies retention. When the HEAD exists Run returns an error
 	// wrapping ErrHeadExists at once: nothing is committed or deleted.
 	Owner *Owner
+	// Fault, if not nil, is a fault-injection seam for tests of the
+	// cluster-mode commit order (docs/scale-out.md, invariant 1); no
+	// pipeline config reaches it. With Owner set it runs, for each
+	// checkpoint, at FaultBeforeHead (every task acknowledged, so every
+	// output transaction is pre-committed, and the metadata is written;
+	// no HEAD yet) and at FaultAfterHead (the HEAD is created; no task is
+	// told to commit). When it returns true the coordinator stops as if
+	// the process had died there: it creates no HEAD (before) or tells no
+	// task to commit (after), and Run returns an error wrapping
+	// ErrFaultInjected.
+	Fault func(point FaultPoint, checkpointID int64) bool
 	// Interval between checkpoint triggers; 0 disables periodic
 	// checkpoints (savepoints still work).
 	Interval time.Duration
@@ -297,7 +325,7 @@ func (c *Coordinator) maybeTriggerCheckpoint() {
 
 func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
 	c.nextID++
-	if err := os.MkdirAll(b.Dir, 0o755); err != nil {
+	if err := c.mkdir(b); err != nil {
 		c.pending = &pending{barrier: b, req: req, timer: time.NewTimer(0)}
 		c.abort(err)
 		return
@@ -307,6 +335,27 @@ func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
 	for _, s := range c.sources {
 		s.TriggerCheckpoint(b)
 	}
+}
+
+// mkdir creates the directory of b. A cluster-mode unit's checkpoint
+// creates it create-only: a directory of that id in the unit's namespace
+// belongs to another owner (a zombie and the unit's new owner may count
+// the same ids), and writing into it would overwrite that owner's
+// checkpoint; the checkpoint fails instead and the next takes the next id.
+func (c *Coordinator) mkdir(b *runtime.Barrier) error {
+	if c.cfg.Owner == nil || b.Savepoint {
+		return os.MkdirAll(b.Dir, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(b.Dir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(b.Dir, 0o755); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("checkpoint directory %s exists: another owner of the unit wrote it", b.Dir)
+		}
+		return err
+	}
+	return nil
 }
 
 func (c *Coordinator) onAck(task runtime.TaskID, id int64, snap runtime.TaskSnapshot) {
@@ -383,12 +432,18 @@ func (c *Coordinator) complete(p *pending) error {
 		mt.total.WithLabelValues(c.kind(p), "completed").Inc()
 	}
 	if o := c.cfg.Owner; o != nil && !b.Savepoint {
+		if c.faultAt(FaultBeforeHead, b.CheckpointID) {
+			return nil
+		}
 		if err := o.Checkpoint(b.CheckpointID, UnitCommit{}); err != nil {
 			if errors.Is(err, ErrHeadExists) {
 				c.fatal = fmt.Errorf("checkpoint %d: %w", b.CheckpointID, err)
 				return nil
 			}
 			return err
+		}
+		if c.faultAt(FaultAfterHead, b.CheckpointID) {
+			return nil
 		}
 		for _, t := range c.targets {
 			t.NotifyCheckpointComplete(b.CheckpointID)
@@ -414,6 +469,16 @@ func (c *Coordinator) complete(p *pending) error {
 		p.req.reply <- savepointResult{path: b.Dir}
 	}
 	return nil
+}
+
+// faultAt runs CoordinatorConfig.Fault at point of checkpoint id and
+// reports whether it stopped the coordinator (then Run returns).
+func (c *Coordinator) faultAt(point FaultPoint, id int64) bool {
+	if c.cfg.Fault == nil || !c.cfg.Fault(point, id) {
+		return false
+	}
+	c.fatal = fmt.Errorf("checkpoint %d: fault point %d: %w", id, point, ErrFaultInjected)
+	return true
 }
 
 // sharedDirRef is Metadata.SharedDir for a checkpoint in dir whose shared

@@ -36,6 +36,9 @@ type Head struct {
 	Claim bool   `json:"claim,omitempty"`
 	// Fingerprint is the graph fingerprint (graph.Fingerprint).
 	Fingerprint string `json:"fingerprint"`
+	// Units is the number of units of the unit's stage (cluster.units) the
+	// writer ran with; 0 in a HEAD written before it was recorded.
+	Units int `json:"units,omitempty"`
 }
 
 // Heads is the create-only HEAD chain of one unit's namespace on a
@@ -204,6 +207,7 @@ type Owner struct {
 	heads       Heads
 	member      string
 	fingerprint string
+	units       int
 	retained    int64
 	seq         int64 // the last HEAD this owner created
 }
@@ -221,19 +225,23 @@ const claimAttempts = 50
 // fencing takes effect), Claim reads the chain again and claims after
 // it, up to claimAttempts times: the checkpoint restored is then that
 // newer one. A concurrent claim by another member that wins returns an
-// error wrapping ErrHeadExists. retained (>= 1) is how many HEADs Purge
-// keeps.
-func Claim(heads Heads, member, fingerprint string, retained int) (*Owner, Head, error) {
-	return claim(heads, member, fingerprint, retained, nil)
+// error wrapping ErrHeadExists. units is the stage's unit count, written
+// into every HEAD: a HEAD written with another count is refused naming
+// both. retained (>= 1) is how many HEADs Purge keeps.
+func Claim(heads Heads, member, fingerprint string, units, retained int) (*Owner, Head, error) {
+	return claim(heads, member, fingerprint, units, retained, nil)
 }
 
 // claim is Claim; raced, when not nil, runs between reading the chain and
 // creating the claim (tests use it to let a previous owner's HEAD win).
-func claim(heads Heads, member, fingerprint string, retained int, raced func(prev Head)) (*Owner, Head, error) {
+func claim(heads Heads, member, fingerprint string, units, retained int, raced func(prev Head)) (*Owner, Head, error) {
 	for attempt := 1; ; attempt++ {
 		prev, err := heads.Latest()
 		if err != nil {
 			return nil, Head{}, err
+		}
+		if prev.Units != 0 && prev.Units != units {
+			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written with %d units per stage, this daemon runs %d", heads.Dir, prev.Seq, prev.Units, units)
 		}
 		if prev.Seq > 0 && prev.Fingerprint != fingerprint {
 			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written for graph %.12s, this daemon runs graph %.12s", heads.Dir, prev.Seq, prev.Fingerprint, fingerprint)
@@ -244,8 +252,8 @@ func claim(heads Heads, member, fingerprint string, retained int, raced func(pre
 		if raced != nil {
 			raced(prev)
 		}
-		o := &Owner{heads: heads, member: member, fingerprint: fingerprint, retained: int64(max(retained, 1))}
-		claim := Head{Seq: prev.Seq + 1, CheckpointID: prev.CheckpointID, Owner: member, Claim: true, Fingerprint: fingerprint}
+		o := &Owner{heads: heads, member: member, fingerprint: fingerprint, units: units, retained: int64(max(retained, 1))}
+		claim := Head{Seq: prev.Seq + 1, CheckpointID: prev.CheckpointID, Owner: member, Claim: true, Fingerprint: fingerprint, Units: units}
 		err = heads.Create(claim)
 		if err == nil {
 			o.seq = claim.Seq
@@ -276,7 +284,7 @@ func (o *Owner) Checkpoint(id int64, steps UnitCommit) error {
 			}
 		}
 	}
-	hd := Head{Seq: o.seq + 1, CheckpointID: id, Owner: o.member, Fingerprint: o.fingerprint}
+	hd := Head{Seq: o.seq + 1, CheckpointID: id, Owner: o.member, Fingerprint: o.fingerprint, Units: o.units}
 	if err := o.heads.Create(hd); err != nil {
 		if errors.Is(err, ErrHeadExists) {
 			o.seq = 0

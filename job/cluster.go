@@ -14,7 +14,8 @@ import (
 
 // ErrUnitsChanged is wrapped by EnsureRepartitionTopics' error when a
 // repartition topic exists with another partition count than the units
-// asked for: the unit count is fixed by the first start.
+// asked for, and by RunMember's when the store's HEAD chains were written
+// with another unit count: the unit count is fixed by the first start.
 var ErrUnitsChanged = errors.New("job: the number of units cannot change")
 
 // EnsureRepartitionTopics creates every repartition topic of st that does

@@ -97,6 +97,10 @@ type Deps struct {
 	// FromSavepoint, if not empty, is a savepoint (or checkpoint) directory
 	// to restore instead of the job's latest checkpoint.
 	FromSavepoint string
+	// CheckpointFault, if not nil, is the coordinator's fault-injection
+	// seam (checkpoint.CoordinatorConfig.Fault) for tests of a unit's
+	// commit order; no pipeline config sets it.
+	CheckpointFault func(point checkpoint.FaultPoint, checkpointID int64) bool
 }
 
 // ErrMaxParallelismChanged is wrapped by Build's error when the restored
@@ -183,7 +187,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		if err := checkpoint.SelfTest(storage.JobDir()); err != nil {
 			return nil, err
 		}
-		o, head, err := checkpoint.Claim(checkpoint.Heads{Dir: storage.JobDir()}, unit.Member, unit.Fingerprint, set.Retained)
+		o, head, err := checkpoint.Claim(checkpoint.Heads{Dir: storage.JobDir()}, unit.Member, unit.Fingerprint, unit.Units, set.Retained)
 		if err != nil {
 			return nil, fmt.Errorf("job: stage %d unit %d: claim: %w", unit.Stage, unit.Index, err)
 		}
@@ -480,7 +484,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		}
 	}
 	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
-		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner,
+		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner, Fault: deps.CheckpointFault,
 		Interval: set.Interval, Timeout: set.Timeout, MinPause: set.MinPause,
 		TolerableFailures: set.TolerableFailures, Incremental: set.Incremental, RequiredStates: requiredStates(g),
 		FirstID: firstID, Logger: logger.With("component", "checkpoint"), Metrics: cm,
@@ -814,7 +818,15 @@ func (j *Job) Run(ctx context.Context) error {
 	jobDone := make(chan error, 1)
 	go func() { jobDone <- j.job.Run(jobCtx) }()
 	defer func() {
-		// Every task returned: no snapshot is being written any more.
+		// Every task returned: no snapshot is being written any more. Not
+		// so for a cluster-mode unit: another owner may have taken it
+		// over and be writing its next checkpoint in the same namespace
+		// (a zombie must delete nothing: docs/scale-out.md, invariant 1);
+		// the owner's retention (Storage.Prune after its HEAD) deletes
+		// the incomplete checkpoints instead.
+		if j.settings.Unit != nil {
+			return
+		}
 		if err := j.storage.DiscardIncomplete(); err != nil {
 			j.logger.Warn("could not discard incomplete checkpoints", "err", err)
 		}

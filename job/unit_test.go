@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,7 +230,8 @@ sinks:
 // TestUnitZombieFenced: owner a runs the unit while its input is idle (its
 // epochs are empty); owner b takes the unit over (claims the next HEAD and
 // fences the unit's ids). a's next checkpoint finds its HEAD taken: a stops
-// with ErrHeadExists, writes no HEAD after b's claim and deletes no file;
+// with ErrHeadExists, writes no HEAD after b's claim and deletes no file,
+// not even the incomplete directory of b's checkpoint in flight;
 // b carries on and its output holds every record once.
 func TestUnitZombieFenced(t *testing.T) {
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
@@ -288,6 +291,14 @@ func TestUnitZombieFenced(t *testing.T) {
 	if err != nil || claim.Owner != "b" || !claim.Claim {
 		t.Fatalf("after b's claim the newest HEAD is %+v (%v)", claim, err)
 	}
+	// b's first checkpoint in flight: a directory without metadata yet.
+	inFlight := fmt.Sprintf("%s/chk-%d", ns, 1000)
+	if err := os.MkdirAll(inFlight, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(inFlight+"/state", []byte("b's snapshot"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	before := listFiles(t, ns)
 	var aErr error
 	select {
@@ -305,6 +316,12 @@ func TestUnitZombieFenced(t *testing.T) {
 		if _, err := os.Stat(ns + "/" + f); err != nil {
 			t.Errorf("file %s of the unit vanished after the zombie's last checkpoint: %v", f, err)
 		}
+	}
+	if _, err := os.Stat(inFlight + "/state"); err != nil {
+		t.Errorf("the zombie deleted the new owner's in-flight checkpoint: %v", err)
+	}
+	if err := os.RemoveAll(inFlight); err != nil { // b's own coordinator never wrote it
+		t.Fatal(err)
 	}
 	bctx, bcancel := context.WithCancel(context.Background())
 	bDone := make(chan error, 1)
@@ -335,6 +352,35 @@ func TestUnitZombieFenced(t *testing.T) {
 	}
 }
 
+// sourceOffset returns the offset the copy job's source recorded in the
+// checkpoint in dir (partition 0 of "in").
+func sourceOffset(t *testing.T, dir string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(dir + "/_metadata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Operators map[string]struct {
+			Subtasks []struct {
+				Operator map[string]struct {
+					Entries [][]byte `json:"entries"`
+				} `json:"operator"`
+			} `json:"subtasks"`
+		} `json:"operators"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	var split struct {
+		Offset int64 `json:"offset"`
+	}
+	if err := json.Unmarshal(m.Operators["in"].Subtasks[0].Operator["kafka-source-splits"].Entries[0], &split); err != nil {
+		t.Fatalf("source split of %s: %v", dir, err)
+	}
+	return split.Offset
+}
+
 func listFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -346,4 +392,193 @@ func listFiles(t *testing.T, dir string) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// TestUnitCrashAroundHead: owner a of the copy job's unit "crashes"
+// (Deps.CheckpointFault stops its coordinator as a dead process would stop:
+// no further HEAD, no commit, its transactions left open) in the first
+// checkpoint after the first half of the input whose epoch holds records,
+// at each point of the commit order; owner b takes the unit over. Right
+// after the HEAD write: the HEAD names that checkpoint and b commits its
+// restored transaction, so of a's uncommitted records only those of the
+// transaction after it (aborted by b's fencing) are written again. Between
+// the pre-commit and the HEAD: the HEAD names the checkpoint before, b
+// commits nothing restored and every record a had not committed is
+// aborted and replayed once. Either way the read_committed output holds
+// every record exactly once.
+func TestUnitCrashAroundHead(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		point checkpoint.FaultPoint
+	}{
+		{"after the HEAD", checkpoint.FaultAfterHead},
+		{"before the HEAD", checkpoint.FaultBeforeHead},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(kc.Close)
+			opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
+			cfg, err := pipeline.Parse("copy.yaml", []byte(copyYAML), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := cfg.PlanStages()
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			set := cfg.Settings()
+			set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+			ns := dir + "/store/copy/units/0/0"
+			read := func(iso kgo.IsolationLevel) []*kgo.Record {
+				return testkit.ReadTopicWith(t, opts, iso, "out", 5*time.Second)
+			}
+			// The fault: once armed (after the first 10 records are
+			// committed), the first checkpoint whose epoch holds records
+			// (its source offset, in its metadata, is past 10) crashes at
+			// tc.point; epoch is how many records it holds.
+			var armed atomic.Bool
+			var crashID, epoch int64 // written by a's coordinator only, read after a stopped
+			fault := func(p checkpoint.FaultPoint, id int64) bool {
+				if !armed.Load() {
+					return false
+				}
+				if p == checkpoint.FaultBeforeHead && crashID == 0 {
+					if off := sourceOffset(t, fmt.Sprintf("%s/chk-%d", ns, id)); off > 10 {
+						crashID, epoch = id, off-10
+					}
+				}
+				return p == tc.point && id == crashID
+			}
+			build := func(member string, fault func(checkpoint.FaultPoint, int64) bool, log *testkit.SyncBuffer) *job.Job {
+				s := set
+				s.StateDir += "/" + member
+				s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
+				j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts, CheckpointFault: fault,
+					Logger: slog.New(slog.NewJSONHandler(log, nil))})
+				if err != nil {
+					t.Fatalf("build %s: %v", member, err)
+				}
+				return j
+			}
+			prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("in"))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer prod.Close()
+			produce := func(from, to int) {
+				var recs []*kgo.Record
+				for i := from; i < to; i++ {
+					recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, `{"i":%d}`, i)})
+				}
+				if err := prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			produce(0, 10)
+			a := build("a", fault, &testkit.SyncBuffer{})
+			aDone := make(chan error, 1)
+			go func() { aDone <- a.Run(context.Background()) }()
+			if !testkit.Poll(time.Minute, func() bool { return len(read(kgo.ReadCommitted())) == 10 }) {
+				t.Fatal("a's output never held the first 10 records")
+			}
+			armed.Store(true)
+			produce(10, 20)
+			select {
+			case err := <-aDone:
+				if !errors.Is(err, checkpoint.ErrFaultInjected) {
+					t.Fatalf("a stopped with %v, want ErrFaultInjected", err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("a never reached the fault point")
+			}
+			head, err := checkpoint.Heads{Dir: ns}.Latest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantHead := crashID
+			if tc.point == checkpoint.FaultBeforeHead {
+				wantHead = crashID - 1
+			}
+			if head.Owner != "a" || head.CheckpointID != wantHead {
+				t.Fatalf("after the crash in checkpoint %d the newest HEAD is %+v, want a's naming checkpoint %d", crashID, head, wantHead)
+			}
+			committedAtCrash, uncommittedAtCrash := len(read(kgo.ReadCommitted())), len(read(kgo.ReadUncommitted()))
+			if committedAtCrash != 10 {
+				t.Fatalf("read_committed output at the crash holds %d records, want the first 10", committedAtCrash)
+			}
+
+			blog := &testkit.SyncBuffer{}
+			b := build("b", nil, blog)
+			bctx, bcancel := context.WithCancel(context.Background())
+			bDone := make(chan error, 1)
+			go func() { bDone <- b.Run(bctx) }()
+			var out []*kgo.Record
+			if !testkit.Poll(time.Minute, func() bool {
+				out = read(kgo.ReadCommitted())
+				return len(out) >= 20
+			}) {
+				t.Fatalf("output holds %d records, want 20\nb:\n%s", len(out), blog.String())
+			}
+			bcancel()
+			if err := <-bDone; err != nil {
+				t.Errorf("b: %v", err)
+			}
+			seen := map[string]int{}
+			for _, r := range out {
+				seen[string(r.Value)]++
+			}
+			for i := range 20 {
+				if v := fmt.Sprintf(`{"i":%d}`, i); seen[v] != 1 {
+					t.Errorf("record %s in the read_committed output %d times, want once", v, seen[v])
+				}
+			}
+			if len(out) != 20 {
+				t.Errorf("read_committed output holds %d records, want 20", len(out))
+			}
+			// What b committed of the restored checkpoint's transactions.
+			var restored []struct {
+				CheckpointID int64 `json:"checkpoint_id"`
+				Records      int   `json:"records"`
+			}
+			for _, l := range strings.Split(blog.String(), "\n") {
+				if strings.Contains(l, `"msg":"committed restored transaction"`) {
+					restored = append(restored, struct {
+						CheckpointID int64 `json:"checkpoint_id"`
+						Records      int   `json:"records"`
+					}{})
+					if err := json.Unmarshal([]byte(l), &restored[len(restored)-1]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			uncommitted := len(read(kgo.ReadUncommitted()))
+			t.Logf("crash in checkpoint %d; a wrote %d records, b committed restored %+v; read uncommitted at the end %d", crashID, uncommittedAtCrash, restored, uncommitted)
+			switch tc.point {
+			case checkpoint.FaultAfterHead:
+				if len(restored) != 1 || restored[0].CheckpointID != crashID || restored[0].Records != int(epoch) {
+					t.Fatalf("b committed restored transactions %+v, want one of checkpoint %d with its %d records", restored, crashID, epoch)
+				}
+				// Replayed: a's records after the crashed epoch only.
+				if want := 20 + uncommittedAtCrash - 10 - int(epoch); uncommitted != want {
+					t.Errorf("the output read uncommitted holds %d records, want %d (a's records after checkpoint %d written again)", uncommitted, want, crashID)
+				}
+			case checkpoint.FaultBeforeHead:
+				// b commits the restored checkpoint's transactions again,
+				// idempotently (a committed them), and none of the crashed one.
+				for _, r := range restored {
+					if r.CheckpointID >= crashID {
+						t.Errorf("b committed the restored transaction %+v of checkpoint %d, which has no HEAD", r, crashID)
+					}
+				}
+				// Replayed: every record a had not committed, once.
+				if want := 20 + uncommittedAtCrash - 10; uncommitted != want || uncommittedAtCrash <= 10 {
+					t.Errorf("the output read uncommitted holds %d records, want %d (a's %d uncommitted records aborted and written again)", uncommitted, want, uncommittedAtCrash-10)
+				}
+			}
+		})
+	}
 }

@@ -1,83 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
-	"github.com/kstreamd/kstreamd/state/keygroup"
 )
-
-// clusterConfig is a two-stage keyed count (clicks -hash(key)-> per_user)
-// in cluster mode with 4 units per stage, member id member, keyed by key
-// (the daemon with another key runs another graph).
-func clusterConfig(dir, store, broker, metrics, member, key string) string {
-	return fmt.Sprintf(`job:
-  name: clicks
-  max_parallelism: 16
-data_dir: %s
-kafka:
-  brokers: [%s]
-metrics:
-  address: %s
-checkpoints:
-  interval: 200ms
-  timeout: 10s
-state:
-  backend: hashmap
-cluster:
-  enabled: true
-  member_id: %s
-  units: 4
-  session_timeout: 6s
-  rebalance_timeout: 20s
-  revoke_timeout: 5s
-  takeover_timeout: 10s
-  store:
-    dir: %s
-sources:
-  - name: clicks
-    topic: clicks
-operators:
-  - name: per_user
-    type: keyed_count
-    input: clicks
-    key_by: %s
-sinks:
-  - name: counts
-    input: per_user
-    topic: counts
-    delivery: exactly-once
-    transaction_timeout: 2m
-`, dir, broker, metrics, member, store, key)
-}
-
-// unitOwners returns the owner named by the newest HEAD of every unit of
-// the clicks job in store, "" for a unit without a HEAD.
-func unitOwners(t *testing.T, store string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for s := range 2 {
-		for u := range 4 {
-			h, err := checkpoint.Heads{Dir: filepath.Join(store, "clicks", "units", fmt.Sprint(s), fmt.Sprint(u))}.Latest()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[fmt.Sprintf("%d/%d", s, u)] = h.Owner
-		}
-	}
-	return out
-}
 
 // TestClusterTakeover is issue 13's multi-daemon acceptance test: two
 // daemons (processes of the built binary) run the two stages of a keyed
@@ -90,36 +22,13 @@ func unitOwners(t *testing.T, store string) map[string]string {
 // each input record once, in the partition of its key group's unit.
 func TestClusterTakeover(t *testing.T) {
 	t.Parallel()
-	kc, broker := startKfake(t, []string{"clicks", "counts"})
-	var fenceMu sync.Mutex
-	inits := map[string]int{}
-	kc.ControlKey(22, func(req kmsg.Request) (kmsg.Response, error, bool) { // InitProducerId
-		kc.KeepControl()
-		if r := req.(*kmsg.InitProducerIDRequest); r.TransactionalID != nil {
-			fenceMu.Lock()
-			inits[*r.TransactionalID]++
-			fenceMu.Unlock()
-		}
-		return nil, nil, false
-	})
-	snapshot := func() map[string]int {
-		fenceMu.Lock()
-		defer fenceMu.Unlock()
-		m := map[string]int{}
-		for k, v := range inits {
-			m[k] = v
-		}
-		return m
-	}
-	root := t.TempDir()
-	store := filepath.Join(root, "store")
+	tb := startTestBroker(t, map[string]int{"clicks": 4, "counts": 4})
+	broker := tb.addr
+	snapshot := tb.inits
+	cl := newCluster(t, clusterJob{Units: 4}, broker)
 	start := func(member, key string) *proc {
-		dir := filepath.Join(root, member)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		addr := testkit.FreeAddr(t)
-		return startProc(t, dir, clusterConfig(dir, store, broker, addr, member, key), broker, addr)
+		cl.job.Key = key
+		return cl.start(member)
 	}
 	const users, perUser = 6, 40
 	total := users * perUser
@@ -139,7 +48,7 @@ func TestClusterTakeover(t *testing.T) {
 	b := start("b", "user")
 	var owners map[string]string
 	if !testkit.Poll(2*time.Minute, func() bool {
-		owners = unitOwners(t, store)
+		owners = cl.owners()
 		n := map[string]int{}
 		for _, o := range owners {
 			n[o]++
@@ -167,16 +76,16 @@ func TestClusterTakeover(t *testing.T) {
 	if strings.Contains(c.out.String(), "unit running") {
 		t.Errorf("the daemon with another graph runs units:\n%s", c.out.String())
 	}
-	if got := unitOwners(t, store); fmt.Sprint(got) != fmt.Sprint(owners) {
+	if got := cl.owners(); fmt.Sprint(got) != fmt.Sprint(owners) {
 		t.Errorf("owners after c joined: %v, want %v", got, owners)
 	}
 
 	// kill -9 a while records flow; b takes a's units over.
 	spread, before := owners, snapshot()
-	a.kill(t)
+	cl.kill("a")
 	send(total/2, total)
 	if !testkit.Poll(2*time.Minute, func() bool {
-		owners = unitOwners(t, store)
+		owners = cl.owners()
 		for _, o := range owners {
 			if o != "b" {
 				return false
@@ -186,55 +95,18 @@ func TestClusterTakeover(t *testing.T) {
 	}) {
 		t.Fatalf("b never took every unit over with the whole output committed: owners %v, %d records\nb:\n%s", owners, len(committed()), b.out.String())
 	}
-	out := committed()
-	got := map[string][]int64{}
-	for _, r := range out {
-		var v struct {
-			Key   string `json:"key"`
-			Count int64  `json:"count"`
-		}
-		if err := json.Unmarshal(r.Value, &v); err != nil {
-			t.Fatalf("output %s: %v", r.Value, err)
-		}
-		got[v.Key] = append(got[v.Key], v.Count)
-	}
-	for u := range users {
-		key := fmt.Sprintf("u%d", u)
-		if want := fmt.Sprint(seq(perUser)); fmt.Sprint(got[key]) != want {
-			t.Errorf("key %s: counts %v, want %s", key, got[key], want)
-		}
-	}
-	if len(out) != total {
-		t.Errorf("output holds %d records, want %d", len(out), total)
-	}
-	rep := testkit.WithoutMarkers(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "clicks-1-repartition", 5*time.Second))
-	if len(rep) != total {
-		t.Errorf("repartition topic holds %d records, want %d", len(rep), total)
-	}
-	for _, r := range rep {
-		if want := keygroup.OperatorIndex(keygroup.Assign(r.Key, 16), 16, 4); int(r.Partition) != want {
-			t.Errorf("repartition record with key %s in partition %d, want %d", r.Key, r.Partition, want)
-		}
-	}
-	// b fenced the ids of the units it took from a, and re-initialised none
-	// of the units it held all along.
+	cl.checkOracle(users, perUser)
+	// b fenced all the ids of the units it took from a, and none of the
+	// units it held all along.
 	after := snapshot()
-	ids := func(s, u int) []string {
-		if s == 0 {
-			return []string{fmt.Sprintf("kstreamd-clicks-repartition.1-0-%d-0", u)}
-		}
-		return []string{fmt.Sprintf("kstreamd-clicks-counts-1-%d-0", u)}
-	}
 	for s := range 2 {
 		for u := range 4 {
 			unit := fmt.Sprintf("%d/%d", s, u)
-			for _, id := range ids(s, u) {
-				switch {
-				case spread[unit] == "a" && after[id] <= before[id]:
-					t.Errorf("unit %s moved from a to b but b never fenced %s (InitProducerId %d before the kill, %d after)", unit, id, before[id], after[id])
-				case spread[unit] == "b" && after[id] != before[id]:
-					t.Errorf("unit %s stayed on b but %s was re-initialised (InitProducerId %d before the kill, %d after)", unit, id, before[id], after[id])
-				}
+			switch f := fenced(unit, before, after); {
+			case spread[unit] == "a" && !f:
+				t.Errorf("unit %s moved from a to b but b never fenced all of %v (InitProducerId %v before the kill, %v after)", unit, unitTxnIDs(unit), counts(unitTxnIDs(unit), before), counts(unitTxnIDs(unit), after))
+			case spread[unit] == "b" && f:
+				t.Errorf("unit %s stayed on b but all of %v were initialised again (InitProducerId %v before the kill, %v after)", unit, unitTxnIDs(unit), counts(unitTxnIDs(unit), before), counts(unitTxnIDs(unit), after))
 			}
 		}
 	}
@@ -244,12 +116,4 @@ func TestClusterTakeover(t *testing.T) {
 	if c.exited() || b.exited() {
 		t.Errorf("a daemon the test did not kill exited: b %v, c %v", b.exited(), c.exited())
 	}
-}
-
-func seq(n int) []int64 {
-	out := make([]int64, n)
-	for i := range out {
-		out[i] = int64(i + 1)
-	}
-	return out
 }

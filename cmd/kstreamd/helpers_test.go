@@ -173,6 +173,9 @@ var (
 // fails the run if a goroutine outlived them (the in-process daemons,
 // their brokers and clients must all have stopped).
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(testBrokerEnv); spec != "" {
+		os.Exit(runTestBroker(spec)) // the broker process of startTestBroker
+	}
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
