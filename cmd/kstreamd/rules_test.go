@@ -335,7 +335,7 @@ func TestRulesKillRestore(t *testing.T) {
 			// Committed offsets cover the payments still waiting for the rules
 			// watermark (operator state): wait until none waits, then for two
 			// more checkpoints, the first of which may have begun before.
-			waitRulesReleased(t, d)
+			waitRulesReleased(t, d, ps[len(ps)-1])
 		}
 		return testkit.ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(broker)}, kgo.ReadCommitted(), "alerts", 10*time.Second)
 	}
@@ -378,19 +378,21 @@ func TestRulesKillRestore(t *testing.T) {
 // waitRulesReleased waits until no record waits for the rules watermark in
 // d's routing stage "fraud.route" and two checkpoints completed after that,
 // so the alerts of every released record are committed.
-func waitRulesReleased(t *testing.T, d *proc) {
+func waitRulesReleased(t *testing.T, d *proc, parallelism int) {
 	t.Helper()
 	completed := func() float64 {
 		n, _ := testkit.Scrape(d.url(), "kstreamd_checkpoints_total", map[string]string{"kind": "checkpoint", "result": "completed"})
 		return n
 	}
 	var waiting float64 = -1
+	// Every subtask's gauge must be there: before the routing stage opened
+	// (and restored its waiting records) there is no series, not a 0.
 	testkit.Poll(90*time.Second, func() bool {
-		w, err := testkit.Scrape(d.url(), "kstreamd_rules_waiting_records", map[string]string{"operator": "fraud.route"})
-		if err == nil {
+		w, n, err := testkit.ScrapeSeries(d.url(), "kstreamd_rules_waiting_records", map[string]string{"operator": "fraud.route"})
+		if err == nil && n == parallelism {
 			waiting = w
 		}
-		return (err == nil && w == 0) || d.exited()
+		return (err == nil && n == parallelism && w == 0) || d.exited()
 	})
 	if waiting != 0 {
 		t.Fatalf("%v records still wait for the rules watermark (exited %v)", waiting, d.exited())

@@ -96,21 +96,27 @@ func freePortRange() (lo, hi int) {
 // url whose labels include every pair of match; 0 when there is none. It
 // returns an error when the page cannot be read or parsed.
 func Scrape(url, metric string, match map[string]string) (float64, error) {
+	sum, _, err := ScrapeSeries(url, metric, match)
+	return sum, err
+}
+
+// ScrapeSeries is Scrape that also returns how many series matched, so a
+// caller can tell a gauge at 0 from one not registered yet.
+func ScrapeSeries(url, metric string, match map[string]string) (sum float64, series int, err error) {
 	resp, err := http.Get(url)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	fam, ok := fams[metric]
 	if !ok {
-		return 0, nil
+		return 0, 0, nil
 	}
-	var sum float64
 	for _, m := range fam.GetMetric() {
 		labels := map[string]string{}
 		for _, lp := range m.GetLabel() {
@@ -125,6 +131,7 @@ func Scrape(url, metric string, match map[string]string) (float64, error) {
 		if !ok {
 			continue
 		}
+		series++
 		switch {
 		case m.Counter != nil:
 			sum += m.Counter.GetValue()
@@ -134,7 +141,7 @@ func Scrape(url, metric string, match map[string]string) (float64, error) {
 			sum += m.Untyped.GetValue()
 		}
 	}
-	return sum, nil
+	return sum, series, nil
 }
 
 // WaitMetric polls url until the sum Scrape returns equals want, failing the
