@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -39,8 +40,11 @@ func UnitsTopic(job string) string { return job + "-units" }
 type unitRun struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	mu     sync.Mutex
-	job    *Job // the current attempt; nil while building
+	// stopping is set when the unit is revoked or lost: an attempt that
+	// ends (after its final checkpoint) is not rebuilt.
+	stopping atomic.Bool
+	mu       sync.Mutex
+	job      *Job // the current attempt; nil while building
 }
 
 func (r *unitRun) current() *Job {
@@ -55,10 +59,12 @@ func (r *unitRun) current() *Job {
 // UnitBalancer, and runs every unit assigned to it as a job of its own
 // (Build with set.Unit): on assignment it builds and runs the unit (the
 // takeover: claim the next HEAD, commit the restored transactions, fence
-// the unit's ids), on revoke it waits up to mc.RevokeTimeout for the unit's
-// next completed checkpoint and then stops it (what it processed after
-// that checkpoint is replayed by the next owner), on lost it stops it at
-// once. A unit that fails is rebuilt after a second while assigned, except
+// the unit's ids), on revoke it triggers the unit's final checkpoint at
+// once (Coordinator.TriggerCheckpoint with stopAfter: the sources stop after
+// its barrier, the sinks commit it before the unit ends), bounded by
+// mc.RevokeTimeout, past which it stops the unit without a commit (the next
+// owner restores the previous HEAD and replays what followed it); on lost it
+// stops the unit at once, taking no checkpoint. A unit that fails is rebuilt after a second while assigned, except
 // after checkpoint.ErrHeadExists (another owner took it: a zombie must not
 // claim it back). RunMember returns nil when ctx ends, after stopping every
 // unit as on revoke.
@@ -118,7 +124,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 					r.job = nil
 					r.mu.Unlock()
 				}
-				if uctx.Err() != nil {
+				if uctx.Err() != nil || r.stopping.Load() {
 					return
 				}
 				if errors.Is(err, checkpoint.ErrHeadExists) {
@@ -141,22 +147,23 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		if r == nil {
 			return
 		}
+		r.stopping.Store(true)
 		if j := r.current(); j != nil && bound > 0 {
-			last, _ := j.Coordinator().LastCompleted()
-			deadline := time.After(bound)
-		wait:
-			for {
-				if id, _ := j.Coordinator().LastCompleted(); id > last {
-					break
-				}
-				select {
-				case <-r.done:
-					break wait
-				case <-deadline:
-					logger.Warn("revoked unit stops without a final checkpoint: revoke_timeout passed", "stage", int(p)/st.Units, "unit", int(p)%st.Units, "revoke_timeout", bound)
-					break wait
-				case <-time.After(20 * time.Millisecond):
-				}
+			// The final checkpoint (invariant 6): triggered now, its
+			// sources stop right after its barrier, its sinks commit it
+			// before they finish. Bounded by the revoke timeout: past it
+			// the unit stops without committing and the next owner
+			// restores the previous HEAD.
+			fctx, cancel := context.WithTimeout(context.Background(), bound)
+			id, err := j.Coordinator().TriggerCheckpoint(fctx, true)
+			cancel()
+			switch {
+			case err == nil:
+				logger.Info("revoked unit took its final checkpoint", "stage", int(p)/st.Units, "unit", int(p)%st.Units, "checkpoint_id", id)
+			case errors.Is(err, context.DeadlineExceeded):
+				logger.Warn("revoked unit stops without a final checkpoint: revoke_timeout passed", "stage", int(p)/st.Units, "unit", int(p)%st.Units, "revoke_timeout", bound)
+			default:
+				logger.Warn("revoked unit stops without a final checkpoint", "stage", int(p)/st.Units, "unit", int(p)%st.Units, "err", err)
 			}
 		}
 		r.cancel()
