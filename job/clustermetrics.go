@@ -66,6 +66,9 @@ func newClusterMetrics(reg prometheus.Registerer) (*clusterMetrics, error) {
 			return nil, err
 		}
 	}
+	for _, o := range []string{StopFinalCheckpoint, StopTimedOut, StopFailed, StopLost} {
+		m.stops.WithLabelValues(o)
+	}
 	return m, nil
 }
 

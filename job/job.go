@@ -238,8 +238,9 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 	if unit != nil {
 		l := unitLabels(unit)
 		metrics.cluster.takeovers.WithLabelValues(l...).Inc()
+		restores := metrics.cluster.restores.WithLabelValues(l...) // 0 until a takeover restores
 		if meta != nil {
-			metrics.cluster.restores.WithLabelValues(l...).Inc()
+			restores.Inc()
 		}
 		metrics.cluster.head.WithLabelValues(l...).Set(float64(owner.Seq()))
 	}
