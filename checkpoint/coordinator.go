@@ -73,6 +73,12 @@ type CoordinatorConfig struct {
 	// task to commit (after), and Run returns an error wrapping
 	// ErrFaultInjected.
 	Fault func(point FaultPoint, checkpointID int64) bool
+	// Committed, if not nil, is called on the coordinator's goroutine after
+	// a unit's checkpoint id is committed (with Owner: its HEAD created,
+	// its tasks told to commit, retention applied) with its metadata; never
+	// when the HEAD existed. It must not block (a purge of the unit's input
+	// runs elsewhere).
+	Committed func(id int64, m *Metadata)
 	// Interval between checkpoint triggers; 0 disables periodic
 	// checkpoints (savepoints still work).
 	Interval time.Duration
@@ -151,11 +157,16 @@ type pending struct {
 type savepointReq struct {
 	dir       string
 	stopAfter bool
-	reply     chan savepointResult
+	// checkpoint asks for a checkpoint (TriggerCheckpoint), not a
+	// savepoint: it goes to the job's checkpoint storage and, in cluster
+	// mode, through the unit's HEAD chain.
+	checkpoint bool
+	reply      chan savepointResult
 }
 
 type savepointResult struct {
 	path string
+	id   int64
 	err  error
 }
 
@@ -254,6 +265,27 @@ func (c *Coordinator) TriggerSavepoint(ctx context.Context, dir string, stopAfte
 	}
 }
 
+// TriggerCheckpoint takes a checkpoint now (not at the next Interval
+// tick), queued behind a checkpoint or savepoint in flight, and returns
+// its id once it is complete: in cluster mode once the unit's HEAD names it
+// and its sinks were told to commit. With stopAfter the sources stop right
+// after its barrier and the exactly-once sinks wait for its commit before
+// they finish, so the job then ends by itself with its output committed
+// (the final checkpoint of a revoked unit, docs/scale-out.md invariant 6).
+// It returns ctx.Err() if ctx ends first (the checkpoint may still
+// complete later), or the reason the checkpoint failed; in cluster mode an
+// error wrapping ErrHeadExists when another owner took the unit.
+func (c *Coordinator) TriggerCheckpoint(ctx context.Context, stopAfter bool) (int64, error) {
+	req := &savepointReq{stopAfter: stopAfter, checkpoint: true, reply: make(chan savepointResult, 1)}
+	c.events.Execute(func() { c.queue = append(c.queue, req); c.maybeTrigger() })
+	select {
+	case r := <-req.reply:
+		return r.id, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
 // Run is the coordinator's event loop: it triggers a checkpoint every
 // Interval and handles acknowledgements until ctx ends (then it aborts the
 // checkpoint in flight and returns nil). It returns an error wrapping
@@ -305,6 +337,10 @@ func (c *Coordinator) maybeTrigger() {
 	req := c.queue[0]
 	c.queue = c.queue[1:]
 	id := c.nextID
+	if req.checkpoint {
+		c.trigger(c.checkpointBarrier(id, req.stopAfter), req)
+		return
+	}
 	dir := filepath.Join(req.dir, "savepoint-"+strconv.FormatInt(id, 10)+"-"+strconv.FormatInt(time.Now().Unix(), 10))
 	c.trigger(&runtime.Barrier{CheckpointID: id, Timestamp: time.Now(), Savepoint: true, Dir: dir, StopAfter: req.stopAfter}, req)
 }
@@ -315,12 +351,16 @@ func (c *Coordinator) maybeTriggerCheckpoint() {
 	if c.pending != nil || !c.Ready() || time.Since(c.lastEnd) < c.cfg.MinPause {
 		return
 	}
-	id := c.nextID
-	b := &runtime.Barrier{CheckpointID: id, Timestamp: time.Now(), Dir: c.cfg.Storage.CheckpointDir(id)}
+	c.trigger(c.checkpointBarrier(c.nextID, false), nil)
+}
+
+// checkpointBarrier is the barrier of checkpoint id (not a savepoint).
+func (c *Coordinator) checkpointBarrier(id int64, stopAfter bool) *runtime.Barrier {
+	b := &runtime.Barrier{CheckpointID: id, Timestamp: time.Now(), Dir: c.cfg.Storage.CheckpointDir(id), StopAfter: stopAfter}
 	if c.cfg.Incremental {
 		b.SharedDir = c.cfg.Storage.SharedDir()
 	}
-	c.trigger(b, nil)
+	return b
 }
 
 func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
@@ -432,17 +472,20 @@ func (c *Coordinator) complete(p *pending) error {
 		mt.total.WithLabelValues(c.kind(p), "completed").Inc()
 	}
 	if o := c.cfg.Owner; o != nil && !b.Savepoint {
-		if c.faultAt(FaultBeforeHead, b.CheckpointID) {
+		if c.faultAt(FaultBeforeHead, b.CheckpointID, p.req) {
 			return nil
 		}
 		if err := o.Checkpoint(b.CheckpointID, UnitCommit{}); err != nil {
 			if errors.Is(err, ErrHeadExists) {
 				c.fatal = fmt.Errorf("checkpoint %d: %w", b.CheckpointID, err)
+				if p.req != nil {
+					p.req.reply <- savepointResult{err: c.fatal}
+				}
 				return nil
 			}
 			return err
 		}
-		if c.faultAt(FaultAfterHead, b.CheckpointID) {
+		if c.faultAt(FaultAfterHead, b.CheckpointID, p.req) {
 			return nil
 		}
 		for _, t := range c.targets {
@@ -450,6 +493,12 @@ func (c *Coordinator) complete(p *pending) error {
 		}
 		if err := c.cfg.Storage.Prune(); err != nil {
 			c.logger.Warn("checkpoint retention failed; will retry after the next checkpoint", "err", err)
+		}
+		if c.cfg.Committed != nil {
+			c.cfg.Committed(b.CheckpointID, m)
+		}
+		if p.req != nil {
+			p.req.reply <- savepointResult{path: b.Dir, id: b.CheckpointID}
 		}
 		return nil
 	}
@@ -466,18 +515,22 @@ func (c *Coordinator) complete(p *pending) error {
 		t.NotifyCheckpointComplete(b.CheckpointID)
 	}
 	if p.req != nil {
-		p.req.reply <- savepointResult{path: b.Dir}
+		p.req.reply <- savepointResult{path: b.Dir, id: b.CheckpointID}
 	}
 	return nil
 }
 
 // faultAt runs CoordinatorConfig.Fault at point of checkpoint id and
-// reports whether it stopped the coordinator (then Run returns).
-func (c *Coordinator) faultAt(point FaultPoint, id int64) bool {
+// reports whether it stopped the coordinator (then Run returns); a
+// waiting TriggerCheckpoint (req) gets the fault as its answer.
+func (c *Coordinator) faultAt(point FaultPoint, id int64, req *savepointReq) bool {
 	if c.cfg.Fault == nil || !c.cfg.Fault(point, id) {
 		return false
 	}
 	c.fatal = fmt.Errorf("checkpoint %d: fault point %d: %w", id, point, ErrFaultInjected)
+	if req != nil {
+		req.reply <- savepointResult{err: c.fatal}
+	}
 	return true
 }
 
@@ -511,7 +564,7 @@ func (c *Coordinator) abort(reason error) {
 		t.NotifyCheckpointAborted(b.CheckpointID)
 	}
 	if p.req != nil {
-		p.req.reply <- savepointResult{err: fmt.Errorf("checkpoint: savepoint %d failed: %w", b.CheckpointID, reason)}
+		p.req.reply <- savepointResult{err: fmt.Errorf("checkpoint: %s %d failed: %w", c.kind(p), b.CheckpointID, reason)}
 		return
 	}
 	c.failures++

@@ -484,3 +484,52 @@ func histogram(t *testing.T, g prometheus.Gatherer, name string) (uint64, float6
 	t.Fatalf("no metric %s", name)
 	return 0, 0
 }
+
+// TestTriggerCheckpoint: without periodic checkpoints, TriggerCheckpoint
+// takes a unit's checkpoint at once through its HEAD chain: the barrier is
+// a checkpoint (not a savepoint) with StopAfter as asked, into the job's
+// storage; it returns its id once HEAD-2 names it and every task was told
+// to commit, and Committed saw it. Once another owner claimed the unit, the
+// next one fails with ErrHeadExists and Committed is not called.
+func TestTriggerCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	s := NewStorage(filepath.Join(root, "units", "0"), "0", 3, nil)
+	heads := Heads{Dir: s.JobDir()}
+	o, _, err := Claim(heads, "a", "fp", 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := newFakeJob(2, nil)
+	var committed []int64 // Committed runs on the coordinator's goroutine
+	c := j.coordinator(t, CoordinatorConfig{Job: "job", MaxParallelism: 128, Storage: s, Owner: o,
+		Committed: func(id int64, m *Metadata) { committed = append(committed, id) }})
+	r := runCoordinator(c)
+	defer r.stop()
+	id, err := c.TriggerCheckpoint(context.Background(), true)
+	if err != nil || id != 1 {
+		t.Fatalf("TriggerCheckpoint = %d, %v; want 1, nil", id, err)
+	}
+	if b := j.triggered(); len(b) != 1 || b[0].Savepoint || !b[0].StopAfter || b[0].Dir != s.CheckpointDir(1) {
+		t.Fatalf("barriers %+v, want one checkpoint barrier with StopAfter into %s", b, s.CheckpointDir(1))
+	}
+	if h, err := heads.Latest(); err != nil || h != (Head{Seq: 2, CheckpointID: 1, Owner: "a", Fingerprint: "fp"}) {
+		t.Fatalf("newest HEAD %+v (%v), want HEAD-2 naming checkpoint 1", h, err)
+	}
+	for _, tk := range j.tasks {
+		if done, _ := tk.notices(); !slices.Equal(done, []int64{1}) {
+			t.Errorf("%s completion notices %v, want [1]", tk.id, done)
+		}
+	}
+	if _, _, err := Claim(heads, "b", "fp", 1, 3); err != nil { // b takes the unit over: HEAD-3
+		t.Fatal(err)
+	}
+	if _, err := c.TriggerCheckpoint(context.Background(), false); !errors.Is(err, ErrHeadExists) {
+		t.Fatalf("TriggerCheckpoint after the takeover = %v, want ErrHeadExists", err)
+	}
+	if err := r.stop(); !errors.Is(err, ErrHeadExists) {
+		t.Fatalf("Run = %v, want ErrHeadExists", err)
+	}
+	if !slices.Equal(committed, []int64{1}) {
+		t.Errorf("Committed saw %v, want [1]", committed)
+	}
+}

@@ -194,9 +194,11 @@ func TestDashboardMetricsExported(t *testing.T) {
 	}
 	general, rules := map[string][]string{}, map[string][]string{}
 	for n, where := range used {
-		if strings.HasPrefix(n, rulesMetricPrefix) {
+		switch {
+		case strings.HasPrefix(n, clusterMetricPrefix): // TestDashboardClusterMetricsExported
+		case strings.HasPrefix(n, rulesMetricPrefix):
 			rules[n] = where
-		} else {
+		default:
 			general[n] = where
 		}
 	}

@@ -55,6 +55,10 @@ type Settings struct {
 	// marker_interval; sink.MarkerConfig.Interval); 0 means
 	// sink.DefaultMarkerInterval. Used with Unit only.
 	MarkerInterval time.Duration
+	// PurgeRepartitions makes a unit delete the records of its input
+	// repartition partition up to the offsets of each committed checkpoint
+	// (cluster.purge_repartitions).
+	PurgeRepartitions bool
 }
 
 // Unit is one cluster-mode work unit (docs/scale-out.md): unit Index of
@@ -122,6 +126,9 @@ type Job struct {
 	cache       *state.BlockCache
 	restoredDir string
 	deadLetters *kgo.Client // shared dead-letter producer of the operators' bad-record policies; nil when none
+	// purge deletes the unit's consumed repartition records after each
+	// committed checkpoint; nil outside cluster mode or in stage 0.
+	purge *repartitionPurge
 	// reporters are the subtask functions that list their rules
 	// (operators.RulesReporter), in graph order; fixed after Build.
 	reporters []subtaskRules
@@ -236,6 +243,15 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		if metrics, err = NewMetrics(reg); err != nil {
 			return nil, err
 		}
+	}
+	if unit != nil {
+		l := unitLabels(unit)
+		metrics.cluster.takeovers.WithLabelValues(l...).Inc()
+		restores := metrics.cluster.restores.WithLabelValues(l...) // 0 until a takeover restores
+		if meta != nil {
+			restores.Inc()
+		}
+		metrics.cluster.head.WithLabelValues(l...).Set(float64(owner.Seq()))
 	}
 	rm, sm, om, cm, skm, wmm := metrics.runtime, metrics.source, metrics.operators, metrics.checkpoint, metrics.sink, metrics.watermark
 	// Every client of the job counts its failed broker connections.
@@ -483,8 +499,26 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			firstID = max(firstID, infos[len(infos)-1].ID+1)
 		}
 	}
+	var committed func(int64, *checkpoint.Metadata)
+	if unit != nil {
+		l := unitLabels(unit)
+		checkpoints, head := metrics.cluster.checkpoints.WithLabelValues(l...), metrics.cluster.head.WithLabelValues(l...)
+		if targets := purgeTargets(g, unit); len(targets) > 0 && set.PurgeRepartitions {
+			purged := metrics.cluster.purged.WithLabelValues(l...)
+			j.purge = &repartitionPurge{targets: targets, logger: logger.With("component", "purge"), opts: deps.ClientOpts,
+				next: make(chan kadm.Offsets, 1), done: map[string]int64{},
+				purged: func(_ string, _ int32, offset int64) { purged.Set(float64(offset)) }}
+		}
+		committed = func(id int64, m *checkpoint.Metadata) {
+			checkpoints.Inc()
+			head.Set(float64(owner.Seq()))
+			if j.purge != nil {
+				j.purge.committed(id, m)
+			}
+		}
+	}
 	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
-		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner, Fault: deps.CheckpointFault,
+		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner, Fault: deps.CheckpointFault, Committed: committed,
 		Interval: set.Interval, Timeout: set.Timeout, MinPause: set.MinPause,
 		TolerableFailures: set.TolerableFailures, Incremental: set.Incremental, RequiredStates: requiredStates(g),
 		FirstID: firstID, Logger: logger.With("component", "checkpoint"), Metrics: cm,
@@ -812,6 +846,12 @@ func (j *Job) Run(ctx context.Context) error {
 	}
 	jobCtx, stopJob := context.WithCancel(ctx)
 	defer stopJob()
+	if j.purge != nil {
+		purgeCtx, stopPurge := context.WithCancel(ctx)
+		purgeDone := make(chan struct{})
+		go func() { defer close(purgeDone); j.purge.run(purgeCtx) }()
+		defer func() { stopPurge(); <-purgeDone }()
+	}
 	coordCtx, stopCoord := context.WithCancel(ctx)
 	coordDone := make(chan error, 1)
 	go func() { coordDone <- j.coordinator.Run(coordCtx) }()

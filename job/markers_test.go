@@ -141,6 +141,7 @@ func TestUnitsEventTimeWindowsAcrossStages(t *testing.T) {
 
 	dir := t.TempDir()
 	set := cfg.Settings()
+	set.PurgeRepartitions = false // the test reads the whole repartition topic
 	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
 	errs := make(chan error, 16)
 	type running struct {

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -28,8 +32,9 @@ type MemberConfig struct {
 	// bounds a revoked unit's final checkpoint (below RebalanceTimeout).
 	SessionTimeout, RebalanceTimeout, RevokeTimeout time.Duration
 	// OnJoined, if not nil, is called once the member's group client is
-	// up (before any unit is assigned).
-	OnJoined func()
+	// up (before any unit is assigned), with the member (the HTTP API's
+	// status and readiness).
+	OnJoined func(*Member)
 }
 
 // UnitsTopic returns the units topic of job: "<job>-units", one partition
@@ -41,8 +46,11 @@ func UnitsTopic(job string) string { return job + "-units" }
 type unitRun struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	mu     sync.Mutex
-	job    *Job // the current attempt; nil while building
+	// stopping is set when the unit is revoked or lost: an attempt that
+	// ends (after its final checkpoint) is not rebuilt.
+	stopping atomic.Bool
+	mu       sync.Mutex
+	job      *Job // the current attempt; nil while building
 }
 
 func (r *unitRun) current() *Job {
@@ -58,10 +66,12 @@ func (r *unitRun) current() *Job {
 // UnitBalancer, and runs every unit assigned to it as a job of its own
 // (Build with set.Unit): on assignment it builds and runs the unit (the
 // takeover: claim the next HEAD, commit the restored transactions, fence
-// the unit's ids), on revoke it waits up to mc.RevokeTimeout for the unit's
-// next completed checkpoint and then stops it (what it processed after
-// that checkpoint is replayed by the next owner), on lost it stops it at
-// once. A unit that fails is rebuilt after a second while assigned, except
+// the unit's ids), on revoke it triggers the unit's final checkpoint at
+// once (Coordinator.TriggerCheckpoint with stopAfter: the sources stop after
+// its barrier, the sinks commit it before the unit ends), bounded by
+// mc.RevokeTimeout, past which it stops the unit without a commit (the next
+// owner restores the previous HEAD and replays what followed it); on lost it
+// stops the unit at once, taking no checkpoint. A unit that fails is rebuilt after a second while assigned, except
 // after checkpoint.ErrHeadExists (another owner took it: a zombie must not
 // claim it back). RunMember returns nil when ctx ends, after stopping every
 // unit as on revoke.
@@ -89,10 +99,9 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		}
 		deps.Metrics = m
 	}
-	var (
-		mu    sync.Mutex
-		units = map[int32]*unitRun{}
-	)
+	cm := deps.Metrics.cluster
+	mem := &Member{id: mc.MemberID, group: mc.GroupID, job: st.Job, topic: UnitsTopic(st.Job), units: st.Units, running: map[int32]*unitRun{}}
+	mu, units := &mem.mu, mem.running
 	start := func(p int32) {
 		stage, index := int(p)/st.Units, int(p)%st.Units
 		// Not a child of ctx: when ctx ends, units stop through revoke
@@ -107,6 +116,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		}
 		units[p] = r
 		mu.Unlock()
+		cm.units.WithLabelValues(strconv.Itoa(stage)).Inc()
 		s := set
 		s.Unit = &Unit{Stage: stage, Index: index, Units: st.Units, Member: mc.MemberID, Fingerprint: st.Fingerprint}
 		ulog := logger.With("stage", stage, "unit", index)
@@ -124,7 +134,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 					r.job = nil
 					r.mu.Unlock()
 				}
-				if uctx.Err() != nil {
+				if uctx.Err() != nil || r.stopping.Load() {
 					return
 				}
 				if errors.Is(err, checkpoint.ErrHeadExists) {
@@ -147,24 +157,34 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		if r == nil {
 			return
 		}
+		cm.units.WithLabelValues(strconv.Itoa(int(p) / st.Units)).Dec()
+		outcome := StopLost
+		if bound > 0 {
+			outcome = StopFailed // unless its final checkpoint completes below
+		}
+		r.stopping.Store(true)
 		if j := r.current(); j != nil && bound > 0 {
-			last, _ := j.Coordinator().LastCompleted()
-			deadline := time.After(bound)
-		wait:
-			for {
-				if id, _ := j.Coordinator().LastCompleted(); id > last {
-					break
-				}
-				select {
-				case <-r.done:
-					break wait
-				case <-deadline:
-					logger.Warn("revoked unit stops without a final checkpoint: revoke_timeout passed", "stage", int(p)/st.Units, "unit", int(p)%st.Units, "revoke_timeout", bound)
-					break wait
-				case <-time.After(20 * time.Millisecond):
-				}
+			// The final checkpoint (invariant 6): triggered now, its
+			// sources stop right after its barrier, its sinks commit it
+			// before they finish. Bounded by the revoke timeout: past it
+			// the unit stops without committing and the next owner
+			// restores the previous HEAD.
+			fctx, cancel := context.WithTimeout(context.Background(), bound)
+			id, err := j.Coordinator().TriggerCheckpoint(fctx, true)
+			cancel()
+			switch {
+			case err == nil:
+				outcome = StopFinalCheckpoint
+				logger.Info("revoked unit took its final checkpoint", "stage", int(p)/st.Units, "unit", int(p)%st.Units, "checkpoint_id", id)
+			case errors.Is(err, context.DeadlineExceeded):
+				outcome = StopTimedOut
+				logger.Warn("revoked unit stops without a final checkpoint: revoke_timeout passed", "stage", int(p)/st.Units, "unit", int(p)%st.Units, "revoke_timeout", bound)
+			default:
+				outcome = StopFailed
+				logger.Warn("revoked unit stops without a final checkpoint", "stage", int(p)/st.Units, "unit", int(p)%st.Units, "err", err)
 			}
 		}
+		cm.stops.WithLabelValues(outcome).Inc()
 		r.cancel()
 		<-r.done
 		logger.Info("unit stopped", "stage", int(p)/st.Units, "unit", int(p)%st.Units)
@@ -204,8 +224,9 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	if err != nil {
 		return fmt.Errorf("job: group client: %w", err)
 	}
+	mem.cl = cl
 	if mc.OnJoined != nil {
-		mc.OnJoined()
+		mc.OnJoined(mem)
 	}
 	for ctx.Err() == nil {
 		cl.PollFetches(ctx) // the units topic holds no records: this only keeps the group session
@@ -241,6 +262,133 @@ func checkStoreUnits(dir string, st *graph.Stages) error {
 		}
 	}
 	return nil
+}
+
+// Member is this daemon's membership of a cluster-mode job (RunMember),
+// for the HTTP API: its member id, the units it runs, and which member
+// holds which unit. Safe for concurrent use.
+type Member struct {
+	id, group, job, topic string
+	units                 int // per stage
+	cl                    *kgo.Client
+	mu                    sync.Mutex // guards running
+	running               map[int32]*unitRun
+}
+
+// ClusterStatus is a member's view of its cluster-mode job (GET
+// /api/v1/job in cluster mode).
+type ClusterStatus struct {
+	Job string `json:"name"`
+	// Member is this daemon's member id (cluster.member_id); Group the
+	// consumer group; Joined whether the member is in a generation of it.
+	Member string `json:"member"`
+	Group  string `json:"group"`
+	Joined bool   `json:"joined"`
+	// Units are the units this daemon holds, by stage then index.
+	Units []UnitStatus `json:"units"`
+	// Members is every member of the group with the units the group's
+	// last assignment gave it, by member id; MembersError says why it is
+	// missing (the group could not be described).
+	Members      []MemberUnits `json:"members"`
+	MembersError string        `json:"members_error,omitempty"`
+}
+
+// UnitID names a unit: unit Unit of stage Stage.
+type UnitID struct {
+	Stage int `json:"stage"`
+	Unit  int `json:"unit"`
+}
+
+// UnitStatus is one unit this daemon holds: whether its attempt runs with
+// its sources caught up, and its last checkpoint completed here (0: none).
+type UnitStatus struct {
+	UnitID
+	Running          bool  `json:"running"`
+	LastCheckpointID int64 `json:"last_checkpoint_id"`
+}
+
+// MemberUnits is one member of the group and the units assigned to it.
+type MemberUnits struct {
+	// Member is the static member id (group.instance.id), else Kafka's
+	// member id; Host the client host the broker saw.
+	Member string   `json:"member"`
+	Host   string   `json:"host"`
+	Units  []UnitID `json:"units"`
+}
+
+// ID returns this daemon's member id.
+func (m *Member) ID() string { return m.id }
+
+// Joined reports whether the member is in a generation of the group.
+func (m *Member) Joined() bool {
+	_, gen := m.cl.GroupMetadata()
+	return gen > 0
+}
+
+// Ready reports whether the member joined the group and every unit
+// assigned to it runs with its sources caught up (the HTTP API's /readyz).
+func (m *Member) Ready() bool {
+	if !m.Joined() {
+		return false
+	}
+	for _, u := range m.local() {
+		if !u.Running {
+			return false
+		}
+	}
+	return true
+}
+
+// local returns the units this daemon holds.
+func (m *Member) local() []UnitStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]UnitStatus, 0, len(m.running))
+	for _, p := range slices.Sorted(maps.Keys(m.running)) {
+		u := UnitStatus{UnitID: m.unit(p)}
+		if j := m.running[p].current(); j != nil {
+			u.Running = j.Coordinator().Ready()
+			u.LastCheckpointID, _ = j.Coordinator().LastCompleted()
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+func (m *Member) unit(p int32) UnitID { return UnitID{Stage: int(p) / m.units, Unit: int(p) % m.units} }
+
+// Status returns the member's view of the job: its own units, and every
+// member's assignment as the group coordinator holds it (DescribeGroups,
+// the UnitBalancer's consumer assignment decoded into units).
+func (m *Member) Status(ctx context.Context) ClusterStatus {
+	st := ClusterStatus{Job: m.job, Member: m.id, Group: m.group, Joined: m.Joined(), Units: m.local(), Members: []MemberUnits{}}
+	groups, err := kadm.NewClient(m.cl).DescribeGroups(ctx, m.group)
+	if err == nil {
+		err = groups.Error()
+	}
+	if err != nil {
+		st.MembersError = err.Error()
+		return st
+	}
+	for _, gm := range groups[m.group].Members {
+		mu := MemberUnits{Member: gm.MemberID, Host: gm.ClientHost, Units: []UnitID{}}
+		if gm.InstanceID != nil {
+			mu.Member = *gm.InstanceID
+		}
+		if a, ok := gm.Assigned.AsConsumer(); ok {
+			for _, t := range a.Topics {
+				if t.Topic != m.topic {
+					continue
+				}
+				for _, p := range slices.Sorted(slices.Values(t.Partitions)) {
+					mu.Units = append(mu.Units, m.unit(p))
+				}
+			}
+		}
+		st.Members = append(st.Members, mu)
+	}
+	slices.SortFunc(st.Members, func(a, b MemberUnits) int { return strings.Compare(a.Member, b.Member) })
+	return st
 }
 
 // ensureUnitsTopic creates the units topic with n partitions, or checks

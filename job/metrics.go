@@ -35,6 +35,7 @@ type Metrics struct {
 	sink       *sink.Metrics
 	kafka      *kafkaretry.Metrics
 	watermark  *runtime.WatermarkMetrics
+	cluster    *clusterMetrics
 
 	restarts  prometheus.Counter
 	state     *prometheus.GaugeVec
@@ -47,6 +48,7 @@ type Metrics struct {
 //	kstreamd_job_restarts_total       restarts of the job inside the process
 //	kstreamd_job_state{state}         1 for the current state (running, restarting, failed), 0 for the others; all 0 before the first attempt runs
 //	kstreamd_state_size_bytes{operator,subtask}  disk space of a keyed subtask's Pebble state
+//	kstreamd_cluster_*                           cluster mode, per unit (see clusterMetrics)
 //
 // It fails when any is registered already (one Metrics per registry).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -71,6 +73,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.kafka, err = kafkaretry.NewMetrics(reg); err != nil {
+		return nil, err
+	}
+	if m.cluster, err = newClusterMetrics(reg); err != nil {
 		return nil, err
 	}
 	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{

@@ -47,6 +47,12 @@ type ClusterConfig struct {
 	// passes, the unit stops without committing. Default "30s"; > 0 and
 	// below rebalance_timeout.
 	RevokeTimeout time.Duration `yaml:"revoke_timeout"`
+	// PurgeRepartitions deletes the records of a repartition partition once
+	// the checkpoint of the unit reading it that covers them is committed
+	// (DeleteRecords up to the offset in its HEAD-named checkpoint,
+	// docs/scale-out.md invariant 5); false keeps them (the topics have
+	// infinite retention), e.g. to inspect the exchange. Default true.
+	PurgeRepartitions bool `yaml:"purge_repartitions"`
 	// TakeoverTimeout is the time a new owner takes to restore a unit
 	// (HEAD claim, commits, fencing, state download), a term of the
 	// transaction-timeout check. Default "30s"; > 0.
@@ -75,7 +81,8 @@ func defaultCluster() ClusterConfig {
 		Store:          ClusterStoreConfig{Kind: StoreFilesystem},
 		SessionTimeout: 45 * time.Second, RebalanceTimeout: 60 * time.Second,
 		RevokeTimeout: 30 * time.Second, TakeoverTimeout: 30 * time.Second,
-		MarkerInterval: 200 * time.Millisecond,
+		MarkerInterval:    200 * time.Millisecond,
+		PurgeRepartitions: true,
 	}
 }
 

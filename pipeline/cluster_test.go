@@ -207,3 +207,30 @@ func names(g *graph.Graph) []string {
 	}
 	return out
 }
+
+// TestClusterRevokeTimeout: a revoke timeout that is not below the
+// rebalance timeout is refused naming both values (invariant 6: a slow
+// final checkpoint must not get the daemon kicked out of the group).
+func TestClusterRevokeTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name, timeouts, want string
+	}{
+		{name: "below", timeouts: "  rebalance_timeout: 60s\n  revoke_timeout: 59s\n"},
+		{name: "defaults", timeouts: ""},
+		{name: "equal", timeouts: "  rebalance_timeout: 30s\n  revoke_timeout: 30s\n",
+			want: "cluster.revoke_timeout: 30s must be below cluster.rebalance_timeout 30s"},
+		{name: "above", timeouts: "  rebalance_timeout: 20s\n", // the default revoke_timeout is 30s
+			want: "cluster.revoke_timeout: 30s must be below cluster.rebalance_timeout 20s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			y := strings.Replace(clusterYAML, "  units: 12\n", "  units: 12\n"+tc.timeouts, 1)
+			_, err := Parse("cluster.yaml", []byte(y), nil)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

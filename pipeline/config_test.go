@@ -154,7 +154,7 @@ func TestDefaultsApplied(t *testing.T) {
 		Sinks:     sinks,
 		Demo:      DemoConfig{Enabled: false, ItemsTopic: "", RulesTopic: "", ItemsPerSecond: 5},
 		Cluster: ClusterConfig{Enabled: false, Store: ClusterStoreConfig{Kind: StoreFilesystem},
-			SessionTimeout: 45 * time.Second, RebalanceTimeout: time.Minute, RevokeTimeout: 30 * time.Second, TakeoverTimeout: 30 * time.Second,
+			SessionTimeout: 45 * time.Second, RebalanceTimeout: time.Minute, RevokeTimeout: 30 * time.Second, PurgeRepartitions: true, TakeoverTimeout: 30 * time.Second,
 			MarkerInterval: 200 * time.Millisecond},
 	}
 	if got := withoutOrigin(cfg); !reflect.DeepEqual(got, want) {

@@ -40,9 +40,10 @@ type server struct {
 	// then refused unless allowOpenControl.
 	exposed bool
 
-	mu      sync.Mutex // guards job and started
-	job     *job.Job   // the running attempt; nil before the first and while restarting
-	started bool       // an attempt ran: a nil job means restarting
+	mu      sync.Mutex  // guards job, started and member
+	job     *job.Job    // the running attempt; nil before the first and while restarting
+	started bool        // an attempt ran: a nil job means restarting
+	member  *job.Member // cluster mode: this daemon's membership; nil otherwise
 }
 
 // setJob makes j the current attempt (job.WithAttemptHook); nil while the
@@ -55,11 +56,18 @@ func (s *server) setJob(j *job.Job) {
 }
 
 // setMember marks a cluster member as alive (/healthz answers ok) although
-// it runs no single job.
-func (s *server) setMember() {
+// it runs no single job; /readyz and /api/v1/job then answer for m.
+func (s *server) setMember(m *job.Member) {
 	s.mu.Lock()
-	s.started = true
+	s.started, s.member = true, m
 	s.mu.Unlock()
+}
+
+// currentMember returns the cluster membership, nil outside cluster mode.
+func (s *server) currentMember() *job.Member {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.member
 }
 
 // restarting reports whether no attempt runs now although one ran before.
@@ -123,6 +131,15 @@ func (s *server) handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if m := s.currentMember(); m != nil {
+			// Cluster mode: joined, and every assigned unit runs.
+			if !m.Ready() {
+				http.Error(w, "not ready: joining the group or starting assigned units", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ready")
+			return
+		}
 		if s.restarting() {
 			http.Error(w, "not ready: restarting after a task failure", http.StatusServiceUnavailable)
 			return
@@ -216,7 +233,13 @@ func (s *server) rules(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, RulesResponse{Subtasks: j.Rules()})
 }
 
-func (s *server) jobStatus(w http.ResponseWriter, _ *http.Request) {
+func (s *server) jobStatus(w http.ResponseWriter, r *http.Request) {
+	if m := s.currentMember(); m != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		writeJSON(w, http.StatusOK, m.Status(ctx))
+		return
+	}
 	j, _ := s.current()
 	if j == nil {
 		writeJSON(w, http.StatusServiceUnavailable, SavepointResponse{Error: "job not running"})

@@ -22,8 +22,9 @@ const benchUsage = `usage: kstreamd bench [--scenario NAME | --all] [flags]
 
 Runs a benchmark scenario as a real job against the embedded broker (started
 in a child process) or --brokers, and prints one table; BENCHMARKS.md
-explains it. Scenarios: %s; and state-scaling (Pebble checkpoints and
-restore of --keys keys, not part of --all).
+explains it. Scenarios: %s; state-scaling (Pebble checkpoints and
+restore of --keys keys, not part of --all); and cluster (a two-stage keyed
+job in cluster mode on --daemons daemon processes, not part of --all).
 
 flags:
 `
@@ -51,6 +52,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of each run's throughput phase to `FILE` (with --all or several deliveries, one file per run: FILE with -<scenario>-<delivery> before the extension)")
 	changed := fs.Float64("changed", 0.01, "state-scaling: fraction of the keys changed between checkpoints")
 	rounds := fs.Int("rounds", 5, "state-scaling: incremental checkpoints measured")
+	daemons := fs.String("daemons", "1,2,3", "cluster: the daemon counts to measure, comma-separated")
+	units := fs.Int("units", 6, "cluster: work units per stage (cluster.units)")
 	serve := fs.Bool("serve-broker", false, "internal: run only the embedded broker for a parent bench, until stdin closes")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -82,6 +85,44 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 			CPUProfile: *cpuprofile,
 		}, stdout)
 		if err != nil {
+			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			return 1
+		}
+		return 0
+	}
+	if *scenario == bench.ClusterScenario && !*all {
+		var counts []int
+		for _, s := range strings.Split(*daemons, ",") {
+			var n int
+			if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 1 {
+				fmt.Fprintf(stderr, "kstreamd bench: --daemons %q: want positive counts like 1,2,3\n", *daemons)
+				return 2
+			}
+			counts = append(counts, n)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			return 1
+		}
+		ccfg := bench.ClusterConfig{
+			Binary: exe, Daemons: counts, Records: *records, Keys: *keys, Partitions: *partitions, Units: *units,
+			CheckpointInterval: *interval, LatencyDuration: *latency, Dir: workDir, Progress: stderr,
+		}
+		if *brokers != "" {
+			ccfg.Brokers = strings.Split(*brokers, ",")
+		} else {
+			addr, stop, err := spawnBroker(ctx, workDir+"/broker", *partitions)
+			if err != nil {
+				fmt.Fprintln(stderr, "kstreamd bench:", err)
+				return 1
+			}
+			defer stop()
+			ccfg.Brokers = []string{addr}
+		}
+		fmt.Fprintf(stderr, "kstreamd bench: cluster: %d records over %d keys, %d partitions, %d units per stage, daemons %s, brokers %s\n",
+			*records, *keys, *partitions, *units, *daemons, strings.Join(ccfg.Brokers, ","))
+		if _, err := bench.RunCluster(ctx, ccfg, stdout); err != nil {
 			fmt.Fprintln(stderr, "kstreamd bench:", err)
 			return 1
 		}

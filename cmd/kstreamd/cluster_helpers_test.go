@@ -234,6 +234,7 @@ cluster:
   rebalance_timeout: 20s
   revoke_timeout: 5s
   takeover_timeout: 10s
+  purge_repartitions: false # the oracle reads the whole repartition topic
   store:
     dir: %s
 `, dir, broker, metrics, retained, member, j.Units, session, store) + pipe

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -66,6 +67,36 @@ func TestClusterTakeover(t *testing.T) {
 		if n["a"] != 2 || n["b"] != 2 {
 			t.Errorf("stage %d units: %v, want 2 on a and 2 on b", s, n)
 		}
+	}
+	// Each daemon is ready, and its /api/v1/job names it and lists every
+	// member's units as the HEADs do.
+	for _, p := range []*proc{a, b} {
+		if !testkit.Poll(time.Minute, func() bool { code, _ := httpGet("http://" + p.metrics + "/readyz"); return code == 200 }) {
+			t.Errorf("%s /readyz never answered 200", p.dir)
+		}
+	}
+	var view struct {
+		Member  string `json:"member"`
+		Members []struct {
+			Member string `json:"member"`
+			Units  []struct {
+				Stage int `json:"stage"`
+				Unit  int `json:"unit"`
+			} `json:"units"`
+		} `json:"members"`
+	}
+	code, body := httpGet("http://" + b.metrics + "/api/v1/job")
+	if err := json.Unmarshal([]byte(body), &view); code != 200 || err != nil {
+		t.Fatalf("GET /api/v1/job: %d %s (%v)", code, body, err)
+	}
+	fromAPI := map[string]string{}
+	for _, m := range view.Members {
+		for _, u := range m.Units {
+			fromAPI[fmt.Sprintf("%d/%d", u.Stage, u.Unit)] = m.Member
+		}
+	}
+	if view.Member != "b" || fmt.Sprint(fromAPI) != fmt.Sprint(owners) {
+		t.Errorf("b's /api/v1/job: member %q, units %v; want member b, units %v", view.Member, fromAPI, owners)
 	}
 
 	// A daemon with another graph joins the group: it gets no units.

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/kstreamd/kstreamd/operators"
+	"github.com/kstreamd/kstreamd/pipeline"
 )
 
 func TestItemValue(t *testing.T) {
@@ -182,5 +183,28 @@ func TestRatioText(t *testing.T) {
 		if got := ratioText(c.x); got != c.want {
 			t.Errorf("ratioText(%v) = %q, want %q", c.x, got, c.want)
 		}
+	}
+}
+
+// TestClusterYAML: the pipeline of RunCluster's daemons is a valid
+// cluster-mode config whose job splits into the two stages measured (the
+// source, the keyed count) with the units asked for.
+func TestClusterYAML(t *testing.T) {
+	cfg := ClusterConfig{Brokers: []string{"127.0.0.1:9092"}}
+	cfg.setDefaults()
+	y := clusterYAML(cfg, "bench-cluster-2-x", "/tmp/d", "/tmp/store", "in", "out", "m1", "127.0.0.1:9249")
+	c, err := pipeline.Parse("cluster.yaml", []byte(y), nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, y)
+	}
+	st, err := c.PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Stages) != 2 || st.Units != 6 || len(st.Repartitions) != 1 || st.Repartitions[0].Topic != "bench-cluster-2-x-1-repartition" {
+		t.Errorf("stages %d, units %d, repartitions %+v; want 2 stages of 6 units over bench-cluster-2-x-1-repartition", len(st.Stages), st.Units, st.Repartitions)
+	}
+	if c.Cluster.MemberID != "m1" || c.Cluster.Store.Dir != "/tmp/store" {
+		t.Errorf("member %q store %q, want m1 and /tmp/store", c.Cluster.MemberID, c.Cluster.Store.Dir)
 	}
 }
