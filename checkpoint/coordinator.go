@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kstreamd/kstreamd/runtime"
@@ -369,6 +370,22 @@ func (c *Coordinator) complete(p *pending) error {
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	o := c.cfg.Owner
+	if o != nil && !b.Savepoint {
+		// A unit's commit point is its HEAD (invariant 1): upload, then
+		// create the HEAD; only then do the tasks commit.
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+		err := o.Checkpoint(ctx, b.CheckpointID, UnitCommit{})
+		cancel()
+		if err != nil {
+			if errors.Is(err, ErrHeadExists) {
+				c.fatal = fmt.Errorf("checkpoint %d: %w", b.CheckpointID, err)
+				c.pending = nil
+				return nil
+			}
+			return err
+		}
+	}
 	c.pending, c.failures, c.lastEnd = nil, 0, time.Now()
 	c.mu.Lock()
 	c.lastID, c.lastTime = b.CheckpointID, m.Completed
@@ -382,20 +399,22 @@ func (c *Coordinator) complete(p *pending) error {
 		mt.lastTime.Set(float64(m.Completed.UnixNano()) / 1e9)
 		mt.total.WithLabelValues(c.kind(p), "completed").Inc()
 	}
-	if o := c.cfg.Owner; o != nil && !b.Savepoint {
-		if err := o.Checkpoint(b.CheckpointID, UnitCommit{}); err != nil {
-			if errors.Is(err, ErrHeadExists) {
-				c.fatal = fmt.Errorf("checkpoint %d: %w", b.CheckpointID, err)
-				return nil
-			}
-			return err
-		}
-		for _, t := range c.targets {
-			t.NotifyCheckpointComplete(b.CheckpointID)
-		}
-		if err := c.cfg.Storage.Prune(); err != nil {
+	if o != nil && !b.Savepoint {
+		if err := c.cfg.Storage.Prune(); err != nil { // the local staging copy
 			c.logger.Warn("checkpoint retention failed; will retry after the next checkpoint", "err", err)
 		}
+		seq := o.Seq()
+		c.notifyThen(b.CheckpointID, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+			defer cancel()
+			if err := o.Retain(ctx, seq); err != nil {
+				if errors.Is(err, ErrHeadExists) {
+					c.fatal = fmt.Errorf("checkpoint %d: %w", b.CheckpointID, err)
+					return
+				}
+				c.logger.Warn("unit checkpoint retention failed; will retry after the next checkpoint", "err", err)
+			}
+		})
 		return nil
 	}
 	if b.Savepoint {
@@ -414,6 +433,32 @@ func (c *Coordinator) complete(p *pending) error {
 		p.req.reply <- savepointResult{path: b.Dir}
 	}
 	return nil
+}
+
+// notifyThen notifies every target that checkpoint id completed and,
+// once every target's listener returned (runtime.OperatorTask's
+// NotifyCheckpointCompleteThen; at once for a target without it), runs
+// then on the coordinator's goroutine.
+func (c *Coordinator) notifyThen(id int64, then func()) {
+	type completer interface {
+		NotifyCheckpointCompleteThen(id int64, done func())
+	}
+	var left atomic.Int64
+	left.Store(int64(len(c.targets)) + 1)
+	done := func() {
+		if left.Add(-1) == 0 {
+			c.events.Execute(then)
+		}
+	}
+	for _, t := range c.targets {
+		if ct, ok := t.(completer); ok {
+			ct.NotifyCheckpointCompleteThen(id, done)
+		} else {
+			t.NotifyCheckpointComplete(id)
+			done()
+		}
+	}
+	done()
 }
 
 // sharedDirRef is Metadata.SharedDir for a checkpoint in dir whose shared

@@ -117,7 +117,8 @@ func TestUnitsExactlyOnceAcrossStages(t *testing.T) {
 
 	dir := t.TempDir()
 	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
+	set.Store = checkpoint.FileStore{Root: dir + "/store"}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for _, stage := range st.Stages {
@@ -247,11 +248,14 @@ func TestUnitZombieFenced(t *testing.T) {
 	}
 	dir := t.TempDir()
 	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
+	set.Store = checkpoint.FileStore{Root: dir + "/store"}
 	ns := dir + "/store/copy/units/0/0"
+	heads := checkpoint.Heads{Store: set.Store, Prefix: "copy/units/0/0/"}
 	build := func(member string) *job.Job {
 		s := set
 		s.StateDir += "/" + member
+		s.CheckpointDir += "/" + member
 		s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
 		j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts})
 		if err != nil {
@@ -284,7 +288,7 @@ func TestUnitZombieFenced(t *testing.T) {
 	}
 	// Input paused: a's epochs are empty. b takes the unit over.
 	b := build("b")
-	claim, err := checkpoint.Heads{Dir: ns}.Latest()
+	claim, err := heads.Latest(context.Background())
 	if err != nil || claim.Owner != "b" || !claim.Claim {
 		t.Fatalf("after b's claim the newest HEAD is %+v (%v)", claim, err)
 	}
@@ -298,7 +302,7 @@ func TestUnitZombieFenced(t *testing.T) {
 	if !errors.Is(aErr, checkpoint.ErrHeadExists) {
 		t.Fatalf("zombie stopped with %v, want ErrHeadExists", aErr)
 	}
-	if after, err := (checkpoint.Heads{Dir: ns}).Latest(); err != nil || after != claim {
+	if after, err := heads.Latest(context.Background()); err != nil || after != claim {
 		t.Errorf("newest HEAD after the zombie stopped: %+v, want b's claim %+v (%v)", after, claim, err)
 	}
 	for _, f := range before {

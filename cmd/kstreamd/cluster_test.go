@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -64,12 +65,12 @@ sinks:
 
 // unitOwners returns the owner named by the newest HEAD of every unit of
 // the clicks job in store, "" for a unit without a HEAD.
-func unitOwners(t *testing.T, store string) map[string]string {
+func unitOwners(t *testing.T, store checkpoint.Store) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for s := range 2 {
 		for u := range 4 {
-			h, err := checkpoint.Heads{Dir: filepath.Join(store, "clicks", "units", fmt.Sprint(s), fmt.Sprint(u))}.Latest()
+			h, err := checkpoint.Heads{Store: store, Prefix: checkpoint.UnitPrefix("clicks", s, u)}.Latest(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,14 +113,15 @@ func TestClusterTakeover(t *testing.T) {
 		return m
 	}
 	root := t.TempDir()
-	store := filepath.Join(root, "store")
+	storeDir := filepath.Join(root, "store")
+	store := checkpoint.FileStore{Root: storeDir}
 	start := func(member, key string) *proc {
 		dir := filepath.Join(root, member)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		addr := testkit.FreeAddr(t)
-		return startProc(t, dir, clusterConfig(dir, store, broker, addr, member, key), broker, addr)
+		return startProc(t, dir, clusterConfig(dir, storeDir, broker, addr, member, key), broker, addr)
 	}
 	const users, perUser = 6, 40
 	total := users * perUser
