@@ -59,6 +59,17 @@ func TestS3CreateOnly(t *testing.T) {
 	if _, err := s.Read(ctx, "clicks/none"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("read of a missing key: %v, want fs.ErrNotExist", err)
 	}
+	// An empty file (Pebble writes some) uploads and reads back empty.
+	empty := filepath.Join(t.TempDir(), "marker")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Upload(ctx, "clicks/empty", empty); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := s.Read(ctx, "clicks/empty"); err != nil || len(b) != 0 {
+		t.Errorf("empty object reads %q (%v), want empty", b, err)
+	}
 }
 
 // TestS3SelfTestRefusesOverwritingStore: a server that ignores
