@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/checkpoint/s3store"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
@@ -23,6 +24,12 @@ import (
 // in cluster mode with 4 units per stage, member id member, keyed by key
 // (the daemon with another key runs another graph).
 func clusterConfig(dir, store, broker, metrics, member, key string) string {
+	return clusterConfigWith(dir, "    dir: "+store, broker, metrics, member, key)
+}
+
+// clusterConfigWith is clusterConfig with store the lines of the
+// cluster.store section (indented by 4).
+func clusterConfigWith(dir, store, broker, metrics, member, key string) string {
 	return fmt.Sprintf(`job:
   name: clicks
   max_parallelism: 16
@@ -45,7 +52,7 @@ cluster:
   revoke_timeout: 5s
   takeover_timeout: 10s
   store:
-    dir: %s
+%s
 sources:
   - name: clicks
     topic: clicks
@@ -64,8 +71,15 @@ sinks:
 }
 
 // unitOwners returns the owner named by the newest HEAD of every unit of
-// the clicks job in store, "" for a unit without a HEAD.
-func unitOwners(t *testing.T, store checkpoint.Store) map[string]string {
+// the clicks job in the filesystem store in directory store, "" for a
+// unit without a HEAD.
+func unitOwners(t *testing.T, store string) map[string]string {
+	t.Helper()
+	return unitOwnersIn(t, checkpoint.FileStore{Root: store})
+}
+
+// unitOwnersIn is unitOwners of any store.
+func unitOwnersIn(t *testing.T, store checkpoint.Store) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for s := range 2 {
@@ -88,9 +102,17 @@ func unitOwners(t *testing.T, store checkpoint.Store) map[string]string {
 // (claims the next HEAD of each, commits the restored transactions, fences
 // those units' transactional ids and no other). The read_committed output
 // holds, per key, exactly the counts 1..n; the repartition topic holds
-// each input record once, in the partition of its key group's unit.
+// each input record once, in the partition of its key group's unit. It
+// runs on the filesystem store and on an S3 server the test starts (each
+// daemon staging its checkpoints in its own data_dir).
 func TestClusterTakeover(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"filesystem", "s3"} {
+		t.Run(kind, func(t *testing.T) { clusterTakeover(t, kind) })
+	}
+}
+
+func clusterTakeover(t *testing.T, kind string) {
 	kc, broker := startKfake(t, []string{"clicks", "counts"})
 	var fenceMu sync.Mutex
 	inits := map[string]int{}
@@ -114,14 +136,26 @@ func TestClusterTakeover(t *testing.T) {
 	}
 	root := t.TempDir()
 	storeDir := filepath.Join(root, "store")
-	store := checkpoint.FileStore{Root: storeDir}
+	var store checkpoint.Store = checkpoint.FileStore{Root: storeDir}
+	storeYAML, env := "    dir: "+storeDir, []string(nil)
+	if kind == "s3" {
+		endpoint := testkit.S3Server(t, "chk", true)
+		s, err := s3store.New(s3store.Config{Endpoint: endpoint, Bucket: "chk", Prefix: "team/", Region: "us-east-1",
+			PathStyle: true, AccessKey: testkit.S3AccessKey, SecretKey: testkit.S3SecretKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store = s
+		storeYAML = fmt.Sprintf("    kind: s3\n    s3:\n      endpoint: %s\n      bucket: chk\n      prefix: team/\n      tls: false", endpoint)
+		env = []string{"AWS_ACCESS_KEY_ID=" + testkit.S3AccessKey, "AWS_SECRET_ACCESS_KEY=" + testkit.S3SecretKey}
+	}
 	start := func(member, key string) *proc {
 		dir := filepath.Join(root, member)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		addr := testkit.FreeAddr(t)
-		return startProc(t, dir, clusterConfig(dir, storeDir, broker, addr, member, key), broker, addr)
+		return startProcEnv(t, dir, clusterConfigWith(dir, storeYAML, broker, addr, member, key), broker, addr, env)
 	}
 	const users, perUser = 6, 40
 	total := users * perUser
@@ -141,7 +175,7 @@ func TestClusterTakeover(t *testing.T) {
 	b := start("b", "user")
 	var owners map[string]string
 	if !testkit.Poll(2*time.Minute, func() bool {
-		owners = unitOwners(t, store)
+		owners = unitOwnersIn(t, store)
 		n := map[string]int{}
 		for _, o := range owners {
 			n[o]++
@@ -169,7 +203,7 @@ func TestClusterTakeover(t *testing.T) {
 	if strings.Contains(c.out.String(), "unit running") {
 		t.Errorf("the daemon with another graph runs units:\n%s", c.out.String())
 	}
-	if got := unitOwners(t, store); fmt.Sprint(got) != fmt.Sprint(owners) {
+	if got := unitOwnersIn(t, store); fmt.Sprint(got) != fmt.Sprint(owners) {
 		t.Errorf("owners after c joined: %v, want %v", got, owners)
 	}
 
@@ -178,7 +212,7 @@ func TestClusterTakeover(t *testing.T) {
 	a.kill(t)
 	send(total/2, total)
 	if !testkit.Poll(2*time.Minute, func() bool {
-		owners = unitOwners(t, store)
+		owners = unitOwnersIn(t, store)
 		for _, o := range owners {
 			if o != "b" {
 				return false
