@@ -3,11 +3,17 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/runtime"
 )
 
 // TestZombieCannotCommitOrDelete: owner A holds the unit, B takes it over
@@ -144,4 +150,93 @@ func files(t *testing.T, dir string) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// committingTask is a fakeTask whose completion notices finish only when
+// the test releases them (a sink still committing its transactions).
+type committingTask struct {
+	*fakeTask
+	mu    sync.Mutex
+	dones []func()
+}
+
+func (c *committingTask) NotifyCheckpointCompleteThen(id int64, done func()) {
+	c.NotifyCheckpointComplete(id)
+	c.mu.Lock()
+	c.dones = append(c.dones, done)
+	c.mu.Unlock()
+}
+
+func (c *committingTask) release() int {
+	c.mu.Lock()
+	d := c.dones
+	c.dones = nil
+	c.mu.Unlock()
+	for _, f := range d {
+		f()
+	}
+	return len(d)
+}
+
+// TestUnitRetentionAfterCommits: a unit's coordinator uploads each
+// checkpoint and creates its HEAD, but applies retention in the store
+// only once every task's commit of the checkpoint finished: while the
+// sink's commits of checkpoints 1..3 are pending the store holds every
+// HEAD and checkpoint; once they finish it holds exactly the newest (1
+// retained) and the HEAD naming it.
+func TestUnitRetentionAfterCommits(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store := FileStore{Root: filepath.Join(root, "store")}
+	local := NewStorage(filepath.Join(root, "staging", "clicks", "units", "0"), "0", 1, nil)
+	ns := Namespace{Store: store, Prefix: UnitPrefix("clicks", 0, 0), Local: local}
+	o, _, err := Claim(ctx, ns, "a", "fp", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := newFakeJob(1, func(b *runtime.Barrier, _ runtime.TaskID) answer {
+		if b.CheckpointID > 3 {
+			return silent // nothing completes after checkpoint 3
+		}
+		return ack
+	})
+	sink := &committingTask{fakeTask: j.tasks[1]}
+	c, err := NewCoordinator(CoordinatorConfig{Job: "clicks", MaxParallelism: 8, Storage: local, Owner: o,
+		Interval: 5 * time.Millisecond, Timeout: time.Hour, FirstID: o.NextCheckpointID()},
+		[]runtime.SourceTask{j.tasks[0]}, []runtime.CheckpointTarget{j.tasks[0], sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.c = c
+	c.SourceCaughtUp(j.tasks[0].id)
+	r := runCoordinator(c)
+	defer r.stop()
+	if !testkit.Poll(time.Minute, func() bool { id, _ := c.LastCompleted(); return id == 3 }) {
+		t.Fatal("checkpoint 3 never completed")
+	}
+	list := func() []string {
+		keys, err := store.List(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	chk := func(id int) []string {
+		return []string{fmt.Sprintf("clicks/units/0/0/chk-%d/_metadata", id), fmt.Sprintf("clicks/units/0/0/chk-%d/op/0/state", id), fmt.Sprintf("clicks/units/0/0/chk-%d/src/0/state", id)}
+	}
+	var all []string
+	all = append(append(append(all, "clicks/units/0/0/HEAD-1", "clicks/units/0/0/HEAD-2", "clicks/units/0/0/HEAD-3", "clicks/units/0/0/HEAD-4"), chk(1)...), chk(2)...)
+	all = append(all, chk(3)...)
+	slices.Sort(all)
+	if got := list(); !slices.Equal(got, all) {
+		t.Errorf("with the commits pending the store holds\n%q\nwant\n%q", got, all)
+	}
+	if n := sink.release(); n != 3 {
+		t.Errorf("%d completion notices, want 3", n)
+	}
+	want := append([]string{"clicks/units/0/0/HEAD-4"}, chk(3)...)
+	var got []string
+	if !testkit.Poll(time.Minute, func() bool { got = list(); return slices.Equal(got, want) }) {
+		t.Errorf("after the commits the store holds\n%q\nwant\n%q", got, want)
+	}
 }
