@@ -214,7 +214,7 @@ func names(g *graph.Graph) []string {
 func TestClusterStore(t *testing.T) {
 	for _, tc := range []struct {
 		name, store, want string
-		s3              S3StoreConfig
+		s3                S3StoreConfig
 	}{
 		{"filesystem", "    dir: /mnt/shared", "data/cluster-staging", S3StoreConfig{Region: "us-east-1", TLS: true, PathStyle: true}},
 		{"s3 default staging", "    kind: s3\n    s3:\n      endpoint: minio:9000\n      bucket: chk", "data/cluster-staging",
