@@ -91,6 +91,7 @@ type Coordinator struct {
 	logger   *slog.Logger
 
 	// Only the Run goroutine touches these.
+	runCtx   context.Context // Run's; bounds a unit's uploads and retention
 	nextID   int64
 	pending  *pending
 	lastEnd  time.Time
@@ -233,6 +234,7 @@ func (c *Coordinator) TriggerSavepoint(ctx context.Context, dir string, stopAfte
 // ErrTooManyFailures when more consecutive checkpoints failed than
 // tolerated, or a commit error that leaves storage unusable.
 func (c *Coordinator) Run(ctx context.Context) error {
+	c.runCtx = ctx
 	var tick <-chan time.Time
 	if c.cfg.Interval > 0 {
 		t := time.NewTicker(c.cfg.Interval)
@@ -373,8 +375,9 @@ func (c *Coordinator) complete(p *pending) error {
 	o := c.cfg.Owner
 	if o != nil && !b.Savepoint {
 		// A unit's commit point is its HEAD (invariant 1): upload, then
-		// create the HEAD; only then do the tasks commit.
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+		// create the HEAD; only then do the tasks commit. Stopping the unit
+		// (Run's ctx) cuts a slow upload short: no HEAD, nothing commits.
+		ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.Timeout)
 		err := o.Checkpoint(ctx, b.CheckpointID, UnitCommit{})
 		cancel()
 		if err != nil {
@@ -405,7 +408,7 @@ func (c *Coordinator) complete(p *pending) error {
 		}
 		seq := o.Seq()
 		c.notifyThen(b.CheckpointID, func() {
-			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+			ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.Timeout)
 			defer cancel()
 			if err := o.Retain(ctx, seq); err != nil {
 				if errors.Is(err, ErrHeadExists) {
