@@ -370,8 +370,10 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 // so an empty epoch would otherwise let a zombie commit unnoticed). When
 // the HEAD exists the unit has another owner: Checkpoint returns an error
 // wrapping ErrHeadExists without committing anything; the owner is then
-// dead for good (Retain deletes nothing). Retention is not part of it: the
-// caller runs Retain once the commits finished.
+// dead for good (Retain deletes nothing). When the HEAD's create fails
+// otherwise, Checkpoint reads the HEAD back: one that holds exactly what
+// it wrote counts as created (the store's answer was lost). Retention is
+// not part of it: the caller runs Retain once the commits finished.
 func (o *Owner) Checkpoint(ctx context.Context, id int64, steps UnitCommit) error {
 	if o.seq == 0 {
 		return fmt.Errorf("checkpoint: unit %s: %w (fenced earlier)", o.ns.Prefix, ErrHeadExists)
@@ -395,8 +397,14 @@ func (o *Owner) Checkpoint(ctx context.Context, id int64, steps UnitCommit) erro
 	if err := o.ns.Heads().Create(ctx, hd); err != nil {
 		if errors.Is(err, ErrHeadExists) {
 			o.seq = 0
+			return err
 		}
-		return err
+		// An answer lost after the store wrote the HEAD (a timeout, a
+		// dropped connection) must not read as "another owner" at the next
+		// checkpoint: read it back.
+		if got, rerr := o.ns.Heads().Read(ctx, hd.Seq); rerr != nil || got != hd {
+			return err
+		}
 	}
 	o.seq = hd.Seq
 	o.chain[hd.Seq] = id
