@@ -194,6 +194,19 @@ func TestUnitRetention(t *testing.T) {
 			if !slices.Equal(keys, want) {
 				t.Errorf("after retention the store holds\n%q\nwant\n%q", keys, want)
 			}
+			if fst, ok := store.(checkpoint.FileStore); ok { // no empty chk-<id> directory left behind
+				ents, err := os.ReadDir(filepath.Join(fst.Root, "clicks", "units", "0", "0"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				if want := []string{"HEAD-4", "HEAD-5", "chk-3", "chk-4", "chk-9", "shared"}; !slices.Equal(names, want) {
+					t.Errorf("the unit's directory holds %q, want %q", names, want)
+				}
+			}
 
 			// b takes the unit over with an empty staging directory.
 			stageB := t.TempDir()
