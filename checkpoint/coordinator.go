@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kstreamd/kstreamd/runtime"
@@ -32,8 +33,8 @@ type FaultPoint int
 
 // The fault points, in the order of a checkpoint.
 const (
-	// FaultBeforeHead: transactions pre-committed, metadata written, no
-	// HEAD created.
+	// FaultBeforeHead: transactions pre-committed, metadata written and
+	// the checkpoint uploaded to the unit's store, no HEAD created.
 	FaultBeforeHead FaultPoint = iota + 1
 	// FaultAfterHead: the HEAD created, nothing committed.
 	FaultAfterHead
@@ -57,7 +58,8 @@ type CoordinatorConfig struct {
 	Storage *Storage
 	// Owner, if not nil, makes every checkpoint a cluster-mode unit's
 	// fenced commit (docs/scale-out.md, invariant 1): after the metadata
-	// is written the coordinator creates the unit's next HEAD, and only
+	// is written the Owner uploads the checkpoint to the unit's store and
+	// creates the unit's next HEAD, and only
 	// then notifies the tasks (which commit their transactions) and
 	// applies retention. When the HEAD exists Run returns an error
 	// wrapping ErrHeadExists at once: nothing is committed or deleted.
@@ -66,8 +68,8 @@ type CoordinatorConfig struct {
 	// cluster-mode commit order (docs/scale-out.md, invariant 1); no
 	// pipeline config reaches it. With Owner set it runs, for each
 	// checkpoint, at FaultBeforeHead (every task acknowledged, so every
-	// output transaction is pre-committed, and the metadata is written;
-	// no HEAD yet) and at FaultAfterHead (the HEAD is created; no task is
+	// output transaction is pre-committed, the metadata is written and
+	// the checkpoint uploaded to the store; no HEAD yet) and at FaultAfterHead (the HEAD is created; no task is
 	// told to commit). When it returns true the coordinator stops as if
 	// the process had died there: it creates no HEAD (before) or tells no
 	// task to commit (after), and Run returns an error wrapping
@@ -124,6 +126,7 @@ type Coordinator struct {
 	logger   *slog.Logger
 
 	// Only the Run goroutine touches these.
+	runCtx   context.Context // Run's; bounds a unit's uploads and retention
 	nextID   int64
 	pending  *pending
 	lastEnd  time.Time
@@ -292,6 +295,7 @@ func (c *Coordinator) TriggerCheckpoint(ctx context.Context, stopAfter bool) (in
 // ErrTooManyFailures when more consecutive checkpoints failed than
 // tolerated, or a commit error that leaves storage unusable.
 func (c *Coordinator) Run(ctx context.Context) error {
+	c.runCtx = ctx
 	var tick <-chan time.Time
 	if c.cfg.Interval > 0 {
 		t := time.NewTicker(c.cfg.Interval)
@@ -378,10 +382,12 @@ func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
 }
 
 // mkdir creates the directory of b. A cluster-mode unit's checkpoint
-// creates it create-only: a directory of that id in the unit's namespace
-// belongs to another owner (a zombie and the unit's new owner may count
-// the same ids), and writing into it would overwrite that owner's
-// checkpoint; the checkpoint fails instead and the next takes the next id.
+// creates its local staging directory create-only, as its upload writes
+// every object of chk-<id> in the unit's store create-only (Owner): a
+// chk-<id> that exists belongs to another owner (a zombie and the unit's
+// new owner may count the same ids), and writing into it would overwrite
+// that owner's checkpoint; the checkpoint fails instead and the next
+// takes the next id.
 func (c *Coordinator) mkdir(b *runtime.Barrier) error {
 	if c.cfg.Owner == nil || b.Savepoint {
 		return os.MkdirAll(b.Dir, 0o755)
@@ -458,6 +464,35 @@ func (c *Coordinator) complete(p *pending) error {
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	o := c.cfg.Owner
+	if o != nil && !b.Savepoint {
+		// A unit's commit point is its HEAD (invariant 1): upload, then
+		// create the HEAD; only then do the tasks commit. Stopping the unit
+		// (Run's ctx) cuts a slow upload short: no HEAD, nothing commits.
+		// FaultBeforeHead runs once the checkpoint is uploaded, right
+		// before the HEAD.
+		ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.Timeout)
+		err := o.Checkpoint(ctx, b.CheckpointID, UnitCommit{Upload: func() error {
+			if c.faultAt(FaultBeforeHead, b.CheckpointID, nil) {
+				return c.fatal
+			}
+			return nil
+		}})
+		cancel()
+		if err != nil {
+			if errors.Is(err, ErrHeadExists) {
+				c.fatal = fmt.Errorf("checkpoint %d: %w", b.CheckpointID, err)
+			}
+			if errors.Is(err, ErrFaultInjected) || errors.Is(err, ErrHeadExists) { // c.fatal is set
+				c.pending = nil
+				if p.req != nil {
+					p.req.reply <- savepointResult{err: c.fatal}
+				}
+				return nil
+			}
+			return err
+		}
+	}
 	c.pending, c.failures, c.lastEnd = nil, 0, time.Now()
 	c.mu.Lock()
 	c.lastID, c.lastTime = b.CheckpointID, m.Completed
@@ -471,29 +506,25 @@ func (c *Coordinator) complete(p *pending) error {
 		mt.lastTime.Set(float64(m.Completed.UnixNano()) / 1e9)
 		mt.total.WithLabelValues(c.kind(p), "completed").Inc()
 	}
-	if o := c.cfg.Owner; o != nil && !b.Savepoint {
-		if c.faultAt(FaultBeforeHead, b.CheckpointID, p.req) {
-			return nil
-		}
-		if err := o.Checkpoint(b.CheckpointID, UnitCommit{}); err != nil {
-			if errors.Is(err, ErrHeadExists) {
-				c.fatal = fmt.Errorf("checkpoint %d: %w", b.CheckpointID, err)
-				if p.req != nil {
-					p.req.reply <- savepointResult{err: c.fatal}
-				}
-				return nil
-			}
-			return err
-		}
+	if o != nil && !b.Savepoint {
 		if c.faultAt(FaultAfterHead, b.CheckpointID, p.req) {
 			return nil
 		}
-		for _, t := range c.targets {
-			t.NotifyCheckpointComplete(b.CheckpointID)
-		}
-		if err := c.cfg.Storage.Prune(); err != nil {
+		if err := c.cfg.Storage.Prune(); err != nil { // the local staging copy
 			c.logger.Warn("checkpoint retention failed; will retry after the next checkpoint", "err", err)
 		}
+		seq := o.Seq()
+		c.notifyThen(b.CheckpointID, func() {
+			ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.Timeout)
+			defer cancel()
+			if err := o.Retain(ctx, seq); err != nil {
+				if errors.Is(err, ErrHeadExists) {
+					c.fatal = fmt.Errorf("checkpoint %d: %w", b.CheckpointID, err)
+					return
+				}
+				c.logger.Warn("unit checkpoint retention failed; will retry after the next checkpoint", "err", err)
+			}
+		})
 		if c.cfg.Committed != nil {
 			c.cfg.Committed(b.CheckpointID, m)
 		}
@@ -518,6 +549,32 @@ func (c *Coordinator) complete(p *pending) error {
 		p.req.reply <- savepointResult{path: b.Dir, id: b.CheckpointID}
 	}
 	return nil
+}
+
+// notifyThen notifies every target that checkpoint id completed and,
+// once every target's listener returned (runtime.OperatorTask's
+// NotifyCheckpointCompleteThen; at once for a target without it), runs
+// then on the coordinator's goroutine.
+func (c *Coordinator) notifyThen(id int64, then func()) {
+	type completer interface {
+		NotifyCheckpointCompleteThen(id int64, done func())
+	}
+	var left atomic.Int64
+	left.Store(int64(len(c.targets)) + 1)
+	done := func() {
+		if left.Add(-1) == 0 {
+			c.events.Execute(then)
+		}
+	}
+	for _, t := range c.targets {
+		if ct, ok := t.(completer); ok {
+			ct.NotifyCheckpointCompleteThen(id, done)
+		} else {
+			t.NotifyCheckpointComplete(id)
+			done()
+		}
+	}
+	done()
 }
 
 // faultAt runs CoordinatorConfig.Fault at point of checkpoint id and

@@ -492,10 +492,12 @@ func histogram(t *testing.T, g prometheus.Gatherer, name string) (uint64, float6
 // to commit, and Committed saw it. Once another owner claimed the unit, the
 // next one fails with ErrHeadExists and Committed is not called.
 func TestTriggerCheckpoint(t *testing.T) {
+	ctx := context.Background()
 	root := t.TempDir()
-	s := NewStorage(filepath.Join(root, "units", "0"), "0", 3, nil)
-	heads := Heads{Dir: s.JobDir()}
-	o, _, err := Claim(heads, "a", "fp", 1, 3)
+	s := NewStorage(filepath.Join(root, "staging", "job", "units", "0"), "0", 3, nil)
+	ns := Namespace{Store: FileStore{Root: filepath.Join(root, "store")}, Prefix: UnitPrefix("job", 0, 0), Local: s}
+	heads := ns.Heads()
+	o, _, err := Claim(ctx, ns, "a", "fp", 1, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +514,7 @@ func TestTriggerCheckpoint(t *testing.T) {
 	if b := j.triggered(); len(b) != 1 || b[0].Savepoint || !b[0].StopAfter || b[0].Dir != s.CheckpointDir(1) {
 		t.Fatalf("barriers %+v, want one checkpoint barrier with StopAfter into %s", b, s.CheckpointDir(1))
 	}
-	if h, err := heads.Latest(); err != nil || h != (Head{Seq: 2, CheckpointID: 1, Owner: "a", Fingerprint: "fp"}) {
+	if h, err := heads.Latest(ctx); err != nil || h != (Head{Seq: 2, CheckpointID: 1, Owner: "a", Fingerprint: "fp", Units: 1}) {
 		t.Fatalf("newest HEAD %+v (%v), want HEAD-2 naming checkpoint 1", h, err)
 	}
 	for _, tk := range j.tasks {
@@ -520,7 +522,7 @@ func TestTriggerCheckpoint(t *testing.T) {
 			t.Errorf("%s completion notices %v, want [1]", tk.id, done)
 		}
 	}
-	if _, _, err := Claim(heads, "b", "fp", 1, 3); err != nil { // b takes the unit over: HEAD-3
+	if _, _, err := Claim(ctx, Namespace{Store: ns.Store, Prefix: ns.Prefix}, "b", "fp", 1, 3); err != nil { // b takes the unit over: HEAD-3
 		t.Fatal(err)
 	}
 	if _, err := c.TriggerCheckpoint(context.Background(), false); !errors.Is(err, ErrHeadExists) {

@@ -1,11 +1,16 @@
 package checkpoint
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -41,41 +46,60 @@ type Head struct {
 	Units int `json:"units,omitempty"`
 }
 
-// Heads is the create-only HEAD chain of one unit's namespace on a
-// filesystem every daemon mounts: HEAD-<k> files in Dir, never rewritten.
-// The newest HEAD, and nothing else (no chk-n listing, no _metadata), says
-// which checkpoint of the unit is latest. Safe for use by one goroutine.
+// UnitPrefix returns the key prefix of a unit's namespace in a Store:
+// "<job>/units/<stage>/<unit>/".
+func UnitPrefix(job string, stage, unit int) string {
+	return job + "/units/" + strconv.Itoa(stage) + "/" + strconv.Itoa(unit) + "/"
+}
+
+// Heads is the create-only HEAD chain of one unit's namespace in a Store:
+// the objects Prefix+"HEAD-<k>", never rewritten. The newest HEAD, and
+// nothing else (no chk-n listing, no _metadata), says which checkpoint of
+// the unit is latest.
 type Heads struct {
-	// Dir is the unit's namespace, <store>/<job>/units/<stage>/<unit>.
-	Dir string
+	Store Store
+	// Prefix is the unit's namespace, UnitPrefix(job, stage, unit).
+	Prefix string
+}
+
+func (h Heads) key(k int64) string { return h.Prefix + HeadPrefix + strconv.FormatInt(k, 10) }
+
+// seqs returns the k of every HEAD-<k> in the namespace, ascending.
+func (h Heads) seqs(ctx context.Context) ([]int64, error) {
+	keys, err := h.Store.List(ctx, h.Prefix+HeadPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: list HEADs of %s in %s: %w", h.Prefix, h.Store, err)
+	}
+	var out []int64
+	for _, k := range keys {
+		if seq, ok := headSeq(strings.TrimPrefix(k, h.Prefix)); ok {
+			out = append(out, seq)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // Latest returns the newest HEAD, or a zero Head (Seq 0) when the chain is
 // empty.
-func (h Heads) Latest() (Head, error) {
-	ents, err := os.ReadDir(h.Dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return Head{}, nil
+func (h Heads) Latest(ctx context.Context) (Head, error) {
+	seqs, err := h.seqs(ctx)
+	if err != nil || len(seqs) == 0 {
+		return Head{}, err
 	}
+	return h.Read(ctx, seqs[len(seqs)-1])
+}
+
+// Read returns HEAD-<k>; an error wrapping fs.ErrNotExist when it is not
+// there.
+func (h Heads) Read(ctx context.Context, k int64) (Head, error) {
+	b, err := h.Store.Read(ctx, h.key(k))
 	if err != nil {
-		return Head{}, fmt.Errorf("checkpoint: list HEADs of %s: %w", h.Dir, err)
-	}
-	var newest int64
-	for _, e := range ents {
-		if k, ok := headSeq(e.Name()); ok && k > newest {
-			newest = k
-		}
-	}
-	if newest == 0 {
-		return Head{}, nil
-	}
-	b, err := os.ReadFile(filepath.Join(h.Dir, HeadPrefix+strconv.FormatInt(newest, 10)))
-	if err != nil {
-		return Head{}, fmt.Errorf("checkpoint: read HEAD-%d of %s: %w", newest, h.Dir, err)
+		return Head{}, fmt.Errorf("checkpoint: HEAD-%d of %s: %w", k, h.Prefix, err)
 	}
 	var hd Head
 	if err := json.Unmarshal(b, &hd); err != nil {
-		return Head{}, fmt.Errorf("checkpoint: HEAD-%d of %s: %w", newest, h.Dir, err)
+		return Head{}, fmt.Errorf("checkpoint: HEAD-%d of %s: %w", k, h.Prefix, err)
 	}
 	return hd, nil
 }
@@ -89,127 +113,115 @@ func headSeq(name string) (int64, bool) {
 	return k, err == nil && k > 0
 }
 
-// Create writes HEAD-<hd.Seq> with a create-only write: the content goes to
-// a temporary file, fsynced, then hard-linked to its name (link(2) fails
-// with EEXIST when the name exists, atomically, so a reader never sees a
-// partial HEAD). It returns an error wrapping ErrHeadExists when the HEAD
-// exists.
-func (h Heads) Create(hd Head) error {
-	if err := os.MkdirAll(h.Dir, 0o755); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
+// Create writes HEAD-<hd.Seq> with the store's create-only write. It
+// returns an error wrapping ErrHeadExists when the HEAD exists.
+func (h Heads) Create(ctx context.Context, hd Head) error {
 	b, err := json.Marshal(hd)
 	if err != nil {
 		return err
 	}
-	name := filepath.Join(h.Dir, HeadPrefix+strconv.FormatInt(hd.Seq, 10))
-	tmp, err := os.CreateTemp(h.Dir, ".head-*")
-	if err != nil {
-		return fmt.Errorf("checkpoint: create HEAD-%d: %w", hd.Seq, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("checkpoint: create HEAD-%d: %w", hd.Seq, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("checkpoint: create HEAD-%d: %w", hd.Seq, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("checkpoint: create HEAD-%d: %w", hd.Seq, err)
-	}
-	if err := os.Link(tmp.Name(), name); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("checkpoint: HEAD-%d of %s: %w", hd.Seq, h.Dir, ErrHeadExists)
+	if err := h.Store.Create(ctx, h.key(hd.Seq), b); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("checkpoint: HEAD-%d of %s in %s: %w", hd.Seq, h.Prefix, h.Store, ErrHeadExists)
 		}
-		return fmt.Errorf("checkpoint: create HEAD-%d: %w", hd.Seq, err)
-	}
-	return syncDir(h.Dir)
-}
-
-// Purge deletes the HEADs below keepFrom, inside Dir only.
-func (h Heads) Purge(keepFrom int64) error {
-	ents, err := os.ReadDir(h.Dir)
-	if err != nil {
-		return fmt.Errorf("checkpoint: purge HEADs of %s: %w", h.Dir, err)
-	}
-	for _, e := range ents {
-		if k, ok := headSeq(e.Name()); ok && k < keepFrom {
-			if err := os.Remove(filepath.Join(h.Dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("checkpoint: purge HEADs of %s: %w", h.Dir, err)
-			}
-		}
+		return fmt.Errorf("checkpoint: create HEAD-%d of %s: %w", hd.Seq, h.Prefix, err)
 	}
 	return nil
 }
 
-// SelfTest checks at start that the store under dir honours create-only
-// writes: it creates one probe name twice with O_CREAT|O_EXCL and returns
-// an error wrapping ErrCreateOnlyIgnored when the second create succeeds.
-// The probe is removed afterwards.
-func SelfTest(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("checkpoint: store self-test: %w", err)
+// Purge deletes the HEADs below keepFrom, inside the namespace only.
+func (h Heads) Purge(ctx context.Context, keepFrom int64) error {
+	seqs, err := h.seqs(ctx)
+	if err != nil {
+		return err
 	}
-	return selfTest(dir, func(name string) error {
-		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
+	var del []string
+	for _, k := range seqs {
+		if k < keepFrom {
+			del = append(del, h.key(k))
 		}
-		return f.Close()
-	})
+	}
+	if len(del) == 0 {
+		return nil
+	}
+	return h.Store.Delete(ctx, del...)
 }
 
-// selfTest runs the probe with create, the store's create-only write.
-func selfTest(dir string, create func(name string) error) error {
-	f, err := os.CreateTemp(dir, ".selftest-*")
-	if err != nil {
-		return fmt.Errorf("checkpoint: store self-test in %s: %w", dir, err)
+// SelfTest checks at start that store honours create-only writes: it
+// creates one probe object, prefix+".selftest-<random>", twice and returns
+// an error naming the store and wrapping ErrCreateOnlyIgnored when the
+// second create succeeds (an S3 clone ignoring If-None-Match, a filesystem
+// without atomic link(2) semantics). The probe is deleted afterwards.
+func SelfTest(ctx context.Context, store Store, prefix string) error {
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	probe := prefix + ".selftest-" + hex.EncodeToString(r[:])
+	defer store.Delete(context.WithoutCancel(ctx), probe)
+	if err := store.Create(ctx, probe, []byte("probe")); err != nil {
+		return fmt.Errorf("checkpoint: store self-test of %s: first create of %s: %w", store, probe, err)
 	}
-	probe := f.Name()
-	f.Close()
-	os.Remove(probe)
-	defer os.Remove(probe)
-	if err := create(probe); err != nil {
-		return fmt.Errorf("checkpoint: store self-test in %s: first create: %w", dir, err)
-	}
-	err = create(probe)
+	err := store.Create(ctx, probe, []byte("probe"))
 	switch {
 	case err == nil:
-		return fmt.Errorf("checkpoint: store self-test in %s: a second create-only write of %s succeeded: %w", dir, filepath.Base(probe), ErrCreateOnlyIgnored)
-	case errors.Is(err, os.ErrExist):
+		return fmt.Errorf("checkpoint: store self-test of %s: a second create-only write of %s succeeded (it overwrote the object): %w", store, probe, ErrCreateOnlyIgnored)
+	case errors.Is(err, fs.ErrExist):
 		return nil
 	default:
-		return fmt.Errorf("checkpoint: store self-test in %s: second create: %w", dir, err)
+		return fmt.Errorf("checkpoint: store self-test of %s: second create of %s: %w", store, probe, err)
 	}
 }
 
-// UnitCommit is what a unit's checkpoint does after every task acknowledged
-// it, in the order of docs/scale-out.md invariant 1. Each step may be nil.
+// UnitCommit is what a unit's checkpoint does besides its HEAD, in the
+// order of docs/scale-out.md invariant 1. Each step may be nil.
 type UnitCommit struct {
 	// PreCommit pre-commits every output transaction of the unit
 	// (dead-letter writes included).
 	PreCommit func() error
-	// Upload writes the state and the chk-<n>/_metadata of the unit.
+	// Upload runs after the Owner uploaded the checkpoint (when its
+	// Namespace has a Local storage) and before the HEAD.
 	Upload func() error
 	// Commit commits the pre-committed Kafka transactions.
 	Commit func() error
-	// Purge applies retention inside the unit's namespace; keepFrom is the
-	// oldest HEAD sequence kept.
-	Purge func(keepFrom int64) error
 }
 
+// Namespace is one unit's namespace: its objects in a Store under Prefix
+// and, when Local is not nil, the local staging storage its checkpoints
+// are written to first (the coordinator's Storage) and uploaded from.
+type Namespace struct {
+	Store Store
+	// Prefix is UnitPrefix(job, stage, unit).
+	Prefix string
+	// Local is the unit's checkpoint storage on this daemon's disk; nil:
+	// the Owner only keeps the HEAD chain (tests).
+	Local *Storage
+}
+
+// Heads returns the namespace's HEAD chain.
+func (n Namespace) Heads() Heads { return Heads{Store: n.Store, Prefix: n.Prefix} }
+
+// chkKey returns the key of file rel (slash-separated) of checkpoint id.
+func (n Namespace) chkKey(id int64, rel string) string {
+	return n.Prefix + "chk-" + strconv.FormatInt(id, 10) + "/" + rel
+}
+
+// sharedKey returns the key of shared file f (as Metadata.SharedFiles
+// names it).
+func (n Namespace) sharedKey(f string) string { return n.Prefix + "shared/" + f }
+
 // Owner is the current owner of one unit: it holds the HEAD sequence it
-// claimed and advances it by one per checkpoint. Not safe for concurrent
-// use.
+// claimed and advances it by one per checkpoint; it uploads the unit's
+// checkpoints, downloads the one it restores and applies retention. Not
+// safe for concurrent use (the unit's coordinator goroutine owns it).
 type Owner struct {
-	heads       Heads
+	ns          Namespace
 	member      string
 	fingerprint string
 	units       int
-	retained    int64
-	seq         int64 // the last HEAD this owner created
+	retained    int
+	seq         int64           // the last HEAD this owner created; 0 once fenced
+	chain       map[int64]int64 // checkpoint id named by each HEAD seen (seq -> id)
+	known       map[string]bool // shared files (Metadata.SharedFiles names) in the store
+	maxChk      int64           // highest chk-<id> in the store at the claim
 }
 
 // claimAttempts bounds how often Claim re-reads the chain after the
@@ -220,91 +232,328 @@ const claimAttempts = 50
 // it reads the newest HEAD and creates the next one naming the same
 // checkpoint, so that a previous owner can no longer commit. It returns
 // the owner and the HEAD read (whose CheckpointID is the checkpoint to
-// restore, 0 for none). When the previous owner's next checkpoint HEAD
-// takes the number first (it is still running until its revoke or its
-// fencing takes effect), Claim reads the chain again and claims after
-// it, up to claimAttempts times: the checkpoint restored is then that
-// newer one. A concurrent claim by another member that wins returns an
-// error wrapping ErrHeadExists. units is the stage's unit count, written
-// into every HEAD: a HEAD written with another count is refused naming
-// both. retained (>= 1) is how many HEADs Purge keeps.
-func Claim(heads Heads, member, fingerprint string, units, retained int) (*Owner, Head, error) {
-	return claim(heads, member, fingerprint, units, retained, nil)
+// restore with Restore, 0 for none). When the previous owner's next
+// checkpoint HEAD takes the number first (it is still running until its
+// revoke or its fencing takes effect), Claim reads the chain again and
+// claims after it, up to claimAttempts times: the checkpoint restored is
+// then that newer one. A concurrent claim by another member that wins
+// returns an error wrapping ErrHeadExists. units is the stage's unit
+// count, written into every HEAD: a HEAD written with another count, or
+// for another graph fingerprint, is refused naming both. retained (>= 1)
+// is how many checkpoints Retain keeps.
+func Claim(ctx context.Context, ns Namespace, member, fingerprint string, units, retained int) (*Owner, Head, error) {
+	return claim(ctx, ns, member, fingerprint, units, retained, nil)
 }
 
 // claim is Claim; raced, when not nil, runs between reading the chain and
 // creating the claim (tests use it to let a previous owner's HEAD win).
-func claim(heads Heads, member, fingerprint string, units, retained int, raced func(prev Head)) (*Owner, Head, error) {
+func claim(ctx context.Context, ns Namespace, member, fingerprint string, units, retained int, raced func(prev Head)) (*Owner, Head, error) {
+	heads := ns.Heads()
 	for attempt := 1; ; attempt++ {
-		prev, err := heads.Latest()
+		prev, err := heads.Latest(ctx)
 		if err != nil {
 			return nil, Head{}, err
 		}
 		if prev.Units != 0 && prev.Units != units {
-			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written with %d units per stage, this daemon runs %d", heads.Dir, prev.Seq, prev.Units, units)
+			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written with %d units per stage, this daemon runs %d", ns.Prefix, prev.Seq, prev.Units, units)
 		}
 		if prev.Seq > 0 && prev.Fingerprint != fingerprint {
-			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written for graph %.12s, this daemon runs graph %.12s", heads.Dir, prev.Seq, prev.Fingerprint, fingerprint)
+			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written for graph %.12s, this daemon runs graph %.12s", ns.Prefix, prev.Seq, prev.Fingerprint, fingerprint)
 		}
 		if attempt > 1 && prev.Claim && prev.Owner != member {
-			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: member %s claimed HEAD-%d first: %w", heads.Dir, prev.Owner, prev.Seq, ErrHeadExists)
+			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: member %s claimed HEAD-%d first: %w", ns.Prefix, prev.Owner, prev.Seq, ErrHeadExists)
+		}
+		o := &Owner{ns: ns, member: member, fingerprint: fingerprint, units: units, retained: max(retained, 1),
+			chain: map[int64]int64{}, known: map[string]bool{}}
+		// Listed at every attempt: the previous owner's HEAD that beat the
+		// last one may name a checkpoint it uploaded since.
+		if ns.Local != nil {
+			keys, err := ns.Store.List(ctx, ns.Prefix)
+			if err != nil {
+				return nil, Head{}, fmt.Errorf("checkpoint: unit %s: %w", ns.Prefix, err)
+			}
+			for _, k := range keys {
+				rel := strings.TrimPrefix(k, ns.Prefix)
+				if f, ok := strings.CutPrefix(rel, "shared/"); ok {
+					o.known[f] = true
+				} else if dir, _, ok := strings.Cut(rel, "/"); ok {
+					if id, ok := parseChkName(dir); ok {
+						o.maxChk = max(o.maxChk, id)
+					}
+				}
+			}
 		}
 		if raced != nil {
 			raced(prev)
 		}
-		o := &Owner{heads: heads, member: member, fingerprint: fingerprint, units: units, retained: int64(max(retained, 1))}
 		claim := Head{Seq: prev.Seq + 1, CheckpointID: prev.CheckpointID, Owner: member, Claim: true, Fingerprint: fingerprint, Units: units}
-		err = heads.Create(claim)
-		if err == nil {
-			o.seq = claim.Seq
-			return o, prev, nil
+		err = heads.Create(ctx, claim)
+		if err != nil {
+			if !errors.Is(err, ErrHeadExists) || attempt == claimAttempts {
+				return nil, Head{}, err
+			}
+			continue
 		}
-		if !errors.Is(err, ErrHeadExists) || attempt == claimAttempts {
-			return nil, Head{}, err
+		o.seq = claim.Seq
+		if prev.Seq > 0 {
+			o.chain[prev.Seq] = prev.CheckpointID
 		}
+		o.chain[claim.Seq] = claim.CheckpointID
+		return o, prev, nil
 	}
 }
 
-// Checkpoint completes checkpoint id of the unit: pre-commit, upload,
-// create HEAD-<seq+1> naming it, then commit, then purge. Every checkpoint
-// writes its HEAD, even when every transaction is empty (franz-go's
-// EndTransaction returns nil when nothing was produced, so an empty epoch
-// would otherwise let a zombie commit unnoticed). When the HEAD exists the
-// unit has another owner: Checkpoint returns an error wrapping
-// ErrHeadExists without committing or purging anything; the owner is
-// then dead for good.
-func (o *Owner) Checkpoint(id int64, steps UnitCommit) error {
-	if o.seq == 0 {
-		return fmt.Errorf("checkpoint: unit %s: %w (fenced earlier)", o.heads.Dir, ErrHeadExists)
+// NextCheckpointID returns an id above every checkpoint in the unit's
+// namespace at the claim (the coordinator's FirstID), so this owner never
+// writes into a chk-<id> a previous owner left.
+func (o *Owner) NextCheckpointID() int64 { return o.maxChk + 1 }
+
+// Restore downloads checkpoint id of the unit into the local staging
+// storage (replacing whatever the local directory held) together with
+// every shared file it refers to, and returns the local directory and its
+// metadata: takeover step 5. It needs a Namespace with Local.
+func (o *Owner) Restore(ctx context.Context, id int64) (string, *Metadata, error) {
+	local := o.ns.Local
+	dir := local.CheckpointDir(id)
+	if err := os.RemoveAll(dir); err != nil {
+		return "", nil, fmt.Errorf("checkpoint: restore %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
-	for _, f := range []func() error{steps.PreCommit, steps.Upload} {
-		if f != nil {
-			if err := f(); err != nil {
-				return err
-			}
+	prefix := o.ns.chkKey(id, "")
+	keys, err := o.ns.Store.List(ctx, prefix)
+	if err != nil {
+		return "", nil, fmt.Errorf("checkpoint: restore %d of unit %s: %w", id, o.ns.Prefix, err)
+	}
+	if !slices.Contains(keys, prefix+MetadataFile) {
+		return "", nil, fmt.Errorf("checkpoint: restore %d of unit %s: %s has no %s in %s: %w", id, o.ns.Prefix, strings.TrimSuffix(prefix, "/"), MetadataFile, o.ns.Store, fs.ErrNotExist)
+	}
+	for _, k := range keys {
+		if k == prefix+MetadataFile {
+			continue // last: its presence says the download is whole
+		}
+		if err := o.ns.Store.Download(ctx, k, filepath.Join(dir, filepath.FromSlash(strings.TrimPrefix(k, prefix)))); err != nil {
+			return "", nil, err
 		}
 	}
-	hd := Head{Seq: o.seq + 1, CheckpointID: id, Owner: o.member, Fingerprint: o.fingerprint, Units: o.units}
-	if err := o.heads.Create(hd); err != nil {
-		if errors.Is(err, ErrHeadExists) {
-			o.seq = 0
+	if err := o.ns.Store.Download(ctx, prefix+MetadataFile, filepath.Join(dir, MetadataFile)); err != nil {
+		return "", nil, err
+	}
+	m, err := ReadMetadata(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	for _, f := range m.SharedFiles {
+		dst := filepath.Join(local.SharedDir(), filepath.FromSlash(f))
+		if _, err := os.Stat(dst); err == nil {
+			continue // shared files are immutable and uniquely named
+		}
+		if err := o.ns.Store.Download(ctx, o.ns.sharedKey(f), dst); err != nil {
+			return "", nil, fmt.Errorf("checkpoint: restore %d of unit %s: shared file %s: %w", id, o.ns.Prefix, f, err)
+		}
+	}
+	return dir, m, nil
+}
+
+// upload writes checkpoint id from the local staging storage into the
+// store: every file of chk-<id>/ but _metadata, then the shared files it
+// refers to that the store does not hold yet, then _metadata. Every write
+// is create-only: a chk-<id> another owner wrote fails the checkpoint
+// instead of being overwritten.
+func (o *Owner) upload(ctx context.Context, id int64) error {
+	dir := o.ns.Local.CheckpointDir(id)
+	m, err := ReadMetadata(dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+	}
+	var files []string
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err == nil && rel != MetadataFile && !strings.HasSuffix(rel, ".tmp") {
+			files = append(files, filepath.ToSlash(rel))
 		}
 		return err
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
-	o.seq = hd.Seq
-	if steps.Commit != nil {
-		if err := steps.Commit(); err != nil {
+	for _, rel := range files {
+		if err := o.ns.Store.Upload(ctx, o.ns.chkKey(id, rel), filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+		}
+	}
+	for _, f := range m.SharedFiles {
+		if o.known[f] {
+			continue
+		}
+		err := o.ns.Store.Upload(ctx, o.ns.sharedKey(f), filepath.Join(o.ns.Local.SharedDir(), filepath.FromSlash(f)))
+		if err != nil && !errors.Is(err, fs.ErrExist) { // exists: immutable and uniquely named, the same file
+			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+		}
+		o.known[f] = true
+	}
+	if err := o.ns.Store.Upload(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile)); err != nil {
+		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+	}
+	return nil
+}
+
+// Checkpoint completes checkpoint id of the unit: pre-commit, upload
+// (when the Namespace has Local), create HEAD-<seq+1> naming it, then
+// commit. Every checkpoint writes its HEAD, even when every transaction is
+// empty (franz-go's EndTransaction returns nil when nothing was produced,
+// so an empty epoch would otherwise let a zombie commit unnoticed). When
+// the HEAD exists the unit has another owner: Checkpoint returns an error
+// wrapping ErrHeadExists without committing anything; the owner is then
+// dead for good (Retain deletes nothing). When the HEAD's create fails
+// otherwise, Checkpoint reads the HEAD back: one that holds exactly what
+// it wrote counts as created (the store's answer was lost). Retention is
+// not part of it: the caller runs Retain once the commits finished.
+func (o *Owner) Checkpoint(ctx context.Context, id int64, steps UnitCommit) error {
+	if o.seq == 0 {
+		return fmt.Errorf("checkpoint: unit %s: %w (fenced earlier)", o.ns.Prefix, ErrHeadExists)
+	}
+	if steps.PreCommit != nil {
+		if err := steps.PreCommit(); err != nil {
 			return err
 		}
 	}
-	keep := max(o.seq-o.retained+1, 1)
-	if err := o.heads.Purge(keep); err != nil {
-		return err
+	if o.ns.Local != nil {
+		if err := o.upload(ctx, id); err != nil {
+			return err
+		}
 	}
-	if steps.Purge != nil {
-		return steps.Purge(keep)
+	if steps.Upload != nil {
+		if err := steps.Upload(); err != nil {
+			return err
+		}
+	}
+	hd := Head{Seq: o.seq + 1, CheckpointID: id, Owner: o.member, Fingerprint: o.fingerprint, Units: o.units}
+	if err := o.ns.Heads().Create(ctx, hd); err != nil {
+		if errors.Is(err, ErrHeadExists) {
+			o.seq = 0
+			return err
+		}
+		// An answer lost after the store wrote the HEAD (a timeout, a
+		// dropped connection) must not read as "another owner" at the next
+		// checkpoint: read it back.
+		if got, rerr := o.ns.Heads().Read(ctx, hd.Seq); rerr != nil || got != hd {
+			return err
+		}
+	}
+	o.seq = hd.Seq
+	o.chain[hd.Seq] = id
+	if steps.Commit != nil {
+		return steps.Commit()
 	}
 	return nil
+}
+
+// Retain applies retention inside the unit's namespace only, once the
+// Kafka commits of the checkpoint of HEAD-<from> (one this owner created)
+// finished (step 5 of invariant 1): walking the HEADs down from HEAD-<from>, it keeps
+// the newest `retained` distinct checkpoints they name and the HEADs from
+// the oldest one naming a kept checkpoint on; it deletes the older HEADs,
+// every chk-<id> older than the newest kept one and not kept (an
+// unfinished or another owner's chk-<id> newer than it stays), and every
+// shared file this owner knows of (listed at the claim, or uploaded) that
+// no kept checkpoint refers to. A fenced owner, or one that finds a HEAD
+// newer than its own, deletes nothing; the latter returns an error
+// wrapping ErrHeadExists and is fenced from then on.
+func (o *Owner) Retain(ctx context.Context, from int64) error {
+	if o.seq == 0 || from <= 0 || from > o.seq {
+		return nil
+	}
+	heads := o.ns.Heads()
+	seqs, err := heads.seqs(ctx)
+	if err != nil {
+		return err
+	}
+	if n := len(seqs); n == 0 || seqs[n-1] != o.seq {
+		newest := int64(0)
+		if n > 0 {
+			newest = seqs[n-1]
+		}
+		o.seq = 0
+		return fmt.Errorf("checkpoint: unit %s: retention found HEAD-%d above this owner's: %w", o.ns.Prefix, newest, ErrHeadExists)
+	}
+	kept := map[int64]bool{}
+	keepFrom := from
+	for k := from; k >= 1; k-- {
+		id, ok := o.chain[k]
+		if !ok {
+			if !slices.Contains(seqs, k) {
+				break // the chain below was purged earlier
+			}
+			hd, err := heads.Read(ctx, k)
+			if err != nil {
+				return err
+			}
+			id, o.chain[k] = hd.CheckpointID, hd.CheckpointID
+		}
+		if !kept[id] && len(kept) == o.retained { // id 0: a claim of no checkpoint
+			break
+		}
+		if id > 0 {
+			kept[id] = true
+		}
+		keepFrom = k
+	}
+	for k := range o.chain {
+		if k < keepFrom {
+			delete(o.chain, k)
+		}
+	}
+	if err := heads.Purge(ctx, keepFrom); err != nil {
+		return err
+	}
+	if o.ns.Local == nil || len(kept) == 0 {
+		return nil
+	}
+	newestKept := slices.Max(slices.Collect(func(yield func(int64) bool) {
+		for id := range kept {
+			if !yield(id) {
+				return
+			}
+		}
+	}))
+	keys, err := o.ns.Store.List(ctx, o.ns.Prefix+"chk-")
+	if err != nil {
+		return err
+	}
+	var del []string
+	for _, k := range keys {
+		dir, _, _ := strings.Cut(strings.TrimPrefix(k, o.ns.Prefix), "/")
+		if id, ok := parseChkName(dir); ok && id < newestKept && !kept[id] {
+			del = append(del, k)
+		}
+	}
+	referenced := map[string]bool{}
+	for id := range kept {
+		b, err := o.ns.Store.Read(ctx, o.ns.chkKey(id, MetadataFile))
+		if err != nil {
+			return err // never delete shared files on a partial view
+		}
+		var m Metadata
+		if err := json.Unmarshal(b, &m); err != nil {
+			return fmt.Errorf("checkpoint: unit %s: chk-%d/%s: %w", o.ns.Prefix, id, MetadataFile, err)
+		}
+		for _, f := range m.SharedFiles {
+			referenced[f] = true
+		}
+	}
+	for f := range o.known {
+		if !referenced[f] {
+			del = append(del, o.ns.sharedKey(f))
+			delete(o.known, f)
+		}
+	}
+	if len(del) == 0 {
+		return nil
+	}
+	slices.Sort(del)
+	return o.ns.Store.Delete(ctx, del...)
 }
 
 // Seq returns the last HEAD sequence this owner created, 0 once fenced.

@@ -1,13 +1,19 @@
 package checkpoint
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
+
+	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/runtime"
 )
 
 // TestZombieCannotCommitOrDelete: owner A holds the unit, B takes it over
@@ -15,56 +21,67 @@ import (
 // commit) creates no HEAD, commits nothing and deletes nothing; B's chain
 // goes on.
 func TestZombieCannotCommitOrDelete(t *testing.T) {
-	heads := Heads{Dir: filepath.Join(t.TempDir(), "clicks", "units", "1", "3")}
+	ctx := context.Background()
+	root := t.TempDir()
+	ns := Namespace{Store: FileStore{Root: root}, Prefix: UnitPrefix("clicks", 1, 3)}
+	heads := ns.Heads()
+	dir := filepath.Join(root, "clicks", "units", "1", "3")
 	var log []string
 	steps := func(who string) UnitCommit {
 		return UnitCommit{
 			PreCommit: func() error { log = append(log, who+" pre-commit"); return nil },
 			Upload:    func() error { log = append(log, who+" upload"); return nil },
 			Commit:    func() error { log = append(log, who+" commit"); return nil },
-			Purge:     func(k int64) error { log = append(log, who+" purge"); return nil },
 		}
 	}
-	a, prev, err := Claim(heads, "a", "fp", 4, 2)
+	a, prev, err := Claim(ctx, ns, "a", "fp", 4, 2)
 	if err != nil || prev.Seq != 0 {
 		t.Fatalf("claim a: %v %+v", err, prev)
 	}
-	if err := a.Checkpoint(1, steps("a")); err != nil {
+	if err := a.Checkpoint(ctx, 1, steps("a")); err != nil {
 		t.Fatal(err)
 	}
-	b, prev, err := Claim(heads, "b", "fp", 4, 2)
+	b, prev, err := Claim(ctx, ns, "b", "fp", 4, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := (Head{Seq: 2, CheckpointID: 1, Owner: "a", Fingerprint: "fp", Units: 4}); prev != want {
 		t.Errorf("b restores %+v, want %+v", prev, want)
 	}
-	before := files(t, heads.Dir)
+	before := files(t, dir)
 	log = nil
-	err = a.Checkpoint(2, steps("a"))
+	err = a.Checkpoint(ctx, 2, steps("a"))
 	if !errors.Is(err, ErrHeadExists) {
 		t.Fatalf("zombie checkpoint: %v, want ErrHeadExists", err)
 	}
 	if want := []string{"a pre-commit", "a upload"}; !slices.Equal(log, want) {
-		t.Errorf("zombie ran %q, want %q (no commit, no purge)", log, want)
+		t.Errorf("zombie ran %q, want %q (no commit)", log, want)
 	}
-	if got := files(t, heads.Dir); !slices.Equal(got, before) {
+	if err := a.Retain(ctx, 2); err != nil {
+		t.Errorf("a fenced owner's retention: %v, want nil (it deletes nothing)", err)
+	}
+	if got := files(t, dir); !slices.Equal(got, before) {
 		t.Errorf("zombie changed the namespace: %v, want %v", got, before)
 	}
-	if err := a.Checkpoint(3, steps("a")); !errors.Is(err, ErrHeadExists) || a.Seq() != 0 {
+	if err := a.Checkpoint(ctx, 3, steps("a")); !errors.Is(err, ErrHeadExists) || a.Seq() != 0 {
 		t.Errorf("a fenced owner must stay fenced: %v seq %d", err, a.Seq())
 	}
 	log = nil
-	if err := b.Checkpoint(2, steps("b")); err != nil {
+	if err := b.Checkpoint(ctx, 2, steps("b")); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"b pre-commit", "b upload", "b commit", "b purge"}; !slices.Equal(log, want) {
+	if want := []string{"b pre-commit", "b upload", "b commit"}; !slices.Equal(log, want) {
 		t.Errorf("owner ran %q, want %q", log, want)
 	}
-	if got, want := files(t, heads.Dir), []string{"HEAD-3", "HEAD-4"}; !slices.Equal(got, want) {
+	if err := b.Retain(ctx, b.Seq()); err != nil {
+		t.Fatal(err)
+	}
+	// HEAD-4 names chk-2, HEAD-3 and HEAD-2 chk-1: the 2 retained
+	// checkpoints; HEAD-1 (a's claim, no checkpoint) goes.
+	if got, want := files(t, dir), []string{"HEAD-2", "HEAD-3", "HEAD-4"}; !slices.Equal(got, want) {
 		t.Errorf("after b's checkpoint: %v, want %v (2 retained)", got, want)
 	}
-	latest, err := heads.Latest()
+	latest, err := heads.Latest(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,28 +89,57 @@ func TestZombieCannotCommitOrDelete(t *testing.T) {
 		t.Errorf("latest %+v, want %+v", latest, want)
 	}
 	// A claim with another graph is refused naming both fingerprints.
-	if _, _, err := Claim(heads, "c", "other", 4, 2); err == nil || err.Error() != "checkpoint: unit "+heads.Dir+": HEAD-4 was written for graph fp, this daemon runs graph other" {
+	if _, _, err := Claim(ctx, ns, "c", "other", 4, 2); err == nil || err.Error() != "checkpoint: unit clicks/units/1/3/: HEAD-4 was written for graph fp, this daemon runs graph other" {
 		t.Errorf("claim with another graph: %v", err)
 	}
 	// A claim with another unit count is refused naming both counts.
-	if _, _, err := Claim(heads, "c", "fp", 6, 2); err == nil || err.Error() != "checkpoint: unit "+heads.Dir+": HEAD-4 was written with 4 units per stage, this daemon runs 6" {
+	if _, _, err := Claim(ctx, ns, "c", "fp", 6, 2); err == nil || err.Error() != "checkpoint: unit clicks/units/1/3/: HEAD-4 was written with 4 units per stage, this daemon runs 6" {
 		t.Errorf("claim with another unit count: %v", err)
 	}
 }
 
-// TestSelfTest: a filesystem honours O_EXCL; a store whose create-only
-// write overwrites is refused.
+// overwriting is a FileStore whose create-only writes overwrite.
+type overwriting struct{ FileStore }
+
+func (s overwriting) Create(_ context.Context, key string, data []byte) error {
+	name := filepath.Join(s.Root, filepath.FromSlash(key))
+	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(name, data, 0o644)
+}
+
+// TestSelfTest: a filesystem honours create-only writes (a second create
+// of a HEAD fails with ErrHeadExists); a store whose create-only write
+// overwrites is refused naming it. Neither keeps the probe.
 func TestSelfTest(t *testing.T) {
+	ctx := context.Background()
 	dir := t.TempDir()
-	if err := SelfTest(dir); err != nil {
+	if err := SelfTest(ctx, FileStore{Root: dir}, "clicks/"); err != nil {
 		t.Fatal(err)
 	}
-	overwrite := func(name string) error { return os.WriteFile(name, nil, 0o644) }
-	if err := selfTest(dir, overwrite); !errors.Is(err, ErrCreateOnlyIgnored) {
-		t.Errorf("store ignoring create-only: %v, want ErrCreateOnlyIgnored", err)
+	heads := Heads{Store: FileStore{Root: dir}, Prefix: "clicks/units/0/0/"}
+	if err := heads.Create(ctx, Head{Seq: 1}); err != nil {
+		t.Fatal(err)
 	}
-	if got := files(t, dir); len(got) != 0 {
+	if err := heads.Create(ctx, Head{Seq: 1, Owner: "b"}); !errors.Is(err, ErrHeadExists) {
+		t.Errorf("second create of HEAD-1: %v, want ErrHeadExists", err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "clicks", "units")); err != nil {
+		t.Fatal(err)
+	}
+	err := SelfTest(ctx, overwriting{FileStore{Root: dir}}, "clicks/")
+	if !errors.Is(err, ErrCreateOnlyIgnored) {
+		t.Fatalf("store ignoring create-only: %v, want ErrCreateOnlyIgnored", err)
+	}
+	if want := "checkpoint: store self-test of filesystem " + dir + ": a second create-only write of clicks/.selftest-"; len(err.Error()) < len(want) || err.Error()[:len(want)] != want {
+		t.Errorf("refusal %q does not start with %q", err, want)
+	}
+	if got := files(t, filepath.Join(dir, "clicks")); len(got) != 0 {
 		t.Errorf("self-test left %v", got)
+	}
+	if _, err := (FileStore{Root: dir}).Read(ctx, "clicks/none"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("read of a missing key: %v, want fs.ErrNotExist", err)
 	}
 }
 
@@ -111,23 +157,46 @@ func files(t *testing.T, dir string) []string {
 }
 
 // TestClaimAfterPreviousOwnersHead: the previous owner is still running
-// while the new owner claims, and its next two checkpoint HEADs take the
-// number the claim read; the claim reads the chain again and lands after
-// them, restoring the newest checkpoint. A claim beaten by another
-// member's claim is refused with ErrHeadExists.
+// while the new owner claims, and its next two checkpoint HEADs (each
+// uploaded first) take the number the claim read; the claim reads the
+// chain again and lands after them, restoring the newest checkpoint, and
+// its first checkpoint id is above the checkpoints uploaded meanwhile. A
+// claim beaten by another member's claim is refused with ErrHeadExists.
 func TestClaimAfterPreviousOwnersHead(t *testing.T) {
-	heads := Heads{Dir: filepath.Join(t.TempDir(), "clicks", "units", "0", "0")}
-	a, _, err := Claim(heads, "a", "fp", 1, 3)
+	ctx := context.Background()
+	root := t.TempDir()
+	store := FileStore{Root: filepath.Join(root, "store")}
+	staging := func(who string) Namespace {
+		return Namespace{Store: store, Prefix: UnitPrefix("clicks", 0, 0),
+			Local: NewStorage(filepath.Join(root, who, "clicks", "units", "0"), "0", 3, nil)}
+	}
+	nsA := staging("a")
+	// stage writes a checkpoint of a into its staging storage.
+	stage := func(id int64) {
+		dir := nsA.Local.CheckpointDir(id)
+		if err := os.MkdirAll(filepath.Join(dir, "op"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "op", "state"), []byte("a"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeMetadata(dir, &Metadata{Version: MetadataVersion, Job: "clicks", CheckpointID: id, Operators: map[string]OperatorMetadata{}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _, err := Claim(ctx, nsA, "a", "fp", 1, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Checkpoint(1, UnitCommit{}); err != nil {
+	stage(1)
+	if err := a.Checkpoint(ctx, 1, UnitCommit{}); err != nil {
 		t.Fatal(err)
 	}
 	next := int64(2)
-	b, prev, err := claim(heads, "b", "fp", 1, 3, func(Head) {
+	b, prev, err := claim(ctx, staging("b"), "b", "fp", 1, 3, func(Head) {
 		if next <= 3 {
-			if err := a.Checkpoint(next, UnitCommit{}); err != nil {
+			stage(next)
+			if err := a.Checkpoint(ctx, next, UnitCommit{}); err != nil {
 				t.Fatal(err)
 			}
 			next++
@@ -142,65 +211,226 @@ func TestClaimAfterPreviousOwnersHead(t *testing.T) {
 	if b.Seq() != 5 {
 		t.Errorf("b's claim is HEAD-%d, want HEAD-5", b.Seq())
 	}
-	if err := a.Checkpoint(4, UnitCommit{}); !errors.Is(err, ErrHeadExists) {
+	if got := b.NextCheckpointID(); got != 4 {
+		t.Errorf("b's first checkpoint id %d, want 4 (above a's chk-3)", got)
+	}
+	stage(4)
+	if err := a.Checkpoint(ctx, 4, UnitCommit{}); !errors.Is(err, ErrHeadExists) {
 		t.Errorf("previous owner after the claim: %v, want ErrHeadExists", err)
 	}
 
 	// c's claim is beaten by d's claim: c stops.
-	_, _, err = claim(heads, "c", "fp", 1, 3, func(Head) {
-		if _, _, err := Claim(heads, "d", "fp", 1, 3); err != nil {
+	ns := Namespace{Store: store, Prefix: UnitPrefix("clicks", 0, 0)}
+	_, _, err = claim(ctx, ns, "c", "fp", 1, 3, func(Head) {
+		if _, _, err := Claim(ctx, ns, "d", "fp", 1, 3); err != nil {
 			t.Fatal(err)
 		}
 	})
-	if !errors.Is(err, ErrHeadExists) || err.Error() != "checkpoint: unit "+heads.Dir+": member d claimed HEAD-6 first: "+ErrHeadExists.Error() {
+	if !errors.Is(err, ErrHeadExists) || err.Error() != "checkpoint: unit clicks/units/0/0/: member d claimed HEAD-6 first: "+ErrHeadExists.Error() {
 		t.Errorf("claim beaten by another claim: %v", err)
 	}
 }
 
 // TestUnitCheckpointDirCreateOnly: a unit's coordinator whose next
-// checkpoint id already has a directory in the namespace (written by the
-// unit's other owner: a zombie and a new owner count the same ids) writes
-// nothing into it: that checkpoint fails, the other owner's file is
-// untouched and no metadata lands there, and the next checkpoint completes
-// under the next id (its retention then deletes the stale directory, as
-// the unit's owner).
+// checkpoint id already has objects in the unit's store (uploaded by the
+// unit's other owner after the claim listed the namespace: a zombie and a
+// new owner may count the same ids) overwrites none of them: the upload's
+// create-only write of the same key fails that checkpoint, the other
+// owner's object is untouched and no metadata of this owner lands in
+// chk-1, and the next checkpoint completes under the next id; the owner's
+// retention then deletes the stale chk-1 as a whole.
 func TestUnitCheckpointDirCreateOnly(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		root := t.TempDir()
-		s := NewStorage(filepath.Join(root, "clicks", "units", "1"), "0", 3, nil)
-		o, _, err := Claim(Heads{Dir: s.JobDir()}, "a", "fp", 2, 3)
+	ctx := context.Background()
+	root := t.TempDir()
+	store := FileStore{Root: filepath.Join(root, "store")}
+	local := NewStorage(filepath.Join(root, "staging", "clicks", "units", "1"), "0", 3, nil)
+	ns := Namespace{Store: store, Prefix: UnitPrefix("clicks", 1, 0), Local: local}
+	o, _, err := Claim(ctx, ns, "a", "fp", 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.NextCheckpointID(); got != 1 {
+		t.Fatalf("first id %d, want 1 (an empty namespace)", got)
+	}
+	const theirs = "clicks/units/1/0/chk-1/op/0/state"
+	if err := store.Create(ctx, theirs, []byte("the other owner's")); err != nil {
+		t.Fatal(err)
+	}
+	j := newFakeJob(1, func(b *runtime.Barrier, _ runtime.TaskID) answer {
+		if b.CheckpointID > 2 {
+			return silent // nothing completes after checkpoint 2
+		}
+		return ack
+	})
+	c := j.coordinator(t, CoordinatorConfig{Job: "clicks", MaxParallelism: 24, Storage: local, Owner: o, FirstID: o.NextCheckpointID(),
+		Interval: 5 * time.Millisecond, Timeout: time.Hour, TolerableFailures: 1})
+	r := runCoordinator(c)
+	defer r.stop()
+	if !testkit.Poll(time.Minute, func() bool { id, _ := c.LastCompleted(); return id >= 2 }) {
+		t.Fatal("checkpoint 2 never completed")
+	}
+	if id, _ := c.LastCompleted(); id != 2 {
+		t.Errorf("LastCompleted = %d, want 2 (checkpoint 1 fails on the other owner's object)", id)
+	}
+	if h, err := ns.Heads().Latest(ctx); err != nil || h.CheckpointID != 2 || h.Owner != "a" || h.Units != 2 {
+		t.Errorf("newest HEAD %+v (%v), want a's naming checkpoint 2 with 2 units", h, err)
+	}
+	want := []string{"clicks/units/1/0/HEAD-1", "clicks/units/1/0/HEAD-2",
+		"clicks/units/1/0/chk-2/_metadata", "clicks/units/1/0/chk-2/op/0/state", "clicks/units/1/0/chk-2/src/0/state"}
+	var got []string
+	if !testkit.Poll(time.Minute, func() bool {
+		if got, err = store.List(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+		return slices.Equal(got, want)
+	}) {
+		t.Errorf("after checkpoint 2's retention the store holds\n%q\nwant\n%q", got, want)
+	}
+}
+
+// committingTask is a fakeTask whose completion notices finish only when
+// the test releases them (a sink still committing its transactions).
+type committingTask struct {
+	*fakeTask
+	mu    sync.Mutex
+	dones []func()
+}
+
+func (c *committingTask) NotifyCheckpointCompleteThen(id int64, done func()) {
+	c.NotifyCheckpointComplete(id)
+	c.mu.Lock()
+	c.dones = append(c.dones, done)
+	c.mu.Unlock()
+}
+
+func (c *committingTask) pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.dones)
+}
+
+func (c *committingTask) release() int {
+	c.mu.Lock()
+	d := c.dones
+	c.dones = nil
+	c.mu.Unlock()
+	for _, f := range d {
+		f()
+	}
+	return len(d)
+}
+
+// TestUnitRetentionAfterCommits: a unit's coordinator uploads each
+// checkpoint and creates its HEAD, but applies retention in the store
+// only once every task's commit of the checkpoint finished: while the
+// sink's commits of checkpoints 1..3 are pending the store holds every
+// HEAD and checkpoint; once they finish it holds exactly the newest (1
+// retained) and the HEAD naming it.
+func TestUnitRetentionAfterCommits(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store := FileStore{Root: filepath.Join(root, "store")}
+	local := NewStorage(filepath.Join(root, "staging", "clicks", "units", "0"), "0", 1, nil)
+	ns := Namespace{Store: store, Prefix: UnitPrefix("clicks", 0, 0), Local: local}
+	o, _, err := Claim(ctx, ns, "a", "fp", 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := newFakeJob(1, func(b *runtime.Barrier, _ runtime.TaskID) answer {
+		if b.CheckpointID > 3 {
+			return silent // nothing completes after checkpoint 3
+		}
+		return ack
+	})
+	sink := &committingTask{fakeTask: j.tasks[1]}
+	c, err := NewCoordinator(CoordinatorConfig{Job: "clicks", MaxParallelism: 8, Storage: local, Owner: o,
+		Interval: 5 * time.Millisecond, Timeout: time.Hour, FirstID: o.NextCheckpointID()},
+		[]runtime.SourceTask{j.tasks[0]}, []runtime.CheckpointTarget{j.tasks[0], sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.c = c
+	c.SourceCaughtUp(j.tasks[0].id)
+	r := runCoordinator(c)
+	defer r.stop()
+	if !testkit.Poll(time.Minute, func() bool { return sink.pending() == 3 }) {
+		t.Fatalf("the sink got %d completion notices, want 3", sink.pending())
+	}
+	list := func() []string {
+		keys, err := store.List(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		theirs := filepath.Join(s.CheckpointDir(1), "state")
-		if err := os.MkdirAll(filepath.Dir(theirs), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(theirs, []byte("the other owner's"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		j := newFakeJob(1, nil)
-		c := j.coordinator(t, CoordinatorConfig{Job: "clicks", MaxParallelism: 24, Storage: s, Owner: o, FirstID: 1, Interval: 100 * time.Millisecond, TolerableFailures: 1})
-		r := runCoordinator(c)
-		defer r.stop()
-		time.Sleep(150 * time.Millisecond) // checkpoint 1 at 100 ms
-		synctest.Wait()
-		if id, _ := c.LastCompleted(); id != 0 {
-			t.Errorf("LastCompleted = %d, want 0 (checkpoint 1 fails on the existing directory)", id)
-		}
-		if b, err := os.ReadFile(theirs); err != nil || string(b) != "the other owner's" {
-			t.Errorf("the other owner's file: %q, %v", b, err)
-		}
-		if got := files(t, s.CheckpointDir(1)); !slices.Equal(got, []string{"state"}) {
-			t.Errorf("chk-1 holds %v, want only the other owner's [state]", got)
-		}
-		time.Sleep(100 * time.Millisecond) // checkpoint 2 at 200 ms
-		synctest.Wait()
-		if id, _ := c.LastCompleted(); id != 2 {
-			t.Errorf("LastCompleted = %d, want 2", id)
-		}
-		if h, err := (Heads{Dir: s.JobDir()}).Latest(); err != nil || h.CheckpointID != 2 || h.Owner != "a" {
-			t.Errorf("newest HEAD %+v (%v), want a's naming checkpoint 2", h, err)
-		}
-	})
+		return keys
+	}
+	chk := func(id int) []string {
+		return []string{fmt.Sprintf("clicks/units/0/0/chk-%d/_metadata", id), fmt.Sprintf("clicks/units/0/0/chk-%d/op/0/state", id), fmt.Sprintf("clicks/units/0/0/chk-%d/src/0/state", id)}
+	}
+	var all []string
+	all = append(append(append(all, "clicks/units/0/0/HEAD-1", "clicks/units/0/0/HEAD-2", "clicks/units/0/0/HEAD-3", "clicks/units/0/0/HEAD-4"), chk(1)...), chk(2)...)
+	all = append(all, chk(3)...)
+	slices.Sort(all)
+	if got := list(); !slices.Equal(got, all) {
+		t.Errorf("with the commits pending the store holds\n%q\nwant\n%q", got, all)
+	}
+	if n := sink.release(); n != 3 {
+		t.Errorf("%d completion notices, want 3", n)
+	}
+	want := append([]string{"clicks/units/0/0/HEAD-4"}, chk(3)...)
+	var got []string
+	if !testkit.Poll(time.Minute, func() bool { got = list(); return slices.Equal(got, want) }) {
+		t.Errorf("after the commits the store holds\n%q\nwant\n%q", got, want)
+	}
 }
+
+// lostAnswer is a FileStore whose Create of HEAD-<seq> writes the object
+// and then fails, as a PUT whose answer never arrived.
+type lostAnswer struct {
+	FileStore
+	seq string
+}
+
+func (s lostAnswer) Create(ctx context.Context, key string, data []byte) error {
+	if err := s.FileStore.Create(ctx, key, data); err != nil {
+		return err
+	}
+	if filepath.Base(key) == HeadPrefix+s.seq {
+		return errors.New("connection reset by peer")
+	}
+	return nil
+}
+
+// TestHeadCreateAnswerLost: a HEAD create whose answer is lost after the
+// store wrote it counts as created (read back), so the owner's next
+// checkpoint goes on; a create that really failed does not advance the
+// owner.
+func TestHeadCreateAnswerLost(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	ns := Namespace{Store: lostAnswer{FileStore{Root: root}, "2"}, Prefix: UnitPrefix("clicks", 0, 0)}
+	o, _, err := Claim(ctx, ns, "a", "fp", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Checkpoint(ctx, 1, UnitCommit{}); err != nil || o.Seq() != 2 {
+		t.Fatalf("checkpoint with the answer lost: %v, seq %d; want nil, 2", err, o.Seq())
+	}
+	if err := o.Checkpoint(ctx, 2, UnitCommit{}); err != nil || o.Seq() != 3 {
+		t.Fatalf("next checkpoint: %v, seq %d; want nil, 3", err, o.Seq())
+	}
+	// A create that fails without writing leaves the owner where it was.
+	broken := Namespace{Store: failing{FileStore{Root: root}}, Prefix: ns.Prefix}
+	o2, _, err := Claim(ctx, Namespace{Store: FileStore{Root: root}, Prefix: ns.Prefix}, "b", "fp", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2.ns = broken
+	if err := o2.Checkpoint(ctx, 3, UnitCommit{}); err == nil || errors.Is(err, ErrHeadExists) || o2.Seq() != 4 {
+		t.Errorf("failed create: %v, seq %d; want an error other than ErrHeadExists, seq 4", err, o2.Seq())
+	}
+}
+
+// failing is a FileStore whose creates fail without writing.
+type failing struct{ FileStore }
+
+func (failing) Create(context.Context, string, []byte) error { return errors.New("store unreachable") }

@@ -59,11 +59,17 @@ type Settings struct {
 	// repartition partition up to the offsets of each committed checkpoint
 	// (cluster.purge_repartitions).
 	PurgeRepartitions bool
+	// Store is the shared store of the units' HEAD chains and checkpoints
+	// (checkpoint.FileStore or s3store.Store); required with Unit. A unit
+	// then writes its checkpoints under CheckpointDir (the local staging
+	// directory) and uploads them to Store before its HEAD.
+	Store checkpoint.Store
 }
 
 // Unit is one cluster-mode work unit (docs/scale-out.md): unit Index of
 // Units of stage Stage. Build then gives the unit its own checkpoint
-// namespace <CheckpointDir>/<job>/units/<stage>/<index>/ and state dir
+// namespace <job>/units/<stage>/<index>/ in Settings.Store (staged locally
+// in <CheckpointDir>/<job>/units/<stage>/<index>/), its own state dir
 // <StateDir>/<job>/units/<stage>/<index>/, the key groups
 // keygroup.RangeFor(maxP, Units, Index) for its keyed state, the input
 // splits of subtask Index of Units (a broadcast source: every partition; a
@@ -191,17 +197,25 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		// Takeover (docs/scale-out.md): the newest HEAD, not a listing,
 		// names what to restore; claiming the next one fences the previous
 		// owner before anything is committed or fenced in Kafka.
-		if err := checkpoint.SelfTest(storage.JobDir()); err != nil {
+		if set.Store == nil {
+			return nil, fmt.Errorf("job: stage %d unit %d: no checkpoint store (Settings.Store)", unit.Stage, unit.Index)
+		}
+		if err := checkpoint.SelfTest(ctx, set.Store, g.Job+"/"); err != nil {
 			return nil, err
 		}
-		o, head, err := checkpoint.Claim(checkpoint.Heads{Dir: storage.JobDir()}, unit.Member, unit.Fingerprint, unit.Units, set.Retained)
+		// The local staging copy starts empty: only the store's HEAD says
+		// what the unit restores.
+		if err := os.RemoveAll(storage.JobDir()); err != nil {
+			return nil, fmt.Errorf("job: clear checkpoint staging dir: %w", err)
+		}
+		ns := checkpoint.Namespace{Store: set.Store, Prefix: checkpoint.UnitPrefix(g.Job, unit.Stage, unit.Index), Local: storage}
+		o, head, err := checkpoint.Claim(ctx, ns, unit.Member, unit.Fingerprint, unit.Units, set.Retained)
 		if err != nil {
 			return nil, fmt.Errorf("job: stage %d unit %d: claim: %w", unit.Stage, unit.Index, err)
 		}
 		owner = o
 		if head.CheckpointID > 0 {
-			restoreDir = storage.CheckpointDir(head.CheckpointID)
-			if meta, err = checkpoint.ReadMetadata(restoreDir); err != nil {
+			if restoreDir, meta, err = o.Restore(ctx, head.CheckpointID); err != nil {
 				return nil, fmt.Errorf("job: stage %d unit %d: HEAD-%d: %w", unit.Stage, unit.Index, head.Seq, err)
 			}
 			if err := verify(restoreDir, meta); err != nil {
@@ -516,6 +530,9 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				j.purge.committed(id, m)
 			}
 		}
+	}
+	if owner != nil {
+		firstID = max(firstID, owner.NextCheckpointID())
 	}
 	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
 		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner, Fault: deps.CheckpointFault, Committed: committed,
@@ -862,8 +879,9 @@ func (j *Job) Run(ctx context.Context) error {
 		// so for a cluster-mode unit: another owner may have taken it
 		// over and be writing its next checkpoint in the same namespace
 		// (a zombie must delete nothing: docs/scale-out.md, invariant 1);
-		// the owner's retention (Storage.Prune after its HEAD) deletes
-		// the incomplete checkpoints instead.
+		// only the owner's retention (Owner.Retain after its commits)
+		// deletes in the store, and the unit's local staging copy is
+		// cleared by its next Build.
 		if j.settings.Unit != nil {
 			return
 		}

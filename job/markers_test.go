@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/pipeline"
@@ -142,7 +143,8 @@ func TestUnitsEventTimeWindowsAcrossStages(t *testing.T) {
 	dir := t.TempDir()
 	set := cfg.Settings()
 	set.PurgeRepartitions = false // the test reads the whole repartition topic
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
+	set.Store = checkpoint.FileStore{Root: dir + "/store"}
 	errs := make(chan error, 16)
 	type running struct {
 		cancel context.CancelFunc

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,7 +60,7 @@ func (r *unitRun) current() *Job {
 
 // RunMember runs this process as a member of the cluster-mode job st
 // (docs/scale-out.md): it refuses a unit count other than the one of the
-// job's HEAD chains in set.CheckpointDir, creates the repartition topics
+// job's HEAD chains in set.Store, creates the repartition topics
 // and the units topic (refusing a changed unit count), joins the group mc.GroupID with
 // UnitBalancer, and runs every unit assigned to it as a job of its own
 // (Build with set.Unit): on assignment it builds and runs the unit (the
@@ -82,7 +81,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	}
 	logger = logger.With("component", "cluster", "member", mc.MemberID)
 	deps.Logger = logger
-	if err := checkStoreUnits(set.CheckpointDir, st); err != nil {
+	if err := checkStoreUnits(ctx, set.Store, st); err != nil {
 		return err
 	}
 	if err := EnsureRepartitionTopics(ctx, deps.ClientOpts, st); err != nil {
@@ -245,20 +244,23 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 }
 
 // checkStoreUnits refuses a unit count other than the one the job's HEAD
-// chains in the store under dir were written with (invariant 7 of
-// docs/scale-out.md), naming both: the newest HEAD of unit 0 of every
-// stage (which every unit count has) records its stage's count. It runs
-// before any topic is created, so that a broker that never saw the job
-// does not get topics of the wrong count first.
-func checkStoreUnits(dir string, st *graph.Stages) error {
+// chains in store were written with (invariant 7 of docs/scale-out.md),
+// naming both: the newest HEAD of unit 0 of every stage (which every unit
+// count has) records its stage's count. It runs before any topic is
+// created, so that a broker that never saw the job does not get topics of
+// the wrong count first.
+func checkStoreUnits(ctx context.Context, store checkpoint.Store, st *graph.Stages) error {
+	if store == nil {
+		return fmt.Errorf("job: no checkpoint store (Settings.Store)")
+	}
 	for s := range st.Stages {
-		ns := filepath.Join(dir, st.Job, "units", strconv.Itoa(s), "0")
-		hd, err := checkpoint.Heads{Dir: ns}.Latest()
+		heads := checkpoint.Heads{Store: store, Prefix: checkpoint.UnitPrefix(st.Job, s, 0)}
+		hd, err := heads.Latest(ctx)
 		if err != nil {
 			return fmt.Errorf("job: %w", err)
 		}
 		if hd.Units != 0 && hd.Units != st.Units {
-			return fmt.Errorf("job: the store holds the HEAD chains of %d units of stage %d, cluster.units is %d (HEAD-%d of %s): %w", hd.Units, s, st.Units, hd.Seq, ns, ErrUnitsChanged)
+			return fmt.Errorf("job: the store holds the HEAD chains of %d units of stage %d, cluster.units is %d (HEAD-%d of %s in %s): %w", hd.Units, s, st.Units, hd.Seq, heads.Prefix, store, ErrUnitsChanged)
 		}
 	}
 	return nil

@@ -104,7 +104,8 @@ func TestRevokeTakesFinalCheckpoint(t *testing.T) {
 	}
 	dir := t.TempDir()
 	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
+	set.Store = checkpoint.FileStore{Root: dir + "/store"}
 	set.Interval = time.Hour // only the revoke's checkpoint can commit
 	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("in"))...)
 	if err != nil {
@@ -129,7 +130,12 @@ func TestRevokeTakesFinalCheckpoint(t *testing.T) {
 			OnJoined: func(m *job.Member) { joined <- m },
 		})
 	}()
-	mem := <-joined
+	var mem *job.Member
+	select {
+	case mem = <-joined:
+	case err := <-done:
+		t.Fatalf("RunMember returned before joining: %v", err)
+	}
 	if !testkit.Poll(2*time.Minute, func() bool {
 		return counterSum(t, reg, "kstreamd_operator_records_in_total", map[string]string{"operator": "out"}) == n
 	}) {
@@ -255,7 +261,8 @@ func TestRepartitionPurge(t *testing.T) {
 	}
 	dir := t.TempDir()
 	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
+	set.Store = checkpoint.FileStore{Root: dir + "/store"}
 	reg := prometheus.NewRegistry()
 	m1, err := job.NewMetrics(reg)
 	if err != nil {

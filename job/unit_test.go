@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/checkpoint/s3store"
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
@@ -119,7 +120,8 @@ func TestUnitsExactlyOnceAcrossStages(t *testing.T) {
 
 	dir := t.TempDir()
 	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
+	set.Store = checkpoint.FileStore{Root: dir + "/store"}
 	set.PurgeRepartitions = false // the test reads the whole repartition topic
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -251,11 +253,14 @@ func TestUnitZombieFenced(t *testing.T) {
 	}
 	dir := t.TempDir()
 	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
+	set.Store = checkpoint.FileStore{Root: dir + "/store"}
 	ns := dir + "/store/copy/units/0/0"
+	heads := checkpoint.Heads{Store: set.Store, Prefix: "copy/units/0/0/"}
 	build := func(member string) *job.Job {
 		s := set
 		s.StateDir += "/" + member
+		s.CheckpointDir += "/" + member
 		s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
 		j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts})
 		if err != nil {
@@ -288,7 +293,7 @@ func TestUnitZombieFenced(t *testing.T) {
 	}
 	// Input paused: a's epochs are empty. b takes the unit over.
 	b := build("b")
-	claim, err := checkpoint.Heads{Dir: ns}.Latest()
+	claim, err := heads.Latest(context.Background())
 	if err != nil || claim.Owner != "b" || !claim.Claim {
 		t.Fatalf("after b's claim the newest HEAD is %+v (%v)", claim, err)
 	}
@@ -310,7 +315,7 @@ func TestUnitZombieFenced(t *testing.T) {
 	if !errors.Is(aErr, checkpoint.ErrHeadExists) {
 		t.Fatalf("zombie stopped with %v, want ErrHeadExists", aErr)
 	}
-	if after, err := (checkpoint.Heads{Dir: ns}).Latest(); err != nil || after != claim {
+	if after, err := heads.Latest(context.Background()); err != nil || after != claim {
 		t.Errorf("newest HEAD after the zombie stopped: %+v, want b's claim %+v (%v)", after, claim, err)
 	}
 	for _, f := range before {
@@ -382,6 +387,9 @@ func sourceOffset(t *testing.T, dir string) int64 {
 	return split.Offset
 }
 
+// listFiles returns the names in dir of a filesystem store, without the
+// temporary files of a create in flight (".kstreamd-tmp-*": the zombie's
+// failing HEAD create removes its own).
 func listFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -390,7 +398,9 @@ func listFiles(t *testing.T, dir string) []string {
 	}
 	var out []string
 	for _, e := range ents {
-		out = append(out, e.Name())
+		if !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e.Name())
+		}
 	}
 	return out
 }
@@ -432,7 +442,8 @@ func TestUnitCrashAroundHead(t *testing.T) {
 			}
 			dir := t.TempDir()
 			set := cfg.Settings()
-			set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/store", dir+"/state", "hashmap"
+			set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
+			set.Store = checkpoint.FileStore{Root: dir + "/store"}
 			ns := dir + "/store/copy/units/0/0"
 			read := func(iso kgo.IsolationLevel) []*kgo.Record {
 				return testkit.ReadTopicWith(t, opts, iso, "out", 5*time.Second)
@@ -447,7 +458,7 @@ func TestUnitCrashAroundHead(t *testing.T) {
 				if !armed.Load() {
 					return false
 				}
-				if p == checkpoint.FaultBeforeHead && crashID == 0 {
+				if p == checkpoint.FaultBeforeHead && crashID == 0 { // uploaded to the store by then
 					if off := sourceOffset(t, fmt.Sprintf("%s/chk-%d", ns, id)); off > 10 {
 						crashID, epoch = id, off-10
 					}
@@ -457,6 +468,7 @@ func TestUnitCrashAroundHead(t *testing.T) {
 			build := func(member string, fault func(checkpoint.FaultPoint, int64) bool, log *testkit.SyncBuffer) *job.Job {
 				s := set
 				s.StateDir += "/" + member
+				s.CheckpointDir += "/" + member
 				s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
 				j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts, CheckpointFault: fault,
 					Logger: slog.New(slog.NewJSONHandler(log, nil))})
@@ -496,7 +508,7 @@ func TestUnitCrashAroundHead(t *testing.T) {
 			case <-time.After(time.Minute):
 				t.Fatal("a never reached the fault point")
 			}
-			head, err := checkpoint.Heads{Dir: ns}.Latest()
+			head, err := checkpoint.Heads{Store: set.Store, Prefix: "copy/units/0/0/"}.Latest(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -579,6 +591,155 @@ func TestUnitCrashAroundHead(t *testing.T) {
 				if want := 20 + uncommittedAtCrash - 10; uncommitted != want || uncommittedAtCrash <= 10 {
 					t.Errorf("the output read uncommitted holds %d records, want %d (a's %d uncommitted records aborted and written again)", uncommitted, want, uncommittedAtCrash-10)
 				}
+			}
+		})
+	}
+}
+
+// TestUnitsRestoreFromStore, on the filesystem store and on an S3 server:
+// the two stages of a keyed count run as 4 units (2 per stage, Pebble
+// with incremental checkpoints) owned by a, which is stopped mid-stream
+// and whose staging directory is then deleted; owner b, with an empty
+// staging directory, takes every unit over from the store alone: each
+// stage-1 unit restores the checkpoint its newest HEAD names (downloaded
+// into b's staging directory with its shared files), and the
+// read_committed output holds, per key, exactly the counts 1..n.
+func TestUnitsRestoreFromStore(t *testing.T) {
+	for _, kind := range []string{"filesystem", "s3"} {
+		t.Run(kind, func(t *testing.T) {
+			kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "clicks", "counts"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(kc.Close)
+			opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
+			cfg, err := pipeline.Parse("units.yaml", []byte(strings.Replace(unitsYAML, "units: 4", "units: 2", 1)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := cfg.PlanStages()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			var store checkpoint.Store = checkpoint.FileStore{Root: dir + "/store"}
+			if kind == "s3" {
+				s, err := s3store.New(s3store.Config{Endpoint: testkit.S3Server(t, "chk", true), Bucket: "chk", Region: "us-east-1",
+					PathStyle: true, AccessKey: testkit.S3AccessKey, SecretKey: testkit.S3SecretKey})
+				if err != nil {
+					t.Fatal(err)
+				}
+				store = s
+			}
+			set := cfg.Settings()
+			set.StateBackend, set.Incremental, set.Store = "pebble", true, store
+			var logs testkit.SyncBuffer
+			const users, perUser = 5, 20
+			prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("clicks"))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer prod.Close()
+			produce := func(from, to int) {
+				for i := from; i < to; i++ {
+					for u := range users {
+						rec := &kgo.Record{Value: fmt.Appendf(nil, `{"user":"u%d","i":%d}`, u, i)}
+						if err := prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			committed := func() []*kgo.Record {
+				return testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "counts", 10*time.Second)
+			}
+			// run runs every unit as member until want output records are
+			// committed, then stops them; it returns what each stage-1 unit
+			// restored from.
+			run := func(member string, want int) []string {
+				rctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				var wg sync.WaitGroup
+				errs := make(chan error, 4)
+				var restored []string
+				for _, stage := range st.Stages {
+					for u := range st.Units {
+						s := set
+						s.CheckpointDir, s.StateDir = dir+"/"+member+"/staging", dir+"/"+member+"/state"
+						s.Unit = &job.Unit{Stage: stage.Index, Index: u, Units: st.Units, Member: member, Fingerprint: st.Fingerprint}
+						j, err := job.Build(rctx, stage.Graph, s, job.Deps{ClientOpts: opts, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+						if err != nil {
+							t.Fatalf("%s: build stage %d unit %d: %v", member, stage.Index, u, err)
+						}
+						if stage.Index == 1 {
+							restored = append(restored, j.RestoredFrom())
+						}
+						wg.Go(func() {
+							if err := j.Run(rctx); err != nil {
+								errs <- fmt.Errorf("%s: stage %d unit %d: %w", member, stage.Index, u, err)
+							}
+						})
+					}
+				}
+				if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= want }) {
+					t.Fatalf("%s: output holds %d records, want %d; warnings:\n%s", member, len(committed()), want, logs.String())
+				}
+				cancel()
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+				return restored
+			}
+			produce(0, perUser/2)
+			if got := run("a", users*perUser/2); fmt.Sprint(got) != "[ ]" {
+				t.Errorf("a restored %q, want nothing", got)
+			}
+			if err := os.RemoveAll(dir + "/a"); err != nil {
+				t.Fatal(err)
+			}
+			produce(perUser/2, perUser)
+			restored := run("b", users*perUser)
+			for u, r := range restored {
+				if want := fmt.Sprintf("%s/b/staging/clicks/units/1/%d/chk-", dir, u); !strings.HasPrefix(r, want) {
+					t.Errorf("b's stage-1 unit %d restored %q, want a checkpoint downloaded into %s", u, r, want)
+				}
+			}
+			for u := range st.Units {
+				h, err := checkpoint.Heads{Store: store, Prefix: checkpoint.UnitPrefix("clicks", 1, u)}.Latest(ctx)
+				if err != nil || h.Owner != "b" {
+					t.Errorf("unit 1/%d: newest HEAD %+v (%v), want one of b", u, h, err)
+				}
+			}
+			got := map[string][]int64{}
+			out := committed()
+			for _, r := range out {
+				var v struct {
+					Key   string `json:"key"`
+					Count int64  `json:"count"`
+				}
+				if err := json.Unmarshal(r.Value, &v); err != nil {
+					t.Fatalf("output %s: %v", r.Value, err)
+				}
+				got[v.Key] = append(got[v.Key], v.Count)
+			}
+			for u := range users {
+				key := fmt.Sprintf("u%d", u)
+				want := make([]int64, perUser)
+				for i := range want {
+					want[i] = int64(i + 1)
+				}
+				if fmt.Sprint(got[key]) != fmt.Sprint(want) {
+					t.Errorf("key %s: counts %v, want %v", key, got[key], want)
+				}
+			}
+			if len(out) != users*perUser {
+				t.Errorf("output holds %d records, want %d", len(out), users*perUser)
 			}
 		})
 	}

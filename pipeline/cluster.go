@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/kstreamd/kstreamd/graph"
@@ -11,8 +13,20 @@ import (
 // Cluster store kinds (cluster.store.kind).
 const (
 	// StoreFilesystem is a directory every daemon mounts (NFS, a shared
-	// volume); the HEAD commit is an O_CREAT|O_EXCL create.
+	// volume); the HEAD commit is a create-only hard link.
 	StoreFilesystem = "filesystem"
+	// StoreS3 is an S3-compatible object store; the HEAD commit is a PUT
+	// with If-None-Match: *.
+	StoreS3 = "s3"
+)
+
+// S3 defaults (cluster.store.s3).
+const DefaultS3Region = "us-east-1"
+
+// Environment variables holding the S3 store's credentials.
+const (
+	EnvS3AccessKey = "AWS_ACCESS_KEY_ID"
+	EnvS3SecretKey = "AWS_SECRET_ACCESS_KEY"
 )
 
 // ClusterConfig runs the job on several daemons (docs/scale-out.md): each
@@ -65,25 +79,63 @@ type ClusterConfig struct {
 	MarkerInterval time.Duration `yaml:"marker_interval"`
 }
 
-// ClusterStoreConfig is where the units' checkpoints and HEAD chains live.
+// ClusterStoreConfig is where the units' checkpoints and HEAD chains live:
+// the namespace <job>/units/<stage>/<unit>/ (chk-<n>/, shared/, HEAD-<k>)
+// of a shared directory or an S3 bucket. A unit writes each checkpoint to
+// a local staging directory first and uploads it before its HEAD.
 type ClusterStoreConfig struct {
-	// Kind is "filesystem". Default "filesystem" (an S3-compatible store is
-	// not built yet).
+	// Kind is "filesystem" or "s3". Default "filesystem".
 	Kind string `yaml:"kind"`
-	// Dir is the shared directory of a filesystem store: <dir>/<job>/units/
-	// <stage>/<unit>/. Required for a filesystem store.
+	// Dir is, for a filesystem store, the shared directory (required):
+	// <dir>/<job>/units/<stage>/<unit>/; for an s3 store, the local
+	// staging directory of the units' checkpoints, default
+	// "<data_dir>/cluster-staging" (see Config.ClusterStagingDir).
 	Dir string `yaml:"dir"`
+	// S3 is the object store of kind "s3".
+	S3 S3StoreConfig `yaml:"s3"`
+}
+
+// S3StoreConfig is an S3-compatible object store (AWS S3, MinIO, Ceph,
+// ...). Credentials come from the environment: AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY. The store must honour If-None-Match: * on PUT
+// (the start-up self-test refuses one that does not).
+type S3StoreConfig struct {
+	// Endpoint is "host:port" (no scheme). Required for kind s3.
+	Endpoint string `yaml:"endpoint"`
+	// Bucket holds the objects; it must exist. Required for kind s3.
+	Bucket string `yaml:"bucket"`
+	// Prefix starts every key: objects are <prefix><job>/units/... .
+	// Default "".
+	Prefix string `yaml:"prefix"`
+	// Region is the bucket's region. Default "us-east-1".
+	Region string `yaml:"region"`
+	// TLS talks HTTPS to the endpoint. Default true.
+	TLS bool `yaml:"tls"`
+	// PathStyle addresses the bucket in the path (http://host/bucket/key)
+	// instead of the host name. Default true (what MinIO and most clones
+	// expect).
+	PathStyle bool `yaml:"path_style"`
 }
 
 // defaultCluster is the cluster section's defaults.
 func defaultCluster() ClusterConfig {
 	return ClusterConfig{
-		Store:          ClusterStoreConfig{Kind: StoreFilesystem},
+		Store:          ClusterStoreConfig{Kind: StoreFilesystem, S3: S3StoreConfig{Region: DefaultS3Region, TLS: true, PathStyle: true}},
 		SessionTimeout: 45 * time.Second, RebalanceTimeout: 60 * time.Second,
 		RevokeTimeout: 30 * time.Second, TakeoverTimeout: 30 * time.Second,
 		MarkerInterval:    200 * time.Millisecond,
 		PurgeRepartitions: true,
 	}
+}
+
+// ClusterStagingDir returns the local directory where the units stage
+// their checkpoints before uploading them to the store: cluster.store.dir
+// for an s3 store when set, else "<data_dir>/cluster-staging".
+func (c *Config) ClusterStagingDir() string {
+	if c.Cluster.Store.Kind == StoreS3 && c.Cluster.Store.Dir != "" {
+		return c.Cluster.Store.Dir
+	}
+	return filepath.Join(c.DataDir, "cluster-staging")
 }
 
 // ClusterGroupID returns cluster.group_id, or "kstreamd-<job>-cluster".
@@ -111,9 +163,25 @@ func (c *Config) validateCluster(v *validator) {
 	case cl.Units < 1 || cl.Units > mp:
 		v.errorf("cluster.units", "must be in [1, %d] (the max parallelism: every unit owns at least one key group), got %d", mp, cl.Units)
 	}
-	v.oneOf("cluster.store.kind", cl.Store.Kind, StoreFilesystem)
-	if cl.Store.Kind == StoreFilesystem && cl.Store.Dir == "" {
-		v.errorf("cluster.store.dir", "required for a filesystem store")
+	v.oneOf("cluster.store.kind", cl.Store.Kind, StoreFilesystem, StoreS3)
+	switch cl.Store.Kind {
+	case StoreFilesystem:
+		if cl.Store.Dir == "" {
+			v.errorf("cluster.store.dir", "required for a filesystem store")
+		}
+	case StoreS3:
+		s3 := cl.Store.S3
+		if s3.Endpoint == "" {
+			v.errorf("cluster.store.s3.endpoint", "required for an s3 store (host:port)")
+		} else if strings.Contains(s3.Endpoint, "://") || strings.Contains(s3.Endpoint, "/") {
+			v.errorf("cluster.store.s3.endpoint", "must be host:port without scheme or path (use cluster.store.s3.tls), got %q", s3.Endpoint)
+		}
+		if s3.Bucket == "" {
+			v.errorf("cluster.store.s3.bucket", "required for an s3 store")
+		}
+		if s3.Region == "" {
+			v.errorf("cluster.store.s3.region", "must not be empty (default %s)", DefaultS3Region)
+		}
 	}
 	if cl.SessionTimeout < time.Second {
 		v.errorf("cluster.session_timeout", "must be >= 1s, got %s", cl.SessionTimeout)

@@ -234,3 +234,34 @@ func TestClusterRevokeTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterStore: an s3 store section decodes with its defaults, and the
+// units' staging directory is cluster.store.dir for s3 (when set), else
+// <data_dir>/cluster-staging.
+func TestClusterStore(t *testing.T) {
+	for _, tc := range []struct {
+		name, store, want string
+		s3                S3StoreConfig
+	}{
+		{"filesystem", "    dir: /mnt/shared", "data/cluster-staging", S3StoreConfig{Region: "us-east-1", TLS: true, PathStyle: true}},
+		{"s3 default staging", "    kind: s3\n    s3:\n      endpoint: minio:9000\n      bucket: chk", "data/cluster-staging",
+			S3StoreConfig{Endpoint: "minio:9000", Bucket: "chk", Region: "us-east-1", TLS: true, PathStyle: true}},
+		{"s3", "    kind: s3\n    dir: /var/stage\n    s3:\n      endpoint: minio:9000\n      bucket: chk\n      prefix: prod/\n      region: eu-west-1\n      tls: false\n      path_style: false", "/var/stage",
+			S3StoreConfig{Endpoint: "minio:9000", Bucket: "chk", Prefix: "prod/", Region: "eu-west-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "job:\n  name: clicks\ndata_dir: data\nkafka:\n  brokers: [localhost:9092]\ncheckpoints:\n  interval: 1s\ncluster:\n  enabled: true\n  units: 2\n  store:\n" + tc.store +
+				"\nsources:\n  - name: in\n    topic: in\nsinks:\n  - name: out\n    input: in\n    topic: out\n"
+			cfg, err := Parse("c.yaml", []byte(src), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.ClusterStagingDir(); got != tc.want {
+				t.Errorf("staging dir %q, want %q", got, tc.want)
+			}
+			if cfg.Cluster.Store.S3 != tc.s3 {
+				t.Errorf("s3 %+v, want %+v", cfg.Cluster.Store.S3, tc.s3)
+			}
+		})
+	}
+}

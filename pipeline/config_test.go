@@ -153,7 +153,7 @@ func TestDefaultsApplied(t *testing.T) {
 		Operators: operators,
 		Sinks:     sinks,
 		Demo:      DemoConfig{Enabled: false, ItemsTopic: "", RulesTopic: "", ItemsPerSecond: 5},
-		Cluster: ClusterConfig{Enabled: false, Store: ClusterStoreConfig{Kind: StoreFilesystem},
+		Cluster: ClusterConfig{Enabled: false, Store: ClusterStoreConfig{Kind: StoreFilesystem, S3: S3StoreConfig{Region: "us-east-1", TLS: true, PathStyle: true}},
 			SessionTimeout: 45 * time.Second, RebalanceTimeout: time.Minute, RevokeTimeout: 30 * time.Second, PurgeRepartitions: true, TakeoverTimeout: 30 * time.Second,
 			MarkerInterval: 200 * time.Millisecond},
 	}

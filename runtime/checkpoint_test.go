@@ -327,3 +327,61 @@ func TestCheckpointNotificationHonoursCancellation(t *testing.T) {
 		t.Fatal("a cancelled job's commit still blocks Run after 10 s")
 	}
 }
+
+// orderedListener records its commits into log and fails checkpoint 3.
+type orderedListener struct {
+	recorder
+	mu  *sync.Mutex
+	log *[]string
+}
+
+func (o *orderedListener) NotifyCheckpointComplete(_ context.Context, id int64) error {
+	o.mu.Lock()
+	*o.log = append(*o.log, fmt.Sprintf("commit %d", id))
+	o.mu.Unlock()
+	if id == 3 {
+		return errors.New("commit refused")
+	}
+	return nil
+}
+func (o *orderedListener) NotifyCheckpointAborted(context.Context, int64) {}
+
+// TestNotifyCheckpointCompleteThen: done runs after the listener returned,
+// on success only; an operator without a listener calls done at once.
+func TestNotifyCheckpointCompleteThen(t *testing.T) {
+	var mu sync.Mutex
+	var log []string
+	note := func(s string) func() {
+		return func() { mu.Lock(); log = append(log, s); mu.Unlock() }
+	}
+	in := NewChannel(1)
+	task := NewOperatorTask(OperatorTaskConfig{ID: TaskID{"op", 0}, Gate: NewInputGate([]InputChannel{{Ch: in}}),
+		Operator: &orderedListener{mu: &mu, log: &log}, BootstrapInput: -1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- task.Run(ctx, nil) }()
+	task.NotifyCheckpointCompleteThen(1, note("done 1"))
+	task.NotifyCheckpointCompleteThen(2, note("done 2"))
+	task.NotifyCheckpointCompleteThen(3, note("done 3"))
+	select {
+	case err := <-done:
+		if want := "op[0]: checkpoint 3 complete: commit refused"; err == nil || err.Error() != want {
+			t.Fatalf("Run = %v, want %q", err, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the failed commit did not end Run")
+	}
+	mu.Lock()
+	got := slices.Clone(log)
+	mu.Unlock()
+	if want := []string{"commit 1", "done 1", "commit 2", "done 2", "commit 3"}; !slices.Equal(got, want) {
+		t.Errorf("order %q, want %q", got, want)
+	}
+	plain := NewOperatorTask(OperatorTaskConfig{ID: TaskID{"op", 1}, Gate: NewInputGate([]InputChannel{{Ch: NewChannel(1)}}), Operator: &recorder{}, BootstrapInput: -1})
+	called := false
+	plain.NotifyCheckpointCompleteThen(1, func() { called = true })
+	if !called {
+		t.Error("an operator without a listener: done not called at once")
+	}
+}

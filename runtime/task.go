@@ -179,6 +179,28 @@ func (t *OperatorTask) NotifyCheckpointComplete(id int64) {
 	})
 }
 
+// NotifyCheckpointCompleteThen is NotifyCheckpointComplete, then calls done
+// on the subtask goroutine once the operator's listener returned without
+// error (at once when the operator has no listener): a cluster-mode unit
+// applies retention only after its sinks committed. done is never called
+// when the listener fails or the task ends before it ran.
+func (t *OperatorTask) NotifyCheckpointCompleteThen(id int64, done func()) {
+	l, ok := t.op.(CheckpointListener)
+	if !ok {
+		done()
+		return
+	}
+	t.mailbox.Execute(func() {
+		if err := l.NotifyCheckpointComplete(t.runCtx, id); err != nil {
+			if t.mailErr == nil {
+				t.mailErr = fmt.Errorf("%s: checkpoint %d complete: %w", t.name, id, err)
+			}
+			return
+		}
+		done()
+	})
+}
+
 // NotifyCheckpointAborted implements CheckpointTarget.
 func (t *OperatorTask) NotifyCheckpointAborted(id int64) {
 	if l, ok := t.op.(CheckpointListener); ok {

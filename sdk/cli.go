@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/checkpoint/s3store"
 	"github.com/kstreamd/kstreamd/internal/demo"
 	"github.com/kstreamd/kstreamd/internal/embedded"
 	"github.com/kstreamd/kstreamd/job"
@@ -494,6 +495,33 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 	return err
 }
 
+// clusterStore returns the units' shared store of cluster.store: a
+// checkpoint.FileStore in cluster.store.dir, or an S3 store whose
+// credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY
+// (getenv); it refuses to start naming the variables missing.
+func clusterStore(cfg *pipeline.Config, getenv func(string) string) (checkpoint.Store, error) {
+	st := cfg.Cluster.Store
+	if st.Kind != pipeline.StoreS3 {
+		return checkpoint.FileStore{Root: st.Dir}, nil
+	}
+	ak, sk := getenv(pipeline.EnvS3AccessKey), getenv(pipeline.EnvS3SecretKey)
+	var missing []string
+	if ak == "" {
+		missing = append(missing, pipeline.EnvS3AccessKey)
+	}
+	if sk == "" {
+		missing = append(missing, pipeline.EnvS3SecretKey)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("sdk: cluster.store.kind is s3 but the environment does not set %s: the credentials of bucket %s at %s come from %s and %s",
+			strings.Join(missing, " and "), st.S3.Bucket, st.S3.Endpoint, pipeline.EnvS3AccessKey, pipeline.EnvS3SecretKey)
+	}
+	return s3store.New(s3store.Config{
+		Endpoint: st.S3.Endpoint, Bucket: st.S3.Bucket, Prefix: st.S3.Prefix, Region: st.S3.Region,
+		TLS: st.S3.TLS, PathStyle: st.S3.PathStyle, AccessKey: ak, SecretKey: sk,
+	})
+}
+
 // runMember runs the daemon as a member of a cluster-mode job
 // (docs/scale-out.md): it runs the units the group assigns to it
 // (job.RunMember) until ctx ends.
@@ -509,7 +537,10 @@ func runMember(ctx context.Context, cfg *pipeline.Config, srv *server, reg *prom
 		}
 	}
 	set := cfg.Settings()
-	set.CheckpointDir = cfg.Cluster.Store.Dir
+	if set.Store, err = clusterStore(cfg, os.Getenv); err != nil {
+		return err
+	}
+	set.CheckpointDir = cfg.ClusterStagingDir()
 	cl := cfg.Cluster
 	logger.Info("joining the cluster", "group", cfg.ClusterGroupID(), "member", member, "stages", len(st.Stages), "units", st.Units, "fingerprint", st.Fingerprint)
 	err = job.RunMember(ctx, st, set, job.Deps{Logger: logger, Registerer: reg, ClientOpts: opts}, job.MemberConfig{

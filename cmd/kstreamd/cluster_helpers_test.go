@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/checkpoint/s3store"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/sink"
 	"github.com/kstreamd/kstreamd/state/keygroup"
@@ -171,10 +172,15 @@ type clusterJob struct {
 	// every HEAD and file a daemon ever wrote sets it above the number of
 	// checkpoints of the test, so that no owner deletes any.
 	Retained int
+	// Store is cluster.store.kind: "filesystem" (default; a directory of
+	// the test) or "s3" (an S3 server the test starts, bucket chk, prefix
+	// team/; the daemons get its credentials in their environment).
+	Store string
 }
 
-// config returns the YAML of j for member, its files under dir, the store
-// at store, the broker at broker and /metrics at metrics.
+// config returns the YAML of j for member, its files under dir, the
+// cluster.store section store (its lines, indented by 4), the broker at
+// broker and /metrics at metrics.
 func (j clusterJob) config(dir, store, broker, metrics, member string) string {
 	session := j.Session
 	if session == 0 {
@@ -236,7 +242,7 @@ cluster:
   takeover_timeout: 10s
   purge_repartitions: false # the oracle reads the whole repartition topic
   store:
-    dir: %s
+%s
 `, dir, broker, metrics, retained, member, j.Units, session, store) + pipe
 }
 
@@ -245,19 +251,42 @@ func (c *cluster) outTopic() string { return cmp.Or(c.job.Output, "counts") }
 
 // cluster is the daemons of one cluster-mode job on one broker and store.
 type cluster struct {
-	t      *testing.T
-	job    clusterJob
-	root   string
-	store  string
-	broker string
-	procs  map[string]*proc // the current process of each member
-	killed map[*proc]bool   // the processes the test killed
-	old    []*proc          // every process started, killed or not
+	t     *testing.T
+	job   clusterJob
+	root  string
+	store string // the filesystem store's directory (clusterJob.Store filesystem)
+	// chk is the units' store (filesystem or S3), storeYAML the
+	// cluster.store section of the configs and env the daemons'
+	// environment additions (S3 credentials).
+	chk       checkpoint.Store
+	storeYAML string
+	env       []string
+	broker    string
+	procs     map[string]*proc // the current process of each member
+	killed    map[*proc]bool   // the processes the test killed
+	old       []*proc          // every process started, killed or not
 }
 
 func newCluster(t *testing.T, job clusterJob, broker string) *cluster {
 	root := t.TempDir()
-	return &cluster{t: t, job: job, root: root, store: filepath.Join(root, "store"), broker: broker, procs: map[string]*proc{}, killed: map[*proc]bool{}}
+	c := &cluster{t: t, job: job, root: root, store: filepath.Join(root, "store"), broker: broker, procs: map[string]*proc{}, killed: map[*proc]bool{}}
+	c.chk, c.storeYAML = checkpoint.FileStore{Root: c.store}, "    dir: "+c.store
+	switch job.Store {
+	case "", "filesystem":
+	case "s3":
+		endpoint := testkit.S3Server(t, "chk", true)
+		s, err := s3store.New(s3store.Config{Endpoint: endpoint, Bucket: "chk", Prefix: "team/", Region: "us-east-1",
+			PathStyle: true, AccessKey: testkit.S3AccessKey, SecretKey: testkit.S3SecretKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.chk = s
+		c.storeYAML = fmt.Sprintf("    kind: s3\n    s3:\n      endpoint: %s\n      bucket: chk\n      prefix: team/\n      tls: false", endpoint)
+		c.env = []string{"AWS_ACCESS_KEY_ID=" + testkit.S3AccessKey, "AWS_SECRET_ACCESS_KEY=" + testkit.S3SecretKey}
+	default:
+		t.Fatalf("clusterJob.Store %q: want filesystem or s3", job.Store)
+	}
+	return c
 }
 
 // start starts (or restarts) the daemon of member.
@@ -268,7 +297,7 @@ func (c *cluster) start(member string) *proc {
 		c.t.Fatal(err)
 	}
 	addr := testkit.FreeAddr(c.t)
-	p := startProc(c.t, dir, c.job.config(dir, c.store, c.broker, addr, member), c.broker, addr)
+	p := startProcEnv(c.t, dir, c.job.config(dir, c.storeYAML, c.broker, addr, member), c.broker, addr, c.env)
 	c.procs[member] = p
 	c.old = append(c.old, p)
 	return p
@@ -305,7 +334,7 @@ func (c *cluster) owners() map[string]string {
 	out := map[string]string{}
 	for s := range clusterStages {
 		for u := range c.job.Units {
-			h, err := checkpoint.Heads{Dir: filepath.Join(c.store, "clicks", "units", fmt.Sprint(s), fmt.Sprint(u))}.Latest()
+			h, err := checkpoint.Heads{Store: c.chk, Prefix: checkpoint.UnitPrefix("clicks", s, u)}.Latest(context.Background())
 			if err != nil {
 				c.t.Fatal(err)
 			}
@@ -396,13 +425,14 @@ func (c *cluster) signal(member string, s syscall.Signal) {
 	}
 }
 
-// namespace returns the store directory of unit ("<stage>/<unit>").
+// namespace returns the store directory of unit ("<stage>/<unit>") of a
+// filesystem store.
 func (c *cluster) namespace(unit string) string {
 	return filepath.Join(c.store, "clicks", "units", filepath.FromSlash(unit))
 }
 
-// files returns every file under unit's namespace, relative to it, with
-// the SHA-256 of its content.
+// files returns every file under unit's namespace of a filesystem store,
+// relative to it, with the SHA-256 of its content.
 func (c *cluster) files(unit string) map[string]string {
 	c.t.Helper()
 	ns := c.namespace(unit)
@@ -427,9 +457,9 @@ func (c *cluster) files(unit string) map[string]string {
 	return out
 }
 
-// heads returns every HEAD of unit's chain, HEAD-1 first; it fails the
-// test unless the chain is dense from HEAD-1 (the job must retain every
-// HEAD: clusterJob.Retained).
+// heads returns every HEAD of unit's chain in a filesystem store, HEAD-1
+// first; it fails the test unless the chain is dense from HEAD-1 (the job
+// must retain every HEAD: clusterJob.Retained).
 func (c *cluster) heads(unit string) []checkpoint.Head {
 	c.t.Helper()
 	ns := c.namespace(unit)
@@ -448,7 +478,10 @@ func (c *cluster) heads(unit string) []checkpoint.Head {
 		}
 		out = append(out, h)
 	}
-	if last, err := (checkpoint.Heads{Dir: ns}).Latest(); err != nil || last.Seq != int64(len(out)) {
+	stage, index, _ := strings.Cut(unit, "/")
+	s, _ := strconv.Atoi(stage)
+	u, _ := strconv.Atoi(index)
+	if last, err := (checkpoint.Heads{Store: c.chk, Prefix: checkpoint.UnitPrefix("clicks", s, u)}).Latest(context.Background()); err != nil || last.Seq != int64(len(out)) {
 		c.t.Fatalf("unit %s: the chain HEAD-1..HEAD-%d is not dense up to the newest %+v (%v)", unit, len(out), last, err)
 	}
 	return out

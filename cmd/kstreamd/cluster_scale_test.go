@@ -157,7 +157,7 @@ func TestClusterStartRefusals(t *testing.T) {
 		t.Helper()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "job.yaml")
-		if err := os.WriteFile(path, []byte(job.config(dir, store, broker, testkit.FreeAddr(t), "z")), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(job.config(dir, "    dir: "+store, broker, testkit.FreeAddr(t), "z")), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		code, stdout, stderr := runBinary(t, "run", "--config", path)

@@ -20,13 +20,21 @@ import (
 // (claims the next HEAD of each, commits the restored transactions, fences
 // those units' transactional ids and no other). The read_committed output
 // holds, per key, exactly the counts 1..n; the repartition topic holds
-// each input record once, in the partition of its key group's unit.
+// each input record once, in the partition of its key group's unit. It
+// runs on the filesystem store and on an S3 server the test starts (each
+// daemon staging its checkpoints in its own data_dir).
 func TestClusterTakeover(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"filesystem", "s3"} {
+		t.Run(kind, func(t *testing.T) { clusterTakeover(t, kind) })
+	}
+}
+
+func clusterTakeover(t *testing.T, kind string) {
 	tb := startTestBroker(t, map[string]int{"clicks": 4, "counts": 4})
 	broker := tb.addr
 	snapshot := tb.inits
-	cl := newCluster(t, clusterJob{Units: 4}, broker)
+	cl := newCluster(t, clusterJob{Units: 4, Store: kind}, broker)
 	start := func(member, key string) *proc {
 		cl.job.Key = key
 		return cl.start(member)

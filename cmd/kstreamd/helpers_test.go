@@ -247,6 +247,13 @@ type proc struct {
 // waits until /healthz answers ok. The process is stopped at cleanup.
 func startProc(t *testing.T, dir, cfg, broker, metrics string) *proc {
 	t.Helper()
+	return startProcEnv(t, dir, cfg, broker, metrics, nil)
+}
+
+// startProcEnv is startProc with env ("KEY=value") added to the daemon's
+// environment.
+func startProcEnv(t *testing.T, dir, cfg, broker, metrics string, env []string) *proc {
+	t.Helper()
 	bin := kstreamdBinary(t)
 	path := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -255,6 +262,9 @@ func startProc(t *testing.T, dir, cfg, broker, metrics string) *proc {
 	p := &proc{out: &testkit.SyncBuffer{}, done: make(chan struct{}), dir: dir, broker: broker, metrics: metrics}
 	p.cmd = exec.Command(bin, "run", "--config", path)
 	p.cmd.Dir = dir
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ var allowed = map[string][]string{
 	"runtime":             {"state/keygroup"},
 	"state":               {"runtime", "state/keygroup"},
 	"checkpoint":          {"state", "runtime", "state/keygroup"},
+	"checkpoint/s3store":  {"checkpoint", "state", "runtime", "state/keygroup"},
 	"source":              {"checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry"},
 	"sink":                {"checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry"},
 	"broadcast":           {"state", "runtime", "state/keygroup"},
@@ -36,7 +37,7 @@ var allowed = map[string][]string{
 	"internal/bench":      {"pipeline", "job", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry"},
 	"graph":               {"operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup"},
 	"job":                 {"graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry"},
-	"sdk":                 {"pipeline", "job", "graph", "operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/demo", "internal/embedded", "internal/bench"},
+	"sdk":                 {"pipeline", "job", "graph", "operators", "expression", "broadcast", "checkpoint", "checkpoint/s3store", "state", "runtime", "state/keygroup", "internal/demo", "internal/embedded", "internal/bench"},
 	"cmd/kstreamd":        {"sdk", "operators"},
 	"deploy":              {},
 }

@@ -1,0 +1,225 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Store is the shared storage of cluster-mode units (docs/scale-out.md): a
+// flat key space of immutable objects, keys '/'-separated like
+// "<job>/units/<stage>/<unit>/HEAD-3". Every write is create-only: a
+// second write of one key fails, which is what fences a zombie (invariant
+// 1). Two kinds implement it: FileStore (a directory every daemon mounts;
+// O_EXCL-like hard links) and s3store.Store (an S3-compatible object store;
+// PUT with If-None-Match: *). Implementations are safe for concurrent use.
+type Store interface {
+	// Create writes data under key with a create-only write. It returns
+	// an error wrapping fs.ErrExist when key exists; the object is never
+	// seen partially written.
+	Create(ctx context.Context, key string, data []byte) error
+	// Upload writes the local file at path under key, create-only like
+	// Create.
+	Upload(ctx context.Context, key, path string) error
+	// Read returns the content of key, or an error wrapping
+	// fs.ErrNotExist.
+	Read(ctx context.Context, key string) ([]byte, error)
+	// Download writes the content of key into the local file at path
+	// (creating its directory; the file appears complete or not at all),
+	// or returns an error wrapping fs.ErrNotExist.
+	Download(ctx context.Context, key, path string) error
+	// List returns every key that starts with prefix, ascending.
+	List(ctx context.Context, prefix string) ([]string, error)
+	// Delete removes keys; a missing key is no error.
+	Delete(ctx context.Context, keys ...string) error
+	// String names the store in messages: its kind and where it is.
+	String() string
+}
+
+// FileStore is a Store in the directory Root (a filesystem every daemon
+// mounts: NFS, a shared volume): key k is the file Root/k. Create and
+// Upload write a temporary file in the key's directory, fsync it and
+// hard-link it to its name (link(2) fails with EEXIST when the name
+// exists, atomically, so a reader never sees a partial object).
+type FileStore struct {
+	// Root is the store's directory.
+	Root string
+}
+
+// tmpPrefix starts the names of FileStore's temporary files, which List
+// never returns.
+const tmpPrefix = ".kstreamd-tmp-"
+
+// String implements Store: "filesystem <root>".
+func (s FileStore) String() string { return "filesystem " + s.Root }
+
+func (s FileStore) file(key string) string { return filepath.Join(s.Root, filepath.FromSlash(key)) }
+
+// Create implements Store.
+func (s FileStore) Create(_ context.Context, key string, data []byte) error {
+	return s.link(key, func(w io.Writer) error { _, err := w.Write(data); return err })
+}
+
+// Upload implements Store.
+func (s FileStore) Upload(_ context.Context, key, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("checkpoint: upload %s: %w", key, err)
+	}
+	defer in.Close()
+	return s.link(key, func(w io.Writer) error { _, err := io.Copy(w, in); return err })
+}
+
+// link writes a temporary file with write, then links it to key.
+func (s FileStore) link(key string, write func(io.Writer) error) error {
+	name := s.file(key)
+	dir := filepath.Dir(name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
+	}
+	tmp, err := os.CreateTemp(dir, tmpPrefix+"*")
+	if err != nil {
+		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
+	}
+	defer os.Remove(tmp.Name())
+	err = write(tmp)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), name)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
+	}
+	return syncDir(dir)
+}
+
+// Read implements Store.
+func (s FileStore) Read(_ context.Context, key string) ([]byte, error) {
+	b, err := os.ReadFile(s.file(key))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: read %s in %s: %w", key, s, err)
+	}
+	return b, nil
+}
+
+// Download implements Store.
+func (s FileStore) Download(_ context.Context, key, dst string) error {
+	if _, err := os.Stat(s.file(key)); err != nil {
+		return fmt.Errorf("checkpoint: download %s from %s: %w", key, s, err)
+	}
+	if err := copyFileAtomic(s.file(key), dst); err != nil {
+		return fmt.Errorf("checkpoint: download %s from %s: %w", key, s, err)
+	}
+	return nil
+}
+
+// List implements Store.
+func (s FileStore) List(_ context.Context, prefix string) ([]string, error) {
+	dir := s.Root
+	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
+		dir = s.file(prefix[:i])
+	}
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() || strings.HasPrefix(d.Name(), tmpPrefix) {
+			return nil
+		}
+		rel, err := filepath.Rel(s.Root, p)
+		if err != nil {
+			return err
+		}
+		if key := filepath.ToSlash(rel); strings.HasPrefix(key, prefix) {
+			out = append(out, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: list %s in %s: %w", prefix, s, err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Delete implements Store; chk-<id> and shared directories (and those
+// inside them) it leaves empty are removed too.
+func (s FileStore) Delete(_ context.Context, keys ...string) error {
+	var errs []error
+	dirs := map[string]bool{}
+	for _, k := range keys {
+		if err := os.Remove(s.file(k)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("checkpoint: delete %s in %s: %w", k, s, err))
+		}
+		for d := path.Dir(k); d != "." && d != "/"; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	// Deepest first; os.Remove fails harmlessly on a directory not empty.
+	ds := slices.Collect(func(yield func(string) bool) {
+		for d := range dirs {
+			if !yield(d) {
+				return
+			}
+		}
+	})
+	slices.SortFunc(ds, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	for _, d := range ds {
+		if inData(d) {
+			_ = os.Remove(s.file(d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// inData reports whether the directory key d is, or is inside, a chk-<id>
+// or shared directory (the ones Delete may remove once empty).
+func inData(d string) bool {
+	for _, e := range strings.Split(d, "/") {
+		if _, ok := parseChkName(e); ok || e == "shared" {
+			return true
+		}
+	}
+	return false
+}
+
+// copyFileAtomic copies src to dst through a temporary file and a rename.
+func copyFileAtomic(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), tmpPrefix+"*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = io.Copy(tmp, in)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
