@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/pipeline"
 )
 
 // The cluster-mode variant: docker-compose.cluster.yml runs
@@ -101,8 +104,9 @@ func TestClusterConfigsValidate(t *testing.T) {
 
 // TestClusterComposeAgreesWithConfigs checks that the cluster compose
 // file runs three daemons on the one cluster config, each its own member
-// on its own state volume, all on one store volume, after the topics and
-// the store's bucket exist, scraped by Prometheus.
+// on its own state volume (which holds its staging dir too), all on the
+// S3 store of the service minio with minio's root credentials, after the
+// topics and the store's bucket exist, scraped by Prometheus.
 func TestClusterComposeAgreesWithConfigs(t *testing.T) {
 	var c composeFile
 	decodeYAML(t, clusterCompose, &c)
@@ -116,8 +120,22 @@ func TestClusterComposeAgreesWithConfigs(t *testing.T) {
 			t.Fatalf("%s has no service %q", clusterCompose, name)
 		}
 	}
+	// Every daemon runs the one mounted config (checked below), so all three
+	// use its store: MinIO's bucket under one prefix.
+	st := cfg.Cluster.Store
+	if st.Kind != pipeline.StoreS3 {
+		t.Fatalf("%s: cluster.store.kind %q, want %q (the compose file's MinIO)", clusterDockerConfig, st.Kind, pipeline.StoreS3)
+	}
+	if host, port, err := net.SplitHostPort(st.S3.Endpoint); err != nil || host != "minio" || port != "9000" || st.S3.TLS || !st.S3.PathStyle {
+		t.Errorf("%s: cluster.store.s3 endpoint %q (%v), tls %v, path_style %v; want the service minio at minio:9000 over HTTP, path style",
+			clusterDockerConfig, st.S3.Endpoint, err, st.S3.TLS, st.S3.PathStyle)
+	}
+	minio := c.Services["minio"]
+	user, password := minio.Environment["MINIO_ROOT_USER"], minio.Environment["MINIO_ROOT_PASSWORD"]
+	if user == "" || password == "" {
+		t.Fatalf("minio: MINIO_ROOT_USER %q, MINIO_ROOT_PASSWORD %q; want both set", user, password)
+	}
 	hosts, states := map[string]bool{}, map[string]bool{}
-	var store string
 	for _, name := range clusterDaemons {
 		s, x := c.Services[name], extra.Services[name]
 		if mount, ok := s.mountOf("./" + clusterDockerConfig); !ok || !slices.Equal(s.Command, []string{"run", "--config", mount}) {
@@ -127,31 +145,28 @@ func TestClusterComposeAgreesWithConfigs(t *testing.T) {
 			t.Errorf("%s: hostname %q is empty or another daemon's: it is the daemon's member id", name, x.Hostname)
 		}
 		hosts[x.Hostname] = true
-		st, ok := s.volumeAt(cfg.DataDir)
-		if !ok || states[st] {
-			t.Errorf("%s: data_dir %s is on volume %q, none or another daemon's", name, cfg.DataDir, st)
+		own, ok := s.volumeAt(cfg.DataDir)
+		if !ok || states[own] {
+			t.Errorf("%s: data_dir %s is on volume %q, none or another daemon's", name, cfg.DataDir, own)
 		}
-		states[st] = true
-		// The store volume holds cluster.store.dir: the same for all three.
+		states[own] = true
+		// The staging directory is local: on the daemon's own data volume.
+		staging := cfg.ClusterStagingDir()
 		var vol string
-		for dir := cfg.Cluster.Store.Dir; dir != "/" && vol == ""; dir = path.Dir(dir) {
+		for dir := staging; dir != "/" && vol == ""; dir = path.Dir(dir) {
 			vol, _ = s.volumeAt(dir)
 		}
-		if vol == "" || store != "" && vol != store {
-			t.Errorf("%s: cluster.store.dir %s is on volume %q, want one volume shared by every daemon (%q)", name, cfg.Cluster.Store.Dir, vol, store)
+		if vol != own {
+			t.Errorf("%s: the store's staging dir %s is on volume %q, want the daemon's own data volume %q", name, staging, vol, own)
 		}
-		store = vol
-		for _, dep := range []string{"kafka-init", "minio-init", "store-init"} {
-			if got := s.DependsOn[dep]; got != "service_completed_successfully" {
-				t.Errorf("%s depends on %s with %q, want service_completed_successfully", name, dep, got)
-			}
+		want := dependsOn{"kafka": "service_healthy", "kafka-init": "service_completed_successfully", "minio-init": "service_completed_successfully"}
+		if !maps.Equal(s.DependsOn, want) {
+			t.Errorf("%s depends on %v, want %v", name, s.DependsOn, want)
 		}
-		if s.Environment["AWS_ACCESS_KEY_ID"] == "" || s.Environment["AWS_SECRET_ACCESS_KEY"] == "" {
-			t.Errorf("%s: no AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for the S3 store", name)
+		if ak, sk := s.Environment[pipeline.EnvS3AccessKey], s.Environment[pipeline.EnvS3SecretKey]; ak != user || sk != password {
+			t.Errorf("%s: %s %q, %s %q; want minio's root user %q and password %q",
+				name, pipeline.EnvS3AccessKey, ak, pipeline.EnvS3SecretKey, sk, user, password)
 		}
-	}
-	if v, ok := c.Services["store-init"].volumeAt("/shared"); !ok || v != store {
-		t.Errorf("store-init prepares volume %q, the daemons' store volume is %q", v, store)
 	}
 	t.Run("kafka-init creates the job's topics", func(t *testing.T) {
 		var created []string
@@ -165,13 +180,20 @@ func TestClusterComposeAgreesWithConfigs(t *testing.T) {
 			t.Errorf("kafka-init creates topics %q, the pipeline uses %q", created, want)
 		}
 	})
-	t.Run("minio-init creates the bucket", func(t *testing.T) {
-		script := strings.Join(extra.Services["minio-init"].Entrypoint, "\n")
-		if !strings.Contains(script, "mc mb --ignore-existing store/kstreamd") {
-			t.Errorf("minio-init does not create the bucket kstreamd idempotently:\n%s", script)
+	t.Run("minio-init creates the store's bucket", func(t *testing.T) {
+		script := extra.Services["minio-init"].Entrypoint
+		if len(script) != 3 || script[0] != "/bin/sh" || script[1] != "-ec" {
+			t.Fatalf("minio-init entrypoint %q, want [/bin/sh -ec <script>]", script)
 		}
-		if got := c.Services["minio-init"].DependsOn["minio"]; got != "service_healthy" {
-			t.Errorf("minio-init depends on minio with %q, want service_healthy", got)
+		want := []string{
+			fmt.Sprintf("mc alias set store http://%s %s %s", st.S3.Endpoint, user, password),
+			"mc mb --ignore-existing store/" + st.S3.Bucket,
+		}
+		if got := strings.Split(strings.TrimSpace(script[2]), "\n"); !slices.Equal(got, want) {
+			t.Errorf("minio-init runs %q, want %q", got, want)
+		}
+		if got := c.Services["minio-init"].DependsOn; !maps.Equal(got, dependsOn{"minio": "service_healthy"}) {
+			t.Errorf("minio-init depends on %v, want minio with service_healthy", got)
 		}
 	})
 	t.Run("prometheus scrapes every daemon", func(t *testing.T) {
