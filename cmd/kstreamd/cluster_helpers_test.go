@@ -6,7 +6,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -261,6 +263,8 @@ type cluster struct {
 	chk       checkpoint.Store
 	storeYAML string
 	env       []string
+	s3        string // the S3 server's endpoint (clusterJob.Store s3)
+	empties   int    // the empty S3 stores emptyStoreYAML named
 	broker    string
 	procs     map[string]*proc // the current process of each member
 	killed    map[*proc]bool   // the processes the test killed
@@ -280,13 +284,30 @@ func newCluster(t *testing.T, job clusterJob, broker string) *cluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.chk = s
-		c.storeYAML = fmt.Sprintf("    kind: s3\n    s3:\n      endpoint: %s\n      bucket: chk\n      prefix: team/\n      tls: false", endpoint)
+		c.chk, c.s3 = s, endpoint
+		c.storeYAML = c.s3YAML("team/")
 		c.env = []string{"AWS_ACCESS_KEY_ID=" + testkit.S3AccessKey, "AWS_SECRET_ACCESS_KEY=" + testkit.S3SecretKey}
 	default:
 		t.Fatalf("clusterJob.Store %q: want filesystem or s3", job.Store)
 	}
 	return c
+}
+
+// s3YAML is the cluster.store section of the bucket chk of the cluster's
+// S3 server under prefix.
+func (c *cluster) s3YAML(prefix string) string {
+	return fmt.Sprintf("    kind: s3\n    s3:\n      endpoint: %s\n      bucket: chk\n      prefix: %s\n      tls: false", c.s3, prefix)
+}
+
+// emptyStoreYAML returns the cluster.store section of a store of the
+// cluster's kind that holds nothing: a new directory, or a new prefix of
+// the cluster's S3 bucket.
+func (c *cluster) emptyStoreYAML() string {
+	if c.s3 != "" {
+		c.empties++
+		return c.s3YAML(fmt.Sprintf("empty-%d/", c.empties))
+	}
+	return "    dir: " + c.t.TempDir()
 }
 
 // start starts (or restarts) the daemon of member.
@@ -425,63 +446,57 @@ func (c *cluster) signal(member string, s syscall.Signal) {
 	}
 }
 
-// namespace returns the store directory of unit ("<stage>/<unit>") of a
-// filesystem store.
+// namespace returns the key prefix of unit's namespace ("<stage>/<unit>")
+// in the units' store: checkpoint.UnitPrefix of the job clicks.
 func (c *cluster) namespace(unit string) string {
-	return filepath.Join(c.store, "clicks", "units", filepath.FromSlash(unit))
+	stage, index, _ := strings.Cut(unit, "/")
+	s, _ := strconv.Atoi(stage)
+	u, _ := strconv.Atoi(index)
+	return checkpoint.UnitPrefix("clicks", s, u)
 }
 
-// files returns every file under unit's namespace of a filesystem store,
-// relative to it, with the SHA-256 of its content.
+// files returns every object of unit's namespace in the units' store
+// (filesystem or S3: checkpoint.Store.List, which leaves out the
+// temporary files of a create in flight), by its key relative to the
+// namespace, with the SHA-256 of its content.
 func (c *cluster) files(unit string) map[string]string {
 	c.t.Helper()
+	ctx := context.Background()
 	ns := c.namespace(unit)
-	out := map[string]string{}
-	err := filepath.WalkDir(ns, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() && !strings.HasPrefix(d.Name(), ".") { // not the temporary files of a create
-			rel, _ := filepath.Rel(ns, path)
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			out[rel] = fmt.Sprintf("%x", sha256.Sum256(b))
-		}
-		return nil
-	})
+	keys, err := c.chk.List(ctx, ns)
 	if err != nil {
 		c.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, k := range keys {
+		b, err := c.chk.Read(ctx, k)
+		if err != nil {
+			c.t.Fatalf("unit %s: %s: %v", unit, k, err)
+		}
+		out[strings.TrimPrefix(k, ns)] = fmt.Sprintf("%x", sha256.Sum256(b))
 	}
 	return out
 }
 
-// heads returns every HEAD of unit's chain in a filesystem store, HEAD-1
+// heads returns every HEAD of unit's chain in the units' store, HEAD-1
 // first; it fails the test unless the chain is dense from HEAD-1 (the job
 // must retain every HEAD: clusterJob.Retained).
 func (c *cluster) heads(unit string) []checkpoint.Head {
 	c.t.Helper()
-	ns := c.namespace(unit)
+	ctx := context.Background()
+	chain := checkpoint.Heads{Store: c.chk, Prefix: c.namespace(unit)}
 	var out []checkpoint.Head
-	for k := 1; ; k++ {
-		b, err := os.ReadFile(filepath.Join(ns, fmt.Sprintf("HEAD-%d", k)))
-		if os.IsNotExist(err) {
+	for k := int64(1); ; k++ {
+		h, err := chain.Read(ctx, k)
+		if errors.Is(err, fs.ErrNotExist) {
 			break
 		}
 		if err != nil {
-			c.t.Fatal(err)
-		}
-		var h checkpoint.Head
-		if err := json.Unmarshal(b, &h); err != nil {
-			c.t.Fatalf("unit %s HEAD-%d: %v", unit, k, err)
+			c.t.Fatalf("unit %s: %v", unit, err)
 		}
 		out = append(out, h)
 	}
-	stage, index, _ := strings.Cut(unit, "/")
-	s, _ := strconv.Atoi(stage)
-	u, _ := strconv.Atoi(index)
-	if last, err := (checkpoint.Heads{Store: c.chk, Prefix: checkpoint.UnitPrefix("clicks", s, u)}).Latest(context.Background()); err != nil || last.Seq != int64(len(out)) {
+	if last, err := chain.Latest(ctx); err != nil || last.Seq != int64(len(out)) {
 		c.t.Fatalf("unit %s: the chain HEAD-1..HEAD-%d is not dense up to the newest %+v (%v)", unit, len(out), last, err)
 	}
 	return out

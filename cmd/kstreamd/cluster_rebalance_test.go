@@ -31,12 +31,19 @@ func counts(ids []string, m map[string]int) []int {
 // unit), while every moved unit's ids are fenced; no daemon logs a failed
 // commit, so no other unit's transaction was aborted. The
 // oracle holds.
+// It runs on the filesystem store and on an S3 server the test starts.
 func TestClusterScaleOneThreeTwo(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"filesystem", "s3"} {
+		t.Run(kind, func(t *testing.T) { t.Parallel(); clusterScaleOneThreeTwo(t, kind) })
+	}
+}
+
+func clusterScaleOneThreeTwo(t *testing.T, kind string) {
 	b := startTestBroker(t, map[string]int{"clicks": 2, "counts": 4})
 	const units, users, perUser = 6, 6, 30
 	phase := users * perUser / 3
-	c := newCluster(t, clusterJob{Units: units}, b.addr)
+	c := newCluster(t, clusterJob{Units: units, Store: kind}, b.addr)
 	prod := newClient(t, b.addr)
 	paced := func(from int) *pacedProducer {
 		return producePaced(t, prod, phase, 4, 150*time.Millisecond, func(i, j int) []*kgo.Record {

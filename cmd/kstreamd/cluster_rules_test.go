@@ -47,11 +47,18 @@ sinks:
 // read_committed output holds exactly the matches of the test's evaluation,
 // each once: before the move sq for c and for colour d (of the other unit),
 // after it tr for both.
+// It runs on the filesystem store and on an S3 server the test starts.
 func TestClusterRuleDeletedDuringMove(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"filesystem", "s3"} {
+		t.Run(kind, func(t *testing.T) { t.Parallel(); clusterRuleDeletedDuringMove(t, kind) })
+	}
+}
+
+func clusterRuleDeletedDuringMove(t *testing.T, kind string) {
 	b := startTestBroker(t, map[string]int{"items": 2, "rules": 1, "matches": 4})
 	const units = 2
-	c := newCluster(t, clusterJob{Units: units, Pipeline: matcherPipeline, Output: "matches"}, b.addr)
+	c := newCluster(t, clusterJob{Units: units, Pipeline: matcherPipeline, Output: "matches", Store: kind}, b.addr)
 	// Colours c and d of stage-1 units 0 and 1.
 	colors := map[int]string{}
 	for _, col := range []string{"red", "blue", "green", "yellow", "black", "white", "pink", "grey"} {

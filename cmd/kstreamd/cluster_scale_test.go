@@ -47,12 +47,19 @@ func countsLSO(t *testing.T, adm *kadm.Client) int64 {
 // two survivors, the output's last stable offsets advance again, and the
 // daemon restarted under its member id rejoins and gets units. The oracle
 // holds (checkOracle).
+// It runs on the filesystem store and on an S3 server the test starts.
 func TestClusterScaleOutAndKill(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"filesystem", "s3"} {
+		t.Run(kind, func(t *testing.T) { t.Parallel(); clusterScaleOutAndKill(t, kind) })
+	}
+}
+
+func clusterScaleOutAndKill(t *testing.T, kind string) {
 	b := startTestBroker(t, map[string]int{"clicks": 2, "counts": 4})
 	const units, users, perUser = 12, 6, 30
 	phase := users * perUser / 3
-	c := newCluster(t, clusterJob{Units: units}, b.addr)
+	c := newCluster(t, clusterJob{Units: units, Store: kind}, b.addr)
 	prod := newClient(t, b.addr)
 	send := func(from, to int) {
 		for i := from; i < to; i++ {
@@ -143,11 +150,18 @@ func TestClusterScaleOutAndKill(t *testing.T) {
 // the store were written with (on a broker that never saw the job), and
 // when the sink's transaction timeout is not above checkpoints.interval +
 // checkpoints.timeout + cluster.session_timeout + cluster.takeover_timeout.
-// The running daemon keeps its units.
+// The running daemon keeps its units. It runs on the filesystem store and
+// on an S3 server the test starts.
 func TestClusterStartRefusals(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"filesystem", "s3"} {
+		t.Run(kind, func(t *testing.T) { t.Parallel(); clusterStartRefusals(t, kind) })
+	}
+}
+
+func clusterStartRefusals(t *testing.T, kind string) {
 	b := startTestBroker(t, map[string]int{"clicks": 2, "counts": 4})
-	c := newCluster(t, clusterJob{Units: 4}, b.addr)
+	c := newCluster(t, clusterJob{Units: 4, Store: kind}, b.addr)
 	a := c.start("a")
 	if !testkit.Poll(time.Minute, func() bool { by, ok := c.held(); return ok && len(by["a"]) == 8 }) {
 		t.Fatalf("a never held the 8 units:\n%s", a.out.String())
@@ -157,25 +171,25 @@ func TestClusterStartRefusals(t *testing.T) {
 		t.Helper()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "job.yaml")
-		if err := os.WriteFile(path, []byte(job.config(dir, "    dir: "+store, broker, testkit.FreeAddr(t), "z")), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(job.config(dir, store, broker, testkit.FreeAddr(t), "z")), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		code, stdout, stderr := runBinary(t, "run", "--config", path)
+		code, stdout, stderr := runBinaryEnv(t, c.env, "run", "--config", path)
 		return code, stdout + stderr
 	}
 	for _, tc := range []struct {
 		name   string
 		job    clusterJob
-		store  string
+		store  string // the cluster.store section
 		broker string
 		code   int
 		want   string
 	}{
-		{"units against the topics", clusterJob{Units: 6}, t.TempDir(), b.addr, 1,
+		{"units against the topics", clusterJob{Units: 6}, c.emptyStoreYAML(), b.addr, 1,
 			"job: repartition topic clicks-1-repartition has 4 partitions, cluster.units is 6"},
-		{"units against the HEAD chains", clusterJob{Units: 6}, c.store, fresh.addr, 1,
+		{"units against the HEAD chains", clusterJob{Units: 6}, c.storeYAML, fresh.addr, 1,
 			"job: the store holds the HEAD chains of 4 units of stage 0, cluster.units is 6"},
-		{"transaction timeout", clusterJob{Units: 4, TxnTimeout: "26s"}, c.store, b.addr, 2,
+		{"transaction timeout", clusterJob{Units: 4, TxnTimeout: "26s"}, c.storeYAML, b.addr, 2,
 			"sinks[0].transaction_timeout: 26s must exceed checkpoints.interval 200ms + checkpoints.timeout 10s (the slowest upstream checkpoint) + cluster.session_timeout 6s + cluster.takeover_timeout 10s = 26.2s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -40,8 +40,15 @@ sinks:
 // checkpoint, so no owner deletes any) nor changes any. Then b, the new owner, is killed
 // with -9; a takes every unit over and the records produced afterwards are
 // processed: the oracle holds. Once with a keyed count, once with a dedup.
+// It runs on the filesystem store and on an S3 server the test starts.
 func TestClusterZombie(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"filesystem", "s3"} {
+		t.Run(kind, func(t *testing.T) { t.Parallel(); clusterZombie(t, kind) })
+	}
+}
+
+func clusterZombie(t *testing.T, kind string) {
 	for _, tc := range []struct {
 		name     string
 		pipeline string
@@ -54,7 +61,7 @@ func TestClusterZombie(t *testing.T) {
 			b := startTestBroker(t, map[string]int{"clicks": 2, "counts": 4})
 			const units, users, perUser = 2, 4, 20
 			total, phase := users*perUser, users*perUser/2
-			c := newCluster(t, clusterJob{Units: units, Pipeline: tc.pipeline, Retained: 100000}, b.addr)
+			c := newCluster(t, clusterJob{Units: units, Pipeline: tc.pipeline, Retained: 100000, Store: kind}, b.addr)
 			want := func(n int) int { // output records of the first n input records
 				if tc.pipeline != "" {
 					return n / 2
@@ -99,6 +106,9 @@ func TestClusterZombie(t *testing.T) {
 			before := map[string]map[string]string{}
 			for _, u := range moved {
 				before[u] = c.files(u)
+				if len(before[u]) == 0 {
+					t.Errorf("unit %s: no file in the store before the zombie resumed", u)
+				}
 			}
 			c.signal("a", syscall.SIGCONT)
 			// The zombie notices: each of its units stops (lost, or its next

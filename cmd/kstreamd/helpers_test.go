@@ -220,9 +220,18 @@ func kstreamdBinary(t *testing.T) string {
 // status, stdout and stderr.
 func runBinary(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return runBinaryEnv(t, nil, args...)
+}
+
+// runBinaryEnv is runBinary with env added to the environment.
+func runBinaryEnv(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kstreamdBinary(t), args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
