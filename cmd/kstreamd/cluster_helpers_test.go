@@ -535,7 +535,7 @@ func clickRecord(i, users int) *kgo.Record {
 
 // committedCounts reads the counts topic read_committed.
 func committedCounts(t *testing.T, broker string) []*kgo.Record {
-	return testkit.ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(broker)}, kgo.ReadCommitted(), "counts", 5*time.Second)
+	return testkit.ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(broker)}, kgo.ReadCommitted(), "counts", 30*time.Second)
 }
 
 // checkOracle checks what every cluster test of the keyed count asserts
@@ -586,7 +586,7 @@ func (c *cluster) checkExchange(total int, field string) {
 	t := c.t
 	t.Helper()
 	opts := []kgo.Opt{kgo.SeedBrokers(c.broker)}
-	rep := testkit.WithoutMarkers(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "clicks-1-repartition", 5*time.Second))
+	rep := testkit.WithoutMarkers(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "clicks-1-repartition", 30*time.Second))
 	seen := map[int]int{}
 	for _, r := range rep {
 		var v map[string]any

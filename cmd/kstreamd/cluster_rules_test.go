@@ -77,7 +77,7 @@ func clusterRuleDeletedDuringMove(t *testing.T, kind string) {
 	c.start("a")
 	c.start("b")
 	matches := func() []string {
-		return matchStrings(t, testkit.ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(b.addr)}, kgo.ReadCommitted(), "matches", 5*time.Second))
+		return matchStrings(t, testkit.ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(b.addr)}, kgo.ReadCommitted(), "matches", 30*time.Second))
 	}
 	first := []string{fmt.Sprintf("sq %s 0,1", cc), fmt.Sprintf("sq %s 2,3", dc)}
 	slices.Sort(first)
