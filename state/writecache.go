@@ -1,0 +1,244 @@
+package state
+
+import (
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// DefaultWriteCacheBytes is the default of BackendConfig.WriteCacheBytes:
+// the write-back cache of one Pebble backend holds about this many bytes of
+// keys and values (with a fixed 64-byte overhead per entry counted).
+const DefaultWriteCacheBytes = 16 << 20
+
+// writeCacheEntryOverhead is what one cached entry counts against the
+// cache's bytes besides its key and value: the map slot and the entry.
+const writeCacheEntryOverhead = 64
+
+// writeCache is the write-back cache in front of a Pebble store (Kafka
+// Streams' caching key-value store): point reads and writes of values and
+// map entries are served from it, and the writes reach Pebble in one batch
+// when it is flushed, which the store does before every snapshot, scan,
+// merge, count, cleanup and close, and when the cache outgrows its bytes
+// (it then also drops every entry). A hot key read and written once per
+// record thus costs two map operations instead of a Pebble Get and Set.
+//
+// Keys are full Pebble keys (keys.go): the values and the map entries of
+// every state share one cache. Safe for concurrent use (the async state
+// layer reads on other goroutines): mu guards everything; a read that
+// misses reads Pebble without the lock and fills the cache only if no
+// write or drop happened to the cache meanwhile (gen).
+type writeCache struct {
+	mu      sync.Mutex
+	entries map[string]*cacheEntry
+	dirty   int    // entries with dirty set
+	bytes   int    // keys + values + overhead of the entries
+	limit   int    // bytes above which the cache is flushed and emptied
+	gen     uint64 // bumped by every drop of entries
+	// bypass are the state ids the cache never holds: states with
+	// background TTL cleanup, which rewrites Pebble behind the cache.
+	bypass map[uint32]bool
+}
+
+// cacheEntry is one cached key: its value (present false: deleted) and
+// whether Pebble lacks this version.
+type cacheEntry struct {
+	val     []byte
+	present bool
+	dirty   bool
+}
+
+func newWriteCache(limit int) *writeCache {
+	return &writeCache{entries: map[string]*cacheEntry{}, limit: limit, bypass: map[uint32]bool{}}
+}
+
+// get returns a copy of key's cached value; cached false means Pebble must
+// be read, with the generation to pass to fill.
+func (c *writeCache) get(id uint32, key []byte) (v []byte, found, cached bool, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return nil, false, false, 0
+	}
+	e, ok := c.entries[string(key)]
+	if !ok {
+		return nil, false, false, c.gen
+	}
+	if !e.present {
+		return nil, false, true, c.gen
+	}
+	return append([]byte{}, e.val...), true, true, c.gen
+}
+
+// contains reports whether key of state id is cached.
+func (c *writeCache) contains(id uint32, key []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return false
+	}
+	_, ok := c.entries[string(key)]
+	return ok
+}
+
+// cachedCurrent reports whether the state's blob under the backend's
+// current key is in the Pebble write cache (a read of it touches no disk);
+// false for other stores.
+func (c *stateCore) cachedCurrent() bool {
+	ps, ok := c.st.(*pebbleStore)
+	if !ok || ps.cache == nil {
+		return false
+	}
+	k, err := c.stateKey(nil)
+	if err != nil {
+		return false
+	}
+	return ps.cache.contains(c.id, appendStateKey(nil, k))
+}
+
+// fill caches what Pebble returned for key after a miss in generation gen,
+// unless the cache changed for key since (a write, or a drop).
+func (c *writeCache) fill(db *pebble.DB, id uint32, key, v []byte, found bool, gen uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] || c.gen != gen {
+		return nil
+	}
+	if _, ok := c.entries[string(key)]; ok {
+		return nil
+	}
+	e := &cacheEntry{present: found}
+	if found {
+		e.val = append([]byte{}, v...)
+	}
+	c.entries[string(key)] = e
+	c.bytes += len(key) + len(e.val) + writeCacheEntryOverhead
+	return c.maybeEvict(db)
+}
+
+// put caches a write of key: v, or a delete when present is false. It
+// returns false for a state the cache bypasses (the caller writes Pebble).
+func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return false, nil
+	}
+	e, ok := c.entries[string(key)]
+	if !ok {
+		e = &cacheEntry{}
+		c.entries[string(key)] = e
+		c.bytes += len(key) + writeCacheEntryOverhead
+	}
+	c.bytes += len(v) - len(e.val)
+	if present {
+		e.val = append(e.val[:0], v...)
+	} else {
+		e.val = nil
+	}
+	e.present = present
+	if !e.dirty {
+		e.dirty = true
+		c.dirty++
+	}
+	return true, c.maybeEvict(db)
+}
+
+// forget drops key from the cache after flushing it: the caller is about
+// to write it to Pebble directly (a merge).
+func (c *writeCache) forget(db *pebble.DB, key []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++ // a read of key in flight must not fill the cache with what preceded the merge
+	e, ok := c.entries[string(key)]
+	if !ok {
+		return nil
+	}
+	if e.dirty {
+		if err := c.flushLocked(db); err != nil {
+			return err
+		}
+	}
+	delete(c.entries, string(key))
+	c.bytes -= len(key) + len(e.val) + writeCacheEntryOverhead
+	return nil
+}
+
+// flush writes every dirty entry to Pebble in one batch (without sync:
+// checkpoints give durability); the entries stay cached, clean.
+func (c *writeCache) flush(db *pebble.DB) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.flushLocked(db)
+}
+
+// drop flushes, then empties the cache.
+func (c *writeCache) drop(db *pebble.DB) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropLocked(db)
+}
+
+// bypassIDs makes the cache stop holding the states ids (flushing and
+// dropping what it holds first, when an id is new).
+func (c *writeCache) bypassIDs(db *pebble.DB, ids []uint32) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	added := false
+	for _, id := range ids {
+		if !c.bypass[id] {
+			c.bypass[id], added = true, true
+		}
+	}
+	if !added {
+		return nil
+	}
+	return c.dropLocked(db)
+}
+
+func (c *writeCache) maybeEvict(db *pebble.DB) error {
+	if c.bytes <= c.limit {
+		return nil
+	}
+	return c.dropLocked(db)
+}
+
+func (c *writeCache) dropLocked(db *pebble.DB) error {
+	if err := c.flushLocked(db); err != nil {
+		return err
+	}
+	clear(c.entries)
+	c.bytes = 0
+	c.gen++
+	return nil
+}
+
+func (c *writeCache) flushLocked(db *pebble.DB) error {
+	if c.dirty == 0 {
+		return nil
+	}
+	b := db.NewBatch()
+	defer b.Close()
+	for k, e := range c.entries {
+		if !e.dirty {
+			continue
+		}
+		var err error
+		if e.present {
+			err = b.Set([]byte(k), e.val, nil)
+		} else {
+			err = b.Delete([]byte(k), nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	for _, e := range c.entries {
+		e.dirty = false
+	}
+	c.dirty = 0
+	return nil
+}
