@@ -31,10 +31,14 @@ const writeCacheEntryOverhead = 64
 type writeCache struct {
 	mu      sync.Mutex
 	entries map[string]*cacheEntry
-	dirty   int    // entries with dirty set
-	bytes   int    // keys + values + overhead of the entries
-	limit   int    // bytes above which the cache is flushed and emptied
-	gen     uint64 // bumped by every drop of entries
+	// dirty are the entries with dirty set, in the order they became
+	// dirty: a flush visits these only, so a flush before every scan (the
+	// rules operator scans its window per record) costs the writes since
+	// the last one, not the cache's size.
+	dirty []*cacheEntry
+	bytes int    // keys + values + overhead of the entries
+	limit int    // bytes above which the cache is flushed and emptied
+	gen   uint64 // bumped by every drop of entries
 	// bypass are the state ids the cache never holds: states with
 	// background TTL cleanup, which rewrites Pebble behind the cache.
 	bypass map[uint32]bool
@@ -43,6 +47,7 @@ type writeCache struct {
 // cacheEntry is one cached key: its value (present false: deleted) and
 // whether Pebble lacks this version.
 type cacheEntry struct {
+	key     string // the map key
 	val     []byte
 	present bool
 	dirty   bool
@@ -107,11 +112,11 @@ func (c *writeCache) fill(db *pebble.DB, id uint32, key, v []byte, found bool, g
 	if _, ok := c.entries[string(key)]; ok {
 		return nil
 	}
-	e := &cacheEntry{present: found}
+	e := &cacheEntry{key: string(key), present: found}
 	if found {
 		e.val = append([]byte{}, v...)
 	}
-	c.entries[string(key)] = e
+	c.entries[e.key] = e
 	c.bytes += len(key) + len(e.val) + writeCacheEntryOverhead
 	return c.maybeEvict(db)
 }
@@ -126,8 +131,8 @@ func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool) 
 	}
 	e, ok := c.entries[string(key)]
 	if !ok {
-		e = &cacheEntry{}
-		c.entries[string(key)] = e
+		e = &cacheEntry{key: string(key)}
+		c.entries[e.key] = e
 		c.bytes += len(key) + writeCacheEntryOverhead
 	}
 	c.bytes += len(v) - len(e.val)
@@ -139,7 +144,7 @@ func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool) 
 	e.present = present
 	if !e.dirty {
 		e.dirty = true
-		c.dirty++
+		c.dirty = append(c.dirty, e)
 	}
 	return true, c.maybeEvict(db)
 }
@@ -214,20 +219,17 @@ func (c *writeCache) dropLocked(db *pebble.DB) error {
 }
 
 func (c *writeCache) flushLocked(db *pebble.DB) error {
-	if c.dirty == 0 {
+	if len(c.dirty) == 0 {
 		return nil
 	}
 	b := db.NewBatch()
 	defer b.Close()
-	for k, e := range c.entries {
-		if !e.dirty {
-			continue
-		}
+	for _, e := range c.dirty {
 		var err error
 		if e.present {
-			err = b.Set([]byte(k), e.val, nil)
+			err = b.Set([]byte(e.key), e.val, nil)
 		} else {
-			err = b.Delete([]byte(k), nil)
+			err = b.Delete([]byte(e.key), nil)
 		}
 		if err != nil {
 			return err
@@ -236,9 +238,10 @@ func (c *writeCache) flushLocked(db *pebble.DB) error {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return err
 	}
-	for _, e := range c.entries {
+	for _, e := range c.dirty {
 		e.dirty = false
 	}
-	c.dirty = 0
+	clear(c.dirty) // no references to dropped entries
+	c.dirty = c.dirty[:0]
 	return nil
 }

@@ -2,11 +2,16 @@ package state
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // writeCacheSizes are the write cache sizes the cache tests run with:
@@ -202,5 +207,69 @@ func TestWriteCacheConcurrentReads(t *testing.T) {
 	case err := <-errs:
 		t.Fatal(err)
 	default:
+	}
+}
+
+// TestWriteCacheModel: a seeded random sequence of the cache's operations
+// (write, delete, read-through fill, merge forget, flush, drop) over 40
+// keys, with a limit of a few entries so evictions happen; after every
+// operation a read through the cache, and after every flush Pebble
+// itself, equal a plain map of what was written.
+func TestWriteCacheModel(t *testing.T) {
+	for _, limit := range []int{1, 600, 1 << 20} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			cfg := testConfig(t, KindPebble)
+			cfg.WriteCacheBytes = limit
+			st := open(t, cfg).core().st.(*pebbleStore)
+			model := map[string]string{}
+			rng := rand.New(rand.NewPCG(uint64(limit), 7))
+			key := func(i int) []byte { return fmt.Appendf(nil, "\x00key-%02d", i) }
+			check := func(op int, k []byte) {
+				t.Helper()
+				v, found, err := st.cachedGet(1, k)
+				must(t, err)
+				if want, ok := model[string(k)]; found != ok || string(v) != want {
+					t.Fatalf("op %d: %q = %q, %v; want %q, %v", op, k, v, found, want, ok)
+				}
+			}
+			for op := range 5000 {
+				k := key(rng.IntN(40))
+				switch r := rng.IntN(100); {
+				case r < 45:
+					v := fmt.Sprintf("v%d-%s", op, strings.Repeat("x", rng.IntN(40)))
+					must(t, st.cachedWrite(1, k, []byte(v), true))
+					model[string(k)] = v
+				case r < 65:
+					must(t, st.cachedWrite(1, k, nil, false))
+					delete(model, string(k))
+				case r < 85:
+					check(op, k)
+				case r < 90: // a merge: the store forgets the key, then writes Pebble
+					must(t, st.cache.forget(st.db, k))
+					v := fmt.Sprintf("m%d", op)
+					must(t, st.db.Set(k, []byte(v), pebble.NoSync))
+					model[string(k)] = v
+				case r < 97:
+					must(t, st.flushCache())
+					for i := range 40 {
+						k := key(i)
+						v, closer, err := st.db.Get(k)
+						got, found := "", err == nil
+						if found {
+							got = string(v)
+							must(t, closer.Close())
+						} else if !errors.Is(err, pebble.ErrNotFound) {
+							t.Fatal(err)
+						}
+						if want, ok := model[string(k)]; found != ok || got != want {
+							t.Fatalf("op %d: pebble %q = %q, %v; want %q, %v", op, k, got, found, want, ok)
+						}
+					}
+				default:
+					must(t, st.dropCache())
+				}
+				check(op, k)
+			}
+		})
 	}
 }
