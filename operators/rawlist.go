@@ -3,6 +3,7 @@ package operators
 import (
 	"encoding/json"
 	"fmt"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -62,13 +63,19 @@ func plainJSON(m []byte) bool {
 // Decode decodes a JSON array of items (or null: nil), as json.Unmarshal.
 func (RawListSerializer) Decode(b []byte) ([]json.RawMessage, error) {
 	if gjson.ValidBytes(b) {
-		switch r := gjson.ParseBytes(b); {
+		// One copy of b (Decode must not retain it) that the items slice;
+		// gjson reads it through a string view, without another copy.
+		buf := append([]byte(nil), b...)
+		base := unsafe.SliceData(buf)
+		switch r := gjson.Parse(unsafe.String(base, len(buf))); {
 		case r.Type == gjson.Null:
 			return nil, nil
 		case r.IsArray():
 			out := []json.RawMessage{}
 			r.ForEach(func(_, e gjson.Result) bool {
-				out = append(out, json.RawMessage(e.Raw))
+				// e.Raw is a substring of buf: its offset is its address's.
+				i := int(uintptr(unsafe.Pointer(unsafe.StringData(e.Raw))) - uintptr(unsafe.Pointer(base)))
+				out = append(out, json.RawMessage(buf[i:i+len(e.Raw):i+len(e.Raw)]))
 				return true
 			})
 			return out, nil
