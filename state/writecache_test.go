@@ -273,3 +273,55 @@ func TestWriteCacheModel(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteCacheEvictsLeastRecentlyUsed: with room for 21 entries, a
+// key read or written between every two of 200 cold writes stays cached
+// with its unwritten change (Pebble lacks it until a flush), while the
+// oldest cold keys are evicted with their writes in Pebble.
+func TestWriteCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	cfg := testConfig(t, KindPebble)
+	cfg.WriteCacheBytes = 20 * (writeCacheEntryOverhead + 16)
+	st := open(t, cfg).core().st.(*pebbleStore)
+	hot := []byte("\x00hot-key")
+	must(t, st.cachedWrite(1, hot, []byte("h0"), true))
+	for i := range 200 {
+		must(t, st.cachedWrite(1, fmt.Appendf(nil, "\x00cold-%03d", i), []byte("c"), true))
+		if i%2 == 0 {
+			must(t, st.cachedWrite(1, hot, fmt.Appendf(nil, "h%d", i), true))
+		} else {
+			_, _, err := st.cachedGet(1, hot)
+			must(t, err)
+		}
+	}
+	if !st.cache.contains(1, hot) {
+		t.Fatal("the hot key was evicted")
+	}
+	if _, closer, err := st.db.Get(hot); !errors.Is(err, pebble.ErrNotFound) {
+		if err == nil {
+			_ = closer.Close()
+		}
+		t.Fatalf("pebble has the hot key before a flush (%v), want its writes held in the cache", err)
+	}
+	if st.cache.contains(1, []byte("\x00cold-000")) {
+		t.Fatal("the oldest cold key is still cached")
+	}
+	v, closer, err := st.db.Get([]byte("\x00cold-000"))
+	must(t, err)
+	if string(v) != "c" {
+		t.Fatalf("evicted cold key in pebble = %q, want c", v)
+	}
+	must(t, closer.Close())
+	// 1,600 bytes of room, 74 bytes per cold entry and 76 for the hot one:
+	// the last eviction left 19 entries (at most 7/8 of the room), two cold
+	// writes since.
+	if n, b := len(st.cache.entries), st.cache.bytes; n != 21 || b != 1556 {
+		t.Fatalf("%d entries of %d bytes cached, want 21 of 1556", n, b)
+	}
+	must(t, st.flushCache())
+	v, closer, err = st.db.Get(hot)
+	must(t, err)
+	if string(v) != "h198" {
+		t.Fatalf("hot key after the flush = %q, want h198", v)
+	}
+	must(t, closer.Close())
+}
