@@ -108,7 +108,8 @@ func WithReadWorkers(n int) AsyncOpt { return func(c *asyncConfig) { c.workers =
 // Reads of backends that can read by explicit key from any goroutine
 // (Pebble) run on a bounded pool of read workers owned by the controller, so
 // a slow read of one key does not hold up other keys; their completions come
-// back through the mailbox. Writes, and every operation of backends without
+// back through the mailbox. A value read the Pebble write cache can serve
+// runs on the subtask goroutine at once instead (no disk to wait for). Writes, and every operation of backends without
 // such reads (hashmap), run on the subtask goroutine when issued and
 // complete at once; a write issued while a read of the same record is still
 // with a worker waits for that read (program order). Since only one record
@@ -172,6 +173,10 @@ type stateRequest struct {
 	// exec, set otherwise, runs the operation on the subtask goroutine with
 	// the record's key current and completes its future.
 	exec func()
+	// hit, optional with off, reports whether the read would be served
+	// from memory: it then runs on the subtask goroutine at once, saving
+	// the hand-over to a worker and back through the mailbox.
+	hit func() bool
 }
 
 // NewAsyncExecutionController returns a controller for the keyed subtask
@@ -366,6 +371,11 @@ func (c *AsyncExecutionController) release(r *recordContext) {
 // unless an earlier request of r must run first.
 func (c *AsyncExecutionController) issue(r *recordContext, req *stateRequest) {
 	r.refs++
+	if len(r.queue) == 0 && req.off != nil && r.readsOut == 0 && req.hit != nil && req.hit() {
+		req.off()() // a read from memory: read and complete now, in program order
+		c.release(r)
+		return
+	}
 	if len(r.queue) == 0 && (req.off != nil || r.readsOut == 0) {
 		c.start(r, req)
 		return

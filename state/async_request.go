@@ -6,12 +6,21 @@ package state
 // the subtask goroutine with the record's key current. Outside a record the
 // future fails with ErrNoRecordContext.
 func submitRead[T any](c *AsyncExecutionController, off func(key []byte) (T, error), inline func() (T, error)) StateFuture[T] {
+	return submitCachedRead(c, off, inline, nil)
+}
+
+// submitCachedRead is submitRead with hit, which says (on the subtask
+// goroutine, with the record's key current) whether the read would be
+// served from memory (the Pebble write cache): such a read runs at once on
+// the subtask goroutine instead of on a worker, when program order allows.
+// hit may be nil: never.
+func submitCachedRead[T any](c *AsyncExecutionController, off func(key []byte) (T, error), inline func() (T, error), hit func() bool) StateFuture[T] {
 	rec := c.current
 	if rec == nil {
 		return failedFuture[T](nil, ErrNoRecordContext)
 	}
 	f := newFuture[T](rec)
-	req := &stateRequest{}
+	req := &stateRequest{hit: hit}
 	if off != nil {
 		key := rec.key
 		req.off = func() func() {

@@ -16,7 +16,8 @@ type Optional[T any] struct {
 // ErrNoRecordContext.
 //
 // AsyncValue reads the value: on a read worker when the backend has
-// ConcurrentReads (Pebble), on the subtask goroutine otherwise. AsyncUpdate
+// ConcurrentReads (Pebble), on the subtask goroutine otherwise, and there
+// too, at once, when Pebble's write cache holds the key. AsyncUpdate
 // and AsyncClear write on the subtask goroutine: at once, or after the
 // record's earlier reads completed. Errors as ValueState's, through the
 // futures.
@@ -57,7 +58,11 @@ func (h *asyncValueState[T]) AsyncValue() StateFuture[Optional[T]] {
 			return optional(h.bound.bind(h.c.backend.core().keyRefFor(key)).Value())
 		}
 	}
-	return submitRead(h.c, off, func() (Optional[T], error) { return optional(h.s.Value()) })
+	var hit func() bool
+	if h.bound != nil {
+		hit = h.bound.c.cachedCurrent
+	}
+	return submitCachedRead(h.c, off, func() (Optional[T], error) { return optional(h.s.Value()) }, hit)
 }
 
 func (h *asyncValueState[T]) AsyncUpdate(v T) StateFuture[Void] {
