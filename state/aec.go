@@ -188,6 +188,10 @@ type recordContext struct {
 	// record that finishes within its function (every read served from
 	// memory) never touches the map.
 	kq *keyQueue
+	// voidOK is the record's completed Void future, the outcome of every
+	// successful write that ran at once (a completed future never changes,
+	// so one serves them all).
+	voidOK future[Void]
 }
 
 // fail reports err as the record's failure to the controller.
@@ -195,6 +199,10 @@ func (r *recordContext) fail(err error) { r.c.fail(r, err) }
 
 // pending is the number of r's queued requests.
 func (r *recordContext) pending() int { return len(r.queue) - r.qhead }
+
+// idle reports whether a request of r issued now runs at once in program
+// order: nothing of r is queued or with a worker.
+func (r *recordContext) idle() bool { return r.pending() == 0 && r.readsOut == 0 }
 
 // offJob is a read handed to a worker, and later its completion.
 type offJob struct {
@@ -305,6 +313,7 @@ func (c *AsyncExecutionController) newRecord(key []byte, fn func(any) error, arg
 		c.freeRecs = c.freeRecs[:n-1]
 	} else {
 		r = &recordContext{c: c}
+		r.voidOK = future[Void]{rec: r, done: true}
 	}
 	r.key = append(r.key[:0], key...)
 	if r.key == nil {

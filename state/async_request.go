@@ -78,6 +78,15 @@ func issueRead[T any](c *AsyncExecutionController, src reader[T], off bool) Stat
 	if rec == nil {
 		return failedFuture[T](nil, ErrNoRecordContext)
 	}
+	if rec.idle() { // nothing of the record queued or with a worker: read now if that needs no store
+		if !off {
+			v, err := src.readCurrent()
+			return doneFuture(rec, v, err)
+		}
+		if v, cached, err := src.readCached(); cached {
+			return doneFuture(rec, v, err)
+		}
+	}
 	q := &readRequest[T]{future: future[T]{rec: rec}, src: src, off: off}
 	c.issue(rec, q)
 	return &q.future
@@ -163,6 +172,9 @@ func submitClear(c *AsyncExecutionController, s interface{ Clear() error }) Stat
 	rec := c.current
 	if rec == nil {
 		return failedFuture[Void](nil, ErrNoRecordContext)
+	}
+	if rec.idle() {
+		return doneVoid(rec, s.Clear())
 	}
 	q := &clearRequest{future: future[Void]{rec: rec}, s: s}
 	c.issue(rec, q)

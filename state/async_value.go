@@ -76,6 +76,9 @@ func (h *asyncValueState[T]) AsyncUpdate(v T) StateFuture[Void] {
 	if rec == nil {
 		return failedFuture[Void](nil, ErrNoRecordContext)
 	}
+	if rec.idle() { // nothing of the record queued or with a worker: write now
+		return doneVoid(rec, h.s.Update(v))
+	}
 	q := &updateRequest[T]{future: future[Void]{rec: rec}, s: h.s, v: v}
 	h.c.issue(rec, q)
 	return &q.future

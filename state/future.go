@@ -125,6 +125,13 @@ func (f *future[T]) then(k continuation[T]) {
 func (f *future[T]) record() *recordContext { return f.rec }
 
 func (f *future[T]) ThenAccept(action func(T) error) StateFuture[Void] {
+	if f.done { // the cached path: no node to allocate
+		err := f.err
+		if err == nil {
+			err = action(f.val)
+		}
+		return doneVoid(f.rec, err)
+	}
 	n := &acceptNode[T]{future: future[Void]{rec: f.rec}, fn: action}
 	f.then(n)
 	return &n.future
@@ -155,6 +162,23 @@ func CompletedFuture[T any](v T) StateFuture[T] {
 // CompletedVoidFuture returns a future already completed with Void{}
 // (Flink's StateFutureUtils.completedVoidFuture).
 func CompletedVoidFuture() StateFuture[Void] { return CompletedFuture(Void{}) }
+
+// doneFuture returns a future of rec (which may be nil) already completed
+// with v or, when err is not nil, failed with err (reported to rec).
+func doneFuture[T any](rec *recordContext, v T, err error) StateFuture[T] {
+	f := &future[T]{rec: rec}
+	f.complete(v, err)
+	return f
+}
+
+// doneVoid is doneFuture for Void: a success of a record is the record's
+// shared completed future (no allocation; a completed future never changes).
+func doneVoid(rec *recordContext, err error) StateFuture[Void] {
+	if err == nil && rec != nil {
+		return &rec.voidOK
+	}
+	return doneFuture(rec, Void{}, err)
+}
 
 // failedFuture returns a future already failed with err, belonging to rec
 // (which may be nil).
@@ -195,6 +219,21 @@ func (n *applyNode[T, U]) run(v T, err error) {
 // Failures of f, of fn (its error, or a nil future with a nil error) and of
 // the inner future fail the result.
 func ThenCompose[T, U any](f StateFuture[T], fn func(T) (StateFuture[U], error)) StateFuture[U] {
+	if d, ok := f.(*future[T]); ok && d.done { // the cached path
+		if d.err != nil {
+			return failedFuture[U](d.rec, d.err)
+		}
+		inner, err := fn(d.val)
+		if err == nil && inner == nil {
+			err = errNilFuture
+		}
+		if err != nil {
+			return failedFuture[U](d.rec, err)
+		}
+		if d.rec == nil || inner.record() == d.rec {
+			return inner // the result would complete as inner does, for the same record
+		}
+	}
 	n := &composeNode[T, U]{future: future[U]{rec: f.record()}, fn: fn}
 	f.then(n)
 	return &n.future
