@@ -40,25 +40,47 @@ func openTestBackend(t testing.TB, kind string, readDelay func() time.Duration) 
 	return b
 }
 
+// openBlockingBackend is openTestBackend of a Pebble backend whose reads
+// block their OS thread for readDelay (blockFor), as a read from a slow disk
+// blocks in pread: precise to a few µs, where time.Sleep of an otherwise
+// idle process waits at least about 1 ms (the runtime's poller sleeps in
+// whole milliseconds), which would slow the synchronous side ten-fold at
+// 100µs.
+func openBlockingBackend(t testing.TB, readDelay time.Duration) KeyedStateBackend {
+	b := openTestBackend(t, KindPebble, func() time.Duration { return readDelay })
+	b.core().st.(*delayStore).block = true
+	return b
+}
+
 // delayStore delays every read of the store it wraps by delay(); writes pass
 // through. Safe for concurrent use when the wrapped store's reads are.
 type delayStore struct {
 	store
 	delay func() time.Duration
+	block bool // wait with blockFor instead of time.Sleep
+}
+
+// wait is the injected read latency, not synchronisation.
+func (s *delayStore) wait() {
+	if s.block {
+		blockFor(s.delay())
+		return
+	}
+	time.Sleep(s.delay())
 }
 
 func (s *delayStore) get(k stateKey) ([]byte, bool, error) {
-	time.Sleep(s.delay()) // injected read latency, not synchronisation
+	s.wait()
 	return s.store.get(k)
 }
 
 func (s *delayStore) getEntry(k stateKey, uk []byte) ([]byte, bool, error) {
-	time.Sleep(s.delay())
+	s.wait()
 	return s.store.getEntry(k, uk)
 }
 
 func (s *delayStore) scanEntries(k stateKey, fn func(uk, v []byte) (bool, error)) error {
-	time.Sleep(s.delay())
+	s.wait()
 	return s.store.scanEntries(k, fn)
 }
 
@@ -434,12 +456,14 @@ func BenchmarkAsyncVsSync(b *testing.B) {
 		{"100µs", 100 * time.Microsecond, []int{4, 16, 64}},
 		{"1ms", time.Millisecond, []int{4, 16, 64}},
 	} {
-		var latency func() time.Duration
-		if read.delay > 0 {
-			latency = func() time.Duration { return read.delay }
+		open := func(b *testing.B) KeyedStateBackend {
+			if read.delay == 0 {
+				return openTestBackend(b, KindPebble, nil)
+			}
+			return openBlockingBackend(b, read.delay)
 		}
 		b.Run("read="+read.name+"/sync", func(b *testing.B) {
-			be := openTestBackend(b, KindPebble, latency)
+			be := open(b)
 			s, err := GetValueState(be, desc)
 			if err != nil {
 				b.Fatal(err)
@@ -460,7 +484,7 @@ func BenchmarkAsyncVsSync(b *testing.B) {
 		})
 		for _, workers := range read.workers {
 			b.Run(fmt.Sprintf("read=%s/async/workers=%d", read.name, workers), func(b *testing.B) {
-				be := openTestBackend(b, KindPebble, latency)
+				be := open(b)
 				c, err := NewAsyncExecutionController(be, newTestMailbox(), WithReadWorkers(workers))
 				if err != nil {
 					b.Fatal(err)
