@@ -210,13 +210,16 @@ func (k *AsyncKeyedCount) Open(ctx AsyncOpenContext) error {
 }
 
 // ProcessElement implements AsyncKeyedProcessFunction: read the count,
-// write it incremented, then emit it.
+// then write it incremented and emit it. The update's future is not
+// chained: its failure reaches the controller all the same, and within the
+// read's continuation the update runs at once, before the emit (the
+// record's read is done), as in KeyedCount.
 func (k *AsyncKeyedCount) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
-	state.ThenCompose(k.count.AsyncValue(), func(cur state.Optional[int64]) (state.StateFuture[state.Void], error) {
+	key, ts := rec.Key, rec.Timestamp // what the output needs: a smaller closure than rec
+	k.count.AsyncValue().ThenAccept(func(cur state.Optional[int64]) error {
 		n := cur.Value + 1
-		return k.count.AsyncUpdate(n).ThenAccept(func(state.Void) error {
-			return out.Collect(countRecord(rec, n))
-		}), nil
+		k.count.AsyncUpdate(n)
+		return out.Collect(countRecord(runtime.Record{Key: key, Timestamp: ts}, n))
 	})
 	return nil // failures of the chain reach the controller, which fails the task
 }

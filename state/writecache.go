@@ -115,32 +115,6 @@ func (c *writeCache) get(id uint32, key []byte) (v []byte, found, cached bool, g
 	return append([]byte{}, e.val...), true, true, c.gen
 }
 
-// contains reports whether key of state id is cached.
-func (c *writeCache) contains(id uint32, key []byte) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.bypass[id] {
-		return false
-	}
-	_, ok := c.entries[string(key)]
-	return ok
-}
-
-// cachedCurrent reports whether the state's blob under the backend's
-// current key is in the Pebble write cache (a read of it touches no disk);
-// false for other stores.
-func (c *stateCore) cachedCurrent() bool {
-	ps, ok := c.st.(*pebbleStore)
-	if !ok || ps.cache == nil {
-		return false
-	}
-	k, err := c.stateKey(nil)
-	if err != nil {
-		return false
-	}
-	return ps.cache.contains(c.id, appendStateKey(nil, k))
-}
-
 // fill caches what Pebble returned for key after a miss in generation gen,
 // unless the cache changed for key since (a write, an eviction or a drop).
 func (c *writeCache) fill(db *pebble.DB, id uint32, key, v []byte, found bool, gen uint64) error {

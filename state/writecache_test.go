@@ -325,3 +325,14 @@ func TestWriteCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	must(t, closer.Close())
 }
+
+// contains reports whether key of state id is cached (for the tests).
+func (c *writeCache) contains(id uint32, key []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return false
+	}
+	_, ok := c.entries[string(key)]
+	return ok
+}
