@@ -23,6 +23,12 @@ type Input struct {
 	// top-level fields are bare identifiers when it is a map[string]any.
 	// Other Go values are adapted by CEL where it can (nil is null).
 	Value any
+	// JSON, when not nil and Value is nil, is the undecoded value: the Env
+	// decodes it with [DecodeJSON] the first time an expression reads value
+	// or a field, so an expression that reads only key, timestamp or
+	// headers never decodes it. JSON that does not decode is seen as the
+	// string of its bytes.
+	JSON []byte
 	// Key is the record key, seen as the string key; nil is null, an empty
 	// non-nil slice the empty string.
 	Key []byte
@@ -53,6 +59,8 @@ type Header struct {
 type Env struct {
 	value   any
 	fields  map[string]any // value as a JSON object, or nil
+	json    []byte         // undecoded value, while pending
+	pending bool           // json is still to decode
 	keyRaw  []byte
 	ts      int64
 	hdrsRaw []Header
@@ -80,6 +88,8 @@ func (e *Env) Reset(in *Input) {
 	}
 	e.value = in.Value
 	e.fields, _ = in.Value.(map[string]any)
+	e.json = in.JSON
+	e.pending = in.Value == nil && in.JSON != nil
 	e.keyRaw = in.Key
 	if !in.Timestamp.IsZero() {
 		e.ts = in.Timestamp.UnixMilli()
@@ -98,6 +108,7 @@ type activation Env
 func (a *activation) ResolveName(name string) (any, bool) {
 	switch name {
 	case nameValue:
+		a.decode()
 		return a.value, true
 	case nameKey:
 		if !a.keyDone {
@@ -119,10 +130,25 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		}
 		return a.headers, true
 	}
+	a.decode()
 	if v, ok := a.fields[name]; ok {
 		return v, true
 	}
 	return types.NewErr("%s", missing(a.value, name)), true
+}
+
+// decode decodes the undecoded value (Input.JSON) on first need.
+func (a *activation) decode() {
+	if !a.pending {
+		return
+	}
+	a.pending = false
+	v, err := DecodeJSON(a.json)
+	if err != nil {
+		v = string(a.json)
+	}
+	a.value = v
+	a.fields, _ = v.(map[string]any)
 }
 
 // Parent implements interpreter.Activation.

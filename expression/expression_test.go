@@ -563,3 +563,37 @@ func TestStringFunctions(t *testing.T) {
 		}
 	}
 }
+
+func TestEnvJSONDecodedOnNeed(t *testing.T) {
+	tests := []struct {
+		name, expr string
+		json       string
+		want       any
+	}{
+		{"field", `amount + 1`, `{"amount":41}`, int64(42)},
+		{"value", `value.k`, `{"k":"v"}`, "v"},
+		{"key only", `key`, `{"amount":`, "k1"}, // never decoded: its syntax does not matter
+		{"not json is its string", `value`, `not json`, "not json"},
+		{"array value", `size(value)`, `[1,2,3]`, int64(3)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Compile(tt.expr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := p.Eval(NewEnv(&Input{JSON: []byte(tt.json), Key: []byte("k1")}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %#v, want %#v", got, tt.want)
+			}
+		})
+	}
+	// A field missing from a value that is not an object names the value's kind.
+	p, _ := Compile(`amount`)
+	if _, err := p.Eval(NewEnv(&Input{JSON: []byte(`[1]`)})); err == nil || !strings.Contains(err.Error(), "the record value is an array") {
+		t.Errorf("err = %v, want the array message", err)
+	}
+}

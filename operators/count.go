@@ -3,7 +3,7 @@ package operators
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"strconv"
 
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
@@ -210,13 +210,16 @@ func (k *AsyncKeyedCount) Open(ctx AsyncOpenContext) error {
 }
 
 // ProcessElement implements AsyncKeyedProcessFunction: read the count,
-// write it incremented, then emit it.
+// then write it incremented and emit it. The update's future is not
+// chained: its failure reaches the controller all the same, and within the
+// read's continuation the update runs at once, before the emit (the
+// record's read is done), as in KeyedCount.
 func (k *AsyncKeyedCount) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
-	state.ThenCompose(k.count.AsyncValue(), func(cur state.Optional[int64]) (state.StateFuture[state.Void], error) {
+	key, ts := rec.Key, rec.Timestamp // what the output needs: a smaller closure than rec
+	k.count.AsyncValue().ThenAccept(func(cur state.Optional[int64]) error {
 		n := cur.Value + 1
-		return k.count.AsyncUpdate(n).ThenAccept(func(state.Void) error {
-			return out.Collect(countRecord(rec, n))
-		}), nil
+		k.count.AsyncUpdate(n)
+		return out.Collect(countRecord(runtime.Record{Key: key, Timestamp: ts}, n))
 	})
 	return nil // failures of the chain reach the controller, which fails the task
 }
@@ -226,11 +229,30 @@ func countRecord(rec runtime.Record, n int64) runtime.Record {
 	return runtime.Record{Key: rec.Key, Value: keyedJSON(rec.Key, "count", n), Timestamp: rec.Timestamp}
 }
 
-// keyedJSON renders {"key": <key as string>, field: value}.
-func keyedJSON(key []byte, field string, value any) []byte {
-	v, err := json.Marshal(map[string]any{"key": string(key), field: value})
-	if err != nil {
-		return []byte(fmt.Sprintf(`{"key":%q}`, key))
+// keyedJSON renders {field: value, "key": <key as string>} as json.Marshal
+// renders the map (keys sorted; field sorts before "key"): value an
+// integer, field a plain ASCII name.
+func keyedJSON(key []byte, field string, value int64) []byte {
+	b := make([]byte, 0, len(field)+len(key)+32)
+	b = append(b, '{', '"')
+	b = append(b, field...)
+	b = append(b, '"', ':')
+	b = strconv.AppendInt(b, value, 10)
+	b = append(b, `,"key":`...)
+	return append(appendJSONString(b, key), '}')
+}
+
+// appendJSONString appends s as a JSON string exactly as json.Marshal of
+// string(s) writes it (HTML characters and invalid UTF-8 escaped): plain
+// printable ASCII as it is, anything else through json.Marshal.
+func appendJSONString(b, s []byte) []byte {
+	for _, c := range s {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(string(s)) // a string: cannot fail
+			return append(b, q...)
+		}
 	}
-	return v
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

@@ -105,7 +105,9 @@ func (e Expression) MarshalText() ([]byte, error) { return []byte(e.String()), n
 // time (expression.Env over a runtime.Record): Reset decodes the record's
 // value once, and every expression of the operator then evaluates on the
 // returned Env. What an expression sees:
-//   - value: the value decoded by expression.DecodeJSON; a value that is not
+//   - value: the value decoded by expression.DecodeJSON, when an expression
+//     first reads value or a field (an expression of key, timestamp or
+//     headers alone does not decode it); a value that is not
 //     valid JSON (string and bytes source formats) is seen as a string of
 //     its bytes, and a nil value (a Kafka tombstone) as null;
 //   - its top-level fields, when the value is a JSON object;
@@ -124,16 +126,11 @@ type RecordEnv struct {
 
 // Reset makes e the environment of rec and returns it.
 func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
-	e.in.Value = nil
-	switch {
-	case rec.Format == runtime.FormatText:
+	e.in.Value, e.in.JSON = nil, nil
+	if rec.Format == runtime.FormatText {
 		e.in.Value = string(rec.Value) // a string or bytes source: never decoded
-	case rec.Value != nil:
-		v, err := expression.DecodeJSON(rec.Value)
-		if err != nil {
-			v = string(rec.Value)
-		}
-		e.in.Value = v
+	} else {
+		e.in.JSON = rec.Value // decoded on first need: an expression of key alone never decodes it
 	}
 	e.in.Key = rec.Key
 	e.in.Timestamp = rec.Timestamp

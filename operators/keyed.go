@@ -52,6 +52,8 @@ type KeyedOperator struct {
 	mailbox   *runtime.Mailbox
 	asyncOpts []state.AsyncOpt
 	aec       *state.AsyncExecutionController
+	runAsync  func(any) error // o.runAsyncElement, made at Open
+	asyncFree []*asyncElement // elements to reuse
 	// bad are the task's bad-record handlers per input, for records an
 	// async function fails with a *runtime.RecordError.
 	bad []runtime.BadRecordHandler
@@ -118,6 +120,7 @@ func (o *KeyedOperator) Open(ctx context.Context) (err error) {
 		if o.aec, err = state.NewAsyncExecutionController(b, o.mailbox, o.asyncOpts...); err != nil {
 			return err
 		}
+		o.runAsync = o.runAsyncElement
 		err = o.async.Open(AsyncOpenContext{OpenContext: o.info, AEC: o.aec})
 	default:
 		err = o.keyed.Open(o.info)
@@ -144,14 +147,15 @@ func (o *KeyedOperator) ProcessRecord(ctx context.Context, input int, rec runtim
 	o.coll = collector{ctx: ctx, out: o.out}
 	switch {
 	case input == 0 && o.async != nil:
-		return o.aec.Process(ctx, rec.Key, func() error {
-			err := o.async.ProcessElement(ctx, rec, &o.coll)
-			var re *runtime.RecordError
-			if errors.As(err, &re) && len(o.bad) > 0 && o.bad[0] != nil {
-				return o.bad[0].HandleBadRecord(ctx, rec, re) // runs on the subtask goroutine
-			}
-			return err
-		})
+		var e *asyncElement
+		if n := len(o.asyncFree); n > 0 {
+			e = o.asyncFree[n-1]
+			o.asyncFree = o.asyncFree[:n-1]
+		} else {
+			e = &asyncElement{}
+		}
+		e.ctx, e.rec = ctx, rec
+		return o.aec.ProcessArg(ctx, rec.Key, o.runAsync, e)
 	case input == 0:
 		o.backend.SetCurrentKey(rec.Key)
 		o.backend.SetRecordTimestamp(rec.Timestamp)
@@ -167,6 +171,31 @@ func (o *KeyedOperator) ProcessRecord(ctx context.Context, input int, rec runtim
 		return o.broadcast.ProcessBroadcastElement(ctx, rec, &o.coll)
 	}
 	return fmt.Errorf("operators: %s[%d]: record on unknown input %d", o.info.Operator, o.info.Subtask, input)
+}
+
+// asyncElement is a record handed to the async execution controller, with
+// the context of its ProcessRecord call; reused once the record's
+// ProcessElement ran.
+type asyncElement struct {
+	ctx context.Context
+	rec runtime.Record
+}
+
+// runAsyncElement is the code of a record of an async function (the
+// controller's ProcessArg runs it with an *asyncElement, on the subtask
+// goroutine): ProcessElement, and the bad-record handler for a
+// *runtime.RecordError it returns.
+func (o *KeyedOperator) runAsyncElement(arg any) error {
+	e := arg.(*asyncElement)
+	ctx, rec := e.ctx, e.rec
+	*e = asyncElement{}
+	o.asyncFree = append(o.asyncFree, e)
+	err := o.async.ProcessElement(ctx, rec, &o.coll)
+	var re *runtime.RecordError
+	if errors.As(err, &re) && len(o.bad) > 0 && o.bad[0] != nil {
+		return o.bad[0].HandleBadRecord(ctx, rec, re)
+	}
+	return err
 }
 
 // SnapshotState implements runtime.Snapshotter: on the subtask goroutine it

@@ -26,6 +26,9 @@ func IsFieldPath(s string) bool { return fieldPathRE.MatchString(s) }
 // as in expressions). An expression that does not compile is a
 // *CompileError.
 func NewKeySelector(keyBy string) (runtime.KeySelector, error) {
+	if keyBy == "key" {
+		return recordKeySelector{}, nil
+	}
 	root, _, _ := strings.Cut(keyBy, ".")
 	switch {
 	case !IsFieldPath(keyBy):
@@ -38,6 +41,20 @@ func NewKeySelector(keyBy string) (runtime.KeySelector, error) {
 		return nil, err
 	}
 	return sel, nil
+}
+
+// recordKeySelector is key_by: key, the Kafka record key as it is: what the
+// expression "key" gives, without an evaluation. A record without a key
+// (nil) is a missing_key *runtime.RecordError, as the expression's null
+// result is.
+type recordKeySelector struct{}
+
+// SelectKey implements runtime.KeySelector.
+func (recordKeySelector) SelectKey(rec *runtime.Record) ([]byte, error) {
+	if rec.Key == nil {
+		return nil, &runtime.RecordError{Reason: runtime.ReasonMissingKey, Detail: `key_by "key": result is null`}
+	}
+	return rec.Key, nil
 }
 
 // FieldKeySelector selects the key of a JSON object value by a field path

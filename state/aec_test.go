@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
 // testMailbox is a MailboxExecutor as runtime.Mailbox: an unbounded queue any
@@ -411,5 +413,156 @@ func TestAECOutsideRecord(t *testing.T) {
 	kv := &fakeKV{m: map[string][]int{}}
 	if _, err, done := outcome(kv.read(c, true)); !done || !errors.Is(err, ErrNoRecordContext) {
 		t.Fatalf("read outside a record = (%v, done %v), want ErrNoRecordContext", err, done)
+	}
+}
+
+// openCachedPebble opens a Pebble backend owning every key group with a
+// write cache of cacheBytes.
+func openCachedPebble(t testing.TB, cacheBytes int) KeyedStateBackend {
+	t.Helper()
+	b, err := OpenBackend(BackendConfig{Kind: KindPebble, Dir: t.TempDir(), MaxParallelism: testMaxParallelism,
+		KeyGroupRange: keygroup.Range{Start: 0, End: testMaxParallelism - 1}, WriteCacheBytes: cacheBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
+}
+
+// TestAECCachedAndWorkerReads mixes the two ways a Pebble read completes:
+// served by the write cache at once on the subtask goroutine (the record
+// may then finish within Process and never enter the controller's key map)
+// or by a read worker (the record stays in flight and later records of its
+// key wait). A 4 KiB cache that keeps dropping its entries and an in-flight
+// limit of 8 interleave both for the same keys. Per key, user code sees the
+// records in arrival order and the final values equal the synchronous run.
+func TestAECCachedAndWorkerReads(t *testing.T) {
+	const records, nkeys = 3000, 30
+	keys := orderingInput(records, nkeys)
+	want := runSyncOrdering(t, KindPebble, keys)
+	b := openCachedPebble(t, 4096)
+	c, err := NewAsyncExecutionController(b, newTestMailbox(), WithInFlightRecordsLimit(8), WithReadWorkers(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := GetAsyncValueState(c, seqsDesc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered := map[string][]int{}
+	cached, offloaded := 0, 0
+	ctx := context.Background()
+	for seq, k := range keys {
+		err := c.Process(ctx, k, func() error {
+			key := string(b.CurrentKey())
+			entered[key] = append(entered[key], seq)
+			read := s.AsyncValue()
+			if read.(*future[Optional[[]int]]).done {
+				cached++
+			} else {
+				offloaded++
+			}
+			read.ThenAccept(func(v Optional[[]int]) error {
+				s.AsyncUpdate(append(v.Value, seq))
+				return nil
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cached == 0 || offloaded == 0 {
+		t.Fatalf("%d reads served by the cache, %d by workers: want both", cached, offloaded)
+	}
+	for k, seqs := range want {
+		if !reflect.DeepEqual(entered[k], seqs) {
+			t.Fatalf("key %s: user code saw %v, arrival order %v", k, entered[k], seqs)
+		}
+	}
+	if len(c.keys) != 0 || c.InFlight() != 0 {
+		t.Fatalf("after Drain: %d keys in the map, %d records in flight; want 0, 0", len(c.keys), c.InFlight())
+	}
+	sync, err := GetValueState(b, seqsDesc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, b, sync, keys); !reflect.DeepEqual(got, want) {
+		t.Fatal("final per-key values differ from the synchronous run")
+	}
+}
+
+// TestAECCachedPathAllocs counts (testing.AllocsPerRun, no timing) what a
+// read-modify-write record costs through the async API on Pebble with its
+// key in the write cache, against the same calls through the synchronous
+// API: exactly as many. The async path adds one, the read's completed
+// future, and saves one, the read's Pebble key (a reused buffer); the
+// record, its key's bookkeeping, the write's future and the futures of
+// ThenAccept and ThenCompose over completed futures are not allocated.
+func TestAECCachedPathAllocs(t *testing.T) {
+	desc := ValueStateDescriptor[int64]{Name: "n", Serializer: Int64Serializer{}}
+	key := []byte("k")
+	b := openCachedPebble(t, 0)
+	sync, err := GetValueState(b, desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.SetCurrentKey(key)
+	if err := sync.Update(1); err != nil { // the key is now in the cache
+		t.Fatal(err)
+	}
+	syncAllocs := testing.AllocsPerRun(100, func() {
+		b.SetCurrentKey(key)
+		v, _, err := sync.Value()
+		if err == nil {
+			err = sync.Update(v + 1)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	c, err := NewAsyncExecutionController(b, newTestMailbox())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := GetAsyncValueState(c, desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	update := func(v Optional[int64]) error { s.AsyncUpdate(v.Value + 1); return nil }
+	compose := func(v Optional[int64]) (StateFuture[Void], error) { return s.AsyncUpdate(v.Value + 1), nil }
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"ThenAccept", func() error { s.AsyncValue().ThenAccept(update); return nil }},
+		{"ThenCompose", func() error {
+			ThenCompose(s.AsyncValue(), compose).ThenAccept(func(Void) error { return nil })
+			return nil
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			asyncAllocs := testing.AllocsPerRun(100, func() {
+				if err := c.Process(ctx, key, tt.fn); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if c.InFlight() != 0 {
+				t.Fatalf("%d records in flight, want 0: a read was not served by the cache", c.InFlight())
+			}
+			if asyncAllocs != syncAllocs {
+				t.Fatalf("async record: %v allocations, want %v as the synchronous calls", asyncAllocs, syncAllocs)
+			}
+		})
 	}
 }

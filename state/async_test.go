@@ -40,25 +40,47 @@ func openTestBackend(t testing.TB, kind string, readDelay func() time.Duration) 
 	return b
 }
 
+// openBlockingBackend is openTestBackend of a Pebble backend whose reads
+// block their OS thread for readDelay (blockFor), as a read from a slow disk
+// blocks in pread: precise to a few µs, where time.Sleep of an otherwise
+// idle process waits at least about 1 ms (the runtime's poller sleeps in
+// whole milliseconds), which would slow the synchronous side ten-fold at
+// 100µs.
+func openBlockingBackend(t testing.TB, readDelay time.Duration) KeyedStateBackend {
+	b := openTestBackend(t, KindPebble, func() time.Duration { return readDelay })
+	b.core().st.(*delayStore).block = true
+	return b
+}
+
 // delayStore delays every read of the store it wraps by delay(); writes pass
 // through. Safe for concurrent use when the wrapped store's reads are.
 type delayStore struct {
 	store
 	delay func() time.Duration
+	block bool // wait with blockFor instead of time.Sleep
+}
+
+// wait is the injected read latency, not synchronisation.
+func (s *delayStore) wait() {
+	if s.block {
+		blockFor(s.delay())
+		return
+	}
+	time.Sleep(s.delay())
 }
 
 func (s *delayStore) get(k stateKey) ([]byte, bool, error) {
-	time.Sleep(s.delay()) // injected read latency, not synchronisation
+	s.wait()
 	return s.store.get(k)
 }
 
 func (s *delayStore) getEntry(k stateKey, uk []byte) ([]byte, bool, error) {
-	time.Sleep(s.delay())
+	s.wait()
 	return s.store.getEntry(k, uk)
 }
 
 func (s *delayStore) scanEntries(k stateKey, fn func(uk, v []byte) (bool, error)) error {
-	time.Sleep(s.delay())
+	s.wait()
 	return s.store.scanEntries(k, fn)
 }
 
@@ -411,9 +433,13 @@ func TestAsyncCountWindowAverage(t *testing.T) {
 }
 
 // BenchmarkAsyncVsSync compares a read-modify-write of a per-key ValueState
-// over 100 keys, every store read waiting 1 ms (Pebble backend): the
-// synchronous API, one record after another, against the async API with
-// several read-worker counts. Records/s is reported as "records/s".
+// over 100 keys on Pebble: the synchronous API, one record after another,
+// against the async API. read=local is Pebble as it is (hot keys, served by
+// the write cache: what the async path costs over the sync one, allocs/op
+// included); read=100µs and read=1ms make every store read wait that long
+// (a slow disk or remote store; the cache is bypassed, so every async read
+// goes to a read worker), with several read-worker counts. Records/s is
+// reported as "records/s". BENCHMARKS.md ("Async state") has the figures.
 func BenchmarkAsyncVsSync(b *testing.B) {
 	const nkeys = 100
 	keys := make([][]byte, nkeys)
@@ -421,58 +447,73 @@ func BenchmarkAsyncVsSync(b *testing.B) {
 		keys[i] = fmt.Appendf(nil, "key-%03d", i)
 	}
 	desc := ValueStateDescriptor[int]{Name: "sum", Serializer: JSONSerializer[int]{}}
-	latency := func() time.Duration { return time.Millisecond }
-
-	b.Run("sync", func(b *testing.B) {
-		be := openTestBackend(b, KindPebble, latency)
-		s, err := GetValueState(be, desc)
-		if err != nil {
-			b.Fatal(err)
+	for _, read := range []struct {
+		name    string
+		delay   time.Duration
+		workers []int
+	}{
+		{"local", 0, []int{DefaultReadWorkers}},
+		{"100µs", 100 * time.Microsecond, []int{4, 16, 64}},
+		{"1ms", time.Millisecond, []int{4, 16, 64}},
+	} {
+		open := func(b *testing.B) KeyedStateBackend {
+			if read.delay == 0 {
+				return openTestBackend(b, KindPebble, nil)
+			}
+			return openBlockingBackend(b, read.delay)
 		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := range b.N {
-			be.SetCurrentKey(keys[i%nkeys])
-			v, _, err := s.Value()
+		b.Run("read="+read.name+"/sync", func(b *testing.B) {
+			be := open(b)
+			s, err := GetValueState(be, desc)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := s.Update(v + i); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
-	})
-	for _, workers := range []int{4, 16, 64} {
-		b.Run(fmt.Sprintf("async/workers=%d", workers), func(b *testing.B) {
-			be := openTestBackend(b, KindPebble, latency)
-			c, err := NewAsyncExecutionController(be, newTestMailbox(), WithReadWorkers(workers))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			s, err := GetAsyncValueState(c, desc)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				err := c.Process(ctx, keys[i%nkeys], func() error {
-					ThenCompose(s.AsyncValue(), func(v Optional[int]) (StateFuture[Void], error) {
-						return s.AsyncUpdate(v.Value + i), nil
-					})
-					return nil
-				})
+				be.SetCurrentKey(keys[i%nkeys])
+				v, _, err := s.Value()
 				if err != nil {
 					b.Fatal(err)
 				}
-			}
-			if err := c.Drain(ctx); err != nil {
-				b.Fatal(err)
+				if err := s.Update(v + 1); err != nil {
+					b.Fatal(err)
+				}
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 		})
+		for _, workers := range read.workers {
+			b.Run(fmt.Sprintf("read=%s/async/workers=%d", read.name, workers), func(b *testing.B) {
+				be := open(b)
+				c, err := NewAsyncExecutionController(be, newTestMailbox(), WithReadWorkers(workers))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				s, err := GetAsyncValueState(c, desc)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				fn := func() error { // one function for every record, as the keyed operator's
+					s.AsyncValue().ThenAccept(func(v Optional[int]) error {
+						s.AsyncUpdate(v.Value + 1)
+						return nil
+					})
+					return nil
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					if err := c.Process(ctx, keys[i%nkeys], fn); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := c.Drain(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+			})
+		}
 	}
 }

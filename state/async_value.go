@@ -1,5 +1,7 @@
 package state
 
+import "github.com/kstreamd/kstreamd/state/keygroup"
+
 // Optional is the value of an async read that may find nothing: Value and
 // true, or the zero T and false (the (T, bool) of the synchronous API; Flink
 // returns null instead).
@@ -16,7 +18,8 @@ type Optional[T any] struct {
 // ErrNoRecordContext.
 //
 // AsyncValue reads the value: on a read worker when the backend has
-// ConcurrentReads (Pebble), on the subtask goroutine otherwise. AsyncUpdate
+// ConcurrentReads (Pebble), on the subtask goroutine otherwise, and there
+// too, at once, when Pebble's write cache holds the key. AsyncUpdate
 // and AsyncClear write on the subtask goroutine: at once, or after the
 // record's earlier reads completed. Errors as ValueState's, through the
 // futures.
@@ -43,29 +46,81 @@ func GetAsyncValueState[T any](c *AsyncExecutionController, d ValueStateDescript
 }
 
 // asyncValueState implements AsyncValueState over the synchronous handle s
-// (current key) and, for worker reads, bound (bound to explicit keys).
+// (current key) and, for worker reads, bound (bound to explicit keys). It is
+// the reader of its own read requests.
 type asyncValueState[T any] struct {
 	c     *AsyncExecutionController
 	s     ValueState[T]
 	bound *valueState[T] // nil: read on the subtask goroutine
+	buf   []byte         // readCached's Pebble key, subtask goroutine only
 }
 
 func (h *asyncValueState[T]) AsyncValue() StateFuture[Optional[T]] {
-	var off func([]byte) (Optional[T], error)
-	if h.bound != nil {
-		off = func(key []byte) (Optional[T], error) {
-			return optional(h.bound.bind(h.c.backend.core().keyRefFor(key)).Value())
-		}
-	}
-	return submitRead(h.c, off, func() (Optional[T], error) { return optional(h.s.Value()) })
+	return issueRead[Optional[T]](h.c, h, h.bound != nil)
+}
+
+func (h *asyncValueState[T]) readCurrent() (Optional[T], error) { return optional(h.s.Value()) }
+
+func (h *asyncValueState[T]) readCached() (Optional[T], bool, error) {
+	v, found, cached, err := cachedDecoded(h.bound.c, h.bound.ser, "value", &h.buf)
+	return Optional[T]{Value: v, OK: found}, cached, err
+}
+
+func (h *asyncValueState[T]) readKey(key []byte) (Optional[T], error) {
+	k := keyRefAt(h.bound.c, key)
+	return optional(readDecoded(h.bound.c, &k, h.bound.ser, "value"))
 }
 
 func (h *asyncValueState[T]) AsyncUpdate(v T) StateFuture[Void] {
-	return submitWrite(h.c, func() (Void, error) { return Void{}, h.s.Update(v) })
+	rec := h.c.current
+	if rec == nil {
+		return failedFuture[Void](nil, ErrNoRecordContext)
+	}
+	if rec.idle() { // nothing of the record queued or with a worker: write now
+		return doneVoid(rec, h.s.Update(v))
+	}
+	q := &updateRequest[T]{future: future[Void]{rec: rec}, s: h.s, v: v}
+	h.c.issue(rec, q)
+	return &q.future
 }
 
-func (h *asyncValueState[T]) AsyncClear() StateFuture[Void] {
-	return submitWrite(h.c, func() (Void, error) { return Void{}, h.s.Clear() })
+func (h *asyncValueState[T]) AsyncClear() StateFuture[Void] { return submitClear(h.c, h.s) }
+
+// keyRefAt addresses key in c's backend for a read by explicit key; unlike
+// keyRefFor it does not copy key, which must stay unchanged while the read
+// runs (a record's key does).
+func keyRefAt(c *stateCore, key []byte) keyRef {
+	return keyRef{kg: keygroup.Assign(key, c.b.maxP), key: key}
+}
+
+// cachedDecoded reads the value-like blob of c under the current key from
+// the Pebble write cache only and decodes it with ser, as readDecoded does
+// (TTL included); cached false means the cache does not hold it (or the
+// store has no cache) and nothing was read. buf is reused for the Pebble
+// key (subtask goroutine only).
+func cachedDecoded[T any](c *stateCore, ser Serializer[T], op string, buf *[]byte) (v T, found, cached bool, err error) {
+	ps, ok := c.st.(*pebbleStore)
+	if !ok || ps.cache == nil {
+		return v, false, false, nil
+	}
+	k, err := c.stateKey(nil)
+	if err != nil {
+		return v, false, true, err
+	}
+	*buf = appendStateKey((*buf)[:0], k)
+	blob, found, cached, _ := ps.cache.get(c.id, *buf)
+	if !cached || !found {
+		return v, false, cached, nil
+	}
+	payload, ok, err := c.visibleValue(k, blob)
+	if err != nil || !ok {
+		return v, false, true, err
+	}
+	if v, err = ser.Decode(payload); err != nil {
+		var zero T
+		return zero, false, true, c.wrapErr(op, err)
+	}
+	return v, true, true, nil
 }
 
 // optional packs a synchronous (value, found, error) read.
@@ -119,7 +174,7 @@ func (h *asyncReducingState[T]) AsyncAdd(v T) StateFuture[Void] {
 }
 
 func (h *asyncReducingState[T]) AsyncClear() StateFuture[Void] {
-	return submitWrite(h.c, func() (Void, error) { return Void{}, h.s.Clear() })
+	return submitClear(h.c, h.s)
 }
 
 // AsyncAggregatingState is the async form of AggregatingState (Flink's
@@ -168,5 +223,5 @@ func (h *asyncAggregatingState[IN, ACC, OUT]) AsyncAdd(v IN) StateFuture[Void] {
 }
 
 func (h *asyncAggregatingState[IN, ACC, OUT]) AsyncClear() StateFuture[Void] {
-	return submitWrite(h.c, func() (Void, error) { return Void{}, h.s.Clear() })
+	return submitClear(h.c, h.s)
 }

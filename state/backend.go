@@ -132,6 +132,12 @@ type BackendConfig struct {
 	Logger *slog.Logger
 	// TTLCleanup tunes background TTL cleanup.
 	TTLCleanup TTLCleanupConfig
+	// WriteCacheBytes bounds the write-back cache of a Pebble backend
+	// (keys, values and 64 bytes per entry): point reads and writes of hot
+	// keys are served from memory and reach Pebble in one batch before
+	// every snapshot. 0 means DefaultWriteCacheBytes (16 MiB); negative
+	// disables the cache. Ignored by hashmap.
+	WriteCacheBytes int
 	// RestoreProgressInterval is the least time between two "restoring
 	// keyed state" Info lines (bytes_done, bytes_total) while
 	// OpenBackendRestored copies or links a Pebble snapshot's files: a

@@ -114,6 +114,9 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 		}
 		p.instanceID = hex.EncodeToString(id[:])
 	}
+	if err := p.st.flushCache(); err != nil {
+		return nil, fmt.Errorf("state: snapshot: %w", err)
+	}
 	if err := p.st.db.Flush(); err != nil {
 		return nil, fmt.Errorf("state: snapshot: flush: %w", err)
 	}
@@ -512,6 +515,9 @@ func keysOf(b KeyedStateBackend, id uint32) ([][]byte, error) {
 	var out [][]byte
 	switch sb := b.(type) {
 	case *pebbleBackend:
+		if err := sb.st.flushCache(); err != nil {
+			return nil, err
+		}
 		r := sb.kgs
 		for kg := r.Start; kg <= r.End; kg++ {
 			pfx := appendGroupPrefix(nil, kg, id)

@@ -49,17 +49,37 @@ type StateFuture[T any] interface {
 
 	// subscribe registers cb to run once with the outcome; at once if done.
 	subscribe(cb func(T, error))
+	// then is subscribe for a continuation object (no closure to allocate).
+	then(k continuation[T])
 	// record is the record the future belongs to, nil for a detached one.
 	record() *recordContext
 }
 
-// future is the one StateFuture implementation.
+// continuation is what waits for a future's outcome: run is called once,
+// on the subtask goroutine, with the value or the error. The combinators'
+// result futures are their own continuations (one allocation per step of a
+// chain); funcContinuation adapts a function.
+type continuation[T any] interface {
+	run(v T, err error)
+}
+
+// funcContinuation is a function as a continuation (a func value is stored
+// in an interface without allocating).
+type funcContinuation[T any] func(T, error)
+
+func (f funcContinuation[T]) run(v T, err error) { f(v, err) }
+
+// future is the StateFuture implementation; the combinators and state
+// requests embed it.
 type future[T any] struct {
 	rec  *recordContext // record the future belongs to; nil: detached
 	done bool
 	val  T
 	err  error
-	cbs  []func(T, error) // continuations waiting for completion, in order
+	// next and more are the continuations waiting for completion, in
+	// order: nearly every future has at most one (next).
+	next continuation[T]
+	more []continuation[T]
 }
 
 func newFuture[T any](rec *recordContext) *future[T] { return &future[T]{rec: rec} }
@@ -74,10 +94,13 @@ func (f *future[T]) complete(v T, err error) {
 	if err != nil && f.rec != nil {
 		f.rec.fail(err)
 	}
-	cbs := f.cbs
-	f.cbs = nil
-	for _, cb := range cbs {
-		cb(v, err)
+	next, more := f.next, f.more
+	f.next, f.more = nil, nil
+	if next != nil {
+		next.run(v, err)
+	}
+	for _, k := range more {
+		k.run(v, err)
 	}
 }
 
@@ -86,18 +109,47 @@ func (f *future[T]) fail(err error) {
 	f.complete(zero, err)
 }
 
-func (f *future[T]) subscribe(cb func(T, error)) {
-	if f.done {
-		cb(f.val, f.err)
-		return
+func (f *future[T]) subscribe(cb func(T, error)) { f.then(funcContinuation[T](cb)) }
+
+func (f *future[T]) then(k continuation[T]) {
+	switch {
+	case f.done:
+		k.run(f.val, f.err)
+	case f.next == nil && len(f.more) == 0:
+		f.next = k
+	default:
+		f.more = append(f.more, k)
 	}
-	f.cbs = append(f.cbs, cb)
 }
 
 func (f *future[T]) record() *recordContext { return f.rec }
 
 func (f *future[T]) ThenAccept(action func(T) error) StateFuture[Void] {
-	return ThenApply(StateFuture[T](f), func(v T) (Void, error) { return Void{}, action(v) })
+	if f.done { // the cached path: no node to allocate
+		err := f.err
+		if err == nil {
+			err = action(f.val)
+		}
+		return doneVoid(f.rec, err)
+	}
+	n := &acceptNode[T]{future: future[Void]{rec: f.rec}, fn: action}
+	f.then(n)
+	return &n.future
+}
+
+// acceptNode is the future ThenAccept returns and the continuation that
+// completes it.
+type acceptNode[T any] struct {
+	future[Void]
+	fn func(T) error
+}
+
+func (n *acceptNode[T]) run(v T, err error) {
+	if err != nil {
+		n.fail(err)
+		return
+	}
+	n.complete(Void{}, n.fn(v))
 }
 
 // CompletedFuture returns a future already completed with v (Flink's
@@ -110,6 +162,23 @@ func CompletedFuture[T any](v T) StateFuture[T] {
 // CompletedVoidFuture returns a future already completed with Void{}
 // (Flink's StateFutureUtils.completedVoidFuture).
 func CompletedVoidFuture() StateFuture[Void] { return CompletedFuture(Void{}) }
+
+// doneFuture returns a future of rec (which may be nil) already completed
+// with v or, when err is not nil, failed with err (reported to rec).
+func doneFuture[T any](rec *recordContext, v T, err error) StateFuture[T] {
+	f := &future[T]{rec: rec}
+	f.complete(v, err)
+	return f
+}
+
+// doneVoid is doneFuture for Void: a success of a record is the record's
+// shared completed future (no allocation; a completed future never changes).
+func doneVoid(rec *recordContext, err error) StateFuture[Void] {
+	if err == nil && rec != nil {
+		return &rec.voidOK
+	}
+	return doneFuture(rec, Void{}, err)
+}
 
 // failedFuture returns a future already failed with err, belonging to rec
 // (which may be nil).
@@ -124,15 +193,24 @@ func failedFuture[T any](rec *recordContext, err error) StateFuture[T] {
 // if f fails, fn does not run and the result fails with f's error; if fn
 // returns an error, the result fails with it.
 func ThenApply[T, U any](f StateFuture[T], fn func(T) (U, error)) StateFuture[U] {
-	r := newFuture[U](f.record())
-	f.subscribe(func(v T, err error) {
-		if err != nil {
-			r.fail(err)
-			return
-		}
-		r.complete(fn(v))
-	})
-	return r
+	n := &applyNode[T, U]{future: future[U]{rec: f.record()}, fn: fn}
+	f.then(n)
+	return &n.future
+}
+
+// applyNode is the future ThenApply returns and the continuation that
+// completes it.
+type applyNode[T, U any] struct {
+	future[U]
+	fn func(T) (U, error)
+}
+
+func (n *applyNode[T, U]) run(v T, err error) {
+	if err != nil {
+		n.fail(err)
+		return
+	}
+	n.complete(n.fn(v))
 }
 
 // ThenCompose returns a future of the future fn returns (Flink's
@@ -141,15 +219,62 @@ func ThenApply[T, U any](f StateFuture[T], fn func(T) (U, error)) StateFuture[U]
 // Failures of f, of fn (its error, or a nil future with a nil error) and of
 // the inner future fail the result.
 func ThenCompose[T, U any](f StateFuture[T], fn func(T) (StateFuture[U], error)) StateFuture[U] {
-	r := newFuture[U](f.record())
-	f.subscribe(func(v T, err error) {
-		if err != nil {
-			r.fail(err)
-			return
+	if d, ok := f.(*future[T]); ok && d.done { // the cached path
+		if d.err != nil {
+			return failedFuture[U](d.rec, d.err)
 		}
-		composeInto(r, v, fn, func(u U) U { return u })
-	})
-	return r
+		inner, err := fn(d.val)
+		if err == nil && inner == nil {
+			err = errNilFuture
+		}
+		if err != nil {
+			return failedFuture[U](d.rec, err)
+		}
+		if d.rec == nil || inner.record() == d.rec {
+			return inner // the result would complete as inner does, for the same record
+		}
+	}
+	n := &composeNode[T, U]{future: future[U]{rec: f.record()}, fn: fn}
+	f.then(n)
+	return &n.future
+}
+
+// composeNode is the future ThenCompose returns and the continuation of the
+// outer future; as a composeTail it is the continuation of the inner one.
+type composeNode[T, U any] struct {
+	future[U]
+	fn func(T) (StateFuture[U], error)
+}
+
+// composeTail is a composeNode waiting for the inner future.
+type composeTail[T, U any] composeNode[T, U]
+
+func (n *composeNode[T, U]) run(v T, err error) {
+	if err != nil {
+		n.fail(err)
+		return
+	}
+	inner, err := n.fn(v)
+	if err == nil && inner == nil {
+		err = errNilFuture
+	}
+	if err != nil {
+		n.fail(err)
+		return
+	}
+	if n.rec == nil {
+		n.rec = inner.record()
+	}
+	inner.then((*composeTail[T, U])(n))
+}
+
+func (t *composeTail[T, U]) run(u U, err error) {
+	n := (*composeNode[T, U])(t)
+	if err != nil {
+		n.fail(err)
+		return
+	}
+	n.complete(u, nil)
 }
 
 // composeInto runs fn(v) and completes r with the inner future's outcome.

@@ -75,6 +75,9 @@ type pebbleStore struct {
 	mu     sync.Mutex
 	closed bool
 	cur    pebbleCursor // background cleanup position; owner goroutine only
+	// cache is the write-back cache of values and map entries; nil when
+	// BackendConfig.WriteCacheBytes < 0.
+	cache *writeCache
 }
 
 // pebbleCursor is where background cleanup resumes: target index, key group
@@ -106,7 +109,14 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 	if err != nil {
 		return nil, fmt.Errorf("state: open pebble in %s: %w", cfg.Dir, err)
 	}
-	return &pebbleStore{dir: cfg.Dir, db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}}, nil
+	st := &pebbleStore{dir: cfg.Dir, db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}}
+	switch {
+	case cfg.WriteCacheBytes == 0:
+		st.cache = newWriteCache(DefaultWriteCacheBytes)
+	case cfg.WriteCacheBytes > 0:
+		st.cache = newWriteCache(cfg.WriteCacheBytes)
+	}
+	return st, nil
 }
 
 // getCopy returns a copy of the value of key.
@@ -166,36 +176,108 @@ func (s *pebbleStore) saveMeta(m stateMeta) error {
 }
 
 func (s *pebbleStore) get(k stateKey) ([]byte, bool, error) {
-	return s.getCopy(appendStateKey(nil, k))
+	return s.cachedGet(k.id, appendStateKey(nil, k))
 }
 
 func (s *pebbleStore) set(k stateKey, v []byte) error {
-	return s.db.Set(appendStateKey(nil, k), v, pebble.NoSync)
+	return s.cachedWrite(k.id, appendStateKey(nil, k), v, true)
 }
 
+// merge writes Pebble directly (a merge never reads), after taking the key
+// out of the cache.
 func (s *pebbleStore) merge(k stateKey, v []byte) error {
-	return s.db.Merge(appendStateKey(nil, k), v, pebble.NoSync)
+	key := appendStateKey(nil, k)
+	if s.cache != nil {
+		if err := s.cache.forget(s.db, key); err != nil {
+			return fmt.Errorf("state: pebble write: %w", err)
+		}
+	}
+	return s.db.Merge(key, v, pebble.NoSync)
 }
 
 func (s *pebbleStore) del(k stateKey) error {
-	return s.db.Delete(appendStateKey(nil, k), pebble.NoSync)
+	return s.cachedWrite(k.id, appendStateKey(nil, k), nil, false)
 }
 
 func (s *pebbleStore) getEntry(k stateKey, uk []byte) ([]byte, bool, error) {
-	return s.getCopy(append(appendStateKey(nil, k), uk...))
+	return s.cachedGet(k.id, append(appendStateKey(nil, k), uk...))
 }
 
 func (s *pebbleStore) setEntry(k stateKey, uk, v []byte) error {
-	return s.db.Set(append(appendStateKey(nil, k), uk...), v, pebble.NoSync)
+	return s.cachedWrite(k.id, append(appendStateKey(nil, k), uk...), v, true)
 }
 
 func (s *pebbleStore) delEntry(k stateKey, uk []byte) error {
-	return s.db.Delete(append(appendStateKey(nil, k), uk...), pebble.NoSync)
+	return s.cachedWrite(k.id, append(appendStateKey(nil, k), uk...), nil, false)
+}
+
+// cachedGet reads key of state id through the write cache.
+func (s *pebbleStore) cachedGet(id uint32, key []byte) ([]byte, bool, error) {
+	if s.cache == nil {
+		return s.getCopy(key)
+	}
+	v, found, cached, gen := s.cache.get(id, key)
+	if cached {
+		return v, found, nil
+	}
+	v, found, err := s.getCopy(key)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := s.cache.fill(s.db, id, key, v, found, gen); err != nil {
+		return nil, false, fmt.Errorf("state: pebble write: %w", err)
+	}
+	return v, found, nil
+}
+
+// cachedWrite sets (present) or deletes key of state id through the write
+// cache.
+func (s *pebbleStore) cachedWrite(id uint32, key, v []byte, present bool) error {
+	if s.cache != nil {
+		done, err := s.cache.put(s.db, id, key, v, present)
+		if err != nil {
+			return fmt.Errorf("state: pebble write: %w", err)
+		}
+		if done {
+			return nil
+		}
+	}
+	if present {
+		return s.db.Set(key, v, pebble.NoSync)
+	}
+	return s.db.Delete(key, pebble.NoSync)
+}
+
+// flushCache writes the write cache's dirty entries to Pebble: before
+// anything reads Pebble other than by point gets (iterators, snapshots).
+func (s *pebbleStore) flushCache() error {
+	if s.cache == nil {
+		return nil
+	}
+	if err := s.cache.flush(s.db); err != nil {
+		return fmt.Errorf("state: pebble write: %w", err)
+	}
+	return nil
+}
+
+// dropCache flushes the write cache and empties it: before Pebble is
+// written behind it (a batch of deletes).
+func (s *pebbleStore) dropCache() error {
+	if s.cache == nil {
+		return nil
+	}
+	if err := s.cache.drop(s.db); err != nil {
+		return fmt.Errorf("state: pebble write: %w", err)
+	}
+	return nil
 }
 
 // scanEntries iterates a point-in-time view of the map: writes made by fn
 // are not seen by the iteration.
 func (s *pebbleStore) scanEntries(k stateKey, fn func(uk, v []byte) (bool, error)) error {
+	if err := s.flushCache(); err != nil {
+		return err
+	}
 	prefix := appendStateKey(nil, k)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
@@ -217,6 +299,9 @@ func (s *pebbleStore) scanEntries(k stateKey, fn func(uk, v []byte) (bool, error
 }
 
 func (s *pebbleStore) scanGroup(id uint32, kg int, fn func(key, uk, v []byte) error) error {
+	if err := s.flushCache(); err != nil {
+		return err
+	}
 	prefix := appendGroupPrefix(nil, kg, id)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
@@ -241,6 +326,9 @@ func (s *pebbleStore) scanGroup(id uint32, kg int, fn func(key, uk, v []byte) er
 // clearEntries deletes the entries one by one in a batch, as Flink's RocksDB
 // MapState.clear does, rather than with a range tombstone per cleared key.
 func (s *pebbleStore) clearEntries(k stateKey) error {
+	if err := s.dropCache(); err != nil { // the cached entries under k would outlive the clear
+		return err
+	}
 	prefix := appendStateKey(nil, k)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix), KeyTypes: pebble.IterKeyTypePointsOnly})
 	if err != nil {
@@ -258,6 +346,9 @@ func (s *pebbleStore) clearEntries(k stateKey) error {
 }
 
 func (s *pebbleStore) countEntries() (int, error) {
+	if err := s.flushCache(); err != nil {
+		return 0, err
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: keyGroupsStart, UpperBound: keyGroupsEnd})
 	if err != nil {
 		return 0, err
@@ -272,10 +363,14 @@ func (s *pebbleStore) countEntries() (int, error) {
 func (s *pebbleStore) concurrentReads() bool { return true }
 
 func (s *pebbleStore) close() error {
+	ferr := s.flushCache() // a reopened directory sees every write
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	return s.db.Close()
+	if err := s.db.Close(); err != nil {
+		return err
+	}
+	return ferr
 }
 
 // DiskSpaceUsage returns the bytes the DB occupies on disk (SSTs, WAL,
@@ -301,6 +396,15 @@ type DiskUser interface {
 // visited, and deletes or rewrites what the target's visit says in one
 // batch. Each seek and each visited entry costs one unit of budget.
 func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budget int) (int, error) {
+	if s.cache != nil {
+		ids := make([]uint32, len(targets))
+		for i, t := range targets {
+			ids[i] = t.id
+		}
+		if err := s.cache.bypassIDs(s.db, ids); err != nil { // cleanup rewrites Pebble behind the cache
+			return 0, fmt.Errorf("state: pebble write: %w", err)
+		}
+	}
 	c := &s.cur
 	if c.ti >= len(targets) || !kgs.Contains(c.kg) {
 		*c = pebbleCursor{kg: kgs.Start}

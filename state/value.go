@@ -126,6 +126,11 @@ func (c *stateCore) readValue(k stateKey) ([]byte, bool, error) {
 	if err != nil || !found {
 		return nil, false, err
 	}
+	return c.visibleValue(k, blob)
+}
+
+// visibleValue is readValue's TTL step for the blob read under k.
+func (c *stateCore) visibleValue(k stateKey, blob []byte) ([]byte, bool, error) {
 	payload, visible, act, err := c.check(blob, c.now())
 	if err != nil {
 		return nil, false, c.wrapErr("read", err)

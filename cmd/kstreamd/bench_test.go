@@ -81,7 +81,7 @@ func TestBenchUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"bench", "--scenario", "nope", "--brokers", "127.0.0.1:1"}, 1, `bench: unknown scenario "nope" (known: copy, filter-map, keyed-count-hashmap, keyed-count-pebble, keyed-count-pebble-async, matcher-10-rules, rules-1, rules-10, rules-100)`},
+		{[]string{"bench", "--scenario", "nope", "--brokers", "127.0.0.1:1"}, 1, `bench: unknown scenario "nope" (known: copy, filter-map, keyed-count-hashmap, keyed-count-pebble, keyed-count-pebble-async, matcher-10-rules, rules-1, rules-10, rules-100, tumbling-window)`},
 		{[]string{"bench", "--delivery", "twice", "--brokers", "127.0.0.1:1"}, 1, `bench: unknown delivery "twice" (exactly-once or at-least-once)`},
 		{[]string{"bench", "extra"}, 2, `kstreamd bench: unexpected argument "extra" (flags only)`},
 	} {

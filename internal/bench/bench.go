@@ -255,7 +255,7 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	name := PipeScenario
 	model := Model(modelFunc(func(Item) int { return 1 }))
 	if s != nil {
-		name, model = s.Name, s.NewModel()
+		name, model = s.Name, s.NewModel(cfg.Partitions)
 	}
 	processed, err := newProcessedCount(s, model)
 	if err != nil {
@@ -285,13 +285,14 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 
 	// Load.
 	prod, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(5*time.Millisecond),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), // partitionOf, which the models see
 		kgo.MaxBufferedRecords(100_000), kgo.ProducerBatchMaxBytes(1<<20))
 	if err != nil {
 		return res, err
 	}
 	defer prod.Close()
 	gen := NewGenerator(cfg.Keys, cfg.Zipf)
-	exp1, err := load(ctx, prod, in, gen, model, cfg.Records)
+	exp1, err := load(ctx, prod, in, cfg.Partitions, gen, model, cfg.Records)
 	if err != nil {
 		return res, err
 	}
@@ -357,11 +358,13 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	rdr := goBackground(ctx, rd.run)
 	defer rdr.stop()
 	res.Rate = max(1, res.RecordsPerSec/2)
-	exp2, err := produceAt(ctx, prod, in, gen, model, res.Rate, cfg.LatencyDuration, rss)
+	exp2, err := produceAt(ctx, prod, in, cfg.Partitions, gen, model, res.Rate, cfg.LatencyDuration, rss)
 	if err != nil {
 		return res, err
 	}
-	want := func() bool { return rd.n1.Load() >= exp1 && rd.n2.Load() >= exp2 }
+	// Both phases' outputs together: a window the first phase's items
+	// opened may close in the second.
+	want := func() bool { return rd.count() >= exp1+exp2 }
 	if err := r.waitFor(ctx, rdr, rss, want, fmt.Sprintf("%s %s: read %d+%d outputs", name, delivery, exp1, exp2), rd.count); err != nil {
 		return res, err
 	}
@@ -470,7 +473,7 @@ func summarize(cs []checkpointStat) (n int, p50, mx time.Duration, b50, bmax int
 // produceAt produces items of g to topic at rate records/s for d, with the
 // produce time as timestamp, and returns the outputs the model expects
 // of them.
-func produceAt(ctx context.Context, cl *kgo.Client, topic string, g *Generator, m Model, rate float64, d time.Duration, rss *rssMeter) (int64, error) {
+func produceAt(ctx context.Context, cl *kgo.Client, topic string, partitions int, g *Generator, m Model, rate float64, d time.Duration, rss *rssMeter) (int64, error) {
 	var sent, expected int64
 	var failed atomic.Pointer[error]
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -482,9 +485,9 @@ func produceAt(ctx context.Context, cl *kgo.Client, topic string, g *Generator, 
 			break
 		}
 		for due := int64(rate * el.Seconds()); sent < due; sent++ {
-			it := g.Next()
+			it := g.Next().stamp(partitions)
 			expected += int64(m.Outputs(it))
-			cl.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(it.Key), Value: it.Value(make([]byte, 0, valueBytes+8)), Timestamp: time.Now()},
+			cl.Produce(ctx, it.record(topic),
 				func(_ *kgo.Record, err error) {
 					if err != nil {
 						failed.CompareAndSwap(nil, &err)

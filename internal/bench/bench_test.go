@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -149,7 +151,7 @@ func TestRulesScenario(t *testing.T) {
 	if got, want := s.RuleRecords[1].Value, `{"id":"big-spender-1","filter":"amount % 10 == 1","group_by":["key"],"aggregate":{"fn":"sum","of":"amount"},"window":"744h","alert_when":"> 3500"}`; got != want {
 		t.Fatalf("rule 1 %s, want %s", got, want)
 	}
-	m := rules(4).NewModel().(*rulesModel) // max > 985 on digit 0, sum > 3500 on 1, count > 6 on 2, distinct shapes > 4 on 3
+	m := rules(4).NewModel(4).(*rulesModel) // max > 985 on digit 0, sum > 3500 on 1, count > 6 on 2, distinct shapes > 4 on 3
 	for i, c := range []struct {
 		it             Item
 		alerts, copies int
@@ -206,5 +208,52 @@ func TestClusterYAML(t *testing.T) {
 	}
 	if c.Cluster.MemberID != "m1" || c.Cluster.Store.Dir != "/tmp/store" {
 		t.Errorf("member %q store %q, want m1 and /tmp/store", c.Cluster.MemberID, c.Cluster.Store.Dir)
+	}
+}
+
+// TestTumblingWindowModel: the tumbling-window scenario's model fires a
+// key's 1 s window when every partition's largest timestamp minus 1 ms
+// reaches the window's end minus 1 ms, one output per key and window.
+func TestTumblingWindowModel(t *testing.T) {
+	s, ok := ScenarioByName("tumbling-window")
+	if !ok || s.Processed != "out" || s.Backend != "pebble" {
+		t.Fatalf("scenario %+v, %v", s, ok)
+	}
+	m := s.NewModel(2).(*windowModel)
+	for i, c := range []struct {
+		it      Item
+		outputs int
+	}{
+		{Item{Key: "a", Time: 100, Partition: 0}, 0},
+		{Item{Key: "b", Time: 200, Partition: 0}, 0},
+		{Item{Key: "a", Time: 1500, Partition: 0}, 0}, // partition 1 has no record: no watermark
+		{Item{Key: "c", Time: 1000, Partition: 1}, 2}, // watermark 999 closes [0, 1000): a and b
+		{Item{Key: "c", Time: 1001, Partition: 1}, 0}, // 1000
+		{Item{Key: "a", Time: 1999, Partition: 1}, 0}, // min(1500, 1999) - 1
+		{Item{Key: "b", Time: 2000, Partition: 0}, 0}, // min(2000, 1999) - 1 = 1998
+		{Item{Key: "d", Time: 2001, Partition: 1}, 2}, // 1999 closes [1000, 2000): a and c
+		{Item{Key: "d", Time: 2001, Partition: 0}, 0}, // 2000
+		{Item{Key: "e", Time: 5000, Partition: 0}, 0}, // partition 1 holds it at 2000
+		{Item{Key: "e", Time: 5000, Partition: 1}, 2}, // 4999 closes [2000, 3000): b and d; e's window stays open
+	} {
+		if got, p := m.Outputs(c.it), m.Processed(c.it); got != c.outputs || p != 1 {
+			t.Fatalf("item %d %+v: %d outputs, %d processed; want %d and 1", i, c.it, got, p, c.outputs)
+		}
+	}
+}
+
+// TestPartitionOf: the bench's partitioner (FNV-1a of the key) puts the
+// generated keys k000000..k000999 250 on each of 4 partitions, k000042 on
+// partition 0.
+func TestPartitionOf(t *testing.T) {
+	n := make([]int, 4)
+	for i := range 1000 {
+		n[partitionOf(fmt.Sprintf("k%06d", i), 4)]++
+	}
+	if want := []int{250, 250, 250, 250}; !slices.Equal(n, want) {
+		t.Fatalf("keys per partition %v, want %v", n, want)
+	}
+	if p := partitionOf("k000042", 4); p != 0 {
+		t.Fatalf("k000042 on partition %d, want 0", p)
 	}
 }

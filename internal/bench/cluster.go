@@ -330,7 +330,8 @@ func runCluster(ctx context.Context, cfg ClusterConfig, adm *kadm.Client, n int,
 
 	// Throughput phase: every output of cfg.Records records committed.
 	prod, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(5*time.Millisecond),
-		kgo.MaxBufferedRecords(100_000), kgo.ProducerBatchMaxBytes(1<<20))
+		kgo.MaxBufferedRecords(100_000), kgo.ProducerBatchMaxBytes(1<<20),
+		kgo.RecordPartitioner(kgo.ManualPartitioner())) // partitionOf, as Run's
 	if err != nil {
 		return res, err
 	}
@@ -341,7 +342,7 @@ func runCluster(ctx context.Context, cfg ClusterConfig, adm *kadm.Client, n int,
 	r1 := goBackground(ctx, rd1.run)
 	defer r1.stop()
 	t0 := time.Now()
-	exp1, err := load(ctx, prod, in, gen, model, cfg.Records)
+	exp1, err := load(ctx, prod, in, cfg.Partitions, gen, model, cfg.Records)
 	if err != nil {
 		return res, err
 	}
@@ -361,7 +362,7 @@ func runCluster(ctx context.Context, cfg ClusterConfig, adm *kadm.Client, n int,
 	rdr := goBackground(ctx, rd.run)
 	defer rdr.stop()
 	res.Rate = max(1, res.RecordsPerSec/2)
-	exp2, err := produceAt(ctx, prod, in, gen, model, res.Rate, cfg.LatencyDuration, rss)
+	exp2, err := produceAt(ctx, prod, in, cfg.Partitions, gen, model, res.Rate, cfg.LatencyDuration, rss)
 	if err != nil {
 		return res, err
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -28,6 +29,30 @@ type Item struct {
 	Key    string
 	Shape  string
 	Amount int
+	// Time is the record's timestamp (ms since the epoch, the produce
+	// time) and Partition its partition (partitionOf the key), set when it
+	// is produced.
+	Time      int64
+	Partition int32
+}
+
+// stamp sets the item's Time to now and its Partition among partitions.
+func (it Item) stamp(partitions int) Item {
+	it.Time, it.Partition = time.Now().UnixMilli(), partitionOf(it.Key, partitions)
+	return it
+}
+
+// record returns the item's record for topic.
+func (it Item) record(topic string) *kgo.Record {
+	return &kgo.Record{Topic: topic, Partition: it.Partition, Key: []byte(it.Key), Value: it.Value(make([]byte, 0, valueBytes+8)), Timestamp: time.UnixMilli(it.Time)}
+}
+
+// partitionOf is the partition of key among n: FNV-1a of the key, as
+// Kafka's default partitioner does with murmur2.
+func partitionOf(key string, n int) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int32(int(h.Sum32()&0x7fffffff) % n)
 }
 
 // Value returns the item's JSON value, appended to buf.
@@ -88,15 +113,14 @@ func (g *Generator) Next() Item {
 
 // load produces n items of g to topic, the model m counting the outputs
 // they should cause, and returns that count. Records carry the produce
-// time as timestamp.
-func load(ctx context.Context, cl *kgo.Client, topic string, g *Generator, m Model, n int) (int64, error) {
+// time as timestamp and go to partition partitionOf(key).
+func load(ctx context.Context, cl *kgo.Client, topic string, partitions int, g *Generator, m Model, n int) (int64, error) {
 	var expected int64
 	errs := make(chan error, 1)
 	for range n {
-		it := g.Next()
+		it := g.Next().stamp(partitions)
 		expected += int64(m.Outputs(it))
-		r := &kgo.Record{Topic: topic, Key: []byte(it.Key), Value: it.Value(make([]byte, 0, valueBytes+8)), Timestamp: time.Now()}
-		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+		cl.Produce(ctx, it.record(topic), func(_ *kgo.Record, err error) {
 			if err != nil {
 				select {
 				case errs <- err:

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -27,8 +28,9 @@ type Scenario struct {
 	// Rules, when not empty, are written to a rules topic read by a
 	// broadcast source called "rules", keyed by rule name.
 	Rules []Rule
-	// NewModel returns a fresh model of the outputs.
-	NewModel func() Model
+	// NewModel returns a fresh model of the outputs for an input topic of
+	// partitions partitions.
+	NewModel func(partitions int) Model
 	// RuleRecords, when not empty, are rules-topic records of another
 	// operator type than the matcher, written as they are (key, value) to
 	// the rules topic, which the broadcast source "rules" reads.
@@ -70,7 +72,7 @@ func (f modelFunc) Outputs(it Item) int { return f(it) }
 var Scenarios = []Scenario{
 	{
 		Name: "copy", Doc: "source to sink, no operator", Backend: "hashmap",
-		NewModel: func() Model { return modelFunc(func(Item) int { return 1 }) },
+		NewModel: func(int) Model { return modelFunc(func(Item) int { return 1 }) },
 	},
 	{
 		Name: "filter-map", Doc: "filter amount < 500, then map to {id, key, amount} (CEL, chained)", Backend: "hashmap",
@@ -85,7 +87,7 @@ var Scenarios = []Scenario{
     params:
       value: '{"id": id, "key": key, "amount": amount}'
 `,
-		NewModel: func() Model {
+		NewModel: func(int) Model {
 			return modelFunc(func(it Item) int {
 				if it.Amount < 500 {
 					return 1
@@ -101,7 +103,7 @@ var Scenarios = []Scenario{
 	rules(1),
 	rules(10),
 	rules(100),
-	// Later issues add here: a tumbling event-time window count.
+	tumblingWindow(),
 }
 
 func keyedCount(name, backend string, async bool) Scenario {
@@ -117,7 +119,7 @@ func keyedCount(name, backend string, async bool) Scenario {
 	}
 	return Scenario{
 		Name: name, Doc: doc, Backend: backend, Operators: ops,
-		NewModel: func() Model { return modelFunc(func(Item) int { return 1 }) },
+		NewModel: func(int) Model { return modelFunc(func(Item) int { return 1 }) },
 	}
 }
 
@@ -148,7 +150,7 @@ func matcher(n int) Scenario {
     broadcast: rules
 `,
 		Rules: rules,
-		NewModel: func() Model {
+		NewModel: func(int) Model {
 			return &matcherModel{rules: rules, stored: map[string][]int{}}
 		},
 	}
@@ -181,6 +183,83 @@ func (m *matcherModel) Outputs(it Item) int {
 	}
 	return n
 }
+
+// tumblingWindowMs is the tumbling-window scenario's window size.
+const tumblingWindowMs = 1000
+
+// tumblingWindow is a tumbling event-time window count: per key, the
+// records of each 1 s window of their Kafka timestamp (the produce time),
+// emitted when the watermark (bounded out-of-orderness 0) passes the
+// window's end. The job is done when the window operator has received
+// every record and every window the watermark closed is committed.
+func tumblingWindow() Scenario {
+	return Scenario{
+		Name: "tumbling-window", Doc: "window tumbling 1s on event time (the record timestamp), count by key, on pebble", Backend: "pebble",
+		Operators: fmt.Sprintf(`  - name: out
+    type: window
+    input: in
+    key_by: key
+    params:
+      kind: tumbling
+      size: %dms
+      aggregates:
+        - {name: count, fn: count}
+`, tumblingWindowMs),
+		Processed: "out",
+		NewModel: func(partitions int) Model {
+			m := &windowModel{size: tumblingWindowMs, partMax: make([]int64, partitions)}
+			for i := range m.partMax {
+				m.partMax[i] = -1
+			}
+			return m
+		},
+	}
+}
+
+// windowModel follows the tumbling-window scenario: each partition's
+// watermark is its largest timestamp minus 1 ms, the job's the least of
+// them once every partition has a record (the items' timestamps never
+// decrease, so no record is late); a key's window fires, one output, when
+// the watermark reaches its end minus 1 ms.
+type windowModel struct {
+	size    int64
+	partMax []int64 // largest timestamp per partition, -1 before its first
+	seen    int     // partitions with a record
+	open    []openWindow
+}
+
+// openWindow is one window start (its index, start/size) and the keys with
+// records in it.
+type openWindow struct {
+	idx  int64
+	keys map[string]struct{}
+}
+
+func (m *windowModel) Outputs(it Item) int {
+	idx := it.Time / m.size
+	if n := len(m.open); n == 0 || m.open[n-1].idx != idx {
+		m.open = append(m.open, openWindow{idx: idx, keys: map[string]struct{}{}})
+	}
+	m.open[len(m.open)-1].keys[it.Key] = struct{}{}
+	if m.partMax[it.Partition] < 0 {
+		m.seen++
+	}
+	m.partMax[it.Partition] = max(m.partMax[it.Partition], it.Time)
+	if m.seen < len(m.partMax) {
+		return 0
+	}
+	wm := slices.Min(m.partMax) - 1
+	n := 0
+	for len(m.open) > 0 && (m.open[0].idx+1)*m.size-1 <= wm {
+		n += len(m.open[0].keys)
+		m.open = m.open[1:]
+	}
+	return n
+}
+
+// Processed implements ProcessedModel: the window operator receives every
+// item.
+func (m *windowModel) Processed(Item) int { return 1 }
 
 // ScenarioByName returns the scenario called name.
 func ScenarioByName(name string) (Scenario, bool) {
@@ -260,7 +339,7 @@ func rules(n int) Scenario {
 `,
 		RuleRecords: rs,
 		Processed:   "out",
-		NewModel:    func() Model { return &rulesModel{specs: specs, groups: map[rulesGroup]*rulesAgg{}} },
+		NewModel:    func(int) Model { return &rulesModel{specs: specs, groups: map[rulesGroup]*rulesAgg{}} },
 	}
 }
 

@@ -1,0 +1,58 @@
+package operators
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// FuzzTopLevelString: topLevelString equals json.Unmarshal into a
+// map[string]json.RawMessage and the field into a string, for any bytes.
+func FuzzTopLevelString(f *testing.F) {
+	for _, s := range []string{
+		`{"shape":"CIRCLE","id":1}`, `{"shape":"A","shape":"B"}`, `{"shape":1}`, `{"shape":null}`, `null`, `[1]`,
+		`{"sh\u0061pe":"x"}`, `{"shape":"a\"b"}`, "{\"shape\":\"\xff\"}", `{"shape":"<&>"}`, `{"a":{"shape":"x"}}`,
+		` {"shape" : "x" } `, `{"shape":"x"`, ``, `{"shape":"é"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, gok := topLevelString(b, "shape")
+		var want string
+		var fields map[string]json.RawMessage
+		wok := json.Unmarshal(b, &fields) == nil
+		if wok {
+			raw, ok := fields["shape"]
+			wok = ok && json.Unmarshal(raw, &want) == nil && raw[0] == '"'
+		}
+		if gok != wok || got != want {
+			t.Fatalf("topLevelString(%q) = %q, %v; encoding/json %q, %v", b, got, gok, want, wok)
+		}
+	})
+}
+
+// TestAppendMatch: appendMatch writes the bytes json.Marshal writes for
+// Match, on the fast path (plain strings and items) and off it (escapes,
+// HTML characters, whitespace, U+2028, non-ASCII).
+func TestAppendMatch(t *testing.T) {
+	for _, c := range []struct{ rule, key, first, second string }{
+		{"red-circle", "k000042", `{"id":1,"shape":"CIRCLE"}`, `{"id":2,"shape":"SQUARE"}`},
+		{"a<b", "k", `1`, `2`},
+		{"r", `k"q`, `"x"`, `null`},
+		{"r", "ké", `[1]`, `{}`},
+		{"r", "k", `{"a": 1}`, `{"b":"<&>"}`},
+		{"r", "k", "[\"\u2028\"]", `true`},
+		{"", "", `{"n":1.5e3}`, `{"s":"\u00e9"}`},
+	} {
+		got, err := appendMatch([]byte("x"), c.rule, c.key, json.RawMessage(c.first), json.RawMessage(c.second))
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		want, err := json.Marshal(Match{Rule: c.rule, Key: c.key, First: json.RawMessage(c.first), Second: json.RawMessage(c.second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != "x"+string(want) {
+			t.Errorf("appendMatch(%+v) = %s, want x%s", c, got, want)
+		}
+	}
+}
