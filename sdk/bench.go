@@ -109,17 +109,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 			Binary: exe, Daemons: counts, Records: *records, Keys: *keys, Partitions: *partitions, Units: *units,
 			CheckpointInterval: *interval, LatencyDuration: *latency, Dir: workDir, Progress: stderr,
 		}
-		if *brokers != "" {
-			ccfg.Brokers = strings.Split(*brokers, ",")
-		} else {
-			addr, stop, err := spawnBroker(ctx, workDir+"/broker", *partitions)
-			if err != nil {
-				fmt.Fprintln(stderr, "kstreamd bench:", err)
-				return 1
-			}
-			defer stop()
-			ccfg.Brokers = []string{addr}
+		bs, stop, err := benchBrokers(ctx, *brokers, workDir, *partitions)
+		if err != nil {
+			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			return 1
 		}
+		defer stop()
+		ccfg.Brokers = bs
 		fmt.Fprintf(stderr, "kstreamd bench: cluster: %d records over %d keys, %d partitions, %d units per stage, daemons %s, brokers %s\n",
 			*records, *keys, *partitions, *units, *daemons, strings.Join(ccfg.Brokers, ","))
 		if _, err := bench.RunCluster(ctx, ccfg, stdout); err != nil {
@@ -142,17 +138,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	if *delivery == "both" {
 		cfg.Deliveries = []string{bench.ExactlyOnce, bench.AtLeastOnce}
 	}
-	if *brokers != "" {
-		cfg.Brokers = strings.Split(*brokers, ",")
-	} else {
-		addr, stop, err := spawnBroker(ctx, workDir+"/broker", *partitions)
-		if err != nil {
-			fmt.Fprintln(stderr, "kstreamd bench:", err)
-			return 1
-		}
-		defer stop()
-		cfg.Brokers = []string{addr}
+	bs, stop, err := benchBrokers(ctx, *brokers, workDir, *partitions)
+	if err != nil {
+		fmt.Fprintln(stderr, "kstreamd bench:", err)
+		return 1
 	}
+	defer stop()
+	cfg.Brokers = bs
 	fmt.Fprintf(stderr, "kstreamd bench: %d records over %d keys, %d partitions, parallelism %d, brokers %s\n",
 		*records, *keys, *partitions, *parallelism, strings.Join(cfg.Brokers, ","))
 	res, err := bench.Run(ctx, cfg)
@@ -168,6 +160,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 
 // brokerReady is the line a --serve-broker child prints once it listens.
 const brokerReady = "kstreamd bench broker listening on "
+
+// benchBrokers returns the brokers of a bench run: the comma-separated
+// list given by --brokers, or else the address of an embedded broker it
+// starts under workDir/broker with partitions partitions per topic; stop
+// ends that broker (nothing for given brokers).
+func benchBrokers(ctx context.Context, given, workDir string, partitions int) (brokers []string, stop func(), err error) {
+	if given != "" {
+		return strings.Split(given, ","), func() {}, nil
+	}
+	addr, stop, err := spawnBroker(ctx, workDir+"/broker", partitions)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []string{addr}, stop, nil
+}
 
 // spawnBroker starts this executable as `kstreamd bench --serve-broker` and
 // returns the broker's address and a stop function, which closes the
