@@ -41,8 +41,10 @@ func S3Server(t testing.TB, bucket string, honourCreateOnly bool) string {
 		}
 		inner.ServeHTTP(w, r)
 	})
-	addr := FreeAddr(t)
-	ln, err := net.Listen("tcp", addr)
+	// It listens at once, so the kernel picks the port: FreeAddr's ports
+	// are unique within one test process, not across the packages that
+	// run at the same time.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
