@@ -327,7 +327,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		if _, dup := readers[s.Topic]; !dup {
 			readers[s.Topic] = sourceReaders(s, partitions[s.Topic], restored)
 		}
-		if s.DiscoveryInterval == 0 {
+		if s.DiscoveryInterval == 0 && !s.Repartition { // a unit's repartition partition is fixed
 			logger.Warn("partition discovery is off: partitions added to the topic later will not be read",
 				"source", s.Name, "topic", s.Topic, "fix", "partition_discovery_interval")
 		}

@@ -710,6 +710,13 @@ func TestUnitsRestoreFromStore(t *testing.T) {
 					t.Errorf("b's stage-1 unit %d restored %q, want a checkpoint downloaded into %s", u, r, want)
 				}
 			}
+			// A repartition source reads one fixed partition: no warning
+			// that its partition discovery is off.
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, "partition discovery is off") && strings.Contains(l, "source=repartition.") {
+					t.Errorf("warning for a repartition source: %s", l)
+				}
+			}
 			for u := range st.Units {
 				h, err := checkpoint.Heads{Store: store, Prefix: checkpoint.UnitPrefix("clicks", 1, u)}.Latest(ctx)
 				if err != nil || h.Owner != "b" {
