@@ -470,6 +470,9 @@ func (c *cluster) files(unit string) map[string]string {
 	out := map[string]string{}
 	for _, k := range keys {
 		b, err := c.chk.Read(ctx, k)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted since the listing (the owner's retention)
+		}
 		if err != nil {
 			c.t.Fatalf("unit %s: %s: %v", unit, k, err)
 		}
