@@ -235,6 +235,8 @@ type openWindow struct {
 	keys map[string]struct{}
 }
 
+// Outputs implements Model: the window results (one per key of each
+// window) that the watermark closes once it is read.
 func (m *windowModel) Outputs(it Item) int {
 	idx := it.Time / m.size
 	if n := len(m.open); n == 0 || m.open[n-1].idx != idx {
@@ -396,6 +398,8 @@ type rulesModel struct {
 	copies int // routed copies of the last item
 }
 
+// Outputs implements Model: the alerts it causes, one per matching rule
+// whose limit the window ending at it meets.
 func (m *rulesModel) Outputs(it Item) int {
 	alerts := 0
 	m.copies = 0
