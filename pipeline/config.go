@@ -242,7 +242,11 @@ type CheckpointsConfig struct {
 	// otherwise >= 10ms.
 	Interval time.Duration `yaml:"interval"`
 	// Timeout aborts a checkpoint that has not completed after this long.
-	// Default "10m"; > 0.
+	// Default "10m", or less when a file leaves it unset and an
+	// exactly-once sink's transaction_timeout T is at most interval + 10m:
+	// then (T - interval) / 2, so checkpoints time out before their
+	// pre-committed transactions do; > 0, and every exactly-once sink's
+	// transaction_timeout must exceed interval + timeout.
 	Timeout time.Duration `yaml:"timeout"`
 	// MinPause is the least time between the end of one checkpoint and the
 	// start of the next. Default 0; >= 0.

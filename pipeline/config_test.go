@@ -585,3 +585,51 @@ func withoutParams(ops []OperatorConfig) []OperatorConfig {
 	}
 	return out
 }
+
+// TestCheckpointTimeoutDerived: a file that leaves checkpoints.timeout unset
+// with an exactly-once sink whose transaction_timeout is under interval +
+// 10m gets (T - interval) / 2, so the checkpoint times out first; a file
+// that sets it keeps it, and a sink with the default 15m keeps the 10m.
+func TestCheckpointTimeoutDerived(t *testing.T) {
+	cfg := func(checkpoints, txn string) string {
+		return `job:
+  name: derived
+kafka:
+  brokers: [localhost:9092]
+checkpoints:
+` + checkpoints + `
+sources:
+  - name: items
+    topic: items
+operators:
+  - name: counter
+    type: keyed_count
+    input: items
+    key_by: color
+sinks:
+  - name: counts
+    input: counter
+    topic: counts
+    delivery: exactly-once
+` + txn
+	}
+	for _, tc := range []struct {
+		name, checkpoints, txn string
+		want                   time.Duration
+	}{
+		{"derived", "  interval: 1s", "    transaction_timeout: 1m", 29500 * time.Millisecond},
+		{"written kept", "  interval: 1s\n  timeout: 20s", "    transaction_timeout: 1m", 20 * time.Second},
+		{"default transaction timeout", "  interval: 1s", "", 10 * time.Minute},
+		{"long transaction timeout", "  interval: 1s", "    transaction_timeout: 15m", 10 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("derived.yaml", []byte(cfg(tc.checkpoints, tc.txn)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Checkpoints.Timeout != tc.want {
+				t.Errorf("checkpoints.timeout = %v, want %v", c.Checkpoints.Timeout, tc.want)
+			}
+		})
+	}
+}

@@ -66,6 +66,7 @@ func Parse(name string, data []byte, reg *operators.Registry) (*Config, error) {
 	if d.tooLarge != nil {
 		return nil, ConfigErrors{d.tooLarge}
 	}
+	c.deriveCheckpointTimeout()
 	errs := append(d.errs, c.validate()...)
 	if len(errs) > 0 {
 		errs.sort()
@@ -582,4 +583,27 @@ func editDistance(a, b string) int {
 		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(rb)]
+}
+
+// deriveCheckpointTimeout lowers the default checkpoints.timeout (10m) when
+// the file does not set it and an exactly-once sink's transaction_timeout T
+// leaves less room: to (T - checkpoints.interval) / 2, so that a checkpoint
+// times out (and the job retries or restarts) before its pre-committed
+// transactions can outlive their timeout, with the other half left for a
+// restart. A file that sets checkpoints.timeout keeps its value, and
+// validation refuses T <= interval + timeout naming the three values.
+func (c *Config) deriveCheckpointTimeout() {
+	if _, written := c.src.keyWritten("checkpoints.timeout"); written {
+		return
+	}
+	iv := c.Checkpoints.Interval
+	for i := range c.Sinks {
+		s := &c.Sinks[i]
+		if s.Delivery != DeliveryExactlyOnce || s.TransactionTimeout <= iv || iv == 0 {
+			continue
+		}
+		if s.TransactionTimeout <= iv+c.Checkpoints.Timeout {
+			c.Checkpoints.Timeout = (s.TransactionTimeout - iv) / 2
+		}
+	}
 }

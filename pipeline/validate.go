@@ -487,6 +487,10 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 				v.errorf(p+".delivery", "exactly-once needs checkpoints: set checkpoints.interval (transactions commit when a checkpoint completes)")
 			case s.TransactionTimeout != 0 && s.TransactionTimeout <= iv:
 				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v plus the time a restart takes", s.TransactionTimeout, iv)
+			case !c.Cluster.Enabled && s.TransactionTimeout != 0 && c.Checkpoints.Timeout > 0 && s.TransactionTimeout <= iv+c.Checkpoints.Timeout:
+				// cluster mode checks a larger bound naming more terms (validateCluster)
+				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v + checkpoints.timeout %v = %v: a pre-committed transaction waits for its checkpoint, and the broker aborts it after this timeout (its output would be lost); raise it or lower checkpoints.timeout",
+					s.TransactionTimeout, iv, c.Checkpoints.Timeout, iv+c.Checkpoints.Timeout)
 			}
 		}
 		if s.BufferThreshold < 0 {
