@@ -70,10 +70,18 @@ func (r *unitRun) current() *Job {
 // its barrier, the sinks commit it before the unit ends), bounded by
 // mc.RevokeTimeout, past which it stops the unit without a commit (the next
 // owner restores the previous HEAD and replays what followed it); on lost it
-// stops the unit at once, taking no checkpoint. A unit that fails is rebuilt after a second while assigned, except
-// after checkpoint.ErrHeadExists (another owner took it: a zombie must not
-// claim it back). RunMember returns nil when ctx ends, after stopping every
-// unit as on revoke.
+// stops the unit at once, taking no checkpoint. A unit that fails is rebuilt
+// while assigned, after the back-off of its own instance of the job's
+// restart strategy (set.Restart; the zero value means DefaultRestartConfig:
+// exponential-delay from 1s to 1m), counted in kstreamd_job_restarts_total,
+// except after checkpoint.ErrHeadExists (another owner took it: a zombie
+// must not claim it back). When a unit's strategy gives up, or its failure
+// holds a RestartSuppressor, the member fails as a Flink job fails
+// terminally: it stops every unit as on revoke and returns an error naming
+// the unit (wrapping ErrRestartsExhausted when the strategy gave up), so
+// the daemon exits and the group moves its units. RunMember returns nil
+// when ctx ends, after stopping every unit as on revoke; an invalid
+// set.Restart is returned before joining.
 func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, mc MemberConfig) error {
 	logger := deps.Logger
 	if logger == nil {
@@ -101,6 +109,19 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	cm := deps.Metrics.cluster
 	mem := &Member{id: mc.MemberID, group: mc.GroupID, job: st.Job, topic: UnitsTopic(st.Job), units: st.Units, running: map[int32]*unitRun{}}
 	mu, units := &mem.mu, mem.running
+	// A unit whose restart strategy gives up fails the member (Flink's
+	// job failing terminally): RunMember revokes its other units and
+	// returns that error, so the daemon exits and the group moves its
+	// units to the other members.
+	ctx, failMember := context.WithCancelCause(ctx)
+	defer failMember(nil)
+	restartCfg := set.Restart
+	if restartCfg == (RestartConfig{}) {
+		restartCfg = DefaultRestartConfig()
+	}
+	if _, err := NewRestartStrategy(restartCfg, nil); err != nil {
+		return err
+	}
 	start := func(p int32) {
 		stage, index := int(p)/st.Units, int(p)%st.Units
 		// Not a child of ctx: when ctx ends, units stop through revoke
@@ -121,6 +142,8 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		ulog := logger.With("stage", stage, "unit", index)
 		go func() {
 			defer close(r.done)
+			strategy, _ := NewRestartStrategy(restartCfg, nil) // validated above
+			restarts := 0
 			for uctx.Err() == nil {
 				j, err := Build(uctx, st.Stages[stage].Graph, s, deps)
 				if err == nil {
@@ -140,10 +163,25 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 					ulog.Error("unit taken over by another owner: stopped", "err", err)
 					return
 				}
-				ulog.Error("unit failed; rebuilding", "err", err)
+				if suppressesRestarts(err) {
+					ulog.Error("unit failed; not restarted (a restart cannot cure this failure)", "err", err)
+					failMember(fmt.Errorf("job: unit %d/%d not restarted (a restart cannot cure this failure): %w", stage, index, err))
+					return
+				}
+				backoff, ok := strategy.NotifyFailure(time.Now())
+				if !ok {
+					ulog.Error("unit failed; the restart strategy gives up", "restarts", restarts, "strategy", strategy.String(), "err", err)
+					failMember(fmt.Errorf("job: unit %d/%d: %w after %d restarts (%s); last failure: %w", stage, index, ErrRestartsExhausted, restarts, strategy, err))
+					return
+				}
+				restarts++
+				deps.Metrics.restarts.Inc()
+				ulog.Error("unit failed; rebuilding", "attempt", restarts, "backoff", backoff, "strategy", strategy.String(), "err", err)
+				t := time.NewTimer(backoff)
 				select {
 				case <-uctx.Done():
-				case <-time.After(time.Second):
+					t.Stop()
+				case <-t.C:
 				}
 			}
 		}()
@@ -239,6 +277,9 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	mu.Unlock()
 	for _, p := range left {
 		stop(p, 0)
+	}
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return err // a unit's restart strategy gave up
 	}
 	return nil
 }
