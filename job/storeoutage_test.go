@@ -205,8 +205,18 @@ func testUnitsStoreOutage(t *testing.T, restart job.RestartConfig) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("RunMember did not return")
 	}
+	checkUserCounts(t, committed(), users, perUser)
+	if !strings.Contains(logs.String(), "msg=\"unit failed; rebuilding\"") || !strings.Contains(logs.String(), errStoreDown.Error()) {
+		t.Errorf("no log line reports a unit rebuilt after the store's error %q:\n%s", errStoreDown, logs.String())
+	}
+}
+
+// checkUserCounts checks the read_committed output out of a keyed count by
+// user over users keys u0, u1, ... with perUser records each: per key
+// exactly the counts 1..perUser in order, and nothing else.
+func checkUserCounts(t *testing.T, out []*kgo.Record, users, perUser int) {
+	t.Helper()
 	got := map[string][]int64{}
-	out := committed()
 	for _, r := range out {
 		var v struct {
 			Key   string `json:"key"`
@@ -229,8 +239,5 @@ func testUnitsStoreOutage(t *testing.T, restart job.RestartConfig) {
 	}
 	if len(out) != users*perUser {
 		t.Errorf("output holds %d records, want %d", len(out), users*perUser)
-	}
-	if !strings.Contains(logs.String(), "msg=\"unit failed; rebuilding\"") || !strings.Contains(logs.String(), errStoreDown.Error()) {
-		t.Errorf("no log line reports a unit rebuilt after the store's error %q:\n%s", errStoreDown, logs.String())
 	}
 }

@@ -723,31 +723,7 @@ func TestUnitsRestoreFromStore(t *testing.T) {
 					t.Errorf("unit 1/%d: newest HEAD %+v (%v), want one of b", u, h, err)
 				}
 			}
-			got := map[string][]int64{}
-			out := committed()
-			for _, r := range out {
-				var v struct {
-					Key   string `json:"key"`
-					Count int64  `json:"count"`
-				}
-				if err := json.Unmarshal(r.Value, &v); err != nil {
-					t.Fatalf("output %s: %v", r.Value, err)
-				}
-				got[v.Key] = append(got[v.Key], v.Count)
-			}
-			for u := range users {
-				key := fmt.Sprintf("u%d", u)
-				want := make([]int64, perUser)
-				for i := range want {
-					want[i] = int64(i + 1)
-				}
-				if fmt.Sprint(got[key]) != fmt.Sprint(want) {
-					t.Errorf("key %s: counts %v, want %v", key, got[key], want)
-				}
-			}
-			if len(out) != users*perUser {
-				t.Errorf("output holds %d records, want %d", len(out), users*perUser)
-			}
+			checkUserCounts(t, committed(), users, perUser)
 		})
 	}
 }
