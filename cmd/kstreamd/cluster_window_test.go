@@ -54,26 +54,27 @@ sinks:
 `
 
 // TestClusterEventTimeWindows is issue 13's acceptance case "event-time
-// windows across the exchange with one upstream partition going idle" on
-// two daemons (processes of the built binary) and a broker in its own
-// process: the window count of windowClusterPipeline as 4 units per stage
-// over an input of 2 partitions (stage-0 units reading no partition are
-// idle from the start). Partition 1 holds clicks of windows 0 and 1, then
-// goes quiet for good; partition 0 then keeps advancing event time from
-// window 1 on, above partition 1's timestamps (so no click can be late
-// whichever partition the sources find idle when). Once the first windows
-// closed (the quiet partition's unit is idle, its idle marker crossed the
-// exchange) the daemon holding the stage-0 unit of partition 0 is killed
-// with -9 while clicks flow; its units (2 of each stage) move to the
-// survivor, which restores their open windows, timers and per-upstream
-// watermark state; the killed daemon restarts under its member id and
-// units move back to it while clicks flow; then a last click moves time
-// past every window. The read_committed output holds every (user, window)
-// of the input exactly once with its exact count, no window missing and
-// no other, and nothing is late; and checkExchange holds (each click once
-// in its repartition partition, no open transaction, no lost output, no
-// unexpected exit). It runs on the filesystem store and on an S3 server
-// the test starts.
+// windows across the exchange with one upstream partition going idle" on two
+// daemons (processes of the built binary) and a broker in its own process:
+// the window count of windowClusterPipeline as 4 units per stage over an
+// input of 2 partitions (stage-0 units reading no partition are idle from
+// the start). Partition 1 holds clicks of windows 0 and 1, then goes quiet
+// for good; once they crossed the exchange, partition 0 keeps advancing
+// event time from window 1 on, above partition 1's timestamps (so no click
+// can be late whichever partition a source finds idle when). Once window 0
+// closed for every user, the daemon holding the stage-0 unit of partition 0
+// is killed with -9 while clicks flow; its units (2 of each stage) move to
+// the survivor, which restores their open windows, timers and per-upstream
+// watermark state; the killed daemon restarts under its member id and units
+// move back to it (revoked from the survivor with a final checkpoint) while
+// clicks flow; then a last click moves time past every window. The
+// read_committed output holds every (user, window) of the input exactly once
+// with its exact count, no window missing and no other, nothing is late, and
+// the quiet partition's source unit wrote its idle marker to every
+// repartition partition; and checkExchange holds (each click once in its
+// repartition partition, no open transaction, no lost output, no unexpected
+// exit). It runs on the filesystem store and on an S3 server the test
+// starts.
 func TestClusterEventTimeWindows(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"filesystem", "s3"} {
@@ -116,7 +117,7 @@ func clusterEventTimeWindows(t *testing.T, kind string) {
 		want[clusterWindow{user, (ts - t0) / 10_000}]++
 		return r
 	}
-	// Partition 1: clicks of windows 0 and 1 (up to t0+10.6s), then quiet.
+	// Partition 1: clicks of windows 0 and 1 (up to t0+10.443s), then quiet.
 	var quiet []*kgo.Record
 	for k := range 60 {
 		quiet = append(quiet, click(1, names[k%users], t0+int64(k)*177))
