@@ -67,14 +67,18 @@ sinks:
 // the survivor, which restores their open windows, timers and per-upstream
 // watermark state; the killed daemon restarts under its member id and units
 // move back to it (revoked from the survivor with a final checkpoint) while
-// clicks flow; then a last click moves time past every window. The
-// read_committed output holds every (user, window) of the input exactly once
-// with its exact count, no window missing and no other, nothing is late, and
-// the quiet partition's source unit wrote its idle marker to every
-// repartition partition; and checkExchange holds (each click once in its
-// repartition partition, no open transaction, no lost output, no unexpected
-// exit). It runs on the filesystem store and on an S3 server the test
-// starts.
+// clicks flow. A second kill -9 moves partition 1's source unit if the first
+// did not, else the units of the daemon not holding it: so one kill moves
+// stage-1 units away from the quiet unit (idle, it never writes again: their
+// new owner knows it is idle only from the restored checkpoint) and one
+// moves the quiet unit itself. Then a last click moves time past every
+// window. The read_committed output holds every (user, window) of the input
+// exactly once with its exact count, no window missing and no other, nothing
+// is late, and the quiet partition's source unit wrote its idle marker to
+// every repartition partition; and checkExchange holds (each click once in
+// its repartition partition, no open transaction, no lost output, no
+// unexpected exit). It runs on the filesystem store and on an S3 server the
+// test starts.
 func TestClusterEventTimeWindows(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"filesystem", "s3"} {
@@ -110,10 +114,12 @@ func clusterEventTimeWindows(t *testing.T, kind string) {
 	prod := newClient(t, b.addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	want := map[clusterWindow]int{} // the exact count of every (user, window) of the input
 	n := 0                          // input records so far: the next one's i
+	var maxTs int64                 // the largest timestamp of the input
 	click := func(p int32, user string, ts int64) *kgo.Record {
 		r := &kgo.Record{Topic: "clicks", Partition: p, Key: fmt.Appendf(nil, "%d", n),
 			Value: fmt.Appendf(nil, `{"user":%q,"ts":%d,"i":%d}`, user, ts, n)}
 		n++
+		maxTs = max(maxTs, ts)
 		want[clusterWindow{user, (ts - t0) / 10_000}]++
 		return r
 	}
@@ -209,39 +215,67 @@ func clusterEventTimeWindows(t *testing.T, kind string) {
 	}) {
 		t.Fatalf("window 0 never closed for every user: fired %v\n%s", got, c.logs())
 	}
-	var srcUnit string
-	for u := range units {
-		if slices.Contains(source.PartitionsFor("clicks", 2, u, units), 0) {
-			srcUnit = fmt.Sprintf("0/%d", u)
+	// sourceUnit is the stage-0 unit reading input partition p.
+	sourceUnit := func(p int32) string {
+		for u := range units {
+			if slices.Contains(source.PartitionsFor("clicks", 2, u, units), p) {
+				return fmt.Sprintf("0/%d", u)
+			}
 		}
+		t.Fatalf("no stage-0 unit of %d reads partition %d", units, p)
+		return ""
 	}
-	victim := c.owners()[srcUnit]
-	survivor := map[string]string{"a": "b", "b": "a"}[victim]
-	if survivor == "" {
-		t.Fatalf("source unit %s of partition 0 is held by %q, want a or b", srcUnit, victim)
+	advancingUnit, quietUnit := sourceUnit(0), sourceUnit(1)
+	// kill kills victim with -9 while p produces and waits until the
+	// other daemon holds every unit.
+	kill := func(victim, why string, p *pacedProducer) {
+		t.Helper()
+		survivor := map[string]string{"a": "b", "b": "a"}[victim]
+		if survivor == "" {
+			t.Fatalf("%s: the victim is %q, want a or b", why, victim)
+		}
+		got = output()
+		t.Logf("%v: killing %s (%s, holding %v) with %d windows fired, %d clicks of the phase produced",
+			time.Since(began).Round(100*time.Millisecond), victim, why, by[victim], len(got), p.produced.Load())
+		c.kill(victim)
+		p.wait(t, time.Minute)
+		spread("the killed daemon's units moved to the survivor", func(by map[string][]string) bool {
+			return len(by[survivor]) == 2*units
+		})
 	}
-	t.Logf("%v: killing %s (holding %v, partition 0's source unit %s) with %d windows fired, %d clicks of phase 1 produced",
-		time.Since(began).Round(100*time.Millisecond), victim, by[victim], srcUnit, len(got), p.produced.Load())
-	c.kill(victim)
-	p.wait(t, time.Minute)
-	spread("the killed daemon's units moved to the survivor", func(by map[string][]string) bool {
-		return len(by[survivor]) == 2*units
-	})
+	// The first kill moves partition 0's source unit; the second moves
+	// partition 1's (idle, it never writes again) if the first did not,
+	// else the stage-1 units of the daemon not holding it: one of the two
+	// moves stage-1 units away from the quiet unit, whose new owner knows
+	// that unit is idle only from the restored checkpoint, the other moves
+	// the quiet unit itself (restored, it goes idle again).
+	owners := c.owners()
+	first := owners[advancingUnit]
+	quietMoved := owners[quietUnit] == first
+	kill(first, fmt.Sprintf("partition 0's source unit %s, partition 1's %s on %s", advancingUnit, quietUnit, owners[quietUnit]), p)
 
 	// Phase 2 on the survivor alone; phase 3 while the restarted daemon
 	// takes units back.
 	paced(1).wait(t, time.Minute)
 	p = paced(2)
-	c.start(victim)
+	c.start(first)
 	spread("the restarted daemon got units back", func(by map[string][]string) bool {
 		return len(by["a"]) == units && len(by["b"]) == units
 	})
 	p.wait(t, time.Minute)
+	// Phase 4: the second kill.
+	p = paced(3)
+	owners = c.owners()
+	second, why := owners[quietUnit], "partition 1's source unit "+quietUnit
+	if quietMoved {
+		second, why = map[string]string{"a": "b", "b": "a"}[second], "not holding partition 1's source unit "+quietUnit
+	}
+	kill(second, why, p)
 	// The last click moves partition 0's watermark past every window of
 	// the input; its own window stays open.
-	last := (t0 + 11_000 + 3*phase*37) / 10_000 * 10_000 // the start of the last click's window
-	closer := click(0, "closer", last+10_000+10)
-	delete(want, clusterWindow{"closer", (last + 10_000 - t0) / 10_000})
+	last := (maxTs - t0) / 10_000 // the last window of the input
+	closer := click(0, "closer", t0+(last+1)*10_000+10)
+	delete(want, clusterWindow{"closer", last + 1})
 	produce(t, prod, closer)
 	if !testkit.Poll(time.Minute, func() bool { got = output(); return len(got) >= len(want) }) {
 		t.Fatalf("the output never held the %d windows of the input: fired %v\n%s", len(want), got, c.logs())
@@ -268,12 +302,6 @@ func clusterEventTimeWindows(t *testing.T, kind string) {
 	// Partition 1's source unit went idle: its idle marker is in every
 	// partition of the repartition topic.
 	idle := map[int32]bool{}
-	quietUnit := ""
-	for u := range units {
-		if slices.Contains(source.PartitionsFor("clicks", 2, u, units), 1) {
-			quietUnit = fmt.Sprintf("0/%d", u)
-		}
-	}
 	for _, r := range testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "clicks-1-repartition", 30*time.Second) {
 		var headers []runtime.Header
 		for _, h := range r.Headers {
