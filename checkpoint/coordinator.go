@@ -368,7 +368,33 @@ func (c *Coordinator) checkpointBarrier(id int64, stopAfter bool) *runtime.Barri
 }
 
 func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
-	c.nextID++
+	if o := c.cfg.Owner; o != nil && !b.Savepoint {
+		// A unit marks chk-<id> in its store as its own before any task
+		// writes state for it (Owner.Reserve): a zombie that marked the id
+		// first moves it on to a higher one, and a zombie finding the new
+		// owner's marker stops here, having written nothing.
+		ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.Timeout)
+		id, err := o.Reserve(ctx, b.CheckpointID)
+		cancel()
+		if errors.Is(err, ErrHeadExists) {
+			c.fatal = fmt.Errorf("checkpoint %d: %w", b.CheckpointID, err)
+			if req != nil {
+				req.reply <- savepointResult{err: c.fatal}
+			}
+			return
+		}
+		if err == nil && id != b.CheckpointID {
+			c.logger.Info("checkpoint id taken by another claim in the store; moving on", "checkpoint_id", b.CheckpointID, "new_id", id)
+			b = c.checkpointBarrier(id, b.StopAfter)
+		}
+		if err != nil {
+			c.nextID = b.CheckpointID + 1
+			c.pending = &pending{barrier: b, req: req, timer: time.NewTimer(0)}
+			c.abort(err)
+			return
+		}
+	}
+	c.nextID = b.CheckpointID + 1
 	if err := c.mkdir(b); err != nil {
 		c.pending = &pending{barrier: b, req: req, timer: time.NewTimer(0)}
 		c.abort(err)

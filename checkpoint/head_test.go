@@ -205,7 +205,7 @@ func TestClaimAfterPreviousOwnersHead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("claim racing the previous owner's checkpoints: %v", err)
 	}
-	if want := (Head{Seq: 4, CheckpointID: 3, Owner: "a", Fingerprint: "fp", Units: 1}); prev != want {
+	if want := (Head{Seq: 4, CheckpointID: 3, Owner: "a", Fingerprint: "fp", Units: 1, CheckpointClaim: 1}); prev != want {
 		t.Errorf("b restores %+v, want %+v", prev, want)
 	}
 	if b.Seq() != 5 {
@@ -275,8 +275,10 @@ func TestUnitCheckpointDirCreateOnly(t *testing.T) {
 	if h, err := ns.Heads().Latest(ctx); err != nil || h.CheckpointID != 2 || h.Owner != "a" || h.Units != 2 {
 		t.Errorf("newest HEAD %+v (%v), want a's naming checkpoint 2 with 2 units", h, err)
 	}
+	// chk-3 is marked (its checkpoint is triggered and never completes).
 	want := []string{"clicks/units/1/0/HEAD-1", "clicks/units/1/0/HEAD-2",
-		"clicks/units/1/0/chk-2/_metadata", "clicks/units/1/0/chk-2/op/0/state", "clicks/units/1/0/chk-2/src/0/state"}
+		"clicks/units/1/0/chk-2/_claim", "clicks/units/1/0/chk-2/_metadata", "clicks/units/1/0/chk-2/op/0/state", "clicks/units/1/0/chk-2/src/0/state",
+		"clicks/units/1/0/chk-3/_claim"}
 	var got []string
 	if !testkit.Poll(time.Minute, func() bool {
 		if got, err = store.List(ctx, ""); err != nil {
@@ -364,11 +366,13 @@ func TestUnitRetentionAfterCommits(t *testing.T) {
 		return keys
 	}
 	chk := func(id int) []string {
-		return []string{fmt.Sprintf("clicks/units/0/0/chk-%d/_metadata", id), fmt.Sprintf("clicks/units/0/0/chk-%d/op/0/state", id), fmt.Sprintf("clicks/units/0/0/chk-%d/src/0/state", id)}
+		return []string{fmt.Sprintf("clicks/units/0/0/chk-%d/_claim", id), fmt.Sprintf("clicks/units/0/0/chk-%d/_metadata", id), fmt.Sprintf("clicks/units/0/0/chk-%d/op/0/state", id), fmt.Sprintf("clicks/units/0/0/chk-%d/src/0/state", id)}
 	}
+	// chk-4 holds only its owner marker: checkpoint 4 is triggered (marked
+	// in the store first) and never completes.
 	var all []string
 	all = append(append(append(all, "clicks/units/0/0/HEAD-1", "clicks/units/0/0/HEAD-2", "clicks/units/0/0/HEAD-3", "clicks/units/0/0/HEAD-4"), chk(1)...), chk(2)...)
-	all = append(all, chk(3)...)
+	all = append(append(all, chk(3)...), "clicks/units/0/0/chk-4/_claim")
 	slices.Sort(all)
 	if got := list(); !slices.Equal(got, all) {
 		t.Errorf("with the commits pending the store holds\n%q\nwant\n%q", got, all)
@@ -376,7 +380,7 @@ func TestUnitRetentionAfterCommits(t *testing.T) {
 	if n := sink.release(); n != 3 {
 		t.Errorf("%d completion notices, want 3", n)
 	}
-	want := append([]string{"clicks/units/0/0/HEAD-4"}, chk(3)...)
+	want := append(append([]string{"clicks/units/0/0/HEAD-4"}, chk(3)...), "clicks/units/0/0/chk-4/_claim")
 	var got []string
 	if !testkit.Poll(time.Minute, func() bool { got = list(); return slices.Equal(got, want) }) {
 		t.Errorf("after the commits the store holds\n%q\nwant\n%q", got, want)
