@@ -57,12 +57,15 @@ type CoordinatorConfig struct {
 	// Storage holds the checkpoints.
 	Storage *Storage
 	// Owner, if not nil, makes every checkpoint a cluster-mode unit's
-	// fenced commit (docs/scale-out.md, invariant 1): after the metadata
-	// is written the Owner uploads the checkpoint to the unit's store and
-	// creates the unit's next HEAD, and only
-	// then notifies the tasks (which commit their transactions) and
-	// applies retention. When the HEAD exists Run returns an error
-	// wrapping ErrHeadExists at once: nothing is committed or deleted.
+	// fenced commit (docs/scale-out.md, invariant 1): before the barrier
+	// the Owner marks chk-<id> in the unit's store as its claim's
+	// (Owner.Reserve; an id another claim marked first is replaced by a
+	// higher one); after the metadata is written the Owner uploads the
+	// checkpoint and creates the unit's next HEAD, and only then notifies
+	// the tasks (which commit their transactions) and applies retention.
+	// When a newer HEAD exists (found by the marker or by the HEAD create)
+	// Run returns an error wrapping ErrHeadExists at once: nothing is
+	// written into the new owner's checkpoint, committed or deleted.
 	Owner *Owner
 	// Fault, if not nil, is a fault-injection seam for tests of the
 	// cluster-mode commit order (docs/scale-out.md, invariant 1); no
