@@ -205,3 +205,66 @@ func TestOwnerMarker(t *testing.T) {
 		})
 	}
 }
+
+// TestRestoreWithoutMarker, on the filesystem store and on S3: a unit
+// written before owner markers (no chk-<n>/_claim, HEADs without
+// checkpoint_claim) restores as before: the new owner downloads exactly
+// that checkpoint and its shared file, and its own first checkpoint is
+// marked with its claim and recorded in its HEAD.
+func TestRestoreWithoutMarker(t *testing.T) {
+	for _, kind := range []string{"filesystem", "s3"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			var store checkpoint.Store = checkpoint.FileStore{Root: t.TempDir()}
+			if kind == "s3" {
+				store = newS3(t, true, "")
+			}
+			const p = "clicks/units/0/0/"
+			old := map[string]string{
+				p + "HEAD-1": `{"seq":1,"checkpoint_id":0,"owner":"a","claim":true,"fingerprint":"fp","units":1}`,
+				p + "HEAD-2": `{"seq":2,"checkpoint_id":1,"owner":"a","fingerprint":"fp","units":1}`,
+				p + "chk-1/_metadata": `{"version":2,"job":"clicks","checkpoint_id":1,"max_parallelism":16,"operators":{},` +
+					`"shared_files":["a/1.sst"],"shared_dir":"../shared"}`,
+				p + "chk-1/per_user-0/state": "state 1",
+				p + "shared/a/1.sst":         "a/1.sst",
+			}
+			for k, v := range old {
+				if err := store.Create(ctx, k, []byte(v)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stage := t.TempDir()
+			local := checkpoint.NewStorage(filepath.Join(stage, "clicks", "units", "0"), "0", 2, nil)
+			b, head, err := checkpoint.Claim(ctx, checkpoint.Namespace{Store: store, Prefix: p, Local: local}, "b", "fp", 1, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := (checkpoint.Head{Seq: 2, CheckpointID: 1, Owner: "a", Fingerprint: "fp", Units: 1}); head != want {
+				t.Fatalf("b restores %+v, want %+v", head, want)
+			}
+			if _, m, err := b.Restore(ctx, head); err != nil || m.CheckpointID != 1 {
+				t.Fatalf("restore of an unmarked checkpoint: %v", err)
+			}
+			want := []string{"clicks/units/0/0/chk-1/_metadata", "clicks/units/0/0/chk-1/per_user-0/state", "clicks/units/0/0/shared/a/1.sst"}
+			if got := localFiles(t, stage); !slices.Equal(got, want) {
+				t.Errorf("b's staging holds %q, want %q", got, want)
+			}
+			id, err := b.Reserve(ctx, b.NextCheckpointID())
+			if err != nil || id != 2 {
+				t.Fatalf("b reserves %d (%v), want 2", id, err)
+			}
+			writeLocal(t, local, 2, "a/1.sst")
+			if err := b.Checkpoint(ctx, 2, checkpoint.UnitCommit{}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := store.Read(ctx, p+"chk-2/_claim")
+			if err != nil || string(got) != `{"claim":3,"owner":"b"}` {
+				t.Errorf("chk-2/_claim %s (%v), want b's claim HEAD-3", got, err)
+			}
+			h, err := checkpoint.Heads{Store: store, Prefix: p}.Read(ctx, 4)
+			if want := (checkpoint.Head{Seq: 4, CheckpointID: 2, Owner: "b", Fingerprint: "fp", Units: 1, CheckpointClaim: 3}); err != nil || h != want {
+				t.Errorf("HEAD-4 %+v (%v), want %+v", h, err, want)
+			}
+		})
+	}
+}
