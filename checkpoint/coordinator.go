@@ -57,12 +57,15 @@ type CoordinatorConfig struct {
 	// Storage holds the checkpoints.
 	Storage *Storage
 	// Owner, if not nil, makes every checkpoint a cluster-mode unit's
-	// fenced commit (docs/scale-out.md, invariant 1): after the metadata
-	// is written the Owner uploads the checkpoint to the unit's store and
-	// creates the unit's next HEAD, and only
-	// then notifies the tasks (which commit their transactions) and
-	// applies retention. When the HEAD exists Run returns an error
-	// wrapping ErrHeadExists at once: nothing is committed or deleted.
+	// fenced commit (docs/scale-out.md, invariant 1): before the barrier
+	// the Owner marks chk-<id> in the unit's store as its claim's
+	// (Owner.Reserve; an id another claim marked first is replaced by a
+	// higher one); after the metadata is written the Owner uploads the
+	// checkpoint and creates the unit's next HEAD, and only then notifies
+	// the tasks (which commit their transactions) and applies retention.
+	// When a newer HEAD exists (found by the marker or by the HEAD create)
+	// Run returns an error wrapping ErrHeadExists at once: nothing is
+	// written into the new owner's checkpoint, committed or deleted.
 	Owner *Owner
 	// Fault, if not nil, is a fault-injection seam for tests of the
 	// cluster-mode commit order (docs/scale-out.md, invariant 1); no
@@ -368,7 +371,33 @@ func (c *Coordinator) checkpointBarrier(id int64, stopAfter bool) *runtime.Barri
 }
 
 func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
-	c.nextID++
+	if o := c.cfg.Owner; o != nil && !b.Savepoint {
+		// A unit marks chk-<id> in its store as its own before any task
+		// writes state for it (Owner.Reserve): a zombie that marked the id
+		// first moves it on to a higher one, and a zombie finding the new
+		// owner's marker stops here, having written nothing.
+		ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.Timeout)
+		id, err := o.Reserve(ctx, b.CheckpointID)
+		cancel()
+		if errors.Is(err, ErrHeadExists) {
+			c.fatal = fmt.Errorf("checkpoint %d: %w", b.CheckpointID, err)
+			if req != nil {
+				req.reply <- savepointResult{err: c.fatal}
+			}
+			return
+		}
+		if err == nil && id != b.CheckpointID {
+			c.logger.Info("checkpoint id taken by another claim in the store; moving on", "checkpoint_id", b.CheckpointID, "new_id", id)
+			b = c.checkpointBarrier(id, b.StopAfter)
+		}
+		if err != nil {
+			c.nextID = b.CheckpointID + 1
+			c.pending = &pending{barrier: b, req: req, timer: time.NewTimer(0)}
+			c.abort(err)
+			return
+		}
+	}
+	c.nextID = b.CheckpointID + 1
 	if err := c.mkdir(b); err != nil {
 		c.pending = &pending{barrier: b, req: req, timer: time.NewTimer(0)}
 		c.abort(err)

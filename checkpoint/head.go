@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +45,37 @@ type Head struct {
 	// Units is the number of units of the unit's stage (cluster.units) the
 	// writer ran with; 0 in a HEAD written before it was recorded.
 	Units int `json:"units,omitempty"`
+	// CheckpointClaim is the claim under which chk-<CheckpointID> was
+	// written: the k of the HEAD-<k> its writer claimed, which the
+	// checkpoint's owner marker (chk-<id>/_claim, ClaimMarker) must name.
+	// A claim HEAD copies it from the HEAD it read. 0: no marker to check
+	// (a HEAD written before markers, one naming no checkpoint, or one of
+	// an Owner without a staging Storage).
+	CheckpointClaim int64 `json:"checkpoint_claim,omitempty"`
 }
+
+// ClaimFile is the owner marker of a unit's checkpoint directory in the
+// store: chk-<id>/_claim, created create-only before anything else is
+// written into chk-<id> (docs/scale-out.md, "Commit"). Its content is a
+// ClaimMarker. A writer that finds another claim's marker writes nothing
+// into that directory.
+const ClaimFile = "_claim"
+
+// ClaimMarker is the content of chk-<id>/_claim (JSON): the claim whose
+// owner writes chk-<id>. Claim alone identifies it (HEAD-<k> is created
+// once); Owner names the member for people reading the store.
+type ClaimMarker struct {
+	// Claim is the k of the HEAD-<k> the writer claimed the unit with.
+	Claim int64 `json:"claim"`
+	// Owner is the writer's group member id.
+	Owner string `json:"owner"`
+}
+
+// ErrForeignClaim is wrapped by the error Reserve and Checkpoint return
+// when chk-<id> carries another claim's marker while this owner still
+// holds the newest HEAD (a zombie took the id first): nothing was written
+// into chk-<id>; the checkpoint must use a higher id (Reserve does).
+var ErrForeignClaim = errors.New("checkpoint: the checkpoint directory belongs to another claim")
 
 // UnitPrefix returns the key prefix of a unit's namespace in a Store:
 // "<job>/units/<stage>/<unit>/".
@@ -219,9 +250,12 @@ type Owner struct {
 	units       int
 	retained    int
 	seq         int64           // the last HEAD this owner created; 0 once fenced
+	claimSeq    int64           // the HEAD this owner claimed the unit with
 	chain       map[int64]int64 // checkpoint id named by each HEAD seen (seq -> id)
 	known       map[string]bool // shared files (Metadata.SharedFiles names) in the store
-	maxChk      int64           // highest chk-<id> in the store at the claim
+	inflight    map[string]bool // shared files uploaded since this owner's last HEAD
+	maxChk      int64           // highest chk-<id> in the store at the claim, or reserved since
+	marked      int64           // the chk-<id> whose owner marker is this owner's (0: none yet)
 }
 
 // claimAttempts bounds how often Claim re-reads the chain after the
@@ -264,7 +298,7 @@ func claim(ctx context.Context, ns Namespace, member, fingerprint string, units,
 			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: member %s claimed HEAD-%d first: %w", ns.Prefix, prev.Owner, prev.Seq, ErrHeadExists)
 		}
 		o := &Owner{ns: ns, member: member, fingerprint: fingerprint, units: units, retained: max(retained, 1),
-			chain: map[int64]int64{}, known: map[string]bool{}}
+			chain: map[int64]int64{}, known: map[string]bool{}, inflight: map[string]bool{}}
 		// Listed at every attempt: the previous owner's HEAD that beat the
 		// last one may name a checkpoint it uploaded since.
 		if ns.Local != nil {
@@ -286,7 +320,8 @@ func claim(ctx context.Context, ns Namespace, member, fingerprint string, units,
 		if raced != nil {
 			raced(prev)
 		}
-		claim := Head{Seq: prev.Seq + 1, CheckpointID: prev.CheckpointID, Owner: member, Claim: true, Fingerprint: fingerprint, Units: units}
+		claim := Head{Seq: prev.Seq + 1, CheckpointID: prev.CheckpointID, Owner: member, Claim: true, Fingerprint: fingerprint, Units: units,
+			CheckpointClaim: prev.CheckpointClaim}
 		err = heads.Create(ctx, claim)
 		if err != nil {
 			if !errors.Is(err, ErrHeadExists) || attempt == claimAttempts {
@@ -294,7 +329,7 @@ func claim(ctx context.Context, ns Namespace, member, fingerprint string, units,
 			}
 			continue
 		}
-		o.seq = claim.Seq
+		o.seq, o.claimSeq = claim.Seq, claim.Seq
 		if prev.Seq > 0 {
 			o.chain[prev.Seq] = prev.CheckpointID
 		}
@@ -308,11 +343,115 @@ func claim(ctx context.Context, ns Namespace, member, fingerprint string, units,
 // writes into a chk-<id> a previous owner left.
 func (o *Owner) NextCheckpointID() int64 { return o.maxChk + 1 }
 
-// Restore downloads checkpoint id of the unit into the local staging
-// storage (replacing whatever the local directory held) together with
-// every shared file it refers to, and returns the local directory and its
-// metadata: takeover step 5. It needs a Namespace with Local.
-func (o *Owner) Restore(ctx context.Context, id int64) (string, *Metadata, error) {
+// Reserve makes chk-<id> this owner's before any of its state is written
+// (the coordinator calls it when it triggers checkpoint id): it creates
+// the owner marker chk-<id>/_claim naming this owner's claim, create-only.
+// When another claim's marker is there and this owner still holds the
+// newest HEAD (a zombie took the id first), it moves on above every
+// chk-<n> in the namespace and tries again, up to claimAttempts times; it
+// returns the id reserved. When a HEAD above this owner's exists, it
+// returns an error wrapping ErrHeadExists and the owner is fenced: a
+// zombie writes nothing into a checkpoint directory another claim
+// marked. Without a staging Storage (Namespace.Local nil) nothing is
+// uploaded and id is returned as is.
+func (o *Owner) Reserve(ctx context.Context, id int64) (int64, error) {
+	if o.seq == 0 {
+		return 0, fmt.Errorf("checkpoint: unit %s: %w (fenced earlier)", o.ns.Prefix, ErrHeadExists)
+	}
+	if o.ns.Local == nil {
+		return id, nil
+	}
+	for attempt := 1; ; attempt++ {
+		err := o.mark(ctx, id)
+		if err == nil {
+			return id, nil
+		}
+		if !errors.Is(err, ErrForeignClaim) || attempt == claimAttempts {
+			return 0, err
+		}
+		keys, err := o.ns.Store.List(ctx, o.ns.Prefix+"chk-")
+		if err != nil {
+			return 0, fmt.Errorf("checkpoint: unit %s: %w", o.ns.Prefix, err)
+		}
+		for _, k := range keys {
+			dir, _, _ := strings.Cut(strings.TrimPrefix(k, o.ns.Prefix), "/")
+			if n, ok := parseChkName(dir); ok {
+				o.maxChk = max(o.maxChk, n)
+			}
+		}
+		id = max(id, o.maxChk) + 1
+	}
+}
+
+// mark creates the owner marker chk-<id>/_claim of this owner's claim
+// (create-only). A marker that exists and names this claim (a create
+// whose answer was lost) is this owner's as well. Another claim's marker
+// leaves chk-<id> alone: the error wraps ErrHeadExists (the owner is
+// fenced) when a HEAD above this owner's exists, else ErrForeignClaim.
+func (o *Owner) mark(ctx context.Context, id int64) error {
+	if o.marked == id {
+		return nil
+	}
+	mine := ClaimMarker{Claim: o.claimSeq, Owner: o.member}
+	b, err := json.Marshal(mine)
+	if err != nil {
+		return err
+	}
+	cerr := o.ns.Store.Create(ctx, o.ns.chkKey(id, ClaimFile), b)
+	if cerr == nil {
+		o.marked, o.maxChk = id, max(o.maxChk, id)
+		return nil
+	}
+	got, rerr := o.readMarker(ctx, id)
+	if rerr == nil && got == mine {
+		o.marked, o.maxChk = id, max(o.maxChk, id)
+		return nil
+	}
+	if !errors.Is(cerr, fs.ErrExist) {
+		return fmt.Errorf("checkpoint: unit %s: owner marker of chk-%d: %w", o.ns.Prefix, id, cerr)
+	}
+	if rerr != nil {
+		return fmt.Errorf("checkpoint: unit %s: owner marker of chk-%d: %w", o.ns.Prefix, id, rerr)
+	}
+	seqs, err := o.ns.Heads().seqs(ctx)
+	if err != nil {
+		return err
+	}
+	if n := len(seqs); n > 0 && seqs[n-1] > o.seq {
+		own := o.seq
+		o.seq = 0
+		return fmt.Errorf("checkpoint: unit %s: chk-%d is marked by claim HEAD-%d (member %s) and HEAD-%d is above this owner's HEAD-%d: %w",
+			o.ns.Prefix, id, got.Claim, got.Owner, seqs[n-1], own, ErrHeadExists)
+	}
+	return fmt.Errorf("checkpoint: unit %s: chk-%d is marked by claim HEAD-%d (member %s), not this owner's claim HEAD-%d: %w",
+		o.ns.Prefix, id, got.Claim, got.Owner, o.claimSeq, ErrForeignClaim)
+}
+
+// readMarker reads chk-<id>/_claim.
+func (o *Owner) readMarker(ctx context.Context, id int64) (ClaimMarker, error) {
+	b, err := o.ns.Store.Read(ctx, o.ns.chkKey(id, ClaimFile))
+	if err != nil {
+		return ClaimMarker{}, err
+	}
+	var m ClaimMarker
+	if err := json.Unmarshal(b, &m); err != nil {
+		return ClaimMarker{}, fmt.Errorf("checkpoint: unit %s: chk-%d/%s: %w", o.ns.Prefix, id, ClaimFile, err)
+	}
+	return m, nil
+}
+
+// Restore downloads the checkpoint HEAD hd names (hd.CheckpointID) into
+// the local staging storage (replacing whatever the local directory held)
+// together with every shared file it refers to, and returns the local
+// directory and its metadata: takeover step 5. When hd records the claim
+// that wrote the checkpoint (CheckpointClaim), chk-<id>/_claim must name
+// that claim (and, for a HEAD that is not a claim, its owner): a missing
+// or another claim's marker is refused with an error wrapping
+// ErrInconsistent, and nothing is downloaded. A HEAD written before
+// markers restores its directory as it is. The marker itself is never
+// downloaded. It needs a Namespace with Local.
+func (o *Owner) Restore(ctx context.Context, hd Head) (string, *Metadata, error) {
+	id := hd.CheckpointID
 	local := o.ns.Local
 	dir := local.CheckpointDir(id)
 	if err := os.RemoveAll(dir); err != nil {
@@ -326,9 +465,23 @@ func (o *Owner) Restore(ctx context.Context, id int64) (string, *Metadata, error
 	if !slices.Contains(keys, prefix+MetadataFile) {
 		return "", nil, fmt.Errorf("checkpoint: restore %d of unit %s: %s has no %s in %s: %w", id, o.ns.Prefix, strings.TrimSuffix(prefix, "/"), MetadataFile, o.ns.Store, fs.ErrNotExist)
 	}
+	if hd.CheckpointClaim != 0 {
+		want := ClaimMarker{Claim: hd.CheckpointClaim, Owner: hd.Owner}
+		got, err := o.readMarker(ctx, id)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return "", nil, fmt.Errorf("checkpoint: restore %d of unit %s: HEAD-%d names chk-%d written under claim HEAD-%d, but chk-%d has no owner marker %s: refusing to restore it: %w",
+				id, o.ns.Prefix, hd.Seq, id, hd.CheckpointClaim, id, ClaimFile, ErrInconsistent)
+		case err != nil:
+			return "", nil, fmt.Errorf("checkpoint: restore %d of unit %s: %w", id, o.ns.Prefix, err)
+		case got.Claim != want.Claim || (!hd.Claim && got.Owner != want.Owner):
+			return "", nil, fmt.Errorf("checkpoint: restore %d of unit %s: HEAD-%d names chk-%d written under claim HEAD-%d by %s, but its owner marker names claim HEAD-%d by %s: refusing to restore another writer's files: %w",
+				id, o.ns.Prefix, hd.Seq, id, hd.CheckpointClaim, hd.Owner, got.Claim, got.Owner, ErrInconsistent)
+		}
+	}
 	for _, k := range keys {
-		if k == prefix+MetadataFile {
-			continue // last: its presence says the download is whole
+		if k == prefix+MetadataFile || k == prefix+ClaimFile {
+			continue // _metadata last: its presence says the download is whole
 		}
 		if err := o.ns.Store.Download(ctx, k, filepath.Join(dir, filepath.FromSlash(strings.TrimPrefix(k, prefix)))); err != nil {
 			return "", nil, err
@@ -354,11 +507,16 @@ func (o *Owner) Restore(ctx context.Context, id int64) (string, *Metadata, error
 }
 
 // upload writes checkpoint id from the local staging storage into the
-// store: every file of chk-<id>/ but _metadata, then the shared files it
-// refers to that the store does not hold yet, then _metadata. Every write
-// is create-only: a chk-<id> another owner wrote fails the checkpoint
-// instead of being overwritten.
+// store: first the owner marker (mark; Reserve made it already when the
+// coordinator triggered id), then every file of chk-<id>/ but _metadata,
+// then the shared files it refers to that the store does not hold yet,
+// then _metadata. Every write is create-only: a chk-<id> another owner
+// wrote fails the checkpoint instead of being overwritten, and one another
+// claim marked gets nothing at all.
 func (o *Owner) upload(ctx context.Context, id int64) error {
+	if err := o.mark(ctx, id); err != nil {
+		return err
+	}
 	dir := o.ns.Local.CheckpointDir(id)
 	m, err := ReadMetadata(dir)
 	if err != nil {
@@ -391,7 +549,7 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 		if err != nil && !errors.Is(err, fs.ErrExist) { // exists: immutable and uniquely named, the same file
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
-		o.known[f] = true
+		o.known[f], o.inflight[f] = true, true
 	}
 	if err := o.ns.Store.Upload(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile)); err != nil {
 		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
@@ -400,8 +558,12 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 }
 
 // Checkpoint completes checkpoint id of the unit: pre-commit, upload
-// (when the Namespace has Local), create HEAD-<seq+1> naming it, then
-// commit. Every checkpoint writes its HEAD, even when every transaction is
+// (when the Namespace has Local: the owner marker first, see upload),
+// create HEAD-<seq+1> naming it (and, with Local, this owner's claim as
+// CheckpointClaim), then commit. A chk-<id> another claim marked fails it
+// before anything is written into it: with an error wrapping ErrHeadExists
+// when a HEAD above this owner's exists (a zombie; fenced from then on),
+// else ErrForeignClaim. Every checkpoint writes its HEAD, even when every transaction is
 // empty (franz-go's EndTransaction returns nil when nothing was produced,
 // so an empty epoch would otherwise let a zombie commit unnoticed). When
 // the HEAD exists the unit has another owner: Checkpoint returns an error
@@ -430,6 +592,9 @@ func (o *Owner) Checkpoint(ctx context.Context, id int64, steps UnitCommit) erro
 		}
 	}
 	hd := Head{Seq: o.seq + 1, CheckpointID: id, Owner: o.member, Fingerprint: o.fingerprint, Units: o.units}
+	if o.ns.Local != nil {
+		hd.CheckpointClaim = o.claimSeq // upload marked chk-<id> with it
+	}
 	if err := o.ns.Heads().Create(ctx, hd); err != nil {
 		if errors.Is(err, ErrHeadExists) {
 			o.seq = 0
@@ -444,6 +609,7 @@ func (o *Owner) Checkpoint(ctx context.Context, id int64, steps UnitCommit) erro
 	}
 	o.seq = hd.Seq
 	o.chain[hd.Seq] = id
+	clear(o.inflight) // named by this HEAD now, or orphans of a failed attempt for retention
 	if steps.Commit != nil {
 		return steps.Commit()
 	}
@@ -457,13 +623,27 @@ func (o *Owner) Checkpoint(ctx context.Context, id int64, steps UnitCommit) erro
 // the oldest one naming a kept checkpoint on; it deletes the older HEADs,
 // every chk-<id> older than the newest kept one and not kept (an
 // unfinished or another owner's chk-<id> newer than it stays), and every
-// shared file this owner knows of (listed at the claim, or uploaded) that
-// no kept checkpoint refers to. A fenced owner, or one that finds a HEAD
-// newer than its own, deletes nothing; the latter returns an error
-// wrapping ErrHeadExists and is fenced from then on.
+// shared file in the namespace that no kept checkpoint refers to, nor a
+// checkpoint of a HEAD above HEAD-<from> (this owner's newer ones), nor
+// this owner's uploads since its last HEAD (a checkpoint in flight that
+// failed after its shared uploads: the next one may name them without
+// uploading them again). So a zombie's uploads after the claim, which no
+// HEAD ever names, are deleted too. The namespace is listed before the
+// HEAD chain is checked, so a new owner that claims after the check
+// uploads nothing this retention deletes. A fenced owner, or one that
+// finds a HEAD newer than its own, deletes nothing; the latter returns an
+// error wrapping ErrHeadExists and is fenced from then on.
 func (o *Owner) Retain(ctx context.Context, from int64) error {
 	if o.seq == 0 || from <= 0 || from > o.seq {
 		return nil
+	}
+	var listed []string
+	if o.ns.Local != nil {
+		keys, err := o.ns.Store.List(ctx, o.ns.Prefix)
+		if err != nil {
+			return err
+		}
+		listed = keys
 	}
 	heads := o.ns.Heads()
 	seqs, err := heads.seqs(ctx)
@@ -511,26 +691,17 @@ func (o *Owner) Retain(ctx context.Context, from int64) error {
 	if o.ns.Local == nil || len(kept) == 0 {
 		return nil
 	}
-	newestKept := slices.Max(slices.Collect(func(yield func(int64) bool) {
-		for id := range kept {
-			if !yield(id) {
-				return
-			}
-		}
-	}))
-	keys, err := o.ns.Store.List(ctx, o.ns.Prefix+"chk-")
-	if err != nil {
-		return err
-	}
-	var del []string
-	for _, k := range keys {
-		dir, _, _ := strings.Cut(strings.TrimPrefix(k, o.ns.Prefix), "/")
-		if id, ok := parseChkName(dir); ok && id < newestKept && !kept[id] {
-			del = append(del, k)
+	newestKept := slices.Max(slices.Collect(maps.Keys(kept)))
+	// Checkpoints whose shared files stay: the kept ones and those of this
+	// owner's HEADs above HEAD-<from> (their commits may still run).
+	named := maps.Clone(kept)
+	for k, id := range o.chain {
+		if k > from && id > 0 {
+			named[id] = true
 		}
 	}
 	referenced := map[string]bool{}
-	for id := range kept {
+	for id := range named {
 		b, err := o.ns.Store.Read(ctx, o.ns.chkKey(id, MetadataFile))
 		if err != nil {
 			return err // never delete shared files on a partial view
@@ -543,10 +714,26 @@ func (o *Owner) Retain(ctx context.Context, from int64) error {
 			referenced[f] = true
 		}
 	}
+	var del []string
+	inStore := map[string]bool{}
+	for _, k := range listed {
+		rel := strings.TrimPrefix(k, o.ns.Prefix)
+		if f, ok := strings.CutPrefix(rel, "shared/"); ok {
+			inStore[f] = true
+			if !referenced[f] && !o.inflight[f] {
+				del = append(del, k)
+				delete(o.known, f)
+			}
+			continue
+		}
+		dir, _, _ := strings.Cut(rel, "/")
+		if id, ok := parseChkName(dir); ok && id < newestKept && !kept[id] {
+			del = append(del, k)
+		}
+	}
 	for f := range o.known {
-		if !referenced[f] {
-			del = append(del, o.ns.sharedKey(f))
-			delete(o.known, f)
+		if !inStore[f] && !o.inflight[f] {
+			delete(o.known, f) // gone from the store: upload it again when named
 		}
 	}
 	if len(del) == 0 {

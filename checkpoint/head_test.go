@@ -205,7 +205,7 @@ func TestClaimAfterPreviousOwnersHead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("claim racing the previous owner's checkpoints: %v", err)
 	}
-	if want := (Head{Seq: 4, CheckpointID: 3, Owner: "a", Fingerprint: "fp", Units: 1}); prev != want {
+	if want := (Head{Seq: 4, CheckpointID: 3, Owner: "a", Fingerprint: "fp", Units: 1, CheckpointClaim: 1}); prev != want {
 		t.Errorf("b restores %+v, want %+v", prev, want)
 	}
 	if b.Seq() != 5 {
@@ -275,8 +275,10 @@ func TestUnitCheckpointDirCreateOnly(t *testing.T) {
 	if h, err := ns.Heads().Latest(ctx); err != nil || h.CheckpointID != 2 || h.Owner != "a" || h.Units != 2 {
 		t.Errorf("newest HEAD %+v (%v), want a's naming checkpoint 2 with 2 units", h, err)
 	}
+	// chk-3 is marked (its checkpoint is triggered and never completes).
 	want := []string{"clicks/units/1/0/HEAD-1", "clicks/units/1/0/HEAD-2",
-		"clicks/units/1/0/chk-2/_metadata", "clicks/units/1/0/chk-2/op/0/state", "clicks/units/1/0/chk-2/src/0/state"}
+		"clicks/units/1/0/chk-2/_claim", "clicks/units/1/0/chk-2/_metadata", "clicks/units/1/0/chk-2/op/0/state", "clicks/units/1/0/chk-2/src/0/state",
+		"clicks/units/1/0/chk-3/_claim"}
 	var got []string
 	if !testkit.Poll(time.Minute, func() bool {
 		if got, err = store.List(ctx, ""); err != nil {
@@ -364,11 +366,13 @@ func TestUnitRetentionAfterCommits(t *testing.T) {
 		return keys
 	}
 	chk := func(id int) []string {
-		return []string{fmt.Sprintf("clicks/units/0/0/chk-%d/_metadata", id), fmt.Sprintf("clicks/units/0/0/chk-%d/op/0/state", id), fmt.Sprintf("clicks/units/0/0/chk-%d/src/0/state", id)}
+		return []string{fmt.Sprintf("clicks/units/0/0/chk-%d/_claim", id), fmt.Sprintf("clicks/units/0/0/chk-%d/_metadata", id), fmt.Sprintf("clicks/units/0/0/chk-%d/op/0/state", id), fmt.Sprintf("clicks/units/0/0/chk-%d/src/0/state", id)}
 	}
+	// chk-4 holds only its owner marker: checkpoint 4 is triggered (marked
+	// in the store first) and never completes.
 	var all []string
 	all = append(append(append(all, "clicks/units/0/0/HEAD-1", "clicks/units/0/0/HEAD-2", "clicks/units/0/0/HEAD-3", "clicks/units/0/0/HEAD-4"), chk(1)...), chk(2)...)
-	all = append(all, chk(3)...)
+	all = append(append(all, chk(3)...), "clicks/units/0/0/chk-4/_claim")
 	slices.Sort(all)
 	if got := list(); !slices.Equal(got, all) {
 		t.Errorf("with the commits pending the store holds\n%q\nwant\n%q", got, all)
@@ -376,7 +380,7 @@ func TestUnitRetentionAfterCommits(t *testing.T) {
 	if n := sink.release(); n != 3 {
 		t.Errorf("%d completion notices, want 3", n)
 	}
-	want := append([]string{"clicks/units/0/0/HEAD-4"}, chk(3)...)
+	want := append(append([]string{"clicks/units/0/0/HEAD-4"}, chk(3)...), "clicks/units/0/0/chk-4/_claim")
 	var got []string
 	if !testkit.Poll(time.Minute, func() bool { got = list(); return slices.Equal(got, want) }) {
 		t.Errorf("after the commits the store holds\n%q\nwant\n%q", got, want)
@@ -434,3 +438,87 @@ func TestHeadCreateAnswerLost(t *testing.T) {
 type failing struct{ FileStore }
 
 func (failing) Create(context.Context, string, []byte) error { return errors.New("store unreachable") }
+
+// TestUnitCoordinatorOwnerMarker: a unit's coordinator marks chk-<id> in
+// the store before it sends the barrier. The zombie a, whose next id b
+// (the new owner) marked first, stops at the trigger: its Run returns
+// ErrHeadExists, no task got a barrier and the store holds nothing of a's
+// beyond its claim. The owner c, whose next id 2 a zombie marked first,
+// triggers checkpoint 3 instead and completes it.
+func TestUnitCoordinatorOwnerMarker(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store := FileStore{Root: filepath.Join(root, "store")}
+	ns := func(who string) Namespace {
+		return Namespace{Store: store, Prefix: UnitPrefix("clicks", 0, 0),
+			Local: NewStorage(filepath.Join(root, who, "clicks", "units", "0"), "0", 3, nil)}
+	}
+	nsA := ns("a")
+	a, _, err := Claim(ctx, nsA, "a", "fp", 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := Claim(ctx, ns("b"), "b", "fp", 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := b.Reserve(ctx, b.NextCheckpointID()); err != nil || id != 1 {
+		t.Fatalf("b reserves %d (%v), want 1", id, err)
+	}
+	j := newFakeJob(1, func(*runtime.Barrier, runtime.TaskID) answer { return ack })
+	ca := j.coordinator(t, CoordinatorConfig{Job: "clicks", MaxParallelism: 8, Storage: nsA.Local, Owner: a, FirstID: a.NextCheckpointID(),
+		Interval: 5 * time.Millisecond, Timeout: time.Hour})
+	r := runCoordinator(ca)
+	<-r.done
+	if want := "checkpoint 1: checkpoint: unit clicks/units/0/0/: chk-1 is marked by claim HEAD-2 (member b) and HEAD-2 is above this owner's HEAD-1: " + ErrHeadExists.Error(); !errors.Is(r.err, ErrHeadExists) || r.err.Error() != want {
+		t.Errorf("zombie coordinator returned\n%v\nwant\n%s", r.err, want)
+	}
+	if got := j.triggeredIDs(); len(got) != 0 {
+		t.Errorf("the zombie triggered barriers %v, want none", got)
+	}
+	list := func() []string {
+		keys, err := store.List(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	if got, want := list(), []string{"clicks/units/0/0/HEAD-1", "clicks/units/0/0/HEAD-2", "clicks/units/0/0/chk-1/_claim"}; !slices.Equal(got, want) {
+		t.Errorf("after the zombie the store holds %q, want %q", got, want)
+	}
+	if got, err := store.Read(ctx, "clicks/units/0/0/chk-1/_claim"); err != nil || string(got) != `{"claim":2,"owner":"b"}` {
+		t.Errorf("chk-1/_claim %s (%v), want b's", got, err)
+	}
+
+	// c claims; b, now a zombie, marks chk-2 (c's first id) first.
+	nsC := ns("c")
+	c, _, err := Claim(ctx, nsC, "c", "fp", 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.NextCheckpointID(); got != 2 {
+		t.Fatalf("c's first id %d, want 2", got)
+	}
+	if id, err := b.Reserve(ctx, 2); err != nil || id != 2 {
+		t.Fatalf("zombie b reserves %d (%v), want 2", id, err)
+	}
+	j2 := newFakeJob(1, func(bar *runtime.Barrier, _ runtime.TaskID) answer {
+		if bar.CheckpointID > 3 {
+			return silent
+		}
+		return ack
+	})
+	cc := j2.coordinator(t, CoordinatorConfig{Job: "clicks", MaxParallelism: 8, Storage: nsC.Local, Owner: c, FirstID: c.NextCheckpointID(),
+		Interval: 5 * time.Millisecond, Timeout: time.Hour})
+	r2 := runCoordinator(cc)
+	defer r2.stop()
+	if !testkit.Poll(time.Minute, func() bool { id, _ := cc.LastCompleted(); return id >= 3 }) {
+		t.Fatal("c's checkpoint 3 never completed")
+	}
+	if got := j2.triggeredIDs(); len(got) < 1 || got[0] != 3 {
+		t.Errorf("c triggered %v, want 3 first (2 is the zombie's)", got)
+	}
+	if h, err := nsC.Heads().Latest(ctx); err != nil || h != (Head{Seq: 4, CheckpointID: 3, Owner: "c", Fingerprint: "fp", Units: 1, CheckpointClaim: 3}) {
+		t.Errorf("newest HEAD %+v (%v), want c's naming chk-3 under its claim HEAD-3", h, err)
+	}
+}

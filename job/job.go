@@ -215,7 +215,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		}
 		owner = o
 		if head.CheckpointID > 0 {
-			if restoreDir, meta, err = o.Restore(ctx, head.CheckpointID); err != nil {
+			if restoreDir, meta, err = o.Restore(ctx, head); err != nil {
 				return nil, fmt.Errorf("job: stage %d unit %d: HEAD-%d: %w", unit.Stage, unit.Index, head.Seq, err)
 			}
 			if err := verify(restoreDir, meta); err != nil {

@@ -170,7 +170,7 @@ func TestRevokeTakesFinalCheckpoint(t *testing.T) {
 	got := heads(t, dir+"/store/copy/units/0/0")
 	want := []checkpoint.Head{
 		{Seq: 1, CheckpointID: 0, Owner: "m1", Claim: true, Fingerprint: st.Fingerprint, Units: 1},
-		{Seq: 2, CheckpointID: 1, Owner: "m1", Fingerprint: st.Fingerprint, Units: 1},
+		{Seq: 2, CheckpointID: 1, Owner: "m1", Fingerprint: st.Fingerprint, Units: 1, CheckpointClaim: 1},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("HEAD chain %+v, want %+v", got, want)

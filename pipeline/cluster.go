@@ -148,11 +148,23 @@ func (c *Config) ClusterGroupID() string {
 
 var groupIDRE = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
 
+// ClusterSavepointsRefused says why savepoints are refused in cluster mode
+// and what to do instead; validate and run (checkpoints.savepoint_dir),
+// `run --from-savepoint` and the daemon's savepoint API refuse with it.
+// A savepoint is one directory of one job's state, while each unit of a
+// cluster-mode job is a job of its own whose HEAD chain alone says what it
+// restores (docs/scale-out.md, invariants 1 and 2).
+const ClusterSavepointsRefused = "savepoints do not know units in cluster mode: each unit restores from its own HEAD chain in cluster.store (docs/scale-out.md); " +
+	"to stop and resume the job, stop the daemons with SIGTERM (each unit takes a final checkpoint) and start them again"
+
 // validateCluster checks the cluster section; only when it is enabled.
 func (c *Config) validateCluster(v *validator) {
 	cl := &c.Cluster
 	if !cl.Enabled {
 		return
+	}
+	if c.Checkpoints.SavepointDir != "" {
+		v.errorf("checkpoints.savepoint_dir", "%s", ClusterSavepointsRefused)
 	}
 	if cl.GroupID != "" && !groupIDRE.MatchString(cl.GroupID) {
 		v.errorf("cluster.group_id", "invalid group id %q: only letters, digits, '.', '_' and '-'", cl.GroupID)

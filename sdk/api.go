@@ -24,6 +24,7 @@ import (
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/job"
+	"github.com/kstreamd/kstreamd/pipeline"
 )
 
 // server is the HTTP listener on metrics.address: /metrics, /healthz,
@@ -39,6 +40,10 @@ type server struct {
 	// an interface address): without a token the mutating endpoints are
 	// then refused unless allowOpenControl.
 	exposed bool
+
+	// cluster is true for a cluster-mode daemon (cluster.enabled), which
+	// refuses savepoints (pipeline.ClusterSavepointsRefused).
+	cluster bool
 
 	mu      sync.Mutex  // guards job, started and member
 	job     *job.Job    // the running attempt; nil before the first and while restarting
@@ -181,6 +186,10 @@ func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, SavepointResponse{Error: "bad request body: " + err.Error()})
 		return
 	}
+	if s.cluster {
+		writeJSON(w, http.StatusConflict, SavepointResponse{Error: errClusterSavepoint})
+		return
+	}
 	j, _ := s.current()
 	if j == nil {
 		writeJSON(w, http.StatusServiceUnavailable, SavepointResponse{Error: s.notRunning()})
@@ -196,6 +205,10 @@ func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
 	s.logger.Info("savepoint taken", "path", path, "stop", req.Stop)
 	writeJSON(w, http.StatusOK, SavepointResponse{Path: path})
 }
+
+// errClusterSavepoint is the answer of POST /api/v1/savepoints on a
+// cluster-mode daemon (409 Conflict).
+const errClusterSavepoint = "this daemon runs in cluster mode (cluster.enabled: true): " + pipeline.ClusterSavepointsRefused
 
 // decodeSavepointRequest decodes the body of POST /api/v1/savepoints as
 // strictly as the config decoder: an empty body is the zero request; an

@@ -135,6 +135,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			fmt.Fprintf(stdout, "%s: ok\n", *path)
 			return 0
 		}
+		if from != "" && cfg.Cluster.Enabled {
+			fmt.Fprintf(stderr, "kstreamd run: --from-savepoint %s is refused: %s has cluster.enabled: true, and %s\n", from, *path, pipeline.ClusterSavepointsRefused)
+			return 2
+		}
 		logger := newLogger(cfg, stderr)
 		cpuprofile := ""
 		if f := fs.Lookup("cpuprofile"); f != nil {
@@ -434,7 +438,7 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 	if err != nil {
 		return err
 	}
-	srv := &server{reg: reg, logger: logger, token: token, allowOpenControl: cfg.Metrics.AllowUnauthenticatedControl}
+	srv := &server{reg: reg, logger: logger, token: token, allowOpenControl: cfg.Metrics.AllowUnauthenticatedControl, cluster: cfg.Cluster.Enabled}
 	stopHTTP, err := srv.serve(cfg.Metrics.Address)
 	if err != nil {
 		return err

@@ -508,9 +508,13 @@ func (c *cluster) heads(unit string) []checkpoint.Head {
 // checkChains checks every unit's HEAD chain: each HEAD that is not a
 // takeover claim was written by the owner of the HEAD before it (an owner
 // whose unit was taken over never writes another HEAD of it), and every
-// claim names the checkpoint of the HEAD before it.
+// claim names the checkpoint of the HEAD before it. Each checkpoint HEAD
+// names the claim it was written under (a claim HEAD of its owner), and
+// the checkpoint's owner marker chk-<n>/_claim names that claim and owner
+// (the job retains every checkpoint: clusterJob.Retained).
 func (c *cluster) checkChains() {
 	c.t.Helper()
+	ctx := context.Background()
 	for s := range clusterStages {
 		for u := range c.job.Units {
 			unit := fmt.Sprintf("%d/%d", s, u)
@@ -520,8 +524,21 @@ func (c *cluster) checkChains() {
 				switch {
 				case !h.Claim && h.Owner != prev.Owner:
 					c.t.Errorf("unit %s: HEAD-%d is a checkpoint of %s, but HEAD-%d is %s's: a zombie committed", unit, h.Seq, h.Owner, prev.Seq, prev.Owner)
-				case h.Claim && h.CheckpointID != prev.CheckpointID:
-					c.t.Errorf("unit %s: claim HEAD-%d names checkpoint %d, HEAD-%d names %d", unit, h.Seq, h.CheckpointID, prev.Seq, prev.CheckpointID)
+				case h.Claim && (h.CheckpointID != prev.CheckpointID || h.CheckpointClaim != prev.CheckpointClaim):
+					c.t.Errorf("unit %s: claim HEAD-%d names checkpoint %d of claim %d, HEAD-%d names %d of claim %d", unit, h.Seq, h.CheckpointID, h.CheckpointClaim, prev.Seq, prev.CheckpointID, prev.CheckpointClaim)
+				}
+			}
+			for _, h := range hs {
+				if h.Claim || h.CheckpointID == 0 {
+					continue
+				}
+				if k := h.CheckpointClaim; k < 1 || k >= h.Seq || !hs[k-1].Claim || hs[k-1].Owner != h.Owner {
+					c.t.Errorf("unit %s: HEAD-%d of %s names claim HEAD-%d, not one of its owner's claims", unit, h.Seq, h.Owner, h.CheckpointClaim)
+					continue
+				}
+				b, err := c.chk.Read(ctx, fmt.Sprintf("%schk-%d/%s", c.namespace(unit), h.CheckpointID, checkpoint.ClaimFile))
+				if want := fmt.Sprintf(`{"claim":%d,"owner":%q}`, h.CheckpointClaim, h.Owner); err != nil || string(b) != want {
+					c.t.Errorf("unit %s: chk-%d (HEAD-%d) has the owner marker %s (%v), want %s", unit, h.CheckpointID, h.Seq, b, err, want)
 				}
 			}
 		}
