@@ -502,6 +502,20 @@ func (t *OperatorTask) maybeAligned(ctx context.Context) error {
 	if t.responder != nil {
 		t.responder.AlignmentDuration(t.id, b.CheckpointID, time.Since(t.alignStart))
 	}
+	// The mail posted so far runs first: the loop prefers input over mail,
+	// so under a steady input the completion notices of earlier
+	// checkpoints would wait here; a two-phase-commit writer commits them
+	// before it pre-commits this one (else its pool of transactional ids
+	// runs out while commits wait behind records).
+	t.mailbox.TryYieldAll()
+	if t.mailErr == nil {
+		if err := t.mailbox.Err(); err != nil {
+			t.mailErr = fmt.Errorf("%s: %w", t.name, err)
+		}
+	}
+	if t.mailErr != nil {
+		return t.mailErr
+	}
 	var finish SnapshotFinisher
 	if s, ok := t.op.(Snapshotter); ok {
 		f, err := s.SnapshotState(ctx, b)

@@ -21,6 +21,12 @@ import (
 // (Flink's FlinkKafkaProducer kafkaProducersPoolSize).
 const DefaultPoolSize = 5
 
+// ErrNoOpenTransaction is returned by a write or a pre-commit when no
+// transaction is open: the BeginTransaction after the last pre-commit failed
+// (ErrPoolExhausted). The sink subtask then fails (its writes) or declines
+// the checkpoint (its pre-commit) instead of writing outside a transaction.
+var ErrNoOpenTransaction = errors.New("sink: no open transaction (the last BeginTransaction failed)")
+
 // ErrPoolExhausted is returned by BeginTransaction when every transactional
 // id of the subtask's pool is still tied to a pending or recently committed
 // transaction (checkpoints are failing or far apart).
@@ -176,6 +182,9 @@ func (k *KafkaTxnCommitter) BeginTransaction(context.Context) error {
 // first failure of an earlier record of the transaction.
 func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error {
 	s := k.open
+	if s == nil {
+		return fmt.Errorf("sink %s[%d]: %w", k.cfg.Name, k.cfg.Subtask, ErrNoOpenTransaction)
+	}
 	if err := s.err(); err != nil {
 		return err
 	}
@@ -203,6 +212,9 @@ func (k *KafkaTxnCommitter) WriteTo(ctx context.Context, topic string, rec runti
 	if k.cfg.Partition != nil {
 		return fmt.Errorf("sink %s: a repartition sink writes only to its own topic, not %q", k.cfg.Name, topic)
 	}
+	if s == nil {
+		return fmt.Errorf("sink %s[%d]: %w", k.cfg.Name, k.cfg.Subtask, ErrNoOpenTransaction)
+	}
 	if err := s.err(); err != nil {
 		return err
 	}
@@ -222,6 +234,9 @@ func (k *KafkaTxnCommitter) WriteMarker(ctx context.Context, m runtime.Marker) e
 	s := k.open
 	if k.cfg.Partition == nil || k.cfg.Partitions <= 0 {
 		return fmt.Errorf("sink %s: markers need a repartition sink (partitioned by key group, with a partition count)", k.cfg.Name)
+	}
+	if s == nil {
+		return fmt.Errorf("sink %s[%d]: %w", k.cfg.Name, k.cfg.Subtask, ErrNoOpenTransaction)
 	}
 	if err := s.err(); err != nil {
 		return err
@@ -263,6 +278,9 @@ func (s *txnSlot) err() error {
 // transaction ends).
 func (k *KafkaTxnCommitter) PreCommit(ctx context.Context, checkpointID int64) (Committable, error) {
 	s := k.open
+	if s == nil {
+		return Committable{}, fmt.Errorf("sink %s[%d]: pre-commit of checkpoint %d: %w", k.cfg.Name, k.cfg.Subtask, checkpointID, ErrNoOpenTransaction)
+	}
 	if err := s.cl.Flush(ctx); err != nil {
 		return Committable{}, fmt.Errorf("sink %s: flush %s: %w", k.cfg.Name, s.id, err)
 	}
