@@ -77,8 +77,9 @@ type CoordinatorConfig struct {
 	Fault func(point FaultPoint, checkpointID int64) bool
 	// Committed, if not nil, is called on the coordinator's goroutine after
 	// a unit's checkpoint id is committed (with Owner: its HEAD created,
-	// its tasks told to commit, retention applied) with its metadata; never
-	// when the HEAD existed. It must not block (a purge of the unit's input
+	// its tasks told to commit; their commits, retention and CommitsDone
+	// may still be under way) with its metadata; never when the HEAD
+	// existed. It must not block (a purge of the unit's input
 	// runs elsewhere).
 	Committed func(id int64, m *Metadata)
 	// CommitsDone, if not nil, is called on the coordinator's goroutine

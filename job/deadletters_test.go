@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -496,4 +497,78 @@ func offsetHeader(t *testing.T, r *kgo.Record) int64 {
 	}
 	t.Fatalf("dead letter %q has no %s header", r.Key, source.HeaderOffset)
 	return 0
+}
+
+// TestRevokeCommitsDeadLetters: a unit whose periodic checkpoints never come
+// (interval 1h) dead-letters 3 of 13 records; when its member stops, the
+// revoke's final checkpoint (stop-after) is committed by the source's
+// dead-letter writer before the source finishes: the read_committed
+// dead-letter topic holds each bad record exactly once, and no other
+// owner was needed to commit it.
+func TestRevokeCommitsDeadLetters(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out", "dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
+	cfg, err := pipeline.Parse("copy.yaml", []byte(copyDLQYAML), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := cfg.PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	set := cfg.Settings()
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
+	set.Store = checkpoint.FileStore{Root: dir + "/store"}
+	set.Interval = time.Hour // only the revoke's checkpoint can commit
+	var recs []produced
+	for i := range 10 {
+		recs = append(recs, produced{key: fmt.Sprint("g", i), value: fmt.Sprintf(`{"i":%d}`, i)})
+		if i%3 == 1 {
+			recs = append(recs, produced{key: fmt.Sprint("bad", i), value: `[1,2`})
+		}
+	}
+	recs = produceAll(t, opts, "in", recs)
+	var bad []produced
+	for _, r := range recs {
+		if strings.HasPrefix(r.key, "bad") {
+			bad = append(bad, r)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- job.RunMember(ctx, st, set, job.Deps{Registerer: reg, ClientOpts: opts}, job.MemberConfig{
+			GroupID: "copy-cluster", MemberID: "m1",
+			SessionTimeout: 10 * time.Second, RebalanceTimeout: time.Minute, RevokeTimeout: 50 * time.Second,
+		})
+	}()
+	if !testkit.Poll(2*time.Minute, func() bool {
+		return counterSum(t, reg, "kstreamd_operator_records_in_total", map[string]string{"operator": "out"}) == 10 &&
+			counterSum(t, reg, "kstreamd_source_records_dead_lettered_total", map[string]string{"source": "in"}) == 3
+	}) {
+		t.Fatal("the unit never read every record")
+	}
+	if n := len(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "dlq", 5*time.Second)); n != 0 {
+		t.Errorf("before the final checkpoint the read_committed dead-letter topic holds %d records, want 0", n)
+	}
+	cancel() // the member leaves: the unit is revoked
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("RunMember: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("RunMember did not return")
+	}
+	checkDeadLetters(t, testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "dlq", 5*time.Second), bad, "in", func(string) string { return malformed })
+	if n := len(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "out", 5*time.Second)); n != 10 {
+		t.Errorf("the read_committed output holds %d records, want 10", n)
+	}
 }
