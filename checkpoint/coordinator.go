@@ -80,10 +80,20 @@ type CoordinatorConfig struct {
 	Fault func(point FaultPoint, checkpointID int64) bool
 	// Committed, if not nil, is called on the coordinator's goroutine after
 	// a unit's checkpoint id is committed (with Owner: its HEAD created,
-	// its tasks told to commit, retention applied) with its metadata; never
-	// when the HEAD existed. It must not block (a purge of the unit's input
+	// its tasks told to commit; their commits, retention and CommitsDone
+	// may still be under way) with its metadata; never when the HEAD
+	// existed. It must not block (a purge of the unit's input
 	// runs elsewhere).
 	Committed func(id int64, m *Metadata)
+	// CommitsDone, if not nil, is called on the coordinator's goroutine
+	// once every task's commit of a unit's checkpoint id returned (every
+	// target's NotifyCheckpointCompleteThen called back: sinks and
+	// dead-letter writers committed) and retention ran, with its metadata
+	// (docs/scale-out.md, invariant 1, step 5): a unit purges its input
+	// repartition partition here. Never when a commit failed, the task
+	// ended before it committed, or the HEAD existed (at the commit or at
+	// retention). It must not block.
+	CommitsDone func(id int64, m *Metadata)
 	// Interval between checkpoint triggers; 0 disables periodic
 	// checkpoints (savepoints still work).
 	Interval time.Duration
@@ -178,7 +188,8 @@ type savepointResult struct {
 
 // NewCoordinator returns a coordinator over the job's tasks: sources get
 // triggers, every target gets completion notices and is expected to
-// acknowledge each checkpoint.
+// acknowledge each checkpoint, and so is each side output of a target that
+// is a runtime.SideOutputOwner (under the side output's id).
 func NewCoordinator(cfg CoordinatorConfig, sources []runtime.SourceTask, targets []runtime.CheckpointTarget) (*Coordinator, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -192,8 +203,17 @@ func NewCoordinator(cfg CoordinatorConfig, sources []runtime.SourceTask, targets
 	c := &Coordinator{cfg: cfg, sources: sources, targets: targets, expected: map[runtime.TaskID]bool{},
 		parallel: map[string]int{}, events: runtime.NewMailbox(), logger: cfg.Logger, ready: map[runtime.TaskID]bool{}}
 	for _, t := range targets {
-		c.expected[t.ID()] = true
-		c.parallel[t.ID().Operator]++
+		ids := []runtime.TaskID{t.ID()}
+		if so, ok := t.(runtime.SideOutputOwner); ok {
+			// A task's side outputs (dead-letter writers) acknowledge
+			// under ids of their own: operators of their own in the
+			// checkpoint.
+			ids = append(ids, so.SideOutputIDs()...)
+		}
+		for _, id := range ids {
+			c.expected[id] = true
+			c.parallel[id.Operator]++
+		}
 	}
 	c.nextID = cfg.FirstID
 	if c.nextID <= 0 {
@@ -552,6 +572,9 @@ func (c *Coordinator) complete(p *pending) error {
 					return
 				}
 				c.logger.Warn("unit checkpoint retention failed; will retry after the next checkpoint", "err", err)
+			}
+			if c.cfg.CommitsDone != nil {
+				c.cfg.CommitsDone(b.CheckpointID, m)
 			}
 		})
 		if c.cfg.Committed != nil {

@@ -327,7 +327,9 @@ func (c *committingTask) release() int {
 // only once every task's commit of the checkpoint finished: while the
 // sink's commits of checkpoints 1..3 are pending the store holds every
 // HEAD and checkpoint; once they finish it holds exactly the newest (1
-// retained) and the HEAD naming it.
+// retained) and the HEAD naming it. CommitsDone (a unit's purge) waits the
+// same way: not called while the commits are pending, then once for each
+// of checkpoints 1..3.
 func TestUnitRetentionAfterCommits(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -345,8 +347,20 @@ func TestUnitRetentionAfterCommits(t *testing.T) {
 		return ack
 	})
 	sink := &committingTask{fakeTask: j.tasks[1]}
+	var doneMu sync.Mutex
+	var commitsDone []int64
+	done := func() []int64 {
+		doneMu.Lock()
+		defer doneMu.Unlock()
+		return slices.Clone(commitsDone)
+	}
 	c, err := NewCoordinator(CoordinatorConfig{Job: "clicks", MaxParallelism: 8, Storage: local, Owner: o,
-		Interval: 5 * time.Millisecond, Timeout: time.Hour, FirstID: o.NextCheckpointID()},
+		Interval: 5 * time.Millisecond, Timeout: time.Hour, FirstID: o.NextCheckpointID(),
+		CommitsDone: func(id int64, m *Metadata) {
+			doneMu.Lock()
+			commitsDone = append(commitsDone, id)
+			doneMu.Unlock()
+		}},
 		[]runtime.SourceTask{j.tasks[0]}, []runtime.CheckpointTarget{j.tasks[0], sink})
 	if err != nil {
 		t.Fatal(err)
@@ -377,6 +391,9 @@ func TestUnitRetentionAfterCommits(t *testing.T) {
 	if got := list(); !slices.Equal(got, all) {
 		t.Errorf("with the commits pending the store holds\n%q\nwant\n%q", got, all)
 	}
+	if d := done(); len(d) != 0 {
+		t.Errorf("with the commits pending CommitsDone saw %v, want none", d)
+	}
 	if n := sink.release(); n != 3 {
 		t.Errorf("%d completion notices, want 3", n)
 	}
@@ -384,6 +401,9 @@ func TestUnitRetentionAfterCommits(t *testing.T) {
 	var got []string
 	if !testkit.Poll(time.Minute, func() bool { got = list(); return slices.Equal(got, want) }) {
 		t.Errorf("after the commits the store holds\n%q\nwant\n%q", got, want)
+	}
+	if !testkit.Poll(time.Minute, func() bool { return slices.Equal(done(), []int64{1, 2, 3}) }) {
+		t.Errorf("after the commits CommitsDone saw %v, want [1 2 3]", done())
 	}
 }
 

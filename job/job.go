@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -312,12 +313,15 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 	var sourceTasks []runtime.SourceTask
 	var targets []runtime.CheckpointTarget
 	srcByName := map[string]*graph.Source{}
+	for _, s := range g.Sources {
+		srcByName[s.Name] = s
+	}
+	dl := j.deadLetterWriters(g, deps, metrics, logger)
 	// readers says which source subtask reads each partition of a topic at
 	// this start (restored splits, then AssignPartition), for
 	// FactoryContext.SourceSubtask.
 	readers := map[string]map[int32]int{}
 	for _, s := range g.Sources {
-		srcByName[s.Name] = s
 		p := s.Parallelism
 		sm.Init(s.Name)
 		restored, err := restoreSource(meta, s, p)
@@ -351,6 +355,12 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			default:
 				only = append([]int32{}, source.PartitionsFor(s.Topic, partitions[s.Topic], unit.Index, unit.Units)...)
 			}
+			var dlw source.DeadLetterWriter
+			if dl.on && s.OnError == string(source.OnErrorDeadLetter) {
+				if dlw, err = dl.writer(s.Name, sub); err != nil {
+					return nil, err
+				}
+			}
 			src := source.New(source.Config{
 				Timestamp: assigner, Watermarks: source.WatermarkConfig{OutOfOrderness: s.OutOfOrderness, Idleness: s.Idleness},
 				WatermarkGauge: wmm.Gauge(id),
@@ -358,7 +368,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				Subtask: sub, Parallelism: p, Only: only, Upstream: upstream, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
 				DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + g.Job,
 				Format: source.Format(s.Format), Tombstones: s.Broadcast, Check: s.Check,
-				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, MaxRecordBytes: s.MaxRecordBytes,
+				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, DeadLetters: dlw, MaxRecordBytes: s.MaxRecordBytes,
 				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
 				OnCaughtUp: func() { resp.caughtUp(id) },
 				RecordsIn:  rm.RecordsIn(s.Name, sub), Metrics: sm, Retries: metrics.kafka,
@@ -369,10 +379,20 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			targets = append(targets, src)
 		}
 	}
-	policy := func(name string, opLogger *slog.Logger) runtime.BadRecordHandler {
+	// policy is the bad-record policy of an operator task for the records
+	// of source name: dead letters go into the task's transactional writer
+	// w when it has one (exactly-once), else through the job's shared
+	// producer.
+	policy := func(name string, w source.DeadLetterWriter, opLogger *slog.Logger) runtime.BadRecordHandler {
 		s := srcByName[name]
 		if s == nil {
 			return nil
+		}
+		if w != nil {
+			return source.NewBadRecordPolicy(source.PolicyConfig{
+				Source: s.Name, OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
+				Writer: w, Metrics: sm, Logger: opLogger,
+			})
 		}
 		if s.OnError == string(source.OnErrorDeadLetter) && j.deadLetters == nil {
 			cl, err := kgo.NewClient(deps.ClientOpts...)
@@ -418,12 +438,24 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			if op.Broadcast != "" {
 				bootstrap = 1
 			}
+			var dlw source.DeadLetterWriter
+			var sides []runtime.SideOutput
+			if dl.on && slices.ContainsFunc(op.ErrorSources[:], func(name string) bool {
+				s := srcByName[name]
+				return s != nil && s.OnError == string(source.OnErrorDeadLetter)
+			}) {
+				if dlw, err = dl.writer(op.Name, sub); err != nil {
+					return nil, err
+				}
+				sides = []runtime.SideOutput{{ID: runtime.TaskID{Operator: source.DeadLetterVertex(op.Name), Subtask: sub}, Operator: dlw}}
+			}
 			t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
 				ID: runtime.TaskID{Operator: op.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[op.Name][sub]),
 				Operator: kop, Output: b.outputs[op.Name][sub], Mailbox: mailbox, BootstrapInput: bootstrap,
 				RecordsIn: rm.RecordsIn(op.Name, sub), Responder: resp,
-				Watermark:  wmm.Gauge(runtime.TaskID{Operator: op.Name, Subtask: sub}),
-				BadRecords: []runtime.BadRecordHandler{policy(op.ErrorSources[0], opLogger), policy(op.ErrorSources[1], opLogger)},
+				Watermark:   wmm.Gauge(runtime.TaskID{Operator: op.Name, Subtask: sub}),
+				BadRecords:  []runtime.BadRecordHandler{policy(op.ErrorSources[0], dlw, opLogger), policy(op.ErrorSources[1], dlw, opLogger)},
+				SideOutputs: sides,
 			})
 			tasks = append(tasks, t)
 			targets = append(targets, t)
@@ -506,6 +538,12 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			targets = append(targets, t)
 		}
 	}
+	// Dead-letter writers (and those of a restored checkpoint the graph no
+	// longer has) commit what the checkpoint pre-committed and fence their
+	// ids before any task starts, as the sinks do.
+	if err := dl.recover(ctx, meta); err != nil {
+		return nil, err
+	}
 	var firstID int64
 	if meta != nil {
 		firstID = meta.CheckpointID + 1
@@ -523,21 +561,24 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				next: make(chan kadm.Offsets, 1), done: map[string]int64{},
 				purged: func(_ string, _ int32, offset int64) { purged.Set(float64(offset)) }}
 		}
-		committed = func(id int64, m *checkpoint.Metadata) {
+		committed = func(int64, *checkpoint.Metadata) {
 			checkpoints.Inc()
 			head.Set(float64(owner.Seq()))
-			if j.purge != nil {
-				j.purge.committed(id, m)
-			}
 		}
+	}
+	var commitsDone func(int64, *checkpoint.Metadata)
+	if j.purge != nil {
+		// The purge waits for every task's commit of the checkpoint
+		// (invariant 1, step 5), as retention does.
+		commitsDone = j.purge.committed
 	}
 	if owner != nil {
 		firstID = max(firstID, owner.NextCheckpointID())
 	}
 	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
-		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner, Fault: deps.CheckpointFault, Committed: committed,
+		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner, Fault: deps.CheckpointFault, Committed: committed, CommitsDone: commitsDone,
 		Interval: set.Interval, Timeout: set.Timeout, MinPause: set.MinPause,
-		TolerableFailures: set.TolerableFailures, Incremental: set.Incremental, RequiredStates: requiredStates(g),
+		TolerableFailures: set.TolerableFailures, Incremental: set.Incremental, RequiredStates: dl.requiredStates(requiredStates(g)),
 		FirstID: firstID, Logger: logger.With("component", "checkpoint"), Metrics: cm,
 	}, sourceTasks, targets)
 	if err != nil {
@@ -602,25 +643,9 @@ func recoverSink(ctx context.Context, sk *graph.Sink, prefix string, only []stri
 	if err := sink.CheckTransactionTimeout(ctx, deps.ClientOpts, sk.Name, timeout); err != nil {
 		return err
 	}
-	var committables []sink.Committable
-	oldP := 0
-	if meta != nil {
-		if om, ok := meta.Operators[sk.Name]; ok {
-			oldP = om.Parallelism
-			old, err := checkpoint.DecodeTaskStates(om)
-			if err != nil {
-				return fmt.Errorf("job: restore sink %q: %w", sk.Name, err)
-			}
-			for _, ts := range old {
-				for _, e := range ts.Operator[sink.CommittablesState].Entries {
-					var c sink.Committable
-					if err := json.Unmarshal(e, &c); err != nil {
-						return fmt.Errorf("job: restore sink %q: committable %s: %w", sk.Name, e, err)
-					}
-					committables = append(committables, c)
-				}
-			}
-		}
+	committables, oldP, err := restoredCommittables(meta, sk.Name)
+	if err != nil {
+		return err
 	}
 	return sink.RecoverTransactions(ctx, sink.RecoverConfig{
 		Name: sk.Name, ClientOpts: deps.ClientOpts, Committables: committables,
@@ -743,8 +768,8 @@ func requiredStates(g *graph.Graph) map[string][]string {
 // the graph no longer has (Flink refuses it too, unless told to drop it).
 func checkRestoredOperators(g *graph.Graph, m *checkpoint.Metadata) error {
 	for name, op := range m.Operators {
-		if g.Vertex(name) {
-			continue
+		if g.Vertex(name) || strings.HasSuffix(name, source.DeadLetterSuffix) {
+			continue // a dead-letter writer's committables are committed by recovery, whatever the graph
 		}
 		for _, st := range op.Subtasks {
 			if len(st) > 0 && string(st) != "null" {

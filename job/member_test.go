@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -404,4 +405,187 @@ func TestRepartitionPurge(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// TestRepartitionPurgeAfterCommits: a stage-1 unit purges its repartition
+// partition only once its sink's commit of the checkpoint returned
+// (invariant 1, step 5). The broker holds the sink's commit (EndTxn) of
+// the unit's first checkpoint until a DeleteRecords arrives, for at most
+// 2s (the bound only lets the test go on when the purge rightly waits):
+// no DeleteRecords arrives while the commit is held, and once it returned
+// the partition starts at exactly the checkpointed offset.
+func TestRepartitionPurgeAfterCommits(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "clicks", "counts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	var holding atomic.Bool
+	var held, purgesWhileHeld atomic.Int64
+	purged := make(chan struct{}, 1)
+	kc.ControlKey(int16(kmsg.DeleteRecords), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if holding.Load() {
+			purgesWhileHeld.Add(1)
+		}
+		select {
+		case purged <- struct{}{}:
+		default:
+		}
+		return nil, nil, false
+	})
+	kc.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		r := req.(*kmsg.EndTxnRequest)
+		if !r.Commit || !strings.HasPrefix(r.TransactionalID, "kstreamd-clicks-counts-1-0-") || held.Load() > 0 {
+			return nil, nil, false
+		}
+		held.Add(1)
+		holding.Store(true)
+		kc.SleepControl(func() {
+			select {
+			case <-purged:
+			case <-time.After(2 * time.Second):
+			}
+		})
+		holding.Store(false)
+		return nil, nil, false // then the broker commits it
+	})
+	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
+	cfg, err := pipeline.Parse("units.yaml", []byte(strings.Replace(unitsYAML, "units: 4", "units: 2", 1)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := cfg.PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
+		t.Fatal(err)
+	}
+	rep := st.Repartitions[0].Topic
+	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("clicks"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	const n = 40
+	for i := range n {
+		if err := prod.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, `{"user":"u%d","i":%d}`, i%5, i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	set := cfg.Settings()
+	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
+	set.Store = checkpoint.FileStore{Root: dir + "/store"}
+	reg := prometheus.NewRegistry()
+	m, err := job.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(stage, u int, interval time.Duration, m *job.Metrics) *job.Job {
+		s := set
+		s.Interval = interval
+		s.Unit = &job.Unit{Stage: stage, Index: u, Units: st.Units, Member: "a", Fingerprint: st.Fingerprint}
+		j, err := job.Build(ctx, st.Stages[stage].Graph, s, job.Deps{ClientOpts: opts, Metrics: m})
+		if err != nil {
+			t.Fatalf("build stage %d unit %d: %v", stage, u, err)
+		}
+		return j
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	run := func(j *job.Job, name string) {
+		wg.Go(func() {
+			if err := j.Run(ctx); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	for u := range st.Units {
+		run(build(0, u, 200*time.Millisecond, nil), fmt.Sprintf("stage 0 unit %d", u))
+	}
+	down := build(1, 0, time.Hour, m) // checkpoints only when the test asks
+	run(down, "stage 1 unit 0")
+	adm := kadm.NewClient(prod)
+	ends := func() int64 {
+		offs, err := adm.ListEndOffsets(ctx, rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := offs.Lookup(rep, 0)
+		return o.Offset
+	}
+	// Stage 0 committed every record it routed to partition 0, and stage 1
+	// read them all (the position of a read_committed reader skips the
+	// last commit marker: it reaches the end offset).
+	in := func() float64 {
+		return counterSum(t, reg, "kstreamd_operator_records_in_total", map[string]string{"operator": "per_user"})
+	}
+	routed := func() int {
+		return len(testkit.WithoutMarkers(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), rep, 5*time.Second)))
+	}
+	if !testkit.Poll(2*time.Minute, func() bool { return routed() == n && in() > 0 && float64(countPartition(t, opts, rep, 0)) == in() }) {
+		t.Fatalf("stage 1 unit 0 read %v records of its partition", in())
+	}
+	id, err := down.Coordinator().TriggerCheckpoint(ctx, false)
+	if err != nil {
+		t.Fatalf("stage 1 unit 0 checkpoint: %v", err)
+	}
+	// The offset of partition 0 in the checkpoint.
+	meta, err := checkpoint.ReadMetadata(fmt.Sprintf("%s/store/clicks/units/1/0/chk-%d", dir, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := checkpoint.DecodeTaskStates(meta.Operators["repartition.1"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sp source.Split
+	if err := json.Unmarshal(states[0].Operator[source.SplitsState].Entries[0], &sp); err != nil {
+		t.Fatal(err)
+	}
+	want := sp.Offset
+	if want <= 0 || want > ends() {
+		t.Fatalf("checkpoint %d holds offset %d of partition 0 (end offset %d)", id, want, ends())
+	}
+	start := func() int64 {
+		offs, err := adm.ListStartOffsets(ctx, rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := offs.Lookup(rep, 0)
+		return o.Offset
+	}
+	if !testkit.Poll(time.Minute, func() bool { return start() == want }) {
+		t.Fatalf("after checkpoint %d partition 0 starts at %d, want the checkpointed offset %d", id, start(), want)
+	}
+	if held.Load() != 1 {
+		t.Errorf("the broker held %d commits of the unit's sink, want 1", held.Load())
+	}
+	if p := purgesWhileHeld.Load(); p != 0 {
+		t.Errorf("%d DeleteRecords reached the broker while the sink's commit was held, want none", p)
+	}
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// countPartition returns the records (markers excluded) partition p of
+// topic holds, read_committed.
+func countPartition(t *testing.T, opts []kgo.Opt, topic string, p int32) int {
+	t.Helper()
+	n := 0
+	for _, r := range testkit.WithoutMarkers(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), topic, 5*time.Second)) {
+		if r.Partition == p {
+			n++
+		}
+	}
+	return n
 }

@@ -59,6 +59,9 @@ type OperatorTask struct {
 	responder CheckpointResponder
 	// badByInput handles *RecordError failures per logical input.
 	badByInput []BadRecordHandler
+	// sides are the task's transactional side outputs (the dead-letter
+	// writer), checkpointed with it under ids of their own.
+	sides SideOutputs
 	// valve combines the channels' watermarks; wmGauge exports the last
 	// watermark forwarded (may be nil).
 	valve   *StatusWatermarkValve
@@ -121,6 +124,12 @@ type OperatorTaskConfig struct {
 	// Watermark receives the task's input watermark each time it advances;
 	// may be nil.
 	Watermark *WatermarkGauge
+	// SideOutputs are transactional outputs the task checkpoints besides
+	// its operator (the dead-letter writer its BadRecords write to): each
+	// is pre-committed at every aligned barrier, acknowledged under its
+	// own id, committed when the checkpoint completes, and its open
+	// transaction aborted at end of input. See SideOutput.
+	SideOutputs []SideOutput
 }
 
 // NewOperatorTask returns a task from cfg.
@@ -130,7 +139,7 @@ func NewOperatorTask(cfg OperatorTaskConfig) *OperatorTask {
 		mb = NewMailbox()
 	}
 	t := &OperatorTask{id: cfg.ID, name: cfg.ID.String(), gate: cfg.Gate, op: cfg.Operator, out: cfg.Output, mailbox: mb,
-		recIn: cfg.RecordsIn, bootstrp: cfg.BootstrapInput, responder: cfg.Responder, badByInput: cfg.BadRecords}
+		recIn: cfg.RecordsIn, bootstrp: cfg.BootstrapInput, responder: cfg.Responder, badByInput: cfg.BadRecords, sides: cfg.SideOutputs}
 	for i := 0; i < cfg.Gate.NumChannels(); i++ {
 		t.inputs = max(t.inputs, cfg.Gate.Channel(i).Input+1)
 	}
@@ -166,32 +175,48 @@ func (t *OperatorTask) ID() TaskID { return t.id }
 // Mailbox returns the subtask's mailbox.
 func (t *OperatorTask) Mailbox() *Mailbox { return t.mailbox }
 
-// NotifyCheckpointComplete implements CheckpointTarget.
+// SideOutputIDs implements SideOutputOwner.
+func (t *OperatorTask) SideOutputIDs() []TaskID { return t.sides.IDs() }
+
+// NotifyCheckpointComplete implements CheckpointTarget: the operator's
+// listener, then the side outputs, commit on the subtask goroutine.
 func (t *OperatorTask) NotifyCheckpointComplete(id int64) {
 	l, ok := t.op.(CheckpointListener)
-	if !ok {
+	if !ok && len(t.sides) == 0 {
 		return
 	}
 	t.mailbox.Execute(func() {
-		if err := l.NotifyCheckpointComplete(t.runCtx, id); err != nil && t.mailErr == nil {
+		if err := t.complete(l, id); err != nil && t.mailErr == nil {
 			t.mailErr = fmt.Errorf("%s: checkpoint %d complete: %w", t.name, id, err)
 		}
 	})
 }
 
+// complete runs the operator's listener (l, may be nil) and the side
+// outputs' for checkpoint id.
+func (t *OperatorTask) complete(l CheckpointListener, id int64) error {
+	if l != nil {
+		if err := l.NotifyCheckpointComplete(t.runCtx, id); err != nil {
+			return err
+		}
+	}
+	return t.sides.Complete(t.runCtx, id)
+}
+
 // NotifyCheckpointCompleteThen is NotifyCheckpointComplete, then calls done
-// on the subtask goroutine once the operator's listener returned without
-// error (at once when the operator has no listener): a cluster-mode unit
-// applies retention only after its sinks committed. done is never called
-// when the listener fails or the task ends before it ran.
+// on the subtask goroutine once the operator's listener and every side
+// output's returned without error (at once when there is none): a
+// cluster-mode unit applies retention and purges its input only after its
+// sinks and dead-letter writers committed. done is never called when a
+// listener fails or the task ends before it ran.
 func (t *OperatorTask) NotifyCheckpointCompleteThen(id int64, done func()) {
 	l, ok := t.op.(CheckpointListener)
-	if !ok {
+	if !ok && len(t.sides) == 0 {
 		done()
 		return
 	}
 	t.mailbox.Execute(func() {
-		if err := l.NotifyCheckpointComplete(t.runCtx, id); err != nil {
+		if err := t.complete(l, id); err != nil {
 			if t.mailErr == nil {
 				t.mailErr = fmt.Errorf("%s: checkpoint %d complete: %w", t.name, id, err)
 			}
@@ -203,9 +228,16 @@ func (t *OperatorTask) NotifyCheckpointCompleteThen(id int64, done func()) {
 
 // NotifyCheckpointAborted implements CheckpointTarget.
 func (t *OperatorTask) NotifyCheckpointAborted(id int64) {
-	if l, ok := t.op.(CheckpointListener); ok {
-		t.mailbox.Execute(func() { l.NotifyCheckpointAborted(t.runCtx, id) })
+	l, ok := t.op.(CheckpointListener)
+	if !ok && len(t.sides) == 0 {
+		return
 	}
+	t.mailbox.Execute(func() {
+		if l != nil {
+			l.NotifyCheckpointAborted(t.runCtx, id)
+		}
+		t.sides.Aborted(t.runCtx, id)
+	})
 }
 
 // Run implements Task: open, loop over the gate and the mailbox until every
@@ -220,7 +252,13 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 		if cerr := t.op.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("%s: close: %w", t.name, cerr)
 		}
+		if cerr := t.sides.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("%s: %w", t.name, cerr)
+		}
 	}()
+	if err := t.sides.Open(ctx); err != nil {
+		return fmt.Errorf("%s: %w", t.name, err)
+	}
 	pending := t.startBootstrap()
 	for !t.gate.Finished() {
 		el, ch, ok, err := t.gate.Next(ctx, t.mailbox.Ready())
@@ -315,6 +353,9 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 	}
 	if err := t.op.EndInput(ctx); err != nil {
 		return fmt.Errorf("%s: end of input: %w", t.name, err)
+	}
+	if err := t.sides.EndInput(ctx); err != nil {
+		return fmt.Errorf("%s: %w", t.name, err)
 	}
 	if t.out != nil {
 		return t.out.Broadcast(ctx, Element{Kind: KindEndOfInput})
@@ -461,6 +502,20 @@ func (t *OperatorTask) maybeAligned(ctx context.Context) error {
 	if t.responder != nil {
 		t.responder.AlignmentDuration(t.id, b.CheckpointID, time.Since(t.alignStart))
 	}
+	// The mail posted so far runs first: the loop prefers input over mail,
+	// so under a steady input the completion notices of earlier
+	// checkpoints would wait here; a two-phase-commit writer commits them
+	// before it pre-commits this one (else its pool of transactional ids
+	// runs out while commits wait behind records).
+	t.mailbox.TryYieldAll()
+	if t.mailErr == nil {
+		if err := t.mailbox.Err(); err != nil {
+			t.mailErr = fmt.Errorf("%s: %w", t.name, err)
+		}
+	}
+	if t.mailErr != nil {
+		return t.mailErr
+	}
 	var finish SnapshotFinisher
 	if s, ok := t.op.(Snapshotter); ok {
 		f, err := s.SnapshotState(ctx, b)
@@ -474,6 +529,9 @@ func (t *OperatorTask) maybeAligned(ctx context.Context) error {
 	} else if t.responder != nil {
 		t.responder.Acknowledge(t.id, b.CheckpointID, TaskSnapshot{})
 	}
+	// The side outputs hold exactly what the records before the barrier
+	// wrote to them: pre-committed here, before the barrier goes on.
+	t.sides.Snapshot(ctx, b, t.responder, &t.snapshots)
 	if t.out != nil {
 		if err := t.out.Broadcast(ctx, Element{Kind: KindBarrier, Barrier: b}); err != nil {
 			return err
@@ -526,13 +584,14 @@ func (t *OperatorTask) startBootstrap() map[int]bool {
 // checkpoint's completion (stop-with-savepoint), for at most
 // FinalCommitTimeout.
 func (t *OperatorTask) awaitPendingCommits(ctx context.Context) error {
-	pc, ok := t.op.(PendingCommitter)
-	if !ok || !pc.PendingCommits() {
+	pc, _ := t.op.(PendingCommitter)
+	pending := func() bool { return (pc != nil && pc.PendingCommits()) || t.sides.PendingCommits() }
+	if !pending() {
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, FinalCommitTimeout)
 	defer cancel()
-	for pc.PendingCommits() && t.mailErr == nil {
+	for pending() && t.mailErr == nil {
 		if err := t.mailbox.Yield(wctx); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

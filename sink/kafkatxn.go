@@ -21,6 +21,12 @@ import (
 // (Flink's FlinkKafkaProducer kafkaProducersPoolSize).
 const DefaultPoolSize = 5
 
+// ErrNoOpenTransaction is returned by a write or a pre-commit when no
+// transaction is open: the BeginTransaction after the last pre-commit failed
+// (ErrPoolExhausted). The sink subtask then fails (its writes) or declines
+// the checkpoint (its pre-commit) instead of writing outside a transaction.
+var ErrNoOpenTransaction = errors.New("sink: no open transaction (the last BeginTransaction failed)")
+
 // ErrPoolExhausted is returned by BeginTransaction when every transactional
 // id of the subtask's pool is still tied to a pending or recently committed
 // transaction (checkpoints are failing or far apart).
@@ -103,9 +109,10 @@ type txnSlot struct {
 
 	mu       sync.Mutex // guards the fields below, set by produce promises
 	writeErr error
-	acked    bool  // a record of the open transaction was acknowledged:
-	ackPart  int32 // its partition
-	ackOff   int64 // and offset
+	acked    bool   // a record of the open transaction was acknowledged:
+	ackTopic string // its topic,
+	ackPart  int32  // partition
+	ackOff   int64  // and offset
 }
 
 // NewKafkaTxnCommitter returns the committer of one sink subtask; producers
@@ -175,6 +182,9 @@ func (k *KafkaTxnCommitter) BeginTransaction(context.Context) error {
 // first failure of an earlier record of the transaction.
 func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error {
 	s := k.open
+	if s == nil {
+		return fmt.Errorf("sink %s[%d]: %w", k.cfg.Name, k.cfg.Subtask, ErrNoOpenTransaction)
+	}
 	if err := s.err(); err != nil {
 		return err
 	}
@@ -190,6 +200,29 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 	return nil
 }
 
+// WriteTo implements TopicWriter: it produces rec into the open
+// transaction as Write does, but to topic (a dead-letter topic of the
+// record's source), partitioned by franz-go's default partitioner. The
+// record counts in the transaction; its timestamp feeds no end-to-end
+// latency (a dead letter is no output of the job). It returns the first
+// failure of an earlier record of the transaction, and an error for a
+// repartition committer (Partition set), whose partitions are key groups.
+func (k *KafkaTxnCommitter) WriteTo(ctx context.Context, topic string, rec runtime.Record) error {
+	s := k.open
+	if k.cfg.Partition != nil {
+		return fmt.Errorf("sink %s: a repartition sink writes only to its own topic, not %q", k.cfg.Name, topic)
+	}
+	if s == nil {
+		return fmt.Errorf("sink %s[%d]: %w", k.cfg.Name, k.cfg.Subtask, ErrNoOpenTransaction)
+	}
+	if err := s.err(); err != nil {
+		return err
+	}
+	s.records++
+	k.produce(ctx, s, &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers)})
+	return nil
+}
+
 // WriteMarker implements MarkerWriter: it produces m into every partition
 // [0, Partitions) of the topic, in the open transaction, so a
 // read_committed reader sees it only with the records written before it in
@@ -201,6 +234,9 @@ func (k *KafkaTxnCommitter) WriteMarker(ctx context.Context, m runtime.Marker) e
 	s := k.open
 	if k.cfg.Partition == nil || k.cfg.Partitions <= 0 {
 		return fmt.Errorf("sink %s: markers need a repartition sink (partitioned by key group, with a partition count)", k.cfg.Name)
+	}
+	if s == nil {
+		return fmt.Errorf("sink %s[%d]: %w", k.cfg.Name, k.cfg.Subtask, ErrNoOpenTransaction)
 	}
 	if err := s.err(); err != nil {
 		return err
@@ -226,7 +262,7 @@ func (k *KafkaTxnCommitter) produce(ctx context.Context, s *txnSlot, kr *kgo.Rec
 				s.writeErr = fmt.Errorf("sink %s: write to %q in transaction %s: %w", k.cfg.Name, r.Topic, s.id, err)
 			}
 		case !s.acked:
-			s.acked, s.ackPart, s.ackOff = true, r.Partition, r.Offset
+			s.acked, s.ackTopic, s.ackPart, s.ackOff = true, r.Topic, r.Partition, r.Offset
 		}
 	})
 }
@@ -242,6 +278,9 @@ func (s *txnSlot) err() error {
 // transaction ends).
 func (k *KafkaTxnCommitter) PreCommit(ctx context.Context, checkpointID int64) (Committable, error) {
 	s := k.open
+	if s == nil {
+		return Committable{}, fmt.Errorf("sink %s[%d]: pre-commit of checkpoint %d: %w", k.cfg.Name, k.cfg.Subtask, checkpointID, ErrNoOpenTransaction)
+	}
 	if err := s.cl.Flush(ctx); err != nil {
 		return Committable{}, fmt.Errorf("sink %s: flush %s: %w", k.cfg.Name, s.id, err)
 	}
@@ -257,7 +296,10 @@ func (k *KafkaTxnCommitter) PreCommit(ctx context.Context, checkpointID int64) (
 		c.ProducerID, c.Epoch = pid, epoch
 		s.mu.Lock()
 		if s.acked {
-			c.Topic, c.Partition, c.Offset = k.cfg.Topic, s.ackPart, s.ackOff
+			c.Topic, c.Partition, c.Offset = s.ackTopic, s.ackPart, s.ackOff
+			if c.Topic == "" {
+				c.Topic = k.cfg.Topic
+			}
 		}
 		s.mu.Unlock()
 	}

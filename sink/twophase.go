@@ -116,6 +116,26 @@ func (s *TwoPhaseCommitSink) ProcessRecord(ctx context.Context, _ int, rec runti
 	return s.committer.Write(ctx, rec)
 }
 
+// TopicWriter is implemented by a TwoPhaseCommitter that can write a
+// record to a topic other than its own into the open transaction
+// (KafkaTxnCommitter): the dead-letter writer of an exactly-once job
+// writes the bad records of each source to that source's dead-letter topic.
+type TopicWriter interface {
+	WriteTo(ctx context.Context, topic string, rec runtime.Record) error
+}
+
+// WriteTo writes rec to topic in the open transaction: the writes of a
+// dead-letter writer (the side output of a task's bad-record policies,
+// runtime.SideOutput), committed with the checkpoint whose barrier follows
+// them. It returns an error when the committer is no TopicWriter.
+func (s *TwoPhaseCommitSink) WriteTo(ctx context.Context, topic string, rec runtime.Record) error {
+	tw, ok := s.committer.(TopicWriter)
+	if !ok {
+		return fmt.Errorf("sink %s: its committer %T cannot write to another topic (%q)", s.name, s.committer, topic)
+	}
+	return tw.WriteTo(ctx, topic, rec)
+}
+
 // SnapshotState implements runtime.Snapshotter: pre-commit the open
 // transaction, keep its committable, open the next one, and store every
 // pending committable in the checkpoint.

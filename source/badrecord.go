@@ -23,13 +23,39 @@ type PolicyConfig struct {
 	// DeadLetterTopic receives bad records under OnErrorDeadLetter.
 	DeadLetterTopic string
 	// Producer writes dead-lettered records; required under
-	// OnErrorDeadLetter (SetProducer may set it later). It is shared, not
-	// owned: the policy never closes it.
+	// OnErrorDeadLetter unless Writer is set (SetProducer may set it
+	// later). It is shared, not owned: the policy never closes it.
 	Producer *kgo.Client
+	// Writer, if not nil, is the transactional dead-letter writer of the
+	// task (exactly-once jobs): dead letters go into its open transaction,
+	// which the task pre-commits at every checkpoint barrier and commits
+	// when the checkpoint completes, instead of a direct write through
+	// Producer. It is owned by the task, not the policy.
+	Writer DeadLetterWriter
 	// Metrics counts skipped and dead-lettered records; may be nil.
 	Metrics *Metrics
 	// Logger receives the (rate-limited) bad-record warnings.
 	Logger *slog.Logger
+}
+
+// DeadLetterVertex returns the name the dead-letter writer of vertex v (a
+// source or operator whose bad-record policies write dead letters
+// transactionally) is checkpointed under, as an operator of its own:
+// "<v>.dead-letters". Its transactional ids are those of a sink with the
+// prefix "kstreamd-<job>-<v>.dead-letters".
+func DeadLetterVertex(v string) string { return v + DeadLetterSuffix }
+
+// DeadLetterSuffix ends every DeadLetterVertex name.
+const DeadLetterSuffix = ".dead-letters"
+
+// DeadLetterWriter is the transactional dead-letter writer of one task of an
+// exactly-once job (sink.TwoPhaseCommitSink over a sink.KafkaTxnCommitter):
+// a side output of the task (runtime.SideOutput), whose WriteTo writes a
+// record to a dead-letter topic inside the open transaction. Flink's side
+// output to a transactional sink.
+type DeadLetterWriter interface {
+	runtime.SideOutputOperator
+	WriteTo(ctx context.Context, topic string, rec runtime.Record) error
 }
 
 // BadRecordPolicy applies a source's on_error policy; it implements
@@ -60,8 +86,12 @@ func (p *BadRecordPolicy) SetProducer(cl *kgo.Client) { p.cfg.Producer = cl }
 // counts the record in kstreamd_source_records_skipped_total{reason} and
 // returns nil; under OnErrorDeadLetter it writes rec (value, key, timestamp
 // and headers, plus HeaderError, HeaderTopic, HeaderPartition and
-// HeaderOffset from rec.Origin) to the dead-letter topic, retrying with
-// back-off until the broker acknowledges it or ctx ends, and counts it.
+// HeaderOffset from rec.Origin) to the dead-letter topic and counts it:
+// into the open transaction of PolicyConfig.Writer when set (visible to
+// read_committed readers once the checkpoint after it completed, exactly
+// once across restores), else directly, retrying with back-off until the
+// broker acknowledges it or ctx ends (at least once: a replay after a
+// restore writes it again).
 func (p *BadRecordPolicy) HandleBadRecord(ctx context.Context, rec runtime.Record, re *runtime.RecordError) error {
 	o := rec.Origin
 	switch p.cfg.OnError {
@@ -86,23 +116,30 @@ func (p *BadRecordPolicy) deadLetter(ctx context.Context, rec runtime.Record, re
 		msg += ": " + re.Detail
 	}
 	o := rec.Origin
-	headers := make([]kgo.RecordHeader, 0, len(rec.Headers)+4)
-	for _, h := range rec.Headers {
-		headers = append(headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-	}
+	headers := make([]runtime.Header, 0, len(rec.Headers)+4)
+	headers = append(headers, rec.Headers...)
 	headers = append(headers,
-		kgo.RecordHeader{Key: HeaderError, Value: []byte(msg)},
-		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(o.Topic)},
-		kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(o.Partition)))},
-		kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(o.Offset, 10))},
+		runtime.Header{Key: HeaderError, Value: []byte(msg)},
+		runtime.Header{Key: HeaderTopic, Value: []byte(o.Topic)},
+		runtime.Header{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(o.Partition)))},
+		runtime.Header{Key: HeaderOffset, Value: []byte(strconv.FormatInt(o.Offset, 10))},
 	)
-	dl := &kgo.Record{Topic: p.cfg.DeadLetterTopic, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: headers}
-	if p.cfg.Producer == nil {
+	var err error
+	switch {
+	case p.cfg.Writer != nil:
+		err = p.cfg.Writer.WriteTo(ctx, p.cfg.DeadLetterTopic, runtime.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: headers})
+	case p.cfg.Producer == nil:
 		return fmt.Errorf("source %s: dead-letter %s: no producer", p.cfg.Source, o)
+	default:
+		khs := make([]kgo.RecordHeader, len(headers))
+		for i, h := range headers {
+			khs[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+		dl := &kgo.Record{Topic: p.cfg.DeadLetterTopic, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: khs}
+		err = retry(ctx, p.cfg.Logger, "dead-letter write", func(ctx context.Context) error {
+			return p.cfg.Producer.ProduceSync(ctx, dl).FirstErr()
+		})
 	}
-	err := retry(ctx, p.cfg.Logger, "dead-letter write", func(ctx context.Context) error {
-		return p.cfg.Producer.ProduceSync(ctx, dl).FirstErr()
-	})
 	if err != nil {
 		return fmt.Errorf("source %s: dead-letter %s to %q: %w", p.cfg.Source, o, p.cfg.DeadLetterTopic, err)
 	}

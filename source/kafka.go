@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -149,6 +150,14 @@ type Config struct {
 	OnError OnError
 	// DeadLetterTopic receives bad records under OnErrorDeadLetter.
 	DeadLetterTopic string
+	// DeadLetters, if not nil, is the subtask's transactional dead-letter
+	// writer (an exactly-once job under OnErrorDeadLetter): a side output
+	// of the subtask, opened with it, pre-committed at every barrier before
+	// the barrier is emitted and acknowledged as subtask Subtask of
+	// DeadLetterVertex(Name), committed when the checkpoint completes, its
+	// open transaction aborted when the subtask stops. Nil: dead letters
+	// are written directly through the subtask's client (at least once).
+	DeadLetters DeadLetterWriter
 	// MaxRecordBytes bounds a record value's size; 0 means no limit.
 	MaxRecordBytes int
 	// ClientOpts are the franz-go options every client of the job shares
@@ -298,6 +307,7 @@ type KafkaSource struct {
 	logger  *slog.Logger
 	mailbox *runtime.Mailbox
 	policy  *BadRecordPolicy
+	sides   runtime.SideOutputs // the dead-letter writer, or none
 
 	// Only the subtask goroutine touches these.
 	cl        *kgo.Client
@@ -311,9 +321,12 @@ type KafkaSource struct {
 	// pendingBarriers are checkpoints triggered but not yet taken.
 	pendingBarriers []*runtime.Barrier
 	// pendingCommits are completed checkpoints whose offsets are not yet
-	// committed to the monitoring group (committed in runMail, with the
-	// subtask's ctx).
-	pendingCommits []int64
+	// committed to the monitoring group, nor their dead letters (committed
+	// in runMail, with the subtask's ctx), each with the function to call
+	// once they were (nil: none).
+	pendingCommits []pendingCommit
+	// snapshots are the dead-letter writer's snapshots being finished.
+	snapshots sync.WaitGroup
 
 	// pollBound bounds one poll (pollBound unless a test changes it).
 	pollBound time.Duration
@@ -332,18 +345,32 @@ func New(cfg Config) *KafkaSource {
 		cfg.Format = FormatJSON
 	}
 	logger := cfg.Logger.With("source", cfg.Name, "subtask", cfg.Subtask)
-	return &KafkaSource{
+	s := &KafkaSource{
 		cfg:       cfg,
 		logger:    logger,
 		mailbox:   runtime.NewMailbox(),
 		committed: map[int64]map[int32]int64{},
 		policy: NewBadRecordPolicy(PolicyConfig{
 			Source: cfg.Name, OnError: cfg.OnError, DeadLetterTopic: cfg.DeadLetterTopic,
-			Metrics: cfg.Metrics, Logger: logger,
+			Writer: cfg.DeadLetters, Metrics: cfg.Metrics, Logger: logger,
 		}),
 		pollBound: pollBound,
 	}
+	if cfg.DeadLetters != nil {
+		s.sides = runtime.SideOutputs{{ID: runtime.TaskID{Operator: DeadLetterVertex(cfg.Name), Subtask: cfg.Subtask}, Operator: cfg.DeadLetters}}
+	}
+	return s
 }
+
+// pendingCommit is a completed checkpoint the subtask goroutine commits.
+type pendingCommit struct {
+	id   int64
+	done func()
+}
+
+// SideOutputIDs implements runtime.SideOutputOwner: the dead-letter
+// writer's id, if any.
+func (s *KafkaSource) SideOutputIDs() []runtime.TaskID { return s.sides.IDs() }
 
 // Name implements runtime.Task.
 func (s *KafkaSource) Name() string { return s.ID().String() }
@@ -361,14 +388,32 @@ func (s *KafkaSource) TriggerCheckpoint(b *runtime.Barrier) {
 }
 
 // NotifyCheckpointComplete implements runtime.CheckpointTarget: the offsets
-// of checkpoint id are committed to the monitoring consumer group.
+// of checkpoint id are committed to the monitoring consumer group, and the
+// dead-letter writer's transactions of checkpoint id and before.
 func (s *KafkaSource) NotifyCheckpointComplete(id int64) {
-	s.mailbox.Execute(func() { s.pendingCommits = append(s.pendingCommits, id) })
+	s.mailbox.Execute(func() { s.pendingCommits = append(s.pendingCommits, pendingCommit{id: id}) })
+}
+
+// NotifyCheckpointCompleteThen is NotifyCheckpointComplete, then calls done
+// on the subtask goroutine once the dead-letter writer committed (at once
+// when the subtask has none): a cluster-mode unit applies retention and
+// purges its input only after its commits. done is never called when the
+// commit fails or the subtask stops before it ran.
+func (s *KafkaSource) NotifyCheckpointCompleteThen(id int64, done func()) {
+	if len(s.sides) == 0 {
+		s.NotifyCheckpointComplete(id)
+		done()
+		return
+	}
+	s.mailbox.Execute(func() { s.pendingCommits = append(s.pendingCommits, pendingCommit{id: id, done: done}) })
 }
 
 // NotifyCheckpointAborted implements runtime.CheckpointTarget.
 func (s *KafkaSource) NotifyCheckpointAborted(id int64) {
-	s.mailbox.Execute(func() { delete(s.committed, id) })
+	s.mailbox.Execute(func() {
+		delete(s.committed, id)
+		s.sides.Aborted(context.Background(), id)
+	})
 }
 
 // Run implements runtime.Task: it reads its partitions until stop is closed
@@ -384,7 +429,21 @@ func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) error {
 		case <-pctx.Done():
 		}
 	}()
+	defer func() {
+		s.snapshots.Wait()
+		if err := s.sides.Close(); err != nil {
+			s.logger.Warn("closing the dead-letter writer failed", "err", err)
+		}
+	}()
+	if err := s.sides.Open(ctx); err != nil {
+		return fmt.Errorf("source %s: %w", s.cfg.Name, err)
+	}
 	err := s.read(pctx)
+	if errors.Is(err, errStopAfter) && s.sides.PendingCommits() {
+		// Stop-with-savepoint: the dead letters of the final checkpoint
+		// are committed before the subtask finishes.
+		err = s.awaitPendingCommits(ctx)
+	}
 	if s.cl != nil {
 		s.cl.Close()
 	}
@@ -394,8 +453,34 @@ func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if err := s.sides.EndInput(ctx); err != nil {
+		return fmt.Errorf("source %s: %w", s.cfg.Name, err)
+	}
 	s.logger.Info("source stopped")
 	return s.cfg.Output.Broadcast(ctx, runtime.Element{Kind: runtime.KindEndOfInput})
+}
+
+// awaitPendingCommits runs the mailbox's completion notices while the
+// dead-letter writer waits for the commit of a stop-with-savepoint
+// checkpoint, for at most runtime.FinalCommitTimeout.
+func (s *KafkaSource) awaitPendingCommits(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, runtime.FinalCommitTimeout)
+	defer cancel()
+	for s.sides.PendingCommits() {
+		if err := s.commitPending(ctx); err != nil {
+			return err
+		}
+		if !s.sides.PendingCommits() {
+			break
+		}
+		if err := s.mailbox.Yield(wctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("source %s: the final checkpoint did not complete within %v", s.cfg.Name, runtime.FinalCommitTimeout)
+		}
+	}
+	return nil
 }
 
 // errStopAfter ends read after a stop-with-savepoint barrier.
@@ -555,10 +640,9 @@ func (s *KafkaSource) poll(ctx context.Context) kgo.Fetches {
 // notifications), then takes the checkpoints triggered.
 func (s *KafkaSource) runMail(ctx context.Context) error {
 	s.mailbox.TryYieldAll()
-	for _, id := range s.pendingCommits {
-		s.commitGroup(ctx, id)
+	if err := s.commitPending(ctx); err != nil {
+		return err
 	}
-	s.pendingCommits = s.pendingCommits[:0]
 	for len(s.pendingBarriers) > 0 {
 		b := s.pendingBarriers[0]
 		s.pendingBarriers = s.pendingBarriers[1:]
@@ -572,8 +656,28 @@ func (s *KafkaSource) runMail(ctx context.Context) error {
 	return nil
 }
 
+// commitPending commits the completed checkpoints posted so far: offsets
+// to the monitoring group, then the dead-letter writer's transactions (a
+// failure fails the subtask); each done callback runs after its commit.
+func (s *KafkaSource) commitPending(ctx context.Context) error {
+	pending := s.pendingCommits
+	s.pendingCommits = nil
+	for i, pc := range pending {
+		s.commitGroup(ctx, pc.id)
+		if err := s.sides.Complete(ctx, pc.id); err != nil {
+			s.pendingCommits = append(pending[i+1:], s.pendingCommits...)
+			return fmt.Errorf("source %s: checkpoint %d complete: %w", s.cfg.Name, pc.id, err)
+		}
+		if pc.done != nil {
+			pc.done()
+		}
+	}
+	return nil
+}
+
 // checkpoint snapshots the offsets (as even-split operator list state),
-// acknowledges and emits barrier b.
+// acknowledges and emits barrier b; the dead-letter writer is pre-committed
+// before the barrier is emitted.
 func (s *KafkaSource) checkpoint(ctx context.Context, b *runtime.Barrier) error {
 	splits := make([]Split, 0, len(s.pos))
 	for _, p := range sortedKeys(s.pos) {
@@ -600,6 +704,7 @@ func (s *KafkaSource) checkpoint(ctx context.Context, b *runtime.Barrier) error 
 	if s.cfg.Responder != nil {
 		s.cfg.Responder.Acknowledge(s.ID(), b.CheckpointID, runtime.TaskSnapshot{State: st})
 	}
+	s.sides.Snapshot(ctx, b, s.cfg.Responder, &s.snapshots)
 	if err := s.cfg.Output.Broadcast(ctx, runtime.Element{Kind: runtime.KindBarrier, Barrier: b}); err != nil {
 		return err
 	}

@@ -1,0 +1,192 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/sink"
+	"github.com/kstreamd/kstreamd/source"
+)
+
+// deadLetters builds the transactional dead-letter writers of a job and
+// recovers their transactions (docs/scale-out.md, invariant 1: dead-letter
+// writes are output transactions of the checkpoint like a sink's).
+//
+// A job is exactly-once for its dead letters when it is a cluster-mode unit
+// or has an exactly-once sink. Then every task that applies an on_error:
+// dead-letter policy (a source subtask, an operator subtask with such a
+// source among its ErrorSources) writes its dead letters through its own
+// sink.TwoPhaseCommitSink over a sink.KafkaTxnCommitter, a side output of
+// the task (runtime.SideOutput): written into the open transaction,
+// pre-committed at every barrier, checkpointed as subtask <i> of the
+// operator source.DeadLetterVertex(<vertex>) (sink.CommittablesState),
+// committed when the checkpoint completes, and committed again
+// idempotently by a restore. Its transactional ids are those of a sink
+// with the prefix kstreamd-<job>-<vertex>.dead-letters: single-process
+// <prefix>-<subtask>-<slot>, in a unit <prefix>-<stage>-<unit>-<slot>, of
+// which a unit fences exactly its own.
+type deadLetters struct {
+	on      bool
+	g       *graph.Graph
+	unit    *Unit
+	timeout time.Duration
+	deps    Deps
+	metrics *Metrics
+	logger  *slog.Logger
+	// parallelism is the number of writers per dead-letter vertex built so
+	// far (for fencing).
+	parallelism map[string]int
+}
+
+// deadLetterPool is the number of transactional ids of a dead-letter
+// writer (sink.DefaultPoolSize, as a sink's default).
+const deadLetterPool = sink.DefaultPoolSize
+
+// deadLetterWriters returns the job's dead-letter writer builder; its on
+// says whether dead letters are transactional. The transaction timeout is
+// the largest of the job's exactly-once sinks (15m when none sets one).
+func (j *Job) deadLetterWriters(g *graph.Graph, deps Deps, metrics *Metrics, logger *slog.Logger) *deadLetters {
+	d := &deadLetters{g: g, unit: j.settings.Unit, deps: deps, metrics: metrics, logger: logger.With("component", "dead-letters"),
+		parallelism: map[string]int{}, on: j.settings.Unit != nil}
+	for _, sk := range g.Sinks {
+		if sk.Delivery != "exactly-once" {
+			continue
+		}
+		d.on = true
+		t := sk.TransactionTimeout
+		if t == 0 {
+			t = 15 * time.Minute
+		}
+		d.timeout = max(d.timeout, t)
+	}
+	if d.timeout == 0 {
+		d.timeout = 15 * time.Minute
+	}
+	return d
+}
+
+// prefix returns the transactional id prefix of vertex's dead-letter
+// writer (a unit's: with its stage, see Unit.prefix) and the subtask index
+// its ids carry.
+func (d *deadLetters) prefix(vertex string, sub int) (string, int) {
+	p := "kstreamd-" + d.g.Job + "-" + source.DeadLetterVertex(vertex)
+	if d.unit != nil {
+		return d.unit.prefix(p), d.unit.Index
+	}
+	return p, sub
+}
+
+// writer returns the dead-letter writer of subtask sub of vertex. It
+// refuses a graph that has a vertex of the writer's name.
+func (d *deadLetters) writer(vertex string, sub int) (source.DeadLetterWriter, error) {
+	name := source.DeadLetterVertex(vertex)
+	if d.g.Vertex(name) {
+		return nil, fmt.Errorf("job: vertex %q: its dead-letter writer is checkpointed as %q, which names another vertex of the job; rename that vertex", vertex, name)
+	}
+	if d.parallelism[name] == 0 {
+		d.metrics.sink.Init(name)
+	}
+	d.parallelism[name] = max(d.parallelism[name], sub+1)
+	prefix, txnSub := d.prefix(vertex, sub)
+	logger := d.logger.With("vertex", vertex)
+	return sink.NewTwoPhaseCommitSink(name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
+		Name: name, Subtask: txnSub, TransactionalIDPrefix: prefix, PoolSize: deadLetterPool,
+		TransactionTimeout: d.timeout, ClientOpts: d.deps.ClientOpts, Metrics: d.metrics.sink, Retries: d.metrics.kafka, Logger: logger,
+	}), d.metrics.sink, logger), nil
+}
+
+// requiredStates adds, to the sinks' required states, the committables of
+// every dead-letter writer built.
+func (d *deadLetters) requiredStates(req map[string][]string) map[string][]string {
+	for name := range d.parallelism {
+		req[name] = []string{sink.CommittablesState}
+	}
+	return req
+}
+
+// recover commits the committables the restored checkpoint holds for each
+// dead-letter writer (built now or only in the checkpoint) and fences its
+// transactional ids (a unit: exactly its own), before any task starts.
+func (d *deadLetters) recover(ctx context.Context, meta *checkpoint.Metadata) error {
+	names := map[string]int{}
+	for name, p := range d.parallelism {
+		names[name] = p
+	}
+	if meta != nil {
+		for name := range meta.Operators {
+			if strings.HasSuffix(name, source.DeadLetterSuffix) && !d.g.Vertex(name) {
+				names[name] = max(names[name], 1)
+			}
+		}
+	}
+	checked := false
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for n := range names {
+			if !yield(n) {
+				return
+			}
+		}
+	}) {
+		if !checked {
+			if err := sink.CheckTransactionTimeout(ctx, d.deps.ClientOpts, name, d.timeout); err != nil {
+				return err
+			}
+			checked = true
+		}
+		committables, oldP, err := restoredCommittables(meta, name)
+		if err != nil {
+			return err
+		}
+		vertex := strings.TrimSuffix(name, source.DeadLetterSuffix)
+		prefix, _ := d.prefix(vertex, 0)
+		var only []string
+		if d.unit != nil {
+			for slot := range deadLetterPool {
+				only = append(only, sink.TransactionalID(prefix, d.unit.Index, slot))
+			}
+		}
+		if err := sink.RecoverTransactions(ctx, sink.RecoverConfig{
+			Name: name, ClientOpts: d.deps.ClientOpts, Committables: committables,
+			TransactionalIDPrefix: prefix, PoolSize: deadLetterPool, Subtasks: max(oldP, names[name]), FenceOnly: only,
+			TransactionTimeout: d.timeout, Metrics: d.metrics.sink, Logger: d.logger,
+		}); err != nil {
+			return fmt.Errorf("job: dead letters of %q: %w", vertex, err)
+		}
+	}
+	return nil
+}
+
+// restoredCommittables returns the committables meta holds for the
+// transactional writer name (a sink or a dead-letter writer), from every
+// old subtask, and its old parallelism; none without meta or state.
+func restoredCommittables(meta *checkpoint.Metadata, name string) ([]sink.Committable, int, error) {
+	if meta == nil {
+		return nil, 0, nil
+	}
+	om, ok := meta.Operators[name]
+	if !ok {
+		return nil, 0, nil
+	}
+	old, err := checkpoint.DecodeTaskStates(om)
+	if err != nil {
+		return nil, 0, fmt.Errorf("job: restore %q: %w", name, err)
+	}
+	var out []sink.Committable
+	for _, ts := range old {
+		for _, e := range ts.Operator[sink.CommittablesState].Entries {
+			var c sink.Committable
+			if err := json.Unmarshal(e, &c); err != nil {
+				return nil, 0, fmt.Errorf("job: restore %q: committable %s: %w", name, e, err)
+			}
+			out = append(out, c)
+		}
+	}
+	return out, om.Parallelism, nil
+}
