@@ -73,6 +73,11 @@ type Source struct {
 	// its topic: the markers come from that stage's units
 	// "<UpstreamStage>/<0..units-1>" (runtime.MarkerUnit).
 	UpstreamStage int
+	// PolicySource is, for a repartition source, the job source upstream
+	// of its hash edge whose bad-record policy (OnError, DeadLetterTopic)
+	// it inherited (Split): its policy's metrics and fail errors name that
+	// source. "" for a job source (they name the source itself).
+	PolicySource string
 }
 
 // Operator runs one registered operator type.

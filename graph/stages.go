@@ -75,6 +75,18 @@ func RepartitionVertex(stage int) string { return "repartition." + strconv.Itoa(
 // (numbered in g's topological order), any other vertex is in its main
 // input's stage. It returns an error when units is not in [1,
 // g.MaxParallelism].
+//
+// The repartition source of a stage inherits the format and the bad-record
+// policy (OnError, DeadLetterTopic; PolicySource names it) of the job
+// source upstream of its hash edge: the source of the edge's records,
+// found by following main inputs (Operator.ErrorSources[0]). Each vertex
+// has one main input, so that is exactly one source, the one whose policy
+// the stage's operators obey in a single-process run; a stage's operators
+// name the repartition source as their main input's ErrorSources[0], so a
+// record their expression fails on is failed, skipped or dead-lettered as
+// the job's source says, as in a single-process run. Broadcast inputs keep
+// their own source, copied into the stage. Without an upstream source (a
+// hand-built graph) the policy is "fail" and the format "json".
 func Split(g *Graph, units int) (*Stages, error) {
 	if units < 1 || units > g.MaxParallelism {
 		return nil, fmt.Errorf("graph: %d units: must be in [1, %d] (the max parallelism)", units, g.MaxParallelism)
@@ -120,10 +132,17 @@ func Split(g *Graph, units int) (*Stages, error) {
 		}
 		for _, r := range st.Repartitions {
 			if r.To == i {
-				sg.Sources = append(sg.Sources, &Source{
+				rs := &Source{
 					Name: RepartitionVertex(i), Topic: r.Topic, Parallelism: 1, StartFrom: "earliest",
-					Format: lineageFormat(g, r.Edge.From), OnError: "fail", Repartition: true, UpstreamStage: r.From,
-				})
+					Format: "json", OnError: "fail", Repartition: true, UpstreamStage: r.From,
+				}
+				if up := lineageSource(g, r.Edge.From); up != nil {
+					if up.Format != "" {
+						rs.Format = up.Format
+					}
+					rs.OnError, rs.DeadLetterTopic, rs.PolicySource = up.OnError, up.DeadLetterTopic, up.Name
+				}
+				sg.Sources = append(sg.Sources, rs)
 			}
 		}
 		for _, o := range g.Operators {
@@ -132,6 +151,12 @@ func Split(g *Graph, units int) (*Stages, error) {
 				c.Parallelism = 1
 				if mainEdge[o.Name].Kind == Hash {
 					c.Input = RepartitionVertex(i)
+				}
+				if i > 0 {
+					// Its main input's records come from the stage's
+					// repartition source, which carries their source's
+					// policy.
+					c.ErrorSources[0] = RepartitionVertex(i)
 				}
 				sg.Operators = append(sg.Operators, &c)
 			}
@@ -172,21 +197,21 @@ func Split(g *Graph, units int) (*Stages, error) {
 	return st, nil
 }
 
-// lineageFormat returns the format of the source the records of vertex
-// name come from ("json" when unknown), so a repartition source decodes
-// them as the upstream stage did.
-func lineageFormat(g *Graph, name string) string {
+// lineageSource returns the job source the records of vertex name come
+// from, following main inputs (Operator.ErrorSources[0]); nil when there is
+// none.
+func lineageSource(g *Graph, name string) *Source {
 	for _, o := range g.Operators {
 		if o.Name == name {
 			name = o.ErrorSources[0]
 		}
 	}
 	for _, s := range g.Sources {
-		if s.Name == name && s.Format != "" {
-			return s.Format
+		if s.Name == name {
+			return s
 		}
 	}
-	return "json"
+	return nil
 }
 
 // feedsStage reports whether broadcast source name feeds an operator of

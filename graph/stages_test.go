@@ -1,6 +1,11 @@
 package graph
 
-import "testing"
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
 
 // TestSplitUnits: the unit count must be in [1, max parallelism].
 func TestSplitUnits(t *testing.T) {
@@ -24,5 +29,90 @@ func TestSplitUnits(t *testing.T) {
 	}
 	if got, want := RepartitionTopic("clicks", 2), "clicks-2-repartition"; got != want {
 		t.Errorf("RepartitionTopic = %q, want %q", got, want)
+	}
+}
+
+// policies renders, per stage, each source's format and bad-record policy
+// and each operator's ErrorSources: "<stage>:source <name> <format>
+// <on_error> <dead_letter_topic> <policy source>" and "<stage>:operator
+// <name> <main> <broadcast>".
+func policies(st *Stages) []string {
+	var out []string
+	for _, s := range st.Stages {
+		for _, src := range s.Graph.Sources {
+			out = append(out, fmt.Sprintf("%d:source %s %s %s %q %q", s.Index, src.Name, src.Format, src.OnError, src.DeadLetterTopic, src.PolicySource))
+		}
+		for _, o := range s.Graph.Operators {
+			out = append(out, fmt.Sprintf("%d:operator %s %q %q", s.Index, o.Name, o.ErrorSources[0], o.ErrorSources[1]))
+		}
+	}
+	return out
+}
+
+// TestSplitPolicy: the repartition source of a stage inherits the format
+// and the bad-record policy of the one job source upstream of its hash
+// edge, following main inputs across stages (stage 2's is a's, read
+// through stage 1); a stage's operators obey it (their main input's
+// ErrorSources[0] names the repartition source), a broadcast input keeps
+// its own source; stage 0 is unchanged. Two sources with different
+// policies give two stages with different policies. Without an upstream
+// source the repartition source fails bad records and reads JSON.
+func TestSplitPolicy(t *testing.T) {
+	g := &Graph{Job: "j", MaxParallelism: 8,
+		Sources: []*Source{
+			{Name: "a", Topic: "a", Format: "string", OnError: "dead-letter", DeadLetterTopic: "dlq-a"},
+			{Name: "b", Topic: "b", Format: "json", OnError: "skip"},
+			{Name: "rules", Topic: "rules", Format: "json", OnError: "fail", Broadcast: true},
+		},
+		Operators: []*Operator{
+			{Name: "x", Input: "a", ErrorSources: [2]string{"a"}},
+			{Name: "y", Input: "x", Broadcast: "rules", ErrorSources: [2]string{"a", "rules"}},
+			{Name: "y2", Input: "y", ErrorSources: [2]string{"a"}},
+			{Name: "z", Input: "b", ErrorSources: [2]string{"b"}},
+			{Name: "w", Input: "z", ErrorSources: [2]string{"b"}},
+		},
+		Edges: []Edge{
+			{From: "a", To: "x", Kind: Forward},
+			{From: "x", To: "y", Kind: Hash, KeyBy: "k"},
+			{From: "rules", To: "y", Input: 1, Kind: Broadcast},
+			{From: "y", To: "y2", Kind: Hash, KeyBy: "k2"},
+			{From: "b", To: "z", Kind: Hash, KeyBy: "k"},
+			{From: "z", To: "w", Kind: Forward},
+		},
+	}
+	st, err := Split(g, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`0:source a string dead-letter "dlq-a" ""`,
+		`0:source b json skip "" ""`,
+		`0:operator x "a" ""`,
+		`1:source rules json fail "" ""`,
+		`1:source repartition.1 string dead-letter "dlq-a" "a"`,
+		`1:operator y "repartition.1" "rules"`,
+		`2:source repartition.2 string dead-letter "dlq-a" "a"`,
+		`2:operator y2 "repartition.2" ""`,
+		`3:source repartition.3 json skip "" "b"`,
+		`3:operator z "repartition.3" ""`,
+		`3:operator w "repartition.3" ""`,
+	}
+	if got := policies(st); !slices.Equal(got, want) {
+		t.Errorf("policies:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got := g.Operators[1].ErrorSources; got != [2]string{"a", "rules"} {
+		t.Errorf("Split changed the planned graph's ErrorSources of y to %q", got)
+	}
+
+	orphan := &Graph{Job: "j", MaxParallelism: 8,
+		Operators: []*Operator{{Name: "x"}, {Name: "y", Input: "x"}},
+		Edges:     []Edge{{From: "x", To: "y", Kind: Hash, KeyBy: "k"}},
+	}
+	if st, err = Split(orphan, 1); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{`0:operator x "" ""`, `1:source repartition.1 json fail "" ""`, `1:operator y "repartition.1" ""`}
+	if got := policies(st); !slices.Equal(got, want) {
+		t.Errorf("policies without an upstream source:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

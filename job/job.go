@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -368,7 +369,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				Subtask: sub, Parallelism: p, Only: only, Upstream: upstream, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
 				DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + g.Job,
 				Format: source.Format(s.Format), Tombstones: s.Broadcast, Check: s.Check,
-				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, DeadLetters: dlw, MaxRecordBytes: s.MaxRecordBytes,
+				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, PolicySource: s.PolicySource, DeadLetters: dlw, MaxRecordBytes: s.MaxRecordBytes,
 				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
 				OnCaughtUp: func() { resp.caughtUp(id) },
 				RecordsIn:  rm.RecordsIn(s.Name, sub), Metrics: sm, Retries: metrics.kafka,
@@ -388,9 +389,10 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		if s == nil {
 			return nil
 		}
+		label := cmp.Or(s.PolicySource, s.Name) // a repartition source's: the job source it inherited the policy of
 		if w != nil {
 			return source.NewBadRecordPolicy(source.PolicyConfig{
-				Source: s.Name, OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
+				Source: label, OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
 				Writer: w, Metrics: sm, Logger: opLogger,
 			})
 		}
@@ -402,7 +404,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			j.deadLetters = cl
 		}
 		return source.NewBadRecordPolicy(source.PolicyConfig{
-			Source: s.Name, OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
+			Source: label, OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
 			Producer: j.deadLetters, Metrics: sm, Logger: opLogger,
 		})
 	}

@@ -265,3 +265,45 @@ func TestClusterStore(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanStagesPolicy: every stage after the exchange obeys the on_error
+// policy of the job's source clicks: its repartition source carries it
+// (and names clicks), its operators name that source as their main
+// input's; with on_error left out that is the default, skip.
+func TestPlanStagesPolicy(t *testing.T) {
+	for _, tc := range []struct{ name, lines, onError, dlq string }{
+		{"dead-letter", "    on_error: dead-letter\n    dead_letter_topic: clicks-dlq\n", "dead-letter", "clicks-dlq"},
+		{"fail", "    on_error: fail\n", "fail", ""},
+		{"default", "", "skip", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			y := strings.Replace(clusterYAML, "    topic: clicks\n", "    topic: clicks\n"+tc.lines, 1)
+			cfg, err := Parse("cluster.yaml", []byte(y), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := cfg.PlanStages()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range st.Stages[1:] {
+				for _, src := range s.Graph.Sources {
+					got = append(got, fmt.Sprintf("%d:%s %s %q %s", s.Index, src.Name, src.OnError, src.DeadLetterTopic, src.PolicySource))
+				}
+				for _, o := range s.Graph.Operators {
+					got = append(got, fmt.Sprintf("%d:%s %s", s.Index, o.Name, o.ErrorSources[0]))
+				}
+			}
+			want := []string{
+				fmt.Sprintf("1:repartition.1 %s %q clicks", tc.onError, tc.dlq),
+				"1:per_user repartition.1",
+				fmt.Sprintf("2:repartition.2 %s %q clicks", tc.onError, tc.dlq),
+				"2:per_count repartition.2",
+			}
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("stages 1 and 2:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -150,6 +151,10 @@ type Config struct {
 	OnError OnError
 	// DeadLetterTopic receives bad records under OnErrorDeadLetter.
 	DeadLetterTopic string
+	// PolicySource, if set, is the source the bad-record policy's metrics
+	// and fail errors name instead of Name: a repartition source's is the
+	// job source whose policy it inherited (graph.Source.PolicySource).
+	PolicySource string
 	// DeadLetters, if not nil, is the subtask's transactional dead-letter
 	// writer (an exactly-once job under OnErrorDeadLetter): a side output
 	// of the subtask, opened with it, pre-committed at every barrier before
@@ -351,7 +356,7 @@ func New(cfg Config) *KafkaSource {
 		mailbox:   runtime.NewMailbox(),
 		committed: map[int64]map[int32]int64{},
 		policy: NewBadRecordPolicy(PolicyConfig{
-			Source: cfg.Name, OnError: cfg.OnError, DeadLetterTopic: cfg.DeadLetterTopic,
+			Source: cmp.Or(cfg.PolicySource, cfg.Name), OnError: cfg.OnError, DeadLetterTopic: cfg.DeadLetterTopic,
 			Writer: cfg.DeadLetters, Metrics: cfg.Metrics, Logger: logger,
 		}),
 		pollBound: pollBound,
