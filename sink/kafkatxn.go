@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,12 +102,26 @@ type txnSlot struct {
 	c       Committable
 	freeAt  int64 // slotCommitted: reusable when a checkpoint >= freeAt completed (0: not yet known)
 
+	// promise is the produce promise of every record of the slot, made
+	// once (a closure per record would be an allocation per record).
+	promise func(*kgo.Record, error)
+	// failed and ackedOnce mirror writeErr != nil and acked, so that
+	// Write and promise check them without taking mu on every record.
+	failed    atomic.Bool
+	ackedOnce atomic.Bool
+
 	mu       sync.Mutex // guards the fields below, set by produce promises
 	writeErr error
 	acked    bool  // a record of the open transaction was acknowledged:
 	ackPart  int32 // its partition
 	ackOff   int64 // and offset
 }
+
+// recordPool holds the kgo.Records of finished produce requests for the
+// next Write: franz-go owns a produced record until its promise returns
+// and never touches it afterwards, so the promise zeroes it (dropping its
+// key, value and header references) and puts it here as its last action.
+var recordPool = sync.Pool{New: func() any { return new(kgo.Record) }}
 
 // NewKafkaTxnCommitter returns the committer of one sink subtask; producers
 // connect lazily.
@@ -116,7 +131,9 @@ func NewKafkaTxnCommitter(cfg KafkaTxnConfig) *KafkaTxnCommitter {
 	}
 	k := &KafkaTxnCommitter{cfg: cfg}
 	for i := 0; i < cfg.PoolSize; i++ {
-		k.slots = append(k.slots, &txnSlot{index: i, id: TransactionalID(cfg.TransactionalIDPrefix, cfg.Subtask, i)})
+		s := &txnSlot{index: i, id: TransactionalID(cfg.TransactionalIDPrefix, cfg.Subtask, i)}
+		s.promise = func(r *kgo.Record, err error) { k.finished(s, r, err) }
+		k.slots = append(k.slots, s)
 	}
 	return k
 }
@@ -164,6 +181,8 @@ func (k *KafkaTxnCommitter) BeginTransaction(context.Context) error {
 	s.state, s.records, s.markers, s.oldest, s.freeAt = slotOpen, 0, 0, s.oldest[:0], 0
 	s.mu.Lock()
 	s.writeErr, s.acked = nil, false
+	s.failed.Store(false)
+	s.ackedOnce.Store(false)
 	s.mu.Unlock()
 	k.open = s
 	k.inFlight()
@@ -182,7 +201,8 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 	if !rec.Timestamp.IsZero() {
 		s.oldest = append(s.oldest, rec.Timestamp)
 	}
-	kr := &kgo.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers)}
+	kr := recordPool.Get().(*kgo.Record)
+	kr.Key, kr.Value, kr.Timestamp, kr.Headers = rec.Key, rec.Value, rec.Timestamp, kafkaHeaders(rec.Headers)
 	if k.cfg.Partition != nil {
 		kr.Partition = k.cfg.Partition(rec.Key)
 	}
@@ -209,29 +229,48 @@ func (k *KafkaTxnCommitter) WriteMarker(ctx context.Context, m runtime.Marker) e
 	for p := range k.cfg.Partitions {
 		s.records++
 		s.markers++
-		k.produce(ctx, s, &kgo.Record{Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers), Partition: p})
+		kr := recordPool.Get().(*kgo.Record)
+		kr.Value, kr.Timestamp, kr.Headers, kr.Partition = rec.Value, rec.Timestamp, kafkaHeaders(rec.Headers), p
+		k.produce(ctx, s, kr)
 	}
 	return nil
 }
 
-// produce produces kr into slot s's open transaction, recording the first
-// failure and the first acknowledged offset.
+// produce produces kr, a record of recordPool, into slot s's open
+// transaction; s.promise records the outcome and returns kr to the pool.
 func (k *KafkaTxnCommitter) produce(ctx context.Context, s *txnSlot, kr *kgo.Record) {
-	s.cl.Produce(ctx, kr, func(r *kgo.Record, err error) {
+	s.cl.Produce(ctx, kr, s.promise)
+}
+
+// finished is the produce promise of slot s: it records the first failure
+// and the first acknowledged offset of the open transaction, then returns
+// r to recordPool (franz-go is done with it once the promise returns, and
+// nothing else holds it).
+func (k *KafkaTxnCommitter) finished(s *txnSlot, r *kgo.Record, err error) {
+	switch {
+	case err != nil:
 		s.mu.Lock()
-		defer s.mu.Unlock()
-		switch {
-		case err != nil:
-			if s.writeErr == nil {
-				s.writeErr = fmt.Errorf("sink %s: write to %q in transaction %s: %w", k.cfg.Name, r.Topic, s.id, err)
-			}
-		case !s.acked:
-			s.acked, s.ackPart, s.ackOff = true, r.Partition, r.Offset
+		if s.writeErr == nil {
+			s.writeErr = fmt.Errorf("sink %s: write to %q in transaction %s: %w", k.cfg.Name, r.Topic, s.id, err)
+			s.failed.Store(true)
 		}
-	})
+		s.mu.Unlock()
+	case !s.ackedOnce.Load():
+		s.mu.Lock()
+		if !s.acked {
+			s.acked, s.ackPart, s.ackOff = true, r.Partition, r.Offset
+			s.ackedOnce.Store(true)
+		}
+		s.mu.Unlock()
+	}
+	*r = kgo.Record{}
+	recordPool.Put(r)
 }
 
 func (s *txnSlot) err() error {
+	if !s.failed.Load() {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.writeErr
