@@ -98,7 +98,11 @@ type txnSlot struct {
 	state   slotState
 	records int64       // markers included
 	markers int64       // markers written (WriteMarker), not counted as records out
-	oldest  []time.Time // source timestamps of the records, for the end-to-end latency
+	// oldest are the source timestamps of the records in Unix
+	// nanoseconds, for the end-to-end latency: int64s, so that a
+	// transaction's million timestamps hold no pointer for the garbage
+	// collector to scan (a time.Time holds its *Location).
+	oldest []int64
 	c       Committable
 	freeAt  int64 // slotCommitted: reusable when a checkpoint >= freeAt completed (0: not yet known)
 
@@ -199,7 +203,7 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 	}
 	s.records++
 	if !rec.Timestamp.IsZero() {
-		s.oldest = append(s.oldest, rec.Timestamp)
+		s.oldest = append(s.oldest, rec.Timestamp.UnixNano())
 	}
 	kr := recordPool.Get().(*kgo.Record)
 	kr.Key, kr.Value, kr.Timestamp, kr.Headers = rec.Key, rec.Value, rec.Timestamp, kafkaHeaders(rec.Headers)
@@ -360,9 +364,9 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 				k.cfg.RecordsOut.Add(float64(c.Records - s.markers))
 			}
 			if k.cfg.Metrics != nil {
-				now := time.Now()
+				now := time.Now().UnixNano()
 				for _, ts := range s.oldest {
-					k.cfg.Metrics.e2eLatency.Observe(now.Sub(ts).Seconds())
+					k.cfg.Metrics.e2eLatency.Observe(float64(now-ts) / 1e9)
 				}
 			}
 		}

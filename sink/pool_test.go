@@ -21,24 +21,29 @@ import (
 // value or header. Every committed record must be exactly one of those
 // written, each once, and the committable must carry the first
 // acknowledged offset (recorded by the promise before it recycles the
-// record).
+// record). The end-to-end latency histogram gets one sample per record,
+// from its source timestamp (kept as Unix nanoseconds) to the commit.
 func TestPooledRecordsReachTheBrokerIntact(t *testing.T) {
 	opts := newCluster(t)
 	logger, _ := testLogger()
+	m, reg := newMetrics(t)
 	k := NewKafkaTxnCommitter(KafkaTxnConfig{
 		Name: "out", Topic: testTopic, TransactionalIDPrefix: "pool", PoolSize: 3, TransactionTimeout: time.Minute,
-		ClientOpts: append(slices.Clip(opts), kgo.ProducerBatchMaxBytes(512), kgo.MaxBufferedRecords(16)), Logger: logger,
+		ClientOpts: append(slices.Clip(opts), kgo.ProducerBatchMaxBytes(512), kgo.MaxBufferedRecords(16)), Metrics: m, Logger: logger,
 	})
 	defer k.Close()
 	ctx := context.Background()
 	const txns, perTxn = 3, 1500
 	var want []string
+	var minLat, maxLat float64 // bounds of the end-to-end latencies' sum
+	start := time.Now()
 	for tx := range txns {
 		if err := k.BeginTransaction(ctx); err != nil {
 			t.Fatal(err)
 		}
 		for i := range perTxn {
 			v := fmt.Sprintf("t%d-%04d", tx, i)
+			minLat += start.Sub(time.UnixMilli(int64(1000 + i))).Seconds()
 			want = append(want, v)
 			rec := runtime.Record{Key: []byte("k" + v), Value: []byte(v), Timestamp: time.UnixMilli(int64(1000 + i)),
 				Headers: []runtime.Header{{Key: "h", Value: []byte("h" + v)}}}
@@ -58,6 +63,30 @@ func TestPooledRecordsReachTheBrokerIntact(t *testing.T) {
 		}
 		k.Snapshotted(int64(tx + 1))
 		k.CheckpointCompleted(int64(tx + 1))
+	}
+	end := time.Now()
+	for range txns {
+		for i := range perTxn {
+			maxLat += end.Sub(time.UnixMilli(int64(1000 + i))).Seconds()
+		}
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range fams {
+		if f.GetName() != "kstreamd_sink_end_to_end_latency_seconds" {
+			continue
+		}
+		found = true
+		h := f.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != txns*perTxn || h.GetSampleSum() < minLat || h.GetSampleSum() > maxLat {
+			t.Fatalf("end-to-end latency: %d samples summing to %v s; want %d in [%v, %v]", h.GetSampleCount(), h.GetSampleSum(), txns*perTxn, minLat, maxLat)
+		}
+	}
+	if !found {
+		t.Fatal("no kstreamd_sink_end_to_end_latency_seconds")
 	}
 	var got []string
 	for _, r := range testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second) {
