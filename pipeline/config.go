@@ -426,11 +426,11 @@ type ProcessConfig struct {
 	// GCPercent is the garbage collector's pacing (GOGC,
 	// runtime/debug.SetGCPercent): a collection starts when the heap has
 	// grown by this percentage of the live heap left by the last one.
-	// Higher spends less CPU on collections and more memory. Default 200
-	// (Go's default is 100: measured on the copy benchmark, 200 costs
-	// about 5% less CPU per record for about 1.6x the peak heap; see
-	// BENCHMARKS.md, "The copy path"); in [10, 10000], or -1 to turn the
-	// pacing off, which needs memory_limit_bytes.
+	// Higher spends less CPU on collections and more memory. Default 100
+	// (Go's; 200 measured no CPU gain above the noise on the copy
+	// benchmark for 1.3x to 1.7x the peak RSS: BENCHMARKS.md, "The copy
+	// path"); in [10, 10000], or -1 to turn the pacing off, which needs
+	// memory_limit_bytes.
 	GCPercent int `yaml:"gc_percent"`
 	// MemoryLimitBytes is the Go runtime's soft memory limit in bytes
 	// (GOMEMLIMIT, runtime/debug.SetMemoryLimit): the collector runs as

@@ -149,7 +149,7 @@ func TestDefaultsApplied(t *testing.T) {
 			MaxFailuresPerInterval: 1, FailureRateInterval: time.Minute},
 		Metrics:   MetricsConfig{Address: "127.0.0.1:9249"},
 		Log:       LogConfig{Level: LogLevelInfo, Format: LogFormatText},
-		Process:   ProcessConfig{GCPercent: 200, MemoryLimitBytes: 0},
+		Process:   ProcessConfig{GCPercent: 100, MemoryLimitBytes: 0},
 		Sources:   sources,
 		Operators: operators,
 		Sinks:     sinks,

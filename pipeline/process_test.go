@@ -37,12 +37,14 @@ func TestApplyProcess(t *testing.T) {
 		t.Fatalf("after restore: GC percent %d, memory limit %d; want 100 and %d", gc(), limit(), int64(1<<40))
 	}
 
-	// The default: gc_percent 200, the memory limit left alone.
+	// The default: gc_percent 100, the memory limit left alone.
+	debug.SetGCPercent(150)
 	restore = Default().ApplyProcess()
 	if gc() != DefaultGCPercent || limit() != 1<<40 {
 		t.Fatalf("defaults: GC percent %d, memory limit %d; want %d and %d unchanged", gc(), limit(), DefaultGCPercent, int64(1<<40))
 	}
 	restore()
+	debug.SetGCPercent(100)
 
 	// The environment takes precedence.
 	t.Setenv("GOGC", "150")
