@@ -143,6 +143,9 @@ type Config struct {
 	Metrics MetricsConfig `yaml:"metrics"`
 	// Log sets the level and format of the process's log.
 	Log LogConfig `yaml:"log"`
+	// Process tunes the Go runtime of the process running the job: the
+	// garbage collector's pacing and soft memory limit.
+	Process ProcessConfig `yaml:"process"`
 	// Sources are the Kafka topics the job reads; at least one.
 	Sources []SourceConfig `yaml:"sources"`
 	// Operators transform the streams: an operator's input is a source or
@@ -420,6 +423,29 @@ type LogConfig struct {
 	Format LogFormat `yaml:"format"`
 }
 
+// ProcessConfig tunes the Go runtime of the process running the job
+// (Config.ApplyProcess applies it). The GOGC and GOMEMLIMIT environment
+// variables, when set, take precedence over its fields.
+type ProcessConfig struct {
+	// GCPercent is the garbage collector's pacing (GOGC,
+	// runtime/debug.SetGCPercent): a collection starts when the heap has
+	// grown by this percentage of the live heap left by the last one.
+	// Higher spends less CPU on collections and more memory. Default 100
+	// (Go's; 200 measured no CPU gain above the noise on the copy
+	// benchmark for 1.3x to 1.7x the peak RSS: BENCHMARKS.md, "The copy
+	// path"); in [10, 10000], or -1 to turn the pacing off, which needs
+	// memory_limit_bytes.
+	GCPercent int `yaml:"gc_percent"`
+	// MemoryLimitBytes is the Go runtime's soft memory limit in bytes
+	// (GOMEMLIMIT, runtime/debug.SetMemoryLimit): the collector runs as
+	// often as it takes to keep the memory Go manages under it, whatever
+	// gc_percent says. Memory outside the Go heap (the Pebble block cache
+	// is Go-managed only in pure-Go builds) is not bounded by it. Set it
+	// below a container's memory limit. Default 0: no limit; otherwise
+	// >= 16777216 (16 MiB).
+	MemoryLimitBytes int64 `yaml:"memory_limit_bytes"`
+}
+
 // SourceConfig reads one Kafka topic.
 type SourceConfig struct {
 	// Name identifies the source; operators and sinks refer to it by name.
@@ -651,6 +677,7 @@ func Default() *Config {
 		Restart: defaultRestart(),
 		Metrics: MetricsConfig{Address: "127.0.0.1:9249"},
 		Log:     LogConfig{Level: LogLevelInfo, Format: LogFormatText},
+		Process: ProcessConfig{GCPercent: DefaultGCPercent},
 		Demo:    DemoConfig{ItemsPerSecond: 5},
 		Cluster: defaultCluster(),
 	}

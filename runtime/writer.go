@@ -30,7 +30,7 @@ func NewChannel(capacity int) Channel {
 // channels (Flink's StreamPartitioner).
 type Partitioner interface {
 	// Select returns the index of the channel rec goes to, or -1 for every
-	// channel (broadcast).
+	// channel (broadcast). It must not keep rec after it returns.
 	Select(rec *Record, n int) int
 }
 
@@ -77,6 +77,11 @@ type Writer struct {
 	partitioner Partitioner
 	keys        KeySelector               // nil: records keep their key
 	blocked     interface{ Add(float64) } // seconds spent waiting on full channels; may be nil
+	// scratch is the copy of the record a key selector or a partitioner
+	// other than the built-in ones sees, during the call only: handing
+	// them a pointer to Emit's own record would move every record to the
+	// heap (the compiler cannot see through the interface).
+	scratch Record
 }
 
 // NewWriter returns a writer over channels (one per downstream subtask,
@@ -100,13 +105,27 @@ func (w *Writer) WithKeySelector(sel KeySelector) *Writer {
 // a record without a usable key) and sends nothing.
 func (w *Writer) Emit(ctx context.Context, rec Record) error {
 	if w.keys != nil {
-		k, err := w.keys.SelectKey(&rec)
+		k, err := w.selectKey(rec)
 		if err != nil {
 			return err
 		}
 		rec.Key = k
 	}
-	i := w.partitioner.Select(&rec, len(w.channels))
+	var i int
+	switch p := w.partitioner.(type) {
+	case ForwardPartitioner:
+		i = 0
+	case KeyGroupPartitioner:
+		i = p.Select(&rec, len(w.channels))
+	case BroadcastPartitioner:
+		i = -1
+	case *RebalancePartitioner:
+		i = p.Select(&rec, len(w.channels))
+	default:
+		w.scratch = rec
+		i = w.partitioner.Select(&w.scratch, len(w.channels))
+		w.scratch = Record{}
+	}
 	el := Element{Kind: KindRecord, Record: rec}
 	if i < 0 {
 		return w.broadcast(ctx, el)
@@ -115,6 +134,16 @@ func (w *Writer) Emit(ctx context.Context, rec Record) error {
 		return fmt.Errorf("runtime: partitioner picked channel %d of %d", i, len(w.channels))
 	}
 	return w.send(ctx, w.channels[i], el)
+}
+
+// selectKey runs the key selector on the writer's scratch copy of rec (see
+// Writer.scratch), cleared afterwards so that it keeps no record's bytes
+// alive.
+func (w *Writer) selectKey(rec Record) ([]byte, error) {
+	w.scratch = rec
+	k, err := w.keys.SelectKey(&w.scratch)
+	w.scratch = Record{}
+	return k, err
 }
 
 // Broadcast sends a control element (barrier, watermark, caught-up,

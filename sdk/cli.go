@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"syscall"
@@ -417,11 +418,22 @@ func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
 }
 func (m minLevel) WithGroup(n string) slog.Handler { return minLevel{m.Handler.WithGroup(n), m.level} }
 
+// processSettings returns the Go runtime's GC percent (-1: off) and soft
+// memory limit (math.MaxInt64: none) in effect.
+func processSettings() (gcPercent int64, memoryLimit int64) {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64()), int64(s[1].Value.Uint64())
+}
+
 // runJob starts the embedded broker (if enabled), the HTTP listener, the
 // demo producer (if enabled) and the job, and stops them in reverse order
 // when ctx ends, the job stops itself (stop-with-savepoint) or fails.
 func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, logger *slog.Logger) error {
 	logger.Info("starting kstreamd", "version", Version, "job", cfg.Job.Name)
+	defer cfg.ApplyProcess()()
+	gcPercent, memLimit := processSettings()
+	logger.Info("go runtime", "gc_percent", gcPercent, "memory_limit_bytes", memLimit)
 	cfg.LogSecurity(logger.With("component", "kafka-client"))
 	if cfg.Kafka.Embedded.Enabled {
 		b, err := embedded.Start(ctx, logger.With("component", "embedded-kafka"), cfg.Kafka.Embedded.Address,

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,9 +104,21 @@ type txnSlot struct {
 	state   slotState
 	records int64       // markers included
 	markers int64       // markers written (WriteMarker), not counted as records out
-	oldest  []time.Time // source timestamps of the records, for the end-to-end latency
+	// oldest are the source timestamps of the records in Unix
+	// nanoseconds, for the end-to-end latency: int64s, so that a
+	// transaction's million timestamps hold no pointer for the garbage
+	// collector to scan (a time.Time holds its *Location).
+	oldest []int64
 	c       Committable
 	freeAt  int64 // slotCommitted: reusable when a checkpoint >= freeAt completed (0: not yet known)
+
+	// promise is the produce promise of every record of the slot, made
+	// once (a closure per record would be an allocation per record).
+	promise func(*kgo.Record, error)
+	// failed and ackedOnce mirror writeErr != nil and acked, so that
+	// Write and promise check them without taking mu on every record.
+	failed    atomic.Bool
+	ackedOnce atomic.Bool
 
 	mu       sync.Mutex // guards the fields below, set by produce promises
 	writeErr error
@@ -115,6 +128,12 @@ type txnSlot struct {
 	ackOff   int64  // and offset
 }
 
+// recordPool holds the kgo.Records of finished produce requests for the
+// next Write: franz-go owns a produced record until its promise returns
+// and never touches it afterwards, so the promise zeroes it (dropping its
+// key, value and header references) and puts it here as its last action.
+var recordPool = sync.Pool{New: func() any { return new(kgo.Record) }}
+
 // NewKafkaTxnCommitter returns the committer of one sink subtask; producers
 // connect lazily.
 func NewKafkaTxnCommitter(cfg KafkaTxnConfig) *KafkaTxnCommitter {
@@ -123,7 +142,9 @@ func NewKafkaTxnCommitter(cfg KafkaTxnConfig) *KafkaTxnCommitter {
 	}
 	k := &KafkaTxnCommitter{cfg: cfg}
 	for i := 0; i < cfg.PoolSize; i++ {
-		k.slots = append(k.slots, &txnSlot{index: i, id: TransactionalID(cfg.TransactionalIDPrefix, cfg.Subtask, i)})
+		s := &txnSlot{index: i, id: TransactionalID(cfg.TransactionalIDPrefix, cfg.Subtask, i)}
+		s.promise = func(r *kgo.Record, err error) { k.finished(s, r, err) }
+		k.slots = append(k.slots, s)
 	}
 	return k
 }
@@ -171,6 +192,8 @@ func (k *KafkaTxnCommitter) BeginTransaction(context.Context) error {
 	s.state, s.records, s.markers, s.oldest, s.freeAt = slotOpen, 0, 0, s.oldest[:0], 0
 	s.mu.Lock()
 	s.writeErr, s.acked = nil, false
+	s.failed.Store(false)
+	s.ackedOnce.Store(false)
 	s.mu.Unlock()
 	k.open = s
 	k.inFlight()
@@ -190,9 +213,10 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 	}
 	s.records++
 	if !rec.Timestamp.IsZero() {
-		s.oldest = append(s.oldest, rec.Timestamp)
+		s.oldest = append(s.oldest, rec.Timestamp.UnixNano())
 	}
-	kr := &kgo.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers)}
+	kr := recordPool.Get().(*kgo.Record)
+	kr.Key, kr.Value, kr.Timestamp, kr.Headers = rec.Key, rec.Value, rec.Timestamp, kafkaHeaders(rec.Headers)
 	if k.cfg.Partition != nil {
 		kr.Partition = k.cfg.Partition(rec.Key)
 	}
@@ -245,29 +269,48 @@ func (k *KafkaTxnCommitter) WriteMarker(ctx context.Context, m runtime.Marker) e
 	for p := range k.cfg.Partitions {
 		s.records++
 		s.markers++
-		k.produce(ctx, s, &kgo.Record{Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers), Partition: p})
+		kr := recordPool.Get().(*kgo.Record)
+		kr.Value, kr.Timestamp, kr.Headers, kr.Partition = rec.Value, rec.Timestamp, kafkaHeaders(rec.Headers), p
+		k.produce(ctx, s, kr)
 	}
 	return nil
 }
 
-// produce produces kr into slot s's open transaction, recording the first
-// failure and the first acknowledged offset.
+// produce produces kr, a record of recordPool, into slot s's open
+// transaction; s.promise records the outcome and returns kr to the pool.
 func (k *KafkaTxnCommitter) produce(ctx context.Context, s *txnSlot, kr *kgo.Record) {
-	s.cl.Produce(ctx, kr, func(r *kgo.Record, err error) {
+	s.cl.Produce(ctx, kr, s.promise)
+}
+
+// finished is the produce promise of slot s: it records the first failure
+// and the first acknowledged offset of the open transaction, then returns
+// r to recordPool (franz-go is done with it once the promise returns, and
+// nothing else holds it).
+func (k *KafkaTxnCommitter) finished(s *txnSlot, r *kgo.Record, err error) {
+	switch {
+	case err != nil:
 		s.mu.Lock()
-		defer s.mu.Unlock()
-		switch {
-		case err != nil:
-			if s.writeErr == nil {
-				s.writeErr = fmt.Errorf("sink %s: write to %q in transaction %s: %w", k.cfg.Name, r.Topic, s.id, err)
-			}
-		case !s.acked:
-			s.acked, s.ackTopic, s.ackPart, s.ackOff = true, r.Topic, r.Partition, r.Offset
+		if s.writeErr == nil {
+			s.writeErr = fmt.Errorf("sink %s: write to %q in transaction %s: %w", k.cfg.Name, r.Topic, s.id, err)
+			s.failed.Store(true)
 		}
-	})
+		s.mu.Unlock()
+	case !s.ackedOnce.Load():
+		s.mu.Lock()
+		if !s.acked {
+			s.acked, s.ackTopic, s.ackPart, s.ackOff = true, r.Topic, r.Partition, r.Offset
+			s.ackedOnce.Store(true)
+		}
+		s.mu.Unlock()
+	}
+	*r = kgo.Record{}
+	recordPool.Put(r)
 }
 
 func (s *txnSlot) err() error {
+	if !s.failed.Load() {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.writeErr
@@ -363,9 +406,9 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 				k.cfg.RecordsOut.Add(float64(c.Records - s.markers))
 			}
 			if k.cfg.Metrics != nil {
-				now := time.Now()
+				now := time.Now().UnixNano()
 				for _, ts := range s.oldest {
-					k.cfg.Metrics.e2eLatency.Observe(now.Sub(ts).Seconds())
+					k.cfg.Metrics.e2eLatency.Observe(float64(now-ts) / 1e9)
 				}
 			}
 		}

@@ -170,7 +170,8 @@ type Config struct {
 	ClientOpts []kgo.Opt
 	// Timestamp, if not nil, returns a record's event time (a
 	// sources[].timestamp expression); an error makes the record a bad
-	// record with reason ReasonEvalError. Nil: the Kafka timestamp.
+	// record with reason ReasonEvalError. Nil: the Kafka timestamp. It
+	// must not keep rec after it returns.
 	Timestamp func(rec *runtime.Record) (time.Time, error)
 	// Watermarks configures the watermarks the subtask emits; ignored with
 	// Upstream.
@@ -339,6 +340,10 @@ type KafkaSource struct {
 	// goroutine (mail, records or the poll bound ended the previous one).
 	// Read by tests from other goroutines.
 	wakes atomic.Int64
+	// scratch is the copy of the record Config.Timestamp sees, during the
+	// call only: a pointer to emit's own record would move every record
+	// to the heap (the compiler cannot see through the function value).
+	scratch runtime.Record
 }
 
 // New returns the source subtask cfg describes. It does not connect yet.
@@ -606,6 +611,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if emitErr != nil {
 			return emitErr
 		}
+		s.wms.seenAt(time.Now())
 		if err := s.emitWatermark(ctx); err != nil {
 			return err
 		}
@@ -963,14 +969,19 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 		return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: reason, Detail: detail})
 	}
 	if s.cfg.Timestamp != nil && rec.Value != nil {
-		ts, err := s.cfg.Timestamp(&rec)
+		s.scratch = rec
+		ts, err := s.cfg.Timestamp(&s.scratch)
+		s.scratch = runtime.Record{}
 		if err != nil {
 			return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: ReasonEvalError, Detail: err.Error()})
 		}
 		rec.Timestamp = ts
 	}
-	s.wms.observe(r.Partition, rec.Timestamp, time.Now())
+	s.wms.observe(r.Partition, rec.Timestamp)
 	err := s.cfg.Output.Emit(ctx, rec)
+	if err == nil {
+		return nil
+	}
 	var re *runtime.RecordError
 	if errors.As(err, &re) {
 		// A key selector of a downstream edge found no usable key.

@@ -33,8 +33,13 @@ type watermarks struct {
 	// record (or was assigned), processing time.
 	maxTs    map[int32]int64
 	lastSeen map[int32]time.Time
-	emitted  int64 // last watermark emitted, ms; noTimestamp before
-	idle     bool  // the idle status was emitted last
+	// seen are the partitions observed since the last seenAt, each once
+	// per run of its records (a fetch hands them partition by partition):
+	// their lastSeen is stamped once per fetch, not with a clock read per
+	// record.
+	seen    []int32
+	emitted int64 // last watermark emitted, ms; noTimestamp before
+	idle    bool  // the idle status was emitted last
 }
 
 func newWatermarks(cfg WatermarkConfig) *watermarks {
@@ -48,13 +53,25 @@ func (w *watermarks) assign(p int32, maxTs int64, now time.Time) {
 	w.lastSeen[p] = now
 }
 
-// observe records a record of partition p with timestamp ts at processing
-// time now.
-func (w *watermarks) observe(p int32, ts time.Time, now time.Time) {
+// observe records a record of partition p with timestamp ts; seenAt gives
+// its processing time.
+func (w *watermarks) observe(p int32, ts time.Time) {
 	if ms := ts.UnixMilli(); ms > w.maxTs[p] {
 		w.maxTs[p] = ms
 	}
-	w.lastSeen[p] = now
+	if n := len(w.seen); n == 0 || w.seen[n-1] != p {
+		w.seen = append(w.seen, p)
+	}
+}
+
+// seenAt sets the processing time of the partitions observed since the
+// last call to now: the source calls it after the records of one fetch,
+// before next.
+func (w *watermarks) seenAt(now time.Time) {
+	for _, p := range w.seen {
+		w.lastSeen[p] = now
+	}
+	w.seen = w.seen[:0]
 }
 
 // next returns the element to emit at processing time now, if any: a

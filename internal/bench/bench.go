@@ -578,7 +578,7 @@ func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, r
 	if err != nil {
 		return nil, fmt.Errorf("bench: scenario %s: build: %w", s.Name, err)
 	}
-	return &jobTarget{j: j, reg: reg}, nil
+	return &jobTarget{j: j, reg: reg, process: cfg.ApplyProcess}, nil
 }
 
 // jobTarget is a kstreamd job: its committed outputs are its sink's
@@ -590,12 +590,19 @@ type jobTarget struct {
 		Storage() *checkpoint.Storage
 	}
 	reg *prometheus.Registry
+	// process applies the pipeline's process section (GC pacing, memory
+	// limit) as `kstreamd run` does, for the job's run only: the pipe runs
+	// with Go's defaults.
+	process func() (restore func())
 
 	mu   sync.Mutex
 	seen map[int64]checkpointStat
 }
 
 func (t *jobTarget) run(ctx context.Context) error {
+	if t.process != nil {
+		defer t.process()()
+	}
 	pctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -1,0 +1,145 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// TestPooledRecordsReachTheBrokerIntact: the committer's kgo.Records come
+// from recordPool and go back to it in their produce promise. With small
+// batches and a small producer buffer every record is recycled many times
+// while later ones are still buffered or in flight; a record reused while
+// franz-go still held it would reach the broker with another record's key,
+// value or header. Every committed record must be exactly one of those
+// written, each once, and the committable must carry the first
+// acknowledged offset (recorded by the promise before it recycles the
+// record). The end-to-end latency histogram gets one sample per record,
+// from its source timestamp (kept as Unix nanoseconds) to the commit.
+func TestPooledRecordsReachTheBrokerIntact(t *testing.T) {
+	opts := newCluster(t)
+	logger, _ := testLogger()
+	m, reg := newMetrics(t)
+	k := NewKafkaTxnCommitter(KafkaTxnConfig{
+		Name: "out", Topic: testTopic, TransactionalIDPrefix: "pool", PoolSize: 3, TransactionTimeout: time.Minute,
+		ClientOpts: append(slices.Clip(opts), kgo.ProducerBatchMaxBytes(512), kgo.MaxBufferedRecords(16)), Metrics: m, Logger: logger,
+	})
+	defer k.Close()
+	ctx := context.Background()
+	const txns, perTxn = 3, 1500
+	var want []string
+	var minLat, maxLat float64 // bounds of the end-to-end latencies' sum
+	start := time.Now()
+	for tx := range txns {
+		if err := k.BeginTransaction(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i := range perTxn {
+			v := fmt.Sprintf("t%d-%04d", tx, i)
+			minLat += start.Sub(time.UnixMilli(int64(1000 + i))).Seconds()
+			want = append(want, v)
+			rec := runtime.Record{Key: []byte("k" + v), Value: []byte(v), Timestamp: time.UnixMilli(int64(1000 + i)),
+				Headers: []runtime.Header{{Key: "h", Value: []byte("h" + v)}}}
+			if err := k.Write(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := k.PreCommit(ctx, int64(tx+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Records != perTxn || c.Topic != testTopic || c.Offset < 0 {
+			t.Fatalf("committable %+v: want %d records and the first acknowledged offset of topic %q", c, perTxn, testTopic)
+		}
+		if err := k.Commit(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		k.Snapshotted(int64(tx + 1))
+		k.CheckpointCompleted(int64(tx + 1))
+	}
+	end := time.Now()
+	for range txns {
+		for i := range perTxn {
+			maxLat += end.Sub(time.UnixMilli(int64(1000 + i))).Seconds()
+		}
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range fams {
+		if f.GetName() != "kstreamd_sink_end_to_end_latency_seconds" {
+			continue
+		}
+		found = true
+		h := f.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != txns*perTxn || h.GetSampleSum() < minLat || h.GetSampleSum() > maxLat {
+			t.Fatalf("end-to-end latency: %d samples summing to %v s; want %d in [%v, %v]", h.GetSampleCount(), h.GetSampleSum(), txns*perTxn, minLat, maxLat)
+		}
+	}
+	if !found {
+		t.Fatal("no kstreamd_sink_end_to_end_latency_seconds")
+	}
+	var got []string
+	for _, r := range testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second) {
+		v := string(r.Value)
+		if string(r.Key) != "k"+v || len(r.Headers) != 1 || r.Headers[0].Key != "h" || string(r.Headers[0].Value) != "h"+v {
+			t.Fatalf("record %q has key %q headers %v: not the record written", v, r.Key, r.Headers)
+		}
+		got = append(got, v)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("read %d records, want the %d written, each once (first differences: %v)", len(got), len(want), firstDiff(got, want))
+	}
+}
+
+// TestProducePromiseRecyclesTheRecord: the promise records the first
+// acknowledgement and the first failure of the open transaction, then
+// zeroes the record it is handed (so the pool keeps no key, value or
+// header alive) before returning it to the pool.
+func TestProducePromiseRecyclesTheRecord(t *testing.T) {
+	k := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p"})
+	s := k.slots[0]
+	r := &kgo.Record{Topic: testTopic, Partition: 2, Offset: 41, Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: "h"}}}
+	s.promise(r, nil)
+	if r.Key != nil || r.Value != nil || r.Headers != nil || r.Topic != "" || r.Offset != 0 {
+		t.Fatalf("record after its promise: %+v, want the zero record", r)
+	}
+	s.promise(&kgo.Record{Topic: testTopic, Partition: 0, Offset: 99}, nil)
+	if !s.acked || s.ackPart != 2 || s.ackOff != 41 {
+		t.Fatalf("acknowledgement recorded: %v %d@%d, want the first one, partition 2 offset 41", s.acked, s.ackPart, s.ackOff)
+	}
+	if err := s.err(); err != nil {
+		t.Fatalf("err() = %v before any failure", err)
+	}
+	s.promise(&kgo.Record{Topic: testTopic}, fmt.Errorf("boom"))
+	s.promise(&kgo.Record{Topic: testTopic}, fmt.Errorf("second"))
+	if err := s.err(); err == nil || err.Error() != `sink out: write to "out" in transaction p-0-0: boom` {
+		t.Fatalf("err() = %v, want the first failure", err)
+	}
+}
+
+// firstDiff returns up to 3 values in one of a, b but not the other.
+func firstDiff(a, b []string) []string {
+	var out []string
+	for _, v := range a {
+		if !slices.Contains(b, v) && len(out) < 3 {
+			out = append(out, "+"+v)
+		}
+	}
+	for _, v := range b {
+		if !slices.Contains(a, v) && len(out) < 6 {
+			out = append(out, "-"+v)
+		}
+	}
+	return out
+}
