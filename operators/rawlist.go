@@ -87,3 +87,73 @@ func (RawListSerializer) Decode(b []byte) ([]json.RawMessage, error) {
 	}
 	return v, nil
 }
+
+// Copy implements state.HeapSerializer: the list Decode(Append(v)) would
+// return, without the round trip (nil for nil, an empty list for an empty
+// one; items json.Marshal would rewrite, rewritten), or the error Append
+// would return for an item that is not valid JSON. Items of kept (the same
+// bytes: a list read with Get, then appended to) are shared and not checked
+// again, in their order; the others are checked and copied into one new
+// buffer. The matcher's keyed state on Pebble is kept decoded this way.
+func (RawListSerializer) Copy(v, kept []json.RawMessage) ([]json.RawMessage, error) {
+	if v == nil {
+		return nil, nil
+	}
+	n, j := 0, 0
+	for _, m := range v {
+		if j < len(kept) && sameBytes(m, kept[j]) {
+			j++
+			continue
+		}
+		if !plainJSON(m) { // rare: the items as json.Marshal writes them
+			b, err := RawListSerializer{}.Append(nil, v)
+			if err != nil {
+				return nil, err
+			}
+			return RawListSerializer{}.Decode(b)
+		}
+		n += len(m)
+	}
+	var buf []byte
+	if n > 0 {
+		buf = make([]byte, 0, n)
+	}
+	out := make([]json.RawMessage, len(v))
+	j = 0
+	for i, m := range v {
+		if j < len(kept) && sameBytes(m, kept[j]) {
+			out[i] = kept[j]
+			j++
+			continue
+		}
+		start := len(buf)
+		buf = append(buf, m...)
+		out[i] = buf[start:len(buf):len(buf)]
+	}
+	return out, nil
+}
+
+// sameBytes reports whether a and b are the same memory.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+// View implements state.HeapSerializer: a new slice of the same items
+// (with room for one more: the matcher appends), so the caller may set or
+// append items, but must not change an item's bytes in place (they are the
+// state's).
+func (RawListSerializer) View(v []json.RawMessage) []json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	return append(make([]json.RawMessage, 0, len(v)+1), v...)
+}
+
+// Size implements state.HeapSerializer: the items' bytes and slice headers.
+func (RawListSerializer) Size(v []json.RawMessage) int {
+	n := 24 * (len(v) + 1)
+	for _, m := range v {
+		n += len(m)
+	}
+	return n
+}

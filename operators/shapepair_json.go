@@ -70,6 +70,12 @@ func appendMatch(dst []byte, rule, key string, first, second json.RawMessage) ([
 	return append(append(append(dst, `,"second":`...), second...), '}'), nil
 }
 
+// matchSize is the length of appendMatch's output when every part is
+// plain (else a lower bound: a capacity hint).
+func matchSize(rule, key string, first, second json.RawMessage) int {
+	return len(`{"rule":"","key":"","first":,"second":}`) + len(rule) + len(key) + len(first) + len(second)
+}
+
 // plainItem is plainJSON without the validation: m has no byte
 // json.Marshal would compact or escape in a RawMessage.
 func plainItem(m []byte) bool {

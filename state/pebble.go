@@ -216,11 +216,14 @@ func (s *pebbleStore) cachedGet(id uint32, key []byte) ([]byte, bool, error) {
 	if s.cache == nil {
 		return s.getCopy(key)
 	}
-	v, found, cached, gen := s.cache.get(id, key)
+	v, found, cached, gen, err := s.cache.get(id, key)
+	if err != nil {
+		return nil, false, fmt.Errorf("state: write cache: %w", err)
+	}
 	if cached {
 		return v, found, nil
 	}
-	v, found, err := s.getCopy(key)
+	v, found, err = s.getCopy(key)
 	if err != nil {
 		return nil, false, err
 	}
@@ -228,6 +231,50 @@ func (s *pebbleStore) cachedGet(id uint32, key []byte) ([]byte, bool, error) {
 		return nil, false, fmt.Errorf("state: pebble write: %w", err)
 	}
 	return v, found, nil
+}
+
+// getObject reads key of state id decoded with codec: from the write
+// cache (shared with it: the caller must not modify it), or from Pebble,
+// decoded and then kept decoded by the cache. Owner goroutine only.
+func (s *pebbleStore) getObject(id uint32, key []byte, codec *objCodec) (any, bool, error) {
+	obj, found, cached, gen, err := s.cache.getObj(id, key, codec)
+	if err != nil {
+		return nil, false, err
+	}
+	if cached {
+		return obj, found, nil
+	}
+	v, found, err := s.getCopy(key)
+	if err != nil {
+		return nil, false, err
+	}
+	if found {
+		if obj, err = codec.decode(v); err != nil {
+			return nil, false, err
+		}
+	}
+	if err := s.cache.fillObj(s.db, id, key, obj, found, codec, gen); err != nil {
+		return nil, false, fmt.Errorf("state: pebble write: %w", err)
+	}
+	return obj, found, nil
+}
+
+// putObject writes key of state id as the decoded value obj, which the
+// caller gives up: kept decoded by the write cache, or serialized with
+// codec to Pebble when the cache bypasses the state.
+func (s *pebbleStore) putObject(id uint32, key []byte, obj any, codec *objCodec) error {
+	done, err := s.cache.putObj(s.db, id, key, obj, codec)
+	if err != nil {
+		return fmt.Errorf("state: pebble write: %w", err)
+	}
+	if done {
+		return nil
+	}
+	v, err := codec.encode(nil, obj)
+	if err != nil {
+		return err
+	}
+	return s.db.Set(key, v, pebble.NoSync)
 }
 
 // cachedWrite sets (present) or deletes key of state id through the write

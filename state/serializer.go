@@ -125,3 +125,34 @@ func (Float64Serializer) Decode(b []byte) (float64, error) {
 	}
 	return math.Float64frombits(binary.BigEndian.Uint64(b)), nil
 }
+
+// HeapSerializer is a Serializer whose values a MapState without TTL on
+// the Pebble backend keeps decoded in the backend's write cache, as
+// Flink's heap state keeps objects and Kafka Streams' caching store keeps
+// records before serialization: MapState.Put stores Copy(v) without
+// serializing it, MapState.Get of a cached entry returns View of the kept
+// value without decoding it, and the value is serialized with Append only
+// when the cache writes it to Pebble (before every snapshot, scan and
+// close, and on eviction), so Pebble and every checkpoint hold the bytes
+// they hold without the cache (state/FORMAT.md).
+//
+// Copy returns a copy of v sharing no memory the caller may change, or the
+// error Append would return for v (so a Put fails as it fails when
+// serializing). kept is a value Copy returned earlier (the state's last
+// one read through this handle, of any entry) or the zero value: parts of
+// v that are parts of kept (an item of a list read with Get) may be shared
+// rather than copied and checked again. The state never modifies a value
+// Copy returned. View
+// returns the value Get hands to the caller for a kept value: it may share
+// memory with it that nobody modifies (the items of a list), but the
+// caller may change the value itself (set elements, append) without
+// changing the state; its documentation says what it shares. Size
+// estimates the bytes v holds, counted against the write cache's bound
+// (BackendConfig.WriteCacheBytes). The methods must be safe for concurrent
+// use.
+type HeapSerializer[T any] interface {
+	Serializer[T]
+	Copy(v, kept T) (T, error)
+	View(v T) T
+	Size(v T) int
+}
