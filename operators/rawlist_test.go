@@ -44,6 +44,9 @@ func FuzzRawListSerializer(f *testing.F) {
 		if cerr != nil || !reflect.DeepEqual(kept, round) {
 			t.Fatalf("Copy(%q) = %q, %v; Decode(Append) %q", got, kept, cerr, round)
 		}
+		if b, err := (RawListSerializer{}).AppendKept(nil, kept); err != nil || string(b) != string(enc) {
+			t.Fatalf("AppendKept(%q) = %s, %v; Append %s", kept, b, err, enc)
+		}
 		if view := (RawListSerializer{}).View(kept); !reflect.DeepEqual(view, kept) {
 			t.Fatalf("View(%q) = %q", kept, view)
 		}
@@ -88,19 +91,25 @@ func TestRawListSerializerCopy(t *testing.T) {
 	}
 	// A list read, then appended to: the kept items are shared, the new
 	// one copied.
-	next, err := ser.Copy(append(ser.View(kept), rec), kept)
+	next, err := ser.Copy(append(ser.View(kept), rec), [][]json.RawMessage{kept})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(next) != 4 || &next[0][0] != &kept[0][0] || &next[2][0] != &kept[2][0] || &next[3][0] == &rec[0] || string(next[3]) != `{"id":9}` {
 		t.Fatalf("Copy(view + item, kept) = %q (shared %t)", next, &next[0][0] == &kept[0][0])
 	}
+	// An item equal to the last one of another known list (the record put
+	// under another rule) is shared with it.
+	other, err := ser.Copy([]json.RawMessage{json.RawMessage(`7`), json.RawMessage(`{"id":9}`)}, [][]json.RawMessage{nil, next})
+	if err != nil || string(other[1]) != `{"id":9}` || &other[1][0] != &next[3][0] || string(other[0]) != `7` {
+		t.Fatalf("Copy(item equal to the last put) = %q, %v", other, err)
+	}
 	// Items of kept out of its order are checked and copied; one that is
 	// not valid fails the Copy.
-	if _, err := ser.Copy([]json.RawMessage{kept[1], json.RawMessage(`{`)}, kept); err == nil {
+	if _, err := ser.Copy([]json.RawMessage{kept[1], json.RawMessage(`{`)}, [][]json.RawMessage{kept}); err == nil {
 		t.Fatal("Copy with an invalid item after a kept one: no error")
 	}
-	swapped, err := ser.Copy([]json.RawMessage{kept[1], kept[0]}, kept)
+	swapped, err := ser.Copy([]json.RawMessage{kept[1], kept[0]}, [][]json.RawMessage{kept})
 	if err != nil || string(swapped[0]) != `[2]` || string(swapped[1]) != `{"id":1}` || &swapped[0][0] == &kept[1][0] || &swapped[1][0] != &kept[0][0] {
 		t.Fatalf("Copy(swapped, kept) = %q, %v", swapped, err)
 	}

@@ -217,6 +217,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 	// The key as a string for appendMatch, without a copy: appendMatch
 	// only reads it, and rec.Key stays unchanged during the call.
 	key := unsafe.String(unsafe.SliceData(rec.Key), len(rec.Key))
+	plainValue := 0 // 1: key and value plain for appendMatch, 2: not; 0: not checked yet
 	for _, rule := range m.sorted {
 		if shape != rule.First && shape != rule.Second {
 			continue // the rule's items stay as they are: no state access
@@ -234,9 +235,16 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 				n += matchSize(name, key, first, rec.Value)
 			}
 			buf := make([]byte, 0, n)
+			if plainValue == 0 {
+				plainValue = 2
+				if plainASCII(key) && plainItem(rec.Value) {
+					plainValue = 1
+				}
+			}
+			plain := plainValue == 1 && plainASCII(name)
 			for _, first := range stored {
 				start := len(buf)
-				if buf, err = appendMatch(buf, name, key, first, rec.Value); err != nil {
+				if buf, err = appendMatchPlain(buf, name, key, first, rec.Value, plain); err != nil {
 					return err
 				}
 				v := buf[start:len(buf):len(buf)]

@@ -61,7 +61,14 @@ func plainASCII(s string) bool {
 // appended as they are, anything else through json.Marshal.
 // TestAppendMatch compares it with json.Marshal.
 func appendMatch(dst []byte, rule, key string, first, second json.RawMessage) ([]byte, error) {
-	if !plainASCII(rule) || !plainASCII(key) || !plainItem(first) || !plainItem(second) {
+	return appendMatchPlain(dst, rule, key, first, second, plainASCII(rule) && plainASCII(key) && plainItem(second))
+}
+
+// appendMatchPlain is appendMatch for a caller that checked rule, key and
+// second once for several matches: plain reports plainASCII(rule),
+// plainASCII(key) and plainItem(second).
+func appendMatchPlain(dst []byte, rule, key string, first, second json.RawMessage, plain bool) ([]byte, error) {
+	if !plain || !plainItem(first) {
 		b, err := json.Marshal(Match{Rule: rule, Key: key, First: first, Second: second})
 		return append(dst, b...), err
 	}

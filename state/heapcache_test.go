@@ -41,13 +41,15 @@ func (h heapStrings) Decode(b []byte) ([]string, error) {
 	return JSONSerializer[[]string]{}.Decode(b)
 }
 
-func (h heapStrings) Copy(v, _ []string) ([]string, error) {
+func (h heapStrings) Copy(v []string, _ [][]string) ([]string, error) {
 	h.copies.Add(1)
 	if slices.Contains(v, "bad") {
 		return nil, errBadItem
 	}
 	return slices.Clone(v), nil
 }
+
+func (h heapStrings) AppendKept(dst []byte, v []string) ([]byte, error) { return h.Append(dst, v) }
 
 func (heapStrings) View(v []string) []string { return slices.Clone(v) }
 

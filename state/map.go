@@ -78,7 +78,8 @@ type mapState[K, V any] struct {
 	ps      *pebbleStore
 	codec   *objCodec
 	scratch []byte
-	last    V // the value getObj returned last, for HeapSerializer.Copy
+	known   [2]V // the kept values getObj returned and Put stored last, for HeapSerializer.Copy
+	hint    cacheHint // the cache entry getObject found last
 }
 
 func newMapState[K, V any](c *stateCore, kser Serializer[K], vser Serializer[V]) *mapState[K, V] {
@@ -90,7 +91,7 @@ func newMapState[K, V any](c *stateCore, kser Serializer[K], vser Serializer[V])
 	}
 	s.heap, s.ps = heap, ps
 	s.codec = &objCodec{
-		encode: func(dst []byte, obj any) ([]byte, error) { return vser.Append(dst, obj.(V)) },
+		encode: func(dst []byte, obj any) ([]byte, error) { return heap.AppendKept(dst, obj.(V)) },
 		decode: func(b []byte) (any, error) { return vser.Decode(b) },
 		size:   func(obj any) int { return heap.Size(obj.(V)) },
 	}
@@ -125,15 +126,15 @@ func (s *mapState[K, V]) getObj(uk K) (V, bool, error) {
 	if err != nil {
 		return zero, false, err
 	}
-	obj, ok, err := s.ps.getObject(s.c.id, key, s.codec)
+	obj, ok, err := s.ps.getObject(s.c.id, key, s.codec, &s.hint)
 	if err != nil {
 		return zero, false, s.c.wrapErr("get", err)
 	}
 	if !ok {
 		return zero, false, nil
 	}
-	s.last = obj.(V)
-	return s.heap.View(s.last), true, nil
+	s.known[0] = obj.(V)
+	return s.heap.View(s.known[0]), true, nil
 }
 
 // userKey returns the state address and the serialized user key.
@@ -175,7 +176,7 @@ func (s *mapState[K, V]) Contains(uk K) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		_, ok, err := s.ps.getObject(s.c.id, key, s.codec)
+		_, ok, err := s.ps.getObject(s.c.id, key, s.codec, &s.hint)
 		if err != nil {
 			return false, s.c.wrapErr("get", err)
 		}
@@ -195,11 +196,12 @@ func (s *mapState[K, V]) Put(uk K, v V) error {
 		if err != nil {
 			return err
 		}
-		kept, err := s.heap.Copy(v, s.last)
+		kept, err := s.heap.Copy(v, s.known[:])
 		if err != nil {
 			return s.c.wrapErr("put", err)
 		}
-		return s.ps.putObject(s.c.id, key, kept, s.codec)
+		s.known[1] = kept
+		return s.ps.putObject(s.c.id, key, kept, s.codec, s.hint)
 	}
 	k, ukb, err := s.userKey(uk)
 	if err != nil {

@@ -235,9 +235,11 @@ func (s *pebbleStore) cachedGet(id uint32, key []byte) ([]byte, bool, error) {
 
 // getObject reads key of state id decoded with codec: from the write
 // cache (shared with it: the caller must not modify it), or from Pebble,
-// decoded and then kept decoded by the cache. Owner goroutine only.
-func (s *pebbleStore) getObject(id uint32, key []byte, codec *objCodec) (any, bool, error) {
-	obj, found, cached, gen, err := s.cache.getObj(id, key, codec)
+// decoded and then kept decoded by the cache. hint is set to the cached
+// entry found, for a putObject of the same key. Owner goroutine only.
+func (s *pebbleStore) getObject(id uint32, key []byte, codec *objCodec, hint *cacheHint) (any, bool, error) {
+	*hint = cacheHint{}
+	obj, found, cached, gen, err := s.cache.getObj(id, key, codec, hint)
 	if err != nil {
 		return nil, false, err
 	}
@@ -261,9 +263,10 @@ func (s *pebbleStore) getObject(id uint32, key []byte, codec *objCodec) (any, bo
 
 // putObject writes key of state id as the decoded value obj, which the
 // caller gives up: kept decoded by the write cache, or serialized with
-// codec to Pebble when the cache bypasses the state.
-func (s *pebbleStore) putObject(id uint32, key []byte, obj any, codec *objCodec) error {
-	done, err := s.cache.putObj(s.db, id, key, obj, codec)
+// codec to Pebble when the cache bypasses the state. hint is what the
+// getObject before it found (or zero).
+func (s *pebbleStore) putObject(id uint32, key []byte, obj any, codec *objCodec, hint cacheHint) error {
+	done, err := s.cache.putObj(s.db, id, key, obj, codec, hint)
 	if err != nil {
 		return fmt.Errorf("state: pebble write: %w", err)
 	}

@@ -138,21 +138,24 @@ func (Float64Serializer) Decode(b []byte) (float64, error) {
 //
 // Copy returns a copy of v sharing no memory the caller may change, or the
 // error Append would return for v (so a Put fails as it fails when
-// serializing). kept is a value Copy returned earlier (the state's last
-// one read through this handle, of any entry) or the zero value: parts of
-// v that are parts of kept (an item of a list read with Get) may be shared
-// rather than copied and checked again. The state never modifies a value
-// Copy returned. View
-// returns the value Get hands to the caller for a kept value: it may share
-// memory with it that nobody modifies (the items of a list), but the
-// caller may change the value itself (set elements, append) without
-// changing the state; its documentation says what it shares. Size
-// estimates the bytes v holds, counted against the write cache's bound
-// (BackendConfig.WriteCacheBytes). The methods must be safe for concurrent
-// use.
+// serializing). known are values Copy returned earlier (the state's last
+// value read and last value put through this handle, of any entries; zero
+// values when none): parts of v that are parts of, or equal to parts of, a
+// known value (an item of a list read with Get, the item just put under
+// another entry) may be shared rather than copied and checked again. The
+// state never modifies a value Copy returned. AppendKept is Append of a
+// value Copy returned: it may skip the checks Copy made, and must write
+// the bytes Append writes. View returns the value Get hands to the caller
+// for a kept value: it may share memory with it that nobody modifies (the
+// items of a list), but the caller may change the value itself (set
+// elements, append) without changing the state; its documentation says
+// what it shares. Size estimates the bytes v holds, counted against the
+// write cache's bound (BackendConfig.WriteCacheBytes). The methods must be
+// safe for concurrent // use.
 type HeapSerializer[T any] interface {
 	Serializer[T]
-	Copy(v, kept T) (T, error)
+	Copy(v T, known []T) (T, error)
+	AppendKept(dst []byte, v T) ([]byte, error)
 	View(v T) T
 	Size(v T) int
 }

@@ -173,11 +173,20 @@ func (c *writeCache) get(id uint32, key []byte) (v []byte, found, cached bool, g
 	return append([]byte{}, e.val...), true, true, c.gen, nil
 }
 
+// cacheHint is an entry a read found, for a write of the same key that
+// follows (a read-modify-write): valid while the cache's generation is gen
+// (no eviction, drop or forget since, so the entry is still in the map).
+type cacheHint struct {
+	e   *cacheEntry
+	gen uint64
+}
+
 // getObj returns key's cached value decoded with codec, shared with the
 // cache (which never modifies it): a serialized one is decoded and kept
 // decoded. cached false means Pebble must be read, with the generation to
-// pass to fillObj. Owner goroutine only: the entry's form changes.
-func (c *writeCache) getObj(id uint32, key []byte, codec *objCodec) (obj any, found, cached bool, gen uint64, err error) {
+// pass to fillObj. hint is the entry found. Owner goroutine only: the
+// entry's form changes.
+func (c *writeCache) getObj(id uint32, key []byte, codec *objCodec, hint *cacheHint) (obj any, found, cached bool, gen uint64, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.bypass[id] {
@@ -188,6 +197,7 @@ func (c *writeCache) getObj(id uint32, key []byte, codec *objCodec) (obj any, fo
 		return nil, false, false, c.gen, nil
 	}
 	c.touch(e)
+	*hint = cacheHint{e, c.gen}
 	switch {
 	case !e.present:
 		return nil, false, true, c.gen, nil
@@ -227,14 +237,21 @@ func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, foun
 }
 
 // putObj caches a write of key's decoded value obj, which the cache then
-// owns and never modifies; false for a state the cache bypasses.
-func (c *writeCache) putObj(db *pebble.DB, id uint32, key []byte, obj any, codec *objCodec) (bool, error) {
+// owns and never modifies; false for a state the cache bypasses. hint, if
+// still valid and of key, saves the map lookup.
+func (c *writeCache) putObj(db *pebble.DB, id uint32, key []byte, obj any, codec *objCodec, hint cacheHint) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.bypass[id] {
 		return false, nil
 	}
-	e := c.entryFor(key)
+	var e *cacheEntry
+	if hint.e != nil && hint.gen == c.gen && hint.e.key == string(key) {
+		e = hint.e
+		c.touch(e)
+	} else {
+		e = c.entryFor(key)
+	}
 	c.setObj(e, obj, codec)
 	c.markDirty(e)
 	return true, c.maybeEvict(db)
