@@ -232,7 +232,7 @@ func (s *mapState[K, V]) Remove(uk K) error {
 		if err != nil {
 			return err
 		}
-		return s.ps.cachedWrite(s.c.id, key, nil, false)
+		return s.ps.removeObject(s.c.id, key, s.hint)
 	}
 	k, ukb, err := s.userKey(uk)
 	if err != nil {

@@ -280,6 +280,18 @@ func (s *pebbleStore) putObject(id uint32, key []byte, obj any, codec *objCodec,
 	return s.db.Set(key, v, pebble.NoSync)
 }
 
+// removeObject deletes key of state id, with putObject's hint.
+func (s *pebbleStore) removeObject(id uint32, key []byte, hint cacheHint) error {
+	done, err := s.cache.removeObj(s.db, id, key, hint)
+	if err != nil {
+		return fmt.Errorf("state: pebble write: %w", err)
+	}
+	if done {
+		return nil
+	}
+	return s.db.Delete(key, pebble.NoSync)
+}
+
 // cachedWrite sets (present) or deletes key of state id through the write
 // cache.
 func (s *pebbleStore) cachedWrite(id uint32, key, v []byte, present bool) error {

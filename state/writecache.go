@@ -245,16 +245,33 @@ func (c *writeCache) putObj(db *pebble.DB, id uint32, key []byte, obj any, codec
 	if c.bypass[id] {
 		return false, nil
 	}
-	var e *cacheEntry
-	if hint.e != nil && hint.gen == c.gen && hint.e.key == string(key) {
-		e = hint.e
-		c.touch(e)
-	} else {
-		e = c.entryFor(key)
-	}
+	e := c.hinted(key, hint)
 	c.setObj(e, obj, codec)
 	c.markDirty(e)
 	return true, c.maybeEvict(db)
+}
+
+// removeObj caches a delete of key as put does, with putObj's hint.
+func (c *writeCache) removeObj(db *pebble.DB, id uint32, key []byte, hint cacheHint) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return false, nil
+	}
+	e := c.hinted(key, hint)
+	c.setVal(e, nil, false)
+	c.markDirty(e)
+	return true, c.maybeEvict(db)
+}
+
+// hinted is entryFor, without the map lookup when hint is still valid and
+// of key.
+func (c *writeCache) hinted(key []byte, hint cacheHint) *cacheEntry {
+	if hint.e != nil && hint.gen == c.gen && hint.e.key == string(key) {
+		c.touch(hint.e)
+		return hint.e
+	}
+	return c.entryFor(key)
 }
 
 // entryFor returns key's entry, made the most recently used, adding an
