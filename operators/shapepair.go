@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -53,6 +54,7 @@ type ShapePairMatcher struct {
 	Expired interface{ Add(float64) }
 
 	rules   *broadcast.State[string, broadcast.Rule]
+	sorted  []namedRule // rules in ascending name order; nil: rebuild (a rule changed)
 	items   state.MapState[string, []json.RawMessage]
 	times   state.MapState[string, []int64] // with PendingTimeout: the stored items' timestamps, ms
 	timers  TimerService
@@ -60,6 +62,12 @@ type ShapePairMatcher struct {
 	held    prometheus.Gauge
 	updated prometheus.Gauge
 	bad     prometheus.Counter
+}
+
+// namedRule is a rule with its name, as ProcessElement visits them.
+type namedRule struct {
+	name string
+	broadcast.Rule
 }
 
 // shapePairMatcherFactory registers ShapePairMatcherType.
@@ -171,6 +179,7 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 	}
 	if up.Rule == nil {
 		if m.rules.Remove(up.Name) {
+			m.sorted = nil
 			err := state.ApplyToAllKeys(m.backend, ShapePairItemsState, func(_ []byte, items state.MapState[string, []json.RawMessage]) error {
 				return items.Remove(up.Name)
 			})
@@ -185,6 +194,7 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 		}
 	} else {
 		m.rules.Put(up.Name, *up.Rule)
+		m.sorted = nil
 	}
 	if m.held != nil {
 		m.held.Set(float64(m.rules.Len()))
@@ -199,22 +209,45 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 	if !ok {
 		return nil // not a JSON object, or no shape: matches no rule
 	}
-	key := string(rec.Key)
-	for name, rule := range m.rules.Entries() {
+	if m.sorted == nil && m.rules.Len() > 0 {
+		for name, rule := range m.rules.Entries() {
+			m.sorted = append(m.sorted, namedRule{name, rule})
+		}
+	}
+	// The key as a string for appendMatch, without a copy: appendMatch
+	// only reads it, and rec.Key stays unchanged during the call.
+	key := unsafe.String(unsafe.SliceData(rec.Key), len(rec.Key))
+	plainValue := 0 // 1: key and value plain for appendMatch, 2: not; 0: not checked yet
+	for _, rule := range m.sorted {
 		if shape != rule.First && shape != rule.Second {
 			continue // the rule's items stay as they are: no state access
 		}
+		name := rule.name
 		stored, _, err := m.items.Get(name)
 		if err != nil {
 			return err
 		}
 		changed := false
 		if shape == rule.Second && len(stored) > 0 {
+			// One buffer for the rule's matches: each output owns its slice.
+			n := 0
 			for _, first := range stored {
-				v, err := appendMatch(nil, name, key, first, rec.Value)
-				if err != nil {
+				n += matchSize(name, key, first, rec.Value)
+			}
+			buf := make([]byte, 0, n)
+			if plainValue == 0 {
+				plainValue = 2
+				if plainASCII(key) && plainItem(rec.Value) {
+					plainValue = 1
+				}
+			}
+			plain := plainValue == 1 && plainASCII(name)
+			for _, first := range stored {
+				start := len(buf)
+				if buf, err = appendMatchPlain(buf, name, key, first, rec.Value, plain); err != nil {
 					return err
 				}
+				v := buf[start:len(buf):len(buf)]
 				if err := out.Collect(runtime.Record{Key: rec.Key, Value: v, Timestamp: rec.Timestamp}); err != nil {
 					return err
 				}
@@ -349,6 +382,7 @@ func (m *ShapePairMatcher) RestoreBroadcastState(states map[string]json.RawMessa
 	for name, r := range rules {
 		m.rules.Put(name, r)
 	}
+	m.sorted = nil
 	if m.held != nil {
 		m.held.Set(float64(m.rules.Len()))
 	}

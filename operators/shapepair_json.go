@@ -61,13 +61,26 @@ func plainASCII(s string) bool {
 // appended as they are, anything else through json.Marshal.
 // TestAppendMatch compares it with json.Marshal.
 func appendMatch(dst []byte, rule, key string, first, second json.RawMessage) ([]byte, error) {
-	if !plainASCII(rule) || !plainASCII(key) || !plainItem(first) || !plainItem(second) {
+	return appendMatchPlain(dst, rule, key, first, second, plainASCII(rule) && plainASCII(key) && plainItem(second))
+}
+
+// appendMatchPlain is appendMatch for a caller that checked rule, key and
+// second once for several matches: plain reports plainASCII(rule),
+// plainASCII(key) and plainItem(second).
+func appendMatchPlain(dst []byte, rule, key string, first, second json.RawMessage, plain bool) ([]byte, error) {
+	if !plain || !plainItem(first) {
 		b, err := json.Marshal(Match{Rule: rule, Key: key, First: first, Second: second})
 		return append(dst, b...), err
 	}
 	dst = append(append(append(dst, `{"rule":"`...), rule...), `","key":"`...)
 	dst = append(append(append(dst, key...), `","first":`...), first...)
 	return append(append(append(dst, `,"second":`...), second...), '}'), nil
+}
+
+// matchSize is the length of appendMatch's output when every part is
+// plain (else a lower bound: a capacity hint).
+func matchSize(rule, key string, first, second json.RawMessage) int {
+	return len(`{"rule":"","key":"","first":,"second":}`) + len(rule) + len(key) + len(first) + len(second)
 }
 
 // plainItem is plainJSON without the validation: m has no byte

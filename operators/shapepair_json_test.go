@@ -54,5 +54,10 @@ func TestAppendMatch(t *testing.T) {
 		if string(got) != "x"+string(want) {
 			t.Errorf("appendMatch(%+v) = %s, want x%s", c, got, want)
 		}
+		// matchSize, the matcher's buffer size, is exact for plain parts
+		// (the first case) and a lower bound otherwise.
+		if n := matchSize(c.rule, c.key, json.RawMessage(c.first), json.RawMessage(c.second)); n > len(want) || (c.rule == "red-circle" && n != len(want)) {
+			t.Errorf("matchSize(%+v) = %d, output %d bytes", c, n, len(want))
+		}
 	}
 }

@@ -108,7 +108,10 @@ func cachedDecoded[T any](c *stateCore, ser Serializer[T], op string, buf *[]byt
 		return v, false, true, err
 	}
 	*buf = appendStateKey((*buf)[:0], k)
-	blob, found, cached, _ := ps.cache.get(c.id, *buf)
+	blob, found, cached, _, err := ps.cache.get(c.id, *buf)
+	if err != nil {
+		return v, false, true, c.wrapErr(op, err)
+	}
 	if !cached || !found {
 		return v, false, cached, nil
 	}

@@ -52,7 +52,7 @@ func GetMapState[K, V any](b KeyedStateBackend, d MapStateDescriptor[K, V]) (Map
 		spec.serializer = d.KeySerializer.Name() + "/" + d.ValueSerializer.Name()
 	}
 	h, err := register(b, spec, fmt.Sprintf("%T/%T", d.KeySerializer, d.ValueSerializer), func(c *stateCore) any {
-		return &mapState[K, V]{c: c, kser: d.KeySerializer, vser: d.ValueSerializer}
+		return newMapState(c, d.KeySerializer, d.ValueSerializer)
 	})
 	if err != nil {
 		return nil, err
@@ -61,16 +61,80 @@ func GetMapState[K, V any](b KeyedStateBackend, d MapStateDescriptor[K, V]) (Map
 }
 
 // mapState implements MapState; key as in valueState.
+//
+// With a HeapSerializer, no TTL and the Pebble write cache, the handle of
+// the current key (owner goroutine only) keeps values decoded in the cache
+// (heap not nil; see HeapSerializer): Get, Contains, Put and Remove go
+// through getObject and putObject with the Pebble key built in scratch.
+// Bound handles and every other path use the serialized form, which the
+// cache produces from a decoded value when asked.
 type mapState[K, V any] struct {
 	c    *stateCore
 	kser Serializer[K]
 	vser Serializer[V]
 	key  *keyRef
+
+	heap    HeapSerializer[V]
+	ps      *pebbleStore
+	codec   *objCodec
+	scratch []byte
+	known   [2]V // the kept values getObj returned and Put stored last, for HeapSerializer.Copy
+	hint    cacheHint // the cache entry getObject found last
 }
 
-// bind returns a handle acting on k; see valueState.bind.
+func newMapState[K, V any](c *stateCore, kser Serializer[K], vser Serializer[V]) *mapState[K, V] {
+	s := &mapState[K, V]{c: c, kser: kser, vser: vser}
+	heap, ok := vser.(HeapSerializer[V])
+	ps, pebble := c.st.(*pebbleStore)
+	if !ok || !pebble || ps.cache == nil || c.ttl != nil {
+		return s
+	}
+	s.heap, s.ps = heap, ps
+	s.codec = &objCodec{
+		encode: func(dst []byte, obj any) ([]byte, error) { return heap.AppendKept(dst, obj.(V)) },
+		decode: func(b []byte) (any, error) { return vser.Decode(b) },
+		size:   func(obj any) int { return heap.Size(obj.(V)) },
+	}
+	return s
+}
+
+// bind returns a handle acting on k; see valueState.bind. It uses the
+// serialized form only (it may run on other goroutines).
 func (s *mapState[K, V]) bind(k keyRef) *mapState[K, V] {
 	return &mapState[K, V]{c: s.c, kser: s.kser, vser: s.vser, key: &k}
+}
+
+// objKey returns the Pebble key of user key uk under the current key, in
+// s.scratch (valid until the next call).
+func (s *mapState[K, V]) objKey(uk K) ([]byte, error) {
+	k, err := s.c.stateKey(nil)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.kser.Append(appendStateKey(s.scratch[:0], k), uk)
+	if err != nil {
+		return nil, s.c.wrapErr("map key", err)
+	}
+	s.scratch = b
+	return b, nil
+}
+
+// getObj is Get on the decoded path.
+func (s *mapState[K, V]) getObj(uk K) (V, bool, error) {
+	var zero V
+	key, err := s.objKey(uk)
+	if err != nil {
+		return zero, false, err
+	}
+	obj, ok, err := s.ps.getObject(s.c.id, key, s.codec, &s.hint)
+	if err != nil {
+		return zero, false, s.c.wrapErr("get", err)
+	}
+	if !ok {
+		return zero, false, nil
+	}
+	s.known[0] = obj.(V)
+	return s.heap.View(s.known[0]), true, nil
 }
 
 // userKey returns the state address and the serialized user key.
@@ -87,6 +151,9 @@ func (s *mapState[K, V]) userKey(uk K) (stateKey, []byte, error) {
 }
 
 func (s *mapState[K, V]) Get(uk K) (V, bool, error) {
+	if s.heap != nil && s.key == nil {
+		return s.getObj(uk)
+	}
 	var zero V
 	k, ukb, err := s.userKey(uk)
 	if err != nil {
@@ -104,6 +171,17 @@ func (s *mapState[K, V]) Get(uk K) (V, bool, error) {
 }
 
 func (s *mapState[K, V]) Contains(uk K) (bool, error) {
+	if s.heap != nil && s.key == nil {
+		key, err := s.objKey(uk)
+		if err != nil {
+			return false, err
+		}
+		_, ok, err := s.ps.getObject(s.c.id, key, s.codec, &s.hint)
+		if err != nil {
+			return false, s.c.wrapErr("get", err)
+		}
+		return ok, nil
+	}
 	k, ukb, err := s.userKey(uk)
 	if err != nil {
 		return false, err
@@ -113,6 +191,18 @@ func (s *mapState[K, V]) Contains(uk K) (bool, error) {
 }
 
 func (s *mapState[K, V]) Put(uk K, v V) error {
+	if s.heap != nil && s.key == nil {
+		key, err := s.objKey(uk)
+		if err != nil {
+			return err
+		}
+		kept, err := s.heap.Copy(v, s.known[:])
+		if err != nil {
+			return s.c.wrapErr("put", err)
+		}
+		s.known[1] = kept
+		return s.ps.putObject(s.c.id, key, kept, s.codec, s.hint)
+	}
 	k, ukb, err := s.userKey(uk)
 	if err != nil {
 		return err
@@ -137,6 +227,13 @@ func (s *mapState[K, V]) PutAll(entries iter.Seq2[K, V]) error {
 }
 
 func (s *mapState[K, V]) Remove(uk K) error {
+	if s.heap != nil && s.key == nil {
+		key, err := s.objKey(uk)
+		if err != nil {
+			return err
+		}
+		return s.ps.removeObject(s.c.id, key, s.hint)
+	}
 	k, ukb, err := s.userKey(uk)
 	if err != nil {
 		return err

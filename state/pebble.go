@@ -216,11 +216,14 @@ func (s *pebbleStore) cachedGet(id uint32, key []byte) ([]byte, bool, error) {
 	if s.cache == nil {
 		return s.getCopy(key)
 	}
-	v, found, cached, gen := s.cache.get(id, key)
+	v, found, cached, gen, err := s.cache.get(id, key)
+	if err != nil {
+		return nil, false, fmt.Errorf("state: write cache: %w", err)
+	}
 	if cached {
 		return v, found, nil
 	}
-	v, found, err := s.getCopy(key)
+	v, found, err = s.getCopy(key)
 	if err != nil {
 		return nil, false, err
 	}
@@ -228,6 +231,65 @@ func (s *pebbleStore) cachedGet(id uint32, key []byte) ([]byte, bool, error) {
 		return nil, false, fmt.Errorf("state: pebble write: %w", err)
 	}
 	return v, found, nil
+}
+
+// getObject reads key of state id decoded with codec: from the write
+// cache (shared with it: the caller must not modify it), or from Pebble,
+// decoded and then kept decoded by the cache. hint is set to the cached
+// entry found, for a putObject of the same key. Owner goroutine only.
+func (s *pebbleStore) getObject(id uint32, key []byte, codec *objCodec, hint *cacheHint) (any, bool, error) {
+	*hint = cacheHint{}
+	obj, found, cached, gen, err := s.cache.getObj(id, key, codec, hint)
+	if err != nil {
+		return nil, false, err
+	}
+	if cached {
+		return obj, found, nil
+	}
+	v, found, err := s.getCopy(key)
+	if err != nil {
+		return nil, false, err
+	}
+	if found {
+		if obj, err = codec.decode(v); err != nil {
+			return nil, false, err
+		}
+	}
+	if err := s.cache.fillObj(s.db, id, key, obj, found, codec, gen); err != nil {
+		return nil, false, fmt.Errorf("state: pebble write: %w", err)
+	}
+	return obj, found, nil
+}
+
+// putObject writes key of state id as the decoded value obj, which the
+// caller gives up: kept decoded by the write cache, or serialized with
+// codec to Pebble when the cache bypasses the state. hint is what the
+// getObject before it found (or zero).
+func (s *pebbleStore) putObject(id uint32, key []byte, obj any, codec *objCodec, hint cacheHint) error {
+	done, err := s.cache.putObj(s.db, id, key, obj, codec, hint)
+	if err != nil {
+		return fmt.Errorf("state: pebble write: %w", err)
+	}
+	if done {
+		return nil
+	}
+	v, err := codec.encode(nil, obj)
+	if err != nil {
+		return err
+	}
+	return s.db.Set(key, v, pebble.NoSync)
+}
+
+// removeObject deletes key of state id, with putObject's hint.
+func (s *pebbleStore) removeObject(id uint32, key []byte, hint cacheHint) error {
+	done, err := s.cache.removeObj(s.db, id, key, hint)
+	if err != nil {
+		return fmt.Errorf("state: pebble write: %w", err)
+	}
+	if done {
+		return nil
+	}
+	return s.db.Delete(key, pebble.NoSync)
 }
 
 // cachedWrite sets (present) or deletes key of state id through the write

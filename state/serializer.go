@@ -125,3 +125,37 @@ func (Float64Serializer) Decode(b []byte) (float64, error) {
 	}
 	return math.Float64frombits(binary.BigEndian.Uint64(b)), nil
 }
+
+// HeapSerializer is a Serializer whose values a MapState without TTL on
+// the Pebble backend keeps decoded in the backend's write cache, as
+// Flink's heap state keeps objects and Kafka Streams' caching store keeps
+// records before serialization: MapState.Put stores Copy(v) without
+// serializing it, MapState.Get of a cached entry returns View of the kept
+// value without decoding it, and the value is serialized with Append only
+// when the cache writes it to Pebble (before every snapshot, scan and
+// close, and on eviction), so Pebble and every checkpoint hold the bytes
+// they hold without the cache (state/FORMAT.md).
+//
+// Copy returns a copy of v sharing no memory the caller may change, or the
+// error Append would return for v (so a Put fails as it fails when
+// serializing). known are values Copy returned earlier (the state's last
+// value read and last value put through this handle, of any entries; zero
+// values when none): parts of v that are parts of, or equal to parts of, a
+// known value (an item of a list read with Get, the item just put under
+// another entry) may be shared rather than copied and checked again. The
+// state never modifies a value Copy returned. AppendKept is Append of a
+// value Copy returned: it may skip the checks Copy made, and must write
+// the bytes Append writes. View returns the value Get hands to the caller
+// for a kept value: it may share memory with it that nobody modifies (the
+// items of a list), but the caller may change the value itself (set
+// elements, append) without changing the state; its documentation says
+// what it shares. Size estimates the bytes v holds, counted against the
+// write cache's bound (BackendConfig.WriteCacheBytes). The methods must be
+// safe for concurrent // use.
+type HeapSerializer[T any] interface {
+	Serializer[T]
+	Copy(v T, known []T) (T, error)
+	AppendKept(dst []byte, v T) ([]byte, error)
+	View(v T) T
+	Size(v T) int
+}

@@ -55,19 +55,72 @@ type writeCache struct {
 	// bypass are the state ids the cache never holds: states with
 	// background TTL cleanup, which rewrites Pebble behind the cache.
 	bypass map[uint32]bool
+	// scratch holds a decoded value serialized for a batch (which copies it).
+	scratch []byte
 }
 
 // cacheEntry is one cached key: its value (present false: deleted),
 // whether Pebble lacks this version, and its place in the recency list.
+// A present value is held either serialized (codec nil: val) or decoded
+// (codec not nil: obj, which the cache never modifies, serialized by the
+// codec only when the entry is written to Pebble or read as bytes; see
+// objCodec).
 type cacheEntry struct {
 	key        string // the map key
 	val        []byte
+	obj        any
+	codec      *objCodec
+	osize      int // codec.size(obj)
 	present    bool
 	dirty      bool
 	prev, next *cacheEntry
 }
 
-func (e *cacheEntry) size() int { return len(e.key) + len(e.val) + writeCacheEntryOverhead }
+func (e *cacheEntry) size() int {
+	return len(e.key) + len(e.val) + e.osize + writeCacheEntryOverhead
+}
+
+// setVal makes e hold the serialized value v (nil for a delete), keeping
+// c.bytes in step.
+func (c *writeCache) setVal(e *cacheEntry, v []byte, present bool) {
+	c.bytes += len(v) - len(e.val) - e.osize
+	if present {
+		e.val = append(e.val[:0], v...)
+	} else {
+		e.val = nil
+	}
+	e.obj, e.codec, e.osize, e.present = nil, nil, 0, present
+}
+
+// setObj makes e hold the decoded value obj, keeping c.bytes in step.
+func (c *writeCache) setObj(e *cacheEntry, obj any, codec *objCodec) {
+	size := codec.size(obj)
+	c.bytes += size - len(e.val) - e.osize
+	e.val, e.obj, e.codec, e.osize, e.present = nil, obj, codec, size, true
+}
+
+// bytesOf returns the serialized value of a present entry: val, or its
+// decoded value serialized by the codec (a new slice).
+func (e *cacheEntry) bytesOf() ([]byte, error) {
+	if e.codec == nil {
+		return e.val, nil
+	}
+	return e.codec.encode(nil, e.obj)
+}
+
+// objCodec is how the cache holds the decoded values of one state (Flink's
+// heap state, Kafka Streams' caching store before serialization): what
+// the typed state above put is kept as it is, and serialized only when it
+// is flushed or evicted to Pebble, or read as bytes (a snapshot, a scan,
+// an async read); the bytes are those the typed state's serializer writes
+// (encode), so Pebble and every snapshot hold what they would hold without
+// it. A value read from Pebble is decoded once (decode) and kept decoded.
+// size estimates the bytes a decoded value holds, for the cache's bound.
+type objCodec struct {
+	encode func(dst []byte, obj any) ([]byte, error)
+	decode func(b []byte) (any, error)
+	size   func(obj any) int
+}
 
 func newWriteCache(limit int) *writeCache {
 	c := &writeCache{entries: map[string]*cacheEntry{}, limit: limit, bypass: map[uint32]bool{}}
@@ -96,23 +149,151 @@ func (c *writeCache) unlink(e *cacheEntry) {
 	c.bytes -= e.size()
 }
 
-// get returns a copy of key's cached value; cached false means Pebble must
-// be read, with the generation to pass to fill.
-func (c *writeCache) get(id uint32, key []byte) (v []byte, found, cached bool, gen uint64) {
+// get returns a copy of key's cached value (a decoded one serialized);
+// cached false means Pebble must be read, with the generation to pass to
+// fill. err is a decoded value's serialization error.
+func (c *writeCache) get(id uint32, key []byte) (v []byte, found, cached bool, gen uint64, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.bypass[id] {
-		return nil, false, false, 0
+		return nil, false, false, 0, nil
 	}
 	e, ok := c.entries[string(key)]
 	if !ok {
-		return nil, false, false, c.gen
+		return nil, false, false, c.gen, nil
 	}
 	c.touch(e)
 	if !e.present {
-		return nil, false, true, c.gen
+		return nil, false, true, c.gen, nil
 	}
-	return append([]byte{}, e.val...), true, true, c.gen
+	if e.codec != nil {
+		v, err = e.bytesOf()
+		return v, err == nil, true, c.gen, err
+	}
+	return append([]byte{}, e.val...), true, true, c.gen, nil
+}
+
+// cacheHint is an entry a read found, for a write of the same key that
+// follows (a read-modify-write): valid while the cache's generation is gen
+// (no eviction, drop or forget since, so the entry is still in the map).
+type cacheHint struct {
+	e   *cacheEntry
+	gen uint64
+}
+
+// getObj returns key's cached value decoded with codec, shared with the
+// cache (which never modifies it): a serialized one is decoded and kept
+// decoded. cached false means Pebble must be read, with the generation to
+// pass to fillObj. hint is the entry found. Owner goroutine only: the
+// entry's form changes.
+func (c *writeCache) getObj(id uint32, key []byte, codec *objCodec, hint *cacheHint) (obj any, found, cached bool, gen uint64, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return nil, false, false, 0, nil
+	}
+	e, ok := c.entries[string(key)]
+	if !ok {
+		return nil, false, false, c.gen, nil
+	}
+	c.touch(e)
+	*hint = cacheHint{e, c.gen}
+	switch {
+	case !e.present:
+		return nil, false, true, c.gen, nil
+	case e.codec == codec:
+		return e.obj, true, true, c.gen, nil
+	}
+	b, err := e.bytesOf()
+	if err == nil {
+		obj, err = codec.decode(b)
+	}
+	if err != nil {
+		return nil, false, true, c.gen, err
+	}
+	c.setObj(e, obj, codec)
+	return obj, true, true, c.gen, nil
+}
+
+// fillObj caches the decoded value of key read from Pebble (found false:
+// absent) after a miss in generation gen, as fill does.
+func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, found bool, codec *objCodec, gen uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] || c.gen != gen {
+		return nil
+	}
+	if _, ok := c.entries[string(key)]; ok {
+		return nil
+	}
+	e := &cacheEntry{key: string(key)}
+	if found {
+		c.setObj(e, obj, codec)
+	}
+	c.entries[e.key] = e
+	c.touch(e)
+	c.bytes += len(e.key) + writeCacheEntryOverhead
+	return c.maybeEvict(db)
+}
+
+// putObj caches a write of key's decoded value obj, which the cache then
+// owns and never modifies; false for a state the cache bypasses. hint, if
+// still valid and of key, saves the map lookup.
+func (c *writeCache) putObj(db *pebble.DB, id uint32, key []byte, obj any, codec *objCodec, hint cacheHint) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return false, nil
+	}
+	e := c.hinted(key, hint)
+	c.setObj(e, obj, codec)
+	c.markDirty(e)
+	return true, c.maybeEvict(db)
+}
+
+// removeObj caches a delete of key as put does, with putObj's hint.
+func (c *writeCache) removeObj(db *pebble.DB, id uint32, key []byte, hint cacheHint) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return false, nil
+	}
+	e := c.hinted(key, hint)
+	c.setVal(e, nil, false)
+	c.markDirty(e)
+	return true, c.maybeEvict(db)
+}
+
+// hinted is entryFor, without the map lookup when hint is still valid and
+// of key.
+func (c *writeCache) hinted(key []byte, hint cacheHint) *cacheEntry {
+	if hint.e != nil && hint.gen == c.gen && hint.e.key == string(key) {
+		c.touch(hint.e)
+		return hint.e
+	}
+	return c.entryFor(key)
+}
+
+// entryFor returns key's entry, made the most recently used, adding an
+// empty one when missing.
+func (c *writeCache) entryFor(key []byte) *cacheEntry {
+	e, ok := c.entries[string(key)]
+	if !ok {
+		e = &cacheEntry{key: string(key)}
+		c.entries[e.key] = e
+		c.bytes += len(key) + writeCacheEntryOverhead
+	}
+	c.touch(e)
+	return e
+}
+
+// markDirty records that Pebble lacks e's version.
+func (c *writeCache) markDirty(e *cacheEntry) {
+	if !e.dirty {
+		e.dirty = true
+		c.ndirty++
+		c.dirty = append(c.dirty, e)
+	}
 }
 
 // fill caches what Pebble returned for key after a miss in generation gen,
@@ -144,25 +325,9 @@ func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool) 
 	if c.bypass[id] {
 		return false, nil
 	}
-	e, ok := c.entries[string(key)]
-	if !ok {
-		e = &cacheEntry{key: string(key)}
-		c.entries[e.key] = e
-		c.bytes += len(key) + writeCacheEntryOverhead
-	}
-	c.touch(e)
-	c.bytes += len(v) - len(e.val)
-	if present {
-		e.val = append(e.val[:0], v...)
-	} else {
-		e.val = nil
-	}
-	e.present = present
-	if !e.dirty {
-		e.dirty = true
-		c.ndirty++
-		c.dirty = append(c.dirty, e)
-	}
+	e := c.entryFor(key)
+	c.setVal(e, v, present)
+	c.markDirty(e)
 	return true, c.maybeEvict(db)
 }
 
@@ -236,7 +401,7 @@ func (c *writeCache) maybeEvict(db *pebble.DB) error {
 			b = db.NewBatch()
 			defer b.Close()
 		}
-		if err := batchWrite(b, e); err != nil {
+		if err := batchWrite(b, e, &c.scratch); err != nil {
 			return err
 		}
 	}
@@ -254,7 +419,7 @@ func (c *writeCache) maybeEvict(db *pebble.DB) error {
 			c.ndirty--
 		}
 		c.unlink(e)
-		e.val = nil
+		e.val, e.obj, e.codec = nil, nil, nil
 	}
 	if len(c.dirty) > 64 && len(c.dirty) > 2*c.ndirty { // evicted entries' slots outnumber the dirty ones
 		c.dirty = slices.DeleteFunc(c.dirty, func(e *cacheEntry) bool { return !e.dirty })
@@ -285,7 +450,7 @@ func (c *writeCache) flushLocked(db *pebble.DB) error {
 		if !e.dirty {
 			continue
 		}
-		if err := batchWrite(b, e); err != nil {
+		if err := batchWrite(b, e, &c.scratch); err != nil {
 			return err
 		}
 	}
@@ -301,11 +466,20 @@ func (c *writeCache) flushLocked(db *pebble.DB) error {
 	return nil
 }
 
-// batchWrite adds e's version to b (the batch copies key and value).
-func batchWrite(b *pebble.Batch, e *cacheEntry) error {
+// batchWrite adds e's version to b (the batch copies key and value); a
+// decoded value is serialized first.
+func batchWrite(b *pebble.Batch, e *cacheEntry, scratch *[]byte) error {
 	k := unsafe.Slice(unsafe.StringData(e.key), len(e.key))
-	if e.present {
+	if !e.present {
+		return b.Delete(k, nil)
+	}
+	if e.codec == nil {
 		return b.Set(k, e.val, nil)
 	}
-	return b.Delete(k, nil)
+	v, err := e.codec.encode((*scratch)[:0], e.obj)
+	if err != nil {
+		return err
+	}
+	*scratch = v
+	return b.Set(k, v, nil)
 }

@@ -1,0 +1,288 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// heapStrings is a HeapSerializer of []string with the bytes of
+// JSONSerializer[[]string] (the same name), counting its calls. A list
+// holding "bad" cannot be serialized.
+type heapStrings struct {
+	appends, decodes, copies *atomic.Int64
+}
+
+func newHeapStrings() heapStrings {
+	return heapStrings{new(atomic.Int64), new(atomic.Int64), new(atomic.Int64)}
+}
+
+var errBadItem = errors.New("bad item")
+
+func (heapStrings) Name() string { return "json" }
+
+func (h heapStrings) Append(dst []byte, v []string) ([]byte, error) {
+	h.appends.Add(1)
+	if slices.Contains(v, "bad") {
+		return dst, errBadItem
+	}
+	return JSONSerializer[[]string]{}.Append(dst, v)
+}
+
+func (h heapStrings) Decode(b []byte) ([]string, error) {
+	h.decodes.Add(1)
+	return JSONSerializer[[]string]{}.Decode(b)
+}
+
+func (h heapStrings) Copy(v []string, _ [][]string) ([]string, error) {
+	h.copies.Add(1)
+	if slices.Contains(v, "bad") {
+		return nil, errBadItem
+	}
+	return slices.Clone(v), nil
+}
+
+func (h heapStrings) AppendKept(dst []byte, v []string) ([]byte, error) { return h.Append(dst, v) }
+
+func (heapStrings) View(v []string) []string { return slices.Clone(v) }
+
+func (heapStrings) Size(v []string) int {
+	n := 24
+	for _, s := range v {
+		n += 16 + len(s)
+	}
+	return n
+}
+
+// heapDesc is a map state kept decoded; refDesc the same state (name and
+// bytes) serialized on every access.
+func heapDesc(ser heapStrings) MapStateDescriptor[string, []string] {
+	return MapStateDescriptor[string, []string]{Name: "lists", KeySerializer: StringSerializer{}, ValueSerializer: ser}
+}
+
+var refDesc = MapStateDescriptor[string, []string]{Name: "lists", KeySerializer: StringSerializer{}, ValueSerializer: JSONSerializer[[]string]{}}
+
+// pebbleContents flushes b's write cache and returns every key and value
+// of its key-group space as Pebble holds them.
+func pebbleContents(t *testing.T, b KeyedStateBackend) map[string]string {
+	t.Helper()
+	st := b.(*pebbleBackend).st
+	must(t, st.flushCache())
+	it, err := st.db.NewIter(&pebble.IterOptions{LowerBound: keyGroupsStart, UpperBound: keyGroupsEnd})
+	must(t, err)
+	out := map[string]string{}
+	for ok := it.First(); ok; ok = it.Next() {
+		out[string(it.Key())] = string(it.Value())
+	}
+	must(t, it.Close())
+	return out
+}
+
+// TestHeapMapStateKeepsValuesDecoded: on Pebble a HeapSerializer's values
+// are neither serialized on Put nor decoded on Get while the write cache
+// holds them; a flush serializes each dirty entry once, and the entry stays
+// decoded after it. On hashmap, and with TTL, every Put serializes.
+func TestHeapMapStateKeepsValuesDecoded(t *testing.T) {
+	ser := newHeapStrings()
+	b := open(t, testConfig(t, KindPebble))
+	s := must1(GetMapState(b, heapDesc(ser)))(t)
+	b.SetCurrentKey([]byte("k"))
+	for i := range 3 {
+		must(t, s.Put("r", []string{fmt.Sprint(i)}))
+	}
+	must(t, s.Put("q", []string{"x"}))
+	if v, ok, err := s.Get("r"); err != nil || !ok || !slices.Equal(v, []string{"2"}) {
+		t.Fatalf("Get = %q %v %v", v, ok, err)
+	}
+	if a, d, c := ser.appends.Load(), ser.decodes.Load(), ser.copies.Load(); a != 0 || d != 0 || c != 4 {
+		t.Fatalf("before the flush: %d appends, %d decodes, %d copies; want 0, 0, 4", a, d, c)
+	}
+	if got := storedEntries(t, b); got != 2 {
+		t.Fatalf("stored entries %d, want 2", got)
+	}
+	if a := ser.appends.Load(); a != 2 {
+		t.Fatalf("the flush serialized %d values, want 2 (one per dirty entry)", a)
+	}
+	v, ok, err := s.Get("q")
+	if err != nil || !ok || !slices.Equal(v, []string{"x"}) || ser.decodes.Load() != 0 {
+		t.Fatalf("Get after the flush = %q %v %v, %d decodes", v, ok, err, ser.decodes.Load())
+	}
+	if ok := must1(s.Contains("q"))(t); !ok {
+		t.Fatal("Contains(q) false")
+	}
+	must(t, s.Remove("q"))
+	if ok := must1(s.Contains("q"))(t); ok {
+		t.Fatal("Contains(q) after Remove")
+	}
+
+	for _, tc := range []struct {
+		name string
+		cfg  BackendConfig
+		ttl  bool
+	}{{"hashmap", testConfig(t, KindHashmap), false}, {"pebble with ttl", testConfig(t, KindPebble), true}, {"pebble without cache", func() BackendConfig {
+		c := testConfig(t, KindPebble)
+		c.WriteCacheBytes = -1
+		return c
+	}(), false}} {
+		ser := newHeapStrings()
+		b := open(t, tc.cfg)
+		d := heapDesc(ser)
+		if tc.ttl {
+			d.TTL = &StateTtlConfig{TTL: 1 << 40, DisableCleanupInBackground: true}
+		}
+		s := must1(GetMapState(b, d))(t)
+		b.SetCurrentKey([]byte("k"))
+		must(t, s.Put("r", []string{"a"}))
+		if v := get(t, s, "r"); !slices.Equal(v, []string{"a"}) || ser.appends.Load() != 1 || ser.decodes.Load() != 1 || ser.copies.Load() != 0 {
+			t.Fatalf("%s: Get = %q after %d appends, %d decodes, %d copies; want 1, 1, 0", tc.name, v, ser.appends.Load(), ser.decodes.Load(), ser.copies.Load())
+		}
+	}
+}
+
+// TestHeapMapStateAliasing: a value Get returned is not changed by later
+// Puts nor by changes to what was put, and changing it (an element, an
+// append) does not change the state.
+func TestHeapMapStateAliasing(t *testing.T) {
+	b := open(t, testConfig(t, KindPebble))
+	s := must1(GetMapState(b, heapDesc(newHeapStrings())))(t)
+	b.SetCurrentKey([]byte("k"))
+	put := []string{"a", "b"}
+	must(t, s.Put("r", put))
+	put[0] = "changed"
+	got := get(t, s, "r")
+	if !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("Get = %q after the put slice changed", got)
+	}
+	must(t, s.Put("r", append(got, "c")))
+	if !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("an earlier Get's value changed to %q by a Put", got)
+	}
+	got2 := get(t, s, "r")
+	got2[0] = "x"
+	_ = append(got2[:1], "y")
+	if now := get(t, s, "r"); !slices.Equal(now, []string{"a", "b", "c"}) {
+		t.Fatalf("state %q after changes to a Get's value", now)
+	}
+}
+
+// TestHeapMapStatePutError: a value the serializer refuses fails the Put
+// (Copy reports what Append would) and leaves the stored value as it was.
+func TestHeapMapStatePutError(t *testing.T) {
+	b := open(t, testConfig(t, KindPebble))
+	s := must1(GetMapState(b, heapDesc(newHeapStrings())))(t)
+	b.SetCurrentKey([]byte("k"))
+	must(t, s.Put("r", []string{"a"}))
+	if err := s.Put("r", []string{"bad"}); !errors.Is(err, errBadItem) {
+		t.Fatalf("Put of a bad value: %v", err)
+	}
+	if v := get(t, s, "r"); !slices.Equal(v, []string{"a"}) {
+		t.Fatalf("Get = %q after the failed Put", v)
+	}
+}
+
+// TestHeapMapStateMatchesSerialized runs the same random Puts, Removes and
+// Gets over 300 keys on a state kept decoded (with a write cache big
+// enough for everything, and one of 4 KiB that evicts all the time) and on
+// the same state serialized on every access; every Get returns the same,
+// Pebble holds the same bytes after every flush, a bound handle
+// (ApplyToAllKeys) reads the same, and so do a checkpoint's restore and
+// the reopened directory.
+func TestHeapMapStateMatchesSerialized(t *testing.T) {
+	for _, cacheBytes := range []int{0, 4 << 10} {
+		t.Run(fmt.Sprintf("cache=%d", cacheBytes), func(t *testing.T) {
+			cfg := testConfig(t, KindPebble)
+			cfg.WriteCacheBytes = cacheBytes
+			hb := open(t, cfg)
+			rb := open(t, testConfig(t, KindPebble))
+			hs := must1(GetMapState(hb, heapDesc(newHeapStrings())))(t)
+			rs := must1(GetMapState(rb, refDesc))(t)
+			rng := rand.New(rand.NewPCG(3, 4))
+			for i := range 20000 {
+				key := []byte(fmt.Sprintf("key-%03d", rng.IntN(300)))
+				uk := fmt.Sprintf("r%d", rng.IntN(4))
+				hb.SetCurrentKey(key)
+				rb.SetCurrentKey(key)
+				hv, hok, herr := hs.Get(uk)
+				rv, rok, rerr := rs.Get(uk)
+				if herr != nil || rerr != nil || hok != rok || !slices.Equal(hv, rv) || (hv == nil) != (rv == nil) {
+					t.Fatalf("op %d: Get(%s/%s) = %q %v %v, serialized %q %v %v", i, key, uk, hv, hok, herr, rv, rok, rerr)
+				}
+				switch op := rng.IntN(10); {
+				case op < 2:
+					must(t, hs.Remove(uk))
+					must(t, rs.Remove(uk))
+				case op < 3:
+					must(t, hs.Put(uk, []string{}))
+					must(t, rs.Put(uk, []string{}))
+				default:
+					v := append(hv, fmt.Sprint(i))
+					must(t, hs.Put(uk, v))
+					must(t, rs.Put(uk, append(rv, fmt.Sprint(i))))
+					v[len(v)-1] = "changed after the put"
+				}
+				if i%2500 == 2499 {
+					if h, r := pebbleContents(t, hb), pebbleContents(t, rb); !maps.Equal(h, r) {
+						t.Fatalf("op %d: Pebble holds %d entries, serialized %d, or other bytes", i, len(h), len(r))
+					}
+				}
+			}
+			want := pebbleContents(t, rb)
+			if h := pebbleContents(t, hb); !maps.Equal(h, want) || len(want) == 0 {
+				t.Fatalf("Pebble holds %d entries, serialized %d, or other bytes", len(h), len(want))
+			}
+			// Decoded entries read as bytes by bound handles.
+			for _, k := range []string{"key-000", "key-001"} {
+				hb.SetCurrentKey([]byte(k))
+				must(t, hs.Put("r9", []string{k}))
+			}
+			seen := 0
+			must(t, ApplyToAllKeys(hb, heapDesc(newHeapStrings()), func(key []byte, s MapState[string, []string]) error {
+				if k := string(key); k == "key-000" || k == "key-001" {
+					v, ok, err := s.Get("r9")
+					if err != nil || !ok || !slices.Equal(v, []string{k}) {
+						return fmt.Errorf("bound Get(%s/r9) = %q %v %v", k, v, ok, err)
+					}
+					seen++
+				}
+				return nil
+			}))
+			if seen != 2 {
+				t.Fatalf("ApplyToAllKeys saw %d of the 2 keys", seen)
+			}
+			for _, k := range []string{"key-000", "key-001"} {
+				hb.SetCurrentKey([]byte(k))
+				must(t, hs.Remove("r9"))
+			}
+			root := t.TempDir()
+			ks := snapshotOf(t, hb, filepath.Join(root, "chk"), "")
+			restored, err := OpenBackendRestored(testConfig(t, KindPebble), []RestoreHandle{{Handle: ks.Handle, Dir: filepath.Join(root, "chk")}})
+			must(t, err)
+			if got := pebbleContents(t, restored); !maps.Equal(got, want) {
+				t.Fatalf("restored %d entries, serialized %d, or other bytes", len(got), len(want))
+			}
+			must(t, restored.Close())
+			must(t, hb.Close())
+			reopened := open(t, cfg)
+			if got := pebbleContents(t, reopened); !maps.Equal(got, want) {
+				t.Fatalf("reopened %d entries, serialized %d, or other bytes", len(got), len(want))
+			}
+		})
+	}
+}
+
+// get returns the value of uk, failing the test on an error or absence.
+func get(t *testing.T, s MapState[string, []string], uk string) []string {
+	t.Helper()
+	v, ok, err := s.Get(uk)
+	if err != nil || !ok {
+		t.Fatalf("Get(%s) = %q %v %v", uk, v, ok, err)
+	}
+	return v
+}
