@@ -219,8 +219,8 @@ func (c *Config) validateCluster(v *validator) {
 		}
 		if need := c.clusterTxnBound(); s.TransactionTimeout <= need {
 			v.errorf(fmt.Sprintf("sinks[%d].transaction_timeout", i),
-				"%s must exceed checkpoints.interval %s + checkpoints.timeout %s (the slowest upstream checkpoint) + cluster.session_timeout %s + cluster.takeover_timeout %s = %s",
-				s.TransactionTimeout, c.Checkpoints.Interval, c.Checkpoints.Timeout, cl.SessionTimeout, cl.TakeoverTimeout, need)
+				"%s must exceed checkpoints.interval %s + checkpoints.timeout %s%s (the slowest upstream checkpoint) + cluster.session_timeout %s + cluster.takeover_timeout %s = %s",
+				s.TransactionTimeout, c.Checkpoints.Interval, c.Checkpoints.Timeout, c.timeoutNote(), cl.SessionTimeout, cl.TakeoverTimeout, need)
 		}
 	}
 }

@@ -163,6 +163,9 @@ type Config struct {
 	// src records where each field was written, so Validate can name
 	// file:line:col; nil for a Config built in code.
 	src *origin
+	// derivedTimeout is set when Parse derived Checkpoints.Timeout from a
+	// transaction timeout (deriveCheckpointTimeout), for messages.
+	derivedTimeout bool
 	// reg is the operator registry the config was parsed with; nil means
 	// operators.NewBuiltinRegistry.
 	reg *operators.Registry
@@ -247,9 +250,11 @@ type CheckpointsConfig struct {
 	// Timeout aborts a checkpoint that has not completed after this long.
 	// Default "10m", or less when a file leaves it unset and an
 	// exactly-once sink's transaction_timeout T is at most interval + 10m:
-	// then (T - interval) / 2, so checkpoints time out before their
-	// pre-committed transactions do; > 0, and every exactly-once sink's
-	// transaction_timeout must exceed interval + timeout.
+	// then (T - interval) / 2 (cluster mode: also minus the session and
+	// takeover timeouts; only when that is at least 1s), so checkpoints
+	// time out before their pre-committed transactions do; >= 10ms
+	// (Flink's minimum), and every exactly-once sink's transaction_timeout
+	// must exceed interval + timeout.
 	Timeout time.Duration `yaml:"timeout"`
 	// MinPause is the least time between the end of one checkpoint and the
 	// start of the next. Default 0; >= 0.

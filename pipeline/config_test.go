@@ -641,3 +641,43 @@ sinks:
 		})
 	}
 }
+
+// TestCheckpointTimeoutDerivedRefusals: a transaction timeout leaving less
+// than 1s for the derived checkpoint timeout keeps the 10m default and is
+// refused naming it as the default; an explicit timeout under Flink's 10ms
+// minimum is refused; in cluster mode the derivation leaves room for the
+// session and takeover timeouts, so the derived value passes the cluster
+// bound.
+func TestCheckpointTimeoutDerivedRefusals(t *testing.T) {
+	base := strings.Replace(clusterYAML, "cluster:\n  enabled: true", "cluster:\n  enabled: false", 1)
+	for _, tc := range []struct {
+		name, from, to, want string
+	}{
+		{"too little room", "  interval: 1s\n  timeout: 1m", "  interval: 1s",
+			"sinks[0].transaction_timeout: 1.5s must exceed checkpoints.interval 1s + checkpoints.timeout 10m0s (the default: not set in the file) = 10m1s"},
+		{"under 10ms", "  timeout: 1m", "  timeout: 5ms", "checkpoints.timeout: must be >= 10ms, got 5ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yaml := strings.Replace(base, tc.from, tc.to, 1)
+			yaml = strings.Replace(yaml, "transaction_timeout: 5m", "transaction_timeout: 1500ms", 1)
+			if tc.name == "under 10ms" {
+				yaml = strings.Replace(yaml, "transaction_timeout: 1500ms", "transaction_timeout: 5m", 1)
+			}
+			_, err := Parse("t.yaml", []byte(yaml), nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	// Cluster mode: interval 1s, session 45s and takeover 30s by default,
+	// transaction timeout 2m: (120 - 1 - 45 - 30) / 2 = 22s.
+	yaml := strings.Replace(clusterYAML, "  interval: 1s\n  timeout: 1m", "  interval: 1s", 1)
+	yaml = strings.Replace(yaml, "transaction_timeout: 5m", "transaction_timeout: 2m", 1)
+	c, err := Parse("cluster.yaml", []byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Checkpoints.Timeout, 22*time.Second; got != want {
+		t.Errorf("cluster mode: checkpoints.timeout = %v, want %v", got, want)
+	}
+}

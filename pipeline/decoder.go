@@ -587,7 +587,9 @@ func editDistance(a, b string) int {
 
 // deriveCheckpointTimeout lowers the default checkpoints.timeout (10m) when
 // the file does not set it and an exactly-once sink's transaction_timeout T
-// leaves less room: to (T - checkpoints.interval) / 2, so that a checkpoint
+// leaves less room: to (T - checkpoints.interval) / 2 (in cluster mode also
+// minus cluster.session_timeout and cluster.takeover_timeout), when that is
+// at least 1s, so that a checkpoint
 // times out (and the job retries or restarts) before its pre-committed
 // transactions can outlive their timeout, with the other half left for a
 // restart. A file that sets checkpoints.timeout keeps its value, and
@@ -597,13 +599,27 @@ func (c *Config) deriveCheckpointTimeout() {
 		return
 	}
 	iv := c.Checkpoints.Interval
+	// Cluster mode's bound (validateCluster) adds the session and takeover
+	// timeouts: the room left for the checkpoint is what remains of them.
+	fixed := iv
+	if c.Cluster.Enabled {
+		fixed += c.Cluster.SessionTimeout + c.Cluster.TakeoverTimeout
+	}
 	for i := range c.Sinks {
 		s := &c.Sinks[i]
-		if s.Delivery != DeliveryExactlyOnce || s.TransactionTimeout <= iv || iv == 0 {
+		if s.Delivery != DeliveryExactlyOnce || iv == 0 || s.TransactionTimeout > fixed+c.Checkpoints.Timeout {
 			continue
 		}
-		if s.TransactionTimeout <= iv+c.Checkpoints.Timeout {
-			c.Checkpoints.Timeout = (s.TransactionTimeout - iv) / 2
+		// Below minDerivedCheckpointTimeout the default stays, and
+		// validation refuses the transaction timeout naming every term:
+		// a checkpoint that must finish within milliseconds never would.
+		if d := (s.TransactionTimeout - fixed) / 2; d >= minDerivedCheckpointTimeout {
+			c.Checkpoints.Timeout = d
+			c.derivedTimeout = true
 		}
 	}
 }
+
+// minDerivedCheckpointTimeout is the least checkpoints.timeout
+// deriveCheckpointTimeout sets.
+const minDerivedCheckpointTimeout = time.Second

@@ -221,8 +221,8 @@ func (c *Config) validateRuntime(v *validator) {
 	if cp.Interval != 0 && cp.Interval < 10*time.Millisecond {
 		v.errorf("checkpoints.interval", "must be 0 (off) or >= 10ms, got %v", cp.Interval)
 	}
-	if cp.Timeout <= 0 {
-		v.errorf("checkpoints.timeout", "must be > 0, got %v", cp.Timeout)
+	if cp.Timeout < 10*time.Millisecond {
+		v.errorf("checkpoints.timeout", "must be >= 10ms, got %v", cp.Timeout)
 	}
 	if cp.MinPause < 0 {
 		v.errorf("checkpoints.min_pause", "must be >= 0, got %v", cp.MinPause)
@@ -490,8 +490,8 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v plus the time a restart takes", s.TransactionTimeout, iv)
 			case !c.Cluster.Enabled && s.TransactionTimeout != 0 && c.Checkpoints.Timeout > 0 && s.TransactionTimeout <= iv+c.Checkpoints.Timeout:
 				// cluster mode checks a larger bound naming more terms (validateCluster)
-				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v + checkpoints.timeout %v = %v: a pre-committed transaction waits for its checkpoint, and the broker aborts it after this timeout (its output would be lost); raise it or lower checkpoints.timeout",
-					s.TransactionTimeout, iv, c.Checkpoints.Timeout, iv+c.Checkpoints.Timeout)
+				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v + checkpoints.timeout %v%s = %v: a pre-committed transaction waits for its checkpoint, and the broker aborts it after this timeout (its output would be lost); raise it or lower checkpoints.timeout",
+					s.TransactionTimeout, iv, c.Checkpoints.Timeout, c.timeoutNote(), iv+c.Checkpoints.Timeout)
 			}
 		}
 		if s.BufferThreshold < 0 {
@@ -591,5 +591,18 @@ func (c *Config) validateRestart(v *validator) {
 				v.errorf("restart.failure_rate_interval", "must be > 0, got %v", r.FailureRateInterval)
 			}
 		}
+	}
+}
+
+// timeoutNote says where checkpoints.timeout came from when the file did
+// not set it: " (derived from transaction_timeout)" or " (default)".
+func (c *Config) timeoutNote() string {
+	switch _, written := c.src.keyWritten("checkpoints.timeout"); {
+	case written || c.src == nil:
+		return ""
+	case c.derivedTimeout:
+		return " (derived from transaction_timeout: not set in the file)"
+	default:
+		return " (the default: not set in the file)"
 	}
 }

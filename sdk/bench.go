@@ -33,9 +33,18 @@ flags:
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Registry) int {
 	fs := flag.NewFlagSet("kstreamd bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	help := false
 	fs.Usage = func() {
+		if help {
+			return // --help: printed on stdout below
+		}
 		fmt.Fprintf(stderr, benchUsage, bench.ScenarioNames())
 		fs.PrintDefaults()
+	}
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
+			help = true
+		}
 	}
 	scenario := fs.String("scenario", "keyed-count-pebble", "the scenario `NAME` to run")
 	all := fs.Bool("all", false, "run every scenario (not state-scaling) and print one table")
@@ -56,6 +65,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	units := fs.Int("units", 6, "cluster: work units per stage (cluster.units)")
 	serve := fs.Bool("serve-broker", false, "internal: run only the embedded broker for a parent bench, until stdin closes")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // the usage, on stdout, as every command's --help
+			fmt.Fprintf(stdout, benchUsage, bench.ScenarioNames())
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {

@@ -29,6 +29,8 @@ func TestHelp(t *testing.T) {
 		{[]string{"checkpoints", "list", "--help"}, "usage: kstreamd checkpoints list --dir DIR", []string{"-dir DIR"}},
 		{[]string{"broker", "--help"}, "usage: kstreamd broker --config FILE", []string{"-config FILE"}},
 		{[]string{"version", "--help"}, "usage: kstreamd version", nil},
+		{[]string{"bench", "--help"}, "usage: kstreamd bench [--scenario NAME | --all] [flags]", []string{"-scenario NAME", "-records N"}},
+		{[]string{"bench", "-h"}, "usage: kstreamd bench [--scenario NAME | --all] [flags]", nil},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var stdout, stderr strings.Builder
