@@ -251,7 +251,7 @@ type CheckpointsConfig struct {
 	// Default "10m", or less when a file leaves it unset and an
 	// exactly-once sink's transaction_timeout T is at most interval + 10m:
 	// then (T - interval) / 2 (cluster mode: also minus the session and
-	// takeover timeouts; only when that is at least 1s), so checkpoints
+	// takeover timeouts; only when that is at least 100ms), so checkpoints
 	// time out before their pre-committed transactions do; >= 10ms
 	// (Flink's minimum), and every exactly-once sink's transaction_timeout
 	// must exceed interval + timeout.

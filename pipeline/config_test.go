@@ -643,7 +643,7 @@ sinks:
 }
 
 // TestCheckpointTimeoutDerivedRefusals: a transaction timeout leaving less
-// than 1s for the derived checkpoint timeout keeps the 10m default and is
+// than 100ms for the derived checkpoint timeout keeps the 10m default and is
 // refused naming it as the default; an explicit timeout under Flink's 10ms
 // minimum is refused; in cluster mode the derivation leaves room for the
 // session and takeover timeouts, so the derived value passes the cluster
@@ -654,14 +654,14 @@ func TestCheckpointTimeoutDerivedRefusals(t *testing.T) {
 		name, from, to, want string
 	}{
 		{"too little room", "  interval: 1s\n  timeout: 1m", "  interval: 1s",
-			"sinks[0].transaction_timeout: 1.5s must exceed checkpoints.interval 1s + checkpoints.timeout 10m0s (the default: not set in the file) = 10m1s"},
+			"sinks[0].transaction_timeout: 1.1s must exceed checkpoints.interval 1s + checkpoints.timeout 10m0s (the default: not set in the file) = 10m1s"},
 		{"under 10ms", "  timeout: 1m", "  timeout: 5ms", "checkpoints.timeout: must be >= 10ms, got 5ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			yaml := strings.Replace(base, tc.from, tc.to, 1)
-			yaml = strings.Replace(yaml, "transaction_timeout: 5m", "transaction_timeout: 1500ms", 1)
+			yaml = strings.Replace(yaml, "transaction_timeout: 5m", "transaction_timeout: 1100ms", 1)
 			if tc.name == "under 10ms" {
-				yaml = strings.Replace(yaml, "transaction_timeout: 1500ms", "transaction_timeout: 5m", 1)
+				yaml = strings.Replace(yaml, "transaction_timeout: 1100ms", "transaction_timeout: 5m", 1)
 			}
 			_, err := Parse("t.yaml", []byte(yaml), nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -589,7 +589,7 @@ func editDistance(a, b string) int {
 // the file does not set it and an exactly-once sink's transaction_timeout T
 // leaves less room: to (T - checkpoints.interval) / 2 (in cluster mode also
 // minus cluster.session_timeout and cluster.takeover_timeout), when that is
-// at least 1s, so that a checkpoint
+// at least 100ms, so that a checkpoint
 // times out (and the job retries or restarts) before its pre-committed
 // transactions can outlive their timeout, with the other half left for a
 // restart. A file that sets checkpoints.timeout keeps its value, and
@@ -622,4 +622,4 @@ func (c *Config) deriveCheckpointTimeout() {
 
 // minDerivedCheckpointTimeout is the least checkpoints.timeout
 // deriveCheckpointTimeout sets.
-const minDerivedCheckpointTimeout = time.Second
+const minDerivedCheckpointTimeout = 100 * time.Millisecond
