@@ -148,24 +148,8 @@ func TestUnitDeadLettersExactlyOnce(t *testing.T) {
 		{"before the HEAD", checkpoint.FaultBeforeHead},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out", "dlq"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(kc.Close)
-			opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-			cfg, err := pipeline.Parse("copy.yaml", []byte(copyDLQYAML), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := cfg.PlanStages()
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			set := cfg.Settings()
-			set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-			set.Store = checkpoint.FileStore{Root: dir + "/store"}
+			f := newUnitFixture(t, "copy.yaml", copyDLQYAML, kfake.SeedTopics(1, "in", "out", "dlq"))
+			opts, st, dir, set := f.opts, f.st, f.dir, f.set
 			ns := dir + "/store/copy/units/0/0"
 			read := func(iso kgo.IsolationLevel, topic string) []*kgo.Record {
 				return testkit.ReadTopicWith(t, opts, iso, topic, 5*time.Second)
@@ -357,11 +341,7 @@ sinks:
 // dead-letter topic holds each bad record exactly once with its headers,
 // nothing is written twice, and the output holds the 6 records above 100.
 func TestDeadLettersExactlyOnce(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out", "dlq"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc, opts := newKafka(t, kfake.SeedTopics(1, "in", "out", "dlq"))
 	var hold atomic.Bool
 	hold.Store(true)
 	var held atomic.Int64
@@ -378,7 +358,6 @@ func TestDeadLettersExactlyOnce(t *testing.T) {
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		return resp, nil, true
 	})
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
 	cfg, err := pipeline.Parse("dl.yaml", []byte(filterDLQYAML), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -506,24 +485,8 @@ func offsetHeader(t *testing.T, r *kgo.Record) int64 {
 // dead-letter topic holds each bad record exactly once, and no other
 // owner was needed to commit it.
 func TestRevokeCommitsDeadLetters(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out", "dlq"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-	cfg, err := pipeline.Parse("copy.yaml", []byte(copyDLQYAML), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := cfg.PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-	set.Store = checkpoint.FileStore{Root: dir + "/store"}
+	f := newUnitFixture(t, "copy.yaml", copyDLQYAML, kfake.SeedTopics(1, "in", "out", "dlq"))
+	opts, st, set := f.opts, f.st, f.set
 	set.Interval = time.Hour // only the revoke's checkpoint can commit
 	var recs []produced
 	for i := range 10 {
