@@ -140,16 +140,10 @@ func restoredCommits(t *testing.T, log string) []restoredCommit {
 // its error, topic, partition and offset headers, and the output each
 // good record once.
 func TestUnitDeadLettersExactlyOnce(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		point checkpoint.FaultPoint
-	}{
-		{"after the HEAD", checkpoint.FaultAfterHead},
-		{"before the HEAD", checkpoint.FaultBeforeHead},
-	} {
+	for _, tc := range crashPoints {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newUnitFixture(t, "copy.yaml", copyDLQYAML, kfake.SeedTopics(1, "in", "out", "dlq"))
-			opts, st, dir, set := f.opts, f.st, f.dir, f.set
+			opts, dir := f.opts, f.dir
 			ns := dir + "/store/copy/units/0/0"
 			read := func(iso kgo.IsolationLevel, topic string) []*kgo.Record {
 				return testkit.ReadTopicWith(t, opts, iso, topic, 5*time.Second)
@@ -166,18 +160,6 @@ func TestUnitDeadLettersExactlyOnce(t *testing.T) {
 					}
 				}
 				return p == tc.point && id == crashID
-			}
-			build := func(member string, fault func(checkpoint.FaultPoint, int64) bool, log *testkit.SyncBuffer) *job.Job {
-				s := set
-				s.StateDir += "/" + member
-				s.CheckpointDir += "/" + member
-				s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
-				j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts, CheckpointFault: fault,
-					Logger: slog.New(slog.NewJSONHandler(log, nil))})
-				if err != nil {
-					t.Fatalf("build %s: %v", member, err)
-				}
-				return j
 			}
 			// Phase 1: 10 good records and 3 bad ones (offsets 0..12).
 			var phase1, phase2 []produced
@@ -206,7 +188,7 @@ func TestUnitDeadLettersExactlyOnce(t *testing.T) {
 				}
 				return out
 			}
-			a := build("a", fault, &testkit.SyncBuffer{})
+			a := f.buildOwner(t, "a", fault, &testkit.SyncBuffer{})
 			aDone := make(chan error, 1)
 			go func() { aDone <- a.Run(context.Background()) }()
 			if !testkit.Poll(time.Minute, func() bool {
@@ -244,7 +226,7 @@ func TestUnitDeadLettersExactlyOnce(t *testing.T) {
 			}
 
 			blog := &testkit.SyncBuffer{}
-			b := build("b", nil, blog)
+			b := f.buildOwner(t, "b", nil, blog)
 			bctx, bcancel := context.WithCancel(context.Background())
 			bDone := make(chan error, 1)
 			go func() { bDone <- b.Run(bctx) }()
@@ -522,13 +504,8 @@ func TestRevokeCommitsDeadLetters(t *testing.T) {
 		t.Errorf("before the final checkpoint the read_committed dead-letter topic holds %d records, want 0", n)
 	}
 	cancel() // the member leaves: the unit is revoked
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("RunMember: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("RunMember did not return")
+	if err := memberReturned(t, done); err != nil {
+		t.Fatalf("RunMember: %v", err)
 	}
 	checkDeadLetters(t, testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "dlq", 5*time.Second), bad, "in", func(string) string { return malformed })
 	if n := len(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "out", 5*time.Second)); n != 10 {

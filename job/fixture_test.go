@@ -3,7 +3,9 @@ package job_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/pipeline"
 )
@@ -109,3 +112,57 @@ func copyValue(i int) []byte { return fmt.Appendf(nil, `{"i":%d}`, i) }
 // clickOf5 is record i of a click stream over the 5 users u0..u4 taken in
 // turn: {"user":"u<i%5>","i":<i>}.
 func clickOf5(i int) []byte { return fmt.Appendf(nil, `{"user":"u%d","i":%d}`, i%5, i) }
+
+// ensureRepartitions creates the repartition topics of f's stages
+// (job.EnsureRepartitionTopics), failing the test on an error.
+func (f *unitFixture) ensureRepartitions(t *testing.T) {
+	t.Helper()
+	if err := job.EnsureRepartitionTopics(context.Background(), f.opts, f.st); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// memberReturned waits up to 2 minutes for RunMember's result on done and
+// returns it; the test fails at once if none arrives.
+func memberReturned(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(2 * time.Minute):
+		t.Fatal("RunMember did not return")
+		return nil
+	}
+}
+
+// crashPoints are the two points of a checkpoint's commit order at which
+// the crash tests stop a unit's owner: right after its HEAD is written,
+// and between the pre-commit and the HEAD.
+var crashPoints = []struct {
+	name  string
+	point checkpoint.FaultPoint
+}{
+	{"after the HEAD", checkpoint.FaultAfterHead},
+	{"before the HEAD", checkpoint.FaultBeforeHead},
+}
+
+// buildOwner builds the one unit (stage 0, unit 0 of 1) of f's job as
+// owned by member, with f.set's staging and state directories each in a
+// subdirectory named member, the coordinator's fault seam fault (nil:
+// none) and, if log is not nil, a JSON log written into log.
+func (f *unitFixture) buildOwner(t *testing.T, member string, fault func(checkpoint.FaultPoint, int64) bool, log *testkit.SyncBuffer) *job.Job {
+	t.Helper()
+	s := f.set
+	s.StateDir += "/" + member
+	s.CheckpointDir += "/" + member
+	s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: f.st.Fingerprint}
+	deps := job.Deps{ClientOpts: f.opts, CheckpointFault: fault}
+	if log != nil {
+		deps.Logger = slog.New(slog.NewJSONHandler(log, nil))
+	}
+	j, err := job.Build(context.Background(), f.st.Stages[0].Graph, s, deps)
+	if err != nil {
+		t.Fatalf("build %s: %v", member, err)
+	}
+	return j
+}

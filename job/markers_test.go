@@ -79,9 +79,7 @@ sinks:
 func TestUnitsEventTimeWindowsAcrossStages(t *testing.T) {
 	f := newUnitFixture(t, "wclicks.yaml", windowUnitsYAML, kfake.SeedTopics(2, "clicks"), kfake.SeedTopics(1, "windows", "late"))
 	opts, st, set := f.opts, f.st, f.set
-	if err := job.EnsureRepartitionTopics(context.Background(), opts, st); err != nil {
-		t.Fatal(err)
-	}
+	f.ensureRepartitions(t)
 	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("clicks"), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		t.Fatal(err)

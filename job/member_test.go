@@ -133,13 +133,8 @@ func TestRevokeTakesFinalCheckpoint(t *testing.T) {
 		t.Errorf("status %+v, want %+v", status, wantStatus)
 	}
 	cancel() // the member leaves: every unit is revoked
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("RunMember: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("RunMember did not return")
+	if err := memberReturned(t, done); err != nil {
+		t.Fatalf("RunMember: %v", err)
 	}
 	got := heads(t, dir+"/store/copy/units/0/0")
 	want := []checkpoint.Head{
@@ -205,9 +200,7 @@ func TestRepartitionPurge(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
-		t.Fatal(err)
-	}
+	f.ensureRepartitions(t)
 	rep := st.Repartitions[0].Topic
 	produce := func(from, to int) { produceEach(t, opts, "clicks", from, to, clickOf5) }
 	reg := prometheus.NewRegistry()
@@ -396,9 +389,7 @@ func TestRepartitionPurgeAfterCommits(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
-		t.Fatal(err)
-	}
+	f.ensureRepartitions(t)
 	rep := st.Repartitions[0].Topic
 	const n = 40
 	produceEach(t, opts, "clicks", 0, n, clickOf5)

@@ -93,9 +93,7 @@ func TestUnitStagePolicy(t *testing.T) {
 			})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
-				t.Fatal(err)
-			}
+			f.ensureRepartitions(t)
 			var recs []produced
 			for i := range 10 {
 				recs = append(recs, produced{key: fmt.Sprint("k", i), value: fmt.Sprintf(`{"user":"g%d","amount":%d}`, i, 97+i)})

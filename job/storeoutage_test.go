@@ -168,13 +168,8 @@ func testUnitsStoreOutage(t *testing.T, restart job.RestartConfig) {
 		t.Fatalf("after the outage the output holds %d records, want %d; logs:\n%s", len(committed()), users*perUser, logs.String())
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("RunMember: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("RunMember did not return")
+	if err := memberReturned(t, done); err != nil {
+		t.Errorf("RunMember: %v", err)
 	}
 	checkUserCounts(t, committed(), users, perUser)
 	if !strings.Contains(logs.String(), "msg=\"unit failed; rebuilding\"") || !strings.Contains(logs.String(), errStoreDown.Error()) {

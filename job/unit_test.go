@@ -78,9 +78,7 @@ func TestUnitsExactlyOnceAcrossStages(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
-		t.Fatal(err)
-	}
+	f.ensureRepartitions(t)
 	// A second start with another unit count is refused naming both.
 	other := *st
 	other.Repartitions = []graph.Repartition{st.Repartitions[0]}
@@ -185,23 +183,12 @@ sinks:
 // b carries on and its output holds every record once.
 func TestUnitZombieFenced(t *testing.T) {
 	f := newUnitFixture(t, "copy.yaml", copyYAML, kfake.SeedTopics(1, "in", "out"))
-	opts, st, dir, set := f.opts, f.st, f.dir, f.set
+	opts, dir, set := f.opts, f.dir, f.set
 	ns := dir + "/store/copy/units/0/0"
 	heads := checkpoint.Heads{Store: set.Store, Prefix: "copy/units/0/0/"}
-	build := func(member string) *job.Job {
-		s := set
-		s.StateDir += "/" + member
-		s.CheckpointDir += "/" + member
-		s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
-		j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts})
-		if err != nil {
-			t.Fatalf("build %s: %v", member, err)
-		}
-		return j
-	}
 	produce := func(from, to int) { produceEach(t, opts, "in", from, to, copyValue) }
 	produce(0, 20)
-	a := build("a")
+	a := f.buildOwner(t, "a", nil, nil)
 	actx, acancel := context.WithCancel(context.Background())
 	defer acancel()
 	aDone := make(chan error, 1)
@@ -212,7 +199,7 @@ func TestUnitZombieFenced(t *testing.T) {
 		t.Fatal("a's output never reached 20 records")
 	}
 	// Input paused: a's epochs are empty. b takes the unit over.
-	b := build("b")
+	b := f.buildOwner(t, "b", nil, nil)
 	claim, err := heads.Latest(context.Background())
 	if err != nil || claim.Owner != "b" || !claim.Claim {
 		t.Fatalf("after b's claim the newest HEAD is %+v (%v)", claim, err)
@@ -338,16 +325,10 @@ func listFiles(t *testing.T, dir string) []string {
 // aborted and replayed once. Either way the read_committed output holds
 // every record exactly once.
 func TestUnitCrashAroundHead(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		point checkpoint.FaultPoint
-	}{
-		{"after the HEAD", checkpoint.FaultAfterHead},
-		{"before the HEAD", checkpoint.FaultBeforeHead},
-	} {
+	for _, tc := range crashPoints {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newUnitFixture(t, "copy.yaml", copyYAML, kfake.SeedTopics(1, "in", "out"))
-			opts, st, dir, set := f.opts, f.st, f.dir, f.set
+			opts, dir, set := f.opts, f.dir, f.set
 			ns := dir + "/store/copy/units/0/0"
 			read := func(iso kgo.IsolationLevel) []*kgo.Record {
 				return testkit.ReadTopicWith(t, opts, iso, "out", 5*time.Second)
@@ -369,18 +350,6 @@ func TestUnitCrashAroundHead(t *testing.T) {
 				}
 				return p == tc.point && id == crashID
 			}
-			build := func(member string, fault func(checkpoint.FaultPoint, int64) bool, log *testkit.SyncBuffer) *job.Job {
-				s := set
-				s.StateDir += "/" + member
-				s.CheckpointDir += "/" + member
-				s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
-				j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts, CheckpointFault: fault,
-					Logger: slog.New(slog.NewJSONHandler(log, nil))})
-				if err != nil {
-					t.Fatalf("build %s: %v", member, err)
-				}
-				return j
-			}
 			prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("in"))...)
 			if err != nil {
 				t.Fatal(err)
@@ -396,7 +365,7 @@ func TestUnitCrashAroundHead(t *testing.T) {
 				}
 			}
 			produce(0, 10)
-			a := build("a", fault, &testkit.SyncBuffer{})
+			a := f.buildOwner(t, "a", fault, &testkit.SyncBuffer{})
 			aDone := make(chan error, 1)
 			go func() { aDone <- a.Run(context.Background()) }()
 			if !testkit.Poll(time.Minute, func() bool { return len(read(kgo.ReadCommitted())) == 10 }) {
@@ -429,7 +398,7 @@ func TestUnitCrashAroundHead(t *testing.T) {
 			}
 
 			blog := &testkit.SyncBuffer{}
-			b := build("b", nil, blog)
+			b := f.buildOwner(t, "b", nil, blog)
 			bctx, bcancel := context.WithCancel(context.Background())
 			bDone := make(chan error, 1)
 			go func() { bDone <- b.Run(bctx) }()
@@ -457,26 +426,12 @@ func TestUnitCrashAroundHead(t *testing.T) {
 				t.Errorf("read_committed output holds %d records, want 20", len(out))
 			}
 			// What b committed of the restored checkpoint's transactions.
-			var restored []struct {
-				CheckpointID int64 `json:"checkpoint_id"`
-				Records      int   `json:"records"`
-			}
-			for _, l := range strings.Split(blog.String(), "\n") {
-				if strings.Contains(l, `"msg":"committed restored transaction"`) {
-					restored = append(restored, struct {
-						CheckpointID int64 `json:"checkpoint_id"`
-						Records      int   `json:"records"`
-					}{})
-					if err := json.Unmarshal([]byte(l), &restored[len(restored)-1]); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			restored := restoredCommits(t, blog.String())
 			uncommitted := len(read(kgo.ReadUncommitted()))
 			t.Logf("crash in checkpoint %d; a wrote %d records, b committed restored %+v; read uncommitted at the end %d", crashID, uncommittedAtCrash, restored, uncommitted)
 			switch tc.point {
 			case checkpoint.FaultAfterHead:
-				if len(restored) != 1 || restored[0].CheckpointID != crashID || restored[0].Records != int(epoch) {
+				if len(restored) != 1 || restored[0].CheckpointID != crashID || restored[0].Records != epoch {
 					t.Fatalf("b committed restored transactions %+v, want one of checkpoint %d with its %d records", restored, crashID, epoch)
 				}
 				// Replayed: a's records after the crashed epoch only.
@@ -514,9 +469,7 @@ func TestUnitsRestoreFromStore(t *testing.T) {
 			f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
 			opts, st, dir := f.opts, f.st, f.dir
 			ctx := context.Background()
-			if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
-				t.Fatal(err)
-			}
+			f.ensureRepartitions(t)
 			store := f.set.Store
 			if kind == "s3" {
 				s, err := s3store.New(s3store.Config{Endpoint: testkit.S3Server(t, "chk", true), Bucket: "chk", Region: "us-east-1",
