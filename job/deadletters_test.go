@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -24,7 +23,6 @@ import (
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
-	"github.com/kstreamd/kstreamd/pipeline"
 	"github.com/kstreamd/kstreamd/source"
 )
 
@@ -198,14 +196,7 @@ func TestUnitDeadLettersExactlyOnce(t *testing.T) {
 			}
 			armed.Store(true)
 			phase2 = produceAll(t, opts, "in", phase2)
-			select {
-			case err := <-aDone:
-				if !errors.Is(err, checkpoint.ErrFaultInjected) {
-					t.Fatalf("a stopped with %v, want ErrFaultInjected", err)
-				}
-			case <-time.After(time.Minute):
-				t.Fatal("a never reached the fault point")
-			}
+			stoppedByFault(t, aDone)
 			// The crashed epoch's dead letters were written, inside a's
 			// transaction: read_committed does not see them.
 			committedAtCrash, uncommittedAtCrash := read(kgo.ReadCommitted(), "dlq"), read(kgo.ReadUncommitted(), "dlq")
@@ -340,10 +331,7 @@ func TestDeadLettersExactlyOnce(t *testing.T) {
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		return resp, nil, true
 	})
-	cfg, err := pipeline.Parse("dl.yaml", []byte(filterDLQYAML), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := parseConfig(t, "dl.yaml", filterDLQYAML)
 	g, err := cfg.Plan()
 	if err != nil {
 		t.Fatal(err)

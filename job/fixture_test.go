@@ -2,6 +2,7 @@ package job_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -47,16 +48,24 @@ type unitFixture struct {
 	set job.Settings
 }
 
+// parseConfig parses the pipeline file yaml (named file in errors) with
+// the built-in operators, failing the test on an error.
+func parseConfig(t *testing.T, file, yaml string) *pipeline.Config {
+	t.Helper()
+	cfg, err := pipeline.Parse(file, []byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // newUnitFixture starts the cluster of newKafka(t, seeds...), parses yaml
 // (named file in errors) and plans its stages, failing the test on any
 // error.
 func newUnitFixture(t *testing.T, file, yaml string, seeds ...kfake.Opt) *unitFixture {
 	t.Helper()
 	kc, opts := newKafka(t, seeds...)
-	cfg, err := pipeline.Parse(file, []byte(yaml), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := parseConfig(t, file, yaml)
 	st, err := cfg.PlanStages()
 	if err != nil {
 		t.Fatal(err)
@@ -165,4 +174,19 @@ func (f *unitFixture) buildOwner(t *testing.T, member string, fault func(checkpo
 		t.Fatalf("build %s: %v", member, err)
 	}
 	return j
+}
+
+// stoppedByFault waits up to a minute for the result of an owner's Run on
+// done and fails the test unless the owner stopped at its fault point
+// (checkpoint.ErrFaultInjected).
+func stoppedByFault(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if !errors.Is(err, checkpoint.ErrFaultInjected) {
+			t.Fatalf("a stopped with %v, want ErrFaultInjected", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a never reached the fault point")
+	}
 }

@@ -373,14 +373,7 @@ func TestUnitCrashAroundHead(t *testing.T) {
 			}
 			armed.Store(true)
 			produce(10, 20)
-			select {
-			case err := <-aDone:
-				if !errors.Is(err, checkpoint.ErrFaultInjected) {
-					t.Fatalf("a stopped with %v, want ErrFaultInjected", err)
-				}
-			case <-time.After(time.Minute):
-				t.Fatal("a never reached the fault point")
-			}
+			stoppedByFault(t, aDone)
 			head, err := checkpoint.Heads{Store: set.Store, Prefix: "copy/units/0/0/"}.Latest(context.Background())
 			if err != nil {
 				t.Fatal(err)
