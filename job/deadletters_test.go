@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -24,7 +23,6 @@ import (
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
-	"github.com/kstreamd/kstreamd/pipeline"
 	"github.com/kstreamd/kstreamd/source"
 )
 
@@ -140,32 +138,10 @@ func restoredCommits(t *testing.T, log string) []restoredCommit {
 // its error, topic, partition and offset headers, and the output each
 // good record once.
 func TestUnitDeadLettersExactlyOnce(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		point checkpoint.FaultPoint
-	}{
-		{"after the HEAD", checkpoint.FaultAfterHead},
-		{"before the HEAD", checkpoint.FaultBeforeHead},
-	} {
+	for _, tc := range crashPoints {
 		t.Run(tc.name, func(t *testing.T) {
-			kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out", "dlq"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(kc.Close)
-			opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-			cfg, err := pipeline.Parse("copy.yaml", []byte(copyDLQYAML), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := cfg.PlanStages()
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			set := cfg.Settings()
-			set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-			set.Store = checkpoint.FileStore{Root: dir + "/store"}
+			f := newUnitFixture(t, "copy.yaml", copyDLQYAML, kfake.SeedTopics(1, "in", "out", "dlq"))
+			opts, dir := f.opts, f.dir
 			ns := dir + "/store/copy/units/0/0"
 			read := func(iso kgo.IsolationLevel, topic string) []*kgo.Record {
 				return testkit.ReadTopicWith(t, opts, iso, topic, 5*time.Second)
@@ -182,18 +158,6 @@ func TestUnitDeadLettersExactlyOnce(t *testing.T) {
 					}
 				}
 				return p == tc.point && id == crashID
-			}
-			build := func(member string, fault func(checkpoint.FaultPoint, int64) bool, log *testkit.SyncBuffer) *job.Job {
-				s := set
-				s.StateDir += "/" + member
-				s.CheckpointDir += "/" + member
-				s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
-				j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts, CheckpointFault: fault,
-					Logger: slog.New(slog.NewJSONHandler(log, nil))})
-				if err != nil {
-					t.Fatalf("build %s: %v", member, err)
-				}
-				return j
 			}
 			// Phase 1: 10 good records and 3 bad ones (offsets 0..12).
 			var phase1, phase2 []produced
@@ -222,7 +186,7 @@ func TestUnitDeadLettersExactlyOnce(t *testing.T) {
 				}
 				return out
 			}
-			a := build("a", fault, &testkit.SyncBuffer{})
+			a := f.buildOwner(t, "a", fault, &testkit.SyncBuffer{})
 			aDone := make(chan error, 1)
 			go func() { aDone <- a.Run(context.Background()) }()
 			if !testkit.Poll(time.Minute, func() bool {
@@ -232,14 +196,7 @@ func TestUnitDeadLettersExactlyOnce(t *testing.T) {
 			}
 			armed.Store(true)
 			phase2 = produceAll(t, opts, "in", phase2)
-			select {
-			case err := <-aDone:
-				if !errors.Is(err, checkpoint.ErrFaultInjected) {
-					t.Fatalf("a stopped with %v, want ErrFaultInjected", err)
-				}
-			case <-time.After(time.Minute):
-				t.Fatal("a never reached the fault point")
-			}
+			stoppedByFault(t, aDone)
 			// The crashed epoch's dead letters were written, inside a's
 			// transaction: read_committed does not see them.
 			committedAtCrash, uncommittedAtCrash := read(kgo.ReadCommitted(), "dlq"), read(kgo.ReadUncommitted(), "dlq")
@@ -260,7 +217,7 @@ func TestUnitDeadLettersExactlyOnce(t *testing.T) {
 			}
 
 			blog := &testkit.SyncBuffer{}
-			b := build("b", nil, blog)
+			b := f.buildOwner(t, "b", nil, blog)
 			bctx, bcancel := context.WithCancel(context.Background())
 			bDone := make(chan error, 1)
 			go func() { bDone <- b.Run(bctx) }()
@@ -357,11 +314,7 @@ sinks:
 // dead-letter topic holds each bad record exactly once with its headers,
 // nothing is written twice, and the output holds the 6 records above 100.
 func TestDeadLettersExactlyOnce(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out", "dlq"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc, opts := newKafka(t, kfake.SeedTopics(1, "in", "out", "dlq"))
 	var hold atomic.Bool
 	hold.Store(true)
 	var held atomic.Int64
@@ -378,11 +331,7 @@ func TestDeadLettersExactlyOnce(t *testing.T) {
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		return resp, nil, true
 	})
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-	cfg, err := pipeline.Parse("dl.yaml", []byte(filterDLQYAML), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := parseConfig(t, "dl.yaml", filterDLQYAML)
 	g, err := cfg.Plan()
 	if err != nil {
 		t.Fatal(err)
@@ -506,24 +455,8 @@ func offsetHeader(t *testing.T, r *kgo.Record) int64 {
 // dead-letter topic holds each bad record exactly once, and no other
 // owner was needed to commit it.
 func TestRevokeCommitsDeadLetters(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out", "dlq"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-	cfg, err := pipeline.Parse("copy.yaml", []byte(copyDLQYAML), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := cfg.PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-	set.Store = checkpoint.FileStore{Root: dir + "/store"}
+	f := newUnitFixture(t, "copy.yaml", copyDLQYAML, kfake.SeedTopics(1, "in", "out", "dlq"))
+	opts, st, set := f.opts, f.st, f.set
 	set.Interval = time.Hour // only the revoke's checkpoint can commit
 	var recs []produced
 	for i := range 10 {
@@ -559,13 +492,8 @@ func TestRevokeCommitsDeadLetters(t *testing.T) {
 		t.Errorf("before the final checkpoint the read_committed dead-letter topic holds %d records, want 0", n)
 	}
 	cancel() // the member leaves: the unit is revoked
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("RunMember: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("RunMember did not return")
+	if err := memberReturned(t, done); err != nil {
+		t.Fatalf("RunMember: %v", err)
 	}
 	checkDeadLetters(t, testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "dlq", 5*time.Second), bad, "in", func(string) string { return malformed })
 	if n := len(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "out", 5*time.Second)); n != 10 {

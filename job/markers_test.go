@@ -13,10 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
-	"github.com/kstreamd/kstreamd/pipeline"
 	"github.com/kstreamd/kstreamd/runtime"
 )
 
@@ -79,23 +77,9 @@ sinks:
 // its partition is active; the idleness (5s) only has to exceed the time a
 // source takes to fetch a partition it was just assigned.
 func TestUnitsEventTimeWindowsAcrossStages(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "clicks"), kfake.SeedTopics(1, "windows", "late"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-	cfg, err := pipeline.Parse("wclicks.yaml", []byte(windowUnitsYAML), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := cfg.PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := job.EnsureRepartitionTopics(context.Background(), opts, st); err != nil {
-		t.Fatal(err)
-	}
+	f := newUnitFixture(t, "wclicks.yaml", windowUnitsYAML, kfake.SeedTopics(2, "clicks"), kfake.SeedTopics(1, "windows", "late"))
+	opts, st, set := f.opts, f.st, f.set
+	f.ensureRepartitions(t)
 	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("clicks"), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		t.Fatal(err)
@@ -140,11 +124,7 @@ func TestUnitsEventTimeWindowsAcrossStages(t *testing.T) {
 		}
 	}
 
-	dir := t.TempDir()
-	set := cfg.Settings()
 	set.PurgeRepartitions = false // the test reads the whole repartition topic
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-	set.Store = checkpoint.FileStore{Root: dir + "/store"}
 	errs := make(chan error, 16)
 	type running struct {
 		cancel context.CancelFunc

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -22,7 +21,6 @@ import (
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
-	"github.com/kstreamd/kstreamd/pipeline"
 	"github.com/kstreamd/kstreamd/source"
 )
 
@@ -89,36 +87,11 @@ func heads(t *testing.T, ns string) []checkpoint.Head {
 // member, and that checkpoint's transaction is committed: read_committed
 // output holds every record once.
 func TestRevokeTakesFinalCheckpoint(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-	cfg, err := pipeline.Parse("copy.yaml", []byte(copyYAML), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := cfg.PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-	set.Store = checkpoint.FileStore{Root: dir + "/store"}
+	f := newUnitFixture(t, "copy.yaml", copyYAML, kfake.SeedTopics(1, "in", "out"))
+	opts, st, dir, set := f.opts, f.st, f.dir, f.set
 	set.Interval = time.Hour // only the revoke's checkpoint can commit
-	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("in"))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
 	const n = 20
-	for i := range n {
-		if err := prod.ProduceSync(context.Background(), &kgo.Record{Value: fmt.Appendf(nil, `{"i":%d}`, i)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produceEach(t, opts, "in", 0, n, copyValue)
 	reg := prometheus.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -160,13 +133,8 @@ func TestRevokeTakesFinalCheckpoint(t *testing.T) {
 		t.Errorf("status %+v, want %+v", status, wantStatus)
 	}
 	cancel() // the member leaves: every unit is revoked
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("RunMember: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("RunMember did not return")
+	if err := memberReturned(t, done); err != nil {
+		t.Fatalf("RunMember: %v", err)
 	}
 	got := heads(t, dir+"/store/copy/units/0/0")
 	want := []checkpoint.Head{
@@ -215,11 +183,8 @@ func TestRevokeTakesFinalCheckpoint(t *testing.T) {
 // the unit's other partitions are untouched. A zombie, whose HEAD create
 // fails, sends no DeleteRecords at all.
 func TestRepartitionPurge(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "clicks", "counts"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
+	kc, opts, st, dir, set := f.kc, f.opts, f.st, f.dir, f.set
 	var purgeMu sync.Mutex
 	purges := map[int32]int{} // DeleteRecords requests per partition of the repartition topic
 	kc.ControlKey(21, func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -233,37 +198,11 @@ func TestRepartitionPurge(t *testing.T) {
 		purgeMu.Unlock()
 		return nil, nil, false
 	})
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-	cfg, err := pipeline.Parse("units.yaml", []byte(strings.Replace(unitsYAML, "units: 4", "units: 2", 1)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := cfg.PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
-		t.Fatal(err)
-	}
+	f.ensureRepartitions(t)
 	rep := st.Repartitions[0].Topic
-	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("clicks"))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	produce := func(from, to int) {
-		for i := from; i < to; i++ {
-			if err := prod.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, `{"user":"u%d","i":%d}`, i%5, i)}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	dir := t.TempDir()
-	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-	set.Store = checkpoint.FileStore{Root: dir + "/store"}
+	produce := func(from, to int) { produceEach(t, opts, "clicks", from, to, clickOf5) }
 	reg := prometheus.NewRegistry()
 	m1, err := job.NewMetrics(reg)
 	if err != nil {
@@ -308,7 +247,7 @@ func TestRepartitionPurge(t *testing.T) {
 	if !testkit.Poll(2*time.Minute, func() bool { return in() == n }) {
 		t.Fatalf("stage 1 read %v records, want %d", in(), n)
 	}
-	adm := kadm.NewClient(prod)
+	adm := newAdmin(t, opts)
 	start := func(p int32) int64 {
 		offs, err := adm.ListStartOffsets(ctx, rep)
 		if err != nil {
@@ -415,11 +354,8 @@ func TestRepartitionPurge(t *testing.T) {
 // no DeleteRecords arrives while the commit is held, and once it returned
 // the partition starts at exactly the checkpointed offset.
 func TestRepartitionPurgeAfterCommits(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "clicks", "counts"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
+	kc, opts, st, dir, set := f.kc, f.opts, f.st, f.dir, f.set
 	var holding atomic.Bool
 	var held, purgesWhileHeld atomic.Int64
 	purged := make(chan struct{}, 1)
@@ -451,36 +387,12 @@ func TestRepartitionPurgeAfterCommits(t *testing.T) {
 		holding.Store(false)
 		return nil, nil, false // then the broker commits it
 	})
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-	cfg, err := pipeline.Parse("units.yaml", []byte(strings.Replace(unitsYAML, "units: 4", "units: 2", 1)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := cfg.PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
-		t.Fatal(err)
-	}
+	f.ensureRepartitions(t)
 	rep := st.Repartitions[0].Topic
-	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("clicks"))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
 	const n = 40
-	for i := range n {
-		if err := prod.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, `{"user":"u%d","i":%d}`, i%5, i)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir := t.TempDir()
-	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-	set.Store = checkpoint.FileStore{Root: dir + "/store"}
+	produceEach(t, opts, "clicks", 0, n, clickOf5)
 	reg := prometheus.NewRegistry()
 	m, err := job.NewMetrics(reg)
 	if err != nil {
@@ -510,7 +422,7 @@ func TestRepartitionPurgeAfterCommits(t *testing.T) {
 	}
 	down := build(1, 0, time.Hour, m) // checkpoints only when the test asks
 	run(down, "stage 1 unit 0")
-	adm := kadm.NewClient(prod)
+	adm := newAdmin(t, opts)
 	ends := func() int64 {
 		offs, err := adm.ListEndOffsets(ctx, rep)
 		if err != nil {

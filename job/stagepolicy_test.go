@@ -14,10 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
-	"github.com/kstreamd/kstreamd/pipeline"
 	"github.com/kstreamd/kstreamd/source"
 )
 
@@ -80,11 +78,8 @@ func TestUnitStagePolicy(t *testing.T) {
 		{"fail", "    on_error: fail"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out", "dlq"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(kc.Close)
+			f := newUnitFixture(t, "sp.yaml", strings.Replace(stagePolicyYAML, "ON_ERROR", tc.onError, 1), kfake.SeedTopics(1, "in", "out", "dlq"))
+			kc, opts, st, set := f.kc, f.opts, f.st, f.set
 			var idsMu sync.Mutex
 			ids := map[string]bool{}
 			kc.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -96,20 +91,9 @@ func TestUnitStagePolicy(t *testing.T) {
 				}
 				return nil, nil, false
 			})
-			opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-			cfg, err := pipeline.Parse("sp.yaml", []byte(strings.Replace(stagePolicyYAML, "ON_ERROR", tc.onError, 1)), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := cfg.PlanStages()
-			if err != nil {
-				t.Fatal(err)
-			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
-				t.Fatal(err)
-			}
+			f.ensureRepartitions(t)
 			var recs []produced
 			for i := range 10 {
 				recs = append(recs, produced{key: fmt.Sprint("k", i), value: fmt.Sprintf(`{"user":"g%d","amount":%d}`, i, 97+i)})
@@ -119,11 +103,7 @@ func TestUnitStagePolicy(t *testing.T) {
 			}
 			produceAll(t, opts, "in", recs)
 
-			dir := t.TempDir()
-			set := cfg.Settings()
-			set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-			set.Store = checkpoint.FileStore{Root: dir + "/store"}
-			set.PurgeRepartitions = false // the test reads the repartition topic
+			set.PurgeRepartitions = false   // the test reads the repartition topic
 			reg := prometheus.NewRegistry() // the stage-1 unit's
 			done := make([]chan error, len(st.Stages))
 			for _, stage := range st.Stages {

@@ -18,7 +18,6 @@ import (
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
-	"github.com/kstreamd/kstreamd/pipeline"
 )
 
 // outageStore is a checkpoint.Store whose every call fails while down is
@@ -111,44 +110,16 @@ func TestUnitsStoreOutage(t *testing.T) {
 }
 
 func testUnitsStoreOutage(t *testing.T, restart job.RestartConfig) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "clicks", "counts"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
 	yaml := strings.Replace(unitsYAML, "units: 4", "units: 2", 1)
 	yaml = strings.Replace(yaml, "  timeout: 1m", "  timeout: 1m\n  tolerable_failures: 1", 1)
-	cfg, err := pipeline.Parse("units.yaml", []byte(yaml), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := cfg.PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	store := &outageStore{Store: checkpoint.FileStore{Root: dir + "/store"}}
-	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend, set.Store = dir+"/staging", dir+"/state", "pebble", store
+	f := newUnitFixture(t, "units.yaml", yaml, kfake.SeedTopics(2, "clicks", "counts"))
+	opts, st, set := f.opts, f.st, f.set
+	store := &outageStore{Store: set.Store} // the filesystem store under f.dir
+	set.StateBackend, set.Store = "pebble", store
 	set.Restart = restart
 	ctx := context.Background()
-	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("clicks"))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
 	const users, perUser = 5, 20
-	produce := func(from, to int) {
-		for i := from; i < to; i++ {
-			for u := range users {
-				rec := &kgo.Record{Value: fmt.Appendf(nil, `{"user":"u%d","i":%d}`, u, i)}
-				if err := prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
+	produce := func(from, to int) { produceClicks(t, opts, from, to, users) }
 	committed := func() []*kgo.Record {
 		return testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "counts", 10*time.Second)
 	}
@@ -197,13 +168,8 @@ func testUnitsStoreOutage(t *testing.T, restart job.RestartConfig) {
 		t.Fatalf("after the outage the output holds %d records, want %d; logs:\n%s", len(committed()), users*perUser, logs.String())
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("RunMember: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("RunMember did not return")
+	if err := memberReturned(t, done); err != nil {
+		t.Errorf("RunMember: %v", err)
 	}
 	checkUserCounts(t, committed(), users, perUser)
 	if !strings.Contains(logs.String(), "msg=\"unit failed; rebuilding\"") || !strings.Contains(logs.String(), errStoreDown.Error()) {

@@ -22,7 +22,6 @@ import (
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
-	"github.com/kstreamd/kstreamd/pipeline"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
@@ -64,11 +63,8 @@ sinks:
 // partition of the unit owning its key group; every stage-1 unit fences its
 // own transactional ids only.
 func TestUnitsExactlyOnceAcrossStages(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "clicks", "counts"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	f := newUnitFixture(t, "units.yaml", unitsYAML, kfake.SeedTopics(2, "clicks", "counts"))
+	kc, opts, st, set := f.kc, f.opts, f.st, f.set
 	var fenceMu sync.Mutex
 	fenced := map[string]int{}
 	kc.ControlKey(22, func(req kmsg.Request) (kmsg.Response, error, bool) { // InitProducerId
@@ -80,48 +76,21 @@ func TestUnitsExactlyOnceAcrossStages(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-	cfg, err := pipeline.Parse("units.yaml", []byte(unitsYAML), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := cfg.PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
-		t.Fatal(err)
-	}
+	f.ensureRepartitions(t)
 	// A second start with another unit count is refused naming both.
 	other := *st
 	other.Repartitions = []graph.Repartition{st.Repartitions[0]}
 	other.Repartitions[0].Partitions = 6
-	err = job.EnsureRepartitionTopics(ctx, opts, &other)
+	err := job.EnsureRepartitionTopics(ctx, opts, &other)
 	if !errors.Is(err, job.ErrUnitsChanged) || !strings.Contains(err.Error(), "has 4 partitions, cluster.units is 6") {
 		t.Fatalf("changed unit count: %v", err)
 	}
 
 	const users, perUser = 5, 20
-	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("clicks"))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	for i := range perUser {
-		for u := range users {
-			rec := &kgo.Record{Value: fmt.Appendf(nil, `{"user":"u%d","i":%d}`, u, i)}
-			if err := prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	produceClicks(t, opts, 0, perUser, users)
 
-	dir := t.TempDir()
-	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-	set.Store = checkpoint.FileStore{Root: dir + "/store"}
 	set.PurgeRepartitions = false // the test reads the whole repartition topic
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -155,31 +124,7 @@ func TestUnitsExactlyOnceAcrossStages(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	got := map[string][]int64{}
-	for _, r := range out {
-		var v struct {
-			Key   string `json:"key"`
-			Count int64  `json:"count"`
-		}
-		if err := json.Unmarshal(r.Value, &v); err != nil {
-			t.Fatalf("output %s: %v", r.Value, err)
-		}
-		got[v.Key] = append(got[v.Key], v.Count)
-	}
-	for u := range users {
-		key := fmt.Sprintf("u%d", u)
-		counts := got[key]
-		if len(counts) != perUser {
-			t.Errorf("key %s: %d counts %v, want 1..%d", key, len(counts), counts, perUser)
-			continue
-		}
-		for i, c := range counts {
-			if c != int64(i+1) {
-				t.Errorf("key %s: counts %v, want 1..%d", key, counts, perUser)
-				break
-			}
-		}
-	}
+	checkUserCounts(t, out, users, perUser)
 	rep := testkit.WithoutMarkers(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), st.Repartitions[0].Topic, 10*time.Second))
 	if len(rep) != users*perUser {
 		t.Errorf("repartition topic holds %d records, want %d", len(rep), users*perUser)
@@ -237,51 +182,13 @@ sinks:
 // not even the incomplete directory of b's checkpoint in flight;
 // b carries on and its output holds every record once.
 func TestUnitZombieFenced(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-	cfg, err := pipeline.Parse("copy.yaml", []byte(copyYAML), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := cfg.PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-	set.Store = checkpoint.FileStore{Root: dir + "/store"}
+	f := newUnitFixture(t, "copy.yaml", copyYAML, kfake.SeedTopics(1, "in", "out"))
+	opts, dir, set := f.opts, f.dir, f.set
 	ns := dir + "/store/copy/units/0/0"
 	heads := checkpoint.Heads{Store: set.Store, Prefix: "copy/units/0/0/"}
-	build := func(member string) *job.Job {
-		s := set
-		s.StateDir += "/" + member
-		s.CheckpointDir += "/" + member
-		s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
-		j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts})
-		if err != nil {
-			t.Fatalf("build %s: %v", member, err)
-		}
-		return j
-	}
-	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("in"))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	produce := func(from, to int) {
-		for i := from; i < to; i++ {
-			if err := prod.ProduceSync(context.Background(), &kgo.Record{Value: fmt.Appendf(nil, `{"i":%d}`, i)}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	produce := func(from, to int) { produceEach(t, opts, "in", from, to, copyValue) }
 	produce(0, 20)
-	a := build("a")
+	a := f.buildOwner(t, "a", nil, nil)
 	actx, acancel := context.WithCancel(context.Background())
 	defer acancel()
 	aDone := make(chan error, 1)
@@ -292,7 +199,7 @@ func TestUnitZombieFenced(t *testing.T) {
 		t.Fatal("a's output never reached 20 records")
 	}
 	// Input paused: a's epochs are empty. b takes the unit over.
-	b := build("b")
+	b := f.buildOwner(t, "b", nil, nil)
 	claim, err := heads.Latest(context.Background())
 	if err != nil || claim.Owner != "b" || !claim.Claim {
 		t.Fatalf("after b's claim the newest HEAD is %+v (%v)", claim, err)
@@ -418,32 +325,10 @@ func listFiles(t *testing.T, dir string) []string {
 // aborted and replayed once. Either way the read_committed output holds
 // every record exactly once.
 func TestUnitCrashAroundHead(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		point checkpoint.FaultPoint
-	}{
-		{"after the HEAD", checkpoint.FaultAfterHead},
-		{"before the HEAD", checkpoint.FaultBeforeHead},
-	} {
+	for _, tc := range crashPoints {
 		t.Run(tc.name, func(t *testing.T) {
-			kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(kc.Close)
-			opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-			cfg, err := pipeline.Parse("copy.yaml", []byte(copyYAML), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := cfg.PlanStages()
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			set := cfg.Settings()
-			set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/staging", dir+"/state", "hashmap"
-			set.Store = checkpoint.FileStore{Root: dir + "/store"}
+			f := newUnitFixture(t, "copy.yaml", copyYAML, kfake.SeedTopics(1, "in", "out"))
+			opts, dir, set := f.opts, f.dir, f.set
 			ns := dir + "/store/copy/units/0/0"
 			read := func(iso kgo.IsolationLevel) []*kgo.Record {
 				return testkit.ReadTopicWith(t, opts, iso, "out", 5*time.Second)
@@ -465,18 +350,6 @@ func TestUnitCrashAroundHead(t *testing.T) {
 				}
 				return p == tc.point && id == crashID
 			}
-			build := func(member string, fault func(checkpoint.FaultPoint, int64) bool, log *testkit.SyncBuffer) *job.Job {
-				s := set
-				s.StateDir += "/" + member
-				s.CheckpointDir += "/" + member
-				s.Unit = &job.Unit{Stage: 0, Index: 0, Units: 1, Member: member, Fingerprint: st.Fingerprint}
-				j, err := job.Build(context.Background(), st.Stages[0].Graph, s, job.Deps{ClientOpts: opts, CheckpointFault: fault,
-					Logger: slog.New(slog.NewJSONHandler(log, nil))})
-				if err != nil {
-					t.Fatalf("build %s: %v", member, err)
-				}
-				return j
-			}
 			prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("in"))...)
 			if err != nil {
 				t.Fatal(err)
@@ -485,14 +358,14 @@ func TestUnitCrashAroundHead(t *testing.T) {
 			produce := func(from, to int) {
 				var recs []*kgo.Record
 				for i := from; i < to; i++ {
-					recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, `{"i":%d}`, i)})
+					recs = append(recs, &kgo.Record{Value: copyValue(i)})
 				}
 				if err := prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 					t.Fatal(err)
 				}
 			}
 			produce(0, 10)
-			a := build("a", fault, &testkit.SyncBuffer{})
+			a := f.buildOwner(t, "a", fault, &testkit.SyncBuffer{})
 			aDone := make(chan error, 1)
 			go func() { aDone <- a.Run(context.Background()) }()
 			if !testkit.Poll(time.Minute, func() bool { return len(read(kgo.ReadCommitted())) == 10 }) {
@@ -500,14 +373,7 @@ func TestUnitCrashAroundHead(t *testing.T) {
 			}
 			armed.Store(true)
 			produce(10, 20)
-			select {
-			case err := <-aDone:
-				if !errors.Is(err, checkpoint.ErrFaultInjected) {
-					t.Fatalf("a stopped with %v, want ErrFaultInjected", err)
-				}
-			case <-time.After(time.Minute):
-				t.Fatal("a never reached the fault point")
-			}
+			stoppedByFault(t, aDone)
 			head, err := checkpoint.Heads{Store: set.Store, Prefix: "copy/units/0/0/"}.Latest(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -525,7 +391,7 @@ func TestUnitCrashAroundHead(t *testing.T) {
 			}
 
 			blog := &testkit.SyncBuffer{}
-			b := build("b", nil, blog)
+			b := f.buildOwner(t, "b", nil, blog)
 			bctx, bcancel := context.WithCancel(context.Background())
 			bDone := make(chan error, 1)
 			go func() { bDone <- b.Run(bctx) }()
@@ -553,26 +419,12 @@ func TestUnitCrashAroundHead(t *testing.T) {
 				t.Errorf("read_committed output holds %d records, want 20", len(out))
 			}
 			// What b committed of the restored checkpoint's transactions.
-			var restored []struct {
-				CheckpointID int64 `json:"checkpoint_id"`
-				Records      int   `json:"records"`
-			}
-			for _, l := range strings.Split(blog.String(), "\n") {
-				if strings.Contains(l, `"msg":"committed restored transaction"`) {
-					restored = append(restored, struct {
-						CheckpointID int64 `json:"checkpoint_id"`
-						Records      int   `json:"records"`
-					}{})
-					if err := json.Unmarshal([]byte(l), &restored[len(restored)-1]); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			restored := restoredCommits(t, blog.String())
 			uncommitted := len(read(kgo.ReadUncommitted()))
 			t.Logf("crash in checkpoint %d; a wrote %d records, b committed restored %+v; read uncommitted at the end %d", crashID, uncommittedAtCrash, restored, uncommitted)
 			switch tc.point {
 			case checkpoint.FaultAfterHead:
-				if len(restored) != 1 || restored[0].CheckpointID != crashID || restored[0].Records != int(epoch) {
+				if len(restored) != 1 || restored[0].CheckpointID != crashID || restored[0].Records != epoch {
 					t.Fatalf("b committed restored transactions %+v, want one of checkpoint %d with its %d records", restored, crashID, epoch)
 				}
 				// Replayed: a's records after the crashed epoch only.
@@ -607,26 +459,11 @@ func TestUnitCrashAroundHead(t *testing.T) {
 func TestUnitsRestoreFromStore(t *testing.T) {
 	for _, kind := range []string{"filesystem", "s3"} {
 		t.Run(kind, func(t *testing.T) {
-			kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "clicks", "counts"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(kc.Close)
-			opts := []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-			cfg, err := pipeline.Parse("units.yaml", []byte(strings.Replace(unitsYAML, "units: 4", "units: 2", 1)), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := cfg.PlanStages()
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
+			opts, st, dir := f.opts, f.st, f.dir
 			ctx := context.Background()
-			if err := job.EnsureRepartitionTopics(ctx, opts, st); err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			var store checkpoint.Store = checkpoint.FileStore{Root: dir + "/store"}
+			f.ensureRepartitions(t)
+			store := f.set.Store
 			if kind == "s3" {
 				s, err := s3store.New(s3store.Config{Endpoint: testkit.S3Server(t, "chk", true), Bucket: "chk", Region: "us-east-1",
 					PathStyle: true, AccessKey: testkit.S3AccessKey, SecretKey: testkit.S3SecretKey})
@@ -635,25 +472,11 @@ func TestUnitsRestoreFromStore(t *testing.T) {
 				}
 				store = s
 			}
-			set := cfg.Settings()
+			set := f.set // each unit sets its own CheckpointDir and StateDir below
 			set.StateBackend, set.Incremental, set.Store = "pebble", true, store
 			var logs testkit.SyncBuffer
 			const users, perUser = 5, 20
-			prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("clicks"))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer prod.Close()
-			produce := func(from, to int) {
-				for i := from; i < to; i++ {
-					for u := range users {
-						rec := &kgo.Record{Value: fmt.Appendf(nil, `{"user":"u%d","i":%d}`, u, i)}
-						if err := prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-			}
+			produce := func(from, to int) { produceClicks(t, opts, from, to, users) }
 			committed := func() []*kgo.Record {
 				return testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "counts", 10*time.Second)
 			}
