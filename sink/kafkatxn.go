@@ -102,15 +102,15 @@ type txnSlot struct {
 	id      string
 	cl      *kgo.Client
 	state   slotState
-	records int64       // markers included
-	markers int64       // markers written (WriteMarker), not counted as records out
+	records int64 // markers included
+	markers int64 // markers written (WriteMarker), not counted as records out
 	// oldest are the source timestamps of the records in Unix
 	// nanoseconds, for the end-to-end latency: int64s, so that a
 	// transaction's million timestamps hold no pointer for the garbage
 	// collector to scan (a time.Time holds its *Location).
 	oldest []int64
-	c       Committable
-	freeAt  int64 // slotCommitted: reusable when a checkpoint >= freeAt completed (0: not yet known)
+	c      Committable
+	freeAt int64 // slotCommitted: reusable when a checkpoint >= freeAt completed (0: not yet known)
 
 	// promise is the produce promise of every record of the slot, made
 	// once (a closure per record would be an allocation per record).

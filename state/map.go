@@ -78,7 +78,7 @@ type mapState[K, V any] struct {
 	ps      *pebbleStore
 	codec   *objCodec
 	scratch []byte
-	known   [2]V // the kept values getObj returned and Put stored last, for HeapSerializer.Copy
+	known   [2]V      // the kept values getObj returned and Put stored last, for HeapSerializer.Copy
 	hint    cacheHint // the cache entry getObject found last
 }
 
