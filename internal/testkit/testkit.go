@@ -7,6 +7,7 @@ package testkit
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -212,6 +213,17 @@ func ReadTopicWith(t testing.TB, opts []kgo.Opt, iso kgo.IsolationLevel, topic s
 	return recs
 }
 
+// TryReadTopic is ReadTopicWith returning the error instead of failing the
+// test: for a read inside a Poll, where one read that times out on a loaded
+// machine is retried rather than ending the test. The error of a timed out
+// read names the partitions not read to their end with the offsets read and
+// the partitions' last stable offsets and high watermarks then.
+func TryReadTopic(opts []kgo.Opt, iso kgo.IsolationLevel, topic string, timeout time.Duration) ([]*kgo.Record, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return readTopic(ctx, opts, iso, topic)
+}
+
 func readTopic(ctx context.Context, opts []kgo.Opt, iso kgo.IsolationLevel, topic string) ([]*kgo.Record, error) {
 	adm, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -238,17 +250,24 @@ func readTopic(ctx context.Context, opts []kgo.Opt, iso kgo.IsolationLevel, topi
 	byPart := map[int32][]*kgo.Record{}
 	if len(want) > 0 {
 		cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.ConsumeTopics(topic),
-			kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords())...)
+			kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords(),
+			// A fetch the broker holds for want of new bytes returns within
+			// a second, not franz-go's default 5 s, so a broker that misses
+			// waking it when the last stable offset moves costs little.
+			kgo.FetchMaxWait(time.Second))...)
 		if err != nil {
 			return nil, err
 		}
 		defer cl.Close()
+		last := map[int32]int64{}
 		for len(want) > 0 {
 			fs := cl.PollFetches(ctx)
 			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%w with partitions %v not read to their end", ctx.Err(), want)
+				return nil, fmt.Errorf("%w with partitions %v (partition: end offset to reach) not read to their end; last offsets read %v; %s",
+					ctx.Err(), want, last, describeEnds(opts, topic))
 			}
 			fs.EachRecord(func(r *kgo.Record) {
+				last[r.Partition] = r.Offset
 				if !r.Attrs.IsControl() {
 					byPart[r.Partition] = append(byPart[r.Partition], r)
 				}
@@ -264,6 +283,28 @@ func readTopic(ctx context.Context, opts []kgo.Opt, iso kgo.IsolationLevel, topi
 		delete(byPart, p)
 	}
 	return out, nil
+}
+
+// describeEnds says what topic's partitions hold now, for a read that timed
+// out: their last stable offsets and high watermarks.
+func describeEnds(opts []kgo.Opt, topic string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err.Error()
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	lso, err1 := adm.ListCommittedOffsets(ctx, topic)
+	hwm, err2 := adm.ListEndOffsets(ctx, topic)
+	if err := errors.Join(err1, err2); err != nil {
+		return "listing the offsets now: " + err.Error()
+	}
+	now := map[int32]string{}
+	lso.Each(func(o kadm.ListedOffset) { now[o.Partition] = fmt.Sprintf("%d", o.Offset) })
+	hwm.Each(func(o kadm.ListedOffset) { now[o.Partition] += fmt.Sprintf("/%d", o.Offset) })
+	return fmt.Sprintf("now (last stable offset/high watermark) %v", now)
 }
 
 // SyncBuffer is a bytes.Buffer that goroutines may write to concurrently,
