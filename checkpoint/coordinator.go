@@ -48,6 +48,12 @@ var ErrFaultInjected = errors.New("checkpoint: stopped by an injected fault")
 // yet (sources still bootstrapping) and ctx ended while waiting.
 var ErrNotReady = errors.New("checkpoint: job not ready for a savepoint")
 
+// ErrStopped is returned by TriggerCheckpoint and TriggerSavepoint when the
+// coordinator's Run returned before it answered the request; the error
+// also wraps the reason Run stopped, if any (ErrHeadExists when another
+// owner took the unit).
+var ErrStopped = errors.New("checkpoint: the checkpoint coordinator stopped")
+
 // CoordinatorConfig configures NewCoordinator.
 type CoordinatorConfig struct {
 	// Job is the job's name, written into the metadata.
@@ -147,6 +153,11 @@ type Coordinator struct {
 	queue    []*savepointReq
 	fatal    error
 
+	// stopped is closed when Run returns, after runErr is set: a trigger
+	// whose request Run never took does not wait for ever.
+	stopped chan struct{}
+	runErr  error
+
 	mu       sync.Mutex // guards ready, lastID, lastTime
 	ready    map[runtime.TaskID]bool
 	lastID   int64
@@ -201,7 +212,8 @@ func NewCoordinator(cfg CoordinatorConfig, sources []runtime.SourceTask, targets
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Coordinator{cfg: cfg, sources: sources, targets: targets, expected: map[runtime.TaskID]bool{},
-		parallel: map[string]int{}, events: runtime.NewMailbox(), logger: cfg.Logger, ready: map[runtime.TaskID]bool{}}
+		parallel: map[string]int{}, events: runtime.NewMailbox(), logger: cfg.Logger, ready: map[runtime.TaskID]bool{},
+		stopped: make(chan struct{})}
 	for _, t := range targets {
 		ids := []runtime.TaskID{t.ID()}
 		if so, ok := t.(runtime.SideOutputOwner); ok {
@@ -283,6 +295,9 @@ func (c *Coordinator) TriggerSavepoint(ctx context.Context, dir string, stopAfte
 	select {
 	case r := <-req.reply:
 		return r.path, r.err
+	case <-c.stopped:
+		r := c.answerAfterStop(req)
+		return r.path, r.err
 	case <-ctx.Done():
 		if !c.Ready() {
 			return "", fmt.Errorf("%w: %w", ErrNotReady, ctx.Err())
@@ -307,9 +322,27 @@ func (c *Coordinator) TriggerCheckpoint(ctx context.Context, stopAfter bool) (in
 	select {
 	case r := <-req.reply:
 		return r.id, r.err
+	case <-c.stopped:
+		r := c.answerAfterStop(req)
+		return r.id, r.err
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+}
+
+// answerAfterStop is req's answer once Run returned: the one Run gave (it
+// answers every request it took, also when it stops), or ErrStopped
+// wrapping Run's error when Run never took req.
+func (c *Coordinator) answerAfterStop(req *savepointReq) savepointResult {
+	select {
+	case r := <-req.reply:
+		return r
+	default:
+	}
+	if c.runErr != nil {
+		return savepointResult{err: fmt.Errorf("%w: %w", ErrStopped, c.runErr)}
+	}
+	return savepointResult{err: ErrStopped}
 }
 
 // Run is the coordinator's event loop: it triggers a checkpoint every
@@ -317,8 +350,12 @@ func (c *Coordinator) TriggerCheckpoint(ctx context.Context, stopAfter bool) (in
 // checkpoint in flight and returns nil). It returns an error wrapping
 // ErrTooManyFailures when more consecutive checkpoints failed than
 // tolerated, or a commit error that leaves storage unusable.
-func (c *Coordinator) Run(ctx context.Context) error {
+func (c *Coordinator) Run(ctx context.Context) (err error) {
 	c.runCtx = ctx
+	defer func() {
+		c.runErr = err
+		close(c.stopped)
+	}()
 	var tick <-chan time.Time
 	if c.cfg.Interval > 0 {
 		t := time.NewTicker(c.cfg.Interval)
@@ -330,7 +367,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			c.abort(errors.New("job stopping"))
 		}
 		for _, r := range c.queue {
-			r.reply <- savepointResult{err: errors.New("checkpoint: job stopped before the savepoint")}
+			r.reply <- savepointResult{err: fmt.Errorf("%w before the queued checkpoint or savepoint started", ErrStopped)}
 		}
 	}()
 	for {

@@ -535,3 +535,46 @@ func TestTriggerCheckpoint(t *testing.T) {
 		t.Errorf("Committed saw %v, want [1]", committed)
 	}
 }
+
+// TestTriggerAfterRunStopped: a TriggerCheckpoint or TriggerSavepoint
+// posted after Run returned (a unit whose retention found the next owner's
+// HEAD, a job stopping) is answered with ErrStopped wrapping Run's reason
+// instead of waiting for ever; a request Run never took leaves nothing
+// behind. The contexts here never end.
+func TestTriggerAfterRunStopped(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s := NewStorage(filepath.Join(root, "staging", "job", "units", "0"), "0", 3, nil)
+	ns := Namespace{Store: FileStore{Root: filepath.Join(root, "store")}, Prefix: UnitPrefix("job", 0, 0), Local: s}
+	o, _, err := Claim(ctx, ns, "a", "fp", 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := newFakeJob(2, nil)
+	c := j.coordinator(t, CoordinatorConfig{Job: "job", MaxParallelism: 128, Storage: s, Owner: o})
+	r := runCoordinator(c)
+	if id, err := c.TriggerCheckpoint(ctx, false); err != nil || id != 1 {
+		t.Fatalf("TriggerCheckpoint = %d, %v; want 1, nil", id, err)
+	}
+	if _, _, err := Claim(ctx, Namespace{Store: ns.Store, Prefix: ns.Prefix}, "b", "fp", 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	// The next checkpoint finds b's claim and stops Run.
+	if _, err := c.TriggerCheckpoint(ctx, false); !errors.Is(err, ErrHeadExists) {
+		t.Fatalf("TriggerCheckpoint after the takeover = %v, want ErrHeadExists", err)
+	}
+	if err := r.stop(); !errors.Is(err, ErrHeadExists) {
+		t.Fatalf("Run = %v, want ErrHeadExists", err)
+	}
+	sent := len(j.triggered())
+	// Run has returned: nothing takes these requests any more.
+	if _, err := c.TriggerCheckpoint(ctx, false); !errors.Is(err, ErrStopped) || !errors.Is(err, ErrHeadExists) {
+		t.Fatalf("TriggerCheckpoint after Run returned = %v, want ErrStopped wrapping ErrHeadExists", err)
+	}
+	if _, err := c.TriggerSavepoint(ctx, t.TempDir(), false); !errors.Is(err, ErrStopped) {
+		t.Fatalf("TriggerSavepoint after Run returned = %v, want ErrStopped", err)
+	}
+	if b := j.triggered(); len(b) != sent {
+		t.Fatalf("%d barriers after Run returned, want the %d sent before", len(b), sent)
+	}
+}
