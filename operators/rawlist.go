@@ -48,16 +48,7 @@ func (RawListSerializer) Append(dst []byte, v []json.RawMessage) ([]byte, error)
 // no whitespace, no <, > or &, no U+2028 or U+2029 (whose UTF-8 starts
 // with 0xE2), which it would compact or escape.
 func plainJSON(m []byte) bool {
-	if len(m) == 0 {
-		return false
-	}
-	for _, c := range m {
-		switch c {
-		case ' ', '\t', '\r', '\n', '<', '>', '&', 0xe2:
-			return false
-		}
-	}
-	return gjson.ValidBytes(m)
+	return plainItem(m) && gjson.ValidBytes(m)
 }
 
 // Decode decodes a JSON array of items (or null: nil), as json.Unmarshal.

@@ -1,7 +1,10 @@
 package operators
 
 import (
+	"bytes"
 	"encoding/json"
+	"unicode/utf8"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -10,36 +13,126 @@ import (
 // the JSON object value, as json.Unmarshal into a map[string]json.RawMessage
 // then into a string would (the last of duplicate fields wins); ok is false
 // when value is not valid JSON, not an object, lacks the field, or the field
-// is not a string. It walks the object with gjson instead of building the
-// map. Strings with escapes or non-ASCII bytes go through json.Unmarshal
-// (its invalid UTF-8 replacement). FuzzTopLevelString compares it with
-// encoding/json.
+// is not a string. It validates value with gjson, then walks the object's
+// top level itself (no copy of value, no value parsed but the field's).
+// Keys with escapes and strings with escapes or non-ASCII bytes go through
+// json.Unmarshal (its unescaping and invalid UTF-8 replacement).
+// FuzzTopLevelString compares it with encoding/json.
 func topLevelString(value []byte, name string) (s string, ok bool) {
 	if !gjson.ValidBytes(value) {
 		return "", false
 	}
-	r := gjson.ParseBytes(value)
-	if !r.IsObject() {
+	i := skipSpace(value, 0)
+	if i >= len(value) || value[i] != '{' {
 		return "", false
 	}
-	var raw string
+	var raw []byte
 	found := false
-	r.ForEach(func(k, v gjson.Result) bool {
-		if k.Str == name {
-			raw, found = v.Raw, true
+	for i++; ; {
+		i = skipSpace(value, i)
+		if i >= len(value) || value[i] == '}' {
+			break
 		}
-		return true
-	})
-	if !found || len(raw) == 0 || raw[0] != '"' {
+		if value[i] == ',' {
+			i++
+			continue
+		}
+		kend := skipString(value, i)
+		key := value[i:kend]
+		i = skipSpace(value, kend) + 1 // past ':'
+		i = skipSpace(value, i)
+		vend := skipValue(value, i)
+		if keyIs(key, name) {
+			raw, found = value[i:vend], true
+		}
+		i = vend
+	}
+	if !found || len(raw) < 2 || raw[0] != '"' {
 		return "", false
 	}
-	if plainASCII(raw[1 : len(raw)-1]) {
-		return raw[1 : len(raw)-1], true
+	if inner := raw[1 : len(raw)-1]; plainASCII(unsafe.String(unsafe.SliceData(inner), len(inner))) {
+		return string(inner), true
 	}
-	if json.Unmarshal([]byte(raw), &s) != nil {
+	if json.Unmarshal(raw, &s) != nil {
 		return "", false
 	}
 	return s, true
+}
+
+// keyIs reports whether the JSON string key (with its quotes) decodes to
+// name.
+func keyIs(key []byte, name string) bool {
+	inner := key[1 : len(key)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner) == name
+	}
+	var k string
+	return json.Unmarshal(key, &k) == nil && k == name
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipString returns the index after the JSON string starting at b[i]
+// (valid JSON: b[i] is its opening quote).
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index after the JSON value starting at b[i], in
+// valid JSON.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			return i
+		}
+		i++
+	}
+	return i
 }
 
 // plainASCII reports whether s holds only printable ASCII other than '"'
@@ -89,11 +182,21 @@ func plainItem(m []byte) bool {
 	if len(m) == 0 {
 		return false
 	}
-	for _, c := range m {
-		switch c {
-		case ' ', '\t', '\r', '\n', '<', '>', '&', 0xe2:
-			return false
-		}
+	// A table lookup per byte, 8 bytes per step: the or of the table's
+	// entries is 0 only when none is a byte json.Marshal changes.
+	var bad byte
+	for len(m) >= 8 {
+		bad |= notPlain[m[0]] | notPlain[m[1]] | notPlain[m[2]] | notPlain[m[3]] |
+			notPlain[m[4]] | notPlain[m[5]] | notPlain[m[6]] | notPlain[m[7]]
+		m = m[8:]
 	}
-	return true
+	for _, c := range m {
+		bad |= notPlain[c]
+	}
+	return bad == 0
 }
+
+// notPlain is 1 at the bytes json.Marshal compacts or escapes in a
+// RawMessage (whitespace, <, > and &, 0xE2: the first byte of U+2028 and
+// U+2029), 0 elsewhere.
+var notPlain = [256]byte{' ': 1, '\t': 1, '\r': 1, '\n': 1, '<': 1, '>': 1, '&': 1, 0xe2: 1}

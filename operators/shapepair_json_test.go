@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -58,6 +59,27 @@ func TestAppendMatch(t *testing.T) {
 		// (the first case) and a lower bound otherwise.
 		if n := matchSize(c.rule, c.key, json.RawMessage(c.first), json.RawMessage(c.second)); n > len(want) || (c.rule == "red-circle" && n != len(want)) {
 			t.Errorf("matchSize(%+v) = %d, output %d bytes", c, n, len(want))
+		}
+	}
+}
+
+// TestPlainItemEveryByte: plainItem is false exactly when m is empty or
+// holds a byte json.Marshal compacts or escapes in a RawMessage, at every
+// position of items of 1 to 20 bytes (the unrolled steps and the tail).
+func TestPlainItemEveryByte(t *testing.T) {
+	if plainItem(nil) || plainItem([]byte{}) {
+		t.Fatal("plainItem of an empty item is true")
+	}
+	changed := map[byte]bool{' ': true, '\t': true, '\r': true, '\n': true, '<': true, '>': true, '&': true, 0xe2: true}
+	for n := 1; n <= 20; n++ {
+		for pos := range n {
+			for c := range 256 {
+				m := bytes.Repeat([]byte("a"), n)
+				m[pos] = byte(c)
+				if got, want := plainItem(m), !changed[byte(c)]; got != want {
+					t.Fatalf("plainItem(%q) = %v, want %v", m, got, want)
+				}
+			}
 		}
 	}
 }

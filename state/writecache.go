@@ -25,11 +25,15 @@ const writeCacheEntryOverhead = 64
 // key read and written once per record thus costs two map operations
 // instead of a Pebble Get and Set.
 //
-// When the cache outgrows its bytes it evicts the least recently used
-// entries until it holds at most 7/8 of them (so an eviction is amortized
-// over many writes), writing the dirty ones among them to Pebble in one
-// batch first (NamedCache.evict): the hot entries stay, with their
-// unwritten changes.
+// When the cache outgrows its bytes it evicts entries not used recently
+// until it holds at most 7/8 of them (so an eviction is amortized over
+// many writes), writing the dirty ones among them to Pebble in one batch
+// first (NamedCache.evict): the hot entries stay, with their unwritten
+// changes. Recency is CLOCK's (second chance): a hit only sets the entry's
+// referenced bit instead of moving it in the list (which would touch two
+// other entries' memory on every read); eviction walks from the oldest
+// entry, moves a referenced one to the front with its bit cleared, and
+// evicts the others.
 //
 // Keys are full Pebble keys (keys.go): the values and the map entries of
 // every state share one cache. Safe for concurrent use (the async state
@@ -40,8 +44,10 @@ type writeCache struct {
 	mu      sync.Mutex
 	entries map[string]*cacheEntry
 	// lru is the sentinel of the entries' recency list: lru.next is the
-	// most recently used entry, lru.prev the least.
+	// entry added (or given a second chance) last, lru.prev the oldest.
 	lru cacheEntry
+	// victims is maybeEvict's scratch list of the entries it evicts.
+	victims []*cacheEntry
 	// dirty holds every entry with dirty set, in the order it became
 	// dirty, and entries that were evicted since (dirty false, skipped):
 	// a flush visits these only, so a flush before every scan (the rules
@@ -66,14 +72,41 @@ type writeCache struct {
 // codec only when the entry is written to Pebble or read as bytes; see
 // objCodec).
 type cacheEntry struct {
-	key        string // the map key
-	val        []byte
-	obj        any
-	codec      *objCodec
+	key     string // the map key
+	obj     any
+	codec   *objCodec
+	present bool
+	dirty   bool
+	// ref is CLOCK's referenced bit: set by a hit, cleared when eviction
+	// gives the entry its second chance.
+	ref        bool
 	osize      int // codec.size(obj)
-	present    bool
-	dirty      bool
+	val        []byte
 	prev, next *cacheEntry
+}
+
+// inlineKeyLen is the longest key newCacheEntry keeps in the entry's own
+// allocation.
+const inlineKeyLen = 32
+
+// inlineKeyEntry is an entry with its key's bytes in the same allocation:
+// a map lookup compares the key next to the entry it then reads, one
+// cache miss instead of two (a state key is about 20 bytes).
+type inlineKeyEntry struct {
+	kbuf [inlineKeyLen]byte
+	e    cacheEntry
+}
+
+// newCacheEntry returns an empty entry for key, with its own copy of key
+// (in the entry's allocation when short). The copy is never modified.
+func newCacheEntry(key []byte) *cacheEntry {
+	if len(key) == 0 || len(key) > inlineKeyLen {
+		return &cacheEntry{key: string(key)}
+	}
+	p := &inlineKeyEntry{}
+	n := copy(p.kbuf[:], key)
+	p.e.key = unsafe.String(&p.kbuf[0], n)
+	return &p.e
 }
 
 func (e *cacheEntry) size() int {
@@ -128,14 +161,20 @@ func newWriteCache(limit int) *writeCache {
 	return c
 }
 
-// touch makes e the most recently used entry (linking it in if new).
+// touch marks e used: its referenced bit set, or, if new, linked in at
+// the front of the list.
 func (c *writeCache) touch(e *cacheEntry) {
-	if c.lru.next == e {
+	if e.next != nil {
+		if !e.ref {
+			e.ref = true
+		}
 		return
 	}
-	if e.next != nil {
-		e.prev.next, e.next.prev = e.next, e.prev
-	}
+	c.pushFront(e)
+}
+
+// pushFront links the unlinked e in at the front of the list.
+func (c *writeCache) pushFront(e *cacheEntry) {
 	e.prev, e.next = &c.lru, c.lru.next
 	c.lru.next.prev = e
 	c.lru.next = e
@@ -226,7 +265,7 @@ func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, foun
 	if _, ok := c.entries[string(key)]; ok {
 		return nil
 	}
-	e := &cacheEntry{key: string(key)}
+	e := newCacheEntry(key)
 	if found {
 		c.setObj(e, obj, codec)
 	}
@@ -279,7 +318,7 @@ func (c *writeCache) hinted(key []byte, hint cacheHint) *cacheEntry {
 func (c *writeCache) entryFor(key []byte) *cacheEntry {
 	e, ok := c.entries[string(key)]
 	if !ok {
-		e = &cacheEntry{key: string(key)}
+		e = newCacheEntry(key)
 		c.entries[e.key] = e
 		c.bytes += len(key) + writeCacheEntryOverhead
 	}
@@ -307,7 +346,8 @@ func (c *writeCache) fill(db *pebble.DB, id uint32, key, v []byte, found bool, g
 	if _, ok := c.entries[string(key)]; ok {
 		return nil
 	}
-	e := &cacheEntry{key: string(key), present: found}
+	e := newCacheEntry(key)
+	e.present = found
 	if found {
 		e.val = append([]byte{}, v...)
 	}
@@ -382,9 +422,11 @@ func (c *writeCache) bypassIDs(db *pebble.DB, ids []uint32) error {
 	return c.dropLocked(db)
 }
 
-// maybeEvict evicts the least recently used entries while the cache holds
-// more than 7/8 of its limit, once it holds more than the limit; the dirty
-// ones among them reach Pebble in one batch first.
+// maybeEvict evicts entries not used recently while the cache holds more
+// than 7/8 of its limit, once it holds more than the limit (CLOCK: from the
+// oldest, a referenced entry moves to the front with its bit cleared, an
+// unreferenced one is evicted); the dirty ones among them reach Pebble in
+// one batch first.
 func (c *writeCache) maybeEvict(db *pebble.DB) error {
 	if c.bytes <= c.limit {
 		return nil
@@ -392,16 +434,33 @@ func (c *writeCache) maybeEvict(db *pebble.DB) error {
 	low := c.limit - c.limit/8
 	var b *pebble.Batch
 	freed := 0
-	for e := c.lru.prev; e != &c.lru && c.bytes-freed > low; e = e.prev {
+	victims := c.victims[:0]
+	defer func() { clear(victims); c.victims = victims[:0] }()
+	// The walk ends: an entry moved to the front comes up again with its
+	// bit clear, after every older one.
+	for e := c.lru.prev; e != &c.lru && c.bytes-freed > low; {
+		prev := e.prev
+		if e.ref {
+			e.ref = false
+			e.prev.next, e.next.prev = e.next, e.prev
+			c.pushFront(e)
+			if prev == &c.lru { // e was the only entry left to visit
+				prev = e
+			}
+			e = prev
+			continue
+		}
+		victims = append(victims, e)
 		freed += e.size()
-		if !e.dirty {
+		e = prev
+		if !victims[len(victims)-1].dirty {
 			continue
 		}
 		if b == nil {
 			b = db.NewBatch()
 			defer b.Close()
 		}
-		if err := batchWrite(b, e, &c.scratch); err != nil {
+		if err := batchWrite(b, victims[len(victims)-1], &c.scratch); err != nil {
 			return err
 		}
 	}
@@ -411,9 +470,7 @@ func (c *writeCache) maybeEvict(db *pebble.DB) error {
 		}
 	}
 	c.gen++
-	for c.lru.prev != &c.lru && freed > 0 {
-		e := c.lru.prev
-		freed -= e.size()
+	for _, e := range victims {
 		if e.dirty {
 			e.dirty = false // its slot in c.dirty is skipped by the next flush
 			c.ndirty--

@@ -336,3 +336,111 @@ func (c *writeCache) contains(id uint32, key []byte) bool {
 	_, ok := c.entries[string(key)]
 	return ok
 }
+
+// TestWriteCacheSecondChance: eviction is CLOCK's. With room for 22
+// entries of 71 bytes, 22 written and then all read, a 23rd write
+// evicts down to 7/8 of the room (19 entries): every read entry gets its
+// second chance (moved to the front, bit cleared), so the unread new one
+// goes first, then the oldest, k000 to k002; each evicted write is in
+// Pebble, the others wait for a flush. A read after that saves k003 from
+// the next eviction, which takes k004 and the entries after it.
+func TestWriteCacheSecondChance(t *testing.T) {
+	cfg := testConfig(t, KindPebble)
+	cfg.WriteCacheBytes = 20 * (writeCacheEntryOverhead + 16)
+	st := open(t, cfg).core().st.(*pebbleStore)
+	key := func(i int) []byte { return fmt.Appendf(nil, "\x00k-%03d", i) }
+	for i := range 22 {
+		must(t, st.cachedWrite(1, key(i), []byte{'a' + byte(i)}, true))
+	}
+	for i := range 22 {
+		_, _, err := st.cachedGet(1, key(i))
+		must(t, err)
+	}
+	must(t, st.cachedWrite(1, key(22), []byte("w"), true))
+	cached := func() []int {
+		var in []int
+		for i := range 30 {
+			if st.cache.contains(1, key(i)) {
+				in = append(in, i)
+			}
+		}
+		return in
+	}
+	inPebble := func() []int {
+		var in []int
+		for i := range 30 {
+			if _, closer, err := st.db.Get(key(i)); err == nil {
+				must(t, closer.Close())
+				in = append(in, i)
+			}
+		}
+		return in
+	}
+	seq := func(lo, hi int) []int {
+		var s []int
+		for i := lo; i < hi; i++ {
+			s = append(s, i)
+		}
+		return s
+	}
+	if got, want := cached(), seq(3, 22); !slices.Equal(got, want) {
+		t.Fatalf("cached after the first eviction %v, want %v", got, want)
+	}
+	if got, want := inPebble(), []int{0, 1, 2, 22}; !slices.Equal(got, want) {
+		t.Fatalf("in pebble after the first eviction %v, want %v", got, want)
+	}
+	if n, b := len(st.cache.entries), st.cache.bytes; n != 19 || b != 19*71 {
+		t.Fatalf("%d entries of %d bytes cached, want 19 of %d", n, b, 19*71)
+	}
+	_, _, err := st.cachedGet(1, key(3))
+	must(t, err)
+	for i := 23; i < 27; i++ { // the 4th new write overflows: 23 entries of 71 bytes
+		must(t, st.cachedWrite(1, key(i), []byte("n"), true))
+	}
+	// The walk starts at k003 (read: moved to the front) and evicts k004
+	// to k007 (284 bytes: 1633 -> 1349, at most 1400).
+	if got, want := cached(), append(append([]int{3}, seq(8, 22)...), seq(23, 27)...); !slices.Equal(got, want) {
+		t.Fatalf("cached after the second eviction %v, want %v", got, want)
+	}
+	if got, want := inPebble(), []int{0, 1, 2, 4, 5, 6, 7, 22}; !slices.Equal(got, want) {
+		t.Fatalf("in pebble after the second eviction %v, want %v", got, want)
+	}
+	must(t, st.flushCache())
+	for i := range 27 {
+		v, found, err := st.cachedGet(1, key(i))
+		must(t, err)
+		want := string([]byte{'a' + byte(i)})
+		switch {
+		case i == 22:
+			want = "w"
+		case i > 22:
+			want = "n"
+		}
+		if !found || string(v) != want {
+			t.Fatalf("key %d = %q (found %v), want %q", i, v, found, want)
+		}
+	}
+}
+
+// TestWriteCacheKeyLengths: keys kept in the entry's allocation (up to
+// inlineKeyLen bytes) and longer ones read, write, evict and flush alike.
+func TestWriteCacheKeyLengths(t *testing.T) {
+	cfg := testConfig(t, KindPebble)
+	cfg.WriteCacheBytes = 8 * (writeCacheEntryOverhead + 64)
+	st := open(t, cfg).core().st.(*pebbleStore)
+	key := func(n int) []byte { return append([]byte{0}, strings.Repeat(fmt.Sprint(n%10), n-1)...) }
+	for n := 1; n <= 2*inlineKeyLen; n++ {
+		must(t, st.cachedWrite(1, key(n), fmt.Appendf(nil, "v%d", n), true))
+	}
+	must(t, st.flushCache())
+	for n := 1; n <= 2*inlineKeyLen; n++ {
+		v, found, err := st.cachedGet(1, key(n))
+		must(t, err)
+		if !found || string(v) != fmt.Sprintf("v%d", n) {
+			t.Fatalf("key of %d bytes = %q (found %v), want v%d", n, v, found, n)
+		}
+		if e, ok := st.cache.entries[string(key(n))]; ok && e.key != string(key(n)) {
+			t.Fatalf("entry of the key of %d bytes holds key %q", n, e.key)
+		}
+	}
+}
