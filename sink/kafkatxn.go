@@ -421,10 +421,7 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 				k.cfg.RecordsOut.Add(float64(c.Records - s.markers))
 			}
 			if k.cfg.Metrics != nil {
-				now := time.Now().UnixNano()
-				for _, ts := range s.oldest {
-					k.cfg.Metrics.e2eLatency.Observe(float64(now-ts) / 1e9)
-				}
+				k.cfg.Metrics.e2eLatency.ObserveSince(time.Now().UnixNano(), s.oldest)
 			}
 		}
 	} else if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
