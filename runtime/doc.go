@@ -19,7 +19,8 @@
 // records in batches (Flink's network buffers, without its buffer timeout):
 // a batch goes when full, before any control element on its channel, and
 // when the emitting subtask is about to block (a source after each poll, an
-// operator task when its input is empty), so batching adds no latency.
+// operator task when its input is empty): a record waits at most until its
+// subtask has handled what it already had at hand.
 //
 // # Shutdown
 //
