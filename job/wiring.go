@@ -30,10 +30,10 @@ func (InProcessExchange) Connect(e graph.Edge, upstream []*runtime.Output, downs
 	for _, o := range upstream {
 		chans := make([]runtime.Channel, downstream)
 		for d := range chans {
-			chans[d] = runtime.NewChannel(0)
+			chans[d] = runtime.NewChannel(runtime.BatchChannelCapacity)
 			out[d] = append(out[d], chans[d])
 		}
-		addWriter(o, e, runtime.NewWriter(chans, runtime.KeyGroupPartitioner{MaxParallelism: maxParallelism}).WithKeySelector(e.Key))
+		addWriter(o, e, runtime.NewWriter(chans, runtime.KeyGroupPartitioner{MaxParallelism: maxParallelism}).WithKeySelector(e.Key).WithBatching(runtime.RecordBatchSize))
 	}
 	return out
 }
@@ -85,22 +85,22 @@ func (b *builder) wire(e graph.Edge) error {
 			return fmt.Errorf("job: edge %s: forward between parallelism %d and %d", e, len(ups), len(down))
 		}
 		for i, o := range ups {
-			ch := runtime.NewChannel(0)
+			ch := runtime.NewChannel(runtime.BatchChannelCapacity)
 			down[i] = append(down[i], runtime.InputChannel{Ch: ch, Input: e.Input})
-			addWriter(o, e, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+			addWriter(o, e, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}).WithBatching(runtime.RecordBatchSize))
 		}
 	case graph.Broadcast, graph.Rebalance:
 		for _, o := range ups {
 			chans := make([]runtime.Channel, len(down))
 			for d := range chans {
-				chans[d] = runtime.NewChannel(0)
+				chans[d] = runtime.NewChannel(runtime.BatchChannelCapacity)
 				down[d] = append(down[d], runtime.InputChannel{Ch: chans[d], Input: e.Input})
 			}
 			var p runtime.Partitioner = runtime.BroadcastPartitioner{}
 			if e.Kind == graph.Rebalance {
 				p = &runtime.RebalancePartitioner{} // each upstream subtask keeps its own round-robin position
 			}
-			addWriter(o, e, runtime.NewWriter(chans, p))
+			addWriter(o, e, runtime.NewWriter(chans, p).WithBatching(runtime.RecordBatchSize))
 		}
 	default:
 		return fmt.Errorf("job: edge %s: unknown kind", e)

@@ -10,11 +10,17 @@
 //
 // A job is a DAG of operators; each operator runs as parallelism subtasks,
 // one goroutine each. Subtask outputs are connected to the downstream
-// subtasks' input gates by bounded channels (capacity ChannelCapacity): a
-// slow subtask back-pressures its upstream and nothing is ever dropped. A
-// stream element is a record, a watermark, a checkpoint barrier, a caught-up
-// marker or end-of-input; control elements are always sent to every
-// downstream channel, whatever the partitioner.
+// subtasks' input gates by bounded channels (capacity ChannelCapacity, or
+// BatchChannelCapacity for the job's batching writers): a slow subtask
+// back-pressures its upstream and nothing is ever dropped. A stream element
+// is a record, a batch of records, a watermark, a checkpoint barrier, a
+// caught-up marker or end-of-input; control elements are always sent to
+// every downstream channel, whatever the partitioner. The job's writers send
+// records in batches (Flink's network buffers, without its buffer timeout):
+// a batch goes when full, before any control element on its channel, and
+// when the emitting subtask is about to block (a source after each poll, an
+// operator task when its input is empty): a record waits at most until its
+// subtask has handled what it already had at hand.
 //
 // # Shutdown
 //

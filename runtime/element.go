@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -22,6 +23,9 @@ const (
 	KindCaughtUp
 	// KindEndOfInput says the upstream subtask will send nothing more.
 	KindEndOfInput
+	// KindRecords is a batch of data records (Element.Batch), in the order
+	// they were emitted: what a batching Writer sends (WithBatching).
+	KindRecords
 )
 
 // String returns the kind's lowercase name.
@@ -37,6 +41,8 @@ func (k ElementKind) String() string {
 		return "caught-up"
 	case KindEndOfInput:
 		return "end-of-input"
+	case KindRecords:
+		return "records"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -106,6 +112,37 @@ type Element struct {
 	// again with its next record or watermark.
 	Idle    bool
 	Barrier *Barrier // KindBarrier; shared read-only by every receiver
+	// Batch holds the records of a KindRecords element. The receiver owns
+	// it and hands it back with Release once it processed the records.
+	Batch *RecordBatch
+}
+
+// RecordBatch is the records of one KindRecords element. A batching Writer
+// fills one per channel and sends it when it holds the writer's batch size,
+// before any control element on that channel, and on Flush.
+type RecordBatch struct {
+	Records []Record
+}
+
+// batchPool holds the RecordBatches receivers released, for writers to
+// fill again.
+var batchPool = sync.Pool{New: func() any { return new(RecordBatch) }}
+
+// newBatch returns an empty batch with room for n records.
+func newBatch(n int) *RecordBatch {
+	b := batchPool.Get().(*RecordBatch)
+	if cap(b.Records) < n {
+		b.Records = make([]Record, 0, n)
+	}
+	return b
+}
+
+// Release clears b (dropping its records' keys, values and headers) and
+// returns it to the writers' pool; b must not be used afterwards.
+func (b *RecordBatch) Release() {
+	clear(b.Records)
+	b.Records = b.Records[:0]
+	batchPool.Put(b)
 }
 
 // Barrier is checkpoint barrier n with its options (Flink's

@@ -95,19 +95,8 @@ func (g *InputGate) Next(ctx context.Context, wake <-chan struct{}) (el Element,
 	if g.open == 0 {
 		return Element{}, -1, false, nil
 	}
-	n := len(g.chans)
-	// Fast path: a non-blocking round-robin poll.
-	for k := 0; k < n; k++ {
-		i := (g.next + k) % n
-		if g.blocked[i] != 0 || g.finished[i] {
-			continue
-		}
-		select {
-		case el := <-g.chans[i].Ch:
-			g.next = i + 1
-			return g.got(el, i), i, true, nil
-		default:
-		}
+	if el, ch, ok := g.TryNext(); ok {
+		return el, ch, true, nil
 	}
 	// Slow path: block on every readable channel, wake and ctx.
 	g.cases = g.cases[:0]
@@ -134,6 +123,26 @@ func (g *InputGate) Next(ctx context.Context, wake <-chan struct{}) (el Element,
 	default:
 		return Element{}, -1, false, nil
 	}
+}
+
+// TryNext is Next without blocking: it returns the next element of an
+// unblocked, unfinished channel that has one (round robin), or ok == false
+// at once when none has.
+func (g *InputGate) TryNext() (el Element, ch int, ok bool) {
+	n := len(g.chans)
+	for k := 0; k < n; k++ {
+		i := (g.next + k) % n
+		if g.blocked[i] != 0 || g.finished[i] {
+			continue
+		}
+		select {
+		case el := <-g.chans[i].Ch:
+			g.next = i + 1
+			return g.got(el, i), i, true
+		default:
+		}
+	}
+	return Element{}, -1, false
 }
 
 func (g *InputGate) got(el Element, i int) Element {

@@ -261,9 +261,20 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 	}
 	pending := t.startBootstrap()
 	for !t.gate.Finished() {
-		el, ch, ok, err := t.gate.Next(ctx, t.mailbox.Ready())
-		if err != nil {
-			return err
+		el, ch, ok := t.gate.TryNext()
+		if !ok {
+			// Nothing to read: hand the output's batches on before
+			// blocking, so that no receiver waits for records held here.
+			if t.out != nil {
+				if err := t.out.Flush(ctx); err != nil {
+					return err
+				}
+			}
+			var err error
+			el, ch, ok, err = t.gate.Next(ctx, t.mailbox.Ready())
+			if err != nil {
+				return err
+			}
 		}
 		if !ok {
 			// Ready woke the gate: run the mail. TryYieldAll takes the signal
@@ -283,21 +294,16 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 		input := t.gate.Channel(ch).Input
 		switch el.Kind {
 		case KindRecord:
-			if t.recIn != nil {
-				t.recIn.Inc()
+			if err := t.record(ctx, ch, input, el.Record); err != nil {
+				return err
 			}
-			t.valve.Active(ch)
-			if t.bvalve != nil && input == t.bootstrp {
-				t.bvalve.Active(ch)
-				if err := t.broadcastTimeChanged(ctx); err != nil {
+		case KindRecords:
+			for _, rec := range el.Batch.Records {
+				if err := t.record(ctx, ch, input, rec); err != nil {
 					return err
 				}
 			}
-			if err := t.op.ProcessRecord(ctx, input, el.Record); err != nil {
-				if err := t.badRecord(ctx, input, el.Record, err); err != nil {
-					return fmt.Errorf("%s: %w", t.name, err)
-				}
-			}
+			el.Batch.Release()
 		case KindWatermark:
 			if t.bvalve != nil && input == t.bootstrp {
 				if el.Idle {
@@ -359,6 +365,26 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 	}
 	if t.out != nil {
 		return t.out.Broadcast(ctx, Element{Kind: KindEndOfInput})
+	}
+	return nil
+}
+
+// record processes one record of channel ch (of logical input input).
+func (t *OperatorTask) record(ctx context.Context, ch, input int, rec Record) error {
+	if t.recIn != nil {
+		t.recIn.Inc()
+	}
+	t.valve.Active(ch)
+	if t.bvalve != nil && input == t.bootstrp {
+		t.bvalve.Active(ch)
+		if err := t.broadcastTimeChanged(ctx); err != nil {
+			return err
+		}
+	}
+	if err := t.op.ProcessRecord(ctx, input, rec); err != nil {
+		if err := t.badRecord(ctx, input, rec, err); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
 	}
 	return nil
 }

@@ -82,7 +82,24 @@ type Writer struct {
 	// them a pointer to Emit's own record would move every record to the
 	// heap (the compiler cannot see through the interface).
 	scratch Record
+	// batch is the records per KindRecords element (WithBatching); 0
+	// sends each record as a KindRecord element of its own.
+	batch int
+	// pending holds, per channel, the batch being filled (nil: none).
+	pending []*RecordBatch
 }
+
+// RecordBatchSize is the batch size the job's writers use (WithBatching):
+// one channel operation, and at most one wake-up of the receiver, per 64
+// records instead of per record.
+const RecordBatchSize = 64
+
+// BatchChannelCapacity is the capacity, in elements, of the job's channels
+// between batching writers and their receivers: 32 batches, up to 2048
+// records, 8x ChannelCapacity's records but not 64x, so that a barrier
+// queued behind them (a checkpoint) waits for a few milliseconds of
+// records, not tens.
+const BatchChannelCapacity = 32
 
 // NewWriter returns a writer over channels (one per downstream subtask,
 // index = subtask) routing records with p.
@@ -98,9 +115,25 @@ func (w *Writer) WithKeySelector(sel KeySelector) *Writer {
 	return w
 }
 
+// WithBatching makes w send records in KindRecords elements of up to n
+// records per channel (n <= 1: one KindRecord element per record, the
+// default). A batch is sent when it is full, before any control element on
+// its channel (Broadcast), and on Flush: the emitting task must call Flush
+// before it blocks on anything else than its output, or its receivers
+// would wait for records it holds. It returns w.
+func (w *Writer) WithBatching(n int) *Writer {
+	if n <= 1 {
+		n = 0
+	}
+	w.batch = n
+	w.pending = make([]*RecordBatch, len(w.channels))
+	return w
+}
+
 // Emit sends rec to the channel the partitioner picks, blocking while that
 // channel is full. It returns ctx.Err() if ctx ends first; the record is
-// then not sent. With a key selector the record gets the selected key
+// then not sent. A batching writer (WithBatching) adds rec to that
+// channel's batch instead, and sends the batch once full. With a key selector the record gets the selected key
 // first; when the selector fails Emit returns its error (a *RecordError for
 // a record without a usable key) and sends nothing.
 func (w *Writer) Emit(ctx context.Context, rec Record) error {
@@ -126,14 +159,61 @@ func (w *Writer) Emit(ctx context.Context, rec Record) error {
 		i = w.partitioner.Select(&w.scratch, len(w.channels))
 		w.scratch = Record{}
 	}
+	if i >= len(w.channels) {
+		return fmt.Errorf("runtime: partitioner picked channel %d of %d", i, len(w.channels))
+	}
+	if w.batch > 0 {
+		if i >= 0 {
+			return w.add(ctx, i, rec)
+		}
+		for j := range w.channels {
+			if err := w.add(ctx, j, rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	el := Element{Kind: KindRecord, Record: rec}
 	if i < 0 {
 		return w.broadcast(ctx, el)
 	}
-	if i >= len(w.channels) {
-		return fmt.Errorf("runtime: partitioner picked channel %d of %d", i, len(w.channels))
-	}
 	return w.send(ctx, w.channels[i], el)
+}
+
+// add appends rec to channel i's batch, sending the batch once full.
+func (w *Writer) add(ctx context.Context, i int, rec Record) error {
+	b := w.pending[i]
+	if b == nil {
+		b = newBatch(w.batch)
+		w.pending[i] = b
+	}
+	b.Records = append(b.Records, rec)
+	if len(b.Records) >= w.batch {
+		return w.flush(ctx, i)
+	}
+	return nil
+}
+
+// flush sends channel i's batch, if any.
+func (w *Writer) flush(ctx context.Context, i int) error {
+	if w.batch == 0 || w.pending[i] == nil {
+		return nil
+	}
+	b := w.pending[i]
+	w.pending[i] = nil
+	return w.send(ctx, w.channels[i], Element{Kind: KindRecords, Batch: b})
+}
+
+// Flush sends every channel's batch of a batching writer (WithBatching),
+// blocking while a channel is full; a writer without batches has nothing
+// to send. It returns ctx.Err() if ctx ends first.
+func (w *Writer) Flush(ctx context.Context) error {
+	for i := range w.pending {
+		if err := w.flush(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // selectKey runs the key selector on the writer's scratch copy of rec (see
@@ -147,11 +227,16 @@ func (w *Writer) selectKey(rec Record) ([]byte, error) {
 }
 
 // Broadcast sends a control element (barrier, watermark, caught-up,
-// end-of-input) to every channel, blocking while a channel is full.
+// end-of-input) to every channel, blocking while a channel is full; a
+// batching writer first sends the channel's batch, so the element follows
+// every record emitted before it.
 func (w *Writer) Broadcast(ctx context.Context, el Element) error { return w.broadcast(ctx, el) }
 
 func (w *Writer) broadcast(ctx context.Context, el Element) error {
-	for _, ch := range w.channels {
+	for i, ch := range w.channels {
+		if err := w.flush(ctx, i); err != nil {
+			return err
+		}
 		if err := w.send(ctx, ch, el); err != nil {
 			return err
 		}
@@ -268,6 +353,24 @@ func (o *Output) Emit(ctx context.Context, rec Record) error {
 		o.counter.Inc()
 	}
 	return refused
+}
+
+// Flush sends the batches every batching writer of o holds (see
+// Writer.WithBatching), main and side outputs.
+func (o *Output) Flush(ctx context.Context) error {
+	for _, w := range o.writers {
+		if err := w.Flush(ctx); err != nil {
+			return err
+		}
+	}
+	for _, ws := range o.side {
+		for _, w := range ws {
+			if err := w.Flush(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Broadcast sends a control element to every channel of every downstream

@@ -86,7 +86,19 @@ type KafkaTxnCommitter struct {
 	cfg   KafkaTxnConfig
 	slots []*txnSlot
 	open  *txnSlot
+	// recs is the unused rest of the slab the next produced kgo.Records
+	// are taken from (newRecord).
+	recs []kgo.Record
 }
+
+// recordSlab is how many kgo.Records newRecord allocates at once: one
+// allocation per 128 records (about 20 KiB, a small-object size class)
+// instead of one per record, in memory that was just zeroed and is still
+// in the CPU's cache when the records are filled. (Recycling the records
+// of finished promises through a sync.Pool instead cost more: a recycled
+// record is cold by the time it is reused, and franz-go's first touch of
+// it, in Produce, missed the cache on nearly every record.)
+const recordSlab = 128
 
 type slotState int
 
@@ -128,11 +140,18 @@ type txnSlot struct {
 	ackOff   int64  // and offset
 }
 
-// recordPool holds the kgo.Records of finished produce requests for the
-// next Write: franz-go owns a produced record until its promise returns
-// and never touches it afterwards, so the promise zeroes it (dropping its
-// key, value and header references) and puts it here as its last action.
-var recordPool = sync.Pool{New: func() any { return new(kgo.Record) }}
+// newRecord returns a zero kgo.Record of the committer's current slab,
+// allocating the next slab when it is used up. A slab stays reachable
+// until franz-go finished every record of it; nothing writes a record
+// after handing it to franz-go.
+func (k *KafkaTxnCommitter) newRecord() *kgo.Record {
+	if len(k.recs) == 0 {
+		k.recs = make([]kgo.Record, recordSlab)
+	}
+	r := &k.recs[0]
+	k.recs = k.recs[1:]
+	return r
+}
 
 // NewKafkaTxnCommitter returns the committer of one sink subtask; producers
 // connect lazily.
@@ -215,7 +234,7 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 	if !rec.Timestamp.IsZero() {
 		s.oldest = append(s.oldest, rec.Timestamp.UnixNano())
 	}
-	kr := recordPool.Get().(*kgo.Record)
+	kr := k.newRecord()
 	kr.Key, kr.Value, kr.Timestamp, kr.Headers = rec.Key, rec.Value, rec.Timestamp, kafkaHeaders(rec.Headers)
 	if k.cfg.Partition != nil {
 		kr.Partition = k.cfg.Partition(rec.Key)
@@ -269,23 +288,21 @@ func (k *KafkaTxnCommitter) WriteMarker(ctx context.Context, m runtime.Marker) e
 	for p := range k.cfg.Partitions {
 		s.records++
 		s.markers++
-		kr := recordPool.Get().(*kgo.Record)
+		kr := k.newRecord()
 		kr.Value, kr.Timestamp, kr.Headers, kr.Partition = rec.Value, rec.Timestamp, kafkaHeaders(rec.Headers), p
 		k.produce(ctx, s, kr)
 	}
 	return nil
 }
 
-// produce produces kr, a record of recordPool, into slot s's open
-// transaction; s.promise records the outcome and returns kr to the pool.
+// produce produces kr into slot s's open transaction; s.promise records
+// the outcome.
 func (k *KafkaTxnCommitter) produce(ctx context.Context, s *txnSlot, kr *kgo.Record) {
 	s.cl.Produce(ctx, kr, s.promise)
 }
 
 // finished is the produce promise of slot s: it records the first failure
-// and the first acknowledged offset of the open transaction, then returns
-// r to recordPool (franz-go is done with it once the promise returns, and
-// nothing else holds it).
+// and the first acknowledged offset of the open transaction.
 func (k *KafkaTxnCommitter) finished(s *txnSlot, r *kgo.Record, err error) {
 	switch {
 	case err != nil:
@@ -303,8 +320,6 @@ func (k *KafkaTxnCommitter) finished(s *txnSlot, r *kgo.Record, err error) {
 		}
 		s.mu.Unlock()
 	}
-	*r = kgo.Record{}
-	recordPool.Put(r)
 }
 
 func (s *txnSlot) err() error {
@@ -406,10 +421,7 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 				k.cfg.RecordsOut.Add(float64(c.Records - s.markers))
 			}
 			if k.cfg.Metrics != nil {
-				now := time.Now().UnixNano()
-				for _, ts := range s.oldest {
-					k.cfg.Metrics.e2eLatency.Observe(float64(now-ts) / 1e9)
-				}
+				k.cfg.Metrics.e2eLatency.ObserveSince(time.Now().UnixNano(), s.oldest)
 			}
 		}
 	} else if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {

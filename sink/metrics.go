@@ -1,7 +1,9 @@
 package sink
 
 import (
+	"sort"
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -11,7 +13,7 @@ type Metrics struct {
 	txns          *prometheus.CounterVec
 	inFlight      *prometheus.GaugeVec
 	commitLatency prometheus.Histogram
-	e2eLatency    prometheus.Histogram
+	e2eLatency    *bulkHistogram
 }
 
 // NewMetrics registers with reg:
@@ -32,10 +34,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kstreamd_sink_commit_latency_seconds", Help: "Time to commit a pre-committed transaction once its checkpoint completed.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
-		e2eLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "kstreamd_sink_end_to_end_latency_seconds", Help: "Time from a record's source timestamp to the commit of the transaction holding its output.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
-		}),
+		e2eLatency: newBulkHistogram(prometheus.NewDesc("kstreamd_sink_end_to_end_latency_seconds",
+			"Time from a record's source timestamp to the commit of the transaction holding its output.", nil, nil),
+			prometheus.ExponentialBuckets(0.01, 2, 14)),
 	}
 	for _, c := range []prometheus.Collector{m.txns, m.inFlight, m.commitLatency, m.e2eLatency} {
 		if err := reg.Register(c); err != nil {
@@ -64,4 +65,65 @@ func (m *Metrics) Init(sink string) {
 	for _, r := range []string{"committed", "aborted", "lost", "fenced"} {
 		m.txns.WithLabelValues(sink, r)
 	}
+}
+
+// bulkHistogram is a Prometheus histogram that takes its samples a
+// transaction at a time (ObserveSince): a commit's up to millions of
+// end-to-end latencies are counted into the buckets on the committing
+// goroutine without atomics and added under one lock, where
+// prometheus.Histogram.Observe costs several atomic operations per sample
+// (about a quarter of a second per 5M records, with the sink task waiting
+// in the commit). Collect exposes it as a constant histogram: the same
+// series, buckets (upper bounds inclusive), count and sum.
+type bulkHistogram struct {
+	desc  *prometheus.Desc
+	upper []float64 // bucket upper bounds, increasing; +Inf implicit
+
+	mu     sync.Mutex
+	counts []uint64 // per bucket, not cumulative; the last is +Inf
+	count  uint64
+	sum    float64
+}
+
+func newBulkHistogram(desc *prometheus.Desc, upper []float64) *bulkHistogram {
+	return &bulkHistogram{desc: desc, upper: upper, counts: make([]uint64, len(upper)+1)}
+}
+
+// ObserveSince adds one sample per timestamp of ts (Unix nanoseconds): the
+// seconds from it to now (Unix nanoseconds).
+func (h *bulkHistogram) ObserveSince(now int64, ts []int64) {
+	if len(ts) == 0 {
+		return
+	}
+	counts := make([]uint64, len(h.counts))
+	var sum float64
+	for _, t := range ts {
+		v := float64(now-t) / 1e9
+		sum += v
+		counts[sort.SearchFloat64s(h.upper, v)]++
+	}
+	h.mu.Lock()
+	for i, c := range counts {
+		h.counts[i] += c
+	}
+	h.count += uint64(len(ts))
+	h.sum += sum
+	h.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (h *bulkHistogram) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
+
+// Collect implements prometheus.Collector.
+func (h *bulkHistogram) Collect(ch chan<- prometheus.Metric) {
+	h.mu.Lock()
+	buckets := make(map[float64]uint64, len(h.upper))
+	var cum uint64
+	for i, u := range h.upper {
+		cum += h.counts[i]
+		buckets[u] = cum
+	}
+	count, sum := h.count, h.sum
+	h.mu.Unlock()
+	ch <- prometheus.MustNewConstHistogram(h.desc, count, sum, buckets)
 }

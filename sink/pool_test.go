@@ -14,14 +14,13 @@ import (
 )
 
 // TestPooledRecordsReachTheBrokerIntact: the committer's kgo.Records come
-// from recordPool and go back to it in their produce promise. With small
-// batches and a small producer buffer every record is recycled many times
-// while later ones are still buffered or in flight; a record reused while
-// franz-go still held it would reach the broker with another record's key,
-// value or header. Every committed record must be exactly one of those
+// from slabs of recordSlab records (newRecord). With small batches and a
+// small producer buffer each transaction's records span many slabs while
+// earlier ones are still buffered or in flight; a record shared or reused
+// while franz-go still held it would reach the broker with another
+// record's key, value or header. Every committed record must be exactly one of those
 // written, each once, and the committable must carry the first
-// acknowledged offset (recorded by the promise before it recycles the
-// record). The end-to-end latency histogram gets one sample per record,
+// acknowledged offset (recorded by the promise). The end-to-end latency histogram gets one sample per record,
 // from its source timestamp (kept as Unix nanoseconds) to the commit.
 func TestPooledRecordsReachTheBrokerIntact(t *testing.T) {
 	opts := newCluster(t)
@@ -102,18 +101,36 @@ func TestPooledRecordsReachTheBrokerIntact(t *testing.T) {
 	}
 }
 
-// TestProducePromiseRecyclesTheRecord: the promise records the first
-// acknowledgement and the first failure of the open transaction, then
-// zeroes the record it is handed (so the pool keeps no key, value or
-// header alive) before returning it to the pool.
-func TestProducePromiseRecyclesTheRecord(t *testing.T) {
+// TestNewRecordSlab: newRecord hands out distinct zero records, one
+// allocation per recordSlab of them.
+func TestNewRecordSlab(t *testing.T) {
+	k := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p"})
+	seen := make(map[*kgo.Record]bool)
+	for range 3 * recordSlab {
+		r := k.newRecord()
+		if seen[r] || r.Key != nil || r.Value != nil || r.Offset != 0 {
+			t.Fatalf("newRecord returned %p (%+v): seen before or not zero", r, r)
+		}
+		seen[r] = true
+		r.Value = []byte("v") // as Write fills it
+	}
+	k.recs = nil
+	allocs := testing.AllocsPerRun(10, func() {
+		for range recordSlab {
+			k.newRecord()
+		}
+	})
+	if allocs != 1 {
+		t.Fatalf("%v allocations per %d records, want 1 (the slab)", allocs, recordSlab)
+	}
+}
+
+// TestProducePromiseRecordsFirstAckAndFailure: the promise records the
+// first acknowledgement and the first failure of the open transaction.
+func TestProducePromiseRecordsFirstAckAndFailure(t *testing.T) {
 	k := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p"})
 	s := k.slots[0]
-	r := &kgo.Record{Topic: testTopic, Partition: 2, Offset: 41, Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: "h"}}}
-	s.promise(r, nil)
-	if r.Key != nil || r.Value != nil || r.Headers != nil || r.Topic != "" || r.Offset != 0 {
-		t.Fatalf("record after its promise: %+v, want the zero record", r)
-	}
+	s.promise(&kgo.Record{Topic: testTopic, Partition: 2, Offset: 41, Key: []byte("k")}, nil)
 	s.promise(&kgo.Record{Topic: testTopic, Partition: 0, Offset: 99}, nil)
 	if !s.acked || s.ackPart != 2 || s.ackOff != 41 {
 		t.Fatalf("acknowledgement recorded: %v %d@%d, want the first one, partition 2 offset 41", s.acked, s.ackPart, s.ackOff)

@@ -611,6 +611,11 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if emitErr != nil {
 			return emitErr
 		}
+		// The poll's records go on before the next poll blocks (the job's
+		// writers batch them).
+		if err := s.cfg.Output.Flush(ctx); err != nil {
+			return err
+		}
 		s.wms.seenAt(time.Now())
 		if err := s.emitWatermark(ctx); err != nil {
 			return err
