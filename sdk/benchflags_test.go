@@ -30,6 +30,13 @@ func TestBenchBadFlagsRefused(t *testing.T) {
 		{[]string{"--partitions", "0"}, "--partitions"},
 		{[]string{"--delivery", "foo"}, "--delivery"},
 		{[]string{"--scenario", "nope"}, "--scenario"},
+		{[]string{"--zipf", "0.5"}, "--zipf"},
+		{[]string{"--zipf", "1"}, "--zipf"},
+		{[]string{"--zipf", "-2"}, "--zipf"},
+		{[]string{"--parallelism", "0"}, "--parallelism"},
+		{[]string{"--interval", "0s"}, "--interval"},
+		{[]string{"--scenario", "state-scaling", "--keys", "0"}, "--keys"},
+		{[]string{"--scenario", "cluster", "--records", "0"}, "--records"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			args := append([]string{"bench", "--brokers", "127.0.0.1:1", "--latency-duration", "1s"}, tc.args...)
@@ -37,6 +44,9 @@ func TestBenchBadFlagsRefused(t *testing.T) {
 			code := Run(ctx, args, &stdout, &stderr, NewRegistry())
 			if code != 2 || !strings.Contains(stderr.String(), tc.flag) || strings.Contains(stderr.String(), "records over") {
 				t.Errorf("exit %d, stderr %q; want 2, an error naming %s, and no run started (no \"records over\" header)", code, stderr.String(), tc.flag)
+			}
+			if strings.Contains(stderr.String(), "bench: bench:") {
+				t.Errorf("stderr %q says the prefix twice", stderr.String())
 			}
 		})
 	}
