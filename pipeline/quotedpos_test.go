@@ -21,6 +21,9 @@ func TestExpressionErrorColumnInEscapedScalar(t *testing.T) {
 		{"plain", `key == 1 +* 1`},
 		{"double-quoted", `"key == \"a\" +* 1"`},
 		{"single-quoted", `'key == ''a'' +* 1'`},
+		{"double-quoted-tab", `"\tkey == 1 +* 1"`},
+		{"double-quoted-unicode", `"key == \"\u00e9\x41\" +* 1"`},
+		{"single-quoted-twice", `'key == '''' + ''a'' +* 1'`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := `job:
