@@ -52,6 +52,7 @@ func Parse(name string, data []byte, reg *operators.Registry) (*Config, error) {
 		keys: map[string]position{},
 		vals: map[string]position{},
 		bad:  map[string]bool{},
+		src:  data,
 	}
 	root, perr := parseDocument(name, data)
 	if perr != nil {
@@ -358,16 +359,68 @@ func (d *decoder) decodeText(n *yaml.Node, u encoding.TextUnmarshaler, path stri
 	if errors.As(err, &p) && n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
 		line, col := p.Position()
 		if line == 1 && col > 0 && !strings.Contains(n.Value, "\n") {
-			shift := 0
+			column, ok := n.Column+col-1, true
 			if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
-				shift = 1
+				column, ok = d.quotedColumn(n, col)
 			}
-			d.failAt(&yaml.Node{Line: n.Line, Column: n.Column + shift + col - 1}, path, err.Error())
-			d.o.bad[path] = true
-			return
+			if ok {
+				d.failAt(&yaml.Node{Line: n.Line, Column: column}, path, err.Error())
+				d.o.bad[path] = true
+				return
+			}
 		}
 	}
 	d.fail(path, err.Error())
+}
+
+// quotedColumn returns the column in the file (1-based, in characters, as
+// yaml.v3 counts) of the col'th character of the value of n, a quoted
+// scalar starting at n.Line:n.Column with its opening quote. It walks the
+// raw scalar on that line, so that an escape (\" or \t or \u00e9 in a
+// double-quoted scalar, a doubled quote in a single-quoted one) counts as the one
+// character it decodes to. ok is false when the character is not on the
+// scalar's first line (a quoted scalar folded over lines) or the source
+// does not hold the scalar there.
+func (d *decoder) quotedColumn(n *yaml.Node, col int) (column int, ok bool) {
+	lines := bytes.SplitN(d.o.src, []byte("\n"), n.Line+1)
+	if n.Line < 1 || n.Line > len(lines) {
+		return 0, false
+	}
+	raw := []rune(string(lines[n.Line-1]))
+	i := n.Column - 1 // the opening quote
+	if i < 0 || i >= len(raw) {
+		return 0, false
+	}
+	quote := raw[i]
+	if (quote != '"' || n.Style&yaml.DoubleQuotedStyle == 0) && (quote != '\'' || n.Style&yaml.SingleQuotedStyle == 0) {
+		return 0, false
+	}
+	i++
+	for decoded := 1; i < len(raw); decoded++ {
+		if decoded == col {
+			return i + 1, true
+		}
+		switch {
+		case quote == '\'' && raw[i] == '\'' && i+1 < len(raw) && raw[i+1] == '\'':
+			i += 2 // '' is one quote
+		case raw[i] == quote:
+			return 0, false // the closing quote: col is past the value
+		case quote == '"' && raw[i] == '\\' && i+1 < len(raw):
+			switch raw[i+1] {
+			case 'x':
+				i += 4
+			case 'u':
+				i += 6
+			case 'U':
+				i += 10
+			default:
+				i += 2
+			}
+		default:
+			i++
+		}
+	}
+	return 0, false
 }
 
 func (d *decoder) decodeSlice(n *yaml.Node, v reflect.Value, path string) {

@@ -99,6 +99,9 @@ type origin struct {
 	// bad holds the paths whose value could not be decoded; Validate does
 	// not report again on them or below them.
 	bad map[string]bool
+	// src is the document's text (nil when unknown), for mapping a place
+	// inside a quoted scalar's value back to its column in the file.
+	src []byte
 }
 
 // position returns where to report a problem with path: its key when it

@@ -482,16 +482,16 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 		v.topic(p+".topic", s.Topic)
 		v.oneOf(p+".delivery", string(s.Delivery), string(DeliveryExactlyOnce), string(DeliveryAtLeastOnce), string(DeliveryNone))
 		if s.Delivery == DeliveryExactlyOnce {
-			iv := c.Checkpoints.Interval
+			iv, cto := c.Checkpoints.Interval, max(c.Checkpoints.Timeout, 0)
 			switch {
+			case iv == 0 && c.src != nil && c.src.bad["checkpoints.interval"]:
+				// set but not a duration: reported there, not as unset
 			case iv == 0:
 				v.errorf(p+".delivery", "exactly-once needs checkpoints: set checkpoints.interval (transactions commit when a checkpoint completes)")
-			case s.TransactionTimeout != 0 && s.TransactionTimeout <= iv:
-				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v plus the time a restart takes", s.TransactionTimeout, iv)
-			case !c.Cluster.Enabled && s.TransactionTimeout != 0 && c.Checkpoints.Timeout > 0 && s.TransactionTimeout <= iv+c.Checkpoints.Timeout:
+			case !c.Cluster.Enabled && s.TransactionTimeout != 0 && s.TransactionTimeout <= iv+cto:
 				// cluster mode checks a larger bound naming more terms (validateCluster)
-				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v + checkpoints.timeout %v%s = %v: a pre-committed transaction waits for its checkpoint, and the broker aborts it after this timeout (its output would be lost); raise it or lower checkpoints.timeout",
-					s.TransactionTimeout, iv, c.Checkpoints.Timeout, c.timeoutNote(), iv+c.Checkpoints.Timeout)
+				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v + checkpoints.timeout %v%s = %v, plus the time a restart takes: a pre-committed transaction waits for its checkpoint, and the broker aborts it after this timeout (its output would be lost); raise it or lower checkpoints.interval or checkpoints.timeout",
+					s.TransactionTimeout, iv, cto, c.timeoutNote(), iv+cto)
 			}
 		}
 		if s.BufferThreshold < 0 {

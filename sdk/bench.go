@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,6 +78,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		fmt.Fprintf(stderr, "kstreamd bench: unexpected argument %q (flags only)\n", fs.Arg(0))
 		return 2
 	}
+	if err := checkBenchFlags(*scenario, *all, *delivery, *zipf, *changed, *interval, *latency, map[string]int{
+		"--records": *records, "--keys": *keys, "--partitions": *partitions, "--parallelism": *parallelism,
+		"--rounds": *rounds, "--units": *units,
+	}); err != nil {
+		fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
+		return 2
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if *serve {
 		return serveBroker(ctx, *dir, *partitions, stdout, logger)
@@ -85,13 +93,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	if workDir == "" {
 		d, err := os.MkdirTemp("", "kstreamd-bench-")
 		if err != nil {
-			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
 			return 1
 		}
 		defer os.RemoveAll(d)
 		workDir = d
 	} else if err := os.MkdirAll(workDir, 0o755); err != nil {
-		fmt.Fprintln(stderr, "kstreamd bench:", err)
+		fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
 		return 1
 	}
 	if *scenario == bench.StateScalingScenario && !*all {
@@ -100,7 +108,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 			CPUProfile: *cpuprofile,
 		}, stdout)
 		if err != nil {
-			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
 			return 1
 		}
 		return 0
@@ -117,7 +125,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		}
 		exe, err := os.Executable()
 		if err != nil {
-			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
 			return 1
 		}
 		ccfg := bench.ClusterConfig{
@@ -126,7 +134,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		}
 		bs, stop, err := benchBrokers(ctx, *brokers, workDir, *partitions)
 		if err != nil {
-			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
 			return 1
 		}
 		defer stop()
@@ -134,7 +142,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		fmt.Fprintf(stderr, "kstreamd bench: cluster: %d records over %d keys, %d partitions, %d units per stage, daemons %s, brokers %s\n",
 			*records, *keys, *partitions, *units, *daemons, strings.Join(ccfg.Brokers, ","))
 		if _, err := bench.RunCluster(ctx, ccfg, stdout); err != nil {
-			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
 			return 1
 		}
 		return 0
@@ -155,7 +163,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	}
 	bs, stop, err := benchBrokers(ctx, *brokers, workDir, *partitions)
 	if err != nil {
-		fmt.Fprintln(stderr, "kstreamd bench:", err)
+		fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
 		return 1
 	}
 	defer stop()
@@ -167,10 +175,55 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		_ = bench.WriteTable(stdout, res)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "kstreamd bench:", err)
+		fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
 		return 1
 	}
 	return 0
+}
+
+// checkBenchFlags refuses flag values bench cannot honour: the library
+// configs take a zero or negative count as "use the default", so an
+// explicit --records 0 would silently run the default number while the
+// header printed 0. counts maps a flag's name to its value, each of which
+// must be >= 1. scenario must name a scenario (unless all), delivery be
+// exactly-once, at-least-once or both, zipf be 0 (uniform) or > 1, changed
+// be in (0, 1], and the durations be positive. The error names the flag.
+func checkBenchFlags(scenario string, all bool, delivery string, zipf, changed float64, interval, latency time.Duration, counts map[string]int) error {
+	names := make([]string, 0, len(counts))
+	for n := range counts {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if v := counts[n]; v < 1 {
+			return fmt.Errorf("%s %d: want a positive count", n, v)
+		}
+	}
+	if _, ok := bench.ScenarioByName(scenario); !ok && !all && scenario != bench.StateScalingScenario && scenario != bench.ClusterScenario {
+		return fmt.Errorf("--scenario %q: unknown (known: %s, %s, %s)", scenario, bench.ScenarioNames(), bench.StateScalingScenario, bench.ClusterScenario)
+	}
+	if delivery != bench.ExactlyOnce && delivery != bench.AtLeastOnce && delivery != "both" {
+		return fmt.Errorf("--delivery %q: want %s, %s or both", delivery, bench.ExactlyOnce, bench.AtLeastOnce)
+	}
+	if zipf != 0 && !(zipf > 1) {
+		return fmt.Errorf("--zipf %v: want an exponent > 1, or 0 for uniform keys", zipf)
+	}
+	if !(changed > 0 && changed <= 1) {
+		return fmt.Errorf("--changed %v: want a fraction in (0, 1]", changed)
+	}
+	if interval <= 0 {
+		return fmt.Errorf("--interval %v: want a positive duration", interval)
+	}
+	if latency <= 0 {
+		return fmt.Errorf("--latency-duration %v: want a positive duration", latency)
+	}
+	return nil
+}
+
+// benchErr is err for a "kstreamd bench:" line: without the "bench: "
+// prefix the bench package's errors start with, so it is not said twice.
+func benchErr(err error) string {
+	return strings.TrimPrefix(err.Error(), "bench: ")
 }
 
 // brokerReady is the line a --serve-broker child prints once it listens.

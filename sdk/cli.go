@@ -140,6 +140,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			fmt.Fprintf(stderr, "kstreamd run: --from-savepoint %s is refused: %s has cluster.enabled: true, and %s\n", from, *path, pipeline.ClusterSavepointsRefused)
 			return 2
 		}
+		if from != "" {
+			if code, err := checkSavepointDir(from); err != nil {
+				fmt.Fprintf(stderr, "kstreamd run: --from-savepoint %s: %v\n", from, err)
+				return code
+			}
+		}
 		logger := newLogger(cfg, stderr)
 		cpuprofile := ""
 		if f := fs.Lookup("cpuprofile"); f != nil {
@@ -424,6 +430,31 @@ func processSettings() (gcPercent int64, memoryLimit int64) {
 	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
 	metrics.Read(s)
 	return int64(s[0].Value.Uint64()), int64(s[1].Value.Uint64())
+}
+
+// checkSavepointDir checks, before anything starts (the embedded broker,
+// topics, the data dir), that dir is a savepoint or checkpoint directory:
+// it exists, is a directory and holds readable metadata
+// (checkpoint.ReadMetadata); the restore verifies the rest. A dir that is
+// no savepoint at all (missing, a file, no _metadata) is a bad command
+// line, exit code 2; unreadable or corrupt metadata is a savepoint the job
+// cannot start from, exit code 1 (README, Exit status).
+func checkSavepointDir(dir string) (code int, err error) {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return 2, errors.New("no such directory")
+	case err != nil:
+		return 1, err
+	case !fi.IsDir():
+		return 2, errors.New("not a directory; want a savepoint or checkpoint (chk-<n>) directory")
+	}
+	if _, err := checkpoint.ReadMetadata(dir); errors.Is(err, os.ErrNotExist) {
+		return 2, fmt.Errorf("not a savepoint or checkpoint directory: it has no %s file", checkpoint.MetadataFile)
+	} else if err != nil {
+		return 1, err
+	}
+	return 0, nil
 }
 
 // runJob starts the embedded broker (if enabled), the HTTP listener, the

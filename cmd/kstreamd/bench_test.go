@@ -73,21 +73,24 @@ func TestBenchSpawnsBroker(t *testing.T) {
 	checkBenchTable(t, stdout.String(), "pipe/at-least-once", "copy/at-least-once")
 }
 
-// TestBenchUsage: unknown scenarios and deliveries fail with the list of
-// known ones.
+// TestBenchUsage: unknown scenarios and deliveries and values bench cannot
+// honour are a bad command line (exit 2), refused before anything starts,
+// with one "kstreamd bench:" prefix.
 func TestBenchUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		code int
 		want string
 	}{
-		{[]string{"bench", "--scenario", "nope", "--brokers", "127.0.0.1:1"}, 1, `bench: unknown scenario "nope" (known: copy, filter-map, keyed-count-hashmap, keyed-count-pebble, keyed-count-pebble-async, matcher-10-rules, rules-1, rules-10, rules-100, tumbling-window)`},
-		{[]string{"bench", "--delivery", "twice", "--brokers", "127.0.0.1:1"}, 1, `bench: unknown delivery "twice" (exactly-once or at-least-once)`},
+		{[]string{"bench", "--scenario", "nope", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --scenario "nope": unknown (known: copy, filter-map, keyed-count-hashmap, keyed-count-pebble, keyed-count-pebble-async, matcher-10-rules, rules-1, rules-10, rules-100, tumbling-window, state-scaling, cluster)` + "\n"},
+		{[]string{"bench", "--delivery", "twice", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --delivery "twice": want exactly-once, at-least-once or both` + "\n"},
+		{[]string{"bench", "--records", "0", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --records 0: want a positive count` + "\n"},
+		{[]string{"bench", "--zipf", "0.8", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --zipf 0.8: want an exponent > 1, or 0 for uniform keys` + "\n"},
 		{[]string{"bench", "extra"}, 2, `kstreamd bench: unexpected argument "extra" (flags only)`},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr)
-		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+		if code != tc.code || !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "bench: bench:") {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
 		}
 	}

@@ -67,7 +67,8 @@ type Config struct {
 	// Keys is the number of distinct keys. Default 10,000.
 	Keys int
 	// Zipf, when > 1, draws keys from a Zipf distribution with this
-	// exponent (key 0 the hottest); 0 draws them uniformly. Default 0.
+	// exponent (key 0 the hottest); 0 draws them uniformly. Default 0;
+	// any other value is an error of Run.
 	Zipf float64
 	// Partitions of each topic the bench creates. Default 4.
 	Partitions int
@@ -180,6 +181,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if d != ExactlyOnce && d != AtLeastOnce {
 			return nil, fmt.Errorf("bench: unknown delivery %q (exactly-once or at-least-once)", d)
 		}
+	}
+	if cfg.Zipf != 0 && !(cfg.Zipf > 1) {
+		return nil, fmt.Errorf("bench: Zipf exponent %v: want > 1, or 0 for uniform keys", cfg.Zipf)
 	}
 	r := &runner{cfg: cfg, suffix: fmt.Sprintf("%x", time.Now().UnixNano()%0xffffff)}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))

@@ -257,3 +257,20 @@ func TestPartitionOf(t *testing.T) {
 		t.Fatalf("k000042 on partition %d, want 0", p)
 	}
 }
+
+// TestRunRefusesZipfAtMostOne checks that a Zipf exponent in (0, 1] or
+// below 0, which math/rand's Zipf cannot draw, is an error of Run (before
+// any broker is contacted) rather than a silent uniform run.
+func TestRunRefusesZipfAtMostOne(t *testing.T) {
+	for _, z := range []float64{0.5, 1, -2} {
+		_, err := Run(context.Background(), Config{
+			Brokers: []string{"127.0.0.1:1"}, Scenarios: []string{Scenarios[0].Name}, Zipf: z, Dir: t.TempDir(),
+		})
+		if err == nil || !strings.Contains(err.Error(), "Zipf exponent") {
+			t.Errorf("Zipf %v: err %v, want a Zipf exponent error", z, err)
+		}
+	}
+	for _, z := range []float64{0, 1.2} {
+		NewGenerator(10, z) // must not panic
+	}
+}

@@ -86,8 +86,13 @@ type Generator struct {
 }
 
 // NewGenerator returns a generator over keys keys (>= 1); zipf is the Zipf
-// exponent s (> 1), or 0 for uniform keys.
+// exponent s (> 1), or 0 for uniform keys. It panics on any other zipf
+// (math/rand's Zipf needs s > 1; a value in (0, 1] used to fall back to
+// uniform keys silently): callers check it first, as Run does.
 func NewGenerator(keys int, zipf float64) *Generator {
+	if zipf != 0 && !(zipf > 1) {
+		panic(fmt.Sprintf("bench: Zipf exponent %v: want > 1, or 0 for uniform keys", zipf))
+	}
 	rng := rand.New(rand.NewPCG(12, 34))
 	g := &Generator{rng: rng, keys: keys, names: make([]string, keys)}
 	for i := range g.names {

@@ -1,0 +1,53 @@
+package sdk
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestBenchBadFlagsRefused reproduces a defect found by a new user's
+// trial: `kstreamd bench` accepts flag values it cannot honour. A value of
+// --records, --keys or --partitions below 1 is silently replaced by the
+// default (--records 0 ran 500,000 records while the header line said
+// "0 records"), and an unknown --delivery or --scenario is only noticed
+// after the broker was started and the header printed, with exit 1. Like
+// every other bad command line (README, Commands: "2 for a bad command
+// line"), each should exit 2 naming the flag before anything starts.
+//
+// The context is cancelled and --brokers names a port nobody listens on,
+// so a bench that does start fails at once instead of running.
+func TestBenchBadFlagsRefused(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		args []string
+		flag string // named in the error
+	}{
+		{[]string{"--records", "0"}, "--records"},
+		{[]string{"--records", "-5"}, "--records"},
+		{[]string{"--keys", "0"}, "--keys"},
+		{[]string{"--partitions", "0"}, "--partitions"},
+		{[]string{"--delivery", "foo"}, "--delivery"},
+		{[]string{"--scenario", "nope"}, "--scenario"},
+		{[]string{"--zipf", "0.5"}, "--zipf"},
+		{[]string{"--zipf", "1"}, "--zipf"},
+		{[]string{"--zipf", "-2"}, "--zipf"},
+		{[]string{"--parallelism", "0"}, "--parallelism"},
+		{[]string{"--interval", "0s"}, "--interval"},
+		{[]string{"--scenario", "state-scaling", "--keys", "0"}, "--keys"},
+		{[]string{"--scenario", "cluster", "--records", "0"}, "--records"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			args := append([]string{"bench", "--brokers", "127.0.0.1:1", "--latency-duration", "1s"}, tc.args...)
+			var stdout, stderr strings.Builder
+			code := Run(ctx, args, &stdout, &stderr, NewRegistry())
+			if code != 2 || !strings.Contains(stderr.String(), tc.flag) || strings.Contains(stderr.String(), "records over") {
+				t.Errorf("exit %d, stderr %q; want 2, an error naming %s, and no run started (no \"records over\" header)", code, stderr.String(), tc.flag)
+			}
+			if strings.Contains(stderr.String(), "bench: bench:") {
+				t.Errorf("stderr %q says the prefix twice", stderr.String())
+			}
+		})
+	}
+}
