@@ -215,6 +215,20 @@ type countOut struct {
 // emission order.
 func runCountTask(t *testing.T, kind string, async bool, recs []runtime.Record) []countOut {
 	t.Helper()
+	var got []countOut
+	for _, r := range runCountRecords(t, kind, async, recs) {
+		var o countOut
+		if err := json.Unmarshal(r.Value, &o); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, o)
+	}
+	return got
+}
+
+// runCountRecords is runCountTask returning the output records themselves.
+func runCountRecords(t *testing.T, kind string, async bool, recs []runtime.Record) []runtime.Record {
+	t.Helper()
 	in, down := runtime.NewChannel(len(recs)+1), runtime.NewChannel(len(recs)+1)
 	for _, r := range recs {
 		in <- runtime.Element{Kind: runtime.KindRecord, Record: r}
@@ -236,18 +250,52 @@ func runCountTask(t *testing.T, kind string, async bool, recs []runtime.Record) 
 	if err := task.Run(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
-	var got []countOut
+	var got []runtime.Record
 	for el := range down {
 		if el.Kind == runtime.KindEndOfInput {
 			break
 		}
-		var o countOut
-		if err := json.Unmarshal(el.Record.Value, &o); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, o)
+		got = append(got, el.Record)
 	}
 	return got
+}
+
+// TestAsyncKeyedCountReusedStepsExact: AsyncKeyedCount reuses the
+// continuation object of a record (countStep) once its read's continuation
+// ran. With reads on workers (Pebble, slowed) many records are in flight at
+// once and steps are reused while others wait; every output must carry
+// exactly its own record's key, timestamp (unique per record) and count
+// (the record's rank among its key's records), so no step lent to a
+// waiting record was handed to another.
+func TestAsyncKeyedCountReusedStepsExact(t *testing.T) {
+	recs := countInput(1000, 50)
+	rank := make([]int64, len(recs))
+	seen := map[string]int64{}
+	for i := range recs {
+		recs[i].Timestamp = time.UnixMilli(int64(i) + 1)
+		seen[string(recs[i].Key)]++
+		rank[i] = seen[string(recs[i].Key)]
+	}
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			outs := runCountRecords(t, kind, true, recs)
+			if len(outs) != len(recs) {
+				t.Fatalf("%d outputs, want %d", len(outs), len(recs))
+			}
+			emitted := make([]bool, len(recs))
+			for _, o := range outs {
+				i := int(o.Timestamp.UnixMilli()) - 1
+				if i < 0 || i >= len(recs) || emitted[i] {
+					t.Fatalf("output with timestamp %v: no input record, or a second output of one", o.Timestamp)
+				}
+				emitted[i] = true
+				want := fmt.Sprintf(`{"count":%d,"key":%q}`, rank[i], recs[i].Key)
+				if string(o.Key) != string(recs[i].Key) || string(o.Value) != want {
+					t.Fatalf("output of record %d: key %s value %s, want key %s value %s", i, o.Key, o.Value, recs[i].Key, want)
+				}
+			}
+		})
+	}
 }
 
 // TestAsyncKeyedCountMatchesSync: keyed_count over many keys with every

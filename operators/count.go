@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"time"
 
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
@@ -200,6 +201,32 @@ func (k *KeyedCount) ProcessElement(_ context.Context, rec runtime.Record, out C
 type AsyncKeyedCount struct {
 	count state.AsyncValueState[int64]
 	desc  *state.ValueStateDescriptor[int64] // nil: KeyedCountState
+	free  []*countStep                       // continuations to reuse (subtask goroutine only)
+}
+
+// countStep is the continuation of one record's read: what the output
+// needs, and its accept method as a func value made once, so a record costs
+// no closure. A step is taken from AsyncKeyedCount.free by ProcessElement
+// and given back by accept, which runs once, after which nothing refers to
+// the step; if the read fails accept never runs and the step is simply not
+// reused.
+type countStep struct {
+	k   *AsyncKeyedCount
+	key []byte
+	ts  time.Time
+	out Collector
+	fn  func(state.Optional[int64]) error // s.accept
+}
+
+// accept writes the incremented count and emits it. It copies out and
+// clears the step, and gives it back, before doing anything else.
+func (s *countStep) accept(cur state.Optional[int64]) error {
+	k, key, ts, out := s.k, s.key, s.ts, s.out
+	s.key, s.out = nil, nil
+	k.free = append(k.free, s)
+	n := cur.Value + 1
+	k.count.AsyncUpdate(n)
+	return out.Collect(countRecord(runtime.Record{Key: key, Timestamp: ts}, n))
 }
 
 // Open implements AsyncKeyedProcessFunction.
@@ -215,12 +242,17 @@ func (k *AsyncKeyedCount) Open(ctx AsyncOpenContext) error {
 // read's continuation the update runs at once, before the emit (the
 // record's read is done), as in KeyedCount.
 func (k *AsyncKeyedCount) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
-	key, ts := rec.Key, rec.Timestamp // what the output needs: a smaller closure than rec
-	k.count.AsyncValue().ThenAccept(func(cur state.Optional[int64]) error {
-		n := cur.Value + 1
-		k.count.AsyncUpdate(n)
-		return out.Collect(countRecord(runtime.Record{Key: key, Timestamp: ts}, n))
-	})
+	var s *countStep
+	if n := len(k.free); n > 0 {
+		s = k.free[n-1]
+		k.free[n-1] = nil
+		k.free = k.free[:n-1]
+	} else {
+		s = &countStep{k: k}
+		s.fn = s.accept
+	}
+	s.key, s.ts, s.out = rec.Key, rec.Timestamp, out
+	k.count.AsyncValue().ThenAccept(s.fn)
 	return nil // failures of the chain reach the controller, which fails the task
 }
 

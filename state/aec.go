@@ -192,6 +192,10 @@ type recordContext struct {
 	// successful write that ran at once (a completed future never changes,
 	// so one serves them all).
 	voidOK future[Void]
+	// gen counts the records this context has run: freeRecord increments
+	// it, so a (context, gen) pair names one record and tells whether it
+	// has finished (see doneSlot).
+	gen uint64
 }
 
 // fail reports err as the record's failure to the controller.
@@ -327,6 +331,7 @@ func (c *AsyncExecutionController) newRecord(key []byte, fn func(any) error, arg
 func (c *AsyncExecutionController) freeRecord(r *recordContext) {
 	r.fn, r.arg, r.kq = nil, nil, nil
 	r.refs, r.readsOut = 0, 0
+	r.gen++
 	clear(r.queue)
 	r.queue, r.qhead = r.queue[:0], 0
 	c.freeRecs = append(c.freeRecs, r)

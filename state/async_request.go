@@ -71,9 +71,10 @@ func (q *readRequest[T]) deliver() {
 
 // issueRead issues a read of src for the controller's current record and
 // returns its future; off says whether a read worker runs it (by explicit
-// key) unless src serves it from memory. Outside a record the future fails
-// with ErrNoRecordContext.
-func issueRead[T any](c *AsyncExecutionController, src reader[T], off bool) StateFuture[T] {
+// key) unless src serves it from memory. A read that completes at once
+// completes slot's future when slot is free (nil slot: never), a new one
+// otherwise. Outside a record the future fails with ErrNoRecordContext.
+func issueRead[T any](c *AsyncExecutionController, src reader[T], off bool, slot *doneSlot[T]) StateFuture[T] {
 	rec := c.current
 	if rec == nil {
 		return failedFuture[T](nil, ErrNoRecordContext)
@@ -81,15 +82,42 @@ func issueRead[T any](c *AsyncExecutionController, src reader[T], off bool) Stat
 	if rec.idle() { // nothing of the record queued or with a worker: read now if that needs no store
 		if !off {
 			v, err := src.readCurrent()
-			return doneFuture(rec, v, err)
+			return slot.done(rec, v, err)
 		}
 		if v, cached, err := src.readCached(); cached {
-			return doneFuture(rec, v, err)
+			return slot.done(rec, v, err)
 		}
 	}
 	q := &readRequest[T]{future: future[T]{rec: rec}, src: src, off: off}
 	c.issue(rec, q)
 	return &q.future
+}
+
+// doneSlot is a completed future that one async handle reuses for its reads
+// served at once (the hot path: a Pebble write-cache hit), so such a read
+// allocates nothing. Reuse is safe because a future is valid only within
+// its record (StateFuture's contract; the record's voidOK relies on the
+// same): the slot is lent to one record at a time, named by its context and
+// generation, and is free again once that record finished. While its
+// holder is in flight, a read of another record (or a second read of the
+// holder) gets a new future, so no future ever changes its value while
+// someone may still observe it. Subtask goroutine only.
+type doneSlot[T any] struct {
+	f     future[T]
+	owner *recordContext // nil: never lent
+	gen   uint64         // owner.gen when lent
+}
+
+// done returns a future of rec completed with v or failed with err: the
+// slot's, if it is free, else a new one (also when s is nil).
+func (s *doneSlot[T]) done(rec *recordContext, v T, err error) StateFuture[T] {
+	if s == nil || (s.owner != nil && s.owner.gen == s.gen) { // nil slot, or lent to a record in flight
+		return doneFuture(rec, v, err)
+	}
+	s.owner, s.gen = rec, rec.gen
+	s.f = future[T]{rec: rec}
+	s.f.complete(v, err)
+	return &s.f
 }
 
 // funcReader is a reader of two functions, for the reads that are not on
@@ -112,7 +140,7 @@ func (r *funcReader[T]) readKey(key []byte) (T, error) { return r.off(key) }
 // inline runs on the subtask goroutine with the record's key current.
 // Outside a record the future fails with ErrNoRecordContext.
 func submitRead[T any](c *AsyncExecutionController, off func(key []byte) (T, error), inline func() (T, error)) StateFuture[T] {
-	return issueRead[T](c, &funcReader[T]{off: off, inline: inline}, off != nil)
+	return issueRead[T](c, &funcReader[T]{off: off, inline: inline}, off != nil, nil)
 }
 
 // writeRequest is an operation that runs on the subtask goroutine (a

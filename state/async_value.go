@@ -53,10 +53,11 @@ type asyncValueState[T any] struct {
 	s     ValueState[T]
 	bound *valueState[T] // nil: read on the subtask goroutine
 	buf   []byte         // readCached's Pebble key, subtask goroutine only
+	hit   doneSlot[Optional[T]]
 }
 
 func (h *asyncValueState[T]) AsyncValue() StateFuture[Optional[T]] {
-	return issueRead[Optional[T]](h.c, h, h.bound != nil)
+	return issueRead[Optional[T]](h.c, h, h.bound != nil, &h.hit)
 }
 
 func (h *asyncValueState[T]) readCurrent() (Optional[T], error) { return optional(h.s.Value()) }
