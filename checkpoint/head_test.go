@@ -383,13 +383,15 @@ func TestUnitRetentionAfterCommits(t *testing.T) {
 		return []string{fmt.Sprintf("clicks/units/0/0/chk-%d/_claim", id), fmt.Sprintf("clicks/units/0/0/chk-%d/_metadata", id), fmt.Sprintf("clicks/units/0/0/chk-%d/op/0/state", id), fmt.Sprintf("clicks/units/0/0/chk-%d/src/0/state", id)}
 	}
 	// chk-4 holds only its owner marker: checkpoint 4 is triggered (marked
-	// in the store first) and never completes.
+	// in the store first, an interval after checkpoint 3's notices, so
+	// waited for) and never completes. Nothing is deleted meanwhile.
 	var all []string
 	all = append(append(append(all, "clicks/units/0/0/HEAD-1", "clicks/units/0/0/HEAD-2", "clicks/units/0/0/HEAD-3", "clicks/units/0/0/HEAD-4"), chk(1)...), chk(2)...)
 	all = append(append(all, chk(3)...), "clicks/units/0/0/chk-4/_claim")
 	slices.Sort(all)
-	if got := list(); !slices.Equal(got, all) {
-		t.Errorf("with the commits pending the store holds\n%q\nwant\n%q", got, all)
+	var pendingList []string
+	if !testkit.Poll(time.Minute, func() bool { pendingList = list(); return slices.Equal(pendingList, all) }) {
+		t.Errorf("with the commits pending the store holds\n%q\nwant\n%q", pendingList, all)
 	}
 	if d := done(); len(d) != 0 {
 		t.Errorf("with the commits pending CommitsDone saw %v, want none", d)
