@@ -37,8 +37,12 @@ type Match struct {
 // else: with First == Second an item closes the earlier pair and opens a new
 // one). Rules are visited in ascending name order.
 //
-// Keyed state: MapState "shape-pair-items", rule name -> stored items (JSON).
-// Broadcast state: "rules", rule name -> Rule.
+// Keyed state: ValueState "shape-pair-lists", every rule's stored items of
+// the key in one entry (ShapePairLists), and with PendingTimeout MapState
+// "shape-pair-item-times". State of the earlier layout, MapState
+// "shape-pair-items" (rule name -> items), is moved into
+// "shape-pair-lists" when Open finds it after a restore. Broadcast state:
+// "rules", rule name -> Rule.
 type ShapePairMatcher struct {
 	// ShapeField is the item's JSON field holding the shape; "" means "shape".
 	ShapeField string
@@ -55,7 +59,7 @@ type ShapePairMatcher struct {
 
 	rules   *broadcast.State[string, broadcast.Rule]
 	sorted  []namedRule // rules in ascending name order; nil: rebuild (a rule changed)
-	items   state.MapState[string, []json.RawMessage]
+	lists   state.ValueState[ShapePairLists]
 	times   state.MapState[string, []int64] // with PendingTimeout: the stored items' timestamps, ms
 	timers  TimerService
 	backend state.KeyedStateBackend
@@ -76,7 +80,7 @@ func shapePairMatcherFactory() Factory {
 		Type:   ShapePairMatcherType,
 		Doc:    "Flink's broadcast state example: per key, pairs an item of a rule's first shape with a later one of its second shape.",
 		Traits: Traits{Keyed: true, Broadcast: true},
-		State:  []string{ShapePairItemsState.Name, ShapePairTimesState.Name, state.TimersStateName, "rules (broadcast)"},
+		State:  []string{ShapePairListsState.Name, ShapePairTimesState.Name, state.TimersStateName, "rules (broadcast)"},
 		Params: func() any { return &ShapePairParams{} },
 		CheckBroadcast: func(key, value []byte) error {
 			_, err := broadcast.DecodeRule(key, value)
@@ -121,7 +125,10 @@ var ShapePairTimesState = state.MapStateDescriptor[string, []int64]{
 	ValueSerializer: state.JSONSerializer[[]int64]{},
 }
 
-// ShapePairItemsState describes the matcher's keyed state.
+// ShapePairItemsState describes the matcher's keyed state before
+// ShapePairListsState (checkpoints up to kstreamd's session 5): rule name
+// -> stored items, one map entry per key and rule. Open moves what it finds
+// of it into ShapePairListsState; nothing writes it any more.
 var ShapePairItemsState = state.MapStateDescriptor[string, []json.RawMessage]{
 	Name:            "shape-pair-items",
 	KeySerializer:   state.StringSerializer{},
@@ -136,12 +143,15 @@ func (m *ShapePairMatcher) Open(ctx OpenContext) error {
 	if m.Logger == nil {
 		m.Logger = slog.New(slog.DiscardHandler)
 	}
-	items, err := state.GetMapState(ctx.Backend, ShapePairItemsState)
+	lists, err := state.GetValueState(ctx.Backend, ShapePairListsState)
 	if err != nil {
 		return err
 	}
-	m.items = items
+	m.lists = lists
 	m.backend = ctx.Backend
+	if err := m.migrateItems(); err != nil {
+		return fmt.Errorf("operators: %s %s: move %q into %q: %w", ShapePairMatcherType, ctx.Operator, ShapePairItemsState.Name, ShapePairListsState.Name, err)
+	}
 	if m.PendingTimeout > 0 {
 		if m.timers = ctx.TimerService(); m.timers == nil {
 			return fmt.Errorf("operators: %s %s: pending_timeout needs the timer service", ShapePairMatcherType, ctx.Operator)
@@ -180,8 +190,14 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 	if up.Rule == nil {
 		if m.rules.Remove(up.Name) {
 			m.sorted = nil
-			err := state.ApplyToAllKeys(m.backend, ShapePairItemsState, func(_ []byte, items state.MapState[string, []json.RawMessage]) error {
-				return items.Remove(up.Name)
+			err := state.ApplyToAllValueKeys(m.backend, ShapePairListsState, func(_ []byte, lists state.ValueState[ShapePairLists]) error {
+				l, _, err := lists.Value()
+				if err != nil {
+					return err
+				}
+				e := pairEdit{base: l}
+				e.set(up.Name, nil)
+				return m.storeLists(&e)
 			})
 			if err == nil && m.times != nil {
 				err = state.ApplyToAllKeys(m.backend, ShapePairTimesState, func(_ []byte, times state.MapState[string, []int64]) error {
@@ -218,16 +234,22 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 	// only reads it, and rec.Key stays unchanged during the call.
 	key := unsafe.String(unsafe.SliceData(rec.Key), len(rec.Key))
 	plainValue := 0 // 1: key and value plain for appendMatch, 2: not; 0: not checked yet
+	var e pairEdit
+	read := false
 	for _, rule := range m.sorted {
 		if shape != rule.First && shape != rule.Second {
 			continue // the rule's items stay as they are: no state access
 		}
-		name := rule.name
-		stored, _, err := m.items.Get(name)
-		if err != nil {
-			return err
+		if !read {
+			var err error
+			if e.base, _, err = m.lists.Value(); err != nil {
+				return err
+			}
+			read = true
 		}
-		changed := false
+		name := rule.name
+		stored := e.items(name)
+		ruleChanged := false
 		if shape == rule.Second && len(stored) > 0 {
 			// One buffer for the rule's matches: each output owns its slice.
 			n := 0
@@ -241,10 +263,13 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 					plainValue = 1
 				}
 			}
+			// Stored items are as json.Marshal writes them
+			// (ShapePairLists), so only the name, key and record decide.
 			plain := plainValue == 1 && plainASCII(name)
 			for _, first := range stored {
 				start := len(buf)
-				if buf, err = appendMatchPlain(buf, name, key, first, rec.Value, plain); err != nil {
+				var err error
+				if buf, err = appendMatchKept(buf, name, key, first, rec.Value, plain); err != nil {
 					return err
 				}
 				v := buf[start:len(buf):len(buf)]
@@ -252,30 +277,83 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 					return err
 				}
 			}
-			stored, changed = nil, true
+			stored, ruleChanged = nil, true
 		}
 		// No else: with First == Second the item closes a pair and opens one.
 		if shape == rule.First {
-			stored, changed = append(stored, json.RawMessage(rec.Value)), true
+			item, err := e.ownValid(rec.Value) // topLevelString validated it
+			if err != nil {
+				return err
+			}
+			stored, ruleChanged = append(stored, item), true
 		}
-		if !changed {
+		if !ruleChanged {
 			continue
 		}
-		if len(stored) == 0 {
-			err = m.items.Remove(name)
-		} else {
-			err = m.items.Put(name, stored)
-		}
-		if err != nil {
-			return err
-		}
+		e.set(name, stored)
 		if m.times != nil {
 			if err := m.storeTime(name, len(stored), rec.Timestamp); err != nil {
 				return err
 			}
 		}
 	}
-	return nil
+	return m.storeLists(&e)
+}
+
+// storeLists writes the lists e built for the current key, if it changed
+// them: cleared when no rule has items left.
+func (m *ShapePairMatcher) storeLists(e *pairEdit) error {
+	l, changed := e.done()
+	switch {
+	case !changed:
+		return nil
+	case l.Len() == 0:
+		return m.lists.Clear()
+	}
+	return m.lists.Update(l)
+}
+
+// migrateItems moves the state of the earlier layout (ShapePairItemsState,
+// one map entry per key and rule) into ShapePairListsState, key by key,
+// and clears it; nothing happens unless the backend holds that state (a
+// restore of an older checkpoint or savepoint). A rule's items already in
+// the new layout are kept and the old ones put before them (they are
+// older).
+func (m *ShapePairMatcher) migrateItems() error {
+	if !state.HasState(m.backend, ShapePairItemsState.Name) {
+		return nil
+	}
+	keys := 0
+	err := state.ApplyToAllKeys(m.backend, ShapePairItemsState, func(_ []byte, old state.MapState[string, []json.RawMessage]) error {
+		l, _, err := m.lists.Value()
+		if err != nil {
+			return err
+		}
+		e := pairEdit{base: l}
+		for en, err := range old.Entries() {
+			if err != nil {
+				return err
+			}
+			items := make([]json.RawMessage, 0, len(en.Value)+len(l.Items(en.Key)))
+			for _, it := range en.Value {
+				c, err := canonicalItem(it)
+				if err != nil {
+					return err
+				}
+				items = append(items, c)
+			}
+			e.set(en.Key, append(items, l.Items(en.Key)...))
+		}
+		keys++
+		if err := m.storeLists(&e); err != nil {
+			return err
+		}
+		return old.Clear()
+	})
+	if err == nil && keys > 0 {
+		m.Logger.Info("moved shape-pair state into the per-key layout", "from", ShapePairItemsState.Name, "to", ShapePairListsState.Name, "keys", keys)
+	}
+	return err
 }
 
 // storeTime keeps the item timestamps of rule name in step with its n
@@ -317,11 +395,16 @@ func (m *ShapePairMatcher) OnTimer(_ context.Context, _ time.Time, _ TimerContex
 		}
 		changes = append(changes, upd{e.Key, e.Value})
 	}
+	if len(changes) == 0 {
+		return nil
+	}
+	l, _, err := m.lists.Value()
+	if err != nil {
+		return err
+	}
+	e := pairEdit{base: l}
 	for _, c := range changes {
-		items, _, err := m.items.Get(c.name)
-		if err != nil {
-			return err
-		}
+		items := l.Items(c.name)
 		var keptItems []json.RawMessage
 		var keptTimes []int64
 		for i, it := range items {
@@ -333,26 +416,23 @@ func (m *ShapePairMatcher) OnTimer(_ context.Context, _ time.Time, _ TimerContex
 				keptTimes = append(keptTimes, c.times[i])
 			}
 		}
-		if removed := len(items) - len(keptItems); removed > 0 && m.Expired != nil {
-			m.Expired.Add(float64(removed))
+		if removed := len(items) - len(keptItems); removed > 0 {
+			if m.Expired != nil {
+				m.Expired.Add(float64(removed))
+			}
+			e.set(c.name, keptItems)
 		}
 		if len(keptItems) == 0 {
-			if err := m.items.Remove(c.name); err != nil {
-				return err
-			}
 			if err := m.times.Remove(c.name); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := m.items.Put(c.name, keptItems); err != nil {
-			return err
-		}
 		if err := m.times.Put(c.name, keptTimes); err != nil {
 			return err
 		}
 	}
-	return nil
+	return m.storeLists(&e)
 }
 
 // SnapshotBroadcastState implements BroadcastStateful: the rules as a JSON

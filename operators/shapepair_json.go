@@ -13,7 +13,9 @@ import (
 // the JSON object value, as json.Unmarshal into a map[string]json.RawMessage
 // then into a string would (the last of duplicate fields wins); ok is false
 // when value is not valid JSON, not an object, lacks the field, or the field
-// is not a string. It validates value with gjson, then walks the object's
+// is not a string. A plain ASCII string is returned without a copy: it
+// shares value's memory and is valid while value is unchanged. ok true
+// means value is valid JSON. It validates value with gjson, then walks the object's
 // top level itself (no copy of value, no value parsed but the field's).
 // Keys with escapes and strings with escapes or non-ASCII bytes go through
 // json.Unmarshal (its unescaping and invalid UTF-8 replacement).
@@ -51,7 +53,7 @@ func topLevelString(value []byte, name string) (s string, ok bool) {
 		return "", false
 	}
 	if inner := raw[1 : len(raw)-1]; plainASCII(unsafe.String(unsafe.SliceData(inner), len(inner))) {
-		return string(inner), true
+		return unsafe.String(unsafe.SliceData(inner), len(inner)), true
 	}
 	if json.Unmarshal(raw, &s) != nil {
 		return "", false
@@ -161,7 +163,14 @@ func appendMatch(dst []byte, rule, key string, first, second json.RawMessage) ([
 // second once for several matches: plain reports plainASCII(rule),
 // plainASCII(key) and plainItem(second).
 func appendMatchPlain(dst []byte, rule, key string, first, second json.RawMessage, plain bool) ([]byte, error) {
-	if !plain || !plainItem(first) {
+	return appendMatchKept(dst, rule, key, first, second, plain && plainItem(first))
+}
+
+// appendMatchKept is appendMatchPlain for a first item as json.Marshal
+// writes it (a stored item of ShapePairLists): it is appended as it is
+// without being checked again.
+func appendMatchKept(dst []byte, rule, key string, first, second json.RawMessage, plain bool) ([]byte, error) {
+	if !plain {
 		b, err := json.Marshal(Match{Rule: rule, Key: key, First: first, Second: second})
 		return append(dst, b...), err
 	}

@@ -102,14 +102,17 @@ func (m *matcherRun) matches() []string {
 func (m *matcherRun) stored(key string) []string {
 	m.t.Helper()
 	m.fn.backend.SetCurrentKey([]byte(key))
-	var rules []string
-	for name, err := range m.fn.items.Keys() {
-		if err != nil {
-			m.t.Fatal(err)
-		}
-		rules = append(rules, name)
+	lists, _, err := m.fn.lists.Value()
+	if err != nil {
+		m.t.Fatal(err)
 	}
-	slices.Sort(rules)
+	rules := lists.Rules()
+	if len(rules) == 0 {
+		rules = nil
+	}
+	if !slices.IsSorted(rules) {
+		m.t.Fatalf("lists of %s not in rule order: %v", key, rules)
+	}
 	return rules
 }
 

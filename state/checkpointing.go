@@ -490,7 +490,36 @@ func ApplyToAllKeys[K, V any](b KeyedStateBackend, d MapStateDescriptor[K, V], f
 	if err != nil {
 		return err
 	}
-	keys, err := keysOf(b, StateID(d.Name))
+	return applyToKeys(b, d.Name, func(k []byte) error { return fn(k, s) })
+}
+
+// ApplyToAllValueKeys is ApplyToAllKeys for a ValueState: fn is called once
+// for every key with a value under d, with the current key set to it and s
+// acting on it.
+func ApplyToAllValueKeys[T any](b KeyedStateBackend, d ValueStateDescriptor[T], fn func(key []byte, s ValueState[T]) error) error {
+	s, err := GetValueState(b, d)
+	if err != nil {
+		return err
+	}
+	return applyToKeys(b, d.Name, func(k []byte) error { return fn(k, s) })
+}
+
+// HasState reports whether b holds state registered under name: restored
+// with a snapshot or registered in this session, empty or not. An operator
+// that changed its state layout asks it to find state of the old layout to
+// migrate without registering the old name.
+func HasState(b KeyedStateBackend, name string) bool {
+	if b == nil {
+		return false
+	}
+	_, ok := b.core().metas[name]
+	return ok
+}
+
+// applyToKeys calls fn for every key with state under the state called
+// name, with the current key set to it; see ApplyToAllKeys.
+func applyToKeys(b KeyedStateBackend, name string, fn func(key []byte) error) error {
+	keys, err := keysOf(b, StateID(name))
 	if err != nil {
 		return err
 	}
@@ -503,7 +532,7 @@ func ApplyToAllKeys[K, V any](b KeyedStateBackend, d MapStateDescriptor[K, V], f
 	}()
 	for _, k := range keys {
 		b.SetCurrentKey(k)
-		if err := fn(k, s); err != nil {
+		if err := fn(k); err != nil {
 			return err
 		}
 	}

@@ -286,3 +286,102 @@ func get(t *testing.T, s MapState[string, []string], uk string) []string {
 	}
 	return v
 }
+
+// TestHeapValueStateMatchesSerialized: a ValueState whose serializer is a
+// HeapSerializer keeps its values decoded on Pebble (no serialization on
+// Update, no decoding on Value while cached) and Pebble, a snapshot's
+// restore and a reopened directory hold exactly the bytes of the same
+// state serialized on every access, after random updates, clears and
+// reads with a cache that keeps everything and with one that evicts all
+// the time. ApplyToAllValueKeys reads the decoded values through bound
+// handles; HasState knows the state once registered.
+func TestHeapValueStateMatchesSerialized(t *testing.T) {
+	for _, cacheBytes := range []int{0, 4 << 10} {
+		t.Run(fmt.Sprintf("cache=%d", cacheBytes), func(t *testing.T) {
+			cfg := testConfig(t, KindPebble)
+			cfg.WriteCacheBytes = cacheBytes
+			hb := open(t, cfg)
+			rb := open(t, testConfig(t, KindPebble))
+			ser := newHeapStrings()
+			if HasState(hb, "values") {
+				t.Fatal("HasState before the state was registered")
+			}
+			hs := must1(GetValueState(hb, ValueStateDescriptor[[]string]{Name: "values", Serializer: ser}))(t)
+			rs := must1(GetValueState(rb, ValueStateDescriptor[[]string]{Name: "values", Serializer: JSONSerializer[[]string]{}}))(t)
+			if !HasState(hb, "values") || HasState(hb, "other") {
+				t.Fatal("HasState: want values only")
+			}
+			rng := rand.New(rand.NewPCG(5, 6))
+			for i := range 20000 {
+				key := []byte(fmt.Sprintf("key-%03d", rng.IntN(300)))
+				hb.SetCurrentKey(key)
+				rb.SetCurrentKey(key)
+				hv, hok, herr := hs.Value()
+				rv, rok, rerr := rs.Value()
+				if herr != nil || rerr != nil || hok != rok || !slices.Equal(hv, rv) {
+					t.Fatalf("op %d: Value(%s) = %q %v %v, serialized %q %v %v", i, key, hv, hok, herr, rv, rok, rerr)
+				}
+				if i == 1000 && cacheBytes == 0 {
+					if a, d := ser.appends.Load(), ser.decodes.Load(); a != 0 || d != 0 {
+						t.Fatalf("after 1000 operations on the cache: %d appends, %d decodes; want none", a, d)
+					}
+				}
+				switch op := rng.IntN(10); {
+				case op < 2:
+					must(t, hs.Clear())
+					must(t, rs.Clear())
+				default:
+					v := append(hv, fmt.Sprint(i))
+					must(t, hs.Update(v))
+					must(t, rs.Update(append(rv, fmt.Sprint(i))))
+					v[len(v)-1] = "changed after the update"
+				}
+				if i%2500 == 2499 {
+					if h, r := pebbleContents(t, hb), pebbleContents(t, rb); !maps.Equal(h, r) {
+						t.Fatalf("op %d: Pebble holds %d entries, serialized %d, or other bytes", i, len(h), len(r))
+					}
+				}
+			}
+			want := pebbleContents(t, rb)
+			if h := pebbleContents(t, hb); !maps.Equal(h, want) || len(want) == 0 {
+				t.Fatalf("Pebble holds %d entries, serialized %d, or other bytes", len(h), len(want))
+			}
+			hb.SetCurrentKey([]byte("key-000"))
+			must(t, hs.Update([]string{"bound"}))
+			seen := 0
+			must(t, ApplyToAllValueKeys(hb, ValueStateDescriptor[[]string]{Name: "values", Serializer: ser}, func(key []byte, s ValueState[[]string]) error {
+				seen++
+				if string(key) == "key-000" {
+					if v, ok, err := s.Value(); err != nil || !ok || !slices.Equal(v, []string{"bound"}) {
+						return fmt.Errorf("bound Value(key-000) = %q %v %v", v, ok, err)
+					}
+				}
+				return nil
+			}))
+			if wantKeys := len(pebbleContents(t, hb)); seen != wantKeys {
+				t.Fatalf("ApplyToAllValueKeys saw %d keys, want %d", seen, wantKeys)
+			}
+			hb.SetCurrentKey([]byte("key-000"))
+			rb.SetCurrentKey([]byte("key-000"))
+			must(t, hs.Update([]string{"last"}))
+			must(t, rs.Update([]string{"last"}))
+			want = pebbleContents(t, rb)
+			root := t.TempDir()
+			ks := snapshotOf(t, hb, filepath.Join(root, "chk"), "")
+			restored, err := OpenBackendRestored(testConfig(t, KindPebble), []RestoreHandle{{Handle: ks.Handle, Dir: filepath.Join(root, "chk")}})
+			must(t, err)
+			if got := pebbleContents(t, restored); !maps.Equal(got, want) {
+				t.Fatalf("restored %d entries, serialized %d, or other bytes", len(got), len(want))
+			}
+			if !HasState(restored, "values") {
+				t.Fatal("HasState false after the restore")
+			}
+			must(t, restored.Close())
+			must(t, hb.Close())
+			reopened := open(t, cfg)
+			if got := pebbleContents(t, reopened); !maps.Equal(got, want) {
+				t.Fatalf("reopened %d entries, serialized %d, or other bytes", len(got), len(want))
+			}
+		})
+	}
+}

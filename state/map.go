@@ -89,12 +89,7 @@ func newMapState[K, V any](c *stateCore, kser Serializer[K], vser Serializer[V])
 	if !ok || !pebble || ps.cache == nil || c.ttl != nil {
 		return s
 	}
-	s.heap, s.ps = heap, ps
-	s.codec = &objCodec{
-		encode: func(dst []byte, obj any) ([]byte, error) { return heap.AppendKept(dst, obj.(V)) },
-		decode: func(b []byte) (any, error) { return vser.Decode(b) },
-		size:   func(obj any) int { return heap.Size(obj.(V)) },
-	}
+	s.heap, s.ps, s.codec = heap, ps, heapCodec(heap)
 	return s
 }
 

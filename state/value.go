@@ -31,7 +31,7 @@ func GetValueState[T any](b KeyedStateBackend, d ValueStateDescriptor[T]) (Value
 		spec.serializer = d.Serializer.Name()
 	}
 	h, err := register(b, spec, fmt.Sprintf("%T", d.Serializer), func(c *stateCore) any {
-		return &valueState[T]{c: c, ser: d.Serializer}
+		return newValueState(c, d.Serializer)
 	})
 	if err != nil {
 		return nil, err
@@ -60,10 +60,53 @@ func typedHandle[H any](h any, name string) (H, error) {
 
 // valueState implements ValueState. key is nil for a handle acting on the
 // backend's current key, or the explicit key of a handle made by bind.
+//
+// With a HeapSerializer, no TTL and the Pebble write cache, the handle of
+// the current key keeps its values decoded in the cache as mapState does
+// (heap not nil): Value, Update and Clear go through getObject and
+// putObject; bound handles use the serialized form.
 type valueState[T any] struct {
 	c   *stateCore
 	ser Serializer[T]
 	key *keyRef
+
+	heap    HeapSerializer[T]
+	ps      *pebbleStore
+	codec   *objCodec
+	scratch []byte
+	known   [2]T      // the kept values Value returned and Update stored last, for HeapSerializer.Copy
+	hint    cacheHint // the cache entry getObject found last
+}
+
+func newValueState[T any](c *stateCore, ser Serializer[T]) *valueState[T] {
+	s := &valueState[T]{c: c, ser: ser}
+	heap, ok := ser.(HeapSerializer[T])
+	ps, pebble := c.st.(*pebbleStore)
+	if !ok || !pebble || ps.cache == nil || c.ttl != nil {
+		return s
+	}
+	s.heap, s.ps, s.codec = heap, ps, heapCodec(heap)
+	return s
+}
+
+// heapCodec is the write cache's objCodec for the values of heap.
+func heapCodec[T any](heap HeapSerializer[T]) *objCodec {
+	return &objCodec{
+		encode: func(dst []byte, obj any) ([]byte, error) { return heap.AppendKept(dst, obj.(T)) },
+		decode: func(b []byte) (any, error) { return heap.Decode(b) },
+		size:   func(obj any) int { return heap.Size(obj.(T)) },
+	}
+}
+
+// objKey returns the Pebble key of the current key's value, in s.scratch
+// (valid until the next call).
+func (s *valueState[T]) objKey() ([]byte, error) {
+	k, err := s.c.stateKey(nil)
+	if err != nil {
+		return nil, err
+	}
+	s.scratch = appendStateKey(s.scratch[:0], k)
+	return s.scratch, nil
 }
 
 // bind returns a handle acting on k rather than on the current key. With a
@@ -74,10 +117,38 @@ func (s *valueState[T]) bind(k keyRef) *valueState[T] {
 }
 
 func (s *valueState[T]) Value() (T, bool, error) {
+	if s.heap != nil && s.key == nil {
+		var zero T
+		key, err := s.objKey()
+		if err != nil {
+			return zero, false, err
+		}
+		obj, ok, err := s.ps.getObject(s.c.id, key, s.codec, &s.hint)
+		if err != nil {
+			return zero, false, s.c.wrapErr("value", err)
+		}
+		if !ok {
+			return zero, false, nil
+		}
+		s.known[0] = obj.(T)
+		return s.heap.View(s.known[0]), true, nil
+	}
 	return readDecoded(s.c, s.key, s.ser, "value")
 }
 
 func (s *valueState[T]) Update(v T) error {
+	if s.heap != nil && s.key == nil {
+		key, err := s.objKey()
+		if err != nil {
+			return err
+		}
+		kept, err := s.heap.Copy(v, s.known[:])
+		if err != nil {
+			return s.c.wrapErr("update", err)
+		}
+		s.known[1] = kept
+		return s.ps.putObject(s.c.id, key, kept, s.codec, s.hint)
+	}
 	k, err := s.c.stateKey(s.key)
 	if err != nil {
 		return err
@@ -90,6 +161,13 @@ func (s *valueState[T]) Update(v T) error {
 }
 
 func (s *valueState[T]) Clear() error {
+	if s.heap != nil && s.key == nil {
+		key, err := s.objKey()
+		if err != nil {
+			return err
+		}
+		return s.ps.removeObject(s.c.id, key, s.hint)
+	}
 	k, err := s.c.stateKey(s.key)
 	if err != nil {
 		return err

@@ -1,0 +1,293 @@
+package operators
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// ShapePairLists is the shape-pair matcher's keyed state of one key (a
+// colour): the stored items of every rule that has some, in ascending rule
+// name order (byte order), each rule's items in arrival order, each item
+// its JSON as json.Marshal writes a json.RawMessage (compact, HTML
+// characters escaped). All of a key's lists are one state entry, so a
+// record costs one state read and at most one write whatever the number of
+// rules its shape is in.
+//
+// A ShapePairLists is immutable: the matcher builds a new one for a change
+// (sharing the unchanged lists), so the state keeps the value it is given
+// and hands it out again without copies (ShapePairListsSerializer's Copy
+// and View). The zero value holds no items.
+type ShapePairLists struct {
+	lists []pairList // rule order, no empty list, no rule twice
+}
+
+// pairList is one rule's stored items under a key.
+type pairList struct {
+	rule  string
+	items []json.RawMessage
+}
+
+// Len returns the number of rules with stored items.
+func (l ShapePairLists) Len() int { return len(l.lists) }
+
+// Rules returns the rules with stored items, in ascending order.
+func (l ShapePairLists) Rules() []string {
+	out := make([]string, len(l.lists))
+	for i, pl := range l.lists {
+		out[i] = pl.rule
+	}
+	return out
+}
+
+// Items returns rule's stored items, oldest first (nil: none). The slice
+// and the items are the state's: the caller must not change them.
+func (l ShapePairLists) Items(rule string) []json.RawMessage {
+	if i, ok := findList(l.lists, rule); ok {
+		return slices.Clip(l.lists[i].items)
+	}
+	return nil
+}
+
+// findList returns the index of rule's list in lists, or where it would
+// go.
+func findList(lists []pairList, rule string) (int, bool) {
+	return slices.BinarySearchFunc(lists, rule, func(e pairList, r string) int { return strings.Compare(e.rule, r) })
+}
+
+// pairEdit builds the ShapePairLists that follows base: lists is the
+// working copy, made at the first change with room for a few more lists
+// and returned by done as the new value; items stored with own are copied
+// once each. Lookups walk from the last one found (the matcher visits rules
+// in ascending order), from the start when a rule comes before it.
+type pairEdit struct {
+	base     ShapePairLists
+	lists    []pairList
+	edited   bool
+	pos      int
+	src, dst json.RawMessage // the item own copied last
+}
+
+// locate returns the index of rule's list in the current lists, or where
+// it would go.
+func (e *pairEdit) locate(rule string) (int, bool) {
+	lists := e.base.lists
+	if e.edited {
+		lists = e.lists
+	}
+	if e.pos > len(lists) || (e.pos > 0 && lists[e.pos-1].rule >= rule) {
+		e.pos = 0
+	}
+	for e.pos < len(lists) && lists[e.pos].rule < rule {
+		e.pos++
+	}
+	return e.pos, e.pos < len(lists) && lists[e.pos].rule == rule
+}
+
+// items returns rule's current items (shared: append to a clipped slice).
+func (e *pairEdit) items(rule string) []json.RawMessage {
+	i, ok := e.locate(rule)
+	if !ok {
+		return nil
+	}
+	if e.edited {
+		return slices.Clip(e.lists[i].items)
+	}
+	return slices.Clip(e.base.lists[i].items)
+}
+
+// set makes items rule's list (none: removes it). Every item must be one
+// of the lists' items or returned by own.
+func (e *pairEdit) set(rule string, items []json.RawMessage) {
+	i, found := e.locate(rule)
+	if !found && len(items) == 0 {
+		return
+	}
+	if !e.edited {
+		e.lists = append(make([]pairList, 0, len(e.base.lists)+4), e.base.lists...)
+		e.edited = true
+	}
+	switch {
+	case found && len(items) == 0:
+		e.lists = slices.Delete(e.lists, i, i+1)
+	case found:
+		e.lists[i].items = items
+	default:
+		e.lists = slices.Insert(e.lists, i, pairList{rule: rule, items: items})
+	}
+}
+
+// own returns the copy of item the lists keep, as json.Marshal writes it
+// (one copy per distinct item of an edit), or the error for an item that
+// is not valid JSON.
+func (e *pairEdit) own(item json.RawMessage) (json.RawMessage, error) {
+	return e.ownChecked(item, false)
+}
+
+// ownValid is own for an item the caller checked is valid JSON.
+func (e *pairEdit) ownValid(item json.RawMessage) (json.RawMessage, error) {
+	return e.ownChecked(item, true)
+}
+
+func (e *pairEdit) ownChecked(item json.RawMessage, valid bool) (json.RawMessage, error) {
+	if sameBytes(item, e.src) {
+		return e.dst, nil
+	}
+	var c json.RawMessage
+	if valid && plainItem(item) {
+		c = append(json.RawMessage(nil), item...)
+	} else {
+		var err error
+		if c, err = canonicalItem(item); err != nil {
+			return nil, err
+		}
+	}
+	e.src, e.dst = item, c
+	return c, nil
+}
+
+// done returns the edited lists and whether anything changed.
+func (e *pairEdit) done() (ShapePairLists, bool) {
+	switch {
+	case !e.edited:
+		return e.base, false
+	case len(e.lists) == 0:
+		return ShapePairLists{}, true
+	}
+	return ShapePairLists{lists: e.lists}, true
+}
+
+// ShapePairListsState describes the matcher's keyed state: one
+// ShapePairLists per key. It replaced ShapePairItemsState (one map entry
+// per key and rule), whose state the matcher moves into it when it finds
+// any after a restore.
+var ShapePairListsState = state.ValueStateDescriptor[ShapePairLists]{
+	Name:       "shape-pair-lists",
+	Serializer: ShapePairListsSerializer{},
+}
+
+// ShapePairListsSerializer writes a ShapePairLists as the JSON object rule
+// name -> array of items, the bytes json.Marshal writes for the
+// map[string][]json.RawMessage of the lists (keys sorted, items compact):
+// its Name is "json", and state.JSONSerializer of that map reads what it
+// writes. It is a state.HeapSerializer, so on Pebble with the write cache
+// a key's lists stay decoded between records (Flink's heap state): Decode
+// runs on a cache miss, Append when the cache writes the entry to Pebble.
+// FuzzShapePairListsSerializer compares it with encoding/json.
+type ShapePairListsSerializer struct{}
+
+// Name returns "json".
+func (ShapePairListsSerializer) Name() string { return "json" }
+
+// Append appends the JSON object of v ("{}" when it holds no items).
+func (ShapePairListsSerializer) Append(dst []byte, v ShapePairLists) ([]byte, error) {
+	dst = append(dst, '{')
+	for i, l := range v.lists {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		if plainASCII(l.rule) {
+			dst = append(append(append(dst, '"'), l.rule...), '"')
+		} else {
+			b, _ := json.Marshal(l.rule) // a string always encodes
+			dst = append(dst, b...)
+		}
+		dst = append(dst, ':')
+		dst, _ = RawListSerializer{}.AppendKept(dst, l.items) // items are kept as json.Marshal writes them
+	}
+	return append(dst, '}'), nil
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (s ShapePairListsSerializer) AppendKept(dst []byte, v ShapePairLists) ([]byte, error) {
+	return s.Append(dst, v)
+}
+
+// Decode decodes the JSON object of rule name -> items, as json.Unmarshal
+// into a map[string][]json.RawMessage (null: no items; the last of
+// duplicate rules wins; rules without items are left out). Items are
+// rewritten as json.Marshal writes them where they are not already.
+// Anything but a valid object of arrays goes through json.Unmarshal for
+// its error.
+func (ShapePairListsSerializer) Decode(b []byte) (ShapePairLists, error) {
+	if gjson.ValidBytes(b) {
+		buf := append([]byte(nil), b...) // the items slice one copy of b
+		base := unsafe.SliceData(buf)
+		r := gjson.Parse(unsafe.String(base, len(buf)))
+		switch {
+		case r.Type == gjson.Null:
+			return ShapePairLists{}, nil
+		case r.IsObject():
+			var e pairEdit
+			ok := true
+			r.ForEach(func(k, v gjson.Result) bool {
+				if !v.IsArray() && v.Type != gjson.Null {
+					ok = false
+					return false
+				}
+				var items []json.RawMessage
+				if v.Type == gjson.Null {
+					e.set(k.String(), nil) // json.Unmarshal: no items, replacing earlier ones
+					return true
+				}
+				v.ForEach(func(_, el gjson.Result) bool {
+					i := int(uintptr(unsafe.Pointer(unsafe.StringData(el.Raw))) - uintptr(unsafe.Pointer(base)))
+					item := json.RawMessage(buf[i : i+len(el.Raw) : i+len(el.Raw)])
+					if !plainItem(item) {
+						item, _ = json.Marshal(item) // valid (gjson checked): compacts and escapes
+					}
+					items = append(items, item)
+					return true
+				})
+				e.set(k.String(), items)
+				return true
+			})
+			if ok {
+				l, _ := e.done()
+				return l, nil
+			}
+		}
+	}
+	var m map[string][]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return ShapePairLists{}, fmt.Errorf("operators: json decode: %w", err)
+	}
+	return ShapePairLists{}, fmt.Errorf("operators: json decode: %.40q is not an object of arrays", b)
+}
+
+// canonicalItem returns a copy of m as json.Marshal writes it, or its
+// error for m that is not valid JSON.
+func canonicalItem(m json.RawMessage) (json.RawMessage, error) {
+	if plainJSON(m) {
+		return append(json.RawMessage(nil), m...), nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("operators: json encode: %w", err)
+	}
+	return b, nil
+}
+
+// Copy implements state.HeapSerializer: v itself, which nobody can change.
+func (ShapePairListsSerializer) Copy(v ShapePairLists, _ []ShapePairLists) (ShapePairLists, error) {
+	return v, nil
+}
+
+// View implements state.HeapSerializer: v itself, which nobody can change.
+func (ShapePairListsSerializer) View(v ShapePairLists) ShapePairLists { return v }
+
+// Size implements state.HeapSerializer: the lists' and items' headers and
+// bytes (an item in two lists counts twice).
+func (ShapePairListsSerializer) Size(v ShapePairLists) int {
+	n := 48 + 40*len(v.lists)
+	for _, l := range v.lists {
+		n += len(l.rule) + RawListSerializer{}.Size(l.items)
+	}
+	return n
+}

@@ -1,0 +1,365 @@
+package operators
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+// listsOf builds lists from a map through pairEdit, as the matcher does.
+func listsOf(t testing.TB, m map[string][]string) ShapePairLists {
+	t.Helper()
+	var e pairEdit
+	for _, rule := range slices.Sorted(maps.Keys(m)) {
+		var items []json.RawMessage
+		for _, it := range m[rule] {
+			c, err := e.own(json.RawMessage(it))
+			if err != nil {
+				t.Fatal(err)
+			}
+			items = append(items, c)
+		}
+		e.set(rule, items)
+	}
+	l, _ := e.done()
+	return l
+}
+
+// asMap returns l as rule -> items.
+func asMap(l ShapePairLists) map[string][]string {
+	out := map[string][]string{}
+	for _, r := range l.Rules() {
+		for _, it := range l.Items(r) {
+			out[r] = append(out[r], string(it))
+		}
+	}
+	return out
+}
+
+// TestShapePairListsSerializerBytes: the serializer writes the bytes
+// json.Marshal writes for the map of the lists (keys sorted, items
+// compacted and HTML-escaped, empty lists left out), reads them back, and
+// reads what JSONSerializer of that map wrote (the last of duplicate keys
+// winning, null as no items).
+func TestShapePairListsSerializerBytes(t *testing.T) {
+	m := map[string][]string{
+		"R2":         {`{"id":2,"shape":"SQUARE"}`, `{ "id" : 3 }`},
+		"R1":         {`{"a":"<&>"}`},
+		"r\"q\u00e9": {`[1, 2]`, `"x\u2028"`},
+		"empty":      nil,
+	}
+	l := listsOf(t, m)
+	got, err := ShapePairListsSerializer{}.Append(nil, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := map[string][]json.RawMessage{}
+	for k, v := range m {
+		for _, it := range v {
+			ref[k] = append(ref[k], json.RawMessage(it))
+		}
+	}
+	delete(ref, "empty")
+	want, _ := json.Marshal(ref)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("Append = %s\nwant     %s", got, want)
+	}
+	back, err := ShapePairListsSerializer{}.Decode(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := ShapePairListsSerializer{}.Append(nil, back)
+	if !bytes.Equal(again, want) || !slices.Equal(back.Rules(), []string{"R1", "R2", "r\"q\u00e9"}) {
+		t.Fatalf("Decode(Append) = %v, appends %s", back.Rules(), again)
+	}
+	for in, wantMap := range map[string]map[string][]string{
+		`null`:                        {},
+		`{}`:                          {},
+		`{"b":[1],"a":[ {"x" : 1} ]}`: {"a": {`{"x":1}`}, "b": {`1`}},
+		`{"a":[1],"a":[2,3]}`:         {"a": {`2`, `3`}},
+		`{"a":null,"b":[]}`:           {},
+	} {
+		l, err := ShapePairListsSerializer{}.Decode([]byte(in))
+		if err != nil || !maps.EqualFunc(asMap(l), wantMap, slices.Equal) {
+			t.Errorf("Decode(%s) = %v %v, want %v", in, asMap(l), err, wantMap)
+		}
+	}
+	for _, in := range []string{``, `[1]`, `{"a":1}`, `{"a":[1}`, `"s"`} {
+		if _, err := (ShapePairListsSerializer{}).Decode([]byte(in)); err == nil {
+			t.Errorf("Decode(%q) accepted", in)
+		}
+	}
+	var e pairEdit
+	if _, err := e.own(json.RawMessage(`{"a":`)); err == nil {
+		t.Fatal("own accepted invalid JSON")
+	}
+}
+
+// FuzzShapePairListsSerializer: for any object of arrays encoding/json
+// decodes into map[string][]json.RawMessage, Decode accepts it, holds the
+// same rules and items (as json.Marshal writes them), and Append writes
+// exactly json.Marshal of the decoded map; what encoding/json refuses,
+// Decode refuses.
+func FuzzShapePairListsSerializer(f *testing.F) {
+	for _, s := range []string{`{"R1":[{"id":1}],"R0":[1,"a",null]}`, `null`, `{"a":[],"b":null}`, `{"<":["\u2028"]}`, `{"a":[1],"a":[2]}`, `[]`, `{"a":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var ref map[string][]json.RawMessage
+		refErr := json.Unmarshal(b, &ref)
+		l, err := ShapePairListsSerializer{}.Decode(b)
+		if (refErr == nil) != (err == nil) {
+			t.Fatalf("Decode(%q) error %v, encoding/json %v", b, err, refErr)
+		}
+		if err != nil {
+			return
+		}
+		for k, v := range ref {
+			if len(v) == 0 {
+				delete(ref, k)
+			}
+		}
+		want, err := json.Marshal(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ref) == 0 {
+			want = []byte(`{}`)
+		}
+		got, err := ShapePairListsSerializer{}.Append(nil, l)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("Append(Decode(%q)) = %s %v, want %s", b, got, err, want)
+		}
+	})
+}
+
+// TestShapePairMatcherModel: on both backends (Pebble with a write cache
+// so small it evicts all the time), random rules (names out of order,
+// First == Second, updates and deletions) and random items give exactly
+// the matches of a model of the matcher's rules, in order, through a
+// checkpoint and a restore at another parallelism every 1,500 records.
+func TestShapePairMatcherModel(t *testing.T) {
+	shapes := []string{"A", "B", "C", "D"}
+	colors := []string{"red", "blue", "green", "black", "white", "grey", "pink"}
+	for _, kind := range []string{state.KindHashmap, state.KindPebble} {
+		t.Run(kind, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, 8))
+			type rule struct{ first, second string }
+			rules := map[string]rule{}
+			stored := map[string][]int{} // colour/rule -> stored item ids
+			root := t.TempDir()
+			p := 1
+			runs := []*matcherRun{newSmallCacheRun(t, kind, filepath.Join(root, "p1-0"), 1, 0, nil)}
+			for step := 1; step <= 6000; step++ {
+				switch r := rng.IntN(100); {
+				case r < 3:
+					name := fmt.Sprintf("R%d", 9-rng.IntN(8))
+					nr := rule{shapes[rng.IntN(4)], shapes[rng.IntN(4)]}
+					rules[name] = nr
+					for _, m := range runs {
+						m.rule(name, nr.first, nr.second)
+					}
+				case r < 4:
+					name := fmt.Sprintf("R%d", 9-rng.IntN(8))
+					if _, ok := rules[name]; ok {
+						delete(rules, name)
+						for k := range stored {
+							if k[len(k)-len(name)-1:] == "/"+name {
+								delete(stored, k)
+							}
+						}
+					}
+					for _, m := range runs {
+						m.deleteRule(name)
+					}
+				default:
+					c, shape := colors[rng.IntN(len(colors))], shapes[rng.IntN(4)]
+					var want []string
+					for _, name := range slices.Sorted(maps.Keys(rules)) {
+						r, k := rules[name], c+"/"+name
+						if shape == r.second {
+							for _, id := range stored[k] {
+								want = append(want, fmt.Sprintf("%s %s %d,%d", name, c, id, step))
+							}
+							delete(stored, k)
+						}
+						if shape == r.first {
+							stored[k] = append(stored[k], step)
+						}
+					}
+					m := runs[keygroup.SubtaskForKey([]byte(c), ckMaxP, p)]
+					m.item(step, c, shape)
+					if got := m.matches(); !slices.Equal(got, want) {
+						t.Fatalf("step %d: %s %s matched %q, want %q", step, c, shape, got, want)
+					}
+				}
+				if step%1500 == 0 {
+					newP := 1 + (p % 3)
+					runs = rescaleRuns(t, kind, root, step, runs, newP)
+					p = newP
+					for _, c := range colors {
+						m := runs[keygroup.SubtaskForKey([]byte(c), ckMaxP, p)]
+						var want []string
+						for _, name := range slices.Sorted(maps.Keys(rules)) {
+							if len(stored[c+"/"+name]) > 0 {
+								want = append(want, name)
+							}
+						}
+						if got := m.stored(c); !slices.Equal(got, want) {
+							t.Fatalf("after the restore at %d: %s has lists of %q, want %q", p, c, got, want)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// newSmallCacheRun is newMatcherRun with a 4 KiB write cache on Pebble.
+func newSmallCacheRun(t *testing.T, kind, dir string, p, i int, restore *Restore) *matcherRun {
+	t.Helper()
+	m := &matcherRun{t: t, fn: &ShapePairMatcher{}, ch: runtime.NewChannel(256)}
+	cfg := state.BackendConfig{Kind: kind, MaxParallelism: ckMaxP, KeyGroupRange: keygroup.RangeFor(ckMaxP, p, i)}
+	if kind == state.KindPebble {
+		cfg.Dir, cfg.WriteCacheBytes = dir, 4<<10
+	}
+	open := func(r []state.RestoreHandle) (state.KeyedStateBackend, error) {
+		return state.OpenBackendRestored(cfg, r)
+	}
+	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{m.ch}, runtime.ForwardPartitioner{}))
+	m.op = NewKeyedBroadcastOperator(OpenContext{Operator: "matcher", Subtask: i, Parallelism: p}, open, restore, m.fn, out)
+	if err := m.op.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.op.Close() })
+	return m
+}
+
+// rescaleRuns checkpoints every run as checkpoint id, closes them and
+// restores the job at parallelism p.
+func rescaleRuns(t *testing.T, kind, root string, id int, runs []*matcherRun, p int) []*matcherRun {
+	t.Helper()
+	dir := filepath.Join(root, fmt.Sprint("chk-", id))
+	restores := restoresFor(t, snapshotRuns(t, runs, dir, id), dir, "", p)
+	var out []*matcherRun
+	for i := range p {
+		out = append(out, newSmallCacheRun(t, kind, filepath.Join(root, fmt.Sprintf("p%d-%d-%d", p, id, i)), p, i, restores[i]))
+	}
+	return out
+}
+
+// TestShapePairMigratesItems: state of the earlier layout (MapState
+// "shape-pair-items", one entry per key and rule), as checkpoints taken
+// before "shape-pair-lists" hold it, is moved into the per-key layout when
+// the matcher opens on it, also restored at another parallelism: the
+// stored items pair after the restore exactly as they would have before,
+// a rule's items already in the new layout stay after the older ones, and
+// nothing is left in the old state.
+func TestShapePairMigratesItems(t *testing.T) {
+	for _, kind := range []string{state.KindHashmap, state.KindPebble} {
+		t.Run(kind, func(t *testing.T) {
+			root := t.TempDir()
+			colors := []string{"red", "blue", "green", "yellow", "black", "white"}
+			var runs []*matcherRun
+			for i := range 2 {
+				m := newMatcherRun(t, kind, filepath.Join(root, fmt.Sprint("old-", i)), 2, i, nil)
+				m.rule("R1", "RECTANGLE", "TRIANGLE")
+				m.rule("R2", "CIRCLE", "TRIANGLE")
+				runs = append(runs, m)
+			}
+			for i, c := range colors {
+				m := runs[keygroup.SubtaskForKey([]byte(c), ckMaxP, 2)]
+				old, err := state.GetMapState(m.fn.backend, ShapePairItemsState)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.fn.backend.SetCurrentKey([]byte(c))
+				// As the old layout stored them: one entry per rule.
+				if err := old.Put("R1", []json.RawMessage{json.RawMessage(fmt.Sprintf(`{"id":%d,"color":%q,"shape":"RECTANGLE"}`, 10+i, c))}); err != nil {
+					t.Fatal(err)
+				}
+				if i%2 == 0 {
+					if err := old.Put("R2", []json.RawMessage{json.RawMessage(fmt.Sprintf(`{"id":%d,"color":%q,"shape":"CIRCLE"}`, 20+i, c))}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// red's R1 also has an item in the new layout, stored after the
+			// old ones (a restore of a mixed state keeps arrival order).
+			runs[keygroup.SubtaskForKey([]byte("red"), ckMaxP, 2)].item(30, "red", "RECTANGLE")
+			restores := restoresFor(t, snapshotRuns(t, runs, filepath.Join(root, "chk-1"), 1), filepath.Join(root, "chk-1"), "", 3)
+			runs = nil
+			for i := range 3 {
+				runs = append(runs, newMatcherRun(t, kind, filepath.Join(root, fmt.Sprint("new-", i)), 3, i, restores[i]))
+			}
+			for _, m := range runs {
+				if err := state.ApplyToAllKeys(m.fn.backend, ShapePairItemsState, func(key []byte, _ state.MapState[string, []json.RawMessage]) error {
+					return fmt.Errorf("old state left under %s", key)
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []string
+			for i, c := range colors {
+				m := runs[keygroup.SubtaskForKey([]byte(c), ckMaxP, 3)]
+				want := []string{"R1", "R2"}
+				if i%2 == 1 {
+					want = []string{"R1"}
+				}
+				if s := m.stored(c); !slices.Equal(s, want) {
+					t.Fatalf("%s restored with lists %q, want %q", c, s, want)
+				}
+				m.item(100+i, c, "TRIANGLE")
+				got = append(got, m.matches()...)
+			}
+			var want []string
+			for i, c := range colors {
+				want = append(want, fmt.Sprintf("R1 %s %d,%d", c, 10+i, 100+i))
+				if c == "red" {
+					want = append(want, fmt.Sprintf("R1 %s 30,%d", c, 100+i))
+				}
+				if i%2 == 0 {
+					want = append(want, fmt.Sprintf("R2 %s %d,%d", c, 20+i, 100+i))
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("matches after the restore = %q\nwant %q", got, want)
+			}
+		})
+	}
+}
+
+// snapshotRuns checkpoints every run into dir as checkpoint id, closes
+// them and returns their task states.
+func snapshotRuns(t *testing.T, runs []*matcherRun, dir string, id int) []checkpoint.TaskState {
+	t.Helper()
+	old := make([]checkpoint.TaskState, len(runs))
+	for i, m := range runs {
+		finish, err := m.op.SnapshotState(context.Background(), &runtime.Barrier{CheckpointID: int64(id), Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := finish(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(snap.State, &old[i]); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.op.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return old
+}
