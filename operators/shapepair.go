@@ -58,7 +58,7 @@ type ShapePairMatcher struct {
 	Expired interface{ Add(float64) }
 
 	rules   *broadcast.State[string, broadcast.Rule]
-	sorted  []namedRule // rules in ascending name order; nil: rebuild (a rule changed)
+	byShape map[string][]namedRule // shape -> the rules naming it, ascending by name; nil: rebuild (a rule changed)
 	lists   state.ValueState[ShapePairLists]
 	times   state.MapState[string, []int64] // with PendingTimeout: the stored items' timestamps, ms
 	timers  TimerService
@@ -189,7 +189,7 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 	}
 	if up.Rule == nil {
 		if m.rules.Remove(up.Name) {
-			m.sorted = nil
+			m.byShape = nil
 			err := state.ApplyToAllValueKeys(m.backend, ShapePairListsState, func(_ []byte, lists state.ValueState[ShapePairLists]) error {
 				l, _, err := lists.Value()
 				if err != nil {
@@ -210,7 +210,7 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 		}
 	} else {
 		m.rules.Put(up.Name, *up.Rule)
-		m.sorted = nil
+		m.byShape = nil
 	}
 	if m.held != nil {
 		m.held.Set(float64(m.rules.Len()))
@@ -220,84 +220,120 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 }
 
 // ProcessElement implements KeyedBroadcastProcessFunction.
+//
+// A record costs one state read and at most one write, and only when a rule
+// names its shape. A first pass over those rules finds each one's stored
+// items and what the record does to them, so that the matches share one
+// buffer sized in advance and the new lists array is made once with room
+// for the lists the record adds.
 func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
 	shape, ok := topLevelString(rec.Value, m.ShapeField)
 	if !ok {
 		return nil // not a JSON object, or no shape: matches no rule
 	}
-	if m.sorted == nil && m.rules.Len() > 0 {
-		for name, rule := range m.rules.Entries() {
-			m.sorted = append(m.sorted, namedRule{name, rule})
-		}
+	if m.byShape == nil && m.rules.Len() > 0 {
+		m.indexRules()
 	}
+	rules := m.byShape[shape]
+	if len(rules) == 0 {
+		return nil // no rule names the shape: no state access
+	}
+	base, _, err := m.lists.Value()
+	if err != nil {
+		return err
+	}
+	e := pairEdit{base: base}
 	// The key as a string for appendMatch, without a copy: appendMatch
 	// only reads it, and rec.Key stays unchanged during the call.
 	key := unsafe.String(unsafe.SliceData(rec.Key), len(rec.Key))
-	plainValue := 0 // 1: key and value plain for appendMatch, 2: not; 0: not checked yet
-	var e pairEdit
-	read := false
-	for _, rule := range m.sorted {
-		if shape != rule.First && shape != rule.Second {
-			continue // the rule's items stay as they are: no state access
+	var stack [16]ruleVisit
+	visits := stack[:0]
+	outBytes := 0
+	for i := range rules {
+		r := &rules[i]
+		v := ruleVisit{rule: r, stored: e.items(r.name)}
+		if shape == r.Second && len(v.stored) > 0 {
+			v.match = true
+			for _, first := range v.stored {
+				outBytes += matchSize(r.name, key, first, rec.Value)
+			}
 		}
-		if !read {
-			var err error
-			if e.base, _, err = m.lists.Value(); err != nil {
-				return err
-			}
-			read = true
+		if shape == r.First && len(v.stored) == 0 {
+			e.grow++
 		}
-		name := rule.name
-		stored := e.items(name)
-		ruleChanged := false
-		if shape == rule.Second && len(stored) > 0 {
-			// One buffer for the rule's matches: each output owns its slice.
-			n := 0
-			for _, first := range stored {
-				n += matchSize(name, key, first, rec.Value)
-			}
-			buf := make([]byte, 0, n)
-			if plainValue == 0 {
-				plainValue = 2
-				if plainASCII(key) && plainItem(rec.Value) {
-					plainValue = 1
-				}
-			}
+		visits = append(visits, v)
+	}
+	var buf []byte // every match's bytes; each output owns its slice
+	plainValue := false
+	if outBytes > 0 {
+		buf = make([]byte, 0, outBytes)
+		plainValue = plainASCII(key) && plainItem(rec.Value)
+	}
+	var item json.RawMessage
+	for _, v := range visits {
+		name := v.rule.name
+		n := len(v.stored) // the rule's items after the record
+		if v.match {
 			// Stored items are as json.Marshal writes them
 			// (ShapePairLists), so only the name, key and record decide.
-			plain := plainValue == 1 && plainASCII(name)
-			for _, first := range stored {
+			plain := plainValue && plainASCII(name)
+			for _, first := range v.stored {
 				start := len(buf)
-				var err error
 				if buf, err = appendMatchKept(buf, name, key, first, rec.Value, plain); err != nil {
 					return err
 				}
-				v := buf[start:len(buf):len(buf)]
-				if err := out.Collect(runtime.Record{Key: rec.Key, Value: v, Timestamp: rec.Timestamp}); err != nil {
+				if err := out.Collect(runtime.Record{Key: rec.Key, Value: buf[start:len(buf):len(buf)], Timestamp: rec.Timestamp}); err != nil {
 					return err
 				}
 			}
-			stored, ruleChanged = nil, true
+			n = 0
 		}
 		// No else: with First == Second the item closes a pair and opens one.
-		if shape == rule.First {
-			item, err := e.ownValid(rec.Value) // topLevelString validated it
-			if err != nil {
-				return err
+		switch {
+		case shape == v.rule.First:
+			if item == nil {
+				if item, err = e.ownValid(rec.Value); err != nil { // topLevelString validated it
+					return err
+				}
 			}
-			stored, ruleChanged = append(stored, item), true
+			items := make([]json.RawMessage, n+1)
+			copy(items, v.stored[:n])
+			items[n] = item
+			e.set(name, items)
+			n++
+		case v.match:
+			e.set(name, nil)
+		default:
+			continue // the rule's items stay as they are
 		}
-		if !ruleChanged {
-			continue
-		}
-		e.set(name, stored)
 		if m.times != nil {
-			if err := m.storeTime(name, len(stored), rec.Timestamp); err != nil {
+			if err := m.storeTime(name, n, rec.Timestamp); err != nil {
 				return err
 			}
 		}
 	}
 	return m.storeLists(&e)
+}
+
+// ruleVisit is what ProcessElement's first pass found for one rule naming
+// the record's shape: the rule's stored items and whether the record
+// pairs with them.
+type ruleVisit struct {
+	rule   *namedRule
+	stored []json.RawMessage
+	match  bool
+}
+
+// indexRules builds byShape: for every shape a rule names, the rules
+// naming it (as First or Second), in ascending name order.
+func (m *ShapePairMatcher) indexRules() {
+	m.byShape = make(map[string][]namedRule)
+	for name, rule := range m.rules.Entries() {
+		m.byShape[rule.First] = append(m.byShape[rule.First], namedRule{name, rule})
+		if rule.Second != rule.First {
+			m.byShape[rule.Second] = append(m.byShape[rule.Second], namedRule{name, rule})
+		}
+	}
 }
 
 // storeLists writes the lists e built for the current key, if it changed
@@ -462,7 +498,7 @@ func (m *ShapePairMatcher) RestoreBroadcastState(states map[string]json.RawMessa
 	for name, r := range rules {
 		m.rules.Put(name, r)
 	}
-	m.sorted = nil
+	m.byShape = nil
 	if m.held != nil {
 		m.held.Set(float64(m.rules.Len()))
 	}

@@ -55,10 +55,11 @@ func topLevelString(value []byte, name string) (s string, ok bool) {
 	if inner := raw[1 : len(raw)-1]; plainASCII(unsafe.String(unsafe.SliceData(inner), len(inner))) {
 		return unsafe.String(unsafe.SliceData(inner), len(inner)), true
 	}
-	if json.Unmarshal(raw, &s) != nil {
+	var u string // not s: a result whose address is taken escapes on every call
+	if json.Unmarshal(raw, &u) != nil {
 		return "", false
 	}
-	return s, true
+	return u, true
 }
 
 // keyIs reports whether the JSON string key (with its quotes) decodes to

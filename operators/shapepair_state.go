@@ -26,6 +26,7 @@ import (
 // and View). The zero value holds no items.
 type ShapePairLists struct {
 	lists []pairList // rule order, no empty list, no rule twice
+	size  int        // the sum of listSize over lists, for Size
 }
 
 // pairList is one rule's stored items under a key.
@@ -55,6 +56,12 @@ func (l ShapePairLists) Items(rule string) []json.RawMessage {
 	return nil
 }
 
+// listSize is what Size counts for one rule's list: its header, the
+// rule's bytes and the items' headers and bytes.
+func listSize(rule string, items []json.RawMessage) int {
+	return 40 + len(rule) + RawListSerializer{}.Size(items)
+}
+
 // findList returns the index of rule's list in lists, or where it would
 // go.
 func findList(lists []pairList, rule string) (int, bool) {
@@ -62,15 +69,19 @@ func findList(lists []pairList, rule string) (int, bool) {
 }
 
 // pairEdit builds the ShapePairLists that follows base: lists is the
-// working copy, made at the first change with room for a few more lists
-// and returned by done as the new value; items stored with own are copied
-// once each. Lookups walk from the last one found (the matcher visits rules
-// in ascending order), from the start when a rule comes before it.
+// working copy, made at the first change with room for grow more lists
+// (the caller's count of lists it may insert; more still fit, at the cost
+// of a second copy) and returned by done as the new value; items stored
+// with own are copied once each. Lookups walk from the last one found (the
+// matcher visits rules in ascending order), from the start when a rule
+// comes before it.
 type pairEdit struct {
 	base     ShapePairLists
 	lists    []pairList
 	edited   bool
+	grow     int
 	pos      int
+	size     int             // listSize summed over lists, once edited
 	src, dst json.RawMessage // the item own copied last
 }
 
@@ -90,7 +101,8 @@ func (e *pairEdit) locate(rule string) (int, bool) {
 	return e.pos, e.pos < len(lists) && lists[e.pos].rule == rule
 }
 
-// items returns rule's current items (shared: append to a clipped slice).
+// items returns rule's current items (shared: append to a clipped slice;
+// nil when rule has none).
 func (e *pairEdit) items(rule string) []json.RawMessage {
 	i, ok := e.locate(rule)
 	if !ok {
@@ -110,8 +122,15 @@ func (e *pairEdit) set(rule string, items []json.RawMessage) {
 		return
 	}
 	if !e.edited {
-		e.lists = append(make([]pairList, 0, len(e.base.lists)+4), e.base.lists...)
+		e.lists = append(make([]pairList, 0, len(e.base.lists)+e.grow), e.base.lists...)
+		e.size = e.base.size
 		e.edited = true
+	}
+	if found {
+		e.size -= listSize(rule, e.lists[i].items)
+	}
+	if len(items) > 0 {
+		e.size += listSize(rule, items)
 	}
 	switch {
 	case found && len(items) == 0:
@@ -160,7 +179,7 @@ func (e *pairEdit) done() (ShapePairLists, bool) {
 	case len(e.lists) == 0:
 		return ShapePairLists{}, true
 	}
-	return ShapePairLists{lists: e.lists}, true
+	return ShapePairLists{lists: e.lists, size: e.size}, true
 }
 
 // ShapePairListsState describes the matcher's keyed state: one
@@ -233,7 +252,7 @@ func (ShapePairListsSerializer) Decode(b []byte) (ShapePairLists, error) {
 				}
 				var items []json.RawMessage
 				if v.Type == gjson.Null {
-					e.set(k.String(), nil) // json.Unmarshal: no items, replacing earlier ones
+					e.set(ruleName(k), nil) // json.Unmarshal: no items, replacing earlier ones
 					return true
 				}
 				v.ForEach(func(_, el gjson.Result) bool {
@@ -245,7 +264,7 @@ func (ShapePairListsSerializer) Decode(b []byte) (ShapePairLists, error) {
 					items = append(items, item)
 					return true
 				})
-				e.set(k.String(), items)
+				e.set(ruleName(k), items)
 				return true
 			})
 			if ok {
@@ -259,6 +278,20 @@ func (ShapePairListsSerializer) Decode(b []byte) (ShapePairLists, error) {
 		return ShapePairLists{}, fmt.Errorf("operators: json decode: %w", err)
 	}
 	return ShapePairLists{}, fmt.Errorf("operators: json decode: %.40q is not an object of arrays", b)
+}
+
+// ruleName decodes the object key k as json.Unmarshal does: a plain ASCII
+// key as it is, anything else (escapes, non-ASCII, invalid UTF-8, which
+// becomes U+FFFD) through json.Unmarshal.
+func ruleName(k gjson.Result) string {
+	if raw := k.Raw; len(raw) >= 2 && plainASCII(raw[1:len(raw)-1]) {
+		return k.Str
+	}
+	var s string
+	if json.Unmarshal([]byte(k.Raw), &s) != nil {
+		return k.String() // not reached: gjson validated the object
+	}
+	return s
 }
 
 // canonicalItem returns a copy of m as json.Marshal writes it, or its
@@ -284,10 +317,7 @@ func (ShapePairListsSerializer) View(v ShapePairLists) ShapePairLists { return v
 
 // Size implements state.HeapSerializer: the lists' and items' headers and
 // bytes (an item in two lists counts twice).
+// The edit that built v counted it: Size does not walk the items.
 func (ShapePairListsSerializer) Size(v ShapePairLists) int {
-	n := 48 + 40*len(v.lists)
-	for _, l := range v.lists {
-		n += len(l.rule) + RawListSerializer{}.Size(l.items)
-	}
-	return n
+	return 56 + v.size
 }

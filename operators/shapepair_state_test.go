@@ -137,6 +137,9 @@ func FuzzShapePairListsSerializer(f *testing.F) {
 		if len(ref) == 0 {
 			want = []byte(`{}`)
 		}
+		if got, want := (ShapePairListsSerializer{}).Size(l), walkedSize(l); got != want {
+			t.Fatalf("Size(Decode(%q)) = %d, counting gives %d", b, got, want)
+		}
 		got, err := ShapePairListsSerializer{}.Append(nil, l)
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("Append(Decode(%q)) = %s %v, want %s", b, got, err, want)

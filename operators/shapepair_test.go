@@ -98,13 +98,30 @@ func (m *matcherRun) matches() []string {
 	}
 }
 
-// stored returns the rules with stored items under key.
+// walkedSize is ShapePairListsSerializer.Size counted from the lists
+// themselves.
+func walkedSize(l ShapePairLists) int {
+	n := 56
+	for _, pl := range l.lists {
+		n += 40 + len(pl.rule) + 24*(len(pl.items)+1)
+		for _, it := range pl.items {
+			n += len(it)
+		}
+	}
+	return n
+}
+
+// stored returns the rules with stored items under key (checking the
+// lists' Size on the way).
 func (m *matcherRun) stored(key string) []string {
 	m.t.Helper()
 	m.fn.backend.SetCurrentKey([]byte(key))
 	lists, _, err := m.fn.lists.Value()
 	if err != nil {
 		m.t.Fatal(err)
+	}
+	if got, want := (ShapePairListsSerializer{}).Size(lists), walkedSize(lists); got != want {
+		m.t.Fatalf("Size of %s's lists = %d, counting them gives %d", key, got, want)
 	}
 	rules := lists.Rules()
 	if len(rules) == 0 {
