@@ -68,9 +68,11 @@ type ShapePairMatcher struct {
 	bad     prometheus.Counter
 }
 
-// namedRule is a rule with its name, as ProcessElement visits them.
+// namedRule is a rule with its name, as ProcessElement visits them;
+// plainName reports plainASCII(name), for appendMatchKept.
 type namedRule struct {
-	name string
+	name      string
+	plainName bool
 	broadcast.Rule
 }
 
@@ -222,10 +224,10 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 // ProcessElement implements KeyedBroadcastProcessFunction.
 //
 // A record costs one state read and at most one write, and only when a rule
-// names its shape. A first pass over those rules finds each one's stored
-// items and what the record does to them, so that the matches share one
-// buffer sized in advance and the new lists array is made once with room
-// for the lists the record adds.
+// names its shape. A first pass over those rules (ascending, as the lists)
+// finds each one's list and what the record does to it, so that the
+// matches share one buffer sized in advance and the new lists are built in
+// one merge of the old ones with the changed ones (ShapePairLists.with).
 func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
 	shape, ok := topLevelString(rec.Value, m.ShapeField)
 	if !ok {
@@ -242,26 +244,35 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 	if err != nil {
 		return err
 	}
-	e := pairEdit{base: base}
 	// The key as a string for appendMatch, without a copy: appendMatch
 	// only reads it, and rec.Key stays unchanged during the call.
 	key := unsafe.String(unsafe.SliceData(rec.Key), len(rec.Key))
 	var stack [16]ruleVisit
 	visits := stack[:0]
-	outBytes := 0
+	outBytes, grow, pos := 0, 0, 0
 	for i := range rules {
 		r := &rules[i]
-		v := ruleVisit{rule: r, stored: e.items(r.name)}
+		v := ruleVisit{rule: r}
+		v.at, v.found = base.seek(pos, r.name)
+		pos = v.at
+		if v.found {
+			v.stored = base.lists[v.at].items
+		}
 		if shape == r.Second && len(v.stored) > 0 {
 			v.match = true
 			for _, first := range v.stored {
 				outBytes += matchSize(r.name, key, first, rec.Value)
 			}
 		}
-		if shape == r.First && len(v.stored) == 0 {
-			e.grow++
+		if shape == r.First && !v.found {
+			grow++
 		}
-		visits = append(visits, v)
+		if v.match || shape == r.First {
+			visits = append(visits, v)
+		}
+	}
+	if len(visits) == 0 {
+		return nil // shapes only as Second, nothing stored: nothing changes
 	}
 	var buf []byte // every match's bytes; each output owns its slice
 	plainValue := false
@@ -270,13 +281,14 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 		plainValue = plainASCII(key) && plainItem(rec.Value)
 	}
 	var item json.RawMessage
-	for _, v := range visits {
+	for i := range visits {
+		v := &visits[i]
 		name := v.rule.name
 		n := len(v.stored) // the rule's items after the record
 		if v.match {
 			// Stored items are as json.Marshal writes them
 			// (ShapePairLists), so only the name, key and record decide.
-			plain := plainValue && plainASCII(name)
+			plain := plainValue && v.rule.plainName
 			for _, first := range v.stored {
 				start := len(buf)
 				if buf, err = appendMatchKept(buf, name, key, first, rec.Value, plain); err != nil {
@@ -289,22 +301,17 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 			n = 0
 		}
 		// No else: with First == Second the item closes a pair and opens one.
-		switch {
-		case shape == v.rule.First:
+		if shape == v.rule.First {
 			if item == nil {
-				if item, err = e.ownValid(rec.Value); err != nil { // topLevelString validated it
+				if item, err = ownItem(rec.Value); err != nil {
 					return err
 				}
 			}
 			items := make([]json.RawMessage, n+1)
 			copy(items, v.stored[:n])
 			items[n] = item
-			e.set(name, items)
+			v.items = items
 			n++
-		case v.match:
-			e.set(name, nil)
-		default:
-			continue // the rule's items stay as they are
 		}
 		if m.times != nil {
 			if err := m.storeTime(name, n, rec.Timestamp); err != nil {
@@ -312,16 +319,38 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 			}
 		}
 	}
-	return m.storeLists(&e)
+	var cs [16]listChange
+	changes := cs[:0]
+	for _, v := range visits {
+		changes = append(changes, listChange{at: v.at, found: v.found, rule: v.rule.name, items: v.items})
+	}
+	l := base.with(changes, grow)
+	if l.Len() == 0 {
+		return m.lists.Clear()
+	}
+	return m.lists.Update(l)
+}
+
+// ownItem returns the copy of a record's value (valid JSON: topLevelString
+// checked it) that ShapePairLists keep, as json.Marshal writes it.
+func ownItem(value json.RawMessage) (json.RawMessage, error) {
+	if plainItem(value) {
+		return append(json.RawMessage(nil), value...), nil
+	}
+	return canonicalItem(value)
 }
 
 // ruleVisit is what ProcessElement's first pass found for one rule naming
-// the record's shape: the rule's stored items and whether the record
-// pairs with them.
+// the record's shape: where the rule's list is in the key's lists (at,
+// found), its stored items, whether the record pairs with them, and the
+// items the rule keeps after the record.
 type ruleVisit struct {
 	rule   *namedRule
+	at     int
+	found  bool
 	stored []json.RawMessage
 	match  bool
+	items  []json.RawMessage
 }
 
 // indexRules builds byShape: for every shape a rule names, the rules
@@ -329,9 +358,10 @@ type ruleVisit struct {
 func (m *ShapePairMatcher) indexRules() {
 	m.byShape = make(map[string][]namedRule)
 	for name, rule := range m.rules.Entries() {
-		m.byShape[rule.First] = append(m.byShape[rule.First], namedRule{name, rule})
+		nr := namedRule{name, plainASCII(name), rule}
+		m.byShape[rule.First] = append(m.byShape[rule.First], nr)
 		if rule.Second != rule.First {
-			m.byShape[rule.Second] = append(m.byShape[rule.Second], namedRule{name, rule})
+			m.byShape[rule.Second] = append(m.byShape[rule.Second], nr)
 		}
 	}
 }

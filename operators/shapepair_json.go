@@ -46,6 +46,9 @@ func topLevelString(value []byte, name string) (s string, ok bool) {
 		vend := skipValue(value, i)
 		if keyIs(key, name) {
 			raw, found = value[i:vend], true
+			if !mayHoldKey(value[vend:], name) {
+				break // no later duplicate can replace it
+			}
 		}
 		i = vend
 	}
@@ -87,16 +90,33 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
+// mayHoldKey reports whether rest (the object after a field named name)
+// may hold another key that decodes to name, which json.Unmarshal would
+// take instead (the last duplicate wins): for a plain ASCII name, only if
+// rest holds name's bytes or a backslash (an escape could spell it); for
+// any other name, always.
+func mayHoldKey(rest []byte, name string) bool {
+	return !plainASCII(name) || bytes.IndexByte(rest, '\\') >= 0 || bytes.Contains(rest, unsafe.Slice(unsafe.StringData(name), len(name)))
+}
+
 // skipString returns the index after the JSON string starting at b[i]
-// (valid JSON: b[i] is its opening quote).
+// (valid JSON: b[i] is its opening quote): the first quote after it that
+// an even run of backslashes precedes, found with bytes.IndexByte.
 func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
+	for i++; i < len(b); {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return len(b)
 		}
+		q := i + j
+		n := 0
+		for p := q - 1; p >= i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		i = q + 1 // an escaped quote
 	}
 	return len(b)
 }

@@ -83,3 +83,14 @@ func TestPlainItemEveryByte(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTopLevelString: the shape of one of the bench's records (about
+// 100 bytes, the field third of five).
+func BenchmarkTopLevelString(b *testing.B) {
+	v := []byte(`{"id":1234567,"key":"k000042","shape":"TRIANGLE","amount":512,"note":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
+	for b.Loop() {
+		if s, ok := topLevelString(v, "shape"); !ok || s != "TRIANGLE" {
+			b.Fatal(s, ok)
+		}
+	}
+}

@@ -68,21 +68,67 @@ func findList(lists []pairList, rule string) (int, bool) {
 	return slices.BinarySearchFunc(lists, rule, func(e pairList, r string) int { return strings.Compare(e.rule, r) })
 }
 
-// pairEdit builds the ShapePairLists that follows base: lists is the
-// working copy, made at the first change with room for grow more lists
-// (the caller's count of lists it may insert; more still fit, at the cost
-// of a second copy) and returned by done as the new value; items stored
-// with own are copied once each. Lookups walk from the last one found (the
-// matcher visits rules in ascending order), from the start when a rule
+// seek returns the index of rule's list in l, or where it would go, looking
+// from index from on (rule must not come before the list at from-1).
+func (l ShapePairLists) seek(from int, rule string) (int, bool) {
+	for i := from; i < len(l.lists); i++ {
+		switch r := l.lists[i].rule; {
+		case r == rule:
+			return i, true
+		case r > rule:
+			return i, false
+		}
+	}
+	return len(l.lists), false
+}
+
+// listChange is one rule's new items for ShapePairLists.with: at and found
+// are where seek found the rule's list in the lists changed; no items
+// removes the list.
+type listChange struct {
+	at    int
+	found bool
+	rule  string
+	items []json.RawMessage
+}
+
+// with returns l with changes applied, in one copy of the lists: changes
+// in ascending rule order, no rule twice, grow the number of them that add
+// a list (for the capacity; a wrong count costs a copy, not an error).
+func (l ShapePairLists) with(changes []listChange, grow int) ShapePairLists {
+	out := make([]pairList, 0, len(l.lists)+grow)
+	size, next := l.size, 0
+	for _, c := range changes {
+		out = append(out, l.lists[next:c.at]...)
+		next = c.at
+		if c.found {
+			size -= listSize(c.rule, l.lists[c.at].items)
+			next++
+		}
+		if len(c.items) > 0 {
+			size += listSize(c.rule, c.items)
+			out = append(out, pairList{rule: c.rule, items: c.items})
+		}
+	}
+	out = append(out, l.lists[next:]...)
+	if len(out) == 0 {
+		return ShapePairLists{}
+	}
+	return ShapePairLists{lists: out, size: size}
+}
+
+// pairEdit builds the ShapePairLists that follows base by changes one
+// rule at a time (Decode, expiry, rule deletion and the move from the
+// earlier layout; ProcessElement uses ShapePairLists.with): lists is the
+// working copy, made at the first change and returned by done as the new
+// value. Lookups walk from the last one found, from the start when a rule
 // comes before it.
 type pairEdit struct {
-	base     ShapePairLists
-	lists    []pairList
-	edited   bool
-	grow     int
-	pos      int
-	size     int             // listSize summed over lists, once edited
-	src, dst json.RawMessage // the item own copied last
+	base   ShapePairLists
+	lists  []pairList
+	edited bool
+	pos    int
+	size   int // listSize summed over lists, once edited
 }
 
 // locate returns the index of rule's list in the current lists, or where
@@ -101,28 +147,15 @@ func (e *pairEdit) locate(rule string) (int, bool) {
 	return e.pos, e.pos < len(lists) && lists[e.pos].rule == rule
 }
 
-// items returns rule's current items (shared: append to a clipped slice;
-// nil when rule has none).
-func (e *pairEdit) items(rule string) []json.RawMessage {
-	i, ok := e.locate(rule)
-	if !ok {
-		return nil
-	}
-	if e.edited {
-		return slices.Clip(e.lists[i].items)
-	}
-	return slices.Clip(e.base.lists[i].items)
-}
-
-// set makes items rule's list (none: removes it). Every item must be one
-// of the lists' items or returned by own.
+// set makes items rule's list (none: removes it). Every item must be as
+// json.Marshal writes it (canonicalItem).
 func (e *pairEdit) set(rule string, items []json.RawMessage) {
 	i, found := e.locate(rule)
 	if !found && len(items) == 0 {
 		return
 	}
 	if !e.edited {
-		e.lists = append(make([]pairList, 0, len(e.base.lists)+e.grow), e.base.lists...)
+		e.lists = append(make([]pairList, 0, len(e.base.lists)+1), e.base.lists...)
 		e.size = e.base.size
 		e.edited = true
 	}
@@ -140,35 +173,6 @@ func (e *pairEdit) set(rule string, items []json.RawMessage) {
 	default:
 		e.lists = slices.Insert(e.lists, i, pairList{rule: rule, items: items})
 	}
-}
-
-// own returns the copy of item the lists keep, as json.Marshal writes it
-// (one copy per distinct item of an edit), or the error for an item that
-// is not valid JSON.
-func (e *pairEdit) own(item json.RawMessage) (json.RawMessage, error) {
-	return e.ownChecked(item, false)
-}
-
-// ownValid is own for an item the caller checked is valid JSON.
-func (e *pairEdit) ownValid(item json.RawMessage) (json.RawMessage, error) {
-	return e.ownChecked(item, true)
-}
-
-func (e *pairEdit) ownChecked(item json.RawMessage, valid bool) (json.RawMessage, error) {
-	if sameBytes(item, e.src) {
-		return e.dst, nil
-	}
-	var c json.RawMessage
-	if valid && plainItem(item) {
-		c = append(json.RawMessage(nil), item...)
-	} else {
-		var err error
-		if c, err = canonicalItem(item); err != nil {
-			return nil, err
-		}
-	}
-	e.src, e.dst = item, c
-	return c, nil
 }
 
 // done returns the edited lists and whether anything changed.

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -17,14 +18,14 @@ import (
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
-// listsOf builds lists from a map through pairEdit, as the matcher does.
+// listsOf builds lists from a map through pairEdit.
 func listsOf(t testing.TB, m map[string][]string) ShapePairLists {
 	t.Helper()
 	var e pairEdit
 	for _, rule := range slices.Sorted(maps.Keys(m)) {
 		var items []json.RawMessage
 		for _, it := range m[rule] {
-			c, err := e.own(json.RawMessage(it))
+			c, err := canonicalItem(json.RawMessage(it))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,9 +101,8 @@ func TestShapePairListsSerializerBytes(t *testing.T) {
 			t.Errorf("Decode(%q) accepted", in)
 		}
 	}
-	var e pairEdit
-	if _, err := e.own(json.RawMessage(`{"a":`)); err == nil {
-		t.Fatal("own accepted invalid JSON")
+	if _, err := canonicalItem(json.RawMessage(`{"a":`)); err == nil {
+		t.Fatal("canonicalItem accepted invalid JSON")
 	}
 }
 
@@ -365,4 +365,50 @@ func snapshotRuns(t *testing.T, runs []*matcherRun, dir string, id int) []checkp
 		}
 	}
 	return old
+}
+
+// TestShapePairListsWith: with, given the positions seek finds, builds the
+// same lists (and Size) as pairEdit's one-rule-at-a-time sets, for random
+// lists and random sets of changes (added, replaced and removed lists).
+func TestShapePairListsWith(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	for round := 0; round < 2000; round++ {
+		m := map[string][]string{}
+		for _, n := range names {
+			if rng.IntN(2) == 0 {
+				for i := 0; i <= rng.IntN(3); i++ {
+					m[n] = append(m[n], fmt.Sprintf(`{"n":%d}`, rng.IntN(100)))
+				}
+			}
+		}
+		base := listsOf(t, m)
+		want := pairEdit{base: base}
+		var changes []listChange
+		grow, pos := 0, 0
+		for _, n := range names {
+			if rng.IntN(2) == 0 {
+				continue
+			}
+			var items []json.RawMessage
+			for i := 0; i < rng.IntN(3); i++ {
+				items = append(items, json.RawMessage(fmt.Sprintf(`[%d]`, rng.IntN(100))))
+			}
+			at, found := base.seek(pos, n)
+			pos = at
+			if !found && len(items) > 0 {
+				grow++
+			}
+			changes = append(changes, listChange{at: at, found: found, rule: n, items: items})
+			want.set(n, items)
+		}
+		got := base.with(changes, grow)
+		w, _ := want.done()
+		if !reflect.DeepEqual(asMap(got), asMap(w)) || got.Len() != w.Len() {
+			t.Fatalf("round %d: with(%v) of %v = %v, want %v", round, changes, asMap(base), asMap(got), asMap(w))
+		}
+		if gs, ws := (ShapePairListsSerializer{}).Size(got), walkedSize(got); gs != ws {
+			t.Fatalf("round %d: Size %d, counting gives %d", round, gs, ws)
+		}
+	}
 }
