@@ -226,8 +226,8 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 // A record costs one state read and at most one write, and only when a rule
 // names its shape. A first pass over those rules (ascending, as the lists)
 // finds each one's list and what the record does to it, so that the
-// matches share one buffer sized in advance and the new lists are built in
-// one merge of the old ones with the changed ones (ShapePairLists.with).
+// matches share one buffer sized in advance; the lists change after the
+// last output, in place (see ShapePairLists).
 func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
 	shape, ok := topLevelString(rec.Value, m.ShapeField)
 	if !ok {
@@ -249,7 +249,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 	key := unsafe.String(unsafe.SliceData(rec.Key), len(rec.Key))
 	var stack [16]ruleVisit
 	visits := stack[:0]
-	outBytes, grow, pos := 0, 0, 0
+	outBytes, pos := 0, 0
 	for i := range rules {
 		r := &rules[i]
 		v := ruleVisit{rule: r}
@@ -263,9 +263,6 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 			for _, first := range v.stored {
 				outBytes += matchSize(r.name, key, first, rec.Value)
 			}
-		}
-		if shape == r.First && !v.found {
-			grow++
 		}
 		if v.match || shape == r.First {
 			visits = append(visits, v)
@@ -307,10 +304,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 					return err
 				}
 			}
-			items := make([]json.RawMessage, n+1)
-			copy(items, v.stored[:n])
-			items[n] = item
-			v.items = items
+			v.first = true
 			n++
 		}
 		if m.times != nil {
@@ -319,12 +313,28 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 			}
 		}
 	}
+	// Every output is out and every step that can fail is done: the lists
+	// change now. A rule's list the key has is changed in place, in the
+	// value the state handed out (ShapePairListsSerializer.View), which is
+	// stored back right after; only a rule without one needs a new lists
+	// array (ShapePairLists.with).
+	l := base
 	var cs [16]listChange
 	changes := cs[:0]
-	for _, v := range visits {
-		changes = append(changes, listChange{at: v.at, found: v.found, rule: v.rule.name, items: v.items})
+	for i := range visits {
+		v := &visits[i]
+		if !v.found {
+			changes = append(changes, listChange{at: v.at, rule: v.rule.name, items: []json.RawMessage{item}})
+			continue
+		}
+		pl := &l.lists[v.at]
+		l.size -= listSize(pl.rule, pl.items)
+		pl.items = v.next(item)
+		l.size += listSize(pl.rule, pl.items)
 	}
-	l := base.with(changes, grow)
+	if len(changes) > 0 {
+		l = l.with(changes, len(changes))
+	}
 	if l.Len() == 0 {
 		return m.lists.Clear()
 	}
@@ -349,8 +359,27 @@ type ruleVisit struct {
 	at     int
 	found  bool
 	stored []json.RawMessage
-	match  bool
-	items  []json.RawMessage
+	match  bool // the record pairs with every stored item
+	first  bool // the record is stored
+}
+
+// next returns the rule's items after the record, in stored's array: the
+// record's item alone after a match (the matched items cleared, so the
+// array does not keep them alive), none after a match only, else item
+// appended (in place when the array has room: a list grows by doubling,
+// not by one copy per item). Only for a rule with a list (found).
+func (v *ruleVisit) next(item json.RawMessage) []json.RawMessage {
+	s := v.stored
+	switch {
+	case v.match && v.first:
+		clear(s[1:])
+		s[0] = item
+		return s[:1]
+	case v.match:
+		clear(s)
+		return s[:0]
+	}
+	return append(s, item)
 }
 
 // indexRules builds byShape: for every shape a rule names, the rules

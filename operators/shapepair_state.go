@@ -20,12 +20,15 @@ import (
 // record costs one state read and at most one write whatever the number of
 // rules its shape is in.
 //
-// A ShapePairLists is immutable: the matcher builds a new one for a change
-// (sharing the unchanged lists), so the state keeps the value it is given
-// and hands it out again without copies (ShapePairListsSerializer's Copy
-// and View). The zero value holds no items.
+// The state keeps the value it is given and hands it out again without
+// copies (ShapePairListsSerializer's Copy and View), and the matcher
+// changes the value it read in place (a rule's list emptied by a match
+// stays, empty, for the next item: no list inserted and removed per pair)
+// and stores it back right after: nothing else holds it. Empty lists are
+// neither counted (Len, Rules) nor serialized. The zero value holds no
+// items.
 type ShapePairLists struct {
-	lists []pairList // rule order, no empty list, no rule twice
+	lists []pairList // rule order, no rule twice; a list may be empty
 	size  int        // the sum of listSize over lists, for Size
 }
 
@@ -36,13 +39,23 @@ type pairList struct {
 }
 
 // Len returns the number of rules with stored items.
-func (l ShapePairLists) Len() int { return len(l.lists) }
+func (l ShapePairLists) Len() int {
+	n := 0
+	for _, pl := range l.lists {
+		if len(pl.items) > 0 {
+			n++
+		}
+	}
+	return n
+}
 
 // Rules returns the rules with stored items, in ascending order.
 func (l ShapePairLists) Rules() []string {
-	out := make([]string, len(l.lists))
-	for i, pl := range l.lists {
-		out[i] = pl.rule
+	out := make([]string, 0, len(l.lists))
+	for _, pl := range l.lists {
+		if len(pl.items) > 0 {
+			out = append(out, pl.rule)
+		}
 	}
 	return out
 }
@@ -50,7 +63,7 @@ func (l ShapePairLists) Rules() []string {
 // Items returns rule's stored items, oldest first (nil: none). The slice
 // and the items are the state's: the caller must not change them.
 func (l ShapePairLists) Items(rule string) []json.RawMessage {
-	if i, ok := findList(l.lists, rule); ok {
+	if i, ok := findList(l.lists, rule); ok && len(l.lists[i].items) > 0 {
 		return slices.Clip(l.lists[i].items)
 	}
 	return nil
@@ -211,10 +224,15 @@ func (ShapePairListsSerializer) Name() string { return "json" }
 // Append appends the JSON object of v ("{}" when it holds no items).
 func (ShapePairListsSerializer) Append(dst []byte, v ShapePairLists) ([]byte, error) {
 	dst = append(dst, '{')
-	for i, l := range v.lists {
-		if i > 0 {
+	first := true
+	for _, l := range v.lists {
+		if len(l.items) == 0 {
+			continue // emptied in place by a match: not stored
+		}
+		if !first {
 			dst = append(dst, ',')
 		}
+		first = false
 		if plainASCII(l.rule) {
 			dst = append(append(append(dst, '"'), l.rule...), '"')
 		} else {
@@ -311,12 +329,16 @@ func canonicalItem(m json.RawMessage) (json.RawMessage, error) {
 	return b, nil
 }
 
-// Copy implements state.HeapSerializer: v itself, which nobody can change.
+// Copy implements state.HeapSerializer: v itself, which the caller gives
+// up to the state.
 func (ShapePairListsSerializer) Copy(v ShapePairLists, _ []ShapePairLists) (ShapePairLists, error) {
 	return v, nil
 }
 
-// View implements state.HeapSerializer: v itself, which nobody can change.
+// View implements state.HeapSerializer: v itself, sharing everything,
+// unlike the interface's general rule: a caller that changes the lists (the
+// matcher, after its last output for a record) changes the kept value and
+// must Update or Clear the state with it before anything else reads it.
 func (ShapePairListsSerializer) View(v ShapePairLists) ShapePairLists { return v }
 
 // Size implements state.HeapSerializer: the lists' and items' headers and

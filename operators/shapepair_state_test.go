@@ -148,14 +148,15 @@ func FuzzShapePairListsSerializer(f *testing.F) {
 }
 
 // TestShapePairMatcherModel: on both backends (Pebble with a write cache
-// so small it evicts all the time), random rules (names out of order,
+// so small it evicts all the time, and with the default one, where the
+// lists the matcher changes in place stay decoded), random rules (names out of order,
 // First == Second, updates and deletions) and random items give exactly
 // the matches of a model of the matcher's rules, in order, through a
 // checkpoint and a restore at another parallelism every 1,500 records.
 func TestShapePairMatcherModel(t *testing.T) {
 	shapes := []string{"A", "B", "C", "D"}
 	colors := []string{"red", "blue", "green", "black", "white", "grey", "pink"}
-	for _, kind := range []string{state.KindHashmap, state.KindPebble} {
+	for _, kind := range []string{state.KindHashmap, state.KindPebble, pebbleCached} {
 		t.Run(kind, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, 8))
 			type rule struct{ first, second string }
@@ -229,13 +230,21 @@ func TestShapePairMatcherModel(t *testing.T) {
 	}
 }
 
-// newSmallCacheRun is newMatcherRun with a 4 KiB write cache on Pebble.
+// pebbleCached is the kind of newSmallCacheRun for Pebble with the default
+// write cache (16 MiB: the test's state never leaves it but for snapshots).
+const pebbleCached = "pebble-cached"
+
+// newSmallCacheRun is newMatcherRun with a 4 KiB write cache on Pebble
+// (kind pebbleCached: Pebble with the default cache).
 func newSmallCacheRun(t *testing.T, kind, dir string, p, i int, restore *Restore) *matcherRun {
 	t.Helper()
 	m := &matcherRun{t: t, fn: &ShapePairMatcher{}, ch: runtime.NewChannel(256)}
 	cfg := state.BackendConfig{Kind: kind, MaxParallelism: ckMaxP, KeyGroupRange: keygroup.RangeFor(ckMaxP, p, i)}
-	if kind == state.KindPebble {
+	switch kind {
+	case state.KindPebble:
 		cfg.Dir, cfg.WriteCacheBytes = dir, 4<<10
+	case pebbleCached:
+		cfg.Kind, cfg.Dir = state.KindPebble, dir
 	}
 	open := func(r []state.RestoreHandle) (state.KeyedStateBackend, error) {
 		return state.OpenBackendRestored(cfg, r)
@@ -410,5 +419,23 @@ func TestShapePairListsWith(t *testing.T) {
 		if gs, ws := (ShapePairListsSerializer{}).Size(got), walkedSize(got); gs != ws {
 			t.Fatalf("round %d: Size %d, counting gives %d", round, gs, ws)
 		}
+	}
+}
+
+// TestShapePairListsEmptyLists: a list a match emptied in place stays in
+// the value but is neither counted nor serialized, wherever it is.
+func TestShapePairListsEmptyLists(t *testing.T) {
+	it := json.RawMessage(`{"id":1}`)
+	l := ShapePairLists{lists: []pairList{{rule: "a"}, {rule: "b", items: []json.RawMessage{it}}, {rule: "c", items: []json.RawMessage{}}}}
+	got, err := ShapePairListsSerializer{}.Append(nil, l)
+	if err != nil || string(got) != `{"b":[{"id":1}]}` {
+		t.Fatalf("Append = %s %v", got, err)
+	}
+	if l.Len() != 1 || !slices.Equal(l.Rules(), []string{"b"}) || l.Items("a") != nil || l.Items("c") != nil {
+		t.Fatalf("Len %d, Rules %v, Items(a) %v, Items(c) %v", l.Len(), l.Rules(), l.Items("a"), l.Items("c"))
+	}
+	none := ShapePairLists{lists: []pairList{{rule: "a"}}}
+	if got, _ := (ShapePairListsSerializer{}).Append(nil, none); string(got) != `{}` || none.Len() != 0 {
+		t.Fatalf("all empty: Append = %s, Len %d", got, none.Len())
 	}
 }
