@@ -261,8 +261,9 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 		if shape == r.Second && len(v.stored) > 0 {
 			v.match = true
 			for _, first := range v.stored {
-				outBytes += matchSize(r.name, key, first, rec.Value)
+				v.storedBytes += len(first)
 			}
+			outBytes += len(v.stored)*(matchSize(r.name, key, nil, rec.Value)) + v.storedBytes
 		}
 		if v.match || shape == r.First {
 			visits = append(visits, v)
@@ -328,14 +329,18 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 			continue
 		}
 		pl := &l.lists[v.at]
-		l.size -= listSize(pl.rule, pl.items)
+		if v.match { // listSize of the items before and after, without walking them
+			l.size -= 24*len(v.stored) + v.storedBytes
+		}
+		if v.first {
+			l.size += 24 + len(item)
+		}
 		pl.items = v.next(item)
-		l.size += listSize(pl.rule, pl.items)
 	}
 	if len(changes) > 0 {
 		l = l.with(changes, len(changes))
 	}
-	if l.Len() == 0 {
+	if item == nil && l.Len() == 0 { // only matches: maybe nothing left
 		return m.lists.Clear()
 	}
 	return m.lists.Update(l)
@@ -361,6 +366,8 @@ type ruleVisit struct {
 	stored []json.RawMessage
 	match  bool // the record pairs with every stored item
 	first  bool // the record is stored
+	// storedBytes is the stored items' bytes, with match.
+	storedBytes int
 }
 
 // next returns the rule's items after the record, in stored's array: the

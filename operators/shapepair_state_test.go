@@ -207,6 +207,7 @@ func TestShapePairMatcherModel(t *testing.T) {
 					if got := m.matches(); !slices.Equal(got, want) {
 						t.Fatalf("step %d: %s %s matched %q, want %q", step, c, shape, got, want)
 					}
+					m.stored(c) // checks the lists' Size, kept by the edits
 				}
 				if step%1500 == 0 {
 					newP := 1 + (p % 3)
