@@ -237,6 +237,7 @@ type backend struct {
 
 	curKey []byte // copy of the current key, reused across SetCurrentKey
 	curKG  int    // -1 before the first SetCurrentKey
+	keySeq uint64 // SetCurrentKey calls so far: a handle's cached key of the current key is good while it is unchanged
 
 	metas    map[string]stateMeta   // every state ever registered, by name
 	states   map[string]*registered // states obtained in this session
@@ -307,6 +308,7 @@ func (b *backend) core() *backend { return b }
 func (b *backend) SetCurrentKey(key []byte) {
 	b.curKey = append(b.curKey[:0], key...)
 	b.curKG = keygroup.Assign(key, b.maxP)
+	b.keySeq++
 }
 
 // CurrentKey implements KeyedStateBackend.

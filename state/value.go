@@ -74,6 +74,7 @@ type valueState[T any] struct {
 	ps      *pebbleStore
 	codec   *objCodec
 	scratch []byte
+	seq     uint64    // the backend's keySeq scratch holds the current key's Pebble key for; 0: none
 	known   [2]T      // the kept values Value returned and Update stored last, for HeapSerializer.Copy
 	hint    cacheHint // the cache entry getObject found last
 }
@@ -100,12 +101,17 @@ func heapCodec[T any](heap HeapSerializer[T]) *objCodec {
 
 // objKey returns the Pebble key of the current key's value, in s.scratch
 // (valid until the next call).
+// The Update after a Value of the same key reuses it.
 func (s *valueState[T]) objKey() ([]byte, error) {
+	if b := s.c.b; s.seq != 0 && s.seq == b.keySeq && !b.closed {
+		return s.scratch, nil
+	}
 	k, err := s.c.stateKey(nil)
 	if err != nil {
 		return nil, err
 	}
 	s.scratch = appendStateKey(s.scratch[:0], k)
+	s.seq = s.c.b.keySeq
 	return s.scratch, nil
 }
 
