@@ -3,6 +3,7 @@ package operators
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -120,7 +121,7 @@ func (p *ShapePairParams) CheckParams(report func(field, msg string)) {
 
 // ShapePairTimesState describes the timestamps of the stored items, kept
 // only with pending_timeout: rule name -> each stored item's timestamp (ms),
-// in the order of ShapePairItemsState's list.
+// in the order of the rule's items in ShapePairListsState.
 var ShapePairTimesState = state.MapStateDescriptor[string, []int64]{
 	Name:            "shape-pair-item-times",
 	KeySerializer:   state.StringSerializer{},
@@ -278,69 +279,88 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 		buf = make([]byte, 0, outBytes)
 		plainValue = plainASCII(key) && plainItem(rec.Value)
 	}
+	// Each rule in turn: its matches out, then its list changed (in place
+	// in the value the state handed out, ShapePairListsSerializer.View; a
+	// rule the key has no list for gets one in the new lists array
+	// ShapePairLists.with makes at the end) and its items' times. An
+	// output refused part-way (a *runtime.RecordError the task's
+	// bad-record policy may skip) leaves the rule it came from unchanged
+	// and the rules before it changed, as their matches went out, and the
+	// lists are stored before the error returns.
+	l := base
+	var cs [16]listChange
+	changes := cs[:0]
 	var item json.RawMessage
 	for i := range visits {
 		v := &visits[i]
 		name := v.rule.name
-		n := len(v.stored) // the rule's items after the record
 		if v.match {
 			// Stored items are as json.Marshal writes them
 			// (ShapePairLists), so only the name, key and record decide.
 			plain := plainValue && v.rule.plainName
 			for _, first := range v.stored {
 				start := len(buf)
-				if buf, err = appendMatchKept(buf, name, key, first, rec.Value, plain); err != nil {
-					return err
+				if buf, err = appendMatchKept(buf, name, key, first, rec.Value, plain); err == nil {
+					err = out.Collect(runtime.Record{Key: rec.Key, Value: buf[start:len(buf):len(buf)], Timestamp: rec.Timestamp})
 				}
-				if err := out.Collect(runtime.Record{Key: rec.Key, Value: buf[start:len(buf):len(buf)], Timestamp: rec.Timestamp}); err != nil {
-					return err
+				if err != nil {
+					return m.storeFailed(err, l, changes, item != nil)
 				}
 			}
-			n = 0
 		}
 		// No else: with First == Second the item closes a pair and opens one.
 		if shape == v.rule.First {
 			if item == nil {
 				if item, err = ownItem(rec.Value); err != nil {
-					return err
+					return m.storeFailed(err, l, changes, false)
 				}
 			}
 			v.first = true
-			n++
+		}
+		if !v.found {
+			changes = append(changes, listChange{at: v.at, rule: name, items: []json.RawMessage{item}})
+		} else {
+			if v.match { // listSize of the items before and after, without walking them
+				l.size -= 24*len(v.stored) + v.storedBytes
+			}
+			if v.first {
+				l.size += 24 + len(item)
+			}
+			l.lists[v.at].items = v.next(item)
 		}
 		if m.times != nil {
+			n := 0 // the rule's items after the record
+			if !v.match {
+				n = len(v.stored)
+			}
+			if v.first {
+				n++
+			}
 			if err := m.storeTime(name, n, rec.Timestamp); err != nil {
-				return err
+				return m.storeFailed(err, l, changes, item != nil)
 			}
 		}
 	}
-	// Every output is out and every step that can fail is done: the lists
-	// change now. A rule's list the key has is changed in place, in the
-	// value the state handed out (ShapePairListsSerializer.View), which is
-	// stored back right after; only a rule without one needs a new lists
-	// array (ShapePairLists.with).
-	l := base
-	var cs [16]listChange
-	changes := cs[:0]
-	for i := range visits {
-		v := &visits[i]
-		if !v.found {
-			changes = append(changes, listChange{at: v.at, rule: v.rule.name, items: []json.RawMessage{item}})
-			continue
-		}
-		pl := &l.lists[v.at]
-		if v.match { // listSize of the items before and after, without walking them
-			l.size -= 24*len(v.stored) + v.storedBytes
-		}
-		if v.first {
-			l.size += 24 + len(item)
-		}
-		pl.items = v.next(item)
+	return m.storeChanged(l, changes, item != nil)
+}
+
+// storeFailed is storeChanged before ProcessElement returns err: err, or
+// both errors when the store fails too.
+func (m *ShapePairMatcher) storeFailed(err error, l ShapePairLists, changes []listChange, stored bool) error {
+	if serr := m.storeChanged(l, changes, stored); serr != nil {
+		return errors.Join(err, serr)
 	}
+	return err
+}
+
+// storeChanged writes l, the current key's lists changed in place, with
+// changes (the lists to add) applied: cleared when no rule has items left
+// (stored says an item was stored, so some rule has).
+func (m *ShapePairMatcher) storeChanged(l ShapePairLists, changes []listChange, stored bool) error {
 	if len(changes) > 0 {
 		l = l.with(changes, len(changes))
 	}
-	if item == nil && l.Len() == 0 { // only matches: maybe nothing left
+	if !stored && l.Len() == 0 {
 		return m.lists.Clear()
 	}
 	return m.lists.Update(l)

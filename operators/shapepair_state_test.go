@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/runtime"
@@ -438,5 +440,181 @@ func TestShapePairListsEmptyLists(t *testing.T) {
 	none := ShapePairLists{lists: []pairList{{rule: "a"}}}
 	if got, _ := (ShapePairListsSerializer{}).Append(nil, none); string(got) != `{}` || none.Len() != 0 {
 		t.Fatalf("all empty: Append = %s, Len %d", got, none.Len())
+	}
+}
+
+// refuseNth is a Collector whose n-th Collect (1-based) fails with a
+// *runtime.RecordError, as a downstream operator refusing a record does;
+// got lists the other outputs as "rule key firstID,secondID".
+type refuseNth struct {
+	n, calls int
+	got      []string
+}
+
+func (c *refuseNth) Collect(rec runtime.Record) error {
+	if c.calls++; c.calls == c.n {
+		return &runtime.RecordError{Reason: runtime.ReasonEvalError, Detail: "refused downstream"}
+	}
+	var m Match
+	var a, b struct{ ID int }
+	if json.Unmarshal(rec.Value, &m) != nil || json.Unmarshal(m.First, &a) != nil || json.Unmarshal(m.Second, &b) != nil {
+		return fmt.Errorf("bad match %s", rec.Value)
+	}
+	c.got = append(c.got, fmt.Sprintf("%s %s %d,%d", m.Rule, m.Key, a.ID, b.ID))
+	return nil
+}
+
+// watermarkTimers is a TimerService at a settable watermark.
+type watermarkTimers struct{ wm time.Time }
+
+func (w *watermarkTimers) CurrentWatermark() time.Time                 { return w.wm }
+func (w *watermarkTimers) CurrentProcessingTime() time.Time            { return time.Now() }
+func (w *watermarkTimers) RegisterEventTimeTimer(time.Time) error      { return nil }
+func (w *watermarkTimers) RegisterProcessingTimeTimer(time.Time) error { return nil }
+func (w *watermarkTimers) DeleteEventTimeTimer(time.Time) error        { return nil }
+func (w *watermarkTimers) DeleteProcessingTimeTimer(time.Time) error   { return nil }
+
+// TestShapePairRefusedOutput: when a match of the second rule an item
+// pairs under is refused downstream (a bad-record policy may skip the
+// record and go on), the first rule's matches went out and its items are
+// gone with their times, the refused rule keeps its item and time, the
+// error is the refusal, and later records pair and expire as if the
+// refused record's first rule had run alone: no match twice, no item
+// without its time.
+func TestShapePairRefusedOutput(t *testing.T) {
+	for _, kind := range []string{state.KindHashmap, state.KindPebble, pebbleCached} {
+		t.Run(kind, func(t *testing.T) {
+			cfg := state.BackendConfig{Kind: kind, MaxParallelism: ckMaxP, KeyGroupRange: keygroup.Range{Start: 0, End: ckMaxP - 1}}
+			switch kind {
+			case state.KindPebble:
+				cfg.Dir, cfg.WriteCacheBytes = t.TempDir(), 4<<10
+			case pebbleCached:
+				cfg.Kind, cfg.Dir = state.KindPebble, t.TempDir()
+			}
+			b, err := state.OpenBackendRestored(cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			timers := &watermarkTimers{}
+			fn := &ShapePairMatcher{PendingTimeout: 10 * time.Second}
+			if err := fn.Open(OpenContext{Operator: "m", Parallelism: 1, Backend: b, Timers: timers}); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, r := range []string{`{"name":"a","first":"X","second":"Y"}`, `{"name":"b","first":"Z","second":"Y"}`} {
+				if err := fn.ProcessBroadcastElement(ctx, runtime.Record{Value: []byte(r)}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			process := func(id int, shape string, ms int64, out Collector) error {
+				b.SetCurrentKey([]byte("red"))
+				return fn.ProcessElement(ctx, runtime.Record{Key: []byte("red"), Value: fmt.Appendf(nil, `{"id":%d,"shape":%q}`, id, shape), Timestamp: time.UnixMilli(ms)}, out)
+			}
+			current := func() (map[string][]string, map[string][]int64) {
+				b.SetCurrentKey([]byte("red"))
+				l, _, err := fn.lists.Value()
+				if err != nil {
+					t.Fatal(err)
+				}
+				times := map[string][]int64{}
+				for e, err := range fn.times.Entries() {
+					if err != nil {
+						t.Fatal(err)
+					}
+					times[e.Key] = e.Value
+				}
+				return asMap(l), times
+			}
+			ok := &refuseNth{n: -1}
+			for _, r := range []struct {
+				id    int
+				shape string
+			}{{1, "X"}, {2, "Z"}} {
+				if err := process(r.id, r.shape, 0, ok); err != nil {
+					t.Fatal(err)
+				}
+			}
+			refuse := &refuseNth{n: 2}
+			err = process(3, "Y", 1000, refuse)
+			var re *runtime.RecordError
+			if !errors.As(err, &re) || re.Detail != "refused downstream" || !slices.Equal(refuse.got, []string{"a red 1,3"}) {
+				t.Fatalf("refused record: error %v, outputs %q; want the refusal after a red 1,3", err, refuse.got)
+			}
+			lists, times := current()
+			if !reflect.DeepEqual(lists, map[string][]string{"b": {`{"id":2,"shape":"Z"}`}}) || !reflect.DeepEqual(times, map[string][]int64{"b": {0}}) {
+				t.Fatalf("after the refused record: lists %v, times %v; want b's item 2 at 0 only", lists, times)
+			}
+			if err := process(4, "Y", 2000, ok); err != nil || !slices.Equal(ok.got, []string{"b red 2,4"}) {
+				t.Fatalf("next Y: %v, outputs %q; want b red 2,4 only", err, ok.got)
+			}
+			if err := process(5, "X", 0, ok); err != nil {
+				t.Fatal(err)
+			}
+			timers.wm = time.UnixMilli(60_000)
+			b.SetCurrentKey([]byte("red"))
+			if err := fn.OnTimer(ctx, timers.wm, TimerContext{Key: []byte("red")}, ok); err != nil {
+				t.Fatal(err)
+			}
+			if lists, times := current(); len(lists) != 0 || len(times) != 0 {
+				t.Fatalf("after the watermark passed every item's expiry: lists %v, times %v left", lists, times)
+			}
+		})
+	}
+}
+
+// TestShapePairManyRulesOneShape: 37 rules on one shape (more than the
+// matcher's 16-entry arrays on the stack), First == Second on every third:
+// one record adds 37 lists at once, a match empties 24 in place and the
+// next record refills them, on every backend.
+func TestShapePairManyRulesOneShape(t *testing.T) {
+	for _, kind := range []string{state.KindHashmap, state.KindPebble, pebbleCached} {
+		t.Run(kind, func(t *testing.T) {
+			m := newSmallCacheRun(t, kind, t.TempDir(), 1, 0, nil)
+			const n = 37
+			for i := n - 1; i >= 0; i-- {
+				second := "B"
+				if i%3 == 0 {
+					second = "A"
+				}
+				m.rule(fmt.Sprintf("r%02d", i), "A", second)
+			}
+			m.item(1, "red", "A")
+			m.item(2, "red", "A")
+			var want []string
+			for i := 0; i < n; i += 3 {
+				want = append(want, fmt.Sprintf("r%02d red 1,2", i))
+			}
+			if got := m.matches(); !slices.Equal(got, want) {
+				t.Fatalf("A, A: %q, want %q", got, want)
+			}
+			if s := m.stored("red"); len(s) != n {
+				t.Fatalf("%d lists after A, A, want %d", len(s), n)
+			}
+			m.item(3, "red", "B")
+			want = nil
+			for i := 0; i < n; i++ {
+				if i%3 != 0 {
+					want = append(want, fmt.Sprintf("r%02d red 1,3", i), fmt.Sprintf("r%02d red 2,3", i))
+				}
+			}
+			if got := m.matches(); !slices.Equal(got, want) {
+				t.Fatalf("B: %q, want %q", got, want)
+			}
+			if s := m.stored("red"); len(s) != 13 {
+				t.Fatalf("%d lists after B, want the 13 A->A rules", len(s))
+			}
+			m.item(4, "red", "A")
+			want = nil
+			for i := 0; i < n; i += 3 {
+				want = append(want, fmt.Sprintf("r%02d red 2,4", i))
+			}
+			if got := m.matches(); !slices.Equal(got, want) {
+				t.Fatalf("A: %q, want %q", got, want)
+			}
+			if s := m.stored("red"); len(s) != n {
+				t.Fatalf("%d lists after A, want %d", len(s), n)
+			}
+		})
 	}
 }
