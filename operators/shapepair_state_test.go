@@ -237,18 +237,25 @@ func TestShapePairMatcherModel(t *testing.T) {
 // write cache (16 MiB: the test's state never leaves it but for snapshots).
 const pebbleCached = "pebble-cached"
 
-// newSmallCacheRun is newMatcherRun with a 4 KiB write cache on Pebble
-// (kind pebbleCached: Pebble with the default cache).
-func newSmallCacheRun(t *testing.T, kind, dir string, p, i int, restore *Restore) *matcherRun {
-	t.Helper()
-	m := &matcherRun{t: t, fn: &ShapePairMatcher{}, ch: runtime.NewChannel(256)}
-	cfg := state.BackendConfig{Kind: kind, MaxParallelism: ckMaxP, KeyGroupRange: keygroup.RangeFor(ckMaxP, p, i)}
+// smallCacheConfig is the backend of newSmallCacheRun's kind for key
+// groups kgs in dir.
+func smallCacheConfig(kind, dir string, kgs keygroup.Range) state.BackendConfig {
+	cfg := state.BackendConfig{Kind: kind, MaxParallelism: ckMaxP, KeyGroupRange: kgs}
 	switch kind {
 	case state.KindPebble:
 		cfg.Dir, cfg.WriteCacheBytes = dir, 4<<10
 	case pebbleCached:
 		cfg.Kind, cfg.Dir = state.KindPebble, dir
 	}
+	return cfg
+}
+
+// newSmallCacheRun is newMatcherRun with a 4 KiB write cache on Pebble
+// (kind pebbleCached: Pebble with the default cache).
+func newSmallCacheRun(t *testing.T, kind, dir string, p, i int, restore *Restore) *matcherRun {
+	t.Helper()
+	m := &matcherRun{t: t, fn: &ShapePairMatcher{}, ch: runtime.NewChannel(256)}
+	cfg := smallCacheConfig(kind, dir, keygroup.RangeFor(ckMaxP, p, i))
 	open := func(r []state.RestoreHandle) (state.KeyedStateBackend, error) {
 		return state.OpenBackendRestored(cfg, r)
 	}
@@ -484,14 +491,7 @@ func (w *watermarkTimers) DeleteProcessingTimeTimer(time.Time) error   { return 
 func TestShapePairRefusedOutput(t *testing.T) {
 	for _, kind := range []string{state.KindHashmap, state.KindPebble, pebbleCached} {
 		t.Run(kind, func(t *testing.T) {
-			cfg := state.BackendConfig{Kind: kind, MaxParallelism: ckMaxP, KeyGroupRange: keygroup.Range{Start: 0, End: ckMaxP - 1}}
-			switch kind {
-			case state.KindPebble:
-				cfg.Dir, cfg.WriteCacheBytes = t.TempDir(), 4<<10
-			case pebbleCached:
-				cfg.Kind, cfg.Dir = state.KindPebble, t.TempDir()
-			}
-			b, err := state.OpenBackendRestored(cfg, nil)
+			b, err := state.OpenBackendRestored(smallCacheConfig(kind, t.TempDir(), keygroup.Range{Start: 0, End: ckMaxP - 1}), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -579,42 +579,34 @@ func TestShapePairManyRulesOneShape(t *testing.T) {
 				}
 				m.rule(fmt.Sprintf("r%02d", i), "A", second)
 			}
-			m.item(1, "red", "A")
-			m.item(2, "red", "A")
-			var want []string
-			for i := 0; i < n; i += 3 {
-				want = append(want, fmt.Sprintf("r%02d red 1,2", i))
-			}
-			if got := m.matches(); !slices.Equal(got, want) {
-				t.Fatalf("A, A: %q, want %q", got, want)
-			}
-			if s := m.stored("red"); len(s) != n {
-				t.Fatalf("%d lists after A, A, want %d", len(s), n)
-			}
-			m.item(3, "red", "B")
-			want = nil
-			for i := 0; i < n; i++ {
-				if i%3 != 0 {
-					want = append(want, fmt.Sprintf("r%02d red 1,3", i), fmt.Sprintf("r%02d red 2,3", i))
+			// step checks the matches of the last item and the lists left.
+			step := func(what string, lists int, want []string) {
+				t.Helper()
+				if got := m.matches(); !slices.Equal(got, want) {
+					t.Fatalf("%s: %q, want %q", what, got, want)
+				}
+				if s := m.stored("red"); len(s) != lists {
+					t.Fatalf("%d lists after %s, want %d", len(s), what, lists)
 				}
 			}
-			if got := m.matches(); !slices.Equal(got, want) {
-				t.Fatalf("B: %q, want %q", got, want)
+			pairs := func(every3 bool, ids ...string) []string {
+				var out []string
+				for i := 0; i < n; i++ {
+					if (i%3 == 0) == every3 {
+						for _, id := range ids {
+							out = append(out, fmt.Sprintf("r%02d red %s", i, id))
+						}
+					}
+				}
+				return out
 			}
-			if s := m.stored("red"); len(s) != 13 {
-				t.Fatalf("%d lists after B, want the 13 A->A rules", len(s))
-			}
+			m.item(1, "red", "A")
+			m.item(2, "red", "A")
+			step("A, A", n, pairs(true, "1,2"))
+			m.item(3, "red", "B")
+			step("B", 13, pairs(false, "1,3", "2,3")) // the 13 A->A rules keep their lists
 			m.item(4, "red", "A")
-			want = nil
-			for i := 0; i < n; i += 3 {
-				want = append(want, fmt.Sprintf("r%02d red 2,4", i))
-			}
-			if got := m.matches(); !slices.Equal(got, want) {
-				t.Fatalf("A: %q, want %q", got, want)
-			}
-			if s := m.stored("red"); len(s) != n {
-				t.Fatalf("%d lists after A, want %d", len(s), n)
-			}
+			step("A", n, pairs(true, "2,4"))
 		})
 	}
 }
