@@ -126,12 +126,12 @@ func (Float64Serializer) Decode(b []byte) (float64, error) {
 	return math.Float64frombits(binary.BigEndian.Uint64(b)), nil
 }
 
-// HeapSerializer is a Serializer whose values a MapState without TTL on
-// the Pebble backend keeps decoded in the backend's write cache, as
-// Flink's heap state keeps objects and Kafka Streams' caching store keeps
-// records before serialization: MapState.Put stores Copy(v) without
-// serializing it, MapState.Get of a cached entry returns View of the kept
-// value without decoding it, and the value is serialized with Append only
+// HeapSerializer is a Serializer whose values a MapState or ValueState
+// without TTL on the Pebble backend keeps decoded in the backend's write
+// cache, as Flink's heap state keeps objects and Kafka Streams' caching
+// store keeps records before serialization: MapState.Put (ValueState.Update)
+// stores Copy(v) without serializing it, MapState.Get (ValueState.Value) of
+// a cached entry returns View of the kept value without decoding it, and the value is serialized with Append only
 // when the cache writes it to Pebble (before every snapshot, scan and
 // close, and on eviction), so Pebble and every checkpoint hold the bytes
 // they hold without the cache (state/FORMAT.md).
@@ -151,7 +151,7 @@ func (Float64Serializer) Decode(b []byte) (float64, error) {
 // elements, append) without changing the state; its documentation says
 // what it shares. Size estimates the bytes v holds, counted against the
 // write cache's bound (BackendConfig.WriteCacheBytes). The methods must be
-// safe for concurrent // use.
+// safe for concurrent use.
 type HeapSerializer[T any] interface {
 	Serializer[T]
 	Copy(v T, known []T) (T, error)
