@@ -57,7 +57,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	parallelism := fs.Int("parallelism", 2, "the job's parallelism")
 	brokers := fs.String("brokers", "", "comma-separated seed brokers `HOST:PORT,...`; empty starts the embedded broker in a child process")
 	interval := fs.Duration("interval", time.Second, "checkpoint interval (and the pipe's transaction interval)")
-	latency := fs.Duration("latency-duration", 10*time.Second, "how long the latency phase produces")
+	latency := fs.Duration("latency-duration", 10*time.Second, "how long the latency phase produces (tumbling-window: at least two windows, 2s)")
 	dir := fs.String("dir", "", "work `DIR` (job data, checkpoints, the embedded broker's log); empty means a temporary directory, removed at the end")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of each run's throughput phase to `FILE` (with --all or several deliveries, one file per run: FILE with -<scenario>-<delivery> before the extension)")
 	changed := fs.Float64("changed", 0.01, "state-scaling: fraction of the keys changed between checkpoints")

@@ -362,7 +362,7 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	rdr := goBackground(ctx, rd.run)
 	defer rdr.stop()
 	res.Rate = max(1, res.RecordsPerSec/2)
-	exp2, err := produceAt(ctx, prod, in, cfg.Partitions, gen, model, res.Rate, cfg.LatencyDuration, rss)
+	exp2, err := produceAt(ctx, prod, in, cfg.Partitions, gen, model, res.Rate, latencyPhase(cfg, s), rss)
 	if err != nil {
 		return res, err
 	}
@@ -391,6 +391,16 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	}
 	res.Checkpoints, res.CheckpointP50, res.CheckpointMax, res.CheckpointBytesP50, res.CheckpointBytesMax = summarize(t.checkpoints())
 	return res, nil
+}
+
+// latencyPhase is how long the latency phase of s produces:
+// cfg.LatencyDuration, or s.MinLatencyPhase when that is longer (s nil:
+// the pipe).
+func latencyPhase(cfg Config, s *Scenario) time.Duration {
+	if s == nil {
+		return cfg.LatencyDuration
+	}
+	return max(cfg.LatencyDuration, s.MinLatencyPhase)
 }
 
 // background is a goroutine running f(ctx) with a context of its own.

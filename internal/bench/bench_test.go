@@ -274,3 +274,30 @@ func TestRunRefusesZipfAtMostOne(t *testing.T) {
 		NewGenerator(10, z) // must not panic
 	}
 }
+
+// TestLatencyPhase: the tumbling-window scenario's latency phase spans at
+// least two windows (with --latency-duration 1s it could fall inside one
+// window and measure no latency: TestRunAll saw lat_p50 0.0 once); other
+// scenarios produce for --latency-duration.
+func TestLatencyPhase(t *testing.T) {
+	byName := map[string]*Scenario{}
+	for i := range Scenarios {
+		byName[Scenarios[i].Name] = &Scenarios[i]
+	}
+	for _, c := range []struct {
+		scenario string
+		d, want  time.Duration
+	}{
+		{"tumbling-window", time.Second, 2 * time.Second},
+		{"tumbling-window", 10 * time.Second, 10 * time.Second},
+		{"copy", time.Second, time.Second},
+		{"matcher-10-rules", 3 * time.Second, 3 * time.Second},
+	} {
+		if got := latencyPhase(Config{LatencyDuration: c.d}, byName[c.scenario]); got != c.want {
+			t.Errorf("%s with %v: latency phase %v, want %v", c.scenario, c.d, got, c.want)
+		}
+	}
+	if got := latencyPhase(Config{LatencyDuration: time.Second}, nil); got != time.Second {
+		t.Errorf("the pipe with 1s: latency phase %v, want 1s", got)
+	}
+}

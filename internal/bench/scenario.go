@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Scenario is one job the bench runs over the generated items: the
@@ -40,6 +41,13 @@ type Scenario struct {
 	// the model (a ProcessedModel) counts, for scenarios whose outputs are
 	// too few to tell when the last record was processed (rules).
 	Processed string
+	// MinLatencyPhase, when set, is the shortest latency phase that
+	// measures anything: a windowed scenario's results in it are the
+	// windows that end inside it and are followed by later records on
+	// every partition, so it must span two window sizes (with one, the
+	// phase can fall inside a single window and yield no sample). The
+	// phase lasts the longer of it and Config.LatencyDuration.
+	MinLatencyPhase time.Duration
 }
 
 // Rule is a shape-pair rule of the matcher: {"name","first","second"}.
@@ -205,7 +213,8 @@ func tumblingWindow() Scenario {
       aggregates:
         - {name: count, fn: count}
 `, tumblingWindowMs),
-		Processed: "out",
+		Processed:       "out",
+		MinLatencyPhase: 2 * tumblingWindowMs * time.Millisecond,
 		NewModel: func(partitions int) Model {
 			m := &windowModel{size: tumblingWindowMs, partMax: make([]int64, partitions)}
 			for i := range m.partMax {
