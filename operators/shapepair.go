@@ -129,7 +129,7 @@ var ShapePairTimesState = state.MapStateDescriptor[string, []int64]{
 }
 
 // ShapePairItemsState describes the matcher's keyed state before
-// ShapePairListsState (checkpoints up to kstreamd's session 5): rule name
+// ShapePairListsState (checkpoints written before that layout): rule name
 // -> stored items, one map entry per key and rule. Open moves what it finds
 // of it into ShapePairListsState; nothing writes it any more.
 var ShapePairItemsState = state.MapStateDescriptor[string, []json.RawMessage]{
@@ -227,8 +227,8 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 // A record costs one state read and at most one write, and only when a rule
 // names its shape. A first pass over those rules (ascending, as the lists)
 // finds each one's list and what the record does to it, so that the
-// matches share one buffer sized in advance; the lists change after the
-// last output, in place (see ShapePairLists).
+// matches share one buffer sized in advance; then each rule's list changes
+// in place once its matches are out (see ShapePairLists).
 func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
 	shape, ok := topLevelString(rec.Value, m.ShapeField)
 	if !ok {
@@ -288,7 +288,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 	// and the rules before it changed, as their matches went out, and the
 	// lists are stored before the error returns.
 	l := base
-	var cs [16]listChange
+	var cs [16]listAdd
 	changes := cs[:0]
 	var item json.RawMessage
 	for i := range visits {
@@ -318,7 +318,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 			v.first = true
 		}
 		if !v.found {
-			changes = append(changes, listChange{at: v.at, rule: name, items: []json.RawMessage{item}})
+			changes = append(changes, listAdd{at: v.at, rule: name, items: []json.RawMessage{item}})
 		} else {
 			if v.match { // listSize of the items before and after, without walking them
 				l.size -= 24*len(v.stored) + v.storedBytes
@@ -346,7 +346,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 
 // storeFailed is storeChanged before ProcessElement returns err: err, or
 // both errors when the store fails too.
-func (m *ShapePairMatcher) storeFailed(err error, l ShapePairLists, changes []listChange, stored bool) error {
+func (m *ShapePairMatcher) storeFailed(err error, l ShapePairLists, changes []listAdd, stored bool) error {
 	if serr := m.storeChanged(l, changes, stored); serr != nil {
 		return errors.Join(err, serr)
 	}
@@ -354,11 +354,11 @@ func (m *ShapePairMatcher) storeFailed(err error, l ShapePairLists, changes []li
 }
 
 // storeChanged writes l, the current key's lists changed in place, with
-// changes (the lists to add) applied: cleared when no rule has items left
+// the lists of changes added: cleared when no rule has items left
 // (stored says an item was stored, so some rule has).
-func (m *ShapePairMatcher) storeChanged(l ShapePairLists, changes []listChange, stored bool) error {
+func (m *ShapePairMatcher) storeChanged(l ShapePairLists, changes []listAdd, stored bool) error {
 	if len(changes) > 0 {
-		l = l.with(changes, len(changes))
+		l = l.with(changes)
 	}
 	if !stored && l.Len() == 0 {
 		return m.lists.Clear()
@@ -377,8 +377,8 @@ func ownItem(value json.RawMessage) (json.RawMessage, error) {
 
 // ruleVisit is what ProcessElement's first pass found for one rule naming
 // the record's shape: where the rule's list is in the key's lists (at,
-// found), its stored items, whether the record pairs with them, and the
-// items the rule keeps after the record.
+// found), its stored items and whether the record pairs with them; first
+// is set when the second pass stores the record under the rule.
 type ruleVisit struct {
 	rule   *namedRule
 	at     int

@@ -177,19 +177,13 @@ func plainASCII(s string) bool {
 // appended as they are, anything else through json.Marshal.
 // TestAppendMatch compares it with json.Marshal.
 func appendMatch(dst []byte, rule, key string, first, second json.RawMessage) ([]byte, error) {
-	return appendMatchPlain(dst, rule, key, first, second, plainASCII(rule) && plainASCII(key) && plainItem(second))
+	return appendMatchKept(dst, rule, key, first, second, plainASCII(rule) && plainASCII(key) && plainItem(second) && plainItem(first))
 }
 
-// appendMatchPlain is appendMatch for a caller that checked rule, key and
-// second once for several matches: plain reports plainASCII(rule),
-// plainASCII(key) and plainItem(second).
-func appendMatchPlain(dst []byte, rule, key string, first, second json.RawMessage, plain bool) ([]byte, error) {
-	return appendMatchKept(dst, rule, key, first, second, plain && plainItem(first))
-}
-
-// appendMatchKept is appendMatchPlain for a first item as json.Marshal
-// writes it (a stored item of ShapePairLists): it is appended as it is
-// without being checked again.
+// appendMatchKept is appendMatch for a caller that checked the parts once
+// for several matches: plain reports plainASCII(rule), plainASCII(key),
+// plainItem(second) and plainItem(first), which holds for every stored
+// item of ShapePairLists (kept as json.Marshal writes it).
 func appendMatchKept(dst []byte, rule, key string, first, second json.RawMessage, plain bool) ([]byte, error) {
 	if !plain {
 		b, err := json.Marshal(Match{Rule: rule, Key: key, First: first, Second: second})

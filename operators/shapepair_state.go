@@ -95,44 +95,31 @@ func (l ShapePairLists) seek(from int, rule string) (int, bool) {
 	return len(l.lists), false
 }
 
-// listChange is one rule's new items for ShapePairLists.with: at and found
-// are where seek found the rule's list in the lists changed; no items
-// removes the list.
-type listChange struct {
+// listAdd is a list for ShapePairLists.with to add: rule, which l has no
+// list for, with items, at the index seek returned for it.
+type listAdd struct {
 	at    int
-	found bool
 	rule  string
 	items []json.RawMessage
 }
 
-// with returns l with changes applied, in one copy of the lists: changes
-// in ascending rule order, no rule twice, grow the number of them that add
-// a list (for the capacity; a wrong count costs a copy, not an error).
-func (l ShapePairLists) with(changes []listChange, grow int) ShapePairLists {
-	out := make([]pairList, 0, len(l.lists)+grow)
+// with returns l with the lists of adds added, in one copy of the lists;
+// adds are in ascending rule order, no rule twice.
+func (l ShapePairLists) with(adds []listAdd) ShapePairLists {
+	out := make([]pairList, 0, len(l.lists)+len(adds))
 	size, next := l.size, 0
-	for _, c := range changes {
-		out = append(out, l.lists[next:c.at]...)
-		next = c.at
-		if c.found {
-			size -= listSize(c.rule, l.lists[c.at].items)
-			next++
-		}
-		if len(c.items) > 0 {
-			size += listSize(c.rule, c.items)
-			out = append(out, pairList{rule: c.rule, items: c.items})
-		}
+	for _, a := range adds {
+		out = append(append(out, l.lists[next:a.at]...), pairList{rule: a.rule, items: a.items})
+		size += listSize(a.rule, a.items)
+		next = a.at
 	}
-	out = append(out, l.lists[next:]...)
-	if len(out) == 0 {
-		return ShapePairLists{}
-	}
-	return ShapePairLists{lists: out, size: size}
+	return ShapePairLists{lists: append(out, l.lists[next:]...), size: size}
 }
 
 // pairEdit builds the ShapePairLists that follows base by changes one
 // rule at a time (Decode, expiry, rule deletion and the move from the
-// earlier layout; ProcessElement uses ShapePairLists.with): lists is the
+// earlier layout; ProcessElement changes lists in place and adds new ones
+// with ShapePairLists.with): lists is the
 // working copy, made at the first change and returned by done as the new
 // value. Lookups walk from the last one found, from the start when a rule
 // comes before it.
@@ -258,7 +245,7 @@ func (s ShapePairListsSerializer) AppendKept(dst []byte, v ShapePairLists) ([]by
 // its error.
 func (ShapePairListsSerializer) Decode(b []byte) (ShapePairLists, error) {
 	if gjson.ValidBytes(b) {
-		buf := append([]byte(nil), b...) // the items slice one copy of b
+		buf := append([]byte(nil), b...) // every item is a slice of this one copy of b
 		base := unsafe.SliceData(buf)
 		r := gjson.Parse(unsafe.String(base, len(buf)))
 		switch {
@@ -337,7 +324,7 @@ func (ShapePairListsSerializer) Copy(v ShapePairLists, _ []ShapePairLists) (Shap
 
 // View implements state.HeapSerializer: v itself, sharing everything,
 // unlike the interface's general rule: a caller that changes the lists (the
-// matcher, after its last output for a record) changes the kept value and
+// matcher, once a rule's matches are out) changes the kept value and
 // must Update or Clear the state with it before anything else reads it.
 func (ShapePairListsSerializer) View(v ShapePairLists) ShapePairLists { return v }
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -387,8 +388,9 @@ func snapshotRuns(t *testing.T, runs []*matcherRun, dir string, id int) []checkp
 }
 
 // TestShapePairListsWith: with, given the positions seek finds, builds the
-// same lists (and Size) as pairEdit's one-rule-at-a-time sets, for random
-// lists and random sets of changes (added, replaced and removed lists).
+// same lists, in rule order and with the same Size, as pairEdit's
+// one-rule-at-a-time sets, for random lists and random sets of lists to
+// add (before, between and after the existing ones).
 func TestShapePairListsWith(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	names := []string{"a", "b", "c", "d", "e", "f"}
@@ -403,28 +405,25 @@ func TestShapePairListsWith(t *testing.T) {
 		}
 		base := listsOf(t, m)
 		want := pairEdit{base: base}
-		var changes []listChange
-		grow, pos := 0, 0
+		var adds []listAdd
+		pos := 0
 		for _, n := range names {
-			if rng.IntN(2) == 0 {
+			at, found := base.seek(pos, n)
+			pos = at
+			if found || rng.IntN(2) == 0 {
 				continue
 			}
 			var items []json.RawMessage
-			for i := 0; i < rng.IntN(3); i++ {
+			for i := 0; i <= rng.IntN(3); i++ {
 				items = append(items, json.RawMessage(fmt.Sprintf(`[%d]`, rng.IntN(100))))
 			}
-			at, found := base.seek(pos, n)
-			pos = at
-			if !found && len(items) > 0 {
-				grow++
-			}
-			changes = append(changes, listChange{at: at, found: found, rule: n, items: items})
+			adds = append(adds, listAdd{at: at, rule: n, items: items})
 			want.set(n, items)
 		}
-		got := base.with(changes, grow)
+		got := base.with(adds)
 		w, _ := want.done()
-		if !reflect.DeepEqual(asMap(got), asMap(w)) || got.Len() != w.Len() {
-			t.Fatalf("round %d: with(%v) of %v = %v, want %v", round, changes, asMap(base), asMap(got), asMap(w))
+		if !reflect.DeepEqual(asMap(got), asMap(w)) || got.Len() != w.Len() || !slices.IsSortedFunc(got.lists, func(a, b pairList) int { return strings.Compare(a.rule, b.rule) }) {
+			t.Fatalf("round %d: with(%v) of %v = %v, want %v", round, adds, asMap(base), asMap(got), asMap(w))
 		}
 		if gs, ws := (ShapePairListsSerializer{}).Size(got), walkedSize(got); gs != ws {
 			t.Fatalf("round %d: Size %d, counting gives %d", round, gs, ws)
