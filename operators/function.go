@@ -18,7 +18,7 @@ type Collector interface {
 // SideCollector is implemented by the Collector a function gets: it emits
 // to one of the type's side outputs (Factory.SideOutputs; Flink's
 // ctx.output(outputTag, value)). A side output no vertex reads drops the
-// record.
+// record; SideOutputReader tells whether one does.
 type SideCollector interface {
 	CollectSide(output string, rec runtime.Record) error
 }

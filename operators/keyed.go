@@ -289,6 +289,11 @@ func (c *collector) CollectSide(output string, rec runtime.Record) error {
 	return c.out.EmitSide(c.ctx, output, rec)
 }
 
+// SideOutputRead implements SideOutputReader.
+func (c *collector) SideOutputRead(output string) bool {
+	return c.out != nil && c.out.HasSideWriters(output)
+}
+
 func (c *collector) Collect(rec runtime.Record) error {
 	if c.out == nil {
 		return nil

@@ -19,6 +19,11 @@ type Metrics struct {
 	rulesEntries    *prometheus.GaugeVec
 	rulesWaiting    *prometheus.GaugeVec
 	rulesOverflow   *prometheus.CounterVec
+
+	lateRouted    *prometheus.CounterVec
+	lateDropped   *prometheus.CounterVec
+	windowsFired  *prometheus.CounterVec
+	windowsOpen   *prometheus.GaugeVec
 }
 
 // NewMetrics registers with reg:
@@ -32,6 +37,10 @@ type Metrics struct {
 //	kstreamd_rules_window_entries{operator,subtask}                     window buckets the rules operator holds
 //	kstreamd_rules_waiting_records{operator,subtask}                    records the routing stage holds for the rules watermark (rule_time: event)
 //	kstreamd_rules_wait_overflow_total{operator}                        records routed before the rules watermark passed them: the hold was full
+//	kstreamd_operator_late_records_routed_total{operator}               late records an event-time operator wrote to its late side output
+//	kstreamd_operator_late_records_dropped_total{operator}              late records an event-time operator dropped: no vertex reads its late side output
+//	kstreamd_window_fired_total{operator}                               window results emitted when the watermark (or the clock) passed a window's end
+//	kstreamd_window_open_windows{operator,subtask}                      windows (of every key) a window operator subtask holds in keyed state
 //
 // Per-rule counts are not metrics: a rule id is unbounded (STYLE.md
 // section 9), so they are in GET /api/v1/rules.
@@ -77,8 +86,25 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kstreamd_rules_wait_overflow_total",
 			Help: "Records the rules routing stage routed before the rules watermark passed them because max_waiting records were held (rule_time: event).",
 		}, []string{"operator"}),
+		lateRouted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_operator_late_records_routed_total",
+			Help: "Records an event-time operator judged late (behind the watermark by more than its allowed lateness) and wrote to its late side output <operator>.late.",
+		}, []string{"operator"}),
+		lateDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_operator_late_records_dropped_total",
+			Help: "Records an event-time operator judged late and dropped because no sink or operator reads its late side output <operator>.late.",
+		}, []string{"operator"}),
+		windowsFired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_window_fired_total",
+			Help: "Windows a window operator fired: on-time results emitted when the watermark (processing time: the clock) passed a window's end. Updates by late records within allowed_lateness and early firings are not counted.",
+		}, []string{"operator"}),
+		windowsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kstreamd_window_open_windows",
+			Help: "Windows (over every key) a window operator subtask holds in keyed state: open ones and fired ones kept for their allowed lateness.",
+		}, []string{"operator", "subtask"}),
 	}
-	for _, c := range []prometheus.Collector{m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired, m.rulesMatched, m.rulesAlerts, m.rulesEvalErrors, m.rulesEntries, m.rulesWaiting, m.rulesOverflow} {
+	for _, c := range []prometheus.Collector{m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired, m.rulesMatched, m.rulesAlerts, m.rulesEvalErrors, m.rulesEntries, m.rulesWaiting, m.rulesOverflow,
+		m.lateRouted, m.lateDropped, m.windowsFired, m.windowsOpen} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -105,4 +131,27 @@ func (m *Metrics) PendingExpired(operator string) prometheus.Counter {
 // RulesRejected returns the rejected-rules counter of one operator.
 func (m *Metrics) RulesRejected(operator string) prometheus.Counter {
 	return m.rulesRejected.WithLabelValues(operator)
+}
+
+// LateRouted returns the counter of late records one operator wrote to
+// its late side output.
+func (m *Metrics) LateRouted(operator string) prometheus.Counter {
+	return m.lateRouted.WithLabelValues(operator)
+}
+
+// LateDropped returns the counter of late records one operator dropped
+// because nothing reads its late side output.
+func (m *Metrics) LateDropped(operator string) prometheus.Counter {
+	return m.lateDropped.WithLabelValues(operator)
+}
+
+// WindowsFired returns the fired-windows counter of one window operator.
+func (m *Metrics) WindowsFired(operator string) prometheus.Counter {
+	return m.windowsFired.WithLabelValues(operator)
+}
+
+// WindowsOpen returns the open-windows gauge of one window operator
+// subtask.
+func (m *Metrics) WindowsOpen(operator string, subtask int) prometheus.Gauge {
+	return m.windowsOpen.WithLabelValues(operator, strconv.Itoa(subtask))
 }

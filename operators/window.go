@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
@@ -21,7 +24,8 @@ const WindowType = "window"
 const WindowStateName = "window"
 
 // LateOutput is the window operator's side output of late records, read as
-// "<operator>.late".
+// "<operator>.late". When no vertex reads it, late records are counted in
+// kstreamd_operator_late_records_dropped_total and logged instead.
 const LateOutput = "late"
 
 // WindowKind is the kind param of the window operator.
@@ -29,10 +33,11 @@ type WindowKind string
 
 // The window kinds (Flink's window assigners).
 const (
-	// Tumbling windows of size, aligned to the epoch: [k*size, (k+1)*size).
+	// Tumbling windows of size, aligned to the epoch plus offset:
+	// [k*size+offset, (k+1)*size+offset).
 	Tumbling WindowKind = "tumbling"
-	// Sliding (hopping) windows of size every slide, aligned to the epoch;
-	// a record belongs to size/slide of them.
+	// Sliding (hopping) windows of size every slide, aligned to the epoch
+	// plus offset; a record belongs to size/slide of them.
 	Sliding WindowKind = "sliding"
 	// Session windows: a record opens [t, t+gap); windows of a key that
 	// overlap merge.
@@ -70,6 +75,7 @@ func (w *WindowTime) UnmarshalText(text []byte) error {
 //	  kind: tumbling          # tumbling, sliding or session
 //	  size: 1m                # tumbling and sliding
 //	  slide: 10s              # sliding
+//	  offset: 0s              # tumbling and sliding: shift window starts from the epoch
 //	  gap: 30m                # session
 //	  time: event             # or processing
 //	  allowed_lateness: 5s    # event time only
@@ -81,8 +87,9 @@ type WindowParams struct {
 	Size            time.Duration   `yaml:"size" doc:"The window length of tumbling and sliding windows, e.g. 1m; required for them."`
 	Slide           time.Duration   `yaml:"slide" doc:"How often a sliding window starts; required for sliding, at most size."`
 	Gap             time.Duration   `yaml:"gap" doc:"A session closes after this long without a record of its key; required for session."`
+	Offset          time.Duration   `yaml:"offset" doc:"Tumbling and sliding: windows start at the epoch plus offset plus a multiple of size (sliding: of slide), as Flink's window offset: a window holding t starts at t - ((t - offset) mod size); e.g. size 1d with offset -8h gives days of UTC+8. Default 0; may be negative; |offset| must be less than size (sliding: than slide)."`
 	Time            WindowTime      `yaml:"time" doc:"event (default: record timestamps, closed by the watermark) or processing (the wall clock)."`
-	AllowedLateness time.Duration   `yaml:"allowed_lateness" doc:"How long after its end a window still takes late records (each emits an updated result); later ones go to the side output <operator>.late. Event time only; default 0."`
+	AllowedLateness time.Duration   `yaml:"allowed_lateness" doc:"How long after its end a window still takes late records (each emits an updated result); a record is late when every window it belongs to (a session: the session it merges into) ends at or before the watermark minus this. Late records go to the side output <operator>.late, counted in kstreamd_operator_late_records_routed_total, or, when nothing reads it, are counted in kstreamd_operator_late_records_dropped_total and logged (rate-limited). Event time only; default 0."`
 	EarlyFiring     time.Duration   `yaml:"early_firing" doc:"If set, also emit the current results of every open window of a key this often, in processing time (speculative results before the final one); default: off."`
 	Aggregates      []AggregateSpec `yaml:"aggregates" doc:"The aggregates, each {name, fn, of} as in the aggregate operator, in output order; required."`
 }
@@ -113,6 +120,9 @@ func (p *WindowParams) CheckParams(report func(field, msg string)) {
 		positive("size", p.Size, true)
 		positive("slide", p.Slide, false)
 		positive("gap", p.Gap, false)
+		if p.Size > 0 && p.Offset.Abs() >= p.Size {
+			report("offset", fmt.Sprintf("|offset| must be less than size %v, got %v", p.Size, p.Offset))
+		}
 	case Sliding:
 		positive("size", p.Size, true)
 		positive("slide", p.Slide, true)
@@ -120,10 +130,16 @@ func (p *WindowParams) CheckParams(report func(field, msg string)) {
 		if p.Slide > p.Size {
 			report("slide", fmt.Sprintf("must be at most size %v, got %v", p.Size, p.Slide))
 		}
+		if p.Slide > 0 && p.Offset.Abs() >= p.Slide {
+			report("offset", fmt.Sprintf("|offset| must be less than slide %v, got %v", p.Slide, p.Offset))
+		}
 	case Session:
 		positive("gap", p.Gap, true)
 		positive("size", p.Size, false)
 		positive("slide", p.Slide, false)
+		if p.Offset != 0 {
+			report("offset", "does not apply to kind session")
+		}
 	}
 	if p.AllowedLateness < 0 {
 		report("allowed_lateness", fmt.Sprintf("must be >= 0, got %v", p.AllowedLateness))
@@ -150,7 +166,9 @@ func windowFactory() Factory {
 			if !ok {
 				return nil, fmt.Errorf("operators: %s: params %T, want *WindowParams", WindowType, ctx.Params)
 			}
-			return NewWindow(*p), nil
+			w := NewWindow(*p)
+			w.Metrics, w.Logger = ctx.Metrics, ctx.Logger
+			return w, nil
 		},
 	}
 }
@@ -160,6 +178,12 @@ type windowEntry struct {
 	End   int64                 `json:"end"` // exclusive, ms
 	Acc   aggregateAccumulators `json:"acc"`
 	Fired bool                  `json:"fired,omitempty"` // the on-time result was emitted
+}
+
+
+// windowState is the descriptor of WindowStateName.
+var windowState = state.MapStateDescriptor[int64, windowEntry]{
+	Name: WindowStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: state.JSONSerializer[windowEntry]{},
 }
 
 // Window is the window operator (Flink's WindowOperator with an
@@ -173,21 +197,48 @@ type windowEntry struct {
 // with timestamp end-1ms; its state is removed when the watermark reaches
 // end-1ms+allowed_lateness, by the same timers. A record for a window that
 // already fired but is within the lateness updates it and emits its new
-// result at once (a second result for that window); a record all of whose
-// windows are past their lateness is late: it goes unchanged to the side
-// output LateOutput. Session windows of a key that overlap merge, and so
-// do their accumulators. Every of is evaluated before state is read: a
-// record on which one fails is a *runtime.RecordError (eval_error).
+// result at once (a second result for that window). A record all of whose
+// windows are past their lateness is late (Flink's isWindowLate); for
+// session windows this is judged on the session the record merges into or
+// creates (Flink's MergingWindowSet), so a record that extends a live
+// session is never late. A late record goes unchanged to the side output
+// LateOutput, or, when no vertex reads that, is counted and logged
+// (lateRecords): none vanishes. Session windows of a key that overlap
+// merge, and so do their accumulators.
+//
+// Bad records (*runtime.RecordError, so the source's on_error policy
+// applies): a record on which an of fails (eval_error; every of is
+// evaluated before state changes), and a record whose window bounds, or a
+// window end plus allowed_lateness, fall outside int64 milliseconds
+// (event_time_out_of_range).
+//
+// Metrics (when Metrics is set): kstreamd_window_fired_total,
+// kstreamd_window_open_windows and the late-record counters of lateRecords.
 type Window struct {
 	aggregator
+	// Metrics, if not nil, receives the window and late-record metrics;
+	// set before Open.
+	Metrics *Metrics
+	// Logger reports dropped late records (rate-limited); nil: discarded.
+	Logger *slog.Logger
+
 	p       WindowParams
 	size    int64
 	slide   int64
 	gap     int64
+	offset  int64
 	late    int64
 	early   int64
 	timers  TimerService
 	windows state.MapState[int64, windowEntry]
+
+	// now is the clock that rate-limits the late-record log; nil: the
+	// timer service's processing time.
+	now       func() time.Time
+	lateRecs  *lateRecords
+	fired     prometheus.Counter // nil without Metrics
+	openGauge prometheus.Gauge   // nil without Metrics
+	open      int64              // windows held by the subtask
 }
 
 // NewWindow returns the window function of params p (checked by
@@ -196,24 +247,53 @@ func NewWindow(p WindowParams) *Window {
 	return &Window{
 		aggregator: newAggregator(AggregateParams{Aggregates: p.Aggregates, Emit: EmitEveryUpdate}),
 		p:          p, size: p.Size.Milliseconds(), slide: p.Slide.Milliseconds(), gap: p.Gap.Milliseconds(),
-		late: p.AllowedLateness.Milliseconds(), early: p.EarlyFiring.Milliseconds(),
+		offset: p.Offset.Milliseconds(), late: p.AllowedLateness.Milliseconds(), early: p.EarlyFiring.Milliseconds(),
 	}
 }
 
-// Open implements KeyedProcessFunction.
+// Open implements KeyedProcessFunction. It counts the windows restored
+// into the subtask's key groups for the open-windows gauge.
 func (w *Window) Open(ctx OpenContext) error {
 	w.timers = ctx.TimerService()
 	if w.timers == nil {
 		return fmt.Errorf("operators: %s %s: no timer service", WindowType, ctx.Operator)
 	}
-	m, err := state.GetMapState(ctx.Backend, state.MapStateDescriptor[int64, windowEntry]{
-		Name: WindowStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: state.JSONSerializer[windowEntry]{},
-	})
+	m, err := state.GetMapState(ctx.Backend, windowState)
 	if err != nil {
 		return fmt.Errorf("operators: %s %s: %w", WindowType, ctx.Operator, err)
 	}
 	w.windows = m
+	if w.now == nil {
+		w.now = w.timers.CurrentProcessingTime
+	}
+	w.lateRecs = newLateRecords(ctx.Operator, LateOutput, w.Metrics, w.Logger, w.now)
+	if w.Metrics != nil {
+		w.fired = w.Metrics.WindowsFired(ctx.Operator)
+		w.openGauge = w.Metrics.WindowsOpen(ctx.Operator, ctx.Subtask)
+	}
+	w.open = 0
+	err = state.ApplyToAllKeys(ctx.Backend, windowState, func(_ []byte, s state.MapState[int64, windowEntry]) error {
+		for _, err := range s.Keys() {
+			if err != nil {
+				return err
+			}
+			w.open++
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: counting restored windows: %w", WindowType, ctx.Operator, err)
+	}
+	w.addOpen(0)
 	return nil
+}
+
+// addOpen changes the count of windows held by delta.
+func (w *Window) addOpen(delta int64) {
+	w.open += delta
+	if w.openGauge != nil {
+		w.openGauge.Set(float64(w.open))
+	}
 }
 
 func (w *Window) eventTime() bool { return w.p.Time != WindowProcessingTime }
@@ -227,20 +307,80 @@ func floorMod(t, n int64) int64 {
 	return t - r
 }
 
-// assign returns the windows [start, end) of a record at t (ms).
-func (w *Window) assign(t int64) [][2]int64 {
+// addInt64 returns a+b and whether it did not overflow.
+func addInt64(a, b int64) (int64, bool) {
+	s := a + b
+	return s, (s > a) == (b > 0)
+}
+
+// subInt64 returns a-b and whether it did not overflow.
+func subInt64(a, b int64) (int64, bool) {
+	d := a - b
+	return d, (d < a) == (b > 0)
+}
+
+// windowStart returns the start of the window of length size, aligned to
+// offset, that holds t: t - ((t - offset) mod size) with a non-negative
+// mod (Flink's TimeWindow.getWindowStartWithOffset), computed without
+// overflowing; false when the start is below math.MinInt64. 0 < size and
+// |offset| < size.
+func windowStart(t, offset, size int64) (int64, bool) {
+	r := (t%size - offset%size) % size
+	if r < 0 {
+		r += size
+	}
+	return subInt64(t, r)
+}
+
+// assign returns the windows [start, end) of a record at t (ms), and false
+// when a bound is outside int64 milliseconds.
+func (w *Window) assign(t int64) ([][2]int64, bool) {
 	switch w.p.Kind {
 	case Tumbling:
-		s := floorMod(t, w.size)
-		return [][2]int64{{s, s + w.size}}
-	case Sliding:
-		var out [][2]int64
-		for s := floorMod(t, w.slide); s > t-w.size; s -= w.slide {
-			out = append(out, [2]int64{s, s + w.size})
+		s, ok := windowStart(t, w.offset, w.size)
+		if !ok {
+			return nil, false
 		}
-		return out
+		e, ok := addInt64(s, w.size)
+		return [][2]int64{{s, e}}, ok
+	case Sliding:
+		s, ok := windowStart(t, w.offset, w.slide)
+		if !ok {
+			return nil, false
+		}
+		var out [][2]int64
+		for { // s <= t < s+size, t-s < size: no overflow below
+			e, ok := addInt64(s, w.size)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, [2]int64{s, e})
+			if t-s+w.slide >= w.size {
+				return out, true
+			}
+			if s, ok = subInt64(s, w.slide); !ok {
+				return nil, false
+			}
+		}
 	}
-	return [][2]int64{{t, t + w.gap}}
+	e, ok := addInt64(t, w.gap)
+	return [][2]int64{{t, e}}, ok
+}
+
+// outOfRange is the bad-record error of a record at t whose windows do not
+// fit in int64 milliseconds.
+func (w *Window) outOfRange(t int64) error {
+	return &runtime.RecordError{Reason: runtime.ReasonEventTimeOutOfRange, Detail: fmt.Sprintf(
+		"event time %d ms: its %s window (or the window end plus allowed_lateness %v) is outside int64 milliseconds",
+		t, w.p.Kind, w.p.AllowedLateness)}
+}
+
+// isLate reports whether window [start, end) is past its allowed lateness
+// at watermark wm (Flink's WindowOperator.isWindowLate: event time and
+// end-1+lateness <= wm). end-1+lateness does not overflow (assign's
+// callers check it).
+func (w *Window) isLate(end, wm int64) bool {
+	return w.eventTime() && end-1+w.late <= wm
 }
 
 // ProcessElement implements KeyedProcessFunction.
@@ -250,24 +390,32 @@ func (w *Window) ProcessElement(_ context.Context, rec runtime.Record, out Colle
 	if !w.eventTime() {
 		t = w.timers.CurrentProcessingTime().UnixMilli()
 	}
+	wins, ok := w.assign(t)
+	if !ok {
+		return w.outOfRange(t)
+	}
+	if w.eventTime() {
+		for _, win := range wins {
+			if _, ok := addInt64(win[1]-1, w.late); !ok {
+				return w.outOfRange(t)
+			}
+		}
+	}
+	if w.p.Kind == Session {
+		return w.addSession(rec, wins[0], wm, out)
+	}
 	var live [][2]int64
-	for _, win := range w.assign(t) {
-		if !w.eventTime() || win[1]-1+w.late > wm {
+	for _, win := range wins {
+		if !w.isLate(win[1], wm) {
 			live = append(live, win)
 		}
 	}
 	if len(live) == 0 {
-		if sc, ok := out.(SideCollector); ok {
-			return sc.CollectSide(LateOutput, rec)
-		}
-		return nil
+		return w.lateRecs.handle(rec, time.UnixMilli(wm), out)
 	}
 	in, err := w.inputs(&rec)
 	if err != nil {
 		return err
-	}
-	if w.p.Kind == Session {
-		return w.addSession(rec.Key, live[0], in, wm, out)
 	}
 	for _, win := range live {
 		e, found, err := w.windows.Get(win[0])
@@ -276,6 +424,7 @@ func (w *Window) ProcessElement(_ context.Context, rec runtime.Record, out Colle
 		}
 		if !found {
 			e = windowEntry{End: win[1]}
+			w.addOpen(1)
 		}
 		if err := w.add(rec.Key, win[0], e, in, wm, out); err != nil {
 			return err
@@ -284,45 +433,60 @@ func (w *Window) ProcessElement(_ context.Context, rec runtime.Record, out Colle
 	return nil
 }
 
-// addSession merges the session window win with every window of the key
-// that overlaps it, folds the record in and stores the result.
-func (w *Window) addSession(key []byte, win [2]int64, in []aggInput, wm int64, out Collector) error {
-	merged := windowEntry{End: win[1]}
-	start := win[0]
+// addSession merges the session window win of rec with every window of
+// the key that overlaps it (Flink's MergingWindowSet.addWindow), judges
+// the merged session late or not (isLate: a record that extends a live
+// session is not late, whatever its own window), then folds the record in
+// and stores the result.
+func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Collector) error {
 	type part struct {
 		start int64
 		e     windowEntry
 	}
 	var parts []part
+	start, end := win[0], win[1]
 	for e, err := range w.windows.Entries() {
 		if err != nil {
 			return err
 		}
 		if e.Key < win[1] && e.Value.End > win[0] {
 			parts = append(parts, part{e.Key, e.Value})
+			start, end = min(start, e.Key), max(end, e.Value.End)
 		}
 	}
+	if w.isLate(end, wm) {
+		return w.lateRecs.handle(rec, time.UnixMilli(wm), out)
+	}
+	in, err := w.inputs(&rec)
+	if err != nil {
+		return err
+	}
 	slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(a.start, b.start) })
-	var acc aggregateAccumulators
+	merged := windowEntry{End: end}
 	for _, p := range parts {
 		if err := w.windows.Remove(p.start); err != nil {
 			return err
 		}
-		start = min(start, p.start)
-		merged.End = max(merged.End, p.e.End)
-		if acc == nil {
-			acc = p.e.Acc
+		if merged.Acc == nil {
+			merged.Acc = p.e.Acc
 		} else {
-			acc = w.merge(acc, p.e.Acc)
+			merged.Acc = w.merge(merged.Acc, p.e.Acc)
+		}
+		// The record fell inside a session that already fired: the same
+		// window, updated (a merge that changes the bounds is a new
+		// window that fires on its own).
+		if p.start == start && p.e.End == end && p.e.Fired {
+			merged.Fired = true
 		}
 	}
-	merged.Acc = acc
-	return w.add(key, start, merged, in, wm, out)
+	w.addOpen(1 - int64(len(parts)))
+	return w.add(rec.Key, start, merged, in, wm, out)
 }
 
 // add folds in into window e starting at start, stores it, registers its
-// timers and, for a window that already fired (a late record within the
-// lateness), emits its updated result.
+// timers and, for a window whose end the watermark already passed (a late
+// record within the lateness, or a session merge inside it), emits its
+// updated result.
 func (w *Window) add(key []byte, start int64, e windowEntry, in []aggInput, wm int64, out Collector) error {
 	isNew := make([]bool, len(w.distinct))
 	for j, i := range w.distinct {
@@ -345,6 +509,9 @@ func (w *Window) add(key []byte, start int64, e windowEntry, in []aggInput, wm i
 	// EventTimeTrigger.onElement).
 	emitNow := w.eventTime() && maxTs <= wm
 	if emitNow {
+		if !e.Fired && w.fired != nil {
+			w.fired.Inc()
+		}
 		e.Fired = true
 	}
 	if err := w.windows.Put(start, e); err != nil {
@@ -414,6 +581,9 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 				return err
 			}
 			x.e.Fired = true
+			if w.fired != nil {
+				w.fired.Inc()
+			}
 		}
 		lateness := w.late
 		if !w.eventTime() {
@@ -423,6 +593,7 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 			if err := w.windows.Remove(x.start); err != nil {
 				return err
 			}
+			w.addOpen(-1)
 		} else if err := w.windows.Put(x.start, x.e); err != nil {
 			return err
 		} else {

@@ -19,10 +19,19 @@ type windowHarness struct {
 
 func newWindowHarness(t *testing.T, kind, dir string, restore *Restore, p WindowParams) *windowHarness {
 	t.Helper()
+	return newWindowHarnessOf(t, kind, dir, restore, NewWindow(p), true)
+}
+
+// newWindowHarnessOf drives w; lateSink says whether a vertex reads the
+// late side output (h.late), as a sink reading "w.late" would.
+func newWindowHarnessOf(t *testing.T, kind, dir string, restore *Restore, w *Window, lateSink bool) *windowHarness {
+	t.Helper()
 	h := &windowHarness{harness: &harness{t: t, mb: runtime.NewMailbox(), ch: runtime.NewChannel(1024), ctx: context.Background()}, late: runtime.NewChannel(64)}
 	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{h.ch}, runtime.ForwardPartitioner{}))
-	out.AddSideWriter(LateOutput, runtime.NewWriter([]runtime.Channel{h.late}, runtime.ForwardPartitioner{}))
-	h.op = NewKeyedProcessOperator(OpenContext{Operator: "w", Parallelism: 1}, opener(kind, dir), restore, NewWindow(p), out)
+	if lateSink {
+		out.AddSideWriter(LateOutput, runtime.NewWriter([]runtime.Channel{h.late}, runtime.ForwardPartitioner{}))
+	}
+	h.op = NewKeyedProcessOperator(OpenContext{Operator: "w", Parallelism: 1}, opener(kind, dir), restore, w, out)
 	h.op.SetMailbox(h.mb)
 	if err := h.op.Open(h.ctx); err != nil {
 		t.Fatal(err)

@@ -94,3 +94,34 @@ func TestSideOutputTakesPartInCheckpoints(t *testing.T) {
 		t.Errorf("acknowledgements %v, want %v", resp.acks, want)
 	}
 }
+
+// countInc counts Inc calls.
+type countInc struct{ n int }
+
+func (c *countInc) Inc() { c.n++ }
+
+// TestOutputHasSideWriters: a side output with no writer has none
+// (EmitSide drops and does not count the record); with one, EmitSide
+// delivers the record and counts it.
+func TestOutputHasSideWriters(t *testing.T) {
+	ctx := context.Background()
+	var c countInc
+	o := NewOutput(&c)
+	if o.HasSideWriters("late") {
+		t.Fatal("HasSideWriters(late) with no side writer")
+	}
+	if err := o.EmitSide(ctx, "late", Record{Value: []byte("x")}); err != nil || c.n != 0 {
+		t.Fatalf("EmitSide without a writer: err %v, counted %d; want nil, 0", err, c.n)
+	}
+	ch := NewChannel(4)
+	o.AddSideWriter("late", NewWriter([]Channel{ch}, ForwardPartitioner{}))
+	if !o.HasSideWriters("late") || o.HasSideWriters("other") {
+		t.Fatalf("HasSideWriters: late %v other %v, want true false", o.HasSideWriters("late"), o.HasSideWriters("other"))
+	}
+	if err := o.EmitSide(ctx, "late", Record{Value: []byte("y")}); err != nil {
+		t.Fatal(err)
+	}
+	if el := <-ch; string(el.Record.Value) != "y" || c.n != 1 {
+		t.Fatalf("side writer got %q, counted %d; want y, 1", el.Record.Value, c.n)
+	}
+}

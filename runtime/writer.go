@@ -302,8 +302,15 @@ func (o *Output) AddSideWriter(tag string, w *Writer) {
 	o.side[tag] = append(o.side[tag], w)
 }
 
+// HasSideWriters reports whether side output tag has a writer: whether
+// EmitSide(tag) delivers a record anywhere. An operator that must not lose
+// what it emits to a side output no vertex reads (the window operator's
+// late records) asks it and counts the record instead.
+func (o *Output) HasSideWriters(tag string) bool { return len(o.side[tag]) > 0 }
+
 // EmitSide sends rec to every writer of side output tag (none: rec is
-// dropped); see Writer.Emit. It counts as an emitted record.
+// dropped; see HasSideWriters); see Writer.Emit. It counts as an emitted
+// record when a writer got it.
 func (o *Output) EmitSide(ctx context.Context, tag string, rec Record) error {
 	for _, w := range o.side[tag] {
 		if err := w.Emit(ctx, rec); err != nil {
