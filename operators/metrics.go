@@ -20,10 +20,10 @@ type Metrics struct {
 	rulesWaiting    *prometheus.GaugeVec
 	rulesOverflow   *prometheus.CounterVec
 
-	lateRouted    *prometheus.CounterVec
-	lateDropped   *prometheus.CounterVec
-	windowsFired  *prometheus.CounterVec
-	windowsOpen   *prometheus.GaugeVec
+	lateRouted   *prometheus.CounterVec
+	lateDropped  *prometheus.CounterVec
+	windowsFired *prometheus.CounterVec
+	windowsOpen  *prometheus.GaugeVec
 }
 
 // NewMetrics registers with reg:

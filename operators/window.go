@@ -180,7 +180,6 @@ type windowEntry struct {
 	Fired bool                  `json:"fired,omitempty"` // the on-time result was emitted
 }
 
-
 // windowState is the descriptor of WindowStateName.
 var windowState = state.MapStateDescriptor[int64, windowEntry]{
 	Name: WindowStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: state.JSONSerializer[windowEntry]{},
