@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,6 +66,17 @@ func TestExampleTumblingWindow(t *testing.T) {
 	lateGot := testkit.ReadTopic(t, []string{broker}, "late-clicks", 10*time.Second)
 	if len(lateGot) != 1 || string(lateGot[0].Value) != string(late.Value) {
 		t.Fatalf("read_committed late-clicks: %d records (%v), want exactly %s", len(lateGot), lateGot, late.Value)
+	}
+	// Issue 22: the late click is counted as routed, none dropped; five
+	// windows fired and carol's [30s, 40s) is the one still open.
+	pw := map[string]string{"operator": "per_window"}
+	for metric, want := range map[string]float64{
+		"kstreamd_operator_late_records_routed_total": 1, "kstreamd_operator_late_records_dropped_total": 0,
+		"kstreamd_window_fired_total": float64(len(want)), "kstreamd_window_open_windows": 1,
+	} {
+		if got, n, err := testkit.ScrapeSeries(d.url(), metric, pw); err != nil || n == 0 || got != want {
+			t.Errorf("%s{operator=per_window} = %v over %d series (%v), want %v", metric, got, n, err, want)
+		}
 	}
 	wm, err := testkit.Scrape(d.url(), "kstreamd_operator_watermark_seconds", map[string]string{"operator": "per_window", "subtask": "0"})
 	if err != nil || wm != float64(t0+32_999)/1000 {
@@ -189,5 +201,46 @@ func TestTimersSurviveKillAndRescale(t *testing.T) {
 		if n != 1 || len(v) < len(want) || v[len(v)-len(want):] != want {
 			t.Fatalf("firing %s seen %d times (want once, ending %s)", v, n, want)
 		}
+	}
+}
+
+// TestWindowLateRecordsDroppedCounted is issue 22's acceptance test of late
+// records with no late sink, on the real job wiring: a tumbling window
+// whose <op>.late no vertex reads gets 3 late records; they are counted in
+// kstreamd_operator_late_records_dropped_total (3; routed 0) and the log
+// has exactly one "dropped a late record" line, naming the side output,
+// a record time and the watermark.
+func TestWindowLateRecordsDroppedCounted(t *testing.T) {
+	t.Parallel()
+	_, broker := startKfake(t, []string{"events", "out"})
+	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
+	cl := newClient(t, broker, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	d := startProc(t, dir, timersConfig(dir, broker, metrics, 2), broker, metrics)
+	event := func(p int32, user string, ms int64) *kgo.Record {
+		return &kgo.Record{Topic: "events", Partition: p, Value: fmt.Appendf(nil, `{"user":%q,"ts":%d}`, user, t0+ms)}
+	}
+	var recs []*kgo.Record
+	for p := range int32(4) { // every partition passes 20s: the watermark passes [0s, 10s)
+		recs = append(recs, event(p, "alice", 1000), event(p, "tick", 20_000))
+	}
+	produce(t, cl, recs...)
+	testkit.WaitMetric(t, 60*time.Second, d.url(), "kstreamd_window_fired_total", map[string]string{"operator": "per_user"}, 1)
+	produce(t, cl, event(0, "bob", 2000), event(1, "bob", 3000), event(2, "carol", 9999))
+	pu := map[string]string{"operator": "per_user"}
+	testkit.WaitMetric(t, 30*time.Second, d.url(), "kstreamd_operator_late_records_dropped_total", pu, 3)
+	if n, _ := testkit.Scrape(d.url(), "kstreamd_operator_late_records_routed_total", pu); n != 0 {
+		t.Fatalf("late records routed %v with no late sink, want 0", n)
+	}
+	var lines []string
+	for _, l := range strings.Split(d.out.String(), "\n") {
+		if strings.Contains(l, "dropped a late record") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "side_output=per_user.late") || !strings.Contains(lines[0], "record_time=") || !strings.Contains(lines[0], "watermark=") {
+		t.Fatalf("log lines about dropped late records %q, want one naming per_user.late, the record time and the watermark", lines)
+	}
+	if code, _ := d.terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
 	}
 }
