@@ -196,6 +196,7 @@ func TestDashboardMetricsExported(t *testing.T) {
 	for n, where := range used {
 		switch {
 		case strings.HasPrefix(n, clusterMetricPrefix): // TestDashboardClusterMetricsExported
+		case isWindowMetric(n): // TestDashboardWindowMetricsExported
 		case strings.HasPrefix(n, rulesMetricPrefix):
 			rules[n] = where
 		default:
@@ -209,6 +210,56 @@ func TestDashboardMetricsExported(t *testing.T) {
 	rd := sharedRulesDaemon(t)
 	checkExported(t, rd, rules)
 	t.Logf("all %d dashboard metrics exported: %s", len(used), strings.Join(slices.Sorted(maps.Keys(used)), ", "))
+}
+
+// windowMetricPrefixes name the metrics only a job with a window operator
+// exports (their series carry the operator's name).
+var windowMetricPrefixes = []string{"kstreamd_window_", "kstreamd_operator_late_records_"}
+
+func isWindowMetric(name string) bool {
+	return slices.ContainsFunc(windowMetricPrefixes, func(p string) bool { return strings.HasPrefix(name, p) })
+}
+
+// windowExample is the example job with a window operator and a late sink.
+const windowExample = "configs/examples/tumbling_window.yaml"
+
+// TestDashboardWindowMetricsExported: every window metric the dashboard's
+// Windows row queries (windows fired, open windows, late records routed
+// and dropped) is exported by a daemon running windowExample from its
+// start, before any record: the series exist at 0.
+func TestDashboardWindowMetricsExported(t *testing.T) {
+	used := map[string][]string{}
+	for n, where := range dashboardMetrics(t) {
+		if isWindowMetric(n) {
+			used[n] = where
+		}
+	}
+	if len(used) != 4 {
+		t.Errorf("%s queries %d window metrics (%q), want the 4 of the Windows row", homeDashboard, len(used), slices.Sorted(maps.Keys(used)))
+	}
+	checkExported(t, windowDaemon(t), used)
+}
+
+// windowDaemon starts a daemon running windowExample for the test t and
+// stops it when t ends.
+func windowDaemon(t *testing.T) *daemon {
+	t.Helper()
+	dir := t.TempDir()
+	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	cfg, err := jobConfig(windowExample, filepath.Join(dir, "data"), broker, metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := startDaemon(dir, cfg, broker, metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
 }
 
 // checkExported fails t unless d exports every metric of used within 20s.

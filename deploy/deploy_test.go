@@ -176,8 +176,9 @@ func referenceConfig(dataDir, broker, metrics string) (string, error) {
 	return jobConfig("configs/colorshape.yaml", dataDir, broker, metrics)
 }
 
-// jobConfig is the reference job file rel (configs/colorshape.yaml or
-// configs/rules.yaml) changed as referenceConfig says.
+// jobConfig is the reference job file rel (configs/colorshape.yaml,
+// configs/rules.yaml or an example of configs/examples) changed as
+// referenceConfig says; a file without a demo section gets none.
 func jobConfig(rel, dataDir, broker, metrics string) (string, error) {
 	b, err := os.ReadFile(repoFile(rel))
 	if err != nil {
@@ -187,22 +188,41 @@ func jobConfig(rel, dataDir, broker, metrics string) (string, error) {
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return "", fmt.Errorf("%s: %w", rel, err)
 	}
+	hasDemo := hasTopKey(&doc, "demo")
 	for _, set := range []struct {
 		keys  []string
 		value string
+		skip  bool
 	}{
-		{[]string{"data_dir"}, dataDir},
-		{[]string{"kafka", "embedded", "address"}, broker},
-		{[]string{"metrics", "address"}, metrics},
-		{[]string{"checkpoints", "interval"}, testCheckpointInterval},
-		{[]string{"demo", "items_per_second"}, strconv.Itoa(demoItemsPerSecond)},
+		{[]string{"data_dir"}, dataDir, false},
+		{[]string{"kafka", "embedded", "address"}, broker, false},
+		{[]string{"metrics", "address"}, metrics, false},
+		{[]string{"checkpoints", "interval"}, testCheckpointInterval, false},
+		{[]string{"demo", "items_per_second"}, strconv.Itoa(demoItemsPerSecond), !hasDemo},
 	} {
+		if set.skip {
+			continue
+		}
 		if err := setYAMLPath(&doc, scalar(set.value), set.keys...); err != nil {
 			return "", fmt.Errorf("%s: %w", rel, err)
 		}
 	}
 	out, err := yaml.Marshal(&doc)
 	return string(out), err
+}
+
+// hasTopKey reports whether the YAML document doc's top mapping has key.
+func hasTopKey(doc *yaml.Node, key string) bool {
+	n := doc
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for j := 0; j+1 < len(n.Content); j += 2 {
+		if n.Content[j].Value == key {
+			return true
+		}
+	}
+	return false
 }
 
 // sharedDaemon returns the daemon running the reference job that the tests

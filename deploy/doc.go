@@ -9,7 +9,9 @@
 //   - every metric a dashboard panel queries is exported by a running
 //     kstreamd (the tests build the binary and run the reference job,
 //     configs/colorshape.yaml with its addresses and data dir made local, on
-//     the embedded broker, on loopback ports);
+//     the embedded broker, on loopback ports; the rules row's metrics on
+//     configs/rules.yaml, the windows row's on
+//     configs/examples/tumbling_window.yaml);
 //   - that reference job checkpoints, commits its exactly-once sink's
 //     transactions (read_committed readers see no duplicate) and writes a
 //     malformed item and an undecodable rule to its dead-letter topics with

@@ -142,9 +142,10 @@ var anyVarRE = regexp.MustCompile(`\$\{?\w+\}?`)
 func TestPrometheusScrapesDaemon(t *testing.T) {
 	bin := requireTool(t, "prometheus", "prometheus")
 	// The reference job exports every series but the rules operator's,
-	// which the rules reference job does.
+	// which the rules reference job does, and the window operator's, which
+	// the window example does.
 	d := sharedDaemon(t)
-	addr := startPrometheus(t, bin, d, sharedRulesDaemon(t))
+	addr := startPrometheus(t, bin, d, sharedRulesDaemon(t), windowDaemon(t))
 
 	const metric = "kstreamd_operator_records_in_total"
 	var last promResult
