@@ -240,45 +240,55 @@ func TestWindowEventTimeOutOfRange(t *testing.T) {
 		bad     []int64
 		good    []int64 // accepted
 		entries int     // after the good ones: windows and their timers
+		fired   int     // windows the good ones fire at the last watermark
 	}{
 		{"tumbling", WindowParams{Kind: Tumbling, Size: 10 * time.Second},
 			[]int64{math.MinInt64, math.MaxInt64, math.MaxInt64 - 5_000},
-			[]int64{math.MaxInt64 - 10_000, math.MinInt64 + 10_000}, 4},
+			[]int64{math.MaxInt64 - 10_000, math.MinInt64 + 10_000}, 4, 2},
 		{"tumbling with offset", WindowParams{Kind: Tumbling, Size: 10 * time.Second, Offset: 3 * time.Second},
 			[]int64{math.MinInt64 + 5_000, math.MaxInt64 - 1_000},
-			[]int64{math.MinInt64 + 15_000}, 2},
+			[]int64{math.MinInt64 + 15_000}, 2, 1},
 		{"tumbling with lateness", WindowParams{Kind: Tumbling, Size: 10 * time.Second, AllowedLateness: time.Hour},
 			[]int64{math.MaxInt64 - 20_000},
-			[]int64{math.MaxInt64 - 3_700_000}, 3},
+			[]int64{math.MaxInt64 - 3_700_000}, 3, 1},
 		{"sliding", WindowParams{Kind: Sliding, Size: 10 * time.Second, Slide: 5 * time.Second},
 			[]int64{math.MinInt64, math.MaxInt64, math.MinInt64 + 1_000},
-			[]int64{math.MinInt64 + 7_000, math.MinInt64 + 20_000}, 8},
+			[]int64{math.MinInt64 + 7_000, math.MinInt64 + 20_000}, 8, 4},
 		{"session", WindowParams{Kind: Session, Gap: time.Minute},
 			[]int64{math.MaxInt64, math.MaxInt64 - 59_999},
-			[]int64{math.MinInt64, math.MaxInt64 - 60_000}, 4},
+			[]int64{math.MinInt64, math.MaxInt64 - 60_000}, 4, 2},
 		{"session with lateness", WindowParams{Kind: Session, Gap: time.Minute, AllowedLateness: time.Second},
 			[]int64{math.MaxInt64 - 60_000},
-			[]int64{math.MaxInt64 - 61_001}, 3},
+			[]int64{math.MaxInt64 - 61_001}, 3, 1},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := tc.p
-			p.Time, p.Aggregates = WindowEventTime, count
-			h := newWindowHarness(t, state.KindHashmap, "", nil, p)
-			for _, ms := range tc.bad {
-				err := h.op.ProcessRecord(h.ctx, 0, ev("a", ms))
-				var re *runtime.RecordError
-				if !errors.As(err, &re) || re.Reason != runtime.ReasonEventTimeOutOfRange || !strings.Contains(re.Detail, "outside int64 milliseconds") {
-					t.Fatalf("timestamp %d: error %v, want a RecordError %s", ms, err, runtime.ReasonEventTimeOutOfRange)
+		for _, kind := range backends {
+			t.Run(tc.name+"/"+kind, func(t *testing.T) {
+				p := tc.p
+				p.Time, p.Aggregates = WindowEventTime, count
+				h := newWindowHarness(t, kind, t.TempDir(), nil, p)
+				for _, ms := range tc.bad {
+					err := h.op.ProcessRecord(h.ctx, 0, ev("a", ms))
+					var re *runtime.RecordError
+					if !errors.As(err, &re) || re.Reason != runtime.ReasonEventTimeOutOfRange || !strings.Contains(re.Detail, "outside int64 milliseconds") {
+						t.Fatalf("timestamp %d: error %v, want a RecordError %s", ms, err, runtime.ReasonEventTimeOutOfRange)
+					}
 				}
-			}
-			if n := h.entries(); n != 0 {
-				t.Fatalf("%d entries after only bad records, want 0", n)
-			}
-			h.process(evs(tc.good)...)
-			if n := h.entries(); n != tc.entries {
-				t.Fatalf("%d entries after %d good records, want %d", n, len(tc.good), tc.entries)
-			}
-		})
+				if n := h.entries(); n != 0 {
+					t.Fatalf("%d entries after only bad records, want 0", n)
+				}
+				h.process(evs(tc.good)...)
+				if n := h.entries(); n != tc.entries {
+					t.Fatalf("%d entries after %d good records, want %d", n, len(tc.good), tc.entries)
+				}
+				if got := h.wm(math.MaxInt64); len(got) != tc.fired { // the end of input's watermark
+					t.Fatalf("the last watermark fired %d windows (%q), want %d", len(got), got, tc.fired)
+				}
+				if n := h.entries(); n != 0 {
+					t.Fatalf("%d entries after the last watermark, want 0", n)
+				}
+				h.finish()
+			})
+		}
 	}
 }
 
