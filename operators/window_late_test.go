@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -399,4 +400,51 @@ func TestWindowOffsetParams(t *testing.T) {
 			t.Errorf("%+v: %q, want exactly %q", tc.p, got, tc.want)
 		}
 	}
+}
+
+// TestSessionWindowMergeFiredSessions: gap 30s, allowed lateness 120s,
+// watermark 240s after two fired sessions [100s, 130s) and [200s, 230s).
+// Records that extend them, and one that bridges both, merge with the
+// fired sessions inside their lateness: each merge emits the merged
+// session's exact result at once (new bounds: counted as a fired window),
+// nothing goes to the late output, and one window is left.
+func TestSessionWindowMergeFiredSessions(t *testing.T) {
+	p := WindowParams{Kind: Session, Gap: 30 * time.Second, Time: WindowEventTime, AllowedLateness: 120 * time.Second,
+		Aggregates: []AggregateSpec{{Name: "n", Fn: AggCount}}}
+	o := newObservedWindow(t, p)
+	h := newWindowHarnessOf(t, state.KindPebble, t.TempDir(), nil, o.w, true)
+	win := func(start, end, n int) string {
+		f := func(s int) string { return time.UnixMilli(int64(s) * sec).UTC().Format(time.RFC3339) }
+		return `{"key":"a","window_start":"` + f(start) + `","window_end":"` + f(end) + `","n":` + strconv.Itoa(n) + `}`
+	}
+	h.process(ev("a", 100*sec), ev("a", 200*sec))
+	if got, want := h.wm(240*sec), []string{win(100, 130, 1), win(200, 230, 1)}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("watermark 240s:\n%q\nwant\n%q", got, want)
+	}
+	for _, step := range []struct {
+		at   int64
+		want string
+	}{
+		{125, win(100, 155, 2)}, // [125, 155) extends [100, 130)
+		{175, win(175, 230, 2)}, // [175, 205) extends [200, 230) to the left
+		{150, win(100, 230, 5)}, // [150, 180) bridges [100, 155) and [175, 230)
+	} {
+		h.process(ev("a", step.at*sec))
+		if got := values(h.emitted()); !reflect.DeepEqual(got, []string{step.want}) {
+			t.Fatalf("record at %ds emitted\n%q\nwant\n%q", step.at, got, step.want)
+		}
+	}
+	if got := h.lateValues(); len(got) != 0 {
+		t.Fatalf("late output %q, want nothing", got)
+	}
+	if f, n := metricOf(t, o.m.WindowsFired("w")), metricOf(t, o.m.WindowsOpen("w", 0)); f != 5 || n != 1 {
+		t.Fatalf("fired %v, open %v; want 5 and 1", f, n)
+	}
+	if got := h.wm(400 * sec); len(got) != 0 {
+		t.Fatalf("the cleanup watermark emitted %q", got)
+	}
+	if n, g := h.entries(), metricOf(t, o.m.WindowsOpen("w", 0)); n != 0 || g != 0 {
+		t.Fatalf("%d entries, open windows %v after the lateness; want 0 and 0", n, g)
+	}
+	h.finish()
 }
