@@ -2,6 +2,7 @@ package operators
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -19,7 +20,22 @@ type Metrics struct {
 	rulesEntries    *prometheus.GaugeVec
 	rulesWaiting    *prometheus.GaugeVec
 	rulesOverflow   *prometheus.CounterVec
+
+	ruleEvalErrors *prometheus.CounterVec
+	mu             sync.Mutex                     // guards ruleLabels
+	ruleLabels     map[string]map[string]struct{} // operator -> rule ids with their own label
 }
+
+// MaxRuleMetricLabels is the most distinct rule ids one rules operator
+// gives their own rule label in kstreamd_rule_evaluation_errors_total;
+// the errors of every further rule are counted under rule="other" (the
+// first ids to fail keep their label for the process's life). Rule ids are
+// user input, so the label set is bounded; GET /api/v1/rules has every
+// rule's own count.
+const MaxRuleMetricLabels = 100
+
+// OtherRuleLabel is the rule label of the rules beyond MaxRuleMetricLabels.
+const OtherRuleLabel = "other"
 
 // NewMetrics registers with reg:
 //
@@ -29,12 +45,14 @@ type Metrics struct {
 //	kstreamd_rules_records_matched_total{operator}                      copies the rules operator routed (record x matching rule)
 //	kstreamd_rules_alerts_total{operator}                               alerts the rules operator emitted
 //	kstreamd_rules_eval_errors_total{operator}                          rule expressions that failed on a record (no match)
+//	kstreamd_rule_evaluation_errors_total{operator,rule}                the same per rule: at most MaxRuleMetricLabels rules, the rest rule="other"
 //	kstreamd_rules_window_entries{operator,subtask}                     window buckets the rules operator holds
 //	kstreamd_rules_waiting_records{operator,subtask}                    records the routing stage holds for the rules watermark (rule_time: event)
 //	kstreamd_rules_wait_overflow_total{operator}                        records routed before the rules watermark passed them: the hold was full
 //
-// Per-rule counts are not metrics: a rule id is unbounded (STYLE.md
-// section 9), so they are in GET /api/v1/rules.
+// Per-rule counts are not metrics, as a rule id is unbounded (STYLE.md
+// section 9): they are in GET /api/v1/rules. The one exception, evaluation
+// errors, bounds its rule label with MaxRuleMetricLabels.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		rulesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -77,8 +95,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kstreamd_rules_wait_overflow_total",
 			Help: "Records the rules routing stage routed before the rules watermark passed them because max_waiting records were held (rule_time: event).",
 		}, []string{"operator"}),
+		ruleEvalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_rule_evaluation_errors_total",
+			Help: "Records on which one of a rule's expressions (filter, group_by, aggregate.of) failed, the cost limit included, by rule: at most 100 rule ids per operator, the rest under rule=\"other\".",
+		}, []string{"operator", "rule"}),
+		ruleLabels: map[string]map[string]struct{}{},
 	}
-	for _, c := range []prometheus.Collector{m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired, m.rulesMatched, m.rulesAlerts, m.rulesEvalErrors, m.rulesEntries, m.rulesWaiting, m.rulesOverflow} {
+	for _, c := range []prometheus.Collector{m.ruleEvalErrors, m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired, m.rulesMatched, m.rulesAlerts, m.rulesEvalErrors, m.rulesEntries, m.rulesWaiting, m.rulesOverflow} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -105,4 +128,25 @@ func (m *Metrics) PendingExpired(operator string) prometheus.Counter {
 // RulesRejected returns the rejected-rules counter of one operator.
 func (m *Metrics) RulesRejected(operator string) prometheus.Counter {
 	return m.rulesRejected.WithLabelValues(operator)
+}
+
+// RuleEvaluationErrors returns the evaluation-error counter of rule id of
+// one rules operator: its own series for the first MaxRuleMetricLabels ids
+// that ask, the OtherRuleLabel series for the rest. Safe for concurrent use.
+func (m *Metrics) RuleEvaluationErrors(operator, id string) prometheus.Counter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := m.ruleLabels[operator]
+	if seen == nil {
+		seen = map[string]struct{}{}
+		m.ruleLabels[operator] = seen
+	}
+	if _, ok := seen[id]; !ok {
+		if len(seen) >= MaxRuleMetricLabels || id == OtherRuleLabel {
+			id = OtherRuleLabel
+		} else {
+			seen[id] = struct{}{}
+		}
+	}
+	return m.ruleEvalErrors.WithLabelValues(operator, id)
 }

@@ -186,6 +186,12 @@ type RuleStatus struct {
 	// held (keyed stage).
 	Alerts       int64 `json:"alerts"`
 	StateEntries int64 `json:"state_entries"`
+	// Errors counts the records on which one of the rule's expressions
+	// (filter, group_by, aggregate.of) failed to evaluate, the cost limit
+	// included (routing stage); such a record does not match the rule.
+	// LastError is the last of those errors, empty while there is none.
+	Errors    int64  `json:"errors"`
+	LastError string `json:"last_error,omitempty"`
 	// Rule is the rule's JSON.
 	Rule json.RawMessage `json:"rule"`
 }
@@ -200,7 +206,13 @@ type RulesReporter interface {
 // ruleCounters are the per-rule counts, updated on the subtask goroutine
 // with atomics and read by RuleStatuses from others.
 type ruleCounters struct {
-	matched, alerts, entries atomic.Int64
+	matched, alerts, entries, errors atomic.Int64
+	lastError                        atomic.Pointer[string]
+
+	// errMetric is the rule's kstreamd_rule_evaluation_errors_total
+	// counter, looked up at the first error; only the subtask goroutine
+	// touches it.
+	errMetric prometheus.Counter
 }
 
 // ruleView is what RuleStatuses shows of one rule; immutable once
@@ -259,6 +271,10 @@ func (b *ruleStatusBoard) statuses() []RuleStatus {
 		s := RuleStatus{ID: id, Version: v.version.String(), Since: v.since, Updated: v.updated, Rule: v.rule.JSON, State: v.rule.Spec.State}
 		if v.counts != nil {
 			s.RecordsMatched, s.Alerts, s.StateEntries = v.counts.matched.Load(), v.counts.alerts.Load(), v.counts.entries.Load()
+			s.Errors = v.counts.errors.Load()
+			if e := v.counts.lastError.Load(); e != nil {
+				s.LastError = *e
+			}
 		}
 		out = append(out, s)
 	}
@@ -291,8 +307,11 @@ const maxRuleHistory = 16
 // also across restores.
 //
 // A filter, group_by or of that fails on a record (a missing field, a sum
-// over a string) only means the record does not match that rule; it is
-// counted in kstreamd_rules_eval_errors_total.
+// over a string, the expression cost limit reached) only means the record
+// does not match that rule; it is counted in the rule's status (errors,
+// last_error in GET /api/v1/rules), in kstreamd_rules_eval_errors_total and
+// kstreamd_rule_evaluation_errors_total{operator,rule} (bounded: see
+// MaxRuleMetricLabels), and logged at most once per 10 s per subtask.
 //
 // Broadcast state "rules": the rule versions by id, as JSON (the last one;
 // with rule_time: event up to maxRuleHistory, by timestamp).
@@ -329,6 +348,12 @@ type RulesRouter struct {
 	matched, evalErrors, bad, overflow prometheus.Counter
 	held, updated, waitingGauge        prometheus.Gauge
 	buf                                []byte
+
+	// now is the clock of the error log's rate limit; lastErrLog when it
+	// last logged, errsUnlogged the failures since.
+	now          func() time.Time
+	lastErrLog   time.Time
+	errsUnlogged int64
 }
 
 // RulesWaitingState is the routing stage's operator state with rule_time
@@ -356,7 +381,7 @@ func NewRulesRouter(cfg RulesConfig) *RulesRouter {
 	if cfg.MaxWaiting <= 0 {
 		cfg.MaxWaiting = DefaultRulesMaxWaiting
 	}
-	return &RulesRouter{cfg: cfg, history: map[string][]routerRule{}, rulesWM: math.MinInt64}
+	return &RulesRouter{cfg: cfg, history: map[string][]routerRule{}, rulesWM: math.MinInt64, now: time.Now}
 }
 
 // Open implements ProcessFunction.
@@ -549,7 +574,10 @@ func (r *RulesRouter) route(rec runtime.Record, out Collector) error {
 			continue
 		}
 		cr := v.Rule
-		group, in, ok := r.match(cr, env)
+		group, in, ok, err := r.match(cr, env)
+		if err != nil {
+			r.evalFailed(id, r.board.counter(id), &rec, err)
+		}
 		if !ok {
 			continue
 		}
@@ -571,34 +599,32 @@ func (r *RulesRouter) route(rec runtime.Record, out Collector) error {
 }
 
 // match evaluates cr's filter, group_by and of on env; ok is false when the
-// record does not match (filter false, or an evaluation failed).
-func (r *RulesRouter) match(cr *CompiledRule, env *expression.Env) (group []json.RawMessage, in json.RawMessage, ok bool) {
-	fail := func() ([]json.RawMessage, json.RawMessage, bool) {
-		if r.evalErrors != nil {
-			r.evalErrors.Inc()
-		}
-		return nil, nil, false
+// record does not match: the filter is false, or an evaluation failed, err
+// then saying which expression and why.
+func (r *RulesRouter) match(cr *CompiledRule, env *expression.Env) (group []json.RawMessage, in json.RawMessage, ok bool, err error) {
+	fail := func(field string, err error) ([]json.RawMessage, json.RawMessage, bool, error) {
+		return nil, nil, false, fmt.Errorf("%s: %w", field, err)
 	}
 	if cr.filter.IsSet() {
 		res, err := cr.filter.Program().Eval(env)
 		if err != nil {
-			return fail()
+			return fail("filter", err)
 		}
 		if b, isBool := res.(bool); !isBool {
-			return fail()
+			return fail("filter", fmt.Errorf("result %T is not a bool", res))
 		} else if !b {
-			return nil, nil, false
+			return nil, nil, false, nil
 		}
 	}
 	group = make([]json.RawMessage, len(cr.groupBy))
 	for i, g := range cr.groupBy {
 		v, err := g.Program().Eval(env)
 		if err != nil {
-			return fail()
+			return fail(fmt.Sprintf("group_by[%d]", i), err)
 		}
 		raw, err := expression.EncodeJSON(v)
 		if err != nil {
-			return fail()
+			return fail(fmt.Sprintf("group_by[%d]", i), err)
 		}
 		group[i] = raw
 	}
@@ -607,24 +633,57 @@ func (r *RulesRouter) match(cr *CompiledRule, env *expression.Env) (group []json
 	case AggCountDistinct:
 		v, err := cr.of.Program().Eval(env)
 		if err != nil {
-			return fail()
+			return fail("aggregate.of", err)
 		}
 		if in, err = expression.EncodeJSON(v); err != nil {
-			return fail()
+			return fail("aggregate.of", err)
 		}
 	default:
 		v, err := cr.of.Program().Eval(env)
 		if err != nil {
-			return fail()
+			return fail("aggregate.of", err)
 		}
 		n, isNum := toNumber(v)
 		if !isNum {
-			return fail()
+			return fail("aggregate.of", fmt.Errorf("result %T is not a number", v))
 		}
 		in = n.appendJSON(nil)
 	}
-	return group, in, true
+	return group, in, true, nil
 }
+
+// evalFailed counts a failed evaluation of rule id (err) in the rule's
+// status, in kstreamd_rules_eval_errors_total and, bounded,
+// kstreamd_rule_evaluation_errors_total, and logs it at most once per
+// ruleErrorLogInterval per subtask, the line counting the failures since
+// the previous line, its own included.
+func (r *RulesRouter) evalFailed(id string, c *ruleCounters, rec *runtime.Record, err error) {
+	msg := err.Error()
+	c.errors.Add(1)
+	c.lastError.Store(&msg)
+	if r.evalErrors != nil {
+		r.evalErrors.Inc()
+	}
+	if m := r.cfg.Metrics; m != nil {
+		if c.errMetric == nil {
+			c.errMetric = m.RuleEvaluationErrors(r.cfg.Operator, id)
+		}
+		c.errMetric.Inc()
+	}
+	r.errsUnlogged++
+	now := r.now()
+	if !r.lastErrLog.IsZero() && now.Sub(r.lastErrLog) < ruleErrorLogInterval {
+		return
+	}
+	r.logger.Warn("rule evaluation failed; the record does not match the rule", "rule", id, "err", msg,
+		"topic", rec.Origin.Topic, "partition", rec.Origin.Partition, "offset", rec.Origin.Offset,
+		"errors_since_last_log", r.errsUnlogged)
+	r.lastErrLog, r.errsUnlogged = now, 0
+}
+
+// ruleErrorLogInterval is the least time between two "rule evaluation
+// failed" log lines of one routing subtask.
+const ruleErrorLogInterval = 10 * time.Second
 
 // recordJSON is rec's value as JSON: as it is when it is JSON, else a JSON
 // string of its bytes.
@@ -878,17 +937,20 @@ type evalRule struct {
 //
 // keyed by the routing key, with the record's timestamp. Buckets are removed
 // by an event-time timer once the watermark passes their time plus the
-// window (later records cannot need them); buckets written under another
-// shape of the rule (its fn, of or group_by changed) are dropped when the
-// key next sees a record.
+// window (later records cannot need them).
 //
 // Its broadcast input carries the lifecycle: deleting a rule (a null value,
-// or control delete_all) removes its buckets under every key
-// (applyToKeyedState) and, with processing rule time, drops copies a
-// routing subtask that had not seen the deletion yet still sends; control
-// clear_state removes every bucket; control export makes subtask 0 write
-// every rule to the side output "rules". Broadcast state "rules": the rules
-// and deletions it knows, as JSON.
+// or control delete_all) removes its buckets and its timers under every
+// key (applyToKeyedState) and, with processing rule time, drops copies a
+// routing subtask that had not seen the deletion yet still sends; an update
+// that changes the rule's shape (fn, of or group_by) removes the buckets
+// of the old shape under every key at once, with the timers of the keys
+// (old groups) it empties, and with processing rule time drops copies
+// still routed under the old shape (with event rule time such a copy, of a
+// record before the update, starts a bucket its timer removes); control
+// clear_state removes every bucket and timer; control export makes
+// subtask 0 write every rule to the side output "rules". Broadcast state
+// "rules": the rules and deletions it knows, as JSON.
 type RulesEvaluator struct {
 	cfg     RulesConfig
 	rules   map[string]evalRule
@@ -971,6 +1033,9 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 	}
 	if d, ok := f.deleted[e.Rule]; ok && f.cfg.RuleTime != RuleTimeEvent && d.P == e.Version.P && e.Version.O <= d.O {
 		return nil // routed by a subtask that had not seen the deletion yet
+	}
+	if r, ok := f.rules[e.Rule]; ok && f.cfg.RuleTime != RuleTimeEvent && r.Rule.Shape != e.Shape && r.Version.P == e.Version.P && e.Version.O < r.Version.O {
+		return nil // routed under a shape the keyed stage already replaced (its buckets are gone)
 	}
 	ts := rec.Timestamp.UnixMilli()
 	counts := f.board.counter(e.Rule)
@@ -1171,11 +1236,11 @@ func (f *RulesEvaluator) ProcessBroadcastElement(_ context.Context, rec runtime.
 			f.deleted[id] = r.Version
 		}
 		clear(f.rules)
-		if err := f.removeState(func(string) bool { return true }); err != nil {
+		if err := f.removeState(func(string) bool { return true }, nil); err != nil {
 			return err
 		}
 	case rr.Control == ControlClearState:
-		if err := f.removeState(func(string) bool { return true }); err != nil {
+		if err := f.removeState(func(string) bool { return true }, nil); err != nil {
 			return err
 		}
 	case rr.Control == ControlExport:
@@ -1189,14 +1254,23 @@ func (f *RulesEvaluator) ProcessBroadcastElement(_ context.Context, rec runtime.
 			f.deleted[rr.ID] = r.Version
 			delete(f.rules, rr.ID)
 		}
-		if err := f.removeState(func(id string) bool { return id == rr.ID }); err != nil {
+		if err := f.removeState(func(id string) bool { return id == rr.ID }, nil); err != nil {
 			return err
 		}
 	default:
 		if d, ok := f.deleted[rr.ID]; ok && (d.P != v.P || v.O > d.O) {
 			delete(f.deleted, rr.ID)
 		}
+		old, had := f.rules[rr.ID]
 		f.rules[rr.ID] = evalRule{Rule: rr.Rule, Version: v, At: rec.Timestamp.UnixMilli(), Updated: now}
+		if (!had || old.Rule.Shape != rr.Rule.Shape) && f.board.counter(rr.ID).entries.Load() > 0 {
+			// fn, of or group_by changed: the old groups' buckets (and
+			// their keys' timers) go at once, not when they expire.
+			shape := rr.Rule.Shape
+			if err := f.removeState(func(id string) bool { return id == rr.ID }, func(b RuleBucket) bool { return b.Shape != shape }); err != nil {
+				return err
+			}
+		}
 	}
 	f.publish()
 	if f.updated != nil {
@@ -1225,26 +1299,59 @@ func (f *RulesEvaluator) export(rec runtime.Record, out Collector) error {
 	return nil
 }
 
-// removeState removes the window state of every key whose rule id drop
-// selects (Flink's applyToKeyedState). The keys' timers stay until due and
-// then find nothing.
-func (f *RulesEvaluator) removeState(drop func(id string) bool) error {
-	return state.ApplyToAllKeys(f.backend, RulesWindowState, func(key []byte, s state.MapState[int64, RuleBucket]) error {
+// removeState removes, under every key whose rule id ids selects, the
+// window buckets bucket selects (nil: all), as Flink's applyToKeyedState,
+// and the timers that served them: with bucket nil every timer of the
+// selected rules' keys, else the timers of the keys left without buckets.
+// Nothing of a removed rule is left for checkpoints.
+func (f *RulesEvaluator) removeState(ids func(id string) bool, bucket func(RuleBucket) bool) error {
+	emptied := map[string]struct{}{}
+	err := state.ApplyToAllKeys(f.backend, RulesWindowState, func(key []byte, s state.MapState[int64, RuleBucket]) error {
 		id := ruleOfKey(key)
-		if !drop(id) {
+		if !ids(id) {
 			return nil
 		}
-		var n int64
-		for _, err := range s.Entries() {
+		var drop []int64
+		kept := false
+		for ent, err := range s.Entries() {
 			if err != nil {
 				return err
 			}
-			n++
+			if bucket == nil || bucket(ent.Value) {
+				drop = append(drop, ent.Key)
+			} else {
+				kept = true
+			}
 		}
+		n := int64(len(drop))
 		f.board.counter(id).entries.Add(-n)
 		f.setEntries(-n)
-		return s.Clear()
+		if !kept {
+			emptied[string(key)] = struct{}{}
+			return s.Clear()
+		}
+		for _, t := range drop {
+			if err := s.Remove(t); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	td, ok := f.timers.(keyTimerDeleter)
+	if !ok {
+		return nil
+	}
+	_, err = td.deleteKeyTimers(func(key []byte) bool {
+		if bucket == nil {
+			return ids(ruleOfKey(key))
+		}
+		_, ok := emptied[string(key)]
+		return ok
+	})
+	return err
 }
 
 // publish shows the rules to RuleStatuses.
