@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -73,8 +74,11 @@ func (t *RuleTime) UnmarshalText(text []byte) error {
 // RulesParams are the params of the rules operator:
 //
 //	params:
-//	  rule_time: processing   # or event
-//	  max_waiting: 100000     # rule_time event: records held per routing subtask
+//	  rule_time: processing        # or event
+//	  max_waiting: 100000          # rule_time event: records held per routing subtask
+//	  max_expression_length: 1024  # bytes of one rule expression
+//	  max_expression_nodes: 200    # syntax nodes of one rule expression
+//	  max_expression_cost: 10000   # CEL cost units of one evaluation
 type RulesParams struct {
 	// RuleTime says from which records on a rule change applies; default
 	// RuleTimeProcessing.
@@ -83,6 +87,19 @@ type RulesParams struct {
 	// rules watermark with rule_time event; beyond it the earliest tenth
 	// is routed at once. Default DefaultRulesMaxWaiting; >= 1.
 	MaxWaiting int `yaml:"max_waiting" doc:"rule_time event: the most records one routing subtask holds until the rules watermark passes them (default 100000); beyond it the earliest tenth is routed at once with the rules known, counted in kstreamd_rules_wait_overflow_total."`
+	// MaxExpressionLength, MaxExpressionNodes and MaxExpressionCost are
+	// the limits every rule expression (filter, group_by, aggregate.of)
+	// compiles under (expression.Limits): source bytes, syntax nodes and
+	// CEL cost units per evaluation; defaults DefaultRuleMaxLength,
+	// DefaultRuleMaxNodes, DefaultRuleMaxCost; each >= 1.
+	MaxExpressionLength int `yaml:"max_expression_length" doc:"the longest rule expression (filter, group_by entry, aggregate.of) accepted, in bytes (default 1024); a rule with a longer one is refused (the rules source's on_error, reason invalid)."`
+	MaxExpressionNodes  int `yaml:"max_expression_nodes" doc:"the most syntax nodes of one rule expression, counted after macro expansion (default 200); a rule over it is refused."`
+	MaxExpressionCost   int `yaml:"max_expression_cost" doc:"the most CEL cost units one evaluation of a rule expression may take (default 10000): a rule whose estimated minimum cost exceeds it is refused; an evaluation that reaches it fails (that record does not match the rule), counted in the rule's errors and kstreamd_rule_evaluation_errors_total."`
+}
+
+// limits returns the expression limits p sets.
+func (p *RulesParams) limits() expression.Limits {
+	return expression.Limits{MaxLength: p.MaxExpressionLength, MaxNodes: p.MaxExpressionNodes, MaxCost: uint64(max(p.MaxExpressionCost, 0))}
 }
 
 // DefaultRulesMaxWaiting is the default of RulesParams.MaxWaiting.
@@ -93,6 +110,14 @@ func (p *RulesParams) CheckParams(report func(field, msg string)) {
 	if p.MaxWaiting < 1 {
 		report("max_waiting", fmt.Sprintf("must be at least 1, got %d", p.MaxWaiting))
 	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max_expression_length", p.MaxExpressionLength}, {"max_expression_nodes", p.MaxExpressionNodes}, {"max_expression_cost", p.MaxExpressionCost}} {
+		if f.v < 1 {
+			report(f.name, fmt.Sprintf("must be at least 1, got %d", f.v))
+		}
+	}
 }
 
 // UsesBroadcastTime implements BroadcastTimeParams: true with rule_time
@@ -101,9 +126,18 @@ func (p *RulesParams) UsesBroadcastTime() bool { return p.RuleTime == RuleTimeEv
 
 // rulesFactory registers RulesType and, as its Router, the routing stage.
 func rulesFactory() Factory {
-	params := func() any { return &RulesParams{RuleTime: RuleTimeProcessing, MaxWaiting: DefaultRulesMaxWaiting} }
+	params := func() any {
+		return &RulesParams{RuleTime: RuleTimeProcessing, MaxWaiting: DefaultRulesMaxWaiting,
+			MaxExpressionLength: DefaultRuleMaxLength, MaxExpressionNodes: DefaultRuleMaxNodes, MaxExpressionCost: DefaultRuleMaxCost}
+	}
+	limitsOf := func(p any) expression.Limits {
+		if rp, ok := p.(*RulesParams); ok {
+			return rp.limits()
+		}
+		return DefaultRuleLimits()
+	}
 	config := func(ctx FactoryContext) RulesConfig {
-		c := RulesConfig{RuleTime: RuleTimeProcessing, MaxWaiting: DefaultRulesMaxWaiting, Operator: ctx.Operator, Metrics: ctx.Metrics, Logger: ctx.Logger, SourceSubtask: ctx.SourceSubtask}
+		c := RulesConfig{RuleTime: RuleTimeProcessing, MaxWaiting: DefaultRulesMaxWaiting, Limits: limitsOf(ctx.Params), Operator: ctx.Operator, Metrics: ctx.Metrics, Logger: ctx.Logger, SourceSubtask: ctx.SourceSubtask}
 		if rp, ok := ctx.Params.(*RulesParams); ok {
 			c.RuleTime, c.MaxWaiting = rp.RuleTime, rp.MaxWaiting
 		}
@@ -129,6 +163,13 @@ func rulesFactory() Factory {
 			_, err := DecodeRuleRecord(key, value)
 			return err
 		},
+		NewCheckBroadcast: func(params any) func(key, value []byte) error {
+			lim := limitsOf(params)
+			return func(key, value []byte) error {
+				_, err := DecodeRuleRecordLimits(key, value, lim)
+				return err
+			}
+		},
 		Router: router,
 		New: func(ctx FactoryContext) (any, error) {
 			return NewRulesEvaluator(config(ctx)), nil
@@ -142,6 +183,9 @@ type RulesConfig struct {
 	// MaxWaiting bounds the records a routing subtask holds with
 	// RuleTimeEvent; 0 means DefaultRulesMaxWaiting.
 	MaxWaiting int
+	// Limits bound every rule expression; the zero value means
+	// DefaultRuleLimits (NewRulesRouter, NewRulesEvaluator).
+	Limits expression.Limits
 	// Operator is the operator's configured name (the evaluator's vertex).
 	Operator string
 	// Metrics may be nil.
@@ -380,6 +424,9 @@ type waitingRecord struct {
 func NewRulesRouter(cfg RulesConfig) *RulesRouter {
 	if cfg.MaxWaiting <= 0 {
 		cfg.MaxWaiting = DefaultRulesMaxWaiting
+	}
+	if cfg.Limits == (expression.Limits{}) {
+		cfg.Limits = DefaultRuleLimits()
 	}
 	return &RulesRouter{cfg: cfg, history: map[string][]routerRule{}, rulesWM: math.MinInt64, now: time.Now}
 }
@@ -772,7 +819,7 @@ func appendEnvelope(b []byte, cr *CompiledRule, v ruleVersion, group []json.RawM
 // does not decode here (it cannot, unless the check was bypassed) is
 // counted and skipped.
 func (r *RulesRouter) ProcessBroadcastElement(_ context.Context, rec runtime.Record, _ Collector) error {
-	rr, err := DecodeRuleRecord(rec.Key, rec.Value)
+	rr, err := DecodeRuleRecordLimits(rec.Key, rec.Value, r.cfg.Limits)
 	if err != nil {
 		if r.bad != nil {
 			r.bad.Inc()
@@ -887,11 +934,16 @@ func (r *RulesRouter) RestoreBroadcastState(states map[string]json.RawMessage) e
 	for _, s := range list {
 		rr := routerRule{At: s.At, Version: s.Version, Updated: time.Now()}
 		if len(s.Rule) > 0 && string(s.Rule) != "null" {
-			c, err := compileStored(s.Rule)
-			if err != nil {
+			c, err := compileStored(s.Rule, r.cfg.Limits)
+			switch {
+			case errors.Is(err, ErrBadRuleRecord):
+				// Refused by lowered limits: restored as deleted.
+				refusedAtRestore(r.cfg, s.ID, err)
+			case err != nil:
 				return fmt.Errorf("operators: %s: restore rule %q: %w", r.cfg.Operator, s.ID, err)
+			default:
+				rr.Rule = c
 			}
-			rr.Rule = c
 		}
 		r.history[s.ID] = append(r.history[s.ID], rr)
 	}
@@ -904,13 +956,24 @@ func (r *RulesRouter) RestoreBroadcastState(states map[string]json.RawMessage) e
 	return nil
 }
 
-// compileStored compiles a rule's canonical JSON again.
-func compileStored(b []byte) (*CompiledRule, error) {
+// refusedAtRestore logs and counts a stored rule the operator's expression
+// limits (lowered since the checkpoint) refuse: it is restored as deleted.
+func refusedAtRestore(cfg RulesConfig, id string, err error) {
+	if cfg.Metrics != nil {
+		cfg.Metrics.RulesRejected(cfg.Operator).Inc()
+	}
+	if cfg.Logger != nil {
+		cfg.Logger.Warn("restored rule refused by the expression limits; it is dropped as if deleted", "operator", cfg.Operator, "rule", id, "err", err)
+	}
+}
+
+// compileStored compiles a rule's canonical JSON again, under lim.
+func compileStored(b []byte, lim expression.Limits) (*CompiledRule, error) {
 	var spec RuleSpec
 	if err := strictJSON(b, &spec); err != nil {
 		return nil, err
 	}
-	return CompileRule(spec)
+	return CompileRuleLimits(spec, lim)
 }
 
 // evalRule is a rule as the keyed stage knows it from its broadcast input:
@@ -970,6 +1033,9 @@ type RulesEvaluator struct {
 
 // NewRulesEvaluator returns the keyed function of one subtask.
 func NewRulesEvaluator(cfg RulesConfig) *RulesEvaluator {
+	if cfg.Limits == (expression.Limits{}) {
+		cfg.Limits = DefaultRuleLimits()
+	}
 	return &RulesEvaluator{cfg: cfg, rules: map[string]evalRule{}, deleted: map[string]ruleVersion{}}
 }
 
@@ -1220,7 +1286,7 @@ func (f *RulesEvaluator) OnTimer(_ context.Context, _ time.Time, tc TimerContext
 // ProcessBroadcastElement implements KeyedBroadcastProcessFunction: the
 // rule lifecycle on the keyed stage.
 func (f *RulesEvaluator) ProcessBroadcastElement(_ context.Context, rec runtime.Record, out Collector) error {
-	rr, err := DecodeRuleRecord(rec.Key, rec.Value)
+	rr, err := DecodeRuleRecordLimits(rec.Key, rec.Value, f.cfg.Limits)
 	if err != nil {
 		if f.bad != nil {
 			f.bad.Inc()
@@ -1413,7 +1479,17 @@ func (f *RulesEvaluator) RestoreBroadcastState(states map[string]json.RawMessage
 	}
 	f.rules = map[string]evalRule{}
 	for _, r := range s.Rules {
-		c, err := compileStored(r.Rule)
+		c, err := compileStored(r.Rule, f.cfg.Limits)
+		if errors.Is(err, ErrBadRuleRecord) {
+			// Refused by lowered limits: restored as deleted (its buckets
+			// leave as their timers fire).
+			refusedAtRestore(f.cfg, r.ID, err)
+			if s.Deleted == nil {
+				s.Deleted = map[string]ruleVersion{}
+			}
+			s.Deleted[r.ID] = r.Version
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("operators: %s: restore rule %q: %w", f.cfg.Operator, r.ID, err)
 		}

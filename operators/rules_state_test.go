@@ -358,3 +358,87 @@ func counterOf(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return pb.GetCounter().GetValue()
 }
+
+// TestRulesLimitsConfigurable: with max_expression_cost lowered to 100 a
+// rule whose filter maps over 50 tags compiles (its minimum estimate is
+// lower) but fails on every record, counted in the rule's errors, while the
+// default limit (10,000) lets it match; with max_expression_length 20 the
+// routing stage refuses a longer rule (counted as rejected, never held);
+// a restore under lowered limits drops a stored rule they refuse, as if
+// deleted, on both stages.
+func TestRulesLimitsConfigurable(t *testing.T) {
+	costly := `{"id":"tags","filter":"tags.map(t, t + 'x').size() > 0","aggregate":{"fn":"count"},"window":"1m","alert_when":"> 100"}`
+	tags := make([]string, 50)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("%q", fmt.Sprint(i))
+	}
+	rec := runtime.Record{Value: []byte(`{"tags":[` + strings.Join(tags, ",") + `]}`), Format: runtime.FormatJSON}
+	run := func(p RulesParams) (RuleStatus, *Metrics) {
+		t.Helper()
+		m, err := NewMetrics(prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := NewRulesRouter(RulesConfig{RuleTime: RuleTimeProcessing, Operator: "fraud", Metrics: m, Limits: p.limits()})
+		if err := r.Open(OpenContext{Operator: "fraud.route"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.ProcessBroadcastElement(t.Context(), runtime.Record{Key: []byte("tags"), Value: []byte(costly)}, &sliceCollector{}); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if err := r.ProcessElement(t.Context(), rec, &sliceCollector{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := r.RuleStatuses()
+		if len(st) != 1 {
+			return RuleStatus{}, m
+		}
+		return st[0], m
+	}
+	def := RulesParams{MaxExpressionLength: DefaultRuleMaxLength, MaxExpressionNodes: DefaultRuleMaxNodes, MaxExpressionCost: DefaultRuleMaxCost}
+	if s, _ := run(def); s.Errors != 0 || s.RecordsMatched != 3 {
+		t.Fatalf("default limits: errors %d matched %d, want 0 and 3", s.Errors, s.RecordsMatched)
+	}
+	low := def
+	low.MaxExpressionCost = 100
+	if s, _ := run(low); s.Errors != 3 || s.RecordsMatched != 0 || !strings.Contains(s.LastError, "cost exceeds the limit of 100") {
+		t.Fatalf("max_expression_cost 100: errors %d matched %d last %q, want 3, 0, the cost limit", s.Errors, s.RecordsMatched, s.LastError)
+	}
+	short := def
+	short.MaxExpressionLength = 20
+	s, m := run(short)
+	if s.ID != "" {
+		t.Fatalf("max_expression_length 20: rule held: %+v", s)
+	}
+	if got := counterOf(t, m.RulesRejected("fraud.route")); got != 1 {
+		t.Fatalf("max_expression_length 20: rejected %v, want 1", got)
+	}
+
+	// Restore under lowered limits: the stored rule is dropped on both stages.
+	g := newRulesRig(t, state.KindHashmap, 1, RuleTimeProcessing, nil, nil)
+	g.rule("tags", costly, 0)
+	routerState, err := g.router.SnapshotBroadcastState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	evalState, err := g.fns[0].SnapshotBroadcastState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRulesRouter(RulesConfig{Operator: "fraud", Limits: short.limits()})
+	if err := r.RestoreBroadcastState(routerState); err != nil {
+		t.Fatalf("router restore: %v", err)
+	}
+	f := NewRulesEvaluator(RulesConfig{Operator: "fraud", Limits: short.limits()})
+	if err := f.RestoreBroadcastState(evalState); err != nil {
+		t.Fatalf("evaluator restore: %v", err)
+	}
+	if n, n2 := len(r.RuleStatuses()), len(f.RuleStatuses()); n != 0 || n2 != 0 {
+		t.Fatalf("after a restore under lowered limits the stages hold %d and %d rules, want 0", n, n2)
+	}
+	if _, ok := f.deleted["tags"]; !ok {
+		t.Fatal("the evaluator does not treat the dropped rule as deleted")
+	}
+}
