@@ -775,7 +775,7 @@ func checkRestoredOperators(g *graph.Graph, m *checkpoint.Metadata) error {
 		}
 		for _, st := range op.Subtasks {
 			if len(st) > 0 && string(st) != "null" {
-				return fmt.Errorf("the checkpoint holds state of %q, which the pipeline no longer has", name)
+				return fmt.Errorf("the checkpoint holds state of %q, which the pipeline no longer has: %w", name, ErrIncompatibleState)
 			}
 		}
 	}

@@ -1,11 +1,16 @@
 package job
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/state"
 )
 
 // step is one failure fed to a strategy: at (after the test's start) and
@@ -176,6 +181,12 @@ func TestSuppressesRestarts(t *testing.T) {
 		{"plain", errors.New("dial"), false},
 		{"suppressing", suppressing{}, true},
 		{"wrapped", fmt.Errorf("job: restart 2: %w", suppressing{}), true},
+		{"state ttl switched", fmt.Errorf("operators: counts[0]: open: %w", &state.StateMigrationError{State: "aggregate", Property: "ttl", Stored: "disabled", Requested: "enabled"}), true},
+		{"max parallelism changed", fmt.Errorf("job: restart 1: %w", fmt.Errorf("state: ... : %w", state.ErrMaxParallelismChanged)), true},
+		{"checkpoint lacks state", fmt.Errorf("job: restore /x: %w", checkpoint.ErrInconsistent), true},
+		{"removed stateful operator", fmt.Errorf("job: restore /x: %w", checkRestoredOperators(&graph.Graph{}, &checkpoint.Metadata{Operators: map[string]checkpoint.OperatorMetadata{"gone": {Subtasks: []json.RawMessage{json.RawMessage(`{"k":1}`)}}}})), true},
+		{"state conflict (a code bug, not a restore)", fmt.Errorf("x: %w", state.ErrStateConflict), false},
+		{"too many failed checkpoints", fmt.Errorf("x: %w", checkpoint.ErrTooManyFailures), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := suppressesRestarts(tc.err); got != tc.want {

@@ -8,7 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/state"
 )
 
 // ErrRestartsExhausted is wrapped, with the last failure, by Runner.Run's
@@ -21,9 +23,36 @@ var ErrRestartsExhausted = errors.New("job: the restart strategy gave up")
 // whatever the strategy (Flink's SuppressRestartsException).
 type RestartSuppressor interface{ SuppressRestarts() bool }
 
+// ErrIncompatibleState is wrapped by Build's error when the restored
+// checkpoint or savepoint holds state the job cannot take (state of an
+// operator the pipeline no longer has). Like the other restore refusals
+// IncompatibleRestore lists, it fails the job without a restart: every
+// restart would restore the same checkpoint and be refused again.
+var ErrIncompatibleState = errors.New("job: restored state is incompatible with the job")
+
+// IncompatibleRestore reports whether err (anywhere in its chain) is a
+// restore refused because the restored state does not fit the job, which
+// no restart can cure: ErrIncompatibleState (a removed stateful operator),
+// state.ErrStateMigration (a state's TTL switched on or off, its type or
+// serializer changed: *state.StateMigrationError names the state),
+// state.ErrMaxParallelismChanged, or checkpoint.ErrInconsistent (the
+// checkpoint lacks state its metadata promises). Runner and Member fail the
+// job on such an error at once, whatever the restart strategy, as on an
+// error a RestartSuppressor marks (Flink's SuppressRestartsException).
+func IncompatibleRestore(err error) bool {
+	for _, target := range []error{ErrIncompatibleState, state.ErrStateMigration, state.ErrMaxParallelismChanged, checkpoint.ErrInconsistent} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// suppressesRestarts reports whether a restart cannot cure err: a
+// RestartSuppressor in its chain says so, or IncompatibleRestore.
 func suppressesRestarts(err error) bool {
 	var s RestartSuppressor
-	return errors.As(err, &s) && s.SuppressRestarts()
+	return errors.As(err, &s) && s.SuppressRestarts() || IncompatibleRestore(err)
 }
 
 // Runner runs a job graph and restarts it inside the process when a task
@@ -94,7 +123,8 @@ func NewRunner(g *graph.Graph, set Settings, deps Deps, opts ...RunnerOption) (*
 // kstreamd_job_restarts_total. A rebuild that fails counts as another
 // failure. When the strategy gives up, Run returns an error wrapping
 // ErrRestartsExhausted and the last failure; a failure whose chain holds a
-// RestartSuppressor fails the job without a restart. A failure while ctx is ending
+// RestartSuppressor, or a restore refused for incompatible state
+// (IncompatibleRestore), fails the job without a restart. A failure while ctx is ending
 // is returned without a restart; ctx ending during a back-off or a rebuild
 // returns nil.
 func (r *Runner) Run(ctx context.Context) error {

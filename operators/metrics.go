@@ -2,6 +2,7 @@ package operators
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -20,11 +21,25 @@ type Metrics struct {
 	rulesWaiting    *prometheus.GaugeVec
 	rulesOverflow   *prometheus.CounterVec
 
-	lateRouted   *prometheus.CounterVec
-	lateDropped  *prometheus.CounterVec
-	windowsFired *prometheus.CounterVec
-	windowsOpen  *prometheus.GaugeVec
+	lateRouted     *prometheus.CounterVec
+	lateDropped    *prometheus.CounterVec
+	windowsFired   *prometheus.CounterVec
+	windowsOpen    *prometheus.GaugeVec
+	ruleEvalErrors *prometheus.CounterVec
+	mu             sync.Mutex                     // guards ruleLabels
+	ruleLabels     map[string]map[string]struct{} // operator -> rule ids with their own label
 }
+
+// MaxRuleMetricLabels is the most distinct rule ids one rules operator
+// gives their own rule label in kstreamd_rule_evaluation_errors_total;
+// the errors of every further rule are counted under rule="other" (the
+// first ids to fail keep their label for the process's life). Rule ids are
+// user input, so the label set is bounded; GET /api/v1/rules has every
+// rule's own count.
+const MaxRuleMetricLabels = 100
+
+// OtherRuleLabel is the rule label of the rules beyond MaxRuleMetricLabels.
+const OtherRuleLabel = "other"
 
 // NewMetrics registers with reg:
 //
@@ -34,6 +49,7 @@ type Metrics struct {
 //	kstreamd_rules_records_matched_total{operator}                      copies the rules operator routed (record x matching rule)
 //	kstreamd_rules_alerts_total{operator}                               alerts the rules operator emitted
 //	kstreamd_rules_eval_errors_total{operator}                          rule expressions that failed on a record (no match)
+//	kstreamd_rule_evaluation_errors_total{operator,rule}                the same per rule: at most MaxRuleMetricLabels rules, the rest rule="other"
 //	kstreamd_rules_window_entries{operator,subtask}                     window buckets the rules operator holds
 //	kstreamd_rules_waiting_records{operator,subtask}                    records the routing stage holds for the rules watermark (rule_time: event)
 //	kstreamd_rules_wait_overflow_total{operator}                        records routed before the rules watermark passed them: the hold was full
@@ -42,8 +58,9 @@ type Metrics struct {
 //	kstreamd_window_fired_total{operator}                               window results emitted when the watermark (or the clock) passed a window's end
 //	kstreamd_window_open_windows{operator,subtask}                      windows (of every key) a window operator subtask holds in keyed state
 //
-// Per-rule counts are not metrics: a rule id is unbounded (STYLE.md
-// section 9), so they are in GET /api/v1/rules.
+// Per-rule counts are not metrics, as a rule id is unbounded (STYLE.md
+// section 9): they are in GET /api/v1/rules. The one exception, evaluation
+// errors, bounds its rule label with MaxRuleMetricLabels.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		rulesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -102,8 +119,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kstreamd_window_open_windows",
 			Help: "Windows (over every key) a window operator subtask holds in keyed state: open ones and fired ones kept for their allowed lateness.",
 		}, []string{"operator", "subtask"}),
+		ruleEvalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_rule_evaluation_errors_total",
+			Help: "Records on which one of a rule's expressions (filter, group_by, aggregate.of) failed, the cost limit included, by rule: at most 100 rule ids per operator, the rest under rule=\"other\".",
+		}, []string{"operator", "rule"}),
+		ruleLabels: map[string]map[string]struct{}{},
 	}
-	for _, c := range []prometheus.Collector{m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired, m.rulesMatched, m.rulesAlerts, m.rulesEvalErrors, m.rulesEntries, m.rulesWaiting, m.rulesOverflow,
+	for _, c := range []prometheus.Collector{m.ruleEvalErrors, m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired, m.rulesMatched, m.rulesAlerts, m.rulesEvalErrors, m.rulesEntries, m.rulesWaiting, m.rulesOverflow,
 		m.lateRouted, m.lateDropped, m.windowsFired, m.windowsOpen} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -154,4 +176,25 @@ func (m *Metrics) WindowsFired(operator string) prometheus.Counter {
 // subtask.
 func (m *Metrics) WindowsOpen(operator string, subtask int) prometheus.Gauge {
 	return m.windowsOpen.WithLabelValues(operator, strconv.Itoa(subtask))
+}
+
+// RuleEvaluationErrors returns the evaluation-error counter of rule id of
+// one rules operator: its own series for the first MaxRuleMetricLabels ids
+// that ask, the OtherRuleLabel series for the rest. Safe for concurrent use.
+func (m *Metrics) RuleEvaluationErrors(operator, id string) prometheus.Counter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := m.ruleLabels[operator]
+	if seen == nil {
+		seen = map[string]struct{}{}
+		m.ruleLabels[operator] = seen
+	}
+	if _, ok := seen[id]; !ok {
+		if len(seen) >= MaxRuleMetricLabels || id == OtherRuleLabel {
+			id = OtherRuleLabel
+		} else {
+			seen[id] = struct{}{}
+		}
+	}
+	return m.ruleEvalErrors.WithLabelValues(operator, id)
 }

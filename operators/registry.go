@@ -57,6 +57,11 @@ type Factory struct {
 	// input at its source (a rule that does not decode meets the source's
 	// on_error policy with reason invalid and never reaches state).
 	CheckBroadcast func(key, value []byte) error
+	// NewCheckBroadcast, if not nil, is CheckBroadcast for an operator's
+	// decoded params (limits a param sets); the planner prefers it. When
+	// several operators read one broadcast source, the first planned sets
+	// the check.
+	NewCheckBroadcast func(params any) func(key, value []byte) error
 	// Router, if not nil, keys the type's input dynamically (Flink's
 	// dynamic fraud-detection pattern, "dynamic partitioning"): the
 	// planner expands the operator into two vertices, a routing stage

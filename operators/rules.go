@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -73,8 +74,11 @@ func (t *RuleTime) UnmarshalText(text []byte) error {
 // RulesParams are the params of the rules operator:
 //
 //	params:
-//	  rule_time: processing   # or event
-//	  max_waiting: 100000     # rule_time event: records held per routing subtask
+//	  rule_time: processing        # or event
+//	  max_waiting: 100000          # rule_time event: records held per routing subtask
+//	  max_expression_length: 1024  # bytes of one rule expression
+//	  max_expression_nodes: 200    # syntax nodes of one rule expression
+//	  max_expression_cost: 10000   # CEL cost units of one evaluation
 type RulesParams struct {
 	// RuleTime says from which records on a rule change applies; default
 	// RuleTimeProcessing.
@@ -83,6 +87,19 @@ type RulesParams struct {
 	// rules watermark with rule_time event; beyond it the earliest tenth
 	// is routed at once. Default DefaultRulesMaxWaiting; >= 1.
 	MaxWaiting int `yaml:"max_waiting" doc:"rule_time event: the most records one routing subtask holds until the rules watermark passes them (default 100000); beyond it the earliest tenth is routed at once with the rules known, counted in kstreamd_rules_wait_overflow_total."`
+	// MaxExpressionLength, MaxExpressionNodes and MaxExpressionCost are
+	// the limits every rule expression (filter, group_by, aggregate.of)
+	// compiles under (expression.Limits): source bytes, syntax nodes and
+	// CEL cost units per evaluation; defaults DefaultRuleMaxLength,
+	// DefaultRuleMaxNodes, DefaultRuleMaxCost; each >= 1.
+	MaxExpressionLength int `yaml:"max_expression_length" doc:"the longest rule expression (filter, group_by entry, aggregate.of) accepted, in bytes (default 1024); a rule with a longer one is refused (the rules source's on_error, reason invalid)."`
+	MaxExpressionNodes  int `yaml:"max_expression_nodes" doc:"the most syntax nodes of one rule expression, counted after macro expansion (default 200); a rule over it is refused."`
+	MaxExpressionCost   int `yaml:"max_expression_cost" doc:"the most CEL cost units one evaluation of a rule expression may take (default 10000): a rule whose estimated minimum cost exceeds it is refused; an evaluation that reaches it fails (that record does not match the rule), counted in the rule's errors and kstreamd_rule_evaluation_errors_total."`
+}
+
+// limits returns the expression limits p sets.
+func (p *RulesParams) limits() expression.Limits {
+	return expression.Limits{MaxLength: p.MaxExpressionLength, MaxNodes: p.MaxExpressionNodes, MaxCost: uint64(max(p.MaxExpressionCost, 0))}
 }
 
 // DefaultRulesMaxWaiting is the default of RulesParams.MaxWaiting.
@@ -93,6 +110,14 @@ func (p *RulesParams) CheckParams(report func(field, msg string)) {
 	if p.MaxWaiting < 1 {
 		report("max_waiting", fmt.Sprintf("must be at least 1, got %d", p.MaxWaiting))
 	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max_expression_length", p.MaxExpressionLength}, {"max_expression_nodes", p.MaxExpressionNodes}, {"max_expression_cost", p.MaxExpressionCost}} {
+		if f.v < 1 {
+			report(f.name, fmt.Sprintf("must be at least 1, got %d", f.v))
+		}
+	}
 }
 
 // UsesBroadcastTime implements BroadcastTimeParams: true with rule_time
@@ -101,9 +126,18 @@ func (p *RulesParams) UsesBroadcastTime() bool { return p.RuleTime == RuleTimeEv
 
 // rulesFactory registers RulesType and, as its Router, the routing stage.
 func rulesFactory() Factory {
-	params := func() any { return &RulesParams{RuleTime: RuleTimeProcessing, MaxWaiting: DefaultRulesMaxWaiting} }
+	params := func() any {
+		return &RulesParams{RuleTime: RuleTimeProcessing, MaxWaiting: DefaultRulesMaxWaiting,
+			MaxExpressionLength: DefaultRuleMaxLength, MaxExpressionNodes: DefaultRuleMaxNodes, MaxExpressionCost: DefaultRuleMaxCost}
+	}
+	limitsOf := func(p any) expression.Limits {
+		if rp, ok := p.(*RulesParams); ok {
+			return rp.limits()
+		}
+		return DefaultRuleLimits()
+	}
 	config := func(ctx FactoryContext) RulesConfig {
-		c := RulesConfig{RuleTime: RuleTimeProcessing, MaxWaiting: DefaultRulesMaxWaiting, Operator: ctx.Operator, Metrics: ctx.Metrics, Logger: ctx.Logger, SourceSubtask: ctx.SourceSubtask}
+		c := RulesConfig{RuleTime: RuleTimeProcessing, MaxWaiting: DefaultRulesMaxWaiting, Limits: limitsOf(ctx.Params), Operator: ctx.Operator, Metrics: ctx.Metrics, Logger: ctx.Logger, SourceSubtask: ctx.SourceSubtask}
 		if rp, ok := ctx.Params.(*RulesParams); ok {
 			c.RuleTime, c.MaxWaiting = rp.RuleTime, rp.MaxWaiting
 		}
@@ -129,6 +163,13 @@ func rulesFactory() Factory {
 			_, err := DecodeRuleRecord(key, value)
 			return err
 		},
+		NewCheckBroadcast: func(params any) func(key, value []byte) error {
+			lim := limitsOf(params)
+			return func(key, value []byte) error {
+				_, err := DecodeRuleRecordLimits(key, value, lim)
+				return err
+			}
+		},
 		Router: router,
 		New: func(ctx FactoryContext) (any, error) {
 			return NewRulesEvaluator(config(ctx)), nil
@@ -142,6 +183,9 @@ type RulesConfig struct {
 	// MaxWaiting bounds the records a routing subtask holds with
 	// RuleTimeEvent; 0 means DefaultRulesMaxWaiting.
 	MaxWaiting int
+	// Limits bound every rule expression; the zero value means
+	// DefaultRuleLimits (NewRulesRouter, NewRulesEvaluator).
+	Limits expression.Limits
 	// Operator is the operator's configured name (the evaluator's vertex).
 	Operator string
 	// Metrics may be nil.
@@ -186,6 +230,12 @@ type RuleStatus struct {
 	// held (keyed stage).
 	Alerts       int64 `json:"alerts"`
 	StateEntries int64 `json:"state_entries"`
+	// Errors counts the records on which one of the rule's expressions
+	// (filter, group_by, aggregate.of) failed to evaluate, the cost limit
+	// included (routing stage); such a record does not match the rule.
+	// LastError is the last of those errors, empty while there is none.
+	Errors    int64  `json:"errors"`
+	LastError string `json:"last_error,omitempty"`
 	// Rule is the rule's JSON.
 	Rule json.RawMessage `json:"rule"`
 }
@@ -200,7 +250,13 @@ type RulesReporter interface {
 // ruleCounters are the per-rule counts, updated on the subtask goroutine
 // with atomics and read by RuleStatuses from others.
 type ruleCounters struct {
-	matched, alerts, entries atomic.Int64
+	matched, alerts, entries, errors atomic.Int64
+	lastError                        atomic.Pointer[string]
+
+	// errMetric is the rule's kstreamd_rule_evaluation_errors_total
+	// counter, looked up at the first error; only the subtask goroutine
+	// touches it.
+	errMetric prometheus.Counter
 }
 
 // ruleView is what RuleStatuses shows of one rule; immutable once
@@ -259,6 +315,10 @@ func (b *ruleStatusBoard) statuses() []RuleStatus {
 		s := RuleStatus{ID: id, Version: v.version.String(), Since: v.since, Updated: v.updated, Rule: v.rule.JSON, State: v.rule.Spec.State}
 		if v.counts != nil {
 			s.RecordsMatched, s.Alerts, s.StateEntries = v.counts.matched.Load(), v.counts.alerts.Load(), v.counts.entries.Load()
+			s.Errors = v.counts.errors.Load()
+			if e := v.counts.lastError.Load(); e != nil {
+				s.LastError = *e
+			}
 		}
 		out = append(out, s)
 	}
@@ -291,8 +351,11 @@ const maxRuleHistory = 16
 // also across restores.
 //
 // A filter, group_by or of that fails on a record (a missing field, a sum
-// over a string) only means the record does not match that rule; it is
-// counted in kstreamd_rules_eval_errors_total.
+// over a string, the expression cost limit reached) only means the record
+// does not match that rule; it is counted in the rule's status (errors,
+// last_error in GET /api/v1/rules), in kstreamd_rules_eval_errors_total and
+// kstreamd_rule_evaluation_errors_total{operator,rule} (bounded: see
+// MaxRuleMetricLabels), and logged at most once per 10 s per subtask.
 //
 // Broadcast state "rules": the rule versions by id, as JSON (the last one;
 // with rule_time: event up to maxRuleHistory, by timestamp).
@@ -329,6 +392,12 @@ type RulesRouter struct {
 	matched, evalErrors, bad, overflow prometheus.Counter
 	held, updated, waitingGauge        prometheus.Gauge
 	buf                                []byte
+
+	// now is the clock of the error log's rate limit; lastErrLog when it
+	// last logged, errsUnlogged the failures since.
+	now          func() time.Time
+	lastErrLog   time.Time
+	errsUnlogged int64
 }
 
 // RulesWaitingState is the routing stage's operator state with rule_time
@@ -356,7 +425,10 @@ func NewRulesRouter(cfg RulesConfig) *RulesRouter {
 	if cfg.MaxWaiting <= 0 {
 		cfg.MaxWaiting = DefaultRulesMaxWaiting
 	}
-	return &RulesRouter{cfg: cfg, history: map[string][]routerRule{}, rulesWM: math.MinInt64}
+	if cfg.Limits == (expression.Limits{}) {
+		cfg.Limits = DefaultRuleLimits()
+	}
+	return &RulesRouter{cfg: cfg, history: map[string][]routerRule{}, rulesWM: math.MinInt64, now: time.Now}
 }
 
 // Open implements ProcessFunction.
@@ -549,7 +621,10 @@ func (r *RulesRouter) route(rec runtime.Record, out Collector) error {
 			continue
 		}
 		cr := v.Rule
-		group, in, ok := r.match(cr, env)
+		group, in, ok, err := r.match(cr, env)
+		if err != nil {
+			r.evalFailed(id, r.board.counter(id), &rec, err)
+		}
 		if !ok {
 			continue
 		}
@@ -571,34 +646,32 @@ func (r *RulesRouter) route(rec runtime.Record, out Collector) error {
 }
 
 // match evaluates cr's filter, group_by and of on env; ok is false when the
-// record does not match (filter false, or an evaluation failed).
-func (r *RulesRouter) match(cr *CompiledRule, env *expression.Env) (group []json.RawMessage, in json.RawMessage, ok bool) {
-	fail := func() ([]json.RawMessage, json.RawMessage, bool) {
-		if r.evalErrors != nil {
-			r.evalErrors.Inc()
-		}
-		return nil, nil, false
+// record does not match: the filter is false, or an evaluation failed, err
+// then saying which expression and why.
+func (r *RulesRouter) match(cr *CompiledRule, env *expression.Env) (group []json.RawMessage, in json.RawMessage, ok bool, err error) {
+	fail := func(field string, err error) ([]json.RawMessage, json.RawMessage, bool, error) {
+		return nil, nil, false, fmt.Errorf("%s: %w", field, err)
 	}
 	if cr.filter.IsSet() {
 		res, err := cr.filter.Program().Eval(env)
 		if err != nil {
-			return fail()
+			return fail("filter", err)
 		}
 		if b, isBool := res.(bool); !isBool {
-			return fail()
+			return fail("filter", fmt.Errorf("result %T is not a bool", res))
 		} else if !b {
-			return nil, nil, false
+			return nil, nil, false, nil
 		}
 	}
 	group = make([]json.RawMessage, len(cr.groupBy))
 	for i, g := range cr.groupBy {
 		v, err := g.Program().Eval(env)
 		if err != nil {
-			return fail()
+			return fail(fmt.Sprintf("group_by[%d]", i), err)
 		}
 		raw, err := expression.EncodeJSON(v)
 		if err != nil {
-			return fail()
+			return fail(fmt.Sprintf("group_by[%d]", i), err)
 		}
 		group[i] = raw
 	}
@@ -607,24 +680,57 @@ func (r *RulesRouter) match(cr *CompiledRule, env *expression.Env) (group []json
 	case AggCountDistinct:
 		v, err := cr.of.Program().Eval(env)
 		if err != nil {
-			return fail()
+			return fail("aggregate.of", err)
 		}
 		if in, err = expression.EncodeJSON(v); err != nil {
-			return fail()
+			return fail("aggregate.of", err)
 		}
 	default:
 		v, err := cr.of.Program().Eval(env)
 		if err != nil {
-			return fail()
+			return fail("aggregate.of", err)
 		}
 		n, isNum := toNumber(v)
 		if !isNum {
-			return fail()
+			return fail("aggregate.of", fmt.Errorf("result %T is not a number", v))
 		}
 		in = n.appendJSON(nil)
 	}
-	return group, in, true
+	return group, in, true, nil
 }
+
+// evalFailed counts a failed evaluation of rule id (err) in the rule's
+// status, in kstreamd_rules_eval_errors_total and, bounded,
+// kstreamd_rule_evaluation_errors_total, and logs it at most once per
+// ruleErrorLogInterval per subtask, the line counting the failures since
+// the previous line, its own included.
+func (r *RulesRouter) evalFailed(id string, c *ruleCounters, rec *runtime.Record, err error) {
+	msg := err.Error()
+	c.errors.Add(1)
+	c.lastError.Store(&msg)
+	if r.evalErrors != nil {
+		r.evalErrors.Inc()
+	}
+	if m := r.cfg.Metrics; m != nil {
+		if c.errMetric == nil {
+			c.errMetric = m.RuleEvaluationErrors(r.cfg.Operator, id)
+		}
+		c.errMetric.Inc()
+	}
+	r.errsUnlogged++
+	now := r.now()
+	if !r.lastErrLog.IsZero() && now.Sub(r.lastErrLog) < ruleErrorLogInterval {
+		return
+	}
+	r.logger.Warn("rule evaluation failed; the record does not match the rule", "rule", id, "err", msg,
+		"topic", rec.Origin.Topic, "partition", rec.Origin.Partition, "offset", rec.Origin.Offset,
+		"errors_since_last_log", r.errsUnlogged)
+	r.lastErrLog, r.errsUnlogged = now, 0
+}
+
+// ruleErrorLogInterval is the least time between two "rule evaluation
+// failed" log lines of one routing subtask.
+const ruleErrorLogInterval = 10 * time.Second
 
 // recordJSON is rec's value as JSON: as it is when it is JSON, else a JSON
 // string of its bytes.
@@ -713,7 +819,7 @@ func appendEnvelope(b []byte, cr *CompiledRule, v ruleVersion, group []json.RawM
 // does not decode here (it cannot, unless the check was bypassed) is
 // counted and skipped.
 func (r *RulesRouter) ProcessBroadcastElement(_ context.Context, rec runtime.Record, _ Collector) error {
-	rr, err := DecodeRuleRecord(rec.Key, rec.Value)
+	rr, err := DecodeRuleRecordLimits(rec.Key, rec.Value, r.cfg.Limits)
 	if err != nil {
 		if r.bad != nil {
 			r.bad.Inc()
@@ -828,11 +934,16 @@ func (r *RulesRouter) RestoreBroadcastState(states map[string]json.RawMessage) e
 	for _, s := range list {
 		rr := routerRule{At: s.At, Version: s.Version, Updated: time.Now()}
 		if len(s.Rule) > 0 && string(s.Rule) != "null" {
-			c, err := compileStored(s.Rule)
-			if err != nil {
+			c, err := compileStored(s.Rule, r.cfg.Limits)
+			switch {
+			case errors.Is(err, ErrBadRuleRecord):
+				// Refused by lowered limits: restored as deleted.
+				refusedAtRestore(r.cfg, s.ID, err)
+			case err != nil:
 				return fmt.Errorf("operators: %s: restore rule %q: %w", r.cfg.Operator, s.ID, err)
+			default:
+				rr.Rule = c
 			}
-			rr.Rule = c
 		}
 		r.history[s.ID] = append(r.history[s.ID], rr)
 	}
@@ -845,13 +956,24 @@ func (r *RulesRouter) RestoreBroadcastState(states map[string]json.RawMessage) e
 	return nil
 }
 
-// compileStored compiles a rule's canonical JSON again.
-func compileStored(b []byte) (*CompiledRule, error) {
+// refusedAtRestore logs and counts a stored rule the operator's expression
+// limits (lowered since the checkpoint) refuse: it is restored as deleted.
+func refusedAtRestore(cfg RulesConfig, id string, err error) {
+	if cfg.Metrics != nil {
+		cfg.Metrics.RulesRejected(cfg.Operator).Inc()
+	}
+	if cfg.Logger != nil {
+		cfg.Logger.Warn("restored rule refused by the expression limits; it is dropped as if deleted", "operator", cfg.Operator, "rule", id, "err", err)
+	}
+}
+
+// compileStored compiles a rule's canonical JSON again, under lim.
+func compileStored(b []byte, lim expression.Limits) (*CompiledRule, error) {
 	var spec RuleSpec
 	if err := strictJSON(b, &spec); err != nil {
 		return nil, err
 	}
-	return CompileRule(spec)
+	return CompileRuleLimits(spec, lim)
 }
 
 // evalRule is a rule as the keyed stage knows it from its broadcast input:
@@ -878,17 +1000,20 @@ type evalRule struct {
 //
 // keyed by the routing key, with the record's timestamp. Buckets are removed
 // by an event-time timer once the watermark passes their time plus the
-// window (later records cannot need them); buckets written under another
-// shape of the rule (its fn, of or group_by changed) are dropped when the
-// key next sees a record.
+// window (later records cannot need them).
 //
 // Its broadcast input carries the lifecycle: deleting a rule (a null value,
-// or control delete_all) removes its buckets under every key
-// (applyToKeyedState) and, with processing rule time, drops copies a
-// routing subtask that had not seen the deletion yet still sends; control
-// clear_state removes every bucket; control export makes subtask 0 write
-// every rule to the side output "rules". Broadcast state "rules": the rules
-// and deletions it knows, as JSON.
+// or control delete_all) removes its buckets and its timers under every
+// key (applyToKeyedState) and, with processing rule time, drops copies a
+// routing subtask that had not seen the deletion yet still sends; an update
+// that changes the rule's shape (fn, of or group_by) removes the buckets
+// of the old shape under every key at once, with the timers of the keys
+// (old groups) it empties, and with processing rule time drops copies
+// still routed under the old shape (with event rule time such a copy, of a
+// record before the update, starts a bucket its timer removes); control
+// clear_state removes every bucket and timer; control export makes
+// subtask 0 write every rule to the side output "rules". Broadcast state
+// "rules": the rules and deletions it knows, as JSON.
 type RulesEvaluator struct {
 	cfg     RulesConfig
 	rules   map[string]evalRule
@@ -908,6 +1033,9 @@ type RulesEvaluator struct {
 
 // NewRulesEvaluator returns the keyed function of one subtask.
 func NewRulesEvaluator(cfg RulesConfig) *RulesEvaluator {
+	if cfg.Limits == (expression.Limits{}) {
+		cfg.Limits = DefaultRuleLimits()
+	}
 	return &RulesEvaluator{cfg: cfg, rules: map[string]evalRule{}, deleted: map[string]ruleVersion{}}
 }
 
@@ -971,6 +1099,9 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 	}
 	if d, ok := f.deleted[e.Rule]; ok && f.cfg.RuleTime != RuleTimeEvent && d.P == e.Version.P && e.Version.O <= d.O {
 		return nil // routed by a subtask that had not seen the deletion yet
+	}
+	if r, ok := f.rules[e.Rule]; ok && f.cfg.RuleTime != RuleTimeEvent && r.Rule.Shape != e.Shape && r.Version.P == e.Version.P && e.Version.O < r.Version.O {
+		return nil // routed under a shape the keyed stage already replaced (its buckets are gone)
 	}
 	ts := rec.Timestamp.UnixMilli()
 	counts := f.board.counter(e.Rule)
@@ -1155,7 +1286,7 @@ func (f *RulesEvaluator) OnTimer(_ context.Context, _ time.Time, tc TimerContext
 // ProcessBroadcastElement implements KeyedBroadcastProcessFunction: the
 // rule lifecycle on the keyed stage.
 func (f *RulesEvaluator) ProcessBroadcastElement(_ context.Context, rec runtime.Record, out Collector) error {
-	rr, err := DecodeRuleRecord(rec.Key, rec.Value)
+	rr, err := DecodeRuleRecordLimits(rec.Key, rec.Value, f.cfg.Limits)
 	if err != nil {
 		if f.bad != nil {
 			f.bad.Inc()
@@ -1171,11 +1302,11 @@ func (f *RulesEvaluator) ProcessBroadcastElement(_ context.Context, rec runtime.
 			f.deleted[id] = r.Version
 		}
 		clear(f.rules)
-		if err := f.removeState(func(string) bool { return true }); err != nil {
+		if err := f.removeState(func(string) bool { return true }, nil); err != nil {
 			return err
 		}
 	case rr.Control == ControlClearState:
-		if err := f.removeState(func(string) bool { return true }); err != nil {
+		if err := f.removeState(func(string) bool { return true }, nil); err != nil {
 			return err
 		}
 	case rr.Control == ControlExport:
@@ -1189,14 +1320,23 @@ func (f *RulesEvaluator) ProcessBroadcastElement(_ context.Context, rec runtime.
 			f.deleted[rr.ID] = r.Version
 			delete(f.rules, rr.ID)
 		}
-		if err := f.removeState(func(id string) bool { return id == rr.ID }); err != nil {
+		if err := f.removeState(func(id string) bool { return id == rr.ID }, nil); err != nil {
 			return err
 		}
 	default:
 		if d, ok := f.deleted[rr.ID]; ok && (d.P != v.P || v.O > d.O) {
 			delete(f.deleted, rr.ID)
 		}
+		old, had := f.rules[rr.ID]
 		f.rules[rr.ID] = evalRule{Rule: rr.Rule, Version: v, At: rec.Timestamp.UnixMilli(), Updated: now}
+		if (!had || old.Rule.Shape != rr.Rule.Shape) && f.board.counter(rr.ID).entries.Load() > 0 {
+			// fn, of or group_by changed: the old groups' buckets (and
+			// their keys' timers) go at once, not when they expire.
+			shape := rr.Rule.Shape
+			if err := f.removeState(func(id string) bool { return id == rr.ID }, func(b RuleBucket) bool { return b.Shape != shape }); err != nil {
+				return err
+			}
+		}
 	}
 	f.publish()
 	if f.updated != nil {
@@ -1225,26 +1365,59 @@ func (f *RulesEvaluator) export(rec runtime.Record, out Collector) error {
 	return nil
 }
 
-// removeState removes the window state of every key whose rule id drop
-// selects (Flink's applyToKeyedState). The keys' timers stay until due and
-// then find nothing.
-func (f *RulesEvaluator) removeState(drop func(id string) bool) error {
-	return state.ApplyToAllKeys(f.backend, RulesWindowState, func(key []byte, s state.MapState[int64, RuleBucket]) error {
+// removeState removes, under every key whose rule id ids selects, the
+// window buckets bucket selects (nil: all), as Flink's applyToKeyedState,
+// and the timers that served them: with bucket nil every timer of the
+// selected rules' keys, else the timers of the keys left without buckets.
+// Nothing of a removed rule is left for checkpoints.
+func (f *RulesEvaluator) removeState(ids func(id string) bool, bucket func(RuleBucket) bool) error {
+	emptied := map[string]struct{}{}
+	err := state.ApplyToAllKeys(f.backend, RulesWindowState, func(key []byte, s state.MapState[int64, RuleBucket]) error {
 		id := ruleOfKey(key)
-		if !drop(id) {
+		if !ids(id) {
 			return nil
 		}
-		var n int64
-		for _, err := range s.Entries() {
+		var drop []int64
+		kept := false
+		for ent, err := range s.Entries() {
 			if err != nil {
 				return err
 			}
-			n++
+			if bucket == nil || bucket(ent.Value) {
+				drop = append(drop, ent.Key)
+			} else {
+				kept = true
+			}
 		}
+		n := int64(len(drop))
 		f.board.counter(id).entries.Add(-n)
 		f.setEntries(-n)
-		return s.Clear()
+		if !kept {
+			emptied[string(key)] = struct{}{}
+			return s.Clear()
+		}
+		for _, t := range drop {
+			if err := s.Remove(t); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	td, ok := f.timers.(keyTimerDeleter)
+	if !ok {
+		return nil
+	}
+	_, err = td.deleteKeyTimers(func(key []byte) bool {
+		if bucket == nil {
+			return ids(ruleOfKey(key))
+		}
+		_, ok := emptied[string(key)]
+		return ok
+	})
+	return err
 }
 
 // publish shows the rules to RuleStatuses.
@@ -1306,7 +1479,17 @@ func (f *RulesEvaluator) RestoreBroadcastState(states map[string]json.RawMessage
 	}
 	f.rules = map[string]evalRule{}
 	for _, r := range s.Rules {
-		c, err := compileStored(r.Rule)
+		c, err := compileStored(r.Rule, f.cfg.Limits)
+		if errors.Is(err, ErrBadRuleRecord) {
+			// Refused by lowered limits: restored as deleted (its buckets
+			// leave as their timers fire).
+			refusedAtRestore(f.cfg, r.ID, err)
+			if s.Deleted == nil {
+				s.Deleted = map[string]ruleVersion{}
+			}
+			s.Deleted[r.ID] = r.Version
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("operators: %s: restore rule %q: %w", f.cfg.Operator, r.ID, err)
 		}

@@ -15,18 +15,33 @@ import (
 // This file is the rules operator's rule schema: decoding a record of the
 // rules topic (DecodeRuleRecord) and compiling a rule (CompileRule). Rules
 // are untrusted input: they come from whoever may write the topic, so their
-// expressions compile under RuleLimits and a rule that does not decode or
+// expressions compile under the operator's limits (DefaultRuleLimits
+// unless its params say otherwise) and a rule that does not decode or
 // compile is refused with a reason, never reaching state.
 
 // ErrBadRuleRecord is wrapped by every error DecodeRuleRecord and
 // CompileRule return.
 var ErrBadRuleRecord = errors.New("operators: bad rule")
 
-// RuleLimits bound every expression of a rule (filter, group_by,
-// aggregate.of): tighter than the pipeline's defaults, since rules are
-// untrusted. 1 KiB of source, 200 syntax nodes, 10,000 cost units per
-// evaluation.
-var RuleLimits = expression.Limits{MaxLength: 1024, MaxNodes: 200, MaxCost: 10_000}
+// The defaults of the rules operator's expression limits (RulesParams
+// max_expression_length, max_expression_nodes, max_expression_cost):
+// tighter than the pipeline's (expression.DefaultMaxLength and so on),
+// since rules are untrusted.
+const (
+	// DefaultRuleMaxLength is the longest expression source, in bytes.
+	DefaultRuleMaxLength = 1024
+	// DefaultRuleMaxNodes is the most syntax nodes of one expression.
+	DefaultRuleMaxNodes = 200
+	// DefaultRuleMaxCost bounds one evaluation, in CEL cost units.
+	DefaultRuleMaxCost = 10_000
+)
+
+// DefaultRuleLimits returns the limits every expression of a rule (filter,
+// group_by, aggregate.of) compiles under by default: 1 KiB of source, 200
+// syntax nodes, 10,000 cost units per evaluation.
+func DefaultRuleLimits() expression.Limits {
+	return expression.Limits{MaxLength: DefaultRuleMaxLength, MaxNodes: DefaultRuleMaxNodes, MaxCost: DefaultRuleMaxCost}
+}
 
 // MaxRuleWindow is the longest window a rule may ask for.
 const MaxRuleWindow = 31 * 24 * time.Hour
@@ -118,12 +133,19 @@ type RuleRecord struct {
 	Control RuleControl
 }
 
-// DecodeRuleRecord decodes and compiles one record of the rules topic. A
-// null value deletes the rule its key names; a JSON object with a
-// "control" field is a control record; any other value must be a RuleSpec
-// that CompileRule accepts. Errors wrap ErrBadRuleRecord and say why, as
-// `operators: bad rule "r1": aggregate.fn: must be one of ...`.
+// DecodeRuleRecord decodes and compiles one record of the rules topic
+// under DefaultRuleLimits: DecodeRuleRecordLimits with those.
 func DecodeRuleRecord(key, value []byte) (RuleRecord, error) {
+	return DecodeRuleRecordLimits(key, value, DefaultRuleLimits())
+}
+
+// DecodeRuleRecordLimits decodes and compiles one record of the rules
+// topic, the rule's expressions under lim. A null value deletes the rule
+// its key names; a JSON object with a "control" field is a control record;
+// any other value must be a RuleSpec that CompileRuleLimits accepts. Errors
+// wrap ErrBadRuleRecord and say why, as `operators: bad rule "r1":
+// aggregate.fn: must be one of ...`.
+func DecodeRuleRecordLimits(key, value []byte, lim expression.Limits) (RuleRecord, error) {
 	if value == nil {
 		if len(key) == 0 {
 			return RuleRecord{}, fmt.Errorf("%w: deletion (null value) without a key", ErrBadRuleRecord)
@@ -155,7 +177,7 @@ func DecodeRuleRecord(key, value []byte) (RuleRecord, error) {
 	if spec.ID == "" {
 		spec.ID = string(key)
 	}
-	r, err := CompileRule(spec)
+	r, err := CompileRuleLimits(spec, lim)
 	if err != nil {
 		return RuleRecord{}, err
 	}
@@ -202,9 +224,16 @@ type CompiledRule struct {
 // alertWhenRE matches alert_when: an operator and a JSON-style number.
 var alertWhenRE = regexp.MustCompile(`^\s*(>=|<=|==|!=|>|<)\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\s*$`)
 
-// CompileRule checks and compiles spec. Errors wrap ErrBadRuleRecord and
-// name the rule and the field, listing the first problem found.
+// CompileRule checks and compiles spec under DefaultRuleLimits.
 func CompileRule(spec RuleSpec) (*CompiledRule, error) {
+	return CompileRuleLimits(spec, DefaultRuleLimits())
+}
+
+// CompileRuleLimits checks and compiles spec, its expressions under lim
+// (zero fields: the expression package's defaults). Errors wrap
+// ErrBadRuleRecord and name the rule and the field, listing the first
+// problem found.
+func CompileRuleLimits(spec RuleSpec, lim expression.Limits) (*CompiledRule, error) {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w %q: %s: %s", ErrBadRuleRecord, spec.ID, field, fmt.Sprintf(format, args...))
 	}
@@ -222,7 +251,7 @@ func CompileRule(spec RuleSpec) (*CompiledRule, error) {
 	default:
 		return nil, bad("state", "must be active or paused, got %q", spec.State)
 	}
-	opts := []expression.Option{expression.WithLimits(RuleLimits)}
+	opts := []expression.Option{expression.WithLimits(lim)}
 	if spec.Filter != "" {
 		e, err := CompileExpression(spec.Filter, append(opts, expression.ExpectBool())...)
 		if err != nil {

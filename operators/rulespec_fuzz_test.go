@@ -46,7 +46,7 @@ func FuzzDecodeRuleRecord(f *testing.F) {
 		if rr.Rule == nil {
 			return // a deletion
 		}
-		if _, err := compileStored(rr.Rule.JSON); err != nil {
+		if _, err := compileStored(rr.Rule.JSON, DefaultRuleLimits()); err != nil {
 			t.Fatalf("stored JSON %s of an accepted rule does not compile again: %v", rr.Rule.JSON, err)
 		}
 		r := NewRulesRouter(RulesConfig{Operator: "fuzz"})

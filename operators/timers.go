@@ -231,3 +231,15 @@ func (o *KeyedOperator) SetMailbox(m *runtime.Mailbox) {
 		o.mailbox = m
 	}
 }
+
+// keyTimerDeleter is the timer service's ability to remove the timers of
+// many keys at once, also from ProcessBroadcastElement (no current key
+// needed): the rules operator uses it when a rule's state is removed.
+type keyTimerDeleter interface {
+	deleteKeyTimers(match func(key []byte) bool) (int, error)
+}
+
+// deleteKeyTimers implements keyTimerDeleter.
+func (s *timerService) deleteKeyTimers(match func(key []byte) bool) (int, error) {
+	return s.q.DeleteKeys(match)
+}

@@ -186,6 +186,9 @@ func (c *Config) buildGraph() *graph.Graph {
 				bs.Broadcast = true
 				if bs.Check == nil {
 					bs.Check = f.CheckBroadcast
+					if f.NewCheckBroadcast != nil {
+						bs.Check = f.NewCheckBroadcast(c.params[op.Name])
+					}
 				}
 			}
 		}

@@ -157,6 +157,31 @@ func (q *TimerQueue) Delete(d TimeDomain, key []byte, ts int64) error {
 	return nil
 }
 
+// DeleteKeys removes every timer, of both domains, whose key match
+// selects, and returns how many it removed. It visits every registered
+// timer (O(timers)), so it is for rare lifecycle events such as a dynamic
+// rule's deletion, not the record path; match must not retain the key.
+// Errors are the backend's (ErrClosed).
+func (q *TimerQueue) DeleteKeys(match func(key []byte) bool) (int, error) {
+	var ids []string
+	for id := range q.set {
+		if match([]byte(id[9:])) {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		k, err := q.stateKey([]byte(id[9:]))
+		if err != nil {
+			return 0, err
+		}
+		if err := q.c.st.delEntry(k, []byte(id[:9])); err != nil {
+			return 0, err
+		}
+		delete(q.set, id) // its heap entry is dropped when it reaches the top
+	}
+	return len(ids), nil
+}
+
 // Peek returns the earliest timer of domain d, false when there is none.
 func (q *TimerQueue) Peek(d TimeDomain) (Timer, bool) {
 	h := &q.heaps[d]
