@@ -112,7 +112,7 @@ sinks:
 	for _, want := range []string{
 		"data dir " + dataDir + " was not closed cleanly (kill -9",
 		"the development broker cannot recover transactions exactly",
-		"read_committed readers would silently miss records",
+		"read_committed readers would miss committed records",
 		"remove " + dataDir + " to start with an empty broker",
 		"kstreamd broker --config FILE --force-unclean",
 	} {

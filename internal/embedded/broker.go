@@ -6,20 +6,21 @@
 //
 // # Unclean stops are refused, not recovered
 //
-// kfake writes every batch to its segment files at once, but keeps the
-// transaction coordinator's state (which partitions an open transaction
-// wrote, its staged offsets) in memory and saves it only at a clean Close.
-// Reopened after an unclean stop (kill -9, a crash, a power loss) it replays
-// the segments and aborts every transaction without an end marker, bumps
-// those producers' epochs in memory only, and then answers a restarted
-// job's EndTxn(commit) of such a transaction with success (KIP-890's retry
-// check: epoch one above, the id's last transaction committed). A kstreamd
-// sink pre-commits a transaction at each checkpoint and commits it once the
-// checkpoint completed (Flink's TwoPhaseCommitSinkFunction), so that is
-// committed output read_committed readers never see, and nothing reports
-// it; a kill between two partitions' markers of one EndTxn also leaves a
-// transaction committed in some partitions and aborted in others. Neither
-// can be repaired from outside kfake, with or without kfake.SyncWrites.
+// kfake writes every batch to its segment files at once (kill -9 loses no
+// byte written), but keeps the transaction coordinator's state (which
+// partitions an open transaction wrote, its staged offsets) in memory and
+// saves it only at a clean Close. Reopened after an unclean stop (kill -9, a
+// crash, a power loss) it replays the segments and aborts, in memory only
+// (no ABORT marker is written), every transaction without an end marker,
+// and bumps those producers' epochs. A kstreamd sink pre-commits a
+// transaction at each checkpoint and commits it once the checkpoint
+// completed (Flink's TwoPhaseCommitSinkFunction), so an unclean stop
+// between the two loses committed output: the job's commit is refused, and
+// not always noticed (a later COMMIT marker of the same producer id can pass
+// for the lost one's). A kill between two partitions' markers of one EndTxn
+// also leaves a transaction committed in some partitions and aborted in
+// others. None of it can be repaired from outside kfake, with or without
+// kfake.SyncWrites: what is lost is the coordinator's state, not bytes.
 //
 // So Start refuses a data directory that a broker used and that was not
 // closed cleanly (*UncleanDataDirError), as Kafka tells a clean from an
@@ -61,9 +62,9 @@ type options struct{ forceUnclean bool }
 
 // ForceUnclean opens a data directory that was not closed cleanly instead
 // of refusing it (*UncleanDataDirError), with a warning: kfake aborts the
-// transactions that were open at the unclean stop, committed output of the
-// restarted job can be missing, and nobody is told (see the package
-// comment). At the next clean Close the directory is marked clean.
+// transactions that were open at the unclean stop, so committed output of
+// an exactly-once job can be missing, not always with an error (see the
+// package comment). At the next clean Close the directory is marked clean.
 func ForceUnclean() Option { return func(o *options) { o.forceUnclean = true } }
 
 // Start starts a one-node broker listening on address (host:port) with its
@@ -92,7 +93,7 @@ func Start(ctx context.Context, logger *slog.Logger, address, dataDir string, pa
 	}
 	if unclean {
 		logger.Warn("opening a data dir that was not closed cleanly (--force-unclean): the transactions open at the unclean stop are aborted, "+
-			"and committed output of a restarted exactly-once job may be missing without any error", "data_dir", dir.path)
+			"so committed output of an exactly-once job may be missing, not always with an error", "data_dir", dir.path)
 	}
 	persist := &persistErrors{}
 	listened := false

@@ -38,8 +38,8 @@ type UncleanDataDirError struct {
 func (e *UncleanDataDirError) Error() string {
 	return fmt.Sprintf("embedded: data dir %s was not closed cleanly (kill -9, a crash or a power loss; no %s marker): "+
 		"the development broker cannot recover transactions exactly: it would abort the transactions open at the crash, "+
-		"among them output of completed checkpoints that the restarted job commits, and answer that commit with success, "+
-		"so read_committed readers would silently miss records. "+
+		"among them output of completed checkpoints the job has yet to commit, "+
+		"so read_committed readers would miss committed records, not always with an error. "+
 		"Either remove %s to start with an empty broker (then also remove the job's checkpoints, which point into the old log, "+
 		"or start the job with a new job.name), "+
 		"or accept the possible loss: run `kstreamd broker --config FILE --force-unclean` once "+
