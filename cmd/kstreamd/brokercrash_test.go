@@ -172,3 +172,42 @@ func dataDirFiles(t *testing.T, dir string) []string {
 func hasPrefix(s []string, prefix string) bool {
 	return slices.ContainsFunc(s, func(e string) bool { return strings.HasPrefix(e, prefix) })
 }
+
+// TestDaemonKill9RefusesItsEmbeddedBrokerDataDir: the broker inside the
+// daemon (kafka.embedded.enabled) dies with a SIGKILLed daemon, and the next
+// `kstreamd run` refuses its data dir the same way: exit 1, naming the dir
+// and the ways on, before the job starts.
+func TestDaemonKill9RefusesItsEmbeddedBrokerDataDir(t *testing.T) {
+	dir := t.TempDir()
+	broker, metrics := testkit.FreeAddr(t), testkit.FreeAddr(t)
+	cfg := jobHead("inproc", 1, dir, embeddedKafka(broker), metrics, "info") + `checkpoints:
+  interval: 200ms
+sources:
+  - name: events
+    topic: events
+sinks:
+  - name: copied
+    input: events
+    topic: copies
+    delivery: exactly-once
+`
+	p := startProc(t, dir, cfg, broker, metrics)
+	cl := newClient(t, broker)
+	produce(t, cl, countRecords(10)(0, 100)...)
+	cl.Close()
+	p.kill(t)
+
+	dataDir := filepath.Join(dir, "kafka")
+	code, stdout, stderr := runBinary(t, "run", "--config", filepath.Join(dir, "job.yaml"))
+	if code != 1 {
+		t.Fatalf("kstreamd run after its daemon was SIGKILLed exited %d, want 1:\n%s%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"data dir " + dataDir + " was not closed cleanly", "--force-unclean", "remove " + dataDir} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "job running") {
+		t.Errorf("the job ran on the refused broker:\n%s", stderr)
+	}
+}
