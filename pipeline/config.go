@@ -220,8 +220,10 @@ type EmbeddedKafkaConfig struct {
 	// Address is the host:port the broker listens on (an empty host listens
 	// on every interface). Default "127.0.0.1:9092".
 	Address string `yaml:"address"`
-	// DataDir holds the broker's log, which survives restarts. Default ""
-	// meaning "<data_dir>/kafka" (see Config.EmbeddedDataDir).
+	// DataDir holds the broker's log, which survives clean restarts; the
+	// broker refuses a dir left by an unclean stop (kill -9; see package
+	// internal/embedded). Default "" meaning "<data_dir>/kafka" (see
+	// Config.EmbeddedDataDir).
 	DataDir string `yaml:"data_dir"`
 	// Partitions is the partition count of each topic the broker creates.
 	// Default 4; >= 1.

@@ -54,9 +54,12 @@ commands:
   checkpoints verify DIR  check the checkpoint or savepoint in DIR as a restore
                           would, without restoring it: exit 0 when consistent,
                           1 listing every problem
-  broker --config FILE    run only the development broker of kafka.embedded
+  broker --config FILE [--force-unclean]
+                          run only the development broker of kafka.embedded
                           (address, data_dir, partitions) with the pipeline's
-                          topics, in its own process, until SIGINT or SIGTERM
+                          topics, in its own process, until SIGINT or SIGTERM;
+                          it refuses a data_dir not closed cleanly (kill -9)
+                          unless --force-unclean
   bench [--scenario NAME | --all] [--delivery D] [--records N] [--keys K] ...
                           benchmark a scenario as a real job against the
                           broker's own limit and print one table
@@ -227,11 +230,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		return 0
 	case "broker":
 		path := fs.String("config", "", "pipeline `FILE` whose kafka.embedded section describes the broker")
-		if code, ok := parse("kstreamd broker --config FILE", args[1:]); !ok {
+		force := fs.Bool("force-unclean", false, "open a data dir that was not closed cleanly (kill -9, a crash) as it is: transactions open at the crash are aborted and committed output of a restarted exactly-once job may be missing")
+		if code, ok := parse("kstreamd broker --config FILE [--force-unclean]", args[1:]); !ok {
 			return code
 		}
 		if *path == "" || fs.NArg() > 0 {
-			fmt.Fprint(stderr, "usage: kstreamd broker --config FILE\n")
+			fmt.Fprint(stderr, "usage: kstreamd broker --config FILE [--force-unclean]\n")
 			return 2
 		}
 		cfg, err := pipeline.Load(*path, reg)
@@ -240,7 +244,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 2
 		}
 		logger := newLogger(cfg, stderr)
-		if err := runBroker(ctx, cfg, logger); err != nil {
+		if err := runBroker(ctx, cfg, *force, logger); err != nil {
 			logger.Error("broker failed", "err", err)
 			return 1
 		}
@@ -385,11 +389,16 @@ func newLogger(cfg *pipeline.Config, w io.Writer) *slog.Logger {
 
 // runBroker runs the embedded development broker of cfg in this process
 // until ctx ends. A daemon killed with SIGKILL takes an in-process broker
-// with it, and the broker does not recover transactions that were open;
-// in its own process the broker survives the daemon's crashes.
-func runBroker(ctx context.Context, cfg *pipeline.Config, logger *slog.Logger) error {
+// with it; in its own process the broker survives the daemon's crashes.
+// The broker refuses a data dir that was not closed cleanly (a SIGKILLed
+// broker or daemon) unless forceUnclean (embedded.UncleanDataDirError).
+func runBroker(ctx context.Context, cfg *pipeline.Config, forceUnclean bool, logger *slog.Logger) error {
+	var opts []embedded.Option
+	if forceUnclean {
+		opts = append(opts, embedded.ForceUnclean())
+	}
 	b, err := embedded.Start(ctx, logger.With("component", "embedded-kafka"), cfg.Kafka.Embedded.Address,
-		cfg.EmbeddedDataDir(), cfg.Kafka.Embedded.Partitions, cfg.Topics())
+		cfg.EmbeddedDataDir(), cfg.Kafka.Embedded.Partitions, cfg.Topics(), opts...)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"checkpoints", "--help"}, "usage: kstreamd checkpoints <command> [flags]", []string{"list --dir DIR"}},
 		{[]string{"checkpoints", "-h"}, "usage: kstreamd checkpoints <command> [flags]", nil},
 		{[]string{"checkpoints", "list", "--help"}, "usage: kstreamd checkpoints list --dir DIR", []string{"-dir DIR"}},
-		{[]string{"broker", "--help"}, "usage: kstreamd broker --config FILE", []string{"-config FILE"}},
+		{[]string{"broker", "--help"}, "usage: kstreamd broker --config FILE [--force-unclean]", []string{"-config FILE", "-force-unclean"}},
 		{[]string{"version", "--help"}, "usage: kstreamd version", nil},
 		{[]string{"bench", "--help"}, "usage: kstreamd bench [--scenario NAME | --all] [flags]", []string{"-scenario NAME", "-records N"}},
 		{[]string{"bench", "-h"}, "usage: kstreamd bench [--scenario NAME | --all] [flags]", nil},

@@ -10,7 +10,7 @@
 //	kstreamd savepoint [--address A] [--dir D] [--stop] [--token-env NAME | --token-file FILE]
 //	                                                    ask a running daemon for a savepoint
 //	kstreamd checkpoints list --dir DIR                 list a job's checkpoints
-//	kstreamd broker --config FILE                       run the development broker on its own
+//	kstreamd broker --config FILE [--force-unclean]     run the development broker on its own
 //	kstreamd version                                    print the version and VCS revision
 //
 // Every command prints its usage with --help and exits 0.

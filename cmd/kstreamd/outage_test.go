@@ -31,6 +31,21 @@ type brokerProc struct {
 // `kstreamd broker` on it and waits until the broker accepts connections.
 func startBrokerProc(t *testing.T, dir, addr, dataDir string) *brokerProc {
 	t.Helper()
+	b := launchBrokerProc(t, dir, addr, dataDir)
+	// The broker listens before it has created its topics: wait for the
+	// line it logs once they exist, or a job started at once finds no topic.
+	if !testkit.Poll(20*time.Second, func() bool {
+		return strings.Contains(b.out.String(), "embedded kafka broker started")
+	}) {
+		t.Fatalf("the broker on %s did not start within 20s:\n%s", addr, b.out.String())
+	}
+	return b
+}
+
+// launchBrokerProc is startBrokerProc with extra flags for `kstreamd
+// broker`, without waiting for the broker to start.
+func launchBrokerProc(t *testing.T, dir, addr, dataDir string, extra ...string) *brokerProc {
+	t.Helper()
 	cfg := jobHead("broker", 1, dir, "  embedded:\n    enabled: true\n    address: "+addr+"\n    data_dir: "+dataDir+"\n    partitions: 4", `""`, "info") + `sources:
   - name: events
     topic: events
@@ -44,7 +59,7 @@ sinks:
 		t.Fatal(err)
 	}
 	b := &brokerProc{out: &testkit.SyncBuffer{}, done: make(chan struct{})}
-	b.cmd = exec.Command(kstreamdBinary(t), "broker", "--config", path)
+	b.cmd = exec.Command(kstreamdBinary(t), append([]string{"broker", "--config", path}, extra...)...)
 	b.cmd.Dir = dir
 	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
 	if err := b.cmd.Start(); err != nil {
@@ -64,13 +79,6 @@ sinks:
 			t.Logf("broker log:\n%s", b.out.String())
 		}
 	})
-	// The broker listens before it has created its topics: wait for the
-	// line it logs once they exist, or a job started at once finds no topic.
-	if !testkit.Poll(20*time.Second, func() bool {
-		return strings.Contains(b.out.String(), "embedded kafka broker started")
-	}) {
-		t.Fatalf("the broker on %s did not start within 20s:\n%s", addr, b.out.String())
-	}
 	return b
 }
 
