@@ -8,12 +8,12 @@ import (
 
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
-	"cel.dev/cel-go/parser"
 	"cel.dev/cel-go/common/cost"
 	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
+	"cel.dev/cel-go/parser"
 )
 
 // Defaults of [Limits], taken by a zero field.
