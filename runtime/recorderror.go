@@ -30,11 +30,17 @@ const (
 	// ReasonEvalError: an expression failed on the record at run time (a
 	// missing field, a wrong type); the detail names the expression.
 	ReasonEvalError = "eval_error"
+	// ReasonEventTimeOutOfRange: the record's event time cannot be right:
+	// outside [MinEventTime, MaxEventTime] (a microsecond or nanosecond
+	// value read as milliseconds, an int64 extreme, a time before the
+	// epoch), or further ahead of the wall clock than the source's
+	// timestamp.max_ahead. Such a record never moves the watermark.
+	ReasonEventTimeOutOfRange = "event_time_out_of_range"
 )
 
 // Reasons lists every bad-record reason, in the order metrics initialise
 // them.
-var Reasons = []string{ReasonMalformedJSON, ReasonNotObject, ReasonMissingKey, ReasonWrongType, ReasonEmptyValue, ReasonTooLarge, ReasonInvalid, ReasonEvalError}
+var Reasons = []string{ReasonMalformedJSON, ReasonNotObject, ReasonMissingKey, ReasonWrongType, ReasonEmptyValue, ReasonTooLarge, ReasonInvalid, ReasonEvalError, ReasonEventTimeOutOfRange}
 
 // RecordError says that one record cannot be processed because of what it
 // holds (not because the job is broken): a key that cannot be selected, an
