@@ -122,7 +122,9 @@ func TestEventTimeOutOfRangeDeadLettered(t *testing.T) {
 	if len(dlq) != len(bad) {
 		t.Fatalf("%d dead letters, want %d", len(dlq), len(bad))
 	}
-	slices.SortFunc(dlq, func(a, b *kgo.Record) int { return strings.Compare(header(a, "kstreamd.source.offset"), header(b, "kstreamd.source.offset")) })
+	slices.SortFunc(dlq, func(a, b *kgo.Record) int {
+		return strings.Compare(header(a, "kstreamd.source.offset"), header(b, "kstreamd.source.offset"))
+	})
 	wantErr := []string{
 		fmt.Sprintf(`event_time_out_of_range: timestamp expression "ts" gave %d ms, outside [0, 253402300799999] ms since the epoch (1970-01-01 to 9999-12-31 UTC): a time in µs or ns given as ms?`, (t0+6_000)*1000),
 		`event_time_out_of_range: timestamp expression "ts" gave 9223372036854775807 ms, outside [0, 253402300799999] ms since the epoch (1970-01-01 to 9999-12-31 UTC): a time in µs or ns given as ms?`,
