@@ -121,3 +121,27 @@ func TestEventTimeMaxAhead(t *testing.T) {
 		t.Fatalf("max_ahead off: %v", err)
 	}
 }
+
+// TestRestoredMaxTimestampOutOfRange: a checkpoint written before event
+// times were bounded may hold a partition's max timestamp of int64's
+// maximum; the restore drops it (the partition starts with no timestamp,
+// holding the watermark back until its next good record) instead of
+// holding the watermark out of range for good, and keeps a good one.
+func TestRestoredMaxTimestampOutOfRange(t *testing.T) {
+	huge, good := int64(math.MaxInt64), int64(1_733_000_000_000)
+	s, _ := eventTimeSource(nil, 0, nil)
+	s.cfg.Partitions = 2
+	s.cfg.Restored = &Restored{Splits: []Split{
+		{Topic: "t", Partition: 0, Offset: 5, MaxTimestamp: &huge},
+		{Topic: "t", Partition: 1, Offset: 9, MaxTimestamp: &good},
+	}, Known: []int32{0, 1}}
+	if err := s.assign(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.wms.maxTs[0] != noTimestamp || s.wms.maxTs[1] != good || s.pos[0] != 5 || s.pos[1] != 9 {
+		t.Fatalf("restored max timestamps %v, offsets %v; want partition 0 none, 1 at %d, offsets 5 and 9", s.wms.maxTs, s.pos, good)
+	}
+	if _, ok := s.wms.next(time.Now()); ok {
+		t.Fatal("a watermark was emitted with partition 0 holding it back")
+	}
+}
