@@ -58,8 +58,9 @@ sinks:
 // (and one two days ahead of the wall clock, past max_ahead 1h) are
 // dead-lettered with reason event_time_out_of_range, unchanged, naming
 // their offsets; the watermark (of the source and of the window) is the
-// largest good ts minus 1ms after them, so it never exceeded it (it never
-// goes back); no window fires on them; each window fires only when a good
+// largest good ts minus 1ms after them, and no sample of it taken every
+// 10ms while they passed exceeded that (nor could it have: it never goes
+// back); no window fires on them; each window fires only when a good
 // click passes its end, with its exact count, and its integer sum exact
 // past int64 (9223372036854775000 + 9000 = 9223372036854784000, issue 22
 // item 5).
@@ -74,13 +75,32 @@ func TestEventTimeOutOfRangeDeadLettered(t *testing.T) {
 	}
 	ahead := time.Now().Add(48 * time.Hour).UnixMilli()
 	bad := []*kgo.Record{rec("mallory", (t0+6_000)*1000, 1), rec("mallory", math.MaxInt64, 1), rec("mallory", math.MinInt64, 1), rec("mallory", ahead, 1)}
-	produce(t, cl, rec("alice", t0+1_000, 9223372036854775000), rec("alice", t0+3_000, 9000), rec("bob", t0+5_000, 1))
-	produce(t, cl, bad...)
-	produce(t, cl, rec("alice", t0+7_000, 0))
 	wmLabels := map[string]map[string]string{
 		"source": {"operator": "clicks", "subtask": "0"},
 		"window": {"operator": "per_window", "subtask": "0"},
 	}
+	// Sample both watermark gauges every 10ms while the bad records pass,
+	// keeping the largest value seen.
+	stop, sampled := make(chan struct{}), make(chan float64)
+	go func() {
+		highest := 0.0
+		for {
+			for _, l := range wmLabels {
+				if v, err := testkit.Scrape(d.url(), "kstreamd_operator_watermark_seconds", l); err == nil {
+					highest = max(highest, v)
+				}
+			}
+			select {
+			case <-stop:
+				sampled <- highest
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	produce(t, cl, rec("alice", t0+1_000, 9223372036854775000), rec("alice", t0+3_000, 9000), rec("bob", t0+5_000, 1))
+	produce(t, cl, bad...)
+	produce(t, cl, rec("alice", t0+7_000, 0))
 	waitWatermark := func(ms int64) {
 		t.Helper()
 		for _, l := range wmLabels {
@@ -90,6 +110,10 @@ func TestEventTimeOutOfRangeDeadLettered(t *testing.T) {
 	testkit.WaitMetric(t, 30*time.Second, d.url(), "kstreamd_source_records_dead_lettered_total",
 		map[string]string{"source": "clicks", "reason": "event_time_out_of_range"}, 4)
 	waitWatermark(t0 + 6_999)
+	close(stop)
+	if highest := <-sampled; highest > float64(t0+6_999)/1000 {
+		t.Fatalf("a watermark gauge reached %v, past the largest good ts - 1ms %v", highest, float64(t0+6_999)/1000)
+	}
 	if n, _ := testkit.Scrape(d.url(), "kstreamd_operator_records_out_total", map[string]string{"operator": "out"}); n != 0 {
 		t.Fatalf("%v window results before any window end was passed, want 0", n)
 	}
