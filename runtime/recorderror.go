@@ -31,10 +31,7 @@ const (
 	// missing field, a wrong type); the detail names the expression.
 	ReasonEvalError = "eval_error"
 	// ReasonEventTimeOutOfRange: the record's event time cannot be right:
-	// outside [MinEventTime, MaxEventTime] (a microsecond or nanosecond
-	// value read as milliseconds, an int64 extreme, a time before the
-	// epoch), or further ahead of the wall clock than the source's
-	// timestamp.max_ahead. Such a record never moves the watermark.
+	// the windows or timers it needs lie outside int64 milliseconds.
 	ReasonEventTimeOutOfRange = "event_time_out_of_range"
 )
 
