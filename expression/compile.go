@@ -13,6 +13,7 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
+	"cel.dev/cel-go/parser"
 )
 
 // Defaults of [Limits], taken by a zero field.
@@ -137,7 +138,9 @@ func (e *CompileError) Error() string {
 // Compile compiles the CEL expression src once, for evaluation on many
 // records by the returned Program. It returns a *CompileError for a syntax
 // or type error, an expression over a limit of [Limits] (see [WithLimits]),
-// or a result type contradicting [ExpectBool], [ExpectList] or [ExpectMap].
+// a result type contradicting [ExpectBool], [ExpectList] or [ExpectMap], or
+// a constant sub-expression that cannot be evaluated (1 / 0,
+// 9223372036854775807 + 1), at that sub-expression's first character.
 //
 // Every identifier src uses that is not a reserved name (value, key,
 // timestamp, headers) is declared as a field of the record, of dynamic type;
@@ -194,6 +197,9 @@ func Compile(src string, opts ...Option) (*Program, error) {
 	if est.Min > lim.MaxCost {
 		return nil, whole("estimated cost of at least %d exceeds the limit of %d", est.Min, lim.MaxCost)
 	}
+	if err := constantError(env, src, checked, lim.MaxCost); err != nil {
+		return nil, err
+	}
 	var popts []cel.ProgramOption
 	if est.Max > lim.MaxCost {
 		// Only an expression whose worst case is unbounded by the estimate
@@ -216,6 +222,112 @@ func Compile(src string, opts ...Option) (*Program, error) {
 				cel.CostLimit(lim.MaxCost), cel.CostTracking(concatCost{}))
 		}),
 	}, nil
+}
+
+// constantError returns a *CompileError for a constant sub-expression of
+// checked that cannot be evaluated (1 / 0, 9223372036854775807 + 1,
+// int('x'), [1][2]): as it reads no part of the record, it would fail on
+// every record. The sub-expressions that read nothing of the record (no
+// identifier, no comprehension) are folded as CEL's constant folding
+// optimizer does (cel.NewConstantFoldingOptimizer, which leaves a failing
+// one in place for evaluation, silently): each largest one is evaluated
+// once, and when it fails the error points at the innermost constant
+// sub-expression that fails, at its first character. A constant one that
+// evaluates, even if a part of it would fail alone (true || 1 / 0 == 1),
+// is accepted: it never fails. Sub-expressions are evaluated under the
+// cost limit maxCost.
+func constantError(env *cel.Env, src string, checked *cel.Ast, maxCost uint64) error {
+	a := checked.NativeRep()
+	constant := map[int64]bool{}
+	var mark func(e celast.NavigableExpr) bool
+	mark = func(e celast.NavigableExpr) bool {
+		c := true
+		switch e.Kind() {
+		case celast.IdentKind, celast.ComprehensionKind, celast.UnspecifiedExprKind:
+			c = false
+		}
+		for _, ch := range e.Children() {
+			if !mark(ch) {
+				c = false
+			}
+		}
+		constant[e.ID()] = c
+		return c
+	}
+	root := celast.NavigateAST(a)
+	mark(root)
+	eval := func(e celast.NavigableExpr) (string, error) {
+		text, err := parser.Unparse(e, a.SourceInfo())
+		if err != nil {
+			return "", nil // not foldable here: left to evaluation
+		}
+		sub, iss := env.Compile(text)
+		if iss.Err() != nil {
+			return "", nil
+		}
+		prg, err := env.Program(sub, cel.CostLimit(maxCost))
+		if err != nil {
+			return "", nil
+		}
+		_, _, err = prg.Eval(cel.NoVars())
+		return text, err
+	}
+	foldable := func(e celast.NavigableExpr) bool { return constant[e.ID()] && e.Kind() != celast.LiteralKind }
+	var walk func(e celast.NavigableExpr) error
+	walk = func(e celast.NavigableExpr) error {
+		if !foldable(e) {
+			for _, ch := range e.Children() {
+				if err := walk(ch); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		text, err := eval(e)
+		if err == nil {
+			return nil
+		}
+	innermost:
+		for {
+			for _, ch := range e.Children() {
+				if !foldable(ch) {
+					continue
+				}
+				if t, cerr := eval(ch); cerr != nil {
+					e, text, err = ch, t, cerr
+					continue innermost
+				}
+			}
+			break
+		}
+		line, col := 1, 1
+		if start, ok := startOffset(a.SourceInfo(), e); ok {
+			if loc := a.SourceInfo().GetLocationByOffset(start); loc.Line() >= 1 && loc.Column() >= 0 {
+				line, col = loc.Line(), loc.Column()+1
+			}
+		}
+		return &CompileError{Expr: src, Line: line, Column: col,
+			Msg: fmt.Sprintf("constant sub-expression %s cannot be evaluated: %v", shorten(text), err)}
+	}
+	return walk(root)
+}
+
+// startOffset returns the offset (in characters) of e's first character:
+// the smallest start of its nodes (CEL places a call at its operator, so
+// 1 / 0 at the /, an index at its [).
+func startOffset(info *celast.SourceInfo, e celast.NavigableExpr) (int32, bool) {
+	start, found := int32(0), false
+	var visit func(e celast.NavigableExpr)
+	visit = func(e celast.NavigableExpr) {
+		if r, ok := info.GetOffsetRange(e.ID()); ok && (!found || r.Start < start) {
+			start, found = r.Start, true
+		}
+		for _, ch := range e.Children() {
+			visit(ch)
+		}
+	}
+	visit(e)
+	return start, found
 }
 
 // freeNames declares, as dynamically typed variables, the identifiers of

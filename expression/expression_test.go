@@ -333,6 +333,18 @@ func TestCompileErrors(t *testing.T) {
 		{"want bool", `'x' + 'y'`, []Option{ExpectBool()}, 1, 1, "result is string, want bool"},
 		{"want list", `1 > 2`, []Option{ExpectList()}, 1, 1, "result is bool, want list"},
 		{"want map", `[1]`, []Option{ExpectMap()}, 1, 1, "result is list(int), want map"},
+		// A constant sub-expression that cannot be evaluated fails on every
+		// record: a compile error at its first character.
+		{"constant division by zero", `1 / 0`, nil, 1, 1, "constant sub-expression 1 / 0 cannot be evaluated: division by zero"},
+		{"constant division by zero inside", `amount + (1 / 0)`, nil, 1, 11, "constant sub-expression 1 / 0 cannot be evaluated: division by zero"},
+		{"constant modulo by zero", `amount > 2 && 7 % (3 - 3) == 1`, nil, 1, 15, "constant sub-expression 7 % (3 - 3) cannot be evaluated: modulus by zero"},
+		{"constant overflow line 2", "amount > 0 ||\n  9223372036854775807 + 1 > 0", nil, 2, 3, "constant sub-expression 9223372036854775807 + 1 cannot be evaluated: integer overflow"},
+		{"constant overflow innermost", `amount + (2 * (9223372036854775807 + 1))`, nil, 1, 16, "constant sub-expression 9223372036854775807 + 1 cannot be evaluated"},
+		{"constant negation overflow", `amount - -(-9223372036854775807 - 2)`, nil, 1, 12, "constant sub-expression -9223372036854775807 - 2 cannot be evaluated: integer overflow"},
+		{"constant index out of range", `[1][2] + amount`, nil, 1, 1, "constant sub-expression [1][2] cannot be evaluated: index out of bounds: 2"},
+		{"constant missing key", `{'a': 1}['b'] == amount`, nil, 1, 1, "no such key: b"},
+		{"constant column in characters", `'é' + string(1/0)`, nil, 1, 14, "constant sub-expression 1 / 0 cannot be evaluated"},
+		{"constant bool", `amount > 0 && 1 / 0 == 1`, []Option{ExpectBool()}, 1, 15, "constant sub-expression 1 / 0 cannot be evaluated"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -362,6 +374,13 @@ func TestCompileAccepts(t *testing.T) {
 		{`value.?x.orValue(1) > 0`, []Option{ExpectBool()}},
 		{strings.Repeat("a", DefaultMaxLength), nil},
 		{`a + b + c`, []Option{WithLimits(Limits{MaxNodes: 5})}},
+		// Constants that evaluate, and failures that depend on the record.
+		{`amount * (60 * 1000) + 9223372036854775806 + 1 - 9223372036854775807`, nil},
+		{`true || 1 / 0 == 1`, []Option{ExpectBool()}}, // never fails: || absorbs the error
+		{`amount / 0`, nil},
+		{`[1, 2].map(x, x / 0)`, nil}, // a comprehension is left to evaluation
+		{`optional.of(1).value() + amount`, nil},
+		{`int('42') + amount`, nil},
 	} {
 		if _, err := Compile(tt.src, tt.opts...); err != nil {
 			t.Errorf("Compile(%.40q) = %v", tt.src, err)

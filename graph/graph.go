@@ -64,6 +64,10 @@ type Source struct {
 	// OutOfOrderness and Idleness configure the watermarks (0: none, never
 	// idle).
 	OutOfOrderness, Idleness time.Duration
+	// MaxAhead, if > 0, bounds how far ahead of the wall clock a record's
+	// event time may be; a record further ahead is a bad record
+	// (source.Config.MaxAhead). 0: off.
+	MaxAhead time.Duration
 	// Repartition marks the source of a cluster-mode stage that reads a
 	// repartition topic (Split): a unit reads only its own partition, the
 	// one of its key groups, read_committed, and turns markers into

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/big"
 	"slices"
 	"strconv"
 
@@ -33,10 +34,11 @@ type AggregateFn string
 const (
 	// AggCount counts the key's records (it takes no of).
 	AggCount AggregateFn = "count"
-	// AggSum adds the values: an integer while every value is an integer
-	// and the sum fits in int64, a double from the first fraction (or
-	// overflow) on; a double sum beyond the float64 range is emitted as
-	// null.
+	// AggSum adds the values: an exact integer while every value is an
+	// integer, however large (past int64 it is a math/big integer, written
+	// as a JSON integer with every digit and no exponent, and kept so in
+	// the state), a double from the first fraction on; a double sum beyond
+	// the float64 range is emitted as null.
 	AggSum AggregateFn = "sum"
 	// AggMin is the smallest value, as given (integer or double).
 	AggMin AggregateFn = "min"
@@ -207,27 +209,58 @@ type aggAccumulator struct {
 	Seen []string `json:"seen,omitempty"`
 }
 
-// number is an integer or a double, as expression results are.
+// number is an integer or a double, as expression results are. An integer
+// outside int64 (a sum past it, or a uint64 input above MaxInt64) is held
+// exactly in Big; a Big within int64 is always normalised back to Int, so
+// Big != nil means "outside int64". The JSON form is the state's: "big" is
+// a JSON integer (math/big's encoding), absent in checkpoints written
+// before it existed, which decode as before.
 type number struct {
-	Int     int64   `json:"int,omitempty"`
-	Float   float64 `json:"float,omitempty"`
-	IsFloat bool    `json:"is_float,omitempty"`
+	Int     int64    `json:"int,omitempty"`
+	Big     *big.Int `json:"big,omitempty"`
+	Float   float64  `json:"float,omitempty"`
+	IsFloat bool     `json:"is_float,omitempty"`
 }
 
 func (n number) float() float64 {
-	if n.IsFloat {
+	switch {
+	case n.IsFloat:
 		return n.Float
+	case n.Big != nil:
+		f, _ := new(big.Float).SetInt(n.Big).Float64()
+		return f
 	}
 	return float64(n.Int)
 }
 
-// add returns n+m: an integer when both are and the sum does not overflow.
+// bigInt returns the integer n as a new big.Int (n must not be a double).
+func (n number) bigInt() *big.Int {
+	if n.Big != nil {
+		return new(big.Int).Set(n.Big)
+	}
+	return big.NewInt(n.Int)
+}
+
+// bigNumber returns the integer z as a number: Int when it fits in int64.
+func bigNumber(z *big.Int) number {
+	if z.IsInt64() {
+		return number{Int: z.Int64()}
+	}
+	return number{Big: z}
+}
+
+// add returns n+m: an exact integer when both are integers (math/big past
+// int64), a double otherwise. Neither operand is modified.
 func (n number) add(m number) number {
 	if !n.IsFloat && !m.IsFloat {
-		s := n.Int + m.Int
-		if (s > n.Int) == (m.Int > 0) {
-			return number{Int: s}
+		if n.Big == nil && m.Big == nil {
+			s := n.Int + m.Int
+			if (s > n.Int) == (m.Int > 0) {
+				return number{Int: s}
+			}
 		}
+		z := n.bigInt()
+		return bigNumber(z.Add(z, m.bigInt()))
 	}
 	return number{Float: n.float() + m.float(), IsFloat: true}
 }
@@ -235,16 +268,24 @@ func (n number) add(m number) number {
 // less reports n < m: exactly for two integers, as doubles otherwise.
 func (n number) less(m number) bool {
 	if !n.IsFloat && !m.IsFloat {
-		return n.Int < m.Int
+		if n.Big == nil && m.Big == nil {
+			return n.Int < m.Int
+		}
+		return n.bigInt().Cmp(m.bigInt()) < 0
 	}
 	return n.float() < m.float()
 }
 
+// appendJSON appends n as JSON: an integer with all its digits (no
+// exponent, however large), or a double as encoding/json writes it.
 func (n number) appendJSON(dst []byte) []byte {
-	if !n.IsFloat {
-		return strconv.AppendInt(dst, n.Int, 10)
+	switch {
+	case n.IsFloat:
+		return appendFloat(dst, n.Float)
+	case n.Big != nil:
+		return n.Big.Append(dst, 10)
 	}
-	return appendFloat(dst, n.Float)
+	return strconv.AppendInt(dst, n.Int, 10)
 }
 
 // appendFloat appends f as encoding/json does, and null for NaN and the
@@ -266,7 +307,7 @@ func toNumber(v any) (number, bool) {
 		if x <= math.MaxInt64 {
 			return number{Int: int64(x)}, true
 		}
-		return number{Float: float64(x), IsFloat: true}, true
+		return number{Big: new(big.Int).SetUint64(x)}, true
 	case float64:
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return number{}, false

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -210,8 +211,9 @@ func TestAggregateFunctions(t *testing.T) {
 
 func bytesEq(a, b []byte) bool { return string(a) == string(b) }
 
-// TestAggregateSumOverflow: an integer sum that would overflow int64 turns
-// into a double, and stays one.
+// TestAggregateSumOverflow: an integer sum past int64 stays an exact
+// integer (math/big), written as a JSON integer with every digit, and
+// returns to int64 when it fits again.
 func TestAggregateSumOverflow(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
@@ -221,11 +223,101 @@ func TestAggregateSumOverflow(t *testing.T) {
 				t.Fatal(err)
 			}
 			h.feed(&recordErrors{}, payment("a", int64(1<<62), "u"), payment("a", int64(1<<62), "u"), payment("a", int64(-1<<62), "u"))
-			want := []string{`{"key":"a","s":4611686018427387904}`, `{"key":"a","s":9223372036854776000}`, `{"key":"a","s":4611686018427388000}`}
+			want := []string{`{"key":"a","s":4611686018427387904}`, `{"key":"a","s":9223372036854775808}`, `{"key":"a","s":4611686018427387904}`}
 			if got := values(h.finish()); !reflect.DeepEqual(got, want) {
 				t.Fatalf("outputs %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestAggregateSumExactPastInt64 is issue 22's acceptance: the sum of
+// 9223372036854775000 and 9000 is exactly 9223372036854784000 (a JSON
+// integer, never 9.223372036854784e18), on both backends, sync and async;
+// the big sum survives a checkpoint and restore, sums on exactly from
+// there (also below int64's minimum, and back), and avg is the double of
+// the exact sum.
+func TestAggregateSumExactPastInt64(t *testing.T) {
+	for _, kind := range backends {
+		for _, mode := range modes {
+			t.Run(kind+"/"+mode, func(t *testing.T) {
+				p := AggregateParams{Emit: EmitEveryUpdate, Aggregates: []AggregateSpec{
+					{Name: "s", Fn: AggSum, Of: compiled(t, "amount")},
+					{Name: "lo", Fn: AggMin, Of: compiled(t, "amount")},
+					{Name: "hi", Fn: AggMax, Of: compiled(t, "amount")},
+					{Name: "mean", Fn: AggAvg, Of: compiled(t, "amount")},
+				}}
+				dir := t.TempDir()
+				h, err := openStateful(t, kind, dir, nil, nil, aggFn(mode, p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				bad := &recordErrors{}
+				h.feed(bad, payment("a", int64(9223372036854775000), "u"), payment("a", 9000, "u"))
+				want := []string{
+					`{"key":"a","s":9223372036854775000,"lo":9223372036854775000,"hi":9223372036854775000,"mean":9223372036854775000}`,
+					`{"key":"a","s":9223372036854784000,"lo":9000,"hi":9223372036854775000,"mean":4611686018427392000}`,
+				}
+				if got := values(h.emitted()); !reflect.DeepEqual(got, want) {
+					t.Fatalf("outputs %v, want %v", got, want)
+				}
+				h2, err := openStateful(t, kind, t.TempDir(), nil, snapshotRestore(t, h), aggFn(mode, p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Three of int64's minimum take the sum below it, int64's
+				// maximum brings it back.
+				h2.feed(bad, payment("a", int64(math.MinInt64), "u"), payment("a", int64(math.MinInt64), "u"),
+					payment("a", int64(math.MinInt64), "u"), payment("a", int64(math.MaxInt64), "u"))
+				want = []string{
+					`{"key":"a","s":8192,"lo":-9223372036854775808,"hi":9223372036854775000,"mean":2730.6666666666665}`,
+					`{"key":"a","s":-9223372036854767616,"lo":-9223372036854775808,"hi":9223372036854775000,"mean":-2305843009213692000}`,
+					`{"key":"a","s":-18446744073709543424,"lo":-9223372036854775808,"hi":9223372036854775000,"mean":-3689348814741908500}`,
+					`{"key":"a","s":-9223372036854767617,"lo":-9223372036854775808,"hi":9223372036854775807,"mean":-1537228672809128000}`,
+				}
+				got := values(h2.finish())
+				if len(bad.errs) > 0 {
+					t.Fatalf("bad records %v", bad.errs)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("outputs after restore\n%v\nwant\n%v", got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestAggregateAccumulatorStateCompat: accumulators written before big
+// integers (no "big" field) decode as before and sum on past int64; a big
+// sum's state holds it as a JSON integer and decodes to the same value; a
+// uint64 input past int64 is an exact integer too.
+func TestAggregateAccumulatorStateCompat(t *testing.T) {
+	ser := state.JSONSerializer[aggregateAccumulators]{}
+	old, err := ser.Decode([]byte(`{"s":{"fn":"sum","records":1,"num":{"int":9223372036854775000}},"f":{"fn":"sum","records":1,"num":{"float":2.5,"is_float":true}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := old["s"].Num; n.Int != 9223372036854775000 || n.Big != nil || n.IsFloat || old["f"].Num.Float != 2.5 || !old["f"].Num.IsFloat {
+		t.Fatalf("old state decoded to %+v", old)
+	}
+	sum := old["s"]
+	sum.Num = sum.Num.add(number{Int: 9000})
+	b, err := ser.Append(nil, aggregateAccumulators{"s": sum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"s":{"fn":"sum","records":1,"num":{"big":9223372036854784000}}}`; string(b) != want {
+		t.Fatalf("state %s, want %s", b, want)
+	}
+	if n, _ := toNumber(uint64(math.MaxUint64)); string(n.add(number{Int: 1}).appendJSON(nil)) != "18446744073709551616" {
+		t.Fatalf("uint64 max + 1 = %s, want 18446744073709551616", n.add(number{Int: 1}).appendJSON(nil))
+	}
+	back, err := ser.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(back["s"].Num.appendJSON(nil)); got != "9223372036854784000" {
+		t.Fatalf("decoded sum %s, want 9223372036854784000", got)
 	}
 }
 

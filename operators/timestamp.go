@@ -32,12 +32,20 @@ func (u *TimestampUnit) UnmarshalText(text []byte) error {
 
 // NewTimestampAssigner returns the function that reads a record's event
 // time from expression e, its result in unit ("" means ms) (Flink's
-// TimestampAssigner). The function's errors are *runtime.RecordError with
-// reason eval_error: the expression failed, or its result is not a number
-// (ms, s) or an RFC 3339 string (rfc3339). It is not safe for concurrent
-// use: each source subtask gets its own.
+// TimestampAssigner). The function's errors are *runtime.RecordError: with
+// reason eval_error when the expression failed, or its result is not a
+// number (ms, s) or an RFC 3339 string (rfc3339); with reason
+// event_time_out_of_range when the time it gives is outside
+// [runtime.MinEventTime, runtime.MaxEventTime] (before the epoch, after
+// 9999-12-31, NaN or infinite: a microsecond or nanosecond value read as
+// ms). A fraction of a millisecond is rounded to the nearest. It is not
+// safe for concurrent use: each source subtask gets its own.
 func NewTimestampAssigner(e Expression, unit TimestampUnit) func(rec *runtime.Record) (time.Time, error) {
 	var env RecordEnv
+	what := fmt.Sprintf("timestamp expression %q", e.String())
+	if unit == "" {
+		unit = TimestampMillis
+	}
 	return func(rec *runtime.Record) (time.Time, error) {
 		v, err := e.Program().Eval(env.Reset(rec))
 		if err != nil {
@@ -55,12 +63,18 @@ func NewTimestampAssigner(e Expression, unit TimestampUnit) func(rec *runtime.Re
 			if err != nil {
 				return bad(fmt.Sprintf("is not RFC 3339: %q", s))
 			}
+			if re := runtime.CheckEventTime(t.UnixMilli(), what); re != nil {
+				return time.Time{}, re
+			}
 			return t, nil
 		}
 		var f float64
 		switch x := v.(type) {
 		case int64:
-			if unit != TimestampSeconds {
+			if unit == TimestampMillis {
+				if re := runtime.CheckEventTime(x, what); re != nil {
+					return time.Time{}, re
+				}
 				return time.UnixMilli(x), nil
 			}
 			f = float64(x)
@@ -74,8 +88,9 @@ func NewTimestampAssigner(e Expression, unit TimestampUnit) func(rec *runtime.Re
 		if unit == TimestampSeconds {
 			f *= 1000
 		}
-		if math.IsNaN(f) || math.Abs(f) > 1e15 {
-			return bad(fmt.Sprintf("is out of range: %v", v))
+		// NaN fails both comparisons; the bounds are exact in float64.
+		if !(f >= float64(runtime.MinEventTime)-0.5 && f < float64(runtime.MaxEventTime)+0.5) {
+			return time.Time{}, runtime.EventTimeOutOfRange(what, fmt.Sprintf("%v %s", v, unit))
 		}
 		return time.UnixMilli(int64(math.Round(f))), nil
 	}

@@ -510,6 +510,13 @@ type TimestampConfig struct {
 	// Unit of the expression's result: ms (default), s (a number of
 	// seconds, fractions allowed) or rfc3339 (a string).
 	Unit operators.TimestampUnit `yaml:"unit"`
+	// MaxAhead, if set, makes a record whose event time (from expression,
+	// or the Kafka timestamp) is more than max_ahead ahead of the wall
+	// clock a bad record with reason event_time_out_of_range, which never
+	// moves the watermark. Default 0: off; otherwise >= 1ms. Whatever it
+	// is, an event time outside [0, 253402300799999] ms since the epoch
+	// (runtime.MinEventTime, runtime.MaxEventTime) is such a bad record.
+	MaxAhead time.Duration `yaml:"max_ahead"`
 }
 
 // WatermarkConfig is sources[].watermark.

@@ -301,6 +301,9 @@ func (c *Config) validateSources(v *validator) {
 		if s.Timestamp.Unit != "" && !s.Timestamp.Expression.IsSet() {
 			v.errorf(p+".timestamp.unit", "applies to timestamp.expression, which is not set")
 		}
+		if d := s.Timestamp.MaxAhead; d != 0 && d < time.Millisecond {
+			v.errorf(p+".timestamp.max_ahead", "must be 0 (off) or >= 1ms, got %v", d)
+		}
 		if d := s.Watermark.OutOfOrderness; d < 0 {
 			v.errorf(p+".watermark.out_of_orderness", "must be >= 0, got %v", d)
 		}

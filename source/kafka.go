@@ -47,6 +47,12 @@ const (
 	ReasonTooLarge      = runtime.ReasonTooLarge
 	ReasonInvalid       = runtime.ReasonInvalid // refused by Config.Check (e.g. an undecodable rule)
 	ReasonEvalError     = runtime.ReasonEvalError
+	// ReasonEventTimeOutOfRange: the record's event time (from
+	// Config.Timestamp, or the Kafka timestamp) is outside
+	// [runtime.MinEventTime, runtime.MaxEventTime], or more than
+	// Config.MaxAhead ahead of the wall clock. The record never moves the
+	// watermark.
+	ReasonEventTimeOutOfRange = runtime.ReasonEventTimeOutOfRange
 )
 
 // OnError is the bad-record policy of a source.
@@ -173,6 +179,16 @@ type Config struct {
 	// record with reason ReasonEvalError. Nil: the Kafka timestamp. It
 	// must not keep rec after it returns.
 	Timestamp func(rec *runtime.Record) (time.Time, error)
+	// MaxAhead, if > 0, makes a record whose event time is more than
+	// MaxAhead ahead of the wall clock (Now, read once per record while
+	// it is on) a bad record with reason ReasonEventTimeOutOfRange
+	// (sources[].timestamp.max_ahead); 0 is off. Not applied by a
+	// repartition source (Upstream), whose records an upstream source
+	// checked already.
+	MaxAhead time.Duration
+	// Now is the wall clock MaxAhead is measured against; nil means
+	// time.Now (tests inject a clock).
+	Now func() time.Time
 	// Watermarks configures the watermarks the subtask emits; ignored with
 	// Upstream.
 	Watermarks WatermarkConfig
@@ -794,6 +810,13 @@ func (s *KafkaSource) assign(ctx context.Context, adm *kadm.Client) error {
 			ts := int64(noTimestamp)
 			if sp.MaxTimestamp != nil {
 				ts = *sp.MaxTimestamp
+				if runtime.CheckEventTime(ts, "") != nil {
+					// Written before event times were bounded: it would hold
+					// the watermark out of range for good.
+					s.logger.Warn("restored max timestamp is out of range; restoring none", "partition", sp.Partition,
+						"max_timestamp", ts, "min", runtime.MinEventTime, "max", runtime.MaxEventTime)
+					ts = noTimestamp
+				}
 			}
 			s.wms.assign(sp.Partition, ts, now)
 		}
@@ -973,14 +996,23 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 	if reason, detail := s.decode(&rec); reason != "" {
 		return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: reason, Detail: detail})
 	}
+	what := "the Kafka timestamp"
 	if s.cfg.Timestamp != nil && rec.Value != nil {
 		s.scratch = rec
 		ts, err := s.cfg.Timestamp(&s.scratch)
 		s.scratch = runtime.Record{}
 		if err != nil {
-			return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: ReasonEvalError, Detail: err.Error()})
+			re := &runtime.RecordError{Reason: ReasonEvalError, Detail: err.Error()}
+			errors.As(err, &re) // the assigner's own reason (event_time_out_of_range) and detail
+			return s.policy.HandleBadRecord(ctx, rec, re)
 		}
 		rec.Timestamp = ts
+		what = "the timestamp expression"
+	}
+	if re := s.checkEventTime(rec.Timestamp, what); re != nil {
+		// Before observe: a time that cannot be right never moves the
+		// watermark.
+		return s.policy.HandleBadRecord(ctx, rec, re)
 	}
 	s.wms.observe(r.Partition, rec.Timestamp)
 	err := s.cfg.Output.Emit(ctx, rec)
@@ -993,6 +1025,25 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 		return s.policy.HandleBadRecord(ctx, rec, re)
 	}
 	return err
+}
+
+// checkEventTime returns the bad-record error of an event time ts that
+// cannot be right (runtime.CheckEventTime), or is more than Config.MaxAhead
+// ahead of the wall clock; nil for a good one. what names the time's
+// origin in the detail.
+func (s *KafkaSource) checkEventTime(ts time.Time, what string) *runtime.RecordError {
+	ms := ts.UnixMilli()
+	if re := runtime.CheckEventTime(ms, what); re != nil {
+		return re
+	}
+	if s.cfg.MaxAhead <= 0 || s.markers != nil {
+		return nil
+	}
+	now := time.Now
+	if s.cfg.Now != nil {
+		now = s.cfg.Now
+	}
+	return runtime.CheckEventTimeAhead(ms, now(), s.cfg.MaxAhead, what)
 }
 
 // marker hands r to the marker valve if it is a marker and emits what the
