@@ -347,7 +347,7 @@ type KafkaSource struct {
 	// lookupsStopped is set when read returns: a lookup result that
 	// arrives later is dropped.
 	lookupsStopped bool
-	lookupWG   sync.WaitGroup
+	lookupWG       sync.WaitGroup
 	// unavail are the partitions that cannot be read now.
 	unavail map[int32]*unavailable
 	// ends are catch-up targets listed for partitions whose start offset
