@@ -100,10 +100,9 @@ func (s *KafkaSource) publishReadiness(started bool) {
 	if len(waiting) > 0 {
 		parts = append(parts, "looking up the start offset of partition "+strings.Join(waiting, ", "))
 	}
-	now := time.Now()
 	for _, p := range sortedKeys(s.unavail) {
 		u := s.unavail[p]
-		parts = append(parts, fmt.Sprintf("partition %s/%d unavailable for %v: %v", s.cfg.Topic, p, now.Sub(u.since).Round(time.Second), u.err))
+		parts = append(parts, fmt.Sprintf("partition %s/%d unavailable since %s: %v", s.cfg.Topic, p, u.since.UTC().Format(time.RFC3339), u.err))
 	}
 	detail := ""
 	if len(parts) > 0 {

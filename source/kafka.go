@@ -400,6 +400,7 @@ func New(cfg Config) *KafkaSource {
 	if cfg.DeadLetters != nil {
 		s.sides = runtime.SideOutputs{{ID: runtime.TaskID{Operator: DeadLetterVertex(cfg.Name), Subtask: cfg.Subtask}, Operator: cfg.DeadLetters}}
 	}
+	s.ready.detail = fmt.Sprintf("source %s subtask %d: not reading yet", cfg.Name, cfg.Subtask)
 	return s
 }
 
@@ -627,6 +628,11 @@ func (s *KafkaSource) read(ctx context.Context) error {
 				continue
 			}
 			if partitionError(fe) && fe.Topic == s.cfg.Topic {
+				if _, mine := s.pos[fe.Partition]; !mine {
+					// franz-go reports the metadata errors of every
+					// partition of the topic, read here or not.
+					continue
+				}
 				// franz-go retries the partition by itself; the others
 				// are read meanwhile.
 				s.cfg.Retries.Retried(kafkaretry.OpFetch)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -201,7 +202,7 @@ func TestUnavailablePartitionAtRestore(t *testing.T) {
 	t.Logf("readiness while partition 2 has no leader: %s", detail)
 	for id := int64(1); id <= 3; id++ {
 		splits := u.checkpointSplits(t, id)
-		if want := map[int32]int64{0: 10, 1: 10, 2: 5, 3: 10}; !mapsEqual(splits, want) {
+		if want := map[int32]int64{0: 10, 1: 10, 2: 5, 3: 10}; !maps.Equal(splits, want) {
 			t.Fatalf("checkpoint %d splits %v, want %v", id, splits, want)
 		}
 	}
@@ -232,7 +233,7 @@ func TestUnavailablePartitionAtRestore(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("not caught up 20s after partition 2 is back")
 	}
-	if splits := u.checkpointSplits(t, 4); !mapsEqual(splits, map[int32]int64{0: 10, 1: 10, 2: 10, 3: 10}) {
+	if splits := u.checkpointSplits(t, 4); !maps.Equal(splits, map[int32]int64{0: 10, 1: 10, 2: 10, 3: 10}) {
 		t.Errorf("checkpoint 4 splits %v, want every partition at 10", splits)
 	}
 	if err := u.stop(); err != nil {
@@ -285,7 +286,7 @@ func TestUnavailablePartitionFreshStart(t *testing.T) {
 		_, d := u.src.Readiness()
 		t.Fatalf("readiness %q, want not ready naming events/1", d)
 	}
-	if splits := u.checkpointSplits(t, 1); !mapsEqual(splits, map[int32]int64{0: 3, 1: EarliestOffset, 2: 3, 3: 3}) {
+	if splits := u.checkpointSplits(t, 1); !maps.Equal(splits, map[int32]int64{0: 3, 1: EarliestOffset, 2: 3, 3: 3}) {
 		t.Fatalf("checkpoint splits %v, want partition 1 at EarliestOffset and the others at 3", splits)
 	}
 	restore()
@@ -302,16 +303,4 @@ func TestUnavailablePartitionFreshStart(t *testing.T) {
 	if got := u.emitted(1); !slices.Equal(got, seq(0, 3)) {
 		t.Errorf("partition 1 emitted offsets %v, want 0..2", got)
 	}
-}
-
-func mapsEqual(a, b map[int32]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
