@@ -53,7 +53,8 @@ type partLookup struct {
 }
 
 // unavailable is a partition the subtask cannot read: no leader, or its
-// offset lookup or fetch fails with a retriable error.
+// offset lookup or fetch fails with a retriable error. It is paused in the
+// consuming client until a probe lookup succeeds.
 type unavailable struct {
 	err     error
 	since   time.Time
@@ -138,6 +139,14 @@ func (s *KafkaSource) markUnavailable(p int32, err error) {
 		u = &unavailable{since: now}
 		s.unavail[p] = u
 		s.cfg.Metrics.unavailableAdd(s.cfg.Name, 1)
+		// Not fetched until a probe finds it back: a partition whose
+		// fetches fail at once would otherwise be fetched again at once,
+		// a busy loop. Its cursor stays where the last record polled
+		// left it (franz-go drops what it buffered for a paused
+		// partition and fetches it again after the resume).
+		if s.cl != nil {
+			s.cl.PauseFetchPartitions(map[string][]int32{s.cfg.Topic: {p}})
+		}
 	}
 	u.err = err
 	if l := s.lookups[p]; l == nil || (l.start == 0 && !l.end && !l.probe) {
@@ -162,6 +171,9 @@ func (s *KafkaSource) markAvailable(p int32) {
 	}
 	delete(s.unavail, p)
 	s.cfg.Metrics.unavailableAdd(s.cfg.Name, -1)
+	if s.cl != nil {
+		s.cl.ResumeFetchPartitions(map[string][]int32{s.cfg.Topic: {p}})
+	}
 	if l := s.lookups[p]; l != nil {
 		l.probe = false
 		if l.start == 0 && !l.end {

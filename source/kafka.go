@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -74,7 +75,10 @@ const (
 // FetchRetryTimeout is how long a source's fetches may keep failing (each
 // failure logged and counted in kstreamd_kafka_retries_total{operation=
 // "fetch"}, franz-go retrying underneath) before the subtask fails, and
-// with it the job, which the restart strategy may then restart.
+// with it the job, which the restart strategy may then restart. A
+// retriable error of one partition (no leader, not the leader) does not
+// count: that partition is marked unavailable and retried on its own
+// without limit while the others are read (availability.go).
 const FetchRetryTimeout = 2 * time.Minute
 
 // BadRecordError is returned by a source whose policy is OnErrorFail when it
@@ -603,6 +607,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 	}
 	var nextDiscovery time.Time
 	var fetchFailing time.Time // the first of consecutive failed polls; zero while fetches succeed
+	var topicWarned time.Time  // the last warning of a retriable topic-level error
 	if s.cfg.DiscoveryInterval > 0 {
 		nextDiscovery = time.Now().Add(s.cfg.DiscoveryInterval)
 	}
@@ -638,6 +643,17 @@ func (s *KafkaSource) read(ctx context.Context) error {
 				s.cfg.Retries.Retried(kafkaretry.OpFetch)
 				s.markUnavailable(fe.Partition, fe.Err)
 				changed = true
+				continue
+			}
+			if fe.Partition < 0 && kerr.IsRetriable(fe.Err) {
+				// A retriable error of the whole topic's metadata,
+				// which franz-go retries by itself (and hid before
+				// KeepRetryableFetchErrors): logged, not failed on.
+				s.cfg.Retries.Retried(kafkaretry.OpFetch)
+				if now := time.Now(); now.Sub(topicWarned) >= unavailableLogEvery {
+					topicWarned = now
+					s.logger.Warn("topic metadata failed; franz-go retries it", "operation", kafkaretry.OpFetch, "topic", fe.Topic, "err", fe.Err)
+				}
 				continue
 			}
 			failed = true

@@ -304,3 +304,78 @@ func TestUnavailablePartitionFreshStart(t *testing.T) {
 		t.Errorf("partition 1 emitted offsets %v, want 0..2", got)
 	}
 }
+
+// TestUnavailablePartitionWhileRunning makes partition 2 leaderless while
+// the subtask reads: partitions 0, 1 and 3 go on (their next 5 records
+// are emitted), a checkpoint holds partition 2 where it stood (5), the
+// subtask is not ready naming events/2 and the gauge is 1; once it is back
+// the records produced to it meanwhile are emitted, once each.
+func TestUnavailablePartitionWhileRunning(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("events"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	produceTo := func(parts []int32, n int) {
+		t.Helper()
+		for _, p := range parts {
+			for i := 0; i < n; i++ {
+				if err := prod.ProduceSync(context.Background(), &kgo.Record{Partition: p, Value: []byte(`{}`)}).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	produceTo([]int32{0, 1, 2, 3}, 5)
+	u := startUnavailSource(t, c, nil)
+	all := func(n int, parts ...int32) func() bool {
+		return func() bool {
+			for _, p := range parts {
+				if len(u.emitted(p)) < n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	if !testkit.Poll(20*time.Second, all(5, 0, 1, 2, 3)) {
+		t.Fatalf("the first 5 records of each partition were not emitted")
+	}
+	restore := leaderless(c, "events", 2)
+	produceTo([]int32{0, 1, 3}, 5)
+	if !testkit.Poll(20*time.Second, all(10, 0, 1, 3)) {
+		t.Fatalf("partitions 0, 1, 3 emitted %v %v %v while partition 2 has no leader, want 10 each", u.emitted(0), u.emitted(1), u.emitted(3))
+	}
+	if !testkit.Poll(20*time.Second, func() bool {
+		r, d := u.src.Readiness()
+		return !r && strings.Contains(d, "partition events/2 unavailable") && u.unavailableGauge() == 1
+	}) {
+		_, d := u.src.Readiness()
+		t.Fatalf("readiness %q, gauge %v; want not ready naming events/2, gauge 1", d, u.unavailableGauge())
+	}
+	if splits := u.checkpointSplits(t, 1); !maps.Equal(splits, map[int32]int64{0: 10, 1: 10, 2: 5, 3: 10}) {
+		t.Fatalf("checkpoint splits %v, want partition 2 at 5 and the others at 10", splits)
+	}
+	restore()
+	produceTo([]int32{2}, 5)
+	if !testkit.Poll(30*time.Second, all(10, 2)) {
+		t.Fatalf("partition 2 emitted %v within 30s of getting its leader back, want 0..9", u.emitted(2))
+	}
+	if !testkit.Poll(20*time.Second, func() bool { r, _ := u.src.Readiness(); return r && u.unavailableGauge() == 0 }) {
+		_, d := u.src.Readiness()
+		t.Fatalf("readiness %q, gauge %v after partition 2 is back; want ready, 0", d, u.unavailableGauge())
+	}
+	if err := u.stop(); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	for p := int32(0); p < 4; p++ {
+		if got := u.emitted(p); !slices.Equal(got, seq(0, 10)) {
+			t.Errorf("partition %d emitted offsets %v, want 0..9 once each", p, got)
+		}
+	}
+}
