@@ -140,6 +140,9 @@ type Job struct {
 	// reporters are the subtask functions that list their rules
 	// (operators.RulesReporter), in graph order; fixed after Build.
 	reporters []subtaskRules
+	// sources are the Kafka source subtasks, in graph order; fixed after
+	// Build (Readiness).
+	sources []*source.KafkaSource
 }
 
 // subtaskRules is one subtask's operators.RulesReporter.
@@ -376,6 +379,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				Logger: logger.With("component", "source"),
 			})
 			sources = append(sources, src)
+			j.sources = append(j.sources, src)
 			sourceTasks = append(sourceTasks, src)
 			targets = append(targets, src)
 		}
@@ -955,9 +959,30 @@ type VertexStatus struct {
 	Parallelism int    `json:"parallelism"`
 }
 
+// Readiness reports whether the job is ready (the HTTP API's /readyz):
+// every broadcast source has read up to the end offsets it saw at start
+// (the rules are bootstrapped) and every source subtask reads all its
+// partitions (restored, start offsets looked up, none unavailable:
+// source.KafkaSource.Readiness). When it is not, reason says why, naming
+// the sources, subtasks and partitions (topic/partition and the error of
+// an unavailable one). Safe for concurrent use.
+func (j *Job) Readiness() (ready bool, reason string) {
+	var why []string
+	if !j.coordinator.Ready() {
+		why = append(why, "a broadcast source is still reading up to the end offsets it saw at start (bootstrapping rules)")
+	}
+	for _, src := range j.sources {
+		if ok, detail := src.Readiness(); !ok {
+			why = append(why, detail)
+		}
+	}
+	return len(why) == 0, strings.Join(why, "; ")
+}
+
 // Status returns the job's status. Safe for concurrent use.
 func (j *Job) Status() Status {
-	st := Status{Name: j.g.Job, Ready: j.coordinator.Ready(), RestoredFrom: j.restoredDir, MaxParallelism: j.maxP}
+	ready, _ := j.Readiness()
+	st := Status{Name: j.g.Job, Ready: ready, RestoredFrom: j.restoredDir, MaxParallelism: j.maxP}
 	st.LastCheckpointID, st.LastCheckpointTime = j.coordinator.LastCompleted()
 	for _, s := range j.g.Sources {
 		st.Operators = append(st.Operators, VertexStatus{Name: s.Name, Kind: "source", Topic: s.Topic, Parallelism: s.Parallelism})

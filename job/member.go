@@ -369,17 +369,40 @@ func (m *Member) Joined() bool {
 }
 
 // Ready reports whether the member joined the group and every unit
-// assigned to it runs with its sources caught up (the HTTP API's /readyz).
+// assigned to it runs and is ready (Job.Readiness: its broadcast sources
+// caught up, every source subtask reading all its partitions); the HTTP
+// API's /readyz.
 func (m *Member) Ready() bool {
+	ok, _ := m.Readiness()
+	return ok
+}
+
+// Readiness is Ready with the reason when not ready: not joined, a unit
+// not running, or the Job.Readiness reason of a unit, named stage/unit.
+func (m *Member) Readiness() (bool, string) {
 	if !m.Joined() {
-		return false
+		return false, "joining the group"
 	}
-	for _, u := range m.local() {
-		if !u.Running {
-			return false
+	m.mu.Lock()
+	jobs := map[int32]*Job{}
+	for p, r := range m.running {
+		jobs[p] = r.current()
+	}
+	m.mu.Unlock()
+	var why []string
+	for _, p := range slices.Sorted(maps.Keys(jobs)) {
+		j := jobs[p]
+		if j == nil {
+			u := m.unit(p)
+			why = append(why, fmt.Sprintf("stage %d unit %d: starting", u.Stage, u.Unit))
+			continue
+		}
+		if ok, reason := j.Readiness(); !ok {
+			u := m.unit(p)
+			why = append(why, fmt.Sprintf("stage %d unit %d: %s", u.Stage, u.Unit, reason))
 		}
 	}
-	return true
+	return len(why) == 0, strings.Join(why, "; ")
 }
 
 // local returns the units this daemon holds.

@@ -138,8 +138,8 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if m := s.currentMember(); m != nil {
 			// Cluster mode: joined, and every assigned unit runs.
-			if !m.Ready() {
-				http.Error(w, "not ready: joining the group or starting assigned units", http.StatusServiceUnavailable)
+			if ok, reason := m.Readiness(); !ok {
+				http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
 				return
 			}
 			fmt.Fprintln(w, "ready")
@@ -149,8 +149,16 @@ func (s *server) handler() http.Handler {
 			http.Error(w, "not ready: restarting after a task failure", http.StatusServiceUnavailable)
 			return
 		}
-		if j, _ := s.current(); j == nil || !j.Coordinator().Ready() {
-			http.Error(w, "not ready: restoring state or bootstrapping rules", http.StatusServiceUnavailable)
+		j, _ := s.current()
+		if j == nil {
+			http.Error(w, "not ready: building the job (restoring state)", http.StatusServiceUnavailable)
+			return
+		}
+		// Ready once the rules are bootstrapped and every source subtask
+		// reads all its partitions; the body names what is missing (a
+		// source subtask not reading yet, a partition unavailable).
+		if ok, reason := j.Readiness(); !ok {
+			http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")

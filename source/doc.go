@@ -18,4 +18,16 @@
 // marker downstream. A keyed broadcast operator holds its keyed input until
 // every broadcast channel caught up, so items are never judged against a
 // half-loaded rule set.
+//
+// # Unavailable partitions
+//
+// A subtask makes no blocking request before it reads: the start offsets
+// it must look up and the end offsets it catches up to are listed per
+// partition, in the background, each failing partition backing off on its
+// own. A partition without a leader (or whose lookup or fetch fails with a
+// retriable error) is marked unavailable, logged, counted in
+// kstreamd_source_partitions_unavailable{source} and reported by
+// KafkaSource.Readiness, while the subtask reads its other partitions and
+// takes its checkpoint barriers; the unavailable partition's offset stays
+// where it was in each checkpoint.
 package source

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -80,7 +81,10 @@ const (
 // FetchRetryTimeout is how long a source's fetches may keep failing (each
 // failure logged and counted in kstreamd_kafka_retries_total{operation=
 // "fetch"}, franz-go retrying underneath) before the subtask fails, and
-// with it the job, which the restart strategy may then restart.
+// with it the job, which the restart strategy may then restart. A
+// retriable error of one partition (no leader, not the leader) does not
+// count: that partition is marked unavailable and retried on its own
+// without limit while the others are read (availability.go).
 const FetchRetryTimeout = 2 * time.Minute
 
 // BadRecordError is returned by a source whose policy is OnErrorFail when it
@@ -269,6 +273,7 @@ type Metrics struct {
 	skipped      *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
 	lag          *prometheus.GaugeVec
+	unavailable  *prometheus.GaugeVec
 }
 
 // NewMetrics registers with reg:
@@ -276,6 +281,7 @@ type Metrics struct {
 //	kstreamd_source_records_skipped_total{source,reason}        bad records skipped
 //	kstreamd_source_records_dead_lettered_total{source,reason}  bad records written to the dead-letter topic
 //	kstreamd_source_consumer_lag_records{source,partition}      high watermark minus the next offset to read
+//	kstreamd_source_partitions_unavailable{source}              partitions the source cannot read now (no leader, or a retriable offset lookup or fetch error)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -291,7 +297,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "kstreamd_source_consumer_lag_records",
 		Help: "Records between a partition's high watermark and the next offset the source reads, as of its last fetch.",
 	}, []string{"source", "partition"})
-	for _, c := range []prometheus.Collector{m.skipped, m.deadLettered, m.lag} {
+	m.unavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kstreamd_source_partitions_unavailable",
+		Help: "Partitions a source cannot read now: no leader, or their offset lookup or fetch fails with a retriable error; each is retried on its own while the others are read.",
+	}, []string{"source"})
+	for _, c := range []prometheus.Collector{m.skipped, m.deadLettered, m.lag, m.unavailable} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -309,6 +319,14 @@ func (m *Metrics) Init(source string) {
 	for _, r := range Reasons {
 		m.skipped.WithLabelValues(source, r)
 		m.deadLettered.WithLabelValues(source, r)
+	}
+	m.unavailable.WithLabelValues(source)
+}
+
+// unavailableAdd adds d to a source's unavailable partitions; m may be nil.
+func (m *Metrics) unavailableAdd(source string, d float64) {
+	if m != nil {
+		m.unavailable.WithLabelValues(source).Add(d)
 	}
 }
 
@@ -340,6 +358,23 @@ type KafkaSource struct {
 	committed map[int64]map[int32]int64
 	stopAfter bool
 	adminCl   *kgo.Client // metadata and offsets requests; owned by read
+	// lookups are the partitions whose start offset or catch-up target is
+	// still to be listed, or that are probed while unavailable, each on its
+	// own back-off (availability.go); lookupBusy while a round is in flight
+	// (lookupWG waits for it).
+	lookups    map[int32]*partLookup
+	lookupBusy bool
+	// lookupsStopped is set when read returns: a lookup result that
+	// arrives later is dropped.
+	lookupsStopped bool
+	lookupWG       sync.WaitGroup
+	// unavail are the partitions that cannot be read now.
+	unavail map[int32]*unavailable
+	// ends are catch-up targets listed for partitions whose start offset
+	// is not known yet; pending the targets still to be read up to.
+	ends, pending map[int32]int64
+	// ready is what Readiness reports (the only field other goroutines read).
+	ready readiness
 	// pendingBarriers are checkpoints triggered but not yet taken.
 	pendingBarriers []*runtime.Barrier
 	// pendingCommits are completed checkpoints whose offsets are not yet
@@ -385,6 +420,7 @@ func New(cfg Config) *KafkaSource {
 	if cfg.DeadLetters != nil {
 		s.sides = runtime.SideOutputs{{ID: runtime.TaskID{Operator: DeadLetterVertex(cfg.Name), Subtask: cfg.Subtask}, Operator: cfg.DeadLetters}}
 	}
+	s.ready.detail = fmt.Sprintf("source %s subtask %d: not reading yet", cfg.Name, cfg.Subtask)
 	return s
 }
 
@@ -520,12 +556,23 @@ func (s *KafkaSource) read(ctx context.Context) error {
 	}
 	defer adminCl.Close()
 	adm := kadm.NewClient(adminCl)
-	if err := s.assign(ctx, adm); err != nil {
+	if err := s.assign(); err != nil {
 		return err
 	}
+	s.publishReadiness(false)
+	defer s.clearUnavailable()
+	// A lookup round in flight is cancelled (its result, if posted to the
+	// mailbox, is not applied) and waited for before the admin client
+	// closes.
+	defer s.lookupWG.Wait()
+	lctx, stopLookups := context.WithCancel(ctx)
+	defer stopLookups()
+	defer func() { s.lookupsStopped = true }()
 	assign := map[int32]kgo.Offset{}
 	for p, off := range s.pos {
-		assign[p] = kgo.NewOffset().At(off)
+		if off >= 0 { // the others join once their start offset is looked up
+			assign[p] = kgo.NewOffset().At(off)
+		}
 	}
 	opts := append([]kgo.Opt{}, s.cfg.ClientOpts...)
 	opts = append(opts,
@@ -533,6 +580,11 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
+		// A partition without a leader (or whose fetch fails with a
+		// retriable error) is reported in the fetches, which franz-go
+		// otherwise hides while it retries: the partition is marked
+		// unavailable while the others are read.
+		kgo.KeepRetryableFetchErrors(),
 		// A fetch waiting for data is not interrupted when discovery adds a
 		// partition; a short wait bounds how late the new partition's first
 		// records arrive.
@@ -542,10 +594,6 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		return fmt.Errorf("source %s: client: %w", s.cfg.Name, err)
 	}
 	s.policy.SetProducer(s.cl)
-	pending, err := s.catchUpTargets(ctx, adm)
-	if err != nil {
-		return err
-	}
 	if s.markers != nil {
 		for _, el := range s.markers.Restored() {
 			if err := s.emitElement(ctx, el); err != nil {
@@ -557,9 +605,10 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		return err
 	}
 	s.logger.Info("source started", "topic", s.cfg.Topic, "partitions", sortedKeys(s.pos), "start_from", string(s.cfg.StartFrom), "restored", s.cfg.Restored != nil)
+	s.publishReadiness(true)
 	caughtUp := false
 	checkCaughtUp := func() error {
-		if caughtUp || len(pending) > 0 {
+		if caughtUp || len(s.pending) > 0 || !s.catchUpKnown() {
 			return nil
 		}
 		caughtUp = true
@@ -572,11 +621,9 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		}
 		return nil
 	}
-	if err := checkCaughtUp(); err != nil {
-		return err
-	}
 	var nextDiscovery time.Time
 	var fetchFailing time.Time // the first of consecutive failed polls; zero while fetches succeed
+	var topicWarned time.Time  // the last warning of a retriable topic-level error
 	if s.cfg.DiscoveryInterval > 0 {
 		nextDiscovery = time.Now().Add(s.cfg.DiscoveryInterval)
 	}
@@ -584,6 +631,10 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if err := s.runMail(ctx); err != nil {
 			return err
 		}
+		if err := checkCaughtUp(); err != nil {
+			return err
+		}
+		s.maybeLookup(lctx, adm)
 		if !nextDiscovery.IsZero() && time.Now().After(nextDiscovery) {
 			s.discover(ctx, adm)
 			nextDiscovery = time.Now().Add(s.cfg.DiscoveryInterval)
@@ -592,9 +643,33 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		failed := false
+		failed, changed := false, false
 		for _, fe := range fetches.Errors() {
 			if errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, context.DeadlineExceeded) {
+				continue
+			}
+			if partitionError(fe) && fe.Topic == s.cfg.Topic {
+				if _, mine := s.pos[fe.Partition]; !mine {
+					// franz-go reports the metadata errors of every
+					// partition of the topic, read here or not.
+					continue
+				}
+				// franz-go retries the partition by itself; the others
+				// are read meanwhile.
+				s.cfg.Retries.Retried(kafkaretry.OpFetch)
+				s.markUnavailable(fe.Partition, fe.Err)
+				changed = true
+				continue
+			}
+			if fe.Partition < 0 && kerr.IsRetriable(fe.Err) {
+				// A retriable error of the whole topic's metadata,
+				// which franz-go retries by itself (and hid before
+				// KeepRetryableFetchErrors): logged, not failed on.
+				s.cfg.Retries.Retried(kafkaretry.OpFetch)
+				if now := time.Now(); now.Sub(topicWarned) >= unavailableLogEvery {
+					topicWarned = now
+					s.logger.Warn("topic metadata failed; franz-go retries it", "operation", kafkaretry.OpFetch, "topic", fe.Topic, "err", fe.Err)
+				}
 				continue
 			}
 			failed = true
@@ -620,12 +695,23 @@ func (s *KafkaSource) read(ctx context.Context) error {
 				emitErr = s.emit(ctx, r)
 			}
 			s.pos[r.Partition] = r.Offset + 1
-			if target, ok := pending[r.Partition]; ok && r.Offset+1 >= target {
-				delete(pending, r.Partition)
+			if target, ok := s.pending[r.Partition]; ok && r.Offset+1 >= target {
+				delete(s.pending, r.Partition)
 			}
 		})
 		if emitErr != nil {
 			return emitErr
+		}
+		if len(s.unavail) > 0 {
+			fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+				if p.Err == nil && len(p.Records) > 0 && s.unavail[p.Partition] != nil {
+					s.markAvailable(p.Partition)
+					changed = true
+				}
+			})
+		}
+		if changed {
+			s.publishReadiness(true)
 		}
 		// The poll's records go on before the next poll blocks (the job's
 		// writers batch them).
@@ -638,7 +724,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		}
 		if s.cfg.Metrics != nil {
 			fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-				if pos, ok := s.pos[p.Partition]; ok && p.HighWatermark >= 0 {
+				if pos, ok := s.pos[p.Partition]; ok && pos >= 0 && p.HighWatermark >= 0 {
 					s.cfg.Metrics.lag.WithLabelValues(s.cfg.Name, strconv.Itoa(int(p.Partition))).Set(float64(max(p.HighWatermark-pos, 0)))
 				}
 			})
@@ -766,7 +852,12 @@ func (s *KafkaSource) commitGroup(ctx context.Context, id int64) {
 	}
 	os := kadm.Offsets{}
 	for p, o := range offs {
-		os.Add(kadm.Offset{Topic: s.cfg.Topic, Partition: p, At: o, LeaderEpoch: -1})
+		if o >= 0 { // a partition whose start offset is not looked up yet has nothing to commit
+			os.Add(kadm.Offset{Topic: s.cfg.Topic, Partition: p, At: o, LeaderEpoch: -1})
+		}
+	}
+	if len(os) == 0 {
+		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -798,15 +889,26 @@ func SplitsTaskState(splits []Split) (json.RawMessage, error) {
 // assign decides the partitions this subtask reads and their start offsets:
 // restored splits, then every partition not known to the checkpoint that
 // AssignPartition gives this subtask (from the earliest offset when
-// restoring, from StartFrom when fresh).
-func (s *KafkaSource) assign(ctx context.Context, adm *kadm.Client) error {
+// restoring, from StartFrom when fresh). It makes no request: a start
+// offset to look up (a new partition's, or a restored split's that was
+// never looked up) is scheduled as a lookup of its own (EarliestOffset or
+// LatestOffset until then), and so is every partition's catch-up target.
+func (s *KafkaSource) assign() error {
 	s.pos, s.known = map[int32]int64{}, map[int32]bool{}
+	s.lookups, s.unavail = map[int32]*partLookup{}, map[int32]*unavailable{}
+	s.ends, s.pending = map[int32]int64{}, map[int32]int64{}
 	s.wms = newWatermarks(s.cfg.Watermarks)
 	now := time.Now()
 	fresh := s.cfg.Restored == nil
 	if !fresh {
 		for _, sp := range s.cfg.Restored.Splits {
 			s.pos[sp.Partition] = sp.Offset
+			if sp.Offset < 0 { // never looked up: a sentinel
+				if sp.Offset != LatestOffset {
+					s.pos[sp.Partition] = EarliestOffset
+				}
+				s.needLookup(sp.Partition, s.pos[sp.Partition], false)
+			}
 			ts := int64(noTimestamp)
 			if sp.MaxTimestamp != nil {
 				ts = *sp.MaxTimestamp
@@ -835,31 +937,19 @@ func (s *KafkaSource) assign(ctx context.Context, adm *kadm.Client) error {
 	if err := s.assignMarkers(); err != nil {
 		return err
 	}
-	if len(mine) == 0 {
-		return nil
-	}
-	var offs kadm.ListedOffsets
-	err := retry(ctx, s.logger, "list offsets", func(ctx context.Context) error {
-		var err error
-		if !fresh || s.cfg.StartFrom == Earliest {
-			offs, err = adm.ListStartOffsets(ctx, s.cfg.Topic)
-		} else {
-			offs, err = adm.ListEndOffsets(ctx, s.cfg.Topic)
-		}
-		if err != nil {
-			return err
-		}
-		return offs.Error()
-	})
-	if err != nil {
-		return fmt.Errorf("source %s: %w", s.cfg.Name, err)
+	start := EarliestOffset
+	if fresh && s.cfg.StartFrom == Latest {
+		start = LatestOffset
 	}
 	for _, p := range mine {
-		o, _ := offs.Lookup(s.cfg.Topic, p)
-		s.pos[p] = max(o.Offset, 0)
+		s.pos[p] = start
+		s.needLookup(p, start, false)
 		s.wms.assign(p, noTimestamp, now)
 	}
-	if !fresh {
+	for p := range s.pos {
+		s.needLookup(p, 0, true)
+	}
+	if !fresh && len(mine) > 0 {
 		s.logger.Info("new partitions since the checkpoint; reading them from the earliest offset", "partitions", mine)
 	}
 	return nil
@@ -936,32 +1026,6 @@ func (s *KafkaSource) discover(ctx context.Context, adm *kadm.Client) {
 		s.logger.Info("discovered new partitions; reading them from the earliest offset", "topic", s.cfg.Topic, "partitions", sortedKeys(add))
 		s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: add})
 	}
-}
-
-// catchUpTargets returns, per partition not yet caught up, the last stable
-// offset it must read up to.
-func (s *KafkaSource) catchUpTargets(ctx context.Context, adm *kadm.Client) (map[int32]int64, error) {
-	pending := map[int32]int64{}
-	if len(s.pos) == 0 {
-		return pending, nil
-	}
-	var ends kadm.ListedOffsets
-	err := retry(ctx, s.logger, "list offsets", func(ctx context.Context) error {
-		var err error
-		if ends, err = adm.ListCommittedOffsets(ctx, s.cfg.Topic); err != nil {
-			return err
-		}
-		return ends.Error()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("source %s: %w", s.cfg.Name, err)
-	}
-	for p, pos := range s.pos {
-		if end, ok := ends.Lookup(s.cfg.Topic, p); ok && end.Offset > pos {
-			pending[p] = end.Offset
-		}
-	}
-	return pending, nil
 }
 
 func sortedKeys[V any](m map[int32]V) []int32 {
