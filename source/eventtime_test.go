@@ -135,7 +135,7 @@ func TestRestoredMaxTimestampOutOfRange(t *testing.T) {
 		{Topic: "t", Partition: 0, Offset: 5, MaxTimestamp: &huge},
 		{Topic: "t", Partition: 1, Offset: 9, MaxTimestamp: &good},
 	}, Known: []int32{0, 1}}
-	if err := s.assign(context.Background(), nil); err != nil {
+	if err := s.assign(); err != nil {
 		t.Fatal(err)
 	}
 	if s.wms.maxTs[0] != noTimestamp || s.wms.maxTs[1] != good || s.pos[0] != 5 || s.pos[1] != 9 {
