@@ -3,6 +3,7 @@ package operators
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,4 +170,79 @@ func mustCount(t *testing.T, h *harness) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestDedupEventTime: dedup with time: event and ttl 2s on both backends
+// remembers id a, let through at 1s, while the watermark stays before 3s,
+// whatever the processing clock does (it moves an hour on), and lets it
+// through again once the watermark reaches 3s; an id whose own timestamp
+// is 2s past the first one's is new too. The background cleanup, run on
+// that watermark and the ticks, then removes the expired entries nobody
+// reads. With async_state the factory refuses time: event.
+func TestDedupEventTime(t *testing.T) {
+	at := func(key string, ms int64) runtime.Record {
+		return runtime.Record{Key: []byte(key), Value: fmt.Appendf(nil, `{"t":%d}`, ms), Timestamp: time.UnixMilli(ms)}
+	}
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			clk := newStepClock()
+			h := cleanupHarness(t, kind, clk, NewDedup(DedupParams{TTL: 2 * time.Second, Time: TTLEventTime}), 64)
+			var got []string
+			steps := []struct {
+				wm   int64 // a watermark first, when not 0
+				rec  runtime.Record
+				emit bool
+			}{
+				{rec: at("a", 1000), emit: true},
+				{rec: at("b", 1200), emit: true},
+				{wm: 2000, rec: at("a", 1500)},
+				{wm: 2999, rec: at("a", 2000)},
+				{rec: at("b", 3200), emit: true}, // its own timestamp is ttl past b's 1200
+				{wm: 3000, rec: at("a", 2500), emit: true},
+				{rec: at("a", 2600)}, // seen again at event time 3000
+			}
+			for i, st := range steps {
+				if i == 3 {
+					clk.advance(time.Hour) // processing time does not count
+				}
+				if st.wm != 0 {
+					if err := h.op.ProcessWatermark(h.ctx, time.UnixMilli(st.wm)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := h.op.ProcessRecord(h.ctx, 0, st.rec); err != nil {
+					t.Fatal(err)
+				}
+				out := h.emitted()
+				if emitted := len(out) == 1; emitted != st.emit || len(out) > 1 {
+					t.Fatalf("step %d (watermark %d, %s at %d): emitted %v, want emitted %t", i, st.wm, st.rec.Key, st.rec.Timestamp.UnixMilli(), values(out), st.emit)
+				}
+				for _, r := range out {
+					got = append(got, string(r.Key)+string(r.Value))
+				}
+			}
+			if n := mustCount(t, h); n != 2 {
+				t.Fatalf("stored ids %d, want 2 (a at 3000, b at 3200)", n)
+			}
+			// The watermark passes both: cleanup removes them with no read.
+			if err := h.op.ProcessWatermark(h.ctx, time.UnixMilli(5200)); err != nil {
+				t.Fatal(err)
+			}
+			deadline, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+			defer cancel()
+			for mustCount(t, h) > 0 && deadline.Err() == nil {
+				wait, stop := context.WithTimeout(deadline, 20*time.Millisecond)
+				_ = h.mb.Yield(wait)
+				stop()
+			}
+			if n := mustCount(t, h); n != 0 {
+				t.Fatalf("stored ids %d after the watermark passed their ttl, want 0", n)
+			}
+		})
+	}
+	f, _ := NewBuiltinRegistry().Lookup(DedupType)
+	_, err := f.New(FactoryContext{Operator: "d", Params: &DedupParams{TTL: time.Second, Time: TTLEventTime}, AsyncState: true})
+	if err == nil || !strings.Contains(err.Error(), "time event is not supported with async_state") {
+		t.Fatalf("async dedup with time event: %v, want refused", err)
+	}
 }
