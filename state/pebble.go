@@ -91,15 +91,19 @@ type pebbleCursor struct {
 	ti, kg int
 	after  []byte
 	// removed and visited count the entries of the current round (every
-	// target's every key group once), for compactCleaned.
-	removed, visited int
+	// target's every key group once), uncompacted the entries removed
+	// since the last compactCleaned.
+	removed, visited, uncompacted int
 }
 
 // Background cleanup compacts what it deleted (compactCleaned) after a
-// round that removed at least CleanupCompactMinRemoved entries and at
-// least 1/CleanupCompactMinShare of the entries it visited: a point
-// delete only writes a tombstone, and until a compaction drops the deleted
-// values with it both stay in the SST files a checkpoint copies.
+// round when the entries removed since the last compaction are at least
+// CleanupCompactMinRemoved and 1/CleanupCompactMinShare of the entries the
+// round visited, or when the round left no live entry (then the
+// compaction rewrites nothing live, however few it drops): a point delete
+// only writes a tombstone, and until a compaction drops the deleted values
+// with it both stay in the SST files a checkpoint copies (and later
+// rounds skip the tombstones).
 const (
 	CleanupCompactMinRemoved = 1024
 	CleanupCompactMinShare   = 10
@@ -559,8 +563,10 @@ func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budge
 		}
 	}
 	if roundDone {
-		if c.removed >= CleanupCompactMinRemoved && c.removed*CleanupCompactMinShare >= c.visited {
-			s.compactCleaned()
+		c.uncompacted += c.removed
+		if c.uncompacted > 0 && (c.removed == c.visited ||
+			c.uncompacted >= CleanupCompactMinRemoved && c.uncompacted*CleanupCompactMinShare >= c.visited) && s.compactCleaned() {
+			c.uncompacted = 0
 		}
 		c.removed, c.visited = 0, 0
 	}
@@ -568,14 +574,14 @@ func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budge
 }
 
 // compactCleaned starts a manual compaction of the key-group key space on
-// a goroutine of its own, unless one still runs: it rewrites the SST files
+// a goroutine of its own and reports true, unless one still runs (false): it rewrites the SST files
 // without the values background cleanup deleted and their tombstones, so
 // the disk usage and the next checkpoint shrink. The goroutine touches
 // only the Pebble DB (safe for concurrent use; Pebble compacts on its own
 // goroutines too), never the backend's state; close cancels and awaits it.
-func (s *pebbleStore) compactCleaned() {
+func (s *pebbleStore) compactCleaned() bool {
 	if !s.waitCompaction(false) {
-		return
+		return false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -584,6 +590,7 @@ func (s *pebbleStore) compactCleaned() {
 		defer close(done)
 		_ = s.db.Compact(ctx, keyGroupsStart, keyGroupsEnd, false) // a failed compaction only leaves the space for later
 	}()
+	return true
 }
 
 // waitCompaction reports whether no compaction runs; with stop it first
