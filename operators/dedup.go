@@ -27,12 +27,16 @@ const (
 //	params:
 //	  ttl: 10m             # required
 //	  by: order.line_id    # optional; default: the record key
+//	  time: event          # optional; default: processing
 type DedupParams struct {
 	// TTL is how long a key (or by value) is remembered after the record
 	// that was let through; required, at least 1ms.
-	TTL time.Duration `yaml:"ttl" doc:"How long a seen key (or by value) is remembered after the record let through, in processing time, e.g. 10m; required, at least 1ms."`
+	TTL time.Duration `yaml:"ttl" doc:"How long a seen key (or by value) is remembered after the record let through, on the clock time names, e.g. 10m; required, at least 1ms."`
 	// By identifies duplicates within a key; unset: the key alone.
 	By Expression `yaml:"by" doc:"An expression whose value (its JSON) identifies a duplicate among the records of one key; default: the key alone."`
+	// Time is the clock ttl counts on (state.StateTtlConfig.EventTime);
+	// "" means processing.
+	Time TTLTime `yaml:"time" doc:"processing (default: the wall clock) or event: a seen key is remembered until the watermark (or a later record's own timestamp) passes ttl after the event time it was let through at (the later of its timestamp and the watermark), so a replayed backlog is deduplicated as live traffic was; not with async_state."`
 }
 
 // CheckParams implements ParamsChecker.
@@ -59,6 +63,9 @@ func dedupFactory() Factory {
 				return nil, fmt.Errorf("operators: %s: params %T, want *DedupParams", DedupType, ctx.Params)
 			}
 			if ctx.AsyncState {
+				if p.Time == TTLEventTime {
+					return nil, fmt.Errorf("operators: %s %s: time event is not supported with async_state", DedupType, ctx.Operator)
+				}
 				return NewAsyncDedup(*p), nil
 			}
 			return NewDedup(*p), nil
@@ -75,7 +82,7 @@ type deduper struct {
 
 func newDeduper(p DedupParams) deduper {
 	return deduper{by: p.By, ttl: &state.StateTtlConfig{
-		TTL: p.TTL, UpdateType: state.OnCreateAndWrite, Visibility: state.NeverReturnExpired,
+		TTL: p.TTL, UpdateType: state.OnCreateAndWrite, Visibility: state.NeverReturnExpired, EventTime: p.Time == TTLEventTime,
 	}}
 }
 
@@ -106,7 +113,11 @@ func (d *deduper) byDescriptor() state.MapStateDescriptor[string, int64] {
 // Dedup is the dedup operator: it lets through the first record of a key
 // (or, with by, of a by value within the key) and drops every later one
 // until ttl has passed since the one let through, in processing time (the
-// state backend's clock): a dropped duplicate does not extend the time,
+// state backend's clock) or, with time: event, in event time (the
+// watermark, or a later record's own timestamp, passing ttl after the
+// let-through record's event time, the later of its timestamp and the
+// watermark then; see state.StateTtlConfig.EventTime): a
+// dropped duplicate does not extend the time,
 // since the state has TTL with OnCreateAndWrite and NeverReturnExpired and
 // is written only for a record let through. The record let through is
 // emitted unchanged. A by that fails to evaluate is a *runtime.RecordError
@@ -114,8 +125,10 @@ func (d *deduper) byDescriptor() state.MapStateDescriptor[string, int64] {
 //
 // State: without by a ValueState (DedupStateName) per key, with by a
 // MapState (DedupByStateName) from the by value's JSON, each holding the
-// timestamp of the record let through; expired entries are removed by the
-// backend's TTL cleanup.
+// timestamp of the record let through; expired entries are removed when
+// read and by the background TTL cleanup the keyed operator runs (see
+// state.CleanupSchedule), so ids nobody repeats leave state and
+// checkpoints about ttl after they were seen.
 type Dedup struct {
 	deduper
 	seen   state.ValueState[int64]

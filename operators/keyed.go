@@ -57,6 +57,8 @@ type KeyedOperator struct {
 	// bad are the task's bad-record handlers per input, for records an
 	// async function fails with a *runtime.RecordError.
 	bad []runtime.BadRecordHandler
+	// cleaner drives the backend's background TTL cleanup (ttlcleanup.go).
+	cleaner ttlCleaner
 }
 
 // SetBadRecordHandlers implements runtime.BadRecordAware.
@@ -113,6 +115,8 @@ func (o *KeyedOperator) Open(ctx context.Context) (err error) {
 	if err = o.newTimers(); err != nil {
 		return err
 	}
+	o.cleaner = ttlCleaner{}
+	state.NotifyCleanup(b, o.startCleanup)
 	switch {
 	case o.broadcast != nil:
 		err = o.broadcast.Open(o.info)
@@ -212,6 +216,9 @@ func (o *KeyedOperator) SnapshotState(ctx context.Context, b *runtime.Barrier) (
 		if err := o.aec.Drain(ctx); err != nil {
 			return nil, err
 		}
+		if err := o.cleanupStep(); err != nil { // nothing in flight now
+			return nil, err
+		}
 	}
 	r := o.backend.KeyGroupRange()
 	ts := checkpoint.TaskState{KeyGroups: &r}
@@ -264,6 +271,7 @@ func (o *KeyedOperator) EndInput(ctx context.Context) error {
 // controller (stopping and waiting for its read workers), then the state
 // backend.
 func (o *KeyedOperator) Close() error {
+	o.stopCleanup()
 	if o.timers != nil {
 		o.timers.stop()
 	}

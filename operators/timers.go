@@ -211,18 +211,21 @@ func (o *KeyedOperator) fireProcessingTimers() {
 }
 
 // ProcessWatermark implements runtime.WatermarkHandler: the event-time
-// timers at or before wm fire, and the backend's event-time TTL clock moves
-// to wm.
+// timers at or before wm fire, the backend's event-time TTL clock moves to
+// wm, and a background TTL cleanup step runs when the last one is an
+// interval old (see ttlCleaner).
 func (o *KeyedOperator) ProcessWatermark(ctx context.Context, wm time.Time) error {
 	if o.aec != nil {
 		return nil // async reads run on other goroutines: no event-time TTL clock, no timers
 	}
 	o.backend.SetWatermark(wm)
-	if o.timers == nil {
-		return nil
+	if o.timers != nil {
+		o.timers.watermark = wm
+		if err := o.fireDue(ctx, EventTime, wm.UnixMilli()); err != nil {
+			return err
+		}
 	}
-	o.timers.watermark = wm
-	return o.fireDue(ctx, EventTime, wm.UnixMilli())
+	return o.cleanupOnWatermark(ctx)
 }
 
 // SetMailbox implements runtime.MailboxAware.

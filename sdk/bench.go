@@ -24,8 +24,12 @@ const benchUsage = `usage: kstreamd bench [--scenario NAME | --all] [flags]
 Runs a benchmark scenario as a real job against the embedded broker (started
 in a child process) or --brokers, and prints one table; BENCHMARKS.md
 explains it. Scenarios: %s; state-scaling (Pebble checkpoints and
-restore of --keys keys, not part of --all); and cluster (a two-stage keyed
-job in cluster mode on --daemons daemon processes, not part of --all).
+restore of --keys keys, not part of --all); ttl-cleanup (a dedup of
+--records unique ids, default 1,000,000, with --ttl: peak state, time to
+under 1%% of it after the input stops, CPU per record with and without
+background TTL cleanup; in process, not part of --all); and cluster (a
+two-stage keyed job in cluster mode on --daemons daemon processes, not part
+of --all).
 
 flags:
 `
@@ -62,6 +66,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of each run's throughput phase to `FILE` (with --all or several deliveries, one file per run: FILE with -<scenario>-<delivery> before the extension)")
 	changed := fs.Float64("changed", 0.01, "state-scaling: fraction of the keys changed between checkpoints")
 	rounds := fs.Int("rounds", 5, "state-scaling: incremental checkpoints measured")
+	ttl := fs.Duration("ttl", 5*time.Second, "ttl-cleanup: the dedup's ttl")
 	daemons := fs.String("daemons", "1,2,3", "cluster: the daemon counts to measure, comma-separated")
 	units := fs.Int("units", 6, "cluster: work units per stage (cluster.units)")
 	serve := fs.Bool("serve-broker", false, "internal: run only the embedded broker for a parent bench, until stdin closes")
@@ -101,6 +106,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	} else if err := os.MkdirAll(workDir, 0o755); err != nil {
 		fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
 		return 1
+	}
+	if *scenario == bench.TTLCleanupScenario && !*all {
+		n := 1_000_000
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "records" {
+				n = *records
+			}
+		})
+		if err := bench.RunTTLCleanup(ctx, bench.TTLCleanupConfig{Records: n, TTL: *ttl, Dir: workDir}, stdout); err != nil {
+			fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
+			return 1
+		}
+		return 0
 	}
 	if *scenario == bench.StateScalingScenario && !*all {
 		err := bench.RunStateScaling(ctx, bench.StateScalingConfig{
@@ -199,8 +217,8 @@ func checkBenchFlags(scenario string, all bool, delivery string, zipf, changed f
 			return fmt.Errorf("%s %d: want a positive count", n, v)
 		}
 	}
-	if _, ok := bench.ScenarioByName(scenario); !ok && !all && scenario != bench.StateScalingScenario && scenario != bench.ClusterScenario {
-		return fmt.Errorf("--scenario %q: unknown (known: %s, %s, %s)", scenario, bench.ScenarioNames(), bench.StateScalingScenario, bench.ClusterScenario)
+	if _, ok := bench.ScenarioByName(scenario); !ok && !all && scenario != bench.StateScalingScenario && scenario != bench.ClusterScenario && scenario != bench.TTLCleanupScenario {
+		return fmt.Errorf("--scenario %q: unknown (known: %s, %s, %s, %s)", scenario, bench.ScenarioNames(), bench.StateScalingScenario, bench.TTLCleanupScenario, bench.ClusterScenario)
 	}
 	if delivery != bench.ExactlyOnce && delivery != bench.AtLeastOnce && delivery != "both" {
 		return fmt.Errorf("--delivery %q: want %s, %s or both", delivery, bench.ExactlyOnce, bench.AtLeastOnce)

@@ -17,8 +17,16 @@ const (
 )
 
 // DefaultTTLCleanupEntriesPerStep is the default of
-// TTLCleanupConfig.EntriesPerStep.
-const DefaultTTLCleanupEntriesPerStep = 128
+// TTLCleanupConfig.EntriesPerStep: with DefaultTTLCleanupInterval, a
+// subtask visits up to 100,000 stored entries a second, so a full round
+// over 1M entries takes about 10 s.
+const DefaultTTLCleanupEntriesPerStep = 1000
+
+// DefaultTTLCleanupInterval is the default of TTLCleanupConfig.Interval as
+// the task uses it: the keyed operator runs one CleanupStep every
+// DefaultTTLCleanupInterval of processing time from its mailbox (see
+// CleanupSchedule).
+const DefaultTTLCleanupInterval = 10 * time.Millisecond
 
 // KeyedStateBackend holds the keyed state of one keyed subtask: every state
 // obtained from it with GetValueState, GetListState, GetMapState,
@@ -68,6 +76,9 @@ type KeyedStateBackend interface {
 	// TTLCleanupConfig.Interval after the previous step, so a task may call
 	// it between records or from a timer. Pebble has no compaction filter
 	// (RocksDB's TTL compaction filter is what Flink uses), hence this scan.
+	// Event-time TTL states are judged on the watermark alone (the record
+	// timestamp set with SetRecordTimestamp is ignored during the step).
+	// The keyed operators call it from their task (CleanupSchedule).
 	CleanupStep() (removed int, err error)
 	// ConcurrentReads reports whether state reads bound to an explicit key
 	// may run on other goroutines (true for Pebble, false for hashmap).
@@ -99,7 +110,9 @@ type TTLCleanupConfig struct {
 	// 0 means DefaultTTLCleanupEntriesPerStep (128).
 	EntriesPerStep int
 	// Interval is the minimum processing time between two steps; calls
-	// sooner return at once. Default 0: every call runs a step.
+	// sooner return at once. 0: every call runs a step. The keyed
+	// operators call CleanupStep every Interval, or every
+	// DefaultTTLCleanupInterval when Interval is 0 (CleanupSchedule).
 	Interval time.Duration
 }
 
@@ -243,6 +256,7 @@ type backend struct {
 	states   map[string]*registered // states obtained in this session
 	targets  []cleanupTarget        // TTL states with background cleanup, in registration order
 	lastStep time.Time              // clock time of the previous cleanup step
+	onTarget func()                 // NotifyCleanup's callback, until the first target
 	closed   bool
 }
 
@@ -355,7 +369,41 @@ func (b *backend) CleanupStep() (int, error) {
 		return 0, nil
 	}
 	b.lastStep = now
+	rts := b.recordTs
+	b.recordTs = math.MinInt64 // event-time TTL: the watermark alone says what expired
+	defer func() { b.recordTs = rts }()
 	return b.st.cleanup(b.targets, b.kgs, b.cleanup.EntriesPerStep)
+}
+
+// CleanupSchedule says how the task owning b drives background TTL cleanup:
+// active is true once b has a state with TTL and background cleanup
+// (StateTtlConfig.DisableCleanupInBackground unset) and cleanup is not
+// disabled (TTLCleanupConfig.Disabled); the task then calls b.CleanupStep
+// every interval of processing time (TTLCleanupConfig.Interval, default
+// DefaultTTLCleanupInterval), each step visiting at most
+// TTLCleanupConfig.EntriesPerStep entries (default
+// DefaultTTLCleanupEntriesPerStep).
+func CleanupSchedule(b KeyedStateBackend) (interval time.Duration, active bool) {
+	c := b.core()
+	interval = c.cleanup.Interval
+	if interval <= 0 {
+		interval = DefaultTTLCleanupInterval
+	}
+	return interval, !c.closed && !c.cleanup.Disabled && len(c.targets) > 0
+}
+
+// NotifyCleanup makes fn run once, on the owner's goroutine, when b's
+// background cleanup becomes active (see CleanupSchedule): at once when it
+// already is, otherwise when the first state with background cleanup is
+// obtained from b. A later call replaces an earlier fn that has not run.
+// The keyed operators use it to start their cleanup schedule for states a
+// function obtains after Open.
+func NotifyCleanup(b KeyedStateBackend, fn func()) {
+	if _, active := CleanupSchedule(b); active {
+		fn()
+		return
+	}
+	b.core().onTarget = fn
 }
 
 // keyRef is a serialized key with its key group: what a state handle bound
@@ -436,6 +484,10 @@ func (b *backend) register(spec descriptorSpec, serType string, build func(c *st
 	}
 	r.handle = build(c)
 	b.states[spec.name] = r
+	if fn := b.onTarget; fn != nil && len(b.targets) > 0 && !b.cleanup.Disabled {
+		b.onTarget = nil
+		fn()
+	}
 	return r.handle, nil
 }
 

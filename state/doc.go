@@ -63,10 +63,16 @@
 // background cleanup, KeyedStateBackend.CleanupStep: Pebble has no compaction
 // filter (Flink uses RocksDB's), so cleanup scans the key groups of the TTL
 // states incrementally, a bounded number of entries per step
-// (TTLCleanupConfig.EntriesPerStep), resuming where it stopped. The task
-// calls it between records or from a timer; TTLCleanupConfig.Interval
-// throttles it and TTLCleanupConfig.Disabled turns it off. Hashmap
-// snapshots leave out expired entries.
+// (TTLCleanupConfig.EntriesPerStep, default 1,000), resuming where it
+// stopped. The keyed operators drive it from their task's goroutine
+// (CleanupSchedule, NotifyCleanup): a step every TTLCleanupConfig.Interval
+// (default 10ms) of processing time through the task's mailbox, on
+// watermarks, and after an async drain; TTLCleanupConfig.Disabled turns it
+// off. On Pebble a round that removed at least CleanupCompactMinRemoved
+// entries (and a tenth of those it visited) is followed by a manual
+// compaction on a goroutine that only touches the DB, so the deleted values
+// and their tombstones leave the files checkpoints copy. Hashmap snapshots
+// leave out expired entries.
 //
 // # Concurrency
 //

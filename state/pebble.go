@@ -1,6 +1,7 @@
 package state
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,6 +76,10 @@ type pebbleStore struct {
 	mu     sync.Mutex
 	closed bool
 	cur    pebbleCursor // background cleanup position; owner goroutine only
+	// compacting is closed when the compaction background cleanup started
+	// (compactCleaned) ends; nil when none runs. Owner goroutine only.
+	compacting    chan struct{}
+	cancelCompact context.CancelFunc
 	// cache is the write-back cache of values and map entries; nil when
 	// BackendConfig.WriteCacheBytes < 0.
 	cache *writeCache
@@ -85,7 +90,24 @@ type pebbleStore struct {
 type pebbleCursor struct {
 	ti, kg int
 	after  []byte
+	// removed and visited count the entries of the current round (every
+	// target's every key group once), uncompacted the entries removed
+	// since the last compactCleaned.
+	removed, visited, uncompacted int
 }
+
+// Background cleanup compacts what it deleted (compactCleaned) after a
+// round when the entries removed since the last compaction are at least
+// CleanupCompactMinRemoved and 1/CleanupCompactMinShare of the entries the
+// round visited, or when the round left no live entry (then the
+// compaction rewrites nothing live, however few it drops): a point delete
+// only writes a tombstone, and until a compaction drops the deleted values
+// with it both stay in the SST files a checkpoint copies (and later
+// rounds skip the tombstones).
+const (
+	CleanupCompactMinRemoved = 1024
+	CleanupCompactMinShare   = 10
+)
 
 func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, error) {
 	opts := &pebble.Options{
@@ -425,6 +447,7 @@ func (s *pebbleStore) countEntries() (int, error) {
 func (s *pebbleStore) concurrentReads() bool { return true }
 
 func (s *pebbleStore) close() error {
+	s.waitCompaction(true)
 	ferr := s.flushCache() // a reopened directory sees every write
 	s.mu.Lock()
 	s.closed = true
@@ -475,6 +498,7 @@ func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budge
 	b := s.db.NewBatch()
 	defer b.Close()
 	removed := 0
+	roundDone := false
 	for budget > 0 {
 		t := targets[c.ti]
 		prefix := appendGroupPrefix(nil, c.kg, t.id)
@@ -504,10 +528,12 @@ func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budge
 				_ = it.Close()
 				return removed, fmt.Errorf("state: ttl cleanup of key %x: %w", it.Key(), err)
 			}
+			c.visited++
 			switch {
 			case !keep:
 				_ = b.Delete(it.Key(), nil)
 				removed++
+				c.removed++
 			case repl != nil:
 				_ = b.Set(it.Key(), repl, nil)
 			}
@@ -524,16 +550,66 @@ func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budge
 			c.kg = kgs.Start
 			if c.ti++; c.ti >= len(targets) {
 				c.ti = 0
+				roundDone = true
 			}
 		}
 		if c.ti == startTI && c.kg == startKG {
 			break // a full round in one step
 		}
 	}
-	if b.Empty() {
-		return removed, nil
+	if !b.Empty() {
+		if err := b.Commit(pebble.NoSync); err != nil {
+			return removed, err
+		}
 	}
-	return removed, b.Commit(pebble.NoSync)
+	if roundDone {
+		c.uncompacted += c.removed
+		if c.uncompacted > 0 && (c.removed == c.visited ||
+			c.uncompacted >= CleanupCompactMinRemoved && c.uncompacted*CleanupCompactMinShare >= c.visited) && s.compactCleaned() {
+			c.uncompacted = 0
+		}
+		c.removed, c.visited = 0, 0
+	}
+	return removed, nil
+}
+
+// compactCleaned starts a manual compaction of the key-group key space on
+// a goroutine of its own and reports true, unless one still runs (false): it rewrites the SST files
+// without the values background cleanup deleted and their tombstones, so
+// the disk usage and the next checkpoint shrink. The goroutine touches
+// only the Pebble DB (safe for concurrent use; Pebble compacts on its own
+// goroutines too), never the backend's state; close cancels and awaits it.
+func (s *pebbleStore) compactCleaned() bool {
+	if !s.waitCompaction(false) {
+		return false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.compacting, s.cancelCompact = done, cancel
+	go func() {
+		defer close(done)
+		_ = s.db.Compact(ctx, keyGroupsStart, keyGroupsEnd, false) // a failed compaction only leaves the space for later
+	}()
+	return true
+}
+
+// waitCompaction reports whether no compaction runs; with stop it first
+// cancels and awaits a running one.
+func (s *pebbleStore) waitCompaction(stop bool) bool {
+	if s.compacting == nil {
+		return true
+	}
+	if stop {
+		s.cancelCompact()
+		<-s.compacting
+	}
+	select {
+	case <-s.compacting:
+		s.compacting, s.cancelCompact = nil, nil
+		return true
+	default:
+		return false
+	}
 }
 
 // pebbleLogger routes Pebble's logs to slog.

@@ -1,8 +1,10 @@
 package state
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 )
 
 // ValueState holds one value per key, as Flink's ValueState.
@@ -10,7 +12,13 @@ import (
 // Value returns the current key's value and true, or the zero value and
 // false when there is none (never written, cleared, or expired under
 // NeverReturnExpired TTL). Update stores v for the current key; Clear
-// removes it. All three fail with ErrNoCurrentKey before the first
+// removes it. Update of a nil v is Clear, as Flink's update(null) is
+// clear(): a nil pointer, slice (a nil json.RawMessage or []byte among
+// them), map, channel or function, or a nil interface value, when T is
+// such a type. A non-nil empty slice or map, a JSON null
+// (json.RawMessage("null")) and an interface holding a typed nil pointer
+// are values like any other and stored. Value then returns false, as
+// after Clear. All three fail with ErrNoCurrentKey before the first
 // SetCurrentKey, with a *KeyGroupError for a key the backend does not own,
 // with ErrClosed after Close, and with the serializer's or store's error.
 type ValueState[T any] interface {
@@ -77,10 +85,11 @@ type valueState[T any] struct {
 	seq     uint64    // the backend's keySeq scratch holds the current key's Pebble key for; 0: none
 	known   [2]T      // the kept values Value returned and Update stored last, for HeapSerializer.Copy
 	hint    cacheHint // the cache entry getObject found last
+	nilable bool      // T's zero value is nil: Update checks for nil
 }
 
 func newValueState[T any](c *stateCore, ser Serializer[T]) *valueState[T] {
-	s := &valueState[T]{c: c, ser: ser}
+	s := &valueState[T]{c: c, ser: ser, nilable: nilableType[T]()}
 	heap, ok := ser.(HeapSerializer[T])
 	ps, pebble := c.st.(*pebbleStore)
 	if !ok || !pebble || ps.cache == nil || c.ttl != nil {
@@ -143,6 +152,9 @@ func (s *valueState[T]) Value() (T, bool, error) {
 }
 
 func (s *valueState[T]) Update(v T) error {
+	if s.nilable && isNil(v) {
+		return s.Clear() // Flink: update(null) is clear()
+	}
 	if s.heap != nil && s.key == nil {
 		key, err := s.objKey()
 		if err != nil {
@@ -250,4 +262,28 @@ func (c *stateCore) readUnexpired(k stateKey, now int64) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	return payload, true, nil
+}
+
+// nilableType reports whether T's zero value is nil: a pointer, slice, map,
+// channel, function or interface type.
+func nilableType[T any]() bool {
+	switch reflect.TypeFor[T]().Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return true
+	}
+	return false
+}
+
+// isNil reports whether v, of a type nilableType accepts, is nil; an
+// interface value is nil only when it holds nothing (not a typed nil).
+func isNil[T any](v T) bool {
+	switch p := any(&v).(type) { // the common types without reflect
+	case *[]byte:
+		return *p == nil
+	case *json.RawMessage:
+		return *p == nil
+	case *any:
+		return *p == nil
+	}
+	return reflect.ValueOf(&v).Elem().IsNil()
 }
