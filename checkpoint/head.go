@@ -112,14 +112,30 @@ func (h Heads) seqs(ctx context.Context) ([]int64, error) {
 }
 
 // Latest returns the newest HEAD, or a zero Head (Seq 0) when the chain is
-// empty.
+// empty. A HEAD listed and then deleted by the owner's retention before it
+// is read (a newer one was created meanwhile) makes it list again, up to
+// latestAttempts times; the last such error wraps fs.ErrNotExist.
 func (h Heads) Latest(ctx context.Context) (Head, error) {
-	seqs, err := h.seqs(ctx)
-	if err != nil || len(seqs) == 0 {
-		return Head{}, err
+	var err error
+	for range latestAttempts {
+		var seqs []int64
+		seqs, err = h.seqs(ctx)
+		if err != nil || len(seqs) == 0 {
+			return Head{}, err
+		}
+		var hd Head
+		hd, err = h.Read(ctx, seqs[len(seqs)-1])
+		if !errors.Is(err, fs.ErrNotExist) {
+			return hd, err
+		}
 	}
-	return h.Read(ctx, seqs[len(seqs)-1])
+	return Head{}, err
 }
+
+// latestAttempts bounds Latest's listings: each retry needs a newer HEAD
+// created between its list and its read, which a chain gains at most once
+// per checkpoint interval.
+const latestAttempts = 5
 
 // Read returns HEAD-<k>; an error wrapping fs.ErrNotExist when it is not
 // there.

@@ -544,3 +544,54 @@ func TestUnitCoordinatorOwnerMarker(t *testing.T) {
 		t.Errorf("newest HEAD %+v (%v), want c's naming chk-3 under its claim HEAD-3", h, err)
 	}
 }
+
+// retiring is a FileStore whose reads of one HEAD key act as the owner's
+// retention racing a reader: before the first read of that key it creates
+// the next HEAD and deletes the key, as an owner that commits a newer
+// checkpoint between the reader's list and its read does.
+type retiring struct {
+	FileStore
+	heads Heads
+	next  Head
+	key   string
+	done  bool
+}
+
+func (s *retiring) Read(ctx context.Context, key string) ([]byte, error) {
+	if key == s.key && !s.done {
+		s.done = true
+		if err := s.heads.Create(ctx, s.next); err != nil {
+			return nil, err
+		}
+		if err := s.FileStore.Delete(ctx, key); err != nil {
+			return nil, err
+		}
+	}
+	return s.FileStore.Read(ctx, key)
+}
+
+// TestLatestHeadRetiredWhileRead: Latest lists HEAD-2 as the newest, which
+// retention deletes before the read (HEAD-3 was created meanwhile); Latest
+// lists again and returns HEAD-3 instead of failing with "no such file".
+func TestLatestHeadRetiredWhileRead(t *testing.T) {
+	ctx := context.Background()
+	fsStore := FileStore{Root: t.TempDir()}
+	prefix := UnitPrefix("clicks", 0, 7)
+	plain := Heads{Store: fsStore, Prefix: prefix}
+	for seq := int64(1); seq <= 2; seq++ {
+		if err := plain.Create(ctx, Head{Seq: seq, CheckpointID: seq, Owner: "a"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := &retiring{FileStore: fsStore, heads: plain, next: Head{Seq: 3, CheckpointID: 3, Owner: "b"}, key: prefix + HeadPrefix + "2"}
+	hd, err := Heads{Store: store, Prefix: prefix}.Latest(ctx)
+	if err != nil {
+		t.Fatalf("Latest: %v", err)
+	}
+	if hd.Seq != 3 || hd.CheckpointID != 3 || hd.Owner != "b" {
+		t.Fatalf("Latest = %+v, want HEAD-3 of owner b", hd)
+	}
+	if !store.done {
+		t.Fatal("the store never retired HEAD-2: the test did not race")
+	}
+}
