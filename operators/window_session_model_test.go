@@ -15,8 +15,8 @@ import (
 // key, kept as plainly as possible: a record's [t, t+gap) merges with
 // every session it overlaps (strictly: kstreamd, unlike Flink's
 // TimeWindow.intersects, does not merge sessions that only touch); the
-// record is late when the merged session ends at or before the watermark
-// minus the lateness (isWindowLate(mergedWindow)); a session whose end the
+// record is late when the merged session's end - 1ms + lateness is at or
+// before the watermark (isWindowLate(mergedWindow)); a session whose end the
 // watermark passed fires at once with its updated result; the watermark
 // fires due sessions in start order and removes those past the lateness.
 type sessionModel struct {
