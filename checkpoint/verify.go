@@ -79,7 +79,10 @@ type VerifyOptions struct {
 // file is where its handle says (private files under dir, shared ones in
 // m.SharedDirOf(dir)) with the size recorded (state.VerifyRestoreHandle).
 // It returns nil, or an *InconsistentError (wrapping ErrInconsistent)
-// naming the checkpoint and every problem.
+// naming the checkpoint and every problem, or, when a file cannot be
+// looked at (os.Stat failing other than with fs.ErrNotExist), that error,
+// which is not ErrInconsistent: it says nothing about the checkpoint, and
+// a restart may cure it.
 func Verify(dir string, m *Metadata, opts VerifyOptions) error {
 	var problems []Problem
 	shared := m.SharedDirOf(dir)
@@ -123,7 +126,13 @@ func Verify(dir string, m *Metadata, opts VerifyOptions) error {
 			if ts == nil || ts.Keyed == nil {
 				continue
 			}
-			for _, p := range state.VerifyRestoreHandle(state.RestoreHandle{Handle: ts.Keyed, Dir: dir, SharedDir: shared}) {
+			ps, err := state.VerifyRestoreHandle(state.RestoreHandle{Handle: ts.Keyed, Dir: dir, SharedDir: shared})
+			if err != nil {
+				// Not a verdict: a restart may read it (IncompatibleRestore
+				// must not see ErrInconsistent here).
+				return fmt.Errorf("checkpoint: verify %s: operator %q subtask %d: %w", dir, name, i, err)
+			}
+			for _, p := range ps {
 				problems = append(problems, Problem{Operator: name, Subtask: i, Detail: p})
 			}
 		}

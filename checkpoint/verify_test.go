@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -242,5 +243,28 @@ func TestProtectKeepsRestoredCheckpoint(t *testing.T) {
 	}
 	if got := listStates(t, unprotected); !slices.Equal(got, []string{"7:completed"}) || exists(t, filepath.Join(s.SharedDir(), "i-000001.sst")) {
 		t.Fatalf("without protection Prune left %q and the shared file", got)
+	}
+}
+
+// TestVerifyUnreadableFileIsNotInconsistent: a keyed state file Verify
+// cannot stat (here a symlink loop, ELOOP; in production an I/O error or a
+// stale network mount) is not a verdict on the checkpoint: Verify returns
+// the stat's error, not an *InconsistentError, so the job's restart
+// strategy (job.IncompatibleRestore) may retry the restore.
+func TestVerifyUnreadableFileIsNotInconsistent(t *testing.T) {
+	f := newVerifyFixture(t)
+	manifest := filepath.Join(f.dir, "op", "0", "MANIFEST")
+	if err := os.Remove(manifest); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(manifest, manifest); err != nil { // a loop: stat gives ELOOP
+		t.Fatal(err)
+	}
+	err := Verify(f.dir, f.meta, VerifyOptions{})
+	if err == nil || errors.Is(err, ErrInconsistent) || !errors.Is(err, syscall.ELOOP) {
+		t.Fatalf("Verify = %v, want the stat's ELOOP and not ErrInconsistent", err)
+	}
+	if want := `operator "op" subtask 0: state: keyed state file op/0/MANIFEST cannot be read`; !strings.Contains(err.Error(), want) {
+		t.Fatalf("Verify = %q, want it to contain %q", err, want)
 	}
 }

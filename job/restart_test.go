@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -193,5 +196,35 @@ func TestSuppressesRestarts(t *testing.T) {
 				t.Errorf("suppressesRestarts(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRestoreReadErrorRestarts: verify (run by every restore) on a
+// checkpoint whose keyed state file it cannot stat (a symlink loop here;
+// an I/O error or a stale network mount in production) gives an error a
+// restart may cure: suppressesRestarts is false, so the restart strategy
+// applies. A file that is really missing is refused without a restart.
+func TestRestoreReadErrorRestarts(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "op", "0", "MANIFEST")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(file, file); err != nil { // stat: ELOOP
+		t.Fatal(err)
+	}
+	keyed := `{"keyed":{"backend":"pebble","key_groups":{"Start":0,"End":127},"max_parallelism":128,"files":[{"name":"MANIFEST","path":"op/0/MANIFEST","size":4}]}}`
+	m := &checkpoint.Metadata{Version: checkpoint.MetadataVersion, Job: "j", CheckpointID: 7, MaxParallelism: 128,
+		Operators: map[string]checkpoint.OperatorMetadata{"op": {Parallelism: 1, Subtasks: []json.RawMessage{json.RawMessage(keyed)}}}}
+	err := fmt.Errorf("job: restore %s: %w", dir, verify(dir, m))
+	if !errors.Is(err, syscall.ELOOP) || suppressesRestarts(err) {
+		t.Fatalf("verify with an unreadable file: %v, suppressesRestarts %v; want ELOOP and false", err, suppressesRestarts(err))
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	err = fmt.Errorf("job: restore %s: %w", dir, verify(dir, m))
+	if !errors.Is(err, checkpoint.ErrInconsistent) || !suppressesRestarts(err) {
+		t.Fatalf("verify with a missing file: %v, suppressesRestarts %v; want ErrInconsistent and true", err, suppressesRestarts(err))
 	}
 }

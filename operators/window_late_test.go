@@ -448,3 +448,34 @@ func TestSessionWindowMergeFiredSessions(t *testing.T) {
 	}
 	h.finish()
 }
+
+// TestWindowLateBoundary pins the rule the allowed_lateness doc states: a
+// record is late when its window's end - 1ms + allowed_lateness is at or
+// before the watermark (Flink's isWindowLate), not when the end is at or
+// before the watermark minus the lateness (1ms later). Window [0s, 10s),
+// lateness 5s: at watermark 14.998s a record at 5s updates the fired
+// window (count 2, emitted at once); at 14.999s one is late.
+func TestWindowLateBoundary(t *testing.T) {
+	p := WindowParams{Kind: Tumbling, Size: 10 * time.Second, Time: WindowEventTime, AllowedLateness: 5 * time.Second,
+		Aggregates: []AggregateSpec{{Name: "n", Fn: AggCount}}}
+	h := newWindowHarness(t, state.KindHashmap, "", nil, p)
+	h.process(ev("a", 1*sec))
+	if got, want := h.wm(14_998), []string{`{"key":"a","window_start":"1970-01-01T00:00:00Z","window_end":"1970-01-01T00:00:10Z","n":1}`}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("watermark 14.998s emitted %q, want %q", got, want)
+	}
+	h.process(ev("a", 5*sec))
+	if got, want := values(h.emitted()), []string{`{"key":"a","window_start":"1970-01-01T00:00:00Z","window_end":"1970-01-01T00:00:10Z","n":2}`}; !reflect.DeepEqual(got, want) || len(h.lateValues()) != 0 {
+		t.Fatalf("record at 5s, watermark 14.998s: emitted %q, want %q, and nothing late", got, want)
+	}
+	if got := h.wm(14_999); len(got) != 0 {
+		t.Fatalf("watermark 14.999s emitted %q", got)
+	}
+	h.process(ev("a", 5*sec))
+	if got := h.lateValues(); len(got) != 1 || len(h.emitted()) != 0 {
+		t.Fatalf("record at 5s, watermark 14.999s: late %q, want it late and nothing emitted", got)
+	}
+	if n := h.entries(); n != 0 {
+		t.Fatalf("%d entries after the lateness, want 0", n)
+	}
+	h.finish()
+}

@@ -597,14 +597,18 @@ func StateID(name string) uint32 { return uint32(keygroup.Hash([]byte(name))) }
 // files under rh.Dir, shared ones under rh.SharedDir) with the size the
 // handle recorded. It returns one line per problem (a missing file, a
 // file of another size: truncated or replaced), nil when there is none,
-// and a single problem when the handle cannot be decoded.
-func VerifyRestoreHandle(rh RestoreHandle) []string {
+// and a single problem when the handle cannot be decoded. A file it cannot
+// look at (os.Stat failing other than with fs.ErrNotExist: an I/O error,
+// a permission, a stale network mount) is no verdict on the checkpoint:
+// it is returned as the error (wrapping the stat's), and may pass on a
+// retry.
+func VerifyRestoreHandle(rh RestoreHandle) ([]string, error) {
 	var h keyedHandle
 	if err := json.Unmarshal(rh.Handle, &h); err != nil {
-		return []string{fmt.Sprintf("keyed state handle cannot be decoded: %v", err)}
+		return []string{fmt.Sprintf("keyed state handle cannot be decoded: %v", err)}, nil
 	}
 	if len(h.Files) == 0 {
-		return []string{"keyed state handle lists no file"}
+		return []string{"keyed state handle lists no file"}, nil
 	}
 	var out []string
 	for _, f := range h.Files {
@@ -617,12 +621,12 @@ func VerifyRestoreHandle(rh RestoreHandle) []string {
 		case errors.Is(err, os.ErrNotExist):
 			out = append(out, fmt.Sprintf("keyed state %s %s is missing (%s)", kind, f.Path, where))
 		case err != nil:
-			out = append(out, fmt.Sprintf("keyed state %s %s cannot be read: %v", kind, f.Path, err))
+			return nil, fmt.Errorf("state: keyed state %s %s cannot be read: %w", kind, f.Path, err)
 		case st.IsDir():
 			out = append(out, fmt.Sprintf("keyed state %s %s is a directory (%s)", kind, f.Path, where))
 		case st.Size() != f.Size:
 			out = append(out, fmt.Sprintf("keyed state %s %s has %d bytes, the checkpoint recorded %d (truncated or replaced; %s)", kind, f.Path, st.Size(), f.Size, where))
 		}
 	}
-	return out
+	return out, nil
 }
