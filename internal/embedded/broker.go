@@ -87,9 +87,13 @@ func Start(ctx context.Context, logger *slog.Logger, address, dataDir string, pa
 	if _, err := fmt.Sscan(port, &portN); err != nil {
 		return nil, fmt.Errorf("embedded: address %q: bad port", address)
 	}
-	dir, unclean, err := openDataDir(dataDir, o.forceUnclean)
+	dir, unclean, legacy, err := openDataDir(dataDir, o.forceUnclean)
 	if err != nil {
 		return nil, err
+	}
+	if legacy {
+		logger.Warn("opening a data dir last used by a kstreamd from before the clean-shutdown marker: whether it was stopped cleanly cannot be told; "+
+			"if its last stop was a kill -9 or a crash, committed output of an exactly-once job may be missing", "data_dir", dir.path)
 	}
 	if unclean {
 		logger.Warn("opening a data dir that was not closed cleanly (--force-unclean): the transactions open at the unclean stop are aborted, "+

@@ -240,3 +240,50 @@ func TestPersistErrorLeavesDataDirUnclean(t *testing.T) {
 		t.Fatalf("Start after a failed save: err = %v, want *UncleanDataDirError", err)
 	}
 }
+
+// TestLegacyDataDirOpens: a data dir written by a kstreamd from before the
+// clean-shutdown marker has kfake's files but neither the marker nor the
+// lock file. An upgrade must not refuse it (how it stopped cannot be told):
+// it opens with one warning naming the dir, its records are there, and from
+// then on it is guarded like any other (marked clean at Close, refused
+// after an unclean stop).
+func TestLegacyDataDirOpens(t *testing.T) {
+	dir := t.TempDir()
+	b := start(t, dir)
+	produceCommitted(t, b, "a", "b")
+	b.Close()
+	for _, f := range []string{CleanShutdownFile, LockFile} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var logs strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b, err := Start(context.Background(), logger, "127.0.0.1:0", dir, 2, []string{"t"})
+	if err != nil {
+		t.Fatalf("Start on a data dir from before the marker: %v", err)
+	}
+	if got := readCommitted(t, b, 2); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("read_committed = %q, want [a b]", got)
+	}
+	b.Close()
+	abs, _ := filepath.Abs(dir)
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "before the clean-shutdown marker") || !strings.Contains(logs.String(), abs) {
+		t.Errorf("want one warning naming %s and the marker, got %d lines:\n%s", abs, n, logs.String())
+	}
+	if !marked(t, dir) {
+		t.Fatal("no clean-shutdown marker after Close")
+	}
+	if ok, err := exists(filepath.Join(dir, LockFile)); err != nil || !ok {
+		t.Fatalf("lock file after Close: %v, %v", ok, err)
+	}
+	// Guarded from here on: without the marker it is refused.
+	if err := os.Remove(filepath.Join(dir, CleanShutdownFile)); err != nil {
+		t.Fatal(err)
+	}
+	var unclean *UncleanDataDirError
+	if _, err := Start(context.Background(), discard(), "127.0.0.1:0", dir, 2, []string{"t"}); !errors.As(err, &unclean) {
+		t.Fatalf("Start after an unclean stop: err = %v, want *UncleanDataDirError", err)
+	}
+}

@@ -77,52 +77,66 @@ type dataDir struct {
 // was closed cleanly. With force, an unclean directory is opened anyway and
 // wasUnclean reports it. On success the clean-shutdown marker is gone (the
 // removal fsynced) so a crash from here on leaves the directory unclean.
-func openDataDir(path string, force bool) (d *dataDir, wasUnclean bool, err error) {
+//
+// A used directory with neither the marker nor LockFile was last written by
+// a kstreamd from before the marker (every broker since creates LockFile,
+// fsynced, before it opens the directory): how it stopped cannot be told, so
+// it is opened and legacy reports it, for a warning, rather than refusing
+// every data dir an upgrade finds.
+func openDataDir(path string, force bool) (d *dataDir, wasUnclean, legacy bool, err error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("embedded: data dir %s: %w", path, err)
+		return nil, false, false, fmt.Errorf("embedded: data dir %s: %w", path, err)
 	}
 	if err := os.MkdirAll(abs, 0o755); err != nil {
-		return nil, false, fmt.Errorf("embedded: data dir: %w", err)
+		return nil, false, false, fmt.Errorf("embedded: data dir: %w", err)
+	}
+	hadLock, err := exists(filepath.Join(abs, LockFile))
+	if err != nil {
+		return nil, false, false, fmt.Errorf("embedded: data dir %s: %w", abs, err)
 	}
 	lock, err := os.OpenFile(filepath.Join(abs, LockFile), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, false, fmt.Errorf("embedded: data dir %s: lock: %w", abs, err)
+		return nil, false, false, fmt.Errorf("embedded: data dir %s: lock: %w", abs, err)
 	}
 	locked, err := tryLock(lock)
 	if err != nil {
 		lock.Close()
-		return nil, false, fmt.Errorf("embedded: data dir %s: lock: %w", abs, err)
+		return nil, false, false, fmt.Errorf("embedded: data dir %s: lock: %w", abs, err)
 	}
 	if !locked {
 		pid := readPID(lock)
 		lock.Close()
-		return nil, false, &DataDirInUseError{Dir: abs, PID: pid}
+		return nil, false, false, &DataDirInUseError{Dir: abs, PID: pid}
 	}
 	d = &dataDir{path: abs, lock: lock}
 	if err := d.writePID(); err != nil {
 		d.release()
-		return nil, false, err
+		return nil, false, false, err
 	}
 	used, err := exists(filepath.Join(abs, kfakeMetaFile))
 	if err == nil {
 		var clean bool
 		clean, err = exists(filepath.Join(abs, CleanShutdownFile))
-		wasUnclean = used && !clean
+		wasUnclean = used && !clean && hadLock
+		legacy = used && !clean && !hadLock
+	}
+	if err == nil && !hadLock {
+		err = syncDir(abs) // LockFile's name is durable before kfake writes
 	}
 	if err != nil {
 		d.release()
-		return nil, false, fmt.Errorf("embedded: data dir %s: %w", abs, err)
+		return nil, false, false, fmt.Errorf("embedded: data dir %s: %w", abs, err)
 	}
 	if wasUnclean && !force {
 		d.release()
-		return nil, false, &UncleanDataDirError{Dir: abs}
+		return nil, false, false, &UncleanDataDirError{Dir: abs}
 	}
 	if err := d.unmarkClean(); err != nil {
 		d.release()
-		return nil, false, err
+		return nil, false, false, err
 	}
-	return d, wasUnclean, nil
+	return d, wasUnclean, legacy, nil
 }
 
 // writePID replaces the lock file's content with this process's id.
