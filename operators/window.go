@@ -141,6 +141,16 @@ func (p *WindowParams) CheckParams(report func(field, msg string)) {
 			report("offset", "does not apply to kind session")
 		}
 	}
+	// Times are whole milliseconds: a finer duration would be cut
+	// silently.
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"size", p.Size}, {"slide", p.Slide}, {"gap", p.Gap}, {"offset", p.Offset}, {"allowed_lateness", p.AllowedLateness}} {
+		if f.d%time.Millisecond != 0 {
+			report(f.name, fmt.Sprintf("must be a whole number of milliseconds (event times are in ms), got %v", f.d))
+		}
+	}
 	if p.AllowedLateness < 0 {
 		report("allowed_lateness", fmt.Sprintf("must be >= 0, got %v", p.AllowedLateness))
 	}

@@ -388,6 +388,8 @@ func TestWindowOffsetParams(t *testing.T) {
 		{WindowParams{Kind: Sliding, Size: 10 * time.Second, Slide: 5 * time.Second, Offset: 4 * time.Second}, ""},
 		{WindowParams{Kind: Sliding, Size: 10 * time.Second, Slide: 5 * time.Second, Offset: 5 * time.Second}, "offset: |offset| must be less than slide 5s, got 5s"},
 		{WindowParams{Kind: Session, Gap: time.Second, Offset: time.Second}, "offset: does not apply to kind session"},
+		{WindowParams{Kind: Tumbling, Size: 10 * time.Second, Offset: 500 * time.Microsecond}, "offset: must be a whole number of milliseconds (event times are in ms), got 500µs"},
+		{WindowParams{Kind: Session, Gap: 1500 * time.Microsecond}, "gap: must be a whole number of milliseconds (event times are in ms), got 1.5ms"},
 	} {
 		p := tc.p
 		p.Aggregates = count
