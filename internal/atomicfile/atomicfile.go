@@ -92,12 +92,14 @@ func Write(dst string, opts Options, write func(io.Writer) error) (err error) {
 		return err
 	}
 	tmp := f.Name()
-	keep := false // the temporary file stays (BeforeRename failed)
+	// keep: the temporary file stays (BeforeRename failed, or it was
+	// renamed to dst).
+	keep := false
 	defer func() {
 		if f != nil {
 			f.Close()
 		}
-		if (err != nil && !keep) || opts.NoReplace {
+		if !keep && (err != nil || opts.NoReplace) {
 			_ = os.Remove(tmp)
 		}
 	}()
@@ -127,8 +129,8 @@ func Write(dst string, opts Options, write func(io.Writer) error) (err error) {
 	}
 	if opts.NoReplace {
 		err = os.Link(tmp, dst)
-	} else {
-		err = os.Rename(tmp, dst)
+	} else if err = os.Rename(tmp, dst); err == nil {
+		keep = true // tmp is dst now: never remove that name again
 	}
 	if err != nil {
 		return err

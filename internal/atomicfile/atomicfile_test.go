@@ -1,12 +1,14 @@
 package atomicfile
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -274,5 +276,35 @@ func TestSyncDir(t *testing.T) {
 	}
 	if err := SyncDir(filepath.Join(t.TempDir(), "absent")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("err %v, want fs.ErrNotExist", err)
+	}
+}
+
+// TestConcurrentWritersUniqueTemps: writers of one dst with unique
+// temporary names (the default) never truncate each other's file: every
+// Write succeeds and dst holds one writer's complete content.
+func TestConcurrentWritersUniqueTemps(t *testing.T) {
+	dir := t.TempDir()
+	dst := filepath.Join(dir, "shared.sst")
+	payload := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i)}, 64<<10) }
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { errs[i] = WriteFile(dst, payload(i), Options{Perm: 0o644}) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("writer %d: %v", i, err)
+		}
+	}
+	got, err := os.ReadFile(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 64<<10 || !bytes.Equal(got, bytes.Repeat(got[:1], len(got))) || got[0] < 'a' || got[0] >= 'a'+8 {
+		t.Fatalf("dst holds %d bytes starting %q: not one writer's complete content", len(got), got[:min(len(got), 8)])
+	}
+	if got := names(t, dir); !slices.Equal(got, []string{"shared.sst"}) {
+		t.Fatalf("dir holds %q, want only [shared.sst]", got)
 	}
 }
