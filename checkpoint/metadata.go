@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
 // MetadataFile is the name of the file whose atomic creation commits a
@@ -120,46 +122,19 @@ func ReadMetadata(dir string) (*Metadata, error) {
 	return &m, nil
 }
 
-// writeMetadata commits m into dir: it writes a temporary file, fsyncs it,
-// renames it to _metadata and fsyncs dir. beforeRename, if not nil, runs
-// just before the rename (tests inject failures there).
+// writeMetadata commits m into dir with atomicfile.Write: it writes the
+// temporary file _metadata.tmp (the name Storage.List and the head upload
+// recognise as an incomplete commit), fsyncs it, renames it to _metadata
+// and fsyncs dir. beforeRename, if not nil, runs just before the rename;
+// its error leaves _metadata.tmp behind as a crash there would (tests
+// inject failures there).
 func writeMetadata(dir string, m *Metadata, beforeRename func() error) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, MetadataFile+".tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if beforeRename != nil {
-		if err := beforeRename(); err != nil {
-			return err
-		}
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, MetadataFile)); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteFile(filepath.Join(dir, MetadataFile), b, atomicfile.Options{
+		TempName:     MetadataFile + ".tmp",
+		BeforeRename: beforeRename,
+	})
 }

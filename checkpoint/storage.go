@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kstreamd/kstreamd/state"
+	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
 // DefaultRetained is how many completed checkpoints Storage keeps unless
@@ -243,8 +243,8 @@ func (s *Storage) Latest() (string, *Metadata, error) {
 // savepoint.
 const savepointPointer = "latest-savepoint"
 
-// RecordSavepoint remembers dir as the job's newest savepoint (atomically:
-// temp file, fsync, rename), so Latest can resume from it.
+// RecordSavepoint remembers dir as the job's newest savepoint (atomically
+// and durably, with atomicfile.WriteFile), so Latest can resume from it.
 func (s *Storage) RecordSavepoint(dir string) error {
 	if err := os.MkdirAll(s.jobDir, 0o755); err != nil {
 		return err
@@ -253,18 +253,10 @@ func (s *Storage) RecordSavepoint(dir string) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(s.jobDir, savepointPointer+".tmp")
-	if err := os.WriteFile(tmp, []byte(abs+"\n"), 0o644); err != nil {
-		return err
-	}
-	if f, err := os.Open(tmp); err == nil {
-		_ = f.Sync()
-		f.Close()
-	}
-	if err := os.Rename(tmp, filepath.Join(s.jobDir, savepointPointer)); err != nil {
-		return err
-	}
-	return syncDir(s.jobDir)
+	return atomicfile.WriteFile(filepath.Join(s.jobDir, savepointPointer), []byte(abs+"\n"), atomicfile.Options{
+		TempName: savepointPointer + ".tmp",
+		Perm:     0o644,
+	})
 }
 
 // LatestSavepoint returns the directory RecordSavepoint last recorded, or an
@@ -455,14 +447,14 @@ func (s *Storage) AdoptShared(dir string, m *Metadata) (int, error) {
 			return n, err
 		}
 		if err := os.Link(src, dst); err != nil {
-			if err := state.CopyFileAtomic(src, dst); err != nil {
+			if err := atomicfile.CopyFile(src, dst, atomicfile.Options{Perm: 0o644}); err != nil {
 				return n, fmt.Errorf("checkpoint: copy shared file %s of checkpoint %d: %w", f, m.CheckpointID, err)
 			}
 		}
 		n++
 	}
 	if n > 0 {
-		if err := syncDir(to); err != nil {
+		if err := atomicfile.SyncDir(to); err != nil {
 			return n, err
 		}
 		s.logger.Info("linked the restored checkpoint's shared files into the job's shared directory",

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
 // Store is the shared storage of cluster-mode units (docs/scale-out.md): a
@@ -77,32 +79,19 @@ func (s FileStore) Upload(_ context.Context, key, src string) error {
 	return s.link(key, func(w io.Writer) error { _, err := io.Copy(w, in); return err })
 }
 
-// link writes a temporary file with write, then links it to key.
+// link writes key create-only with atomicfile.Write (NoReplace): a
+// temporary file filled by write and fsynced, hard-linked to key, the
+// directory fsynced.
 func (s FileStore) link(key string, write func(io.Writer) error) error {
 	name := s.file(key)
 	dir := filepath.Dir(name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
 	}
-	tmp, err := os.CreateTemp(dir, tmpPrefix+"*")
-	if err != nil {
+	if err := atomicfile.Write(name, atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true}, write); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
 	}
-	defer os.Remove(tmp.Name())
-	err = write(tmp)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Link(tmp.Name(), name)
-	}
-	if err != nil {
-		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
-	}
-	return syncDir(dir)
+	return nil
 }
 
 // Read implements Store.
@@ -199,27 +188,12 @@ func inData(d string) bool {
 	return false
 }
 
-// copyFileAtomic copies src to dst through a temporary file and a rename.
+// copyFileAtomic copies src to dst (creating dst's directory) through a
+// temporary file and a rename, without fsyncs: a download into a restore's
+// working directory, which a crash makes worthless anyway.
 func copyFileAtomic(src, dst string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), tmpPrefix+"*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = io.Copy(tmp, in)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
+	return atomicfile.CopyFile(src, dst, atomicfile.Options{TempPattern: tmpPrefix + "*", NoSync: true})
 }

@@ -43,8 +43,8 @@ type Source struct {
 	Parallelism int
 	// StartFrom is "earliest" or "latest".
 	StartFrom string
-	// Format is "json", "string" or "bytes".
-	Format string
+	// Format is how values are decoded; "" means DefaultFormat.
+	Format Format
 	// OnError is "fail", "skip" or "dead-letter"; DeadLetterTopic is set
 	// for dead-letter.
 	OnError, DeadLetterTopic string
@@ -116,8 +116,8 @@ type Sink struct {
 	Name, Input, Topic string
 	// Parallelism is the number of sink subtasks, >= 1.
 	Parallelism int
-	// Delivery is "exactly-once", "at-least-once" or "none".
-	Delivery string
+	// Delivery is the sink's guarantee; "" means DefaultDelivery.
+	Delivery Delivery
 	// TransactionalIDPrefix is the prefix of an exactly-once sink's ids
 	// (already defaulted); TransactionTimeout and PoolSize as configured
 	// (0: the sink's default).

@@ -86,7 +86,7 @@ func RepartitionVertex(stage int) string { return "repartition." + strconv.Itoa(
 // record their expression fails on is failed, skipped or dead-lettered as
 // the job's source says, as in a single-process run. Broadcast inputs keep
 // their own source, copied into the stage. Without an upstream source (a
-// hand-built graph) the policy is "fail" and the format "json".
+// hand-built graph) the policy is "fail" and the format DefaultFormat.
 func Split(g *Graph, units int) (*Stages, error) {
 	if units < 1 || units > g.MaxParallelism {
 		return nil, fmt.Errorf("graph: %d units: must be in [1, %d] (the max parallelism)", units, g.MaxParallelism)
@@ -134,7 +134,7 @@ func Split(g *Graph, units int) (*Stages, error) {
 			if r.To == i {
 				rs := &Source{
 					Name: RepartitionVertex(i), Topic: r.Topic, Parallelism: 1, StartFrom: "earliest",
-					Format: "json", OnError: "fail", Repartition: true, UpstreamStage: r.From,
+					Format: DefaultFormat, OnError: "fail", Repartition: true, UpstreamStage: r.From,
 				}
 				if up := lineageSource(g, r.Edge.From); up != nil {
 					if up.Format != "" {
@@ -172,7 +172,7 @@ func Split(g *Graph, units int) (*Stages, error) {
 			if r.From == i {
 				sg.Sinks = append(sg.Sinks, &Sink{
 					Name: RepartitionVertex(r.To), Input: r.Edge.From, Topic: r.Topic, Parallelism: 1,
-					Delivery: "exactly-once", Units: units, TransactionalIDPrefix: "kstreamd-" + g.Job + "-" + RepartitionVertex(r.To),
+					Delivery: DeliveryExactlyOnce, Units: units, TransactionalIDPrefix: "kstreamd-" + g.Job + "-" + RepartitionVertex(r.To),
 				})
 			}
 		}

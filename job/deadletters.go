@@ -51,23 +51,24 @@ const deadLetterPool = sink.DefaultPoolSize
 
 // deadLetterWriters returns the job's dead-letter writer builder; its on
 // says whether dead letters are transactional. The transaction timeout is
-// the largest of the job's exactly-once sinks (15m when none sets one).
+// the largest of the job's exactly-once sinks (sink.DefaultTransactionTimeout
+// when none sets one).
 func (j *Job) deadLetterWriters(g *graph.Graph, deps Deps, metrics *Metrics, logger *slog.Logger) *deadLetters {
 	d := &deadLetters{g: g, unit: j.settings.Unit, deps: deps, metrics: metrics, logger: logger.With("component", "dead-letters"),
 		parallelism: map[string]int{}, on: j.settings.Unit != nil}
 	for _, sk := range g.Sinks {
-		if sk.Delivery != "exactly-once" {
+		if !sk.Delivery.ExactlyOnce() {
 			continue
 		}
 		d.on = true
 		t := sk.TransactionTimeout
 		if t == 0 {
-			t = 15 * time.Minute
+			t = sink.DefaultTransactionTimeout
 		}
 		d.timeout = max(d.timeout, t)
 	}
 	if d.timeout == 0 {
-		d.timeout = 15 * time.Minute
+		d.timeout = sink.DefaultTransactionTimeout
 	}
 	return d
 }

@@ -371,7 +371,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				Name:           s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
 				Subtask: sub, Parallelism: p, Only: only, Upstream: upstream, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
 				DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + g.Job,
-				Format: source.Format(s.Format), Tombstones: s.Broadcast, Check: s.Check,
+				Format: sourceFormat(s.Format), Tombstones: s.Broadcast, Check: s.Check,
 				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, PolicySource: s.PolicySource, DeadLetters: dlw, MaxRecordBytes: s.MaxRecordBytes,
 				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
 				OnCaughtUp: func() { resp.caughtUp(id) },
@@ -468,10 +468,10 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 		}
 	}
 	for _, sk := range g.Sinks {
-		exactlyOnce := sk.Delivery == "exactly-once"
+		exactlyOnce := sk.Delivery.ExactlyOnce()
 		timeout, pool := sk.TransactionTimeout, sk.PoolSize
 		if timeout == 0 {
-			timeout = 15 * time.Minute
+			timeout = sink.DefaultTransactionTimeout
 		}
 		if pool == 0 {
 			pool = sink.DefaultPoolSize
@@ -526,7 +526,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				k = tps
 			} else {
 				ks := sink.New(sink.Config{
-					Name: sk.Name, Subtask: sub, Topic: sk.Topic, Delivery: sink.Delivery(sk.Delivery),
+					Name: sk.Name, Subtask: sub, Topic: sk.Topic, Delivery: sinkDelivery(sk.Delivery),
 					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub),
 					Logger: sinkLogger,
 				})
@@ -763,7 +763,7 @@ func verify(dir string, m *checkpoint.Metadata) error {
 func requiredStates(g *graph.Graph) map[string][]string {
 	out := map[string][]string{}
 	for _, sk := range g.Sinks {
-		if sk.Delivery == "exactly-once" {
+		if sk.Delivery.ExactlyOnce() {
 			out[sk.Name] = []string{sink.CommittablesState}
 		}
 	}
@@ -991,7 +991,7 @@ func (j *Job) Status() Status {
 		st.Operators = append(st.Operators, VertexStatus{Name: o.Name, Kind: "operator", Type: o.Type, Parallelism: o.Parallelism})
 	}
 	for _, s := range j.g.Sinks {
-		st.Operators = append(st.Operators, VertexStatus{Name: s.Name, Kind: "sink", Type: s.Delivery, Topic: s.Topic, Parallelism: s.Parallelism})
+		st.Operators = append(st.Operators, VertexStatus{Name: s.Name, Kind: "sink", Type: s.Delivery.String(), Topic: s.Topic, Parallelism: s.Parallelism})
 	}
 	return st
 }

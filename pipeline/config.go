@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/operators"
+	"github.com/kstreamd/kstreamd/sink"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 	"gopkg.in/yaml.v3"
 )
@@ -40,34 +42,37 @@ const (
 	StartFromLatest   StartFrom = "latest"   // the end offset: only records produced from now on
 )
 
-// RecordFormat is how a source decodes record values.
-type RecordFormat string
+// RecordFormat is how a source decodes record values: graph.Format, which
+// the YAML decoder fills with the config's spelling and Validate checks.
+type RecordFormat = graph.Format
 
 // Record formats. RecordFormatJSON checks each value is one JSON value; it
-// is the default. RecordFormatString and RecordFormatBytes pass values
-// through unchecked.
+// is the default (graph.DefaultFormat). RecordFormatString and
+// RecordFormatBytes pass values through unchecked.
 const (
-	RecordFormatString RecordFormat = "string"
-	RecordFormatBytes  RecordFormat = "bytes"
+	RecordFormatString = graph.FormatString
+	RecordFormatBytes  = graph.FormatBytes
 )
 
 // RecordFormatJSON decodes each record value as one JSON value.
-const RecordFormatJSON RecordFormat = "json"
+const RecordFormatJSON = graph.FormatJSON
 
-// Delivery is a sink's delivery guarantee.
-type Delivery string
+// Delivery is a sink's delivery guarantee: graph.Delivery, which the YAML
+// decoder fills with the config's spelling and Validate checks.
+type Delivery = graph.Delivery
 
-// Delivery values.
+// Delivery values (graph's; the default is graph.DefaultDelivery,
+// at-least-once).
 const (
 	// DeliveryAtLeastOnce waits for the broker's acknowledgement of every
 	// record; after a failure some records may be written twice.
-	DeliveryAtLeastOnce Delivery = "at-least-once"
+	DeliveryAtLeastOnce = graph.DeliveryAtLeastOnce
 	// DeliveryNone fires and forgets: records may be lost.
-	DeliveryNone Delivery = "none"
+	DeliveryNone = graph.DeliveryNone
 	// DeliveryExactlyOnce writes one Kafka transaction per checkpoint
 	// epoch, committed when the checkpoint completes (two-phase commit):
 	// read_committed readers see every record once. It needs checkpoints.
-	DeliveryExactlyOnce Delivery = "exactly-once"
+	DeliveryExactlyOnce = graph.DeliveryExactlyOnce
 )
 
 // StateBackend names where keyed state lives.
@@ -544,7 +549,7 @@ const (
 // setDefaults sets the defaults of a list item before it is decoded.
 func (s *SourceConfig) setDefaults() {
 	s.StartFrom = StartFromEarliest
-	s.Format = RecordFormatJSON
+	s.Format = graph.DefaultFormat
 	s.OnError = OnErrorSkip
 	s.MaxRecordBytes = 1 << 20
 	s.PartitionDiscoveryInterval = 30 * time.Second
@@ -639,9 +644,9 @@ type SinkConfig struct {
 
 // setDefaults sets the defaults of a list item before it is decoded.
 func (s *SinkConfig) setDefaults() {
-	s.Delivery = DeliveryAtLeastOnce
-	s.TransactionTimeout = 15 * time.Minute
-	s.PoolSize = 5
+	s.Delivery = graph.DefaultDelivery
+	s.TransactionTimeout = sink.DefaultTransactionTimeout
+	s.PoolSize = sink.DefaultPoolSize
 }
 
 // TransactionalIDPrefix returns the sink's transactional_id_prefix, or

@@ -158,7 +158,7 @@ func (c *Config) buildGraph() *graph.Graph {
 		s := &c.Sources[i]
 		gs := &graph.Source{
 			Name: s.Name, Topic: s.Topic, Parallelism: c.SourceParallelism(s), StartFrom: string(s.StartFrom),
-			Format: string(s.Format), OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
+			Format: s.Format, OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
 			MaxRecordBytes: s.MaxRecordBytes, DiscoveryInterval: s.PartitionDiscoveryInterval,
 			OutOfOrderness: s.Watermark.OutOfOrderness, Idleness: s.Watermark.Idleness,
 			MaxAhead: s.Timestamp.MaxAhead,
@@ -230,7 +230,7 @@ func (c *Config) buildGraph() *graph.Graph {
 	for i := range c.Sinks {
 		s := &c.Sinks[i]
 		gs := &graph.Sink{
-			Name: s.Name, Input: c.inputVertex(s.Input), Topic: s.Topic, Parallelism: c.SinkParallelism(s), Delivery: string(s.Delivery),
+			Name: s.Name, Input: c.inputVertex(s.Input), Topic: s.Topic, Parallelism: c.SinkParallelism(s), Delivery: s.Delivery,
 			TransactionalIDPrefix: c.TransactionalIDPrefix(s), TransactionTimeout: s.TransactionTimeout, PoolSize: s.PoolSize,
 			IgnoreLostTransactions: s.IgnoreLostTransactions, BufferThreshold: s.BufferThreshold,
 		}

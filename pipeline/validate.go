@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
@@ -85,6 +86,15 @@ func (v *validator) oneOf(path, value string, allowed ...string) {
 		return
 	}
 	v.errorf(path, "unknown value %q; want one of %s", value, want)
+}
+
+// spellings returns the config spellings of an enum's values, for oneOf.
+func spellings[T ~string](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
+	}
+	return out
 }
 
 // parallelism checks a parallelism field: in [lo, 32768], where lo is 0 for
@@ -278,7 +288,7 @@ func (c *Config) validateSources(v *validator) {
 		p := fmt.Sprintf("sources[%d]", i)
 		v.topic(p+".topic", s.Topic)
 		v.oneOf(p+".start_from", string(s.StartFrom), string(StartFromEarliest), string(StartFromLatest))
-		v.oneOf(p+".format", string(s.Format), string(RecordFormatJSON), string(RecordFormatString), string(RecordFormatBytes))
+		v.oneOf(p+".format", string(s.Format), spellings(graph.Formats())...)
 		v.parallelism(p+".parallelism", s.Parallelism, 0)
 		if s.OnError != "" {
 			v.oneOf(p+".on_error", string(s.OnError), string(OnErrorFail), string(OnErrorSkip), string(OnErrorDeadLetter))
@@ -483,7 +493,7 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 			c.checkSideOutput(v, p+".input", vin, side)
 		}
 		v.topic(p+".topic", s.Topic)
-		v.oneOf(p+".delivery", string(s.Delivery), string(DeliveryExactlyOnce), string(DeliveryAtLeastOnce), string(DeliveryNone))
+		v.oneOf(p+".delivery", string(s.Delivery), spellings(graph.Deliveries())...)
 		if s.Delivery == DeliveryExactlyOnce {
 			iv, cto := c.Checkpoints.Interval, max(c.Checkpoints.Timeout, 0)
 			switch {

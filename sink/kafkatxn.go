@@ -22,6 +22,13 @@ import (
 // (Flink's FlinkKafkaProducer kafkaProducersPoolSize).
 const DefaultPoolSize = 5
 
+// DefaultTransactionTimeout is an exactly-once sink's Kafka transaction
+// timeout when none is configured: 15 minutes, Kafka's default
+// transaction.max.timeout.ms (Flink's KafkaSink sets transaction.timeout.ms
+// to the same bound). The sink subtask itself does not apply it: the
+// pipeline defaults the config, the job a graph built in code.
+const DefaultTransactionTimeout = 15 * time.Minute
+
 // ErrNoOpenTransaction is returned by a write or a pre-commit when no
 // transaction is open: the BeginTransaction after the last pre-commit failed
 // (ErrPoolExhausted). The sink subtask then fails (its writes) or declines

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +17,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/kstreamd/kstreamd/state/keygroup"
+
+	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
 // SnapshotTarget says where a keyed snapshot writes its files.
@@ -161,7 +162,7 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 				ref.Shared, ref.Path = true, instance+"-"+e.Name()
 				dst := filepath.Join(t.SharedDir, ref.Path)
 				if have, err := os.Stat(dst); err != nil || have.Size() != st.Size() {
-					if err := CopyFileAtomic(src, dst); err != nil {
+					if err := copyFileAtomic(src, dst); err != nil {
 						return KeyedSnapshot{}, err
 					}
 					snap.Bytes += st.Size()
@@ -169,7 +170,7 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 				snap.SharedFiles = append(snap.SharedFiles, ref.Path)
 			} else {
 				ref.Path = filepath.ToSlash(filepath.Join(t.TaskPath, e.Name()))
-				if err := CopyFileAtomic(src, filepath.Join(t.Dir, ref.Path)); err != nil {
+				if err := copyFileAtomic(src, filepath.Join(t.Dir, ref.Path)); err != nil {
 					return KeyedSnapshot{}, err
 				}
 				snap.Bytes += st.Size()
@@ -181,49 +182,6 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 		}
 		return snap, nil
 	}, nil
-}
-
-// CopyFileAtomic copies src to dst (mode 0644, creating dst's directory) through
-// a temporary file that is synced and renamed, so dst is either absent or
-// complete; it returns the first error of those steps. The temporary name is
-// unique: two snapshots of one backend may upload the same shared file at
-// once (the finisher of a timed-out checkpoint still runs when the next
-// one starts), and a shared temporary name would let one truncate the
-// other's copy and fail its rename.
-func CopyFileAtomic(src, dst string) (err error) {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.CreateTemp(filepath.Dir(dst), filepath.Base(dst)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(out.Name())
-		}
-	}()
-	if err := out.Chmod(0o644); err != nil { // CreateTemp makes 0600
-		out.Close()
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	return os.Rename(out.Name(), dst)
 }
 
 // OpenBackendRestored opens the backend cfg describes with the state of the
@@ -340,7 +298,7 @@ func materialize(rh RestoreHandle, h keyedHandle, dir string, prog *restoreProgr
 			prog.file(f.Size)
 			continue
 		}
-		if err := CopyFileAtomic(src, dst); err != nil {
+		if err := copyFileAtomic(src, dst); err != nil {
 			return fmt.Errorf("state: restore %s: %w", f.Path, err)
 		}
 		prog.file(f.Size)
@@ -629,4 +587,17 @@ func VerifyRestoreHandle(rh RestoreHandle) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// copyFileAtomic copies src to dst (mode 0644, creating dst's directory) with
+// atomicfile.CopyFile, so dst is either absent or complete and durable. The
+// temporary name is unique: two snapshots of one backend may upload the
+// same shared file at once (the finisher of a timed-out checkpoint still
+// runs when the next one starts), and a shared temporary name would let
+// one truncate the other's copy and fail its rename.
+func copyFileAtomic(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return atomicfile.CopyFile(src, dst, atomicfile.Options{Perm: 0o644})
 }

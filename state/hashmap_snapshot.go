@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
 // snapshotAsync is the hashmap backend's checkpoint snapshot in two parts
@@ -113,35 +116,27 @@ func writeSnapshotFile(dir string, st *hashmapStore, visit map[uint32]func([]byt
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("state: snapshot: %w", err)
 	}
-	final := filepath.Join(dir, SnapshotFileName)
-	tmp := final + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return 0, fmt.Errorf("state: snapshot: %w", err)
-	}
-	err = st.writeSnapshot(f, visit)
-	if err == nil {
-		err = f.Sync()
-	}
 	var size int64
-	if err == nil {
-		var fi os.FileInfo
-		if fi, err = f.Stat(); err == nil {
-			size = fi.Size()
-		}
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, final)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
+	err := atomicfile.Write(filepath.Join(dir, SnapshotFileName), atomicfile.Options{TempName: SnapshotFileName + ".tmp"}, func(w io.Writer) error {
+		cw := &countingWriter{w: w}
+		err := st.writeSnapshot(cw, visit)
+		size = cw.n
+		return err
+	})
 	if err != nil {
-		_ = os.Remove(tmp)
 		return 0, fmt.Errorf("state: snapshot to %s: %w", dir, err)
 	}
 	return size, nil
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }

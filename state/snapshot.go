@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
 // SnapshotFileName is the file Snapshotter.Snapshot writes in its directory.
@@ -43,42 +45,14 @@ func (h *hashmapBackend) Snapshot(dir string) error {
 		return fmt.Errorf("state: snapshot: %w", err)
 	}
 	final := filepath.Join(dir, SnapshotFileName)
-	tmp := final + ".tmp"
-	f, err := os.Create(tmp)
+	err := atomicfile.Write(final, atomicfile.Options{TempName: SnapshotFileName + ".tmp"}, func(w io.Writer) error {
+		return h.st.writeSnapshot(w, visit)
+	})
 	if err != nil {
-		return fmt.Errorf("state: snapshot: %w", err)
-	}
-	err = h.st.writeSnapshot(f, visit)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, final)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
 		return fmt.Errorf("state: snapshot to %s: %w", dir, err)
 	}
 	h.log.Info("keyed state snapshot written", "dir", dir)
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // writeSnapshot writes the snapshot records to w; visit holds the TTL

@@ -23,6 +23,8 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+
+	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
 // Config is where the store is and how to reach it.
@@ -145,7 +147,8 @@ func (s *Store) Read(ctx context.Context, key string) ([]byte, error) {
 }
 
 // Download implements checkpoint.Store: the object goes to a temporary
-// file beside path, renamed into place when complete.
+// file beside path, renamed into place when complete (atomicfile.Write
+// without fsyncs: a restore's working copy, which a crash makes worthless).
 func (s *Store) Download(ctx context.Context, key, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("s3store: download %s: %w", key, err)
@@ -155,20 +158,12 @@ func (s *Store) Download(ctx context.Context, key, path string) error {
 		return s.wrap("download", key, err)
 	}
 	defer obj.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".download-*")
-	if err != nil {
-		return fmt.Errorf("s3store: download %s: %w", key, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = io.Copy(tmp, obj)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
+	err = atomicfile.Write(path, atomicfile.Options{TempPattern: ".download-*", NoSync: true}, func(w io.Writer) error {
+		_, err := io.Copy(w, obj)
+		return err
+	})
 	if err != nil {
 		return s.wrap("download", key, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("s3store: download %s: %w", key, err)
 	}
 	return nil
 }

@@ -42,10 +42,11 @@ import (
 	"github.com/kstreamd/kstreamd/pipeline"
 )
 
-// Deliveries a run may measure (the sinks' delivery values).
+// Deliveries a run may measure (the sinks' delivery values, spelled as
+// in the config).
 const (
-	ExactlyOnce = "exactly-once"
-	AtLeastOnce = "at-least-once"
+	ExactlyOnce = string(pipeline.DeliveryExactlyOnce)
+	AtLeastOnce = string(pipeline.DeliveryAtLeastOnce)
 )
 
 // PipeScenario is the name of the broker's-limit row of the table.

@@ -311,7 +311,7 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 		input = "out"
 	}
 	fmt.Fprintf(&b, "sinks:\n  - name: sink\n    input: %s\n    topic: %s\n    delivery: %s\n", input, out, delivery)
-	if delivery == "exactly-once" {
+	if delivery == ExactlyOnce {
 		// Well above checkpoints.interval plus checkpoints.timeout: a
 		// pre-committed transaction waits for the next checkpoint to
 		// complete when its own times out (rules-100 on a loaded machine).

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
 // The broker's data directory holds kfake's files (meta.json, topics.json,
@@ -157,7 +159,7 @@ func (d *dataDir) unmarkClean() error {
 		return nil
 	}
 	if err == nil {
-		err = syncDir(d.path)
+		err = atomicfile.SyncDir(d.path)
 	}
 	if err != nil {
 		return fmt.Errorf("embedded: data dir %s: remove the clean-shutdown marker: %w", d.path, err)
@@ -167,27 +169,14 @@ func (d *dataDir) unmarkClean() error {
 
 // markClean fsyncs every file and directory under the data directory
 // (kfake fsyncs its JSON files but, without SyncWrites, not its segments),
-// then writes the clean-shutdown marker and fsyncs it and the directory.
+// then writes the clean-shutdown marker with atomicfile.WriteFile (temp
+// file, fsync, rename, directory fsync).
 func (d *dataDir) markClean() error {
 	if err := syncTree(d.path); err != nil {
 		return fmt.Errorf("embedded: data dir %s: fsync: %w", d.path, err)
 	}
-	path := filepath.Join(d.path, CleanShutdownFile)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("embedded: data dir %s: write the clean-shutdown marker: %w", d.path, err)
-	}
-	_, err = fmt.Fprintf(f, "closed cleanly at %s by pid %d\n", time.Now().UTC().Format(time.RFC3339), os.Getpid())
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = syncDir(d.path)
-	}
-	if err != nil {
+	marker := fmt.Sprintf("closed cleanly at %s by pid %d\n", time.Now().UTC().Format(time.RFC3339), os.Getpid())
+	if err := atomicfile.WriteFile(filepath.Join(d.path, CleanShutdownFile), []byte(marker), atomicfile.Options{Perm: 0o644}); err != nil {
 		return fmt.Errorf("embedded: data dir %s: write the clean-shutdown marker: %w", d.path, err)
 	}
 	return nil
@@ -220,20 +209,6 @@ func exists(path string) (bool, error) {
 	default:
 		return false, err
 	}
-}
-
-// syncDir fsyncs the directory dir, making creations, removals and renames
-// of its entries durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // syncTree fsyncs every regular file and directory under root, root

@@ -1,0 +1,179 @@
+// Package atomicfile writes files so that a reader, and a restart after a
+// crash or power loss, sees either the old content or the new one, never a
+// part: the temporary-file, fsync, rename, directory-fsync sequence that
+// checkpoint metadata, state snapshots, the savepoint pointer, checkpoint
+// stores and the embedded broker's data directory all use (Flink's
+// FileSystem "write to a temporary name, then rename" commit, and the
+// create-only variant its RecoverableWriter and Kafka's log use for
+// immutable objects). It is a leaf package: it imports nothing of the
+// project, so every layer may use it.
+package atomicfile
+
+import (
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Options tunes Write. The zero value is the full contract: a unique
+// temporary name, the mode os.CreateTemp gives (0600), replace dst, fsync
+// file and directory.
+type Options struct {
+	// Perm is the mode dst gets, set with chmod(2) (so the umask does not
+	// apply). Zero keeps the mode the temporary file was created with:
+	// 0600 for a unique name, 0666 less the umask for TempName.
+	Perm fs.FileMode
+	// TempName, if not empty, is the fixed base name of the temporary
+	// file in dst's directory, created or truncated (os.Create). Use it
+	// only where one writer at a time writes dst and where readers
+	// recognise the name (checkpoint metadata's "_metadata.tmp" marks an
+	// incomplete checkpoint). Empty means a unique name from TempPattern.
+	TempName string
+	// TempPattern is the os.CreateTemp pattern of the unique temporary
+	// name in dst's directory (the last "*" becomes a random string).
+	// Empty means Base(dst)+".tmp-*". Ignored when TempName is set.
+	TempPattern string
+	// NoReplace publishes with link(2) instead of rename(2): Write fails
+	// with an error wrapping fs.ErrExist when dst exists, atomically, and
+	// dst is never replaced (a create-only write, which fences a second
+	// writer of one name). The temporary name is removed afterwards.
+	NoReplace bool
+	// NoSync skips both fsyncs: dst still appears complete or not at all
+	// to readers of a running system, but a crash may lose it or leave it
+	// empty. Only for files a crash makes worthless anyway (downloads
+	// into a restore's working directory).
+	NoSync bool
+	// BeforeRename, if not nil, runs after the temporary file is complete
+	// and synced, just before it is published. If it returns an error,
+	// Write returns that error and leaves the temporary file in place,
+	// exactly as a crash at that point would (tests inject crashes here).
+	BeforeRename func() error
+}
+
+// Write writes dst atomically with the bytes write produces:
+//
+//  1. it creates the temporary file in dst's directory (which must exist)
+//     and lets write fill it;
+//  2. it fsyncs the temporary file and closes it (sets Perm first);
+//  3. it renames the temporary file over dst (or links it to dst, with
+//     NoReplace);
+//  4. it fsyncs dst's directory, making the rename durable.
+//
+// When Write returns nil, dst holds exactly the bytes written and both its
+// data and its directory entry are on stable storage (without NoSync). A
+// crash (or power loss) during steps 1-2 leaves dst untouched (its old
+// content or absent) and possibly a partial temporary file, which a later
+// Write with the same TempName truncates and which directory scans must
+// skip (by the TempName or TempPattern the caller chose); between steps 2
+// and 3 the same with a complete temporary file; after 3 and before 4 dst
+// holds either the old or the new content, each complete. With NoReplace
+// a crash after the link may also leave the temporary name beside dst.
+//
+// On an error Write removes the temporary file and leaves dst untouched,
+// with two exceptions: an error of BeforeRename leaves the temporary file
+// (see Options.BeforeRename), and an error of the directory fsync comes
+// after dst was replaced, so dst holds the new content but may not
+// survive a crash. Errors are the os errors of the failing step, or
+// write's error, unwrapped.
+func Write(dst string, opts Options, write func(io.Writer) error) (err error) {
+	dir := filepath.Dir(dst)
+	var f *os.File
+	if opts.TempName != "" {
+		f, err = os.Create(filepath.Join(dir, opts.TempName))
+	} else {
+		pattern := opts.TempPattern
+		if pattern == "" {
+			pattern = filepath.Base(dst) + ".tmp-*"
+		}
+		f, err = os.CreateTemp(dir, pattern)
+	}
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	// keep: the temporary file stays (BeforeRename failed, or it was
+	// renamed to dst).
+	keep := false
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+		if !keep && (err != nil || opts.NoReplace) {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if opts.Perm != 0 {
+		if err = f.Chmod(opts.Perm); err != nil {
+			return err
+		}
+	}
+	if err = write(f); err != nil {
+		return err
+	}
+	if !opts.NoSync {
+		if err = f.Sync(); err != nil {
+			return err
+		}
+	}
+	err = f.Close()
+	f = nil
+	if err != nil {
+		return err
+	}
+	if opts.BeforeRename != nil {
+		if err = opts.BeforeRename(); err != nil {
+			keep = true
+			return err
+		}
+	}
+	if opts.NoReplace {
+		err = os.Link(tmp, dst)
+	} else if err = os.Rename(tmp, dst); err == nil {
+		keep = true // tmp is dst now: never remove that name again
+	}
+	if err != nil {
+		return err
+	}
+	if opts.NoSync {
+		return nil
+	}
+	return SyncDir(dir)
+}
+
+// WriteFile writes data to dst atomically, as Write.
+func WriteFile(dst string, data []byte, opts Options) error {
+	return Write(dst, opts, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// CopyFile copies the file src to dst atomically, as Write. It returns the
+// os error of opening src before it creates anything.
+func CopyFile(src, dst string, opts Options) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	return Write(dst, opts, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	})
+}
+
+// SyncDir fsyncs the directory dir, making the creations, removals and
+// renames of its entries durable. It returns the first error of opening,
+// syncing and closing dir.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
