@@ -124,7 +124,7 @@ func openDataDir(path string, force bool) (d *dataDir, wasUnclean, legacy bool, 
 		legacy = used && !clean && !hadLock
 	}
 	if err == nil && !hadLock {
-		err = syncDir(abs) // LockFile's name is durable before kfake writes
+		err = atomicfile.SyncDir(abs) // LockFile's name is durable before kfake writes
 	}
 	if err != nil {
 		d.release()
