@@ -234,8 +234,10 @@ func Compile(src string, opts ...Option) (*Program, error) {
 // once, and when it fails the error points at the innermost constant
 // sub-expression that fails, at its first character. A constant one that
 // evaluates, even if a part of it would fail alone (true || 1 / 0 == 1),
-// is accepted: it never fails. Sub-expressions are evaluated under the
-// cost limit maxCost.
+// is accepted: it never fails. A constant one in a ?: branch, an
+// or/orValue argument or a comprehension's loop is not judged (see
+// unconditional): whether it runs depends on the record.
+// Sub-expressions are evaluated under the cost limit maxCost.
 func constantError(env *cel.Env, src string, checked *cel.Ast, maxCost uint64) error {
 	a := checked.NativeRep()
 	constant := map[int64]bool{}
@@ -276,7 +278,7 @@ func constantError(env *cel.Env, src string, checked *cel.Ast, maxCost uint64) e
 	var walk func(e celast.NavigableExpr) error
 	walk = func(e celast.NavigableExpr) error {
 		if !foldable(e) {
-			for _, ch := range e.Children() {
+			for _, ch := range unconditional(e) {
 				if err := walk(ch); err != nil {
 					return err
 				}
@@ -310,6 +312,30 @@ func constantError(env *cel.Env, src string, checked *cel.Ast, maxCost uint64) e
 			Msg: fmt.Sprintf("constant sub-expression %s cannot be evaluated: %v", shorten(text), err)}
 	}
 	return walk(root)
+}
+
+// unconditional returns the children of e in which a constant failure is
+// judged: only the condition of c ? a : b (one branch runs, chosen by the
+// record: x >= 0 ? x : int('negative') is how an expression dead-letters
+// the records it picks), only the target of opt.or(o) and opt.orValue(v)
+// (short-circuited), only the range and the accumulator's start of a
+// comprehension (its loop runs once per element, not at all for an empty
+// range), and every child of anything else. Both sides of && and || are
+// judged, although CEL absorbs an error of one side when the other
+// decides: a constant failure there (x > 0 && x < 9223372036854775807 + 1)
+// is taken for a mistake (issue 22).
+func unconditional(e celast.NavigableExpr) []celast.NavigableExpr {
+	ch := e.Children()
+	switch e.Kind() {
+	case celast.CallKind:
+		switch e.AsCall().FunctionName() {
+		case operators.Conditional, "or", "orValue":
+			return ch[:min(1, len(ch))]
+		}
+	case celast.ComprehensionKind:
+		return ch[:min(2, len(ch))]
+	}
+	return ch
 }
 
 // startOffset returns the offset (in characters) of e's first character:

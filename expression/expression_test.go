@@ -75,6 +75,8 @@ func TestEval(t *testing.T) {
 		{"reserved timestamp wins", `timestamp`, int64(1700000000123)},
 		{"field timestamp via value", `value.timestamp`, "field-ts"},
 		{"timestamp arithmetic", `timestamp - 123`, int64(1700000000000)},
+		{"guarded constant failure", `amount >= 0 ? amount : int('negative amount')`, int64(512)},
+		{"orValue of a constant failure", `value.?amount.orValue(1 / 0)`, int64(512)},
 		{"timestamp function still a function", `timestamp("2020-01-01T00:00:00Z")`, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)},
 		{"reserved value wins", `value.value`, "field-value"},
 		{"reserved headers wins", `value.headers`, "field-headers"},
@@ -345,6 +347,11 @@ func TestCompileErrors(t *testing.T) {
 		{"constant missing key", `{'a': 1}['b'] == amount`, nil, 1, 1, "no such key: b"},
 		{"constant column in characters", `'é' + string(1/0)`, nil, 1, 14, "constant sub-expression 1 / 0 cannot be evaluated"},
 		{"constant bool", `amount > 0 && 1 / 0 == 1`, []Option{ExpectBool()}, 1, 15, "constant sub-expression 1 / 0 cannot be evaluated"},
+		// A ternary's condition, whatever its branches, and what is beside
+		// it; a comprehension's range.
+		{"constant ternary condition", `1 / 0 == 1 ? amount : 2`, nil, 1, 1, "constant sub-expression 1 / 0 cannot be evaluated"},
+		{"constant beside a ternary", `(amount > 0 ? 1 : 2) + [1][3]`, nil, 1, 24, "constant sub-expression [1][3] cannot be evaluated"},
+		{"constant comprehension range", `[1 / 0].exists(x, x == amount)`, nil, 1, 2, "constant sub-expression 1 / 0 cannot be evaluated"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -381,6 +388,14 @@ func TestCompileAccepts(t *testing.T) {
 		{`[1, 2].map(x, x / 0)`, nil}, // a comprehension is left to evaluation
 		{`optional.of(1).value() + amount`, nil},
 		{`int('42') + amount`, nil},
+		// A constant failure where the record decides whether it runs: a
+		// ?: branch (a deliberate error that dead-letters the records the
+		// condition picks), an orValue argument, a comprehension's loop.
+		{`amount >= 0 ? amount : int('negative amount')`, nil},
+		{`amount > 0 ? 1 / 0 : 2`, nil},
+		{`amount > 0 ? 1 : [1][3]`, nil},
+		{`value.?x.orValue(1 / 0) + amount`, nil},
+		{`[amount].exists(x, x > 0 || 1 / 0 == 1)`, []Option{ExpectBool()}},
 	} {
 		if _, err := Compile(tt.src, tt.opts...); err != nil {
 			t.Errorf("Compile(%.40q) = %v", tt.src, err)

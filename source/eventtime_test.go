@@ -31,7 +31,7 @@ func eventTimeSource(ts func(*runtime.Record) (time.Time, error), maxAhead time.
 }
 
 // TestEventTimeOutOfRange: a Kafka timestamp outside [0, 253402300799999]
-// ms (µs and ns values of today, int64's extremes, -1) is a bad record
+// ms (µs and ns values of today, int64's extremes, -2) is a bad record
 // with reason event_time_out_of_range naming the Kafka timestamp, and so is
 // an assigner's own event_time_out_of_range error (its detail kept); none
 // of them is emitted or moves the partition's max timestamp. The bounds
@@ -40,7 +40,7 @@ func TestEventTimeOutOfRange(t *testing.T) {
 	ctx := context.Background()
 	s, ch := eventTimeSource(nil, 0, nil)
 	now := int64(1_733_000_000_000) // December 2024, in ms
-	for _, ms := range []int64{now * 1000, now * 1_000_000, math.MaxInt64, math.MinInt64, -1, runtime.MaxEventTime + 1} {
+	for _, ms := range []int64{now * 1000, now * 1_000_000, math.MaxInt64, math.MinInt64, -2, runtime.MaxEventTime + 1} {
 		r := &kgo.Record{Topic: "t", Partition: 1, Offset: 3, Value: []byte(`{}`), Timestamp: time.UnixMilli(ms)}
 		var be *BadRecordError
 		if err := s.emit(ctx, r); !errors.As(err, &be) || be.Reason != ReasonEventTimeOutOfRange ||
@@ -77,6 +77,43 @@ func TestEventTimeOutOfRange(t *testing.T) {
 	}, 0, nil)
 	if err := s.emit(ctx, &kgo.Record{Topic: "t", Value: []byte(`{}`)}); !errors.As(err, &be) || be.Reason != ReasonEvalError || be.Detail != `expression "ts": no field "ts"` {
 		t.Fatalf("eval error: emit = %v", err)
+	}
+}
+
+// TestNoKafkaTimestampPassesOn: a record without a Kafka timestamp
+// (Kafka's NO_TIMESTAMP -1, or the zero time of a v0 message) and no
+// timestamp expression is not a bad record, even under on_error fail: it
+// is emitted with its timestamp unchanged and does not move the
+// partition's max timestamp (a good record after it does). With a
+// timestamp expression the expression's time is what is checked.
+func TestNoKafkaTimestampPassesOn(t *testing.T) {
+	ctx := context.Background()
+	s, ch := eventTimeSource(nil, time.Hour, nil)
+	for _, ts := range []time.Time{time.UnixMilli(-1), {}} {
+		if err := s.emit(ctx, &kgo.Record{Topic: "t", Partition: 1, Offset: 7, Value: []byte(`{"a":1}`), Timestamp: ts}); err != nil {
+			t.Fatalf("Kafka timestamp %v: emit = %v, want the record emitted", ts, err)
+		}
+		if el := <-ch; !el.Record.Timestamp.Equal(ts) || string(el.Record.Value) != `{"a":1}` || el.Record.Origin.Offset != 7 {
+			t.Fatalf("Kafka timestamp %v: emitted %+v", ts, el.Record)
+		}
+		if _, seen := s.wms.maxTs[1]; seen {
+			t.Fatalf("Kafka timestamp %v moved partition 1's max timestamp to %d", ts, s.wms.maxTs[1])
+		}
+	}
+	good := time.UnixMilli(1_733_000_000_000)
+	if err := s.emit(ctx, &kgo.Record{Topic: "t", Partition: 1, Value: []byte(`{}`), Timestamp: good}); err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	if s.wms.maxTs[1] != good.UnixMilli() {
+		t.Fatalf("max timestamp %d, want %d", s.wms.maxTs[1], good.UnixMilli())
+	}
+	s, ch = eventTimeSource(func(*runtime.Record) (time.Time, error) { return good, nil }, 0, nil)
+	if err := s.emit(ctx, &kgo.Record{Topic: "t", Partition: 0, Value: []byte(`{}`), Timestamp: time.UnixMilli(-1)}); err != nil {
+		t.Fatal(err)
+	}
+	if el := <-ch; !el.Record.Timestamp.Equal(good) || s.wms.maxTs[0] != good.UnixMilli() {
+		t.Fatalf("with an expression: emitted ts %v, max timestamp %d; want %v", el.Record.Timestamp, s.wms.maxTs[0], good)
 	}
 }
 

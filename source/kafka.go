@@ -1073,12 +1073,33 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 		rec.Timestamp = ts
 		what = "the timestamp expression"
 	}
+	if what == "the Kafka timestamp" && noKafkaTimestamp(rec.Timestamp) {
+		// Kafka's "no timestamp" (-1, or a v0 message without one) is no
+		// event time at all, not a wrong one: the record goes on, as in
+		// Flink, without moving the watermark. A job that never uses event
+		// time must not skip, dead-letter or fail on it; an event-time
+		// operator judges it late (counted, or its late output).
+		return s.emitRecord(ctx, rec)
+	}
 	if re := s.checkEventTime(rec.Timestamp, what); re != nil {
 		// Before observe: a time that cannot be right never moves the
 		// watermark.
 		return s.policy.HandleBadRecord(ctx, rec, re)
 	}
 	s.wms.observe(r.Partition, rec.Timestamp)
+	return s.emitRecord(ctx, rec)
+}
+
+// noKafkaTimestamp reports whether ts is a Kafka timestamp that says the
+// record has none: Kafka's NO_TIMESTAMP (-1 ms), or the zero time franz-go
+// gives a v0 message (which has no timestamp field).
+func noKafkaTimestamp(ts time.Time) bool {
+	return ts.IsZero() || ts.UnixMilli() == -1
+}
+
+// emitRecord emits rec downstream; a downstream key selector's
+// *runtime.RecordError meets the bad-record policy.
+func (s *KafkaSource) emitRecord(ctx context.Context, rec runtime.Record) error {
 	err := s.cfg.Output.Emit(ctx, rec)
 	if err == nil {
 		return nil
