@@ -76,17 +76,29 @@ func (o *KeyedOperator) cleanupTick() {
 }
 
 // cleanupStep runs one CleanupStep when the schedule is active. With async
-// state it waits for a moment without state requests in flight (the
-// Pebble read workers apply TTL to the entries they read, and a step must
-// not judge an entry a worker is refreshing): it skips the step while any
-// is, and SnapshotState runs one after draining.
+// state it runs exclusive of the read workers
+// (state.AsyncExecutionController.ExclusiveOfReads: the Pebble read workers
+// apply TTL to the entries they read, and a step must not judge an entry a
+// worker is refreshing), whether or not records are in flight: a step that
+// waited for a moment without records in flight would almost never run
+// under steady input, and state would grow until the input pauses.
 func (o *KeyedOperator) cleanupStep() error {
 	c := &o.cleaner
-	if !c.active || c.stopped || (o.aec != nil && o.aec.InFlight() > 0) {
+	if !c.active || c.stopped {
 		return nil
 	}
 	c.last = time.Now()
-	if _, err := o.backend.CleanupStep(); err != nil {
+	step := func() error {
+		_, err := o.backend.CleanupStep()
+		return err
+	}
+	var err error
+	if o.aec != nil {
+		err = o.aec.ExclusiveOfReads(step)
+	} else {
+		err = step()
+	}
+	if err != nil {
 		return fmt.Errorf("operators: %s[%d]: ttl cleanup: %w", o.info.Operator, o.info.Subtask, err)
 	}
 	return nil

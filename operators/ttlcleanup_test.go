@@ -254,3 +254,69 @@ func TestDedupEventTime(t *testing.T) {
 		t.Fatalf("async dedup with time event: %v, want refused", err)
 	}
 }
+
+// TestAsyncTTLCleanupWithRecordsInFlight: with async state on Pebble,
+// background cleanup steps run while a record is in flight (its read with a
+// worker or its completion not yet delivered), as they must under steady
+// input: 5,000 ids with ttl 2s, the clock 3s on, a first step with nothing
+// in flight removes 900 to 1,000 of them (its budget pays for seeks too);
+// then, with one new record in flight, the next step removes as many more (the step used to be skipped, and a steady
+// stream of records starved cleanup until the input paused). The record in
+// flight then completes normally: its id is emitted once and stored (the
+// same id again is a duplicate).
+func TestAsyncTTLCleanupWithRecordsInFlight(t *testing.T) {
+	const ids = 5_000
+	clk := newStepClock()
+	h := cleanupHarness(t, state.KindPebble, clk, dedupFn("async", DedupParams{TTL: 2 * time.Second}), ids+16)
+	for i := range ids {
+		if err := h.op.ProcessRecord(h.ctx, 0, runtime.Record{Key: fmt.Appendf(nil, "id-%d", i), Value: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.op.EndInput(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(h.emitted()); got != ids {
+		t.Fatalf("emitted %d, want %d", got, ids)
+	}
+	clk.advance(3 * time.Second)
+	if err := h.op.cleanupStep(); err != nil {
+		t.Fatal(err)
+	}
+	// A step's budget of 1,000 pays for its seeks too (one per key group
+	// it enters): it removes at least 900 of these 5,000.
+	n1 := mustCount(t, h)
+	if n1 > ids-900 || n1 < ids-state.DefaultTTLCleanupEntriesPerStep {
+		t.Fatalf("after the first step %d entries, want %d to %d", n1, ids-state.DefaultTTLCleanupEntriesPerStep, ids-900)
+	}
+	if err := h.op.ProcessRecord(h.ctx, 0, runtime.Record{Key: []byte("new"), Value: []byte(`{"new":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if h.op.aec.InFlight() != 1 {
+		t.Fatalf("in flight %d, want the new record (its read goes to a worker)", h.op.aec.InFlight())
+	}
+	clk.advance(20 * time.Millisecond) // past the backend's step interval
+	if err := h.op.cleanupStep(); err != nil {
+		t.Fatal(err)
+	}
+	n2 := mustCount(t, h) // "new" is not stored yet: its write waits for its read's completion
+	if n2 > n1-900 || n2 < n1-state.DefaultTTLCleanupEntriesPerStep {
+		t.Fatalf("after a step with a record in flight %d entries, want %d to %d (the step did not run)", n2, n1-state.DefaultTTLCleanupEntriesPerStep, n1-900)
+	}
+	if err := h.op.EndInput(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.emitted(); len(got) != 1 || string(got[0].Value) != `{"new":1}` {
+		t.Fatalf("the record in flight emitted %v, want it once", values(got))
+	}
+	// Its id is stored: the same id again is a duplicate.
+	if err := h.op.ProcessRecord(h.ctx, 0, runtime.Record{Key: []byte("new"), Value: []byte(`{"new":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.op.EndInput(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.emitted(); len(got) != 0 {
+		t.Fatalf("the id again emitted %v, want nothing (a duplicate)", values(got))
+	}
+}

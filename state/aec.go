@@ -144,6 +144,12 @@ type AsyncExecutionController struct {
 	workers *readPool
 	nWorker int
 
+	// readMu is held shared by a worker while it reads (a TTL read may
+	// also delete or restamp what it read) and exclusively by
+	// ExclusiveOfReads, so background TTL cleanup never judges an entry
+	// a worker is reading or refreshing.
+	readMu sync.RWMutex
+
 	// Reads the workers finished, handed to the subtask goroutine in
 	// batches: a worker appends to doneQ and posts deliverReads to the
 	// mailbox only when none is posted yet, so one mailbox action delivers
@@ -355,6 +361,19 @@ func (c *AsyncExecutionController) Drain(ctx context.Context) error {
 // not finished). Must be called on the subtask goroutine.
 func (c *AsyncExecutionController) InFlight() int { return c.inFlight }
 
+// ExclusiveOfReads runs fn on the subtask goroutine while no read worker
+// reads: it waits for the reads the workers are doing now (each a single
+// state read) and holds new ones back until fn returns. Reads that finished
+// and wait for their completion in the mailbox are not affected. The keyed
+// operators run background TTL cleanup (KeyedStateBackend.CleanupStep) in
+// it, so a step runs while records are in flight without racing a worker's
+// TTL delete or refresh of the entry it reads.
+func (c *AsyncExecutionController) ExclusiveOfReads(fn func() error) error {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	return fn()
+}
+
 // Err returns the controller's failure: the first record failure as a
 // *RecordError, or nil. Must be called on the subtask goroutine.
 func (c *AsyncExecutionController) Err() error { return c.err }
@@ -500,7 +519,9 @@ func (c *AsyncExecutionController) start(r *recordContext, req stateRequest) {
 // readOff runs on a read worker: it reads, then hands the completion to the
 // subtask goroutine (in a batch, see doneQ).
 func (c *AsyncExecutionController) readOff(j offJob) {
+	c.readMu.RLock()
 	j.req.readOff(j.r.key)
+	c.readMu.RUnlock()
 	c.doneMu.Lock()
 	c.doneQ = append(c.doneQ, j)
 	post := !c.donePosted

@@ -67,8 +67,10 @@
 // stopped. The keyed operators drive it from their task's goroutine
 // (CleanupSchedule, NotifyCleanup): a step every TTLCleanupConfig.Interval
 // (default 10ms) of processing time through the task's mailbox, on
-// watermarks, and after an async drain; TTLCleanupConfig.Disabled turns it
-// off. On Pebble a round that removed at least CleanupCompactMinRemoved
+// watermarks, and after an async drain; with async state a step runs while
+// records are in flight, exclusive of the read workers
+// (AsyncExecutionController.ExclusiveOfReads); TTLCleanupConfig.Disabled
+// turns it off. On Pebble a round that removed at least CleanupCompactMinRemoved
 // entries (and a tenth of those it visited) is followed by a manual
 // compaction on a goroutine that only touches the DB, so the deleted values
 // and their tombstones leave the files checkpoints copy. Hashmap snapshots
