@@ -58,23 +58,7 @@ func TestBrokerKill9RefusesUncleanDataDir(t *testing.T) {
 		t.Fatalf("the second broker's refusal does not say %q:\n%s", want, second.out.String())
 	}
 
-	cfg := jobHead("brokerkill", 2, dir, brokersKafka(addr), metrics, "info") + `checkpoints:
-  interval: 200ms
-sources:
-  - name: events
-    topic: events
-operators:
-  - name: counts
-    type: keyed_count
-    input: events
-    key_by: key
-sinks:
-  - name: counted
-    input: counts
-    topic: counts
-    delivery: exactly-once
-    transaction_timeout: 2m
-`
+	cfg := keyedCountJob("brokerkill", dir, addr, metrics)
 	p := startProc(t, dir, cfg, addr, metrics)
 	cl := newClient(t, addr)
 	recs := countRecords(keys)

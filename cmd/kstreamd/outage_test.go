@@ -117,23 +117,7 @@ func TestBrokerOutages(t *testing.T) {
 	dataDir := filepath.Join(dir, "kafka")
 	b := startBrokerProc(t, dir, addr, dataDir)
 
-	cfg := jobHead("outages", 2, dir, brokersKafka(addr), metrics, "info") + `checkpoints:
-  interval: 200ms
-sources:
-  - name: events
-    topic: events
-operators:
-  - name: counts
-    type: keyed_count
-    input: events
-    key_by: key
-sinks:
-  - name: counted
-    input: counts
-    topic: counts
-    delivery: exactly-once
-    transaction_timeout: 2m
-`
+	cfg := keyedCountJob("outages", dir, addr, metrics)
 	p := startProc(t, dir, cfg, addr, metrics)
 	cl := newClient(t, addr)
 	recs := countRecords(keys)

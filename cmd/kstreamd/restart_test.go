@@ -136,6 +136,29 @@ func (p *inProc) wait(t *testing.T, limit time.Duration) int {
 
 func (p *inProc) url() string { return "http://" + p.metrics + "/metrics" }
 
+// keyedCountJob is the config of job name at parallelism 2 on the broker
+// at addr: a keyed_count of topic events by key, written exactly-once to
+// topic counts, checkpoints every 200ms.
+func keyedCountJob(name, dir, addr, metrics string) string {
+	return jobHead(name, 2, dir, brokersKafka(addr), metrics, "info") + `checkpoints:
+  interval: 200ms
+sources:
+  - name: events
+    topic: events
+operators:
+  - name: counts
+    type: keyed_count
+    input: events
+    key_by: key
+sinks:
+  - name: counted
+    input: counts
+    topic: counts
+    delivery: exactly-once
+    transaction_timeout: 2m
+`
+}
+
 // countRecords returns the records of n events per key over keys keys,
 // starting at event i (n counts every event of the key).
 func countRecords(keys int) func(i, j int) []*kgo.Record {
