@@ -148,3 +148,18 @@ func TestOperatorTaskFlushesBeforeBlocking(t *testing.T) {
 		t.Fatalf("then %v, want end-of-input", el.Kind)
 	}
 }
+
+func TestChangeKindString(t *testing.T) {
+	for k, want := range map[ChangeKind]string{ChangeInsert: "+I", ChangeUpdateBefore: "-U", ChangeUpdateAfter: "+U", ChangeDelete: "-D", ChangeKind(9): "change(9)"} {
+		if got := k.String(); got != want {
+			t.Errorf("%d: %q, want %q", k, got, want)
+		}
+	}
+	if ChangeInsert.Retracts() || ChangeUpdateAfter.Retracts() || !ChangeUpdateBefore.Retracts() || !ChangeDelete.Retracts() {
+		t.Error("Retracts: want true for -U and -D only")
+	}
+	var r Record
+	if r.Change != ChangeInsert {
+		t.Error("zero Record is not an insert")
+	}
+}

@@ -70,7 +70,56 @@ type Record struct {
 	// format string or bytes); expressions then see the value as a string.
 	// An operator that builds a new value from JSON sets FormatJSON.
 	Format Format
+	// Change is the kind of change the record carries on a changelog
+	// stream (Flink's RowKind): ChangeInsert (the zero value, and every
+	// record of an append-only stream), ChangeUpdateBefore (retracts the
+	// value an update replaces; Value holds that old value),
+	// ChangeUpdateAfter (the new value of an update) or ChangeDelete
+	// (retracts the row; Value holds the deleted value, or is nil when the
+	// producer does not know it, as for a tombstone of a table source).
+	// An update travels as two records, -U then +U, so that a re-key sends
+	// the retraction to the old key's subtask and the addition to the new
+	// key's, as in Flink's retract streams.
+	Change ChangeKind
 }
+
+// ChangeKind is the kind of change a changelog record carries (Flink's
+// org.apache.flink.types.RowKind; Kafka Streams' KTable Change holds the
+// old and new value in one record instead).
+type ChangeKind uint8
+
+const (
+	// ChangeInsert (+I) adds a row; every record of an append-only stream
+	// is an insert.
+	ChangeInsert ChangeKind = iota
+	// ChangeUpdateBefore (-U) retracts the value an update replaces; it is
+	// followed by the ChangeUpdateAfter of the same update.
+	ChangeUpdateBefore
+	// ChangeUpdateAfter (+U) is the new value of an update (or, on an
+	// upsert stream without -U, the latest value for its key).
+	ChangeUpdateAfter
+	// ChangeDelete (-D) removes a row.
+	ChangeDelete
+)
+
+// String returns Flink's short form: "+I", "-U", "+U" or "-D".
+func (c ChangeKind) String() string {
+	switch c {
+	case ChangeInsert:
+		return "+I"
+	case ChangeUpdateBefore:
+		return "-U"
+	case ChangeUpdateAfter:
+		return "+U"
+	case ChangeDelete:
+		return "-D"
+	}
+	return fmt.Sprintf("change(%d)", uint8(c))
+}
+
+// Retracts reports whether the change removes a value from an aggregate:
+// -U and -D.
+func (c ChangeKind) Retracts() bool { return c == ChangeUpdateBefore || c == ChangeDelete }
 
 // Format is what a record's Value holds.
 type Format uint8
