@@ -40,7 +40,8 @@ const (
 	// plus offset; a record belongs to size/slide of them.
 	Sliding WindowKind = "sliding"
 	// Session windows: a record opens [t, t+gap); windows of a key that
-	// overlap merge.
+	// overlap or touch merge (Flink's TimeWindow.intersects: a record
+	// exactly gap after the last one joins its session).
 	Session WindowKind = "session"
 )
 
@@ -458,7 +459,9 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 		if err != nil {
 			return err
 		}
-		if e.Key < win[1] && e.Value.End > win[0] {
+		// Flink's TimeWindow.intersects: sessions that only touch
+		// ([a, t) and [t, b)) merge too.
+		if e.Key <= win[1] && e.Value.End >= win[0] {
 			parts = append(parts, part{e.Key, e.Value})
 			start, end = min(start, e.Key), max(end, e.Value.End)
 		}

@@ -13,8 +13,7 @@ import (
 // sessionModel is a reference of Flink's WindowOperator over session
 // windows (MergingWindowSet, EventTimeTrigger, a count aggregate) for one
 // key, kept as plainly as possible: a record's [t, t+gap) merges with
-// every session it overlaps (strictly: kstreamd, unlike Flink's
-// TimeWindow.intersects, does not merge sessions that only touch); the
+// every session it overlaps or touches (Flink's TimeWindow.intersects); the
 // record is late when the merged session's end - 1ms + lateness is at or
 // before the watermark (isWindowLate(mergedWindow)); a session whose end the
 // watermark passed fires at once with its updated result; the watermark
@@ -41,7 +40,7 @@ func (m *sessionModel) record(t int64) (emitted []string, late bool) {
 	start, end := t, t+m.gap
 	var keep, parts []modelSession
 	for _, s := range m.sessions {
-		if s.start < t+m.gap && s.end > t {
+		if s.start <= t+m.gap && s.end >= t {
 			parts = append(parts, s)
 			start, end = min(start, s.start), max(end, s.end)
 		} else {

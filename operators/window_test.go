@@ -3,6 +3,7 @@ package operators
 import (
 	"context"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -153,6 +154,40 @@ func TestSessionWindowLateness(t *testing.T) {
 			want = []string{`{"key":"a","window_start":"1970-01-01T00:00:20Z","window_end":"1970-01-01T00:00:25Z","n":1}`}
 			if got := h.wm(30 * sec); !reflect.DeepEqual(got, want) {
 				t.Fatalf("watermark 30s:\n%q\nwant\n%q", got, want)
+			}
+			if n := h.entries(); n != 0 {
+				t.Fatalf("%d entries after every session closed, want 0", n)
+			}
+			h.finish()
+		})
+	}
+}
+
+// TestSessionWindowsTouchingMerge: a record exactly gap after the last
+// one of its key joins that session, as in Flink (TimeWindow.intersects is
+// inclusive: [0, 5s) and [5s, 10s) intersect), and a record whose session
+// touches two sessions merges all three; one gap + 1ms later opens a new
+// session.
+func TestSessionWindowsTouchingMerge(t *testing.T) {
+	p := WindowParams{Kind: Session, Gap: 5 * time.Second, Time: WindowEventTime,
+		Aggregates: []AggregateSpec{{Name: "n", Fn: AggCount}}}
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			h := newWindowHarness(t, kind, t.TempDir(), nil, p)
+			// a: 0 -> [0, 5); 5s touches it -> [0, 10). b: 0 and 10s are
+			// separate ([0, 5), [10, 15)) until 5s touches both -> [0, 15).
+			// c: 0 and 5.001s stay apart.
+			h.process(ev("a", 0), ev("a", 5*sec), ev("b", 0), ev("b", 10*sec), ev("b", 5*sec), ev("c", 0), ev("c", 5*sec+1))
+			want := []string{
+				`{"key":"a","window_start":"1970-01-01T00:00:00Z","window_end":"1970-01-01T00:00:10Z","n":2}`,
+				`{"key":"b","window_start":"1970-01-01T00:00:00Z","window_end":"1970-01-01T00:00:15Z","n":3}`,
+				`{"key":"c","window_start":"1970-01-01T00:00:00Z","window_end":"1970-01-01T00:00:05Z","n":1}`,
+				`{"key":"c","window_start":"1970-01-01T00:00:05.001Z","window_end":"1970-01-01T00:00:10.001Z","n":1}`,
+			}
+			got := h.wm(20 * sec)
+			slices.Sort(got)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("sessions:\n%q\nwant\n%q", got, want)
 			}
 			if n := h.entries(); n != 0 {
 				t.Fatalf("%d entries after every session closed, want 0", n)
