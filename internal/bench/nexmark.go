@@ -55,7 +55,7 @@ const (
 	nexmarkHotBidderBatch  = 100 // BidGenerator.HOT_BIDDER_RATIO: the hot bidder is the second of each batch of 100 persons
 	nexmarkHotChannelRatio = 2   // BidGenerator.HOT_CHANNELS_RATIO
 	nexmarkChannels        = 10_000
-	nexmarkMinStringLength = 3        // StringsGenerator.MIN_STRING_LENGTH
+	nexmarkMinStringLength = 3       // StringsGenerator.MIN_STRING_LENGTH
 	nexmarkReusableExtra   = 1 << 20 // StringsGenerator.REUSABLE_EXTRA_STRING's length
 )
 
@@ -125,10 +125,10 @@ func (c *NexmarkConfig) total() int64 {
 
 // NexmarkPersonEvent is a person (the model's Person): a new user.
 type NexmarkPersonEvent struct {
-	ID                                         int64
+	ID                                          int64
 	Name, EmailAddress, CreditCard, City, State string
-	DateTime                                   int64 // ms since the epoch
-	Extra                                      string
+	DateTime                                    int64 // ms since the epoch
+	Extra                                       string
 }
 
 // NexmarkAuctionEvent is an auction (the model's Auction): an item put up
