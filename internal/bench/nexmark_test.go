@@ -2,8 +2,15 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/kstreamd/kstreamd/pipeline"
 )
 
 // TestNexmarkGeneratorDeterministic: two generators with one seed give the
@@ -145,5 +152,180 @@ func TestNexmarkGeneratorRate(t *testing.T) {
 	g.Rebase(0, 100) // before the last event: continues from it
 	if ts := g.Next().Time(); ts != 100_040 {
 		t.Fatalf("event after a rebase into the past at %d, want 100040", ts)
+	}
+}
+
+// TestNexmarkQueries runs every Nexmark scenario exactly-once on 3,000
+// generated events (seed nexmarkSeed; 100 events per second of event time,
+// so the 30 s of the backlog close q11's sessions) against a kfake broker:
+// each run's committed outputs must equal, value for value, those of the
+// query's Go model (Run fails otherwise), and every query has outputs.
+func TestNexmarkQueries(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var names []string
+	for _, s := range Scenarios {
+		if s.Nexmark != "" {
+			names = append(names, s.Name)
+		}
+	}
+	if want := []string{"nexmark-q0", "nexmark-q1", "nexmark-q2", "nexmark-q11", "nexmark-q14", "nexmark-q21", "nexmark-q22"}; !slices.Equal(names, want) {
+		t.Fatalf("nexmark scenarios %v, want %v", names, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Brokers: c.ListenAddrs(), Scenarios: names, Records: 3000, NexmarkRate: 100,
+		LatencyDuration: time.Second, Dir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res[1:] {
+		t.Logf("%s: %d outputs, %d expected, values checked %t", r.Scenario, r.Outputs, r.Expected, r.ValuesChecked)
+		if !r.ValuesChecked || r.ValuesDiff != "" || r.Outputs != r.Expected || r.Expected == 0 {
+			t.Errorf("%s: checked %t, diff %q, %d outputs, %d expected; want checked equal values, more than none", r.Scenario, r.ValuesChecked, r.ValuesDiff, r.Outputs, r.Expected)
+		}
+	}
+}
+
+// TestMultisetDiff: the value check sees one changed, missing or extra
+// value, whatever the order and the JSON spelling.
+func TestMultisetDiff(t *testing.T) {
+	mk := func(vs ...string) *multiset {
+		m := newMultiset()
+		for _, v := range vs {
+			m.addJSON([]byte(v))
+		}
+		return m
+	}
+	want := mk(`{"a":1,"b":2.5}`, `{"a":2,"b":null}`, `{"a":2,"b":null}`)
+	if d := mk(`{"a":2, "b":null}`, `{"b":2.50,"a":1.0}`, `{"b":null,"a":2}`).diff(want); d != "" {
+		t.Fatalf("same values in another order and spelling: %s", d)
+	}
+	for _, got := range []*multiset{
+		mk(`{"a":1,"b":2.5}`, `{"a":2,"b":null}`),
+		mk(`{"a":1,"b":2.5}`, `{"a":2,"b":null}`, `{"a":2,"b":null}`, `{"a":2,"b":null}`),
+		mk(`{"a":1,"b":2.6}`, `{"a":2,"b":null}`, `{"a":2,"b":null}`),
+		mk(`{"a":1,"b":2.5}`, `{"a":2,"b":null}`, `{"a":2,"b":"null"}`),
+		mk(`{"a":1,"b":2.5}`, `{"a":2,"b":null}`, `not json`),
+	} {
+		if d := got.diff(want); d == "" {
+			t.Errorf("%v: no difference found", got.vals)
+		}
+	}
+}
+
+// TestNexmarkModels checks the stateless models on chosen bids: q1's and
+// q14's exact euro prices and bounds, q14's time of day and c count, q21's
+// channel ids (the big four in any case, the url's channel_id, none), q22's
+// directories and q2's selection.
+func TestNexmarkModels(t *testing.T) {
+	bid := func(price int64, channel, url string, ts int64) *NexmarkBidEvent {
+		return &NexmarkBidEvent{Auction: 1108, Bidder: 1001, Price: price, Channel: channel, URL: url, DateTime: ts, Extra: "abcacc"}
+	}
+	js := func(vs []any) string {
+		b, err := json.Marshal(vs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	const h = 3_600_000
+	for _, c := range []struct {
+		name string
+		got  []any
+		want string
+	}{
+		{"q1", nexmarkQ1(bid(46, "x", "u", 5)), `[{"auction":1108,"bidder":1001,"dateTime":5,"extra":"abcacc","price":41.768}]`},
+		{"q1 integral", nexmarkQ1(bid(5000, "x", "u", 5)), `[{"auction":1108,"bidder":1001,"dateTime":5,"extra":"abcacc","price":4540}]`},
+		{"q2 no", nexmarkQ2(bid(1, "x", "u", 0)), `null`},
+		{"q2", nexmarkQ2(&NexmarkBidEvent{Auction: 1107, Price: 9}), `[{"auction":1107,"price":9}]`}, // 9 * 123
+		{"q14 below the lower bound", nexmarkQ14(bid(1_101_321, "x", "u", 0)), `null`},               // 0.908 * p = 999,999.468
+		{"q14 just above", nexmarkQ14(bid(1_101_322, "x", "u", 9*h)), `[{"auction":1108,"bidTimeType":"dayTime","bidder":1001,` + // 1,000,000.376
+			`"c_counts":3,"dateTime":32400000,"extra":"abcacc","price":1000000.376}]`},
+		{"q14 above the upper bound", nexmarkQ14(bid(55_066_080, "x", "u", 0)), `null`}, // 50,000,000.64
+		{"q14 night", nexmarkQ14(bid(2_000_000, "x", "u", 24*h+6*h)), `[{"auction":1108,"bidTimeType":"nightTime","bidder":1001,"c_counts":3,"dateTime":108000000,"extra":"abcacc","price":1816000}]`},
+		{"q14 other", nexmarkQ14(bid(2_000_000, "x", "u", 19*h+59*60_000)), `[{"auction":1108,"bidTimeType":"otherTime","bidder":1001,"c_counts":3,"dateTime":71940000,"extra":"abcacc","price":1816000}]`},
+		{"q21 big", nexmarkQ21(bid(7, "BaiDu", "https://x/item.htm?query=1&channel_id=9", 0)), `[{"auction":1108,"bidder":1001,"channel":"BaiDu","channel_id":"3","price":7}]`},
+		{"q21 url", nexmarkQ21(bid(7, "channel-3", "https://x/item.htm?query=1&channel_id=9&y=2", 0)), `[{"auction":1108,"bidder":1001,"channel":"channel-3","channel_id":"9","price":7}]`},
+		{"q21 url start", nexmarkQ21(bid(7, "channel-3", "channel_id=&y=2", 0)), `[{"auction":1108,"bidder":1001,"channel":"channel-3","channel_id":"","price":7}]`},
+		{"q21 none", nexmarkQ21(bid(7, "channel-3", "https://x/item.htm?query=1&xchannel_id=9", 0)), `null`},
+		{"q22", nexmarkQ22(bid(7, "c", "https://www.nexmark.com/a_b/cd/e/item.htm?query=1", 0)), `[{"auction":1108,"bidder":1001,"channel":"c","dir1":"a_b","dir2":"cd","dir3":"e","price":7}]`},
+		{"q22 short", nexmarkQ22(bid(7, "c", "a/b/c/d/e", 0)), `[{"auction":1108,"bidder":1001,"channel":"c","dir1":"d","dir2":"e","dir3":null,"price":7}]`},
+	} {
+		if got := js(c.got); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+	if got := nexmarkQ14(bid(55_066_079, "x", "u", 0)); len(got) != 1 {
+		t.Errorf("q14 at 49,999,999.732 euros: %v, want one output", got)
+	}
+}
+
+// TestNexmarkQ11Model: sessions of one bidder merge while bids are at most
+// the gap apart (touching windows merge, as Flink's TimeWindow.intersects
+// says), and fire when the least partition time minus 4 s minus 1 ms
+// reaches their end minus 1 ms.
+func TestNexmarkQ11Model(t *testing.T) {
+	m := newNexmarkQ11(2)
+	bid := func(p int32, bidder, ts int64) Item {
+		return Item{Partition: p, Time: ts, Nexmark: &NexmarkEvent{Type: NexmarkBid, Bid: &NexmarkBidEvent{Bidder: bidder, DateTime: ts}}}
+	}
+	person := func(p int32, ts int64) Item {
+		return Item{Partition: p, Time: ts, Nexmark: &NexmarkEvent{Type: NexmarkPerson, Person: &NexmarkPersonEvent{DateTime: ts}}}
+	}
+	session := func(bidder, n, start, end int64) string {
+		b, _ := json.Marshal(map[string]any{"bidder": bidder, "bid_count": n, "starttime": rfc3339ms(start), "endtime": rfc3339ms(end)})
+		return string(b)
+	}
+	for i, c := range []struct {
+		it   Item
+		want []string
+	}{
+		{bid(0, 7, 1000), nil},
+		{bid(0, 7, 11_000), nil},                                   // touches [1000, 11000): one session to 21000
+		{bid(0, 8, 12_000), nil},                                   // partition 1 has nothing yet: no watermark
+		{person(1, 25_000), nil},                                   // watermark min(12000, 25000) - 4001
+		{bid(0, 7, 21_001), nil},                                   // after 21000: a new session of 7
+		{bid(0, 9, 25_001), []string{session(7, 2, 1000, 21000)}},  // watermark 20999 = 21000 - 1
+		{bid(1, 8, 26_000), nil},                                   // 8: [12000, 22000) and [26000, 36000), apart
+		{person(0, 40_000), []string{session(8, 1, 12000, 22000)}}, // watermark min(40000, 26000) - 4001 = 21999
+		{person(1, 60_000), []string{session(7, 1, 21001, 31001), session(9, 1, 25001, 35001), session(8, 1, 26000, 36000)}},
+	} {
+		var got []string
+		for _, v := range m.Values(c.it) {
+			b, _ := json.Marshal(v)
+			got = append(got, string(b))
+		}
+		if !slices.Equal(got, c.want) {
+			t.Fatalf("item %d: %v, want %v", i, got, c.want)
+		}
+	}
+}
+
+// TestNexmarkPipelineYAML: every query file parses with the bench's
+// settings in place (brokers, topics, delivery, job), keeps its operators
+// and reads the event time from the events.
+func TestNexmarkPipelineYAML(t *testing.T) {
+	for _, s := range Scenarios {
+		if s.Nexmark == "" {
+			continue
+		}
+		y, err := nexmarkPipelineYAML(s.Nexmark, "bench-x", "/tmp/d", []string{"127.0.0.1:1"}, "in-t", "out-t", ExactlyOnce, 3, "1s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := pipeline.Parse("q.yaml", []byte(y), nil)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", s.Name, err, y)
+		}
+		if cfg.Job.Name != "bench-x" || cfg.Job.Parallelism != 3 || cfg.Sources[0].Topic != "in-t" || cfg.Sinks[0].Topic != "out-t" ||
+			cfg.Sinks[0].Delivery != pipeline.DeliveryExactlyOnce || !cfg.Sources[0].Timestamp.Expression.IsSet() || len(cfg.Operators) < 2 {
+			t.Errorf("%s: %+v", s.Name, cfg)
+		}
 	}
 }
