@@ -164,8 +164,9 @@ type Result struct {
 	Outputs, Expected int64
 	// ValuesChecked says the scenario's model gives the outputs' values
 	// (the Nexmark queries) and the run compared them with the committed
-	// ones as multisets; ValuesDiff is empty when they were equal, else
-	// what differed.
+	// ones: as multisets, or, for an updating query (an upsert stream), the
+	// last value of each key with the model's table. ValuesDiff is empty
+	// when they were equal, else what differed.
 	ValuesChecked bool
 	ValuesDiff    string
 }
@@ -284,6 +285,7 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 		name, model = s.Name, s.NewModel(cfg.Partitions)
 	}
 	values, _ := model.(*valueCheck) // nil: only the count is checked
+	tab, _ := model.(*tableCheck)
 	processed, err := newProcessedCount(s, model)
 	if err != nil {
 		return res, err
@@ -388,6 +390,9 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if values != nil {
 		rd.values = newMultiset()
 	}
+	if tab != nil {
+		rd.table = newTable()
+	}
 	rdr := goBackground(ctx, rd.run)
 	defer rdr.stop()
 	res.Rate = max(1, res.RecordsPerSec/2)
@@ -414,6 +419,9 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	res.Outputs, res.Expected = rd.count(), exp1+exp2
 	if values != nil {
 		res.ValuesChecked, res.ValuesDiff = true, rd.values.diff(values.want)
+	}
+	if tab != nil {
+		res.ValuesChecked, res.ValuesDiff = true, rd.table.diff(tab.m.Final())
 	}
 	lat := rd.latencies()
 	res.LatencyP50, res.LatencyP99 = quantile(lat, 0.5), quantile(lat, 0.99)
@@ -563,13 +571,14 @@ func produceAt(ctx context.Context, cl *kgo.Client, topic string, partitions int
 
 // reader counts the committed records of a topic from its start: n1 those
 // older than phase2, n2 the others, whose latency (receive time minus
-// record timestamp) it keeps; values, when set, gets every value (read it
-// once run returned).
+// record timestamp) it keeps; values, when set, gets every value, and
+// table every key's last value (read them once run returned).
 type reader struct {
 	brokers []string
 	topic   string
 	phase2  time.Time
 	values  *multiset
+	table   *table
 	n1, n2  atomic.Int64
 	mu      sync.Mutex
 	lat     []time.Duration
@@ -596,6 +605,9 @@ func (rd *reader) run(ctx context.Context) error {
 		fs.EachRecord(func(r *kgo.Record) {
 			if rd.values != nil {
 				rd.values.addJSON(r.Value)
+			}
+			if rd.table != nil {
+				rd.table.put(r.Key, r.Value)
 			}
 			if r.Timestamp.Before(rd.phase2) {
 				n1++

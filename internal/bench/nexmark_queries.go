@@ -42,6 +42,14 @@ func nexmarkScenario(q, doc string, newModel func(partitions int) valueModel, pr
 	}
 }
 
+// nexmarkTableScenario is the scenario of an updating query q.
+func nexmarkTableScenario(q, doc string, newModel func() tableModel) Scenario {
+	return Scenario{
+		Name: "nexmark-" + q, Doc: doc, Nexmark: q,
+		NewModel: func(int) Model { return &tableCheck{m: newModel()} },
+	}
+}
+
 // nexmarkScenarios are the Nexmark queries kstreamd expresses (README
 // "Nexmark" lists the others and the feature each needs).
 func nexmarkScenarios() []Scenario {
@@ -55,6 +63,12 @@ func nexmarkScenarios() []Scenario {
 		nexmarkScenario("q11", "Nexmark q11: bids per bidder per session (10 s gap) on event time, on pebble",
 			func(partitions int) valueModel { return newNexmarkQ11(partitions) }, "sessions", 2*nexmarkQ11Close),
 		nexmarkScenario("q14", "Nexmark q14: bids of 1M to 50M euros with time of day and the c's of extra", stateless(nexmarkQ14), "", 0),
+		nexmarkTableScenario("q15", "Nexmark q15: per day, bids, bidders and auctions in all and per price rank (updating, on pebble)",
+			func() tableModel { return newNexmarkDaily(nexmarkQ15Key, nexmarkQ15Row) }),
+		nexmarkTableScenario("q16", "Nexmark q16: per channel and day, q15's figures and the last minute (updating, on pebble)",
+			func() tableModel { return newNexmarkDaily(nexmarkQ16Key, nexmarkQ16Row) }),
+		nexmarkTableScenario("q17", "Nexmark q17: per auction and day, bids per price rank and min, max, avg, sum of price (updating, on pebble)",
+			func() tableModel { return newNexmarkDaily(nexmarkQ17Key, nexmarkQ17Row) }),
 		nexmarkScenario("q21", "Nexmark q21: bids of the big channels or with a channel_id, with that id", stateless(nexmarkQ21), "", 0),
 		nexmarkScenario("q22", "Nexmark q22: every bid with the first three directories of its url", stateless(nexmarkQ22), "", 0),
 	}
@@ -120,6 +134,74 @@ func (c *valueCheck) Processed(it Item) int {
 		return p.Processed(it)
 	}
 	return 0
+}
+
+// tableModel is the model of an updating query (a GROUP BY without a
+// window), whose outputs are an upsert stream keyed by the group: Updates
+// counts the outputs an item causes, Final gives the last row of every key
+// (the query's result table), by the outputs' Kafka key.
+type tableModel interface {
+	Updates(Item) int
+	Final() map[string]any
+}
+
+// tableCheck is the Model of a tableModel. The rows in between depend on
+// the order in which the operator receives the records of different
+// partitions, so the run checks the count of outputs and the last output
+// of each key against the model's table.
+type tableCheck struct{ m tableModel }
+
+// Outputs implements Model.
+func (c *tableCheck) Outputs(it Item) int { return c.m.Updates(it) }
+
+// table is the last value (canonical JSON) of each key of a topic.
+type table struct {
+	rows map[string]string
+	bad  int64
+}
+
+func newTable() *table { return &table{rows: map[string]string{}} }
+
+// put records value as key's latest; a value that is not JSON is counted
+// as bad.
+func (t *table) put(key, value []byte) {
+	c, err := canonicalJSON(value)
+	if err != nil {
+		t.bad++
+		c = "not JSON: " + string(value)
+	}
+	t.rows[string(key)] = c
+}
+
+// diff returns "" when t holds exactly the rows of want, else what
+// differs (up to three keys).
+func (t *table) diff(want map[string]any) string {
+	var d []string
+	for k, v := range want {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err.Error()
+		}
+		c, err := canonicalJSON(b)
+		if err != nil {
+			return err.Error()
+		}
+		if got, ok := t.rows[k]; !ok {
+			d = append(d, fmt.Sprintf("key %q: missing, want %s", k, c))
+		} else if got != c {
+			d = append(d, fmt.Sprintf("key %q: %s, want %s", k, got, c))
+		}
+	}
+	for k, v := range t.rows {
+		if _, ok := want[k]; !ok {
+			d = append(d, fmt.Sprintf("key %q: %s, not expected", k, v))
+		}
+	}
+	if len(d) == 0 && t.bad == 0 {
+		return ""
+	}
+	slices.Sort(d)
+	return fmt.Sprintf("%d keys (%d values not JSON) against %d expected: %s", len(t.rows), t.bad, len(want), strings.Join(d[:min(3, len(d))], "; "))
 }
 
 // multiset is an order-independent digest of JSON values: their count and
@@ -513,3 +595,113 @@ func (m *nexmarkQ11) Values(it Item) []any {
 // rfc3339ms is t (ms since the epoch) as the window operator writes
 // window bounds: RFC 3339 in UTC with the fraction's trailing zeros cut.
 func rfc3339ms(t int64) string { return time.UnixMilli(t).UTC().Format(time.RFC3339Nano) }
+
+// nexmarkDay is DATE_FORMAT(dateTime, 'yyyy-MM-dd') in UTC.
+func nexmarkDay(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.DateOnly) }
+
+// nexmarkGroup is what q15, q16 and q17 keep of the bids of one group.
+type nexmarkGroup struct {
+	first                        *NexmarkBidEvent
+	bids                         [4]int64 // all, rank 1, 2, 3
+	bidders, auctions            [4]map[int64]bool
+	minPrice, maxPrice, sumPrice int64
+	lastTime                     int64
+}
+
+// nexmarkRank is a price's rank: 1 below 10,000 cents, 2 below 1,000,000,
+// else 3.
+func nexmarkRank(price int64) int {
+	switch {
+	case price < 10_000:
+		return 1
+	case price < 1_000_000:
+		return 2
+	}
+	return 3
+}
+
+// nexmarkDaily models q15, q16 and q17: the groups of the bids by key,
+// each output row made by row from its group. Every bid updates its
+// group: one output.
+type nexmarkDaily struct {
+	key    func(*NexmarkBidEvent) string
+	row    func(*nexmarkGroup) map[string]any
+	groups map[string]*nexmarkGroup
+}
+
+func newNexmarkDaily(key func(*NexmarkBidEvent) string, row func(*nexmarkGroup) map[string]any) *nexmarkDaily {
+	return &nexmarkDaily{key: key, row: row, groups: map[string]*nexmarkGroup{}}
+}
+
+// Updates implements tableModel.
+func (m *nexmarkDaily) Updates(it Item) int {
+	if it.Nexmark == nil || it.Nexmark.Type != NexmarkBid {
+		return 0
+	}
+	b := it.Nexmark.Bid
+	k := m.key(b)
+	g := m.groups[k]
+	if g == nil {
+		g = &nexmarkGroup{first: b, minPrice: b.Price, maxPrice: b.Price}
+		for i := range g.bidders {
+			g.bidders[i], g.auctions[i] = map[int64]bool{}, map[int64]bool{}
+		}
+		m.groups[k] = g
+	}
+	r := nexmarkRank(b.Price)
+	for _, i := range []int{0, r} {
+		g.bids[i]++
+		g.bidders[i][b.Bidder] = true
+		g.auctions[i][b.Auction] = true
+	}
+	g.minPrice, g.maxPrice, g.sumPrice = min(g.minPrice, b.Price), max(g.maxPrice, b.Price), g.sumPrice+b.Price
+	g.lastTime = max(g.lastTime, b.DateTime)
+	return 1
+}
+
+// Final implements tableModel.
+func (m *nexmarkDaily) Final() map[string]any {
+	out := make(map[string]any, len(m.groups))
+	for k, g := range m.groups {
+		out[k] = m.row(g)
+	}
+	return out
+}
+
+func nexmarkQ15Key(b *NexmarkBidEvent) string { return nexmarkDay(b.DateTime) }
+
+// nexmarkQ15Row is q15's row of a day: the bids, the distinct bidders
+// and auctions, in all and per rank.
+func nexmarkQ15Row(g *nexmarkGroup) map[string]any {
+	row := map[string]any{"day": nexmarkDay(g.first.DateTime)}
+	for i, name := range []string{"total", "rank1", "rank2", "rank3"} {
+		row[name+"_bids"] = g.bids[i]
+		row[name+"_bidders"] = len(g.bidders[i])
+		row[name+"_auctions"] = len(g.auctions[i])
+	}
+	return row
+}
+
+func nexmarkQ16Key(b *NexmarkBidEvent) string { return b.Channel + "|" + nexmarkDay(b.DateTime) }
+
+// nexmarkQ16Row is q16's row of a channel's day: q15's figures, the
+// channel, and max(HH:mm) of its bids.
+func nexmarkQ16Row(g *nexmarkGroup) map[string]any {
+	row := nexmarkQ15Row(g)
+	row["channel"] = g.first.Channel
+	row["minute"] = time.UnixMilli(g.lastTime).UTC().Format("15:04")
+	return row
+}
+
+func nexmarkQ17Key(b *NexmarkBidEvent) string {
+	return strconv.FormatInt(b.Auction, 10) + "|" + nexmarkDay(b.DateTime)
+}
+
+// nexmarkQ17Row is q17's row of an auction's day: the bids in all and per
+// rank, and the least, largest, average (BIGINT: truncated) and total
+// price.
+func nexmarkQ17Row(g *nexmarkGroup) map[string]any {
+	return map[string]any{"auction": g.first.Auction, "day": nexmarkDay(g.first.DateTime),
+		"total_bids": g.bids[0], "rank1_bids": g.bids[1], "rank2_bids": g.bids[2], "rank3_bids": g.bids[3],
+		"min_price": g.minPrice, "max_price": g.maxPrice, "avg_price": g.sumPrice / g.bids[0], "sum_price": g.sumPrice}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,7 +173,7 @@ func TestNexmarkQueries(t *testing.T) {
 			names = append(names, s.Name)
 		}
 	}
-	if want := []string{"nexmark-q0", "nexmark-q1", "nexmark-q2", "nexmark-q11", "nexmark-q14", "nexmark-q21", "nexmark-q22"}; !slices.Equal(names, want) {
+	if want := []string{"nexmark-q0", "nexmark-q1", "nexmark-q2", "nexmark-q11", "nexmark-q14", "nexmark-q15", "nexmark-q16", "nexmark-q17", "nexmark-q21", "nexmark-q22"}; !slices.Equal(names, want) {
 		t.Fatalf("nexmark scenarios %v, want %v", names, want)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -327,5 +328,70 @@ func TestNexmarkPipelineYAML(t *testing.T) {
 			cfg.Sinks[0].Delivery != pipeline.DeliveryExactlyOnce || !cfg.Sources[0].Timestamp.Expression.IsSet() || len(cfg.Operators) < 2 {
 			t.Errorf("%s: %+v", s.Name, cfg)
 		}
+	}
+}
+
+// TestNexmarkDailyModels: q15, q16 and q17 group the bids by day (UTC),
+// channel and day, auction and day; count bids, distinct bidders and
+// auctions in all and per price rank (below 10,000, below 1,000,000,
+// above), q16's minute is the latest HH:mm, q17's avg the truncated
+// integer mean; every bid is one update.
+func TestNexmarkDailyModels(t *testing.T) {
+	const day = int64(20_000) * 86_400_000 // 2024-10-04T00:00:00Z
+	bids := []*NexmarkBidEvent{
+		{Auction: 1000, Bidder: 1001, Price: 9999, Channel: "Apple", DateTime: day + 1},
+		{Auction: 1000, Bidder: 1002, Price: 10_000, Channel: "Apple", DateTime: day + 61_000},
+		{Auction: 1001, Bidder: 1001, Price: 1_000_000, Channel: "channel-7", DateTime: day + 23*3_600_000 + 59*60_000},
+		{Auction: 1000, Bidder: 1001, Price: 10_002, Channel: "Apple", DateTime: day + 86_400_000}, // the next day
+	}
+	run := func(m *nexmarkDaily) map[string]any {
+		for i, b := range bids {
+			if n := m.Updates(Item{Nexmark: &NexmarkEvent{Type: NexmarkBid, Bid: b}}); n != 1 {
+				t.Fatalf("bid %d: %d updates, want 1", i, n)
+			}
+		}
+		if n := m.Updates(Item{Nexmark: &NexmarkEvent{Type: NexmarkPerson, Person: &NexmarkPersonEvent{}}}); n != 0 {
+			t.Fatalf("a person: %d updates, want 0", n)
+		}
+		return m.Final()
+	}
+	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	q15 := run(newNexmarkDaily(nexmarkQ15Key, nexmarkQ15Row))
+	if got, want := js(q15), `{"2024-10-04":{"day":"2024-10-04","rank1_auctions":1,"rank1_bidders":1,"rank1_bids":1,"rank2_auctions":1,"rank2_bidders":1,"rank2_bids":1,"rank3_auctions":1,"rank3_bidders":1,"rank3_bids":1,"total_auctions":2,"total_bidders":2,"total_bids":3},`+
+		`"2024-10-05":{"day":"2024-10-05","rank1_auctions":0,"rank1_bidders":0,"rank1_bids":0,"rank2_auctions":1,"rank2_bidders":1,"rank2_bids":1,"rank3_auctions":0,"rank3_bidders":0,"rank3_bids":0,"total_auctions":1,"total_bidders":1,"total_bids":1}}`; got != want {
+		t.Errorf("q15 %s\nwant %s", got, want)
+	}
+	q16 := run(newNexmarkDaily(nexmarkQ16Key, nexmarkQ16Row))
+	if len(q16) != 3 || js(q16["Apple|2024-10-04"].(map[string]any)["minute"]) != `"00:01"` || js(q16["channel-7|2024-10-04"].(map[string]any)["minute"]) != `"23:59"` {
+		t.Errorf("q16 %s", js(q16))
+	}
+	q17 := run(newNexmarkDaily(nexmarkQ17Key, nexmarkQ17Row))
+	if got, want := js(q17["1000|2024-10-04"]), `{"auction":1000,"avg_price":9999,"day":"2024-10-04","max_price":10000,"min_price":9999,"rank1_bids":1,"rank2_bids":1,"rank3_bids":0,"sum_price":19999,"total_bids":2}`; got != want || len(q17) != 3 {
+		t.Errorf("q17 %d groups, 1000|2024-10-04 %s\nwant %s", len(q17), got, want)
+	}
+}
+
+// TestTableDiff: the updating queries' check takes each key's last value
+// and finds a changed, missing or extra row.
+func TestTableDiff(t *testing.T) {
+	want := map[string]any{"a": map[string]any{"n": 2}, "b": map[string]any{"n": 1.5}}
+	tab := newTable()
+	tab.put([]byte("a"), []byte(`{"n":1}`))
+	tab.put([]byte("b"), []byte(`{"n":1.50}`))
+	tab.put([]byte("a"), []byte(`{"n": 2}`))
+	if d := tab.diff(want); d != "" {
+		t.Fatalf("same table: %s", d)
+	}
+	tab.put([]byte("a"), []byte(`{"n":3}`))
+	if d := tab.diff(want); !strings.Contains(d, `key "a": {"n":3}, want {"n":2}`) {
+		t.Errorf("changed row: %q", d)
+	}
+	tab.put([]byte("a"), []byte(`{"n":2}`))
+	tab.put([]byte("c"), []byte(`{"n":2}`))
+	if d := tab.diff(want); !strings.Contains(d, `key "c": {"n":2}, not expected`) {
+		t.Errorf("extra row: %q", d)
+	}
+	if d := newTable().diff(want); !strings.Contains(d, `key "a": missing`) {
+		t.Errorf("missing rows: %q", d)
 	}
 }
