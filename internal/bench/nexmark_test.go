@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io/fs"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/kstreamd/kstreamd/configs/nexmark"
+	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/pipeline"
 )
 
@@ -393,5 +396,28 @@ func TestTableDiff(t *testing.T) {
 	}
 	if d := newTable().diff(want); !strings.Contains(d, `key "a": missing`) {
 		t.Errorf("missing rows: %q", d)
+	}
+}
+
+// TestNexmarkConfigs: every configs/nexmark/q<N>.yaml is a valid pipeline
+// of the built-in operators as written, and each is a bench scenario but
+// q12 (processing time: no exact model).
+func TestNexmarkConfigs(t *testing.T) {
+	files, err := fs.Glob(nexmark.Queries, "q*.yaml")
+	if err != nil || len(files) != 11 {
+		t.Fatalf("%v, %v: want the 11 queries", files, err)
+	}
+	for _, f := range files {
+		b, err := nexmark.Queries.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pipeline.Parse("configs/nexmark/"+f, b, operators.NewBuiltinRegistry()); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+		q := strings.TrimSuffix(f, ".yaml")
+		if _, ok := ScenarioByName("nexmark-" + q); ok == (q == "q12") {
+			t.Errorf("%s: scenario %t", f, ok)
+		}
 	}
 }
