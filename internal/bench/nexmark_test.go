@@ -359,16 +359,16 @@ func TestNexmarkDailyModels(t *testing.T) {
 		return m.Final()
 	}
 	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
-	q15 := run(newNexmarkDaily(nexmarkQ15Key, nexmarkQ15Row))
+	q15 := run(newNexmarkDaily(nexmarkQ15Key, nexmarkQ15Row, true))
 	if got, want := js(q15), `{"2024-10-04":{"day":"2024-10-04","rank1_auctions":1,"rank1_bidders":1,"rank1_bids":1,"rank2_auctions":1,"rank2_bidders":1,"rank2_bids":1,"rank3_auctions":1,"rank3_bidders":1,"rank3_bids":1,"total_auctions":2,"total_bidders":2,"total_bids":3},`+
 		`"2024-10-05":{"day":"2024-10-05","rank1_auctions":0,"rank1_bidders":0,"rank1_bids":0,"rank2_auctions":1,"rank2_bidders":1,"rank2_bids":1,"rank3_auctions":0,"rank3_bidders":0,"rank3_bids":0,"total_auctions":1,"total_bidders":1,"total_bids":1}}`; got != want {
 		t.Errorf("q15 %s\nwant %s", got, want)
 	}
-	q16 := run(newNexmarkDaily(nexmarkQ16Key, nexmarkQ16Row))
+	q16 := run(newNexmarkDaily(nexmarkQ16Key, nexmarkQ16Row, true))
 	if len(q16) != 3 || js(q16["Apple|2024-10-04"].(map[string]any)["minute"]) != `"00:01"` || js(q16["channel-7|2024-10-04"].(map[string]any)["minute"]) != `"23:59"` {
 		t.Errorf("q16 %s", js(q16))
 	}
-	q17 := run(newNexmarkDaily(nexmarkQ17Key, nexmarkQ17Row))
+	q17 := run(newNexmarkDaily(nexmarkQ17Key, nexmarkQ17Row, false))
 	if got, want := js(q17["1000|2024-10-04"]), `{"auction":1000,"avg_price":9999,"day":"2024-10-04","max_price":10000,"min_price":9999,"rank1_bids":1,"rank2_bids":1,"rank3_bids":0,"sum_price":19999,"total_bids":2}`; got != want || len(q17) != 3 {
 		t.Errorf("q17 %d groups, 1000|2024-10-04 %s\nwant %s", len(q17), got, want)
 	}
