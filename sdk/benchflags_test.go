@@ -37,6 +37,9 @@ func TestBenchBadFlagsRefused(t *testing.T) {
 		{[]string{"--interval", "0s"}, "--interval"},
 		{[]string{"--scenario", "state-scaling", "--keys", "0"}, "--keys"},
 		{[]string{"--scenario", "cluster", "--records", "0"}, "--records"},
+		{[]string{"--scenario", "nexmark-q1", "--nexmark-rate", "0"}, "--nexmark-rate"},
+		{[]string{"--scenario", "nexmark-q1", "--nexmark-rate", "-10"}, "--nexmark-rate"},
+		{[]string{"--scenario", "nexmark-q1", "--nexmark-rate", "NaN"}, "--nexmark-rate"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			args := append([]string{"bench", "--brokers", "127.0.0.1:1", "--latency-duration", "1s"}, tc.args...)
