@@ -191,8 +191,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	}
 	defer stop()
 	cfg.Brokers = bs
-	fmt.Fprintf(stderr, "kstreamd bench: %d records over %d keys, %d partitions, parallelism %d, brokers %s\n",
-		*records, *keys, *partitions, *parallelism, strings.Join(cfg.Brokers, ","))
+	what := fmt.Sprintf("%d records over %d keys", *records, *keys)
+	if s, _ := bench.ScenarioByName(*scenario); s.Nexmark != "" && !*all {
+		what = fmt.Sprintf("%d Nexmark events at %v events/s of event time", *records, *nexmarkRate)
+	}
+	fmt.Fprintf(stderr, "kstreamd bench: %s, %d partitions, parallelism %d, brokers %s\n",
+		what, *partitions, *parallelism, strings.Join(cfg.Brokers, ","))
 	res, err := bench.Run(ctx, cfg)
 	if len(res) > 0 {
 		_ = bench.WriteTable(stdout, res)
