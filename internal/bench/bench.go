@@ -200,7 +200,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if cfg.Zipf != 0 && !(cfg.Zipf > 1) {
 		return nil, fmt.Errorf("bench: Zipf exponent %v: want > 1, or 0 for uniform keys", cfg.Zipf)
 	}
-	r := &runner{cfg: cfg, suffix: fmt.Sprintf("%x", time.Now().UnixNano()%0xffffff)}
+	r := &runner{cfg: cfg, suffix: fmt.Sprintf("%x", time.Now().UnixNano()%0xffffff), nexmarkPipe: nexmarkOnly(scenarios)}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
 	if err != nil {
 		return nil, fmt.Errorf("bench: kafka client: %w", err)
@@ -243,10 +243,25 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	return out, nil
 }
 
+// nexmarkOnly says whether scenarios are Nexmark queries, all of them
+// (and at least one).
+func nexmarkOnly(scenarios []Scenario) bool {
+	for _, s := range scenarios {
+		if s.Nexmark == "" {
+			return false
+		}
+	}
+	return len(scenarios) > 0
+}
+
 type runner struct {
 	cfg    Config
 	adm    *kadm.Client
 	suffix string
+	// nexmarkPipe: every scenario of the run is a Nexmark query, so the
+	// pipe copies the same Nexmark events (vs_pipe compares like with
+	// like); otherwise it copies the Generator's items.
+	nexmarkPipe bool
 }
 
 func (r *runner) progress(res Result) {
@@ -321,7 +336,7 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	}
 	defer prod.Close()
 	var gen itemSource = NewGenerator(cfg.Keys, cfg.Zipf)
-	if s != nil && s.Nexmark != "" {
+	if s != nil && s.Nexmark != "" || s == nil && r.nexmarkPipe {
 		gen = newNexmarkSource(cfg.Records, cfg.NexmarkRate, time.Now())
 	}
 	exp1, err := load(ctx, prod, in, cfg.Partitions, gen, model, cfg.Records)

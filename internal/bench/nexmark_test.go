@@ -196,6 +196,22 @@ func TestNexmarkQueries(t *testing.T) {
 	}
 }
 
+// TestNexmarkOnly: the pipe of a run copies Nexmark events exactly when
+// every scenario of the run is a Nexmark query.
+func TestNexmarkOnly(t *testing.T) {
+	q1, _ := ScenarioByName("nexmark-q1")
+	q11, _ := ScenarioByName("nexmark-q11")
+	cp, _ := ScenarioByName("copy")
+	for _, c := range []struct {
+		s    []Scenario
+		want bool
+	}{{[]Scenario{q1, q11}, true}, {[]Scenario{q1, cp}, false}, {[]Scenario{cp}, false}, {nil, false}} {
+		if got := nexmarkOnly(c.s); got != c.want {
+			t.Errorf("%d scenarios: %t, want %t", len(c.s), got, c.want)
+		}
+	}
+}
+
 // TestMultisetDiff: the value check sees one changed, missing or extra
 // value, whatever the order and the JSON spelling.
 func TestMultisetDiff(t *testing.T) {
