@@ -282,12 +282,14 @@ func NewNexmarkGenerator(cfg NexmarkConfig) *NexmarkGenerator {
 	for i := range g.channelURLs {
 		url := nexmarkBaseURL(shared)
 		if shared.IntN(10) > 0 {
-			// Math.abs(Integer.reverse(i)): the bits of i reversed, as an int32.
-			r := int64(int32(reverseBits32(uint32(i))))
+			// Math.abs(Integer.reverse(i)): the bits of i reversed, as an
+			// int32, whose negation wraps as Java's does (channel 1's id is
+			// -2147483648).
+			r := int32(reverseBits32(uint32(i)))
 			if r < 0 {
 				r = -r
 			}
-			url += "&channel_id=" + strconv.FormatInt(r, 10)
+			url += "&channel_id=" + strconv.FormatInt(int64(r), 10)
 		}
 		g.channelURLs[i] = url
 		g.channelNames[i] = "channel-" + strconv.Itoa(i)

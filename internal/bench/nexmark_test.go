@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -127,6 +129,37 @@ func TestNexmarkGeneratorModel(t *testing.T) {
 	}
 	if f := float64(hotBidder) / float64(bids); f < 0.73 || f > 0.78 {
 		t.Errorf("hot bidder in %.3f of the bids, want about 0.75", f)
+	}
+}
+
+// TestNexmarkChannelURLs: the channel urls are BidGenerator's: a base url
+// of three random directories, and for about nine in ten channels
+// "&channel_id=" Math.abs(Integer.reverse(i)) (Java's int arithmetic:
+// channel 1's id is -2147483648, channel 2's 1073741824).
+func TestNexmarkChannelURLs(t *testing.T) {
+	g := NewNexmarkGenerator(NexmarkConfig{Seed: 5})
+	re := regexp.MustCompile(`^https://www\.nexmark\.com/[a-z_]{1,4}/[a-z_]{1,4}/[a-z_]{1,4}/item\.htm\?query=1(&channel_id=(-?[0-9]+))?$`)
+	withID := 0
+	for i, u := range g.channelURLs {
+		m := re.FindStringSubmatch(u)
+		if m == nil || g.channelNames[i] != fmt.Sprintf("channel-%d", i) {
+			t.Fatalf("channel %d: %s %q", i, g.channelNames[i], u)
+		}
+		if m[2] == "" {
+			continue
+		}
+		withID++
+		if want := map[int]string{1: "-2147483648", 2: "1073741824", 3: "1073741824"}[i]; want != "" && m[2] != want {
+			t.Errorf("channel %d: id %s, want %s", i, m[2], want)
+		}
+	}
+	if withID < 8800 || withID > 9200 {
+		t.Errorf("%d of 10000 channels with an id, want about 9000", withID)
+	}
+	for i, u := range g.hotURLs {
+		if m := re.FindStringSubmatch(u); m == nil || m[1] != "" {
+			t.Errorf("hot url %d %q", i, u)
+		}
 	}
 }
 
