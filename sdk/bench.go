@@ -67,6 +67,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	changed := fs.Float64("changed", 0.01, "state-scaling: fraction of the keys changed between checkpoints")
 	rounds := fs.Int("rounds", 5, "state-scaling: incremental checkpoints measured")
 	ttl := fs.Duration("ttl", 5*time.Second, "ttl-cleanup: the dedup's ttl")
+	nexmarkRate := fs.Float64("nexmark-rate", bench.DefaultNexmarkRate, "nexmark-q*: events per second of event time of the pre-loaded Nexmark events (the nexmark project's first-event.rate)")
 	daemons := fs.String("daemons", "1,2,3", "cluster: the daemon counts to measure, comma-separated")
 	units := fs.Int("units", 6, "cluster: work units per stage (cluster.units)")
 	serve := fs.Bool("serve-broker", false, "internal: run only the embedded broker for a parent bench, until stdin closes")
@@ -81,6 +82,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "kstreamd bench: unexpected argument %q (flags only)\n", fs.Arg(0))
+		return 2
+	}
+	if !(*nexmarkRate > 0) {
+		fmt.Fprintf(stderr, "kstreamd bench: --nexmark-rate %v: want a positive rate\n", *nexmarkRate)
 		return 2
 	}
 	if err := checkBenchFlags(*scenario, *all, *delivery, *zipf, *changed, *interval, *latency, map[string]int{
@@ -168,7 +173,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	cfg := bench.Config{
 		Scenarios: []string{*scenario}, Deliveries: []string{*delivery}, Records: *records, Keys: *keys, Zipf: *zipf,
 		Partitions: *partitions, Parallelism: *parallelism, CheckpointInterval: *interval, LatencyDuration: *latency,
-		Dir: workDir, Registry: reg, Logger: logger, Progress: stderr, CPUProfile: *cpuprofile,
+		Dir: workDir, Registry: reg, Logger: logger, Progress: stderr, CPUProfile: *cpuprofile, NexmarkRate: *nexmarkRate,
 	}
 	if *all {
 		cfg.Scenarios = nil
@@ -186,8 +191,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	}
 	defer stop()
 	cfg.Brokers = bs
-	fmt.Fprintf(stderr, "kstreamd bench: %d records over %d keys, %d partitions, parallelism %d, brokers %s\n",
-		*records, *keys, *partitions, *parallelism, strings.Join(cfg.Brokers, ","))
+	what := fmt.Sprintf("%d records over %d keys", *records, *keys)
+	if s, _ := bench.ScenarioByName(*scenario); s.Nexmark != "" && !*all {
+		what = fmt.Sprintf("%d Nexmark events at %v events/s of event time", *records, *nexmarkRate)
+	}
+	fmt.Fprintf(stderr, "kstreamd bench: %s, %d partitions, parallelism %d, brokers %s\n",
+		what, *partitions, *parallelism, strings.Join(cfg.Brokers, ","))
 	res, err := bench.Run(ctx, cfg)
 	if len(res) > 0 {
 		_ = bench.WriteTable(stdout, res)

@@ -37,12 +37,15 @@ func TestBenchBadFlagsRefused(t *testing.T) {
 		{[]string{"--interval", "0s"}, "--interval"},
 		{[]string{"--scenario", "state-scaling", "--keys", "0"}, "--keys"},
 		{[]string{"--scenario", "cluster", "--records", "0"}, "--records"},
+		{[]string{"--scenario", "nexmark-q1", "--nexmark-rate", "0"}, "--nexmark-rate"},
+		{[]string{"--scenario", "nexmark-q1", "--nexmark-rate", "-10"}, "--nexmark-rate"},
+		{[]string{"--scenario", "nexmark-q1", "--nexmark-rate", "NaN"}, "--nexmark-rate"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			args := append([]string{"bench", "--brokers", "127.0.0.1:1", "--latency-duration", "1s"}, tc.args...)
 			var stdout, stderr strings.Builder
 			code := Run(ctx, args, &stdout, &stderr, NewRegistry())
-			if code != 2 || !strings.Contains(stderr.String(), tc.flag) || strings.Contains(stderr.String(), "records over") {
+			if code != 2 || !strings.Contains(stderr.String(), tc.flag) || strings.Contains(stderr.String(), "records over") || strings.Contains(stderr.String(), "Nexmark events at") {
 				t.Errorf("exit %d, stderr %q; want 2, an error naming %s, and no run started (no \"records over\" header)", code, stderr.String(), tc.flag)
 			}
 			if strings.Contains(stderr.String(), "bench: bench:") {

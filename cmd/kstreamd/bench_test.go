@@ -58,6 +58,28 @@ func TestBenchCommand(t *testing.T) {
 	checkBenchTable(t, stdout.String(), "pipe/exactly-once", "keyed-count-hashmap/exactly-once")
 }
 
+// TestBenchNexmark runs `kstreamd bench --scenario nexmark-q0` on 2,000
+// generated Nexmark events against a kfake broker: the table's row, the
+// header naming the events and their rate, and the committed values equal
+// to the model's.
+func TestBenchNexmark(t *testing.T) {
+	_, broker := startKfake(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"bench", "--scenario", "nexmark-q0", "--records", "2000", "--nexmark-rate", "1000",
+		"--latency-duration", "1s", "--brokers", broker, "--dir", t.TempDir()}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	checkBenchTable(t, stdout.String(), "pipe/exactly-once", "nexmark-q0/exactly-once")
+	for _, want := range []string{"2000 Nexmark events at 1000 events/s of event time", "nexmark-q0 exactly-once: ", "values equal to the model's"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
 // TestBenchSpawnsBroker runs the binary's bench without --brokers: it
 // starts the embedded broker in a child process, and stops it at the end.
 func TestBenchSpawnsBroker(t *testing.T) {
@@ -82,10 +104,11 @@ func TestBenchUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"bench", "--scenario", "nope", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --scenario "nope": unknown (known: copy, filter-map, keyed-count-hashmap, keyed-count-pebble, keyed-count-pebble-async, matcher-10-rules, rules-1, rules-10, rules-100, tumbling-window, state-scaling, ttl-cleanup, cluster)` + "\n"},
+		{[]string{"bench", "--scenario", "nope", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --scenario "nope": unknown (known: copy, filter-map, keyed-count-hashmap, keyed-count-pebble, keyed-count-pebble-async, matcher-10-rules, rules-1, rules-10, rules-100, tumbling-window, nexmark-q0, nexmark-q1, nexmark-q2, nexmark-q11, nexmark-q14, nexmark-q15, nexmark-q16, nexmark-q17, nexmark-q21, nexmark-q22, state-scaling, ttl-cleanup, cluster)` + "\n"},
 		{[]string{"bench", "--delivery", "twice", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --delivery "twice": want exactly-once, at-least-once or both` + "\n"},
 		{[]string{"bench", "--records", "0", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --records 0: want a positive count` + "\n"},
 		{[]string{"bench", "--zipf", "0.8", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --zipf 0.8: want an exponent > 1, or 0 for uniform keys` + "\n"},
+		{[]string{"bench", "--scenario", "nexmark-q1", "--nexmark-rate", "0", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --nexmark-rate 0: want a positive rate` + "\n"},
 		{[]string{"bench", "extra"}, 2, `kstreamd bench: unexpected argument "extra" (flags only)`},
 	} {
 		var stdout, stderr bytes.Buffer

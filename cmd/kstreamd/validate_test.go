@@ -359,12 +359,12 @@ sinks:
 }
 
 // TestShippedConfigsValidate: no valid pipeline is refused; every config
-// the repository ships (configs/*.yaml, configs/examples/*.yaml) passes
-// `kstreamd validate`.
+// the repository ships (configs/*.yaml, configs/examples/*.yaml,
+// configs/nexmark/*.yaml) passes `kstreamd validate`.
 func TestShippedConfigsValidate(t *testing.T) {
 	t.Parallel()
 	var files []string
-	for _, pattern := range []string{"*.yaml", "examples/*.yaml"} {
+	for _, pattern := range []string{"*.yaml", "examples/*.yaml", "nexmark/*.yaml"} {
 		m, err := filepath.Glob(filepath.Join("..", "..", "configs", pattern))
 		if err != nil {
 			t.Fatal(err)

@@ -87,6 +87,10 @@ type Config struct {
 	Registry *operators.Registry
 	// Logger receives the jobs' logs. Default discard.
 	Logger *slog.Logger
+	// NexmarkRate is the Nexmark scenarios' event rate, events per second
+	// of event time, for the pre-loaded events (the latency phase's events
+	// follow the wall clock). Default DefaultNexmarkRate.
+	NexmarkRate float64
 	// Progress, if not nil, gets one line per run as it finishes.
 	Progress io.Writer
 	// CPUProfile, if not empty, writes a CPU profile of each run's
@@ -116,6 +120,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LatencyDuration <= 0 {
 		c.LatencyDuration = 10 * time.Second
+	}
+	if c.NexmarkRate <= 0 {
+		c.NexmarkRate = DefaultNexmarkRate
 	}
 	if c.Registry == nil {
 		c.Registry = operators.NewBuiltinRegistry()
@@ -155,10 +162,17 @@ type Result struct {
 	// Outputs is what the read_committed reader counted over both phases;
 	// Expected what the scenario's model says it must be.
 	Outputs, Expected int64
+	// ValuesChecked says the scenario's model gives the outputs' values
+	// (the Nexmark queries) and the run compared them with the committed
+	// ones: as multisets, or, for an updating query (an upsert stream), the
+	// last value of each key with the model's table. ValuesDiff is empty
+	// when they were equal, else what differed.
+	ValuesChecked bool
+	ValuesDiff    string
 }
 
 // ErrOutputMismatch is wrapped by Run's error when a run's committed output
-// count differs from the expected one.
+// count differs from the expected one, or their values from the model's.
 var ErrOutputMismatch = errors.New("bench: committed outputs differ from the expected count")
 
 // Run runs every scenario of cfg with every delivery, each delivery's pipe
@@ -186,7 +200,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if cfg.Zipf != 0 && !(cfg.Zipf > 1) {
 		return nil, fmt.Errorf("bench: Zipf exponent %v: want > 1, or 0 for uniform keys", cfg.Zipf)
 	}
-	r := &runner{cfg: cfg, suffix: fmt.Sprintf("%x", time.Now().UnixNano()%0xffffff)}
+	r := &runner{cfg: cfg, suffix: fmt.Sprintf("%x", time.Now().UnixNano()%0xffffff), nexmarkPipe: nexmarkOnly(scenarios)}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
 	if err != nil {
 		return nil, fmt.Errorf("bench: kafka client: %w", err)
@@ -219,6 +233,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	for _, res := range out {
 		if res.Outputs != res.Expected {
 			mismatch = append(mismatch, fmt.Sprintf("%s/%s: %d committed, %d expected", res.Scenario, res.Delivery, res.Outputs, res.Expected))
+		} else if res.ValuesDiff != "" {
+			mismatch = append(mismatch, fmt.Sprintf("%s/%s: values differ: %s", res.Scenario, res.Delivery, res.ValuesDiff))
 		}
 	}
 	if len(mismatch) > 0 {
@@ -227,15 +243,36 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	return out, nil
 }
 
+// nexmarkOnly says whether scenarios are Nexmark queries, all of them
+// (and at least one).
+func nexmarkOnly(scenarios []Scenario) bool {
+	for _, s := range scenarios {
+		if s.Nexmark == "" {
+			return false
+		}
+	}
+	return len(scenarios) > 0
+}
+
 type runner struct {
 	cfg    Config
 	adm    *kadm.Client
 	suffix string
+	// nexmarkPipe: every scenario of the run is a Nexmark query, so the
+	// pipe copies the same Nexmark events (vs_pipe compares like with
+	// like); otherwise it copies the Generator's items.
+	nexmarkPipe bool
 }
 
 func (r *runner) progress(res Result) {
 	if r.cfg.Progress != nil {
-		fmt.Fprintf(r.cfg.Progress, "bench: %s %s: %.0f records/s, %d/%d outputs\n", res.Scenario, res.Delivery, res.RecordsPerSec, res.Outputs, res.Expected)
+		check := ""
+		if res.ValuesChecked && res.ValuesDiff == "" {
+			check = ", values equal to the model's"
+		} else if res.ValuesChecked {
+			check = ", values differ: " + res.ValuesDiff
+		}
+		fmt.Fprintf(r.cfg.Progress, "bench: %s %s: %.0f records/s, %d/%d outputs%s\n", res.Scenario, res.Delivery, res.RecordsPerSec, res.Outputs, res.Expected, check)
 	}
 }
 
@@ -262,6 +299,8 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if s != nil {
 		name, model = s.Name, s.NewModel(cfg.Partitions)
 	}
+	values, _ := model.(*valueCheck) // nil: only the count is checked
+	tab, _ := model.(*tableCheck)
 	processed, err := newProcessedCount(s, model)
 	if err != nil {
 		return res, err
@@ -296,7 +335,10 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 		return res, err
 	}
 	defer prod.Close()
-	gen := NewGenerator(cfg.Keys, cfg.Zipf)
+	var gen itemSource = NewGenerator(cfg.Keys, cfg.Zipf)
+	if s != nil && s.Nexmark != "" || s == nil && r.nexmarkPipe {
+		gen = newNexmarkSource(cfg.Records, cfg.NexmarkRate, time.Now())
+	}
 	exp1, err := load(ctx, prod, in, cfg.Partitions, gen, model, cfg.Records)
 	if err != nil {
 		return res, err
@@ -360,6 +402,12 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	// Latency phase: a reader of every committed output (counting the
 	// first phase's too), and a producer at half the measured rate.
 	rd := &reader{brokers: cfg.Brokers, topic: out, phase2: time.Now().Truncate(time.Millisecond)}
+	if values != nil {
+		rd.values = newMultiset()
+	}
+	if tab != nil {
+		rd.table = newTable()
+	}
 	rdr := goBackground(ctx, rd.run)
 	defer rdr.stop()
 	res.Rate = max(1, res.RecordsPerSec/2)
@@ -384,6 +432,12 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 		return res, err
 	}
 	res.Outputs, res.Expected = rd.count(), exp1+exp2
+	if values != nil {
+		res.ValuesChecked, res.ValuesDiff = true, rd.values.diff(values.want)
+	}
+	if tab != nil {
+		res.ValuesChecked, res.ValuesDiff = true, rd.table.diff(tab.m.Final())
+	}
 	lat := rd.latencies()
 	res.LatencyP50, res.LatencyP99 = quantile(lat, 0.5), quantile(lat, 0.99)
 	res.PeakRSSBytes = rss.Peak()
@@ -488,7 +542,10 @@ func summarize(cs []checkpointStat) (n int, p50, mx time.Duration, b50, bmax int
 // produceAt produces items of g to topic at rate records/s for d, with the
 // produce time as timestamp, and returns the outputs the model expects
 // of them.
-func produceAt(ctx context.Context, cl *kgo.Client, topic string, partitions int, g *Generator, m Model, rate float64, d time.Duration, rss *rssMeter) (int64, error) {
+func produceAt(ctx context.Context, cl *kgo.Client, topic string, partitions int, g itemSource, m Model, rate float64, d time.Duration, rss *rssMeter) (int64, error) {
+	if l, ok := g.(interface{ live(rate float64) }); ok {
+		l.live(rate) // event times from now on at rate: each event produced at its time
+	}
 	var sent, expected int64
 	var failed atomic.Pointer[error]
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -500,7 +557,7 @@ func produceAt(ctx context.Context, cl *kgo.Client, topic string, partitions int
 			break
 		}
 		for due := int64(rate * el.Seconds()); sent < due; sent++ {
-			it := g.Next().stamp(partitions)
+			it := g.nextItem(partitions)
 			expected += int64(m.Outputs(it))
 			cl.Produce(ctx, it.record(topic),
 				func(_ *kgo.Record, err error) {
@@ -529,11 +586,14 @@ func produceAt(ctx context.Context, cl *kgo.Client, topic string, partitions int
 
 // reader counts the committed records of a topic from its start: n1 those
 // older than phase2, n2 the others, whose latency (receive time minus
-// record timestamp) it keeps.
+// record timestamp) it keeps; values, when set, gets every value, and
+// table every key's last value (read them once run returned).
 type reader struct {
 	brokers []string
 	topic   string
 	phase2  time.Time
+	values  *multiset
+	table   *table
 	n1, n2  atomic.Int64
 	mu      sync.Mutex
 	lat     []time.Duration
@@ -558,6 +618,12 @@ func (rd *reader) run(ctx context.Context) error {
 		var n1, n2 int64
 		var lat []time.Duration
 		fs.EachRecord(func(r *kgo.Record) {
+			if rd.values != nil {
+				rd.values.addJSON(r.Value)
+			}
+			if rd.table != nil {
+				rd.table.put(r.Key, r.Value)
+			}
 			if r.Timestamp.Before(rd.phase2) {
 				n1++
 				return
@@ -584,6 +650,12 @@ func (rd *reader) latencies() []time.Duration {
 // buildJob builds scenario s as a job, the way `kstreamd run` does.
 func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string) (target, error) {
 	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String())
+	if s.Nexmark != "" {
+		var err error
+		if y, err = nexmarkPipelineYAML(s.Nexmark, name, dataDir, r.cfg.Brokers, in, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String()); err != nil {
+			return nil, err
+		}
+	}
 	cfg, err := pipeline.Parse(name+".yaml", []byte(y), r.cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("bench: scenario %s: %w\n%s", s.Name, err, y)

@@ -48,9 +48,10 @@ func TestMatcherRules(t *testing.T) {
 	}
 }
 
-// TestRunAll runs every scenario with both deliveries on 2,000 records and
-// checks the table: every column, positive numbers, and the committed
-// outputs equal to the model's count. Nothing about timing is asserted.
+// TestRunAll runs every scenario but the Nexmark ones (TestNexmarkQueries)
+// with both deliveries on 2,000 records and checks the table: every
+// column, positive numbers, and the committed outputs equal to the model's
+// count. Nothing about timing is asserted.
 func TestRunAll(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -59,7 +60,9 @@ func TestRunAll(t *testing.T) {
 	t.Cleanup(c.Close)
 	var names []string
 	for _, s := range Scenarios {
-		names = append(names, s.Name)
+		if s.Nexmark == "" {
+			names = append(names, s.Name)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -70,8 +73,8 @@ func TestRunAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 2*(len(Scenarios)+1) {
-		t.Fatalf("%d results, want %d", len(res), 2*(len(Scenarios)+1))
+	if len(res) != 2*(len(names)+1) {
+		t.Fatalf("%d results, want %d", len(res), 2*(len(names)+1))
 	}
 	var buf bytes.Buffer
 	if err := WriteTable(&buf, res); err != nil {

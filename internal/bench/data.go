@@ -34,6 +34,10 @@ type Item struct {
 	// is produced.
 	Time      int64
 	Partition int32
+	// Nexmark, when set, makes the item a Nexmark event (the other fields
+	// but ID, Time and Partition unused): its value is the event's JSON,
+	// without a key.
+	Nexmark *NexmarkEvent
 }
 
 // stamp sets the item's Time to now and its Partition among partitions.
@@ -44,6 +48,9 @@ func (it Item) stamp(partitions int) Item {
 
 // record returns the item's record for topic.
 func (it Item) record(topic string) *kgo.Record {
+	if it.Nexmark != nil {
+		return &kgo.Record{Topic: topic, Partition: it.Partition, Value: it.Nexmark.AppendJSON(make([]byte, 0, 256)), Timestamp: time.UnixMilli(it.Time)}
+	}
 	return &kgo.Record{Topic: topic, Partition: it.Partition, Key: []byte(it.Key), Value: it.Value(make([]byte, 0, valueBytes+8)), Timestamp: time.UnixMilli(it.Time)}
 }
 
@@ -116,14 +123,24 @@ func (g *Generator) Next() Item {
 	return Item{ID: g.next, Key: g.names[k], Shape: Shapes[g.rng.IntN(len(Shapes))], Amount: g.rng.IntN(1000)}
 }
 
+// itemSource is what a run produces: the items of a Generator, stamped
+// with the produce time, or a nexmarkSource's events.
+type itemSource interface {
+	// nextItem returns the next item with its Time and its Partition among
+	// partitions set.
+	nextItem(partitions int) Item
+}
+
+func (g *Generator) nextItem(partitions int) Item { return g.Next().stamp(partitions) }
+
 // load produces n items of g to topic, the model m counting the outputs
 // they should cause, and returns that count. Records carry the produce
 // time as timestamp and go to partition partitionOf(key).
-func load(ctx context.Context, cl *kgo.Client, topic string, partitions int, g *Generator, m Model, n int) (int64, error) {
+func load(ctx context.Context, cl *kgo.Client, topic string, partitions int, g itemSource, m Model, n int) (int64, error) {
 	var expected int64
 	errs := make(chan error, 1)
 	for range n {
-		it := g.Next().stamp(partitions)
+		it := g.nextItem(partitions)
 		expected += int64(m.Outputs(it))
 		cl.Produce(ctx, it.record(topic), func(_ *kgo.Record, err error) {
 			if err != nil {

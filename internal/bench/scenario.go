@@ -48,6 +48,11 @@ type Scenario struct {
 	// phase can fall inside a single window and yield no sample). The
 	// phase lasts the longer of it and Config.LatencyDuration.
 	MinLatencyPhase time.Duration
+	// Nexmark, when set, is a Nexmark query ("q0"): the job is
+	// configs/nexmark/<Nexmark>.yaml (Operators unused), its input the
+	// Nexmark generator's events, and its model a value model, so the run
+	// checks the committed values, not only their count.
+	Nexmark string
 }
 
 // Rule is a shape-pair rule of the matcher: {"name","first","second"}.
@@ -76,8 +81,9 @@ type modelFunc func(Item) int
 
 func (f modelFunc) Outputs(it Item) int { return f(it) }
 
-// Scenarios are the scenarios kstreamd bench knows, in --all order.
-var Scenarios = []Scenario{
+// Scenarios are the scenarios kstreamd bench knows, in --all order; the
+// Nexmark queries (nexmark-q<N>) last.
+var Scenarios = append([]Scenario{
 	{
 		Name: "copy", Doc: "source to sink, no operator", Backend: "hashmap",
 		NewModel: func(int) Model { return modelFunc(func(Item) int { return 1 }) },
@@ -112,7 +118,7 @@ var Scenarios = []Scenario{
 	rules(10),
 	rules(100),
 	tumblingWindow(),
-}
+}, nexmarkScenarios()...)
 
 func keyedCount(name, backend string, async bool) Scenario {
 	doc := "keyed_count by key on " + backend
