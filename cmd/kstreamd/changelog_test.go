@@ -233,3 +233,73 @@ func TestChangelogTwoStageCrashRescale(t *testing.T) {
 	}
 	waitCountryView(t, broker, d.url(), want, []string{"BE", "DE"}, d.exited, d.out.String)
 }
+
+// clusterChangelogPipeline is clicks_by_country's pipeline for a
+// cluster-mode test (clusterJob.Pipeline): three stages (the source, the
+// per-user aggregate, the per-country aggregate and the sink), joined by
+// two repartition topics.
+const clusterChangelogPipeline = `sources:
+  - name: clicks
+    topic: clicks
+operators:
+  - name: per_user
+    type: aggregate
+    input: clicks
+    key_by: user
+    params:
+      aggregates: [{name: clicks, fn: count}, {name: country, fn: last, of: country}]
+  - name: per_country
+    type: aggregate
+    input: per_user
+    key_by: country
+    params:
+      aggregates: [{name: clicks, fn: sum, of: clicks}]
+sinks:
+  - name: country-clicks
+    input: per_country
+    topic: country-clicks
+    delivery: exactly-once
+    transaction_timeout: 2m
+`
+
+// TestClusterChangelog runs the changelog job in cluster mode on two
+// daemons (2 units per stage): the per-user changelog crosses the
+// repartition topic clicks-2-repartition to the per-country units, each
+// record's kind in its kstreamd-change header (read_committed there: 3
+// +I, 3 -U, 3 +U for the six clicks of three users), and the compacted
+// view of country-clicks is exactly NL 5, DE 1, BE tombstoned. Daemon a is
+// then killed with SIGKILL, b takes its units over (restoring their
+// state), and one more click (u4 moves to NL) gives NL 7, DE tombstoned.
+func TestClusterChangelog(t *testing.T) {
+	t.Parallel()
+	tb := startTestBroker(t, map[string]int{"clicks": 4, "country-clicks": 4})
+	c := newCluster(t, clusterJob{Units: 2, Pipeline: clusterChangelogPipeline, Output: "country-clicks"}, tb.addr)
+	a, b := c.start("a"), c.start("b")
+	cl := newClient(t, tb.addr)
+	clicks := countryClicks()
+	produce(t, cl, clicks...)
+	exited := func() bool { return a.exited() || b.exited() }
+	waitCountryView(t, tb.addr, b.url(), map[string]int{"NL": 5, "DE": 1}, []string{"BE"}, exited, c.logs)
+
+	kinds := map[string]int{}
+	recs, err := testkit.TryReadTopic([]kgo.Opt{kgo.SeedBrokers(tb.addr)}, kgo.ReadCommitted(), "clicks-2-repartition", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range testkit.WithoutMarkers(recs) {
+		k := "none"
+		for _, h := range r.Headers {
+			if h.Key == "kstreamd-change" {
+				k = string(h.Value)
+			}
+		}
+		kinds[k]++
+	}
+	if want := map[string]int{"+I": 3, "-U": 3, "+U": 3}; !maps.Equal(kinds, want) {
+		t.Fatalf("clicks-2-repartition holds kinds %v, want %v", kinds, want)
+	}
+
+	c.kill("a")
+	produce(t, cl, &kgo.Record{Topic: "clicks", Key: []byte("u4"), Value: []byte(`{"user":"u4","country":"NL"}`)})
+	waitCountryView(t, tb.addr, b.url(), map[string]int{"NL": 7}, []string{"BE", "DE"}, b.exited, c.logs)
+}
