@@ -120,7 +120,7 @@ func TestBuiltinsAggregateDedup(t *testing.T) {
 	r := NewBuiltinRegistry()
 	for typ, want := range map[string]Traits{
 		AggregateType: {Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Accepts: true, Produces: true}},
-		DedupType:     {Keyed: true, AsyncState: true},
+		DedupType:     {Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Produces: true}},
 	} {
 		f, ok := r.Lookup(typ)
 		if !ok || f.Traits != want || f.Params == nil {

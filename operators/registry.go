@@ -57,6 +57,14 @@ func (t Traits) ProducesChangelog(in bool) bool {
 	return t.Changelog.Produces || (in && t.Changelog.Forwards)
 }
 
+// ChangelogOutputParams is implemented by a params struct whose operator
+// emits a changelog or not depending on its params (dedup: keep last
+// does, keep first does not); the planner then asks it instead of
+// Traits.Changelog.Produces, which says the type may.
+type ChangelogOutputParams interface {
+	ProducesChangelog() bool
+}
+
 // ChangelogInputChecker is implemented by a params struct whose operator,
 // as configured, cannot take every changelog input its type accepts (the
 // aggregate functions first and last cannot retract): the planner calls

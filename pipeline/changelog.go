@@ -79,7 +79,11 @@ func (c *Config) changelogStream(input string) (bool, string) {
 		if !known {
 			return false, ""
 		}
-		if side == "" && f.Traits.Changelog.Produces {
+		produces := f.Traits.Changelog.Produces
+		if po, ok := c.params[op.Name].(operators.ChangelogOutputParams); ok {
+			produces = po.ProducesChangelog()
+		}
+		if side == "" && produces {
 			return true, describeChangelog(input, via, fmt.Sprintf("operator %q (type %s)", op.Name, op.Type))
 		}
 		if side == "" && !f.Traits.Changelog.Forwards {
