@@ -234,6 +234,7 @@ func Builtins() []Factory {
 		aggregateFactory(),
 		windowFactory(),
 		dedupFactory(),
+		topNFactory(),
 		rulesFactory(),
 		filterFactory(),
 		mapFactory(),

@@ -303,3 +303,77 @@ func TestClusterChangelog(t *testing.T) {
 	produce(t, cl, &kgo.Record{Topic: "clicks", Key: []byte("u4"), Value: []byte(`{"user":"u4","country":"NL"}`)})
 	waitCountryView(t, tb.addr, b.url(), map[string]int{"NL": 7}, []string{"BE", "DE"}, b.exited, c.logs)
 }
+
+// TestExampleTopBids runs configs/examples/top_bids.yaml (top 3 bids per
+// auction and 1-minute window, Nexmark q19) on 400 bids of 5 auctions over
+// 4 minutes with pseudo-random prices (ties included): the compacted view
+// of the read_committed top-bids topic (per key the last row) equals the
+// final ranking computed here independently (per auction and window the
+// bids sorted by price, highest first, equal prices in arrival order, the
+// first 3), row for row.
+func TestExampleTopBids(t *testing.T) {
+	t.Parallel()
+	_, broker := startKfake(t, []string{"bids", "top-bids"})
+	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
+	d := startDaemon(t, dir, exampleConfig(t, "top_bids.yaml", dir, broker, metrics), broker, metrics)
+	const t0 = int64(1_699_999_980_000) // a minute boundary
+	type bidRow struct {
+		auction string
+		price   int
+		value   string
+	}
+	var recs []*kgo.Record
+	perWindow := map[string][]bidRow{} // "<auction>@<start>" -> bids in arrival order
+	seed := uint32(7)
+	for i := range 400 {
+		seed = seed*1664525 + 1013904223
+		auction := fmt.Sprintf("a%d", i%5)
+		price := int(seed>>16) % 50
+		ts := t0 + int64(i)*600 // 400 bids over 240 s: 4 windows
+		v := fmt.Sprintf(`{"auction":%q,"bidder":"b%d","price":%d,"ts":%d}`, auction, i, price, ts)
+		recs = append(recs, &kgo.Record{Topic: "bids", Key: []byte(auction), Value: []byte(v)})
+		start := ts - ts%60000
+		k := fmt.Sprintf("%s@%d", auction, start)
+		perWindow[k] = append(perWindow[k], bidRow{auction, price, v})
+	}
+	want := map[string]string{}
+	for k, bids := range perWindow {
+		slices.SortStableFunc(bids, func(a, b bidRow) int { return b.price - a.price })
+		auction, startText, _ := strings.Cut(k, "@")
+		start, _ := strconv.ParseInt(startText, 10, 64)
+		for r := range min(3, len(bids)) {
+			want[fmt.Sprintf("%s#%d", k, r+1)] = fmt.Sprintf(`{"key":%q,"rank":%d,"window_start":%d,"window_end":%d,"row":%s}`,
+				auction, r+1, start, start+60000, bids[r].value)
+		}
+	}
+	if len(want) != 5*4*3 {
+		t.Fatalf("expected table has %d rows, want 60", len(want))
+	}
+	produce(t, newClient(t, broker), recs...)
+	var view map[string]string
+	read := func() {
+		view = map[string]string{}
+		for _, r := range testkit.ReadTopic(t, []string{broker}, "top-bids", 5*time.Second) {
+			view[string(r.Key)] = string(r.Value)
+			if r.Value == nil {
+				delete(view, string(r.Key))
+			}
+		}
+	}
+	if !testkit.Poll(30*time.Second, func() bool { read(); return maps.Equal(view, want) }) {
+		for k, v := range want {
+			if view[k] != v {
+				t.Errorf("%s: %s, want %s", k, view[k], v)
+			}
+		}
+		t.Fatalf("compacted view has %d rows, want %d:\n%s", len(view), len(want), d.out.String())
+	}
+	last, _ := testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
+	waitCheckpointAfter(t, d, last+1)
+	if read(); !maps.Equal(view, want) {
+		t.Fatalf("after two more checkpoints the view changed: %d rows", len(view))
+	}
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+}
