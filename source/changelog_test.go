@@ -70,3 +70,36 @@ func TestEmitChangelogHeader(t *testing.T) {
 		})
 	}
 }
+
+// captureWriter is a DeadLetterWriter keeping what WriteTo gets.
+type captureWriter struct {
+	runtime.SideOutputOperator // not called
+	recs                       []runtime.Record
+}
+
+func (w *captureWriter) WriteTo(_ context.Context, _ string, rec runtime.Record) error {
+	w.recs = append(w.recs, rec)
+	return nil
+}
+
+// TestDeadLetterKeepsChangeKind: a changelog record dead-lettered by an
+// operator's bad-record policy carries its kind in the kstreamd-change
+// header after the error headers; an insert gets none.
+func TestDeadLetterKeepsChangeKind(t *testing.T) {
+	w := &captureWriter{}
+	p := NewBadRecordPolicy(PolicyConfig{Source: "in", OnError: OnErrorDeadLetter, DeadLetterTopic: "dlq", Writer: w,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	re := &runtime.RecordError{Reason: runtime.ReasonEvalError, Detail: "x"}
+	for _, c := range []runtime.ChangeKind{runtime.ChangeUpdateBefore, runtime.ChangeInsert} {
+		if err := p.HandleBadRecord(context.Background(), runtime.Record{Key: []byte("k"), Value: []byte(`{}`), Change: c}, re); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := func(r runtime.Record) string { h := r.Headers[len(r.Headers)-1]; return h.Key + "=" + string(h.Value) }
+	if got := last(w.recs[0]); got != "kstreamd-change=-U" {
+		t.Errorf("-U dead-lettered with last header %s, want kstreamd-change=-U", got)
+	}
+	if got := last(w.recs[1]); got != HeaderOffset+"=0" {
+		t.Errorf("+I dead-lettered with last header %s, want the offset header", got)
+	}
+}
