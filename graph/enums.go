@@ -82,3 +82,34 @@ func (d Delivery) Valid() bool {
 // ExactlyOnce reports whether d is DeliveryExactlyOnce: the sink is a
 // two-phase-commit sink whose committables are checkpointed.
 func (d Delivery) ExactlyOnce() bool { return d == DeliveryExactlyOnce }
+
+// ChangelogMode is how a sink writes a changelog stream (the config's
+// sinks[].changelog) and, for ChangelogHeader only, how a source reads
+// one back (sources[].changelog), decoded and validated by the pipeline
+// like Format.
+type ChangelogMode string
+
+// Changelog modes.
+const (
+	// ChangelogUpsert writes upserts keyed by the record key, Kafka's
+	// compacted-topic convention (Flink's upsert-kafka): +I and +U as
+	// values, -U dropped, -D as a tombstone (a null value). An append-only
+	// stream is written unchanged.
+	ChangelogUpsert ChangelogMode = "upsert"
+	// ChangelogHeader writes every record with its change kind in the
+	// kstreamd-change header (runtime.ChangeHeader); a source with
+	// changelog: header reads it back as a changelog.
+	ChangelogHeader ChangelogMode = "header"
+)
+
+// DefaultChangelogMode is the changelog mode of a sink that names none:
+// ChangelogUpsert, so that a job writing an aggregate writes one record
+// per update, as before changelogs existed.
+const DefaultChangelogMode = ChangelogUpsert
+
+// ChangelogModes returns every ChangelogMode, in the order messages and
+// the README list them.
+func ChangelogModes() []ChangelogMode { return []ChangelogMode{ChangelogUpsert, ChangelogHeader} }
+
+// String returns the config spelling of m, e.g. "upsert".
+func (m ChangelogMode) String() string { return string(m) }

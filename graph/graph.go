@@ -52,6 +52,10 @@ type Source struct {
 	MaxRecordBytes int
 	// DiscoveryInterval is the partition discovery period; 0 off.
 	DiscoveryInterval time.Duration
+	// Changelog says the source reads its topic as a header-mode changelog
+	// (ChangelogHeader: each record's kind from its kstreamd-change
+	// header); every repartition source does.
+	Changelog bool
 	// Broadcast says the source feeds a broadcast edge: null values pass
 	// (they delete rules) and checkpoints wait until it caught up.
 	Broadcast bool
@@ -102,6 +106,10 @@ type Operator struct {
 	// Input is the main input's vertex name; Broadcast the broadcast
 	// input's ("" for none).
 	Input, Broadcast string
+	// ChangelogInput says the main input is a changelog (the planner
+	// derived it from the changelog traits upstream); the factory gets it
+	// as FactoryContext.ChangelogInput.
+	ChangelogInput bool
 	// ErrorSources name, per logical input (0 main, 1 broadcast), the
 	// source whose on_error policy a bad record met here obeys: the source
 	// the input's records come from.
@@ -127,6 +135,9 @@ type Sink struct {
 	// IgnoreLostTransactions and BufferThreshold as in the config.
 	IgnoreLostTransactions bool
 	BufferThreshold        int
+	// Changelog is how a changelog is written; "" means
+	// DefaultChangelogMode. A repartition sink writes ChangelogHeader.
+	Changelog ChangelogMode
 	// Units > 0 marks the repartition sink of a cluster-mode stage
 	// (Split): a record whose key is in key group kg goes to partition
 	// keygroup.OperatorIndex(kg, max parallelism, Units), the unit owning

@@ -134,7 +134,7 @@ func Split(g *Graph, units int) (*Stages, error) {
 			if r.To == i {
 				rs := &Source{
 					Name: RepartitionVertex(i), Topic: r.Topic, Parallelism: 1, StartFrom: "earliest",
-					Format: DefaultFormat, OnError: "fail", Repartition: true, UpstreamStage: r.From,
+					Format: DefaultFormat, OnError: "fail", Repartition: true, UpstreamStage: r.From, Changelog: true,
 				}
 				if up := lineageSource(g, r.Edge.From); up != nil {
 					if up.Format != "" {
@@ -172,7 +172,7 @@ func Split(g *Graph, units int) (*Stages, error) {
 			if r.From == i {
 				sg.Sinks = append(sg.Sinks, &Sink{
 					Name: RepartitionVertex(r.To), Input: r.Edge.From, Topic: r.Topic, Parallelism: 1,
-					Delivery: DeliveryExactlyOnce, Units: units, TransactionalIDPrefix: "kstreamd-" + g.Job + "-" + RepartitionVertex(r.To),
+					Delivery: DeliveryExactlyOnce, Units: units, TransactionalIDPrefix: "kstreamd-" + g.Job + "-" + RepartitionVertex(r.To), Changelog: ChangelogHeader,
 				})
 			}
 		}

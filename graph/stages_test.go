@@ -116,3 +116,40 @@ func TestSplitPolicy(t *testing.T) {
 		t.Errorf("policies without an upstream source:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestSplitChangelogHeader: a repartition topic carries each record's
+// change kind: its sink writes in header mode and its source reads the
+// header back; the job's own sinks and sources keep their modes.
+func TestSplitChangelogHeader(t *testing.T) {
+	g := &Graph{Job: "j", MaxParallelism: 8,
+		Sources:   []*Source{{Name: "a", Topic: "a"}},
+		Operators: []*Operator{{Name: "x", Input: "a"}, {Name: "y", Input: "x", ChangelogInput: true}},
+		Sinks:     []*Sink{{Name: "out", Input: "y", Topic: "out", Changelog: ChangelogUpsert}},
+		Edges: []Edge{
+			{From: "a", To: "x", Kind: Forward}, {From: "x", To: "y", Kind: Hash, KeyBy: "k"}, {From: "y", To: "out", Kind: Forward},
+		},
+	}
+	st, err := Split(g, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range st.Stages {
+		for _, src := range s.Graph.Sources {
+			got = append(got, fmt.Sprintf("%d:source %s changelog=%v", s.Index, src.Name, src.Changelog))
+		}
+		for _, o := range s.Graph.Operators {
+			got = append(got, fmt.Sprintf("%d:operator %s changelog_input=%v", s.Index, o.Name, o.ChangelogInput))
+		}
+		for _, k := range s.Graph.Sinks {
+			got = append(got, fmt.Sprintf("%d:sink %s changelog=%s", s.Index, k.Name, k.Changelog))
+		}
+	}
+	want := []string{
+		"0:source a changelog=false", "0:operator x changelog_input=false", "0:sink repartition.1 changelog=header",
+		"1:source repartition.1 changelog=true", "1:operator y changelog_input=true", "1:sink out changelog=upsert",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("stages:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -31,3 +31,13 @@ func sinkDelivery(d graph.Delivery) sink.Delivery {
 	}
 	return sink.AtLeastOnce
 }
+
+// sinkChangelog maps a graph sink's changelog mode to the sink's:
+// ChangelogHeader to sink.ChangelogHeader, anything else (the default
+// upsert) to sink.ChangelogUpsert.
+func sinkChangelog(m graph.ChangelogMode) sink.ChangelogMode {
+	if m == graph.ChangelogHeader {
+		return sink.ChangelogHeader
+	}
+	return sink.ChangelogUpsert
+}

@@ -44,3 +44,13 @@ func TestSinkDelivery(t *testing.T) {
 		}
 	}
 }
+
+func TestSinkChangelog(t *testing.T) {
+	for in, want := range map[graph.ChangelogMode]sink.ChangelogMode{
+		"": sink.ChangelogUpsert, graph.ChangelogUpsert: sink.ChangelogUpsert, graph.ChangelogHeader: sink.ChangelogHeader,
+	} {
+		if got := sinkChangelog(in); got != want {
+			t.Errorf("sinkChangelog(%q) = %v, want %v", in, got, want)
+		}
+	}
+}

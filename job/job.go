@@ -371,7 +371,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				Name:           s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
 				Subtask: sub, Parallelism: p, Only: only, Upstream: upstream, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
 				DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + g.Job,
-				Format: sourceFormat(s.Format), Tombstones: s.Broadcast, Check: s.Check,
+				Format: sourceFormat(s.Format), Tombstones: s.Broadcast, Check: s.Check, Changelog: s.Changelog,
 				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, PolicySource: s.PolicySource, DeadLetters: dlw, MaxRecordBytes: s.MaxRecordBytes,
 				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
 				OnCaughtUp: func() { resp.caughtUp(id) },
@@ -424,7 +424,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			mailbox := runtime.NewMailbox() // shared by the task and an async operator's completions
 			fn, err := op.Factory.New(operators.FactoryContext{
 				Operator: op.Name, Subtask: sub, Parallelism: p, Params: op.Params, AsyncState: op.AsyncState,
-				Metrics: om, Logger: opLogger,
+				ChangelogInput: op.ChangelogInput, Metrics: om, Logger: opLogger,
 				SourceSubtask: func(topic string, partition int32) (int, bool) {
 					sub, ok := readers[topic][partition]
 					return sub, ok
@@ -509,7 +509,8 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			if exactlyOnce {
 				tps := sink.NewTwoPhaseCommitSink(sk.Name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
 					Name: sk.Name, Subtask: txnSub(sub), Topic: sk.Topic, TransactionalIDPrefix: prefix, Partition: partition, Partitions: int32(sk.Units),
-					PoolSize: pool, TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions,
+					Changelog: sinkChangelog(sk.Changelog),
+					PoolSize:  pool, TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions,
 					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub), Metrics: skm, Retries: metrics.kafka, Logger: sinkLogger,
 				}), skm, sinkLogger)
 				if unit != nil && sk.Units > 0 {
@@ -526,7 +527,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				k = tps
 			} else {
 				ks := sink.New(sink.Config{
-					Name: sk.Name, Subtask: sub, Topic: sk.Topic, Delivery: sinkDelivery(sk.Delivery),
+					Name: sk.Name, Subtask: sub, Topic: sk.Topic, Delivery: sinkDelivery(sk.Delivery), Changelog: sinkChangelog(sk.Changelog),
 					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub),
 					Logger: sinkLogger,
 				})

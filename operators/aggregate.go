@@ -1,7 +1,6 @@
 package operators
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -141,12 +140,24 @@ func (p *AggregateParams) CheckParams(report func(field, msg string)) {
 	p.StateTTL.Check("state_ttl", report)
 }
 
+// CheckChangelogInput implements ChangelogInputChecker: first and last
+// cannot retract a value (Flink keeps every value for its
+// FIRST_VALUE/LAST_VALUE with retraction; this operator keeps one), so
+// over a changelog input they are refused.
+func (p *AggregateParams) CheckChangelogInput(report func(field, msg string)) {
+	for i, a := range p.Aggregates {
+		if a.Fn == AggFirst || a.Fn == AggLast {
+			report(fmt.Sprintf("aggregates[%d].fn", i), fmt.Sprintf("%s cannot retract, and this aggregate's input is a changelog (updates retract the values they replace); use count, sum, min, max, avg or count_distinct", a.Fn))
+		}
+	}
+}
+
 // aggregateFactory registers AggregateType.
 func aggregateFactory() Factory {
 	return Factory{
 		Type:   AggregateType,
-		Doc:    "Per key, running aggregates (count, sum, min, max, avg, first, last, count_distinct) emitted as {\"key\", <name>: <result>, ...} on every update or on change.",
-		Traits: Traits{Keyed: true, AsyncState: true},
+		Doc:    "Per key, running aggregates (count, sum, min, max, avg, first, last, count_distinct) emitted as {\"key\", <name>: <result>, ...} on every update or on change, as a changelog (+I, then -U old and +U new per update, -D when retractions empty a key); over a changelog input it retracts (see Changelogs).",
+		Traits: Traits{Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Accepts: true, Produces: true}},
 		Params: func() any { return &AggregateParams{Emit: EmitEveryUpdate} },
 		State:  []string{AggregateStateName, AggregateStateName + ".<name>"},
 		New: func(ctx FactoryContext) (any, error) {
@@ -158,9 +169,9 @@ func aggregateFactory() Factory {
 				if p.StateTTL.Time == TTLEventTime {
 					return nil, fmt.Errorf("operators: %s %s: state_ttl.time event is not supported with async_state", AggregateType, ctx.Operator)
 				}
-				return NewAsyncAggregate(*p), nil
+				return NewAsyncAggregate(*p, ctx.ChangelogInput), nil
 			}
-			return NewAggregate(*p), nil
+			return NewAggregate(*p, ctx.ChangelogInput), nil
 		},
 	}
 }
@@ -173,14 +184,24 @@ type aggregator struct {
 	emit     AggregateEmit
 	ttl      *state.StateTtlConfig
 	distinct []int // indexes in specs of the count_distinct aggregates
-	env      RecordEnv
+	// changelog says the input is a changelog: records may retract.
+	changelog bool
+	// maps are the indexes in specs of the aggregates keeping a MapState
+	// (aggregate.<name>): every count_distinct, and min and max over a
+	// changelog input (their value multiset).
+	maps []int
+	env  RecordEnv
 }
 
-func newAggregator(p AggregateParams) aggregator {
-	a := aggregator{specs: p.Aggregates, emit: p.Emit, ttl: p.StateTTL.Config()}
+func newAggregator(p AggregateParams, changelog bool) aggregator {
+	a := aggregator{specs: p.Aggregates, emit: p.Emit, ttl: p.StateTTL.Config(), changelog: changelog}
 	for i, s := range a.specs {
-		if s.Fn == AggCountDistinct {
+		switch {
+		case s.Fn == AggCountDistinct:
 			a.distinct = append(a.distinct, i)
+			a.maps = append(a.maps, i)
+		case changelog && (s.Fn == AggMin || s.Fn == AggMax):
+			a.maps = append(a.maps, i)
 		}
 	}
 	return a
@@ -359,20 +380,6 @@ func (a *aggregator) inputs(rec *runtime.Record) ([]aggInput, error) {
 	return in, nil
 }
 
-// fold returns the accumulators after folding in into cur (found: cur was
-// in the state), the output value before (nil for a new key) and after the
-// record, and whether to emit. isNew[j] says whether the input of the j-th
-// count_distinct aggregate was not seen before.
-func (a *aggregator) fold(key []byte, cur aggregateAccumulators, found bool, in []aggInput, isNew []bool) (next aggregateAccumulators, out []byte, emit bool) {
-	var before []byte
-	if found {
-		before = a.output(key, cur)
-	}
-	next = a.accumulate(cur, in, isNew)
-	out = a.output(key, next)
-	return next, out, a.emit == EmitEveryUpdate || !bytes.Equal(before, out)
-}
-
 // accumulate returns the accumulators after folding one record's inputs in
 // into cur (nil: none yet); isNew as for fold.
 func (a *aggregator) accumulate(cur aggregateAccumulators, in []aggInput, isNew []bool) aggregateAccumulators {
@@ -490,10 +497,10 @@ func (a *aggregator) appendResults(b []byte, accs aggregateAccumulators) []byte 
 	return b
 }
 
-// record is the output record of value v for input rec: rec's key,
-// timestamp, headers and origin.
-func aggregateRecord(rec runtime.Record, v []byte) runtime.Record {
-	return runtime.Record{Key: rec.Key, Value: v, Timestamp: rec.Timestamp, Headers: rec.Headers, Origin: rec.Origin}
+// aggregateRecord is the output record of value v and change kind c for
+// input rec: rec's key, timestamp, headers and origin.
+func aggregateRecord(rec runtime.Record, v []byte, c runtime.ChangeKind) runtime.Record {
+	return runtime.Record{Key: rec.Key, Value: v, Timestamp: rec.Timestamp, Headers: rec.Headers, Origin: rec.Origin, Change: c}
 }
 
 // accDescriptor describes the accumulators' ValueState.
@@ -503,8 +510,9 @@ func (a *aggregator) accDescriptor() state.ValueStateDescriptor[aggregateAccumul
 	}
 }
 
-// setDescriptor describes the MapState of the count_distinct aggregate
-// specs[i]: the distinct values' JSON to nothing.
+// setDescriptor describes the MapState of the map-backed aggregate
+// specs[i] (a count_distinct, or a min or max over a changelog input): the
+// values' JSON to their count (aggregate_retract.go).
 func (a *aggregator) setDescriptor(i int) state.MapStateDescriptor[string, []byte] {
 	return state.MapStateDescriptor[string, []byte]{
 		Name: AggregateStateName + "." + a.specs[i].Name, KeySerializer: state.StringSerializer{},
@@ -523,12 +531,26 @@ func (a *aggregator) putSeen() bool {
 // global window, emitting on every update, as Flink SQL's unbounded GROUP
 // BY): per key it folds each record into running aggregates and emits
 // {"key": <key>, <name>: <result>, ...} in the aggregates' order, with the
-// input's key, timestamp, headers and origin. Its state is one
-// ValueState (AggregateStateName, the accumulators as JSON) plus one
-// MapState per count_distinct aggregate; with state_ttl every one of them
-// expires ttl after its last refresh: a key whose accumulators expired
-// starts again from zero (its distinct sets are cleared), and a
-// count_distinct value is remembered for ttl after its last occurrence.
+// input's key, timestamp, headers and origin, as a changelog (Flink's
+// GroupAggFunction): +I for the key's first row, then -U of the previous
+// row and +U of the new one per record (emit on_change: only when the row
+// changed). An upsert sink writes exactly the +I and +U rows, one per
+// record as before changelogs existed.
+//
+// Over a changelog input (a -U or -D record) it retracts the record's
+// values: sum and avg subtract, count decrements, min and max take the
+// extreme of the values left (a value -> count multiset in a MapState, as
+// Flink's MaxWithRetractAggFunction), count_distinct drops a value whose
+// count reaches 0; a retraction that leaves the key without rows emits -D
+// of the last row and clears the key's state. A retraction of a key
+// without state (never seen, or expired) is ignored, as in Flink.
+//
+// Its state is one ValueState (AggregateStateName, the accumulators as
+// JSON) plus one MapState per count_distinct aggregate, and per min and
+// max over a changelog input; with state_ttl every one of them expires ttl
+// after its last refresh: a key whose accumulators expired starts again
+// from zero (its maps are cleared), and a count_distinct value is
+// remembered for ttl after its last occurrence.
 //
 // Every of is evaluated before the state is read: a record on which one
 // fails (a missing field, a sum over a string) is a *runtime.RecordError
@@ -536,12 +558,15 @@ func (a *aggregator) putSeen() bool {
 type Aggregate struct {
 	aggregator
 	acc  state.ValueState[aggregateAccumulators]
-	sets []state.MapState[string, []byte] // one per aggregator.distinct
+	sets []state.MapState[string, []byte] // one per aggregator.maps
 }
 
 // NewAggregate returns the aggregate function of params p (checked by
-// CheckParams).
-func NewAggregate(p AggregateParams) *Aggregate { return &Aggregate{aggregator: newAggregator(p)} }
+// CheckParams); changelog says its input is a changelog (min and max then
+// keep their value multisets, so that they can retract).
+func NewAggregate(p AggregateParams, changelog bool) *Aggregate {
+	return &Aggregate{aggregator: newAggregator(p, changelog)}
+}
 
 // Open implements KeyedProcessFunction. It fails with a
 // *state.StateMigrationError naming the state when the restored state was
@@ -553,7 +578,7 @@ func (f *Aggregate) Open(ctx OpenContext) error {
 	}
 	f.acc = acc
 	f.sets = nil
-	for _, i := range f.distinct {
+	for _, i := range f.maps {
 		m, err := state.GetMapState(ctx.Backend, f.setDescriptor(i))
 		if err != nil {
 			return fmt.Errorf("operators: %s %s: %w", AggregateType, ctx.Operator, err)
@@ -569,41 +594,68 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 	if err != nil {
 		return err
 	}
+	retract := rec.Change.Retracts()
 	cur, found, err := f.acc.Value()
-	if err != nil {
+	if err != nil || (retract && !found) {
 		return err
 	}
-	isNew := make([]bool, len(f.distinct))
-	for j, i := range f.distinct {
+	steps := make([]aggMapStep, len(f.maps))
+	for j := range f.maps {
 		if !found && f.ttl != nil {
 			if err := f.sets[j].Clear(); err != nil { // values of an expired run of the key
 				return err
 			}
 		}
-		seen, err := f.sets[j].Contains(string(in[i].raw))
+		k := f.mapKey(f.maps[j], in)
+		v, present, err := f.sets[j].Get(k)
 		if err != nil {
 			return err
 		}
-		isNew[j] = !seen
-		if !seen || f.putSeen() {
-			if err := f.sets[j].Put(string(in[i].raw), nil); err != nil {
+		steps[j] = f.mapStep(j, in, cur, v, present, retract)
+		if steps[j].rescan {
+			var keys []string
+			for uk, err := range f.sets[j].Keys() {
+				if err != nil {
+					return err
+				}
+				keys = append(keys, uk)
+			}
+			f.rescanExtreme(j, &steps[j], keys)
+		}
+	}
+	next := f.apply(cur, in, steps, retract)
+	if f.deletes(found, retract, next) {
+		if err := f.acc.Clear(); err != nil {
+			return err
+		}
+		for _, m := range f.sets {
+			if err := m.Clear(); err != nil {
 				return err
 			}
 		}
+		return f.emitChanges(rec, cur, found, retract, next, out)
 	}
-	next, v, emit := f.fold(rec.Key, cur, found, in, isNew)
+	for j, st := range steps {
+		v, put, remove := f.mapWrite(j, st)
+		switch {
+		case put:
+			err = f.sets[j].Put(st.key, v)
+		case remove:
+			err = f.sets[j].Remove(st.key)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	if err := f.acc.Update(next); err != nil {
 		return err
 	}
-	if !emit {
-		return nil
-	}
-	return out.Collect(aggregateRecord(rec, v))
+	return f.emitChanges(rec, cur, found, retract, next, out)
 }
 
 // AsyncAggregate is Aggregate through the async state API: the same state,
-// input and output; the reads of the accumulators and of the distinct sets
-// are futures, the writes follow them. It is the aggregate operator with
+// input and output; the reads of the accumulators and of the maps are
+// futures, the writes follow them. It is the aggregate operator with
 // async_state: true.
 type AsyncAggregate struct {
 	aggregator
@@ -611,9 +663,10 @@ type AsyncAggregate struct {
 	sets []state.AsyncMapState[string, []byte]
 }
 
-// NewAsyncAggregate returns the async aggregate function of params p.
-func NewAsyncAggregate(p AggregateParams) *AsyncAggregate {
-	return &AsyncAggregate{aggregator: newAggregator(p)}
+// NewAsyncAggregate returns the async aggregate function of params p;
+// changelog as for NewAggregate.
+func NewAsyncAggregate(p AggregateParams, changelog bool) *AsyncAggregate {
+	return &AsyncAggregate{aggregator: newAggregator(p, changelog)}
 }
 
 // Open implements AsyncKeyedProcessFunction; errors as Aggregate.Open.
@@ -624,7 +677,7 @@ func (f *AsyncAggregate) Open(ctx AsyncOpenContext) error {
 	}
 	f.acc = acc
 	f.sets = nil
-	for _, i := range f.distinct {
+	for _, i := range f.maps {
 		m, err := state.GetAsyncMapState(ctx.AEC, f.setDescriptor(i))
 		if err != nil {
 			return fmt.Errorf("operators: %s %s: %w", AggregateType, ctx.Operator, err)
@@ -636,36 +689,63 @@ func (f *AsyncAggregate) Open(ctx AsyncOpenContext) error {
 
 // ProcessElement implements AsyncKeyedProcessFunction: evaluate the inputs
 // (an eval_error is returned at once), read the accumulators, then the
-// distinct sets, then write them and emit.
+// maps' entries of the record's values, then (a min or max retracting its
+// extreme) the keys of its multiset, then write and emit.
 func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
 	in, err := f.inputs(&rec)
 	if err != nil {
 		return err
 	}
+	retract := rec.Change.Retracts()
 	state.ThenCompose(f.acc.AsyncValue(), func(cur state.Optional[aggregateAccumulators]) (state.StateFuture[state.Void], error) {
-		contains := make([]state.StateFuture[bool], len(f.distinct))
-		for j, i := range f.distinct {
+		if retract && !cur.OK {
+			return state.CompletedVoidFuture(), nil
+		}
+		gets := make([]state.StateFuture[state.Optional[[]byte]], len(f.maps))
+		for j, i := range f.maps {
 			if !cur.OK && f.ttl != nil {
 				f.sets[j].AsyncClear() // ordered before the read below; its failure fails the record
 			}
-			contains[j] = f.sets[j].AsyncContains(string(in[i].raw))
+			gets[j] = f.sets[j].AsyncGet(f.mapKey(i, in))
 		}
-		return state.ThenCompose(state.CombineAll(contains), func(seen []bool) (state.StateFuture[state.Void], error) {
-			isNew := make([]bool, len(seen))
-			writes := make([]state.StateFuture[state.Void], 0, len(seen)+1)
-			for j, i := range f.distinct {
-				isNew[j] = !seen[j]
-				if !seen[j] || f.putSeen() {
-					writes = append(writes, f.sets[j].AsyncPut(string(in[i].raw), nil))
+		return state.ThenCompose(state.CombineAll(gets), func(vals []state.Optional[[]byte]) (state.StateFuture[state.Void], error) {
+			steps := make([]aggMapStep, len(f.maps))
+			scans := make([]state.StateFuture[[]string], len(f.maps))
+			for j := range f.maps {
+				steps[j] = f.mapStep(j, in, cur.Value, vals[j].Value, vals[j].OK, retract)
+				if steps[j].rescan {
+					scans[j] = state.ToIterable(f.sets[j].AsyncKeys())
+				} else {
+					scans[j] = state.CompletedFuture[[]string](nil)
 				}
 			}
-			next, v, emit := f.fold(rec.Key, cur.Value, cur.OK, in, isNew)
-			writes = append(writes, f.acc.AsyncUpdate(next))
-			return state.CombineAll(writes).ThenAccept(func([]state.Void) error {
-				if !emit {
-					return nil
+			return state.ThenCompose(state.CombineAll(scans), func(keys [][]string) (state.StateFuture[state.Void], error) {
+				for j := range steps {
+					if steps[j].rescan {
+						f.rescanExtreme(j, &steps[j], keys[j])
+					}
 				}
-				return out.Collect(aggregateRecord(rec, v))
+				next := f.apply(cur.Value, in, steps, retract)
+				var writes []state.StateFuture[state.Void]
+				if f.deletes(cur.OK, retract, next) {
+					writes = append(writes, f.acc.AsyncClear())
+					for _, m := range f.sets {
+						writes = append(writes, m.AsyncClear())
+					}
+				} else {
+					for j, st := range steps {
+						switch v, put, remove := f.mapWrite(j, st); {
+						case put:
+							writes = append(writes, f.sets[j].AsyncPut(st.key, v))
+						case remove:
+							writes = append(writes, f.sets[j].AsyncRemove(st.key))
+						}
+					}
+					writes = append(writes, f.acc.AsyncUpdate(next))
+				}
+				return state.CombineAll(writes).ThenAccept(func([]state.Void) error {
+					return f.emitChanges(rec, cur.Value, cur.OK, retract, next, out)
+				}), nil
 			}), nil
 		}), nil
 	})

@@ -121,11 +121,11 @@ func compiled(t *testing.T, src string) Expression {
 }
 
 // aggFn returns the sync or async aggregate of p.
-func aggFn(mode string, p AggregateParams) any {
+func aggFn(mode string, p AggregateParams, changelog bool) any {
 	if mode == "async" {
-		return NewAsyncAggregate(p)
+		return NewAsyncAggregate(p, changelog)
 	}
-	return NewAggregate(p)
+	return NewAggregate(p, changelog)
 }
 
 var modes = []string{"sync", "async"}
@@ -180,13 +180,13 @@ func TestAggregateFunctions(t *testing.T) {
 					{Name: "last", Fn: AggLast, Of: compiled(t, "user")},
 					{Name: "users", Fn: AggCountDistinct, Of: compiled(t, "user")},
 				}}
-				h, err := openStateful(t, kind, t.TempDir(), nil, nil, aggFn(mode, p))
+				h, err := openStateful(t, kind, t.TempDir(), nil, nil, aggFn(mode, p, false))
 				if err != nil {
 					t.Fatal(err)
 				}
 				bad := &recordErrors{}
 				h.feed(bad, in...)
-				got := h.finish()
+				got := upserts(t, h.finish())
 				if len(bad.errs) > 0 {
 					t.Fatalf("bad records %v", bad.errs)
 				}
@@ -218,13 +218,13 @@ func TestAggregateSumOverflow(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			p := AggregateParams{Emit: EmitEveryUpdate, Aggregates: []AggregateSpec{{Name: "s", Fn: AggSum, Of: compiled(t, "amount")}}}
-			h, err := openStateful(t, state.KindHashmap, "", nil, nil, aggFn(mode, p))
+			h, err := openStateful(t, state.KindHashmap, "", nil, nil, aggFn(mode, p, false))
 			if err != nil {
 				t.Fatal(err)
 			}
 			h.feed(&recordErrors{}, payment("a", int64(1<<62), "u"), payment("a", int64(1<<62), "u"), payment("a", int64(-1<<62), "u"))
 			want := []string{`{"key":"a","s":4611686018427387904}`, `{"key":"a","s":9223372036854775808}`, `{"key":"a","s":4611686018427387904}`}
-			if got := values(h.finish()); !reflect.DeepEqual(got, want) {
+			if got := values(upserts(t, h.finish())); !reflect.DeepEqual(got, want) {
 				t.Fatalf("outputs %v, want %v", got, want)
 			}
 		})
@@ -248,7 +248,7 @@ func TestAggregateSumExactPastInt64(t *testing.T) {
 					{Name: "mean", Fn: AggAvg, Of: compiled(t, "amount")},
 				}}
 				dir := t.TempDir()
-				h, err := openStateful(t, kind, dir, nil, nil, aggFn(mode, p))
+				h, err := openStateful(t, kind, dir, nil, nil, aggFn(mode, p, false))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -258,10 +258,10 @@ func TestAggregateSumExactPastInt64(t *testing.T) {
 					`{"key":"a","s":9223372036854775000,"lo":9223372036854775000,"hi":9223372036854775000,"mean":9223372036854775000}`,
 					`{"key":"a","s":9223372036854784000,"lo":9000,"hi":9223372036854775000,"mean":4611686018427392000}`,
 				}
-				if got := values(h.emitted()); !reflect.DeepEqual(got, want) {
+				if got := values(upserts(t, h.emitted())); !reflect.DeepEqual(got, want) {
 					t.Fatalf("outputs %v, want %v", got, want)
 				}
-				h2, err := openStateful(t, kind, t.TempDir(), nil, snapshotRestore(t, h), aggFn(mode, p))
+				h2, err := openStateful(t, kind, t.TempDir(), nil, snapshotRestore(t, h), aggFn(mode, p, false))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -275,7 +275,7 @@ func TestAggregateSumExactPastInt64(t *testing.T) {
 					`{"key":"a","s":-18446744073709543424,"lo":-9223372036854775808,"hi":9223372036854775000,"mean":-3689348814741908500}`,
 					`{"key":"a","s":-9223372036854767617,"lo":-9223372036854775808,"hi":9223372036854775807,"mean":-1537228672809128000}`,
 				}
-				got := values(h2.finish())
+				got := values(upserts(t, h2.finish()))
 				if len(bad.errs) > 0 {
 					t.Fatalf("bad records %v", bad.errs)
 				}
@@ -339,12 +339,12 @@ func TestAggregateOnChange(t *testing.T) {
 					{Name: "hi", Fn: AggMax, Of: compiled(t, "amount")},
 					{Name: "status", Fn: AggLast, Of: compiled(t, "status")},
 				}}
-				h, err := openStateful(t, kind, t.TempDir(), nil, nil, aggFn(mode, p))
+				h, err := openStateful(t, kind, t.TempDir(), nil, nil, aggFn(mode, p, false))
 				if err != nil {
 					t.Fatal(err)
 				}
 				h.feed(&recordErrors{}, in...)
-				if got := byKey(h.finish()); !reflect.DeepEqual(got, want) {
+				if got := byKey(upserts(t, h.finish())); !reflect.DeepEqual(got, want) {
 					t.Fatalf("outputs %v, want %v", got, want)
 				}
 			})
@@ -376,13 +376,13 @@ func TestAggregateEvalError(t *testing.T) {
 					{Name: "n", Fn: AggCount},
 					{Name: "users", Fn: AggCountDistinct, Of: compiled(t, "user")},
 				}}
-				h, err := openStateful(t, kind, t.TempDir(), nil, nil, aggFn(mode, p))
+				h, err := openStateful(t, kind, t.TempDir(), nil, nil, aggFn(mode, p, false))
 				if err != nil {
 					t.Fatal(err)
 				}
 				bad := &recordErrors{}
 				h.feed(bad, in...)
-				if got := values(h.finish()); !reflect.DeepEqual(got, want) {
+				if got := values(upserts(t, h.finish())); !reflect.DeepEqual(got, want) {
 					t.Fatalf("outputs %v, want %v", got, want)
 				}
 				if len(bad.errs) != len(wantErrs) {
@@ -412,7 +412,7 @@ func TestAggregateStateTTL(t *testing.T) {
 					{Name: "users", Fn: AggCountDistinct, Of: compiled(t, "user")},
 				}}
 				clk := newStepClock()
-				h, err := openStateful(t, kind, t.TempDir(), clk, nil, aggFn(mode, p))
+				h, err := openStateful(t, kind, t.TempDir(), clk, nil, aggFn(mode, p, false))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -428,7 +428,7 @@ func TestAggregateStateTTL(t *testing.T) {
 					"a": {`{"key":"a","total":1,"users":1}`, `{"key":"a","total":3,"users":2}`, `{"key":"a","total":7,"users":3}`, `{"key":"a","total":8,"users":1}`},
 					"b": {`{"key":"b","total":10,"users":1}`, `{"key":"b","total":20,"users":1}`, `{"key":"b","total":40,"users":1}`},
 				}
-				if got := byKey(h.finish()); !reflect.DeepEqual(got, want) {
+				if got := byKey(upserts(t, h.finish())); !reflect.DeepEqual(got, want) {
 					t.Fatalf("outputs %v, want %v", got, want)
 				}
 			})
@@ -449,7 +449,7 @@ func snapshotRestore(t *testing.T, h *harness) *Restore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.finish()
+	upserts(t, h.finish())
 	var ts checkpoint.TaskState
 	if err := json.Unmarshal(snap.State, &ts); err != nil {
 		t.Fatal(err)
@@ -477,13 +477,13 @@ func TestAggregateTTLSwitchRefused(t *testing.T) {
 					params := func(ttl StateTTLParams) AggregateParams {
 						return AggregateParams{Emit: EmitEveryUpdate, StateTTL: ttl, Aggregates: []AggregateSpec{{Name: "n", Fn: AggCount}}}
 					}
-					h, err := openStateful(t, kind, t.TempDir(), nil, nil, aggFn(mode, params(c.before)))
+					h, err := openStateful(t, kind, t.TempDir(), nil, nil, aggFn(mode, params(c.before), false))
 					if err != nil {
 						t.Fatal(err)
 					}
 					h.feed(&recordErrors{}, payment("a", 1, "u"))
 					restore := snapshotRestore(t, h)
-					_, err = openStateful(t, kind, t.TempDir(), nil, restore, aggFn(mode, params(c.then)))
+					_, err = openStateful(t, kind, t.TempDir(), nil, restore, aggFn(mode, params(c.then), false))
 					if !errors.Is(err, state.ErrStateMigration) || !strings.Contains(err.Error(), c.want) {
 						t.Fatalf("Open after restore = %v, want a state migration error containing %q", err, c.want)
 					}
@@ -570,7 +570,7 @@ func TestAggregateEventTimeTTL(t *testing.T) {
 		StateTTL: StateTTLParams{TTL: 10 * time.Second, Time: TTLEventTime}}
 	for _, kind := range backends {
 		t.Run(kind, func(t *testing.T) {
-			h, err := openStateful(t, kind, t.TempDir(), nil, nil, NewAggregate(p))
+			h, err := openStateful(t, kind, t.TempDir(), nil, nil, NewAggregate(p, false))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -583,9 +583,61 @@ func TestAggregateEventTimeTTL(t *testing.T) {
 			}
 			h.process(rec(25_000)) // last update at 14: 14 + 10 <= 25, expired
 			want := []string{`{"key":"a","n":1}`, `{"key":"a","n":2}`, `{"key":"a","n":3}`, `{"key":"a","n":1}`}
-			if got := values(h.finish()); !reflect.DeepEqual(got, want) {
+			if got := values(upserts(t, h.finish())); !reflect.DeepEqual(got, want) {
 				t.Fatalf("got %q, want %q", got, want)
 			}
 		})
 	}
+}
+
+// upserts checks that recs, an aggregate's output, is a well-formed
+// changelog (per key: pairs of -U holding exactly the row emitted last and
+// +U, or a -D of the row emitted last; a +I starts a key, or starts it
+// again after its state expired) and returns it without its -U records:
+// the rows an upsert sink writes, one per input record as before
+// changelogs. A -U of a key with no row in recs (a harness restored from
+// another's state) is taken as that row.
+func upserts(t *testing.T, recs []runtime.Record) []runtime.Record {
+	t.Helper()
+	last := map[string]string{}    // key -> the row emitted last; absent: none
+	pending := map[string]string{} // key -> the -U waiting for its +U
+	var out []runtime.Record
+	for _, r := range recs {
+		k, v := string(r.Key), string(r.Value)
+		prev, has := last[k]
+		_, waiting := pending[k]
+		switch r.Change {
+		case runtime.ChangeInsert:
+			if waiting {
+				t.Fatalf("key %q: +I %s while a -U waits for its +U", k, v)
+			}
+		case runtime.ChangeUpdateBefore:
+			if !has && !waiting {
+				prev, has = v, true
+			}
+			if !has || waiting || v != prev {
+				t.Fatalf("key %q: -U %s, want the row emitted last %q (exists %v, a -U pending %v)", k, v, prev, has, waiting)
+			}
+			pending[k] = v
+			continue
+		case runtime.ChangeUpdateAfter:
+			if !waiting {
+				t.Fatalf("key %q: +U %s without its -U", k, v)
+			}
+			delete(pending, k)
+		case runtime.ChangeDelete:
+			if !has || waiting || v != prev {
+				t.Fatalf("key %q: -D %s, want the row emitted last %q", k, v, prev)
+			}
+			delete(last, k)
+			out = append(out, r)
+			continue
+		}
+		last[k] = v
+		out = append(out, r)
+	}
+	for k, v := range pending {
+		t.Fatalf("key %q: -U %s without its +U", k, v)
+	}
+	return out
 }

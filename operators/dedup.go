@@ -20,18 +20,46 @@ const DedupType = "dedup"
 const (
 	DedupStateName   = "dedup"
 	DedupByStateName = "dedup_by"
+	// DedupLastStateName is keep: last's ValueState: the key's last record
+	// (its value, timestamp and headers, as JSON).
+	DedupLastStateName = "dedup_last"
 )
+
+// DedupKeep is the keep param of the dedup operator.
+type DedupKeep string
+
+// The values of DedupKeep.
+const (
+	// DedupKeepFirst lets the first record of a key (or by value) through
+	// and drops the rest within ttl: an append-only output. The default.
+	DedupKeepFirst DedupKeep = "first"
+	// DedupKeepLast keeps the latest record of each key as a changelog
+	// (Flink's deduplication keeping the last row, ROW_NUMBER() ... ORDER
+	// BY time DESC = 1; Nexmark q18): +I for a key's first record, then -U
+	// of the record kept before and +U of the new one.
+	DedupKeepLast DedupKeep = "last"
+)
+
+// UnmarshalText implements encoding.TextUnmarshaler, refusing an unknown
+// value.
+func (k *DedupKeep) UnmarshalText(text []byte) error {
+	return setEnum(k, text, DedupKeepFirst, DedupKeepLast)
+}
 
 // DedupParams are the params of the dedup operator:
 //
 //	params:
-//	  ttl: 10m             # required
+//	  ttl: 10m             # required with keep: first
 //	  by: order.line_id    # optional; default: the record key
 //	  time: event          # optional; default: processing
+//	  keep: last           # optional; default: first
 type DedupParams struct {
+	// Keep is which record of a key is kept; "" means DedupKeepFirst.
+	Keep DedupKeep `yaml:"keep" doc:"first (default: the first record of a key, or by value, within ttl goes through unchanged, later ones are dropped) or last (the latest record of each key, by timestamp, emitted as a changelog: +I, then -U of the record it replaces and +U; Flink's keep-last deduplication, Nexmark q18)."`
 	// TTL is how long a key (or by value) is remembered after the record
-	// that was let through; required, at least 1ms.
-	TTL time.Duration `yaml:"ttl" doc:"How long a seen key (or by value) is remembered after the record let through, on the clock time names, e.g. 10m; required, at least 1ms."`
+	// that was let through (keep: last: after the key's latest record);
+	// required with keep first, at least 1ms; 0 with keep last: forever.
+	TTL time.Duration `yaml:"ttl" doc:"How long a seen key (or by value) is remembered after the record let through (keep: last: after its latest record), on the clock time names, e.g. 10m; required with keep: first, at least 1ms; with keep: last 0 (the default there) keeps every key's record forever."`
 	// By identifies duplicates within a key; unset: the key alone.
 	By Expression `yaml:"by" doc:"An expression whose value (its JSON) identifies a duplicate among the records of one key; default: the key alone."`
 	// Time is the clock ttl counts on (state.StateTtlConfig.EventTime);
@@ -41,7 +69,11 @@ type DedupParams struct {
 
 // CheckParams implements ParamsChecker.
 func (p *DedupParams) CheckParams(report func(field, msg string)) {
+	if p.Keep == DedupKeepLast && p.By.IsSet() {
+		report("by", "keep: last keeps one record per key (the changelog's row); by applies to keep: first only")
+	}
 	switch {
+	case p.TTL == 0 && p.Keep == DedupKeepLast:
 	case p.TTL == 0:
 		report("ttl", "required: how long a seen record is remembered (a duration such as 10m)")
 	case p.TTL < time.Millisecond:
@@ -49,14 +81,18 @@ func (p *DedupParams) CheckParams(report func(field, msg string)) {
 	}
 }
 
+// ProducesChangelog implements ChangelogOutputParams: keep: last emits a
+// changelog, keep: first an append-only stream.
+func (p *DedupParams) ProducesChangelog() bool { return p.Keep == DedupKeepLast }
+
 // dedupFactory registers DedupType.
 func dedupFactory() Factory {
 	return Factory{
 		Type:   DedupType,
-		Doc:    "Drops a record whose key (or by value within the key) was seen within ttl; emits the first one unchanged.",
-		Traits: Traits{Keyed: true, AsyncState: true},
-		Params: func() any { return &DedupParams{} },
-		State:  []string{DedupStateName, DedupByStateName},
+		Doc:    "Drops a record whose key (or by value within the key) was seen within ttl; emits the first one unchanged (keep: first), or keeps each key's latest record as a changelog (keep: last).",
+		Traits: Traits{Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Produces: true}},
+		Params: func() any { return &DedupParams{Keep: DedupKeepFirst} },
+		State:  []string{DedupStateName, DedupByStateName, DedupLastStateName},
 		New: func(ctx FactoryContext) (any, error) {
 			p, ok := ctx.Params.(*DedupParams)
 			if !ok {
@@ -66,7 +102,13 @@ func dedupFactory() Factory {
 				if p.Time == TTLEventTime {
 					return nil, fmt.Errorf("operators: %s %s: time event is not supported with async_state", DedupType, ctx.Operator)
 				}
+				if p.Keep == DedupKeepLast {
+					return NewAsyncDedupLast(*p), nil
+				}
 				return NewAsyncDedup(*p), nil
+			}
+			if p.Keep == DedupKeepLast {
+				return NewDedupLast(*p), nil
 			}
 			return NewDedup(*p), nil
 		},

@@ -118,9 +118,12 @@ func TestDedupCheckParams(t *testing.T) {
 // state and their params defaults.
 func TestBuiltinsAggregateDedup(t *testing.T) {
 	r := NewBuiltinRegistry()
-	for _, typ := range []string{AggregateType, DedupType} {
+	for typ, want := range map[string]Traits{
+		AggregateType: {Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Accepts: true, Produces: true}},
+		DedupType:     {Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Produces: true}},
+	} {
 		f, ok := r.Lookup(typ)
-		if !ok || f.Traits != (Traits{Keyed: true, AsyncState: true}) || f.Params == nil {
+		if !ok || f.Traits != want || f.Params == nil {
 			t.Fatalf("%s: registered %v with traits %+v", typ, ok, f)
 		}
 	}

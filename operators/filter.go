@@ -40,6 +40,7 @@ func filterFactory() Factory {
 	return Factory{
 		Type:   FilterType,
 		Doc:    "Keeps the records on which a bool expression (condition) is true.",
+		Traits: Traits{Changelog: ChangelogTraits{Forwards: true}},
 		Params: func() any { return &FilterParams{} },
 		New: func(ctx FactoryContext) (any, error) {
 			return NewFilter(ctx.Params.(*FilterParams)), nil

@@ -44,6 +44,7 @@ func flatMapFactory() Factory {
 	return Factory{
 		Type:   FlatMapType,
 		Doc:    "Emits one record per element of the list an expression (values) yields.",
+		Traits: Traits{Changelog: ChangelogTraits{Forwards: true}},
 		Params: func() any { return &FlatMapParams{} },
 		New: func(ctx FactoryContext) (any, error) {
 			return NewFlatMap(ctx.Params.(*FlatMapParams)), nil

@@ -88,6 +88,7 @@ func mapFactory() Factory {
 	return Factory{
 		Type:   MapType,
 		Doc:    "Replaces each record's value, key or headers with the results of expressions over it.",
+		Traits: Traits{Changelog: ChangelogTraits{Forwards: true}},
 		Params: func() any { return &MapParams{} },
 		New: func(ctx FactoryContext) (any, error) {
 			return NewMap(ctx.Params.(*MapParams)), nil

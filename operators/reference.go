@@ -22,17 +22,17 @@ import (
 // only.
 func Reference(reg *Registry) string {
 	var b strings.Builder
-	b.WriteString("| type | key_by | broadcast | async_state | state | what it does |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| type | key_by | broadcast | async_state | changelog | state | what it does |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, typ := range reg.Types() {
 		f, _ := reg.Lookup(typ)
 		keyBy := "optional: re-keys the input"
 		if f.Traits.Keyed {
 			keyBy = "required"
 		}
-		fmt.Fprintf(&b, "| [`%s`](#%s) | %s | %s | %s | %s | %s |\n", typ, refAnchor(typ), keyBy,
+		fmt.Fprintf(&b, "| [`%s`](#%s) | %s | %s | %s | %s | %s | %s |\n", typ, refAnchor(typ), keyBy,
 			refYesNo(f.Traits.Broadcast, "required", "refused"), refYesNo(f.Traits.AsyncState, "supported", "no"),
-			refStateNames(f.State), refCell(f.Doc))
+			refChangelog(f.Traits.Changelog), refStateNames(f.State), refCell(f.Doc))
 	}
 	for _, typ := range reg.Types() {
 		f, _ := reg.Lookup(typ)
@@ -59,6 +59,22 @@ func Reference(reg *Registry) string {
 		}
 	}
 	return b.String()
+}
+
+// refChangelog is the changelog cell of a type's traits: what it does with
+// a changelog input and whether it emits one.
+func refChangelog(c ChangelogTraits) string {
+	switch {
+	case c.Forwards:
+		return "passed through"
+	case c.Accepts && c.Produces:
+		return "accepted (retracts); emitted"
+	case c.Produces:
+		return "input refused; emitted"
+	case c.Accepts:
+		return "accepted"
+	}
+	return "refused"
 }
 
 // refParamRow is one row of a params table.

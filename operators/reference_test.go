@@ -37,9 +37,9 @@ func TestReference(t *testing.T) {
 	reg := NewRegistry()
 	newFn := func(FactoryContext) (any, error) { return nil, nil }
 	for _, f := range []Factory{
-		{Type: "zeta", Doc: "Has every shape.", Traits: Traits{Keyed: true, AsyncState: true}, State: []string{"one", "two"},
+		{Type: "zeta", Doc: "Has every shape.", Traits: Traits{Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Accepts: true, Produces: true}}, State: []string{"one", "two"},
 			Params: func() any { return &refTestParams{} }, New: newFn},
-		{Type: "alpha", Doc: "Not keyed,\n  no params; a | pipe.", New: newFn},
+		{Type: "alpha", Doc: "Not keyed,\n  no params; a | pipe.", Traits: Traits{Changelog: ChangelogTraits{Forwards: true}}, New: newFn},
 		{Type: "mid", Doc: "Keyed, broadcast, empty params.", Traits: Traits{Keyed: true, Broadcast: true},
 			State: []string{"rules (broadcast)"}, Params: func() any { return &struct{}{} }, New: newFn},
 	} {
@@ -47,11 +47,11 @@ func TestReference(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const want = "| type | key_by | broadcast | async_state | state | what it does |\n" +
-		"| --- | --- | --- | --- | --- | --- |\n" +
-		"| [`alpha`](#alpha) | optional: re-keys the input | refused | no | none | Not keyed, no params; a \\| pipe. |\n" +
-		"| [`mid`](#mid) | required | required | no | `rules (broadcast)` | Keyed, broadcast, empty params. |\n" +
-		"| [`zeta`](#zeta) | required | refused | supported | `one`, `two` | Has every shape. |\n" +
+	const want = "| type | key_by | broadcast | async_state | changelog | state | what it does |\n" +
+		"| --- | --- | --- | --- | --- | --- | --- |\n" +
+		"| [`alpha`](#alpha) | optional: re-keys the input | refused | no | passed through | none | Not keyed, no params; a \\| pipe. |\n" +
+		"| [`mid`](#mid) | required | required | no | refused | `rules (broadcast)` | Keyed, broadcast, empty params. |\n" +
+		"| [`zeta`](#zeta) | required | refused | supported | accepted (retracts); emitted | `one`, `two` | Has every shape. |\n" +
 		"\n### `alpha`\n\nNot keyed, no params; a | pipe.\n\n" +
 		"Takes no params: a `params:` mapping is refused.\n" +
 		"\n### `mid`\n\nKeyed, broadcast, empty params.\n\n" +

@@ -21,6 +21,58 @@ type Traits struct {
 	// AsyncState types have an asynchronous state version (async_state:
 	// true): New then returns an AsyncKeyedProcessFunction.
 	AsyncState bool
+	// Changelog says how the type treats changelog streams (records whose
+	// runtime.Record.Change is not only ChangeInsert, Flink's RowKind): the
+	// planner refuses a changelog input into a type that does not accept
+	// one, and derives whether each stream of a job is a changelog.
+	Changelog ChangelogTraits
+}
+
+// ChangelogTraits say whether an operator type accepts and produces
+// changelogs (Flink's ChangelogMode of a physical node: what it consumes
+// and what it emits). The zero value is an append-only type: its input
+// must be append-only (every record an insert), and so is its output.
+type ChangelogTraits struct {
+	// Accepts: the type's main input may be a changelog; the function
+	// honours each record's Change (it retracts on -U and -D, as
+	// aggregate does, or carries the kind through, as filter does).
+	Accepts bool
+	// Produces: the type's output is a changelog whatever its input (an
+	// aggregate's running result: +I, then -U old and +U new per update).
+	Produces bool
+	// Forwards: the output is a changelog when the main input is one: the
+	// type carries each input record's Change to the records it emits for
+	// it (Flink's Calc: a filter passes -U and +U through, a map maps the
+	// old and the new value alike). Implies Accepts.
+	Forwards bool
+}
+
+// AcceptsChangelog reports whether the type's main input may be a
+// changelog (Accepts or Forwards).
+func (t Traits) AcceptsChangelog() bool { return t.Changelog.Accepts || t.Changelog.Forwards }
+
+// ProducesChangelog reports whether the type's output is a changelog when
+// its main input is one (in) or not.
+func (t Traits) ProducesChangelog(in bool) bool {
+	return t.Changelog.Produces || (in && t.Changelog.Forwards)
+}
+
+// ChangelogOutputParams is implemented by a params struct whose operator
+// emits a changelog or not depending on its params (dedup: keep last
+// does, keep first does not); the planner then asks it instead of
+// Traits.Changelog.Produces, which says the type may.
+type ChangelogOutputParams interface {
+	ProducesChangelog() bool
+}
+
+// ChangelogInputChecker is implemented by a params struct whose operator,
+// as configured, cannot take every changelog input its type accepts (the
+// aggregate functions first and last cannot retract): the planner calls
+// CheckChangelogInput when the operator's main input is a changelog, and
+// each report (a field path relative to params, as for ParamsChecker, and
+// a lowercase message) refuses the config.
+type ChangelogInputChecker interface {
+	CheckChangelogInput(report func(field, msg string))
 }
 
 // Factory declares one operator type (an entry of the operator registry,
@@ -95,6 +147,11 @@ type FactoryContext struct {
 	Metrics *Metrics
 	// Logger is scoped to the operator and subtask.
 	Logger *slog.Logger
+	// ChangelogInput says the operator's main input is a changelog (the
+	// planner derived it from the types upstream; graph.Operator has the
+	// same flag): an aggregate then keeps what it needs to retract, such
+	// as min's and max's value multisets.
+	ChangelogInput bool
 	// SourceSubtask returns the subtask of the job's source reading topic
 	// that reads partition at this start (after a restore at another
 	// parallelism: the subtask the restored split went to), false when no
@@ -177,6 +234,7 @@ func Builtins() []Factory {
 		aggregateFactory(),
 		windowFactory(),
 		dedupFactory(),
+		topNFactory(),
 		rulesFactory(),
 		filterFactory(),
 		mapFactory(),

@@ -255,7 +255,7 @@ type Window struct {
 // CheckParams).
 func NewWindow(p WindowParams) *Window {
 	return &Window{
-		aggregator: newAggregator(AggregateParams{Aggregates: p.Aggregates, Emit: EmitEveryUpdate}),
+		aggregator: newAggregator(AggregateParams{Aggregates: p.Aggregates, Emit: EmitEveryUpdate}, false),
 		p:          p, size: p.Size.Milliseconds(), slide: p.Slide.Milliseconds(), gap: p.Gap.Milliseconds(),
 		offset: p.Offset.Milliseconds(), late: p.AllowedLateness.Milliseconds(), early: p.EarlyFiring.Milliseconds(),
 	}

@@ -474,6 +474,11 @@ type SourceConfig struct {
 	// reason malformed_json), "string" or "bytes" (passed through
 	// unchecked; expressions see a string value). Default "json".
 	Format RecordFormat `yaml:"format"`
+	// Changelog, when "header", reads the topic as a changelog written in
+	// header mode (a sink with changelog: header): each record's change
+	// kind (+I, -U, +U, -D) comes from its kstreamd-change header, and the
+	// header is removed. Default "": every record is an insert.
+	Changelog graph.ChangelogMode `yaml:"changelog"`
 	// Parallelism is the number of source subtasks. Default 0 meaning
 	// job.parallelism (see Config.SourceParallelism); else in [1, 32768].
 	Parallelism int `yaml:"parallelism"`
@@ -640,6 +645,13 @@ type SinkConfig struct {
 	// (Flink's BufferingSink); the buffer is kept in checkpoints, so a
 	// crash loses nothing. at-least-once only. Default 0: no buffering.
 	BufferThreshold int `yaml:"buffer_threshold"`
+	// Changelog is how a changelog input (an aggregate's running results,
+	// say) is written: "upsert" (the default) writes +I and +U as values
+	// keyed by the key, drops -U and writes -D as a tombstone (Kafka's
+	// compacted-topic convention); "header" writes every record with its
+	// kind in the kstreamd-change header. An append-only input is written
+	// unchanged in upsert mode. Default "" meaning "upsert".
+	Changelog graph.ChangelogMode `yaml:"changelog"`
 }
 
 // setDefaults sets the defaults of a list item before it is decoded.

@@ -161,7 +161,7 @@ func (c *Config) buildGraph() *graph.Graph {
 			Format: s.Format, OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
 			MaxRecordBytes: s.MaxRecordBytes, DiscoveryInterval: s.PartitionDiscoveryInterval,
 			OutOfOrderness: s.Watermark.OutOfOrderness, Idleness: s.Watermark.Idleness,
-			MaxAhead: s.Timestamp.MaxAhead,
+			MaxAhead: s.Timestamp.MaxAhead, Changelog: s.Changelog == graph.ChangelogHeader,
 		}
 		if e, unit := s.Timestamp.Expression, s.Timestamp.Unit; e.IsSet() {
 			gs.Timestamp = func() func(*runtime.Record) (time.Time, error) { return operators.NewTimestampAssigner(e, unit) }
@@ -198,6 +198,7 @@ func (c *Config) buildGraph() *graph.Graph {
 			Parallelism: c.OperatorParallelism(op), AsyncState: op.AsyncState, KeyBy: op.KeyBy,
 			Input: c.inputVertex(op.Input), Broadcast: op.Broadcast,
 		}
+		o.ChangelogInput, _ = c.changelogStream(op.Input)
 		o.ErrorSources[0] = c.lineageSource(c.inputVertex(op.Input))
 		o.ErrorSources[1] = op.Broadcast
 		if f.Router != nil {
@@ -232,7 +233,10 @@ func (c *Config) buildGraph() *graph.Graph {
 		gs := &graph.Sink{
 			Name: s.Name, Input: c.inputVertex(s.Input), Topic: s.Topic, Parallelism: c.SinkParallelism(s), Delivery: s.Delivery,
 			TransactionalIDPrefix: c.TransactionalIDPrefix(s), TransactionTimeout: s.TransactionTimeout, PoolSize: s.PoolSize,
-			IgnoreLostTransactions: s.IgnoreLostTransactions, BufferThreshold: s.BufferThreshold,
+			IgnoreLostTransactions: s.IgnoreLostTransactions, BufferThreshold: s.BufferThreshold, Changelog: s.Changelog,
+		}
+		if gs.Changelog == "" {
+			gs.Changelog = graph.DefaultChangelogMode
 		}
 		g.Sinks = append(g.Sinks, gs)
 		g.Edges = append(g.Edges, c.edge(s.Input, s.Name, "", gs.Parallelism))

@@ -438,6 +438,7 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 		}
 	}
 	c.validateGraph(v, stages)
+	c.validateChangelogs(v)
 }
 
 // checkBroadcastTime reports an operator that holds records on its

@@ -163,3 +163,16 @@ func TestChangeKindString(t *testing.T) {
 		t.Error("zero Record is not an insert")
 	}
 }
+
+func TestParseChangeKind(t *testing.T) {
+	for _, c := range []ChangeKind{ChangeInsert, ChangeUpdateBefore, ChangeUpdateAfter, ChangeDelete} {
+		if got, ok := ParseChangeKind(c.String()); !ok || got != c {
+			t.Errorf("%s: %v %v", c, got, ok)
+		}
+	}
+	for _, s := range []string{"", "+i", "I", "-X", "change(9)"} {
+		if _, ok := ParseChangeKind(s); ok {
+			t.Errorf("%q parsed", s)
+		}
+	}
+}

@@ -132,3 +132,25 @@ const (
 	// ReasonNotObject: a JSON object was expected.
 	ReasonNotObject = runtime.ReasonNotObject
 )
+
+// Changelogs: what an operator type declares about them and what a record
+// carries (see the README's Changelogs section).
+type (
+	// ChangelogTraits say whether a type accepts a changelog input
+	// (retracting -U and -D records, or passing the kind through) and
+	// whether it emits one; Traits.Changelog holds them
+	// (operators.ChangelogTraits).
+	ChangelogTraits = operators.ChangelogTraits
+	// ChangeKind is a record's change kind, Record.Change: insert (the
+	// zero value), update-before, update-after or delete (Flink's RowKind;
+	// runtime.ChangeKind).
+	ChangeKind = runtime.ChangeKind
+)
+
+// The change kinds (runtime.ChangeInsert and friends).
+const (
+	ChangeInsert       = runtime.ChangeInsert
+	ChangeUpdateBefore = runtime.ChangeUpdateBefore
+	ChangeUpdateAfter  = runtime.ChangeUpdateAfter
+	ChangeDelete       = runtime.ChangeDelete
+)

@@ -21,6 +21,9 @@ type bufferedRecord struct {
 	Value     []byte           `json:"value"`
 	Timestamp time.Time        `json:"timestamp"`
 	Headers   []runtime.Header `json:"headers,omitempty"`
+	// Change is the record's changelog kind; absent (an insert) in
+	// checkpoints written before changelogs, which restore as inserts.
+	Change runtime.ChangeKind `json:"change,omitempty"`
 }
 
 // BufferingSink is Flink's BufferingSink example as a sink for systems
@@ -61,7 +64,7 @@ func (b *BufferingSink) Open(ctx context.Context) error {
 		if err := json.Unmarshal(e, &r); err != nil {
 			return fmt.Errorf("sink %s: restore buffered record: %w", b.out.cfg.Name, err)
 		}
-		b.buffer = append(b.buffer, runtime.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: r.Headers})
+		b.buffer = append(b.buffer, runtime.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: r.Headers, Change: r.Change})
 	}
 	b.restored = nil
 	return nil
@@ -98,7 +101,7 @@ func (b *BufferingSink) SnapshotState(ctx context.Context, bar *runtime.Barrier)
 	}
 	entries := make([][]byte, 0, len(b.buffer))
 	for _, r := range b.buffer {
-		e, err := json.Marshal(bufferedRecord{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: r.Headers})
+		e, err := json.Marshal(bufferedRecord{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: r.Headers, Change: r.Change})
 		if err != nil {
 			return nil, err
 		}

@@ -34,6 +34,8 @@ type Config struct {
 	Topic string
 	// Delivery is AtLeastOnce (default) or None.
 	Delivery Delivery
+	// Changelog is how a changelog is written; default ChangelogUpsert.
+	Changelog ChangelogMode
 	// ClientOpts are the franz-go options every client of the job shares.
 	ClientOpts []kgo.Opt
 	// RecordsOut counts records the broker acknowledged; may be nil.
@@ -78,13 +80,17 @@ func (s *KafkaSink) Open(context.Context) error {
 }
 
 // ProcessRecord implements runtime.Operator: it hands the record to the
-// producer, blocking while the producer's buffer is full (back-pressure). It
+// producer as Config.Changelog writes it (an upsert sink drops a -U),
+// blocking while the producer's buffer is full (back-pressure). It
 // returns the first write failure seen so far, which fails the job.
 func (s *KafkaSink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record) error {
 	if err := s.err(); err != nil {
 		return err
 	}
-	kr := &kgo.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers)}
+	kr := &kgo.Record{}
+	if !changelogRecord(s.cfg.Changelog, kr, &rec) {
+		return nil
+	}
 	s.client.Produce(ctx, kr, s.promise)
 	return nil
 }

@@ -53,6 +53,9 @@ type KafkaTxnConfig struct {
 	Subtask int
 	// Topic receives the records; the record key becomes the Kafka key.
 	Topic string
+	// Changelog is how a changelog is written; default ChangelogUpsert
+	// (a repartition sink: ChangelogHeader).
+	Changelog ChangelogMode
 	// TransactionalIDPrefix starts every transactional id.
 	TransactionalIDPrefix string
 	// PoolSize is the number of transactional ids; 0 means DefaultPoolSize.
@@ -227,8 +230,9 @@ func (k *KafkaTxnCommitter) BeginTransaction(context.Context) error {
 }
 
 // Write implements TwoPhaseCommitter: it produces rec into the open
-// transaction, blocking while the producer's buffer is full. It returns the
-// first failure of an earlier record of the transaction.
+// transaction as KafkaTxnConfig.Changelog writes it (an upsert sink drops a
+// -U), blocking while the producer's buffer is full. It returns the first
+// failure of an earlier record of the transaction.
 func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error {
 	s := k.open
 	if s == nil {
@@ -237,12 +241,15 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 	if err := s.err(); err != nil {
 		return err
 	}
+	if k.cfg.Changelog == ChangelogUpsert && rec.Change == runtime.ChangeUpdateBefore {
+		return nil
+	}
 	s.records++
 	if !rec.Timestamp.IsZero() {
 		s.oldest = append(s.oldest, rec.Timestamp.UnixNano())
 	}
 	kr := k.newRecord()
-	kr.Key, kr.Value, kr.Timestamp, kr.Headers = rec.Key, rec.Value, rec.Timestamp, kafkaHeaders(rec.Headers)
+	changelogRecord(k.cfg.Changelog, kr, &rec)
 	if k.cfg.Partition != nil {
 		kr.Partition = k.cfg.Partition(rec.Key)
 	}

@@ -124,6 +124,11 @@ func (p *BadRecordPolicy) deadLetter(ctx context.Context, rec runtime.Record, re
 		runtime.Header{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(o.Partition)))},
 		runtime.Header{Key: HeaderOffset, Value: []byte(strconv.FormatInt(o.Offset, 10))},
 	)
+	if rec.Change != runtime.ChangeInsert {
+		// A changelog record (an operator's input) keeps its kind, so that
+		// a -U is not mistaken for a new fact when the topic is replayed.
+		headers = append(headers, runtime.Header{Key: runtime.ChangeHeader, Value: []byte(rec.Change.String())})
+	}
 	var err error
 	switch {
 	case p.cfg.Writer != nil:

@@ -150,6 +150,12 @@ type Config struct {
 	// through unchecked. Keys are never decoded: key_by runs on the edge to
 	// the keyed operator (runtime.KeySelector).
 	Format Format
+	// Changelog reads the topic as a header-mode changelog (a sink with
+	// changelog: header wrote it, or a cluster-mode repartition sink): each
+	// record's runtime.ChangeHeader header sets its Change and is removed
+	// from its headers; a record without it is an insert; a -D may have a
+	// null value; an unknown kind is a bad record with reason invalid.
+	Changelog bool
 	// Tombstones lets records with a null value through (they delete a rule
 	// on a broadcast rules topic); otherwise they are skipped as empty.
 	Tombstones bool
@@ -1057,6 +1063,11 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 			rec.Headers[i] = runtime.Header{Key: h.Key, Value: h.Value}
 		}
 	}
+	if s.cfg.Changelog {
+		if detail := readChangeHeader(&rec); detail != "" {
+			return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: ReasonInvalid, Detail: detail})
+		}
+	}
 	if reason, detail := s.decode(&rec); reason != "" {
 		return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: reason, Detail: detail})
 	}
@@ -1190,6 +1201,9 @@ func validJSON(b []byte) bool { return gjson.ValidBytes(b) }
 // decode checks rec's value; it returns the bad-record reason (and a
 // detail), or "" if the record is good.
 func (s *KafkaSource) decode(rec *runtime.Record) (reason, detail string) {
+	if rec.Value == nil && s.cfg.Changelog && rec.Change == runtime.ChangeDelete {
+		return "", "" // a -D whose writer did not know the deleted value
+	}
 	if rec.Value == nil && s.cfg.Tombstones {
 		if s.cfg.Check != nil {
 			if err := s.cfg.Check(rec.Key, rec.Value); err != nil {
@@ -1216,6 +1230,33 @@ func (s *KafkaSource) decode(rec *runtime.Record) (reason, detail string) {
 		}
 	}
 	return "", ""
+}
+
+// readChangeHeader sets rec.Change from its runtime.ChangeHeader header
+// (the last one, if several) and removes that header; it returns a detail
+// for a bad record when the header holds no change kind.
+func readChangeHeader(rec *runtime.Record) string {
+	i := slices.IndexFunc(rec.Headers, func(h runtime.Header) bool { return h.Key == runtime.ChangeHeader })
+	if i < 0 {
+		return ""
+	}
+	hs := rec.Headers[:0:0]
+	for _, h := range rec.Headers {
+		if h.Key != runtime.ChangeHeader {
+			hs = append(hs, h)
+			continue
+		}
+		c, ok := runtime.ParseChangeKind(string(h.Value))
+		if !ok {
+			return fmt.Sprintf("header %s is %q, want +I, -U, +U or -D", runtime.ChangeHeader, h.Value)
+		}
+		rec.Change = c
+	}
+	if len(hs) == 0 {
+		hs = nil
+	}
+	rec.Headers = hs
+	return ""
 }
 
 // owns reports whether partition p of the topic is this subtask's: in

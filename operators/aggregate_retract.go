@@ -1,0 +1,236 @@
+package operators
+
+import (
+	"bytes"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// This file holds what the aggregate operator does with a changelog: the
+// retraction of a -U or -D record from the accumulators (Flink's
+// GroupAggFunction with retract: sum and avg subtract, count decrements,
+// min and max keep a value -> count multiset as Flink's
+// MaxWithRetractAggFunction does, count_distinct a value -> count map) and
+// the changelog it emits (+I for a key's first row, -U old then +U new per
+// update, -D when retractions leave a key without rows).
+//
+// The multisets live in the aggregate's MapStates (AggregateStateName +
+// "." + name): the user key is the value's JSON (min and max: the number as
+// number.appendJSON writes it), the value its count as a decimal integer.
+// An entry with an empty value counts 1: count_distinct over an
+// append-only input writes no count, only the value's presence.
+
+// aggMapStep is what one record does to the MapState of one map-backed
+// aggregate (aggregator.maps[j]).
+type aggMapStep struct {
+	// key is the record's value as the map's user key.
+	key string
+	// before and after are the value's count before and after the record
+	// (0: absent).
+	before, after int64
+	// rescan: a min or max whose extreme the record retracted for the last
+	// time; extreme (ok false: none left) is the extreme of the other
+	// values, recomputed from the multiset.
+	rescan  bool
+	extreme number
+	ok      bool
+}
+
+// mapKey returns the MapState user key of aggregate specs[i] for the
+// record's inputs in.
+func (a *aggregator) mapKey(i int, in []aggInput) string {
+	if a.specs[i].Fn == AggCountDistinct {
+		return string(in[i].raw)
+	}
+	return string(in[i].num.appendJSON(nil))
+}
+
+// decodeCount reads a multiset count; an empty value (count_distinct over
+// an append-only input, which stores presence only) or an unreadable one
+// counts 1.
+func decodeCount(v []byte) int64 {
+	if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
+
+// mapStep returns the step of maps[j] for a record (retract: a -U or -D)
+// whose value's entry was v (present: it was in the state); cur are the
+// key's accumulators before the record.
+func (a *aggregator) mapStep(j int, in []aggInput, cur aggregateAccumulators, v []byte, present, retract bool) aggMapStep {
+	i := a.maps[j]
+	st := aggMapStep{key: a.mapKey(i, in)}
+	if present {
+		st.before = decodeCount(v)
+	}
+	if !retract {
+		st.after = st.before + 1
+		return st
+	}
+	if st.before == 0 {
+		return st // a value never added (or expired): nothing to retract
+	}
+	st.after = st.before - 1
+	if s := a.specs[i]; st.after == 0 && (s.Fn == AggMin || s.Fn == AggMax) {
+		x := cur[s.Name].Num
+		st.rescan = !x.less(in[i].num) && !in[i].num.less(x) // the extreme itself
+	}
+	return st
+}
+
+// rescanExtreme sets st's extreme from the multiset's user keys, leaving
+// out st.key (the value retracted, whose entry is removed after).
+func (a *aggregator) rescanExtreme(j int, st *aggMapStep, keys []string) {
+	fn := a.specs[a.maps[j]].Fn
+	st.ok = false
+	for _, k := range keys {
+		if k == st.key {
+			continue
+		}
+		n, ok := parseMultisetNumber(k)
+		if !ok {
+			continue
+		}
+		if !st.ok || (fn == AggMin && n.less(st.extreme)) || (fn == AggMax && st.extreme.less(n)) {
+			st.extreme, st.ok = n, true
+		}
+	}
+}
+
+// mapWrite says how step st changes the entry of maps[j]: remove it, put
+// value v, or nothing (put and remove false).
+func (a *aggregator) mapWrite(j int, st aggMapStep) (v []byte, put, remove bool) {
+	switch {
+	case st.after == 0:
+		return nil, false, st.before > 0
+	case a.specs[a.maps[j]].Fn == AggCountDistinct && !a.changelog:
+		// Append-only: presence only, as ever (TTL: refreshed by writes
+		// under OnCreateAndWrite).
+		return nil, st.before == 0 || a.putSeen(), false
+	}
+	return strconv.AppendInt(nil, st.after, 10), st.after != st.before || a.putSeen(), false
+}
+
+// parseNumber reads a number written by number.appendJSON: an integer
+// (math/big past int64) or a double.
+func parseMultisetNumber(s string) (number, bool) {
+	if strings.ContainsAny(s, ".eE") {
+		f, err := strconv.ParseFloat(s, 64)
+		return number{Float: f, IsFloat: true}, err == nil && !math.IsInf(f, 0)
+	}
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return number{Int: i}, true
+	}
+	z, ok := new(big.Int).SetString(s, 10)
+	if !ok {
+		return number{}, false
+	}
+	return bigNumber(z), true
+}
+
+// neg returns -n (exact for integers: -MinInt64 is a math/big integer).
+func (n number) neg() number {
+	switch {
+	case n.IsFloat:
+		return number{Float: -n.Float, IsFloat: true}
+	case n.Big == nil && n.Int != math.MinInt64:
+		return number{Int: -n.Int}
+	}
+	z := n.bigInt()
+	return bigNumber(z.Neg(z))
+}
+
+// apply returns the accumulators after one record with its map steps:
+// accumulate for an insert or +U, retract for a -U or -D.
+func (a *aggregator) apply(cur aggregateAccumulators, in []aggInput, steps []aggMapStep, retract bool) aggregateAccumulators {
+	if retract {
+		return a.retract(cur, in, steps)
+	}
+	isNew := make([]bool, 0, len(a.distinct))
+	for j, i := range a.maps {
+		if a.specs[i].Fn == AggCountDistinct {
+			isNew = append(isNew, steps[j].before == 0)
+		}
+	}
+	return a.accumulate(cur, in, isNew)
+}
+
+// retract returns the accumulators after retracting one record's inputs in
+// from cur: sum and avg subtract, every aggregate's record count
+// decrements, min and max take the extreme a rescan found, count_distinct
+// drops a value whose count reached 0. first and last keep their value
+// (the planner refuses them over a changelog input).
+func (a *aggregator) retract(cur aggregateAccumulators, in []aggInput, steps []aggMapStep) aggregateAccumulators {
+	step := make(map[int]aggMapStep, len(steps))
+	for j, i := range a.maps {
+		step[i] = steps[j]
+	}
+	next := make(aggregateAccumulators, len(a.specs))
+	for i, s := range a.specs {
+		acc, ok := cur[s.Name]
+		if !ok || acc.Fn != s.Fn || acc.Records == 0 {
+			next[s.Name] = aggAccumulator{Fn: s.Fn} // nothing to retract from
+			continue
+		}
+		switch s.Fn {
+		case AggSum, AggAvg:
+			acc.Num = acc.Num.add(in[i].num.neg())
+		case AggMin, AggMax:
+			if st := step[i]; st.rescan && st.ok {
+				acc.Num = st.extreme
+			}
+		case AggCountDistinct:
+			if st := step[i]; st.before > 0 && st.after == 0 {
+				acc.Distinct--
+			}
+		}
+		acc.Records--
+		next[s.Name] = acc
+	}
+	return next
+}
+
+// empty reports whether accs hold no row any more: every aggregate's
+// record count is 0 (retractions took back every record).
+func (a *aggregator) empty(accs aggregateAccumulators) bool {
+	for _, s := range a.specs {
+		if accs[s.Name].Records > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// deletes reports whether a record empties its key: a retraction (found:
+// the key had accumulators) after which none holds a row. The key's state
+// is then cleared and a -D emitted.
+func (a *aggregator) deletes(found, retract bool, next aggregateAccumulators) bool {
+	return found && retract && a.empty(next)
+}
+
+// emitChanges emits the changelog of one record rec of a key whose
+// accumulators went from cur (found: there were some) to next: +I of a new
+// key; -D of the old row when the record deleted the key (deletes); else
+// -U of the old row then +U of the new, with emit on_change only when the
+// row changed.
+func (a *aggregator) emitChanges(rec runtime.Record, cur aggregateAccumulators, found, retract bool, next aggregateAccumulators, out Collector) error {
+	switch {
+	case !found:
+		return out.Collect(aggregateRecord(rec, a.output(rec.Key, next), runtime.ChangeInsert))
+	case a.deletes(found, retract, next):
+		return out.Collect(aggregateRecord(rec, a.output(rec.Key, cur), runtime.ChangeDelete))
+	}
+	before, after := a.output(rec.Key, cur), a.output(rec.Key, next)
+	if a.emit == EmitOnChange && bytes.Equal(before, after) {
+		return nil
+	}
+	if err := out.Collect(aggregateRecord(rec, before, runtime.ChangeUpdateBefore)); err != nil {
+		return err
+	}
+	return out.Collect(aggregateRecord(rec, after, runtime.ChangeUpdateAfter))
+}

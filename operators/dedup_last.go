@@ -1,0 +1,143 @@
+package operators
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// dedupLastRow is keep: last's state: the record kept for a key.
+type dedupLastRow struct {
+	Value   []byte           `json:"value"`
+	TS      int64            `json:"ts"` // ms since the epoch
+	Headers []runtime.Header `json:"headers,omitempty"`
+}
+
+// dedupLast is what DedupLast and AsyncDedupLast share.
+type dedupLast struct {
+	ttl *state.StateTtlConfig
+}
+
+func newDedupLast(p DedupParams) dedupLast {
+	d := dedupLast{}
+	if p.TTL > 0 {
+		d.ttl = &state.StateTtlConfig{TTL: p.TTL, UpdateType: state.OnCreateAndWrite, Visibility: state.NeverReturnExpired, EventTime: p.Time == TTLEventTime}
+	}
+	return d
+}
+
+func (d *dedupLast) descriptor() state.ValueStateDescriptor[dedupLastRow] {
+	return state.ValueStateDescriptor[dedupLastRow]{Name: DedupLastStateName, Serializer: state.JSONSerializer[dedupLastRow]{}, TTL: d.ttl}
+}
+
+// step returns what rec does given the kept row cur (found: there is
+// one): the row to keep and the records to emit, none when rec is older
+// than the row kept (a record out of order never replaces a later one).
+func (d *dedupLast) step(rec runtime.Record, cur dedupLastRow, found bool) (next dedupLastRow, emit []runtime.Record) {
+	ts := rec.Timestamp.UnixMilli()
+	if found && ts < cur.TS {
+		return cur, nil
+	}
+	next = dedupLastRow{Value: rec.Value, TS: ts, Headers: rec.Headers}
+	if !found {
+		rec.Change = runtime.ChangeInsert
+		return next, []runtime.Record{rec}
+	}
+	before := runtime.Record{Key: rec.Key, Value: cur.Value, Timestamp: time.UnixMilli(cur.TS), Headers: cur.Headers,
+		Format: rec.Format, Origin: rec.Origin, Change: runtime.ChangeUpdateBefore}
+	rec.Change = runtime.ChangeUpdateAfter
+	return next, []runtime.Record{before, rec}
+}
+
+// DedupLast is the dedup operator with keep: last (Flink's deduplication
+// keeping the last row per key, Nexmark q18): per key it keeps the latest
+// record by timestamp (ties: the later arrival) and emits the changes as a
+// changelog: +I of a key's first record, then -U of the record kept before
+// (its value, timestamp and headers) and +U of the new one. A record older
+// than the one kept is dropped. With ttl a key unseen for ttl is
+// forgotten (its next record is a +I again). State: one ValueState per key
+// (DedupLastStateName) holding the kept record's value, timestamp and
+// headers.
+type DedupLast struct {
+	dedupLast
+	row state.ValueState[dedupLastRow]
+}
+
+// NewDedupLast returns the keep-last dedup function of params p.
+func NewDedupLast(p DedupParams) *DedupLast { return &DedupLast{dedupLast: newDedupLast(p)} }
+
+// Open implements KeyedProcessFunction.
+func (d *DedupLast) Open(ctx OpenContext) error {
+	row, err := state.GetValueState(ctx.Backend, d.descriptor())
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: %w", DedupType, ctx.Operator, err)
+	}
+	d.row = row
+	return nil
+}
+
+// ProcessElement implements KeyedProcessFunction.
+func (d *DedupLast) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	cur, found, err := d.row.Value()
+	if err != nil {
+		return err
+	}
+	next, emit := d.step(rec, cur, found)
+	if emit == nil {
+		return nil
+	}
+	if err := d.row.Update(next); err != nil {
+		return err
+	}
+	for _, r := range emit {
+		if err := out.Collect(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AsyncDedupLast is DedupLast through the async state API.
+type AsyncDedupLast struct {
+	dedupLast
+	row state.AsyncValueState[dedupLastRow]
+}
+
+// NewAsyncDedupLast returns the async keep-last dedup function of params
+// p.
+func NewAsyncDedupLast(p DedupParams) *AsyncDedupLast {
+	return &AsyncDedupLast{dedupLast: newDedupLast(p)}
+}
+
+// Open implements AsyncKeyedProcessFunction.
+func (d *AsyncDedupLast) Open(ctx AsyncOpenContext) error {
+	row, err := state.GetAsyncValueState(ctx.AEC, d.descriptor())
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: %w", DedupType, ctx.Operator, err)
+	}
+	d.row = row
+	return nil
+}
+
+// ProcessElement implements AsyncKeyedProcessFunction: read the kept row,
+// write the new one, emit.
+func (d *AsyncDedupLast) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	state.ThenCompose(d.row.AsyncValue(), func(cur state.Optional[dedupLastRow]) (state.StateFuture[state.Void], error) {
+		next, emit := d.step(rec, cur.Value, cur.OK)
+		if emit == nil {
+			return state.CompletedVoidFuture(), nil
+		}
+		return d.row.AsyncUpdate(next).ThenAccept(func(state.Void) error {
+			for _, r := range emit {
+				if err := out.Collect(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		}), nil
+	})
+	return nil // failures of the chain reach the controller, which fails the task
+}

@@ -1,0 +1,263 @@
+package operators
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/kstreamd/kstreamd/expression"
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// TopNType is the pipeline name of the top_n operator.
+const TopNType = "top_n"
+
+// TopNStateName is the top_n operator's MapState: per key, from a window's
+// start (ms since the epoch; 0 without window) to its ranking.
+const TopNStateName = "top_n"
+
+// TopNMaxN bounds n: a ranking is kept and rewritten whole per record.
+const TopNMaxN = 1000
+
+// TopNOrder is the order param of the top_n operator.
+type TopNOrder string
+
+// The values of TopNOrder.
+const (
+	// TopNDesc ranks the highest by first (the default).
+	TopNDesc TopNOrder = "desc"
+	// TopNAsc ranks the lowest by first.
+	TopNAsc TopNOrder = "asc"
+)
+
+// UnmarshalText implements encoding.TextUnmarshaler, refusing an unknown
+// value.
+func (o *TopNOrder) UnmarshalText(text []byte) error { return setEnum(o, text, TopNDesc, TopNAsc) }
+
+// TopNParams are the params of the top_n operator:
+//
+//	params:
+//	  n: 3            # required, 1 to 1000
+//	  by: price       # required: a number
+//	  order: desc     # or asc
+//	  window: 1m      # optional: one ranking per tumbling event-time window
+type TopNParams struct {
+	// N is the ranking's length; required, in [1, TopNMaxN].
+	N int `yaml:"n" doc:"How many records the ranking keeps; required, 1 to 1000."`
+	// By is the score a record is ranked by; required, a finite number.
+	By Expression `yaml:"by" doc:"The expression records are ranked by (e.g. price); required, a finite number (anything else is an eval_error)."`
+	// Order is desc (highest first, the default) or asc.
+	Order TopNOrder `yaml:"order" doc:"desc (default: the highest by first) or asc; equal scores rank in arrival order."`
+	// Window, if > 0, ranks per tumbling event-time window of this size
+	// (epoch-aligned); 0: one ranking per key, kept forever.
+	Window time.Duration `yaml:"window" doc:"Rank per tumbling event-time window of this size (epoch-aligned, e.g. 1m; Flink's window Top-N): a window's ranking is dropped from state when the watermark passes its end, and a record of a window the watermark passed is dropped; default 0: one ranking per key, kept in state forever."`
+}
+
+// CheckParams implements ParamsChecker.
+func (p *TopNParams) CheckParams(report func(field, msg string)) {
+	switch {
+	case p.N == 0:
+		report("n", fmt.Sprintf("required: how many records the ranking keeps, 1 to %d", TopNMaxN))
+	case p.N < 1 || p.N > TopNMaxN:
+		report("n", fmt.Sprintf("must be in [1, %d], got %d", TopNMaxN, p.N))
+	}
+	if !p.By.IsSet() {
+		report("by", "required: the expression records are ranked by (a number, such as price)")
+	}
+	if p.Window < 0 || (p.Window > 0 && p.Window < time.Millisecond) {
+		report("window", fmt.Sprintf("must be 0 (no window) or at least 1ms, got %v", p.Window))
+	}
+}
+
+// topNFactory registers TopNType.
+func topNFactory() Factory {
+	return Factory{
+		Type: TopNType,
+		Doc: "Per key (and optionally per tumbling window), the n records ranked by an expression, emitted as a changelog of the ranking " +
+			"(Flink's Top-N, Nexmark q19): each rank is a row keyed \"<key>#<rank>\" (\"<key>@<window start ms>#<rank>\" with window) " +
+			"whose value is {\"key\", \"rank\", [\"window_start\", \"window_end\",] \"row\"}.",
+		Traits: Traits{Keyed: true, Changelog: ChangelogTraits{Produces: true}},
+		Params: func() any { return &TopNParams{Order: TopNDesc} },
+		State:  []string{TopNStateName, "_timers"},
+		New: func(ctx FactoryContext) (any, error) {
+			p, ok := ctx.Params.(*TopNParams)
+			if !ok {
+				return nil, fmt.Errorf("operators: %s: params %T, want *TopNParams", TopNType, ctx.Params)
+			}
+			return NewTopN(*p), nil
+		},
+	}
+}
+
+// topNRow is one ranked record.
+type topNRow struct {
+	// Row is the record's value as JSON (a value that is not JSON, from a
+	// string or bytes source, as a JSON string).
+	Row   json.RawMessage `json:"row"`
+	Score number          `json:"score"`
+	TS    int64           `json:"ts"` // ms since the epoch
+}
+
+var topNState = state.MapStateDescriptor[int64, []topNRow]{
+	Name: TopNStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: state.JSONSerializer[[]topNRow]{},
+}
+
+// TopN is the top_n operator (Flink's Top-N, ROW_NUMBER() OVER (PARTITION
+// BY key ORDER BY by DESC) <= n with the rank number; with window, Flink's
+// window Top-N): per key, and per tumbling event-time window when window
+// is set, it keeps the n records with the best by (order desc: highest
+// first; equal scores in arrival order) and emits the ranking's changes as
+// a changelog, one row per rank: a record entering at rank r moves the
+// rows at r.. down by one, so each rank from r to the end emits -U of its
+// old row and +U of its new one, and a rank filled for the first time
+// emits +I; a record that does not enter the ranking emits nothing.
+//
+// Each output row is keyed "<key>#<rank>" ("<key>@<window start
+// ms>#<rank>" with window), so that an upsert sink's compacted topic holds
+// the current ranking, one row per rank; its value is {"key": <key>,
+// "rank": r, "window_start": ms, "window_end": ms (with window), "row":
+// <the record's value>}, its timestamp the input record's.
+//
+// State: one MapState entry per key and window (TopNStateName) holding up
+// to n rows (value, score, timestamp). With window an event-time timer at
+// each window's end drops its ranking once the watermark passes it (the
+// output keeps the final ranking); a record of a window already passed is
+// dropped. Without window a key's ranking is kept forever.
+type TopN struct {
+	p      TopNParams
+	env    RecordEnv
+	ranks  state.MapState[int64, []topNRow]
+	timers TimerService
+}
+
+// NewTopN returns the top_n function of params p (checked by
+// CheckParams).
+func NewTopN(p TopNParams) *TopN { return &TopN{p: p} }
+
+// Open implements KeyedProcessFunction.
+func (f *TopN) Open(ctx OpenContext) error {
+	m, err := state.GetMapState(ctx.Backend, topNState)
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: %w", TopNType, ctx.Operator, err)
+	}
+	f.ranks, f.timers = m, ctx.Timers
+	return nil
+}
+
+// better reports whether score a ranks before b (strictly).
+func (f *TopN) better(a, b number) bool {
+	if f.p.Order == TopNAsc {
+		return a.less(b)
+	}
+	return b.less(a)
+}
+
+// ProcessElement implements KeyedProcessFunction.
+func (f *TopN) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	v, err := f.p.By.Program().Eval(f.env.Reset(&rec))
+	if err != nil {
+		return EvalRecordError(err)
+	}
+	score, ok := toNumber(v)
+	if !ok {
+		return resultError(f.p.By, "top_n by", "needs a finite number, got "+expression.TypeName(v))
+	}
+	ts := rec.Timestamp.UnixMilli()
+	var start int64
+	if f.p.Window > 0 {
+		size := f.p.Window.Milliseconds()
+		start = ts - ((ts%size)+size)%size
+		if f.timers != nil && start+size-1 <= f.timers.CurrentWatermark().UnixMilli() {
+			return nil // its window is closed
+		}
+	}
+	cur, found, err := f.ranks.Get(start)
+	if err != nil {
+		return err
+	}
+	pos := len(cur)
+	for i, r := range cur {
+		if f.better(score, r.Score) {
+			pos = i
+			break
+		}
+	}
+	if pos >= f.p.N {
+		return nil
+	}
+	row := json.RawMessage(rec.Value)
+	if rec.Format != runtime.FormatJSON || !json.Valid(rec.Value) {
+		row, _ = json.Marshal(string(rec.Value)) // a string: cannot fail
+	}
+	next := make([]topNRow, 0, min(len(cur)+1, f.p.N))
+	next = append(next, cur[:pos]...)
+	next = append(next, topNRow{Row: row, Score: score, TS: ts})
+	next = append(next, cur[pos:min(len(cur), f.p.N-1)]...)
+	if err := f.ranks.Put(start, next); err != nil {
+		return err
+	}
+	if !found && f.p.Window > 0 && f.timers != nil {
+		if err := f.timers.RegisterEventTimeTimer(time.UnixMilli(start + f.p.Window.Milliseconds() - 1)); err != nil {
+			return err
+		}
+	}
+	for i := pos; i < len(next); i++ {
+		if i < len(cur) {
+			if err := out.Collect(f.rankRecord(rec, start, i, cur[i], runtime.ChangeUpdateBefore)); err != nil {
+				return err
+			}
+			if err := out.Collect(f.rankRecord(rec, start, i, next[i], runtime.ChangeUpdateAfter)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := out.Collect(f.rankRecord(rec, start, i, next[i], runtime.ChangeInsert)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rankRecord is the output row of rank i (0-based) of window start for
+// input rec.
+func (f *TopN) rankRecord(rec runtime.Record, start int64, i int, r topNRow, c runtime.ChangeKind) runtime.Record {
+	k, _ := json.Marshal(string(rec.Key)) // a string: cannot fail
+	b := append([]byte(`{"key":`), k...)
+	b = append(b, `,"rank":`...)
+	b = strconv.AppendInt(b, int64(i+1), 10)
+	key := append([]byte(nil), rec.Key...)
+	if f.p.Window > 0 {
+		b = append(b, `,"window_start":`...)
+		b = strconv.AppendInt(b, start, 10)
+		b = append(b, `,"window_end":`...)
+		b = strconv.AppendInt(b, start+f.p.Window.Milliseconds(), 10)
+		key = strconv.AppendInt(append(key, '@'), start, 10)
+	}
+	b = append(append(append(b, `,"row":`...), r.Row...), '}')
+	key = strconv.AppendInt(append(key, '#'), int64(i+1), 10)
+	return runtime.Record{Key: key, Value: b, Timestamp: rec.Timestamp, Origin: rec.Origin, Change: c}
+}
+
+// OnTimer implements TimerFunction: the rankings of the windows the
+// watermark passed leave the state.
+func (f *TopN) OnTimer(_ context.Context, _ time.Time, _ TimerContext, _ Collector) error {
+	wm := f.timers.CurrentWatermark().UnixMilli()
+	var done []int64
+	for start, err := range f.ranks.Keys() {
+		if err != nil {
+			return err
+		}
+		if start+f.p.Window.Milliseconds()-1 <= wm {
+			done = append(done, start)
+		}
+	}
+	for _, start := range done {
+		if err := f.ranks.Remove(start); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,110 @@
+package operators
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// bid is a record of auction key: bid id, price, event time ms.
+func bid(key, id string, price, ms int64) runtime.Record {
+	return runtime.Record{Key: []byte(key), Value: fmt.Appendf(nil, `{"bid":%q,"price":%d}`, id, price), Timestamp: time.UnixMilli(ms)}
+}
+
+// rankText renders top_n output as "<kind> <record key> <value>".
+func rankText(recs []runtime.Record) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = fmt.Sprintf("%s %s %s", r.Change, r.Key, r.Value)
+	}
+	return out
+}
+
+// TestTopNWindow: top 3 bids by price per auction and 1-minute window, on
+// both backends: the exact changelog of the ranking (a bid entering at
+// rank r emits -U/+U for every rank from r down and +I for a rank filled
+// the first time; a bid below the top 3 emits nothing; an equal price
+// ranks after the earlier bid), a second window ranked on its own, and
+// after the watermark passes the first window's end a bid of it is
+// dropped (its ranking left the state).
+func TestTopNWindow(t *testing.T) {
+	row := func(key string, start int64, rank int, id string, price int) string {
+		return fmt.Sprintf(`%s@%d#%d {"key":%q,"rank":%d,"window_start":%d,"window_end":%d,"row":{"bid":%q,"price":%d}}`,
+			key, start, rank, key, rank, start, start+60000, id, price)
+	}
+	want := []string{
+		"+I " + row("a1", 0, 1, "a", 5),
+		"-U " + row("a1", 0, 1, "a", 5), "+U " + row("a1", 0, 1, "b", 7), "+I " + row("a1", 0, 2, "a", 5),
+		"-U " + row("a1", 0, 2, "a", 5), "+U " + row("a1", 0, 2, "c", 6), "+I " + row("a1", 0, 3, "a", 5),
+		// d (4) is below the top 3: nothing
+		"-U " + row("a1", 0, 2, "c", 6), "+U " + row("a1", 0, 2, "e", 7), "-U " + row("a1", 0, 3, "a", 5), "+U " + row("a1", 0, 3, "c", 6),
+		"+I " + row("a1", 60000, 1, "f", 3),
+		"+I " + row("a2", 0, 1, "g", 1),
+		// watermark 60000: window 0 closed; h (9 at 10s) is dropped
+	}
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			p := TopNParams{N: 3, By: compiled(t, "price"), Order: TopNDesc, Window: time.Minute}
+			h, err := openStateful(t, kind, t.TempDir(), nil, nil, NewTopN(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.process(bid("a1", "a", 5, 1000), bid("a1", "b", 7, 2000), bid("a1", "c", 6, 3000), bid("a1", "d", 4, 4000),
+				bid("a1", "e", 7, 5000), bid("a1", "f", 3, 61000), bid("a2", "g", 1, 1500))
+			if err := h.op.ProcessWatermark(h.ctx, time.UnixMilli(60000)); err != nil {
+				t.Fatal(err)
+			}
+			h.process(bid("a1", "h", 9, 10000))
+			got := h.finish()
+			if g := rankText(got); !reflect.DeepEqual(g, want) {
+				t.Fatalf("changelog\n%q\nwant\n%q", g, want)
+			}
+		})
+	}
+}
+
+// TestTopNNoWindowAsc: without window one ranking per key, kept across a
+// checkpoint and restore; order asc ranks the lowest first.
+func TestTopNNoWindowAsc(t *testing.T) {
+	p := TopNParams{N: 2, By: compiled(t, "price"), Order: TopNAsc}
+	h, err := openStateful(t, state.KindHashmap, "", nil, nil, NewTopN(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.process(bid("k", "a", 5, 1), bid("k", "b", 3, 2))
+	first := rankText(h.emitted())
+	h2, err := openStateful(t, state.KindHashmap, "", nil, snapshotRestore(t, h), NewTopN(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2.process(bid("k", "c", 4, 3), bid("k", "d", 9, 4))
+	got := append(first, rankText(h2.finish())...)
+	want := []string{
+		`+I k#1 {"key":"k","rank":1,"row":{"bid":"a","price":5}}`,
+		`-U k#1 {"key":"k","rank":1,"row":{"bid":"a","price":5}}`, `+U k#1 {"key":"k","rank":1,"row":{"bid":"b","price":3}}`,
+		`+I k#2 {"key":"k","rank":2,"row":{"bid":"a","price":5}}`,
+		`-U k#2 {"key":"k","rank":2,"row":{"bid":"a","price":5}}`, `+U k#2 {"key":"k","rank":2,"row":{"bid":"c","price":4}}`,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("changelog\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestTopNCheckParams: n in [1, 1000] and by are required; window is 0 or
+// at least 1ms.
+func TestTopNCheckParams(t *testing.T) {
+	var got []string
+	(&TopNParams{N: 1001, Window: -time.Second}).CheckParams(func(field, msg string) { got = append(got, field+": "+msg) })
+	want := []string{
+		"n: must be in [1, 1000], got 1001",
+		"by: required: the expression records are ranked by (a number, such as price)",
+		"window: must be 0 (no window) or at least 1ms, got -1s",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("problems %q, want %q", got, want)
+	}
+}

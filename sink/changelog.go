@@ -1,0 +1,58 @@
+package sink
+
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// ChangelogMode is how a sink writes a changelog stream (records whose
+// runtime.Record.Change is not an insert) to Kafka.
+type ChangelogMode uint8
+
+const (
+	// ChangelogUpsert (the default, the zero value) writes upserts keyed by
+	// the record key, Kafka's compacted-topic convention (Flink's
+	// upsert-kafka sink, Kafka Streams' KTable#toStream to a compacted
+	// topic): +I and +U are written as they are, -U is dropped (the +U that
+	// follows it replaces the row), -D is written as a tombstone (the key
+	// with a null value). An append-only stream is written unchanged.
+	ChangelogUpsert ChangelogMode = iota
+	// ChangelogHeader writes every record, -U included, with its kind in
+	// the runtime.ChangeHeader header ("+I", "-U", "+U" or "-D"; a -D keeps
+	// its value), so that a reader (a source with changelog: header, or a
+	// cluster-mode repartition source) gets the changelog back exactly.
+	ChangelogHeader
+)
+
+// changelogRecord fills kr's key, value and headers from rec as mode
+// writes it, and reports false when mode drops rec (an upsert sink's -U).
+func changelogRecord(mode ChangelogMode, kr *kgo.Record, rec *runtime.Record) bool {
+	kr.Key, kr.Value, kr.Timestamp = rec.Key, rec.Value, rec.Timestamp
+	if mode == ChangelogHeader {
+		kr.Headers = make([]kgo.RecordHeader, 0, len(rec.Headers)+1)
+		for _, h := range rec.Headers {
+			if h.Key != runtime.ChangeHeader { // one kind per record: the record's own
+				kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+			}
+		}
+		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: runtime.ChangeHeader, Value: []byte(rec.Change.String())})
+		return true
+	}
+	kr.Headers = kafkaHeaders(rec.Headers)
+	switch rec.Change {
+	case runtime.ChangeUpdateBefore:
+		return false
+	case runtime.ChangeDelete:
+		kr.Value = nil // a tombstone
+	}
+	return true
+}
+
+// String returns the config spelling: "upsert" or "header".
+func (m ChangelogMode) String() string {
+	if m == ChangelogHeader {
+		return "header"
+	}
+	return "upsert"
+}
