@@ -55,6 +55,9 @@ type Source struct {
 	// Broadcast says the source feeds a broadcast edge: null values pass
 	// (they delete rules) and checkpoints wait until it caught up.
 	Broadcast bool
+	// Table reads the topic as a table (source.Config.Table): upserts by
+	// key as runtime.ChangeUpdateAfter, tombstones as runtime.ChangeDelete.
+	Table bool
 	// Check, if not nil, validates each record at the source (the
 	// broadcast consumer's Factory.CheckBroadcast).
 	Check func(key, value []byte) error

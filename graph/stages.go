@@ -235,8 +235,12 @@ func Fingerprint(g *Graph, units int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "job %s max_parallelism=%d units=%d\n", g.Job, g.MaxParallelism, units)
 	for _, s := range g.Sources {
-		fmt.Fprintf(&b, "source %s topic=%s format=%s start=%s broadcast=%v out_of_orderness=%s idleness=%s\n",
+		fmt.Fprintf(&b, "source %s topic=%s format=%s start=%s broadcast=%v out_of_orderness=%s idleness=%s",
 			s.Name, s.Topic, s.Format, s.StartFrom, s.Broadcast, s.OutOfOrderness, s.Idleness)
+		if s.Table {
+			b.WriteString(" table") // only when set: older jobs keep their fingerprint
+		}
+		b.WriteString("\n")
 	}
 	for _, o := range g.Operators {
 		params, _ := json.Marshal(o.Params)

@@ -16,8 +16,14 @@ type Traits struct {
 	// which then only routes (re-keys) its input.
 	Keyed bool
 	// Broadcast types read a second, broadcast input (every subtask gets
-	// every record of it) and require one; only keyed types may.
+	// every record of it) and require one. A keyed broadcast type runs a
+	// KeyedBroadcastProcessFunction, one that is not keyed a
+	// BroadcastProcessFunction (Flink's broadcast on a non-keyed stream).
 	Broadcast bool
+	// BroadcastTable broadcast types need their broadcast input to be a
+	// table source (sources[].table: true): a changelog of upserts and
+	// deletes by key (global_table_join).
+	BroadcastTable bool
 	// AsyncState types have an asynchronous state version (async_state:
 	// true): New then returns an AsyncKeyedProcessFunction.
 	AsyncState bool
@@ -133,16 +139,18 @@ type Registry struct {
 func NewRegistry() *Registry { return &Registry{types: map[string]*Factory{}} }
 
 // Register adds f. It fails when f.Type is empty or already registered, when
-// New is nil, or when the traits contradict each other (a broadcast or async
-// type that is not keyed).
+// New is nil, or when the traits contradict each other (an async type that
+// is not keyed, a broadcast table without broadcast).
 func (r *Registry) Register(f Factory) error {
 	switch {
 	case f.Type == "":
 		return fmt.Errorf("operators: register: empty type name")
 	case f.New == nil:
 		return fmt.Errorf("operators: register %q: New is nil", f.Type)
-	case (f.Traits.Broadcast || f.Traits.AsyncState) && !f.Traits.Keyed:
-		return fmt.Errorf("operators: register %q: broadcast and async state need a keyed type", f.Type)
+	case f.Traits.AsyncState && !f.Traits.Keyed:
+		return fmt.Errorf("operators: register %q: async state needs a keyed type", f.Type)
+	case f.Traits.BroadcastTable && !f.Traits.Broadcast:
+		return fmt.Errorf("operators: register %q: a broadcast table needs a broadcast type", f.Type)
 	case f.Router != nil && (!f.Traits.Keyed || f.Router.New == nil || f.Router.Router != nil || f.Router.Traits.Keyed):
 		return fmt.Errorf("operators: register %q: a router needs a keyed type and a non-keyed router with New and no router of its own", f.Type)
 	}
@@ -181,6 +189,7 @@ func Builtins() []Factory {
 		filterFactory(),
 		mapFactory(),
 		flatMapFactory(),
+		globalTableJoinFactory(),
 	}
 }
 

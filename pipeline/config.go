@@ -504,6 +504,16 @@ type SourceConfig struct {
 	// Watermark configures the source's watermarks (bounded
 	// out-of-orderness per partition, minimum over partitions).
 	Watermark WatermarkConfig `yaml:"watermark"`
+	// Table reads the topic as a table (Kafka Streams' KTable, Flink's
+	// upsert-kafka): a compacted topic whose records upsert the row of
+	// their Kafka key and whose tombstones (null values) delete it. The
+	// source emits a changelog: an upsert as +U (runtime.ChangeUpdateAfter),
+	// a tombstone as -D (runtime.ChangeDelete, null value); a record
+	// without a key is a bad record (missing_key). The operator reading it
+	// materializes the table in its state (global_table_join, table_join).
+	// Default false: null values are bad records (empty_value), except on
+	// a broadcast rules source.
+	Table bool `yaml:"table"`
 }
 
 // TimestampConfig is sources[].timestamp: the record time from the value.

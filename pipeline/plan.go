@@ -161,7 +161,7 @@ func (c *Config) buildGraph() *graph.Graph {
 			Format: s.Format, OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
 			MaxRecordBytes: s.MaxRecordBytes, DiscoveryInterval: s.PartitionDiscoveryInterval,
 			OutOfOrderness: s.Watermark.OutOfOrderness, Idleness: s.Watermark.Idleness,
-			MaxAhead: s.Timestamp.MaxAhead,
+			MaxAhead: s.Timestamp.MaxAhead, Table: s.Table,
 		}
 		if e, unit := s.Timestamp.Expression, s.Timestamp.Unit; e.IsSet() {
 			gs.Timestamp = func() func(*runtime.Record) (time.Time, error) { return operators.NewTimestampAssigner(e, unit) }

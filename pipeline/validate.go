@@ -419,6 +419,8 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 			if op.Broadcast != "" {
 				v.errorf(p+".broadcast", "operator type %s takes no broadcast input; %s", op.Type, typesWith(reg, func(t operators.Traits) bool { return t.Broadcast }))
 			}
+		case op.Broadcast == "" && f.Traits.BroadcastTable:
+			v.errorf(p+".broadcast", "required for operator type %s: the table source (table: true) broadcast to every subtask", op.Type)
 		case op.Broadcast == "":
 			v.errorf(p+".broadcast", "required for operator type %s: the source of the rules broadcast to every subtask", op.Type)
 		case !ok:
@@ -427,6 +429,10 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 			v.errorf(p+".broadcast", "%q is %s; a broadcast input must be a source", op.Broadcast, bc.path)
 		case op.Broadcast == op.Input:
 			v.errorf(p+".broadcast", "%q is also the input; the broadcast input must be another source", op.Broadcast)
+		case f.Traits.BroadcastTable:
+			if s, _ := c.SourceByName(op.Broadcast); !s.Table {
+				v.errorf(p+".broadcast", "%q is not a table: operator type %s joins with a table; set table: true on %s", op.Broadcast, op.Type, bc.path)
+			}
 		}
 		if op.AsyncState && known && !f.Traits.AsyncState {
 			v.errorf(p+".async_state", "operator type %s has no async state version; %s", op.Type, typesWith(reg, func(t operators.Traits) bool { return t.AsyncState }))
