@@ -220,6 +220,7 @@ func Builtins() []Factory {
 		filterFactory(),
 		mapFactory(),
 		flatMapFactory(),
+		intervalJoinFactory(),
 	}
 }
 

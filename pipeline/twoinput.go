@@ -88,11 +88,13 @@ func (c *Config) validateSides(v *validator, p string, i int, op *OperatorConfig
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	suggested := map[string]bool{} // a misspelt role is not also reported missing
 	for _, k := range keys {
 		if slices.Contains(roles, k) {
 			continue
 		}
 		if s := suggest(k, roles); s != "" {
+			suggested[s] = true
 			v.errorf(p+".inputs."+k, "unknown role %q of operator type %s (did you mean %q?); its roles are %s", k, op.Type, s, list)
 		} else {
 			v.errorf(p+".inputs."+k, "unknown role %q of operator type %s; its roles are %s", k, op.Type, list)
@@ -101,6 +103,9 @@ func (c *Config) validateSides(v *validator, p string, i int, op *OperatorConfig
 	for _, r := range roles {
 		rp := p + ".inputs." + r
 		in, ok := op.Inputs[r]
+		if !ok && suggested[r] {
+			continue
+		}
 		if !ok {
 			v.errorf(rp, "missing role %s of operator type %s: {from: <source or operator>, key_by: <key>}", r, op.Type)
 			continue
