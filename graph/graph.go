@@ -105,10 +105,22 @@ type Operator struct {
 	// Input is the main input's vertex name; Broadcast the broadcast
 	// input's ("" for none).
 	Input, Broadcast string
-	// ErrorSources name, per logical input (0 main, 1 broadcast), the
-	// source whose on_error policy a bad record met here obeys: the source
-	// the input's records come from.
+	// ErrorSources name, per logical input (0 main, 1 broadcast or second
+	// role), the source whose on_error policy a bad record met here obeys:
+	// the source the input's records come from.
 	ErrorSources [2]string
+	// Sides are the inputs of a two-input operator
+	// (operators.Traits.Inputs), in the type's role order: logical input i
+	// reads Sides[i] over a hash edge keyed by its own key_by. Input and
+	// KeyBy repeat Sides[0]'s. Nil for a one-input operator.
+	Sides []Side
+}
+
+// Side is one input of a two-input operator: its role (such as "left"),
+// the vertex it reads (with a side output, "<operator>.<output>") and its
+// key_by text.
+type Side struct {
+	Role, Input, KeyBy string
 }
 
 // Keyed reports whether the operator runs on a keyed stream (keyed state).

@@ -91,6 +91,11 @@ func Split(g *Graph, units int) (*Stages, error) {
 	if units < 1 || units > g.MaxParallelism {
 		return nil, fmt.Errorf("graph: %d units: must be in [1, %d] (the max parallelism)", units, g.MaxParallelism)
 	}
+	for _, o := range g.Operators {
+		if len(o.Sides) > 0 {
+			return nil, fmt.Errorf("graph: operator %q reads two inputs; cluster mode runs one-input operators only", o.Name)
+		}
+	}
 	st := &Stages{Job: g.Job, Units: units, MaxParallelism: g.MaxParallelism, Fingerprint: Fingerprint(g, units)}
 	stageOf := map[string]int{}
 	mainEdge := map[string]Edge{}

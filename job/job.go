@@ -621,6 +621,12 @@ func (j *Job) operator(op *graph.Operator, sub int, fn any, restore *operators.R
 	if f, ok := fn.(operators.ProcessFunction); ok && !tr.Keyed {
 		return operators.NewProcessOperator(info, restore, f, out), nil
 	}
+	if tr.TwoInput() {
+		if f, ok := fn.(operators.KeyedCoProcessFunction); ok && tr.Keyed {
+			return operators.NewKeyedCoProcessOperator(info, open, restore, f, out), nil
+		}
+		return nil, fmt.Errorf("job: operator %q: type %s reads two inputs (%v) but built a %T, not an operators.KeyedCoProcessFunction", op.Name, op.Type, tr.Inputs, fn)
+	}
 	switch f := fn.(type) {
 	case operators.KeyedBroadcastProcessFunction:
 		if tr.Keyed && tr.Broadcast {

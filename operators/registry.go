@@ -27,6 +27,33 @@ type Traits struct {
 	// AsyncState types have an asynchronous state version (async_state:
 	// true): New then returns an AsyncKeyedProcessFunction.
 	AsyncState bool
+	// Inputs, when set, names the input roles of a two-input keyed type
+	// (Flink's TwoInputStreamOperator / KeyedCoProcessFunction), such as
+	// ["left", "right"]: the operator lists its inputs by role under
+	// inputs: (each with its own key_by) instead of input and key_by, both
+	// are hashed by key group, and logical input i carries the records of
+	// role Inputs[i] (ProcessElement1 for the first, ProcessElement2 for
+	// the second). New then returns a KeyedCoProcessFunction. Two
+	// distinct non-empty roles; only for a keyed type without broadcast,
+	// async state or router. The zero value: one input. (An array keeps
+	// Traits comparable.)
+	Inputs [2]string
+	// EventTime types act on the event time of every input (joins on
+	// record timestamps): the planner refuses an input whose records carry
+	// processing time (ProcessingTimeOutput).
+	EventTime bool
+}
+
+// TwoInput reports whether the type reads two inputs (Inputs is set).
+func (t Traits) TwoInput() bool { return t.Inputs != [2]string{} }
+
+// Roles returns the input roles of a two-input type in order, nil for a
+// one-input type.
+func (t Traits) Roles() []string {
+	if !t.TwoInput() {
+		return nil
+	}
+	return t.Inputs[:]
 }
 
 // Factory declares one operator type (an entry of the operator registry,
@@ -117,6 +144,14 @@ type ParamsChecker interface {
 	CheckParams(report func(field, msg string))
 }
 
+// ProcessingTimeOutput is implemented by a params struct whose operator,
+// as configured, stamps its output with processing time rather than event
+// time (window with time: processing): an operator of a type with
+// Traits.EventTime refuses such an input.
+type ProcessingTimeOutput interface {
+	ProcessingTimeOutput() bool
+}
+
 // BroadcastTimeParams is implemented by a params struct whose operator, as
 // configured, holds records on its broadcast input's event time (rules
 // with rule_time: event): the pipeline then requires the broadcast source
@@ -151,6 +186,10 @@ func (r *Registry) Register(f Factory) error {
 		return fmt.Errorf("operators: register %q: async state needs a keyed type", f.Type)
 	case f.Traits.BroadcastTable && !f.Traits.Broadcast:
 		return fmt.Errorf("operators: register %q: a broadcast table needs a broadcast type", f.Type)
+	case f.Traits.Inputs != [2]string{} && (f.Traits.Inputs[0] == "" || f.Traits.Inputs[1] == "" || f.Traits.Inputs[0] == f.Traits.Inputs[1]):
+		return fmt.Errorf("operators: register %q: a two-input type names exactly two distinct roles, got %q", f.Type, f.Traits.Inputs)
+	case f.Traits.TwoInput() && (!f.Traits.Keyed || f.Traits.Broadcast || f.Traits.AsyncState || f.Router != nil):
+		return fmt.Errorf("operators: register %q: a two-input type must be keyed, without broadcast, async state or router", f.Type)
 	case f.Router != nil && (!f.Traits.Keyed || f.Router.New == nil || f.Router.Router != nil || f.Router.Traits.Keyed):
 		return fmt.Errorf("operators: register %q: a router needs a keyed type and a non-keyed router with New and no router of its own", f.Type)
 	}
@@ -190,6 +229,7 @@ func Builtins() []Factory {
 		mapFactory(),
 		flatMapFactory(),
 		globalTableJoinFactory(),
+		intervalJoinFactory(),
 	}
 }
 

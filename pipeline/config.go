@@ -576,8 +576,13 @@ type OperatorConfig struct {
 	// reference). Required.
 	Type string `yaml:"type"`
 	// Input is the name of the source or operator whose records the
-	// operator reads. Required; the graph must have no cycle.
+	// operator reads. Required (except for two-input types, which take
+	// inputs); the graph must have no cycle.
 	Input string `yaml:"input"`
+	// Inputs are the inputs of a two-input type (interval_join), by the
+	// type's roles (left, right), each with its own key_by; required for
+	// those types, refused for the others, which take input and key_by.
+	Inputs map[string]OperatorInputConfig `yaml:"inputs"`
 	// KeyBy keys the input (Flink's keyBy): records are routed to subtasks
 	// by the key group of the key, and keyed state is per key. A field path
 	// ("color", "user.id": a JSON string gives its characters, a number its
@@ -843,7 +848,7 @@ func (c *Config) OperatorParallelism(op *OperatorConfig) int {
 		if op.Parallelism > 0 {
 			return op.Parallelism
 		}
-		if op.KeyBy != "" || c.routed(op) {
+		if _, two := c.twoInput(op); op.KeyBy != "" || c.routed(op) || two {
 			return c.Job.Parallelism
 		}
 		if src, ok := c.SourceByName(op.Input); ok {

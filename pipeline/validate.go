@@ -385,8 +385,13 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 		} else {
 			v.oneOf(p+".type", op.Type, reg.Types()...)
 		}
+		twoIn := known && f.Traits.TwoInput()
 		vin, side := c.SplitInput(op.Input)
 		switch in, ok := stages[vin]; {
+		case twoIn:
+			c.validateSides(v, p, i, op, f, stages)
+		case op.Inputs != nil && (known || op.Input == ""):
+			v.errorf(p+".inputs", "operator type %s reads one input (input, key_by); inputs applies to two-input types: %s", op.Type, typesWith(reg, func(t operators.Traits) bool { return t.TwoInput() }))
 		case op.Input == "":
 			v.required(p + ".input")
 		case !ok:
@@ -398,7 +403,7 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 		case side != "":
 			c.checkSideOutput(v, p+".input", vin, side)
 		}
-		if op.KeyBy != "" {
+		if op.KeyBy != "" && !twoIn {
 			if _, err := c.keySelector(op.KeyBy); err != nil {
 				v.errorf(p+".key_by", "%v", err)
 			}
@@ -410,7 +415,7 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 			if _, taken := stages[op.Name+operators.RulesRouteSuffix]; taken && op.Name != "" {
 				v.errorf(p+".name", "%q needs the name %q for its routing stage, which another stage uses", op.Name, op.Name+operators.RulesRouteSuffix)
 			}
-		} else if known && f.Traits.Keyed && op.KeyBy == "" {
+		} else if known && f.Traits.Keyed && op.KeyBy == "" && !twoIn {
 			v.errorf(p+".key_by", "required for operator type %s: a field path (such as user.id) or an expression giving the key", op.Type)
 		}
 		switch bc, ok := stages[op.Broadcast]; {
