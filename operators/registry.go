@@ -230,6 +230,7 @@ func Builtins() []Factory {
 		flatMapFactory(),
 		globalTableJoinFactory(),
 		intervalJoinFactory(),
+		tableJoinFactory(),
 	}
 }
 
