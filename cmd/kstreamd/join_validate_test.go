@@ -91,7 +91,7 @@ func TestJoinConfigErrors(t *testing.T) {
     inputs:
       left: {from: clicks, key_by: user}
 ` + joinSinks,
-			want: []string{`17:5: operators[0].inputs: operator type keyed_count reads one input (input, key_by); inputs applies to two-input types: only interval_join does`},
+			want: []string{`17:5: operators[0].inputs: operator type keyed_count reads one input (input, key_by); inputs applies to two-input types: only interval_join and table_join do`},
 		},
 		{
 			name: "unknown from, missing key_by",
