@@ -231,6 +231,7 @@ func Builtins() []Factory {
 		globalTableJoinFactory(),
 		intervalJoinFactory(),
 		tableJoinFactory(),
+		changelogNormalizeFactory(),
 	}
 }
 
