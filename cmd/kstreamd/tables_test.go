@@ -29,8 +29,9 @@ func clickRec(id, user string) *kgo.Record {
 }
 
 // TestExampleGlobalTableJoin runs configs/examples/global_table_join.yaml
-// on a users table with an update and a tombstone, produced before the job
-// starts (the clicks wait until the table caught up): the read_committed
+// on a users table with an update and a tombstone and four clicks, all
+// produced before the job starts (the clicks wait until the table caught
+// up): the read_committed
 // output is exactly each click with its user's latest country, null for a
 // deleted and an unknown user (join: left). A table update while the job
 // runs applies to the clicks after it. Then the job is stopped and
@@ -44,10 +45,12 @@ func TestExampleGlobalTableJoin(t *testing.T) {
 	_, broker := startKfake(t, []string{"users", "clicks", "clicks-enriched"})
 	cl := newClient(t, broker)
 	produce(t, cl, userRec("u1", "NL"), userRec("u2", "DE"), userRec("u3", "FR"), userRec("u1", "BE"), userRec("u2", ""))
+	// The first clicks are there before the job starts too: they wait
+	// until the table caught up (bootstrap), or c1 would miss u1's update.
+	produce(t, cl, clickRec("c1", "u1"), clickRec("c2", "u2"), clickRec("c3", "u3"), clickRec("c4", "u9"))
 	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
 	cfg := exampleConfig(t, "global_table_join.yaml", dir, broker, metrics)
 	d := startDaemon(t, dir, cfg, broker, metrics)
-	produce(t, cl, clickRec("c1", "u1"), clickRec("c2", "u2"), clickRec("c3", "u3"), clickRec("c4", "u9"))
 	sink := map[string]string{"operator": "clicks-enriched"}
 	testkit.WaitMetric(t, 30*time.Second, d.url(), "kstreamd_operator_records_out_total", sink, 4)
 	// The join read 5 table records on each of its 2 subtasks and the 4
