@@ -59,6 +59,9 @@ type Source struct {
 	// Broadcast says the source feeds a broadcast edge: null values pass
 	// (they delete rules) and checkpoints wait until it caught up.
 	Broadcast bool
+	// Table reads the topic as a table (source.Config.Table): upserts by
+	// key as runtime.ChangeUpdateAfter, tombstones as runtime.ChangeDelete.
+	Table bool
 	// Check, if not nil, validates each record at the source (the
 	// broadcast consumer's Factory.CheckBroadcast).
 	Check func(key, value []byte) error
@@ -110,10 +113,22 @@ type Operator struct {
 	// derived it from the changelog traits upstream); the factory gets it
 	// as FactoryContext.ChangelogInput.
 	ChangelogInput bool
-	// ErrorSources name, per logical input (0 main, 1 broadcast), the
-	// source whose on_error policy a bad record met here obeys: the source
-	// the input's records come from.
+	// ErrorSources name, per logical input (0 main, 1 broadcast or second
+	// role), the source whose on_error policy a bad record met here obeys:
+	// the source the input's records come from.
 	ErrorSources [2]string
+	// Sides are the inputs of a two-input operator
+	// (operators.Traits.Inputs), in the type's role order: logical input i
+	// reads Sides[i] over a hash edge keyed by its own key_by. Input and
+	// KeyBy repeat Sides[0]'s. Nil for a one-input operator.
+	Sides []Side
+}
+
+// Side is one input of a two-input operator: its role (such as "left"),
+// the vertex it reads (with a side output, "<operator>.<output>") and its
+// key_by text.
+type Side struct {
+	Role, Input, KeyBy string
 }
 
 // Keyed reports whether the operator runs on a keyed stream (keyed state).

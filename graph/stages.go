@@ -91,6 +91,11 @@ func Split(g *Graph, units int) (*Stages, error) {
 	if units < 1 || units > g.MaxParallelism {
 		return nil, fmt.Errorf("graph: %d units: must be in [1, %d] (the max parallelism)", units, g.MaxParallelism)
 	}
+	for _, o := range g.Operators {
+		if len(o.Sides) > 0 {
+			return nil, fmt.Errorf("graph: operator %q reads two inputs; cluster mode runs one-input operators only", o.Name)
+		}
+	}
 	st := &Stages{Job: g.Job, Units: units, MaxParallelism: g.MaxParallelism, Fingerprint: Fingerprint(g, units)}
 	stageOf := map[string]int{}
 	mainEdge := map[string]Edge{}
@@ -235,8 +240,12 @@ func Fingerprint(g *Graph, units int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "job %s max_parallelism=%d units=%d\n", g.Job, g.MaxParallelism, units)
 	for _, s := range g.Sources {
-		fmt.Fprintf(&b, "source %s topic=%s format=%s start=%s broadcast=%v out_of_orderness=%s idleness=%s\n",
+		fmt.Fprintf(&b, "source %s topic=%s format=%s start=%s broadcast=%v out_of_orderness=%s idleness=%s",
 			s.Name, s.Topic, s.Format, s.StartFrom, s.Broadcast, s.OutOfOrderness, s.Idleness)
+		if s.Table {
+			b.WriteString(" table") // only when set: older jobs keep their fingerprint
+		}
+		b.WriteString("\n")
 	}
 	for _, o := range g.Operators {
 		params, _ := json.Marshal(o.Params)

@@ -371,7 +371,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 				Name:           s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
 				Subtask: sub, Parallelism: p, Only: only, Upstream: upstream, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
 				DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + g.Job,
-				Format: sourceFormat(s.Format), Tombstones: s.Broadcast, Check: s.Check, Changelog: s.Changelog,
+				Format: sourceFormat(s.Format), Tombstones: s.Broadcast, Table: s.Table, Check: s.Check, Changelog: s.Changelog,
 				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, PolicySource: s.PolicySource, DeadLetters: dlw, MaxRecordBytes: s.MaxRecordBytes,
 				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
 				OnCaughtUp: func() { resp.caughtUp(id) },
@@ -621,6 +621,12 @@ func (j *Job) operator(op *graph.Operator, sub int, fn any, restore *operators.R
 	// the traits, not the type switch, tell them apart.
 	if f, ok := fn.(operators.ProcessFunction); ok && !tr.Keyed {
 		return operators.NewProcessOperator(info, restore, f, out), nil
+	}
+	if tr.TwoInput() {
+		if f, ok := fn.(operators.KeyedCoProcessFunction); ok && tr.Keyed {
+			return operators.NewKeyedCoProcessOperator(info, open, restore, f, out), nil
+		}
+		return nil, fmt.Errorf("job: operator %q: type %s reads two inputs (%v) but built a %T, not an operators.KeyedCoProcessFunction", op.Name, op.Type, tr.Inputs, fn)
 	}
 	switch f := fn.(type) {
 	case operators.KeyedBroadcastProcessFunction:

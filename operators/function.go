@@ -91,3 +91,25 @@ type BroadcastWatermarkFunction interface {
 	BroadcastWatermarks() bool
 	ProcessBroadcastWatermark(ctx context.Context, wm time.Time, out Collector) error
 }
+
+// KeyedCoProcessFunction processes two keyed streams connected by key
+// (Flink's KeyedCoProcessFunction): a type with two input roles
+// (Traits.Inputs) runs one. Records of both inputs are hashed by key group
+// with their own key_by, so records of equal keys of either input reach the
+// same subtask and share its keyed state; the subtask's watermark is the
+// minimum of both inputs', checkpoint barriers align over both. A function
+// that also implements TimerFunction gets timers (OnTimer, with the
+// timer's key current). Every method runs on the subtask goroutine; an
+// error that is a *runtime.RecordError makes the record meet the on_error
+// policy of its own input's source.
+type KeyedCoProcessFunction interface {
+	// Open registers keyed state (and finds its timer service) before the
+	// first record.
+	Open(ctx OpenContext) error
+	// ProcessElement1 handles a record of the first role (logical input
+	// 0); the backend's current key is rec.Key.
+	ProcessElement1(ctx context.Context, rec runtime.Record, out Collector) error
+	// ProcessElement2 handles a record of the second role (logical input
+	// 1); the backend's current key is rec.Key.
+	ProcessElement2(ctx context.Context, rec runtime.Record, out Collector) error
+}

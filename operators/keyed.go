@@ -30,15 +30,17 @@ type Restore struct {
 }
 
 // KeyedOperator drives a KeyedProcessFunction, a
-// KeyedBroadcastProcessFunction or an AsyncKeyedProcessFunction on one
-// subtask; it implements runtime.Operator and runtime.Snapshotter. Logical
-// input 0 is the keyed input, input 1 the broadcast input.
+// KeyedBroadcastProcessFunction, a KeyedCoProcessFunction or an
+// AsyncKeyedProcessFunction on one subtask; it implements runtime.Operator
+// and runtime.Snapshotter. Logical input 0 is the keyed input, input 1 the
+// broadcast input (of a KeyedCoProcessFunction: the second keyed input).
 type KeyedOperator struct {
 	info      OpenContext
 	open      BackendOpener
 	restore   *Restore
 	keyed     KeyedProcessFunction
 	broadcast KeyedBroadcastProcessFunction
+	co        KeyedCoProcessFunction
 	out       *runtime.Output
 	backend   state.KeyedStateBackend
 	opStore   *state.OperatorStateStore
@@ -76,8 +78,17 @@ func NewKeyedProcessOperator(info OpenContext, open BackendOpener, restore *Rest
 	return &KeyedOperator{info: info, open: open, restore: restore, keyed: fn, out: out}
 }
 
+// NewKeyedCoProcessOperator returns the operator of one subtask of a
+// two-input type running fn: logical input 0 is the first role, 1 the
+// second, both keyed (Flink's KeyedCoProcessOperator).
+func NewKeyedCoProcessOperator(info OpenContext, open BackendOpener, restore *Restore, fn KeyedCoProcessFunction, out *runtime.Output) *KeyedOperator {
+	return &KeyedOperator{info: info, open: open, restore: restore, co: fn, out: out}
+}
+
 func (o *KeyedOperator) function() any {
 	switch {
+	case o.co != nil:
+		return o.co
 	case o.broadcast != nil:
 		return o.broadcast
 	case o.async != nil:
@@ -118,6 +129,8 @@ func (o *KeyedOperator) Open(ctx context.Context) (err error) {
 	o.cleaner = ttlCleaner{}
 	state.NotifyCleanup(b, o.startCleanup)
 	switch {
+	case o.co != nil:
+		err = o.co.Open(o.info)
 	case o.broadcast != nil:
 		err = o.broadcast.Open(o.info)
 	case o.async != nil:
@@ -160,6 +173,13 @@ func (o *KeyedOperator) ProcessRecord(ctx context.Context, input int, rec runtim
 		}
 		e.ctx, e.rec = ctx, rec
 		return o.aec.ProcessArg(ctx, rec.Key, o.runAsync, e)
+	case o.co != nil && (input == 0 || input == 1):
+		o.backend.SetCurrentKey(rec.Key)
+		o.backend.SetRecordTimestamp(rec.Timestamp)
+		if input == 0 {
+			return o.co.ProcessElement1(ctx, rec, &o.coll)
+		}
+		return o.co.ProcessElement2(ctx, rec, &o.coll)
 	case input == 0:
 		o.backend.SetCurrentKey(rec.Key)
 		o.backend.SetRecordTimestamp(rec.Timestamp)

@@ -25,6 +25,7 @@ type Metrics struct {
 	lateDropped    *prometheus.CounterVec
 	windowsFired   *prometheus.CounterVec
 	windowsOpen    *prometheus.GaugeVec
+	joinRows       *prometheus.GaugeVec
 	ruleEvalErrors *prometheus.CounterVec
 	mu             sync.Mutex                     // guards ruleLabels
 	ruleLabels     map[string]map[string]struct{} // operator -> rule ids with their own label
@@ -119,6 +120,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kstreamd_window_open_windows",
 			Help: "Windows (over every key) a window operator subtask holds in keyed state: open ones and fired ones kept for their allowed lateness.",
 		}, []string{"operator", "subtask"}),
+		joinRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kstreamd_join_buffered_rows",
+			Help: "Rows (both sides, every key) a join operator subtask holds in keyed state, waiting for the watermark to pass their interval.",
+		}, []string{"operator", "subtask"}),
 		ruleEvalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kstreamd_rule_evaluation_errors_total",
 			Help: "Records on which one of a rule's expressions (filter, group_by, aggregate.of) failed, the cost limit included, by rule: at most 100 rule ids per operator, the rest under rule=\"other\".",
@@ -126,7 +131,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		ruleLabels: map[string]map[string]struct{}{},
 	}
 	for _, c := range []prometheus.Collector{m.ruleEvalErrors, m.rulesHeld, m.lastRuleUpdate, m.rulesRejected, m.pendingExpired, m.rulesMatched, m.rulesAlerts, m.rulesEvalErrors, m.rulesEntries, m.rulesWaiting, m.rulesOverflow,
-		m.lateRouted, m.lateDropped, m.windowsFired, m.windowsOpen} {
+		m.lateRouted, m.lateDropped, m.windowsFired, m.windowsOpen, m.joinRows} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -176,6 +181,11 @@ func (m *Metrics) WindowsFired(operator string) prometheus.Counter {
 // subtask.
 func (m *Metrics) WindowsOpen(operator string, subtask int) prometheus.Gauge {
 	return m.windowsOpen.WithLabelValues(operator, strconv.Itoa(subtask))
+}
+
+// JoinRows returns the buffered-rows gauge of one join operator subtask.
+func (m *Metrics) JoinRows(operator string, subtask int) prometheus.Gauge {
+	return m.joinRows.WithLabelValues(operator, strconv.Itoa(subtask))
 }
 
 // RuleEvaluationErrors returns the evaluation-error counter of rule id of

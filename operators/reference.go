@@ -30,6 +30,9 @@ func Reference(reg *Registry) string {
 		if f.Traits.Keyed {
 			keyBy = "required"
 		}
+		if f.Traits.TwoInput() {
+			keyBy = "per input: " + strings.Join(f.Traits.Roles(), ", ") + " under `inputs:`, each with `from` and `key_by`"
+		}
 		fmt.Fprintf(&b, "| [`%s`](#%s) | %s | %s | %s | %s | %s | %s |\n", typ, refAnchor(typ), keyBy,
 			refYesNo(f.Traits.Broadcast, "required", "refused"), refYesNo(f.Traits.AsyncState, "supported", "no"),
 			refChangelog(f.Traits.Changelog), refStateNames(f.State), refCell(f.Doc))

@@ -16,8 +16,14 @@ type Traits struct {
 	// which then only routes (re-keys) its input.
 	Keyed bool
 	// Broadcast types read a second, broadcast input (every subtask gets
-	// every record of it) and require one; only keyed types may.
+	// every record of it) and require one. A keyed broadcast type runs a
+	// KeyedBroadcastProcessFunction, one that is not keyed a
+	// BroadcastProcessFunction (Flink's broadcast on a non-keyed stream).
 	Broadcast bool
+	// BroadcastTable broadcast types need their broadcast input to be a
+	// table source (sources[].table: true): a changelog of upserts and
+	// deletes by key (global_table_join).
+	BroadcastTable bool
 	// AsyncState types have an asynchronous state version (async_state:
 	// true): New then returns an AsyncKeyedProcessFunction.
 	AsyncState bool
@@ -26,6 +32,33 @@ type Traits struct {
 	// planner refuses a changelog input into a type that does not accept
 	// one, and derives whether each stream of a job is a changelog.
 	Changelog ChangelogTraits
+	// Inputs, when set, names the input roles of a two-input keyed type
+	// (Flink's TwoInputStreamOperator / KeyedCoProcessFunction), such as
+	// ["left", "right"]: the operator lists its inputs by role under
+	// inputs: (each with its own key_by) instead of input and key_by, both
+	// are hashed by key group, and logical input i carries the records of
+	// role Inputs[i] (ProcessElement1 for the first, ProcessElement2 for
+	// the second). New then returns a KeyedCoProcessFunction. Two
+	// distinct non-empty roles; only for a keyed type without broadcast,
+	// async state or router. The zero value: one input. (An array keeps
+	// Traits comparable.)
+	Inputs [2]string
+	// EventTime types act on the event time of every input (joins on
+	// record timestamps): the planner refuses an input whose records carry
+	// processing time (ProcessingTimeOutput).
+	EventTime bool
+}
+
+// TwoInput reports whether the type reads two inputs (Inputs is set).
+func (t Traits) TwoInput() bool { return t.Inputs != [2]string{} }
+
+// Roles returns the input roles of a two-input type in order, nil for a
+// one-input type.
+func (t Traits) Roles() []string {
+	if !t.TwoInput() {
+		return nil
+	}
+	return t.Inputs[:]
 }
 
 // ChangelogTraits say whether an operator type accepts and produces
@@ -168,6 +201,14 @@ type ParamsChecker interface {
 	CheckParams(report func(field, msg string))
 }
 
+// ProcessingTimeOutput is implemented by a params struct whose operator,
+// as configured, stamps its output with processing time rather than event
+// time (window with time: processing): an operator of a type with
+// Traits.EventTime refuses such an input.
+type ProcessingTimeOutput interface {
+	ProcessingTimeOutput() bool
+}
+
 // BroadcastTimeParams is implemented by a params struct whose operator, as
 // configured, holds records on its broadcast input's event time (rules
 // with rule_time: event): the pipeline then requires the broadcast source
@@ -190,16 +231,22 @@ type Registry struct {
 func NewRegistry() *Registry { return &Registry{types: map[string]*Factory{}} }
 
 // Register adds f. It fails when f.Type is empty or already registered, when
-// New is nil, or when the traits contradict each other (a broadcast or async
-// type that is not keyed).
+// New is nil, or when the traits contradict each other (an async type that
+// is not keyed, a broadcast table without broadcast).
 func (r *Registry) Register(f Factory) error {
 	switch {
 	case f.Type == "":
 		return fmt.Errorf("operators: register: empty type name")
 	case f.New == nil:
 		return fmt.Errorf("operators: register %q: New is nil", f.Type)
-	case (f.Traits.Broadcast || f.Traits.AsyncState) && !f.Traits.Keyed:
-		return fmt.Errorf("operators: register %q: broadcast and async state need a keyed type", f.Type)
+	case f.Traits.AsyncState && !f.Traits.Keyed:
+		return fmt.Errorf("operators: register %q: async state needs a keyed type", f.Type)
+	case f.Traits.BroadcastTable && !f.Traits.Broadcast:
+		return fmt.Errorf("operators: register %q: a broadcast table needs a broadcast type", f.Type)
+	case f.Traits.Inputs != [2]string{} && (f.Traits.Inputs[0] == "" || f.Traits.Inputs[1] == "" || f.Traits.Inputs[0] == f.Traits.Inputs[1]):
+		return fmt.Errorf("operators: register %q: a two-input type names exactly two distinct roles, got %q", f.Type, f.Traits.Inputs)
+	case f.Traits.TwoInput() && (!f.Traits.Keyed || f.Traits.Broadcast || f.Traits.AsyncState || f.Router != nil):
+		return fmt.Errorf("operators: register %q: a two-input type must be keyed, without broadcast, async state or router", f.Type)
 	case f.Router != nil && (!f.Traits.Keyed || f.Router.New == nil || f.Router.Router != nil || f.Router.Traits.Keyed):
 		return fmt.Errorf("operators: register %q: a router needs a keyed type and a non-keyed router with New and no router of its own", f.Type)
 	}
@@ -239,6 +286,10 @@ func Builtins() []Factory {
 		filterFactory(),
 		mapFactory(),
 		flatMapFactory(),
+		globalTableJoinFactory(),
+		intervalJoinFactory(),
+		tableJoinFactory(),
+		changelogNormalizeFactory(),
 	}
 }
 

@@ -163,6 +163,10 @@ func (p *WindowParams) CheckParams(report func(field, msg string)) {
 	}
 }
 
+// ProcessingTimeOutput implements ProcessingTimeOutput: processing-time
+// windows stamp their results with the wall clock.
+func (p *WindowParams) ProcessingTimeOutput() bool { return p.Time == WindowProcessingTime }
+
 // windowFactory registers WindowType.
 func windowFactory() Factory {
 	return Factory{

@@ -509,6 +509,16 @@ type SourceConfig struct {
 	// Watermark configures the source's watermarks (bounded
 	// out-of-orderness per partition, minimum over partitions).
 	Watermark WatermarkConfig `yaml:"watermark"`
+	// Table reads the topic as a table (Kafka Streams' KTable, Flink's
+	// upsert-kafka): a compacted topic whose records upsert the row of
+	// their Kafka key and whose tombstones (null values) delete it. The
+	// source emits a changelog: an upsert as +U (runtime.ChangeUpdateAfter),
+	// a tombstone as -D (runtime.ChangeDelete, null value); a record
+	// without a key is a bad record (missing_key). The operator reading it
+	// materializes the table in its state (global_table_join, table_join).
+	// Default false: null values are bad records (empty_value), except on
+	// a broadcast rules source.
+	Table bool `yaml:"table"`
 }
 
 // TimestampConfig is sources[].timestamp: the record time from the value.
@@ -571,8 +581,13 @@ type OperatorConfig struct {
 	// reference). Required.
 	Type string `yaml:"type"`
 	// Input is the name of the source or operator whose records the
-	// operator reads. Required; the graph must have no cycle.
+	// operator reads. Required (except for two-input types, which take
+	// inputs); the graph must have no cycle.
 	Input string `yaml:"input"`
+	// Inputs are the inputs of a two-input type (interval_join), by the
+	// type's roles (left, right), each with its own key_by; required for
+	// those types, refused for the others, which take input and key_by.
+	Inputs map[string]OperatorInputConfig `yaml:"inputs"`
 	// KeyBy keys the input (Flink's keyBy): records are routed to subtasks
 	// by the key group of the key, and keyed state is per key. A field path
 	// ("color", "user.id": a JSON string gives its characters, a number its
@@ -845,7 +860,7 @@ func (c *Config) OperatorParallelism(op *OperatorConfig) int {
 		if op.Parallelism > 0 {
 			return op.Parallelism
 		}
-		if op.KeyBy != "" || c.routed(op) {
+		if _, two := c.twoInput(op); op.KeyBy != "" || c.routed(op) || two {
 			return c.Job.Parallelism
 		}
 		if src, ok := c.SourceByName(op.Input); ok {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,7 +99,7 @@ func (c *Config) validateGraph(v *validator, stages map[string]stage) {
 		path := []string{start.Name}
 		cur := start
 		for range len(c.Operators) {
-			next, ok := c.OperatorByName(c.inputVertex(cur.Input))
+			next, ok := c.OperatorByName(c.inputVertex(c.mainInput(cur)))
 			if !ok || next == cur {
 				break
 			}
@@ -125,11 +126,12 @@ func (c *Config) validateGraph(v *validator, stages map[string]stage) {
 			continue
 		}
 		for j := range c.Operators {
-			if j != i && c.Operators[j].Input == op.Broadcast {
+			if j != i && slices.Contains(c.opInputs(&c.Operators[j]), op.Broadcast) {
 				v.errorf(fmt.Sprintf("operators[%d].input", j), "%q is the broadcast input of operators[%d] (%q); a broadcast source cannot also be a main input", op.Broadcast, i, op.Name)
 			}
 		}
 	}
+	c.validateTwoInputGraph(v)
 	_ = stages
 }
 
@@ -144,7 +146,7 @@ func (c *Config) lineageSource(name string) string {
 		if !ok {
 			return ""
 		}
-		name = c.inputVertex(op.Input)
+		name = c.inputVertex(c.mainInput(op))
 	}
 	return ""
 }
@@ -161,7 +163,7 @@ func (c *Config) buildGraph() *graph.Graph {
 			Format: s.Format, OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
 			MaxRecordBytes: s.MaxRecordBytes, DiscoveryInterval: s.PartitionDiscoveryInterval,
 			OutOfOrderness: s.Watermark.OutOfOrderness, Idleness: s.Watermark.Idleness,
-			MaxAhead: s.Timestamp.MaxAhead, Changelog: s.Changelog == graph.ChangelogHeader,
+			MaxAhead: s.Timestamp.MaxAhead, Changelog: s.Changelog == graph.ChangelogHeader, Table: s.Table,
 		}
 		if e, unit := s.Timestamp.Expression, s.Timestamp.Unit; e.IsSet() {
 			gs.Timestamp = func() func(*runtime.Record) (time.Time, error) { return operators.NewTimestampAssigner(e, unit) }
@@ -177,8 +179,10 @@ func (c *Config) buildGraph() *graph.Graph {
 			return
 		}
 		placed[op.Name] = true
-		if in, ok := c.OperatorByName(c.inputVertex(op.Input)); ok {
-			place(in)
+		for _, name := range c.opInputs(op) {
+			if in, ok := c.OperatorByName(c.inputVertex(name)); ok {
+				place(in)
+			}
 		}
 		f, _ := reg.Lookup(op.Type)
 		broadcastEdge := func(to string) {
@@ -201,6 +205,11 @@ func (c *Config) buildGraph() *graph.Graph {
 		o.ChangelogInput, _ = c.changelogStream(op.Input)
 		o.ErrorSources[0] = c.lineageSource(c.inputVertex(op.Input))
 		o.ErrorSources[1] = op.Broadcast
+		if f.Traits.TwoInput() {
+			g.Operators = append(g.Operators, o)
+			g.Edges = append(g.Edges, c.twoInputOperator(o, op, f)...)
+			return
+		}
 		if f.Router != nil {
 			// Dynamic keying: the routing stage at the input's parallelism,
 			// with the same broadcast input, then the operator over a hash

@@ -385,8 +385,13 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 		} else {
 			v.oneOf(p+".type", op.Type, reg.Types()...)
 		}
+		twoIn := known && f.Traits.TwoInput()
 		vin, side := c.SplitInput(op.Input)
 		switch in, ok := stages[vin]; {
+		case twoIn:
+			c.validateSides(v, p, i, op, f, stages)
+		case op.Inputs != nil && (known || op.Input == ""):
+			v.errorf(p+".inputs", "operator type %s reads one input (input, key_by); inputs applies to two-input types: %s", op.Type, typesWith(reg, func(t operators.Traits) bool { return t.TwoInput() }))
 		case op.Input == "":
 			v.required(p + ".input")
 		case !ok:
@@ -398,7 +403,7 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 		case side != "":
 			c.checkSideOutput(v, p+".input", vin, side)
 		}
-		if op.KeyBy != "" {
+		if op.KeyBy != "" && !twoIn {
 			if _, err := c.keySelector(op.KeyBy); err != nil {
 				v.errorf(p+".key_by", "%v", err)
 			}
@@ -410,7 +415,7 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 			if _, taken := stages[op.Name+operators.RulesRouteSuffix]; taken && op.Name != "" {
 				v.errorf(p+".name", "%q needs the name %q for its routing stage, which another stage uses", op.Name, op.Name+operators.RulesRouteSuffix)
 			}
-		} else if known && f.Traits.Keyed && op.KeyBy == "" {
+		} else if known && f.Traits.Keyed && op.KeyBy == "" && !twoIn {
 			v.errorf(p+".key_by", "required for operator type %s: a field path (such as user.id) or an expression giving the key", op.Type)
 		}
 		switch bc, ok := stages[op.Broadcast]; {
@@ -419,6 +424,8 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 			if op.Broadcast != "" {
 				v.errorf(p+".broadcast", "operator type %s takes no broadcast input; %s", op.Type, typesWith(reg, func(t operators.Traits) bool { return t.Broadcast }))
 			}
+		case op.Broadcast == "" && f.Traits.BroadcastTable:
+			v.errorf(p+".broadcast", "required for operator type %s: the table source (table: true) broadcast to every subtask", op.Type)
 		case op.Broadcast == "":
 			v.errorf(p+".broadcast", "required for operator type %s: the source of the rules broadcast to every subtask", op.Type)
 		case !ok:
@@ -427,6 +434,10 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 			v.errorf(p+".broadcast", "%q is %s; a broadcast input must be a source", op.Broadcast, bc.path)
 		case op.Broadcast == op.Input:
 			v.errorf(p+".broadcast", "%q is also the input; the broadcast input must be another source", op.Broadcast)
+		case f.Traits.BroadcastTable:
+			if s, _ := c.SourceByName(op.Broadcast); !s.Table {
+				v.errorf(p+".broadcast", "%q is not a table: operator type %s joins with a table; set table: true on %s", op.Broadcast, op.Type, bc.path)
+			}
 		}
 		if op.AsyncState && known && !f.Traits.AsyncState {
 			v.errorf(p+".async_state", "operator type %s has no async state version; %s", op.Type, typesWith(reg, func(t operators.Traits) bool { return t.AsyncState }))

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -48,5 +49,55 @@ func TestEmitDoesNotAllocate(t *testing.T) {
 	}
 	if s.wms.maxTs[1] != 7000 || len(s.wms.seen) != 1 || s.wms.seen[0] != 1 {
 		t.Fatalf("watermarks: maxTs %v seen %v; want partition 1 at 7000, seen once", s.wms.maxTs, s.wms.seen)
+	}
+}
+
+// TestEmitTable: a table source (Config.Table) emits an upsert as
+// ChangeUpdateAfter and a tombstone as ChangeDelete with a nil value, and
+// refuses a record without a key (reason missing_key); the same null value
+// on a source that is not a table stays a bad record (empty_value), as
+// before.
+func TestEmitTable(t *testing.T) {
+	read := func(table bool, recs ...*kgo.Record) (out []runtime.Record, skipped []string) {
+		ch := runtime.NewChannel(len(recs) + 1)
+		s := New(Config{
+			Name: "users", Topic: "users", Table: table, OnError: OnErrorFail, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Output: runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{})),
+		})
+		s.wms = newWatermarks(WatermarkConfig{})
+		for _, r := range recs {
+			var bad *BadRecordError
+			if err := s.emit(context.Background(), r); errors.As(err, &bad) {
+				skipped = append(skipped, bad.Reason)
+			} else if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for len(ch) > 0 {
+			if el := <-ch; el.Kind == runtime.KindRecord {
+				out = append(out, el.Record)
+			}
+		}
+		return out, skipped
+	}
+	recs := []*kgo.Record{
+		{Topic: "users", Key: []byte("u1"), Value: []byte(`{"country":"NL"}`), Timestamp: time.UnixMilli(10)},
+		{Topic: "users", Key: []byte("u1"), Value: nil, Timestamp: time.UnixMilli(20), Offset: 1},
+		{Topic: "users", Key: nil, Value: []byte(`{"country":"DE"}`), Timestamp: time.UnixMilli(30), Offset: 2},
+	}
+	out, skipped := read(true, recs...)
+	if len(out) != 2 || out[0].Change != runtime.ChangeUpdateAfter || string(out[0].Value) != `{"country":"NL"}` ||
+		out[1].Change != runtime.ChangeDelete || out[1].Value != nil || string(out[1].Key) != "u1" || !out[1].Timestamp.Equal(time.UnixMilli(20)) {
+		t.Fatalf("table emitted %+v", out)
+	}
+	if len(skipped) != 1 || skipped[0] != ReasonMissingKey {
+		t.Fatalf("table skipped %v, want [missing_key]", skipped)
+	}
+	out, skipped = read(false, recs...)
+	if len(out) != 2 || out[0].Change != runtime.ChangeInsert || out[1].Change != runtime.ChangeInsert || string(out[1].Value) != `{"country":"DE"}` {
+		t.Fatalf("plain source emitted %+v", out)
+	}
+	if len(skipped) != 1 || skipped[0] != ReasonEmptyValue {
+		t.Fatalf("plain source skipped %v, want [empty_value]", skipped)
 	}
 }

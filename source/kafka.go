@@ -159,6 +159,13 @@ type Config struct {
 	// Tombstones lets records with a null value through (they delete a rule
 	// on a broadcast rules topic); otherwise they are skipped as empty.
 	Tombstones bool
+	// Table reads the topic as a table (a compacted topic: Kafka Streams'
+	// KTable, Flink's upsert-kafka): each record is an upsert of its Kafka
+	// key, emitted as runtime.ChangeUpdateAfter (the previous value is not
+	// known here), and a record with a null value (a tombstone) deletes
+	// it, emitted as runtime.ChangeDelete with a nil value. A record
+	// without a key is a bad record with reason ReasonMissingKey.
+	Table bool
 	// Check, if not nil, validates a record beyond JSON (a broadcast rules
 	// source decodes the rule); an error makes it a bad record with reason
 	// ReasonInvalid.
@@ -1071,6 +1078,9 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 	if reason, detail := s.decode(&rec); reason != "" {
 		return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: reason, Detail: detail})
 	}
+	if s.cfg.Table {
+		rec.Change = tableChange(rec.Value)
+	}
 	what := "the Kafka timestamp"
 	if s.cfg.Timestamp != nil && rec.Value != nil {
 		s.scratch = rec
@@ -1204,7 +1214,10 @@ func (s *KafkaSource) decode(rec *runtime.Record) (reason, detail string) {
 	if rec.Value == nil && s.cfg.Changelog && rec.Change == runtime.ChangeDelete {
 		return "", "" // a -D whose writer did not know the deleted value
 	}
-	if rec.Value == nil && s.cfg.Tombstones {
+	if s.cfg.Table && rec.Key == nil {
+		return ReasonMissingKey, "a table record needs a Kafka key (the row it upserts or deletes)"
+	}
+	if rec.Value == nil && (s.cfg.Tombstones || s.cfg.Table) {
 		if s.cfg.Check != nil {
 			if err := s.cfg.Check(rec.Key, rec.Value); err != nil {
 				return ReasonInvalid, err.Error()
@@ -1257,6 +1270,16 @@ func readChangeHeader(rec *runtime.Record) string {
 	}
 	rec.Headers = hs
 	return ""
+}
+
+// tableChange is the change a table record of value v carries: a
+// tombstone (nil) deletes its key, anything else upserts it (an update whose
+// previous value the source does not know, as Flink's upsert-kafka source).
+func tableChange(v []byte) runtime.ChangeKind {
+	if v == nil {
+		return runtime.ChangeDelete
+	}
+	return runtime.ChangeUpdateAfter
 }
 
 // owns reports whether partition p of the topic is this subtask's: in

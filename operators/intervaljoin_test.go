@@ -1,0 +1,270 @@
+package operators
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// joinHarness drives an IntervalJoin on a KeyedOperator as a
+// KeyedCoProcessFunction: main output on ch, the late side output on late.
+type joinHarness struct {
+	*harness
+	late runtime.Channel
+	j    *IntervalJoin
+}
+
+func newJoinHarness(t *testing.T, kind, dir string, restore *Restore, p IntervalJoinParams) *joinHarness {
+	t.Helper()
+	h := &joinHarness{harness: &harness{t: t, mb: runtime.NewMailbox(), ch: runtime.NewChannel(1 << 16), ctx: context.Background()},
+		late: runtime.NewChannel(1 << 12), j: NewIntervalJoin(p)}
+	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{h.ch}, runtime.ForwardPartitioner{}))
+	out.AddSideWriter(LateOutput, runtime.NewWriter([]runtime.Channel{h.late}, runtime.ForwardPartitioner{}))
+	h.op = NewKeyedCoProcessOperator(OpenContext{Operator: "j", Parallelism: 1}, opener(kind, dir), restore, h.j, out)
+	h.op.SetMailbox(h.mb)
+	if err := h.op.Open(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// send processes rec on input side (0 left, 1 right).
+func (h *joinHarness) send(side int, rec runtime.Record) {
+	h.t.Helper()
+	if err := h.op.ProcessRecord(h.ctx, side, rec); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *joinHarness) wm(ms int64) {
+	h.t.Helper()
+	if err := h.op.ProcessWatermark(h.ctx, time.UnixMilli(ms)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *joinHarness) lateRecords() []runtime.Record {
+	var out []runtime.Record
+	for {
+		select {
+		case el := <-h.late:
+			out = append(out, el.Record)
+		default:
+			return out
+		}
+	}
+}
+
+// joinEvent is one input record of the model test.
+type joinEvent struct {
+	side int
+	key  string
+	ts   int64
+	id   int
+	wm   int64 // > 0: a watermark instead of a record
+}
+
+func (e joinEvent) value() string { return fmt.Sprintf(`{"id":%d}`, e.id) }
+
+// joinOutputs renders records as "key ts value", sorted.
+func joinOutputs(recs []runtime.Record) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = fmt.Sprintf("%s %d %s", r.Key, r.Timestamp.UnixMilli(), r.Value)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestIntervalJoinModel joins a random stream of 600 left and right
+// records over 5 keys, bounds [-5s, +10s], with watermarks 4s behind the
+// largest time so that some records are late, for every join kind on both
+// backends, with a snapshot and restore half-way. The output equals what
+// the definition gives, computed independently: every pair of records of
+// one key, neither late (time at or before the watermark when it
+// arrived), with left.ts - 5s <= right.ts <= left.ts + 10s, at the larger
+// time; for outer kinds every such record of the outer side(s) without a
+// pair, with the other side null, at its own time. Late records go to the
+// late output unchanged; no state (rows, timers) is left once the
+// watermark passed every interval.
+func TestIntervalJoinModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 4))
+	var events []joinEvent
+	maxTS := int64(0)
+	for i := range 600 {
+		ts := int64(20_000 + i*500 + rng.IntN(16_000) - 8_000)
+		events = append(events, joinEvent{side: rng.IntN(2), key: fmt.Sprint("k", rng.IntN(5)), ts: ts, id: i})
+		maxTS = max(maxTS, ts)
+		if i%10 == 9 {
+			events = append(events, joinEvent{wm: maxTS - 4_000})
+		}
+	}
+	lower, upper := int64(-5_000), int64(10_000)
+	// The model.
+	var late []string
+	var live [2][]joinEvent
+	wm := int64(0)
+	for _, e := range events {
+		switch {
+		case e.wm > 0:
+			wm = max(wm, e.wm)
+		case e.ts <= wm:
+			late = append(late, fmt.Sprintf("%d %d %s", e.side, e.ts, e.value()))
+		default:
+			live[e.side] = append(live[e.side], e)
+		}
+	}
+	slices.Sort(late)
+	if len(late) < 20 {
+		t.Fatalf("the input has %d late records; the test wants some", len(late))
+	}
+	for _, kind := range []JoinKind{JoinInner, JoinLeftOuter, JoinRightOuter, JoinFullOuter} {
+		var want []string
+		matched := [2]map[int]bool{{}, {}}
+		for _, l := range live[0] {
+			for _, r := range live[1] {
+				if l.key == r.key && l.ts+lower <= r.ts && r.ts <= l.ts+upper {
+					want = append(want, fmt.Sprintf(`%s %d {"left":%s,"right":%s}`, l.key, max(l.ts, r.ts), l.value(), r.value()))
+					matched[0][l.id], matched[1][r.id] = true, true
+				}
+			}
+		}
+		for side := range 2 {
+			if !kind.outer(side) {
+				continue
+			}
+			for _, e := range live[side] {
+				if matched[side][e.id] {
+					continue
+				}
+				v := fmt.Sprintf(`{"left":%s,"right":null}`, e.value())
+				if side == 1 {
+					v = fmt.Sprintf(`{"left":null,"right":%s}`, e.value())
+				}
+				want = append(want, fmt.Sprintf("%s %d %s", e.key, e.ts, v))
+			}
+		}
+		slices.Sort(want)
+		t.Logf("%s: %d outputs expected, %d late", kind, len(want), len(late))
+		for _, backend := range backends {
+			t.Run(fmt.Sprintf("%s/%s", kind, backend), func(t *testing.T) {
+				p := IntervalJoinParams{Lower: -5 * time.Second, Upper: 10 * time.Second, Join: kind}
+				h := newJoinHarness(t, backend, t.TempDir(), nil, p)
+				var got, gotLate []runtime.Record
+				lastWM := int64(0)
+				for i, e := range events {
+					if i == len(events)/2 {
+						got = append(got, h.emitted()...)
+						gotLate = append(gotLate, h.lateRecords()...)
+						r := snapshotRestore(t, h.harness)
+						h = newJoinHarness(t, backend, t.TempDir(), r, p)
+						h.wm(lastWM) // a restored job resumes at its watermark
+					}
+					if e.wm > 0 {
+						h.wm(e.wm)
+						lastWM = e.wm
+						continue
+					}
+					h.send(e.side, runtime.Record{Key: []byte(e.key), Value: []byte(e.value()), Timestamp: time.UnixMilli(e.ts)})
+				}
+				h.wm(maxTS + upper - lower + 1)
+				got = append(got, h.emitted()...)
+				gotLate = append(gotLate, h.lateRecords()...)
+				if g := joinOutputs(got); !slices.Equal(g, want) {
+					t.Errorf("%d outputs, want %d; first differences:\n%s", len(g), len(want), joinDiff(g, want))
+				}
+				var lateGot []string
+				for _, r := range gotLate {
+					side := 0
+					for _, e := range events {
+						if e.wm == 0 && e.value() == string(r.Value) {
+							side = e.side
+						}
+					}
+					lateGot = append(lateGot, fmt.Sprintf("%d %d %s", side, r.Timestamp.UnixMilli(), r.Value))
+				}
+				slices.Sort(lateGot)
+				if !slices.Equal(lateGot, late) {
+					t.Errorf("late output %d records, want %d", len(lateGot), len(late))
+				}
+				if n := h.entries(); n != 0 {
+					t.Errorf("%d state entries after the watermark passed every interval, want 0", n)
+				}
+				if n := h.j.BufferedRows(); n != 0 {
+					t.Errorf("%d buffered rows counted at the end, want 0", n)
+				}
+				h.finish()
+			})
+		}
+	}
+}
+
+// joinDiff describes the first few lines in which got and want differ.
+func joinDiff(got, want []string) string {
+	var s string
+	n := 0
+	for _, g := range got {
+		if !slices.Contains(want, g) && n < 5 {
+			s += "unexpected: " + g + "\n"
+			n++
+		}
+	}
+	for _, w := range want {
+		if !slices.Contains(got, w) && n < 10 {
+			s += "missing:    " + w + "\n"
+			n++
+		}
+	}
+	return s
+}
+
+// TestIntervalJoinSelect: select sees left and right (null for the
+// missing side of an outer row), key and timestamp; unmatched rows are
+// emitted only once the watermark reaches their interval's end (left:
+// t + upper), and the buffered-rows count follows the state.
+func TestIntervalJoinSelect(t *testing.T) {
+	sel, err := CompileExpression(`{"o": left.id, "p": right == null ? null : right.amount, "k": key, "t": timestamp}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := IntervalJoinParams{Lower: 0, Upper: 2 * time.Second, Join: JoinLeftOuter, Select: sel}
+	h := newJoinHarness(t, "hashmap", t.TempDir(), nil, p)
+	h.send(0, runtime.Record{Key: []byte("a"), Value: []byte(`{"id":1}`), Timestamp: time.UnixMilli(1000)})
+	h.send(0, runtime.Record{Key: []byte("b"), Value: []byte(`{"id":2}`), Timestamp: time.UnixMilli(1500)})
+	h.send(1, runtime.Record{Key: []byte("a"), Value: []byte(`{"amount":7}`), Timestamp: time.UnixMilli(2500)})
+	if got, want := values(h.emitted()), []string{`{"k":"a","o":1,"p":7,"t":2500}`}; !slices.Equal(got, want) {
+		t.Fatalf("pair: %q, want %q", got, want)
+	}
+	if n := h.j.BufferedRows(); n != 3 {
+		t.Fatalf("%d rows buffered, want 3", n)
+	}
+	h.wm(3499)
+	if got := h.emitted(); len(got) != 0 {
+		t.Fatalf("watermark 3499 emitted %q; b's interval ends at 3500", values(got))
+	}
+	h.wm(3500)
+	if got, want := values(h.emitted()), []string{`{"k":"b","o":2,"p":null,"t":1500}`}; !slices.Equal(got, want) {
+		t.Fatalf("watermark 3500: %q, want %q", got, want)
+	}
+	h.wm(10_000)
+	if n := h.j.BufferedRows(); n != 0 || h.entries() != 0 {
+		t.Fatalf("%d rows, %d entries left, want none", n, h.entries())
+	}
+	h.finish()
+}
+
+// entries counts the keyed state entries (rows and timers) of every key.
+func (h *joinHarness) entries() int {
+	h.t.Helper()
+	n, err := state.EntryCount(h.op.backend)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}

@@ -1,0 +1,363 @@
+package operators
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kstreamd/kstreamd/expression"
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// TableJoinType is the pipeline name of the stream-table join.
+const TableJoinType = "table_join"
+
+// The table join's keyed state names (part of the checkpoint format):
+// the table's row per key (mode latest), its history by event time (mode
+// event_time, a state.VersionedValueState) and the stream records waiting
+// for the watermark (mode event_time: record time in ms to the records).
+const (
+	TableJoinLatestState   = "table_join.table"
+	TableJoinVersionsState = "table_join.versions"
+	TableJoinWaitingState  = "table_join.waiting"
+)
+
+// TableJoinMode says which version of the table row a stream record joins.
+type TableJoinMode string
+
+// The table join modes.
+const (
+	// TableJoinLatest joins the row as it is when the record is processed
+	// (Kafka Streams' KStream-KTable join, Flink's processing-time
+	// temporal join).
+	TableJoinLatest TableJoinMode = "latest"
+	// TableJoinEventTime joins the row version valid at the record's
+	// timestamp (Flink's event-time temporal join, Kafka Streams'
+	// stream-table join over a versioned store).
+	TableJoinEventTime TableJoinMode = "event_time"
+)
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *TableJoinMode) UnmarshalText(text []byte) error {
+	return setEnum(m, text, TableJoinLatest, TableJoinEventTime)
+}
+
+// DefaultHistoryRetention is the default of TableJoinParams.HistoryRetention.
+const DefaultHistoryRetention = time.Hour
+
+// TableJoinParams are the params of table_join:
+//
+//	inputs:
+//	  left:  {from: clicks, key_by: user}   # the stream
+//	  right: {from: users, key_by: key}     # the table (a table: true source)
+//	params:
+//	  mode: event_time           # or latest (the default)
+//	  join: left                 # or inner (the default)
+//	  history_retention: 24h     # event_time: how far back versions are kept
+//	  select: '{"click": left.id, "country": right == null ? null : right.country}'
+type TableJoinParams struct {
+	Mode             TableJoinMode `yaml:"mode" doc:"latest (default: the table row as it is when the stream record is processed) or event_time (the row version valid at the record's timestamp: the record waits until the watermark, the minimum of both inputs', passes it)."`
+	Join             TableJoinKind `yaml:"join" doc:"inner (default: a stream record whose key has no row is dropped) or left (it is emitted with right null)."`
+	HistoryRetention time.Duration `yaml:"history_retention" doc:"event_time: how far behind the watermark row versions are kept (default 1h): a stream record at least this late is a late record, as is a table record older than that; bounds the table's history per key."`
+	Select           Expression    `yaml:"select" doc:"An expression giving the output value (as JSON) over left, the stream record's value, and right, the table row's value (null on a left join without a row); key is the join key and timestamp the stream record's. Required."`
+}
+
+// CheckParams implements ParamsChecker.
+func (p *TableJoinParams) CheckParams(report func(field, msg string)) {
+	if !p.Select.IsSet() {
+		report("select", "required: an expression over left and right giving the output value")
+	}
+	if p.HistoryRetention < time.Millisecond {
+		report("history_retention", fmt.Sprintf("must be at least 1ms, got %v", p.HistoryRetention))
+	}
+}
+
+func tableJoinFactory() Factory {
+	return Factory{
+		Type: TableJoinType,
+		Doc: "Joins each record of the left stream with the right table's row for its key (Kafka Streams' KStream-KTable join, Flink's temporal join): " +
+			"the latest row, or with mode event_time the row version valid at the record's timestamp (a versioned table with a history retention); inner or left; output by a select expression over left and right.",
+		Traits: Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}},
+		Params: func() any {
+			return &TableJoinParams{Mode: TableJoinLatest, Join: TableJoinInner, HistoryRetention: DefaultHistoryRetention}
+		},
+		State:       []string{TableJoinLatestState, TableJoinVersionsState, TableJoinWaitingState, state.TimersStateName},
+		SideOutputs: []string{LateOutput},
+		New: func(ctx FactoryContext) (any, error) {
+			p, ok := ctx.Params.(*TableJoinParams)
+			if !ok {
+				return nil, fmt.Errorf("operators: %s: params %T, want *TableJoinParams", TableJoinType, ctx.Params)
+			}
+			j := NewTableJoin(*p)
+			j.Metrics, j.Logger = ctx.Metrics, ctx.Logger
+			return j, nil
+		},
+	}
+}
+
+// tableValue is a table row's value as stored: its bytes and whether its
+// source format is text. Byte format (serializer "table-row-v1"): one flag
+// byte (1: text), then the value's bytes.
+type tableValue struct {
+	Value []byte
+	Text  bool
+}
+
+type tableValueSerializer struct{}
+
+func (tableValueSerializer) Name() string { return "table-row-v1" }
+
+func (tableValueSerializer) Append(dst []byte, v tableValue) ([]byte, error) {
+	f := byte(0)
+	if v.Text {
+		f = 1
+	}
+	return append(append(dst, f), v.Value...), nil
+}
+
+func (tableValueSerializer) Decode(b []byte) (tableValue, error) {
+	if len(b) < 1 || b[0] > 1 {
+		return tableValue{}, errors.New("operators: malformed table row")
+	}
+	return tableValue{Value: append([]byte{}, b[1:]...), Text: b[0] == 1}, nil
+}
+
+// tableJoinWaiting is a stream record waiting for the watermark (mode
+// event_time), stored as JSON: what the output keeps of it besides the
+// key (the timer's) and the time (the map key).
+type tableJoinWaiting struct {
+	Value   []byte             `json:"v"`
+	Text    bool               `json:"t,omitempty"`
+	Change  runtime.ChangeKind `json:"c,omitempty"`
+	Headers []runtime.Header   `json:"h,omitempty"`
+}
+
+// TableJoin is the table_join function, a KeyedCoProcessFunction whose
+// first input (left) is a stream and second (right) a table's changelog,
+// both keyed by the join key (the table normally with key_by: key, its
+// Kafka key). A table record upserts the key's row (+I, +U), deletes it
+// (-D) or is ignored (-U, its +U follows).
+//
+// Mode latest keeps one row per key (a ValueState): each stream record
+// joins the row as it is at that moment (processing order), at once.
+//
+// Mode event_time keeps the key's row history (state.VersionedValueState:
+// a version per table record, valid from its timestamp) and buffers each
+// stream record until the watermark (the minimum of both inputs') passes
+// its timestamp: then it joins the version valid at that timestamp (Flink's
+// TemporalRowTimeJoinOperator), so the result does not depend on which
+// input was read first. A stream record that is already late (at or before
+// the watermark) joins at once, the history still exact back to the
+// watermark minus history_retention; one older than that, or without a
+// timestamp, is a late record (side output late, or counted). A table
+// record older than the watermark minus history_retention changes nothing
+// and is a late record too. History is pruned by every write and by an
+// event-time timer per key, so it holds per key the versions of one
+// retention period plus the one valid at its start.
+//
+// Output: select over left and right (null on a left join without a row)
+// as the value, keyed by the join key, at the stream record's timestamp,
+// with its change kind and headers. A record on which select fails is a
+// bad record (eval_error, the stream source's on_error policy); when it
+// waited for the watermark, the task fails instead.
+type TableJoin struct {
+	// Metrics and Logger, if not nil, receive the late-record counts and
+	// logs; set before Open.
+	Metrics *Metrics
+	Logger  *slog.Logger
+
+	p        TableJoinParams
+	left     bool
+	timers   TimerService
+	latest   state.ValueState[tableValue]
+	versions *state.VersionedValueState[tableValue]
+	waiting  state.MapState[int64, []tableJoinWaiting]
+	lateRecs *lateRecords
+	in       expression.Input
+	env      expression.Env
+	joined   map[string]any
+}
+
+// NewTableJoin returns the table join of params p (checked by
+// CheckParams).
+func NewTableJoin(p TableJoinParams) *TableJoin {
+	if p.Mode == "" {
+		p.Mode = TableJoinLatest
+	}
+	if p.HistoryRetention <= 0 {
+		p.HistoryRetention = DefaultHistoryRetention
+	}
+	return &TableJoin{p: p, left: p.Join == TableJoinLeft, joined: map[string]any{}}
+}
+
+// Open implements KeyedCoProcessFunction.
+func (j *TableJoin) Open(ctx OpenContext) error {
+	j.timers = ctx.TimerService()
+	if j.timers == nil {
+		return fmt.Errorf("operators: %s %s: no timer service", TableJoinType, ctx.Operator)
+	}
+	var err error
+	if j.p.Mode == TableJoinEventTime {
+		j.versions, err = state.GetVersionedValueState(ctx.Backend, state.VersionedValueStateDescriptor[tableValue]{
+			Name: TableJoinVersionsState, Serializer: tableValueSerializer{}, HistoryRetention: j.p.HistoryRetention,
+		})
+		if err == nil {
+			j.waiting, err = state.GetMapState(ctx.Backend, state.MapStateDescriptor[int64, []tableJoinWaiting]{
+				Name: TableJoinWaitingState, KeySerializer: state.Int64Serializer{}, ValueSerializer: state.JSONSerializer[[]tableJoinWaiting]{},
+			})
+		}
+	} else {
+		j.latest, err = state.GetValueState(ctx.Backend, state.ValueStateDescriptor[tableValue]{Name: TableJoinLatestState, Serializer: tableValueSerializer{}})
+	}
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: %w", TableJoinType, ctx.Operator, err)
+	}
+	j.lateRecs = newLateRecords(ctx.Operator, LateOutput, j.Metrics, j.Logger, j.timers.CurrentProcessingTime)
+	return nil
+}
+
+// streamTime returns the watermark as the versioned state's stream time:
+// the epoch before the first watermark (event times are never before it).
+func (j *TableJoin) streamTime() time.Time {
+	wm := j.timers.CurrentWatermark()
+	if wm.Before(time.UnixMilli(runtime.MinEventTime)) {
+		return time.UnixMilli(runtime.MinEventTime)
+	}
+	return wm
+}
+
+// ProcessElement2 implements KeyedCoProcessFunction: a table record.
+func (j *TableJoin) ProcessElement2(_ context.Context, rec runtime.Record, out Collector) error {
+	if rec.Change == runtime.ChangeUpdateBefore {
+		return nil
+	}
+	row := tableValue{Value: bytes.Clone(rec.Value), Text: rec.Format == runtime.FormatText}
+	if j.p.Mode != TableJoinEventTime {
+		if rec.Change == runtime.ChangeDelete {
+			return j.latest.Clear()
+		}
+		return j.latest.Update(row)
+	}
+	if rec.Timestamp.IsZero() {
+		return j.lateRecs.handle(rec, j.timers.CurrentWatermark(), out)
+	}
+	now := j.streamTime()
+	var err error
+	if rec.Change == runtime.ChangeDelete {
+		err = j.versions.Delete(rec.Timestamp, now)
+	} else {
+		err = j.versions.Put(row, rec.Timestamp, now)
+	}
+	if errors.Is(err, state.ErrTooOld) {
+		return j.lateRecs.handle(rec, j.timers.CurrentWatermark(), out)
+	}
+	if err != nil {
+		return err
+	}
+	return j.scheduleCleanup(now)
+}
+
+// scheduleCleanup prunes the current key's history at stream time now and
+// registers the event-time timer of its next expiry, if any.
+func (j *TableJoin) scheduleCleanup(now time.Time) error {
+	next, ok, err := j.versions.Cleanup(now)
+	if err != nil || !ok {
+		return err
+	}
+	return j.timers.RegisterEventTimeTimer(next)
+}
+
+// ProcessElement1 implements KeyedCoProcessFunction: a stream record.
+func (j *TableJoin) ProcessElement1(_ context.Context, rec runtime.Record, out Collector) error {
+	if j.p.Mode != TableJoinEventTime {
+		row, ok, err := j.latest.Value()
+		if err != nil {
+			return err
+		}
+		return j.emit(rec, row, ok, out)
+	}
+	wm := j.timers.CurrentWatermark()
+	if rec.Timestamp.IsZero() {
+		return j.lateRecs.handle(rec, wm, out)
+	}
+	if wm != runtime.MinWatermark && !rec.Timestamp.After(wm) {
+		// Late: the history is exact back to wm - retention.
+		if rec.Timestamp.Before(wm.Add(-j.p.HistoryRetention)) {
+			return j.lateRecs.handle(rec, wm, out)
+		}
+		row, ok, err := j.versions.Get(rec.Timestamp)
+		if err != nil {
+			return err
+		}
+		return j.emit(rec, row, ok, out)
+	}
+	t := rec.Timestamp.UnixMilli()
+	recs, _, err := j.waiting.Get(t)
+	if err != nil {
+		return err
+	}
+	recs = append(recs, tableJoinWaiting{Value: rec.Value, Text: rec.Format == runtime.FormatText, Change: rec.Change, Headers: rec.Headers})
+	if err := j.waiting.Put(t, recs); err != nil {
+		return err
+	}
+	return j.timers.RegisterEventTimeTimer(rec.Timestamp)
+}
+
+// OnTimer implements TimerFunction (mode event_time): the stream records
+// waiting at ts join the version valid at ts, in arrival order; then the
+// key's history is pruned at stream time ts and its next cleanup timer
+// registered.
+func (j *TableJoin) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out Collector) error {
+	if j.p.Mode != TableJoinEventTime {
+		return nil
+	}
+	t := ts.UnixMilli()
+	recs, ok, err := j.waiting.Get(t)
+	if err != nil {
+		return err
+	}
+	if ok {
+		row, found, err := j.versions.Get(ts)
+		if err != nil {
+			return err
+		}
+		for _, w := range recs {
+			rec := runtime.Record{Key: tc.Key, Value: w.Value, Timestamp: ts, Change: w.Change, Headers: w.Headers}
+			if w.Text {
+				rec.Format = runtime.FormatText
+			}
+			if err := j.emit(rec, row, found, out); err != nil {
+				var re *runtime.RecordError
+				if errors.As(err, &re) {
+					return fmt.Errorf("operators: %s: select on a record that waited for the watermark: %w", TableJoinType, err)
+				}
+				return err
+			}
+		}
+		if err := j.waiting.Remove(t); err != nil {
+			return err
+		}
+	}
+	return j.scheduleCleanup(ts)
+}
+
+// emit writes select(left, right) for stream record rec and the row (ok
+// false: none; dropped on an inner join).
+func (j *TableJoin) emit(rec runtime.Record, row tableValue, ok bool, out Collector) error {
+	if !ok && !j.left {
+		return nil
+	}
+	var right any
+	if ok {
+		right = decodeValue(row.Value, row.Text)
+	}
+	o, err := joinOutput(j.p.Select, &j.in, &j.env, j.joined, rec, decodeValue(rec.Value, rec.Format == runtime.FormatText), right)
+	if err != nil {
+		return err
+	}
+	return out.Collect(o)
+}
