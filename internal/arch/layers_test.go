@@ -26,7 +26,7 @@ var allowed = map[string][]string{
 	"checkpoint/s3store":  {"checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"source":              {"checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry", "internal/atomicfile"},
 	"sink":                {"checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry", "internal/atomicfile"},
-	"sink/filesink":       {"expression", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
+	"sink/filesink":       {"connector", "graph", "operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"broadcast":           {"state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"expression":          {},
 	"operators":           {"expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},

@@ -14,21 +14,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/runtime"
-	"github.com/kstreamd/kstreamd/state"
 )
 
-// CommittablesState is the name of the file sink's operator list state
-// (even split): one entry per pending part, a Committable as JSON.
-const CommittablesState = "file-sink-committables"
+// Type is the file sink's type name in the connector registry and in its
+// committable envelopes (checkpoint.EncodeCommittable).
+const Type = "file"
 
 // CommittableVersion is the version of the Committable encoding written.
 const CommittableVersion = 1
 
 // Committable is one pending part file, everything needed to publish it
 // later, possibly from another process after a crash (Flink's
-// FileSinkCommittable). Its encoding (MarshalCommittable) is JSON:
+// FileSinkCommittable). Its encoding (MarshalCommittable), the data of
+// its checkpoint.Committable envelope, is JSON:
 //
 //	{"v":1,"checkpoint_id":7,"pending":"b/.part-….pending","final":"b/part-…","size":1234,"records":10}
 type Committable struct {
@@ -292,7 +292,10 @@ func (s *Sink) buckets() []string {
 // SnapshotState implements runtime.Snapshotter: pre-commit. Every
 // in-progress part becomes pending; the parts pending since the last
 // barrier get the checkpoint's id; every pending committable goes into the
-// checkpoint.
+// checkpoint: under checkpoint.CommittablesState, one envelope of sink
+// type Type per pending part, or a single empty one when none is pending
+// (every subtask of an exactly-once sink holds an entry in every
+// checkpoint: the metadata's required state).
 func (s *Sink) SnapshotState(ctx context.Context, b *runtime.Barrier) (runtime.SnapshotFinisher, error) {
 	for _, bucket := range s.buckets() {
 		if err := s.roll(ctx, bucket); err != nil {
@@ -307,7 +310,7 @@ func (s *Sink) SnapshotState(ctx context.Context, b *runtime.Barrier) (runtime.S
 	if b.StopAfter {
 		s.finalWait = true
 	}
-	entries := make([][]byte, 0, len(s.pending))
+	entries := make([][]byte, 0, max(1, len(s.pending)))
 	for _, c := range s.pending {
 		e, err := MarshalCommittable(c)
 		if err != nil {
@@ -315,9 +318,10 @@ func (s *Sink) SnapshotState(ctx context.Context, b *runtime.Barrier) (runtime.S
 		}
 		entries = append(entries, e)
 	}
-	raw, err := json.Marshal(checkpoint.TaskState{Operator: map[string]state.OperatorListSnapshot{
-		CommittablesState: {Mode: state.ModeSplit, Entries: entries},
-	}})
+	if len(entries) == 0 {
+		entries = append(entries, nil) // an empty epoch
+	}
+	raw, err := connector.CommittablesTaskState(Type, entries)
 	if err != nil {
 		return nil, err
 	}

@@ -116,9 +116,25 @@ func committables(t *testing.T, fin runtime.SnapshotFinisher) []Committable {
 	if err := json.Unmarshal(snap.State, &ts); err != nil {
 		t.Fatal(err)
 	}
+	envs, err := checkpoint.DecodeCommittables(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(envs) == 0 {
+		t.Fatal("a snapshot without a committables entry")
+	}
 	var out []Committable
-	for _, e := range ts.Operator[CommittablesState].Entries {
-		c, err := UnmarshalCommittable(e)
+	for _, e := range envs {
+		if e.Sink != Type {
+			t.Fatalf("envelope of sink type %q, want %q", e.Sink, Type)
+		}
+		if e.Data == nil {
+			if len(envs) != 1 {
+				t.Fatalf("an empty-epoch entry among %d", len(envs))
+			}
+			continue
+		}
+		c, err := UnmarshalCommittable(e.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
