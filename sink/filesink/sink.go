@@ -107,7 +107,9 @@ type Config struct {
 	Rolling RollingPolicy
 	// Now is the clock (processing time); nil means time.Now.
 	Now func() time.Time
-	// RecordsOut counts the records written into parts; may be nil.
+	// RecordsOut counts the records of the parts this subtask published
+	// (as the Kafka exactly-once sink counts committed records); may be
+	// nil.
 	RecordsOut prometheus.Counter
 	// Logger is required.
 	Logger *slog.Logger
@@ -219,9 +221,6 @@ func (s *Sink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record) err
 	}
 	p.records++
 	p.last = now
-	if s.cfg.RecordsOut != nil {
-		s.cfg.RecordsOut.Inc()
-	}
 	if p.enc.Size() >= s.cfg.Rolling.MaxPartSize {
 		if err := s.roll(ctx, bucket); err != nil {
 			return err
@@ -337,6 +336,9 @@ func (s *Sink) NotifyCheckpointComplete(ctx context.Context, id int64) error {
 		if _, err := s.cfg.Storage.Publish(ctx, s.pending[n].Pending, s.pending[n].Final); err != nil {
 			s.pending = s.pending[n:]
 			return fmt.Errorf("filesink: sink %s: publish part of checkpoint %d: %w", s.cfg.Name, s.pending[0].CheckpointID, err)
+		}
+		if s.cfg.RecordsOut != nil {
+			s.cfg.RecordsOut.Add(float64(s.pending[n].Records))
 		}
 	}
 	s.pending = s.pending[n:]

@@ -22,6 +22,8 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/parquet-go/parquet-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
@@ -149,7 +151,8 @@ func TestSinkPublishesOnlyWhenTheCheckpointCompletes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSink(t, Config{Name: "out", Subtask: 3, Storage: LocalStorage{Root: dir}, Bucket: bucket})
+	out := prometheus.NewCounter(prometheus.CounterOpts{Name: "out"})
+	s := newSink(t, Config{Name: "out", Subtask: 3, Storage: LocalStorage{Root: dir}, Bucket: bucket, RecordsOut: out})
 	for i := range 6 {
 		if err := s.ProcessRecord(ctx, 0, rec(fmt.Sprintf(`{"k":%d,"i":%d}`, i%2, i))); err != nil {
 			t.Fatal(err)
@@ -171,8 +174,14 @@ func TestSinkPublishesOnlyWhenTheCheckpointCompletes(t *testing.T) {
 	if err := s.ProcessRecord(ctx, 0, rec(`{"k":0,"i":6}`)); err != nil {
 		t.Fatal(err)
 	}
+	if got := testutil.ToFloat64(out); got != 0 {
+		t.Fatalf("records out %v before the commit, want 0", got)
+	}
 	if err := s.NotifyCheckpointComplete(ctx, 1); err != nil {
 		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(out); got != 6 {
+		t.Fatalf("records out %v after the commit, want the 6 published", got)
 	}
 	pub, hidden = split(localFiles(t, dir))
 	want := map[string][]string{"k=0": {`{"k":0,"i":0}`, `{"k":0,"i":2}`, `{"k":0,"i":4}`}, "k=1": {`{"k":1,"i":1}`, `{"k":1,"i":3}`, `{"k":1,"i":5}`}}
