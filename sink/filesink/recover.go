@@ -70,7 +70,7 @@ func Recover(ctx context.Context, cfg RecoverConfig) (RecoverResult, error) {
 	}
 	res.Deleted = hidden
 	if s3, ok := cfg.Storage.(*S3Storage); ok {
-		if err := s3.CleanSpool(); err != nil {
+		if err := s3.CleanSpool(prefix); err != nil {
 			return res, fmt.Errorf("filesink: sink %s: clean spool: %w", cfg.Name, err)
 		}
 	}

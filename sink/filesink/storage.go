@@ -299,20 +299,20 @@ func (s *S3Storage) NewPart(_ context.Context, final string) (Part, error) {
 	if err := os.MkdirAll(s.cfg.SpoolDir, 0o755); err != nil {
 		return nil, fmt.Errorf("filesink: create part in %s: %w", s, err)
 	}
-	f, err := os.CreateTemp(s.cfg.SpoolDir, spoolPattern)
+	// ".<final base>.<random>.inprogress": the part's name, so a listing
+	// of the spool tells which run and subtask it belongs to.
+	f, err := os.CreateTemp(s.cfg.SpoolDir, "."+path.Base(final)+".*"+inProgressSuffix)
 	if err != nil {
 		return nil, fmt.Errorf("filesink: create part in %s: %w", s, err)
 	}
 	return &s3Part{s: s, f: f, key: PendingKey(final)}, nil
 }
 
-// spoolPattern names the spool files (CleanSpool removes them).
-const spoolPattern = ".part-*" + inProgressSuffix
-
-// CleanSpool removes every spool file left in SpoolDir by an earlier start
-// (they hold records after the restored checkpoint).
-func (s *S3Storage) CleanSpool() error {
-	m, err := filepath.Glob(filepath.Join(s.cfg.SpoolDir, spoolPattern))
+// CleanSpool removes every spool file of part prefix prefix left in
+// SpoolDir by an earlier start (they hold records after the restored
+// checkpoint).
+func (s *S3Storage) CleanSpool(prefix string) error {
+	m, err := filepath.Glob(filepath.Join(s.cfg.SpoolDir, "."+prefix+"-*"+inProgressSuffix))
 	if err != nil {
 		return err
 	}
