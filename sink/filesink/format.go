@@ -161,12 +161,18 @@ type parquetEncoder struct {
 	schema *parquet.Schema
 }
 
-// newParquet returns the encoder factory of cols, compressed with zstd.
+// parquetRowGroupRows bounds a row group: the writer buffers the open row
+// group in memory, so this (times the row size, times the open parts)
+// bounds the sink's buffer rather than max_part_bytes.
+const parquetRowGroupRows = 64 << 10
+
+// newParquet returns the encoder factory of cols, compressed with zstd, in
+// row groups of at most parquetRowGroupRows rows.
 func newParquet(cols []Column) newEncoder {
 	schema, index := parquetSchema(cols)
 	return func(w io.Writer) encoder {
 		return &parquetEncoder{cols: cols, index: index, schema: schema,
-			w: parquet.NewWriter(w, schema, parquet.Compression(&parquet.Zstd)),
+			w: parquet.NewWriter(w, schema, parquet.Compression(&parquet.Zstd), parquet.MaxRowsPerRowGroup(parquetRowGroupRows)),
 			b: parquet.NewRowBuilder(schema), row: make([]parquet.Row, 1)}
 	}
 }
