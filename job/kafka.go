@@ -15,19 +15,23 @@ import (
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/sink"
+	"github.com/kstreamd/kstreamd/sink/filesink"
 	"github.com/kstreamd/kstreamd/source"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
 // NewBuiltinConnectors returns a connector registry holding the built-in
 // types: the kafka source and sink (KafkaSourceFactory,
-// KafkaSinkFactory) and the formats json, string and bytes
-// (connector.BuiltinFormats).
+// KafkaSinkFactory), the file sink (filesink.Factory) and the formats
+// json, string and bytes (connector.BuiltinFormats).
 func NewBuiltinConnectors() *connector.Registry {
 	r := connector.NewRegistry()
 	err := r.RegisterSource(KafkaSourceFactory())
 	if err == nil {
 		err = r.RegisterSink(KafkaSinkFactory())
+	}
+	if err == nil {
+		err = r.RegisterSink(filesink.Factory())
 	}
 	for _, f := range connector.BuiltinFormats() {
 		if err == nil {

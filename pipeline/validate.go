@@ -169,6 +169,7 @@ func (c *Config) validate() ConfigErrors {
 	c.validateSources(v)
 	c.validateOperators(v, stages)
 	c.validateSinks(v, stages)
+	c.validateFileSinks(v)
 	c.validateDemo(v)
 	c.validateCluster(v)
 	return v.errs

@@ -28,16 +28,17 @@ const (
 type Params struct {
 	// Path is the local output directory; exactly one of Path and S3.
 	Path string `yaml:"path" doc:"The local output directory (created when missing); exactly one of path and s3."`
-	// S3 is the S3-compatible output; exactly one of Path and S3.
-	S3 *S3Params `yaml:"s3" doc:"An S3-compatible bucket as output (endpoint, bucket, prefix, region, tls, path_style, spool_dir); credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; exactly one of path and s3."`
+	// S3 is the S3-compatible output; exactly one of Path and S3 (set
+	// when its endpoint, bucket, prefix or spool_dir is).
+	S3 S3Params `yaml:"s3" doc:"An S3-compatible bucket as output (endpoint, bucket, prefix, region, tls, path_style, spool_dir); credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; exactly one of path and s3."`
 	// Format is the part file format. Default json_lines.
 	Format Format `yaml:"format" doc:"json_lines (default: one JSON value per line) or parquet (needs columns)."`
 	// Columns are the Parquet columns (format parquet only).
 	Columns []ColumnParams `yaml:"columns" doc:"The Parquet columns, each {name, type, field}: type string, int64, double, boolean, timestamp (milliseconds, UTC) or json; field a path into the value (default: the name), or $key, $timestamp, $value. Every column is optional (null when absent)."`
 	// Bucket chooses each record's sub-directory; default none.
 	Bucket BucketParams `yaml:"bucket" doc:"The sub-directory of each record: {time: a Go layout such as 2006-01-02--15, time_zone, time_source: event (default) or processing} or {expression: an expression over the record}; default: the output's root."`
-	// PartPrefix starts every part name. Default "part".
-	PartPrefix string `yaml:"part_prefix" doc:"The start of every part file name (default part): <part_prefix>-<run>-<subtask>-<n><part_suffix>; two file sinks writing one output need different prefixes."`
+	// PartPrefix starts every part name. Default: the sink's name.
+	PartPrefix string `yaml:"part_prefix" doc:"The start of every part file name (default: the sink's name): <part_prefix>-<run>-<subtask>-<n><part_suffix>; two file sinks writing one output need different prefixes (a restore deletes the in-progress and pending parts of its prefix)."`
 	// PartSuffix ends every part name. Default ".jsonl" or ".parquet".
 	PartSuffix string `yaml:"part_suffix" doc:"The end of every part file name (default .jsonl or .parquet)."`
 	// Rolling is the rolling policy.
@@ -55,12 +56,23 @@ type S3Params struct {
 	// Region defaults to us-east-1.
 	Region string `yaml:"region"`
 	// TLS talks HTTPS; default true.
-	TLS *bool `yaml:"tls"`
+	TLS bool `yaml:"tls"`
 	// PathStyle addresses the bucket in the URL path; default true.
-	PathStyle *bool `yaml:"path_style"`
+	PathStyle bool `yaml:"path_style"`
 	// SpoolDir holds the local in-progress parts; default a directory
 	// under the system temporary directory named after the output.
 	SpoolDir string `yaml:"spool_dir"`
+}
+
+// set reports whether the S3 output is configured.
+func (s S3Params) set() bool {
+	return s.Endpoint != "" || s.Bucket != "" || s.Prefix != "" || s.SpoolDir != ""
+}
+
+// NewParams returns the params of a file sink holding the defaults (those
+// the decoder keeps for fields the config leaves out).
+func NewParams() *Params {
+	return &Params{S3: S3Params{Region: "us-east-1", TLS: true, PathStyle: true}}
 }
 
 // ColumnParams is one Parquet column (Column).
@@ -98,12 +110,12 @@ type RollingParams struct {
 // field path.
 func (p *Params) CheckParams(report func(field, msg string)) {
 	switch {
-	case p.Path == "" && p.S3 == nil:
+	case p.Path == "" && !p.S3.set():
 		report("path", "required: a local directory, or s3 instead")
-	case p.Path != "" && p.S3 != nil:
+	case p.Path != "" && p.S3.set():
 		report("s3", "only one of path and s3")
 	}
-	if s := p.S3; s != nil {
+	if s := p.S3; s.set() {
 		if s.Endpoint == "" {
 			report("s3.endpoint", "required (host:port)")
 		} else if strings.Contains(s.Endpoint, "://") || strings.Contains(s.Endpoint, "/") {
@@ -169,35 +181,30 @@ func (p *Params) CheckParams(report func(field, msg string)) {
 	}
 }
 
-// storage returns the storage p names, sinkName naming the default spool
-// directory.
-func (p *Params) storage() (Storage, error) {
-	if p.S3 == nil {
+// storage returns the storage p names for the sink called sinkName.
+func (p *Params) storage(sinkName string) (Storage, error) {
+	if !p.S3.set() {
 		return LocalStorage{Root: p.Path}, nil
 	}
 	s := p.S3
-	region, tls, pathStyle := s.Region, true, true
+	region := s.Region
 	if region == "" {
 		region = "us-east-1"
 	}
-	if s.TLS != nil {
-		tls = *s.TLS
-	}
-	if s.PathStyle != nil {
-		pathStyle = *s.PathStyle
-	}
 	spool := s.SpoolDir
 	if spool == "" {
-		h := sha256.Sum256([]byte(s.Endpoint + "\x00" + s.Bucket + "\x00" + s.Prefix + "\x00" + p.prefix()))
+		h := sha256.Sum256([]byte(s.Endpoint + "\x00" + s.Bucket + "\x00" + s.Prefix + "\x00" + p.prefix(sinkName)))
 		spool = filepath.Join(os.TempDir(), "kstreamd-file-sink", hex.EncodeToString(h[:8]))
 	}
-	return NewS3Storage(S3Config{Endpoint: s.Endpoint, Bucket: s.Bucket, Prefix: s.Prefix, Region: region, TLS: tls, PathStyle: pathStyle,
+	return NewS3Storage(S3Config{Endpoint: s.Endpoint, Bucket: s.Bucket, Prefix: s.Prefix, Region: region, TLS: s.TLS, PathStyle: s.PathStyle,
 		AccessKey: os.Getenv(EnvS3AccessKey), SecretKey: os.Getenv(EnvS3SecretKey), SpoolDir: spool})
 }
 
-func (p *Params) prefix() string {
+// prefix is the part prefix of the sink called sinkName: PartPrefix, or
+// the sink's name.
+func (p *Params) prefix(sinkName string) string {
 	if p.PartPrefix == "" {
-		return "part"
+		return sinkName
 	}
 	return p.PartPrefix
 }
@@ -239,14 +246,14 @@ func Factory() connector.SinkFactory {
 	return connector.SinkFactory{
 		Type:       Type,
 		Doc:        "Writes part files (JSON lines or Parquet) to a local directory or an S3-compatible bucket, bucketed by time or an expression, published exactly once when checkpoints complete (Flink's FileSink).",
-		Params:     func() any { return &Params{} },
+		Params:     func() any { return NewParams() },
 		Deliveries: []graph.Delivery{graph.DeliveryExactlyOnce},
 		Recover: func(ctx context.Context, rc connector.RecoverContext) error {
 			p, err := params(rc.Sink)
 			if err != nil {
 				return err
 			}
-			st, err := p.storage()
+			st, err := p.storage(rc.Sink.Name)
 			if err != nil {
 				return err
 			}
@@ -261,7 +268,7 @@ func Factory() connector.SinkFactory {
 				}
 				cs = append(cs, c)
 			}
-			_, err = Recover(ctx, RecoverConfig{Name: rc.Sink.Name, Storage: st, PartPrefix: p.PartPrefix, Committables: cs, Logger: rc.Logger})
+			_, err = Recover(ctx, RecoverConfig{Name: rc.Sink.Name, Storage: st, PartPrefix: p.prefix(rc.Sink.Name), Committables: cs, Logger: rc.Logger})
 			return err
 		},
 		New: func(sc connector.SinkContext) (runtime.Operator, error) {
@@ -269,7 +276,7 @@ func Factory() connector.SinkFactory {
 			if err != nil {
 				return nil, err
 			}
-			st, err := p.storage()
+			st, err := p.storage(sc.Sink.Name)
 			if err != nil {
 				return nil, err
 			}
@@ -282,7 +289,7 @@ func Factory() connector.SinkFactory {
 				cols[i] = Column(c)
 			}
 			return New(Config{Name: sc.Sink.Name, Subtask: sc.Subtask, Storage: st, Format: p.Format, Columns: cols, Bucket: a,
-				PartPrefix: p.PartPrefix, PartSuffix: p.PartSuffix,
+				PartPrefix: p.prefix(sc.Sink.Name), PartSuffix: p.PartSuffix,
 				Rolling:    RollingPolicy{MaxPartSize: p.Rolling.MaxPartBytes, RolloverInterval: p.Rolling.RolloverInterval, InactivityInterval: p.Rolling.InactivityInterval},
 				RecordsOut: sc.RecordsOut, Logger: sc.Logger})
 		},

@@ -22,11 +22,11 @@ func TestParamsCheck(t *testing.T) {
 		want []string
 	}{
 		{"local json lines", Params{Path: "/out"}, nil},
-		{"s3 parquet by time", Params{S3: &S3Params{Endpoint: "h:9000", Bucket: "b"}, Format: FormatParquet,
+		{"s3 parquet by time", Params{S3: S3Params{Endpoint: "h:9000", Bucket: "b"}, Format: FormatParquet,
 			Columns: []ColumnParams{{Name: "a", Type: ColumnInt64}}, Bucket: BucketParams{Time: "2006/01/02", TimeZone: "Europe/Berlin", TimeSource: "processing"}}, nil},
 		{"no output", Params{}, []string{"path: required: a local directory, or s3 instead"}},
-		{"two outputs", Params{Path: "/o", S3: &S3Params{Endpoint: "h:1", Bucket: "b"}}, []string{"s3: only one of path and s3"}},
-		{"bad s3", Params{S3: &S3Params{Endpoint: "http://h:1"}}, []string{
+		{"two outputs", Params{Path: "/o", S3: S3Params{Endpoint: "h:1", Bucket: "b"}}, []string{"s3: only one of path and s3"}},
+		{"bad s3", Params{S3: S3Params{Endpoint: "http://h:1"}}, []string{
 			`s3.endpoint: must be host:port without scheme or path (use s3.tls), got "http://h:1"`, "s3.bucket: required"}},
 		{"parquet without columns", Params{Path: "/o", Format: FormatParquet}, []string{"columns: format parquet needs at least one column"}},
 		{"columns for json lines", Params{Path: "/o", Columns: []ColumnParams{{Name: "a", Type: ColumnString}}}, []string{"columns: only for format parquet"}},
@@ -67,7 +67,7 @@ func TestFactoryWritesAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := f.Params().(*Params)
-	p.Path, p.Bucket.Expression, p.PartPrefix = dir, expr, "out"
+	p.Path, p.Bucket.Expression = dir, expr // part_prefix: the sink's name, files
 	sk := &graph.Sink{Name: "files", Type: Type, Params: p, Parallelism: 1, Delivery: graph.DeliveryExactlyOnce}
 	op, err := f.New(connector.SinkContext{Sink: sk, Subtask: 0, Parallelism: 1, Logger: discardLogger()})
 	if err != nil {
@@ -95,8 +95,8 @@ func TestFactoryWritesAndRecovers(t *testing.T) {
 		t.Fatalf("published %v hidden %v", pub, hidden)
 	}
 	for k := range pub {
-		if !strings.HasPrefix(k, "eu/out-") && !strings.HasPrefix(k, "us/out-") {
-			t.Errorf("part %s: want eu/out-* or us/out-*", k)
+		if !strings.HasPrefix(k, "eu/files-") && !strings.HasPrefix(k, "us/files-") {
+			t.Errorf("part %s: want eu/files-* or us/files-* (the sink's name as part prefix)", k)
 		}
 	}
 	// An empty snapshot still holds one (empty) entry.

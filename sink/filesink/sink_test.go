@@ -347,7 +347,7 @@ func TestRecoverPublishesTheCheckpointAndDeletesTheRest(t *testing.T) {
 func TestRecoverLeavesOtherPrefixesAlone(t *testing.T) {
 	dir := t.TempDir()
 	st := LocalStorage{Root: dir}
-	other := newSink(t, Config{Name: "other", Storage: st, PartPrefix: "other"})
+	other := newSink(t, Config{Name: "other", Storage: st, PartPrefix: "part-x"})
 	if err := other.ProcessRecord(ctx, 0, rec(`1`)); err != nil {
 		t.Fatal(err)
 	}

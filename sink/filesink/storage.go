@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -77,11 +78,19 @@ func inProgressName(final string) string {
 }
 
 // isHidden reports whether key's base name is an in-progress or pending
-// part of prefix.
+// part of prefix: ".<prefix>-<run: 8 hex>-<subtask>-<n>...(.inprogress|.pending)",
+// so that the parts of prefix "a" and of prefix "a-b" are told apart.
 func isHidden(key, prefix string) bool {
 	b := path.Base(key)
-	return strings.HasPrefix(b, "."+prefix+"-") && (strings.HasSuffix(b, inProgressSuffix) || strings.HasSuffix(b, pendingSuffix))
+	rest, ok := strings.CutPrefix(b, "."+prefix+"-")
+	if !ok || !strings.HasSuffix(b, inProgressSuffix) && !strings.HasSuffix(b, pendingSuffix) {
+		return false
+	}
+	return hiddenRest.MatchString(rest)
 }
+
+// hiddenRest matches what follows ".<prefix>-" in a hidden part's name.
+var hiddenRest = regexp.MustCompile(`^[0-9a-f]{8}-[0-9]+-[0-9]+`)
 
 // LocalStorage keeps part files in the directory Root (created when
 // missing). A part is written in place as the hidden in-progress file,
