@@ -209,6 +209,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		out = append(out, pipe)
 		r.progress(pipe)
 		for i := range scenarios {
+			if scenarios[i].FileSink && d != ExactlyOnce {
+				continue // the file sink is exactly-once only
+			}
 			res, err := r.run(ctx, &scenarios[i], d, runs)
 			if err != nil {
 				return out, err
@@ -363,7 +366,10 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 
 	// Latency phase: a reader of every committed output (counting the
 	// first phase's too), and a producer at half the measured rate.
-	rd := &reader{brokers: cfg.Brokers, topic: out, phase2: time.Now().Truncate(time.Millisecond)}
+	var rd outputReader = &reader{brokers: cfg.Brokers, topic: out, phase2: time.Now().Truncate(time.Millisecond)}
+	if s != nil && s.FileSink {
+		rd = &fileReader{dir: fileSinkDir(dataDir), phase2: time.Now().Truncate(time.Millisecond), seen: map[string]bool{}}
+	}
 	rdr := goBackground(ctx, rd.run)
 	defer rdr.stop()
 	res.Rate = max(1, res.RecordsPerSec/2)
@@ -529,6 +535,14 @@ func produceAt(ctx context.Context, cl *kgo.Client, topic string, partitions int
 		return 0, fmt.Errorf("bench: latency producer: %w", *p)
 	}
 	return expected, nil
+}
+
+// outputReader counts a run's committed outputs and keeps the latencies
+// of those of the latency phase.
+type outputReader interface {
+	run(ctx context.Context) error
+	count() int64
+	latencies() []time.Duration
 }
 
 // reader counts the committed records of a topic from its start: n1 those
