@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -407,5 +408,45 @@ func readParquetRows(t *testing.T, name string) []map[string]any {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestFileSinkBadRecordFailsAtOnce: a record the file sink cannot write
+// (a string in an int64 Parquet column) stops the job with exit status 1
+// and a message naming the sink, the record's origin and the column,
+// without restarts (a restart would meet the same record); nothing of it
+// is published.
+func TestFileSinkBadRecordFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	_, broker := startKfake(t, []string{"events"})
+	dir, out, metrics := t.TempDir(), t.TempDir(), testkit.FreeAddr(t)
+	cfg := jobHead("filesinkbad", 1, dir, brokersKafka(broker), metrics, "info") + `checkpoints:
+  interval: 100ms
+sources:
+  - name: events
+    topic: events
+sinks:
+  - name: files
+    type: file
+    input: events
+    delivery: exactly-once
+    params:
+      path: ` + out + `
+      format: parquet
+      columns:
+        - {name: id, type: int64}
+`
+	d := startDaemon(t, dir, cfg, broker, metrics)
+	produce(t, newClient(t, broker), &kgo.Record{Topic: "events", Key: []byte("k"), Value: []byte(`{"id":1}`)}, &kgo.Record{Topic: "events", Key: []byte("k"), Value: []byte(`{"id":"two"}`)})
+	if code := d.waitExit(t, 30*time.Second); code != 1 {
+		t.Fatalf("exit status %d, want 1:\n%s", code, d.out.String())
+	}
+	log := d.out.String()
+	if !regexp.MustCompile(`the record from events/[0-3]@1 cannot be written`).MatchString(log) || !strings.Contains(log, `column id (int64): \"two\" is no 64-bit integer`) ||
+		!strings.Contains(log, "not restarted (a restart cannot cure this failure)") {
+		t.Fatalf("log does not name the record and column, or restarted:\n%s", log)
+	}
+	if pub, _ := localOutput(out).list(t); len(pub) != 0 {
+		t.Fatalf("published %v, want nothing", pub)
 	}
 }

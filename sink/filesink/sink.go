@@ -208,7 +208,7 @@ func (s *Sink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record) err
 	now := s.cfg.Now()
 	bucket, err := s.cfg.Bucket.BucketID(rec, now)
 	if err != nil {
-		return err
+		return s.badRecord(rec, err)
 	}
 	p := s.open[bucket]
 	if p == nil {
@@ -217,7 +217,7 @@ func (s *Sink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record) err
 		}
 	}
 	if err := p.enc.Write(rec); err != nil {
-		return err
+		return s.badRecord(rec, err)
 	}
 	p.records++
 	p.last = now
@@ -227,6 +227,41 @@ func (s *Sink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record) err
 		}
 	}
 	return s.rollByTime(ctx, now)
+}
+
+// BadRecordError is a record the sink cannot write: its bucket expression
+// fails on it, or it does not fit the format (a Parquet column's type, a
+// multi-line value that is no JSON). It wraps the *runtime.RecordError
+// (errors.As finds it, so a sink task with a bad-record policy applies
+// it); without one it fails the job, and SuppressRestarts keeps a restart,
+// which would meet the same record again, from looping.
+type BadRecordError struct {
+	// Sink is the sink's name; Origin where the record was read.
+	Sink   string
+	Origin runtime.Origin
+	Err    *runtime.RecordError
+}
+
+// Error names the sink, the record's origin and the reason.
+func (e *BadRecordError) Error() string {
+	return fmt.Sprintf("filesink: sink %s: the record from %s cannot be written: %v", e.Sink, e.Origin, e.Err)
+}
+
+// Unwrap returns the *runtime.RecordError.
+func (e *BadRecordError) Unwrap() error { return e.Err }
+
+// SuppressRestarts reports true (Flink's SuppressRestartsException): a
+// restart reads the same record again.
+func (e *BadRecordError) SuppressRestarts() bool { return true }
+
+// badRecord wraps a *runtime.RecordError of rec in a *BadRecordError;
+// other errors pass.
+func (s *Sink) badRecord(rec runtime.Record, err error) error {
+	var re *runtime.RecordError
+	if errors.As(err, &re) {
+		return &BadRecordError{Sink: s.cfg.Name, Origin: rec.Origin, Err: re}
+	}
+	return err
 }
 
 // start opens bucket's next part.

@@ -487,9 +487,14 @@ func TestParquetParts(t *testing.T) {
 	if fmt.Sprint(rows) != fmt.Sprint(want) {
 		t.Fatalf("rows\n%v\nwant\n%v", rows, want)
 	}
-	err := s.ProcessRecord(ctx, 0, runtime.Record{Value: []byte(`{"id":"seven"}`)})
+	err := s.ProcessRecord(ctx, 0, runtime.Record{Value: []byte(`{"id":"seven"}`), Origin: runtime.Origin{Topic: "in", Partition: 2, Offset: 9}})
 	if re := new(runtime.RecordError); !errors.As(err, &re) || re.Reason != runtime.ReasonWrongType || !strings.Contains(re.Detail, "column id (int64)") {
 		t.Fatalf("wrong type: %v, want a RecordError wrong_type naming column id", err)
+	}
+	var bre *BadRecordError
+	if !errors.As(err, &bre) || !bre.SuppressRestarts() || bre.Origin.Offset != 9 ||
+		err.Error() != `filesink: sink out: the record from in/2@9 cannot be written: bad record: wrong_type: file sink: column id (int64): "seven" is no 64-bit integer` {
+		t.Fatalf("wrong type: %q, want a BadRecordError suppressing restarts, naming the origin", err)
 	}
 	s.Close()
 }
