@@ -48,20 +48,20 @@ type Params struct {
 // S3Params is an S3-compatible output.
 type S3Params struct {
 	// Endpoint is "host:port" without scheme; required.
-	Endpoint string `yaml:"endpoint"`
+	Endpoint string `yaml:"endpoint" doc:"host:port, no scheme; required with s3."`
 	// Bucket must exist; required.
-	Bucket string `yaml:"bucket"`
+	Bucket string `yaml:"bucket" doc:"The bucket (it must exist); required with s3."`
 	// Prefix starts every key ("" none).
-	Prefix string `yaml:"prefix"`
+	Prefix string `yaml:"prefix" doc:"Key prefix (end it with / for a folder); default none."`
 	// Region defaults to us-east-1.
-	Region string `yaml:"region"`
+	Region string `yaml:"region" doc:"The bucket's region; default us-east-1."`
 	// TLS talks HTTPS; default true.
-	TLS bool `yaml:"tls"`
+	TLS bool `yaml:"tls" doc:"HTTPS to the endpoint; default true."`
 	// PathStyle addresses the bucket in the URL path; default true.
-	PathStyle bool `yaml:"path_style"`
+	PathStyle bool `yaml:"path_style" doc:"Path-style bucket addressing (MinIO and most clones); default true."`
 	// SpoolDir holds the local in-progress parts; default a directory
 	// under the system temporary directory named after the output.
-	SpoolDir string `yaml:"spool_dir"`
+	SpoolDir string `yaml:"spool_dir" doc:"Local directory of the in-progress parts; default a directory under the system temporary directory named after the output."`
 }
 
 // set reports whether the S3 output is configured.
@@ -77,33 +77,33 @@ func NewParams() *Params {
 
 // ColumnParams is one Parquet column (Column).
 type ColumnParams struct {
-	Name  string     `yaml:"name"`
-	Type  ColumnType `yaml:"type"`
-	Field string     `yaml:"field"`
+	Name  string     `yaml:"name" doc:"The column name; required, unique."`
+	Type  ColumnType `yaml:"type" doc:"string, int64, double, boolean, timestamp or json; required."`
+	Field string     `yaml:"field" doc:"A path into the value (a.b for nested fields), or $key, $timestamp, $value; default: the name."`
 }
 
 // BucketParams chooses a BucketAssigner: Time (DateTimeBucketAssigner) or
 // Expression (ExpressionBucketAssigner), or neither (the root).
 type BucketParams struct {
 	// Time is a Go time layout, e.g. "2006-01-02--15".
-	Time string `yaml:"time"`
+	Time string `yaml:"time" doc:"A Go time layout giving the sub-directory, e.g. 2006-01-02--15 or 2006/01/02."`
 	// TimeZone is an IANA zone name; default UTC.
-	TimeZone string `yaml:"time_zone"`
+	TimeZone string `yaml:"time_zone" doc:"The IANA zone time is formatted in; default UTC."`
 	// TimeSource is "event" (the record timestamp; default) or
 	// "processing" (the wall clock).
-	TimeSource string `yaml:"time_source"`
+	TimeSource string `yaml:"time_source" doc:"event (the record timestamp; default) or processing (the wall clock)."`
 	// Expression yields the bucket, a string or a number.
-	Expression operators.Expression `yaml:"expression"`
+	Expression operators.Expression `yaml:"expression" doc:"An expression over the record giving the sub-directory (a string or number; / nests); at most one of time and expression."`
 }
 
 // RollingParams is a RollingPolicy.
 type RollingParams struct {
 	// MaxPartBytes rolls a part at this size; default 128 MiB.
-	MaxPartBytes int64 `yaml:"max_part_bytes"`
+	MaxPartBytes int64 `yaml:"max_part_bytes" doc:"Close a part once this big, in bytes (Parquet: an estimate); default 134217728 (128 MiB)."`
 	// RolloverInterval rolls a part this long after it opened; 0 none.
-	RolloverInterval time.Duration `yaml:"rollover_interval"`
+	RolloverInterval time.Duration `yaml:"rollover_interval" doc:"Close a part this long after it was opened; default none."`
 	// InactivityInterval rolls a part idle this long; 0 none.
-	InactivityInterval time.Duration `yaml:"inactivity_interval"`
+	InactivityInterval time.Duration `yaml:"inactivity_interval" doc:"Close a part after this long without a record; default none."`
 }
 
 // CheckParams implements operators.ParamsChecker: every problem, with its
