@@ -25,6 +25,13 @@ const (
 	ChangelogHeader
 )
 
+// encodesValue reports whether the sink's format encodes rec's value as
+// mode writes it: not for a null value, nor for an upsert sink's -D (it is
+// written as a tombstone, whatever its value).
+func encodesValue(mode ChangelogMode, rec *runtime.Record) bool {
+	return rec.Value != nil && !(mode == ChangelogUpsert && rec.Change == runtime.ChangeDelete)
+}
+
 // changelogRecord fills kr's key, value and headers from rec as mode
 // writes it, and reports false when mode drops rec (an upsert sink's -U).
 func changelogRecord(mode ChangelogMode, kr *kgo.Record, rec *runtime.Record) bool {

@@ -86,6 +86,10 @@ type KafkaTxnConfig struct {
 	// (Partition set): WriteMarker writes a marker into each of
 	// [0, Partitions).
 	Partitions int32
+	// Encode, if not nil, encodes each record Write writes (the sink's
+	// format); an error fails the job. WriteTo does not encode: a dead
+	// letter is written as it was read.
+	Encode Encoder
 }
 
 // KafkaTxnCommitter is the TwoPhaseCommitter of Kafka transactions: one
@@ -243,6 +247,11 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 	}
 	if k.cfg.Changelog == ChangelogUpsert && rec.Change == runtime.ChangeUpdateBefore {
 		return nil
+	}
+	if encodesValue(k.cfg.Changelog, &rec) {
+		if err := encode(ctx, k.cfg.Encode, k.cfg.Name, k.cfg.Topic, &rec); err != nil {
+			return err
+		}
 	}
 	s.records++
 	if !rec.Timestamp.IsZero() {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/runtime"
 )
 
@@ -20,9 +21,25 @@ import (
 // value, and the *RecordError checked after Emit was allocated for every
 // record.
 func TestEmitDoesNotAllocate(t *testing.T) {
+	t.Run("format check", func(t *testing.T) { testEmitDoesNotAllocate(t, nil) })
+	// A Decoder (the source's connector.Format) sees the subtask's scratch
+	// record too.
+	t.Run("decoder", func(t *testing.T) { testEmitDoesNotAllocate(t, jsonMarker{}) })
+}
+
+// jsonMarker is a Decoder that only marks the value JSON, as the json
+// format does for a valid value.
+type jsonMarker struct{}
+
+func (jsonMarker) Decode(_ context.Context, rec *runtime.Record) error {
+	rec.Format = runtime.FormatJSON
+	return nil
+}
+
+func testEmitDoesNotAllocate(t *testing.T, dec Decoder) {
 	ch := runtime.NewChannel(1)
 	s := New(Config{
-		Name: "in", Topic: "t", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Name: "in", Topic: "t", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Decoder: dec,
 		Output:    runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{})),
 		Timestamp: func(rec *runtime.Record) (time.Time, error) { return time.UnixMilli(int64(1000 * len(rec.Value))), nil },
 	})
@@ -99,5 +116,33 @@ func TestEmitTable(t *testing.T) {
 	}
 	if len(skipped) != 1 || skipped[0] != ReasonEmptyValue {
 		t.Fatalf("plain source skipped %v, want [empty_value]", skipped)
+	}
+}
+
+// BenchmarkEmitJSON measures one record through emit with the json check:
+// the source's own (Config.Format) and the json format behind the
+// connector seam (Config.Decoder = connector.JSONFormat), which a job
+// builds for every kafka source now.
+func BenchmarkEmitJSON(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		dec  Decoder
+	}{{"format-check", nil}, {"json-format-decoder", connector.JSONFormat{}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ch := runtime.NewChannel(1)
+			s := New(Config{Name: "in", Topic: "t", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Decoder: bc.dec,
+				Output: runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))})
+			s.wms = newWatermarks(WatermarkConfig{})
+			r := &kgo.Record{Topic: "t", Partition: 1, Offset: 7, Key: []byte("k"),
+				Value: []byte(`{"id":12345,"user":"u-1234","amount":17.5,"currency":"EUR","ts":1700000000000,"tags":["a","b"]}`), Timestamp: time.UnixMilli(1)}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.emit(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+				<-ch
+			}
+		})
 	}
 }

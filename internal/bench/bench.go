@@ -38,6 +38,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/pipeline"
 )
@@ -85,6 +86,9 @@ type Config struct {
 	Dir string
 	// Registry holds the operator types. Default the built-in ones.
 	Registry *operators.Registry
+	// Connectors holds the source, sink and format types. Default the
+	// built-in ones.
+	Connectors *connector.Registry
 	// Logger receives the jobs' logs. Default discard.
 	Logger *slog.Logger
 	// NexmarkRate is the Nexmark scenarios' event rate, events per second
@@ -219,6 +223,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		out = append(out, pipe)
 		r.progress(pipe)
 		for i := range scenarios {
+			if scenarios[i].FileSink && d != ExactlyOnce {
+				continue // the file sink is exactly-once only
+			}
 			res, err := r.run(ctx, &scenarios[i], d, runs)
 			if err != nil {
 				return out, err
@@ -401,12 +408,16 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 
 	// Latency phase: a reader of every committed output (counting the
 	// first phase's too), and a producer at half the measured rate.
-	rd := &reader{brokers: cfg.Brokers, topic: out, phase2: time.Now().Truncate(time.Millisecond)}
+	kr := &reader{brokers: cfg.Brokers, topic: out, phase2: time.Now().Truncate(time.Millisecond)}
 	if values != nil {
-		rd.values = newMultiset()
+		kr.values = newMultiset()
 	}
 	if tab != nil {
-		rd.table = newTable()
+		kr.table = newTable()
+	}
+	var rd outputReader = kr
+	if s != nil && s.FileSink {
+		rd = &fileReader{dir: fileSinkDir(dataDir), phase2: time.Now().Truncate(time.Millisecond), seen: map[string]bool{}}
 	}
 	rdr := goBackground(ctx, rd.run)
 	defer rdr.stop()
@@ -433,10 +444,10 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	}
 	res.Outputs, res.Expected = rd.count(), exp1+exp2
 	if values != nil {
-		res.ValuesChecked, res.ValuesDiff = true, rd.values.diff(values.want)
+		res.ValuesChecked, res.ValuesDiff = true, kr.values.diff(values.want)
 	}
 	if tab != nil {
-		res.ValuesChecked, res.ValuesDiff = true, rd.table.diff(tab.m.Final())
+		res.ValuesChecked, res.ValuesDiff = true, kr.table.diff(tab.m.Final())
 	}
 	lat := rd.latencies()
 	res.LatencyP50, res.LatencyP99 = quantile(lat, 0.5), quantile(lat, 0.99)
@@ -584,6 +595,14 @@ func produceAt(ctx context.Context, cl *kgo.Client, topic string, partitions int
 	return expected, nil
 }
 
+// outputReader counts a run's committed outputs and keeps the latencies
+// of those of the latency phase.
+type outputReader interface {
+	run(ctx context.Context) error
+	count() int64
+	latencies() []time.Duration
+}
+
 // reader counts the committed records of a topic from its start: n1 those
 // older than phase2, n2 the others, whose latency (receive time minus
 // record timestamp) it keeps; values, when set, gets every value, and
@@ -656,7 +675,7 @@ func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, r
 			return nil, err
 		}
 	}
-	cfg, err := pipeline.Parse(name+".yaml", []byte(y), r.cfg.Registry)
+	cfg, err := pipeline.ParseWith(name+".yaml", []byte(y), pipeline.Registries{Operators: r.cfg.Registry, Connectors: r.cfg.Connectors})
 	if err != nil {
 		return nil, fmt.Errorf("bench: scenario %s: %w\n%s", s.Name, err, y)
 	}

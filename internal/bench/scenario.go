@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -53,6 +54,12 @@ type Scenario struct {
 	// Nexmark generator's events, and its model a value model, so the run
 	// checks the committed values, not only their count.
 	Nexmark string
+	// FileSink, when set, replaces the Kafka sink with a file sink (type
+	// file, JSON lines) in the run's data directory: the scenario runs
+	// exactly-once only, and its outputs are the lines of the published
+	// part files, read by a fileReader (each line's "ts" field is the
+	// record timestamp its latency is measured from).
+	FileSink bool
 }
 
 // Rule is a shape-pair rule of the matcher: {"name","first","second"}.
@@ -118,6 +125,17 @@ var Scenarios = append([]Scenario{
 	rules(10),
 	rules(100),
 	tumblingWindow(),
+	{
+		Name: "file-sink", Doc: "map adding the record timestamp, then a file sink: JSON-lines parts in a local directory, published exactly once per checkpoint", Backend: "hashmap",
+		Operators: `  - name: out
+    type: map
+    input: in
+    params:
+      value: '{"id": id, "key": key, "amount": amount, "ts": timestamp}'
+`,
+		FileSink: true,
+		NewModel: func(int) Model { return modelFunc(func(Item) int { return 1 }) },
+	},
 }, nexmarkScenarios()...)
 
 func keyedCount(name, backend string, async bool) Scenario {
@@ -316,6 +334,10 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 		b.WriteString(s.Operators)
 		input = "out"
 	}
+	if s.FileSink {
+		fmt.Fprintf(&b, "sinks:\n  - name: sink\n    type: file\n    input: %s\n    delivery: %s\n    params:\n      path: %q\n", input, delivery, fileSinkDir(dataDir))
+		return b.String()
+	}
 	fmt.Fprintf(&b, "sinks:\n  - name: sink\n    input: %s\n    topic: %s\n    delivery: %s\n", input, out, delivery)
 	if delivery == ExactlyOnce {
 		// Well above checkpoints.interval plus checkpoints.timeout: a
@@ -325,6 +347,10 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 	}
 	return b.String()
 }
+
+// fileSinkDir is the output directory of a FileSink scenario's job whose
+// data directory is dataDir.
+func fileSinkDir(dataDir string) string { return filepath.Join(dataDir, "files") }
 
 // rules is the rules operator (dynamic rules, Flink's fraud-detection
 // pattern) with n active rules on pebble: rule i, like demo.FraudRules
