@@ -216,8 +216,7 @@ type IntervalJoin struct {
 	lower, upper int64
 	timers       TimerService
 	sides        [2]state.MapState[int64, []joinRow]
-	env          RecordEnv
-	buf          []byte
+	output       joinOutput
 	lateRecs     *lateRecords
 	gauge        prometheus.Gauge // nil without Metrics
 	rows         int64            // rows buffered by the subtask
@@ -229,7 +228,7 @@ func NewIntervalJoin(p IntervalJoinParams) *IntervalJoin {
 	if p.Join == "" {
 		p.Join = JoinInner
 	}
-	return &IntervalJoin{p: p, lower: p.Lower.Milliseconds(), upper: p.Upper.Milliseconds()}
+	return &IntervalJoin{p: p, lower: p.Lower.Milliseconds(), upper: p.Upper.Milliseconds(), output: joinOutput{sel: p.Select}}
 }
 
 // Open implements KeyedCoProcessFunction; it counts the rows restored into
@@ -393,21 +392,37 @@ func (j *IntervalJoin) OnTimer(ctx context.Context, ts time.Time, tc TimerContex
 // emit writes select(left, right) (either may be nil: null) with key and
 // time ts (ms).
 func (j *IntervalJoin) emit(key []byte, left, right *joinRow, ts int64, out Collector) error {
-	b := append(j.buf[:0], `{"left":`...)
+	return j.output.emit(key, left, right, ts, "", out)
+}
+
+// joinOutput builds a join's output records: the value
+// {"left": <left>, "right": <right><extra>} (extra: more fields, each
+// starting with a comma), or the result of select over it.
+type joinOutput struct {
+	sel Expression
+	env RecordEnv
+	buf []byte
+}
+
+// emit writes the output of the pair (left, right) (either may be nil:
+// null) with key and time ts (ms).
+func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra string, out Collector) error {
+	b := append(o.buf[:0], `{"left":`...)
 	b = appendRowJSON(b, left)
 	b = append(b, `,"right":`...)
 	b = appendRowJSON(b, right)
+	b = append(b, extra...)
 	b = append(b, '}')
-	j.buf = b
-	value := b
-	if j.p.Select.IsSet() {
+	o.buf = b
+	var value []byte
+	if o.sel.IsSet() {
 		rec := runtime.Record{Key: key, Value: b, Timestamp: time.UnixMilli(ts)}
-		v, err := j.p.Select.Program().Eval(j.env.Reset(&rec))
+		v, err := o.sel.Program().Eval(o.env.Reset(&rec))
 		if err != nil {
 			return EvalRecordError(err)
 		}
 		if value, err = expression.EncodeJSON(v); err != nil {
-			return resultError(j.p.Select, "select", err.Error())
+			return resultError(o.sel, "select", err.Error())
 		}
 	} else {
 		value = append([]byte(nil), b...)

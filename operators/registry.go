@@ -221,6 +221,7 @@ func Builtins() []Factory {
 		mapFactory(),
 		flatMapFactory(),
 		intervalJoinFactory(),
+		windowJoinFactory(),
 	}
 }
 

@@ -178,10 +178,11 @@ func joinExpected(orders, payments []joinRec, kind string) (lines []string, rele
 // intervalJoinConfig is three interval joins of orders and payments,
 // bounds [-5s, +10s] (inner, left and full outer, each to its own topic,
 // exactly-once; the inner join's late records to topic late), behind
-// filters that drop the tick records, at parallelism p, Pebble state.
-func intervalJoinConfig(dir, broker, metrics string, p int) string {
+// filters that drop the tick records, at parallelism p, on state backend
+// backend.
+func intervalJoinConfig(dir, broker, metrics, backend string, p int) string {
 	cfg := jobHead("ijoin", p, dir, brokersKafka(broker), metrics, "info") + `state:
-  backend: pebble
+  backend: ` + backend + `
 checkpoints:
   interval: 200ms
 sources:
@@ -214,9 +215,9 @@ operators:
 // TestIntervalJoinKillRescale is issue 23's acceptance test of the interval
 // join, bounds [-5s, +10s]: 1,000 orders and 1,000 payments (joinInput:
 // matched, paid twice, paid outside the bounds, never paid, paying no
-// order) and 40 late records. The job runs at parallelism 2 and is killed
-// with SIGKILL once a checkpoint holds the first half of the input, then
-// restored at parallelism 3 for the rest. Read_committed, the inner, left
+// order) and 40 late records, on both state backends. The job runs at
+// parallelism 2 and is killed with SIGKILL once a checkpoint holds the
+// first half of the input, then restored at parallelism 3 for the rest. Read_committed, the inner, left
 // and full outer outputs are exactly what joinExpected computes from the
 // definition (none twice); before the watermark passes the last intervals
 // exactly the unmatched rows whose interval it passed are out; the late
@@ -224,6 +225,15 @@ operators:
 // interval the joins hold no row (kstreamd_join_buffered_rows 0).
 func TestIntervalJoinKillRescale(t *testing.T) {
 	t.Parallel()
+	for _, backend := range []string{"hashmap", "pebble"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			intervalJoinKillRescale(t, backend)
+		})
+	}
+}
+
+func intervalJoinKillRescale(t *testing.T, backend string) {
 	_, broker := startKfake(t, []string{"orders", "payments", "inner", "left", "full", "late"})
 	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
 	cl := newClient(t, broker, kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -285,7 +295,7 @@ func TestIntervalJoinKillRescale(t *testing.T) {
 		return out
 	}
 
-	d := startProc(t, dir, intervalJoinConfig(dir, broker, metrics, 2), broker, metrics)
+	d := startProc(t, dir, intervalJoinConfig(dir, broker, metrics, backend, 2), broker, metrics)
 	first := half(true)
 	produce(t, cl, first...)
 	if !testkit.Poll(60*time.Second, func() bool {
@@ -297,7 +307,7 @@ func TestIntervalJoinKillRescale(t *testing.T) {
 	checkpointAfter(d)
 	d.kill(t)
 
-	d = startProc(t, dir, intervalJoinConfig(dir, broker, metrics, 3), broker, metrics)
+	d = startProc(t, dir, intervalJoinConfig(dir, broker, metrics, backend, 3), broker, metrics)
 	if lines := restoreLines(d.out.String()); len(lines) != 1 {
 		t.Fatalf("restart: \"restoring\" lines %q, want one", lines)
 	}
@@ -392,4 +402,60 @@ func diffLines(got, want []string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestExampleWindowJoin runs configs/examples/window_join.yaml (Nexmark
+// q8: persons and their auctions in one 10s tumbling window) over a fixed
+// input on partition 0 of each topic: read_committed, exactly the person
+// and auction pairs of one seller in one window (alice's two auctions of
+// her window, not the one of the next window; bob's auction in another
+// window than his account joins nothing), written once the watermark of
+// both topics passed the window's end; a person whose window had ended
+// goes unchanged to late-records.
+func TestExampleWindowJoin(t *testing.T) {
+	t.Parallel()
+	_, broker := startKfake(t, []string{"new-sellers", "late-records"}, kfake.SeedTopics(2, "persons", "auctions"))
+	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
+	d := startDaemon(t, dir, exampleConfig(t, "window_join.yaml", dir, broker, metrics), broker, metrics)
+	cl := newClient(t, broker, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	person := func(id int, name string, sec float64) *kgo.Record {
+		return &kgo.Record{Topic: "persons", Value: fmt.Appendf(nil, `{"id":%d,"name":%q,"ts":%d}`, id, name, t0+int64(sec*1000))}
+	}
+	auction := func(id, seller int, sec float64) *kgo.Record {
+		return &kgo.Record{Topic: "auctions", Value: fmt.Appendf(nil, `{"id":%d,"seller":%d,"ts":%d}`, id, seller, t0+int64(sec*1000))}
+	}
+	produce(t, cl, person(1, "alice", 1), person(2, "bob", 8), person(3, "carol", 12), person(9, "tick", 25))
+	produce(t, cl, auction(10, 1, 2), auction(11, 1, 9.999), auction(12, 1, 10), auction(20, 2, 11), auction(30, 3, 19), auction(99, 9, 25))
+	start := func(sec int64) string { return time.UnixMilli(t0 + sec*1000).UTC().Format(time.RFC3339) }
+	want := []string{
+		fmt.Sprintf(`1 {"auction":10,"name":"alice","person":1,"window_start":%q}`, start(0)),
+		fmt.Sprintf(`1 {"auction":11,"name":"alice","person":1,"window_start":%q}`, start(0)),
+		fmt.Sprintf(`3 {"auction":30,"name":"carol","person":3,"window_start":%q}`, start(10)),
+	}
+	testkit.WaitMetric(t, 60*time.Second, d.url(), "kstreamd_operator_records_out_total", map[string]string{"operator": "new-sellers"}, float64(len(want)))
+	late := person(4, "dave", 3)
+	produce(t, cl, late)
+	testkit.WaitMetric(t, 30*time.Second, d.url(), "kstreamd_operator_records_out_total", map[string]string{"operator": "late-records"}, 1)
+	last, _ := testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
+	waitCheckpointAfter(t, d, last)
+	var got []string
+	for _, r := range testkit.ReadTopic(t, []string{broker}, "new-sellers", 10*time.Second) {
+		got = append(got, string(r.Key)+" "+string(r.Value))
+	}
+	slices.Sort(got)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("read_committed new-sellers:\n%q\nwant exactly\n%q", got, want)
+	}
+	lateGot := testkit.ReadTopic(t, []string{broker}, "late-records", 10*time.Second)
+	if len(lateGot) != 1 || string(lateGot[0].Value) != string(late.Value) {
+		t.Fatalf("read_committed late-records: %d records, want exactly %s", len(lateGot), late.Value)
+	}
+	// The window [20s, 30s) of the tick person and auction is open; every
+	// other window's rows were removed.
+	if rows, err := testkit.Scrape(d.url(), "kstreamd_join_buffered_rows", map[string]string{"operator": "sellers"}); err != nil || rows != 2 {
+		t.Fatalf("kstreamd_join_buffered_rows{operator=sellers} = %v (%v), want 2", rows, err)
+	}
+	if code := d.stop(t); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
 }
