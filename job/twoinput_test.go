@@ -121,7 +121,7 @@ func TestTwoInputKeyedRescale(t *testing.T) {
 		}
 		set := cfg.Settings()
 		set.CheckpointDir, set.StateDir, set.StateBackend = dir+"/chk", dir+"/state", "hashmap"
-		j, err := job.Build(context.Background(), g, set, job.Deps{ClientOpts: opts, DrainTimeout: time.Second,
+		j, err := job.Build(context.Background(), g, set, job.Deps{ClientOpts: opts, DrainTimeout: runtime.DefaultDrainTimeout,
 			Logger: slog.New(slog.NewJSONHandler(log, nil))})
 		if err != nil {
 			t.Fatalf("build: %v", err)

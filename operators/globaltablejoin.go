@@ -184,18 +184,18 @@ func (j *GlobalTableJoin) ProcessElement(_ context.Context, rec runtime.Record, 
 	if row != nil {
 		right = row.value()
 	}
-	o, err := joinOutput(j.sel, &j.out, &j.outEnv, j.joined, rec, decodeValue(rec.Value, rec.Format == runtime.FormatText), right)
+	o, err := selectJoinOutput(j.sel, &j.out, &j.outEnv, j.joined, rec, decodeValue(rec.Value, rec.Format == runtime.FormatText), right)
 	if err != nil {
 		return err
 	}
 	return out.Collect(o)
 }
 
-// joinOutput evaluates sel over left and right (a map {left, right} as the
+// selectJoinOutput evaluates sel over left and right (a map {left, right} as the
 // value, so both are bare identifiers; key and timestamp are rec's) and
 // returns the output record: rec with the JSON of the result as value.
 // in, env and joined are the caller's scratch space.
-func joinOutput(sel Expression, in *expression.Input, env *expression.Env, joined map[string]any, rec runtime.Record, left, right any) (runtime.Record, error) {
+func selectJoinOutput(sel Expression, in *expression.Input, env *expression.Env, joined map[string]any, rec runtime.Record, left, right any) (runtime.Record, error) {
 	joined["left"], joined["right"] = left, right
 	*in = expression.Input{Value: joined, Key: rec.Key, Timestamp: rec.Timestamp}
 	env.Reset(in)

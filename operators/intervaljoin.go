@@ -19,9 +19,10 @@ import (
 // IntervalJoinType is the pipeline name of the interval join operator.
 const IntervalJoinType = "interval_join"
 
-// The interval join's input roles (Traits.Inputs) and keyed state names
-// (MapStates per key: a record's event time in ms to the rows of that
-// side at that time). The state names are part of the checkpoint format.
+// The join input roles (Traits.Inputs) and the interval join's keyed state
+// names (a ValueState per key and side: the side's buffered rows with their
+// event times, in arrival order). The state names are part of the
+// checkpoint format.
 const (
 	JoinLeft               = "left"
 	JoinRight              = "right"
@@ -111,14 +112,15 @@ func intervalJoinFactory() Factory {
 // joinRow is one buffered record of a side: its value and whether it
 // matched a record of the other side (tracked for outer joins only).
 type joinRow struct {
+	TS      int64 // event time, ms (interval_join; window_join keys rows by window)
 	Value   []byte
 	Text    bool // runtime.FormatText: seen as a JSON string
 	Matched bool
 }
 
-// joinRowsSerializer encodes a bucket of rows: a uvarint count, then per
-// row a flags byte (1 matched, 2 text, 4 nil value), a uvarint length and
-// the value's bytes. Name "join-rows-v1".
+// joinRowsSerializer encodes a list of rows: a uvarint count, then per row
+// its time (varint), a flags byte (1 matched, 2 text, 4 nil value), a
+// uvarint length and the value's bytes. Name "join-rows-v1".
 type joinRowsSerializer struct{}
 
 func (joinRowsSerializer) Name() string { return "join-rows-v1" }
@@ -136,6 +138,7 @@ func (joinRowsSerializer) Append(dst []byte, rows []joinRow) ([]byte, error) {
 		if r.Value == nil {
 			f |= 4
 		}
+		dst = binary.AppendVarint(dst, r.TS)
 		dst = append(dst, f)
 		dst = binary.AppendUvarint(dst, uint64(len(r.Value)))
 		dst = append(dst, r.Value...)
@@ -153,6 +156,11 @@ func (joinRowsSerializer) Decode(b []byte) ([]joinRow, error) {
 	b = b[k:]
 	rows := make([]joinRow, 0, n)
 	for range n {
+		ts, k := binary.Varint(b)
+		if k <= 0 {
+			return nil, errJoinRows
+		}
+		b = b[k:]
 		if len(b) < 1 {
 			return nil, errJoinRows
 		}
@@ -162,7 +170,7 @@ func (joinRowsSerializer) Decode(b []byte) ([]joinRow, error) {
 			return nil, errJoinRows
 		}
 		b = b[1+k:]
-		r := joinRow{Matched: f&1 != 0, Text: f&2 != 0}
+		r := joinRow{TS: ts, Matched: f&1 != 0, Text: f&2 != 0}
 		if f&4 == 0 {
 			r.Value = append([]byte{}, b[:l]...)
 		}
@@ -175,7 +183,14 @@ func (joinRowsSerializer) Decode(b []byte) ([]joinRow, error) {
 	return rows, nil
 }
 
-// joinSideState returns the descriptor of side's buffer.
+// intervalSideState returns the descriptor of an interval join side's
+// rows.
+func intervalSideState(name string) state.ValueStateDescriptor[[]joinRow] {
+	return state.ValueStateDescriptor[[]joinRow]{Name: name, Serializer: joinRowsSerializer{}}
+}
+
+// joinSideState returns the descriptor of a window join side's rows by
+// window start.
 func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 	return state.MapStateDescriptor[int64, []joinRow]{Name: name, KeySerializer: state.Int64Serializer{}, ValueSerializer: joinRowsSerializer{}}
 }
@@ -215,9 +230,8 @@ type IntervalJoin struct {
 	p            IntervalJoinParams
 	lower, upper int64
 	timers       TimerService
-	sides        [2]state.MapState[int64, []joinRow]
-	env          RecordEnv
-	buf          []byte
+	sides        [2]state.ValueState[[]joinRow]
+	output       joinOutput
 	lateRecs     *lateRecords
 	gauge        prometheus.Gauge // nil without Metrics
 	rows         int64            // rows buffered by the subtask
@@ -229,7 +243,7 @@ func NewIntervalJoin(p IntervalJoinParams) *IntervalJoin {
 	if p.Join == "" {
 		p.Join = JoinInner
 	}
-	return &IntervalJoin{p: p, lower: p.Lower.Milliseconds(), upper: p.Upper.Milliseconds()}
+	return &IntervalJoin{p: p, lower: p.Lower.Milliseconds(), upper: p.Upper.Milliseconds(), output: joinOutput{sel: p.Select}}
 }
 
 // Open implements KeyedCoProcessFunction; it counts the rows restored into
@@ -241,20 +255,16 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 	}
 	j.rows = 0
 	for i, name := range []string{IntervalJoinLeftState, IntervalJoinRightState} {
-		d := joinSideState(name)
-		m, err := state.GetMapState(ctx.Backend, d)
+		d := intervalSideState(name)
+		v, err := state.GetValueState(ctx.Backend, d)
 		if err != nil {
 			return fmt.Errorf("operators: %s %s: %w", IntervalJoinType, ctx.Operator, err)
 		}
-		j.sides[i] = m
-		err = state.ApplyToAllKeys(ctx.Backend, d, func(_ []byte, s state.MapState[int64, []joinRow]) error {
-			for rows, err := range s.Values() {
-				if err != nil {
-					return err
-				}
-				j.rows += int64(len(rows))
-			}
-			return nil
+		j.sides[i] = v
+		err = state.ApplyToAllValueKeys(ctx.Backend, d, func(_ []byte, s state.ValueState[[]joinRow]) error {
+			rows, _, err := s.Value()
+			j.rows += int64(len(rows))
+			return err
 		})
 		if err != nil {
 			return fmt.Errorf("operators: %s %s: counting restored rows: %w", IntervalJoinType, ctx.Operator, err)
@@ -304,50 +314,44 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	if side == 1 {
 		lo, hi, cleanup = t-j.upper, t-j.lower, t-j.lower
 	}
-	row := joinRow{Value: rec.Value, Text: rec.Format == runtime.FormatText}
+	row := joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText}
 	other := j.sides[1-side]
 	trackOther := j.p.Join.outer(1 - side)
-	var changed []state.MapEntry[int64, []joinRow]
-	for e, err := range other.Entries() {
-		if err != nil {
-			return err
-		}
-		if e.Key < lo || e.Key > hi {
+	rows, _, err := other.Value()
+	if err != nil {
+		return err
+	}
+	dirty := false
+	for i := range rows {
+		o := &rows[i]
+		if o.TS < lo || o.TS > hi {
 			continue
 		}
-		dirty := false
-		for i := range e.Value {
-			o := &e.Value[i]
-			l, r, lt, rt := &row, o, t, e.Key
-			if side == 1 {
-				l, r, lt, rt = o, &row, e.Key, t
-			}
-			if err := j.emit(rec.Key, l, r, max(lt, rt), out); err != nil {
-				return err
-			}
-			row.Matched = true
-			if trackOther && !o.Matched {
-				o.Matched, dirty = true, true
-			}
+		l, r := &row, o
+		if side == 1 {
+			l, r = o, &row
 		}
-		if dirty {
-			changed = append(changed, e)
+		if err := j.emit(rec.Key, l, r, max(t, o.TS), out); err != nil {
+			return err
+		}
+		row.Matched = true
+		if trackOther && !o.Matched {
+			o.Matched, dirty = true, true
 		}
 	}
-	for _, e := range changed {
-		if err := other.Put(e.Key, e.Value); err != nil {
+	if dirty {
+		if err := other.Update(rows); err != nil {
 			return err
 		}
 	}
 	if !j.p.Join.outer(side) {
-		row.Matched = false // not tracked: keeps the bytes equal for inner sides
+		row.Matched = false // not tracked for an inner side
 	}
-	own := j.sides[side]
-	rows, _, err := own.Get(t)
+	own, _, err := j.sides[side].Value()
 	if err != nil {
 		return err
 	}
-	if err := own.Put(t, append(rows, row)); err != nil {
+	if err := j.sides[side].Update(append(own, row)); err != nil {
 		return err
 	}
 	j.addRows(1)
@@ -355,37 +359,51 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 }
 
 // OnTimer implements TimerFunction: the rows whose interval the watermark
-// passed at ts are removed (left rows at ts - upper, right rows at ts +
-// lower), the unmatched ones of an outer side emitted first.
+// passed at ts (left rows at ts - upper or before, right rows at ts +
+// lower or before) are removed, the unmatched ones of an outer side emitted
+// first, at their own time.
 func (j *IntervalJoin) OnTimer(ctx context.Context, ts time.Time, tc TimerContext, out Collector) error {
 	at := ts.UnixMilli()
-	for side, t := range [2]int64{at - j.upper, at + j.lower} {
+	for side, until := range [2]int64{at - j.upper, at + j.lower} {
 		s := j.sides[side]
-		rows, ok, err := s.Get(t)
+		rows, ok, err := s.Value()
 		if err != nil {
 			return err
 		}
 		if !ok {
 			continue
 		}
-		if j.p.Join.outer(side) {
-			for i := range rows {
-				if rows[i].Matched {
-					continue
-				}
-				l, r := &rows[i], (*joinRow)(nil)
-				if side == 1 {
-					l, r = nil, &rows[i]
-				}
-				if err := j.emit(tc.Key, l, r, t, out); err != nil {
-					return err
-				}
+		keep := rows[:0:0]
+		removed := 0
+		for i := range rows {
+			if rows[i].TS > until {
+				keep = append(keep, rows[i])
+				continue
+			}
+			removed++
+			if !j.p.Join.outer(side) || rows[i].Matched {
+				continue
+			}
+			l, r := &rows[i], (*joinRow)(nil)
+			if side == 1 {
+				l, r = nil, &rows[i]
+			}
+			if err := j.emit(tc.Key, l, r, rows[i].TS, out); err != nil {
+				return err
 			}
 		}
-		if err := s.Remove(t); err != nil {
+		if removed == 0 {
+			continue
+		}
+		if len(keep) == 0 {
+			err = s.Clear()
+		} else {
+			err = s.Update(keep)
+		}
+		if err != nil {
 			return err
 		}
-		j.addRows(-int64(len(rows)))
+		j.addRows(-int64(removed))
 	}
 	return nil
 }
@@ -393,21 +411,37 @@ func (j *IntervalJoin) OnTimer(ctx context.Context, ts time.Time, tc TimerContex
 // emit writes select(left, right) (either may be nil: null) with key and
 // time ts (ms).
 func (j *IntervalJoin) emit(key []byte, left, right *joinRow, ts int64, out Collector) error {
-	b := append(j.buf[:0], `{"left":`...)
+	return j.output.emit(key, left, right, ts, "", out)
+}
+
+// joinOutput builds a join's output records: the value
+// {"left": <left>, "right": <right><extra>} (extra: more fields, each
+// starting with a comma), or the result of select over it.
+type joinOutput struct {
+	sel Expression
+	env RecordEnv
+	buf []byte
+}
+
+// emit writes the output of the pair (left, right) (either may be nil:
+// null) with key and time ts (ms).
+func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra string, out Collector) error {
+	b := append(o.buf[:0], `{"left":`...)
 	b = appendRowJSON(b, left)
 	b = append(b, `,"right":`...)
 	b = appendRowJSON(b, right)
+	b = append(b, extra...)
 	b = append(b, '}')
-	j.buf = b
-	value := b
-	if j.p.Select.IsSet() {
+	o.buf = b
+	var value []byte
+	if o.sel.IsSet() {
 		rec := runtime.Record{Key: key, Value: b, Timestamp: time.UnixMilli(ts)}
-		v, err := j.p.Select.Program().Eval(j.env.Reset(&rec))
+		v, err := o.sel.Program().Eval(o.env.Reset(&rec))
 		if err != nil {
 			return EvalRecordError(err)
 		}
 		if value, err = expression.EncodeJSON(v); err != nil {
-			return resultError(j.p.Select, "select", err.Error())
+			return resultError(o.sel, "select", err.Error())
 		}
 	} else {
 		value = append([]byte(nil), b...)

@@ -290,6 +290,7 @@ func Builtins() []Factory {
 		intervalJoinFactory(),
 		tableJoinFactory(),
 		changelogNormalizeFactory(),
+		windowJoinFactory(),
 	}
 }
 

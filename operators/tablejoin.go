@@ -355,7 +355,7 @@ func (j *TableJoin) emit(rec runtime.Record, row tableValue, ok bool, out Collec
 	if ok {
 		right = decodeValue(row.Value, row.Text)
 	}
-	o, err := joinOutput(j.p.Select, &j.in, &j.env, j.joined, rec, decodeValue(rec.Value, rec.Format == runtime.FormatText), right)
+	o, err := selectJoinOutput(j.p.Select, &j.in, &j.env, j.joined, rec, decodeValue(rec.Value, rec.Format == runtime.FormatText), right)
 	if err != nil {
 		return err
 	}

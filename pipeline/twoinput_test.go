@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
 )
@@ -86,7 +87,41 @@ after -forward-> out
 	if both.ErrorSources != [2]string{"clicks", "wide"} {
 		t.Errorf("error sources %v, want [clicks wide]", both.ErrorSources)
 	}
-	if _, err := c.PlanStages(); err == nil {
-		t.Error("cluster stages of a two-input operator: no error")
+	if _, err := graph.Split(g, 2); err == nil || err.Error() != `graph: operator "both" reads two inputs; cluster mode runs one-input operators only` {
+		t.Errorf("graph.Split of a two-input operator: %v", err)
+	}
+}
+
+// TestClusterRefusesTwoInput: cluster mode refuses a two-input operator at
+// its type (a stage reads one repartition topic).
+func TestClusterRefusesTwoInput(t *testing.T) {
+	src := `job:
+  name: clicks
+data_dir: data
+kafka:
+  brokers: [localhost:9092]
+checkpoints:
+  interval: 1s
+cluster:
+  enabled: true
+  units: 2
+  store:
+    dir: /shared/kstreamd
+sources:
+  - {name: a, topic: a}
+  - {name: b, topic: b}
+operators:
+  - name: both
+    type: co_pass
+    inputs:
+      left: {from: a, key_by: k}
+      right: {from: b, key_by: k}
+sinks:
+  - {name: out, input: both, topic: out}
+`
+	_, err := Parse("c.yaml", []byte(src), twoInputRegistry(t))
+	want := `c.yaml:18:5: operators[0].type: cluster mode does not run two-input operators (co_pass) yet: a stage reads one repartition topic; run this job without cluster.enabled`
+	if err == nil || err.Error() != want {
+		t.Fatalf("Parse: %v\nwant %s", err, want)
 	}
 }

@@ -31,7 +31,8 @@ import (
 // broker over six payments of two customers and one without a numeric
 // amount: the exactly-once output holds every customer's running totals in
 // order, the bad payment is skipped and counted with reason invalid, and
-// SIGTERM stops the job with exit status 0.
+// SIGTERM stops the job with exit status 0. The two-input order_shipment
+// type runs too (runShipmentJob).
 func TestCustomOperatorExample(t *testing.T) {
 	bin := buildExample(t)
 
@@ -75,6 +76,7 @@ func TestCustomOperatorExample(t *testing.T) {
 	for _, async := range []bool{false, true} {
 		t.Run(fmt.Sprintf("run/async_state=%t", async), func(t *testing.T) { runExampleJob(t, bin, async) })
 	}
+	t.Run("order_shipment", func(t *testing.T) { runShipmentJob(t, bin) })
 }
 
 // runExampleJob runs session_total (async state or not) on a kfake broker

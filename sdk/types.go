@@ -19,8 +19,9 @@ type (
 	// Register it with (*Registry).Register (operators.Factory).
 	Factory = operators.Factory
 	// Traits say whether a type is keyed (needs key_by, gets keyed state),
-	// takes a broadcast input, and has an async state version
-	// (operators.Traits).
+	// takes a broadcast input, has an async state version, or reads two
+	// keyed inputs by role (Inputs: a pipeline then lists inputs:
+	// {<role>: {from, key_by}}) (operators.Traits).
 	Traits = operators.Traits
 	// FactoryContext is what Factory.New gets for one subtask: operator
 	// name, subtask index and parallelism, the decoded params, whether
@@ -44,6 +45,12 @@ type (
 	// a broadcast stream (Flink's KeyedBroadcastProcessFunction;
 	// operators.KeyedBroadcastProcessFunction).
 	KeyedBroadcastProcessFunction = operators.KeyedBroadcastProcessFunction
+	// KeyedCoProcessFunction processes two keyed streams connected by key
+	// (Flink's KeyedCoProcessFunction): the function of a type whose
+	// Traits.Inputs names two roles; ProcessElement1 gets the first role's
+	// records, ProcessElement2 the second's, both with their key current in
+	// the shared keyed state and timers (operators.KeyedCoProcessFunction).
+	KeyedCoProcessFunction = operators.KeyedCoProcessFunction
 	// AsyncKeyedProcessFunction processes a keyed stream through async
 	// state, chaining state futures (Flink's State V2;
 	// operators.AsyncKeyedProcessFunction).

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kstreamd/kstreamd/operators"
 )
 
 // joinSinks is the sink section of most join cases (2 lines).
@@ -91,7 +93,7 @@ func TestJoinConfigErrors(t *testing.T) {
     inputs:
       left: {from: clicks, key_by: user}
 ` + joinSinks,
-			want: []string{`17:5: operators[0].inputs: operator type keyed_count reads one input (input, key_by); inputs applies to two-input types: only interval_join and table_join do`},
+			want: []string{`17:5: operators[0].inputs: operator type keyed_count reads one input (input, key_by); inputs applies to two-input types: ` + typesWith(func(t operators.Traits) bool { return t.TwoInput() })},
 		},
 		{
 			name: "unknown from, missing key_by",
@@ -152,6 +154,27 @@ func TestJoinConfigErrors(t *testing.T) {
 			want: []string{
 				`20:7: operators[0].params.join: must be one of inner, left, right, full, got "outer"`,
 				`21:31: operators[0].params.select: expression "{\"a\": left.id +}": 1:16: syntax error: mismatched input '}' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}`,
+			},
+		},
+		{
+			name: "window_join: session windows, sliding without slide",
+			body: `operators:
+  - name: j
+    type: window_join
+    inputs:
+      left: {from: clicks, key_by: user}
+      right: {from: wide, key_by: user}
+    params: {kind: session, size: 10s}
+  - name: k
+    type: window_join
+    inputs:
+      left: {from: clicks, key_by: user}
+      right: {from: wide, key_by: user}
+    params: {kind: sliding, size: 10s}
+` + joinSinks,
+			want: []string{
+				`19:14: operators[0].params.kind: session windows do not apply to window_join; want tumbling or sliding`,
+				`25:13: operators[1].params.slide: required for kind sliding, at least 1ms, got 0s`,
 			},
 		},
 		{

@@ -1,7 +1,7 @@
-// Command kstreamd-custom is kstreamd with one operator type of its own,
-// session_total (sessiontotal.go): the same commands, flags, HTTP API and
-// metrics as kstreamd, and pipelines that may name session_total next to
-// the built-in types.
+// Command kstreamd-custom is kstreamd with operator types of its own,
+// session_total (sessiontotal.go) and the two-input order_shipment
+// (ordershipment.go): the same commands, flags, HTTP API and metrics as
+// kstreamd, and pipelines that may name them next to the built-in types.
 //
 //	go build -o kstreamd-custom .
 //	./kstreamd-custom run --config pipeline.yaml
@@ -16,9 +16,11 @@ import (
 
 func main() {
 	reg := sdk.NewRegistry() // the built-in operator types
-	if err := reg.Register(sessionTotalFactory()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	for _, f := range []sdk.Factory{sessionTotalFactory(), orderShipmentFactory()} {
+		if err := reg.Register(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
 	os.Exit(sdk.Main(reg))
 }

@@ -375,3 +375,47 @@ func TestFileSinkScenario(t *testing.T) {
 		t.Fatalf("file-sink row %+v: want outputs = expected (> the 3000 of the first phase), a latency and a rate", fs)
 	}
 }
+
+// TestIntervalJoinScenario: the interval-join model counts, per item, the
+// earlier items of its key on the other side (even id left, odd right)
+// within [-20ms, +20ms], bounds included; and the scenario run on a kfake
+// broker, exactly-once, commits exactly as many pairs as the model
+// expects (outputs = expected, more than none).
+func TestIntervalJoinScenario(t *testing.T) {
+	m := intervalJoin().NewModel(4).(*intervalJoinModel)
+	for i, c := range []struct {
+		it    Item
+		pairs int
+	}{
+		{Item{ID: 0, Key: "a", Time: 100}, 0},
+		{Item{ID: 2, Key: "a", Time: 110}, 0}, // left too
+		{Item{ID: 1, Key: "a", Time: 120}, 2}, // right: 100+20 and 110+20 reach it
+		{Item{ID: 3, Key: "b", Time: 120}, 0}, // another key
+		{Item{ID: 5, Key: "a", Time: 121}, 1}, // 100+20 < 121
+		{Item{ID: 4, Key: "a", Time: 141}, 1}, // left at 141 joins rights from 121 on: 121, not 120
+	} {
+		if got := m.Outputs(c.it); got != c.pairs {
+			t.Fatalf("item %d %+v: %d pairs, want %d", i, c.it, got, c.pairs)
+		}
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Brokers: c.ListenAddrs(), Scenarios: []string{"interval-join"}, Deliveries: []string{ExactlyOnce},
+		Records: 3000, Keys: 50, LatencyDuration: time.Second, Dir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + buf.String())
+	checkTable(t, buf.String(), len(res))
+}

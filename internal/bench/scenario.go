@@ -136,6 +136,7 @@ var Scenarios = append([]Scenario{
 		FileSink: true,
 		NewModel: func(int) Model { return modelFunc(func(Item) int { return 1 }) },
 	},
+	intervalJoin(),
 }, nexmarkScenarios()...)
 
 func keyedCount(name, backend string, async bool) Scenario {
@@ -295,6 +296,88 @@ func (m *windowModel) Outputs(it Item) int {
 // Processed implements ProcessedModel: the window operator receives every
 // item.
 func (m *windowModel) Processed(Item) int { return 1 }
+
+// The interval-join scenario's bounds, ms: right.ts in [left.ts + lower,
+// left.ts + upper].
+const (
+	intervalJoinLower = -20
+	intervalJoinUpper = 20
+)
+
+// intervalJoin is an inner interval join of the items with themselves:
+// the items of even id are the left input, those of odd id the right one
+// (two filters of the source), both keyed by key, bounds [-20ms, +20ms]
+// on the record timestamp (the produce time), on Pebble. Each pair is one
+// output, written when its second record arrives. The job is done when the
+// join has received every record and every pair is committed.
+func intervalJoin() Scenario {
+	return Scenario{
+		Name: "interval-join", Doc: "interval_join of the even-id (left) and odd-id (right) items by key, bounds [-20ms, +20ms] on the record timestamp, inner, on pebble", Backend: "pebble",
+		Operators: fmt.Sprintf(`  - name: evens
+    type: filter
+    input: in
+    params: {condition: "id %% 2 == 0"}
+  - name: odds
+    type: filter
+    input: in
+    params: {condition: "id %% 2 == 1"}
+  - name: out
+    type: interval_join
+    inputs:
+      left: {from: evens, key_by: key}
+      right: {from: odds, key_by: key}
+    params:
+      lower: %dms
+      upper: %dms
+      select: '{"l": left.id, "r": right.id}'
+`, intervalJoinLower, intervalJoinUpper),
+		Processed: "out",
+		NewModel:  func(int) Model { return &intervalJoinModel{recent: map[string][]Item{}} },
+	}
+}
+
+// intervalJoinModel follows the interval-join scenario: a key's items
+// arrive in order (one partition, non-decreasing times) and none is late
+// (the watermark is below every partition's newest time), so an item
+// outputs one pair per earlier item of the key on the other side within
+// the bounds; a left item is still buffered then, as the join keeps it
+// until the watermark passes its time + upper. recent holds, per key, the
+// items that may still pair with a later one.
+type intervalJoinModel struct {
+	recent map[string][]Item
+}
+
+// pairs reports whether left item l and right item r join.
+func (intervalJoinModel) pairs(l, r Item) bool {
+	return l.Time+intervalJoinLower <= r.Time && r.Time <= l.Time+intervalJoinUpper
+}
+
+// Outputs implements Model.
+func (m *intervalJoinModel) Outputs(it Item) int {
+	n := 0
+	keep := m.recent[it.Key][:0]
+	for _, o := range m.recent[it.Key] {
+		if o.ID%2 != it.ID%2 {
+			if (it.ID%2 == 0 && m.pairs(it, o)) || (it.ID%2 == 1 && m.pairs(o, it)) {
+				n++
+			}
+		}
+		// A left item pairs with later right items up to its time +
+		// upper, a right item with later left items up to its time - lower.
+		if until := o.Time + intervalJoinUpper; o.ID%2 == 1 {
+			if o.Time-intervalJoinLower >= it.Time {
+				keep = append(keep, o)
+			}
+		} else if until >= it.Time {
+			keep = append(keep, o)
+		}
+	}
+	m.recent[it.Key] = append(keep, it)
+	return n
+}
+
+// Processed implements ProcessedModel: the join receives every item.
+func (m *intervalJoinModel) Processed(Item) int { return 1 }
 
 // ScenarioByName returns the scenario called name.
 func ScenarioByName(name string) (Scenario, bool) {

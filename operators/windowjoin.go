@@ -1,0 +1,288 @@
+package operators
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// WindowJoinType is the pipeline name of the window join operator.
+const WindowJoinType = "window_join"
+
+// The window join's keyed state: per key and side, window start (ms) to
+// the rows of that side in the window. Part of the checkpoint format.
+const (
+	WindowJoinLeftState  = "window_join.left"
+	WindowJoinRightState = "window_join.right"
+)
+
+// WindowJoinParams are the params of window_join:
+//
+//	params:
+//	  kind: tumbling    # or sliding (with slide)
+//	  size: 10s
+//	  join: inner       # inner (default), left, right or full
+//	  select: '{"person": left.id, "auction": right.id, "start": window_start}'
+type WindowJoinParams struct {
+	Kind   WindowKind    `yaml:"kind" doc:"tumbling or sliding; required."`
+	Size   time.Duration `yaml:"size" doc:"The window length, e.g. 10s; required; whole milliseconds."`
+	Slide  time.Duration `yaml:"slide" doc:"How often a sliding window starts; required for sliding, at most size."`
+	Offset time.Duration `yaml:"offset" doc:"Windows start at the epoch plus offset plus a multiple of size (sliding: of slide), as the window operator's offset; default 0; |offset| less than size (sliding: slide)."`
+	Join   JoinKind      `yaml:"join" doc:"inner (default: the pairs of left and right records of a key in one window), left, right or full (also each record of that side, or of both, that has no partner in a window, with the other side null)."`
+	Select Expression    `yaml:"select" doc:"An expression over left and right (each a record's value, null for the missing side of an outer row), window_start and window_end (RFC 3339 strings), key and timestamp, whose result, as JSON, is the output value; default {\"left\": left, \"right\": right, \"window_start\": ..., \"window_end\": ...}."`
+}
+
+// CheckParams implements ParamsChecker.
+func (p *WindowJoinParams) CheckParams(report func(field, msg string)) {
+	durations := []struct {
+		name string
+		d    time.Duration
+	}{{"size", p.Size}, {"slide", p.Slide}, {"offset", p.Offset}}
+	for _, f := range durations {
+		if f.d%time.Millisecond != 0 {
+			report(f.name, fmt.Sprintf("must be a whole number of milliseconds (event times are in ms), got %v", f.d))
+		}
+	}
+	switch p.Kind {
+	case "":
+		report("kind", "required: tumbling or sliding")
+		return
+	case Session:
+		report("kind", "session windows do not apply to window_join; want tumbling or sliding")
+		return
+	}
+	if p.Size < time.Millisecond {
+		report("size", fmt.Sprintf("required, at least 1ms (a duration such as 10s), got %v", p.Size))
+		return
+	}
+	step := p.Size
+	switch {
+	case p.Kind == Tumbling && p.Slide != 0:
+		report("slide", "does not apply to kind tumbling")
+	case p.Kind == Sliding && p.Slide < time.Millisecond:
+		report("slide", fmt.Sprintf("required for kind sliding, at least 1ms, got %v", p.Slide))
+		return
+	case p.Kind == Sliding && p.Slide > p.Size:
+		report("slide", fmt.Sprintf("must be at most size %v, got %v", p.Size, p.Slide))
+	case p.Kind == Sliding:
+		step = p.Slide
+	}
+	if p.Offset.Abs() >= step {
+		report("offset", fmt.Sprintf("|offset| must be less than %v, got %v", step, p.Offset))
+	}
+}
+
+// windowJoinFactory registers WindowJoinType.
+func windowJoinFactory() Factory {
+	return Factory{
+		Type:        WindowJoinType,
+		Doc:         "Joins the left and right records of equal keys in the same tumbling or sliding event-time window (Flink's window join, Nexmark q8); inner, left, right or full outer; each window's rows emitted as select(left, right) when the watermark passes its end, then removed; late records to \\<operator>.late.",
+		Traits:      Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}, EventTime: true},
+		Params:      func() any { return &WindowJoinParams{Join: JoinInner} },
+		State:       []string{WindowJoinLeftState, WindowJoinRightState, state.TimersStateName},
+		SideOutputs: []string{LateOutput},
+		New: func(ctx FactoryContext) (any, error) {
+			p, ok := ctx.Params.(*WindowJoinParams)
+			if !ok {
+				return nil, fmt.Errorf("operators: %s: params %T, want *WindowJoinParams", WindowJoinType, ctx.Params)
+			}
+			j := NewWindowJoin(*p)
+			j.Metrics, j.Logger = ctx.Metrics, ctx.Logger
+			return j, nil
+		},
+	}
+}
+
+// WindowJoin is the window_join function (Flink's window join,
+// DataStream.join(...).where(...).equalTo(...).window(...), with the outer
+// kinds of Flink SQL's window join): a KeyedCoProcessFunction whose first
+// input is the left side. Each record is assigned to its tumbling or
+// sliding windows (as the window operator assigns them) and buffered per
+// key, side and window. When the watermark reaches a window's end - 1ms an
+// event-time timer emits, at that time and keyed by the join key, one row
+// per pair of a left and a right record of the window (left records in
+// arrival order, each with every right record in arrival order), then,
+// for the outer side(s) of the join kind, each record of the window
+// without a partner with the other side null, and removes the window's
+// rows. A record all of whose windows have ended (end - 1ms at or before
+// the watermark) is late: it goes unchanged to LateOutput or is counted
+// and logged (lateRecords); one with some windows still open joins those
+// only. Select failing on a window's row fails the task (it runs on a
+// timer).
+//
+// Metrics (when Metrics is set): kstreamd_join_buffered_rows (a record of a
+// sliding window counts once per window) and the late-record counters.
+type WindowJoin struct {
+	// Metrics, if not nil, receives the join and late-record metrics; set
+	// before Open.
+	Metrics *Metrics
+	// Logger reports dropped late records (rate-limited); nil: discarded.
+	Logger *slog.Logger
+
+	p        WindowJoinParams
+	assigner *Window // assigns windows (tumbling, sliding)
+	timers   TimerService
+	sides    [2]state.MapState[int64, []joinRow]
+	output   joinOutput
+	lateRecs *lateRecords
+	gauge    prometheus.Gauge
+	rows     int64
+}
+
+// NewWindowJoin returns the window join of params p (checked by
+// CheckParams).
+func NewWindowJoin(p WindowJoinParams) *WindowJoin {
+	if p.Join == "" {
+		p.Join = JoinInner
+	}
+	return &WindowJoin{p: p, output: joinOutput{sel: p.Select}, assigner: &Window{
+		p: WindowParams{Kind: p.Kind}, size: p.Size.Milliseconds(), slide: p.Slide.Milliseconds(), offset: p.Offset.Milliseconds(),
+	}}
+}
+
+// Open implements KeyedCoProcessFunction; it counts the restored rows.
+func (j *WindowJoin) Open(ctx OpenContext) error {
+	j.timers = ctx.TimerService()
+	if j.timers == nil {
+		return fmt.Errorf("operators: %s %s: no timer service", WindowJoinType, ctx.Operator)
+	}
+	j.rows = 0
+	for i, name := range []string{WindowJoinLeftState, WindowJoinRightState} {
+		d := joinSideState(name)
+		m, err := state.GetMapState(ctx.Backend, d)
+		if err != nil {
+			return fmt.Errorf("operators: %s %s: %w", WindowJoinType, ctx.Operator, err)
+		}
+		j.sides[i] = m
+		err = state.ApplyToAllKeys(ctx.Backend, d, func(_ []byte, s state.MapState[int64, []joinRow]) error {
+			for rows, err := range s.Values() {
+				if err != nil {
+					return err
+				}
+				j.rows += int64(len(rows))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("operators: %s %s: counting restored rows: %w", WindowJoinType, ctx.Operator, err)
+		}
+	}
+	j.lateRecs = newLateRecords(ctx.Operator, LateOutput, j.Metrics, j.Logger, j.timers.CurrentProcessingTime)
+	if j.Metrics != nil {
+		j.gauge = j.Metrics.JoinRows(ctx.Operator, ctx.Subtask)
+	}
+	j.addRows(0)
+	return nil
+}
+
+func (j *WindowJoin) addRows(delta int64) {
+	j.rows += delta
+	if j.gauge != nil {
+		j.gauge.Set(float64(j.rows))
+	}
+}
+
+// BufferedRows returns the rows the subtask holds (a record once per
+// window it is in).
+func (j *WindowJoin) BufferedRows() int64 { return j.rows }
+
+// ProcessElement1 implements KeyedCoProcessFunction: a left record.
+func (j *WindowJoin) ProcessElement1(_ context.Context, rec runtime.Record, out Collector) error {
+	return j.process(0, rec, out)
+}
+
+// ProcessElement2 implements KeyedCoProcessFunction: a right record.
+func (j *WindowJoin) ProcessElement2(_ context.Context, rec runtime.Record, out Collector) error {
+	return j.process(1, rec, out)
+}
+
+// process adds rec of side to each of its windows that has not ended.
+func (j *WindowJoin) process(side int, rec runtime.Record, out Collector) error {
+	wm := j.timers.CurrentWatermark()
+	if rec.Timestamp.IsZero() {
+		return j.lateRecs.handle(rec, wm, out)
+	}
+	wins, ok := j.assigner.assign(rec.Timestamp.UnixMilli())
+	if !ok {
+		return j.assigner.outOfRange(rec.Timestamp.UnixMilli())
+	}
+	row := joinRow{Value: rec.Value, Text: rec.Format == runtime.FormatText}
+	added := false
+	for _, w := range wins {
+		last := w[1] - 1
+		if wm != runtime.MinWatermark && last <= wm.UnixMilli() {
+			continue
+		}
+		rows, _, err := j.sides[side].Get(w[0])
+		if err != nil {
+			return err
+		}
+		if err := j.sides[side].Put(w[0], append(rows, row)); err != nil {
+			return err
+		}
+		j.addRows(1)
+		if err := j.timers.RegisterEventTimeTimer(time.UnixMilli(last)); err != nil {
+			return err
+		}
+		added = true
+	}
+	if !added {
+		return j.lateRecs.handle(rec, wm, out)
+	}
+	return nil
+}
+
+// OnTimer implements TimerFunction: the window ending at ts + 1ms emits
+// its rows and is removed.
+func (j *WindowJoin) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out Collector) error {
+	end := ts.UnixMilli() + 1
+	start := end - j.assigner.size
+	var rows [2][]joinRow
+	for side := range 2 {
+		r, _, err := j.sides[side].Get(start)
+		if err != nil {
+			return err
+		}
+		rows[side] = r
+	}
+	extra := fmt.Sprintf(`,"window_start":%q,"window_end":%q`,
+		time.UnixMilli(start).UTC().Format(time.RFC3339Nano), time.UnixMilli(end).UTC().Format(time.RFC3339Nano))
+	at := ts.UnixMilli()
+	for i := range rows[0] {
+		for k := range rows[1] {
+			if err := j.output.emit(tc.Key, &rows[0][i], &rows[1][k], at, extra, out); err != nil {
+				return err
+			}
+		}
+	}
+	if len(rows[1]) == 0 && j.p.Join.outer(0) {
+		for i := range rows[0] {
+			if err := j.output.emit(tc.Key, &rows[0][i], nil, at, extra, out); err != nil {
+				return err
+			}
+		}
+	}
+	if len(rows[0]) == 0 && j.p.Join.outer(1) {
+		for k := range rows[1] {
+			if err := j.output.emit(tc.Key, nil, &rows[1][k], at, extra, out); err != nil {
+				return err
+			}
+		}
+	}
+	for side := range 2 {
+		if rows[side] == nil {
+			continue
+		}
+		if err := j.sides[side].Remove(start); err != nil {
+			return err
+		}
+		j.addRows(-int64(len(rows[side])))
+	}
+	return nil
+}
