@@ -34,11 +34,23 @@ type Graph struct {
 	Sinks     []*Sink
 	// Edges connect vertices by name, in the order the job wires them.
 	Edges []Edge
+	// Sections are the job-level config sections connectors and formats
+	// share, by name (e.g. "schema_registry"), as the pipeline decoded
+	// them (connector.FormatContext.Sections); nil when none is set.
+	Sections map[string]any
 }
 
-// Source reads one Kafka topic.
+// Source reads records: one Kafka topic for the default type, kafka.
 type Source struct {
 	Name, Topic string
+	// Type is the registered source type (connector.Registry); "" means
+	// kafka. Params is its decoded params struct (sources[].params), nil
+	// for kafka and for a type that takes none.
+	Type   string
+	Params any
+	// FormatParams is the format's decoded params struct
+	// (sources[].format_params); nil when the format takes none.
+	FormatParams any
 	// Parallelism is the number of source subtasks, >= 1.
 	Parallelism int
 	// StartFrom is "earliest" or "latest".
@@ -111,9 +123,19 @@ type Operator struct {
 // Keyed reports whether the operator runs on a keyed stream (keyed state).
 func (o *Operator) Keyed() bool { return o.Factory.Traits.Keyed }
 
-// Sink writes one stream to a Kafka topic.
+// Sink writes one stream: to a Kafka topic for the default type, kafka.
 type Sink struct {
 	Name, Input, Topic string
+	// Type is the registered sink type (connector.Registry); "" means
+	// kafka. Params is its decoded params struct (sinks[].params), nil
+	// for kafka and for a type that takes none.
+	Type   string
+	Params any
+	// Format encodes each record's value before it is written
+	// (sinks[].format); "" writes values as they are. FormatParams is
+	// the format's decoded params struct (nil when it takes none).
+	Format       Format
+	FormatParams any
 	// Parallelism is the number of sink subtasks, >= 1.
 	Parallelism int
 	// Delivery is the sink's guarantee; "" means DefaultDelivery.
