@@ -301,3 +301,12 @@ func TestDecoderRejectsOtherSchemaType(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func parseAvroSchema(t *testing.T, text string) *avro.Schema {
+	t.Helper()
+	s, err := avro.Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

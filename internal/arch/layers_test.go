@@ -28,7 +28,7 @@ var allowed = map[string][]string{
 	"sink":                {"checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry", "internal/atomicfile"},
 	"broadcast":           {"state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"expression":          {},
-	"srformat":            {},
+	"srformat":            {"connector", "graph", "operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"operators":           {"expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"pipeline":            {"job", "connector", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"internal/demo":       {},
