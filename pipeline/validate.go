@@ -167,6 +167,7 @@ func (c *Config) validate() ConfigErrors {
 	c.validateSinks(v, stages)
 	c.validateDemo(v)
 	c.validateCluster(v)
+	c.validateSchemaRegistry(v)
 	return v.errs
 }
 

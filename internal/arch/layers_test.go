@@ -30,7 +30,7 @@ var allowed = map[string][]string{
 	"expression":          {},
 	"srformat":            {"connector", "graph", "operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"operators":           {"expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
-	"pipeline":            {"job", "connector", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
+	"pipeline":            {"job", "srformat", "connector", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"internal/demo":       {},
 	"internal/kafkaretry": {},
 	"internal/atomicfile": {},
@@ -83,6 +83,9 @@ func TestLayering(t *testing.T) {
 			}
 			if rel != "cmd/kstreamd" && rel != "internal/embedded" && strings.Contains(p, "franz-go/pkg/kfake") {
 				t.Errorf("%s (%s) imports kfake; only the embedded broker may", filepath.Base(path), rel)
+			}
+			if rel != "internal/embedded" && strings.Contains(p, "franz-go/pkg/sr/srfake") {
+				t.Errorf("%s (%s) imports srfake; only the embedded schema registry may", filepath.Base(path), rel)
 			}
 		}
 		return nil
