@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/srformat"
 )
 
@@ -154,7 +155,8 @@ func (c *Config) validateSchemaRegistry(v *validator) {
 	const p = "schema_registry"
 	if c.UsesSchemaRegistry() && len(s.URLs) == 0 && !s.Embedded.Enabled {
 		for i := range c.Sources {
-			if f := string(c.Sources[i].Format); registryFormat(f) {
+			// a format the sources do not accept yet is reported once, as unknown
+			if f := string(c.Sources[i].Format); registryFormat(f) && graph.Format(f).Valid() {
 				v.errorf(fmt.Sprintf("sources[%d].format", i), "%s needs a schema registry: set schema_registry.urls (or schema_registry.embedded.enabled)", f)
 			}
 		}
@@ -214,8 +216,13 @@ func (c *Config) validateSchemaRegistry(v *validator) {
 func (c *Config) validateRegistryAuth(v *validator) {
 	s := &c.SchemaRegistry
 	const p = "schema_registry"
+	s.creds = nil
 	cr := &registryCreds{}
-	s.creds = cr
+	defer func() {
+		if cr.password != "" || cr.token != "" {
+			s.creds = cr
+		}
+	}()
 	b := &s.BasicAuth
 	bearer := s.BearerTokenEnv != "" || s.BearerTokenFile != ""
 	bearerPath := p + ".bearer_token_env"
