@@ -38,7 +38,9 @@ const orderV2 = `{"type":"record","name":"Order","namespace":"shop","fields":[
  {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":12,"scale":2}},
  {"name":"channel","type":"string","default":"web"}]}`
 
-func newTestRegistry(t *testing.T) (*srfake.Registry, *Registry) {
+func newTestRegistry(t *testing.T) (*srfake.Registry, *Registry) { return newTestRegistryB(t) }
+
+func newTestRegistryB(t testing.TB) (*srfake.Registry, *Registry) {
 	t.Helper()
 	fake := srfake.New()
 	t.Cleanup(fake.Close)
