@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -357,5 +358,17 @@ func TestRegistryAuth(t *testing.T) {
 		if got, _ := seen.Load().(string); got != want {
 			t.Errorf("authorization %q, want %q", got, want)
 		}
+	}
+}
+
+// TestMetricsReregistered: a job built again registers the same metrics
+// and gets the collectors it had, not a panic.
+func TestMetricsReregistered(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := NewMetrics(reg)
+	a.Retries.Add(2)
+	b := NewMetrics(reg)
+	if testutil.ToFloat64(b.Retries) != 2 {
+		t.Fatal("the second NewMetrics did not reuse the registered counter")
 	}
 }

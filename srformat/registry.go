@@ -74,7 +74,8 @@ type Metrics struct {
 	Lookups prometheus.Counter
 }
 
-// NewMetrics registers Metrics with reg (nil: unregistered).
+// NewMetrics registers Metrics with reg (nil: unregistered). Collectors
+// reg already holds (a job built again after a restart) are reused.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "kstreamd_schema_registry_retries_total",
@@ -85,9 +86,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Schemas fetched from the Schema Registry by id (cache misses)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Retries, m.Up, m.Lookups)
+		m.Retries = registerCollector(reg, m.Retries)
+		m.Up = registerCollector(reg, m.Up)
+		m.Lookups = registerCollector(reg, m.Lookups)
 	}
 	return m
+}
+
+// registerCollector registers c with reg, or returns the collector reg already has
+// under its name.
+func registerCollector[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return c
 }
 
 // Registry is a caching Schema Registry client shared by every Decoder and
