@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidwall/gjson"
 	"github.com/twmb/avro"
 )
 
@@ -31,6 +32,10 @@ type avroCodec struct {
 	writer *avro.Schema // what values are decoded with (resolved when a reader is set)
 	shape  *avro.SchemaNode
 	enc    *avro.Schema
+	// fastDec and fastEnc say the direct codec (avrofast.go) decodes and
+	// encodes: no reader schema, no recursive type
+	fastDec bool
+	fastEnc *fastEncoder
 }
 
 func compileAvro(text string, reader *avroReader) (*avroCodec, error) {
@@ -39,6 +44,10 @@ func compileAvro(text string, reader *avroReader) (*avroCodec, error) {
 		return nil, err
 	}
 	c := &avroCodec{writer: w, enc: w, shape: w.Root().ExpandReferences()}
+	if supportsFast(c.shape) {
+		c.fastDec = reader == nil
+		c.fastEnc = newFastEncoder(c.shape)
+	}
 	if reader != nil {
 		r, err := avro.Resolve(w, reader.schema)
 		if err != nil {
@@ -53,6 +62,22 @@ func compileAvro(text string, reader *avroReader) (*avroCodec, error) {
 func (c *avroCodec) index() []int { return nil }
 
 func (c *avroCodec) decode(dst, b []byte, _ []int) ([]byte, error) {
+	if c.fastDec {
+		out, rest, err := fastDecode(dst, b, c.shape)
+		if err != nil {
+			return dst, err
+		}
+		if len(rest) > 0 {
+			return dst, fmt.Errorf("%d bytes left after the value", len(rest))
+		}
+		return out, nil
+	}
+	return c.decodeSlow(dst, b)
+}
+
+// decodeSlow decodes with twmb/avro into Go values (schema resolution,
+// recursive types) and converts them.
+func (c *avroCodec) decodeSlow(dst, b []byte) ([]byte, error) {
 	var v any
 	rest, err := c.writer.Decode(b, &v, avro.TaggedUnions(), avro.TagLogicalTypes())
 	if err != nil {
@@ -65,6 +90,17 @@ func (c *avroCodec) decode(dst, b []byte, _ []int) ([]byte, error) {
 }
 
 func (c *avroCodec) encode(dst, v []byte) ([]byte, error) {
+	if c.fastEnc != nil {
+		if !gjson.ValidBytes(v) {
+			return dst, errors.New("not JSON")
+		}
+		return c.fastEnc.encode(dst, gjson.ParseBytes(v), c.shape, nil)
+	}
+	return c.encodeSlow(dst, v)
+}
+
+// encodeSlow converts v to Go values and encodes them with twmb/avro.
+func (c *avroCodec) encodeSlow(dst, v []byte) ([]byte, error) {
 	d := json.NewDecoder(bytes.NewReader(v))
 	d.UseNumber()
 	var j any
