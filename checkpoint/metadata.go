@@ -18,8 +18,11 @@ const MetadataFile = "_metadata"
 // MetadataVersion is the version of the metadata format this package
 // writes (FORMAT.md). It reads every version from MinMetadataVersion on:
 // version 1 lacks shared_dir (its shared files are in the shared directory
-// beside the checkpoint's, ../shared) and required_states.
-const MetadataVersion = 2
+// beside the checkpoint's, ../shared) and required_states; versions 1 and
+// 2 keep a sink's committables as bare Kafka committables under
+// LegacyKafkaCommittables, version 3 as envelopes naming the sink type
+// under CommittablesState (DecodeCommittables reads both).
+const MetadataVersion = 3
 
 // MinMetadataVersion is the oldest metadata version ReadMetadata accepts.
 const MinMetadataVersion = 1

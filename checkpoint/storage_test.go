@@ -297,7 +297,7 @@ func TestReadMetadataErrors(t *testing.T) {
 	for _, tc := range []struct{ name, content string }{
 		{"truncated", `{"version": 1`},
 		{"wrong type", `{"version": "1"}`},
-		{"newer version", `{"version": 3}`},
+		{"newer version", `{"version": 4}`},
 		{"version 0", `{"version": 0}`},
 		{"no version", `{}`},
 	} {

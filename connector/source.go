@@ -40,9 +40,10 @@ type SourceFactory struct {
 	// it returns is SourceContext.Prepared and RestoreContext.Prepared.
 	Prepare func(ctx context.Context, pc PrepareContext) (any, error)
 	// Restore, if not nil, turns the restored split entries into each new
-	// subtask's restore (SourceContext.Restored). It is called only when
-	// the checkpoint holds the source; otherwise every subtask starts
-	// fresh (Restored nil).
+	// subtask's restore (SourceContext.Restored; one entry per subtask).
+	// It is called at every start, with nil Shares when the checkpoint
+	// does not hold the source. Nil: every subtask starts fresh (Restored
+	// nil).
 	Restore func(rc RestoreContext) ([]any, error)
 	// New returns one subtask of the source.
 	New func(ctx SourceContext) (runtime.SourceTask, error)
@@ -65,8 +66,11 @@ type RestoreContext struct {
 	Prepared any
 	// Shares holds, per new subtask (len = Source.Parallelism), the
 	// entries of SplitsState the even-split redistribution of the
-	// checkpoint's subtask states gave it, as the old subtasks wrote them.
+	// checkpoint's subtask states gave it, as the old subtasks wrote them;
+	// nil when the checkpoint does not hold the source (a fresh start).
 	Shares [][][]byte
+	// Resources are the job's shared resources.
+	Resources *Resources
 }
 
 // SourceContext is what SourceFactory.New gets for one subtask.

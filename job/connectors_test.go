@@ -5,30 +5,7 @@ import (
 
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/sink"
-	"github.com/kstreamd/kstreamd/source"
 )
-
-func TestSourceFormat(t *testing.T) {
-	for _, tc := range []struct {
-		in   graph.Format
-		want source.Format
-	}{
-		{"", source.FormatJSON},
-		{graph.FormatJSON, source.FormatJSON},
-		{graph.FormatString, source.FormatString},
-		{graph.FormatBytes, source.FormatBytes},
-		{"xml", source.FormatString}, // unvalidated: unchecked, as before
-	} {
-		if got := sourceFormat(tc.in); got != tc.want {
-			t.Errorf("sourceFormat(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-	for _, f := range graph.Formats() {
-		if got := sourceFormat(f); string(got) != f.String() {
-			t.Errorf("sourceFormat(%q) = %q: the source's spelling differs from graph's", f, got)
-		}
-	}
-}
 
 func TestSinkDelivery(t *testing.T) {
 	for _, tc := range []struct {

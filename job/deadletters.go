@@ -2,7 +2,6 @@ package job
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -26,7 +25,7 @@ import (
 // sink.TwoPhaseCommitSink over a sink.KafkaTxnCommitter, a side output of
 // the task (runtime.SideOutput): written into the open transaction,
 // pre-committed at every barrier, checkpointed as subtask <i> of the
-// operator source.DeadLetterVertex(<vertex>) (sink.CommittablesState),
+// operator source.DeadLetterVertex(<vertex>) (checkpoint.CommittablesState),
 // committed when the checkpoint completes, and committed again
 // idempotently by a restore. Its transactional ids are those of a sink
 // with the prefix kstreamd-<job>-<vertex>.dead-letters: single-process
@@ -35,7 +34,7 @@ import (
 type deadLetters struct {
 	on      bool
 	g       *graph.Graph
-	unit    *Unit
+	sc      scope
 	timeout time.Duration
 	deps    Deps
 	metrics *Metrics
@@ -50,38 +49,27 @@ type deadLetters struct {
 const deadLetterPool = sink.DefaultPoolSize
 
 // deadLetterWriters returns the job's dead-letter writer builder; its on
-// says whether dead letters are transactional. The transaction timeout is
-// the largest of the job's exactly-once sinks (sink.DefaultTransactionTimeout
-// when none sets one).
-func (j *Job) deadLetterWriters(g *graph.Graph, deps Deps, metrics *Metrics, logger *slog.Logger) *deadLetters {
-	d := &deadLetters{g: g, unit: j.settings.Unit, deps: deps, metrics: metrics, logger: logger.With("component", "dead-letters"),
-		parallelism: map[string]int{}, on: j.settings.Unit != nil}
-	for _, sk := range g.Sinks {
-		if !sk.Delivery.ExactlyOnce() {
-			continue
+// says whether dead letters are transactional (a unit, or a job with an
+// exactly-once sink). The transaction timeout is the largest of the job's
+// exactly-once sinks (sink.DefaultTransactionTimeout when none sets one).
+func (b *build) deadLetterWriters() *deadLetters {
+	d := &deadLetters{g: b.g, sc: b.sc, deps: b.deps, metrics: b.m, logger: b.sc.logger.With("component", "dead-letters"),
+		parallelism: map[string]int{}, on: b.sc.unit != nil, timeout: sink.DefaultTransactionTimeout}
+	for _, sk := range b.g.Sinks {
+		if sk.Delivery.ExactlyOnce() {
+			d.on = true
+			t, _ := kafkaTxn(sk)
+			d.timeout = max(d.timeout, t)
 		}
-		d.on = true
-		t := sk.TransactionTimeout
-		if t == 0 {
-			t = sink.DefaultTransactionTimeout
-		}
-		d.timeout = max(d.timeout, t)
-	}
-	if d.timeout == 0 {
-		d.timeout = sink.DefaultTransactionTimeout
 	}
 	return d
 }
 
 // prefix returns the transactional id prefix of vertex's dead-letter
-// writer (a unit's: with its stage, see Unit.prefix) and the subtask index
+// writer (a unit's: with its stage, see scope.txn) and the subtask index
 // its ids carry.
 func (d *deadLetters) prefix(vertex string, sub int) (string, int) {
-	p := "kstreamd-" + d.g.Job + "-" + source.DeadLetterVertex(vertex)
-	if d.unit != nil {
-		return d.unit.prefix(p), d.unit.Index
-	}
-	return p, sub
+	return d.sc.txn("kstreamd-"+d.g.Job+"-"+source.DeadLetterVertex(vertex), sub)
 }
 
 // writer returns the dead-letter writer of subtask sub of vertex. It
@@ -107,7 +95,7 @@ func (d *deadLetters) writer(vertex string, sub int) (source.DeadLetterWriter, e
 // every dead-letter writer built.
 func (d *deadLetters) requiredStates(req map[string][]string) map[string][]string {
 	for name := range d.parallelism {
-		req[name] = []string{sink.CommittablesState}
+		req[name] = []string{checkpoint.CommittablesState}
 	}
 	return req
 }
@@ -115,7 +103,8 @@ func (d *deadLetters) requiredStates(req map[string][]string) map[string][]strin
 // recover commits the committables the restored checkpoint holds for each
 // dead-letter writer (built now or only in the checkpoint) and fences its
 // transactional ids (a unit: exactly its own), before any task starts.
-func (d *deadLetters) recover(ctx context.Context, meta *checkpoint.Metadata) error {
+func (d *deadLetters) recover(ctx context.Context, rp restorePlan) error {
+	meta := rp.meta
 	names := map[string]int{}
 	for name, p := range d.parallelism {
 		names[name] = p
@@ -141,53 +130,19 @@ func (d *deadLetters) recover(ctx context.Context, meta *checkpoint.Metadata) er
 			}
 			checked = true
 		}
-		committables, oldP, err := restoredCommittables(meta, name)
+		committables, oldP, err := rp.kafkaCommittables(name)
 		if err != nil {
 			return err
 		}
 		vertex := strings.TrimSuffix(name, source.DeadLetterSuffix)
 		prefix, _ := d.prefix(vertex, 0)
-		var only []string
-		if d.unit != nil {
-			for slot := range deadLetterPool {
-				only = append(only, sink.TransactionalID(prefix, d.unit.Index, slot))
-			}
-		}
 		if err := sink.RecoverTransactions(ctx, sink.RecoverConfig{
 			Name: name, ClientOpts: d.deps.ClientOpts, Committables: committables,
-			TransactionalIDPrefix: prefix, PoolSize: deadLetterPool, Subtasks: max(oldP, names[name]), FenceOnly: only,
+			TransactionalIDPrefix: prefix, PoolSize: deadLetterPool, Subtasks: max(oldP, names[name]), FenceOnly: d.sc.fenceOnly(prefix, deadLetterPool),
 			TransactionTimeout: d.timeout, Metrics: d.metrics.sink, Logger: d.logger,
 		}); err != nil {
 			return fmt.Errorf("job: dead letters of %q: %w", vertex, err)
 		}
 	}
 	return nil
-}
-
-// restoredCommittables returns the committables meta holds for the
-// transactional writer name (a sink or a dead-letter writer), from every
-// old subtask, and its old parallelism; none without meta or state.
-func restoredCommittables(meta *checkpoint.Metadata, name string) ([]sink.Committable, int, error) {
-	if meta == nil {
-		return nil, 0, nil
-	}
-	om, ok := meta.Operators[name]
-	if !ok {
-		return nil, 0, nil
-	}
-	old, err := checkpoint.DecodeTaskStates(om)
-	if err != nil {
-		return nil, 0, fmt.Errorf("job: restore %q: %w", name, err)
-	}
-	var out []sink.Committable
-	for _, ts := range old {
-		for _, e := range ts.Operator[sink.CommittablesState].Entries {
-			var c sink.Committable
-			if err := json.Unmarshal(e, &c); err != nil {
-				return nil, 0, fmt.Errorf("job: restore %q: committable %s: %w", name, e, err)
-			}
-			out = append(out, c)
-		}
-	}
-	return out, om.Parallelism, nil
 }

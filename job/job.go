@@ -1,28 +1,22 @@
 package job
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
-	"github.com/kstreamd/kstreamd/sink"
 	"github.com/kstreamd/kstreamd/source"
 	"github.com/kstreamd/kstreamd/state"
 	"github.com/kstreamd/kstreamd/state/keygroup"
@@ -109,6 +103,9 @@ type Deps struct {
 	// FromSavepoint, if not empty, is a savepoint (or checkpoint) directory
 	// to restore instead of the job's latest checkpoint.
 	FromSavepoint string
+	// Connectors holds the source, sink and format types the graph's
+	// vertices name (connector.Registry); nil means NewBuiltinConnectors.
+	Connectors *connector.Registry
 	// CheckpointFault, if not nil, is the coordinator's fault-injection
 	// seam (checkpoint.CoordinatorConfig.Fault) for tests of a unit's
 	// commit order; no pipeline config sets it.
@@ -143,6 +140,9 @@ type Job struct {
 	// sources are the Kafka source subtasks, in graph order; fixed after
 	// Build (Readiness).
 	sources []*source.KafkaSource
+	// resources are the connectors' and formats' shared resources, closed
+	// when Run returns.
+	resources *connector.Resources
 }
 
 // subtaskRules is one subtask's operators.RulesReporter.
@@ -171,450 +171,12 @@ func (j *Job) Rules() []SubtaskRules {
 	return out
 }
 
-// Build turns a planned graph into a runnable job. It finds what to restore
-// (deps.FromSavepoint, else the job's latest completed checkpoint, else
-// nothing), checks the max parallelism against it, discovers the
-// partitions of every source topic (retrying while the brokers cannot be
-// reached, until ctx ends), recovers exactly-once sinks, wires subtasks and
-// channels along the graph's edges, and redistributes the restored state
-// over the graph's parallelism. The local state directory is rebuilt from
-// the checkpoint (or emptied when there is none). Errors wrap
-// ErrMaxParallelismChanged when the checkpoint's max parallelism differs
-// from the one the graph sets explicitly.
-func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job, err error) {
-	if deps.Logger == nil {
-		deps.Logger = slog.New(slog.DiscardHandler)
-	}
-	logger := deps.Logger
-	unit := set.Unit
-	chkDir, chkName := set.CheckpointDir, g.Job
-	if unit != nil {
-		chkDir, chkName = filepath.Join(set.CheckpointDir, g.Job, "units", strconv.Itoa(unit.Stage)), strconv.Itoa(unit.Index)
-		logger = logger.With("stage", unit.Stage, "unit", unit.Index)
-	}
-	storage := checkpoint.NewStorage(chkDir, chkName, set.Retained, logger.With("component", "checkpoint"))
-	var (
-		restoreDir string
-		meta       *checkpoint.Metadata
-		owner      *checkpoint.Owner
-	)
-	if unit != nil {
-		// Takeover (docs/scale-out.md): the newest HEAD, not a listing,
-		// names what to restore; claiming the next one fences the previous
-		// owner before anything is committed or fenced in Kafka.
-		if set.Store == nil {
-			return nil, fmt.Errorf("job: stage %d unit %d: no checkpoint store (Settings.Store)", unit.Stage, unit.Index)
-		}
-		if err := checkpoint.SelfTest(ctx, set.Store, g.Job+"/"); err != nil {
-			return nil, err
-		}
-		// The local staging copy starts empty: only the store's HEAD says
-		// what the unit restores.
-		if err := os.RemoveAll(storage.JobDir()); err != nil {
-			return nil, fmt.Errorf("job: clear checkpoint staging dir: %w", err)
-		}
-		ns := checkpoint.Namespace{Store: set.Store, Prefix: checkpoint.UnitPrefix(g.Job, unit.Stage, unit.Index), Local: storage}
-		o, head, err := checkpoint.Claim(ctx, ns, unit.Member, unit.Fingerprint, unit.Units, set.Retained)
-		if err != nil {
-			return nil, fmt.Errorf("job: stage %d unit %d: claim: %w", unit.Stage, unit.Index, err)
-		}
-		owner = o
-		if head.CheckpointID > 0 {
-			if restoreDir, meta, err = o.Restore(ctx, head); err != nil {
-				return nil, fmt.Errorf("job: stage %d unit %d: HEAD-%d: %w", unit.Stage, unit.Index, head.Seq, err)
-			}
-			if err := verify(restoreDir, meta); err != nil {
-				return nil, fmt.Errorf("job: restore %s: %w", restoreDir, err)
-			}
-		}
-	} else {
-		var err error
-		if restoreDir, meta, err = findRestore(storage, deps.FromSavepoint); err != nil {
-			return nil, err
-		}
-	}
-	maxP := g.MaxParallelism
-	if meta != nil {
-		if meta.MaxParallelism != maxP {
-			if g.MaxParallelismSet {
-				return nil, fmt.Errorf("job: restore %s: the checkpoint has max parallelism %d, the config sets job.max_parallelism %d; it cannot change across a restore: %w",
-					restoreDir, meta.MaxParallelism, maxP, ErrMaxParallelismChanged)
-			}
-			maxP = meta.MaxParallelism // not set explicitly: keep the checkpoint's, as Flink does
-		}
-		for _, op := range g.Operators {
-			if op.Parallelism > maxP {
-				return nil, fmt.Errorf("job: operator %q: parallelism %d exceeds the restored max parallelism %d", op.Name, op.Parallelism, maxP)
-			}
-		}
-		if err := checkRestoredOperators(g, meta); err != nil {
-			return nil, fmt.Errorf("job: restore %s: %w", restoreDir, err)
-		}
-		logger.Info("restoring", "dir", restoreDir, "checkpoint_id", meta.CheckpointID, "savepoint", meta.Savepoint, "max_parallelism", maxP)
-	}
-
-	metrics := deps.Metrics
-	if metrics == nil {
-		reg := deps.Registerer
-		if reg == nil {
-			reg = prometheus.NewRegistry()
-		}
-		if metrics, err = NewMetrics(reg); err != nil {
-			return nil, err
-		}
-	}
-	if unit != nil {
-		l := unitLabels(unit)
-		metrics.cluster.takeovers.WithLabelValues(l...).Inc()
-		restores := metrics.cluster.restores.WithLabelValues(l...) // 0 until a takeover restores
-		if meta != nil {
-			restores.Inc()
-		}
-		metrics.cluster.head.WithLabelValues(l...).Set(float64(owner.Seq()))
-	}
-	rm, sm, om, cm, skm, wmm := metrics.runtime, metrics.source, metrics.operators, metrics.checkpoint, metrics.sink, metrics.watermark
-	// Every client of the job counts its failed broker connections.
-	deps.ClientOpts = append(slices.Clip(deps.ClientOpts), kgo.WithHooks(metrics.kafka.Hook()))
-	partitions, err := discover(ctx, g, deps)
-	if err != nil {
-		return nil, err
-	}
-	b := &builder{g: g, maxP: maxP, outputs: map[string][]*runtime.Output{}, gates: map[string][][]runtime.InputChannel{}, exchange: InProcessExchange{}}
-	for _, s := range g.Sources {
-		b.stage(s.Name, s.Parallelism, rm)
-	}
-	for _, op := range g.Operators {
-		b.stage(op.Name, op.Parallelism, rm)
-	}
-	for _, sk := range g.Sinks {
-		b.gates[sk.Name] = make([][]runtime.InputChannel, sk.Parallelism)
-	}
-	for _, e := range g.Edges {
-		if err := b.wire(e); err != nil {
-			return nil, err
-		}
-	}
-
-	stateRoot := filepath.Join(set.StateDir, g.Job)
-	if unit != nil {
-		stateRoot = filepath.Join(set.StateDir, g.Job, "units", strconv.Itoa(unit.Stage), strconv.Itoa(unit.Index))
-	}
-	if err := os.RemoveAll(stateRoot); err != nil {
-		return nil, fmt.Errorf("job: clear state dir: %w", err)
-	}
-	j := &Job{g: g, settings: set, storage: storage, logger: logger, metrics: metrics, maxP: maxP, cache: state.NewBlockCache(set.BlockCacheBytes), restoredDir: restoreDir}
-	defer func() {
-		if err != nil {
-			j.cache.Close()
-			if j.deadLetters != nil {
-				j.deadLetters.Close()
-			}
-		}
-	}()
-	resp := &responder{}
-
-	var sources []runtime.Task
-	var sourceTasks []runtime.SourceTask
-	var targets []runtime.CheckpointTarget
-	srcByName := map[string]*graph.Source{}
-	for _, s := range g.Sources {
-		srcByName[s.Name] = s
-	}
-	dl := j.deadLetterWriters(g, deps, metrics, logger)
-	// readers says which source subtask reads each partition of a topic at
-	// this start (restored splits, then AssignPartition), for
-	// FactoryContext.SourceSubtask.
-	readers := map[string]map[int32]int{}
-	for _, s := range g.Sources {
-		p := s.Parallelism
-		sm.Init(s.Name)
-		restored, err := restoreSource(meta, s, p)
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := readers[s.Topic]; !dup {
-			readers[s.Topic] = sourceReaders(s, partitions[s.Topic], restored)
-		}
-		if s.DiscoveryInterval == 0 && !s.Repartition { // a unit's repartition partition is fixed
-			logger.Warn("partition discovery is off: partitions added to the topic later will not be read",
-				"source", s.Name, "topic", s.Topic, "fix", "partition_discovery_interval")
-		}
-		for sub := 0; sub < p; sub++ {
-			id := runtime.TaskID{Operator: s.Name, Subtask: sub}
-			var assigner func(*runtime.Record) (time.Time, error)
-			if s.Timestamp != nil {
-				assigner = s.Timestamp()
-			}
-			var only []int32 // a unit reads its own partitions: the repartition partition of its index, or its share of the input
-			var upstream []string
-			switch {
-			case unit == nil || s.Broadcast:
-			case s.Repartition:
-				only = []int32{int32(unit.Index)}
-				// Its time comes from the markers of every unit of the
-				// upstream stage (invariant 4), not from record timestamps.
-				for u := range unit.Units {
-					upstream = append(upstream, runtime.MarkerUnit(s.UpstreamStage, u))
-				}
-			default:
-				only = append([]int32{}, source.PartitionsFor(s.Topic, partitions[s.Topic], unit.Index, unit.Units)...)
-			}
-			var dlw source.DeadLetterWriter
-			if dl.on && s.OnError == string(source.OnErrorDeadLetter) {
-				if dlw, err = dl.writer(s.Name, sub); err != nil {
-					return nil, err
-				}
-			}
-			src := source.New(source.Config{
-				Timestamp: assigner, MaxAhead: s.MaxAhead, Watermarks: source.WatermarkConfig{OutOfOrderness: s.OutOfOrderness, Idleness: s.Idleness},
-				WatermarkGauge: wmm.Gauge(id),
-				Name:           s.Name, Topic: s.Topic, Partitions: partitions[s.Topic],
-				Subtask: sub, Parallelism: p, Only: only, Upstream: upstream, StartFrom: source.StartFrom(s.StartFrom), Restored: restored[sub],
-				DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + g.Job,
-				Format: sourceFormat(s.Format), Tombstones: s.Broadcast, Check: s.Check,
-				OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, PolicySource: s.PolicySource, DeadLetters: dlw, MaxRecordBytes: s.MaxRecordBytes,
-				ClientOpts: deps.ClientOpts, Output: b.outputs[s.Name][sub], Responder: resp,
-				OnCaughtUp: func() { resp.caughtUp(id) },
-				RecordsIn:  rm.RecordsIn(s.Name, sub), Metrics: sm, Retries: metrics.kafka,
-				Logger: logger.With("component", "source"),
-			})
-			sources = append(sources, src)
-			j.sources = append(j.sources, src)
-			sourceTasks = append(sourceTasks, src)
-			targets = append(targets, src)
-		}
-	}
-	// policy is the bad-record policy of an operator task for the records
-	// of source name: dead letters go into the task's transactional writer
-	// w when it has one (exactly-once), else through the job's shared
-	// producer.
-	policy := func(name string, w source.DeadLetterWriter, opLogger *slog.Logger) runtime.BadRecordHandler {
-		s := srcByName[name]
-		if s == nil {
-			return nil
-		}
-		label := cmp.Or(s.PolicySource, s.Name) // a repartition source's: the job source it inherited the policy of
-		if w != nil {
-			return source.NewBadRecordPolicy(source.PolicyConfig{
-				Source: label, OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
-				Writer: w, Metrics: sm, Logger: opLogger,
-			})
-		}
-		if s.OnError == string(source.OnErrorDeadLetter) && j.deadLetters == nil {
-			cl, err := kgo.NewClient(deps.ClientOpts...)
-			if err != nil {
-				return nil // reported by the sources' own client, which uses the same options
-			}
-			j.deadLetters = cl
-		}
-		return source.NewBadRecordPolicy(source.PolicyConfig{
-			Source: label, OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
-			Producer: j.deadLetters, Metrics: sm, Logger: opLogger,
-		})
-	}
-	var tasks []runtime.Task
-	for _, op := range g.Operators {
-		p := op.Parallelism
-		restores, err := restoreOperator(meta, restoreDir, storage.SharedDir(), op.Name, maxP, p)
-		if err != nil {
-			return nil, err
-		}
-		for sub := 0; sub < p; sub++ {
-			opLogger := logger.With("component", "operator", "operator", op.Name, "subtask", sub)
-			mailbox := runtime.NewMailbox() // shared by the task and an async operator's completions
-			fn, err := op.Factory.New(operators.FactoryContext{
-				Operator: op.Name, Subtask: sub, Parallelism: p, Params: op.Params, AsyncState: op.AsyncState,
-				Metrics: om, Logger: opLogger,
-				SourceSubtask: func(topic string, partition int32) (int, bool) {
-					sub, ok := readers[topic][partition]
-					return sub, ok
-				},
-			})
-			if err != nil {
-				return nil, fmt.Errorf("job: operator %q (%s) subtask %d: %w", op.Name, op.Type, sub, err)
-			}
-			if rr, ok := fn.(operators.RulesReporter); ok {
-				j.reporters = append(j.reporters, subtaskRules{operator: op.Name, subtask: sub, r: rr})
-			}
-			kop, err := j.operator(op, sub, fn, restores[sub], b.outputs[op.Name][sub], mailbox, stateRoot, logger)
-			if err != nil {
-				return nil, err
-			}
-			bootstrap := -1
-			if op.Broadcast != "" {
-				bootstrap = 1
-			}
-			var dlw source.DeadLetterWriter
-			var sides []runtime.SideOutput
-			if dl.on && slices.ContainsFunc(op.ErrorSources[:], func(name string) bool {
-				s := srcByName[name]
-				return s != nil && s.OnError == string(source.OnErrorDeadLetter)
-			}) {
-				if dlw, err = dl.writer(op.Name, sub); err != nil {
-					return nil, err
-				}
-				sides = []runtime.SideOutput{{ID: runtime.TaskID{Operator: source.DeadLetterVertex(op.Name), Subtask: sub}, Operator: dlw}}
-			}
-			t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
-				ID: runtime.TaskID{Operator: op.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[op.Name][sub]),
-				Operator: kop, Output: b.outputs[op.Name][sub], Mailbox: mailbox, BootstrapInput: bootstrap,
-				RecordsIn: rm.RecordsIn(op.Name, sub), Responder: resp,
-				Watermark:   wmm.Gauge(runtime.TaskID{Operator: op.Name, Subtask: sub}),
-				BadRecords:  []runtime.BadRecordHandler{policy(op.ErrorSources[0], dlw, opLogger), policy(op.ErrorSources[1], dlw, opLogger)},
-				SideOutputs: sides,
-			})
-			tasks = append(tasks, t)
-			targets = append(targets, t)
-		}
-	}
-	for _, sk := range g.Sinks {
-		exactlyOnce := sk.Delivery.ExactlyOnce()
-		timeout, pool := sk.TransactionTimeout, sk.PoolSize
-		if timeout == 0 {
-			timeout = sink.DefaultTransactionTimeout
-		}
-		if pool == 0 {
-			pool = sink.DefaultPoolSize
-		}
-		prefix, txnSub := sk.TransactionalIDPrefix, func(sub int) int { return sub }
-		if unit != nil {
-			prefix, txnSub = unit.prefix(prefix), func(int) int { return unit.Index }
-		}
-		var partition func([]byte) int32
-		if sk.Units > 0 {
-			units := sk.Units
-			partition = func(key []byte) int32 {
-				return int32(keygroup.OperatorIndex(keygroup.Assign(key, maxP), maxP, units))
-			}
-		}
-		if exactlyOnce {
-			skm.Init(sk.Name)
-			var only []string
-			if unit != nil {
-				for slot := range pool {
-					only = append(only, sink.TransactionalID(prefix, unit.Index, slot))
-				}
-			}
-			if err := recoverSink(ctx, sk, prefix, only, meta, len(b.gates[sk.Name]), timeout, pool, skm, deps); err != nil {
-				return nil, err
-			}
-		}
-		sinkShares, err := restoreSinkState(meta, sk.Name, len(b.gates[sk.Name]))
-		if err != nil {
-			return nil, err
-		}
-		for sub := range b.gates[sk.Name] {
-			sinkLogger := logger.With("component", "sink")
-			var k runtime.Operator
-			if exactlyOnce {
-				tps := sink.NewTwoPhaseCommitSink(sk.Name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
-					Name: sk.Name, Subtask: txnSub(sub), Topic: sk.Topic, TransactionalIDPrefix: prefix, Partition: partition, Partitions: int32(sk.Units),
-					PoolSize: pool, TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions,
-					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub), Metrics: skm, Retries: metrics.kafka, Logger: sinkLogger,
-				}), skm, sinkLogger)
-				if unit != nil && sk.Units > 0 {
-					// A unit's repartition sink carries its time across the
-					// exchange (invariant 4).
-					interval := set.MarkerInterval
-					if interval == 0 {
-						interval = sink.DefaultMarkerInterval
-					}
-					if err := tps.EnableMarkers(sink.MarkerConfig{Unit: runtime.MarkerUnit(unit.Stage, unit.Index), Interval: interval}); err != nil {
-						return nil, err
-					}
-				}
-				k = tps
-			} else {
-				ks := sink.New(sink.Config{
-					Name: sk.Name, Subtask: sub, Topic: sk.Topic, Delivery: sinkDelivery(sk.Delivery),
-					ClientOpts: deps.ClientOpts, RecordsOut: rm.RecordsOut(sk.Name, sub),
-					Logger: sinkLogger,
-				})
-				k = ks
-				if sk.BufferThreshold > 0 {
-					k = sink.NewBufferingSink(ks, sk.BufferThreshold, sinkShares[sub])
-				}
-			}
-			t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
-				ID: runtime.TaskID{Operator: sk.Name, Subtask: sub}, Gate: runtime.NewInputGate(b.gates[sk.Name][sub]),
-				Operator: k, BootstrapInput: -1, RecordsIn: rm.RecordsIn(sk.Name, sub), Responder: resp,
-				Watermark: wmm.Gauge(runtime.TaskID{Operator: sk.Name, Subtask: sub}),
-			})
-			tasks = append(tasks, t)
-			targets = append(targets, t)
-		}
-	}
-	// Dead-letter writers (and those of a restored checkpoint the graph no
-	// longer has) commit what the checkpoint pre-committed and fence their
-	// ids before any task starts, as the sinks do.
-	if err := dl.recover(ctx, meta); err != nil {
-		return nil, err
-	}
-	var firstID int64
-	if meta != nil {
-		firstID = meta.CheckpointID + 1
-		if infos, err := storage.List(); err == nil && len(infos) > 0 {
-			firstID = max(firstID, infos[len(infos)-1].ID+1)
-		}
-	}
-	var committed func(int64, *checkpoint.Metadata)
-	if unit != nil {
-		l := unitLabels(unit)
-		checkpoints, head := metrics.cluster.checkpoints.WithLabelValues(l...), metrics.cluster.head.WithLabelValues(l...)
-		if targets := purgeTargets(g, unit); len(targets) > 0 && set.PurgeRepartitions {
-			purged := metrics.cluster.purged.WithLabelValues(l...)
-			j.purge = &repartitionPurge{targets: targets, logger: logger.With("component", "purge"), opts: deps.ClientOpts,
-				next: make(chan kadm.Offsets, 1), done: map[string]int64{},
-				purged: func(_ string, _ int32, offset int64) { purged.Set(float64(offset)) }}
-		}
-		committed = func(int64, *checkpoint.Metadata) {
-			checkpoints.Inc()
-			head.Set(float64(owner.Seq()))
-		}
-	}
-	var commitsDone func(int64, *checkpoint.Metadata)
-	if j.purge != nil {
-		// The purge waits for every task's commit of the checkpoint
-		// (invariant 1, step 5), as retention does.
-		commitsDone = j.purge.committed
-	}
-	if owner != nil {
-		firstID = max(firstID, owner.NextCheckpointID())
-	}
-	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
-		Job: g.Job, MaxParallelism: maxP, Storage: storage, Owner: owner, Fault: deps.CheckpointFault, Committed: committed, CommitsDone: commitsDone,
-		Interval: set.Interval, Timeout: set.Timeout, MinPause: set.MinPause,
-		TolerableFailures: set.TolerableFailures, Incremental: set.Incremental, RequiredStates: dl.requiredStates(requiredStates(g)),
-		FirstID: firstID, Logger: logger.With("component", "checkpoint"), Metrics: cm,
-	}, sourceTasks, targets)
-	if err != nil {
-		return nil, err
-	}
-	resp.c = coord
-	// Only a broadcast source's bootstrap holds other inputs back, so only
-	// those must catch up before barriers flow (a barrier behind a held
-	// input would never align). Other sources take part in checkpoints from
-	// the start, also while they work through a backlog.
-	for _, st := range sourceTasks {
-		if !srcByName[st.ID().Operator].Broadcast {
-			coord.SourceCaughtUp(st.ID())
-		}
-	}
-	j.coordinator = coord
-	j.job = runtime.NewJob(logger.With("component", "job"), deps.DrainTimeout, sources, tasks)
-	return j, nil
-}
-
 // operator wraps the function fn of one subtask of op into the
 // runtime.Operator its traits call for, and refuses a function of the wrong
 // kind for them.
-func (j *Job) operator(op *graph.Operator, sub int, fn any, restore *operators.Restore, out *runtime.Output, mailbox *runtime.Mailbox, stateRoot string, logger *slog.Logger) (runtime.Operator, error) {
+func (j *Job) operator(op *graph.Operator, sub int, fn any, restore *operators.Restore, out *runtime.Output, mailbox *runtime.Mailbox, sc scope, logger *slog.Logger) (runtime.Operator, error) {
 	info := operators.OpenContext{Operator: op.Name, Subtask: sub, Parallelism: op.Parallelism}
-	kgr := keygroup.RangeFor(j.maxP, op.Parallelism, sub)
-	if u := j.settings.Unit; u != nil {
-		kgr = keygroup.RangeFor(j.maxP, u.Units, u.Index)
-	}
-	open := j.opener(stateRoot, op.Name, sub, kgr, logger)
+	open := j.opener(sc.stateRoot, op.Name, sub, sc.keyGroups(j.maxP, op.Parallelism, sub), logger)
 	tr := op.Factory.Traits
 	// ProcessFunction and KeyedProcessFunction have the same methods, so
 	// the traits, not the type switch, tell them apart.
@@ -638,51 +200,6 @@ func (j *Job) operator(op *graph.Operator, sub int, fn any, restore *operators.R
 	return nil, fmt.Errorf("job: operator %q: type %s (traits %+v, async_state %v) built a %T, which does not fit its traits", op.Name, op.Type, tr, op.AsyncState, fn)
 }
 
-// recoverSink prepares an exactly-once sink before its subtasks start: it
-// checks the transaction timeout against the brokers' maximum, commits the
-// transactions the restored checkpoint pre-committed and fences every
-// transactional id the sink may have used (old or new parallelism).
-//
-// A cluster-mode unit passes its prefix and, in only, exactly its own ids:
-// only those are fenced.
-func recoverSink(ctx context.Context, sk *graph.Sink, prefix string, only []string, meta *checkpoint.Metadata, p int, timeout time.Duration, pool int, m *sink.Metrics, deps Deps) error {
-	if err := sink.CheckTransactionTimeout(ctx, deps.ClientOpts, sk.Name, timeout); err != nil {
-		return err
-	}
-	committables, oldP, err := restoredCommittables(meta, sk.Name)
-	if err != nil {
-		return err
-	}
-	return sink.RecoverTransactions(ctx, sink.RecoverConfig{
-		Name: sk.Name, ClientOpts: deps.ClientOpts, Committables: committables,
-		TransactionalIDPrefix: prefix, PoolSize: pool, Subtasks: max(oldP, p), FenceOnly: only,
-		TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions, Metrics: m,
-		Logger: deps.Logger.With("component", "sink"),
-	})
-}
-
-// restoreSinkState returns each new sink subtask's share of the sink's
-// operator list states (BufferingSink's buffer); nil maps when there is
-// nothing to restore.
-func restoreSinkState(meta *checkpoint.Metadata, name string, p int) ([]map[string]state.OperatorListSnapshot, error) {
-	if meta == nil {
-		return make([]map[string]state.OperatorListSnapshot, p), nil
-	}
-	om, ok := meta.Operators[name]
-	if !ok {
-		return make([]map[string]state.OperatorListSnapshot, p), nil
-	}
-	old, err := checkpoint.DecodeTaskStates(om)
-	if err != nil {
-		return nil, fmt.Errorf("job: restore sink %q: %w", name, err)
-	}
-	out, err := checkpoint.RedistributeOperatorState(old, p)
-	if err != nil {
-		return nil, fmt.Errorf("job: restore sink %q: %w", name, err)
-	}
-	return out, nil
-}
-
 // responder forwards to the coordinator, which is created after the tasks.
 type responder struct{ c *checkpoint.Coordinator }
 
@@ -695,198 +212,16 @@ func (r *responder) AlignmentDuration(t runtime.TaskID, id int64, d time.Duratio
 }
 func (r *responder) caughtUp(id runtime.TaskID) { r.c.SourceCaughtUp(id) }
 
-// findRestore returns the directory and metadata to restore: the savepoint
-// asked for, else the latest completed checkpoint, else none. Before
-// anything is restored it refuses an inconsistent checkpoint (checkpoint.
-// Verify: missing subtask states or sink committables, missing or
-// truncated files; version-1 metadata is checked for committables in every
-// subtask of an operator that holds any), links the shared files of a
-// checkpoint of another job or checkpoints dir into the job's own shared
-// directory (checkpoint.Storage.AdoptShared), and protects a checkpoint
-// given explicitly from the job's retention while it runs.
-func findRestore(storage *checkpoint.Storage, fromSavepoint string) (string, *checkpoint.Metadata, error) {
-	var (
-		dir string
-		m   *checkpoint.Metadata
-		err error
-	)
-	if fromSavepoint != "" {
-		if m, err = checkpoint.ReadMetadata(fromSavepoint); err != nil {
-			return "", nil, fmt.Errorf("job: --from-savepoint %s: %w", fromSavepoint, err)
-		}
-		dir = fromSavepoint
-	} else {
-		dir, m, err = storage.Latest()
-		if errors.Is(err, checkpoint.ErrNoCheckpoint) {
-			return "", nil, nil
-		}
-		if err != nil {
-			return "", nil, fmt.Errorf("job: find latest checkpoint: %w", err)
-		}
-	}
-	if err := verify(dir, m); err != nil {
-		return "", nil, fmt.Errorf("job: restore %s: %w", dir, err)
-	}
-	if _, err := storage.AdoptShared(dir, m); err != nil {
-		return "", nil, fmt.Errorf("job: restore %s: %w", dir, err)
-	}
-	if fromSavepoint != "" {
-		storage.Protect(dir)
-	}
-	return dir, m, nil
-}
-
-// VerifyCheckpoint checks the checkpoint or savepoint in dir offline, as a
-// restore does before it reads anything (`kstreamd checkpoints verify`):
-// it returns its metadata and nil, the metadata and an error wrapping
-// checkpoint.ErrInconsistent (a *checkpoint.InconsistentError listing every
-// problem), or a nil metadata and the error reading it
-// (checkpoint.ReadMetadata).
-func VerifyCheckpoint(dir string) (*checkpoint.Metadata, error) {
-	m, err := checkpoint.ReadMetadata(dir)
-	if err != nil {
-		return nil, err
-	}
-	return m, verify(dir, m)
-}
-
-// verify is checkpoint.Verify, with version-1 metadata (which records no
-// required states) checked for an exactly-once sink's committables in
-// every subtask of an operator that holds any.
-func verify(dir string, m *checkpoint.Metadata) error {
-	return checkpoint.Verify(dir, m, checkpoint.VerifyOptions{InferRequired: []string{sink.CommittablesState}})
-}
-
-// requiredStates names, per exactly-once sink of g, the state every
-// subtask writes into each checkpoint (its committables), for the
-// checkpoint metadata's required_states.
-func requiredStates(g *graph.Graph) map[string][]string {
-	out := map[string][]string{}
-	for _, sk := range g.Sinks {
-		if sk.Delivery.ExactlyOnce() {
-			out[sk.Name] = []string{sink.CommittablesState}
-		}
-	}
-	return out
-}
-
-// checkRestoredOperators refuses a checkpoint holding state of a vertex
-// the graph no longer has (Flink refuses it too, unless told to drop it).
-func checkRestoredOperators(g *graph.Graph, m *checkpoint.Metadata) error {
-	for name, op := range m.Operators {
-		if g.Vertex(name) || strings.HasSuffix(name, source.DeadLetterSuffix) {
-			continue // a dead-letter writer's committables are committed by recovery, whatever the graph
-		}
-		for _, st := range op.Subtasks {
-			if len(st) > 0 && string(st) != "null" {
-				return fmt.Errorf("the checkpoint holds state of %q, which the pipeline no longer has: %w", name, ErrIncompatibleState)
-			}
-		}
-	}
-	return nil
-}
-
-// sourceReaders returns which subtask of s reads each of its topic's
-// partitions: a restored split's holder, else AssignPartition (as
-// KafkaSource.assign does).
-func sourceReaders(s *graph.Source, partitions int32, restored []*source.Restored) map[int32]int {
-	out := map[int32]int{}
-	for sub, r := range restored {
-		if r == nil {
-			continue
-		}
-		for _, sp := range r.Splits {
-			out[sp.Partition] = sub
-		}
-	}
-	for p := int32(0); p < partitions; p++ {
-		if _, ok := out[p]; !ok {
-			out[p] = source.AssignPartition(s.Topic, p, s.Parallelism)
-		}
-	}
-	return out
-}
-
-// restoreSource returns each new subtask's share of the restored splits
-// (even-split redistribution) with every partition the checkpoint knew;
-// nil entries when the source is not in the checkpoint.
-func restoreSource(m *checkpoint.Metadata, s *graph.Source, p int) ([]*source.Restored, error) {
-	out := make([]*source.Restored, p)
-	if m == nil {
-		return out, nil
-	}
-	om, ok := m.Operators[s.Name]
-	if !ok {
-		return out, nil
-	}
-	old, err := checkpoint.DecodeTaskStates(om)
-	if err != nil {
-		return nil, fmt.Errorf("job: restore source %q: %w", s.Name, err)
-	}
-	shares, err := checkpoint.RedistributeOperatorState(old, p)
-	if err != nil {
-		return nil, fmt.Errorf("job: restore source %q: %w", s.Name, err)
-	}
-	var known []int32
-	for i, share := range shares {
-		r := &source.Restored{}
-		for _, e := range share[source.SplitsState].Entries {
-			var sp source.Split
-			if err := json.Unmarshal(e, &sp); err != nil {
-				return nil, fmt.Errorf("job: restore source %q: split %s: %w", s.Name, e, err)
-			}
-			if sp.Topic != s.Topic {
-				continue // the source was pointed at another topic: start fresh there
-			}
-			r.Splits = append(r.Splits, sp)
-			known = append(known, sp.Partition)
-		}
-		out[i] = r
-	}
-	slices.Sort(known)
-	for _, r := range out {
-		r.Known = known
-	}
-	return out, nil
-}
-
-// restoreOperator returns each new subtask's restore of a keyed operator:
-// keyed snapshots by key-group range, operator state redistributed, and one
-// broadcast copy; nil entries when the operator is not in the checkpoint.
-func restoreOperator(m *checkpoint.Metadata, dir, sharedDir, name string, maxP, p int) ([]*operators.Restore, error) {
-	out := make([]*operators.Restore, p)
-	if m == nil {
-		return out, nil
-	}
-	om, ok := m.Operators[name]
-	if !ok {
-		return out, nil
-	}
-	old, err := checkpoint.DecodeTaskStates(om)
-	if err != nil {
-		return nil, fmt.Errorf("job: restore operator %q: %w", name, err)
-	}
-	keyed := checkpoint.RedistributeKeyed(old, maxP, p)
-	opStates, err := checkpoint.RedistributeOperatorState(old, p)
-	if err != nil {
-		return nil, fmt.Errorf("job: restore operator %q: %w", name, err)
-	}
-	bc := checkpoint.RedistributeBroadcast(old, p)
-	for i := range out {
-		r := &operators.Restore{Operator: opStates[i], Broadcast: bc[i]}
-		for _, kh := range keyed[i] {
-			r.Keyed = append(r.Keyed, state.RestoreHandle{Handle: kh.Handle, Dir: dir, SharedDir: sharedDir})
-		}
-		out[i] = r
-	}
-	return out, nil
-}
-
 // Run runs the job and its checkpoint coordinator until ctx ends (then the
 // job drains and Run returns nil) or a subtask fails or too many checkpoints
 // fail (then it returns the failure). It releases the shared block cache when
 // it returns.
 func (j *Job) Run(ctx context.Context) error {
+	defer func() {
+		if err := j.resources.Close(); err != nil {
+			j.logger.Warn("could not close the connectors' resources", "err", err)
+		}
+	}()
 	defer j.cache.Close()
 	defer j.metrics.stateSize.clear()
 	if j.deadLetters != nil {
@@ -1037,23 +372,4 @@ func (j *Job) opener(root, op string, sub int, kgr keygroup.Range, logger *slog.
 		}
 		return b, nil
 	}
-}
-
-// discover returns the partition count of every source topic.
-func discover(ctx context.Context, g *graph.Graph, deps Deps) (map[string]int32, error) {
-	cl, err := kgo.NewClient(deps.ClientOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("job: kafka client: %w", err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	out := map[string]int32{}
-	for _, s := range g.Sources {
-		n, err := source.Discover(ctx, adm, deps.Logger.With("component", "source", "source", s.Name), s.Topic)
-		if err != nil {
-			return nil, fmt.Errorf("job: source %q: %w", s.Name, err)
-		}
-		out[s.Topic] = n
-	}
-	return out, nil
 }

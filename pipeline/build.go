@@ -5,6 +5,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/job"
 )
 
@@ -23,6 +24,10 @@ func (c *Config) ClientOptions() []kgo.Opt {
 	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers()...), kgo.ClientID(c.Kafka.ClientID)}
 	return append(opts, c.Kafka.securityOptions()...)
 }
+
+// Connectors returns the connector registry the config was parsed with
+// (job.NewBuiltinConnectors when none was given), for job.Deps.Connectors.
+func (c *Config) Connectors() *connector.Registry { return c.connectors() }
 
 // Settings returns the job settings of the config: directories, state
 // backend, checkpointing and the restart strategy.
@@ -44,6 +49,9 @@ func Build(ctx context.Context, cfg *Config, deps Deps) (*job.Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	if deps.Connectors == nil {
+		deps.Connectors = cfg.connectors()
+	}
 	return job.Build(ctx, g, cfg.Settings(), deps)
 }
 
@@ -53,6 +61,9 @@ func NewRunner(cfg *Config, deps Deps, opts ...job.RunnerOption) (*job.Runner, e
 	g, err := cfg.Plan()
 	if err != nil {
 		return nil, err
+	}
+	if deps.Connectors == nil {
+		deps.Connectors = cfg.connectors()
 	}
 	return job.NewRunner(g, cfg.Settings(), deps, opts...)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/operators"
@@ -177,9 +178,16 @@ type Config struct {
 	// reg is the operator registry the config was parsed with; nil means
 	// operators.NewBuiltinRegistry.
 	reg *operators.Registry
+	// conns is the connector registry (source, sink and format types)
+	// the config was parsed with; nil means job.NewBuiltinConnectors.
+	conns *connector.Registry
 	// params holds each operator's decoded params by operator name, as the
 	// last validation left them.
 	params map[string]any
+	// connParams holds the decoded params of each source and sink
+	// ("<name>") and of its format ("<name>.format"), by vertex name, as
+	// the last validation left them.
+	connParams map[string]any
 }
 
 // JobConfig names the job and sets its parallelism.
@@ -461,13 +469,21 @@ type ProcessConfig struct {
 	MemoryLimitBytes int64 `yaml:"memory_limit_bytes"`
 }
 
-// SourceConfig reads one Kafka topic.
+// SourceConfig reads one Kafka topic (type kafka, the default) or what
+// another registered source type reads.
 type SourceConfig struct {
 	// Name identifies the source; operators and sinks refer to it by name.
 	// Required; unique among sources, operators and sinks.
 	Name string `yaml:"name"`
-	// Topic is the Kafka topic read. Required; a valid topic name: at most
-	// 249 of [a-zA-Z0-9._-], not "." or "..".
+	// Type is a registered source type (see the README's source
+	// reference). Default "kafka".
+	Type string `yaml:"type"`
+	// Params are the type's own settings, decoded strictly by the type's
+	// params schema (connector.SourceFactory.Params). The kafka type takes
+	// none: its settings are the fields of the source. Default: none.
+	Params yaml.Node `yaml:"params"`
+	// Topic is the Kafka topic read. Required for type kafka; a valid
+	// topic name: at most 249 of [a-zA-Z0-9._-], not "." or "..".
 	Topic string `yaml:"topic"`
 	// StartFrom is where a partition without a committed position starts:
 	// earliest or latest. Default "earliest".
@@ -475,8 +491,12 @@ type SourceConfig struct {
 	// Format is what record values hold: "json" (each value one JSON
 	// value: objects, arrays or scalars; anything else is a bad record with
 	// reason malformed_json), "string" or "bytes" (passed through
-	// unchecked; expressions see a string value). Default "json".
+	// unchecked; expressions see a string value), or another registered
+	// format (see the README's format reference). Default "json".
 	Format RecordFormat `yaml:"format"`
+	// FormatParams are the format's own settings, decoded strictly by its
+	// params schema (connector.FormatFactory.Params). Default: none.
+	FormatParams yaml.Node `yaml:"format_params"`
 	// Parallelism is the number of source subtasks. Default 0 meaning
 	// job.parallelism (see Config.SourceParallelism); else in [1, 32768].
 	Parallelism int `yaml:"parallelism"`
@@ -597,18 +617,35 @@ type OperatorConfig struct {
 	Params yaml.Node `yaml:"params"`
 }
 
-// SinkConfig writes one stream to a Kafka topic.
+// SinkConfig writes one stream to a Kafka topic (type kafka, the
+// default) or where another registered sink type writes.
 type SinkConfig struct {
 	// Name identifies the sink. Required; unique among sources, operators
 	// and sinks.
 	Name string `yaml:"name"`
+	// Type is a registered sink type (see the README's sink reference).
+	// Default "kafka".
+	Type string `yaml:"type"`
+	// Params are the type's own settings, decoded strictly by the type's
+	// params schema (connector.SinkFactory.Params). The kafka type takes
+	// none: its settings are the fields of the sink. Default: none.
+	Params yaml.Node `yaml:"params"`
+	// Format encodes each record's value before it is written: a
+	// registered format (see the README's format reference). Default "":
+	// values are written as they are.
+	Format RecordFormat `yaml:"format"`
+	// FormatParams are the format's own settings, decoded strictly by its
+	// params schema. Default: none.
+	FormatParams yaml.Node `yaml:"format_params"`
 	// Input is the name of the operator (or source) whose records are
 	// written. Required.
 	Input string `yaml:"input"`
-	// Topic is the Kafka topic written. Required; a valid topic name.
+	// Topic is the Kafka topic written. Required for type kafka; a valid
+	// topic name.
 	Topic string `yaml:"topic"`
-	// Delivery is exactly-once, at-least-once or none. Default
-	// "at-least-once". exactly-once needs checkpoints.interval > 0.
+	// Delivery is exactly-once, at-least-once or none, as the type
+	// supports. Default "at-least-once". exactly-once needs
+	// checkpoints.interval > 0.
 	Delivery Delivery `yaml:"delivery"`
 	// Parallelism is the number of sink subtasks. Default 0 meaning the
 	// input's parallelism (see Config.SinkParallelism); else in [1, 32768].

@@ -112,6 +112,7 @@ func withoutOrigin(c *Config) Config {
 	cp := *c
 	cp.src = nil
 	cp.params = nil // decoded params are checked on their own
+	cp.conns, cp.connParams = nil, nil
 	return cp
 }
 

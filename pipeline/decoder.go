@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/operators"
 	"gopkg.in/yaml.v3"
 )
@@ -27,11 +28,24 @@ import (
 // reg holds the operator types the pipeline may name (with their params
 // schemas); nil means operators.NewBuiltinRegistry().
 func Load(path string, reg *operators.Registry) (*Config, error) {
+	return LoadWith(path, Registries{Operators: reg})
+}
+
+// Registries are the type registries a pipeline may name: operator types,
+// and source, sink and format types. A nil field means the built-in types
+// (operators.NewBuiltinRegistry, job.NewBuiltinConnectors).
+type Registries struct {
+	Operators  *operators.Registry
+	Connectors *connector.Registry
+}
+
+// LoadWith is Load with the connector registry too.
+func LoadWith(path string, reg Registries) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: read config: %w", err)
 	}
-	return Parse(path, data, reg)
+	return ParseWith(path, data, reg)
 }
 
 // Parse decodes data, one YAML document, into a Config: it starts from
@@ -47,6 +61,11 @@ func Load(path string, reg *operators.Registry) (*Config, error) {
 // refuses (unknown operator types and params, keys, cycles, traits), so
 // that validate refuses exactly what run refuses. reg as in Load.
 func Parse(name string, data []byte, reg *operators.Registry) (*Config, error) {
+	return ParseWith(name, data, Registries{Operators: reg})
+}
+
+// ParseWith is Parse with the connector registry too.
+func ParseWith(name string, data []byte, reg Registries) (*Config, error) {
 	o := &origin{
 		file: name,
 		keys: map[string]position{},
@@ -60,7 +79,7 @@ func Parse(name string, data []byte, reg *operators.Registry) (*Config, error) {
 	}
 	c := Default()
 	c.src = o
-	c.reg = reg
+	c.reg, c.conns = reg.Operators, reg.Connectors
 	d := &decoder{o: o}
 	o.vals[""] = posOf(root)
 	d.decode(root, reflect.ValueOf(c).Elem(), "")

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
@@ -48,31 +50,45 @@ func (c *Config) keySelector(keyBy string) (runtime.KeySelector, error) {
 // struct of its type, runs the type's CheckParams, and keeps the result for
 // buildGraph.
 func (c *Config) decodeParams(v *validator, path string, op *OperatorConfig, f *operators.Factory) {
-	ppath := path + ".params"
-	set := op.Params.Kind != 0 && op.Params.ShortTag() != "!!null"
-	if f.Params == nil {
-		if set {
-			v.errorf(ppath, "operator type %s takes no params", op.Type)
+	if pv, ok := c.decodeNode(v, path+".params", &op.Params, "operator type "+op.Type, f.Params); ok {
+		if c.params == nil {
+			c.params = map[string]any{}
 		}
-		return
+		c.params[op.Name] = pv
 	}
-	pv := f.Params()
+}
+
+// decodeNode decodes the mapping n at path strictly into a new params
+// struct of newParams and runs its CheckParams (operators.ParamsChecker).
+// what names the type in messages ("operator type filter"). With
+// newParams nil a set mapping is refused. It returns the struct (nil for
+// none) and whether it decoded without errors.
+func (c *Config) decodeNode(v *validator, ppath string, n *yaml.Node, what string, newParams func() any) (any, bool) {
+	set := n.Kind != 0 && n.ShortTag() != "!!null"
+	if newParams == nil {
+		if set {
+			v.errorf(ppath, "%s takes no params", what)
+			return nil, false
+		}
+		return nil, true
+	}
+	pv := newParams()
 	if set {
 		o := c.src
 		if o == nil {
 			o = &origin{keys: map[string]position{}, vals: map[string]position{}, bad: map[string]bool{}}
 		}
 		d := &decoder{o: o}
-		d.decode(&op.Params, reflect.ValueOf(pv).Elem(), ppath)
+		d.decode(n, reflect.ValueOf(pv).Elem(), ppath)
 		if d.tooLarge != nil {
 			d.errs = append(d.errs, d.tooLarge)
 		}
 		if len(d.errs) > 0 {
 			v.errs = append(v.errs, d.errs...)
-			return
+			return nil, false
 		}
 	}
-	if pc, ok := pv.(operators.ParamsChecker); ok {
+	if pc, isChecker := pv.(operators.ParamsChecker); isChecker {
 		pc.CheckParams(func(field, msg string) {
 			switch {
 			case field == "":
@@ -84,10 +100,7 @@ func (c *Config) decodeParams(v *validator, path string, op *OperatorConfig, f *
 			}
 		})
 	}
-	if c.params == nil {
-		c.params = map[string]any{}
-	}
-	c.params[op.Name] = pv
+	return pv, true
 }
 
 // validateGraph checks what spans several operators: cycles, and a
@@ -161,7 +174,7 @@ func (c *Config) buildGraph() *graph.Graph {
 	for i := range c.Sources {
 		s := &c.Sources[i]
 		gs := &graph.Source{
-			Name: s.Name, Topic: s.Topic, Parallelism: c.SourceParallelism(s), StartFrom: string(s.StartFrom),
+			Name: s.Name, Type: s.Type, Params: c.connParams[s.Name], FormatParams: c.connParams[s.Name+formatParamsSuffix], Topic: s.Topic, Parallelism: c.SourceParallelism(s), StartFrom: string(s.StartFrom),
 			Format: s.Format, OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
 			MaxRecordBytes: s.MaxRecordBytes, DiscoveryInterval: s.PartitionDiscoveryInterval,
 			OutOfOrderness: s.Watermark.OutOfOrderness, Idleness: s.Watermark.Idleness,
@@ -234,7 +247,8 @@ func (c *Config) buildGraph() *graph.Graph {
 	for i := range c.Sinks {
 		s := &c.Sinks[i]
 		gs := &graph.Sink{
-			Name: s.Name, Input: c.inputVertex(s.Input), Topic: s.Topic, Parallelism: c.SinkParallelism(s), Delivery: s.Delivery,
+			Name: s.Name, Type: s.Type, Params: c.connParams[s.Name], Format: s.Format, FormatParams: c.connParams[s.Name+formatParamsSuffix],
+			Input: c.inputVertex(s.Input), Topic: s.Topic, Parallelism: c.SinkParallelism(s), Delivery: s.Delivery,
 			TransactionalIDPrefix: c.TransactionalIDPrefix(s), TransactionTimeout: s.TransactionTimeout, PoolSize: s.PoolSize,
 			IgnoreLostTransactions: s.IgnoreLostTransactions, BufferThreshold: s.BufferThreshold,
 		}

@@ -10,7 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
@@ -285,11 +289,24 @@ func (c *Config) validateNames(v *validator) map[string]stage {
 }
 
 func (c *Config) validateSources(v *validator) {
-	for i, s := range c.Sources {
+	conns := c.connectors()
+	for i := range c.Sources {
+		s := &c.Sources[i]
 		p := fmt.Sprintf("sources[%d]", i)
-		v.topic(p+".topic", s.Topic)
+		f, known := conns.Source(s.Type)
+		if s.Type != "" && !known {
+			v.oneOf(p+".type", s.Type, conns.SourceTypes()...)
+		}
+		if known {
+			c.decodeConnParams(v, p+".params", s.Name, &s.Params, "source type "+f.Type, f.Params)
+		}
+		if !known || f.Type == connector.DefaultType || s.Topic != "" {
+			v.topic(p+".topic", s.Topic)
+		}
 		v.oneOf(p+".start_from", string(s.StartFrom), string(StartFromEarliest), string(StartFromLatest))
-		v.oneOf(p+".format", string(s.Format), spellings(graph.Formats())...)
+		if !known || f.Formats {
+			c.validateFormat(v, p, s.Name, s.Format, &s.FormatParams, connector.RoleSource)
+		}
 		v.parallelism(p+".parallelism", s.Parallelism, 0)
 		if s.OnError != "" {
 			v.oneOf(p+".on_error", string(s.OnError), string(OnErrorFail), string(OnErrorSkip), string(OnErrorDeadLetter))
@@ -348,6 +365,51 @@ func (v *validator) unknownRef(path, name, what string, stages map[string]stage)
 		return
 	}
 	v.errorf(path, "no %s is called %q", what, name)
+}
+
+// formatParamsSuffix keys a vertex's format params in Config.connParams.
+const formatParamsSuffix = ".format"
+
+// connectors returns the connector registry the config was parsed with.
+func (c *Config) connectors() *connector.Registry {
+	if c.conns == nil {
+		c.conns = job.NewBuiltinConnectors()
+	}
+	return c.conns
+}
+
+// decodeConnParams decodes a source's or sink's params (or, with key
+// "<name>.format", its format's) strictly and keeps them for buildGraph.
+func (c *Config) decodeConnParams(v *validator, path, key string, n *yaml.Node, what string, newParams func() any) {
+	if pv, ok := c.decodeNode(v, path, n, what, newParams); ok && pv != nil {
+		if c.connParams == nil {
+			c.connParams = map[string]any{}
+		}
+		c.connParams[key] = pv
+	}
+}
+
+// validateFormat checks the format of the source or sink at path (p):
+// registered, usable in role, and its format_params.
+func (c *Config) validateFormat(v *validator, p, name string, format RecordFormat, params *yaml.Node, role connector.Role) {
+	conns := c.connectors()
+	f, ok := conns.Format(string(format))
+	switch {
+	case !ok:
+		// The built-in formats first, in graph.Formats order, as messages
+		// always listed them.
+		names := spellings(graph.Formats())
+		for _, t := range conns.FormatTypes() {
+			if !slices.Contains(names, t) {
+				names = append(names, t)
+			}
+		}
+		v.oneOf(p+".format", string(format), names...)
+	case !f.Allows(role):
+		v.errorf(p+".format", "format %s cannot be used by a %s", f.Type, role)
+	default:
+		c.decodeConnParams(v, p+".format_params", name+formatParamsSuffix, params, "format "+f.Type, f.Params)
+	}
 }
 
 // registry returns the operator registry the config was parsed with.
@@ -480,7 +542,9 @@ func (c *Config) checkSideOutput(v *validator, path, op, side string) {
 }
 
 func (c *Config) validateSinks(v *validator, stages map[string]stage) {
-	for i, s := range c.Sinks {
+	conns := c.connectors()
+	for i := range c.Sinks {
+		s := &c.Sinks[i]
 		p := fmt.Sprintf("sinks[%d]", i)
 		vin, side := c.SplitInput(s.Input)
 		switch in, ok := stages[vin]; {
@@ -493,8 +557,29 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 		case side != "":
 			c.checkSideOutput(v, p+".input", vin, side)
 		}
-		v.topic(p+".topic", s.Topic)
+		f, known := conns.Sink(s.Type)
+		if s.Type != "" && !known {
+			v.oneOf(p+".type", s.Type, conns.SinkTypes()...)
+		}
+		if known {
+			c.decodeConnParams(v, p+".params", s.Name, &s.Params, "sink type "+f.Type, f.Params)
+		}
+		if !known || f.Type == connector.DefaultType || s.Topic != "" {
+			v.topic(p+".topic", s.Topic)
+		}
 		v.oneOf(p+".delivery", string(s.Delivery), spellings(graph.Deliveries())...)
+		if known && s.Delivery.Valid() && !f.Supports(s.Delivery) {
+			v.errorf(p+".delivery", "sink type %s does not support %s; it supports %s", f.Type, s.Delivery, strings.Join(spellings(f.Deliveries), ", "))
+		}
+		if s.Format != "" {
+			if known && !f.Formats {
+				v.errorf(p+".format", "sink type %s takes no format", f.Type)
+			} else {
+				c.validateFormat(v, p, s.Name, s.Format, &s.FormatParams, connector.RoleSink)
+			}
+		} else if s.FormatParams.Kind != 0 && s.FormatParams.ShortTag() != "!!null" {
+			v.errorf(p+".format_params", "applies to format, which is not set")
+		}
 		if s.Delivery == DeliveryExactlyOnce {
 			iv, cto := c.Checkpoints.Interval, max(c.Checkpoints.Timeout, 0)
 			switch {

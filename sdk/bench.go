@@ -168,7 +168,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	cfg := bench.Config{
 		Scenarios: []string{*scenario}, Deliveries: []string{*delivery}, Records: *records, Keys: *keys, Zipf: *zipf,
 		Partitions: *partitions, Parallelism: *parallelism, CheckpointInterval: *interval, LatencyDuration: *latency,
-		Dir: workDir, Registry: reg, Logger: logger, Progress: stderr, CPUProfile: *cpuprofile,
+		Dir: workDir, Registry: reg.Registry, Connectors: reg.Connectors, Logger: logger, Progress: stderr, CPUProfile: *cpuprofile,
 	}
 	if *all {
 		cfg.Scenarios = nil

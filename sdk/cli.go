@@ -134,7 +134,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			fmt.Fprintf(stderr, "kstreamd %s: --config FILE is required and takes no arguments\n", args[0])
 			return 2
 		}
-		cfg, err := pipeline.Load(*path, reg)
+		cfg, err := pipeline.LoadWith(*path, reg.pipelineRegistries())
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 2
@@ -242,7 +242,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			fmt.Fprint(stderr, "usage: kstreamd broker --config FILE [--force-unclean]\n")
 			return 2
 		}
-		cfg, err := pipeline.Load(*path, reg)
+		cfg, err := pipeline.LoadWith(*path, reg.pipelineRegistries())
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 2
@@ -652,7 +652,7 @@ func runMember(ctx context.Context, cfg *pipeline.Config, srv *server, reg *prom
 	set.CheckpointDir = cfg.ClusterStagingDir()
 	cl := cfg.Cluster
 	logger.Info("joining the cluster", "group", cfg.ClusterGroupID(), "member", member, "stages", len(st.Stages), "units", st.Units, "fingerprint", st.Fingerprint)
-	err = job.RunMember(ctx, st, set, job.Deps{Logger: logger, Registerer: reg, ClientOpts: opts}, job.MemberConfig{
+	err = job.RunMember(ctx, st, set, job.Deps{Logger: logger, Registerer: reg, ClientOpts: opts, Connectors: cfg.Connectors()}, job.MemberConfig{
 		GroupID: cfg.ClusterGroupID(), MemberID: member,
 		SessionTimeout: cl.SessionTimeout, RebalanceTimeout: cl.RebalanceTimeout, RevokeTimeout: cl.RevokeTimeout,
 		OnJoined: srv.setMember,

@@ -1,11 +1,49 @@
 package sdk
 
-import "github.com/kstreamd/kstreamd/operators"
+import (
+	"github.com/kstreamd/kstreamd/connector"
+	"github.com/kstreamd/kstreamd/job"
+	"github.com/kstreamd/kstreamd/operators"
+	"github.com/kstreamd/kstreamd/pipeline"
+)
 
-// Registry holds the operator types a pipeline may name
-// (operators.Registry).
-type Registry = operators.Registry
+// Registry holds the types a pipeline may name: operator types (the
+// embedded operators.Registry: Register, Lookup, Types) and source, sink
+// and format types (Connectors, a connector.Registry; RegisterSource,
+// RegisterSink and RegisterFormat add to it). A user's binary adds its
+// own types with the calls kstreamd's built-ins are registered with, then
+// hands the registry to Main or Run.
+type Registry struct {
+	*operators.Registry
+	// Connectors holds the source, sink and format types.
+	Connectors *connector.Registry
+}
 
-// NewRegistry returns a registry holding kstreamd's built-in operator
-// types; Register adds one's own.
-func NewRegistry() *Registry { return operators.NewBuiltinRegistry() }
+// NewRegistry returns a registry holding kstreamd's built-in types: its
+// operators (operators.Builtins), the kafka source and sink, and the
+// formats json, string and bytes (job.NewBuiltinConnectors).
+func NewRegistry() *Registry {
+	return &Registry{Registry: operators.NewBuiltinRegistry(), Connectors: job.NewBuiltinConnectors()}
+}
+
+// RegisterSource adds a source type (connector.Registry.RegisterSource).
+func (r *Registry) RegisterSource(f connector.SourceFactory) error {
+	return r.Connectors.RegisterSource(f)
+}
+
+// RegisterSink adds a sink type (connector.Registry.RegisterSink).
+func (r *Registry) RegisterSink(f connector.SinkFactory) error { return r.Connectors.RegisterSink(f) }
+
+// RegisterFormat adds a format type (connector.Registry.RegisterFormat).
+func (r *Registry) RegisterFormat(f connector.FormatFactory) error {
+	return r.Connectors.RegisterFormat(f)
+}
+
+// pipelineRegistries returns r as the pipeline's registries; nil fields
+// mean the built-in types.
+func (r *Registry) pipelineRegistries() pipeline.Registries {
+	if r == nil {
+		return pipeline.Registries{}
+	}
+	return pipeline.Registries{Operators: r.Registry, Connectors: r.Connectors}
+}

@@ -38,8 +38,28 @@ type Config struct {
 	ClientOpts []kgo.Opt
 	// RecordsOut counts records the broker acknowledged; may be nil.
 	RecordsOut prometheus.Counter
+	// Encode, if not nil, encodes each record before it is produced (the
+	// sink's format, connector.Format.Encode); an error fails the job.
+	Encode Encoder
 	// Logger is scoped by the caller.
 	Logger *slog.Logger
+}
+
+// Encoder encodes a record into the bytes written to topic
+// (connector.Format): it may replace rec's value, key and headers.
+type Encoder interface {
+	Encode(ctx context.Context, topic string, rec *runtime.Record) error
+}
+
+// encode runs enc on rec, if there is one, naming sink in its error.
+func encode(ctx context.Context, enc Encoder, sink, topic string, rec *runtime.Record) error {
+	if enc == nil {
+		return nil
+	}
+	if err := enc.Encode(ctx, topic, rec); err != nil {
+		return fmt.Errorf("sink %s: encode a record for topic %q: %w", sink, topic, err)
+	}
+	return nil
 }
 
 // KafkaSink is one sink subtask; it implements runtime.Operator.
@@ -82,6 +102,9 @@ func (s *KafkaSink) Open(context.Context) error {
 // returns the first write failure seen so far, which fails the job.
 func (s *KafkaSink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record) error {
 	if err := s.err(); err != nil {
+		return err
+	}
+	if err := encode(ctx, s.cfg.Encode, s.cfg.Name, s.cfg.Topic, &rec); err != nil {
 		return err
 	}
 	kr := &kgo.Record{Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Headers: kafkaHeaders(rec.Headers)}

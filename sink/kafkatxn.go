@@ -83,6 +83,10 @@ type KafkaTxnConfig struct {
 	// (Partition set): WriteMarker writes a marker into each of
 	// [0, Partitions).
 	Partitions int32
+	// Encode, if not nil, encodes each record Write writes (the sink's
+	// format); an error fails the job. WriteTo does not encode: a dead
+	// letter is written as it was read.
+	Encode Encoder
 }
 
 // KafkaTxnCommitter is the TwoPhaseCommitter of Kafka transactions: one
@@ -235,6 +239,9 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 		return fmt.Errorf("sink %s[%d]: %w", k.cfg.Name, k.cfg.Subtask, ErrNoOpenTransaction)
 	}
 	if err := s.err(); err != nil {
+		return err
+	}
+	if err := encode(ctx, k.cfg.Encode, k.cfg.Name, k.cfg.Topic, &rec); err != nil {
 		return err
 	}
 	s.records++

@@ -445,11 +445,15 @@ func TestEmptyEpochs(t *testing.T) {
 		if err := json.Unmarshal(snap.State, &ts); err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range ts.Operator[CommittablesState].Entries {
-			var c Committable
-			if err := json.Unmarshal(e, &c); err != nil {
-				t.Fatal(err)
-			}
+		envs, err := checkpoint.DecodeCommittables(ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := DecodeCommittables("s", envs)
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("committables %v, %v; want one", cs, err)
+		}
+		for _, c := range cs {
 			if c.Records != 0 {
 				t.Fatalf("empty epoch %d: committable %+v has records", id, c)
 			}

@@ -42,8 +42,33 @@ type Committable struct {
 }
 
 // CommittablesState is the name of the sink's operator list state (even
-// split); each entry is one Committable as JSON.
-const CommittablesState = "kafka-sink-committables"
+// split): checkpoint.CommittablesState, each entry an envelope of sink type
+// CommittableType holding one Committable as JSON
+// (checkpoint.EncodeCommittable). Checkpoints of metadata versions 1 and 2
+// hold the bare JSON under checkpoint.LegacyKafkaCommittables.
+const CommittablesState = checkpoint.CommittablesState
+
+// CommittableType is the sink type a Kafka committable's envelope names:
+// the kafka sink type's (and a dead-letter writer's).
+const CommittableType = checkpoint.LegacyCommittableSink
+
+// DecodeCommittables returns the Kafka committables among cs (envelopes of
+// CommittableType; checkpoint.DecodeCommittables), refusing one of another
+// sink type or one that does not decode; name names the sink in errors.
+func DecodeCommittables(name string, cs []checkpoint.Committable) ([]Committable, error) {
+	out := make([]Committable, 0, len(cs))
+	for _, c := range cs {
+		if c.Sink != CommittableType {
+			return nil, fmt.Errorf("sink %s: the checkpoint holds a committable of sink type %q, this sink is of type %q", name, c.Sink, CommittableType)
+		}
+		var k Committable
+		if err := json.Unmarshal(c.Data, &k); err != nil {
+			return nil, fmt.Errorf("sink %s: committable %s: %w", name, c.Data, err)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
 
 // TwoPhaseCommitter is the transactional system a TwoPhaseCommitSink writes
 // to, in the spirit of Flink's TwoPhaseCommitSinkFunction: records are
@@ -159,7 +184,11 @@ func (s *TwoPhaseCommitSink) SnapshotState(ctx context.Context, b *runtime.Barri
 	}
 	entries := make([][]byte, 0, len(s.pending))
 	for _, p := range s.pending {
-		e, err := json.Marshal(p)
+		data, err := json.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		e, err := checkpoint.EncodeCommittable(CommittableType, data)
 		if err != nil {
 			return nil, err
 		}

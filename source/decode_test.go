@@ -32,6 +32,8 @@ func TestDecodeDetails(t *testing.T) {
 		value      []byte
 		wantReason string
 		wantDetail string
+		wantValue  string // the value after decoding, when set
+		wantErr    string // decode fails the subtask with this error
 	}{
 		{name: "good", cfg: Config{Format: FormatJSON}, value: []byte(`{"a":1}`)},
 		{name: "null", cfg: Config{Format: FormatJSON}, value: nil, wantReason: ReasonEmptyValue, wantDetail: "the value is null"},
@@ -45,15 +47,57 @@ func TestDecodeDetails(t *testing.T) {
 		{name: "invalid rule", cfg: Config{Format: FormatJSON, Check: check}, value: []byte(`{"bad":true}`), wantReason: ReasonInvalid,
 			wantDetail: `rule "R9": no second shape`},
 		{name: "tombstone", cfg: Config{Format: FormatJSON, Tombstones: true, Check: check}, value: nil},
+		// A Decoder replaces the format's check: it transforms the value
+		// (and the check then sees the decoded value), its
+		// *runtime.RecordError gives the reason and detail, and any other
+		// error fails the subtask.
+		{name: "decoder transforms", cfg: Config{Format: FormatString, Decoder: hexDecoder{}, Check: check}, value: []byte("7b2262616422..."),
+			wantValue: `{"ok":true}`},
+		{name: "decoder transforms, check sees the decoded value", cfg: Config{Decoder: hexDecoder{}, Check: check}, value: []byte("bad"),
+			wantReason: ReasonInvalid, wantDetail: `rule "R9": no second shape`},
+		{name: "decoder refuses", cfg: Config{Decoder: hexDecoder{}}, value: []byte("unknown"), wantReason: "schema_not_found", wantDetail: "schema id 42"},
+		{name: "decoder fails", cfg: Config{Name: "in", Decoder: hexDecoder{}}, value: []byte("down"),
+			wantErr: "source in: decode t/3@9: registry unreachable"},
+		{name: "decoder not asked for a null", cfg: Config{Decoder: hexDecoder{}}, value: nil, wantReason: ReasonEmptyValue, wantDetail: "the value is null"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &KafkaSource{cfg: tc.cfg}
-			reason, detail := s.decode(&runtime.Record{Value: tc.value})
-			if reason != tc.wantReason || detail != tc.wantDetail {
-				t.Fatalf("decode(%q) = %q, %q; want %q, %q", tc.value, reason, detail, tc.wantReason, tc.wantDetail)
+			rec := &runtime.Record{Value: tc.value, Origin: runtime.Origin{Topic: "t", Partition: 3, Offset: 9}}
+			reason, detail, err := s.decode(context.Background(), rec)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("decode(%q) error %v, want %q", tc.value, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || reason != tc.wantReason || detail != tc.wantDetail {
+				t.Fatalf("decode(%q) = %q, %q, %v; want %q, %q", tc.value, reason, detail, err, tc.wantReason, tc.wantDetail)
+			}
+			if tc.wantValue != "" && (string(rec.Value) != tc.wantValue || rec.Format != runtime.FormatJSON) {
+				t.Fatalf("decoded value %q (format %v), want %q as JSON", rec.Value, rec.Format, tc.wantValue)
 			}
 		})
 	}
+}
+
+// hexDecoder is a test Decoder: "bad" decodes to {"bad":true}, "unknown"
+// is a bad record with reason schema_not_found, "down" an error, and
+// anything else decodes to {"ok":true}.
+type hexDecoder struct{}
+
+func (hexDecoder) Decode(_ context.Context, rec *runtime.Record) error {
+	switch string(rec.Value) {
+	case "bad":
+		rec.Value = []byte(`{"bad":true}`)
+	case "unknown":
+		return &runtime.RecordError{Reason: "schema_not_found", Detail: "schema id 42"}
+	case "down":
+		return errors.New("registry unreachable")
+	default:
+		rec.Value = []byte(`{"ok":true}`)
+	}
+	rec.Format = runtime.FormatJSON
+	return nil
 }
 
 // TestCommitGroupHonoursCancellation: the monitoring group's offset commit

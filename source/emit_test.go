@@ -19,9 +19,25 @@ import (
 // value, and the *RecordError checked after Emit was allocated for every
 // record.
 func TestEmitDoesNotAllocate(t *testing.T) {
+	t.Run("format check", func(t *testing.T) { testEmitDoesNotAllocate(t, nil) })
+	// A Decoder (the source's connector.Format) sees the subtask's scratch
+	// record too.
+	t.Run("decoder", func(t *testing.T) { testEmitDoesNotAllocate(t, jsonMarker{}) })
+}
+
+// jsonMarker is a Decoder that only marks the value JSON, as the json
+// format does for a valid value.
+type jsonMarker struct{}
+
+func (jsonMarker) Decode(_ context.Context, rec *runtime.Record) error {
+	rec.Format = runtime.FormatJSON
+	return nil
+}
+
+func testEmitDoesNotAllocate(t *testing.T, dec Decoder) {
 	ch := runtime.NewChannel(1)
 	s := New(Config{
-		Name: "in", Topic: "t", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Name: "in", Topic: "t", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Decoder: dec,
 		Output:    runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{})),
 		Timestamp: func(rec *runtime.Record) (time.Time, error) { return time.UnixMilli(int64(1000 * len(rec.Value))), nil },
 	})

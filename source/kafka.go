@@ -148,8 +148,11 @@ type Config struct {
 	// Format is how values are checked: FormatJSON (default) refuses a
 	// value that is not valid JSON; FormatString and FormatBytes pass values
 	// through unchecked. Keys are never decoded: key_by runs on the edge to
-	// the keyed operator (runtime.KeySelector).
+	// the keyed operator (runtime.KeySelector). Ignored when Decoder is set.
 	Format Format
+	// Decoder, if not nil, decodes each record value instead of Format's
+	// check (the source's format, connector.Format): see Decoder.
+	Decoder Decoder
 	// Tombstones lets records with a null value through (they delete a rule
 	// on a broadcast rules topic); otherwise they are skipped as empty.
 	Tombstones bool
@@ -238,6 +241,15 @@ const (
 	// FormatBytes: values are passed through as opaque bytes, unchecked.
 	FormatBytes Format = "bytes"
 )
+
+// Decoder decodes a record's value into the record model operators see
+// (connector.Format.Decode): it may replace rec.Value and sets rec.Format.
+// A *runtime.RecordError makes the record a bad record with its reason and
+// detail (the on_error policy); any other error fails the subtask. Null,
+// empty and too large values never reach it.
+type Decoder interface {
+	Decode(ctx context.Context, rec *runtime.Record) error
+}
 
 // Split is a Kafka partition with the offset of the next record to read
 // (Flink's KafkaPartitionSplit); the unit of the source's operator state.
@@ -1048,7 +1060,7 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 	}
 	origin := runtime.Origin{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	rec := runtime.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Origin: origin}
-	if s.cfg.Format != FormatJSON {
+	if s.cfg.Format != FormatJSON && s.cfg.Decoder == nil {
 		rec.Format = runtime.FormatText
 	}
 	if len(r.Headers) > 0 {
@@ -1057,7 +1069,9 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 			rec.Headers[i] = runtime.Header{Key: h.Key, Value: h.Value}
 		}
 	}
-	if reason, detail := s.decode(&rec); reason != "" {
+	if reason, detail, err := s.decode(ctx, &rec); err != nil {
+		return err
+	} else if reason != "" {
 		return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: reason, Detail: detail})
 	}
 	what := "the Kafka timestamp"
@@ -1187,35 +1201,51 @@ func (s *KafkaSource) emitElement(ctx context.Context, el runtime.Element) error
 // 900 ns), agrees with json.Valid on every input FuzzValidJSON tried.
 func validJSON(b []byte) bool { return gjson.ValidBytes(b) }
 
-// decode checks rec's value; it returns the bad-record reason (and a
-// detail), or "" if the record is good.
-func (s *KafkaSource) decode(rec *runtime.Record) (reason, detail string) {
+// decode checks rec's value and decodes it with the Decoder; it returns
+// the bad-record reason (and a detail), or "" if the record is good, or
+// the error of a Decoder that fails the subtask.
+func (s *KafkaSource) decode(ctx context.Context, rec *runtime.Record) (reason, detail string, err error) {
 	if rec.Value == nil && s.cfg.Tombstones {
 		if s.cfg.Check != nil {
 			if err := s.cfg.Check(rec.Key, rec.Value); err != nil {
-				return ReasonInvalid, err.Error()
+				return ReasonInvalid, err.Error(), nil
 			}
 		}
-		return "", ""
+		return "", "", nil
 	}
 	if rec.Value == nil {
-		return ReasonEmptyValue, "the value is null"
+		return ReasonEmptyValue, "the value is null", nil
 	}
 	if len(rec.Value) == 0 {
-		return ReasonEmptyValue, "the value is 0 bytes"
+		return ReasonEmptyValue, "the value is 0 bytes", nil
 	}
 	if s.cfg.MaxRecordBytes > 0 && len(rec.Value) > s.cfg.MaxRecordBytes {
-		return ReasonTooLarge, fmt.Sprintf("%d bytes, limit %d", len(rec.Value), s.cfg.MaxRecordBytes)
+		return ReasonTooLarge, fmt.Sprintf("%d bytes, limit %d", len(rec.Value), s.cfg.MaxRecordBytes), nil
 	}
-	if s.cfg.Format == FormatJSON && !validJSON(rec.Value) {
-		return ReasonMalformedJSON, runtime.JSONSyntaxDetail(rec.Value)
+	switch {
+	case s.cfg.Decoder != nil:
+		// Through the subtask's scratch record: rec itself handed to an
+		// interface method would escape to the heap, once per record.
+		s.scratch = *rec
+		err := s.cfg.Decoder.Decode(ctx, &s.scratch)
+		*rec = s.scratch
+		s.scratch = runtime.Record{}
+		if err != nil {
+			var re *runtime.RecordError
+			if errors.As(err, &re) {
+				return re.Reason, re.Detail, nil
+			}
+			return "", "", fmt.Errorf("source %s: decode %s/%d@%d: %w", s.cfg.Name, rec.Origin.Topic, rec.Origin.Partition, rec.Origin.Offset, err)
+		}
+	case s.cfg.Format == FormatJSON && !validJSON(rec.Value):
+		return ReasonMalformedJSON, runtime.JSONSyntaxDetail(rec.Value), nil
 	}
 	if s.cfg.Check != nil {
 		if err := s.cfg.Check(rec.Key, rec.Value); err != nil {
-			return ReasonInvalid, err.Error()
+			return ReasonInvalid, err.Error(), nil
 		}
 	}
-	return "", ""
+	return "", "", nil
 }
 
 // owns reports whether partition p of the topic is this subtask's: in

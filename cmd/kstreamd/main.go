@@ -9,14 +9,13 @@ import (
 	"io"
 	"os"
 
-	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/sdk"
 )
 
-func main() { os.Exit(sdk.Main(operators.NewBuiltinRegistry())) }
+func main() { os.Exit(sdk.Main(sdk.NewRegistry())) }
 
 // run is main without the process, for the tests: it returns the exit
 // status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return sdk.Run(ctx, args, stdout, stderr, operators.NewBuiltinRegistry())
+	return sdk.Run(ctx, args, stdout, stderr, sdk.NewRegistry())
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/pipeline"
 )
@@ -85,6 +86,9 @@ type Config struct {
 	Dir string
 	// Registry holds the operator types. Default the built-in ones.
 	Registry *operators.Registry
+	// Connectors holds the source, sink and format types. Default the
+	// built-in ones.
+	Connectors *connector.Registry
 	// Logger receives the jobs' logs. Default discard.
 	Logger *slog.Logger
 	// Progress, if not nil, gets one line per run as it finishes.
@@ -584,7 +588,7 @@ func (rd *reader) latencies() []time.Duration {
 // buildJob builds scenario s as a job, the way `kstreamd run` does.
 func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string) (target, error) {
 	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String())
-	cfg, err := pipeline.Parse(name+".yaml", []byte(y), r.cfg.Registry)
+	cfg, err := pipeline.ParseWith(name+".yaml", []byte(y), pipeline.Registries{Operators: r.cfg.Registry, Connectors: r.cfg.Connectors})
 	if err != nil {
 		return nil, fmt.Errorf("bench: scenario %s: %w\n%s", s.Name, err, y)
 	}
