@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/srformat"
 )
 
@@ -112,6 +111,11 @@ func (c *Config) UsesSchemaRegistry() bool {
 			return true
 		}
 	}
+	for i := range c.Sinks {
+		if registryFormat(string(c.Sinks[i].Format)) {
+			return true
+		}
+	}
 	return false
 }
 
@@ -154,11 +158,17 @@ func (c *Config) validateSchemaRegistry(v *validator) {
 	s := &c.SchemaRegistry
 	const p = "schema_registry"
 	if c.UsesSchemaRegistry() && len(s.URLs) == 0 && !s.Embedded.Enabled {
-		for i := range c.Sources {
-			// a format the sources do not accept yet is reported once, as unknown
-			if f := string(c.Sources[i].Format); registryFormat(f) && graph.Format(f).Valid() {
-				v.errorf(fmt.Sprintf("sources[%d].format", i), "%s needs a schema registry: set schema_registry.urls (or schema_registry.embedded.enabled)", f)
+		need := func(path, f string) {
+			// a format the program did not register is reported once, as unknown
+			if _, ok := c.connectors().Format(f); ok && registryFormat(f) {
+				v.errorf(path, "%s needs a schema registry: set schema_registry.urls (or schema_registry.embedded.enabled)", f)
 			}
+		}
+		for i := range c.Sources {
+			need(fmt.Sprintf("sources[%d].format", i), string(c.Sources[i].Format))
+		}
+		for i := range c.Sinks {
+			need(fmt.Sprintf("sinks[%d].format", i), string(c.Sinks[i].Format))
 		}
 	}
 	if s.Embedded.Enabled {

@@ -114,3 +114,51 @@ func TestSchemaRegistryRegistryConfig(t *testing.T) {
 		t.Fatalf("embedded data dir %s", d)
 	}
 }
+
+// TestRegistryFormatNeedsRegistry: a source or sink format of a Schema
+// Registry without schema_registry.urls (or the embedded registry) is
+// refused at the format, and format_params are decoded strictly.
+func TestRegistryFormatNeedsRegistry(t *testing.T) {
+	const y = `job:
+  name: sr
+kafka:
+  brokers: [127.0.0.1:9092]
+sources:
+  - name: in
+    topic: in
+    format: avro
+sinks:
+  - name: out
+    input: in
+    topic: out
+    format: protobuf
+    format_params:
+      subjct: x
+`
+	_, err := Parse("sr.yaml", []byte(y), nil)
+	for _, w := range []string{
+		"sr.yaml:8:5: sources[0].format: avro needs a schema registry: set schema_registry.urls (or schema_registry.embedded.enabled)",
+		"sr.yaml:13:5: sinks[0].format: protobuf needs a schema registry",
+		`sr.yaml:15:7: sinks[0].format_params.subjct: unknown field (did you mean "subject"?)`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("error\n%v\nlacks %q", err, w)
+		}
+	}
+	ok := strings.Replace(y, "      subjct: x\n", "      subject: x\n", 1) + "schema_registry:\n  urls: [http://127.0.0.1:8081]\n"
+	cfg, err := Parse("sr.yaml", []byte(ok), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, isRC := g.Sections[srformat.SectionName].(srformat.RegistryConfig)
+	if !isRC || len(rc.URLs) != 1 || rc.URLs[0] != "http://127.0.0.1:8081" {
+		t.Fatalf("sections %+v", g.Sections)
+	}
+	if p, _ := g.Sinks[0].FormatParams.(*srformat.Params); p == nil || p.Subject != "x" {
+		t.Fatalf("sink format params %+v", g.Sinks[0].FormatParams)
+	}
+}

@@ -268,7 +268,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		cfg := pipeline.Default()
 		if *path != "" {
 			var err error
-			if cfg, err = pipeline.Load(*path, reg); err != nil {
+			if cfg, err = pipeline.LoadWith(*path, reg.pipelineRegistries()); err != nil {
 				fmt.Fprintln(stderr, err)
 				return 2
 			}

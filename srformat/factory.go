@@ -61,16 +61,37 @@ func (p *Params) CheckParams(report func(field, msg string)) {
 	}
 }
 
-// registryKey is the connector.Resources key of a job's Registry.
-type registryKey struct{}
+// registryKey and metricsKey are the connector.Resources keys of a job's
+// Registry and of the Metrics it reports to.
+type (
+	registryKey struct{}
+	metricsKey  struct{}
+)
+
+// SetMetrics makes m the metrics of the Registry SharedRegistry makes from
+// res (the job registers them once per process; a schema_registry
+// section's own RegistryConfig.Metrics wins).
+func SetMetrics(res *connector.Resources, m *Metrics) {
+	if m != nil {
+		res.Set(metricsKey{}, m)
+	}
+}
 
 // SharedRegistry returns the job's Registry from res, made on first use
 // from the schema_registry section in sections.
 func SharedRegistry(res *connector.Resources, sections map[string]any) (*Registry, error) {
+	// looked up first: Resources.Get holds its lock while open runs
+	var m *Metrics
+	if v, err := res.Get(metricsKey{}, func() (any, error) { return nil, errors.New("none set") }); err == nil {
+		m = v.(*Metrics)
+	}
 	v, err := res.Get(registryKey{}, func() (any, error) {
 		cfg, ok := sections[SectionName].(RegistryConfig)
 		if !ok {
 			return nil, errors.New("the schema_registry section is not set")
+		}
+		if cfg.Metrics == nil {
+			cfg.Metrics = m
 		}
 		return NewRegistry(cfg)
 	})

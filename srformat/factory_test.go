@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/kstreamd/kstreamd/connector"
@@ -108,5 +109,25 @@ func TestFactoriesThroughTheSeam(t *testing.T) {
 	}
 	if _, err := pf.New(connector.FormatContext{Vertex: "p", Role: connector.RoleSource, Sections: nil, Resources: connector.NewResources()}); err == nil || !strings.Contains(err.Error(), "schema_registry section is not set") {
 		t.Fatalf("no section: %v", err)
+	}
+}
+
+// TestSharedRegistryMetrics: the metrics SetMetrics put in the resources
+// reach the shared Registry (no deadlock on the resources' lock).
+func TestSharedRegistryMetrics(t *testing.T) {
+	fake, _ := newTestRegistry(t)
+	id := register(t, fake, "orders-value", sr.TypeAvro, orderV1)
+	res := connector.NewResources()
+	m := NewMetrics(nil)
+	SetMetrics(res, m)
+	reg, err := SharedRegistry(res, map[string]any{SectionName: RegistryConfig{URLs: []string{fake.URL()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.SchemaByID(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.Lookups); got != 1 {
+		t.Fatalf("lookups %v, want 1", got)
 	}
 }
