@@ -81,7 +81,8 @@ type SinkContext struct {
 	Subtask, Parallelism int
 	// Format encodes each record before it is written (sinks[].format);
 	// nil when the sink names none (values are written as they are) or
-	// the type takes no format.
+	// the type takes no format. The type applies it (a
+	// TwoPhaseCommitSink: WithFormat).
 	Format Format
 	// Restored is this subtask's share of the sink's operator list states
 	// in the restored checkpoint (redistributed), other than its

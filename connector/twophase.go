@@ -54,6 +54,8 @@ type TwoPhaseCommitSink struct {
 	logger    *slog.Logger
 	pending   []pendingCommit // ascending checkpoint id
 	finalWait bool
+	format    Format // nil: records are written as they are
+	topic     string
 }
 
 type pendingCommit struct {
@@ -68,6 +70,14 @@ func NewTwoPhaseCommitSink(typ, name string, subtask int, committer Committer, l
 		logger: logger.With("sink", name, "subtask", subtask)}
 }
 
+// WithFormat makes the sink encode every record with f (the sink's format,
+// SinkContext.Format; nil: none) for topic before the committer writes it,
+// and returns the sink.
+func (s *TwoPhaseCommitSink) WithFormat(f Format, topic string) *TwoPhaseCommitSink {
+	s.format, s.topic = f, topic
+	return s
+}
+
 // Open implements runtime.Operator: it opens the first transaction.
 func (s *TwoPhaseCommitSink) Open(ctx context.Context) error {
 	return s.committer.BeginTransaction(ctx)
@@ -75,6 +85,11 @@ func (s *TwoPhaseCommitSink) Open(ctx context.Context) error {
 
 // ProcessRecord implements runtime.Operator.
 func (s *TwoPhaseCommitSink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record) error {
+	if s.format != nil {
+		if err := s.format.Encode(ctx, s.topic, &rec); err != nil {
+			return fmt.Errorf("sink %s[%d]: encode: %w", s.name, s.subtask, err)
+		}
+	}
 	return s.committer.Write(ctx, rec)
 }
 

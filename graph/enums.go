@@ -1,9 +1,10 @@
 package graph
 
-// Format is how a source decodes its record values (the config's
-// sources[].format). Its values are the config's spellings; the pipeline
-// decodes them from YAML and validates them against Formats, so the
-// packages below see only typed values.
+// Format is how a source decodes its record values and a sink encodes
+// them (the config's sources[].format and sinks[].format): the name of a
+// registered format (connector.Registry), of which Formats are the
+// built-in ones. The pipeline decodes it from YAML and validates it
+// against the registry, so the packages below see only registered names.
 type Format string
 
 // Formats of a source.

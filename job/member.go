@@ -115,10 +115,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	// units to the other members.
 	ctx, failMember := context.WithCancelCause(ctx)
 	defer failMember(nil)
-	restartCfg := set.Restart
-	if restartCfg == (RestartConfig{}) {
-		restartCfg = DefaultRestartConfig()
-	}
+	restartCfg := set.restart()
 	if _, err := NewRestartStrategy(restartCfg, nil); err != nil {
 		return err
 	}
@@ -143,47 +140,41 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		go func() {
 			defer close(r.done)
 			strategy, _ := NewRestartStrategy(restartCfg, nil) // validated above
-			restarts := 0
-			for uctx.Err() == nil {
-				j, err := Build(uctx, st.Stages[stage].Graph, s, deps)
-				if err == nil {
-					r.mu.Lock()
-					r.job = j
-					r.mu.Unlock()
+			l := &restartLoop{strategy: strategy, metrics: deps.Metrics, logger: ulog, unit: fmt.Sprintf("unit %d/%d", stage, index),
+				restartMsg: "unit failed; rebuilding", restartLevel: slog.LevelError,
+				build: func(ctx context.Context) (*Job, error) { return Build(ctx, st.Stages[stage].Graph, s, deps) }}
+			setJob := func(j *Job) {
+				r.mu.Lock()
+				r.job = j
+				r.mu.Unlock()
+			}
+			l.state = func(j *Job, _ string) {
+				setJob(j)
+				if j != nil {
 					ulog.Info("unit running", "restored_from", j.RestoredFrom())
-					err = j.Run(uctx)
-					r.mu.Lock()
-					r.job = nil
-					r.mu.Unlock()
 				}
-				if uctx.Err() != nil || r.stopping.Load() {
-					return
+			}
+			l.ran = func(*Job) { setJob(nil) }
+			l.final = func(err error) bool {
+				if r.stopping.Load() {
+					return true
 				}
 				if errors.Is(err, checkpoint.ErrHeadExists) {
 					ulog.Error("unit taken over by another owner: stopped", "err", err)
-					return
+					return true
 				}
-				if suppressesRestarts(err) {
-					ulog.Error("unit failed; not restarted (a restart cannot cure this failure)", "err", err)
-					failMember(fmt.Errorf("job: unit %d/%d not restarted (a restart cannot cure this failure): %w", stage, index, err))
-					return
-				}
-				backoff, ok := strategy.NotifyFailure(time.Now())
-				if !ok {
-					ulog.Error("unit failed; the restart strategy gives up", "restarts", restarts, "strategy", strategy.String(), "err", err)
-					failMember(fmt.Errorf("job: unit %d/%d: %w after %d restarts (%s); last failure: %w", stage, index, ErrRestartsExhausted, restarts, strategy, err))
-					return
-				}
-				restarts++
-				deps.Metrics.restarts.Inc()
-				ulog.Error("unit failed; rebuilding", "attempt", restarts, "backoff", backoff, "strategy", strategy.String(), "err", err)
-				t := time.NewTimer(backoff)
-				select {
-				case <-uctx.Done():
-					t.Stop()
-				case <-t.C:
-				}
+				return false
 			}
+			err := l.run(uctx, nil)
+			if err == nil || uctx.Err() != nil || r.stopping.Load() {
+				return
+			}
+			if errors.Is(err, ErrRestartsExhausted) {
+				ulog.Error("unit failed; the restart strategy gives up", "restarts", l.restarts, "strategy", strategy.String(), "err", err)
+			} else {
+				ulog.Error("unit failed; not restarted (a restart cannot cure this failure)", "err", err)
+			}
+			failMember(err)
 		}()
 	}
 	stop := func(p int32, bound time.Duration) {

@@ -3,10 +3,8 @@ package job
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/graph"
@@ -80,6 +78,16 @@ type Runner struct {
 	restarts int
 }
 
+// restart returns the restart strategy s configures: s.Restart, or
+// DefaultRestartConfig for the zero value (the one place that default is
+// applied, for Runner and the units of a member alike).
+func (s Settings) restart() RestartConfig {
+	if s.Restart == (RestartConfig{}) {
+		return DefaultRestartConfig()
+	}
+	return s.Restart
+}
+
 // RunnerOption configures a Runner.
 type RunnerOption func(*Runner)
 
@@ -92,9 +100,7 @@ func WithAttemptHook(fn func(*Job)) RunnerOption { return func(r *Runner) { r.no
 // ones registered with deps.Registerer; every attempt shares them. It fails
 // when set.Restart is invalid or the metrics cannot be registered.
 func NewRunner(g *graph.Graph, set Settings, deps Deps, opts ...RunnerOption) (*Runner, error) {
-	if set.Restart == (RestartConfig{}) {
-		set.Restart = DefaultRestartConfig()
-	}
+	set.Restart = set.restart()
 	strategy, err := NewRestartStrategy(set.Restart, nil)
 	if err != nil {
 		return nil, err
@@ -133,74 +139,33 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	deps := r.deps
-	for {
-		r.setCurrent(j, StateRunning)
-		r.notify(j)
-		err := j.Run(ctx)
+	l := &restartLoop{strategy: r.strategy, metrics: r.metrics, logger: r.logger,
+		restartMsg: "job failed; restarting from the latest completed checkpoint", restartLevel: slog.LevelWarn}
+	l.build = func(ctx context.Context) (*Job, error) {
+		j, err := Build(ctx, r.g, r.set, deps)
+		if err == nil {
+			r.logger.Info("job restarted", "attempt", l.restarts, "restored_from", j.RestoredFrom())
+		}
+		return j, err
+	}
+	l.state = func(j *Job, state string) {
+		r.mu.Lock()
+		r.restarts = l.restarts
+		r.mu.Unlock()
+		r.setCurrent(j, state)
+		if j != nil {
+			r.notify(j)
+		}
+	}
+	l.ran = func(j *Job) {
 		r.notify(nil)
 		if id, _ := j.Coordinator().LastCompleted(); id > 0 {
 			// A newer checkpoint or savepoint than the one asked for:
 			// restarts restore the latest (Storage.Latest sees both).
 			deps.FromSavepoint = ""
 		}
-		if err == nil {
-			r.setCurrent(nil, "")
-			return nil
-		}
-		if ctx.Err() != nil {
-			r.setCurrent(nil, "")
-			return err // failed while stopping: no restart
-		}
-		if j, err = r.restart(ctx, deps, err); err != nil || j == nil {
-			return err
-		}
 	}
-}
-
-// restart asks the strategy, waits for its back-off and rebuilds the job,
-// until a rebuild succeeds (the new attempt), ctx ends (nil, nil) or the
-// strategy gives up (its error).
-func (r *Runner) restart(ctx context.Context, deps Deps, cause error) (*Job, error) {
-	for {
-		if suppressesRestarts(cause) {
-			r.setCurrent(nil, StateFailed)
-			return nil, fmt.Errorf("job: not restarted (a restart cannot cure this failure): %w", cause)
-		}
-		backoff, ok := r.strategy.NotifyFailure(time.Now())
-		if !ok {
-			r.setCurrent(nil, StateFailed)
-			r.mu.Lock()
-			n := r.restarts
-			r.mu.Unlock()
-			return nil, fmt.Errorf("%w after %d restarts (%s); last failure: %w", ErrRestartsExhausted, n, r.strategy, cause)
-		}
-		r.mu.Lock()
-		r.restarts++
-		attempt := r.restarts
-		r.mu.Unlock()
-		r.setCurrent(nil, StateRestarting)
-		r.metrics.restarts.Inc()
-		r.logger.Warn("job failed; restarting from the latest completed checkpoint",
-			"attempt", attempt, "backoff", backoff, "strategy", r.strategy.String(), "err", cause)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			r.setCurrent(nil, "")
-			return nil, nil
-		case <-t.C:
-		}
-		j, err := Build(ctx, r.g, r.set, deps)
-		if err == nil {
-			r.logger.Info("job restarted", "attempt", attempt, "restored_from", j.RestoredFrom())
-			return j, nil
-		}
-		if ctx.Err() != nil {
-			r.setCurrent(nil, "")
-			return nil, nil
-		}
-		cause = fmt.Errorf("job: restart %d: %w", attempt, err)
-	}
+	return l.run(ctx, j)
 }
 
 func (r *Runner) setCurrent(j *Job, state string) {

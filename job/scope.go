@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/runtime"
@@ -157,4 +159,42 @@ func (sc scope) markers(sk *graph.Sink, interval time.Duration) *sink.MarkerConf
 		return nil
 	}
 	return &sink.MarkerConfig{Unit: runtime.MarkerUnit(sc.unit.Stage, sc.unit.Index), Interval: cmp.Or(interval, sink.DefaultMarkerInterval)}
+}
+
+// countTakeover counts a unit's build in its cluster metrics: a takeover,
+// a restore when it restores, and its HEAD; nothing for a whole job.
+func (sc scope) countTakeover(m *Metrics, rp restorePlan) {
+	if sc.unit == nil {
+		return
+	}
+	l := unitLabels(sc.unit)
+	m.cluster.takeovers.WithLabelValues(l...).Inc()
+	restores := m.cluster.restores.WithLabelValues(l...) // 0 until a takeover restores
+	if rp.meta != nil {
+		restores.Inc()
+	}
+	m.cluster.head.WithLabelValues(l...).Set(float64(rp.owner.Seq()))
+}
+
+// coordinatorHooks returns, for a unit, the coordinator's Committed hook
+// (counting checkpoints and the HEAD) and its repartition purge (nil
+// unless it reads a repartition topic and set.PurgeRepartitions); nil and
+// nil for a whole job.
+func (sc scope) coordinatorHooks(g *graph.Graph, set Settings, deps Deps, m *Metrics, owner *checkpoint.Owner) (func(int64, *checkpoint.Metadata), *repartitionPurge) {
+	if sc.unit == nil {
+		return nil, nil
+	}
+	l := unitLabels(sc.unit)
+	checkpoints, head := m.cluster.checkpoints.WithLabelValues(l...), m.cluster.head.WithLabelValues(l...)
+	var purge *repartitionPurge
+	if targets := purgeTargets(g, sc.unit); len(targets) > 0 && set.PurgeRepartitions {
+		purged := m.cluster.purged.WithLabelValues(l...)
+		purge = &repartitionPurge{targets: targets, logger: sc.logger.With("component", "purge"), opts: deps.ClientOpts,
+			next: make(chan kadm.Offsets, 1), done: map[string]int64{},
+			purged: func(_ string, _ int32, offset int64) { purged.Set(float64(offset)) }}
+	}
+	return func(int64, *checkpoint.Metadata) {
+		checkpoints.Inc()
+		head.Set(float64(owner.Seq()))
+	}, purge
 }

@@ -37,29 +37,43 @@ func Reference(reg *Registry) string {
 	for _, typ := range reg.Types() {
 		f, _ := reg.Lookup(typ)
 		fmt.Fprintf(&b, "\n### `%s`\n\n%s\n\n", typ, refText(f.Doc))
-		if f.Params == nil {
-			b.WriteString("Takes no params: a `params:` mapping is refused.\n")
-			continue
-		}
-		t := reflect.TypeOf(f.Params())
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		var rows []refParamRow
-		if t.Kind() == reflect.Struct {
-			rows = refParamRows(t, "", t.PkgPath(), map[reflect.Type]bool{})
-		}
-		if len(rows) == 0 {
-			b.WriteString("Takes an empty `params:` mapping.\n")
-			continue
-		}
-		b.WriteString("| param | type | meaning |\n| --- | --- | --- |\n")
-		for _, r := range rows {
-			fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", r.name, r.goType, refCell(r.doc))
-		}
+		b.WriteString(ParamsReference(f.Params, "params"))
 	}
 	return b.String()
 }
+
+// ParamsReference renders the params of a type whose params struct
+// newParams makes (an operator's, a source's, a sink's or a format's) as
+// Markdown, as Reference does for an operator: a table of every yaml
+// field (nested ones as "outer.inner") with its Go type and `doc:"..."`
+// tag, or a sentence saying the type takes none. key is the config key
+// the params are under ("params", "format_params").
+func ParamsReference(newParams func() any, key string) string {
+	if newParams == nil {
+		return "Takes no params: a `" + key + ":` mapping is refused.\n"
+	}
+	t := reflect.TypeOf(newParams())
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var rows []refParamRow
+	if t.Kind() == reflect.Struct {
+		rows = refParamRows(t, "", t.PkgPath(), map[reflect.Type]bool{})
+	}
+	if len(rows) == 0 {
+		return "Takes an empty `" + key + ":` mapping.\n"
+	}
+	var b strings.Builder
+	b.WriteString("| param | type | meaning |\n| --- | --- | --- |\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", r.name, r.goType, refCell(r.doc))
+	}
+	return b.String()
+}
+
+// RefCell makes s fit one Markdown table cell of a generated reference:
+// one line, "<" and "|" escaped.
+func RefCell(s string) string { return refCell(s) }
 
 // refParamRow is one row of a params table.
 type refParamRow struct{ name, goType, doc string }

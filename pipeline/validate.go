@@ -294,7 +294,7 @@ func (c *Config) validateSources(v *validator) {
 		s := &c.Sources[i]
 		p := fmt.Sprintf("sources[%d]", i)
 		f, known := conns.Source(s.Type)
-		if s.Type != "" && !known {
+		if !known { // "" too, when the registry has no kafka type
 			v.oneOf(p+".type", s.Type, conns.SourceTypes()...)
 		}
 		if known {
@@ -558,7 +558,7 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 			c.checkSideOutput(v, p+".input", vin, side)
 		}
 		f, known := conns.Sink(s.Type)
-		if s.Type != "" && !known {
+		if !known { // "" too, when the registry has no kafka type
 			v.oneOf(p+".type", s.Type, conns.SinkTypes()...)
 		}
 		if known {

@@ -1,6 +1,8 @@
 // Package sdk is what a Go user imports to run kstreamd jobs with operator
-// types of their own: the kstreamd command line (Main, Run) over an
-// operator registry (NewRegistry holds the built-ins; Register adds more),
+// types of their own: the kstreamd command line (Main, Run) over a
+// registry of operator, source, sink and format types (NewRegistry holds
+// the built-ins; Register, RegisterSource, RegisterSink and RegisterFormat
+// add more),
 // and the function interfaces and helpers a custom operator implements. A
 // binary built with it has the commands, flags, HTTP API and metrics of
 // kstreamd itself; its pipelines name the registered types in YAML.

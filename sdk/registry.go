@@ -1,6 +1,8 @@
 package sdk
 
 import (
+	"log/slog"
+
 	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/operators"
@@ -46,4 +48,28 @@ func (r *Registry) pipelineRegistries() pipeline.Registries {
 		return pipeline.Registries{}
 	}
 	return pipeline.Registries{Operators: r.Registry, Connectors: r.Connectors}
+}
+
+// The connector types a program registers its own sources, sinks and
+// formats with (package connector).
+type (
+	// SourceFactory declares a source type (connector.SourceFactory).
+	SourceFactory = connector.SourceFactory
+	// SinkFactory declares a sink type (connector.SinkFactory).
+	SinkFactory = connector.SinkFactory
+	// FormatFactory declares a format (connector.FormatFactory).
+	FormatFactory = connector.FormatFactory
+	// Format decodes values at a source and encodes them at a sink
+	// (connector.Format).
+	Format = connector.Format
+	// Committer is the transactional system of an exactly-once sink type
+	// (connector.Committer); NewTwoPhaseCommitSink drives it.
+	Committer = connector.Committer
+)
+
+// NewTwoPhaseCommitSink returns subtask subtask of the exactly-once sink
+// called name, of sink type typ, over committer
+// (connector.NewTwoPhaseCommitSink).
+func NewTwoPhaseCommitSink(typ, name string, subtask int, committer Committer, logger *slog.Logger) *connector.TwoPhaseCommitSink {
+	return connector.NewTwoPhaseCommitSink(typ, name, subtask, committer, logger)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/runtime"
 )
 
@@ -64,5 +65,33 @@ func testEmitDoesNotAllocate(t *testing.T, dec Decoder) {
 	}
 	if s.wms.maxTs[1] != 7000 || len(s.wms.seen) != 1 || s.wms.seen[0] != 1 {
 		t.Fatalf("watermarks: maxTs %v seen %v; want partition 1 at 7000, seen once", s.wms.maxTs, s.wms.seen)
+	}
+}
+
+// BenchmarkEmitJSON measures one record through emit with the json check:
+// the source's own (Config.Format) and the json format behind the
+// connector seam (Config.Decoder = connector.JSONFormat), which a job
+// builds for every kafka source now.
+func BenchmarkEmitJSON(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		dec  Decoder
+	}{{"format-check", nil}, {"json-format-decoder", connector.JSONFormat{}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ch := runtime.NewChannel(1)
+			s := New(Config{Name: "in", Topic: "t", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Decoder: bc.dec,
+				Output: runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))})
+			s.wms = newWatermarks(WatermarkConfig{})
+			r := &kgo.Record{Topic: "t", Partition: 1, Offset: 7, Key: []byte("k"),
+				Value: []byte(`{"id":12345,"user":"u-1234","amount":17.5,"currency":"EUR","ts":1700000000000,"tags":["a","b"]}`), Timestamp: time.UnixMilli(1)}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.emit(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+				<-ch
+			}
+		})
 	}
 }
