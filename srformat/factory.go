@@ -21,23 +21,23 @@ type Params struct {
 	// Subject is the subject a sink's schema is registered under. Default:
 	// "<topic>-value" (Confluent's TopicNameStrategy). Sources take none:
 	// each value names its schema by id.
-	Subject string `yaml:"subject"`
+	Subject string `yaml:"subject" doc:"Sinks: the subject the schema is registered under; default <topic>-value (the topic-name strategy). Sources take none: each value names its schema id."`
 	// Schema is schema text. At a sink: the schema values are encoded with
 	// (default: the subject's latest version). At an Avro source: the
 	// reader schema every writer schema is resolved to (default: none,
 	// each record has its writer schema's shape). Exclusive with
 	// SchemaFile.
-	Schema string `yaml:"schema"`
+	Schema string `yaml:"schema" doc:"Sinks: the schema text values are encoded with; default the subject's latest version. Avro sources: the reader schema every writer schema is resolved to; default none (each record in its writer's shape)."`
 	// SchemaFile is a file holding Schema, read at validation.
-	SchemaFile string `yaml:"schema_file"`
+	SchemaFile string `yaml:"schema_file" doc:"A file holding schema, read at validation; exclusive with schema."`
 	// AutoRegister registers a sink's Schema under Subject when it is not
 	// there yet (Confluent's auto.register.schemas). Default false: the
 	// schema must be registered already, and a sink whose schema is not
 	// fails at start.
-	AutoRegister bool `yaml:"auto_register"`
+	AutoRegister bool `yaml:"auto_register" doc:"Sinks: register the schema under the subject at start if it is not there; default false (it must be registered)."`
 	// Message is the full name of the Protobuf message a sink writes
 	// (e.g. shop.Order); default: the schema's first message.
-	Message string `yaml:"message"`
+	Message string `yaml:"message" doc:"Protobuf sinks: the full name of the message written, e.g. shop.Order; default the schema's first message."`
 }
 
 // CheckParams implements operators.ParamsChecker: it reads SchemaFile into
