@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -289,7 +292,10 @@ func TestRegistryDownIsRetried(t *testing.T) {
 		return false
 	})
 	m := NewMetrics(nil)
-	reg, err := NewRegistry(RegistryConfig{URLs: []string{fake.URL()}, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, Metrics: m})
+	var logs strings.Builder
+	var logMu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil))
+	reg, err := NewRegistry(RegistryConfig{URLs: []string{fake.URL()}, MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond, Metrics: m, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,6 +309,12 @@ func TestRegistryDownIsRetried(t *testing.T) {
 	}
 	if up := testutil.ToFloat64(m.Up); up != 1 {
 		t.Errorf("up %v after recovery", up)
+	}
+	logMu.Lock()
+	logged := logs.String()
+	logMu.Unlock()
+	if n := strings.Count(logged, `msg="schema registry request failed; retrying" request="get schema id 1"`); n != 3 || !strings.Contains(logged, "store down") {
+		t.Errorf("%d retry warnings, want 3 naming the request and the error:\n%s", n, logged)
 	}
 	// a registry that never answers: the decode waits until ctx ends and
 	// returns ctx's error, not a DecodeError
@@ -359,6 +371,17 @@ func TestRegistryAuth(t *testing.T) {
 			t.Errorf("authorization %q, want %q", got, want)
 		}
 	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
 // TestMetricsReregistered: a job built again registers the same metrics
