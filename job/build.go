@@ -17,6 +17,7 @@ import (
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/source"
+	"github.com/kstreamd/kstreamd/srformat"
 	"github.com/kstreamd/kstreamd/state"
 )
 
@@ -128,6 +129,7 @@ func newBuild(ctx context.Context, g *graph.Graph, set Settings, deps Deps, sc s
 		resp: &responder{}, res: connector.NewResources(), srcByName: map[string]*graph.Source{}, readers: map[string]map[int32]int{},
 		wires: &builder{g: g, maxP: rp.maxP, outputs: map[string][]*runtime.Output{}, gates: map[string][][]runtime.InputChannel{}, exchange: InProcessExchange{}}}
 	b.res.Set(buildKey{}, b)
+	srformat.SetMetrics(b.res, m.registry)
 	b.j = &Job{g: g, settings: set, storage: storage, logger: sc.logger, metrics: m, maxP: rp.maxP,
 		cache: state.NewBlockCache(set.BlockCacheBytes), restoredDir: rp.dir, resources: b.res}
 	for _, s := range g.Sources {

@@ -17,13 +17,15 @@ import (
 	"github.com/kstreamd/kstreamd/sink"
 	"github.com/kstreamd/kstreamd/sink/filesink"
 	"github.com/kstreamd/kstreamd/source"
+	"github.com/kstreamd/kstreamd/srformat"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
 // NewBuiltinConnectors returns a connector registry holding the built-in
 // types: the kafka source and sink (KafkaSourceFactory,
-// KafkaSinkFactory), the file sink (filesink.Factory) and the formats
-// json, string and bytes (connector.BuiltinFormats).
+// KafkaSinkFactory), the file sink (filesink.Factory), the formats json,
+// string and bytes (connector.BuiltinFormats) and the Schema Registry
+// formats avro, protobuf and json_schema (srformat.Factories).
 func NewBuiltinConnectors() *connector.Registry {
 	r := connector.NewRegistry()
 	err := r.RegisterSource(KafkaSourceFactory())
@@ -33,7 +35,7 @@ func NewBuiltinConnectors() *connector.Registry {
 	if err == nil {
 		err = r.RegisterSink(filesink.Factory())
 	}
-	for _, f := range connector.BuiltinFormats() {
+	for _, f := range append(connector.BuiltinFormats(), srformat.Factories()...) {
 		if err == nil {
 			err = r.RegisterFormat(f)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/sink"
 	"github.com/kstreamd/kstreamd/source"
+	"github.com/kstreamd/kstreamd/srformat"
 	"github.com/kstreamd/kstreamd/state"
 )
 
@@ -36,6 +37,7 @@ type Metrics struct {
 	kafka      *kafkaretry.Metrics
 	watermark  *runtime.WatermarkMetrics
 	cluster    *clusterMetrics
+	registry   *srformat.Metrics
 
 	restarts  prometheus.Counter
 	state     *prometheus.GaugeVec
@@ -49,6 +51,7 @@ type Metrics struct {
 //	kstreamd_job_state{state}         1 for the current state (running, restarting, failed), 0 for the others; all 0 before the first attempt runs
 //	kstreamd_state_size_bytes{operator,subtask}  disk space of a keyed subtask's Pebble state
 //	kstreamd_cluster_*                           cluster mode, per unit (see clusterMetrics)
+//	kstreamd_schema_registry_*                   the Schema Registry client of the formats (srformat.Metrics)
 //
 // It fails when any is registered already (one Metrics per registry).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -78,6 +81,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if m.cluster, err = newClusterMetrics(reg); err != nil {
 		return nil, err
 	}
+	m.registry = srformat.NewMetrics(reg)
 	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kstreamd_job_restarts_total", Help: "Restarts of the job inside the process after a task failure (restart strategy).",
 	})

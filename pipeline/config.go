@@ -165,6 +165,9 @@ type Config struct {
 	// Cluster runs the job on several daemons (docs/scale-out.md). Default
 	// off.
 	Cluster ClusterConfig `yaml:"cluster"`
+	// SchemaRegistry is the Schema Registry of the avro, protobuf and
+	// json_schema formats (schemaregistry.go).
+	SchemaRegistry SchemaRegistryConfig `yaml:"schema_registry"`
 
 	// src records where each field was written, so Validate can name
 	// file:line:col; nil for a Config built in code.
@@ -763,6 +766,8 @@ func Default() *Config {
 		Process: ProcessConfig{GCPercent: DefaultGCPercent},
 		Demo:    DemoConfig{ItemsPerSecond: 5},
 		Cluster: defaultCluster(),
+
+		SchemaRegistry: defaultSchemaRegistry(),
 	}
 }
 

@@ -158,6 +158,7 @@ func TestDefaultsApplied(t *testing.T) {
 		Cluster: ClusterConfig{Enabled: false, Store: ClusterStoreConfig{Kind: StoreFilesystem, S3: S3StoreConfig{Region: "us-east-1", TLS: true, PathStyle: true}},
 			SessionTimeout: 45 * time.Second, RebalanceTimeout: time.Minute, RevokeTimeout: 30 * time.Second, PurgeRepartitions: true, TakeoverTimeout: 30 * time.Second,
 			MarkerInterval: 200 * time.Millisecond},
+		SchemaRegistry: defaultSchemaRegistry(),
 	}
 	if got := withoutOrigin(cfg); !reflect.DeepEqual(got, want) {
 		t.Errorf("Load(minimal) =\n%+v\nwant\n%+v", got, want)
@@ -220,8 +221,9 @@ func TestFullConfig(t *testing.T) {
 			{Name: "counted", Input: "counts", Topic: "counts", Delivery: DeliveryAtLeastOnce, Parallelism: 7, TransactionTimeout: 15 * time.Minute, PoolSize: 5},
 			{Name: "raw", Input: "rules", Topic: "rules-copy", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 15 * time.Minute, PoolSize: 5},
 		},
-		Demo:    DemoConfig{Enabled: true, ItemsTopic: "items.v1", RulesTopic: "rules", ItemsPerSecond: 0.5},
-		Cluster: defaultCluster(),
+		Demo:           DemoConfig{Enabled: true, ItemsTopic: "items.v1", RulesTopic: "rules", ItemsPerSecond: 0.5},
+		Cluster:        defaultCluster(),
+		SchemaRegistry: defaultSchemaRegistry(),
 	}
 	if got := withoutOrigin(cfg); !reflect.DeepEqual(got, want) {
 		t.Errorf("Load(full) =\n%+v\nwant\n%+v", got, want)

@@ -144,7 +144,7 @@ func TestConnectorConfigErrors(t *testing.T) {
 		{"source-only format at a sink", "", "    topic: out\n    format: upper",
 			[]string{`c.yaml:15:5: sinks[0].format: format upper cannot be used by a sink`}},
 		{"unknown format", "    format: uper", "    topic: out",
-			[]string{`c.yaml:10:5: sources[0].format: unknown value "uper" (did you mean "upper"?); want one of json, string, bytes, upper`}},
+			[]string{`c.yaml:10:5: sources[0].format: unknown value "uper" (did you mean "upper"?); want one of json, string, bytes, avro, json_schema, protobuf, upper`}},
 		{"unknown format param", "    format: upper\n    format_params:\n      subjct: x", "    topic: out",
 			[]string{`c.yaml:12:7: sources[0].format_params.subjct: unknown field (did you mean "subject"?)`}},
 		{"format params without format", "", "    topic: out\n    format_params:\n      subject: x",

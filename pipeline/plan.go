@@ -12,6 +12,7 @@ import (
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/srformat"
 )
 
 // Plan turns the config into a job graph (graph.Graph): a pure function of
@@ -168,6 +169,9 @@ func (c *Config) lineageSource(name string) string {
 func (c *Config) buildGraph() *graph.Graph {
 	reg := c.registry()
 	g := &graph.Graph{Job: c.Job.Name, MaxParallelism: c.MaxParallelism(), MaxParallelismSet: c.Job.MaxParallelism != 0}
+	if c.UsesSchemaRegistry() {
+		g.Sections = map[string]any{srformat.SectionName: c.SchemaRegistry.RegistryConfig(c.SchemaRegistryURLs(), nil)}
+	}
 	srcs := map[string]*graph.Source{}
 	for i := range c.Sources {
 		s := &c.Sources[i]

@@ -249,47 +249,51 @@ func (c *Config) validateSecurity(v *validator) {
 	}
 }
 
-func (c *Config) validateTLS(v *validator) {
-	t := &c.Kafka.TLS
+func (c *Config) validateTLS(v *validator) { v.tls("kafka.tls", &c.Kafka.TLS) }
+
+// tls validates t, the TLS section at path (kafka.tls,
+// schema_registry.tls), and loads its files.
+func (v *validator) tls(path string, t *TLSConfig) {
+	t.loaded = nil
 	if !t.Enabled {
 		for _, f := range []struct{ path, val string }{
-			{"kafka.tls.ca_file", t.CAFile},
-			{"kafka.tls.cert_file", t.CertFile},
-			{"kafka.tls.key_file", t.KeyFile},
-			{"kafka.tls.server_name", t.ServerName},
+			{path + ".ca_file", t.CAFile},
+			{path + ".cert_file", t.CertFile},
+			{path + ".key_file", t.KeyFile},
+			{path + ".server_name", t.ServerName},
 		} {
 			if f.val != "" {
-				v.errorf(f.path, "set, but kafka.tls.enabled is false: set enabled: true to dial with TLS")
+				v.errorf(f.path, "set, but %s.enabled is false: set enabled: true to dial with TLS", path)
 			}
 		}
 		if t.InsecureSkipVerify {
-			v.errorf("kafka.tls.insecure_skip_verify", "set, but kafka.tls.enabled is false: set enabled: true to dial with TLS")
+			v.errorf(path+".insecure_skip_verify", "set, but %s.enabled is false: set enabled: true to dial with TLS", path)
 		}
 		return
 	}
 	files := &tlsFiles{}
 	ok := true
 	if t.CAFile != "" {
-		data, err := v.readFile("kafka.tls.ca_file", t.CAFile)
+		data, err := v.readFile(path+".ca_file", t.CAFile)
 		files.roots = x509.NewCertPool()
 		switch {
 		case err != nil:
 			ok = false
 		case !files.roots.AppendCertsFromPEM(data):
-			v.errorf("kafka.tls.ca_file", "no PEM certificate in %q", t.CAFile)
+			v.errorf(path+".ca_file", "no PEM certificate in %q", t.CAFile)
 			ok = false
 		}
 	}
 	switch {
 	case t.CertFile != "" && t.KeyFile == "":
-		v.errorf("kafka.tls.cert_file", "needs kafka.tls.key_file: set both or neither")
+		v.errorf(path+".cert_file", "needs %s.key_file: set both or neither", path)
 		ok = false
 	case t.CertFile == "" && t.KeyFile != "":
-		v.errorf("kafka.tls.key_file", "needs kafka.tls.cert_file: set both or neither")
+		v.errorf(path+".key_file", "needs %s.cert_file: set both or neither", path)
 		ok = false
 	case t.CertFile != "":
-		certPEM, certErr := v.readFile("kafka.tls.cert_file", t.CertFile)
-		keyPEM, keyErr := v.readFile("kafka.tls.key_file", t.KeyFile)
+		certPEM, certErr := v.readFile(path+".cert_file", t.CertFile)
+		keyPEM, keyErr := v.readFile(path+".key_file", t.KeyFile)
 		if certErr != nil || keyErr != nil {
 			ok = false
 			break
@@ -297,7 +301,7 @@ func (c *Config) validateTLS(v *validator) {
 		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			// crypto/tls's messages name what is wrong, never key bytes.
-			v.errorf("kafka.tls.cert_file", "client certificate %q with key %q: %v", t.CertFile, t.KeyFile, err)
+			v.errorf(path+".cert_file", "client certificate %q with key %q: %v", t.CertFile, t.KeyFile, err)
 			ok = false
 			break
 		}

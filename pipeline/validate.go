@@ -172,6 +172,7 @@ func (c *Config) validate() ConfigErrors {
 	c.validateFileSinks(v)
 	c.validateDemo(v)
 	c.validateCluster(v)
+	c.validateSchemaRegistry(v)
 	return v.errs
 }
 

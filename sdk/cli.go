@@ -60,6 +60,10 @@ commands:
                           topics, in its own process, until SIGINT or SIGTERM;
                           it refuses a data_dir not closed cleanly (kill -9)
                           unless --force-unclean
+  schema-registry [--config FILE] [--address HOST:PORT] [--data-dir DIR]
+                          run only the development Schema Registry of
+                          schema_registry.embedded (address, data_dir; the
+                          flags override), until SIGINT or SIGTERM
   bench [--scenario NAME | --all] [--delivery D] [--records N] [--keys K] ...
                           benchmark a scenario as a real job against the
                           broker's own limit and print one table
@@ -71,7 +75,7 @@ kstreamd COMMAND --help prints the command's flags.
 `
 
 // Main runs the kstreamd command line (run, validate, savepoint,
-// checkpoints list, checkpoints verify, broker, bench, version) with os.Args, stdout and stderr, the
+// checkpoints list, checkpoints verify, broker, schema-registry, bench, version) with os.Args, stdout and stderr, the
 // operator types of reg, and SIGINT/SIGTERM as the soft stop; it returns the
 // exit status for os.Exit: 0 success, 1 the job or command failed, 2 a usage
 // or config error. A program of one's own is
@@ -248,6 +252,47 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			logger.Error("broker failed", "err", err)
 			return 1
 		}
+		return 0
+	case "schema-registry":
+		const synopsis = "kstreamd schema-registry [--config FILE] [--address HOST:PORT] [--data-dir DIR]"
+		path := fs.String("config", "", "pipeline `FILE` whose schema_registry.embedded section describes the registry")
+		addr := fs.String("address", "", "`HOST:PORT` to listen on (default schema_registry.embedded.address, 127.0.0.1:8081)")
+		dir := fs.String("data-dir", "", "`DIR` keeping the schemas across restarts (default schema_registry.embedded.data_dir, <data_dir>/schema-registry)")
+		if code, ok := parse(synopsis, args[1:]); !ok {
+			return code
+		}
+		if fs.NArg() > 0 {
+			printUsage(fs, stderr, synopsis)
+			return 2
+		}
+		cfg := pipeline.Default()
+		if *path != "" {
+			var err error
+			if cfg, err = pipeline.LoadWith(*path, reg.pipelineRegistries()); err != nil {
+				fmt.Fprintln(stderr, err)
+				return 2
+			}
+		}
+		address, dataDir := cfg.SchemaRegistry.Embedded.Address, cfg.EmbeddedSchemaRegistryDataDir()
+		if *addr != "" {
+			address = *addr
+		}
+		if *dir != "" {
+			dataDir = *dir
+		}
+		logger := newLogger(cfg, stderr)
+		r, err := embedded.StartSchemaRegistry(logger.With("component", "embedded-schema-registry"), address, dataDir)
+		if err != nil {
+			logger.Error("schema registry failed", "err", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, r.URL())
+		<-ctx.Done()
+		if err := r.Close(); err != nil {
+			logger.Error("schema registry stop", "err", err)
+			return 1
+		}
+		logger.Info("schema registry stopped")
 		return 0
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr, reg)
@@ -482,6 +527,14 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 			return err
 		}
 		defer b.Close()
+	}
+	if cfg.SchemaRegistry.Embedded.Enabled {
+		r, err := embedded.StartSchemaRegistry(logger.With("component", "embedded-schema-registry"),
+			cfg.SchemaRegistry.Embedded.Address, cfg.EmbeddedSchemaRegistryDataDir())
+		if err != nil {
+			return err
+		}
+		defer r.Close()
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -29,19 +29,20 @@ var allowed = map[string][]string{
 	"sink/filesink":       {"connector", "graph", "operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"broadcast":           {"state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"expression":          {},
+	"srformat":            {"connector", "graph", "operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"operators":           {"expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
-	"pipeline":            {"job", "connector", "sink/filesink", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
+	"pipeline":            {"job", "srformat", "connector", "sink/filesink", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"internal/demo":       {},
 	"internal/kafkaretry": {},
 	"internal/atomicfile": {},
 	"internal/embedded":   {"internal/atomicfile"},
 	"internal/testkit":    {},
 	"internal/arch":       {},
-	"internal/bench":      {"configs/nexmark", "pipeline", "job", "connector", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry", "internal/atomicfile"},
+	"internal/bench":      {"configs/nexmark", "pipeline", "job", "srformat", "connector", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry", "internal/atomicfile"},
 	"connector":           {"graph", "operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
 	"graph":               {"operators", "expression", "broadcast", "checkpoint", "state", "runtime", "state/keygroup", "internal/atomicfile"},
-	"job":                 {"connector", "sink/filesink", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry", "internal/atomicfile"},
-	"sdk":                 {"pipeline", "job", "connector", "graph", "operators", "expression", "broadcast", "checkpoint", "checkpoint/s3store", "state", "runtime", "state/keygroup", "internal/demo", "internal/embedded", "internal/bench", "internal/atomicfile"},
+	"job":                 {"srformat", "connector", "sink/filesink", "graph", "operators", "expression", "broadcast", "source", "sink", "checkpoint", "state", "runtime", "state/keygroup", "internal/kafkaretry", "internal/atomicfile"},
+	"sdk":                 {"pipeline", "job", "srformat", "connector", "graph", "operators", "expression", "broadcast", "checkpoint", "checkpoint/s3store", "state", "runtime", "state/keygroup", "internal/demo", "internal/embedded", "internal/bench", "internal/atomicfile"},
 	"cmd/kstreamd":        {"sdk", "operators"},
 	"deploy":              {},
 	"configs/nexmark":     {},
@@ -84,6 +85,9 @@ func TestLayering(t *testing.T) {
 			}
 			if rel != "cmd/kstreamd" && rel != "internal/embedded" && strings.Contains(p, "franz-go/pkg/kfake") {
 				t.Errorf("%s (%s) imports kfake; only the embedded broker may", filepath.Base(path), rel)
+			}
+			if rel != "internal/embedded" && strings.Contains(p, "franz-go/pkg/sr/srfake") {
+				t.Errorf("%s (%s) imports srfake; only the embedded schema registry may", filepath.Base(path), rel)
 			}
 		}
 		return nil
