@@ -60,24 +60,32 @@ var _ checkpoint.Store = (*Store)(nil)
 // New returns the store of cfg. It does not contact the endpoint
 // (checkpoint.SelfTest does, at start).
 func New(cfg Config) (*Store, error) {
+	cl, err := NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: %w", err)
+	}
+	return &Store{cfg: cfg, cl: cl}, nil
+}
+
+// NewClient returns a minio-go client for cfg's endpoint, credentials,
+// TLS, region, addressing style and transport (the one the store and the
+// file sink's S3 storage use). It errors when the endpoint, the bucket or
+// the credentials are empty; it does not contact the endpoint.
+func NewClient(cfg Config) (*minio.Client, error) {
 	if cfg.Endpoint == "" || cfg.Bucket == "" {
-		return nil, fmt.Errorf("s3store: endpoint and bucket are required")
+		return nil, fmt.Errorf("endpoint and bucket are required")
 	}
 	if cfg.AccessKey == "" || cfg.SecretKey == "" {
-		return nil, fmt.Errorf("s3store: credentials are required")
+		return nil, fmt.Errorf("credentials are required")
 	}
 	lookup := minio.BucketLookupDNS
 	if cfg.PathStyle {
 		lookup = minio.BucketLookupPath
 	}
-	cl, err := minio.New(cfg.Endpoint, &minio.Options{
+	return minio.New(cfg.Endpoint, &minio.Options{
 		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
 		Secure: cfg.TLS, Region: cfg.Region, BucketLookup: lookup, Transport: cfg.Transport,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("s3store: %w", err)
-	}
-	return &Store{cfg: cfg, cl: cl}, nil
 }
 
 // String implements checkpoint.Store: "s3 <bucket>/<prefix> at <endpoint>".

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kstreamd/kstreamd/checkpoint/s3store"
 	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
@@ -196,8 +197,8 @@ func (p *Params) storage(sinkName string) (Storage, error) {
 		h := sha256.Sum256([]byte(s.Endpoint + "\x00" + s.Bucket + "\x00" + s.Prefix + "\x00" + p.prefix(sinkName)))
 		spool = filepath.Join(os.TempDir(), "kstreamd-file-sink", hex.EncodeToString(h[:8]))
 	}
-	return NewS3Storage(S3Config{Endpoint: s.Endpoint, Bucket: s.Bucket, Prefix: s.Prefix, Region: region, TLS: s.TLS, PathStyle: s.PathStyle,
-		AccessKey: os.Getenv(EnvS3AccessKey), SecretKey: os.Getenv(EnvS3SecretKey), SpoolDir: spool})
+	return NewS3Storage(S3Config{Config: s3store.Config{Endpoint: s.Endpoint, Bucket: s.Bucket, Prefix: s.Prefix, Region: region, TLS: s.TLS, PathStyle: s.PathStyle,
+		AccessKey: os.Getenv(EnvS3AccessKey), SecretKey: os.Getenv(EnvS3SecretKey)}, SpoolDir: spool})
 }
 
 // prefix is the part prefix of the sink called sinkName: PartPrefix, or

@@ -27,6 +27,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/checkpoint/s3store"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/runtime"
 )
@@ -551,8 +552,8 @@ func readParquet(t *testing.T, name string) []map[string]any {
 func s3Storage(t *testing.T) (*S3Storage, *minio.Client) {
 	t.Helper()
 	addr := testkit.S3Server(t, "out", true)
-	st, err := NewS3Storage(S3Config{Endpoint: addr, Bucket: "out", Prefix: "jobs/", Region: "us-east-1", PathStyle: true,
-		AccessKey: testkit.S3AccessKey, SecretKey: testkit.S3SecretKey, SpoolDir: t.TempDir()})
+	st, err := NewS3Storage(S3Config{Config: s3store.Config{Endpoint: addr, Bucket: "out", Prefix: "jobs/", Region: "us-east-1", PathStyle: true,
+		AccessKey: testkit.S3AccessKey, SecretKey: testkit.S3SecretKey}, SpoolDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"strings"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/kstreamd/kstreamd/checkpoint/s3store"
 	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
@@ -237,24 +237,13 @@ func (s LocalStorage) Delete(_ context.Context, keys ...string) error {
 // S3Config locates an S3-compatible bucket (AWS S3, MinIO, Ceph RGW, ...),
 // as checkpoint/s3store's Config does for the checkpoint store.
 type S3Config struct {
-	// Endpoint is "host:port", without scheme. Required.
-	Endpoint string
-	// Bucket holds the part files; it must exist. Required.
-	Bucket string
-	// Prefix starts every key ("" for none; a prefix meant as a folder
-	// ends with '/').
-	Prefix string
-	// Region is the bucket's region, e.g. "us-east-1".
-	Region string
-	// TLS talks HTTPS; PathStyle addresses the bucket in the URL path.
-	TLS, PathStyle bool
-	// AccessKey and SecretKey are the credentials. Required.
-	AccessKey, SecretKey string
+	// Config is the bucket, prefix, endpoint and credentials, as the
+	// checkpoint store's (s3store.Config): Endpoint, Bucket and the
+	// credentials are required; a Prefix meant as a folder ends with '/'.
+	s3store.Config
 	// SpoolDir holds the local in-progress files (created when missing).
 	// Required.
 	SpoolDir string
-	// Transport, if not nil, replaces the HTTP transport (tests).
-	Transport http.RoundTripper
 }
 
 // S3Storage keeps part files in an S3-compatible bucket through minio-go.
@@ -275,23 +264,10 @@ var _ Storage = (*S3Storage)(nil)
 // NewS3Storage returns the storage of cfg. It does not contact the
 // endpoint.
 func NewS3Storage(cfg S3Config) (*S3Storage, error) {
-	if cfg.Endpoint == "" || cfg.Bucket == "" {
-		return nil, fmt.Errorf("filesink: s3: endpoint and bucket are required")
-	}
-	if cfg.AccessKey == "" || cfg.SecretKey == "" {
-		return nil, fmt.Errorf("filesink: s3: credentials are required")
-	}
 	if cfg.SpoolDir == "" {
 		return nil, fmt.Errorf("filesink: s3: a spool directory is required")
 	}
-	lookup := minio.BucketLookupDNS
-	if cfg.PathStyle {
-		lookup = minio.BucketLookupPath
-	}
-	cl, err := minio.New(cfg.Endpoint, &minio.Options{
-		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
-		Secure: cfg.TLS, Region: cfg.Region, BucketLookup: lookup, Transport: cfg.Transport,
-	})
+	cl, err := s3store.NewClient(cfg.Config)
 	if err != nil {
 		return nil, fmt.Errorf("filesink: s3: %w", err)
 	}
