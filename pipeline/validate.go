@@ -410,6 +410,9 @@ func (c *Config) validateFormat(v *validator, p, name string, format RecordForma
 		v.errorf(p+".format", "format %s cannot be used by a %s", f.Type, role)
 	default:
 		c.decodeConnParams(v, p+".format_params", name+formatParamsSuffix, params, "format "+f.Type, f.Params)
+		if rc, ok := c.connParams[name+formatParamsSuffix].(connector.RoleParamsChecker); ok {
+			rc.CheckRole(role, func(field, msg string) { v.errorf(p+".format_params."+field, "%s", msg) })
+		}
 	}
 }
 

@@ -38,6 +38,41 @@ type Params struct {
 	// Message is the full name of the Protobuf message a sink writes
 	// (e.g. shop.Order); default: the schema's first message.
 	Message string `yaml:"message" doc:"Protobuf sinks: the full name of the message written, e.g. shop.Order; default the schema's first message."`
+
+	// kind is the format these params are of (set by Factories), for
+	// CheckRole.
+	kind Kind
+}
+
+// CheckRole implements connector.RoleParamsChecker: it refuses, at
+// validation, the fields the role (and format) does not use, which would
+// otherwise be ignored (subject, auto_register and message at a source;
+// message at an avro or json_schema sink) or fail the job only at start
+// (a schema at a protobuf or json_schema source, which reads every value
+// with the schema of its id and takes no reader schema).
+func (p *Params) CheckRole(role connector.Role, report func(field, msg string)) {
+	if role == connector.RoleSource {
+		if p.Subject != "" {
+			report("subject", "applies to sinks only: a source reads each value with the schema its id names")
+		}
+		if p.AutoRegister {
+			report("auto_register", "applies to sinks only: a source registers no schema")
+		}
+		if p.Message != "" {
+			report("message", "applies to protobuf sinks only: a source reads the message its value's indexes name")
+		}
+		if p.kind != KindAvro && p.Schema != "" {
+			field := "schema"
+			if p.SchemaFile != "" {
+				field = "schema_file"
+			}
+			report(field, fmt.Sprintf("a reader schema applies to avro sources only; a %s source reads each value with the schema its id names", p.kind))
+		}
+		return
+	}
+	if p.Message != "" && p.kind != KindProtobuf {
+		report("message", fmt.Sprintf("applies to protobuf sinks only, not to %s", p.kind))
+	}
 }
 
 // CheckParams implements operators.ParamsChecker: it reads SchemaFile into
@@ -114,7 +149,7 @@ func Factories() []connector.FormatFactory {
 		out = append(out, connector.FormatFactory{
 			Type:    string(k),
 			Doc:     docs[k],
-			Params:  func() any { return &Params{} },
+			Params:  func() any { return &Params{kind: k} },
 			Reasons: []string{ReasonSchemaNotFound, ReasonDecodeError},
 			New:     func(fc connector.FormatContext) (connector.Format, error) { return newFormat(k, fc) },
 		})
