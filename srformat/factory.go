@@ -62,17 +62,51 @@ func (p *Params) CheckRole(role connector.Role, report func(field, msg string)) 
 			report("message", "applies to protobuf sinks only: a source reads the message its value's indexes name")
 		}
 		if p.kind != KindAvro && p.Schema != "" {
-			field := "schema"
-			if p.SchemaFile != "" {
-				field = "schema_file"
+			report(p.schemaField(), fmt.Sprintf("a reader schema applies to avro sources only; a %s source reads each value with the schema its id names", p.kind))
+		}
+		if p.kind == KindAvro && p.Schema != "" {
+			if _, err := parseAvroReader(p.Schema); err != nil {
+				report(p.schemaField(), fmt.Sprintf("the avro reader schema does not compile: %v", err))
 			}
-			report(field, fmt.Sprintf("a reader schema applies to avro sources only; a %s source reads each value with the schema its id names", p.kind))
 		}
 		return
 	}
 	if p.Message != "" && p.kind != KindProtobuf {
 		report("message", fmt.Sprintf("applies to protobuf sinks only, not to %s", p.kind))
+		return
 	}
+	if p.Schema == "" {
+		return
+	}
+	// A sink's schema names no references, so it compiles alone here as
+	// the encoder compiles it at start (and before auto_register
+	// registers it: a registry may accept a schema that does not compile).
+	if _, err := compileSchemaText(p.kind, p.Schema, p.Message); err != nil {
+		report(p.schemaField(), fmt.Sprintf("the %s schema does not compile: %v", p.kind, err))
+	}
+}
+
+// schemaField names the field the schema came from, for messages.
+func (p *Params) schemaField() string {
+	if p.SchemaFile != "" {
+		return "schema_file"
+	}
+	return "schema"
+}
+
+// compileSchemaText compiles a self-contained schema text of kind k (a
+// sink's format_params.schema: it has no references); msg is the Protobuf
+// message name.
+func compileSchemaText(k Kind, text, msg string) (codec, error) {
+	switch k {
+	case KindAvro:
+		return compileAvro(text, nil)
+	case KindProtobuf:
+		return compileProtobuf(text, nil, msg)
+	case KindJSONSchema:
+		return compileJSONSchema(text)
+	}
+	return nil, fmt.Errorf("unknown format %q", k)
 }
 
 // CheckParams implements operators.ParamsChecker: it reads SchemaFile into
