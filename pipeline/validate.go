@@ -301,7 +301,9 @@ func (c *Config) validateSources(v *validator) {
 		if known {
 			c.decodeConnParams(v, p+".params", s.Name, &s.Params, "source type "+f.Type, f.Params)
 		}
-		if !known || f.Type == connector.DefaultType || s.Topic != "" {
+		// an unknown type's fields are not known: a misspelt type (its
+		// did-you-mean above) does not also get "topic: required"
+		if !known && s.Type == "" || known && f.Type == connector.DefaultType || s.Topic != "" {
 			v.topic(p+".topic", s.Topic)
 		}
 		v.oneOf(p+".start_from", string(s.StartFrom), string(StartFromEarliest), string(StartFromLatest))
@@ -580,7 +582,9 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 		if known {
 			c.decodeConnParams(v, p+".params", s.Name, &s.Params, "sink type "+f.Type, f.Params)
 		}
-		if !known || f.Type == connector.DefaultType || s.Topic != "" {
+		// an unknown type's fields are not known: a misspelt type (its
+		// did-you-mean above) does not also get "topic: required"
+		if !known && s.Type == "" || known && f.Type == connector.DefaultType || s.Topic != "" {
 			v.topic(p+".topic", s.Topic)
 		}
 		v.oneOf(p+".delivery", string(s.Delivery), spellings(graph.Deliveries())...)
