@@ -46,6 +46,17 @@ const (
 	RoleSink   Role = "sink"
 )
 
+// RoleParamsChecker is implemented by format params (FormatFactory.Params)
+// whose fields apply to one role only, e.g. a Schema Registry format's
+// subject, which a source does not use. The pipeline calls CheckRole at
+// validation, after the strict decoding and operators.ParamsChecker, so
+// `kstreamd validate` reports such a field at FILE:LINE:COL instead of the
+// job failing at start; report takes the field's yaml name (dotted for a
+// nested one) and a message.
+type RoleParamsChecker interface {
+	CheckRole(role Role, report func(field, msg string))
+}
+
 // FormatFactory declares one format type: the name sources[].format and
 // sinks[].format use, its one-line doc, its params schema
 // (format_params:, decoded strictly as operator params are) and its

@@ -127,6 +127,8 @@ func TestConnectorConfigErrors(t *testing.T) {
 	}{
 		{"unknown sink type", "", "    type: mem\n    topic: out",
 			[]string{`c.yaml:14:5: sinks[0].type: unknown value "mem" (did you mean "memo"?); want one of file, kafka, memo`}},
+		{"unknown sink type without a topic", "", "    type: fil\n    delivery: exactly-once",
+			[]string{`c.yaml:14:5: sinks[0].type: unknown value "fil" (did you mean "file"?); want one of file, kafka, memo`}},
 		{"unknown source type", "    type: kafak", "    topic: out",
 			[]string{`c.yaml:10:5: sources[0].type: unknown value "kafak" (did you mean "kafka"?); want one of kafka`}},
 		{"unknown sink param", "", "    type: memo\n    params:\n      dir: /x\n      rol_bytes: 3",

@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +162,129 @@ sinks:
 	}
 	if p, _ := g.Sinks[0].FormatParams.(*srformat.Params); p == nil || p.Subject != "x" {
 		t.Fatalf("sink format params %+v", g.Sinks[0].FormatParams)
+	}
+}
+
+// TestRegistryFormatParamsByRole: format_params a role does not use are
+// refused at validation with FILE:LINE:COL: before, a protobuf source with
+// a schema passed validate and failed the job at start, and a source's
+// subject, auto_register and message and an avro sink's message were
+// silently ignored.
+func TestRegistryFormatParamsByRole(t *testing.T) {
+	const y = `job:
+  name: sr
+kafka:
+  brokers: [127.0.0.1:9092]
+schema_registry:
+  urls: [http://127.0.0.1:8081]
+sources:
+  - name: in
+    topic: in
+    format: protobuf
+    format_params:
+      schema: 'syntax = "proto3"; message A {}'
+      subject: in-value
+      auto_register: true
+      message: a.A
+  - name: in2
+    topic: in2
+    format: avro
+    format_params:
+      schema: '"string"'
+sinks:
+  - name: out
+    input: in
+    topic: out
+    format: avro
+    format_params:
+      message: a.A
+  - name: out2
+    input: in2
+    topic: out2
+    format: protobuf
+    format_params:
+      message: a.A
+`
+	_, err := Parse("sr.yaml", []byte(y), nil)
+	var errs ConfigErrors
+	if !errors.As(err, &errs) {
+		t.Fatalf("error %v, want ConfigErrors", err)
+	}
+	want := []string{
+		"sr.yaml:12:7: sources[0].format_params.schema: a reader schema applies to avro sources only; a protobuf source reads each value with the schema its id names",
+		"sr.yaml:13:7: sources[0].format_params.subject: applies to sinks only: a source reads each value with the schema its id names",
+		"sr.yaml:14:7: sources[0].format_params.auto_register: applies to sinks only: a source registers no schema",
+		"sr.yaml:15:7: sources[0].format_params.message: applies to protobuf sinks only: a source reads the message its value's indexes name",
+		"sr.yaml:27:7: sinks[0].format_params.message: applies to protobuf sinks only, not to avro",
+	}
+	if got := strings.Split(err.Error(), "\n"); !slices.Equal(got, want) {
+		t.Fatalf("errors\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestRegistryFormatSchemaCompiledAtValidation: a sink's schema (which
+// names no references) and an avro source's reader schema are compiled by
+// validate, which reported "ok" for a schema the job then failed on at its
+// first record.
+func TestRegistryFormatSchemaCompiledAtValidation(t *testing.T) {
+	const y = `job:
+  name: sr
+kafka:
+  brokers: [127.0.0.1:9092]
+schema_registry:
+  urls: [http://127.0.0.1:8081]
+sources:
+  - name: in
+    topic: in
+    format: avro
+    format_params:
+      schema: '{"type": "recrd"}'
+sinks:
+  - name: a
+    input: in
+    topic: a
+    format: avro
+    format_params:
+      schema: '{"type": "record", "name": "X", "fields": [{"name": "a", "type": "strin"}]}'
+  - name: j
+    input: in
+    topic: j
+    format: json_schema
+    format_params:
+      schema: '{not json'
+  - name: p
+    input: in
+    topic: p
+    format: protobuf
+    format_params:
+      schema: 'syntax = "proto3"; message A { string a = 1; }'
+      message: B
+  - name: ok
+    input: in
+    topic: ok
+    format: protobuf
+    format_params:
+      schema: 'syntax = "proto3"; package s; message A { string a = 1; } message B { A a = 1; }'
+      message: s.B
+`
+	_, err := Parse("sr.yaml", []byte(y), nil)
+	var errs ConfigErrors
+	if !errors.As(err, &errs) {
+		t.Fatalf("error %v, want ConfigErrors", err)
+	}
+	got := strings.Split(err.Error(), "\n")
+	prefixes := []string{
+		"sr.yaml:12:7: sources[0].format_params.schema: the avro reader schema does not compile: ",
+		"sr.yaml:19:7: sinks[0].format_params.schema: the avro schema does not compile: ",
+		"sr.yaml:25:7: sinks[1].format_params.schema: the json_schema schema does not compile: the schema is not JSON",
+		"sr.yaml:31:7: sinks[2].format_params.schema: the protobuf schema does not compile: the schema has no message B",
+	}
+	if len(got) != len(prefixes) {
+		t.Fatalf("errors\n%s\nwant %d", err, len(prefixes))
+	}
+	for i, p := range prefixes {
+		if !strings.HasPrefix(got[i], p) {
+			t.Errorf("error %d %q, want prefix %q", i, got[i], p)
+		}
 	}
 }

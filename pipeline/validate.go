@@ -301,7 +301,9 @@ func (c *Config) validateSources(v *validator) {
 		if known {
 			c.decodeConnParams(v, p+".params", s.Name, &s.Params, "source type "+f.Type, f.Params)
 		}
-		if !known || f.Type == connector.DefaultType || s.Topic != "" {
+		// an unknown type's fields are not known: a misspelt type (its
+		// did-you-mean above) does not also get "topic: required"
+		if !known && s.Type == "" || known && f.Type == connector.DefaultType || s.Topic != "" {
 			v.topic(p+".topic", s.Topic)
 		}
 		v.oneOf(p+".start_from", string(s.StartFrom), string(StartFromEarliest), string(StartFromLatest))
@@ -410,6 +412,9 @@ func (c *Config) validateFormat(v *validator, p, name string, format RecordForma
 		v.errorf(p+".format", "format %s cannot be used by a %s", f.Type, role)
 	default:
 		c.decodeConnParams(v, p+".format_params", name+formatParamsSuffix, params, "format "+f.Type, f.Params)
+		if rc, ok := c.connParams[name+formatParamsSuffix].(connector.RoleParamsChecker); ok {
+			rc.CheckRole(role, func(field, msg string) { v.errorf(p+".format_params."+field, "%s", msg) })
+		}
 	}
 }
 
@@ -577,7 +582,9 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 		if known {
 			c.decodeConnParams(v, p+".params", s.Name, &s.Params, "sink type "+f.Type, f.Params)
 		}
-		if !known || f.Type == connector.DefaultType || s.Topic != "" {
+		// an unknown type's fields are not known: a misspelt type (its
+		// did-you-mean above) does not also get "topic: required"
+		if !known && s.Type == "" || known && f.Type == connector.DefaultType || s.Topic != "" {
 			v.topic(p+".topic", s.Topic)
 		}
 		v.oneOf(p+".delivery", string(s.Delivery), spellings(graph.Deliveries())...)

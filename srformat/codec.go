@@ -333,6 +333,11 @@ func NewEncoder(ctx context.Context, cfg EncoderConfig) (*Encoder, error) {
 			return err
 		})
 	case cfg.AutoRegister:
+		// compiled first: a registry (srfake, the embedded one) may accept
+		// a schema that does not compile, which would then stay registered
+		if _, err := compileSchemaText(cfg.Kind, cfg.Schema, cfg.MessageName); err != nil {
+			return nil, fmt.Errorf("subject %s: the schema to register does not compile: %w", cfg.Subject, err)
+		}
 		s := sr.Schema{Schema: cfg.Schema, Type: cfg.Kind.schemaType()}
 		err = reg.Do(ctx, "register schema under "+cfg.Subject, func(ctx context.Context) error {
 			ss, err = reg.cl.CreateSchema(ctx, cfg.Subject, s)

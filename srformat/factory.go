@@ -38,6 +38,75 @@ type Params struct {
 	// Message is the full name of the Protobuf message a sink writes
 	// (e.g. shop.Order); default: the schema's first message.
 	Message string `yaml:"message" doc:"Protobuf sinks: the full name of the message written, e.g. shop.Order; default the schema's first message."`
+
+	// kind is the format these params are of (set by Factories), for
+	// CheckRole.
+	kind Kind
+}
+
+// CheckRole implements connector.RoleParamsChecker: it refuses, at
+// validation, the fields the role (and format) does not use, which would
+// otherwise be ignored (subject, auto_register and message at a source;
+// message at an avro or json_schema sink) or fail the job only at start
+// (a schema at a protobuf or json_schema source, which reads every value
+// with the schema of its id and takes no reader schema).
+func (p *Params) CheckRole(role connector.Role, report func(field, msg string)) {
+	if role == connector.RoleSource {
+		if p.Subject != "" {
+			report("subject", "applies to sinks only: a source reads each value with the schema its id names")
+		}
+		if p.AutoRegister {
+			report("auto_register", "applies to sinks only: a source registers no schema")
+		}
+		if p.Message != "" {
+			report("message", "applies to protobuf sinks only: a source reads the message its value's indexes name")
+		}
+		if p.kind != KindAvro && p.Schema != "" {
+			report(p.schemaField(), fmt.Sprintf("a reader schema applies to avro sources only; a %s source reads each value with the schema its id names", p.kind))
+		}
+		if p.kind == KindAvro && p.Schema != "" {
+			if _, err := parseAvroReader(p.Schema); err != nil {
+				report(p.schemaField(), fmt.Sprintf("the avro reader schema does not compile: %v", err))
+			}
+		}
+		return
+	}
+	if p.Message != "" && p.kind != KindProtobuf {
+		report("message", fmt.Sprintf("applies to protobuf sinks only, not to %s", p.kind))
+		return
+	}
+	if p.Schema == "" {
+		return
+	}
+	// A sink's schema names no references, so it compiles alone here as
+	// the encoder compiles it at start (and before auto_register
+	// registers it: a registry may accept a schema that does not compile).
+	if _, err := compileSchemaText(p.kind, p.Schema, p.Message); err != nil {
+		report(p.schemaField(), fmt.Sprintf("the %s schema does not compile: %v", p.kind, err))
+	}
+}
+
+// schemaField names the field the schema came from, for messages.
+func (p *Params) schemaField() string {
+	if p.SchemaFile != "" {
+		return "schema_file"
+	}
+	return "schema"
+}
+
+// compileSchemaText compiles a self-contained schema text of kind k (a
+// sink's format_params.schema: it has no references); msg is the Protobuf
+// message name.
+func compileSchemaText(k Kind, text, msg string) (codec, error) {
+	switch k {
+	case KindAvro:
+		return compileAvro(text, nil)
+	case KindProtobuf:
+		return compileProtobuf(text, nil, msg)
+	case KindJSONSchema:
+		return compileJSONSchema(text)
+	}
+	return nil, fmt.Errorf("unknown format %q", k)
 }
 
 // CheckParams implements operators.ParamsChecker: it reads SchemaFile into
@@ -114,7 +183,7 @@ func Factories() []connector.FormatFactory {
 		out = append(out, connector.FormatFactory{
 			Type:    string(k),
 			Doc:     docs[k],
-			Params:  func() any { return &Params{} },
+			Params:  func() any { return &Params{kind: k} },
 			Reasons: []string{ReasonSchemaNotFound, ReasonDecodeError},
 			New:     func(fc connector.FormatContext) (connector.Format, error) { return newFormat(k, fc) },
 		})

@@ -131,3 +131,32 @@ func TestSharedRegistryMetrics(t *testing.T) {
 		t.Fatalf("lookups %v, want 1", got)
 	}
 }
+
+// TestAutoRegisterCompilesFirst: a sink schema that does not compile is
+// refused before auto_register registers it. The embedded registry
+// (srfake) accepts any text, so before, a typo ("strin") was registered as
+// version 1 of the subject and stayed there, and only the compile after
+// the registration failed.
+func TestAutoRegisterCompilesFirst(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		kind   Kind
+		schema string
+		want   string
+	}{
+		{KindAvro, `{"type": "record", "name": "X", "fields": [{"name": "a", "type": "strin"}]}`, "strin"},
+		{KindJSONSchema, `{not json`, "not JSON"},
+		{KindProtobuf, `syntax = "proto3"; message A { strin a = 1; }`, "strin"},
+	} {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			fake, reg := newTestRegistry(t)
+			_, err := NewEncoder(ctx, EncoderConfig{Kind: tc.kind, Registry: reg, Subject: "out-value", Schema: tc.schema, AutoRegister: true})
+			if err == nil || !strings.Contains(err.Error(), "subject out-value: the schema to register does not compile") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want the schema refused before registration naming %q", err, tc.want)
+			}
+			if fake.SubjectExists("out-value") {
+				t.Fatal("subject out-value exists: the broken schema was registered")
+			}
+		})
+	}
+}
