@@ -381,3 +381,25 @@ func TestExpressionKeySelector(t *testing.T) {
 		t.Errorf("NewKeySelector(user +) error = %v, want a CompileError naming the expression", err)
 	}
 }
+
+// TestFilterPassesTombstones: a table source's tombstone (-D, null value)
+// passes a filter on a value field unevaluated (it would otherwise be a bad
+// record, skipped by default, and the deleted row would stay in an upsert
+// sink's topic); a -D carrying its row (an aggregate's, a
+// changelog_normalize's) is still filtered by its row.
+func TestFilterPassesTombstones(t *testing.T) {
+	f := NewFilter(&FilterParams{Condition: mustExpr[BoolExpression](t, `country == "NL"`)})
+	tomb := runtime.Record{Key: []byte("u1"), Change: runtime.ChangeDelete, Format: runtime.FormatJSON}
+	out, err := run(t, f, tomb)
+	if err != nil || len(out) != 1 || out[0].Change != runtime.ChangeDelete || string(out[0].Key) != "u1" || out[0].Value != nil {
+		t.Fatalf("tombstone: out %+v, err %v; want the tombstone passed on", out, err)
+	}
+	for value, n := range map[string]int{`{"country":"NL"}`: 1, `{"country":"DE"}`: 0} {
+		rec := testRecord(value)
+		rec.Change = runtime.ChangeDelete
+		out, err := run(t, f, rec)
+		if err != nil || len(out) != n {
+			t.Fatalf("-D %s: %d records, err %v; want %d", value, len(out), err, n)
+		}
+	}
+}
