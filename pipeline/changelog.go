@@ -80,6 +80,9 @@ func (c *Config) validateChangelogs(v *validator) {
 				op.Name, op.Type, origin, operators.ChangelogNormalizeType)
 			continue
 		}
+		if kind == upsertChangelog && f.Traits.Keyed && op.KeyBy != "" {
+			checkUpsertKey(v, p+".key_by", op.KeyBy, origin)
+		}
 		if cc, ok := c.params[op.Name].(operators.ChangelogInputChecker); ok {
 			cc.CheckChangelogInput(func(field, msg string) {
 				v.errorf(p+".params."+field, "%s (%s)", msg, origin)
@@ -107,7 +110,22 @@ func (c *Config) validateChangelogRoles(v *validator, p string, op *OperatorConf
 		case !f.Traits.Changelog.Tables[i] && kind != appendOnly:
 			v.errorf(rp, "the %s input of operator type %s must be append-only (it would take each -U and -D for a new record), but %s", r, op.Type, strings.Replace(origin, "its input", "input", 1))
 		}
+		if kind == upsertChangelog && f.Traits.Changelog.Tables[i] && in.KeyBy != "" {
+			checkUpsertKey(v, p+".inputs."+r+".key_by", in.KeyBy, strings.Replace(origin, "its input", "input", 1))
+		}
 	}
+}
+
+// checkUpsertKey refuses keying an upsert changelog (a table source's, at
+// path p, read as origin says) by anything but its Kafka key: a table's
+// tombstones have a null value, so a key taken from the value makes every
+// delete a bad record (skipped by default) and the deleted rows stay.
+func checkUpsertKey(v *validator, p, keyBy, origin string) {
+	if strings.TrimSpace(keyBy) == "key" {
+		return
+	}
+	v.errorf(p, "key_by %q takes the key from the value, but %s, whose rows are keyed by their Kafka key and whose deletes (tombstones) have no value; use key_by: key (re-key after %s)",
+		keyBy, origin, operators.ChangelogNormalizeType)
 }
 
 // typesBroadcastingTables lists, for messages, the registered types whose
