@@ -20,7 +20,7 @@ func changelogNormalizeFactory() Factory {
 		Type: ChangelogNormalizeType,
 		Doc: "Materializes an upsert stream (a table source: +U per upsert, -D per tombstone) per key and emits the full changelog (Flink's ChangelogNormalize): " +
 			"+I for a new key, -U old and +U new for a change, -D with the old row for a delete; repeats and deletes of absent keys emit nothing.",
-		Traits: Traits{Keyed: true},
+		Traits: Traits{Keyed: true, Changelog: ChangelogTraits{Accepts: true, Upsert: true, Produces: true}},
 		State:  []string{ChangelogNormalizeState},
 		New: func(FactoryContext) (any, error) {
 			return &ChangelogNormalize{}, nil

@@ -100,10 +100,15 @@ func mapFactory() Factory {
 func (m *Map) Open(OpenContext) error { return nil }
 
 // ProcessElement implements ProcessFunction.
+//
+// A tombstone of an upsert changelog (a -D with a null value, as a table
+// source emits for a deleted row) keeps its null value: the value
+// expression is not evaluated (the row is unknown, and the tombstone
+// deletes the key's row whatever its shape); key and headers are.
 func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
 	env := m.env.Reset(&rec)
 	o := rec
-	if m.value.IsSet() {
+	if m.value.IsSet() && !(rec.Change == runtime.ChangeDelete && rec.Value == nil) {
 		v, err := m.value.Program().Eval(env)
 		if err != nil {
 			return EvalRecordError(err)

@@ -35,7 +35,7 @@ func Reference(reg *Registry) string {
 		}
 		fmt.Fprintf(&b, "| [`%s`](#%s) | %s | %s | %s | %s | %s | %s |\n", typ, refAnchor(typ), keyBy,
 			refYesNo(f.Traits.Broadcast, "required", "refused"), refYesNo(f.Traits.AsyncState, "supported", "no"),
-			refChangelog(f.Traits.Changelog), refStateNames(f.State), refCell(f.Doc))
+			refChangelog(f.Traits), refStateNames(f.State), refCell(f.Doc))
 	}
 	for _, typ := range reg.Types() {
 		f, _ := reg.Lookup(typ)
@@ -46,11 +46,26 @@ func Reference(reg *Registry) string {
 }
 
 // refChangelog is the changelog cell of a type's traits: what it does with
-// a changelog input and whether it emits one.
-func refChangelog(c ChangelogTraits) string {
+// a changelog input and whether it emits one; for a two-input type, per
+// role.
+func refChangelog(t Traits) string {
+	c := t.Changelog
+	if t.TwoInput() {
+		var parts []string
+		for i, r := range t.Roles() {
+			if c.Tables[i] {
+				parts = append(parts, r+": table (upsert or full changelog)")
+			} else {
+				parts = append(parts, r+": refused")
+			}
+		}
+		return strings.Join(parts, "; ")
+	}
 	switch {
 	case c.Forwards:
 		return "passed through"
+	case c.Accepts && c.Upsert && c.Produces:
+		return "accepted (upsert or full); emitted"
 	case c.Accepts && c.Produces:
 		return "accepted (retracts); emitted"
 	case c.Produces:

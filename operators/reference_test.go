@@ -95,3 +95,21 @@ func TestReferenceBuiltins(t *testing.T) {
 		}
 	}
 }
+
+// TestRefChangelogTables: the changelog cell of the built-in table readers
+// says what each accepts: changelog_normalize an upsert changelog (a table
+// source), table_join's right role a table and its left none.
+func TestRefChangelogTables(t *testing.T) {
+	reg := NewBuiltinRegistry()
+	for typ, want := range map[string]string{
+		ChangelogNormalizeType: "accepted (upsert or full); emitted",
+		TableJoinType:          "left: refused; right: table (upsert or full changelog)",
+		IntervalJoinType:       "left: refused; right: refused",
+		AggregateType:          "accepted (retracts); emitted",
+	} {
+		f, _ := reg.Lookup(typ)
+		if got := refChangelog(f.Traits); got != want {
+			t.Errorf("%s: changelog cell %q, want %q", typ, got, want)
+		}
+	}
+}

@@ -76,13 +76,33 @@ type ChangelogTraits struct {
 	// Forwards: the output is a changelog when the main input is one: the
 	// type carries each input record's Change to the records it emits for
 	// it (Flink's Calc: a filter passes -U and +U through, a map maps the
-	// old and the new value alike). Implies Accepts.
+	// old and the new value alike). Implies Accepts, and Upsert: an upsert
+	// changelog in is an upsert changelog out.
 	Forwards bool
+	// Upsert: the type's main input may also be an upsert changelog (a
+	// table source, sources[].table: +U per upsert without the -U of the
+	// row it replaces, -D per tombstone; Flink's ChangelogMode.upsert()),
+	// which it materializes by key (changelog_normalize). Without it an
+	// Accepts type needs a full changelog (every update a -U then a +U),
+	// as a retracting aggregate does: the planner refuses an upsert input
+	// and points to changelog_normalize.
+	Upsert bool
+	// Tables says, per role of a two-input type (Traits.Inputs), whether
+	// that input is read as a table: it must then be a changelog (a table
+	// source, upsert or full, which the type materializes by key, as
+	// table_join's right input), and a role not marked must be
+	// append-only. The zero value: both inputs append-only (interval_join,
+	// window_join). (An array keeps Traits comparable.)
+	Tables [2]bool
 }
 
 // AcceptsChangelog reports whether the type's main input may be a
 // changelog (Accepts or Forwards).
 func (t Traits) AcceptsChangelog() bool { return t.Changelog.Accepts || t.Changelog.Forwards }
+
+// AcceptsUpsert reports whether the type's main input may be an upsert
+// changelog (ChangelogTraits.Upsert or Forwards).
+func (t Traits) AcceptsUpsert() bool { return t.Changelog.Upsert || t.Changelog.Forwards }
 
 // ProducesChangelog reports whether the type's output is a changelog when
 // its main input is one (in) or not.
@@ -245,6 +265,8 @@ func (r *Registry) Register(f Factory) error {
 		return fmt.Errorf("operators: register %q: a broadcast table needs a broadcast type", f.Type)
 	case f.Traits.Inputs != [2]string{} && (f.Traits.Inputs[0] == "" || f.Traits.Inputs[1] == "" || f.Traits.Inputs[0] == f.Traits.Inputs[1]):
 		return fmt.Errorf("operators: register %q: a two-input type names exactly two distinct roles, got %q", f.Type, f.Traits.Inputs)
+	case !f.Traits.TwoInput() && f.Traits.Changelog.Tables != [2]bool{}:
+		return fmt.Errorf("operators: register %q: Changelog.Tables marks roles of a two-input type only", f.Type)
 	case f.Traits.TwoInput() && (!f.Traits.Keyed || f.Traits.Broadcast || f.Traits.AsyncState || f.Router != nil):
 		return fmt.Errorf("operators: register %q: a two-input type must be keyed, without broadcast, async state or router", f.Type)
 	case f.Router != nil && (!f.Traits.Keyed || f.Router.New == nil || f.Router.Router != nil || f.Router.Traits.Keyed):

@@ -381,3 +381,45 @@ func TestExpressionKeySelector(t *testing.T) {
 		t.Errorf("NewKeySelector(user +) error = %v, want a CompileError naming the expression", err)
 	}
 }
+
+// TestFilterPassesTombstones: a table source's tombstone (-D, null value)
+// passes a filter on a value field unevaluated (it would otherwise be a bad
+// record, skipped by default, and the deleted row would stay in an upsert
+// sink's topic); a -D carrying its row (an aggregate's, a
+// changelog_normalize's) is still filtered by its row.
+func TestFilterPassesTombstones(t *testing.T) {
+	f := NewFilter(&FilterParams{Condition: mustExpr[BoolExpression](t, `country == "NL"`)})
+	tomb := runtime.Record{Key: []byte("u1"), Change: runtime.ChangeDelete, Format: runtime.FormatJSON}
+	out, err := run(t, f, tomb)
+	if err != nil || len(out) != 1 || out[0].Change != runtime.ChangeDelete || string(out[0].Key) != "u1" || out[0].Value != nil {
+		t.Fatalf("tombstone: out %+v, err %v; want the tombstone passed on", out, err)
+	}
+	for value, n := range map[string]int{`{"country":"NL"}`: 1, `{"country":"DE"}`: 0} {
+		rec := testRecord(value)
+		rec.Change = runtime.ChangeDelete
+		out, err := run(t, f, rec)
+		if err != nil || len(out) != n {
+			t.Fatalf("-D %s: %d records, err %v; want %d", value, len(out), err, n)
+		}
+	}
+}
+
+// TestMapKeepsTombstones: a table source's tombstone (-D, null value)
+// passes a map with a value expression over value fields as a tombstone of
+// its key (it would otherwise be a bad record, skipped by default, and the
+// deleted row would stay in an upsert sink's topic); a key expression over
+// the Kafka key still applies.
+func TestMapKeepsTombstones(t *testing.T) {
+	m := NewMap(&MapParams{Value: mustExpr[Expression](t, `{"c": country}`), Key: mustExpr[Expression](t, `"user-" + key`)})
+	tomb := runtime.Record{Key: []byte("u1"), Change: runtime.ChangeDelete, Format: runtime.FormatJSON}
+	out, err := run(t, m, tomb)
+	if err != nil || len(out) != 1 || out[0].Change != runtime.ChangeDelete || string(out[0].Key) != "user-u1" || out[0].Value != nil {
+		t.Fatalf("tombstone: out %+v, err %v; want a tombstone of user-u1", out, err)
+	}
+	rec := testRecord(`{"country":"NL"}`)
+	rec.Change = runtime.ChangeDelete
+	out, err = run(t, m, rec)
+	if err != nil || len(out) != 1 || string(out[0].Value) != `{"c":"NL"}` {
+		t.Fatalf("-D with its row: out %+v, err %v; want the row mapped", out, err)
+	}
+}

@@ -81,7 +81,7 @@ func tableJoinFactory() Factory {
 		Type: TableJoinType,
 		Doc: "Joins each record of the left stream with the right table's row for its key (Kafka Streams' KStream-KTable join, Flink's temporal join): " +
 			"the latest row, or with mode event_time the row version valid at the record's timestamp (a versioned table with a history retention); inner or left; output by a select expression over left and right.",
-		Traits: Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}},
+		Traits: Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}, Changelog: ChangelogTraits{Tables: [2]bool{false, true}}},
 		Params: func() any {
 			return &TableJoinParams{Mode: TableJoinLatest, Join: TableJoinInner, HistoryRetention: DefaultHistoryRetention}
 		},

@@ -8,17 +8,38 @@ import (
 	"github.com/kstreamd/kstreamd/operators"
 )
 
+// changelogKind is what a stream of a job carries (Flink's ChangelogMode):
+// append-only records, an upsert changelog (a table source: +U per upsert
+// without the -U of the row it replaces, -D per tombstone) or a full
+// changelog (+I, -U then +U per update, -D).
+type changelogKind int
+
+const (
+	appendOnly changelogKind = iota
+	upsertChangelog
+	fullChangelog
+)
+
 // validateChangelogs checks the changelog settings and where changelog
 // streams flow (Flink's changelog-mode inference): sources[].changelog is
-// "header" or unset; sinks[].changelog is upsert or header; an operator
-// whose main input is a changelog must be of a type that accepts one
-// (operators.Traits.AcceptsChangelog), and its params may refuse what
-// cannot retract (operators.ChangelogInputChecker); a broadcast source
-// cannot be a changelog.
+// "header" or unset, and not on a table source; sinks[].changelog is
+// upsert or header; an operator whose main input is a changelog must be of
+// a type that accepts one (operators.Traits.AcceptsChangelog), an upsert
+// changelog (a table source) one that accepts upserts
+// (operators.Traits.AcceptsUpsert; else changelog_normalize is the way),
+// and its params may refuse what cannot retract
+// (operators.ChangelogInputChecker); a two-input operator's role marked
+// as a table (operators.ChangelogTraits.Tables) must be a changelog and
+// every other role append-only; a broadcast source may be a changelog
+// only when it is the table source of a type that broadcasts one
+// (operators.Traits.BroadcastTable).
 func (c *Config) validateChangelogs(v *validator) {
 	for i, s := range c.Sources {
+		p := fmt.Sprintf("sources[%d]", i)
 		if s.Changelog != "" && s.Changelog != graph.ChangelogHeader {
-			v.errorf(fmt.Sprintf("sources[%d].changelog", i), "a source reads a changelog only in header mode (its kind in the %s header, as a sink with changelog: header writes it); want header, got %q", "kstreamd-change", s.Changelog)
+			v.errorf(p+".changelog", "a source reads a changelog only in header mode (its kind in the %s header, as a sink with changelog: header writes it); want header, got %q", "kstreamd-change", s.Changelog)
+		} else if s.Changelog != "" && s.Table {
+			v.errorf(p+".changelog", "a table source (table: true) reads its topic as upserts by Kafka key and tombstones, not kinds in a header; set either table: true or changelog: header")
 		}
 	}
 	for i, s := range c.Sinks {
@@ -30,21 +51,37 @@ func (c *Config) validateChangelogs(v *validator) {
 	for i := range c.Operators {
 		op := &c.Operators[i]
 		p := fmt.Sprintf("operators[%d]", i)
-		if s, ok := c.SourceByName(op.Broadcast); ok && s.Changelog != "" {
-			v.errorf(p+".broadcast", "%q is read as a changelog (changelog: %s); a broadcast input must be an append-only source", op.Broadcast, s.Changelog)
-		}
 		f, known := reg.Lookup(op.Type)
+		if s, ok := c.SourceByName(op.Broadcast); ok && (s.Changelog != "" || s.Table) && !(known && f.Traits.BroadcastTable && s.Table) {
+			if s.Table {
+				v.errorf(p+".broadcast", "%q is read as a table (table: true); a broadcast input of operator type %s must be an append-only source; a table source is broadcast only to %s", op.Broadcast, op.Type, typesBroadcastingTables(reg))
+			} else {
+				v.errorf(p+".broadcast", "%q is read as a changelog (changelog: %s); a broadcast input must be an append-only source", op.Broadcast, s.Changelog)
+			}
+		}
 		if !known {
 			continue
 		}
-		in, origin := c.changelogStream(op.Input)
-		if !in {
+		if f.Traits.TwoInput() {
+			c.validateChangelogRoles(v, p, op, f)
+			continue
+		}
+		kind, origin := c.changelogStream(op.Input)
+		if kind == appendOnly {
 			continue
 		}
 		if !f.Traits.AcceptsChangelog() {
 			v.errorf(p+".input", "operator %q (type %s) cannot read a changelog (it would take each -U and -D for a new record), but %s; %s accept one",
 				op.Name, op.Type, origin, typesAccepting(reg))
 			continue
+		}
+		if kind == upsertChangelog && !f.Traits.AcceptsUpsert() {
+			v.errorf(p+".input", "operator %q (type %s) needs a full changelog (each update a -U of the old row, then a +U), but %s, an upsert changelog whose +U does not carry the row it replaces; read it through a %s operator (key_by: key) first, which emits the full changelog",
+				op.Name, op.Type, origin, operators.ChangelogNormalizeType)
+			continue
+		}
+		if kind == upsertChangelog && f.Traits.Keyed && op.KeyBy != "" {
+			checkUpsertKey(v, p+".key_by", op.KeyBy, origin)
 		}
 		if cc, ok := c.params[op.Name].(operators.ChangelogInputChecker); ok {
 			cc.CheckChangelogInput(func(field, msg string) {
@@ -54,45 +91,100 @@ func (c *Config) validateChangelogs(v *validator) {
 	}
 }
 
-// changelogStream reports whether the records of input (a source, an
-// operator, or an operator's side output) are a changelog, and if so
-// names where it starts for messages: `input "x" is the changelog of
-// operator "y" (type aggregate)`. An operator's output is a changelog when
-// its type produces one, or forwards one it reads; a side output carries
-// input records, so it is a changelog when the operator's main input is.
-func (c *Config) changelogStream(input string) (bool, string) {
+// validateChangelogRoles checks the inputs of the two-input operator op
+// (at path p) of type f: a role marked as a table
+// (operators.ChangelogTraits.Tables) must read a changelog (a table
+// source, or an operator's changelog), every other role an append-only
+// stream.
+func (c *Config) validateChangelogRoles(v *validator, p string, op *OperatorConfig, f *operators.Factory) {
+	for i, r := range f.Traits.Roles() {
+		in, ok := op.Inputs[r]
+		if !ok || in.From == "" {
+			continue
+		}
+		kind, origin := c.changelogStream(in.From)
+		rp := p + ".inputs." + r + ".from"
+		switch {
+		case f.Traits.Changelog.Tables[i] && kind == appendOnly:
+			v.errorf(rp, "the %s input of operator type %s is read as a table, but %q is append-only; read the topic as a table (table: true on its source) or from an operator emitting a changelog", r, op.Type, in.From)
+		case !f.Traits.Changelog.Tables[i] && kind != appendOnly:
+			v.errorf(rp, "the %s input of operator type %s must be append-only (it would take each -U and -D for a new record), but %s", r, op.Type, strings.Replace(origin, "its input", "input", 1))
+		}
+		if kind == upsertChangelog && f.Traits.Changelog.Tables[i] && in.KeyBy != "" {
+			checkUpsertKey(v, p+".inputs."+r+".key_by", in.KeyBy, strings.Replace(origin, "its input", "input", 1))
+		}
+	}
+}
+
+// checkUpsertKey refuses keying an upsert changelog (a table source's, at
+// path p, read as origin says) by anything but its Kafka key: a table's
+// tombstones have a null value, so a key taken from the value makes every
+// delete a bad record (skipped by default) and the deleted rows stay.
+func checkUpsertKey(v *validator, p, keyBy, origin string) {
+	if strings.TrimSpace(keyBy) == "key" {
+		return
+	}
+	v.errorf(p, "key_by %q takes the key from the value, but %s, whose rows are keyed by their Kafka key and whose deletes (tombstones) have no value; use key_by: key (re-key after %s)",
+		keyBy, origin, operators.ChangelogNormalizeType)
+}
+
+// typesBroadcastingTables lists, for messages, the registered types whose
+// broadcast input is a table: "global_table_join".
+func typesBroadcastingTables(reg *operators.Registry) string {
+	var out []string
+	for _, t := range reg.Types() {
+		if f, _ := reg.Lookup(t); f.Traits.BroadcastTable {
+			out = append(out, t)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// changelogStream reports what the records of input (a source, an
+// operator, or an operator's side output) are, and for a changelog names
+// where it starts for messages: `its input "x" is the changelog of
+// operator "y" (type aggregate)`. A source's records are an upsert
+// changelog with table: true and a full one with changelog: header. An
+// operator's output is a full changelog when its type produces one, or
+// the changelog it reads when it forwards one; a side output carries
+// input records, so it is what the operator's main input is. A two-input
+// operator's output is append-only.
+func (c *Config) changelogStream(input string) (changelogKind, string) {
 	reg := c.registry()
 	name, side := c.SplitInput(input)
 	var via []string
 	for range len(c.Operators) + 1 { // a cycle (reported elsewhere) ends here
 		if s, ok := c.SourceByName(name); ok {
-			if s.Changelog == "" {
-				return false, ""
+			switch {
+			case s.Table:
+				return upsertChangelog, describeChangelog(input, via, fmt.Sprintf("source %q (table: true)", s.Name))
+			case s.Changelog != "":
+				return fullChangelog, describeChangelog(input, via, fmt.Sprintf("source %q (changelog: %s)", s.Name, s.Changelog))
 			}
-			return true, describeChangelog(input, via, fmt.Sprintf("source %q (changelog: %s)", s.Name, s.Changelog))
+			return appendOnly, ""
 		}
 		op, ok := c.OperatorByName(name)
 		if !ok {
-			return false, ""
+			return appendOnly, ""
 		}
 		f, known := reg.Lookup(op.Type)
-		if !known {
-			return false, ""
+		if !known || f.Traits.TwoInput() {
+			return appendOnly, ""
 		}
 		produces := f.Traits.Changelog.Produces
 		if po, ok := c.params[op.Name].(operators.ChangelogOutputParams); ok {
 			produces = po.ProducesChangelog()
 		}
 		if side == "" && produces {
-			return true, describeChangelog(input, via, fmt.Sprintf("operator %q (type %s)", op.Name, op.Type))
+			return fullChangelog, describeChangelog(input, via, fmt.Sprintf("operator %q (type %s)", op.Name, op.Type))
 		}
 		if side == "" && !f.Traits.Changelog.Forwards {
-			return false, ""
+			return appendOnly, ""
 		}
 		via = append(via, fmt.Sprintf("%q (type %s)", op.Name, op.Type))
 		name, side = c.SplitInput(op.Input)
 	}
-	return false, ""
+	return appendOnly, ""
 }
 
 // describeChangelog says where the changelog read as input starts: origin,

@@ -219,7 +219,8 @@ func (c *Config) buildGraph() *graph.Graph {
 			Parallelism: c.OperatorParallelism(op), AsyncState: op.AsyncState, KeyBy: op.KeyBy,
 			Input: c.inputVertex(op.Input), Broadcast: op.Broadcast,
 		}
-		o.ChangelogInput, _ = c.changelogStream(op.Input)
+		kind, _ := c.changelogStream(op.Input)
+		o.ChangelogInput = kind != appendOnly
 		o.ErrorSources[0] = c.lineageSource(c.inputVertex(op.Input))
 		o.ErrorSources[1] = op.Broadcast
 		if f.Traits.TwoInput() {
