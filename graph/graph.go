@@ -40,9 +40,16 @@ type Graph struct {
 	Sections map[string]any
 }
 
-// Source reads records: one Kafka topic for the default type, kafka.
+// Source reads records: Kafka topics for the default type, kafka (Topic,
+// or Topics, or the topics TopicPattern matches).
 type Source struct {
 	Name, Topic string
+	// Topics, when not nil, are the topics read instead of Topic;
+	// TopicPattern, when not empty, a regular expression of the topics
+	// read instead (matched in full, new matching topics discovered at
+	// run time). Both are for the kafka type only.
+	Topics       []string
+	TopicPattern string
 	// Type is the registered source type (connector.Registry); "" means
 	// kafka. Params is its decoded params struct (sources[].params), nil
 	// for kafka and for a type that takes none.
