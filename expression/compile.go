@@ -170,6 +170,7 @@ func Compile(src string, opts ...Option) (*Program, error) {
 		cel.Variable(nameKey, cel.DynType),
 		cel.Variable(nameTimestamp, cel.IntType),
 		cel.Variable(nameHeaders, cel.MapType(cel.StringType, cel.StringType)),
+		cel.Variable(nameTopic, cel.StringType),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("expression: environment: %w", err)
@@ -360,7 +361,7 @@ func startOffset(info *celast.SourceInfo, e celast.NavigableExpr) (int32, bool) 
 // parsed other than the reserved names. Comprehension variables are
 // declared too; inside their comprehension they shadow the declaration.
 func freeNames(parsed *cel.Ast) []cel.EnvOption {
-	seen := map[string]bool{nameValue: true, nameKey: true, nameTimestamp: true, nameHeaders: true}
+	seen := map[string]bool{nameValue: true, nameKey: true, nameTimestamp: true, nameHeaders: true, nameTopic: true}
 	var vars []cel.EnvOption
 	celast.PreOrderVisit(parsed.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		if e.Kind() != celast.IdentKind {

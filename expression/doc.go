@@ -23,9 +23,11 @@
 //   - key: the Kafka key as a string, or null when the record has none;
 //   - timestamp: the record time, int milliseconds since the Unix epoch;
 //   - headers: a map of header key to string value (the last value wins
-//     when a key repeats).
+//     when a key repeats);
+//   - topic: the Kafka topic the record was read from (a source over
+//     several topics or a topic_pattern), "" when not known.
 //
-// The reserved names value, key, timestamp and headers win over fields of
+// The reserved names value, key, timestamp, headers and topic win over fields of
 // the same name; such a field is still reachable as value.key or
 // value["key"]. A field whose name is not a CEL identifier (a keyword such
 // as in or for, or x-id) is reachable only by index: value["x-id"].

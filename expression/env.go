@@ -15,6 +15,7 @@ const (
 	nameKey       = "key"
 	nameTimestamp = "timestamp"
 	nameHeaders   = "headers"
+	nameTopic     = "topic"
 )
 
 // Input is what an expression sees of one Kafka record.
@@ -38,6 +39,9 @@ type Input struct {
 	// Headers are the record headers, seen as the map headers from key to
 	// string value; when a key repeats, the last header wins.
 	Headers []Header
+	// Topic is the Kafka topic the record was read from (its
+	// runtime.Origin), seen as the string topic; "" when not known.
+	Topic string
 }
 
 // Header is one Kafka record header.
@@ -64,6 +68,7 @@ type Env struct {
 	keyRaw  []byte
 	ts      int64
 	hdrsRaw []Header
+	topic   string
 
 	key      any // nil or the key as a string, once keyDone
 	keyDone  bool
@@ -95,6 +100,7 @@ func (e *Env) Reset(in *Input) {
 		e.ts = in.Timestamp.UnixMilli()
 	}
 	e.hdrsRaw = in.Headers
+	e.topic = in.Topic
 }
 
 // activation is Env as CEL sees it; the conversion from *Env is free and
@@ -129,6 +135,8 @@ func (a *activation) ResolveName(name string) (any, bool) {
 			a.hdrsDone = true
 		}
 		return a.headers, true
+	case nameTopic:
+		return a.topic, true
 	}
 	a.decode()
 	if v, ok := a.fields[name]; ok {

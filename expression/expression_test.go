@@ -49,6 +49,7 @@ func testInput(t testing.TB) *Input {
 			{Key: "dup", Value: []byte("first")},
 			{Key: "dup", Value: []byte("second")},
 		},
+		Topic: "orders-eu",
 	}
 }
 
@@ -82,6 +83,8 @@ func TestEval(t *testing.T) {
 		{"reserved headers wins", `value.headers`, "field-headers"},
 		{"header", `headers.trace`, "t-1"},
 		{"header repeated, last wins", `headers["dup"]`, "second"},
+		{"topic", `topic`, "orders-eu"},
+		{"topic in a filter", `topic.startsWith('orders-') && amount > 100`, true},
 		{"headers map", `headers`, map[string]any{"trace": "t-1", "dup": "second"}},
 		{"header absent", `'x' in headers`, false},
 		{"projection", `{"id": event_id, "amount": amount}`, map[string]any{"id": "e-123", "amount": int64(512)}},

@@ -40,9 +40,28 @@ type Graph struct {
 	Sections map[string]any
 }
 
-// Source reads records: one Kafka topic for the default type, kafka.
+// TopicDesc describes the topics s reads for status and plans: Topic, or
+// Topics joined by commas, or "pattern:" and TopicPattern.
+func (s *Source) TopicDesc() string {
+	switch {
+	case s.TopicPattern != "":
+		return "pattern:" + s.TopicPattern
+	case s.Topics != nil:
+		return strings.Join(s.Topics, ",")
+	}
+	return s.Topic
+}
+
+// Source reads records: Kafka topics for the default type, kafka (Topic,
+// or Topics, or the topics TopicPattern matches).
 type Source struct {
 	Name, Topic string
+	// Topics, when not nil, are the topics read instead of Topic;
+	// TopicPattern, when not empty, a regular expression of the topics
+	// read instead (matched in full, new matching topics discovered at
+	// run time). Both are for the kafka type only.
+	Topics       []string
+	TopicPattern string
 	// Type is the registered source type (connector.Registry); "" means
 	// kafka. Params is its decoded params struct (sources[].params), nil
 	// for kafka and for a type that takes none.
@@ -235,7 +254,7 @@ func (g *Graph) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "job %s max_parallelism=%d\n", g.Job, g.MaxParallelism)
 	for _, s := range g.Sources {
-		fmt.Fprintf(&b, "source %s topic=%s p=%d\n", s.Name, s.Topic, s.Parallelism)
+		fmt.Fprintf(&b, "source %s topic=%s p=%d\n", s.Name, s.TopicDesc(), s.Parallelism)
 	}
 	for _, o := range g.Operators {
 		fmt.Fprintf(&b, "operator %s type=%s p=%d\n", o.Name, o.Type, o.Parallelism)

@@ -326,7 +326,7 @@ func (j *Job) Status() Status {
 	st := Status{Name: j.g.Job, Ready: ready, RestoredFrom: j.restoredDir, MaxParallelism: j.maxP}
 	st.LastCheckpointID, st.LastCheckpointTime = j.coordinator.LastCompleted()
 	for _, s := range j.g.Sources {
-		st.Operators = append(st.Operators, VertexStatus{Name: s.Name, Kind: "source", Topic: s.Topic, Parallelism: s.Parallelism})
+		st.Operators = append(st.Operators, VertexStatus{Name: s.Name, Kind: "source", Topic: s.TopicDesc(), Parallelism: s.Parallelism})
 	}
 	for _, o := range j.g.Operators {
 		st.Operators = append(st.Operators, VertexStatus{Name: o.Name, Kind: "operator", Type: o.Type, Parallelism: o.Parallelism})

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"regexp"
 	"slices"
 	"time"
 
@@ -58,8 +60,26 @@ func buildOf(res *connector.Resources) *build {
 }
 
 // kafkaPartitions is what the kafka source's Prepare found: the number of
-// partitions of its topic at start.
-type kafkaPartitions struct{ n int32 }
+// partitions of its topic at start; for a source over several topics or a
+// topic pattern, each topic read at start with its partition count
+// (topics) and the compiled pattern.
+type kafkaPartitions struct {
+	n       int32
+	topics  map[string]int32
+	pattern *regexp.Regexp
+}
+
+// reads reports whether the source reads topic: its topic, one of its
+// topics, or one its pattern matches.
+func (kp *kafkaPartitions) reads(s *graph.Source, topic string) bool {
+	switch {
+	case kp.pattern != nil:
+		return source.MatchTopics(kp.pattern, []string{topic}) != nil
+	case s.Topics != nil:
+		return slices.Contains(s.Topics, topic)
+	}
+	return topic == s.Topic
+}
 
 // KafkaSourceFactory returns the kafka source type (Flink's KafkaSource):
 // one topic, every partition read without a consumer group, partitions
@@ -71,7 +91,7 @@ type kafkaPartitions struct{ n int32 }
 func KafkaSourceFactory() connector.SourceFactory {
 	return connector.SourceFactory{
 		Type:        connector.DefaultType,
-		Doc:         "one Kafka topic: every partition, offsets in checkpoints (Flink's KafkaSource); settings are the source's fields topic, start_from, partition_discovery_interval, ...",
+		Doc:         "Kafka topics (topic, topics or topic_pattern): every partition, offsets in checkpoints (Flink's KafkaSource); settings are the source's fields topic, start_from, partition_discovery_interval, ...",
 		Formats:     true,
 		SplitsState: source.SplitsState,
 		Prepare: func(ctx context.Context, pc connector.PrepareContext) (any, error) {
@@ -97,7 +117,11 @@ func (b *build) discover(ctx context.Context, s *graph.Source) (*kafkaPartitions
 		}
 		b.admin = cl
 	}
-	n, err := source.Discover(ctx, kadm.NewClient(b.admin), b.deps.Logger.With("component", "source", "source", s.Name), s.Topic)
+	adm, logger := kadm.NewClient(b.admin), b.deps.Logger.With("component", "source", "source", s.Name)
+	if s.Topics != nil || s.TopicPattern != "" {
+		return b.discoverTopics(ctx, s, adm, logger)
+	}
+	n, err := source.Discover(ctx, adm, logger, s.Topic)
 	if err != nil {
 		return nil, fmt.Errorf("job: source %q: %w", s.Name, err)
 	}
@@ -106,6 +130,40 @@ func (b *build) discover(ctx context.Context, s *graph.Source) (*kafkaPartitions
 			"source", s.Name, "topic", s.Topic, "fix", "partition_discovery_interval")
 	}
 	return &kafkaPartitions{n: n}, nil
+}
+
+// discoverTopics returns the topics a source over several topics (each
+// must exist) or a topic pattern (none matching is no error: discovery
+// finds them later) reads at start, with their partition counts.
+func (b *build) discoverTopics(ctx context.Context, s *graph.Source, adm *kadm.Client, logger *slog.Logger) (*kafkaPartitions, error) {
+	if b.sc.unit != nil {
+		return nil, fmt.Errorf("job: source %q: topics and topic_pattern are not supported in cluster mode", s.Name)
+	}
+	kp := &kafkaPartitions{topics: map[string]int32{}}
+	if s.TopicPattern != "" {
+		re, err := source.CompileTopicPattern(s.TopicPattern)
+		if err != nil {
+			return nil, fmt.Errorf("job: source %q: topic_pattern: %w", s.Name, err)
+		}
+		kp.pattern = re
+		if kp.topics, err = source.DiscoverTopics(ctx, adm, logger, re); err != nil {
+			return nil, fmt.Errorf("job: source %q: %w", s.Name, err)
+		}
+		if len(kp.topics) == 0 {
+			logger.Warn("no topic matches the topic pattern yet; partition discovery reads the ones created later", "topic_pattern", s.TopicPattern)
+		}
+	}
+	for _, t := range s.Topics {
+		n, err := source.Discover(ctx, adm, logger, t)
+		if err != nil {
+			return nil, fmt.Errorf("job: source %q: %w", s.Name, err)
+		}
+		kp.topics[t] = n
+	}
+	if s.DiscoveryInterval == 0 {
+		logger.Warn("partition discovery is off: partitions and matching topics added later will not be read", "fix", "partition_discovery_interval")
+	}
+	return kp, nil
 }
 
 // restoreKafkaSource returns each new subtask's *source.Restored (its
@@ -118,8 +176,10 @@ func (b *build) restoreKafkaSource(rc connector.RestoreContext) ([]any, error) {
 	s := rc.Source
 	out := make([]any, s.Parallelism)
 	restored := make([]*source.Restored, s.Parallelism)
+	kp := rc.Prepared.(*kafkaPartitions)
 	if rc.Shares != nil {
 		var known []int32
+		knownTopics := map[string][]int32{}
 		for i, share := range rc.Shares {
 			r := &source.Restored{}
 			for _, e := range share {
@@ -127,42 +187,60 @@ func (b *build) restoreKafkaSource(rc connector.RestoreContext) ([]any, error) {
 				if err := json.Unmarshal(e, &sp); err != nil {
 					return nil, fmt.Errorf("job: restore source %q: split %s: %w", s.Name, e, err)
 				}
-				if sp.Topic != s.Topic {
+				if !kp.reads(s, sp.Topic) {
 					continue // the source was pointed at another topic: start fresh there
 				}
 				r.Splits = append(r.Splits, sp)
-				known = append(known, sp.Partition)
+				if kp.topics == nil {
+					known = append(known, sp.Partition)
+				} else {
+					knownTopics[sp.Topic] = append(knownTopics[sp.Topic], sp.Partition)
+				}
 			}
 			restored[i] = r
 		}
 		slices.Sort(known)
+		for _, ps := range knownTopics {
+			slices.Sort(ps)
+		}
 		for i, r := range restored {
 			r.Known = known
+			if kp.topics != nil {
+				r.KnownTopics = knownTopics
+			}
 			out[i] = r
 		}
 	}
-	if _, dup := b.readers[s.Topic]; !dup {
-		b.readers[s.Topic] = sourceReaders(s, rc.Prepared.(*kafkaPartitions).n, restored)
+	topics := kp.topics
+	if topics == nil {
+		topics = map[string]int32{s.Topic: kp.n}
+	}
+	for t, n := range topics {
+		if _, dup := b.readers[t]; !dup {
+			b.readers[t] = sourceReaders(t, s.Parallelism, n, restored)
+		}
 	}
 	return out, nil
 }
 
-// sourceReaders returns which subtask of s reads each of its topic's
-// partitions: a restored split's holder, else AssignPartition (as
-// KafkaSource.assign does).
-func sourceReaders(s *graph.Source, partitions int32, restored []*source.Restored) map[int32]int {
+// sourceReaders returns which subtask of a source of parallelism reads
+// each partition of topic: a restored split's holder, else
+// AssignPartition (as KafkaSource.assign does).
+func sourceReaders(topic string, parallelism int, partitions int32, restored []*source.Restored) map[int32]int {
 	out := map[int32]int{}
 	for sub, r := range restored {
 		if r == nil {
 			continue
 		}
 		for _, sp := range r.Splits {
-			out[sp.Partition] = sub
+			if sp.Topic == topic {
+				out[sp.Partition] = sub
+			}
 		}
 	}
 	for p := int32(0); p < partitions; p++ {
 		if _, ok := out[p]; !ok {
-			out[p] = source.AssignPartition(s.Topic, p, s.Parallelism)
+			out[p] = source.AssignPartition(topic, p, parallelism)
 		}
 	}
 	return out
@@ -174,7 +252,8 @@ func sourceReaders(s *graph.Source, partitions int32, restored []*source.Restore
 // transactional, and the source's format as its Decoder.
 func (b *build) kafkaSource(ctx connector.SourceContext) (runtime.SourceTask, error) {
 	s, sub := ctx.Source, ctx.Subtask
-	partitions := ctx.Prepared.(*kafkaPartitions).n
+	kp := ctx.Prepared.(*kafkaPartitions)
+	partitions := kp.n
 	restored, _ := ctx.Restored.(*source.Restored)
 	only, upstream := b.sc.sourcePartitions(s, partitions)
 	var assigner func(*runtime.Record) (time.Time, error)
@@ -192,7 +271,7 @@ func (b *build) kafkaSource(ctx connector.SourceContext) (runtime.SourceTask, er
 	src := source.New(source.Config{
 		Timestamp: assigner, MaxAhead: s.MaxAhead, Watermarks: source.WatermarkConfig{OutOfOrderness: s.OutOfOrderness, Idleness: s.Idleness},
 		WatermarkGauge: ctx.Watermark,
-		Name:           s.Name, Topic: s.Topic, Partitions: partitions,
+		Name:           s.Name, Topic: s.Topic, Partitions: partitions, TopicPartitions: kp.topics, TopicPattern: kp.pattern,
 		Subtask: sub, Parallelism: ctx.Parallelism, Only: only, Upstream: upstream, StartFrom: source.StartFrom(s.StartFrom), Restored: restored,
 		DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + b.g.Job,
 		Decoder: dec, Tombstones: s.Broadcast, Table: s.Table, Check: s.Check, Changelog: s.Changelog,

@@ -113,7 +113,8 @@ func (e Expression) MarshalText() ([]byte, error) { return []byte(e.String()), n
 //   - its top-level fields, when the value is a JSON object;
 //   - key: the key as a string (null when nil);
 //   - timestamp: the record time in milliseconds since the Unix epoch;
-//   - headers: header key to string value (the last of a repeated key).
+//   - headers: header key to string value (the last of a repeated key);
+//   - topic: the Kafka topic the record was read from (its Origin).
 //
 // The zero RecordEnv is ready for use. It is owned by one goroutine (a
 // subtask's); the Env Reset returns is valid until the next Reset and
@@ -134,6 +135,7 @@ func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 	}
 	e.in.Key = rec.Key
 	e.in.Timestamp = rec.Timestamp
+	e.in.Topic = rec.Origin.Topic
 	e.headers = e.headers[:0]
 	for _, h := range rec.Headers {
 		e.headers = append(e.headers, expression.Header(h))

@@ -482,9 +482,21 @@ type SourceConfig struct {
 	// params schema (connector.SourceFactory.Params). The kafka type takes
 	// none: its settings are the fields of the source. Default: none.
 	Params yaml.Node `yaml:"params"`
-	// Topic is the Kafka topic read. Required for type kafka; a valid
-	// topic name: at most 249 of [a-zA-Z0-9._-], not "." or "..".
+	// Topic is the Kafka topic read. For type kafka exactly one of topic,
+	// topics and topic_pattern is required; a valid topic name: at most 249
+	// of [a-zA-Z0-9._-], not "." or "..".
 	Topic string `yaml:"topic"`
+	// Topics are several Kafka topics read by the one source (Flink's
+	// KafkaSource setTopics): each a valid topic name, no duplicates, at
+	// least one. Instead of topic. Default: none.
+	Topics []string `yaml:"topics"`
+	// TopicPattern is a regular expression (Go's RE2 syntax) of the topics
+	// read (Flink's KafkaSource setTopicPattern): every topic whose whole
+	// name it matches, internal topics ("__...") excepted, at start and,
+	// with partition_discovery_interval, every matching topic created
+	// later, read from its earliest offset. Instead of topic. Default:
+	// none.
+	TopicPattern string `yaml:"topic_pattern"`
 	// StartFrom is where a partition without a committed position starts:
 	// earliest or latest. Default "earliest".
 	StartFrom StartFrom `yaml:"start_from"`
@@ -958,6 +970,7 @@ func (c *Config) Topics() []string {
 	var ts []string
 	for _, s := range c.Sources {
 		ts = append(ts, s.Topic, s.DeadLetterTopic)
+		ts = append(ts, s.Topics...)
 	}
 	for _, s := range c.Sinks {
 		ts = append(ts, s.Topic)

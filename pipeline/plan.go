@@ -176,7 +176,7 @@ func (c *Config) buildGraph() *graph.Graph {
 	for i := range c.Sources {
 		s := &c.Sources[i]
 		gs := &graph.Source{
-			Name: s.Name, Type: s.Type, Params: c.connParams[s.Name], FormatParams: c.connParams[s.Name+formatParamsSuffix], Topic: s.Topic, Parallelism: c.SourceParallelism(s), StartFrom: string(s.StartFrom),
+			Name: s.Name, Type: s.Type, Params: c.connParams[s.Name], FormatParams: c.connParams[s.Name+formatParamsSuffix], Topic: s.Topic, Topics: s.Topics, TopicPattern: s.TopicPattern, Parallelism: c.SourceParallelism(s), StartFrom: string(s.StartFrom),
 			Format: s.Format, OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
 			MaxRecordBytes: s.MaxRecordBytes, DiscoveryInterval: s.PartitionDiscoveryInterval,
 			OutOfOrderness: s.Watermark.OutOfOrderness, Idleness: s.Watermark.Idleness,

@@ -16,6 +16,7 @@ import (
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/operators"
+	"github.com/kstreamd/kstreamd/source"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
@@ -301,9 +302,11 @@ func (c *Config) validateSources(v *validator) {
 		if known {
 			c.decodeConnParams(v, p+".params", s.Name, &s.Params, "source type "+f.Type, f.Params)
 		}
-		// an unknown type's fields are not known: a misspelt type (its
-		// did-you-mean above) does not also get "topic: required"
-		if !known && s.Type == "" || known && f.Type == connector.DefaultType || s.Topic != "" {
+		if s.Topics != nil || s.TopicPattern != "" {
+			v.sourceTopics(p, s, known && f.Type == connector.DefaultType)
+		} else if !known && s.Type == "" || known && f.Type == connector.DefaultType || s.Topic != "" {
+			// an unknown type's fields are not known: a misspelt type (its
+			// did-you-mean above) does not also get "topic: required"
 			v.topic(p+".topic", s.Topic)
 		}
 		v.oneOf(p+".start_from", string(s.StartFrom), string(StartFromEarliest), string(StartFromLatest))
@@ -319,8 +322,11 @@ func (c *Config) validateSources(v *validator) {
 			v.errorf(p+".dead_letter_topic", "required when on_error is dead-letter")
 		case s.DeadLetterTopic != "":
 			v.topic(p+".dead_letter_topic", s.DeadLetterTopic)
-			if s.DeadLetterTopic == s.Topic {
-				v.errorf(p+".dead_letter_topic", "must differ from the source's topic %q", s.Topic)
+			if s.DeadLetterTopic == s.Topic || slices.Contains(s.Topics, s.DeadLetterTopic) {
+				v.errorf(p+".dead_letter_topic", "must differ from the source's topic %q", s.DeadLetterTopic)
+			}
+			if re, err := source.CompileTopicPattern(s.TopicPattern); s.TopicPattern != "" && err == nil && source.MatchTopics(re, []string{s.DeadLetterTopic}) != nil {
+				v.errorf(p+".dead_letter_topic", "must not match the source's topic_pattern %q", s.TopicPattern)
 			}
 		}
 		if s.MaxRecordBytes < 0 {

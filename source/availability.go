@@ -95,7 +95,7 @@ func (s *KafkaSource) publishReadiness(started bool) {
 	var waiting []string
 	for _, p := range sortedKeys(s.lookups) {
 		if l := s.lookups[p]; l.start != 0 && s.unavail[p] == nil {
-			waiting = append(waiting, fmt.Sprintf("%s/%d", s.cfg.Topic, p))
+			waiting = append(waiting, s.tpName(p))
 		}
 	}
 	if len(waiting) > 0 {
@@ -103,7 +103,7 @@ func (s *KafkaSource) publishReadiness(started bool) {
 	}
 	for _, p := range sortedKeys(s.unavail) {
 		u := s.unavail[p]
-		parts = append(parts, fmt.Sprintf("partition %s/%d unavailable since %s: %v", s.cfg.Topic, p, u.since.UTC().Format(time.RFC3339), u.err))
+		parts = append(parts, fmt.Sprintf("partition %s unavailable since %s: %v", s.tpName(p), u.since.UTC().Format(time.RFC3339), u.err))
 	}
 	detail := ""
 	if len(parts) > 0 {
@@ -145,10 +145,12 @@ func (s *KafkaSource) markUnavailable(p int32, err error) {
 		// left it (franz-go drops what it buffered for a paused
 		// partition and fetches it again after the resume).
 		if s.cl != nil {
-			s.cl.PauseFetchPartitions(map[string][]int32{s.cfg.Topic: {p}})
+			t, part := s.tp(p)
+			s.cl.PauseFetchPartitions(map[string][]int32{t: {part}})
 		}
 	}
 	u.err = err
+	t, part := s.tp(p)
 	if l := s.lookups[p]; l == nil || (l.start == 0 && !l.end && !l.probe) {
 		s.needLookup(p, 0, false)
 		l = s.lookups[p]
@@ -159,7 +161,7 @@ func (s *KafkaSource) markUnavailable(p int32, err error) {
 	if u.lastLog.IsZero() || now.Sub(u.lastLog) >= unavailableLogEvery {
 		u.lastLog = now
 		s.logger.Warn("partition unavailable; retrying it on its own while the other partitions are read",
-			"topic", s.cfg.Topic, "partition", p, "unavailable_for", now.Sub(u.since).Round(time.Millisecond), "err", err)
+			"topic", t, "partition", part, "unavailable_for", now.Sub(u.since).Round(time.Millisecond), "err", err)
 	}
 }
 
@@ -171,8 +173,9 @@ func (s *KafkaSource) markAvailable(p int32) {
 	}
 	delete(s.unavail, p)
 	s.cfg.Metrics.unavailableAdd(s.cfg.Name, -1)
+	t, part := s.tp(p)
 	if s.cl != nil {
-		s.cl.ResumeFetchPartitions(map[string][]int32{s.cfg.Topic: {p}})
+		s.cl.ResumeFetchPartitions(map[string][]int32{t: {part}})
 	}
 	if l := s.lookups[p]; l != nil {
 		l.probe = false
@@ -180,7 +183,7 @@ func (s *KafkaSource) markAvailable(p int32) {
 			delete(s.lookups, p)
 		}
 	}
-	s.logger.Info("partition available again", "topic", s.cfg.Topic, "partition", p, "unavailable_for", time.Since(u.since).Round(time.Millisecond))
+	s.logger.Info("partition available again", "topic", t, "partition", part, "unavailable_for", time.Since(u.since).Round(time.Millisecond))
 }
 
 // clearUnavailable takes the subtask's unavailable partitions out of the
@@ -225,12 +228,59 @@ func (s *KafkaSource) maybeLookup(ctx context.Context, adm *kadm.Client) {
 		return
 	}
 	s.lookupBusy = true
+	qs := s.splitLookup(start, end)
 	s.lookupWG.Add(1)
 	go func() {
 		defer s.lookupWG.Done()
-		res := lookupOffsets(ctx, adm, s.cfg.Topic, start, end)
+		res := lookupResult{start: map[int32]int64{}, end: map[int32]int64{}, errs: map[int32]error{}}
+		for _, q := range qs {
+			r := lookupOffsets(ctx, adm, q.topic, q.start, q.end)
+			for _, m := range [][2]map[int32]int64{{r.start, res.start}, {r.end, res.end}} {
+				for p, o := range m[0] {
+					m[1][q.base|p] = o
+				}
+			}
+			for p, err := range r.errs {
+				res.errs[q.base|p] = err
+			}
+		}
 		s.mailbox.Execute(func() { s.applyLookup(res) })
 	}()
+}
+
+// topicLookup is the share of a lookup round of one topic: partitions,
+// not ids; base is the topic's id prefix (topics.go).
+type topicLookup struct {
+	topic string
+	base  int32
+	start map[int32]int64
+	end   []int32
+}
+
+// splitLookup groups a lookup round's partition ids by topic, on the
+// subtask goroutine (the id table is its own).
+func (s *KafkaSource) splitLookup(start map[int32]int64, end []int32) []topicLookup {
+	var qs []topicLookup
+	at := map[string]int{}
+	get := func(id int32) (*topicLookup, int32) {
+		t, p := s.tp(id)
+		i, ok := at[t]
+		if !ok {
+			i = len(qs)
+			at[t] = i
+			qs = append(qs, topicLookup{topic: t, base: id &^ maxPartition, start: map[int32]int64{}})
+		}
+		return &qs[i], p
+	}
+	for id, o := range start {
+		q, p := get(id)
+		q.start[p] = o
+	}
+	for _, id := range end {
+		q, p := get(id)
+		q.end = append(q.end, p)
+	}
+	return qs
 }
 
 // lookupOffsets lists the start offsets (earliest or latest) of start's
@@ -346,8 +396,8 @@ func (s *KafkaSource) applyLookup(res lookupResult) {
 	}
 	s.settleCatchUp()
 	if len(add) > 0 {
-		s.logger.Info("start offsets looked up; reading the partitions", "topic", s.cfg.Topic, "offsets", started)
-		s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: add})
+		s.logger.Info("start offsets looked up; reading the partitions", "offsets", byTopic(s, started))
+		s.cl.AddConsumePartitions(byTopic(s, add))
 	}
 	s.publishReadiness(true)
 }

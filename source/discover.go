@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -37,6 +38,27 @@ func Discover(ctx context.Context, adm *kadm.Client, logger *slog.Logger, topic 
 		return nil
 	})
 	return n, err
+}
+
+// DiscoverTopics returns the partition count of each topic pattern
+// (CompileTopicPattern) matches (MatchTopics), none being no error,
+// retrying while the brokers cannot be reached as Discover does.
+func DiscoverTopics(ctx context.Context, adm *kadm.Client, logger *slog.Logger, pattern *regexp.Regexp) (map[string]int32, error) {
+	out := map[string]int32{}
+	err := retry(ctx, logger, "discover topics", func(ctx context.Context) error {
+		details, err := adm.ListTopics(ctx)
+		if err != nil {
+			return err
+		}
+		clear(out)
+		for _, t := range MatchTopics(pattern, details.Names()) {
+			if d := details[t]; d.Err == nil {
+				out[t] = int32(len(d.Partitions))
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // permanent marks an error retry must not retry.

@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"regexp"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/kafkaretry"
@@ -121,6 +121,14 @@ type Config struct {
 	// Partitions is the number of partitions of Topic at start, from
 	// Discover; used for a fresh start.
 	Partitions int32
+	// TopicPartitions, when not nil, are the topics read (a source over
+	// several topics or a topic pattern) with their partition counts at
+	// start, instead of Topic and Partitions.
+	TopicPartitions map[string]int32
+	// TopicPattern (from CompileTopicPattern), when not nil, makes
+	// discovery also read the topics created later whose names it matches
+	// (MatchTopics), from their earliest offset.
+	TopicPattern *regexp.Regexp
 	// Subtask is this subtask's index in [0, Parallelism).
 	Subtask int
 	// Parallelism is the number of subtasks of this source.
@@ -287,6 +295,9 @@ type Restored struct {
 	// Known are every partition of the topic the checkpoint knew (any
 	// subtask's); partitions beyond them are new and start from earliest.
 	Known []int32
+	// KnownTopics are, for a source over several topics, every partition
+	// of each topic the checkpoint knew (with Known, which is Topic's).
+	KnownTopics map[string][]int32
 }
 
 // SplitsState is the name of the source's even-split operator list state;
@@ -375,14 +386,18 @@ type KafkaSource struct {
 	sides   runtime.SideOutputs // the dead-letter writer, or none
 
 	// Only the subtask goroutine touches these.
-	cl        *kgo.Client
-	pos       map[int32]int64 // partition -> offset of the next record to emit
-	wms       *watermarks
-	markers   *runtime.MarkerValve // with Config.Upstream: the valve of the one partition read
-	known     map[int32]bool       // every partition of the topic known to the job
-	committed map[int64]map[int32]int64
-	stopAfter bool
-	adminCl   *kgo.Client // metadata and offsets requests; owned by read
+	cl      *kgo.Client
+	pos     map[int32]int64 // partition -> offset of the next record to emit
+	wms     *watermarks
+	markers *runtime.MarkerValve // with Config.Upstream: the valve of the one partition read
+	known   map[int32]bool       // every partition of the topics known to the job
+	// topicNames and topicIdx map the topics read to the index in their
+	// partition ids (topics.go).
+	topicNames []string
+	topicIdx   map[string]int32
+	committed  map[int64]map[int32]int64
+	stopAfter  bool
+	adminCl    *kgo.Client // metadata and offsets requests; owned by read
 	// lookups are the partitions whose start offset or catch-up target is
 	// still to be listed, or that are probed while unavailable, each on its
 	// own back-off (availability.go); lookupBusy while a round is in flight
@@ -446,6 +461,9 @@ func New(cfg Config) *KafkaSource {
 		s.sides = runtime.SideOutputs{{ID: runtime.TaskID{Operator: DeadLetterVertex(cfg.Name), Subtask: cfg.Subtask}, Operator: cfg.DeadLetters}}
 	}
 	s.ready.detail = fmt.Sprintf("source %s subtask %d: not reading yet", cfg.Name, cfg.Subtask)
+	if cfg.Topic != "" {
+		s.pid(cfg.Topic, 0) // topic index 0: its partition ids are its partitions
+	}
 	return s
 }
 
@@ -601,7 +619,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 	}
 	opts := append([]kgo.Opt{}, s.cfg.ClientOpts...)
 	opts = append(opts,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: assign}),
+		kgo.ConsumePartitions(byTopic(s, assign)),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
@@ -629,7 +647,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 	if err := s.emitWatermark(ctx); err != nil {
 		return err
 	}
-	s.logger.Info("source started", "topic", s.cfg.Topic, "partitions", sortedKeys(s.pos), "start_from", string(s.cfg.StartFrom), "restored", s.cfg.Restored != nil)
+	s.logger.Info("source started", "partitions", s.tpNames(sortedKeys(s.pos)), "start_from", string(s.cfg.StartFrom), "restored", s.cfg.Restored != nil)
 	s.publishReadiness(true)
 	caughtUp := false
 	checkCaughtUp := func() error {
@@ -637,7 +655,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 			return nil
 		}
 		caughtUp = true
-		s.logger.Info("source caught up with the end offsets seen at start", "topic", s.cfg.Topic)
+		s.logger.Info("source caught up with the end offsets seen at start", "topics", s.topicNames)
 		if err := s.cfg.Output.Broadcast(ctx, runtime.Element{Kind: runtime.KindCaughtUp}); err != nil {
 			return err
 		}
@@ -661,7 +679,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		}
 		s.maybeLookup(lctx, adm)
 		if !nextDiscovery.IsZero() && time.Now().After(nextDiscovery) {
-			s.discover(ctx, adm)
+			s.discover(ctx)
 			nextDiscovery = time.Now().Add(s.cfg.DiscoveryInterval)
 		}
 		fetches := s.poll(ctx)
@@ -673,8 +691,8 @@ func (s *KafkaSource) read(ctx context.Context) error {
 			if errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, context.DeadlineExceeded) {
 				continue
 			}
-			if partitionError(fe) && fe.Topic == s.cfg.Topic {
-				if _, mine := s.pos[fe.Partition]; !mine {
+			if partitionError(fe) && s.ownTopic(fe.Topic) {
+				if _, mine := s.pos[s.pid(fe.Topic, fe.Partition)]; !mine {
 					// franz-go reports the metadata errors of every
 					// partition of the topic, read here or not.
 					continue
@@ -682,7 +700,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 				// franz-go retries the partition by itself; the others
 				// are read meanwhile.
 				s.cfg.Retries.Retried(kafkaretry.OpFetch)
-				s.markUnavailable(fe.Partition, fe.Err)
+				s.markUnavailable(s.pid(fe.Topic, fe.Partition), fe.Err)
 				changed = true
 				continue
 			}
@@ -719,9 +737,10 @@ func (s *KafkaSource) read(ctx context.Context) error {
 			if !r.Attrs.IsControl() {
 				emitErr = s.emit(ctx, r)
 			}
-			s.pos[r.Partition] = r.Offset + 1
-			if target, ok := s.pending[r.Partition]; ok && r.Offset+1 >= target {
-				delete(s.pending, r.Partition)
+			id := s.pid(r.Topic, r.Partition)
+			s.pos[id] = r.Offset + 1
+			if target, ok := s.pending[id]; ok && r.Offset+1 >= target {
+				delete(s.pending, id)
 			}
 		})
 		if emitErr != nil {
@@ -729,8 +748,8 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		}
 		if len(s.unavail) > 0 {
 			fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-				if p.Err == nil && len(p.Records) > 0 && s.unavail[p.Partition] != nil {
-					s.markAvailable(p.Partition)
+				if id := s.pid(p.Topic, p.Partition); p.Err == nil && len(p.Records) > 0 && s.unavail[id] != nil {
+					s.markAvailable(id)
 					changed = true
 				}
 			})
@@ -749,8 +768,8 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		}
 		if s.cfg.Metrics != nil {
 			fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-				if pos, ok := s.pos[p.Partition]; ok && pos >= 0 && p.HighWatermark >= 0 {
-					s.cfg.Metrics.lag.WithLabelValues(s.cfg.Name, strconv.Itoa(int(p.Partition))).Set(float64(max(p.HighWatermark-pos, 0)))
+				if pos, ok := s.pos[s.pid(p.Topic, p.Partition)]; ok && pos >= 0 && p.HighWatermark >= 0 {
+					s.cfg.Metrics.lag.WithLabelValues(s.cfg.Name, s.lagLabel(p.Topic, p.Partition)).Set(float64(max(p.HighWatermark-pos, 0)))
 				}
 			})
 		}
@@ -824,7 +843,8 @@ func (s *KafkaSource) commitPending(ctx context.Context) error {
 func (s *KafkaSource) checkpoint(ctx context.Context, b *runtime.Barrier) error {
 	splits := make([]Split, 0, len(s.pos))
 	for _, p := range sortedKeys(s.pos) {
-		sp := Split{Topic: s.cfg.Topic, Partition: p, Offset: s.pos[p]}
+		t, part := s.tp(p)
+		sp := Split{Topic: t, Partition: part, Offset: s.pos[p]}
 		if ts, ok := s.wms.maxTs[p]; ok && ts != noTimestamp {
 			sp.MaxTimestamp = &ts
 		}
@@ -878,7 +898,8 @@ func (s *KafkaSource) commitGroup(ctx context.Context, id int64) {
 	os := kadm.Offsets{}
 	for p, o := range offs {
 		if o >= 0 { // a partition whose start offset is not looked up yet has nothing to commit
-			os.Add(kadm.Offset{Topic: s.cfg.Topic, Partition: p, At: o, LeaderEpoch: -1})
+			t, part := s.tp(p)
+			os.Add(kadm.Offset{Topic: t, Partition: part, At: o, LeaderEpoch: -1})
 		}
 	}
 	if len(os) == 0 {
@@ -920,6 +941,13 @@ func SplitsTaskState(splits []Split) (json.RawMessage, error) {
 // LatestOffset until then), and so is every partition's catch-up target.
 func (s *KafkaSource) assign() error {
 	s.pos, s.known = map[int32]int64{}, map[int32]bool{}
+	s.topicNames, s.topicIdx = nil, map[string]int32{}
+	start := s.cfg.startTopics()
+	for _, t := range append([]string{s.cfg.Topic}, slices.Sorted(maps.Keys(start))...) {
+		if t != "" {
+			s.pid(t, 0) // Topic, if any, is topic index 0: its ids are its partitions
+		}
+	}
 	s.lookups, s.unavail = map[int32]*partLookup{}, map[int32]*unavailable{}
 	s.ends, s.pending = map[int32]int64{}, map[int32]int64{}
 	s.wms = newWatermarks(s.cfg.Watermarks)
@@ -927,12 +955,13 @@ func (s *KafkaSource) assign() error {
 	fresh := s.cfg.Restored == nil
 	if !fresh {
 		for _, sp := range s.cfg.Restored.Splits {
-			s.pos[sp.Partition] = sp.Offset
+			id := s.pid(cmp.Or(sp.Topic, s.cfg.Topic), sp.Partition)
+			s.pos[id] = sp.Offset
 			if sp.Offset < 0 { // never looked up: a sentinel
 				if sp.Offset != LatestOffset {
-					s.pos[sp.Partition] = EarliestOffset
+					s.pos[id] = EarliestOffset
 				}
-				s.needLookup(sp.Partition, s.pos[sp.Partition], false)
+				s.needLookup(id, s.pos[id], false)
 			}
 			ts := int64(noTimestamp)
 			if sp.MaxTimestamp != nil {
@@ -945,37 +974,45 @@ func (s *KafkaSource) assign() error {
 					ts = noTimestamp
 				}
 			}
-			s.wms.assign(sp.Partition, ts, now)
+			s.wms.assign(id, ts, now)
 		}
 		for _, p := range s.cfg.Restored.Known {
-			s.known[p] = true
+			s.known[s.pid(s.cfg.Topic, p)] = true
+		}
+		for t, ps := range s.cfg.Restored.KnownTopics {
+			for _, p := range ps {
+				s.known[s.pid(t, p)] = true
+			}
 		}
 	}
-	n := s.cfg.Partitions
 	var mine []int32
-	for p := int32(0); p < n; p++ {
-		if !s.known[p] && s.owns(p) {
-			mine = append(mine, p)
+	for _, t := range slices.Sorted(maps.Keys(start)) {
+		for p := int32(0); p < min(start[t], maxPartition+1); p++ {
+			id := s.pid(t, p)
+			if !s.known[id] && s.owns(t, p) {
+				mine = append(mine, id)
+			}
+			s.known[id] = true
 		}
-		s.known[p] = true
 	}
+	slices.Sort(mine)
 	if err := s.assignMarkers(); err != nil {
 		return err
 	}
-	start := EarliestOffset
+	from := EarliestOffset
 	if fresh && s.cfg.StartFrom == Latest {
-		start = LatestOffset
+		from = LatestOffset
 	}
 	for _, p := range mine {
-		s.pos[p] = start
-		s.needLookup(p, start, false)
+		s.pos[p] = from
+		s.needLookup(p, from, false)
 		s.wms.assign(p, noTimestamp, now)
 	}
 	for p := range s.pos {
 		s.needLookup(p, 0, true)
 	}
 	if !fresh && len(mine) > 0 {
-		s.logger.Info("new partitions since the checkpoint; reading them from the earliest offset", "partitions", mine)
+		s.logger.Info("new partitions since the checkpoint; reading them from the earliest offset", "partitions", s.tpNames(mine))
 	}
 	return nil
 }
@@ -1004,53 +1041,6 @@ func (s *KafkaSource) assignMarkers() error {
 		s.logger.Info("restored upstream watermarks", "partition", sp.Partition, "watermark", s.markers.Current().UnixMilli(), "upstream_units", len(sp.Upstream.Units))
 	}
 	return nil
-}
-
-// discover looks for partitions added to the topic; the ones
-// AssignPartition gives this subtask are read from the earliest offset.
-// Failures are logged and retried at the next interval.
-func (s *KafkaSource) discover(ctx context.Context, adm *kadm.Client) {
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	// A raw metadata request: kadm's ListTopics answers from franz-go's
-	// metadata cache, which can be seconds old.
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(s.cfg.Topic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(dctx, s.adminCl)
-	if err != nil {
-		s.logger.Warn("partition discovery failed; retrying at the next interval", "topic", s.cfg.Topic, "err", err)
-		return
-	}
-	d := kadm.TopicDetail{Partitions: kadm.PartitionDetails{}}
-	for _, t := range resp.Topics {
-		if t.Topic == nil || *t.Topic != s.cfg.Topic || t.ErrorCode != 0 {
-			continue
-		}
-		for _, p := range t.Partitions {
-			d.Partitions[p.Partition] = kadm.PartitionDetail{Topic: s.cfg.Topic, Partition: p.Partition}
-		}
-	}
-	if len(d.Partitions) == 0 {
-		return
-	}
-	add := map[int32]kgo.Offset{}
-	for p := range d.Partitions {
-		if s.known[p] {
-			continue
-		}
-		s.known[p] = true
-		if s.owns(p) {
-			add[p] = kgo.NewOffset().AtStart()
-			s.pos[p] = 0
-			s.wms.assign(p, noTimestamp, time.Now())
-		}
-	}
-	if len(add) > 0 {
-		s.logger.Info("discovered new partitions; reading them from the earliest offset", "topic", s.cfg.Topic, "partitions", sortedKeys(add))
-		s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: add})
-	}
 }
 
 func sortedKeys[V any](m map[int32]V) []int32 {
@@ -1121,7 +1111,7 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 		// watermark.
 		return s.policy.HandleBadRecord(ctx, rec, re)
 	}
-	s.wms.observe(r.Partition, rec.Timestamp)
+	s.wms.observe(s.pid(r.Topic, r.Partition), rec.Timestamp)
 	return s.emitRecord(ctx, rec)
 }
 
@@ -1312,11 +1302,11 @@ func tableChange(v []byte) runtime.ChangeKind {
 	return runtime.ChangeUpdateAfter
 }
 
-// owns reports whether partition p of the topic is this subtask's: in
-// Only when it is set, else by AssignPartition.
-func (s *KafkaSource) owns(p int32) bool {
+// owns reports whether partition p of topic is this subtask's: in Only
+// when it is set, else by AssignPartition.
+func (s *KafkaSource) owns(topic string, p int32) bool {
 	if s.cfg.Only != nil {
-		return slices.Contains(s.cfg.Only, p)
+		return topic == s.cfg.Topic && slices.Contains(s.cfg.Only, p)
 	}
-	return AssignPartition(s.cfg.Topic, p, s.cfg.Parallelism) == s.cfg.Subtask
+	return AssignPartition(topic, p, s.cfg.Parallelism) == s.cfg.Subtask
 }
