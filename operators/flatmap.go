@@ -56,7 +56,15 @@ func flatMapFactory() Factory {
 func (f *FlatMap) Open(OpenContext) error { return nil }
 
 // ProcessElement implements ProcessFunction.
+//
+// A tombstone of an upsert changelog (a -D with a null value, as a table
+// source emits for a deleted row) passes on unchanged, once: its row is
+// unknown, so values is not evaluated, and it deletes its key's row
+// whatever the row expanded to.
 func (f *FlatMap) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	if rec.Change == runtime.ChangeDelete && rec.Value == nil {
+		return out.Collect(rec)
+	}
 	elems, err := f.values.Program().EvalList(f.env.Reset(&rec))
 	if err != nil {
 		return EvalRecordError(err)

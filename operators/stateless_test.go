@@ -423,3 +423,22 @@ func TestMapKeepsTombstones(t *testing.T) {
 		t.Fatalf("-D with its row: out %+v, err %v; want the row mapped", out, err)
 	}
 }
+
+// TestFlatMapPassesTombstones: a table source's tombstone (-D, null value)
+// passes a flat_map once, unchanged, instead of failing values (a bad
+// record, skipped by default, left the deleted row in an upsert sink's
+// compacted topic); a -D carrying its row is expanded as any record.
+func TestFlatMapPassesTombstones(t *testing.T) {
+	f := NewFlatMap(&FlatMapParams{Values: mustExpr[ListExpression](t, `items`)})
+	tomb := runtime.Record{Key: []byte("u1"), Change: runtime.ChangeDelete, Format: runtime.FormatJSON}
+	out, err := run(t, f, tomb)
+	if err != nil || len(out) != 1 || out[0].Change != runtime.ChangeDelete || string(out[0].Key) != "u1" || out[0].Value != nil {
+		t.Fatalf("tombstone: out %+v, err %v; want the tombstone of u1", out, err)
+	}
+	rec := testRecord(`{"items":[1,2]}`)
+	rec.Change = runtime.ChangeDelete
+	out, err = run(t, f, rec)
+	if err != nil || len(out) != 2 || string(out[0].Value) != "1" || string(out[1].Value) != "2" || out[1].Change != runtime.ChangeDelete {
+		t.Fatalf("-D with its row: out %+v, err %v; want two -D records 1 and 2", out, err)
+	}
+}
