@@ -291,6 +291,7 @@ func Builtins() []Factory {
 		tableJoinFactory(),
 		changelogNormalizeFactory(),
 		windowJoinFactory(),
+		joinFactory(),
 	}
 }
 
