@@ -32,16 +32,33 @@ const (
 //	params:
 //	  join: left                # inner (default), left, right or full
 //	  state_ttl: {ttl: 24h}     # optional: rows expire (table.exec.state.ttl)
+//	  upsert: [right]           # sides read from a table keyed by the join key
 //	  select: '{"order": left.id, "country": right == null ? null : right.country}'
 type JoinParams struct {
 	Join     JoinKind       `yaml:"join" doc:"inner (default: the pairs of left and right rows of a key), left, right or full (also each row of that side, or of both, that matches nothing, with the other side null; retracted when a match arrives)."`
 	StateTTL StateTTLParams `yaml:"state_ttl" doc:"Let each stored row expire a time after it was last written (Flink's table.exec.state.ttl), bounding the state; an expired row no longer joins. Default: rows are kept until retracted (see state_ttl)."`
+	Upsert   []string       `yaml:"upsert" doc:"The roles (left, right) whose input is an upsert stream keyed by the join key, such as a table source with key_by: key: that side keeps one row per key, a +I or +U replacing it (its pairs retracted first) and a -U or -D deleting it whatever its value (a tombstone has none). A table source's updates carry no -U, so without this its old rows would stay. Default: none."`
 	Select   Expression     `yaml:"select" doc:"An expression over left and right (each a row's value, null for the missing side of an outer row), key and timestamp, whose result, as JSON, is the output value; default {\"left\": left, \"right\": right}."`
 }
 
 // CheckParams implements ParamsChecker.
 func (p *JoinParams) CheckParams(report func(field, msg string)) {
 	p.StateTTL.Check("state_ttl", report)
+	seen := map[string]bool{}
+	for i, r := range p.Upsert {
+		switch {
+		case r != JoinLeft && r != JoinRight:
+			report(fmt.Sprintf("upsert[%d]", i), fmt.Sprintf("unknown role %q; want left or right", r))
+		case seen[r]:
+			report(fmt.Sprintf("upsert[%d]", i), fmt.Sprintf("role %q listed twice", r))
+		}
+		seen[r] = true
+	}
+}
+
+// upsert reports whether side (0 left, 1 right) is an upsert side.
+func (p *JoinParams) upsert(side int) bool {
+	return slices.Contains(p.Upsert, [2]string{JoinLeft, JoinRight}[side])
 }
 
 // joinFactory registers JoinType.
@@ -119,7 +136,10 @@ func joinRowOf(k string) *joinRow {
 // number of rows of the other side it matches). A record is added to its
 // side when it is an insert (+I) or update-after (+U), and retracted from
 // it when an update-before (-U) or delete (-D), so either input may be an
-// append-only stream, a changelog or a table (upserts +U, tombstones -D).
+// append-only stream, a changelog or, listed in upsert, a table keyed by
+// the join key (upserts +U without -U, tombstones -D without a value):
+// that side keeps at most one row per key (Flink's join input whose unique
+// key contains the join key), a +I or +U retracting the row before it.
 //
 // Output, keyed by the join key at the input record's timestamp, a
 // changelog of select(left, right) with Flink's kinds:
@@ -210,17 +230,44 @@ func (j *RegularJoin) emit(side int, key []byte, in, other *joinRow, ts int64, k
 	return j.output.emit(key, other, in, ts, "", &j.change)
 }
 
-// process adds rec to its side or retracts it, emitting the changes.
+// process adds rec to its side or retracts it, emitting the changes. On
+// an upsert side a +I or +U first retracts the key's row, and a -U or -D
+// retracts it whatever its value (a tombstone has none).
 func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error {
-	other := 1 - side
-	inOuter, otherOuter := j.p.Join.outer(side), j.p.Join.outer(other)
-	k := rowKey(rec)
-	in := &joinRow{Value: rec.Value, Text: rec.Format == runtime.FormatText}
-	ts := rec.Timestamp.UnixMilli()
-	others, err := j.rows(other)
+	others, err := j.rows(1 - side)
 	if err != nil {
 		return err
 	}
+	ts := rec.Timestamp.UnixMilli()
+	accumulate := rec.Change == runtime.ChangeInsert || rec.Change == runtime.ChangeUpdateAfter
+	if j.p.upsert(side) {
+		stored, err := j.rows(side)
+		if err != nil {
+			return err
+		}
+		for _, r := range stored {
+			for range r.Count {
+				if err := j.retract(side, rec.Key, r.key, ts, others, out); err != nil {
+					return err
+				}
+			}
+		}
+		if !accumulate {
+			return nil
+		}
+		return j.add(side, rec.Key, rowKey(rec), ts, others, out)
+	}
+	if accumulate {
+		return j.add(side, rec.Key, rowKey(rec), ts, others, out)
+	}
+	return j.retract(side, rec.Key, rowKey(rec), ts, others, out)
+}
+
+// add adds the row of map key k to side, given the other side's rows
+// (whose match counts it updates in place).
+func (j *RegularJoin) add(side int, key []byte, k string, ts int64, others []joinStoredRow, out Collector) error {
+	other := 1 - side
+	in := joinRowOf(k)
 	var matches int64
 	for _, o := range others {
 		matches += o.Count
@@ -229,53 +276,69 @@ func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error
 	if err != nil {
 		return err
 	}
-	if rec.Change == runtime.ChangeInsert || rec.Change == runtime.ChangeUpdateAfter {
-		if inOuter && matches == 0 {
-			if err := j.emit(side, rec.Key, in, nil, ts, runtime.ChangeInsert, out); err != nil {
+	if j.p.Join.outer(side) && matches == 0 {
+		if err := j.emit(side, key, in, nil, ts, runtime.ChangeInsert, out); err != nil {
+			return err
+		}
+	}
+	if j.p.Join.outer(other) {
+		for i := range others {
+			o := &others[i]
+			if o.Assoc == 0 {
+				for range o.Count {
+					if err := j.emit(other, key, joinRowOf(o.key), nil, ts, runtime.ChangeDelete, out); err != nil {
+						return err
+					}
+				}
+			}
+			o.Assoc++
+			if err := j.sides[other].Put(o.key, o.joinCount); err != nil {
 				return err
 			}
 		}
-		if otherOuter {
-			for _, o := range others {
-				if o.Assoc == 0 {
-					for range o.Count {
-						if err := j.emit(other, rec.Key, joinRowOf(o.key), nil, ts, runtime.ChangeDelete, out); err != nil {
-							return err
-						}
-					}
-				}
-				o.Assoc++
-				if err := j.sides[other].Put(o.key, o.joinCount); err != nil {
-					return err
-				}
-			}
-		}
-		for _, o := range others {
-			for range o.Count {
-				if err := j.emit(side, rec.Key, in, joinRowOf(o.key), ts, runtime.ChangeInsert, out); err != nil {
-					return err
-				}
-			}
-		}
-		return j.sides[side].Put(k, joinCount{Count: cur.Count + 1, Assoc: matches})
 	}
-	if inOuter && matches == 0 {
-		if err := j.emit(side, rec.Key, in, nil, ts, runtime.ChangeDelete, out); err != nil {
+	for _, o := range others {
+		for range o.Count {
+			if err := j.emit(side, key, in, joinRowOf(o.key), ts, runtime.ChangeInsert, out); err != nil {
+				return err
+			}
+		}
+	}
+	return j.sides[side].Put(k, joinCount{Count: cur.Count + 1, Assoc: matches})
+}
+
+// retract removes one occurrence of the row of map key k from side (if
+// stored: an expired row is gone already), retracting its pairs with the
+// other side's rows (whose match counts it updates in place).
+func (j *RegularJoin) retract(side int, key []byte, k string, ts int64, others []joinStoredRow, out Collector) error {
+	other := 1 - side
+	in := joinRowOf(k)
+	var matches int64
+	for _, o := range others {
+		matches += o.Count
+	}
+	cur, _, err := j.sides[side].Get(k)
+	if err != nil {
+		return err
+	}
+	if j.p.Join.outer(side) && matches == 0 {
+		if err := j.emit(side, key, in, nil, ts, runtime.ChangeDelete, out); err != nil {
 			return err
 		}
 	}
 	for _, o := range others {
 		for range o.Count {
-			if err := j.emit(side, rec.Key, in, joinRowOf(o.key), ts, runtime.ChangeDelete, out); err != nil {
+			if err := j.emit(side, key, in, joinRowOf(o.key), ts, runtime.ChangeDelete, out); err != nil {
 				return err
 			}
 		}
 	}
-	if otherOuter {
-		for _, o := range others {
+	if j.p.Join.outer(other) {
+		for i := range others {
+			o := &others[i]
 			if o.Assoc == 1 {
 				for range o.Count {
-					if err := j.emit(other, rec.Key, joinRowOf(o.key), nil, ts, runtime.ChangeInsert, out); err != nil {
+					if err := j.emit(other, key, joinRowOf(o.key), nil, ts, runtime.ChangeInsert, out); err != nil {
 						return err
 					}
 				}
