@@ -118,6 +118,15 @@ type ChangelogOutputParams interface {
 	ProducesChangelog() bool
 }
 
+// UpsertRolesParams is implemented by the params struct of a two-input
+// type that accepts changelogs (join): UpsertRoles names the roles whose
+// input it reads as an upsert stream keyed by the join key (one row per
+// key, each +U replacing it), which the planner then lets read an upsert
+// changelog such as a table source.
+type UpsertRolesParams interface {
+	UpsertRoles() []string
+}
+
 // ChangelogInputChecker is implemented by a params struct whose operator,
 // as configured, cannot take every changelog input its type accepts (the
 // aggregate functions first and last cannot retract): the planner calls
@@ -313,6 +322,7 @@ func Builtins() []Factory {
 		tableJoinFactory(),
 		changelogNormalizeFactory(),
 		windowJoinFactory(),
+		joinFactory(),
 	}
 }
 

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/kstreamd/kstreamd/graph"
@@ -91,11 +92,21 @@ func (c *Config) validateChangelogs(v *validator) {
 	}
 }
 
+// upsertRole reports whether params (an operator's decoded params) declare
+// role an upsert input (operators.UpsertRolesParams).
+func upsertRole(params any, role string) bool {
+	u, ok := params.(operators.UpsertRolesParams)
+	return ok && slices.Contains(u.UpsertRoles(), role)
+}
+
 // validateChangelogRoles checks the inputs of the two-input operator op
-// (at path p) of type f: a role marked as a table
-// (operators.ChangelogTraits.Tables) must read a changelog (a table
-// source, or an operator's changelog), every other role an append-only
-// stream.
+// (at path p) of type f: for a type that accepts changelogs
+// (ChangelogTraits.Accepts: join), every role may read an append-only
+// stream or a full changelog, and an upsert changelog only when its params
+// declare the role an upsert input (operators.UpsertRolesParams); for the
+// others a role marked as a table (operators.ChangelogTraits.Tables) must
+// read a changelog (a table source, or an operator's changelog), every
+// other role an append-only stream.
 func (c *Config) validateChangelogRoles(v *validator, p string, op *OperatorConfig, f *operators.Factory) {
 	for i, r := range f.Traits.Roles() {
 		in, ok := op.Inputs[r]
@@ -105,6 +116,12 @@ func (c *Config) validateChangelogRoles(v *validator, p string, op *OperatorConf
 		kind, origin := c.changelogStream(in.From)
 		rp := p + ".inputs." + r + ".from"
 		switch {
+		case f.Traits.Changelog.Accepts && kind == upsertChangelog && !upsertRole(c.params[op.Name], r):
+			v.errorf(rp, "the %s input of operator type %s is an upsert changelog (%s): its +U does not carry the row it replaces, so list %s in params.upsert (one row per key, replaced by each upsert) or read it through a %s operator (key_by: key) first",
+				r, op.Type, strings.Replace(origin, "its input", "input", 1), r, operators.ChangelogNormalizeType)
+		case f.Traits.Changelog.Accepts:
+			// a two-input type that retracts (join) reads an append-only
+			// stream or a full changelog on either role
 		case f.Traits.Changelog.Tables[i] && kind == appendOnly:
 			v.errorf(rp, "the %s input of operator type %s is read as a table, but %q is append-only; read the topic as a table (table: true on its source) or from an operator emitting a changelog", r, op.Type, in.From)
 		case !f.Traits.Changelog.Tables[i] && kind != appendOnly:
@@ -168,7 +185,15 @@ func (c *Config) changelogStream(input string) (changelogKind, string) {
 			return appendOnly, ""
 		}
 		f, known := reg.Lookup(op.Type)
-		if !known || f.Traits.TwoInput() {
+		if !known {
+			return appendOnly, ""
+		}
+		if f.Traits.TwoInput() {
+			// a join's output (join: a changelog; the others append-only);
+			// its side outputs (late records) are taken as append-only
+			if side == "" && f.Traits.Changelog.Produces {
+				return fullChangelog, describeChangelog(input, via, fmt.Sprintf("operator %q (type %s)", op.Name, op.Type))
+			}
 			return appendOnly, ""
 		}
 		produces := f.Traits.Changelog.Produces

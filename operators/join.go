@@ -1,0 +1,362 @@
+package operators
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// JoinType is the pipeline name of the regular (unbounded) join.
+const JoinType = "join"
+
+// The regular join's keyed state: per key and side, each distinct row
+// (its value) with how many times it is in the side and how many rows of
+// the other side it matches (Flink's JoinRecordStateView and
+// OuterJoinRecordStateView). Part of the checkpoint format.
+const (
+	JoinLeftState  = "join.left"
+	JoinRightState = "join.right"
+)
+
+// JoinParams are the params of join:
+//
+//	inputs:
+//	  left:  {from: orders, key_by: user}
+//	  right: {from: users, key_by: key}
+//	params:
+//	  join: left                # inner (default), left, right or full
+//	  state_ttl: {ttl: 24h}     # optional: rows expire (table.exec.state.ttl)
+//	  upsert: [right]           # sides read from a table keyed by the join key
+//	  select: '{"order": left.id, "country": right == null ? null : right.country}'
+type JoinParams struct {
+	Join     JoinKind       `yaml:"join" doc:"inner (default: the pairs of left and right rows of a key), left, right or full (also each row of that side, or of both, that matches nothing, with the other side null; retracted when a match arrives)."`
+	StateTTL StateTTLParams `yaml:"state_ttl" doc:"Let each stored row expire a time after it was last written (Flink's table.exec.state.ttl), bounding the state; an expired row no longer joins. Default: rows are kept until retracted (see state_ttl)."`
+	Upsert   []string       `yaml:"upsert" doc:"The roles (left, right) whose input is an upsert stream keyed by the join key, such as a table source with key_by: key: that side keeps one row per key, a +I or +U replacing it (its pairs retracted first) and a -U or -D deleting it whatever its value (a tombstone has none). A table source's updates carry no -U, so without this its old rows would stay. Default: none."`
+	Select   Expression     `yaml:"select" doc:"An expression over left and right (each a row's value, null for the missing side of an outer row), key and timestamp, whose result, as JSON, is the output value; default {\"left\": left, \"right\": right}."`
+}
+
+// CheckParams implements ParamsChecker.
+func (p *JoinParams) CheckParams(report func(field, msg string)) {
+	p.StateTTL.Check("state_ttl", report)
+	seen := map[string]bool{}
+	for i, r := range p.Upsert {
+		switch {
+		case r != JoinLeft && r != JoinRight:
+			report(fmt.Sprintf("upsert[%d]", i), fmt.Sprintf("unknown role %q; want left or right", r))
+		case seen[r]:
+			report(fmt.Sprintf("upsert[%d]", i), fmt.Sprintf("role %q listed twice", r))
+		}
+		seen[r] = true
+	}
+}
+
+// UpsertRoles implements UpsertRolesParams: the roles listed in upsert.
+func (p *JoinParams) UpsertRoles() []string { return p.Upsert }
+
+// upsert reports whether side (0 left, 1 right) is an upsert side.
+func (p *JoinParams) upsert(side int) bool {
+	return slices.Contains(p.Upsert, [2]string{JoinLeft, JoinRight}[side])
+}
+
+// joinFactory registers JoinType.
+func joinFactory() Factory {
+	return Factory{
+		Type: JoinType,
+		Doc: "Joins the left and right rows of equal keys without time bounds (Flink's regular streaming join, StreamingJoinOperator): both inputs may be append-only streams, changelogs or tables; inner, left, right or full outer; " +
+			"emits a changelog of select(left, right): +I for each new pair, -D when a row of either side is retracted, and for outer joins the null-padded row retracted (-D) at the first match and re-emitted (+I) when the last goes; state_ttl bounds the state.",
+		Traits: Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}, Changelog: ChangelogTraits{Accepts: true, Produces: true}},
+		Params: func() any { return &JoinParams{Join: JoinInner} },
+		State:  []string{JoinLeftState, JoinRightState},
+		New: func(ctx FactoryContext) (any, error) {
+			p, ok := ctx.Params.(*JoinParams)
+			if !ok {
+				return nil, fmt.Errorf("operators: %s: params %T, want *JoinParams", JoinType, ctx.Params)
+			}
+			return NewRegularJoin(*p), nil
+		},
+	}
+}
+
+// joinCount is a stored row's multiplicity in its side and the number of
+// rows of the other side it matches (kept up to date for an outer side).
+// Byte format (serializer "join-count-v1"): two uvarints.
+type joinCount struct {
+	Count int64
+	Assoc int64
+}
+
+type joinCountSerializer struct{}
+
+func (joinCountSerializer) Name() string { return "join-count-v1" }
+
+func (joinCountSerializer) Append(dst []byte, c joinCount) ([]byte, error) {
+	return binary.AppendUvarint(binary.AppendUvarint(dst, uint64(c.Count)), uint64(c.Assoc)), nil
+}
+
+func (joinCountSerializer) Decode(b []byte) (joinCount, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 {
+		return joinCount{}, errors.New("operators: malformed join row count")
+	}
+	a, m := binary.Uvarint(b[k:])
+	if m <= 0 || k+m != len(b) {
+		return joinCount{}, errors.New("operators: malformed join row count")
+	}
+	return joinCount{Count: int64(n), Assoc: int64(a)}, nil
+}
+
+// joinStoredRow is one distinct row of a side with its counts.
+type joinStoredRow struct {
+	key string // the map key: rowKey
+	joinCount
+}
+
+// rowKey is a row's identity and map key: a flag byte (1: text format),
+// then the value's bytes.
+func rowKey(rec runtime.Record) string {
+	f := byte(0)
+	if rec.Format == runtime.FormatText {
+		f = 1
+	}
+	return string(append([]byte{f}, rec.Value...))
+}
+
+// joinRowOf returns the row of map key k.
+func joinRowOf(k string) *joinRow {
+	return &joinRow{Value: []byte(k[1:]), Text: k[0] == 1}
+}
+
+// RegularJoin is the join function (Flink's StreamingJoinOperator, the
+// regular join of Flink SQL): a KeyedCoProcessFunction whose first input is
+// the left side. Per key and side it keeps every row in state (a MapState
+// from the row's value to its multiplicity and, for an outer side, the
+// number of rows of the other side it matches). A record is added to its
+// side when it is an insert (+I) or update-after (+U), and retracted from
+// it when an update-before (-U) or delete (-D), so either input may be an
+// append-only stream, a changelog or, listed in upsert, a table keyed by
+// the join key (upserts +U without -U, tombstones -D without a value):
+// that side keeps at most one row per key (Flink's join input whose unique
+// key contains the join key), a +I or +U retracting the row before it.
+//
+// Output, keyed by the join key at the input record's timestamp, a
+// changelog of select(left, right) with Flink's kinds:
+//   - an added row emits +I for each row of the other side (in row-value
+//     order, each as often as it is stored); on an outer side without any
+//     match it emits +I of itself with the other side null; when it is the
+//     first match of an outer row of the other side, -D of that row's
+//     null-padded output comes first;
+//   - a retracted row emits -D of the pairs it formed (or of its
+//     null-padded row), then +I of the null-padded row of each outer row
+//     of the other side whose last match it was.
+//
+// With state_ttl each stored row expires ttl after it was last written
+// (per row, as table.exec.state.ttl); a retraction of an expired row still
+// retracts its pairs with the rows still stored. Select failing is a bad
+// record (eval_error, the source's on_error policy).
+type RegularJoin struct {
+	p      JoinParams
+	sides  [2]state.MapState[string, joinCount]
+	output joinOutput
+	change changeCollector
+}
+
+// NewRegularJoin returns the regular join of params p (checked by
+// CheckParams).
+func NewRegularJoin(p JoinParams) *RegularJoin {
+	if p.Join == "" {
+		p.Join = JoinInner
+	}
+	return &RegularJoin{p: p, output: joinOutput{sel: p.Select}}
+}
+
+// Open implements KeyedCoProcessFunction.
+func (j *RegularJoin) Open(ctx OpenContext) error {
+	for i, name := range []string{JoinLeftState, JoinRightState} {
+		m, err := state.GetMapState(ctx.Backend, state.MapStateDescriptor[string, joinCount]{
+			Name: name, KeySerializer: state.StringSerializer{}, ValueSerializer: joinCountSerializer{}, TTL: j.p.StateTTL.Config(),
+		})
+		if err != nil {
+			return fmt.Errorf("operators: %s %s: %w", JoinType, ctx.Operator, err)
+		}
+		j.sides[i] = m
+	}
+	return nil
+}
+
+// ProcessElement1 implements KeyedCoProcessFunction: a left record.
+func (j *RegularJoin) ProcessElement1(_ context.Context, rec runtime.Record, out Collector) error {
+	return j.process(0, rec, out)
+}
+
+// ProcessElement2 implements KeyedCoProcessFunction: a right record.
+func (j *RegularJoin) ProcessElement2(_ context.Context, rec runtime.Record, out Collector) error {
+	return j.process(1, rec, out)
+}
+
+// rows returns the current key's stored rows of side in row-key order.
+func (j *RegularJoin) rows(side int) ([]joinStoredRow, error) {
+	var rows []joinStoredRow
+	for e, err := range j.sides[side].Entries() {
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, joinStoredRow{key: e.Key, joinCount: e.Value})
+	}
+	slices.SortFunc(rows, func(a, b joinStoredRow) int { return cmp.Compare(a.key, b.key) })
+	return rows, nil
+}
+
+// changeCollector sets the change kind of the records it passes on.
+type changeCollector struct {
+	out  Collector
+	kind runtime.ChangeKind
+}
+
+func (c *changeCollector) Collect(rec runtime.Record) error {
+	rec.Change = c.kind
+	return c.out.Collect(rec)
+}
+
+// emit writes select over the pair of in (a row of side) and other (a row
+// of the other side; either may be nil: null) with change kind kind.
+func (j *RegularJoin) emit(side int, key []byte, in, other *joinRow, ts int64, kind runtime.ChangeKind, out Collector) error {
+	j.change = changeCollector{out: out, kind: kind}
+	if side == 0 {
+		return j.output.emit(key, in, other, ts, "", &j.change)
+	}
+	return j.output.emit(key, other, in, ts, "", &j.change)
+}
+
+// process adds rec to its side or retracts it, emitting the changes. On
+// an upsert side a +I or +U first retracts the key's row, and a -U or -D
+// retracts it whatever its value (a tombstone has none).
+func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error {
+	others, err := j.rows(1 - side)
+	if err != nil {
+		return err
+	}
+	ts := rec.Timestamp.UnixMilli()
+	accumulate := rec.Change == runtime.ChangeInsert || rec.Change == runtime.ChangeUpdateAfter
+	if j.p.upsert(side) {
+		stored, err := j.rows(side)
+		if err != nil {
+			return err
+		}
+		for _, r := range stored {
+			for range r.Count {
+				if err := j.retract(side, rec.Key, r.key, ts, others, out); err != nil {
+					return err
+				}
+			}
+		}
+		if !accumulate {
+			return nil
+		}
+		return j.add(side, rec.Key, rowKey(rec), ts, others, out)
+	}
+	if accumulate {
+		return j.add(side, rec.Key, rowKey(rec), ts, others, out)
+	}
+	return j.retract(side, rec.Key, rowKey(rec), ts, others, out)
+}
+
+// add adds the row of map key k to side, given the other side's rows
+// (whose match counts it updates in place).
+func (j *RegularJoin) add(side int, key []byte, k string, ts int64, others []joinStoredRow, out Collector) error {
+	other := 1 - side
+	in := joinRowOf(k)
+	var matches int64
+	for _, o := range others {
+		matches += o.Count
+	}
+	cur, _, err := j.sides[side].Get(k)
+	if err != nil {
+		return err
+	}
+	if j.p.Join.outer(side) && matches == 0 {
+		if err := j.emit(side, key, in, nil, ts, runtime.ChangeInsert, out); err != nil {
+			return err
+		}
+	}
+	if j.p.Join.outer(other) {
+		for i := range others {
+			o := &others[i]
+			if o.Assoc == 0 {
+				for range o.Count {
+					if err := j.emit(other, key, joinRowOf(o.key), nil, ts, runtime.ChangeDelete, out); err != nil {
+						return err
+					}
+				}
+			}
+			o.Assoc++
+			if err := j.sides[other].Put(o.key, o.joinCount); err != nil {
+				return err
+			}
+		}
+	}
+	for _, o := range others {
+		for range o.Count {
+			if err := j.emit(side, key, in, joinRowOf(o.key), ts, runtime.ChangeInsert, out); err != nil {
+				return err
+			}
+		}
+	}
+	return j.sides[side].Put(k, joinCount{Count: cur.Count + 1, Assoc: matches})
+}
+
+// retract removes one occurrence of the row of map key k from side (if
+// stored: an expired row is gone already), retracting its pairs with the
+// other side's rows (whose match counts it updates in place).
+func (j *RegularJoin) retract(side int, key []byte, k string, ts int64, others []joinStoredRow, out Collector) error {
+	other := 1 - side
+	in := joinRowOf(k)
+	var matches int64
+	for _, o := range others {
+		matches += o.Count
+	}
+	cur, _, err := j.sides[side].Get(k)
+	if err != nil {
+		return err
+	}
+	if j.p.Join.outer(side) && matches == 0 {
+		if err := j.emit(side, key, in, nil, ts, runtime.ChangeDelete, out); err != nil {
+			return err
+		}
+	}
+	for _, o := range others {
+		for range o.Count {
+			if err := j.emit(side, key, in, joinRowOf(o.key), ts, runtime.ChangeDelete, out); err != nil {
+				return err
+			}
+		}
+	}
+	if j.p.Join.outer(other) {
+		for i := range others {
+			o := &others[i]
+			if o.Assoc == 1 {
+				for range o.Count {
+					if err := j.emit(other, key, joinRowOf(o.key), nil, ts, runtime.ChangeInsert, out); err != nil {
+						return err
+					}
+				}
+			}
+			o.Assoc = max(o.Assoc-1, 0)
+			if err := j.sides[other].Put(o.key, o.joinCount); err != nil {
+				return err
+			}
+		}
+	}
+	switch {
+	case cur.Count > 1:
+		return j.sides[side].Put(k, joinCount{Count: cur.Count - 1, Assoc: cur.Assoc})
+	case cur.Count == 1:
+		return j.sides[side].Remove(k)
+	}
+	return nil
+}
