@@ -26,16 +26,16 @@ func TestTestCommandInstallsTools(t *testing.T) {
 	}{
 		{name: "root", script: "scripts/test", uid: "0", log: []string{
 			"apt-get update", "apt-get install -y --no-install-recommends kcat docker-compose prometheus",
-			"go version", "go vet ./...", "go test -race -count=1 -timeout 20m ./...",
+			"go version", "go vet ./...", "go test -race -count=1 -timeout 45m ./...",
 		}},
 		{name: ".ci/run calls it", script: ".ci/run", uid: "0", log: []string{
 			"apt-get update", "apt-get install -y --no-install-recommends kcat docker-compose prometheus",
-			"go version", "go vet ./...", "go test -race -count=1 -timeout 20m ./...",
+			"go version", "go vet ./...", "go test -race -count=1 -timeout 45m ./...",
 		}},
 		{name: "sudo", script: "scripts/test", uid: "1000", sudo: true, log: []string{
 			"sudo apt-get update", "apt-get update",
 			"sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kcat docker-compose prometheus", "apt-get install -y --no-install-recommends kcat docker-compose prometheus",
-			"go version", "go vet ./...", "go test -race -count=1 -timeout 20m ./...",
+			"go version", "go vet ./...", "go test -race -count=1 -timeout 45m ./...",
 		}},
 		{name: "neither root nor sudo", script: "scripts/test", uid: "1000", code: 1,
 			stderr: "scripts/test: kcat docker-compose prometheus missing, and neither root nor sudo to install them: apt-get install --no-install-recommends kcat docker-compose prometheus\n"},
