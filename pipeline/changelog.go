@@ -37,10 +37,10 @@ const (
 func (c *Config) validateChangelogs(v *validator) {
 	for i, s := range c.Sources {
 		p := fmt.Sprintf("sources[%d]", i)
-		if s.Changelog != "" && s.Changelog != graph.ChangelogHeader {
-			v.errorf(p+".changelog", "a source reads a changelog only in header mode (its kind in the %s header, as a sink with changelog: header writes it); want header, got %q", "kstreamd-change", s.Changelog)
+		if s.Changelog != "" && !slices.Contains(graph.SourceChangelogModes(), s.Changelog) {
+			v.errorf(p+".changelog", "a source reads a changelog only in header mode (its kind in the %s header, as a sink with changelog: header writes it); want header (a full changelog) or upsert_header (an upsert changelog: a table's, written by a header sink), got %q", "kstreamd-change", s.Changelog)
 		} else if s.Changelog != "" && s.Table {
-			v.errorf(p+".changelog", "a table source (table: true) reads its topic as upserts by Kafka key and tombstones, not kinds in a header; set either table: true or changelog: header")
+			v.errorf(p+".changelog", "a table source (table: true) reads its topic as upserts by Kafka key and tombstones, not kinds in a header; set either table: true or changelog: %s", s.Changelog)
 		}
 	}
 	for i, s := range c.Sinks {
@@ -161,7 +161,8 @@ func typesBroadcastingTables(reg *operators.Registry) string {
 // operator, or an operator's side output) are, and for a changelog names
 // where it starts for messages: `its input "x" is the changelog of
 // operator "y" (type aggregate)`. A source's records are an upsert
-// changelog with table: true and a full one with changelog: header. An
+// changelog with table: true or changelog: upsert_header and a full one
+// with changelog: header. An
 // operator's output is a full changelog when its type produces one, or
 // the changelog it reads when it forwards one; a side output carries
 // input records, so it is what the operator's main input is. A two-input
@@ -175,6 +176,8 @@ func (c *Config) changelogStream(input string) (changelogKind, string) {
 			switch {
 			case s.Table:
 				return upsertChangelog, describeChangelog(input, via, fmt.Sprintf("source %q (table: true)", s.Name))
+			case s.Changelog == graph.ChangelogUpsertHeader:
+				return upsertChangelog, describeChangelog(input, via, fmt.Sprintf("source %q (changelog: %s)", s.Name, s.Changelog))
 			case s.Changelog != "":
 				return fullChangelog, describeChangelog(input, via, fmt.Sprintf("source %q (changelog: %s)", s.Name, s.Changelog))
 			}

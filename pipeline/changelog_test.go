@@ -76,3 +76,80 @@ sinks:
 		}
 	}
 }
+
+// TestPlanUpsertHeader plans header-mode sinks and sources around a
+// table's upserts: a changelog: header sink whose input is an upsert
+// changelog (a table source, directly or through a filter, or an
+// upsert_header source) is planned as graph.ChangelogUpsertHeader (it
+// marks its records so that a changelog: header reader refuses them),
+// one over a full changelog (changelog_normalize's) stays
+// graph.ChangelogHeader; a changelog: upsert_header source is a
+// header-mode source (Changelog) reading an upsert changelog
+// (UpsertChangelog), which changelog_normalize reads and an aggregate
+// reads after it.
+func TestPlanUpsertHeader(t *testing.T) {
+	cfg, err := Parse("plan.yaml", []byte(planHead+`  - name: users
+    topic: users
+    table: true
+  - name: back
+    topic: users_h
+    changelog: upsert_header
+  - name: full
+    topic: full_h
+    changelog: header
+operators:
+  - name: active
+    type: filter
+    input: users
+    params: {condition: "true"}
+  - name: normalized
+    type: changelog_normalize
+    input: users
+    key_by: key
+  - name: back_normalized
+    type: changelog_normalize
+    input: back
+    key_by: key
+  - name: per_country
+    type: aggregate
+    input: back_normalized
+    key_by: country
+    params:
+      aggregates: [{name: n, fn: count}]
+sinks:
+  - {name: table_h, input: users, topic: users_h, changelog: header}
+  - {name: filtered_h, input: active, topic: filtered_h, changelog: header}
+  - {name: normalized_h, input: normalized, topic: full_h, changelog: header}
+  - {name: back_h, input: back, topic: back_h, changelog: header}
+  - {name: table_up, input: users, topic: users_up}
+  - {name: counts, input: per_country, topic: counts}
+`), planRegistry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := map[string]graph.ChangelogMode{
+		"table_h": graph.ChangelogUpsertHeader, "filtered_h": graph.ChangelogUpsertHeader, "back_h": graph.ChangelogUpsertHeader,
+		"normalized_h": graph.ChangelogHeader, "table_up": graph.ChangelogUpsert, "counts": graph.ChangelogUpsert,
+	}
+	for _, s := range g.Sinks {
+		if s.Changelog != modes[s.Name] {
+			t.Errorf("sink %s: changelog %q, want %q", s.Name, s.Changelog, modes[s.Name])
+		}
+	}
+	type flags struct{ changelog, upsert, table bool }
+	srcs := map[string]flags{"users": {table: true}, "back": {changelog: true, upsert: true}, "full": {changelog: true}}
+	for _, s := range g.Sources {
+		if got, want := (flags{s.Changelog, s.UpsertChangelog, s.Table}), srcs[s.Name]; got != want {
+			t.Errorf("source %s: %+v, want %+v", s.Name, got, want)
+		}
+	}
+	for _, o := range g.Operators {
+		if !o.ChangelogInput {
+			t.Errorf("operator %s: ChangelogInput false, want true", o.Name)
+		}
+	}
+}
