@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/operators"
 )
 
 // TestPlanChangelog plans the two-stage changelog job (clicks per user,
@@ -150,6 +151,74 @@ sinks:
 	for _, o := range g.Operators {
 		if !o.ChangelogInput {
 			t.Errorf("operator %s: ChangelogInput false, want true", o.Name)
+		}
+	}
+}
+
+// TestPlanSideOutputChangelog: an operator reading a two-input operator's
+// side output reads a changelog when an input of that operator is one
+// (graph.Operator.ChangelogInput, which makes an aggregate retract): a
+// Go two-input type accepting changelogs ("co", side output "late")
+// whose left input is an aggregate's changelog has a full changelog as
+// its late output, read by an aggregate that retracts; interval_join's
+// late output (both inputs append-only) is append-only, read by a
+// window.
+func TestPlanSideOutputChangelog(t *testing.T) {
+	reg := planRegistry(t)
+	if err := reg.Register(operators.Factory{
+		Type: "co", Doc: "A two-input type passing changelogs, with a late side output (planner tests).",
+		Traits:      operators.Traits{Keyed: true, Inputs: [2]string{"left", "right"}, Changelog: operators.ChangelogTraits{Accepts: true}},
+		SideOutputs: []string{"late"},
+		New:         func(operators.FactoryContext) (any, error) { return passFunction{}, nil },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse("plan.yaml", []byte(planHead+`operators:
+  - name: per_user
+    type: aggregate
+    input: clicks
+    key_by: user
+    params:
+      aggregates: [{name: n, fn: count}]
+  - name: co
+    type: co
+    inputs:
+      left: {from: per_user, key_by: key}
+      right: {from: clicks, key_by: user}
+  - name: late_counted
+    type: aggregate
+    input: co.late
+    key_by: key
+    params:
+      aggregates: [{name: n, fn: sum, of: n}]
+  - name: ij
+    type: interval_join
+    inputs:
+      left: {from: clicks, key_by: user}
+      right: {from: wide, key_by: user}
+    params: {lower: -5s, upper: 5s}
+  - name: late_windowed
+    type: window
+    input: ij.late
+    key_by: key
+    params: {kind: tumbling, size: 1m, time: processing, aggregates: [{name: n, fn: count}]}
+sinks:
+  - {name: a, input: co, topic: a}
+  - {name: b, input: late_counted, topic: b}
+  - {name: c, input: ij, topic: c}
+  - {name: d, input: late_windowed, topic: d}
+`), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"per_user": false, "co": false, "late_counted": true, "ij": false, "late_windowed": false}
+	for _, o := range g.Operators {
+		if o.ChangelogInput != want[o.Name] {
+			t.Errorf("operator %s: ChangelogInput %v, want %v", o.Name, o.ChangelogInput, want[o.Name])
 		}
 	}
 }
