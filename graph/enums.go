@@ -85,9 +85,9 @@ func (d Delivery) Valid() bool {
 func (d Delivery) ExactlyOnce() bool { return d == DeliveryExactlyOnce }
 
 // ChangelogMode is how a sink writes a changelog stream (the config's
-// sinks[].changelog) and, for ChangelogHeader only, how a source reads
-// one back (sources[].changelog), decoded and validated by the pipeline
-// like Format.
+// sinks[].changelog) and, for ChangelogHeader and ChangelogUpsertHeader
+// only, how a source reads one back (sources[].changelog), decoded and
+// validated by the pipeline like Format.
 type ChangelogMode string
 
 // Changelog modes.
@@ -101,6 +101,18 @@ const (
 	// kstreamd-change header (runtime.ChangeHeader); a source with
 	// changelog: header reads it back as a changelog.
 	ChangelogHeader ChangelogMode = "header"
+	// ChangelogUpsertHeader is header mode for an upsert changelog (a
+	// table's: +U per upsert without the -U of the row it replaces, -D per
+	// tombstone). A source with changelog: upsert_header reads such a topic
+	// back as an upsert changelog (Flink's upsert-kafka, with the kinds in
+	// a header), which an aggregate refuses (changelog_normalize first); a
+	// source with changelog: header reads a full changelog (Flink's kafka
+	// connector with a changelog format such as debezium-json). A sink is
+	// not configured with it: the planner writes a changelog: header
+	// sink whose input is an upsert changelog in this mode, which adds
+	// the runtime.ChangelogModeHeader header to every record so that a
+	// changelog: header reader refuses it.
+	ChangelogUpsertHeader ChangelogMode = "upsert_header"
 )
 
 // DefaultChangelogMode is the changelog mode of a sink that names none:
@@ -111,6 +123,13 @@ const DefaultChangelogMode = ChangelogUpsert
 // ChangelogModes returns every ChangelogMode, in the order messages and
 // the README list them.
 func ChangelogModes() []ChangelogMode { return []ChangelogMode{ChangelogUpsert, ChangelogHeader} }
+
+// SourceChangelogModes returns the modes a source reads a changelog in
+// (sources[].changelog): ChangelogHeader (a full changelog) and
+// ChangelogUpsertHeader (an upsert changelog).
+func SourceChangelogModes() []ChangelogMode {
+	return []ChangelogMode{ChangelogHeader, ChangelogUpsertHeader}
+}
 
 // String returns the config spelling of m, e.g. "upsert".
 func (m ChangelogMode) String() string { return string(m) }

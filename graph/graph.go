@@ -87,6 +87,11 @@ type Source struct {
 	// (ChangelogHeader: each record's kind from its kstreamd-change
 	// header); every repartition source does.
 	Changelog bool
+	// UpsertChangelog, with Changelog, says that changelog is an upsert
+	// changelog (ChangelogUpsertHeader: sources[].changelog:
+	// upsert_header); without it a record marked as an upsert changelog's
+	// (runtime.ChangelogModeHeader) fails the source.
+	UpsertChangelog bool
 	// Broadcast says the source feeds a broadcast edge: null values pass
 	// (they delete rules) and checkpoints wait until it caught up.
 	Broadcast bool
@@ -192,7 +197,9 @@ type Sink struct {
 	IgnoreLostTransactions bool
 	BufferThreshold        int
 	// Changelog is how a changelog is written; "" means
-	// DefaultChangelogMode. A repartition sink writes ChangelogHeader.
+	// DefaultChangelogMode. A repartition sink writes ChangelogHeader; a
+	// sinks[].changelog: header sink whose input is an upsert changelog
+	// (a table's) is planned as ChangelogUpsertHeader.
 	Changelog ChangelogMode
 	// Units > 0 marks the repartition sink of a cluster-mode stage
 	// (Split): a record whose key is in key group kg goes to partition

@@ -24,7 +24,7 @@ func TestSinkDelivery(t *testing.T) {
 
 func TestSinkChangelog(t *testing.T) {
 	for in, want := range map[graph.ChangelogMode]sink.ChangelogMode{
-		"": sink.ChangelogUpsert, graph.ChangelogUpsert: sink.ChangelogUpsert, graph.ChangelogHeader: sink.ChangelogHeader,
+		"": sink.ChangelogUpsert, graph.ChangelogUpsert: sink.ChangelogUpsert, graph.ChangelogHeader: sink.ChangelogHeader, graph.ChangelogUpsertHeader: sink.ChangelogUpsertHeader,
 	} {
 		if got := sinkChangelog(in); got != want {
 			t.Errorf("sinkChangelog(%q) = %v, want %v", in, got, want)

@@ -274,7 +274,7 @@ func (b *build) kafkaSource(ctx connector.SourceContext) (runtime.SourceTask, er
 		Name:           s.Name, Topic: s.Topic, Partitions: partitions, TopicPartitions: kp.topics, TopicPattern: kp.pattern,
 		Subtask: sub, Parallelism: ctx.Parallelism, Only: only, Upstream: upstream, StartFrom: source.StartFrom(s.StartFrom), Restored: restored,
 		DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + b.g.Job,
-		Decoder: dec, Tombstones: s.Broadcast, Table: s.Table, Check: s.Check, Changelog: s.Changelog,
+		Decoder: dec, Tombstones: s.Broadcast, Table: s.Table, Check: s.Check, Changelog: s.Changelog, UpsertChangelog: s.UpsertChangelog,
 		OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, PolicySource: s.PolicySource, DeadLetters: dlw, MaxRecordBytes: s.MaxRecordBytes,
 		ClientOpts: b.deps.ClientOpts, Output: ctx.Output, Responder: ctx.Responder,
 		OnCaughtUp: ctx.OnCaughtUp,
@@ -394,11 +394,15 @@ func sinkDelivery(d graph.Delivery) sink.Delivery {
 }
 
 // sinkChangelog maps a graph sink's changelog mode to the sink's:
-// ChangelogHeader to sink.ChangelogHeader, anything else (the default
-// upsert) to sink.ChangelogUpsert.
+// ChangelogHeader to sink.ChangelogHeader, ChangelogUpsertHeader to
+// sink.ChangelogUpsertHeader, anything else (the default upsert) to
+// sink.ChangelogUpsert.
 func sinkChangelog(m graph.ChangelogMode) sink.ChangelogMode {
-	if m == graph.ChangelogHeader {
+	switch m {
+	case graph.ChangelogHeader:
 		return sink.ChangelogHeader
+	case graph.ChangelogUpsertHeader:
+		return sink.ChangelogUpsertHeader
 	}
 	return sink.ChangelogUpsert
 }

@@ -323,6 +323,47 @@ func TestRegularJoinStateTTL(t *testing.T) {
 	}
 }
 
+// TestRegularJoinEventTimeTTL: with state_ttl {ttl: 10s, time: event} a
+// stored row expires 10s of event time (the later of the record
+// timestamps and the watermark) after it was written, whatever the wall
+// clock does (the harness's clock never moves): a's left row written at
+// 1s still joins a right row at 10s, b's left row written at 1s no longer
+// joins once the watermark is at 12s, and the left row of b written at 8s
+// still does; with a left join b's expired row's null-padded output is
+// not retracted (it is gone from state, as in Flink). Both backends.
+func TestRegularJoinEventTimeTTL(t *testing.T) {
+	for _, kind := range backends {
+		for _, jk := range []JoinKind{JoinInner, JoinLeftOuter} {
+			t.Run(kind+"/"+string(jk), func(t *testing.T) {
+				clk := newStepClock()
+				p := JoinParams{Join: jk, StateTTL: StateTTLParams{TTL: 10 * time.Second, Time: TTLEventTime}, Select: compiled(t, `{"l": left, "r": right}`)}
+				h := newRegularJoinHarness(t, kind, t.TempDir(), clk, nil, p)
+				h.send(0, change(runtime.ChangeInsert, "a", `1`, 1_000))
+				h.send(0, change(runtime.ChangeInsert, "b", `2`, 1_000))
+				h.send(1, change(runtime.ChangeInsert, "a", `10`, 10_000)) // a's row: 1 + 10 > 10, alive
+				h.send(0, change(runtime.ChangeInsert, "b", `3`, 8_000))
+				h.wm(12_000) // b's row 2 (written at 1s) expired, row 3 (8s) not
+				h.send(1, change(runtime.ChangeInsert, "b", `20`, 12_500))
+				want := "+I a {\"l\":1,\"r\":10}\n+I b {\"l\":3,\"r\":20}\n"
+				if jk == JoinLeftOuter {
+					want = `+I a {"l":1,"r":null}
++I b {"l":2,"r":null}
+-D a {"l":1,"r":null}
++I a {"l":1,"r":10}
++I b {"l":3,"r":null}
+-D b {"l":3,"r":null}
++I b {"l":3,"r":20}
+`
+				}
+				if got := joinChangeLines(h.emitted()); got != want {
+					t.Fatalf("changelog:\n%s\nwant:\n%s", got, want)
+				}
+				h.finish()
+			})
+		}
+	}
+}
+
 // TestRegularJoinUpsert: with upsert: [right] the right side is a table
 // (upserts +U without -U, tombstones -D without a value): an upsert
 // replaces the key's row, retracting its pairs first (on a left join the

@@ -10,15 +10,17 @@ import (
 )
 
 // changelogKind is what a stream of a job carries (Flink's ChangelogMode):
-// append-only records, an upsert changelog (a table source: +U per upsert
-// without the -U of the row it replaces, -D per tombstone) or a full
-// changelog (+I, -U then +U per update, -D).
+// append-only records, a full changelog (+I, -U then +U per update, -D)
+// or an upsert changelog (a table source: +U per upsert without the -U of
+// the row it replaces, -D per tombstone), in that order of what a reader
+// must handle: a stream mixing kinds (a two-input operator's side output)
+// is the greatest of them.
 type changelogKind int
 
 const (
 	appendOnly changelogKind = iota
-	upsertChangelog
 	fullChangelog
+	upsertChangelog
 )
 
 // validateChangelogs checks the changelog settings and where changelog
@@ -37,10 +39,10 @@ const (
 func (c *Config) validateChangelogs(v *validator) {
 	for i, s := range c.Sources {
 		p := fmt.Sprintf("sources[%d]", i)
-		if s.Changelog != "" && s.Changelog != graph.ChangelogHeader {
-			v.errorf(p+".changelog", "a source reads a changelog only in header mode (its kind in the %s header, as a sink with changelog: header writes it); want header, got %q", "kstreamd-change", s.Changelog)
+		if s.Changelog != "" && !slices.Contains(graph.SourceChangelogModes(), s.Changelog) {
+			v.errorf(p+".changelog", "a source reads a changelog only in header mode (its kind in the %s header, as a sink with changelog: header writes it); want header (a full changelog) or upsert_header (an upsert changelog: a table's, written by a header sink), got %q", "kstreamd-change", s.Changelog)
 		} else if s.Changelog != "" && s.Table {
-			v.errorf(p+".changelog", "a table source (table: true) reads its topic as upserts by Kafka key and tombstones, not kinds in a header; set either table: true or changelog: header")
+			v.errorf(p+".changelog", "a table source (table: true) reads its topic as upserts by Kafka key and tombstones, not kinds in a header; set either table: true or changelog: %s", s.Changelog)
 		}
 	}
 	for i, s := range c.Sinks {
@@ -161,55 +163,100 @@ func typesBroadcastingTables(reg *operators.Registry) string {
 // operator, or an operator's side output) are, and for a changelog names
 // where it starts for messages: `its input "x" is the changelog of
 // operator "y" (type aggregate)`. A source's records are an upsert
-// changelog with table: true and a full one with changelog: header. An
-// operator's output is a full changelog when its type produces one, or
-// the changelog it reads when it forwards one; a side output carries
-// input records, so it is what the operator's main input is. A two-input
-// operator's output is append-only.
+// changelog with table: true or changelog: upsert_header and a full one
+// with changelog: header. An operator's output is a full changelog when
+// its type produces one, or the changelog it reads when it forwards one;
+// a side output carries input records, so it is what the operator's main
+// input is, and a two-input operator's side output (late records of
+// either role: table_join's late table rows included) what its inputs
+// are, the most demanding of them (changelogKind's order), a changelog
+// read as a table (operators.ChangelogTraits.Tables: its -U dropped)
+// taken as an upsert changelog. A two-input
+// operator's output is append-only unless its type produces a changelog
+// (join).
 func (c *Config) changelogStream(input string) (changelogKind, string) {
+	kind, origin, via := c.changelogOrigin(input, len(c.Operators)+1)
+	if kind == appendOnly {
+		return appendOnly, ""
+	}
+	return kind, describeChangelog(input, via, origin)
+}
+
+// changelogOrigin is changelogStream's walk upstream from input: the kind,
+// where the changelog starts (`source "users" (table: true)`) and the
+// operators that pass it on, nearest first. budget bounds the operators
+// walked through, so that a cycle (reported elsewhere) ends.
+func (c *Config) changelogOrigin(input string, budget int) (kind changelogKind, origin string, via []string) {
 	reg := c.registry()
 	name, side := c.SplitInput(input)
-	var via []string
-	for range len(c.Operators) + 1 { // a cycle (reported elsewhere) ends here
+	for ; budget > 0; budget-- {
 		if s, ok := c.SourceByName(name); ok {
 			switch {
 			case s.Table:
-				return upsertChangelog, describeChangelog(input, via, fmt.Sprintf("source %q (table: true)", s.Name))
+				return upsertChangelog, fmt.Sprintf("source %q (table: true)", s.Name), via
+			case s.Changelog == graph.ChangelogUpsertHeader:
+				return upsertChangelog, fmt.Sprintf("source %q (changelog: %s)", s.Name, s.Changelog), via
 			case s.Changelog != "":
-				return fullChangelog, describeChangelog(input, via, fmt.Sprintf("source %q (changelog: %s)", s.Name, s.Changelog))
+				return fullChangelog, fmt.Sprintf("source %q (changelog: %s)", s.Name, s.Changelog), via
 			}
-			return appendOnly, ""
+			return appendOnly, "", nil
 		}
 		op, ok := c.OperatorByName(name)
 		if !ok {
-			return appendOnly, ""
+			return appendOnly, "", nil
 		}
 		f, known := reg.Lookup(op.Type)
 		if !known {
-			return appendOnly, ""
+			return appendOnly, "", nil
 		}
 		if f.Traits.TwoInput() {
-			// a join's output (join: a changelog; the others append-only);
-			// its side outputs (late records) are taken as append-only
-			if side == "" && f.Traits.Changelog.Produces {
-				return fullChangelog, describeChangelog(input, via, fmt.Sprintf("operator %q (type %s)", op.Name, op.Type))
+			if side == "" {
+				if f.Traits.Changelog.Produces { // join's
+					return fullChangelog, fmt.Sprintf("operator %q (type %s)", op.Name, op.Type), via
+				}
+				return appendOnly, "", nil
 			}
-			return appendOnly, ""
+			// a side output holds records of either role: the most
+			// demanding of the inputs' kinds, a role read as a table
+			// (table_join's right, whose -U it drops) an upsert changelog
+			via = append(via, fmt.Sprintf("%q (type %s)", op.Name, op.Type))
+			kind = appendOnly
+			var roleOrigin string
+			var roleVia []string
+			for i, r := range f.Traits.Roles() {
+				in, ok := op.Inputs[r]
+				if !ok || in.From == "" {
+					continue
+				}
+				k, o, v := c.changelogOrigin(in.From, budget-1)
+				if k != appendOnly && f.Traits.Changelog.Tables[i] {
+					// read as a table: -U dropped, so what reaches a
+					// side output are upserts (+I/+U) and deletes
+					k = upsertChangelog
+				}
+				if k > kind {
+					kind, roleOrigin, roleVia = k, o, v
+				}
+			}
+			if kind == appendOnly {
+				return appendOnly, "", nil
+			}
+			return kind, roleOrigin, append(via, roleVia...)
 		}
 		produces := f.Traits.Changelog.Produces
 		if po, ok := c.params[op.Name].(operators.ChangelogOutputParams); ok {
 			produces = po.ProducesChangelog()
 		}
 		if side == "" && produces {
-			return fullChangelog, describeChangelog(input, via, fmt.Sprintf("operator %q (type %s)", op.Name, op.Type))
+			return fullChangelog, fmt.Sprintf("operator %q (type %s)", op.Name, op.Type), via
 		}
 		if side == "" && !f.Traits.Changelog.Forwards {
-			return appendOnly, ""
+			return appendOnly, "", nil
 		}
 		via = append(via, fmt.Sprintf("%q (type %s)", op.Name, op.Type))
 		name, side = c.SplitInput(op.Input)
 	}
-	return appendOnly, ""
+	return appendOnly, "", nil
 }
 
 // describeChangelog says where the changelog read as input starts: origin,

@@ -509,7 +509,14 @@ type SourceConfig struct {
 	// Changelog, when "header", reads the topic as a changelog written in
 	// header mode (a sink with changelog: header): each record's change
 	// kind (+I, -U, +U, -D) comes from its kstreamd-change header, and the
-	// header is removed. Default "": every record is an insert.
+	// header is removed; the stream is a full changelog (Flink's kafka
+	// connector with a changelog format). "upsert_header" reads it the
+	// same way as an upsert changelog (a table's upserts written by a
+	// header sink: +U without the -U of the row it replaces; Flink's
+	// upsert-kafka), which the planner treats as a table source's; a
+	// "header" source fails on a record a header sink marked as a table's
+	// upsert (kstreamd-changelog: upsert). Default "": every record is an
+	// insert.
 	Changelog graph.ChangelogMode `yaml:"changelog"`
 	// FormatParams are the format's own settings, decoded strictly by its
 	// params schema (connector.FormatFactory.Params). Default: none.
@@ -716,7 +723,9 @@ type SinkConfig struct {
 	// say) is written: "upsert" (the default) writes +I and +U as values
 	// keyed by the key, drops -U and writes -D as a tombstone (Kafka's
 	// compacted-topic convention); "header" writes every record with its
-	// kind in the kstreamd-change header. An append-only input is written
+	// kind in the kstreamd-change header (and, when the input is an upsert
+	// changelog, a table's, kstreamd-changelog: upsert, so that it is read
+	// back with changelog: upsert_header). An append-only input is written
 	// unchanged in upsert mode. Default "" meaning "upsert".
 	Changelog graph.ChangelogMode `yaml:"changelog"`
 }

@@ -180,7 +180,7 @@ func (c *Config) buildGraph() *graph.Graph {
 			Format: s.Format, OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
 			MaxRecordBytes: s.MaxRecordBytes, DiscoveryInterval: s.PartitionDiscoveryInterval,
 			OutOfOrderness: s.Watermark.OutOfOrderness, Idleness: s.Watermark.Idleness,
-			MaxAhead: s.Timestamp.MaxAhead, Changelog: s.Changelog == graph.ChangelogHeader, Table: s.Table,
+			MaxAhead: s.Timestamp.MaxAhead, Changelog: s.Changelog != "", UpsertChangelog: s.Changelog == graph.ChangelogUpsertHeader, Table: s.Table,
 		}
 		if e, unit := s.Timestamp.Expression, s.Timestamp.Unit; e.IsSet() {
 			gs.Timestamp = func() func(*runtime.Record) (time.Time, error) { return operators.NewTimestampAssigner(e, unit) }
@@ -265,6 +265,11 @@ func (c *Config) buildGraph() *graph.Graph {
 		}
 		if gs.Changelog == "" {
 			gs.Changelog = graph.DefaultChangelogMode
+		}
+		if kind, _ := c.changelogStream(s.Input); gs.Changelog == graph.ChangelogHeader && kind == upsertChangelog {
+			// a table's upserts: marked, so that a changelog: header
+			// reader (a full changelog) refuses them
+			gs.Changelog = graph.ChangelogUpsertHeader
 		}
 		g.Sinks = append(g.Sinks, gs)
 		g.Edges = append(g.Edges, c.edge(s.Input, s.Name, "", gs.Parallelism))

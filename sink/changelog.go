@@ -23,6 +23,14 @@ const (
 	// its value), so that a reader (a source with changelog: header, or a
 	// cluster-mode repartition source) gets the changelog back exactly.
 	ChangelogHeader
+	// ChangelogUpsertHeader writes an upsert changelog (a table's: +U per
+	// upsert without the -U of the row it replaces, -D per tombstone) as
+	// ChangelogHeader does, and marks every record with the
+	// runtime.ChangelogModeHeader header (value
+	// runtime.UpsertChangelogMode), so that a source reading the topic as a
+	// full changelog (changelog: header) refuses it instead of taking each
+	// +U for an update whose old row was retracted.
+	ChangelogUpsertHeader
 )
 
 // encodesValue reports whether the sink's format encodes rec's value as
@@ -36,14 +44,18 @@ func encodesValue(mode ChangelogMode, rec *runtime.Record) bool {
 // writes it, and reports false when mode drops rec (an upsert sink's -U).
 func changelogRecord(mode ChangelogMode, kr *kgo.Record, rec *runtime.Record) bool {
 	kr.Key, kr.Value, kr.Timestamp = rec.Key, rec.Value, rec.Timestamp
-	if mode == ChangelogHeader {
-		kr.Headers = make([]kgo.RecordHeader, 0, len(rec.Headers)+1)
+	if mode != ChangelogUpsert {
+		kr.Headers = make([]kgo.RecordHeader, 0, len(rec.Headers)+2)
 		for _, h := range rec.Headers {
-			if h.Key != runtime.ChangeHeader { // one kind per record: the record's own
+			// one kind per record, the record's own, and the stream's mode
+			if h.Key != runtime.ChangeHeader && h.Key != runtime.ChangelogModeHeader {
 				kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 			}
 		}
 		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: runtime.ChangeHeader, Value: []byte(rec.Change.String())})
+		if mode == ChangelogUpsertHeader {
+			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: runtime.ChangelogModeHeader, Value: []byte(runtime.UpsertChangelogMode)})
+		}
 		return true
 	}
 	kr.Headers = kafkaHeaders(rec.Headers)
@@ -56,10 +68,14 @@ func changelogRecord(mode ChangelogMode, kr *kgo.Record, rec *runtime.Record) bo
 	return true
 }
 
-// String returns the config spelling: "upsert" or "header".
+// String returns the config spelling: "upsert", "header" or
+// "upsert_header".
 func (m ChangelogMode) String() string {
-	if m == ChangelogHeader {
+	switch m {
+	case ChangelogHeader:
 		return "header"
+	case ChangelogUpsertHeader:
+		return "upsert_header"
 	}
 	return "upsert"
 }

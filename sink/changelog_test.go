@@ -59,7 +59,34 @@ var (
 		"a": {"a=1 trace:a1 kstreamd-change:+I", "a=1 trace:a1 kstreamd-change:-U", "a=2 trace:a2 kstreamd-change:+U"},
 		"b": {"b=1 trace:b1 kstreamd-change:+I", "b=1 trace:b1 kstreamd-change:-D"},
 	}
+	upsertHeaderWant = map[string][]string{
+		"a": {"a=1 trace:a1 kstreamd-change:+I kstreamd-changelog:upsert", "a=1 trace:a1 kstreamd-change:-U kstreamd-changelog:upsert", "a=2 trace:a2 kstreamd-change:+U kstreamd-changelog:upsert"},
+		"b": {"b=1 trace:b1 kstreamd-change:+I kstreamd-changelog:upsert", "b=1 trace:b1 kstreamd-change:-D kstreamd-changelog:upsert"},
+	}
 )
+
+// TestChangelogRecordModeHeader: a header-mode sink writes one
+// kstreamd-changelog header, "upsert", on every record in
+// ChangelogUpsertHeader mode and none in ChangelogHeader mode, whatever
+// the record carried in (a table source keeps a topic's headers, so a
+// record may arrive with a stale mark or kind).
+func TestChangelogRecordModeHeader(t *testing.T) {
+	rec := runtime.Record{Key: []byte("u1"), Value: []byte(`{"country":"DE"}`), Change: runtime.ChangeUpdateAfter, Headers: []runtime.Header{
+		{Key: runtime.ChangelogModeHeader, Value: []byte("upsert")}, {Key: "trace", Value: []byte("t")}, {Key: runtime.ChangeHeader, Value: []byte("+I")},
+	}}
+	for mode, want := range map[ChangelogMode]string{
+		ChangelogHeader:       "u1={\"country\":\"DE\"} trace:t kstreamd-change:+U",
+		ChangelogUpsertHeader: "u1={\"country\":\"DE\"} trace:t kstreamd-change:+U kstreamd-changelog:upsert",
+	} {
+		var kr kgo.Record
+		if !changelogRecord(mode, &kr, &rec) {
+			t.Fatalf("%v: record dropped", mode)
+		}
+		if got := sinkText([]*kgo.Record{&kr})["u1"]; !slices.Equal(got, []string{want}) {
+			t.Errorf("%v: wrote %q, want %q", mode, got, want)
+		}
+	}
+}
 
 // TestKafkaTxnChangelogModes writes a changelog through the exactly-once
 // committer in both modes and reads it back read_committed: upsert drops
@@ -69,7 +96,7 @@ func TestKafkaTxnChangelogModes(t *testing.T) {
 	for _, c := range []struct {
 		mode ChangelogMode
 		want map[string][]string
-	}{{ChangelogUpsert, upsertWant}, {ChangelogHeader, headerWant}} {
+	}{{ChangelogUpsert, upsertWant}, {ChangelogHeader, headerWant}, {ChangelogUpsertHeader, upsertHeaderWant}} {
 		t.Run(fmt.Sprint(c.mode), func(t *testing.T) {
 			opts := newCluster(t)
 			logger, _ := testLogger()

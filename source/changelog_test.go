@@ -20,12 +20,14 @@ import (
 // kind to the bad-record policy (fail: the error names the header). A
 // source not reading a changelog leaves the header as it is.
 func TestEmitChangelogHeader(t *testing.T) {
+	upsertMark := kgo.RecordHeader{Key: runtime.ChangelogModeHeader, Value: []byte(runtime.UpsertChangelogMode)}
 	hdr := func(kind string) []kgo.RecordHeader {
 		return []kgo.RecordHeader{{Key: "trace", Value: []byte("t1")}, {Key: runtime.ChangeHeader, Value: []byte(kind)}}
 	}
 	for _, c := range []struct {
 		name      string
 		changelog bool
+		upsert    bool
 		value     []byte
 		headers   []kgo.RecordHeader
 		change    runtime.ChangeKind
@@ -42,13 +44,21 @@ func TestEmitChangelogHeader(t *testing.T) {
 			wantHdrs: []runtime.Header{{Key: "trace", Value: []byte("t1")}}},
 		{name: "unknown kind", changelog: true, value: []byte(`{"a":1}`), headers: hdr("+X"),
 			wantErr: `source in: bad record at t/1@7: invalid: header kstreamd-change is "+X", want +I, -U, +U or -D (on_error: fail)`},
+		{name: "upsert changelog read as full", changelog: true, value: []byte(`{"a":1}`), headers: append(hdr("+U"), upsertMark),
+			wantErr: `source: in: record t/1@7 is an upsert changelog's (header kstreamd-changelog: upsert: a table's upserts, written by a sink with changelog: header), but the source reads a full changelog (changelog: header); read it with changelog: upsert_header (and changelog_normalize before an aggregate)`},
+		{name: "upsert changelog", changelog: true, upsert: true, value: []byte(`{"a":1}`), headers: append(hdr("+U"), upsertMark), change: runtime.ChangeUpdateAfter,
+			wantHdrs: []runtime.Header{{Key: "trace", Value: []byte("t1")}}},
+		{name: "upsert changelog tombstone", changelog: true, upsert: true, value: nil, headers: append(hdr("-D"), upsertMark), change: runtime.ChangeDelete,
+			wantHdrs: []runtime.Header{{Key: "trace", Value: []byte("t1")}}},
+		{name: "upsert reader of a full changelog", changelog: true, upsert: true, value: []byte(`{"a":1}`), headers: hdr("+U"), change: runtime.ChangeUpdateAfter,
+			wantHdrs: []runtime.Header{{Key: "trace", Value: []byte("t1")}}},
 		{name: "not a changelog source", value: []byte(`{"a":1}`), headers: hdr("-U"), change: runtime.ChangeInsert,
 			wantHdrs: []runtime.Header{{Key: "trace", Value: []byte("t1")}, {Key: runtime.ChangeHeader, Value: []byte("-U")}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ch := runtime.NewChannel(1)
 			s := New(Config{
-				Name: "in", Topic: "t", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Changelog: c.changelog, OnError: OnErrorFail,
+				Name: "in", Topic: "t", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Changelog: c.changelog, UpsertChangelog: c.upsert, OnError: OnErrorFail,
 				Output: runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{})),
 			})
 			s.wms = newWatermarks(WatermarkConfig{})

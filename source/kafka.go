@@ -163,7 +163,17 @@ type Config struct {
 	// record's runtime.ChangeHeader header sets its Change and is removed
 	// from its headers; a record without it is an insert; a -D may have a
 	// null value; an unknown kind is a bad record with reason invalid.
+	// A record marked as an upsert changelog's (the
+	// runtime.ChangelogModeHeader header, which a header-mode sink writes
+	// for a table's upserts) fails the source with an *UpsertChangelogError
+	// unless UpsertChangelog is set: read as a full changelog, an
+	// aggregate would count each upsert without retracting the row it
+	// replaces. The marker is removed from the record's headers.
 	Changelog bool
+	// UpsertChangelog, with Changelog, reads the topic as an upsert
+	// changelog (sources[].changelog: upsert_header): records marked as
+	// one pass.
+	UpsertChangelog bool
 	// Decoder, if not nil, decodes each record value instead of Format's
 	// check (the source's format, connector.Format): see Decoder.
 	Decoder Decoder
@@ -1073,6 +1083,9 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 		}
 	}
 	if s.cfg.Changelog {
+		if upsert := dropChangelogModeHeader(&rec); upsert && !s.cfg.UpsertChangelog {
+			return &UpsertChangelogError{Source: s.cfg.Name, Origin: origin}
+		}
 		if detail := readChangeHeader(&rec); detail != "" {
 			return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: ReasonInvalid, Detail: detail})
 		}
@@ -1263,6 +1276,50 @@ func (s *KafkaSource) decode(ctx context.Context, rec *runtime.Record) (reason, 
 		}
 	}
 	return "", "", nil
+}
+
+// UpsertChangelogError is returned (the source fails) by a source reading
+// a topic as a full changelog (Config.Changelog without
+// Config.UpsertChangelog: sources[].changelog: header) when a record is
+// marked as an upsert changelog's (runtime.ChangelogModeHeader: a
+// header-mode sink wrote a table's upserts): read as a full changelog,
+// each +U would be taken for an update whose old row was retracted, and an
+// aggregate would count every upsert (Flink: an upsert-kafka topic is not
+// read with a changelog format). Origin is the record's topic, partition
+// and offset.
+type UpsertChangelogError struct {
+	Source string
+	Origin runtime.Origin
+}
+
+// Error names the source, the record and the fix.
+func (e *UpsertChangelogError) Error() string {
+	return fmt.Sprintf("source: %s: record %s/%d@%d is an upsert changelog's (header %s: %s: a table's upserts, written by a sink with changelog: header), but the source reads a full changelog (changelog: header); read it with changelog: upsert_header (and changelog_normalize before an aggregate)",
+		e.Source, e.Origin.Topic, e.Origin.Partition, e.Origin.Offset, runtime.ChangelogModeHeader, runtime.UpsertChangelogMode)
+}
+
+// dropChangelogModeHeader removes rec's runtime.ChangelogModeHeader
+// headers and reports whether one said the record is an upsert
+// changelog's.
+func dropChangelogModeHeader(rec *runtime.Record) bool {
+	i := slices.IndexFunc(rec.Headers, func(h runtime.Header) bool { return h.Key == runtime.ChangelogModeHeader })
+	if i < 0 {
+		return false
+	}
+	upsert := false
+	hs := rec.Headers[:0:0]
+	for _, h := range rec.Headers {
+		if h.Key != runtime.ChangelogModeHeader {
+			hs = append(hs, h)
+		} else if string(h.Value) == runtime.UpsertChangelogMode {
+			upsert = true
+		}
+	}
+	if len(hs) == 0 {
+		hs = nil
+	}
+	rec.Headers = hs
+	return upsert
 }
 
 // readChangeHeader sets rec.Change from its runtime.ChangeHeader header

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/runtime"
 )
 
 // The tests in this file are issue 23's acceptance test of changelog
@@ -376,4 +377,123 @@ func TestExampleTopBids(t *testing.T) {
 	if code := d.stop(t); code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
+}
+
+// upsertHeaderConfig is a job that writes the users table (a compacted
+// topic read with table: true) through a changelog: header sink to topic
+// users-h and reads users-h back with sources[].changelog: mode, counting
+// users per country with ops (operators reading source "back"; the
+// counting one is named per_country), checkpoints every 200 ms, no
+// restart after a failure.
+func upsertHeaderConfig(dir, broker, metrics, mode, ops string) string {
+	return jobHead("users-by-country", 2, dir, brokersKafka(broker), metrics, "info") + `checkpoints:
+  interval: 200ms
+restart:
+  strategy: none
+sources:
+  - name: users
+    topic: users
+    table: true
+  - name: back
+    topic: users-h
+    changelog: ` + mode + `
+operators:
+` + ops + `sinks:
+  - {name: users-h, input: users, topic: users-h, changelog: header, delivery: exactly-once, transaction_timeout: 1m}
+  - {name: country-counts, input: per_country, topic: country-counts, delivery: exactly-once, transaction_timeout: 1m}
+`
+}
+
+// TestUpsertHeaderTable: a table's upserts written by a changelog: header
+// sink are an upsert changelog (+U without the -U of the row each
+// replaces, -D with a null value). The users u1 NL, u2 NL, u1 DE, u3 DE,
+// u2 deleted leave DE 2 and no user in NL; read back as a full changelog
+// (changelog: header) an aggregate counted every upsert without
+// retracting (NL 2, DE 2: u1 twice). Now the header sink marks each
+// record (kstreamd-changelog: upsert, checked on the topic), the
+// changelog: header job fails naming upsert_header instead of counting,
+// and read with changelog: upsert_header through changelog_normalize the
+// read_committed compacted view is exactly DE 2 with NL tombstoned.
+func TestUpsertHeaderTable(t *testing.T) {
+	t.Parallel()
+	users := func() []*kgo.Record { // fresh records per broker: a produced record keeps its client's context
+		return []*kgo.Record{
+			{Topic: "users", Key: []byte("u1"), Value: []byte(`{"country":"NL"}`)},
+			{Topic: "users", Key: []byte("u2"), Value: []byte(`{"country":"NL"}`)},
+			{Topic: "users", Key: []byte("u1"), Value: []byte(`{"country":"DE"}`)},
+			{Topic: "users", Key: []byte("u3"), Value: []byte(`{"country":"DE"}`)},
+			{Topic: "users", Key: []byte("u2")},
+		}
+	}
+	count := `  - name: per_country
+    type: aggregate
+    input: %s
+    key_by: country
+    params:
+      aggregates: [{name: users, fn: count}]
+`
+	t.Run("header", func(t *testing.T) {
+		_, broker := startKfake(t, []string{"users", "users-h", "country-counts"})
+		dir, metrics := t.TempDir(), testkit.FreeAddr(t)
+		d := startDaemon(t, dir, upsertHeaderConfig(dir, broker, metrics, "header", fmt.Sprintf(count, "back")), broker, metrics)
+		produce(t, newClient(t, broker), users()...)
+		if !testkit.Poll(20*time.Second, d.exited) {
+			var view []string
+			for _, r := range testkit.ReadTopic(t, []string{broker}, "country-counts", 5*time.Second) {
+				view = append(view, string(r.Key)+" "+string(r.Value))
+			}
+			t.Fatalf("the job runs, counting upserts as updates (country-counts: %q); want it to fail on the upsert changelog", view)
+		}
+		if code := d.waitExit(t, time.Second); code == 0 {
+			t.Fatalf("exit status 0, want the job to fail on the upsert changelog:\n%s", d.out.String())
+		}
+		if log := d.out.String(); !strings.Contains(log, "is an upsert changelog's") || !strings.Contains(log, "read it with changelog: upsert_header") {
+			t.Fatalf("log does not name the upsert changelog and upsert_header:\n%s", log)
+		}
+		for _, r := range testkit.ReadTopic(t, []string{broker}, "country-counts", 5*time.Second) {
+			t.Errorf("country-counts has %s = %s, want nothing committed", r.Key, r.Value)
+		}
+	})
+	t.Run("upsert_header", func(t *testing.T) {
+		_, broker := startKfake(t, []string{"users", "users-h", "country-counts"})
+		dir, metrics := t.TempDir(), testkit.FreeAddr(t)
+		ops := "  - {name: normalized, type: changelog_normalize, input: back, key_by: key}\n" + fmt.Sprintf(count, "normalized")
+		d := startDaemon(t, dir, upsertHeaderConfig(dir, broker, metrics, "upsert_header", ops), broker, metrics)
+		produce(t, newClient(t, broker), users()...)
+		var view map[string]string
+		var gone []string
+		if !testkit.Poll(30*time.Second, func() bool {
+			view, gone = map[string]string{}, nil
+			for _, r := range testkit.ReadTopic(t, []string{broker}, "country-counts", 5*time.Second) {
+				view[string(r.Key)] = string(r.Value)
+			}
+			for k, v := range view {
+				if v == "" {
+					delete(view, k)
+					gone = append(gone, k)
+				}
+			}
+			return d.exited() || (maps.Equal(view, map[string]string{"DE": `{"key":"DE","users":2}`}) && slices.Equal(gone, []string{"NL"}))
+		}) || d.exited() {
+			t.Fatalf("read_committed country-counts: view %v, tombstoned %q; want DE 2, NL tombstoned (exited %v)", view, gone, d.exited())
+		}
+		written := testkit.ReadTopic(t, []string{broker}, "users-h", 5*time.Second)
+		if len(written) != len(users()) {
+			t.Fatalf("users-h holds %d records, want %d", len(written), len(users()))
+		}
+		for _, r := range written {
+			marks := 0
+			for _, h := range r.Headers {
+				if h.Key == runtime.ChangelogModeHeader && string(h.Value) == runtime.UpsertChangelogMode {
+					marks++
+				}
+			}
+			if marks != 1 {
+				t.Errorf("users-h record %s: headers %v, want one %s: %s", r.Key, r.Headers, runtime.ChangelogModeHeader, runtime.UpsertChangelogMode)
+			}
+		}
+		if code := d.stop(t); code != 0 {
+			t.Fatalf("exit status %d, want 0", code)
+		}
+	})
 }

@@ -364,6 +364,28 @@ func (p *proc) kill(t *testing.T) {
 	}
 }
 
+// checkpointAfter waits until a checkpoint triggered after the call
+// completed. The metric is 0 until the process completed one, whose id
+// continues the restored checkpoint's: then the first one seen is the
+// reference.
+func (p *proc) checkpointAfter(t *testing.T) {
+	t.Helper()
+	var last float64
+	if !testkit.Poll(30*time.Second, func() bool {
+		var err error
+		last, err = testkit.Scrape(p.url(), "kstreamd_checkpoint_last_completed_id", nil)
+		return err == nil && last > 0
+	}) {
+		t.Fatalf("no checkpoint completed:\n%s", p.out.String())
+	}
+	if !testkit.Poll(30*time.Second, func() bool {
+		id, err := testkit.Scrape(p.url(), "kstreamd_checkpoint_last_completed_id", nil)
+		return err == nil && id > last+1
+	}) {
+		t.Fatalf("no checkpoint completed after %v:\n%s", last, p.out.String())
+	}
+}
+
 // ---- Job configs ----
 
 // jobHead is the head of a job config: job name and parallelism, data_dir,

@@ -265,27 +265,6 @@ func intervalJoinKillRescale(t *testing.T, backend string) {
 		}
 		return int64(math.Round(v * 1000))
 	}
-	// checkpointAfter waits until a checkpoint triggered after the call
-	// completed. The metric is 0 until the process completed one, whose id
-	// continues the restored checkpoint's: then the first one seen is the
-	// reference.
-	checkpointAfter := func(d *proc) {
-		t.Helper()
-		var last float64
-		if !testkit.Poll(30*time.Second, func() bool {
-			var err error
-			last, err = testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
-			return err == nil && last > 0
-		}) {
-			t.Fatalf("no checkpoint completed:\n%s", d.out.String())
-		}
-		if !testkit.Poll(30*time.Second, func() bool {
-			id, err := testkit.Scrape(d.url(), "kstreamd_checkpoint_last_completed_id", nil)
-			return err == nil && id > last+1
-		}) {
-			t.Fatalf("no checkpoint completed after %v:\n%s", last, d.out.String())
-		}
-	}
 	read := func(topic string) []string {
 		var out []string
 		for _, r := range testkit.ReadTopic(t, []string{broker}, topic, 10*time.Second) {
@@ -312,7 +291,7 @@ func intervalJoinKillRescale(t *testing.T, backend string) {
 	}) || d.exited() {
 		t.Fatalf("the first half was not read:\n%s", d.out.String())
 	}
-	checkpointAfter(d)
+	d.checkpointAfter(t)
 	d.kill(t)
 
 	d = startProc(t, dir, intervalJoinConfig(dir, broker, metrics, backend, 3), broker, metrics)
@@ -338,7 +317,7 @@ func intervalJoinKillRescale(t *testing.T, backend string) {
 	slices.Sort(late)
 	produce(t, cl, lateRecs...)
 	testkit.WaitMetric(t, 60*time.Second, d.url(), "kstreamd_operator_late_records_routed_total", map[string]string{"operator": "inner"}, 40)
-	checkpointAfter(d)
+	d.checkpointAfter(t)
 	// Before the ticks: the unmatched rows out are exactly those whose
 	// interval the watermark passed.
 	for _, kind := range []string{"left", "full"} {
@@ -378,7 +357,7 @@ func intervalJoinKillRescale(t *testing.T, backend string) {
 			t.Fatalf("%s holds %v rows after the watermark passed every interval, want 0", op, v)
 		}
 	}
-	checkpointAfter(d)
+	d.checkpointAfter(t)
 	for _, kind := range []string{"inner", "left", "full"} {
 		want, _ := joinExpected(orders, payments, kind)
 		if got := readAtLeast(kind, len(want)); !slices.Equal(got, want) {

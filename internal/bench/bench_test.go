@@ -419,3 +419,44 @@ func TestIntervalJoinScenario(t *testing.T) {
 	t.Log("\n" + buf.String())
 	checkTable(t, buf.String(), len(res))
 }
+
+// TestTableJoinScenario: the table-join model counts one output per
+// stream item (id not a multiple of 8) and none per table row; the
+// scenario run on a kfake broker, exactly-once, commits exactly one
+// joined record per stream item (outputs = expected, more than none).
+func TestTableJoinScenario(t *testing.T) {
+	m := tableJoin().NewModel(4)
+	for _, c := range []struct {
+		id   int64
+		want int
+	}{{0, 0}, {1, 1}, {7, 1}, {8, 0}, {9, 1}, {16, 0}} {
+		if got := m.Outputs(Item{ID: c.id, Key: "a"}); got != c.want {
+			t.Fatalf("item %d: %d outputs, want %d", c.id, got, c.want)
+		}
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Brokers: c.ListenAddrs(), Scenarios: []string{"table-join"}, Deliveries: []string{ExactlyOnce},
+		Records: 3000, Keys: 50, LatencyDuration: time.Second, Dir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + buf.String())
+	checkTable(t, buf.String(), len(res))
+	for _, r := range res {
+		if r.Outputs != r.Expected || r.Expected < 3000*7/8 {
+			t.Fatalf("row %+v: want outputs = expected, at least the first phase's 2625 stream items", r)
+		}
+	}
+}

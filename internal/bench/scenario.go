@@ -137,6 +137,7 @@ var Scenarios = append([]Scenario{
 		NewModel: func(int) Model { return modelFunc(func(Item) int { return 1 }) },
 	},
 	intervalJoin(),
+	tableJoin(),
 }, nexmarkScenarios()...)
 
 func keyedCount(name, backend string, async bool) Scenario {
@@ -378,6 +379,55 @@ func (m *intervalJoinModel) Outputs(it Item) int {
 
 // Processed implements ProcessedModel: the join receives every item.
 func (m *intervalJoinModel) Processed(Item) int { return 1 }
+
+// tableJoinEvery makes every tableJoinEvery-th item (id a multiple of it)
+// a row of the table-join scenario's table; the others are its stream.
+const tableJoinEvery = 8
+
+// tableJoin is a stream-table join (table_join, mode latest, left): the
+// items whose id is a multiple of tableJoinEvery update a table of each
+// key's latest amount (an aggregate with last, whose changelog is the
+// join's right input), the others are the stream (left), both keyed by
+// key, on Pebble. A left join emits exactly one record per stream item,
+// joined with the key's row at processing time or null before the key
+// has one (which of the two depends on how the inputs interleave, so the
+// model counts outputs, not values).
+func tableJoin() Scenario {
+	return Scenario{
+		Name: "table-join", Doc: fmt.Sprintf("table_join (latest, left) of the items whose id is not a multiple of %d (stream) with each key's latest amount (an aggregate with last over the items whose id is: the table), both keyed by key, on pebble", tableJoinEvery), Backend: "pebble",
+		Operators: fmt.Sprintf(`  - name: rows
+    type: filter
+    input: in
+    params: {condition: "id %% %[1]d == 0"}
+  - name: table
+    type: aggregate
+    input: rows
+    key_by: key
+    params:
+      aggregates: [{name: amount, fn: last, of: amount}]
+  - name: stream
+    type: filter
+    input: in
+    params: {condition: "id %% %[1]d != 0"}
+  - name: out
+    type: table_join
+    inputs:
+      left: {from: stream, key_by: key}
+      right: {from: table, key_by: key}
+    params:
+      join: left
+      select: '{"id": left.id, "amount": left.amount, "last": right == null ? null : right.amount}'
+`, tableJoinEvery),
+		NewModel: func(int) Model {
+			return modelFunc(func(it Item) int {
+				if it.ID%tableJoinEvery != 0 {
+					return 1
+				}
+				return 0
+			})
+		},
+	}
+}
 
 // ScenarioByName returns the scenario called name.
 func ScenarioByName(name string) (Scenario, bool) {
