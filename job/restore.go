@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -75,11 +76,22 @@ func (rp restorePlan) taskStates(name string) ([]checkpoint.TaskState, int, erro
 	if !ok {
 		return nil, 0, nil
 	}
+	old, err := rp.taskStatesOf(name)
+	return old, om.Parallelism, err
+}
+
+// taskStatesOf returns the decoded subtask states the checkpoint records
+// under name; nil when it holds none.
+func (rp restorePlan) taskStatesOf(name string) ([]checkpoint.TaskState, error) {
+	om, ok := rp.meta.Operators[name]
+	if !ok {
+		return nil, nil
+	}
 	old, err := checkpoint.DecodeTaskStates(om)
 	if err != nil {
-		return nil, 0, fmt.Errorf("job: restore %q: %w", name, err)
+		return nil, fmt.Errorf("job: restore %q: %w", name, err)
 	}
-	return old, om.Parallelism, nil
+	return old, nil
 }
 
 // listShares returns each of p new subtasks' share of vertex name's
@@ -193,11 +205,18 @@ func (rp restorePlan) operatorRestores(name string, p int) ([]*operators.Restore
 	for i := range out {
 		r := &operators.Restore{Operator: opStates[i], Broadcast: bc[i]}
 		for _, kh := range keyed[i] {
-			r.Keyed = append(r.Keyed, state.RestoreHandle{Handle: kh.Handle, Dir: rp.dir, SharedDir: rp.sharedDir})
+			r.Keyed = append(r.Keyed, rp.keyedHandle(kh.Handle))
 		}
 		out[i] = r
 	}
 	return out, nil
+}
+
+// keyedHandle is the restore handle of a keyed snapshot of the restored
+// checkpoint: its private files under the checkpoint's directory, its
+// shared ones under the shared directory.
+func (rp restorePlan) keyedHandle(h json.RawMessage) state.RestoreHandle {
+	return state.RestoreHandle{Handle: h, Dir: rp.dir, SharedDir: rp.sharedDir}
 }
 
 // findLatest returns the directory and metadata to restore: the savepoint
