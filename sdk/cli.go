@@ -37,9 +37,12 @@ var Version = "dev"
 const usage = `usage: kstreamd <command> [flags]
 
 commands:
-  run --config FILE [--from-savepoint DIR] [--cpuprofile FILE]
+  run --config FILE [--from-savepoint DIR] [--allow-non-restored-state]
+      [--cpuprofile FILE]
                           run the job until SIGINT or SIGTERM; restores the
                           latest checkpoint, or the savepoint given;
+                          --allow-non-restored-state drops the state of
+                          operators (by uid) the pipeline no longer has;
                           --cpuprofile writes a CPU profile of the run
   validate --config FILE  check the pipeline file and exit
   savepoint [--address HOST:PORT] [--dir DIR] [--stop]
@@ -126,7 +129,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		if args[0] == "run" {
 			fs.String("from-savepoint", "", "restore the savepoint (or checkpoint) in `DIR` instead of the latest checkpoint")
 			fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE`")
-			synopsis = "kstreamd run --config FILE [--from-savepoint DIR] [--cpuprofile FILE]"
+			fs.Bool("allow-non-restored-state", false, "drop, logging each, the state of operators the pipeline no longer has instead of refusing the checkpoint (checkpoints.allow_non_restored_state)")
+			synopsis = "kstreamd run --config FILE [--from-savepoint DIR] [--allow-non-restored-state] [--cpuprofile FILE]"
 		}
 		if code, ok := parse(synopsis, args[1:]); !ok {
 			return code
@@ -147,6 +151,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		if args[0] == "validate" {
 			fmt.Fprintf(stdout, "%s: ok\n", *path)
 			return 0
+		}
+		if f := fs.Lookup("allow-non-restored-state"); f != nil && f.Value.String() == "true" {
+			cfg.Checkpoints.AllowNonRestoredState = true
 		}
 		if from != "" && cfg.Cluster.Enabled {
 			fmt.Fprintf(stderr, "kstreamd run: --from-savepoint %s is refused: %s has cluster.enabled: true, and %s\n", from, *path, pipeline.ClusterSavepointsRefused)

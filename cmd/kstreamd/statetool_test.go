@@ -18,17 +18,21 @@ import (
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
-// stateToolConfig is a keyed_count of topic events by key at parallelism
-// 2 on backend, incremental checkpoints every 100 ms, written
-// at-least-once to topic counts; ops replaces the operators section when
-// not empty.
-func stateToolConfig(name, dir, broker, metrics, backend, ops string) string {
-	if ops == "" {
-		ops = `operators:
+// stateToolConfig is a job of topic events at parallelism 2 on backend,
+// incremental checkpoints every 100 ms; body is its operators and sinks,
+// by default a keyed_count "counts" by key written at-least-once to topic
+// counts by sink "counted".
+func stateToolConfig(name, dir, broker, metrics, backend, body string) string {
+	if body == "" {
+		body = `operators:
   - name: counts
     type: keyed_count
     input: events
     key_by: key
+sinks:
+  - name: counted
+    input: counts
+    topic: counts
 `
 	}
 	return jobHead(name, 2, dir, brokersKafka(broker), metrics, "info") + fmt.Sprintf(`state:
@@ -39,11 +43,7 @@ checkpoints:
 sources:
   - name: events
     topic: events
-`, backend) + ops + `sinks:
-  - name: counted
-    input: counts
-    topic: counts
-`
+`, backend) + body
 }
 
 // keyedEvents returns one events record per key in keys, in order, keyed
@@ -59,7 +59,10 @@ func keyedEvents(keys ...string) []*kgo.Record {
 // countedAndCheckpointed waits until operator op read n records in all and
 // two checkpoints completed after that (the second was triggered after the
 // last record was counted), and returns the id of the last completed one.
-func countedAndCheckpointed(t *testing.T, p *inProc, op string, n int) int64 {
+func countedAndCheckpointed(t *testing.T, p interface {
+	url() string
+	exited() bool
+}, op string, n int) int64 {
 	t.Helper()
 	if !testkit.Poll(30*time.Second, func() bool {
 		read, err := testkit.Scrape(p.url(), "kstreamd_operator_records_in_total", map[string]string{"operator": op})
