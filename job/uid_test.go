@@ -35,13 +35,13 @@ func TestMatchRestoredOperators(t *testing.T) {
 		return gr
 	}
 	for _, tc := range []struct {
-		name     string
-		g        *graph.Graph
-		m        *checkpoint.Metadata
-		allow    bool
-		keys     map[string]string
-		err      []string
-		logs     []string
+		name      string
+		g         *graph.Graph
+		m         *checkpoint.Metadata
+		allow     bool
+		keys      map[string]string
+		err       []string
+		logs      []string
 		notLogged string
 	}{
 		{name: "old checkpoint, same names", g: g(nil, "counts", "events"), m: meta(map[string]string{"counts": "", "events": ""}),
