@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 )
 
@@ -115,6 +118,19 @@ func TestUpgradeKeepsState(t *testing.T) {
 	check("renamed with uid", 1)
 	if logCount(d.out.String(), "restoring the state of a renamed operator by its uid", "operator=tally", "uid=counts", "recorded_as=counts") != 1 {
 		t.Errorf("the rename is not logged once:\n%s", d.out.String())
+	}
+
+	// The checkpoint records the new name with the uid: state ls shows
+	// both, dump --operator finds it by uid.
+	chk, meta, err := checkpoint.NewStorage(filepath.Join(dir, "checkpoints"), "upgrade", 0, nil).Latest()
+	if err != nil || meta.Operators["tally"].UID != "counts" {
+		t.Fatalf("latest checkpoint %s: %v, tally recorded with uid %q, want counts", chk, err, meta.Operators["tally"].UID)
+	}
+	if code, out, errOut := stateCLI("ls", chk); code != 0 || !slices.Contains(fieldLines(out), "tally counts 2 count keyed value (hashmap) int64 false 4 "+strconv.Itoa(4*15+(5+4+3+4))) {
+		t.Errorf("state ls exit %d:\n%s%s\nwant the row of tally with uid counts and its 4 keys", code, out, errOut)
+	}
+	if code, out, _ := stateCLI("dump", "--operator", "counts", "--key", "apple", chk); code != 0 || !strings.Contains(out, `"operator":"tally"`) || !strings.Contains(out, `"key":"apple","value":3}`) {
+		t.Errorf("dump --operator counts (the uid) --key apple: exit %d %q, want tally's count 3", code, out)
 	}
 
 	// extra removed: refused, naming it.
