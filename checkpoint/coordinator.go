@@ -121,6 +121,11 @@ type CoordinatorConfig struct {
 	// exactly-once sink's committables); the metadata records them, so a
 	// restore or Verify can refuse a checkpoint that lost one.
 	RequiredStates map[string][]string
+	// UIDs maps each operator name whose uid differs from it to its uid;
+	// the metadata records it (OperatorMetadata.UID), so a restore finds
+	// the operator's state by uid after a rename. Nil: every uid is the
+	// name.
+	UIDs map[string]string
 	// FirstID is the id of the first checkpoint this coordinator triggers;
 	// at least one more than any id restored from. 0 picks one more than
 	// the highest checkpoint id in Storage.
@@ -522,7 +527,7 @@ func (c *Coordinator) complete(p *pending) error {
 	shared := map[string]bool{}
 	for op, n := range c.parallel {
 		req := slices.Sorted(slices.Values(c.cfg.RequiredStates[op]))
-		m.Operators[op] = OperatorMetadata{Parallelism: n, Subtasks: make([]json.RawMessage, n), RequiredStates: req}
+		m.Operators[op] = OperatorMetadata{Parallelism: n, Subtasks: make([]json.RawMessage, n), RequiredStates: req, UID: c.cfg.UIDs[op]}
 	}
 	for id, snap := range p.acks {
 		m.Operators[id.Operator].Subtasks[id.Subtask] = snap.State

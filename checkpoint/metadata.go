@@ -83,6 +83,11 @@ type OperatorMetadata struct {
 	// Subtasks holds each subtask's state description (index = subtask);
 	// null for a stateless subtask. Its shape is TaskState.
 	Subtasks []json.RawMessage `json:"subtasks"`
+	// UID is the operator's uid when it differs from its name (the key of
+	// Operators): what a restore matches the operators of the job by.
+	// Absent means the name is the uid (every checkpoint written before
+	// uids).
+	UID string `json:"uid,omitempty"`
 	// RequiredStates names the operator list states every subtask's state
 	// must hold with at least one entry (an exactly-once sink's
 	// committables: each subtask pre-commits one transaction per

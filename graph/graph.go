@@ -34,6 +34,13 @@ type Graph struct {
 	Sinks     []*Sink
 	// Edges connect vertices by name, in the order the job wires them.
 	Edges []Edge
+	// UIDs maps the name of each vertex whose uid differs from its name
+	// to its uid (sources[].uid, operators[].uid, sinks[].uid; a rules
+	// operator's routing stage gets its operator's uid with the routing
+	// suffix): the uid identifies the vertex's state in checkpoints, as
+	// Flink's operator uid does, so a vertex renamed with its uid kept
+	// keeps its state. Nil when every uid is the name. Read it with UID.
+	UIDs map[string]string
 	// Sections are the job-level config sections connectors and formats
 	// share, by name (e.g. "schema_registry"), as the pipeline decoded
 	// them (connector.FormatContext.Sections); nil when none is set.
@@ -293,6 +300,16 @@ func (g *Graph) Parallelism(name string) int {
 		}
 	}
 	return 0
+}
+
+// UID returns the uid of the vertex called name: its entry in UIDs, else
+// name itself (also for a name that is no vertex, such as a dead-letter
+// writer's).
+func (g *Graph) UID(name string) string {
+	if u, ok := g.UIDs[name]; ok {
+		return u
+	}
+	return name
 }
 
 // Vertex reports whether a vertex is called name.

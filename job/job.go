@@ -40,6 +40,10 @@ type Settings struct {
 	Interval, Timeout, MinPause time.Duration
 	TolerableFailures, Retained int
 	Incremental                 bool
+	// AllowNonRestoredState makes a restore drop, logging each, the state
+	// of vertices (by uid) the graph no longer has instead of refusing the
+	// checkpoint (Flink's --allowNonRestoredState).
+	AllowNonRestoredState bool
 	// Restart is the restart strategy of Runner; the zero value is
 	// replaced by DefaultRestartConfig.
 	Restart RestartConfig

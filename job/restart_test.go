@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -187,7 +188,10 @@ func TestSuppressesRestarts(t *testing.T) {
 		{"state ttl switched", fmt.Errorf("operators: counts[0]: open: %w", &state.StateMigrationError{State: "aggregate", Property: "ttl", Stored: "disabled", Requested: "enabled"}), true},
 		{"max parallelism changed", fmt.Errorf("job: restart 1: %w", fmt.Errorf("state: ... : %w", state.ErrMaxParallelismChanged)), true},
 		{"checkpoint lacks state", fmt.Errorf("job: restore /x: %w", checkpoint.ErrInconsistent), true},
-		{"removed stateful operator", fmt.Errorf("job: restore /x: %w", checkRestoredOperators(&graph.Graph{}, &checkpoint.Metadata{Operators: map[string]checkpoint.OperatorMetadata{"gone": {Subtasks: []json.RawMessage{json.RawMessage(`{"k":1}`)}}}})), true},
+		{"removed stateful operator", fmt.Errorf("job: restore /x: %w", func() error {
+			_, err := matchRestoredOperators(&graph.Graph{}, &checkpoint.Metadata{Operators: map[string]checkpoint.OperatorMetadata{"gone": {Subtasks: []json.RawMessage{json.RawMessage(`{"k":1}`)}}}}, false, slog.New(slog.DiscardHandler))
+			return err
+		}()), true},
 		{"state conflict (a code bug, not a restore)", fmt.Errorf("x: %w", state.ErrStateConflict), false},
 		{"too many failed checkpoints", fmt.Errorf("x: %w", checkpoint.ErrTooManyFailures), false},
 	} {

@@ -2,8 +2,13 @@ package job
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
@@ -31,6 +36,21 @@ type restorePlan struct {
 	// maxP is the number of key groups: the graph's, or the checkpoint's
 	// when the graph does not set it explicitly.
 	maxP int
+	// keys maps each vertex name of the graph to the name its state is
+	// recorded under in meta: the operator with the same uid
+	// (matchRestoredOperators), "" for none. A name it lacks (a
+	// dead-letter writer, or every name when it is nil) is looked up as
+	// it is.
+	keys map[string]string
+}
+
+// metaKey returns the name vertex (or writer) name's state is recorded
+// under in the restored checkpoint; "" when the checkpoint holds none.
+func (rp restorePlan) metaKey(name string) string {
+	if k, ok := rp.keys[name]; ok {
+		return k
+	}
+	return name
 }
 
 // planRestore finds what to restore (scope.findRestore) and checks it
@@ -58,7 +78,7 @@ func planRestore(ctx context.Context, g *graph.Graph, set Settings, sc scope, st
 			return rp, fmt.Errorf("job: operator %q: parallelism %d exceeds the restored max parallelism %d", op.Name, op.Parallelism, rp.maxP)
 		}
 	}
-	if err := checkRestoredOperators(g, meta); err != nil {
+	if rp.keys, err = matchRestoredOperators(g, meta, set.AllowNonRestoredState, sc.logger); err != nil {
 		return rp, fmt.Errorf("job: restore %s: %w", dir, err)
 	}
 	sc.logger.Info("restoring", "dir", dir, "checkpoint_id", meta.CheckpointID, "savepoint", meta.Savepoint, "max_parallelism", rp.maxP)
@@ -71,15 +91,27 @@ func (rp restorePlan) taskStates(name string) ([]checkpoint.TaskState, int, erro
 	if rp.meta == nil {
 		return nil, 0, nil
 	}
-	om, ok := rp.meta.Operators[name]
+	key := rp.metaKey(name)
+	om, ok := rp.meta.Operators[key]
 	if !ok {
 		return nil, 0, nil
 	}
+	old, err := rp.taskStatesOf(key)
+	return old, om.Parallelism, err
+}
+
+// taskStatesOf returns the decoded subtask states the checkpoint records
+// under name; nil when it holds none.
+func (rp restorePlan) taskStatesOf(name string) ([]checkpoint.TaskState, error) {
+	om, ok := rp.meta.Operators[name]
+	if !ok {
+		return nil, nil
+	}
 	old, err := checkpoint.DecodeTaskStates(om)
 	if err != nil {
-		return nil, 0, fmt.Errorf("job: restore %q: %w", name, err)
+		return nil, fmt.Errorf("job: restore %q: %w", name, err)
 	}
-	return old, om.Parallelism, nil
+	return old, nil
 }
 
 // listShares returns each of p new subtasks' share of vertex name's
@@ -193,11 +225,18 @@ func (rp restorePlan) operatorRestores(name string, p int) ([]*operators.Restore
 	for i := range out {
 		r := &operators.Restore{Operator: opStates[i], Broadcast: bc[i]}
 		for _, kh := range keyed[i] {
-			r.Keyed = append(r.Keyed, state.RestoreHandle{Handle: kh.Handle, Dir: rp.dir, SharedDir: rp.sharedDir})
+			r.Keyed = append(r.Keyed, rp.keyedHandle(kh.Handle))
 		}
 		out[i] = r
 	}
 	return out, nil
+}
+
+// keyedHandle is the restore handle of a keyed snapshot of the restored
+// checkpoint: its private files under the checkpoint's directory, its
+// shared ones under the shared directory.
+func (rp restorePlan) keyedHandle(h json.RawMessage) state.RestoreHandle {
+	return state.RestoreHandle{Handle: h, Dir: rp.dir, SharedDir: rp.sharedDir}
 }
 
 // findLatest returns the directory and metadata to restore: the savepoint
@@ -275,18 +314,118 @@ func requiredStates(g *graph.Graph) map[string][]string {
 	return out
 }
 
-// checkRestoredOperators refuses a checkpoint holding state of a vertex
-// the graph no longer has (Flink refuses it too, unless told to drop it).
-func checkRestoredOperators(g *graph.Graph, m *checkpoint.Metadata) error {
-	for name, op := range m.Operators {
-		if g.Vertex(name) || strings.HasSuffix(name, source.DeadLetterSuffix) {
-			continue // a dead-letter writer's committables are committed by recovery, whatever the graph
+// matchRestoredOperators matches the vertices of g with the operators
+// whose state checkpoint m records, by uid (graph.Graph.UID; an operator
+// recorded without a uid has its name as uid, as every checkpoint written
+// before uids), and returns each vertex's recorded name ("" for none). It
+// logs each vertex found under another name (renamed with its uid kept)
+// and each one the checkpoint has nothing of (added: it starts empty).
+// State of an operator no vertex has the uid of (removed, or renamed
+// without its uid) is refused with an error wrapping ErrIncompatibleState
+// that names each one, the new vertices it may have become, and the two
+// ways out; with allow (Flink's --allowNonRestoredState) it is dropped,
+// each one logged. A dead-letter writer's committables are not matched:
+// recovery commits them whatever the graph.
+func matchRestoredOperators(g *graph.Graph, m *checkpoint.Metadata, allow bool, logger *slog.Logger) (map[string]string, error) {
+	byUID := map[string]string{}
+	for name, om := range m.Operators {
+		uid := om.UID
+		if uid == "" {
+			uid = name
 		}
-		for _, st := range op.Subtasks {
-			if len(st) > 0 && string(st) != "null" {
-				return fmt.Errorf("the checkpoint holds state of %q, which the pipeline no longer has: %w", name, ErrIncompatibleState)
-			}
+		byUID[uid] = name
+	}
+	keys := map[string]string{}
+	matched := map[string]bool{}
+	var added []string
+	for _, name := range vertexNames(g) {
+		uid := g.UID(name)
+		key, ok := byUID[uid]
+		if !ok {
+			keys[name] = ""
+			added = append(added, name)
+			continue
+		}
+		keys[name], matched[key] = key, true
+		if key != name {
+			logger.Info("restoring the state of a renamed operator by its uid", "operator", name, "uid", uid, "recorded_as", key)
 		}
 	}
-	return nil
+	var removed []string
+	for _, name := range slices.Sorted(maps.Keys(m.Operators)) {
+		if matched[name] || strings.HasSuffix(name, source.DeadLetterSuffix) || !holdsState(m.Operators[name]) {
+			continue
+		}
+		removed = append(removed, name)
+	}
+	for _, name := range added {
+		if len(removed) == 0 || allow {
+			logger.Info("operator not in the checkpoint: it starts without state", "operator", name, "uid", g.UID(name))
+		}
+	}
+	if len(removed) == 0 {
+		return keys, nil
+	}
+	if allow {
+		for _, name := range removed {
+			logger.Warn("dropping the state of an operator the pipeline no longer has (allow_non_restored_state)",
+				"operator", name, "uid", recordedUID(m, name))
+		}
+		return keys, nil
+	}
+	var b strings.Builder
+	for i, name := range removed {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "the checkpoint holds state of %q (uid %q), which the pipeline no longer has: no source, operator or sink has that uid", name, recordedUID(m, name))
+	}
+	if len(added) > 0 {
+		fmt.Fprintf(&b, "; the pipeline's %s %s not in the checkpoint: if one is a renamed operator, set its uid to the old one (uid: %s)",
+			quoteAll(added), map[bool]string{true: "is", false: "are"}[len(added) == 1], recordedUID(m, removed[0]))
+	}
+	b.WriteString("; to drop the state instead, run with --allow-non-restored-state (or checkpoints.allow_non_restored_state: true)")
+	return nil, fmt.Errorf("%s: %w", b.String(), ErrIncompatibleState)
+}
+
+// vertexNames returns the names of g's sources, operators and sinks.
+func vertexNames(g *graph.Graph) []string {
+	var out []string
+	for _, s := range g.Sources {
+		out = append(out, s.Name)
+	}
+	for _, o := range g.Operators {
+		out = append(out, o.Name)
+	}
+	for _, s := range g.Sinks {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// holdsState reports whether any subtask of om recorded state.
+func holdsState(om checkpoint.OperatorMetadata) bool {
+	for _, st := range om.Subtasks {
+		if len(st) > 0 && string(st) != "null" {
+			return true
+		}
+	}
+	return false
+}
+
+// recordedUID returns the uid checkpoint m records for operator name.
+func recordedUID(m *checkpoint.Metadata, name string) string {
+	if u := m.Operators[name].UID; u != "" {
+		return u
+	}
+	return name
+}
+
+// quoteAll returns the names quoted and joined by commas.
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
 }

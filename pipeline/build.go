@@ -38,7 +38,8 @@ func (c *Config) Settings() job.Settings {
 		StateBackend: string(c.State.Backend), BlockCacheBytes: c.State.BlockCacheBytes,
 		Interval: cp.Interval, Timeout: cp.Timeout, MinPause: cp.MinPause,
 		TolerableFailures: cp.TolerableFailures, Retained: cp.Retained, Incremental: cp.Incremental,
-		Restart: c.Restart.Job(), MarkerInterval: c.Cluster.MarkerInterval, PurgeRepartitions: c.Cluster.PurgeRepartitions,
+		AllowNonRestoredState: cp.AllowNonRestoredState,
+		Restart:               c.Restart.Job(), MarkerInterval: c.Cluster.MarkerInterval, PurgeRepartitions: c.Cluster.PurgeRepartitions,
 	}
 }
 

@@ -285,6 +285,11 @@ type CheckpointsConfig struct {
 	// Incremental makes Pebble checkpoints upload only the files the
 	// retained checkpoints do not already hold. Default false.
 	Incremental bool `yaml:"incremental"`
+	// AllowNonRestoredState lets a restore drop the state of operators
+	// (sources, sinks) the pipeline no longer has, logging each one,
+	// instead of refusing the checkpoint (Flink's --allowNonRestoredState;
+	// `run --allow-non-restored-state` sets it too). Default false.
+	AllowNonRestoredState bool `yaml:"allow_non_restored_state"`
 	// Dir holds the checkpoints, as <dir>/<job>/chk-<n>. Default "" meaning
 	// "<data_dir>/checkpoints" (see Config.CheckpointDir).
 	Dir string `yaml:"dir"`
@@ -475,6 +480,12 @@ type SourceConfig struct {
 	// Name identifies the source; operators and sinks refer to it by name.
 	// Required; unique among sources, operators and sinks.
 	Name string `yaml:"name"`
+	// UID identifies the source's state in checkpoints and savepoints
+	// (Flink's operator uid): a restore gives it the state recorded under
+	// the same uid, so renaming it with its uid kept keeps its state.
+	// Default "": the name. Unique among the uids (and names without a
+	// uid) of sources, operators and sinks.
+	UID string `yaml:"uid"`
 	// Type is a registered source type (see the README's source
 	// reference). Default "kafka".
 	Type string `yaml:"type"`
@@ -616,9 +627,16 @@ func (s *SourceConfig) setDefaults() {
 // type (operators.Registry).
 type OperatorConfig struct {
 	// Name identifies the operator; other operators and sinks refer to it
-	// by name. Required; unique among sources, operators and sinks. Keyed
-	// state ids derive from it: renaming an operator loses its state.
+	// by name. Required; unique among sources, operators and sinks. Its
+	// state in checkpoints is found by UID, which defaults to it: renaming
+	// an operator without keeping its uid loses its state.
 	Name string `yaml:"name"`
+	// UID identifies the operator's state in checkpoints and savepoints
+	// (Flink's operator uid): a restore gives it the state recorded under
+	// the same uid, so renaming it with its uid kept keeps its state.
+	// Default "": the name. Unique among the uids (and names without a
+	// uid) of sources, operators and sinks.
+	UID string `yaml:"uid"`
 	// Type is a registered operator type (see the README's operator
 	// reference). Required.
 	Type string `yaml:"type"`
@@ -662,6 +680,12 @@ type SinkConfig struct {
 	// Name identifies the sink. Required; unique among sources, operators
 	// and sinks.
 	Name string `yaml:"name"`
+	// UID identifies the sink's state in checkpoints and savepoints
+	// (Flink's operator uid): a restore gives it the state recorded under
+	// the same uid, so renaming it with its uid kept keeps its state.
+	// Default "": the name. Unique among the uids (and names without a
+	// uid) of sources, operators and sinks.
+	UID string `yaml:"uid"`
 	// Type is a registered sink type (see the README's sink reference).
 	// Default "kafka".
 	Type string `yaml:"type"`

@@ -172,9 +172,18 @@ func (c *Config) buildGraph() *graph.Graph {
 	if c.UsesSchemaRegistry() {
 		g.Sections = map[string]any{srformat.SectionName: c.SchemaRegistry.RegistryConfig(c.SchemaRegistryURLs(), nil)}
 	}
+	setUID := func(name, uid string) {
+		if uid != "" && uid != name {
+			if g.UIDs == nil {
+				g.UIDs = map[string]string{}
+			}
+			g.UIDs[name] = uid
+		}
+	}
 	srcs := map[string]*graph.Source{}
 	for i := range c.Sources {
 		s := &c.Sources[i]
+		setUID(s.Name, s.UID)
 		gs := &graph.Source{
 			Name: s.Name, Type: s.Type, Params: c.connParams[s.Name], FormatParams: c.connParams[s.Name+formatParamsSuffix], Topic: s.Topic, Topics: s.Topics, TopicPattern: s.TopicPattern, Parallelism: c.SourceParallelism(s), StartFrom: string(s.StartFrom),
 			Format: s.Format, OnError: string(s.OnError), DeadLetterTopic: s.DeadLetterTopic,
@@ -214,6 +223,7 @@ func (c *Config) buildGraph() *graph.Graph {
 				}
 			}
 		}
+		setUID(op.Name, op.UID)
 		o := &graph.Operator{
 			Name: op.Name, Type: op.Type, Factory: f, Params: c.params[op.Name],
 			Parallelism: c.OperatorParallelism(op), AsyncState: op.AsyncState, KeyBy: op.KeyBy,
@@ -237,6 +247,9 @@ func (c *Config) buildGraph() *graph.Graph {
 				Parallelism: c.OperatorParallelism(&OperatorConfig{Input: op.Input}),
 				Input:       c.inputVertex(op.Input), Broadcast: op.Broadcast, ErrorSources: o.ErrorSources,
 			}
+			if op.UID != "" {
+				setUID(route.Name, op.UID+operators.RulesRouteSuffix)
+			}
 			g.Operators = append(g.Operators, route)
 			g.Edges = append(g.Edges, c.edge(op.Input, route.Name, "", route.Parallelism))
 			broadcastEdge(route.Name)
@@ -257,6 +270,7 @@ func (c *Config) buildGraph() *graph.Graph {
 	}
 	for i := range c.Sinks {
 		s := &c.Sinks[i]
+		setUID(s.Name, s.UID)
 		gs := &graph.Sink{
 			Name: s.Name, Type: s.Type, Params: c.connParams[s.Name], Format: s.Format, FormatParams: c.connParams[s.Name+formatParamsSuffix],
 			Input: c.inputVertex(s.Input), Topic: s.Topic, Parallelism: c.SinkParallelism(s), Delivery: s.Delivery,

@@ -260,7 +260,8 @@ func (c *Config) validateRuntime(v *validator) {
 // stages by name (the first, for a duplicate).
 func (c *Config) validateNames(v *validator) map[string]stage {
 	stages := map[string]stage{}
-	add := func(kind, list string, i int, name string) {
+	uids := map[string]string{} // uid (or name without one) -> the path of what has it
+	add := func(kind, list string, i int, name, uid string) {
 		path := fmt.Sprintf("%s[%d]", list, i)
 		if name == "" {
 			v.required(path + ".name")
@@ -271,21 +272,30 @@ func (c *Config) validateNames(v *validator) map[string]stage {
 			return
 		}
 		stages[name] = stage{kind: kind, index: i, path: path}
+		field, id := path+".name", name
+		if uid != "" {
+			field, id = path+".uid", uid
+		}
+		if prev, dup := uids[id]; dup {
+			v.errorf(field, "duplicate uid %q: %s already has it (a uid defaults to the name); uids identify state in checkpoints and must be unique", id, prev)
+			return
+		}
+		uids[id] = path
 	}
 	if len(c.Sources) == 0 {
 		v.errorf("sources", "at least one source is required")
 	}
 	for i, s := range c.Sources {
-		add("source", "sources", i, s.Name)
+		add("source", "sources", i, s.Name, s.UID)
 	}
 	for i, op := range c.Operators {
-		add("operator", "operators", i, op.Name)
+		add("operator", "operators", i, op.Name, op.UID)
 	}
 	if len(c.Sinks) == 0 {
 		v.errorf("sinks", "at least one sink is required")
 	}
 	for i, s := range c.Sinks {
-		add("sink", "sinks", i, s.Name)
+		add("sink", "sinks", i, s.Name, s.UID)
 	}
 	return stages
 }

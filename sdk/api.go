@@ -269,8 +269,11 @@ func (s *server) jobStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, j.Status())
 }
 
-// checkpointDetails answers GET /api/v1/checkpoints/{id} with the metadata
-// of checkpoint id, or of the job's newest savepoint when it has that id.
+// checkpointDetails answers GET /api/v1/checkpoints/{id} with the summary
+// of checkpoint id, or of the job's newest savepoint when it has that id
+// (job.CheckpointSummary, `kstreamd state ls --json`): the metadata and
+// per operator its states, read as a restore reads them, with entry
+// counts and sizes and readable operator state entries instead of base64.
 func (s *server) checkpointDetails(w http.ResponseWriter, r *http.Request) {
 	_, st := s.current()
 	if st == nil {
@@ -282,12 +285,13 @@ func (s *server) checkpointDetails(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, SavepointResponse{Error: "checkpoint id must be a positive integer"})
 		return
 	}
-	m, err := checkpoint.ReadMetadata(st.CheckpointDir(id))
+	dir := st.CheckpointDir(id)
+	_, err = checkpoint.ReadMetadata(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		// Savepoints share the id sequence; the newest one is recorded.
-		if dir, perr := st.LatestSavepoint(); perr == nil {
-			if sm, serr := checkpoint.ReadMetadata(dir); serr == nil && sm.CheckpointID == id {
-				m, err = sm, nil
+		if sdir, perr := st.LatestSavepoint(); perr == nil {
+			if sm, serr := checkpoint.ReadMetadata(sdir); serr == nil && sm.CheckpointID == id {
+				dir, err = sdir, nil
 			}
 		}
 	}
@@ -299,7 +303,17 @@ func (s *server) checkpointDetails(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, SavepointResponse{Error: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	sum, err := job.SummarizeCheckpoint(dir, "")
+	if errors.Is(err, fs.ErrNotExist) {
+		// Retention removed it meanwhile.
+		writeJSON(w, http.StatusNotFound, SavepointResponse{Error: fmt.Sprintf("no completed checkpoint %d", id)})
+		return
+	}
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, SavepointResponse{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, sum)
 }
 
 // CheckpointInfo is one entry of the HTTP API's GET /api/v1/checkpoints: a checkpoint or savepoint id, its state (completed or incomplete), when it was taken, its size in bytes and its directory.

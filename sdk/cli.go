@@ -37,9 +37,12 @@ var Version = "dev"
 const usage = `usage: kstreamd <command> [flags]
 
 commands:
-  run --config FILE [--from-savepoint DIR] [--cpuprofile FILE]
+  run --config FILE [--from-savepoint DIR] [--allow-non-restored-state]
+      [--cpuprofile FILE]
                           run the job until SIGINT or SIGTERM; restores the
                           latest checkpoint, or the savepoint given;
+                          --allow-non-restored-state drops the state of
+                          operators (by uid) the pipeline no longer has;
                           --cpuprofile writes a CPU profile of the run
   validate --config FILE  check the pipeline file and exit
   savepoint [--address HOST:PORT] [--dir DIR] [--stop]
@@ -54,6 +57,11 @@ commands:
   checkpoints verify DIR  check the checkpoint or savepoint in DIR as a restore
                           would, without restoring it: exit 0 when consistent,
                           1 listing every problem
+  state ls|dump|count [flags] DIR
+                          read the checkpoint or savepoint in DIR as a
+                          restore would: list its operators and states, dump
+                          keyed state as JSON lines, count entries and bytes
+                          per key group (kstreamd state -h)
   broker --config FILE [--force-unclean]
                           run only the development broker of kafka.embedded
                           (address, data_dir, partitions) with the pipeline's
@@ -75,7 +83,7 @@ kstreamd COMMAND --help prints the command's flags.
 `
 
 // Main runs the kstreamd command line (run, validate, savepoint,
-// checkpoints list, checkpoints verify, broker, schema-registry, bench, version) with os.Args, stdout and stderr, the
+// checkpoints list, checkpoints verify, state, broker, schema-registry, bench, version) with os.Args, stdout and stderr, the
 // operator types of reg, and SIGINT/SIGTERM as the soft stop; it returns the
 // exit status for os.Exit: 0 success, 1 the job or command failed, 2 a usage
 // or config error. A program of one's own is
@@ -121,7 +129,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		if args[0] == "run" {
 			fs.String("from-savepoint", "", "restore the savepoint (or checkpoint) in `DIR` instead of the latest checkpoint")
 			fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE`")
-			synopsis = "kstreamd run --config FILE [--from-savepoint DIR] [--cpuprofile FILE]"
+			fs.Bool("allow-non-restored-state", false, "drop, logging each, the state of operators the pipeline no longer has instead of refusing the checkpoint (checkpoints.allow_non_restored_state)")
+			synopsis = "kstreamd run --config FILE [--from-savepoint DIR] [--allow-non-restored-state] [--cpuprofile FILE]"
 		}
 		if code, ok := parse(synopsis, args[1:]); !ok {
 			return code
@@ -142,6 +151,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		if args[0] == "validate" {
 			fmt.Fprintf(stdout, "%s: ok\n", *path)
 			return 0
+		}
+		if f := fs.Lookup("allow-non-restored-state"); f != nil && f.Value.String() == "true" {
+			cfg.Checkpoints.AllowNonRestoredState = true
 		}
 		if from != "" && cfg.Cluster.Enabled {
 			fmt.Fprintf(stderr, "kstreamd run: --from-savepoint %s is refused: %s has cluster.enabled: true, and %s\n", from, *path, pipeline.ClusterSavepointsRefused)
@@ -232,6 +244,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 			return 1
 		}
 		return 0
+	case "state":
+		return runState(args[1:], stdout, stderr)
 	case "broker":
 		path := fs.String("config", "", "pipeline `FILE` whose kafka.embedded section describes the broker")
 		force := fs.Bool("force-unclean", false, "open a data dir that was not closed cleanly (kill -9, a crash) as it is: transactions open at the crash are aborted and committed output of a restarted exactly-once job may be missing")

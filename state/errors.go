@@ -47,10 +47,14 @@ type StateMigrationError struct {
 	Requested string // the property the descriptor asks for
 }
 
-// Error reports the state, the property and both values.
+// Error reports the state, the property and both values, and what to do:
+// restore with the old setting, or start the operator's state afresh under
+// a new uid (the old uid's state is then dropped only with
+// --allow-non-restored-state).
 func (e *StateMigrationError) Error() string {
-	return fmt.Sprintf("state: state %q: %s was %s when written but the descriptor has %s: state migration is not supported",
-		e.State, e.Property, e.Stored, e.Requested)
+	return fmt.Sprintf("state: state %q: %s was %s when written but the descriptor has %s: state migration is not supported; "+
+		"keep the %s %s, or give the operator a new uid so that it starts without state (and run with --allow-non-restored-state to drop the old uid's state)",
+		e.State, e.Property, e.Stored, e.Requested, e.Property, e.Stored)
 }
 
 // Is reports whether target is ErrStateMigration.
