@@ -1,0 +1,199 @@
+package bench
+
+import (
+	"slices"
+)
+
+// The models of the Nexmark queries that join (q3, q8, q20, ...), written
+// from the queries' SQL as the other models in nexmark_queries.go.
+
+// nexmarkClock is the watermark a Nexmark query's operators see: the
+// source's (event time minus its 4 s out-of-orderness minus 1 ms) as the
+// least over the partitions of their largest time, none until every
+// partition has had a record. The generator's times never decrease, so
+// no event is late.
+type nexmarkClock struct {
+	partMax []int64 // largest time per partition, -1 before the first
+	seen    int
+}
+
+func newNexmarkClock(partitions int) *nexmarkClock {
+	c := &nexmarkClock{partMax: make([]int64, partitions)}
+	for i := range c.partMax {
+		c.partMax[i] = -1
+	}
+	return c
+}
+
+// advance takes item it's time and returns the watermark after it; ok is
+// false while some partition has had no record.
+func (c *nexmarkClock) advance(it Item) (wm int64, ok bool) {
+	if c.partMax[it.Partition] < 0 {
+		c.seen++
+	}
+	c.partMax[it.Partition] = max(c.partMax[it.Partition], it.Time)
+	if c.seen < len(c.partMax) {
+		return 0, false
+	}
+	return slices.Min(c.partMax) - 4000 - 1, true
+}
+
+// nexmarkQ8Size is q8's TUMBLE size.
+const nexmarkQ8Size = 10_000
+
+// nexmarkQ8 models q8: per 10 s tumbling window, the persons registered in
+// it who are the seller of an auction opened in it, each once, emitted
+// when the watermark reaches the window's end minus 1 ms.
+type nexmarkQ8 struct {
+	clock   *nexmarkClock
+	windows []int64 // starts of the windows not fired yet, ascending
+	persons map[int64][]*NexmarkPersonEvent
+	sellers map[int64]map[int64]bool
+	joined  int // records the window join received for the last item
+}
+
+func newNexmarkQ8(partitions int) *nexmarkQ8 {
+	return &nexmarkQ8{clock: newNexmarkClock(partitions), persons: map[int64][]*NexmarkPersonEvent{}, sellers: map[int64]map[int64]bool{}}
+}
+
+// tumble is the start of the size ms tumbling window holding t.
+func tumble(t, size int64) int64 { return t - ((t%size)+size)%size }
+
+// Processed implements the Processed count: the window join receives
+// every person and the first auction of each seller and window.
+func (m *nexmarkQ8) Processed(Item) int { return m.joined }
+
+// Values implements valueModel.
+func (m *nexmarkQ8) Values(it Item) []any {
+	ev := it.Nexmark
+	m.joined = 0
+	open := func(w int64) {
+		if _, ok := m.sellers[w]; !ok {
+			m.sellers[w] = map[int64]bool{}
+			i, _ := slices.BinarySearch(m.windows, w)
+			m.windows = slices.Insert(m.windows, i, w)
+		}
+	}
+	switch ev.Type {
+	case NexmarkPerson:
+		w := tumble(ev.Person.DateTime, nexmarkQ8Size)
+		open(w)
+		m.persons[w] = append(m.persons[w], ev.Person)
+		m.joined = 1
+	case NexmarkAuction:
+		w := tumble(ev.Auction.DateTime, nexmarkQ8Size)
+		open(w)
+		if !m.sellers[w][ev.Auction.Seller] {
+			m.joined = 1 // the first of the seller's auctions in w passes the dedup
+		}
+		m.sellers[w][ev.Auction.Seller] = true
+	}
+	wm, ok := m.clock.advance(it)
+	if !ok {
+		return nil
+	}
+	var out []any
+	for len(m.windows) > 0 && m.windows[0]+nexmarkQ8Size-1 <= wm {
+		w := m.windows[0]
+		m.windows = m.windows[1:]
+		for _, p := range m.persons[w] {
+			if m.sellers[w][p.ID] {
+				out = append(out, map[string]any{"id": p.ID, "name": p.Name, "starttime": rfc3339ms(w)})
+			}
+		}
+		delete(m.persons, w)
+		delete(m.sellers, w)
+	}
+	return out
+}
+
+// nexmarkQ3 models q3: the auctions of category 10 joined with their
+// seller when the seller lives in Oregon, Idaho or California, each pair
+// emitted once both are in (an unbounded inner join of two append-only
+// streams emits only insertions, whichever side comes first).
+type nexmarkQ3 struct {
+	persons  map[int64]*NexmarkPersonEvent
+	auctions map[int64][]*NexmarkAuctionEvent // by seller
+}
+
+func newNexmarkQ3() *nexmarkQ3 {
+	return &nexmarkQ3{persons: map[int64]*NexmarkPersonEvent{}, auctions: map[int64][]*NexmarkAuctionEvent{}}
+}
+
+func nexmarkQ3Row(p *NexmarkPersonEvent, a *NexmarkAuctionEvent) any {
+	return map[string]any{"name": p.Name, "city": p.City, "state": p.State, "id": a.ID}
+}
+
+// Values implements valueModel.
+func (m *nexmarkQ3) Values(it Item) []any {
+	ev := it.Nexmark
+	var out []any
+	switch ev.Type {
+	case NexmarkPerson:
+		p := ev.Person
+		if p.State != "OR" && p.State != "ID" && p.State != "CA" {
+			return nil
+		}
+		m.persons[p.ID] = p
+		for _, a := range m.auctions[p.ID] {
+			out = append(out, nexmarkQ3Row(p, a))
+		}
+	case NexmarkAuction:
+		a := ev.Auction
+		if a.Category != 10 {
+			return nil
+		}
+		m.auctions[a.Seller] = append(m.auctions[a.Seller], a)
+		if p := m.persons[a.Seller]; p != nil {
+			out = append(out, nexmarkQ3Row(p, a))
+		}
+	}
+	return out
+}
+
+// nexmarkQ20 models q20: every bid joined with its auction when that is of
+// category 10, each pair emitted once both are in.
+type nexmarkQ20 struct {
+	auctions map[int64]*NexmarkAuctionEvent
+	others   map[int64]bool                // auctions of other categories: their bids join nothing
+	bids     map[int64][]*NexmarkBidEvent // by auction, while it has not come
+}
+
+func newNexmarkQ20() *nexmarkQ20 {
+	return &nexmarkQ20{auctions: map[int64]*NexmarkAuctionEvent{}, others: map[int64]bool{}, bids: map[int64][]*NexmarkBidEvent{}}
+}
+
+func nexmarkQ20Row(b *NexmarkBidEvent, a *NexmarkAuctionEvent) any {
+	return map[string]any{"auction": b.Auction, "bidder": b.Bidder, "price": b.Price, "channel": b.Channel, "url": b.URL,
+		"bid_dateTime": b.DateTime, "bid_extra": b.Extra, "itemName": a.ItemName, "description": a.Description,
+		"initialBid": a.InitialBid, "reserve": a.Reserve, "auction_dateTime": a.DateTime, "expires": a.Expires,
+		"seller": a.Seller, "category": a.Category, "auction_extra": a.Extra}
+}
+
+// Values implements valueModel.
+func (m *nexmarkQ20) Values(it Item) []any {
+	ev := it.Nexmark
+	var out []any
+	switch ev.Type {
+	case NexmarkAuction:
+		a := ev.Auction
+		if a.Category != 10 {
+			m.others[a.ID] = true
+			delete(m.bids, a.ID)
+			return nil
+		}
+		m.auctions[a.ID] = a
+		for _, b := range m.bids[a.ID] {
+			out = append(out, nexmarkQ20Row(b, a))
+		}
+		delete(m.bids, a.ID) // auction ids are unique: later bids find the auction
+	case NexmarkBid:
+		b := ev.Bid
+		if a := m.auctions[b.Auction]; a != nil {
+			out = append(out, nexmarkQ20Row(b, a))
+		} else if !m.others[b.Auction] {
+			m.bids[b.Auction] = append(m.bids[b.Auction], b)
+		}
+	}
+	return out
+}
