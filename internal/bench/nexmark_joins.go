@@ -155,7 +155,7 @@ func (m *nexmarkQ3) Values(it Item) []any {
 // category 10, each pair emitted once both are in.
 type nexmarkQ20 struct {
 	auctions map[int64]*NexmarkAuctionEvent
-	others   map[int64]bool                // auctions of other categories: their bids join nothing
+	others   map[int64]bool               // auctions of other categories: their bids join nothing
 	bids     map[int64][]*NexmarkBidEvent // by auction, while it has not come
 }
 
