@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"cmp"
 	"slices"
+	"strconv"
 )
 
 // The models of the Nexmark queries that join (q3, q8, q20, ...), written
@@ -193,6 +195,137 @@ func (m *nexmarkQ20) Values(it Item) []any {
 			out = append(out, nexmarkQ20Row(b, a))
 		} else if !m.others[b.Auction] {
 			m.bids[b.Auction] = append(m.bids[b.Auction], b)
+		}
+	}
+	return out
+}
+
+// nexmarkBidRow is a bid's columns as q18 and q19 write them.
+func nexmarkBidRow(b *NexmarkBidEvent) map[string]any {
+	return map[string]any{"auction": b.Auction, "bidder": b.Bidder, "price": b.Price, "channel": b.Channel,
+		"url": b.URL, "dateTime": b.DateTime, "extra": b.Extra}
+}
+
+// nexmarkQ18 models q18: per bidder and auction the bids of the latest
+// dateTime (more than one when they tie: the query's ROW_NUMBER leaves
+// them in no order, and the last to arrive wins).
+type nexmarkQ18 struct {
+	last map[string][]*NexmarkBidEvent
+	bids int
+}
+
+func newNexmarkQ18() *nexmarkQ18 { return &nexmarkQ18{last: map[string][]*NexmarkBidEvent{}} }
+
+// Processed implements the Processed count: the dedup receives every bid.
+func (m *nexmarkQ18) Processed(it Item) int {
+	if it.Nexmark.Type == NexmarkBid {
+		return 1
+	}
+	return 0
+}
+
+// Updates implements tableModel: the first bid of a key is written
+// whatever the order; a later one only when it arrives after the bids it
+// is not older than (so not counted: a lower bound).
+func (m *nexmarkQ18) Updates(it Item) int {
+	if it.Nexmark.Type != NexmarkBid {
+		return 0
+	}
+	b := it.Nexmark.Bid
+	k := strconv.FormatInt(b.Bidder, 10) + "|" + strconv.FormatInt(b.Auction, 10)
+	cur, seen := m.last[k]
+	switch {
+	case !seen || b.DateTime > cur[0].DateTime:
+		m.last[k] = []*NexmarkBidEvent{b}
+	case b.DateTime == cur[0].DateTime:
+		m.last[k] = append(cur, b)
+	}
+	if seen {
+		return 0
+	}
+	return 1
+}
+
+// Final implements tableModel.
+func (m *nexmarkQ18) Final() map[string]any {
+	out := make(map[string]any, len(m.last))
+	for k, bs := range m.last {
+		if len(bs) == 1 {
+			out[k] = nexmarkBidRow(bs[0])
+			continue
+		}
+		alts := anyOf{}
+		for _, b := range bs {
+			alts = append(alts, nexmarkBidRow(b))
+		}
+		out[k] = alts
+	}
+	return out
+}
+
+// nexmarkQ19N is q19's rank_number bound.
+const nexmarkQ19N = 10
+
+// nexmarkQ19 models q19: per auction its bids of the 10 highest prices,
+// kept in descending price (ties in arrival order: the query leaves them
+// in no order, so a rank whose price several bids share may hold any of
+// them).
+type nexmarkQ19 struct {
+	top  map[int64][]*NexmarkBidEvent // the bids priced at least the 10th highest
+	bids map[int64]int
+}
+
+func newNexmarkQ19() *nexmarkQ19 {
+	return &nexmarkQ19{top: map[int64][]*NexmarkBidEvent{}, bids: map[int64]int{}}
+}
+
+// Processed implements the Processed count: the top_n receives every bid.
+func (m *nexmarkQ19) Processed(it Item) int { return (&nexmarkQ18{}).Processed(it) }
+
+// Updates implements tableModel: each of an auction's first 10 bids adds a
+// rank, written whatever the order; the other updates depend on it (a
+// lower bound).
+func (m *nexmarkQ19) Updates(it Item) int {
+	if it.Nexmark.Type != NexmarkBid {
+		return 0
+	}
+	b := it.Nexmark.Bid
+	t := append(m.top[b.Auction], b)
+	slices.SortStableFunc(t, func(x, y *NexmarkBidEvent) int { return cmp.Compare(y.Price, x.Price) })
+	if len(t) > nexmarkQ19N {
+		lowest := t[nexmarkQ19N-1].Price
+		for len(t) > nexmarkQ19N && t[len(t)-1].Price < lowest {
+			t = t[:len(t)-1]
+		}
+	}
+	m.top[b.Auction] = t
+	m.bids[b.Auction]++
+	if m.bids[b.Auction] <= nexmarkQ19N {
+		return 1
+	}
+	return 0
+}
+
+// Final implements tableModel: per auction and rank r, keyed
+// "<auction>#<r>", the r-th bid by price, or any bid of that price.
+func (m *nexmarkQ19) Final() map[string]any {
+	out := map[string]any{}
+	for a, t := range m.top {
+		for r := 1; r <= min(nexmarkQ19N, len(t)); r++ {
+			var alts anyOf
+			for _, b := range t {
+				if b.Price == t[r-1].Price {
+					row := nexmarkBidRow(b)
+					row["rank_number"] = r
+					alts = append(alts, row)
+				}
+			}
+			k := strconv.FormatInt(a, 10) + "#" + strconv.Itoa(r)
+			if len(alts) == 1 {
+				out[k] = alts[0]
+			} else {
+				out[k] = alts
+			}
 		}
 	}
 	return out

@@ -209,7 +209,7 @@ func TestNexmarkQueries(t *testing.T) {
 			names = append(names, s.Name)
 		}
 	}
-	if want := []string{"nexmark-q0", "nexmark-q1", "nexmark-q2", "nexmark-q3", "nexmark-q8", "nexmark-q11", "nexmark-q14", "nexmark-q15", "nexmark-q16", "nexmark-q17", "nexmark-q20", "nexmark-q21", "nexmark-q22"}; !slices.Equal(names, want) {
+	if want := []string{"nexmark-q0", "nexmark-q1", "nexmark-q2", "nexmark-q3", "nexmark-q8", "nexmark-q11", "nexmark-q14", "nexmark-q15", "nexmark-q16", "nexmark-q17", "nexmark-q18", "nexmark-q19", "nexmark-q20", "nexmark-q21", "nexmark-q22"}; !slices.Equal(names, want) {
 		t.Fatalf("nexmark scenarios %v, want %v", names, want)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -223,7 +223,7 @@ func TestNexmarkQueries(t *testing.T) {
 	}
 	for _, r := range res[1:] {
 		t.Logf("%s: %d outputs, %d expected, values checked %t", r.Scenario, r.Outputs, r.Expected, r.ValuesChecked)
-		if !r.ValuesChecked || r.ValuesDiff != "" || r.Outputs != r.Expected || r.Expected == 0 {
+		if !r.ValuesChecked || r.ValuesDiff != "" || r.Outputs != r.Expected && !(r.ExpectedAtLeast && r.Outputs > r.Expected) || r.Expected == 0 {
 			t.Errorf("%s: checked %t, diff %q, %d outputs, %d expected; want checked equal values, more than none", r.Scenario, r.ValuesChecked, r.ValuesDiff, r.Outputs, r.Expected)
 		}
 	}
@@ -453,8 +453,8 @@ func TestTableDiff(t *testing.T) {
 // q12 (processing time: no exact model).
 func TestNexmarkConfigs(t *testing.T) {
 	files, err := fs.Glob(nexmark.Queries, "q*.yaml")
-	if err != nil || len(files) != 14 {
-		t.Fatalf("%v, %v: want the 14 queries", files, err)
+	if err != nil || len(files) != 16 {
+		t.Fatalf("%v, %v: want the 16 queries", files, err)
 	}
 	for _, f := range files {
 		b, err := nexmark.Queries.ReadFile(f)
