@@ -330,3 +330,96 @@ func (m *nexmarkQ19) Final() map[string]any {
 	}
 	return out
 }
+
+// nexmarkQ9Upper is q9's interval_join upper bound: a bid joins an
+// auction at most this long after it opened.
+const nexmarkQ9Upper = 60_000
+
+// nexmarkQ9 models q9: per auction, among the bids for it made while it
+// was open (from its dateTime to its expires, and at most 60 s after it
+// opened: see configs/nexmark/q9.yaml), the highest, the earliest of equal
+// prices (several when both tie: the query leaves them in no order).
+type nexmarkQ9 struct {
+	auctions map[int64]*NexmarkAuctionEvent
+	waiting  map[int64][]*NexmarkBidEvent // bids of auctions not seen yet
+	best     map[int64][]*NexmarkBidEvent
+	pairs    int // pairs the top_n received for the last item
+}
+
+func newNexmarkQ9() *nexmarkQ9 {
+	return &nexmarkQ9{auctions: map[int64]*NexmarkAuctionEvent{}, waiting: map[int64][]*NexmarkBidEvent{}, best: map[int64][]*NexmarkBidEvent{}}
+}
+
+// open reports whether b was made while a was open (and within the
+// join's bound).
+func (m *nexmarkQ9) open(a *NexmarkAuctionEvent, b *NexmarkBidEvent) bool {
+	return b.DateTime >= a.DateTime && b.DateTime <= a.Expires && b.DateTime <= a.DateTime+nexmarkQ9Upper
+}
+
+// pair takes an open pair and returns the updates every order writes:
+// one for the auction's first.
+func (m *nexmarkQ9) pair(a *NexmarkAuctionEvent, b *NexmarkBidEvent) int {
+	m.pairs++
+	cur, ok := m.best[a.ID]
+	switch {
+	case !ok || b.Price > cur[0].Price || b.Price == cur[0].Price && b.DateTime < cur[0].DateTime:
+		m.best[a.ID] = []*NexmarkBidEvent{b}
+	case b.Price == cur[0].Price && b.DateTime == cur[0].DateTime:
+		m.best[a.ID] = append(cur, b)
+	}
+	if ok {
+		return 0
+	}
+	return 1
+}
+
+// Processed implements the Processed count: the top_n receives every
+// open pair.
+func (m *nexmarkQ9) Processed(Item) int { return m.pairs }
+
+// Updates implements tableModel.
+func (m *nexmarkQ9) Updates(it Item) int {
+	m.pairs = 0
+	n := 0
+	switch ev := it.Nexmark; ev.Type {
+	case NexmarkAuction:
+		a := ev.Auction
+		m.auctions[a.ID] = a
+		for _, b := range m.waiting[a.ID] {
+			if m.open(a, b) {
+				n += m.pair(a, b)
+			}
+		}
+		delete(m.waiting, a.ID)
+	case NexmarkBid:
+		b := ev.Bid
+		if a := m.auctions[b.Auction]; a == nil {
+			m.waiting[b.Auction] = append(m.waiting[b.Auction], b)
+		} else if m.open(a, b) {
+			n += m.pair(a, b)
+		}
+	}
+	return n
+}
+
+// Final implements tableModel: each auction's winner, keyed "<id>#1".
+func (m *nexmarkQ9) Final() map[string]any {
+	out := make(map[string]any, len(m.best))
+	for id, bs := range m.best {
+		a := m.auctions[id]
+		var alts anyOf
+		for _, b := range bs {
+			alts = append(alts, map[string]any{"id": a.ID, "itemName": a.ItemName, "description": a.Description,
+				"initialBid": a.InitialBid, "reserve": a.Reserve, "dateTime": a.DateTime, "expires": a.Expires,
+				"seller": a.Seller, "category": a.Category, "extra": a.Extra, "auction": b.Auction, "bidder": b.Bidder,
+				"price": b.Price, "bid_dateTime": b.DateTime, "bid_extra": b.Extra})
+		}
+		k := strconv.FormatInt(id, 10) + "#1"
+		if len(alts) == 1 {
+			out[k] = alts[0]
+		} else {
+			out[k] = alts
+		}
+	}
+	return out
+}

@@ -173,3 +173,29 @@ func TestTableDiffAnyOf(t *testing.T) {
 		}
 	}
 }
+
+// TestNexmarkQ9Model: the winner is the highest bid made while the
+// auction was open, the earlier of equal prices; a bid before the auction
+// opened, after it expired or before the auction came in order is handled;
+// only the auction's first open pair is a sure update.
+func TestNexmarkQ9Model(t *testing.T) {
+	m := newNexmarkQ9()
+	n, pairs := 0, 0
+	for _, it := range []Item{
+		nmBid(0, 7, 1, 500, 1500),       // before its auction arrives: waits, then open
+		nmAuction(1, 7, 1000, 10, 1000), // open 1000..2000
+		nmBid(0, 7, 2, 900, 999),        // before it opened
+		nmBid(1, 7, 3, 900, 2001),       // after it expired
+		nmBid(0, 7, 4, 700, 1800),
+		nmBid(1, 7, 5, 700, 1200), // same price, earlier: wins
+		nmBid(0, 7, 6, 600, 1100),
+	} {
+		n += m.Updates(it)
+		pairs += m.Processed(it)
+	}
+	f := m.Final()
+	r, ok := f["7#1"].(map[string]any)
+	if n != 1 || pairs != 4 || len(f) != 1 || !ok || r["bidder"] != int64(5) || r["price"] != int64(700) || r["bid_dateTime"] != int64(1200) {
+		t.Errorf("%d sure updates (want 1), %d pairs (want 4), table %v; want bidder 5's 700 at 1200", n, pairs, f)
+	}
+}

@@ -74,6 +74,8 @@ func nexmarkScenarios() []Scenario {
 			func(int) valueModel { return newNexmarkQ3() }, "", 0),
 		nexmarkScenario("q8", "Nexmark q8: persons who opened an auction in the 10 s window they registered in (window join, on pebble)",
 			func(partitions int) valueModel { return newNexmarkQ8(partitions) }, "q8", 2*(nexmarkQ8Size+4000)*time.Millisecond),
+		nexmarkSettlingScenario("q9", "Nexmark q9: per auction the winning bid (interval join of auctions and bids while open, top_n 1; on pebble)",
+			func() tableModel { return newNexmarkQ9() }, "top"),
 		nexmarkScenario("q11", "Nexmark q11: bids per bidder per session (10 s gap) on event time, on pebble",
 			func(partitions int) valueModel { return newNexmarkQ11(partitions) }, "sessions", 2*nexmarkQ11Close),
 		nexmarkScenario("q14", "Nexmark q14: bids of 1M to 50M euros with time of day and the c's of extra", stateless(nexmarkQ14), "", 0),
