@@ -423,3 +423,56 @@ func (m *nexmarkQ9) Final() map[string]any {
 	}
 	return out
 }
+
+// nexmarkQ7Size is q7's TUMBLE size.
+const nexmarkQ7Size = 10_000
+
+// nexmarkQ7 models q7: when the watermark reaches a 10 s window's end
+// minus 1 ms, the bids of its highest price made from its start to its
+// end, both included (a bid at the end belongs to the next window; it has
+// arrived by then, as the generator's times never decrease per partition).
+type nexmarkQ7 struct {
+	clock   *nexmarkClock
+	windows []int64 // starts of the windows not fired yet, ascending
+	bids    map[int64][]*NexmarkBidEvent
+	max     map[int64]int64
+}
+
+func newNexmarkQ7(partitions int) *nexmarkQ7 {
+	return &nexmarkQ7{clock: newNexmarkClock(partitions), bids: map[int64][]*NexmarkBidEvent{}, max: map[int64]int64{}}
+}
+
+// Processed implements the Processed count: the window receives every
+// bid.
+func (m *nexmarkQ7) Processed(it Item) int { return (&nexmarkQ18{}).Processed(it) }
+
+// Values implements valueModel.
+func (m *nexmarkQ7) Values(it Item) []any {
+	if b := it.Nexmark.Bid; it.Nexmark.Type == NexmarkBid {
+		w := tumble(b.DateTime, nexmarkQ7Size)
+		if _, ok := m.max[w]; !ok {
+			i, _ := slices.BinarySearch(m.windows, w)
+			m.windows = slices.Insert(m.windows, i, w)
+			m.max[w] = b.Price
+		}
+		m.max[w] = max(m.max[w], b.Price)
+		m.bids[w] = append(m.bids[w], b)
+	}
+	wm, ok := m.clock.advance(it)
+	if !ok {
+		return nil
+	}
+	var out []any
+	for len(m.windows) > 0 && m.windows[0]+nexmarkQ7Size-1 <= wm {
+		w := m.windows[0]
+		m.windows = m.windows[1:]
+		for _, b := range append(m.bids[w], m.bids[w+nexmarkQ7Size]...) {
+			if b.Price == m.max[w] && b.DateTime <= w+nexmarkQ7Size {
+				out = append(out, map[string]any{"auction": b.Auction, "price": b.Price, "bidder": b.Bidder, "dateTime": b.DateTime, "extra": b.Extra})
+			}
+		}
+		delete(m.bids, w)
+		delete(m.max, w)
+	}
+	return out
+}

@@ -199,3 +199,27 @@ func TestNexmarkQ9Model(t *testing.T) {
 		t.Errorf("%d sure updates (want 1), %d pairs (want 4), table %v; want bidder 5's 700 at 1200", n, pairs, f)
 	}
 }
+
+// TestNexmarkQ7Model: when [0, 10 s) fires, the bids of its max price
+// from 0 to 10 s both included: two of that price in it, and one at 10 s
+// exactly (in the next window), but not one at 10 s + 1 ms.
+func TestNexmarkQ7Model(t *testing.T) {
+	m := newNexmarkQ7(1)
+	row := func(bidder, ts int64) string {
+		return jsonOf(t, []any{map[string]any{"auction": 7, "price": 900, "bidder": bidder, "dateTime": ts, "extra": ""}})[0]
+	}
+	var got []string
+	for _, it := range []Item{
+		nmBid(0, 7, 1, 900, 100), nmBid(0, 7, 2, 50, 200), nmBid(0, 7, 3, 900, 9999),
+		nmBid(0, 7, 4, 900, 10_000), nmBid(0, 7, 5, 900, 10_001), nmBid(0, 7, 6, 1, 13_999),
+	} {
+		got = append(got, jsonOf(t, m.Values(it))...)
+	}
+	if len(got) != 0 {
+		t.Fatalf("before the watermark reached 9999: %v", got)
+	}
+	got = jsonOf(t, m.Values(nmBid(0, 7, 6, 1, 14_000)))
+	if want := []string{row(1, 100), row(3, 9999), row(4, 10_000)}; !slices.Equal(got, want) {
+		t.Errorf("%v, want %v", got, want)
+	}
+}
