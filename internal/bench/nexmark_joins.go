@@ -476,3 +476,62 @@ func (m *nexmarkQ7) Values(it Item) []any {
 	}
 	return out
 }
+
+// nexmarkQ5Size and nexmarkQ5Slide are q5's HOP size and slide.
+const (
+	nexmarkQ5Size  = 10_000
+	nexmarkQ5Slide = 2_000
+)
+
+// nexmarkQ5 models q5: when the watermark reaches a sliding window's end
+// minus 1 ms, the auctions with the most bids in it, with that count.
+type nexmarkQ5 struct {
+	clock   *nexmarkClock
+	windows []int64 // starts of the windows not fired yet, ascending
+	counts  map[int64]map[int64]int64
+}
+
+func newNexmarkQ5(partitions int) *nexmarkQ5 {
+	return &nexmarkQ5{clock: newNexmarkClock(partitions), counts: map[int64]map[int64]int64{}}
+}
+
+// Processed implements the Processed count: the counting window receives
+// every bid.
+func (m *nexmarkQ5) Processed(it Item) int { return (&nexmarkQ18{}).Processed(it) }
+
+// Values implements valueModel.
+func (m *nexmarkQ5) Values(it Item) []any {
+	if b := it.Nexmark.Bid; it.Nexmark.Type == NexmarkBid {
+		last := tumble(b.DateTime, nexmarkQ5Slide)
+		for w := last - nexmarkQ5Size + nexmarkQ5Slide; w <= last; w += nexmarkQ5Slide {
+			c := m.counts[w]
+			if c == nil {
+				c = map[int64]int64{}
+				m.counts[w] = c
+				i, _ := slices.BinarySearch(m.windows, w)
+				m.windows = slices.Insert(m.windows, i, w)
+			}
+			c[b.Auction]++
+		}
+	}
+	wm, ok := m.clock.advance(it)
+	if !ok {
+		return nil
+	}
+	var out []any
+	for len(m.windows) > 0 && m.windows[0]+nexmarkQ5Size-1 <= wm {
+		w := m.windows[0]
+		m.windows = m.windows[1:]
+		var most int64
+		for _, n := range m.counts[w] {
+			most = max(most, n)
+		}
+		for a, n := range m.counts[w] {
+			if n == most {
+				out = append(out, map[string]any{"auction": a, "num": n})
+			}
+		}
+		delete(m.counts, w)
+	}
+	return out
+}

@@ -223,3 +223,26 @@ func TestNexmarkQ7Model(t *testing.T) {
 		t.Errorf("%v, want %v", got, want)
 	}
 }
+
+// TestNexmarkQ5Model: a bid counts in the five sliding windows holding
+// it; a window fires at its end - 1 ms with every auction of its most bids
+// (two when they tie).
+func TestNexmarkQ5Model(t *testing.T) {
+	m := newNexmarkQ5(1)
+	var got []string
+	for _, it := range []Item{nmBid(0, 7, 1, 1, 1000), nmBid(0, 7, 1, 1, 1500), nmBid(0, 8, 1, 1, 2500), nmBid(0, 8, 1, 1, 3000)} {
+		got = append(got, jsonOf(t, m.Values(it))...)
+	}
+	if len(got) != 0 || len(m.windows) != 5+1 { // [-8 s, 2 s) ... [0, 10 s), and [2 s, 12 s) from 2500
+		t.Fatalf("%v; %d windows open, want none out and 6 open", got, len(m.windows))
+	}
+	got = jsonOf(t, m.Values(nmBid(0, 9, 1, 1, 2000+4000))) // watermark 1999: [-8 s, 2 s) fires
+	if want := []string{`{"auction":7,"num":2}`}; !slices.Equal(got, want) {
+		t.Errorf("[-8 s, 2 s): %v, want %v", got, want)
+	}
+	got = jsonOf(t, m.Values(nmBid(0, 9, 1, 1, 4000+4000))) // [-6 s, 4 s): 7 twice, 8 twice
+	slices.Sort(got)
+	if want := []string{`{"auction":7,"num":2}`, `{"auction":8,"num":2}`}; !slices.Equal(got, want) {
+		t.Errorf("[-6 s, 4 s): %v, want %v", got, want)
+	}
+}

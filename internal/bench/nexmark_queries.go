@@ -72,6 +72,8 @@ func nexmarkScenarios() []Scenario {
 		nexmarkScenario("q2", "Nexmark q2: the bids of every 123rd auction", stateless(nexmarkQ2), "", 0),
 		nexmarkScenario("q3", "Nexmark q3: category-10 auctions joined with their OR/ID/CA sellers (regular join, on pebble)",
 			func(int) valueModel { return newNexmarkQ3() }, "", 0),
+		nexmarkScenario("q5", "Nexmark q5: per 10 s window every 2 s the auctions with the most bids (two windows and a window join, on pebble)",
+			func(partitions int) valueModel { return newNexmarkQ5(partitions) }, "counts", 2*(nexmarkQ5Size+4000)*time.Millisecond),
 		nexmarkScenario("q7", "Nexmark q7: the bids of each 10 s window's highest price (window max joined back by interval join, on pebble)",
 			func(partitions int) valueModel { return newNexmarkQ7(partitions) }, "maxes", 2*(nexmarkQ7Size+4000)*time.Millisecond),
 		nexmarkScenario("q8", "Nexmark q8: persons who opened an auction in the 10 s window they registered in (window join, on pebble)",
