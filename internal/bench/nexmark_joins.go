@@ -343,7 +343,8 @@ type nexmarkQ9 struct {
 	auctions map[int64]*NexmarkAuctionEvent
 	waiting  map[int64][]*NexmarkBidEvent // bids of auctions not seen yet
 	best     map[int64][]*NexmarkBidEvent
-	pairs    int // pairs the top_n received for the last item
+	pairs    int     // pairs the top_n received for the last item
+	firsts   []int64 // auctions whose first open pair the last item made
 }
 
 func newNexmarkQ9() *nexmarkQ9 {
@@ -370,6 +371,7 @@ func (m *nexmarkQ9) pair(a *NexmarkAuctionEvent, b *NexmarkBidEvent) int {
 	if ok {
 		return 0
 	}
+	m.firsts = append(m.firsts, a.ID)
 	return 1
 }
 
@@ -379,7 +381,7 @@ func (m *nexmarkQ9) Processed(Item) int { return m.pairs }
 
 // Updates implements tableModel.
 func (m *nexmarkQ9) Updates(it Item) int {
-	m.pairs = 0
+	m.pairs, m.firsts = 0, m.firsts[:0]
 	n := 0
 	switch ev := it.Nexmark; ev.Type {
 	case NexmarkAuction:
@@ -532,6 +534,48 @@ func (m *nexmarkQ5) Values(it Item) []any {
 			}
 		}
 		delete(m.counts, w)
+	}
+	return out
+}
+
+// nexmarkQ4 models q4 from q9's pairs: per category the average (BIGINT:
+// truncated) of its auctions' highest open bid.
+type nexmarkQ4 struct {
+	q9         *nexmarkQ9
+	categories map[int64]bool
+}
+
+func newNexmarkQ4() *nexmarkQ4 { return &nexmarkQ4{q9: newNexmarkQ9(), categories: map[int64]bool{}} }
+
+// Processed implements the Processed count: the per-auction aggregate
+// receives every open pair.
+func (m *nexmarkQ4) Processed(it Item) int { return m.q9.Processed(it) }
+
+// Updates implements tableModel: a category's first row is written
+// whatever the order; the others depend on it (a lower bound).
+func (m *nexmarkQ4) Updates(it Item) int {
+	m.q9.Updates(it)
+	n := 0
+	for _, id := range m.q9.firsts {
+		if c := m.q9.auctions[id].Category; !m.categories[c] {
+			m.categories[c] = true
+			n++
+		}
+	}
+	return n
+}
+
+// Final implements tableModel: per category, keyed by its number.
+func (m *nexmarkQ4) Final() map[string]any {
+	sum, n := map[int64]int64{}, map[int64]int64{}
+	for id, bs := range m.q9.best {
+		c := m.q9.auctions[id].Category
+		sum[c] += bs[0].Price
+		n[c]++
+	}
+	out := map[string]any{}
+	for c := range sum {
+		out[strconv.FormatInt(c, 10)] = map[string]any{"id": c, "final": sum[c] / n[c]}
 	}
 	return out
 }

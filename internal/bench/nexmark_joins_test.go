@@ -246,3 +246,34 @@ func TestNexmarkQ5Model(t *testing.T) {
 		t.Errorf("[-6 s, 4 s): %v, want %v", got, want)
 	}
 }
+
+// TestNexmarkQ4Model: per category the truncated average of its auctions'
+// highest open bid; an auction without an open bid does not count.
+func TestNexmarkQ4Model(t *testing.T) {
+	m := newNexmarkQ4()
+	n := 0
+	for _, it := range []Item{
+		nmAuction(0, 1, 1000, 10, 1000), nmAuction(0, 2, 1000, 10, 1000), nmAuction(0, 3, 1000, 11, 1000),
+		nmAuction(0, 4, 1000, 11, 1000),
+		nmBid(1, 1, 1, 100, 1100), nmBid(1, 1, 1, 300, 1200), nmBid(1, 2, 1, 50, 1300), // 10: (300 + 50) / 2
+		nmBid(1, 3, 1, 7, 1400), nmBid(1, 4, 1, 9, 2500), // 11: 4's bid after it expired
+	} {
+		n += m.Updates(it)
+	}
+	got := jsonOf(t, []any{m.Final()})[0]
+	if want := `{"10":{"final":175,"id":10},"11":{"final":7,"id":11}}`; n != 2 || got != want {
+		t.Errorf("%d sure updates, table %s; want 2, %s", n, got, want)
+	}
+}
+
+// TestTableTombstone: a nil value (an upsert sink's tombstone) removes
+// its key, as compaction does.
+func TestTableTombstone(t *testing.T) {
+	tab := newTable()
+	tab.put([]byte("a"), []byte(`{"n":1}`))
+	tab.put([]byte("b"), []byte(`{"n":2}`))
+	tab.put([]byte("a"), nil)
+	if d := tab.diff(map[string]any{"b": map[string]any{"n": 2}}); d != "" {
+		t.Errorf("%s", d)
+	}
+}

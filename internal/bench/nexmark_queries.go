@@ -72,6 +72,8 @@ func nexmarkScenarios() []Scenario {
 		nexmarkScenario("q2", "Nexmark q2: the bids of every 123rd auction", stateless(nexmarkQ2), "", 0),
 		nexmarkScenario("q3", "Nexmark q3: category-10 auctions joined with their OR/ID/CA sellers (regular join, on pebble)",
 			func(int) valueModel { return newNexmarkQ3() }, "", 0),
+		nexmarkSettlingScenario("q4", "Nexmark q4: per category the average closing price (q9's join, max per auction, avg over its changelog; on pebble)",
+			func() tableModel { return newNexmarkQ4() }, "closing"),
 		nexmarkScenario("q5", "Nexmark q5: per 10 s window every 2 s the auctions with the most bids (two windows and a window join, on pebble)",
 			func(partitions int) valueModel { return newNexmarkQ5(partitions) }, "counts", 2*(nexmarkQ5Size+4000)*time.Millisecond),
 		nexmarkScenario("q7", "Nexmark q7: the bids of each 10 s window's highest price (window max joined back by interval join, on pebble)",
@@ -257,9 +259,16 @@ func hash64(s string) uint64 {
 	return h.Sum64()
 }
 
-// put records value as key's latest; a value that is not JSON is counted
-// as bad.
+// put records value as key's latest, or removes key when value is nil (a
+// tombstone); a value that is not JSON is counted as bad.
 func (t *table) put(key, value []byte) {
+	if value == nil { // a tombstone (an upsert sink's -D): compaction drops the key
+		delete(t.rows, string(key))
+		if t.vals != nil {
+			delete(t.vals, string(key))
+		}
+		return
+	}
 	c, err := canonicalJSON(value)
 	if err != nil {
 		t.bad++
