@@ -726,7 +726,11 @@ func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, r
 	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String())
 	if s.Nexmark != "" {
 		var err error
-		if y, err = nexmarkPipelineYAML(s.Nexmark, name, dataDir, r.cfg.Brokers, in, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String()); err != nil {
+		side := ""
+		if s.hasRules() {
+			side = rules
+		}
+		if y, err = nexmarkPipelineYAML(s.Nexmark, name, dataDir, r.cfg.Brokers, in, side, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String()); err != nil {
 			return nil, err
 		}
 	}

@@ -579,3 +579,25 @@ func (m *nexmarkQ4) Final() map[string]any {
 	}
 	return out
 }
+
+// nexmarkSideInputRows is the size of q13's side input (side_input_gen.sh:
+// SideInputGenerator --num 10000).
+const nexmarkSideInputRows = 10_000
+
+// nexmarkSideInput is q13's side input table as the records of its topic:
+// key i, value {"key": i, "value": "i"}, for i below 10,000.
+func nexmarkSideInput() []RuleRecord {
+	rs := make([]RuleRecord, nexmarkSideInputRows)
+	for i := range rs {
+		k := strconv.Itoa(i)
+		rs[i] = RuleRecord{Key: k, Value: `{"key":` + k + `,"value":"` + k + `"}`}
+	}
+	return rs
+}
+
+// nexmarkQ13 models q13: every bid with the side input's value of its
+// auction mod 10,000 (every key has a row: the string of the key).
+func nexmarkQ13(b *NexmarkBidEvent) []any {
+	return []any{map[string]any{"auction": b.Auction, "bidder": b.Bidder, "price": b.Price, "dateTime": b.DateTime,
+		"value": strconv.FormatInt(b.Auction%nexmarkSideInputRows, 10)}}
+}

@@ -277,3 +277,16 @@ func TestTableTombstone(t *testing.T) {
 		t.Errorf("%s", d)
 	}
 }
+
+// TestNexmarkQ13Model: the side input holds keys 0 to 9,999 with their
+// own text as value, and a bid gets the value of its auction mod 10,000.
+func TestNexmarkQ13Model(t *testing.T) {
+	rs := nexmarkSideInput()
+	if len(rs) != 10_000 || rs[0] != (RuleRecord{Key: "0", Value: `{"key":0,"value":"0"}`}) || rs[9999].Key != "9999" {
+		t.Errorf("side input: %d rows, first %v, last %v", len(rs), rs[0], rs[len(rs)-1])
+	}
+	got := jsonOf(t, nexmarkQ13(&NexmarkBidEvent{Auction: 1_012_345, Bidder: 1001, Price: 7, DateTime: 5}))
+	if want := []string{`{"auction":1012345,"bidder":1001,"dateTime":5,"price":7,"value":"2345"}`}; !slices.Equal(got, want) {
+		t.Errorf("%v, want %v", got, want)
+	}
+}

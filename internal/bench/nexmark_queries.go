@@ -84,6 +84,11 @@ func nexmarkScenarios() []Scenario {
 			func() tableModel { return newNexmarkQ9() }, "top"),
 		nexmarkScenario("q11", "Nexmark q11: bids per bidder per session (10 s gap) on event time, on pebble",
 			func(partitions int) valueModel { return newNexmarkQ11(partitions) }, "sessions", 2*nexmarkQ11Close),
+		func() Scenario {
+			s := nexmarkScenario("q13", "Nexmark q13: every bid with its side input row (auction mod 10,000; global_table_join)", stateless(nexmarkQ13), "", 0)
+			s.RuleRecords = nexmarkSideInput()
+			return s
+		}(),
 		nexmarkScenario("q14", "Nexmark q14: bids of 1M to 50M euros with time of day and the c's of extra", stateless(nexmarkQ14), "", 0),
 		nexmarkTableScenario("q15", "Nexmark q15: per day, bids, bidders and auctions in all and per price rank (updating, on pebble)",
 			func() tableModel { return newNexmarkDaily(nexmarkQ15Key, nexmarkQ15Row, true) }),
@@ -432,7 +437,9 @@ func normNumbers(v any) any {
 // topic (on_error fail) and the first sink's name ("sink"), topic and
 // delivery replaced;
 // its operators, state backend and source time settings kept as written.
-func nexmarkPipelineYAML(q, job, dataDir string, brokers []string, in, out, delivery string, parallelism int, interval string) (string, error) {
+// side, when set, is the topic of the source called side_input (q13's
+// side input table, which the scenario's RuleRecords fill).
+func nexmarkPipelineYAML(q, job, dataDir string, brokers []string, in, side, out, delivery string, parallelism int, interval string) (string, error) {
 	file, err := nexmark.Queries.ReadFile(q + ".yaml")
 	if err != nil {
 		return "", fmt.Errorf("bench: nexmark %s: %w", q, err)
@@ -473,6 +480,20 @@ func nexmarkPipelineYAML(q, job, dataDir string, brokers []string, in, out, deli
 	}
 	src, sink := first("sources"), first("sinks")
 	set(src, "topic", in)
+	if side != "" {
+		found := false
+		if l := mapValue(root, "sources"); l != nil {
+			for _, n := range l.Content {
+				if v := mapValue(n, "name"); v != nil && v.Value == "side_input" {
+					set(n, "topic", side)
+					found = true
+				}
+			}
+		}
+		if !found {
+			errs = append(errs, "no source side_input")
+		}
+	}
 	set(src, "on_error", "fail")
 	set(sink, "name", "sink") // the name jobTarget.committed counts
 	set(sink, "topic", out)

@@ -209,7 +209,7 @@ func TestNexmarkQueries(t *testing.T) {
 			names = append(names, s.Name)
 		}
 	}
-	if want := []string{"nexmark-q0", "nexmark-q1", "nexmark-q2", "nexmark-q3", "nexmark-q4", "nexmark-q5", "nexmark-q7", "nexmark-q8", "nexmark-q9", "nexmark-q11", "nexmark-q14", "nexmark-q15", "nexmark-q16", "nexmark-q17", "nexmark-q18", "nexmark-q19", "nexmark-q20", "nexmark-q21", "nexmark-q22"}; !slices.Equal(names, want) {
+	if want := []string{"nexmark-q0", "nexmark-q1", "nexmark-q2", "nexmark-q3", "nexmark-q4", "nexmark-q5", "nexmark-q7", "nexmark-q8", "nexmark-q9", "nexmark-q11", "nexmark-q13", "nexmark-q14", "nexmark-q15", "nexmark-q16", "nexmark-q17", "nexmark-q18", "nexmark-q19", "nexmark-q20", "nexmark-q21", "nexmark-q22"}; !slices.Equal(names, want) {
 		t.Fatalf("nexmark scenarios %v, want %v", names, want)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -368,7 +368,7 @@ func TestNexmarkPipelineYAML(t *testing.T) {
 		if s.Nexmark == "" {
 			continue
 		}
-		y, err := nexmarkPipelineYAML(s.Nexmark, "bench-x", "/tmp/d", []string{"127.0.0.1:1"}, "in-t", "out-t", ExactlyOnce, 3, "1s")
+		y, err := nexmarkPipelineYAML(s.Nexmark, "bench-x", "/tmp/d", []string{"127.0.0.1:1"}, "in-t", side(s), "out-t", ExactlyOnce, 3, "1s")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -380,7 +380,18 @@ func TestNexmarkPipelineYAML(t *testing.T) {
 			cfg.Sinks[0].Delivery != pipeline.DeliveryExactlyOnce || !cfg.Sources[0].Timestamp.Expression.IsSet() || len(cfg.Operators) < 2 {
 			t.Errorf("%s: %+v", s.Name, cfg)
 		}
+		if s.hasRules() && (len(cfg.Sources) != 2 || cfg.Sources[1].Name != "side_input" || cfg.Sources[1].Topic != "side-t") {
+			t.Errorf("%s: side input source %+v, want side_input on side-t", s.Name, cfg.Sources[1:])
+		}
 	}
+}
+
+// side is the side input topic TestNexmarkPipelineYAML gives scenario s.
+func side(s Scenario) string {
+	if s.hasRules() {
+		return "side-t"
+	}
+	return ""
 }
 
 // TestNexmarkDailyModels: q15, q16 and q17 group the bids by day (UTC),
@@ -453,8 +464,8 @@ func TestTableDiff(t *testing.T) {
 // q12 (processing time: no exact model).
 func TestNexmarkConfigs(t *testing.T) {
 	files, err := fs.Glob(nexmark.Queries, "q*.yaml")
-	if err != nil || len(files) != 20 {
-		t.Fatalf("%v, %v: want the 20 queries", files, err)
+	if err != nil || len(files) != 21 {
+		t.Fatalf("%v, %v: want the 21 queries", files, err)
 	}
 	for _, f := range files {
 		b, err := nexmark.Queries.ReadFile(f)
