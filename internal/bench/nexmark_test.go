@@ -196,7 +196,10 @@ func TestNexmarkGeneratorRate(t *testing.T) {
 // generated events (seed nexmarkSeed; 100 events per second of event time,
 // so the 30 s of the backlog close q11's sessions) against a kfake broker:
 // each run's committed outputs must equal, value for value, those of the
-// query's Go model (Run fails otherwise), and every query has outputs.
+// query's Go model (Run fails otherwise), and every query has outputs; for
+// the queries whose count of updates depends on the order of arrival (q4,
+// q9, q18, q19) the final table must equal the model's and the count be at
+// least the model's lower bound.
 func TestNexmarkQueries(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -212,7 +215,7 @@ func TestNexmarkQueries(t *testing.T) {
 	if want := []string{"nexmark-q0", "nexmark-q1", "nexmark-q2", "nexmark-q3", "nexmark-q4", "nexmark-q5", "nexmark-q7", "nexmark-q8", "nexmark-q9", "nexmark-q11", "nexmark-q13", "nexmark-q14", "nexmark-q15", "nexmark-q16", "nexmark-q17", "nexmark-q18", "nexmark-q19", "nexmark-q20", "nexmark-q21", "nexmark-q22"}; !slices.Equal(names, want) {
 		t.Fatalf("nexmark scenarios %v, want %v", names, want)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // 20 queries: about 4 minutes at load 18
 	defer cancel()
 	res, err := Run(ctx, Config{
 		Brokers: c.ListenAddrs(), Scenarios: names, Records: 3000, NexmarkRate: 100,
