@@ -451,6 +451,9 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 		}
 		if tab.atLeast {
 			res.ExpectedAtLeast = true
+			if err := r.awaitSettled(ctx, job, rss, t, processed, name); err != nil {
+				return res, err
+			}
 			if err := kr.settle(ctx, want2, settleQuiet(cfg.CheckpointInterval)); err != nil {
 				return res, err
 			}
@@ -474,6 +477,29 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	}
 	res.Checkpoints, res.CheckpointP50, res.CheckpointMax, res.CheckpointBytesP50, res.CheckpointBytesMax = summarize(t.checkpoints())
 	return res, nil
+}
+
+// awaitSettled waits until the job of a scenario whose count of outputs is
+// only a lower bound (tableCheck.atLeast) has committed the outputs of
+// every item: until its Processed operator received every record the
+// model counted, then two more completed checkpoints (the first may have
+// been triggered before the last record; the second's barrier follows it
+// through the operators after, so its transaction holds their outputs).
+func (r *runner) awaitSettled(ctx context.Context, job *background, rss *rssMeter, t target, processed *processedCount, name string) error {
+	jt, ok := t.(*jobTarget)
+	if !ok || processed == nil {
+		return fmt.Errorf("bench: %s: an order-dependent count needs a job with a Processed operator", name)
+	}
+	want := processed.n
+	received := func() int64 { return jt.received(processed.operator) }
+	if err := r.waitFor(ctx, job, rss, func() bool { return received() >= want },
+		fmt.Sprintf("%s: %s received %d records", name, processed.operator, want), received); err != nil {
+		return err
+	}
+	k0 := len(t.checkpoints())
+	done := func() int64 { return int64(len(t.checkpoints())) }
+	return r.waitFor(ctx, job, rss, func() bool { return done() >= int64(k0+2) },
+		fmt.Sprintf("%s: 2 checkpoints after the last record", name), done)
 }
 
 // latencyPhase is how long the latency phase of s produces:
