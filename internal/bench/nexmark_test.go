@@ -196,7 +196,10 @@ func TestNexmarkGeneratorRate(t *testing.T) {
 // generated events (seed nexmarkSeed; 100 events per second of event time,
 // so the 30 s of the backlog close q11's sessions) against a kfake broker:
 // each run's committed outputs must equal, value for value, those of the
-// query's Go model (Run fails otherwise), and every query has outputs.
+// query's Go model (Run fails otherwise), and every query has outputs; for
+// the queries whose count of updates depends on the order of arrival (q4,
+// q9, q18, q19) the final table must equal the model's and the count be at
+// least the model's lower bound.
 func TestNexmarkQueries(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -209,10 +212,10 @@ func TestNexmarkQueries(t *testing.T) {
 			names = append(names, s.Name)
 		}
 	}
-	if want := []string{"nexmark-q0", "nexmark-q1", "nexmark-q2", "nexmark-q11", "nexmark-q14", "nexmark-q15", "nexmark-q16", "nexmark-q17", "nexmark-q21", "nexmark-q22"}; !slices.Equal(names, want) {
+	if want := []string{"nexmark-q0", "nexmark-q1", "nexmark-q2", "nexmark-q3", "nexmark-q4", "nexmark-q5", "nexmark-q7", "nexmark-q8", "nexmark-q9", "nexmark-q11", "nexmark-q13", "nexmark-q14", "nexmark-q15", "nexmark-q16", "nexmark-q17", "nexmark-q18", "nexmark-q19", "nexmark-q20", "nexmark-q21", "nexmark-q22"}; !slices.Equal(names, want) {
 		t.Fatalf("nexmark scenarios %v, want %v", names, want)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // 20 queries: about 4 minutes at load 18
 	defer cancel()
 	res, err := Run(ctx, Config{
 		Brokers: c.ListenAddrs(), Scenarios: names, Records: 3000, NexmarkRate: 100,
@@ -223,7 +226,7 @@ func TestNexmarkQueries(t *testing.T) {
 	}
 	for _, r := range res[1:] {
 		t.Logf("%s: %d outputs, %d expected, values checked %t", r.Scenario, r.Outputs, r.Expected, r.ValuesChecked)
-		if !r.ValuesChecked || r.ValuesDiff != "" || r.Outputs != r.Expected || r.Expected == 0 {
+		if !r.ValuesChecked || r.ValuesDiff != "" || r.Outputs != r.Expected && !(r.ExpectedAtLeast && r.Outputs > r.Expected) || r.Expected == 0 {
 			t.Errorf("%s: checked %t, diff %q, %d outputs, %d expected; want checked equal values, more than none", r.Scenario, r.ValuesChecked, r.ValuesDiff, r.Outputs, r.Expected)
 		}
 	}
@@ -368,7 +371,7 @@ func TestNexmarkPipelineYAML(t *testing.T) {
 		if s.Nexmark == "" {
 			continue
 		}
-		y, err := nexmarkPipelineYAML(s.Nexmark, "bench-x", "/tmp/d", []string{"127.0.0.1:1"}, "in-t", "out-t", ExactlyOnce, 3, "1s")
+		y, err := nexmarkPipelineYAML(s.Nexmark, "bench-x", "/tmp/d", []string{"127.0.0.1:1"}, "in-t", side(s), "out-t", ExactlyOnce, 3, "1s")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -380,7 +383,18 @@ func TestNexmarkPipelineYAML(t *testing.T) {
 			cfg.Sinks[0].Delivery != pipeline.DeliveryExactlyOnce || !cfg.Sources[0].Timestamp.Expression.IsSet() || len(cfg.Operators) < 2 {
 			t.Errorf("%s: %+v", s.Name, cfg)
 		}
+		if s.hasRules() && (len(cfg.Sources) != 2 || cfg.Sources[1].Name != "side_input" || cfg.Sources[1].Topic != "side-t") {
+			t.Errorf("%s: side input source %+v, want side_input on side-t", s.Name, cfg.Sources[1:])
+		}
 	}
+}
+
+// side is the side input topic TestNexmarkPipelineYAML gives scenario s.
+func side(s Scenario) string {
+	if s.hasRules() {
+		return "side-t"
+	}
+	return ""
 }
 
 // TestNexmarkDailyModels: q15, q16 and q17 group the bids by day (UTC),
@@ -453,8 +467,8 @@ func TestTableDiff(t *testing.T) {
 // q12 (processing time: no exact model).
 func TestNexmarkConfigs(t *testing.T) {
 	files, err := fs.Glob(nexmark.Queries, "q*.yaml")
-	if err != nil || len(files) != 11 {
-		t.Fatalf("%v, %v: want the 11 queries", files, err)
+	if err != nil || len(files) != 21 {
+		t.Fatalf("%v, %v: want the 21 queries", files, err)
 	}
 	for _, f := range files {
 		b, err := nexmark.Queries.ReadFile(f)

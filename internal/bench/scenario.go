@@ -35,7 +35,8 @@ type Scenario struct {
 	NewModel func(partitions int) Model
 	// RuleRecords, when not empty, are rules-topic records of another
 	// operator type than the matcher, written as they are (key, value) to
-	// the rules topic, which the broadcast source "rules" reads.
+	// the rules topic, which the broadcast source "rules" reads (in a
+	// Nexmark scenario, the source "side_input": q13's side input table).
 	RuleRecords []RuleRecord
 	// Processed, when set, names an operator the throughput phase also
 	// waits on: until its kstreamd_operator_records_in_total reaches what
