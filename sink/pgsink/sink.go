@@ -361,9 +361,7 @@ func Recover(ctx context.Context, cfg RecoverConfig) (committed, rolledBack []st
 	if err != nil {
 		return nil, nil, fmt.Errorf("pgsink: sink %s: recover: %w", cfg.Sink, err)
 	}
-	if len(committed)+len(rolledBack) > 0 {
-		cfg.Logger.Info("postgres sink recovered prepared transactions", "sink", cfg.Sink, "committed", len(committed), "rolled_back", len(rolledBack))
-	}
+	cfg.Logger.Info("postgres sink recovered", "sink", cfg.Sink, "committed", len(committed), "rolled_back", len(rolledBack))
 	return committed, rolledBack, nil
 }
 
