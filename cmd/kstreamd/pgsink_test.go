@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,4 +145,55 @@ func TestPostgresSinkExactlyOnceUnderKill9(t *testing.T) {
 		t.Fatalf("prepared transactions %v after the final restore", x)
 	}
 	check("after a clean stop and a restore")
+}
+
+// TestExamplePostgresSink runs configs/examples/postgres_sink.yaml against
+// a throw-away cluster holding postgres_sink.sql's table: the table ends
+// with exactly each customer's total and payment count after its last
+// payment (the aggregate's changelog upserted by customer), a payment
+// whose amount is no number skipped, and no prepared transaction left.
+func TestExamplePostgresSink(t *testing.T) {
+	t.Parallel()
+	pg := testkit.StartPostgres(t)
+	pg.Exec(t, "postgres", "CREATE ROLE kstreamd LOGIN SUPERUSER", "CREATE DATABASE kstreamd OWNER kstreamd")
+	sql, err := os.ReadFile(filepath.Join("..", "..", "configs", "examples", "postgres_sink.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg.Exec(t, "kstreamd", string(sql))
+	_, broker := startKfake(t, []string{"payments"})
+	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
+	cfg := exampleConfig(t, "postgres_sink.yaml", dir, broker, metrics)
+	if !strings.Contains(cfg, "port: 5432") {
+		t.Fatal("postgres_sink.yaml has no port: 5432 line to replace")
+	}
+	cfg = strings.Replace(cfg, "port: 5432", fmt.Sprintf("port: %d", pg.Port), 1)
+	d := startProcEnv(t, dir, cfg, broker, metrics, []string{"KSTREAMD_PG_PASSWORD=unused-with-trust"})
+	ts := time.UnixMilli(1_767_225_600_000)
+	var recs []*kgo.Record
+	for i, p := range [][2]string{
+		{"alice", "10"}, {"bob", "5"}, {"alice", "20.25"}, {"carol", "7.5"}, {"alice", `"ten"`}, {"bob", "15"}, {"alice", "30"}, {"carol", "2"},
+	} {
+		recs = append(recs, &kgo.Record{Topic: "payments", Key: []byte(p[0]), Timestamp: ts.Add(time.Duration(i) * time.Second),
+			Value: fmt.Appendf(nil, `{"customer":%q,"amount":%s}`, p[0], p[1])})
+	}
+	produce(t, newClient(t, broker), recs...)
+	dsn := pg.DSN("kstreamd")
+	want := "alice 60.25 3 1767225606000|bob 20.00 2 1767225605000|carol 9.50 2 1767225607000"
+	var got string
+	if !testkit.Poll(30*time.Second, func() bool {
+		pgQuery(t, dsn, `SELECT coalesce(string_agg(customer || ' ' || total || ' ' || payments || ' ' || updated_ms, '|' ORDER BY customer), '') FROM customer_totals`, &got)
+		return got == want
+	}) {
+		t.Fatalf("customer_totals %q, want %q", got, want)
+	}
+	if code, _ := d.terminate(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM:\n%s", code, d.out.String())
+	}
+	var prepared int
+	pgQuery(t, dsn, "SELECT count(*) FROM pg_prepared_xacts", &prepared)
+	pgQuery(t, dsn, `SELECT coalesce(string_agg(customer || ' ' || total || ' ' || payments || ' ' || updated_ms, '|' ORDER BY customer), '') FROM customer_totals`, &got)
+	if prepared != 0 || got != want {
+		t.Fatalf("after the stop: %d prepared transactions, table %q; want none and %q", prepared, got, want)
+	}
 }
