@@ -79,7 +79,7 @@ func preparedXacts(t *testing.T, dsn string) []uint32 {
 // holds every record exactly once, each with its key, and after a clean
 // stop and one more restore no prepared transaction of the sink is left.
 func TestPostgresSinkExactlyOnceUnderKill9(t *testing.T) {
-	const records, batch = 10_000, 150
+	const records, batch = 10_000, 125 // batch divides records: producePaced writes whole batches
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 	t.Logf("seed %d", seed)
