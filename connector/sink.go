@@ -55,6 +55,8 @@ func (f *SinkFactory) Supports(d graph.Delivery) bool {
 
 // RecoverContext is what SinkFactory.Recover gets.
 type RecoverContext struct {
+	// Job is the job's name (graph.Graph.Job).
+	Job string
 	// Sink is the planned sink (its settings and decoded Params).
 	Sink *graph.Sink
 	// Committables are the bytes of every committable the restored
@@ -74,6 +76,8 @@ type RecoverContext struct {
 
 // SinkContext is what SinkFactory.New gets for one subtask.
 type SinkContext struct {
+	// Job is the job's name (graph.Graph.Job).
+	Job string
 	// Sink is the planned sink: name, parallelism, delivery, decoded
 	// Params and format.
 	Sink *graph.Sink

@@ -16,6 +16,7 @@ import (
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/sink/pgsink"
 	"github.com/kstreamd/kstreamd/source"
 	"github.com/kstreamd/kstreamd/srformat"
 	"github.com/kstreamd/kstreamd/state"
@@ -130,6 +131,7 @@ func newBuild(ctx context.Context, g *graph.Graph, set Settings, deps Deps, sc s
 		wires: &builder{g: g, maxP: rp.maxP, outputs: map[string][]*runtime.Output{}, gates: map[string][][]runtime.InputChannel{}, exchange: InProcessExchange{}}}
 	b.res.Set(buildKey{}, b)
 	srformat.SetMetrics(b.res, m.registry)
+	pgsink.SetMetrics(b.res, m.postgres)
 	b.j = &Job{g: g, settings: set, storage: storage, logger: sc.logger, metrics: m, maxP: rp.maxP,
 		cache: state.NewBlockCache(set.BlockCacheBytes), restoredDir: rp.dir, resources: b.res}
 	for _, s := range g.Sources {
@@ -381,7 +383,7 @@ func (b *build) buildSinks() error {
 			if err != nil {
 				return err
 			}
-			if err := f.Recover(b.ctx, connector.RecoverContext{Sink: sk, Committables: cs, OldParallelism: oldP, Parallelism: p, Resources: b.res, Logger: logger}); err != nil {
+			if err := f.Recover(b.ctx, connector.RecoverContext{Job: b.g.Job, Sink: sk, Committables: cs, OldParallelism: oldP, Parallelism: p, Resources: b.res, Logger: logger}); err != nil {
 				return err
 			}
 		}
@@ -407,7 +409,7 @@ func (b *build) sinkSubtask(f *connector.SinkFactory, sk *graph.Sink, sub, p int
 			return err
 		}
 	}
-	k, err := f.New(connector.SinkContext{Sink: sk, Subtask: sub, Parallelism: p, Format: fm, Restored: restored,
+	k, err := f.New(connector.SinkContext{Job: b.g.Job, Sink: sk, Subtask: sub, Parallelism: p, Format: fm, Restored: restored,
 		RecordsOut: b.m.runtime.RecordsOut(sk.Name, sub), Resources: b.res, Logger: logger})
 	if err != nil {
 		return fmt.Errorf("job: sink %q (%s) subtask %d: %w", sk.Name, f.Type, sub, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/sink"
 	"github.com/kstreamd/kstreamd/sink/filesink"
+	"github.com/kstreamd/kstreamd/sink/pgsink"
 	"github.com/kstreamd/kstreamd/source"
 	"github.com/kstreamd/kstreamd/srformat"
 	"github.com/kstreamd/kstreamd/state/keygroup"
@@ -25,7 +26,8 @@ import (
 
 // NewBuiltinConnectors returns a connector registry holding the built-in
 // types: the kafka source and sink (KafkaSourceFactory,
-// KafkaSinkFactory), the file sink (filesink.Factory), the formats json,
+// KafkaSinkFactory), the file sink (filesink.Factory), the PostgreSQL
+// sink (pgsink.Factory), the formats json,
 // string and bytes (connector.BuiltinFormats) and the Schema Registry
 // formats avro, protobuf and json_schema (srformat.Factories).
 func NewBuiltinConnectors() *connector.Registry {
@@ -36,6 +38,9 @@ func NewBuiltinConnectors() *connector.Registry {
 	}
 	if err == nil {
 		err = r.RegisterSink(filesink.Factory())
+	}
+	if err == nil {
+		err = r.RegisterSink(pgsink.Factory())
 	}
 	for _, f := range append(connector.BuiltinFormats(), srformat.Factories()...) {
 		if err == nil {

@@ -171,6 +171,7 @@ func (c *Config) validate() ConfigErrors {
 	c.validateOperators(v, stages)
 	c.validateSinks(v, stages)
 	c.validateFileSinks(v)
+	c.validatePostgresSinks(v)
 	c.validateDemo(v)
 	c.validateCluster(v)
 	c.validateSchemaRegistry(v)

@@ -101,6 +101,10 @@ type Config struct {
 	// throughput phase: to this path when there is one run, else with
 	// "-<scenario>-<delivery>" inserted before the extension.
 	CPUProfile string
+	// PostgresDSN is the database the postgres-sink scenario writes a
+	// table of its own to (created and dropped by each run); required
+	// when that scenario runs.
+	PostgresDSN string
 }
 
 func (c *Config) setDefaults() {
@@ -208,6 +212,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	if cfg.Zipf != 0 && !(cfg.Zipf > 1) {
 		return nil, fmt.Errorf("bench: Zipf exponent %v: want > 1, or 0 for uniform keys", cfg.Zipf)
+	}
+	for _, s := range scenarios {
+		if s.Postgres && cfg.PostgresDSN == "" {
+			return nil, fmt.Errorf("bench: scenario %s needs a PostgreSQL database (Config.PostgresDSN, --postgres-dsn)", s.Name)
+		}
 	}
 	r := &runner{cfg: cfg, suffix: fmt.Sprintf("%x", time.Now().UnixNano()%0xffffff), nexmarkPipe: nexmarkOnly(scenarios)}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
@@ -375,6 +384,14 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 		}
 	}
 
+	if s != nil && s.Postgres {
+		drop, err := pgCreateTable(ctx, cfg.PostgresDSN, pgTable(base))
+		if err != nil {
+			return res, err
+		}
+		defer drop()
+	}
+
 	// Build.
 	var t target
 	if s == nil {
@@ -424,6 +441,9 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if s != nil && s.FileSink {
 		rd = &fileReader{dir: fileSinkDir(dataDir), phase2: time.Now().Truncate(time.Millisecond), seen: map[string]bool{}}
 	}
+	if s != nil && s.Postgres {
+		rd = &pgReader{dsn: cfg.PostgresDSN, table: pgTable(base), phase2: time.Now().Truncate(time.Millisecond)}
+	}
 	rdr := goBackground(ctx, rd.run)
 	defer rdr.stop()
 	res.Rate = max(1, res.RecordsPerSec/2)
@@ -468,6 +488,12 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	}
 	if tab != nil {
 		res.ValuesChecked, res.ValuesDiff = true, kr.table.diffWant(want2)
+	}
+	if s != nil && s.Postgres {
+		if res.ValuesDiff, err = pgCheck(ctx, cfg.PostgresDSN, pgTable(base), res.Expected); err != nil {
+			return res, err
+		}
+		res.ValuesChecked = true
 	}
 	lat := rd.latencies()
 	res.LatencyP50, res.LatencyP99 = quantile(lat, 0.5), quantile(lat, 0.99)
@@ -749,7 +775,7 @@ func (rd *reader) latencies() []time.Duration {
 
 // buildJob builds scenario s as a job, the way `kstreamd run` does.
 func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string) (target, error) {
-	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String())
+	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String(), r.cfg.PostgresDSN)
 	if s.Nexmark != "" {
 		var err error
 		side := ""

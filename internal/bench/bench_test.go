@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/pipeline"
 )
@@ -60,7 +62,7 @@ func TestRunAll(t *testing.T) {
 	t.Cleanup(c.Close)
 	var names []string
 	for _, s := range Scenarios {
-		if s.Nexmark == "" {
+		if s.Nexmark == "" && !s.Postgres { // postgres-sink: TestPostgresSinkScenario
 			names = append(names, s.Name)
 		}
 	}
@@ -75,7 +77,7 @@ func TestRunAll(t *testing.T) {
 	}
 	want := 2 * (len(names) + 1)
 	for _, s := range Scenarios {
-		if s.FileSink && s.Nexmark == "" {
+		if s.FileSink && s.Nexmark == "" && !s.Postgres {
 			want-- // exactly-once only
 		}
 	}
@@ -373,6 +375,53 @@ func TestFileSinkScenario(t *testing.T) {
 	fs := res[1]
 	if fs.Outputs != fs.Expected || fs.Expected <= 3000 || fs.LatencyP50 <= 0 || fs.RecordsPerSec <= 0 {
 		t.Fatalf("file-sink row %+v: want outputs = expected (> the 3000 of the first phase), a latency and a rate", fs)
+	}
+}
+
+// TestPostgresSinkScenario runs the postgres-sink scenario against a
+// throw-away PostgreSQL cluster, both deliveries: its outputs are the rows
+// of its table, exactly the records produced (ids 1 to n once each,
+// checked in the table), with latencies measured; without a database it
+// is refused.
+func TestPostgresSinkScenario(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := Config{Brokers: c.ListenAddrs(), Scenarios: []string{PostgresSinkScenario}, Deliveries: []string{ExactlyOnce, AtLeastOnce},
+		Records: 3000, Keys: 100, LatencyDuration: time.Second, Dir: t.TempDir()}
+	if _, err := Run(ctx, cfg); err == nil || !strings.Contains(err.Error(), "scenario postgres-sink needs a PostgreSQL database") {
+		t.Fatalf("without a database: %v", err)
+	}
+	pg := testkit.StartPostgres(t)
+	cfg.PostgresDSN = pg.CreateDatabase(t, "bench")
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range res {
+		names = append(names, r.Scenario+"/"+r.Delivery)
+	}
+	if want := []string{"pipe/exactly-once", "postgres-sink/exactly-once", "pipe/at-least-once", "postgres-sink/at-least-once"}; !slices.Equal(names, want) {
+		t.Fatalf("rows %v, want %v", names, want)
+	}
+	for _, r := range []Result{res[1], res[3]} {
+		if r.Outputs != r.Expected || r.Expected <= 3000 || !r.ValuesChecked || r.ValuesDiff != "" || r.LatencyP50 <= 0 || r.RecordsPerSec <= 0 {
+			t.Fatalf("postgres-sink row %+v: want outputs = expected (> the 3000 of the first phase), the table checked equal, a latency and a rate", r)
+		}
+	}
+	var tables int
+	pgc, err := pgx.Connect(ctx, cfg.PostgresDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pgc.Close(ctx)
+	if err := pgc.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'bench_%'").Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("%d bench tables left (%v), want each dropped after its run", tables, err)
 	}
 }
 
