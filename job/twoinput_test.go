@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -233,7 +235,10 @@ sinks:
 // emitted are exactly 1..N once each (both inputs of a key met in one
 // unit's keyed state, across the takeover), no count of the other input
 // above its total; each repartition topic holds each record of its input
-// once, in the partition of the unit owning its key group.
+// once, in the partition of the unit owning its key group. Member c then
+// runs with the purge on: every partition of both topics is purged past
+// the records read, and kstreamd_cluster_repartition_start_offset reports
+// each topic's start offset under its own topic label.
 func TestUnitsTwoInput(t *testing.T) {
 	_, opts := newKafka(t, kfake.SeedTopics(2, "orders", "payments", "out"))
 	cfg, err := pipeline.Parse("co.yaml", []byte(coCountUnitsYAML), coCountRegistry(t))
@@ -258,9 +263,10 @@ func TestUnitsTwoInput(t *testing.T) {
 		produceEach(t, opts, "orders", half*100, half*100+100, func(i int) []byte { return fmt.Appendf(nil, `{"k":"k%d","i":%d}`, i%10, i) })
 		produceEach(t, opts, "payments", half*50, half*50+50, func(i int) []byte { return fmt.Appendf(nil, `{"id":"k%d","i":%d}`, i%10, i) })
 	}
-	// run runs every unit as member until want outputs are committed, then
-	// stops them; it returns what each stage-1 unit restored from.
-	run := func(member string, want int) []string {
+	// run runs every unit as member (sharing metrics m; nil: each its own)
+	// until done, then stops them; it returns what each stage-1 unit
+	// restored from.
+	run := func(member string, set job.Settings, m *job.Metrics, done func() bool) []string {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var wg sync.WaitGroup
@@ -271,7 +277,7 @@ func TestUnitsTwoInput(t *testing.T) {
 				s := set
 				s.CheckpointDir, s.StateDir = dir+"/"+member+"/staging", dir+"/"+member+"/state"
 				s.Unit = &job.Unit{Stage: stage.Index, Index: u, Units: st.Units, Member: member, Fingerprint: st.Fingerprint}
-				j, err := job.Build(ctx, stage.Graph, s, job.Deps{ClientOpts: opts, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+				j, err := job.Build(ctx, stage.Graph, s, job.Deps{ClientOpts: opts, Metrics: m, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 				if err != nil {
 					t.Fatalf("%s: build stage %d unit %d: %v", member, stage.Index, u, err)
 				}
@@ -285,8 +291,8 @@ func TestUnitsTwoInput(t *testing.T) {
 				})
 			}
 		}
-		if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= want }) {
-			t.Fatalf("%s: %d committed outputs, want %d; warnings:\n%s", member, len(committed()), want, logs.String())
+		if !testkit.Poll(2*time.Minute, done) {
+			t.Fatalf("%s: not done; %d committed outputs; warnings:\n%s", member, len(committed()), logs.String())
 		}
 		cancel()
 		wg.Wait()
@@ -296,10 +302,11 @@ func TestUnitsTwoInput(t *testing.T) {
 		}
 		return restored
 	}
+	outputs := func(n int) func() bool { return func() bool { return len(committed()) >= n } }
 	produceHalf(0)
-	run("a", 150)
+	run("a", set, nil, outputs(150))
 	produceHalf(1)
-	for u, r := range run("b", 300) {
+	for u, r := range run("b", set, nil, outputs(300)) {
 		if want := fmt.Sprintf("%s/b/staging/co/units/1/%d/chk-", dir, u); !strings.HasPrefix(r, want) {
 			t.Errorf("b's stage-1 unit %d restored %q, want a checkpoint downloaded into %s", u, r, want)
 		}
@@ -335,15 +342,51 @@ func TestUnitsTwoInput(t *testing.T) {
 			}
 		}
 	}
+	held := map[string]map[int32]int64{} // topic -> partition -> records
 	for topic, n := range map[string]int{"co-1-left-repartition": 200, "co-1-right-repartition": 100} {
 		rep := testkit.WithoutMarkers(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), topic, 5*time.Second))
 		if len(rep) != n {
 			t.Errorf("%s holds %d records, want %d", topic, len(rep), n)
 		}
+		held[topic] = map[int32]int64{}
 		for _, r := range rep {
+			held[topic][r.Partition]++
 			if want := keygroup.OperatorIndex(keygroup.Assign(r.Key, 16), 16, 3); int(r.Partition) != want {
 				t.Errorf("%s: record with key %s in partition %d, want %d", topic, r.Key, r.Partition, want)
 			}
 		}
 	}
+
+	// Member c runs with the purge on: after its checkpoints each stage-1
+	// unit deletes the records of its partition of both topics, and
+	// reports each topic's log start offset under its own topic label.
+	reg := prometheus.NewRegistry()
+	m, err := job.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	purging := set
+	purging.PurgeRepartitions = true
+	adm := newAdmin(t, opts)
+	topics := []string{"co-1-left-repartition", "co-1-right-repartition"}
+	var starts kadm.ListedOffsets
+	purged := func() bool {
+		if starts, err = adm.ListStartOffsets(context.Background(), topics...); err != nil || starts.Error() != nil {
+			return false
+		}
+		ok := true
+		starts.Each(func(o kadm.ListedOffset) {
+			l := map[string]string{"stage": "1", "unit": fmt.Sprint(o.Partition), "topic": o.Topic}
+			if o.Offset == 0 || counterSum(t, reg, "kstreamd_cluster_repartition_start_offset", l) != float64(o.Offset) {
+				ok = false
+			}
+		})
+		return ok
+	}
+	run("c", purging, m, purged)
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Offset < held[o.Topic][o.Partition] {
+			t.Errorf("%s/%d starts at %d after the purge, before its %d records of the first two members", o.Topic, o.Partition, o.Offset, held[o.Topic][o.Partition])
+		}
+	})
 }
