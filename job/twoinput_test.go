@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -263,54 +261,11 @@ func TestUnitsTwoInput(t *testing.T) {
 		produceEach(t, opts, "orders", half*100, half*100+100, func(i int) []byte { return fmt.Appendf(nil, `{"k":"k%d","i":%d}`, i%10, i) })
 		produceEach(t, opts, "payments", half*50, half*50+50, func(i int) []byte { return fmt.Appendf(nil, `{"id":"k%d","i":%d}`, i%10, i) })
 	}
-	// run runs every unit as member (sharing metrics m; nil: each its own)
-	// until done, then stops them; it returns what each stage-1 unit
-	// restored from.
-	run := func(member string, set job.Settings, m *job.Metrics, done func() bool) []string {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var wg sync.WaitGroup
-		errs := make(chan error, 2*st.Units)
-		var restored []string
-		for _, stage := range st.Stages {
-			for u := range st.Units {
-				s := set
-				s.CheckpointDir, s.StateDir = dir+"/"+member+"/staging", dir+"/"+member+"/state"
-				s.Unit = &job.Unit{Stage: stage.Index, Index: u, Units: st.Units, Member: member, Fingerprint: st.Fingerprint}
-				j, err := job.Build(ctx, stage.Graph, s, job.Deps{ClientOpts: opts, Metrics: m, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-				if err != nil {
-					t.Fatalf("%s: build stage %d unit %d: %v", member, stage.Index, u, err)
-				}
-				if stage.Index == 1 {
-					restored = append(restored, j.RestoredFrom())
-				}
-				wg.Go(func() {
-					if err := j.Run(ctx); err != nil {
-						errs <- fmt.Errorf("%s: stage %d unit %d: %w", member, stage.Index, u, err)
-					}
-				})
-			}
-		}
-		if !testkit.Poll(2*time.Minute, done) {
-			t.Fatalf("%s: not done; %d committed outputs; warnings:\n%s", member, len(committed()), logs.String())
-		}
-		cancel()
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
-		return restored
-	}
 	outputs := func(n int) func() bool { return func() bool { return len(committed()) >= n } }
 	produceHalf(0)
-	run("a", set, nil, outputs(150))
+	runUnits(t, st, set, dir, "a", opts, nil, &logs, outputs(150))
 	produceHalf(1)
-	for u, r := range run("b", set, nil, outputs(300)) {
-		if want := fmt.Sprintf("%s/b/staging/co/units/1/%d/chk-", dir, u); !strings.HasPrefix(r, want) {
-			t.Errorf("b's stage-1 unit %d restored %q, want a checkpoint downloaded into %s", u, r, want)
-		}
-	}
+	checkRestoredFrom(t, runUnits(t, st, set, dir, "b", opts, nil, &logs, outputs(300)), dir, "b", "co")
 	out := committed()
 	if len(out) != 300 {
 		t.Fatalf("%d committed outputs, want 300 (one per input record, none twice)", len(out))
@@ -383,7 +338,7 @@ func TestUnitsTwoInput(t *testing.T) {
 		})
 		return ok
 	}
-	run("c", purging, m, purged)
+	runUnits(t, st, purging, dir, "c", opts, m, &logs, purged)
 	starts.Each(func(o kadm.ListedOffset) {
 		if o.Offset < held[o.Topic][o.Partition] {
 			t.Errorf("%s/%d starts at %d after the purge, before its %d records of the first two members", o.Topic, o.Partition, o.Offset, held[o.Topic][o.Partition])

@@ -3,10 +3,8 @@ package job_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
-	"github.com/kstreamd/kstreamd/job"
 )
 
 const globalTableUnitsYAML = `
@@ -109,57 +106,16 @@ func TestUnitsGlobalTableJoin(t *testing.T) {
 		return out
 	}
 	var logs testkit.SyncBuffer
-	// run runs every unit as member until every click is out, then
-	// stops them; it returns what each stage-1 unit restored from.
-	run := func(member string) []string {
-		var restored []string
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var wg sync.WaitGroup
-		errs := make(chan error, 2*st.Units)
-		for _, stage := range st.Stages {
-			for u := range st.Units {
-				s := f.set
-				s.CheckpointDir, s.StateDir = dir+"/"+member+"/staging", dir+"/"+member+"/state"
-				s.Unit = &job.Unit{Stage: stage.Index, Index: u, Units: st.Units, Member: member, Fingerprint: st.Fingerprint}
-				j, err := job.Build(ctx, stage.Graph, s, job.Deps{ClientOpts: opts, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-				if err != nil {
-					t.Fatalf("%s: build stage %d unit %d: %v", member, stage.Index, u, err)
-				}
-				if stage.Index == 1 {
-					restored = append(restored, j.RestoredFrom())
-				}
-				wg.Go(func() {
-					if err := j.Run(ctx); err != nil {
-						errs <- fmt.Errorf("%s: stage %d unit %d: %w", member, stage.Index, u, err)
-					}
-				})
-			}
-		}
-		if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= len(want) }) {
-			t.Fatalf("%s: %d committed outputs, want %d; warnings:\n%s", member, len(committed()), len(want), logs.String())
-		}
-		cancel()
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
-		return restored
-	}
 	country := map[int]string{0: "NL", 1: "DE", 2: "FR", 3: "BE", 4: "IT"} // u5 never exists
 	produce(user("u0", "NL"), user("u1", "DE"), user("u2", "FR"), user("u3", "BE"), user("u4", "AT"), user("u4", "IT"), user("u3", ""))
 	delete(country, 3)
 	clicks(0, 60, func(u int) string { return country[u] })
-	run("a")
+	everyClick := func() bool { return len(committed()) >= len(want) }
+	runUnits(t, st, f.set, dir, "a", opts, nil, &logs, everyClick)
 	produce(user("u1", "ES"), user("u3", "PT"))
 	country[1], country[3] = "ES", "PT"
 	clicks(60, 120, func(u int) string { return country[u] })
-	for u, r := range run("b") {
-		if want := fmt.Sprintf("%s/b/staging/gt/units/1/%d/chk-", dir, u); !strings.HasPrefix(r, want) {
-			t.Errorf("b's stage-1 unit %d restored %q, want a checkpoint downloaded into %s", u, r, want)
-		}
-	}
+	checkRestoredFrom(t, runUnits(t, st, f.set, dir, "b", opts, nil, &logs, everyClick), dir, "b", "gt")
 
 	wantOut := map[string]string{}
 	for id, c := range want {
