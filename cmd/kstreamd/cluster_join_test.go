@@ -111,8 +111,9 @@ func tableOps(half int, customers map[string]string, accounts map[string]int) []
 
 // TestClusterJoins runs an interval join and a regular join of two tables
 // in cluster mode on two daemons (2 units per stage, 3 stages), each join's
-// two inputs crossing one repartition topic per role. Daemon a is killed
-// with SIGKILL once the first half of the input has output on both joins;
+// two inputs crossing one repartition topic per role. Daemon a, running one
+// unit of each stage, is killed with SIGKILL once the first half of the
+// input has output on both joins;
 // b takes a's units over (restoring their join state, the markers' valve
 // state and the table rows) and the second half follows. Read_committed:
 //   - paid is exactly the left interval join computed from the definition
@@ -157,6 +158,11 @@ func TestClusterJoins(t *testing.T) {
 	if !testkit.Poll(60*time.Second, func() bool { return exited() || len(read("paid")) > 0 && len(read("balances")) > 0 }) || exited() {
 		t.Fatalf("no output of both joins before the kill:\n%s", c.logs())
 	}
+	// Each daemon runs one unit of each stage (even per stage), so the
+	// kill moves a unit of both joins and one of stage 0.
+	if !testkit.Poll(30*time.Second, func() bool { return len(running(a)) == 3 && len(running(b)) == 3 }) {
+		t.Fatalf("units not spread 3/3 before the kill: a runs %v, b %v:\n%s", running(a), running(b), c.logs())
+	}
 	c.kill("a")
 	second := tableOps(1, customers, accounts)
 	produce(t, keyed, second...)
@@ -182,6 +188,10 @@ func TestClusterJoins(t *testing.T) {
 	}
 	if !testkit.Poll(60*time.Second, func() bool { return b.exited() || len(paid()) >= len(want) }) || b.exited() {
 		t.Fatalf("paid holds %d rows read_committed, want %d:\n%s", len(got), len(want), c.logs())
+	}
+
+	if got := running(b); len(got) != 6 {
+		t.Errorf("b runs units %v after the kill, want all 6", got)
 	}
 
 	// The regular join: the final joined table, reached by a clean
