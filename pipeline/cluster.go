@@ -209,11 +209,6 @@ func (c *Config) validateCluster(v *validator) {
 	if cl.MarkerInterval <= 0 {
 		v.errorf("cluster.marker_interval", "must be > 0, got %s", cl.MarkerInterval)
 	}
-	for i := range c.Operators {
-		if _, two := c.twoInput(&c.Operators[i]); two {
-			v.errorf(fmt.Sprintf("operators[%d].type", i), "cluster mode does not run two-input operators (%s) yet: a stage reads one repartition topic; run this job without cluster.enabled", c.Operators[i].Type)
-		}
-	}
 	if c.Checkpoints.Interval == 0 {
 		v.errorf("checkpoints.interval", "cluster mode needs periodic checkpoints: a unit's output is committed by its checkpoints")
 	}
