@@ -104,7 +104,7 @@ func TestBenchUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"bench", "--scenario", "nope", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --scenario "nope": unknown (known: copy, filter-map, keyed-count-hashmap, keyed-count-pebble, keyed-count-pebble-async, matcher-10-rules, rules-1, rules-10, rules-100, tumbling-window, file-sink, interval-join, nexmark-q0, nexmark-q1, nexmark-q2, nexmark-q11, nexmark-q14, nexmark-q15, nexmark-q16, nexmark-q17, nexmark-q21, nexmark-q22, state-scaling, ttl-cleanup, cluster)` + "\n"},
+		{[]string{"bench", "--scenario", "nope", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --scenario "nope": unknown (known: copy, filter-map, keyed-count-hashmap, keyed-count-pebble, keyed-count-pebble-async, matcher-10-rules, rules-1, rules-10, rules-100, tumbling-window, file-sink, interval-join, avro-copy, nexmark-q0, nexmark-q1, nexmark-q2, nexmark-q11, nexmark-q14, nexmark-q15, nexmark-q16, nexmark-q17, nexmark-q21, nexmark-q22, state-scaling, ttl-cleanup, cluster)` + "\n"},
 		{[]string{"bench", "--delivery", "twice", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --delivery "twice": want exactly-once, at-least-once or both` + "\n"},
 		{[]string{"bench", "--records", "0", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --records 0: want a positive count` + "\n"},
 		{[]string{"bench", "--zipf", "0.8", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --zipf 0.8: want an exponent > 1, or 0 for uniform keys` + "\n"},

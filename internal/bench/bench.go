@@ -346,6 +346,14 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if s != nil && s.Nexmark != "" || s == nil && r.nexmarkPipe {
 		gen = newNexmarkSource(cfg.Records, cfg.NexmarkRate, time.Now())
 	}
+	var av *avroRun
+	if s != nil && s.Avro {
+		if av, err = startAvroRun(ctx, cfg.Logger, in, out); err != nil {
+			return res, err
+		}
+		defer av.close()
+		gen = avroItems{itemSource: gen, a: av}
+	}
 	exp1, err := load(ctx, prod, in, cfg.Partitions, gen, model, cfg.Records)
 	if err != nil {
 		return res, err
@@ -375,7 +383,7 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if s == nil {
 		t = &pipe{brokers: cfg.Brokers, in: in, out: out, txnID: base, txn: delivery == ExactlyOnce, interval: cfg.CheckpointInterval}
 	} else {
-		t, err = r.buildJob(ctx, s, base, dataDir, in, rules, out, delivery)
+		t, err = r.buildJob(ctx, s, base, dataDir, in, rules, out, delivery, av)
 		if err != nil {
 			return res, err
 		}
@@ -414,6 +422,9 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	}
 	if tab != nil {
 		kr.table = newTable()
+	}
+	if av != nil {
+		kr.decode = av.decode
 	}
 	var rd outputReader = kr
 	if s != nil && s.FileSink {
@@ -613,9 +624,12 @@ type reader struct {
 	phase2  time.Time
 	values  *multiset
 	table   *table
-	n1, n2  atomic.Int64
-	mu      sync.Mutex
-	lat     []time.Duration
+	// decode, when set, turns each value into the JSON values and table
+	// get (an Avro output's); a value it refuses counts as not JSON.
+	decode func([]byte) ([]byte, error)
+	n1, n2 atomic.Int64
+	mu     sync.Mutex
+	lat    []time.Duration
 }
 
 func (rd *reader) run(ctx context.Context) error {
@@ -637,6 +651,13 @@ func (rd *reader) run(ctx context.Context) error {
 		var n1, n2 int64
 		var lat []time.Duration
 		fs.EachRecord(func(r *kgo.Record) {
+			if rd.decode != nil {
+				v, err := rd.decode(r.Value)
+				if err != nil {
+					v = []byte(fmt.Sprintf("offset %d: %v", r.Offset, err)) // not JSON: never equal to a model's value
+				}
+				r.Value = v
+			}
 			if rd.values != nil {
 				rd.values.addJSON(r.Value)
 			}
@@ -667,8 +688,12 @@ func (rd *reader) latencies() []time.Duration {
 }
 
 // buildJob builds scenario s as a job, the way `kstreamd run` does.
-func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string) (target, error) {
+// av, when not nil, is the run's schema registry (an Avro scenario).
+func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string, av *avroRun) (target, error) {
 	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String())
+	if av != nil {
+		y += fmt.Sprintf("schema_registry:\n  urls: [%q]\n", av.url())
+	}
 	if s.Nexmark != "" {
 		var err error
 		if y, err = nexmarkPipelineYAML(s.Nexmark, name, dataDir, r.cfg.Brokers, in, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String()); err != nil {

@@ -60,6 +60,11 @@ type Scenario struct {
 	// part files, read by a fileReader (each line's "ts" field is the
 	// record timestamp its latency is measured from).
 	FileSink bool
+	// Avro, when set, makes the input values and the outputs Avro in the
+	// Confluent wire format with an embedded schema registry the run
+	// starts (see avroCopy): the job's source and sink use format avro,
+	// and the run decodes the outputs itself and checks their values.
+	Avro bool
 }
 
 // Rule is a shape-pair rule of the matcher: {"name","first","second"}.
@@ -137,6 +142,7 @@ var Scenarios = append([]Scenario{
 		NewModel: func(int) Model { return modelFunc(func(Item) int { return 1 }) },
 	},
 	intervalJoin(),
+	avroCopy(),
 }, nexmarkScenarios()...)
 
 func keyedCount(name, backend string, async bool) Scenario {
@@ -407,7 +413,7 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 	fmt.Fprintf(&b, "state:\n  backend: %s\n", s.Backend)
 	fmt.Fprintf(&b, "checkpoints:\n  interval: %s\n  incremental: true\n  timeout: 1m\n", interval)
 	fmt.Fprintf(&b, "metrics:\n  address: \"\"\n")
-	fmt.Fprintf(&b, "sources:\n  - name: in\n    topic: %s\n    format: json\n    on_error: fail\n", in)
+	fmt.Fprintf(&b, "sources:\n  - name: in\n    topic: %s\n    format: %s\n    on_error: fail\n", in, s.format())
 	if s.hasRules() {
 		fmt.Fprintf(&b, "  - name: rules\n    topic: %s\n    parallelism: 1\n    on_error: fail\n", rules)
 	}
@@ -422,6 +428,9 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 		return b.String()
 	}
 	fmt.Fprintf(&b, "sinks:\n  - name: sink\n    input: %s\n    topic: %s\n    delivery: %s\n", input, out, delivery)
+	if s.Avro {
+		b.WriteString("    format: avro\n") // the latest schema of <out>-value
+	}
 	if delivery == ExactlyOnce {
 		// Well above checkpoints.interval plus checkpoints.timeout: a
 		// pre-committed transaction waits for the next checkpoint to
@@ -429,6 +438,14 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 		b.WriteString("    transaction_timeout: 10m\n")
 	}
 	return b.String()
+}
+
+// format is the format of the scenario's input (and, for Avro, output).
+func (s Scenario) format() string {
+	if s.Avro {
+		return "avro"
+	}
+	return "json"
 }
 
 // fileSinkDir is the output directory of a FileSink scenario's job whose
