@@ -299,6 +299,7 @@ func KafkaSinkFactory() connector.SinkFactory {
 		Doc:        "one Kafka topic; exactly-once by Kafka transactions (Flink's KafkaSink); settings are the sink's fields topic, transactional_id_prefix, pool_size, ...",
 		Deliveries: graph.Deliveries(),
 		Formats:    true,
+		Fields:     connector.KafkaSinkFields(),
 		Recover: func(ctx context.Context, rc connector.RecoverContext) error {
 			return buildOf(rc.Resources).recoverKafkaSink(ctx, rc)
 		},

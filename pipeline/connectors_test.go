@@ -151,6 +151,17 @@ func TestConnectorConfigErrors(t *testing.T) {
 			[]string{`c.yaml:12:7: sources[0].format_params.subjct: unknown field (did you mean "subject"?)`}},
 		{"format params without format", "", "    topic: out\n    format_params:\n      subject: x",
 			[]string{`c.yaml:15:5: sinks[0].format_params: applies to format, which is not set`}},
+		{"kafka fields at a sink of another type", "", "    type: memo\n    topic: out\n    pool_size: 7\n    changelog: header\n    params:\n      dir: /x",
+			[]string{
+				`c.yaml:15:5: sinks[0].topic: sink type memo does not read it (a setting of the kafka type); its settings go in params`,
+				`c.yaml:16:5: sinks[0].pool_size: sink type memo does not read it (a setting of the kafka type); its settings go in params`,
+				`c.yaml:17:5: sinks[0].changelog: sink type memo does not read it (a setting of the kafka type); its settings go in params`,
+			}},
+		{"the file sink ignores no kafka field", "", "    type: file\n    delivery: exactly-once\n    topic: out\n    transaction_timeout: 1m\n    params:\n      path: /x",
+			[]string{
+				`c.yaml:16:5: sinks[0].topic: sink type file does not read it (a setting of the kafka type); its settings go in params`,
+				`c.yaml:17:5: sinks[0].transaction_timeout: sink type file does not read it (a setting of the kafka type); its settings go in params`,
+			}},
 		{"kafka sink needs a topic", "", "    delivery: none",
 			[]string{`c.yaml:12:5: sinks[0].topic: required field is missing`}},
 	} {
