@@ -30,6 +30,13 @@ type SinkFactory struct {
 	Deliveries []graph.Delivery
 	// Formats says the type encodes values with sinks[].format.
 	Formats bool
+	// Fields are the sink-level settings among KafkaSinkFields the type
+	// reads (the kafka type: all of them; a custom type that names its
+	// output after a topic: "topic"). A sink of the type that sets one
+	// it does not read is refused at validation, at the field's
+	// FILE:LINE:COL, instead of the setting being silently ignored.
+	// Nil: none (settings go in params).
+	Fields []string
 	// Recover, if not nil, runs before any subtask of an exactly-once
 	// sink starts (Flink's Committer at restore): it commits (or
 	// publishes, or discards) what the restored checkpoint pre-committed,
@@ -43,6 +50,18 @@ type SinkFactory struct {
 	// its committables with CommittablesTaskState).
 	New func(ctx SinkContext) (runtime.Operator, error)
 }
+
+// KafkaSinkFields are the sink-level settings (sinks[] keys besides name,
+// type, input, params, format, format_params, delivery and parallelism)
+// that belong to the kafka sink type: SinkFactory.Fields chooses among
+// them.
+func KafkaSinkFields() []string {
+	return []string{"topic", "transactional_id_prefix", "transaction_timeout", "pool_size", "ignore_lost_transactions", "buffer_threshold", "changelog"}
+}
+
+// Reads reports whether the type reads the sink-level setting field (one
+// of KafkaSinkFields).
+func (f *SinkFactory) Reads(field string) bool { return slices.Contains(f.Fields, field) }
 
 // Supports reports whether the type supports delivery d ("" is
 // graph.DefaultDelivery).

@@ -159,6 +159,17 @@ func TestConnectorConfigErrors(t *testing.T) {
 				`c.yaml:19:38: sinks[0].params.columns[0].expression: exclusive with field`}},
 		{"postgres insert from a changelog", "    table: true", "    type: postgres\n    params:\n      connection: {dsn: \"postgres://h/d\"}\n      table: t\n      columns: [{name: id}]",
 			[]string{`c.yaml:16:7: sinks[0].params.mode: mode insert appends rows, but its input "in" is the changelog of source "in" (table: true); use mode upsert with key_columns (+I and +U upsert, -D deletes by key)`}},
+		{"kafka fields at a sink of another type", "", "    type: memo\n    topic: out\n    pool_size: 7\n    changelog: header\n    params:\n      dir: /x",
+			[]string{
+				`c.yaml:15:5: sinks[0].topic: sink type memo does not read it (a setting of the kafka type); its settings go in params`,
+				`c.yaml:16:5: sinks[0].pool_size: sink type memo does not read it (a setting of the kafka type); its settings go in params`,
+				`c.yaml:17:5: sinks[0].changelog: sink type memo does not read it (a setting of the kafka type); its settings go in params`,
+			}},
+		{"the file sink ignores no kafka field", "", "    type: file\n    delivery: exactly-once\n    topic: out\n    transaction_timeout: 1m\n    params:\n      path: /x",
+			[]string{
+				`c.yaml:16:5: sinks[0].topic: sink type file does not read it (a setting of the kafka type); its settings go in params`,
+				`c.yaml:17:5: sinks[0].transaction_timeout: sink type file does not read it (a setting of the kafka type); its settings go in params`,
+			}},
 		{"kafka sink needs a topic", "", "    delivery: none",
 			[]string{`c.yaml:12:5: sinks[0].topic: required field is missing`}},
 	} {

@@ -601,7 +601,10 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 		}
 		// an unknown type's fields are not known: a misspelt type (its
 		// did-you-mean above) does not also get "topic: required"
-		if !known && s.Type == "" || known && f.Type == connector.DefaultType || s.Topic != "" {
+		if known && f.Type != connector.DefaultType {
+			c.checkSinkFields(v, p, f)
+		}
+		if !known && s.Type == "" || known && f.Type == connector.DefaultType || s.Topic != "" && (!known || f.Reads("topic")) {
 			v.topic(p+".topic", s.Topic)
 		}
 		v.oneOf(p+".delivery", string(s.Delivery), spellings(graph.Deliveries())...)
@@ -639,6 +642,17 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 			v.errorf(p+".pool_size", "must be in [3, 100], got %d", s.PoolSize)
 		}
 		v.parallelism(p+".parallelism", s.Parallelism, 0)
+	}
+}
+
+// checkSinkFields refuses the sink-level settings of sink p (one of
+// connector.KafkaSinkFields) written in the file that its type f does not
+// read: they would be ignored.
+func (c *Config) checkSinkFields(v *validator, p string, f *connector.SinkFactory) {
+	for _, field := range connector.KafkaSinkFields() {
+		if _, written := c.src.keyWritten(p + "." + field); written && !f.Reads(field) {
+			v.errorf(p+"."+field, "sink type %s does not read it (a setting of the kafka type); its settings go in params", f.Type)
+		}
 	}
 }
 

@@ -51,7 +51,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 			help = true
 		}
 	}
-	scenario := fs.String("scenario", "keyed-count-pebble", "the scenario `NAME` to run")
+	scenario := fs.String("scenario", "keyed-count-pebble", "the scenario `NAME` to run, or several comma-separated (copy,avro-copy): one table, each against the same run's pipe")
 	all := fs.Bool("all", false, "run every scenario (not state-scaling) and print one table")
 	delivery := fs.String("delivery", bench.ExactlyOnce, "the sinks' delivery: exactly-once, at-least-once, or both")
 	records := fs.Int("records", 500_000, "`N` records pre-loaded for the throughput phase")
@@ -176,7 +176,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		return 0
 	}
 	cfg := bench.Config{
-		Scenarios: []string{*scenario}, Deliveries: []string{*delivery}, Records: *records, Keys: *keys, Zipf: *zipf,
+		Scenarios: strings.Split(*scenario, ","), Deliveries: []string{*delivery}, Records: *records, Keys: *keys, Zipf: *zipf,
 		Partitions: *partitions, Parallelism: *parallelism, CheckpointInterval: *interval, LatencyDuration: *latency,
 		Dir: workDir, Registry: reg.Registry, Connectors: reg.Connectors, Logger: logger, Progress: stderr, CPUProfile: *cpuprofile, NexmarkRate: *nexmarkRate,
 		PostgresDSN: *pgDSN,
@@ -236,8 +236,12 @@ func checkBenchFlags(scenario string, all bool, delivery string, zipf, changed f
 			return fmt.Errorf("%s %d: want a positive count", n, v)
 		}
 	}
-	if _, ok := bench.ScenarioByName(scenario); !ok && !all && scenario != bench.StateScalingScenario && scenario != bench.ClusterScenario && scenario != bench.TTLCleanupScenario {
-		return fmt.Errorf("--scenario %q: unknown (known: %s, %s, %s, %s)", scenario, bench.ScenarioNames(), bench.StateScalingScenario, bench.TTLCleanupScenario, bench.ClusterScenario)
+	if !all && scenario != bench.StateScalingScenario && scenario != bench.ClusterScenario && scenario != bench.TTLCleanupScenario {
+		for _, n := range strings.Split(scenario, ",") {
+			if _, ok := bench.ScenarioByName(n); !ok {
+				return fmt.Errorf("--scenario %q: unknown (known: %s, %s, %s, %s)", n, bench.ScenarioNames(), bench.StateScalingScenario, bench.TTLCleanupScenario, bench.ClusterScenario)
+			}
+		}
 	}
 	if delivery != bench.ExactlyOnce && delivery != bench.AtLeastOnce && delivery != "both" {
 		return fmt.Errorf("--delivery %q: want %s, %s or both", delivery, bench.ExactlyOnce, bench.AtLeastOnce)

@@ -360,6 +360,14 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if s != nil && s.Nexmark != "" || s == nil && r.nexmarkPipe {
 		gen = newNexmarkSource(cfg.Records, cfg.NexmarkRate, time.Now())
 	}
+	var av *avroRun
+	if s != nil && s.Avro {
+		if av, err = startAvroRun(ctx, cfg.Logger, in, out); err != nil {
+			return res, err
+		}
+		defer av.close()
+		gen = avroItems{itemSource: gen, a: av}
+	}
 	exp1, err := load(ctx, prod, in, cfg.Partitions, gen, model, cfg.Records)
 	if err != nil {
 		return res, err
@@ -397,7 +405,7 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if s == nil {
 		t = &pipe{brokers: cfg.Brokers, in: in, out: out, txnID: base, txn: delivery == ExactlyOnce, interval: cfg.CheckpointInterval}
 	} else {
-		t, err = r.buildJob(ctx, s, base, dataDir, in, rules, out, delivery)
+		t, err = r.buildJob(ctx, s, base, dataDir, in, rules, out, delivery, av)
 		if err != nil {
 			return res, err
 		}
@@ -436,6 +444,9 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	}
 	if tab != nil {
 		kr.table = newTable()
+	}
+	if av != nil {
+		kr.decode = av.decode
 	}
 	var rd outputReader = kr
 	if s != nil && s.FileSink {
@@ -682,9 +693,12 @@ type reader struct {
 	phase2  time.Time
 	values  *multiset
 	table   *table
-	n1, n2  atomic.Int64
-	mu      sync.Mutex
-	lat     []time.Duration
+	// decode, when set, turns each value into the JSON values and table
+	// get (an Avro output's); a value it refuses counts as not JSON.
+	decode func([]byte) ([]byte, error)
+	n1, n2 atomic.Int64
+	mu     sync.Mutex
+	lat    []time.Duration
 }
 
 func (rd *reader) run(ctx context.Context) error {
@@ -694,6 +708,25 @@ func (rd *reader) run(ctx context.Context) error {
 		return err
 	}
 	defer cl.Close()
+	// The values are checked by another goroutine, so that the poll loop
+	// timestamps the latency phase's outputs when they arrive, not after
+	// the check of the throughput phase's backlog (a million decoded and
+	// canonicalised values took about a minute); run returns once it has
+	// checked every record polled.
+	var check chan []*kgo.Record
+	if rd.decode != nil || rd.values != nil || rd.table != nil {
+		check = make(chan []*kgo.Record, 4096)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for recs := range check {
+				for _, r := range recs {
+					rd.check(r)
+				}
+			}
+		}()
+		defer func() { close(check); <-done }()
+	}
 	for {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -705,15 +738,10 @@ func (rd *reader) run(ctx context.Context) error {
 		now := time.Now()
 		var n1, n2 int64
 		var lat []time.Duration
+		if check != nil {
+			check <- fs.Records()
+		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if rd.values != nil {
-				rd.values.addJSON(r.Value)
-			}
-			if rd.table != nil {
-				rd.mu.Lock()
-				rd.table.put(r.Key, r.Value)
-				rd.mu.Unlock()
-			}
 			if r.Timestamp.Before(rd.phase2) {
 				n1++
 				return
@@ -726,6 +754,25 @@ func (rd *reader) run(ctx context.Context) error {
 		rd.mu.Unlock()
 		rd.n1.Add(n1)
 		rd.n2.Add(n2)
+	}
+}
+
+// check adds r's value, decoded when decode is set, to values and table.
+func (rd *reader) check(r *kgo.Record) {
+	v := r.Value
+	if rd.decode != nil {
+		var err error
+		if v, err = rd.decode(r.Value); err != nil {
+			v = []byte(fmt.Sprintf("offset %d: %v", r.Offset, err)) // not JSON: never equal to a model's value
+		}
+	}
+	if rd.values != nil {
+		rd.values.addJSON(v)
+	}
+	if rd.table != nil {
+		rd.mu.Lock() // settle reads the table meanwhile
+		rd.table.put(r.Key, v)
+		rd.mu.Unlock()
 	}
 }
 
@@ -774,8 +821,12 @@ func (rd *reader) latencies() []time.Duration {
 }
 
 // buildJob builds scenario s as a job, the way `kstreamd run` does.
-func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string) (target, error) {
+// av, when not nil, is the run's schema registry (an Avro scenario).
+func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string, av *avroRun) (target, error) {
 	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String(), r.cfg.PostgresDSN)
+	if av != nil {
+		y += fmt.Sprintf("schema_registry:\n  urls: [%q]\n", av.url())
+	}
 	if s.Nexmark != "" {
 		var err error
 		side := ""

@@ -509,3 +509,75 @@ func TestTableJoinScenario(t *testing.T) {
 		}
 	}
 }
+
+// TestAvroCopyScenario runs the avro-copy scenario alone, exactly-once:
+// the job reads Avro values framed with the input subject's id from the
+// run's embedded registry and writes them under the output subject; every
+// committed output, decoded by the run itself (hamba/avro), is framed with
+// the output subject's id and its values equal the items' as a multiset,
+// with as many outputs as records produced over both phases.
+func TestAvroCopyScenario(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Brokers: c.ListenAddrs(), Scenarios: []string{"copy", "avro-copy"}, Deliveries: []string{ExactlyOnce},
+		Records: 3000, Keys: 100, LatencyDuration: time.Second, Dir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range res {
+		names = append(names, r.Scenario+"/"+r.Delivery)
+	}
+	if want := []string{"pipe/exactly-once", "copy/exactly-once", "avro-copy/exactly-once"}; !slices.Equal(names, want) {
+		t.Fatalf("rows %v, want %v", names, want)
+	}
+	av := res[2]
+	if !av.ValuesChecked || av.ValuesDiff != "" || av.Outputs != av.Expected || av.Expected <= 3000 || av.LatencyP50 <= 0 || av.RecordsPerSec <= 0 || av.Ratio <= 0 {
+		t.Fatalf("avro-copy row %+v: want its values checked and equal, outputs = expected (> the 3000 of the first phase), a latency, a rate and a ratio", av)
+	}
+}
+
+// TestAvroRunDecode: the run's own decoding of an Avro output takes only
+// a value framed with the output subject's id whose body is exactly one
+// item's encoding, and gives the item's JSON (the model's value); the
+// input encoding frames the item with the input subject's id.
+func TestAvroRunDecode(t *testing.T) {
+	a, err := startAvroRun(context.Background(), nil, "in", "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	it := Item{ID: 7, Key: "k000003", Shape: "SQUARE", Amount: 42}
+	it.avro = a
+	in := it.record("in").Value
+	if in[0] != 0 || int(in[1])<<24|int(in[2])<<16|int(in[3])<<8|int(in[4]) != a.inID {
+		t.Fatalf("input value %x: want framed with id %d", in[:5], a.inID)
+	}
+	body := in[5:] // the same fields: the output schema's body too
+	out := append(confluentHeader(nil, a.outID), body...)
+	got, err := a.decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`{"id":7,"key":"k000003","shape":"SQUARE","amount":42,"note":"%s"}`, strings.Repeat("x", valueBytes-len(`{"id":7,"key":"k000003","shape":"SQUARE","amount":42,"note":""}`)))
+	if string(got) != want {
+		t.Fatalf("decoded %s, want %s", got, want)
+	}
+	for name, v := range map[string][]byte{
+		"input id":      in,
+		"trailing byte": append(append([]byte(nil), out...), 0),
+		"no framing":    body,
+		"short body":    out[:len(out)-3],
+	} {
+		if got, err := a.decode(v); err == nil {
+			t.Errorf("%s: decoded %s, want an error", name, got)
+		}
+	}
+}

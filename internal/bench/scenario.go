@@ -67,6 +67,11 @@ type Scenario struct {
 	// table's rows (a pgReader), checked at the end to be ids 1 to n once
 	// each.
 	Postgres bool
+	// Avro, when set, makes the input values and the outputs Avro in the
+	// Confluent wire format with an embedded schema registry the run
+	// starts (see avroCopy): the job's source and sink use format avro,
+	// and the run decodes the outputs itself and checks their values.
+	Avro bool
 }
 
 // Rule is a shape-pair rule of the matcher: {"name","first","second"}.
@@ -156,6 +161,7 @@ var Scenarios = append([]Scenario{
 	},
 	intervalJoin(),
 	tableJoin(),
+	avroCopy(),
 }, nexmarkScenarios()...)
 
 // PostgresSinkScenario is the scenario writing a PostgreSQL table; it
@@ -479,7 +485,7 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 	fmt.Fprintf(&b, "state:\n  backend: %s\n", s.Backend)
 	fmt.Fprintf(&b, "checkpoints:\n  interval: %s\n  incremental: true\n  timeout: 1m\n", interval)
 	fmt.Fprintf(&b, "metrics:\n  address: \"\"\n")
-	fmt.Fprintf(&b, "sources:\n  - name: in\n    topic: %s\n    format: json\n    on_error: fail\n", in)
+	fmt.Fprintf(&b, "sources:\n  - name: in\n    topic: %s\n    format: %s\n    on_error: fail\n", in, s.format())
 	if s.hasRules() {
 		fmt.Fprintf(&b, "  - name: rules\n    topic: %s\n    parallelism: 1\n    on_error: fail\n", rules)
 	}
@@ -499,6 +505,9 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 		return b.String()
 	}
 	fmt.Fprintf(&b, "sinks:\n  - name: sink\n    input: %s\n    topic: %s\n    delivery: %s\n", input, out, delivery)
+	if s.Avro {
+		b.WriteString("    format: avro\n") // the latest schema of <out>-value
+	}
 	if delivery == ExactlyOnce {
 		// Well above checkpoints.interval plus checkpoints.timeout: a
 		// pre-committed transaction waits for the next checkpoint to
@@ -506,6 +515,14 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 		b.WriteString("    transaction_timeout: 10m\n")
 	}
 	return b.String()
+}
+
+// format is the format of the scenario's input (and, for Avro, output).
+func (s Scenario) format() string {
+	if s.Avro {
+		return "avro"
+	}
+	return "json"
 }
 
 // fileSinkDir is the output directory of a FileSink scenario's job whose
