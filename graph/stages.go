@@ -126,7 +126,7 @@ func Split(g *Graph, units int) (*Stages, error) {
 		stageOf[s.Name] = stageOf[s.Input]
 	}
 	for i := range next {
-		sg := &Graph{Job: g.Job, MaxParallelism: g.MaxParallelism, MaxParallelismSet: g.MaxParallelismSet}
+		sg := &Graph{Job: g.Job, MaxParallelism: g.MaxParallelism, MaxParallelismSet: g.MaxParallelismSet, DisableChaining: g.DisableChaining}
 		in := func(name string) bool { s, ok := stageOf[name]; return ok && s == i }
 		for _, s := range g.Sources {
 			if in(s.Name) || (s.Broadcast && feedsStage(g, s.Name, stageOf, i)) {
