@@ -144,6 +144,7 @@ func (w *Writer) Emit(ctx context.Context, rec Record) error {
 		}
 		rec.Key = k
 	}
+	rec.decoded = nil // a decoded value stays within its chain
 	var i int
 	switch p := w.partitioner.(type) {
 	case ForwardPartitioner:
