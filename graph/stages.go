@@ -198,7 +198,7 @@ func Split(g *Graph, units int) (*Stages, error) {
 		inputs[r.To][r.Input] = r.Vertex
 	}
 	for i := range next {
-		sg := &Graph{Job: g.Job, MaxParallelism: g.MaxParallelism, MaxParallelismSet: g.MaxParallelismSet, UIDs: g.UIDs}
+		sg := &Graph{Job: g.Job, MaxParallelism: g.MaxParallelism, MaxParallelismSet: g.MaxParallelismSet, UIDs: g.UIDs, DisableChaining: g.DisableChaining}
 		in := func(name string) bool { s, ok := stageOf[name]; return ok && s == i }
 		for _, s := range g.Sources {
 			if in(s.Name) || (s.Broadcast && feedsStage(g, s.Name, stageOf, i)) {

@@ -205,7 +205,19 @@ type JobConfig struct {
 	// parallelism (see Config.MaxParallelism); otherwise in [1, 32768] and at
 	// least every operator's parallelism.
 	MaxParallelism int `yaml:"max_parallelism"`
+	// Chaining runs consecutive operators joined by a forward edge (same
+	// parallelism, no key_by, one input) in one task with no channel
+	// between them (Flink's operator chaining,
+	// pipeline.operator-chaining). Default true; false gives every
+	// operator a task of its own. Output and checkpoints are the same
+	// either way: a checkpoint taken with chaining on restores with it off
+	// and the other way round.
+	Chaining *bool `yaml:"chaining"`
 }
+
+// ChainingOn reports whether operator chaining is on (job.chaining,
+// default true).
+func (j JobConfig) ChainingOn() bool { return j.Chaining == nil || *j.Chaining }
 
 // KafkaConfig is the cluster the job talks to.
 type KafkaConfig struct {
@@ -669,6 +681,12 @@ type OperatorConfig struct {
 	// this keyed operator (EnableAsyncState); default false; only types
 	// with an async version support it.
 	AsyncState bool `yaml:"async_state"`
+	// Chain, when false, keeps this operator out of any chain: it runs in
+	// a task of its own, with channels to and from its neighbours (Flink's
+	// disableChaining). Default true: the operator is chained to its
+	// upstream operator and its downstream one where job.chaining allows
+	// (see JobConfig.Chaining).
+	Chain *bool `yaml:"chain"`
 	// Params are the type's own settings, decoded strictly by the type's
 	// params schema (operators.Factory.Params). Default: none.
 	Params yaml.Node `yaml:"params"`
