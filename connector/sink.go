@@ -78,6 +78,11 @@ type RecoverContext struct {
 	Job string
 	// Sink is the planned sink (its settings and decoded Params).
 	Sink *graph.Sink
+	// UID is the sink's uid (graph.Graph.UID: its name unless it sets
+	// one): what names the sink's resources outside the job that must
+	// outlive a rename (transaction ids), as the checkpoint keys its state
+	// by it. "" means the name.
+	UID string
 	// Committables are the bytes of every committable the restored
 	// checkpoint holds for the sink, from every old subtask, in subtask
 	// order (EncodeCommittable's data; for a checkpoint of metadata
@@ -100,6 +105,8 @@ type SinkContext struct {
 	// Sink is the planned sink: name, parallelism, delivery, decoded
 	// Params and format.
 	Sink *graph.Sink
+	// UID is the sink's uid, as RecoverContext.UID.
+	UID string
 	// Subtask is the subtask index in [0, Parallelism).
 	Subtask, Parallelism int
 	// Format encodes each record before it is written (sinks[].format);

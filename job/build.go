@@ -436,7 +436,7 @@ func (b *build) buildSinks() error {
 			if err != nil {
 				return err
 			}
-			if err := f.Recover(b.ctx, connector.RecoverContext{Job: b.g.Job, Sink: sk, Committables: cs, OldParallelism: oldP, Parallelism: p, Resources: b.res, Logger: logger}); err != nil {
+			if err := f.Recover(b.ctx, connector.RecoverContext{Job: b.g.Job, Sink: sk, UID: b.g.UID(sk.Name), Committables: cs, OldParallelism: oldP, Parallelism: p, Resources: b.res, Logger: logger}); err != nil {
 				return err
 			}
 		}
@@ -462,7 +462,7 @@ func (b *build) sinkSubtask(f *connector.SinkFactory, sk *graph.Sink, sub, p int
 			return err
 		}
 	}
-	k, err := f.New(connector.SinkContext{Job: b.g.Job, Sink: sk, Subtask: sub, Parallelism: p, Format: fm, Restored: restored,
+	k, err := f.New(connector.SinkContext{Job: b.g.Job, Sink: sk, UID: b.g.UID(sk.Name), Subtask: sub, Parallelism: p, Format: fm, Restored: restored,
 		RecordsOut: b.m.runtime.RecordsOut(sk.Name, sub), Resources: b.res, Logger: logger})
 	if err != nil {
 		return fmt.Errorf("job: sink %q (%s) subtask %d: %w", sk.Name, f.Type, sub, err)

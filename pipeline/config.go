@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"os"
@@ -733,7 +734,7 @@ type SinkConfig struct {
 	Parallelism int `yaml:"parallelism"`
 	// TransactionalIDPrefix starts the Kafka transactional ids of an
 	// exactly-once sink: <prefix>-<subtask>-<slot>. Default "" meaning
-	// "kstreamd-<job>-<sink name>" (see Config.TransactionalIDPrefix). Two
+	// "kstreamd-<job>-<sink uid>" (see Config.TransactionalIDPrefix). Two
 	// jobs must never share a prefix.
 	TransactionalIDPrefix string `yaml:"transactional_id_prefix"`
 	// TransactionTimeout is the Kafka transaction timeout of an
@@ -780,12 +781,17 @@ func (s *SinkConfig) setDefaults() {
 }
 
 // TransactionalIDPrefix returns the sink's transactional_id_prefix, or
-// "kstreamd-<job>-<sink>" when it is empty.
+// "kstreamd-<job>-<uid>" when it is empty, uid being the sink's uid (its
+// name unless it sets one): a sink renamed with its uid kept keeps its
+// transactional ids, so that its recovery fences the transactions the
+// run before left open (under a new prefix they would stay open until
+// the transaction timeout, holding back read_committed consumers of the
+// topic).
 func (c *Config) TransactionalIDPrefix(s *SinkConfig) string {
 	if s.TransactionalIDPrefix != "" {
 		return s.TransactionalIDPrefix
 	}
-	return "kstreamd-" + c.Job.Name + "-" + s.Name
+	return "kstreamd-" + c.Job.Name + "-" + cmp.Or(s.UID, s.Name)
 }
 
 // DemoConfig is the built-in demo producer: it writes made-up items and

@@ -159,6 +159,10 @@ func TestConnectorConfigErrors(t *testing.T) {
 				`c.yaml:19:38: sinks[0].params.columns[0].expression: exclusive with field`}},
 		{"postgres insert from a changelog", "    table: true", "    type: postgres\n    params:\n      connection: {dsn: \"postgres://h/d\"}\n      table: t\n      columns: [{name: id}]",
 			[]string{`c.yaml:16:7: sinks[0].params.mode: mode insert appends rows, but its input "in" is the changelog of source "in" (table: true); use mode upsert with key_columns (+I and +U upsert, -D deletes by key)`}},
+		// the gids "<job>:<uid>-<subtask>-<checkpoint>" follow the uid (kept
+		// through a rename), so the uid is what must fit
+		{"postgres uid too long for gids", "", "    type: postgres\n    uid: uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu\n    delivery: exactly-once\n    params:\n      connection: {dsn: \"postgres://h/d\"}\n      table: t\n      key_columns: [id]\n      columns: [{name: id}]",
+			[]string{`c.yaml:15:5: sinks[0].uid: job name and sink uid too long for PostgreSQL transaction ids: "conn:uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu-" is 176 bytes, at most 170`}},
 		{"kafka fields at a sink of another type", "", "    type: memo\n    topic: out\n    pool_size: 7\n    changelog: header\n    params:\n      dir: /x",
 			[]string{
 				`c.yaml:15:5: sinks[0].topic: sink type memo does not read it (a setting of the kafka type); its settings go in params`,

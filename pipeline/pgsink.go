@@ -9,7 +9,7 @@ import (
 // validatePostgresSinks checks what a postgres sink's params cannot check
 // alone (pgsink.Params.CheckParams does the rest): mode insert needs an
 // append-only input (a changelog's -D and +U need upsert's key columns);
-// an exactly-once sink's transaction ids "<job>-<sink>-<subtask>-<id>"
+// an exactly-once sink's transaction ids "<job>:<uid>-<subtask>-<id>"
 // must fit PostgreSQL's 199 bytes, and it does not run in cluster mode,
 // where each unit's restore would roll back the prepared transactions of
 // the other units.
@@ -34,8 +34,12 @@ func (c *Config) validatePostgresSinks(v *validator) {
 		if c.Cluster.Enabled {
 			v.errorf(p+".delivery", "an exactly-once postgres sink does not run in cluster mode: each unit's restore would roll back the prepared transactions of the other units; use at-least-once (idempotent upserts)")
 		}
-		if n := len(pgsink.GIDPrefix(c.Job.Name, s.Name)); n > pgsink.MaxGIDPrefix {
-			v.errorf(p+".name", "job and sink names too long for PostgreSQL transaction ids: %q is %d bytes, at most %d", pgsink.GIDPrefix(c.Job.Name, s.Name), n, pgsink.MaxGIDPrefix)
+		field, uid := p+".name", s.Name
+		if s.UID != "" {
+			field, uid = p+".uid", s.UID
+		}
+		if n := len(pgsink.GIDPrefix(c.Job.Name, uid)); n > pgsink.MaxGIDPrefix {
+			v.errorf(field, "job name and sink uid too long for PostgreSQL transaction ids: %q is %d bytes, at most %d", pgsink.GIDPrefix(c.Job.Name, uid), n, pgsink.MaxGIDPrefix)
 		}
 	}
 }

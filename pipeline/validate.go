@@ -578,6 +578,7 @@ func (c *Config) checkSideOutput(v *validator, path, op, side string) {
 
 func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 	conns := c.connectors()
+	prefixes := map[string]string{} // transactional id prefix -> the path of the sink that has it
 	for i := range c.Sinks {
 		s := &c.Sinks[i]
 		p := fmt.Sprintf("sinks[%d]", i)
@@ -631,6 +632,21 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 				// cluster mode checks a larger bound naming more terms (validateCluster)
 				v.errorf(p+".transaction_timeout", "%v must exceed checkpoints.interval %v + checkpoints.timeout %v%s = %v, plus the time a restart takes: a pre-committed transaction waits for its checkpoint, and the broker aborts it after this timeout (its output would be lost); raise it or lower checkpoints.interval or checkpoints.timeout",
 					s.TransactionTimeout, iv, cto, c.timeoutNote(), iv+cto)
+			}
+		}
+		if s.Delivery == DeliveryExactlyOnce && (!known && s.Type == "" || known && f.Type == connector.DefaultType) {
+			// Two sinks of one job writing under the same transactional ids
+			// fence each other: each one's producer (and recovery) aborts
+			// the other's open transactions.
+			field := p + ".name"
+			if s.TransactionalIDPrefix != "" {
+				field = p + ".transactional_id_prefix"
+			}
+			prefix := c.TransactionalIDPrefix(s)
+			if prev, dup := prefixes[prefix]; dup {
+				v.errorf(field, "transactional id prefix %q is also %s's: two exactly-once sinks would fence each other's transactions; set another transactional_id_prefix", prefix, prev)
+			} else {
+				prefixes[prefix] = p
 			}
 		}
 		if s.BufferThreshold < 0 {

@@ -65,7 +65,7 @@ func pgQuery(t *testing.T, dsn, sql string, dest ...any) {
 func preparedXacts(t *testing.T, dsn string) []uint32 {
 	t.Helper()
 	var xids []uint32
-	pgQuery(t, dsn, `SELECT coalesce(array_agg(transaction::text::bigint ORDER BY gid), '{}') FROM pg_prepared_xacts WHERE gid LIKE 'pgsink-rows-%'`, &xids)
+	pgQuery(t, dsn, `SELECT coalesce(array_agg(transaction::text::bigint ORDER BY gid), '{}') FROM pg_prepared_xacts WHERE gid LIKE 'pgsink:rows-%'`, &xids)
 	return xids
 }
 

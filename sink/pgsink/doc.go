@@ -24,13 +24,14 @@
 // With delivery exactly-once each subtask writes the records of a
 // checkpoint epoch in one database transaction (begun with the epoch's
 // first write), prepared at the checkpoint barrier with PREPARE
-// TRANSACTION '<job>-<sink>-<subtask>-<checkpoint>' (the gid is the
+// TRANSACTION '<job>:<uid>-<subtask>-<checkpoint>' (uid: the sink's
+// uid, its name unless it sets one; the gid is the
 // subtask's committable in the checkpoint, connector.TwoPhaseCommitSink)
 // and committed with COMMIT PREPARED when the checkpoint completes. Before
 // the subtasks of a (re)started job open, Recover commits every gid of the
 // restored checkpoint and rolls back every other prepared transaction of
 // the sink in the database (found in pg_prepared_xacts by the gid prefix
-// "<job>-<sink>-"), those of subtasks a rescale removed included. The
+// "<job>:<uid>-"), those of subtasks a rescale removed included. The
 // server needs max_prepared_transactions of at least the sink's
 // parallelism times two (an epoch prepared while the one before awaits
 // its commit); PREPARE TRANSACTION refuses transactions that touched

@@ -1,6 +1,7 @@
 package pgsink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,9 +23,15 @@ import (
 const Type = "postgres"
 
 // GIDPrefix is the start of the transaction identifiers (gids) of the
-// prepared transactions of sink of job: "<job>-<sink>-"; a subtask's gid
-// for checkpoint epoch id is "<job>-<sink>-<subtask>-<id>".
-func GIDPrefix(job, sink string) string { return job + "-" + sink + "-" }
+// prepared transactions of the sink of job whose uid is uid (its name
+// unless it sets one, so that a sink renamed with its uid kept finds its
+// transactions): "<job>:<uid>-"; a subtask's gid for checkpoint epoch id
+// is "<job>:<uid>-<subtask>-<id>". A job name holds no ':', so the gids
+// of two jobs never share a prefix (with '-' there, job "a" with sink
+// "b-c" and job "a-b" with sink "c" would roll back each other's
+// transactions); within a job the "<subtask>-<id>" suffix tells a sink
+// from one whose uid extends its own.
+func GIDPrefix(job, uid string) string { return job + ":" + uid + "-" }
 
 // gidSuffix matches what follows GIDPrefix in a gid of the sink.
 var gidSuffix = regexp.MustCompile(`^[0-9]+-[0-9]+$`)
@@ -45,7 +52,7 @@ func undefinedObject(err error) bool {
 // exactly-once sink, JdbcXaSinkFunction, with PostgreSQL's two-phase
 // commit): one database transaction per checkpoint epoch, begun with the
 // epoch's first write, prepared at the barrier (PREPARE TRANSACTION with
-// the gid "<job>-<sink>-<subtask>-<checkpoint>", the committable) and
+// the gid "<job>:<uid>-<subtask>-<checkpoint>", the committable) and
 // committed (COMMIT PREPARED, on a second connection: the first may have
 // the next epoch's transaction open) when the checkpoint completes.
 //
@@ -286,8 +293,10 @@ func (s *AtLeastOnceSink) Close() error {
 
 // RecoverConfig is what Recover needs.
 type RecoverConfig struct {
-	// Job and Sink name the sink: its gids start with GIDPrefix(Job, Sink).
+	// Job and Sink name the sink; its gids start with GIDPrefix(Job, UID).
 	Job, Sink string
+	// UID is the sink's uid; "" means Sink.
+	UID string
 	// Params are the sink's params (the connection).
 	Params *Params
 	// Committables are the gids the restored checkpoint holds (nil entries
@@ -310,7 +319,7 @@ func Recover(ctx context.Context, cfg RecoverConfig) (committed, rolledBack []st
 	if err != nil {
 		return nil, nil, err
 	}
-	prefix := GIDPrefix(cfg.Job, cfg.Sink)
+	prefix := GIDPrefix(cfg.Job, cmp.Or(cfg.UID, cfg.Sink))
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
@@ -386,7 +395,7 @@ func Factory() connector.SinkFactory {
 			if err != nil {
 				return err
 			}
-			_, _, err = Recover(ctx, RecoverConfig{Job: rc.Job, Sink: rc.Sink.Name, Params: p, Committables: rc.Committables,
+			_, _, err = Recover(ctx, RecoverConfig{Job: rc.Job, Sink: rc.Sink.Name, UID: rc.UID, Params: p, Committables: rc.Committables,
 				Metrics: metricsOf(rc.Resources), Logger: rc.Logger})
 			return err
 		},
@@ -403,7 +412,7 @@ func Factory() connector.SinkFactory {
 			if !sc.Sink.Delivery.ExactlyOnce() {
 				return &AtLeastOnceSink{w: w, out: sc.RecordsOut}, nil
 			}
-			c := &Committer{w: w, prefix: fmt.Sprintf("%s%d-", GIDPrefix(sc.Job, sc.Sink.Name), sc.Subtask), gidRows: map[string]int{}, out: sc.RecordsOut}
+			c := &Committer{w: w, prefix: fmt.Sprintf("%s%d-", GIDPrefix(sc.Job, cmp.Or(sc.UID, sc.Sink.Name)), sc.Subtask), gidRows: map[string]int{}, out: sc.RecordsOut}
 			return &openSink{TwoPhaseCommitSink: connector.NewTwoPhaseCommitSink(Type, sc.Sink.Name, sc.Subtask, c, sc.Logger), c: c}, nil
 		},
 	}

@@ -113,7 +113,7 @@ func (f *fixture) rows(t *testing.T) []string {
 }
 
 func (f *fixture) prepared(t *testing.T) []string {
-	return f.query(t, "SELECT gid FROM pg_prepared_xacts ORDER BY gid")
+	return f.query(t, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() ORDER BY gid")
 }
 
 // params returns the params of a sink writing t: id, name, amount (an
@@ -144,8 +144,15 @@ func rec(change runtime.ChangeKind, id int, name string, ts int64) runtime.Recor
 // newSink builds subtask sub of the sink through the factory.
 func newSink(t *testing.T, p *Params, delivery graph.Delivery, sub int, res *connector.Resources) runtime.Operator {
 	t.Helper()
-	op, err := Factory().New(connector.SinkContext{Job: "job", Sink: &graph.Sink{Name: "pg", Type: Type, Params: p, Delivery: delivery, Parallelism: 2},
-		Subtask: sub, Parallelism: 2, Resources: res, Logger: discardLogger()})
+	return newSinkOf(t, "job", "pg", "", p, delivery, sub, res)
+}
+
+// newSinkOf builds subtask sub of sink name (uid uid, "" for the name) of
+// job through the factory.
+func newSinkOf(t *testing.T, job, name, uid string, p *Params, delivery graph.Delivery, sub int, res *connector.Resources) runtime.Operator {
+	t.Helper()
+	op, err := Factory().New(connector.SinkContext{Job: job, Sink: &graph.Sink{Name: name, Type: Type, Params: p, Delivery: delivery, Parallelism: 2},
+		UID: uid, Subtask: sub, Parallelism: 2, Resources: res, Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +249,7 @@ func TestPostgresSink(t *testing.T) {
 	})
 
 	// Exactly-once: the epoch's rows are invisible until the checkpoint
-	// completes, prepared under the gid "<job>-<sink>-<subtask>-<checkpoint>";
+	// completes, prepared under the gid "<job>:<uid>-<subtask>-<checkpoint>";
 	// an epoch without records prepares nothing; while an epoch is
 	// prepared, full batches of the next are held back (not written), then
 	// written after the commit.
@@ -257,7 +264,7 @@ func TestPostgresSink(t *testing.T) {
 		if got := f.rows(t); len(got) != 0 {
 			t.Fatalf("rows visible before the checkpoint completed: %q", got)
 		}
-		if got := f.prepared(t); !slices.Equal(got, []string{"job-pg-1-5"}) {
+		if got := f.prepared(t); !slices.Equal(got, []string{"job:pg-1-5"}) {
 			t.Fatalf("prepared %q", got)
 		}
 		process(t, op, rec(runtime.ChangeUpdateAfter, 1, "a2", 4), rec(runtime.ChangeInsert, 9, "z", 5), rec(runtime.ChangeInsert, 10, "y", 6))
@@ -275,7 +282,7 @@ func TestPostgresSink(t *testing.T) {
 		}
 		snapshot(t, op, 6)
 		snapshot(t, op, 7) // empty epoch
-		if got := f.prepared(t); !slices.Equal(got, []string{"job-pg-1-6"}) {
+		if got := f.prepared(t); !slices.Equal(got, []string{"job:pg-1-6"}) {
 			t.Fatalf("prepared %q", got)
 		}
 		if err := op.(runtime.CheckpointListener).NotifyCheckpointComplete(context.Background(), 7); err != nil {
@@ -307,33 +314,70 @@ func TestPostgresSink(t *testing.T) {
 		prepare := func(gid string, id int) {
 			f.pg.Exec(t, f.db, "BEGIN", fmt.Sprintf("INSERT INTO t (id, name) VALUES (%d, %s)", id, quoteLiteral(gid)), "PREPARE TRANSACTION "+quoteLiteral(gid))
 		}
-		prepare("job-pg-0-4", 1)
-		prepare("job-pg-1-4", 2)
-		prepare("job-pg-0-5", 3) // after the checkpoint
-		prepare("job-pg-3-5", 4) // a subtask of the old parallelism
-		prepare("job-pg-b-0-4", 5)
-		prepare("other-pg-0-4", 6)
+		prepare("job:pg-0-4", 1)
+		prepare("job:pg-1-4", 2)
+		prepare("job:pg-0-5", 3) // after the checkpoint
+		prepare("job:pg-3-5", 4) // a subtask of the old parallelism
+		prepare("job:pg-b-0-4", 5)
+		prepare("other:pg-0-4", 6)
 		committed, rolledBack, err := Recover(context.Background(), RecoverConfig{Job: "job", Sink: "pg", Params: f.params(t, 10),
-			Committables: [][]byte{[]byte("job-pg-0-4"), nil, []byte("job-pg-1-4"), []byte("job-pg-2-3")}, Logger: discardLogger()})
+			Committables: [][]byte{[]byte("job:pg-0-4"), nil, []byte("job:pg-1-4"), []byte("job:pg-2-3")}, Logger: discardLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := []string{"job-pg-0-4", "job-pg-1-4", "job-pg-2-3"}; !slices.Equal(committed, want) {
+		if want := []string{"job:pg-0-4", "job:pg-1-4", "job:pg-2-3"}; !slices.Equal(committed, want) {
 			t.Fatalf("committed %q, want %q", committed, want)
 		}
-		if want := []string{"job-pg-0-5", "job-pg-3-5"}; !slices.Equal(rolledBack, want) {
+		if want := []string{"job:pg-0-5", "job:pg-3-5"}; !slices.Equal(rolledBack, want) {
 			t.Fatalf("rolled back %q, want %q", rolledBack, want)
 		}
 		if got, want := f.query(t, "SELECT id FROM t ORDER BY id"), []string{"1", "2"}; !slices.Equal(got, want) {
 			t.Fatalf("ids %q, want %q", got, want)
 		}
-		if got, want := f.prepared(t), []string{"job-pg-b-0-4", "other-pg-0-4"}; !slices.Equal(got, want) {
+		if got, want := f.prepared(t), []string{"job:pg-b-0-4", "other:pg-0-4"}; !slices.Equal(got, want) {
 			t.Fatalf("prepared %q, want %q", got, want)
 		}
 		_, _, err = Recover(context.Background(), RecoverConfig{Job: "job", Sink: "pg", Params: f.params(t, 10),
-			Committables: [][]byte{[]byte("job-pgx-0-4")}, Logger: discardLogger()})
-		if err == nil || !strings.Contains(err.Error(), `the checkpoint holds transaction "job-pgx-0-4", not one of this sink's (job-pg-<subtask>-<checkpoint>)`) {
+			Committables: [][]byte{[]byte("job:pgx-0-4")}, Logger: discardLogger()})
+		if err == nil || !strings.Contains(err.Error(), `the checkpoint holds transaction "job:pgx-0-4", not one of this sink's (job:pg-<subtask>-<checkpoint>)`) {
 			t.Fatalf("a foreign committable: %v", err)
+		}
+	})
+
+	// Two jobs share the database: job "a" with sink "b-c" and job "a-b"
+	// with sink "c" (with the gid prefix "<job>-<sink>-" both were "a-b-c-",
+	// so a's recovery rolled back a-b's prepared epoch, whose commit then
+	// took the missing gid for committed: its rows were lost). And a sink
+	// renamed with its uid kept recovers its prepared transaction by the
+	// uid (by name, the checkpoint's gid was refused as another sink's).
+	t.Run("recover apart from other jobs, by uid", func(t *testing.T) {
+		f := newFixture(t, pg, "recoveruid")
+		ab := newSinkOf(t, "a-b", "c", "", f.params(t, 10), graph.DeliveryExactlyOnce, 0, nil)
+		process(t, ab, rec(runtime.ChangeInsert, 1, "ab", 1))
+		snapshot(t, ab, 4)
+		old := newSinkOf(t, "a", "old-name", "", f.params(t, 10), graph.DeliveryExactlyOnce, 1, nil)
+		process(t, old, rec(runtime.ChangeInsert, 2, "a", 2))
+		snapshot(t, old, 7)
+		prepared := f.prepared(t)
+		if want := []string{"a-b:c-0-4", "a:old-name-1-7"}; !slices.Equal(prepared, want) {
+			t.Fatalf("prepared %q, want %q", prepared, want)
+		}
+		// job a restarts from checkpoint 7 with its sink renamed "b-c",
+		// uid "old-name"
+		err := Factory().Recover(context.Background(), connector.RecoverContext{Job: "a", Sink: &graph.Sink{Name: "b-c", Type: Type, Params: f.params(t, 10),
+			Delivery: graph.DeliveryExactlyOnce, Parallelism: 2}, UID: "old-name", Committables: [][]byte{nil, []byte("a:old-name-1-7")},
+			OldParallelism: 2, Parallelism: 2, Logger: discardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := f.prepared(t), []string{"a-b:c-0-4"}; !slices.Equal(got, want) {
+			t.Fatalf("prepared after job a's recovery %q, want %q (job a-b's untouched)", got, want)
+		}
+		if err := ab.(runtime.CheckpointListener).NotifyCheckpointComplete(context.Background(), 4); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := f.query(t, "SELECT id, name FROM t ORDER BY id"), []string{"1|ab", "2|a"}; !slices.Equal(got, want) {
+			t.Fatalf("rows %q, want %q", got, want)
 		}
 	})
 
