@@ -447,26 +447,8 @@ func TestIntervalJoinScenario(t *testing.T) {
 			t.Fatalf("item %d %+v: %d pairs, want %d", i, c.it, got, c.pairs)
 		}
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, Config{
-		Brokers: c.ListenAddrs(), Scenarios: []string{"interval-join"}, Deliveries: []string{ExactlyOnce},
-		Records: 3000, Keys: 50, LatencyDuration: time.Second, Dir: t.TempDir(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := WriteTable(&buf, res); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + buf.String())
-	checkTable(t, buf.String(), len(res))
+	runOnKfake(t, Config{Scenarios: []string{"interval-join"}, Deliveries: []string{ExactlyOnce},
+		Records: 3000, Keys: 50, LatencyDuration: time.Second}, true)
 }
 
 // TestTableJoinScenario: the table-join model counts one output per
@@ -483,26 +465,8 @@ func TestTableJoinScenario(t *testing.T) {
 			t.Fatalf("item %d: %d outputs, want %d", c.id, got, c.want)
 		}
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, Config{
-		Brokers: c.ListenAddrs(), Scenarios: []string{"table-join"}, Deliveries: []string{ExactlyOnce},
-		Records: 3000, Keys: 50, LatencyDuration: time.Second, Dir: t.TempDir(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := WriteTable(&buf, res); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + buf.String())
-	checkTable(t, buf.String(), len(res))
+	res := runOnKfake(t, Config{Scenarios: []string{"table-join"}, Deliveries: []string{ExactlyOnce},
+		Records: 3000, Keys: 50, LatencyDuration: time.Second}, true)
 	for _, r := range res {
 		if r.Outputs != r.Expected || r.Expected < 3000*7/8 {
 			t.Fatalf("row %+v: want outputs = expected, at least the first phase's 2625 stream items", r)
@@ -517,20 +481,8 @@ func TestTableJoinScenario(t *testing.T) {
 // the output subject's id and its values equal the items' as a multiset,
 // with as many outputs as records produced over both phases.
 func TestAvroCopyScenario(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, Config{
-		Brokers: c.ListenAddrs(), Scenarios: []string{"copy", "avro-copy"}, Deliveries: []string{ExactlyOnce},
-		Records: 3000, Keys: 100, LatencyDuration: time.Second, Dir: t.TempDir(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runOnKfake(t, Config{Scenarios: []string{"copy", "avro-copy"}, Deliveries: []string{ExactlyOnce},
+		Records: 3000, Keys: 100, LatencyDuration: time.Second}, false)
 	var names []string
 	for _, r := range res {
 		names = append(names, r.Scenario+"/"+r.Delivery)
@@ -580,4 +532,33 @@ func TestAvroRunDecode(t *testing.T) {
 			t.Errorf("%s: decoded %s, want an error", name, got)
 		}
 	}
+}
+
+// runOnKfake runs cfg's scenarios on a one-broker kfake cluster of its own
+// (cfg.Brokers and cfg.Dir are filled in), bounded by 3 minutes, and
+// returns the rows; with table, it also logs the printed table and checks
+// its shape (checkTable).
+func runOnKfake(t *testing.T, cfg Config, table bool) []Result {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg.Brokers, cfg.Dir = c.ListenAddrs(), t.TempDir()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if table {
+		var buf bytes.Buffer
+		if err := WriteTable(&buf, res); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("\n" + buf.String())
+		checkTable(t, buf.String(), len(res))
+	}
+	return res
 }
