@@ -134,6 +134,7 @@ type Job struct {
 	maxP        int
 	cache       *state.BlockCache
 	restoredDir string
+	restarts    []Restart // the restarts before this attempt (restartLoop); set before it runs
 	deadLetters *kgo.Client // shared dead-letter producer of the operators' bad-record policies; nil when none
 	// purge deletes the unit's consumed repartition records after each
 	// committed checkpoint; nil outside cluster mode or in stage 0.
@@ -293,6 +294,9 @@ type Status struct {
 	// run (0: none yet); LastCheckpointTime when it completed.
 	LastCheckpointID   int64     `json:"last_checkpoint_id"`
 	LastCheckpointTime time.Time `json:"last_checkpoint_time,omitempty"`
+	// Restarts are the newest restarts of the job in this process before
+	// the running attempt, oldest first, with their causes.
+	Restarts []Restart `json:"restarts"`
 }
 
 // VertexStatus is one vertex of the job graph.
@@ -329,6 +333,7 @@ func (j *Job) Status() Status {
 	ready, _ := j.Readiness()
 	st := Status{Name: j.g.Job, Ready: ready, RestoredFrom: j.restoredDir, MaxParallelism: j.maxP}
 	st.LastCheckpointID, st.LastCheckpointTime = j.coordinator.LastCompleted()
+	st.Restarts = j.restartHistory()
 	for _, s := range j.g.Sources {
 		st.Operators = append(st.Operators, VertexStatus{Name: s.Name, Kind: "source", Topic: s.TopicDesc(), Parallelism: s.Parallelism})
 	}
