@@ -134,7 +134,7 @@ type Job struct {
 	maxP        int
 	cache       *state.BlockCache
 	restoredDir string
-	restarts    []Restart // the restarts before this attempt (restartLoop); set before it runs
+	restarts    []Restart   // the restarts before this attempt (restartLoop); set before it runs
 	deadLetters *kgo.Client // shared dead-letter producer of the operators' bad-record policies; nil when none
 	// purge deletes the unit's consumed repartition records after each
 	// committed checkpoint; nil outside cluster mode or in stage 0.
