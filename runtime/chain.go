@@ -62,6 +62,9 @@ func (e *chainedError) Unwrap() error { return e.err }
 // bind makes c part of task t's chain.
 func (c *ChainedOperator) bind(t *OperatorTask) {
 	c.name, c.responder, c.snapshots = c.ID.String(), t.responder, &t.snapshots
+	if c.Output != nil && t.times != nil {
+		c.Output.SetIOTimes(t.times) // one goroutine, one meter
+	}
 	if ba, ok := c.Operator.(BadRecordAware); ok {
 		ba.SetBadRecordHandlers([]BadRecordHandler{c.BadRecords})
 	}
