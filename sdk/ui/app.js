@@ -136,11 +136,30 @@
     return "hsl(" + Math.round(210 - 210 * busy) + ", 75%, " + Math.round(90 - 22 * busy) + "%)";
   }
 
+  const W = 240, H = 118, GX = 80, GY = 26, PAD = 16;
+  let graphKey = "";       // the drawn graph's structure: redrawn only when it changes
+  const vertexEls = new Map(); // vertex id -> its SVG group
+
+  // drawGraph draws the graph's structure (vertices and edges) when it is
+  // new or changed, then updates each vertex's figures in place, so a
+  // refresh keeps the focus and a click on a vertex.
   function drawGraph(job) {
     const ops = job.operators || [];
     const edges = job.edges || [];
-    const W = 230, H = 104, GX = 80, GY = 26, PAD = 16;
-    const { ids, depth, cols } = layout(ops, edges);
+    const { ids, cols } = layout(ops, edges);
+    const key = JSON.stringify([ops.map((o, i) => [ids[i], o.name, o.kind, o.type, o.topic, o.parallelism]), edges]);
+    if (key !== graphKey) {
+      graphKey = key;
+      buildGraph(ops, edges, ids, cols);
+    }
+    ops.forEach((o, i) => {
+      const g = vertexEls.get(ids[i]);
+      if (g) fillVertex(g, o, ids[i]);
+    });
+    drawSubtasks(ops.find((o, i) => ids[i] === selected));
+  }
+
+  function buildGraph(ops, edges, ids, cols) {
     const ncol = Math.max(...cols.keys(), 0) + 1;
     const nrow = Math.max(...[...cols.values()].map((c) => c.length), 1);
     const width = PAD * 2 + ncol * W + (ncol - 1) * GX;
@@ -166,24 +185,42 @@
       g.append(svg("text", { x: mx, y: (y1 + y2) / 2 - 6, class: "edge-label", "text-anchor": "middle" }, e.kind || ""));
       root.append(g);
     }
+    vertexEls.clear();
     ops.forEach((o, i) => {
       const id = ids[i];
       const p = pos.get(id);
-      const g = svg("g", { class: "vertex" + (selected === id ? " selected" : ""), "data-id": id, "data-kind": o.kind, "data-in": o.records_in_per_s || 0, "data-out": o.records_out_per_s || 0, transform: `translate(${p.x},${p.y})`, tabindex: 0 });
-      g.append(svg("rect", { width: W, height: H, rx: 6, fill: fill(o), class: "vertex-box" }));
+      const g = svg("g", { class: "vertex", "data-id": id, "data-kind": o.kind, transform: `translate(${p.x},${p.y})`, tabindex: 0 });
+      g.append(svg("rect", { width: W, height: H, rx: 6, class: "vertex-box" }));
       g.append(svg("text", { x: 10, y: 19, class: "vertex-name" }, o.name + "  ×" + o.parallelism));
       g.append(svg("text", { x: 10, y: 36, class: "vertex-type" }, [o.kind, o.type, o.topic].filter(Boolean).join(" · ")));
-      g.append(svg("text", { x: 10, y: 55, class: "vertex-rates" }, "in " + rate(o.records_in_per_s) + "   out " + rate(o.records_out_per_s)));
-      g.append(svg("text", { x: 10, y: 73, class: "vertex-busy" }, "busy " + pct(o.busy_ms_per_s) + "   backpressured " + pct(o.backpressured_ms_per_s)));
-      g.append(svg("text", { x: 10, y: 91, class: "vertex-wm" }, watermark(o.watermark_ms) + (o.state_bytes !== undefined ? "   state " + bytes(o.state_bytes) : "")));
-      g.append(svg("title", {}, o.name + ": busy " + Math.round(o.busy_ms_per_s || 0) + " ms/s, backpressured " + Math.round(o.backpressured_ms_per_s || 0) + " ms/s"));
+      for (const [cls, y] of [["vertex-rates", 55], ["vertex-busy", 73], ["vertex-wm", 91], ["vertex-state", 108]]) {
+        g.append(svg("text", { x: 10, y, class: cls }));
+      }
+      g.append(svg("title"));
       const pick = () => { selected = selected === id ? "" : id; render(); };
       g.addEventListener("click", pick);
       g.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") pick(); });
+      vertexEls.set(id, g);
       root.append(g);
     });
     $("graph").replaceChildren(root);
-    drawSubtasks(ops.find((o, i) => ids[i] === selected));
+  }
+
+  // fillVertex puts o's figures into its group g.
+  function fillVertex(g, o, id) {
+    g.classList.toggle("selected", selected === id);
+    g.dataset.in = o.records_in_per_s || 0;
+    g.dataset.out = o.records_out_per_s || 0;
+    g.dataset.busy = o.busy_ms_per_s || 0;
+    g.dataset.backpressured = o.backpressured_ms_per_s || 0;
+    g.querySelector("rect").setAttribute("fill", fill(o));
+    const set = (cls, text) => { g.querySelector("." + cls).textContent = text; };
+    set("vertex-rates", "in " + rate(o.records_in_per_s) + "   out " + rate(o.records_out_per_s));
+    set("vertex-busy", "busy " + pct(o.busy_ms_per_s) + "   backpressured " + pct(o.backpressured_ms_per_s));
+    set("vertex-wm", watermark(o.watermark_ms));
+    set("vertex-state", o.state_bytes !== undefined && o.state_bytes !== null ? "state " + bytes(o.state_bytes) : "");
+    g.querySelector("title").textContent = o.name + ": busy " + Math.round(o.busy_ms_per_s || 0) + " ms/s, backpressured " +
+      Math.round(o.backpressured_ms_per_s || 0) + " ms/s";
   }
 
   function drawSubtasks(o) {
@@ -214,11 +251,21 @@
     }));
   }
 
+  let allCheckpoints = false; // list every checkpoint, not only the newest
+  const NEWEST = 10;
+
   function drawCheckpoints(list, job) {
     $("checkpoints-section").hidden = false;
     const restored = job && job.restored_from;
     $("restored").textContent = restored ? "Restored from " + restored : "Started without a checkpoint (fresh start).";
-    const newest = list.slice().reverse();
+    let newest = list.slice().reverse();
+    const more = $("checkpoints-more");
+    more.hidden = newest.length <= NEWEST;
+    more.textContent = allCheckpoints ? "show the newest " + NEWEST : "show all " + newest.length;
+    if (!allCheckpoints) {
+      // The newest ones, and the restored-from one wherever it is.
+      newest = newest.filter((c, i) => i < NEWEST || c.restored);
+    }
     rows("checkpoints", newest, (c, tr) => {
       tr.dataset.id = c.id;
       tr.className = "state-" + c.state + (c.restored ? " restored" : "");
@@ -345,6 +392,7 @@
     $("token-clear").addEventListener("click", () => setToken(""));
     $("savepoint").addEventListener("click", () => savepoint(false));
     $("stop").addEventListener("click", () => savepoint(true));
+    $("checkpoints-more").addEventListener("click", () => { allCheckpoints = !allCheckpoints; refreshNow(); });
     $("token-clear").hidden = !token;
     if (token) $("token").placeholder = "token set";
     loop();
