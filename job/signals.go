@@ -97,18 +97,41 @@ func (m *signalMetrics) remove(s *signals) {
 // Describe implements prometheus.Collector.
 func (m *signalMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.busy; ch <- m.bp; ch <- m.idle }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. Cluster-mode units of one
+// stage running in the process have the same operator and subtask labels
+// (each unit is a job of parallelism 1): their series are merged, the
+// highest busy and back-pressured time and the lowest idle time, so that
+// a scrape never sees a label set twice.
 func (m *signalMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	current := append([]*signals(nil), m.current...)
 	m.mu.Unlock()
+	type key struct {
+		vertex string
+		sub    int
+	}
+	merged := map[key]SubtaskStatus{}
+	var order []key
 	for _, s := range current {
 		for _, st := range s.read() {
-			sub := strconv.Itoa(st.sub.Index)
-			ch <- prometheus.MustNewConstMetric(m.busy, prometheus.GaugeValue, st.sub.BusyMsPerS, st.vertex, sub)
-			ch <- prometheus.MustNewConstMetric(m.bp, prometheus.GaugeValue, st.sub.BackPressuredMsPerS, st.vertex, sub)
-			ch <- prometheus.MustNewConstMetric(m.idle, prometheus.GaugeValue, st.sub.IdleMsPerS, st.vertex, sub)
+			k := key{st.vertex, st.sub.Index}
+			prev, seen := merged[k]
+			if !seen {
+				order = append(order, k)
+				merged[k] = st.sub
+				continue
+			}
+			prev.BusyMsPerS = max(prev.BusyMsPerS, st.sub.BusyMsPerS)
+			prev.BackPressuredMsPerS = max(prev.BackPressuredMsPerS, st.sub.BackPressuredMsPerS)
+			prev.IdleMsPerS = min(prev.IdleMsPerS, st.sub.IdleMsPerS)
+			merged[k] = prev
 		}
+	}
+	for _, k := range order {
+		st, sub := merged[k], strconv.Itoa(k.sub)
+		ch <- prometheus.MustNewConstMetric(m.busy, prometheus.GaugeValue, st.BusyMsPerS, k.vertex, sub)
+		ch <- prometheus.MustNewConstMetric(m.bp, prometheus.GaugeValue, st.BackPressuredMsPerS, k.vertex, sub)
+		ch <- prometheus.MustNewConstMetric(m.idle, prometheus.GaugeValue, st.IdleMsPerS, k.vertex, sub)
 	}
 }
 

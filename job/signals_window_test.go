@@ -103,3 +103,51 @@ func TestSignalWindow(t *testing.T) {
 type fixedSize uint64
 
 func (f fixedSize) DiskSpaceUsage() (uint64, bool) { return uint64(f), true }
+
+// TestSignalGaugesMergeUnits: two cluster-mode units of one stage in a
+// process both report operator op subtask 0; the gauges hold one series
+// each, the highest busy and back-pressured and the lowest idle time,
+// and the registry gathers without a duplicate error.
+func TestSignalGaugesMergeUnits(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	sm, err := newSignalMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	unit := func(idle bool) *signals {
+		meter := runtime.NewIOTimes(nil, nil)
+		meter.SetClock(func() time.Time { return now })
+		meter.Start()
+		if idle {
+			meter.BeginIdle()
+		}
+		s := &signals{interval: time.Second, metrics: &Metrics{stateSize: &stateSizes{users: map[[2]string]state.DiskUser{}}},
+			subs: []*subtaskSignal{{vertex: "op", times: meter, busySecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "b"})}}}
+		s.sample()
+		sm.add(s)
+		return s
+	}
+	unit(true)
+	unit(false)
+	now = now.Add(2 * time.Second)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] = append(got[mf.GetName()], m.GetGauge().GetValue())
+		}
+	}
+	for name, want := range map[string]float64{
+		"kstreamd_operator_busy_time_ms_per_second":          1000,
+		"kstreamd_operator_backpressured_time_ms_per_second": 0,
+		"kstreamd_operator_idle_time_ms_per_second":          0,
+	} {
+		if v := got[name]; len(v) != 1 || v[0] != want {
+			t.Errorf("%s = %v, want one series of %v", name, v, want)
+		}
+	}
+}
