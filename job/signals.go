@@ -34,8 +34,8 @@ const signalSamples = 5
 //	kstreamd_operator_busy_seconds_total{operator,subtask}                seconds it was neither idle nor back-pressured
 //
 // (kstreamd_operator_backpressured_seconds_total is runtime.Metrics'.)
-// A chained operator runs in its chain head's task: its gauges are the
-// task's, its counters are not incremented (the head's are).
+// A chained operator runs in its chain head's task: its figures are the
+// task's.
 type signalMetrics struct {
 	busy, bp, idle *prometheus.Desc
 	idleSecs       *prometheus.CounterVec
@@ -97,18 +97,41 @@ func (m *signalMetrics) remove(s *signals) {
 // Describe implements prometheus.Collector.
 func (m *signalMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.busy; ch <- m.bp; ch <- m.idle }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. Cluster-mode units of one
+// stage running in the process have the same operator and subtask labels
+// (each unit is a job of parallelism 1): their series are merged, the
+// highest busy and back-pressured time and the lowest idle time, so that
+// a scrape never sees a label set twice.
 func (m *signalMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	current := append([]*signals(nil), m.current...)
 	m.mu.Unlock()
+	type key struct {
+		vertex string
+		sub    int
+	}
+	merged := map[key]SubtaskStatus{}
+	var order []key
 	for _, s := range current {
 		for _, st := range s.read() {
-			sub := strconv.Itoa(st.sub.Index)
-			ch <- prometheus.MustNewConstMetric(m.busy, prometheus.GaugeValue, st.sub.BusyMsPerS, st.vertex, sub)
-			ch <- prometheus.MustNewConstMetric(m.bp, prometheus.GaugeValue, st.sub.BackPressuredMsPerS, st.vertex, sub)
-			ch <- prometheus.MustNewConstMetric(m.idle, prometheus.GaugeValue, st.sub.IdleMsPerS, st.vertex, sub)
+			k := key{st.vertex, st.sub.Index}
+			prev, seen := merged[k]
+			if !seen {
+				order = append(order, k)
+				merged[k] = st.sub
+				continue
+			}
+			prev.BusyMsPerS = max(prev.BusyMsPerS, st.sub.BusyMsPerS)
+			prev.BackPressuredMsPerS = max(prev.BackPressuredMsPerS, st.sub.BackPressuredMsPerS)
+			prev.IdleMsPerS = min(prev.IdleMsPerS, st.sub.IdleMsPerS)
+			merged[k] = prev
 		}
+	}
+	for _, k := range order {
+		st, sub := merged[k], strconv.Itoa(k.sub)
+		ch <- prometheus.MustNewConstMetric(m.busy, prometheus.GaugeValue, st.BusyMsPerS, k.vertex, sub)
+		ch <- prometheus.MustNewConstMetric(m.bp, prometheus.GaugeValue, st.BackPressuredMsPerS, k.vertex, sub)
+		ch <- prometheus.MustNewConstMetric(m.idle, prometheus.GaugeValue, st.IdleMsPerS, k.vertex, sub)
 	}
 }
 
@@ -173,8 +196,8 @@ type subtaskSignal struct {
 	times    *runtime.IOTimes
 	in, out  prometheus.Counter
 	wm       *runtime.WatermarkGauge
-	busySecs prometheus.Counter // nil for a chained operator (its head's counts)
-	ring     []signalSample     // oldest first, at most signalSamples
+	busySecs prometheus.Counter
+	ring     []signalSample // oldest first, at most signalSamples
 	lastBusy time.Duration
 }
 
@@ -195,29 +218,25 @@ func newSignals(b *build, window time.Duration) *signals {
 		window = DefaultSignalWindow
 	}
 	s := &signals{interval: window / signalSamples, metrics: b.m}
-	add := func(vertex string, sub int, times *runtime.IOTimes, own bool) {
-		ss := &subtaskSignal{vertex: vertex, index: sub, times: times,
+	add := func(vertex string, sub int, times *runtime.IOTimes) {
+		s.subs = append(s.subs, &subtaskSignal{vertex: vertex, index: sub, times: times,
 			in: b.m.runtime.RecordsIn(vertex, sub), out: b.m.runtime.RecordsOut(vertex, sub),
-			wm: b.m.watermark.Gauge(runtime.TaskID{Operator: vertex, Subtask: sub})}
-		if own {
-			ss.busySecs = b.m.signals.busySecs.WithLabelValues(vertex, strconv.Itoa(sub))
-		}
-		s.subs = append(s.subs, ss)
+			wm:       b.m.watermark.Gauge(runtime.TaskID{Operator: vertex, Subtask: sub}),
+			busySecs: b.m.signals.busySecs.WithLabelValues(vertex, strconv.Itoa(sub))})
 	}
 	for _, src := range b.g.Sources {
 		for sub, o := range b.wires.outputs[src.Name] {
-			add(src.Name, sub, o.IOTimes(), true)
+			add(src.Name, sub, o.IOTimes())
 		}
 	}
 	for _, op := range b.g.Operators {
-		head := b.wires.head(op.Name) == op.Name
 		for sub, o := range b.wires.outputs[op.Name] {
-			add(op.Name, sub, o.IOTimes(), head)
+			add(op.Name, sub, o.IOTimes()) // a chained operator's: its task's (runtime.ChainedOperator)
 		}
 	}
 	for _, sk := range b.g.Sinks {
 		for sub := range len(b.wires.gates[sk.Name]) {
-			add(sk.Name, sub, b.sinkTimes[runtime.TaskID{Operator: sk.Name, Subtask: sub}], true)
+			add(sk.Name, sub, b.sinkTimes[runtime.TaskID{Operator: sk.Name, Subtask: sub}])
 		}
 	}
 	return s
@@ -259,7 +278,7 @@ func (s *signals) sample() {
 			ss.ring = ss.ring[:signalSamples-1]
 		}
 		ss.ring = append(ss.ring, smp)
-		if busy := smp.t.Busy(); ss.busySecs != nil && busy > ss.lastBusy {
+		if busy := smp.t.Busy(); busy > ss.lastBusy {
 			ss.busySecs.Add((busy - ss.lastBusy).Seconds())
 			ss.lastBusy = busy
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,13 +122,17 @@ func TestBackPressureSignals(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- j.Run(runCtx) }()
-	defer func() {
-		slow.Store(false)
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+	var stopOnce sync.Once
+	finish := func() {
+		stopOnce.Do(func() {
+			slow.Store(false)
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	defer finish()
 
 	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("in"), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
@@ -217,6 +222,46 @@ func TestBackPressureSignals(t *testing.T) {
 		}
 		return nil
 	})
+	// The time counters, once the job stopped: the chained project
+	// counts its task's time, as big does; the sink's busy seconds grew.
+	finish()
+	bp := counters(t, prom, "kstreamd_operator_backpressured_seconds_total")
+	for _, sub := range []string{"0", "1"} {
+		if b, p := bp["big/"+sub], bp["project/"+sub]; b <= 0 || b != p {
+			t.Errorf("back-pressured seconds of subtask %s: big %v, project %v; want equal and above 0", sub, b, p)
+		}
+	}
+	if busy := counters(t, prom, "kstreamd_operator_busy_seconds_total")["slow/0"]; busy <= 0 {
+		t.Errorf("busy seconds of the sink %v, want above 0", busy)
+	}
+}
+
+// counters returns the values of counter name per "operator/subtask".
+func counters(t *testing.T, prom *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := prom.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var op, sub string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "operator":
+					op = l.GetValue()
+				case "subtask":
+					sub = l.GetValue()
+				}
+			}
+			out[op+"/"+sub] = m.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 // checkGraph asserts the vertex ids, parallelism and edges of the

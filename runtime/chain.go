@@ -63,7 +63,10 @@ func (e *chainedError) Unwrap() error { return e.err }
 func (c *ChainedOperator) bind(t *OperatorTask) {
 	c.name, c.responder, c.snapshots = c.ID.String(), t.responder, &t.snapshots
 	if c.Output != nil && t.times != nil {
-		c.Output.SetIOTimes(t.times) // one goroutine, one meter
+		// One goroutine, one meter: the chained operator's time counters
+		// count the task's time.
+		t.times.Adopt(c.Output.IOTimes())
+		c.Output.SetIOTimes(t.times)
 	}
 	if ba, ok := c.Operator.(BadRecordAware); ok {
 		ba.SetBadRecordHandlers([]BadRecordHandler{c.BadRecords})

@@ -27,8 +27,8 @@ type IOTimes struct {
 	idle, bp   time.Duration
 	idleSince  time.Time // the wait in progress; zero when none
 	bpSince    time.Time
-	idleSecs   interface{ Add(float64) } // seconds idle, added at each wait's end; may be nil
-	bpSecs     interface{ Add(float64) } // seconds back-pressured; may be nil
+	idleSecs   []interface{ Add(float64) } // seconds idle, added at each wait's end
+	bpSecs     []interface{ Add(float64) } // seconds back-pressured
 	clock      func() time.Time
 	nestedIdle int // Begin/EndIdle depth (a source's poll inside a task's wait counts once)
 }
@@ -38,7 +38,30 @@ type IOTimes struct {
 // when it ends (kstreamd_operator_idle_seconds_total and
 // kstreamd_operator_backpressured_seconds_total).
 func NewIOTimes(idleSeconds, backPressuredSeconds interface{ Add(float64) }) *IOTimes {
-	return &IOTimes{idleSecs: idleSeconds, bpSecs: backPressuredSeconds, clock: time.Now}
+	m := &IOTimes{clock: time.Now}
+	m.adopt(idleSeconds, backPressuredSeconds)
+	return m
+}
+
+func (m *IOTimes) adopt(idle, bp interface{ Add(float64) }) {
+	if idle != nil {
+		m.idleSecs = append(m.idleSecs, idle)
+	}
+	if bp != nil {
+		m.bpSecs = append(m.bpSecs, bp)
+	}
+}
+
+// Adopt makes m also add each wait's seconds to o's counters: a chained
+// operator (whose meter o was made for it) runs in the task m meters, so
+// its idle and back-pressured seconds are the task's. Call it before the
+// task starts.
+func (m *IOTimes) Adopt(o *IOTimes) {
+	if m == nil || o == nil || o == m {
+		return
+	}
+	m.idleSecs = append(m.idleSecs, o.idleSecs...)
+	m.bpSecs = append(m.bpSecs, o.bpSecs...)
 }
 
 // SetClock replaces the meter's clock (time.Now); for tests, before Start.
@@ -108,8 +131,8 @@ func (m *IOTimes) endIdle(now time.Time) {
 	d := now.Sub(m.idleSince)
 	m.idle += d
 	m.idleSince = time.Time{}
-	if m.idleSecs != nil {
-		m.idleSecs.Add(d.Seconds())
+	for _, c := range m.idleSecs {
+		c.Add(d.Seconds())
 	}
 }
 
@@ -143,8 +166,8 @@ func (m *IOTimes) endBP(now time.Time) {
 	d := now.Sub(m.bpSince)
 	m.bp += d
 	m.bpSince = time.Time{}
-	if m.bpSecs != nil {
-		m.bpSecs.Add(d.Seconds())
+	for _, c := range m.bpSecs {
+		c.Add(d.Seconds())
 	}
 }
 
