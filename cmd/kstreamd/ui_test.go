@@ -2,18 +2,14 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -79,7 +75,6 @@ type listedCheckpoint struct {
 // error other than the 401s of the token-less phase. With -update the
 // test writes the README's screenshot, docs/ui.png.
 func TestWebUI(t *testing.T) {
-	browser := chromiumPath(t)
 	const token = "ui-t0ken"
 	t.Setenv("KSTREAMD_UI_TOKEN", token)
 	dir := t.TempDir()
@@ -95,78 +90,23 @@ func TestWebUI(t *testing.T) {
 		return recs
 	})
 
-	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]), chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.WindowSize(1100, 900), chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-dev-shm-usage", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
-	defer cancel()
-
-	// The console: calls of the console API, uncaught exceptions and
-	// browser log entries, read from the first navigation on.
-	var mu sync.Mutex
-	var problems []string // console errors and warnings, exceptions, log errors and warnings
-	tokenless := true     // the 401s of the token-less phase are expected
-	messages := chromedp.Console(ctx)
-	consoleDone := make(chan struct{})
-	go func() {
-		defer close(consoleDone)
-		for msg, err := range messages {
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			switch {
-			case msg.Type == chromedp.ConsoleError || msg.Type == chromedp.ConsoleWarning || msg.IsException():
-				if !(tokenless && msg.Source == "network" && strings.Contains(msg.Text, "401")) {
-					problems = append(problems, fmt.Sprintf("%s (%s %s:%d)", msg, msg.Source, msg.URL, msg.Line))
-				}
-			}
-			mu.Unlock()
-		}
-	}()
-	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	eval := func(what, js string, v any) {
-		t.Helper()
-		got, err := chromedp.Run(ctx, chromedp.Evaluate[json.RawMessage](js))
-		if err == nil {
-			err = json.Unmarshal(got, v)
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(what, sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		return s
-	}
-	do("open the page", chromedp.Navigate("http://"+metrics+"/ui/?refresh=300"))
+	b := testkit.NewBrowser(t, 90*time.Second)
+	// The 401s of the token-less phase are expected.
+	b.Allow(func(m chromedp.ConsoleMessage) bool { return m.Source == "network" && strings.Contains(m.Text, "401") })
+	b.Do("open the page", chromedp.Navigate("http://"+metrics+"/ui/?refresh=300"))
 
 	// Read-only without the token: the page asks for it.
-	do("token-less page", chromedp.WaitVisible(chromedp.CSS("#error")))
+	b.Do("token-less page", chromedp.WaitVisible(chromedp.CSS("#error")))
 	var controlsHidden bool
-	errText := text("token-less error", "#error")
-	eval("controls", `document.getElementById("controls").hidden`, &controlsHidden)
+	errText := b.Text("token-less error", "#error")
+	b.Eval("controls", `document.getElementById("controls").hidden`, &controlsHidden)
 	if errText != "The API needs a bearer token: enter it above." || !controlsHidden {
 		t.Fatalf("without the token: error %q, controls hidden %v; want the token request and no controls", errText, controlsHidden)
 	}
 
-	do("enter the token", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#token-set")),
+	b.Do("enter the token", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#token-set")),
 		chromedp.WaitVisible(chromedp.CSS("#controls")), chromedp.WaitNotVisible(chromedp.CSS("#error")))
-	mu.Lock()
-	tokenless = false
-	mu.Unlock()
+	b.Allow(nil)
 
 	// Every vertex of the API's graph drawn, records flowing.
 	var api struct {
@@ -200,7 +140,7 @@ func TestWebUI(t *testing.T) {
 	}
 	deadline := time.Now().Add(40 * time.Second)
 	for {
-		eval("read the graph", `[...document.querySelectorAll("#graph g.vertex")].map(g => ({
+		b.Eval("read the graph", `[...document.querySelectorAll("#graph g.vertex")].map(g => ({
 			id: g.dataset.id, kind: g.dataset.kind, in: Number(g.dataset.in), out: Number(g.dataset.out),
 			fill: g.querySelector("rect").getAttribute("fill")}))`, &drawn)
 		if flowing(drawn) || time.Now().After(deadline) {
@@ -219,7 +159,7 @@ func TestWebUI(t *testing.T) {
 		t.Fatalf("drawn vertices %+v; want %v each with records in (but the source) and out (but the sink) per second above 0", drawn, wantIDs)
 	}
 	var edges []string
-	eval("read the edges", `[...document.querySelectorAll("#graph g.edge")].map(g => g.dataset.from + ">" + g.dataset.to + ":" + g.dataset.kind)`, &edges)
+	b.Eval("read the edges", `[...document.querySelectorAll("#graph g.edge")].map(g => g.dataset.from + ">" + g.dataset.to + ":" + g.dataset.kind)`, &edges)
 	var wantEdges []string
 	for _, e := range api.Edges {
 		wantEdges = append(wantEdges, e.From+">"+e.To+":"+e.Kind)
@@ -230,16 +170,16 @@ func TestWebUI(t *testing.T) {
 
 	// A vertex's subtasks.
 	var subtaskRows int
-	do("open the subtasks of counts", chromedp.Click(chromedp.CSS(`#graph g.vertex[data-id="counts"]`)),
+	b.Do("open the subtasks of counts", chromedp.Click(chromedp.CSS(`#graph g.vertex[data-id="counts"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#subtask-table")))
-	eval("count the subtasks", `document.querySelectorAll("#subtask-table tbody tr").length`, &subtaskRows)
+	b.Eval("count the subtasks", `document.querySelectorAll("#subtask-table tbody tr").length`, &subtaskRows)
 	if subtaskRows != 2 {
 		t.Errorf("subtasks table of counts has %d rows, want 2", subtaskRows)
 	}
 
 	// A savepoint from the page, then in the history.
-	do("take a savepoint", chromedp.Click(chromedp.CSS("#savepoint")), chromedp.WaitVisible(chromedp.CSS("#control-result.ok")))
-	result := text("savepoint answer", "#control-result")
+	b.Do("take a savepoint", chromedp.Click(chromedp.CSS("#savepoint")), chromedp.WaitVisible(chromedp.CSS("#control-result.ok")))
+	result := b.Text("savepoint answer", "#control-result")
 	m := regexp.MustCompile(`^savepoint (/\S+/savepoint-(\d+)-\d+)$`).FindStringSubmatch(result)
 	if m == nil || filepath.Dir(m[1]) != filepath.Join(dir, "savepoints") {
 		t.Fatalf("savepoint answer %q, want \"savepoint <dir>/savepoints/savepoint-<id>-<unix>\"", result)
@@ -247,8 +187,8 @@ func TestWebUI(t *testing.T) {
 	id, _ := strconv.ParseInt(m[2], 10, 64)
 	var row []string
 	sel := fmt.Sprintf(`#checkpoints tr[data-id="%d"]`, id)
-	do("find the savepoint in the history", chromedp.WaitVisible(chromedp.CSS(sel)))
-	eval("read its row", `[...document.querySelector('`+sel+`').cells].map(c => c.textContent)`, &row)
+	b.Do("find the savepoint in the history", chromedp.WaitVisible(chromedp.CSS(sel)))
+	b.Eval("read its row", `[...document.querySelector('`+sel+`').cells].map(c => c.textContent)`, &row)
 	if len(row) != 8 || row[0] != m[2] || row[1] != "savepoint" || row[2] != "completed" || row[7] != m[1] || row[4] == "–" {
 		t.Errorf("history row of savepoint %d: %q; want id, savepoint, completed, a duration and its directory", id, row)
 	}
@@ -261,38 +201,13 @@ func TestWebUI(t *testing.T) {
 
 	if *update {
 		time.Sleep(time.Second) // a refresh with the rates of a steady second
-		shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot: %v", err)
-		}
-		if err := writeSmallPNG(filepath.Join("..", "..", "docs", "ui.png"), shot); err != nil {
+		if err := writeSmallPNG(filepath.Join("..", "..", "docs", "ui.png"), b.Screenshot()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cancel()
-	<-consoleDone
-	mu.Lock()
-	defer mu.Unlock()
-	if len(problems) > 0 {
-		t.Errorf("browser console and log:\n%s", strings.Join(problems, "\n"))
+	if p := b.Problems(); len(p) > 0 {
+		t.Errorf("browser console and log:\n%s", strings.Join(p, "\n"))
 	}
-}
-
-// chromiumPath returns Debian's chromium (scripts/test installs it), or
-// $CHROMIUM; the test fails without it (it is part of the test setup, not
-// optional).
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{os.Getenv("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"} {
-		if name == "" {
-			continue
-		}
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatal("no chromium on PATH: scripts/test installs it (apt-get install chromium), or set CHROMIUM")
-	return ""
 }
 
 // writeSmallPNG writes the PNG screenshot shot to path re-encoded with the

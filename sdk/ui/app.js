@@ -337,11 +337,11 @@
     $("job-state").className = "badge " + ((cluster ? job.joined : job.ready) ? "ok" : "warn");
     if (cluster) {
       drawCluster(job);
-      $("graph-section").hidden = true;
-      $("controls").hidden = true;
+      for (const id of ["graph-section", "controls", "checkpoints-section", "restarts-section", "rules-section"]) $(id).hidden = true;
       return;
     }
     $("graph-section").hidden = false;
+    $("cluster-section").hidden = true;
     $("controls").hidden = !token;
     drawGraph(job);
     drawRestarts(job.restarts || []);
