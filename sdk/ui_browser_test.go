@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -26,7 +27,9 @@ import (
 // vertex colours of an idle, a busy and a back-pressured vertex; the
 // checkpoint table with a failed checkpoint's reason and the restored-from
 // one marked; the restarts with their causes, newest first; the rules
-// with their counts summed over subtasks and both stages; then, once
+// with their counts summed over subtasks and both stages; no controls
+// until a token is entered, then Stop with savepoint asks for
+// confirmation and posts {"stop":true} with the bearer token; then, once
 // /api/v1/job answers as a cluster member, the member's units and every
 // member with its units, and no graph, controls, checkpoints or rules
 // (a member runs no single job). No console error.
@@ -77,6 +80,13 @@ func TestWebUIDrawsAPI(t *testing.T) {
 	})
 	mux.HandleFunc("GET /api/v1/checkpoints", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, checkpoints) })
 	mux.HandleFunc("GET /api/v1/rules", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, rules) })
+	var spAuth, spBody atomic.Value
+	mux.HandleFunc("POST /api/v1/savepoints", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		spAuth.Store(r.Header.Get("Authorization"))
+		spBody.Store(string(body))
+		writeJSON(w, http.StatusOK, SavepointResponse{Path: "/sp/savepoint-9-1"})
+	})
 	hs := httptest.NewServer(mux)
 	defer hs.Close()
 
@@ -112,6 +122,25 @@ func TestWebUIDrawsAPI(t *testing.T) {
 	}
 	if got := b.Rows("rules", "#rules"); len(got) != 1 || strings.Join(got[0], "|") != "rules|big|active|0:3|12|2|3|1" {
 		t.Errorf("rules %q, want one row rules|big|active|0:3|12|2|3|1 (matches 5+7, alerts 2, entries 3, errors 1)", got)
+	}
+
+	// Read-only until a token is given; then stop with savepoint, confirmed.
+	var controlsHidden bool
+	b.Eval("controls", `document.getElementById("controls").hidden`, &controlsHidden)
+	if !controlsHidden {
+		t.Error("the controls show without a token")
+	}
+	dialogs := b.AcceptDialogs()
+	b.Do("stop with savepoint", chromedp.SendKeys(chromedp.CSS("#token"), "tk"), chromedp.Click(chromedp.CSS("#token-set")),
+		chromedp.WaitVisible(chromedp.CSS("#stop")), chromedp.Click(chromedp.CSS("#stop")), chromedp.WaitVisible(chromedp.CSS("#control-result.ok")))
+	if got := b.Text("stop answer", "#control-result"); got != "stopped; savepoint /sp/savepoint-9-1" {
+		t.Errorf("stop answer %q", got)
+	}
+	if auth, body := spAuth.Load(), spBody.Load(); auth != "Bearer tk" || body != `{"stop":true}` {
+		t.Errorf("POST /api/v1/savepoints with Authorization %q and body %q, want \"Bearer tk\" and {\"stop\":true}", auth, body)
+	}
+	if got := dialogs(); !slices.Equal(got, []string{"Stop the job after a savepoint?"}) {
+		t.Errorf("dialogs %q, want the one confirmation", got)
 	}
 
 	clusterMode.Store(true)

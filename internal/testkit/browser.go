@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -87,6 +88,33 @@ func (b *Browser) Allow(allow func(m chromedp.ConsoleMessage) bool) {
 	b.mu.Lock()
 	b.allow = allow
 	b.mu.Unlock()
+}
+
+// AcceptDialogs accepts every JavaScript dialog (confirm, alert) the
+// page opens from now on and returns a function that lists their
+// messages so far.
+func (b *Browser) AcceptDialogs() func() []string {
+	var mu sync.Mutex
+	var msgs []string
+	dialogs := chromedp.Events(b.ctx, page.JavascriptDialogOpening)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			msgs = append(msgs, ev.Message)
+			mu.Unlock()
+			if _, err := chromedp.Call(b.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true}); err != nil {
+				return
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(msgs)
+	}
 }
 
 // Problems returns the console errors and warnings, uncaught exceptions
