@@ -28,7 +28,7 @@ import (
 )
 
 // server is the HTTP listener on metrics.address: /metrics, /healthz,
-// /readyz and the job API under /api/v1/.
+// /readyz, the job API under /api/v1/ and the web UI under /ui/ (ui.go).
 type server struct {
 	reg    *prometheus.Registry
 	logger *slog.Logger
@@ -394,7 +394,7 @@ func (s *server) serve(addr string) (func(), error) {
 			s.logger.Error("metrics listener failed", "err", err)
 		}
 	}()
-	s.logger.Info("serving /metrics, /healthz, /readyz and /api/v1", "address", ln.Addr().String())
+	s.logger.Info("serving /metrics, /healthz, /readyz, /api/v1 and the web UI at /ui/", "address", ln.Addr().String(), "ui", "http://"+ln.Addr().String()+"/ui/")
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
