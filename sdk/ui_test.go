@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +87,21 @@ func TestCheckpointHistoryMerge(t *testing.T) {
 		`{"id":6,"state":"in_progress","time":"2026-12-06T10:00:06Z","bytes":0,"dir":"/d/job/chk-6","duration_ms":90,"alignment_ms":0}]`
 	if string(got) != want {
 		t.Errorf("merged history\n%s\nwant\n%s", got, want)
+	}
+
+	// Restored from a savepoint in neither list: added from its metadata.
+	sp := filepath.Join(t.TempDir(), "savepoint-3-1")
+	meta, _ := json.Marshal(checkpoint.Metadata{Version: checkpoint.MetadataVersion, Job: "j", CheckpointID: 3, Savepoint: true, Timestamp: at, Bytes: 300})
+	if err := os.MkdirAll(sp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sp, checkpoint.MetadataFile), meta, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = json.Marshal(checkpointHistory(infos[2:], nil, sp))
+	want = `[{"id":3,"state":"completed","time":"2026-12-06T10:00:00Z","bytes":300,"dir":"` + sp + `","savepoint":true,"restored":true},` +
+		`{"id":5,"state":"completed","time":"2026-12-06T10:00:05Z","bytes":500,"dir":"/d/job/chk-5"}]`
+	if string(got) != want {
+		t.Errorf("restored from a savepoint elsewhere\n%s\nwant\n%s", got, want)
 	}
 }
