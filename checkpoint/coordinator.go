@@ -167,6 +167,8 @@ type Coordinator struct {
 	ready    map[runtime.TaskID]bool
 	lastID   int64
 	lastTime time.Time
+
+	history history // History; guarded by its own lock
 }
 
 // LastCompleted returns the id and completion time of the last checkpoint
@@ -281,7 +283,8 @@ func (c *Coordinator) Decline(task runtime.TaskID, id int64, err error) {
 }
 
 // AlignmentDuration implements runtime.CheckpointResponder.
-func (c *Coordinator) AlignmentDuration(_ runtime.TaskID, _ int64, d time.Duration) {
+func (c *Coordinator) AlignmentDuration(_ runtime.TaskID, id int64, d time.Duration) {
+	c.history.aligned(id, d)
 	if c.cfg.Metrics != nil {
 		c.cfg.Metrics.alignment.Observe(d.Seconds())
 	}
@@ -466,6 +469,7 @@ func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
 		return
 	}
 	c.pending = &pending{barrier: b, start: time.Now(), acks: map[runtime.TaskID]runtime.TaskSnapshot{}, timer: time.NewTimer(c.cfg.Timeout), req: req}
+	c.history.started(b.CheckpointID, b.Savepoint, b.Dir, c.pending.start)
 	c.logger.Debug("triggering checkpoint", "checkpoint_id", b.CheckpointID, "savepoint", b.Savepoint)
 	for _, s := range c.sources {
 		s.TriggerCheckpoint(b)
@@ -589,6 +593,7 @@ func (c *Coordinator) complete(p *pending) error {
 	c.lastID, c.lastTime = b.CheckpointID, m.Completed
 	c.mu.Unlock()
 	dur := time.Since(p.start)
+	c.history.completed(b.CheckpointID, b.Savepoint, b.Dir, m.Bytes, p.start.Add(dur))
 	c.logger.Info("checkpoint completed", "checkpoint_id", b.CheckpointID, "savepoint", b.Savepoint, "duration", dur, "bytes", m.Bytes, "dir", b.Dir)
 	if mt := c.cfg.Metrics; mt != nil {
 		mt.duration.Observe(dur.Seconds())
@@ -707,6 +712,7 @@ func (c *Coordinator) abort(reason error) {
 	c.pending, c.lastEnd = nil, time.Now()
 	p.timer.Stop()
 	b := p.barrier
+	c.history.failed(b.CheckpointID, b.Savepoint, b.Dir, reason, c.lastEnd)
 	c.logger.Warn("checkpoint failed", "checkpoint_id", b.CheckpointID, "savepoint", b.Savepoint, "err", reason)
 	if c.cfg.Metrics != nil {
 		c.cfg.Metrics.total.WithLabelValues(c.kind(p), "failed").Inc()

@@ -10,7 +10,8 @@ import (
 
 // TestTestCommandInstallsTools runs the README's test command
 // (scripts/test) and .ci/run in a sandbox whose PATH has none of kcat,
-// docker-compose, prometheus and promtool, with go, apt-get, id and sudo
+// docker-compose, prometheus, promtool, postgresql and chromium, with go,
+// apt-get, id and sudo
 // replaced by recorders: the command installs the missing tools through
 // apt-get (as root, or with sudo), then vets and tests; without root or
 // sudo it stops naming what to install.
@@ -25,20 +26,20 @@ func TestTestCommandInstallsTools(t *testing.T) {
 		stderr string
 	}{
 		{name: "root", script: "scripts/test", uid: "0", log: []string{
-			"apt-get update", "apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql",
+			"apt-get update", "apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql chromium",
 			"go version", "go vet ./...", "go test -race -count=1 -timeout 45m ./...",
 		}},
 		{name: ".ci/run calls it", script: ".ci/run", uid: "0", log: []string{
-			"apt-get update", "apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql",
+			"apt-get update", "apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql chromium",
 			"go version", "go vet ./...", "go test -race -count=1 -timeout 45m ./...",
 		}},
 		{name: "sudo", script: "scripts/test", uid: "1000", sudo: true, log: []string{
 			"sudo apt-get update", "apt-get update",
-			"sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql", "apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql",
+			"sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql chromium", "apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql chromium",
 			"go version", "go vet ./...", "go test -race -count=1 -timeout 45m ./...",
 		}},
 		{name: "neither root nor sudo", script: "scripts/test", uid: "1000", code: 1,
-			stderr: "scripts/test: kcat docker-compose prometheus postgresql missing, and neither root nor sudo to install them: apt-get install --no-install-recommends kcat docker-compose prometheus postgresql\n"},
+			stderr: "scripts/test: kcat docker-compose prometheus postgresql chromium missing, and neither root nor sudo to install them: apt-get install --no-install-recommends kcat docker-compose prometheus postgresql chromium\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bin := t.TempDir()

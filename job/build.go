@@ -123,12 +123,15 @@ type build struct {
 	sourceTasks []runtime.SourceTask
 	tasks       []runtime.Task
 	targets     []runtime.CheckpointTarget
+	// sinkTimes are the sink subtasks' meters (the others' are their
+	// outputs').
+	sinkTimes map[runtime.TaskID]*runtime.IOTimes
 }
 
 // newBuild starts the build of g.
 func newBuild(ctx context.Context, g *graph.Graph, set Settings, deps Deps, sc scope, rp restorePlan, m *Metrics, storage *checkpoint.Storage) *build {
 	b := &build{ctx: ctx, g: g, set: set, deps: deps, sc: sc, rp: rp, m: m, storage: storage,
-		resp: &responder{}, res: connector.NewResources(), srcByName: map[string]*graph.Source{}, readers: map[string]map[int32]int{},
+		resp: &responder{}, res: connector.NewResources(), sinkTimes: map[runtime.TaskID]*runtime.IOTimes{}, srcByName: map[string]*graph.Source{}, readers: map[string]map[int32]int{},
 		wires: &builder{g: g, maxP: rp.maxP, outputs: map[string][]*runtime.Output{}, gates: map[string][][]runtime.InputChannel{}, exchange: InProcessExchange{}}}
 	b.res.Set(buildKey{}, b)
 	srformat.SetMetrics(b.res, m.registry)
@@ -157,12 +160,11 @@ func (b *build) abort() {
 // wireGraph creates every vertex's outputs and gates and connects them
 // along the graph's edges.
 func (b *build) wireGraph() error {
-	rm := b.m.runtime
 	for _, s := range b.g.Sources {
-		b.wires.stage(s.Name, s.Parallelism, rm)
+		b.wires.stage(s.Name, s.Parallelism, b.m)
 	}
 	for _, op := range b.g.Operators {
-		b.wires.stage(op.Name, op.Parallelism, rm)
+		b.wires.stage(op.Name, op.Parallelism, b.m)
 	}
 	for _, sk := range b.g.Sinks {
 		b.wires.gates[sk.Name] = make([][]runtime.InputChannel, sk.Parallelism)
@@ -468,10 +470,11 @@ func (b *build) sinkSubtask(f *connector.SinkFactory, sk *graph.Sink, sub, p int
 		return fmt.Errorf("job: sink %q (%s) subtask %d: %w", sk.Name, f.Type, sub, err)
 	}
 	id := runtime.TaskID{Operator: sk.Name, Subtask: sub}
+	b.sinkTimes[id] = b.m.ioTimes(sk.Name, sub)
 	t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
 		ID: id, Gate: runtime.NewInputGate(b.wires.gates[sk.Name][sub]),
 		Operator: k, BootstrapInput: -1, RecordsIn: b.m.runtime.RecordsIn(sk.Name, sub), Responder: b.resp,
-		Watermark: b.m.watermark.Gauge(id),
+		Watermark: b.m.watermark.Gauge(id), IOTimes: b.sinkTimes[id],
 	})
 	b.tasks = append(b.tasks, t)
 	b.targets = append(b.targets, t)
@@ -525,6 +528,7 @@ func (b *build) finish() (*Job, error) {
 		}
 	}
 	b.j.coordinator = coord
+	b.j.signals = newSignals(b, b.deps.SignalWindow)
 	b.j.job = runtime.NewJob(b.sc.logger.With("component", "job"), b.deps.DrainTimeout, b.sources, b.tasks)
 	return b.j, nil
 }

@@ -114,6 +114,11 @@ type Deps struct {
 	// seam (checkpoint.CoordinatorConfig.Fault) for tests of a unit's
 	// commit order; no pipeline config sets it.
 	CheckpointFault func(point checkpoint.FaultPoint, checkpointID int64) bool
+	// SignalWindow is the sliding window of the per-subtask signals
+	// (busy, back-pressured and idle time, records in and out per second:
+	// Status, kstreamd_operator_*_time_ms_per_second); 0 means
+	// DefaultSignalWindow.
+	SignalWindow time.Duration
 }
 
 // ErrMaxParallelismChanged is wrapped by Build's error when the restored
@@ -134,6 +139,7 @@ type Job struct {
 	maxP        int
 	cache       *state.BlockCache
 	restoredDir string
+	restarts    []Restart   // the restarts before this attempt (restartLoop); set before it runs
 	deadLetters *kgo.Client // shared dead-letter producer of the operators' bad-record policies; nil when none
 	// purge deletes the unit's consumed repartition records after each
 	// committed checkpoint; nil outside cluster mode or in stage 0.
@@ -147,6 +153,9 @@ type Job struct {
 	// resources are the connectors' and formats' shared resources, closed
 	// when Run returns.
 	resources *connector.Resources
+	// signals are the subtasks' busy/back-pressured/idle times, rates and
+	// watermarks (signals.go), sampled while Run runs.
+	signals *signals
 }
 
 // subtaskRules is one subtask's operators.RulesReporter.
@@ -245,6 +254,10 @@ func (j *Job) Run(ctx context.Context) error {
 		go func() { defer close(purgeDone); j.purge.run(purgeCtx) }()
 		defer func() { stopPurge(); <-purgeDone }()
 	}
+	sigCtx, stopSignals := context.WithCancel(ctx)
+	sigDone := make(chan struct{})
+	go func() { defer close(sigDone); j.signals.run(sigCtx) }()
+	defer func() { stopSignals(); <-sigDone }()
 	coordCtx, stopCoord := context.WithCancel(ctx)
 	coordDone := make(chan error, 1)
 	go func() { coordDone <- j.coordinator.Run(coordCtx) }()
@@ -293,15 +306,34 @@ type Status struct {
 	// run (0: none yet); LastCheckpointTime when it completed.
 	LastCheckpointID   int64     `json:"last_checkpoint_id"`
 	LastCheckpointTime time.Time `json:"last_checkpoint_time,omitempty"`
+	// Edges are the graph's edges between the Operators' ids
+	// (signals.go).
+	Edges []EdgeStatus `json:"edges"`
+	// Restarts are the newest restarts of the job in this process before
+	// the running attempt, oldest first, with their causes.
+	Restarts []Restart `json:"restarts"`
 }
 
-// VertexStatus is one vertex of the job graph.
+// VertexStatus is one vertex of the job graph with its signals
+// (signals.go): ID is its uid; Subtasks each subtask's; the totals are
+// the records of every subtask per second, the highest busy and
+// back-pressured time of a subtask, the lowest watermark (omitted until
+// every subtask has one) and the state's disk space (Pebble; omitted when
+// not known).
 type VertexStatus struct {
-	Name        string `json:"name"`
-	Kind        string `json:"kind"` // source, operator or sink
-	Type        string `json:"type,omitempty"`
-	Topic       string `json:"topic,omitempty"`
-	Parallelism int    `json:"parallelism"`
+	ID                  string          `json:"id"`
+	Name                string          `json:"name"`
+	Kind                string          `json:"kind"` // source, operator or sink
+	Type                string          `json:"type,omitempty"`
+	Topic               string          `json:"topic,omitempty"`
+	Parallelism         int             `json:"parallelism"`
+	Subtasks            []SubtaskStatus `json:"subtasks"`
+	RecordsInPerS       float64         `json:"records_in_per_s"`
+	RecordsOutPerS      float64         `json:"records_out_per_s"`
+	BusyMsPerS          float64         `json:"busy_ms_per_s"`
+	BackPressuredMsPerS float64         `json:"backpressured_ms_per_s"`
+	WatermarkMs         *int64          `json:"watermark_ms,omitempty"`
+	StateBytes          *int64          `json:"state_bytes,omitempty"`
 }
 
 // Readiness reports whether the job is ready (the HTTP API's /readyz):
@@ -329,6 +361,7 @@ func (j *Job) Status() Status {
 	ready, _ := j.Readiness()
 	st := Status{Name: j.g.Job, Ready: ready, RestoredFrom: j.restoredDir, MaxParallelism: j.maxP}
 	st.LastCheckpointID, st.LastCheckpointTime = j.coordinator.LastCompleted()
+	st.Restarts = j.restartHistory()
 	for _, s := range j.g.Sources {
 		st.Operators = append(st.Operators, VertexStatus{Name: s.Name, Kind: "source", Topic: s.TopicDesc(), Parallelism: s.Parallelism})
 	}
@@ -338,6 +371,7 @@ func (j *Job) Status() Status {
 	for _, s := range j.g.Sinks {
 		st.Operators = append(st.Operators, VertexStatus{Name: s.Name, Kind: "sink", Type: s.Delivery.String(), Topic: s.Topic, Parallelism: s.Parallelism})
 	}
+	j.fillSignals(&st)
 	return st
 }
 

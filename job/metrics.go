@@ -41,6 +41,8 @@ type Metrics struct {
 	registry   *srformat.Metrics
 	postgres   *pgsink.Metrics
 
+	signals *signalMetrics
+
 	restarts  prometheus.Counter
 	state     *prometheus.GaugeVec
 	stateSize *stateSizes
@@ -82,6 +84,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.cluster, err = newClusterMetrics(reg); err != nil {
+		return nil, err
+	}
+	if m.signals, err = newSignalMetrics(reg); err != nil {
 		return nil, err
 	}
 	m.registry = srformat.NewMetrics(reg)
@@ -136,6 +141,19 @@ func (s *stateSizes) clear() {
 	s.mu.Lock()
 	clear(s.users)
 	s.mu.Unlock()
+}
+
+// size returns the disk space of subtask sub of op's state, false when
+// it has no open Pebble backend.
+func (s *stateSizes) size(op string, sub int) (int64, bool) {
+	s.mu.Lock()
+	du, ok := s.users[[2]string{op, strconv.Itoa(sub)}]
+	s.mu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	n, open := du.DiskSpaceUsage()
+	return int64(n), open
 }
 
 func (s *stateSizes) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 )
 
@@ -38,6 +39,9 @@ type restartLoop struct {
 	restartLevel slog.Level
 	// restarts is the number of restarts so far.
 	restarts int
+	// history holds the newest restarts with their causes; each attempt
+	// gets a copy before it runs (Job.Status's Restarts).
+	history []Restart
 }
 
 // setState tells state, when there is one.
@@ -67,6 +71,7 @@ func (l *restartLoop) run(ctx context.Context, j *Job) error {
 			}
 		}
 		if j != nil {
+			j.restarts = slices.Clone(l.history)
 			l.setState(j, StateRunning)
 			err = j.Run(ctx)
 			if l.ran != nil {
@@ -100,6 +105,7 @@ func (l *restartLoop) run(ctx context.Context, j *Job) error {
 			return fmt.Errorf("%w after %d restarts (%s); last failure: %w", ErrRestartsExhausted, l.restarts, l.strategy, err)
 		}
 		l.restarts++
+		l.recordRestart(time.Now(), err)
 		l.setState(nil, StateRestarting)
 		l.metrics.restarts.Inc()
 		l.logger.Log(ctx, l.restartLevel, l.restartMsg, "attempt", l.restarts, "backoff", backoff, "strategy", l.strategy.String(), "err", err)

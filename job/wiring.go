@@ -70,11 +70,11 @@ func (b *builder) head(vertex string) string {
 }
 
 // stage creates the outputs of a vertex with p subtasks and its empty gates.
-func (b *builder) stage(name string, p int, rm *runtime.Metrics) {
+func (b *builder) stage(name string, p int, m *Metrics) {
 	outs := make([]*runtime.Output, p)
 	for i := range outs {
-		outs[i] = runtime.NewOutput(rm.RecordsOut(name, i))
-		outs[i].SetBackPressure(rm.BackPressure(name, i))
+		outs[i] = runtime.NewOutput(m.runtime.RecordsOut(name, i))
+		outs[i].SetIOTimes(m.ioTimes(name, i))
 	}
 	b.outputs[name] = outs
 	b.gates[name] = make([][]runtime.InputChannel, p)

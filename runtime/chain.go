@@ -62,6 +62,12 @@ func (e *chainedError) Unwrap() error { return e.err }
 // bind makes c part of task t's chain.
 func (c *ChainedOperator) bind(t *OperatorTask) {
 	c.name, c.responder, c.snapshots = c.ID.String(), t.responder, &t.snapshots
+	if c.Output != nil && t.times != nil {
+		// One goroutine, one meter: the chained operator's time counters
+		// count the task's time.
+		t.times.Adopt(c.Output.IOTimes())
+		c.Output.SetIOTimes(t.times)
+	}
 	if ba, ok := c.Operator.(BadRecordAware); ok {
 		ba.SetBadRecordHandlers([]BadRecordHandler{c.BadRecords})
 	}

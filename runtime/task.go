@@ -91,6 +91,10 @@ type OperatorTask struct {
 	// blocked on the broker ends when the job is cancelled.
 	runCtx context.Context
 
+	// times is the subtask's meter of idle, back-pressured and busy time
+	// (OperatorTaskConfig.IOTimes); may be nil.
+	times *IOTimes
+
 	// mailWakes counts the times the loop woke for mail rather than input;
 	// read by tests from other goroutines.
 	mailWakes atomic.Int64
@@ -140,6 +144,11 @@ type OperatorTaskConfig struct {
 	// operator and expects their snapshots under their own ids
 	// (SideOutputIDs). Chained operators read one input.
 	Chain []*ChainedOperator
+	// IOTimes, if not nil, meters the subtask's idle, back-pressured and
+	// busy time (a sink, which has no Output); nil means Output's
+	// (Output.IOTimes). The chained operators' outputs are made to count
+	// their back-pressure in it too.
+	IOTimes *IOTimes
 }
 
 // NewOperatorTask returns a task from cfg.
@@ -150,7 +159,10 @@ func NewOperatorTask(cfg OperatorTaskConfig) *OperatorTask {
 	}
 	t := &OperatorTask{id: cfg.ID, name: cfg.ID.String(), gate: cfg.Gate, op: cfg.Operator, out: cfg.Output, mailbox: mb,
 		recIn: cfg.RecordsIn, bootstrp: cfg.BootstrapInput, responder: cfg.Responder, badByInput: cfg.BadRecords, sides: cfg.SideOutputs,
-		chain: cfg.Chain}
+		chain: cfg.Chain, times: cfg.IOTimes}
+	if t.times == nil && t.out != nil {
+		t.times = t.out.IOTimes()
+	}
 	for _, c := range t.chain {
 		c.bind(t)
 	}
@@ -292,6 +304,8 @@ func (t *OperatorTask) NotifyCheckpointAborted(id int64) {
 // channel ended, EndInput, forward end-of-input, close.
 func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 	t.runCtx = ctx
+	t.times.Start()
+	defer t.times.Stop()
 	if err := t.op.Open(ctx); err != nil {
 		return fmt.Errorf("%s: open: %w", t.name, err)
 	}
@@ -343,7 +357,9 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 				}
 			}
 			var err error
+			t.times.BeginIdle()
 			el, ch, ok, err = t.gate.Next(ctx, t.mailbox.Ready())
+			t.times.EndIdle()
 			if err != nil {
 				return err
 			}

@@ -247,6 +247,16 @@ func (g *WatermarkGauge) Set(wm time.Time) {
 	}
 }
 
+// Value returns the last watermark set, in Unix milliseconds, and false
+// when none was set yet (or g is nil).
+func (g *WatermarkGauge) Value() (int64, bool) {
+	if g == nil {
+		return 0, false
+	}
+	ms := g.c.Load()
+	return ms, ms != math.MinInt64
+}
+
 // Describe implements prometheus.Collector.
 func (m *WatermarkMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.wm; ch <- m.lag }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
@@ -75,8 +74,8 @@ func (p KeyGroupPartitioner) Select(rec *Record, n int) int {
 type Writer struct {
 	channels    []Channel
 	partitioner Partitioner
-	keys        KeySelector               // nil: records keep their key
-	blocked     interface{ Add(float64) } // seconds spent waiting on full channels; may be nil
+	keys        KeySelector // nil: records keep their key
+	times       *IOTimes    // the emitting subtask's meter: waits on full channels are back-pressure; may be nil
 	// scratch is the copy of the record a key selector or a partitioner
 	// other than the built-in ones sees, during the call only: handing
 	// them a pointer to Emit's own record would move every record to the
@@ -253,12 +252,8 @@ func (w *Writer) send(ctx context.Context, ch Channel, el Element) error {
 		return nil
 	default:
 	}
-	start := time.Now()
-	defer func() {
-		if w.blocked != nil {
-			w.blocked.Add(time.Since(start).Seconds())
-		}
-	}()
+	w.times.BeginBackPressure()
+	defer w.times.EndBackPressure()
 	select {
 	case ch <- el:
 		return nil
@@ -275,7 +270,7 @@ type Output struct {
 	// chained are the operators chained to the emitting one (AddChained).
 	chained []*ChainedOperator
 	counter interface{ Inc() }
-	blocked interface{ Add(float64) }
+	times   *IOTimes
 }
 
 // NewOutput returns an output over writers; recordsOut, if not nil, is
@@ -286,8 +281,8 @@ func NewOutput(recordsOut interface{ Inc() }, writers ...*Writer) *Output {
 
 // AddWriter adds a downstream operator's writer.
 func (o *Output) AddWriter(w *Writer) {
-	if w.blocked == nil {
-		w.blocked = o.blocked
+	if w.times == nil {
+		w.times = o.times
 	}
 	o.writers = append(o.writers, w)
 }
@@ -304,8 +299,8 @@ func (o *Output) AddChained(c *ChainedOperator) { o.chained = append(o.chained, 
 // (Flink's OutputTag): it gets what EmitSide(tag) emits, and every control
 // element.
 func (o *Output) AddSideWriter(tag string, w *Writer) {
-	if w.blocked == nil {
-		w.blocked = o.blocked
+	if w.times == nil {
+		w.times = o.times
 	}
 	if o.side == nil {
 		o.side = map[string][]*Writer{}
@@ -334,18 +329,29 @@ func (o *Output) EmitSide(ctx context.Context, tag string, rec Record) error {
 	return nil
 }
 
-// SetBackPressure makes every writer of o, present and future, add the
-// seconds it waits on a full downstream channel to c.
-func (o *Output) SetBackPressure(c interface{ Add(float64) }) {
-	o.blocked = c
+// SetIOTimes makes m the meter of the subtask emitting to o: every
+// writer of o, present and future, counts its waits on a full downstream
+// channel as back-pressure in m (Flink's backPressuredTimeMsPerSecond).
+// The task running the subtask counts its idle time in the same meter
+// (IOTimes).
+func (o *Output) SetIOTimes(m *IOTimes) {
+	o.times = m
 	for _, w := range o.writers {
-		w.blocked = c
+		w.times = m
 	}
 	for _, ws := range o.side {
 		for _, w := range ws {
-			w.blocked = c
+			w.times = m
 		}
 	}
+}
+
+// IOTimes returns the meter SetIOTimes set (nil: none, or a nil o).
+func (o *Output) IOTimes() *IOTimes {
+	if o == nil {
+		return nil
+	}
+	return o.times
 }
 
 // Emit sends rec to every downstream operator; see Writer.Emit. A writer

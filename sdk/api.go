@@ -28,7 +28,7 @@ import (
 )
 
 // server is the HTTP listener on metrics.address: /metrics, /healthz,
-// /readyz and the job API under /api/v1/.
+// /readyz, the job API under /api/v1/ and the web UI under /ui/ (ui.go).
 type server struct {
 	reg    *prometheus.Registry
 	logger *slog.Logger
@@ -168,6 +168,7 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/checkpoints", s.authorized(s.checkpoints))
 	mux.HandleFunc("GET /api/v1/rules", s.authorized(s.rules))
 	mux.HandleFunc("GET /api/v1/checkpoints/{id}", s.authorized(s.checkpointDetails))
+	s.routeUI(mux)
 	mux.HandleFunc("/api/v1/", s.authorized(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, SavepointResponse{Error: "no API endpoint " + r.Method + " " + r.URL.Path})
 	}))
@@ -316,17 +317,34 @@ func (s *server) checkpointDetails(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sum)
 }
 
-// CheckpointInfo is one entry of the HTTP API's GET /api/v1/checkpoints: a checkpoint or savepoint id, its state (completed or incomplete), when it was taken, its size in bytes and its directory.
+// CheckpointInfo is one entry of the HTTP API's GET /api/v1/checkpoints: a
+// checkpoint or savepoint id, its state, when it was triggered, its size
+// in bytes and its directory; for one the running attempt triggered
+// (checkpoint.Coordinator.History) also its duration, longest barrier
+// alignment and failure reason (checkpointHistory).
 type CheckpointInfo struct {
-	ID    int64     `json:"id"`
+	ID int64 `json:"id"`
+	// State is completed or incomplete (on disk), failed or in_progress
+	// (the running attempt's).
 	State string    `json:"state"`
 	Time  time.Time `json:"time"`
 	Bytes int64     `json:"bytes"`
 	Dir   string    `json:"dir"`
+	// Savepoint marks a savepoint; Restored the checkpoint or savepoint
+	// the running attempt restored from.
+	Savepoint bool `json:"savepoint,omitempty"`
+	Restored  bool `json:"restored,omitempty"`
+	// DurationMS (trigger to commit or abort; so far while in progress)
+	// and AlignmentMS (the longest alignment of a subtask) are
+	// milliseconds, omitted for a checkpoint of an earlier attempt.
+	DurationMS  *int64 `json:"duration_ms,omitempty"`
+	AlignmentMS *int64 `json:"alignment_ms,omitempty"`
+	// Failure is why a failed checkpoint failed.
+	Failure string `json:"failure,omitempty"`
 }
 
 func (s *server) checkpoints(w http.ResponseWriter, _ *http.Request) {
-	_, st := s.current()
+	j, st := s.current()
 	if st == nil {
 		writeJSON(w, http.StatusServiceUnavailable, SavepointResponse{Error: "job not running"})
 		return
@@ -336,11 +354,7 @@ func (s *server) checkpoints(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, SavepointResponse{Error: err.Error()})
 		return
 	}
-	out := []CheckpointInfo{}
-	for _, in := range infos {
-		out = append(out, CheckpointInfo{ID: in.ID, State: in.State, Time: in.Time, Bytes: in.Bytes, Dir: in.Dir})
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, checkpointHistory(infos, j.Coordinator().History(), j.RestoredFrom()))
 }
 
 // notRunning says why no attempt answers: starting or restarting.
@@ -380,7 +394,7 @@ func (s *server) serve(addr string) (func(), error) {
 			s.logger.Error("metrics listener failed", "err", err)
 		}
 	}()
-	s.logger.Info("serving /metrics, /healthz, /readyz and /api/v1", "address", ln.Addr().String())
+	s.logger.Info("serving /metrics, /healthz, /readyz, /api/v1 and the web UI at /ui/", "address", ln.Addr().String(), "ui", "http://"+ln.Addr().String()+"/ui/")
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

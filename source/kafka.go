@@ -535,6 +535,9 @@ func (s *KafkaSource) NotifyCheckpointAborted(id int64) {
 // (or a stop-with-savepoint barrier was emitted), then emits end-of-input
 // and returns nil. It returns an error only if ctx ends or the output fails.
 func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) error {
+	times := s.cfg.Output.IOTimes()
+	times.Start()
+	defer times.Stop()
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -805,6 +808,10 @@ func (s *KafkaSource) poll(ctx context.Context) kgo.Fetches {
 	pctx, release := s.mailbox.Interruptible(pctx)
 	defer release()
 	s.wakes.Add(1)
+	// Waiting for records is the subtask's idle time.
+	times := s.cfg.Output.IOTimes()
+	times.BeginIdle()
+	defer times.EndIdle()
 	return s.cl.PollRecords(pctx, 1000)
 }
 

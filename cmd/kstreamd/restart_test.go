@@ -349,6 +349,27 @@ func restartAfterFailures(t *testing.T, failures int64) {
 	if got, _ := testkit.Scrape(p.url(), "kstreamd_job_restarts_total", nil); got != 3 {
 		t.Errorf("kstreamd_job_restarts_total = %v, want 3", got)
 	}
+	// The API lists the three restarts with their causes (the web UI's
+	// restarts table).
+	var st struct {
+		Restarts []struct {
+			Time  time.Time `json:"time"`
+			Cause string    `json:"cause"`
+		} `json:"restarts"`
+	}
+	if resp, err := http.Get("http://" + metrics + "/api/v1/job"); err != nil {
+		t.Errorf("GET /api/v1/job: %v", err)
+	} else if err := jsonDecode(resp, &st); err != nil {
+		t.Errorf("GET /api/v1/job: %v", err)
+	}
+	if len(st.Restarts) != 3 {
+		t.Errorf("/api/v1/job lists %d restarts, want 3: %+v", len(st.Restarts), st.Restarts)
+	}
+	for i, r := range st.Restarts {
+		if !strings.Contains(r.Cause, "fail_n_times: injected failure") || r.Time.IsZero() || i > 0 && r.Time.Before(st.Restarts[i-1].Time) {
+			t.Errorf("restart %d: %+v; want a time in order and the injected failure as its cause", i+1, r)
+		}
+	}
 	for state, want := range map[string]float64{"running": 1, "restarting": 0, "failed": 0} {
 		if got, _ := testkit.Scrape(p.url(), "kstreamd_job_state", map[string]string{"state": state}); got != want {
 			t.Errorf("kstreamd_job_state{state=%q} = %v, want %v", state, got, want)
