@@ -174,6 +174,7 @@ func TestBackPressureSignals(t *testing.T) {
 		t.Fatalf("not every subtask idle with watermark 1008: %s", statusJSON(st))
 	}
 	checkGraph(t, st)
+	checkContract(t, st)
 	if wms := subtaskWatermarks(st, "in"); !slices.Equal(wms, []int64{1008, 2008}) {
 		t.Fatalf("source subtask watermarks %v, want 1008 and 2008", wms)
 	}
@@ -282,6 +283,48 @@ func checkGraph(t *testing.T, st job.Status) {
 	slices.Sort(edges)
 	if want := []string{"big-chain->project", "in-forward->big", "project-rebalance->slow"}; !slices.Equal(edges, want) {
 		t.Fatalf("edges %v, want %v", edges, want)
+	}
+}
+
+// checkContract asserts the JSON names of GET /api/v1/job's graph (the
+// shared API contract the web UI reads): every vertex has id, subtasks
+// and the totals, every subtask its figures, every edge from, to and
+// kind; with every subtask's watermark set, watermark_ms is everywhere.
+func checkContract(t *testing.T, st job.Status) {
+	t.Helper()
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Operators []map[string]json.RawMessage `json:"operators"`
+		Edges     []map[string]json.RawMessage `json:"edges"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	has := func(what string, m map[string]json.RawMessage, keys ...string) {
+		for _, k := range keys {
+			if _, ok := m[k]; !ok {
+				t.Fatalf("%s has no %q: %s", what, k, b)
+			}
+		}
+	}
+	for _, v := range doc.Operators {
+		has("vertex", v, "id", "name", "kind", "parallelism", "subtasks", "records_in_per_s", "records_out_per_s", "busy_ms_per_s", "backpressured_ms_per_s", "watermark_ms")
+		var subs []map[string]json.RawMessage
+		if err := json.Unmarshal(v["subtasks"], &subs); err != nil || len(subs) == 0 {
+			t.Fatalf("subtasks %s: %v", v["subtasks"], err)
+		}
+		for _, s := range subs {
+			has("subtask", s, "index", "busy_ms_per_s", "backpressured_ms_per_s", "idle_ms_per_s", "records_in_per_s", "records_out_per_s", "watermark_ms")
+		}
+	}
+	if len(doc.Edges) != 3 {
+		t.Fatalf("edges %s", b)
+	}
+	for _, e := range doc.Edges {
+		has("edge", e, "from", "to", "kind")
 	}
 }
 
