@@ -147,6 +147,8 @@ type Job struct {
 	// resources are the connectors' and formats' shared resources, closed
 	// when Run returns.
 	resources *connector.Resources
+	// queries are the keyed operator subtasks QueryState reads (query.go).
+	queries queries
 }
 
 // subtaskRules is one subtask's operators.RulesReporter.
@@ -227,6 +229,7 @@ func (r *responder) caughtUp(id runtime.TaskID) { r.c.SourceCaughtUp(id) }
 // fail (then it returns the failure). It releases the shared block cache when
 // it returns.
 func (j *Job) Run(ctx context.Context) error {
+	defer j.queries.stop()
 	defer func() {
 		if err := j.resources.Close(); err != nil {
 			j.logger.Warn("could not close the connectors' resources", "err", err)
