@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/state"
 )
@@ -156,5 +158,85 @@ func TestQueryStateWhileRunning(t *testing.T) {
 				t.Errorf("after Run returned: %v, want job.ErrNotRunning", err)
 			}
 		})
+	}
+}
+
+// TestMemberQueryState runs the two stages of a keyed count (2 units
+// each) on two members of one group: after 1,000 clicks (200 per user),
+// the member running the stage-1 unit that owns user u1's key group
+// answers its count, 200, naming the unit; the other member answers a
+// *job.NotOwnerError naming that unit and the member holding it, as the
+// group reports it; an operator no stage has is a *job.UnknownOperatorError.
+func TestMemberQueryState(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
+	opts, st, set := f.opts, f.st, f.set
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	members := map[string]*job.Member{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, id := range []string{"m1", "m2"} {
+		s := set
+		s.StateDir += "/" + id
+		s.CheckpointDir += "/" + id
+		wg.Go(func() {
+			err := job.RunMember(ctx, st, s, job.Deps{Registerer: prometheus.NewRegistry(), ClientOpts: opts}, job.MemberConfig{
+				GroupID: "clicks-cluster", MemberID: id,
+				SessionTimeout: 10 * time.Second, RebalanceTimeout: time.Minute, RevokeTimeout: 30 * time.Second,
+				OnJoined: func(m *job.Member) { mu.Lock(); members[id] = m; mu.Unlock() },
+			})
+			if err != nil {
+				t.Errorf("%s: RunMember: %v", id, err)
+			}
+		})
+	}
+	defer wg.Wait()
+	defer cancel()
+	produceEach(t, opts, "clicks", 0, 1000, clickOf5)
+	// Poll until the group settled (each member holds units and is ready)
+	// and u1's unit has counted all 200 of its clicks.
+	var owner, other *job.Member
+	var ans job.StateAnswer
+	var notOwner *job.NotOwnerError
+	ok := testkit.Poll(2*time.Minute, func() bool {
+		mu.Lock()
+		m1, m2 := members["m1"], members["m2"]
+		mu.Unlock()
+		if m1 == nil || m2 == nil || !m1.Ready() || !m2.Ready() {
+			return false
+		}
+		qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer qcancel()
+		owner, other, notOwner = nil, nil, nil
+		for _, pair := range [][2]*job.Member{{m1, m2}, {m2, m1}} {
+			a, err := pair[0].QueryState(qctx, "per_user", "count", []byte("u1"))
+			if err == nil && a.Found && string(a.Value) == "200" {
+				owner, ans = pair[0], a
+				_, err = pair[1].QueryState(qctx, "per_user", "count", []byte("u1"))
+				if errors.As(err, &notOwner) && notOwner.Owner == owner.ID() {
+					other = pair[1]
+				}
+			}
+		}
+		return owner != nil && other != nil
+	})
+	if !ok {
+		t.Fatalf("no member answered u1's count 200 while the other named it (last: owner %v, answer %+v, other's error %v)", owner != nil, ans, notOwner)
+	}
+	kg := ans.KeyGroup
+	wantUnit := job.UnitID{Stage: 1, Unit: 0}
+	if kg >= 8 {
+		wantUnit.Unit = 1
+	}
+	if ans.Unit == nil || *ans.Unit != wantUnit || ans.Operator != "per_user" || ans.Subtask != 0 {
+		t.Errorf("owner's answer %+v (unit %v), want per_user of unit %+v", ans, ans.Unit, wantUnit)
+	}
+	if notOwner.Unit != wantUnit || notOwner.Host == "" {
+		t.Errorf("other member's error %+v, want unit %+v, owner %s with its host", notOwner, wantUnit, owner.ID())
+	}
+	_, err := other.QueryState(ctx, "nope", "count", []byte("u1"))
+	var uo *job.UnknownOperatorError
+	if !errors.As(err, &uo) || fmt.Sprint(uo.Keyed) != "[per_user]" {
+		t.Errorf("unknown operator: %v, want *job.UnknownOperatorError listing per_user", err)
 	}
 }
