@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -90,14 +89,8 @@ func TestQueryableState(t *testing.T) {
 				recs = append(recs, &kgo.Record{Topic: "events", Key: []byte(k), Value: fmt.Appendf(nil, `{"key":%q,"shop":%d}`, k, shops[i])})
 			}
 			produce(t, newClient(t, broker), recs...)
-			for _, op := range []string{"counts", "per_shop"} {
-				if !testkit.Poll(30*time.Second, func() bool {
-					read, err := testkit.Scrape(p.url(), "kstreamd_operator_records_in_total", map[string]string{"operator": op})
-					return p.exited() || err == nil && read >= float64(len(recs))
-				}) || p.exited() {
-					t.Fatalf("%s did not read %d records within 30s (exited: %v)", op, len(recs), p.exited())
-				}
-			}
+			countedIn(t, p, "counts", len(recs))
+			countedIn(t, p, "per_shop", len(recs))
 			d := &daemon{metrics: metrics}
 			get := func(path string) (int, stateAnswer) {
 				t.Helper()
