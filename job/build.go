@@ -397,6 +397,7 @@ func (b *build) operatorSubtask(op *graph.Operator, sub int, restore *operators.
 	if err != nil {
 		return nil, err
 	}
+	b.j.queries.add(b.g, op, sub, b.sc.keyGroups(b.j.maxP, op.Parallelism, sub), kop, mailbox)
 	bootstrap := -1
 	if op.Broadcast != "" {
 		bootstrap = 1

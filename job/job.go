@@ -156,6 +156,8 @@ type Job struct {
 	// signals are the subtasks' busy/back-pressured/idle times, rates and
 	// watermarks (signals.go), sampled while Run runs.
 	signals *signals
+	// queries are the keyed operator subtasks QueryState reads (query.go).
+	queries queries
 }
 
 // subtaskRules is one subtask's operators.RulesReporter.
@@ -236,6 +238,7 @@ func (r *responder) caughtUp(id runtime.TaskID) { r.c.SourceCaughtUp(id) }
 // fail (then it returns the failure). It releases the shared block cache when
 // it returns.
 func (j *Job) Run(ctx context.Context) error {
+	defer j.queries.stop()
 	defer func() {
 		if err := j.resources.Close(); err != nil {
 			j.logger.Warn("could not close the connectors' resources", "err", err)

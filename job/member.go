@@ -107,7 +107,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		deps.Metrics = m
 	}
 	cm := deps.Metrics.cluster
-	mem := &Member{id: mc.MemberID, group: mc.GroupID, job: st.Job, topic: UnitsTopic(st.Job), units: st.Units, running: map[int32]*unitRun{}}
+	mem := &Member{id: mc.MemberID, group: mc.GroupID, job: st.Job, topic: UnitsTopic(st.Job), units: st.Units, running: map[int32]*unitRun{}, stages: st}
 	mu, units := &mem.mu, mem.running
 	// A unit whose restart strategy gives up fails the member (Flink's
 	// job failing terminally): RunMember revokes its other units and
@@ -307,6 +307,7 @@ type Member struct {
 	cl                    *kgo.Client
 	mu                    sync.Mutex // guards running
 	running               map[int32]*unitRun
+	stages                *graph.Stages // the job's stages, for QueryState (query_cluster.go)
 }
 
 // ClusterStatus is a member's view of its cluster-mode job (GET

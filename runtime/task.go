@@ -347,6 +347,9 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 	}
 	pending := t.startBootstrap()
 	for !t.gate.Finished() {
+		if err := t.runPendingMail(); err != nil { // mail.go
+			return err
+		}
 		el, ch, ok := t.gate.TryNext()
 		if !ok {
 			// Nothing to read: hand the output's batches on before
@@ -620,9 +623,10 @@ func (t *OperatorTask) maybeAligned(ctx context.Context) error {
 	if t.responder != nil {
 		t.responder.AlignmentDuration(t.id, b.CheckpointID, time.Since(t.alignStart))
 	}
-	// The mail posted so far runs first: the loop prefers input over mail,
-	// so under a steady input the completion notices of earlier
-	// checkpoints would wait here; a two-phase-commit writer commits them
+	// The mail posted so far runs first (the loop runs mail before each
+	// element, runPendingMail, but more may have come while this one was
+	// handled): the completion notices of earlier checkpoints; a
+	// two-phase-commit writer commits them
 	// before it pre-commits this one (else its pool of transactional ids
 	// runs out while commits wait behind records).
 	t.mailbox.TryYieldAll()

@@ -169,6 +169,7 @@ func (s *server) handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/rules", s.authorized(s.rules))
 	mux.HandleFunc("GET /api/v1/checkpoints/{id}", s.authorized(s.checkpointDetails))
 	s.routeUI(mux)
+	mux.HandleFunc("GET /api/v1/state/{operator}/{state}", s.stateReads(s.queryState)) // state_api.go
 	mux.HandleFunc("/api/v1/", s.authorized(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, SavepointResponse{Error: "no API endpoint " + r.Method + " " + r.URL.Path})
 	}))

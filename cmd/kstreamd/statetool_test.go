@@ -56,13 +56,16 @@ func keyedEvents(keys ...string) []*kgo.Record {
 	return out
 }
 
-// countedAndCheckpointed waits until operator op read n records in all and
-// two checkpoints completed after that (the second was triggered after the
-// last record was counted), and returns the id of the last completed one.
-func countedAndCheckpointed(t *testing.T, p interface {
+// scrapedProcess is a running daemon whose metrics a test scrapes.
+type scrapedProcess interface {
 	url() string
 	exited() bool
-}, op string, n int) int64 {
+}
+
+// countedIn waits until operator op read n records in all (its
+// kstreamd_operator_records_in_total), failing the test after 30 s or when
+// the daemon exited.
+func countedIn(t *testing.T, p scrapedProcess, op string, n int) {
 	t.Helper()
 	if !testkit.Poll(30*time.Second, func() bool {
 		read, err := testkit.Scrape(p.url(), "kstreamd_operator_records_in_total", map[string]string{"operator": op})
@@ -70,6 +73,14 @@ func countedAndCheckpointed(t *testing.T, p interface {
 	}) || p.exited() {
 		t.Fatalf("%s did not read %d records within 30s (exited: %v)", op, n, p.exited())
 	}
+}
+
+// countedAndCheckpointed waits until operator op read n records in all and
+// two checkpoints completed after that (the second was triggered after the
+// last record was counted), and returns the id of the last completed one.
+func countedAndCheckpointed(t *testing.T, p scrapedProcess, op string, n int) int64 {
+	t.Helper()
+	countedIn(t, p, op, n)
 	first, _ := testkit.Scrape(p.url(), "kstreamd_checkpoint_last_completed_id", nil)
 	var id float64
 	if !testkit.Poll(15*time.Second, func() bool {
