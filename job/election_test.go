@@ -179,3 +179,78 @@ func TestWrongGraphGetsNoUnits(t *testing.T) {
 		}
 	}
 }
+
+// threeStagesYAML is a keyed count by user recounted by key: three stages
+// (the count, the recount, the sink's), 4 units each. The recount of the
+// counts u -> 1..n is again u -> 1..n (checkUserCounts).
+var threeStagesYAML = strings.Replace(unitsYAML, `sinks:
+  - name: counts
+    input: per_user`, `  - name: recount
+    type: keyed_count
+    input: per_user
+    key_by: key
+sinks:
+  - name: counts
+    input: recount`, 1)
+
+// TestLeaveHandsOverAtOnce is item 4's acceptance test of issue 28: three
+// members run 3 stages of 4 units, 4 units each (1 or 2 of every stage);
+// one stops (its ctx ends, SIGTERM's path): its units take their final
+// checkpoint, it leaves the group, and its units run on the other two
+// within 5 s of its stop, far below the 30 s session timeout;
+// nothing was lost or doubled: the read_committed output holds, per key,
+// exactly the counts 1..n.
+func TestLeaveHandsOverAtOnce(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", threeStagesYAML, kfake.SeedTopics(2, "clicks", "counts"))
+	if n := len(f.st.Stages); n != 3 {
+		t.Fatalf("%d stages, want 3", n)
+	}
+	const users, perUser, session = 5, 20, 30 * time.Second
+	committed := func() []*kgo.Record {
+		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
+	}
+	produceClicks(t, f.opts, 0, perUser/2, users)
+	a := startMember(t, f.st, f.set, f.opts, "a", session)
+	b := startMember(t, f.st, f.set, f.opts, "b", session)
+	c := startMember(t, f.st, f.set, f.opts, "c", session)
+	var on map[string]string
+	if !testkit.Poll(2*time.Minute, func() bool {
+		on = runningOn(a, b, c)
+		n := map[string]int{}
+		for _, m := range on {
+			n[m]++
+		}
+		return len(on) == 12 && n["a"] == 4 && n["b"] == 4 && n["c"] == 4 && len(committed()) >= users*perUser/2
+	}) {
+		t.Fatalf("the units never ran 4/4/4 with the first half committed: %v", on)
+	}
+	for s := range 3 {
+		n := map[string]int{}
+		for u := range 4 {
+			n[on[fmt.Sprintf("%d/%d", s, u)]]++
+		}
+		for _, m := range []string{"a", "b", "c"} {
+			if n[m] < 1 || n[m] > 2 {
+				t.Errorf("stage %d: %v, want 1 or 2 units on each member", s, n)
+			}
+		}
+	}
+	stopped := time.Now()
+	c.stop(t)
+	produceClicks(t, f.opts, perUser/2, perUser, users)
+	if !testkit.Poll(2*time.Minute, func() bool { on = runningOn(a, b); return len(on) == 12 && !slices.Contains(slices.Collect(maps.Values(on)), "two") }) {
+		t.Fatalf("a and b never ran every unit: %v", on)
+	}
+	took := time.Since(stopped)
+	t.Logf("c's units ran on a and b %v after c stopped", took)
+	if took > 5*time.Second {
+		t.Errorf("c's units ran on a and b %v after c stopped, want within 5s (the session timeout is %v)", took, session)
+	}
+	if !strings.Contains(c.logs.String(), `msg="left the group`) {
+		t.Errorf("c did not leave the group:\n%s", c.logs.String())
+	}
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser }) {
+		t.Fatalf("output holds %d records, want %d", len(committed()), users*perUser)
+	}
+	checkUserCounts(t, committed(), users, perUser)
+}
