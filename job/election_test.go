@@ -238,7 +238,10 @@ func TestLeaveHandsOverAtOnce(t *testing.T) {
 	stopped := time.Now()
 	c.stop(t)
 	produceClicks(t, f.opts, perUser/2, perUser, users)
-	if !testkit.Poll(2*time.Minute, func() bool { on = runningOn(a, b); return len(on) == 12 && !slices.Contains(slices.Collect(maps.Values(on)), "two") }) {
+	if !testkit.Poll(2*time.Minute, func() bool {
+		on = runningOn(a, b)
+		return len(on) == 12 && !slices.Contains(slices.Collect(maps.Values(on)), "two")
+	}) {
 		t.Fatalf("a and b never ran every unit: %v", on)
 	}
 	took := time.Since(stopped)

@@ -19,7 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/sink"
 )
 
 // MemberConfig is how a daemon takes part in the group of a cluster-mode
@@ -31,6 +33,11 @@ type MemberConfig struct {
 	// SessionTimeout and RebalanceTimeout are the group's; RevokeTimeout
 	// bounds a revoked unit's final checkpoint (below RebalanceTimeout).
 	SessionTimeout, RebalanceTimeout, RevokeTimeout time.Duration
+	// TakeoverTimeout bounds each build of a unit (cluster.takeover_timeout:
+	// HEAD claim, commits of the restored transactions, fencing, state
+	// download); one that takes longer fails and the unit is rebuilt after
+	// its restart strategy's back-off. 0: unbounded.
+	TakeoverTimeout time.Duration
 	// OnJoined, if not nil, is called once the member's group client is
 	// up (before any unit is assigned), with the member (the HTTP API's
 	// status and readiness).
@@ -100,6 +107,9 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	if err != nil {
 		return err
 	}
+	if err := checkTransactionTimeouts(ctx, deps.ClientOpts, st); err != nil {
+		return err
+	}
 	if err := EnsureRepartitionTopics(ctx, deps.ClientOpts, st); err != nil {
 		return err
 	}
@@ -157,7 +167,9 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 			strategy, _ := NewRestartStrategy(restartCfg, nil) // validated above
 			l := &restartLoop{strategy: strategy, metrics: deps.Metrics, logger: ulog, unit: fmt.Sprintf("unit %d/%d", stage, index),
 				restartMsg: "unit failed; rebuilding", restartLevel: slog.LevelError,
-				build: func(ctx context.Context) (*Job, error) { return Build(ctx, st.Stages[stage].Graph, s, deps) }}
+				build: func(ctx context.Context) (*Job, error) {
+					return buildUnit(ctx, st.Stages[stage].Graph, s, deps, mc.TakeoverTimeout)
+				}}
 			setJob := func(j *Job) {
 				r.mu.Lock()
 				r.job = j
@@ -291,6 +303,51 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	}
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return err // a unit's restart strategy gave up
+	}
+	return nil
+}
+
+// ErrTakeoverTimeout is wrapped by the error of a unit's build that did
+// not finish within MemberConfig.TakeoverTimeout.
+var ErrTakeoverTimeout = errors.New("job: the takeover did not finish within cluster.takeover_timeout")
+
+// buildUnit is Build bounded by timeout (0: unbounded): past it the
+// build's context ends and the error wraps ErrTakeoverTimeout, naming the
+// unit and the timeout. The bound is what the transaction-timeout check
+// counts for a takeover (pipeline.Config.ClusterTxnBound): a takeover
+// that took longer could find the transactions it must commit aborted.
+func buildUnit(ctx context.Context, g *graph.Graph, set Settings, deps Deps, timeout time.Duration) (*Job, error) {
+	if timeout <= 0 {
+		return Build(ctx, g, set, deps)
+	}
+	bctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrTakeoverTimeout)
+	defer cancel()
+	j, err := Build(bctx, g, set, deps)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(bctx), ErrTakeoverTimeout) {
+		return nil, fmt.Errorf("%w: unit %d/%d took over %v: %v", ErrTakeoverTimeout, set.Unit.Stage, set.Unit.Index, timeout, err)
+	}
+	return j, err
+}
+
+// checkTransactionTimeouts refuses, before the member joins, a transaction
+// timeout of an exactly-once Kafka sink or of a repartition sink
+// (cluster.repartition_transaction_timeout) above the brokers'
+// transaction.max.timeout.ms, naming both (sink.CheckTransactionTimeout):
+// the broker would refuse every transaction of the unit.
+func checkTransactionTimeouts(ctx context.Context, opts []kgo.Opt, st *graph.Stages) error {
+	for _, stage := range st.Stages {
+		for _, sk := range stage.Graph.Sinks {
+			if !sk.Delivery.ExactlyOnce() || (sk.Type != "" && sk.Type != connector.DefaultType) {
+				continue
+			}
+			timeout, _ := kafkaTxn(sk)
+			if err := sink.CheckTransactionTimeout(ctx, opts, sk.Name, timeout); err != nil {
+				if sk.Units > 0 {
+					return fmt.Errorf("job: cluster.repartition_transaction_timeout: %w", err)
+				}
+				return fmt.Errorf("job: %w", err)
+			}
+		}
 	}
 	return nil
 }
