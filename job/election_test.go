@@ -197,15 +197,16 @@ sinks:
 // members run 3 stages of 4 units, 4 units each (1 or 2 of every stage);
 // one stops (its ctx ends, SIGTERM's path): its units take their final
 // checkpoint, it leaves the group, and its units run on the other two
-// within 5 s of its stop, far below the 30 s session timeout;
-// nothing was lost or doubled: the read_committed output holds, per key,
-// exactly the counts 1..n.
+// long before the session timeout (90 s) could have moved them: within
+// half of it, on a loaded machine under -race too (0.85 s measured without
+// -race at load 36, logged); nothing was lost or doubled: the
+// read_committed output holds, per key, exactly the counts 1..n.
 func TestLeaveHandsOverAtOnce(t *testing.T) {
 	f := newUnitFixture(t, "units.yaml", threeStagesYAML, kfake.SeedTopics(2, "clicks", "counts"))
 	if n := len(f.st.Stages); n != 3 {
 		t.Fatalf("%d stages, want 3", n)
 	}
-	const users, perUser, session = 5, 20, 30 * time.Second
+	const users, perUser, session = 5, 20, 90 * time.Second
 	committed := func() []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
 	}
@@ -246,8 +247,8 @@ func TestLeaveHandsOverAtOnce(t *testing.T) {
 	}
 	took := time.Since(stopped)
 	t.Logf("c's units ran on a and b %v after c stopped", took)
-	if took > 5*time.Second {
-		t.Errorf("c's units ran on a and b %v after c stopped, want within 5s (the session timeout is %v)", took, session)
+	if took >= session/2 {
+		t.Errorf("c's units ran on a and b %v after c stopped, want well within the session timeout %v (the leave, not the session's expiry)", took, session)
 	}
 	if !strings.Contains(c.logs.String(), `msg="left the group`) {
 		t.Errorf("c did not leave the group:\n%s", c.logs.String())
