@@ -2,46 +2,135 @@ package job
 
 import (
 	"cmp"
+	"encoding/json"
+	"maps"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// UnitsProtocol is the group protocol name of UnitBalancer.
-const UnitsProtocol = "kstreamd-units-v1"
+// UnitsProtocol is the group protocol name of UnitBalancer; a member
+// offers it first and LegacyUnitsProtocol second.
+const UnitsProtocol = "kstreamd-units-v2"
+
+// LegacyUnitsProtocol is the protocol of daemons before the graph
+// election (join user data: the bare fingerprint): a member offers it
+// second, so a group with such a daemon still forms (a rolling upgrade);
+// the group then elects by the units its members own.
+const LegacyUnitsProtocol = "kstreamd-units-v1"
+
+// Election reasons (GraphElection.By): what decided the graph a job runs.
+const (
+	// ElectedByStore: the graph the store's newest HEADs record (a member
+	// read it before joining).
+	ElectedByStore = "store"
+	// ElectedByRunning: no member read a HEAD; the graph whose members
+	// run the most units.
+	ElectedByRunning = "running units"
+	// ElectedByMembers: no HEAD and no running unit (a fresh job); the
+	// graph of the most members, ties the group leader's.
+	ElectedByMembers = "members"
+	// ElectedByOwned: a legacy member is in the group; the graph whose
+	// members own the most units, then of the most members.
+	ElectedByOwned = "owned units"
+)
+
+// GraphElection is the graph a cluster-mode job runs, as the group
+// leader's UnitBalancer decided it at the last rebalance and sent to every
+// member in its assignment's user data: Fingerprint (graph.Fingerprint),
+// By what decided it (ElectedByStore, ...). Only members whose graph is
+// Fingerprint get units.
+type GraphElection struct {
+	Fingerprint string `json:"fingerprint"`
+	By          string `json:"by"`
+}
+
+// unitsJoin is the user data of a member's join metadata (UnitsProtocol).
+type unitsJoin struct {
+	// Fingerprint is the member's graph; Store the graph the store's
+	// newest HEADs record as the member read them ("" none); Running how
+	// many units it runs (claimed and restored), not merely holds.
+	Fingerprint string `json:"fingerprint"`
+	Store       string `json:"store,omitempty"`
+	Running     int    `json:"running"`
+}
 
 // UnitBalancer is the kgo.GroupBalancer of cluster mode (docs/scale-out.md,
 // "Assignment"): it hands out the partitions of the units topic (partition
 // stage*Units+index is unit (stage, index)) cooperatively (KIP-429), sticky
 // (a unit stays with its owner while that keeps the spread even) and evenly
-// per stage (each eligible member holds floor or ceil of Units/members of
-// every stage). The join metadata's user data is the graph fingerprint; a
-// member whose fingerprint is not the job's gets no units: the job's is the
-// one whose members own the most units, then the one of most members
-// (ties: the leader's).
+// per stage and in total (each eligible member holds floor or ceil of
+// Units/members of every stage, and floor or ceil of Stages*Units/members
+// in all: the one-more units of each stage go to the members holding the
+// fewest so far). The join metadata's user data carries the member's graph
+// fingerprint, the graph the store's HEADs record as it read them, and the
+// units it runs. The job's graph is elected (GraphElection), in this
+// order: the graph the store's HEADs record (reported by the most
+// members), else the graph whose members run the most units, else the one
+// of most members (ties: the leader's). It is never decided by how many
+// units a member holds without running them. A member whose graph is not
+// the elected one gets no units; every member learns the election from its
+// assignment's user data (Elected).
 type UnitBalancer struct {
 	// Topic is the units topic; Stages and Units its shape.
 	Topic         string
 	Stages, Units int
 	// Fingerprint is this member's graph fingerprint.
 	Fingerprint string
+	// Store, if not nil, returns the graph fingerprint the store's newest
+	// HEADs record ("" when the store holds none), sent when joining.
+	Store func() string
+	// Running, if not nil, returns how many units this member runs, sent
+	// when joining.
+	Running func() int
+	// Elected, if not nil, is called with the election of every
+	// assignment this member receives from a leader that sends one.
+	Elected func(GraphElection)
+	// legacy makes this the LegacyUnitsProtocol balancer.
+	legacy bool
+}
+
+// Legacy returns b as the LegacyUnitsProtocol balancer: the same
+// assignment, the bare fingerprint as join user data. Offer it after b
+// (kgo.Balancers(b, b.Legacy())).
+func (b *UnitBalancer) Legacy() *UnitBalancer {
+	l := *b
+	l.legacy = true
+	return &l
 }
 
 // ProtocolName implements kgo.GroupBalancer.
-func (*UnitBalancer) ProtocolName() string { return UnitsProtocol }
+func (b *UnitBalancer) ProtocolName() string {
+	if b.legacy {
+		return LegacyUnitsProtocol
+	}
+	return UnitsProtocol
+}
 
 // IsCooperative implements kgo.GroupBalancer: true.
 func (*UnitBalancer) IsCooperative() bool { return true }
 
 // JoinGroupMetadata implements kgo.GroupBalancer: a consumer member
-// metadata with the owned partitions and the fingerprint as user data.
+// metadata with the owned partitions and unitsJoin as user data (the bare
+// fingerprint for the legacy protocol).
 func (b *UnitBalancer) JoinGroupMetadata(interests []string, current map[string][]int32, generation int32) []byte {
 	meta := kmsg.NewConsumerMemberMetadata()
 	meta.Version = 3
 	meta.Topics = interests
 	meta.Generation = generation
-	meta.UserData = []byte(b.Fingerprint)
+	if b.legacy {
+		meta.UserData = []byte(b.Fingerprint)
+	} else {
+		j := unitsJoin{Fingerprint: b.Fingerprint}
+		if b.Store != nil {
+			j.Store = b.Store()
+		}
+		if b.Running != nil {
+			j.Running = b.Running()
+		}
+		meta.UserData, _ = json.Marshal(j) // plain strings and an int: never fails
+	}
 	for topic, parts := range current {
 		op := kmsg.NewConsumerMemberMetadataOwnedPartition()
 		op.Topic, op.Partitions = topic, slices.Sorted(slices.Values(parts))
@@ -51,9 +140,21 @@ func (b *UnitBalancer) JoinGroupMetadata(interests []string, current map[string]
 	return meta.AppendTo(nil)
 }
 
-// ParseSyncAssignment implements kgo.GroupBalancer.
-func (*UnitBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
-	return kgo.ParseConsumerSyncAssignment(assignment)
+// ParseSyncAssignment implements kgo.GroupBalancer: the assigned
+// partitions; the election in the user data, if any, goes to Elected.
+func (b *UnitBalancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+	parts, err := kgo.ParseConsumerSyncAssignment(assignment)
+	if err != nil || b.Elected == nil {
+		return parts, err
+	}
+	var a kmsg.ConsumerMemberAssignment
+	if a.ReadFrom(assignment) == nil && len(a.UserData) > 0 {
+		var e GraphElection
+		if json.Unmarshal(a.UserData, &e) == nil && e.Fingerprint != "" {
+			b.Elected(e)
+		}
+	}
+	return parts, nil
 }
 
 // MemberBalancer implements kgo.GroupBalancer.
@@ -65,16 +166,66 @@ func (b *UnitBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (k
 	return cb, cb.MemberTopics(), nil
 }
 
+// balanceMember is one member as the leader's Balance sees it.
+type balanceMember struct {
+	m     *kmsg.JoinGroupResponseMember
+	join  unitsJoin
+	owned map[int32]bool
+}
+
+// elect returns the graph the job runs (UnitBalancer's doc): legacy is
+// whether a member sent the bare fingerprint.
+func (b *UnitBalancer) elect(all []balanceMember, legacy bool) GraphElection {
+	store, running, owned, votes := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
+	for _, m := range all {
+		if m.join.Store != "" {
+			store[m.join.Store]++
+		}
+		running[m.join.Fingerprint] += m.join.Running
+		owned[m.join.Fingerprint] += len(m.owned)
+		votes[m.join.Fingerprint]++
+	}
+	best := func(score map[string]int, tie func(a, c string) int) string {
+		var want string
+		for _, fp := range slices.Sorted(maps.Keys(score)) {
+			if want == "" || cmp.Or(cmp.Compare(score[fp], score[want]), tie(fp, want)) > 0 {
+				want = fp
+			}
+		}
+		return want
+	}
+	leaderFirst := func(a, c string) int {
+		switch {
+		case a == b.Fingerprint:
+			return 1
+		case c == b.Fingerprint:
+			return -1
+		}
+		return 0
+	}
+	byVotes := func(a, c string) int { return cmp.Or(cmp.Compare(votes[a], votes[c]), leaderFirst(a, c)) }
+	switch {
+	case legacy:
+		return GraphElection{Fingerprint: best(owned, byVotes), By: ElectedByOwned}
+	case len(store) > 0:
+		return GraphElection{Fingerprint: best(store, byVotes), By: ElectedByStore}
+	}
+	if fp := best(running, byVotes); running[fp] > 0 {
+		return GraphElection{Fingerprint: fp, By: ElectedByRunning}
+	}
+	return GraphElection{Fingerprint: best(votes, leaderFirst), By: ElectedByMembers}
+}
+
 // Balance implements kgo.ConsumerBalancerBalance.
 func (b *UnitBalancer) Balance(cb *kgo.ConsumerBalancer, _ map[string]int32) kgo.IntoSyncAssignment {
-	type member struct {
-		m     *kmsg.JoinGroupResponseMember
-		fp    string
-		owned map[int32]bool
-	}
-	var all []member
+	var all []balanceMember
+	legacy := false
 	cb.EachMember(func(m *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
-		mb := member{m: m, fp: string(meta.UserData), owned: map[int32]bool{}}
+		mb := balanceMember{m: m, owned: map[int32]bool{}}
+		if err := json.Unmarshal(meta.UserData, &mb.join); err != nil || mb.join.Fingerprint == "" {
+			mb.join = unitsJoin{Fingerprint: string(meta.UserData)} // a legacy member: the bare fingerprint
+			legacy = true
+		}
 		for _, op := range meta.OwnedPartitions {
 			if op.Topic == b.Topic {
 				for _, p := range op.Partitions {
@@ -85,35 +236,36 @@ func (b *UnitBalancer) Balance(cb *kgo.ConsumerBalancer, _ map[string]int32) kgo
 		all = append(all, mb)
 	})
 	plan := cb.NewPlan()
-	// The fingerprint the job runs: the one whose members own the most
-	// units (a daemon with another graph joining a running job must not
-	// take it over, even when it is as many), then the one of most
-	// members, then the leader's (this member's).
-	owned, votes := map[string]int{}, map[string]int{}
+	elected := b.elect(all, legacy)
+	var elig []balanceMember
 	for _, m := range all {
-		owned[m.fp] += len(m.owned)
-		votes[m.fp]++
-	}
-	want := b.Fingerprint
-	for fp := range votes {
-		if better := cmp.Or(cmp.Compare(owned[fp], owned[want]), cmp.Compare(votes[fp], votes[want])); better > 0 {
-			want = fp
-		}
-	}
-	var elig []member
-	for _, m := range all {
-		if m.fp == want {
+		if m.join.Fingerprint == elected.Fingerprint {
 			elig = append(elig, m)
 		}
 	}
-	if len(elig) == 0 {
-		return plan
+	slices.SortFunc(elig, func(a, c balanceMember) int { return cmp.Compare(memberKey(a.m), memberKey(c.m)) })
+	b.assign(plan, elig)
+	plan.AdjustCooperative(cb)
+	data, _ := json.Marshal(elected) // two strings: never fails
+	return &electedPlan{plan: plan, data: data}
+}
+
+// assign adds the units to plan over elig (sorted by memberKey): per stage
+// each member gets floor(Units/n), and the Units%n one-more units of the
+// stage go to the members with the fewest one-more units so far (so the
+// totals differ by at most one), then to those owning the most of the
+// stage (sticky), then rotated by stage; a unit stays with its owner while
+// its owner is below its cap, the others fill the members below theirs.
+func (b *UnitBalancer) assign(plan *kgo.BalancePlan, elig []balanceMember) {
+	n := len(elig)
+	if n == 0 {
+		return
 	}
-	slices.SortFunc(elig, func(a, c member) int { return cmp.Compare(memberKey(a.m), memberKey(c.m)) })
+	extras := make([]int, n)
 	taken := map[int32]bool{}
 	for s := range b.Stages {
 		lo := int32(s * b.Units)
-		count := make([]int, len(elig))
+		count := make([]int, n)
 		for i, m := range elig {
 			for p := range m.owned {
 				if p >= lo && p < lo+int32(b.Units) {
@@ -121,21 +273,23 @@ func (b *UnitBalancer) Balance(cb *kgo.ConsumerBalancer, _ map[string]int32) kgo
 				}
 			}
 		}
-		// Who gets one more than floor: the members that own the most
-		// (sticky), rotated by stage among equals so extras spread.
-		order := make([]int, len(elig))
+		order := make([]int, n)
 		for i := range order {
-			order[i] = (i + s) % len(elig)
+			order[i] = i
 		}
-		slices.SortStableFunc(order, func(a, c int) int { return cmp.Compare(count[c], count[a]) })
-		caps := make([]int, len(elig))
+		rot := func(i int) int { return (i - s%n + n) % n }
+		slices.SortStableFunc(order, func(a, c int) int {
+			return cmp.Or(cmp.Compare(extras[a], extras[c]), cmp.Compare(count[c], count[a]), cmp.Compare(rot(a), rot(c)))
+		})
+		caps := make([]int, n)
 		for k, i := range order {
-			caps[i] = b.Units / len(elig)
-			if k < b.Units%len(elig) {
+			caps[i] = b.Units / n
+			if k < b.Units%n {
 				caps[i]++
+				extras[i]++
 			}
 		}
-		got := make([]int, len(elig))
+		got := make([]int, n)
 		var free []int32
 		for u := range b.Units {
 			p := lo + int32(u)
@@ -162,8 +316,27 @@ func (b *UnitBalancer) Balance(cb *kgo.ConsumerBalancer, _ map[string]int32) kgo
 			}
 		}
 	}
-	plan.AdjustCooperative(cb)
-	return plan
+}
+
+// electedPlan is a balance plan whose every member assignment carries the
+// election (GraphElection as JSON) as user data.
+type electedPlan struct {
+	plan *kgo.BalancePlan
+	data []byte
+}
+
+// IntoSyncAssignment implements kgo.IntoSyncAssignment.
+func (p *electedPlan) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment {
+	out := p.plan.IntoSyncAssignment()
+	for i := range out {
+		var a kmsg.ConsumerMemberAssignment
+		if a.ReadFrom(out[i].MemberAssignment) != nil {
+			continue // kgo's own encoding: does not happen
+		}
+		a.UserData = p.data
+		out[i].MemberAssignment = a.AppendTo(nil)
+	}
+	return out
 }
 
 // memberKey orders members by instance id (static membership), else

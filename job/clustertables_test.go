@@ -47,7 +47,7 @@ operators:
       join: left
       select: '{"click": left.id, "country": right == null ? null : right.country}'
 sinks:
-  - {name: out, input: enrich, topic: out, delivery: exactly-once, transaction_timeout: 5m}
+  - {name: out, input: enrich, topic: out, delivery: exactly-once, transaction_timeout: 10m}
 `
 
 // TestUnitsGlobalTableJoin runs a global_table_join (GlobalKTable) in
@@ -165,7 +165,7 @@ operators:
       history_retention: 1h
       select: '{"click": left.id, "country": right == null ? null : right.country}'
 sinks:
-  - {name: out, input: enrich, topic: out, delivery: exactly-once, transaction_timeout: 5m}
+  - {name: out, input: enrich, topic: out, delivery: exactly-once, transaction_timeout: 10m}
 `
 
 // TestUnitsTemporalTableJoin runs an event-time table_join (Flink's

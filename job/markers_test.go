@@ -55,12 +55,12 @@ sinks:
     input: per_window
     topic: windows
     delivery: exactly-once
-    transaction_timeout: 5m
+    transaction_timeout: 10m
   - name: late
     input: per_window.late
     topic: late
     delivery: exactly-once
-    transaction_timeout: 5m
+    transaction_timeout: 10m
 `
 
 // TestUnitsEventTimeWindowsAcrossStages runs an event-time tumbling window

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/sink"
 )
 
 // MemberConfig is how a daemon takes part in the group of a cluster-mode
@@ -30,6 +33,11 @@ type MemberConfig struct {
 	// SessionTimeout and RebalanceTimeout are the group's; RevokeTimeout
 	// bounds a revoked unit's final checkpoint (below RebalanceTimeout).
 	SessionTimeout, RebalanceTimeout, RevokeTimeout time.Duration
+	// TakeoverTimeout bounds each build of a unit (cluster.takeover_timeout:
+	// HEAD claim, commits of the restored transactions, fencing, state
+	// download); one that takes longer fails and the unit is rebuilt after
+	// its restart strategy's back-off. 0: unbounded.
+	TakeoverTimeout time.Duration
 	// OnJoined, if not nil, is called once the member's group client is
 	// up (before any unit is assigned), with the member (the HTTP API's
 	// status and readiness).
@@ -79,9 +87,15 @@ func (r *unitRun) current() *Job {
 // holds a RestartSuppressor, the member fails as a Flink job fails
 // terminally: it stops every unit as on revoke and returns an error naming
 // the unit (wrapping ErrRestartsExhausted when the strategy gave up), so
-// the daemon exits and the group moves its units. RunMember returns nil
-// when ctx ends, after stopping every unit as on revoke; an invalid
-// set.Restart is returned before joining.
+// the daemon exits and the group moves its units. The job's graph is
+// elected by the group leader's UnitBalancer (first the graph the store's
+// HEADs record, read here before joining); a member whose graph loses
+// gets no units, logs why once and is not ready (Member.Excluded,
+// Readiness). RunMember returns nil when ctx ends (SIGTERM), after
+// stopping every unit as on revoke and, as a static member
+// (mc.MemberID), leaving the group (LeaveGroup by instance id), so the
+// other members take the units over at once rather than after the
+// session timeout; an invalid set.Restart is returned before joining.
 func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, mc MemberConfig) error {
 	logger := deps.Logger
 	if logger == nil {
@@ -89,7 +103,11 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	}
 	logger = logger.With("component", "cluster", "member", mc.MemberID)
 	deps.Logger = logger
-	if err := checkStoreUnits(ctx, set.Store, st); err != nil {
+	stored, err := checkStoreUnits(ctx, set.Store, st)
+	if err != nil {
+		return err
+	}
+	if err := checkTransactionTimeouts(ctx, deps.ClientOpts, st); err != nil {
 		return err
 	}
 	if err := EnsureRepartitionTopics(ctx, deps.ClientOpts, st); err != nil {
@@ -107,7 +125,14 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		deps.Metrics = m
 	}
 	cm := deps.Metrics.cluster
-	mem := &Member{id: mc.MemberID, group: mc.GroupID, job: st.Job, topic: UnitsTopic(st.Job), units: st.Units, running: map[int32]*unitRun{}, stages: st}
+	mem := &Member{id: mc.MemberID, group: mc.GroupID, job: st.Job, topic: UnitsTopic(st.Job), units: st.Units, running: map[int32]*unitRun{}, stages: st,
+		fingerprint: st.Fingerprint, logger: logger}
+	if stored.hd.Fingerprint != "" && stored.hd.Fingerprint != st.Fingerprint {
+		// The store's HEADs decide the job's graph: this daemon gets no
+		// units whatever the group holds (UnitBalancer).
+		mem.exclude(stored.hd.Fingerprint, fmt.Sprintf("this daemon runs graph %.12s, the store's HEADs record graph %.12s (HEAD-%d of %s in %s): it gets no units; run it with the job's pipeline file",
+			st.Fingerprint, stored.hd.Fingerprint, stored.hd.Seq, stored.prefix, set.Store))
+	}
 	mu, units := &mem.mu, mem.running
 	// A unit whose restart strategy gives up fails the member (Flink's
 	// job failing terminally): RunMember revokes its other units and
@@ -142,7 +167,9 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 			strategy, _ := NewRestartStrategy(restartCfg, nil) // validated above
 			l := &restartLoop{strategy: strategy, metrics: deps.Metrics, logger: ulog, unit: fmt.Sprintf("unit %d/%d", stage, index),
 				restartMsg: "unit failed; rebuilding", restartLevel: slog.LevelError,
-				build: func(ctx context.Context) (*Job, error) { return Build(ctx, st.Stages[stage].Graph, s, deps) }}
+				build: func(ctx context.Context) (*Job, error) {
+					return buildUnit(ctx, st.Stages[stage].Graph, s, deps, mc.TakeoverTimeout)
+				}}
 			setJob := func(j *Job) {
 				r.mu.Lock()
 				r.job = j
@@ -224,11 +251,13 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		}
 		wg.Wait()
 	}
-	bal := &UnitBalancer{Topic: topic, Stages: len(st.Stages), Units: st.Units, Fingerprint: st.Fingerprint}
+	bal := &UnitBalancer{Topic: topic, Stages: len(st.Stages), Units: st.Units, Fingerprint: st.Fingerprint,
+		Store: func() string { return stored.hd.Fingerprint }, Running: mem.runningUnits, Elected: mem.elected}
 	opts := append([]kgo.Opt{}, deps.ClientOpts...)
 	opts = append(opts,
-		kgo.ConsumerGroup(mc.GroupID), kgo.ConsumeTopics(topic), kgo.Balancers(bal),
+		kgo.ConsumerGroup(mc.GroupID), kgo.ConsumeTopics(topic), kgo.Balancers(bal, bal.Legacy()),
 		kgo.SessionTimeout(mc.SessionTimeout), kgo.RebalanceTimeout(mc.RebalanceTimeout),
+		kgo.HeartbeatInterval(heartbeatInterval(mc.SessionTimeout)),
 		kgo.DisableAutoCommit(),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			logger.Info("units assigned", "partitions", fmt.Sprint(m[topic]))
@@ -260,6 +289,9 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		cl.PollFetches(ctx) // the units topic holds no records: this only keeps the group session
 	}
 	cl.Close() // revokes every unit (OnPartitionsRevoked) before it returns
+	if mc.MemberID != "" {
+		leaveGroup(deps.ClientOpts, mc, logger)
+	}
 	mu.Lock()
 	left := make([]int32, 0, len(units))
 	for p := range units {
@@ -275,27 +307,122 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	return nil
 }
 
+// ErrTakeoverTimeout is wrapped by the error of a unit's build that did
+// not finish within MemberConfig.TakeoverTimeout.
+var ErrTakeoverTimeout = errors.New("job: the takeover did not finish within cluster.takeover_timeout")
+
+// buildUnit is Build bounded by timeout (0: unbounded): past it the
+// build's context ends and the error wraps ErrTakeoverTimeout, naming the
+// unit and the timeout. The bound is what the transaction-timeout check
+// counts for a takeover (pipeline.Config.ClusterTxnBound): a takeover
+// that took longer could find the transactions it must commit aborted.
+func buildUnit(ctx context.Context, g *graph.Graph, set Settings, deps Deps, timeout time.Duration) (*Job, error) {
+	if timeout <= 0 {
+		return Build(ctx, g, set, deps)
+	}
+	bctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrTakeoverTimeout)
+	defer cancel()
+	j, err := Build(bctx, g, set, deps)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(bctx), ErrTakeoverTimeout) {
+		return nil, fmt.Errorf("%w: unit %d/%d took over %v: %v", ErrTakeoverTimeout, set.Unit.Stage, set.Unit.Index, timeout, err)
+	}
+	return j, err
+}
+
+// checkTransactionTimeouts refuses, before the member joins, a transaction
+// timeout of an exactly-once Kafka sink or of a repartition sink
+// (cluster.repartition_transaction_timeout) above the brokers'
+// transaction.max.timeout.ms, naming both (sink.CheckTransactionTimeout):
+// the broker would refuse every transaction of the unit.
+func checkTransactionTimeouts(ctx context.Context, opts []kgo.Opt, st *graph.Stages) error {
+	for _, stage := range st.Stages {
+		for _, sk := range stage.Graph.Sinks {
+			if !sk.Delivery.ExactlyOnce() || (sk.Type != "" && sk.Type != connector.DefaultType) {
+				continue
+			}
+			timeout, _ := kafkaTxn(sk)
+			if err := sink.CheckTransactionTimeout(ctx, opts, sk.Name, timeout); err != nil {
+				if sk.Units > 0 {
+					return fmt.Errorf("job: cluster.repartition_transaction_timeout: %w", err)
+				}
+				return fmt.Errorf("job: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// storedGraph is the newest HEAD of a unit namespace (prefix) that
+// records a graph fingerprint; the zero value when the store holds none.
+type storedGraph struct {
+	hd     checkpoint.Head
+	prefix string
+}
+
 // checkStoreUnits refuses a unit count other than the one the job's HEAD
 // chains in store were written with (invariant 7 of docs/scale-out.md),
 // naming both: the newest HEAD of unit 0 of every stage (which every unit
 // count has) records its stage's count. It runs before any topic is
 // created, so that a broker that never saw the job does not get topics of
-// the wrong count first.
-func checkStoreUnits(ctx context.Context, store checkpoint.Store, st *graph.Stages) error {
+// the wrong count first. It returns the HEAD of the lowest stage's unit 0
+// that has one (the graph the store records; the election's first rule,
+// UnitBalancer).
+func checkStoreUnits(ctx context.Context, store checkpoint.Store, st *graph.Stages) (storedGraph, error) {
 	if store == nil {
-		return fmt.Errorf("job: no checkpoint store (Settings.Store)")
+		return storedGraph{}, fmt.Errorf("job: no checkpoint store (Settings.Store)")
 	}
+	var stored storedGraph
 	for s := range st.Stages {
 		heads := checkpoint.Heads{Store: store, Prefix: checkpoint.UnitPrefix(st.Job, s, 0)}
 		hd, err := heads.Latest(ctx)
 		if err != nil {
-			return fmt.Errorf("job: %w", err)
+			return storedGraph{}, fmt.Errorf("job: %w", err)
 		}
 		if hd.Units != 0 && hd.Units != st.Units {
-			return fmt.Errorf("job: the store holds the HEAD chains of %d units of stage %d, cluster.units is %d (HEAD-%d of %s in %s): %w", hd.Units, s, st.Units, hd.Seq, heads.Prefix, store, ErrUnitsChanged)
+			return storedGraph{}, fmt.Errorf("job: the store holds the HEAD chains of %d units of stage %d, cluster.units is %d (HEAD-%d of %s in %s): %w", hd.Units, s, st.Units, hd.Seq, heads.Prefix, store, ErrUnitsChanged)
+		}
+		if stored.hd.Fingerprint == "" && hd.Fingerprint != "" {
+			stored = storedGraph{hd: hd, prefix: heads.Prefix}
 		}
 	}
-	return nil
+	return stored, nil
+}
+
+// heartbeatInterval is the group heartbeat interval for a session
+// timeout: a third of it (Kafka's rule), at most 1s, so a member learns of
+// a rebalance (a member leaving or joining) within a second rather than
+// Kafka's default 3s: a leaving member's units run elsewhere that much
+// sooner.
+func heartbeatInterval(session time.Duration) time.Duration {
+	return min(time.Second, max(session/3, 100*time.Millisecond))
+}
+
+// leaveTimeout bounds leaveGroup's LeaveGroup request.
+const leaveTimeout = 5 * time.Second
+
+// leaveGroup makes the static member mc.MemberID leave mc.GroupID at once
+// (LeaveGroup by group.instance.id, KIP-345), after its units took their
+// final checkpoints: kgo's Close leaves no group as a static member, so
+// without it the group would hand the units over only once the session
+// timeout expired. A failure is logged: the session timeout then moves
+// the units.
+func leaveGroup(opts []kgo.Opt, mc MemberConfig, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+	defer cancel()
+	cl, err := kgo.NewClient(opts...)
+	if err == nil {
+		defer cl.Close()
+		var resp kadm.LeaveGroupResponses
+		resp, err = kadm.NewClient(cl).LeaveGroup(ctx, kadm.LeaveGroup(mc.GroupID).InstanceIDs(mc.MemberID).Reason("kstreamd member stopping: its units took their final checkpoints"))
+		if err == nil {
+			err = resp.Error()
+		}
+	}
+	if err != nil && !errors.Is(err, kerr.UnknownMemberID) {
+		logger.Warn("could not leave the group; the group moves this member's units after cluster.session_timeout", "err", err)
+		return
+	}
+	logger.Info("left the group: its units go to the other members now")
 }
 
 // Member is this daemon's membership of a cluster-mode job (RunMember),
@@ -305,9 +432,69 @@ type Member struct {
 	id, group, job, topic string
 	units                 int // per stage
 	cl                    *kgo.Client
-	mu                    sync.Mutex // guards running
+	mu                    sync.Mutex // guards running and excluded
 	running               map[int32]*unitRun
 	stages                *graph.Stages // the job's stages, for QueryState (query_cluster.go)
+	// fingerprint is this daemon's graph; excluded, when not "", says why
+	// the member gets no units (another graph won the election).
+	fingerprint string
+	excluded    string
+	excludedBy  string // the job's graph excluded names
+	logger      *slog.Logger
+}
+
+// exclude records why the member gets no units: the job runs graph
+// (why says how that was decided), "" when the member is eligible. It
+// logs once per graph: a reason for the graph already recorded keeps the
+// first (the store's, read before joining, names the HEAD).
+func (m *Member) exclude(graph, why string) {
+	m.mu.Lock()
+	was := m.excludedBy
+	if graph != was {
+		m.excluded, m.excludedBy = why, graph
+	}
+	m.mu.Unlock()
+	switch {
+	case graph == was:
+	case graph != "":
+		m.logger.Error("member excluded: it gets no units", "reason", why)
+	default:
+		m.logger.Info("member eligible again: the job runs this daemon's graph")
+	}
+}
+
+// elected is UnitBalancer.Elected: the member is excluded while the
+// elected graph is not its own.
+func (m *Member) elected(e GraphElection) {
+	if e.Fingerprint == m.fingerprint {
+		m.exclude("", "")
+		return
+	}
+	by := map[string]string{ElectedByStore: "recorded by the store's HEADs", ElectedByRunning: "its members run the most units",
+		ElectedByMembers: "it has the most members", ElectedByOwned: "its members own the most units"}[e.By]
+	m.exclude(e.Fingerprint, fmt.Sprintf("this daemon runs graph %.12s, the job runs graph %.12s (%s): it gets no units; run it with the job's pipeline file",
+		m.fingerprint, e.Fingerprint, cmp.Or(by, e.By)))
+}
+
+// Excluded returns why the member gets no units: its graph is not the one
+// the job runs (UnitBalancer's election); "" when it is eligible.
+func (m *Member) Excluded() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.excluded
+}
+
+// runningUnits is UnitBalancer.Running: the units whose attempt runs.
+func (m *Member) runningUnits() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, r := range m.running {
+		if r.current() != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // ClusterStatus is a member's view of its cluster-mode job (GET
@@ -326,6 +513,9 @@ type ClusterStatus struct {
 	// missing (the group could not be described).
 	Members      []MemberUnits `json:"members"`
 	MembersError string        `json:"members_error,omitempty"`
+	// Excluded says why this daemon gets no units (Member.Excluded):
+	// its graph is not the one the job runs; omitted when eligible.
+	Excluded string `json:"excluded,omitempty"`
 }
 
 // UnitID names a unit: unit Unit of stage Stage.
@@ -372,6 +562,9 @@ func (m *Member) Ready() bool {
 // Readiness is Ready with the reason when not ready: not joined, a unit
 // not running, or the Job.Readiness reason of a unit, named stage/unit.
 func (m *Member) Readiness() (bool, string) {
+	if why := m.Excluded(); why != "" {
+		return false, why
+	}
 	if !m.Joined() {
 		return false, "joining the group"
 	}
@@ -419,7 +612,7 @@ func (m *Member) unit(p int32) UnitID { return UnitID{Stage: int(p) / m.units, U
 // member's assignment as the group coordinator holds it (DescribeGroups,
 // the UnitBalancer's consumer assignment decoded into units).
 func (m *Member) Status(ctx context.Context) ClusterStatus {
-	st := ClusterStatus{Job: m.job, Member: m.id, Group: m.group, Joined: m.Joined(), Units: m.local(), Members: []MemberUnits{}}
+	st := ClusterStatus{Job: m.job, Member: m.id, Group: m.group, Joined: m.Joined(), Units: m.local(), Members: []MemberUnits{}, Excluded: m.Excluded()}
 	groups, err := kadm.NewClient(m.cl).DescribeGroups(ctx, m.group)
 	if err == nil {
 		err = groups.Error()

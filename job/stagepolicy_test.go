@@ -52,7 +52,7 @@ sinks:
     input: big
     topic: out
     delivery: exactly-once
-    transaction_timeout: 5m
+    transaction_timeout: 10m
 `
 
 // TestUnitStagePolicy: the filter of stage 1 fails on the 3 records whose

@@ -219,7 +219,7 @@ operators:
       left: {from: orders, key_by: k}
       right: {from: payments, key_by: id}
 sinks:
-  - {name: out, input: both, topic: out, delivery: exactly-once, transaction_timeout: 5m}
+  - {name: out, input: both, topic: out, delivery: exactly-once, transaction_timeout: 10m}
 `
 
 // TestUnitsTwoInput runs a user's two-input keyed function (co_count, a

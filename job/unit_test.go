@@ -51,7 +51,7 @@ sinks:
     input: per_user
     topic: counts
     delivery: exactly-once
-    transaction_timeout: 5m
+    transaction_timeout: 10m
 `
 
 // TestUnitsExactlyOnceAcrossStages runs the two stages of a keyed count as
@@ -171,7 +171,7 @@ sinks:
     input: in
     topic: out
     delivery: exactly-once
-    transaction_timeout: 5m
+    transaction_timeout: 10m
 `
 
 // TestUnitZombieFenced: owner a runs the unit while its input is idle (its

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/sink"
 )
 
 // Cluster store kinds (cluster.store.kind).
@@ -67,10 +68,19 @@ type ClusterConfig struct {
 	// docs/scale-out.md invariant 5); false keeps them (the topics have
 	// infinite retention), e.g. to inspect the exchange. Default true.
 	PurgeRepartitions bool `yaml:"purge_repartitions"`
-	// TakeoverTimeout is the time a new owner takes to restore a unit
-	// (HEAD claim, commits, fencing, state download), a term of the
-	// transaction-timeout check. Default "30s"; > 0.
+	// TakeoverTimeout bounds the time a new owner takes to restore a unit
+	// (HEAD claim, commits, fencing, state download): a takeover that
+	// takes longer fails, and the unit is rebuilt after its restart
+	// strategy's back-off. A term of the transaction-timeout check.
+	// Default "30s"; > 0.
 	TakeoverTimeout time.Duration `yaml:"takeover_timeout"`
+	// RepartitionTransactionTimeout is the Kafka transaction timeout of
+	// the repartition sinks (each unit's writer of a repartition topic);
+	// like an exactly-once sink's transaction_timeout it must exceed the
+	// transaction-timeout bound (Config.ClusterTxnBound), and the brokers'
+	// transaction.max.timeout.ms must allow it (checked at start).
+	// Default "15m" (Kafka's transaction.max.timeout.ms default).
+	RepartitionTransactionTimeout time.Duration `yaml:"repartition_transaction_timeout"`
 	// MarkerInterval bounds how often a unit's repartition sink writes a
 	// watermark marker while its watermark advances (docs/scale-out.md,
 	// "Markers"): at most one per interval, and the latest at every
@@ -123,8 +133,9 @@ func defaultCluster() ClusterConfig {
 		Store:          ClusterStoreConfig{Kind: StoreFilesystem, S3: S3StoreConfig{Region: DefaultS3Region, TLS: true, PathStyle: true}},
 		SessionTimeout: 45 * time.Second, RebalanceTimeout: 60 * time.Second,
 		RevokeTimeout: 30 * time.Second, TakeoverTimeout: 30 * time.Second,
-		MarkerInterval:    200 * time.Millisecond,
-		PurgeRepartitions: true,
+		RepartitionTransactionTimeout: sink.DefaultTransactionTimeout,
+		MarkerInterval:                200 * time.Millisecond,
+		PurgeRepartitions:             true,
 	}
 }
 
@@ -213,25 +224,39 @@ func (c *Config) validateCluster(v *validator) {
 	if c.Checkpoints.Interval == 0 {
 		v.errorf("checkpoints.interval", "cluster mode needs periodic checkpoints: a unit's output is committed by its checkpoints")
 	}
-	for i := range c.Sinks {
-		s := &c.Sinks[i]
-		if s.Delivery != DeliveryExactlyOnce {
-			continue
+	check := func(field string, timeout time.Duration) {
+		if need := c.ClusterTxnBound(); timeout <= need {
+			cp := &c.Checkpoints
+			v.errorf(field,
+				"%s must exceed (checkpoints.tolerable_failures %d + 1) x (checkpoints.interval %s + checkpoints.timeout %s%s) + cluster.session_timeout %s + cluster.rebalance_timeout %s + cluster.takeover_timeout %s = %s: a pre-committed transaction waits for its checkpoint (and the tolerated failed ones after it), for the group to move a dead or revoked owner's unit, and for the new owner's takeover; raise it or lower those",
+				timeout, cp.TolerableFailures, cp.Interval, cp.Timeout, c.timeoutNote(), cl.SessionTimeout, cl.RebalanceTimeout, cl.TakeoverTimeout, need)
 		}
-		if need := c.clusterTxnBound(); s.TransactionTimeout <= need {
-			v.errorf(fmt.Sprintf("sinks[%d].transaction_timeout", i),
-				"%s must exceed checkpoints.interval %s + checkpoints.timeout %s%s (the slowest upstream checkpoint) + cluster.session_timeout %s + cluster.takeover_timeout %s = %s",
-				s.TransactionTimeout, c.Checkpoints.Interval, c.Checkpoints.Timeout, c.timeoutNote(), cl.SessionTimeout, cl.TakeoverTimeout, need)
+	}
+	if cl.RepartitionTransactionTimeout <= 0 {
+		v.errorf("cluster.repartition_transaction_timeout", "must be > 0, got %s", cl.RepartitionTransactionTimeout)
+	} else {
+		check("cluster.repartition_transaction_timeout", cl.RepartitionTransactionTimeout)
+	}
+	for i := range c.Sinks {
+		if s := &c.Sinks[i]; s.Delivery == DeliveryExactlyOnce {
+			check(fmt.Sprintf("sinks[%d].transaction_timeout", i), s.TransactionTimeout)
 		}
 	}
 }
 
-// clusterTxnBound is the least transaction timeout of cluster mode
-// (invariant 7 of docs/scale-out.md): a transaction pre-committed by a unit
-// must outlive its checkpoint interval, the slowest upstream checkpoint, the
-// session timeout that detects a dead owner and the takeover.
-func (c *Config) clusterTxnBound() time.Duration {
-	return c.Checkpoints.Interval + c.Checkpoints.Timeout + c.Cluster.SessionTimeout + c.Cluster.TakeoverTimeout
+// ClusterTxnBound is the least transaction timeout of cluster mode
+// (invariant 7 of docs/scale-out.md), for the exactly-once sinks and the
+// repartition sinks: a transaction pre-committed by a unit must outlive
+// its checkpoint (interval and timeout) and each failed checkpoint
+// checkpoints.tolerable_failures lets pass before the unit fails (its
+// committables wait for the next one that completes), the session timeout
+// that detects a dead owner, the rebalance timeout that bounds a revoked
+// owner's hand-over, and the new owner's takeover (cluster.takeover_timeout,
+// enforced). The terms add up: any shorter and the broker may abort a
+// transaction whose checkpoint the HEAD records, losing its output.
+func (c *Config) ClusterTxnBound() time.Duration {
+	cp, cl := &c.Checkpoints, &c.Cluster
+	return time.Duration(cp.TolerableFailures+1)*(cp.Interval+cp.Timeout) + cl.SessionTimeout + cl.RebalanceTimeout + cl.TakeoverTimeout
 }
 
 // PlanStages plans the graph (Plan) and splits it into the stages of
@@ -245,7 +270,18 @@ func (c *Config) PlanStages() (*graph.Stages, error) {
 	if err != nil {
 		return nil, err
 	}
-	return graph.Split(g, c.Cluster.Units)
+	st, err := graph.Split(g, c.Cluster.Units)
+	if err != nil {
+		return nil, err
+	}
+	for _, stage := range st.Stages {
+		for _, sk := range stage.Graph.Sinks {
+			if sk.Units > 0 { // a repartition sink
+				sk.TransactionTimeout = c.Cluster.RepartitionTransactionTimeout
+			}
+		}
+	}
+	return st, nil
 }
 
 // validateClusterNames refuses, in cluster mode, a source, operator or

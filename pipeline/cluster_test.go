@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kstreamd/kstreamd/graph"
 )
@@ -44,7 +45,7 @@ sinks:
     input: per_count
     topic: reached
     delivery: exactly-once
-    transaction_timeout: 5m
+    transaction_timeout: 10m
   - name: users
     input: per_user
     topic: users
@@ -303,6 +304,40 @@ func TestPlanStagesPolicy(t *testing.T) {
 			}
 			if strings.Join(got, "\n") != strings.Join(want, "\n") {
 				t.Errorf("stages 1 and 2:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
+// TestPlanStagesRepartitionTimeout: every repartition sink of the stages
+// gets cluster.repartition_transaction_timeout (15m by default), and the
+// job's own sinks keep their transaction_timeout.
+func TestPlanStagesRepartitionTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name, set string
+		want      time.Duration
+	}{
+		{"default", "", 15 * time.Minute},
+		{"set", "  repartition_transaction_timeout: 20m\n", 20 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse("cluster.yaml", []byte(strings.Replace(clusterYAML, "  units: 12\n", "  units: 12\n"+tc.set, 1)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := cfg.PlanStages()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]time.Duration{}
+			for _, s := range st.Stages {
+				for _, sk := range s.Graph.Sinks {
+					got[sk.Name] = sk.TransactionTimeout
+				}
+			}
+			want := map[string]time.Duration{"repartition.1": tc.want, "repartition.2": tc.want, "reached": 10 * time.Minute, "users": 15 * time.Minute}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("sinks' transaction timeouts %v, want %v", got, want)
 			}
 		})
 	}

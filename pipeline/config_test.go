@@ -157,7 +157,7 @@ func TestDefaultsApplied(t *testing.T) {
 		Demo:      DemoConfig{Enabled: false, ItemsTopic: "", RulesTopic: "", ItemsPerSecond: 5},
 		Cluster: ClusterConfig{Enabled: false, Store: ClusterStoreConfig{Kind: StoreFilesystem, S3: S3StoreConfig{Region: "us-east-1", TLS: true, PathStyle: true}},
 			SessionTimeout: 45 * time.Second, RebalanceTimeout: time.Minute, RevokeTimeout: 30 * time.Second, PurgeRepartitions: true, TakeoverTimeout: 30 * time.Second,
-			MarkerInterval: 200 * time.Millisecond},
+			RepartitionTransactionTimeout: 15 * time.Minute, MarkerInterval: 200 * time.Millisecond},
 		SchemaRegistry: defaultSchemaRegistry(),
 	}
 	if got := withoutOrigin(cfg); !reflect.DeepEqual(got, want) {
@@ -662,9 +662,9 @@ func TestCheckpointTimeoutDerivedRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			yaml := strings.Replace(base, tc.from, tc.to, 1)
-			yaml = strings.Replace(yaml, "transaction_timeout: 5m", "transaction_timeout: 1100ms", 1)
+			yaml = strings.Replace(yaml, "transaction_timeout: 10m", "transaction_timeout: 1100ms", 1)
 			if tc.name == "under 10ms" {
-				yaml = strings.Replace(yaml, "transaction_timeout: 1100ms", "transaction_timeout: 5m", 1)
+				yaml = strings.Replace(yaml, "transaction_timeout: 1100ms", "transaction_timeout: 10m", 1)
 			}
 			_, err := Parse("t.yaml", []byte(yaml), nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -672,15 +672,20 @@ func TestCheckpointTimeoutDerivedRefusals(t *testing.T) {
 			}
 		})
 	}
-	// Cluster mode: interval 1s, session 45s and takeover 30s by default,
-	// transaction timeout 2m: (120 - 1 - 45 - 30) / 2 = 22s.
-	yaml := strings.Replace(clusterYAML, "  interval: 1s\n  timeout: 1m", "  interval: 1s", 1)
-	yaml = strings.Replace(yaml, "transaction_timeout: 5m", "transaction_timeout: 2m", 1)
+	// Cluster mode: interval 1s, tolerable_failures 1, session 45s,
+	// rebalance 60s and takeover 30s by default, the repartition sinks'
+	// transaction timeout 15m (first) and the sink's 10m: the repartition
+	// sinks leave ((900 - 45 - 60 - 30) / 2 - 1) / 2 = 190.75s, and with
+	// it the cluster bound is 2 x (1 + 190.75) + 135 = 518.5s, below both.
+	yaml := strings.Replace(clusterYAML, "  interval: 1s\n  timeout: 1m", "  interval: 1s\n  tolerable_failures: 1", 1)
 	c, err := Parse("cluster.yaml", []byte(yaml), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.Checkpoints.Timeout, 22*time.Second; got != want {
+	if got, want := c.Checkpoints.Timeout, 190750*time.Millisecond; got != want {
 		t.Errorf("cluster mode: checkpoints.timeout = %v, want %v", got, want)
+	}
+	if got, want := c.ClusterTxnBound(), 518500*time.Millisecond; got != want {
+		t.Errorf("cluster mode: ClusterTxnBound() = %v, want %v", got, want)
 	}
 }

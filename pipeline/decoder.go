@@ -665,9 +665,11 @@ func editDistance(a, b string) int {
 
 // deriveCheckpointTimeout lowers the default checkpoints.timeout (10m) when
 // the file does not set it and an exactly-once sink's transaction_timeout T
-// leaves less room: to (T - checkpoints.interval) / 2 (in cluster mode also
-// minus cluster.session_timeout and cluster.takeover_timeout), when that is
-// at least 100ms, so that a checkpoint
+// leaves less room: to (T - checkpoints.interval) / 2 (in cluster mode
+// ((T - cluster.session_timeout - cluster.rebalance_timeout -
+// cluster.takeover_timeout) / (checkpoints.tolerable_failures + 1) -
+// checkpoints.interval) / 2, with cluster.repartition_transaction_timeout
+// one of the T), when that is at least 100ms, so that a checkpoint
 // times out (and the job retries or restarts) before its pre-committed
 // transactions can outlive their timeout, with the other half left for a
 // restart. A file that sets checkpoints.timeout keeps its value, and
@@ -677,21 +679,36 @@ func (c *Config) deriveCheckpointTimeout() {
 		return
 	}
 	iv := c.Checkpoints.Interval
-	// Cluster mode's bound (validateCluster) adds the session and takeover
-	// timeouts: the room left for the checkpoint is what remains of them.
-	fixed := iv
+	if iv == 0 {
+		return
+	}
+	// Cluster mode's bound (ClusterTxnBound) is (tolerable_failures + 1)
+	// x (interval + timeout) plus the session, rebalance and takeover
+	// timeouts: the room left for the checkpoint is what remains of them,
+	// shared by the tolerated attempts; the repartition sinks' timeout
+	// counts as an exactly-once sink's.
+	var fixed time.Duration
+	attempts := time.Duration(1)
+	timeouts := []time.Duration{}
 	if c.Cluster.Enabled {
-		fixed += c.Cluster.SessionTimeout + c.Cluster.TakeoverTimeout
+		cl := &c.Cluster
+		fixed = cl.SessionTimeout + cl.RebalanceTimeout + cl.TakeoverTimeout
+		attempts = time.Duration(c.Checkpoints.TolerableFailures + 1)
+		timeouts = append(timeouts, cl.RepartitionTransactionTimeout)
 	}
 	for i := range c.Sinks {
-		s := &c.Sinks[i]
-		if s.Delivery != DeliveryExactlyOnce || iv == 0 || s.TransactionTimeout > fixed+c.Checkpoints.Timeout {
+		if s := &c.Sinks[i]; s.Delivery == DeliveryExactlyOnce {
+			timeouts = append(timeouts, s.TransactionTimeout)
+		}
+	}
+	for _, t := range timeouts {
+		if t > fixed+attempts*(iv+c.Checkpoints.Timeout) {
 			continue
 		}
 		// Below minDerivedCheckpointTimeout the default stays, and
 		// validation refuses the transaction timeout naming every term:
 		// a checkpoint that must finish within milliseconds never would.
-		if d := (s.TransactionTimeout - fixed) / 2; d >= minDerivedCheckpointTimeout {
+		if d := ((t-fixed)/attempts - iv) / 2; d >= minDerivedCheckpointTimeout {
 			c.Checkpoints.Timeout = d
 			c.derivedTimeout = true
 		}

@@ -127,7 +127,7 @@ operators:
     params:
       select: '{"user": left.user, "country": right == null ? null : right.country}'
 sinks:
-  - {name: out, input: enrich, topic: out, delivery: exactly-once, transaction_timeout: 5m}
+  - {name: out, input: enrich, topic: out, delivery: exactly-once, transaction_timeout: 10m}
 `
 	c, err := Parse("c.yaml", []byte(src), twoInputRegistry(t))
 	if err != nil {

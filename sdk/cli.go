@@ -669,7 +669,7 @@ func runMember(ctx context.Context, cfg *pipeline.Config, srv *server, reg *prom
 	err = job.RunMember(ctx, st, set, job.Deps{Logger: logger, Registerer: reg, ClientOpts: opts, Connectors: cfg.Connectors()}, job.MemberConfig{
 		GroupID: cfg.ClusterGroupID(), MemberID: member,
 		SessionTimeout: cl.SessionTimeout, RebalanceTimeout: cl.RebalanceTimeout, RevokeTimeout: cl.RevokeTimeout,
-		OnJoined: srv.setMember,
+		TakeoverTimeout: cl.TakeoverTimeout, OnJoined: srv.setMember,
 	})
 	if err == nil {
 		logger.Info("member stopped cleanly", "job", cfg.Job.Name)

@@ -148,8 +148,9 @@ func clusterScaleOutAndKill(t *testing.T, kind string) {
 // differs from the one the job's repartition topics were created with (on
 // a fresh store), when it differs from the one the job's HEAD chains in
 // the store were written with (on a broker that never saw the job), and
-// when the sink's transaction timeout is not above checkpoints.interval +
-// checkpoints.timeout + cluster.session_timeout + cluster.takeover_timeout.
+// when the sink's transaction timeout is not above (tolerable_failures + 1)
+// x (checkpoints.interval + checkpoints.timeout) + cluster.session_timeout +
+// cluster.rebalance_timeout + cluster.takeover_timeout.
 // The running daemon keeps its units. It runs on the filesystem store and
 // on an S3 server the test starts.
 func TestClusterStartRefusals(t *testing.T) {
@@ -190,7 +191,7 @@ func clusterStartRefusals(t *testing.T, kind string) {
 		{"units against the HEAD chains", clusterJob{Units: 6}, c.storeYAML, fresh.addr, 1,
 			"job: the store holds the HEAD chains of 4 units of stage 0, cluster.units is 6"},
 		{"transaction timeout", clusterJob{Units: 4, TxnTimeout: "26s"}, c.storeYAML, b.addr, 2,
-			"sinks[0].transaction_timeout: 26s must exceed checkpoints.interval 200ms + checkpoints.timeout 10s (the slowest upstream checkpoint) + cluster.session_timeout 6s + cluster.takeover_timeout 10s = 26.2s"},
+			"sinks[0].transaction_timeout: 26s must exceed (checkpoints.tolerable_failures 3 + 1) x (checkpoints.interval 200ms + checkpoints.timeout 10s) + cluster.session_timeout 6s + cluster.rebalance_timeout 20s + cluster.takeover_timeout 10s = 1m16.8s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out := refuse(tc.job, tc.store, tc.broker)

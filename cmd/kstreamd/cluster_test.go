@@ -15,7 +15,8 @@ import (
 // TestClusterTakeover is issue 13's multi-daemon acceptance test: two
 // daemons (processes of the built binary) run the two stages of a keyed
 // count as 8 units on one broker, with exactly-once; a third daemon with
-// another graph joins the group and gets no units; one of the two is
+// another graph joins the group, gets no units and is not ready saying
+// why (the store's HEADs record another graph); one of the two is
 // killed with -9 while records flow and the other takes its units over
 // (claims the next HEAD of each, commits the restored transactions, fences
 // those units' transactional ids and no other). The read_committed output
@@ -121,6 +122,10 @@ func clusterTakeover(t *testing.T, kind string) {
 	}
 	if strings.Contains(c.out.String(), "unit running") {
 		t.Errorf("the daemon with another graph runs units:\n%s", c.out.String())
+	}
+	// It is not ready and says why: the store's HEADs record another graph.
+	if code, body := httpGet("http://" + c.metrics + "/readyz"); code != 503 || !strings.Contains(body, "the store's HEADs record graph") || !strings.Contains(body, "it gets no units") {
+		t.Errorf("c's /readyz: %d %q, want 503 naming the store's graph", code, body)
 	}
 	if got := cl.owners(); fmt.Sprint(got) != fmt.Sprint(owners) {
 		t.Errorf("owners after c joined: %v, want %v", got, owners)

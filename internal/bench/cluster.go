@@ -213,7 +213,7 @@ sinks:
     input: out
     topic: %s
     delivery: exactly-once
-    transaction_timeout: 5m
+    transaction_timeout: 10m
 `, job, dataDir, strings.Join(cfg.Brokers, ", "), cfg.CheckpointInterval, metrics, member, cfg.Units, store, in, out)
 }
 
