@@ -347,3 +347,19 @@ func clipExternal(f fileRef, lo, hi []byte) (pebble.ExternalFile, bool) {
 	return pebble.ExternalFile{Locator: remoteLocator, Size: size,
 		StartKey: bytes.Clone(start), EndKey: bytes.Clone(end), EndKeyIsInclusive: incl, HasPointKey: true}, true
 }
+
+// inspectRemote is the remote config ReadKeyedSnapshot opens a remote
+// snapshot with: the store its objects are in (ingested by reference;
+// the reading instance's markers keep them while it reads), or, for a
+// self-contained snapshot (a savepoint), a scratch store under tmp they
+// are copied into.
+func inspectRemote(rh RestoreHandle, h keyedHandle, tmp string) *RemoteConfig {
+	dir := filepath.Join(tmp, RemoteDirName)
+	for _, f := range h.Files {
+		if f.Shared {
+			dir = filepath.Dir(filepath.Join(rh.SharedDir, filepath.FromSlash(f.Path)))
+			break
+		}
+	}
+	return &RemoteConfig{Dir: dir, CacheBytes: -1}
+}
