@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -99,8 +100,10 @@ const tmpObjPrefix = ".kstreamd-tmp-"
 // leaves its markers, which keep its objects (never too few objects, at
 // worst too many).
 type remoteObjects struct {
-	dir     string
-	latency time.Duration
+	dir string
+	// latency is RemoteConfig.ReadLatency in nanoseconds (atomic: a
+	// benchmark sets it after its preload while compactions read).
+	latency atomic.Int64
 	creator uint64
 
 	mu sync.Mutex
@@ -139,9 +142,11 @@ func newRemoteObjects(cfg *RemoteConfig) (*remoteObjects, error) {
 	if c == 0 {
 		c = 1
 	}
-	return &remoteObjects{dir: cfg.Dir, latency: cfg.ReadLatency, creator: c,
+	r := &remoteObjects{dir: cfg.Dir, creator: c,
 		markers: map[string]bool{}, created: map[string]bool{}, held: map[string]int{},
-		deferred: map[string][]string{}, extNames: map[uint64]string{}}, nil
+		deferred: map[string][]string{}, extNames: map[uint64]string{}}
+	r.latency.Store(int64(cfg.ReadLatency))
+	return r, nil
 }
 
 func (r *remoteObjects) path(name string) string { return filepath.Join(r.dir, name) }
@@ -181,7 +186,7 @@ func (rr *remoteReader) ReadAt(ctx context.Context, p []byte, off int64) error {
 	rr.r.mu.Lock()
 	rr.r.reads++
 	rr.r.mu.Unlock()
-	if d := rr.r.latency; d > 0 {
+	if d := time.Duration(rr.r.latency.Load()); d > 0 {
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:

@@ -3,6 +3,8 @@ package state
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -29,7 +31,7 @@ func openRemoteLatencyBackend(tb testing.TB, latency time.Duration, nkeys int) (
 	}
 	ps := be.(*pebbleBackend).st
 	must(tb, ps.db.Compact(context.Background(), keyGroupsStart, keyGroupsEnd, true))
-	ps.remote.latency = latency // after the preload: only the measured reads wait
+	ps.remote.latency.Store(int64(latency)) // after the preload: only the measured reads wait
 	return be, keys
 }
 
@@ -134,4 +136,64 @@ func TestRemoteAsyncCountExact(t *testing.T) {
 			t.Fatalf("count[%s] = %d, %v; want 10", k, v, err)
 		}
 	}
+}
+
+// BenchmarkRemoteLocalDisk writes 1M keys (count[k] as in the keyed
+// count, ~40 bytes per entry) into a disaggregated backend with a 64 MiB
+// local cache, checkpoints it by reference and reads 100,000 keys at
+// random, then reports the local directory's bytes (WAL, MANIFEST,
+// catalog, cache), the store's bytes and the checkpoint's sync part
+// (flush and table listing) in ms.
+func BenchmarkRemoteLocalDisk(b *testing.B) {
+	const nkeys = 1_000_000
+	for range b.N {
+		cfg := testConfig(b, kindPebbleRemote)
+		cfg.Remote.CacheBytes = 64 << 20
+		be := open(b, cfg)
+		fillCounts(b, be, nkeys, func(i int) int64 { return int64(i) })
+		start := time.Now()
+		write, err := SnapshotKeyed(be, SnapshotTarget{Dir: b.TempDir(), TaskPath: "op/0", SharedDir: filepath.Join(filepath.Dir(cfg.Remote.Dir), "shared")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		syncMs := float64(time.Since(start).Microseconds()) / 1000
+		snap, err := write(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(3, 4))
+		s := must1(GetValueState(be, ValueStateDescriptor[int64]{Name: "count", Serializer: Int64Serializer{}}))(b)
+		for range 100_000 {
+			be.SetCurrentKey([]byte(fmt.Sprintf("k%06d", rng.IntN(nkeys))))
+			if _, ok, err := s.Value(); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+		}
+		b.ReportMetric(float64(dirBytes(b, cfg.Dir))/(1<<20), "local-MiB")
+		b.ReportMetric(float64(dirBytes(b, cfg.Remote.Dir))/(1<<20), "store-MiB")
+		b.ReportMetric(syncMs, "sync-part-ms")
+		b.ReportMetric(float64(len(snap.SharedFiles)), "shared-files")
+	}
+}
+
+// dirBytes sums the sizes of the files under dir.
+func dirBytes(tb testing.TB, dir string) int64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }
