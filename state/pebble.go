@@ -124,9 +124,10 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	var ro *remoteObjects
+	dir := cfg.Dir
 	if cfg.Remote != nil {
 		var err error
-		if ro, err = openRemoteDir(cfg, opts); err != nil {
+		if ro, dir, err = openRemoteDir(cfg, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -137,11 +138,11 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 		defer c.Unref() // the DB holds its own reference
 		opts.Cache = c
 	}
-	db, err := pebble.Open(cfg.Dir, opts)
+	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("state: open pebble in %s: %w", cfg.Dir, err)
 	}
-	st := &pebbleStore{dir: cfg.Dir, db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}, remote: ro}
+	st := &pebbleStore{dir: dir, db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}, remote: ro}
 	if ro != nil {
 		if err := db.SetCreatorID(ro.creator); err != nil {
 			_ = db.Close()

@@ -12,8 +12,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // remoteTable is what a remote snapshot records of one table besides its
@@ -35,21 +37,43 @@ type remoteTable struct {
 }
 
 // openRemoteDir prepares the local directory of a disaggregated DB and
-// sets opts' shared-storage options. The directory is always started
-// afresh: the markers of an instance that ran there were released when
-// it closed (or it crashed and its state comes back from a checkpoint),
-// so its tables may be gone from the store.
-func openRemoteDir(cfg BackendConfig, opts *pebble.Options) (*remoteObjects, error) {
-	if err := os.RemoveAll(cfg.Dir); err != nil {
-		return nil, fmt.Errorf("state: open remote pebble in %s: %w", cfg.Dir, err)
-	}
+// sets opts' shared-storage options. Every instance gets a fresh
+// directory of its own, cfg.Dir/i-<creator id>: an instance of the same
+// subtask still closing (which deletes its directory) never touches the
+// new one. Directories of earlier instances whose Pebble LOCK is free
+// (closed uncleanly, or crashed) are deleted: their state comes back from
+// a checkpoint, and their tables may be gone from the store.
+func openRemoteDir(cfg BackendConfig, opts *pebble.Options) (*remoteObjects, string, error) {
 	ro, err := newRemoteObjects(cfg.Remote)
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("state: open remote pebble in %s: %w", cfg.Dir, err)
+	}
+	ents, err := os.ReadDir(cfg.Dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("state: open remote pebble in %s: %w", cfg.Dir, err)
+	}
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), remoteInstancePrefix) {
+			continue
+		}
+		old := filepath.Join(cfg.Dir, e.Name())
+		lock, err := vfs.Default.Lock(filepath.Join(old, "LOCK"))
+		if err != nil {
+			continue // open in this process or another
+		}
+		_ = lock.Close()
+		_ = os.RemoveAll(old)
 	}
 	remotePebbleOptions(opts, cfg.Remote, ro)
-	return ro, nil
+	return ro, filepath.Join(cfg.Dir, remoteInstancePrefix+strconv.FormatUint(ro.creator, 16)), nil
 }
+
+// remoteInstancePrefix starts the names of the per-instance directories of
+// a disaggregated backend inside BackendConfig.Dir.
+const remoteInstancePrefix = "i-"
 
 // closeRemote releases the instance's references on the store and
 // deletes its local directory, after the DB closed.

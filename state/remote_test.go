@@ -2,7 +2,9 @@ package state
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,13 +112,12 @@ func TestRemoteBackendKeepsTablesOffLocalDisk(t *testing.T) {
 	fillCounts(t, b, n/2, func(i int) int64 { return int64(-i) })
 	must(t, pb.st.db.Flush())
 	must(t, pb.st.db.Compact(context.Background(), keyGroupsStart, keyGroupsEnd, true))
-	ents, err := os.ReadDir(cfg.Dir)
-	must(t, err)
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".sst") {
-			t.Fatalf("local dir holds table %s", e.Name())
+	must(t, filepath.WalkDir(cfg.Dir, func(p string, _ fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, ".sst") {
+			t.Fatalf("local dir holds table %s", p)
 		}
-	}
+		return err
+	}))
 	objs, markers := storeObjects(t, cfg.Remote.Dir)
 	if len(objs) == 0 || len(markers) == 0 {
 		t.Fatalf("store holds %d objects, %d markers; want both > 0", len(objs), len(markers))
@@ -364,4 +365,33 @@ func TestRemoteSavepointAndInspect(t *testing.T) {
 	must(t, err)
 	defer rb.Close()
 	checkCounts(t, rb, n, func(i int) (int64, bool) { return int64(i), true })
+}
+
+// TestRemoteInstancesOfOneSubtask: two instances of one subtask (a
+// restart whose old instance closes late) each use a local directory of
+// their own: closing the old one leaves the new one working (a flush and
+// a checkpoint after it restore exactly), and a directory an earlier
+// instance left behind unlocked is deleted at the next open.
+func TestRemoteInstancesOfOneSubtask(t *testing.T) {
+	cfg := testConfig(t, kindPebbleRemote)
+	stale := filepath.Join(cfg.Dir, remoteInstancePrefix+"dead")
+	must(t, os.MkdirAll(stale, 0o755))
+	must(t, os.WriteFile(filepath.Join(stale, "000001.log"), []byte("x"), 0o644))
+	oldB, err := OpenBackend(cfg)
+	must(t, err)
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("stale instance dir left: %v", err)
+	}
+	fillCounts(t, oldB, 100, func(int) int64 { return 1 })
+	newB := open(t, cfg)
+	must(t, oldB.Close())
+	fillCounts(t, newB, 100, func(i int) int64 { return int64(i) })
+	must(t, newB.(*pebbleBackend).st.db.Flush())
+	rh, _ := remoteCheckpoint(t, newB, cfg, 1)
+	rc := cfg
+	rc.Dir = t.TempDir()
+	rb, err := OpenBackendRestored(rc, []RestoreHandle{rh})
+	must(t, err)
+	defer rb.Close()
+	checkCounts(t, rb, 100, func(i int) (int64, bool) { return int64(i), true })
 }
