@@ -138,14 +138,14 @@ func TestRemoteAsyncCountExact(t *testing.T) {
 	}
 }
 
-// BenchmarkRemoteLocalDisk writes 300,000 keys (count[k] as in the keyed
+// BenchmarkRemoteLocalDisk writes 100,000 keys (count[k] as in the keyed
 // count, ~40 bytes per entry) into a disaggregated backend with a 64 MiB
 // local cache, checkpoints it by reference and reads 100,000 keys at
 // random, then reports the local directory's bytes (WAL, MANIFEST,
 // catalog, cache), the store's bytes and the checkpoint's sync part
 // (flush and table listing) in ms.
 func BenchmarkRemoteLocalDisk(b *testing.B) {
-	const nkeys = 300_000
+	const nkeys = 100_000
 	for range b.N {
 		cfg := testConfig(b, kindPebbleRemote)
 		cfg.Remote.CacheBytes = 64 << 20
