@@ -342,6 +342,7 @@ func (s *Storage) Prune() error {
 		return nil
 	})
 	errs = append(errs, err)
+	errs = append(errs, s.pruneRemote(referenced))
 	return errors.Join(errs...)
 }
 

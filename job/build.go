@@ -512,7 +512,7 @@ func (b *build) finish() (*Job, error) {
 	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
 		Job: b.g.Job, MaxParallelism: b.rp.maxP, Storage: b.storage, Owner: b.rp.owner, Fault: b.deps.CheckpointFault, Committed: committed, CommitsDone: commitsDone,
 		Interval: b.set.Interval, Timeout: b.set.Timeout, MinPause: b.set.MinPause,
-		TolerableFailures: b.set.TolerableFailures, Incremental: b.set.Incremental, RequiredStates: b.dl.requiredStates(requiredStates(b.g)),
+		TolerableFailures: b.set.TolerableFailures, Incremental: b.set.Incremental || b.set.RemoteState != nil, RequiredStates: b.dl.requiredStates(requiredStates(b.g)),
 		UIDs: b.g.UIDs, FirstID: firstID, Logger: b.sc.logger.With("component", "checkpoint"), Metrics: b.m.checkpoint,
 	}, b.sourceTasks, b.targets)
 	if err != nil {

@@ -35,6 +35,12 @@ type Settings struct {
 	StateBackend string
 	// BlockCacheBytes is the Pebble block cache shared by the process, in bytes.
 	BlockCacheBytes int64
+	// RemoteState, if not nil, makes the pebble backend disaggregated
+	// (state.RemoteConfig): SST files on the object store
+	// <CheckpointDir>/<job>/remote, checkpoints by reference (always, as
+	// if Incremental). Its Dir is ignored (set from the checkpoint
+	// storage).
+	RemoteState *state.RemoteConfig
 	// Checkpoints configures the coordinator: Interval 0 means no periodic
 	// checkpoints.
 	Interval, Timeout, MinPause time.Duration
@@ -410,6 +416,7 @@ func (j *Job) opener(root, op string, sub int, kgr keygroup.Range, logger *slog.
 			KeyGroupRange:  kgr,
 			Cache:          j.cache,
 			Logger:         logger.With("operator", op, "subtask", sub),
+			Remote:         j.remoteState(),
 		}, restore)
 		if err != nil {
 			return nil, err

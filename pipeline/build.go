@@ -35,7 +35,7 @@ func (c *Config) Settings() job.Settings {
 	cp := c.Checkpoints
 	return job.Settings{
 		CheckpointDir: c.CheckpointDir(), SavepointDir: c.SavepointDir(), StateDir: c.StateDir(),
-		StateBackend: string(c.State.Backend), BlockCacheBytes: c.State.BlockCacheBytes,
+		StateBackend: string(c.State.Backend), BlockCacheBytes: c.State.BlockCacheBytes, RemoteState: c.State.Remote.settings(),
 		Interval: cp.Interval, Timeout: cp.Timeout, MinPause: cp.MinPause,
 		TolerableFailures: cp.TolerableFailures, Retained: cp.Retained, Incremental: cp.Incremental,
 		AllowNonRestoredState: cp.AllowNonRestoredState,

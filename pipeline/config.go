@@ -269,6 +269,25 @@ type StateConfig struct {
 	// BlockCacheBytes is the size in bytes of the block cache the Pebble
 	// instances of this process share. Default 67108864 (64 MiB); >= 0.
 	BlockCacheBytes int64 `yaml:"block_cache_bytes"`
+	// Remote, when present, makes the pebble backend disaggregated: its
+	// SST files live on the object store of the checkpoints
+	// (<checkpoints dir>/<job>/remote), the local state dir holds only
+	// the WAL, the MANIFEST and a bounded cache, and checkpoints refer to
+	// the store's files instead of copying them (Flink 2.0's ForSt).
+	Remote *RemoteStateConfig `yaml:"remote"`
+}
+
+// RemoteStateConfig tunes the disaggregated pebble backend
+// (state.RemoteConfig).
+type RemoteStateConfig struct {
+	// CacheBytes is the local on-disk cache of remote blocks per keyed
+	// subtask, in bytes. Default 0 meaning 67108864 (64 MiB); -1: no
+	// cache; >= -1.
+	CacheBytes int64 `yaml:"cache_bytes"`
+	// ReadLatency is added to every read of the store (a Go duration):
+	// for measuring a slower store on one machine. Default 0; in
+	// [0, 1s].
+	ReadLatency time.Duration `yaml:"read_latency"`
 }
 
 // CheckpointsConfig configures checkpoints (Flink's execution.checkpointing.*

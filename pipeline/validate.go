@@ -225,6 +225,7 @@ func (c *Config) validateRuntime(v *validator) {
 	if c.State.BlockCacheBytes < 0 {
 		v.errorf("state.block_cache_bytes", "must be >= 0, got %d", c.State.BlockCacheBytes)
 	}
+	c.validateRemoteState(v)
 	c.validateProcess(v)
 	if c.Metrics.Address != "" {
 		v.hostPort("metrics.address", c.Metrics.Address, true)

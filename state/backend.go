@@ -157,6 +157,11 @@ type BackendConfig struct {
 	// long restore shows its progress. 0 means
 	// DefaultRestoreProgressInterval.
 	RestoreProgressInterval time.Duration
+	// Remote, if not nil, makes a Pebble backend disaggregated: its SST
+	// files live on a shared object store, the local Dir holds the WAL,
+	// the MANIFEST and a bounded cache (RemoteConfig, REMOTE.md). Ignored
+	// by hashmap.
+	Remote *RemoteConfig
 }
 
 // DefaultRestoreProgressInterval is the default of
@@ -174,6 +179,9 @@ func (c *BackendConfig) Validate() error {
 		}
 		if c.RestoreDir != "" {
 			problems = append(problems, "restore_dir applies to the hashmap backend only (a pebble backend restores by reopening its dir)")
+		}
+		if c.Remote != nil && c.Remote.Dir == "" {
+			problems = append(problems, "remote pebble backend needs a remote store dir")
 		}
 	default:
 		problems = append(problems, fmt.Sprintf("unknown backend kind %q (want %q or %q)", c.Kind, KindHashmap, KindPebble))

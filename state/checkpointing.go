@@ -65,6 +65,10 @@ type keyedHandle struct {
 	KeyGroups      keygroup.Range `json:"key_groups"`
 	MaxParallelism int            `json:"max_parallelism"`
 	Files          []fileRef      `json:"files"`
+	// Remote marks a snapshot of a disaggregated Pebble backend: its files
+	// are remote objects with their LSM level and key bounds, restored by
+	// reference (remote_snapshot.go).
+	Remote bool `json:"remote,omitempty"`
 }
 
 // fileRef is one file of a snapshot.
@@ -77,6 +81,9 @@ type fileRef struct {
 	Path   string `json:"path"`
 	Shared bool   `json:"shared,omitempty"`
 	Size   int64  `json:"size"`
+	// The fields below describe a table of a remote snapshot (the table
+	// may be virtual: a part of the object within its bounds).
+	remoteTable
 }
 
 // SnapshotKeyed takes a snapshot of b for a checkpoint, in two parts as
@@ -97,6 +104,9 @@ func SnapshotKeyed(b KeyedStateBackend, t SnapshotTarget) (func(context.Context)
 	}
 	switch sb := b.(type) {
 	case *pebbleBackend:
+		if sb.st.remote != nil {
+			return sb.snapshotRemote(t, taskDir)
+		}
 		return sb.snapshot(t)
 	case *hashmapBackend:
 		return sb.snapshotAsync(t, taskDir)
@@ -213,6 +223,9 @@ func OpenBackendRestored(cfg BackendConfig, handles []RestoreHandle) (KeyedState
 	}
 	if cfg.Kind == KindHashmap {
 		return openHashmapRestored(cfg, handles, hs)
+	}
+	if cfg.Remote != nil || hs[0].Remote {
+		return openRemoteRestored(cfg, handles, hs)
 	}
 	if err := os.RemoveAll(cfg.Dir); err != nil {
 		return nil, err

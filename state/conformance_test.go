@@ -15,7 +15,7 @@ import (
 var keys3 = []string{"alice", "bob", "carol"}
 
 func TestConformanceValueState(t *testing.T) {
-	for _, kind := range backendKinds {
+	for _, kind := range conformanceKinds {
 		t.Run(kind, func(t *testing.T) {
 			b := open(t, testConfig(t, kind))
 			s := must1(GetValueState(b, ValueStateDescriptor[int64]{Name: "count", Serializer: Int64Serializer{}}))(t)
@@ -60,7 +60,7 @@ func TestConformanceValueState(t *testing.T) {
 }
 
 func TestConformanceListState(t *testing.T) {
-	for _, kind := range backendKinds {
+	for _, kind := range conformanceKinds {
 		t.Run(kind, func(t *testing.T) {
 			b := open(t, testConfig(t, kind))
 			s := must1(GetListState(b, ListStateDescriptor[string]{Name: "events", Serializer: StringSerializer{}}))(t)
@@ -124,7 +124,7 @@ func TestConformanceListState(t *testing.T) {
 }
 
 func TestConformanceMapState(t *testing.T) {
-	for _, kind := range backendKinds {
+	for _, kind := range conformanceKinds {
 		t.Run(kind, func(t *testing.T) {
 			b := open(t, testConfig(t, kind))
 			s := must1(GetMapState(b, MapStateDescriptor[string, int64]{Name: "counts", KeySerializer: StringSerializer{}, ValueSerializer: Int64Serializer{}}))(t)
@@ -211,7 +211,7 @@ func TestConformanceMapState(t *testing.T) {
 func sorted[T interface{ ~string | ~int64 }](s []T) []T { slices.Sort(s); return s }
 
 func TestConformanceReducingState(t *testing.T) {
-	for _, kind := range backendKinds {
+	for _, kind := range conformanceKinds {
 		t.Run(kind, func(t *testing.T) {
 			b := open(t, testConfig(t, kind))
 			s := must1(GetReducingState(b, ReducingStateDescriptor[int64]{
@@ -277,7 +277,7 @@ func (avgFunc) GetResult(a avgAcc) float64 { return a.Sum / float64(a.Count) }
 func (avgFunc) Merge(a, b avgAcc) avgAcc   { return avgAcc{Sum: a.Sum + b.Sum, Count: a.Count + b.Count} }
 
 func TestConformanceAggregatingState(t *testing.T) {
-	for _, kind := range backendKinds {
+	for _, kind := range conformanceKinds {
 		t.Run(kind, func(t *testing.T) {
 			b := open(t, testConfig(t, kind))
 			s := must1(GetAggregatingState(b, AggregatingStateDescriptor[float64, avgAcc, float64]{
@@ -426,6 +426,9 @@ func reopen(t *testing.T, b KeyedStateBackend, cfg BackendConfig, mod func(*Back
 		must(t, b.(Snapshotter).Snapshot(dir))
 		cfg.RestoreDir = dir
 	}
+	if cfg.Remote != nil {
+		return reopenRemote(t, b, cfg, mod)
+	}
 	must(t, b.Close())
 	if mod != nil {
 		mod(&cfg)
@@ -438,7 +441,7 @@ func reopen(t *testing.T, b KeyedStateBackend, cfg BackendConfig, mod func(*Back
 }
 
 func TestRestoreRoundTrip(t *testing.T) {
-	for _, kind := range backendKinds {
+	for _, kind := range conformanceKinds {
 		t.Run(kind, func(t *testing.T) {
 			cfg := testConfig(t, kind)
 			b := open(t, cfg)

@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/binary"
 	"iter"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -36,12 +37,24 @@ func (c *fakeClock) at(d time.Duration) {
 
 var backendKinds = []string{KindHashmap, KindPebble}
 
+// kindPebbleRemote is a test-only kind name: the pebble backend with a
+// remote store (BackendConfig.Remote), see testConfig.
+const kindPebbleRemote = "pebble-remote"
+
+// conformanceKinds are the backends the conformance suite runs on: both
+// kinds and the disaggregated Pebble backend.
+var conformanceKinds = []string{KindHashmap, KindPebble, kindPebbleRemote}
+
 const testMaxP = 128
 
 // testConfig returns the config of a backend owning every key group.
 func testConfig(t testing.TB, kind string) BackendConfig {
 	cfg := BackendConfig{Kind: kind, MaxParallelism: testMaxP, KeyGroupRange: keygroup.Range{Start: 0, End: testMaxP - 1}}
-	if kind == KindPebble {
+	if kind == kindPebbleRemote {
+		root := t.TempDir()
+		cfg.Kind, cfg.Remote = KindPebble, &RemoteConfig{Dir: filepath.Join(root, RemoteDirName), CacheBytes: 1 << 20}
+	}
+	if cfg.Kind == KindPebble {
 		cfg.Dir = t.TempDir()
 	}
 	return cfg

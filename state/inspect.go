@@ -79,6 +79,9 @@ func ReadKeyedSnapshot(rh RestoreHandle, scratch string, fn func(KeyedEntry) err
 	if h.Backend == KindPebble {
 		cfg.Dir = filepath.Join(tmp, "db")
 	}
+	if h.Remote {
+		cfg.Remote = inspectRemote(rh, h, tmp)
+	}
 	b, err := OpenBackendRestored(cfg, []RestoreHandle{rh})
 	if err != nil {
 		return nil, err

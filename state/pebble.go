@@ -83,6 +83,9 @@ type pebbleStore struct {
 	// cache is the write-back cache of values and map entries; nil when
 	// BackendConfig.WriteCacheBytes < 0.
 	cache *writeCache
+	// remote is the object store of a disaggregated DB (remote.go); nil
+	// for a local one.
+	remote *remoteObjects
 }
 
 // pebbleCursor is where background cleanup resumes: target index, key group
@@ -120,6 +123,14 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	var ro *remoteObjects
+	dir := cfg.Dir
+	if cfg.Remote != nil {
+		var err error
+		if ro, dir, err = openRemoteDir(cfg, opts); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Cache != nil {
 		opts.Cache = cfg.Cache.c
 	} else {
@@ -127,11 +138,17 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 		defer c.Unref() // the DB holds its own reference
 		opts.Cache = c
 	}
-	db, err := pebble.Open(cfg.Dir, opts)
+	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("state: open pebble in %s: %w", cfg.Dir, err)
 	}
-	st := &pebbleStore{dir: cfg.Dir, db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}}
+	st := &pebbleStore{dir: dir, db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}, remote: ro}
+	if ro != nil {
+		if err := db.SetCreatorID(ro.creator); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("state: open pebble in %s: set creator id: %w", cfg.Dir, err)
+		}
+	}
 	switch {
 	case cfg.WriteCacheBytes == 0:
 		st.cache = newWriteCache(DefaultWriteCacheBytes)
@@ -454,6 +471,9 @@ func (s *pebbleStore) close() error {
 	s.mu.Unlock()
 	if err := s.db.Close(); err != nil {
 		return err
+	}
+	if s.remote != nil {
+		return errors.Join(ferr, s.closeRemote())
 	}
 	return ferr
 }

@@ -1,0 +1,201 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kstreamd/kstreamd/state"
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+// TestRemoteStateRetention: 50 checkpoints of a keyed operator on the
+// disaggregated Pebble backend, committed into a Storage retaining 3,
+// with the parallelism changed every 8 checkpoints (1 -> 2 -> 4 -> 1 ->
+// ..., a restore by reference from the latest checkpoint) and, at
+// checkpoint 30, a restore from an older retained checkpoint (protected,
+// Flink's NO_CLAIM). After every Prune each object a kept checkpoint
+// refers to exists; every restore gives exactly the restored checkpoint's
+// state; once the backends closed, the remote directory holds exactly the
+// objects the kept checkpoints refer to, and no reference marker.
+func TestRemoteStateRetention(t *testing.T) {
+	const (
+		maxP   = 16
+		keys   = 400
+		rounds = 50
+	)
+	s := NewStorage(t.TempDir(), "job", 3, nil)
+	remoteCfg := &state.RemoteConfig{Dir: s.RemoteDir(), CacheBytes: -1}
+	desc := state.ValueStateDescriptor[int64]{Name: "count", Serializer: state.Int64Serializer{}}
+	open := func(r keygroup.Range, handles []state.RestoreHandle) state.KeyedStateBackend {
+		t.Helper()
+		b, err := state.OpenBackendRestored(state.BackendConfig{Kind: state.KindPebble, Dir: t.TempDir(),
+			MaxParallelism: maxP, KeyGroupRange: r, Remote: remoteCfg, WriteCacheBytes: -1}, handles)
+		if err != nil {
+			t.Fatalf("open %s: %v", r, err)
+		}
+		return b
+	}
+	key := func(i int) []byte { return []byte(fmt.Sprintf("key-%04d", i)) }
+	// write sets every owned key to v; check asserts it.
+	write := func(b state.KeyedStateBackend, v int64) {
+		st, err := state.GetValueState(b, desc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range keys {
+			if k := key(i); b.KeyGroupRange().Contains(keygroup.Assign(k, maxP)) {
+				b.SetCurrentKey(k)
+				if err := st.Update(v + int64(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	check := func(bs []state.KeyedStateBackend, v int64) {
+		t.Helper()
+		seen := 0
+		for _, b := range bs {
+			st, err := state.GetValueState(b, desc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range keys {
+				if k := key(i); b.KeyGroupRange().Contains(keygroup.Assign(k, maxP)) {
+					b.SetCurrentKey(k)
+					got, ok, err := st.Value()
+					if err != nil || !ok || got != v+int64(i) {
+						t.Fatalf("%s = %d, %t, %v; want %d", k, got, ok, err, v+int64(i))
+					}
+					seen++
+				}
+			}
+		}
+		if seen != keys {
+			t.Fatalf("checked %d keys, want %d", seen, keys)
+		}
+	}
+	type chk struct {
+		id      int64
+		handles []state.RestoreHandle
+		value   int64
+	}
+	var done []chk
+	backends := []state.KeyedStateBackend{open(keygroup.Range{Start: 0, End: maxP - 1}, nil)}
+	closeAll := func() {
+		for _, b := range backends {
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		backends = nil
+	}
+	restore := func(c chk, par int) {
+		closeAll()
+		for i := range par {
+			backends = append(backends, open(keygroup.RangeFor(maxP, par, i), c.handles))
+		}
+		check(backends, c.value)
+	}
+	pars := []int{2, 4, 1}
+	for id := int64(1); id <= rounds; id++ {
+		v := id * 1000
+		for _, b := range backends {
+			write(b, v)
+		}
+		dir := s.CheckpointDir(id)
+		c := chk{id: id, value: v}
+		var shared []string
+		for i, b := range backends {
+			fin, err := state.SnapshotKeyed(b, state.SnapshotTarget{Dir: dir, TaskPath: fmt.Sprintf("op/%d", i), SharedDir: s.SharedDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap, err := fin(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			shared = append(shared, snap.SharedFiles...)
+			c.handles = append(c.handles, state.RestoreHandle{Handle: snap.Handle, Dir: dir, SharedDir: s.SharedDir()})
+		}
+		m := &Metadata{Version: MetadataVersion, Job: "job", CheckpointID: id, MaxParallelism: maxP,
+			Timestamp: time.Unix(id, 0).UTC(), Operators: map[string]OperatorMetadata{}, SharedFiles: shared}
+		if err := writeMetadata(dir, m, nil); err != nil {
+			t.Fatal(err)
+		}
+		done = append(done, c)
+		if err := s.Prune(); err != nil {
+			t.Fatalf("checkpoint %d: Prune: %v", id, err)
+		}
+		assertReferencedExist(t, s)
+		switch {
+		case id == 30:
+			// Restore the oldest retained checkpoint (28), protected.
+			old := done[len(done)-3]
+			s.Protect(s.CheckpointDir(old.id))
+			restore(old, 3)
+		case id%8 == 0:
+			restore(c, pars[int(id/8-1)%len(pars)])
+		}
+	}
+	closeAll()
+	if err := s.Prune(); err != nil {
+		t.Fatal(err)
+	}
+	assertReferencedExist(t, s)
+	refs, err := s.SharedRefCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for f := range refs {
+		want = append(want, strings.TrimPrefix(f, "../"+state.RemoteDirName+"/"))
+	}
+	sort.Strings(want)
+	ents, err := os.ReadDir(s.RemoteDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("remote directory after retention:\n%v\nwant exactly the referenced objects\n%v", got, want)
+	}
+	infos, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, in := range infos {
+		ids = append(ids, in.ID)
+	}
+	if !slices.Equal(ids, []int64{28, 48, 49, 50}) {
+		t.Fatalf("kept checkpoints %v, want [28 48 49 50] (28 protected)", ids)
+	}
+	// The oldest kept checkpoint still restores exactly.
+	restore(done[27], 2)
+	closeAll()
+}
+
+// assertReferencedExist fails when an object a kept checkpoint refers to
+// is missing.
+func assertReferencedExist(t *testing.T, s *Storage) {
+	t.Helper()
+	refs, err := s.SharedRefCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := range refs {
+		if _, err := os.Stat(filepath.Join(s.SharedDir(), filepath.FromSlash(f))); err != nil {
+			t.Fatalf("referenced %s: %v", f, err)
+		}
+	}
+}

@@ -1,0 +1,555 @@
+package state
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+)
+
+// RemoteConfig makes a Pebble backend disaggregated (Flink 2.0's ForSt
+// backend): every SST file Pebble writes (flushes, compactions) is created
+// on a shared object store through Pebble's shared storage
+// (Options.Experimental.RemoteStorage with CreateOnSharedAll), and the local
+// directory holds only the WAL, the MANIFEST, the remote object catalog and
+// a bounded cache of remote blocks (Pebble's secondary cache). A checkpoint
+// of such a backend records the store's objects by reference
+// (SnapshotKeyed) and a restore ingests them by reference (Pebble's external
+// file ingestion) instead of downloading them; see REMOTE.md.
+type RemoteConfig struct {
+	// Dir is the object store: a directory every instance that restores
+	// the state mounts (the job's checkpoint directory's "remote"
+	// directory, RemoteDirName). Objects are immutable files named by
+	// Pebble (<hash>-<creator id>-<file number>.sst) plus empty reference
+	// markers (<object>.ref.<creator id>.<suffix>). Required.
+	Dir string
+	// CacheBytes is the size in bytes of the local on-disk cache of remote
+	// blocks (Pebble's Experimental.SecondaryCacheSizeBytes). 0 means
+	// DefaultRemoteCacheBytes; negative disables the cache (every block
+	// the in-memory block cache misses is read from the store).
+	CacheBytes int64
+	// ReadLatency is added to every read of a remote object (a sleep
+	// before each ReadAt): it makes a local directory behave like a slower
+	// store so the async state API can be measured on one machine. 0 in
+	// production.
+	ReadLatency time.Duration
+}
+
+// DefaultRemoteCacheBytes is the default of RemoteConfig.CacheBytes
+// (64 MiB).
+const DefaultRemoteCacheBytes = 64 << 20
+
+// RemoteDirName is the directory of the remote objects inside a job's
+// checkpoint directory (<checkpoint dir>/<job>/remote): checkpoints refer
+// to its files from their shared directory as "../remote/<object>".
+const RemoteDirName = "remote"
+
+// remoteLocator is the one remote.Locator of a disaggregated backend: the
+// locator is stored in Pebble's remote object catalog and in external
+// tables, so it names the role (the state object store), not a place.
+const remoteLocator remote.Locator = "kstreamd-state"
+
+// refInfix separates an object's name from the rest of a reference
+// marker's name, as Pebble names its markers (objstorageprovider's
+// sharedObjectRefName): "<object>.ref.<creator id>.<file number>".
+const refInfix = ".ref."
+
+// tmpObjPrefix starts the names of objects being written; listings skip
+// them.
+const tmpObjPrefix = ".kstreamd-tmp-"
+
+// remoteObjects is the remote.Storage of one disaggregated Pebble instance
+// over RemoteConfig.Dir. It keeps the store's reference counting sound
+// across checkpoints and instances:
+//
+//   - A live instance holds a reference marker on every object it may
+//     read: Pebble's own marker on every table it creates (written here
+//     before the object itself, so an object is never unreferenced while
+//     it is written), and an "ext" marker on every object it ingested by
+//     reference at restore (Pebble never releases those: they are
+//     external objects, SharedNoCleanup).
+//   - A checkpoint references its objects through its metadata's shared
+//     files (checkpoint.Storage.Prune keeps those of retained
+//     checkpoints).
+//   - Pebble deletes a marker when the table became obsolete; its
+//     deletion of the object itself is ignored here: only
+//     CollectRemoteGarbage deletes objects, those with no marker and no
+//     retained checkpoint referring to them.
+//   - Between the synchronous part of a snapshot and the commit of its
+//     checkpoint the snapshot's objects are held: Pebble's marker
+//     deletions for them wait until the next snapshot (one checkpoint is
+//     in flight at a time, so by then the earlier one is committed and
+//     its metadata refers to them, or it was aborted).
+//
+// A clean Close deletes every marker of the instance (the local directory
+// is deleted with it: it cannot be reopened). An instance that crashed
+// leaves its markers, which keep its objects (never too few objects, at
+// worst too many).
+type remoteObjects struct {
+	dir string
+	// latency is RemoteConfig.ReadLatency in nanoseconds (atomic: a
+	// benchmark sets it after its preload while compactions read).
+	latency atomic.Int64
+	creator uint64
+
+	mu sync.Mutex
+	// markers are the marker names this instance wrote and not deleted.
+	markers map[string]bool
+	// created are the objects this instance created.
+	created map[string]bool
+	// held counts the holds of each object (snapshots not yet known
+	// committed); deferred are the marker deletions waiting for them.
+	held     map[string]int
+	deferred map[string][]string
+	// holding is the names the last snapshot holds.
+	holding []string
+	// extNames maps the backing file number of an external table to the
+	// object it refers to (Pebble's SSTableInfo does not name it).
+	extNames map[uint64]string
+	// reads counts ReadAt calls (tests, benchmarks).
+	reads int64
+}
+
+var _ remote.Storage = (*remoteObjects)(nil)
+
+func newRemoteObjects(cfg *RemoteConfig) (*remoteObjects, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("state: remote store %s: %w", cfg.Dir, err)
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	// A random non-zero 63-bit creator id: Pebble names the objects an
+	// instance creates by it, so two instances (a restore of an older
+	// checkpoint next to a zombie of the newer one included) never write
+	// one name.
+	c := binary.BigEndian.Uint64(b[:]) >> 1
+	if c == 0 {
+		c = 1
+	}
+	r := &remoteObjects{dir: cfg.Dir, creator: c,
+		markers: map[string]bool{}, created: map[string]bool{}, held: map[string]int{},
+		deferred: map[string][]string{}, extNames: map[uint64]string{}}
+	r.latency.Store(int64(cfg.ReadLatency))
+	return r, nil
+}
+
+func (r *remoteObjects) path(name string) string { return filepath.Join(r.dir, name) }
+
+// CreateStorage implements remote.StorageFactory.
+func (r *remoteObjects) CreateStorage(l remote.Locator) (remote.Storage, error) {
+	if l != remoteLocator {
+		return nil, fmt.Errorf("state: unknown remote locator %q", l)
+	}
+	return r, nil
+}
+
+// Close implements remote.Storage; the instance's markers are released
+// by release, after the DB closed.
+func (r *remoteObjects) Close() error { return nil }
+
+// ReadObject implements remote.Storage.
+func (r *remoteObjects) ReadObject(_ context.Context, name string) (remote.ObjectReader, int64, error) {
+	f, err := os.Open(r.path(name))
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return &remoteReader{f: f, r: r}, st.Size(), nil
+}
+
+type remoteReader struct {
+	f *os.File
+	r *remoteObjects
+}
+
+func (rr *remoteReader) ReadAt(ctx context.Context, p []byte, off int64) error {
+	rr.r.mu.Lock()
+	rr.r.reads++
+	rr.r.mu.Unlock()
+	if d := time.Duration(rr.r.latency.Load()); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	n, err := rr.f.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+func (rr *remoteReader) Close() error { return rr.f.Close() }
+
+// CreateObject implements remote.Storage: the object appears complete
+// (a temporary file renamed on Close) and, unless it is a marker, only
+// after this instance's marker on it.
+func (r *remoteObjects) CreateObject(name string) (io.WriteCloser, error) {
+	if _, ok := markedObject(name); ok {
+		r.mu.Lock()
+		r.markers[name] = true
+		r.mu.Unlock()
+		return &objWriter{r: r, name: name}, nil
+	}
+	marker := r.ownMarker(name)
+	if err := writeEmpty(r.path(marker)); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.markers[marker] = true
+	r.created[name] = true
+	r.mu.Unlock()
+	return &objWriter{r: r, name: name}, nil
+}
+
+// ownMarker is the marker Pebble writes for an object this instance
+// created ("<object>.ref.<creator>.<file number>"), or, for a name not of
+// Pebble's form, "<object>.ref.<creator>.own".
+func (r *remoteObjects) ownMarker(name string) string {
+	parts := strings.Split(strings.TrimSuffix(name, ".sst"), "-")
+	if len(parts) == 3 && parts[1] == strconv.FormatUint(r.creator, 10) {
+		return name + refInfix + parts[1] + "." + parts[2]
+	}
+	return name + refInfix + strconv.FormatUint(r.creator, 10) + ".own"
+}
+
+// extMarker is the marker of an object this instance ingested by
+// reference.
+func (r *remoteObjects) extMarker(name string) string {
+	return name + refInfix + strconv.FormatUint(r.creator, 10) + ".ext"
+}
+
+// markedObject returns the object a marker name refers to.
+func markedObject(name string) (string, bool) {
+	i := strings.Index(name, refInfix)
+	if i < 0 {
+		return "", false
+	}
+	return name[:i], true
+}
+
+type objWriter struct {
+	r    *remoteObjects
+	name string
+	f    *os.File
+	err  error
+}
+
+func (w *objWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.f == nil {
+		w.f, w.err = os.CreateTemp(w.r.dir, tmpObjPrefix+"*")
+		if w.err != nil {
+			return 0, w.err
+		}
+	}
+	n, err := w.f.Write(p)
+	if err != nil {
+		w.err = err
+	}
+	return n, err
+}
+
+func (w *objWriter) Close() error {
+	if w.err != nil {
+		if w.f != nil {
+			w.f.Close()
+			os.Remove(w.f.Name())
+		}
+		return w.err
+	}
+	if w.f == nil {
+		return writeEmpty(w.r.path(w.name))
+	}
+	err := w.f.Sync()
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(w.f.Name(), w.r.path(w.name))
+	}
+	if err != nil {
+		os.Remove(w.f.Name())
+	}
+	return err
+}
+
+// writeEmpty creates the empty file p durably.
+func writeEmpty(p string) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// List implements remote.Storage (without delimiters, which Pebble's
+// reference counting does not use).
+func (r *remoteObjects) List(prefix, delimiter string) ([]string, error) {
+	if delimiter != "" {
+		return nil, fmt.Errorf("state: remote store: list with a delimiter is not supported")
+	}
+	names, err := listObjects(r.dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, prefix) {
+			out = append(out, n[len(prefix):])
+		}
+	}
+	return out, nil
+}
+
+func listObjects(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if e.IsDir() || strings.HasPrefix(e.Name(), tmpObjPrefix) {
+			continue
+		}
+		out = append(out, e.Name())
+	}
+	return out, nil
+}
+
+// Delete implements remote.Storage: a marker is deleted (with this
+// instance's other markers on the object), unless a snapshot holds its
+// object; an object is left to CollectRemoteGarbage.
+func (r *remoteObjects) Delete(name string) error {
+	obj, ok := markedObject(name)
+	if !ok {
+		return nil
+	}
+	r.mu.Lock()
+	if r.held[obj] > 0 {
+		r.deferred[obj] = append(r.deferred[obj], name)
+		r.mu.Unlock()
+		return nil
+	}
+	names := r.unmarkLocked(obj, name)
+	r.mu.Unlock()
+	return removeAll(r, names)
+}
+
+// unmarkLocked forgets this instance's markers on obj (and name) and
+// returns them for deletion.
+func (r *remoteObjects) unmarkLocked(obj, name string) []string {
+	names := []string{name}
+	delete(r.markers, name)
+	pfx := obj + refInfix
+	for m := range r.markers {
+		if strings.HasPrefix(m, pfx) {
+			names = append(names, m)
+			delete(r.markers, m)
+		}
+	}
+	return names
+}
+
+func removeAll(r *remoteObjects, names []string) error {
+	var errs []error
+	for _, n := range names {
+		if err := os.Remove(r.path(n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Size implements remote.Storage.
+func (r *remoteObjects) Size(name string) (int64, error) {
+	st, err := os.Stat(r.path(name))
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// IsNotExistError implements remote.Storage.
+func (r *remoteObjects) IsNotExistError(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+
+// hold makes the objects of a new snapshot held and releases the last
+// snapshot's hold (running the marker deletions it deferred). An object
+// among names whose markers were already deleted gets this instance's
+// marker back, after checking it still exists (it may not be read by
+// this instance any more, but the snapshot refers to it).
+func (r *remoteObjects) hold(names []string) error {
+	r.mu.Lock()
+	prev := r.holding
+	r.holding = names
+	var remark []string
+	for _, n := range names {
+		r.held[n]++
+		if !r.hasMarkerLocked(n) {
+			remark = append(remark, n)
+		}
+	}
+	var release []string
+	for _, n := range prev {
+		if r.held[n]--; r.held[n] <= 0 {
+			delete(r.held, n)
+			for _, m := range r.deferred[n] {
+				release = append(release, r.unmarkLocked(n, m)...)
+			}
+			delete(r.deferred, n)
+		}
+	}
+	r.mu.Unlock()
+	for _, n := range remark {
+		m := r.extMarker(n)
+		if err := writeEmpty(r.path(m)); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.markers[m] = true
+		r.mu.Unlock()
+		if _, err := os.Stat(r.path(n)); err != nil {
+			return fmt.Errorf("state: snapshot: remote object %s: %w", n, err)
+		}
+	}
+	return removeAll(r, release)
+}
+
+func (r *remoteObjects) hasMarkerLocked(obj string) bool {
+	pfx := obj + refInfix
+	for m := range r.markers {
+		if strings.HasPrefix(m, pfx) {
+			return true
+		}
+	}
+	return false
+}
+
+// reference writes this instance's ext marker on obj (an object it is
+// about to ingest by reference).
+func (r *remoteObjects) reference(obj string) error {
+	m := r.extMarker(obj)
+	r.mu.Lock()
+	have := r.markers[m]
+	r.mu.Unlock()
+	if have {
+		return nil
+	}
+	if err := writeEmpty(r.path(m)); err != nil {
+		return fmt.Errorf("state: remote store: %w", err)
+	}
+	r.mu.Lock()
+	r.markers[m] = true
+	r.mu.Unlock()
+	return nil
+}
+
+// release deletes every marker of this instance: after its DB closed.
+func (r *remoteObjects) release() error {
+	r.mu.Lock()
+	names := make([]string, 0, len(r.markers))
+	for m := range r.markers {
+		names = append(names, m)
+	}
+	r.markers = map[string]bool{}
+	r.mu.Unlock()
+	return removeAll(r, names)
+}
+
+// readCount returns how many remote reads this instance made.
+func (r *remoteObjects) readCount() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reads
+}
+
+// sharedObjectName is the name Pebble gives a table this instance created
+// with file number fn (objstorageprovider.remoteObjectName).
+func (r *remoteObjects) sharedObjectName(fn uint64) string {
+	const prime1, prime2 = 7459, 17539
+	h := uint16(r.creator*prime1 + fn*prime2)
+	return fmt.Sprintf("%04x-%d-%06d.sst", h, r.creator, fn)
+}
+
+// remotePebbleOptions sets the shared-storage options of a disaggregated
+// DB on opts.
+func remotePebbleOptions(opts *pebble.Options, cfg *RemoteConfig, r *remoteObjects) {
+	opts.Experimental.RemoteStorage = r
+	opts.Experimental.CreateOnShared = remote.CreateOnSharedAll
+	opts.Experimental.CreateOnSharedLocator = remoteLocator
+	switch {
+	case cfg.CacheBytes == 0:
+		opts.Experimental.SecondaryCacheSizeBytes = DefaultRemoteCacheBytes
+	case cfg.CacheBytes > 0:
+		opts.Experimental.SecondaryCacheSizeBytes = cfg.CacheBytes
+	}
+}
+
+// CollectRemoteGarbage deletes from the remote object store dir every
+// object no marker refers to (no live instance reads it) and no name in
+// referenced refers to (no retained checkpoint needs it), and returns the
+// deleted names, sorted. referenced holds object names. It must not run
+// while a checkpoint is in flight whose objects are not held (the
+// Coordinator runs retention between checkpoints). A marker of an
+// instance that crashed keeps its objects.
+func CollectRemoteGarbage(dir string, referenced map[string]bool) ([]string, error) {
+	names, err := listObjects(dir)
+	if err != nil {
+		return nil, fmt.Errorf("state: remote store %s: %w", dir, err)
+	}
+	marked := map[string]bool{}
+	for _, n := range names {
+		if obj, ok := markedObject(n); ok {
+			marked[obj] = true
+		}
+	}
+	var deleted []string
+	var errs []error
+	for _, n := range names {
+		if _, ok := markedObject(n); ok || marked[n] || referenced[n] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		deleted = append(deleted, n)
+	}
+	sort.Strings(deleted)
+	return deleted, errors.Join(errs...)
+}

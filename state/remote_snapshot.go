@@ -1,0 +1,389 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// remoteTable is what a remote snapshot records of one table besides its
+// object: where it was in the LSM and the part of the object it covers.
+type remoteTable struct {
+	// Level is the table's LSM level (0-6).
+	Level int `json:"level,omitempty"`
+	// Seq is the table's largest sequence number: L0 tables are restored
+	// oldest first.
+	Seq uint64 `json:"seq,omitempty"`
+	// Start and End bound the table's keys; End is exclusive unless
+	// EndInclusive.
+	Start        []byte `json:"start,omitempty"`
+	End          []byte `json:"end,omitempty"`
+	EndInclusive bool   `json:"end_inclusive,omitempty"`
+	// RefBytes is the table's size (of a virtual table: an estimate of
+	// the bytes of the object it covers).
+	RefBytes uint64 `json:"ref_bytes,omitempty"`
+}
+
+// openRemoteDir prepares the local directory of a disaggregated DB and
+// sets opts' shared-storage options. Every instance gets a fresh
+// directory of its own, cfg.Dir/i-<creator id>: an instance of the same
+// subtask still closing (which deletes its directory) never touches the
+// new one. Directories of earlier instances whose Pebble LOCK is free
+// (closed uncleanly, or crashed) are deleted: their state comes back from
+// a checkpoint, and their tables may be gone from the store.
+func openRemoteDir(cfg BackendConfig, opts *pebble.Options) (*remoteObjects, string, error) {
+	ro, err := newRemoteObjects(cfg.Remote)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("state: open remote pebble in %s: %w", cfg.Dir, err)
+	}
+	ents, err := os.ReadDir(cfg.Dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("state: open remote pebble in %s: %w", cfg.Dir, err)
+	}
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), remoteInstancePrefix) {
+			continue
+		}
+		old := filepath.Join(cfg.Dir, e.Name())
+		lock, err := vfs.Default.Lock(filepath.Join(old, "LOCK"))
+		if err != nil {
+			continue // open in this process or another
+		}
+		_ = lock.Close()
+		_ = os.RemoveAll(old)
+	}
+	remotePebbleOptions(opts, cfg.Remote, ro)
+	return ro, filepath.Join(cfg.Dir, remoteInstancePrefix+strconv.FormatUint(ro.creator, 16)), nil
+}
+
+// remoteInstancePrefix starts the names of the per-instance directories of
+// a disaggregated backend inside BackendConfig.Dir.
+const remoteInstancePrefix = "i-"
+
+// closeRemote releases the instance's references on the store and
+// deletes its local directory, after the DB closed.
+func (s *pebbleStore) closeRemote() error {
+	return errors.Join(s.remote.release(), os.RemoveAll(s.dir))
+}
+
+// snapshotRemote is SnapshotKeyed for a disaggregated backend. The
+// synchronous part flushes the memtable (a new table on the store, the
+// only data it writes) and lists the DB's tables with their levels and
+// bounds (one consistent LSM version), and holds their objects until the
+// next snapshot. The asynchronous part writes nothing for a checkpoint
+// (SharedDir set): the handle refers to the objects in the store, as
+// "<rel>/<object>" relative to SharedDir, and they are the snapshot's
+// SharedFiles. A savepoint (no SharedDir) is self-contained: the objects
+// are copied into the task directory.
+func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(context.Context) (KeyedSnapshot, error), error) {
+	if p.closed {
+		return nil, ErrClosed
+	}
+	r := p.st.remote
+	if err := p.st.flushCache(); err != nil {
+		return nil, fmt.Errorf("state: snapshot: %w", err)
+	}
+	if err := p.st.db.Flush(); err != nil {
+		return nil, fmt.Errorf("state: snapshot: flush: %w", err)
+	}
+	levels, err := p.st.db.SSTables()
+	if err != nil {
+		return nil, fmt.Errorf("state: snapshot: list tables: %w", err)
+	}
+	h := keyedHandle{Backend: KindPebble, KeyGroups: p.kgs, MaxParallelism: p.maxP, Remote: true}
+	var names []string
+	r.mu.Lock()
+	prevHeld := map[string]bool{}
+	for _, n := range r.holding {
+		prevHeld[n] = true
+	}
+	for lvl, tables := range levels {
+		for _, ti := range tables {
+			var name string
+			switch ti.BackingType {
+			case pebble.BackingTypeShared:
+				name = r.sharedObjectName(uint64(ti.BackingSSTNum))
+				if !r.created[name] {
+					r.mu.Unlock()
+					return nil, fmt.Errorf("state: snapshot: table %s: object %s was not created by this instance (pebble's object naming changed?)", ti.FileNum, name)
+				}
+			case pebble.BackingTypeExternal:
+				var ok bool
+				if name, ok = r.extNames[uint64(ti.BackingSSTNum)]; !ok {
+					r.mu.Unlock()
+					return nil, fmt.Errorf("state: snapshot: external table %s has an unknown object", ti.FileNum)
+				}
+			default:
+				r.mu.Unlock()
+				return nil, fmt.Errorf("state: snapshot: table %s is not on the remote store (backing type %d)", ti.FileNum, ti.BackingType)
+			}
+			h.Files = append(h.Files, fileRef{Name: name, remoteTable: remoteTable{
+				Level: lvl, Seq: uint64(ti.LargestSeqNum),
+				Start: bytes.Clone(ti.Smallest.UserKey), End: bytes.Clone(ti.Largest.UserKey),
+				EndInclusive: !ti.Largest.IsExclusiveSentinel(), RefBytes: ti.Size,
+			}})
+			names = append(names, name)
+		}
+	}
+	r.mu.Unlock()
+	if err := r.hold(names); err != nil {
+		return nil, err
+	}
+	rel := ""
+	if t.SharedDir != "" {
+		if rel, err = filepath.Rel(t.SharedDir, r.dir); err != nil {
+			return nil, fmt.Errorf("state: snapshot: remote store %s relative to %s: %w", r.dir, t.SharedDir, err)
+		}
+		rel = filepath.ToSlash(rel)
+	}
+	return func(ctx context.Context) (KeyedSnapshot, error) {
+		var snap KeyedSnapshot
+		sizes := map[string]int64{}
+		for i := range h.Files {
+			f := &h.Files[i]
+			if err := ctx.Err(); err != nil {
+				return KeyedSnapshot{}, err
+			}
+			size, ok := sizes[f.Name]
+			if !ok {
+				st, err := os.Stat(r.path(f.Name))
+				if err != nil {
+					return KeyedSnapshot{}, fmt.Errorf("state: snapshot: remote object: %w", err)
+				}
+				size = st.Size()
+				sizes[f.Name] = size
+				if t.SharedDir != "" && !prevHeld[f.Name] {
+					snap.Bytes += size // new since the last snapshot (the flushed memtable, compaction output)
+				}
+			}
+			f.Size = size
+			if t.SharedDir == "" {
+				f.Path = filepath.ToSlash(filepath.Join(t.TaskPath, f.Name))
+				if !ok {
+					if err := copyFileAtomic(r.path(f.Name), filepath.Join(t.Dir, f.Path)); err != nil {
+						return KeyedSnapshot{}, err
+					}
+					snap.Bytes += size
+				}
+				continue
+			}
+			f.Shared, f.Path = true, rel+"/"+f.Name
+			if !ok {
+				snap.SharedFiles = append(snap.SharedFiles, f.Path)
+			}
+		}
+		var err error
+		if snap.Handle, err = json.Marshal(h); err != nil {
+			return KeyedSnapshot{}, err
+		}
+		return snap, nil
+	}, nil
+}
+
+// openRemoteRestored is OpenBackendRestored for a disaggregated backend:
+// it opens a fresh DB (a new creator id) and ingests every table of the
+// snapshots by reference (Pebble's external file ingestion: no download),
+// each clipped to the key groups cfg owns plus the metadata space, one
+// table per ingestion, deepest level first and L0 oldest first, so every
+// ingestion's sequence number orders it above the data it shadows. A
+// snapshot file outside cfg.Remote.Dir (a savepoint, another job's
+// checkpoint) is first copied into the store.
+func openRemoteRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) (KeyedStateBackend, error) {
+	if cfg.Remote == nil {
+		return nil, fmt.Errorf("state: the checkpoint holds disaggregated pebble state (objects on a remote store): configure state.remote to restore it")
+	}
+	for i := range hs {
+		if !hs[i].Remote {
+			return nil, fmt.Errorf("state: the checkpoint holds local pebble state, the backend is disaggregated (state.remote): restoring local state into it is not supported yet")
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "state", "backend", cfg.Kind, "key_groups", cfg.KeyGroupRange.String())
+	st, err := openPebbleStore(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	if err := ingestRemote(st, cfg, handles, hs); err != nil {
+		_ = st.close()
+		return nil, err
+	}
+	b, err := newBackend(cfg, st, logger)
+	if err != nil {
+		_ = st.close()
+		return nil, err
+	}
+	return &pebbleBackend{backend: b, st: st}, nil
+}
+
+// ingestRemote ingests the tables of the snapshots into st's fresh DB.
+func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) error {
+	r := st.remote
+	storeDir, err := filepath.Abs(r.dir)
+	if err != nil {
+		return err
+	}
+	lo, hi := kgBound(cfg.KeyGroupRange.Start), kgBound(cfg.KeyGroupRange.End+1)
+	known := map[uint64]bool{}
+	imported := map[string]string{} // source path -> object name
+	for i, h := range hs {
+		files := append([]fileRef(nil), h.Files...)
+		sort.SliceStable(files, func(a, b int) bool {
+			fa, fb := files[a], files[b]
+			if fa.Level != fb.Level {
+				return fa.Level > fb.Level // deepest first
+			}
+			return fa.Seq < fb.Seq
+		})
+		for _, f := range files {
+			src := filepath.Join(handles[i].Dir, filepath.FromSlash(f.Path))
+			if f.Shared {
+				src = filepath.Join(handles[i].SharedDir, filepath.FromSlash(f.Path))
+			}
+			name, err := r.objectFor(src, storeDir, imported)
+			if err != nil {
+				return fmt.Errorf("state: restore %s: %w", f.Path, err)
+			}
+			for _, span := range [][2][]byte{{lo, hi}, {keyGroupsEnd, nil}} {
+				ef, ok := clipExternal(f, span[0], span[1])
+				if !ok {
+					continue
+				}
+				ef.ObjName = name
+				if _, err := st.db.IngestExternalFiles(context.Background(), []pebble.ExternalFile{ef}); err != nil {
+					return fmt.Errorf("state: restore: ingest %s: %w", name, err)
+				}
+				if err := r.learnExternal(st.db, known, name); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// objectFor returns the object of the snapshot file at src: its name when
+// src is in the store (after taking this instance's reference on it), or
+// the name of a copy made into the store.
+func (r *remoteObjects) objectFor(src, storeDir string, imported map[string]string) (string, error) {
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return "", err
+	}
+	if filepath.Dir(abs) == storeDir {
+		name := filepath.Base(abs)
+		if err := r.reference(name); err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return "", err
+		}
+		return name, nil
+	}
+	if name, ok := imported[abs]; ok {
+		return name, nil
+	}
+	name := "import-" + strconv.FormatUint(r.creator, 10) + "-" + strconv.Itoa(len(imported)) + ".sst"
+	if err := r.reference(name); err != nil {
+		return "", err
+	}
+	w, err := r.CreateObject(name)
+	if err != nil {
+		return "", err
+	}
+	in, err := os.Open(abs)
+	if err != nil {
+		_ = w.Close()
+		return "", err
+	}
+	_, err = io.Copy(w, in)
+	in.Close()
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	imported[abs] = name
+	return name, nil
+}
+
+// learnExternal records the object of the external table an ingestion
+// just added (the one backing file number not known before).
+func (r *remoteObjects) learnExternal(db *pebble.DB, known map[uint64]bool, name string) error {
+	levels, err := db.SSTables()
+	if err != nil {
+		return fmt.Errorf("state: restore: list tables: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tables := range levels {
+		for _, ti := range tables {
+			n := uint64(ti.BackingSSTNum)
+			if ti.BackingType == pebble.BackingTypeExternal && !known[n] {
+				known[n] = true
+				r.extNames[n] = name
+			}
+		}
+	}
+	return nil
+}
+
+// clipExternal returns the external file of table f restricted to
+// [lo, hi) (hi nil: unbounded), and false when they do not overlap.
+func clipExternal(f fileRef, lo, hi []byte) (pebble.ExternalFile, bool) {
+	start, end, incl := f.Start, f.End, f.EndInclusive
+	if bytes.Compare(start, lo) < 0 {
+		start = lo
+	}
+	if hi != nil {
+		if c := bytes.Compare(end, hi); c > 0 || c == 0 {
+			end, incl = hi, false
+		}
+	}
+	if c := bytes.Compare(start, end); c > 0 || (c == 0 && !incl) {
+		return pebble.ExternalFile{}, false
+	}
+	size := f.RefBytes
+	if size == 0 {
+		size = 1
+	}
+	return pebble.ExternalFile{Locator: remoteLocator, Size: size,
+		StartKey: bytes.Clone(start), EndKey: bytes.Clone(end), EndKeyIsInclusive: incl, HasPointKey: true}, true
+}
+
+// inspectRemote is the remote config ReadKeyedSnapshot opens a remote
+// snapshot with: the store its objects are in (ingested by reference;
+// the reading instance's markers keep them while it reads), or, for a
+// self-contained snapshot (a savepoint), a scratch store under tmp they
+// are copied into.
+func inspectRemote(rh RestoreHandle, h keyedHandle, tmp string) *RemoteConfig {
+	dir := filepath.Join(tmp, RemoteDirName)
+	for _, f := range h.Files {
+		if f.Shared {
+			dir = filepath.Dir(filepath.Join(rh.SharedDir, filepath.FromSlash(f.Path)))
+			break
+		}
+	}
+	return &RemoteConfig{Dir: dir, CacheBytes: -1}
+}
