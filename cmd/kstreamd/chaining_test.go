@@ -156,12 +156,13 @@ func runChainJob(t *testing.T, chaining, unchainShape bool, total, keys, bad int
 	if code, _ := d.terminate(t, 20*time.Second); code != 0 {
 		t.Fatalf("chaining=%v: exit status %d", chaining, code)
 	}
-	wantChains := `chains="[keep->shape counts->tagged]"`
+	// The source heads the first chain, the sink ends the second.
+	wantChains := `chains="[events->keep->shape counts->tagged->out]"`
 	switch {
 	case !chaining:
 		wantChains = ""
 	case unchainShape:
-		wantChains = `chains=[counts->tagged]`
+		wantChains = `chains="[events->keep counts->tagged->out]"`
 	}
 	var chains string
 	for _, line := range strings.Split(d.out.String(), "\n") {
