@@ -31,6 +31,11 @@ type SourceFactory struct {
 	Params func() any
 	// Formats says the type decodes values with sources[].format.
 	Formats bool
+	// Chains says the type's subtasks host the operators chained to the
+	// source (Flink's source chaining; graph.Graph.Chained): every task New
+	// returns is a runtime.ChainHost. Without it the source hands its
+	// records to the next operator's task through a channel.
+	Chains bool
 	// SplitsState names the operator list state the type's subtasks keep
 	// their splits in (even split).
 	SplitsState string

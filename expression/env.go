@@ -2,7 +2,10 @@ package expression
 
 import (
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/tidwall/gjson"
 
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/interpreter"
@@ -74,6 +77,22 @@ type Env struct {
 	keyDone  bool
 	headers  map[string]string // once hdrsDone
 	hdrsDone bool
+
+	// While the value is pending, a field is read from the JSON alone
+	// (lazy, fieldwise): lazy is 0 until the JSON was checked, 1 when it
+	// is an object whose fields decode one by one exactly as the whole
+	// would, -1 when the whole must be decoded; str is the JSON as a
+	// string once lazy is 1, and got the fields read so far.
+	lazy int8
+	str  string
+	got  []lazyField
+}
+
+// lazyField is one top-level field read from the undecoded JSON.
+type lazyField struct {
+	name    string
+	value   any
+	missing bool // the object has no such field
 }
 
 // NewEnv returns the Env of in. A nil in is an empty record.
@@ -87,7 +106,9 @@ func NewEnv(in *Input) *Env {
 // evaluate record after record without allocating an Env each time. A nil
 // in is an empty record.
 func (e *Env) Reset(in *Input) {
-	*e = Env{}
+	got := e.got[:0]
+	clear(e.got)
+	*e = Env{got: got}
 	if in == nil {
 		return
 	}
@@ -150,6 +171,11 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	case nameTopic:
 		return a.topic, true
 	}
+	if a.pending {
+		if v, ok := a.field(name); ok {
+			return v, true
+		}
+	}
 	a.decode()
 	if v, ok := a.fields[name]; ok {
 		return v, true
@@ -169,6 +195,110 @@ func (a *activation) decode() {
 	}
 	a.value = v
 	a.fields, _ = v.(map[string]any)
+}
+
+// field returns the top-level field name of the pending JSON value without
+// decoding the whole value (an expression reading a few fields of a large
+// record decodes only those), and true; false when the JSON is not an
+// object whose fields decode one by one exactly as DecodeJSON decodes the
+// whole (invalid JSON, another kind of value, a number DecodeJSON could
+// refuse: see fieldwise): then the caller decodes the whole value. A field
+// the object lacks is the error value of a missing field. A key that
+// repeats gives its last value, as DecodeJSON's map does.
+func (a *activation) field(name string) (any, bool) {
+	if a.lazy == 0 {
+		a.lazy = -1
+		if fieldwise(a.json) {
+			a.lazy, a.str = 1, string(a.json)
+		}
+	}
+	if a.lazy < 0 {
+		return nil, false
+	}
+	for _, f := range a.got {
+		if f.name == name {
+			if f.missing {
+				// A new error value each time: CEL labels it with the
+				// node of the program that reached it.
+				return types.NewErr("%s", missing(map[string]any(nil), name)), true
+			}
+			return f.value, true
+		}
+	}
+	var raw gjson.Result
+	found, ok := false, true
+	gjson.Parse(a.str).ForEach(func(k, v gjson.Result) bool {
+		key := k.Raw[1 : len(k.Raw)-1]
+		if strings.ContainsAny(key, "\\") || !isASCII(key) {
+			var err error
+			if key, err = jsonString(k.Raw); err != nil {
+				ok = false
+				return false
+			}
+		}
+		if key == name {
+			raw, found = v, true
+		}
+		return true
+	})
+	if !ok {
+		a.lazy = -1
+		return nil, false
+	}
+	if !found {
+		a.got = append(a.got, lazyField{name: name, missing: true})
+		return types.NewErr("%s", missing(map[string]any(nil), name)), true
+	}
+	v, err := fromGJSON(raw)
+	if err != nil {
+		a.lazy = -1 // DecodeJSON fails on the whole too
+		return nil, false
+	}
+	a.got = append(a.got, lazyField{name: name, value: v})
+	return v, true
+}
+
+// fieldwise reports whether b is a JSON object whose fields can be read
+// one by one with the results DecodeJSON gives for the whole: valid JSON
+// starting with '{' (after white space), holding no number DecodeJSON
+// could find out of range (no exponent after a digit or '.', no run of
+// more than 300 digits; such a number anywhere makes DecodeJSON fail on
+// the whole value, which is then seen as a string). The check is
+// conservative: a string such as "1e5" also sends the record to the whole
+// decode.
+func fieldwise(b []byte) bool {
+	i := 0
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	if i == len(b) || b[i] != '{' {
+		return false
+	}
+	digits := 0
+	for j, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			digits++
+			if digits > 300 {
+				return false
+			}
+			continue
+		case (c == 'e' || c == 'E') && j > 0 && (b[j-1] == '.' || (b[j-1] >= '0' && b[j-1] <= '9')):
+			return false
+		}
+		digits = 0
+	}
+	return gjson.ValidBytes(b)
+}
+
+// isASCII reports whether s is plain ASCII.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // Parent implements interpreter.Activation.

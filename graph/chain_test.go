@@ -36,22 +36,28 @@ func TestChained(t *testing.T) {
 		mod  func(g *Graph)
 		want []bool
 	}{
-		{"default", nil, []bool{false, true, true, false}},
+		{"default", nil, []bool{true, true, true, true}},
 		{"job off", func(g *Graph) { g.DisableChaining = true }, []bool{false, false, false, false}},
-		{"operator off", func(g *Graph) { g.Operators[1].DisableChaining = true }, []bool{false, false, false, false}},
-		{"async state", func(g *Graph) { g.Operators[2].AsyncState = true }, []bool{false, true, false, false}},
-		{"hash", func(g *Graph) { g.Edges[2].Kind = Hash }, []bool{false, true, false, false}},
-		{"rebalance", func(g *Graph) { g.Edges[1].Kind = Rebalance }, []bool{false, false, true, false}},
-		{"side output", func(g *Graph) { g.Edges[1].Output = "late" }, []bool{false, false, true, false}},
-		{"parallelism", func(g *Graph) { g.Operators[2].Parallelism = 3 }, []bool{false, true, false, false}},
-		{"broadcast side", func(g *Graph) { g.Operators[2].Broadcast = "rules" }, []bool{false, true, false, false}},
+		{"operator off", func(g *Graph) { g.Operators[1].DisableChaining = true }, []bool{true, false, false, true}},
+		{"async state", func(g *Graph) { g.Operators[2].AsyncState = true }, []bool{true, true, false, true}},
+		{"hash", func(g *Graph) { g.Edges[2].Kind = Hash }, []bool{true, true, false, true}},
+		{"rebalance", func(g *Graph) { g.Edges[1].Kind = Rebalance }, []bool{true, false, true, true}},
+		{"side output", func(g *Graph) { g.Edges[1].Output = "late" }, []bool{true, false, true, true}},
+		{"parallelism", func(g *Graph) { g.Operators[2].Parallelism = 3 }, []bool{true, true, false, false}},
+		{"broadcast side", func(g *Graph) { g.Operators[2].Broadcast = "rules" }, []bool{true, true, false, true}},
 		{"fan-in", func(g *Graph) {
 			g.Edges = append(g.Edges, Edge{From: "f", To: "k", Kind: Forward})
-		}, []bool{false, true, false, false, false}},
+		}, []bool{true, true, false, true, false}},
 		{"fan-out", func(g *Graph) {
 			g.Operators = append(g.Operators, &Operator{Name: "n", Parallelism: 2})
 			g.Edges = append(g.Edges, Edge{From: "f", To: "n", Kind: Forward})
-		}, []bool{false, true, true, false, true}},
+		}, []bool{true, true, true, true, true}},
+		{"broadcast source", func(g *Graph) { g.Sources[0].Broadcast = true }, []bool{false, true, true, true}},
+		{"source parallelism", func(g *Graph) { g.Sources[0].Parallelism = 4 }, []bool{false, true, true, true}},
+		{"sink parallelism", func(g *Graph) { g.Sinks[0].Parallelism = 3 }, []bool{true, true, true, false}},
+		{"sink fan-in", func(g *Graph) {
+			g.Edges = append(g.Edges, Edge{From: "m", To: "out", Kind: Forward})
+		}, []bool{true, true, true, false, false}},
 	} {
 		got := chained(mk(tc.mod))
 		if len(got) != len(tc.want) {

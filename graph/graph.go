@@ -320,30 +320,51 @@ func (g *Graph) UID(name string) string {
 	return name
 }
 
-// Chained reports whether edge e is chained: its downstream operator runs
-// in the task of its upstream operator, which hands it each record on the
-// same goroutine, with no channel between them (Flink's OperatorChain;
+// Chained reports whether edge e is chained: its downstream vertex runs
+// in the task of its upstream one, which hands it each record on the same
+// goroutine, with no channel between them (Flink's OperatorChain;
 // StreamingJobGraphGenerator.isChainable). That is when chaining is on for
-// the job, e is a forward edge from the main output of an operator to the
-// main input of an operator (equal parallelism), the downstream operator
-// reads no other edge (one input, no broadcast side) and runs no async
-// state (its ProcessRecord may run the task's mailbox), and neither
-// operator disables chaining. Sources and sinks are never chained.
+// the job, e is a forward edge (equal parallelism) from the main output of
+// an operator or a source to the main input of an operator or a sink, the
+// downstream vertex reads no other edge (one input, no broadcast side), a
+// downstream operator runs no async state (its ProcessRecord may run the
+// task's mailbox), and neither operator disables chaining. A broadcast
+// source is never chained; a source is chained only when its type hosts
+// chained operators (connector.SourceFactory.Chains, which the job checks
+// besides this).
 func (g *Graph) Chained(e Edge) bool {
 	if g.DisableChaining || e.Kind != Forward || e.Output != "" || e.Input != 0 {
 		return false
 	}
-	var from, to *Operator
+	fromP, toP := 0, 0
+	for _, s := range g.Sources {
+		if s.Name == e.From {
+			if s.Broadcast {
+				return false
+			}
+			fromP = s.Parallelism
+		}
+	}
 	for _, o := range g.Operators {
 		switch o.Name {
 		case e.From:
-			from = o
+			if o.DisableChaining {
+				return false
+			}
+			fromP = o.Parallelism
 		case e.To:
-			to = o
+			if o.DisableChaining || o.AsyncState || o.Broadcast != "" || o.Sides != nil {
+				return false
+			}
+			toP = o.Parallelism
 		}
 	}
-	if from == nil || to == nil || from.DisableChaining || to.DisableChaining || to.AsyncState ||
-		to.Broadcast != "" || to.Sides != nil || from.Parallelism != to.Parallelism {
+	for _, s := range g.Sinks {
+		if s.Name == e.To {
+			toP = s.Parallelism
+		}
+	}
+	if fromP == 0 || fromP != toP {
 		return false
 	}
 	in := 0

@@ -59,7 +59,7 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 			b.abort()
 		}
 	}()
-	for _, step := range []func() error{b.wireGraph, b.buildSources, b.buildOperators, b.buildSinks, b.recoverDeadLetters} {
+	for _, step := range []func() error{b.wireGraph, b.buildSources, b.buildOperators, b.buildSinks, b.startChains, b.recoverDeadLetters} {
 		if err := step(); err != nil {
 			return nil, err
 		}
@@ -126,6 +126,13 @@ type build struct {
 	// sinkTimes are the sink subtasks' meters (the others' are their
 	// outputs').
 	sinkTimes map[runtime.TaskID]*runtime.IOTimes
+	// opTasks are the configs of the operator tasks to create (startChains)
+	// in graph order; chains the operators and sinks chained to each head
+	// (an operator or a source), per subtask; sourceBySub the source tasks
+	// by source and subtask.
+	opTasks     []*runtime.OperatorTaskConfig
+	chains      map[string][]runtime.Chain
+	sourceBySub map[string][]runtime.SourceTask
 }
 
 // newBuild starts the build of g.
@@ -140,6 +147,15 @@ func newBuild(ctx context.Context, g *graph.Graph, set Settings, deps Deps, sc s
 		cache: state.NewBlockCache(set.BlockCacheBytes), restoredDir: rp.dir, resources: b.res}
 	for _, s := range g.Sources {
 		b.srcByName[s.Name] = s
+	}
+	b.chains, b.sourceBySub = map[string][]runtime.Chain{}, map[string][]runtime.SourceTask{}
+	b.wires.hosts = func(vertex string) bool {
+		s := b.srcByName[vertex]
+		if s == nil {
+			return true
+		}
+		f, ok := deps.Connectors.Source(s.Type)
+		return ok && f.Chains
 	}
 	b.dl = b.deadLetterWriters()
 	return b
@@ -260,8 +276,14 @@ func (b *build) sourceSubtask(f *connector.SourceFactory, s *graph.Source, sub i
 	if err != nil {
 		return fmt.Errorf("job: source %q (%s) subtask %d: %w", s.Name, f.Type, sub, err)
 	}
+	if b.wires.heads != nil && b.chainHead(s.Name) {
+		if _, ok := t.(runtime.ChainHost); !ok {
+			return fmt.Errorf("job: source %q (%s) subtask %d: the type says it hosts chains but its task is no runtime.ChainHost", s.Name, f.Type, sub)
+		}
+	}
 	b.sources = append(b.sources, t)
 	b.sourceTasks = append(b.sourceTasks, t)
+	b.sourceBySub[s.Name] = append(b.sourceBySub[s.Name], t)
 	b.targets = append(b.targets, t)
 	return nil
 }
@@ -302,12 +324,11 @@ func (b *build) deadLetterWriter(vertex string, sub int, need bool) (source.Dead
 }
 
 // buildOperators builds every operator subtask: an operator chained to
-// its upstream one (graph.Graph.Chained) joins the task of its chain's
-// head, whose Output hands it each record; every other one gets a task.
+// its upstream vertex (graph.Graph.Chained) joins the chain of its chain's
+// head (startChains gives it to the head's task), and the upstream
+// vertex's Output hands it each record; every other one gets a task.
 func (b *build) buildOperators() error {
-	heads := map[string][]*runtime.OperatorTaskConfig{} // chain head -> per subtask
-	mailboxes := map[string][]*runtime.Mailbox{}        // chain head -> per subtask
-	var order []*runtime.OperatorTaskConfig
+	mailboxes := map[string][]*runtime.Mailbox{} // chain head -> per subtask
 	for _, op := range b.g.Operators {
 		restores, err := b.rp.operatorRestores(op.Name, op.Parallelism)
 		if err != nil {
@@ -315,7 +336,6 @@ func (b *build) buildOperators() error {
 		}
 		head := b.wires.head(op.Name)
 		if head == op.Name {
-			heads[op.Name] = make([]*runtime.OperatorTaskConfig, op.Parallelism)
 			mailboxes[op.Name] = make([]*runtime.Mailbox, op.Parallelism)
 		}
 		for sub := range op.Parallelism {
@@ -324,49 +344,101 @@ func (b *build) buildOperators() error {
 				// the operators chained to it.
 				mailboxes[head][sub] = runtime.NewMailbox()
 			}
-			cfg, err := b.operatorSubtask(op, sub, restores[sub], mailboxes[head][sub])
+			var mb *runtime.Mailbox
+			if mailboxes[head] != nil {
+				mb = mailboxes[head][sub] // a source head's chain gets the source's (ChainHost)
+			}
+			cfg, err := b.operatorSubtask(op, sub, restores[sub], mb)
 			if err != nil {
 				return err
 			}
 			if head == op.Name {
-				heads[head][sub] = cfg
-				order = append(order, cfg)
+				b.opTasks = append(b.opTasks, cfg)
 				continue
 			}
-			c := &runtime.ChainedOperator{ID: cfg.ID, Operator: cfg.Operator, Output: cfg.Output, RecordsIn: cfg.RecordsIn,
-				BadRecords: cfg.BadRecords[0], Watermark: cfg.Watermark, SideOutputs: cfg.SideOutputs}
-			b.wires.outputs[b.wires.ups[op.Name]][sub].AddChained(c)
-			heads[head][sub].Chain = append(heads[head][sub].Chain, c)
+			b.chain(op.Name, sub, &runtime.ChainedOperator{ID: cfg.ID, Operator: cfg.Operator, Output: cfg.Output, RecordsIn: cfg.RecordsIn,
+				BadRecords: cfg.BadRecords[0], Watermark: cfg.Watermark, SideOutputs: cfg.SideOutputs})
 		}
-	}
-	if chains := b.chains(); len(chains) > 0 {
-		b.sc.logger.Info("operators chained: each chain runs in one task per subtask", "chains", chains)
-	}
-	for _, cfg := range order {
-		t := runtime.NewOperatorTask(*cfg)
-		b.tasks = append(b.tasks, t)
-		b.targets = append(b.targets, t)
 	}
 	return nil
 }
 
-// chains lists the graph's operator chains (graph.Graph.Chained) as
-// "head->next->...", in graph order; a chain that forks lists each branch
-// after its head once.
-func (b *build) chains() []string {
-	var out []string
-	for _, op := range b.g.Operators {
-		if b.wires.head(op.Name) != op.Name {
+// chainHead reports whether vertex heads a chain.
+func (b *build) chainHead(vertex string) bool {
+	for v := range b.wires.heads {
+		if b.wires.heads[v] == vertex {
+			return true
+		}
+	}
+	return false
+}
+
+// chain adds c, subtask sub of the chained vertex, to the Output of its
+// upstream vertex and to the chain of its head.
+func (b *build) chain(vertex string, sub int, c *runtime.ChainedOperator) {
+	b.wires.outputs[b.wires.ups[vertex]][sub].AddChained(c)
+	head := b.wires.head(vertex)
+	if b.chains[head] == nil {
+		b.chains[head] = make([]runtime.Chain, len(b.wires.outputs[head]))
+	}
+	b.chains[head][sub] = append(b.chains[head][sub], c)
+}
+
+// startChains creates the operator tasks, each with the chain it heads,
+// and hands the chains headed by sources to their tasks
+// (runtime.ChainHost); it logs the chains.
+func (b *build) startChains() error {
+	for _, cfg := range b.opTasks {
+		if ch := b.chains[cfg.ID.Operator]; ch != nil {
+			cfg.Chain = ch[cfg.ID.Subtask]
+		}
+		t := runtime.NewOperatorTask(*cfg)
+		b.tasks = append(b.tasks, t)
+		b.targets = append(b.targets, t)
+	}
+	for name, tasks := range b.sourceBySub {
+		ch := b.chains[name]
+		if ch == nil {
 			continue
 		}
-		var members []string
-		for _, o := range b.g.Operators {
-			if o.Name != op.Name && b.wires.head(o.Name) == op.Name {
-				members = append(members, o.Name)
+		for sub, t := range tasks {
+			t.(runtime.ChainHost).HostChain(ch[sub]) // checked in sourceSubtask
+		}
+	}
+	if chains := b.chainList(); len(chains) > 0 {
+		b.sc.logger.Info("operators chained: each chain runs in one task per subtask", "chains", chains)
+	}
+	return nil
+}
+
+// chainList lists the graph's chains (graph.Graph.Chained, headed by a
+// source or an operator) as "head->next->...", in graph order; a chain
+// that forks lists each member after its head once.
+func (b *build) chainList() []string {
+	var heads, members []string
+	for _, s := range b.g.Sources {
+		heads = append(heads, s.Name)
+	}
+	for _, op := range b.g.Operators {
+		heads = append(heads, op.Name)
+		members = append(members, op.Name)
+	}
+	for _, sk := range b.g.Sinks {
+		members = append(members, sk.Name)
+	}
+	var out []string
+	for _, h := range heads {
+		if b.wires.head(h) != h {
+			continue
+		}
+		chain := []string{h}
+		for _, m := range members {
+			if m != h && b.wires.head(m) == h {
+				chain = append(chain, m)
 			}
 		}
-		if len(members) > 0 {
-			out = append(out, strings.Join(append([]string{op.Name}, members...), "->"))
+		if len(chain) > 1 {
+			out = append(out, strings.Join(chain, "->"))
 		}
 	}
 	return out
@@ -471,6 +543,14 @@ func (b *build) sinkSubtask(f *connector.SinkFactory, sk *graph.Sink, sub, p int
 		return fmt.Errorf("job: sink %q (%s) subtask %d: %w", sk.Name, f.Type, sub, err)
 	}
 	id := runtime.TaskID{Operator: sk.Name, Subtask: sub}
+	if b.wires.head(sk.Name) != sk.Name {
+		// Chained to the vertex before it: no task, no channel; its time
+		// is its chain head's.
+		b.sinkTimes[id] = b.wires.outputs[b.wires.head(sk.Name)][sub].IOTimes()
+		b.chain(sk.Name, sub, &runtime.ChainedOperator{ID: id, Operator: k, RecordsIn: b.m.runtime.RecordsIn(sk.Name, sub),
+			Watermark: b.m.watermark.Gauge(id)})
+		return nil
+	}
 	b.sinkTimes[id] = b.m.ioTimes(sk.Name, sub)
 	t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
 		ID: id, Gate: runtime.NewInputGate(b.wires.gates[sk.Name][sub]),

@@ -98,6 +98,7 @@ func KafkaSourceFactory() connector.SourceFactory {
 		Type:        connector.DefaultType,
 		Doc:         "Kafka topics (topic, topics or topic_pattern): every partition, offsets in checkpoints (Flink's KafkaSource); settings are the source's fields topic, start_from, partition_discovery_interval, ...",
 		Formats:     true,
+		Chains:      true,
 		SplitsState: source.SplitsState,
 		Prepare: func(ctx context.Context, pc connector.PrepareContext) (any, error) {
 			return buildOf(pc.Resources).discover(ctx, pc.Source)

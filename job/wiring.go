@@ -58,6 +58,10 @@ type builder struct {
 	// operator heading its chain, whose task runs it; ups to the
 	// operator it is chained to.
 	heads, ups map[string]string
+	// hosts reports whether the tasks of vertex can host a chain: every
+	// operator's can, a source's when its type does
+	// (connector.SourceFactory.Chains).
+	hosts func(vertex string) bool
 }
 
 // head returns the operator heading the chain vertex is in (vertex itself
@@ -86,7 +90,7 @@ func (b *builder) wire(e graph.Edge) error {
 	if ups == nil || down == nil {
 		return fmt.Errorf("job: edge %s: unknown vertex", e)
 	}
-	if b.g.Chained(e) {
+	if b.g.Chained(e) && (b.hosts == nil || b.hosts(e.From)) {
 		// No channel: the downstream operator is chained to the upstream
 		// one's output when it is built (build.buildOperators).
 		if b.heads == nil {

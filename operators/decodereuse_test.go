@@ -5,8 +5,10 @@ import (
 	"testing"
 )
 
-// TestDecodeOncePerChain: a filter hands the value its condition decoded
-// on with the record it keeps (runtime.Record.Decoded), and a map after it
+// TestDecodeOncePerChain: a filter whose condition reads only top-level
+// fields reads them from the JSON alone and hands nothing on (nothing was
+// decoded whole); a filter whose condition decoded the whole value (it
+// reads value) hands it on with the record it keeps (runtime.Record.Decoded), and a map after it
 // in the chain evaluates on that decoded value instead of decoding the
 // JSON again: the map's result is computed from the attached value (here
 // deliberately not the JSON's decoding, to tell them apart). A map that
@@ -15,8 +17,16 @@ import (
 // bytes), and neither does a record whose value an operator changed.
 func TestDecodeOncePerChain(t *testing.T) {
 	ctx := context.Background()
-	f := NewFilter(&FilterParams{Condition: mustExpr[BoolExpression](t, "amount > 100")})
+	fields := NewFilter(&FilterParams{Condition: mustExpr[BoolExpression](t, "amount > 100")})
 	kept := &sliceCollector{}
+	if err := fields.ProcessElement(ctx, testRecord(`{"amount":250}`), kept); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := kept.recs[0].Decoded(); len(kept.recs) != 1 || ok {
+		t.Fatalf("a filter of a field kept %d records with Decoded() = %v, %v; want 1 with nothing decoded", len(kept.recs), v, ok)
+	}
+	f := NewFilter(&FilterParams{Condition: mustExpr[BoolExpression](t, "value.amount > 100")})
+	kept = &sliceCollector{}
 	if err := f.ProcessElement(ctx, testRecord(`{"amount":250}`), kept); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +55,7 @@ func TestDecodeOncePerChain(t *testing.T) {
 	}
 
 	// A map of the key only keeps the value, and passes its decoding on.
-	mk := NewMap(&MapParams{Key: mustExpr[Expression](t, `string(amount)`)})
+	mk := NewMap(&MapParams{Key: mustExpr[Expression](t, `string(value.amount)`)})
 	out = &sliceCollector{}
 	if err := mk.ProcessElement(ctx, testRecord(`{"amount":3}`), out); err != nil {
 		t.Fatal(err)

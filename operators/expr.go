@@ -110,7 +110,10 @@ func (e Expression) MarshalText() ([]byte, error) { return []byte(e.String()), n
 //     headers alone does not decode it); a value that is not
 //     valid JSON (string and bytes source formats) is seen as a string of
 //     its bytes, and a nil value (a Kafka tombstone) as null;
-//   - its top-level fields, when the value is a JSON object;
+//   - its top-level fields, when the value is a JSON object (an
+//     expression reading fields only reads them from the JSON alone, the
+//     whole value being decoded only when an expression reads value;
+//     expression.Env);
 //   - key: the key as a string (null when nil);
 //   - timestamp: the record time in milliseconds since the Unix epoch;
 //   - headers: header key to string value (the last of a repeated key);

@@ -29,7 +29,8 @@ type ChainedOperator struct {
 	ID TaskID
 	// Operator is the logic; it reads one input (0).
 	Operator Operator
-	// Output receives what Operator emits and the control elements.
+	// Output receives what Operator emits and the control elements; nil
+	// for a chained sink, which emits nothing.
 	Output *Output
 	// RecordsIn is incremented per record received; may be nil.
 	RecordsIn interface{ Inc() }
@@ -44,7 +45,7 @@ type ChainedOperator struct {
 	// OperatorTaskConfig.SideOutputs.
 	SideOutputs SideOutputs
 
-	// Set by the task running the chain (NewOperatorTask).
+	// Set by the task hosting the chain (Chain.Bind).
 	name      string
 	responder CheckpointResponder
 	snapshots *sync.WaitGroup
@@ -58,23 +59,6 @@ type chainedError struct{ err error }
 
 func (e *chainedError) Error() string { return e.err.Error() }
 func (e *chainedError) Unwrap() error { return e.err }
-
-// bind makes c part of task t's chain.
-func (c *ChainedOperator) bind(t *OperatorTask) {
-	c.name, c.responder, c.snapshots = c.ID.String(), t.responder, &t.snapshots
-	if c.Output != nil && t.times != nil {
-		// One goroutine, one meter: the chained operator's time counters
-		// count the task's time.
-		t.times.Adopt(c.Output.IOTimes())
-		c.Output.SetIOTimes(t.times)
-	}
-	if ba, ok := c.Operator.(BadRecordAware); ok {
-		ba.SetBadRecordHandlers([]BadRecordHandler{c.BadRecords})
-	}
-	if ma, ok := c.Operator.(MailboxAware); ok {
-		ma.SetMailbox(t.mailbox)
-	}
-}
 
 // processRecord hands rec to the operator; a *RecordError goes to the
 // operator's bad-record policy. Any error returned is a *chainedError
@@ -111,7 +95,7 @@ func (c *ChainedOperator) control(ctx context.Context, el Element) error {
 					return &chainedError{fmt.Errorf("%s: idle: %w", c.name, err)}
 				}
 			}
-			break
+			return c.forward(ctx, el)
 		}
 		if h, ok := c.Operator.(WatermarkHandler); ok {
 			if err := h.ProcessWatermark(ctx, el.Watermark); err != nil {
@@ -128,6 +112,15 @@ func (c *ChainedOperator) control(ctx context.Context, el Element) error {
 		if err := c.SideOutputs.EndInput(ctx); err != nil {
 			return &chainedError{fmt.Errorf("%s: %w", c.name, err)}
 		}
+	}
+	return c.forward(ctx, el)
+}
+
+// forward hands control element el on to c's Output (a chained sink has
+// none).
+func (c *ChainedOperator) forward(ctx context.Context, el Element) error {
+	if c.Output == nil {
+		return nil
 	}
 	return c.Output.Broadcast(ctx, el)
 }
@@ -161,7 +154,7 @@ func (c *ChainedOperator) barrier(ctx context.Context, b *Barrier) error {
 		c.responder.Acknowledge(c.ID, b.CheckpointID, TaskSnapshot{})
 	}
 	c.SideOutputs.Snapshot(ctx, b, c.responder, c.snapshots)
-	if err := c.Output.Broadcast(ctx, Element{Kind: KindBarrier, Barrier: b}); err != nil {
+	if err := c.forward(ctx, Element{Kind: KindBarrier, Barrier: b}); err != nil {
 		return err
 	}
 	if finish != nil {
@@ -218,4 +211,149 @@ func (c *ChainedOperator) listens() bool {
 func (c *ChainedOperator) pendingCommits() bool {
 	pc, ok := c.Operator.(PendingCommitter)
 	return (ok && pc.PendingCommits()) || c.SideOutputs.PendingCommits()
+}
+
+// Chain are the operators chained after the head of one task (an
+// operator or a source; Flink's OperatorChain), upstream before
+// downstream, each already added to its upstream's Output with
+// Output.AddChained. The task hosting the chain binds it (Bind), opens it
+// before its first record and closes it after its last (Open, Close),
+// hands it checkpoint notifications on its own goroutine (Complete,
+// Aborted), waits for its pending commits at a stop-with-savepoint
+// (PendingCommits), and names its members to the checkpoint coordinator
+// as ids acknowledging snapshots of their own (IDs). OperatorTask hosts
+// one through OperatorTaskConfig.Chain; a source task may host one too
+// (the kafka source type does: source.Config.Chain).
+type Chain []*ChainedOperator
+
+// Bind makes the chain part of a task: snapshots are acknowledged to
+// responder (nil: the job takes no checkpoints), their asynchronous parts
+// counted in snapshots (the task waits for it before closing),
+// operators that post work to the task (MailboxAware) use mailbox, and
+// the chained operators' outputs count their back-pressure in the host's
+// meter times (nil: none; one goroutine, one meter).
+func (ch Chain) Bind(responder CheckpointResponder, snapshots *sync.WaitGroup, mailbox *Mailbox, times *IOTimes) {
+	for _, c := range ch {
+		c.name, c.responder, c.snapshots = c.ID.String(), responder, snapshots
+		if c.Output != nil && times != nil {
+			// One goroutine, one meter: the chained operator's time
+			// counters count the host task's time.
+			times.Adopt(c.Output.IOTimes())
+			c.Output.SetIOTimes(times)
+		}
+		if ba, ok := c.Operator.(BadRecordAware); ok {
+			ba.SetBadRecordHandlers([]BadRecordHandler{c.BadRecords})
+		}
+		if ma, ok := c.Operator.(MailboxAware); ok {
+			ma.SetMailbox(mailbox)
+		}
+	}
+}
+
+// Open opens each chained operator and its side outputs, upstream first.
+// It returns how many operators it opened, which Close must be given
+// (also when Open failed: the operators opened before the failure close).
+func (ch Chain) Open(ctx context.Context) (int, error) {
+	for i, c := range ch {
+		if err := c.Operator.Open(ctx); err != nil {
+			return i, fmt.Errorf("%s: open: %w", c.ID, err)
+		}
+		if err := c.SideOutputs.Open(ctx); err != nil {
+			return i + 1, fmt.Errorf("%s: %w", c.ID, err)
+		}
+	}
+	return len(ch), nil
+}
+
+// Close closes the first opened operators of the chain (what Open
+// returned) and their side outputs, downstream first, and returns the
+// first error. The caller waits for the snapshots in flight first.
+func (ch Chain) Close(opened int) error {
+	var first error
+	for i := opened - 1; i >= 0; i-- {
+		c := ch[i]
+		if err := c.Operator.Close(); err != nil && first == nil {
+			first = fmt.Errorf("%s: close: %w", c.ID, err)
+		}
+		if err := c.SideOutputs.Close(); err != nil && first == nil {
+			first = fmt.Errorf("%s: %w", c.ID, err)
+		}
+	}
+	return first
+}
+
+// Complete runs each chained operator's checkpoint listener and its side
+// outputs' for checkpoint id, upstream first, stopping at the first
+// error. Call it on the task's goroutine.
+func (ch Chain) Complete(ctx context.Context, id int64) error {
+	for _, c := range ch {
+		if err := c.complete(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Aborted tells every chained operator and its side outputs that
+// checkpoint id was aborted. Call it on the task's goroutine.
+func (ch Chain) Aborted(ctx context.Context, id int64) {
+	for _, c := range ch {
+		c.aborted(ctx, id)
+	}
+}
+
+// Listens reports whether a member of the chain needs checkpoint
+// notifications (a CheckpointListener or side outputs).
+func (ch Chain) Listens() bool {
+	for _, c := range ch {
+		if c.listens() {
+			return true
+		}
+	}
+	return false
+}
+
+// PendingCommits reports whether a member of the chain waits for the
+// commit of a stop-with-savepoint checkpoint (see PendingCommitter).
+func (ch Chain) PendingCommits() bool {
+	for _, c := range ch {
+		if c.pendingCommits() {
+			return true
+		}
+	}
+	return false
+}
+
+// IDs returns the ids of every chained operator and of its side outputs,
+// all of which acknowledge snapshots of their own (for
+// SideOutputOwner.SideOutputIDs).
+func (ch Chain) IDs() []TaskID {
+	var ids []TaskID
+	for _, c := range ch {
+		ids = append(ids, c.ID)
+		ids = append(ids, c.SideOutputs.IDs()...)
+	}
+	return ids
+}
+
+// ChainFailure reports whether err is the failure of a chained operator
+// that its own bad-record policy did not absorb (Output.Emit returns it):
+// it fails the task, and the emitting operator or source must not take it
+// for a bad record of its own even when it wraps a *RecordError.
+func ChainFailure(err error) bool {
+	var ce *chainedError
+	return errors.As(err, &ce)
+}
+
+// ChainHost is a source task that can run the operators chained to it
+// (Flink chains a source with the forward operators after it): the job
+// adds the chain's first operators to the source's Output with
+// Output.AddChained, then calls HostChain once before Run. The host binds
+// the chain (Chain.Bind) to its responder, snapshot wait group and
+// mailbox, opens and closes it, passes checkpoint notifications to it on
+// its goroutine, waits for its pending commits at a stop-with-savepoint,
+// names its ids in SideOutputIDs, and never takes a ChainFailure for a bad
+// record of its own.
+type ChainHost interface {
+	HostChain(Chain)
 }

@@ -42,6 +42,9 @@ func (s *stage) ProcessRecord(ctx context.Context, _ int, rec Record) error {
 	s.mu.Lock()
 	s.seen = append(s.seen, v)
 	s.mu.Unlock()
+	if s.out == nil {
+		return nil // a sink
+	}
 	rec.Value = []byte(v + s.tag)
 	return s.out.Emit(ctx, rec)
 }
@@ -146,6 +149,66 @@ func TestChainRunsOperatorsInOneTask(t *testing.T) {
 	resp.mu.Unlock()
 	if want := []string{"a[0]:1", "b[0]:1", "c[0]:1"}; !slices.Equal(acks, want) {
 		t.Errorf("acknowledgements %v, want %v", acks, want)
+	}
+}
+
+// TestChainEndsInSink: a chain may end in a sink (a ChainedOperator with
+// no Output, as a chained sink is built): it sees every record, the
+// watermark and the barrier after the records before them, snapshots
+// under its own id, is told of the completed checkpoint, and ends and
+// closes with the task; Output.Flush passes over it. A failure of the
+// sink that its policy does not absorb comes out of the upstream
+// Output.Emit as a ChainFailure (which a source must not take for a bad
+// record of its own), a *RecordError inside it notwithstanding.
+func TestChainEndsInSink(t *testing.T) {
+	in := NewChannel(64)
+	a, k := &stage{tag: "a"}, &stage{tag: "k"}
+	a.out = NewOutput(nil)
+	ck := &ChainedOperator{ID: TaskID{"sink", 0}, Operator: k}
+	a.out.AddChained(ck)
+	resp := &idResponder{}
+	task := NewOperatorTask(OperatorTaskConfig{ID: TaskID{"a", 0}, Gate: NewInputGate([]InputChannel{{Ch: in}}), Operator: a,
+		Output: a.out, BootstrapInput: -1, Responder: resp, Chain: Chain{ck}})
+	if got, want := task.SideOutputIDs(), []TaskID{{"sink", 0}}; !slices.Equal(got, want) {
+		t.Fatalf("SideOutputIDs = %v, want %v", got, want)
+	}
+	in <- rec("1")
+	in <- rec("2")
+	in <- Element{Kind: KindWatermark, Watermark: time.UnixMilli(5)}
+	in <- barrier(1)
+	in <- rec("3")
+	in <- endOfInput()
+	done := make(chan struct{})
+	task.NotifyCheckpointCompleteThen(1, func() { close(done) })
+	if err := task.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if !slices.Equal(k.seen, []string{"1a", "2a", "3a"}) || !slices.Equal(k.wms, []int64{5}) || !slices.Equal(k.snaps, []string{"1:2"}) {
+		t.Errorf("sink saw %v, watermarks %v, snapshots %v; want [1a 2a 3a], [5], [1:2]", k.seen, k.wms, k.snaps)
+	}
+	if !k.opened || !k.ended || !k.closed || !slices.Equal(k.completed, []int64{1}) {
+		t.Errorf("sink opened %v ended %v closed %v completed %v", k.opened, k.ended, k.closed, k.completed)
+	}
+	resp.mu.Lock()
+	acks := slices.Sorted(slices.Values(resp.acks))
+	resp.mu.Unlock()
+	if want := []string{"a[0]:1", "sink[0]:1"}; !slices.Equal(acks, want) {
+		t.Errorf("acknowledgements %v, want %v", acks, want)
+	}
+
+	out := NewOutput(nil)
+	out.AddChained(&ChainedOperator{ID: TaskID{"sink", 0}, Operator: &stage{tag: "k", bad: "x"}})
+	err := out.Emit(context.Background(), Record{Value: []byte("x")})
+	var re *RecordError
+	if !ChainFailure(err) || !errors.As(err, &re) {
+		t.Errorf("a chained sink's unabsorbed bad record: Emit returned %v (ChainFailure %v), want a ChainFailure wrapping the *RecordError", err, ChainFailure(err))
+	}
+	if err := out.Flush(context.Background()); err != nil {
+		t.Errorf("Flush over a chained sink: %v", err)
+	}
+	if ChainFailure(&RecordError{Reason: ReasonEvalError}) {
+		t.Error("a plain *RecordError is a ChainFailure")
 	}
 }
 

@@ -64,7 +64,7 @@ type OperatorTask struct {
 	sides SideOutputs
 	// chain are the operators chained after op, in the order their
 	// upstream operators come (OperatorTaskConfig.Chain).
-	chain []*ChainedOperator
+	chain Chain
 	// valve combines the channels' watermarks; wmGauge exports the last
 	// watermark forwarded (may be nil).
 	valve   *StatusWatermarkValve
@@ -143,7 +143,7 @@ type OperatorTaskConfig struct {
 	// downstream. The task opens, closes and notifies them with its own
 	// operator and expects their snapshots under their own ids
 	// (SideOutputIDs). Chained operators read one input.
-	Chain []*ChainedOperator
+	Chain Chain
 	// IOTimes, if not nil, meters the subtask's idle, back-pressured and
 	// busy time (a sink, which has no Output); nil means Output's
 	// (Output.IOTimes). The chained operators' outputs are made to count
@@ -163,9 +163,7 @@ func NewOperatorTask(cfg OperatorTaskConfig) *OperatorTask {
 	if t.times == nil && t.out != nil {
 		t.times = t.out.IOTimes()
 	}
-	for _, c := range t.chain {
-		c.bind(t)
-	}
+	t.chain.Bind(t.responder, &t.snapshots, mb, t.times)
 	for i := 0; i < cfg.Gate.NumChannels(); i++ {
 		t.inputs = max(t.inputs, cfg.Gate.Channel(i).Input+1)
 	}
@@ -205,26 +203,13 @@ func (t *OperatorTask) Mailbox() *Mailbox { return t.mailbox }
 // outputs, then of each chained operator and its side outputs, all of
 // which acknowledge snapshots of their own.
 func (t *OperatorTask) SideOutputIDs() []TaskID {
-	ids := t.sides.IDs()
-	for _, c := range t.chain {
-		ids = append(ids, c.ID)
-		ids = append(ids, c.SideOutputs.IDs()...)
-	}
-	return ids
+	return append(t.sides.IDs(), t.chain.IDs()...)
 }
 
 // listens reports whether a checkpoint notification has anyone to reach
 // besides the operator's listener (side outputs, chained operators).
 func (t *OperatorTask) listens() bool {
-	if len(t.sides) > 0 {
-		return true
-	}
-	for _, c := range t.chain {
-		if c.listens() {
-			return true
-		}
-	}
-	return false
+	return len(t.sides) > 0 || t.chain.Listens()
 }
 
 // NotifyCheckpointComplete implements CheckpointTarget: the operator's
@@ -252,12 +237,7 @@ func (t *OperatorTask) complete(l CheckpointListener, id int64) error {
 	if err := t.sides.Complete(t.runCtx, id); err != nil {
 		return err
 	}
-	for _, c := range t.chain {
-		if err := c.complete(t.runCtx, id); err != nil {
-			return err
-		}
-	}
-	return nil
+	return t.chain.Complete(t.runCtx, id)
 }
 
 // NotifyCheckpointCompleteThen is NotifyCheckpointComplete, then calls done
@@ -294,9 +274,7 @@ func (t *OperatorTask) NotifyCheckpointAborted(id int64) {
 			l.NotifyCheckpointAborted(t.runCtx, id)
 		}
 		t.sides.Aborted(t.runCtx, id)
-		for _, c := range t.chain {
-			c.aborted(t.runCtx, id)
-		}
+		t.chain.Aborted(t.runCtx, id)
 	})
 }
 
@@ -326,24 +304,12 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 		// The chained operators close before the head, once no snapshot
 		// is being written.
 		t.snapshots.Wait()
-		for i := opened - 1; i >= 0; i-- {
-			c := t.chain[i]
-			if cerr := c.Operator.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("%s: close: %w", c.name, cerr)
-			}
-			if cerr := c.SideOutputs.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("%s: %w", c.name, cerr)
-			}
+		if cerr := t.chain.Close(opened); cerr != nil && err == nil {
+			err = cerr
 		}
 	}()
-	for _, c := range t.chain {
-		if err := c.Operator.Open(ctx); err != nil {
-			return fmt.Errorf("%s: open: %w", c.name, err)
-		}
-		opened++
-		if err := c.SideOutputs.Open(ctx); err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
-		}
+	if opened, err = t.chain.Open(ctx); err != nil {
+		return err
 	}
 	pending := t.startBootstrap()
 	for !t.gate.Finished() {
@@ -708,15 +674,7 @@ func (t *OperatorTask) startBootstrap() map[int]bool {
 func (t *OperatorTask) awaitPendingCommits(ctx context.Context) error {
 	pc, _ := t.op.(PendingCommitter)
 	pending := func() bool {
-		if (pc != nil && pc.PendingCommits()) || t.sides.PendingCommits() {
-			return true
-		}
-		for _, c := range t.chain {
-			if c.pendingCommits() {
-				return true
-			}
-		}
-		return false
+		return (pc != nil && pc.PendingCommits()) || t.sides.PendingCommits() || t.chain.PendingCommits()
 	}
 	if !pending() {
 		return nil

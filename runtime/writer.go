@@ -406,6 +406,9 @@ func (o *Output) Flush(ctx context.Context) error {
 		}
 	}
 	for _, c := range o.chained {
+		if c.Output == nil {
+			continue // a chained sink
+		}
 		if err := c.Output.Flush(ctx); err != nil {
 			return err
 		}

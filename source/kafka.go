@@ -394,6 +394,10 @@ type KafkaSource struct {
 	mailbox *runtime.Mailbox
 	policy  *BadRecordPolicy
 	sides   runtime.SideOutputs // the dead-letter writer, or none
+	// chain are the operators (and sink) chained to the source, run on
+	// its goroutine (HostChain); runCtx is Run's ctx, which they get.
+	chain  runtime.Chain
+	runCtx context.Context
 
 	// Only the subtask goroutine touches these.
 	cl      *kgo.Client
@@ -484,8 +488,22 @@ type pendingCommit struct {
 }
 
 // SideOutputIDs implements runtime.SideOutputOwner: the dead-letter
-// writer's id, if any.
-func (s *KafkaSource) SideOutputIDs() []runtime.TaskID { return s.sides.IDs() }
+// writer's id, if any, then those of the chained operators and their side
+// outputs (runtime.Chain.IDs).
+func (s *KafkaSource) SideOutputIDs() []runtime.TaskID {
+	return append(s.sides.IDs(), s.chain.IDs()...)
+}
+
+// HostChain implements runtime.ChainHost: the subtask runs chain, whose
+// head was added to its Output with runtime.Output.AddChained (Flink's
+// source chaining): each record it emits is processed by the chain on
+// its goroutine, barriers snapshot the chained operators right after the
+// source's offsets, and checkpoint notifications reach them from its
+// mailbox. Call it before Run, once.
+func (s *KafkaSource) HostChain(chain runtime.Chain) {
+	s.chain = chain
+	chain.Bind(s.cfg.Responder, &s.snapshots, s.mailbox, s.cfg.Output.IOTimes())
+}
 
 // Name implements runtime.Task.
 func (s *KafkaSource) Name() string { return s.ID().String() }
@@ -515,7 +533,7 @@ func (s *KafkaSource) NotifyCheckpointComplete(id int64) {
 // purges its input only after its commits. done is never called when the
 // commit fails or the subtask stops before it ran.
 func (s *KafkaSource) NotifyCheckpointCompleteThen(id int64, done func()) {
-	if len(s.sides) == 0 {
+	if len(s.sides) == 0 && !s.chain.Listens() {
 		s.NotifyCheckpointComplete(id)
 		done()
 		return
@@ -528,13 +546,15 @@ func (s *KafkaSource) NotifyCheckpointAborted(id int64) {
 	s.mailbox.Execute(func() {
 		delete(s.committed, id)
 		s.sides.Aborted(context.Background(), id)
+		s.chain.Aborted(context.Background(), id)
 	})
 }
 
 // Run implements runtime.Task: it reads its partitions until stop is closed
 // (or a stop-with-savepoint barrier was emitted), then emits end-of-input
 // and returns nil. It returns an error only if ctx ends or the output fails.
-func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) error {
+func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) (rerr error) {
+	s.runCtx = ctx
 	times := s.cfg.Output.IOTimes()
 	times.Start()
 	defer times.Stop()
@@ -547,19 +567,28 @@ func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) error {
 		case <-pctx.Done():
 		}
 	}()
+	opened := 0
 	defer func() {
 		s.snapshots.Wait()
 		if err := s.sides.Close(); err != nil {
 			s.logger.Warn("closing the dead-letter writer failed", "err", err)
 		}
+		if cerr := s.chain.Close(opened); cerr != nil && rerr == nil {
+			rerr = cerr
+		}
 	}()
 	if err := s.sides.Open(ctx); err != nil {
 		return fmt.Errorf("source %s: %w", s.cfg.Name, err)
 	}
-	err := s.read(pctx)
-	if errors.Is(err, errStopAfter) && s.sides.PendingCommits() {
-		// Stop-with-savepoint: the dead letters of the final checkpoint
-		// are committed before the subtask finishes.
+	var err error
+	if opened, err = s.chain.Open(ctx); err != nil {
+		return err
+	}
+	err = s.read(pctx)
+	if errors.Is(err, errStopAfter) && s.pendingFinalCommits() {
+		// Stop-with-savepoint: the dead letters and the chained sinks'
+		// transactions of the final checkpoint are committed before the
+		// subtask finishes.
 		err = s.awaitPendingCommits(ctx)
 	}
 	if s.cl != nil {
@@ -584,11 +613,11 @@ func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) error {
 func (s *KafkaSource) awaitPendingCommits(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, runtime.FinalCommitTimeout)
 	defer cancel()
-	for s.sides.PendingCommits() {
+	for s.pendingFinalCommits() {
 		if err := s.commitPending(ctx); err != nil {
 			return err
 		}
-		if !s.sides.PendingCommits() {
+		if !s.pendingFinalCommits() {
 			break
 		}
 		if err := s.mailbox.Yield(wctx); err != nil {
@@ -599,6 +628,23 @@ func (s *KafkaSource) awaitPendingCommits(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// outCtx is the context the subtask emits with, given read's ctx (which
+// stop cancels): with a chain, Run's, so that a chained sink does not fail
+// the records it is handed while the source stops (it ends with the end of
+// input the source emits then); read's otherwise.
+func (s *KafkaSource) outCtx(ctx context.Context) context.Context {
+	if len(s.chain) > 0 {
+		return s.runCtx
+	}
+	return ctx
+}
+
+// pendingFinalCommits reports whether the dead-letter writer or a chained
+// operator waits for the commit of a stop-with-savepoint checkpoint.
+func (s *KafkaSource) pendingFinalCommits() bool {
+	return s.sides.PendingCommits() || s.chain.PendingCommits()
 }
 
 // errStopAfter ends read after a stop-with-savepoint barrier.
@@ -669,7 +715,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		}
 		caughtUp = true
 		s.logger.Info("source caught up with the end offsets seen at start", "topics", s.topicNames)
-		if err := s.cfg.Output.Broadcast(ctx, runtime.Element{Kind: runtime.KindCaughtUp}); err != nil {
+		if err := s.cfg.Output.Broadcast(s.outCtx(ctx), runtime.Element{Kind: runtime.KindCaughtUp}); err != nil {
 			return err
 		}
 		if s.cfg.OnCaughtUp != nil {
@@ -847,6 +893,10 @@ func (s *KafkaSource) commitPending(ctx context.Context) error {
 			s.pendingCommits = append(pending[i+1:], s.pendingCommits...)
 			return fmt.Errorf("source %s: checkpoint %d complete: %w", s.cfg.Name, pc.id, err)
 		}
+		if err := s.chain.Complete(ctx, pc.id); err != nil {
+			s.pendingCommits = append(pending[i+1:], s.pendingCommits...)
+			return fmt.Errorf("checkpoint %d complete: %w", pc.id, err)
+		}
 		if pc.done != nil {
 			pc.done()
 		}
@@ -885,7 +935,7 @@ func (s *KafkaSource) checkpoint(ctx context.Context, b *runtime.Barrier) error 
 		s.cfg.Responder.Acknowledge(s.ID(), b.CheckpointID, runtime.TaskSnapshot{State: st})
 	}
 	s.sides.Snapshot(ctx, b, s.cfg.Responder, &s.snapshots)
-	if err := s.cfg.Output.Broadcast(ctx, runtime.Element{Kind: runtime.KindBarrier, Barrier: b}); err != nil {
+	if err := s.cfg.Output.Broadcast(s.outCtx(ctx), runtime.Element{Kind: runtime.KindBarrier, Barrier: b}); err != nil {
 		return err
 	}
 	if b.StopAfter {
@@ -1145,12 +1195,12 @@ func noKafkaTimestamp(ts time.Time) bool {
 // emitRecord emits rec downstream; a downstream key selector's
 // *runtime.RecordError meets the bad-record policy.
 func (s *KafkaSource) emitRecord(ctx context.Context, rec runtime.Record) error {
-	err := s.cfg.Output.Emit(ctx, rec)
+	err := s.cfg.Output.Emit(s.outCtx(ctx), rec)
 	if err == nil {
 		return nil
 	}
 	var re *runtime.RecordError
-	if errors.As(err, &re) {
+	if !runtime.ChainFailure(err) && errors.As(err, &re) {
 		// A key selector of a downstream edge found no usable key.
 		return s.policy.HandleBadRecord(ctx, rec, re)
 	}
@@ -1224,7 +1274,7 @@ func (s *KafkaSource) emitElement(ctx context.Context, el runtime.Element) error
 	if !el.Idle {
 		s.cfg.WatermarkGauge.Set(el.Watermark)
 	}
-	return s.cfg.Output.Broadcast(ctx, el)
+	return s.cfg.Output.Broadcast(s.outCtx(ctx), el)
 }
 
 // validJSON reports whether b is one JSON value, as json.Valid does:

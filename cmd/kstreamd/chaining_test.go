@@ -14,11 +14,12 @@ import (
 	"github.com/kstreamd/kstreamd/internal/testkit"
 )
 
-// chainConfig is a job with two operator chains, exactly once: source
-// events (dead letters to events-dlq) -> [keep (filter n % 10 != 3) ->
-// shape (map)] -hash(key)-> [counts (keyed_count) -> tagged (map)] -> sink
-// out (topic counts). chaining is job.chaining; unchainShape sets
-// chain: false on shape.
+// chainConfig is a job with two chains, exactly once: [source events
+// (dead letters to events-dlq) -> keep (filter n % 10 != 3) -> shape (map)
+// -> sink raw (topic raw)] and shape -hash(key)-> [counts (keyed_count) ->
+// tagged (map) -> sink out (topic counts)]: the first chain runs source,
+// operators and sink in one task. chaining is job.chaining; unchainShape
+// sets chain: false on shape.
 func chainConfig(dir, broker, metrics string, chaining, unchainShape bool) string {
 	shapeChain := ""
 	if unchainShape {
@@ -60,6 +61,10 @@ sinks:
     input: tagged
     topic: counts
     delivery: exactly-once
+  - name: raw
+    input: shape
+    topic: raw
+    delivery: exactly-once
 `, shapeChain)
 }
 
@@ -94,6 +99,42 @@ func chainWant(total, keys, bad int) map[string][]string {
 		want[k] = append(want[k], fmt.Sprintf(`{"count":%d,"key":%q,"tag":"c"}`, len(want[k])+1, k))
 	}
 	return want
+}
+
+// rawWant is the exact output of the chained job's raw sink over records
+// 0..total-1: per key, {"key":k,"n":n} for every record the filter keeps,
+// in order.
+func rawWant(total, keys, bad int) map[string][]string {
+	want := map[string][]string{}
+	for n := range total {
+		if n%10 == 3 || n == bad {
+			continue
+		}
+		k := fmt.Sprintf("k%03d", n%keys)
+		want[k] = append(want[k], fmt.Sprintf(`{"key":%q,"n":%d}`, k, n))
+	}
+	return want
+}
+
+// readByKey reads topic (read_committed) until it holds n records or
+// 30 s passed, and returns its values by key.
+func readByKey(t *testing.T, broker, topic string, n int) map[string][]string {
+	t.Helper()
+	var out []*kgo.Record
+	testkit.Poll(30*time.Second, func() bool {
+		out = testkit.ReadTopic(t, []string{broker}, topic, 10*time.Second)
+		return len(out) >= n
+	})
+	return byKey(t, out)
+}
+
+// count is the number of values in a by-key map.
+func count(m map[string][]string) int {
+	n := 0
+	for _, vs := range m {
+		n += len(vs)
+	}
+	return n
 }
 
 // byKey groups output values by record key, each key's in offset order
@@ -134,7 +175,7 @@ func diffByKey(got, want map[string][]string) []string {
 // values.
 func runChainJob(t *testing.T, chaining, unchainShape bool, total, keys, bad int) (map[string][]string, []string) {
 	t.Helper()
-	_, broker := startKfake(t, []string{"events", "events-dlq", "counts"})
+	_, broker := startKfake(t, []string{"events", "events-dlq", "counts", "raw"})
 	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
 	d := startProc(t, dir, chainConfig(dir, broker, metrics, chaining, unchainShape), broker, metrics)
 	produce(t, newClient(t, broker), chainRecords(keys, bad)(0, total)...)
@@ -153,15 +194,21 @@ func runChainJob(t *testing.T, chaining, unchainShape bool, total, keys, bad int
 	for _, r := range testkit.ReadTopic(t, []string{broker}, "events-dlq", 10*time.Second) {
 		dlq = append(dlq, string(r.Value))
 	}
+	rw := rawWant(total, keys, bad)
+	if d := diffByKey(readByKey(t, broker, "raw", count(rw)), rw); len(d) > 0 {
+		t.Errorf("chaining=%v unchainShape=%v: read_committed raw differs from the model:\n%s", chaining, unchainShape, strings.Join(d, "\n"))
+	}
 	if code, _ := d.terminate(t, 20*time.Second); code != 0 {
 		t.Fatalf("chaining=%v: exit status %d", chaining, code)
 	}
-	wantChains := `chains="[keep->shape counts->tagged]"`
+	// The first chain runs source, operators and sink; the second ends in
+	// a sink.
+	wantChains := `chains="[events->keep->shape->raw counts->tagged->out]"`
 	switch {
 	case !chaining:
 		wantChains = ""
 	case unchainShape:
-		wantChains = `chains=[counts->tagged]`
+		wantChains = `chains="[events->keep counts->tagged->out]"`
 	}
 	var chains string
 	for _, line := range strings.Split(d.out.String(), "\n") {
@@ -267,16 +314,19 @@ func runFilterProject(t *testing.T, chaining bool) []string {
 	return vals
 }
 
-// TestChainingCrashRestore: the chained job is killed with SIGKILL twice
+// TestChainingCrashRestore: the chained job (a chain of source, two
+// operators and a sink; another of two operators and a sink after a key
+// exchange) is killed with SIGKILL twice
 // while it processes (each time after a checkpoint completed) and
 // restarted on the same data directory, first with chaining off (a
 // checkpoint of the chained job restores into separate tasks), then on
 // again (a checkpoint of the unchained job restores into chains). The
 // exactly-once output is in the end exactly the model's: per key every
-// running count once, in order, and the one dead letter once.
+// running count once, in order, every kept record once in raw, in order,
+// and the one dead letter once.
 func TestChainingCrashRestore(t *testing.T) {
 	const total, keys, bad, batch = 30_000, 100, 12_345, 500
-	_, broker := startKfake(t, []string{"events", "events-dlq", "counts"})
+	_, broker := startKfake(t, []string{"events", "events-dlq", "counts", "raw"})
 	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
 	cl := newClient(t, broker)
 	adm := kadm.NewClient(cl)
@@ -320,6 +370,12 @@ func TestChainingCrashRestore(t *testing.T) {
 	})
 	if d := diffByKey(byKey(t, out), want); len(out) != n || len(d) > 0 {
 		t.Fatalf("read_committed counts: %d records, want %d:\n%s", len(out), n, strings.Join(d, "\n"))
+	}
+	// The chain source -> keep -> shape -> raw ran in one task in the
+	// first and last process.
+	rw := rawWant(total, keys, bad)
+	if d := diffByKey(readByKey(t, broker, "raw", count(rw)), rw); len(d) > 0 {
+		t.Fatalf("read_committed raw differs from the model:\n%s", strings.Join(d, "\n"))
 	}
 	dlq := testkit.ReadTopic(t, []string{broker}, "events-dlq", 10*time.Second)
 	if wantDLQ := fmt.Sprintf(`{"key":"k%03d","n":"x"}`, bad%keys); len(dlq) != 1 || string(dlq[0].Value) != wantDLQ {

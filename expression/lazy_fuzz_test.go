@@ -1,0 +1,86 @@
+package expression
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+// FuzzFieldwiseEqualsWholeDecode checks that reading fields of an
+// undecoded value one by one (Input.JSON: the Env reads each field from
+// the JSON alone when it can) gives exactly what evaluating on the whole
+// decoded value gives (Input.Value: DecodeJSON's result, or the string of
+// the bytes when it fails): the same results and the same errors, for
+// programs reading one field, two fields, a field twice, and a field
+// after value; the seeds run with every go test.
+func FuzzFieldwiseEqualsWholeDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"id":17,"key":"k000042","shape":"CIRCLE","amount":512,"note":"xx"}`,
+		`{"amount":1,"amount":700}`, `{"amount":"a lot"}`, `{"a":{"b":[{"c":"d"}]},"a":2}`,
+		`{"\u0061mount":3,"id":4}`, "{\"am\xffount\":1,\"id\":2}", `{"amount":5,"big":1e400}`, `{"amount":5,"big":1e4}`,
+		`{"amount":5,"n":"1e9999"}`, `{"amount":2.5e1,"id":-0}`, `[{"amount":1}]`, `{"amount":1`, `"amount"`, `null`, ``,
+		`  {"amount":9223372036854775808,"id":9223372036854775807}`, `{"id":1}`, `{"amount":null,"id":true}`,
+		`{"amount":[1,2,{"x":1e400}]}`, "{\"amount\":\"\\ud800\",\"id\":\"\xff\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	progs := []string{`amount`, `amount < 500`, `{"id": id, "amount": amount}`, `amount + amount`, `value.amount == amount`, `has(value.id) ? id : 0`}
+	compiled := make([]*Program, len(progs))
+	for i, src := range progs {
+		p, err := Compile(src)
+		if err != nil {
+			f.Fatal(err)
+		}
+		compiled[i] = p
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var whole any
+		if v, err := DecodeJSON(b); err == nil {
+			whole = v
+		} else {
+			whole = string(b)
+		}
+		for i, p := range compiled {
+			lazy := NewEnv(&Input{JSON: b})
+			got, gerr := p.Eval(lazy)
+			want, werr := p.Eval(NewEnv(&Input{Value: whole}))
+			if fmt.Sprint(gerr) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s on %q: fieldwise %#v, %v; whole %#v, %v", progs[i], b, got, gerr, want, werr)
+			}
+			// A second program on the same Env sees the same record.
+			got2, gerr2 := compiled[0].Eval(lazy)
+			want2, werr2 := compiled[0].Eval(NewEnv(&Input{Value: whole}))
+			if fmt.Sprint(gerr2) != fmt.Sprint(werr2) || !reflect.DeepEqual(got2, want2) {
+				t.Fatalf("amount after %s on %q: fieldwise %#v, %v; whole %#v, %v", progs[i], b, got2, gerr2, want2, werr2)
+			}
+		}
+	})
+}
+
+// TestFieldwiseDecodesOnlyWhatIsRead: an expression reading fields of an
+// object reads them from the JSON alone (Env.Decoded reports no whole
+// decode), one reading value decodes the whole; a repeated key gives its
+// last value either way.
+func TestFieldwiseDecodesOnlyWhatIsRead(t *testing.T) {
+	p, err := Compile(`amount < 500`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := NewEnv(&Input{JSON: []byte(`{"amount":700,"note":"x","amount":12}`)})
+	if ok, err := p.EvalBool(env); err != nil || !ok {
+		t.Fatalf("amount < 500 = %v, %v; want true (the last amount, 12)", ok, err)
+	}
+	if _, decoded := env.Decoded(); decoded {
+		t.Error("reading one field decoded the whole value")
+	}
+	pv, err := Compile(`value.note`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := pv.Eval(env); err != nil || v != "x" {
+		t.Fatalf("value.note = %v, %v", v, err)
+	}
+	if v, decoded := env.Decoded(); !decoded || !reflect.DeepEqual(v, map[string]any{"amount": int64(12), "note": "x"}) {
+		t.Errorf("after value: Decoded() = %#v, %v; want the whole value", v, decoded)
+	}
+}
