@@ -48,8 +48,42 @@ type unitRun struct {
 	// stopping is set when the unit is revoked or lost: an attempt that
 	// ends (after its final checkpoint) is not rebuilt.
 	stopping atomic.Bool
-	mu       sync.Mutex
-	job      *Job // the current attempt; nil while building
+	// takenOver is set when an attempt found another claim's HEAD
+	// (checkpoint.ErrHeadExists): the next build waits until the group
+	// confirms the unit is assigned to this member before it claims again.
+	takenOver atomic.Bool
+	mu        sync.Mutex
+	job       *Job   // the current attempt; nil while building
+	state     string // UnitStarting, StateRunning, StateRestarting, UnitTakenOver, StateFailed
+	lastErr   string // the last attempt's failure ("" none)
+}
+
+// States of a unit assigned to this daemon besides StateRunning,
+// StateRestarting and StateFailed (UnitStatus.State).
+const (
+	// UnitStarting: its first attempt is being built (claim, restore).
+	UnitStarting = "starting"
+	// UnitTakenOver: an attempt found another claim's HEAD; it is
+	// claimed again (with the restart strategy's back-off) once the group
+	// confirms it is still assigned to this member.
+	UnitTakenOver = "taken_over"
+)
+
+// setState records the unit's state and, when not "", its last failure.
+func (r *unitRun) setState(state, lastErr string) {
+	r.mu.Lock()
+	r.state = state
+	if lastErr != "" {
+		r.lastErr = lastErr
+	}
+	r.mu.Unlock()
+}
+
+// status returns the current attempt, the state and the last failure.
+func (r *unitRun) status() (*Job, string, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.job, r.state, r.lastErr
 }
 
 func (r *unitRun) current() *Job {
@@ -124,7 +158,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		// Not a child of ctx: when ctx ends, units stop through revoke
 		// (with their final checkpoint), not all at once.
 		uctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		r := &unitRun{cancel: cancel, done: make(chan struct{})}
+		r := &unitRun{cancel: cancel, done: make(chan struct{}), state: UnitStarting}
 		mu.Lock()
 		if units[p] != nil { // already running (the cooperative protocol only hands out additions)
 			mu.Unlock()
@@ -134,6 +168,8 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		units[p] = r
 		mu.Unlock()
 		cm.units.WithLabelValues(strconv.Itoa(stage)).Inc()
+		up := cm.up.WithLabelValues(strconv.Itoa(stage), strconv.Itoa(index))
+		up.Set(0)
 		s := set
 		s.Unit = &Unit{Stage: stage, Index: index, Units: st.Units, Member: mc.MemberID, Fingerprint: st.Fingerprint}
 		ulog := logger.With("stage", stage, "unit", index)
@@ -142,27 +178,53 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 			strategy, _ := NewRestartStrategy(restartCfg, nil) // validated above
 			l := &restartLoop{strategy: strategy, metrics: deps.Metrics, logger: ulog, unit: fmt.Sprintf("unit %d/%d", stage, index),
 				restartMsg: "unit failed; rebuilding", restartLevel: slog.LevelError,
-				build: func(ctx context.Context) (*Job, error) { return Build(ctx, st.Stages[stage].Graph, s, deps) }}
+				build: func(ctx context.Context) (*Job, error) {
+					if r.takenOver.Load() {
+						// A zombie must not claim back a unit the group
+						// moved: only the group's word that the unit is
+						// still assigned here lets it claim again.
+						if err := mem.awaitAssigned(ctx, p); err != nil {
+							return nil, err
+						}
+						r.takenOver.Store(false)
+						ulog.Info("the group still assigns the taken-over unit here: claiming it again")
+					}
+					return Build(ctx, st.Stages[stage].Graph, s, deps)
+				}}
 			setJob := func(j *Job) {
 				r.mu.Lock()
 				r.job = j
 				r.mu.Unlock()
 			}
-			l.state = func(j *Job, _ string) {
+			l.state = func(j *Job, state string) {
 				setJob(j)
 				if j != nil {
+					up.Set(1)
+					r.setState(StateRunning, "")
 					ulog.Info("unit running", "restored_from", j.RestoredFrom())
+					return
+				}
+				up.Set(0)
+				if state != "" && !(state == StateRestarting && r.takenOver.Load()) {
+					r.setState(state, "")
 				}
 			}
-			l.ran = func(*Job) { setJob(nil) }
+			l.ran = func(*Job) { setJob(nil); up.Set(0) }
 			l.final = func(err error) bool {
 				if r.stopping.Load() {
 					return true
 				}
 				if errors.Is(err, checkpoint.ErrHeadExists) {
-					ulog.Error("unit taken over by another owner: stopped", "err", err)
-					return true
+					// Another claim's HEAD (read back: never this owner's
+					// own). Rebuilt with the restart strategy once the
+					// group confirms the unit is still assigned here.
+					cm.fenced.WithLabelValues(strconv.Itoa(stage), strconv.Itoa(index)).Inc()
+					r.takenOver.Store(true)
+					r.setState(UnitTakenOver, err.Error())
+					ulog.Error("unit taken over by another claim: stopped; claimed again if the group still assigns it here", "err", err)
+					return false
 				}
+				r.setState(StateRestarting, err.Error())
 				return false
 			}
 			err := l.run(uctx, nil)
@@ -215,6 +277,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		cm.stops.WithLabelValues(outcome).Inc()
 		r.cancel()
 		<-r.done
+		cm.up.DeleteLabelValues(strconv.Itoa(int(p)/st.Units), strconv.Itoa(int(p)%st.Units))
 		logger.Info("unit stopped", "stage", int(p)/st.Units, "unit", int(p)%st.Units)
 	}
 	each := func(m map[string][]int32, fn func(int32)) {
@@ -334,11 +397,15 @@ type UnitID struct {
 }
 
 // UnitStatus is one unit this daemon holds: whether its attempt runs with
-// its sources caught up, and its last checkpoint completed here (0: none).
+// its sources caught up, its last checkpoint completed here (0: none), its
+// state (StateRunning, UnitStarting, StateRestarting, UnitTakenOver,
+// StateFailed) and, when it is not running, the last failure.
 type UnitStatus struct {
 	UnitID
-	Running          bool  `json:"running"`
-	LastCheckpointID int64 `json:"last_checkpoint_id"`
+	Running          bool   `json:"running"`
+	LastCheckpointID int64  `json:"last_checkpoint_id"`
+	State            string `json:"state"`
+	Error            string `json:"error,omitempty"`
 }
 
 // MemberUnits is one member of the group and the units assigned to it.
@@ -375,17 +442,14 @@ func (m *Member) Readiness() (bool, string) {
 		return false, "joining the group"
 	}
 	m.mu.Lock()
-	jobs := map[int32]*Job{}
-	for p, r := range m.running {
-		jobs[p] = r.current()
-	}
+	runs := maps.Clone(m.running)
 	m.mu.Unlock()
 	var why []string
-	for _, p := range slices.Sorted(maps.Keys(jobs)) {
-		j := jobs[p]
+	for _, p := range slices.Sorted(maps.Keys(runs)) {
+		j, state, lastErr := runs[p].status()
 		if j == nil {
 			u := m.unit(p)
-			why = append(why, fmt.Sprintf("stage %d unit %d: starting", u.Stage, u.Unit))
+			why = append(why, fmt.Sprintf("stage %d unit %d: %s", u.Stage, u.Unit, notRunning(state, lastErr)))
 			continue
 		}
 		if ok, reason := j.Readiness(); !ok {
@@ -402,14 +466,83 @@ func (m *Member) local() []UnitStatus {
 	defer m.mu.Unlock()
 	out := make([]UnitStatus, 0, len(m.running))
 	for _, p := range slices.Sorted(maps.Keys(m.running)) {
-		u := UnitStatus{UnitID: m.unit(p)}
-		if j := m.running[p].current(); j != nil {
+		j, state, lastErr := m.running[p].status()
+		u := UnitStatus{UnitID: m.unit(p), State: state}
+		if j != nil {
 			u.Running = j.Coordinator().Ready()
 			u.LastCheckpointID, _ = j.Coordinator().LastCompleted()
+		} else {
+			u.Error = lastErr
 		}
 		out = append(out, u)
 	}
 	return out
+}
+
+// notRunning says why a unit assigned here has no running attempt.
+func notRunning(state, lastErr string) string {
+	switch {
+	case state == UnitTakenOver:
+		return "taken over by another claim (" + lastErr + "); claimed again once the group confirms it is assigned here"
+	case lastErr != "":
+		return state + " after: " + lastErr
+	}
+	return state
+}
+
+// awaitAssigned returns nil once the group confirms that unit partition p
+// is assigned to this member (assignedHere), checking every
+// assignedPoll, or ctx's error when ctx ends first (the unit was revoked
+// or lost).
+func (m *Member) awaitAssigned(ctx context.Context, p int32) error {
+	for {
+		if m.assignedHere(ctx, p) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(assignedPoll):
+		}
+	}
+}
+
+// assignedPoll is how often awaitAssigned asks the group.
+const assignedPoll = time.Second
+
+// assignedHere reports whether the group coordinator, asked now
+// (DescribeGroups), holds a stable generation in which this member (its
+// current Kafka member id: a zombie whose session was replaced has
+// another) is assigned unit partition p. A member that cannot reach the
+// coordinator gets false.
+func (m *Member) assignedHere(ctx context.Context, p int32) bool {
+	memberID, gen := m.cl.GroupMetadata()
+	if gen <= 0 || memberID == "" {
+		return false
+	}
+	groups, err := kadm.NewClient(m.cl).DescribeGroups(ctx, m.group)
+	if err != nil || groups.Error() != nil {
+		return false
+	}
+	g := groups[m.group]
+	if g.State != "Stable" {
+		return false
+	}
+	for _, gm := range g.Members {
+		if gm.MemberID != memberID {
+			continue
+		}
+		a, ok := gm.Assigned.AsConsumer()
+		if !ok {
+			return false
+		}
+		for _, t := range a.Topics {
+			if t.Topic == m.topic && slices.Contains(t.Partitions, p) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (m *Member) unit(p int32) UnitID { return UnitID{Stage: int(p) / m.units, Unit: int(p) % m.units} }
