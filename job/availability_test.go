@@ -203,3 +203,74 @@ func TestUnitTakenOverWhileAssignedIsRebuilt(t *testing.T) {
 		t.Errorf("RunMember: %v", err)
 	}
 }
+
+// TestUnitsRideOutBrokerOutage is issue 28's broker-blip acceptance test
+// at package level: one member runs the 4 units of a two-stage keyed count
+// (2 per stage) with a 10 s session timeout against a broker (kfake
+// persisting to a data directory) that is stopped for 5 s while records
+// are in flight and then started again on the same port and data. No unit
+// moves: each unit was claimed exactly once (4 takeovers, none fenced, no
+// unit stopped as lost), the client's lost session (it gives up on the
+// heartbeat's dial errors within seconds) kept every unit running and the
+// rejoin assigned them all here again, and the read_committed output
+// holds, per user, exactly the counts 1..n.
+func TestUnitsRideOutBrokerOutage(t *testing.T) {
+	addr := testkit.FreeAddr(t)
+	_, portText, _ := strings.Cut(addr, ":")
+	var port int
+	fmt.Sscan(portText, &port)
+	brokerOpts := []kfake.Opt{kfake.Ports(port), kfake.DataDir(t.TempDir()), kfake.SeedTopics(2, "clicks", "counts")}
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), brokerOpts...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := startMember(t, ctx, f, f.set, "m1", job.MemberConfig{SessionTimeout: 10 * time.Second})
+	const users, perUser = 20, 40
+	committed := func() []*kgo.Record {
+		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
+	}
+	produceClicks(t, f.opts, 0, perUser/2, users)
+	if !testkit.Poll(time.Minute, func() bool { return len(committed()) >= users*perUser/2 }) {
+		t.Fatalf("output holds %d records, want %d; logs:\n%s", len(committed()), users*perUser/2, m.logs.String())
+	}
+	f.kc.Close()
+	stopped := time.Now()
+	time.Sleep(5 * time.Second)
+	kc, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, brokerOpts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	t.Logf("broker down for %v", time.Since(stopped))
+	produceClicks(t, f.opts, perUser/2, perUser, users)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser }) {
+		t.Fatalf("output holds %d records, want %d; logs:\n%s", len(committed()), users*perUser, m.logs.String())
+	}
+	t.Logf("output complete %v after the broker stopped; restarts %v", time.Since(stopped), counterSum(t, m.reg, "kstreamd_job_restarts_total", nil))
+	checkUserCounts(t, committed(), users, perUser)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"kstreamd_cluster_unit_takeovers_total", nil, 4},
+		{"kstreamd_cluster_unit_fenced_total", nil, 0},
+		{"kstreamd_cluster_unit_stops_total", nil, 0},
+	} {
+		if got := counterSum(t, m.reg, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	// The outage did end the client's group session (units lost), and
+	// the rejoin assigned every unit here again: all kept running.
+	lost := counterSum(t, m.reg, "kstreamd_cluster_group_sessions_lost_total", nil)
+	if kept := counterSum(t, m.reg, "kstreamd_cluster_lost_units_kept_total", nil); lost < 1 || kept != 4*lost {
+		t.Errorf("%v group sessions lost, %v lost units kept; want >= 1 and 4 per session", lost, kept)
+	}
+	cancel()
+	if err := memberReturned(t, m.done); err != nil {
+		t.Errorf("RunMember: %v", err)
+	}
+	if t.Failed() {
+		t.Logf("logs:\n%s", m.logs.String())
+	}
+}

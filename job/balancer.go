@@ -2,6 +2,7 @@ package job
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -26,6 +27,12 @@ type UnitBalancer struct {
 	Stages, Units int
 	// Fingerprint is this member's graph fingerprint.
 	Fingerprint string
+	// Owned, if not nil, returns the units-topic partitions this member
+	// still runs; JoinGroupMetadata reports them as owned besides the
+	// client's current assignment, so that a member whose session the
+	// client gave up during a broker outage, but whose units kept running,
+	// gets them back (sticky) when it rejoins.
+	Owned func() []int32
 }
 
 // ProtocolName implements kgo.GroupBalancer.
@@ -42,6 +49,21 @@ func (b *UnitBalancer) JoinGroupMetadata(interests []string, current map[string]
 	meta.Topics = interests
 	meta.Generation = generation
 	meta.UserData = []byte(b.Fingerprint)
+	if b.Owned != nil {
+		if extra := b.Owned(); len(extra) > 0 {
+			current = maps.Clone(current)
+			if current == nil {
+				current = map[string][]int32{}
+			}
+			parts := slices.Clone(current[b.Topic])
+			for _, p := range extra {
+				if !slices.Contains(parts, p) {
+					parts = append(parts, p)
+				}
+			}
+			current[b.Topic] = parts
+		}
+	}
 	for topic, parts := range current {
 		op := kmsg.NewConsumerMemberMetadataOwnedPartition()
 		op.Topic, op.Partitions = topic, slices.Sorted(slices.Values(parts))

@@ -30,6 +30,8 @@ const (
 //	kstreamd_cluster_repartition_start_offset{stage,unit,topic} log start offset of the unit's partition of an input repartition topic after its last purge
 //	kstreamd_cluster_unit_up{stage,unit}                1 while the unit's attempt runs here, 0 while it is assigned here but not running (starting, restarting, taken over)
 //	kstreamd_cluster_unit_fenced_total{stage,unit}      times the unit found another claim's HEAD here (ErrHeadExists) and stopped
+//	kstreamd_cluster_group_sessions_lost_total          group sessions the member's client gave up (units lost; kept running while it rejoins)
+//	kstreamd_cluster_lost_units_kept_total              lost units the rejoin assigned here again: kept running, neither restored nor moved
 //	kstreamd_cluster_head_unknown_outcomes_total{outcome} HEAD creates whose outcome was unknown, by how the read-back resolved them (own, adopted, other, unknown)
 type clusterMetrics struct {
 	units       *prometheus.GaugeVec
@@ -42,6 +44,10 @@ type clusterMetrics struct {
 	up          *prometheus.GaugeVec
 	fenced      *prometheus.CounterVec
 	outcomes    *prometheus.CounterVec
+	// sessionsLost and keptLost count group sessions the client gave up
+	// and lost units the rejoin assigned here again (kept running).
+	sessionsLost prometheus.Counter
+	keptLost     prometheus.Counter
 }
 
 // headResolved is checkpoint.Namespace.Resolved.
@@ -80,8 +86,14 @@ func newClusterMetrics(reg prometheus.Registerer) (*clusterMetrics, error) {
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kstreamd_cluster_head_unknown_outcomes_total", Help: "HEAD creates whose outcome was unknown (an error, or exists on a retry), by how reading the HEAD back resolved them: own (created, the answer was lost), adopted (an earlier HEAD of the owner), other (another claim's: takeover), unknown (unreadable).",
 		}, []string{"outcome"}),
+		sessionsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kstreamd_cluster_group_sessions_lost_total", Help: "Group sessions this member's client gave up (its units lost, e.g. in a broker outage); the units keep running while it rejoins.",
+		}),
+		keptLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kstreamd_cluster_lost_units_kept_total", Help: "Lost units the member's rejoin assigned here again: they kept running, neither restored nor moved.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.units, m.checkpoints, m.head, m.takeovers, m.restores, m.stops, m.purged, m.up, m.fenced, m.outcomes} {
+	for _, c := range []prometheus.Collector{m.sessionsLost, m.keptLost, m.units, m.checkpoints, m.head, m.takeovers, m.restores, m.stops, m.purged, m.up, m.fenced, m.outcomes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

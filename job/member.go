@@ -48,6 +48,10 @@ type unitRun struct {
 	// stopping is set when the unit is revoked or lost: an attempt that
 	// ends (after its final checkpoint) is not rebuilt.
 	stopping atomic.Bool
+	// lost is set while the group client has given up the unit's session
+	// (OnPartitionsLost) and the unit keeps running until the member's
+	// rejoin assigns it again, or not (then it stops), or the grace ends.
+	lost atomic.Bool
 	// takenOver is set when an attempt found another claim's HEAD
 	// (checkpoint.ErrHeadExists): the next build waits until the group
 	// confirms the unit is assigned to this member before it claims again.
@@ -287,7 +291,46 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		}
 		wg.Wait()
 	}
-	bal := &UnitBalancer{Topic: topic, Stages: len(st.Stages), Units: st.Units, Fingerprint: st.Fingerprint}
+	// Lost units (the group client gave up its session, e.g. in a broker
+	// outage, or the coordinator forgot the member) keep running for up to
+	// a session timeout while the member rejoins: a unit the rejoin
+	// assigns here again goes on untouched (no restore, no move); one it
+	// does not, or any still lost when the grace ends, stops as lost, and
+	// the member rejoins once more so the group hands it out. Keeping a
+	// lost unit is safe: if the group moved it, the new owner's claim
+	// fences its HEAD and its Kafka recovery fences its transactions.
+	var lostTimer *time.Timer // guarded by mu
+	var cl *kgo.Client
+	stillLost := func() []int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []int32
+		for p, r := range units {
+			if r.lost.Load() {
+				out = append(out, p)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	dropLost := func(why string) {
+		gone := stillLost()
+		if len(gone) == 0 {
+			return
+		}
+		logger.Warn("lost units stop: "+why, "partitions", fmt.Sprint(gone))
+		each(map[string][]int32{topic: gone}, func(p int32) { stop(p, 0) })
+		mu.Lock()
+		c := cl
+		mu.Unlock()
+		go c.ForceRebalance() // the group hands them out again
+	}
+	owned := func() []int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Sorted(maps.Keys(units))
+	}
+	bal := &UnitBalancer{Topic: topic, Stages: len(st.Stages), Units: st.Units, Fingerprint: st.Fingerprint, Owned: owned}
 	opts := append([]kgo.Opt{}, deps.ClientOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(mc.GroupID), kgo.ConsumeTopics(topic), kgo.Balancers(bal),
@@ -295,27 +338,58 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		kgo.DisableAutoCommit(),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			logger.Info("units assigned", "partitions", fmt.Sprint(m[topic]))
+			var kept []int32
 			for _, p := range m[topic] {
+				mu.Lock()
+				r := units[p]
+				mu.Unlock()
+				if r != nil && r.lost.Swap(false) {
+					kept = append(kept, p)
+					cm.keptLost.Inc()
+				}
 				start(p)
 			}
+			if len(kept) > 0 {
+				logger.Info("lost units assigned here again: they kept running (not restored, not moved)", "partitions", fmt.Sprint(kept))
+			}
+			// After a loss the client's first assignment is the whole
+			// of this member's: a lost unit not in it went elsewhere.
+			dropLost("the group assigned them elsewhere")
 		}),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			logger.Info("units revoked", "partitions", fmt.Sprint(m[topic]))
 			each(m, func(p int32) { stop(p, mc.RevokeTimeout) })
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-			logger.Warn("units lost", "partitions", fmt.Sprint(m[topic]))
-			each(m, func(p int32) { stop(p, 0) })
+			if len(m[topic]) == 0 {
+				return // a failed rejoin after a loss: nothing more is lost
+			}
+			grace := mc.SessionTimeout
+			logger.Warn("units lost: the group session ended; they keep running while the member rejoins", "partitions", fmt.Sprint(m[topic]), "grace", grace)
+			cm.sessionsLost.Inc()
+			mu.Lock()
+			for _, p := range m[topic] {
+				if r := units[p]; r != nil {
+					r.lost.Store(true)
+				}
+			}
+			if lostTimer != nil {
+				lostTimer.Stop()
+			}
+			lostTimer = time.AfterFunc(grace, func() { dropLost("not assigned here again within the session timeout") })
+			mu.Unlock()
 		}),
 	)
 	if mc.MemberID != "" {
 		opts = append(opts, kgo.InstanceID(mc.MemberID))
 	}
-	cl, err := kgo.NewClient(opts...)
+	gcl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("job: group client: %w", err)
 	}
-	mem.cl = cl
+	mu.Lock()
+	cl, mem.cl = gcl, gcl
+	mu.Unlock()
 	if mc.OnJoined != nil {
 		mc.OnJoined(mem)
 	}
@@ -324,6 +398,9 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	}
 	cl.Close() // revokes every unit (OnPartitionsRevoked) before it returns
 	mu.Lock()
+	if lostTimer != nil {
+		lostTimer.Stop()
+	}
 	left := make([]int32, 0, len(units))
 	for p := range units {
 		left = append(left, p)
