@@ -274,3 +274,71 @@ func TestUnitsRideOutBrokerOutage(t *testing.T) {
 		t.Logf("logs:\n%s", m.logs.String())
 	}
 }
+
+// TestClusterOutputUnstableOffsets: a member measures, per partition of
+// its job's output topics (the sink's "counts" and the repartition
+// topic), the high watermark minus the last stable offset. With the job's
+// output committed it is 0 everywhere; a transaction another producer
+// leaves open on counts/0 with 3 records shows as exactly 3 there (a stuck
+// transaction), and 0 again once it is aborted.
+func TestClusterOutputUnstableOffsets(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 1", 1), kfake.SeedTopics(2, "clicks", "counts"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := startMember(t, ctx, f, f.set, "m1", job.MemberConfig{OutputWatchInterval: 100 * time.Millisecond})
+	const users, perUser = 5, 4
+	produceClicks(t, f.opts, 0, perUser, users)
+	if !testkit.Poll(time.Minute, func() bool {
+		return len(testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)) >= users*perUser
+	}) {
+		t.Fatalf("output incomplete; logs:\n%s", m.logs.String())
+	}
+	unstable := func(topic string, p int) float64 {
+		return counterSum(t, m.reg, "kstreamd_cluster_output_unstable_offsets", map[string]string{"topic": topic, "partition": fmt.Sprint(p)})
+	}
+	series := func() int {
+		mfs, err := m.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "kstreamd_cluster_output_unstable_offsets" {
+				return len(mf.GetMetric())
+			}
+		}
+		return 0
+	}
+	// counts has 2 partitions, the repartition topic 1 (one unit).
+	if !testkit.Poll(30*time.Second, func() bool { return series() == 3 && unstable("counts", 0)+unstable("counts", 1) == 0 }) {
+		t.Fatalf("%d series, counts unstable %v/%v; want 3 series, 0", series(), unstable("counts", 0), unstable("counts", 1))
+	}
+	stray, err := kgo.NewClient(append(f.opts, kgo.TransactionalID("stray"), kgo.DefaultProduceTopic("counts"), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stray.Close()
+	if err := stray.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := stray.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: fmt.Appendf(nil, "stray-%d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !testkit.Poll(30*time.Second, func() bool { return unstable("counts", 0) == 3 }) {
+		t.Fatalf("counts/0 unstable %v with a transaction of 3 records open, want 3", unstable("counts", 0))
+	}
+	if err := stray.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	if !testkit.Poll(30*time.Second, func() bool { return unstable("counts", 0) == 0 }) {
+		t.Errorf("counts/0 unstable %v after the abort, want 0", unstable("counts", 0))
+	}
+	if got := unstable(f.st.Repartitions[0].Topic, 0); got != 0 {
+		t.Errorf("repartition topic unstable %v, want 0", got)
+	}
+	cancel()
+	if err := memberReturned(t, m.done); err != nil {
+		t.Errorf("RunMember: %v", err)
+	}
+}

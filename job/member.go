@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,11 @@ type MemberConfig struct {
 	// SessionTimeout and RebalanceTimeout are the group's; RevokeTimeout
 	// bounds a revoked unit's final checkpoint (below RebalanceTimeout).
 	SessionTimeout, RebalanceTimeout, RevokeTimeout time.Duration
+	// OutputWatchInterval is how often the member measures the high
+	// watermark minus the last stable offset of the job's output
+	// partitions (kstreamd_cluster_output_unstable_offsets); 0 means
+	// DefaultOutputWatchInterval.
+	OutputWatchInterval time.Duration
 	// OnJoined, if not nil, is called once the member's group client is
 	// up (before any unit is assigned), with the member (the HTTP API's
 	// status and readiness).
@@ -393,9 +399,17 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	if mc.OnJoined != nil {
 		mc.OnJoined(mem)
 	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchOutputs(watchCtx, gcl, outputTopics(st), cm.unstable, cmp.Or(mc.OutputWatchInterval, DefaultOutputWatchInterval), logger)
+	}()
 	for ctx.Err() == nil {
 		cl.PollFetches(ctx) // the units topic holds no records: this only keeps the group session
 	}
+	stopWatch()
+	<-watched
 	cl.Close() // revokes every unit (OnPartitionsRevoked) before it returns
 	mu.Lock()
 	if lostTimer != nil {
