@@ -15,6 +15,7 @@ import (
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/checkpoint/s3store"
+	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
 )
@@ -27,9 +28,15 @@ type memberRun struct {
 	done chan error
 }
 
-// startMember runs RunMember as member id of group "clicks-cluster" with a
+// startMember runs RunMember of f.st as member id of group "clicks-cluster" with a
 // 10 s session timeout until ctx ends, and waits until it joined.
 func startMember(t *testing.T, ctx context.Context, f *unitFixture, set job.Settings, id string, mc job.MemberConfig) *memberRun {
+	t.Helper()
+	return startMemberOf(t, ctx, f, f.st, set, id, mc)
+}
+
+// startMemberOf is startMember running st.
+func startMemberOf(t *testing.T, ctx context.Context, f *unitFixture, st *graph.Stages, set job.Settings, id string, mc job.MemberConfig) *memberRun {
 	t.Helper()
 	r := &memberRun{reg: prometheus.NewRegistry(), logs: &testkit.SyncBuffer{}, done: make(chan error, 1)}
 	joined := make(chan *job.Member, 1)
@@ -40,7 +47,7 @@ func startMember(t *testing.T, ctx context.Context, f *unitFixture, set job.Sett
 	mc.RebalanceTimeout, mc.RevokeTimeout = time.Minute, 50*time.Second
 	mc.OnJoined = func(m *job.Member) { joined <- m }
 	go func() {
-		r.done <- job.RunMember(ctx, f.st, set, job.Deps{Registerer: r.reg, ClientOpts: f.opts,
+		r.done <- job.RunMember(ctx, st, set, job.Deps{Registerer: r.reg, ClientOpts: f.opts,
 			Logger: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}, mc)
 	}()
 	select {
@@ -340,5 +347,43 @@ func TestClusterOutputUnstableOffsets(t *testing.T) {
 	cancel()
 	if err := memberReturned(t, m.done); err != nil {
 		t.Errorf("RunMember: %v", err)
+	}
+}
+
+// TestClusterStatusShowsExcludedMembers: member m1 runs the job's graph
+// and holds both units; member m2 joins with another graph fingerprint and
+// gets none. The group's view (Member.Status, /api/v1/job) names each
+// member's fingerprint and marks m2, and only m2, excluded.
+func TestClusterStatusShowsExcludedMembers(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 1", 1), kfake.SeedTopics(2, "clicks", "counts"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m1 := startMember(t, ctx, f, f.set, "m1", job.MemberConfig{})
+	if !testkit.Poll(time.Minute, m1.mem.Ready) {
+		t.Fatal("m1 never became ready")
+	}
+	other := *f.st
+	other.Fingerprint = strings.Repeat("0", 64)
+	set2 := f.set
+	set2.CheckpointDir, set2.StateDir = f.dir+"/m2/staging", f.dir+"/m2/state"
+	m2 := startMemberOf(t, ctx, f, &other, set2, "m2", job.MemberConfig{})
+	var st job.ClusterStatus
+	if !testkit.Poll(time.Minute, func() bool {
+		st = m1.mem.Status(ctx)
+		return len(st.Members) == 2 && st.Members[0].Fingerprint != "" && st.Members[1].Fingerprint != "" && len(st.Members[0].Units) == 2
+	}) {
+		t.Fatalf("the group never showed two settled members: %+v", st)
+	}
+	got := fmt.Sprint(st.Members[0].Member, st.Members[0].Fingerprint, st.Members[0].Excluded, len(st.Members[0].Units),
+		st.Members[1].Member, st.Members[1].Fingerprint, st.Members[1].Excluded, len(st.Members[1].Units))
+	want := fmt.Sprint("m1", f.st.Fingerprint[:12], false, 2, "m2", "000000000000", true, 0)
+	if got != want {
+		t.Errorf("members %s, want %s (%+v)", got, want, st.Members)
+	}
+	cancel()
+	for _, m := range []*memberRun{m1, m2} {
+		if err := memberReturned(t, m.done); err != nil {
+			t.Errorf("RunMember: %v", err)
+		}
 	}
 }

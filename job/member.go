@@ -506,6 +506,12 @@ type MemberUnits struct {
 	Member string   `json:"member"`
 	Host   string   `json:"host"`
 	Units  []UnitID `json:"units"`
+	// Fingerprint is the graph fingerprint the member joined with (its
+	// first 12 hex digits); Excluded is set when it holds no unit while
+	// the members holding units run another graph: the group keeps it
+	// out of the job.
+	Fingerprint string `json:"fingerprint"`
+	Excluded    bool   `json:"excluded,omitempty"`
 }
 
 // ID returns this daemon's member id.
@@ -666,7 +672,21 @@ func (m *Member) Status(ctx context.Context) ClusterStatus {
 				}
 			}
 		}
+		if j, ok := gm.Join.AsConsumer(); ok {
+			mu.Fingerprint = string(j.UserData)
+		}
 		st.Members = append(st.Members, mu)
+	}
+	running := map[string]bool{} // fingerprints of the members holding units
+	for _, mu := range st.Members {
+		if len(mu.Units) > 0 {
+			running[mu.Fingerprint] = true
+		}
+	}
+	for i := range st.Members {
+		mu := &st.Members[i]
+		mu.Excluded = len(mu.Units) == 0 && len(running) > 0 && !running[mu.Fingerprint]
+		mu.Fingerprint = mu.Fingerprint[:min(len(mu.Fingerprint), 12)]
 	}
 	slices.SortFunc(st.Members, func(a, b MemberUnits) int { return strings.Compare(a.Member, b.Member) })
 	return st

@@ -127,7 +127,7 @@ func TestRevokeTakesFinalCheckpoint(t *testing.T) {
 	}
 	wantStatus := job.ClusterStatus{Job: "copy", Member: "m1", Group: "copy-cluster", Joined: true,
 		Units:   []job.UnitStatus{{UnitID: job.UnitID{Stage: 0, Unit: 0}, Running: true, State: job.StateRunning}},
-		Members: []job.MemberUnits{{Member: "m1", Host: host, Units: []job.UnitID{{Stage: 0, Unit: 0}}}},
+		Members: []job.MemberUnits{{Member: "m1", Host: host, Units: []job.UnitID{{Stage: 0, Unit: 0}}, Fingerprint: st.Fingerprint[:12]}},
 	}
 	if fmt.Sprintf("%+v", status) != fmt.Sprintf("%+v", wantStatus) {
 		t.Errorf("status %+v, want %+v", status, wantStatus)
