@@ -222,15 +222,57 @@ func TestUnitTakenOverWhileAssignedIsRebuilt(t *testing.T) {
 // rejoin assigned them all here again, and the read_committed output
 // holds, per user, exactly the counts 1..n.
 func TestUnitsRideOutBrokerOutage(t *testing.T) {
+	r := brokerOutage(t, 5*time.Second, 10*time.Second)
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"kstreamd_cluster_unit_takeovers_total", r.takeovers, 4},
+		{"kstreamd_cluster_unit_fenced_total", r.fenced, 0},
+		{"kstreamd_cluster_unit_stops_total", r.stops, 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	// The outage did end the client's group session (units lost), and
+	// the rejoin assigned every unit here again: all kept running.
+	if r.sessionsLost < 1 || r.kept != 4*r.sessionsLost {
+		t.Errorf("%v group sessions lost, %v lost units kept; want >= 1 and 4 per session", r.sessionsLost, r.kept)
+	}
+	if t.Failed() {
+		t.Logf("logs:\n%s", r.logs)
+	}
+}
+
+// outageResult is what brokerOutage counted.
+type outageResult struct {
+	takeovers, fenced, stops, sessionsLost, kept, restarts float64
+	// caughtUp is the time from the broker's restart until the
+	// read_committed output was complete.
+	caughtUp time.Duration
+	logs     string
+}
+
+// brokerOutage runs the two stages of a keyed count as 4 units (2 per
+// stage) of one member with session timeout session against a kfake
+// broker persisting to a data directory, stops the broker for outage once
+// half the input is committed, starts it again on the same port and data,
+// produces the second half, checks the read_committed output (per user
+// exactly the counts 1..n) and returns the member's counts.
+func brokerOutage(t *testing.T, outage, session time.Duration) outageResult {
+	t.Helper()
 	addr := testkit.FreeAddr(t)
 	_, portText, _ := strings.Cut(addr, ":")
 	var port int
-	fmt.Sscan(portText, &port)
+	if _, err := fmt.Sscan(portText, &port); err != nil {
+		t.Fatal(err)
+	}
 	brokerOpts := []kfake.Opt{kfake.Ports(port), kfake.DataDir(t.TempDir()), kfake.SeedTopics(2, "clicks", "counts")}
 	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), brokerOpts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m := startMember(t, ctx, f, f.set, "m1", job.MemberConfig{SessionTimeout: 10 * time.Second})
+	m := startMember(t, ctx, f, f.set, "m1", job.MemberConfig{SessionTimeout: session})
 	const users, perUser = 20, 40
 	committed := func() []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
@@ -240,46 +282,38 @@ func TestUnitsRideOutBrokerOutage(t *testing.T) {
 		t.Fatalf("output holds %d records, want %d; logs:\n%s", len(committed()), users*perUser/2, m.logs.String())
 	}
 	f.kc.Close()
-	stopped := time.Now()
-	time.Sleep(5 * time.Second)
+	time.Sleep(outage)
 	kc, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, brokerOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(kc.Close)
-	t.Logf("broker down for %v", time.Since(stopped))
+	back := time.Now()
 	produceClicks(t, f.opts, perUser/2, perUser, users)
 	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser }) {
 		t.Fatalf("output holds %d records, want %d; logs:\n%s", len(committed()), users*perUser, m.logs.String())
 	}
-	t.Logf("output complete %v after the broker stopped; restarts %v", time.Since(stopped), counterSum(t, m.reg, "kstreamd_job_restarts_total", nil))
+	r := outageResult{caughtUp: time.Since(back)}
 	checkUserCounts(t, committed(), users, perUser)
 	for _, c := range []struct {
-		name   string
-		labels map[string]string
-		want   float64
+		name string
+		into *float64
 	}{
-		{"kstreamd_cluster_unit_takeovers_total", nil, 4},
-		{"kstreamd_cluster_unit_fenced_total", nil, 0},
-		{"kstreamd_cluster_unit_stops_total", nil, 0},
+		{"kstreamd_cluster_unit_takeovers_total", &r.takeovers},
+		{"kstreamd_cluster_unit_fenced_total", &r.fenced},
+		{"kstreamd_cluster_unit_stops_total", &r.stops},
+		{"kstreamd_cluster_group_sessions_lost_total", &r.sessionsLost},
+		{"kstreamd_cluster_lost_units_kept_total", &r.kept},
+		{"kstreamd_job_restarts_total", &r.restarts},
 	} {
-		if got := counterSum(t, m.reg, c.name, c.labels); got != c.want {
-			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
-		}
-	}
-	// The outage did end the client's group session (units lost), and
-	// the rejoin assigned every unit here again: all kept running.
-	lost := counterSum(t, m.reg, "kstreamd_cluster_group_sessions_lost_total", nil)
-	if kept := counterSum(t, m.reg, "kstreamd_cluster_lost_units_kept_total", nil); lost < 1 || kept != 4*lost {
-		t.Errorf("%v group sessions lost, %v lost units kept; want >= 1 and 4 per session", lost, kept)
+		*c.into = counterSum(t, m.reg, c.name, nil)
 	}
 	cancel()
 	if err := memberReturned(t, m.done); err != nil {
 		t.Errorf("RunMember: %v", err)
 	}
-	if t.Failed() {
-		t.Logf("logs:\n%s", m.logs.String())
-	}
+	r.logs = m.logs.String()
+	return r
 }
 
 // TestClusterOutputUnstableOffsets: a member measures, per partition of

@@ -95,6 +95,7 @@ func (b *UnitBalancer) Balance(cb *kgo.ConsumerBalancer, _ map[string]int32) kgo
 		owned map[int32]bool
 	}
 	var all []member
+	gen := map[int]int32{} // join metadata generation by index in all
 	cb.EachMember(func(m *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
 		mb := member{m: m, fp: string(meta.UserData), owned: map[int32]bool{}}
 		for _, op := range meta.OwnedPartitions {
@@ -104,8 +105,28 @@ func (b *UnitBalancer) Balance(cb *kgo.ConsumerBalancer, _ map[string]int32) kgo
 				}
 			}
 		}
+		gen[len(all)] = meta.Generation
 		all = append(all, mb)
 	})
+	// Two members claiming one unit (a member whose lost session's units
+	// kept running, UnitBalancer.Owned, and the member the group gave
+	// them meanwhile): the claim of the newest generation stands, as in
+	// Kafka's sticky assignor; the older one's is dropped.
+	newest := map[int32]int32{}
+	for i, m := range all {
+		for p := range m.owned {
+			if g, ok := newest[p]; !ok || gen[i] > g {
+				newest[p] = gen[i]
+			}
+		}
+	}
+	for i, m := range all {
+		for p := range m.owned {
+			if gen[i] < newest[p] {
+				delete(m.owned, p)
+			}
+		}
+	}
 	plan := cb.NewPlan()
 	// The fingerprint the job runs: the one whose members own the most
 	// units (a daemon with another graph joining a running job must not
