@@ -299,7 +299,8 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	}
 	// Lost units (the group client gave up its session, e.g. in a broker
 	// outage, or the coordinator forgot the member) keep running for up to
-	// a session timeout while the member rejoins: a unit the rejoin
+	// a session timeout plus a rebalance timeout (the longest a rejoin may
+	// take) while the member rejoins: a unit the rejoin
 	// assigns here again goes on untouched (no restore, no move); one it
 	// does not, or any still lost when the grace ends, stops as lost, and
 	// the member rejoins once more so the group hands it out. Keeping a
@@ -370,7 +371,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 			if len(m[topic]) == 0 {
 				return // a failed rejoin after a loss: nothing more is lost
 			}
-			grace := mc.SessionTimeout
+			grace := mc.SessionTimeout + mc.RebalanceTimeout
 			logger.Warn("units lost: the group session ended; they keep running while the member rejoins", "partitions", fmt.Sprint(m[topic]), "grace", grace)
 			cm.sessionsLost.Inc()
 			mu.Lock()
@@ -382,7 +383,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 			if lostTimer != nil {
 				lostTimer.Stop()
 			}
-			lostTimer = time.AfterFunc(grace, func() { dropLost("not assigned here again within the session timeout") })
+			lostTimer = time.AfterFunc(grace, func() { dropLost("not assigned here again within the session and rebalance timeouts") })
 			mu.Unlock()
 		}),
 	)
