@@ -113,13 +113,17 @@ func (r *unitRun) current() *Job {
 // once (Coordinator.TriggerCheckpoint with stopAfter: the sources stop after
 // its barrier, the sinks commit it before the unit ends), bounded by
 // mc.RevokeTimeout, past which it stops the unit without a commit (the next
-// owner restores the previous HEAD and replays what followed it); on lost it
-// stops the unit at once, taking no checkpoint. A unit that fails is rebuilt
+// owner restores the previous HEAD and replays what followed it); on lost
+// (the group client gave up the session) it keeps the unit running for up
+// to mc.SessionTimeout + mc.RebalanceTimeout while the member rejoins, and
+// stops it, taking no checkpoint, when the rejoin assigns it elsewhere or
+// the grace ends. A unit that fails is rebuilt
 // while assigned, after the back-off of its own instance of the job's
 // restart strategy (set.Restart; the zero value means DefaultRestartConfig:
 // exponential-delay from 1s to 1m), counted in kstreamd_job_restarts_total,
-// except after checkpoint.ErrHeadExists (another owner took it: a zombie
-// must not claim it back). When a unit's strategy gives up, or its failure
+// after checkpoint.ErrHeadExists (another claim took it) only once the group
+// coordinator confirms it is still assigned to this member (a zombie must
+// not claim it back). When a unit's strategy gives up, or its failure
 // holds a RestartSuppressor, the member fails as a Flink job fails
 // terminally: it stops every unit as on revoke and returns an error naming
 // the unit (wrapping ErrRestartsExhausted when the strategy gave up), so
