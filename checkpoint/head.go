@@ -52,6 +52,14 @@ type Head struct {
 	// (a HEAD written before markers, one naming no checkpoint, or one of
 	// an Owner without a staging Storage).
 	CheckpointClaim int64 `json:"checkpoint_claim,omitempty"`
+	// Token is a random id of the claim (Owner) that wrote the HEAD, the
+	// same in its claim and in each of its checkpoint HEADs: a writer
+	// whose create's outcome is unknown (its answer lost, a retry's
+	// "exists") reads HEAD-<k> back and takes it for its own only when
+	// the token is its own, never by the member id, which an earlier
+	// instance of the same daemon shares. Empty in a HEAD written before
+	// tokens.
+	Token string `json:"token,omitempty"`
 }
 
 // ClaimFile is the owner marker of a unit's checkpoint directory in the
@@ -241,6 +249,32 @@ type Namespace struct {
 	// Local is the unit's checkpoint storage on this daemon's disk; nil:
 	// the Owner only keeps the HEAD chain (tests).
 	Local *Storage
+	// Resolved, if not nil, is told how each HEAD create whose outcome
+	// was unknown (an error or "exists") resolved once read back: HeadOwn,
+	// HeadAdopted, HeadOther or HeadUnknown (the job's
+	// kstreamd_cluster_head_unknown_outcomes_total).
+	Resolved func(outcome string)
+}
+
+// How a HEAD create whose outcome was unknown resolved (Namespace.Resolved).
+const (
+	// HeadOwn: HEAD-<k> read back as exactly what this owner wrote: it
+	// was created, only the store's answer was lost.
+	HeadOwn = "own"
+	// HeadAdopted: HEAD-<k> is an earlier checkpoint HEAD of this owner
+	// whose create it had taken for failed; the owner moves past it.
+	HeadAdopted = "adopted"
+	// HeadOther: HEAD-<k> is another claim's: the unit was taken over.
+	HeadOther = "other"
+	// HeadUnknown: HEAD-<k> could not be read back; the checkpoint
+	// fails and the owner stays where it was.
+	HeadUnknown = "unknown"
+)
+
+func (n Namespace) resolved(outcome string) {
+	if n.Resolved != nil {
+		n.Resolved(outcome)
+	}
 }
 
 // Heads returns the namespace's HEAD chain.
@@ -265,6 +299,7 @@ type Owner struct {
 	fingerprint string
 	units       int
 	retained    int
+	token       string          // Head.Token of every HEAD this owner writes
 	seq         int64           // the last HEAD this owner created; 0 once fenced
 	claimSeq    int64           // the HEAD this owner claimed the unit with
 	chain       map[int64]int64 // checkpoint id named by each HEAD seen (seq -> id)
@@ -299,6 +334,7 @@ func Claim(ctx context.Context, ns Namespace, member, fingerprint string, units,
 // creating the claim (tests use it to let a previous owner's HEAD win).
 func claim(ctx context.Context, ns Namespace, member, fingerprint string, units, retained int, raced func(prev Head)) (*Owner, Head, error) {
 	heads := ns.Heads()
+	token := newToken()
 	for attempt := 1; ; attempt++ {
 		prev, err := heads.Latest(ctx)
 		if err != nil {
@@ -310,10 +346,12 @@ func claim(ctx context.Context, ns Namespace, member, fingerprint string, units,
 		if prev.Seq > 0 && prev.Fingerprint != fingerprint {
 			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written for graph %.12s, this daemon runs graph %.12s", ns.Prefix, prev.Seq, prev.Fingerprint, fingerprint)
 		}
-		if attempt > 1 && prev.Claim && prev.Owner != member {
+		if attempt > 1 && prev.Claim && prev.Token != token {
+			// Another claim won (this claim's own HEAD, created while its
+			// read-back failed, is claimed after like any other).
 			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: member %s claimed HEAD-%d first: %w", ns.Prefix, prev.Owner, prev.Seq, ErrHeadExists)
 		}
-		o := &Owner{ns: ns, member: member, fingerprint: fingerprint, units: units, retained: max(retained, 1),
+		o := &Owner{ns: ns, member: member, fingerprint: fingerprint, units: units, retained: max(retained, 1), token: token,
 			chain: map[int64]int64{}, known: map[string]bool{}, inflight: map[string]bool{}}
 		// Listed at every attempt: the previous owner's HEAD that beat the
 		// last one may name a checkpoint it uploaded since.
@@ -337,13 +375,25 @@ func claim(ctx context.Context, ns Namespace, member, fingerprint string, units,
 			raced(prev)
 		}
 		claim := Head{Seq: prev.Seq + 1, CheckpointID: prev.CheckpointID, Owner: member, Claim: true, Fingerprint: fingerprint, Units: units,
-			CheckpointClaim: prev.CheckpointClaim}
-		err = heads.Create(ctx, claim)
-		if err != nil {
-			if !errors.Is(err, ErrHeadExists) || attempt == claimAttempts {
+			CheckpointClaim: prev.CheckpointClaim, Token: token}
+		if err := heads.Create(ctx, claim); err != nil {
+			// The outcome is unknown (an answer lost, a retry's "exists"):
+			// read HEAD-<k> back. Only this claim's token makes it ours.
+			got, rerr := heads.Read(ctx, claim.Seq)
+			switch {
+			case rerr == nil && got == claim:
+				ns.resolved(HeadOwn) // created: the store's answer was lost
+			case rerr == nil && got.Claim:
+				ns.resolved(HeadOther)
+				return nil, Head{}, fmt.Errorf("checkpoint: unit %s: member %s claimed HEAD-%d first: %w", ns.Prefix, got.Owner, got.Seq, ErrHeadExists)
+			case (rerr == nil || errors.Is(err, ErrHeadExists)) && attempt < claimAttempts:
+				continue // the previous owner's checkpoint HEAD took the number
+			default:
+				if rerr != nil {
+					ns.resolved(HeadUnknown)
+				}
 				return nil, Head{}, err
 			}
-			continue
 		}
 		o.seq, o.claimSeq = claim.Seq, claim.Seq
 		if prev.Seq > 0 {
@@ -607,21 +657,12 @@ func (o *Owner) Checkpoint(ctx context.Context, id int64, steps UnitCommit) erro
 			return err
 		}
 	}
-	hd := Head{Seq: o.seq + 1, CheckpointID: id, Owner: o.member, Fingerprint: o.fingerprint, Units: o.units}
+	hd := Head{Seq: o.seq + 1, CheckpointID: id, Owner: o.member, Fingerprint: o.fingerprint, Units: o.units, Token: o.token}
 	if o.ns.Local != nil {
 		hd.CheckpointClaim = o.claimSeq // upload marked chk-<id> with it
 	}
-	if err := o.ns.Heads().Create(ctx, hd); err != nil {
-		if errors.Is(err, ErrHeadExists) {
-			o.seq = 0
-			return err
-		}
-		// An answer lost after the store wrote the HEAD (a timeout, a
-		// dropped connection) must not read as "another owner" at the next
-		// checkpoint: read it back.
-		if got, rerr := o.ns.Heads().Read(ctx, hd.Seq); rerr != nil || got != hd {
-			return err
-		}
+	if err := o.createHead(ctx, &hd); err != nil {
+		return err
 	}
 	o.seq = hd.Seq
 	o.chain[hd.Seq] = id
@@ -630,6 +671,59 @@ func (o *Owner) Checkpoint(ctx context.Context, id int64, steps UnitCommit) erro
 		return steps.Commit()
 	}
 	return nil
+}
+
+// createHead creates the checkpoint HEAD hd (hd.Seq is o.seq+1). When the
+// outcome of the create is unknown (an error, and "exists" too: an S3
+// client's retry of a PUT whose answer was lost gets 412) it reads
+// HEAD-<k> back: exactly hd means created; another HEAD of this owner (its
+// token: an earlier checkpoint whose create this owner took for failed,
+// which names a checkpoint it uploaded whole and whose transactions the
+// next commit commits with this one's) is adopted into the chain and hd
+// moves to the next number; only a HEAD of another claim means takeover:
+// an error wrapping ErrHeadExists, and the owner is fenced. A HEAD that
+// cannot be read back leaves the outcome unknown: the create's error is
+// returned and the owner stays where it was (the next checkpoint finds
+// out).
+func (o *Owner) createHead(ctx context.Context, hd *Head) error {
+	heads := o.ns.Heads()
+	for {
+		err := heads.Create(ctx, *hd)
+		if err == nil {
+			return nil
+		}
+		got, rerr := heads.Read(ctx, hd.Seq)
+		switch {
+		case rerr == nil && got == *hd:
+			o.ns.resolved(HeadOwn)
+			return nil
+		case rerr == nil && o.own(got):
+			o.ns.resolved(HeadAdopted)
+			o.seq = got.Seq
+			o.chain[got.Seq] = got.CheckpointID
+			hd.Seq = got.Seq + 1
+			continue
+		case rerr == nil:
+			o.ns.resolved(HeadOther)
+			o.seq = 0
+			return fmt.Errorf("checkpoint: unit %s: HEAD-%d is member %s's (claim %t, checkpoint %d), not this owner's (claim HEAD-%d): %w",
+				o.ns.Prefix, got.Seq, got.Owner, got.Claim, got.CheckpointID, o.claimSeq, ErrHeadExists)
+		default:
+			o.ns.resolved(HeadUnknown)
+			return err
+		}
+	}
+}
+
+// own reports whether hd was written by this owner: a checkpoint HEAD
+// carrying this owner's token.
+func (o *Owner) own(hd Head) bool { return o.token != "" && hd.Token == o.token && !hd.Claim }
+
+// newToken returns a random Head.Token (16 hex digits).
+func newToken() string {
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	return hex.EncodeToString(r[:])
 }
 
 // Retain applies retention inside the unit's namespace only, once the
@@ -670,6 +764,24 @@ func (o *Owner) Retain(ctx context.Context, from int64) error {
 		newest := int64(0)
 		if n > 0 {
 			newest = seqs[n-1]
+		}
+		if newest > o.seq {
+			// This owner's own HEADs whose create it took for failed
+			// (answers lost) are no takeover: the next checkpoint adopts
+			// them; retention waits for it.
+			mine := true
+			for _, k := range seqs {
+				if k > o.seq {
+					hd, err := heads.Read(ctx, k)
+					if err != nil {
+						return err
+					}
+					mine = mine && o.own(hd)
+				}
+			}
+			if mine {
+				return nil
+			}
 		}
 		o.seq = 0
 		return fmt.Errorf("checkpoint: unit %s: retention found HEAD-%d above this owner's: %w", o.ns.Prefix, newest, ErrHeadExists)

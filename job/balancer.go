@@ -87,6 +87,12 @@ type UnitBalancer struct {
 	// Elected, if not nil, is called with the election of every
 	// assignment this member receives from a leader that sends one.
 	Elected func(GraphElection)
+	// Owned, if not nil, returns the units-topic partitions this member
+	// still runs; JoinGroupMetadata reports them as owned besides the
+	// client's current assignment, so that a member whose session the
+	// client gave up during a broker outage, but whose units kept running,
+	// gets them back (sticky) when it rejoins.
+	Owned func() []int32
 	// legacy makes this the LegacyUnitsProtocol balancer.
 	legacy bool
 }
@@ -130,6 +136,21 @@ func (b *UnitBalancer) JoinGroupMetadata(interests []string, current map[string]
 			j.Running = b.Running()
 		}
 		meta.UserData, _ = json.Marshal(j) // plain strings and an int: never fails
+	}
+	if b.Owned != nil {
+		if extra := b.Owned(); len(extra) > 0 {
+			current = maps.Clone(current)
+			if current == nil {
+				current = map[string][]int32{}
+			}
+			parts := slices.Clone(current[b.Topic])
+			for _, p := range extra {
+				if !slices.Contains(parts, p) {
+					parts = append(parts, p)
+				}
+			}
+			current[b.Topic] = parts
+		}
 	}
 	for topic, parts := range current {
 		op := kmsg.NewConsumerMemberMetadataOwnedPartition()
@@ -220,6 +241,7 @@ func (b *UnitBalancer) elect(all []balanceMember, legacy bool) GraphElection {
 func (b *UnitBalancer) Balance(cb *kgo.ConsumerBalancer, _ map[string]int32) kgo.IntoSyncAssignment {
 	var all []balanceMember
 	legacy := false
+	gen := map[int]int32{} // join metadata generation by index in all
 	cb.EachMember(func(m *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
 		mb := balanceMember{m: m, owned: map[int32]bool{}}
 		if err := json.Unmarshal(meta.UserData, &mb.join); err != nil || mb.join.Fingerprint == "" {
@@ -233,8 +255,28 @@ func (b *UnitBalancer) Balance(cb *kgo.ConsumerBalancer, _ map[string]int32) kgo
 				}
 			}
 		}
+		gen[len(all)] = meta.Generation
 		all = append(all, mb)
 	})
+	// Two members claiming one unit (a member whose lost session's units
+	// kept running, UnitBalancer.Owned, and the member the group gave
+	// them meanwhile): the claim of the newest generation stands, as in
+	// Kafka's sticky assignor; the older one's is dropped.
+	newest := map[int32]int32{}
+	for i, m := range all {
+		for p := range m.owned {
+			if g, ok := newest[p]; !ok || gen[i] > g {
+				newest[p] = gen[i]
+			}
+		}
+	}
+	for i, m := range all {
+		for p := range m.owned {
+			if gen[i] < newest[p] {
+				delete(m.owned, p)
+			}
+		}
+	}
 	plan := cb.NewPlan()
 	elected := b.elect(all, legacy)
 	var elig []balanceMember

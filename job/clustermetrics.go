@@ -3,6 +3,8 @@ package job
 import (
 	"strconv"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -26,6 +28,12 @@ const (
 //	kstreamd_cluster_unit_restores_total{stage,unit}    takeovers that restored a checkpoint (the HEAD named one)
 //	kstreamd_cluster_unit_stops_total{outcome}          units that left this daemon, by outcome
 //	kstreamd_cluster_repartition_start_offset{stage,unit,topic} log start offset of the unit's partition of an input repartition topic after its last purge
+//	kstreamd_cluster_unit_up{stage,unit}                1 while the unit's attempt runs here, 0 while it is assigned here but not running (starting, restarting, taken over)
+//	kstreamd_cluster_unit_fenced_total{stage,unit}      times the unit found another claim's HEAD here (ErrHeadExists) and stopped
+//	kstreamd_cluster_output_unstable_offsets{topic,partition} high watermark minus last stable offset of an output partition (user Kafka sinks, repartition topics): records behind an open transaction; a growing value is a stuck one
+//	kstreamd_cluster_group_sessions_lost_total          group sessions the member's client gave up (units lost; kept running while it rejoins)
+//	kstreamd_cluster_lost_units_kept_total              lost units the rejoin assigned here again: kept running, neither restored nor moved
+//	kstreamd_cluster_head_unknown_outcomes_total{outcome} HEAD creates whose outcome was unknown, by how the read-back resolved them (own, adopted, other, unknown)
 type clusterMetrics struct {
 	units       *prometheus.GaugeVec
 	checkpoints *prometheus.CounterVec
@@ -34,7 +42,18 @@ type clusterMetrics struct {
 	restores    *prometheus.CounterVec
 	stops       *prometheus.CounterVec
 	purged      *prometheus.GaugeVec
+	up          *prometheus.GaugeVec
+	fenced      *prometheus.CounterVec
+	outcomes    *prometheus.CounterVec
+	// sessionsLost and keptLost count group sessions the client gave up
+	// and lost units the rejoin assigned here again (kept running).
+	unstable     *prometheus.GaugeVec
+	sessionsLost prometheus.Counter
+	keptLost     prometheus.Counter
 }
+
+// headResolved is checkpoint.Namespace.Resolved.
+func (m *clusterMetrics) headResolved(outcome string) { m.outcomes.WithLabelValues(outcome).Inc() }
 
 func newClusterMetrics(reg prometheus.Registerer) (*clusterMetrics, error) {
 	su := []string{"stage", "unit"}
@@ -60,14 +79,35 @@ func newClusterMetrics(reg prometheus.Registerer) (*clusterMetrics, error) {
 		purged: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kstreamd_cluster_repartition_start_offset", Help: "Log start offset of a unit's partition of an input repartition topic after its last purge (DeleteRecords); a unit of a two-input operator reads two topics.",
 		}, []string{"stage", "unit", "topic"}),
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kstreamd_cluster_unit_up", Help: "1 while a unit's attempt runs on this daemon, 0 while the group assigns it here but it does not run (starting, restarting after a failure, taken over and waiting for the group to confirm the assignment).",
+		}, su),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_cluster_unit_fenced_total", Help: "Times a unit on this daemon found another claim's HEAD (HEAD exists) and stopped.",
+		}, su),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kstreamd_cluster_head_unknown_outcomes_total", Help: "HEAD creates whose outcome was unknown (an error, or exists on a retry), by how reading the HEAD back resolved them: own (created, the answer was lost), adopted (an earlier HEAD of the owner), other (another claim's: takeover), unknown (unreadable).",
+		}, []string{"outcome"}),
+		unstable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kstreamd_cluster_output_unstable_offsets", Help: "High watermark minus last stable offset of a partition of the job's output topics (Kafka sinks and repartition topics), measured by each member every output watch interval: records read_committed readers cannot see yet; one that keeps growing is held by a stuck transaction.",
+		}, []string{"topic", "partition"}),
+		sessionsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kstreamd_cluster_group_sessions_lost_total", Help: "Group sessions this member's client gave up (its units lost, e.g. in a broker outage); the units keep running while it rejoins.",
+		}),
+		keptLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kstreamd_cluster_lost_units_kept_total", Help: "Lost units the member's rejoin assigned here again: they kept running, neither restored nor moved.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.units, m.checkpoints, m.head, m.takeovers, m.restores, m.stops, m.purged} {
+	for _, c := range []prometheus.Collector{m.unstable, m.sessionsLost, m.keptLost, m.units, m.checkpoints, m.head, m.takeovers, m.restores, m.stops, m.purged, m.up, m.fenced, m.outcomes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	for _, o := range []string{StopFinalCheckpoint, StopTimedOut, StopFailed, StopLost} {
 		m.stops.WithLabelValues(o)
+	}
+	for _, o := range []string{checkpoint.HeadOwn, checkpoint.HeadAdopted, checkpoint.HeadOther, checkpoint.HeadUnknown} {
+		m.outcomes.WithLabelValues(o)
 	}
 	return m, nil
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/kstreamd/kstreamd/job"
 )
 
-// liveMember is a member RunMember runs in this process (startMember).
+// liveMember is a member RunMember runs in this process (startLiveMember).
 type liveMember struct {
 	name   string
 	mem    *job.Member
@@ -28,12 +28,12 @@ type liveMember struct {
 	logs   *testkit.SyncBuffer // its log (text, info and above)
 }
 
-// startMember runs RunMember for member name of st on the group
+// startLiveMember runs RunMember for member name of st on the group
 // "clicks-cluster" with set's staging and state directories in
 // subdirectories named name, the session timeout session, and waits until
 // it joined (the test fails if RunMember returns first). The member is
 // stopped when the test ends.
-func startMember(t *testing.T, st *graph.Stages, set job.Settings, opts []kgo.Opt, name string, session time.Duration) *liveMember {
+func startLiveMember(t *testing.T, st *graph.Stages, set job.Settings, opts []kgo.Opt, name string, session time.Duration) *liveMember {
 	t.Helper()
 	set.StateDir += "/" + name
 	set.CheckpointDir += "/" + name
@@ -122,14 +122,14 @@ func TestWrongGraphGetsNoUnits(t *testing.T) {
 	}
 	// The job runs once: its HEADs record its graph.
 	produceClicks(t, f.opts, 0, perUser/2, users)
-	r1 := startMember(t, f.st, f.set, f.opts, "r1", session)
+	r1 := startLiveMember(t, f.st, f.set, f.opts, "r1", session)
 	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser/2 }) {
 		t.Fatalf("the first half never committed; r1:\n%s", r1.logs.String())
 	}
 	r1.stop(t)
 
 	// The wrong daemon alone for more than a session timeout.
-	w := startMember(t, wrong, f.set, f.opts, "w", session)
+	w := startLiveMember(t, wrong, f.set, f.opts, "w", session)
 	deadline := time.Now().Add(session + 2*time.Second)
 	for time.Now().Before(deadline) {
 		if u := w.mem.Status(context.Background()).Units; len(u) > 0 {
@@ -144,8 +144,8 @@ func TestWrongGraphGetsNoUnits(t *testing.T) {
 
 	// The right daemons start; the rest of the input flows.
 	start := time.Now()
-	a := startMember(t, f.st, f.set, f.opts, "r1", session)
-	b := startMember(t, f.st, f.set, f.opts, "r2", session)
+	a := startLiveMember(t, f.st, f.set, f.opts, "r1", session)
+	b := startLiveMember(t, f.st, f.set, f.opts, "r2", session)
 	produceClicks(t, f.opts, perUser/2, perUser, users)
 	var on map[string]string
 	if !testkit.Poll(2*session, func() bool {
@@ -211,9 +211,9 @@ func TestLeaveHandsOverAtOnce(t *testing.T) {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
 	}
 	produceClicks(t, f.opts, 0, perUser/2, users)
-	a := startMember(t, f.st, f.set, f.opts, "a", session)
-	b := startMember(t, f.st, f.set, f.opts, "b", session)
-	c := startMember(t, f.st, f.set, f.opts, "c", session)
+	a := startLiveMember(t, f.st, f.set, f.opts, "a", session)
+	b := startLiveMember(t, f.st, f.set, f.opts, "b", session)
+	c := startLiveMember(t, f.st, f.set, f.opts, "c", session)
 	var on map[string]string
 	if !testkit.Poll(2*time.Minute, func() bool {
 		on = runningOn(a, b, c)

@@ -38,6 +38,11 @@ type MemberConfig struct {
 	// download); one that takes longer fails and the unit is rebuilt after
 	// its restart strategy's back-off. 0: unbounded.
 	TakeoverTimeout time.Duration
+	// OutputWatchInterval is how often the member measures the high
+	// watermark minus the last stable offset of the job's output
+	// partitions (kstreamd_cluster_output_unstable_offsets); 0 means
+	// DefaultOutputWatchInterval.
+	OutputWatchInterval time.Duration
 	// OnJoined, if not nil, is called once the member's group client is
 	// up (before any unit is assigned), with the member (the HTTP API's
 	// status and readiness).
@@ -56,8 +61,46 @@ type unitRun struct {
 	// stopping is set when the unit is revoked or lost: an attempt that
 	// ends (after its final checkpoint) is not rebuilt.
 	stopping atomic.Bool
-	mu       sync.Mutex
-	job      *Job // the current attempt; nil while building
+	// lost is set while the group client has given up the unit's session
+	// (OnPartitionsLost) and the unit keeps running until the member's
+	// rejoin assigns it again, or not (then it stops), or the grace ends.
+	lost atomic.Bool
+	// takenOver is set when an attempt found another claim's HEAD
+	// (checkpoint.ErrHeadExists): the next build waits until the group
+	// confirms the unit is assigned to this member before it claims again.
+	takenOver atomic.Bool
+	mu        sync.Mutex
+	job       *Job   // the current attempt; nil while building
+	state     string // UnitStarting, StateRunning, StateRestarting, UnitTakenOver, StateFailed
+	lastErr   string // the last attempt's failure ("" none)
+}
+
+// States of a unit assigned to this daemon besides StateRunning,
+// StateRestarting and StateFailed (UnitStatus.State).
+const (
+	// UnitStarting: its first attempt is being built (claim, restore).
+	UnitStarting = "starting"
+	// UnitTakenOver: an attempt found another claim's HEAD; it is
+	// claimed again (with the restart strategy's back-off) once the group
+	// confirms it is still assigned to this member.
+	UnitTakenOver = "taken_over"
+)
+
+// setState records the unit's state and, when not "", its last failure.
+func (r *unitRun) setState(state, lastErr string) {
+	r.mu.Lock()
+	r.state = state
+	if lastErr != "" {
+		r.lastErr = lastErr
+	}
+	r.mu.Unlock()
+}
+
+// status returns the current attempt, the state and the last failure.
+func (r *unitRun) status() (*Job, string, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.job, r.state, r.lastErr
 }
 
 func (r *unitRun) current() *Job {
@@ -77,13 +120,17 @@ func (r *unitRun) current() *Job {
 // once (Coordinator.TriggerCheckpoint with stopAfter: the sources stop after
 // its barrier, the sinks commit it before the unit ends), bounded by
 // mc.RevokeTimeout, past which it stops the unit without a commit (the next
-// owner restores the previous HEAD and replays what followed it); on lost it
-// stops the unit at once, taking no checkpoint. A unit that fails is rebuilt
+// owner restores the previous HEAD and replays what followed it); on lost
+// (the group client gave up the session) it keeps the unit running for up
+// to mc.SessionTimeout + mc.RebalanceTimeout while the member rejoins, and
+// stops it, taking no checkpoint, when the rejoin assigns it elsewhere or
+// the grace ends. A unit that fails is rebuilt
 // while assigned, after the back-off of its own instance of the job's
 // restart strategy (set.Restart; the zero value means DefaultRestartConfig:
 // exponential-delay from 1s to 1m), counted in kstreamd_job_restarts_total,
-// except after checkpoint.ErrHeadExists (another owner took it: a zombie
-// must not claim it back). When a unit's strategy gives up, or its failure
+// after checkpoint.ErrHeadExists (another claim took it) only once the group
+// coordinator confirms it is still assigned to this member (a zombie must
+// not claim it back). When a unit's strategy gives up, or its failure
 // holds a RestartSuppressor, the member fails as a Flink job fails
 // terminally: it stops every unit as on revoke and returns an error naming
 // the unit (wrapping ErrRestartsExhausted when the strategy gave up), so
@@ -149,7 +196,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		// Not a child of ctx: when ctx ends, units stop through revoke
 		// (with their final checkpoint), not all at once.
 		uctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		r := &unitRun{cancel: cancel, done: make(chan struct{})}
+		r := &unitRun{cancel: cancel, done: make(chan struct{}), state: UnitStarting}
 		mu.Lock()
 		if units[p] != nil { // already running (the cooperative protocol only hands out additions)
 			mu.Unlock()
@@ -159,6 +206,8 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		units[p] = r
 		mu.Unlock()
 		cm.units.WithLabelValues(strconv.Itoa(stage)).Inc()
+		up := cm.up.WithLabelValues(strconv.Itoa(stage), strconv.Itoa(index))
+		up.Set(0)
 		s := set
 		s.Unit = &Unit{Stage: stage, Index: index, Units: st.Units, Member: mc.MemberID, Fingerprint: st.Fingerprint}
 		ulog := logger.With("stage", stage, "unit", index)
@@ -168,6 +217,16 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 			l := &restartLoop{strategy: strategy, metrics: deps.Metrics, logger: ulog, unit: fmt.Sprintf("unit %d/%d", stage, index),
 				restartMsg: "unit failed; rebuilding", restartLevel: slog.LevelError,
 				build: func(ctx context.Context) (*Job, error) {
+					if r.takenOver.Load() {
+						// A zombie must not claim back a unit the group
+						// moved: only the group's word that the unit is
+						// still assigned here lets it claim again.
+						if err := mem.awaitAssigned(ctx, p); err != nil {
+							return nil, err
+						}
+						r.takenOver.Store(false)
+						ulog.Info("the group still assigns the taken-over unit here: claiming it again")
+					}
 					return buildUnit(ctx, st.Stages[stage].Graph, s, deps, mc.TakeoverTimeout)
 				}}
 			setJob := func(j *Job) {
@@ -175,21 +234,35 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 				r.job = j
 				r.mu.Unlock()
 			}
-			l.state = func(j *Job, _ string) {
+			l.state = func(j *Job, state string) {
 				setJob(j)
 				if j != nil {
+					up.Set(1)
+					r.setState(StateRunning, "")
 					ulog.Info("unit running", "restored_from", j.RestoredFrom())
+					return
+				}
+				up.Set(0)
+				if state != "" && !(state == StateRestarting && r.takenOver.Load()) {
+					r.setState(state, "")
 				}
 			}
-			l.ran = func(*Job) { setJob(nil) }
+			l.ran = func(*Job) { setJob(nil); up.Set(0) }
 			l.final = func(err error) bool {
 				if r.stopping.Load() {
 					return true
 				}
 				if errors.Is(err, checkpoint.ErrHeadExists) {
-					ulog.Error("unit taken over by another owner: stopped", "err", err)
-					return true
+					// Another claim's HEAD (read back: never this owner's
+					// own). Rebuilt with the restart strategy once the
+					// group confirms the unit is still assigned here.
+					cm.fenced.WithLabelValues(strconv.Itoa(stage), strconv.Itoa(index)).Inc()
+					r.takenOver.Store(true)
+					r.setState(UnitTakenOver, err.Error())
+					ulog.Error("unit taken over by another claim: stopped; claimed again if the group still assigns it here", "err", err)
+					return false
 				}
+				r.setState(StateRestarting, err.Error())
 				return false
 			}
 			err := l.run(uctx, nil)
@@ -242,6 +315,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		cm.stops.WithLabelValues(outcome).Inc()
 		r.cancel()
 		<-r.done
+		cm.up.DeleteLabelValues(strconv.Itoa(int(p)/st.Units), strconv.Itoa(int(p)%st.Units))
 		logger.Info("unit stopped", "stage", int(p)/st.Units, "unit", int(p)%st.Units)
 	}
 	each := func(m map[string][]int32, fn func(int32)) {
@@ -251,8 +325,48 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		}
 		wg.Wait()
 	}
+	// Lost units (the group client gave up its session, e.g. in a broker
+	// outage, or the coordinator forgot the member) keep running for up to
+	// a session timeout plus a rebalance timeout (the longest a rejoin may
+	// take) while the member rejoins: a unit the rejoin
+	// assigns here again goes on untouched (no restore, no move); one it
+	// does not, or any still lost when the grace ends, stops as lost, and
+	// the member rejoins once more so the group hands it out. Keeping a
+	// lost unit is safe: if the group moved it, the new owner's claim
+	// fences its HEAD and its Kafka recovery fences its transactions.
+	var lostTimer *time.Timer // guarded by mu
+	var cl *kgo.Client
+	stillLost := func() []int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []int32
+		for p, r := range units {
+			if r.lost.Load() {
+				out = append(out, p)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	dropLost := func(why string) {
+		gone := stillLost()
+		if len(gone) == 0 {
+			return
+		}
+		logger.Warn("lost units stop: "+why, "partitions", fmt.Sprint(gone))
+		each(map[string][]int32{topic: gone}, func(p int32) { stop(p, 0) })
+		mu.Lock()
+		c := cl
+		mu.Unlock()
+		go c.ForceRebalance() // the group hands them out again
+	}
+	owned := func() []int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Sorted(maps.Keys(units))
+	}
 	bal := &UnitBalancer{Topic: topic, Stages: len(st.Stages), Units: st.Units, Fingerprint: st.Fingerprint,
-		Store: func() string { return stored.hd.Fingerprint }, Running: mem.runningUnits, Elected: mem.elected}
+		Store: func() string { return stored.hd.Fingerprint }, Running: mem.runningUnits, Elected: mem.elected, Owned: owned}
 	opts := append([]kgo.Opt{}, deps.ClientOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(mc.GroupID), kgo.ConsumeTopics(topic), kgo.Balancers(bal, bal.Legacy()),
@@ -261,38 +375,80 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		kgo.DisableAutoCommit(),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			logger.Info("units assigned", "partitions", fmt.Sprint(m[topic]))
+			var kept []int32
 			for _, p := range m[topic] {
+				mu.Lock()
+				r := units[p]
+				mu.Unlock()
+				if r != nil && r.lost.Swap(false) {
+					kept = append(kept, p)
+					cm.keptLost.Inc()
+				}
 				start(p)
 			}
+			if len(kept) > 0 {
+				logger.Info("lost units assigned here again: they kept running (not restored, not moved)", "partitions", fmt.Sprint(kept))
+			}
+			// After a loss the client's first assignment is the whole
+			// of this member's: a lost unit not in it went elsewhere.
+			dropLost("the group assigned them elsewhere")
 		}),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			logger.Info("units revoked", "partitions", fmt.Sprint(m[topic]))
 			each(m, func(p int32) { stop(p, mc.RevokeTimeout) })
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-			logger.Warn("units lost", "partitions", fmt.Sprint(m[topic]))
-			each(m, func(p int32) { stop(p, 0) })
+			if len(m[topic]) == 0 {
+				return // a failed rejoin after a loss: nothing more is lost
+			}
+			grace := mc.SessionTimeout + mc.RebalanceTimeout
+			logger.Warn("units lost: the group session ended; they keep running while the member rejoins", "partitions", fmt.Sprint(m[topic]), "grace", grace)
+			cm.sessionsLost.Inc()
+			mu.Lock()
+			for _, p := range m[topic] {
+				if r := units[p]; r != nil {
+					r.lost.Store(true)
+				}
+			}
+			if lostTimer != nil {
+				lostTimer.Stop()
+			}
+			lostTimer = time.AfterFunc(grace, func() { dropLost("not assigned here again within the session and rebalance timeouts") })
+			mu.Unlock()
 		}),
 	)
 	if mc.MemberID != "" {
 		opts = append(opts, kgo.InstanceID(mc.MemberID))
 	}
-	cl, err := kgo.NewClient(opts...)
+	gcl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("job: group client: %w", err)
 	}
-	mem.cl = cl
+	mu.Lock()
+	cl, mem.cl = gcl, gcl
+	mu.Unlock()
 	if mc.OnJoined != nil {
 		mc.OnJoined(mem)
 	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchOutputs(watchCtx, gcl, outputTopics(st), cm.unstable, cmp.Or(mc.OutputWatchInterval, DefaultOutputWatchInterval), logger)
+	}()
 	for ctx.Err() == nil {
 		cl.PollFetches(ctx) // the units topic holds no records: this only keeps the group session
 	}
+	stopWatch()
+	<-watched
 	cl.Close() // revokes every unit (OnPartitionsRevoked) before it returns
 	if mc.MemberID != "" {
 		leaveGroup(deps.ClientOpts, mc, logger)
 	}
 	mu.Lock()
+	if lostTimer != nil {
+		lostTimer.Stop()
+	}
 	left := make([]int32, 0, len(units))
 	for p := range units {
 		left = append(left, p)
@@ -525,11 +681,15 @@ type UnitID struct {
 }
 
 // UnitStatus is one unit this daemon holds: whether its attempt runs with
-// its sources caught up, and its last checkpoint completed here (0: none).
+// its sources caught up, its last checkpoint completed here (0: none), its
+// state (StateRunning, UnitStarting, StateRestarting, UnitTakenOver,
+// StateFailed) and, when it is not running, the last failure.
 type UnitStatus struct {
 	UnitID
-	Running          bool  `json:"running"`
-	LastCheckpointID int64 `json:"last_checkpoint_id"`
+	Running          bool   `json:"running"`
+	LastCheckpointID int64  `json:"last_checkpoint_id"`
+	State            string `json:"state"`
+	Error            string `json:"error,omitempty"`
 }
 
 // MemberUnits is one member of the group and the units assigned to it.
@@ -539,6 +699,12 @@ type MemberUnits struct {
 	Member string   `json:"member"`
 	Host   string   `json:"host"`
 	Units  []UnitID `json:"units"`
+	// Fingerprint is the graph fingerprint the member joined with (its
+	// first 12 hex digits); Excluded is set when it holds no unit while
+	// the members holding units run another graph: the group keeps it
+	// out of the job.
+	Fingerprint string `json:"fingerprint"`
+	Excluded    bool   `json:"excluded,omitempty"`
 }
 
 // ID returns this daemon's member id.
@@ -569,17 +735,14 @@ func (m *Member) Readiness() (bool, string) {
 		return false, "joining the group"
 	}
 	m.mu.Lock()
-	jobs := map[int32]*Job{}
-	for p, r := range m.running {
-		jobs[p] = r.current()
-	}
+	runs := maps.Clone(m.running)
 	m.mu.Unlock()
 	var why []string
-	for _, p := range slices.Sorted(maps.Keys(jobs)) {
-		j := jobs[p]
+	for _, p := range slices.Sorted(maps.Keys(runs)) {
+		j, state, lastErr := runs[p].status()
 		if j == nil {
 			u := m.unit(p)
-			why = append(why, fmt.Sprintf("stage %d unit %d: starting", u.Stage, u.Unit))
+			why = append(why, fmt.Sprintf("stage %d unit %d: %s", u.Stage, u.Unit, notRunning(state, lastErr)))
 			continue
 		}
 		if ok, reason := j.Readiness(); !ok {
@@ -596,14 +759,83 @@ func (m *Member) local() []UnitStatus {
 	defer m.mu.Unlock()
 	out := make([]UnitStatus, 0, len(m.running))
 	for _, p := range slices.Sorted(maps.Keys(m.running)) {
-		u := UnitStatus{UnitID: m.unit(p)}
-		if j := m.running[p].current(); j != nil {
+		j, state, lastErr := m.running[p].status()
+		u := UnitStatus{UnitID: m.unit(p), State: state}
+		if j != nil {
 			u.Running = j.Coordinator().Ready()
 			u.LastCheckpointID, _ = j.Coordinator().LastCompleted()
+		} else {
+			u.Error = lastErr
 		}
 		out = append(out, u)
 	}
 	return out
+}
+
+// notRunning says why a unit assigned here has no running attempt.
+func notRunning(state, lastErr string) string {
+	switch {
+	case state == UnitTakenOver:
+		return "taken over by another claim (" + lastErr + "); claimed again once the group confirms it is assigned here"
+	case lastErr != "":
+		return state + " after: " + lastErr
+	}
+	return state
+}
+
+// awaitAssigned returns nil once the group confirms that unit partition p
+// is assigned to this member (assignedHere), checking every
+// assignedPoll, or ctx's error when ctx ends first (the unit was revoked
+// or lost).
+func (m *Member) awaitAssigned(ctx context.Context, p int32) error {
+	for {
+		if m.assignedHere(ctx, p) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(assignedPoll):
+		}
+	}
+}
+
+// assignedPoll is how often awaitAssigned asks the group.
+const assignedPoll = time.Second
+
+// assignedHere reports whether the group coordinator, asked now
+// (DescribeGroups), holds a stable generation in which this member (its
+// current Kafka member id: a zombie whose session was replaced has
+// another) is assigned unit partition p. A member that cannot reach the
+// coordinator gets false.
+func (m *Member) assignedHere(ctx context.Context, p int32) bool {
+	memberID, gen := m.cl.GroupMetadata()
+	if gen <= 0 || memberID == "" {
+		return false
+	}
+	groups, err := kadm.NewClient(m.cl).DescribeGroups(ctx, m.group)
+	if err != nil || groups.Error() != nil {
+		return false
+	}
+	g := groups[m.group]
+	if g.State != "Stable" {
+		return false
+	}
+	for _, gm := range g.Members {
+		if gm.MemberID != memberID {
+			continue
+		}
+		a, ok := gm.Assigned.AsConsumer()
+		if !ok {
+			return false
+		}
+		for _, t := range a.Topics {
+			if t.Topic == m.topic && slices.Contains(t.Partitions, p) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (m *Member) unit(p int32) UnitID { return UnitID{Stage: int(p) / m.units, Unit: int(p) % m.units} }
@@ -636,7 +868,21 @@ func (m *Member) Status(ctx context.Context) ClusterStatus {
 				}
 			}
 		}
+		if j, ok := gm.Join.AsConsumer(); ok {
+			mu.Fingerprint = string(j.UserData)
+		}
 		st.Members = append(st.Members, mu)
+	}
+	running := map[string]bool{} // fingerprints of the members holding units
+	for _, mu := range st.Members {
+		if len(mu.Units) > 0 {
+			running[mu.Fingerprint] = true
+		}
+	}
+	for i := range st.Members {
+		mu := &st.Members[i]
+		mu.Excluded = len(mu.Units) == 0 && len(running) > 0 && !running[mu.Fingerprint]
+		mu.Fingerprint = mu.Fingerprint[:min(len(mu.Fingerprint), 12)]
 	}
 	slices.SortFunc(st.Members, func(a, b MemberUnits) int { return strings.Compare(a.Member, b.Member) })
 	return st

@@ -126,8 +126,8 @@ func TestRevokeTakesFinalCheckpoint(t *testing.T) {
 		host = status.Members[0].Host
 	}
 	wantStatus := job.ClusterStatus{Job: "copy", Member: "m1", Group: "copy-cluster", Joined: true,
-		Units:   []job.UnitStatus{{UnitID: job.UnitID{Stage: 0, Unit: 0}, Running: true}},
-		Members: []job.MemberUnits{{Member: "m1", Host: host, Units: []job.UnitID{{Stage: 0, Unit: 0}}}},
+		Units:   []job.UnitStatus{{UnitID: job.UnitID{Stage: 0, Unit: 0}, Running: true, State: job.StateRunning}},
+		Members: []job.MemberUnits{{Member: "m1", Host: host, Units: []job.UnitID{{Stage: 0, Unit: 0}}, Fingerprint: st.Fingerprint[:12]}},
 	}
 	if fmt.Sprintf("%+v", status) != fmt.Sprintf("%+v", wantStatus) {
 		t.Errorf("status %+v, want %+v", status, wantStatus)
@@ -137,6 +137,12 @@ func TestRevokeTakesFinalCheckpoint(t *testing.T) {
 		t.Fatalf("RunMember: %v", err)
 	}
 	got := heads(t, dir+"/store/copy/units/0/0")
+	if len(got) == 2 && (got[0].Token == "" || got[1].Token != got[0].Token) {
+		t.Errorf("HEAD tokens %q, %q: want the claim's token in both", got[0].Token, got[1].Token)
+	}
+	for i := range got {
+		got[i].Token = ""
+	}
 	want := []checkpoint.Head{
 		{Seq: 1, CheckpointID: 0, Owner: "m1", Claim: true, Fingerprint: st.Fingerprint, Units: 1},
 		{Seq: 2, CheckpointID: 1, Owner: "m1", Fingerprint: st.Fingerprint, Units: 1, CheckpointClaim: 1},

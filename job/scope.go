@@ -81,6 +81,9 @@ func (sc scope) findRestore(ctx context.Context, g *graph.Graph, set Settings, s
 		return "", nil, nil, fmt.Errorf("job: clear checkpoint staging dir: %w", err)
 	}
 	ns := checkpoint.Namespace{Store: set.Store, Prefix: checkpoint.UnitPrefix(g.Job, u.Stage, u.Index), Local: storage}
+	if deps.Metrics != nil {
+		ns.Resolved = deps.Metrics.cluster.headResolved
+	}
 	owner, head, err := checkpoint.Claim(ctx, ns, u.Member, u.Fingerprint, u.Units, set.Retained)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("job: stage %d unit %d: claim: %w", u.Stage, u.Index, err)

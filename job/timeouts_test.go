@@ -52,7 +52,7 @@ func TestTakeoverTimeoutEnforced(t *testing.T) {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
 	}
 	produceClicks(t, f.opts, 0, perUser/2, users)
-	r1 := startMember(t, f.st, f.set, f.opts, "r1", 6*time.Second)
+	r1 := startLiveMember(t, f.st, f.set, f.opts, "r1", 6*time.Second)
 	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser/2 }) {
 		t.Fatalf("the first half never committed; r1:\n%s", r1.logs.String())
 	}

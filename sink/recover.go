@@ -105,13 +105,26 @@ func RecoverTransactions(ctx context.Context, cfg RecoverConfig) error {
 	}
 	defer cl.Close()
 	if cfg.FenceOnly != nil {
+		// Which of the unit's ids hold an open transaction is asked first,
+		// so the aborts the fences cause are counted (best effort, as
+		// below).
+		open, err := ongoingAmong(ctx, cl, cfg.FenceOnly)
+		if err != nil {
+			cfg.Logger.Warn("could not list ongoing transactions; the aborts of the unit's fences are not counted", "err", err)
+		}
+		aborted := 0
 		for _, id := range cfg.FenceOnly {
 			if err := fence(ctx, cl, id, cfg.TransactionTimeout); err != nil {
 				return fmt.Errorf("sink %s: fence transactional id %s: %w", cfg.Name, id, err)
 			}
 			cfg.Metrics.transaction(cfg.Name, "fenced")
+			if open[id] {
+				aborted++
+				cfg.Metrics.transaction(cfg.Name, "aborted")
+				cfg.Logger.Info("fenced and aborted an open transaction of the unit's previous owner", "transactional_id", id)
+			}
 		}
-		cfg.Logger.Info("fenced the unit's transactional ids", "sink", cfg.Name, "fenced", len(cfg.FenceOnly))
+		cfg.Logger.Info("fenced the unit's transactional ids", "sink", cfg.Name, "fenced", len(cfg.FenceOnly), "aborted", aborted)
 		return nil
 	}
 	known := knownIDs(cfg)
@@ -227,6 +240,23 @@ func ongoingTransactions(ctx context.Context, cl *kgo.Client, prefixes []string)
 		}
 	}
 	return ids, err
+}
+
+// ongoingAmong returns which of ids the brokers list as holding an
+// ongoing transaction (ListTransactions, Kafka 3.0+).
+func ongoingAmong(ctx context.Context, cl *kgo.Client, ids []string) (map[string]bool, error) {
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	listed, err := kadm.NewClient(cl).ListTransactions(ctx, nil, []string{"Ongoing"})
+	out := map[string]bool{}
+	for _, t := range listed.Sorted() {
+		if t.State == "Ongoing" && want[t.TxnID] {
+			out[t.TxnID] = true
+		}
+	}
+	return out, err
 }
 
 // CommitRecovered commits a committable whose producer is gone with a raw

@@ -657,3 +657,33 @@ func TestKnownIDs(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoverFenceOnlyCountsAborts: a cluster-mode unit's recovery fences
+// only its own ids (FenceOnly); each of them that held an open
+// transaction of the unit's previous owner counts as aborted, the others
+// as fenced only: 2 fenced, 1 aborted, and the open transaction is gone.
+func TestRecoverFenceOnlyCountsAborts(t *testing.T) {
+	opts := newCluster(t)
+	m, reg := newMetrics(t)
+	logger, logs := testLogger()
+	ctx := context.Background()
+	prev := committer(opts, "p-1", 0, time.Minute, m, logger)
+	writeAndPreCommit(t, prev, 5, "the previous owner's epoch")
+	prev.Close()
+	cfg := recoverCfg(opts, "p-1", nil, 1, m, logger)
+	cfg.FenceOnly = []string{"p-1-0-0", "p-1-0-1"}
+	if err := RecoverTransactions(ctx, cfg); err != nil {
+		t.Fatalf("recovery: %v\n%s", err, logs.String())
+	}
+	for r, want := range map[string]float64{"fenced": 2, "aborted": 1, "committed": 0} {
+		if got := counter(t, reg, r); got != want {
+			t.Errorf("%s transactions = %v, want %v", r, got, want)
+		}
+	}
+	if ok, s := stableEqualsEnd(t, opts); !ok {
+		t.Fatalf("last stable offset below high watermark: %s", s)
+	}
+	if !strings.Contains(logs.String(), "transactional_id=p-1-0-0") {
+		t.Errorf("no log line naming the aborted transaction:\n%s", logs.String())
+	}
+}

@@ -138,7 +138,7 @@ func clusterZombie(t *testing.T, kind string) {
 			}) {
 				t.Fatalf("the zombie never stopped its units %v\n%s", moved, c.logs())
 			}
-			for _, m := range []string{"units lost", "unit taken over by another owner: stopped"} {
+			for _, m := range []string{"units lost", "unit taken over by another claim: stopped"} {
 				t.Logf("zombie log %q: %d lines", m, len(logLines(c.procs["a"], m)))
 			}
 			c.checkChains()
