@@ -402,7 +402,14 @@ func (b *build) startChains() error {
 			continue
 		}
 		for sub, t := range tasks {
-			t.(runtime.ChainHost).HostChain(ch[sub]) // checked in sourceSubtask
+			host := t.(runtime.ChainHost) // checked in sourceSubtask
+			host.HostChain(ch[sub])
+			for _, c := range ch[sub] {
+				// A keyed operator chained to a source (a cluster stage
+				// reading its repartition topic) is queried through the
+				// source's mailbox.
+				b.j.queries.hostedBy(c.ID, host.Mailbox())
+			}
 		}
 	}
 	if chains := b.chainList(); len(chains) > 0 {

@@ -119,6 +119,21 @@ func (q *queries) add(g *graph.Graph, op *graph.Operator, sub int, kgs keygroup.
 	v.subtasks = append(v.subtasks, queryTarget{sub: sub, kgs: kgs, op: qo, mailbox: mb})
 }
 
+// hostedBy sets the mailbox of subtask id when a source task hosts its
+// chain (runtime.ChainHost): add got none, the source makes its own.
+func (q *queries) hostedBy(id runtime.TaskID, mb *runtime.Mailbox) {
+	for _, v := range q.vertices {
+		if v.name != id.Operator {
+			continue
+		}
+		for i := range v.subtasks {
+			if v.subtasks[i].sub == id.Subtask && v.subtasks[i].mailbox == nil {
+				v.subtasks[i].mailbox = mb
+			}
+		}
+	}
+}
+
 // doneCh returns the channel closed when Run returned.
 func (q *queries) doneCh() chan struct{} {
 	q.once.Do(func() { q.done = make(chan struct{}) })

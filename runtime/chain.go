@@ -356,4 +356,8 @@ func ChainFailure(err error) bool {
 // record of its own.
 type ChainHost interface {
 	HostChain(Chain)
+	// Mailbox returns the mailbox the task runs its actions from, which
+	// the hosted chain's operators post to (MailboxAware) and a state
+	// query reads through.
+	Mailbox() *Mailbox
 }

@@ -505,6 +505,10 @@ func (s *KafkaSource) HostChain(chain runtime.Chain) {
 	chain.Bind(s.cfg.Responder, &s.snapshots, s.mailbox, s.cfg.Output.IOTimes())
 }
 
+// Mailbox implements runtime.ChainHost: the subtask's mailbox, whose
+// actions run on its goroutine between records.
+func (s *KafkaSource) Mailbox() *runtime.Mailbox { return s.mailbox }
+
 // Name implements runtime.Task.
 func (s *KafkaSource) Name() string { return s.ID().String() }
 
