@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -364,6 +365,34 @@ func (s *pebbleStore) scanEntries(k stateKey, fn func(uk, v []byte) (bool, error
 	}
 	prefix := appendStateKey(nil, k)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return fmt.Errorf("state: pebble iter: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("state: pebble iter: %w", err)
+		}
+		more, err := fn(it.Key()[len(prefix):], v)
+		if err != nil || !more {
+			_ = it.Close()
+			return err
+		}
+	}
+	return it.Close()
+}
+
+// scanRange is scanEntries bounded to [lo, hi]: the iterator seeks to lo,
+// so the cost is one seek plus the entries in range.
+func (s *pebbleStore) scanRange(k stateKey, lo, hi []byte, fn func(uk, v []byte) (bool, error)) error {
+	if err := s.flushCache(); err != nil {
+		return err
+	}
+	prefix := appendStateKey(nil, k)
+	lower := append(slices.Clip(prefix), lo...)
+	upper := append(append(slices.Clip(prefix), hi...), 0) // exclusive: every uk <= hi sorts before it
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("state: pebble iter: %w", err)
 	}
