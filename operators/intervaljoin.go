@@ -20,14 +20,24 @@ import (
 const IntervalJoinType = "interval_join"
 
 // The join input roles (Traits.Inputs) and the interval join's keyed state
-// names (a ValueState per key and side: the side's buffered rows with their
-// event times, in arrival order). The state names are part of the
-// checkpoint format.
+// names: a MapState per side, per key the side's buffered rows by event
+// time (ms; the rows of one time in arrival order), as Flink's
+// IntervalJoinOperator's MapState<Long, List<BufferEntry>>. The state names
+// are part of the checkpoint format.
 const (
 	JoinLeft               = "left"
 	JoinRight              = "right"
-	IntervalJoinLeftState  = "interval_join.left"
-	IntervalJoinRightState = "interval_join.right"
+	IntervalJoinLeftState  = "interval_join.left_by_time"
+	IntervalJoinRightState = "interval_join.right_by_time"
+)
+
+// The interval join's state names before the rows were kept by time (one
+// ValueState per key and side holding every row, join-rows-v1): a restore
+// of a checkpoint or savepoint of that layout moves them into the
+// by-time states in Open.
+const (
+	intervalJoinLeftListState  = "interval_join.left"
+	intervalJoinRightListState = "interval_join.right"
 )
 
 // JoinKind says which unmatched rows a join emits (Flink's FlinkJoinType).
@@ -183,14 +193,14 @@ func (joinRowsSerializer) Decode(b []byte) ([]joinRow, error) {
 	return rows, nil
 }
 
-// intervalSideState returns the descriptor of an interval join side's
-// rows.
-func intervalSideState(name string) state.ValueStateDescriptor[[]joinRow] {
+// intervalListState returns the descriptor of an interval join side's
+// rows in the earlier layout (all of a key's rows in one value).
+func intervalListState(name string) state.ValueStateDescriptor[[]joinRow] {
 	return state.ValueStateDescriptor[[]joinRow]{Name: name, Serializer: joinRowsSerializer{}}
 }
 
-// joinSideState returns the descriptor of a window join side's rows by
-// window start.
+// joinSideState returns the descriptor of a side's rows by time: the
+// window start (window_join) or the event time (interval_join), ms.
 func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 	return state.MapStateDescriptor[int64, []joinRow]{Name: name, KeySerializer: state.Int64Serializer{}, ValueSerializer: joinRowsSerializer{}}
 }
@@ -198,7 +208,8 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // IntervalJoin is the interval_join function (Flink's IntervalJoinOperator
 // behind KeyedStream.intervalJoin, extended to outer joins): a
 // KeyedCoProcessFunction whose first input is the left side, second the
-// right. Per key, each side buffers its records by event time. A left
+// right. Per key, each side buffers its records by event time, in a
+// MapState from the time (ms) to the rows of that time. A left
 // record at time t joins every buffered right record at rt with t + lower
 // <= rt <= t + upper, a right record every buffered left record for which
 // that holds; each pair emits select(left, right) at max(t, rt), keyed by
@@ -212,6 +223,13 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // null at its own time if it matched nothing. State is so bounded by the
 // interval plus the watermark's delay, and empty once the watermark passes
 // the last row's interval.
+//
+// Cost per record: a range read of the other side's times in its interval
+// (state.MapRange: only the rows in range are decoded), the pairs, and a
+// read and write of its own time's bucket; per timer: one bucket per side.
+// It does not grow with the rows buffered for the key (a hot key), except
+// that the hashmap backend compares, without decoding, every buffered time
+// of the key with the interval's bounds.
 //
 // A record on whose pair select fails is a bad record (eval_error) under
 // its source's on_error policy: it is not buffered, and the pairs before
@@ -230,11 +248,14 @@ type IntervalJoin struct {
 	p            IntervalJoinParams
 	lower, upper int64
 	timers       TimerService
-	sides        [2]state.ValueState[[]joinRow]
+	sides        [2]state.MapState[int64, []joinRow]
 	output       joinOutput
 	lateRecs     *lateRecords
 	gauge        prometheus.Gauge // nil without Metrics
 	rows         int64            // rows buffered by the subtask
+	// rowSer, if not nil, replaces joinRowsSerializer for the by-time
+	// states (same name and bytes; tests count decodes through it).
+	rowSer state.Serializer[[]joinRow]
 }
 
 // NewIntervalJoin returns the interval join of params p (checked by
@@ -246,7 +267,8 @@ func NewIntervalJoin(p IntervalJoinParams) *IntervalJoin {
 	return &IntervalJoin{p: p, lower: p.Lower.Milliseconds(), upper: p.Upper.Milliseconds(), output: joinOutput{sel: p.Select}}
 }
 
-// Open implements KeyedCoProcessFunction; it counts the rows restored into
+// Open implements KeyedCoProcessFunction; it moves rows restored in the
+// earlier layout into the by-time states and counts the rows restored into
 // the subtask's key groups for the buffered-rows gauge.
 func (j *IntervalJoin) Open(ctx OpenContext) error {
 	j.timers = ctx.TimerService()
@@ -255,16 +277,31 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 	}
 	j.rows = 0
 	for i, name := range []string{IntervalJoinLeftState, IntervalJoinRightState} {
-		d := intervalSideState(name)
-		v, err := state.GetValueState(ctx.Backend, d)
+		d := joinSideState(name)
+		if j.rowSer != nil {
+			d.ValueSerializer = j.rowSer
+		}
+		m, err := state.GetMapState(ctx.Backend, d)
 		if err != nil {
 			return fmt.Errorf("operators: %s %s: %w", IntervalJoinType, ctx.Operator, err)
 		}
-		j.sides[i] = v
-		err = state.ApplyToAllValueKeys(ctx.Backend, d, func(_ []byte, s state.ValueState[[]joinRow]) error {
-			rows, _, err := s.Value()
-			j.rows += int64(len(rows))
-			return err
+		j.sides[i] = m
+		moved, err := migrateIntervalRows(ctx.Backend, [2]string{intervalJoinLeftListState, intervalJoinRightListState}[i], m)
+		if err != nil {
+			return fmt.Errorf("operators: %s %s: moving rows of %s into %s: %w", IntervalJoinType, ctx.Operator,
+				[2]string{intervalJoinLeftListState, intervalJoinRightListState}[i], name, err)
+		}
+		if moved > 0 && j.Logger != nil {
+			j.Logger.Info("moved interval join rows into the by-time layout", "operator", ctx.Operator, "to", name, "rows", moved)
+		}
+		err = state.ApplyToAllKeys(ctx.Backend, d, func(_ []byte, s state.MapState[int64, []joinRow]) error {
+			for rows, err := range s.Values() {
+				if err != nil {
+					return err
+				}
+				j.rows += int64(len(rows))
+			}
+			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("operators: %s %s: counting restored rows: %w", IntervalJoinType, ctx.Operator, err)
@@ -276,6 +313,46 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 	}
 	j.addRows(0)
 	return nil
+}
+
+// migrateIntervalRows moves every key's rows of the earlier layout's
+// ValueState old (restored from a checkpoint or savepoint taken before the
+// rows were kept by time) into m, by event time, after the rows m already
+// holds at the same time, and clears old; it returns the rows moved. The
+// cleanup timers those rows registered (at t + upper, t - lower) remove
+// their buckets as for rows buffered by this version. Nothing happens
+// unless the backend holds old.
+func migrateIntervalRows(b state.KeyedStateBackend, old string, m state.MapState[int64, []joinRow]) (int, error) {
+	if !state.HasState(b, old) {
+		return 0, nil
+	}
+	moved := 0
+	err := state.ApplyToAllValueKeys(b, intervalListState(old), func(_ []byte, v state.ValueState[[]joinRow]) error {
+		rows, _, err := v.Value()
+		if err != nil {
+			return err
+		}
+		byTime := map[int64][]joinRow{}
+		var times []int64
+		for _, r := range rows {
+			if _, ok := byTime[r.TS]; !ok {
+				times = append(times, r.TS)
+			}
+			byTime[r.TS] = append(byTime[r.TS], r)
+		}
+		for _, ts := range times {
+			have, _, err := m.Get(ts)
+			if err != nil {
+				return err
+			}
+			if err := m.Put(ts, append(have, byTime[ts]...)); err != nil {
+				return err
+			}
+		}
+		moved += len(rows)
+		return v.Clear()
+	})
+	return moved, err
 }
 
 // addRows changes the count of buffered rows by delta.
@@ -317,41 +394,41 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	row := joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText}
 	other := j.sides[1-side]
 	trackOther := j.p.Join.outer(1 - side)
-	rows, _, err := other.Value()
-	if err != nil {
-		return err
-	}
-	dirty := false
-	for i := range rows {
-		o := &rows[i]
-		if o.TS < lo || o.TS > hi {
-			continue
-		}
-		l, r := &row, o
-		if side == 1 {
-			l, r = o, &row
-		}
-		if err := j.emit(rec.Key, l, r, max(t, o.TS), out); err != nil {
+	// Only the other side's buckets in [lo, hi] are read and decoded.
+	for e, err := range state.MapRange(other, lo, hi) {
+		if err != nil {
 			return err
 		}
-		row.Matched = true
-		if trackOther && !o.Matched {
-			o.Matched, dirty = true, true
+		dirty := false
+		for i := range e.Value {
+			o := &e.Value[i]
+			l, r := &row, o
+			if side == 1 {
+				l, r = o, &row
+			}
+			if err := j.emit(rec.Key, l, r, max(t, e.Key), out); err != nil {
+				return err
+			}
+			row.Matched = true
+			if trackOther && !o.Matched {
+				o.Matched, dirty = true, true
+			}
 		}
-	}
-	if dirty {
-		if err := other.Update(rows); err != nil {
-			return err
+		if dirty {
+			if err := other.Put(e.Key, e.Value); err != nil {
+				return err
+			}
 		}
 	}
 	if !j.p.Join.outer(side) {
 		row.Matched = false // not tracked for an inner side
 	}
-	own, _, err := j.sides[side].Value()
+	own := j.sides[side]
+	rows, _, err := own.Get(t)
 	if err != nil {
 		return err
 	}
-	if err := j.sides[side].Update(append(own, row)); err != nil {
+	if err := own.Put(t, append(rows, row)); err != nil {
 		return err
 	}
 	j.addRows(1)
@@ -359,51 +436,40 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 }
 
 // OnTimer implements TimerFunction: the rows whose interval the watermark
-// passed at ts (left rows at ts - upper or before, right rows at ts +
-// lower or before) are removed, the unmatched ones of an outer side emitted
-// first, at their own time.
+// passed at ts are removed, the unmatched ones of an outer side emitted
+// first, at their own time. Every row registered a timer at the end of its
+// interval, so the timer at ts removes exactly one bucket per side: the
+// left rows at ts - upper and the right rows at ts + lower (Flink's
+// IntervalJoinOperator.onEventTime).
 func (j *IntervalJoin) OnTimer(ctx context.Context, ts time.Time, tc TimerContext, out Collector) error {
 	at := ts.UnixMilli()
-	for side, until := range [2]int64{at - j.upper, at + j.lower} {
+	for side, bucket := range [2]int64{at - j.upper, at + j.lower} {
 		s := j.sides[side]
-		rows, ok, err := s.Value()
+		rows, ok, err := s.Get(bucket)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			continue
 		}
-		keep := rows[:0:0]
-		removed := 0
-		for i := range rows {
-			if rows[i].TS > until {
-				keep = append(keep, rows[i])
-				continue
-			}
-			removed++
-			if !j.p.Join.outer(side) || rows[i].Matched {
-				continue
-			}
-			l, r := &rows[i], (*joinRow)(nil)
-			if side == 1 {
-				l, r = nil, &rows[i]
-			}
-			if err := j.emit(tc.Key, l, r, rows[i].TS, out); err != nil {
-				return err
+		if j.p.Join.outer(side) {
+			for i := range rows {
+				if rows[i].Matched {
+					continue
+				}
+				l, r := &rows[i], (*joinRow)(nil)
+				if side == 1 {
+					l, r = nil, &rows[i]
+				}
+				if err := j.emit(tc.Key, l, r, rows[i].TS, out); err != nil {
+					return err
+				}
 			}
 		}
-		if removed == 0 {
-			continue
-		}
-		if len(keep) == 0 {
-			err = s.Clear()
-		} else {
-			err = s.Update(keep)
-		}
-		if err != nil {
+		if err := s.Remove(bucket); err != nil {
 			return err
 		}
-		j.addRows(-int64(removed))
+		j.addRows(-int64(len(rows)))
 	}
 	return nil
 }
