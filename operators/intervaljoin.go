@@ -233,7 +233,8 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 //
 // A record on whose pair select fails is a bad record (eval_error) under
 // its source's on_error policy: it is not buffered, and the pairs before
-// the failing one were emitted. Select failing on an unmatched row of an
+// the failing one were emitted (their rows of the other side count as
+// matched). Select failing on an unmatched row of an
 // outer join, emitted by a timer, fails the task.
 //
 // Metrics (when Metrics is set): kstreamd_join_buffered_rows and the
@@ -276,6 +277,7 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 		return fmt.Errorf("operators: %s %s: no timer service", IntervalJoinType, ctx.Operator)
 	}
 	j.rows = 0
+	old := [2]string{intervalJoinLeftListState, intervalJoinRightListState}
 	for i, name := range []string{IntervalJoinLeftState, IntervalJoinRightState} {
 		d := joinSideState(name)
 		if j.rowSer != nil {
@@ -286,10 +288,9 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 			return fmt.Errorf("operators: %s %s: %w", IntervalJoinType, ctx.Operator, err)
 		}
 		j.sides[i] = m
-		moved, err := migrateIntervalRows(ctx.Backend, [2]string{intervalJoinLeftListState, intervalJoinRightListState}[i], m)
+		moved, err := migrateIntervalRows(ctx.Backend, old[i], m)
 		if err != nil {
-			return fmt.Errorf("operators: %s %s: moving rows of %s into %s: %w", IntervalJoinType, ctx.Operator,
-				[2]string{intervalJoinLeftListState, intervalJoinRightListState}[i], name, err)
+			return fmt.Errorf("operators: %s %s: moving rows of %s into %s: %w", IntervalJoinType, ctx.Operator, old[i], name, err)
 		}
 		if moved > 0 && j.Logger != nil {
 			j.Logger.Info("moved interval join rows into the by-time layout", "operator", ctx.Operator, "to", name, "rows", moved)

@@ -95,3 +95,69 @@ func TestMapRange(t *testing.T) {
 		})
 	}
 }
+
+// TestMapRangeMergesWriteCache: on Pebble, MapRange merges the write
+// cache's dirty versions (new entries, overwrites and deletes of entries
+// Pebble already holds) over its iterator without flushing, and with more
+// than rangeDirtyLimit dirty entries flushes first; either way it yields
+// exactly the model map's entries in range, in order.
+func TestMapRangeMergesWriteCache(t *testing.T) {
+	d := MapStateDescriptor[int64, string]{Name: "buckets", KeySerializer: Int64Serializer{}, ValueSerializer: StringSerializer{}}
+	b := open(t, testConfig(t, KindPebble))
+	ps, ok := b.core().st.(*pebbleStore)
+	if !ok || ps.cache == nil {
+		t.Fatalf("store %T without a write cache", b.core().st)
+	}
+	m := must1(GetMapState(b, d))(t)
+	b.SetCurrentKey([]byte("k"))
+	model := map[int64]string{}
+	put := func(k int64, v string) { must(t, m.Put(k, v)); model[k] = v }
+	del := func(k int64) { must(t, m.Remove(k)); delete(model, k) }
+	check := func(from, to int64) {
+		t.Helper()
+		var want, got []string
+		for k := from; k <= to; k++ {
+			if v, ok := model[k]; ok {
+				want = append(want, strconv.FormatInt(k, 10)+"="+v)
+			}
+		}
+		for e, err := range MapRange(m, from, to) {
+			must(t, err)
+			got = append(got, strconv.FormatInt(e.Key, 10)+"="+e.Value)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("MapRange(%d, %d) = %v, want %v", from, to, got, want)
+		}
+	}
+	for k := range int64(100) {
+		put(k*2, "pebble")
+	}
+	must(t, ps.flushCache())
+	put(10, "overwritten")
+	del(12)
+	put(13, "new")
+	del(14)
+	put(14, "back")
+	put(-5, "below")
+	put(199, "above-odd")
+	del(0)
+	if ps.cache.ndirty == 0 || ps.cache.ndirty > rangeDirtyLimit {
+		t.Fatalf("%d dirty entries, want some and at most %d", ps.cache.ndirty, rangeDirtyLimit)
+	}
+	check(-10, 30)
+	check(11, 13)
+	check(0, 0)
+	check(190, 250)
+	if ps.cache.ndirty == 0 {
+		t.Fatalf("MapRange flushed the cache with few dirty entries")
+	}
+	for k := range int64(rangeDirtyLimit + 10) {
+		put(1000+k, "many")
+	}
+	del(1003)
+	check(995, 1020)
+	if ps.cache.ndirty != 0 {
+		t.Fatalf("%d dirty entries after MapRange with more than %d dirty, want a flush", ps.cache.ndirty, rangeDirtyLimit)
+	}
+	check(-1000, 5000)
+}
