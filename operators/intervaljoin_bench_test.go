@@ -81,3 +81,50 @@ func BenchmarkIntervalJoinHotKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIntervalJoinManyKeys measures the interval join (inner, bounds
+// [-20ms, +20ms], as the interval-join bench scenario) over 10,000 keys
+// with few rows each: per op one record of a pseudo-random key and side
+// at the next ms, and every 100th op a watermark 100 ms behind, so a key
+// holds a row or two and most records pair with nothing or one row.
+func BenchmarkIntervalJoinManyKeys(b *testing.B) {
+	for _, backend := range backends {
+		b.Run(backend, func(b *testing.B) {
+			ctx := context.Background()
+			ch := runtime.NewChannel(1 << 16)
+			out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+			j := NewIntervalJoin(IntervalJoinParams{Lower: -20 * time.Millisecond, Upper: 20 * time.Millisecond})
+			op := NewKeyedCoProcessOperator(OpenContext{Operator: "j", Parallelism: 1}, opener(backend, b.TempDir()), nil, j, out)
+			op.SetMailbox(runtime.NewMailbox())
+			if err := op.Open(ctx); err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = op.Close() }()
+			step := func(i int) {
+				h := uint64(i) * 0x9E3779B97F4A7C15
+				ts := int64(1_000 + i)
+				rec := runtime.Record{Key: fmt.Appendf(nil, "key-%05d", (h>>20)%10_000), Timestamp: time.UnixMilli(ts),
+					Value: fmt.Appendf(nil, `{"id":%d,"amount":%d,"ts":%d}`, i, h%1000, ts)}
+				if err := op.ProcessRecord(ctx, int(h>>60)&1, rec); err != nil {
+					b.Fatal(err)
+				}
+				if i%100 == 99 {
+					if err := op.ProcessWatermark(ctx, time.UnixMilli(ts-100)); err != nil {
+						b.Fatal(err)
+					}
+					for len(ch) > 0 {
+						<-ch
+					}
+				}
+			}
+			for i := range 50_000 {
+				step(i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				step(50_000 + i)
+			}
+		})
+	}
+}
