@@ -30,6 +30,13 @@ type SinkFactory struct {
 	Deliveries []graph.Delivery
 	// Formats says the type encodes values with sinks[].format.
 	Formats bool
+	// Fields are the sink-level settings among KafkaSinkFields the type
+	// reads (the kafka type: all of them; a custom type that names its
+	// output after a topic: "topic"). A sink of the type that sets one
+	// it does not read is refused at validation, at the field's
+	// FILE:LINE:COL, instead of the setting being silently ignored.
+	// Nil: none (settings go in params).
+	Fields []string
 	// Recover, if not nil, runs before any subtask of an exactly-once
 	// sink starts (Flink's Committer at restore): it commits (or
 	// publishes, or discards) what the restored checkpoint pre-committed,
@@ -44,6 +51,18 @@ type SinkFactory struct {
 	New func(ctx SinkContext) (runtime.Operator, error)
 }
 
+// KafkaSinkFields are the sink-level settings (sinks[] keys besides name,
+// type, input, params, format, format_params, delivery and parallelism)
+// that belong to the kafka sink type: SinkFactory.Fields chooses among
+// them.
+func KafkaSinkFields() []string {
+	return []string{"topic", "transactional_id_prefix", "transaction_timeout", "pool_size", "ignore_lost_transactions", "buffer_threshold", "changelog"}
+}
+
+// Reads reports whether the type reads the sink-level setting field (one
+// of KafkaSinkFields).
+func (f *SinkFactory) Reads(field string) bool { return slices.Contains(f.Fields, field) }
+
 // Supports reports whether the type supports delivery d ("" is
 // graph.DefaultDelivery).
 func (f *SinkFactory) Supports(d graph.Delivery) bool {
@@ -55,8 +74,15 @@ func (f *SinkFactory) Supports(d graph.Delivery) bool {
 
 // RecoverContext is what SinkFactory.Recover gets.
 type RecoverContext struct {
+	// Job is the job's name (graph.Graph.Job).
+	Job string
 	// Sink is the planned sink (its settings and decoded Params).
 	Sink *graph.Sink
+	// UID is the sink's uid (graph.Graph.UID: its name unless it sets
+	// one): what names the sink's resources outside the job that must
+	// outlive a rename (transaction ids), as the checkpoint keys its state
+	// by it. "" means the name.
+	UID string
 	// Committables are the bytes of every committable the restored
 	// checkpoint holds for the sink, from every old subtask, in subtask
 	// order (EncodeCommittable's data; for a checkpoint of metadata
@@ -74,9 +100,13 @@ type RecoverContext struct {
 
 // SinkContext is what SinkFactory.New gets for one subtask.
 type SinkContext struct {
+	// Job is the job's name (graph.Graph.Job).
+	Job string
 	// Sink is the planned sink: name, parallelism, delivery, decoded
 	// Params and format.
 	Sink *graph.Sink
+	// UID is the sink's uid, as RecoverContext.UID.
+	UID string
 	// Subtask is the subtask index in [0, Parallelism).
 	Subtask, Parallelism int
 	// Format encodes each record before it is written (sinks[].format);

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/runtime"
@@ -40,13 +41,42 @@ type Committer interface {
 	Close() error
 }
 
+// SnapshotListener is implemented by a Committer that must know when the
+// sink's snapshot for a checkpoint was taken: TwoPhaseCommitSink calls
+// Snapshotted after PreCommit, before the next BeginTransaction (the Kafka
+// committer reuses a transactional id whose transaction was committed once
+// no newer snapshot refers to it).
+type SnapshotListener interface {
+	Snapshotted(checkpointID int64)
+}
+
+// CompletionListener is implemented by a Committer that must know when a
+// checkpoint completed: TwoPhaseCommitSink calls CheckpointCompleted after
+// it committed every pending transaction of that checkpoint or before (not
+// when a commit failed).
+type CompletionListener interface {
+	CheckpointCompleted(checkpointID int64)
+}
+
+// TopicWriter is implemented by a Committer that can write a record to a
+// topic other than its sink's into the open transaction (the Kafka
+// committer of an exactly-once job's dead-letter writer).
+type TopicWriter interface {
+	WriteTo(ctx context.Context, topic string, rec runtime.Record) error
+}
+
 // TwoPhaseCommitSink is the sink operator driving a Committer (Flink's
 // TwoPhaseCommitSinkFunction): records go into the open transaction; at a
 // checkpoint barrier it is pre-committed and its committable kept in the
 // subtask's snapshot (CommittablesState, in an envelope naming the sink
 // type), and the next transaction opens; when the checkpoint completes it
-// is committed. It implements runtime.Operator, runtime.Snapshotter,
-// runtime.CheckpointListener and runtime.PendingCommitter.
+// is committed. It is the one implementation of that bookkeeping: the
+// file sink's committables and Kafka's (sink.KafkaCommitter: a
+// sink.Committable as JSON) are encodings behind it. It implements
+// runtime.Operator, runtime.Snapshotter, runtime.CheckpointListener,
+// runtime.PendingCommitter, runtime.WatermarkHandler and
+// runtime.IdleHandler (the last two handed to a committer that implements
+// them, e.g. a repartition sink's markers; otherwise no-ops).
 type TwoPhaseCommitSink struct {
 	typ, name string
 	subtask   int
@@ -102,6 +132,9 @@ func (s *TwoPhaseCommitSink) SnapshotState(ctx context.Context, b *runtime.Barri
 		return nil, err
 	}
 	s.pending = append(s.pending, pendingCommit{id: b.CheckpointID, data: data})
+	if l, ok := s.committer.(SnapshotListener); ok {
+		l.Snapshotted(b.CheckpointID)
+	}
 	if err := s.committer.BeginTransaction(ctx); err != nil {
 		return nil, err
 	}
@@ -124,7 +157,10 @@ func (s *TwoPhaseCommitSink) pendingData() [][]byte {
 }
 
 // NotifyCheckpointComplete implements runtime.CheckpointListener: it
-// commits every pending transaction of checkpoint id or before, in order.
+// commits every pending transaction of checkpoint id or before, in order,
+// then tells a CompletionListener committer. A commit's error is returned
+// wrapped (errors.As finds the committer's type, e.g. one that suppresses
+// restarts); its transaction and the later ones stay pending.
 func (s *TwoPhaseCommitSink) NotifyCheckpointComplete(ctx context.Context, id int64) error {
 	n := 0
 	for ; n < len(s.pending) && s.pending[n].id <= id; n++ {
@@ -137,6 +173,39 @@ func (s *TwoPhaseCommitSink) NotifyCheckpointComplete(ctx context.Context, id in
 		}
 	}
 	s.pending = s.pending[n:]
+	if l, ok := s.committer.(CompletionListener); ok {
+		l.CheckpointCompleted(id)
+	}
+	return nil
+}
+
+// WriteTo writes rec to topic in the open transaction (a dead-letter
+// writer: the side output of a task's bad-record policies,
+// runtime.SideOutput), committed with the checkpoint whose barrier follows
+// it. It returns an error when the committer is no TopicWriter.
+func (s *TwoPhaseCommitSink) WriteTo(ctx context.Context, topic string, rec runtime.Record) error {
+	tw, ok := s.committer.(TopicWriter)
+	if !ok {
+		return fmt.Errorf("sink %s: its committer %T cannot write to another topic (%q)", s.name, s.committer, topic)
+	}
+	return tw.WriteTo(ctx, topic, rec)
+}
+
+// ProcessWatermark implements runtime.WatermarkHandler: it hands wm to a
+// committer that is a runtime.WatermarkHandler, else does nothing.
+func (s *TwoPhaseCommitSink) ProcessWatermark(ctx context.Context, wm time.Time) error {
+	if h, ok := s.committer.(runtime.WatermarkHandler); ok {
+		return h.ProcessWatermark(ctx, wm)
+	}
+	return nil
+}
+
+// ProcessIdle implements runtime.IdleHandler: it tells a committer that is
+// a runtime.IdleHandler, else does nothing.
+func (s *TwoPhaseCommitSink) ProcessIdle(ctx context.Context) error {
+	if h, ok := s.committer.(runtime.IdleHandler); ok {
+		return h.ProcessIdle(ctx)
+	}
 	return nil
 }
 

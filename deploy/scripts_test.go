@@ -25,20 +25,20 @@ func TestTestCommandInstallsTools(t *testing.T) {
 		stderr string
 	}{
 		{name: "root", script: "scripts/test", uid: "0", log: []string{
-			"apt-get update", "apt-get install -y --no-install-recommends kcat docker-compose prometheus",
+			"apt-get update", "apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql",
 			"go version", "go vet ./...", "go test -race -count=1 -timeout 45m ./...",
 		}},
 		{name: ".ci/run calls it", script: ".ci/run", uid: "0", log: []string{
-			"apt-get update", "apt-get install -y --no-install-recommends kcat docker-compose prometheus",
+			"apt-get update", "apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql",
 			"go version", "go vet ./...", "go test -race -count=1 -timeout 45m ./...",
 		}},
 		{name: "sudo", script: "scripts/test", uid: "1000", sudo: true, log: []string{
 			"sudo apt-get update", "apt-get update",
-			"sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kcat docker-compose prometheus", "apt-get install -y --no-install-recommends kcat docker-compose prometheus",
+			"sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql", "apt-get install -y --no-install-recommends kcat docker-compose prometheus postgresql",
 			"go version", "go vet ./...", "go test -race -count=1 -timeout 45m ./...",
 		}},
 		{name: "neither root nor sudo", script: "scripts/test", uid: "1000", code: 1,
-			stderr: "scripts/test: kcat docker-compose prometheus missing, and neither root nor sudo to install them: apt-get install --no-install-recommends kcat docker-compose prometheus\n"},
+			stderr: "scripts/test: kcat docker-compose prometheus postgresql missing, and neither root nor sudo to install them: apt-get install --no-install-recommends kcat docker-compose prometheus postgresql\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bin := t.TempDir()
@@ -64,7 +64,7 @@ func TestTestCommandInstallsTools(t *testing.T) {
 				fake("sudo", `echo "sudo $*" >> "$LOG"; exec "$@"`)
 			}
 			cmd := exec.Command(filepath.Join(bin, "bash"), repoFile(tc.script))
-			cmd.Env = []string{"PATH=" + bin, "LOG=" + logFile, "FUZZTIME=0", "HOME=" + t.TempDir()}
+			cmd.Env = []string{"PATH=" + bin, "LOG=" + logFile, "FUZZTIME=0", "HOME=" + t.TempDir(), "POSTGRES_LIB=" + t.TempDir()}
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
 			err := cmd.Run()

@@ -103,6 +103,18 @@ func (e *Env) Reset(in *Input) {
 	e.topic = in.Topic
 }
 
+// Decoded returns the value e decoded from Input.JSON and true once an
+// expression read the value or a field (the decode happened); nil and
+// false when the value was given decoded (Input.Value) or not decoded
+// yet. An operator hands it on with the record, so that the next
+// operator's Env starts from it (Input.Value) instead of decoding again.
+func (e *Env) Decoded() (any, bool) {
+	if e.json == nil || e.pending {
+		return nil, false
+	}
+	return e.value, true
+}
+
 // activation is Env as CEL sees it; the conversion from *Env is free and
 // keeps ResolveName out of Env's documented methods.
 type activation Env

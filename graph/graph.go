@@ -45,6 +45,10 @@ type Graph struct {
 	// share, by name (e.g. "schema_registry"), as the pipeline decoded
 	// them (connector.FormatContext.Sections); nil when none is set.
 	Sections map[string]any
+	// DisableChaining turns operator chaining off for the whole job
+	// (job.chaining: false; Flink's pipeline.operator-chaining: false):
+	// every operator runs in a task of its own. See Chained.
+	DisableChaining bool
 }
 
 // TopicDesc describes the topics s reads for status and plans: Topic, or
@@ -165,6 +169,10 @@ type Operator struct {
 	// reads Sides[i] over a hash edge keyed by its own key_by. Input and
 	// KeyBy repeat Sides[0]'s. Nil for a one-input operator.
 	Sides []Side
+	// DisableChaining keeps the operator out of any chain (operators[].chain:
+	// false; Flink's disableChaining): it runs in a task of its own, with
+	// channels to and from its neighbours. See Graph.Chained.
+	DisableChaining bool
 }
 
 // Side is one input of a two-input operator: its role (such as "left"),
@@ -310,6 +318,41 @@ func (g *Graph) UID(name string) string {
 		return u
 	}
 	return name
+}
+
+// Chained reports whether edge e is chained: its downstream operator runs
+// in the task of its upstream operator, which hands it each record on the
+// same goroutine, with no channel between them (Flink's OperatorChain;
+// StreamingJobGraphGenerator.isChainable). That is when chaining is on for
+// the job, e is a forward edge from the main output of an operator to the
+// main input of an operator (equal parallelism), the downstream operator
+// reads no other edge (one input, no broadcast side) and runs no async
+// state (its ProcessRecord may run the task's mailbox), and neither
+// operator disables chaining. Sources and sinks are never chained.
+func (g *Graph) Chained(e Edge) bool {
+	if g.DisableChaining || e.Kind != Forward || e.Output != "" || e.Input != 0 {
+		return false
+	}
+	var from, to *Operator
+	for _, o := range g.Operators {
+		switch o.Name {
+		case e.From:
+			from = o
+		case e.To:
+			to = o
+		}
+	}
+	if from == nil || to == nil || from.DisableChaining || to.DisableChaining || to.AsyncState ||
+		to.Broadcast != "" || to.Sides != nil || from.Parallelism != to.Parallelism {
+		return false
+	}
+	in := 0
+	for _, x := range g.Edges {
+		if x.To == e.To {
+			in++
+		}
+	}
+	return in == 1
 }
 
 // Vertex reports whether a vertex is called name.

@@ -153,3 +153,116 @@ func TestSplitChangelogHeader(t *testing.T) {
 		t.Errorf("stages:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestSplitTwoInput: a two-input operator starts a stage that reads one
+// repartition topic per role ("<job>-<stage>-<role>-repartition"), each
+// written by the stage of that role's input (here left from stage 1,
+// after a keyed operator, right from stage 0) and feeding the operator's
+// logical input of the role over a forward edge; the operator's sides and
+// error sources name the role's repartition source, and each repartition
+// source inherits the policy of the job source its records come from. A
+// one-input stage keeps its topic name. An input of a two-input operator
+// that is not a hash edge is refused.
+func TestSplitTwoInput(t *testing.T) {
+	g := &Graph{Job: "j", MaxParallelism: 8,
+		Sources: []*Source{
+			{Name: "a", Topic: "a", Format: "json", OnError: "skip"},
+			{Name: "b", Topic: "b", Format: "string", OnError: "dead-letter", DeadLetterTopic: "dlq-b"},
+		},
+		Operators: []*Operator{
+			{Name: "x", Input: "a", ErrorSources: [2]string{"a"}},
+			{Name: "both", Input: "x", KeyBy: "k", ErrorSources: [2]string{"a", "b"},
+				Sides: []Side{{Role: "left", Input: "x", KeyBy: "k"}, {Role: "right", Input: "b", KeyBy: "id"}}},
+			{Name: "after", Input: "both", ErrorSources: [2]string{"a"}},
+		},
+		Sinks: []*Sink{{Name: "out", Input: "after", Topic: "out"}},
+		Edges: []Edge{
+			{From: "a", To: "x", Kind: Hash, KeyBy: "u"},
+			{From: "x", To: "both", Kind: Hash, KeyBy: "k"},
+			{From: "b", To: "both", Input: 1, Kind: Hash, KeyBy: "id"},
+			{From: "both", To: "after", Kind: Forward},
+			{From: "after", To: "out", Kind: Forward},
+		},
+	}
+	st, err := Split(g, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `units=2
+stage 0
+  source a topic=a
+  source b topic=b
+  sink repartition.1 topic=j-1-repartition units=2
+  sink repartition.2.right topic=j-2-right-repartition units=2
+  a -hash(u)-> repartition.1
+  b -hash(id)-> repartition.2.right
+stage 1
+  source repartition.1 topic=j-1-repartition repartition
+  operator x type= input=repartition.1
+  sink repartition.2.left topic=j-2-left-repartition units=2
+  repartition.1 -forward-> x
+  x -hash(k)-> repartition.2.left
+stage 2
+  source repartition.2.left topic=j-2-left-repartition repartition
+  source repartition.2.right topic=j-2-right-repartition repartition
+  operator both type= input=repartition.2.left
+  operator after type= input=both
+  sink out topic=out
+  repartition.2.left -forward-> both
+  repartition.2.right -forward-> both[1]
+  both -forward-> after
+  after -forward-> out
+repartition j-1-repartition partitions=2 0->1 (a -hash(u)-> x)
+repartition j-2-left-repartition partitions=2 1->2 (x -hash(k)-> both)
+repartition j-2-right-repartition partitions=2 0->2 (b -hash(id)-> both[1])
+`
+	if got := st.String(); got != want {
+		t.Errorf("stages:\n%s\nwant:\n%s", got, want)
+	}
+	var reps []string
+	for _, r := range st.Repartitions {
+		reps = append(reps, fmt.Sprintf("%s vertex=%s role=%q input=%d", r.Topic, r.Vertex, r.Role, r.Input))
+	}
+	if want := []string{
+		`j-1-repartition vertex=repartition.1 role="" input=0`,
+		`j-2-left-repartition vertex=repartition.2.left role="left" input=0`,
+		`j-2-right-repartition vertex=repartition.2.right role="right" input=1`,
+	}; !slices.Equal(reps, want) {
+		t.Errorf("repartitions:\n%s\nwant:\n%s", strings.Join(reps, "\n"), strings.Join(want, "\n"))
+	}
+	wantPolicies := []string{
+		`0:source a json skip "" ""`,
+		`0:source b string dead-letter "dlq-b" ""`,
+		`1:source repartition.1 json skip "" "a"`,
+		`1:operator x "repartition.1" ""`,
+		`2:source repartition.2.left json skip "" "a"`,
+		`2:source repartition.2.right string dead-letter "dlq-b" "b"`,
+		`2:operator both "repartition.2.left" "repartition.2.right"`,
+		`2:operator after "repartition.2.left" ""`,
+	}
+	for _, s := range st.Stages {
+		for _, src := range s.Graph.Sources {
+			if src.Repartition && !src.Changelog {
+				t.Errorf("stage %d: repartition source %s does not read the change kind header", s.Index, src.Name)
+			}
+		}
+	}
+	if got := policies(st); !slices.Equal(got, wantPolicies) {
+		t.Errorf("policies:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantPolicies, "\n"))
+	}
+	both := st.Stages[2].Graph.Operators[0]
+	if want := []Side{{"left", "repartition.2.left", "k"}, {"right", "repartition.2.right", "id"}}; !slices.Equal(both.Sides, want) {
+		t.Errorf("sides in stage 2: %+v, want %+v", both.Sides, want)
+	}
+	if g.Operators[1].Sides[0].Input != "x" || g.Operators[1].ErrorSources != [2]string{"a", "b"} {
+		t.Errorf("Split changed the planned graph's operator both: %+v", g.Operators[1])
+	}
+	if st.Stages[0].Graph.Sinks[1].TransactionalIDPrefix != "kstreamd-j-repartition.2.right" {
+		t.Errorf("right repartition sink's transactional id prefix %q", st.Stages[0].Graph.Sinks[1].TransactionalIDPrefix)
+	}
+
+	g.Edges[2].Kind = Forward
+	if _, err := Split(g, 2); err == nil || err.Error() != `graph: input 1 of two-input operator "both" is a forward edge; cluster mode needs a key-group hash edge per role` {
+		t.Errorf("Split with a forward input of a two-input operator: %v", err)
+	}
+}

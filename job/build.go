@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -16,6 +17,7 @@ import (
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/sink/pgsink"
 	"github.com/kstreamd/kstreamd/source"
 	"github.com/kstreamd/kstreamd/srformat"
 	"github.com/kstreamd/kstreamd/state"
@@ -130,6 +132,7 @@ func newBuild(ctx context.Context, g *graph.Graph, set Settings, deps Deps, sc s
 		wires: &builder{g: g, maxP: rp.maxP, outputs: map[string][]*runtime.Output{}, gates: map[string][][]runtime.InputChannel{}, exchange: InProcessExchange{}}}
 	b.res.Set(buildKey{}, b)
 	srformat.SetMetrics(b.res, m.registry)
+	pgsink.SetMetrics(b.res, m.postgres)
 	b.j = &Job{g: g, settings: set, storage: storage, logger: sc.logger, metrics: m, maxP: rp.maxP,
 		cache: state.NewBlockCache(set.BlockCacheBytes), restoredDir: rp.dir, resources: b.res}
 	for _, s := range g.Sources {
@@ -296,28 +299,83 @@ func (b *build) deadLetterWriter(vertex string, sub int, need bool) (source.Dead
 	return b.dl.writer(vertex, sub)
 }
 
-// buildOperators builds every operator subtask.
+// buildOperators builds every operator subtask: an operator chained to
+// its upstream one (graph.Graph.Chained) joins the task of its chain's
+// head, whose Output hands it each record; every other one gets a task.
 func (b *build) buildOperators() error {
+	heads := map[string][]*runtime.OperatorTaskConfig{} // chain head -> per subtask
+	mailboxes := map[string][]*runtime.Mailbox{}        // chain head -> per subtask
+	var order []*runtime.OperatorTaskConfig
 	for _, op := range b.g.Operators {
 		restores, err := b.rp.operatorRestores(op.Name, op.Parallelism)
 		if err != nil {
 			return err
 		}
+		head := b.wires.head(op.Name)
+		if head == op.Name {
+			heads[op.Name] = make([]*runtime.OperatorTaskConfig, op.Parallelism)
+			mailboxes[op.Name] = make([]*runtime.Mailbox, op.Parallelism)
+		}
 		for sub := range op.Parallelism {
-			if err := b.operatorSubtask(op, sub, restores[sub]); err != nil {
+			if head == op.Name {
+				// Shared by the task, an async operator's completions and
+				// the operators chained to it.
+				mailboxes[head][sub] = runtime.NewMailbox()
+			}
+			cfg, err := b.operatorSubtask(op, sub, restores[sub], mailboxes[head][sub])
+			if err != nil {
 				return err
 			}
+			if head == op.Name {
+				heads[head][sub] = cfg
+				order = append(order, cfg)
+				continue
+			}
+			c := &runtime.ChainedOperator{ID: cfg.ID, Operator: cfg.Operator, Output: cfg.Output, RecordsIn: cfg.RecordsIn,
+				BadRecords: cfg.BadRecords[0], Watermark: cfg.Watermark, SideOutputs: cfg.SideOutputs}
+			b.wires.outputs[b.wires.ups[op.Name]][sub].AddChained(c)
+			heads[head][sub].Chain = append(heads[head][sub].Chain, c)
 		}
+	}
+	if chains := b.chains(); len(chains) > 0 {
+		b.sc.logger.Info("operators chained: each chain runs in one task per subtask", "chains", chains)
+	}
+	for _, cfg := range order {
+		t := runtime.NewOperatorTask(*cfg)
+		b.tasks = append(b.tasks, t)
+		b.targets = append(b.targets, t)
 	}
 	return nil
 }
 
+// chains lists the graph's operator chains (graph.Graph.Chained) as
+// "head->next->...", in graph order; a chain that forks lists each branch
+// after its head once.
+func (b *build) chains() []string {
+	var out []string
+	for _, op := range b.g.Operators {
+		if b.wires.head(op.Name) != op.Name {
+			continue
+		}
+		var members []string
+		for _, o := range b.g.Operators {
+			if o.Name != op.Name && b.wires.head(o.Name) == op.Name {
+				members = append(members, o.Name)
+			}
+		}
+		if len(members) > 0 {
+			out = append(out, strings.Join(append([]string{op.Name}, members...), "->"))
+		}
+	}
+	return out
+}
+
 // operatorSubtask builds subtask sub of op: its type's function, wrapped
-// into the runtime operator its traits call for, in a task with the
-// bad-record policies of its inputs' sources.
-func (b *build) operatorSubtask(op *graph.Operator, sub int, restore *operators.Restore) error {
+// into the runtime operator its traits call for, with the bad-record
+// policies of its inputs' sources, and returns the config of its task
+// (or of its place in a chain).
+func (b *build) operatorSubtask(op *graph.Operator, sub int, restore *operators.Restore, mailbox *runtime.Mailbox) (*runtime.OperatorTaskConfig, error) {
 	logger := b.sc.logger.With("component", "operator", "operator", op.Name, "subtask", sub)
-	mailbox := runtime.NewMailbox() // shared by the task and an async operator's completions
 	fn, err := op.Factory.New(operators.FactoryContext{
 		Operator: op.Name, Subtask: sub, Parallelism: op.Parallelism, Params: op.Params, AsyncState: op.AsyncState,
 		ChangelogInput: op.ChangelogInput, Metrics: b.m.operators, Logger: logger,
@@ -327,7 +385,7 @@ func (b *build) operatorSubtask(op *graph.Operator, sub int, restore *operators.
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("job: operator %q (%s) subtask %d: %w", op.Name, op.Type, sub, err)
+		return nil, fmt.Errorf("job: operator %q (%s) subtask %d: %w", op.Name, op.Type, sub, err)
 	}
 	if rr, ok := fn.(operators.RulesReporter); ok {
 		b.j.reporters = append(b.j.reporters, subtaskRules{operator: op.Name, subtask: sub, r: rr})
@@ -335,7 +393,7 @@ func (b *build) operatorSubtask(op *graph.Operator, sub int, restore *operators.
 	out := b.wires.outputs[op.Name][sub]
 	kop, err := b.j.operator(op, sub, fn, restore, out, mailbox, b.sc, b.sc.logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bootstrap := -1
 	if op.Broadcast != "" {
@@ -346,23 +404,20 @@ func (b *build) operatorSubtask(op *graph.Operator, sub int, restore *operators.
 		return s != nil && s.OnError == string(source.OnErrorDeadLetter)
 	}))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var sides []runtime.SideOutput
 	if dlw != nil {
 		sides = []runtime.SideOutput{{ID: runtime.TaskID{Operator: source.DeadLetterVertex(op.Name), Subtask: sub}, Operator: dlw}}
 	}
 	id := runtime.TaskID{Operator: op.Name, Subtask: sub}
-	t := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
+	return &runtime.OperatorTaskConfig{
 		ID: id, Gate: runtime.NewInputGate(b.wires.gates[op.Name][sub]),
 		Operator: kop, Output: out, Mailbox: mailbox, BootstrapInput: bootstrap,
 		RecordsIn: b.m.runtime.RecordsIn(op.Name, sub), Responder: b.resp, Watermark: b.m.watermark.Gauge(id),
 		BadRecords:  []runtime.BadRecordHandler{b.policy(op.ErrorSources[0], dlw, logger), b.policy(op.ErrorSources[1], dlw, logger)},
 		SideOutputs: sides,
-	})
-	b.tasks = append(b.tasks, t)
-	b.targets = append(b.targets, t)
-	return nil
+	}, nil
 }
 
 // buildSinks builds every sink by its type: an exactly-once sink's type
@@ -381,7 +436,7 @@ func (b *build) buildSinks() error {
 			if err != nil {
 				return err
 			}
-			if err := f.Recover(b.ctx, connector.RecoverContext{Sink: sk, Committables: cs, OldParallelism: oldP, Parallelism: p, Resources: b.res, Logger: logger}); err != nil {
+			if err := f.Recover(b.ctx, connector.RecoverContext{Job: b.g.Job, Sink: sk, UID: b.g.UID(sk.Name), Committables: cs, OldParallelism: oldP, Parallelism: p, Resources: b.res, Logger: logger}); err != nil {
 				return err
 			}
 		}
@@ -407,7 +462,7 @@ func (b *build) sinkSubtask(f *connector.SinkFactory, sk *graph.Sink, sub, p int
 			return err
 		}
 	}
-	k, err := f.New(connector.SinkContext{Sink: sk, Subtask: sub, Parallelism: p, Format: fm, Restored: restored,
+	k, err := f.New(connector.SinkContext{Job: b.g.Job, Sink: sk, UID: b.g.UID(sk.Name), Subtask: sub, Parallelism: p, Format: fm, Restored: restored,
 		RecordsOut: b.m.runtime.RecordsOut(sk.Name, sub), Resources: b.res, Logger: logger})
 	if err != nil {
 		return fmt.Errorf("job: sink %q (%s) subtask %d: %w", sk.Name, f.Type, sub, err)

@@ -25,7 +25,7 @@ const (
 //	kstreamd_cluster_unit_takeovers_total{stage,unit}   times this daemon took the unit over (claimed its next HEAD)
 //	kstreamd_cluster_unit_restores_total{stage,unit}    takeovers that restored a checkpoint (the HEAD named one)
 //	kstreamd_cluster_unit_stops_total{outcome}          units that left this daemon, by outcome
-//	kstreamd_cluster_repartition_start_offset{stage,unit} log start offset of the unit's input repartition partition after its last purge
+//	kstreamd_cluster_repartition_start_offset{stage,unit,topic} log start offset of the unit's partition of an input repartition topic after its last purge
 type clusterMetrics struct {
 	units       *prometheus.GaugeVec
 	checkpoints *prometheus.CounterVec
@@ -58,8 +58,8 @@ func newClusterMetrics(reg prometheus.Registerer) (*clusterMetrics, error) {
 			Name: "kstreamd_cluster_unit_stops_total", Help: "Units that left this daemon, by outcome (final_checkpoint, timed_out, failed, lost).",
 		}, []string{"outcome"}),
 		purged: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "kstreamd_cluster_repartition_start_offset", Help: "Log start offset of a unit's input repartition partition after its last purge (DeleteRecords).",
-		}, su),
+			Name: "kstreamd_cluster_repartition_start_offset", Help: "Log start offset of a unit's partition of an input repartition topic after its last purge (DeleteRecords); a unit of a two-input operator reads two topics.",
+		}, []string{"stage", "unit", "topic"}),
 	}
 	for _, c := range []prometheus.Collector{m.units, m.checkpoints, m.head, m.takeovers, m.restores, m.stops, m.purged} {
 		if err := reg.Register(c); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/sink"
 	"github.com/kstreamd/kstreamd/source"
@@ -22,7 +23,7 @@ import (
 // or has an exactly-once sink. Then every task that applies an on_error:
 // dead-letter policy (a source subtask, an operator subtask with such a
 // source among its ErrorSources) writes its dead letters through its own
-// sink.TwoPhaseCommitSink over a sink.KafkaTxnCommitter, a side output of
+// connector.TwoPhaseCommitSink over a sink.KafkaTxnCommitter, a side output of
 // the task (runtime.SideOutput): written into the open transaction,
 // pre-committed at every barrier, checkpointed as subtask <i> of the
 // operator source.DeadLetterVertex(<vertex>) (checkpoint.CommittablesState),
@@ -85,10 +86,10 @@ func (d *deadLetters) writer(vertex string, sub int) (source.DeadLetterWriter, e
 	d.parallelism[name] = max(d.parallelism[name], sub+1)
 	prefix, txnSub := d.prefix(vertex, sub)
 	logger := d.logger.With("vertex", vertex)
-	return sink.NewTwoPhaseCommitSink(name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
+	return connector.NewTwoPhaseCommitSink(sink.CommittableType, name, sub, sink.NewKafkaCommitter(name, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
 		Name: name, Subtask: txnSub, TransactionalIDPrefix: prefix, PoolSize: deadLetterPool,
 		TransactionTimeout: d.timeout, ClientOpts: d.deps.ClientOpts, Metrics: d.metrics.sink, Retries: d.metrics.kafka, Logger: logger,
-	}), d.metrics.sink, logger), nil
+	}), d.metrics.sink), logger), nil
 }
 
 // requiredStates adds, to the sinks' required states, the committables of

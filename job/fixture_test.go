@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -188,5 +190,63 @@ func stoppedByFault(t *testing.T, done <-chan error) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("a never reached the fault point")
+	}
+}
+
+// runUnits builds every unit of st as owned by member, with set's
+// staging and state directories under dir/member, the job metrics m (nil:
+// each unit its own) and warnings and errors logged into logs; runs them
+// until done reports true (polled for up to 2 minutes: the test fails
+// with logs if it never does), stops them and fails the test on any
+// unit's error. It returns what each stage-1 unit restored from ("" for
+// a fresh start).
+func runUnits(t *testing.T, st *graph.Stages, set job.Settings, dir, member string, opts []kgo.Opt, m *job.Metrics, logs *testkit.SyncBuffer, done func() bool) []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(st.Stages)*st.Units)
+	var restored []string
+	for _, stage := range st.Stages {
+		for u := range st.Units {
+			s := set
+			s.CheckpointDir, s.StateDir = dir+"/"+member+"/staging", dir+"/"+member+"/state"
+			s.Unit = &job.Unit{Stage: stage.Index, Index: u, Units: st.Units, Member: member, Fingerprint: st.Fingerprint}
+			j, err := job.Build(ctx, stage.Graph, s, job.Deps{ClientOpts: opts, Metrics: m,
+				Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+			if err != nil {
+				t.Fatalf("%s: build stage %d unit %d: %v", member, stage.Index, u, err)
+			}
+			if stage.Index == 1 {
+				restored = append(restored, j.RestoredFrom())
+			}
+			wg.Go(func() {
+				if err := j.Run(ctx); err != nil {
+					errs <- fmt.Errorf("%s: stage %d unit %d: %w", member, stage.Index, u, err)
+				}
+			})
+		}
+	}
+	if !testkit.Poll(2*time.Minute, done) {
+		t.Fatalf("%s: the units did not get done within 2 minutes; warnings:\n%s", member, logs.String())
+	}
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	return restored
+}
+
+// checkRestoredFrom fails the test unless every stage-1 unit of restored
+// (runUnits) restored a checkpoint downloaded into member's staging
+// directory under dir, of job.
+func checkRestoredFrom(t *testing.T, restored []string, dir, member, job string) {
+	t.Helper()
+	for u, r := range restored {
+		if want := fmt.Sprintf("%s/%s/staging/%s/units/1/%d/chk-", dir, member, job, u); !strings.HasPrefix(r, want) {
+			t.Errorf("%s's stage-1 unit %d restored %q, want a checkpoint downloaded into %s", member, u, r, want)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/sink"
 	"github.com/kstreamd/kstreamd/sink/filesink"
+	"github.com/kstreamd/kstreamd/sink/pgsink"
 	"github.com/kstreamd/kstreamd/source"
 	"github.com/kstreamd/kstreamd/srformat"
 	"github.com/kstreamd/kstreamd/state/keygroup"
@@ -25,7 +26,8 @@ import (
 
 // NewBuiltinConnectors returns a connector registry holding the built-in
 // types: the kafka source and sink (KafkaSourceFactory,
-// KafkaSinkFactory), the file sink (filesink.Factory), the formats json,
+// KafkaSinkFactory), the file sink (filesink.Factory), the PostgreSQL
+// sink (pgsink.Factory), the formats json,
 // string and bytes (connector.BuiltinFormats) and the Schema Registry
 // formats avro, protobuf and json_schema (srformat.Factories).
 func NewBuiltinConnectors() *connector.Registry {
@@ -36,6 +38,9 @@ func NewBuiltinConnectors() *connector.Registry {
 	}
 	if err == nil {
 		err = r.RegisterSink(filesink.Factory())
+	}
+	if err == nil {
+		err = r.RegisterSink(pgsink.Factory())
 	}
 	for _, f := range append(connector.BuiltinFormats(), srformat.Factories()...) {
 		if err == nil {
@@ -299,6 +304,7 @@ func KafkaSinkFactory() connector.SinkFactory {
 		Doc:        "one Kafka topic; exactly-once by Kafka transactions (Flink's KafkaSink); settings are the sink's fields topic, transactional_id_prefix, pool_size, ...",
 		Deliveries: graph.Deliveries(),
 		Formats:    true,
+		Fields:     connector.KafkaSinkFields(),
 		Recover: func(ctx context.Context, rc connector.RecoverContext) error {
 			return buildOf(rc.Resources).recoverKafkaSink(ctx, rc)
 		},
@@ -340,8 +346,9 @@ func (b *build) recoverKafkaSink(ctx context.Context, rc connector.RecoverContex
 	})
 }
 
-// kafkaSink returns one subtask of a kafka sink: a TwoPhaseCommitSink over
-// a KafkaTxnCommitter for exactly-once (a unit's repartition sink
+// kafkaSink returns one subtask of a kafka sink: a
+// connector.TwoPhaseCommitSink over a KafkaCommitter of a KafkaTxnCommitter
+// for exactly-once (a unit's repartition sink
 // partitions by key group and writes markers), else a KafkaSink, buffered
 // when buffer_threshold is set.
 func (b *build) kafkaSink(ctx connector.SinkContext) (runtime.Operator, error) {
@@ -369,18 +376,18 @@ func (b *build) kafkaSink(ctx connector.SinkContext) (runtime.Operator, error) {
 			return int32(keygroup.OperatorIndex(keygroup.Assign(key, maxP), maxP, units))
 		}
 	}
-	tps := sink.NewTwoPhaseCommitSink(sk.Name, sub, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
+	kc := sink.NewKafkaCommitter(sk.Name, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
 		Name: sk.Name, Subtask: txnSub, Topic: sk.Topic, TransactionalIDPrefix: prefix, Partition: partition, Partitions: int32(sk.Units),
 		Changelog: sinkChangelog(sk.Changelog),
 		PoolSize:  pool, TransactionTimeout: timeout, IgnoreLost: sk.IgnoreLostTransactions, Encode: enc,
 		ClientOpts: b.deps.ClientOpts, RecordsOut: ctx.RecordsOut, Metrics: b.m.sink, Retries: b.m.kafka, Logger: ctx.Logger,
-	}), b.m.sink, ctx.Logger)
+	}), b.m.sink)
 	if mc := b.sc.markers(sk, b.set.MarkerInterval); mc != nil {
-		if err := tps.EnableMarkers(*mc); err != nil {
+		if err := kc.EnableMarkers(*mc); err != nil {
 			return nil, err
 		}
 	}
-	return tps, nil
+	return connector.NewTwoPhaseCommitSink(sink.CommittableType, sk.Name, sub, kc, ctx.Logger), nil
 }
 
 // sinkDelivery maps the delivery of a graph sink that is not exactly-once

@@ -11,6 +11,7 @@ import (
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/sink"
+	"github.com/kstreamd/kstreamd/sink/pgsink"
 	"github.com/kstreamd/kstreamd/source"
 	"github.com/kstreamd/kstreamd/srformat"
 	"github.com/kstreamd/kstreamd/state"
@@ -38,6 +39,7 @@ type Metrics struct {
 	watermark  *runtime.WatermarkMetrics
 	cluster    *clusterMetrics
 	registry   *srformat.Metrics
+	postgres   *pgsink.Metrics
 
 	restarts  prometheus.Counter
 	state     *prometheus.GaugeVec
@@ -52,6 +54,7 @@ type Metrics struct {
 //	kstreamd_state_size_bytes{operator,subtask}  disk space of a keyed subtask's Pebble state
 //	kstreamd_cluster_*                           cluster mode, per unit (see clusterMetrics)
 //	kstreamd_schema_registry_*                   the Schema Registry client of the formats (srformat.Metrics)
+//	kstreamd_postgres_sink_*                     the PostgreSQL sinks' database retries and reachability (pgsink.Metrics)
 //
 // It fails when any is registered already (one Metrics per registry).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -82,6 +85,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	m.registry = srformat.NewMetrics(reg)
+	m.postgres = pgsink.NewMetrics(reg)
 	m.restarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kstreamd_job_restarts_total", Help: "Restarts of the job inside the process after a task failure (restart strategy).",
 	})

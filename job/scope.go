@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
@@ -188,10 +190,17 @@ func (sc scope) coordinatorHooks(g *graph.Graph, set Settings, deps Deps, m *Met
 	checkpoints, head := m.cluster.checkpoints.WithLabelValues(l...), m.cluster.head.WithLabelValues(l...)
 	var purge *repartitionPurge
 	if targets := purgeTargets(g, sc.unit); len(targets) > 0 && set.PurgeRepartitions {
-		purged := m.cluster.purged.WithLabelValues(l...)
+		purged := map[string]prometheus.Gauge{} // by topic: one per role of a two-input operator
+		for _, tg := range targets {
+			purged[tg.topic] = m.cluster.purged.WithLabelValues(append(slices.Clone(l), tg.topic)...)
+		}
 		purge = &repartitionPurge{targets: targets, logger: sc.logger.With("component", "purge"), opts: deps.ClientOpts,
 			next: make(chan kadm.Offsets, 1), done: map[string]int64{},
-			purged: func(_ string, _ int32, offset int64) { purged.Set(float64(offset)) }}
+			purged: func(topic string, _ int32, offset int64) {
+				if g, ok := purged[topic]; ok {
+					g.Set(float64(offset))
+				}
+			}}
 	}
 	return func(int64, *checkpoint.Metadata) {
 		checkpoints.Inc()

@@ -9,15 +9,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/pipeline"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
+	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
 // coCount is a two-input keyed function: per key it counts the records
@@ -188,4 +192,156 @@ func TestTwoInputKeyedRescale(t *testing.T) {
 			}
 		}
 	}
+}
+
+const coCountUnitsYAML = `
+job:
+  name: co
+  max_parallelism: 16
+kafka:
+  brokers: [localhost:9092]
+checkpoints:
+  interval: 100ms
+  timeout: 1m
+cluster:
+  enabled: true
+  units: 3
+  purge_repartitions: false
+  store:
+    dir: /unused
+sources:
+  - {name: orders, topic: orders}
+  - {name: payments, topic: payments}
+operators:
+  - name: both
+    type: co_count
+    inputs:
+      left: {from: orders, key_by: k}
+      right: {from: payments, key_by: id}
+sinks:
+  - {name: out, input: both, topic: out, delivery: exactly-once, transaction_timeout: 5m}
+`
+
+// TestUnitsTwoInput runs a user's two-input keyed function (co_count, a
+// KeyedCoProcessFunction) in cluster mode: 3 units per stage in one
+// process, stage 0 writing the orders keyed by k and the payments keyed by
+// id to one repartition topic each, stage 1's units each reading their
+// partition of both. Member a runs every unit over the first half of the
+// input and stops; member b, with empty local directories, takes every unit
+// over from the store (its stage-1 units restore their checkpoints) and
+// runs the second half. Read_committed, per key and input the counts
+// emitted are exactly 1..N once each (both inputs of a key met in one
+// unit's keyed state, across the takeover), no count of the other input
+// above its total; each repartition topic holds each record of its input
+// once, in the partition of the unit owning its key group. Member c then
+// runs with the purge on: every partition of both topics is purged past
+// the records read, and kstreamd_cluster_repartition_start_offset reports
+// each topic's start offset under its own topic label.
+func TestUnitsTwoInput(t *testing.T) {
+	_, opts := newKafka(t, kfake.SeedTopics(2, "orders", "payments", "out"))
+	cfg, err := pipeline.Parse("co.yaml", []byte(coCountUnitsYAML), coCountRegistry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := cfg.PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.EnsureRepartitionTopics(context.Background(), opts, st); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	set := cfg.Settings()
+	set.StateBackend, set.Store = "hashmap", checkpoint.FileStore{Root: dir + "/store"}
+	var logs testkit.SyncBuffer
+	committed := func() []*kgo.Record {
+		return testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), "out", 5*time.Second)
+	}
+	produceHalf := func(half int) {
+		produceEach(t, opts, "orders", half*100, half*100+100, func(i int) []byte { return fmt.Appendf(nil, `{"k":"k%d","i":%d}`, i%10, i) })
+		produceEach(t, opts, "payments", half*50, half*50+50, func(i int) []byte { return fmt.Appendf(nil, `{"id":"k%d","i":%d}`, i%10, i) })
+	}
+	outputs := func(n int) func() bool { return func() bool { return len(committed()) >= n } }
+	produceHalf(0)
+	runUnits(t, st, set, dir, "a", opts, nil, &logs, outputs(150))
+	produceHalf(1)
+	checkRestoredFrom(t, runUnits(t, st, set, dir, "b", opts, nil, &logs, outputs(300)), dir, "b", "co")
+	out := committed()
+	if len(out) != 300 {
+		t.Fatalf("%d committed outputs, want 300 (one per input record, none twice)", len(out))
+	}
+	ns := map[string][]int64{}   // key/side -> counts emitted
+	others := map[string]int64{} // key/side -> largest other count seen
+	for _, r := range out {
+		var v struct{ Side, N, Other int64 }
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatal(err)
+		}
+		k := fmt.Sprintf("%s/%d", r.Key, v.Side)
+		ns[k] = append(ns[k], v.N)
+		others[k] = max(others[k], v.Other)
+	}
+	for i := range 10 {
+		for side, total := range []int64{20, 10} {
+			k := fmt.Sprintf("k%d/%d", i, side)
+			got := slices.Sorted(slices.Values(ns[k]))
+			want := make([]int64, total)
+			for j := range want {
+				want[j] = int64(j + 1)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: counts %v, want 1..%d once each", k, got, total)
+			}
+			if other := []int64{10, 20}[side]; others[k] > other {
+				t.Errorf("%s: saw %d records of the other input, there are %d", k, others[k], other)
+			}
+		}
+	}
+	held := map[string]map[int32]int64{} // topic -> partition -> records
+	for topic, n := range map[string]int{"co-1-left-repartition": 200, "co-1-right-repartition": 100} {
+		rep := testkit.WithoutMarkers(testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), topic, 5*time.Second))
+		if len(rep) != n {
+			t.Errorf("%s holds %d records, want %d", topic, len(rep), n)
+		}
+		held[topic] = map[int32]int64{}
+		for _, r := range rep {
+			held[topic][r.Partition]++
+			if want := keygroup.OperatorIndex(keygroup.Assign(r.Key, 16), 16, 3); int(r.Partition) != want {
+				t.Errorf("%s: record with key %s in partition %d, want %d", topic, r.Key, r.Partition, want)
+			}
+		}
+	}
+
+	// Member c runs with the purge on: after its checkpoints each stage-1
+	// unit deletes the records of its partition of both topics, and
+	// reports each topic's log start offset under its own topic label.
+	reg := prometheus.NewRegistry()
+	m, err := job.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	purging := set
+	purging.PurgeRepartitions = true
+	adm := newAdmin(t, opts)
+	topics := []string{"co-1-left-repartition", "co-1-right-repartition"}
+	var starts kadm.ListedOffsets
+	purged := func() bool {
+		if starts, err = adm.ListStartOffsets(context.Background(), topics...); err != nil || starts.Error() != nil {
+			return false
+		}
+		ok := true
+		starts.Each(func(o kadm.ListedOffset) {
+			l := map[string]string{"stage": "1", "unit": fmt.Sprint(o.Partition), "topic": o.Topic}
+			if o.Offset == 0 || counterSum(t, reg, "kstreamd_cluster_repartition_start_offset", l) != float64(o.Offset) {
+				ok = false
+			}
+		})
+		return ok
+	}
+	runUnits(t, st, purging, dir, "c", opts, m, &logs, purged)
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Offset < held[o.Topic][o.Partition] {
+			t.Errorf("%s/%d starts at %d after the purge, before its %d records of the first two members", o.Topic, o.Partition, o.Offset, held[o.Topic][o.Partition])
+		}
+	})
 }

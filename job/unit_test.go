@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -484,40 +483,7 @@ func TestUnitsRestoreFromStore(t *testing.T) {
 			// committed, then stops them; it returns what each stage-1 unit
 			// restored from.
 			run := func(member string, want int) []string {
-				rctx, cancel := context.WithCancel(ctx)
-				defer cancel()
-				var wg sync.WaitGroup
-				errs := make(chan error, 4)
-				var restored []string
-				for _, stage := range st.Stages {
-					for u := range st.Units {
-						s := set
-						s.CheckpointDir, s.StateDir = dir+"/"+member+"/staging", dir+"/"+member+"/state"
-						s.Unit = &job.Unit{Stage: stage.Index, Index: u, Units: st.Units, Member: member, Fingerprint: st.Fingerprint}
-						j, err := job.Build(rctx, stage.Graph, s, job.Deps{ClientOpts: opts, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-						if err != nil {
-							t.Fatalf("%s: build stage %d unit %d: %v", member, stage.Index, u, err)
-						}
-						if stage.Index == 1 {
-							restored = append(restored, j.RestoredFrom())
-						}
-						wg.Go(func() {
-							if err := j.Run(rctx); err != nil {
-								errs <- fmt.Errorf("%s: stage %d unit %d: %w", member, stage.Index, u, err)
-							}
-						})
-					}
-				}
-				if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= want }) {
-					t.Fatalf("%s: output holds %d records, want %d; warnings:\n%s", member, len(committed()), want, logs.String())
-				}
-				cancel()
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					t.Error(err)
-				}
-				return restored
+				return runUnits(t, st, set, dir, member, opts, nil, &logs, func() bool { return len(committed()) >= want })
 			}
 			produce(0, perUser/2)
 			if got := run("a", users*perUser/2); fmt.Sprint(got) != "[ ]" {
@@ -527,12 +493,7 @@ func TestUnitsRestoreFromStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			produce(perUser/2, perUser)
-			restored := run("b", users*perUser)
-			for u, r := range restored {
-				if want := fmt.Sprintf("%s/b/staging/clicks/units/1/%d/chk-", dir, u); !strings.HasPrefix(r, want) {
-					t.Errorf("b's stage-1 unit %d restored %q, want a checkpoint downloaded into %s", u, r, want)
-				}
-			}
+			checkRestoredFrom(t, run("b", users*perUser), dir, "b", "clicks")
 			// A repartition source reads one fixed partition: no warning
 			// that its partition discovery is off.
 			for _, l := range strings.Split(logs.String(), "\n") {

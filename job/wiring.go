@@ -54,6 +54,19 @@ type builder struct {
 	outputs  map[string][]*runtime.Output        // vertex -> per subtask
 	gates    map[string][][]runtime.InputChannel // vertex -> per subtask input channels
 	exchange KeyedExchange
+	// heads maps each chained operator (graph.Graph.Chained) to the
+	// operator heading its chain, whose task runs it; ups to the
+	// operator it is chained to.
+	heads, ups map[string]string
+}
+
+// head returns the operator heading the chain vertex is in (vertex itself
+// when it is not chained).
+func (b *builder) head(vertex string) string {
+	if h, ok := b.heads[vertex]; ok {
+		return h
+	}
+	return vertex
 }
 
 // stage creates the outputs of a vertex with p subtasks and its empty gates.
@@ -72,6 +85,15 @@ func (b *builder) wire(e graph.Edge) error {
 	ups, down := b.outputs[e.From], b.gates[e.To]
 	if ups == nil || down == nil {
 		return fmt.Errorf("job: edge %s: unknown vertex", e)
+	}
+	if b.g.Chained(e) {
+		// No channel: the downstream operator is chained to the upstream
+		// one's output when it is built (build.buildOperators).
+		if b.heads == nil {
+			b.heads, b.ups = map[string]string{}, map[string]string{}
+		}
+		b.heads[e.To], b.ups[e.To] = b.head(e.From), e.From
+		return nil
 	}
 	switch e.Kind {
 	case graph.Hash:

@@ -120,6 +120,8 @@ func (e Expression) MarshalText() ([]byte, error) { return []byte(e.String()), n
 // subtask's); the Env Reset returns is valid until the next Reset and
 // refers to the record's key and headers without copying them.
 type RecordEnv struct {
+	// src is the value of the record Reset was given, for Keep.
+	src     []byte
 	in      expression.Input
 	headers []expression.Header
 	env     expression.Env
@@ -128,8 +130,11 @@ type RecordEnv struct {
 // Reset makes e the environment of rec and returns it.
 func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 	e.in.Value, e.in.JSON = nil, nil
+	e.src = rec.Value
 	if rec.Format == runtime.FormatText {
 		e.in.Value = string(rec.Value) // a string or bytes source: never decoded
+	} else if v, ok := rec.Decoded(); ok {
+		e.in.Value = v // decoded by an operator before this one in the chain
 	} else {
 		e.in.JSON = rec.Value // decoded on first need: an expression of key alone never decodes it
 	}
@@ -143,6 +148,21 @@ func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 	e.in.Headers = e.headers
 	e.env.Reset(&e.in)
 	return &e.env
+}
+
+// Keep attaches to rec the value the environment decoded from rec's value
+// (runtime.Record.SetDecoded), if an expression made it decode one: an
+// operator that passes rec on with its value unchanged calls it, so the
+// next operator of the chain reuses the decoded value instead of decoding
+// the JSON again. A record whose value is not the one e was Reset with
+// (the same bytes) gets nothing.
+func (e *RecordEnv) Keep(rec *runtime.Record) {
+	if len(rec.Value) == 0 || len(rec.Value) != len(e.src) || &rec.Value[0] != &e.src[0] {
+		return
+	}
+	if v, ok := e.env.Decoded(); ok {
+		rec.SetDecoded(v)
+	}
 }
 
 // EvalRecordError turns an evaluation failure into the bad record it is:

@@ -70,5 +70,6 @@ func (f *Filter) ProcessElement(_ context.Context, rec runtime.Record, out Colle
 	if !keep {
 		return nil
 	}
+	f.env.Keep(&rec) // the next operator of the chain reuses the decoded value
 	return out.Collect(rec)
 }

@@ -163,5 +163,6 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 			o.Headers = nil
 		}
 	}
+	m.env.Keep(&o) // kept only while o's value is rec's (runtime.Record.Decoded)
 	return out.Collect(o)
 }

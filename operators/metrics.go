@@ -51,7 +51,7 @@ const OtherRuleLabel = "other"
 //	kstreamd_rules_alerts_total{operator}                               alerts the rules operator emitted
 //	kstreamd_rules_eval_errors_total{operator}                          rule expressions that failed on a record (no match)
 //	kstreamd_rule_evaluation_errors_total{operator,rule}                the same per rule: at most MaxRuleMetricLabels rules, the rest rule="other"
-//	kstreamd_rules_window_entries{operator,subtask}                     window buckets the rules operator holds
+//	kstreamd_rules_window_entries{operator,subtask}                     window slices the rules operator holds
 //	kstreamd_rules_waiting_records{operator,subtask}                    records the routing stage holds for the rules watermark (rule_time: event)
 //	kstreamd_rules_wait_overflow_total{operator}                        records routed before the rules watermark passed them: the hold was full
 //	kstreamd_operator_late_records_routed_total{operator}               late records an event-time operator wrote to its late side output

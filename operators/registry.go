@@ -3,6 +3,7 @@ package operators
 import (
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 )
 
@@ -259,9 +260,15 @@ type Registry struct {
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry { return &Registry{types: map[string]*Factory{}} }
 
+// roleRE is what an input role of a two-input type looks like: it is a
+// YAML key (operators[].inputs.<role>) and, in cluster mode, part of the
+// name of the role's repartition topic (graph.RoleRepartitionTopic).
+var roleRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
 // Register adds f. It fails when f.Type is empty or already registered, when
 // New is nil, or when the traits contradict each other (an async type that
-// is not keyed, a broadcast table without broadcast).
+// is not keyed, a broadcast table without broadcast), or a two-input type's
+// roles are not two distinct names of lower-case letters, digits and '_'.
 func (r *Registry) Register(f Factory) error {
 	switch {
 	case f.Type == "":
@@ -274,6 +281,8 @@ func (r *Registry) Register(f Factory) error {
 		return fmt.Errorf("operators: register %q: a broadcast table needs a broadcast type", f.Type)
 	case f.Traits.Inputs != [2]string{} && (f.Traits.Inputs[0] == "" || f.Traits.Inputs[1] == "" || f.Traits.Inputs[0] == f.Traits.Inputs[1]):
 		return fmt.Errorf("operators: register %q: a two-input type names exactly two distinct roles, got %q", f.Type, f.Traits.Inputs)
+	case f.Traits.TwoInput() && (!roleRE.MatchString(f.Traits.Inputs[0]) || !roleRE.MatchString(f.Traits.Inputs[1])):
+		return fmt.Errorf("operators: register %q: input roles are lower-case letters, digits and '_', starting with a letter (a YAML key under inputs, and part of a repartition topic name in cluster mode), got %q", f.Type, f.Traits.Inputs)
 	case !f.Traits.TwoInput() && f.Traits.Changelog.Tables != [2]bool{}:
 		return fmt.Errorf("operators: register %q: Changelog.Tables marks roles of a two-input type only", f.Type)
 	case f.Traits.TwoInput() && (!f.Traits.Keyed || f.Traits.Broadcast || f.Traits.AsyncState || f.Router != nil):

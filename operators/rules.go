@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,16 +35,19 @@ const RulesRouteSuffix = ".route"
 // (control record export), read as "<operator>.rules".
 const RulesExportOutput = "rules"
 
-// RulesWindowState is the rules operator's keyed state: per key (rule id
-// and group values), record time in ms since the epoch to the window
-// bucket of that millisecond. Part of the checkpoint format.
+// RulesWindowState is the rules operator's keyed state of the earlier
+// layout: per key (rule id and group values), record time in ms since the
+// epoch to the window bucket of that millisecond, as JSON. Read only to
+// migrate a restored checkpoint into RulesSliceState and RulesAggState
+// (RulesEvaluator.Open); nothing writes it.
 var RulesWindowState = state.MapStateDescriptor[int64, RuleBucket]{
 	Name:            "rules-window",
 	KeySerializer:   state.Int64Serializer{},
 	ValueSerializer: state.JSONSerializer[RuleBucket]{},
 }
 
-// RuleBucket is what one key keeps for the records of one millisecond: the
+// RuleBucket is what one key kept, in the earlier layout
+// (RulesWindowState), for the records of one millisecond: the
 // rule shape it was written under, the window length then (ms), the number
 // of records and, for every fn but count, their aggregate inputs (JSON).
 type RuleBucket struct {
@@ -157,7 +161,7 @@ func rulesFactory() Factory {
 		Doc:         "Dynamic rules from a broadcast topic (Flink's fraud-detection pattern): per rule a filter, group_by, windowed aggregate and limit; alerts at once.",
 		Traits:      Traits{Keyed: true, Broadcast: true},
 		Params:      params,
-		State:       []string{RulesWindowState.Name, state.TimersStateName, "rules (broadcast)"},
+		State:       []string{RulesSliceState.Name, RulesAggState.Name, RulesDistinctState.Name, state.TimersStateName, "rules (broadcast)"},
 		SideOutputs: []string{RulesExportOutput},
 		CheckBroadcast: func(key, value []byte) error {
 			_, err := DecodeRuleRecord(key, value)
@@ -226,8 +230,8 @@ type RuleStatus struct {
 	// RecordsMatched counts the records routed for the rule (routing
 	// stage).
 	RecordsMatched int64 `json:"records_matched"`
-	// Alerts counts the alerts emitted, StateEntries the window buckets
-	// held (keyed stage).
+	// Alerts counts the alerts emitted, StateEntries the window slices
+	// (one per key and millisecond with records) held (keyed stage).
 	Alerts       int64 `json:"alerts"`
 	StateEntries int64 `json:"state_entries"`
 	// Errors counts the records on which one of the rule's expressions
@@ -333,6 +337,7 @@ type routerRule struct {
 	Version ruleVersion   // where it was read
 	Rule    *CompiledRule // nil: deleted
 	Updated time.Time
+	head    []byte // the envelope head of this version, built at its first copy
 }
 
 // maxRuleHistory bounds the versions the routing stage keeps per rule id
@@ -632,7 +637,10 @@ func (r *RulesRouter) route(rec runtime.Record, out Collector) error {
 			recJSON = recordJSON(rec)
 		}
 		key := appendRuleKey(nil, id, group)
-		r.buf = appendEnvelope(r.buf[:0], cr, v.Version, group, in, recJSON)
+		if v.head == nil {
+			v.head = appendEnvelopeHead(nil, cr, v.Version)
+		}
+		r.buf = appendEnvelope(r.buf[:0], v.head, group, in, recJSON)
 		val := slices.Clone(r.buf)
 		if err := out.Collect(runtime.Record{Key: key, Value: val, Timestamp: rec.Timestamp, Headers: rec.Headers, Origin: rec.Origin}); err != nil {
 			return err
@@ -763,8 +771,10 @@ func ruleOfKey(key []byte) string {
 	return id
 }
 
-// ruleEnvelope is the value of a routed record (JSON): what the keyed
-// stage needs to evaluate one rule on one record.
+// ruleEnvelope is the value of a routed record: what the keyed stage
+// needs to evaluate one rule on one record. It travels in the binary form
+// appendEnvelope writes; the JSON tags are the earlier form's, which the
+// keyed stage still reads (decodeEnvelope).
 type ruleEnvelope struct {
 	Rule      string            `json:"rule"`
 	Version   ruleVersion       `json:"version"`
@@ -781,37 +791,151 @@ type ruleEnvelope struct {
 	Record    json.RawMessage   `json:"record"`
 }
 
-// appendEnvelope appends the envelope of one routed copy.
-func appendEnvelope(b []byte, cr *CompiledRule, v ruleVersion, group []json.RawMessage, in, rec []byte) []byte {
-	str := jsonString
-	b = append(b, `{"rule":`...)
-	b = append(b, str(cr.Spec.ID)...)
-	b = fmt.Appendf(b, `,"version":{"p":%d,"o":%d},"shape":`, v.P, v.O)
-	b = append(b, str(cr.Shape)...)
-	b = append(append(append(b, `,"fn":`...), str(cr.Spec.Aggregate.Fn)...), `,"window_ms":`...)
-	b = strconv.AppendInt(b, cr.Window.Milliseconds(), 10)
-	b = append(append(b, `,"alert_when":`...), str(cr.Spec.AlertWhen)...)
-	b = append(append(b, `,"op":`...), str(cr.Op)...)
-	b = append(b, `,"limit":`...)
-	b = appendFloat(b, cr.Limit)
-	gb, _ := json.Marshal(cr.Spec.GroupBy)
-	b = append(append(b, `,"group_by":`...), gb...)
-	b = append(b, `,"group":[`...)
-	for i, g := range group {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, g...)
+// envelopeMagic is the first byte of a binary envelope (a JSON envelope
+// starts with '{').
+const envelopeMagic = 0xB1
+
+// appendEnvelopeHead appends the part of an envelope that is the same for
+// every copy routed for one version of a rule: id, version, shape, fn,
+// window (ms), alert_when, op, limit (IEEE 754 bits), group_by and emit,
+// each length-prefixed (uvarint) or varint.
+func appendEnvelopeHead(b []byte, cr *CompiledRule, v ruleVersion) []byte {
+	b = appendBytes(b, []byte(cr.Spec.ID))
+	b = binary.AppendVarint(b, int64(v.P))
+	b = binary.AppendVarint(b, v.O)
+	b = appendBytes(b, []byte(cr.Shape))
+	b = appendBytes(b, []byte(cr.Spec.Aggregate.Fn))
+	b = binary.AppendVarint(b, cr.Window.Milliseconds())
+	b = appendBytes(b, []byte(cr.Spec.AlertWhen))
+	b = appendBytes(b, []byte(cr.Op))
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(cr.Limit))
+	b = binary.AppendUvarint(b, uint64(len(cr.Spec.GroupBy)))
+	for _, g := range cr.Spec.GroupBy {
+		b = appendBytes(b, []byte(g))
 	}
-	b = append(b, ']')
+	return appendBytes(b, cr.Spec.Emit)
+}
+
+// appendEnvelope appends the binary envelope of one routed copy: the magic
+// byte, the head (appendEnvelopeHead) length-prefixed, the group values
+// (JSON) counted and length-prefixed, the aggregate input (a flag byte,
+// then the JSON) and the record's JSON as the rest.
+func appendEnvelope(b, head []byte, group []json.RawMessage, in, rec []byte) []byte {
+	b = appendBytes(append(b, envelopeMagic), head)
+	b = binary.AppendUvarint(b, uint64(len(group)))
+	for _, g := range group {
+		b = appendBytes(b, g)
+	}
 	if in != nil {
-		b = append(append(b, `,"in":`...), in...)
+		b = appendBytes(append(b, 1), in)
+	} else {
+		b = append(b, 0)
 	}
-	if len(cr.Spec.Emit) > 0 {
-		b = append(append(b, `,"emit":`...), cr.Spec.Emit...)
+	return append(b, rec...)
+}
+
+// envelopeHead is a decoded envelope head, cached by the keyed stage.
+type envelopeHead struct {
+	Rule      string
+	Version   ruleVersion
+	Shape     string
+	Fn        AggregateFn
+	WindowMs  int64
+	AlertWhen string
+	Op        string
+	Limit     float64
+	GroupBy   []string
+	Emit      json.RawMessage
+}
+
+// decodeEnvelopeHead decodes what appendEnvelopeHead wrote.
+func decodeEnvelopeHead(b []byte) (*envelopeHead, error) {
+	r := binReader{b: b}
+	h := &envelopeHead{}
+	h.Rule = string(r.bytes())
+	h.Version.P = int32(r.varint())
+	h.Version.O = r.varint()
+	h.Shape = string(r.bytes())
+	h.Fn = AggregateFn(r.bytes())
+	h.WindowMs = r.varint()
+	h.AlertWhen = string(r.bytes())
+	h.Op = string(r.bytes())
+	if r.err == nil && len(r.b) < 8 {
+		r.err = errShort
 	}
-	b = append(append(b, `,"record":`...), rec...)
-	return append(b, '}')
+	if r.err == nil {
+		h.Limit = math.Float64frombits(binary.BigEndian.Uint64(r.b))
+		r.b = r.b[8:]
+	}
+	n := r.uvarint()
+	if n > uint64(len(b)) {
+		r.err = errShort
+	}
+	for range n {
+		if r.err != nil {
+			break
+		}
+		h.GroupBy = append(h.GroupBy, string(r.bytes()))
+	}
+	if emit := r.bytes(); len(emit) > 0 {
+		h.Emit = slices.Clone(emit)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return h, nil
+}
+
+// maxEnvelopeHeads bounds the keyed stage's cache of decoded envelope
+// heads (one per rule version seen); when full it starts afresh.
+const maxEnvelopeHeads = 4096
+
+// decodeEnvelope decodes a routed copy's value into e: the binary form,
+// its head from the cache when seen before, or the earlier JSON form. The
+// group values, input and record share value's memory.
+func (f *RulesEvaluator) decodeEnvelope(value []byte, e *ruleEnvelope) error {
+	if len(value) > 0 && value[0] == '{' {
+		*e = ruleEnvelope{}
+		return json.Unmarshal(value, e)
+	}
+	if len(value) == 0 || value[0] != envelopeMagic {
+		return errors.New("not a rules envelope")
+	}
+	r := binReader{b: value[1:]}
+	hb := r.bytes()
+	if r.err != nil {
+		return r.err
+	}
+	h, ok := f.heads[string(hb)]
+	if !ok {
+		var err error
+		if h, err = decodeEnvelopeHead(hb); err != nil {
+			return fmt.Errorf("envelope head: %w", err)
+		}
+		if len(f.heads) >= maxEnvelopeHeads {
+			clear(f.heads)
+		}
+		f.heads[string(hb)] = h
+	}
+	e.Rule, e.Version, e.Shape, e.Fn, e.WindowMs = h.Rule, h.Version, h.Shape, h.Fn, h.WindowMs
+	e.AlertWhen, e.Op, e.Limit, e.GroupBy, e.Emit = h.AlertWhen, h.Op, h.Limit, h.GroupBy, h.Emit
+	n := r.uvarint()
+	if n > uint64(len(value)) {
+		return errShort
+	}
+	e.Group = e.Group[:0]
+	for range n {
+		e.Group = append(e.Group, r.bytes())
+	}
+	e.In = nil
+	if r.byte() == 1 {
+		e.In = r.bytes()
+	}
+	if r.err != nil {
+		return r.err
+	}
+	e.Record = r.b
+	return nil
 }
 
 // ProcessBroadcastElement implements BroadcastProcessFunction: apply one
@@ -989,42 +1113,49 @@ type evalRule struct {
 // RulesEvaluator is the keyed stage of the rules operator (Flink's
 // DynamicAlertFunction): a KeyedBroadcastProcessFunction keyed by [rule id,
 // group values...]. For every routed copy it adds the record's aggregate
-// input to the key's window state (RulesWindowState, one bucket per
-// millisecond), computes the rule's aggregate over the buckets in [ts -
-// window, ts] and, when it meets alert_when, emits an alert at once:
+// input to the key's window state (RulesSliceState, one slice per
+// millisecond, and the running aggregate in RulesAggState; see
+// rules_window.go), takes the rule's aggregate over the slices in [ts -
+// window, ts] (for a copy in time order from the running aggregate, at a
+// cost that does not grow with the window's contents) and, when it meets
+// alert_when, emits an alert at once:
 //
 //	{"rule": "big-spender", "group": {"payee_id": "p7", "currency": "EUR"},
 //	 "aggregate": "sum", "value": 612.5, "alert_when": "> 500",
 //	 "window_start": 1700000000000, "window_end": 1700001200000,
 //	 "record": {...}, "emit": {...}}
 //
-// keyed by the routing key, with the record's timestamp. Buckets are removed
+// keyed by the routing key, with the record's timestamp. Slices are removed
 // by an event-time timer once the watermark passes their time plus the
-// window (later records cannot need them).
+// window (later records cannot need them), oldest first. Sums and
+// averages over doubles are the exact sum of the window's inputs rounded
+// once, whatever the order the records came in.
 //
 // Its broadcast input carries the lifecycle: deleting a rule (a null value,
-// or control delete_all) removes its buckets and its timers under every
+// or control delete_all) removes its slices and its timers under every
 // key (applyToKeyedState) and, with processing rule time, drops copies a
 // routing subtask that had not seen the deletion yet still sends; an update
-// that changes the rule's shape (fn, of or group_by) removes the buckets
+// that changes the rule's shape (fn, of or group_by) removes the slices
 // of the old shape under every key at once, with the timers of the keys
 // (old groups) it empties, and with processing rule time drops copies
 // still routed under the old shape (with event rule time such a copy, of a
-// record before the update, starts a bucket its timer removes); control
-// clear_state removes every bucket and timer; control export makes
+// record before the update, starts a slice its timer removes); control
+// clear_state removes every slice and timer; control export makes
 // subtask 0 write every rule to the side output "rules". Broadcast state
 // "rules": the rules and deletions it knows, as JSON.
 type RulesEvaluator struct {
 	cfg     RulesConfig
 	rules   map[string]evalRule
 	deleted map[string]ruleVersion // processing rule time: deleted id -> its last version
-	window  state.MapState[int64, RuleBucket]
+	win     ruleWin
 	timers  TimerService
 	backend state.KeyedStateBackend
 	subtask int
 	board   ruleStatusBoard
 	logger  *slog.Logger
-	entries int64 // buckets held by the subtask
+	entries int64 // slices held by the subtask
+	heads   map[string]*envelopeHead
+	env     ruleEnvelope
 
 	alerts, bad   prometheus.Counter
 	held, updated prometheus.Gauge
@@ -1036,21 +1167,32 @@ func NewRulesEvaluator(cfg RulesConfig) *RulesEvaluator {
 	if cfg.Limits == (expression.Limits{}) {
 		cfg.Limits = DefaultRuleLimits()
 	}
-	return &RulesEvaluator{cfg: cfg, rules: map[string]evalRule{}, deleted: map[string]ruleVersion{}}
+	return &RulesEvaluator{cfg: cfg, rules: map[string]evalRule{}, deleted: map[string]ruleVersion{}, heads: map[string]*envelopeHead{}}
 }
 
 // Open implements KeyedBroadcastProcessFunction: it registers the window
-// state and counts the buckets a restore brought.
+// state, migrates state of the earlier layout (migrateBuckets) and counts
+// the slices a restore brought.
 func (f *RulesEvaluator) Open(ctx OpenContext) error {
 	f.logger = f.cfg.Logger
 	if f.logger == nil {
 		f.logger = slog.New(slog.DiscardHandler)
 	}
-	w, err := state.GetMapState(ctx.Backend, RulesWindowState)
+	fail := func(err error) error { return fmt.Errorf("operators: %s %s: %w", RulesType, ctx.Operator, err) }
+	sl, err := state.GetMapState(ctx.Backend, RulesSliceState)
 	if err != nil {
-		return fmt.Errorf("operators: %s %s: %w", RulesType, ctx.Operator, err)
+		return fail(err)
 	}
-	f.window, f.backend, f.subtask = w, ctx.Backend, ctx.Subtask
+	agg, err := state.GetValueState(ctx.Backend, RulesAggState)
+	if err != nil {
+		return fail(err)
+	}
+	dist, err := state.GetMapState(ctx.Backend, RulesDistinctState)
+	if err != nil {
+		return fail(err)
+	}
+	f.win = ruleWin{slices: sl, agg: agg, distinct: dist}
+	f.backend, f.subtask = ctx.Backend, ctx.Subtask
 	if f.timers = ctx.TimerService(); f.timers == nil {
 		return fmt.Errorf("operators: %s %s: needs the timer service", RulesType, ctx.Operator)
 	}
@@ -1061,16 +1203,17 @@ func (f *RulesEvaluator) Open(ctx OpenContext) error {
 		f.updated = m.LastRuleUpdate(ctx.Operator, ctx.Subtask)
 		f.entriesGauge = m.rulesEntries.WithLabelValues(ctx.Operator, strconv.Itoa(ctx.Subtask))
 	}
+	if err := f.migrateBuckets(); err != nil {
+		return fail(err)
+	}
 	f.entries = 0
-	err = state.ApplyToAllKeys(f.backend, RulesWindowState, func(key []byte, s state.MapState[int64, RuleBucket]) error {
-		c := f.board.counter(ruleOfKey(key))
-		for _, err := range s.Entries() {
-			if err != nil {
-				return err
-			}
-			c.entries.Add(1)
-			f.entries++
+	err = state.ApplyToAllValueKeys(f.backend, RulesAggState, func(key []byte, s state.ValueState[ruleWindow]) error {
+		w, _, err := s.Value()
+		if err != nil {
+			return err
 		}
+		f.board.counter(ruleOfKey(key)).entries.Add(w.Slices)
+		f.entries += w.Slices
 		return nil
 	})
 	if err != nil {
@@ -1091,64 +1234,109 @@ func (f *RulesEvaluator) setEntries(delta int64) {
 	}
 }
 
-// ProcessElement implements KeyedBroadcastProcessFunction.
+// ProcessElement implements KeyedBroadcastProcessFunction: the copy's
+// input joins the slice of its millisecond and the key's running
+// aggregate; the aggregate over [ts - window, ts] is compared with the
+// limit.
 func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
-	var e ruleEnvelope
-	if err := json.Unmarshal(rec.Value, &e); err != nil {
+	e := &f.env
+	if err := f.decodeEnvelope(rec.Value, e); err != nil {
 		return fmt.Errorf("operators: %s: routed record: %w", RulesType, err)
 	}
 	if d, ok := f.deleted[e.Rule]; ok && f.cfg.RuleTime != RuleTimeEvent && d.P == e.Version.P && e.Version.O <= d.O {
 		return nil // routed by a subtask that had not seen the deletion yet
 	}
 	if r, ok := f.rules[e.Rule]; ok && f.cfg.RuleTime != RuleTimeEvent && r.Rule.Shape != e.Shape && r.Version.P == e.Version.P && e.Version.O < r.Version.O {
-		return nil // routed under a shape the keyed stage already replaced (its buckets are gone)
+		return nil // routed under a shape the keyed stage already replaced (its slices are gone)
 	}
 	ts := rec.Timestamp.UnixMilli()
 	counts := f.board.counter(e.Rule)
-	b, found, err := f.window.Get(ts)
-	if err != nil {
+	rw := &f.win
+	if err := rw.load(); err != nil {
 		return err
 	}
-	if found && b.Shape != e.Shape {
-		found = false
+	if rw.has && rw.w.Shape != e.Shape {
+		// Written under another shape: those slices go.
+		n := rw.w.Slices
+		if err := rw.clearKey(); err != nil {
+			return err
+		}
+		counts.entries.Add(-n)
+		f.setEntries(-n)
 	}
-	if !found {
-		b = RuleBucket{Shape: e.Shape}
+	w := &rw.w
+	if !rw.has {
+		*w = ruleWindow{Shape: e.Shape, Fn: e.Fn, WindowMs: e.WindowMs}
+	} else if w.WindowMs != e.WindowMs {
+		if err := rw.rebuild(e.WindowMs); err != nil {
+			return err
+		}
+	}
+	var s *ruleSlice
+	if w.Slices > 0 && ts >= w.Head && ts <= w.Tail {
+		// Only here can the slice exist: in time order it is new.
+		var err error
+		if s, err = rw.lookup(ts); err != nil {
+			return err
+		}
+	}
+	newSlice := s == nil
+	if newSlice {
+		s = &ruleSlice{}
+		if err := rw.link(ts, s); err != nil {
+			return err
+		}
 		counts.entries.Add(1)
 		f.setEntries(1)
 	}
-	b.WindowMs = max(b.WindowMs, e.WindowMs)
-	b.N++
+	grown := e.WindowMs > s.WindowMs
+	s.WindowMs = max(s.WindowMs, e.WindowMs)
+	s.N++
 	if e.In != nil {
-		b.In = append(b.In, e.In)
+		s.In = append(s.In, slices.Clone(e.In))
 	}
-	if err := f.window.Put(ts, b); err != nil {
-		return err
-	}
-	if err := f.timers.RegisterEventTimeTimer(time.UnixMilli(ts + b.WindowMs + 1)); err != nil {
-		return err
-	}
-	var agg ruleAgg
-	var stale []int64
-	for ent, err := range f.window.Entries() {
-		if err != nil {
+	rw.touch(ts)
+	if newSlice || grown {
+		// The slice's timer: registered once per slice and window.
+		if err := f.timers.RegisterEventTimeTimer(time.UnixMilli(ts + s.WindowMs + 1)); err != nil {
 			return err
 		}
-		switch {
-		case ent.Value.Shape != e.Shape:
-			stale = append(stale, ent.Key)
-		case ent.Key >= ts-e.WindowMs && ent.Key <= ts:
-			agg.add(e.Fn, ent.Value)
-		}
 	}
-	for _, t := range stale {
-		if err := f.window.Remove(t); err != nil {
+	if ts >= w.Tail-w.WindowMs {
+		// In the running aggregate's window.
+		if w.N == 0 || ts < w.First {
+			w.First = ts
+		}
+		if w.Fn == AggCount {
+			w.N++
+		} else if err := rw.accInput(e.In, 1); err != nil {
 			return err
 		}
-		counts.entries.Add(-1)
-		f.setEntries(-1)
+		if w.minMax() {
+			if err := rw.dqInsert(ts, s); err != nil {
+				return err
+			}
+		}
 	}
-	value, num := agg.result(e.Fn)
+	var (
+		res ruleResult
+		err error
+	)
+	if ts == w.Tail {
+		if err := rw.evictBelow(ts - w.WindowMs); err != nil {
+			return err
+		}
+		res, err = rw.current()
+	} else {
+		res, err = rw.resultAt(ts, e.WindowMs)
+	}
+	if err != nil {
+		return err
+	}
+	if err := rw.flush(); err != nil {
+		return err
+	}
+	value, num := res.value(e.Fn)
 	cr := CompiledRule{Op: e.Op, Limit: e.Limit}
 	if !cr.meets(num) {
 		return nil
@@ -1157,7 +1345,7 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 	if f.alerts != nil {
 		f.alerts.Inc()
 	}
-	return out.Collect(runtime.Record{Key: rec.Key, Value: appendAlert(nil, &e, value, ts), Timestamp: rec.Timestamp, Origin: rec.Origin})
+	return out.Collect(runtime.Record{Key: rec.Key, Value: appendAlert(nil, e, value, ts), Timestamp: rec.Timestamp, Origin: rec.Origin})
 }
 
 // appendAlert appends the alert JSON of envelope e.
@@ -1186,55 +1374,6 @@ func appendAlert(b []byte, e *ruleEnvelope, value []byte, ts int64) []byte {
 	return append(b, '}')
 }
 
-// ruleAgg folds the buckets of one window.
-type ruleAgg struct {
-	n        int64
-	num      number
-	distinct map[string]struct{}
-}
-
-// add folds bucket b in for fn.
-func (a *ruleAgg) add(fn AggregateFn, b RuleBucket) {
-	if fn == AggCount {
-		a.n += b.N
-		return
-	}
-	for _, raw := range b.In {
-		switch fn {
-		case AggCountDistinct:
-			if a.distinct == nil {
-				a.distinct = map[string]struct{}{}
-			}
-			a.distinct[string(raw)] = struct{}{}
-		case AggSum, AggAvg:
-			a.num = a.num.add(parseNumber(raw))
-		case AggMin:
-			if x := parseNumber(raw); a.n == 0 || x.less(a.num) {
-				a.num = x
-			}
-		case AggMax:
-			if x := parseNumber(raw); a.n == 0 || a.num.less(x) {
-				a.num = x
-			}
-		}
-		a.n++
-	}
-}
-
-// result returns the aggregate as JSON and as a float64 for alert_when.
-func (a *ruleAgg) result(fn AggregateFn) ([]byte, float64) {
-	switch fn {
-	case AggCount:
-		return strconv.AppendInt(nil, a.n, 10), float64(a.n)
-	case AggCountDistinct:
-		return strconv.AppendInt(nil, int64(len(a.distinct)), 10), float64(len(a.distinct))
-	case AggAvg:
-		v := a.num.float() / float64(a.n)
-		return appendFloat(nil, v), v
-	}
-	return a.num.appendJSON(nil), a.num.float()
-}
-
 // parseNumber parses a number the routing stage wrote (number.appendJSON).
 func parseNumber(raw []byte) number {
 	if !bytes.ContainsAny(raw, ".eE") {
@@ -1246,36 +1385,69 @@ func parseNumber(raw []byte) number {
 	return number{Float: f, IsFloat: true}
 }
 
-// OnTimer implements TimerFunction: the key's buckets the watermark passed
-// by more than their window are removed.
+// OnTimer implements TimerFunction: the key's slices the watermark passed
+// by more than their window are removed, oldest first (leaving the running
+// aggregate if they are in it), and a timer is set for the oldest left.
 func (f *RulesEvaluator) OnTimer(_ context.Context, _ time.Time, tc TimerContext, _ Collector) error {
 	wm := f.timers.CurrentWatermark().UnixMilli()
 	id := ruleOfKey(tc.Key)
-	w := int64(0)
+	win := int64(0)
 	if r, ok := f.rules[id]; ok {
-		w = r.Rule.Window.Milliseconds()
+		win = r.Rule.Window.Milliseconds()
 	}
-	var expired []int64
+	rw := &f.win
+	if err := rw.load(); err != nil {
+		return err
+	}
+	if !rw.has {
+		return nil
+	}
+	w := &rw.w
+	var expired int64
 	next := int64(-1)
-	for ent, err := range f.window.Entries() {
+	for w.Slices > 0 {
+		k := w.Head
+		s, err := rw.slice(k)
 		if err != nil {
 			return err
 		}
-		end := ent.Key + max(w, ent.Value.WindowMs)
-		if end < wm {
-			expired = append(expired, ent.Key)
-		} else if next < 0 || end+1 < next {
+		if end := k + max(win, s.WindowMs); end >= wm {
 			next = end + 1
+			break
 		}
-	}
-	for _, t := range expired {
-		if err := f.window.Remove(t); err != nil {
-			return err
+		if w.N > 0 && k >= w.First {
+			if err := rw.accSlice(s, -1); err != nil {
+				return err
+			}
+			if s.InDeque {
+				if err := rw.dqUnlink(k, s); err != nil {
+					return err
+				}
+			}
+			if w.N > 0 {
+				w.First = s.Next
+			}
 		}
+		if s.HasNext {
+			n, err := rw.slice(s.Next)
+			if err != nil {
+				return err
+			}
+			n.Prev, n.HasPrev = 0, false
+			rw.touch(s.Next)
+		}
+		w.Head = s.Next
+		w.Slices--
+		delete(rw.cache, k)
+		rw.dirty[k] = false
+		expired++
 	}
-	if n := int64(len(expired)); n > 0 {
-		f.board.counter(id).entries.Add(-n)
-		f.setEntries(-n)
+	if err := rw.flush(); err != nil {
+		return err
+	}
+	if expired > 0 {
+		f.board.counter(id).entries.Add(-expired)
+		f.setEntries(-expired)
 	}
 	if next >= 0 {
 		return f.timers.RegisterEventTimeTimer(time.UnixMilli(next))
@@ -1330,10 +1502,10 @@ func (f *RulesEvaluator) ProcessBroadcastElement(_ context.Context, rec runtime.
 		old, had := f.rules[rr.ID]
 		f.rules[rr.ID] = evalRule{Rule: rr.Rule, Version: v, At: rec.Timestamp.UnixMilli(), Updated: now}
 		if (!had || old.Rule.Shape != rr.Rule.Shape) && f.board.counter(rr.ID).entries.Load() > 0 {
-			// fn, of or group_by changed: the old groups' buckets (and
+			// fn, of or group_by changed: the old groups' slices (and
 			// their keys' timers) go at once, not when they expire.
 			shape := rr.Rule.Shape
-			if err := f.removeState(func(id string) bool { return id == rr.ID }, func(b RuleBucket) bool { return b.Shape != shape }); err != nil {
+			if err := f.removeState(func(id string) bool { return id == rr.ID }, func(s string) bool { return s != shape }); err != nil {
 				return err
 			}
 		}
@@ -1365,43 +1537,28 @@ func (f *RulesEvaluator) export(rec runtime.Record, out Collector) error {
 	return nil
 }
 
-// removeState removes, under every key whose rule id ids selects, the
-// window buckets bucket selects (nil: all), as Flink's applyToKeyedState,
-// and the timers that served them: with bucket nil every timer of the
-// selected rules' keys, else the timers of the keys left without buckets.
-// Nothing of a removed rule is left for checkpoints.
-func (f *RulesEvaluator) removeState(ids func(id string) bool, bucket func(RuleBucket) bool) error {
+// removeState removes the window state (slices, summary, distinct
+// counts) of every key whose rule id ids selects and whose shape drop
+// selects (nil: all), as Flink's applyToKeyedState, and the timers of the
+// keys it empties. Nothing of a removed rule is left for checkpoints.
+func (f *RulesEvaluator) removeState(ids func(id string) bool, drop func(shape string) bool) error {
 	emptied := map[string]struct{}{}
-	err := state.ApplyToAllKeys(f.backend, RulesWindowState, func(key []byte, s state.MapState[int64, RuleBucket]) error {
+	err := state.ApplyToAllValueKeys(f.backend, RulesAggState, func(key []byte, s state.ValueState[ruleWindow]) error {
 		id := ruleOfKey(key)
 		if !ids(id) {
 			return nil
 		}
-		var drop []int64
-		kept := false
-		for ent, err := range s.Entries() {
-			if err != nil {
-				return err
-			}
-			if bucket == nil || bucket(ent.Value) {
-				drop = append(drop, ent.Key)
-			} else {
-				kept = true
-			}
+		w, _, err := s.Value()
+		if err != nil {
+			return err
 		}
-		n := int64(len(drop))
-		f.board.counter(id).entries.Add(-n)
-		f.setEntries(-n)
-		if !kept {
-			emptied[string(key)] = struct{}{}
-			return s.Clear()
+		if drop != nil && !drop(w.Shape) {
+			return nil
 		}
-		for _, t := range drop {
-			if err := s.Remove(t); err != nil {
-				return err
-			}
-		}
-		return nil
+		f.board.counter(id).entries.Add(-w.Slices)
+		f.setEntries(-w.Slices)
+		emptied[string(key)] = struct{}{}
+		return f.win.clearKey()
 	})
 	if err != nil {
 		return err
@@ -1411,12 +1568,76 @@ func (f *RulesEvaluator) removeState(ids func(id string) bool, bucket func(RuleB
 		return nil
 	}
 	_, err = td.deleteKeyTimers(func(key []byte) bool {
-		if bucket == nil {
+		if drop == nil {
 			return ids(ruleOfKey(key))
 		}
 		_, ok := emptied[string(key)]
 		return ok
 	})
+	return err
+}
+
+// migrateBuckets moves window state of the earlier layout
+// (RulesWindowState: JSON buckets, one per millisecond, each with its
+// shape) into RulesSliceState and RulesAggState, key by key, and clears
+// it; nothing happens unless the backend holds that state (a restore of
+// an older checkpoint or savepoint). A key keeps the buckets of the shape
+// of its newest bucket (the earlier operator dropped the others at the
+// key's next record); its running aggregate is built for the window of
+// its newest bucket and rebuilt if its next copy brings another.
+func (f *RulesEvaluator) migrateBuckets() error {
+	if !state.HasState(f.backend, RulesWindowState.Name) {
+		return nil
+	}
+	keys := 0
+	err := state.ApplyToAllKeys(f.backend, RulesWindowState, func(_ []byte, old state.MapState[int64, RuleBucket]) error {
+		var ts []int64
+		buckets := map[int64]RuleBucket{}
+		for en, err := range old.Entries() {
+			if err != nil {
+				return err
+			}
+			ts = append(ts, en.Key)
+			buckets[en.Key] = en.Value
+		}
+		if len(ts) == 0 {
+			return nil
+		}
+		slices.Sort(ts)
+		newest := buckets[ts[len(ts)-1]]
+		rw := &f.win
+		if err := rw.load(); err != nil {
+			return err
+		}
+		if rw.has {
+			return fmt.Errorf("state of both layouts (%s and %s) under one key", RulesWindowState.Name, RulesAggState.Name)
+		}
+		rw.w = ruleWindow{Shape: newest.Shape, Fn: shapeFn(newest.Shape), WindowMs: newest.WindowMs}
+		for _, t := range ts {
+			b := buckets[t]
+			if b.Shape != newest.Shape {
+				continue
+			}
+			s := &ruleSlice{WindowMs: b.WindowMs, N: b.N}
+			for _, in := range b.In {
+				s.In = append(s.In, []byte(in))
+			}
+			if err := rw.link(t, s); err != nil {
+				return err
+			}
+		}
+		if err := rw.rebuild(newest.WindowMs); err != nil {
+			return err
+		}
+		if err := rw.flush(); err != nil {
+			return err
+		}
+		keys++
+		return old.Clear()
+	})
+	if err == nil && keys > 0 {
+		f.logger.Info("moved rules window state into the sliced layout", "from", RulesWindowState.Name, "to", RulesSliceState.Name, "keys", keys)
+	}
 	return err
 }
 
@@ -1426,7 +1647,7 @@ func (f *RulesEvaluator) publish() {
 	for id, r := range f.rules {
 		views[id] = ruleView{rule: r.Rule, version: r.Version, since: time.UnixMilli(r.At).UTC(), updated: r.Updated, counts: f.board.counter(id)}
 	}
-	// Rules whose buckets remain (deleted on another path, or not known
+	// Rules whose slices remain (deleted on another path, or not known
 	// yet) keep their counters until they go.
 	f.board.mu.Lock()
 	for id, c := range f.board.counts {
@@ -1481,7 +1702,7 @@ func (f *RulesEvaluator) RestoreBroadcastState(states map[string]json.RawMessage
 	for _, r := range s.Rules {
 		c, err := compileStored(r.Rule, f.cfg.Limits)
 		if errors.Is(err, ErrBadRuleRecord) {
-			// Refused by lowered limits: restored as deleted (its buckets
+			// Refused by lowered limits: restored as deleted (its slices
 			// leave as their timers fire).
 			refusedAtRestore(f.cfg, r.ID, err)
 			if s.Deleted == nil {

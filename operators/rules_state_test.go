@@ -72,7 +72,7 @@ func checkpointRules(t *testing.T, g *rulesRig, kind string, id int64) checkpoin
 	}
 	defer b.Close()
 	out := checkpointCounts{buckets: map[string]int{}, timers: map[string]int{}}
-	err = state.ApplyToAllKeys(b, RulesWindowState, func(key []byte, s state.MapState[int64, RuleBucket]) error {
+	err = state.ApplyToAllKeys(b, RulesSliceState, func(key []byte, s state.MapState[int64, ruleSlice]) error {
 		for _, err := range s.Entries() {
 			if err != nil {
 				return err

@@ -210,7 +210,7 @@ func (g *rulesRig) entries() map[string]int {
 	g.t.Helper()
 	n := map[string]int{}
 	for _, op := range g.evals {
-		err := state.ApplyToAllKeys(op.backend, RulesWindowState, func(key []byte, s state.MapState[int64, RuleBucket]) error {
+		err := state.ApplyToAllKeys(op.backend, RulesSliceState, func(key []byte, s state.MapState[int64, ruleSlice]) error {
 			for _, err := range s.Entries() {
 				if err != nil {
 					return err

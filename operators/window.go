@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/big"
 	"slices"
 	"time"
 
@@ -197,7 +199,76 @@ type windowEntry struct {
 
 // windowState is the descriptor of WindowStateName.
 var windowState = state.MapStateDescriptor[int64, windowEntry]{
-	Name: WindowStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: state.JSONSerializer[windowEntry]{},
+	Name: WindowStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: windowEntrySerializer{},
+}
+
+// windowEntrySerializer is windowState's serializer: JSON, named "json",
+// writing exactly the bytes state.JSONSerializer writes (so checkpoints
+// are unchanged both ways), and a state.HeapSerializer, so on Pebble with
+// the write cache a window's accumulator stays decoded between the records
+// that fold into it instead of a JSON decode and encode per record.
+type windowEntrySerializer struct {
+	state.JSONSerializer[windowEntry]
+}
+
+// Copy implements state.HeapSerializer: a deep copy of v, or the error
+// Append would return (a double accumulator that is not finite, which
+// JSON cannot hold).
+func (windowEntrySerializer) Copy(v windowEntry, _ []windowEntry) (windowEntry, error) {
+	for name, a := range v.Acc {
+		if a.Num.IsFloat && (math.IsNaN(a.Num.Float) || math.IsInf(a.Num.Float, 0)) {
+			return windowEntry{}, fmt.Errorf("state: json encode: json: unsupported value: %v (aggregate %s)", a.Num.Float, name)
+		}
+	}
+	return copyWindowEntry(v), nil
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (s windowEntrySerializer) AppendKept(dst []byte, v windowEntry) ([]byte, error) {
+	return s.Append(dst, v)
+}
+
+// View implements state.HeapSerializer: a deep copy, which the caller may
+// change.
+func (windowEntrySerializer) View(v windowEntry) windowEntry { return copyWindowEntry(v) }
+
+// Size implements state.HeapSerializer: an estimate of v's bytes.
+func (windowEntrySerializer) Size(v windowEntry) int {
+	n := 64
+	for name, a := range v.Acc {
+		n += 96 + len(name) + len(a.Fn) + len(a.Value)
+		for _, s := range a.Seen {
+			n += 16 + len(s)
+		}
+		if a.Num.Big != nil {
+			n += 32 + len(a.Num.Big.Bits())*8
+		}
+	}
+	return n
+}
+
+// copyWindowEntry returns a copy of e sharing no memory anyone changes
+// (the Seen values are strings; a Big is copied; a nil Acc stays nil, an
+// empty one empty, as a JSON round trip keeps them).
+func copyWindowEntry(e windowEntry) windowEntry {
+	if e.Acc == nil {
+		return e
+	}
+	acc := make(aggregateAccumulators, len(e.Acc))
+	for name, a := range e.Acc {
+		if a.Num.Big != nil {
+			a.Num.Big = new(big.Int).Set(a.Num.Big)
+		}
+		a.Value = slices.Clone(a.Value)
+		if len(a.Seen) == 0 {
+			a.Seen = nil
+		} else {
+			a.Seen = slices.Clone(a.Seen)
+		}
+		acc[name] = a
+	}
+	e.Acc = acc
+	return e
 }
 
 // Window is the window operator (Flink's WindowOperator with an

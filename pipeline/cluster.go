@@ -166,6 +166,7 @@ func (c *Config) validateCluster(v *validator) {
 	if c.Checkpoints.SavepointDir != "" {
 		v.errorf("checkpoints.savepoint_dir", "%s", ClusterSavepointsRefused)
 	}
+	c.validateClusterNames(v)
 	if cl.GroupID != "" && !groupIDRE.MatchString(cl.GroupID) {
 		v.errorf("cluster.group_id", "invalid group id %q: only letters, digits, '.', '_' and '-'", cl.GroupID)
 	}
@@ -209,11 +210,6 @@ func (c *Config) validateCluster(v *validator) {
 	if cl.MarkerInterval <= 0 {
 		v.errorf("cluster.marker_interval", "must be > 0, got %s", cl.MarkerInterval)
 	}
-	for i := range c.Operators {
-		if _, two := c.twoInput(&c.Operators[i]); two {
-			v.errorf(fmt.Sprintf("operators[%d].type", i), "cluster mode does not run two-input operators (%s) yet: a stage reads one repartition topic; run this job without cluster.enabled", c.Operators[i].Type)
-		}
-	}
 	if c.Checkpoints.Interval == 0 {
 		v.errorf("checkpoints.interval", "cluster mode needs periodic checkpoints: a unit's output is committed by its checkpoints")
 	}
@@ -250,4 +246,27 @@ func (c *Config) PlanStages() (*graph.Stages, error) {
 		return nil, err
 	}
 	return graph.Split(g, c.Cluster.Units)
+}
+
+// validateClusterNames refuses, in cluster mode, a source, operator or
+// sink name that starts as the vertices of the repartition topics do
+// (graph.RepartitionVertex, "repartition.<stage>[.<role>]"): the stage
+// graphs would hold two vertices of one name, whose state, committables
+// and wires the job keys by name.
+func (c *Config) validateClusterNames(v *validator) {
+	reserved := strings.TrimSuffix(graph.RepartitionVertex(0), "0")
+	check := func(list string, i int, name string) {
+		if strings.HasPrefix(name, reserved) {
+			v.errorf(fmt.Sprintf("%s[%d].name", list, i), "%q: in cluster mode names starting with %q are reserved for the vertices of the repartition topics; rename it", name, reserved)
+		}
+	}
+	for i, s := range c.Sources {
+		check("sources", i, s.Name)
+	}
+	for i, op := range c.Operators {
+		check("operators", i, op.Name)
+	}
+	for i, s := range c.Sinks {
+		check("sinks", i, s.Name)
+	}
 }

@@ -126,9 +126,9 @@ func TestConnectorConfigErrors(t *testing.T) {
 		want               []string
 	}{
 		{"unknown sink type", "", "    type: mem\n    topic: out",
-			[]string{`c.yaml:14:5: sinks[0].type: unknown value "mem" (did you mean "memo"?); want one of file, kafka, memo`}},
+			[]string{`c.yaml:14:5: sinks[0].type: unknown value "mem" (did you mean "memo"?); want one of file, kafka, memo, postgres`}},
 		{"unknown sink type without a topic", "", "    type: fil\n    delivery: exactly-once",
-			[]string{`c.yaml:14:5: sinks[0].type: unknown value "fil" (did you mean "file"?); want one of file, kafka, memo`}},
+			[]string{`c.yaml:14:5: sinks[0].type: unknown value "fil" (did you mean "file"?); want one of file, kafka, memo, postgres`}},
 		{"unknown source type", "    type: kafak", "    topic: out",
 			[]string{`c.yaml:10:5: sources[0].type: unknown value "kafak" (did you mean "kafka"?); want one of kafka`}},
 		{"unknown sink param", "", "    type: memo\n    params:\n      dir: /x\n      rol_bytes: 3",
@@ -151,6 +151,29 @@ func TestConnectorConfigErrors(t *testing.T) {
 			[]string{`c.yaml:12:7: sources[0].format_params.subjct: unknown field (did you mean "subject"?)`}},
 		{"format params without format", "", "    topic: out\n    format_params:\n      subject: x",
 			[]string{`c.yaml:15:5: sinks[0].format_params: applies to format, which is not set`}},
+		{"postgres param misspelt", "", "    type: postgres\n    params:\n      connection: {dsn: \"postgres://h/d\"}\n      table: t\n      colums: [{name: id}]",
+			[]string{`c.yaml:18:7: sinks[0].params.colums: unknown field (did you mean "columns"?)`}},
+		{"postgres params checked", "", "    type: postgres\n    params:\n      connection: {host: h}\n      table: t\n      mode: upsert\n      columns: [{name: id, field: a, expression: b}]",
+			[]string{`c.yaml:16:7: sinks[0].params.key_columns: required for mode upsert: the columns of the table's primary key or a unique index`,
+				`c.yaml:16:19: sinks[0].params.connection.database: required`, `c.yaml:16:19: sinks[0].params.connection.user: required`,
+				`c.yaml:19:38: sinks[0].params.columns[0].expression: exclusive with field`}},
+		{"postgres insert from a changelog", "    table: true", "    type: postgres\n    params:\n      connection: {dsn: \"postgres://h/d\"}\n      table: t\n      columns: [{name: id}]",
+			[]string{`c.yaml:16:7: sinks[0].params.mode: mode insert appends rows, but its input "in" is the changelog of source "in" (table: true); use mode upsert with key_columns (+I and +U upsert, -D deletes by key)`}},
+		// the gids "<job>:<uid>-<subtask>-<checkpoint>" follow the uid (kept
+		// through a rename), so the uid is what must fit
+		{"postgres uid too long for gids", "", "    type: postgres\n    uid: uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu\n    delivery: exactly-once\n    params:\n      connection: {dsn: \"postgres://h/d\"}\n      table: t\n      key_columns: [id]\n      columns: [{name: id}]",
+			[]string{`c.yaml:15:5: sinks[0].uid: job name and sink uid too long for PostgreSQL transaction ids: "conn:uuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuuu-" is 176 bytes, at most 170`}},
+		{"kafka fields at a sink of another type", "", "    type: memo\n    topic: out\n    pool_size: 7\n    changelog: header\n    params:\n      dir: /x",
+			[]string{
+				`c.yaml:15:5: sinks[0].topic: sink type memo does not read it (a setting of the kafka type); its settings go in params`,
+				`c.yaml:16:5: sinks[0].pool_size: sink type memo does not read it (a setting of the kafka type); its settings go in params`,
+				`c.yaml:17:5: sinks[0].changelog: sink type memo does not read it (a setting of the kafka type); its settings go in params`,
+			}},
+		{"the file sink ignores no kafka field", "", "    type: file\n    delivery: exactly-once\n    topic: out\n    transaction_timeout: 1m\n    params:\n      path: /x",
+			[]string{
+				`c.yaml:16:5: sinks[0].topic: sink type file does not read it (a setting of the kafka type); its settings go in params`,
+				`c.yaml:17:5: sinks[0].transaction_timeout: sink type file does not read it (a setting of the kafka type); its settings go in params`,
+			}},
 		{"kafka sink needs a topic", "", "    delivery: none",
 			[]string{`c.yaml:12:5: sinks[0].topic: required field is missing`}},
 	} {

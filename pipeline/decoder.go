@@ -345,6 +345,12 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		v.SetBool(b)
+	case reflect.Pointer:
+		// An optional field (*bool: set or not): the value decoded into a
+		// new element.
+		p := reflect.New(v.Type().Elem())
+		d.decode(n, p.Elem(), path)
+		v.Set(p)
 	default:
 		d.fail(path, "pipeline: no decoder for field type "+v.Type().String())
 	}

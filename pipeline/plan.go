@@ -168,7 +168,8 @@ func (c *Config) lineageSource(name string) string {
 // buildGraph builds the graph of a validated config.
 func (c *Config) buildGraph() *graph.Graph {
 	reg := c.registry()
-	g := &graph.Graph{Job: c.Job.Name, MaxParallelism: c.MaxParallelism(), MaxParallelismSet: c.Job.MaxParallelism != 0}
+	g := &graph.Graph{Job: c.Job.Name, MaxParallelism: c.MaxParallelism(), MaxParallelismSet: c.Job.MaxParallelism != 0,
+		DisableChaining: !c.Job.ChainingOn()}
 	if c.UsesSchemaRegistry() {
 		g.Sections = map[string]any{srformat.SectionName: c.SchemaRegistry.RegistryConfig(c.SchemaRegistryURLs(), nil)}
 	}
@@ -228,6 +229,7 @@ func (c *Config) buildGraph() *graph.Graph {
 			Name: op.Name, Type: op.Type, Factory: f, Params: c.params[op.Name],
 			Parallelism: c.OperatorParallelism(op), AsyncState: op.AsyncState, KeyBy: op.KeyBy,
 			Input: c.inputVertex(op.Input), Broadcast: op.Broadcast,
+			DisableChaining: op.Chain != nil && !*op.Chain,
 		}
 		kind, _ := c.changelogStream(op.Input)
 		o.ChangelogInput = kind != appendOnly
@@ -245,7 +247,7 @@ func (c *Config) buildGraph() *graph.Graph {
 			route := &graph.Operator{
 				Name: op.Name + operators.RulesRouteSuffix, Type: f.Router.Type, Factory: f.Router, Params: c.params[op.Name],
 				Parallelism: c.OperatorParallelism(&OperatorConfig{Input: op.Input}),
-				Input:       c.inputVertex(op.Input), Broadcast: op.Broadcast, ErrorSources: o.ErrorSources,
+				Input:       c.inputVertex(op.Input), Broadcast: op.Broadcast, ErrorSources: o.ErrorSources, DisableChaining: o.DisableChaining,
 			}
 			if op.UID != "" {
 				setUID(route.Name, op.UID+operators.RulesRouteSuffix)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/runtime"
 )
@@ -367,5 +368,40 @@ sinks:
 	}
 	if valErr == nil || valErr.Error() != planErr.Error() {
 		t.Errorf("Validate error %v, want Plan's %v", valErr, planErr)
+	}
+}
+
+// TestPlanChaining: job.chaining defaults to on and false turns it off for
+// the graph; operators[].chain: false marks that operator (and its rules
+// routing stage) as never chained; both survive the split into
+// cluster-mode stages.
+func TestPlanChaining(t *testing.T) {
+	cfg, err := Load("testdata/chaining.good.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.DisableChaining || !g.Operators[0].DisableChaining {
+		t.Errorf("chaining: false planned DisableChaining %v, operator %v; want both true", g.DisableChaining, g.Operators[0].DisableChaining)
+	}
+	cfg.Job.Chaining, cfg.Operators[0].Chain = nil, nil
+	if g, err = cfg.Plan(); err != nil {
+		t.Fatal(err)
+	}
+	if g.DisableChaining || g.Operators[0].DisableChaining {
+		t.Errorf("by default: DisableChaining %v, operator %v; want both false", g.DisableChaining, g.Operators[0].DisableChaining)
+	}
+	g.DisableChaining = true
+	st, err := graph.Split(g, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sg := range st.Stages {
+		if !sg.Graph.DisableChaining {
+			t.Errorf("stage %d lost job.chaining: false", i)
+		}
 	}
 }

@@ -239,13 +239,17 @@ func (c *Config) validateRegistryAuth(v *validator) {
 	if s.BearerTokenEnv == "" {
 		bearerPath = p + ".bearer_token_file"
 	}
-	if b.Username != "" && bearer {
+	// basic_auth is checked whole whenever any of its fields is set: a
+	// missing username is one problem among the others, not the only one
+	// reported.
+	basic := b.Username != "" || b.PasswordEnv != "" || b.PasswordFile != ""
+	if basic && bearer {
 		v.errorf(bearerPath, "basic_auth is also set: set one of basic_auth and a bearer token")
 	}
-	switch {
-	case b.Username == "" && (b.PasswordEnv != "" || b.PasswordFile != ""):
+	if b.Username == "" && basic {
 		v.required(p + ".basic_auth.username")
-	case b.Username != "":
+	}
+	if basic {
 		switch {
 		case b.PasswordEnv != "" && b.PasswordFile != "":
 			v.errorf(p+".basic_auth.password_file", "password_env is also set: set exactly one of password_env and password_file")

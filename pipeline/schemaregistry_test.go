@@ -56,6 +56,13 @@ func TestValidateSchemaRegistry(t *testing.T) {
 			"sr.yaml:14:3: schema_registry.basic_auth: a password is required"}},
 		{"password without user", "  urls: [http://sr:8081]\n  basic_auth:\n    password_env: SR_PASSWORD", []string{
 			"schema_registry.basic_auth.username: required field is missing"}},
+		{"password without user, and every other problem", "  urls: [http://sr:8081]\n  basic_auth:\n    password_env: SR_PASSWORD\n    password_file: /x\n  bearer_token_file: " + tokenFile, []string{
+			"schema_registry.basic_auth.username: required field is missing",
+			"sr.yaml:16:5: schema_registry.basic_auth.password_file: password_env is also set",
+			"sr.yaml:17:3: schema_registry.bearer_token_file: basic_auth is also set"}},
+		{"password without user, unset env", "  urls: [http://sr:8081]\n  basic_auth:\n    password_env: SR_NOPE", []string{
+			"schema_registry.basic_auth.username: required field is missing",
+			"sr.yaml:15:5: schema_registry.basic_auth.password_env: the environment variable it names is not set"}},
 		{"empty env", "  urls: [http://sr:8081]\n  bearer_token_env: SR_EMPTY", []string{
 			"sr.yaml:14:3: schema_registry.bearer_token_env: the environment variable it names is empty"}},
 		{"numbers", "  urls: [http://sr:8081]\n  timeout: 0s\n  cache:\n    max_schemas: 0\n    not_found_ttl: -1s\n  retry:\n    min_backoff: 1s\n    max_backoff: 10ms", []string{

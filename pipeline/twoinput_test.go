@@ -87,14 +87,16 @@ after -forward-> out
 	if both.ErrorSources != [2]string{"clicks", "wide"} {
 		t.Errorf("error sources %v, want [clicks wide]", both.ErrorSources)
 	}
-	if _, err := graph.Split(g, 2); err == nil || err.Error() != `graph: operator "both" reads two inputs; cluster mode runs one-input operators only` {
-		t.Errorf("graph.Split of a two-input operator: %v", err)
-	}
 }
 
-// TestClusterRefusesTwoInput: cluster mode refuses a two-input operator at
-// its type (a stage reads one repartition topic).
-func TestClusterRefusesTwoInput(t *testing.T) {
+// TestPlanStagesTwoInput: in cluster mode a two-input operator starts a
+// stage of its own that reads one repartition topic per role, each written
+// by the stage of that role's input with the role's key_by; a table source
+// feeding it (table_join's right role) stays a table in stage 0 (upserts
+// and tombstones made there, their kinds crossing the exchange in the
+// kstreamd-change header its repartition source reads), and the join's
+// changelog flags are the planned graph's.
+func TestPlanStagesTwoInput(t *testing.T) {
 	src := `job:
   name: clicks
 data_dir: data
@@ -110,18 +112,90 @@ cluster:
 sources:
   - {name: a, topic: a}
   - {name: b, topic: b}
+  - {name: users, topic: users, table: true}
 operators:
   - name: both
     type: co_pass
     inputs:
       left: {from: a, key_by: k}
       right: {from: b, key_by: k}
+  - name: enrich
+    type: table_join
+    inputs:
+      left: {from: both, key_by: user}
+      right: {from: users, key_by: key}
+    params:
+      select: '{"user": left.user, "country": right == null ? null : right.country}'
 sinks:
-  - {name: out, input: both, topic: out}
+  - {name: out, input: enrich, topic: out, delivery: exactly-once, transaction_timeout: 5m}
 `
-	_, err := Parse("c.yaml", []byte(src), twoInputRegistry(t))
-	want := `c.yaml:18:5: operators[0].type: cluster mode does not run two-input operators (co_pass) yet: a stage reads one repartition topic; run this job without cluster.enabled`
-	if err == nil || err.Error() != want {
-		t.Fatalf("Parse: %v\nwant %s", err, want)
+	c, err := Parse("c.yaml", []byte(src), twoInputRegistry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `units=2
+stage 0
+  source a topic=a
+  source b topic=b
+  source users topic=users
+  sink repartition.1.left topic=clicks-1-left-repartition units=2
+  sink repartition.1.right topic=clicks-1-right-repartition units=2
+  sink repartition.2.right topic=clicks-2-right-repartition units=2
+  a -hash(k)-> repartition.1.left
+  b -hash(k)-> repartition.1.right
+  users -hash(key)-> repartition.2.right
+stage 1
+  source repartition.1.left topic=clicks-1-left-repartition repartition
+  source repartition.1.right topic=clicks-1-right-repartition repartition
+  operator both type=co_pass input=repartition.1.left
+  sink repartition.2.left topic=clicks-2-left-repartition units=2
+  repartition.1.left -forward-> both
+  repartition.1.right -forward-> both[1]
+  both -hash(user)-> repartition.2.left
+stage 2
+  source repartition.2.left topic=clicks-2-left-repartition repartition
+  source repartition.2.right topic=clicks-2-right-repartition repartition
+  operator enrich type=table_join input=repartition.2.left
+  sink out topic=out
+  repartition.2.left -forward-> enrich
+  repartition.2.right -forward-> enrich[1]
+  enrich -forward-> out
+repartition clicks-1-left-repartition partitions=2 0->1 (a -hash(k)-> both)
+repartition clicks-1-right-repartition partitions=2 0->1 (b -hash(k)-> both[1])
+repartition clicks-2-left-repartition partitions=2 1->2 (both -hash(user)-> enrich)
+repartition clicks-2-right-repartition partitions=2 0->2 (users -hash(key)-> enrich[1])
+`
+	if got := st.String(); got != want {
+		t.Errorf("stages:\n%s\nwant:\n%s", got, want)
+	}
+	users := st.Stages[0].Graph.Sources[2]
+	if users.Name != "users" || !users.Table || users.Changelog || users.Repartition {
+		t.Errorf("stage 0 users source: table %v changelog %v repartition %v, want a table read as in a single process", users.Table, users.Changelog, users.Repartition)
+	}
+	for _, s := range st.Stages[1:] {
+		for _, src := range s.Graph.Sources {
+			if !src.Repartition || !src.Changelog || src.Table {
+				t.Errorf("stage %d source %s: repartition %v changelog %v table %v, want a header-mode repartition source", s.Index, src.Name, src.Repartition, src.Changelog, src.Table)
+			}
+		}
+	}
+	for _, s := range st.Stages[:2] {
+		for _, sk := range s.Graph.Sinks {
+			if sk.Changelog != graph.ChangelogHeader {
+				t.Errorf("stage %d sink %s writes changelog %q, want header", s.Index, sk.Name, sk.Changelog)
+			}
+		}
+	}
+	enrich := st.Stages[2].Graph.Operators[0]
+	if got := enrich.Sides; len(got) != 2 || got[0] != (graph.Side{Role: "left", Input: "repartition.2.left", KeyBy: "user"}) ||
+		got[1] != (graph.Side{Role: "right", Input: "repartition.2.right", KeyBy: "key"}) {
+		t.Errorf("enrich sides %+v", got)
+	}
+	if enrich.ErrorSources != [2]string{"repartition.2.left", "repartition.2.right"} {
+		t.Errorf("enrich error sources %v", enrich.ErrorSources)
 	}
 }

@@ -24,6 +24,12 @@ func TestPlanUIDs(t *testing.T) {
 	if g.UID("tally") != "counts" || g.UID("events.dead-letter") != "events.dead-letter" {
 		t.Errorf("UID(tally) = %q, UID of a non-vertex = %q", g.UID("tally"), g.UID("events.dead-letter"))
 	}
+	// An exactly-once Kafka sink's default transactional id prefix
+	// follows its uid: renamed with the uid kept, its recovery fences the
+	// transactions the run before left open.
+	if got, want := g.Sinks[0].TransactionalIDPrefix, "kstreamd-"+g.Job+"-counted"; got != want {
+		t.Errorf("sink out (uid counted): transactional id prefix %q, want %q", got, want)
+	}
 	if !cfg.Settings().AllowNonRestoredState {
 		t.Errorf("checkpoints.allow_non_restored_state: true did not reach the settings")
 	}

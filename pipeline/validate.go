@@ -171,6 +171,7 @@ func (c *Config) validate() ConfigErrors {
 	c.validateOperators(v, stages)
 	c.validateSinks(v, stages)
 	c.validateFileSinks(v)
+	c.validatePostgresSinks(v)
 	c.validateDemo(v)
 	c.validateCluster(v)
 	c.validateSchemaRegistry(v)
@@ -577,6 +578,7 @@ func (c *Config) checkSideOutput(v *validator, path, op, side string) {
 
 func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 	conns := c.connectors()
+	prefixes := map[string]string{} // transactional id prefix -> the path of the sink that has it
 	for i := range c.Sinks {
 		s := &c.Sinks[i]
 		p := fmt.Sprintf("sinks[%d]", i)
@@ -600,7 +602,10 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 		}
 		// an unknown type's fields are not known: a misspelt type (its
 		// did-you-mean above) does not also get "topic: required"
-		if !known && s.Type == "" || known && f.Type == connector.DefaultType || s.Topic != "" {
+		if known && f.Type != connector.DefaultType {
+			c.checkSinkFields(v, p, f)
+		}
+		if !known && s.Type == "" || known && f.Type == connector.DefaultType || s.Topic != "" && (!known || f.Reads("topic")) {
 			v.topic(p+".topic", s.Topic)
 		}
 		v.oneOf(p+".delivery", string(s.Delivery), spellings(graph.Deliveries())...)
@@ -629,6 +634,21 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 					s.TransactionTimeout, iv, cto, c.timeoutNote(), iv+cto)
 			}
 		}
+		if s.Delivery == DeliveryExactlyOnce && (!known && s.Type == "" || known && f.Type == connector.DefaultType) {
+			// Two sinks of one job writing under the same transactional ids
+			// fence each other: each one's producer (and recovery) aborts
+			// the other's open transactions.
+			field := p + ".name"
+			if s.TransactionalIDPrefix != "" {
+				field = p + ".transactional_id_prefix"
+			}
+			prefix := c.TransactionalIDPrefix(s)
+			if prev, dup := prefixes[prefix]; dup {
+				v.errorf(field, "transactional id prefix %q is also %s's: two exactly-once sinks would fence each other's transactions; set another transactional_id_prefix", prefix, prev)
+			} else {
+				prefixes[prefix] = p
+			}
+		}
 		if s.BufferThreshold < 0 {
 			v.errorf(p+".buffer_threshold", "must be >= 0, got %d", s.BufferThreshold)
 		} else if s.BufferThreshold > 0 && s.Delivery != DeliveryAtLeastOnce {
@@ -638,6 +658,17 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 			v.errorf(p+".pool_size", "must be in [3, 100], got %d", s.PoolSize)
 		}
 		v.parallelism(p+".parallelism", s.Parallelism, 0)
+	}
+}
+
+// checkSinkFields refuses the sink-level settings of sink p (one of
+// connector.KafkaSinkFields) written in the file that its type f does not
+// read: they would be ignored.
+func (c *Config) checkSinkFields(v *validator, p string, f *connector.SinkFactory) {
+	for _, field := range connector.KafkaSinkFields() {
+		if _, written := c.src.keyWritten(p + "." + field); written && !f.Reads(field) {
+			v.errorf(p+"."+field, "sink type %s does not read it (a setting of the kafka type); its settings go in params", f.Type)
+		}
 	}
 }
 

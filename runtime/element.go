@@ -81,6 +81,45 @@ type Record struct {
 	// the retraction to the old key's subtask and the addition to the new
 	// key's, as in Flink's retract streams.
 	Change ChangeKind
+	// decoded is Value as an operator of the same chain decoded it
+	// (SetDecoded), nil when none did.
+	decoded *decodedValue
+}
+
+// decodedValue is a decoded form of the Value whose bytes start at of and
+// are n long.
+type decodedValue struct {
+	of *byte
+	n  int
+	v  any
+}
+
+// SetDecoded attaches v, the decoded form of r.Value (the expressions'
+// JSON decoding: whatever the operators' record environment makes of
+// it), so that the next operator of the chain reuses it instead of
+// decoding Value again (one decode per record per chain). It is tied to
+// the bytes of r.Value: once an operator gives the record another Value,
+// Decoded no longer returns it, so an operator that copies a record and
+// changes its value needs no care. The value v is shared read-only by the
+// operators downstream in the chain; a Writer drops it, so it never
+// crosses a channel.
+func (r *Record) SetDecoded(v any) {
+	d := &decodedValue{n: len(r.Value), v: v}
+	if len(r.Value) > 0 {
+		d.of = &r.Value[0]
+	}
+	r.decoded = d
+}
+
+// Decoded returns the decoded form of r.Value an operator upstream in the
+// chain attached (SetDecoded) and true, or nil and false when none did or
+// r.Value changed since.
+func (r *Record) Decoded() (any, bool) {
+	d := r.decoded
+	if d == nil || d.n != len(r.Value) || (d.n > 0 && d.of != &r.Value[0]) {
+		return nil, false
+	}
+	return d.v, true
 }
 
 // ChangeKind is the kind of change a changelog record carries (Flink's

@@ -8,7 +8,7 @@ import (
 )
 
 // SideOutputOperator is the writer of a SideOutput: a two-phase-commit
-// sink the task drives besides its operator (sink.TwoPhaseCommitSink).
+// sink the task drives besides its operator (connector.TwoPhaseCommitSink).
 // Open runs after the task's operator opened, SnapshotState (the
 // pre-commit) at every barrier before the barrier is forwarded,
 // NotifyCheckpointComplete (the commit) and NotifyCheckpointAborted on the

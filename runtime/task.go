@@ -62,6 +62,9 @@ type OperatorTask struct {
 	// sides are the task's transactional side outputs (the dead-letter
 	// writer), checkpointed with it under ids of their own.
 	sides SideOutputs
+	// chain are the operators chained after op, in the order their
+	// upstream operators come (OperatorTaskConfig.Chain).
+	chain []*ChainedOperator
 	// valve combines the channels' watermarks; wmGauge exports the last
 	// watermark forwarded (may be nil).
 	valve   *StatusWatermarkValve
@@ -130,6 +133,13 @@ type OperatorTaskConfig struct {
 	// own id, committed when the checkpoint completes, and its open
 	// transaction aborted at end of input. See SideOutput.
 	SideOutputs []SideOutput
+	// Chain are the operators chained after Operator in this task
+	// (Flink's OperatorChain), each already added to its upstream
+	// operator's Output with Output.AddChained, upstream before
+	// downstream. The task opens, closes and notifies them with its own
+	// operator and expects their snapshots under their own ids
+	// (SideOutputIDs). Chained operators read one input.
+	Chain []*ChainedOperator
 }
 
 // NewOperatorTask returns a task from cfg.
@@ -139,7 +149,11 @@ func NewOperatorTask(cfg OperatorTaskConfig) *OperatorTask {
 		mb = NewMailbox()
 	}
 	t := &OperatorTask{id: cfg.ID, name: cfg.ID.String(), gate: cfg.Gate, op: cfg.Operator, out: cfg.Output, mailbox: mb,
-		recIn: cfg.RecordsIn, bootstrp: cfg.BootstrapInput, responder: cfg.Responder, badByInput: cfg.BadRecords, sides: cfg.SideOutputs}
+		recIn: cfg.RecordsIn, bootstrp: cfg.BootstrapInput, responder: cfg.Responder, badByInput: cfg.BadRecords, sides: cfg.SideOutputs,
+		chain: cfg.Chain}
+	for _, c := range t.chain {
+		c.bind(t)
+	}
 	for i := 0; i < cfg.Gate.NumChannels(); i++ {
 		t.inputs = max(t.inputs, cfg.Gate.Channel(i).Input+1)
 	}
@@ -175,14 +189,37 @@ func (t *OperatorTask) ID() TaskID { return t.id }
 // Mailbox returns the subtask's mailbox.
 func (t *OperatorTask) Mailbox() *Mailbox { return t.mailbox }
 
-// SideOutputIDs implements SideOutputOwner.
-func (t *OperatorTask) SideOutputIDs() []TaskID { return t.sides.IDs() }
+// SideOutputIDs implements SideOutputOwner: the ids of the task's side
+// outputs, then of each chained operator and its side outputs, all of
+// which acknowledge snapshots of their own.
+func (t *OperatorTask) SideOutputIDs() []TaskID {
+	ids := t.sides.IDs()
+	for _, c := range t.chain {
+		ids = append(ids, c.ID)
+		ids = append(ids, c.SideOutputs.IDs()...)
+	}
+	return ids
+}
+
+// listens reports whether a checkpoint notification has anyone to reach
+// besides the operator's listener (side outputs, chained operators).
+func (t *OperatorTask) listens() bool {
+	if len(t.sides) > 0 {
+		return true
+	}
+	for _, c := range t.chain {
+		if c.listens() {
+			return true
+		}
+	}
+	return false
+}
 
 // NotifyCheckpointComplete implements CheckpointTarget: the operator's
 // listener, then the side outputs, commit on the subtask goroutine.
 func (t *OperatorTask) NotifyCheckpointComplete(id int64) {
 	l, ok := t.op.(CheckpointListener)
-	if !ok && len(t.sides) == 0 {
+	if !ok && !t.listens() {
 		return
 	}
 	t.mailbox.Execute(func() {
@@ -200,7 +237,15 @@ func (t *OperatorTask) complete(l CheckpointListener, id int64) error {
 			return err
 		}
 	}
-	return t.sides.Complete(t.runCtx, id)
+	if err := t.sides.Complete(t.runCtx, id); err != nil {
+		return err
+	}
+	for _, c := range t.chain {
+		if err := c.complete(t.runCtx, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // NotifyCheckpointCompleteThen is NotifyCheckpointComplete, then calls done
@@ -211,7 +256,7 @@ func (t *OperatorTask) complete(l CheckpointListener, id int64) error {
 // listener fails or the task ends before it ran.
 func (t *OperatorTask) NotifyCheckpointCompleteThen(id int64, done func()) {
 	l, ok := t.op.(CheckpointListener)
-	if !ok && len(t.sides) == 0 {
+	if !ok && !t.listens() {
 		done()
 		return
 	}
@@ -229,7 +274,7 @@ func (t *OperatorTask) NotifyCheckpointCompleteThen(id int64, done func()) {
 // NotifyCheckpointAborted implements CheckpointTarget.
 func (t *OperatorTask) NotifyCheckpointAborted(id int64) {
 	l, ok := t.op.(CheckpointListener)
-	if !ok && len(t.sides) == 0 {
+	if !ok && !t.listens() {
 		return
 	}
 	t.mailbox.Execute(func() {
@@ -237,6 +282,9 @@ func (t *OperatorTask) NotifyCheckpointAborted(id int64) {
 			l.NotifyCheckpointAborted(t.runCtx, id)
 		}
 		t.sides.Aborted(t.runCtx, id)
+		for _, c := range t.chain {
+			c.aborted(t.runCtx, id)
+		}
 	})
 }
 
@@ -258,6 +306,30 @@ func (t *OperatorTask) Run(ctx context.Context, _ <-chan struct{}) (err error) {
 	}()
 	if err := t.sides.Open(ctx); err != nil {
 		return fmt.Errorf("%s: %w", t.name, err)
+	}
+	opened := 0
+	defer func() {
+		// The chained operators close before the head, once no snapshot
+		// is being written.
+		t.snapshots.Wait()
+		for i := opened - 1; i >= 0; i-- {
+			c := t.chain[i]
+			if cerr := c.Operator.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("%s: close: %w", c.name, cerr)
+			}
+			if cerr := c.SideOutputs.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("%s: %w", c.name, cerr)
+			}
+		}
+	}()
+	for _, c := range t.chain {
+		if err := c.Operator.Open(ctx); err != nil {
+			return fmt.Errorf("%s: open: %w", c.name, err)
+		}
+		opened++
+		if err := c.SideOutputs.Open(ctx); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
 	}
 	pending := t.startBootstrap()
 	for !t.gate.Finished() {
@@ -382,6 +454,10 @@ func (t *OperatorTask) record(ctx context.Context, ch, input int, rec Record) er
 		}
 	}
 	if err := t.op.ProcessRecord(ctx, input, rec); err != nil {
+		var ce *chainedError
+		if errors.As(err, &ce) {
+			return ce.err // a chained operator failed; it names itself
+		}
 		if err := t.badRecord(ctx, input, rec, err); err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
@@ -611,7 +687,17 @@ func (t *OperatorTask) startBootstrap() map[int]bool {
 // FinalCommitTimeout.
 func (t *OperatorTask) awaitPendingCommits(ctx context.Context) error {
 	pc, _ := t.op.(PendingCommitter)
-	pending := func() bool { return (pc != nil && pc.PendingCommits()) || t.sides.PendingCommits() }
+	pending := func() bool {
+		if (pc != nil && pc.PendingCommits()) || t.sides.PendingCommits() {
+			return true
+		}
+		for _, c := range t.chain {
+			if c.pendingCommits() {
+				return true
+			}
+		}
+		return false
+	}
 	if !pending() {
 		return nil
 	}

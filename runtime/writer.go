@@ -144,6 +144,7 @@ func (w *Writer) Emit(ctx context.Context, rec Record) error {
 		}
 		rec.Key = k
 	}
+	rec.decoded = nil // a decoded value stays within its chain
 	var i int
 	switch p := w.partitioner.(type) {
 	case ForwardPartitioner:
@@ -271,6 +272,8 @@ func (w *Writer) send(ctx context.Context, ch Channel, el Element) error {
 type Output struct {
 	writers []*Writer
 	side    map[string][]*Writer // side output tag -> writers
+	// chained are the operators chained to the emitting one (AddChained).
+	chained []*ChainedOperator
 	counter interface{ Inc() }
 	blocked interface{ Add(float64) }
 }
@@ -288,6 +291,14 @@ func (o *Output) AddWriter(w *Writer) {
 	}
 	o.writers = append(o.writers, w)
 }
+
+// AddChained chains c to the operator emitting to o (Flink's
+// ChainingOutput): every record o emits is handed to c's operator on the
+// calling goroutine, after o's writers got it, and every control element
+// o broadcasts reaches c (which handles it and forwards it on its own
+// Output) after o's writers. The task running the emitting operator must
+// also run c (OperatorTaskConfig.Chain).
+func (o *Output) AddChained(c *ChainedOperator) { o.chained = append(o.chained, c) }
 
 // AddSideWriter adds a downstream operator's writer to side output tag
 // (Flink's OutputTag): it gets what EmitSide(tag) emits, and every control
@@ -343,6 +354,9 @@ func (o *Output) SetBackPressure(c interface{ Add(float64) }) {
 // Emit then returns that *RecordError (the first, when several refuse), so
 // the record meets the emitting task's bad-record policy for the refusing
 // branch only. Any other error stops the fan-out and is returned at once.
+// Then each chained operator (AddChained) processes the record; a failure
+// its own bad-record policy did not absorb is returned (and fails the
+// task: the emitting operator's policy does not see it).
 func (o *Output) Emit(ctx context.Context, rec Record) error {
 	var refused error
 	for _, w := range o.writers {
@@ -359,11 +373,19 @@ func (o *Output) Emit(ctx context.Context, rec Record) error {
 	if o.counter != nil && refused == nil {
 		o.counter.Inc()
 	}
+	for _, c := range o.chained {
+		// A chained operator's bad records meet its own policy; what
+		// comes back fails the task.
+		if err := c.processRecord(ctx, rec); err != nil {
+			return err
+		}
+	}
 	return refused
 }
 
 // Flush sends the batches every batching writer of o holds (see
-// Writer.WithBatching), main and side outputs.
+// Writer.WithBatching), main and side outputs, and those of the outputs of
+// the operators chained to o.
 func (o *Output) Flush(ctx context.Context) error {
 	for _, w := range o.writers {
 		if err := w.Flush(ctx); err != nil {
@@ -377,11 +399,16 @@ func (o *Output) Flush(ctx context.Context) error {
 			}
 		}
 	}
+	for _, c := range o.chained {
+		if err := c.Output.Flush(ctx); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // Broadcast sends a control element to every channel of every downstream
-// operator.
+// operator, then hands it to every chained operator (AddChained).
 func (o *Output) Broadcast(ctx context.Context, el Element) error {
 	for _, w := range o.writers {
 		if err := w.Broadcast(ctx, el); err != nil {
@@ -393,6 +420,11 @@ func (o *Output) Broadcast(ctx context.Context, el Element) error {
 			if err := w.Broadcast(ctx, el); err != nil {
 				return err
 			}
+		}
+	}
+	for _, c := range o.chained {
+		if err := c.control(ctx, el); err != nil {
+			return err
 		}
 	}
 	return nil

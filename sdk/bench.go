@@ -51,7 +51,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 			help = true
 		}
 	}
-	scenario := fs.String("scenario", "keyed-count-pebble", "the scenario `NAME` to run")
+	scenario := fs.String("scenario", "keyed-count-pebble", "the scenario `NAME` to run, or several comma-separated (copy,avro-copy): one table, each against the same run's pipe")
 	all := fs.Bool("all", false, "run every scenario (not state-scaling) and print one table")
 	delivery := fs.String("delivery", bench.ExactlyOnce, "the sinks' delivery: exactly-once, at-least-once, or both")
 	records := fs.Int("records", 500_000, "`N` records pre-loaded for the throughput phase")
@@ -70,6 +70,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	nexmarkRate := fs.Float64("nexmark-rate", bench.DefaultNexmarkRate, "nexmark-q*: events per second of event time of the pre-loaded Nexmark events (the nexmark project's first-event.rate)")
 	daemons := fs.String("daemons", "1,2,3", "cluster: the daemon counts to measure, comma-separated")
 	units := fs.Int("units", 6, "cluster: work units per stage (cluster.units)")
+	pgDSN := fs.String("postgres-dsn", "", "postgres-sink: the PostgreSQL database (a postgres:// URL) each run writes a table of its own to")
 	serve := fs.Bool("serve-broker", false, "internal: run only the embedded broker for a parent bench, until stdin closes")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // the usage, on stdout, as every command's --help
@@ -93,6 +94,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		"--rounds": *rounds, "--units": *units,
 	}); err != nil {
 		fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
+		return 2
+	}
+	if *scenario == bench.PostgresSinkScenario && !*all && *pgDSN == "" {
+		fmt.Fprintln(stderr, "kstreamd bench: --scenario postgres-sink needs --postgres-dsn (a PostgreSQL database, e.g. postgres://user@127.0.0.1:5432/bench)")
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -171,13 +176,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		return 0
 	}
 	cfg := bench.Config{
-		Scenarios: []string{*scenario}, Deliveries: []string{*delivery}, Records: *records, Keys: *keys, Zipf: *zipf,
+		Scenarios: strings.Split(*scenario, ","), Deliveries: []string{*delivery}, Records: *records, Keys: *keys, Zipf: *zipf,
 		Partitions: *partitions, Parallelism: *parallelism, CheckpointInterval: *interval, LatencyDuration: *latency,
 		Dir: workDir, Registry: reg.Registry, Connectors: reg.Connectors, Logger: logger, Progress: stderr, CPUProfile: *cpuprofile, NexmarkRate: *nexmarkRate,
+		PostgresDSN: *pgDSN,
 	}
 	if *all {
 		cfg.Scenarios = nil
 		for _, s := range bench.Scenarios {
+			if s.Postgres && *pgDSN == "" {
+				fmt.Fprintf(stderr, "kstreamd bench: --all without --postgres-dsn: %s not run\n", s.Name)
+				continue
+			}
 			cfg.Scenarios = append(cfg.Scenarios, s.Name)
 		}
 	}
@@ -226,8 +236,12 @@ func checkBenchFlags(scenario string, all bool, delivery string, zipf, changed f
 			return fmt.Errorf("%s %d: want a positive count", n, v)
 		}
 	}
-	if _, ok := bench.ScenarioByName(scenario); !ok && !all && scenario != bench.StateScalingScenario && scenario != bench.ClusterScenario && scenario != bench.TTLCleanupScenario {
-		return fmt.Errorf("--scenario %q: unknown (known: %s, %s, %s, %s)", scenario, bench.ScenarioNames(), bench.StateScalingScenario, bench.TTLCleanupScenario, bench.ClusterScenario)
+	if !all && scenario != bench.StateScalingScenario && scenario != bench.ClusterScenario && scenario != bench.TTLCleanupScenario {
+		for _, n := range strings.Split(scenario, ",") {
+			if _, ok := bench.ScenarioByName(n); !ok {
+				return fmt.Errorf("--scenario %q: unknown (known: %s, %s, %s, %s)", n, bench.ScenarioNames(), bench.StateScalingScenario, bench.TTLCleanupScenario, bench.ClusterScenario)
+			}
+		}
 	}
 	if delivery != bench.ExactlyOnce && delivery != bench.AtLeastOnce && delivery != "both" {
 		return fmt.Errorf("--delivery %q: want %s, %s or both", delivery, bench.ExactlyOnce, bench.AtLeastOnce)

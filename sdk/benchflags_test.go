@@ -30,6 +30,8 @@ func TestBenchBadFlagsRefused(t *testing.T) {
 		{[]string{"--partitions", "0"}, "--partitions"},
 		{[]string{"--delivery", "foo"}, "--delivery"},
 		{[]string{"--scenario", "nope"}, "--scenario"},
+		{[]string{"--scenario", "copy,nope"}, `--scenario "nope": unknown`},
+		{[]string{"--scenario", "copy,"}, `--scenario "": unknown`},
 		{[]string{"--zipf", "0.5"}, "--zipf"},
 		{[]string{"--zipf", "1"}, "--zipf"},
 		{[]string{"--zipf", "-2"}, "--zipf"},

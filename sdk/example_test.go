@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -74,14 +75,19 @@ func TestCustomOperatorExample(t *testing.T) {
 	})
 
 	for _, async := range []bool{false, true} {
-		t.Run(fmt.Sprintf("run/async_state=%t", async), func(t *testing.T) { runExampleJob(t, bin, async) })
+		t.Run(fmt.Sprintf("run/async_state=%t", async), func(t *testing.T) { runExampleJob(t, bin, async, false) })
 	}
+	// The example's own format (csvformat.go): payments read as CSV lines,
+	// totals written as CSV lines, a line of three columns skipped with
+	// the format's own reason.
+	t.Run("csv_format", func(t *testing.T) { runExampleJob(t, bin, false, true) })
 	t.Run("order_shipment", func(t *testing.T) { runShipmentJob(t, bin) })
 }
 
 // runExampleJob runs session_total (async state or not) on a kfake broker
-// and checks its output, its skip metric and its clean stop.
-func runExampleJob(t *testing.T, bin string, async bool) {
+// and checks its output, its skip metric and its clean stop; with csv, the
+// source reads and the sink writes the example's csv format.
+func runExampleJob(t *testing.T, bin string, async, csv bool) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "payments", "totals"))
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +97,12 @@ func runExampleJob(t *testing.T, bin string, async bool) {
 	metrics := testkit.FreeAddr(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "pipeline.yaml")
-	if err := os.WriteFile(path, []byte(exampleConfig(dir, broker, metrics, async, "{field: amount, ttl: 1h}")), 0o644); err != nil {
+	cfg := exampleConfig(dir, broker, metrics, async, "{field: amount, ttl: 1h}")
+	if csv {
+		cfg = strings.Replace(cfg, "    on_error: skip\n", "    on_error: skip\n    format: csv\n    format_params: {fields: [customer, amount]}\n", 1)
+		cfg = strings.Replace(cfg, "    delivery: exactly-once\n", "    delivery: exactly-once\n    format: csv\n    format_params: {fields: [key, total]}\n", 1)
+	}
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -150,7 +161,14 @@ func runExampleJob(t *testing.T, bin string, async bool) {
 	defer cl.Close()
 	var recs []*kgo.Record
 	for _, p := range payments {
+		if csv {
+			recs = append(recs, &kgo.Record{Key: []byte(p.customer), Value: fmt.Appendf(nil, "%s,%s", p.customer, strings.Trim(p.amount, `"`))})
+			continue
+		}
 		recs = append(recs, &kgo.Record{Key: []byte(p.customer), Value: fmt.Appendf(nil, `{"customer":%q,"amount":%s}`, p.customer, p.amount)})
+	}
+	if csv { // three columns: the format refuses it (reason csv_fields)
+		recs = append(recs, &kgo.Record{Key: []byte("bob"), Value: []byte("bob,1,2")})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -170,7 +188,14 @@ func runExampleJob(t *testing.T, bin string, async bool) {
 	byKey := map[string][]float64{}
 	for _, r := range got {
 		var v total
-		if err := json.Unmarshal(r.Value, &v); err != nil {
+		if csv {
+			k, n, ok := strings.Cut(string(r.Value), ",")
+			f, err := strconv.ParseFloat(n, 64)
+			if !ok || err != nil {
+				t.Fatalf("totals record %q: want a CSV line key,total", r.Value)
+			}
+			v = total{Key: k, Total: f}
+		} else if err := json.Unmarshal(r.Value, &v); err != nil {
 			t.Fatalf("totals record %q: %v", r.Value, err)
 		}
 		if string(r.Key) != v.Key {
@@ -184,8 +209,14 @@ func runExampleJob(t *testing.T, bin string, async bool) {
 	}
 	skipped := map[string]string{"source": "payments", "reason": "invalid"}
 	testkit.WaitMetric(t, 10*time.Second, "http://"+metrics+"/metrics", "kstreamd_source_records_skipped_total", skipped, 1)
-	if all, err := testkit.Scrape("http://"+metrics+"/metrics", "kstreamd_source_records_skipped_total", nil); err != nil || all != 1 {
-		t.Fatalf("kstreamd_source_records_skipped_total over every reason = %v (err %v), want 1", all, err)
+	wantSkipped := 1.0
+	if csv {
+		testkit.WaitMetric(t, 10*time.Second, "http://"+metrics+"/metrics", "kstreamd_source_records_skipped_total",
+			map[string]string{"source": "payments", "reason": "csv_fields"}, 1)
+		wantSkipped = 2
+	}
+	if all, err := testkit.Scrape("http://"+metrics+"/metrics", "kstreamd_source_records_skipped_total", nil); err != nil || all != wantSkipped {
+		t.Fatalf("kstreamd_source_records_skipped_total over every reason = %v (err %v), want %v", all, err, wantSkipped)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

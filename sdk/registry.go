@@ -65,6 +65,27 @@ type (
 	// Committer is the transactional system of an exactly-once sink type
 	// (connector.Committer); NewTwoPhaseCommitSink drives it.
 	Committer = connector.Committer
+	// FormatContext is what a FormatFactory's New gets: the vertex, its
+	// Role, the topic, the decoded params (connector.FormatContext).
+	FormatContext = connector.FormatContext
+	// Role says which end of a job a format serves: RoleSource or
+	// RoleSink (connector.Role). FormatFactory.Roles limits a format to
+	// some; RoleParamsChecker.CheckRole is told which one its params are
+	// used in.
+	Role = connector.Role
+	// RoleParamsChecker is implemented by format params whose fields
+	// apply to one role only, so that `kstreamd validate` refuses a field
+	// a role does not use at its FILE:LINE:COL
+	// (connector.RoleParamsChecker).
+	RoleParamsChecker = connector.RoleParamsChecker
+)
+
+// The roles of a format (connector.RoleSource, connector.RoleSink).
+const (
+	// RoleSource: the format decodes the values a source reads.
+	RoleSource = connector.RoleSource
+	// RoleSink: the format encodes the values a sink writes.
+	RoleSink = connector.RoleSink
 )
 
 // NewTwoPhaseCommitSink returns subtask subtask of the exactly-once sink

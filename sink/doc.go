@@ -1,7 +1,8 @@
 // Package sink writes a stream's records to Kafka.
 //
-// Delivery "exactly-once" is the two-phase-commit sink (TwoPhaseCommitSink
-// over KafkaTxnCommitter): one Kafka transaction per sink subtask and
+// Delivery "exactly-once" is the generic two-phase-commit sink
+// (connector.TwoPhaseCommitSink, built by the job) over a KafkaCommitter of
+// a KafkaTxnCommitter: one Kafka transaction per sink subtask and
 // checkpoint epoch, pre-committed on the checkpoint barrier and committed
 // when the checkpoint completes; RecoverTransactions commits the restored
 // committables and fences the sink's other transactional ids before the

@@ -19,7 +19,7 @@ type MarkerWriter interface {
 	WriteMarker(ctx context.Context, m runtime.Marker) error
 }
 
-// MarkerConfig makes a TwoPhaseCommitSink the repartition sink of a
+// MarkerConfig makes a KafkaCommitter the committer of the repartition sink of a
 // cluster-mode unit that carries its event time across the exchange
 // (invariant 4 of docs/scale-out.md, "Markers").
 type MarkerConfig struct {
@@ -45,13 +45,13 @@ type markerState struct {
 	idle    bool      // the idle marker was written last
 }
 
-// EnableMarkers makes the sink write markers as cfg says; the committer
-// must implement MarkerWriter (else the error names the sink). Call it
-// before the task runs.
-func (s *TwoPhaseCommitSink) EnableMarkers(cfg MarkerConfig) error {
-	w, ok := s.committer.(MarkerWriter)
+// EnableMarkers makes the committer write markers as cfg says; the
+// TwoPhaseCommitter it wraps must implement MarkerWriter (else the error
+// names the sink). Call it before the task runs.
+func (s *KafkaCommitter) EnableMarkers(cfg MarkerConfig) error {
+	w, ok := s.k.(MarkerWriter)
 	if !ok {
-		return fmt.Errorf("sink %s: markers need a committer that writes them (a repartition sink), not %T", s.name, s.committer)
+		return fmt.Errorf("sink %s: markers need a committer that writes them (a repartition sink), not %T", s.name, s.k)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -60,11 +60,11 @@ func (s *TwoPhaseCommitSink) EnableMarkers(cfg MarkerConfig) error {
 	return nil
 }
 
-// ProcessWatermark implements runtime.WatermarkHandler: with markers, the
-// sink writes a watermark marker when wm advanced (at most once per
+// ProcessWatermark is the sink's runtime.WatermarkHandler (the generic
+// sink hands it the watermark): with markers, it writes a watermark marker when wm advanced (at most once per
 // MarkerConfig.Interval), after an active marker if the idle marker was
 // written last. Without markers it does nothing.
-func (s *TwoPhaseCommitSink) ProcessWatermark(ctx context.Context, wm time.Time) error {
+func (s *KafkaCommitter) ProcessWatermark(ctx context.Context, wm time.Time) error {
 	m := s.markers
 	if m == nil {
 		return nil
@@ -79,9 +79,9 @@ func (s *TwoPhaseCommitSink) ProcessWatermark(ctx context.Context, wm time.Time)
 	return nil
 }
 
-// ProcessIdle implements runtime.IdleHandler: with markers, the sink writes
+// ProcessIdle is the sink's runtime.IdleHandler: with markers, it writes
 // the watermark not yet written (if any), then an idle marker.
-func (s *TwoPhaseCommitSink) ProcessIdle(ctx context.Context) error {
+func (s *KafkaCommitter) ProcessIdle(ctx context.Context) error {
 	m := s.markers
 	if m == nil || m.idle {
 		return nil

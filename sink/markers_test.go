@@ -55,9 +55,9 @@ func (m *markerLog) Close() error                              { return nil }
 func TestTwoPhaseCommitSinkMarkers(t *testing.T) {
 	ctx := context.Background()
 	c := &markerLog{}
-	s := NewTwoPhaseCommitSink("repartition.1", 0, c, nil, slog.New(slog.DiscardHandler))
+	s, kc := newKafkaSink("repartition.1", 0, c, nil, slog.New(slog.DiscardHandler))
 	now := time.UnixMilli(0)
-	if err := s.EnableMarkers(MarkerConfig{Unit: "0/1", Interval: 200 * time.Millisecond, Clock: func() time.Time { return now }}); err != nil {
+	if err := kc.EnableMarkers(MarkerConfig{Unit: "0/1", Interval: 200 * time.Millisecond, Clock: func() time.Time { return now }}); err != nil {
 		t.Fatal(err)
 	}
 	ms := func(n int64) time.Time { return time.UnixMilli(n) }
@@ -108,18 +108,20 @@ func TestTwoPhaseCommitSinkMarkers(t *testing.T) {
 
 	// Without markers the sink writes none; a committer that cannot write
 	// them is refused.
-	plain := NewTwoPhaseCommitSink("out", 0, &markerLog{}, nil, slog.New(slog.DiscardHandler))
+	plainLog := &markerLog{}
+	plain, _ := newKafkaSink("out", 0, plainLog, nil, slog.New(slog.DiscardHandler))
 	if err := plain.ProcessWatermark(ctx, ms(5)); err != nil {
 		t.Fatal(err)
 	}
 	if err := plain.ProcessIdle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if log := plain.committer.(*markerLog).log; len(log) != 0 {
+	if log := plainLog.log; len(log) != 0 {
 		t.Errorf("a sink without markers wrote %q", log)
 	}
 	type noMarkers struct{ TwoPhaseCommitter }
-	err := NewTwoPhaseCommitSink("out", 0, noMarkers{&markerLog{}}, nil, slog.New(slog.DiscardHandler)).EnableMarkers(MarkerConfig{Unit: "0/0"})
+	_, nm := newKafkaSink("out", 0, noMarkers{&markerLog{}}, nil, slog.New(slog.DiscardHandler))
+	err := nm.EnableMarkers(MarkerConfig{Unit: "0/0"})
 	if err == nil || err.Error() != "sink out: markers need a committer that writes them (a repartition sink), not sink.noMarkers" {
 		t.Errorf("EnableMarkers on a committer without WriteMarker: %v", err)
 	}

@@ -428,7 +428,7 @@ func TestEmptyEpochs(t *testing.T) {
 	ctx := context.Background()
 	k := committer(opts, "p", 0, time.Minute, m, logger)
 	defer k.Close()
-	s := NewTwoPhaseCommitSink("out", 0, k, m, logger)
+	s, _ := newKafkaSink("out", 0, k, m, logger)
 	if err := s.Open(ctx); err != nil {
 		t.Fatal(err)
 	}

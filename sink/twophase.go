@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/runtime"
-	"github.com/kstreamd/kstreamd/state"
 )
 
 // Committable is a pre-committed transaction: everything needed to commit
@@ -70,8 +68,9 @@ func DecodeCommittables(name string, cs []checkpoint.Committable) ([]Committable
 	return out, nil
 }
 
-// TwoPhaseCommitter is the transactional system a TwoPhaseCommitSink writes
-// to, in the spirit of Flink's TwoPhaseCommitSinkFunction: records are
+// TwoPhaseCommitter is the transactional system a two-phase-commit sink
+// writes to (through KafkaCommitter), in the spirit of Flink's
+// TwoPhaseCommitSinkFunction: records are
 // written into the open transaction; on a checkpoint barrier it is
 // pre-committed (flushed, closed for writes) and handed to the checkpoint as
 // a Committable, and the next transaction opens; when the checkpoint
@@ -104,42 +103,98 @@ type TwoPhaseCommitter interface {
 	Close() error
 }
 
-// TwoPhaseCommitSink is the sink operator driving a TwoPhaseCommitter; it
-// implements runtime.Operator, runtime.Snapshotter,
-// runtime.CheckpointListener and runtime.PendingCommitter.
-type TwoPhaseCommitSink struct {
-	name      string
-	subtask   int
-	committer TwoPhaseCommitter
-	logger    *slog.Logger
-	metrics   *Metrics
-
-	pending   []Committable // pre-committed, not yet committed, ascending checkpoint id
-	finalWait bool          // a stop-with-savepoint barrier was taken: wait for its commit
-	markers   *markerState  // nil unless EnableMarkers
+// KafkaCommitter is a TwoPhaseCommitter (Kafka transactions with typed
+// Committables) as the generic two-phase-commit sink drives it
+// (connector.TwoPhaseCommitSink, Flink's TwoPhaseCommitSinkFunction, which
+// keeps the pending committables, snapshots them and commits them when
+// their checkpoint completes): its committables are the bytes of one
+// Committable as JSON, which the sink stores in envelopes of sink type
+// CommittableType. It implements connector.Committer (and the abilities the
+// generic sink finds by type assertion: Snapshotted and
+// CheckpointCompleted, WriteTo, ProcessWatermark and ProcessIdle) without
+// importing it. Besides the translation it writes a repartition sink's
+// markers into the open transaction (EnableMarkers) and observes each
+// non-empty commit's latency. Every method runs on the sink subtask's
+// goroutine.
+type KafkaCommitter struct {
+	name    string
+	k       TwoPhaseCommitter
+	metrics *Metrics     // nil: no commit latency
+	markers *markerState // nil unless EnableMarkers
 }
 
-// NewTwoPhaseCommitSink returns the sink subtask over committer.
-func NewTwoPhaseCommitSink(name string, subtask int, committer TwoPhaseCommitter, metrics *Metrics, logger *slog.Logger) *TwoPhaseCommitSink {
-	return &TwoPhaseCommitSink{name: name, subtask: subtask, committer: committer, metrics: metrics,
-		logger: logger.With("sink", name, "subtask", subtask)}
+// NewKafkaCommitter returns k as the committer of the sink called name;
+// metrics may be nil.
+func NewKafkaCommitter(name string, k TwoPhaseCommitter, metrics *Metrics) *KafkaCommitter {
+	return &KafkaCommitter{name: name, k: k, metrics: metrics}
 }
 
-// Open implements runtime.Operator: it opens the first transaction.
-func (s *TwoPhaseCommitSink) Open(ctx context.Context) error {
-	return s.committer.BeginTransaction(ctx)
+// BeginTransaction opens the next transaction.
+func (c *KafkaCommitter) BeginTransaction(ctx context.Context) error {
+	return c.k.BeginTransaction(ctx)
 }
 
-// ProcessRecord implements runtime.Operator. With markers, a record after
-// the idle status is preceded by an active marker.
-func (s *TwoPhaseCommitSink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record) error {
-	if s.markers != nil {
-		if err := s.markers.activate(ctx); err != nil {
+// Write adds rec to the open transaction. With markers, a record after the
+// idle status is preceded by an active marker.
+func (c *KafkaCommitter) Write(ctx context.Context, rec runtime.Record) error {
+	if c.markers != nil {
+		if err := c.markers.activate(ctx); err != nil {
 			return err
 		}
 	}
-	return s.committer.Write(ctx, rec)
+	return c.k.Write(ctx, rec)
 }
+
+// PreCommit writes, with markers, the watermark the interval held back,
+// then pre-commits the open transaction and returns its Committable as
+// JSON (never nil: an empty epoch is a Committable with no records, which
+// Commit and RecoverTransactions settle without a broker round trip).
+func (c *KafkaCommitter) PreCommit(ctx context.Context, checkpointID int64) ([]byte, error) {
+	if c.markers != nil {
+		if err := c.markers.barrier(ctx); err != nil {
+			return nil, err
+		}
+	}
+	kc, err := c.k.PreCommit(ctx, checkpointID)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(kc)
+}
+
+// Commit commits the pre-committed transaction committable (a Committable
+// as JSON). A transaction that can no longer be committed returns a
+// *LostOutputError (see TwoPhaseCommitter.Commit).
+func (c *KafkaCommitter) Commit(ctx context.Context, _ int64, committable []byte) error {
+	var kc Committable
+	if err := json.Unmarshal(committable, &kc); err != nil {
+		return fmt.Errorf("sink %s: committable %s: %w", c.name, committable, err)
+	}
+	start := time.Now()
+	if err := c.k.Commit(ctx, kc); err != nil {
+		return err
+	}
+	if c.metrics != nil && kc.Records > 0 {
+		c.metrics.commitLatency.Observe(time.Since(start).Seconds())
+	}
+	return nil
+}
+
+// AbortOpen aborts the open transaction (never pre-committed).
+func (c *KafkaCommitter) AbortOpen(ctx context.Context) error { return c.k.AbortOpen(ctx) }
+
+// Snapshotted tells the Kafka committer the sink's snapshot for checkpoint
+// id was taken (TwoPhaseCommitter.Snapshotted); the generic sink calls it
+// after the pre-commit, before the next transaction opens.
+func (c *KafkaCommitter) Snapshotted(id int64) { c.k.Snapshotted(id) }
+
+// CheckpointCompleted tells the Kafka committer checkpoint id completed and
+// every transaction of it or before was committed.
+func (c *KafkaCommitter) CheckpointCompleted(id int64) { c.k.CheckpointCompleted(id) }
+
+// Close releases the committer; open transactions are left to the broker's
+// timeout or the next start's fencing.
+func (c *KafkaCommitter) Close() error { return c.k.Close() }
 
 // TopicWriter is implemented by a TwoPhaseCommitter that can write a
 // record to a topic other than its own into the open transaction
@@ -153,102 +208,13 @@ type TopicWriter interface {
 // dead-letter writer (the side output of a task's bad-record policies,
 // runtime.SideOutput), committed with the checkpoint whose barrier follows
 // them. It returns an error when the committer is no TopicWriter.
-func (s *TwoPhaseCommitSink) WriteTo(ctx context.Context, topic string, rec runtime.Record) error {
-	tw, ok := s.committer.(TopicWriter)
+func (c *KafkaCommitter) WriteTo(ctx context.Context, topic string, rec runtime.Record) error {
+	tw, ok := c.k.(TopicWriter)
 	if !ok {
-		return fmt.Errorf("sink %s: its committer %T cannot write to another topic (%q)", s.name, s.committer, topic)
+		return fmt.Errorf("sink %s: its committer %T cannot write to another topic (%q)", c.name, c.k, topic)
 	}
 	return tw.WriteTo(ctx, topic, rec)
 }
-
-// SnapshotState implements runtime.Snapshotter: pre-commit the open
-// transaction, keep its committable, open the next one, and store every
-// pending committable in the checkpoint.
-func (s *TwoPhaseCommitSink) SnapshotState(ctx context.Context, b *runtime.Barrier) (runtime.SnapshotFinisher, error) {
-	if s.markers != nil {
-		if err := s.markers.barrier(ctx); err != nil {
-			return nil, err
-		}
-	}
-	c, err := s.committer.PreCommit(ctx, b.CheckpointID)
-	if err != nil {
-		return nil, err
-	}
-	s.pending = append(s.pending, c)
-	s.committer.Snapshotted(b.CheckpointID)
-	if err := s.committer.BeginTransaction(ctx); err != nil {
-		return nil, err
-	}
-	if b.StopAfter {
-		s.finalWait = true
-	}
-	entries := make([][]byte, 0, len(s.pending))
-	for _, p := range s.pending {
-		data, err := json.Marshal(p)
-		if err != nil {
-			return nil, err
-		}
-		e, err := checkpoint.EncodeCommittable(CommittableType, data)
-		if err != nil {
-			return nil, err
-		}
-		entries = append(entries, e)
-	}
-	raw, err := json.Marshal(checkpoint.TaskState{Operator: map[string]state.OperatorListSnapshot{
-		CommittablesState: {Mode: state.ModeSplit, Entries: entries},
-	}})
-	if err != nil {
-		return nil, err
-	}
-	return func(context.Context) (runtime.TaskSnapshot, error) {
-		return runtime.TaskSnapshot{State: raw}, nil
-	}, nil
-}
-
-// NotifyCheckpointComplete implements runtime.CheckpointListener: it commits
-// every pending transaction of checkpoint id or before, in order. A lost
-// transaction fails the job (see LostOutputError) unless the committer was
-// told to ignore it.
-func (s *TwoPhaseCommitSink) NotifyCheckpointComplete(ctx context.Context, id int64) error {
-	n := 0
-	for ; n < len(s.pending) && s.pending[n].CheckpointID <= id; n++ {
-		start := time.Now()
-		if err := s.committer.Commit(ctx, s.pending[n]); err != nil {
-			s.pending = s.pending[n:]
-			return err
-		}
-		if s.metrics != nil && s.pending[n].Records > 0 {
-			s.metrics.commitLatency.Observe(time.Since(start).Seconds())
-		}
-	}
-	s.pending = s.pending[n:]
-	s.committer.CheckpointCompleted(id)
-	return nil
-}
-
-// NotifyCheckpointAborted implements runtime.CheckpointListener: pending
-// transactions stay pending and are committed with the next completed
-// checkpoint.
-func (s *TwoPhaseCommitSink) NotifyCheckpointAborted(context.Context, int64) {}
-
-// PendingCommits implements runtime.PendingCommitter: after a
-// stop-with-savepoint barrier the subtask waits for the savepoint's commit
-// before it finishes.
-func (s *TwoPhaseCommitSink) PendingCommits() bool { return s.finalWait && len(s.pending) > 0 }
-
-// EndInput implements runtime.Operator: the open transaction holds records
-// no checkpoint covers (they are read again after a restart), so it is
-// aborted. Pre-committed transactions stay open for the next start to
-// commit or fence.
-func (s *TwoPhaseCommitSink) EndInput(ctx context.Context) error {
-	if len(s.pending) > 0 {
-		s.logger.Info("stopping with pre-committed transactions; the next start commits them if their checkpoint completed", "pending", len(s.pending))
-	}
-	return s.committer.AbortOpen(ctx)
-}
-
-// Close implements runtime.Operator.
-func (s *TwoPhaseCommitSink) Close() error { return s.committer.Close() }
 
 // LostOutputError reports a pre-committed transaction that can no longer be
 // committed (the broker aborted it after its timeout, or it was fenced):

@@ -24,7 +24,7 @@ func TestTwoPhaseCommitSinkWriteTo(t *testing.T) {
 	opts := newCluster(t, kfake.SeedTopics(1, "dlq-a", "dlq-b"))
 	ctx := context.Background()
 	logger, _ := testLogger()
-	s := NewTwoPhaseCommitSink("in.dead-letters", 0, NewKafkaTxnCommitter(KafkaTxnConfig{
+	s, _ := newKafkaSink("in.dead-letters", 0, NewKafkaTxnCommitter(KafkaTxnConfig{
 		Name: "in.dead-letters", TransactionalIDPrefix: "dl", TransactionTimeout: time.Minute, ClientOpts: opts, Logger: logger,
 	}), nil, logger)
 	defer s.Close()
@@ -38,10 +38,11 @@ func TestTwoPhaseCommitSinkWriteTo(t *testing.T) {
 	if err := s.WriteTo(ctx, "dlq-b", runtime.Record{Key: []byte("k2"), Value: []byte("v2"), Headers: h}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SnapshotState(ctx, &runtime.Barrier{CheckpointID: 1}); err != nil {
+	fin, err := s.SnapshotState(ctx, &runtime.Barrier{CheckpointID: 1})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.pending; len(got) != 1 || got[0].Records != 2 || (got[0].Topic != "dlq-a" && got[0].Topic != "dlq-b") || got[0].Offset != 0 || got[0].TransactionalID != "dl-0-0" {
+	if got := snapshotCommittables(t, fin); len(got) != 1 || got[0].Records != 2 || (got[0].Topic != "dlq-a" && got[0].Topic != "dlq-b") || got[0].Offset != 0 || got[0].TransactionalID != "dl-0-0" {
 		t.Fatalf("pending committables %+v, want one of dl-0-0 with 2 records, the first acknowledged at offset 0 of dlq-a or dlq-b", got)
 	}
 	read := func(topic string) []string {
@@ -75,7 +76,7 @@ func TestNoOpenTransaction(t *testing.T) {
 	opts := newCluster(t)
 	ctx := context.Background()
 	logger, _ := testLogger()
-	s := NewTwoPhaseCommitSink("out", 0, NewKafkaTxnCommitter(KafkaTxnConfig{
+	s, _ := newKafkaSink("out", 0, NewKafkaTxnCommitter(KafkaTxnConfig{
 		Name: "out", Topic: testTopic, TransactionalIDPrefix: "one", PoolSize: 1, TransactionTimeout: time.Minute, ClientOpts: opts, Logger: logger,
 	}), nil, logger)
 	defer s.Close()

@@ -49,7 +49,7 @@ func DeadLetterVertex(v string) string { return v + DeadLetterSuffix }
 const DeadLetterSuffix = ".dead-letters"
 
 // DeadLetterWriter is the transactional dead-letter writer of one task of an
-// exactly-once job (sink.TwoPhaseCommitSink over a sink.KafkaTxnCommitter):
+// exactly-once job (connector.TwoPhaseCommitSink over a sink.KafkaTxnCommitter):
 // a side output of the task (runtime.SideOutput), whose WriteTo writes a
 // record to a dead-letter topic inside the open transaction. Flink's side
 // output to a transactional sink.

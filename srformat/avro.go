@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/twmb/avro"
@@ -94,7 +95,17 @@ func (c *avroCodec) encode(dst, v []byte) ([]byte, error) {
 		if !gjson.ValidBytes(v) {
 			return dst, errors.New("not JSON")
 		}
-		return c.fastEnc.encode(dst, gjson.ParseBytes(v), c.shape, nil)
+		// Encoding is deterministic: a value that fails untracked fails
+		// the same way again with its paths tracked, for the error.
+		// A view of v, not a copy (ParseBytes copies it into a string):
+		// v is not changed while encode runs and nothing encode returns
+		// refers to it (strings are appended to dst, errors formatted).
+		j := gjson.Parse(unsafe.String(unsafe.SliceData(v), len(v)))
+		out, err := c.fastEnc.encode(dst, j, c.shape, untracked)
+		if err != nil {
+			return c.fastEnc.encode(dst, j, c.shape, nil)
+		}
+		return out, nil
 	}
 	return c.encodeSlow(dst, v)
 }
@@ -341,7 +352,7 @@ func appendBase64(dst, b []byte) []byte {
 }
 
 // appendJSONString appends s as a JSON string.
-func appendJSONString(dst []byte, s string) []byte {
+func appendJSONString[T string | []byte](dst []byte, s T) []byte {
 	simple := true
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
@@ -354,7 +365,7 @@ func appendJSONString(dst []byte, s string) []byte {
 		dst = append(dst, s...)
 		return append(dst, '"')
 	}
-	b, _ := json.Marshal(s)
+	b, _ := json.Marshal(string(s))
 	return append(dst, b...)
 }
 

@@ -138,7 +138,7 @@ func fastDecode(dst, b []byte, n *avro.SchemaNode) ([]byte, []byte, error) {
 		v := rest[:l]
 		switch {
 		case n.Type == "string":
-			return appendJSONString(dst, string(v)), rest[l:], nil
+			return appendJSONString(dst, v), rest[l:], nil
 		case n.LogicalType == "decimal":
 			return appendDecimal(dst, v, n.Scale), rest[l:], nil
 		case n.LogicalType == "big-decimal":
@@ -213,7 +213,7 @@ func fastDecode(dst, b []byte, n *avro.SchemaNode) ([]byte, []byte, error) {
 					if err != nil {
 						return dst, b, err
 					}
-					dst = appendJSONString(dst, string(rest[:l]))
+					dst = appendJSONString(dst, rest[:l])
 					dst = append(dst, ':')
 					b = rest[l:]
 					if dst, b, err = fastDecode(dst, b, n.Values); err != nil {
@@ -383,6 +383,30 @@ type fieldPath struct {
 	index  int // an array index when name is ""
 }
 
+// untracked is the path of an encoding that does not track paths (the
+// first attempt of every value: see avroCodec.encode): its fields and
+// items are untracked too, so no fieldPath is allocated. (A fieldPath
+// built in the recursion always escapes to the heap, golang.org/issue/35518:
+// one allocation per field and value, about a third of the encoding's
+// cost on a flat record.)
+var untracked = &fieldPath{name: "(untracked)"}
+
+// field returns the path of p's field name.
+func (p *fieldPath) field(name string) *fieldPath {
+	if p == untracked {
+		return untracked
+	}
+	return &fieldPath{parent: p, name: name}
+}
+
+// item returns the path of p's array item i.
+func (p *fieldPath) item(i int) *fieldPath {
+	if p == untracked {
+		return untracked
+	}
+	return &fieldPath{parent: p, index: i}
+}
+
 func (p *fieldPath) String() string {
 	if p == nil {
 		return "value"
@@ -393,8 +417,11 @@ func (p *fieldPath) String() string {
 	return p.parent.String() + "." + p.name
 }
 
+// badValue formats path with String, not as an operand: a *fieldPath
+// handed to fmt escapes, and then every field's path would be allocated
+// on the heap, the error or not.
 func badValue(path *fieldPath, j gjson.Result, want string) error {
-	return fmt.Errorf("%s: %s is not %s", path, kindOfResult(j), want)
+	return fmt.Errorf("%s: %s is not %s", path.String(), kindOfResult(j), want)
 }
 
 // encode appends the Avro binary of the JSON value j as n.
@@ -421,7 +448,7 @@ func (e *fastEncoder) encode(dst []byte, j gjson.Result, n *avro.SchemaNode, pat
 				return dst, badValue(path, j, "an integer")
 			}
 			if n.Type == "int" && (v < math.MinInt32 || v > math.MaxInt32) {
-				return dst, fmt.Errorf("%s: %d overflows an avro int", path, v)
+				return dst, fmt.Errorf("%s: %d overflows an avro int", path.String(), v)
 			}
 			return appendLong(dst, v), nil
 		case gjson.String:
@@ -504,7 +531,7 @@ func (e *fastEncoder) encode(dst []byte, j gjson.Result, n *avro.SchemaNode, pat
 			}
 			b, err := decimalBytes(s, n.Scale, size)
 			if err != nil {
-				return dst, fmt.Errorf("%s: %q is not a decimal of scale %d: %w", path, s, n.Scale, err)
+				return dst, fmt.Errorf("%s: %q is not a decimal of scale %d: %w", path.String(), s, n.Scale, err)
 			}
 			raw = b
 		case "uuid":
@@ -532,7 +559,7 @@ func (e *fastEncoder) encode(dst []byte, j gjson.Result, n *avro.SchemaNode, pat
 		}
 		if n.Type == "fixed" {
 			if len(raw) != n.Size {
-				return dst, fmt.Errorf("%s: %d bytes, fixed %s has %d", path, len(raw), n.Name, n.Size)
+				return dst, fmt.Errorf("%s: %d bytes, fixed %s has %d", path.String(), len(raw), n.Name, n.Size)
 			}
 			return append(dst, raw...), nil
 		}
@@ -542,14 +569,20 @@ func (e *fastEncoder) encode(dst []byte, j gjson.Result, n *avro.SchemaNode, pat
 		if !j.IsArray() {
 			return dst, badValue(path, j, "an array")
 		}
-		items := j.Array()
-		if len(items) > 0 {
-			dst = appendLong(dst, int64(len(items)))
-			for i, it := range items {
-				var err error
-				if dst, err = e.encode(dst, it, n.Items, &fieldPath{parent: path, index: i}); err != nil {
-					return dst, err
-				}
+		// ForEach, twice, rather than Array, which allocates the items
+		count := 0
+		j.ForEach(func(_, _ gjson.Result) bool { count++; return true })
+		if count > 0 {
+			dst = appendLong(dst, int64(count))
+			var err error
+			i := 0
+			j.ForEach(func(_, it gjson.Result) bool {
+				dst, err = e.encode(dst, it, n.Items, path.item(i))
+				i++
+				return err == nil
+			})
+			if err != nil {
+				return dst, err
 			}
 		}
 		return append(dst, 0), nil
@@ -565,7 +598,7 @@ func (e *fastEncoder) encode(dst []byte, j gjson.Result, n *avro.SchemaNode, pat
 			j.ForEach(func(k, v gjson.Result) bool {
 				dst = appendLong(dst, int64(len(k.Str)))
 				dst = append(dst, k.Str...)
-				dst, err = e.encode(dst, v, n.Values, &fieldPath{parent: path, name: k.Str})
+				dst, err = e.encode(dst, v, n.Values, path.field(k.Str))
 				return err == nil
 			})
 		}
@@ -596,14 +629,14 @@ func (e *fastEncoder) encode(dst []byte, j gjson.Result, n *avro.SchemaNode, pat
 			var err error
 			if !v.Exists() {
 				if !f.HasDefault {
-					return dst, fmt.Errorf("%s: missing field %s (no default)", path, f.Name)
+					return dst, fmt.Errorf("%s: missing field %s (no default)", path.String(), f.Name)
 				}
 				if dst, err = encodeDefault(dst, f); err != nil {
-					return dst, fmt.Errorf("%s: default of %s: %w", path, f.Name, err)
+					return dst, fmt.Errorf("%s: default of %s: %w", path.String(), f.Name, err)
 				}
 				continue
 			}
-			if dst, err = e.encode(dst, v, &f.Type, &fieldPath{parent: path, name: f.Name}); err != nil {
+			if dst, err = e.encode(dst, v, &f.Type, path.field(f.Name)); err != nil {
 				return dst, err
 			}
 		}
@@ -628,9 +661,9 @@ func (e *fastEncoder) encode(dst []byte, j gjson.Result, n *avro.SchemaNode, pat
 			}
 			return out, nil
 		}
-		return dst, fmt.Errorf("%s: %w (%s)", path, errNoBranch, kindOfResult(j))
+		return dst, fmt.Errorf("%s: %w (%s)", path.String(), errNoBranch, kindOfResult(j))
 	}
-	return dst, fmt.Errorf("%s: unsupported avro type %q", path, n.Type)
+	return dst, fmt.Errorf("%s: unsupported avro type %q", path.String(), n.Type)
 }
 
 // encodeDefault appends field f's default value, encoded by twmb/avro.

@@ -2,11 +2,14 @@ package srformat
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	hamba "github.com/hamba/avro/v2"
 	"github.com/twmb/avro"
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/kstreamd/kstreamd/runtime"
 )
 
 // The Avro codec comparison behind the choice of github.com/twmb/avro (see
@@ -104,5 +107,55 @@ func BenchmarkAvroToJSONAndBack(b *testing.B) {
 	}
 	if string(out) != string(framedIn) {
 		b.Fatalf("round trip differs: % x vs % x", out, framedIn)
+	}
+}
+
+// BenchmarkAvroFormatCopy is what a job's avro source and sink do per
+// record (kstreamd bench --scenario avro-copy): Format.Decode of a framed
+// value into a fresh JSON value, then Format.Encode of it into a fresh
+// framed value (neither buffer is reused: each belongs to its record).
+// Cases: the acceptance schema orderV1, and the bench's flat item (a
+// long, two short strings, a long and a 35-byte string).
+//
+//	go test -run '^$' -bench 'AvroFormatCopy' -benchmem ./srformat/
+func BenchmarkAvroFormatCopy(b *testing.B) {
+	item := `{"type":"record","name":"Item","namespace":"bench","fields":[
+  {"name":"id","type":"long"},{"name":"key","type":"string"},{"name":"shape","type":"string"},
+  {"name":"amount","type":"long"},{"name":"note","type":"string"}]}`
+	itemBody, err := avro.MustParse(item).Encode(map[string]any{"id": int64(123456), "key": "k000042", "shape": "TRIANGLE", "amount": int64(512), "note": strings.Repeat("x", 35)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, schema string
+		body         []byte
+	}{{"order", orderV1, benchOrderBytes(b)}, {"item", item, itemBody}} {
+		b.Run(c.name, func(b *testing.B) {
+			fake, reg := newTestRegistryB(b)
+			id, _, err := fake.RegisterSchema("t-value", sr.Schema{Schema: c.schema})
+			if err != nil {
+				b.Fatal(err)
+			}
+			d, _ := NewDecoder(DecoderConfig{Kind: KindAvro, Registry: reg})
+			f := &Format{kind: KindAvro, reg: reg, dec: d, subject: "t-value", vertex: "bench"}
+			framed, _ := header.AppendEncode(nil, id, nil)
+			framed = append(framed, c.body...)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.SetBytes(int64(len(framed)))
+			var rec runtime.Record
+			for b.Loop() {
+				rec = runtime.Record{Value: framed}
+				if err := f.Decode(ctx, &rec); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Encode(ctx, "t", &rec); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if string(rec.Value) != string(framed) {
+				b.Fatalf("round trip differs: % x vs % x", rec.Value, framed)
+			}
+		})
 	}
 }

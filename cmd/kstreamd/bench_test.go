@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kstreamd/kstreamd/internal/bench"
 )
 
 // benchColumns are the columns `kstreamd bench` prints, in order.
@@ -104,11 +106,14 @@ func TestBenchUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"bench", "--scenario", "nope", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --scenario "nope": unknown (known: copy, filter-map, keyed-count-hashmap, keyed-count-pebble, keyed-count-pebble-async, matcher-10-rules, rules-1, rules-10, rules-100, tumbling-window, file-sink, interval-join, table-join, nexmark-q0, nexmark-q1, nexmark-q2, nexmark-q3, nexmark-q4, nexmark-q5, nexmark-q7, nexmark-q8, nexmark-q9, nexmark-q11, nexmark-q13, nexmark-q14, nexmark-q15, nexmark-q16, nexmark-q17, nexmark-q18, nexmark-q19, nexmark-q20, nexmark-q21, nexmark-q22, state-scaling, ttl-cleanup, cluster)` + "\n"},
+		// The list comes from the scenario registry (bench.ScenarioNames), in
+		// its order, then the scenarios outside --all.
+		{[]string{"bench", "--scenario", "nope", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --scenario "nope": unknown (known: ` + bench.ScenarioNames() + `, state-scaling, ttl-cleanup, cluster)` + "\n"},
 		{[]string{"bench", "--delivery", "twice", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --delivery "twice": want exactly-once, at-least-once or both` + "\n"},
 		{[]string{"bench", "--records", "0", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --records 0: want a positive count` + "\n"},
 		{[]string{"bench", "--zipf", "0.8", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --zipf 0.8: want an exponent > 1, or 0 for uniform keys` + "\n"},
 		{[]string{"bench", "--scenario", "nexmark-q1", "--nexmark-rate", "0", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --nexmark-rate 0: want a positive rate` + "\n"},
+		{[]string{"bench", "--scenario", "postgres-sink", "--brokers", "127.0.0.1:1"}, 2, `kstreamd bench: --scenario postgres-sink needs --postgres-dsn (a PostgreSQL database, e.g. postgres://user@127.0.0.1:5432/bench)` + "\n"},
 		{[]string{"bench", "extra"}, 2, `kstreamd bench: unexpected argument "extra" (flags only)`},
 	} {
 		var stdout, stderr bytes.Buffer

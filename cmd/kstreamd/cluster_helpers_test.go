@@ -598,10 +598,8 @@ func (c *cluster) checkDedupOracle(total int) {
 
 // checkExchange checks, once the input records 0..total-1 (numbered by
 // their JSON field field) are processed: the repartition topic holds each
-// input record once, in the partition of its key group's unit; no transaction is
-// left open on the output or repartition topic (the last stable offsets
-// reach the high watermarks) and no daemon lost output; no daemon the test
-// did not kill exited.
+// input record once, in the partition of its key group's unit; and
+// checkSettled on the output and the repartition topic.
 func (c *cluster) checkExchange(total int, field string) {
 	t := c.t
 	t.Helper()
@@ -627,6 +625,15 @@ func (c *cluster) checkExchange(total int, field string) {
 	if len(rep) != total {
 		t.Errorf("repartition topic holds %d records, want %d", len(rep), total)
 	}
+	c.checkSettled(c.outTopic(), "clicks-1-repartition")
+}
+
+// checkSettled checks that no transaction is left open on topics (their
+// last stable offsets reach their high watermarks), that no daemon lost
+// output and that no daemon the test did not kill exited.
+func (c *cluster) checkSettled(topics ...string) {
+	t := c.t
+	t.Helper()
 	cl := newClient(t, c.broker)
 	adm := kadm.NewClient(cl)
 	var lso, hwm kadm.ListedOffsets
@@ -634,8 +641,8 @@ func (c *cluster) checkExchange(total int, field string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err1, err2 error
-		lso, err1 = adm.ListCommittedOffsets(ctx, c.outTopic(), "clicks-1-repartition")
-		hwm, err2 = adm.ListEndOffsets(ctx, c.outTopic(), "clicks-1-repartition")
+		lso, err1 = adm.ListCommittedOffsets(ctx, topics...)
+		hwm, err2 = adm.ListEndOffsets(ctx, topics...)
 		if err1 != nil || err2 != nil || lso.Error() != nil || hwm.Error() != nil {
 			return false
 		}

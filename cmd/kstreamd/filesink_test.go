@@ -158,17 +158,24 @@ func partRun(name string) string {
 // (before any of its subtasks started).
 func waitRecovered(t *testing.T, d *proc) string {
 	t.Helper()
+	return waitLogged(t, d, "file sink recovered")
+}
+
+// waitLogged waits until the daemon logged a line holding text and
+// returns it.
+func waitLogged(t *testing.T, d *proc, text string) string {
+	t.Helper()
 	var line string
 	if !testkit.Poll(30*time.Second, func() bool {
 		for l := range strings.Lines(d.out.String()) {
-			if strings.Contains(l, "file sink recovered") {
+			if strings.Contains(l, text) {
 				line = strings.TrimSpace(l)
 				return true
 			}
 		}
 		return d.exited()
 	}) || line == "" {
-		t.Fatalf("no \"file sink recovered\" log line within 30s (exited %v):\n%s", d.exited(), d.out.String())
+		t.Fatalf("no %q log line within 30s (exited %v):\n%s", text, d.exited(), d.out.String())
 	}
 	return line
 }
@@ -199,56 +206,39 @@ func fileSinkKill9(t *testing.T, out fileOutput, records, kills int) {
 	_, broker := startKfake(t, []string{"events"})
 	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
 	cl := newClient(t, broker, kgo.DefaultProduceTopic("events"))
-	p := 1 + rng.IntN(4)
-	d := startProcEnv(t, dir, fileSinkConfig(dir, out.params, broker, metrics, p), broker, metrics, out.env)
-	waitRecovered(t, d)
-	prod := producePaced(t, cl, records, batch, 100*time.Millisecond, func(i, j int) []*kgo.Record {
-		recs := make([]*kgo.Record, 0, j-i)
-		for n := i; n < j; n++ {
-			recs = append(recs, &kgo.Record{Key: fmt.Appendf(nil, "k%d", n%97), Value: fmt.Appendf(nil, `{"n":%d}`, n)})
-		}
-		return recs
-	})
-	in := map[string]string{"operator": "files"}
-	completed := map[string]string{"kind": "checkpoint", "result": "completed"}
-	for k := 1; k <= kills; k++ {
-		// Kill once this process wrote a random number of records (fewer
-		// when the input runs out), after a completed checkpoint for most
-		// kills, never before the first.
-		threshold := float64(300 + rng.IntN(4000))
-		wantChk := float64(rng.IntN(3))
-		started := time.Now()
-		var read, chk float64
-		testkit.Poll(30*time.Second, func() bool {
-			if d.exited() {
-				return true
+	killed := map[string]bool{}
+	d, prod := kill9Restarts{rng: rng, kills: kills, operator: "files",
+		start: func(p int) *proc {
+			d := startProcEnv(t, dir, fileSinkConfig(dir, out.params, broker, metrics, p), broker, metrics, out.env)
+			waitRecovered(t, d)
+			return d
+		},
+		produce: func() *pacedProducer {
+			return producePaced(t, cl, records, batch, 100*time.Millisecond, func(i, j int) []*kgo.Record {
+				recs := make([]*kgo.Record, 0, j-i)
+				for n := i; n < j; n++ {
+					recs = append(recs, &kgo.Record{Key: fmt.Appendf(nil, "k%d", n%97), Value: fmt.Appendf(nil, `{"n":%d}`, n)})
+				}
+				return recs
+			})
+		},
+		killed: func(k int) string {
+			_, hidden := out.list(t)
+			clear(killed)
+			for _, h := range hidden {
+				killed[partRun(h)] = true
 			}
-			read, _ = testkit.Scrape(d.url(), "kstreamd_operator_records_in_total", in)
-			chk, _ = testkit.Scrape(d.url(), "kstreamd_checkpoints_total", completed)
-			drained := prod.produced.Load() == int64(records) && time.Since(started) > 2*time.Second
-			return (read >= threshold || drained) && chk >= wantChk
-		})
-		if d.exited() {
-			t.Fatalf("kstreamd exited on its own before kill %d:\n%s", k, d.out.String())
-		}
-		d.kill(t)
-		_, hidden := out.list(t)
-		killed := map[string]bool{}
-		for _, h := range hidden {
-			killed[partRun(h)] = true
-		}
-		p = 1 + (p+rng.IntN(3))%4 // 1..4, never the same as before
-		t.Logf("kill %d: the run had written %v records, completed %v checkpoints; %d hidden parts left; restart with parallelism %d",
-			k, read, chk, len(hidden), p)
-		d = startProcEnv(t, dir, fileSinkConfig(dir, out.params, broker, metrics, p), broker, metrics, out.env)
-		line := waitRecovered(t, d)
-		_, hidden = out.list(t)
-		for _, h := range hidden {
-			if killed[partRun(h)] {
-				t.Fatalf("restart %d: %s of the killed run outlived the restore (%s)", k, h, line)
+			return fmt.Sprintf("%d hidden parts left", len(hidden))
+		},
+		restarted: func(k int) {
+			_, hidden := out.list(t)
+			for _, h := range hidden {
+				if killed[partRun(h)] {
+					t.Fatalf("restart %d: %s of the killed run outlived the restore", k, h)
+				}
 			}
-		}
-	}
+		},
+	}.run(t, records)
 	prod.wait(t, 60*time.Second)
 	check := func(when string) {
 		t.Helper()

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -695,4 +697,64 @@ func logField(line, key string) string {
 		}
 	}
 	return ""
+}
+
+// kill9Restarts is the loop of the kill -9 acceptance tests of the
+// exactly-once sinks: start the daemon, then kill it with SIGKILL kills
+// times at random points and restart it each time with another
+// parallelism (1 to 4).
+type kill9Restarts struct {
+	rng   *rand.Rand
+	kills int
+	// operator is the sink whose kstreamd_operator_records_in_total the
+	// kill points count; each run is killed once it read 300 plus a random
+	// number below spread (0: 4000) of records.
+	operator string
+	spread   int
+	// start starts the daemon with parallelism p and waits until its sink
+	// recovered; produce starts the input after the first start.
+	start   func(p int) *proc
+	produce func() *pacedProducer
+	// killed runs right after each kill and says what it left (logged);
+	// restarted right after the restart's recovery, to check it.
+	killed    func(k int) string
+	restarted func(k int)
+}
+
+// run runs the loop over records input records and returns the last
+// daemon and the producer. Each kill comes once the run read a random
+// number of records (or the input ran out) and completed a random number
+// (0 to 2) of checkpoints.
+func (r kill9Restarts) run(t *testing.T, records int) (*proc, *pacedProducer) {
+	t.Helper()
+	p := 1 + r.rng.IntN(4)
+	d := r.start(p)
+	prod := r.produce()
+	in := map[string]string{"operator": r.operator}
+	completed := map[string]string{"kind": "checkpoint", "result": "completed"}
+	for k := 1; k <= r.kills; k++ {
+		threshold := float64(300 + r.rng.IntN(cmp.Or(r.spread, 4000)))
+		wantChk := float64(r.rng.IntN(3))
+		started := time.Now()
+		var read, chk float64
+		testkit.Poll(30*time.Second, func() bool {
+			if d.exited() {
+				return true
+			}
+			read, _ = testkit.Scrape(d.url(), "kstreamd_operator_records_in_total", in)
+			chk, _ = testkit.Scrape(d.url(), "kstreamd_checkpoints_total", completed)
+			drained := prod.produced.Load() == int64(records) && time.Since(started) > 2*time.Second
+			return (read >= threshold || drained) && chk >= wantChk
+		})
+		if d.exited() {
+			t.Fatalf("kstreamd exited on its own before kill %d:\n%s", k, d.out.String())
+		}
+		d.kill(t)
+		left := r.killed(k)
+		p = 1 + (p+r.rng.IntN(3))%4 // 1..4, never the same as before
+		t.Logf("kill %d: the run had written %v records, completed %v checkpoints; %s; restart with parallelism %d", k, read, chk, left, p)
+		d = r.start(p)
+		r.restarted(k)
+	}
+	return d, prod
 }

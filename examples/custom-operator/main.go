@@ -1,7 +1,8 @@
 // Command kstreamd-custom is kstreamd with operator types of its own,
 // session_total (sessiontotal.go) and the two-input order_shipment
-// (ordershipment.go): the same commands, flags, HTTP API and metrics as
-// kstreamd, and pipelines that may name them next to the built-in types.
+// (ordershipment.go), and a format of its own, csv (csvformat.go): the
+// same commands, flags, HTTP API and metrics as kstreamd, and pipelines
+// that may name them next to the built-in types.
 //
 //	go build -o kstreamd-custom .
 //	./kstreamd-custom run --config pipeline.yaml
@@ -21,6 +22,10 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+	}
+	if err := reg.RegisterFormat(csvFormatFactory()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	os.Exit(sdk.Main(reg))
 }

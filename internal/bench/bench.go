@@ -101,6 +101,10 @@ type Config struct {
 	// throughput phase: to this path when there is one run, else with
 	// "-<scenario>-<delivery>" inserted before the extension.
 	CPUProfile string
+	// PostgresDSN is the database the postgres-sink scenario writes a
+	// table of its own to (created and dropped by each run); required
+	// when that scenario runs.
+	PostgresDSN string
 }
 
 func (c *Config) setDefaults() {
@@ -208,6 +212,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	if cfg.Zipf != 0 && !(cfg.Zipf > 1) {
 		return nil, fmt.Errorf("bench: Zipf exponent %v: want > 1, or 0 for uniform keys", cfg.Zipf)
+	}
+	for _, s := range scenarios {
+		if s.Postgres && cfg.PostgresDSN == "" {
+			return nil, fmt.Errorf("bench: scenario %s needs a PostgreSQL database (Config.PostgresDSN, --postgres-dsn)", s.Name)
+		}
 	}
 	r := &runner{cfg: cfg, suffix: fmt.Sprintf("%x", time.Now().UnixNano()%0xffffff), nexmarkPipe: nexmarkOnly(scenarios)}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
@@ -351,6 +360,14 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if s != nil && s.Nexmark != "" || s == nil && r.nexmarkPipe {
 		gen = newNexmarkSource(cfg.Records, cfg.NexmarkRate, time.Now())
 	}
+	var av *avroRun
+	if s != nil && s.Avro {
+		if av, err = startAvroRun(ctx, cfg.Logger, in, out); err != nil {
+			return res, err
+		}
+		defer av.close()
+		gen = avroItems{itemSource: gen, a: av}
+	}
 	exp1, err := load(ctx, prod, in, cfg.Partitions, gen, model, cfg.Records)
 	if err != nil {
 		return res, err
@@ -375,12 +392,20 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 		}
 	}
 
+	if s != nil && s.Postgres {
+		drop, err := pgCreateTable(ctx, cfg.PostgresDSN, pgTable(base))
+		if err != nil {
+			return res, err
+		}
+		defer drop()
+	}
+
 	// Build.
 	var t target
 	if s == nil {
 		t = &pipe{brokers: cfg.Brokers, in: in, out: out, txnID: base, txn: delivery == ExactlyOnce, interval: cfg.CheckpointInterval}
 	} else {
-		t, err = r.buildJob(ctx, s, base, dataDir, in, rules, out, delivery)
+		t, err = r.buildJob(ctx, s, base, dataDir, in, rules, out, delivery, av)
 		if err != nil {
 			return res, err
 		}
@@ -420,9 +445,15 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if tab != nil {
 		kr.table = newTable()
 	}
+	if av != nil {
+		kr.decode = av.decode
+	}
 	var rd outputReader = kr
 	if s != nil && s.FileSink {
 		rd = &fileReader{dir: fileSinkDir(dataDir), phase2: time.Now().Truncate(time.Millisecond), seen: map[string]bool{}}
+	}
+	if s != nil && s.Postgres {
+		rd = &pgReader{dsn: cfg.PostgresDSN, table: pgTable(base), phase2: time.Now().Truncate(time.Millisecond)}
 	}
 	rdr := goBackground(ctx, rd.run)
 	defer rdr.stop()
@@ -468,6 +499,12 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	}
 	if tab != nil {
 		res.ValuesChecked, res.ValuesDiff = true, kr.table.diffWant(want2)
+	}
+	if s != nil && s.Postgres {
+		if res.ValuesDiff, err = pgCheck(ctx, cfg.PostgresDSN, pgTable(base), res.Expected); err != nil {
+			return res, err
+		}
+		res.ValuesChecked = true
 	}
 	lat := rd.latencies()
 	res.LatencyP50, res.LatencyP99 = quantile(lat, 0.5), quantile(lat, 0.99)
@@ -656,9 +693,12 @@ type reader struct {
 	phase2  time.Time
 	values  *multiset
 	table   *table
-	n1, n2  atomic.Int64
-	mu      sync.Mutex
-	lat     []time.Duration
+	// decode, when set, turns each value into the JSON values and table
+	// get (an Avro output's); a value it refuses counts as not JSON.
+	decode func([]byte) ([]byte, error)
+	n1, n2 atomic.Int64
+	mu     sync.Mutex
+	lat    []time.Duration
 }
 
 func (rd *reader) run(ctx context.Context) error {
@@ -668,6 +708,25 @@ func (rd *reader) run(ctx context.Context) error {
 		return err
 	}
 	defer cl.Close()
+	// The values are checked by another goroutine, so that the poll loop
+	// timestamps the latency phase's outputs when they arrive, not after
+	// the check of the throughput phase's backlog (a million decoded and
+	// canonicalised values took about a minute); run returns once it has
+	// checked every record polled.
+	var check chan []*kgo.Record
+	if rd.decode != nil || rd.values != nil || rd.table != nil {
+		check = make(chan []*kgo.Record, 4096)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for recs := range check {
+				for _, r := range recs {
+					rd.check(r)
+				}
+			}
+		}()
+		defer func() { close(check); <-done }()
+	}
 	for {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -679,15 +738,10 @@ func (rd *reader) run(ctx context.Context) error {
 		now := time.Now()
 		var n1, n2 int64
 		var lat []time.Duration
+		if check != nil {
+			check <- fs.Records()
+		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if rd.values != nil {
-				rd.values.addJSON(r.Value)
-			}
-			if rd.table != nil {
-				rd.mu.Lock()
-				rd.table.put(r.Key, r.Value)
-				rd.mu.Unlock()
-			}
 			if r.Timestamp.Before(rd.phase2) {
 				n1++
 				return
@@ -700,6 +754,25 @@ func (rd *reader) run(ctx context.Context) error {
 		rd.mu.Unlock()
 		rd.n1.Add(n1)
 		rd.n2.Add(n2)
+	}
+}
+
+// check adds r's value, decoded when decode is set, to values and table.
+func (rd *reader) check(r *kgo.Record) {
+	v := r.Value
+	if rd.decode != nil {
+		var err error
+		if v, err = rd.decode(r.Value); err != nil {
+			v = []byte(fmt.Sprintf("offset %d: %v", r.Offset, err)) // not JSON: never equal to a model's value
+		}
+	}
+	if rd.values != nil {
+		rd.values.addJSON(v)
+	}
+	if rd.table != nil {
+		rd.mu.Lock() // settle reads the table meanwhile
+		rd.table.put(r.Key, v)
+		rd.mu.Unlock()
 	}
 }
 
@@ -748,8 +821,12 @@ func (rd *reader) latencies() []time.Duration {
 }
 
 // buildJob builds scenario s as a job, the way `kstreamd run` does.
-func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string) (target, error) {
-	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String())
+// av, when not nil, is the run's schema registry (an Avro scenario).
+func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string, av *avroRun) (target, error) {
+	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String(), r.cfg.PostgresDSN)
+	if av != nil {
+		y += fmt.Sprintf("schema_registry:\n  urls: [%q]\n", av.url())
+	}
 	if s.Nexmark != "" {
 		var err error
 		side := ""

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/pipeline"
 )
@@ -60,7 +62,7 @@ func TestRunAll(t *testing.T) {
 	t.Cleanup(c.Close)
 	var names []string
 	for _, s := range Scenarios {
-		if s.Nexmark == "" {
+		if s.Nexmark == "" && !s.Postgres { // postgres-sink: TestPostgresSinkScenario
 			names = append(names, s.Name)
 		}
 	}
@@ -75,7 +77,7 @@ func TestRunAll(t *testing.T) {
 	}
 	want := 2 * (len(names) + 1)
 	for _, s := range Scenarios {
-		if s.FileSink && s.Nexmark == "" {
+		if s.FileSink && s.Nexmark == "" && !s.Postgres {
 			want-- // exactly-once only
 		}
 	}
@@ -376,6 +378,53 @@ func TestFileSinkScenario(t *testing.T) {
 	}
 }
 
+// TestPostgresSinkScenario runs the postgres-sink scenario against a
+// throw-away PostgreSQL cluster, both deliveries: its outputs are the rows
+// of its table, exactly the records produced (ids 1 to n once each,
+// checked in the table), with latencies measured; without a database it
+// is refused.
+func TestPostgresSinkScenario(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := Config{Brokers: c.ListenAddrs(), Scenarios: []string{PostgresSinkScenario}, Deliveries: []string{ExactlyOnce, AtLeastOnce},
+		Records: 3000, Keys: 100, LatencyDuration: time.Second, Dir: t.TempDir()}
+	if _, err := Run(ctx, cfg); err == nil || !strings.Contains(err.Error(), "scenario postgres-sink needs a PostgreSQL database") {
+		t.Fatalf("without a database: %v", err)
+	}
+	pg := testkit.StartPostgres(t)
+	cfg.PostgresDSN = pg.CreateDatabase(t, "bench")
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range res {
+		names = append(names, r.Scenario+"/"+r.Delivery)
+	}
+	if want := []string{"pipe/exactly-once", "postgres-sink/exactly-once", "pipe/at-least-once", "postgres-sink/at-least-once"}; !slices.Equal(names, want) {
+		t.Fatalf("rows %v, want %v", names, want)
+	}
+	for _, r := range []Result{res[1], res[3]} {
+		if r.Outputs != r.Expected || r.Expected <= 3000 || !r.ValuesChecked || r.ValuesDiff != "" || r.LatencyP50 <= 0 || r.RecordsPerSec <= 0 {
+			t.Fatalf("postgres-sink row %+v: want outputs = expected (> the 3000 of the first phase), the table checked equal, a latency and a rate", r)
+		}
+	}
+	var tables int
+	pgc, err := pgx.Connect(ctx, cfg.PostgresDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pgc.Close(ctx)
+	if err := pgc.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'bench_%'").Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("%d bench tables left (%v), want each dropped after its run", tables, err)
+	}
+}
+
 // TestIntervalJoinScenario: the interval-join model counts, per item, the
 // earlier items of its key on the other side (even id left, odd right)
 // within [-20ms, +20ms], bounds included; and the scenario run on a kfake
@@ -398,26 +447,8 @@ func TestIntervalJoinScenario(t *testing.T) {
 			t.Fatalf("item %d %+v: %d pairs, want %d", i, c.it, got, c.pairs)
 		}
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, Config{
-		Brokers: c.ListenAddrs(), Scenarios: []string{"interval-join"}, Deliveries: []string{ExactlyOnce},
-		Records: 3000, Keys: 50, LatencyDuration: time.Second, Dir: t.TempDir(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := WriteTable(&buf, res); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + buf.String())
-	checkTable(t, buf.String(), len(res))
+	runOnKfake(t, Config{Scenarios: []string{"interval-join"}, Deliveries: []string{ExactlyOnce},
+		Records: 3000, Keys: 50, LatencyDuration: time.Second}, true)
 }
 
 // TestTableJoinScenario: the table-join model counts one output per
@@ -434,6 +465,81 @@ func TestTableJoinScenario(t *testing.T) {
 			t.Fatalf("item %d: %d outputs, want %d", c.id, got, c.want)
 		}
 	}
+	res := runOnKfake(t, Config{Scenarios: []string{"table-join"}, Deliveries: []string{ExactlyOnce},
+		Records: 3000, Keys: 50, LatencyDuration: time.Second}, true)
+	for _, r := range res {
+		if r.Outputs != r.Expected || r.Expected < 3000*7/8 {
+			t.Fatalf("row %+v: want outputs = expected, at least the first phase's 2625 stream items", r)
+		}
+	}
+}
+
+// TestAvroCopyScenario runs the avro-copy scenario alone, exactly-once:
+// the job reads Avro values framed with the input subject's id from the
+// run's embedded registry and writes them under the output subject; every
+// committed output, decoded by the run itself (hamba/avro), is framed with
+// the output subject's id and its values equal the items' as a multiset,
+// with as many outputs as records produced over both phases.
+func TestAvroCopyScenario(t *testing.T) {
+	res := runOnKfake(t, Config{Scenarios: []string{"copy", "avro-copy"}, Deliveries: []string{ExactlyOnce},
+		Records: 3000, Keys: 100, LatencyDuration: time.Second}, false)
+	var names []string
+	for _, r := range res {
+		names = append(names, r.Scenario+"/"+r.Delivery)
+	}
+	if want := []string{"pipe/exactly-once", "copy/exactly-once", "avro-copy/exactly-once"}; !slices.Equal(names, want) {
+		t.Fatalf("rows %v, want %v", names, want)
+	}
+	av := res[2]
+	if !av.ValuesChecked || av.ValuesDiff != "" || av.Outputs != av.Expected || av.Expected <= 3000 || av.LatencyP50 <= 0 || av.RecordsPerSec <= 0 || av.Ratio <= 0 {
+		t.Fatalf("avro-copy row %+v: want its values checked and equal, outputs = expected (> the 3000 of the first phase), a latency, a rate and a ratio", av)
+	}
+}
+
+// TestAvroRunDecode: the run's own decoding of an Avro output takes only
+// a value framed with the output subject's id whose body is exactly one
+// item's encoding, and gives the item's JSON (the model's value); the
+// input encoding frames the item with the input subject's id.
+func TestAvroRunDecode(t *testing.T) {
+	a, err := startAvroRun(context.Background(), nil, "in", "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	it := Item{ID: 7, Key: "k000003", Shape: "SQUARE", Amount: 42}
+	it.avro = a
+	in := it.record("in").Value
+	if in[0] != 0 || int(in[1])<<24|int(in[2])<<16|int(in[3])<<8|int(in[4]) != a.inID {
+		t.Fatalf("input value %x: want framed with id %d", in[:5], a.inID)
+	}
+	body := in[5:] // the same fields: the output schema's body too
+	out := append(confluentHeader(nil, a.outID), body...)
+	got, err := a.decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`{"id":7,"key":"k000003","shape":"SQUARE","amount":42,"note":"%s"}`, strings.Repeat("x", valueBytes-len(`{"id":7,"key":"k000003","shape":"SQUARE","amount":42,"note":""}`)))
+	if string(got) != want {
+		t.Fatalf("decoded %s, want %s", got, want)
+	}
+	for name, v := range map[string][]byte{
+		"input id":      in,
+		"trailing byte": append(append([]byte(nil), out...), 0),
+		"no framing":    body,
+		"short body":    out[:len(out)-3],
+	} {
+		if got, err := a.decode(v); err == nil {
+			t.Errorf("%s: decoded %s, want an error", name, got)
+		}
+	}
+}
+
+// runOnKfake runs cfg's scenarios on a one-broker kfake cluster of its own
+// (cfg.Brokers and cfg.Dir are filled in), bounded by 3 minutes, and
+// returns the rows; with table, it also logs the printed table and checks
+// its shape (checkTable).
+func runOnKfake(t *testing.T, cfg Config, table bool) []Result {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
@@ -441,22 +547,18 @@ func TestTableJoinScenario(t *testing.T) {
 	t.Cleanup(c.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res, err := Run(ctx, Config{
-		Brokers: c.ListenAddrs(), Scenarios: []string{"table-join"}, Deliveries: []string{ExactlyOnce},
-		Records: 3000, Keys: 50, LatencyDuration: time.Second, Dir: t.TempDir(),
-	})
+	cfg.Brokers, cfg.Dir = c.ListenAddrs(), t.TempDir()
+	res, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := WriteTable(&buf, res); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + buf.String())
-	checkTable(t, buf.String(), len(res))
-	for _, r := range res {
-		if r.Outputs != r.Expected || r.Expected < 3000*7/8 {
-			t.Fatalf("row %+v: want outputs = expected, at least the first phase's 2625 stream items", r)
+	if table {
+		var buf bytes.Buffer
+		if err := WriteTable(&buf, res); err != nil {
+			t.Fatal(err)
 		}
+		t.Log("\n" + buf.String())
+		checkTable(t, buf.String(), len(res))
 	}
+	return res
 }

@@ -38,6 +38,9 @@ type Item struct {
 	// but ID, Time and Partition unused): its value is the event's JSON,
 	// without a key.
 	Nexmark *NexmarkEvent
+	// avro, when set, makes the item's value Avro in the Confluent wire
+	// format (avroRun.record); set by avroItems.
+	avro *avroRun
 }
 
 // stamp sets the item's Time to now and its Partition among partitions.
@@ -48,6 +51,10 @@ func (it Item) stamp(partitions int) Item {
 
 // record returns the item's record for topic.
 func (it Item) record(topic string) *kgo.Record {
+	if a := it.avro; a != nil {
+		it.avro = nil
+		return a.record(it, topic)
+	}
 	if it.Nexmark != nil {
 		return &kgo.Record{Topic: topic, Partition: it.Partition, Value: it.Nexmark.AppendJSON(make([]byte, 0, 256)), Timestamp: time.UnixMilli(it.Time)}
 	}

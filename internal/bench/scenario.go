@@ -61,6 +61,17 @@ type Scenario struct {
 	// part files, read by a fileReader (each line's "ts" field is the
 	// record timestamp its latency is measured from).
 	FileSink bool
+	// Postgres, when set, replaces the Kafka sink with a postgres sink
+	// (mode insert, columns id, key, amount, ts) writing a table of its
+	// own in the database at Config.PostgresDSN: its outputs are the
+	// table's rows (a pgReader), checked at the end to be ids 1 to n once
+	// each.
+	Postgres bool
+	// Avro, when set, makes the input values and the outputs Avro in the
+	// Confluent wire format with an embedded schema registry the run
+	// starts (see avroCopy): the job's source and sink use format avro,
+	// and the run decodes the outputs itself and checks their values.
+	Avro bool
 }
 
 // Rule is a shape-pair rule of the matcher: {"name","first","second"}.
@@ -137,9 +148,25 @@ var Scenarios = append([]Scenario{
 		FileSink: true,
 		NewModel: func(int) Model { return modelFunc(func(Item) int { return 1 }) },
 	},
+	{
+		Name: PostgresSinkScenario, Doc: "map adding the record timestamp, then a postgres sink: rows inserted in batches of 5000, one prepared transaction per checkpoint and subtask (needs --postgres-dsn)", Backend: "hashmap",
+		Operators: `  - name: out
+    type: map
+    input: in
+    params:
+      value: '{"id": id, "key": key, "amount": amount, "ts": timestamp}'
+`,
+		Postgres: true,
+		NewModel: func(int) Model { return modelFunc(func(Item) int { return 1 }) },
+	},
 	intervalJoin(),
 	tableJoin(),
+	avroCopy(),
 }, nexmarkScenarios()...)
+
+// PostgresSinkScenario is the scenario writing a PostgreSQL table; it
+// needs Config.PostgresDSN.
+const PostgresSinkScenario = "postgres-sink"
 
 func keyedCount(name, backend string, async bool) Scenario {
 	doc := "keyed_count by key on " + backend
@@ -450,7 +477,7 @@ func ScenarioNames() string {
 }
 
 // pipelineYAML returns the pipeline of scenario s for one run.
-func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, out, delivery string, parallelism int, interval string) string {
+func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, out, delivery string, parallelism int, interval, pgDSN string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "job:\n  name: %s\n  parallelism: %d\n", job, parallelism)
 	fmt.Fprintf(&b, "data_dir: %q\n", dataDir)
@@ -458,7 +485,7 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 	fmt.Fprintf(&b, "state:\n  backend: %s\n", s.Backend)
 	fmt.Fprintf(&b, "checkpoints:\n  interval: %s\n  incremental: true\n  timeout: 1m\n", interval)
 	fmt.Fprintf(&b, "metrics:\n  address: \"\"\n")
-	fmt.Fprintf(&b, "sources:\n  - name: in\n    topic: %s\n    format: json\n    on_error: fail\n", in)
+	fmt.Fprintf(&b, "sources:\n  - name: in\n    topic: %s\n    format: %s\n    on_error: fail\n", in, s.format())
 	if s.hasRules() {
 		fmt.Fprintf(&b, "  - name: rules\n    topic: %s\n    parallelism: 1\n    on_error: fail\n", rules)
 	}
@@ -472,7 +499,15 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 		fmt.Fprintf(&b, "sinks:\n  - name: sink\n    type: file\n    input: %s\n    delivery: %s\n    params:\n      path: %q\n", input, delivery, fileSinkDir(dataDir))
 		return b.String()
 	}
+	if s.Postgres {
+		fmt.Fprintf(&b, "sinks:\n  - name: sink\n    type: postgres\n    input: %s\n    delivery: %s\n    params:\n      connection:\n        dsn: %q\n", input, delivery, pgDSN)
+		fmt.Fprintf(&b, "      table: %s\n      mode: insert\n      batch_size: 5000\n      columns: [{name: id}, {name: key}, {name: amount}, {name: ts}]\n", pgTable(job))
+		return b.String()
+	}
 	fmt.Fprintf(&b, "sinks:\n  - name: sink\n    input: %s\n    topic: %s\n    delivery: %s\n", input, out, delivery)
+	if s.Avro {
+		b.WriteString("    format: avro\n") // the latest schema of <out>-value
+	}
 	if delivery == ExactlyOnce {
 		// Well above checkpoints.interval plus checkpoints.timeout: a
 		// pre-committed transaction waits for the next checkpoint to
@@ -480,6 +515,14 @@ func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, 
 		b.WriteString("    transaction_timeout: 10m\n")
 	}
 	return b.String()
+}
+
+// format is the format of the scenario's input (and, for Avro, output).
+func (s Scenario) format() string {
+	if s.Avro {
+		return "avro"
+	}
+	return "json"
 }
 
 // fileSinkDir is the output directory of a FileSink scenario's job whose

@@ -1,9 +1,12 @@
 package testkit
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestFreeAddr: the addresses are on loopback, distinct within the process,
@@ -30,5 +33,27 @@ func TestFreeAddr(t *testing.T) {
 			t.Fatalf("listen on %s: %v", addr, err)
 		}
 		ln.Close()
+	}
+}
+
+// TestStartPostgres: the throw-away cluster accepts connections, runs SQL
+// and allows prepared transactions.
+func TestStartPostgres(t *testing.T) {
+	pg := StartPostgres(t)
+	dsn := pg.CreateDatabase(t, "kit")
+	pg.Exec(t, "kit", "CREATE TABLE t (id int PRIMARY KEY)", "INSERT INTO t VALUES (1), (2)")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	var prepared string
+	if err := conn.QueryRow(ctx, "SELECT count(*), current_setting('max_prepared_transactions') FROM t").Scan(&n, &prepared); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || prepared != "64" {
+		t.Fatalf("count %d, max_prepared_transactions %s; want 2, 64", n, prepared)
 	}
 }

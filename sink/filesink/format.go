@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
@@ -117,9 +119,9 @@ func (j *jsonLines) Write(rec runtime.Record) error {
 func (j *jsonLines) Size() int64  { return j.size }
 func (j *jsonLines) Close() error { return j.w.Flush() }
 
-// parquetSchema builds the Parquet schema of cols; every column is
-// optional. parquet.Group orders columns by name, so index maps each
-// column of cols to its leaf index.
+// parquetSchema builds the Parquet schema of cols, in their order (the
+// config's); every column is optional. index maps each column of cols to
+// its leaf index.
 func parquetSchema(cols []Column) (*parquet.Schema, []int) {
 	g := parquet.Group{}
 	for _, c := range cols {
@@ -140,7 +142,7 @@ func parquetSchema(cols []Column) (*parquet.Schema, []int) {
 		}
 		g[c.Name] = parquet.Optional(n)
 	}
-	schema := parquet.NewSchema("record", g)
+	schema := parquet.NewSchema("record", newOrderedGroup(g, cols))
 	index := make([]int, len(cols))
 	for i, c := range cols {
 		leaf, ok := schema.Lookup(c.Name)
@@ -150,6 +152,47 @@ func parquetSchema(cols []Column) (*parquet.Schema, []int) {
 		index[i] = leaf.ColumnIndex
 	}
 	return schema, index
+}
+
+// orderedGroup is a parquet.Group whose fields come in the order of the
+// columns configured, not sorted by name as parquet.Group's do (readers
+// show a file's columns in its schema's order).
+type orderedGroup struct {
+	parquet.Group
+	fields []parquet.Field
+}
+
+// newOrderedGroup returns g with its fields in the order of cols (each
+// column's Name is a field of g).
+func newOrderedGroup(g parquet.Group, cols []Column) orderedGroup {
+	byName := map[string]parquet.Field{}
+	for _, f := range g.Fields() {
+		byName[f.Name()] = f
+	}
+	o := orderedGroup{Group: g, fields: make([]parquet.Field, len(cols))}
+	for i, c := range cols {
+		o.fields[i] = byName[c.Name]
+	}
+	return o
+}
+
+// Fields implements parquet.Node: the fields in the columns' order.
+func (g orderedGroup) Fields() []parquet.Field { return g.fields }
+
+// GoType implements parquet.Node: a struct of the fields in order.
+func (g orderedGroup) GoType() reflect.Type {
+	fs := make([]reflect.StructField, len(g.fields))
+	for i, f := range g.fields {
+		fs[i] = reflect.StructField{Name: fmt.Sprintf("F%d", i), Type: f.GoType(), Tag: reflect.StructTag(`parquet:` + strconv.Quote(f.Name()))}
+	}
+	return reflect.StructOf(fs)
+}
+
+// String implements parquet.Node: the message of the fields in order.
+func (g orderedGroup) String() string {
+	var b strings.Builder
+	_ = parquet.PrintSchema(&b, "", g)
+	return b.String()
 }
 
 type parquetEncoder struct {

@@ -155,7 +155,7 @@ type openPart struct {
 
 // Sink is one subtask of a file sink, a two-phase-commit sink (Flink's
 // FileWriter and FileCommitter in one operator, driven like
-// sink.TwoPhaseCommitSink): it implements runtime.Operator,
+// connector.TwoPhaseCommitSink): it implements runtime.Operator,
 // runtime.Snapshotter, runtime.CheckpointListener and
 // runtime.PendingCommitter. Every method runs on the subtask's goroutine.
 type Sink struct {

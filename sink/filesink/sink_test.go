@@ -480,6 +480,11 @@ func TestParquetParts(t *testing.T) {
 	if len(cs) != 1 || !strings.HasSuffix(cs[0].Final, ".parquet") {
 		t.Fatalf("committables %+v: want one .parquet part", cs)
 	}
+	// The file's schema holds the columns in the config's order, not
+	// sorted by name.
+	if names, want := parquetColumns(t, filepath.Join(dir, cs[0].Final)), []string{"id", "name", "price", "ok", "at", "city", "tags", "key", "ts"}; !slices.Equal(names, want) {
+		t.Fatalf("the part's columns %v, want the config's order %v", names, want)
+	}
 	rows := readParquet(t, filepath.Join(dir, cs[0].Final))
 	want := []map[string]any{
 		{"id": int64(1), "name": "x", "price": 2.5, "ok": true, "at": time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC).UnixMilli(), "city": "Oslo", "tags": `["t",1]`, "key": "a", "ts": int64(5)},
@@ -498,6 +503,25 @@ func TestParquetParts(t *testing.T) {
 		t.Fatalf("wrong type: %q, want a BadRecordError suppressing restarts, naming the origin", err)
 	}
 	s.Close()
+}
+
+// parquetColumns returns the column names of the Parquet file at name, in
+// the order of its schema as read back from the file's metadata.
+func parquetColumns(t *testing.T, name string) []string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parquet.OpenFile(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, path := range f.Schema().Columns() {
+		out = append(out, strings.Join(path, "."))
+	}
+	return out
 }
 
 // readParquet reads every row of the Parquet file at name, column name to

@@ -1,0 +1,963 @@
+package operators
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// This file is the rules operator's window state: per key (rule id and
+// group values) the slices of the key's records, one per millisecond, in a
+// list ordered by time, and a running aggregate over the slices in the
+// sliding window [tail - window, tail] ending at the key's newest slice
+// (Flink's sliced/paned window aggregation): a routed copy in time order
+// adds its input and subtracts the slices that fell out of the window, each
+// slice once, so its cost does not grow with what the window holds. Sums and
+// counts subtract; count_distinct keeps a count per distinct value
+// (RulesDistinctState); min and max keep a monotonic deque of slices (the
+// slices whose extreme beats every later one's), linked through the slices
+// themselves. A copy out of time order (older than the key's newest slice)
+// costs the slices between it and the newest one (and, below the window,
+// those its own window reaches), or for min/max, when the window's extreme
+// lies after it, the slices of its own window.
+
+// RulesSliceState is the rules operator's keyed window state: per key,
+// record time in ms since the epoch to the slice of that millisecond (a
+// ruleSlice, binary). Part of the checkpoint format; it replaced
+// RulesWindowState (JSON buckets, scanned per record), whose state a
+// restore migrates (RulesEvaluator.Open).
+var RulesSliceState = state.MapStateDescriptor[int64, ruleSlice]{
+	Name:            "rules-slices",
+	KeySerializer:   state.Int64Serializer{},
+	ValueSerializer: ruleSliceSerializer{},
+}
+
+// RulesAggState is the rules operator's per-key summary: the slice list's
+// ends, the rule shape and the running aggregate (a ruleWindow, binary).
+// Part of the checkpoint format.
+var RulesAggState = state.ValueStateDescriptor[ruleWindow]{
+	Name:       "rules-agg",
+	Serializer: ruleWindowSerializer{},
+}
+
+// RulesDistinctState is the rules operator's per-key counted map of a
+// count_distinct rule: an aggregate input (its JSON) to the number of the
+// window's records carrying it. Part of the checkpoint format.
+var RulesDistinctState = state.MapStateDescriptor[string, int64]{
+	Name:            "rules-distinct",
+	KeySerializer:   state.StringSerializer{},
+	ValueSerializer: state.Int64Serializer{},
+}
+
+// ruleSlice is what one key keeps for the records of one millisecond: the
+// longest window a copy written into it had (ms), the number of records
+// and, for every fn but count, their aggregate inputs (JSON); its
+// neighbours in the key's time-ordered slice list and, for min and max, in
+// the deque.
+type ruleSlice struct {
+	WindowMs int64
+	N        int64
+	In       [][]byte
+
+	Prev, Next       int64
+	HasPrev, HasNext bool
+
+	DPrev, DNext       int64
+	HasDPrev, HasDNext bool
+	InDeque            bool
+}
+
+// ruleWindow is one key's summary: the rule shape and fn its slices were
+// written under, the slice list's ends and size, and the running aggregate
+// over the slices in [Tail - WindowMs, Tail]: First is the oldest of them;
+// N the records in it, Ints the exact sum of its integer inputs, Floats
+// the number of its double inputs and FSum their exact sum, Distinct the
+// distinct inputs (count_distinct); DFront and DBack the min/max deque's
+// ends, DLen its length.
+type ruleWindow struct {
+	Shape    string
+	Fn       AggregateFn
+	WindowMs int64
+
+	Slices     int64
+	Head, Tail int64
+	First      int64
+
+	N        int64
+	Ints     number
+	Floats   int64
+	FSum     *big.Float
+	Distinct int64
+
+	DFront, DBack int64
+	DLen          int64
+}
+
+// fsumPrec is the precision of ruleWindow.FSum: enough bits to hold the
+// exact sum of 2^100 doubles of any exponents (2,098 bits span the
+// doubles' exponents), so adding and subtracting never round.
+const fsumPrec = 2200
+
+// The binary format of ruleSlice and ruleWindow starts with a version byte.
+const ruleStateV1 = 1
+
+// ruleSliceSerializer is ruleSlice's binary serializer (name
+// "rules-slice-v1").
+type ruleSliceSerializer struct{}
+
+func (ruleSliceSerializer) Name() string { return "rules-slice-v1" }
+
+func (ruleSliceSerializer) Append(dst []byte, s ruleSlice) ([]byte, error) {
+	dst = append(dst, ruleStateV1)
+	var flags byte
+	for i, f := range []bool{s.HasPrev, s.HasNext, s.HasDPrev, s.HasDNext, s.InDeque} {
+		if f {
+			flags |= 1 << i
+		}
+	}
+	dst = append(dst, flags)
+	dst = binary.AppendVarint(dst, s.WindowMs)
+	dst = binary.AppendVarint(dst, s.N)
+	dst = binary.AppendVarint(dst, s.Prev)
+	dst = binary.AppendVarint(dst, s.Next)
+	dst = binary.AppendVarint(dst, s.DPrev)
+	dst = binary.AppendVarint(dst, s.DNext)
+	dst = binary.AppendUvarint(dst, uint64(len(s.In)))
+	for _, in := range s.In {
+		dst = binary.AppendUvarint(dst, uint64(len(in)))
+		dst = append(dst, in...)
+	}
+	return dst, nil
+}
+
+func (ruleSliceSerializer) Decode(b []byte) (ruleSlice, error) {
+	var s ruleSlice
+	r := binReader{b: b}
+	if v := r.byte(); v != ruleStateV1 {
+		return s, fmt.Errorf("operators: rules slice: format version %d, want %d", v, ruleStateV1)
+	}
+	flags := r.byte()
+	for i, f := range []*bool{&s.HasPrev, &s.HasNext, &s.HasDPrev, &s.HasDNext, &s.InDeque} {
+		*f = flags&(1<<i) != 0
+	}
+	s.WindowMs, s.N = r.varint(), r.varint()
+	s.Prev, s.Next, s.DPrev, s.DNext = r.varint(), r.varint(), r.varint(), r.varint()
+	n := r.uvarint()
+	if n > uint64(len(b)) {
+		return s, errors.New("operators: rules slice: bad input count")
+	}
+	if n > 0 {
+		s.In = make([][]byte, n)
+		for i := range s.In {
+			s.In[i] = slices.Clone(r.bytes())
+		}
+	}
+	if r.err != nil {
+		return ruleSlice{}, fmt.Errorf("operators: rules slice: %w", r.err)
+	}
+	return s, nil
+}
+
+// ruleWindowSerializer is ruleWindow's binary serializer (name
+// "rules-window-v1").
+type ruleWindowSerializer struct{}
+
+func (ruleWindowSerializer) Name() string { return "rules-window-v1" }
+
+func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
+	dst = append(dst, ruleStateV1)
+	dst = appendBytes(dst, []byte(w.Shape))
+	dst = appendBytes(dst, []byte(w.Fn))
+	for _, v := range []int64{w.WindowMs, w.Slices, w.Head, w.Tail, w.First, w.N, w.Floats, w.Distinct, w.DFront, w.DBack, w.DLen} {
+		dst = binary.AppendVarint(dst, v)
+	}
+	switch {
+	case w.Ints.Big != nil:
+		dst = append(dst, 1)
+		b, err := w.Ints.Big.GobEncode()
+		if err != nil {
+			return dst, err
+		}
+		dst = appendBytes(dst, b)
+	default:
+		dst = binary.AppendVarint(append(dst, 0), w.Ints.Int)
+	}
+	if w.FSum == nil {
+		return append(dst, 0), nil
+	}
+	b, err := w.FSum.GobEncode()
+	if err != nil {
+		return dst, err
+	}
+	return appendBytes(append(dst, 1), b), nil
+}
+
+func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
+	var w ruleWindow
+	r := binReader{b: b}
+	if v := r.byte(); v != ruleStateV1 {
+		return w, fmt.Errorf("operators: rules window: format version %d, want %d", v, ruleStateV1)
+	}
+	w.Shape = string(r.bytes())
+	w.Fn = AggregateFn(r.bytes())
+	for _, p := range []*int64{&w.WindowMs, &w.Slices, &w.Head, &w.Tail, &w.First, &w.N, &w.Floats, &w.Distinct, &w.DFront, &w.DBack, &w.DLen} {
+		*p = r.varint()
+	}
+	if r.byte() == 1 {
+		z := new(big.Int)
+		if err := z.GobDecode(r.bytes()); err != nil {
+			return ruleWindow{}, fmt.Errorf("operators: rules window: %w", err)
+		}
+		w.Ints = number{Big: z}
+	} else {
+		w.Ints = number{Int: r.varint()}
+	}
+	if r.byte() == 1 {
+		f := new(big.Float)
+		if err := f.GobDecode(r.bytes()); err != nil {
+			return ruleWindow{}, fmt.Errorf("operators: rules window: %w", err)
+		}
+		w.FSum = f.SetPrec(fsumPrec)
+	}
+	if r.err != nil {
+		return ruleWindow{}, fmt.Errorf("operators: rules window: %w", r.err)
+	}
+	return w, nil
+}
+
+// appendBytes appends b with its length (uvarint).
+func appendBytes(dst, b []byte) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(b))), b...)
+}
+
+// binReader reads the binary formats of this file; the first error sticks
+// and reads after it return zero values.
+type binReader struct {
+	b   []byte
+	err error
+}
+
+var errShort = errors.New("truncated")
+
+func (r *binReader) byte() byte {
+	if r.err != nil || len(r.b) == 0 {
+		r.err = errShort
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *binReader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errShort
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *binReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errShort
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// bytes returns the next length-prefixed bytes, sharing r's memory.
+func (r *binReader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errShort
+		return nil
+	}
+	b := r.b[:n:n]
+	r.b = r.b[n:]
+	return b
+}
+
+// ruleWin works on the window state of the backend's current key for one
+// operation (a routed copy, a timer, a removal): it loads the summary,
+// caches the slices it reads, and writes what changed with flush.
+type ruleWin struct {
+	slices   state.MapState[int64, ruleSlice]
+	agg      state.ValueState[ruleWindow]
+	distinct state.MapState[string, int64]
+
+	w      ruleWindow
+	has    bool // a summary exists
+	cache  map[int64]*ruleSlice
+	dirty  map[int64]bool // true: put, false: remove
+	counts map[string]int64
+	dcache map[string]int64 // distinct counts read or written (before flush)
+}
+
+// load reads the current key's summary and resets the caches.
+func (rw *ruleWin) load() error {
+	if rw.cache == nil {
+		rw.cache, rw.dirty, rw.dcache = map[int64]*ruleSlice{}, map[int64]bool{}, map[string]int64{}
+	}
+	clear(rw.cache)
+	clear(rw.dirty)
+	clear(rw.dcache)
+	w, ok, err := rw.agg.Value()
+	if err != nil {
+		return err
+	}
+	rw.w, rw.has = w, ok
+	return nil
+}
+
+// slice returns slice k (which must exist), cached.
+func (rw *ruleWin) slice(k int64) (*ruleSlice, error) {
+	if s, ok := rw.cache[k]; ok {
+		return s, nil
+	}
+	s, ok, err := rw.slices.Get(k)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("operators: %s: window state: slice %d of the key missing", RulesType, k)
+	}
+	p := &s
+	rw.cache[k] = p
+	return p, nil
+}
+
+// lookup returns slice k or nil when absent.
+func (rw *ruleWin) lookup(k int64) (*ruleSlice, error) {
+	if s, ok := rw.cache[k]; ok {
+		return s, nil
+	}
+	if put, ok := rw.dirty[k]; ok && !put {
+		return nil, nil
+	}
+	s, ok, err := rw.slices.Get(k)
+	if err != nil || !ok {
+		return nil, err
+	}
+	p := &s
+	rw.cache[k] = p
+	return p, nil
+}
+
+func (rw *ruleWin) touch(k int64) { rw.dirty[k] = true }
+
+// flush writes the changed slices and distinct counts and the summary
+// (cleared with the key's distinct map when no slice is left).
+func (rw *ruleWin) flush() error {
+	for k, put := range rw.dirty {
+		var err error
+		if put {
+			err = rw.slices.Put(k, *rw.cache[k])
+		} else {
+			err = rw.slices.Remove(k)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	clear(rw.dirty)
+	if rw.w.Slices == 0 {
+		rw.has = false
+		clear(rw.dcache)
+		if err := rw.distinct.Clear(); err != nil {
+			return err
+		}
+		return rw.agg.Clear()
+	}
+	for v, n := range rw.dcache {
+		var err error
+		if n == 0 {
+			err = rw.distinct.Remove(v)
+		} else {
+			err = rw.distinct.Put(v, n)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	clear(rw.dcache)
+	rw.has = true
+	return rw.agg.Update(rw.w)
+}
+
+// clearKey removes every slice, distinct count and the summary of the
+// current key.
+func (rw *ruleWin) clearKey() error {
+	clear(rw.cache)
+	clear(rw.dirty)
+	clear(rw.dcache)
+	rw.w, rw.has = ruleWindow{}, false
+	if err := rw.slices.Clear(); err != nil {
+		return err
+	}
+	if err := rw.distinct.Clear(); err != nil {
+		return err
+	}
+	return rw.agg.Clear()
+}
+
+// distinctCount returns the stored count of distinct input v.
+func (rw *ruleWin) distinctCount(v []byte) (int64, error) {
+	if n, ok := rw.dcache[string(v)]; ok {
+		return n, nil
+	}
+	n, _, err := rw.distinct.Get(string(v))
+	if err != nil {
+		return 0, err
+	}
+	rw.dcache[string(v)] = n
+	return n, nil
+}
+
+// minMax reports whether the key's fn keeps the deque.
+func (w *ruleWindow) minMax() bool { return w.Fn == AggMin || w.Fn == AggMax }
+
+// accSlice adds (sign 1) or subtracts (sign -1) slice s to or from the
+// running aggregate (not the deque).
+func (rw *ruleWin) accSlice(s *ruleSlice, sign int64) error {
+	if rw.w.Fn == AggCount {
+		rw.w.N += sign * s.N
+		return nil
+	}
+	for _, in := range s.In {
+		if err := rw.accInput(in, sign); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// accInput adds or subtracts one aggregate input.
+func (rw *ruleWin) accInput(in []byte, sign int64) error {
+	w := &rw.w
+	w.N += sign
+	switch w.Fn {
+	case AggSum, AggAvg:
+		x := parseNumber(in)
+		if x.IsFloat {
+			w.Floats += sign
+			if w.FSum == nil {
+				w.FSum = new(big.Float).SetPrec(fsumPrec)
+			}
+			f := new(big.Float).SetFloat64(x.Float)
+			if sign > 0 {
+				w.FSum.Add(w.FSum, f)
+			} else {
+				w.FSum.Sub(w.FSum, f)
+			}
+			if w.Floats == 0 {
+				w.FSum = nil
+			}
+		} else if sign > 0 {
+			w.Ints = w.Ints.add(x)
+		} else {
+			w.Ints = w.Ints.add(x.neg())
+		}
+	case AggCountDistinct:
+		n, err := rw.distinctCount(in)
+		if err != nil {
+			return err
+		}
+		switch {
+		case sign > 0 && n == 0:
+			w.Distinct++
+		case sign < 0 && n == 1:
+			w.Distinct--
+		}
+		rw.dcache[string(in)] = n + sign
+	}
+	return nil
+}
+
+// sliceExt is the extreme (min or max, by fn) of slice s's inputs.
+func sliceExt(fn AggregateFn, s *ruleSlice) number {
+	var e number
+	for i, in := range s.In {
+		x := parseNumber(in)
+		if i == 0 || (fn == AggMax && e.less(x)) || (fn == AggMin && x.less(e)) {
+			e = x
+		}
+	}
+	return e
+}
+
+// dominates reports whether a slice with extreme a makes an earlier slice
+// with extreme b useless for the deque: a >= b for max, a <= b for min.
+func dominates(fn AggregateFn, a, b number) bool {
+	if fn == AggMax {
+		return !a.less(b)
+	}
+	return !b.less(a)
+}
+
+// beats reports whether extreme a is strictly better than b (a > b for
+// max, a < b for min).
+func beats(fn AggregateFn, a, b number) bool {
+	if fn == AggMax {
+		return b.less(a)
+	}
+	return a.less(b)
+}
+
+// dqUnlink removes slice k from the deque.
+func (rw *ruleWin) dqUnlink(k int64, s *ruleSlice) error {
+	w := &rw.w
+	if s.HasDPrev {
+		p, err := rw.slice(s.DPrev)
+		if err != nil {
+			return err
+		}
+		p.DNext, p.HasDNext = s.DNext, s.HasDNext
+		rw.touch(s.DPrev)
+	} else {
+		w.DFront = s.DNext
+	}
+	if s.HasDNext {
+		n, err := rw.slice(s.DNext)
+		if err != nil {
+			return err
+		}
+		n.DPrev, n.HasDPrev = s.DPrev, s.HasDPrev
+		rw.touch(s.DNext)
+	} else {
+		w.DBack = s.DPrev
+	}
+	s.InDeque, s.HasDPrev, s.HasDNext, s.DPrev, s.DNext = false, false, false, 0, 0
+	rw.touch(k)
+	w.DLen--
+	return nil
+}
+
+// dqPopDominated removes the deque slices before slice k (a member) that
+// k's extreme dominates.
+func (rw *ruleWin) dqPopDominated(k int64, s *ruleSlice) error {
+	ext := sliceExt(rw.w.Fn, s)
+	for s.HasDPrev {
+		pk := s.DPrev
+		p, err := rw.slice(pk)
+		if err != nil {
+			return err
+		}
+		if !dominates(rw.w.Fn, ext, sliceExt(rw.w.Fn, p)) {
+			return nil
+		}
+		if err := rw.dqUnlink(pk, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dqInsert makes slice k, in the running aggregate and just changed, take
+// its place in the deque: a member when its extreme beats every later
+// slice's, removing the earlier members it dominates. Its cost is the
+// deque members after k plus those removed.
+func (rw *ruleWin) dqInsert(k int64, s *ruleSlice) error {
+	w := &rw.w
+	if !s.InDeque {
+		// succ: the member with the smallest key above k (the best of the
+		// slices after k); pred: the member before it.
+		var succ int64
+		hasSucc := false
+		cur, hasCur := w.DBack, w.DLen > 0
+		for hasCur && cur > k {
+			succ, hasSucc = cur, true
+			c, err := rw.slice(cur)
+			if err != nil {
+				return err
+			}
+			cur, hasCur = c.DPrev, c.HasDPrev
+		}
+		if hasSucc {
+			n, err := rw.slice(succ)
+			if err != nil {
+				return err
+			}
+			if !beats(w.Fn, sliceExt(w.Fn, s), sliceExt(w.Fn, n)) {
+				return nil
+			}
+			n.DPrev, n.HasDPrev = k, true
+			rw.touch(succ)
+		} else {
+			w.DBack = k
+		}
+		s.DNext, s.HasDNext = succ, hasSucc
+		s.DPrev, s.HasDPrev = cur, hasCur
+		if hasCur {
+			p, err := rw.slice(cur)
+			if err != nil {
+				return err
+			}
+			p.DNext, p.HasDNext = k, true
+			rw.touch(cur)
+		} else {
+			w.DFront = k
+		}
+		s.InDeque = true
+		w.DLen++
+		rw.touch(k)
+	}
+	return rw.dqPopDominated(k, s)
+}
+
+// link inserts the new slice k into the time-ordered list, walking back
+// from the tail (the cost of a copy out of time order).
+func (rw *ruleWin) link(k int64, s *ruleSlice) error {
+	w := &rw.w
+	switch {
+	case w.Slices == 0:
+		w.Head, w.Tail = k, k
+	case k > w.Tail:
+		t, err := rw.slice(w.Tail)
+		if err != nil {
+			return err
+		}
+		t.Next, t.HasNext = k, true
+		rw.touch(w.Tail)
+		s.Prev, s.HasPrev = w.Tail, true
+		w.Tail = k
+	default:
+		// Walk back from the tail to the first slice before k.
+		next := w.Tail
+		n, err := rw.slice(next)
+		if err != nil {
+			return err
+		}
+		for n.HasPrev && n.Prev > k {
+			next = n.Prev
+			if n, err = rw.slice(next); err != nil {
+				return err
+			}
+		}
+		s.Next, s.HasNext = next, true
+		if n.HasPrev {
+			p, err := rw.slice(n.Prev)
+			if err != nil {
+				return err
+			}
+			p.Next, p.HasNext = k, true
+			rw.touch(n.Prev)
+			s.Prev, s.HasPrev = n.Prev, true
+		} else {
+			w.Head = k
+		}
+		n.Prev, n.HasPrev = k, true
+		rw.touch(next)
+	}
+	w.Slices++
+	rw.cache[k] = s
+	rw.touch(k)
+	return nil
+}
+
+// evictBelow takes the slices of the running aggregate older than lo out
+// of it (they stay stored until their timers remove them).
+func (rw *ruleWin) evictBelow(lo int64) error {
+	w := &rw.w
+	for w.N > 0 && w.First < lo {
+		k := w.First
+		s, err := rw.slice(k)
+		if err != nil {
+			return err
+		}
+		if err := rw.accSlice(s, -1); err != nil {
+			return err
+		}
+		if s.InDeque {
+			if err := rw.dqUnlink(k, s); err != nil {
+				return err
+			}
+		}
+		if w.N == 0 {
+			break
+		}
+		w.First = s.Next // N > 0: a later slice is in the aggregate
+	}
+	return nil
+}
+
+// rebuild recomputes the running aggregate for window windowMs from the
+// stored slices in [Tail - windowMs, Tail]: when a rule's window changed,
+// or after migrating state of the earlier layout.
+func (rw *ruleWin) rebuild(windowMs int64) error {
+	w := &rw.w
+	// Empty the deque and the distinct counts.
+	for w.DLen > 0 {
+		s, err := rw.slice(w.DFront)
+		if err != nil {
+			return err
+		}
+		if err := rw.dqUnlink(w.DFront, s); err != nil {
+			return err
+		}
+	}
+	if err := rw.distinct.Clear(); err != nil {
+		return err
+	}
+	clear(rw.dcache)
+	w.WindowMs, w.N, w.Ints, w.Floats, w.FSum, w.Distinct = windowMs, 0, number{}, 0, nil, 0
+	if w.Slices == 0 {
+		return nil
+	}
+	var keys []int64
+	for k, has := w.Tail, true; has && k >= w.Tail-windowMs; {
+		s, err := rw.slice(k)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, k)
+		k, has = s.Prev, s.HasPrev
+	}
+	slices.Reverse(keys)
+	w.First = keys[0]
+	for _, k := range keys {
+		s, err := rw.slice(k)
+		if err != nil {
+			return err
+		}
+		if err := rw.accSlice(s, 1); err != nil {
+			return err
+		}
+		if w.minMax() {
+			if err := rw.dqInsert(k, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ruleResult is an aggregate over one window, as the alert needs it.
+type ruleResult struct {
+	n        int64
+	ints     number
+	floats   int64
+	fsum     *big.Float
+	distinct int64
+	ext      number
+}
+
+// value returns the aggregate of fn as JSON and as a float64 for
+// alert_when: sums and averages over doubles are the exact sum of the
+// window's inputs rounded once (to nearest, ties to even).
+func (r *ruleResult) value(fn AggregateFn) ([]byte, float64) {
+	switch fn {
+	case AggCount:
+		return appendInt(r.n), float64(r.n)
+	case AggCountDistinct:
+		return appendInt(r.distinct), float64(r.distinct)
+	case AggMin, AggMax:
+		return r.ext.appendJSON(nil), r.ext.float()
+	}
+	sum := r.ints
+	if r.floats > 0 {
+		t := new(big.Float).SetPrec(fsumPrec + 64).SetInt(r.ints.bigInt())
+		t.Add(t, r.fsum)
+		f, _ := t.Float64()
+		sum = number{Float: f, IsFloat: true}
+	}
+	if fn == AggAvg {
+		v := sum.float() / float64(r.n)
+		return appendFloat(nil, v), v
+	}
+	return sum.appendJSON(nil), sum.float()
+}
+
+func appendInt(n int64) []byte { return fmt.Appendf(nil, "%d", n) }
+
+// current returns the running aggregate as a result.
+func (rw *ruleWin) current() (ruleResult, error) {
+	w := &rw.w
+	r := ruleResult{n: w.N, ints: w.Ints, floats: w.Floats, fsum: w.FSum, distinct: w.Distinct}
+	if w.minMax() && w.DLen > 0 {
+		s, err := rw.slice(w.DFront)
+		if err != nil {
+			return r, err
+		}
+		r.ext = sliceExt(w.Fn, s)
+	}
+	return r, nil
+}
+
+// resultAt returns the aggregate over the stored slices in [ts - windowMs,
+// ts] for a copy older than the key's newest slice (ts < Tail). From the
+// running aggregate when ts is in its window: minus the slices after ts,
+// plus the stored ones below the aggregate that the window reaches;
+// otherwise (or for min/max when the window's extreme lies after ts) by
+// walking the window's slices.
+func (rw *ruleWin) resultAt(ts, windowMs int64) (ruleResult, error) {
+	w := &rw.w
+	fn := w.Fn
+	lo := ts - windowMs
+	if ts >= w.Tail-w.WindowMs && w.N > 0 {
+		if !w.minMax() {
+			d := ruleDelta{rw: rw, r: ruleResult{n: w.N, ints: w.Ints, floats: w.Floats, distinct: w.Distinct}}
+			if w.FSum != nil {
+				d.r.fsum = new(big.Float).SetPrec(fsumPrec).Set(w.FSum)
+			}
+			for k, has := w.Tail, true; has && k > ts; {
+				s, err := rw.slice(k)
+				if err != nil {
+					return d.r, err
+				}
+				if err := d.slice(s, -1); err != nil {
+					return d.r, err
+				}
+				k, has = s.Prev, s.HasPrev
+			}
+			if err := rw.walkBelow(w.First, lo, func(s *ruleSlice) error { return d.slice(s, 1) }); err != nil {
+				return d.r, err
+			}
+			return d.r, nil
+		}
+		front, err := rw.slice(w.DFront)
+		if err != nil {
+			return ruleResult{}, err
+		}
+		if w.DFront <= ts {
+			r := ruleResult{ext: sliceExt(fn, front)}
+			err := rw.walkBelow(w.First, lo, func(s *ruleSlice) error {
+				if x := sliceExt(fn, s); beats(fn, x, r.ext) {
+					r.ext = x
+				}
+				return nil
+			})
+			return r, err
+		}
+	}
+	// Walk the window's slices: from slice ts back to lo.
+	d := ruleDelta{rw: rw, fresh: true}
+	first := true
+	for k, has := ts, true; has && k >= lo; {
+		s, err := rw.slice(k)
+		if err != nil {
+			return d.r, err
+		}
+		if w.minMax() {
+			if x := sliceExt(fn, s); first || beats(fn, x, d.r.ext) {
+				d.r.ext = x
+			}
+			first = false
+		} else if err := d.slice(s, 1); err != nil {
+			return d.r, err
+		}
+		k, has = s.Prev, s.HasPrev
+	}
+	return d.r, nil
+}
+
+// walkBelow calls fn for the stored slices before slice first, newest
+// first, down to lo (inclusive).
+func (rw *ruleWin) walkBelow(first, lo int64, fn func(*ruleSlice) error) error {
+	s, err := rw.slice(first)
+	if err != nil {
+		return err
+	}
+	for k, has := s.Prev, s.HasPrev; has && k >= lo; {
+		p, err := rw.slice(k)
+		if err != nil {
+			return err
+		}
+		if err := fn(p); err != nil {
+			return err
+		}
+		k, has = p.Prev, p.HasPrev
+	}
+	return nil
+}
+
+// ruleDelta computes a result from the running aggregate (or, fresh, from
+// nothing) plus or minus slices, without changing the state: distinct
+// counts go to a local map over the stored ones.
+type ruleDelta struct {
+	rw    *ruleWin
+	r     ruleResult
+	fresh bool
+	delta map[string]int64
+}
+
+func (d *ruleDelta) slice(s *ruleSlice, sign int64) error {
+	fn := d.rw.w.Fn
+	if fn == AggCount {
+		d.r.n += sign * s.N
+		return nil
+	}
+	for _, in := range s.In {
+		d.r.n += sign
+		switch fn {
+		case AggSum, AggAvg:
+			x := parseNumber(in)
+			if !x.IsFloat {
+				if sign < 0 {
+					x = x.neg()
+				}
+				d.r.ints = d.r.ints.add(x)
+				continue
+			}
+			d.r.floats += sign
+			if d.r.fsum == nil {
+				d.r.fsum = new(big.Float).SetPrec(fsumPrec)
+			}
+			f := new(big.Float).SetFloat64(x.Float)
+			if sign > 0 {
+				d.r.fsum.Add(d.r.fsum, f)
+			} else {
+				d.r.fsum.Sub(d.r.fsum, f)
+			}
+		case AggCountDistinct:
+			if d.delta == nil {
+				d.delta = map[string]int64{}
+			}
+			var stored int64
+			if !d.fresh {
+				n, err := d.rw.distinctCount(in)
+				if err != nil {
+					return err
+				}
+				stored = n
+			}
+			before := stored + d.delta[string(in)]
+			d.delta[string(in)] += sign
+			switch {
+			case sign > 0 && before == 0:
+				d.r.distinct++
+			case sign < 0 && before == 1:
+				d.r.distinct--
+			}
+		}
+	}
+	return nil
+}
+
+// shapeFn returns the fn of a rule shape (the JSON [fn, of, group_by]).
+func shapeFn(shape string) AggregateFn {
+	var parts []json.RawMessage
+	if json.Unmarshal([]byte(shape), &parts) != nil || len(parts) == 0 {
+		return ""
+	}
+	var fn string
+	_ = json.Unmarshal(parts[0], &fn)
+	return AggregateFn(fn)
+}
