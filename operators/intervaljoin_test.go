@@ -109,13 +109,43 @@ func TestIntervalJoinModel(t *testing.T) {
 		want := intervalJoinWant(live, lower, upper, kind)
 		t.Logf("%s: %d outputs expected, %d late", kind, len(want), len(late))
 		for _, backend := range backends {
-			t.Run(fmt.Sprintf("%s/%s", kind, backend), func(t *testing.T) {
-				p := IntervalJoinParams{Lower: -5 * time.Second, Upper: 10 * time.Second, Join: kind}
-				h := newJoinHarness(t, backend, t.TempDir(), nil, p)
-				runIntervalJoinModel(t, h, backend, p, events, maxTS, want, late, nil)
-			})
+			// spillRows 2 keeps most keys' rows by time (moving lists
+			// there and back), the default keeps every key in its lists.
+			for _, spill := range []int{intervalJoinSpillRows, 2} {
+				t.Run(fmt.Sprintf("%s/%s/spill%d", kind, backend, spill), func(t *testing.T) {
+					p := IntervalJoinParams{Lower: -5 * time.Second, Upper: 10 * time.Second, Join: kind}
+					j := NewIntervalJoin(p)
+					j.spillRows = spill
+					h := newJoinHarnessFunc(t, backend, t.TempDir(), nil, j, j)
+					runIntervalJoinModel(t, h, backend, p, events, maxTS, want, late, func(_, after *joinHarness) {
+						n := byTimeKeys(t, after)
+						if spill == 2 && n == 0 {
+							t.Errorf("no key holds rows by time after the restore with spillRows 2")
+						}
+						if spill == intervalJoinSpillRows && n != 0 {
+							t.Errorf("%d keys hold rows by time after the restore, want 0 with spillRows %d", n, spill)
+						}
+					})
+				})
+			}
 		}
 	}
+}
+
+// byTimeKeys counts the keys and sides whose rows h's join keeps by time.
+func byTimeKeys(t *testing.T, h *joinHarness) int {
+	t.Helper()
+	n := 0
+	for _, name := range []string{IntervalJoinLeftByTimeState, IntervalJoinRightByTimeState} {
+		err := state.ApplyToAllKeys(h.op.backend, joinSideState(name), func([]byte, state.MapState[int64, []joinRow]) error {
+			n++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
 }
 
 // intervalJoinEvents returns TestIntervalJoinModel's input: 600 records
@@ -207,7 +237,9 @@ func runIntervalJoinModel(t *testing.T, h *joinHarness, backend string, p Interv
 			gotLate = append(gotLate, h.lateRecords()...)
 			r := snapshotRestore(t, h.harness)
 			before := h
-			h = newJoinHarness(t, backend, t.TempDir(), r, p)
+			j := NewIntervalJoin(p)
+			j.spillRows = h.j.spillRows
+			h = newJoinHarnessFunc(t, backend, t.TempDir(), r, j, j)
 			if restored != nil {
 				restored(before, h)
 			}
