@@ -1,12 +1,14 @@
 package operators
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,15 +22,31 @@ import (
 const IntervalJoinType = "interval_join"
 
 // The join input roles (Traits.Inputs) and the interval join's keyed state
-// names (a ValueState per key and side: the side's buffered rows with their
-// event times, in arrival order). The state names are part of the
-// checkpoint format.
+// names. Per key and side the rows live in one of two layouts: a
+// ValueState holding every row in arrival order (IntervalJoinLeftState,
+// IntervalJoinRightState; cheap while a key holds few rows, the common case
+// of many keys) or, once a key's side holds more than spillRows rows (a
+// hot key), a MapState by event time (ms; the rows of one time in arrival
+// order, as Flink's IntervalJoinOperator's MapState<Long,
+// List<BufferEntry>>), the ValueState then holding only an index row that
+// says so and counts them. The state names are part of the checkpoint
+// format.
 const (
-	JoinLeft               = "left"
-	JoinRight              = "right"
-	IntervalJoinLeftState  = "interval_join.left"
-	IntervalJoinRightState = "interval_join.right"
+	JoinLeft                     = "left"
+	JoinRight                    = "right"
+	IntervalJoinLeftState        = "interval_join.left"
+	IntervalJoinRightState       = "interval_join.right"
+	IntervalJoinLeftByTimeState  = "interval_join.left_by_time"
+	IntervalJoinRightByTimeState = "interval_join.right_by_time"
 )
+
+// intervalJoinSpillRows is the most rows a key's side keeps in its list
+// (ValueState) before they move to the by-time MapState: per record the
+// list of the other side and of its own side are decoded whole, so a list
+// of n rows costs O(n) per record; the by-time layout costs a range read
+// and a bucket read per record (Pebble seeks and point reads that miss the
+// write cache for a new time), which pays only for many rows.
+const intervalJoinSpillRows = 32
 
 // JoinKind says which unmatched rows a join emits (Flink's FlinkJoinType).
 type JoinKind string
@@ -95,7 +113,7 @@ func intervalJoinFactory() Factory {
 		Doc:         "Joins the left and right records of equal keys whose event times satisfy left.ts + lower <= right.ts <= left.ts + upper (Flink's interval join); inner, left, right or full outer; output select(left, right) keyed by the join key; state bounded by the interval and removed by the watermark; late records to \\<operator>.late.",
 		Traits:      Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}, EventTime: true},
 		Params:      func() any { return &IntervalJoinParams{Join: JoinInner} },
-		State:       []string{IntervalJoinLeftState, IntervalJoinRightState, state.TimersStateName},
+		State:       []string{IntervalJoinLeftState, IntervalJoinRightState, IntervalJoinLeftByTimeState, IntervalJoinRightByTimeState, state.TimersStateName},
 		SideOutputs: []string{LateOutput},
 		New: func(ctx FactoryContext) (any, error) {
 			p, ok := ctx.Params.(*IntervalJoinParams)
@@ -116,11 +134,16 @@ type joinRow struct {
 	Value   []byte
 	Text    bool // runtime.FormatText: seen as a JSON string
 	Matched bool
+	// Index marks interval_join's index row: the only row of a side's
+	// list when the side's rows are in its by-time MapState; TS is then
+	// the number of rows there.
+	Index bool
 }
 
 // joinRowsSerializer encodes a list of rows: a uvarint count, then per row
-// its time (varint), a flags byte (1 matched, 2 text, 4 nil value), a
-// uvarint length and the value's bytes. Name "join-rows-v1".
+// its time (varint), a flags byte (1 matched, 2 text, 4 nil value, 8 index
+// row), a uvarint length and the value's bytes. Name "join-rows-v1".
+// Decoded values share one copy of the encoded bytes.
 type joinRowsSerializer struct{}
 
 func (joinRowsSerializer) Name() string { return "join-rows-v1" }
@@ -138,6 +161,9 @@ func (joinRowsSerializer) Append(dst []byte, rows []joinRow) ([]byte, error) {
 		if r.Value == nil {
 			f |= 4
 		}
+		if r.Index {
+			f |= 8
+		}
 		dst = binary.AppendVarint(dst, r.TS)
 		dst = append(dst, f)
 		dst = binary.AppendUvarint(dst, uint64(len(r.Value)))
@@ -153,7 +179,8 @@ func (joinRowsSerializer) Decode(b []byte) ([]joinRow, error) {
 	if k <= 0 || n > uint64(len(b)) {
 		return nil, errJoinRows
 	}
-	b = b[k:]
+	// One copy for every value (the caller may reuse b).
+	b = append([]byte(nil), b[k:]...)
 	rows := make([]joinRow, 0, n)
 	for range n {
 		ts, k := binary.Varint(b)
@@ -170,9 +197,9 @@ func (joinRowsSerializer) Decode(b []byte) ([]joinRow, error) {
 			return nil, errJoinRows
 		}
 		b = b[1+k:]
-		r := joinRow{TS: ts, Matched: f&1 != 0, Text: f&2 != 0}
+		r := joinRow{TS: ts, Matched: f&1 != 0, Text: f&2 != 0, Index: f&8 != 0}
 		if f&4 == 0 {
-			r.Value = append([]byte{}, b[:l]...)
+			r.Value = b[:l:l]
 		}
 		b = b[l:]
 		rows = append(rows, r)
@@ -183,14 +210,14 @@ func (joinRowsSerializer) Decode(b []byte) ([]joinRow, error) {
 	return rows, nil
 }
 
-// intervalSideState returns the descriptor of an interval join side's
-// rows.
-func intervalSideState(name string) state.ValueStateDescriptor[[]joinRow] {
+// intervalListState returns the descriptor of an interval join side's
+// list layout (a key's rows, or its index row, in one value).
+func intervalListState(name string) state.ValueStateDescriptor[[]joinRow] {
 	return state.ValueStateDescriptor[[]joinRow]{Name: name, Serializer: joinRowsSerializer{}}
 }
 
-// joinSideState returns the descriptor of a window join side's rows by
-// window start.
+// joinSideState returns the descriptor of a side's rows by time: the
+// window start (window_join) or the event time (interval_join), ms.
 func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 	return state.MapStateDescriptor[int64, []joinRow]{Name: name, KeySerializer: state.Int64Serializer{}, ValueSerializer: joinRowsSerializer{}}
 }
@@ -198,12 +225,12 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // IntervalJoin is the interval_join function (Flink's IntervalJoinOperator
 // behind KeyedStream.intervalJoin, extended to outer joins): a
 // KeyedCoProcessFunction whose first input is the left side, second the
-// right. Per key, each side buffers its records by event time. A left
-// record at time t joins every buffered right record at rt with t + lower
-// <= rt <= t + upper, a right record every buffered left record for which
-// that holds; each pair emits select(left, right) at max(t, rt), keyed by
-// the join key. A record is late when its time is at or before the
-// watermark (or it has none): it goes unchanged to the side output
+// right. Per key, each side buffers its records with their event times. A
+// left record at time t joins every buffered right record at rt with t +
+// lower <= rt <= t + upper, a right record every buffered left record for
+// which that holds; each pair emits select(left, right) at max(t, rt),
+// keyed by the join key. A record is late when its time is at or before
+// the watermark (or it has none): it goes unchanged to the side output
 // LateOutput, or is counted and logged (lateRecords), and joins nothing. A
 // left row is kept until the watermark reaches t + upper, a right row
 // until it reaches rt - lower: then no record of the other side that is
@@ -213,10 +240,24 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // interval plus the watermark's delay, and empty once the watermark passes
 // the last row's interval.
 //
+// Layout and cost: a key's side keeps up to spillRows rows in one list (a
+// ValueState, arrival order): a record reads the other side's list and its
+// own and writes its own, all in the backend's write cache for a key seen
+// recently, and a timer rewrites one list per side. A side with more rows
+// (a hot key) moves them into a MapState by event time, the list keeping
+// an index row with their count: a record then range-reads only the other
+// side's times in its interval (state.MapRange: only those rows decoded)
+// and reads and writes its own time's bucket, a timer removes exactly one
+// bucket per side; the cost does not grow with the rows buffered, except
+// that the hashmap backend compares, without decoding, every buffered time
+// of the key with the interval's bounds. A side goes back to the list when
+// the timers have removed all of its by-time rows.
+//
 // A record on whose pair select fails is a bad record (eval_error) under
 // its source's on_error policy: it is not buffered, and the pairs before
-// the failing one were emitted. Select failing on an unmatched row of an
-// outer join, emitted by a timer, fails the task.
+// the failing one were emitted (their rows of the other side may count as
+// matched). Select failing on an unmatched row of an outer join, emitted by
+// a timer, fails the task.
 //
 // Metrics (when Metrics is set): kstreamd_join_buffered_rows and the
 // late-record counters of lateRecords.
@@ -230,11 +271,19 @@ type IntervalJoin struct {
 	p            IntervalJoinParams
 	lower, upper int64
 	timers       TimerService
-	sides        [2]state.ValueState[[]joinRow]
+	lists        [2]state.ValueState[[]joinRow]
+	byTime       [2]state.MapState[int64, []joinRow]
 	output       joinOutput
 	lateRecs     *lateRecords
 	gauge        prometheus.Gauge // nil without Metrics
 	rows         int64            // rows buffered by the subtask
+	row          joinRow          // the record being processed
+	// spillRows is the most rows a side's list holds (intervalJoinSpillRows
+	// unless a test sets it before Open).
+	spillRows int
+	// rowSer, if not nil, replaces joinRowsSerializer for the by-time
+	// states (same name and bytes; tests count decodes through it).
+	rowSer state.Serializer[[]joinRow]
 }
 
 // NewIntervalJoin returns the interval join of params p (checked by
@@ -243,7 +292,7 @@ func NewIntervalJoin(p IntervalJoinParams) *IntervalJoin {
 	if p.Join == "" {
 		p.Join = JoinInner
 	}
-	return &IntervalJoin{p: p, lower: p.Lower.Milliseconds(), upper: p.Upper.Milliseconds(), output: joinOutput{sel: p.Select}}
+	return &IntervalJoin{p: p, lower: p.Lower.Milliseconds(), upper: p.Upper.Milliseconds(), output: joinOutput{sel: p.Select}, spillRows: intervalJoinSpillRows}
 }
 
 // Open implements KeyedCoProcessFunction; it counts the rows restored into
@@ -254,16 +303,31 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 		return fmt.Errorf("operators: %s %s: no timer service", IntervalJoinType, ctx.Operator)
 	}
 	j.rows = 0
-	for i, name := range []string{IntervalJoinLeftState, IntervalJoinRightState} {
-		d := intervalSideState(name)
-		v, err := state.GetValueState(ctx.Backend, d)
+	lists := [2]string{IntervalJoinLeftState, IntervalJoinRightState}
+	for i, name := range []string{IntervalJoinLeftByTimeState, IntervalJoinRightByTimeState} {
+		d := joinSideState(name)
+		if j.rowSer != nil {
+			d.ValueSerializer = j.rowSer
+		}
+		m, err := state.GetMapState(ctx.Backend, d)
 		if err != nil {
 			return fmt.Errorf("operators: %s %s: %w", IntervalJoinType, ctx.Operator, err)
 		}
-		j.sides[i] = v
-		err = state.ApplyToAllValueKeys(ctx.Backend, d, func(_ []byte, s state.ValueState[[]joinRow]) error {
+		j.byTime[i] = m
+		ld := intervalListState(lists[i])
+		v, err := state.GetValueState(ctx.Backend, ld)
+		if err != nil {
+			return fmt.Errorf("operators: %s %s: %w", IntervalJoinType, ctx.Operator, err)
+		}
+		j.lists[i] = v
+		// An index row counts the key's by-time rows.
+		err = state.ApplyToAllValueKeys(ctx.Backend, ld, func(_ []byte, s state.ValueState[[]joinRow]) error {
 			rows, _, err := s.Value()
-			j.rows += int64(len(rows))
+			if len(rows) == 1 && rows[0].Index {
+				j.rows += rows[0].TS
+			} else {
+				j.rows += int64(len(rows))
+			}
 			return err
 		})
 		if err != nil {
@@ -300,6 +364,19 @@ func (j *IntervalJoin) ProcessElement2(ctx context.Context, rec runtime.Record, 
 	return j.process(1, rec, out)
 }
 
+// spilled reports whether rows, a side's list, is an index row: the side's
+// rows are in its by-time state, n of them.
+func spilled(rows []joinRow) (n int64, ok bool) {
+	if len(rows) == 1 && rows[0].Index {
+		return rows[0].TS, true
+	}
+	return 0, false
+}
+
+// indexRow returns the list of a side whose n rows are in its by-time
+// state.
+func indexRow(n int64) []joinRow { return []joinRow{{TS: n, Index: true}} }
+
 // process buffers rec of side (0 left, 1 right), joins it with the other
 // side's rows in its interval and registers its cleanup timer.
 func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) error {
@@ -314,63 +391,155 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	if side == 1 {
 		lo, hi, cleanup = t-j.upper, t-j.lower, t-j.lower
 	}
-	row := joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText}
-	other := j.sides[1-side]
-	trackOther := j.p.Join.outer(1 - side)
-	rows, _, err := other.Value()
-	if err != nil {
+	row := &j.row
+	*row = joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText}
+	if err := j.probe(side, row, rec.Key, lo, hi, out); err != nil {
 		return err
-	}
-	dirty := false
-	for i := range rows {
-		o := &rows[i]
-		if o.TS < lo || o.TS > hi {
-			continue
-		}
-		l, r := &row, o
-		if side == 1 {
-			l, r = o, &row
-		}
-		if err := j.emit(rec.Key, l, r, max(t, o.TS), out); err != nil {
-			return err
-		}
-		row.Matched = true
-		if trackOther && !o.Matched {
-			o.Matched, dirty = true, true
-		}
-	}
-	if dirty {
-		if err := other.Update(rows); err != nil {
-			return err
-		}
 	}
 	if !j.p.Join.outer(side) {
 		row.Matched = false // not tracked for an inner side
 	}
-	own, _, err := j.sides[side].Value()
-	if err != nil {
-		return err
-	}
-	if err := j.sides[side].Update(append(own, row)); err != nil {
+	if err := j.buffer(side, *row); err != nil {
 		return err
 	}
 	j.addRows(1)
 	return j.timers.RegisterEventTimeTimer(time.UnixMilli(cleanup))
 }
 
+// probe emits the pairs of row (of side) with the other side's rows at
+// times in [lo, hi], marking the rows matched.
+func (j *IntervalJoin) probe(side int, row *joinRow, key []byte, lo, hi int64, out Collector) error {
+	list := j.lists[1-side]
+	rows, _, err := list.Value()
+	if err != nil {
+		return err
+	}
+	if _, ok := spilled(rows); ok {
+		return j.probeByTime(side, row, key, lo, hi, out)
+	}
+	dirty := false
+	for i := range rows {
+		if rows[i].TS < lo || rows[i].TS > hi {
+			continue
+		}
+		d, err := j.pair(side, row, &rows[i], key, out)
+		if err != nil {
+			return err
+		}
+		dirty = dirty || d
+	}
+	if dirty {
+		return list.Update(rows)
+	}
+	return nil
+}
+
+// probeByTime is probe for the other side's rows by time: only its
+// buckets in [lo, hi] are read and decoded.
+func (j *IntervalJoin) probeByTime(side int, row *joinRow, key []byte, lo, hi int64, out Collector) error {
+	other := j.byTime[1-side]
+	for e, err := range state.MapRange(other, lo, hi) {
+		if err != nil {
+			return err
+		}
+		dirty := false
+		for i := range e.Value {
+			d, err := j.pair(side, row, &e.Value[i], key, out)
+			if err != nil {
+				return err
+			}
+			dirty = dirty || d
+		}
+		if dirty {
+			if err := other.Put(e.Key, e.Value); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pair emits the pair of row (of side) and o (of the other side), marks
+// row matched and o too when the other side is an outer one; dirty
+// reports that o changed.
+func (j *IntervalJoin) pair(side int, row, o *joinRow, key []byte, out Collector) (dirty bool, err error) {
+	l, r := row, o
+	if side == 1 {
+		l, r = o, row
+	}
+	if err := j.emit(key, l, r, max(row.TS, o.TS), out); err != nil {
+		return false, err
+	}
+	row.Matched = true
+	if j.p.Join.outer(1-side) && !o.Matched {
+		o.Matched = true
+		return true, nil
+	}
+	return false, nil
+}
+
+// buffer adds row to side's rows: to its list while it holds at most
+// spillRows rows, else to its bucket in the by-time state (moving the
+// list's rows there first).
+func (j *IntervalJoin) buffer(side int, row joinRow) error {
+	list, m := j.lists[side], j.byTime[side]
+	rows, _, err := list.Value()
+	if err != nil {
+		return err
+	}
+	n, ok := spilled(rows)
+	if !ok && len(rows) < j.spillRows {
+		return list.Update(append(rows, row))
+	}
+	if !ok {
+		// Move the list into the by-time state: by time, arrival order
+		// kept within a time.
+		rows = append(rows, row)
+		slices.SortStableFunc(rows, func(a, b joinRow) int { return cmp.Compare(a.TS, b.TS) })
+		for i := 0; i < len(rows); {
+			k := i + 1
+			for k < len(rows) && rows[k].TS == rows[i].TS {
+				k++
+			}
+			if err := m.Put(rows[i].TS, rows[i:k:k]); err != nil {
+				return err
+			}
+			i = k
+		}
+		return list.Update(indexRow(int64(len(rows))))
+	}
+	have, _, err := m.Get(row.TS)
+	if err != nil {
+		return err
+	}
+	if err := m.Put(row.TS, append(have, row)); err != nil {
+		return err
+	}
+	return list.Update(indexRow(n + 1))
+}
+
 // OnTimer implements TimerFunction: the rows whose interval the watermark
-// passed at ts (left rows at ts - upper or before, right rows at ts +
-// lower or before) are removed, the unmatched ones of an outer side emitted
-// first, at their own time.
+// passed at ts are removed, the unmatched ones of an outer side emitted
+// first, at their own time. Every row registered a timer at the end of its
+// interval, so the timer at ts removes the left rows at ts - upper (or
+// before) and the right rows at ts + lower (or before): in the by-time
+// layout exactly one bucket per side (Flink's
+// IntervalJoinOperator.onEventTime).
 func (j *IntervalJoin) OnTimer(ctx context.Context, ts time.Time, tc TimerContext, out Collector) error {
 	at := ts.UnixMilli()
 	for side, until := range [2]int64{at - j.upper, at + j.lower} {
-		s := j.sides[side]
-		rows, ok, err := s.Value()
+		list := j.lists[side]
+		rows, ok, err := list.Value()
 		if err != nil {
 			return err
 		}
 		if !ok {
+			continue
+		}
+		if n, ok := spilled(rows); ok {
+			if err := j.expireBucket(side, until, n, tc.Key, out); err != nil {
+				return err
+			}
 			continue
 		}
 		keep := rows[:0:0]
@@ -381,14 +550,7 @@ func (j *IntervalJoin) OnTimer(ctx context.Context, ts time.Time, tc TimerContex
 				continue
 			}
 			removed++
-			if !j.p.Join.outer(side) || rows[i].Matched {
-				continue
-			}
-			l, r := &rows[i], (*joinRow)(nil)
-			if side == 1 {
-				l, r = nil, &rows[i]
-			}
-			if err := j.emit(tc.Key, l, r, rows[i].TS, out); err != nil {
+			if err := j.expire(side, &rows[i], tc.Key, out); err != nil {
 				return err
 			}
 		}
@@ -396,9 +558,9 @@ func (j *IntervalJoin) OnTimer(ctx context.Context, ts time.Time, tc TimerContex
 			continue
 		}
 		if len(keep) == 0 {
-			err = s.Clear()
+			err = list.Clear()
 		} else {
-			err = s.Update(keep)
+			err = list.Update(keep)
 		}
 		if err != nil {
 			return err
@@ -406,6 +568,43 @@ func (j *IntervalJoin) OnTimer(ctx context.Context, ts time.Time, tc TimerContex
 		j.addRows(-int64(removed))
 	}
 	return nil
+}
+
+// expireBucket removes side's by-time rows at time bucket (n rows in the
+// by-time state before), emitting the unmatched ones of an outer side, and
+// puts the side back to an empty list when none are left.
+func (j *IntervalJoin) expireBucket(side int, bucket, n int64, key []byte, out Collector) error {
+	m := j.byTime[side]
+	rows, ok, err := m.Get(bucket)
+	if err != nil || !ok {
+		return err
+	}
+	for i := range rows {
+		if err := j.expire(side, &rows[i], key, out); err != nil {
+			return err
+		}
+	}
+	if err := m.Remove(bucket); err != nil {
+		return err
+	}
+	j.addRows(-int64(len(rows)))
+	if n -= int64(len(rows)); n <= 0 {
+		return j.lists[side].Clear()
+	}
+	return j.lists[side].Update(indexRow(n))
+}
+
+// expire emits row of side, whose interval the watermark passed, with the
+// other side null if the side is an outer one and it matched nothing.
+func (j *IntervalJoin) expire(side int, row *joinRow, key []byte, out Collector) error {
+	if !j.p.Join.outer(side) || row.Matched {
+		return nil
+	}
+	l, r := row, (*joinRow)(nil)
+	if side == 1 {
+		l, r = nil, row
+	}
+	return j.emit(key, l, r, row.TS, out)
 }
 
 // emit writes select(left, right) (either may be nil: null) with key and

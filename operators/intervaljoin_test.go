@@ -22,11 +22,19 @@ type joinHarness struct {
 
 func newJoinHarness(t *testing.T, kind, dir string, restore *Restore, p IntervalJoinParams) *joinHarness {
 	t.Helper()
+	j := NewIntervalJoin(p)
+	return newJoinHarnessFunc(t, kind, dir, restore, j, j)
+}
+
+// newJoinHarnessFunc is newJoinHarness running fn, whose IntervalJoin
+// (for BufferedRows) is j.
+func newJoinHarnessFunc(t *testing.T, kind, dir string, restore *Restore, fn KeyedCoProcessFunction, j *IntervalJoin) *joinHarness {
+	t.Helper()
 	h := &joinHarness{harness: &harness{t: t, mb: runtime.NewMailbox(), ch: runtime.NewChannel(1 << 16), ctx: context.Background()},
-		late: runtime.NewChannel(1 << 12), j: NewIntervalJoin(p)}
+		late: runtime.NewChannel(1 << 12), j: j}
 	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{h.ch}, runtime.ForwardPartitioner{}))
 	out.AddSideWriter(LateOutput, runtime.NewWriter([]runtime.Channel{h.late}, runtime.ForwardPartitioner{}))
-	h.op = NewKeyedCoProcessOperator(OpenContext{Operator: "j", Parallelism: 1}, opener(kind, dir), restore, h.j, out)
+	h.op = NewKeyedCoProcessOperator(OpenContext{Operator: "j", Parallelism: 1}, opener(kind, dir), restore, fn, out)
 	h.op.SetMailbox(h.mb)
 	if err := h.op.Open(h.ctx); err != nil {
 		t.Fatal(err)
@@ -94,6 +102,57 @@ func joinOutputs(recs []runtime.Record) []string {
 // late output unchanged; no state (rows, timers) is left once the
 // watermark passed every interval.
 func TestIntervalJoinModel(t *testing.T) {
+	events, maxTS := intervalJoinEvents()
+	lower, upper := int64(-5_000), int64(10_000)
+	late, live := intervalJoinLate(t, events)
+	for _, kind := range []JoinKind{JoinInner, JoinLeftOuter, JoinRightOuter, JoinFullOuter} {
+		want := intervalJoinWant(live, lower, upper, kind)
+		t.Logf("%s: %d outputs expected, %d late", kind, len(want), len(late))
+		for _, backend := range backends {
+			// spillRows 2 keeps most keys' rows by time (moving lists
+			// there and back), the default keeps every key in its lists.
+			for _, spill := range []int{intervalJoinSpillRows, 2} {
+				t.Run(fmt.Sprintf("%s/%s/spill%d", kind, backend, spill), func(t *testing.T) {
+					p := IntervalJoinParams{Lower: -5 * time.Second, Upper: 10 * time.Second, Join: kind}
+					j := NewIntervalJoin(p)
+					j.spillRows = spill
+					h := newJoinHarnessFunc(t, backend, t.TempDir(), nil, j, j)
+					runIntervalJoinModel(t, h, backend, p, events, maxTS, want, late, func(_, after *joinHarness) {
+						n := byTimeKeys(t, after)
+						if spill == 2 && n == 0 {
+							t.Errorf("no key holds rows by time after the restore with spillRows 2")
+						}
+						if spill == intervalJoinSpillRows && n != 0 {
+							t.Errorf("%d keys hold rows by time after the restore, want 0 with spillRows %d", n, spill)
+						}
+					})
+				})
+			}
+		}
+	}
+}
+
+// byTimeKeys counts the keys and sides whose rows h's join keeps by time.
+func byTimeKeys(t *testing.T, h *joinHarness) int {
+	t.Helper()
+	n := 0
+	for _, name := range []string{IntervalJoinLeftByTimeState, IntervalJoinRightByTimeState} {
+		err := state.ApplyToAllKeys(h.op.backend, joinSideState(name), func([]byte, state.MapState[int64, []joinRow]) error {
+			n++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// intervalJoinEvents returns TestIntervalJoinModel's input: 600 records
+// (random side, one of 5 keys, times spread around 500 ms apart) with a
+// watermark 4s behind the largest time after every 10th, and the largest
+// time.
+func intervalJoinEvents() ([]joinEvent, int64) {
 	rng := rand.New(rand.NewPCG(23, 4))
 	var events []joinEvent
 	maxTS := int64(0)
@@ -105,8 +164,12 @@ func TestIntervalJoinModel(t *testing.T) {
 			events = append(events, joinEvent{wm: maxTS - 4_000})
 		}
 	}
-	lower, upper := int64(-5_000), int64(10_000)
-	// The model.
+	return events, maxTS
+}
+
+// intervalJoinLate splits events into the late records ("side ts value",
+// sorted; at least 20 wanted) and each side's records that are not late.
+func intervalJoinLate(t *testing.T, events []joinEvent) ([]string, [2][]joinEvent) {
 	var late []string
 	var live [2][]joinEvent
 	wm := int64(0)
@@ -124,85 +187,98 @@ func TestIntervalJoinModel(t *testing.T) {
 	if len(late) < 20 {
 		t.Fatalf("the input has %d late records; the test wants some", len(late))
 	}
-	for _, kind := range []JoinKind{JoinInner, JoinLeftOuter, JoinRightOuter, JoinFullOuter} {
-		var want []string
-		matched := [2]map[int]bool{{}, {}}
-		for _, l := range live[0] {
-			for _, r := range live[1] {
-				if l.key == r.key && l.ts+lower <= r.ts && r.ts <= l.ts+upper {
-					want = append(want, fmt.Sprintf(`%s %d {"left":%s,"right":%s}`, l.key, max(l.ts, r.ts), l.value(), r.value()))
-					matched[0][l.id], matched[1][r.id] = true, true
-				}
+	return late, live
+}
+
+// intervalJoinWant is the model join of the records live of kind with
+// bounds [lower, upper] (ms): "key ts value" per output, sorted.
+func intervalJoinWant(live [2][]joinEvent, lower, upper int64, kind JoinKind) []string {
+	var want []string
+	matched := [2]map[int]bool{{}, {}}
+	for _, l := range live[0] {
+		for _, r := range live[1] {
+			if l.key == r.key && l.ts+lower <= r.ts && r.ts <= l.ts+upper {
+				want = append(want, fmt.Sprintf(`%s %d {"left":%s,"right":%s}`, l.key, max(l.ts, r.ts), l.value(), r.value()))
+				matched[0][l.id], matched[1][r.id] = true, true
 			}
-		}
-		for side := range 2 {
-			if !kind.outer(side) {
-				continue
-			}
-			for _, e := range live[side] {
-				if matched[side][e.id] {
-					continue
-				}
-				v := fmt.Sprintf(`{"left":%s,"right":null}`, e.value())
-				if side == 1 {
-					v = fmt.Sprintf(`{"left":null,"right":%s}`, e.value())
-				}
-				want = append(want, fmt.Sprintf("%s %d %s", e.key, e.ts, v))
-			}
-		}
-		slices.Sort(want)
-		t.Logf("%s: %d outputs expected, %d late", kind, len(want), len(late))
-		for _, backend := range backends {
-			t.Run(fmt.Sprintf("%s/%s", kind, backend), func(t *testing.T) {
-				p := IntervalJoinParams{Lower: -5 * time.Second, Upper: 10 * time.Second, Join: kind}
-				h := newJoinHarness(t, backend, t.TempDir(), nil, p)
-				var got, gotLate []runtime.Record
-				lastWM := int64(0)
-				for i, e := range events {
-					if i == len(events)/2 {
-						got = append(got, h.emitted()...)
-						gotLate = append(gotLate, h.lateRecords()...)
-						r := snapshotRestore(t, h.harness)
-						h = newJoinHarness(t, backend, t.TempDir(), r, p)
-						h.wm(lastWM) // a restored job resumes at its watermark
-					}
-					if e.wm > 0 {
-						h.wm(e.wm)
-						lastWM = e.wm
-						continue
-					}
-					h.send(e.side, runtime.Record{Key: []byte(e.key), Value: []byte(e.value()), Timestamp: time.UnixMilli(e.ts)})
-				}
-				h.wm(maxTS + upper - lower + 1)
-				got = append(got, h.emitted()...)
-				gotLate = append(gotLate, h.lateRecords()...)
-				if g := joinOutputs(got); !slices.Equal(g, want) {
-					t.Errorf("%d outputs, want %d; first differences:\n%s", len(g), len(want), joinDiff(g, want))
-				}
-				var lateGot []string
-				for _, r := range gotLate {
-					side := 0
-					for _, e := range events {
-						if e.wm == 0 && e.value() == string(r.Value) {
-							side = e.side
-						}
-					}
-					lateGot = append(lateGot, fmt.Sprintf("%d %d %s", side, r.Timestamp.UnixMilli(), r.Value))
-				}
-				slices.Sort(lateGot)
-				if !slices.Equal(lateGot, late) {
-					t.Errorf("late output %d records, want %d", len(lateGot), len(late))
-				}
-				if n := h.entries(); n != 0 {
-					t.Errorf("%d state entries after the watermark passed every interval, want 0", n)
-				}
-				if n := h.j.BufferedRows(); n != 0 {
-					t.Errorf("%d buffered rows counted at the end, want 0", n)
-				}
-				h.finish()
-			})
 		}
 	}
+	for side := range 2 {
+		if !kind.outer(side) {
+			continue
+		}
+		for _, e := range live[side] {
+			if matched[side][e.id] {
+				continue
+			}
+			v := fmt.Sprintf(`{"left":%s,"right":null}`, e.value())
+			if side == 1 {
+				v = fmt.Sprintf(`{"left":null,"right":%s}`, e.value())
+			}
+			want = append(want, fmt.Sprintf("%s %d %s", e.key, e.ts, v))
+		}
+	}
+	slices.Sort(want)
+	return want
+}
+
+// runIntervalJoinModel feeds events to h, restoring into a new interval
+// join of params p half-way, then passes the last interval and checks the
+// output against want, the late output against late and that no state is
+// left. restored, if not nil, is called with the harness before and
+// after the restore.
+func runIntervalJoinModel(t *testing.T, h *joinHarness, backend string, p IntervalJoinParams, events []joinEvent, maxTS int64, want, late []string, restored func(before, after *joinHarness)) {
+	upper, lower := p.Upper.Milliseconds(), p.Lower.Milliseconds()
+	var got, gotLate []runtime.Record
+	lastWM := int64(0)
+	for i, e := range events {
+		if i == len(events)/2 {
+			got = append(got, h.emitted()...)
+			gotLate = append(gotLate, h.lateRecords()...)
+			r := snapshotRestore(t, h.harness)
+			before := h
+			j := NewIntervalJoin(p)
+			j.spillRows = h.j.spillRows
+			h = newJoinHarnessFunc(t, backend, t.TempDir(), r, j, j)
+			if restored != nil {
+				restored(before, h)
+			}
+			h.wm(lastWM) // a restored job resumes at its watermark
+		}
+		if e.wm > 0 {
+			h.wm(e.wm)
+			lastWM = e.wm
+			continue
+		}
+		h.send(e.side, runtime.Record{Key: []byte(e.key), Value: []byte(e.value()), Timestamp: time.UnixMilli(e.ts)})
+	}
+	h.wm(maxTS + upper - lower + 1)
+	got = append(got, h.emitted()...)
+	gotLate = append(gotLate, h.lateRecords()...)
+	if g := joinOutputs(got); !slices.Equal(g, want) {
+		t.Errorf("%d outputs, want %d; first differences:\n%s", len(g), len(want), joinDiff(g, want))
+	}
+	var lateGot []string
+	for _, r := range gotLate {
+		side := 0
+		for _, e := range events {
+			if e.wm == 0 && e.value() == string(r.Value) {
+				side = e.side
+			}
+		}
+		lateGot = append(lateGot, fmt.Sprintf("%d %d %s", side, r.Timestamp.UnixMilli(), r.Value))
+	}
+	slices.Sort(lateGot)
+	if !slices.Equal(lateGot, late) {
+		t.Errorf("late output %d records, want %d", len(lateGot), len(late))
+	}
+	if n := h.entries(); n != 0 {
+		t.Errorf("%d state entries after the watermark passed every interval, want 0", n)
+	}
+	if n := h.j.BufferedRows(); n != 0 {
+		t.Errorf("%d buffered rows counted at the end, want 0", n)
+	}
+	h.finish()
 }
 
 // joinDiff describes the first few lines in which got and want differ.

@@ -1,6 +1,8 @@
 package state
 
 import (
+	"slices"
+
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
@@ -164,6 +166,35 @@ func (s *hashmapStore) scanEntries(k stateKey, fn func(uk, v []byte) (bool, erro
 		return nil
 	}
 	for uk, v := range g.maps[string(k.key)] {
+		more, err := fn([]byte(uk), v)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanRange compares every user key of the map with the bounds (no value
+// is touched), then visits the ones inside in byte order: O(entries of the
+// key) comparisons plus O(m log m) for the m entries in range.
+func (s *hashmapStore) scanRange(k stateKey, lo, hi []byte, fn func(uk, v []byte) (bool, error)) error {
+	g := s.group(k.id, k.kg, false)
+	if g == nil {
+		return nil
+	}
+	m := g.maps[string(k.key)]
+	var in []string
+	for uk := range m {
+		if uk >= string(lo) && uk <= string(hi) {
+			in = append(in, uk)
+		}
+	}
+	slices.Sort(in)
+	for _, uk := range in {
+		v, ok := m[uk] // fn may have removed it
+		if !ok {
+			continue
+		}
 		more, err := fn([]byte(uk), v)
 		if err != nil || !more {
 			return err

@@ -1,12 +1,14 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -398,6 +400,79 @@ func (s *pebbleStore) scanEntries(k stateKey, fn func(uk, v []byte) (bool, error
 	}
 	return it.Close()
 }
+
+// scanRange is scanEntries bounded to [lo, hi]: the iterator seeks to lo,
+// so the cost is one seek plus the entries in range. Unlike scanEntries it
+// does not flush the write cache while few entries are dirty
+// (rangeDirtyLimit): it merges the dirty versions in range over the
+// iterator (a point-in-time view as well), so a range read per record
+// (interval_join) does not commit a batch per record.
+func (s *pebbleStore) scanRange(k stateKey, lo, hi []byte, fn func(uk, v []byte) (bool, error)) error {
+	prefix := appendStateKey(nil, k)
+	lower := append(slices.Clip(prefix), lo...)
+	upper := append(append(slices.Clip(prefix), hi...), 0) // exclusive: every uk <= hi sorts before it
+	var over []dirtyKV
+	if s.cache != nil {
+		var ok bool
+		var err error
+		if over, ok, err = s.cache.dirtyIn(lower, upper, rangeDirtyLimit); err != nil {
+			return fmt.Errorf("state: write cache: %w", err)
+		}
+		if !ok {
+			if err := s.flushCache(); err != nil {
+				return err
+			}
+		}
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("state: pebble iter: %w", err)
+	}
+	valid := it.First()
+	for valid || len(over) > 0 {
+		fromIter := false
+		switch {
+		case !valid: // only the cache's versions are left
+		case len(over) == 0:
+			fromIter = true
+		default:
+			switch c := bytes.Compare(it.Key(), []byte(over[0].key)); {
+			case c < 0:
+				fromIter = true
+			case c == 0: // the cache's version replaces Pebble's
+				valid = it.Next()
+			}
+		}
+		var key, v []byte
+		if fromIter {
+			if v, err = it.ValueAndErr(); err != nil {
+				_ = it.Close()
+				return fmt.Errorf("state: pebble iter: %w", err)
+			}
+			key = it.Key()
+		} else {
+			d := over[0]
+			over = over[1:]
+			if !d.present {
+				continue
+			}
+			key, v = []byte(d.key), d.val
+		}
+		more, err := fn(key[len(prefix):], v)
+		if err != nil || !more {
+			_ = it.Close()
+			return err
+		}
+		if fromIter {
+			valid = it.Next()
+		}
+	}
+	return it.Close()
+}
+
+// rangeDirtyLimit is how many dirty write-cache entries scanRange merges
+// over its iterator at most; with more it flushes the cache first.
+const rangeDirtyLimit = 256
 
 func (s *pebbleStore) scanGroup(id uint32, kg int, fn func(key, uk, v []byte) error) error {
 	if err := s.flushCache(); err != nil {

@@ -36,6 +36,9 @@ type store interface {
 	setEntry(k stateKey, uk, v []byte) error
 	delEntry(k stateKey, uk []byte) error
 	scanEntries(k stateKey, fn func(uk, v []byte) (bool, error)) error
+	// scanRange is scanEntries over the entries whose user key uk lies in
+	// [lo, hi] in byte order, visited in that order; fn as in scanEntries.
+	scanRange(k stateKey, lo, hi []byte, fn func(uk, v []byte) (bool, error)) error
 	clearEntries(k stateKey) error
 	// scanGroup calls fn for every map entry of state id in key group kg
 	// (every key's), until fn returns an error (returned as is); fn must

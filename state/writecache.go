@@ -2,6 +2,7 @@ package state
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -493,6 +494,42 @@ func (c *writeCache) dropLocked(db *pebble.DB) error {
 	c.bytes = 0
 	c.gen++
 	return nil
+}
+
+// dirtyKV is a dirty cache entry's version as dirtyIn copies it.
+type dirtyKV struct {
+	key     string
+	val     []byte
+	present bool
+}
+
+// dirtyIn returns, sorted by key, the dirty entries (the versions Pebble
+// lacks) whose keys lie in [lower, upper), so that a range read can merge
+// them over a Pebble iterator instead of flushing; ok is false, and
+// nothing is returned, when more than limit entries are dirty (the caller
+// flushes: the walk over the dirty list stays bounded).
+func (c *writeCache) dirtyIn(lower, upper []byte, limit int) (out []dirtyKV, ok bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ndirty > limit {
+		return nil, false, nil
+	}
+	for _, e := range c.dirty {
+		if !e.dirty || e.key < string(lower) || e.key >= string(upper) {
+			continue
+		}
+		kv := dirtyKV{key: e.key, present: e.present}
+		if e.present {
+			v, err := e.bytesOf()
+			if err != nil {
+				return nil, false, err
+			}
+			kv.val = slices.Clone(v)
+		}
+		out = append(out, kv)
+	}
+	slices.SortFunc(out, func(a, b dirtyKV) int { return strings.Compare(a.key, b.key) })
+	return out, true, nil
 }
 
 func (c *writeCache) flushLocked(db *pebble.DB) error {

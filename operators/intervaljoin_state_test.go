@@ -1,0 +1,254 @@
+package operators
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// legacyIntervalJoin is the interval join as it was before its rows were
+// kept by time: per key and side one ValueState (intervalListState) holding
+// every row, decoded and rewritten whole on every record and timer. It is
+// the test's writer of checkpoints in that layout.
+type legacyIntervalJoin struct {
+	*IntervalJoin
+	lists [2]state.ValueState[[]joinRow]
+}
+
+func (j *legacyIntervalJoin) Open(ctx OpenContext) error {
+	j.timers = ctx.TimerService()
+	for i, name := range []string{IntervalJoinLeftState, IntervalJoinRightState} {
+		v, err := state.GetValueState(ctx.Backend, intervalListState(name))
+		if err != nil {
+			return err
+		}
+		j.lists[i] = v
+	}
+	j.lateRecs = newLateRecords(ctx.Operator, LateOutput, nil, nil, j.timers.CurrentProcessingTime)
+	return nil
+}
+
+func (j *legacyIntervalJoin) ProcessElement1(_ context.Context, rec runtime.Record, out Collector) error {
+	return j.process(0, rec, out)
+}
+
+func (j *legacyIntervalJoin) ProcessElement2(_ context.Context, rec runtime.Record, out Collector) error {
+	return j.process(1, rec, out)
+}
+
+func (j *legacyIntervalJoin) process(side int, rec runtime.Record, out Collector) error {
+	wm := j.timers.CurrentWatermark()
+	if rec.Timestamp.IsZero() || (wm != runtime.MinWatermark && !rec.Timestamp.After(wm)) {
+		return j.lateRecs.handle(rec, wm, out)
+	}
+	t := rec.Timestamp.UnixMilli()
+	lo, hi, cleanup := t+j.lower, t+j.upper, t+j.upper
+	if side == 1 {
+		lo, hi, cleanup = t-j.upper, t-j.lower, t-j.lower
+	}
+	row := joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText}
+	rows, _, err := j.lists[1-side].Value()
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		o := &rows[i]
+		if o.TS < lo || o.TS > hi {
+			continue
+		}
+		l, r := &row, o
+		if side == 1 {
+			l, r = o, &row
+		}
+		if err := j.emit(rec.Key, l, r, max(t, o.TS), out); err != nil {
+			return err
+		}
+		row.Matched = true
+		o.Matched = o.Matched || j.p.Join.outer(1-side)
+	}
+	if err := j.lists[1-side].Update(rows); err != nil {
+		return err
+	}
+	if !j.p.Join.outer(side) {
+		row.Matched = false
+	}
+	own, _, err := j.lists[side].Value()
+	if err != nil {
+		return err
+	}
+	if err := j.lists[side].Update(append(own, row)); err != nil {
+		return err
+	}
+	j.addRows(1)
+	return j.timers.RegisterEventTimeTimer(time.UnixMilli(cleanup))
+}
+
+func (j *legacyIntervalJoin) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out Collector) error {
+	at := ts.UnixMilli()
+	for side, until := range [2]int64{at - j.upper, at + j.lower} {
+		rows, _, err := j.lists[side].Value()
+		if err != nil {
+			return err
+		}
+		var keep []joinRow
+		for i := range rows {
+			if rows[i].TS > until {
+				keep = append(keep, rows[i])
+				continue
+			}
+			j.addRows(-1)
+			if !j.p.Join.outer(side) || rows[i].Matched {
+				continue
+			}
+			l, r := &rows[i], (*joinRow)(nil)
+			if side == 1 {
+				l, r = nil, &rows[i]
+			}
+			if err := j.emit(tc.Key, l, r, rows[i].TS, out); err != nil {
+				return err
+			}
+		}
+		if len(keep) == 0 {
+			err = j.lists[side].Clear()
+		} else {
+			err = j.lists[side].Update(keep)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestIntervalJoinRestoresListLayout runs TestIntervalJoinModel's input
+// through the join as it was before the by-time layout
+// (legacyIntervalJoin: one list of rows per key and side, main's
+// checkpoint format) up to the half-way snapshot, and restores it into
+// the current join with spillRows 1, for every join kind on both
+// backends: the output (pairs before and after the restore, outer rows
+// emitted by the timers the earlier join registered) equals the model
+// exactly; the restored lists are read as they are (the buffered-rows
+// count after the restore equals the count before it, no key holds rows
+// by time after Open) and some hold more than 1 row, so the next record
+// of such a key moves them by time; no state is left at the end.
+func TestIntervalJoinRestoresListLayout(t *testing.T) {
+	events, maxTS := intervalJoinEvents()
+	late, live := intervalJoinLate(t, events)
+	for _, kind := range []JoinKind{JoinInner, JoinLeftOuter, JoinRightOuter, JoinFullOuter} {
+		want := intervalJoinWant(live, -5_000, 10_000, kind)
+		for _, backend := range backends {
+			t.Run(fmt.Sprintf("%s/%s", kind, backend), func(t *testing.T) {
+				p := IntervalJoinParams{Lower: -5 * time.Second, Upper: 10 * time.Second, Join: kind}
+				legacy := &legacyIntervalJoin{IntervalJoin: NewIntervalJoin(p)}
+				legacy.spillRows = 1 // for the join restored from it
+				h := newJoinHarnessFunc(t, backend, t.TempDir(), nil, legacy, legacy.IntervalJoin)
+				runIntervalJoinModel(t, h, backend, p, events, maxTS, want, late, func(before, after *joinHarness) {
+					if before.j.BufferedRows() < 10 {
+						t.Fatalf("the earlier layout buffered %d rows at the snapshot; the test wants some", before.j.BufferedRows())
+					}
+					if got, want := after.j.BufferedRows(), before.j.BufferedRows(); got != want {
+						t.Errorf("restored %d rows, the earlier layout held %d", got, want)
+					}
+					if n := byTimeKeys(t, after); n != 0 {
+						t.Errorf("%d keys hold rows by time after Open, want 0", n)
+					}
+					longest := 0
+					for _, name := range []string{IntervalJoinLeftState, IntervalJoinRightState} {
+						err := state.ApplyToAllValueKeys(after.op.backend, intervalListState(name), func(_ []byte, v state.ValueState[[]joinRow]) error {
+							rows, _, err := v.Value()
+							longest = max(longest, len(rows))
+							return err
+						})
+						if err != nil {
+							t.Fatal(err)
+						}
+					}
+					if longest <= 1 {
+						t.Errorf("the longest restored list holds %d rows; the test wants some above spillRows 1", longest)
+					}
+				})
+			})
+		}
+	}
+}
+
+// countingRows is joinRowsSerializer counting the values it decodes and
+// the rows in them.
+type countingRows struct {
+	joinRowsSerializer
+	values, rows *int
+}
+
+func (c countingRows) Decode(b []byte) ([]joinRow, error) {
+	rows, err := c.joinRowsSerializer.Decode(b)
+	*c.values++
+	*c.rows += len(rows)
+	return rows, err
+}
+
+// TestIntervalJoinHotKeyDecodesInRange: with 20,000 left rows buffered for
+// one key (at 1000..20999 ms, a full outer join, bounds [-5ms, +10ms]), a
+// right record at 11000 decodes exactly the 16 left buckets at
+// 10990..11005 (16 rows) and emits exactly those 16 pairs; buffering the
+// 20,000 rows decoded nothing (no right rows, no bucket shared); the
+// watermark at 1010 fires the cleanup timer of the row at 1000 only: one
+// bucket decoded, that row emitted with right null, 19,999 rows left; on
+// both backends.
+func TestIntervalJoinHotKeyDecodesInRange(t *testing.T) {
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			var values, rows int
+			p := IntervalJoinParams{Lower: -5 * time.Millisecond, Upper: 10 * time.Millisecond, Join: JoinFullOuter}
+			j := NewIntervalJoin(p)
+			j.rowSer = countingRows{values: &values, rows: &rows}
+			h := newJoinHarnessFunc(t, backend, t.TempDir(), nil, j, j)
+			rec := func(id int, ts int64) runtime.Record {
+				return runtime.Record{Key: []byte("hot"), Value: fmt.Appendf(nil, `{"id":%d}`, id), Timestamp: time.UnixMilli(ts)}
+			}
+			for i := range 20_000 {
+				h.send(0, rec(i, 1000+int64(i)))
+			}
+			if values != 0 || len(h.emitted()) != 0 {
+				t.Fatalf("buffering 20,000 unmatched rows decoded %d values", values)
+			}
+			if n := j.BufferedRows(); n != 20_000 {
+				t.Fatalf("%d rows buffered, want 20000", n)
+			}
+			h.send(1, rec(-1, 11_000))
+			if values != 16 || rows != 16 {
+				t.Errorf("a right record at 11000 decoded %d values, %d rows; want the 16 buckets in [10990, 11005]", values, rows)
+			}
+			var got []string
+			for _, r := range h.emitted() {
+				got = append(got, fmt.Sprintf("%d %s", r.Timestamp.UnixMilli(), r.Value))
+			}
+			var want []string
+			for ts := int64(10_990); ts <= 11_005; ts++ {
+				want = append(want, fmt.Sprintf(`%d {"left":{"id":%d},"right":{"id":-1}}`, max(ts, 11_000), ts-1000))
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("pairs:\n%v\nwant\n%v", got, want)
+			}
+			values, rows = 0, 0
+			h.wm(1010)
+			if values != 1 || rows != 1 {
+				t.Errorf("the timer at 1010 decoded %d values, %d rows; want the bucket at 1000 only", values, rows)
+			}
+			out := h.emitted()
+			if len(out) != 1 || string(out[0].Value) != `{"left":{"id":0},"right":null}` || out[0].Timestamp.UnixMilli() != 1000 {
+				t.Errorf("the timer at 1010 emitted %v, want the left row at 1000 with right null", out)
+			}
+			if n := j.BufferedRows(); n != 20_000 {
+				t.Errorf("%d rows buffered after the timer, want 20000 (19,999 left, 1 right)", n)
+			}
+			h.finish()
+		})
+	}
+}
