@@ -11,8 +11,10 @@ import (
 // the JSON alone when it can) gives exactly what evaluating on the whole
 // decoded value gives (Input.Value: DecodeJSON's result, or the string of
 // the bytes when it fails): the same results and the same errors, for
-// programs reading one field, two fields, a field twice, and a field
-// after value; the seeds run with every go test.
+// programs reading one field, two fields, a field twice, a field after
+// value, a nested field of a field (amount.x, has(amount.x)), three fields
+// and value in one list, conversions (int, string) and size; the seeds
+// run with every go test.
 func FuzzFieldwiseEqualsWholeDecode(f *testing.F) {
 	for _, s := range []string{
 		`{"id":17,"key":"k000042","shape":"CIRCLE","amount":512,"note":"xx"}`,
@@ -24,7 +26,7 @@ func FuzzFieldwiseEqualsWholeDecode(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	progs := []string{`amount`, `amount < 500`, `{"id": id, "amount": amount}`, `amount + amount`, `value.amount == amount`, `has(value.id) ? id : 0`}
+	progs := []string{`amount.x`, `has(amount.x) ? amount.x : id`, `[amount, id, note, value.id]`, `amount == id`, `int(amount) + 1`, `string(amount)`, `size(note) > 1`, `amount`, `amount < 500`, `{"id": id, "amount": amount}`, `amount + amount`, `value.amount == amount`, `has(value.id) ? id : 0`}
 	compiled := make([]*Program, len(progs))
 	for i, src := range progs {
 		p, err := Compile(src)
