@@ -52,7 +52,7 @@ func TestUnitBalancerOwnedAfterLoss(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := map[string][]int32{}
-			for id, topics := range into.(*kgo.BalancePlan).AsMemberIDMap() {
+			for id, topics := range into.(*electedPlan).plan.AsMemberIDMap() {
 				if ps := slices.Sorted(slices.Values(topics["j-units"])); len(ps) > 0 {
 					got[id] = ps
 				}

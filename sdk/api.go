@@ -342,6 +342,10 @@ type CheckpointInfo struct {
 	AlignmentMS *int64 `json:"alignment_ms,omitempty"`
 	// Failure is why a failed checkpoint failed.
 	Failure string `json:"failure,omitempty"`
+	// Discarded marks a completed checkpoint of the running attempt's
+	// history that retention has deleted since (no longer on disk: it
+	// cannot be restored); Flink's checkpoint statistics' discarded.
+	Discarded bool `json:"discarded,omitempty"`
 }
 
 func (s *server) checkpoints(w http.ResponseWriter, _ *http.Request) {

@@ -64,7 +64,10 @@ func checkpointHistory(infos []checkpoint.Info, hist []checkpoint.CheckpointStat
 		i, ok := at[h.ID]
 		if !ok {
 			at[h.ID], i = len(out), len(out)
-			out = append(out, CheckpointInfo{ID: h.ID, Time: h.Triggered, Bytes: h.Bytes, Dir: h.Dir})
+			// A completed checkpoint missing from the checkpoint directory
+			// was deleted by retention (a savepoint lives elsewhere).
+			out = append(out, CheckpointInfo{ID: h.ID, Time: h.Triggered, Bytes: h.Bytes, Dir: h.Dir,
+				Discarded: h.Status == checkpoint.StatusCompleted && !h.Savepoint})
 		}
 		c := &out[i]
 		dur, align := h.Duration.Milliseconds(), h.Alignment.Milliseconds()

@@ -57,6 +57,7 @@ func TestWebUIDrawsAPI(t *testing.T) {
 		}}
 	checkpoints := checkpointHistory([]checkpoint.Info{
 		{ID: 4, Dir: "/d/fraud/chk-4", State: checkpoint.StateCompleted, Time: at, Bytes: 2048},
+		{ID: 6, Dir: "/d/fraud/chk-6", State: checkpoint.StateCompleted, Time: at.Add(2 * time.Second), Bytes: 3 << 20},
 	}, []checkpoint.CheckpointStats{
 		{ID: 5, Status: checkpoint.StatusFailed, Triggered: at.Add(time.Second), Duration: 1500 * time.Millisecond, Dir: "/d/fraud/chk-5", Failure: "declined by score[1]: disk full"},
 		{ID: 6, Status: checkpoint.StatusCompleted, Triggered: at.Add(2 * time.Second), Duration: 120 * time.Millisecond, Bytes: 3 << 20, Alignment: 15 * time.Millisecond, Dir: "/d/fraud/chk-6"},

@@ -59,7 +59,8 @@ func TestUIServed(t *testing.T) {
 // checkpoints on disk with the running attempt's history: the history's
 // state, duration, alignment and failure win for an id in both; a
 // savepoint stored elsewhere and a failed checkpoint no longer on disk are
-// added; the restored-from checkpoint is marked; ascending by id.
+// added, a completed one no longer on disk marked discarded (retention
+// deleted it); the restored-from checkpoint is marked; ascending by id.
 func TestCheckpointHistoryMerge(t *testing.T) {
 	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	infos := []checkpoint.Info{
@@ -68,6 +69,7 @@ func TestCheckpointHistoryMerge(t *testing.T) {
 		{ID: 5, Dir: "/d/job/chk-5", State: checkpoint.StateCompleted, Time: at.Add(5 * time.Second), Bytes: 500},
 	}
 	hist := []checkpoint.CheckpointStats{
+		{ID: 0, Status: checkpoint.StatusCompleted, Triggered: at.Add(-time.Second), Duration: 30 * time.Millisecond, Bytes: 90, Dir: "/d/job/chk-0"},
 		{ID: 2, Status: checkpoint.StatusFailed, Triggered: at.Add(2 * time.Second), Duration: 40 * time.Millisecond, Dir: "/d/job/chk-2", Failure: "timed out after 10m0s"},
 		{ID: 3, Status: checkpoint.StatusFailed, Triggered: at.Add(3 * time.Second), Duration: 10 * time.Millisecond, Dir: "/d/job/chk-3", Failure: "declined by counts[1]: disk full"},
 		{ID: 4, Savepoint: true, Status: checkpoint.StatusCompleted, Triggered: at.Add(4 * time.Second), Duration: 1500 * time.Millisecond,
@@ -79,7 +81,8 @@ func TestCheckpointHistoryMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `[{"id":1,"state":"completed","time":"2026-12-06T10:00:00Z","bytes":100,"dir":"/d/job/chk-1","restored":true},` +
+	want := `[{"id":0,"state":"completed","time":"2026-12-06T09:59:59Z","bytes":90,"dir":"/d/job/chk-0","duration_ms":30,"alignment_ms":0,"discarded":true},` +
+		`{"id":1,"state":"completed","time":"2026-12-06T10:00:00Z","bytes":100,"dir":"/d/job/chk-1","restored":true},` +
 		`{"id":2,"state":"failed","time":"2026-12-06T10:00:02Z","bytes":0,"dir":"/d/job/chk-2","duration_ms":40,"alignment_ms":0,"failure":"timed out after 10m0s"},` +
 		`{"id":3,"state":"failed","time":"2026-12-06T10:00:03Z","bytes":7,"dir":"/d/job/chk-3","duration_ms":10,"alignment_ms":0,"failure":"declined by counts[1]: disk full"},` +
 		`{"id":4,"state":"completed","time":"2026-12-06T10:00:04Z","bytes":400,"dir":"/sp/savepoint-4-1","savepoint":true,"duration_ms":1500,"alignment_ms":12},` +

@@ -143,7 +143,7 @@ checkpoints:
 	}
 	completed := 0
 	for _, in := range infos {
-		if in.State == "completed" {
+		if in.State == "completed" && !in.Discarded { // discarded: in the history, deleted by retention
 			completed++
 			if in.Bytes <= 0 || in.Time.Before(start) || in.Dir != filepath.Join(jobDir, fmt.Sprintf("chk-%d", in.ID)) {
 				t.Errorf("GET /api/v1/checkpoints entry %+v: want bytes > 0, time after %v, dir %s/chk-<id>", in, start, jobDir)

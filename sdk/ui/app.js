@@ -270,7 +270,7 @@
       tr.dataset.id = c.id;
       tr.className = "state-" + c.state + (c.restored ? " restored" : "");
       return [
-        c.id + (c.restored ? " (restored)" : ""), c.savepoint ? "savepoint" : "checkpoint", c.state.replace("_", " "), time(c.time),
+        c.id + (c.restored ? " (restored)" : ""), c.savepoint ? "savepoint" : "checkpoint", c.state.replace("_", " ") + (c.discarded ? " (discarded)" : ""), time(c.time),
         ms(c.duration_ms), bytes(c.bytes), ms(c.alignment_ms), c.failure || c.dir,
       ];
     });
