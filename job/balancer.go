@@ -56,6 +56,16 @@ type unitsJoin struct {
 	Running     int    `json:"running"`
 }
 
+// parseUnitsJoin reads a member's join user data: the JSON unitsJoin of
+// the current protocol, or a legacy member's bare fingerprint (legacy
+// true).
+func parseUnitsJoin(data []byte) (j unitsJoin, legacy bool) {
+	if err := json.Unmarshal(data, &j); err != nil || j.Fingerprint == "" {
+		return unitsJoin{Fingerprint: string(data)}, true
+	}
+	return j, false
+}
+
 // UnitBalancer is the kgo.GroupBalancer of cluster mode (docs/scale-out.md,
 // "Assignment"): it hands out the partitions of the units topic (partition
 // stage*Units+index is unit (stage, index)) cooperatively (KIP-429), sticky
@@ -244,10 +254,9 @@ func (b *UnitBalancer) Balance(cb *kgo.ConsumerBalancer, _ map[string]int32) kgo
 	gen := map[int]int32{} // join metadata generation by index in all
 	cb.EachMember(func(m *kmsg.JoinGroupResponseMember, meta *kmsg.ConsumerMemberMetadata) {
 		mb := balanceMember{m: m, owned: map[int32]bool{}}
-		if err := json.Unmarshal(meta.UserData, &mb.join); err != nil || mb.join.Fingerprint == "" {
-			mb.join = unitsJoin{Fingerprint: string(meta.UserData)} // a legacy member: the bare fingerprint
-			legacy = true
-		}
+		var old bool
+		mb.join, old = parseUnitsJoin(meta.UserData)
+		legacy = legacy || old
 		for _, op := range meta.OwnedPartitions {
 			if op.Topic == b.Topic {
 				for _, p := range op.Partitions {

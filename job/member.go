@@ -869,7 +869,8 @@ func (m *Member) Status(ctx context.Context) ClusterStatus {
 			}
 		}
 		if j, ok := gm.Join.AsConsumer(); ok {
-			mu.Fingerprint = string(j.UserData)
+			join, _ := parseUnitsJoin(j.UserData)
+			mu.Fingerprint = join.Fingerprint
 		}
 		st.Members = append(st.Members, mu)
 	}

@@ -71,7 +71,7 @@ sinks:
 `
 
 // TestBackPressureSignals is issue 26's backpressure acceptance: a job
-// in (2 subtasks) -> big -> project (chained to big) -> slow, a sink that
+// in (2 subtasks) -> big -> project (big and project chained to the source) -> slow, a sink that
 // takes 1 ms per record.
 //
 // First 10 records per partition go through with the sink fast, then
@@ -281,7 +281,7 @@ func checkGraph(t *testing.T, st job.Status) {
 		edges = append(edges, e.From+"-"+e.Kind+"->"+e.To)
 	}
 	slices.Sort(edges)
-	if want := []string{"big-chain->project", "in-forward->big", "project-rebalance->slow"}; !slices.Equal(edges, want) {
+	if want := []string{"big-chain->project", "in-chain->big", "project-rebalance->slow"}; !slices.Equal(edges, want) {
 		t.Fatalf("edges %v, want %v", edges, want)
 	}
 }
