@@ -232,7 +232,17 @@ func readTopic(ctx context.Context, opts []kgo.Opt, iso kgo.IsolationLevel, topi
 	defer adm.Close()
 	var ends kadm.ListedOffsets
 	if iso == kgo.ReadCommitted() {
-		ends, err = kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
+		// A partition whose last stable offset could not be listed (a
+		// transient error under load) would be left out and its records
+		// not read: list again for up to 2 s while one failed.
+		retryUntil := time.Now().Add(2 * time.Second)
+		for {
+			ends, err = kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
+			if err != nil || ends.Error() == nil || time.Now().After(retryUntil) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	} else {
 		if ends, err = kadm.NewClient(adm).ListEndOffsets(ctx, topic); err == nil {
 			err = ends.Error()
