@@ -158,7 +158,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		}
 		ccfg := bench.ClusterConfig{
 			Binary: exe, Daemons: counts, Records: *records, Keys: *keys, Partitions: *partitions, Units: *units,
-			CheckpointInterval: *interval, LatencyDuration: *latency, Dir: workDir, Progress: stderr,
+			CheckpointInterval: *interval, LatencyDuration: *latency, Dir: workDir, Progress: stderr, CPUProfile: *cpuprofile,
 		}
 		bs, stop, err := benchBrokers(ctx, *brokers, workDir, *partitions)
 		if err != nil {

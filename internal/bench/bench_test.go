@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -561,4 +563,49 @@ func runOnKfake(t *testing.T, cfg Config, table bool) []Result {
 		checkTable(t, buf.String(), len(res))
 	}
 	return res
+}
+
+// TestProcCPU: procCPU reads a running child's CPU time from
+// /proc/<pid>/stat (the cluster bench's throughput-phase cpu_s/M): a child
+// that spins for a while has used some CPU, never more than the wall time
+// it ran, and an unknown pid reads as not available.
+func TestProcCPU(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Fatalf("no /proc: %v", err) // the project's CI and bench run on Linux
+	}
+	start := time.Now()
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var got time.Duration
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		c, ok := procCPU(cmd.Process.Pid)
+		if !ok {
+			t.Fatalf("procCPU(%d) not available while the child runs", cmd.Process.Pid)
+		}
+		if got = c; got > 0 {
+			break
+		}
+	}
+	if got <= 0 || got > time.Since(start) {
+		t.Errorf("procCPU = %v, want > 0 and <= the %v the child ran", got, time.Since(start))
+	}
+	if _, ok := procCPU(-1); ok {
+		t.Error("procCPU(-1) available, want false")
+	}
+}
+
+// TestDaemonProfile: each daemon of a cluster run gets a profile file of
+// its own, named after the run's daemon count and the member.
+func TestDaemonProfile(t *testing.T) {
+	for _, c := range []struct{ file, job, member, want string }{
+		{"/tmp/p.pprof", "bench-cluster-3-ab12", "m2", "/tmp/p-3d-m2.pprof"},
+		{"cpu", "bench-cluster-1-ff", "m1", "cpu-1d-m1"},
+	} {
+		if got := daemonProfile(c.file, c.job, c.member); got != c.want {
+			t.Errorf("daemonProfile(%q, %q, %q) = %q, want %q", c.file, c.job, c.member, got, c.want)
+		}
+	}
 }
