@@ -29,6 +29,36 @@ const DefaultPoolSize = 5
 // pipeline defaults the config, the job a graph built in code.
 const DefaultTransactionTimeout = 15 * time.Minute
 
+// RepartitionLinger is how long a repartition sink's producer lets a
+// partition's batch fill before sending it (franz-go's ProducerLinger,
+// Kafka's linger.ms; franz-go's default is 10ms). A repartition record is
+// invisible downstream until its transaction commits, after the
+// checkpoint completes, and the pre-commit flushes whatever still
+// lingers, so lingering costs no latency; it makes each batch hold a
+// partition's records of up to this long instead of 10ms (a unit writes
+// every downstream unit's partition, so its records are spread thin),
+// and with fewer, larger batches each is compressed once, produced in
+// fewer requests and decoded by the downstream unit in fewer fetch
+// batches. franz-go stops lingering when the producer's buffer is full.
+const RepartitionLinger = 500 * time.Millisecond
+
+// RepartitionProducerOpts are the franz-go options a repartition sink's
+// transactional producers add to the job's: records go to the partition
+// the sink picks (the key group's unit), batches linger RepartitionLinger
+// and are compressed with snappy (cheap to encode and decode; the records
+// are JSON, which it shrinks well), and the client pushes no KIP-714
+// client metrics (a producer per transactional id, several per unit:
+// their telemetry would be pushed and compressed per client; the daemon's
+// own metrics cover them).
+func RepartitionProducerOpts() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(RepartitionLinger),
+		kgo.ProducerBatchCompression(kgo.SnappyCompression()),
+		kgo.DisableClientMetrics(),
+	}
+}
+
 // ErrNoOpenTransaction is returned by a write or a pre-commit when no
 // transaction is open: the BeginTransaction after the last pre-commit failed
 // (ErrPoolExhausted). The sink subtask then fails (its writes) or declines
@@ -211,7 +241,7 @@ func (k *KafkaTxnCommitter) BeginTransaction(context.Context) error {
 		opts = append(opts, kgo.TransactionalID(s.id), kgo.TransactionTimeout(k.cfg.TransactionTimeout),
 			kgo.DefaultProduceTopic(k.cfg.Topic), kgo.RequiredAcks(kgo.AllISRAcks()))
 		if k.cfg.Partition != nil {
-			opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			opts = append(opts, RepartitionProducerOpts()...)
 		}
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
