@@ -77,3 +77,41 @@ func TestZombieUnitCannotCommitOrWrite(t *testing.T) {
 
 // k returns the producer of the committer's open transaction (tests).
 func (k *KafkaTxnCommitter) k(int) *kgo.Client { return k.open.cl }
+
+// TestFreshProducerFencesPreCommitted is why a unit keeps one producer per
+// transactional id for as long as it runs instead of a new producer per
+// checkpoint epoch: a new producer's InitProducerId bumps its id's epoch
+// unconditionally (franz-go sends no producer id and epoch to check), so
+// a zombie that opened a fresh producer for its next epoch on an id the
+// new owner has just pre-committed a transaction on aborts that
+// transaction: the owner's commit is lost although its checkpoint
+// completed. With producers kept per id, the zombie's producer of that id
+// is already fenced and cannot initialise again (TestZombieUnitCannotCommitOrWrite).
+func TestFreshProducerFencesPreCommitted(t *testing.T) {
+	opts := newCluster(t)
+	m, _ := newMetrics(t)
+	logger, _ := testLogger()
+	ctx := context.Background()
+	owner := committer(opts, "p-2", 0, time.Minute, m, logger)
+	defer owner.Close()
+	c := writeAndPreCommit(t, owner, 1, "n1")
+
+	fresh, err := kgo.NewClient(append(opts[:len(opts):len(opts)], kgo.TransactionalID(c.TransactionalID), kgo.DefaultProduceTopic(testTopic))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if err := fresh.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.ProduceSync(ctx, &kgo.Record{Value: []byte("zombie")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var lost *LostOutputError
+	if err := owner.Commit(ctx, c); !errors.As(err, &lost) {
+		t.Fatalf("the owner's commit after a fresh producer of its id initialised: %v, want a *LostOutputError", err)
+	}
+	if err := fresh.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+}
