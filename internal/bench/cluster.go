@@ -106,6 +106,12 @@ type ClusterResult struct {
 	// compare with a single-process scenario's cpu_s/M (0 where the
 	// daemons' CPU cannot be read while they run: not Linux).
 	CPUPerMillion time.Duration
+	// CheckpointP50 is the median duration (trigger to commit) of the
+	// units' checkpoints completed during the latency phase, from the
+	// daemons' kstreamd_checkpoint_duration_seconds histograms
+	// (interpolated within a bucket): the part of a stage boundary's
+	// latency that is not the wait for the barrier.
+	CheckpointP50 time.Duration
 	// Outputs is what the read_committed reader counted over both phases;
 	// Expected the input count (keyed_count writes one output per input).
 	Outputs, Expected int64
@@ -171,10 +177,11 @@ func RunCluster(ctx context.Context, cfg ClusterConfig, w io.Writer) ([]ClusterR
 // WriteClusterTable writes RunCluster's rows as an aligned table.
 func WriteClusterTable(w io.Writer, rows []ClusterResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "daemons\trecords\telapsed\trecords/s\tcpu_s/M\tlatency rate\tp50\tp99\tdaemon CPU\toutputs\texpected\t")
+	fmt.Fprintln(tw, "daemons\trecords\telapsed\trecords/s\tcpu_s/M\tlatency rate\tp50\tp99\tchk p50\tdaemon CPU\toutputs\texpected\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%.0f\t%.2f\t%.0f/s\t%s\t%s\t%s\t%d\t%d\t\n", r.Daemons, r.Records, r.Elapsed.Round(time.Millisecond),
-			r.RecordsPerSec, r.CPUPerMillion.Seconds(), r.Rate, r.LatencyP50.Round(time.Millisecond), r.LatencyP99.Round(time.Millisecond), r.CPU.Round(10*time.Millisecond), r.Outputs, r.Expected)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%.0f\t%.2f\t%.0f/s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", r.Daemons, r.Records, r.Elapsed.Round(time.Millisecond),
+			r.RecordsPerSec, r.CPUPerMillion.Seconds(), r.Rate, r.LatencyP50.Round(time.Millisecond), r.LatencyP99.Round(time.Millisecond),
+			r.CheckpointP50.Round(time.Millisecond), r.CPU.Round(10*time.Millisecond), r.Outputs, r.Expected)
 	}
 	return tw.Flush()
 }
@@ -382,6 +389,11 @@ func runCluster(ctx context.Context, cfg ClusterConfig, adm *kadm.Client, n int,
 	}
 
 	// Latency phase, as Run's.
+	var metricAddrs []string
+	for _, d := range daemons {
+		metricAddrs = append(metricAddrs, d.metrics)
+	}
+	chk0, chkErr := scrapeHistogram(metricAddrs, checkpointDurationMetric)
 	rd := &reader{brokers: cfg.Brokers, topic: out, phase2: time.Now().Truncate(time.Millisecond)}
 	rdr := goBackground(ctx, rd.run)
 	defer rdr.stop()
@@ -401,6 +413,9 @@ func runCluster(ctx context.Context, cfg ClusterConfig, adm *kadm.Client, n int,
 	}
 	if err := rdr.stop(); err != nil {
 		return res, err
+	}
+	if chk1, err := scrapeHistogram(metricAddrs, checkpointDurationMetric); err == nil && chkErr == nil {
+		res.CheckpointP50 = chk1.minus(chk0).quantile(0.5)
 	}
 	res.Outputs, res.Expected = rd.count(), exp1+exp2
 	lat := rd.latencies()
