@@ -63,7 +63,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	interval := fs.Duration("interval", time.Second, "checkpoint interval (and the pipe's transaction interval)")
 	latency := fs.Duration("latency-duration", 10*time.Second, "how long the latency phase produces (tumbling-window: at least two windows, 2s)")
 	dir := fs.String("dir", "", "work `DIR` (job data, checkpoints, the embedded broker's log); empty means a temporary directory, removed at the end")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of each run's throughput phase to `FILE` (with --all or several deliveries, one file per run: FILE with -<scenario>-<delivery> before the extension)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of each run's throughput phase to `FILE` (with --all or several deliveries, one file per run: FILE with -<scenario>-<delivery> before the extension; cluster: one of each daemon's whole run, FILE with -<n>d-<member> before the extension)")
 	changed := fs.Float64("changed", 0.01, "state-scaling: fraction of the keys changed between checkpoints")
 	rounds := fs.Int("rounds", 5, "state-scaling: incremental checkpoints measured")
 	ttl := fs.Duration("ttl", 5*time.Second, "ttl-cleanup: the dedup's ttl")
@@ -158,7 +158,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		}
 		ccfg := bench.ClusterConfig{
 			Binary: exe, Daemons: counts, Records: *records, Keys: *keys, Partitions: *partitions, Units: *units,
-			CheckpointInterval: *interval, LatencyDuration: *latency, Dir: workDir, Progress: stderr,
+			CheckpointInterval: *interval, LatencyDuration: *latency, Dir: workDir, Progress: stderr, CPUProfile: *cpuprofile,
 		}
 		bs, stop, err := benchBrokers(ctx, *brokers, workDir, *partitions)
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -561,4 +563,108 @@ func runOnKfake(t *testing.T, cfg Config, table bool) []Result {
 		checkTable(t, buf.String(), len(res))
 	}
 	return res
+}
+
+// TestProcCPU: procCPU reads a running child's CPU time from
+// /proc/<pid>/stat (the cluster bench's throughput-phase cpu_s/M): a child
+// that spins for a while has used some CPU, never more than the wall time
+// it ran, and an unknown pid reads as not available.
+func TestProcCPU(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Fatalf("no /proc: %v", err) // the project's CI and bench run on Linux
+	}
+	start := time.Now()
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var got time.Duration
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		c, ok := procCPU(cmd.Process.Pid)
+		if !ok {
+			t.Fatalf("procCPU(%d) not available while the child runs", cmd.Process.Pid)
+		}
+		if got = c; got > 0 {
+			break
+		}
+	}
+	if got <= 0 || got > time.Since(start) {
+		t.Errorf("procCPU = %v, want > 0 and <= the %v the child ran", got, time.Since(start))
+	}
+	if _, ok := procCPU(-1); ok {
+		t.Error("procCPU(-1) available, want false")
+	}
+}
+
+// TestDaemonProfile: each daemon of a cluster run gets a profile file of
+// its own, named after the run's daemon count and the member.
+func TestDaemonProfile(t *testing.T) {
+	for _, c := range []struct{ file, job, member, want string }{
+		{"/tmp/p.pprof", "bench-cluster-3-ab12", "m2", "/tmp/p-3d-m2.pprof"},
+		{"cpu", "bench-cluster-1-ff", "m1", "cpu-1d-m1"},
+	} {
+		if got := daemonProfile(c.file, c.job, c.member); got != c.want {
+			t.Errorf("daemonProfile(%q, %q, %q) = %q, want %q", c.file, c.job, c.member, got, c.want)
+		}
+	}
+}
+
+// TestCheckpointHistogram: the cluster bench's chk p50 is the median of
+// the checkpoints observed between two scrapes of the daemons'
+// kstreamd_checkpoint_duration_seconds, summed over the daemons and
+// interpolated within its bucket.
+func TestCheckpointHistogram(t *testing.T) {
+	expo := func(le005, le01, le02, inf int, sum float64) string {
+		return fmt.Sprintf(`# HELP kstreamd_checkpoint_duration_seconds Time from trigger to commit.
+# TYPE kstreamd_checkpoint_duration_seconds histogram
+kstreamd_checkpoint_duration_seconds_bucket{le="0.05"} %d
+kstreamd_checkpoint_duration_seconds_bucket{le="0.1"} %d
+kstreamd_checkpoint_duration_seconds_bucket{le="0.2"} %d
+kstreamd_checkpoint_duration_seconds_bucket{le="+Inf"} %d
+kstreamd_checkpoint_duration_seconds_sum %g
+kstreamd_checkpoint_duration_seconds_count %d
+# HELP other_total x
+# TYPE other_total counter
+other_total 3
+`, le005, le01, le02, inf, sum, inf)
+	}
+	before, err := parseHistogram(strings.NewReader(expo(10, 10, 10, 10, 0.3)), checkpointDurationMetric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two daemons after the phase: 10 more checkpoints on the first, all
+	// in (0.1, 0.2]; 10 on the second, 4 at or below 0.05 and 6 in
+	// (0.05, 0.1].
+	a, err := parseHistogram(strings.NewReader(expo(10, 10, 20, 20, 2)), checkpointDurationMetric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := parseHistogram(strings.NewReader(expo(4, 10, 10, 10, 1)), checkpointDurationMetric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := a.plus(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	phase := sum.minus(before)
+	if want := []uint64{4, 10, 20, 20}; !slices.Equal(phase.counts, want) {
+		t.Fatalf("phase counts %v, want %v", phase.counts, want)
+	}
+	// 20 observations: the median (rank 10) is the top of the (0.05, 0.1]
+	// bucket; the 0.75 quantile (rank 15) half-way through (0.1, 0.2].
+	if got := phase.quantile(0.5); got != 100*time.Millisecond {
+		t.Errorf("p50 %v, want 100ms", got)
+	}
+	if got := phase.quantile(0.75); got != 150*time.Millisecond {
+		t.Errorf("p75 %v, want 150ms", got)
+	}
+	if got := (histogram{}).quantile(0.5); got != 0 {
+		t.Errorf("empty p50 %v, want 0", got)
+	}
+	none, err := parseHistogram(strings.NewReader("other_total 3\n"), checkpointDurationMetric)
+	if err != nil || none.quantile(0.5) != 0 {
+		t.Errorf("absent histogram: %v, %+v", err, none)
+	}
 }

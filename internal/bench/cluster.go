@@ -53,6 +53,10 @@ type ClusterConfig struct {
 	Dir string
 	// Progress, if not nil, gets one line per run as it finishes.
 	Progress io.Writer
+	// CPUProfile, if not empty, makes each daemon write a CPU profile of
+	// its whole run (`kstreamd run --cpuprofile`) to CPUProfile with
+	// -<n>d-<member> before the extension (n the run's daemon count).
+	CPUProfile string
 }
 
 func (c *ClusterConfig) setDefaults() {
@@ -97,6 +101,17 @@ type ClusterResult struct {
 	// CPU is the daemons' CPU time (user + system) over the whole run,
 	// start-up and both phases, summed.
 	CPU time.Duration
+	// CPUPerMillion is the daemons' CPU time (user + system, summed) over
+	// the throughput phase alone, per million input records: the figure to
+	// compare with a single-process scenario's cpu_s/M (0 where the
+	// daemons' CPU cannot be read while they run: not Linux).
+	CPUPerMillion time.Duration
+	// CheckpointP50 is the median duration (trigger to commit) of the
+	// units' checkpoints completed during the latency phase, from the
+	// daemons' kstreamd_checkpoint_duration_seconds histograms
+	// (interpolated within a bucket): the part of a stage boundary's
+	// latency that is not the wait for the barrier.
+	CheckpointP50 time.Duration
 	// Outputs is what the read_committed reader counted over both phases;
 	// Expected the input count (keyed_count writes one output per input).
 	Outputs, Expected int64
@@ -162,10 +177,11 @@ func RunCluster(ctx context.Context, cfg ClusterConfig, w io.Writer) ([]ClusterR
 // WriteClusterTable writes RunCluster's rows as an aligned table.
 func WriteClusterTable(w io.Writer, rows []ClusterResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "daemons\trecords\telapsed\trecords/s\tlatency rate\tp50\tp99\tdaemon CPU\toutputs\texpected\t")
+	fmt.Fprintln(tw, "daemons\trecords\telapsed\trecords/s\tcpu_s/M\tlatency rate\tp50\tp99\tchk p50\tdaemon CPU\toutputs\texpected\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%.0f\t%.0f/s\t%s\t%s\t%s\t%d\t%d\t\n", r.Daemons, r.Records, r.Elapsed.Round(time.Millisecond),
-			r.RecordsPerSec, r.Rate, r.LatencyP50.Round(time.Millisecond), r.LatencyP99.Round(time.Millisecond), r.CPU.Round(10*time.Millisecond), r.Outputs, r.Expected)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%.0f\t%.2f\t%.0f/s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", r.Daemons, r.Records, r.Elapsed.Round(time.Millisecond),
+			r.RecordsPerSec, r.CPUPerMillion.Seconds(), r.Rate, r.LatencyP50.Round(time.Millisecond), r.LatencyP99.Round(time.Millisecond),
+			r.CheckpointP50.Round(time.Millisecond), r.CPU.Round(10*time.Millisecond), r.Outputs, r.Expected)
 	}
 	return tw.Flush()
 }
@@ -341,6 +357,18 @@ func runCluster(ctx context.Context, cfg ClusterConfig, adm *kadm.Client, n int,
 	rd1 := &reader{brokers: cfg.Brokers, topic: out, phase2: time.Now().Add(24 * time.Hour)}
 	r1 := goBackground(ctx, rd1.run)
 	defer r1.stop()
+	daemonsCPU := func() (time.Duration, bool) {
+		var sum time.Duration
+		for _, d := range daemons {
+			c, ok := procCPU(d.cmd.Process.Pid)
+			if !ok {
+				return 0, false
+			}
+			sum += c
+		}
+		return sum, true
+	}
+	cpu0, cpuOK := daemonsCPU()
 	t0 := time.Now()
 	exp1, err := load(ctx, prod, in, cfg.Partitions, gen, model, cfg.Records)
 	if err != nil {
@@ -352,12 +380,20 @@ func runCluster(ctx context.Context, cfg ClusterConfig, adm *kadm.Client, n int,
 		return res, err
 	}
 	res.Elapsed = time.Since(t0)
+	if cpu1, ok := daemonsCPU(); ok && cpuOK {
+		res.CPUPerMillion = time.Duration(float64(cpu1-cpu0) * 1e6 / float64(cfg.Records))
+	}
 	res.RecordsPerSec = float64(cfg.Records) / res.Elapsed.Seconds()
 	if err := r1.stop(); err != nil {
 		return res, err
 	}
 
 	// Latency phase, as Run's.
+	var metricAddrs []string
+	for _, d := range daemons {
+		metricAddrs = append(metricAddrs, d.metrics)
+	}
+	chk0, chkErr := scrapeHistogram(metricAddrs, checkpointDurationMetric)
 	rd := &reader{brokers: cfg.Brokers, topic: out, phase2: time.Now().Truncate(time.Millisecond)}
 	rdr := goBackground(ctx, rd.run)
 	defer rdr.stop()
@@ -377,6 +413,9 @@ func runCluster(ctx context.Context, cfg ClusterConfig, adm *kadm.Client, n int,
 	}
 	if err := rdr.stop(); err != nil {
 		return res, err
+	}
+	if chk1, err := scrapeHistogram(metricAddrs, checkpointDurationMetric); err == nil && chkErr == nil {
+		res.CheckpointP50 = chk1.minus(chk0).quantile(0.5)
 	}
 	res.Outputs, res.Expected = rd.count(), exp1+exp2
 	lat := rd.latencies()
@@ -405,7 +444,11 @@ func startDaemonProc(cfg ClusterConfig, job, dir, in, out, member string) (*daem
 		return nil, err
 	}
 	defer logf.Close() // the child holds its own descriptor
-	cmd := exec.Command(cfg.Binary, "run", "--config", path)
+	args := []string{"run", "--config", path}
+	if cfg.CPUProfile != "" {
+		args = append(args, "--cpuprofile", daemonProfile(cfg.CPUProfile, job, member))
+	}
+	cmd := exec.Command(cfg.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start daemon %s: %w", member, err)
@@ -413,6 +456,16 @@ func startDaemonProc(cfg ClusterConfig, job, dir, in, out, member string) (*daem
 	d := &daemonProc{cmd: cmd, metrics: addr, done: make(chan struct{})}
 	go func() { d.err = cmd.Wait(); close(d.done) }()
 	return d, nil
+}
+
+// daemonProfile is the CPU profile file of member in the run named job
+// (bench-cluster-<n>-<suffix>): file with -<n>d-<member> before its
+// extension.
+func daemonProfile(file, job, member string) string {
+	n := strings.TrimPrefix(job, "bench-cluster-")
+	n, _, _ = strings.Cut(n, "-")
+	ext := filepath.Ext(file)
+	return strings.TrimSuffix(file, ext) + "-" + n + "d-" + member + ext
 }
 
 // freeAddr returns a free 127.0.0.1 port's address.

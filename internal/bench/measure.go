@@ -21,6 +21,32 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// procCPU returns the user plus system CPU time process pid has used so
+// far, from /proc/<pid>/stat (Linux; clock ticks of 1/100 s, the kernel's
+// USER_HZ), and false where that cannot be read.
+func procCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// the fields counted start after its closing one, at field 3 (state).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, true
+}
+
 // rssMeter measures the process's peak resident set size over a phase. On
 // Linux it resets the kernel's high-water mark (writing 5 to
 // /proc/self/clear_refs) and reads VmHWM; where that fails it falls back to
