@@ -1,0 +1,258 @@
+package job_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/graph"
+	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/job"
+	"github.com/kstreamd/kstreamd/source"
+	"github.com/kstreamd/kstreamd/state/keygroup"
+)
+
+// savepointYAML is threeStagesYAML (clicks -> per_user -> recount ->
+// counts: a keyed count after each of two exchanges) as job name with
+// units units per stage; units 0 means a single process (cluster.enabled
+// false), writing to topic out.
+func savepointYAML(name string, units int, out string) string {
+	y := strings.Replace(threeStagesYAML, "name: clicks\n", "name: "+name+"\n", 1)
+	y = strings.Replace(y, "topic: counts\n", "topic: "+out+"\n", 1)
+	if units == 0 {
+		return strings.Replace(y, "  enabled: true\n", "  enabled: false\n", 1)
+	}
+	return strings.Replace(y, "units: 4\n", fmt.Sprintf("units: %d\n", units), 1)
+}
+
+// planned parses yaml and plans its stages, with f's kind of settings:
+// staging and state directories under f.dir/name, the hashmap backend
+// and f's store.
+func (f *unitFixture) planned(t *testing.T, name, yaml string) (*graph.Stages, job.Settings) {
+	t.Helper()
+	cfg := parseConfig(t, name+".yaml", yaml)
+	st, err := cfg.PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := cfg.Settings()
+	set.CheckpointDir, set.StateDir, set.StateBackend = filepath.Join(f.dir, name, "staging"), filepath.Join(f.dir, name, "state"), "hashmap"
+	set.Store = f.set.Store
+	return st, set
+}
+
+// userCounts returns, per key, the counts of the keyed-count output out in
+// order.
+func userCounts(t *testing.T, out []*kgo.Record) map[string][]int64 {
+	t.Helper()
+	got := map[string][]int64{}
+	for _, r := range out {
+		var v struct {
+			Key   string `json:"key"`
+			Count int64  `json:"count"`
+		}
+		if err := json.Unmarshal(r.Value, &v); err != nil {
+			t.Fatalf("output %s: %v", r.Value, err)
+		}
+		got[v.Key] = append(got[v.Key], v.Count)
+	}
+	return got
+}
+
+// checkCountsFrom fails the test unless out holds, for each of users
+// users, exactly the counts from..to in order, and nothing else.
+func checkCountsFrom(t *testing.T, what string, out []*kgo.Record, users int, from, to int64) {
+	t.Helper()
+	got := userCounts(t, out)
+	for u := range users {
+		var want []int64
+		for c := from; c <= to; c++ {
+			want = append(want, c)
+		}
+		if key := fmt.Sprintf("u%d", u); fmt.Sprint(got[key]) != fmt.Sprint(want) {
+			t.Errorf("%s: key %s: counts %v, want %v", what, key, got[key], want)
+		}
+	}
+	if want := users * int(to-from+1); len(out) != want {
+		t.Errorf("%s: %d records, want %d", what, len(out), want)
+	}
+}
+
+// TestClusterSavepoint is item 6's acceptance test of issue 28, with
+// in-process members: three members run the three stages of a keyed
+// count twice over (3 units per stage); 4 clicks per user are counted.
+// StopClusterWithSavepoint stops the job: every member sees the request,
+// stops its units with final checkpoints and returns nil; the units are
+// drained stage by stage and gathered into one savepoint with one
+// _metadata: every operator at parallelism 3, subtask u with unit u's key
+// groups, no repartition vertex, the input offsets exactly at the 20
+// records read. A member of the stopped job refuses to start
+// (ErrJobStopped). 4 more clicks per user arrive while it is stopped.
+// Then the savepoint is restored twice: by two members of a job with 2
+// units per stage (another unit count: key groups redistributed), which
+// counts 4 more after it, so its read_committed output topic holds per
+// user exactly 1..12 with the first run's (nothing twice, nothing lost),
+// and by a single process, whose own output topic holds per user exactly
+// 5..12.
+func TestClusterSavepoint(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", savepointYAML("clicks", 3, "counts"), kfake.SeedTopics(2, "clicks", "counts", "single"))
+	const users, session = 5, 30 * time.Second
+	committed := func(topic string) []*kgo.Record {
+		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), topic, 10*time.Second)
+	}
+	produceClicks(t, f.opts, 0, 4, users)
+	a := startLiveMember(t, f.st, f.set, f.opts, "a", session)
+	b := startLiveMember(t, f.st, f.set, f.opts, "b", session)
+	c := startLiveMember(t, f.st, f.set, f.opts, "c", session)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed("counts")) >= users*4 }) {
+		t.Fatalf("the first 4 clicks per user were never counted: %d records", len(committed("counts")))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	drain := f.set
+	drain.CheckpointDir, drain.StateDir = f.dir+"/drain/staging", f.dir+"/drain/state"
+	sp, err := job.StopClusterWithSavepoint(ctx, f.st, drain, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()},
+		job.ClusterSavepointConfig{GroupID: "clicks-cluster", Member: "stopper", Dir: f.dir + "/savepoints"})
+	if err != nil {
+		t.Fatalf("stop with savepoint: %v", err)
+	}
+	for _, m := range []*liveMember{a, b, c} {
+		m.stop(t) // RunMember returned nil after the request (stop fails the test otherwise)
+		if !strings.Contains(m.logs.String(), "stop-with-savepoint requested") {
+			t.Errorf("%s did not see the stop request:\n%s", m.name, m.logs.String())
+		}
+	}
+	checkClusterSavepoint(t, sp, f.st, users*4)
+	checkCountsFrom(t, "the stopped job", committed("counts"), users, 1, 4)
+
+	err = job.RunMember(ctx, f.st, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()},
+		job.MemberConfig{GroupID: "clicks-cluster", MemberID: "late", SessionTimeout: session, RebalanceTimeout: 20 * time.Second, RevokeTimeout: 10 * time.Second})
+	if !errors.Is(err, job.ErrJobStopped) || !strings.Contains(err.Error(), "its savepoint is "+sp) {
+		t.Errorf("a member of the stopped job: %v, want ErrJobStopped naming %s", err, sp)
+	}
+
+	produceClicks(t, f.opts, 4, 8, users)
+
+	// Into a cluster of 2 units per stage on two members.
+	st2, set2 := f.planned(t, "clicks2", savepointYAML("clicks2", 2, "counts"))
+	if err := job.AdoptClusterSavepoint(ctx, st2, set2.Store, f.opts, sp, "test"); err != nil {
+		t.Fatal(err)
+	}
+	d := startLiveMember(t, st2, set2, f.opts, "d", session)
+	e := startLiveMember(t, st2, set2, f.opts, "e", session)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed("counts")) >= users*8 }) {
+		t.Fatalf("the restored cluster never counted the next 4 clicks per user: %d records", len(committed("counts")))
+	}
+	produceClicks(t, f.opts, 8, 12, users)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed("counts")) >= users*12 }) {
+		t.Fatalf("the restored cluster never counted the last 4 clicks per user: %d records", len(committed("counts")))
+	}
+	time.Sleep(time.Second) // a few more checkpoints: nothing else may be committed
+	checkCountsFrom(t, "3 units, stopped, then 2 units", committed("counts"), users, 1, 12)
+	d.stop(t)
+	e.stop(t)
+
+	// Into a single process.
+	cfg := parseConfig(t, "single.yaml", savepointYAML("single", 0, "single"))
+	g, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := cfg.Settings()
+	set.CheckpointDir, set.StateDir, set.StateBackend = f.dir+"/single/chk", f.dir+"/single/state", "hashmap"
+	runSingle(t, g, set, job.Deps{ClientOpts: f.opts, FromSavepoint: sp}, func() bool { return len(committed("single")) >= users*8 })
+	checkCountsFrom(t, "a single process from the cluster savepoint", committed("single"), users, 5, 12)
+}
+
+// runSingle builds the single-process job g with set and deps, runs it
+// until done reports true (within 2 minutes) and a second more (nothing
+// else may be committed), and stops it.
+func runSingle(t *testing.T, g *graph.Graph, set job.Settings, deps job.Deps, done func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	j, err := job.Build(ctx, g, set, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deps.FromSavepoint != "" && j.RestoredFrom() != deps.FromSavepoint {
+		t.Fatalf("restored from %q, want %q", j.RestoredFrom(), deps.FromSavepoint)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- j.Run(ctx) }()
+	if !testkit.Poll(2*time.Minute, done) {
+		t.Errorf("the single process never produced its output")
+	}
+	time.Sleep(time.Second)
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkClusterSavepoint checks the gathered savepoint sp of st: one
+// _metadata, every operator of the job (no repartition vertex) at
+// parallelism st.Units, the keyed ones with unit u's key groups in
+// subtask u, and the input source's offsets adding up to read records.
+func checkClusterSavepoint(t *testing.T, sp string, st *graph.Stages, read int) {
+	t.Helper()
+	m, err := job.VerifyCheckpoint(sp)
+	if err != nil {
+		t.Fatalf("savepoint %s: %v", sp, err)
+	}
+	if !m.Savepoint || m.Job != st.Job || m.MaxParallelism != st.MaxParallelism {
+		t.Errorf("savepoint metadata: savepoint %v, job %q, max parallelism %d", m.Savepoint, m.Job, m.MaxParallelism)
+	}
+	var names []string
+	for name, om := range m.Operators {
+		names = append(names, name)
+		if om.Parallelism != st.Units || len(om.Subtasks) != st.Units {
+			t.Errorf("operator %s: parallelism %d with %d subtasks, want %d", name, om.Parallelism, len(om.Subtasks), st.Units)
+		}
+	}
+	slices.Sort(names)
+	if want := []string{"clicks", "counts", "per_user", "recount"}; !slices.Equal(names, want) {
+		t.Errorf("savepoint operators %v, want %v", names, want)
+	}
+	for _, name := range []string{"per_user", "recount"} {
+		states, err := checkpoint.DecodeTaskStates(m.Operators[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for u, ts := range states {
+			if want := keygroup.RangeFor(st.MaxParallelism, st.Units, u); ts.KeyGroups == nil || *ts.KeyGroups != want || ts.Keyed == nil {
+				t.Errorf("%s subtask %d: key groups %v (keyed %v), want %v", name, u, ts.KeyGroups, ts.Keyed != nil, want)
+			}
+		}
+	}
+	states, err := checkpoint.DecodeTaskStates(m.Operators["clicks"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offsets int64
+	parts := map[int32]bool{}
+	for _, ts := range states {
+		for _, e := range ts.Operator[source.SplitsState].Entries {
+			var s source.Split
+			if err := json.Unmarshal(e, &s); err != nil {
+				t.Fatal(err)
+			}
+			offsets += s.Offset
+			parts[s.Partition] = true
+		}
+	}
+	if int(offsets) != read || len(parts) != 2 {
+		t.Errorf("input splits: %d partitions, offsets adding up to %d, want 2 and %d", len(parts), offsets, read)
+	}
+}
