@@ -256,3 +256,108 @@ func checkClusterSavepoint(t *testing.T, sp string, st *graph.Stages, read int) 
 		t.Errorf("input splits: %d partitions, offsets adding up to %d, want 2 and %d", len(parts), offsets, read)
 	}
 }
+
+// TestSingleSavepointIntoCluster: a single-process savepoint restores into
+// a cluster. A single process (parallelism 2) counts 4 clicks per user and
+// stops with a savepoint; a cluster job of 3 units per stage adopts it
+// (AdoptClusterSavepoint), one member runs its 9 units, 4 more clicks per
+// user arrive: the read_committed output of both holds per user exactly
+// 1..8.
+func TestSingleSavepointIntoCluster(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", savepointYAML("clicks", 3, "counts"), kfake.SeedTopics(2, "clicks", "counts"))
+	const users = 5
+	committed := func() []*kgo.Record {
+		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
+	}
+	produceClicks(t, f.opts, 0, 4, users)
+	cfg := parseConfig(t, "single.yaml", savepointYAML("single", 0, "counts"))
+	g, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := cfg.Settings()
+	set.CheckpointDir, set.StateDir, set.StateBackend = f.dir+"/single/chk", f.dir+"/single/state", "hashmap"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	j, err := job.Build(ctx, g, set, job.Deps{ClientOpts: f.opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- j.Run(ctx) }()
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*4 }) {
+		t.Fatalf("the single process never counted 4 clicks per user: %d records", len(committed()))
+	}
+	sp, err := j.TriggerSavepoint(ctx, f.dir+"/savepoints", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	produceClicks(t, f.opts, 4, 8, users)
+	if err := job.AdoptClusterSavepoint(ctx, f.st, f.set.Store, f.opts, sp, "test"); err != nil {
+		t.Fatal(err)
+	}
+	m := startLiveMember(t, f.st, f.set, f.opts, "a", 30*time.Second)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*8 }) {
+		t.Fatalf("the cluster never counted the next 4 clicks per user: %d records", len(committed()))
+	}
+	time.Sleep(time.Second) // a few more checkpoints: nothing else may be committed
+	checkCountsFrom(t, "a single process, then 3 units from its savepoint", committed(), users, 1, 8)
+	if !strings.Contains(m.logs.String(), "restoring") {
+		t.Errorf("no unit logged its restore:\n%s", m.logs.String())
+	}
+}
+
+// TestAdoptClusterSavepointRefusals: a cluster job starts from a savepoint
+// only with no state of its own: AdoptClusterSavepoint refuses, wrapping
+// ErrSavepointOrigin and naming what it found, a savepoint of another max
+// parallelism, a store holding a HEAD of the job, a repartition topic
+// holding a record, and a second savepoint once one was adopted (the same
+// one again is accepted: every daemon adopts it at start).
+func TestAdoptClusterSavepointRefusals(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", savepointYAML("clicks", 3, "counts"), kfake.SeedTopics(2, "clicks", "counts"))
+	ctx := context.Background()
+	sp := func(name string, maxP int) string {
+		dir := filepath.Join(f.dir, name)
+		m := &checkpoint.Metadata{Version: checkpoint.MetadataVersion, Job: "old", CheckpointID: 7, Savepoint: true, MaxParallelism: maxP,
+			Operators: map[string]checkpoint.OperatorMetadata{}}
+		b, _ := json.Marshal(m)
+		if err := (checkpoint.FileStore{Root: dir}).Create(ctx, checkpoint.MetadataFile, b); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	adopt := func(st *graph.Stages, dir string) error {
+		return job.AdoptClusterSavepoint(ctx, st, f.set.Store, f.opts, dir, "test")
+	}
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		if !errors.Is(err, job.ErrSavepointOrigin) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want ErrSavepointOrigin naming %q", what, err, want)
+		}
+	}
+	refused("max parallelism", adopt(f.st, sp("sp-32", 32)), "the savepoint has max parallelism 32, the job 16")
+
+	if err := f.set.Store.Create(ctx, "clicks/units/1/2/HEAD-1", []byte(`{"seq":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	refused("HEADs", adopt(f.st, sp("sp-a", 16)), "already holds state of job clicks (clicks/units/1/2/HEAD-1)")
+
+	st2, _ := f.planned(t, "other", savepointYAML("other", 3, "counts"))
+	if err := job.EnsureRepartitionTopics(ctx, f.opts, st2); err != nil {
+		t.Fatal(err)
+	}
+	produceEach(t, f.opts, "other-2-repartition", 0, 1, copyValue)
+	refused("repartition records", adopt(st2, sp("sp-b", 16)), "repartition topic other-2-repartition partition")
+
+	st3, _ := f.planned(t, "third", savepointYAML("third", 3, "counts"))
+	if err := adopt(st3, sp("sp-c", 16)); err != nil {
+		t.Fatal(err)
+	}
+	if err := adopt(st3, filepath.Join(f.dir, "sp-c")); err != nil {
+		t.Errorf("the same savepoint again: %v", err)
+	}
+	refused("another savepoint", adopt(st3, sp("sp-d", 16)), "job third started from savepoint "+filepath.Join(f.dir, "sp-c"))
+}
