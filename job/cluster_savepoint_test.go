@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -296,17 +297,26 @@ func TestSingleSavepointIntoCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	produceClicks(t, f.opts, 4, 8, users)
-	if err := job.AdoptClusterSavepoint(ctx, f.st, f.set.Store, f.opts, sp, "test"); err != nil {
-		t.Fatal(err)
-	}
-	m := startLiveMember(t, f.st, f.set, f.opts, "a", 30*time.Second)
+	// RunMember with Deps.FromSavepoint (run --from-savepoint) adopts it.
+	mctx, stopMember := context.WithCancel(ctx)
+	logs := &testkit.SyncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- job.RunMember(mctx, f.st, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry(), FromSavepoint: sp,
+			Logger: slog.New(slog.NewTextHandler(logs, nil))},
+			job.MemberConfig{GroupID: "clicks-cluster", MemberID: "a", SessionTimeout: 30 * time.Second, RebalanceTimeout: 20 * time.Second, RevokeTimeout: 10 * time.Second})
+	}()
 	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*8 }) {
 		t.Fatalf("the cluster never counted the next 4 clicks per user: %d records", len(committed()))
 	}
 	time.Sleep(time.Second) // a few more checkpoints: nothing else may be committed
 	checkCountsFrom(t, "a single process, then 3 units from its savepoint", committed(), users, 1, 8)
-	if !strings.Contains(m.logs.String(), "restoring") {
-		t.Errorf("no unit logged its restore:\n%s", m.logs.String())
+	stopMember()
+	if err := memberReturned(t, done); err != nil {
+		t.Errorf("RunMember: %v", err)
+	}
+	if n := strings.Count(logs.String(), "dir="+sp); n != 9 {
+		t.Errorf("%d units logged restoring %s, want 9:\n%s", n, sp, logs.String())
 	}
 }
 
