@@ -91,7 +91,7 @@ func checkCountsFrom(t *testing.T, what string, out []*kgo.Record, users int, fr
 }
 
 // TestClusterSavepoint is item 6's acceptance test of issue 28, with
-// in-process members: three members run the three stages of a keyed
+// in-process members on incremental Pebble state: three members run the three stages of a keyed
 // count twice over (3 units per stage); 4 clicks per user are counted.
 // StopClusterWithSavepoint stops the job: every member sees the request,
 // stops its units with final checkpoints and returns nil; the units are
@@ -108,6 +108,9 @@ func checkCountsFrom(t *testing.T, what string, out []*kgo.Record, users int, fr
 // 5..12.
 func TestClusterSavepoint(t *testing.T) {
 	f := newUnitFixture(t, "units.yaml", savepointYAML("clicks", 3, "counts"), kfake.SeedTopics(2, "clicks", "counts", "single"))
+	// Incremental Pebble: the units' final checkpoints refer to shared
+	// files, which the savepoint copies and makes its own.
+	f.set.StateBackend, f.set.Incremental = "pebble", true
 	const users, session = 5, 30 * time.Second
 	committed := func(topic string) []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), topic, 10*time.Second)
@@ -135,6 +138,7 @@ func TestClusterSavepoint(t *testing.T) {
 		}
 	}
 	checkClusterSavepoint(t, sp, f.st, users*4)
+	checkSelfContained(t, sp)
 	checkCountsFrom(t, "the stopped job", committed("counts"), users, 1, 4)
 
 	err = job.RunMember(ctx, f.st, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()},
@@ -147,6 +151,7 @@ func TestClusterSavepoint(t *testing.T) {
 
 	// Into a cluster of 2 units per stage on two members.
 	st2, set2 := f.planned(t, "clicks2", savepointYAML("clicks2", 2, "counts"))
+	set2.StateBackend, set2.Incremental = "pebble", true
 	if err := job.AdoptClusterSavepoint(ctx, st2, set2.Store, f.opts, sp, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +176,7 @@ func TestClusterSavepoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := cfg.Settings()
-	set.CheckpointDir, set.StateDir, set.StateBackend = f.dir+"/single/chk", f.dir+"/single/state", "hashmap"
+	set.CheckpointDir, set.StateDir, set.StateBackend = f.dir+"/single/chk", f.dir+"/single/state", "pebble"
 	runSingle(t, g, set, job.Deps{ClientOpts: f.opts, FromSavepoint: sp}, func() bool { return len(committed("single")) >= users*8 })
 	checkCountsFrom(t, "a single process from the cluster savepoint", committed("single"), users, 5, 12)
 }
@@ -370,4 +375,56 @@ func TestAdoptClusterSavepointRefusals(t *testing.T) {
 		t.Errorf("the same savepoint again: %v", err)
 	}
 	refused("another savepoint", adopt(st3, sp("sp-d", 16)), "job third started from savepoint "+filepath.Join(f.dir, "sp-c"))
+}
+
+// checkSelfContained fails the test unless savepoint sp's keyed state
+// handles name only private files of the unit of their subtask, some of
+// them the unit's shared files copied in (incremental Pebble).
+func checkSelfContained(t *testing.T, sp string) {
+	t.Helper()
+	m, err := checkpoint.ReadMetadata(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.SharedFiles) != 0 {
+		t.Errorf("savepoint lists shared files %v", m.SharedFiles)
+	}
+	files, shared := 0, 0
+	for name, om := range m.Operators {
+		states, err := checkpoint.DecodeTaskStates(om)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for u, ts := range states {
+			if ts.Keyed == nil {
+				continue
+			}
+			var h struct {
+				Files []struct {
+					Path   string `json:"path"`
+					Shared bool   `json:"shared"`
+				} `json:"files"`
+			}
+			if err := json.Unmarshal(ts.Keyed, &h); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range h.Files {
+				files++
+				if strings.HasPrefix(f.Path, fmt.Sprintf("units/%d/%d/shared/", stageOfTest(name), u)) {
+					shared++
+				}
+				if f.Shared || !strings.HasPrefix(f.Path, fmt.Sprintf("units/%d/", stageOfTest(name))) {
+					t.Errorf("%s subtask %d: file %s (shared %v), want a private file under units/<stage>/%d/", name, u, f.Path, f.Shared, u)
+				}
+			}
+		}
+	}
+	if files == 0 || shared == 0 {
+		t.Errorf("savepoint %s names %d keyed state files, %d of them a unit's shared file, want some of each", sp, files, shared)
+	}
+}
+
+// stageOfTest is the stage of an operator of savepointYAML's job.
+func stageOfTest(name string) int {
+	return map[string]int{"per_user": 1, "recount": 2}[name]
 }
