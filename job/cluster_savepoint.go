@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -49,6 +51,11 @@ const (
 	// StoppedKey is "<job>/stopped-with-savepoint": the ClusterStopRequest
 	// with Savepoint set, written once the savepoint is complete.
 	StoppedKey = "stopped-with-savepoint"
+	// DrainerKey is "<job>/stop-drainer": a ClusterStopRequest naming
+	// the member that drains the stopped job (By), created create-only
+	// once the group is empty, so that one process drains; deleted when
+	// its drain fails, so that the next attempt may take it.
+	DrainerKey = "stop-drainer"
 	// SavepointOriginKey is "<job>/savepoint-origin": the
 	// SavepointOrigin a cluster job was started from
 	// (AdoptClusterSavepoint); each unit without a checkpoint restores
@@ -185,20 +192,37 @@ func clusterStopped(ctx context.Context, store checkpoint.Store, job string) (*C
 	return &req, nil
 }
 
-// refuseStopped is RunMember's check before it joins: a job stopped with
-// a savepoint does not start again (an error wrapping ErrJobStopped
-// naming the savepoint and how to go on).
-func refuseStopped(ctx context.Context, store checkpoint.Store, job string) error {
-	req, err := clusterStopped(ctx, store, job)
-	if err != nil || req == nil {
-		return err
-	}
+// stoppedError is the error wrapping ErrJobStopped for req.
+func stoppedError(req *ClusterStopRequest) error {
 	where := "its savepoint is being taken under " + req.Dir
 	if req.Savepoint != "" {
 		where = "its savepoint is " + req.Savepoint
 	}
 	return fmt.Errorf("%w at %s by %s: %s; start a new job from it (run --from-savepoint with another job.name, or remove this job's state first)",
 		ErrJobStopped, req.Requested.Format(time.RFC3339), req.By, where)
+}
+
+// finishStop is RunMember's check before it joins: a job stopped with a
+// savepoint does not start again (an error wrapping ErrJobStopped naming
+// it); a stop whose savepoint was never completed (its drainer failed or
+// died) is finished here (StopClusterWithSavepoint resumes it), after
+// which done is true and RunMember returns err (nil: stopped).
+func finishStop(ctx context.Context, st *graph.Stages, set Settings, deps Deps, mc MemberConfig) (done bool, err error) {
+	req, err := clusterStopped(ctx, set.Store, st.Job)
+	if err != nil || req == nil {
+		return false, err
+	}
+	if req.Savepoint != "" {
+		return true, stoppedError(req)
+	}
+	deps.Logger.Warn("the job's stop-with-savepoint has no savepoint yet: finishing it here", "requested", req.Requested, "by", req.By, "dir", req.Dir)
+	deps.Metrics, deps.Registerer = nil, prometheus.NewRegistry()
+	sp, err := StopClusterWithSavepoint(ctx, st, set, deps, ClusterSavepointConfig{GroupID: mc.GroupID, Member: mc.MemberID, Dir: req.Dir})
+	if err != nil {
+		return true, err
+	}
+	deps.Logger.Info("member stopped: the job was stopped with a savepoint", "savepoint", sp)
+	return true, nil
 }
 
 // watchStopRequest calls stop once the job's stop request appears in
@@ -264,15 +288,56 @@ func StopClusterWithSavepoint(ctx context.Context, st *graph.Stages, set Setting
 	req := ClusterStopRequest{Requested: time.Now().UTC(), By: sc.Member, Dir: dir}
 	b, _ := json.Marshal(req)
 	if err := set.Store.Create(ctx, storeKey(st.Job, StopRequestKey), b); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return "", refuseStopped(ctx, set.Store, st.Job)
+		if !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("job: stop with savepoint: create the stop request: %w", err)
 		}
-		return "", fmt.Errorf("job: stop with savepoint: create the stop request: %w", err)
+		// An earlier request: refused once its savepoint is complete,
+		// else resumed (its drain failed or its drainer died).
+		have, err := clusterStopped(ctx, set.Store, st.Job)
+		if err != nil {
+			return "", err
+		}
+		if have == nil || have.Savepoint != "" {
+			return "", stoppedError(cmp.Or(have, &req))
+		}
+		req = *have
+		logger.Info("resuming the job's stop-with-savepoint", "requested", req.Requested, "by", req.By, "dir", req.Dir)
 	}
-	logger.Info("stop-with-savepoint requested; waiting for the members to stop", "group", sc.GroupID, "dir", dir)
+	logger.Info("stop-with-savepoint requested; waiting for the members to stop", "group", sc.GroupID, "dir", req.Dir)
 	if err := awaitEmptyGroup(ctx, deps.ClientOpts, sc.GroupID, poll); err != nil {
 		return "", err
 	}
+	drainer := ClusterStopRequest{Requested: time.Now().UTC(), By: sc.Member, Dir: req.Dir}
+	b, _ = json.Marshal(drainer)
+	if err := set.Store.Create(ctx, storeKey(st.Job, DrainerKey), b); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			var other ClusterStopRequest
+			_, _ = readStoreJSON(ctx, set.Store, storeKey(st.Job, DrainerKey), &other)
+			return "", fmt.Errorf("%w: %s drains it since %s (%s in %s; delete it if that process died)",
+				ErrJobStopped, other.By, other.Requested.Format(time.RFC3339), storeKey(st.Job, DrainerKey), set.Store)
+		}
+		return "", fmt.Errorf("job: stop with savepoint: %w", err)
+	}
+	sp, err := drainAndGather(ctx, st, set, deps, sc, req.Dir, logger)
+	if err != nil {
+		if derr := set.Store.Delete(context.WithoutCancel(ctx), storeKey(st.Job, DrainerKey)); derr != nil {
+			logger.Warn("could not release the drain", "key", storeKey(st.Job, DrainerKey), "err", derr)
+		}
+		return "", err
+	}
+	req.Savepoint = sp
+	b, _ = json.Marshal(req)
+	if err := set.Store.Create(ctx, storeKey(st.Job, StoppedKey), b); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("job: stop with savepoint: record savepoint %s in the store: %w", sp, err)
+	}
+	logger.Info("cluster job stopped with savepoint", "savepoint", sp)
+	return sp, nil
+}
+
+// drainAndGather drains st stage by stage (drainUnit) and gathers the
+// units' final checkpoints into a savepoint under dir.
+func drainAndGather(ctx context.Context, st *graph.Stages, set Settings, deps Deps, sc ClusterSavepointConfig, dir string, logger *slog.Logger) (string, error) {
+	var err error
 	if deps.Metrics == nil {
 		if deps.Metrics, err = NewMetrics(deps.Registerer); err != nil {
 			return "", err
@@ -296,17 +361,7 @@ func StopClusterWithSavepoint(ctx context.Context, st *graph.Stages, set Setting
 		}
 		logger.Info("stage drained and stopped", "stage", s)
 	}
-	sp, err := gatherClusterSavepoint(ctx, st, set.Store, dir)
-	if err != nil {
-		return "", err
-	}
-	req.Savepoint = sp
-	b, _ = json.Marshal(req)
-	if err := set.Store.Create(ctx, storeKey(st.Job, StoppedKey), b); err != nil && !errors.Is(err, fs.ErrExist) {
-		logger.Warn("could not record the savepoint in the store", "err", err)
-	}
-	logger.Info("cluster job stopped with savepoint", "savepoint", sp)
-	return sp, nil
+	return gatherClusterSavepoint(ctx, st, set.Store, dir)
 }
 
 // awaitEmptyGroup returns nil once group has no member (every member

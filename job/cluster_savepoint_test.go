@@ -428,3 +428,60 @@ func checkSelfContained(t *testing.T, sp string) {
 func stageOfTest(name string) int {
 	return map[string]int{"per_user": 1, "recount": 2}[name]
 }
+
+// TestClusterStopResumed: a stop-with-savepoint whose drain never
+// completed (its request is in the store, no savepoint: the drainer
+// failed or died) is finished by the next member that starts: RunMember
+// drains and gathers, returns nil and records the savepoint, which
+// restores into a single process with exactly the counts after it; the
+// member after that is refused (ErrJobStopped naming the savepoint).
+func TestClusterStopResumed(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", savepointYAML("clicks", 2, "counts"), kfake.SeedTopics(2, "clicks", "counts", "single"))
+	const users = 5
+	committed := func(topic string) []*kgo.Record {
+		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), topic, 10*time.Second)
+	}
+	produceClicks(t, f.opts, 0, 4, users)
+	a := startLiveMember(t, f.st, f.set, f.opts, "a", 30*time.Second)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed("counts")) >= users*4 }) {
+		t.Fatalf("the first 4 clicks per user were never counted: %d records", len(committed("counts")))
+	}
+	a.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, _ := json.Marshal(job.ClusterStopRequest{Requested: time.Now(), By: "gone", Dir: f.dir + "/savepoints"})
+	if err := f.set.Store.Create(ctx, "clicks/"+job.StopRequestKey, req); err != nil {
+		t.Fatal(err)
+	}
+	mc := job.MemberConfig{GroupID: "clicks-cluster", MemberID: "b", SessionTimeout: 30 * time.Second, RebalanceTimeout: 20 * time.Second, RevokeTimeout: 10 * time.Second}
+	if err := job.RunMember(ctx, f.st, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()}, mc); err != nil {
+		t.Fatalf("the member finishing the stop: %v", err)
+	}
+	b, err := f.set.Store.Read(ctx, "clicks/"+job.StoppedKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done job.ClusterStopRequest
+	if err := json.Unmarshal(b, &done); err != nil {
+		t.Fatal(err)
+	}
+	if done.By != "gone" || filepath.Dir(done.Savepoint) != f.dir+"/savepoints" {
+		t.Errorf("recorded stop %+v, want gone's with a savepoint under %s", done, f.dir+"/savepoints")
+	}
+	checkClusterSavepoint(t, done.Savepoint, f.st, users*4)
+	mc.MemberID = "c"
+	err = job.RunMember(ctx, f.st, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()}, mc)
+	if !errors.Is(err, job.ErrJobStopped) || !strings.Contains(err.Error(), "its savepoint is "+done.Savepoint) {
+		t.Errorf("a member after the stop: %v, want ErrJobStopped naming %s", err, done.Savepoint)
+	}
+	produceClicks(t, f.opts, 4, 6, users)
+	cfg := parseConfig(t, "single.yaml", savepointYAML("single", 0, "single"))
+	g, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := cfg.Settings()
+	set.CheckpointDir, set.StateDir, set.StateBackend = f.dir+"/single/chk", f.dir+"/single/state", "hashmap"
+	runSingle(t, g, set, job.Deps{ClientOpts: f.opts, FromSavepoint: done.Savepoint}, func() bool { return len(committed("single")) >= users*2 })
+	checkCountsFrom(t, "a single process from the resumed savepoint", committed("single"), users, 5, 6)
+}

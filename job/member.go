@@ -154,7 +154,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	if err != nil {
 		return err
 	}
-	if err := refuseStopped(ctx, set.Store, st.Job); err != nil {
+	if done, err := finishStop(ctx, st, set, deps, mc); done || err != nil { // cluster_savepoint.go
 		return err
 	}
 	if deps.FromSavepoint != "" { // cluster_savepoint.go
