@@ -311,10 +311,7 @@ func StopClusterWithSavepoint(ctx context.Context, st *graph.Stages, set Setting
 	b, _ = json.Marshal(drainer)
 	if err := set.Store.Create(ctx, storeKey(st.Job, DrainerKey), b); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			var other ClusterStopRequest
-			_, _ = readStoreJSON(ctx, set.Store, storeKey(st.Job, DrainerKey), &other)
-			return "", fmt.Errorf("%w: %s drains it since %s (%s in %s; delete it if that process died)",
-				ErrJobStopped, other.By, other.Requested.Format(time.RFC3339), storeKey(st.Job, DrainerKey), set.Store)
+			return awaitDrainer(ctx, set.Store, st.Job, poll, logger)
 		}
 		return "", fmt.Errorf("job: stop with savepoint: %w", err)
 	}
@@ -332,6 +329,39 @@ func StopClusterWithSavepoint(ctx context.Context, st *graph.Stages, set Setting
 	}
 	logger.Info("cluster job stopped with savepoint", "savepoint", sp)
 	return sp, nil
+}
+
+// awaitDrainer waits for the drain another process took (DrainerKey) and
+// returns its savepoint once StoppedKey records it; an error when its
+// drain failed (it released DrainerKey without a savepoint), or ctx's,
+// naming the drainer (whose key is to be deleted by hand if it died).
+func awaitDrainer(ctx context.Context, store checkpoint.Store, job string, poll time.Duration, logger *slog.Logger) (string, error) {
+	var other ClusterStopRequest
+	if _, err := readStoreJSON(ctx, store, storeKey(job, DrainerKey), &other); err != nil {
+		return "", err
+	}
+	logger.Info("another process drains the stopped job: waiting for its savepoint", "drainer", other.By, "since", other.Requested)
+	for {
+		var done ClusterStopRequest
+		found, err := readStoreJSON(ctx, store, storeKey(job, StoppedKey), &done)
+		if err == nil && found && done.Savepoint != "" {
+			return done.Savepoint, nil
+		}
+		var still ClusterStopRequest
+		held, err := readStoreJSON(ctx, store, storeKey(job, DrainerKey), &still)
+		if err == nil && !held {
+			if found, _ := readStoreJSON(ctx, store, storeKey(job, StoppedKey), &done); found && done.Savepoint != "" {
+				return done.Savepoint, nil
+			}
+			return "", fmt.Errorf("job: stop with savepoint: the drain by %s failed; ask again (kstreamd savepoint --stop) or start a daemon of the job, which finishes it", other.By)
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("job: stop with savepoint: waiting for the drain by %s since %s (%s in %s; delete it if that process died): %w",
+				other.By, other.Requested.Format(time.RFC3339), storeKey(job, DrainerKey), store, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
 }
 
 // drainAndGather drains st stage by stage (drainUnit) and gathers the
@@ -374,17 +404,21 @@ func awaitEmptyGroup(ctx context.Context, opts []kgo.Opt, group string, poll tim
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
+	var lastErr error
 	for {
 		groups, err := adm.DescribeGroups(ctx, group)
 		if err == nil {
 			err = groups.Error()
 		}
-		if err == nil && len(groups[group].Members) == 0 {
-			return nil
+		if errors.Is(err, kerr.GroupIDNotFound) || (err == nil && len(groups[group].Members) == 0) {
+			return nil // a group that never formed has no member either
+		}
+		if err != nil && ctx.Err() == nil {
+			lastErr = err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("job: stop with savepoint: waiting for the members of group %s to stop: %w", group, ctx.Err())
+			return fmt.Errorf("job: stop with savepoint: waiting for the members of group %s to stop (last error: %v): %w", group, lastErr, ctx.Err())
 		case <-time.After(poll):
 		}
 	}

@@ -485,3 +485,52 @@ func TestClusterStopResumed(t *testing.T) {
 	runSingle(t, g, set, job.Deps{ClientOpts: f.opts, FromSavepoint: done.Savepoint}, func() bool { return len(committed("single")) >= users*2 })
 	checkCountsFrom(t, "a single process from the resumed savepoint", committed("single"), users, 5, 6)
 }
+
+// TestClusterStopOneDrainer: one process drains a stopped job. A stop
+// with savepoint that finds another drainer's key (stop-drainer) drains
+// nothing: it answers the other's savepoint once the store records it,
+// or, when the other's drain failed (its key released with no savepoint),
+// an error naming it.
+func TestClusterStopOneDrainer(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", savepointYAML("clicks", 2, "counts"), kfake.SeedTopics(2, "clicks", "counts"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	put := func(key string, req job.ClusterStopRequest) {
+		t.Helper()
+		b, _ := json.Marshal(req)
+		if err := f.set.Store.Create(ctx, "clicks/"+key, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := func() (string, error) {
+		return job.StopClusterWithSavepoint(ctx, f.st, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()},
+			job.ClusterSavepointConfig{GroupID: "clicks-cluster", Member: "api", Dir: f.dir + "/sp", Poll: 50 * time.Millisecond})
+	}
+	put(job.StopRequestKey, job.ClusterStopRequest{By: "first", Dir: f.dir + "/sp"})
+	put(job.DrainerKey, job.ClusterStopRequest{By: "other", Dir: f.dir + "/sp"})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		put(job.StoppedKey, job.ClusterStopRequest{By: "first", Dir: f.dir + "/sp", Savepoint: f.dir + "/sp/savepoint-9-1"})
+	}()
+	if sp, err := stop(); err != nil || sp != f.dir+"/sp/savepoint-9-1" {
+		t.Errorf("with another drainer: %q, %v; want the other's savepoint", sp, err)
+	}
+	if _, err := stop(); !errors.Is(err, job.ErrJobStopped) || !strings.Contains(err.Error(), "its savepoint is "+f.dir+"/sp/savepoint-9-1") {
+		t.Errorf("once stopped: %v, want ErrJobStopped naming the savepoint", err)
+	}
+
+	for _, k := range []string{job.StopRequestKey, job.DrainerKey, job.StoppedKey} {
+		if err := f.set.Store.Delete(ctx, "clicks/"+k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(job.StopRequestKey, job.ClusterStopRequest{By: "first", Dir: f.dir + "/sp"})
+	put(job.DrainerKey, job.ClusterStopRequest{By: "other", Dir: f.dir + "/sp"})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = f.set.Store.Delete(ctx, "clicks/"+job.DrainerKey)
+	}()
+	if _, err := stop(); err == nil || !strings.Contains(err.Error(), "the drain by other failed") {
+		t.Errorf("another drainer failing: %v, want an error naming it", err)
+	}
+}
