@@ -154,6 +154,15 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	if err != nil {
 		return err
 	}
+	if done, err := finishStop(ctx, st, set, deps, mc); done || err != nil { // cluster_savepoint.go
+		return err
+	}
+	if deps.FromSavepoint != "" { // cluster_savepoint.go
+		if err := AdoptClusterSavepoint(ctx, st, set.Store, deps.ClientOpts, deps.FromSavepoint, mc.MemberID); err != nil {
+			return err
+		}
+		deps.FromSavepoint = "" // the units restore it through the store's origin
+	}
 	if err := checkTransactionTimeouts(ctx, deps.ClientOpts, st); err != nil {
 		return err
 	}
@@ -436,6 +445,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		defer close(watched)
 		watchOutputs(watchCtx, gcl, outputTopics(st), cm.unstable, cmp.Or(mc.OutputWatchInterval, DefaultOutputWatchInterval), logger)
 	}()
+	go watchStopRequest(watchCtx, set.Store, st.Job, logger, func() { failMember(ErrJobStopped) })
 	for ctx.Err() == nil {
 		cl.PollFetches(ctx) // the units topic holds no records: this only keeps the group session
 	}
@@ -457,7 +467,10 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	for _, p := range left {
 		stop(p, 0)
 	}
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	if err := context.Cause(ctx); errors.Is(err, ErrJobStopped) {
+		logger.Info("member stopped: the job was stopped with a savepoint")
+		return nil
+	} else if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return err // a unit's restart strategy gave up
 	}
 	return nil

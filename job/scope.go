@@ -89,7 +89,18 @@ func (sc scope) findRestore(ctx context.Context, g *graph.Graph, set Settings, s
 		return "", nil, nil, fmt.Errorf("job: stage %d unit %d: claim: %w", u.Stage, u.Index, err)
 	}
 	if head.CheckpointID == 0 {
-		return "", nil, owner, nil
+		// No checkpoint of its own yet: the job's savepoint origin, if
+		// it started from one (cluster_savepoint.go).
+		dir, meta, err := savepointRestore(ctx, g, set)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("job: stage %d unit %d: %w", u.Stage, u.Index, err)
+		}
+		if meta != nil {
+			if err := verify(dir, meta); err != nil {
+				return "", nil, nil, fmt.Errorf("job: stage %d unit %d: restore %s: %w", u.Stage, u.Index, dir, err)
+			}
+		}
+		return dir, meta, owner, nil
 	}
 	dir, meta, err := owner.Restore(ctx, head)
 	if err != nil {

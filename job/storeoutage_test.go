@@ -2,9 +2,7 @@ package job_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -182,28 +180,5 @@ func testUnitsStoreOutage(t *testing.T, restart job.RestartConfig) {
 // exactly the counts 1..perUser in order, and nothing else.
 func checkUserCounts(t *testing.T, out []*kgo.Record, users, perUser int) {
 	t.Helper()
-	got := map[string][]int64{}
-	for _, r := range out {
-		var v struct {
-			Key   string `json:"key"`
-			Count int64  `json:"count"`
-		}
-		if err := json.Unmarshal(r.Value, &v); err != nil {
-			t.Fatalf("output %s: %v", r.Value, err)
-		}
-		got[v.Key] = append(got[v.Key], v.Count)
-	}
-	for u := range users {
-		key := fmt.Sprintf("u%d", u)
-		want := make([]int64, perUser)
-		for i := range want {
-			want[i] = int64(i + 1)
-		}
-		if fmt.Sprint(got[key]) != fmt.Sprint(want) {
-			t.Errorf("key %s: counts %v, want %v", key, got[key], want)
-		}
-	}
-	if len(out) != users*perUser {
-		t.Errorf("output holds %d records, want %d", len(out), users*perUser)
-	}
+	checkCountsFrom(t, "output", out, users, 1, int64(perUser))
 }

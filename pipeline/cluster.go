@@ -159,23 +159,20 @@ func (c *Config) ClusterGroupID() string {
 
 var groupIDRE = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
 
-// ClusterSavepointsRefused says why savepoints are refused in cluster mode
-// and what to do instead; validate and run (checkpoints.savepoint_dir),
-// `run --from-savepoint` and the daemon's savepoint API refuse with it.
-// A savepoint is one directory of one job's state, while each unit of a
-// cluster-mode job is a job of its own whose HEAD chain alone says what it
-// restores (docs/scale-out.md, invariants 1 and 2).
-const ClusterSavepointsRefused = "savepoints do not know units in cluster mode: each unit restores from its own HEAD chain in cluster.store (docs/scale-out.md); " +
-	"to stop and resume the job, stop the daemons with SIGTERM (each unit takes a final checkpoint) and start them again"
+// ClusterSavepointsRefused says why a savepoint of a running cluster-mode
+// job is refused (the daemon's savepoint API without stop answers 409
+// with it) and what to do instead: a cluster job's savepoint is a
+// stop-with-savepoint, whose units are drained and gathered into one
+// savepoint once every member stopped (job.StopClusterWithSavepoint,
+// docs/scale-out.md "Savepoints across the cluster").
+const ClusterSavepointsRefused = "in cluster mode a savepoint stops the job: every unit's final checkpoint is gathered once the repartition topics are drained (docs/scale-out.md); " +
+	"ask for it with stop (kstreamd savepoint --stop), then start a new job from it with run --from-savepoint"
 
 // validateCluster checks the cluster section; only when it is enabled.
 func (c *Config) validateCluster(v *validator) {
 	cl := &c.Cluster
 	if !cl.Enabled {
 		return
-	}
-	if c.Checkpoints.SavepointDir != "" {
-		v.errorf("checkpoints.savepoint_dir", "%s", ClusterSavepointsRefused)
 	}
 	c.validateClusterNames(v)
 	if cl.GroupID != "" && !groupIDRE.MatchString(cl.GroupID) {

@@ -42,8 +42,15 @@ type server struct {
 	exposed bool
 
 	// cluster is true for a cluster-mode daemon (cluster.enabled), which
-	// refuses savepoints (pipeline.ClusterSavepointsRefused).
+	// takes only stop-with-savepoints (pipeline.ClusterSavepointsRefused
+	// answers the others), through clusterStop.
 	cluster bool
+	// clusterStop stops the cluster job with a savepoint under dir ("":
+	// checkpoints.savepoint_dir) and returns its directory
+	// (job.StopClusterWithSavepoint); nil until the member runs.
+	// clusterStops counts the ones in flight (awaitClusterStop).
+	clusterStop  func(ctx context.Context, dir string) (string, error)
+	clusterStops sync.WaitGroup
 
 	mu      sync.Mutex  // guards job, started and member
 	job     *job.Job    // the running attempt; nil before the first and while restarting
@@ -197,7 +204,7 @@ func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.cluster {
-		writeJSON(w, http.StatusConflict, SavepointResponse{Error: errClusterSavepoint})
+		s.clusterSavepoint(w, r, req)
 		return
 	}
 	j, _ := s.current()
@@ -216,8 +223,61 @@ func (s *server) savepoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, SavepointResponse{Path: path})
 }
 
-// errClusterSavepoint is the answer of POST /api/v1/savepoints on a
-// cluster-mode daemon (409 Conflict).
+// setClusterStop sets the cluster-mode daemon's stop-with-savepoint
+// (job.StopClusterWithSavepoint).
+func (s *server) setClusterStop(stop func(ctx context.Context, dir string) (string, error)) {
+	s.mu.Lock()
+	s.clusterStop = stop
+	s.mu.Unlock()
+}
+
+// awaitClusterStop waits for the stop-with-savepoint asked of this daemon,
+// if any, to be answered: the daemon's member stops first (the stop
+// request reaches it as every member), the drain and gathering run after.
+func (s *server) awaitClusterStop() { s.clusterStops.Wait() }
+
+// clusterSavepoint answers POST /api/v1/savepoints on a cluster-mode
+// daemon: with stop, the whole job stops with one savepoint
+// (docs/scale-out.md, "Savepoints across the cluster"), 200 with its
+// path once every unit was drained and gathered; without stop 409
+// (pipeline.ClusterSavepointsRefused), and 503 before the member runs.
+func (s *server) clusterSavepoint(w http.ResponseWriter, r *http.Request, req SavepointRequest) {
+	if !req.Stop {
+		writeJSON(w, http.StatusConflict, SavepointResponse{Error: errClusterSavepoint})
+		return
+	}
+	s.mu.Lock()
+	stop := s.clusterStop
+	if stop != nil {
+		s.clusterStops.Add(1)
+	}
+	s.mu.Unlock()
+	if stop == nil {
+		writeJSON(w, http.StatusServiceUnavailable, SavepointResponse{Error: "the cluster member is not running yet"})
+		return
+	}
+	defer s.clusterStops.Done()
+	// Not bound by the request: a client that hangs up must not leave the
+	// job half stopped.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), clusterStopTimeout)
+	defer cancel()
+	s.logger.Info("stop-with-savepoint of the cluster job requested", "dir", req.Dir)
+	path, err := stop(ctx, req.Dir)
+	if err != nil {
+		s.logger.Error("stop-with-savepoint of the cluster job failed", "err", err)
+		writeJSON(w, http.StatusInternalServerError, SavepointResponse{Error: err.Error()})
+		return
+	}
+	s.logger.Info("cluster job stopped with savepoint", "path", path)
+	writeJSON(w, http.StatusOK, SavepointResponse{Path: path})
+}
+
+// clusterStopTimeout bounds a cluster stop-with-savepoint: the members'
+// final checkpoints and leave, then the drain of every stage.
+const clusterStopTimeout = 10 * time.Minute
+
+// errClusterSavepoint is the answer of POST /api/v1/savepoints without
+// stop on a cluster-mode daemon (409 Conflict).
 const errClusterSavepoint = "this daemon runs in cluster mode (cluster.enabled: true): " + pipeline.ClusterSavepointsRefused
 
 // decodeSavepointRequest decodes the body of POST /api/v1/savepoints as

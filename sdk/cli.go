@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -155,10 +156,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		if f := fs.Lookup("allow-non-restored-state"); f != nil && f.Value.String() == "true" {
 			cfg.Checkpoints.AllowNonRestoredState = true
 		}
-		if from != "" && cfg.Cluster.Enabled {
-			fmt.Fprintf(stderr, "kstreamd run: --from-savepoint %s is refused: %s has cluster.enabled: true, and %s\n", from, *path, pipeline.ClusterSavepointsRefused)
-			return 2
-		}
 		if from != "" {
 			if code, err := checkSavepointDir(from); err != nil {
 				fmt.Fprintf(stderr, "kstreamd run: --from-savepoint %s: %v\n", from, err)
@@ -184,7 +181,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 	case "savepoint":
 		addr := fs.String("address", "127.0.0.1:9249", "the daemon's metrics.address")
 		dir := fs.String("dir", "", "write the savepoint under `DIR` instead of checkpoints.savepoint_dir")
-		stop := fs.Bool("stop", false, "stop the job right after the savepoint")
+		stop := fs.Bool("stop", false, "stop the job right after the savepoint (in cluster mode required: every daemon stops, the units are drained and gathered into one savepoint)")
 		tokenEnv := fs.String("token-env", "", "send the bearer token held by environment variable `NAME`")
 		tokenFile := fs.String("token-file", "", "send the bearer token held by `FILE` (a trailing newline is ignored)")
 		if code, ok := parse("kstreamd savepoint [--address HOST:PORT] [--dir DIR] [--stop] [--token-env NAME | --token-file FILE]", args[1:]); !ok {
@@ -566,7 +563,7 @@ func runJob(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, log
 
 	opts := append(cfg.ClientOptions(), kgo.WithLogger(kslog.New(kafkaLogger(cfg, logger))))
 	if cfg.Cluster.Enabled {
-		return runMember(ctx, cfg, srv, reg, opts, logger)
+		return runMember(ctx, cfg, fromSavepoint, srv, reg, opts, logger)
 	}
 	var wg sync.WaitGroup
 	demoCtx, stopDemo := context.WithCancel(ctx)
@@ -648,7 +645,7 @@ func clusterStore(cfg *pipeline.Config, getenv func(string) string) (checkpoint.
 // runMember runs the daemon as a member of a cluster-mode job
 // (docs/scale-out.md): it runs the units the group assigns to it
 // (job.RunMember) until ctx ends.
-func runMember(ctx context.Context, cfg *pipeline.Config, srv *server, reg *prometheus.Registry, opts []kgo.Opt, logger *slog.Logger) error {
+func runMember(ctx context.Context, cfg *pipeline.Config, fromSavepoint string, srv *server, reg *prometheus.Registry, opts []kgo.Opt, logger *slog.Logger) error {
 	st, err := cfg.PlanStages()
 	if err != nil {
 		return err
@@ -666,7 +663,14 @@ func runMember(ctx context.Context, cfg *pipeline.Config, srv *server, reg *prom
 	set.CheckpointDir = cfg.ClusterStagingDir()
 	cl := cfg.Cluster
 	logger.Info("joining the cluster", "group", cfg.ClusterGroupID(), "member", member, "stages", len(st.Stages), "units", st.Units, "fingerprint", st.Fingerprint)
-	err = job.RunMember(ctx, st, set, job.Deps{Logger: logger, Registerer: reg, ClientOpts: opts, Connectors: cfg.Connectors()}, job.MemberConfig{
+	srv.setClusterStop(func(ctx context.Context, dir string) (string, error) {
+		// The units are drained and gathered here once every member
+		// (this one too) stopped: metrics of a registry of their own.
+		return job.StopClusterWithSavepoint(ctx, st, set, job.Deps{Logger: logger, Registerer: prometheus.NewRegistry(), ClientOpts: opts, Connectors: cfg.Connectors()},
+			job.ClusterSavepointConfig{GroupID: cfg.ClusterGroupID(), Member: member, Dir: cmp.Or(dir, cfg.Checkpoints.SavepointDir)})
+	})
+	defer srv.awaitClusterStop() // a stop-with-savepoint asked of this daemon finishes before it exits
+	err = job.RunMember(ctx, st, set, job.Deps{Logger: logger, Registerer: reg, ClientOpts: opts, Connectors: cfg.Connectors(), FromSavepoint: fromSavepoint}, job.MemberConfig{
 		GroupID: cfg.ClusterGroupID(), MemberID: member,
 		SessionTimeout: cl.SessionTimeout, RebalanceTimeout: cl.RebalanceTimeout, RevokeTimeout: cl.RevokeTimeout,
 		TakeoverTimeout: cl.TakeoverTimeout, OnJoined: srv.setMember,

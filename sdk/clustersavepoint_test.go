@@ -2,11 +2,13 @@ package sdk
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,24 +16,55 @@ import (
 	"github.com/kstreamd/kstreamd/pipeline"
 )
 
-// TestClusterSavepointRefused: savepoints do not know units. `kstreamd
-// savepoint` against a cluster-mode daemon is answered 409 with the reason
-// and what to do instead (before: 503 "job not running", as a member runs
-// no single job), and `run --from-savepoint` with cluster.enabled exits 2
-// before anything starts (before: the flag was ignored).
-func TestClusterSavepointRefused(t *testing.T) {
-	const why = "savepoints do not know units in cluster mode: each unit restores from its own HEAD chain in cluster.store (docs/scale-out.md); " +
-		"to stop and resume the job, stop the daemons with SIGTERM (each unit takes a final checkpoint) and start them again"
+// TestClusterSavepointAPI: in cluster mode a savepoint stops the job.
+// `kstreamd savepoint` without --stop against a cluster-mode daemon is
+// answered 409 with the reason and what to do instead; with --stop it is
+// 503 until the member runs, then the member's stop-with-savepoint
+// answers (its path, or 500 with its error); `run --from-savepoint` with
+// cluster.enabled is no longer refused as such: a missing directory exits
+// 2 naming it, before anything starts.
+func TestClusterSavepointAPI(t *testing.T) {
+	const why = "in cluster mode a savepoint stops the job: every unit's final checkpoint is gathered once the repartition topics are drained (docs/scale-out.md); " +
+		"ask for it with stop (kstreamd savepoint --stop), then start a new job from it with run --from-savepoint"
 	if pipeline.ClusterSavepointsRefused != why {
 		t.Errorf("refusal %q, want %q", pipeline.ClusterSavepointsRefused, why)
 	}
 	s := &server{reg: prometheus.NewRegistry(), logger: slog.New(slog.DiscardHandler), cluster: true}
 	hs := httptest.NewServer(s.handler())
 	defer hs.Close()
-	_, err := requestSavepoint(context.Background(), strings.TrimPrefix(hs.URL, "http://"), "", "", true)
-	if want := "savepoint: 409 Conflict: this daemon runs in cluster mode (cluster.enabled: true): " + why; err == nil || err.Error() != want {
-		t.Errorf("savepoint of a member:\n%v\nwant\n%s", err, want)
+	addr := strings.TrimPrefix(hs.URL, "http://")
+	ctx := context.Background()
+	if _, err := requestSavepoint(ctx, addr, "", "", false); err == nil || err.Error() != "savepoint: 409 Conflict: this daemon runs in cluster mode (cluster.enabled: true): "+why {
+		t.Errorf("savepoint without stop of a member:\n%v\nwant the 409 with\n%s", err, why)
 	}
+	if _, err := requestSavepoint(ctx, addr, "", "", true); err == nil || err.Error() != "savepoint: 503 Service Unavailable: the cluster member is not running yet" {
+		t.Errorf("stop with savepoint before the member runs: %v", err)
+	}
+	var (
+		mu    sync.Mutex
+		asked []string
+	)
+	s.setClusterStop(func(_ context.Context, dir string) (string, error) {
+		mu.Lock()
+		asked = append(asked, dir)
+		mu.Unlock()
+		if dir == "/bad" {
+			return "", errors.New("job: stop with savepoint: stage 1: unit 0: boom")
+		}
+		return dir + "/savepoint-9-1700000000", nil
+	})
+	if path, err := requestSavepoint(ctx, addr, "", "/backups", true); err != nil || path != "/backups/savepoint-9-1700000000" {
+		t.Errorf("stop with savepoint: %q, %v", path, err)
+	}
+	if _, err := requestSavepoint(ctx, addr, "", "/bad", true); err == nil || err.Error() != "savepoint: 500 Internal Server Error: job: stop with savepoint: stage 1: unit 0: boom" {
+		t.Errorf("a failed stop with savepoint: %v", err)
+	}
+	s.awaitClusterStop()
+	mu.Lock()
+	if strings.Join(asked, ",") != "/backups,/bad" {
+		t.Errorf("stops asked %v", asked)
+	}
+	mu.Unlock()
 
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "cluster.yaml")
@@ -59,8 +92,8 @@ sinks:
 	}
 	var stdout, stderr strings.Builder
 	code := Run(context.Background(), []string{"run", "--config", cfg, "--from-savepoint", "/backups/sp-1"}, &stdout, &stderr, NewRegistry())
-	if want := "kstreamd run: --from-savepoint /backups/sp-1 is refused: " + cfg + " has cluster.enabled: true, and " + why + "\n"; code != 2 || stdout.Len() > 0 || stderr.String() != want {
-		t.Errorf("run --from-savepoint in cluster mode: exit %d, stdout %q, stderr\n%q\nwant 2 and\n%q", code, stdout.String(), stderr.String(), want)
+	if want := "kstreamd run: --from-savepoint /backups/sp-1: no such directory\n"; code != 2 || stdout.Len() > 0 || stderr.String() != want {
+		t.Errorf("run --from-savepoint of a missing directory in cluster mode: exit %d, stdout %q, stderr\n%q\nwant 2 and\n%q", code, stdout.String(), stderr.String(), want)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "store")); !os.IsNotExist(err) {
 		t.Errorf("the refused run touched the store (%v)", err)
