@@ -1127,7 +1127,11 @@ type evalRule struct {
 //
 // keyed by the routing key, with the record's timestamp. Slices are removed
 // by an event-time timer once the watermark passes their time plus the
-// window (later records cannot need them), oldest first. Sums and
+// window (later records cannot need them), oldest first; a key keeps one
+// pending timer, at or before its oldest slice's end (registered by the
+// key's first or a new oldest slice, by OnTimer for the oldest left, and
+// for every key of a rule whose window shrinks: rearmTimers), not one per
+// slice. Sums and
 // averages over doubles are the exact sum of the window's inputs rounded
 // once, whatever the order the records came in.
 //
@@ -1272,6 +1276,10 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 			return err
 		}
 	}
+	// A new slice that is the key's first or its new oldest needs the
+	// key's timer (OnTimer keeps one for the oldest slice left; a later
+	// slice ends no earlier than the oldest under the same window).
+	oldest := w.Slices == 0 || ts < w.Head
 	var s *ruleSlice
 	if w.Slices > 0 && ts >= w.Head && ts <= w.Tail {
 		// Only here can the slice exist: in time order it is new.
@@ -1289,16 +1297,14 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 		counts.entries.Add(1)
 		f.setEntries(1)
 	}
-	grown := e.WindowMs > s.WindowMs
 	s.WindowMs = max(s.WindowMs, e.WindowMs)
 	s.N++
 	if e.In != nil {
 		s.In = append(s.In, slices.Clone(e.In))
 	}
 	rw.touch(ts)
-	if newSlice || grown {
-		// The slice's timer: registered once per slice and window.
-		if err := f.timers.RegisterEventTimeTimer(time.UnixMilli(ts + s.WindowMs + 1)); err != nil {
+	if newSlice && oldest {
+		if err := f.timers.RegisterEventTimeTimer(time.UnixMilli(sliceEnd(ts, f.ruleWindowMs(e.Rule), s) + 1)); err != nil {
 			return err
 		}
 	}
@@ -1386,15 +1392,13 @@ func parseNumber(raw []byte) number {
 }
 
 // OnTimer implements TimerFunction: the key's slices the watermark passed
-// by more than their window are removed, oldest first (leaving the running
-// aggregate if they are in it), and a timer is set for the oldest left.
+// by more than their window (sliceEnd) are removed, oldest first (leaving
+// the running aggregate if they are in it), and the key's timer is set for
+// the oldest left.
 func (f *RulesEvaluator) OnTimer(_ context.Context, _ time.Time, tc TimerContext, _ Collector) error {
 	wm := f.timers.CurrentWatermark().UnixMilli()
 	id := ruleOfKey(tc.Key)
-	win := int64(0)
-	if r, ok := f.rules[id]; ok {
-		win = r.Rule.Window.Milliseconds()
-	}
+	win := f.ruleWindowMs(id)
 	rw := &f.win
 	if err := rw.load(); err != nil {
 		return err
@@ -1411,7 +1415,7 @@ func (f *RulesEvaluator) OnTimer(_ context.Context, _ time.Time, tc TimerContext
 		if err != nil {
 			return err
 		}
-		if end := k + max(win, s.WindowMs); end >= wm {
+		if end := sliceEnd(k, win, s); end >= wm {
 			next = end + 1
 			break
 		}
@@ -1506,6 +1510,12 @@ func (f *RulesEvaluator) ProcessBroadcastElement(_ context.Context, rec runtime.
 			// their keys' timers) go at once, not when they expire.
 			shape := rr.Rule.Shape
 			if err := f.removeState(func(id string) bool { return id == rr.ID }, func(s string) bool { return s != shape }); err != nil {
+				return err
+			}
+		}
+		if had && rr.Rule.Window < old.Rule.Window && f.board.counter(rr.ID).entries.Load() > 0 {
+			// A shorter window: the oldest slices may end earlier.
+			if err := f.rearmTimers(func(id string) bool { return id == rr.ID }); err != nil {
 				return err
 			}
 		}
@@ -1699,12 +1709,14 @@ func (f *RulesEvaluator) RestoreBroadcastState(states map[string]json.RawMessage
 		return fmt.Errorf("operators: %s: restore broadcast state rules: %w", f.cfg.Operator, err)
 	}
 	f.rules = map[string]evalRule{}
+	refused := map[string]bool{}
 	for _, r := range s.Rules {
 		c, err := compileStored(r.Rule, f.cfg.Limits)
 		if errors.Is(err, ErrBadRuleRecord) {
 			// Refused by lowered limits: restored as deleted (its slices
 			// leave as their timers fire).
 			refusedAtRestore(f.cfg, r.ID, err)
+			refused[r.ID] = true
 			if s.Deleted == nil {
 				s.Deleted = map[string]ruleVersion{}
 			}
@@ -1719,6 +1731,12 @@ func (f *RulesEvaluator) RestoreBroadcastState(states map[string]json.RawMessage
 	f.deleted = map[string]ruleVersion{}
 	for id, v := range s.Deleted {
 		f.deleted[id] = v
+	}
+	if len(refused) > 0 {
+		// Their slices now end by their own windows (no rule window).
+		if err := f.rearmTimers(func(id string) bool { return refused[id] }); err != nil {
+			return fmt.Errorf("operators: %s: restore: %w", f.cfg.Operator, err)
+		}
 	}
 	f.publish()
 	return nil

@@ -165,7 +165,8 @@ func (m *bruteWindows) watermark(wm int64) {
 // to 744 h, grouped or not, filtered or not) over records out of time
 // order (most a few ms late, some seconds, some behind the watermark),
 // with watermarks expiring slices and two restores at other parallelisms
-// in the middle, give exactly the alerts of a brute-force model that keeps
+// in the middle (the first from a checkpoint in the first sliced layout,
+// format version 1, as main wrote it), give exactly the alerts of a brute-force model that keeps
 // every record and aggregates each window from scratch with exact
 // arithmetic; on both backends.
 func TestRulesRandomModel(t *testing.T) {
@@ -230,6 +231,12 @@ func TestRulesRandomModel(t *testing.T) {
 				for i, x := range recs {
 					if i == 500 || i == 1000 {
 						got = append(got, g.alerts()...)
+						if i == 500 {
+							// This checkpoint in the first sliced layout
+							// (every slice in RulesSliceState, summaries
+							// of format version 1), as main wrote them.
+							toV1Layout(t, g)
+						}
 						routerState, err := g.router.SnapshotBroadcastState()
 						if err != nil {
 							t.Fatal(err)
@@ -257,6 +264,34 @@ func TestRulesRandomModel(t *testing.T) {
 					t.Fatalf("%d alerts, want %d; %s", len(got), len(want), firstDiff(got, want))
 				}
 			})
+		}
+	}
+}
+
+// toV1Layout rewrites the window state of g's evaluators into the first
+// sliced layout: every key's newest slice moves from its summary into
+// RulesSliceState and the summary is written in format version 1, the
+// bytes the first sliced layout wrote (TestRuleWindowFormatV1).
+func toV1Layout(t *testing.T, g *rulesRig) {
+	t.Helper()
+	for _, op := range g.evals {
+		sl, err := state.GetMapState(op.backend, RulesSliceState)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = state.ApplyToAllValueKeys(op.backend, RulesAggState, func(_ []byte, s state.ValueState[ruleWindow]) error {
+			w, ok, err := s.Value()
+			if err != nil || !ok || w.TailSlice == nil {
+				return err
+			}
+			if err := sl.Put(w.Tail, *w.TailSlice); err != nil {
+				return err
+			}
+			w.TailSlice = nil
+			return s.Update(w)
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }

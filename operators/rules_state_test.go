@@ -41,7 +41,8 @@ func (c checkpointCounts) rules() (buckets, timers map[string]int) {
 // checkpointRules takes checkpoint id of every evaluator subtask of g and
 // counts its keyed state from the checkpoint's contents: the snapshots are
 // restored into one fresh backend of kind (all key groups), whose window
-// buckets are walked and whose timers are popped.
+// slices (RulesSliceState and the newest in each summary) are walked and
+// whose timers are popped.
 func checkpointRules(t *testing.T, g *rulesRig, kind string, id int64) checkpointCounts {
 	t.Helper()
 	dir := t.TempDir()
@@ -80,6 +81,16 @@ func checkpointRules(t *testing.T, g *rulesRig, kind string, id int64) checkpoin
 			out.buckets[string(key)]++
 		}
 		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = state.ApplyToAllValueKeys(b, RulesAggState, func(key []byte, s state.ValueState[ruleWindow]) error {
+		w, ok, err := s.Value()
+		if ok && w.TailSlice != nil {
+			out.buckets[string(key)]++ // the newest slice, in the summary
+		}
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -205,7 +205,8 @@ func (g *rulesRig) alerts() []string {
 	return out
 }
 
-// entries counts the window buckets per rule id over every subtask.
+// entries counts the window slices per rule id over every subtask: those
+// in RulesSliceState and the newest of every key, in its summary.
 func (g *rulesRig) entries() map[string]int {
 	g.t.Helper()
 	n := map[string]int{}
@@ -218,6 +219,16 @@ func (g *rulesRig) entries() map[string]int {
 				n[ruleOfKey(key)]++
 			}
 			return nil
+		})
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		err = state.ApplyToAllValueKeys(op.backend, RulesAggState, func(key []byte, s state.ValueState[ruleWindow]) error {
+			w, ok, err := s.Value()
+			if ok && w.TailSlice != nil {
+				n[ruleOfKey(key)]++
+			}
+			return err
 		})
 		if err != nil {
 			g.t.Fatal(err)

@@ -28,7 +28,12 @@ import (
 
 // RulesSliceState is the rules operator's keyed window state: per key,
 // record time in ms since the epoch to the slice of that millisecond (a
-// ruleSlice, binary). Part of the checkpoint format; it replaced
+// ruleSlice, binary), but for the key's newest slice, which its summary
+// (RulesAggState) holds since format version 2, so a copy in time order
+// reads one entry (the summary) and writes two (the summary and the slice
+// it displaced as the newest), never reading a slice; a restore of version
+// 1 (the newest slice in this map) moves it key by key when the key is
+// next touched (ruleWin.load). Part of the checkpoint format; it replaced
 // RulesWindowState (JSON buckets, scanned per record), whose state a
 // restore migrates (RulesEvaluator.Open).
 var RulesSliceState = state.MapStateDescriptor[int64, ruleSlice]{
@@ -38,8 +43,8 @@ var RulesSliceState = state.MapStateDescriptor[int64, ruleSlice]{
 }
 
 // RulesAggState is the rules operator's per-key summary: the slice list's
-// ends, the rule shape and the running aggregate (a ruleWindow, binary).
-// Part of the checkpoint format.
+// ends, the rule shape, the running aggregate and (format version 2) the
+// newest slice (a ruleWindow, binary). Part of the checkpoint format.
 var RulesAggState = state.ValueStateDescriptor[ruleWindow]{
 	Name:       "rules-agg",
 	Serializer: ruleWindowSerializer{},
@@ -96,6 +101,11 @@ type ruleWindow struct {
 
 	DFront, DBack int64
 	DLen          int64
+
+	// TailSlice is the newest slice (key Tail) while Slices > 0: kept in
+	// the summary, not in RulesSliceState. Nil in a summary of format
+	// version 1, whose newest slice is in RulesSliceState.
+	TailSlice *ruleSlice
 }
 
 // fsumPrec is the precision of ruleWindow.FSum: enough bits to hold the
@@ -103,8 +113,15 @@ type ruleWindow struct {
 // doubles' exponents), so adding and subtracting never round.
 const fsumPrec = 2200
 
-// The binary format of ruleSlice and ruleWindow starts with a version byte.
-const ruleStateV1 = 1
+// The binary format of ruleSlice and ruleWindow starts with a version
+// byte: ruleStateV1 for both in the first sliced layout; a ruleWindow
+// holding the newest slice is written as ruleStateV2 (version 1's fields,
+// then a flag byte 1 and the slice's bytes length-prefixed), one without
+// as version 1 (the same bytes as before); both are read.
+const (
+	ruleStateV1 = 1
+	ruleStateV2 = 2
+)
 
 // ruleSliceSerializer is ruleSlice's binary serializer (name
 // "rules-slice-v1").
@@ -170,7 +187,11 @@ type ruleWindowSerializer struct{}
 func (ruleWindowSerializer) Name() string { return "rules-window-v1" }
 
 func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
-	dst = append(dst, ruleStateV1)
+	if w.TailSlice == nil {
+		dst = append(dst, ruleStateV1) // no newest slice: version 1's bytes
+	} else {
+		dst = append(dst, ruleStateV2)
+	}
 	dst = appendBytes(dst, []byte(w.Shape))
 	dst = appendBytes(dst, []byte(w.Fn))
 	for _, v := range []int64{w.WindowMs, w.Slices, w.Head, w.Tail, w.First, w.N, w.Floats, w.Distinct, w.DFront, w.DBack, w.DLen} {
@@ -188,9 +209,18 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 		dst = binary.AppendVarint(append(dst, 0), w.Ints.Int)
 	}
 	if w.FSum == nil {
-		return append(dst, 0), nil
+		dst = append(dst, 0)
+	} else {
+		b, err := w.FSum.GobEncode()
+		if err != nil {
+			return dst, err
+		}
+		dst = appendBytes(append(dst, 1), b)
 	}
-	b, err := w.FSum.GobEncode()
+	if w.TailSlice == nil {
+		return dst, nil
+	}
+	b, err := ruleSliceSerializer{}.Append(nil, *w.TailSlice)
 	if err != nil {
 		return dst, err
 	}
@@ -200,8 +230,9 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 	var w ruleWindow
 	r := binReader{b: b}
-	if v := r.byte(); v != ruleStateV1 {
-		return w, fmt.Errorf("operators: rules window: format version %d, want %d", v, ruleStateV1)
+	v := r.byte()
+	if v != ruleStateV1 && v != ruleStateV2 {
+		return w, fmt.Errorf("operators: rules window: format version %d, want %d or %d", v, ruleStateV1, ruleStateV2)
 	}
 	w.Shape = string(r.bytes())
 	w.Fn = AggregateFn(r.bytes())
@@ -223,6 +254,16 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 			return ruleWindow{}, fmt.Errorf("operators: rules window: %w", err)
 		}
 		w.FSum = f.SetPrec(fsumPrec)
+	}
+	if v == ruleStateV2 && r.byte() == 1 {
+		tb := r.bytes()
+		if r.err == nil {
+			ts, err := ruleSliceSerializer{}.Decode(tb)
+			if err != nil {
+				return ruleWindow{}, fmt.Errorf("operators: rules window: newest slice: %w", err)
+			}
+			w.TailSlice = &ts
+		}
 	}
 	if r.err != nil {
 		return ruleWindow{}, fmt.Errorf("operators: rules window: %w", r.err)
@@ -309,6 +350,12 @@ type ruleWin struct {
 	dirty  map[int64]bool // true: put, false: remove
 	counts map[string]int64
 	dcache map[string]int64 // distinct counts read or written (before flush)
+
+	// mapTail is set when the summary loaded was of format version 1: its
+	// newest slice, mapTailKey, is in RulesSliceState, and flush removes
+	// it there if it is still the newest (then it moves into the summary).
+	mapTail    bool
+	mapTailKey int64
 }
 
 // load reads the current key's summary and resets the caches.
@@ -323,7 +370,25 @@ func (rw *ruleWin) load() error {
 	if err != nil {
 		return err
 	}
-	rw.w, rw.has = w, ok
+	rw.w, rw.has, rw.mapTail = w, ok, false
+	if !ok || w.Slices == 0 {
+		return nil
+	}
+	if w.TailSlice != nil {
+		// A copy: the stored summary is not changed in place.
+		t := *w.TailSlice
+		t.In = slices.Clip(t.In)
+		rw.cache[w.Tail] = &t
+		rw.w.TailSlice = &t
+		return nil
+	}
+	// Format version 1: the newest slice is in the map.
+	t, err := rw.slice(w.Tail)
+	if err != nil {
+		return err
+	}
+	rw.w.TailSlice = t
+	rw.mapTail, rw.mapTailKey = true, w.Tail
 	return nil
 }
 
@@ -364,9 +429,14 @@ func (rw *ruleWin) lookup(k int64) (*ruleSlice, error) {
 func (rw *ruleWin) touch(k int64) { rw.dirty[k] = true }
 
 // flush writes the changed slices and distinct counts and the summary
-// (cleared with the key's distinct map when no slice is left).
+// (cleared with the key's distinct map when no slice is left), the newest
+// slice in the summary.
 func (rw *ruleWin) flush() error {
+	inline := rw.w.Slices > 0
 	for k, put := range rw.dirty {
+		if inline && k == rw.w.Tail {
+			continue // in the summary
+		}
 		var err error
 		if put {
 			err = rw.slices.Put(k, *rw.cache[k])
@@ -378,7 +448,14 @@ func (rw *ruleWin) flush() error {
 		}
 	}
 	clear(rw.dirty)
+	if inline && rw.mapTail && rw.mapTailKey == rw.w.Tail {
+		if err := rw.slices.Remove(rw.w.Tail); err != nil {
+			return err
+		}
+	}
+	rw.mapTail = false
 	if rw.w.Slices == 0 {
+		rw.w.TailSlice = nil
 		rw.has = false
 		clear(rw.dcache)
 		if err := rw.distinct.Clear(); err != nil {
@@ -399,6 +476,10 @@ func (rw *ruleWin) flush() error {
 	}
 	clear(rw.dcache)
 	rw.has = true
+	rw.w.TailSlice = rw.cache[rw.w.Tail]
+	if rw.w.TailSlice == nil {
+		return fmt.Errorf("operators: %s: window state: newest slice %d of the key missing", RulesType, rw.w.Tail)
+	}
 	return rw.agg.Update(rw.w)
 }
 
@@ -408,7 +489,7 @@ func (rw *ruleWin) clearKey() error {
 	clear(rw.cache)
 	clear(rw.dirty)
 	clear(rw.dcache)
-	rw.w, rw.has = ruleWindow{}, false
+	rw.w, rw.has, rw.mapTail = ruleWindow{}, false, false
 	if err := rw.slices.Clear(); err != nil {
 		return err
 	}
