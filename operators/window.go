@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -192,31 +193,121 @@ func windowFactory() Factory {
 
 // windowEntry is one window of one key in WindowStateName.
 type windowEntry struct {
-	End   int64                 `json:"end"` // exclusive, ms
+	End int64 // exclusive, ms
+	// Accs are the accumulators in the order of the operator's aggregates
+	// (nil before the window's first record); one with Fn "" is absent (an
+	// aggregate the restored entry did not have), and starts from zero.
+	Accs  []aggAccumulator
+	Fired bool // the on-time result was emitted
+}
+
+// windowEntryJSON is the stored form of a windowEntry (the checkpoint
+// format): each accumulator under its aggregate's name.
+type windowEntryJSON struct {
+	End   int64                 `json:"end"`
 	Acc   aggregateAccumulators `json:"acc"`
-	Fired bool                  `json:"fired,omitempty"` // the on-time result was emitted
+	Fired bool                  `json:"fired,omitempty"`
 }
 
-// windowState is the descriptor of WindowStateName.
-var windowState = state.MapStateDescriptor[int64, windowEntry]{
-	Name: WindowStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: windowEntrySerializer{},
+// windowStateOf is the descriptor of WindowStateName for the aggregates
+// specs.
+func windowStateOf(specs []AggregateSpec) state.MapStateDescriptor[int64, windowEntry] {
+	return state.MapStateDescriptor[int64, windowEntry]{
+		Name: WindowStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: newWindowEntrySerializer(specs),
+	}
 }
 
-// windowEntrySerializer is windowState's serializer: JSON, named "json",
-// writing exactly the bytes state.JSONSerializer writes (so checkpoints
-// are unchanged both ways), and a state.HeapSerializer, so on Pebble with
-// the write cache a window's accumulator stays decoded between the records
-// that fold into it instead of a JSON decode and encode per record.
+// windowEntrySerializer is the window state's serializer: JSON, named
+// "json", writing exactly the bytes state.JSONSerializer writes for the
+// stored form (windowEntryJSON: the accumulators as an object keyed by
+// aggregate name, names in byte order), so checkpoints are unchanged both
+// ways; decoding keeps the accumulators of the operator's aggregates, in
+// their order, and drops those of names it no longer has (they never
+// reached an output). It is a state.HeapSerializer, so on Pebble with the
+// write cache a window's accumulators stay decoded between the records that
+// fold into them: one slice per copy instead of a JSON decode and encode,
+// or a map, per record.
 type windowEntrySerializer struct {
-	state.JSONSerializer[windowEntry]
+	names  []string       // the aggregates' names, in spec order
+	quoted [][]byte       // names[i] as a JSON string
+	sorted []int          // indexes into names, in the byte order of the names
+	index  map[string]int // name -> index
+}
+
+func newWindowEntrySerializer(specs []AggregateSpec) windowEntrySerializer {
+	s := windowEntrySerializer{index: make(map[string]int, len(specs))}
+	for i, sp := range specs {
+		q, _ := json.Marshal(sp.Name) // a string: cannot fail
+		s.names, s.quoted, s.sorted = append(s.names, sp.Name), append(s.quoted, q), append(s.sorted, i)
+		s.index[sp.Name] = i
+	}
+	slices.SortFunc(s.sorted, func(a, b int) int { return cmp.Compare(s.names[a], s.names[b]) })
+	return s
+}
+
+// Name implements state.Serializer: "json", as state.JSONSerializer.
+func (windowEntrySerializer) Name() string { return state.JSONSerializer[windowEntryJSON]{}.Name() }
+
+// Append implements state.Serializer: the bytes state.JSONSerializer
+// writes for the stored form of v.
+func (s windowEntrySerializer) Append(dst []byte, v windowEntry) ([]byte, error) {
+	dst = strconv.AppendInt(append(dst, `{"end":`...), v.End, 10)
+	if v.Accs == nil {
+		dst = append(dst, `,"acc":null`...)
+	} else {
+		dst = append(dst, `,"acc":{`...)
+		first := true
+		for _, i := range s.sorted {
+			if i >= len(v.Accs) || v.Accs[i].Fn == "" {
+				continue
+			}
+			b, err := json.Marshal(v.Accs[i])
+			if err != nil {
+				return dst, fmt.Errorf("state: json encode: %w", err)
+			}
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = append(append(append(dst, s.quoted[i]...), ':'), b...)
+		}
+		dst = append(dst, '}')
+	}
+	if v.Fired {
+		dst = append(dst, `,"fired":true`...)
+	}
+	return append(dst, '}'), nil
+}
+
+// Decode implements state.Serializer: the stored form, its accumulators
+// put in the order of the aggregates.
+func (s windowEntrySerializer) Decode(b []byte) (windowEntry, error) {
+	j, err := state.JSONSerializer[windowEntryJSON]{}.Decode(b)
+	if err != nil {
+		return windowEntry{}, err
+	}
+	e := windowEntry{End: j.End, Fired: j.Fired}
+	if j.Acc != nil {
+		e.Accs = make([]aggAccumulator, len(s.names))
+		for name, a := range j.Acc {
+			if i, ok := s.index[name]; ok {
+				e.Accs[i] = a
+			}
+		}
+	}
+	return e, nil
 }
 
 // Copy implements state.HeapSerializer: a deep copy of v, or the error
 // Append would return (a double accumulator that is not finite, which
 // JSON cannot hold).
-func (windowEntrySerializer) Copy(v windowEntry, _ []windowEntry) (windowEntry, error) {
-	for name, a := range v.Acc {
+func (s windowEntrySerializer) Copy(v windowEntry, _ []windowEntry) (windowEntry, error) {
+	for i, a := range v.Accs {
 		if a.Num.IsFloat && (math.IsNaN(a.Num.Float) || math.IsInf(a.Num.Float, 0)) {
+			name := ""
+			if i < len(s.names) {
+				name = s.names[i]
+			}
 			return windowEntry{}, fmt.Errorf("state: json encode: json: unsupported value: %v (aggregate %s)", a.Num.Float, name)
 		}
 	}
@@ -235,8 +326,8 @@ func (windowEntrySerializer) View(v windowEntry) windowEntry { return copyWindow
 // Size implements state.HeapSerializer: an estimate of v's bytes.
 func (windowEntrySerializer) Size(v windowEntry) int {
 	n := 64
-	for name, a := range v.Acc {
-		n += 96 + len(name) + len(a.Fn) + len(a.Value)
+	for _, a := range v.Accs {
+		n += 112 + len(a.Value)
 		for _, s := range a.Seen {
 			n += 16 + len(s)
 		}
@@ -248,14 +339,16 @@ func (windowEntrySerializer) Size(v windowEntry) int {
 }
 
 // copyWindowEntry returns a copy of e sharing no memory anyone changes
-// (the Seen values are strings; a Big is copied; a nil Acc stays nil, an
-// empty one empty, as a JSON round trip keeps them).
+// (the Seen values are strings; a Big is copied; a nil Accs stays nil, an
+// empty one empty, as a JSON round trip keeps them; a first or last value
+// is copied too), so a caller changing a value in place changes no copy.
 func copyWindowEntry(e windowEntry) windowEntry {
-	if e.Acc == nil {
+	if e.Accs == nil {
 		return e
 	}
-	acc := make(aggregateAccumulators, len(e.Acc))
-	for name, a := range e.Acc {
+	accs := slices.Clone(e.Accs)
+	for i := range accs {
+		a := &accs[i]
 		if a.Num.Big != nil {
 			a.Num.Big = new(big.Int).Set(a.Num.Big)
 		}
@@ -265,9 +358,8 @@ func copyWindowEntry(e windowEntry) windowEntry {
 		} else {
 			a.Seen = slices.Clone(a.Seen)
 		}
-		acc[name] = a
 	}
-	e.Acc = acc
+	e.Accs = accs
 	return e
 }
 
@@ -315,6 +407,7 @@ type Window struct {
 	late    int64
 	early   int64
 	timers  TimerService
+	desc    state.MapStateDescriptor[int64, windowEntry]
 	windows state.MapState[int64, windowEntry]
 
 	// now is the clock that rate-limits the late-record log; nil: the
@@ -333,6 +426,7 @@ func NewWindow(p WindowParams) *Window {
 		aggregator: newAggregator(AggregateParams{Aggregates: p.Aggregates, Emit: EmitEveryUpdate}, false),
 		p:          p, size: p.Size.Milliseconds(), slide: p.Slide.Milliseconds(), gap: p.Gap.Milliseconds(),
 		offset: p.Offset.Milliseconds(), late: p.AllowedLateness.Milliseconds(), early: p.EarlyFiring.Milliseconds(),
+		desc: windowStateOf(p.Aggregates),
 	}
 }
 
@@ -343,7 +437,7 @@ func (w *Window) Open(ctx OpenContext) error {
 	if w.timers == nil {
 		return fmt.Errorf("operators: %s %s: no timer service", WindowType, ctx.Operator)
 	}
-	m, err := state.GetMapState(ctx.Backend, windowState)
+	m, err := state.GetMapState(ctx.Backend, w.desc)
 	if err != nil {
 		return fmt.Errorf("operators: %s %s: %w", WindowType, ctx.Operator, err)
 	}
@@ -357,7 +451,7 @@ func (w *Window) Open(ctx OpenContext) error {
 		w.openGauge = w.Metrics.WindowsOpen(ctx.Operator, ctx.Subtask)
 	}
 	w.open = 0
-	err = state.ApplyToAllKeys(ctx.Backend, windowState, func(_ []byte, s state.MapState[int64, windowEntry]) error {
+	err = state.ApplyToAllKeys(ctx.Backend, w.desc, func(_ []byte, s state.MapState[int64, windowEntry]) error {
 		for _, err := range s.Keys() {
 			if err != nil {
 				return err
@@ -554,10 +648,10 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 		if err := w.windows.Remove(p.start); err != nil {
 			return err
 		}
-		if merged.Acc == nil {
-			merged.Acc = p.e.Acc
+		if merged.Accs == nil {
+			merged.Accs = p.e.Accs
 		} else {
-			merged.Acc = w.merge(merged.Acc, p.e.Acc)
+			merged.Accs = w.mergeAccs(merged.Accs, p.e.Accs)
 		}
 		// The record fell inside a session that already fired: the same
 		// window, updated (a merge that changes the bounds is a new
@@ -575,19 +669,26 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 // record within the lateness, or a session merge inside it), emits its
 // updated result.
 func (w *Window) add(key []byte, start int64, e windowEntry, in []aggInput, wm int64, out Collector) error {
-	isNew := make([]bool, len(w.distinct))
-	for j, i := range w.distinct {
-		v := string(in[i].raw)
-		acc := e.Acc[w.specs[i].Name]
-		isNew[j] = !slices.Contains(acc.Seen, v)
+	var isNew []bool
+	if len(w.distinct) > 0 {
+		isNew = make([]bool, len(w.distinct))
 	}
-	first := e.Acc == nil
-	e.Acc = w.accumulate(e.Acc, in, isNew)
+	for j, i := range w.distinct {
+		isNew[j] = !slices.Contains(accAt(e.Accs, i).Seen, string(in[i].raw))
+	}
+	first := e.Accs == nil
+	if first {
+		e.Accs = make([]aggAccumulator, len(w.specs))
+	}
+	// e is the caller's own copy (state.HeapSerializer.View or a decode):
+	// its accumulators are folded in place.
+	d := 0
+	for i := range w.specs {
+		e.Accs[i] = w.foldOne(i, accAt(e.Accs, i), in[i], isNew, &d)
+	}
 	for j, i := range w.distinct {
 		if isNew[j] {
-			acc := e.Acc[w.specs[i].Name]
-			acc.Seen = append(slices.Clone(acc.Seen), string(in[i].raw))
-			e.Acc[w.specs[i].Name] = acc
+			e.Accs[i].Seen = append(e.Accs[i].Seen, string(in[i].raw))
 		}
 	}
 	maxTs := e.End - 1
@@ -638,6 +739,9 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 		now = w.timers.CurrentWatermark().UnixMilli()
 	} else if !w.eventTime() {
 		now = max(now, w.timers.CurrentProcessingTime().UnixMilli())
+	}
+	if w.p.Kind != Session && (tc.Domain == EventTime || (!w.eventTime() && w.early == 0)) {
+		return w.closeDue(tc.Key, ts.UnixMilli(), now, out)
 	}
 	type win struct {
 		start int64
@@ -694,6 +798,63 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 	return nil
 }
 
+// closeDue handles the closing timer at ts of a tumbling or sliding window
+// without scanning the key's windows: the timer is the end - 1ms of the
+// window starting at ts + 1ms - size (it fires) and, with allowed
+// lateness, the end - 1ms + lateness of the one starting lateness earlier
+// (it is removed); every window registers both its timers (add), so each
+// window is reached by its own. The windows are the ones the scan in
+// OnTimer would close; only the order across keys and timers differs when
+// one watermark passes several windows of a key (each window's result is
+// emitted at its own timer, as in Flink's WindowOperator).
+func (w *Window) closeDue(key []byte, ts, now int64, out Collector) error {
+	lateness := w.late
+	if !w.eventTime() {
+		lateness = 0
+	}
+	if lateness > 0 {
+		if err := w.closeAt(key, ts+1-w.size-lateness, now, lateness, out); err != nil {
+			return err
+		}
+	}
+	return w.closeAt(key, ts+1-w.size, now, lateness, out)
+}
+
+// closeAt fires the window starting at start if it exists, is due (its
+// end - 1ms at or before now) and has not fired, and removes it once it is
+// past its lateness; a window kept for its lateness is stored fired.
+func (w *Window) closeAt(key []byte, start, now, lateness int64, out Collector) error {
+	e, found, err := w.windows.Get(start)
+	if err != nil || !found {
+		return err
+	}
+	maxTs := e.End - 1
+	if maxTs > now {
+		return nil
+	}
+	changed := false
+	if !e.Fired {
+		if err := out.Collect(w.result(key, start, e)); err != nil {
+			return err
+		}
+		e.Fired, changed = true, true
+		if w.fired != nil {
+			w.fired.Inc()
+		}
+	}
+	if maxTs+lateness <= now {
+		if err := w.windows.Remove(start); err != nil {
+			return err
+		}
+		w.addOpen(-1)
+		return nil
+	}
+	if changed {
+		return w.windows.Put(start, e)
+	}
+	return nil
+}
+
 // result is the output record of window [start, e.End) of key.
 func (w *Window) result(key []byte, start int64, e windowEntry) runtime.Record {
 	k, _ := json.Marshal(string(key)) // a string: cannot fail
@@ -703,6 +864,28 @@ func (w *Window) result(key []byte, start int64, e windowEntry) runtime.Record {
 	b = append(b, `","window_end":"`...)
 	b = time.UnixMilli(e.End).UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, '"')
-	b = append(w.appendResults(b, e.Acc), '}')
+	for i := range w.specs {
+		b = w.appendResult(b, i, accAt(e.Accs, i))
+	}
+	b = append(b, '}')
 	return runtime.Record{Key: key, Value: b, Timestamp: time.UnixMilli(e.End - 1)}
+}
+
+// accAt returns accs[i], or a zero (absent) accumulator when accs is
+// shorter.
+func accAt(accs []aggAccumulator, i int) aggAccumulator {
+	if i < len(accs) {
+		return accs[i]
+	}
+	return aggAccumulator{}
+}
+
+// mergeAccs returns the accumulators of the union of two windows' records,
+// in the order of the aggregates (aggregator.merge).
+func (w *Window) mergeAccs(earlier, later []aggAccumulator) []aggAccumulator {
+	out := make([]aggAccumulator, len(w.specs))
+	for i, s := range w.specs {
+		out[i] = mergeAccumulators(s.Fn, accAt(earlier, i), accAt(later, i))
+	}
+	return out
 }
