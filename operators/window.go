@@ -605,7 +605,7 @@ func (w *Window) ProcessElement(_ context.Context, rec runtime.Record, out Colle
 			e = windowEntry{End: win[1]}
 			w.addOpen(1)
 		}
-		if err := w.add(rec.Key, win[0], e, in, wm, out); err != nil {
+		if err := w.add(rec.Key, win[0], e, !found, in, wm, out); err != nil {
 			return err
 		}
 	}
@@ -661,14 +661,16 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 		}
 	}
 	w.addOpen(1 - int64(len(parts)))
-	return w.add(rec.Key, start, merged, in, wm, out)
+	return w.add(rec.Key, start, merged, true, in, wm, out)
 }
 
 // add folds in into window e starting at start, stores it, registers its
-// timers and, for a window whose end the watermark already passed (a late
-// record within the lateness, or a session merge inside it), emits its
-// updated result.
-func (w *Window) add(key []byte, start int64, e windowEntry, in []aggInput, wm int64, out Collector) error {
+// timers when created is set (a new window, or a session whose bounds
+// a merge may have changed; a stored window's timers are registered, and
+// restored with it) and, for a window whose end the watermark already
+// passed (a late record within the lateness, or a session merge inside
+// it), emits its updated result.
+func (w *Window) add(key []byte, start int64, e windowEntry, created bool, in []aggInput, wm int64, out Collector) error {
 	var isNew []bool
 	if len(w.distinct) > 0 {
 		isNew = make([]bool, len(w.distinct))
@@ -705,7 +707,9 @@ func (w *Window) add(key []byte, start int64, e windowEntry, in []aggInput, wm i
 	if err := w.windows.Put(start, e); err != nil {
 		return err
 	}
-	if w.eventTime() {
+	switch {
+	case !created: // its timers are registered (and restored with it)
+	case w.eventTime():
 		if err := w.timers.RegisterEventTimeTimer(time.UnixMilli(maxTs)); err != nil {
 			return err
 		}
@@ -714,8 +718,10 @@ func (w *Window) add(key []byte, start int64, e windowEntry, in []aggInput, wm i
 				return err
 			}
 		}
-	} else if err := w.timers.RegisterProcessingTimeTimer(time.UnixMilli(maxTs)); err != nil {
-		return err
+	default:
+		if err := w.timers.RegisterProcessingTimeTimer(time.UnixMilli(maxTs)); err != nil {
+			return err
+		}
 	}
 	if first && w.early > 0 {
 		now := w.timers.CurrentProcessingTime().UnixMilli()
