@@ -414,6 +414,14 @@ type Window struct {
 	// timer service's processing time.
 	now       func() time.Time
 	lateRecs  *lateRecords
+	// sessions is, for session windows, every key's session windows
+	// [start, end) in start order: an index of the window state in memory,
+	// rebuilt from the state in Open and changed with it, so that a record
+	// and a timer read only the key's sessions they concern instead of
+	// scanning the key's entries in the backend (on Pebble a flush of the
+	// write cache, an iterator over the key's removed sessions' tombstones
+	// and a JSON decode per session, per record).
+	sessions  map[string][][2]int64
 	fired     prometheus.Counter // nil without Metrics
 	openGauge prometheus.Gauge   // nil without Metrics
 	open      int64              // windows held by the subtask
@@ -451,7 +459,21 @@ func (w *Window) Open(ctx OpenContext) error {
 		w.openGauge = w.Metrics.WindowsOpen(ctx.Operator, ctx.Subtask)
 	}
 	w.open = 0
-	err = state.ApplyToAllKeys(ctx.Backend, w.desc, func(_ []byte, s state.MapState[int64, windowEntry]) error {
+	w.sessions = nil
+	if w.p.Kind == Session {
+		w.sessions = map[string][][2]int64{}
+	}
+	err = state.ApplyToAllKeys(ctx.Backend, w.desc, func(key []byte, s state.MapState[int64, windowEntry]) error {
+		if w.sessions != nil {
+			for e, err := range s.Entries() {
+				if err != nil {
+					return err
+				}
+				w.open++
+				w.indexPut(key, e.Key, e.Value.End)
+			}
+			return nil
+		}
 		for _, err := range s.Keys() {
 			if err != nil {
 				return err
@@ -624,15 +646,16 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 	}
 	var parts []part
 	start, end := win[0], win[1]
-	for e, err := range w.windows.Entries() {
-		if err != nil {
-			return err
-		}
+	for _, sp := range w.sessions[string(rec.Key)] {
 		// Flink's TimeWindow.intersects: sessions that only touch
 		// ([a, t) and [t, b)) merge too.
-		if e.Key <= win[1] && e.Value.End >= win[0] {
-			parts = append(parts, part{e.Key, e.Value})
-			start, end = min(start, e.Key), max(end, e.Value.End)
+		if sp[0] <= win[1] && sp[1] >= win[0] {
+			e, err := w.session(sp[0])
+			if err != nil {
+				return err
+			}
+			parts = append(parts, part{sp[0], e})
+			start, end = min(start, sp[0]), max(end, sp[1])
 		}
 	}
 	if w.isLate(end, wm) {
@@ -642,12 +665,12 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(a.start, b.start) })
-	merged := windowEntry{End: end}
+	merged := windowEntry{End: end} // parts are in start order, as the index
 	for _, p := range parts {
 		if err := w.windows.Remove(p.start); err != nil {
 			return err
 		}
+		w.indexRemove(rec.Key, p.start)
 		if merged.Accs == nil {
 			merged.Accs = p.e.Accs
 		} else {
@@ -661,7 +684,54 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 		}
 	}
 	w.addOpen(1 - int64(len(parts)))
-	return w.add(rec.Key, start, merged, true, in, wm, out)
+	w.indexPut(rec.Key, start, end)
+	// A record inside one session leaves its bounds, and so its timers, as
+	// they were.
+	same := len(parts) == 1 && parts[0].start == start && parts[0].e.End == end
+	return w.add(rec.Key, start, merged, !same, in, wm, out)
+}
+
+// session returns the stored session window starting at start of the
+// current key, which the index says exists.
+func (w *Window) session(start int64) (windowEntry, error) {
+	e, found, err := w.windows.Get(start)
+	if err == nil && !found {
+		err = fmt.Errorf("operators: %s: session window at %d ms is in the index but not in the state", WindowType, start)
+	}
+	return e, err
+}
+
+// indexPut records session [start, end) of key in w.sessions (replacing
+// one at the same start); a no-op for other kinds.
+func (w *Window) indexPut(key []byte, start, end int64) {
+	if w.sessions == nil {
+		return
+	}
+	spans := w.sessions[string(key)]
+	i, found := slices.BinarySearchFunc(spans, start, func(sp [2]int64, t int64) int { return cmp.Compare(sp[0], t) })
+	if found {
+		spans[i][1] = end
+		return
+	}
+	w.sessions[string(key)] = slices.Insert(spans, i, [2]int64{start, end})
+}
+
+// indexRemove drops the session of key starting at start from
+// w.sessions; a no-op for other kinds.
+func (w *Window) indexRemove(key []byte, start int64) {
+	if w.sessions == nil {
+		return
+	}
+	spans := w.sessions[string(key)]
+	i, found := slices.BinarySearchFunc(spans, start, func(sp [2]int64, t int64) int { return cmp.Compare(sp[0], t) })
+	if !found {
+		return
+	}
+	if spans = slices.Delete(spans, i, i+1); len(spans) == 0 {
+		delete(w.sessions, string(key))
+	} else {
+		w.sessions[string(key)] = spans
+	}
 }
 
 // add folds in into window e starting at start, stores it, registers its
@@ -754,13 +824,23 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 		e     windowEntry
 	}
 	var wins []win
-	for e, err := range w.windows.Entries() {
-		if err != nil {
-			return err
+	if w.sessions != nil {
+		for _, sp := range w.sessions[string(tc.Key)] {
+			e, err := w.session(sp[0])
+			if err != nil {
+				return err
+			}
+			wins = append(wins, win{sp[0], e})
 		}
-		wins = append(wins, win{e.Key, e.Value})
+	} else {
+		for e, err := range w.windows.Entries() {
+			if err != nil {
+				return err
+			}
+			wins = append(wins, win{e.Key, e.Value})
+		}
+		slices.SortFunc(wins, func(a, b win) int { return cmp.Compare(a.start, b.start) })
 	}
-	slices.SortFunc(wins, func(a, b win) int { return cmp.Compare(a.start, b.start) })
 	open := false
 	for _, x := range wins {
 		maxTs := x.e.End - 1
@@ -790,6 +870,7 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 			if err := w.windows.Remove(x.start); err != nil {
 				return err
 			}
+			w.indexRemove(tc.Key, x.start)
 			w.addOpen(-1)
 		} else if err := w.windows.Put(x.start, x.e); err != nil {
 			return err
