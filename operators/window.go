@@ -412,8 +412,8 @@ type Window struct {
 
 	// now is the clock that rate-limits the late-record log; nil: the
 	// timer service's processing time.
-	now       func() time.Time
-	lateRecs  *lateRecords
+	now      func() time.Time
+	lateRecs *lateRecords
 	// sessions is, for session windows, every key's session windows
 	// [start, end) in start order: an index of the window state in memory,
 	// rebuilt from the state in Open and changed with it, so that a record
