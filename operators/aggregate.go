@@ -526,8 +526,91 @@ func aggregateRecord(rec runtime.Record, v []byte, c runtime.ChangeKind) runtime
 // accDescriptor describes the accumulators' ValueState.
 func (a *aggregator) accDescriptor() state.ValueStateDescriptor[aggregateAccumulators] {
 	return state.ValueStateDescriptor[aggregateAccumulators]{
-		Name: AggregateStateName, Serializer: state.JSONSerializer[aggregateAccumulators]{}, TTL: a.ttl,
+		Name: AggregateStateName, Serializer: accumulatorsSerializer{}, TTL: a.ttl,
 	}
+}
+
+// accumulatorsSerializer is the aggregate state's serializer:
+// state.JSONSerializer (its name and bytes, so checkpoints are unchanged
+// both ways) and a state.HeapSerializer, so on Pebble with the write cache
+// (and no state_ttl) a key's accumulators stay decoded between its records
+// instead of a JSON decode and encode of every accumulator per record.
+type accumulatorsSerializer struct {
+	state.JSONSerializer[aggregateAccumulators]
+}
+
+// Copy implements state.HeapSerializer: a deep copy of v, or the error
+// Append returns for v (a double sum beyond the float64 range, which JSON
+// cannot hold).
+func (s accumulatorsSerializer) Copy(v aggregateAccumulators, _ []aggregateAccumulators) (aggregateAccumulators, error) {
+	for _, a := range v {
+		if a.Num.IsFloat && (math.IsNaN(a.Num.Float) || math.IsInf(a.Num.Float, 0)) {
+			_, err := s.Append(nil, v)
+			return nil, err
+		}
+	}
+	return copyAccumulators(v), nil
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (s accumulatorsSerializer) AppendKept(dst []byte, v aggregateAccumulators) ([]byte, error) {
+	return s.Append(dst, v)
+}
+
+// View implements state.HeapSerializer: a deep copy, which the caller may
+// change.
+func (accumulatorsSerializer) View(v aggregateAccumulators) aggregateAccumulators {
+	return copyAccumulators(v)
+}
+
+// Size implements state.HeapSerializer: an estimate of v's bytes.
+func (accumulatorsSerializer) Size(v aggregateAccumulators) int {
+	n := 64
+	for name, a := range v {
+		n += len(name) + accumulatorSize(a)
+	}
+	return n
+}
+
+// accumulatorSize estimates the bytes a holds.
+func accumulatorSize(a aggAccumulator) int {
+	n := 112 + len(a.Value)
+	for _, s := range a.Seen {
+		n += 16 + len(s)
+	}
+	if a.Num.Big != nil {
+		n += 32 + len(a.Num.Big.Bits())*8
+	}
+	return n
+}
+
+// copyAccumulators returns a copy of v sharing no memory anyone changes
+// (nil stays nil, empty empty, as a JSON round trip keeps them).
+func copyAccumulators(v aggregateAccumulators) aggregateAccumulators {
+	if v == nil {
+		return nil
+	}
+	out := make(aggregateAccumulators, len(v))
+	for name, a := range v {
+		out[name] = copyAccumulator(a)
+	}
+	return out
+}
+
+// copyAccumulator returns a copy of a sharing no memory anyone changes: a
+// Big, a first or last value and the Seen list are copied (an empty Seen
+// becomes nil, as JSON's omitempty drops it).
+func copyAccumulator(a aggAccumulator) aggAccumulator {
+	if a.Num.Big != nil {
+		a.Num.Big = new(big.Int).Set(a.Num.Big)
+	}
+	a.Value = slices.Clone(a.Value)
+	if len(a.Seen) == 0 {
+		a.Seen = nil
+	} else {
+		a.Seen = slices.Clone(a.Seen)
+	}
+	return a
 }
 
 // setDescriptor describes the MapState of the map-backed aggregate

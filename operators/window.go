@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/big"
 	"slices"
 	"strconv"
 	"time"
@@ -327,13 +326,7 @@ func (windowEntrySerializer) View(v windowEntry) windowEntry { return copyWindow
 func (windowEntrySerializer) Size(v windowEntry) int {
 	n := 64
 	for _, a := range v.Accs {
-		n += 112 + len(a.Value)
-		for _, s := range a.Seen {
-			n += 16 + len(s)
-		}
-		if a.Num.Big != nil {
-			n += 32 + len(a.Num.Big.Bits())*8
-		}
+		n += accumulatorSize(a)
 	}
 	return n
 }
@@ -346,18 +339,9 @@ func copyWindowEntry(e windowEntry) windowEntry {
 	if e.Accs == nil {
 		return e
 	}
-	accs := slices.Clone(e.Accs)
-	for i := range accs {
-		a := &accs[i]
-		if a.Num.Big != nil {
-			a.Num.Big = new(big.Int).Set(a.Num.Big)
-		}
-		a.Value = slices.Clone(a.Value)
-		if len(a.Seen) == 0 {
-			a.Seen = nil
-		} else {
-			a.Seen = slices.Clone(a.Seen)
-		}
+	accs := make([]aggAccumulator, len(e.Accs))
+	for i, a := range e.Accs {
+		accs[i] = copyAccumulator(a)
 	}
 	e.Accs = accs
 	return e
