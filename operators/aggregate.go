@@ -387,36 +387,47 @@ func (a *aggregator) accumulate(cur aggregateAccumulators, in []aggInput, isNew 
 	d := 0
 	for i, s := range a.specs {
 		acc, ok := cur[s.Name]
-		if !ok || acc.Fn != s.Fn {
+		if !ok {
 			acc = aggAccumulator{Fn: s.Fn}
 		}
-		switch s.Fn {
-		case AggSum, AggAvg:
-			acc.Num = acc.Num.add(in[i].num)
-		case AggMin:
-			if acc.Records == 0 || in[i].num.less(acc.Num) {
-				acc.Num = in[i].num
-			}
-		case AggMax:
-			if acc.Records == 0 || acc.Num.less(in[i].num) {
-				acc.Num = in[i].num
-			}
-		case AggFirst:
-			if acc.Records == 0 {
-				acc.Value = in[i].raw
-			}
-		case AggLast:
-			acc.Value = in[i].raw
-		case AggCountDistinct:
-			if isNew[d] {
-				acc.Distinct++
-			}
-			d++
-		}
-		acc.Records++
-		next[s.Name] = acc
+		next[s.Name] = a.foldOne(i, acc, in[i], isNew, &d)
 	}
 	return next
+}
+
+// foldOne returns accumulator acc of specs[i] (restarted when it belongs
+// to another fn) after folding in one record's input; *d is the index in
+// isNew of the next count_distinct aggregate, advanced past this one.
+func (a *aggregator) foldOne(i int, acc aggAccumulator, in aggInput, isNew []bool, d *int) aggAccumulator {
+	s := a.specs[i]
+	if acc.Fn != s.Fn {
+		acc = aggAccumulator{Fn: s.Fn}
+	}
+	switch s.Fn {
+	case AggSum, AggAvg:
+		acc.Num = acc.Num.add(in.num)
+	case AggMin:
+		if acc.Records == 0 || in.num.less(acc.Num) {
+			acc.Num = in.num
+		}
+	case AggMax:
+		if acc.Records == 0 || acc.Num.less(in.num) {
+			acc.Num = in.num
+		}
+	case AggFirst:
+		if acc.Records == 0 {
+			acc.Value = in.raw
+		}
+	case AggLast:
+		acc.Value = in.raw
+	case AggCountDistinct:
+		if isNew[*d] {
+			acc.Distinct++
+		}
+		*d++
+	}
+	acc.Records++
+	return acc
 }
 
 // merge returns the accumulators of the union of two windows' records
@@ -426,45 +437,48 @@ func (a *aggregator) accumulate(cur aggregateAccumulators, in []aggInput, isNew 
 func (a *aggregator) merge(earlier, later aggregateAccumulators) aggregateAccumulators {
 	out := make(aggregateAccumulators, len(a.specs))
 	for _, s := range a.specs {
-		x, y := earlier[s.Name], later[s.Name]
-		switch {
-		case x.Records == 0:
-			out[s.Name] = y
-			continue
-		case y.Records == 0:
-			out[s.Name] = x
-			continue
-		}
-		m := aggAccumulator{Fn: s.Fn, Records: x.Records + y.Records}
-		switch s.Fn {
-		case AggSum, AggAvg:
-			m.Num = x.Num.add(y.Num)
-		case AggMin:
-			m.Num = x.Num
-			if y.Num.less(x.Num) {
-				m.Num = y.Num
-			}
-		case AggMax:
-			m.Num = x.Num
-			if x.Num.less(y.Num) {
-				m.Num = y.Num
-			}
-		case AggFirst:
-			m.Value = x.Value
-		case AggLast:
-			m.Value = y.Value
-		case AggCountDistinct:
-			m.Seen = slices.Clone(x.Seen)
-			for _, v := range y.Seen {
-				if !slices.Contains(m.Seen, v) {
-					m.Seen = append(m.Seen, v)
-				}
-			}
-			m.Distinct = int64(len(m.Seen))
-		}
-		out[s.Name] = m
+		out[s.Name] = mergeAccumulators(s.Fn, earlier[s.Name], later[s.Name])
 	}
 	return out
+}
+
+// mergeAccumulators returns the accumulator of fn over the records of x
+// and then those of y (see aggregator.merge).
+func mergeAccumulators(fn AggregateFn, x, y aggAccumulator) aggAccumulator {
+	switch {
+	case x.Records == 0:
+		return y
+	case y.Records == 0:
+		return x
+	}
+	m := aggAccumulator{Fn: fn, Records: x.Records + y.Records}
+	switch fn {
+	case AggSum, AggAvg:
+		m.Num = x.Num.add(y.Num)
+	case AggMin:
+		m.Num = x.Num
+		if y.Num.less(x.Num) {
+			m.Num = y.Num
+		}
+	case AggMax:
+		m.Num = x.Num
+		if x.Num.less(y.Num) {
+			m.Num = y.Num
+		}
+	case AggFirst:
+		m.Value = x.Value
+	case AggLast:
+		m.Value = y.Value
+	case AggCountDistinct:
+		m.Seen = slices.Clone(x.Seen)
+		for _, v := range y.Seen {
+			if !slices.Contains(m.Seen, v) {
+				m.Seen = append(m.Seen, v)
+			}
+		}
+		m.Distinct = int64(len(m.Seen))
+	}
+	return m
 }
 
 // output renders {"key": <key as a string>, <name>: <result>, ...} in the
@@ -477,22 +491,28 @@ func (a *aggregator) output(key []byte, accs aggregateAccumulators) []byte {
 
 // appendResults appends `,<name>:<result>` for every aggregate, in order.
 func (a *aggregator) appendResults(b []byte, accs aggregateAccumulators) []byte {
-	for _, s := range a.specs {
-		name, _ := json.Marshal(s.Name)
-		b = append(append(append(b, ','), name...), ':')
-		acc := accs[s.Name]
-		switch s.Fn {
-		case AggCount:
-			b = strconv.AppendInt(b, acc.Records, 10)
-		case AggCountDistinct:
-			b = strconv.AppendInt(b, acc.Distinct, 10)
-		case AggSum, AggMin, AggMax:
-			b = acc.Num.appendJSON(b)
-		case AggAvg:
-			b = appendFloat(b, acc.Num.float()/float64(acc.Records))
-		case AggFirst, AggLast:
-			b = append(b, acc.Value...)
-		}
+	for i, s := range a.specs {
+		b = a.appendResult(b, i, accs[s.Name])
+	}
+	return b
+}
+
+// appendResult appends `,<name>:<result>` of specs[i] from acc.
+func (a *aggregator) appendResult(b []byte, i int, acc aggAccumulator) []byte {
+	s := a.specs[i]
+	name, _ := json.Marshal(s.Name)
+	b = append(append(append(b, ','), name...), ':')
+	switch s.Fn {
+	case AggCount:
+		b = strconv.AppendInt(b, acc.Records, 10)
+	case AggCountDistinct:
+		b = strconv.AppendInt(b, acc.Distinct, 10)
+	case AggSum, AggMin, AggMax:
+		b = acc.Num.appendJSON(b)
+	case AggAvg:
+		b = appendFloat(b, acc.Num.float()/float64(acc.Records))
+	case AggFirst, AggLast:
+		b = append(b, acc.Value...)
 	}
 	return b
 }
@@ -506,8 +526,91 @@ func aggregateRecord(rec runtime.Record, v []byte, c runtime.ChangeKind) runtime
 // accDescriptor describes the accumulators' ValueState.
 func (a *aggregator) accDescriptor() state.ValueStateDescriptor[aggregateAccumulators] {
 	return state.ValueStateDescriptor[aggregateAccumulators]{
-		Name: AggregateStateName, Serializer: state.JSONSerializer[aggregateAccumulators]{}, TTL: a.ttl,
+		Name: AggregateStateName, Serializer: accumulatorsSerializer{}, TTL: a.ttl,
 	}
+}
+
+// accumulatorsSerializer is the aggregate state's serializer:
+// state.JSONSerializer (its name and bytes, so checkpoints are unchanged
+// both ways) and a state.HeapSerializer, so on Pebble with the write cache
+// (and no state_ttl) a key's accumulators stay decoded between its records
+// instead of a JSON decode and encode of every accumulator per record.
+type accumulatorsSerializer struct {
+	state.JSONSerializer[aggregateAccumulators]
+}
+
+// Copy implements state.HeapSerializer: a deep copy of v, or the error
+// Append returns for v (a double sum beyond the float64 range, which JSON
+// cannot hold).
+func (s accumulatorsSerializer) Copy(v aggregateAccumulators, _ []aggregateAccumulators) (aggregateAccumulators, error) {
+	for _, a := range v {
+		if a.Num.IsFloat && (math.IsNaN(a.Num.Float) || math.IsInf(a.Num.Float, 0)) {
+			_, err := s.Append(nil, v)
+			return nil, err
+		}
+	}
+	return copyAccumulators(v), nil
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (s accumulatorsSerializer) AppendKept(dst []byte, v aggregateAccumulators) ([]byte, error) {
+	return s.Append(dst, v)
+}
+
+// View implements state.HeapSerializer: a deep copy, which the caller may
+// change.
+func (accumulatorsSerializer) View(v aggregateAccumulators) aggregateAccumulators {
+	return copyAccumulators(v)
+}
+
+// Size implements state.HeapSerializer: an estimate of v's bytes.
+func (accumulatorsSerializer) Size(v aggregateAccumulators) int {
+	n := 64
+	for name, a := range v {
+		n += len(name) + accumulatorSize(a)
+	}
+	return n
+}
+
+// accumulatorSize estimates the bytes a holds.
+func accumulatorSize(a aggAccumulator) int {
+	n := 112 + len(a.Value)
+	for _, s := range a.Seen {
+		n += 16 + len(s)
+	}
+	if a.Num.Big != nil {
+		n += 32 + len(a.Num.Big.Bits())*8
+	}
+	return n
+}
+
+// copyAccumulators returns a copy of v sharing no memory anyone changes
+// (nil stays nil, empty empty, as a JSON round trip keeps them).
+func copyAccumulators(v aggregateAccumulators) aggregateAccumulators {
+	if v == nil {
+		return nil
+	}
+	out := make(aggregateAccumulators, len(v))
+	for name, a := range v {
+		out[name] = copyAccumulator(a)
+	}
+	return out
+}
+
+// copyAccumulator returns a copy of a sharing no memory anyone changes: a
+// Big, a first or last value and the Seen list are copied (an empty Seen
+// becomes nil, as JSON's omitempty drops it).
+func copyAccumulator(a aggAccumulator) aggAccumulator {
+	if a.Num.Big != nil {
+		a.Num.Big = new(big.Int).Set(a.Num.Big)
+	}
+	a.Value = slices.Clone(a.Value)
+	if len(a.Seen) == 0 {
+		a.Seen = nil
+	} else {
+		a.Seen = slices.Clone(a.Seen)
+	}
+	return a
 }
 
 // setDescriptor describes the MapState of the map-backed aggregate

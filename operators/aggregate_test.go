@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -640,4 +641,57 @@ func upserts(t *testing.T, recs []runtime.Record) []runtime.Record {
 		t.Fatalf("key %q: -U %s without its +U", k, v)
 	}
 	return out
+}
+
+// TestAccumulatorsSerializer: the aggregate state's serializer keeps a
+// key's accumulators decoded on Pebble (a state.HeapSerializer) and writes
+// exactly the bytes state.JSONSerializer writes, under its name, so
+// checkpoints of main and of this code read in both; Copy and View share
+// nothing the caller changes, and Copy refuses a double JSON cannot hold
+// with the error Append gives.
+func TestAccumulatorsSerializer(t *testing.T) {
+	ser := (&aggregator{}).accDescriptor().Serializer
+	heap, ok := ser.(state.HeapSerializer[aggregateAccumulators])
+	if !ok {
+		t.Fatal("the aggregate state's serializer is not a state.HeapSerializer")
+	}
+	plain := state.JSONSerializer[aggregateAccumulators]{}
+	if ser.Name() != plain.Name() {
+		t.Fatalf("name %q, want %q", ser.Name(), plain.Name())
+	}
+	v := aggregateAccumulators{
+		"s": {Fn: AggSum, Records: 2, Num: number{Big: new(big.Int).Lsh(big.NewInt(1), 70)}},
+		"f": {Fn: AggFirst, Records: 1, Value: json.RawMessage(`{"x":1}`)},
+		"a": {Fn: AggAvg, Records: 1, Num: number{Float: 2.5, IsFloat: true}},
+		"n": {Fn: AggCount, Records: 7},
+	}
+	for _, x := range []aggregateAccumulators{v, nil, {}} {
+		want, _ := plain.Append(nil, x)
+		kept, err := heap.Copy(x, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := heap.AppendKept(nil, kept)
+		if direct, _ := ser.Append(nil, x); string(got) != string(want) || string(direct) != string(want) {
+			t.Fatalf("bytes %s / %s, want %s", got, direct, want)
+		}
+		back, err := ser.Decode(want)
+		if err != nil || (back == nil) != (x == nil) || len(back) != len(x) {
+			t.Fatalf("decoded %v, %v from %s", back, err, want)
+		}
+	}
+	want, _ := plain.Append(nil, v)
+	kept, _ := heap.Copy(v, nil)
+	view := heap.View(kept)
+	view["s"].Num.Big.SetInt64(1)
+	view["n"] = aggAccumulator{Fn: AggCount, Records: 1}
+	v["f"].Value[2] = 'y'
+	if got, _ := heap.AppendKept(nil, kept); string(got) != string(want) {
+		t.Fatalf("kept accumulators changed through the view or the original:\n%s\nwant\n%s", got, want)
+	}
+	inf := aggregateAccumulators{"s": {Fn: AggSum, Records: 2, Num: number{Float: math.Inf(1), IsFloat: true}}}
+	_, wantErr := plain.Append(nil, inf)
+	if _, err := heap.Copy(inf, nil); err == nil || wantErr == nil || err.Error() != wantErr.Error() {
+		t.Fatalf("Copy of +Inf: %v, want Append's %v", err, wantErr)
+	}
 }

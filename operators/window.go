@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/big"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -192,31 +192,121 @@ func windowFactory() Factory {
 
 // windowEntry is one window of one key in WindowStateName.
 type windowEntry struct {
-	End   int64                 `json:"end"` // exclusive, ms
+	End int64 // exclusive, ms
+	// Accs are the accumulators in the order of the operator's aggregates
+	// (nil before the window's first record); one with Fn "" is absent (an
+	// aggregate the restored entry did not have), and starts from zero.
+	Accs  []aggAccumulator
+	Fired bool // the on-time result was emitted
+}
+
+// windowEntryJSON is the stored form of a windowEntry (the checkpoint
+// format): each accumulator under its aggregate's name.
+type windowEntryJSON struct {
+	End   int64                 `json:"end"`
 	Acc   aggregateAccumulators `json:"acc"`
-	Fired bool                  `json:"fired,omitempty"` // the on-time result was emitted
+	Fired bool                  `json:"fired,omitempty"`
 }
 
-// windowState is the descriptor of WindowStateName.
-var windowState = state.MapStateDescriptor[int64, windowEntry]{
-	Name: WindowStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: windowEntrySerializer{},
+// windowStateOf is the descriptor of WindowStateName for the aggregates
+// specs.
+func windowStateOf(specs []AggregateSpec) state.MapStateDescriptor[int64, windowEntry] {
+	return state.MapStateDescriptor[int64, windowEntry]{
+		Name: WindowStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: newWindowEntrySerializer(specs),
+	}
 }
 
-// windowEntrySerializer is windowState's serializer: JSON, named "json",
-// writing exactly the bytes state.JSONSerializer writes (so checkpoints
-// are unchanged both ways), and a state.HeapSerializer, so on Pebble with
-// the write cache a window's accumulator stays decoded between the records
-// that fold into it instead of a JSON decode and encode per record.
+// windowEntrySerializer is the window state's serializer: JSON, named
+// "json", writing exactly the bytes state.JSONSerializer writes for the
+// stored form (windowEntryJSON: the accumulators as an object keyed by
+// aggregate name, names in byte order), so checkpoints are unchanged both
+// ways; decoding keeps the accumulators of the operator's aggregates, in
+// their order, and drops those of names it no longer has (they never
+// reached an output). It is a state.HeapSerializer, so on Pebble with the
+// write cache a window's accumulators stay decoded between the records that
+// fold into them: one slice per copy instead of a JSON decode and encode,
+// or a map, per record.
 type windowEntrySerializer struct {
-	state.JSONSerializer[windowEntry]
+	names  []string       // the aggregates' names, in spec order
+	quoted [][]byte       // names[i] as a JSON string
+	sorted []int          // indexes into names, in the byte order of the names
+	index  map[string]int // name -> index
+}
+
+func newWindowEntrySerializer(specs []AggregateSpec) windowEntrySerializer {
+	s := windowEntrySerializer{index: make(map[string]int, len(specs))}
+	for i, sp := range specs {
+		q, _ := json.Marshal(sp.Name) // a string: cannot fail
+		s.names, s.quoted, s.sorted = append(s.names, sp.Name), append(s.quoted, q), append(s.sorted, i)
+		s.index[sp.Name] = i
+	}
+	slices.SortFunc(s.sorted, func(a, b int) int { return cmp.Compare(s.names[a], s.names[b]) })
+	return s
+}
+
+// Name implements state.Serializer: "json", as state.JSONSerializer.
+func (windowEntrySerializer) Name() string { return state.JSONSerializer[windowEntryJSON]{}.Name() }
+
+// Append implements state.Serializer: the bytes state.JSONSerializer
+// writes for the stored form of v.
+func (s windowEntrySerializer) Append(dst []byte, v windowEntry) ([]byte, error) {
+	dst = strconv.AppendInt(append(dst, `{"end":`...), v.End, 10)
+	if v.Accs == nil {
+		dst = append(dst, `,"acc":null`...)
+	} else {
+		dst = append(dst, `,"acc":{`...)
+		first := true
+		for _, i := range s.sorted {
+			if i >= len(v.Accs) || v.Accs[i].Fn == "" {
+				continue
+			}
+			b, err := json.Marshal(v.Accs[i])
+			if err != nil {
+				return dst, fmt.Errorf("state: json encode: %w", err)
+			}
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = append(append(append(dst, s.quoted[i]...), ':'), b...)
+		}
+		dst = append(dst, '}')
+	}
+	if v.Fired {
+		dst = append(dst, `,"fired":true`...)
+	}
+	return append(dst, '}'), nil
+}
+
+// Decode implements state.Serializer: the stored form, its accumulators
+// put in the order of the aggregates.
+func (s windowEntrySerializer) Decode(b []byte) (windowEntry, error) {
+	j, err := state.JSONSerializer[windowEntryJSON]{}.Decode(b)
+	if err != nil {
+		return windowEntry{}, err
+	}
+	e := windowEntry{End: j.End, Fired: j.Fired}
+	if j.Acc != nil {
+		e.Accs = make([]aggAccumulator, len(s.names))
+		for name, a := range j.Acc {
+			if i, ok := s.index[name]; ok {
+				e.Accs[i] = a
+			}
+		}
+	}
+	return e, nil
 }
 
 // Copy implements state.HeapSerializer: a deep copy of v, or the error
 // Append would return (a double accumulator that is not finite, which
 // JSON cannot hold).
-func (windowEntrySerializer) Copy(v windowEntry, _ []windowEntry) (windowEntry, error) {
-	for name, a := range v.Acc {
+func (s windowEntrySerializer) Copy(v windowEntry, _ []windowEntry) (windowEntry, error) {
+	for i, a := range v.Accs {
 		if a.Num.IsFloat && (math.IsNaN(a.Num.Float) || math.IsInf(a.Num.Float, 0)) {
+			name := ""
+			if i < len(s.names) {
+				name = s.names[i]
+			}
 			return windowEntry{}, fmt.Errorf("state: json encode: json: unsupported value: %v (aggregate %s)", a.Num.Float, name)
 		}
 	}
@@ -235,39 +325,25 @@ func (windowEntrySerializer) View(v windowEntry) windowEntry { return copyWindow
 // Size implements state.HeapSerializer: an estimate of v's bytes.
 func (windowEntrySerializer) Size(v windowEntry) int {
 	n := 64
-	for name, a := range v.Acc {
-		n += 96 + len(name) + len(a.Fn) + len(a.Value)
-		for _, s := range a.Seen {
-			n += 16 + len(s)
-		}
-		if a.Num.Big != nil {
-			n += 32 + len(a.Num.Big.Bits())*8
-		}
+	for _, a := range v.Accs {
+		n += accumulatorSize(a)
 	}
 	return n
 }
 
 // copyWindowEntry returns a copy of e sharing no memory anyone changes
-// (the Seen values are strings; a Big is copied; a nil Acc stays nil, an
-// empty one empty, as a JSON round trip keeps them).
+// (the Seen values are strings; a Big is copied; a nil Accs stays nil, an
+// empty one empty, as a JSON round trip keeps them; a first or last value
+// is copied too), so a caller changing a value in place changes no copy.
 func copyWindowEntry(e windowEntry) windowEntry {
-	if e.Acc == nil {
+	if e.Accs == nil {
 		return e
 	}
-	acc := make(aggregateAccumulators, len(e.Acc))
-	for name, a := range e.Acc {
-		if a.Num.Big != nil {
-			a.Num.Big = new(big.Int).Set(a.Num.Big)
-		}
-		a.Value = slices.Clone(a.Value)
-		if len(a.Seen) == 0 {
-			a.Seen = nil
-		} else {
-			a.Seen = slices.Clone(a.Seen)
-		}
-		acc[name] = a
+	accs := make([]aggAccumulator, len(e.Accs))
+	for i, a := range e.Accs {
+		accs[i] = copyAccumulator(a)
 	}
-	e.Acc = acc
+	e.Accs = accs
 	return e
 }
 
@@ -315,12 +391,21 @@ type Window struct {
 	late    int64
 	early   int64
 	timers  TimerService
+	desc    state.MapStateDescriptor[int64, windowEntry]
 	windows state.MapState[int64, windowEntry]
 
 	// now is the clock that rate-limits the late-record log; nil: the
 	// timer service's processing time.
-	now       func() time.Time
-	lateRecs  *lateRecords
+	now      func() time.Time
+	lateRecs *lateRecords
+	// sessions is, for session windows, every key's session windows
+	// [start, end) in start order: an index of the window state in memory,
+	// rebuilt from the state in Open and changed with it, so that a record
+	// and a timer read only the key's sessions they concern instead of
+	// scanning the key's entries in the backend (on Pebble a flush of the
+	// write cache, an iterator over the key's removed sessions' tombstones
+	// and a JSON decode per session, per record).
+	sessions  map[string][][2]int64
 	fired     prometheus.Counter // nil without Metrics
 	openGauge prometheus.Gauge   // nil without Metrics
 	open      int64              // windows held by the subtask
@@ -333,6 +418,7 @@ func NewWindow(p WindowParams) *Window {
 		aggregator: newAggregator(AggregateParams{Aggregates: p.Aggregates, Emit: EmitEveryUpdate}, false),
 		p:          p, size: p.Size.Milliseconds(), slide: p.Slide.Milliseconds(), gap: p.Gap.Milliseconds(),
 		offset: p.Offset.Milliseconds(), late: p.AllowedLateness.Milliseconds(), early: p.EarlyFiring.Milliseconds(),
+		desc: windowStateOf(p.Aggregates),
 	}
 }
 
@@ -343,7 +429,7 @@ func (w *Window) Open(ctx OpenContext) error {
 	if w.timers == nil {
 		return fmt.Errorf("operators: %s %s: no timer service", WindowType, ctx.Operator)
 	}
-	m, err := state.GetMapState(ctx.Backend, windowState)
+	m, err := state.GetMapState(ctx.Backend, w.desc)
 	if err != nil {
 		return fmt.Errorf("operators: %s %s: %w", WindowType, ctx.Operator, err)
 	}
@@ -357,7 +443,21 @@ func (w *Window) Open(ctx OpenContext) error {
 		w.openGauge = w.Metrics.WindowsOpen(ctx.Operator, ctx.Subtask)
 	}
 	w.open = 0
-	err = state.ApplyToAllKeys(ctx.Backend, windowState, func(_ []byte, s state.MapState[int64, windowEntry]) error {
+	w.sessions = nil
+	if w.p.Kind == Session {
+		w.sessions = map[string][][2]int64{}
+	}
+	err = state.ApplyToAllKeys(ctx.Backend, w.desc, func(key []byte, s state.MapState[int64, windowEntry]) error {
+		if w.sessions != nil {
+			for e, err := range s.Entries() {
+				if err != nil {
+					return err
+				}
+				w.open++
+				w.indexPut(key, e.Key, e.Value.End)
+			}
+			return nil
+		}
 		for _, err := range s.Keys() {
 			if err != nil {
 				return err
@@ -511,7 +611,7 @@ func (w *Window) ProcessElement(_ context.Context, rec runtime.Record, out Colle
 			e = windowEntry{End: win[1]}
 			w.addOpen(1)
 		}
-		if err := w.add(rec.Key, win[0], e, in, wm, out); err != nil {
+		if err := w.add(rec.Key, win[0], e, !found, in, wm, out); err != nil {
 			return err
 		}
 	}
@@ -530,15 +630,16 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 	}
 	var parts []part
 	start, end := win[0], win[1]
-	for e, err := range w.windows.Entries() {
-		if err != nil {
-			return err
-		}
+	for _, sp := range w.sessions[string(rec.Key)] {
 		// Flink's TimeWindow.intersects: sessions that only touch
 		// ([a, t) and [t, b)) merge too.
-		if e.Key <= win[1] && e.Value.End >= win[0] {
-			parts = append(parts, part{e.Key, e.Value})
-			start, end = min(start, e.Key), max(end, e.Value.End)
+		if sp[0] <= win[1] && sp[1] >= win[0] {
+			e, err := w.session(sp[0])
+			if err != nil {
+				return err
+			}
+			parts = append(parts, part{sp[0], e})
+			start, end = min(start, sp[0]), max(end, sp[1])
 		}
 	}
 	if w.isLate(end, wm) {
@@ -548,16 +649,16 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(a.start, b.start) })
-	merged := windowEntry{End: end}
+	merged := windowEntry{End: end} // parts are in start order, as the index
 	for _, p := range parts {
 		if err := w.windows.Remove(p.start); err != nil {
 			return err
 		}
-		if merged.Acc == nil {
-			merged.Acc = p.e.Acc
+		w.indexRemove(rec.Key, p.start)
+		if merged.Accs == nil {
+			merged.Accs = p.e.Accs
 		} else {
-			merged.Acc = w.merge(merged.Acc, p.e.Acc)
+			merged.Accs = w.mergeAccs(merged.Accs, p.e.Accs)
 		}
 		// The record fell inside a session that already fired: the same
 		// window, updated (a merge that changes the bounds is a new
@@ -567,27 +668,83 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 		}
 	}
 	w.addOpen(1 - int64(len(parts)))
-	return w.add(rec.Key, start, merged, in, wm, out)
+	w.indexPut(rec.Key, start, end)
+	// A record inside one session leaves its bounds, and so its timers, as
+	// they were.
+	same := len(parts) == 1 && parts[0].start == start && parts[0].e.End == end
+	return w.add(rec.Key, start, merged, !same, in, wm, out)
+}
+
+// session returns the stored session window starting at start of the
+// current key, which the index says exists.
+func (w *Window) session(start int64) (windowEntry, error) {
+	e, found, err := w.windows.Get(start)
+	if err == nil && !found {
+		err = fmt.Errorf("operators: %s: session window at %d ms is in the index but not in the state", WindowType, start)
+	}
+	return e, err
+}
+
+// indexPut records session [start, end) of key in w.sessions (replacing
+// one at the same start); a no-op for other kinds.
+func (w *Window) indexPut(key []byte, start, end int64) {
+	if w.sessions == nil {
+		return
+	}
+	spans := w.sessions[string(key)]
+	i, found := slices.BinarySearchFunc(spans, start, func(sp [2]int64, t int64) int { return cmp.Compare(sp[0], t) })
+	if found {
+		spans[i][1] = end
+		return
+	}
+	w.sessions[string(key)] = slices.Insert(spans, i, [2]int64{start, end})
+}
+
+// indexRemove drops the session of key starting at start from
+// w.sessions; a no-op for other kinds.
+func (w *Window) indexRemove(key []byte, start int64) {
+	if w.sessions == nil {
+		return
+	}
+	spans := w.sessions[string(key)]
+	i, found := slices.BinarySearchFunc(spans, start, func(sp [2]int64, t int64) int { return cmp.Compare(sp[0], t) })
+	if !found {
+		return
+	}
+	if spans = slices.Delete(spans, i, i+1); len(spans) == 0 {
+		delete(w.sessions, string(key))
+	} else {
+		w.sessions[string(key)] = spans
+	}
 }
 
 // add folds in into window e starting at start, stores it, registers its
-// timers and, for a window whose end the watermark already passed (a late
-// record within the lateness, or a session merge inside it), emits its
-// updated result.
-func (w *Window) add(key []byte, start int64, e windowEntry, in []aggInput, wm int64, out Collector) error {
-	isNew := make([]bool, len(w.distinct))
-	for j, i := range w.distinct {
-		v := string(in[i].raw)
-		acc := e.Acc[w.specs[i].Name]
-		isNew[j] = !slices.Contains(acc.Seen, v)
+// timers when created is set (a new window, or a session whose bounds
+// a merge may have changed; a stored window's timers are registered, and
+// restored with it) and, for a window whose end the watermark already
+// passed (a late record within the lateness, or a session merge inside
+// it), emits its updated result.
+func (w *Window) add(key []byte, start int64, e windowEntry, created bool, in []aggInput, wm int64, out Collector) error {
+	var isNew []bool
+	if len(w.distinct) > 0 {
+		isNew = make([]bool, len(w.distinct))
 	}
-	first := e.Acc == nil
-	e.Acc = w.accumulate(e.Acc, in, isNew)
+	for j, i := range w.distinct {
+		isNew[j] = !slices.Contains(accAt(e.Accs, i).Seen, string(in[i].raw))
+	}
+	first := e.Accs == nil
+	if first {
+		e.Accs = make([]aggAccumulator, len(w.specs))
+	}
+	// e is the caller's own copy (state.HeapSerializer.View or a decode):
+	// its accumulators are folded in place.
+	d := 0
+	for i := range w.specs {
+		e.Accs[i] = w.foldOne(i, accAt(e.Accs, i), in[i], isNew, &d)
+	}
 	for j, i := range w.distinct {
 		if isNew[j] {
-			acc := e.Acc[w.specs[i].Name]
-			acc.Seen = append(slices.Clone(acc.Seen), string(in[i].raw))
-			e.Acc[w.specs[i].Name] = acc
+			e.Accs[i].Seen = append(e.Accs[i].Seen, string(in[i].raw))
 		}
 	}
 	maxTs := e.End - 1
@@ -604,7 +761,9 @@ func (w *Window) add(key []byte, start int64, e windowEntry, in []aggInput, wm i
 	if err := w.windows.Put(start, e); err != nil {
 		return err
 	}
-	if w.eventTime() {
+	switch {
+	case !created: // its timers are registered (and restored with it)
+	case w.eventTime():
 		if err := w.timers.RegisterEventTimeTimer(time.UnixMilli(maxTs)); err != nil {
 			return err
 		}
@@ -613,8 +772,10 @@ func (w *Window) add(key []byte, start int64, e windowEntry, in []aggInput, wm i
 				return err
 			}
 		}
-	} else if err := w.timers.RegisterProcessingTimeTimer(time.UnixMilli(maxTs)); err != nil {
-		return err
+	default:
+		if err := w.timers.RegisterProcessingTimeTimer(time.UnixMilli(maxTs)); err != nil {
+			return err
+		}
 	}
 	if first && w.early > 0 {
 		now := w.timers.CurrentProcessingTime().UnixMilli()
@@ -639,18 +800,31 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 	} else if !w.eventTime() {
 		now = max(now, w.timers.CurrentProcessingTime().UnixMilli())
 	}
+	if w.p.Kind != Session && (tc.Domain == EventTime || (!w.eventTime() && w.early == 0)) {
+		return w.closeDue(tc.Key, ts.UnixMilli(), now, out)
+	}
 	type win struct {
 		start int64
 		e     windowEntry
 	}
 	var wins []win
-	for e, err := range w.windows.Entries() {
-		if err != nil {
-			return err
+	if w.sessions != nil {
+		for _, sp := range w.sessions[string(tc.Key)] {
+			e, err := w.session(sp[0])
+			if err != nil {
+				return err
+			}
+			wins = append(wins, win{sp[0], e})
 		}
-		wins = append(wins, win{e.Key, e.Value})
+	} else {
+		for e, err := range w.windows.Entries() {
+			if err != nil {
+				return err
+			}
+			wins = append(wins, win{e.Key, e.Value})
+		}
+		slices.SortFunc(wins, func(a, b win) int { return cmp.Compare(a.start, b.start) })
 	}
-	slices.SortFunc(wins, func(a, b win) int { return cmp.Compare(a.start, b.start) })
 	open := false
 	for _, x := range wins {
 		maxTs := x.e.End - 1
@@ -680,6 +854,7 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 			if err := w.windows.Remove(x.start); err != nil {
 				return err
 			}
+			w.indexRemove(tc.Key, x.start)
 			w.addOpen(-1)
 		} else if err := w.windows.Put(x.start, x.e); err != nil {
 			return err
@@ -694,6 +869,63 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 	return nil
 }
 
+// closeDue handles the closing timer at ts of a tumbling or sliding window
+// without scanning the key's windows: the timer is the end - 1ms of the
+// window starting at ts + 1ms - size (it fires) and, with allowed
+// lateness, the end - 1ms + lateness of the one starting lateness earlier
+// (it is removed); every window registers both its timers (add), so each
+// window is reached by its own. The windows are the ones the scan in
+// OnTimer would close; only the order across keys and timers differs when
+// one watermark passes several windows of a key (each window's result is
+// emitted at its own timer, as in Flink's WindowOperator).
+func (w *Window) closeDue(key []byte, ts, now int64, out Collector) error {
+	lateness := w.late
+	if !w.eventTime() {
+		lateness = 0
+	}
+	if lateness > 0 {
+		if err := w.closeAt(key, ts+1-w.size-lateness, now, lateness, out); err != nil {
+			return err
+		}
+	}
+	return w.closeAt(key, ts+1-w.size, now, lateness, out)
+}
+
+// closeAt fires the window starting at start if it exists, is due (its
+// end - 1ms at or before now) and has not fired, and removes it once it is
+// past its lateness; a window kept for its lateness is stored fired.
+func (w *Window) closeAt(key []byte, start, now, lateness int64, out Collector) error {
+	e, found, err := w.windows.Get(start)
+	if err != nil || !found {
+		return err
+	}
+	maxTs := e.End - 1
+	if maxTs > now {
+		return nil
+	}
+	changed := false
+	if !e.Fired {
+		if err := out.Collect(w.result(key, start, e)); err != nil {
+			return err
+		}
+		e.Fired, changed = true, true
+		if w.fired != nil {
+			w.fired.Inc()
+		}
+	}
+	if maxTs+lateness <= now {
+		if err := w.windows.Remove(start); err != nil {
+			return err
+		}
+		w.addOpen(-1)
+		return nil
+	}
+	if changed {
+		return w.windows.Put(start, e)
+	}
+	return nil
+}
+
 // result is the output record of window [start, e.End) of key.
 func (w *Window) result(key []byte, start int64, e windowEntry) runtime.Record {
 	k, _ := json.Marshal(string(key)) // a string: cannot fail
@@ -703,6 +935,28 @@ func (w *Window) result(key []byte, start int64, e windowEntry) runtime.Record {
 	b = append(b, `","window_end":"`...)
 	b = time.UnixMilli(e.End).UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, '"')
-	b = append(w.appendResults(b, e.Acc), '}')
+	for i := range w.specs {
+		b = w.appendResult(b, i, accAt(e.Accs, i))
+	}
+	b = append(b, '}')
 	return runtime.Record{Key: key, Value: b, Timestamp: time.UnixMilli(e.End - 1)}
+}
+
+// accAt returns accs[i], or a zero (absent) accumulator when accs is
+// shorter.
+func accAt(accs []aggAccumulator, i int) aggAccumulator {
+	if i < len(accs) {
+		return accs[i]
+	}
+	return aggAccumulator{}
+}
+
+// mergeAccs returns the accumulators of the union of two windows' records,
+// in the order of the aggregates (aggregator.merge).
+func (w *Window) mergeAccs(earlier, later []aggAccumulator) []aggAccumulator {
+	out := make([]aggAccumulator, len(w.specs))
+	for i, s := range w.specs {
+		out[i] = mergeAccumulators(s.Fn, accAt(earlier, i), accAt(later, i))
+	}
+	return out
 }

@@ -161,31 +161,48 @@ func TestWindowRandomModel(t *testing.T) {
 
 // TestWindowEntrySerializer: the window state's serializer keeps entries
 // decoded on Pebble (a state.HeapSerializer) and writes exactly the bytes
-// state.JSONSerializer writes, under its name, so checkpoints of either
-// read as before; Copy and View share nothing the caller changes, and
-// Copy refuses a double JSON cannot hold, as Append does.
+// state.JSONSerializer writes for the stored form (the accumulators as an
+// object by aggregate name, as main's checkpoints hold them), under its
+// name, so checkpoints of either read as before; decoding puts the
+// accumulators in the order of the aggregates (absent ones zero, ones of
+// unknown names dropped); Copy and View share nothing the caller changes,
+// and Copy refuses a double JSON cannot hold, as Append does.
 func TestWindowEntrySerializer(t *testing.T) {
-	ser := windowState.ValueSerializer
+	// Spec order differs from the names' byte order on purpose.
+	specs := []AggregateSpec{{Name: "s", Fn: AggSum}, {Name: "n", Fn: AggCount}, {Name: "d", Fn: AggCountDistinct}, {Name: "f", Fn: AggFirst}, {Name: "a", Fn: AggAvg}}
+	ser := windowStateOf(specs).ValueSerializer
 	heap, ok := ser.(state.HeapSerializer[windowEntry])
 	if !ok {
 		t.Fatal("the window state's serializer is not a state.HeapSerializer")
 	}
-	if got, want := ser.Name(), (state.JSONSerializer[windowEntry]{}).Name(); got != want {
+	if got, want := ser.Name(), (state.JSONSerializer[windowEntryJSON]{}).Name(); got != want {
 		t.Fatalf("name %q, want %q", got, want)
 	}
-	e := windowEntry{End: 20, Fired: true, Acc: aggregateAccumulators{
+	stored := windowEntryJSON{End: 20, Fired: true, Acc: aggregateAccumulators{
 		"s": {Fn: AggSum, Records: 2, Num: number{Big: new(big.Int).Lsh(big.NewInt(1), 70)}},
-		"d": {Fn: AggCountDistinct, Records: 3, Distinct: 2, Seen: []string{`"a"`, `"b"`}},
+		"d": {Fn: AggCountDistinct, Records: 3, Distinct: 2, Seen: []string{`"a"`, `"b"`, `"<&>"`}},
 		"f": {Fn: AggFirst, Records: 1, Value: json.RawMessage(`{"x":1}`)},
 		"a": {Fn: AggAvg, Records: 1, Num: number{Float: 2.5, IsFloat: true}},
 	}}
-	for _, v := range []windowEntry{e, {End: 5}, {End: 5, Acc: aggregateAccumulators{}}} {
-		got, err := ser.Append(nil, v)
+	for _, v := range []windowEntryJSON{stored, {End: 5}, {End: 5, Acc: aggregateAccumulators{}}} {
+		want, _ := state.JSONSerializer[windowEntryJSON]{}.Append(nil, v)
+		e, err := ser.Decode(want)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := state.JSONSerializer[windowEntry]{}.Append(nil, v)
-		kept, err := heap.Copy(v, nil)
+		if (e.Accs == nil) != (v.Acc == nil) {
+			t.Fatalf("%s decoded with accumulators %v", want, e.Accs)
+		}
+		for i, s := range specs {
+			if got, w := fmt.Sprint(accAt(e.Accs, i)), fmt.Sprint(v.Acc[s.Name]); got != w {
+				t.Fatalf("%s: accumulator %s decoded as %s, want %s", want, s.Name, got, w)
+			}
+		}
+		got, err := ser.Append(nil, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, err := heap.Copy(e, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,18 +211,31 @@ func TestWindowEntrySerializer(t *testing.T) {
 			t.Fatalf("bytes %s / kept %s, want %s", got, viaKept, want)
 		}
 	}
+	// A stored accumulator of a name the operator no longer has is
+	// dropped; one it lacks stays absent (Fn "").
+	e, err := ser.Decode([]byte(`{"end":7,"acc":{"gone":{"fn":"count","records":4},"n":{"fn":"count","records":2}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ser.Append(nil, e); string(got) != `{"end":7,"acc":{"n":{"fn":"count","records":2}}}` {
+		t.Fatalf("re-encoded %s", got)
+	}
+	if e.Accs[0].Fn != "" || e.Accs[1].Records != 2 {
+		t.Fatalf("decoded %+v", e.Accs)
+	}
+	want, _ := state.JSONSerializer[windowEntryJSON]{}.Append(nil, stored)
+	e, _ = ser.Decode(want)
 	kept, _ := heap.Copy(e, nil)
 	view := heap.View(kept)
-	view.Acc["s"].Num.Big.SetInt64(1)
-	d := view.Acc["d"]
-	d.Seen[0] = "changed"
-	view.Acc["n"] = aggAccumulator{Fn: AggCount}
-	e.Acc["f"].Value[2] = 'y'
+	view.Accs[0].Num.Big.SetInt64(1)
+	view.Accs[2].Seen[0] = "changed"
+	view.Accs[1] = aggAccumulator{Fn: AggCount, Records: 9}
+	e.Accs[3].Value[2] = 'y'
 	b, _ := heap.AppendKept(nil, kept)
-	if want := `{"end":20,"acc":{"a":{"fn":"avg","records":1,"num":{"float":2.5,"is_float":true}},"d":{"fn":"count_distinct","records":3,"distinct":2,"seen":["\"a\"","\"b\""]},"f":{"fn":"first","records":1,"value":{"x":1}},"s":{"fn":"sum","records":2,"num":{"big":1180591620717411303424}}},"fired":true}`; string(b) != want {
+	if string(b) != string(want) {
 		t.Fatalf("kept entry changed through its view or the original:\n%s\nwant\n%s", b, want)
 	}
-	inf := windowEntry{End: 1, Acc: aggregateAccumulators{"s": {Fn: AggSum, Num: number{Float: math.Inf(1), IsFloat: true}}}}
+	inf := windowEntry{End: 1, Accs: []aggAccumulator{{Fn: AggSum, Num: number{Float: math.Inf(1), IsFloat: true}}}}
 	if _, err := ser.Append(nil, inf); err == nil {
 		t.Fatal("Append of +Inf: no error")
 	}
