@@ -39,6 +39,9 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 	deps = deps.withDefaults()
 	sc := newScope(g, set, deps.Logger)
 	storage := checkpoint.NewStorage(sc.chkDir, sc.chkName, set.Retained, sc.logger.With("component", "checkpoint"))
+	if set.RemoteState != nil && set.RemoteState.Store != nil {
+		storage.SetRemoteStore(set.RemoteState.Store) // retention collects the remote state's objects there
+	}
 	rp, err := planRestore(ctx, g, set, sc, storage, deps)
 	if err != nil {
 		return nil, err

@@ -161,11 +161,10 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 			}
 			size, ok := sizes[f.Name]
 			if !ok {
-				st, err := os.Stat(r.path(f.Name))
-				if err != nil {
-					return KeyedSnapshot{}, fmt.Errorf("state: snapshot: remote object: %w", err)
+				var err error
+				if size, err = r.st.Size(f.Name); err != nil {
+					return KeyedSnapshot{}, fmt.Errorf("state: snapshot: remote object %s: %w", f.Name, err)
 				}
-				size = st.Size()
 				sizes[f.Name] = size
 				if t.SharedDir != "" && !prevHeld[f.Name] {
 					snap.Bytes += size // new since the last snapshot (the flushed memtable, compaction output)
@@ -175,7 +174,7 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 			if t.SharedDir == "" {
 				f.Path = filepath.ToSlash(filepath.Join(t.TaskPath, f.Name))
 				if !ok {
-					if err := copyFileAtomic(r.path(f.Name), filepath.Join(t.Dir, f.Path)); err != nil {
+					if err := downloadObject(r.st, f.Name, filepath.Join(t.Dir, f.Path)); err != nil {
 						return KeyedSnapshot{}, err
 					}
 					snap.Bytes += size
@@ -295,8 +294,8 @@ func (r *remoteObjects) objectFor(src, storeDir string, imported map[string]stri
 		if err := r.reference(name); err != nil {
 			return "", err
 		}
-		if _, err := os.Stat(abs); err != nil {
-			return "", err
+		if _, err := r.st.Size(name); err != nil {
+			return "", fmt.Errorf("remote object %s: %w", name, err)
 		}
 		return name, nil
 	}
