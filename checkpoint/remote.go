@@ -24,6 +24,10 @@ func (s *Storage) RemoteDir() string { return filepath.Join(s.jobDir, state.Remo
 // the first checkpoint.
 func (s *Storage) SetRemoteStore(st remote.Storage) { s.remoteStore = st }
 
+// RemoteStore returns the store SetRemoteStore set, nil when the remote
+// state objects are in RemoteDir (or there are none).
+func (s *Storage) RemoteStore() remote.Storage { return s.remoteStore }
+
 // pruneRemote deletes the objects of the remote store (SetRemoteStore, or
 // RemoteDir) that no kept checkpoint refers to (referenced: the kept
 // checkpoints' shared files, relative to SharedDir) and no live backend

@@ -76,3 +76,34 @@ func TestRemoteS3StoreUnreachable(t *testing.T) {
 	defer nb.Close()
 	checkCounts(t, nb, n, func(i int) (int64, bool) { return int64(3 * i), true })
 }
+
+// TestRemoteS3VerifyRestoreHandle: a checkpoint whose tables are on an S3
+// store verifies against that store (RestoreHandle.RemoteStore): no
+// problem while every object is there (on the filesystem, where nothing
+// is, each shared file would be missing: what refused the chaos test's
+// first restore), and exactly the deleted object once one is gone.
+func TestRemoteS3VerifyRestoreHandle(t *testing.T) {
+	cfg := testConfig(t, kindPebbleRemoteS3)
+	b := open(t, cfg)
+	fillCounts(t, b, 500, func(i int) int64 { return int64(i) })
+	rh, snap := remoteCheckpoint(t, b, cfg, 1)
+	if len(snap.SharedFiles) == 0 {
+		t.Fatal("checkpoint refers to no shared file")
+	}
+	local, err := VerifyRestoreHandle(rh)
+	must(t, err)
+	if len(local) != len(snap.SharedFiles) {
+		t.Fatalf("without the store: %d problems %q, want every one of the %d shared files missing", len(local), local, len(snap.SharedFiles))
+	}
+	rh.RemoteStore = cfg.Remote.Store
+	ps, err := VerifyRestoreHandle(rh)
+	if err != nil || len(ps) != 0 {
+		t.Fatalf("with the store: %q, %v; want no problem", ps, err)
+	}
+	gone := strings.TrimPrefix(snap.SharedFiles[0], "../"+RemoteDirName+"/")
+	must(t, cfg.Remote.Store.Delete(gone))
+	ps, err = VerifyRestoreHandle(rh)
+	if err != nil || len(ps) != 1 || !strings.Contains(ps[0], gone) || !strings.Contains(ps[0], "missing from the remote store") {
+		t.Fatalf("after deleting %s: %q, %v; want one problem naming it missing", gone, ps, err)
+	}
+}

@@ -386,3 +386,14 @@ func inspectRemote(rh RestoreHandle, h keyedHandle, tmp string) *RemoteConfig {
 	}
 	return &RemoteConfig{Dir: dir, CacheBytes: -1}
 }
+
+// remoteObjectOf returns the object of the remote store that file f of a
+// disaggregated snapshot refers to ("../remote/<object>" from SharedDir),
+// when rh names a remote store; false for a file to look up on the
+// filesystem.
+func remoteObjectOf(rh RestoreHandle, h keyedHandle, f fileRef) (string, bool) {
+	if rh.RemoteStore == nil || !h.Remote || !f.Shared {
+		return "", false
+	}
+	return strings.CutPrefix(f.Path, "../"+RemoteDirName+"/")
+}
