@@ -414,3 +414,49 @@ func TestRemoteInstancesOfOneSubtask(t *testing.T) {
 	defer rb.Close()
 	checkCounts(t, rb, 100, func(i int) (int64, bool) { return int64(i), true })
 }
+
+// TestRemoteDeadInstanceMarkersReleased: an instance that died without
+// closing (its DB closed, its markers and local directory left, as after
+// kill -9) keeps its objects only until the next instance of the subtask
+// opens: that one finds the directory's LOCK free, deletes the dead
+// instance's markers and its directory, and retention then deletes
+// exactly the dead instance's objects no checkpoint refers to; the live
+// instance's objects and markers stay.
+func TestRemoteDeadInstanceMarkersReleased(t *testing.T) {
+	forRemoteKinds(t, func(t *testing.T, kind string) {
+		cfg := testConfig(t, kind)
+		dead := open(t, cfg).(*pebbleBackend)
+		fillCounts(t, dead, 500, func(i int) int64 { return int64(i) })
+		must(t, dead.st.db.Flush())
+		must(t, dead.st.db.Close()) // the process dies: no release
+		dead.closed = true
+		deadObjs, deadMarkers := storeObjects(t, cfg)
+		if len(deadObjs) == 0 || len(deadMarkers) == 0 {
+			t.Fatalf("dead instance left %d objects, %d markers; want both > 0", len(deadObjs), len(deadMarkers))
+		}
+		if deleted, err := CollectRemoteGarbage(testStore(t, cfg), nil); err != nil || len(deleted) != 0 {
+			t.Fatalf("before the next open retention deleted %v (%v); want nothing: the markers hold them", deleted, err)
+		}
+		live := open(t, cfg)
+		if _, err := os.Stat(dead.st.dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("dead instance's dir %s left: %v", dead.st.dir, err)
+		}
+		fillCounts(t, live, 300, func(i int) int64 { return int64(2 * i) })
+		must(t, live.(*pebbleBackend).st.db.Flush())
+		deleted, err := CollectRemoteGarbage(testStore(t, cfg), nil)
+		must(t, err)
+		if !slices.Equal(deleted, deadObjs) {
+			t.Fatalf("retention deleted %v, want exactly the dead instance's objects %v", deleted, deadObjs)
+		}
+		objs, markers := storeObjects(t, cfg)
+		if len(objs) == 0 || len(markers) == 0 {
+			t.Fatalf("live instance has %d objects, %d markers left", len(objs), len(markers))
+		}
+		for _, m := range markers {
+			if slices.Contains(deadMarkers, m) {
+				t.Fatalf("dead marker %s left", m)
+			}
+		}
+		checkCounts(t, live, 300, func(i int) (int64, bool) { return int64(2 * i), true })
+	})
+}

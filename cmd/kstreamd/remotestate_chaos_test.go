@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/state"
 )
 
 // remoteChaosConfig is a keyed count and a tumbling 1 s event-time window
@@ -74,7 +77,8 @@ sinks:
 // checkpoint and a tick on every partition moved the watermark past the
 // last window, the read_committed output is exact: each key's counts are
 // 1..300, each once; each key's windows are the 12 windows of 1 s, each
-// once with n = 25. (About 60 to 90 s on a loaded machine: each of the 21
+// once with n = 25; the store holds markers of the live run's instances
+// only (the restarts released the killed runs'). (About 60 to 90 s on a loaded machine: each of the 21
 // runs starts a process and restores by reference.)
 func TestRemoteStateChaos(t *testing.T) {
 	const (
@@ -200,5 +204,27 @@ func TestRemoteStateChaos(t *testing.T) {
 	if log := d.out.String(); !strings.Contains(log, "restor") {
 		t.Errorf("the last daemon restored nothing:\n%s", log)
 	}
+	// The killed runs' reference markers were released by the restarts
+	// (state.ReleaseDeadRemoteInstances): the store's markers belong to
+	// the live run's instances only, at most one per keyed subtask (2
+	// operators at parallelism <= 4).
+	mc, err := minio.New(s3addr, &minio.Options{Creds: credentials.NewStaticV4(testkit.S3AccessKey, testkit.S3SecretKey, ""), BucketLookup: minio.BucketLookupPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := state.NewRemoteS3Store(mc, "state", "chaos/").List("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	creators := map[string]bool{}
+	for _, n := range names {
+		if _, rest, ok := strings.Cut(n, ".ref."); ok {
+			creators[strings.SplitN(rest, ".", 2)[0]] = true
+		}
+	}
+	if len(creators) == 0 || len(creators) > 8 {
+		t.Errorf("the store holds markers of %d instances, want 1 to 8 (the live run's): killed runs' markers were not released", len(creators))
+	}
+	t.Logf("store: %d names, markers of %d instances", len(names), len(creators))
 	t.Logf("finished in %v", time.Since(start).Round(time.Millisecond))
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -289,13 +290,19 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 	return res, nil
 }
 
-// dirBytes is the size of the files under dir (0 when it is missing).
+// dirBytes is the disk use of the files under dir (allocated blocks where
+// the system reports them, as du does: Pebble's cache of remote blocks is
+// a sparse file of its full size; else file sizes), 0 when it is missing.
 func dirBytes(dir string) int64 {
 	var n int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if info, err := d.Info(); err == nil {
-				n += info.Size()
+				if st, ok := info.Sys().(*syscall.Stat_t); ok {
+					n += int64(st.Blocks) * 512
+				} else {
+					n += info.Size()
+				}
 			}
 		}
 		return nil
