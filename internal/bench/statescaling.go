@@ -280,7 +280,7 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 				}
 			}
 		}
-		_ = hb.Close()
+		defer func() { _ = hb.Close() }() // after the measurement: Close waits for compactions
 		if err != nil {
 			return res, fmt.Errorf("bench: state-scaling: rescaled state: %w", err)
 		}
