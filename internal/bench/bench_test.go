@@ -147,8 +147,8 @@ func TestStateScaling(t *testing.T) {
 }
 
 // TestStateScalingRemote runs the state-scaling path on remote state (a
-// directory store, 1 MiB cache): the tables are on the store, not in the
-// local directory (local use below the store's size plus the cache); the
+// directory store, 1 MiB cache): the store holds the tables, the local
+// directory less than 32 MiB (WAL, MANIFEST, catalog, cache); the
 // restore and the rescale read their keys back; every checkpoint writes
 // only the flushed memtable, less than the state on the store.
 func TestStateScalingRemote(t *testing.T) {
@@ -160,8 +160,12 @@ func TestStateScalingRemote(t *testing.T) {
 	if res.Full <= 0 || res.FullSync <= 0 || res.FullSync > res.Full || res.Restore <= 0 || res.Rescale <= 0 || len(res.IncrementalSync) != 2 {
 		t.Fatalf("result %+v: a duration is missing or the sync part exceeds the checkpoint", res)
 	}
-	if res.StoreBytes <= 0 || res.LocalBytes <= 0 || res.LocalBytes >= res.StoreBytes+(1<<20)+(4<<20) {
-		t.Fatalf("local %d bytes, store %d: want the tables on the store", res.LocalBytes, res.StoreBytes)
+	// The local dir holds the WAL (Pebble preallocates its blocks), the
+	// MANIFEST, the catalog and at most the 1 MiB cache; the tables are on
+	// the store (state's TestRemoteBackendKeepsTablesOffLocalDisk asserts
+	// no .sst locally).
+	if res.StoreBytes <= 0 || res.LocalBytes <= 0 || res.LocalBytes >= 32<<20 {
+		t.Fatalf("local %d bytes, store %d: want the tables on the store and the local dir under 32 MiB", res.LocalBytes, res.StoreBytes)
 	}
 	for i, n := range append([]int64{res.FullBytes}, res.IncrementalBytes...) {
 		if n <= 0 || n > res.StoreBytes {
