@@ -3,14 +3,17 @@ package checkpoint
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/state"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
@@ -23,8 +26,15 @@ import (
 // Flink's NO_CLAIM). After every Prune each object a kept checkpoint
 // refers to exists; every restore gives exactly the restored checkpoint's
 // state; once the backends closed, the remote directory holds exactly the
-// objects the kept checkpoints refer to, and no reference marker.
+// objects the kept checkpoints refer to, and no reference marker. It runs
+// on the directory store and on an S3 store (an in-process S3 server).
 func TestRemoteStateRetention(t *testing.T) {
+	for _, kind := range []string{"filesystem", "s3"} {
+		t.Run(kind, func(t *testing.T) { testRemoteStateRetention(t, kind) })
+	}
+}
+
+func testRemoteStateRetention(t *testing.T, kind string) {
 	const (
 		maxP   = 16
 		keys   = 400
@@ -32,6 +42,22 @@ func TestRemoteStateRetention(t *testing.T) {
 	)
 	s := NewStorage(t.TempDir(), "job", 3, nil)
 	remoteCfg := &state.RemoteConfig{Dir: s.RemoteDir(), CacheBytes: -1}
+	if kind == "s3" {
+		addr := testkit.S3Server(t, "state", true)
+		cl, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(testkit.S3AccessKey, testkit.S3SecretKey, ""), BucketLookup: minio.BucketLookupPath})
+		if err != nil {
+			t.Fatal(err)
+		}
+		remoteCfg.Store = state.NewRemoteS3Store(cl, "state", "job/remote/")
+		s.SetRemoteStore(remoteCfg.Store)
+	}
+	store, err := state.NewRemoteDirStore(s.RemoteDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if remoteCfg.Store != nil {
+		store = remoteCfg.Store
+	}
 	desc := state.ValueStateDescriptor[int64]{Name: "count", Serializer: state.Int64Serializer{}}
 	open := func(r keygroup.Range, handles []state.RestoreHandle) state.KeyedStateBackend {
 		t.Helper()
@@ -133,7 +159,7 @@ func TestRemoteStateRetention(t *testing.T) {
 		if err := s.Prune(); err != nil {
 			t.Fatalf("checkpoint %d: Prune: %v", id, err)
 		}
-		assertReferencedExist(t, s)
+		assertReferencedExist(t, s, store)
 		switch {
 		case id == 30:
 			// Restore the oldest retained checkpoint (28), protected.
@@ -148,7 +174,7 @@ func TestRemoteStateRetention(t *testing.T) {
 	if err := s.Prune(); err != nil {
 		t.Fatal(err)
 	}
-	assertReferencedExist(t, s)
+	assertReferencedExist(t, s, store)
 	refs, err := s.SharedRefCounts()
 	if err != nil {
 		t.Fatal(err)
@@ -158,16 +184,13 @@ func TestRemoteStateRetention(t *testing.T) {
 		want = append(want, strings.TrimPrefix(f, "../"+state.RemoteDirName+"/"))
 	}
 	sort.Strings(want)
-	ents, err := os.ReadDir(s.RemoteDir())
+	got, err := store.List("", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, e := range ents {
-		got = append(got, e.Name())
-	}
+	sort.Strings(got)
 	if !slices.Equal(got, want) {
-		t.Fatalf("remote directory after retention:\n%v\nwant exactly the referenced objects\n%v", got, want)
+		t.Fatalf("remote store after retention:\n%v\nwant exactly the referenced objects\n%v", got, want)
 	}
 	infos, err := s.List()
 	if err != nil {
@@ -186,15 +209,19 @@ func TestRemoteStateRetention(t *testing.T) {
 }
 
 // assertReferencedExist fails when an object a kept checkpoint refers to
-// is missing.
-func assertReferencedExist(t *testing.T, s *Storage) {
+// is missing from store.
+func assertReferencedExist(t *testing.T, s *Storage, store remote.Storage) {
 	t.Helper()
 	refs, err := s.SharedRefCounts()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for f := range refs {
-		if _, err := os.Stat(filepath.Join(s.SharedDir(), filepath.FromSlash(f))); err != nil {
+		name, ok := strings.CutPrefix(f, "../"+state.RemoteDirName+"/")
+		if !ok {
+			t.Fatalf("referenced %s is not a remote object", f)
+		}
+		if _, err := store.Size(name); err != nil {
 			t.Fatalf("referenced %s: %v", f, err)
 		}
 	}

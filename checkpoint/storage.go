@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+
 	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
@@ -39,6 +41,9 @@ type Storage struct {
 	// protected holds the absolute directories of checkpoints Prune must
 	// keep (Protect).
 	protected map[string]bool
+	// remoteStore is the remote state's object store (SetRemoteStore);
+	// nil: RemoteDir.
+	remoteStore remote.Storage
 }
 
 // NewStorage returns the storage of job under dir: dir/job holds its

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+
 	"github.com/kstreamd/kstreamd/state"
 )
 
@@ -68,6 +70,10 @@ type VerifyOptions struct {
 	// exactly-once sink's committables state (every subtask writes one
 	// committable per checkpoint, so a subtask without any lost them).
 	InferRequired []string
+	// RemoteStore is the store of the job's remote state objects
+	// (Storage.RemoteStore): a keyed state shared file "../remote/<object>"
+	// of a disaggregated backend is looked up there. nil: the filesystem.
+	RemoteStore remote.Storage
 }
 
 // Verify checks the checkpoint or savepoint in dir, whose metadata is m,
@@ -126,7 +132,7 @@ func Verify(dir string, m *Metadata, opts VerifyOptions) error {
 			if ts == nil || ts.Keyed == nil {
 				continue
 			}
-			ps, err := state.VerifyRestoreHandle(state.RestoreHandle{Handle: ts.Keyed, Dir: dir, SharedDir: shared})
+			ps, err := state.VerifyRestoreHandle(state.RestoreHandle{Handle: ts.Keyed, Dir: dir, SharedDir: shared, RemoteStore: opts.RemoteStore})
 			if err != nil {
 				// Not a verdict: a restart may read it (IncompatibleRestore
 				// must not see ErrInconsistent here).

@@ -39,6 +39,9 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 	deps = deps.withDefaults()
 	sc := newScope(g, set, deps.Logger)
 	storage := checkpoint.NewStorage(sc.chkDir, sc.chkName, set.Retained, sc.logger.With("component", "checkpoint"))
+	if set.RemoteState != nil && set.RemoteState.Store != nil {
+		storage.SetRemoteStore(set.RemoteState.Store) // retention collects the remote state's objects there
+	}
 	rp, err := planRestore(ctx, g, set, sc, storage, deps)
 	if err != nil {
 		return nil, err
@@ -50,6 +53,9 @@ func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job
 	sc.countTakeover(metrics, rp)
 	// Every client of the job counts its failed broker connections.
 	deps.ClientOpts = append(slices.Clip(deps.ClientOpts), kgo.WithHooks(metrics.kafka.Hook()))
+	if err := releaseDeadRemoteState(set, storage, sc.stateRoot); err != nil {
+		return nil, err
+	}
 	if err := os.RemoveAll(sc.stateRoot); err != nil {
 		return nil, fmt.Errorf("job: clear state dir: %w", err)
 	}

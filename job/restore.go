@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/operators"
@@ -268,7 +270,7 @@ func findLatest(storage *checkpoint.Storage, fromSavepoint string) (string, *che
 			return "", nil, fmt.Errorf("job: find latest checkpoint: %w", err)
 		}
 	}
-	if err := verify(dir, m); err != nil {
+	if err := verifyRemote(dir, m, storage.RemoteStore()); err != nil {
 		return "", nil, fmt.Errorf("job: restore %s: %w", dir, err)
 	}
 	if _, err := storage.AdoptShared(dir, m); err != nil {
@@ -297,8 +299,13 @@ func VerifyCheckpoint(dir string) (*checkpoint.Metadata, error) {
 // verify is checkpoint.Verify, with version-1 metadata (which records no
 // required states) checked for a sink's committables (either state name)
 // in every subtask of an operator that holds any.
-func verify(dir string, m *checkpoint.Metadata) error {
-	return checkpoint.Verify(dir, m, checkpoint.VerifyOptions{InferRequired: []string{checkpoint.CommittablesState, checkpoint.LegacyKafkaCommittables}})
+func verify(dir string, m *checkpoint.Metadata) error { return verifyRemote(dir, m, nil) }
+
+// verifyRemote is verify with the remote state objects on store (nil:
+// the filesystem).
+func verifyRemote(dir string, m *checkpoint.Metadata, store remote.Storage) error {
+	return checkpoint.Verify(dir, m, checkpoint.VerifyOptions{InferRequired: []string{checkpoint.CommittablesState, checkpoint.LegacyKafkaCommittables},
+		RemoteStore: store})
 }
 
 // requiredStates names, per exactly-once sink of g, the state every

@@ -191,18 +191,7 @@ func (c *Config) validateCluster(v *validator) {
 			v.errorf("cluster.store.dir", "required for a filesystem store")
 		}
 	case StoreS3:
-		s3 := cl.Store.S3
-		if s3.Endpoint == "" {
-			v.errorf("cluster.store.s3.endpoint", "required for an s3 store (host:port)")
-		} else if strings.Contains(s3.Endpoint, "://") || strings.Contains(s3.Endpoint, "/") {
-			v.errorf("cluster.store.s3.endpoint", "must be host:port without scheme or path (use cluster.store.s3.tls), got %q", s3.Endpoint)
-		}
-		if s3.Bucket == "" {
-			v.errorf("cluster.store.s3.bucket", "required for an s3 store")
-		}
-		if s3.Region == "" {
-			v.errorf("cluster.store.s3.region", "must not be empty (default %s)", DefaultS3Region)
-		}
+		validateS3Store(v, "cluster.store.s3", StoreS3, cl.Store.S3)
 	}
 	if cl.SessionTimeout < time.Second {
 		v.errorf("cluster.session_timeout", "must be >= 1s, got %s", cl.SessionTimeout)

@@ -270,8 +270,9 @@ type StateConfig struct {
 	// instances of this process share. Default 67108864 (64 MiB); >= 0.
 	BlockCacheBytes int64 `yaml:"block_cache_bytes"`
 	// Remote, when present, makes the pebble backend disaggregated: its
-	// SST files live on the object store of the checkpoints
-	// (<checkpoints dir>/<job>/remote), the local state dir holds only
+	// SST files live on an object store (by default the checkpoints'
+	// directory, <checkpoints dir>/<job>/remote; or an S3-compatible
+	// store, RemoteStateConfig.Store), the local state dir holds only
 	// the WAL, the MANIFEST and a bounded cache, and checkpoints refer to
 	// the store's files instead of copying them (Flink 2.0's ForSt).
 	Remote *RemoteStateConfig `yaml:"remote"`
@@ -288,7 +289,23 @@ type RemoteStateConfig struct {
 	// for measuring a slower store on one machine. Default 0; in
 	// [0, 1s].
 	ReadLatency time.Duration `yaml:"read_latency"`
+	// Store is where the SST files live: "filesystem" (the checkpoints'
+	// directory <checkpoints dir>/<job>/remote, a filesystem every
+	// instance mounts) or "s3" (an S3-compatible store, S3). Default
+	// "filesystem".
+	Store string `yaml:"store"`
+	// S3 is the S3-compatible store of store "s3": the objects are
+	// <prefix><object>; credentials come from AWS_ACCESS_KEY_ID and
+	// AWS_SECRET_ACCESS_KEY. Defaults as cluster.store.s3 (region
+	// us-east-1, tls and path_style true).
+	S3 S3StoreConfig `yaml:"s3"`
 }
+
+// Remote state stores (RemoteStateConfig.Store).
+const (
+	RemoteStoreFilesystem = "filesystem"
+	RemoteStoreS3         = "s3"
+)
 
 // CheckpointsConfig configures checkpoints (Flink's execution.checkpointing.*
 // options) and where checkpoints and savepoints are kept.

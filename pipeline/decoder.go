@@ -349,6 +349,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		// An optional field (*bool: set or not): the value decoded into a
 		// new element.
 		p := reflect.New(v.Type().Elem())
+		if df, ok := p.Interface().(defaulter); ok {
+			df.setDefaults() // an optional section's defaults (state.remote)
+		}
 		d.decode(n, p.Elem(), path)
 		v.Set(p)
 	default:

@@ -66,6 +66,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of each run's throughput phase to `FILE` (with --all or several deliveries, one file per run: FILE with -<scenario>-<delivery> before the extension; cluster: one of each daemon's whole run, FILE with -<n>d-<member> before the extension)")
 	changed := fs.Float64("changed", 0.01, "state-scaling: fraction of the keys changed between checkpoints")
 	rounds := fs.Int("rounds", 5, "state-scaling: incremental checkpoints measured")
+	remoteState := fs.Bool("remote", false, "state-scaling: the disaggregated pebble backend (state.remote), tables on a directory store")
+	remoteCache := fs.Int64("remote-cache-bytes", 0, "state-scaling --remote: local cache of remote blocks, bytes (0: 64 MiB, -1: none)")
+	readLatency := fs.Duration("read-latency", 0, "state-scaling --remote: delay added to every store read")
 	ttl := fs.Duration("ttl", 5*time.Second, "ttl-cleanup: the dedup's ttl")
 	nexmarkRate := fs.Float64("nexmark-rate", bench.DefaultNexmarkRate, "nexmark-q*: events per second of event time of the pre-loaded Nexmark events (the nexmark project's first-event.rate)")
 	daemons := fs.String("daemons", "1,2,3", "cluster: the daemon counts to measure, comma-separated")
@@ -133,7 +136,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	if *scenario == bench.StateScalingScenario && !*all {
 		err := bench.RunStateScaling(ctx, bench.StateScalingConfig{
 			Keys: *keys, Changed: *changed, Rounds: *rounds, Dir: workDir, Logger: slog.New(slog.NewTextHandler(stderr, nil)),
-			CPUProfile: *cpuprofile,
+			CPUProfile: *cpuprofile, Remote: *remoteState, RemoteCacheBytes: *remoteCache, ReadLatency: *readLatency,
 		}, stdout)
 		if err != nil {
 			fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 
 	"github.com/kstreamd/kstreamd/state/keygroup"
 
@@ -56,6 +57,11 @@ type RestoreHandle struct {
 	Dir string
 	// SharedDir is the job's shared directory (incremental files).
 	SharedDir string
+	// RemoteStore, if not nil, holds the objects a disaggregated
+	// backend's snapshot refers to as "../remote/<object>" from SharedDir
+	// (RemoteConfig.Store, e.g. an S3 store): VerifyRestoreHandle looks
+	// them up there instead of on the filesystem. nil: the filesystem.
+	RemoteStore remote.Storage
 }
 
 // keyedHandle is the JSON shape of a keyed snapshot handle
@@ -583,6 +589,18 @@ func VerifyRestoreHandle(rh RestoreHandle) ([]string, error) {
 	}
 	var out []string
 	for _, f := range h.Files {
+		if obj, ok := remoteObjectOf(rh, h, f); ok {
+			size, err := rh.RemoteStore.Size(obj)
+			switch {
+			case err != nil && rh.RemoteStore.IsNotExistError(err):
+				out = append(out, fmt.Sprintf("keyed state shared file %s is missing from the remote store (%v)", f.Path, err))
+			case err != nil:
+				return nil, fmt.Errorf("state: keyed state shared file %s cannot be read: %w", f.Path, err)
+			case size != f.Size:
+				out = append(out, fmt.Sprintf("keyed state shared file %s has %d bytes on the remote store, the checkpoint recorded %d", f.Path, size, f.Size))
+			}
+			continue
+		}
 		where, kind := filepath.Join(rh.Dir, filepath.FromSlash(f.Path)), "file"
 		if f.Shared {
 			where, kind = filepath.Join(rh.SharedDir, filepath.FromSlash(f.Path)), "shared file"

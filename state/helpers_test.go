@@ -8,6 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
@@ -43,16 +48,48 @@ const kindPebbleRemote = "pebble-remote"
 
 // conformanceKinds are the backends the conformance suite runs on: both
 // kinds and the disaggregated Pebble backend.
-var conformanceKinds = []string{KindHashmap, KindPebble, kindPebbleRemote}
+var conformanceKinds = []string{KindHashmap, KindPebble, kindPebbleRemote, kindPebbleRemoteS3}
+
+// kindPebbleRemoteS3 is a test-only kind name: the pebble backend with a
+// remote store on an in-process S3 server (testkit.S3Server), see
+// testConfig.
+const kindPebbleRemoteS3 = "pebble-remote-s3"
+
+// remoteKinds are the disaggregated kinds: a directory store and an S3
+// store.
+var remoteKinds = []string{kindPebbleRemote, kindPebbleRemoteS3}
+
+// forRemoteKinds runs f as a subtest for each of remoteKinds.
+func forRemoteKinds(t *testing.T, f func(t *testing.T, kind string)) {
+	for _, kind := range remoteKinds {
+		t.Run(kind, func(t *testing.T) { f(t, kind) })
+	}
+}
+
+// testS3Store starts an in-process S3 server for the test and returns
+// the remote store of its bucket, under a prefix.
+func testS3Store(t testing.TB) remote.Storage {
+	t.Helper()
+	addr := testkit.S3Server(t, "state", true)
+	cl, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(testkit.S3AccessKey, testkit.S3SecretKey, ""), BucketLookup: minio.BucketLookupPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewRemoteS3Store(cl, "state", "job/remote/")
+}
 
 const testMaxP = 128
 
 // testConfig returns the config of a backend owning every key group.
 func testConfig(t testing.TB, kind string) BackendConfig {
 	cfg := BackendConfig{Kind: kind, MaxParallelism: testMaxP, KeyGroupRange: keygroup.Range{Start: 0, End: testMaxP - 1}}
-	if kind == kindPebbleRemote {
+	switch kind {
+	case kindPebbleRemote:
 		root := t.TempDir()
 		cfg.Kind, cfg.Remote = KindPebble, &RemoteConfig{Dir: filepath.Join(root, RemoteDirName), CacheBytes: 1 << 20}
+	case kindPebbleRemoteS3:
+		root := t.TempDir()
+		cfg.Kind, cfg.Remote = KindPebble, &RemoteConfig{Dir: filepath.Join(root, RemoteDirName), CacheBytes: 1 << 20, Store: testS3Store(t)}
 	}
 	if cfg.Kind == KindPebble {
 		cfg.Dir = t.TempDir()

@@ -7,9 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,12 +28,21 @@ import (
 // (SnapshotKeyed) and a restore ingests them by reference (Pebble's external
 // file ingestion) instead of downloading them; see REMOTE.md.
 type RemoteConfig struct {
-	// Dir is the object store: a directory every instance that restores
-	// the state mounts (the job's checkpoint directory's "remote"
-	// directory, RemoteDirName). Objects are immutable files named by
-	// Pebble (<hash>-<creator id>-<file number>.sst) plus empty reference
-	// markers (<object>.ref.<creator id>.<suffix>). Required.
+	// Dir is where checkpoints refer to the objects: the job's checkpoint
+	// directory's "remote" directory (RemoteDirName), so a checkpoint's
+	// shared files name them "../remote/<object>". Without Store it is
+	// the object store itself, a directory every instance that restores
+	// the state mounts. Objects are immutable, named by Pebble
+	// (<hash>-<creator id>-<file number>.sst), plus empty reference markers
+	// (<object>.ref.<creator id>.<suffix>). Required.
 	Dir string
+	// Store, if not nil, holds the objects instead of Dir (an
+	// S3-compatible store: checkpoint/s3store.Objects). It is shared by
+	// every instance of the job and never closed by the backend; its
+	// operations must retry transient failures themselves (an error is
+	// final: a read or write error fails the task, and the job's restart
+	// strategy takes over).
+	Store remote.Storage
 	// CacheBytes is the size in bytes of the local on-disk cache of remote
 	// blocks (Pebble's Experimental.SecondaryCacheSizeBytes). 0 means
 	// DefaultRemoteCacheBytes; negative disables the cache (every block
@@ -68,10 +74,6 @@ const remoteLocator remote.Locator = "kstreamd-state"
 // sharedObjectRefName): "<object>.ref.<creator id>.<file number>".
 const refInfix = ".ref."
 
-// tmpObjPrefix starts the names of objects being written; listings skip
-// them.
-const tmpObjPrefix = ".kstreamd-tmp-"
-
 // remoteObjects is the remote.Storage of one disaggregated Pebble instance
 // over RemoteConfig.Dir. It keeps the store's reference counting sound
 // across checkpoints and instances:
@@ -100,7 +102,10 @@ const tmpObjPrefix = ".kstreamd-tmp-"
 // leaves its markers, which keep its objects (never too few objects, at
 // worst too many).
 type remoteObjects struct {
+	// dir is RemoteConfig.Dir (where checkpoints refer to the objects);
+	// st holds them.
 	dir string
+	st  remote.Storage
 	// latency is RemoteConfig.ReadLatency in nanoseconds (atomic: a
 	// benchmark sets it after its preload while compactions read).
 	latency atomic.Int64
@@ -127,8 +132,9 @@ type remoteObjects struct {
 var _ remote.Storage = (*remoteObjects)(nil)
 
 func newRemoteObjects(cfg *RemoteConfig) (*remoteObjects, error) {
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("state: remote store %s: %w", cfg.Dir, err)
+	st, err := cfg.store()
+	if err != nil {
+		return nil, err
 	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -142,14 +148,21 @@ func newRemoteObjects(cfg *RemoteConfig) (*remoteObjects, error) {
 	if c == 0 {
 		c = 1
 	}
-	r := &remoteObjects{dir: cfg.Dir, creator: c,
+	r := &remoteObjects{dir: cfg.Dir, st: st, creator: c,
 		markers: map[string]bool{}, created: map[string]bool{}, held: map[string]int{},
 		deferred: map[string][]string{}, extNames: map[uint64]string{}}
 	r.latency.Store(int64(cfg.ReadLatency))
 	return r, nil
 }
 
-func (r *remoteObjects) path(name string) string { return filepath.Join(r.dir, name) }
+// store returns the object store of c: Store, or a directory store at
+// Dir (created if missing).
+func (c *RemoteConfig) store() (remote.Storage, error) {
+	if c.Store != nil {
+		return c.Store, nil
+	}
+	return NewRemoteDirStore(c.Dir)
+}
 
 // CreateStorage implements remote.StorageFactory.
 func (r *remoteObjects) CreateStorage(l remote.Locator) (remote.Storage, error) {
@@ -163,23 +176,19 @@ func (r *remoteObjects) CreateStorage(l remote.Locator) (remote.Storage, error) 
 // by release, after the DB closed.
 func (r *remoteObjects) Close() error { return nil }
 
-// ReadObject implements remote.Storage.
-func (r *remoteObjects) ReadObject(_ context.Context, name string) (remote.ObjectReader, int64, error) {
-	f, err := os.Open(r.path(name))
+// ReadObject implements remote.Storage: the store's reader, counting
+// reads and adding RemoteConfig.ReadLatency to each.
+func (r *remoteObjects) ReadObject(ctx context.Context, name string) (remote.ObjectReader, int64, error) {
+	or, size, err := r.st.ReadObject(ctx, name)
 	if err != nil {
 		return nil, 0, err
 	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	return &remoteReader{f: f, r: r}, st.Size(), nil
+	return &remoteReader{or: or, r: r}, size, nil
 }
 
 type remoteReader struct {
-	f *os.File
-	r *remoteObjects
+	or remote.ObjectReader
+	r  *remoteObjects
 }
 
 func (rr *remoteReader) ReadAt(ctx context.Context, p []byte, off int64) error {
@@ -195,37 +204,42 @@ func (rr *remoteReader) ReadAt(ctx context.Context, p []byte, off int64) error {
 			return ctx.Err()
 		}
 	}
-	n, err := rr.f.ReadAt(p, off)
-	if n == len(p) {
-		return nil
-	}
-	if err == nil || errors.Is(err, io.EOF) {
-		err = io.ErrUnexpectedEOF
-	}
-	return err
+	return rr.or.ReadAt(ctx, p, off)
 }
 
-func (rr *remoteReader) Close() error { return rr.f.Close() }
+func (rr *remoteReader) Close() error { return rr.or.Close() }
 
 // CreateObject implements remote.Storage: the object appears complete
-// (a temporary file renamed on Close) and, unless it is a marker, only
-// after this instance's marker on it.
+// (the store's writer) and, unless it is a marker, only after this
+// instance's marker on it.
 func (r *remoteObjects) CreateObject(name string) (io.WriteCloser, error) {
 	if _, ok := markedObject(name); ok {
 		r.mu.Lock()
 		r.markers[name] = true
 		r.mu.Unlock()
-		return &objWriter{r: r, name: name}, nil
+		return r.st.CreateObject(name)
 	}
 	marker := r.ownMarker(name)
-	if err := writeEmpty(r.path(marker)); err != nil {
+	if err := r.putEmpty(marker); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
 	r.markers[marker] = true
 	r.created[name] = true
 	r.mu.Unlock()
-	return &objWriter{r: r, name: name}, nil
+	return r.st.CreateObject(name)
+}
+
+// putEmpty writes the empty object name (a marker).
+func (r *remoteObjects) putEmpty(name string) error {
+	w, err := r.st.CreateObject(name)
+	if err != nil {
+		return fmt.Errorf("state: remote store: write %s: %w", name, err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("state: remote store: write %s: %w", name, err)
+	}
+	return nil
 }
 
 // ownMarker is the marker Pebble writes for an object this instance
@@ -254,102 +268,9 @@ func markedObject(name string) (string, bool) {
 	return name[:i], true
 }
 
-type objWriter struct {
-	r    *remoteObjects
-	name string
-	f    *os.File
-	err  error
-}
-
-func (w *objWriter) Write(p []byte) (int, error) {
-	if w.err != nil {
-		return 0, w.err
-	}
-	if w.f == nil {
-		w.f, w.err = os.CreateTemp(w.r.dir, tmpObjPrefix+"*")
-		if w.err != nil {
-			return 0, w.err
-		}
-	}
-	n, err := w.f.Write(p)
-	if err != nil {
-		w.err = err
-	}
-	return n, err
-}
-
-func (w *objWriter) Close() error {
-	if w.err != nil {
-		if w.f != nil {
-			w.f.Close()
-			os.Remove(w.f.Name())
-		}
-		return w.err
-	}
-	if w.f == nil {
-		return writeEmpty(w.r.path(w.name))
-	}
-	err := w.f.Sync()
-	if cerr := w.f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(w.f.Name(), w.r.path(w.name))
-	}
-	if err != nil {
-		os.Remove(w.f.Name())
-	}
-	return err
-}
-
-// writeEmpty creates the empty file p durably.
-func writeEmpty(p string) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// List implements remote.Storage (without delimiters, which Pebble's
-// reference counting does not use).
+// List implements remote.Storage.
 func (r *remoteObjects) List(prefix, delimiter string) ([]string, error) {
-	if delimiter != "" {
-		return nil, fmt.Errorf("state: remote store: list with a delimiter is not supported")
-	}
-	names, err := listObjects(r.dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, n := range names {
-		if strings.HasPrefix(n, prefix) {
-			out = append(out, n[len(prefix):])
-		}
-	}
-	return out, nil
-}
-
-func listObjects(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(ents))
-	for _, e := range ents {
-		if e.IsDir() || strings.HasPrefix(e.Name(), tmpObjPrefix) {
-			continue
-		}
-		out = append(out, e.Name())
-	}
-	return out, nil
+	return r.st.List(prefix, delimiter)
 }
 
 // Delete implements remote.Storage: a marker is deleted (with this
@@ -387,26 +308,25 @@ func (r *remoteObjects) unmarkLocked(obj, name string) []string {
 }
 
 func removeAll(r *remoteObjects, names []string) error {
+	return deleteObjects(r.st, names)
+}
+
+// deleteObjects deletes names from st; a name already gone is no error.
+func deleteObjects(st remote.Storage, names []string) error {
 	var errs []error
 	for _, n := range names {
-		if err := os.Remove(r.path(n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
+		if err := st.Delete(n); err != nil && !st.IsNotExistError(err) {
+			errs = append(errs, fmt.Errorf("state: remote store: delete %s: %w", n, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // Size implements remote.Storage.
-func (r *remoteObjects) Size(name string) (int64, error) {
-	st, err := os.Stat(r.path(name))
-	if err != nil {
-		return 0, err
-	}
-	return st.Size(), nil
-}
+func (r *remoteObjects) Size(name string) (int64, error) { return r.st.Size(name) }
 
 // IsNotExistError implements remote.Storage.
-func (r *remoteObjects) IsNotExistError(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+func (r *remoteObjects) IsNotExistError(err error) bool { return r.st.IsNotExistError(err) }
 
 // hold makes the objects of a new snapshot held and releases the last
 // snapshot's hold (running the marker deletions it deferred). An object
@@ -437,13 +357,13 @@ func (r *remoteObjects) hold(names []string) error {
 	r.mu.Unlock()
 	for _, n := range remark {
 		m := r.extMarker(n)
-		if err := writeEmpty(r.path(m)); err != nil {
+		if err := r.putEmpty(m); err != nil {
 			return err
 		}
 		r.mu.Lock()
 		r.markers[m] = true
 		r.mu.Unlock()
-		if _, err := os.Stat(r.path(n)); err != nil {
+		if _, err := r.st.Size(n); err != nil {
 			return fmt.Errorf("state: snapshot: remote object %s: %w", n, err)
 		}
 	}
@@ -470,8 +390,8 @@ func (r *remoteObjects) reference(obj string) error {
 	if have {
 		return nil
 	}
-	if err := writeEmpty(r.path(m)); err != nil {
-		return fmt.Errorf("state: remote store: %w", err)
+	if err := r.putEmpty(m); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	r.markers[m] = true
@@ -520,17 +440,17 @@ func remotePebbleOptions(opts *pebble.Options, cfg *RemoteConfig, r *remoteObjec
 	}
 }
 
-// CollectRemoteGarbage deletes from the remote object store dir every
+// CollectRemoteGarbage deletes from the remote object store st every
 // object no marker refers to (no live instance reads it) and no name in
 // referenced refers to (no retained checkpoint needs it), and returns the
 // deleted names, sorted. referenced holds object names. It must not run
 // while a checkpoint is in flight whose objects are not held (the
 // Coordinator runs retention between checkpoints). A marker of an
 // instance that crashed keeps its objects.
-func CollectRemoteGarbage(dir string, referenced map[string]bool) ([]string, error) {
-	names, err := listObjects(dir)
+func CollectRemoteGarbage(st remote.Storage, referenced map[string]bool) ([]string, error) {
+	names, err := st.List("", "")
 	if err != nil {
-		return nil, fmt.Errorf("state: remote store %s: %w", dir, err)
+		return nil, fmt.Errorf("state: remote store: list: %w", err)
 	}
 	marked := map[string]bool{}
 	for _, n := range names {
@@ -544,8 +464,8 @@ func CollectRemoteGarbage(dir string, referenced map[string]bool) ([]string, err
 		if _, ok := markedObject(n); ok || marked[n] || referenced[n] {
 			continue
 		}
-		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
+		if err := st.Delete(n); err != nil && !st.IsNotExistError(err) {
+			errs = append(errs, fmt.Errorf("state: remote store: delete %s: %w", n, err))
 			continue
 		}
 		deleted = append(deleted, n)

@@ -7,14 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -51,24 +54,99 @@ func openRemoteDir(cfg BackendConfig, opts *pebble.Options) (*remoteObjects, str
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, "", fmt.Errorf("state: open remote pebble in %s: %w", cfg.Dir, err)
 	}
-	ents, err := os.ReadDir(cfg.Dir)
-	if err != nil {
+	if err := releaseDeadInstances(cfg.Dir, ro.st, true); err != nil {
 		return nil, "", fmt.Errorf("state: open remote pebble in %s: %w", cfg.Dir, err)
+	}
+	remotePebbleOptions(opts, cfg.Remote, ro)
+	return ro, filepath.Join(cfg.Dir, remoteInstancePrefix+strconv.FormatUint(ro.creator, 16)), nil
+}
+
+// ReleaseDeadRemoteInstances releases the store markers of every dead
+// disaggregated backend instance under root (a job's local state
+// directory, searched at any depth): an instance directory (i-<creator
+// id>) whose Pebble LOCK is free belongs to an instance that was killed
+// (kill -9) or closed without releasing, and its markers on st would keep
+// its objects for good. Call it before deleting the state directory at a
+// restart. Live instances (LOCK held, in this process or another) are
+// left alone.
+func ReleaseDeadRemoteInstances(root string, st remote.Storage) error {
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), remoteInstancePrefix) && p != root {
+			dirs = append(dirs, filepath.Dir(p))
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("state: release dead remote instances under %s: %w", root, err)
+	}
+	slices.Sort(dirs)
+	var errs []error
+	for _, d := range slices.Compact(dirs) {
+		errs = append(errs, releaseDeadInstances(d, st, false))
+	}
+	return errors.Join(errs...)
+}
+
+// releaseDeadInstances releases the markers of the dead instances whose
+// directories are in dir (see ReleaseDeadRemoteInstances), and deletes
+// the directories when remove is set.
+func releaseDeadInstances(dir string, st remote.Storage, remove bool) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
 	}
 	for _, e := range ents {
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), remoteInstancePrefix) {
 			continue
 		}
-		old := filepath.Join(cfg.Dir, e.Name())
+		old := filepath.Join(dir, e.Name())
 		lock, err := vfs.Default.Lock(filepath.Join(old, "LOCK"))
 		if err != nil {
 			continue // open in this process or another
 		}
+		// The instance is gone (Pebble's LOCK, an flock, is free): its
+		// markers on the store are released, as its Close would have, so
+		// retention can collect what only it referenced.
+		if creator, err := strconv.ParseUint(strings.TrimPrefix(e.Name(), remoteInstancePrefix), 16, 64); err == nil {
+			if err := releaseDeadMarkers(st, creator); err != nil {
+				_ = lock.Close()
+				return err
+			}
+		}
 		_ = lock.Close()
-		_ = os.RemoveAll(old)
+		if remove {
+			_ = os.RemoveAll(old)
+		}
 	}
-	remotePebbleOptions(opts, cfg.Remote, ro)
-	return ro, filepath.Join(cfg.Dir, remoteInstancePrefix+strconv.FormatUint(ro.creator, 16)), nil
+	return nil
+}
+
+// releaseDeadMarkers deletes every reference marker of the instance with
+// creator id creator from st ("<object>.ref.<creator>.<suffix>"): an
+// instance whose local directory was found with its LOCK free, so dead
+// (killed, or closed without releasing). Its objects then stay only while
+// a retained checkpoint refers to them or another instance holds them.
+func releaseDeadMarkers(st remote.Storage, creator uint64) error {
+	names, err := st.List("", "")
+	if err != nil {
+		return fmt.Errorf("state: remote store: list: %w", err)
+	}
+	tag := refInfix + strconv.FormatUint(creator, 10) + "."
+	var dead []string
+	for _, n := range names {
+		if strings.Contains(n, tag) {
+			dead = append(dead, n)
+		}
+	}
+	return deleteObjects(st, dead)
 }
 
 // remoteInstancePrefix starts the names of the per-instance directories of
@@ -161,11 +239,10 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 			}
 			size, ok := sizes[f.Name]
 			if !ok {
-				st, err := os.Stat(r.path(f.Name))
-				if err != nil {
-					return KeyedSnapshot{}, fmt.Errorf("state: snapshot: remote object: %w", err)
+				var err error
+				if size, err = r.st.Size(f.Name); err != nil {
+					return KeyedSnapshot{}, fmt.Errorf("state: snapshot: remote object %s: %w", f.Name, err)
 				}
-				size = st.Size()
 				sizes[f.Name] = size
 				if t.SharedDir != "" && !prevHeld[f.Name] {
 					snap.Bytes += size // new since the last snapshot (the flushed memtable, compaction output)
@@ -175,7 +252,7 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 			if t.SharedDir == "" {
 				f.Path = filepath.ToSlash(filepath.Join(t.TaskPath, f.Name))
 				if !ok {
-					if err := copyFileAtomic(r.path(f.Name), filepath.Join(t.Dir, f.Path)); err != nil {
+					if err := downloadObject(r.st, f.Name, filepath.Join(t.Dir, f.Path)); err != nil {
 						return KeyedSnapshot{}, err
 					}
 					snap.Bytes += size
@@ -295,8 +372,8 @@ func (r *remoteObjects) objectFor(src, storeDir string, imported map[string]stri
 		if err := r.reference(name); err != nil {
 			return "", err
 		}
-		if _, err := os.Stat(abs); err != nil {
-			return "", err
+		if _, err := r.st.Size(name); err != nil {
+			return "", fmt.Errorf("remote object %s: %w", name, err)
 		}
 		return name, nil
 	}
@@ -386,4 +463,15 @@ func inspectRemote(rh RestoreHandle, h keyedHandle, tmp string) *RemoteConfig {
 		}
 	}
 	return &RemoteConfig{Dir: dir, CacheBytes: -1}
+}
+
+// remoteObjectOf returns the object of the remote store that file f of a
+// disaggregated snapshot refers to ("../remote/<object>" from SharedDir),
+// when rh names a remote store; false for a file to look up on the
+// filesystem.
+func remoteObjectOf(rh RestoreHandle, h keyedHandle, f fileRef) (string, bool) {
+	if rh.RemoteStore == nil || !h.Remote || !f.Shared {
+		return "", false
+	}
+	return strings.CutPrefix(f.Path, "../"+RemoteDirName+"/")
 }

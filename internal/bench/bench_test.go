@@ -148,6 +148,34 @@ func TestStateScaling(t *testing.T) {
 	}
 }
 
+// TestStateScalingRemote runs the state-scaling path on remote state (a
+// directory store, 1 MiB cache): the store holds the tables, the local
+// directory less than 32 MiB (WAL, MANIFEST, catalog, cache); the
+// restore and the rescale read their keys back; every checkpoint writes
+// only the flushed memtable, less than the state on the store.
+func TestStateScalingRemote(t *testing.T) {
+	res, err := StateScaling(context.Background(), StateScalingConfig{Keys: 20_000, Changed: 0.01, Rounds: 2, Dir: t.TempDir(),
+		Remote: true, RemoteCacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Full <= 0 || res.FullSync <= 0 || res.FullSync > res.Full || res.Restore <= 0 || res.Rescale <= 0 || len(res.IncrementalSync) != 2 {
+		t.Fatalf("result %+v: a duration is missing or the sync part exceeds the checkpoint", res)
+	}
+	// The local dir holds the WAL (Pebble preallocates its blocks), the
+	// MANIFEST, the catalog and at most the 1 MiB cache; the tables are on
+	// the store (state's TestRemoteBackendKeepsTablesOffLocalDisk asserts
+	// no .sst locally).
+	if res.StoreBytes <= 0 || res.LocalBytes <= 0 || res.LocalBytes >= 32<<20 {
+		t.Fatalf("local %d bytes, store %d: want the tables on the store and the local dir under 32 MiB", res.LocalBytes, res.StoreBytes)
+	}
+	for i, n := range append([]int64{res.FullBytes}, res.IncrementalBytes...) {
+		if n <= 0 || n > res.StoreBytes {
+			t.Errorf("checkpoint %d wrote %d bytes, want in (0, %d]", i, n, res.StoreBytes)
+		}
+	}
+}
+
 // TestRulesScenario: the bench rules decode and compile as the rules
 // operator's, and the model counts alerts and routed copies as the
 // operator does: per rule and key, over every item so far.

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -41,6 +43,14 @@ type StateScalingConfig struct {
 	Logger *slog.Logger
 	// CPUProfile, if not empty, profiles the checkpoints and the restore.
 	CPUProfile string
+	// Remote runs the disaggregated Pebble backend (state.remote): its
+	// tables on a directory store beside the checkpoints, checkpoints and
+	// restores by reference. RemoteCacheBytes is its local cache of remote
+	// blocks (0: state.DefaultRemoteCacheBytes, 64 MiB) and ReadLatency the
+	// delay added to every store read.
+	Remote           bool
+	RemoteCacheBytes int64
+	ReadLatency      time.Duration
 }
 
 // StateScalingResult are the figures of RunStateScaling.
@@ -58,9 +68,24 @@ type StateScalingResult struct {
 	// upload) and bytes uploaded.
 	Incremental      []time.Duration
 	IncrementalBytes []int64
+	// FullSync and IncrementalSync are the synchronous parts of the
+	// checkpoints (state.SnapshotKeyed until it returns: the flush, and
+	// Pebble's checkpoint or the list of remote tables); the rest of each
+	// duration is the asynchronous part (the upload; nothing for remote
+	// state).
+	FullSync        time.Duration
+	IncrementalSync []time.Duration
 	// Restore is the time to open a backend from the last checkpoint and
 	// read one key.
 	Restore time.Duration
+	// Rescale is the time to open two backends, each restoring half of
+	// the key groups from the last checkpoint, and read one key in each.
+	Rescale time.Duration
+	// LocalBytes is the disk use of the backend's local directory after
+	// the last checkpoint (for remote state: WAL, MANIFEST, catalog and
+	// the cache of remote blocks); StoreBytes that of the remote store
+	// (0 for local state).
+	LocalBytes, StoreBytes int64
 	// PeakRSSBytes is the peak resident set of the process over the run.
 	PeakRSSBytes int64
 }
@@ -78,11 +103,20 @@ func RunStateScaling(ctx context.Context, cfg StateScalingConfig, w io.Writer) e
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "keys\tchanged\tload_s\tdb_MiB\tfull_chk_ms\tfull_chk_MiB\tincr_p50_ms\tincr_max_ms\tincr_p50_MiB\tincr_max_MiB\trestore_ms\tpeak_rss_MiB\t")
+	fmt.Fprintln(tw, "state\tkeys\tchanged\tload_s\tdb_MiB\tfull_chk_ms\tfull_sync_ms\tfull_chk_MiB\tincr_p50_ms\tincr_max_ms\tincr_sync_p50_ms\tincr_sync_max_ms\tincr_p50_MiB\tincr_max_MiB\trestore_ms\trescale_ms\tlocal_MiB\tstore_MiB\tpeak_rss_MiB\t")
 	mib := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
-	fmt.Fprintf(tw, "%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t\n", res.Keys, res.Changed, res.Load.Seconds(), mib(int64(res.DBBytes)),
-		ms(res.Full), mib(res.FullBytes), ms(quantile(res.Incremental, 0.5)), ms(quantile(res.Incremental, 1)),
-		mib(quantile(res.IncrementalBytes, 0.5)), mib(quantile(res.IncrementalBytes, 1)), ms(res.Restore), float64(res.PeakRSSBytes)/(1<<20))
+	kind := "local"
+	if cfg.Remote {
+		kind = "remote"
+		if cfg.ReadLatency > 0 {
+			kind += "+" + cfg.ReadLatency.String()
+		}
+	}
+	fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t\n", kind, res.Keys, res.Changed, res.Load.Seconds(), mib(int64(res.DBBytes)),
+		ms(res.Full), ms(res.FullSync), mib(res.FullBytes), ms(quantile(res.Incremental, 0.5)), ms(quantile(res.Incremental, 1)),
+		ms(quantile(res.IncrementalSync, 0.5)), ms(quantile(res.IncrementalSync, 1)),
+		mib(quantile(res.IncrementalBytes, 0.5)), mib(quantile(res.IncrementalBytes, 1)), ms(res.Restore), ms(res.Rescale),
+		mib(res.LocalBytes), mib(res.StoreBytes), float64(res.PeakRSSBytes)/(1<<20))
 	return tw.Flush()
 }
 
@@ -118,6 +152,10 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 		Kind: state.KindPebble, Dir: filepath.Join(root, "db"), MaxParallelism: maxP,
 		KeyGroupRange: keygroup.RangeFor(maxP, 1, 0), Cache: cache, Logger: cfg.Logger,
 		TTLCleanup: state.TTLCleanupConfig{Disabled: true},
+	}
+	storeDir := filepath.Join(root, "checkpoints", state.RemoteDirName)
+	if cfg.Remote {
+		bcfg.Remote = &state.RemoteConfig{Dir: storeDir, CacheBytes: cfg.RemoteCacheBytes, ReadLatency: cfg.ReadLatency}
 	}
 	res := StateScalingResult{Keys: cfg.Keys, Changed: max(1, int(float64(cfg.Keys)*cfg.Changed))}
 	rss := newRSSMeter()
@@ -162,6 +200,7 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 	shared := filepath.Join(root, "checkpoints", "shared")
 	var last state.KeyedSnapshot
 	var lastDir string
+	var syncPart time.Duration
 	checkpointOnce := func(id int) (time.Duration, int64, error) {
 		dir := filepath.Join(root, "checkpoints", "chk-"+strconv.Itoa(id))
 		start := time.Now()
@@ -169,6 +208,7 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 		if err != nil {
 			return 0, 0, err
 		}
+		syncPart = time.Since(start)
 		snap, err := finish(ctx)
 		if err != nil {
 			return 0, 0, err
@@ -180,6 +220,7 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 	if res.Full, res.FullBytes, err = checkpointOnce(1); err != nil {
 		return res, err
 	}
+	res.FullSync = syncPart
 	rng := rand.New(rand.NewPCG(5, 6))
 	for r := range cfg.Rounds {
 		for range res.Changed {
@@ -193,6 +234,11 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 			return res, err
 		}
 		res.Incremental, res.IncrementalBytes = append(res.Incremental, d), append(res.IncrementalBytes, n)
+		res.IncrementalSync = append(res.IncrementalSync, syncPart)
+	}
+	res.LocalBytes = dirBytes(bcfg.Dir)
+	if cfg.Remote {
+		res.StoreBytes = dirBytes(storeDir)
 	}
 	rcfg := bcfg
 	rcfg.Dir = filepath.Join(root, "restored")
@@ -211,6 +257,55 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 		return res, fmt.Errorf("bench: state-scaling: restored state lacks key %d: %v", cfg.Keys-1, err)
 	}
 	res.Restore = time.Since(start)
+	// Rescale 1 -> 2: each half restores its key groups.
+	start = time.Now()
+	for i := range 2 {
+		hcfg := bcfg
+		hcfg.Dir = filepath.Join(root, "rescaled-"+strconv.Itoa(i))
+		hcfg.KeyGroupRange = keygroup.RangeFor(maxP, 2, i)
+		hb, err := state.OpenBackendRestored(hcfg, []state.RestoreHandle{{Handle: last.Handle, Dir: lastDir, SharedDir: shared}})
+		if err != nil {
+			return res, fmt.Errorf("bench: state-scaling: rescale: %w", err)
+		}
+		hcount, err := state.GetValueState(hb, operators.KeyedCountState)
+		if err == nil {
+			for k := cfg.Keys - 1; k >= 0; k-- { // a key of this half
+				if hcfg.KeyGroupRange.Contains(keygroup.Assign(key(k), maxP)) {
+					hb.SetCurrentKey(key(k))
+					var ok bool
+					if _, ok, err = hcount.Value(); err == nil && !ok {
+						err = fmt.Errorf("key %d missing", k)
+					}
+					break
+				}
+			}
+		}
+		defer func() { _ = hb.Close() }() // after the measurement: Close waits for compactions
+		if err != nil {
+			return res, fmt.Errorf("bench: state-scaling: rescaled state: %w", err)
+		}
+	}
+	res.Rescale = time.Since(start)
 	res.PeakRSSBytes = rss.Peak()
 	return res, nil
+}
+
+// dirBytes is the disk use of the files under dir (allocated blocks where
+// the system reports them, as du does: Pebble's cache of remote blocks is
+// a sparse file of its full size; else file sizes), 0 when it is missing.
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				if st, ok := info.Sys().(*syscall.Stat_t); ok {
+					n += int64(st.Blocks) * 512
+				} else {
+					n += info.Size()
+				}
+			}
+		}
+		return nil
+	})
+	return n
 }
