@@ -134,12 +134,22 @@ type RecordEnv struct {
 func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 	e.in.Value, e.in.JSON = nil, nil
 	e.src = rec.Value
+	e.in.Doc = nil
 	if rec.Format == runtime.FormatText {
 		e.in.Value = string(rec.Value) // a string or bytes source: never decoded
 	} else if v, ok := rec.Decoded(); ok {
-		e.in.Value = v // decoded by an operator before this one in the chain
-	} else {
-		e.in.JSON = rec.Value // decoded on first need: an expression of key alone never decodes it
+		switch d := v.(type) {
+		case *expression.Doc:
+			e.in.Doc = d // read (fields, or whole) by an operator before this one in the chain
+		case runtime.ValidJSON:
+			e.in.Doc = expression.NewValidDoc(rec.Value) // checked by the source, or written by an operator: not checked again
+		default:
+			e.in.Value = v // decoded by an operator before this one in the chain
+		}
+	} else if rec.Value != nil {
+		// Read on first need, and only the fields read: an expression of
+		// key alone never decodes it.
+		e.in.Doc = expression.NewDoc(rec.Value)
 	}
 	e.in.Key = rec.Key
 	e.in.Timestamp = rec.Timestamp
@@ -153,18 +163,22 @@ func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 	return &e.env
 }
 
-// Keep attaches to rec the value the environment decoded from rec's value
-// (runtime.Record.SetDecoded), if an expression made it decode one: an
-// operator that passes rec on with its value unchanged calls it, so the
-// next operator of the chain reuses the decoded value instead of decoding
-// the JSON again. A record whose value is not the one e was Reset with
-// (the same bytes) gets nothing.
+// Keep attaches to rec what the environment read of rec's value
+// (runtime.Record.SetDecoded): the fields its expressions read from the
+// JSON, or the whole value they decoded (an expression.Doc, or the value
+// itself). An operator that passes rec on with its value unchanged calls
+// it, so that the next operator of the chain reads the value without
+// checking or decoding the JSON again (one decode per record per chain).
+// A record whose value is not the one e was Reset with (the same bytes)
+// gets nothing.
 func (e *RecordEnv) Keep(rec *runtime.Record) {
 	if len(rec.Value) == 0 || len(rec.Value) != len(e.src) || &rec.Value[0] != &e.src[0] {
 		return
 	}
-	if v, ok := e.env.Decoded(); ok {
-		rec.SetDecoded(v)
+	if e.in.Doc != nil {
+		if v, ok := rec.Decoded(); !ok || v != any(e.in.Doc) {
+			rec.SetDecoded(e.in.Doc)
+		}
 	}
 }
 

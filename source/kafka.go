@@ -1159,10 +1159,15 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 	if s.cfg.Table {
 		rec.Change = tableChange(rec.Value)
 	}
+	if s.cfg.Format == FormatJSON && s.cfg.Decoder == nil && len(rec.Value) > 0 {
+		// decode checked it: the operators of the chain do not again.
+		rec.SetDecoded(runtime.ValidJSON{})
+	}
 	what := "the Kafka timestamp"
 	if s.cfg.Timestamp != nil && rec.Value != nil {
 		s.scratch = rec
 		ts, err := s.cfg.Timestamp(&s.scratch)
+		rec.TakeDecoded(&s.scratch) // what the expression read, for the operators of the chain
 		s.scratch = runtime.Record{}
 		if err != nil {
 			re := &runtime.RecordError{Reason: ReasonEvalError, Detail: err.Error()}

@@ -1,0 +1,19 @@
+package runtime
+
+// ValidJSON is the decoded form (Record.SetDecoded) of a record value
+// known to be one valid JSON value, nothing of it decoded yet: a Kafka
+// source of format json attaches it once it checked the value, and an
+// operator that wrote the value as JSON itself attaches it, so that the
+// first operator of the chain to read the value does not check it again
+// (the JSON is checked once per record per chain).
+type ValidJSON struct{}
+
+// TakeDecoded gives r the decoded form attached to from (SetDecoded) when
+// from's value is r's (the same bytes, not equal ones); otherwise r is
+// left as it is. It copies no value and allocates nothing: for a subtask
+// that evaluates on a scratch copy of its record.
+func (r *Record) TakeDecoded(from *Record) {
+	if d := from.decoded; d != nil && d.n == len(r.Value) && (d.n == 0 || d.of == &r.Value[0]) {
+		r.decoded = d
+	}
+}
