@@ -1,7 +1,9 @@
 package expression
 
 import (
+	"math"
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -32,7 +34,7 @@ type Doc struct {
 	str    string // json as a string, once state is 1
 	fields []docField
 	// inline holds the fields of a small object: one allocation per Doc.
-	inline [8]docField
+	inline [6]docField
 
 	whole     any // the whole value, once wholeDone
 	wholeDone bool
@@ -41,10 +43,10 @@ type Doc struct {
 // docField is one top-level field of a Doc's object, in the order of the
 // JSON (a repeated key appears twice; the last one counts).
 type docField struct {
-	name  string
-	raw   string // the undecoded JSON of the field's value
-	value any    // decoded, once done
-	done  bool
+	name     string
+	value    any    // decoded, once done
+	from, to uint32 // the undecoded JSON of the field's value: str[from:to]
+	done     bool
 }
 
 // NewDoc returns the Doc of the JSON value b (which need not be valid: a
@@ -95,7 +97,7 @@ func (d *Doc) field(name string) (v any, found, ok bool) {
 			continue
 		}
 		if !f.done {
-			v, err := fromGJSON(gjson.Parse(f.raw))
+			v, err := fromGJSON(gjson.Parse(d.str[f.from:f.to]))
 			if err != nil {
 				d.state = -1 // DecodeJSON fails on the whole too
 				return nil, false, false
@@ -111,7 +113,7 @@ func (d *Doc) field(name string) (v any, found, ok bool) {
 // and lists its top-level fields; state is 1 when it is, -1 otherwise.
 func (d *Doc) index() {
 	d.state = -1
-	if !objectOfSafeNumbers(d.json) || (!d.valid && !gjson.ValidBytes(d.json)) {
+	if len(d.json) > math.MaxUint32 || !objectOfSafeNumbers(d.json) || (!d.valid && !gjson.ValidBytes(d.json)) {
 		return
 	}
 	d.str = string(d.json)
@@ -119,7 +121,9 @@ func (d *Doc) index() {
 		d.fields = d.inline[:0]
 	}
 	ok := true
-	gjson.Parse(d.str).ForEach(func(k, v gjson.Result) bool {
+	root := gjson.Parse(d.str)
+	base := len(d.str) - len(root.Raw) // Raw is str from the '{' on
+	root.ForEach(func(k, v gjson.Result) bool {
 		key := k.Raw[1 : len(k.Raw)-1]
 		if strings.ContainsAny(key, "\\") || !isASCII(key) {
 			var err error
@@ -128,7 +132,13 @@ func (d *Doc) index() {
 				return false
 			}
 		}
-		d.fields = append(d.fields, docField{name: key, raw: v.Raw})
+		// v.Index is v.Raw's offset in root.Raw; v.Raw is a part of str.
+		from := base + v.Index
+		if from+len(v.Raw) > len(d.str) || unsafe.StringData(d.str[from:]) != unsafe.StringData(v.Raw) {
+			ok = false
+			return false
+		}
+		d.fields = append(d.fields, docField{name: key, from: uint32(from), to: uint32(from + len(v.Raw))})
 		return true
 	})
 	if ok {

@@ -23,7 +23,7 @@ func FuzzDocEqualsWholeDecode(f *testing.F) {
 		`{"\u0061mount":3,"id":4}`, "{\"am\xffount\":1,\"id\":2}", `{"amount":5,"big":1e400}`, `{"amount":5,"big":1e4}`,
 		`{"amount":2.5e1,"id":-0}`, `[{"amount":1}]`, `{"amount":1`, `"amount"`, `null`, ``, `{}`,
 		`  {"amount":9223372036854775808,"id":9223372036854775807}`, `{"amount":null,"id":true}`,
-		`{"amount":{"x":[1,2.5,"\u00e9\n"]},"id":"日本"}`, "{\"amount\":\"\\ud800\",\"id\":\"\xff\"}",
+		`{"amount":{"x":[1,2.5,"\u00e9\n"]},"id":"日本"}`, "\n\t {\"id\" : 1 , \"amount\":[1, 2] , \"note\": \"n\" }", "{\"amount\":\"\\ud800\",\"id\":\"\xff\"}",
 	} {
 		f.Add([]byte(s), uint8(0))
 	}
