@@ -7,13 +7,15 @@ import (
 	"unicode/utf8"
 )
 
-// AppendJSON appends to dst the JSON of v, byte for byte what [EncodeJSON]
-// returns for it (FuzzAppendJSONEqualsEncodeJSON), and returns the
-// extended slice. It writes the values an evaluation returns (nil, bool,
-// int64, uint64, float64, string, []any and map[string]any of those)
-// directly, without reflection; any other value, and a value EncodeJSON
-// refuses (NaN or infinite numbers), goes through EncodeJSON, whose error
-// it returns (dst is then returned as it was).
+// AppendJSON appends to dst the JSON of v, byte for byte what
+// encoding/json's Encoder writes for it without HTML escaping and without
+// the newline (FuzzAppendJSONEqualsEncodeJSON), and returns the extended
+// slice. It writes the values an evaluation returns (nil, bool, int64,
+// uint64, float64, string, []any and map[string]any of those) directly,
+// without reflection; any other value, and a value encoding/json refuses
+// (NaN or infinite numbers), goes through encoding/json, whose error it
+// returns prefixed "expression: encode json: " (dst is then returned as it
+// was). [EncodeJSON] is AppendJSON(nil, v).
 //
 // roundTrips reports whether v is exactly what [DecodeJSON] makes of the
 // JSON written (so an operator can hand v on as the decoded form of its
@@ -21,11 +23,11 @@ import (
 // come back as another type (an integral float64 in the int64 range reads
 // back as int64, a uint64 as int64 or float64), a string holds invalid
 // UTF-8 (written as U+FFFD), a list or map is nil (written null), or the
-// value went through EncodeJSON.
+// value went through encoding/json.
 func AppendJSON(dst []byte, v any) (out []byte, roundTrips bool, err error) {
 	e := jsonAppender{buf: dst, same: true}
 	if !e.value(v) {
-		b, err := EncodeJSON(v)
+		b, err := encodeJSONStd(v)
 		if err != nil {
 			return dst, false, err
 		}

@@ -89,13 +89,13 @@ func (g *valueGen) value(depth int) any {
 	}
 }
 
-// FuzzAppendJSONEqualsEncodeJSON checks that AppendJSON writes exactly
-// the bytes EncodeJSON writes, or fails with its error, for random values
+// FuzzAppendJSONEqualsEncodeJSON checks that AppendJSON and EncodeJSON
+// write exactly the bytes encoding/json writes, or fail with its error, for random values
 // of every kind an evaluation returns (ints at the int64 limits, uint64,
 // floats integral or not, tiny, huge, negative zero, NaN; strings with
 // escapes, control characters, unicode, U+2028 and invalid UTF-8; nested,
 // empty and nil lists and maps; bytes and durations, which go through
-// EncodeJSON), and that a value it says round-trips is exactly what
+// encoding/json), and that a value it says round-trips is exactly what
 // DecodeJSON reads back from those bytes.
 func FuzzAppendJSONEqualsEncodeJSON(f *testing.F) {
 	for _, s := range []string{"", "\x0a\x05\x03a\x02\x04", "\x0b\x03\x04\x00\x02\x02\x01", "\x09\x03\x04\x12\x04\x0e\x05\x01\x0c"} {
@@ -107,8 +107,11 @@ func FuzzAppendJSONEqualsEncodeJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g := &valueGen{b: b}
 		v := g.value(0)
-		want, werr := EncodeJSON(v)
+		want, werr := encodeJSONStd(v)
 		got, same, gerr := AppendJSON([]byte("prefix"), v)
+		if e, eerr := EncodeJSON(v); !bytes.Equal(e, want) || fmt.Sprint(eerr) != fmt.Sprint(werr) {
+			t.Fatalf("%#v: EncodeJSON %s, %v; encoding/json %s, %v", v, e, eerr, want, werr)
+		}
 		if fmt.Sprint(gerr) != fmt.Sprint(werr) {
 			t.Fatalf("%#v: AppendJSON error %v, EncodeJSON error %v", v, gerr, werr)
 		}

@@ -182,6 +182,21 @@ func (e *RecordEnv) Keep(rec *runtime.Record) {
 	}
 }
 
+// Value returns the value of the record e was Reset with as its
+// expressions see it (value): decoded at most once per chain (through the
+// record's expression.Doc), the string of its bytes for a text format or
+// a value that is not JSON, nil for a nil value. For an operator that
+// hands the whole value to an expression of its own (a join's select).
+func (e *RecordEnv) Value() any {
+	if e.src == nil {
+		return nil
+	}
+	if e.in.Doc != nil {
+		return e.in.Doc.Whole()
+	}
+	return e.in.Value
+}
+
 // EvalRecordError turns an evaluation failure into the bad record it is:
 // an *expression.EvalError (wrapped or not) becomes a *runtime.RecordError
 // with reason eval_error whose detail is the error's text (the expression
