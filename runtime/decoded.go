@@ -17,3 +17,22 @@ func (r *Record) TakeDecoded(from *Record) {
 		r.decoded = d
 	}
 }
+
+// DecodedSlot holds a decoded form that a subtask attaches to record after
+// record without allocating (SetDecodedIn): each record given the slot
+// reads it back (Decoded) only while the slot describes that record's
+// bytes; once it holds the next record's, Decoded on an earlier record
+// returns false, as for a record nothing was attached to. Only for the
+// subtask's own goroutine, which runs its chain (a Writer drops the
+// decoded form, so it never crosses a channel).
+type DecodedSlot struct{ d decodedValue }
+
+// SetDecodedIn is SetDecoded keeping v in slot instead of a new
+// allocation; see DecodedSlot.
+func (r *Record) SetDecodedIn(slot *DecodedSlot, v any) {
+	slot.d = decodedValue{n: len(r.Value), v: v}
+	if len(r.Value) > 0 {
+		slot.d.of = &r.Value[0]
+	}
+	r.decoded = &slot.d
+}
