@@ -145,3 +145,28 @@ func (d *Doc) index() {
 		d.state = 1
 	}
 }
+
+// Reset makes d the Doc of b (as NewDoc, or NewValidDoc when valid),
+// reusing its memory: for an operator that reads record after record and
+// hands none of its Docs on (or hands on a Clone).
+func (d *Doc) Reset(b []byte, valid bool) {
+	clear(d.fields)
+	fields := d.fields[:0]
+	*d = Doc{json: b, valid: valid, fields: fields}
+	if cap(fields) == len(d.inline) {
+		d.fields = nil // it was the old inline array: take d's own again
+	}
+}
+
+// Clone returns a copy of d on the heap sharing what d decoded (read-only),
+// for a Doc reused with Reset to be handed on.
+func (d *Doc) Clone() *Doc {
+	c := new(Doc)
+	*c = *d
+	if len(d.fields) <= len(d.inline) {
+		c.fields = append(c.inline[:0], d.fields...)
+	} else {
+		c.fields = append([]docField(nil), d.fields...)
+	}
+	return c
+}

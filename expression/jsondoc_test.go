@@ -14,7 +14,8 @@ import (
 // of the bytes when it fails): the same results and errors for programs
 // reading fields (present, missing, repeated, nested, escaped keys), value,
 // and both, in every order; a Doc whose JSON the source checked
-// (NewValidDoc) reads the same. Numbers (int, float, exponents, beyond
+// (NewValidDoc), a Doc reused for another record before (Reset) and a
+// Clone of a Doc one program read already read the same. Numbers (int, float, exponents, beyond
 // int64 and float64), unicode, escapes and null are in the seeds.
 func FuzzDocEqualsWholeDecode(f *testing.F) {
 	for _, s := range []string{
@@ -37,6 +38,8 @@ func FuzzDocEqualsWholeDecode(f *testing.F) {
 		}
 		compiled[i] = p
 	}
+	// reused reads another record before each input (Doc.Reset).
+	var reused Doc
 	f.Fuzz(func(t *testing.T, b []byte, order uint8) {
 		var whole any
 		if v, err := DecodeJSON(b); err == nil {
@@ -48,6 +51,16 @@ func FuzzDocEqualsWholeDecode(f *testing.F) {
 		if gjson.ValidBytes(b) {
 			docs = append(docs, NewValidDoc(b))
 		}
+		reused.Reset([]byte(`{"amount":1,"id":2,"note":3,"a":4,"b":5,"c":6,"d":7}`), true)
+		if _, err := compiled[5].Eval(NewEnv(&Input{Doc: &reused})); err != nil {
+			t.Fatal(err)
+		}
+		reused.Reset(b, false)
+		half := NewDoc(b)
+		if _, err := compiled[int(order)%len(compiled)].Eval(NewEnv(&Input{Doc: half})); err != nil && err.Error() == "" {
+			t.Fatal(err)
+		}
+		docs = append(docs, &reused, half.Clone())
 		for _, doc := range docs {
 			for j := range compiled {
 				i := (j + int(order)) % len(compiled)

@@ -128,6 +128,9 @@ type RecordEnv struct {
 	in      expression.Input
 	headers []expression.Header
 	env     expression.Env
+	// own is the Doc of a record that came with none, reused from record
+	// to record; Keep hands on a copy.
+	own expression.Doc
 }
 
 // Reset makes e the environment of rec and returns it.
@@ -142,14 +145,18 @@ func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 		case *expression.Doc:
 			e.in.Doc = d // read (fields, or whole) by an operator before this one in the chain
 		case runtime.ValidJSON:
-			e.in.Doc = expression.NewValidDoc(rec.Value) // checked by the source, or written by an operator: not checked again
+			// Checked by the source, or written by an operator: not
+			// checked again.
+			e.own.Reset(rec.Value, true)
+			e.in.Doc = &e.own
 		default:
 			e.in.Value = v // decoded by an operator before this one in the chain
 		}
 	} else if rec.Value != nil {
 		// Read on first need, and only the fields read: an expression of
 		// key alone never decodes it.
-		e.in.Doc = expression.NewDoc(rec.Value)
+		e.own.Reset(rec.Value, false)
+		e.in.Doc = &e.own
 	}
 	e.in.Key = rec.Key
 	e.in.Timestamp = rec.Timestamp
@@ -174,6 +181,11 @@ func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 func (e *RecordEnv) Keep(rec *runtime.Record) {
 	if len(rec.Value) == 0 || len(rec.Value) != len(e.src) || &rec.Value[0] != &e.src[0] {
 		return
+	}
+	if e.in.Doc == &e.own {
+		// The own Doc is reused by the next Reset: hand on a copy.
+		e.in.Doc = e.own.Clone()
+		e.env.Reset(&e.in) // the same record, reading the copy
 	}
 	if e.in.Doc != nil {
 		if v, ok := rec.Decoded(); !ok || v != any(e.in.Doc) {
