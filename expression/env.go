@@ -2,10 +2,7 @@ package expression
 
 import (
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/tidwall/gjson"
 
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/interpreter"
@@ -33,6 +30,11 @@ type Input struct {
 	// headers never decodes it. JSON that does not decode is seen as the
 	// string of its bytes.
 	JSON []byte
+	// Doc, when not nil and Value is nil, is the undecoded value shared
+	// by the Envs of a chain (what JSON is for one Env): the fields and
+	// the whole value one Env decoded, the next reads again without
+	// decoding. It wins over JSON.
+	Doc *Doc
 	// Key is the record key, seen as the string key; nil is null, an empty
 	// non-nil slice the empty string.
 	Key []byte
@@ -66,8 +68,8 @@ type Header struct {
 type Env struct {
 	value   any
 	fields  map[string]any // value as a JSON object, or nil
-	json    []byte         // undecoded value, while pending
-	pending bool           // json is still to decode
+	doc     *Doc           // the undecoded value (Input.Doc, or own), or nil
+	pending bool           // doc is still to decode whole
 	keyRaw  []byte
 	ts      int64
 	hdrsRaw []Header
@@ -78,21 +80,9 @@ type Env struct {
 	headers  map[string]string // once hdrsDone
 	hdrsDone bool
 
-	// While the value is pending, a field is read from the JSON alone
-	// (lazy, fieldwise): lazy is 0 until the JSON was checked, 1 when it
-	// is an object whose fields decode one by one exactly as the whole
-	// would, -1 when the whole must be decoded; str is the JSON as a
-	// string once lazy is 1, and got the fields read so far.
-	lazy int8
-	str  string
-	got  []lazyField
-}
-
-// lazyField is one top-level field read from the undecoded JSON.
-type lazyField struct {
-	name    string
-	value   any
-	missing bool // the object has no such field
+	// own is the Doc of Input.JSON, reused from record to record. While
+	// the value is pending, a field is read from the JSON alone (Doc).
+	own Doc
 }
 
 // NewEnv returns the Env of in. A nil in is an empty record.
@@ -106,16 +96,27 @@ func NewEnv(in *Input) *Env {
 // evaluate record after record without allocating an Env each time. A nil
 // in is an empty record.
 func (e *Env) Reset(in *Input) {
-	got := e.got[:0]
-	clear(e.got)
-	*e = Env{got: got}
+	fields := e.own.fields[:0]
+	clear(e.own.fields)
+	*e = Env{own: Doc{fields: fields}}
 	if in == nil {
 		return
 	}
 	e.value = in.Value
-	e.fields, _ = in.Value.(map[string]any)
-	e.json = in.JSON
-	e.pending = in.Value == nil && in.JSON != nil
+	if in.Value == nil {
+		switch {
+		case in.Doc != nil:
+			e.doc = in.Doc
+		case in.JSON != nil:
+			e.own.json = in.JSON
+			e.doc = &e.own
+		}
+		if e.doc != nil {
+			e.value, e.pending = e.doc.Decoded()
+			e.pending = !e.pending
+		}
+	}
+	e.fields, _ = e.value.(map[string]any)
 	e.keyRaw = in.Key
 	if !in.Timestamp.IsZero() {
 		e.ts = in.Timestamp.UnixMilli()
@@ -130,11 +131,17 @@ func (e *Env) Reset(in *Input) {
 // yet. An operator hands it on with the record, so that the next
 // operator's Env starts from it (Input.Value) instead of decoding again.
 func (e *Env) Decoded() (any, bool) {
-	if e.json == nil || e.pending {
+	if e.doc == nil || e.pending {
 		return nil, false
 	}
 	return e.value, true
 }
+
+// Doc returns the Doc e reads the value from: Input.Doc, or for
+// Input.JSON e's own Doc, valid until the next Reset (not to be kept
+// beyond it); nil when the value was given decoded (Input.Value) or there
+// is none.
+func (e *Env) Doc() *Doc { return e.doc }
 
 // activation is Env as CEL sees it; the conversion from *Env is free and
 // keeps ResolveName out of Env's documented methods.
@@ -189,84 +196,40 @@ func (a *activation) decode() {
 		return
 	}
 	a.pending = false
-	v, err := DecodeJSON(a.json)
-	if err != nil {
-		v = string(a.json)
-	}
-	a.value = v
-	a.fields, _ = v.(map[string]any)
+	a.value = a.doc.Whole()
+	a.fields, _ = a.value.(map[string]any)
 }
 
-// field returns the top-level field name of the pending JSON value without
+// field returns the top-level field name of the pending value without
 // decoding the whole value (an expression reading a few fields of a large
-// record decodes only those), and true; false when the JSON is not an
-// object whose fields decode one by one exactly as DecodeJSON decodes the
-// whole (invalid JSON, another kind of value, a number DecodeJSON could
-// refuse: see fieldwise): then the caller decodes the whole value. A field
-// the object lacks is the error value of a missing field. A key that
+// record decodes only those; Doc), and true; false when the JSON is not
+// an object whose fields decode one by one exactly as DecodeJSON decodes
+// the whole (invalid JSON, another kind of value, a number DecodeJSON
+// could refuse: see fieldwise): then the caller decodes the whole value. A
+// field the object lacks is the error value of a missing field. A key that
 // repeats gives its last value, as DecodeJSON's map does.
 func (a *activation) field(name string) (any, bool) {
-	if a.lazy == 0 {
-		a.lazy = -1
-		if fieldwise(a.json) {
-			a.lazy, a.str = 1, string(a.json)
-		}
-	}
-	if a.lazy < 0 {
-		return nil, false
-	}
-	for _, f := range a.got {
-		if f.name == name {
-			if f.missing {
-				// A new error value each time: CEL labels it with the
-				// node of the program that reached it.
-				return types.NewErr("%s", missing(map[string]any(nil), name)), true
-			}
-			return f.value, true
-		}
-	}
-	var raw gjson.Result
-	found, ok := false, true
-	gjson.Parse(a.str).ForEach(func(k, v gjson.Result) bool {
-		key := k.Raw[1 : len(k.Raw)-1]
-		if strings.ContainsAny(key, "\\") || !isASCII(key) {
-			var err error
-			if key, err = jsonString(k.Raw); err != nil {
-				ok = false
-				return false
-			}
-		}
-		if key == name {
-			raw, found = v, true
-		}
-		return true
-	})
+	v, found, ok := a.doc.field(name)
 	if !ok {
-		a.lazy = -1
 		return nil, false
 	}
 	if !found {
-		a.got = append(a.got, lazyField{name: name, missing: true})
+		// A new error value each time: CEL labels it with the node of
+		// the program that reached it.
 		return types.NewErr("%s", missing(map[string]any(nil), name)), true
 	}
-	v, err := fromGJSON(raw)
-	if err != nil {
-		a.lazy = -1 // DecodeJSON fails on the whole too
-		return nil, false
-	}
-	a.got = append(a.got, lazyField{name: name, value: v})
 	return v, true
 }
 
-// fieldwise reports whether b is a JSON object whose fields can be read
-// one by one with the results DecodeJSON gives for the whole: valid JSON
-// starting with '{' (after white space), holding no number DecodeJSON
-// could find out of range (no exponent after a digit or '.', no run of
-// more than 300 digits; such a number anywhere makes DecodeJSON fail on
-// the whole value, which is then seen as a string). The check is
+// objectOfSafeNumbers reports whether b, if it is valid JSON, is an object
+// whose fields read one by one give the results DecodeJSON gives for the
+// whole: it starts with '{' (after white space) and holds no number
+// DecodeJSON could find out of range (no exponent after a digit or '.',
+// no run of more than 300 digits; such a number anywhere makes DecodeJSON
+// fail on the whole value, which is then seen as a string). The check is
 // conservative: a string such as "1e5" also sends the record to the whole
-// decode.
-func fieldwise(b []byte) bool {
+// decode. It does not check that b is valid.
+func objectOfSafeNumbers(b []byte) bool {
 	i := 0
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
@@ -288,7 +251,7 @@ func fieldwise(b []byte) bool {
 		}
 		digits = 0
 	}
-	return gjson.ValidBytes(b)
+	return true
 }
 
 // isASCII reports whether s is plain ASCII.

@@ -146,7 +146,18 @@ func numbers(v any) (any, error) {
 // JSON with map keys sorted, as encoding/json does, and without escaping
 // <, > and &. It returns an error, prefixed "expression: ", for values JSON
 // cannot hold (NaN or infinite numbers, channels, functions, cyclic data).
+//
+// The values an evaluation returns are written directly ([AppendJSON]);
+// others go through encoding/json's Encoder, whose bytes both write
+// (FuzzAppendJSONEqualsEncodeJSON).
 func EncodeJSON(v any) ([]byte, error) {
+	b, _, err := AppendJSON(nil, v)
+	return b, err
+}
+
+// encodeJSONStd is EncodeJSON with encoding/json alone: the reference
+// AppendJSON agrees with, and its errors.
+func encodeJSONStd(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

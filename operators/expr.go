@@ -128,18 +128,35 @@ type RecordEnv struct {
 	in      expression.Input
 	headers []expression.Header
 	env     expression.Env
+	// own is the Doc of a record that came with none, reused from record
+	// to record; Keep hands on a copy.
+	own expression.Doc
 }
 
 // Reset makes e the environment of rec and returns it.
 func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 	e.in.Value, e.in.JSON = nil, nil
 	e.src = rec.Value
+	e.in.Doc = nil
 	if rec.Format == runtime.FormatText {
 		e.in.Value = string(rec.Value) // a string or bytes source: never decoded
 	} else if v, ok := rec.Decoded(); ok {
-		e.in.Value = v // decoded by an operator before this one in the chain
-	} else {
-		e.in.JSON = rec.Value // decoded on first need: an expression of key alone never decodes it
+		switch d := v.(type) {
+		case *expression.Doc:
+			e.in.Doc = d // read (fields, or whole) by an operator before this one in the chain
+		case runtime.ValidJSON:
+			// Checked by the source, or written by an operator: not
+			// checked again.
+			e.own.Reset(rec.Value, true)
+			e.in.Doc = &e.own
+		default:
+			e.in.Value = v // decoded by an operator before this one in the chain
+		}
+	} else if rec.Value != nil {
+		// Read on first need, and only the fields read: an expression of
+		// key alone never decodes it.
+		e.own.Reset(rec.Value, false)
+		e.in.Doc = &e.own
 	}
 	e.in.Key = rec.Key
 	e.in.Timestamp = rec.Timestamp
@@ -153,19 +170,43 @@ func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 	return &e.env
 }
 
-// Keep attaches to rec the value the environment decoded from rec's value
-// (runtime.Record.SetDecoded), if an expression made it decode one: an
-// operator that passes rec on with its value unchanged calls it, so the
-// next operator of the chain reuses the decoded value instead of decoding
-// the JSON again. A record whose value is not the one e was Reset with
-// (the same bytes) gets nothing.
+// Keep attaches to rec what the environment read of rec's value
+// (runtime.Record.SetDecoded): the fields its expressions read from the
+// JSON, or the whole value they decoded (an expression.Doc, or the value
+// itself). An operator that passes rec on with its value unchanged calls
+// it, so that the next operator of the chain reads the value without
+// checking or decoding the JSON again (one decode per record per chain).
+// A record whose value is not the one e was Reset with (the same bytes)
+// gets nothing.
 func (e *RecordEnv) Keep(rec *runtime.Record) {
 	if len(rec.Value) == 0 || len(rec.Value) != len(e.src) || &rec.Value[0] != &e.src[0] {
 		return
 	}
-	if v, ok := e.env.Decoded(); ok {
-		rec.SetDecoded(v)
+	if e.in.Doc == &e.own {
+		// The own Doc is reused by the next Reset: hand on a copy.
+		e.in.Doc = e.own.Clone()
+		e.env.Reset(&e.in) // the same record, reading the copy
 	}
+	if e.in.Doc != nil {
+		if v, ok := rec.Decoded(); !ok || v != any(e.in.Doc) {
+			rec.SetDecoded(e.in.Doc)
+		}
+	}
+}
+
+// Value returns the value of the record e was Reset with as its
+// expressions see it (value): decoded at most once per chain (through the
+// record's expression.Doc), the string of its bytes for a text format or
+// a value that is not JSON, nil for a nil value. For an operator that
+// hands the whole value to an expression of its own (a join's select).
+func (e *RecordEnv) Value() any {
+	if e.src == nil {
+		return nil
+	}
+	if e.in.Doc != nil {
+		return e.in.Doc.Whole()
+	}
+	return e.in.Value
 }
 
 // EvalRecordError turns an evaluation failure into the bad record it is:

@@ -184,7 +184,7 @@ func (j *GlobalTableJoin) ProcessElement(_ context.Context, rec runtime.Record, 
 	if row != nil {
 		right = row.value()
 	}
-	o, err := selectJoinOutput(j.sel, &j.out, &j.outEnv, j.joined, rec, decodeValue(rec.Value, rec.Format == runtime.FormatText), right)
+	o, err := selectJoinOutput(j.sel, &j.out, &j.outEnv, j.joined, rec, j.env.Value(), right)
 	if err != nil {
 		return err
 	}

@@ -65,6 +65,7 @@ type Map struct {
 	headers    []headerExpr // sorted by name
 	drop       []string     // names removed, those set included
 	env        RecordEnv
+	sizeHint   int // bytes to allocate for the next value: about the last one's
 }
 
 // headerExpr is one header map sets.
@@ -113,10 +114,24 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 		if err != nil {
 			return EvalRecordError(err)
 		}
-		if o.Value, err = expression.EncodeJSON(v); err != nil {
+		// Encoded once, directly (expression.AppendJSON writes what
+		// EncodeJSON would), into a new slice: the record may be held
+		// downstream (a sink's buffer) after this returns.
+		b, same, err := expression.AppendJSON(make([]byte, 0, m.sizeHint), v)
+		if err != nil {
 			return resultError(m.value, "value", "is not JSON: "+err.Error())
 		}
+		m.sizeHint = len(b) + len(b)/8
+		o.Value = b
 		o.Format = runtime.FormatJSON
+		// The next operator of the chain reads the result without
+		// decoding it (it is what the JSON decodes to), or at least
+		// without checking the JSON again.
+		if same {
+			o.SetDecoded(v)
+		} else {
+			o.SetDecoded(runtime.ValidJSON{})
+		}
 	}
 	if m.key.IsSet() {
 		v, err := m.key.Program().Eval(env)
@@ -163,6 +178,6 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 			o.Headers = nil
 		}
 	}
-	m.env.Keep(&o) // kept only while o's value is rec's (runtime.Record.Decoded)
+	m.env.Keep(&o) // only while o's value is rec's (runtime.Record.Decoded)
 	return out.Collect(o)
 }

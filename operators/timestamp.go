@@ -51,6 +51,7 @@ func NewTimestampAssigner(e Expression, unit TimestampUnit) func(rec *runtime.Re
 		if err != nil {
 			return time.Time{}, EvalRecordError(err)
 		}
+		env.Keep(rec) // the operators after the source read what it read
 		bad := func(msg string) (time.Time, error) {
 			return time.Time{}, resultError(e, "timestamp", msg)
 		}

@@ -396,8 +396,11 @@ type KafkaSource struct {
 	sides   runtime.SideOutputs // the dead-letter writer, or none
 	// chain are the operators (and sink) chained to the source, run on
 	// its goroutine (HostChain); runCtx is Run's ctx, which they get.
-	chain  runtime.Chain
-	runCtx context.Context
+	chain runtime.Chain
+	// validJSON marks the record being emitted valid JSON for the chain
+	// (runtime.ValidJSON), reused from record to record.
+	validJSON runtime.DecodedSlot
+	runCtx    context.Context
 
 	// Only the subtask goroutine touches these.
 	cl      *kgo.Client
@@ -1159,10 +1162,15 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 	if s.cfg.Table {
 		rec.Change = tableChange(rec.Value)
 	}
+	if s.cfg.Format == FormatJSON && s.cfg.Decoder == nil && len(rec.Value) > 0 {
+		// decode checked it: the operators of the chain do not again.
+		rec.SetDecodedIn(&s.validJSON, runtime.ValidJSON{})
+	}
 	what := "the Kafka timestamp"
 	if s.cfg.Timestamp != nil && rec.Value != nil {
 		s.scratch = rec
 		ts, err := s.cfg.Timestamp(&s.scratch)
+		rec.TakeDecoded(&s.scratch) // what the expression read, for the operators of the chain
 		s.scratch = runtime.Record{}
 		if err != nil {
 			re := &runtime.RecordError{Reason: ReasonEvalError, Detail: err.Error()}

@@ -1,0 +1,172 @@
+package expression
+
+import (
+	"math"
+	"strings"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// Doc is one undecoded JSON record value as the expressions of a chain
+// read it (Input.Doc): the JSON is checked once, its top-level fields are
+// indexed in one pass and each is decoded the first time an expression
+// reads it, and the whole value is decoded at most once, however many
+// Envs (one per operator of the chain) read it. What an expression sees
+// through a Doc is exactly what it sees through Input.JSON: the value
+// [DecodeJSON] makes of the bytes, or the string of the bytes when that
+// fails (FuzzDocEqualsWholeDecode).
+//
+// A Doc refers to its JSON without copying it; the bytes must not change
+// while it is in use. It caches what it decoded, so it is not safe for
+// concurrent use: it is shared by the operators of one chain, which run on
+// one goroutine (runtime.Record.SetDecoded keeps it from crossing a
+// channel). The values it returns are shared read-only.
+type Doc struct {
+	json []byte
+	// valid: json is known to be valid JSON (a source checked it); the
+	// check for a fieldwise read then only looks at its numbers.
+	valid bool
+	// state is 0 until the JSON was looked at, 1 when it is an object
+	// whose fields are read one by one exactly as the whole would decode
+	// (fields is its index), -1 when the whole must be decoded.
+	state  int8
+	str    string // json as a string, once state is 1
+	fields []docField
+	// inline holds the fields of a small object: one allocation per Doc.
+	inline [6]docField
+
+	whole     any // the whole value, once wholeDone
+	wholeDone bool
+}
+
+// docField is one top-level field of a Doc's object, in the order of the
+// JSON (a repeated key appears twice; the last one counts).
+type docField struct {
+	name     string
+	value    any    // decoded, once done
+	from, to uint32 // the undecoded JSON of the field's value: str[from:to]
+	done     bool
+}
+
+// NewDoc returns the Doc of the JSON value b (which need not be valid: a
+// Doc of invalid JSON reads as the string of b, as Input.JSON does).
+func NewDoc(b []byte) *Doc { return &Doc{json: b} }
+
+// NewValidDoc is NewDoc for b known to be valid JSON (gjson.ValidBytes or
+// encoding/json's Valid returned true on it): the Doc does not check it
+// again. Given invalid JSON its results are undefined.
+func NewValidDoc(b []byte) *Doc { return &Doc{json: b, valid: true} }
+
+// JSON returns the bytes d reads.
+func (d *Doc) JSON() []byte { return d.json }
+
+// Whole returns the whole value decoded by DecodeJSON, or the string of
+// the bytes when DecodeJSON fails; it decodes at most once.
+func (d *Doc) Whole() any {
+	if !d.wholeDone {
+		v, err := DecodeJSON(d.json)
+		if err != nil {
+			v = string(d.json)
+		}
+		d.whole, d.wholeDone = v, true
+	}
+	return d.whole
+}
+
+// Decoded returns the whole value and true once Whole decoded it, nil and
+// false before.
+func (d *Doc) Decoded() (any, bool) { return d.whole, d.wholeDone }
+
+// field returns the top-level field name of the value without decoding
+// the whole value: its value and found true, or found false when the
+// object lacks it (a key that repeats gives its last value, as DecodeJSON's
+// map does); ok is false when the value cannot be read field by field
+// (invalid JSON, not an object, a number DecodeJSON could refuse: see
+// fieldwise), and then the caller decodes the whole value.
+func (d *Doc) field(name string) (v any, found, ok bool) {
+	if d.state == 0 {
+		d.index()
+	}
+	if d.state < 0 {
+		return nil, false, false
+	}
+	for i := len(d.fields) - 1; i >= 0; i-- {
+		f := &d.fields[i]
+		if f.name != name {
+			continue
+		}
+		if !f.done {
+			v, err := fromGJSON(gjson.Parse(d.str[f.from:f.to]))
+			if err != nil {
+				d.state = -1 // DecodeJSON fails on the whole too
+				return nil, false, false
+			}
+			f.value, f.done = v, true
+		}
+		return f.value, true, true
+	}
+	return nil, false, true
+}
+
+// index checks that the JSON is read field by field as the whole decodes
+// and lists its top-level fields; state is 1 when it is, -1 otherwise.
+func (d *Doc) index() {
+	d.state = -1
+	if len(d.json) > math.MaxUint32 || !objectOfSafeNumbers(d.json) || (!d.valid && !gjson.ValidBytes(d.json)) {
+		return
+	}
+	d.str = string(d.json)
+	if d.fields == nil {
+		d.fields = d.inline[:0]
+	}
+	ok := true
+	root := gjson.Parse(d.str)
+	base := len(d.str) - len(root.Raw) // Raw is str from the '{' on
+	root.ForEach(func(k, v gjson.Result) bool {
+		key := k.Raw[1 : len(k.Raw)-1]
+		if strings.ContainsAny(key, "\\") || !isASCII(key) {
+			var err error
+			if key, err = jsonString(k.Raw); err != nil {
+				ok = false
+				return false
+			}
+		}
+		// v.Index is v.Raw's offset in root.Raw; v.Raw is a part of str.
+		from := base + v.Index
+		if from+len(v.Raw) > len(d.str) || unsafe.StringData(d.str[from:]) != unsafe.StringData(v.Raw) {
+			ok = false
+			return false
+		}
+		d.fields = append(d.fields, docField{name: key, from: uint32(from), to: uint32(from + len(v.Raw))})
+		return true
+	})
+	if ok {
+		d.state = 1
+	}
+}
+
+// Reset makes d the Doc of b (as NewDoc, or NewValidDoc when valid),
+// reusing its memory: for an operator that reads record after record and
+// hands none of its Docs on (or hands on a Clone).
+func (d *Doc) Reset(b []byte, valid bool) {
+	clear(d.fields)
+	fields := d.fields[:0]
+	*d = Doc{json: b, valid: valid, fields: fields}
+	if cap(fields) == len(d.inline) {
+		d.fields = nil // it was the old inline array: take d's own again
+	}
+}
+
+// Clone returns a copy of d on the heap sharing what d decoded (read-only),
+// for a Doc reused with Reset to be handed on.
+func (d *Doc) Clone() *Doc {
+	c := new(Doc)
+	*c = *d
+	if len(d.fields) <= len(d.inline) {
+		c.fields = append(c.inline[:0], d.fields...)
+	} else {
+		c.fields = append([]docField(nil), d.fields...)
+	}
+	return c
+}

@@ -1,0 +1,117 @@
+package expression
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// FuzzDocEqualsWholeDecode checks that Envs reading one shared Doc, as the
+// operators of a chain do (one Env each, in turn), see exactly what an
+// Env of the whole decoded value sees (DecodeJSON's result, or the string
+// of the bytes when it fails): the same results and errors for programs
+// reading fields (present, missing, repeated, nested, escaped keys), value,
+// and both, in every order; a Doc whose JSON the source checked
+// (NewValidDoc), a Doc reused for another record before (Reset) and a
+// Clone of a Doc one program read already read the same. Numbers (int, float, exponents, beyond
+// int64 and float64), unicode, escapes and null are in the seeds.
+func FuzzDocEqualsWholeDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"event_type":2,"bid":{"auction":1000,"bidder":7,"price":46,"url":"https://x/y?channel_id=3","extra":"cc"}}`,
+		`{"id":17,"key":"k000042","amount":512,"note":"xx"}`, `{"amount":1,"amount":700}`, `{"amount":"a lot"}`,
+		`{"\u0061mount":3,"id":4}`, "{\"am\xffount\":1,\"id\":2}", `{"amount":5,"big":1e400}`, `{"amount":5,"big":1e4}`,
+		`{"amount":2.5e1,"id":-0}`, `[{"amount":1}]`, `{"amount":1`, `"amount"`, `null`, ``, `{}`,
+		`  {"amount":9223372036854775808,"id":9223372036854775807}`, `{"amount":null,"id":true}`,
+		`{"amount":{"x":[1,2.5,"\u00e9\n"]},"id":"日本"}`, "\n\t {\"id\" : 1 , \"amount\":[1, 2] , \"note\": \"n\" }", "{\"amount\":\"\\ud800\",\"id\":\"\xff\"}",
+	} {
+		f.Add([]byte(s), uint8(0))
+	}
+	progs := []string{`amount`, `id`, `amount.x`, `has(amount.x) ? amount.x : id`, `value`, `[amount, id, value.id]`,
+		`amount < 500`, `{"id": id, "amount": amount}`, `note`, `has(value.id) ? id : 0`}
+	compiled := make([]*Program, len(progs))
+	for i, src := range progs {
+		p, err := Compile(src)
+		if err != nil {
+			f.Fatal(err)
+		}
+		compiled[i] = p
+	}
+	// reused reads another record before each input (Doc.Reset).
+	var reused Doc
+	f.Fuzz(func(t *testing.T, b []byte, order uint8) {
+		var whole any
+		if v, err := DecodeJSON(b); err == nil {
+			whole = v
+		} else {
+			whole = string(b)
+		}
+		docs := []*Doc{NewDoc(b)}
+		if gjson.ValidBytes(b) {
+			docs = append(docs, NewValidDoc(b))
+		}
+		reused.Reset([]byte(`{"amount":1,"id":2,"note":3,"a":4,"b":5,"c":6,"d":7}`), true)
+		if _, err := compiled[5].Eval(NewEnv(&Input{Doc: &reused})); err != nil {
+			t.Fatal(err)
+		}
+		reused.Reset(b, false)
+		half := NewDoc(b)
+		if _, err := compiled[int(order)%len(compiled)].Eval(NewEnv(&Input{Doc: half})); err != nil && err.Error() == "" {
+			t.Fatal(err)
+		}
+		docs = append(docs, &reused, half.Clone())
+		for _, doc := range docs {
+			for j := range compiled {
+				i := (j + int(order)) % len(compiled)
+				p := compiled[i]
+				got, gerr := p.Eval(NewEnv(&Input{Doc: doc, JSON: []byte("ignored")}))
+				want, werr := p.Eval(NewEnv(&Input{Value: whole}))
+				if fmt.Sprint(gerr) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
+					t.Fatalf("%s on %q (valid %v, after %d programs): doc %#v, %v; whole %#v, %v", progs[i], b, doc.valid, j, got, gerr, want, werr)
+				}
+			}
+		}
+	})
+}
+
+// TestDocDecodesOnce: Envs sharing a Doc decode a field once (the second
+// Env gets the very map the first decoded) and the whole value once; an
+// Env whose Doc was decoded whole starts from that value.
+func TestDocDecodesOnce(t *testing.T) {
+	doc := NewValidDoc([]byte(`{"event_type":2,"bid":{"auction":5,"extra":"c"},"bid":{"auction":6}}`))
+	p, err := Compile(`bid`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e1 := NewEnv(&Input{Doc: doc})
+	v1, err := p.Eval(e1)
+	if err != nil || !reflect.DeepEqual(v1, map[string]any{"auction": int64(6)}) {
+		t.Fatalf("bid = %#v, %v; want the last bid", v1, err)
+	}
+	if e1.Doc() != doc {
+		t.Error("Env.Doc is not the Doc it was given")
+	}
+	if _, decoded := doc.Decoded(); decoded {
+		t.Error("reading a field decoded the whole value")
+	}
+	v2, err := p.Eval(NewEnv(&Input{Doc: doc}))
+	if err != nil || reflect.ValueOf(v2).UnsafePointer() != reflect.ValueOf(v1).UnsafePointer() {
+		t.Errorf("a second Env decoded bid again (%p vs %p), %v", v2, v1, err)
+	}
+	pv, err := Compile(`value.event_type`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := pv.Eval(NewEnv(&Input{Doc: doc})); err != nil || v != int64(2) {
+		t.Fatalf("value.event_type = %v, %v", v, err)
+	}
+	w1, decoded := doc.Decoded()
+	if !decoded {
+		t.Fatal("reading value left the Doc undecoded")
+	}
+	e3 := NewEnv(&Input{Doc: doc})
+	if w, ok := e3.Decoded(); !ok || reflect.ValueOf(w).UnsafePointer() != reflect.ValueOf(w1).UnsafePointer() {
+		t.Errorf("an Env of a decoded Doc: Decoded() = %v, %v; want the Doc's whole value", w, ok)
+	}
+}

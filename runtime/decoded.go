@@ -1,0 +1,38 @@
+package runtime
+
+// ValidJSON is the decoded form (Record.SetDecoded) of a record value
+// known to be one valid JSON value, nothing of it decoded yet: a Kafka
+// source of format json attaches it once it checked the value, and an
+// operator that wrote the value as JSON itself attaches it, so that the
+// first operator of the chain to read the value does not check it again
+// (the JSON is checked once per record per chain).
+type ValidJSON struct{}
+
+// TakeDecoded gives r the decoded form attached to from (SetDecoded) when
+// from's value is r's (the same bytes, not equal ones); otherwise r is
+// left as it is. It copies no value and allocates nothing: for a subtask
+// that evaluates on a scratch copy of its record.
+func (r *Record) TakeDecoded(from *Record) {
+	if d := from.decoded; d != nil && d.n == len(r.Value) && (d.n == 0 || d.of == &r.Value[0]) {
+		r.decoded = d
+	}
+}
+
+// DecodedSlot holds a decoded form that a subtask attaches to record after
+// record without allocating (SetDecodedIn): each record given the slot
+// reads it back (Decoded) only while the slot describes that record's
+// bytes; once it holds the next record's, Decoded on an earlier record
+// returns false, as for a record nothing was attached to. Only for the
+// subtask's own goroutine, which runs its chain (a Writer drops the
+// decoded form, so it never crosses a channel).
+type DecodedSlot struct{ d decodedValue }
+
+// SetDecodedIn is SetDecoded keeping v in slot instead of a new
+// allocation; see DecodedSlot.
+func (r *Record) SetDecodedIn(slot *DecodedSlot, v any) {
+	slot.d = decodedValue{n: len(r.Value), v: v}
+	if len(r.Value) > 0 {
+		slot.d.of = &r.Value[0]
+	}
+	r.decoded = &slot.d
+}
