@@ -143,7 +143,9 @@ type joinRow struct {
 // joinRowsSerializer encodes a list of rows: a uvarint count, then per row
 // its time (varint), a flags byte (1 matched, 2 text, 4 nil value, 8 index
 // row), a uvarint length and the value's bytes. Name "join-rows-v1".
-// Decoded values share one copy of the encoded bytes.
+// Decoded values share one copy of the encoded bytes. It is a
+// state.HeapSerializer (Copy, AppendKept, View, Size), writing the same
+// bytes, so checkpoints are those of before.
 type joinRowsSerializer struct{}
 
 func (joinRowsSerializer) Name() string { return "join-rows-v1" }
@@ -338,7 +340,10 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // Layout and cost: a key's side keeps up to spillRows rows in one list (a
 // ValueState, arrival order): a record reads the other side's list and its
 // own and writes its own, all in the backend's write cache for a key seen
-// recently, and a timer rewrites one list per side. A side with more rows
+// recently (on Pebble kept decoded there: joinRowsSerializer is a
+// state.HeapSerializer), and a timer rewrites one list per side; a list
+// and a timer created and removed between two checkpoints never reach
+// Pebble. A side with more rows
 // (a hot key) moves them into a MapState by event time, the list keeping
 // an index row with their count: a record then range-reads only the other
 // side's times in its interval (state.MapRange: only those rows decoded)
