@@ -200,12 +200,15 @@ func selectJoinOutput(sel Expression, in *expression.Input, env *expression.Env,
 	*in = expression.Input{Value: joined, Key: rec.Key, Timestamp: rec.Timestamp}
 	env.Reset(in)
 	v, err := sel.Program().Eval(env)
-	joined["left"], joined["right"] = nil, nil
 	if err != nil {
+		joined["left"], joined["right"] = nil, nil
 		return runtime.Record{}, EvalRecordError(err)
 	}
 	o := rec
-	if o.Value, err = expression.EncodeJSON(v); err != nil {
+	// Cleared after encoding: the result may be joined itself (value).
+	o.Value, err = expression.EncodeJSON(v)
+	joined["left"], joined["right"] = nil, nil
+	if err != nil {
 		return runtime.Record{}, resultError(sel, "select", "is not JSON: "+err.Error())
 	}
 	o.Format = runtime.FormatJSON

@@ -143,7 +143,9 @@ type joinRow struct {
 // joinRowsSerializer encodes a list of rows: a uvarint count, then per row
 // its time (varint), a flags byte (1 matched, 2 text, 4 nil value, 8 index
 // row), a uvarint length and the value's bytes. Name "join-rows-v1".
-// Decoded values share one copy of the encoded bytes.
+// Decoded values share one copy of the encoded bytes. It is a
+// state.HeapSerializer (Copy, AppendKept, View, Size), writing the same
+// bytes, so checkpoints are those of before.
 type joinRowsSerializer struct{}
 
 func (joinRowsSerializer) Name() string { return "join-rows-v1" }
@@ -210,6 +212,101 @@ func (joinRowsSerializer) Decode(b []byte) ([]joinRow, error) {
 	return rows, nil
 }
 
+// Copy implements state.HeapSerializer: a new list of v's rows (nil for
+// nil), whose values share the memory of the rows of a known list with the
+// same value memory (a list read with Value or Get, then appended to,
+// marked matched or with rows removed: nobody changes a kept row's bytes)
+// and are copied into one new buffer otherwise (the record just
+// buffered). Known rows are matched in their order (a pointer per known
+// list), so a copy costs O(len(v) + len(known rows)). Append cannot fail,
+// so neither does Copy. With it the Pebble backend's write cache keeps a
+// key's rows decoded: a record's reads of its key's lists neither copy nor
+// decode them, and they are encoded only when the cache writes them.
+func (joinRowsSerializer) Copy(v []joinRow, known [][]joinRow) ([]joinRow, error) {
+	if v == nil {
+		return nil, nil
+	}
+	out := make([]joinRow, len(v))
+	copy(out, v)
+	var next [4]int // per known list, the index its next match is looked for from
+	if len(known) > len(next) {
+		known = known[:len(next)]
+	}
+	n := 0
+	var stack [4]int
+	fresh := stack[:0] // the rows whose value is copied
+	for i := range out {
+		val := out[i].Value
+		switch {
+		case val == nil:
+			continue
+		case len(val) == 0:
+			out[i].Value = []byte{}
+			continue
+		case joinRowKnown(val, known, next[:]):
+			continue
+		}
+		n += len(val)
+		fresh = append(fresh, i)
+	}
+	if len(fresh) == 0 {
+		return out, nil
+	}
+	buf := make([]byte, 0, n)
+	for _, i := range fresh {
+		start := len(buf)
+		buf = append(buf, out[i].Value...)
+		out[i].Value = buf[start:len(buf):len(buf)]
+	}
+	return out, nil
+}
+
+// joinRowKnownSkip is how far past its next row Copy looks for a row in
+// a known list: rows removed from a list (a timer's) are at most a list's
+// spill limit of rows; a new row, found nowhere, costs this at most per
+// known list.
+const joinRowKnownSkip = 2 * intervalJoinSpillRows
+
+// joinRowKnown reports whether value is the memory of the value of a row
+// of a known list, at most joinRowKnownSkip rows at or after next[k] in
+// list k, moving next[k] past it.
+func joinRowKnown(value []byte, known [][]joinRow, next []int) bool {
+	for k, l := range known {
+		for t := next[k]; t < len(l) && t < next[k]+joinRowKnownSkip; t++ {
+			if sameBytes(value, l[t].Value) {
+				next[k] = t + 1
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (s joinRowsSerializer) AppendKept(dst []byte, v []joinRow) ([]byte, error) {
+	return s.Append(dst, v)
+}
+
+// View implements state.HeapSerializer: a new slice of the kept rows
+// (with room for one more: a record appends its row), so the caller may
+// set a row's fields (Matched) or append rows; the values' bytes are the
+// state's and must not be changed in place.
+func (joinRowsSerializer) View(v []joinRow) []joinRow {
+	if v == nil {
+		return nil
+	}
+	return append(make([]joinRow, 0, len(v)+1), v...)
+}
+
+// Size implements state.HeapSerializer: the rows' structs and values.
+func (joinRowsSerializer) Size(v []joinRow) int {
+	n := 24 + 48*len(v)
+	for i := range v {
+		n += len(v[i].Value)
+	}
+	return n
+}
+
 // intervalListState returns the descriptor of an interval join side's
 // list layout (a key's rows, or its index row, in one value).
 func intervalListState(name string) state.ValueStateDescriptor[[]joinRow] {
@@ -243,7 +340,10 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // Layout and cost: a key's side keeps up to spillRows rows in one list (a
 // ValueState, arrival order): a record reads the other side's list and its
 // own and writes its own, all in the backend's write cache for a key seen
-// recently, and a timer rewrites one list per side. A side with more rows
+// recently (on Pebble kept decoded there: joinRowsSerializer is a
+// state.HeapSerializer), and a timer rewrites one list per side; a list
+// and a timer created and removed between two checkpoints never reach
+// Pebble. A side with more rows
 // (a hot key) moves them into a MapState by event time, the list keeping
 // an index row with their count: a record then range-reads only the other
 // side's times in its interval (state.MapRange: only those rows decoded)
@@ -393,7 +493,10 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	}
 	row := &j.row
 	*row = joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText}
-	if err := j.probe(side, row, rec.Key, lo, hi, out); err != nil {
+	j.output.pin(row) // decoded once for all its pairs
+	err := j.probe(side, row, rec.Key, lo, hi, out)
+	j.output.pin(nil)
+	if err != nil {
 		return err
 	}
 	if !j.p.Join.outer(side) {
@@ -615,37 +718,107 @@ func (j *IntervalJoin) emit(key []byte, left, right *joinRow, ts int64, out Coll
 
 // joinOutput builds a join's output records: the value
 // {"left": <left>, "right": <right><extra>} (extra: more fields, each
-// starting with a comma), or the result of select over it.
+// starting with a comma), or the result of select over it. Select is
+// evaluated over that object without building it: the expression sees a
+// map of left and right, each row's value decoded on its own (decodeValue:
+// JSON decoded, a text value or a value that is not JSON as a string, nil
+// as null) and the extra fields decoded once per distinct extra, so
+// neither side's JSON is copied into a combined value and parsed again.
+// The row pinned last (the record a join is processing, paired with
+// several rows) is decoded once for all its pairs.
 type joinOutput struct {
 	sel Expression
-	env RecordEnv
 	buf []byte
+
+	in     expression.Input
+	env    expression.Env
+	joined map[string]any
+	// extra is the last extra string and extraVals its fields decoded.
+	extra     string
+	extraVals map[string]any
+	// pinned is the row whose decoded value pinnedVal holds (pinnedOK).
+	pinned    *joinRow
+	pinnedVal any
+	pinnedOK  bool
+}
+
+// pin makes the next emits decode row (the record being processed) once,
+// however many pairs it makes; row must not change until the next pin.
+func (o *joinOutput) pin(row *joinRow) {
+	o.pinned, o.pinnedVal, o.pinnedOK = row, nil, false
+}
+
+// value returns row's value as select sees it.
+func (o *joinOutput) value(row *joinRow) any {
+	if row == nil {
+		return nil
+	}
+	if row != o.pinned {
+		return decodeValue(row.Value, row.Text)
+	}
+	if !o.pinnedOK {
+		o.pinnedVal, o.pinnedOK = decodeValue(row.Value, row.Text), true
+	}
+	return o.pinnedVal
 }
 
 // emit writes the output of the pair (left, right) (either may be nil:
 // null) with key and time ts (ms).
 func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra string, out Collector) error {
-	b := append(o.buf[:0], `{"left":`...)
-	b = appendRowJSON(b, left)
-	b = append(b, `,"right":`...)
-	b = appendRowJSON(b, right)
-	b = append(b, extra...)
-	b = append(b, '}')
-	o.buf = b
-	var value []byte
-	if o.sel.IsSet() {
-		rec := runtime.Record{Key: key, Value: b, Timestamp: time.UnixMilli(ts)}
-		v, err := o.sel.Program().Eval(o.env.Reset(&rec))
-		if err != nil {
-			return EvalRecordError(err)
+	if !o.sel.IsSet() {
+		b := append(o.buf[:0], `{"left":`...)
+		b = appendRowJSON(b, left)
+		b = append(b, `,"right":`...)
+		b = appendRowJSON(b, right)
+		b = append(b, extra...)
+		b = append(b, '}')
+		o.buf = b
+		return out.Collect(runtime.Record{Key: key, Value: append([]byte(nil), b...), Timestamp: time.UnixMilli(ts)})
+	}
+	if o.joined == nil {
+		o.joined = map[string]any{}
+	}
+	if extra != o.extra || (extra != "" && o.extraVals == nil) {
+		if err := o.setExtra(extra); err != nil {
+			return err
 		}
-		if value, err = expression.EncodeJSON(v); err != nil {
-			return resultError(o.sel, "select", err.Error())
-		}
-	} else {
-		value = append([]byte(nil), b...)
+	}
+	o.joined["left"], o.joined["right"] = o.value(left), o.value(right)
+	o.in = expression.Input{Value: o.joined, Key: key, Timestamp: time.UnixMilli(ts)}
+	o.env.Reset(&o.in)
+	v, err := o.sel.Program().Eval(&o.env)
+	if err != nil {
+		o.joined["left"], o.joined["right"] = nil, nil
+		return EvalRecordError(err)
+	}
+	// After encoding: the result may be the joined map itself (value).
+	value, err := expression.EncodeJSON(v)
+	o.joined["left"], o.joined["right"] = nil, nil
+	if err != nil {
+		return resultError(o.sel, "select", err.Error())
 	}
 	return out.Collect(runtime.Record{Key: key, Value: value, Timestamp: time.UnixMilli(ts)})
+}
+
+// setExtra makes the joined map's fields besides left and right those of
+// extra (",\"name\":value..." as emit takes it).
+func (o *joinOutput) setExtra(extra string) error {
+	for k := range o.extraVals {
+		delete(o.joined, k)
+	}
+	o.extra, o.extraVals = extra, nil
+	if extra == "" {
+		return nil
+	}
+	v, err := expression.DecodeJSON([]byte("{" + extra[1:] + "}"))
+	if err != nil {
+		return fmt.Errorf("operators: join output fields %s: %w", extra, err)
+	}
+	o.extraVals, _ = v.(map[string]any)
+	for k, e := range o.extraVals {
+		o.joined[k] = e
+	}
+	return nil
 }
 
 // appendRowJSON appends r's value as JSON: null for a nil row or value, a

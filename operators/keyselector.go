@@ -78,7 +78,15 @@ func NewFieldKeySelector(path string) *FieldKeySelector {
 
 // SelectKey implements runtime.KeySelector.
 func (s *FieldKeySelector) SelectKey(rec *runtime.Record) ([]byte, error) {
-	raw := json.RawMessage(rec.Value)
+	if key, ok := fieldKeyFast(rec.Value, s.path); ok {
+		return key, nil
+	}
+	return s.selectKey(rec.Value)
+}
+
+// selectKey is SelectKey with encoding/json: every case, and the errors.
+func (s *FieldKeySelector) selectKey(value []byte) ([]byte, error) {
+	raw := json.RawMessage(value)
 	for i, field := range s.path {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &obj); err != nil {

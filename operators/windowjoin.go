@@ -255,12 +255,15 @@ func (j *WindowJoin) OnTimer(_ context.Context, ts time.Time, tc TimerContext, o
 		time.UnixMilli(start).UTC().Format(time.RFC3339Nano), time.UnixMilli(end).UTC().Format(time.RFC3339Nano))
 	at := ts.UnixMilli()
 	for i := range rows[0] {
+		j.output.pin(&rows[0][i]) // decoded once for its pairs
 		for k := range rows[1] {
 			if err := j.output.emit(tc.Key, &rows[0][i], &rows[1][k], at, extra, out); err != nil {
+				j.output.pin(nil)
 				return err
 			}
 		}
 	}
+	j.output.pin(nil)
 	if len(rows[1]) == 0 && j.p.Join.outer(0) {
 		for i := range rows[0] {
 			if err := j.output.emit(tc.Key, &rows[0][i], nil, at, extra, out); err != nil {

@@ -248,6 +248,23 @@ func (s *pebbleStore) setEntry(k stateKey, uk, v []byte) error {
 	return s.cachedWrite(k.id, append(appendStateKey(nil, k), uk...), v, true)
 }
 
+// setNewEntry is setEntry of an entry the caller knows Pebble holds no
+// value for (a timer its queue does not hold): a new cache entry for it is
+// marked absent, so that its delete before the next flush is not written.
+func (s *pebbleStore) setNewEntry(k stateKey, uk, v []byte) error {
+	key := append(appendStateKey(nil, k), uk...)
+	if s.cache != nil {
+		done, err := s.cache.putNew(s.db, k.id, key, v)
+		if err != nil {
+			return fmt.Errorf("state: pebble write: %w", err)
+		}
+		if done {
+			return nil
+		}
+	}
+	return s.db.Set(key, v, pebble.NoSync)
+}
+
 func (s *pebbleStore) delEntry(k stateKey, uk []byte) error {
 	return s.cachedWrite(k.id, append(appendStateKey(nil, k), uk...), nil, false)
 }

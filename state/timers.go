@@ -132,7 +132,13 @@ func (q *TimerQueue) Register(d TimeDomain, key []byte, ts int64) (bool, error) 
 	if err != nil {
 		return false, err
 	}
-	if err := q.c.st.setEntry(k, timerUserKey(d, ts), []byte{}); err != nil {
+	// A timer the queue does not hold has no entry in the store (its
+	// delete may still be in the write cache, which then knows).
+	set := q.c.st.setEntry
+	if ps, ok := q.c.st.(*pebbleStore); ok {
+		set = ps.setNewEntry
+	}
+	if err := set(k, timerUserKey(d, ts), []byte{}); err != nil {
 		return false, err
 	}
 	t.Key = append([]byte(nil), key...)

@@ -78,6 +78,11 @@ type cacheEntry struct {
 	codec   *objCodec
 	present bool
 	dirty   bool
+	// absent says Pebble holds no value for the key: a read of it found
+	// none, or the cache wrote its delete. A dirty delete of an absent key
+	// is not written (a row created and removed between two flushes, such
+	// as a join's buffered record its timer removes, never reaches Pebble).
+	absent bool
 	// ref is CLOCK's referenced bit: set by a hit, cleared when eviction
 	// gives the entry its second chance.
 	ref        bool
@@ -270,6 +275,7 @@ func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, foun
 	if found {
 		c.setObj(e, obj, codec)
 	}
+	e.absent = !found
 	c.entries[e.key] = e
 	c.touch(e)
 	c.bytes += len(e.key) + writeCacheEntryOverhead
@@ -348,7 +354,7 @@ func (c *writeCache) fill(db *pebble.DB, id uint32, key, v []byte, found bool, g
 		return nil
 	}
 	e := newCacheEntry(key)
-	e.present = found
+	e.present, e.absent = found, !found
 	if found {
 		e.val = append([]byte{}, v...)
 	}
@@ -368,6 +374,28 @@ func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool) 
 	}
 	e := c.entryFor(key)
 	c.setVal(e, v, present)
+	c.markDirty(e)
+	return true, c.maybeEvict(db)
+}
+
+// putNew is put of a present value v for a key the caller knows Pebble
+// holds no value for: an entry it adds is marked absent (one already
+// cached keeps what it knows).
+func (c *writeCache) putNew(db *pebble.DB, id uint32, key, v []byte) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return false, nil
+	}
+	e, ok := c.entries[string(key)]
+	if !ok {
+		e = newCacheEntry(key)
+		e.absent = true
+		c.entries[e.key] = e
+		c.bytes += len(key) + writeCacheEntryOverhead
+	}
+	c.touch(e)
+	c.setVal(e, v, true)
 	c.markDirty(e)
 	return true, c.maybeEvict(db)
 }
@@ -454,7 +482,7 @@ func (c *writeCache) maybeEvict(db *pebble.DB) error {
 		victims = append(victims, e)
 		freed += e.size()
 		e = prev
-		if !victims[len(victims)-1].dirty {
+		if v := victims[len(victims)-1]; !v.dirty || (!v.present && v.absent) {
 			continue
 		}
 		if b == nil {
@@ -541,7 +569,7 @@ func (c *writeCache) flushLocked(db *pebble.DB) error {
 	b := db.NewBatch()
 	defer b.Close()
 	for _, e := range c.dirty {
-		if !e.dirty {
+		if !e.dirty || (!e.present && e.absent) {
 			continue
 		}
 		if err := batchWrite(b, e, &c.scratch); err != nil {
@@ -552,7 +580,9 @@ func (c *writeCache) flushLocked(db *pebble.DB) error {
 		return err
 	}
 	for _, e := range c.dirty {
-		e.dirty = false
+		if e.dirty {
+			e.dirty, e.absent = false, !e.present
+		}
 	}
 	clear(c.dirty) // no references to evicted entries
 	c.dirty = c.dirty[:0]

@@ -444,3 +444,94 @@ func TestWriteCacheKeyLengths(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteCacheSkipsDeleteOfAbsentKey: a value created and cleared
+// between two flushes reaches Pebble not at all when a read had found
+// the key absent (its delete is not written: nothing goes to Pebble's
+// WAL), and as a delete when nothing said Pebble lacks it; either way
+// the key reads absent, before and after a reopen.
+func TestWriteCacheSkipsDeleteOfAbsentKey(t *testing.T) {
+	cfg := testConfig(t, KindPebble)
+	b := open(t, cfg)
+	v := must1(GetValueState(b, ckptValue))(t)
+	ps := b.core().st.(*pebbleStore)
+	walIn := func() uint64 { return ps.db.Metrics().WAL.BytesIn }
+	flush := func() {
+		t.Helper()
+		must(t, ps.flushCache())
+	}
+	flush()
+	base := walIn()
+	b.SetCurrentKey(u64key(1))
+	if _, ok, err := v.Value(); err != nil || ok {
+		t.Fatalf("key 1: %v, %v before any write", ok, err)
+	}
+	must(t, v.Update(7))
+	must(t, v.Clear())
+	flush()
+	if got := walIn(); got != base {
+		t.Errorf("a value read absent, written and cleared wrote %d WAL bytes, want none", got-base)
+	}
+	b.SetCurrentKey(u64key(2))
+	must(t, v.Update(7)) // no read: the cache does not know Pebble lacks it
+	must(t, v.Clear())
+	flush()
+	if got := walIn(); got == base {
+		t.Error("a value written and cleared without a read wrote nothing; want its delete written")
+	}
+	b.SetCurrentKey(u64key(1))
+	must(t, v.Update(8)) // present again after the skipped delete, then written
+	flush()
+	must(t, v.Clear()) // now Pebble holds it: the delete must be written
+	flush()
+	must(t, b.Close())
+	rb := open(t, cfg)
+	rv := must1(GetValueState(rb, ckptValue))(t)
+	for _, k := range []uint64{1, 2} {
+		rb.SetCurrentKey(u64key(k))
+		if got, ok, err := rv.Value(); err != nil || ok {
+			t.Errorf("key %d after reopen: %d, %v, %v; want absent", k, got, ok, err)
+		}
+	}
+}
+
+// TestTimerFiredBeforeFlushNotWritten: a timer registered and fired (or
+// deleted) between two flushes writes nothing to Pebble, and one that
+// was flushed is deleted for good: after a reopen only the timer still
+// registered is loaded.
+func TestTimerFiredBeforeFlushNotWritten(t *testing.T) {
+	cfg := testConfig(t, KindPebble)
+	b := open(t, cfg)
+	q, err := NewTimerQueue(b)
+	must(t, err)
+	ps := b.core().st.(*pebbleStore)
+	walIn := func() uint64 { return ps.db.Metrics().WAL.BytesIn }
+	must(t, ps.flushCache())
+	base := walIn()
+	for i := range 10 {
+		must1(q.Register(EventTime, u64key(uint64(i)), int64(100+i)))(t)
+	}
+	must(t, q.Delete(EventTime, u64key(9), 109))
+	for range 9 {
+		if _, ok, err := q.PopDue(EventTime, 1000); err != nil || !ok {
+			t.Fatalf("PopDue: %v, %v", ok, err)
+		}
+	}
+	must(t, ps.flushCache())
+	if got := walIn(); got != base {
+		t.Errorf("10 timers registered and fired or deleted before a flush wrote %d WAL bytes, want none", got-base)
+	}
+	must1(q.Register(EventTime, u64key(1), 200))(t) // flushed, then fired: its delete is written
+	must1(q.Register(EventTime, u64key(2), 300))(t) // still registered at the reopen
+	must(t, ps.flushCache())
+	if tm, ok, err := q.PopDue(EventTime, 250); err != nil || !ok || tm.Timestamp != 200 {
+		t.Fatalf("PopDue at 250: %v, %v, %v", tm, ok, err)
+	}
+	must(t, b.Close())
+	rb := open(t, cfg)
+	rq, err := NewTimerQueue(rb)
+	must(t, err)
+	if tm, ok := rq.Peek(EventTime); !ok || tm.Timestamp != 300 || rq.Len(EventTime) != 1 {
+		t.Errorf("after reopen: %v, %v, %d timers; want only the timer at 300", tm, ok, rq.Len(EventTime))
+	}
+}

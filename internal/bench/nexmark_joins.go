@@ -201,6 +201,64 @@ func (m *nexmarkQ20) Values(it Item) []any {
 	return out
 }
 
+// nexmarkQ23 models q23 (not in the nexmark project's original suite:
+// RisingWave's and Arroyo's Nexmark add it): every bid joined with its
+// bidder (person) and with each auction that bidder sells, a multi-way
+// inner join on bidder = person.id = auction.seller. Both joins are
+// unbounded and their inputs append-only, so every triple is emitted once,
+// when the last of its three events is in, whatever the order.
+type nexmarkQ23 struct {
+	persons  map[int64]*NexmarkPersonEvent
+	auctions map[int64][]*NexmarkAuctionEvent // by seller
+	bids     map[int64][]*NexmarkBidEvent     // by bidder
+}
+
+func newNexmarkQ23() *nexmarkQ23 {
+	return &nexmarkQ23{persons: map[int64]*NexmarkPersonEvent{}, auctions: map[int64][]*NexmarkAuctionEvent{}, bids: map[int64][]*NexmarkBidEvent{}}
+}
+
+// nexmarkQ23Row is a triple's columns as q23's sink table names them.
+func nexmarkQ23Row(b *NexmarkBidEvent, p *NexmarkPersonEvent, a *NexmarkAuctionEvent) any {
+	return map[string]any{"bidder": b.Bidder, "price": b.Price, "channel": b.Channel, "url": b.URL, "bid_extra": b.Extra,
+		"person_id": p.ID, "name": p.Name, "emailAddress": p.EmailAddress, "creditCard": p.CreditCard, "city": p.City,
+		"state": p.State, "person_extra": p.Extra, "itemName": a.ItemName, "description": a.Description,
+		"initialBid": a.InitialBid, "reserve": a.Reserve, "auction_dateTime": a.DateTime, "expires": a.Expires,
+		"seller": a.Seller, "category": a.Category, "auction_extra": a.Extra}
+}
+
+// Values implements valueModel.
+func (m *nexmarkQ23) Values(it Item) []any {
+	ev := it.Nexmark
+	var out []any
+	switch ev.Type {
+	case NexmarkPerson:
+		p := ev.Person
+		m.persons[p.ID] = p
+		for _, b := range m.bids[p.ID] {
+			for _, a := range m.auctions[p.ID] {
+				out = append(out, nexmarkQ23Row(b, p, a))
+			}
+		}
+	case NexmarkAuction:
+		a := ev.Auction
+		m.auctions[a.Seller] = append(m.auctions[a.Seller], a)
+		if p := m.persons[a.Seller]; p != nil {
+			for _, b := range m.bids[a.Seller] {
+				out = append(out, nexmarkQ23Row(b, p, a))
+			}
+		}
+	case NexmarkBid:
+		b := ev.Bid
+		m.bids[b.Bidder] = append(m.bids[b.Bidder], b)
+		if p := m.persons[b.Bidder]; p != nil {
+			for _, a := range m.auctions[b.Bidder] {
+				out = append(out, nexmarkQ23Row(b, p, a))
+			}
+		}
+	}
+	return out
+}
+
 // nexmarkBidRow is a bid's columns as q18 and q19 write them.
 func nexmarkBidRow(b *NexmarkBidEvent) map[string]any {
 	return map[string]any{"auction": b.Auction, "bidder": b.Bidder, "price": b.Price, "channel": b.Channel,

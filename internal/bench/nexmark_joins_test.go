@@ -112,6 +112,36 @@ func TestNexmarkJoinModels(t *testing.T) {
 	}
 }
 
+// TestNexmarkQ23Model: q23 emits each (bid, bidder, auction the bidder
+// sells) triple once, when the last of the three is in, whichever comes
+// last; a bid of a person who sells nothing, an auction whose seller never
+// bids and a bid of an unknown person emit nothing.
+func TestNexmarkQ23Model(t *testing.T) {
+	m := newNexmarkQ23()
+	var got []string
+	for _, it := range []Item{
+		nmBid(0, 7, 1000, 100, 1),     // before its bidder and the bidder's auctions
+		nmAuction(1, 7, 1000, 10, 2),  // before the person: nothing yet
+		nmPerson(1, 1000, "CA", 3),    // completes (bid 100, auction 7)
+		nmAuction(0, 8, 1000, 12, 4),  // completes (bid 100, auction 8)
+		nmBid(0, 9, 1000, 200, 5),     // two auctions: two triples
+		nmPerson(0, 1001, "OR", 6),    // sells nothing
+		nmBid(1, 7, 1001, 300, 7),     // of 1001: no auction
+		nmAuction(1, 10, 1002, 10, 8), // seller 1002 never bids
+		nmBid(1, 7, 1003, 400, 9),     // unknown bidder
+	} {
+		for _, v := range m.Values(it) {
+			r := v.(map[string]any)
+			got = append(got, jsonOf(t, []any{[]any{it.Time, r["bidder"], r["price"], r["person_id"], r["state"], r["seller"], r["category"], r["auction_dateTime"]}})...)
+		}
+	}
+	want := []string{`[3,1000,100,1000,"CA",1000,10,2]`, `[4,1000,100,1000,"CA",1000,12,4]`,
+		`[5,1000,200,1000,"CA",1000,10,2]`, `[5,1000,200,1000,"CA",1000,12,4]`}
+	if !slices.Equal(got, want) {
+		t.Errorf("q23: %v, want %v", got, want)
+	}
+}
+
 // TestNexmarkRankModels: q18 keeps per bidder and auction the latest bid
 // (ties: either), counting only a key's first bid as a sure update; q19
 // keeps per auction the 10 highest, a rank shared by equal prices

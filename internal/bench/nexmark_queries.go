@@ -104,6 +104,8 @@ func nexmarkScenarios() []Scenario {
 			func(int) valueModel { return newNexmarkQ20() }, "", 0),
 		nexmarkScenario("q21", "Nexmark q21: bids of the big channels or with a channel_id, with that id", stateless(nexmarkQ21), "", 0),
 		nexmarkScenario("q22", "Nexmark q22: every bid with the first three directories of its url", stateless(nexmarkQ22), "", 0),
+		nexmarkScenario("q23", "Nexmark q23: bids joined with their bidder and each auction the bidder sells (two regular joins, on pebble)",
+			func(int) valueModel { return newNexmarkQ23() }, "", 0),
 	}
 }
 
