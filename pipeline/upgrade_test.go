@@ -105,8 +105,8 @@ func TestCheckUpgrade(t *testing.T) {
 	}{
 		{name: "a stateless operator's param", from: "condition: i >= 0", to: "condition: i > -1"},
 		{name: "dedup's ttl (state:\"-\")", from: "ttl: 10m", to: "ttl: 20m"},
-		{name: "a new stateless operator", from: "    input: valid\n", to: "    input: shaped\n"},// inserted below by the replacement of the dedup's input
-
+		// The dedup reads a new map (inserted below) instead of the filter.
+		{name: "a new stateless operator", from: "    input: valid\n", to: "    input: shaped\n"},
 		{name: "a renamed sink keeping its uid", from: "  - name: counts\n", to: "  - name: out\n    uid: counts\n"},
 		{name: "a new sink", from: "sinks:\n", to: "sinks:\n  - name: all\n    input: valid\n    topic: all\n"},
 		{name: "the operator's type", from: "type: keyed_count", to: "type: count_window_average",
