@@ -46,7 +46,8 @@ func GraphRecordKey(job, fingerprint string) string {
 }
 
 // RecordGraph returns the record of st's graph in store, creating it
-// (RecordedAt now) when the store has none yet.
+// (RecordedAt now) when the store has none yet. A create whose outcome is
+// unknown (an error) is read back: a record there is the answer.
 func RecordGraph(ctx context.Context, store checkpoint.Store, st *graph.Stages) (GraphRecord, error) {
 	if rec, ok, err := ReadGraphRecord(ctx, store, st.Job, st.Fingerprint); err != nil || ok {
 		return rec, err
@@ -56,15 +57,19 @@ func RecordGraph(ctx context.Context, store checkpoint.Store, st *graph.Stages) 
 	if err != nil {
 		return GraphRecord{}, fmt.Errorf("job: graph record: %w", err)
 	}
-	if err := store.Create(ctx, GraphRecordKey(st.Job, st.Fingerprint), data); err != nil && !errors.Is(err, fs.ErrExist) {
-		return GraphRecord{}, fmt.Errorf("job: record graph %.12s in %s: %w", st.Fingerprint, store, err)
-	}
-	// Created, or another daemon of this graph created it first: read it.
+	cerr := store.Create(ctx, GraphRecordKey(st.Job, st.Fingerprint), data)
+	// Created, or another daemon of this graph created it first, or the
+	// create's answer was lost (an S3 retry's 412): read it back.
 	rec, ok, err := ReadGraphRecord(ctx, store, st.Job, st.Fingerprint)
-	if err == nil && !ok {
+	switch {
+	case err == nil && ok:
+		return rec, nil
+	case cerr != nil && !errors.Is(cerr, fs.ErrExist):
+		return GraphRecord{}, fmt.Errorf("job: record graph %.12s in %s: %w", st.Fingerprint, store, cerr)
+	case err == nil:
 		err = fmt.Errorf("job: graph record %s in %s: missing right after its create", GraphRecordKey(st.Job, st.Fingerprint), store)
 	}
-	return rec, err
+	return GraphRecord{}, err
 }
 
 // ReadGraphRecord reads the record of graph fingerprint of job; ok false
