@@ -25,7 +25,9 @@ func (s answerLost) Create(ctx context.Context, key string, data []byte) error {
 // createFails is a store whose Create writes nothing and fails.
 type createFails struct{ checkpoint.FileStore }
 
-func (s createFails) Create(context.Context, string, []byte) error { return errors.New("503 slow down") }
+func (s createFails) Create(context.Context, string, []byte) error {
+	return errors.New("503 slow down")
+}
 
 // sourceStages plans a one-source job reading topic with format.
 func sourceStages(t *testing.T, topic string, format graph.Format) *graph.Stages {
