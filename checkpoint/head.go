@@ -327,12 +327,18 @@ const claimAttempts = 50
 // for another graph fingerprint, is refused naming both. retained (>= 1)
 // is how many checkpoints Retain keeps.
 func Claim(ctx context.Context, ns Namespace, member, fingerprint string, units, retained int) (*Owner, Head, error) {
-	return claim(ctx, ns, member, fingerprint, units, retained, nil)
+	return claimWith(ctx, ns, member, fingerprint, units, retained, nil, nil)
 }
 
 // claim is Claim; raced, when not nil, runs between reading the chain and
 // creating the claim (tests use it to let a previous owner's HEAD win).
 func claim(ctx context.Context, ns Namespace, member, fingerprint string, units, retained int, raced func(prev Head)) (*Owner, Head, error) {
+	return claimWith(ctx, ns, member, fingerprint, units, retained, raced, nil)
+}
+
+// claimWith is claim; restores, when not nil, accepts (nil) or refuses a
+// HEAD written for another graph fingerprint (ClaimUpgrade).
+func claimWith(ctx context.Context, ns Namespace, member, fingerprint string, units, retained int, raced func(prev Head), restores func(Head) error) (*Owner, Head, error) {
 	heads := ns.Heads()
 	token := newToken()
 	for attempt := 1; ; attempt++ {
@@ -343,7 +349,11 @@ func claim(ctx context.Context, ns Namespace, member, fingerprint string, units,
 		if prev.Units != 0 && prev.Units != units {
 			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written with %d units per stage, this daemon runs %d", ns.Prefix, prev.Seq, prev.Units, units)
 		}
-		if prev.Seq > 0 && prev.Fingerprint != fingerprint {
+		if prev.Seq > 0 && prev.Fingerprint != fingerprint && restores != nil {
+			if err := restores(prev); err != nil {
+				return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d: %w", ns.Prefix, prev.Seq, err)
+			}
+		} else if prev.Seq > 0 && prev.Fingerprint != fingerprint {
 			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written for graph %.12s, this daemon runs graph %.12s", ns.Prefix, prev.Seq, prev.Fingerprint, fingerprint)
 		}
 		if attempt > 1 && prev.Claim && prev.Token != token {

@@ -54,6 +54,9 @@ type unitsJoin struct {
 	Fingerprint string `json:"fingerprint"`
 	Store       string `json:"store,omitempty"`
 	Running     int    `json:"running"`
+	// Upgrades is the store's graph this member's graph is a
+	// state-compatible upgrade of (upgradeElection), "" for none.
+	Upgrades string `json:"upgrades,omitempty"`
 }
 
 // parseUnitsJoin reads a member's join user data: the JSON unitsJoin of
@@ -94,6 +97,10 @@ type UnitBalancer struct {
 	// Running, if not nil, returns how many units this member runs, sent
 	// when joining.
 	Running func() int
+	// Upgrades, if not nil, returns the store's graph this member's graph
+	// is a state-compatible upgrade of ("" none), sent when joining
+	// (upgradeElection).
+	Upgrades func() string
 	// Elected, if not nil, is called with the election of every
 	// assignment this member receives from a leader that sends one.
 	Elected func(GraphElection)
@@ -144,6 +151,9 @@ func (b *UnitBalancer) JoinGroupMetadata(interests []string, current map[string]
 		}
 		if b.Running != nil {
 			j.Running = b.Running()
+		}
+		if b.Upgrades != nil {
+			j.Upgrades = b.Upgrades()
 		}
 		meta.UserData, _ = json.Marshal(j) // plain strings and an int: never fails
 	}
@@ -239,7 +249,7 @@ func (b *UnitBalancer) elect(all []balanceMember, legacy bool) GraphElection {
 	case legacy:
 		return GraphElection{Fingerprint: best(owned, byVotes), By: ElectedByOwned}
 	case len(store) > 0:
-		return GraphElection{Fingerprint: best(store, byVotes), By: ElectedByStore}
+		return upgradeElection(all, GraphElection{Fingerprint: best(store, byVotes), By: ElectedByStore}, b.Fingerprint)
 	}
 	if fp := best(running, byVotes); running[fp] > 0 {
 		return GraphElection{Fingerprint: fp, By: ElectedByRunning}

@@ -15,7 +15,8 @@ type balanceMem struct {
 	id, fp, store string
 	running       int
 	owned         []int32
-	legacy        bool // joins with the legacy protocol's bare fingerprint
+	legacy        bool   // joins with the legacy protocol's bare fingerprint
+	upgrades      string // the store's graph fp is a compatible upgrade of
 }
 
 // balanceRound runs one rebalance of the units topic "j-units" (stages x
@@ -28,7 +29,8 @@ func balanceRound(t *testing.T, stages, units int, leader string, mems []balance
 	var members []kmsg.JoinGroupResponseMember
 	for _, m := range mems {
 		mb := &UnitBalancer{Topic: "j-units", Stages: stages, Units: units, Fingerprint: m.fp,
-			Store: func() string { return m.store }, Running: func() int { return m.running }, legacy: m.legacy}
+			Store: func() string { return m.store }, Running: func() int { return m.running }, legacy: m.legacy,
+			Upgrades: func() string { return m.upgrades }}
 		cur := map[string][]int32{}
 		if m.owned != nil {
 			cur["j-units"] = m.owned

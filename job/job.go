@@ -87,6 +87,11 @@ type Unit struct {
 	// Member is the owner's group member id, written into each HEAD;
 	// Fingerprint the graph fingerprint (graph.Stages.Fingerprint).
 	Member, Fingerprint string
+	// Restores, if not nil, decides whether the unit's graph restores a
+	// HEAD written by another graph (fingerprint): nil when it does (a
+	// state-compatible upgrade, docs/scale-out.md "Upgrades"), else the
+	// error refusing it. Nil: only the unit's own graph is restored.
+	Restores func(ctx context.Context, fingerprint string) error
 }
 
 // prefix returns the transactional id prefix of a sink of the unit:

@@ -183,11 +183,19 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 	cm := deps.Metrics.cluster
 	mem := &Member{id: mc.MemberID, group: mc.GroupID, job: st.Job, topic: UnitsTopic(st.Job), units: st.Units, running: map[int32]*unitRun{}, stages: st,
 		fingerprint: st.Fingerprint, logger: logger}
-	if stored.hd.Fingerprint != "" && stored.hd.Fingerprint != st.Fingerprint {
-		// The store's HEADs decide the job's graph: this daemon gets no
-		// units whatever the group holds (UnitBalancer).
-		mem.exclude(stored.hd.Fingerprint, fmt.Sprintf("this daemon runs graph %.12s, the store's HEADs record graph %.12s (HEAD-%d of %s in %s): it gets no units; run it with the job's pipeline file",
-			st.Fingerprint, stored.hd.Fingerprint, stored.hd.Seq, stored.prefix, set.Store))
+	// The store's HEADs decide the job's graph: a daemon whose graph
+	// cannot restore their state gets no units whatever the group holds
+	// (UnitBalancer); one that can is an upgrade (cluster_upgrade.go).
+	upgrade, err := newUpgradeCheck(ctx, set, st)
+	if err != nil {
+		return err
+	}
+	upgrades, why, err := upgrade.storedGraphVerdict(ctx, stored, set.Store, logger)
+	if err != nil {
+		return err
+	}
+	if why != "" {
+		mem.exclude(stored.hd.Fingerprint, why)
 	}
 	mu, units := &mem.mu, mem.running
 	// A unit whose restart strategy gives up fails the member (Flink's
@@ -218,7 +226,7 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		up := cm.up.WithLabelValues(strconv.Itoa(stage), strconv.Itoa(index))
 		up.Set(0)
 		s := set
-		s.Unit = &Unit{Stage: stage, Index: index, Units: st.Units, Member: mc.MemberID, Fingerprint: st.Fingerprint}
+		s.Unit = &Unit{Stage: stage, Index: index, Units: st.Units, Member: mc.MemberID, Fingerprint: st.Fingerprint, Restores: upgrade.restores}
 		ulog := logger.With("stage", stage, "unit", index)
 		go func() {
 			defer close(r.done)
@@ -375,7 +383,8 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 		return slices.Sorted(maps.Keys(units))
 	}
 	bal := &UnitBalancer{Topic: topic, Stages: len(st.Stages), Units: st.Units, Fingerprint: st.Fingerprint,
-		Store: func() string { return stored.hd.Fingerprint }, Running: mem.runningUnits, Elected: mem.elected, Owned: owned}
+		Store: func() string { return stored.hd.Fingerprint }, Running: mem.runningUnits, Elected: mem.elected, Owned: owned,
+		Upgrades: func() string { return upgrades }}
 	opts := append([]kgo.Opt{}, deps.ClientOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(mc.GroupID), kgo.ConsumeTopics(topic), kgo.Balancers(bal, bal.Legacy()),
@@ -640,7 +649,8 @@ func (m *Member) elected(e GraphElection) {
 		return
 	}
 	by := map[string]string{ElectedByStore: "recorded by the store's HEADs", ElectedByRunning: "its members run the most units",
-		ElectedByMembers: "it has the most members", ElectedByOwned: "its members own the most units"}[e.By]
+		ElectedByMembers: "it has the most members", ElectedByOwned: "its members own the most units",
+		ElectedByUpgrade: "a state-compatible upgrade of the graph the store's HEADs record"}[e.By]
 	m.exclude(e.Fingerprint, fmt.Sprintf("this daemon runs graph %.12s, the job runs graph %.12s (%s): it gets no units; run it with the job's pipeline file",
 		m.fingerprint, e.Fingerprint, cmp.Or(by, e.By)))
 }

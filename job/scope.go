@@ -84,7 +84,11 @@ func (sc scope) findRestore(ctx context.Context, g *graph.Graph, set Settings, s
 	if deps.Metrics != nil {
 		ns.Resolved = deps.Metrics.cluster.headResolved
 	}
-	owner, head, err := checkpoint.Claim(ctx, ns, u.Member, u.Fingerprint, u.Units, set.Retained)
+	var restores func(checkpoint.Head) error
+	if u.Restores != nil {
+		restores = func(hd checkpoint.Head) error { return u.Restores(ctx, hd.Fingerprint) }
+	}
+	owner, head, err := checkpoint.ClaimUpgrade(ctx, ns, u.Member, u.Fingerprint, u.Units, set.Retained, restores)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("job: stage %d unit %d: claim: %w", u.Stage, u.Index, err)
 	}

@@ -63,6 +63,10 @@ commands:
                           restore would: list its operators and states, dump
                           keyed state as JSON lines, count entries and bytes
                           per key group (kstreamd state -h)
+  cluster gc --config FILE [--delete]
+                          list the repartition topics and store namespaces
+                          of a cluster job no graph in use references;
+                          --delete removes them (kstreamd cluster -h)
   broker --config FILE [--force-unclean]
                           run only the development broker of kafka.embedded
                           (address, data_dir, partitions) with the pipeline's
@@ -84,7 +88,7 @@ kstreamd COMMAND --help prints the command's flags.
 `
 
 // Main runs the kstreamd command line (run, validate, savepoint,
-// checkpoints list, checkpoints verify, state, broker, schema-registry, bench, version) with os.Args, stdout and stderr, the
+// checkpoints list, checkpoints verify, state, cluster gc, broker, schema-registry, bench, version) with os.Args, stdout and stderr, the
 // operator types of reg, and SIGINT/SIGTERM as the soft stop; it returns the
 // exit status for os.Exit: 0 success, 1 the job or command failed, 2 a usage
 // or config error. A program of one's own is
@@ -243,6 +247,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		return 0
 	case "state":
 		return runState(args[1:], stdout, stderr)
+	case "cluster":
+		return runCluster(ctx, args[1:], stdout, stderr, reg)
 	case "broker":
 		path := fs.String("config", "", "pipeline `FILE` whose kafka.embedded section describes the broker")
 		force := fs.Bool("force-unclean", false, "open a data dir that was not closed cleanly (kill -9, a crash) as it is: transactions open at the crash are aborted and committed output of a restarted exactly-once job may be missing")

@@ -1,0 +1,129 @@
+package job_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/internal/testkit"
+)
+
+// upgradeJobYAML is unitsYAML (two stages of 2 units: the keyed count by
+// user, its sink) with a filter in stage 0 that keeps every click.
+var upgradeJobYAML = strings.Replace(strings.Replace(unitsYAML, "units: 4", "units: 2", 1), `  - name: per_user
+    type: keyed_count
+    input: clicks`, `  - name: valid
+    type: filter
+    input: clicks
+    params:
+      condition: i >= 0
+  - name: per_user
+    type: keyed_count
+    input: valid`, 1)
+
+// TestUpgradeRestoresFromHeads is item 7's acceptance test of issue 28:
+// the job runs with its graph; the daemon is stopped and started with an
+// operator's param changed in a way that keeps the state (the filter's
+// condition): its graph fingerprint differs, it restores every unit from
+// the HEADs the old graph wrote (no unit starts empty: the counts go on),
+// its HEADs record the new graph from then on, and the read_committed
+// output holds, per key, exactly the counts 1..n. Then a daemon whose
+// graph changed the count's type (state-incompatible) is refused: it gets
+// no units and is not ready, naming the operator, what changed, and the
+// savepoint as the way forward.
+func TestUpgradeRestoresFromHeads(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", upgradeJobYAML, kfake.SeedTopics(2, "clicks", "counts"))
+	next, err := parseConfig(t, "next.yaml", strings.Replace(upgradeJobYAML, "condition: i >= 0", "condition: i > -1", 1)).PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Fingerprint == f.st.Fingerprint {
+		t.Fatal("the changed param left the fingerprint as it was")
+	}
+	const users, perUser, session = 5, 20, 6 * time.Second
+	committed := func() []*kgo.Record {
+		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
+	}
+	produceClicks(t, f.opts, 0, perUser/2, users)
+	old := startLiveMember(t, f.st, f.set, f.opts, "a", session)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser/2 }) {
+		t.Fatalf("the first half never committed:\n%s", old.logs.String())
+	}
+	old.stop(t)
+	latest := func(stage, unit int) checkpoint.Head {
+		t.Helper()
+		hd, err := checkpoint.Heads{Store: f.set.Store, Prefix: checkpoint.UnitPrefix("clicks", stage, unit)}.Latest(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hd
+	}
+	before := map[[2]int]checkpoint.Head{} // each unit's newest HEAD, written by the old graph
+	for s := range 2 {
+		for u := range 2 {
+			hd := latest(s, u)
+			if hd.Fingerprint != f.st.Fingerprint || hd.CheckpointID == 0 {
+				t.Fatalf("unit %d/%d: newest HEAD %+v, want a checkpoint of the old graph", s, u, hd)
+			}
+			before[[2]int{s, u}] = hd
+		}
+	}
+
+	// The upgrade: the same daemon with the changed param.
+	up := startLiveMember(t, next, f.set, f.opts, "a", session)
+	produceClicks(t, f.opts, perUser/2, perUser, users)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser }) {
+		t.Fatalf("output holds %d records, want %d\n%s", len(committed()), users*perUser, up.logs.String())
+	}
+	checkUserCounts(t, committed(), users, perUser)
+	if ready, why := up.mem.Readiness(); !ready {
+		t.Errorf("the upgraded daemon is not ready: %s", why)
+	}
+	if l := up.logs.String(); !strings.Contains(l, `msg="upgrade: the store's HEADs record another graph whose state this graph restores"`) ||
+		!strings.Contains(l, "store_graph="+f.st.Fingerprint[:12]+" graph="+next.Fingerprint[:12]) {
+		t.Errorf("the upgrade is not logged:\n%s", up.logs.String())
+	}
+	// Every unit restored a checkpoint the old graph wrote, and its HEADs
+	// record the new graph from then on.
+	if n := strings.Count(up.logs.String(), "msg=restoring "); n != 4 {
+		t.Errorf("%d unit restores logged, want 4 (every unit from its HEADs):\n%s", n, up.logs.String())
+	}
+	for s := range 2 {
+		for u := range 2 {
+			hd, was := latest(s, u), before[[2]int{s, u}]
+			if hd.Seq <= was.Seq || hd.CheckpointID <= was.CheckpointID || hd.Fingerprint != next.Fingerprint {
+				t.Errorf("unit %d/%d: newest HEAD %+v after the upgrade, want one past HEAD-%d (checkpoint %d) recording graph %.12s", s, u, hd, was.Seq, was.CheckpointID, next.Fingerprint)
+			}
+		}
+	}
+	up.stop(t)
+
+	// A state-incompatible change: the count is another operator type.
+	wrong, err := parseConfig(t, "wrong.yaml", strings.Replace(upgradeJobYAML, "type: keyed_count", "type: count_window_average", 1)).PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startLiveMember(t, wrong, f.set, f.opts, "a", session)
+	want := fmt.Sprintf(`this daemon runs graph %.12s, the store's HEADs record graph %.12s`, wrong.Fingerprint, next.Fingerprint)
+	ready, why := w.mem.Readiness()
+	for _, part := range []string{want, `it gets no units`,
+		`"per_user" (uid per_user): operator type count_window_average, was keyed_count`,
+		`take a savepoint of the running job (kstreamd savepoint, or stop with savepoint) and start the new graph from it (kstreamd run --from-savepoint DIR)`} {
+		if ready || !strings.Contains(why, part) {
+			t.Errorf("the incompatible daemon's readiness: %v %q, want not ready with %q", ready, why, part)
+		}
+	}
+	time.Sleep(2 * time.Second) // a rebalance's time: it still holds nothing
+	if u := w.mem.Status(context.Background()).Units; len(u) > 0 {
+		t.Errorf("the incompatible daemon holds units %v", u)
+	}
+	if n := strings.Count(w.logs.String(), `msg="member excluded: it gets no units"`); n != 1 {
+		t.Errorf("the exclusion was logged %d times, want once:\n%s", n, w.logs.String())
+	}
+}
