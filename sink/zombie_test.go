@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,5 +264,42 @@ func TestZombieRetiredSlotNeverReinitialises(t *testing.T) {
 	}
 	if !slices.Equal(got, []string{"n1"}) {
 		t.Errorf("read_committed holds %q, want exactly the new owner's [n1]", got)
+	}
+}
+
+// TestRetiredSlotsExhaustThePool: the committer creates and initialises
+// every producer of its pool with its first transaction and none after
+// it; retired slots take no transaction, and once no slot with a producer
+// is free BeginTransaction fails with ErrPoolExhausted (the subtask fails
+// and its restart's recovery initialises the ids again in order).
+func TestRetiredSlotsExhaustThePool(t *testing.T) {
+	opts := newCluster(t)
+	m, _ := newMetrics(t)
+	logger, _ := testLogger()
+	ctx := context.Background()
+	k := committer(opts, "p-5", 0, time.Minute, m, logger)
+	defer k.Close()
+	if err := k.BeginTransaction(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range k.slots {
+		if s.cl == nil {
+			t.Fatalf("slot %s has no producer after the first transaction opened", s.id)
+		}
+		if _, epoch, err := s.cl.ProducerID(ctx); err != nil || epoch < 0 {
+			t.Fatalf("slot %s: producer epoch %d (%v), want one initialised", s.id, epoch, err)
+		}
+	}
+	k.retire(k.slots[1], errors.New("test"))
+	k.retire(k.slots[2], errors.New("test"))
+	if _, err := k.PreCommit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	err := k.BeginTransaction(ctx)
+	if !errors.Is(err, ErrPoolExhausted) || !strings.Contains(err.Error(), "2 retired") {
+		t.Fatalf("BeginTransaction with slot 0 pre-committed and slots 1 and 2 retired: %v, want ErrPoolExhausted naming 2 retired", err)
+	}
+	if k.slots[1].cl != nil || k.slots[2].cl != nil {
+		t.Fatal("a retired slot got a producer again")
 	}
 }

@@ -696,10 +696,10 @@ func unitTxnIDs(unit string) []string {
 }
 
 // fenced reports whether every transactional id of unit got an
-// InitProducerId request between the broker counts before and after: the
-// takeover fencing of a unit initialises all its ids at once, while a
-// unit's own producers initialise one slot's id each when they first
-// produce or start over (so a count alone cannot tell a fence).
+// InitProducerId request between the broker counts before and after: a
+// unit's start (its recovery's fences, then its sink's producers,
+// sink.KafkaTxnCommitter) initialises all its ids, and a running unit
+// none.
 func fenced(unit string, before, after map[string]int) bool {
 	for _, id := range unitTxnIDs(unit) {
 		if after[id] <= before[id] {
