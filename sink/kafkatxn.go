@@ -151,9 +151,12 @@ type KafkaTxnConfig struct {
 // with its slot for the rest of the run (retire); once no usable slot is
 // free BeginTransaction fails with ErrPoolExhausted, and the restart's
 // recovery fences the ids again in the order of the checkpoints (a
-// unit's restart claims the unit first). Flink's KafkaSink likewise
-// initialises its producers only in the writer's start, after aborting
-// the lingering transactions of the restored checkpoint.
+// unit's restart claims the unit first). Flink's KafkaSink instead names
+// each checkpoint's transaction by an id of its own (<prefix>-<subtask>-
+// <checkpoint id>), initialised when the checkpoint's transaction begins,
+// aborts the lingering ones at its start, and relies on its JobManager to
+// cancel a zombie task; ids reused from a pool, fenced only by a unit's
+// claim, must be initialised once, at the start.
 type KafkaTxnCommitter struct {
 	cfg     KafkaTxnConfig
 	slots   []*txnSlot
