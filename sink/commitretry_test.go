@@ -20,8 +20,10 @@ import (
 // first EndTxn requests (as a broker that went away does), more often than
 // franz-go retries by itself; the commit is retried with the recorded
 // producer id and epoch until it succeeds, each retry counted and logged,
-// the output is committed once, and the slot's next transaction (on a new
-// producer) commits too.
+// the output is committed once, and the slot's producer, whose state
+// franz-go no longer knows, is retired (no new producer: its
+// InitProducerId could abort a new owner's transaction on the id) while
+// the other slots carry on.
 func TestCommitRetriesTransientErrors(t *testing.T) {
 	c, opts := newClusterHandle(t)
 	var drop atomic.Int32
@@ -63,8 +65,11 @@ func TestCommitRetriesTransientErrors(t *testing.T) {
 	}
 	k.Snapshotted(2)
 	k.CheckpointCompleted(2)
-	for id := int64(2); id <= 4; id++ { // every slot once more, slot 0 on its new producer
+	for id := int64(2); id <= 4; id++ {
 		c := writeAndPreCommit(t, k, id, "v"+string(rune('0'+id)))
+		if c.TransactionalID == c1.TransactionalID {
+			t.Fatalf("transaction %d runs on the retired %s", id, c.TransactionalID)
+		}
 		if err := k.Commit(ctx, c); err != nil {
 			t.Fatalf("commit %d on %s: %v", id, c.TransactionalID, err)
 		}

@@ -134,10 +134,34 @@ type KafkaTxnConfig struct {
 // transaction per sink subtask and checkpoint epoch, each on a
 // transactional id of the subtask's bounded pool, with one franz-go
 // producer per id. Not safe for concurrent use.
+//
+// Every producer of the pool is created, and its id's producer id and
+// epoch initialised (InitProducerId), when the first transaction opens,
+// right after the start's recovery fenced the ids; none is created after
+// that. A new producer's InitProducerId bumps its id's epoch
+// unconditionally and aborts whatever transaction is open or
+// pre-committed on the id, so a zombie (a subtask or unit replaced
+// without noticing it) that created a producer later could abort the
+// transaction its new owner pre-committed there for a checkpoint that
+// completed (TestZombieNeverInitialisesAnIdAfterTheNewOwner). Created at
+// the start, the zombie's producers are the ones the new owner's recovery
+// fenced, and stay fenced (franz-go re-initialises a producer it keeps
+// only with its producer id and epoch, KIP-360, which the broker refuses
+// once the epoch moved on). A producer given up after an error is retired
+// with its slot for the rest of the run (retire); once no usable slot is
+// free BeginTransaction fails with ErrPoolExhausted, and the restart's
+// recovery fences the ids again in the order of the checkpoints (a
+// unit's restart claims the unit first). Flink's KafkaSink instead names
+// each checkpoint's transaction by an id of its own (<prefix>-<subtask>-
+// <checkpoint id>), initialised when the checkpoint's transaction begins,
+// aborts the lingering ones at its start, and relies on its JobManager to
+// cancel a zombie task; ids reused from a pool, fenced only by a unit's
+// claim, must be initialised once, at the start.
 type KafkaTxnCommitter struct {
-	cfg   KafkaTxnConfig
-	slots []*txnSlot
-	open  *txnSlot
+	cfg     KafkaTxnConfig
+	slots   []*txnSlot
+	open    *txnSlot
+	started bool // every slot's producer was created and initialised (start)
 	// recs is the unused rest of the slab the next produced kgo.Records
 	// are taken from (newRecord).
 	recs []kgo.Record
@@ -162,9 +186,13 @@ const (
 )
 
 type txnSlot struct {
-	index   int
-	id      string
-	cl      *kgo.Client
+	index int
+	id    string
+	// cl is the slot's producer; nil before the start and once retired.
+	cl *kgo.Client
+	// retired says why the slot's producer was given up (retire); the
+	// slot takes no further transaction in this run.
+	retired error
 	state   slotState
 	records int64 // markers included
 	markers int64 // markers written (WriteMarker), not counted as records out
@@ -205,8 +233,8 @@ func (k *KafkaTxnCommitter) newRecord() *kgo.Record {
 	return r
 }
 
-// NewKafkaTxnCommitter returns the committer of one sink subtask; producers
-// connect lazily.
+// NewKafkaTxnCommitter returns the committer of one sink subtask; its
+// producers are created and initialised by the first BeginTransaction.
 func NewKafkaTxnCommitter(cfg KafkaTxnConfig) *KafkaTxnCommitter {
 	if cfg.PoolSize <= 0 {
 		cfg.PoolSize = DefaultPoolSize
@@ -220,6 +248,67 @@ func NewKafkaTxnCommitter(cfg KafkaTxnConfig) *KafkaTxnCommitter {
 	return k
 }
 
+// start creates every slot's producer and initialises its transactional
+// id (InitProducerId, through franz-go's ProducerID), concurrently, before
+// the committer's first transaction. On an error it closes them all and
+// returns it; nothing was written, so a later call starts over.
+func (k *KafkaTxnCommitter) start(ctx context.Context) error {
+	errs := make([]error, len(k.slots))
+	var wg sync.WaitGroup
+	for i, s := range k.slots {
+		cl, err := kgo.NewClient(k.producerOpts(s.id)...)
+		if err != nil {
+			errs[i] = fmt.Errorf("sink %s: transactional producer %s: %w", k.cfg.Name, s.id, err)
+			continue
+		}
+		s.cl = cl
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, _, err := cl.ProducerID(ctx); err != nil {
+				errs[i] = fmt.Errorf("sink %s: initialise transactional id %s: %w", k.cfg.Name, s.id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, s := range k.slots {
+			if s.cl != nil {
+				s.cl.Close()
+				s.cl = nil
+			}
+		}
+		return err
+	}
+	k.started = true
+	return nil
+}
+
+// producerOpts are the franz-go options of the producer of transactional
+// id id.
+func (k *KafkaTxnCommitter) producerOpts(id string) []kgo.Opt {
+	opts := append([]kgo.Opt{}, k.cfg.ClientOpts...)
+	opts = append(opts, kgo.TransactionalID(id), kgo.TransactionTimeout(k.cfg.TransactionTimeout),
+		kgo.DefaultProduceTopic(k.cfg.Topic), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if k.cfg.Partition != nil {
+		opts = append(opts, RepartitionProducerOpts(cmp.Or(k.cfg.Linger, RepartitionLinger))...)
+	}
+	return opts
+}
+
+// retire gives up slot s's producer after an error that leaves it unusable
+// (a fenced franz-go client stays failed) or its transaction state unknown:
+// the producer is closed and the slot takes no further transaction in this
+// run. No new producer replaces it: its InitProducerId could abort a
+// transaction a new owner of the subtask or unit pre-committed on the id
+// (see KafkaTxnCommitter).
+func (k *KafkaTxnCommitter) retire(s *txnSlot, why error) {
+	s.cl.Close()
+	s.cl, s.retired = nil, why
+	k.cfg.Logger.Warn("transactional producer retired for the rest of the run; a restart's recovery initialises its id again",
+		"transactional_id", s.id, "err", why)
+}
+
 func (k *KafkaTxnCommitter) inFlight() {
 	n := 0
 	for _, s := range k.slots {
@@ -231,31 +320,29 @@ func (k *KafkaTxnCommitter) inFlight() {
 }
 
 // BeginTransaction implements TwoPhaseCommitter: it takes a free slot and
-// begins a transaction on its producer. It returns ErrPoolExhausted when no
-// slot is free.
-func (k *KafkaTxnCommitter) BeginTransaction(context.Context) error {
+// begins a transaction on its producer; the first call creates and
+// initialises every slot's producer first (start). It returns
+// ErrPoolExhausted when no slot with a producer is free (retired slots
+// never are).
+func (k *KafkaTxnCommitter) BeginTransaction(ctx context.Context) error {
+	if !k.started {
+		if err := k.start(ctx); err != nil {
+			return err
+		}
+	}
 	var s *txnSlot
+	retired := 0
 	for _, c := range k.slots {
-		if c.state == slotFree {
+		if c.cl == nil {
+			retired++
+			continue
+		}
+		if c.state == slotFree && s == nil {
 			s = c
-			break
 		}
 	}
 	if s == nil {
-		return fmt.Errorf("sink %s[%d]: %w (pool size %d)", k.cfg.Name, k.cfg.Subtask, ErrPoolExhausted, k.cfg.PoolSize)
-	}
-	if s.cl == nil {
-		opts := append([]kgo.Opt{}, k.cfg.ClientOpts...)
-		opts = append(opts, kgo.TransactionalID(s.id), kgo.TransactionTimeout(k.cfg.TransactionTimeout),
-			kgo.DefaultProduceTopic(k.cfg.Topic), kgo.RequiredAcks(kgo.AllISRAcks()))
-		if k.cfg.Partition != nil {
-			opts = append(opts, RepartitionProducerOpts(cmp.Or(k.cfg.Linger, RepartitionLinger))...)
-		}
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			return fmt.Errorf("sink %s: transactional producer %s: %w", k.cfg.Name, s.id, err)
-		}
-		s.cl = cl
+		return fmt.Errorf("sink %s[%d]: %w (pool size %d, %d retired after errors)", k.cfg.Name, k.cfg.Subtask, ErrPoolExhausted, k.cfg.PoolSize, retired)
 	}
 	if err := s.cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("sink %s: begin transaction on %s: %w", k.cfg.Name, s.id, err)
@@ -439,8 +526,8 @@ func (k *KafkaTxnCommitter) PreCommit(ctx context.Context, checkpointID int64) (
 // ends; each retry is counted (kstreamd_kafka_retries_total{operation=
 // "commit"}) and logged. franz-go cannot retry a commit whose outcome it
 // did not see, so retries go through CommitRecovered with the
-// committable's producer id and epoch, and the slot gets a new producer
-// afterwards.
+// committable's producer id and epoch, and the slot's producer is retired
+// afterwards (retire: no new producer is created after the start).
 func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 	var s *txnSlot
 	for _, cand := range k.slots {
@@ -457,24 +544,23 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 			k.cfg.Logger.Warn("commit failed; retrying with the recorded producer id and epoch",
 				"operation", kafkaretry.OpCommit, "transactional_id", c.TransactionalID, "checkpoint_id", c.CheckpointID, "err", err)
 			k.cfg.Retries.Retried(kafkaretry.OpCommit)
+			rerr := err
 			err = k.commitRetrying(ctx, c)
 			// The producer's state of the transaction is unknown to
-			// franz-go now: the slot starts over with a new producer.
-			s.cl.Close()
-			s.cl = nil
+			// franz-go now: the slot is retired.
+			k.retire(s, rerr)
 		}
 		if err != nil {
 			if lerr := k.lost(classify(c, err)); lerr != nil {
 				return lerr
 			}
-			// Ignored loss: the producer must start over. A fenced
-			// franz-go client stays failed ("fatal, unrecoverable" on
-			// the next BeginTransaction), so the slot gets a new one,
-			// whose InitProducerId takes a fresh epoch.
+			// Ignored loss: a fenced franz-go client stays failed
+			// ("fatal, unrecoverable" on the next BeginTransaction),
+			// and a new producer's InitProducerId could abort a new
+			// owner's transaction on the id: the slot is retired.
 			if s.cl != nil {
 				_ = s.cl.EndTransaction(ctx, kgo.TryAbort)
-				s.cl.Close()
-				s.cl = nil
+				k.retire(s, err)
 			}
 		} else {
 			k.cfg.Metrics.transaction(k.cfg.Name, "committed")
@@ -486,11 +572,10 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 			}
 		}
 	} else if err := s.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		// Nothing to lose: the slot starts over with a new producer
-		// (whose InitProducerId ends whatever the broker still holds).
-		k.cfg.Logger.Warn("ending an empty transaction failed; the slot gets a new producer", "transactional_id", s.id, "err", err)
-		s.cl.Close()
-		s.cl = nil
+		// Nothing to lose, but the producer's state is unknown: the
+		// slot is retired (the next start's recovery ends whatever the
+		// broker still holds on the id).
+		k.retire(s, fmt.Errorf("ending an empty transaction: %w", err))
 	}
 	s.state = slotCommitted
 	k.inFlight()

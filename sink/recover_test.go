@@ -381,10 +381,12 @@ func TestRecoverFencesLingeringTransactions(t *testing.T) {
 	}
 }
 
-// TestCommitLostIgnoredRecreatesProducer: a live commit that fails because
+// TestCommitLostIgnoredRetiresProducer: a live commit that fails because
 // the broker aborted the transaction (timeout) is lost; with IgnoreLost the
-// slot's producer is replaced, so the slot works again when it is reused.
-func TestCommitLostIgnoredRecreatesProducer(t *testing.T) {
+// slot's fenced producer is retired, not replaced (a new producer's
+// InitProducerId could abort a new owner's transaction on the id,
+// TestZombieRetiredSlotNeverReinitialises), and the other slots carry on.
+func TestCommitLostIgnoredRetiresProducer(t *testing.T) {
 	opts := newCluster(t)
 	m, reg := newMetrics(t)
 	logger, logs := testLogger()
@@ -404,9 +406,15 @@ func TestCommitLostIgnoredRecreatesProducer(t *testing.T) {
 	}
 	k.Snapshotted(2)
 	k.CheckpointCompleted(2) // slot 0 is free again
-	// Slots 1 and 2 are free too; take them so that slot 0 is reused.
+	if !strings.Contains(logs.String(), "transactional producer retired") {
+		t.Errorf("no retirement logged:\n%s", logs.String())
+	}
+	// Slots 1 and 2 take the transactions; slot 0 never again.
 	for id := int64(2); id <= 4; id++ {
 		c := writeAndPreCommit(t, k, id, fmt.Sprintf("v%d", id))
+		if c.TransactionalID == c1.TransactionalID {
+			t.Fatalf("transaction %d runs on the retired %s", id, c.TransactionalID)
+		}
 		if err := k.Commit(ctx, c); err != nil {
 			t.Fatalf("commit %d on %s: %v", id, c.TransactionalID, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +114,192 @@ func TestFreshProducerFencesPreCommitted(t *testing.T) {
 	}
 	if err := fresh.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestZombieNeverInitialisesAnIdAfterTheNewOwner is the path
+// TestFreshProducerFencesPreCommitted warns of, through the committer: a
+// zombie subtask (or unit) that, when it was replaced, had used only id 0
+// of its pool rotates to id 1 and writes. Had it created id 1's producer
+// then, that producer's InitProducerId would bump the epoch the new
+// owner's recovery and producer took and abort the transaction the new
+// owner pre-committed on id 1 for a checkpoint that completed: the
+// owner's commit would be lost (and the zombie's record written under a
+// valid epoch). Every id of the pool is initialised when the committer
+// opens its first transaction, so the zombie's producer of id 1 is the
+// one the new owner's recovery fenced: its write fails, the owner's
+// commit succeeds and read_committed holds exactly the owner's records.
+func TestZombieNeverInitialisesAnIdAfterTheNewOwner(t *testing.T) {
+	opts := newCluster(t)
+	m, _ := newMetrics(t)
+	logger, logs := testLogger()
+	ctx := context.Background()
+	zombie := committer(opts, "p-3", 0, time.Minute, m, logger)
+	defer zombie.Close()
+	if err := zombie.BeginTransaction(ctx); err != nil { // an idle epoch on id 0
+		t.Fatal(err)
+	}
+
+	cfg := recoverCfg(opts, "p-3", nil, 1, m, logger)
+	cfg.FenceOnly = []string{"p-3-0-0", "p-3-0-1", "p-3-0-2"}
+	if err := RecoverTransactions(ctx, cfg); err != nil {
+		t.Fatalf("recovery: %v\n%s", err, logs.String())
+	}
+	owner := committer(opts, "p-3", 0, time.Minute, m, logger)
+	defer owner.Close()
+	c1 := writeAndPreCommit(t, owner, 1, "n1")
+	owner.Snapshotted(1)
+	if err := owner.BeginTransaction(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Commit(ctx, c1); err != nil {
+		t.Fatal(err)
+	}
+	owner.CheckpointCompleted(1)
+	if err := owner.Write(ctx, runtime.Record{Key: []byte("k"), Value: []byte("n2")}); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := owner.PreCommit(ctx, 2) // checkpoint 2 completes; its commit is next
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.TransactionalID != "p-3-0-1" {
+		t.Fatalf("the owner's second transaction runs on %s, want p-3-0-1", c2.TransactionalID)
+	}
+
+	// The zombie wakes up: its barrier pre-commits the idle epoch on id 0
+	// and its next epoch runs on id 1.
+	if _, err := zombie.PreCommit(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	zombie.Snapshotted(7)
+	if err := zombie.BeginTransaction(ctx); err == nil {
+		if zombie.open.id != "p-3-0-1" {
+			t.Fatalf("the zombie's next epoch runs on %s, want p-3-0-1", zombie.open.id)
+		}
+		if err := zombie.Write(ctx, runtime.Record{Key: []byte("k"), Value: []byte("zombie")}); err == nil {
+			if _, err := zombie.PreCommit(ctx, 8); err == nil {
+				t.Errorf("the zombie pre-committed a transaction on p-3-0-1 after the new owner's recovery fenced it")
+			}
+		}
+	}
+
+	if err := owner.Commit(ctx, c2); err != nil {
+		t.Fatalf("the new owner's commit of checkpoint 2 after the zombie's write: %v", err)
+	}
+	var got []string
+	for _, r := range testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second) {
+		got = append(got, string(r.Value))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"n1", "n2"}) {
+		t.Errorf("read_committed holds %q, want exactly the new owner's [n1 n2]", got)
+	}
+}
+
+// TestZombieRetiredSlotNeverReinitialises: a zombie that ignores lost
+// output (IgnoreLost) meets the new owner's fence on id 0 when it commits
+// its pre-committed transaction there. Had it replaced id 0's fenced
+// producer by a new one when the slot came round again, that producer's
+// InitProducerId would abort the transaction the new owner pre-committed
+// on id 0 for a checkpoint that completed. The slot is retired instead;
+// the zombie's next epoch runs on id 2, whose producer (initialised at
+// its start) the new owner's recovery fenced, so its write fails, the
+// owner's commit succeeds and read_committed holds only the owner's
+// record.
+func TestZombieRetiredSlotNeverReinitialises(t *testing.T) {
+	opts := newCluster(t)
+	m, _ := newMetrics(t)
+	logger, logs := testLogger()
+	ctx := context.Background()
+	zombie := NewKafkaTxnCommitter(KafkaTxnConfig{
+		Name: "out", Topic: testTopic, TransactionalIDPrefix: "p-4", PoolSize: 3, TransactionTimeout: time.Minute,
+		IgnoreLost: true, ClientOpts: opts, Metrics: m, Logger: logger,
+	})
+	defer zombie.Close()
+	cz := writeAndPreCommit(t, zombie, 1, "z1")
+	zombie.Snapshotted(1)
+	if err := zombie.BeginTransaction(ctx); err != nil { // an idle epoch on id 1
+		t.Fatal(err)
+	}
+
+	cfg := recoverCfg(opts, "p-4", nil, 1, m, logger)
+	cfg.FenceOnly = []string{"p-4-0-0", "p-4-0-1", "p-4-0-2"}
+	if err := RecoverTransactions(ctx, cfg); err != nil {
+		t.Fatalf("recovery: %v\n%s", err, logs.String())
+	}
+	owner := committer(opts, "p-4", 0, time.Minute, m, logger)
+	defer owner.Close()
+	cn := writeAndPreCommit(t, owner, 1, "n1") // checkpoint 1 completes; its commit is next
+	if cn.TransactionalID != cz.TransactionalID {
+		t.Fatalf("the owner's transaction runs on %s, want the zombie's %s", cn.TransactionalID, cz.TransactionalID)
+	}
+
+	if err := zombie.Commit(ctx, cz); err != nil { // fenced: lost, ignored
+		t.Fatalf("the zombie's commit with IgnoreLost: %v", err)
+	}
+	if _, err := zombie.PreCommit(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	zombie.Snapshotted(2)
+	zombie.CheckpointCompleted(2) // id 0's slot is free again
+	if err := zombie.BeginTransaction(ctx); err == nil {
+		id := zombie.open.id
+		if id == cz.TransactionalID {
+			t.Errorf("the zombie's next epoch runs on %s, whose producer was fenced", id)
+		}
+		if err := zombie.Write(ctx, runtime.Record{Key: []byte("k"), Value: []byte("zombie")}); err == nil {
+			if _, err := zombie.PreCommit(ctx, 3); err == nil {
+				t.Errorf("the zombie pre-committed a transaction on %s after the new owner's recovery fenced it", id)
+			}
+		}
+	}
+
+	if err := owner.Commit(ctx, cn); err != nil {
+		t.Fatalf("the new owner's commit of checkpoint 1 after the zombie's write: %v", err)
+	}
+	var got []string
+	for _, r := range testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second) {
+		got = append(got, string(r.Value))
+	}
+	if !slices.Equal(got, []string{"n1"}) {
+		t.Errorf("read_committed holds %q, want exactly the new owner's [n1]", got)
+	}
+}
+
+// TestRetiredSlotsExhaustThePool: the committer creates and initialises
+// every producer of its pool with its first transaction and none after
+// it; retired slots take no transaction, and once no slot with a producer
+// is free BeginTransaction fails with ErrPoolExhausted (the subtask fails
+// and its restart's recovery initialises the ids again in order).
+func TestRetiredSlotsExhaustThePool(t *testing.T) {
+	opts := newCluster(t)
+	m, _ := newMetrics(t)
+	logger, _ := testLogger()
+	ctx := context.Background()
+	k := committer(opts, "p-5", 0, time.Minute, m, logger)
+	defer k.Close()
+	if err := k.BeginTransaction(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range k.slots {
+		if s.cl == nil {
+			t.Fatalf("slot %s has no producer after the first transaction opened", s.id)
+		}
+		if _, epoch, err := s.cl.ProducerID(ctx); err != nil || epoch < 0 {
+			t.Fatalf("slot %s: producer epoch %d (%v), want one initialised", s.id, epoch, err)
+		}
+	}
+	k.retire(k.slots[1], errors.New("test"))
+	k.retire(k.slots[2], errors.New("test"))
+	if _, err := k.PreCommit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	err := k.BeginTransaction(ctx)
+	if !errors.Is(err, ErrPoolExhausted) || !strings.Contains(err.Error(), "2 retired") {
+		t.Fatalf("BeginTransaction with slot 0 pre-committed and slots 1 and 2 retired: %v, want ErrPoolExhausted naming 2 retired", err)
+	}
+	if k.slots[1].cl != nil || k.slots[2].cl != nil {
+		t.Fatal("a retired slot got a producer again")
 	}
 }

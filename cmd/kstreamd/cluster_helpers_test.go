@@ -695,16 +695,19 @@ func unitTxnIDs(unit string) []string {
 	return out
 }
 
-// fenced reports whether every transactional id of unit got an
-// InitProducerId request between the broker counts before and after: the
-// takeover fencing of a unit initialises all its ids at once, while a
-// unit's own producers initialise one slot's id each when they first
-// produce or start over (so a count alone cannot tell a fence).
-func fenced(unit string, before, after map[string]int) bool {
+// fenced returns the fewest InitProducerId requests any transactional id
+// of unit got between the broker counts before and after: a unit's start
+// initialises every id twice, once by its recovery's fence and once by its
+// sink's producer (sink.KafkaTxnCommitter), and a running unit none. A
+// moved unit's ids were fenced when it is at least 1; a unit that stayed
+// was started again (a fence) when it is at least 2 (one alone can be the
+// producers' half of the start a snapshot fell into).
+func fenced(unit string, before, after map[string]int) int {
+	least := -1
 	for _, id := range unitTxnIDs(unit) {
-		if after[id] <= before[id] {
-			return false
+		if n := after[id] - before[id]; least < 0 || n < least {
+			least = n
 		}
 	}
-	return true
+	return least
 }
