@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -68,9 +69,20 @@ var repartitionName = regexp.MustCompile(`^([0-9]+)(?:-([A-Za-z_][A-Za-z0-9_]*))
 // units topic and the graph records are never listed. Items are sorted:
 // topics by name, then namespaces by stage and unit. A removal deletes
 // the topics, then each namespace's HEADs before its other files, so a
-// half-removed namespace is never restored.
+// half-removed namespace is never restored. It refuses while the job has
+// a stop-with-savepoint whose savepoint is not gathered yet (its drain
+// needs every unit's HEAD, whatever graph the file plans).
 func ClusterGC(ctx context.Context, c GCConfig) ([]GCItem, error) {
 	st := c.Stages
+	// A stop-with-savepoint not yet gathered drains and copies every
+	// unit's HEAD of the stopped graph, which no member of the (empty)
+	// group reports: gc would list them (cluster_savepoint.go).
+	if req, err := clusterStopped(ctx, c.Store, st.Job); err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	} else if req != nil && req.Savepoint == "" {
+		return nil, fmt.Errorf("job: job %s has a stop-with-savepoint pending (%s in %s, requested at %s by %s, its savepoint under %s not gathered yet): its drain restores every unit's HEAD; gc waits for the savepoint (kstreamd savepoint --stop, or start a daemon of the job, finishes it); nothing is listed",
+			st.Job, storeKey(st.Job, StopRequestKey), c.Store, req.Requested.Format(time.RFC3339), req.By, req.Dir)
+	}
 	cl, err := kgo.NewClient(c.ClientOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("job: kafka client: %w", err)

@@ -145,3 +145,51 @@ func TestClusterGC(t *testing.T) {
 		t.Errorf("a second gc: %v (%v), want nothing", got, err)
 	}
 }
+
+// TestClusterGCStopPending: a stop-with-savepoint whose savepoint is not
+// gathered yet (its drainer died, or drains now) needs every unit's HEAD
+// of the stopped graph, which no member reports (the group is empty). gc
+// with a pipeline file of another unit count refuses, naming the request,
+// and removes nothing; once the savepoint is recorded (it is
+// self-contained), the old namespaces are listed.
+func TestClusterGCStopPending(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
+	ctx := context.Background()
+	store := f.set.Store
+	prefix := checkpoint.UnitPrefix("clicks", 1, 3) // unit 3 of the stopped 4-unit graph
+	if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, checkpoint.Head{Seq: 1, CheckpointID: 7, Owner: "m", Fingerprint: "old", Units: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Create(ctx, prefix+"chk-7/_metadata", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	req := []byte(`{"requested":"2026-01-02T03:04:05Z","by":"m1","dir":"/sp"}`)
+	if err := store.Create(ctx, "clicks/"+job.StopRequestKey, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Create(ctx, "clicks/"+job.DrainerKey, req); err != nil {
+		t.Fatal(err)
+	}
+	keysBefore, err := store.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := job.GCConfig{Stages: f.st, Store: store, ClientOpts: f.opts, GroupID: "clicks-cluster", Delete: true}
+	got, err := job.ClusterGC(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "job clicks has a stop-with-savepoint pending (clicks/stop-with-savepoint in "+store.String()+
+		", requested at 2026-01-02T03:04:05Z by m1, its savepoint under /sp not gathered yet)") {
+		t.Fatalf("gc --delete with a stop pending: %v (%v), want refused naming the request", got, err)
+	}
+	if keys, _ := store.List(ctx, ""); fmt.Sprint(keys) != fmt.Sprint(keysBefore) {
+		t.Fatalf("a refused gc changed the store: %v, was %v", keys, keysBefore)
+	}
+
+	if err := store.Create(ctx, "clicks/"+job.StoppedKey, []byte(`{"requested":"2026-01-02T03:04:05Z","by":"m1","dir":"/sp","savepoint":"/sp/savepoint-8-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Delete = false
+	got, err = job.ClusterGC(ctx, cfg)
+	if err != nil || len(got) != 1 || got[0].Name != prefix {
+		t.Fatalf("gc once the savepoint is recorded: %v (%v), want exactly %s", got, err, prefix)
+	}
+}
