@@ -83,6 +83,12 @@ func ClusterGC(ctx context.Context, c GCConfig) ([]GCItem, error) {
 		return nil, fmt.Errorf("job: job %s has a stop-with-savepoint pending (%s in %s, requested at %s by %s, its savepoint under %s not gathered yet): its drain restores every unit's HEAD; gc waits for the savepoint (kstreamd savepoint --stop, or start a daemon of the job, finishes it); nothing is listed",
 			st.Job, storeKey(st.Job, StopRequestKey), c.Store, req.Requested.Format(time.RFC3339), req.By, req.Dir)
 	}
+	// A file whose unit count the store's HEAD chains refuse (RunMember's
+	// check) plans a job that cannot run on this store: the units beyond
+	// its count are the running job's, not stale.
+	if _, err := checkStoreUnits(ctx, c.Store, st); err != nil {
+		return nil, fmt.Errorf("%w: the pipeline file's graph cannot run on this store, so gc cannot tell what the job uses; nothing is listed", err)
+	}
 	cl, err := kgo.NewClient(c.ClientOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("job: kafka client: %w", err)

@@ -2,6 +2,7 @@ package job_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -191,5 +192,38 @@ func TestClusterGCStopPending(t *testing.T) {
 	got, err = job.ClusterGC(ctx, cfg)
 	if err != nil || len(got) != 1 || got[0].Name != prefix {
 		t.Fatalf("gc once the savepoint is recorded: %v (%v), want exactly %s", got, err, prefix)
+	}
+}
+
+// TestClusterGCUnitsChanged: the job's HEAD chains are of 4 units and
+// nothing runs (the group is empty); gc with a pipeline file of 2 units,
+// which RunMember refuses on this store (ErrUnitsChanged), refuses too and
+// removes nothing: units 2 and 3 are the job's state, not stale.
+func TestClusterGCUnitsChanged(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
+	ctx := context.Background()
+	store := f.set.Store
+	for s := range 2 {
+		for u := range 4 {
+			prefix := checkpoint.UnitPrefix("clicks", s, u)
+			if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, checkpoint.Head{Seq: 1, CheckpointID: 3, Owner: "m", Fingerprint: "four", Units: 4}); err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Create(ctx, prefix+"chk-3/_metadata", []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keysBefore, err := store.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := job.GCConfig{Stages: f.st, Store: store, ClientOpts: f.opts, GroupID: "clicks-cluster", Delete: true}
+	got, err := job.ClusterGC(ctx, cfg)
+	if !errors.Is(err, job.ErrUnitsChanged) || !strings.Contains(err.Error(), "the store holds the HEAD chains of 4 units of stage 0, cluster.units is 2") {
+		t.Fatalf("gc --delete with a file of another unit count: %v (%v), want refused wrapping ErrUnitsChanged", got, err)
+	}
+	if keys, _ := store.List(ctx, ""); fmt.Sprint(keys) != fmt.Sprint(keysBefore) {
+		t.Fatalf("a refused gc changed the store: %v, was %v", keys, keysBefore)
 	}
 }
