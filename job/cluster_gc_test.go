@@ -227,3 +227,61 @@ func TestClusterGCUnitsChanged(t *testing.T) {
 		t.Fatalf("a refused gc changed the store: %v, was %v", keys, keysBefore)
 	}
 }
+
+// TestClusterGCStoredGraph: the job's HEADs were written by a graph of 3
+// stages and no daemon runs; the pipeline file was changed to 2 stages
+// (an incompatible change, to go through a savepoint the old graph's
+// state is needed for). gc counts the graph the store's HEADs record as
+// in use: it refuses while that graph has no record, and once it has one
+// lists neither stage 2's namespaces nor its repartition topic.
+func TestClusterGCStoredGraph(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
+	three, err := parseConfig(t, "three.yaml", strings.Replace(threeStagesYAML, "units: 4", "units: 2", 1)).PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	adm := newAdmin(t, f.opts)
+	for _, topic := range []string{"clicks-1-repartition", "clicks-2-repartition"} {
+		if _, err := adm.CreateTopic(ctx, 2, -1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := f.set.Store
+	for s := range 3 {
+		for u := range 2 {
+			prefix := checkpoint.UnitPrefix("clicks", s, u)
+			if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, checkpoint.Head{Seq: 1, CheckpointID: 5, Owner: "m", Fingerprint: three.Fingerprint, Units: 2}); err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Create(ctx, prefix+"chk-5/_metadata", []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keysBefore, err := store.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := job.GCConfig{Stages: f.st, Store: store, ClientOpts: f.opts, GroupID: "clicks-cluster", Delete: true}
+	got, err := job.ClusterGC(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the store's HEADs record graph %.12s (HEAD-1 of clicks/units/0/0/ in %s), which has no record (clicks/graphs/%s.json)", three.Fingerprint, store, three.Fingerprint)) {
+		t.Fatalf("gc --delete with the stored graph unrecorded: %v (%v), want refused naming it", got, err)
+	}
+	if keys, _ := store.List(ctx, ""); fmt.Sprint(keys) != fmt.Sprint(keysBefore) {
+		t.Fatalf("a refused gc changed the store: %v, was %v", keys, keysBefore)
+	}
+	if _, err := job.RecordGraph(ctx, store, three); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := job.ClusterGC(ctx, cfg); err != nil || len(got) != 0 {
+		t.Fatalf("gc --delete with the stored graph recorded: %v (%v), want nothing (stage 2 is the job's)", got, err)
+	}
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !topics.Has("clicks-2-repartition") {
+		t.Errorf("gc removed stage 2's repartition topic: %v", topics.Names())
+	}
+}
