@@ -349,12 +349,18 @@ func claimWith(ctx context.Context, ns Namespace, member, fingerprint string, un
 		if prev.Units != 0 && prev.Units != units {
 			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written with %d units per stage, this daemon runs %d", ns.Prefix, prev.Seq, prev.Units, units)
 		}
-		if prev.Seq > 0 && prev.Fingerprint != fingerprint && restores != nil {
-			if err := restores(prev); err != nil {
-				return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d: %w", ns.Prefix, prev.Seq, err)
+		state := prev // the HEAD whose graph wrote the state prev names
+		if prev.Seq > 0 && prev.Fingerprint != fingerprint {
+			if state, err = heads.Writer(ctx, prev); err != nil {
+				return nil, Head{}, err
 			}
-		} else if prev.Seq > 0 && prev.Fingerprint != fingerprint {
-			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written for graph %.12s, this daemon runs graph %.12s", ns.Prefix, prev.Seq, prev.Fingerprint, fingerprint)
+		}
+		if state.Seq > 0 && state.Fingerprint != fingerprint && restores != nil {
+			if err := restores(state); err != nil {
+				return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d: %w", ns.Prefix, state.Seq, err)
+			}
+		} else if state.Seq > 0 && state.Fingerprint != fingerprint {
+			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: HEAD-%d was written for graph %.12s, this daemon runs graph %.12s", ns.Prefix, state.Seq, state.Fingerprint, fingerprint)
 		}
 		if attempt > 1 && prev.Claim && prev.Token != token {
 			// Another claim won (this claim's own HEAD, created while its

@@ -130,8 +130,10 @@ func Stateful(o *Operator) bool {
 // their yaml name (the field name without one), as JSON: every exported
 // field of the params struct (fields of embedded structs included) except
 // those tagged `state:"-"` (a param that does not change what the state
-// holds or how it is serialized, such as a TTL's duration: Flink restores
-// state under a changed TTL duration, not under TTL turned on or off).
+// holds or how it is serialized); a field tagged `state:"on"` counts only
+// as set or not, "on" or "off" (a TTL's duration: Flink restores state
+// under a changed TTL duration, not under TTL turned on or off, which the
+// state backend refuses with its StateMigrationError).
 // Params that are not a struct count as one param named "". Nil for no
 // params.
 func StateParams(params any) map[string]json.RawMessage {
@@ -163,7 +165,8 @@ func stateFields(v reflect.Value, out map[string]json.RawMessage) {
 	t := v.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if f.Tag.Get("state") == "-" {
+		tag := f.Tag.Get("state")
+		if tag == "-" {
 			continue
 		}
 		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
@@ -176,6 +179,12 @@ func stateFields(v reflect.Value, out map[string]json.RawMessage) {
 			continue
 		}
 		if !f.IsExported() {
+			continue
+		}
+		if tag == "on" {
+			// Only whether it is set shapes the state (a TTL's duration
+			// does not; TTL turned on or off does).
+			out[cmp.Or(name, f.Name)] = json.RawMessage(map[bool]string{true: `"on"`, false: `"off"`}[!fv.IsZero()])
 			continue
 		}
 		b, err := json.Marshal(fv.Interface())

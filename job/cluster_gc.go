@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -58,8 +59,11 @@ var repartitionName = regexp.MustCompile(`^([0-9]+)(?:-([A-Za-z_][A-Za-z0-9_]*))
 // c.Delete is set (`kstreamd cluster gc`, docs/scale-out.md "Upgrades").
 // It never runs on its own. In use are the graph of c.Stages and the
 // graph of every member of the group (its join metadata's fingerprint,
-// whose layout the store's graph records give); a member whose graph has
-// no record makes it refuse (it cannot tell what that member uses). A
+// whose layout the store's graph records give), and the graph the store's
+// HEADs record (unit 0 of the lowest stage with a HEAD, the election's
+// first rule: the job's graph even while no daemon runs); a member's or
+// the store's graph without a record makes it refuse (it cannot tell what
+// that graph uses). A
 // topic is stale when it is named as a repartition topic of the job
 // ("<job>-<stage>-repartition", "<job>-<stage>-<role>-repartition") and no
 // graph in use has it; a namespace when no graph in use has its stage and
@@ -68,9 +72,27 @@ var repartitionName = regexp.MustCompile(`^([0-9]+)(?:-([A-Za-z_][A-Za-z0-9_]*))
 // units topic and the graph records are never listed. Items are sorted:
 // topics by name, then namespaces by stage and unit. A removal deletes
 // the topics, then each namespace's HEADs before its other files, so a
-// half-removed namespace is never restored.
+// half-removed namespace is never restored. It refuses while the job has
+// a stop-with-savepoint whose savepoint is not gathered yet (its drain
+// needs every unit's HEAD, whatever graph the file plans).
 func ClusterGC(ctx context.Context, c GCConfig) ([]GCItem, error) {
 	st := c.Stages
+	// A stop-with-savepoint not yet gathered drains and copies every
+	// unit's HEAD of the stopped graph, which no member of the (empty)
+	// group reports: gc would list them (cluster_savepoint.go).
+	if req, err := clusterStopped(ctx, c.Store, st.Job); err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	} else if req != nil && req.Savepoint == "" {
+		return nil, fmt.Errorf("job: job %s has a stop-with-savepoint pending (%s in %s, requested at %s by %s, its savepoint under %s not gathered yet): its drain restores every unit's HEAD; gc waits for the savepoint (kstreamd savepoint --stop, or start a daemon of the job, finishes it); nothing is listed",
+			st.Job, storeKey(st.Job, StopRequestKey), c.Store, req.Requested.Format(time.RFC3339), req.By, req.Dir)
+	}
+	// A file whose unit count the store's HEAD chains refuse (RunMember's
+	// check) plans a job that cannot run on this store: the units beyond
+	// its count are the running job's, not stale.
+	stored, err := checkStoreUnits(ctx, c.Store, st)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the pipeline file's graph cannot run on this store, so gc cannot tell what the job uses; nothing is listed", err)
+	}
 	cl, err := kgo.NewClient(c.ClientOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("job: kafka client: %w", err)
@@ -104,6 +126,23 @@ func ClusterGC(ctx context.Context, c GCConfig) ([]GCItem, error) {
 				memberName(gm), c.GroupID, fp, c.Store, GraphRecordKey(st.Job, fp))
 		}
 		used[fp] = rec.Layout
+	}
+	// The graph the store's HEADs record is the job's until another
+	// graph's HEADs replace it (the election's first rule), whether or not
+	// a daemon runs now: a file changed incompatibly (a stage removed) must
+	// not make gc remove the state its savepoint is to be taken from.
+	if fp := stored.hd.Fingerprint; fp != "" {
+		if _, ok := used[fp]; !ok {
+			rec, found, err := ReadGraphRecord(ctx, c.Store, st.Job, fp)
+			if err != nil {
+				return nil, err
+			}
+			if !found {
+				return nil, fmt.Errorf("job: the store's HEADs record graph %.12s (HEAD-%d of %s in %s), which has no record (%s): gc cannot tell what it uses; nothing is listed",
+					fp, stored.hd.Seq, stored.prefix, c.Store, GraphRecordKey(st.Job, fp))
+			}
+			used[fp] = rec.Layout
+		}
 	}
 	fps := slices.Sorted(func(yield func(string) bool) {
 		for fp := range used {

@@ -2,6 +2,7 @@ package job_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -143,5 +144,144 @@ func TestClusterGC(t *testing.T) {
 	}
 	if got, err := job.ClusterGC(ctx, cfg); err != nil || len(got) != 0 {
 		t.Errorf("a second gc: %v (%v), want nothing", got, err)
+	}
+}
+
+// TestClusterGCStopPending: a stop-with-savepoint whose savepoint is not
+// gathered yet (its drainer died, or drains now) needs every unit's HEAD
+// of the stopped graph, which no member reports (the group is empty). gc
+// with a pipeline file of another unit count refuses, naming the request,
+// and removes nothing; once the savepoint is recorded (it is
+// self-contained), the old namespaces are listed.
+func TestClusterGCStopPending(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
+	ctx := context.Background()
+	store := f.set.Store
+	prefix := checkpoint.UnitPrefix("clicks", 1, 3) // unit 3 of the stopped 4-unit graph
+	if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, checkpoint.Head{Seq: 1, CheckpointID: 7, Owner: "m", Fingerprint: "old", Units: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Create(ctx, prefix+"chk-7/_metadata", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	req := []byte(`{"requested":"2026-01-02T03:04:05Z","by":"m1","dir":"/sp"}`)
+	if err := store.Create(ctx, "clicks/"+job.StopRequestKey, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Create(ctx, "clicks/"+job.DrainerKey, req); err != nil {
+		t.Fatal(err)
+	}
+	keysBefore, err := store.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := job.GCConfig{Stages: f.st, Store: store, ClientOpts: f.opts, GroupID: "clicks-cluster", Delete: true}
+	got, err := job.ClusterGC(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "job clicks has a stop-with-savepoint pending (clicks/stop-with-savepoint in "+store.String()+
+		", requested at 2026-01-02T03:04:05Z by m1, its savepoint under /sp not gathered yet)") {
+		t.Fatalf("gc --delete with a stop pending: %v (%v), want refused naming the request", got, err)
+	}
+	if keys, _ := store.List(ctx, ""); fmt.Sprint(keys) != fmt.Sprint(keysBefore) {
+		t.Fatalf("a refused gc changed the store: %v, was %v", keys, keysBefore)
+	}
+
+	if err := store.Create(ctx, "clicks/"+job.StoppedKey, []byte(`{"requested":"2026-01-02T03:04:05Z","by":"m1","dir":"/sp","savepoint":"/sp/savepoint-8-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Delete = false
+	got, err = job.ClusterGC(ctx, cfg)
+	if err != nil || len(got) != 1 || got[0].Name != prefix {
+		t.Fatalf("gc once the savepoint is recorded: %v (%v), want exactly %s", got, err, prefix)
+	}
+}
+
+// TestClusterGCUnitsChanged: the job's HEAD chains are of 4 units and
+// nothing runs (the group is empty); gc with a pipeline file of 2 units,
+// which RunMember refuses on this store (ErrUnitsChanged), refuses too and
+// removes nothing: units 2 and 3 are the job's state, not stale.
+func TestClusterGCUnitsChanged(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
+	ctx := context.Background()
+	store := f.set.Store
+	for s := range 2 {
+		for u := range 4 {
+			prefix := checkpoint.UnitPrefix("clicks", s, u)
+			if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, checkpoint.Head{Seq: 1, CheckpointID: 3, Owner: "m", Fingerprint: "four", Units: 4}); err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Create(ctx, prefix+"chk-3/_metadata", []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keysBefore, err := store.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := job.GCConfig{Stages: f.st, Store: store, ClientOpts: f.opts, GroupID: "clicks-cluster", Delete: true}
+	got, err := job.ClusterGC(ctx, cfg)
+	if !errors.Is(err, job.ErrUnitsChanged) || !strings.Contains(err.Error(), "the store holds the HEAD chains of 4 units of stage 0, cluster.units is 2") {
+		t.Fatalf("gc --delete with a file of another unit count: %v (%v), want refused wrapping ErrUnitsChanged", got, err)
+	}
+	if keys, _ := store.List(ctx, ""); fmt.Sprint(keys) != fmt.Sprint(keysBefore) {
+		t.Fatalf("a refused gc changed the store: %v, was %v", keys, keysBefore)
+	}
+}
+
+// TestClusterGCStoredGraph: the job's HEADs were written by a graph of 3
+// stages and no daemon runs; the pipeline file was changed to 2 stages
+// (an incompatible change, to go through a savepoint the old graph's
+// state is needed for). gc counts the graph the store's HEADs record as
+// in use: it refuses while that graph has no record, and once it has one
+// lists neither stage 2's namespaces nor its repartition topic.
+func TestClusterGCStoredGraph(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
+	three, err := parseConfig(t, "three.yaml", strings.Replace(threeStagesYAML, "units: 4", "units: 2", 1)).PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	adm := newAdmin(t, f.opts)
+	for _, topic := range []string{"clicks-1-repartition", "clicks-2-repartition"} {
+		if _, err := adm.CreateTopic(ctx, 2, -1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := f.set.Store
+	for s := range 3 {
+		for u := range 2 {
+			prefix := checkpoint.UnitPrefix("clicks", s, u)
+			if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, checkpoint.Head{Seq: 1, CheckpointID: 5, Owner: "m", Fingerprint: three.Fingerprint, Units: 2}); err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Create(ctx, prefix+"chk-5/_metadata", []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keysBefore, err := store.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := job.GCConfig{Stages: f.st, Store: store, ClientOpts: f.opts, GroupID: "clicks-cluster", Delete: true}
+	got, err := job.ClusterGC(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the store's HEADs record graph %.12s (HEAD-1 of clicks/units/0/0/ in %s), which has no record (clicks/graphs/%s.json)", three.Fingerprint, store, three.Fingerprint)) {
+		t.Fatalf("gc --delete with the stored graph unrecorded: %v (%v), want refused naming it", got, err)
+	}
+	if keys, _ := store.List(ctx, ""); fmt.Sprint(keys) != fmt.Sprint(keysBefore) {
+		t.Fatalf("a refused gc changed the store: %v, was %v", keys, keysBefore)
+	}
+	if _, err := job.RecordGraph(ctx, store, three); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := job.ClusterGC(ctx, cfg); err != nil || len(got) != 0 {
+		t.Fatalf("gc --delete with the stored graph recorded: %v (%v), want nothing (stage 2 is the job's)", got, err)
+	}
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !topics.Has("clicks-2-repartition") {
+		t.Errorf("gc removed stage 2's repartition topic: %v", topics.Names())
 	}
 }

@@ -377,12 +377,21 @@ func drainAndGather(ctx context.Context, st *graph.Stages, set Settings, deps De
 	if quiet <= 0 {
 		quiet = DefaultDrainQuiet
 	}
+	// The drainer claims the units as a member does: HEADs another graph
+	// wrote are restored when this graph is a state-compatible upgrade of
+	// it (a daemon started with the new pipeline file finishing a stop
+	// requested of the old one, or a stop during a rolling upgrade, whose
+	// units' HEADs record both graphs), refused naming why otherwise.
+	upgrade, err := newUpgradeCheck(ctx, set, st)
+	if err != nil {
+		return "", err
+	}
 	for s := range st.Stages {
 		errs := make([]error, st.Units)
 		var wg sync.WaitGroup
 		for u := range st.Units {
 			wg.Go(func() {
-				errs[u] = drainUnit(ctx, st, s, u, set, deps, sc.Member, quiet, logger)
+				errs[u] = drainUnit(ctx, st, s, u, set, deps, sc.Member, quiet, upgrade.restores, logger)
 			})
 		}
 		wg.Wait()
@@ -425,11 +434,13 @@ func awaitEmptyGroup(ctx context.Context, opts []kgo.Opt, group string, poll tim
 }
 
 // drainUnit claims unit u of stage s (Build: the takeover restores its
-// HEAD and commits what it pre-committed), runs it until it has read its
+// HEAD and commits what it pre-committed; restores decides on a HEAD
+// another graph wrote, as Unit.Restores), runs it until it has read its
 // repartition partitions to their end (drained), and stops it with a
 // final checkpoint.
-func drainUnit(ctx context.Context, st *graph.Stages, s, u int, set Settings, deps Deps, member string, quiet time.Duration, logger *slog.Logger) error {
-	set.Unit = &Unit{Stage: s, Index: u, Units: st.Units, Member: member, Fingerprint: st.Fingerprint}
+func drainUnit(ctx context.Context, st *graph.Stages, s, u int, set Settings, deps Deps, member string, quiet time.Duration,
+	restores func(context.Context, string) error, logger *slog.Logger) error {
+	set.Unit = &Unit{Stage: s, Index: u, Units: st.Units, Member: member, Fingerprint: st.Fingerprint, Restores: restores}
 	g := st.Stages[s].Graph
 	ulog := logger.With("stage", s, "unit", u)
 	j, err := Build(ctx, g, set, deps)

@@ -553,6 +553,11 @@ func checkStoreUnits(ctx context.Context, store checkpoint.Store, st *graph.Stag
 	for s := range st.Stages {
 		heads := checkpoint.Heads{Store: store, Prefix: checkpoint.UnitPrefix(st.Job, s, 0)}
 		hd, err := heads.Latest(ctx)
+		if err == nil {
+			// A claim's graph wrote no state (its restore may have
+			// failed): the graph is that of the HEAD naming the checkpoint.
+			hd, err = heads.Writer(ctx, hd)
+		}
 		if err != nil {
 			return storedGraph{}, fmt.Errorf("job: %w", err)
 		}

@@ -2,16 +2,21 @@ package job_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/job"
 )
 
 // upgradeJobYAML is unitsYAML (two stages of 2 units: the keyed count by
@@ -126,4 +131,89 @@ func TestUpgradeRestoresFromHeads(t *testing.T) {
 	if n := strings.Count(w.logs.String(), `msg="member excluded: it gets no units"`); n != 1 {
 		t.Errorf("the exclusion was logged %d times, want once:\n%s", n, w.logs.String())
 	}
+}
+
+// TestClusterStopFinishedByUpgrade: a stop-with-savepoint of a job whose
+// HEADs the old graph wrote, left without a savepoint (its drainer died),
+// is finished by the next daemon that starts, which runs the new pipeline
+// file. The drain claims the units as a member does: a daemon whose graph
+// cannot restore the old graph's state is refused naming the operator
+// (ErrIncompatibleUpgrade), writing nothing, and the request stays
+// pending; one whose graph is a state-compatible upgrade drains and
+// gathers (its HEADs then record the new graph), and the savepoint
+// restores into a single process with exactly the counts after it.
+func TestClusterStopFinishedByUpgrade(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", upgradeJobYAML, kfake.SeedTopics(2, "clicks", "counts", "single"))
+	next, err := parseConfig(t, "next.yaml", strings.Replace(upgradeJobYAML, "condition: i >= 0", "condition: i > -1", 1)).PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong, err := parseConfig(t, "wrong.yaml", strings.Replace(upgradeJobYAML, "type: keyed_count", "type: count_window_average", 1)).PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const users = 5
+	committed := func(topic string) []*kgo.Record {
+		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), topic, 10*time.Second)
+	}
+	produceClicks(t, f.opts, 0, 4, users)
+	a := startLiveMember(t, f.st, f.set, f.opts, "a", 30*time.Second)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed("counts")) >= users*4 }) {
+		t.Fatalf("the first 4 clicks per user were never counted: %d records\n%s", len(committed("counts")), a.logs.String())
+	}
+	a.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, _ := json.Marshal(job.ClusterStopRequest{Requested: time.Now(), By: "gone", Dir: f.dir + "/savepoints"})
+	if err := f.set.Store.Create(ctx, "clicks/"+job.StopRequestKey, req); err != nil {
+		t.Fatal(err)
+	}
+	keysBefore, err := f.set.Store.List(ctx, "clicks/units/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := job.MemberConfig{GroupID: "clicks-cluster", MemberID: "b", SessionTimeout: 30 * time.Second, RebalanceTimeout: 20 * time.Second, RevokeTimeout: 10 * time.Second}
+	err = job.RunMember(ctx, wrong, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()}, mc)
+	if !errors.Is(err, job.ErrIncompatibleUpgrade) || !strings.Contains(err.Error(), `"per_user" (uid per_user): operator type count_window_average, was keyed_count`) {
+		t.Fatalf("an incompatible daemon finishing the stop: %v, want ErrIncompatibleUpgrade naming per_user", err)
+	}
+	if keys, _ := f.set.Store.List(ctx, "clicks/units/"); fmt.Sprint(keys) != fmt.Sprint(keysBefore) {
+		t.Fatalf("the refused drain wrote to the units' namespaces: %v, was %v", keys, keysBefore)
+	}
+
+	if err := job.RunMember(ctx, next, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()}, mc); err != nil {
+		t.Fatalf("the upgraded daemon finishing the stop: %v", err)
+	}
+	b, err := f.set.Store.Read(ctx, "clicks/"+job.StoppedKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done job.ClusterStopRequest
+	if err := json.Unmarshal(b, &done); err != nil {
+		t.Fatal(err)
+	}
+	if done.By != "gone" || filepath.Dir(done.Savepoint) != f.dir+"/savepoints" {
+		t.Fatalf("recorded stop %+v, want gone's with a savepoint under %s", done, f.dir+"/savepoints")
+	}
+	for s := range 2 {
+		for u := range 2 {
+			hd, err := checkpoint.Heads{Store: f.set.Store, Prefix: checkpoint.UnitPrefix("clicks", s, u)}.Latest(ctx)
+			if err != nil || hd.Fingerprint != next.Fingerprint || hd.CheckpointID == 0 {
+				t.Errorf("unit %d/%d: newest HEAD %+v (%v), want the drain's final checkpoint recording graph %.12s", s, u, hd, err, next.Fingerprint)
+			}
+		}
+	}
+
+	produceClicks(t, f.opts, 4, 6, users)
+	single := strings.Replace(strings.Replace(strings.Replace(upgradeJobYAML, "name: clicks\n", "name: single\n", 1),
+		"topic: counts\n", "topic: single\n", 1), "  enabled: true\n", "  enabled: false\n", 1)
+	cfg := parseConfig(t, "single.yaml", single)
+	g, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := cfg.Settings()
+	set.CheckpointDir, set.StateDir, set.StateBackend = f.dir+"/single/chk", f.dir+"/single/state", "hashmap"
+	runSingle(t, g, set, job.Deps{ClientOpts: f.opts, FromSavepoint: done.Savepoint}, func() bool { return len(committed("single")) >= users*2 })
+	checkCountsFrom(t, "a single process from the savepoint the upgraded daemon gathered", committed("single"), users, 5, 6)
 }

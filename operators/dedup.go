@@ -59,7 +59,7 @@ type DedupParams struct {
 	// TTL is how long a key (or by value) is remembered after the record
 	// that was let through (keep: last: after the key's latest record);
 	// required with keep first, at least 1ms; 0 with keep last: forever.
-	TTL time.Duration `yaml:"ttl" state:"-" doc:"How long a seen key (or by value) is remembered after the record let through (keep: last: after its latest record), on the clock time names, e.g. 10m; required with keep: first, at least 1ms; with keep: last 0 (the default there) keeps every key's record forever."`
+	TTL time.Duration `yaml:"ttl" state:"on" doc:"How long a seen key (or by value) is remembered after the record let through (keep: last: after its latest record), on the clock time names, e.g. 10m; required with keep: first, at least 1ms; with keep: last 0 (the default there) keeps every key's record forever."`
 	// By identifies duplicates within a key; unset: the key alone.
 	By Expression `yaml:"by" doc:"An expression whose value (its JSON) identifies a duplicate among the records of one key; default: the key alone."`
 	// Time is the clock ttl counts on (state.StateTtlConfig.EventTime);

@@ -74,7 +74,7 @@ func layoutOf(t *testing.T, yaml string) graph.StateLayout {
 
 // TestStateLayout: the layout holds exactly the stateful vertices (the
 // filter is left out), with their uid, stage, key and the params that
-// shape state (dedup's ttl, tagged state:"-", is not one), and the
+// shape state (dedup's ttl, tagged state:"on", only as on or off), and the
 // repartition topic with its key.
 func TestStateLayout(t *testing.T) {
 	l := layoutOf(t, upgradeYAML)
@@ -85,7 +85,7 @@ func TestStateLayout(t *testing.T) {
 	want := `{"job":"clicks","max_parallelism":16,"units":4,"stages":3,` +
 		`"repartitions":[{"topic":"clicks-1-repartition","from":0,"to":1,"key_by":"user"},{"topic":"clicks-2-repartition","from":1,"to":2,"key_by":"user"}],` +
 		`"vertices":[{"uid":"clicks","name":"clicks","kind":"source","stage":0,"topics":"clicks"},` +
-		`{"uid":"once","name":"once","kind":"operator","stage":1,"type":"dedup","key_by":"user","params":{"by":"","keep":"first","time":""}},` +
+		`{"uid":"once","name":"once","kind":"operator","stage":1,"type":"dedup","key_by":"user","params":{"by":"","keep":"first","time":"","ttl":"on"}},` +
 		`{"uid":"seen","name":"seen","kind":"sink","stage":1,"delivery":"exactly-once"},` +
 		`{"uid":"counts","name":"counts","kind":"sink","stage":2,"delivery":"exactly-once"},` +
 		`{"uid":"per_user","name":"per_user","kind":"operator","stage":2,"type":"keyed_count","key_by":"user"}]}`
@@ -104,7 +104,7 @@ func TestCheckUpgrade(t *testing.T) {
 		want           []string
 	}{
 		{name: "a stateless operator's param", from: "condition: i >= 0", to: "condition: i > -1"},
-		{name: "dedup's ttl (state:\"-\")", from: "ttl: 10m", to: "ttl: 20m"},
+		{name: "dedup's ttl (state:\"on\")", from: "ttl: 10m", to: "ttl: 20m"},
 		// The dedup reads a new map (inserted below) instead of the filter.
 		{name: "a new stateless operator", from: "    input: valid\n", to: "    input: shaped\n"},
 		{name: "a renamed sink keeping its uid", from: "  - name: counts\n", to: "  - name: out\n    uid: counts\n"},
@@ -162,5 +162,41 @@ func TestCheckUpgradeBinaryVersion(t *testing.T) {
 	}
 	if p := graph.CheckUpgrade(old, next, false); len(p) != 0 {
 		t.Errorf("a param only one version has: %v, want compatible", p)
+	}
+}
+
+// TestCheckUpgradeTTLOnOff: a keep-last dedup's ttl is 0 (forever: its
+// state has no TTL) or a duration (TTL on). Another duration restores
+// (Flink restores state under a changed TTL); TTL turned on or off does
+// not (the state backend refuses it at restore with its
+// StateMigrationError, after a cluster unit's claim), so CheckUpgrade
+// refuses it before anything is claimed, naming the param.
+func TestCheckUpgradeTTLOnOff(t *testing.T) {
+	last := strings.Replace(upgradeYAML, "      ttl: 10m\n", "      keep: last\n      ttl: 10m\n", 1)
+	// The count reads the filter: it cannot read the dedup's changelog.
+	last = strings.Replace(last, "    type: keyed_count\n    input: once\n", "    type: keyed_count\n    input: valid\n", 1)
+	if !strings.Contains(last, "input: valid\n    key_by: user\nsinks") {
+		t.Fatal("the replacement changed nothing")
+	}
+	on := layoutOf(t, last)
+	for _, tc := range []struct {
+		name, yaml string
+		want       string
+	}{
+		{name: "another duration", yaml: strings.Replace(last, "ttl: 10m", "ttl: 20m", 1)},
+		{name: "ttl turned off", yaml: strings.Replace(last, "      ttl: 10m\n", "", 1),
+			want: `"once" (uid once): operator params.ttl is "off", was "on" (it shapes the operator's state)`},
+	} {
+		var got []string
+		for _, p := range graph.CheckUpgrade(on, layoutOf(t, tc.yaml), false) {
+			got = append(got, p.String())
+		}
+		if strings.Join(got, "\n") != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	off := layoutOf(t, strings.Replace(last, "      ttl: 10m\n", "", 1))
+	if p := graph.CheckUpgrade(off, on, false); len(p) != 1 || p[0].String() != `"once" (uid once): operator params.ttl is "on", was "off" (it shapes the operator's state)` {
+		t.Errorf("ttl turned on: %v", p)
 	}
 }
