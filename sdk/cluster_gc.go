@@ -19,14 +19,18 @@ commands:
   gc --config FILE [--delete]
                           list the repartition topics and store namespaces of
                           the cluster job of FILE that no graph in use (FILE's,
-                          every group member's) references; --delete removes
-                          them (docs/scale-out.md, "Upgrades")
+                          every group member's, the one the store's HEADs
+                          record) references; refused while a stop with
+                          savepoint is pending or FILE's unit count differs
+                          from the store's; --delete removes them
+                          (docs/scale-out.md, "Upgrades")
 `
 
 // runCluster runs `kstreamd cluster gc`: it lists, one a line, each stale
 // repartition topic and unit namespace of the job (job.ClusterGC) with
 // why, then a summary; with --delete it removes them. Exit 0 done, 1 the
-// brokers or the store failed or a member's graph is unknown, 2 usage or
+// brokers or the store failed, a graph in use is unknown, a stop with
+// savepoint is pending or the unit count changed, 2 usage or
 // config errors.
 func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Registry) int {
 	if len(args) == 0 {
