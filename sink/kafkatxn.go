@@ -78,8 +78,9 @@ var ErrNoOpenTransaction = errors.New("sink: no open transaction (the last Begin
 // committable and fenced the id (this committer is a zombie that was
 // replaced). Nothing was lost and nothing is counted as lost; the slot's
 // producer is retired, and the error, unlike *LostOutputError, does not
-// suppress restarts: the subtask fails and its restart recovers again (a
-// cluster unit's finds the new owner's HEAD and stops).
+// suppress restarts: the subtask fails and its restart recovers again; a
+// cluster unit stops as taken over and is claimed again only if the group
+// still assigns it to the member (job's member).
 var ErrFenced = errors.New("sink: transactional producer fenced by a newer producer of its id; the transaction is committed")
 
 // ErrPoolExhausted is returned by BeginTransaction when every transactional
