@@ -29,7 +29,7 @@ const (
 //	kstreamd_cluster_unit_stops_total{outcome}          units that left this daemon, by outcome
 //	kstreamd_cluster_repartition_start_offset{stage,unit,topic} log start offset of the unit's partition of an input repartition topic after its last purge
 //	kstreamd_cluster_unit_up{stage,unit}                1 while the unit's attempt runs here, 0 while it is assigned here but not running (starting, restarting, taken over)
-//	kstreamd_cluster_unit_fenced_total{stage,unit}      times the unit found another claim's HEAD here (ErrHeadExists) and stopped
+//	kstreamd_cluster_unit_fenced_total{stage,unit}      times the unit found another claim's HEAD here (ErrHeadExists) or its transactional ids fenced by one (sink.ErrFenced) and stopped
 //	kstreamd_cluster_output_unstable_offsets{topic,partition} high watermark minus last stable offset of an output partition (user Kafka sinks, repartition topics): records behind an open transaction; a growing value is a stuck one
 //	kstreamd_cluster_group_sessions_lost_total          group sessions the member's client gave up (units lost; kept running while it rejoins)
 //	kstreamd_cluster_lost_units_kept_total              lost units the rejoin assigned here again: kept running, neither restored nor moved
@@ -83,7 +83,7 @@ func newClusterMetrics(reg prometheus.Registerer) (*clusterMetrics, error) {
 			Name: "kstreamd_cluster_unit_up", Help: "1 while a unit's attempt runs on this daemon, 0 while the group assigns it here but it does not run (starting, restarting after a failure, taken over and waiting for the group to confirm the assignment).",
 		}, su),
 		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kstreamd_cluster_unit_fenced_total", Help: "Times a unit on this daemon found another claim's HEAD (HEAD exists) and stopped.",
+			Name: "kstreamd_cluster_unit_fenced_total", Help: "Times a unit on this daemon found another claim's HEAD (HEAD exists), or its transactional ids fenced by another claim, and stopped.",
 		}, su),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kstreamd_cluster_head_unknown_outcomes_total", Help: "HEAD creates whose outcome was unknown (an error, or exists on a retry), by how reading the HEAD back resolved them: own (created, the answer was lost), adopted (an earlier HEAD of the owner), other (another claim's: takeover), unknown (unreadable).",

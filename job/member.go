@@ -269,10 +269,12 @@ func RunMember(ctx context.Context, st *graph.Stages, set Settings, deps Deps, m
 				if r.stopping.Load() {
 					return true
 				}
-				if errors.Is(err, checkpoint.ErrHeadExists) {
+				if takenOver(err) {
 					// Another claim's HEAD (read back: never this owner's
-					// own). Rebuilt with the restart strategy once the
-					// group confirms the unit is still assigned here.
+					// own), or its recovery fenced the unit's
+					// transactional ids. Rebuilt with the restart strategy
+					// once the group confirms the unit is still assigned
+					// here.
 					cm.fenced.WithLabelValues(strconv.Itoa(stage), strconv.Itoa(index)).Inc()
 					r.takenOver.Store(true)
 					r.setState(UnitTakenOver, err.Error())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -99,4 +100,62 @@ func retryCount(t *testing.T, reg *prometheus.Registry, op string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestCommitRefusedAfterItWentThrough is the single-process side of a
+// commit the broker refuses although it is committed: an earlier attempt
+// of the commit went through (here a raw EndTxn with the recorded producer
+// id and epoch, as a retry's) and the live producer's EndTxn is answered
+// with an error classify takes for a lost transaction. Answered
+// INVALID_TXN_STATE it is success (counted committed); answered
+// INVALID_PRODUCER_EPOCH or PRODUCER_FENCED (the id's epoch moved past the
+// producer's: another producer initialised it) it is an error wrapping
+// ErrFenced; never a *LostOutputError or a lost count, and read_committed
+// holds the records once. The slot's producer is retired either way.
+func TestCommitRefusedAfterItWentThrough(t *testing.T) {
+	for _, tc := range []struct {
+		answer error
+		fenced bool
+	}{{kerr.InvalidTxnState, false}, {kerr.InvalidProducerEpoch, true}, {kerr.ProducerFenced, true}} {
+		t.Run(tc.answer.(*kerr.Error).Message, func(t *testing.T) {
+			c, opts := newClusterHandle(t)
+			m, reg := newMetrics(t)
+			logger, logs := testLogger()
+			ctx := context.Background()
+			k := committer(opts, "p", 0, time.Minute, m, logger)
+			defer k.Close()
+			c1 := writeAndPreCommit(t, k, 1, "a", "b")
+			if err := CommitRecovered(ctx, opts, c1); err != nil {
+				t.Fatal(err)
+			}
+			code := tc.answer.(*kerr.Error).Code
+			c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				resp := req.(*kmsg.EndTxnRequest).ResponseKind().(*kmsg.EndTxnResponse)
+				resp.ErrorCode = code
+				return resp, nil, true
+			})
+			err := k.Commit(ctx, c1)
+			if le, ok := errors.AsType[*LostOutputError](err); ok {
+				t.Fatalf("commit refused with %v after it went through reports lost output: %v", tc.answer, le)
+			}
+			if tc.fenced && !errors.Is(err, ErrFenced) {
+				t.Errorf("commit: %v, want an error wrapping ErrFenced", err)
+			}
+			if !tc.fenced && err != nil {
+				t.Errorf("commit: %v, want success", err)
+			}
+			if got := counter(t, reg, "lost"); got != 0 {
+				t.Errorf("lost transactions = %v, want 0\n%s", got, logs.String())
+			}
+			if got, want := counter(t, reg, "committed"), map[bool]float64{false: 1, true: 0}[tc.fenced]; got != want {
+				t.Errorf("committed transactions = %v, want %v", got, want)
+			}
+			if got, want := readAll(t, opts, kgo.ReadCommitted()), []string{"a", "b"}; !slices.Equal(got, want) {
+				t.Errorf("read_committed = %q, want %q", got, want)
+			}
+			if k.slots[0].cl != nil {
+				t.Errorf("slot %s keeps the producer the broker refused", k.slots[0].id)
+			}
+		})
+	}
 }

@@ -69,6 +69,20 @@ func RepartitionProducerOpts(linger time.Duration) []kgo.Opt {
 // the checkpoint (its pre-commit) instead of writing outside a transaction.
 var ErrNoOpenTransaction = errors.New("sink: no open transaction (the last BeginTransaction failed)")
 
+// ErrFenced is wrapped by KafkaTxnCommitter.Commit's error when the
+// broker refused the commit as from a fenced producer (PRODUCER_FENCED or
+// INVALID_PRODUCER_EPOCH: the id's epoch moved past the producer's) but
+// the transaction's end marker shows it committed: another producer
+// initialised the transactional id since, typically the recovery of a new
+// owner of the sink subtask or cluster unit, which committed the restored
+// committable and fenced the id (this committer is a zombie that was
+// replaced). Nothing was lost and nothing is counted as lost; the slot's
+// producer is retired, and the error, unlike *LostOutputError, does not
+// suppress restarts: the subtask fails and its restart recovers again; a
+// cluster unit stops as taken over and is claimed again only if the group
+// still assigns it to the member (job's member).
+var ErrFenced = errors.New("sink: transactional producer fenced by a newer producer of its id; the transaction is committed")
+
 // ErrPoolExhausted is returned by BeginTransaction when every transactional
 // id of the subtask's pool is still tied to a pending or recently committed
 // transaction (checkpoints are failing or far apart).
@@ -528,6 +542,17 @@ func (k *KafkaTxnCommitter) PreCommit(ctx context.Context, checkpointID int64) (
 // did not see, so retries go through CommitRecovered with the
 // committable's producer id and epoch, and the slot's producer is retired
 // afterwards (retire: no new producer is created after the start).
+//
+// The broker's answers that classify reports as lost (PRODUCER_FENCED,
+// INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, ...) are also its answers for
+// a transaction that was committed, so before reporting a loss Commit
+// reads the transaction's end marker as a restore does (settleEnded): a
+// committed transaction is no loss. Answered PRODUCER_FENCED or
+// INVALID_PRODUCER_EPOCH, another producer initialised the id since (a new
+// owner's recovery committed the restored committable and fenced it):
+// Commit returns an error wrapping ErrFenced. Any other such answer is
+// success (an earlier attempt of this commit went through). Either way
+// the slot's producer is retired.
 func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 	var s *txnSlot
 	for _, cand := range k.slots {
@@ -540,7 +565,27 @@ func (k *KafkaTxnCommitter) Commit(ctx context.Context, c Committable) error {
 	}
 	if c.Records > 0 {
 		err := s.cl.EndTransaction(ctx, kgo.TryCommit)
-		if err != nil && !errors.As(classify(c, err), new(*LostOutputError)) && ctx.Err() == nil {
+		if lerr := classify(c, err); errors.As(lerr, new(*LostOutputError)) {
+			// PRODUCER_FENCED and the like are also the answers for a
+			// transaction that was committed, by a new owner's recovery
+			// (this committer is a zombie) or by an earlier attempt of
+			// this commit: its end marker settles it.
+			committed, serr := settleEnded(ctx, k.cfg.ClientOpts, c, lerr)
+			if committed {
+				// The franz-go client took the answer as fatal: the
+				// slot is retired either way.
+				k.retire(s, err)
+				if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+					s.state = slotCommitted
+					k.inFlight()
+					return fmt.Errorf("sink %s[%d]: transaction %s of checkpoint %d (%d records) is committed, but the broker no longer accepts this committer's producer: %w: %w",
+						k.cfg.Name, k.cfg.Subtask, c.TransactionalID, c.CheckpointID, c.Records, ErrFenced, err)
+				}
+				k.cfg.Logger.Info("the broker refused the commit, but the transaction is committed (an earlier attempt went through)",
+					"transactional_id", c.TransactionalID, "checkpoint_id", c.CheckpointID, "err", err)
+			}
+			err = serr
+		} else if err != nil && ctx.Err() == nil {
 			k.cfg.Logger.Warn("commit failed; retrying with the recorded producer id and epoch",
 				"operation", kafkaretry.OpCommit, "transactional_id", c.TransactionalID, "checkpoint_id", c.CheckpointID, "err", err)
 			k.cfg.Retries.Retried(kafkaretry.OpCommit)
@@ -664,6 +709,9 @@ func (k *KafkaTxnCommitter) Close() error {
 // says the transaction can no longer be committed, and returns other
 // errors as they are.
 func classify(c Committable, err error) error {
+	if errors.As(err, new(*LostOutputError)) {
+		return err // classified already (CommitRecovered)
+	}
 	if errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
 		errors.Is(err, kerr.InvalidProducerIDMapping) || errors.Is(err, kerr.TransactionalIDNotFound) || errors.Is(err, kerr.TransactionAbortable) {
 		return &LostOutputError{TransactionalID: c.TransactionalID, CheckpointID: c.CheckpointID, Records: c.Records, Err: err}

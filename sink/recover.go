@@ -305,6 +305,18 @@ func commitRecovered(ctx context.Context, opts []kgo.Opt, c Committable) (alread
 		}
 		return nil
 	})
+	return settleEnded(ctx, opts, c, err)
+}
+
+// settleEnded settles err, the answer to a commit of c: a
+// *LostOutputError (classify: the broker says the transaction can no
+// longer be committed) is checked against the transaction's end marker
+// (transactionOutcome), since the broker gives the same answers for a
+// transaction that was committed (by an earlier commit or restore, or by
+// a new owner's recovery) as for one it aborted. committed reports a
+// COMMIT marker (err is then nil); otherwise the *LostOutputError is
+// returned saying why, and any other error as it is.
+func settleEnded(ctx context.Context, opts []kgo.Opt, c Committable, err error) (committed bool, _ error) {
 	le, ok := errors.AsType[*LostOutputError](err)
 	if !ok {
 		return false, err

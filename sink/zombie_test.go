@@ -303,3 +303,56 @@ func TestRetiredSlotsExhaustThePool(t *testing.T) {
 		t.Fatal("a retired slot got a producer again")
 	}
 }
+
+// TestZombieCommitOfRestoredTransaction is a zombie whose pre-committed
+// transaction the new owner restored and committed: the old owner of a
+// unit pre-committed checkpoint 1's transaction and paused before its
+// commit; the new owner's recovery committed that committable and fenced
+// the unit's ids; then the old owner resumes and commits. The broker
+// answers PRODUCER_FENCED, but nothing was lost (read_committed holds the
+// records): the commit must not report a *LostOutputError (which
+// suppresses restarts, or with IgnoreLost is counted as lost and lets the
+// zombie run on) but an error wrapping ErrFenced, which counts nothing as
+// lost.
+func TestZombieCommitOfRestoredTransaction(t *testing.T) {
+	for _, ignore := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fail", true: "ignore_lost"}[ignore], func(t *testing.T) {
+			opts := newCluster(t)
+			m, reg := newMetrics(t)
+			logger, logs := testLogger()
+			ctx := context.Background()
+			zombie := committer(opts, "p-3", 0, time.Minute, m, logger)
+			zombie.cfg.IgnoreLost = ignore
+			defer zombie.Close()
+			cz := writeAndPreCommit(t, zombie, 1, "z1", "z2")
+
+			cfg := recoverCfg(opts, "p-3", []Committable{cz}, 1, m, logger)
+			cfg.FenceOnly = []string{"p-3-0-0", "p-3-0-1", "p-3-0-2"}
+			if err := RecoverTransactions(ctx, cfg); err != nil {
+				t.Fatalf("recovery: %v\n%s", err, logs.String())
+			}
+
+			err := zombie.Commit(ctx, cz)
+			if le, ok := errors.AsType[*LostOutputError](err); ok {
+				t.Errorf("the zombie's commit of a transaction the new owner committed reports lost output: %v", le)
+			}
+			if !errors.Is(err, ErrFenced) {
+				t.Errorf("the zombie's commit: %v, want an error wrapping ErrFenced", err)
+			}
+			if got := counter(t, reg, "lost"); got != 0 {
+				t.Errorf("lost transactions = %v, want 0\n%s", got, logs.String())
+			}
+			if got := counter(t, reg, "committed"); got != 1 {
+				t.Errorf("committed transactions = %v, want 1 (the new owner's recovery)", got)
+			}
+			if got, want := readAll(t, opts, kgo.ReadCommitted()), []string{"z1", "z2"}; !slices.Equal(got, want) {
+				t.Errorf("read_committed = %q, want %q", got, want)
+			}
+			// The fenced producer is given up: its slot takes no further
+			// transaction.
+			if zombie.slots[0].cl != nil {
+				t.Errorf("the fenced slot %s keeps its producer", zombie.slots[0].id)
+			}
+		})
+	}
+}
