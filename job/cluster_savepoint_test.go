@@ -441,12 +441,7 @@ func TestClusterStopResumed(t *testing.T) {
 	committed := func(topic string) []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), topic, 10*time.Second)
 	}
-	produceClicks(t, f.opts, 0, 4, users)
-	a := startLiveMember(t, f.st, f.set, f.opts, "a", 30*time.Second)
-	if !testkit.Poll(2*time.Minute, func() bool { return len(committed("counts")) >= users*4 }) {
-		t.Fatalf("the first 4 clicks per user were never counted: %d records", len(committed("counts")))
-	}
-	a.stop(t)
+	runUntilCommitted(t, f, "a", 30*time.Second, users, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	req, _ := json.Marshal(job.ClusterStopRequest{Requested: time.Now(), By: "gone", Dir: f.dir + "/savepoints"})

@@ -55,12 +55,7 @@ func TestUpgradeRestoresFromHeads(t *testing.T) {
 	committed := func() []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
 	}
-	produceClicks(t, f.opts, 0, perUser/2, users)
-	old := startLiveMember(t, f.st, f.set, f.opts, "a", session)
-	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser/2 }) {
-		t.Fatalf("the first half never committed:\n%s", old.logs.String())
-	}
-	old.stop(t)
+	runUntilCommitted(t, f, "a", session, users, perUser/2)
 	latest := func(stage, unit int) checkpoint.Head {
 		t.Helper()
 		hd, err := checkpoint.Heads{Store: f.set.Store, Prefix: checkpoint.UnitPrefix("clicks", stage, unit)}.Latest(context.Background())
@@ -156,12 +151,7 @@ func TestClusterStopFinishedByUpgrade(t *testing.T) {
 	committed := func(topic string) []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), topic, 10*time.Second)
 	}
-	produceClicks(t, f.opts, 0, 4, users)
-	a := startLiveMember(t, f.st, f.set, f.opts, "a", 30*time.Second)
-	if !testkit.Poll(2*time.Minute, func() bool { return len(committed("counts")) >= users*4 }) {
-		t.Fatalf("the first 4 clicks per user were never counted: %d records\n%s", len(committed("counts")), a.logs.String())
-	}
-	a.stop(t)
+	runUntilCommitted(t, f, "a", 30*time.Second, users, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	req, _ := json.Marshal(job.ClusterStopRequest{Requested: time.Now(), By: "gone", Dir: f.dir + "/savepoints"})
