@@ -2,7 +2,6 @@ package job_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -154,10 +153,7 @@ func TestClusterStopFinishedByUpgrade(t *testing.T) {
 	runUntilCommitted(t, f, "a", 30*time.Second, users, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	req, _ := json.Marshal(job.ClusterStopRequest{Requested: time.Now(), By: "gone", Dir: f.dir + "/savepoints"})
-	if err := f.set.Store.Create(ctx, "clicks/"+job.StopRequestKey, req); err != nil {
-		t.Fatal(err)
-	}
+	requestStop(t, ctx, f, "gone")
 	keysBefore, err := f.set.Store.List(ctx, "clicks/units/")
 	if err != nil {
 		t.Fatal(err)
@@ -174,14 +170,7 @@ func TestClusterStopFinishedByUpgrade(t *testing.T) {
 	if err := job.RunMember(ctx, next, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()}, mc); err != nil {
 		t.Fatalf("the upgraded daemon finishing the stop: %v", err)
 	}
-	b, err := f.set.Store.Read(ctx, "clicks/"+job.StoppedKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var done job.ClusterStopRequest
-	if err := json.Unmarshal(b, &done); err != nil {
-		t.Fatal(err)
-	}
+	done := stopRecord(t, ctx, f)
 	if done.By != "gone" || filepath.Dir(done.Savepoint) != f.dir+"/savepoints" {
 		t.Fatalf("recorded stop %+v, want gone's with a savepoint under %s", done, f.dir+"/savepoints")
 	}
