@@ -30,10 +30,7 @@ import (
 func TestClusterGC(t *testing.T) {
 	yaml := strings.Replace(unitsYAML, "units: 4", "units: 2", 1)
 	f := newUnitFixture(t, "units.yaml", yaml, kfake.SeedTopics(2, "clicks", "counts"))
-	three, err := parseConfig(t, "three.yaml", strings.Replace(threeStagesYAML, "units: 4", "units: 2", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	three := planStages(t, "three.yaml", strings.Replace(threeStagesYAML, "units: 4", "units: 2", 1))
 	ctx := context.Background()
 	adm := newAdmin(t, f.opts)
 	for _, topic := range []string{"clicks-1-repartition", "clicks-2-repartition", "clicks-3-repartition", "clicks-1-left-repartition",
@@ -236,10 +233,7 @@ func TestClusterGCUnitsChanged(t *testing.T) {
 // lists neither stage 2's namespaces nor its repartition topic.
 func TestClusterGCStoredGraph(t *testing.T) {
 	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
-	three, err := parseConfig(t, "three.yaml", strings.Replace(threeStagesYAML, "units: 4", "units: 2", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	three := planStages(t, "three.yaml", strings.Replace(threeStagesYAML, "units: 4", "units: 2", 1))
 	ctx := context.Background()
 	adm := newAdmin(t, f.opts)
 	for _, topic := range []string{"clicks-1-repartition", "clicks-2-repartition"} {

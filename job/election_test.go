@@ -128,10 +128,7 @@ func runningOn(mems ...*liveMember) map[string]string {
 func TestWrongGraphGetsNoUnits(t *testing.T) {
 	yaml := strings.Replace(unitsYAML, "units: 4", "units: 2", 1)
 	f := newUnitFixture(t, "units.yaml", yaml, kfake.SeedTopics(2, "clicks", "counts"))
-	wrong, err := parseConfig(t, "wrong.yaml", strings.Replace(yaml, "key_by: user", "key_by: i", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	wrong := planStages(t, "wrong.yaml", strings.Replace(yaml, "key_by: user", "key_by: i", 1))
 	if wrong.Fingerprint == f.st.Fingerprint {
 		t.Fatal("the wrong graph has the job's fingerprint")
 	}

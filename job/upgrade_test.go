@@ -43,10 +43,7 @@ var upgradeJobYAML = strings.Replace(strings.Replace(unitsYAML, "units: 4", "uni
 // savepoint as the way forward.
 func TestUpgradeRestoresFromHeads(t *testing.T) {
 	f := newUnitFixture(t, "units.yaml", upgradeJobYAML, kfake.SeedTopics(2, "clicks", "counts"))
-	next, err := parseConfig(t, "next.yaml", strings.Replace(upgradeJobYAML, "condition: i >= 0", "condition: i > -1", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := planStages(t, "next.yaml", strings.Replace(upgradeJobYAML, "condition: i >= 0", "condition: i > -1", 1))
 	if next.Fingerprint == f.st.Fingerprint {
 		t.Fatal("the changed param left the fingerprint as it was")
 	}
@@ -104,10 +101,7 @@ func TestUpgradeRestoresFromHeads(t *testing.T) {
 	up.stop(t)
 
 	// A state-incompatible change: the count is another operator type.
-	wrong, err := parseConfig(t, "wrong.yaml", strings.Replace(upgradeJobYAML, "type: keyed_count", "type: count_window_average", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	wrong := planStages(t, "wrong.yaml", strings.Replace(upgradeJobYAML, "type: keyed_count", "type: count_window_average", 1))
 	w := startLiveMember(t, wrong, f.set, f.opts, "a", session)
 	want := fmt.Sprintf(`this daemon runs graph %.12s, the store's HEADs record graph %.12s`, wrong.Fingerprint, next.Fingerprint)
 	ready, why := w.mem.Readiness()
@@ -138,14 +132,8 @@ func TestUpgradeRestoresFromHeads(t *testing.T) {
 // restores into a single process with exactly the counts after it.
 func TestClusterStopFinishedByUpgrade(t *testing.T) {
 	f := newUnitFixture(t, "units.yaml", upgradeJobYAML, kfake.SeedTopics(2, "clicks", "counts", "single"))
-	next, err := parseConfig(t, "next.yaml", strings.Replace(upgradeJobYAML, "condition: i >= 0", "condition: i > -1", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wrong, err := parseConfig(t, "wrong.yaml", strings.Replace(upgradeJobYAML, "type: keyed_count", "type: count_window_average", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := planStages(t, "next.yaml", strings.Replace(upgradeJobYAML, "condition: i >= 0", "condition: i > -1", 1))
+	wrong := planStages(t, "wrong.yaml", strings.Replace(upgradeJobYAML, "type: keyed_count", "type: count_window_average", 1))
 	const users = 5
 	committed := func(topic string) []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), topic, 10*time.Second)
