@@ -459,10 +459,7 @@ func TestClusterStatusShowsExcludedMembers(t *testing.T) {
 	// Another graph whose state m1's HEADs cannot restore (another key):
 	// one that only differs in params that keep state would be an
 	// upgrade and win (docs/scale-out.md, "Upgrades").
-	other, err := parseConfig(t, "other.yaml", strings.Replace(strings.Replace(unitsYAML, "units: 4", "units: 1", 1), "key_by: user", "key_by: i", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := planStages(t, "other.yaml", strings.Replace(strings.Replace(unitsYAML, "units: 4", "units: 1", 1), "key_by: user", "key_by: i", 1))
 	set2 := f.set
 	set2.CheckpointDir, set2.StateDir = f.dir+"/m2/staging", f.dir+"/m2/state"
 	m2 := startMemberOf(t, ctx, f, other, set2, "m2", job.MemberConfig{})

@@ -73,13 +73,7 @@ func balanceRound(t *testing.T, stages, units int, leader string, mems []balance
 // member's assignment names the election.
 func TestUnitBalancer(t *testing.T) {
 	all := []int32{0, 1, 2, 3, 4, 5, 6, 7}
-	cases := []struct {
-		name   string
-		leader string // the balancing member's fingerprint
-		mems   []balanceMem
-		want   map[string][]int32
-		by     GraphElection
-	}{
+	cases := []balanceCase{
 		{"fresh two members", "g", []balanceMem{{id: "a", fp: "g"}, {id: "b", fp: "g"}},
 			map[string][]int32{"a": {0, 1, 6, 7}, "b": {2, 3, 4, 5}}, GraphElection{"g", ElectedByMembers}},
 		{"sticky: owners keep theirs", "g", []balanceMem{{id: "a", fp: "g", store: "g", running: 4, owned: []int32{2, 3, 6, 7}}, {id: "b", fp: "g", store: "g", running: 4, owned: []int32{0, 1, 4, 5}}},
@@ -109,6 +103,25 @@ func TestUnitBalancer(t *testing.T) {
 		{"a legacy member: the graph owning the most units", "h", []balanceMem{{id: "b", fp: "g", owned: []int32{2, 3, 6, 7}, legacy: true}, {id: "c", fp: "h", legacy: true}},
 			map[string][]int32{"b": all}, GraphElection{"g", ElectedByOwned}},
 	}
+	runBalanceCases(t, cases)
+}
+
+// balanceCase is one balancing round of 2 stages x 4 units: the balancing
+// member's fingerprint, the members, each member's assignment and the
+// election every member's assignment must name.
+type balanceCase struct {
+	name   string
+	leader string // the balancing member's fingerprint
+	mems   []balanceMem
+	want   map[string][]int32
+	by     GraphElection
+}
+
+// runBalanceCases runs each case's round (balanceRound, 2 stages x 4
+// units) as a subtest and checks the assignment and the election each
+// member's assignment names.
+func runBalanceCases(t *testing.T, cases []balanceCase) {
+	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, elected := balanceRound(t, 2, 4, tc.leader, tc.mems)

@@ -17,6 +17,22 @@ import (
 	"github.com/kstreamd/kstreamd/job"
 )
 
+// putUnit writes hd as the HEAD of job clicks' unit stage/unit in store
+// and the files (each "x") in the unit's namespace, failing the test on an
+// error.
+func putUnit(t *testing.T, ctx context.Context, store checkpoint.Store, stage, unit int, hd checkpoint.Head, files ...string) {
+	t.Helper()
+	prefix := checkpoint.UnitPrefix("clicks", stage, unit)
+	if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, hd); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range files {
+		if err := store.Create(ctx, prefix+file, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestClusterGC is item 7's gc acceptance test of issue 28: the job's
 // graph has 2 stages of 2 units; a member of the group runs a graph of 3
 // stages (a rolling change in progress), so stage 2's topic and
@@ -30,10 +46,7 @@ import (
 func TestClusterGC(t *testing.T) {
 	yaml := strings.Replace(unitsYAML, "units: 4", "units: 2", 1)
 	f := newUnitFixture(t, "units.yaml", yaml, kfake.SeedTopics(2, "clicks", "counts"))
-	three, err := parseConfig(t, "three.yaml", strings.Replace(threeStagesYAML, "units: 4", "units: 2", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	three := planStages(t, "three.yaml", strings.Replace(threeStagesYAML, "units: 4", "units: 2", 1))
 	ctx := context.Background()
 	adm := newAdmin(t, f.opts)
 	for _, topic := range []string{"clicks-1-repartition", "clicks-2-repartition", "clicks-3-repartition", "clicks-1-left-repartition",
@@ -45,15 +58,7 @@ func TestClusterGC(t *testing.T) {
 	store := f.set.Store
 	put := func(stage, unit int, fp string, files ...string) {
 		t.Helper()
-		prefix := checkpoint.UnitPrefix("clicks", stage, unit)
-		if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, checkpoint.Head{Seq: 1, CheckpointID: 1, Owner: "m", Fingerprint: fp, Units: 2}); err != nil {
-			t.Fatal(err)
-		}
-		for _, file := range files {
-			if err := store.Create(ctx, prefix+file, []byte("x")); err != nil {
-				t.Fatal(err)
-			}
-		}
+		putUnit(t, ctx, store, stage, unit, checkpoint.Head{Seq: 1, CheckpointID: 1, Owner: "m", Fingerprint: fp, Units: 2}, files...)
 	}
 	put(0, 0, f.st.Fingerprint, "chk-1/_metadata")
 	put(1, 1, f.st.Fingerprint, "chk-1/_metadata")
@@ -158,12 +163,7 @@ func TestClusterGCStopPending(t *testing.T) {
 	ctx := context.Background()
 	store := f.set.Store
 	prefix := checkpoint.UnitPrefix("clicks", 1, 3) // unit 3 of the stopped 4-unit graph
-	if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, checkpoint.Head{Seq: 1, CheckpointID: 7, Owner: "m", Fingerprint: "old", Units: 4}); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Create(ctx, prefix+"chk-7/_metadata", []byte("x")); err != nil {
-		t.Fatal(err)
-	}
+	putUnit(t, ctx, store, 1, 3, checkpoint.Head{Seq: 1, CheckpointID: 7, Owner: "m", Fingerprint: "old", Units: 4}, "chk-7/_metadata")
 	req := []byte(`{"requested":"2026-01-02T03:04:05Z","by":"m1","dir":"/sp"}`)
 	if err := store.Create(ctx, "clicks/"+job.StopRequestKey, req); err != nil {
 		t.Fatal(err)
@@ -205,13 +205,7 @@ func TestClusterGCUnitsChanged(t *testing.T) {
 	store := f.set.Store
 	for s := range 2 {
 		for u := range 4 {
-			prefix := checkpoint.UnitPrefix("clicks", s, u)
-			if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, checkpoint.Head{Seq: 1, CheckpointID: 3, Owner: "m", Fingerprint: "four", Units: 4}); err != nil {
-				t.Fatal(err)
-			}
-			if err := store.Create(ctx, prefix+"chk-3/_metadata", []byte("x")); err != nil {
-				t.Fatal(err)
-			}
+			putUnit(t, ctx, store, s, u, checkpoint.Head{Seq: 1, CheckpointID: 3, Owner: "m", Fingerprint: "four", Units: 4}, "chk-3/_metadata")
 		}
 	}
 	keysBefore, err := store.List(ctx, "")
@@ -236,10 +230,7 @@ func TestClusterGCUnitsChanged(t *testing.T) {
 // lists neither stage 2's namespaces nor its repartition topic.
 func TestClusterGCStoredGraph(t *testing.T) {
 	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 2", 1), kfake.SeedTopics(2, "clicks", "counts"))
-	three, err := parseConfig(t, "three.yaml", strings.Replace(threeStagesYAML, "units: 4", "units: 2", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	three := planStages(t, "three.yaml", strings.Replace(threeStagesYAML, "units: 4", "units: 2", 1))
 	ctx := context.Background()
 	adm := newAdmin(t, f.opts)
 	for _, topic := range []string{"clicks-1-repartition", "clicks-2-repartition"} {
@@ -250,13 +241,7 @@ func TestClusterGCStoredGraph(t *testing.T) {
 	store := f.set.Store
 	for s := range 3 {
 		for u := range 2 {
-			prefix := checkpoint.UnitPrefix("clicks", s, u)
-			if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, checkpoint.Head{Seq: 1, CheckpointID: 5, Owner: "m", Fingerprint: three.Fingerprint, Units: 2}); err != nil {
-				t.Fatal(err)
-			}
-			if err := store.Create(ctx, prefix+"chk-5/_metadata", []byte("x")); err != nil {
-				t.Fatal(err)
-			}
+			putUnit(t, ctx, store, s, u, checkpoint.Head{Seq: 1, CheckpointID: 5, Owner: "m", Fingerprint: three.Fingerprint, Units: 2}, "chk-5/_metadata")
 		}
 	}
 	keysBefore, err := store.List(ctx, "")

@@ -429,6 +429,32 @@ func stageOfTest(name string) int {
 	return map[string]int{"per_user": 1, "recount": 2}[name]
 }
 
+// requestStop leaves a pending stop with savepoint (into f.dir/savepoints)
+// in f's store, as member by asked for it (<job>/StopRequestKey of job
+// clicks) and died before it was finished.
+func requestStop(t *testing.T, ctx context.Context, f *unitFixture, by string) {
+	t.Helper()
+	req, _ := json.Marshal(job.ClusterStopRequest{Requested: time.Now(), By: by, Dir: f.dir + "/savepoints"})
+	if err := f.set.Store.Create(ctx, "clicks/"+job.StopRequestKey, req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stopRecord reads the record of a finished stop (<job>/StoppedKey of job
+// clicks) from f's store, failing the test if there is none.
+func stopRecord(t *testing.T, ctx context.Context, f *unitFixture) job.ClusterStopRequest {
+	t.Helper()
+	b, err := f.set.Store.Read(ctx, "clicks/"+job.StoppedKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done job.ClusterStopRequest
+	if err := json.Unmarshal(b, &done); err != nil {
+		t.Fatal(err)
+	}
+	return done
+}
+
 // TestClusterStopResumed: a stop-with-savepoint whose drain never
 // completed (its request is in the store, no savepoint: the drainer
 // failed or died) is finished by the next member that starts: RunMember
@@ -441,36 +467,21 @@ func TestClusterStopResumed(t *testing.T) {
 	committed := func(topic string) []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), topic, 10*time.Second)
 	}
-	produceClicks(t, f.opts, 0, 4, users)
-	a := startLiveMember(t, f.st, f.set, f.opts, "a", 30*time.Second)
-	if !testkit.Poll(2*time.Minute, func() bool { return len(committed("counts")) >= users*4 }) {
-		t.Fatalf("the first 4 clicks per user were never counted: %d records", len(committed("counts")))
-	}
-	a.stop(t)
+	runUntilCommitted(t, f, "a", 30*time.Second, users, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	req, _ := json.Marshal(job.ClusterStopRequest{Requested: time.Now(), By: "gone", Dir: f.dir + "/savepoints"})
-	if err := f.set.Store.Create(ctx, "clicks/"+job.StopRequestKey, req); err != nil {
-		t.Fatal(err)
-	}
+	requestStop(t, ctx, f, "gone")
 	mc := job.MemberConfig{GroupID: "clicks-cluster", MemberID: "b", SessionTimeout: 30 * time.Second, RebalanceTimeout: 20 * time.Second, RevokeTimeout: 10 * time.Second}
 	if err := job.RunMember(ctx, f.st, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()}, mc); err != nil {
 		t.Fatalf("the member finishing the stop: %v", err)
 	}
-	b, err := f.set.Store.Read(ctx, "clicks/"+job.StoppedKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var done job.ClusterStopRequest
-	if err := json.Unmarshal(b, &done); err != nil {
-		t.Fatal(err)
-	}
+	done := stopRecord(t, ctx, f)
 	if done.By != "gone" || filepath.Dir(done.Savepoint) != f.dir+"/savepoints" {
 		t.Errorf("recorded stop %+v, want gone's with a savepoint under %s", done, f.dir+"/savepoints")
 	}
 	checkClusterSavepoint(t, done.Savepoint, f.st, users*4)
 	mc.MemberID = "c"
-	err = job.RunMember(ctx, f.st, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()}, mc)
+	err := job.RunMember(ctx, f.st, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()}, mc)
 	if !errors.Is(err, job.ErrJobStopped) || !strings.Contains(err.Error(), "its savepoint is "+done.Savepoint) {
 		t.Errorf("a member after the stop: %v, want ErrJobStopped naming %s", err, done.Savepoint)
 	}

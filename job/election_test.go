@@ -56,6 +56,25 @@ func startLiveMember(t *testing.T, st *graph.Stages, set job.Settings, opts []kg
 	return lm
 }
 
+// runUntilCommitted produces the clicks [0, perUser) of users users
+// (produceClicks), runs member name of f's graph alone (startLiveMember,
+// session timeout session) until the read_committed topic counts holds
+// users*perUser records, and stops it: a job that ran once, its HEADs
+// recording its graph. The test fails, with the member's log, if the
+// records are not there within 2 minutes.
+func runUntilCommitted(t *testing.T, f *unitFixture, name string, session time.Duration, users, perUser int) {
+	t.Helper()
+	committed := func() []*kgo.Record {
+		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
+	}
+	produceClicks(t, f.opts, 0, perUser, users)
+	m := startLiveMember(t, f.st, f.set, f.opts, name, session)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser }) {
+		t.Fatalf("the first %d clicks per user were never all committed: %d records; %s:\n%s", perUser, len(committed()), name, m.logs.String())
+	}
+	m.stop(t)
+}
+
 // stop stops the member (its ctx ends: SIGTERM's path) and fails the test
 // if RunMember returns an error; a second call does nothing.
 func (lm *liveMember) stop(t *testing.T) {
@@ -109,10 +128,7 @@ func runningOn(mems ...*liveMember) map[string]string {
 func TestWrongGraphGetsNoUnits(t *testing.T) {
 	yaml := strings.Replace(unitsYAML, "units: 4", "units: 2", 1)
 	f := newUnitFixture(t, "units.yaml", yaml, kfake.SeedTopics(2, "clicks", "counts"))
-	wrong, err := parseConfig(t, "wrong.yaml", strings.Replace(yaml, "key_by: user", "key_by: i", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	wrong := planStages(t, "wrong.yaml", strings.Replace(yaml, "key_by: user", "key_by: i", 1))
 	if wrong.Fingerprint == f.st.Fingerprint {
 		t.Fatal("the wrong graph has the job's fingerprint")
 	}
@@ -121,12 +137,7 @@ func TestWrongGraphGetsNoUnits(t *testing.T) {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
 	}
 	// The job runs once: its HEADs record its graph.
-	produceClicks(t, f.opts, 0, perUser/2, users)
-	r1 := startLiveMember(t, f.st, f.set, f.opts, "r1", session)
-	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser/2 }) {
-		t.Fatalf("the first half never committed; r1:\n%s", r1.logs.String())
-	}
-	r1.stop(t)
+	runUntilCommitted(t, f, "r1", session, users, perUser/2)
 
 	// The wrong daemon alone for more than a session timeout.
 	w := startLiveMember(t, wrong, f.set, f.opts, "w", session)

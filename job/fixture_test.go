@@ -61,6 +61,17 @@ func parseConfig(t *testing.T, file, yaml string) *pipeline.Config {
 	return cfg
 }
 
+// planStages is parseConfig(t, file, yaml)'s stages (Config.PlanStages),
+// failing the test on an error.
+func planStages(t *testing.T, file, yaml string) *graph.Stages {
+	t.Helper()
+	st, err := parseConfig(t, file, yaml).PlanStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // newUnitFixture starts the cluster of newKafka(t, seeds...), parses yaml
 // (named file in errors) and plans its stages, failing the test on any
 // error.

@@ -51,12 +51,7 @@ func TestTakeoverTimeoutEnforced(t *testing.T) {
 	committed := func() []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
 	}
-	produceClicks(t, f.opts, 0, perUser/2, users)
-	r1 := startLiveMember(t, f.st, f.set, f.opts, "r1", 6*time.Second)
-	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser/2 }) {
-		t.Fatalf("the first half never committed; r1:\n%s", r1.logs.String())
-	}
-	r1.stop(t)
+	runUntilCommitted(t, f, "r1", 6*time.Second, users, perUser/2)
 
 	set := f.set
 	store := &slowStore{Store: set.Store}

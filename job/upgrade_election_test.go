@@ -1,9 +1,6 @@
 package job
 
-import (
-	"fmt"
-	"testing"
-)
+import "testing"
 
 // TestUnitBalancerUpgrade: during a rolling upgrade the graph of the
 // members that report a state-compatible upgrade of the store's graph wins
@@ -14,13 +11,7 @@ import (
 // reading it elect it by the store.
 func TestUnitBalancerUpgrade(t *testing.T) {
 	all := []int32{0, 1, 2, 3, 4, 5, 6, 7}
-	cases := []struct {
-		name   string
-		leader string
-		mems   []balanceMem
-		want   map[string][]int32
-		by     GraphElection
-	}{
+	cases := []balanceCase{
 		{"the first upgraded daemon takes every unit", "g1", []balanceMem{
 			{id: "a", fp: "g2", store: "g1", upgrades: "g1"}, {id: "b", fp: "g1", store: "g1"}, {id: "c", fp: "g1", store: "g1"}},
 			map[string][]int32{"a": all}, GraphElection{"g2", ElectedByUpgrade}},
@@ -40,17 +31,5 @@ func TestUnitBalancerUpgrade(t *testing.T) {
 			{id: "a", fp: "g2", store: "g1", upgrades: "g0"}, {id: "b", fp: "g1", store: "g1"}},
 			map[string][]int32{"b": all}, GraphElection{"g1", ElectedByStore}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, elected := balanceRound(t, 2, 4, tc.leader, tc.mems)
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Errorf("assignment %v, want %v", got, tc.want)
-			}
-			for _, m := range tc.mems {
-				if elected[m.id] != tc.by {
-					t.Errorf("member %s's assignment names the election %+v, want %+v", m.id, elected[m.id], tc.by)
-				}
-			}
-		})
-	}
+	runBalanceCases(t, cases)
 }

@@ -2,7 +2,6 @@ package job_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -44,10 +43,7 @@ var upgradeJobYAML = strings.Replace(strings.Replace(unitsYAML, "units: 4", "uni
 // savepoint as the way forward.
 func TestUpgradeRestoresFromHeads(t *testing.T) {
 	f := newUnitFixture(t, "units.yaml", upgradeJobYAML, kfake.SeedTopics(2, "clicks", "counts"))
-	next, err := parseConfig(t, "next.yaml", strings.Replace(upgradeJobYAML, "condition: i >= 0", "condition: i > -1", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := planStages(t, "next.yaml", strings.Replace(upgradeJobYAML, "condition: i >= 0", "condition: i > -1", 1))
 	if next.Fingerprint == f.st.Fingerprint {
 		t.Fatal("the changed param left the fingerprint as it was")
 	}
@@ -55,12 +51,7 @@ func TestUpgradeRestoresFromHeads(t *testing.T) {
 	committed := func() []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
 	}
-	produceClicks(t, f.opts, 0, perUser/2, users)
-	old := startLiveMember(t, f.st, f.set, f.opts, "a", session)
-	if !testkit.Poll(2*time.Minute, func() bool { return len(committed()) >= users*perUser/2 }) {
-		t.Fatalf("the first half never committed:\n%s", old.logs.String())
-	}
-	old.stop(t)
+	runUntilCommitted(t, f, "a", session, users, perUser/2)
 	latest := func(stage, unit int) checkpoint.Head {
 		t.Helper()
 		hd, err := checkpoint.Heads{Store: f.set.Store, Prefix: checkpoint.UnitPrefix("clicks", stage, unit)}.Latest(context.Background())
@@ -110,10 +101,7 @@ func TestUpgradeRestoresFromHeads(t *testing.T) {
 	up.stop(t)
 
 	// A state-incompatible change: the count is another operator type.
-	wrong, err := parseConfig(t, "wrong.yaml", strings.Replace(upgradeJobYAML, "type: keyed_count", "type: count_window_average", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	wrong := planStages(t, "wrong.yaml", strings.Replace(upgradeJobYAML, "type: keyed_count", "type: count_window_average", 1))
 	w := startLiveMember(t, wrong, f.set, f.opts, "a", session)
 	want := fmt.Sprintf(`this daemon runs graph %.12s, the store's HEADs record graph %.12s`, wrong.Fingerprint, next.Fingerprint)
 	ready, why := w.mem.Readiness()
@@ -144,30 +132,16 @@ func TestUpgradeRestoresFromHeads(t *testing.T) {
 // restores into a single process with exactly the counts after it.
 func TestClusterStopFinishedByUpgrade(t *testing.T) {
 	f := newUnitFixture(t, "units.yaml", upgradeJobYAML, kfake.SeedTopics(2, "clicks", "counts", "single"))
-	next, err := parseConfig(t, "next.yaml", strings.Replace(upgradeJobYAML, "condition: i >= 0", "condition: i > -1", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wrong, err := parseConfig(t, "wrong.yaml", strings.Replace(upgradeJobYAML, "type: keyed_count", "type: count_window_average", 1)).PlanStages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := planStages(t, "next.yaml", strings.Replace(upgradeJobYAML, "condition: i >= 0", "condition: i > -1", 1))
+	wrong := planStages(t, "wrong.yaml", strings.Replace(upgradeJobYAML, "type: keyed_count", "type: count_window_average", 1))
 	const users = 5
 	committed := func(topic string) []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), topic, 10*time.Second)
 	}
-	produceClicks(t, f.opts, 0, 4, users)
-	a := startLiveMember(t, f.st, f.set, f.opts, "a", 30*time.Second)
-	if !testkit.Poll(2*time.Minute, func() bool { return len(committed("counts")) >= users*4 }) {
-		t.Fatalf("the first 4 clicks per user were never counted: %d records\n%s", len(committed("counts")), a.logs.String())
-	}
-	a.stop(t)
+	runUntilCommitted(t, f, "a", 30*time.Second, users, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	req, _ := json.Marshal(job.ClusterStopRequest{Requested: time.Now(), By: "gone", Dir: f.dir + "/savepoints"})
-	if err := f.set.Store.Create(ctx, "clicks/"+job.StopRequestKey, req); err != nil {
-		t.Fatal(err)
-	}
+	requestStop(t, ctx, f, "gone")
 	keysBefore, err := f.set.Store.List(ctx, "clicks/units/")
 	if err != nil {
 		t.Fatal(err)
@@ -184,14 +158,7 @@ func TestClusterStopFinishedByUpgrade(t *testing.T) {
 	if err := job.RunMember(ctx, next, f.set, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()}, mc); err != nil {
 		t.Fatalf("the upgraded daemon finishing the stop: %v", err)
 	}
-	b, err := f.set.Store.Read(ctx, "clicks/"+job.StoppedKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var done job.ClusterStopRequest
-	if err := json.Unmarshal(b, &done); err != nil {
-		t.Fatal(err)
-	}
+	done := stopRecord(t, ctx, f)
 	if done.By != "gone" || filepath.Dir(done.Savepoint) != f.dir+"/savepoints" {
 		t.Fatalf("recorded stop %+v, want gone's with a savepoint under %s", done, f.dir+"/savepoints")
 	}

@@ -9,10 +9,16 @@ import (
 	"github.com/kstreamd/kstreamd/graph"
 )
 
-const clusterYAML = `
+// clusterHead is the head of a cluster-mode test config (lines 1 to 23,
+// the first empty): job clicks at maxParallelism, an outside broker, a
+// checkpoint every 1s (timeout 1m), units units and a filesystem store in
+// dir, the source clicks and the filter valid over it keeping what
+// condition holds for; a config appends its other operators and sinks.
+func clusterHead(maxParallelism, units int, dir, condition string) string {
+	return fmt.Sprintf(`
 job:
   name: clicks
-  max_parallelism: 128
+  max_parallelism: %d
 kafka:
   brokers: [localhost:9092]
 checkpoints:
@@ -20,9 +26,9 @@ checkpoints:
   timeout: 1m
 cluster:
   enabled: true
-  units: 12
+  units: %d
   store:
-    dir: /shared/kstreamd
+    dir: %s
 sources:
   - name: clicks
     topic: clicks
@@ -31,8 +37,14 @@ operators:
     type: filter
     input: clicks
     params:
-      condition: has(value.user)
-  - name: per_user
+      condition: %s
+`, maxParallelism, units, dir, condition)
+}
+
+// clusterYAML is a cluster job of three stages: the filter, a keyed count
+// by user (to the sink users) and a keyed count of those counts (to the
+// exactly-once sink reached), on 12 units.
+var clusterYAML = clusterHead(128, 12, "/shared/kstreamd", "has(value.user)") + `  - name: per_user
     type: keyed_count
     input: valid
     key_by: user

@@ -12,30 +12,7 @@ import (
 // a dedup keyed by user, a keyed count by user with an exactly-once sink
 // (each key_by is an exchange), and the dedup's output to a second
 // exactly-once sink.
-const upgradeYAML = `
-job:
-  name: clicks
-  max_parallelism: 16
-kafka:
-  brokers: [localhost:9092]
-checkpoints:
-  interval: 1s
-  timeout: 1m
-cluster:
-  enabled: true
-  units: 4
-  store:
-    dir: /unused
-sources:
-  - name: clicks
-    topic: clicks
-operators:
-  - name: valid
-    type: filter
-    input: clicks
-    params:
-      condition: i >= 0
-  - name: once
+var upgradeYAML = clusterHead(16, 4, "/unused", "i >= 0") + `  - name: once
     type: dedup
     input: valid
     key_by: user

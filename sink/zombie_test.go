@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -41,12 +42,7 @@ func TestZombieUnitCannotCommitOrWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := recoverCfg(opts, "p-1", nil, 1, m, logger)
-	cfg.FenceOnly = []string{"p-1-0-0", "p-1-0-1", "p-1-0-2"}
-	if err := RecoverTransactions(ctx, cfg); err != nil {
-		t.Fatalf("recovery: %v\n%s", err, logs.String())
-	}
-	owner := committer(opts, "p-1", 0, time.Minute, m, logger)
+	owner := takeOver(t, opts, "p-1", m, logger, logs)
 	defer owner.Close()
 	cn := writeAndPreCommit(t, owner, 1, "n1")
 	if cn.TransactionalID != cz.TransactionalID {
@@ -67,13 +63,25 @@ func TestZombieUnitCannotCommitOrWrite(t *testing.T) {
 	if err := owner.Commit(ctx, cn); err != nil {
 		t.Fatalf("the new owner's commit: %v", err)
 	}
-	var got []string
-	for _, r := range testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second) {
-		got = append(got, string(r.Value))
-	}
+	got := readAll(t, opts, kgo.ReadCommitted())
 	if !slices.Equal(got, []string{"n1"}) {
 		t.Errorf("read_committed holds %q, want only the new owner's [n1]", got)
 	}
+}
+
+// takeOver is a unit's new owner taking over from a zombie: its recovery
+// fences the ids of prefix's subtask 0 (FenceOnly, all 3 of the pool, as
+// a cluster unit's recovery does) and it opens a committer of prefix's
+// subtask 0, which the caller closes. The test fails, with logs, if the
+// recovery fails.
+func takeOver(t *testing.T, opts []kgo.Opt, prefix string, m *Metrics, logger *slog.Logger, logs *testkit.SyncBuffer) *KafkaTxnCommitter {
+	t.Helper()
+	cfg := recoverCfg(opts, prefix, nil, 1, m, logger)
+	cfg.FenceOnly = []string{prefix + "-0-0", prefix + "-0-1", prefix + "-0-2"}
+	if err := RecoverTransactions(context.Background(), cfg); err != nil {
+		t.Fatalf("recovery: %v\n%s", err, logs.String())
+	}
+	return committer(opts, prefix, 0, time.Minute, m, logger)
 }
 
 // k returns the producer of the committer's open transaction (tests).
@@ -140,12 +148,7 @@ func TestZombieNeverInitialisesAnIdAfterTheNewOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := recoverCfg(opts, "p-3", nil, 1, m, logger)
-	cfg.FenceOnly = []string{"p-3-0-0", "p-3-0-1", "p-3-0-2"}
-	if err := RecoverTransactions(ctx, cfg); err != nil {
-		t.Fatalf("recovery: %v\n%s", err, logs.String())
-	}
-	owner := committer(opts, "p-3", 0, time.Minute, m, logger)
+	owner := takeOver(t, opts, "p-3", m, logger, logs)
 	defer owner.Close()
 	c1 := writeAndPreCommit(t, owner, 1, "n1")
 	owner.Snapshotted(1)
@@ -187,11 +190,7 @@ func TestZombieNeverInitialisesAnIdAfterTheNewOwner(t *testing.T) {
 	if err := owner.Commit(ctx, c2); err != nil {
 		t.Fatalf("the new owner's commit of checkpoint 2 after the zombie's write: %v", err)
 	}
-	var got []string
-	for _, r := range testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second) {
-		got = append(got, string(r.Value))
-	}
-	slices.Sort(got)
+	got := readAll(t, opts, kgo.ReadCommitted()) // sorted
 	if !slices.Equal(got, []string{"n1", "n2"}) {
 		t.Errorf("read_committed holds %q, want exactly the new owner's [n1 n2]", got)
 	}
@@ -223,12 +222,7 @@ func TestZombieRetiredSlotNeverReinitialises(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := recoverCfg(opts, "p-4", nil, 1, m, logger)
-	cfg.FenceOnly = []string{"p-4-0-0", "p-4-0-1", "p-4-0-2"}
-	if err := RecoverTransactions(ctx, cfg); err != nil {
-		t.Fatalf("recovery: %v\n%s", err, logs.String())
-	}
-	owner := committer(opts, "p-4", 0, time.Minute, m, logger)
+	owner := takeOver(t, opts, "p-4", m, logger, logs)
 	defer owner.Close()
 	cn := writeAndPreCommit(t, owner, 1, "n1") // checkpoint 1 completes; its commit is next
 	if cn.TransactionalID != cz.TransactionalID {
@@ -258,10 +252,7 @@ func TestZombieRetiredSlotNeverReinitialises(t *testing.T) {
 	if err := owner.Commit(ctx, cn); err != nil {
 		t.Fatalf("the new owner's commit of checkpoint 1 after the zombie's write: %v", err)
 	}
-	var got []string
-	for _, r := range testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second) {
-		got = append(got, string(r.Value))
-	}
+	got := readAll(t, opts, kgo.ReadCommitted())
 	if !slices.Equal(got, []string{"n1"}) {
 		t.Errorf("read_committed holds %q, want exactly the new owner's [n1]", got)
 	}
