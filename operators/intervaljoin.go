@@ -371,13 +371,17 @@ type IntervalJoin struct {
 	p            IntervalJoinParams
 	lower, upper int64
 	timers       TimerService
-	lists        [2]state.ValueState[[]joinRow]
-	byTime       [2]state.MapState[int64, []joinRow]
-	output       joinOutput
-	lateRecs     *lateRecords
-	gauge        prometheus.Gauge // nil without Metrics
-	rows         int64            // rows buffered by the subtask
-	row          joinRow          // the record being processed
+	backend      state.KeyedStateBackend
+	// expiry holds one cleanup entry per buffered row (OnWatermark);
+	// rebuilt from the rows at Open.
+	expiry   expiryQueue
+	lists    [2]state.ValueState[[]joinRow]
+	byTime   [2]state.MapState[int64, []joinRow]
+	output   joinOutput
+	lateRecs *lateRecords
+	gauge    prometheus.Gauge // nil without Metrics
+	rows     int64            // rows buffered by the subtask
+	row      joinRow          // the record being processed
 	// spillRows is the most rows a side's list holds (intervalJoinSpillRows
 	// unless a test sets it before Open).
 	spillRows int
@@ -403,6 +407,7 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 		return fmt.Errorf("operators: %s %s: no timer service", IntervalJoinType, ctx.Operator)
 	}
 	j.rows = 0
+	j.backend = ctx.Backend
 	lists := [2]string{IntervalJoinLeftState, IntervalJoinRightState}
 	for i, name := range []string{IntervalJoinLeftByTimeState, IntervalJoinRightByTimeState} {
 		d := joinSideState(name)
@@ -420,19 +425,9 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 			return fmt.Errorf("operators: %s %s: %w", IntervalJoinType, ctx.Operator, err)
 		}
 		j.lists[i] = v
-		// An index row counts the key's by-time rows.
-		err = state.ApplyToAllValueKeys(ctx.Backend, ld, func(_ []byte, s state.ValueState[[]joinRow]) error {
-			rows, _, err := s.Value()
-			if len(rows) == 1 && rows[0].Index {
-				j.rows += rows[0].TS
-			} else {
-				j.rows += int64(len(rows))
-			}
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("operators: %s %s: counting restored rows: %w", IntervalJoinType, ctx.Operator, err)
-		}
+	}
+	if err := j.rebuildExpiry(ctx.Backend); err != nil {
+		return fmt.Errorf("operators: %s %s: restored rows: %w", IntervalJoinType, ctx.Operator, err)
 	}
 	j.lateRecs = newLateRecords(ctx.Operator, LateOutput, j.Metrics, j.Logger, j.timers.CurrentProcessingTime)
 	if j.Metrics != nil {
@@ -487,9 +482,9 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	t := rec.Timestamp.UnixMilli()
 	// The other side's times this record joins: a left at t joins right
 	// in [t+lower, t+upper]; a right at t joins left in [t-upper, t-lower].
-	lo, hi, cleanup := t+j.lower, t+j.upper, t+j.upper
+	lo, hi := t+j.lower, t+j.upper
 	if side == 1 {
-		lo, hi, cleanup = t-j.upper, t-j.lower, t-j.lower
+		lo, hi = t-j.upper, t-j.lower
 	}
 	row := &j.row
 	*row = joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText}
@@ -506,7 +501,8 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 		return err
 	}
 	j.addRows(1)
-	return j.timers.RegisterEventTimeTimer(time.UnixMilli(cleanup))
+	j.expiry.push(joinExpiry{at: j.end(side, t), key: string(rec.Key), side: uint8(side)})
+	return nil
 }
 
 // probe emits the pairs of row (of side) with the other side's rows at
@@ -621,55 +617,60 @@ func (j *IntervalJoin) buffer(side int, row joinRow) error {
 	return list.Update(indexRow(n + 1))
 }
 
-// OnTimer implements TimerFunction: the rows whose interval the watermark
-// passed at ts are removed, the unmatched ones of an outer side emitted
-// first, at their own time. Every row registered a timer at the end of its
-// interval, so the timer at ts removes the left rows at ts - upper (or
-// before) and the right rows at ts + lower (or before): in the by-time
-// layout exactly one bucket per side (Flink's
-// IntervalJoinOperator.onEventTime).
+// OnTimer implements TimerFunction for the event-time timers of a
+// checkpoint written before the cleanup queue (OnWatermark) replaced them:
+// such a checkpoint holds a timer per row at the end of its interval, and
+// the timer at ts removes the left rows at ts - upper (or before) and the
+// right rows at ts + lower (or before), the unmatched ones of an outer
+// side emitted first (Flink's IntervalJoinOperator.onEventTime). The
+// queue, rebuilt from the same rows, removes them too; whichever comes
+// first finds them, the other nothing.
 func (j *IntervalJoin) OnTimer(ctx context.Context, ts time.Time, tc TimerContext, out Collector) error {
 	at := ts.UnixMilli()
 	for side, until := range [2]int64{at - j.upper, at + j.lower} {
-		list := j.lists[side]
-		rows, ok, err := list.Value()
-		if err != nil {
+		if err := j.expireSide(side, until, tc.Key, out); err != nil {
 			return err
 		}
-		if !ok {
-			continue
-		}
-		if n, ok := spilled(rows); ok {
-			if err := j.expireBucket(side, until, n, tc.Key, out); err != nil {
-				return err
-			}
-			continue
-		}
-		keep := rows[:0:0]
-		removed := 0
-		for i := range rows {
-			if rows[i].TS > until {
-				keep = append(keep, rows[i])
-				continue
-			}
-			removed++
-			if err := j.expire(side, &rows[i], tc.Key, out); err != nil {
-				return err
-			}
-		}
-		if removed == 0 {
-			continue
-		}
-		if len(keep) == 0 {
-			err = list.Clear()
-		} else {
-			err = list.Update(keep)
-		}
-		if err != nil {
-			return err
-		}
-		j.addRows(-int64(removed))
 	}
+	return nil
+}
+
+// expireSide removes the current key's rows of side at times at or before
+// until, emitting the unmatched ones of an outer side first, at their own
+// time: in the by-time layout exactly the bucket at until.
+func (j *IntervalJoin) expireSide(side int, until int64, key []byte, out Collector) error {
+	list := j.lists[side]
+	rows, ok, err := list.Value()
+	if err != nil || !ok {
+		return err
+	}
+	if n, ok := spilled(rows); ok {
+		return j.expireBucket(side, until, n, key, out)
+	}
+	keep := rows[:0:0]
+	removed := 0
+	for i := range rows {
+		if rows[i].TS > until {
+			keep = append(keep, rows[i])
+			continue
+		}
+		removed++
+		if err := j.expire(side, &rows[i], key, out); err != nil {
+			return err
+		}
+	}
+	if removed == 0 {
+		return nil
+	}
+	if len(keep) == 0 {
+		err = list.Clear()
+	} else {
+		err = list.Update(keep)
+	}
+	if err != nil {
+		return err
+	}
+	j.addRows(-int64(removed))
 	return nil
 }
 

@@ -344,3 +344,63 @@ func (h *joinHarness) entries() int {
 	}
 	return n
 }
+
+// TestIntervalJoinCleanupQueue: the join registers no event-time timer per
+// buffered row (its cleanup queue is in memory, rebuilt from the rows at
+// Open): with five rows buffered on two keys the timer service holds none
+// and the state holds only the three keys' lists; the watermark still
+// removes each row exactly when it reaches the row's interval end (left t
+// + upper, right t - lower), emitting the unmatched rows of the outer side
+// then, in order of end time and key, and after a snapshot and restore the
+// restored rows are removed the same way.
+func TestIntervalJoinCleanupQueue(t *testing.T) {
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			p := IntervalJoinParams{Lower: -1 * time.Second, Upper: 2 * time.Second, Join: JoinFullOuter}
+			h := newJoinHarness(t, backend, t.TempDir(), nil, p)
+			rec := func(key string, id int, ts int64) runtime.Record {
+				return runtime.Record{Key: []byte(key), Value: []byte(fmt.Sprintf(`{"id":%d}`, id)), Timestamp: time.UnixMilli(ts)}
+			}
+			h.send(0, rec("a", 1, 1000)) // ends at 3000
+			h.send(0, rec("a", 2, 1500)) // ends at 3500
+			h.send(1, rec("b", 3, 1200)) // ends at 2200
+			h.send(0, rec("b", 4, 5000)) // ends at 7000
+			h.send(1, rec("a", 5, 9000)) // ends at 10000
+			if n := h.op.timers.q.Len(EventTime); n != 0 {
+				t.Fatalf("%d event-time timers registered for 5 rows, want 0", n)
+			}
+			if n := h.entries(); n != 4 {
+				t.Fatalf("%d state entries, want 4 (a left, a right, b left, b right)", n)
+			}
+			h.wm(2199)
+			if got := h.emitted(); len(got) != 0 {
+				t.Fatalf("watermark 2199 emitted %q", values(got))
+			}
+			h.wm(3000)
+			if got, want := joinOutputs(h.emitted()), []string{`a 1000 {"left":{"id":1},"right":null}`, `b 1200 {"left":null,"right":{"id":3}}`}; !slices.Equal(got, want) {
+				t.Fatalf("watermark 3000: %q, want %q", got, want)
+			}
+			if n := h.j.BufferedRows(); n != 3 {
+				t.Fatalf("%d rows buffered after watermark 3000, want 3", n)
+			}
+			r := snapshotRestore(t, h.harness)
+			h = newJoinHarness(t, backend, t.TempDir(), r, p)
+			h.wm(3000)
+			if n := h.j.BufferedRows(); n != 3 {
+				t.Fatalf("%d rows restored, want 3", n)
+			}
+			h.wm(6999)
+			if got, want := joinOutputs(h.emitted()), []string{`a 1500 {"left":{"id":2},"right":null}`}; !slices.Equal(got, want) {
+				t.Fatalf("watermark 6999 after the restore: %q, want %q", got, want)
+			}
+			h.wm(10_000)
+			if got, want := values(h.emitted()), []string{`{"left":{"id":4},"right":null}`, `{"left":null,"right":{"id":5}}`}; !slices.Equal(got, want) {
+				t.Fatalf("watermark 10000: %q, want %q (by end time)", got, want)
+			}
+			if n, e := h.j.BufferedRows(), h.entries(); n != 0 || e != 0 {
+				t.Fatalf("%d rows, %d entries left, want none", n, e)
+			}
+			h.finish()
+		})
+	}
+}

@@ -211,7 +211,8 @@ func (o *KeyedOperator) fireProcessingTimers() {
 }
 
 // ProcessWatermark implements runtime.WatermarkHandler: the event-time
-// timers at or before wm fire, the backend's event-time TTL clock moves to
+// timers at or before wm fire, then a WatermarkFunction's OnWatermark
+// runs, the backend's event-time TTL clock moves to
 // wm, and a background TTL cleanup step runs when the last one is an
 // interval old (see ttlCleaner).
 func (o *KeyedOperator) ProcessWatermark(ctx context.Context, wm time.Time) error {
@@ -223,6 +224,12 @@ func (o *KeyedOperator) ProcessWatermark(ctx context.Context, wm time.Time) erro
 		o.timers.watermark = wm
 		if err := o.fireDue(ctx, EventTime, wm.UnixMilli()); err != nil {
 			return err
+		}
+	}
+	if wf, ok := o.function().(WatermarkFunction); ok {
+		o.coll = collector{ctx: ctx, out: o.out}
+		if err := wf.OnWatermark(ctx, wm, &o.coll); err != nil {
+			return fmt.Errorf("operators: %s[%d]: on watermark %d: %w", o.info.Operator, o.info.Subtask, wm.UnixMilli(), err)
 		}
 	}
 	return o.cleanupOnWatermark(ctx)
