@@ -310,8 +310,18 @@ func (joinRowsSerializer) Size(v []joinRow) int {
 // intervalListState returns the descriptor of an interval join side's
 // list layout (a key's rows, or its index row, in one value).
 func intervalListState(name string) state.ValueStateDescriptor[[]joinRow] {
-	return state.ValueStateDescriptor[[]joinRow]{Name: name, Serializer: joinRowsSerializer{}}
+	return state.ValueStateDescriptor[[]joinRow]{Name: name, Serializer: intervalRowsSerializer{}}
 }
+
+// intervalRowsSerializer is joinRowsSerializer (same name and bytes) whose
+// View hands out the kept list itself, its capacity cut to its length so
+// that an append copies: the interval join never changes a row of a list
+// it read (probe copies the list before it marks a row matched), so
+// reading a key's list from the Pebble write cache copies nothing.
+type intervalRowsSerializer struct{ joinRowsSerializer }
+
+// View implements state.HeapSerializer: v itself, capacity = length.
+func (intervalRowsSerializer) View(v []joinRow) []joinRow { return v[:len(v):len(v)] }
 
 // joinSideState returns the descriptor of a side's rows by time: the
 // window start (window_join) or the event time (interval_join), ms.
@@ -516,18 +526,21 @@ func (j *IntervalJoin) probe(side int, row *joinRow, key []byte, lo, hi int64, o
 	if _, ok := spilled(rows); ok {
 		return j.probeByTime(side, row, key, lo, hi, out)
 	}
-	dirty := false
+	// The list is the state's (intervalRowsSerializer): a row is marked
+	// matched in a copy.
+	outer, copied := j.p.Join.outer(1-side), false
 	for i := range rows {
 		if rows[i].TS < lo || rows[i].TS > hi {
 			continue
 		}
-		d, err := j.pair(side, row, &rows[i], key, out)
-		if err != nil {
+		if outer && !rows[i].Matched && !copied {
+			rows, copied = slices.Clone(rows), true
+		}
+		if _, err := j.pair(side, row, &rows[i], key, out); err != nil {
 			return err
 		}
-		dirty = dirty || d
 	}
-	if dirty {
+	if copied {
 		return list.Update(rows)
 	}
 	return nil

@@ -23,7 +23,8 @@ type legacyIntervalJoin struct {
 func (j *legacyIntervalJoin) Open(ctx OpenContext) error {
 	j.timers = ctx.TimerService()
 	for i, name := range []string{IntervalJoinLeftState, IntervalJoinRightState} {
-		v, err := state.GetValueState(ctx.Backend, intervalListState(name))
+		// joinRowsSerializer: this join marks rows matched in the lists it reads.
+		v, err := state.GetValueState(ctx.Backend, state.ValueStateDescriptor[[]joinRow]{Name: name, Serializer: joinRowsSerializer{}})
 		if err != nil {
 			return err
 		}
@@ -257,5 +258,30 @@ func TestIntervalJoinHotKeyDecodesInRange(t *testing.T) {
 			}
 			h.finish()
 		})
+	}
+}
+
+// TestIntervalRowsViewShares: the interval join's list serializer hands
+// out the kept list itself (no copy), with its capacity cut to its length
+// so that the append of a new row copies instead of writing past the kept
+// rows; its name and bytes are joinRowsSerializer's.
+func TestIntervalRowsViewShares(t *testing.T) {
+	kept := make([]joinRow, 2, 8)
+	kept[0], kept[1] = joinRow{TS: 1, Value: []byte("a")}, joinRow{TS: 2, Value: []byte("b")}
+	v := intervalRowsSerializer{}.View(kept)
+	if &v[0] != &kept[0] || len(v) != 2 || cap(v) != 2 {
+		t.Fatalf("View: len %d cap %d, shared %v; want the kept rows, len = cap = 2", len(v), cap(v), &v[0] == &kept[0])
+	}
+	grown := append(v, joinRow{TS: 3})
+	if &grown[0] == &kept[0] || kept[:3][2].TS != 0 {
+		t.Fatal("appending to the view wrote into the kept list's memory")
+	}
+	if (intervalRowsSerializer{}).View(nil) != nil {
+		t.Fatal("View(nil) not nil")
+	}
+	a, _ := intervalRowsSerializer{}.Append(nil, kept)
+	b, _ := joinRowsSerializer{}.Append(nil, kept)
+	if (intervalRowsSerializer{}).Name() != (joinRowsSerializer{}).Name() || string(a) != string(b) {
+		t.Fatal("intervalRowsSerializer's name or bytes differ from joinRowsSerializer's")
 	}
 }
