@@ -262,7 +262,7 @@ func (joinRowsSerializer) Copy(v []joinRow, known [][]joinRow) ([]joinRow, error
 }
 
 // joinRowKnownSkip is how far past its next row Copy looks for a row in
-// a known list: rows removed from a list (a timer's) are at most a list's
+// a known list: rows removed from a list (a cleanup's) are at most a list's
 // spill limit of rows; a new row, found nowhere, costs this at most per
 // known list.
 const joinRowKnownSkip = 2 * intervalJoinSpillRows
@@ -341,33 +341,37 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // LateOutput, or is counted and logged (lateRecords), and joins nothing. A
 // left row is kept until the watermark reaches t + upper, a right row
 // until it reaches rt - lower: then no record of the other side that is
-// not late can match it any more, so an event-time timer removes it and,
+// not late can match it any more, so the join's cleanup removes it and,
 // for the outer side(s) of the join kind, emits it with the other side
 // null at its own time if it matched nothing. State is so bounded by the
 // interval plus the watermark's delay, and empty once the watermark passes
-// the last row's interval.
+// the last row's interval. The cleanups are not event-time timers but an
+// in-memory queue (one entry per row: the end of its interval, its key
+// and side), run by OnWatermark when the watermark reaches them, before
+// it is forwarded; the queue is not checkpointed but rebuilt from the
+// rows at Open (also after a rescale), so a record writes nothing for its
+// cleanup (Flink's heap timers, kept by the function).
 //
 // Layout and cost: a key's side keeps up to spillRows rows in one list (a
 // ValueState, arrival order): a record reads the other side's list and its
 // own and writes its own, all in the backend's write cache for a key seen
 // recently (on Pebble kept decoded there: joinRowsSerializer is a
-// state.HeapSerializer), and a timer rewrites one list per side; a list
-// and a timer created and removed between two checkpoints never reach
-// Pebble. A side with more rows
-// (a hot key) moves them into a MapState by event time, the list keeping
+// state.HeapSerializer, read without a copy), and a row's cleanup rewrites
+// its side's list; a list created and removed between two checkpoints
+// never reaches Pebble. A side with more rows (a hot key) moves them into a MapState by event time, the list keeping
 // an index row with their count: a record then range-reads only the other
 // side's times in its interval (state.MapRange: only those rows decoded)
-// and reads and writes its own time's bucket, a timer removes exactly one
+// and reads and writes its own time's bucket, a cleanup removes exactly one
 // bucket per side; the cost does not grow with the rows buffered, except
 // that the hashmap backend compares, without decoding, every buffered time
 // of the key with the interval's bounds. A side goes back to the list when
-// the timers have removed all of its by-time rows.
+// the cleanups have removed all of its by-time rows.
 //
 // A record on whose pair select fails is a bad record (eval_error) under
 // its source's on_error policy: it is not buffered, and the pairs before
 // the failing one were emitted (their rows of the other side may count as
 // matched). Select failing on an unmatched row of an outer join, emitted by
-// a timer, fails the task.
+// a cleanup, fails the task.
 //
 // Metrics (when Metrics is set): kstreamd_join_buffered_rows and the
 // late-record counters of lateRecords.
@@ -483,7 +487,7 @@ func spilled(rows []joinRow) (n int64, ok bool) {
 func indexRow(n int64) []joinRow { return []joinRow{{TS: n, Index: true}} }
 
 // process buffers rec of side (0 left, 1 right), joins it with the other
-// side's rows in its interval and registers its cleanup timer.
+// side's rows in its interval and queues its cleanup.
 func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) error {
 	wm := j.timers.CurrentWatermark()
 	if rec.Timestamp.IsZero() || (wm != runtime.MinWatermark && !rec.Timestamp.After(wm)) {
