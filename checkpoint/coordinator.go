@@ -429,6 +429,7 @@ func (c *Coordinator) maybeTriggerCheckpoint() {
 // checkpointBarrier is the barrier of checkpoint id (not a savepoint).
 func (c *Coordinator) checkpointBarrier(id int64, stopAfter bool) *runtime.Barrier {
 	b := &runtime.Barrier{CheckpointID: id, Timestamp: time.Now(), Dir: c.cfg.Storage.CheckpointDir(id), StopAfter: stopAfter}
+	b.Staging = c.cfg.Owner != nil && c.cfg.Owner.stages()
 	if c.cfg.Incremental {
 		b.SharedDir = c.cfg.Storage.SharedDir()
 	}
@@ -554,7 +555,7 @@ func (c *Coordinator) complete(p *pending) error {
 	if b.Savepoint {
 		err = writeMetadata(b.Dir, m, nil)
 	} else {
-		err = c.cfg.Storage.commit(b.Dir, m)
+		err = c.cfg.Storage.commit(b.Dir, m, b.Staging)
 	}
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)

@@ -536,6 +536,59 @@ func TestTriggerCheckpoint(t *testing.T) {
 	}
 }
 
+// TestUnitCheckpointsStaged: a cluster unit's checkpoint barriers (an
+// Owner staging in a local Storage) are marked Staging, so the tasks and
+// the local metadata skip their fsyncs (the store holds the durable copy;
+// the unit's start wipes the staging directory), and the staged checkpoint
+// still commits, uploads and names its metadata in the store. A
+// single-process job's checkpoints and every savepoint are not staged.
+func TestUnitCheckpointsStaged(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s := NewStorage(filepath.Join(root, "staging", "job", "units", "0"), "0", 3, nil)
+	ns := Namespace{Store: FileStore{Root: filepath.Join(root, "store")}, Prefix: UnitPrefix("job", 0, 0), Local: s}
+	o, _, err := Claim(ctx, ns, "a", "fp", 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := newFakeJob(2, nil)
+	c := j.coordinator(t, CoordinatorConfig{Job: "job", MaxParallelism: 128, Storage: s, Owner: o})
+	r := runCoordinator(c)
+	if id, err := c.TriggerCheckpoint(ctx, false); err != nil || id != 1 {
+		t.Fatalf("TriggerCheckpoint = %d, %v; want 1, nil", id, err)
+	}
+	if _, err := c.TriggerSavepoint(ctx, filepath.Join(root, "savepoints"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	b := j.triggered()
+	if len(b) != 2 || !b[0].Staging || b[0].Savepoint || b[1].Staging || !b[1].Savepoint {
+		t.Fatalf("barriers %+v, want a staged checkpoint then an unstaged savepoint", b)
+	}
+	if m, err := ReadMetadata(s.CheckpointDir(1)); err != nil || m.CheckpointID != 1 {
+		t.Fatalf("staged metadata %+v, %v; want checkpoint 1", m, err)
+	}
+	if got, err := ns.Store.Read(ctx, ns.Prefix+"chk-1/"+MetadataFile); err != nil || !strings.Contains(string(got), `"checkpoint_id": 1`) {
+		t.Fatalf("store's chk-1/_metadata %q, %v; want checkpoint 1", got, err)
+	}
+
+	single := NewStorage(filepath.Join(root, "single"), "job", 3, nil)
+	j = newFakeJob(2, nil)
+	c = j.coordinator(t, CoordinatorConfig{Job: "job", MaxParallelism: 128, Storage: single})
+	r = runCoordinator(c)
+	if _, err := c.TriggerCheckpoint(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if b := j.triggered(); len(b) != 1 || b[0].Staging {
+		t.Fatalf("single-process barriers %+v, want one unstaged", b)
+	}
+}
+
 // TestTriggerAfterRunStopped: a TriggerCheckpoint or TriggerSavepoint
 // posted after Run returned (a unit whose retention found the next owner's
 // HEAD, a job stopping) is answered with ErrStopped wrapping Run's reason
