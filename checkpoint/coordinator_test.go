@@ -296,6 +296,74 @@ func TestMinPause(t *testing.T) {
 	}
 }
 
+// TestAlignedTriggers: with Aligned, periodic checkpoints trigger at the
+// wall-clock times that are Phase modulo Interval (Phase 24 ms with a 10 ms
+// interval: 4 ms past each 10 ms), whenever the coordinator started, and a
+// checkpoint still in flight at an aligned time skips that one (the next
+// trigger is the following aligned time, not a delayed one).
+func TestAlignedTriggers(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ackDelay time.Duration
+		want     []time.Duration // trigger times after the clock's start (a multiple of 10 ms)
+	}{
+		{name: "instant acks", want: durations(14, 24, 34, 44, 54, 64, 74, 84, 94)},
+		// Each checkpoint ends 15 ms after its trigger: every other aligned time is skipped.
+		{name: "slow acks", ackDelay: 15 * time.Millisecond, want: durations(14, 34, 54, 74, 94)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				if start.UnixNano()%int64(10*time.Millisecond) != 0 {
+					t.Fatalf("the fake clock starts at %v, not on a 10 ms boundary", start)
+				}
+				time.Sleep(7 * time.Millisecond) // the coordinator starts off the phase
+				a := ack
+				if tc.ackDelay > 0 {
+					a = slowAck
+				}
+				j := newFakeJob(1, func(*runtime.Barrier, runtime.TaskID) answer { return a })
+				j.ackDelay = tc.ackDelay
+				c := j.coordinator(t, CoordinatorConfig{Job: "job", MaxParallelism: 128, Storage: NewStorage(t.TempDir(), "job", 3, nil),
+					Interval: 10 * time.Millisecond, Aligned: true, Phase: 24 * time.Millisecond})
+				r := runCoordinator(c)
+				time.Sleep(90 * time.Millisecond) // until 97 ms
+				if err := r.stop(); err != nil {
+					t.Fatalf("Run = %v", err)
+				}
+				j.wg.Wait()
+				var got []time.Duration
+				for _, b := range j.triggered() {
+					got = append(got, b.Timestamp.Sub(start))
+				}
+				if !slices.Equal(got, tc.want) {
+					t.Fatalf("triggered at %v, want %v", got, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// TestNextAligned: the first time strictly after now that is phase modulo
+// interval; phases beyond the interval or negative are reduced.
+func TestNextAligned(t *testing.T) {
+	base := time.Unix(1_000_000, 0)
+	for _, tc := range []struct {
+		now, phase, want time.Duration // now and want after base
+	}{
+		{0, 0, time.Second},
+		{1, 0, time.Second},
+		{0, 500 * time.Millisecond, 500 * time.Millisecond},
+		{500 * time.Millisecond, 500 * time.Millisecond, 1500 * time.Millisecond},
+		{700 * time.Millisecond, 2500 * time.Millisecond, 1500 * time.Millisecond},
+		{100 * time.Millisecond, -250 * time.Millisecond, 750 * time.Millisecond},
+	} {
+		if got := nextAligned(base.Add(tc.now), time.Second, tc.phase).Sub(base); got != tc.want {
+			t.Errorf("nextAligned(base+%v, 1s, %v) = base+%v, want base+%v", tc.now, tc.phase, got, tc.want)
+		}
+	}
+}
+
 func durations(ms ...int) []time.Duration {
 	out := make([]time.Duration, len(ms))
 	for i, m := range ms {
