@@ -103,6 +103,18 @@ type CoordinatorConfig struct {
 	// Interval between checkpoint triggers; 0 disables periodic
 	// checkpoints (savepoints still work).
 	Interval time.Duration
+	// Aligned makes the periodic triggers fall on wall-clock times t
+	// (Unix time) with t = Phase modulo Interval instead of every Interval
+	// from the start. Cluster-mode units align them by stage
+	// (docs/scale-out.md, Latency): a downstream stage's checkpoint is then
+	// taken when the upstream stage's last one has committed, so the
+	// records it made readable wait less than half an interval on average
+	// for the downstream barrier. Every daemon's clock is assumed to be
+	// synchronised (NTP); a skew only shifts the phase.
+	Aligned bool
+	// Phase is the offset of the aligned triggers (Aligned), reduced
+	// modulo Interval.
+	Phase time.Duration
 	// Timeout after which an unfinished checkpoint is aborted. 0 means
 	// DefaultTimeout.
 	Timeout time.Duration
@@ -365,7 +377,13 @@ func (c *Coordinator) Run(ctx context.Context) (err error) {
 		close(c.stopped)
 	}()
 	var tick <-chan time.Time
-	if c.cfg.Interval > 0 {
+	var aligned *time.Timer
+	switch {
+	case c.cfg.Interval > 0 && c.cfg.Aligned:
+		aligned = time.NewTimer(time.Until(nextAligned(time.Now(), c.cfg.Interval, c.cfg.Phase)))
+		defer aligned.Stop()
+		tick = aligned.C
+	case c.cfg.Interval > 0:
 		t := time.NewTicker(c.cfg.Interval)
 		defer t.Stop()
 		tick = t.C
@@ -391,6 +409,9 @@ func (c *Coordinator) Run(ctx context.Context) (err error) {
 			c.maybeTrigger()
 		case <-tick:
 			c.maybeTriggerCheckpoint()
+			if aligned != nil {
+				aligned.Reset(time.Until(nextAligned(time.Now(), c.cfg.Interval, c.cfg.Phase)))
+			}
 		case <-timeout:
 			c.abort(fmt.Errorf("timed out after %v", c.cfg.Timeout))
 			c.maybeTrigger()
@@ -399,6 +420,20 @@ func (c *Coordinator) Run(ctx context.Context) (err error) {
 			return c.fatal
 		}
 	}
+}
+
+// nextAligned returns the first time after now whose Unix time is phase
+// modulo interval (interval > 0).
+func nextAligned(now time.Time, interval, phase time.Duration) time.Time {
+	phase %= interval
+	if phase < 0 {
+		phase += interval
+	}
+	off := time.Duration(now.UnixNano()%int64(interval)) - phase // now's offset past an aligned time
+	if off < 0 {
+		off += interval
+	}
+	return now.Add(interval - off)
 }
 
 // maybeTrigger starts a queued savepoint when nothing is in flight.
@@ -429,6 +464,7 @@ func (c *Coordinator) maybeTriggerCheckpoint() {
 // checkpointBarrier is the barrier of checkpoint id (not a savepoint).
 func (c *Coordinator) checkpointBarrier(id int64, stopAfter bool) *runtime.Barrier {
 	b := &runtime.Barrier{CheckpointID: id, Timestamp: time.Now(), Dir: c.cfg.Storage.CheckpointDir(id), StopAfter: stopAfter}
+	b.Staging = c.cfg.Owner != nil && c.cfg.Owner.stages()
 	if c.cfg.Incremental {
 		b.SharedDir = c.cfg.Storage.SharedDir()
 	}
@@ -554,7 +590,7 @@ func (c *Coordinator) complete(p *pending) error {
 	if b.Savepoint {
 		err = writeMetadata(b.Dir, m, nil)
 	} else {
-		err = c.cfg.Storage.commit(b.Dir, m)
+		err = c.cfg.Storage.commit(b.Dir, m, b.Staging)
 	}
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)

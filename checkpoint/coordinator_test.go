@@ -296,6 +296,74 @@ func TestMinPause(t *testing.T) {
 	}
 }
 
+// TestAlignedTriggers: with Aligned, periodic checkpoints trigger at the
+// wall-clock times that are Phase modulo Interval (Phase 24 ms with a 10 ms
+// interval: 4 ms past each 10 ms), whenever the coordinator started, and a
+// checkpoint still in flight at an aligned time skips that one (the next
+// trigger is the following aligned time, not a delayed one).
+func TestAlignedTriggers(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ackDelay time.Duration
+		want     []time.Duration // trigger times after the clock's start (a multiple of 10 ms)
+	}{
+		{name: "instant acks", want: durations(14, 24, 34, 44, 54, 64, 74, 84, 94)},
+		// Each checkpoint ends 15 ms after its trigger: every other aligned time is skipped.
+		{name: "slow acks", ackDelay: 15 * time.Millisecond, want: durations(14, 34, 54, 74, 94)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				if start.UnixNano()%int64(10*time.Millisecond) != 0 {
+					t.Fatalf("the fake clock starts at %v, not on a 10 ms boundary", start)
+				}
+				time.Sleep(7 * time.Millisecond) // the coordinator starts off the phase
+				a := ack
+				if tc.ackDelay > 0 {
+					a = slowAck
+				}
+				j := newFakeJob(1, func(*runtime.Barrier, runtime.TaskID) answer { return a })
+				j.ackDelay = tc.ackDelay
+				c := j.coordinator(t, CoordinatorConfig{Job: "job", MaxParallelism: 128, Storage: NewStorage(t.TempDir(), "job", 3, nil),
+					Interval: 10 * time.Millisecond, Aligned: true, Phase: 24 * time.Millisecond})
+				r := runCoordinator(c)
+				time.Sleep(90 * time.Millisecond) // until 97 ms
+				if err := r.stop(); err != nil {
+					t.Fatalf("Run = %v", err)
+				}
+				j.wg.Wait()
+				var got []time.Duration
+				for _, b := range j.triggered() {
+					got = append(got, b.Timestamp.Sub(start))
+				}
+				if !slices.Equal(got, tc.want) {
+					t.Fatalf("triggered at %v, want %v", got, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// TestNextAligned: the first time strictly after now that is phase modulo
+// interval; phases beyond the interval or negative are reduced.
+func TestNextAligned(t *testing.T) {
+	base := time.Unix(1_000_000, 0)
+	for _, tc := range []struct {
+		now, phase, want time.Duration // now and want after base
+	}{
+		{0, 0, time.Second},
+		{1, 0, time.Second},
+		{0, 500 * time.Millisecond, 500 * time.Millisecond},
+		{500 * time.Millisecond, 500 * time.Millisecond, 1500 * time.Millisecond},
+		{700 * time.Millisecond, 2500 * time.Millisecond, 1500 * time.Millisecond},
+		{100 * time.Millisecond, -250 * time.Millisecond, 750 * time.Millisecond},
+	} {
+		if got := nextAligned(base.Add(tc.now), time.Second, tc.phase).Sub(base); got != tc.want {
+			t.Errorf("nextAligned(base+%v, 1s, %v) = base+%v, want base+%v", tc.now, tc.phase, got, tc.want)
+		}
+	}
+}
+
 func durations(ms ...int) []time.Duration {
 	out := make([]time.Duration, len(ms))
 	for i, m := range ms {
@@ -533,6 +601,59 @@ func TestTriggerCheckpoint(t *testing.T) {
 	}
 	if !slices.Equal(committed, []int64{1}) {
 		t.Errorf("Committed saw %v, want [1]", committed)
+	}
+}
+
+// TestUnitCheckpointsStaged: a cluster unit's checkpoint barriers (an
+// Owner staging in a local Storage) are marked Staging, so the tasks and
+// the local metadata skip their fsyncs (the store holds the durable copy;
+// the unit's start wipes the staging directory), and the staged checkpoint
+// still commits, uploads and names its metadata in the store. A
+// single-process job's checkpoints and every savepoint are not staged.
+func TestUnitCheckpointsStaged(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s := NewStorage(filepath.Join(root, "staging", "job", "units", "0"), "0", 3, nil)
+	ns := Namespace{Store: FileStore{Root: filepath.Join(root, "store")}, Prefix: UnitPrefix("job", 0, 0), Local: s}
+	o, _, err := Claim(ctx, ns, "a", "fp", 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := newFakeJob(2, nil)
+	c := j.coordinator(t, CoordinatorConfig{Job: "job", MaxParallelism: 128, Storage: s, Owner: o})
+	r := runCoordinator(c)
+	if id, err := c.TriggerCheckpoint(ctx, false); err != nil || id != 1 {
+		t.Fatalf("TriggerCheckpoint = %d, %v; want 1, nil", id, err)
+	}
+	if _, err := c.TriggerSavepoint(ctx, filepath.Join(root, "savepoints"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	b := j.triggered()
+	if len(b) != 2 || !b[0].Staging || b[0].Savepoint || b[1].Staging || !b[1].Savepoint {
+		t.Fatalf("barriers %+v, want a staged checkpoint then an unstaged savepoint", b)
+	}
+	if m, err := ReadMetadata(s.CheckpointDir(1)); err != nil || m.CheckpointID != 1 {
+		t.Fatalf("staged metadata %+v, %v; want checkpoint 1", m, err)
+	}
+	if got, err := ns.Store.Read(ctx, ns.Prefix+"chk-1/"+MetadataFile); err != nil || !strings.Contains(string(got), `"checkpoint_id": 1`) {
+		t.Fatalf("store's chk-1/_metadata %q, %v; want checkpoint 1", got, err)
+	}
+
+	single := NewStorage(filepath.Join(root, "single"), "job", 3, nil)
+	j = newFakeJob(2, nil)
+	c = j.coordinator(t, CoordinatorConfig{Job: "job", MaxParallelism: 128, Storage: single})
+	r = runCoordinator(c)
+	if _, err := c.TriggerCheckpoint(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if b := j.triggered(); len(b) != 1 || b[0].Staging {
+		t.Fatalf("single-process barriers %+v, want one unstaged", b)
 	}
 }
 

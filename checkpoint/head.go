@@ -731,6 +731,13 @@ func (o *Owner) createHead(ctx context.Context, hd *Head) error {
 	}
 }
 
+// stages reports whether the owner's checkpoints are staged in a local
+// Storage (Namespace.Local) and uploaded to the store: the staging copy is
+// then no durable copy (the unit's start wipes it; a restore downloads
+// from the store), so its files are written without fsync
+// (runtime.Barrier.Staging).
+func (o *Owner) stages() bool { return o.ns.Local != nil }
+
 // own reports whether hd was written by this owner: a checkpoint HEAD
 // carrying this owner's token.
 func (o *Owner) own(hd Head) bool { return o.token != "" && hd.Token == o.token && !hd.Claim }

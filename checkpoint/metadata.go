@@ -137,6 +137,13 @@ func ReadMetadata(dir string) (*Metadata, error) {
 // its error leaves _metadata.tmp behind as a crash there would (tests
 // inject failures there).
 func writeMetadata(dir string, m *Metadata, beforeRename func() error) error {
+	return writeMetadataSync(dir, m, beforeRename, false)
+}
+
+// writeMetadataSync is writeMetadata, without either fsync when noSync (a
+// cluster unit's staging copy, which the unit's start wipes and whose
+// durable copy is the store's: runtime.Barrier.Staging).
+func writeMetadataSync(dir string, m *Metadata, beforeRename func() error, noSync bool) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
@@ -144,5 +151,6 @@ func writeMetadata(dir string, m *Metadata, beforeRename func() error) error {
 	return atomicfile.WriteFile(filepath.Join(dir, MetadataFile), b, atomicfile.Options{
 		TempName:     MetadataFile + ".tmp",
 		BeforeRename: beforeRename,
+		NoSync:       noSync,
 	})
 }

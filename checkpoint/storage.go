@@ -275,13 +275,14 @@ func (s *Storage) LatestSavepoint() (string, error) {
 }
 
 // commit writes m as the metadata of the checkpoint in dir: the commit
-// point.
-func (s *Storage) commit(dir string, m *Metadata) error {
+// point; noSync skips the fsyncs (a cluster unit's staging copy:
+// runtime.Barrier.Staging).
+func (s *Storage) commit(dir string, m *Metadata, noSync bool) error {
 	var hook func() error
 	if s.beforeCommit != nil {
 		hook = func() error { return s.beforeCommit(m.CheckpointID) }
 	}
-	if err := writeMetadata(dir, m, hook); err != nil {
+	if err := writeMetadataSync(dir, m, hook, noSync); err != nil {
 		return fmt.Errorf("checkpoint: commit %d: %w", m.CheckpointID, err)
 	}
 	return nil

@@ -602,9 +602,10 @@ func (b *build) finish() (*Job, error) {
 		// (invariant 1, step 5), as retention does.
 		commitsDone = purge.committed
 	}
+	aligned, phase := b.sc.checkpointPhase(b.set.Interval)
 	coord, err := checkpoint.NewCoordinator(checkpoint.CoordinatorConfig{
 		Job: b.g.Job, MaxParallelism: b.rp.maxP, Storage: b.storage, Owner: b.rp.owner, Fault: b.deps.CheckpointFault, Committed: committed, CommitsDone: commitsDone,
-		Interval: b.set.Interval, Timeout: b.set.Timeout, MinPause: b.set.MinPause,
+		Interval: b.set.Interval, Aligned: aligned, Phase: phase, Timeout: b.set.Timeout, MinPause: b.set.MinPause,
 		TolerableFailures: b.set.TolerableFailures, Incremental: b.set.Incremental || b.set.RemoteState != nil, RequiredStates: b.dl.requiredStates(requiredStates(b.g)),
 		UIDs: b.g.UIDs, FirstID: firstID, Logger: b.sc.logger.With("component", "checkpoint"), Metrics: b.m.checkpoint,
 	}, b.sourceTasks, b.targets)

@@ -258,7 +258,7 @@ func (o *KeyedOperator) SnapshotState(ctx context.Context, b *runtime.Barrier) (
 		ts.Broadcast = m
 	}
 	write, err := state.SnapshotKeyed(o.backend, state.SnapshotTarget{
-		Dir: b.Dir, TaskPath: path.Join(o.info.Operator, strconv.Itoa(o.info.Subtask)), SharedDir: b.SharedDir,
+		Dir: b.Dir, TaskPath: path.Join(o.info.Operator, strconv.Itoa(o.info.Subtask)), SharedDir: b.SharedDir, NoSync: b.Staging,
 	})
 	if err != nil {
 		return nil, err

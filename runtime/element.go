@@ -254,4 +254,9 @@ type Barrier struct {
 	// StopAfter asks sources to emit end-of-input right after this barrier
 	// (stop-with-savepoint): nothing follows the barrier.
 	StopAfter bool
+	// Staging marks Dir and SharedDir as a local staging copy that is not
+	// the checkpoint's durable copy: a cluster-mode unit's, uploaded to
+	// the checkpoint store before its HEAD is written and wiped when the
+	// unit starts (docs/scale-out.md). Files written there need no fsync.
+	Staging bool
 }

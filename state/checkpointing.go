@@ -33,6 +33,11 @@ type SnapshotTarget struct {
 	// files go to SharedDir (named by DB instance and file number) and are
 	// only uploaded when not already there. Empty: self-contained.
 	SharedDir string
+	// NoSync writes the Pebble snapshot's files without fsync: Dir and
+	// SharedDir are a staging copy that is not the durable one (a cluster
+	// unit's, uploaded to the checkpoint store and wiped at the unit's
+	// start: runtime.Barrier.Staging). The hashmap backend ignores it.
+	NoSync bool
 }
 
 // KeyedSnapshot is a written keyed-state snapshot: the handle to restore it
@@ -178,7 +183,7 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 				ref.Shared, ref.Path = true, instance+"-"+e.Name()
 				dst := filepath.Join(t.SharedDir, ref.Path)
 				if have, err := os.Stat(dst); err != nil || have.Size() != st.Size() {
-					if err := copyFileAtomic(src, dst); err != nil {
+					if err := copySnapshotFile(src, dst, t.NoSync); err != nil {
 						return KeyedSnapshot{}, err
 					}
 					snap.Bytes += st.Size()
@@ -186,7 +191,7 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 				snap.SharedFiles = append(snap.SharedFiles, ref.Path)
 			} else {
 				ref.Path = filepath.ToSlash(filepath.Join(t.TaskPath, e.Name()))
-				if err := copyFileAtomic(src, filepath.Join(t.Dir, ref.Path)); err != nil {
+				if err := copySnapshotFile(src, filepath.Join(t.Dir, ref.Path), t.NoSync); err != nil {
 					return KeyedSnapshot{}, err
 				}
 				snap.Bytes += st.Size()
@@ -626,9 +631,13 @@ func VerifyRestoreHandle(rh RestoreHandle) ([]string, error) {
 // same shared file at once (the finisher of a timed-out checkpoint still
 // runs when the next one starts), and a shared temporary name would let
 // one truncate the other's copy and fail its rename.
-func copyFileAtomic(src, dst string) error {
+func copyFileAtomic(src, dst string) error { return copySnapshotFile(src, dst, false) }
+
+// copySnapshotFile is copyFileAtomic, without its fsyncs when noSync
+// (SnapshotTarget.NoSync): dst is still complete or absent to readers.
+func copySnapshotFile(src, dst string, noSync bool) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	return atomicfile.CopyFile(src, dst, atomicfile.Options{Perm: 0o644})
+	return atomicfile.CopyFile(src, dst, atomicfile.Options{Perm: 0o644, NoSync: noSync})
 }

@@ -25,7 +25,13 @@ var ckptValue = ValueStateDescriptor[int64]{Name: "value", Serializer: Int64Seri
 // "") and returns the written snapshot.
 func snapshotOf(t *testing.T, b KeyedStateBackend, dir, shared string) KeyedSnapshot {
 	t.Helper()
-	finish, err := SnapshotKeyed(b, SnapshotTarget{Dir: dir, TaskPath: "op/0", SharedDir: shared})
+	return snapshotTo(t, b, SnapshotTarget{Dir: dir, TaskPath: "op/0", SharedDir: shared})
+}
+
+// snapshotTo snapshots b into target and returns the written snapshot.
+func snapshotTo(t *testing.T, b KeyedStateBackend, target SnapshotTarget) KeyedSnapshot {
+	t.Helper()
+	finish, err := SnapshotKeyed(b, target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,8 +249,9 @@ func TestKeyedSnapshotRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		kind   string
 		shared bool
-	}{{KindHashmap, false}, {KindPebble, false}, {KindPebble, true}} {
-		t.Run(fmt.Sprintf("%s/shared=%v", tc.kind, tc.shared), func(t *testing.T) {
+		noSync bool // a cluster unit's staging copy (SnapshotTarget.NoSync)
+	}{{KindHashmap, false, false}, {KindPebble, false, false}, {KindPebble, true, false}, {KindPebble, false, true}, {KindPebble, true, true}} {
+		t.Run(fmt.Sprintf("%s/shared=%v/nosync=%v", tc.kind, tc.shared, tc.noSync), func(t *testing.T) {
 			const n = 2000
 			b := filledBackend(t, tc.kind, n)
 			root := t.TempDir()
@@ -252,7 +259,7 @@ func TestKeyedSnapshotRoundTrip(t *testing.T) {
 			if tc.shared {
 				shared = filepath.Join(root, "shared")
 			}
-			ks := snapshotOf(t, b, filepath.Join(root, "chk"), shared)
+			ks := snapshotTo(t, b, SnapshotTarget{Dir: filepath.Join(root, "chk"), TaskPath: "op/0", SharedDir: shared, NoSync: tc.noSync})
 			// Changes after the snapshot are not in it.
 			s := must1(GetValueState(b, ckptValue))(t)
 			b.SetCurrentKey(u64key(0))
