@@ -105,6 +105,7 @@ type GlobalTableJoin struct {
 	out      expression.Input
 	outEnv   expression.Env
 	joined   map[string]any
+	side     joinSide // select's left
 }
 
 // tableRow is a row of a GlobalTableJoin's table: its value as read and,
@@ -184,7 +185,13 @@ func (j *GlobalTableJoin) ProcessElement(_ context.Context, rec runtime.Record, 
 	if row != nil {
 		right = row.value()
 	}
-	o, err := selectJoinOutput(j.sel, &j.out, &j.outEnv, j.joined, rec, j.env.Value(), right)
+	var left any
+	if d := env.Doc(); d != nil && j.env.src != nil {
+		left = j.side.of(d) // only the fields select reads are decoded
+	} else {
+		left = j.env.Value()
+	}
+	o, err := selectJoinOutput(j.sel, &j.out, &j.outEnv, j.joined, rec, left, right)
 	if err != nil {
 		return err
 	}

@@ -19,9 +19,17 @@ const JoinType = "join"
 // (its value) with how many times it is in the side and how many rows of
 // the other side it matches (Flink's JoinRecordStateView and
 // OuterJoinRecordStateView). Part of the checkpoint format.
+//
+// JoinSizesState is, per key, the number of distinct rows stored in each
+// side (kept without state_ttl): a record whose other side holds none
+// skips the scan of that side, and one whose own side holds none the read
+// of its row. A key with no rows on either side has no value. Checkpoints
+// written before it existed (rows, no sizes) are migrated when the join
+// opens (TestRegularJoinRestoresWithoutSizes).
 const (
 	JoinLeftState  = "join.left"
 	JoinRightState = "join.right"
+	JoinSizesState = "join.sizes"
 )
 
 // JoinParams are the params of join:
@@ -72,7 +80,7 @@ func joinFactory() Factory {
 			"emits a changelog of select(left, right): +I for each new pair, -D when a row of either side is retracted, and for outer joins the null-padded row retracted (-D) at the first match and re-emitted (+I) when the last goes; state_ttl bounds the state.",
 		Traits: Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}, Changelog: ChangelogTraits{Accepts: true, Produces: true}},
 		Params: func() any { return &JoinParams{Join: JoinInner} },
-		State:  []string{JoinLeftState, JoinRightState},
+		State:  []string{JoinLeftState, JoinRightState, JoinSizesState},
 		New: func(ctx FactoryContext) (any, error) {
 			p, ok := ctx.Params.(*JoinParams)
 			if !ok {
@@ -109,6 +117,26 @@ func (joinCountSerializer) Decode(b []byte) (joinCount, error) {
 		return joinCount{}, errors.New("operators: malformed join row count")
 	}
 	return joinCount{Count: int64(n), Assoc: int64(a)}, nil
+}
+
+// joinSizes is the number of distinct rows stored per side (left, right)
+// of a key. Byte format (serializer "join-sizes-v1"): two uvarints.
+type joinSizes [2]int64
+
+type joinSizesSerializer struct{}
+
+func (joinSizesSerializer) Name() string { return "join-sizes-v1" }
+
+func (joinSizesSerializer) Append(dst []byte, s joinSizes) ([]byte, error) {
+	return binary.AppendUvarint(binary.AppendUvarint(dst, uint64(s[0])), uint64(s[1])), nil
+}
+
+func (joinSizesSerializer) Decode(b []byte) (joinSizes, error) {
+	c, err := joinCountSerializer{}.Decode(b)
+	if err != nil {
+		return joinSizes{}, errors.New("operators: malformed join sizes")
+	}
+	return joinSizes{c.Count, c.Assoc}, nil
 }
 
 // joinStoredRow is one distinct row of a side with its counts.
@@ -160,10 +188,17 @@ func joinRowOf(k string) *joinRow {
 // retracts its pairs with the rows still stored. Select failing is a bad
 // record (eval_error, the source's on_error policy).
 type RegularJoin struct {
-	p      JoinParams
-	sides  [2]state.MapState[string, joinCount]
+	p     JoinParams
+	sides [2]state.MapState[string, joinCount]
+	// sizes counts each key's distinct rows per side; nil with state_ttl
+	// (rows expire unseen: every record scans, as without it).
+	sizes  state.ValueState[joinSizes]
 	output joinOutput
 	change changeCollector
+	// cur is the current key's sizes while a record is processed (known:
+	// sizes is not nil).
+	cur   joinSizes
+	known bool
 }
 
 // NewRegularJoin returns the regular join of params p (checked by
@@ -177,6 +212,10 @@ func NewRegularJoin(p JoinParams) *RegularJoin {
 
 // Open implements KeyedCoProcessFunction.
 func (j *RegularJoin) Open(ctx OpenContext) error {
+	ttl := j.p.StateTTL.Config() != nil
+	// Before registering: a checkpoint of the layout without sizes.
+	migrate := !ttl && !state.HasState(ctx.Backend, JoinSizesState) &&
+		(state.HasState(ctx.Backend, JoinLeftState) || state.HasState(ctx.Backend, JoinRightState))
 	for i, name := range []string{JoinLeftState, JoinRightState} {
 		m, err := state.GetMapState(ctx.Backend, state.MapStateDescriptor[string, joinCount]{
 			Name: name, KeySerializer: state.StringSerializer{}, ValueSerializer: joinCountSerializer{}, TTL: j.p.StateTTL.Config(),
@@ -185,6 +224,46 @@ func (j *RegularJoin) Open(ctx OpenContext) error {
 			return fmt.Errorf("operators: %s %s: %w", JoinType, ctx.Operator, err)
 		}
 		j.sides[i] = m
+	}
+	if ttl {
+		return nil
+	}
+	sizes, err := state.GetValueState(ctx.Backend, state.ValueStateDescriptor[joinSizes]{Name: JoinSizesState, Serializer: joinSizesSerializer{}})
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: %w", JoinType, ctx.Operator, err)
+	}
+	j.sizes = sizes
+	if migrate {
+		if err := j.countRows(ctx.Backend); err != nil {
+			return fmt.Errorf("operators: %s %s: counting the rows of a checkpoint without sizes: %w", JoinType, ctx.Operator, err)
+		}
+	}
+	return nil
+}
+
+// countRows writes the sizes of every key with rows (the migration of a
+// checkpoint written before JoinSizesState).
+func (j *RegularJoin) countRows(b state.KeyedStateBackend) error {
+	for side, name := range []string{JoinLeftState, JoinRightState} {
+		d := state.MapStateDescriptor[string, joinCount]{Name: name, KeySerializer: state.StringSerializer{}, ValueSerializer: joinCountSerializer{}}
+		err := state.ApplyToAllKeys(b, d, func(_ []byte, m state.MapState[string, joinCount]) error {
+			var n int64
+			for _, err := range m.Keys() {
+				if err != nil {
+					return err
+				}
+				n++
+			}
+			sz, _, err := j.sizes.Value()
+			if err != nil {
+				return err
+			}
+			sz[side] = n
+			return j.sizes.Update(sz)
+		})
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -199,8 +278,12 @@ func (j *RegularJoin) ProcessElement2(_ context.Context, rec runtime.Record, out
 	return j.process(1, rec, out)
 }
 
-// rows returns the current key's stored rows of side in row-key order.
+// rows returns the current key's stored rows of side in row-key order
+// (none without a scan when its size is 0).
 func (j *RegularJoin) rows(side int) ([]joinStoredRow, error) {
+	if j.known && j.cur[side] == 0 {
+		return nil, nil
+	}
 	var rows []joinStoredRow
 	for e, err := range j.sides[side].Entries() {
 		if err != nil {
@@ -237,6 +320,30 @@ func (j *RegularJoin) emit(side int, key []byte, in, other *joinRow, ts int64, k
 // an upsert side a +I or +U first retracts the key's row, and a -U or -D
 // retracts it whatever its value (a tombstone has none).
 func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error {
+	j.known = false
+	if j.sizes != nil {
+		sz, _, err := j.sizes.Value()
+		if err != nil {
+			return err
+		}
+		j.cur, j.known = sz, true
+		defer func() { j.known = false }()
+	}
+	before := j.cur
+	if err := j.apply(side, rec, out); err != nil {
+		return err
+	}
+	switch {
+	case !j.known || j.cur == before:
+		return nil
+	case j.cur == joinSizes{}:
+		return j.sizes.Clear()
+	}
+	return j.sizes.Update(j.cur)
+}
+
+// apply is process without the sizes' read and write.
+func (j *RegularJoin) apply(side int, rec runtime.Record, out Collector) error {
 	others, err := j.rows(1 - side)
 	if err != nil {
 		return err
@@ -275,7 +382,7 @@ func (j *RegularJoin) add(side int, key []byte, k string, ts int64, others []joi
 	for _, o := range others {
 		matches += o.Count
 	}
-	cur, _, err := j.sides[side].Get(k)
+	cur, err := j.stored(side, k)
 	if err != nil {
 		return err
 	}
@@ -307,7 +414,20 @@ func (j *RegularJoin) add(side int, key []byte, k string, ts int64, others []joi
 			}
 		}
 	}
+	if cur.Count == 0 {
+		j.cur[side]++
+	}
 	return j.sides[side].Put(k, joinCount{Count: cur.Count + 1, Assoc: matches})
+}
+
+// stored returns the counts of the current key's row k of side (zero when
+// not stored; not read when the side holds no row).
+func (j *RegularJoin) stored(side int, k string) (joinCount, error) {
+	if j.known && j.cur[side] == 0 {
+		return joinCount{}, nil
+	}
+	c, _, err := j.sides[side].Get(k)
+	return c, err
 }
 
 // retract removes one occurrence of the row of map key k from side (if
@@ -320,7 +440,7 @@ func (j *RegularJoin) retract(side int, key []byte, k string, ts int64, others [
 	for _, o := range others {
 		matches += o.Count
 	}
-	cur, _, err := j.sides[side].Get(k)
+	cur, err := j.stored(side, k)
 	if err != nil {
 		return err
 	}
@@ -356,6 +476,7 @@ func (j *RegularJoin) retract(side int, key []byte, k string, ts int64, others [
 	case cur.Count > 1:
 		return j.sides[side].Put(k, joinCount{Count: cur.Count - 1, Assoc: cur.Assoc})
 	case cur.Count == 1:
+		j.cur[side] = max(j.cur[side]-1, 0)
 		return j.sides[side].Remove(k)
 	}
 	return nil

@@ -402,8 +402,8 @@ func TestRegularJoinUpsert(t *testing.T) {
 			if s := joinChangeLines(got); s != want {
 				t.Fatalf("changelog:\n%s\nwant:\n%s", s, want)
 			}
-			if n := h.entries(); n != 2 {
-				t.Fatalf("%d state entries, want 2 (the left rows)", n)
+			if n := h.entries(); n != 3 {
+				t.Fatalf("%d state entries, want 3 (the left rows and the key's sizes)", n)
 			}
 			h.finish()
 		})

@@ -101,13 +101,30 @@ func tableJoinFactory() Factory {
 
 // tableValue is a table row's value as stored: its bytes and whether its
 // source format is text. Byte format (serializer "table-row-v1"): one flag
-// byte (1: text), then the value's bytes.
+// byte (1: text), then the value's bytes. The serializer is a
+// state.HeapSerializer: on Pebble the write cache keeps the row as it is,
+// with doc, so that the fields select reads of a row are decoded once per
+// row, not once per stream record joined with it.
 type tableValue struct {
 	Value []byte
 	Text  bool
+	// doc, when not nil, is the row's expression.Doc (of Value), shared
+	// by the copies of the row the state hands out: what select decoded
+	// of the row, kept for its next read. Nil for a text row.
+	doc *expression.Doc
+}
+
+// withDoc returns v with a Doc of its bytes (a JSON row).
+func (v tableValue) withDoc() tableValue {
+	if !v.Text && v.Value != nil {
+		v.doc = expression.NewDoc(v.Value)
+	}
+	return v
 }
 
 type tableValueSerializer struct{}
+
+var _ state.HeapSerializer[tableValue] = tableValueSerializer{}
 
 func (tableValueSerializer) Name() string { return "table-row-v1" }
 
@@ -123,8 +140,27 @@ func (tableValueSerializer) Decode(b []byte) (tableValue, error) {
 	if len(b) < 1 || b[0] > 1 {
 		return tableValue{}, errors.New("operators: malformed table row")
 	}
-	return tableValue{Value: append([]byte{}, b[1:]...), Text: b[0] == 1}, nil
+	return tableValue{Value: append([]byte{}, b[1:]...), Text: b[0] == 1}.withDoc(), nil
 }
+
+// Copy implements state.HeapSerializer: the row with its own bytes and a
+// new Doc.
+func (tableValueSerializer) Copy(v tableValue, _ []tableValue) (tableValue, error) {
+	return tableValue{Value: append([]byte{}, v.Value...), Text: v.Text}.withDoc(), nil
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (s tableValueSerializer) AppendKept(dst []byte, v tableValue) ([]byte, error) {
+	return s.Append(dst, v)
+}
+
+// View implements state.HeapSerializer: the kept row itself, sharing its
+// bytes and Doc (the table join never changes either).
+func (tableValueSerializer) View(v tableValue) tableValue { return v }
+
+// Size implements state.HeapSerializer: the row's bytes, twice (the Doc
+// holds its string and decoded fields), and the structs.
+func (tableValueSerializer) Size(v tableValue) int { return 2*len(v.Value) + 200 }
 
 // tableJoinWaiting is a stream record waiting for the watermark (mode
 // event_time), stored as JSON: what the output keeps of it besides the
@@ -180,6 +216,8 @@ type TableJoin struct {
 	in       expression.Input
 	env      expression.Env
 	joined   map[string]any
+	// sides are the scratch space of select's left and right.
+	sides [2]joinSide
 }
 
 // NewTableJoin returns the table join of params p (checked by
@@ -235,13 +273,15 @@ func (j *TableJoin) ProcessElement2(_ context.Context, rec runtime.Record, out C
 	if rec.Change == runtime.ChangeUpdateBefore {
 		return nil
 	}
-	row := tableValue{Value: bytes.Clone(rec.Value), Text: rec.Format == runtime.FormatText}
+	text := rec.Format == runtime.FormatText
 	if j.p.Mode != TableJoinEventTime {
 		if rec.Change == runtime.ChangeDelete {
 			return j.latest.Clear()
 		}
-		return j.latest.Update(row)
+		// The state copies the bytes (serialized, or HeapSerializer.Copy).
+		return j.latest.Update(tableValue{Value: rec.Value, Text: text})
 	}
+	row := tableValue{Value: bytes.Clone(rec.Value), Text: text}
 	if rec.Timestamp.IsZero() {
 		return j.lateRecs.handle(rec, j.timers.CurrentWatermark(), out)
 	}
@@ -346,16 +386,23 @@ func (j *TableJoin) OnTimer(_ context.Context, ts time.Time, tc TimerContext, ou
 }
 
 // emit writes select(left, right) for stream record rec and the row (ok
-// false: none; dropped on an inner join).
+// false: none; dropped on an inner join). Both sides are handed to select
+// decoded only as far as it reads them (joinSide), the row's fields once
+// per row (its Doc).
 func (j *TableJoin) emit(rec runtime.Record, row tableValue, ok bool, out Collector) error {
 	if !ok && !j.left {
 		return nil
 	}
 	var right any
-	if ok {
+	switch {
+	case !ok:
+	case row.doc != nil:
+		right = j.sides[1].of(row.doc)
+	default:
 		right = decodeValue(row.Value, row.Text)
 	}
-	o, err := selectJoinOutput(j.p.Select, &j.in, &j.env, j.joined, rec, decodeValue(rec.Value, rec.Format == runtime.FormatText), right)
+	left := j.sides[0].value(rec.Value, rec.Format == runtime.FormatText)
+	o, err := selectJoinOutput(j.p.Select, &j.in, &j.env, j.joined, rec, left, right)
 	if err != nil {
 		return err
 	}

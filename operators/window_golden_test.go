@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
 )
@@ -208,22 +207,7 @@ func TestWindowGolden(t *testing.T) {
 // handle.
 func snapshotWindowTo(t *testing.T, h *windowHarness, dir string) json.RawMessage {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	finish, err := h.op.SnapshotState(h.ctx, &runtime.Barrier{CheckpointID: 1, Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := finish(h.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ts checkpoint.TaskState
-	if err := json.Unmarshal(snap.State, &ts); err != nil {
-		t.Fatal(err)
-	}
-	return ts.Keyed
+	return snapshotHarnessTo(t, h.harness, dir)
 }
 
 func compareGolden(t *testing.T, what string, got, want []windowGoldenStep) {
