@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -317,3 +318,39 @@ func TestShapePairPendingTimeout(t *testing.T) {
 type addCounter struct{ n float64 }
 
 func (c *addCounter) Add(v float64) { c.n += v }
+
+// TestShapePairOutBuf: outBuf hands out empty buffers of capacity n carved
+// from one slab (one allocation per matchSlab bytes), so that filling one,
+// and appending past its capacity, never changes another; a buffer over a
+// quarter of a slab is its own.
+func TestShapePairOutBuf(t *testing.T) {
+	m := &ShapePairMatcher{}
+	var bufs [][]byte
+	for i := range 200 {
+		b := m.outBuf(300)
+		if len(b) != 0 || cap(b) != 300 {
+			t.Fatalf("buffer %d: len %d cap %d, want 0, 300", i, len(b), cap(b))
+		}
+		b = append(b, bytes.Repeat([]byte{byte(i)}, 300)...)
+		bufs = append(bufs, b)
+	}
+	grown := append(bufs[0], 'x') // past its capacity: copied, not into bufs[1]
+	grown[0] = 0xff
+	for i, b := range bufs {
+		if !bytes.Equal(b, bytes.Repeat([]byte{byte(i)}, 300)) {
+			t.Fatalf("buffer %d changed by another: %v...", i, b[:8])
+		}
+	}
+	if big := m.outBuf(matchSlab/4 + 1); cap(big) != matchSlab/4+1 {
+		t.Fatalf("large buffer's capacity %d", cap(big))
+	}
+	m.slab = nil
+	perSlab := matchSlab / 300
+	if allocs := testing.AllocsPerRun(20, func() {
+		for range perSlab {
+			m.outBuf(300)
+		}
+	}); allocs > 1 {
+		t.Fatalf("%v allocations per %d buffers of 300 bytes, want at most 1 (a slab)", allocs, perSlab)
+	}
+}
