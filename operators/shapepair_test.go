@@ -30,7 +30,17 @@ type matcherRun struct {
 
 func newMatcherRun(t *testing.T, kind, dir string, p, i int, restore *Restore) *matcherRun {
 	t.Helper()
-	m := &matcherRun{t: t, fn: &ShapePairMatcher{}, ch: runtime.NewChannel(256)}
+	m := &matcherRun{t: t, fn: &ShapePairMatcher{}}
+	m.op, m.ch = newKeyedRun(t, kind, dir, p, i, restore, m.fn)
+	return m
+}
+
+// newKeyedRun opens subtask i of p of the keyed broadcast function fn on
+// a backend of kind in dir (restored from restore, if not nil), its output
+// read from the channel returned.
+func newKeyedRun(t *testing.T, kind, dir string, p, i int, restore *Restore, fn KeyedBroadcastProcessFunction) (*KeyedOperator, runtime.Channel) {
+	t.Helper()
+	ch := runtime.NewChannel(256)
 	cfg := state.BackendConfig{Kind: kind, MaxParallelism: ckMaxP, KeyGroupRange: keygroup.RangeFor(ckMaxP, p, i)}
 	if kind == state.KindPebble {
 		cfg.Dir = dir
@@ -38,13 +48,13 @@ func newMatcherRun(t *testing.T, kind, dir string, p, i int, restore *Restore) *
 	open := func(r []state.RestoreHandle) (state.KeyedStateBackend, error) {
 		return state.OpenBackendRestored(cfg, r)
 	}
-	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{m.ch}, runtime.ForwardPartitioner{}))
-	m.op = NewKeyedBroadcastOperator(OpenContext{Operator: "matcher", Subtask: i, Parallelism: p}, open, restore, m.fn, out)
-	if err := m.op.Open(context.Background()); err != nil {
+	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+	op := NewKeyedBroadcastOperator(OpenContext{Operator: "matcher", Subtask: i, Parallelism: p}, open, restore, fn, out)
+	if err := op.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = m.op.Close() })
-	return m
+	t.Cleanup(func() { _ = op.Close() })
+	return op, ch
 }
 
 func (m *matcherRun) rule(name, first, second string) {
@@ -117,7 +127,7 @@ func walkedSize(l ShapePairLists) int {
 func (m *matcherRun) stored(key string) []string {
 	m.t.Helper()
 	m.fn.backend.SetCurrentKey([]byte(key))
-	lists, _, err := m.fn.lists.Value()
+	lists, err := listsValue(m.fn.lists)
 	if err != nil {
 		m.t.Fatal(err)
 	}
