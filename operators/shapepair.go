@@ -60,13 +60,14 @@ type ShapePairMatcher struct {
 
 	rules   *broadcast.State[string, broadcast.Rule]
 	byShape map[string][]namedRule // shape -> the rules naming it, ascending by name; nil: rebuild (a rule changed)
-	lists   state.ValueState[ShapePairLists]
+	lists   state.ValueState[*ShapePairLists]
 	times   state.MapState[string, []int64] // with PendingTimeout: the stored items' timestamps, ms
 	timers  TimerService
 	backend state.KeyedStateBackend
 	held    prometheus.Gauge
 	updated prometheus.Gauge
 	bad     prometheus.Counter
+	slab    []byte // outBuf's current slab: its bytes up to len are handed out
 }
 
 // namedRule is a rule with its name, as ProcessElement visits them;
@@ -193,8 +194,8 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 	if up.Rule == nil {
 		if m.rules.Remove(up.Name) {
 			m.byShape = nil
-			err := state.ApplyToAllValueKeys(m.backend, ShapePairListsState, func(_ []byte, lists state.ValueState[ShapePairLists]) error {
-				l, _, err := lists.Value()
+			err := state.ApplyToAllValueKeys(m.backend, ShapePairListsState, func(_ []byte, lists state.ValueState[*ShapePairLists]) error {
+				l, err := listsValue(lists)
 				if err != nil {
 					return err
 				}
@@ -241,9 +242,13 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 	if len(rules) == 0 {
 		return nil // no rule names the shape: no state access
 	}
-	base, _, err := m.lists.Value()
+	kept, _, err := m.lists.Value()
 	if err != nil {
 		return err
+	}
+	var base ShapePairLists
+	if kept != nil {
+		base = *kept
 	}
 	// The key as a string for appendMatch, without a copy: appendMatch
 	// only reads it, and rec.Key stays unchanged during the call.
@@ -276,7 +281,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 	var buf []byte // every match's bytes; each output owns its slice
 	plainValue := false
 	if outBytes > 0 {
-		buf = make([]byte, 0, outBytes)
+		buf = m.outBuf(outBytes)
 		plainValue = plainASCII(key) && plainItem(rec.Value)
 	}
 	// Each rule in turn: its matches out, then its list changed (in place
@@ -304,7 +309,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 					err = out.Collect(runtime.Record{Key: rec.Key, Value: buf[start:len(buf):len(buf)], Timestamp: rec.Timestamp})
 				}
 				if err != nil {
-					return m.storeFailed(err, l, changes, item != nil)
+					return m.storeFailed(err, kept, l, changes, item != nil)
 				}
 			}
 		}
@@ -312,7 +317,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 		if shape == v.rule.First {
 			if item == nil {
 				if item, err = ownItem(rec.Value); err != nil {
-					return m.storeFailed(err, l, changes, false)
+					return m.storeFailed(err, kept, l, changes, false)
 				}
 			}
 			v.first = true
@@ -337,17 +342,42 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 				n++
 			}
 			if err := m.storeTime(name, n, rec.Timestamp); err != nil {
-				return m.storeFailed(err, l, changes, item != nil)
+				return m.storeFailed(err, kept, l, changes, item != nil)
 			}
 		}
 	}
-	return m.storeChanged(l, changes, item != nil)
+	return m.storeChanged(kept, l, changes, item != nil)
+}
+
+// matchSlab is the size of the buffers outBuf carves the matches' bytes
+// from: a small allocation size class (at most 32 KiB), so a new one is
+// quick to allocate, and about 60 records' matches of the bench's 100-byte
+// items.
+const matchSlab = 32 << 10
+
+// outBuf returns an empty buffer of capacity n for one record's matches,
+// carved from m.slab (a new slab when the current one has not n bytes
+// left; a buffer of its own when n is more than a quarter of a slab): one
+// allocation per slab instead of one per record. The buffer's capacity
+// ends at n, so appending beyond it copies instead of writing into the
+// next record's matches. The outputs keep the slab alive until the last of
+// them is written (and the sink's producer let go of it).
+func (m *ShapePairMatcher) outBuf(n int) []byte {
+	if n > matchSlab/4 {
+		return make([]byte, 0, n)
+	}
+	if cap(m.slab)-len(m.slab) < n {
+		m.slab = make([]byte, 0, matchSlab)
+	}
+	at := len(m.slab)
+	m.slab = m.slab[:at+n]
+	return m.slab[at : at : at+n]
 }
 
 // storeFailed is storeChanged before ProcessElement returns err: err, or
 // both errors when the store fails too.
-func (m *ShapePairMatcher) storeFailed(err error, l ShapePairLists, changes []listAdd, stored bool) error {
-	if serr := m.storeChanged(l, changes, stored); serr != nil {
+func (m *ShapePairMatcher) storeFailed(err error, kept *ShapePairLists, l ShapePairLists, changes []listAdd, stored bool) error {
+	if serr := m.storeChanged(kept, l, changes, stored); serr != nil {
 		return errors.Join(err, serr)
 	}
 	return err
@@ -355,15 +385,33 @@ func (m *ShapePairMatcher) storeFailed(err error, l ShapePairLists, changes []li
 
 // storeChanged writes l, the current key's lists changed in place, with
 // the lists of changes added: cleared when no rule has items left
-// (stored says an item was stored, so some rule has).
-func (m *ShapePairMatcher) storeChanged(l ShapePairLists, changes []listAdd, stored bool) error {
+// (stored says an item was stored, so some rule has). kept is the value
+// the state handed out for the key (nil: none); l is written into it and
+// it is stored again, so that an update allocates nothing (a new value
+// would be boxed in the state's interface on every record).
+func (m *ShapePairMatcher) storeChanged(kept *ShapePairLists, l ShapePairLists, changes []listAdd, stored bool) error {
 	if len(changes) > 0 {
 		l = l.with(changes)
 	}
 	if !stored && l.Len() == 0 {
 		return m.lists.Clear()
 	}
-	return m.lists.Update(l)
+	if kept == nil {
+		kept = new(ShapePairLists)
+	}
+	*kept = l
+	return m.lists.Update(kept)
+}
+
+// listsValue returns the current key's lists in vs (the zero value when it
+// has none). The lists are the state's: a caller that changes them must
+// store them (Update or Clear) before anything else reads them.
+func listsValue(vs state.ValueState[*ShapePairLists]) (ShapePairLists, error) {
+	p, _, err := vs.Value()
+	if err != nil || p == nil {
+		return ShapePairLists{}, err
+	}
+	return *p, nil
 }
 
 // ownItem returns the copy of a record's value (valid JSON: topLevelString
@@ -432,7 +480,7 @@ func (m *ShapePairMatcher) storeLists(e *pairEdit) error {
 	case l.Len() == 0:
 		return m.lists.Clear()
 	}
-	return m.lists.Update(l)
+	return m.lists.Update(&l)
 }
 
 // migrateItems moves the state of the earlier layout (ShapePairItemsState,
@@ -447,7 +495,7 @@ func (m *ShapePairMatcher) migrateItems() error {
 	}
 	keys := 0
 	err := state.ApplyToAllKeys(m.backend, ShapePairItemsState, func(_ []byte, old state.MapState[string, []json.RawMessage]) error {
-		l, _, err := m.lists.Value()
+		l, err := listsValue(m.lists)
 		if err != nil {
 			return err
 		}
@@ -520,7 +568,7 @@ func (m *ShapePairMatcher) OnTimer(_ context.Context, _ time.Time, _ TimerContex
 	if len(changes) == 0 {
 		return nil
 	}
-	l, _, err := m.lists.Value()
+	l, err := listsValue(m.lists)
 	if err != nil {
 		return err
 	}

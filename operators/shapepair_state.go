@@ -187,12 +187,64 @@ func (e *pairEdit) done() (ShapePairLists, bool) {
 }
 
 // ShapePairListsState describes the matcher's keyed state: one
-// ShapePairLists per key. It replaced ShapePairItemsState (one map entry
-// per key and rule), whose state the matcher moves into it when it finds
-// any after a restore.
-var ShapePairListsState = state.ValueStateDescriptor[ShapePairLists]{
+// ShapePairLists per key, held by pointer (the state keeps the pointer it
+// is given, so storing a key's changed lists back allocates nothing),
+// written as ShapePairListsSerializer writes the lists. It replaced
+// ShapePairItemsState (one map entry per key and rule), whose state the
+// matcher moves into it when it finds any after a restore.
+var ShapePairListsState = state.ValueStateDescriptor[*ShapePairLists]{
 	Name:       "shape-pair-lists",
-	Serializer: ShapePairListsSerializer{},
+	Serializer: shapePairListsRef{},
+}
+
+// shapePairListsRef is ShapePairListsSerializer for a *ShapePairLists
+// (nil: no items), with the same bytes and the same sharing: Copy and
+// View return the pointer itself.
+type shapePairListsRef struct{}
+
+// Name returns "json".
+func (shapePairListsRef) Name() string { return ShapePairListsSerializer{}.Name() }
+
+// Append implements state.Serializer: ShapePairListsSerializer.Append of *v.
+func (shapePairListsRef) Append(dst []byte, v *ShapePairLists) ([]byte, error) {
+	if v == nil {
+		return ShapePairListsSerializer{}.Append(dst, ShapePairLists{})
+	}
+	return ShapePairListsSerializer{}.Append(dst, *v)
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (r shapePairListsRef) AppendKept(dst []byte, v *ShapePairLists) ([]byte, error) {
+	return r.Append(dst, v)
+}
+
+// Decode implements state.Serializer: ShapePairListsSerializer.Decode, in
+// a new ShapePairLists.
+func (shapePairListsRef) Decode(b []byte) (*ShapePairLists, error) {
+	l, err := ShapePairListsSerializer{}.Decode(b)
+	if err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Copy implements state.HeapSerializer: v itself, which the caller gives
+// up to the state.
+func (shapePairListsRef) Copy(v *ShapePairLists, _ []*ShapePairLists) (*ShapePairLists, error) {
+	return v, nil
+}
+
+// View implements state.HeapSerializer: v itself (see
+// ShapePairListsSerializer.View).
+func (shapePairListsRef) View(v *ShapePairLists) *ShapePairLists { return v }
+
+// Size implements state.HeapSerializer: ShapePairListsSerializer.Size of
+// *v.
+func (shapePairListsRef) Size(v *ShapePairLists) int {
+	if v == nil {
+		return ShapePairListsSerializer{}.Size(ShapePairLists{})
+	}
+	return ShapePairListsSerializer{}.Size(*v)
 }
 
 // ShapePairListsSerializer writes a ShapePairLists as the JSON object rule

@@ -512,7 +512,7 @@ func TestShapePairRefusedOutput(t *testing.T) {
 			}
 			current := func() (map[string][]string, map[string][]int64) {
 				b.SetCurrentKey([]byte("red"))
-				l, _, err := fn.lists.Value()
+				l, err := listsValue(fn.lists)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -607,5 +607,104 @@ func TestShapePairManyRulesOneShape(t *testing.T) {
 			m.item(4, "red", "A")
 			step("A", n, pairs(true, "2,4"))
 		})
+	}
+}
+
+// valueLists is a keyed broadcast function that holds the matcher's
+// lists as main's matcher did: a ValueState of ShapePairLists by value,
+// with ShapePairListsSerializer.
+type valueLists struct {
+	lists state.ValueState[ShapePairLists]
+}
+
+func (v *valueLists) Open(ctx OpenContext) (err error) {
+	v.lists, err = state.GetValueState(ctx.Backend, state.ValueStateDescriptor[ShapePairLists]{Name: ShapePairListsState.Name, Serializer: ShapePairListsSerializer{}})
+	return err
+}
+func (*valueLists) ProcessElement(context.Context, runtime.Record, Collector) error { return nil }
+func (*valueLists) ProcessBroadcastElement(context.Context, runtime.Record, Collector) error {
+	return nil
+}
+
+// TestShapePairRestoresValueLists: lists written through main's descriptor
+// (a ValueState of ShapePairLists by value, before the state held them by
+// pointer) restore, rescaled from 2 subtasks to 3, into the matcher with
+// the same items, which pair as before; and the pointer serializer writes
+// ShapePairListsSerializer's bytes and reads them back.
+func TestShapePairRestoresValueLists(t *testing.T) {
+	for _, kind := range []string{state.KindHashmap, state.KindPebble} {
+		t.Run(kind, func(t *testing.T) {
+			root := t.TempDir()
+			colors := []string{"red", "blue", "green", "yellow"}
+			var runs []*matcherRun
+			var fns []*valueLists
+			for i := range 2 {
+				fn := &valueLists{}
+				op, ch := newKeyedRun(t, kind, filepath.Join(root, fmt.Sprint("old-", i)), 2, i, nil, fn)
+				runs, fns = append(runs, &matcherRun{t: t, op: op, ch: ch}), append(fns, fn)
+			}
+			for i, c := range colors {
+				sub := keygroup.SubtaskForKey([]byte(c), ckMaxP, 2)
+				runs[sub].op.backend.SetCurrentKey([]byte(c))
+				l := listsOf(t, map[string][]string{"R1": {fmt.Sprintf(`{"id":%d,"shape":"RECTANGLE"}`, 10+i)}})
+				if i%2 == 0 {
+					l = listsOf(t, map[string][]string{
+						"R1": {fmt.Sprintf(`{"id":%d,"shape":"RECTANGLE"}`, 10+i)},
+						"R2": {fmt.Sprintf(`{"id":%d,"shape":"CIRCLE"}`, 20+i), fmt.Sprintf(`{"id":%d,"shape":"CIRCLE"}`, 30+i)},
+					})
+				}
+				if err := fns[sub].lists.Update(l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			restores := restoresFor(t, snapshotRuns(t, runs, filepath.Join(root, "chk-1"), 1), filepath.Join(root, "chk-1"), "", 3)
+			runs = nil
+			for i := range 3 {
+				m := newMatcherRun(t, kind, filepath.Join(root, fmt.Sprint("new-", i)), 3, i, restores[i])
+				m.rule("R1", "RECTANGLE", "TRIANGLE")
+				m.rule("R2", "CIRCLE", "TRIANGLE")
+				runs = append(runs, m)
+			}
+			var got, want []string
+			for i, c := range colors {
+				m := runs[keygroup.SubtaskForKey([]byte(c), ckMaxP, 3)]
+				rules := []string{"R1"}
+				want = append(want, fmt.Sprintf("R1 %s %d,%d", c, 10+i, 100+i))
+				if i%2 == 0 {
+					rules = []string{"R1", "R2"}
+					want = append(want, fmt.Sprintf("R2 %s %d,%d", c, 20+i, 100+i), fmt.Sprintf("R2 %s %d,%d", c, 30+i, 100+i))
+				}
+				if s := m.stored(c); !slices.Equal(s, rules) {
+					t.Fatalf("%s restored with lists %q, want %q", c, s, rules)
+				}
+				m.item(100+i, c, "TRIANGLE")
+				got = append(got, m.matches()...)
+				if s := m.stored(c); len(s) != 0 {
+					t.Fatalf("%s keeps lists %q after its pairs", c, s)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("matches after the restore = %q\nwant %q", got, want)
+			}
+		})
+	}
+	l := listsOf(t, map[string][]string{"b": {`{"x":1}`}, "a": {`{"y":"<"}`, `2`}})
+	for _, v := range []*ShapePairLists{nil, {}, &l} {
+		want := []byte("{}")
+		if v != nil {
+			want, _ = ShapePairListsSerializer{}.Append(nil, *v)
+		}
+		got, err := shapePairListsRef{}.Append(nil, v)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("pointer serializer wrote %s (%v), the value serializer %s", got, err, want)
+		}
+		var orig ShapePairLists
+		if v != nil {
+			orig = *v
+		}
+		back, err := shapePairListsRef{}.Decode(got)
+		if err != nil || !reflect.DeepEqual(asMap(*back), asMap(orig)) {
+			t.Fatalf("decoded %s as %v (%v)", got, back, err)
+		}
 	}
 }

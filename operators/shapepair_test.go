@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,7 +30,17 @@ type matcherRun struct {
 
 func newMatcherRun(t *testing.T, kind, dir string, p, i int, restore *Restore) *matcherRun {
 	t.Helper()
-	m := &matcherRun{t: t, fn: &ShapePairMatcher{}, ch: runtime.NewChannel(256)}
+	m := &matcherRun{t: t, fn: &ShapePairMatcher{}}
+	m.op, m.ch = newKeyedRun(t, kind, dir, p, i, restore, m.fn)
+	return m
+}
+
+// newKeyedRun opens subtask i of p of the keyed broadcast function fn on
+// a backend of kind in dir (restored from restore, if not nil), its output
+// read from the channel returned.
+func newKeyedRun(t *testing.T, kind, dir string, p, i int, restore *Restore, fn KeyedBroadcastProcessFunction) (*KeyedOperator, runtime.Channel) {
+	t.Helper()
+	ch := runtime.NewChannel(256)
 	cfg := state.BackendConfig{Kind: kind, MaxParallelism: ckMaxP, KeyGroupRange: keygroup.RangeFor(ckMaxP, p, i)}
 	if kind == state.KindPebble {
 		cfg.Dir = dir
@@ -37,13 +48,13 @@ func newMatcherRun(t *testing.T, kind, dir string, p, i int, restore *Restore) *
 	open := func(r []state.RestoreHandle) (state.KeyedStateBackend, error) {
 		return state.OpenBackendRestored(cfg, r)
 	}
-	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{m.ch}, runtime.ForwardPartitioner{}))
-	m.op = NewKeyedBroadcastOperator(OpenContext{Operator: "matcher", Subtask: i, Parallelism: p}, open, restore, m.fn, out)
-	if err := m.op.Open(context.Background()); err != nil {
+	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+	op := NewKeyedBroadcastOperator(OpenContext{Operator: "matcher", Subtask: i, Parallelism: p}, open, restore, fn, out)
+	if err := op.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = m.op.Close() })
-	return m
+	t.Cleanup(func() { _ = op.Close() })
+	return op, ch
 }
 
 func (m *matcherRun) rule(name, first, second string) {
@@ -116,7 +127,7 @@ func walkedSize(l ShapePairLists) int {
 func (m *matcherRun) stored(key string) []string {
 	m.t.Helper()
 	m.fn.backend.SetCurrentKey([]byte(key))
-	lists, _, err := m.fn.lists.Value()
+	lists, err := listsValue(m.fn.lists)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -317,3 +328,39 @@ func TestShapePairPendingTimeout(t *testing.T) {
 type addCounter struct{ n float64 }
 
 func (c *addCounter) Add(v float64) { c.n += v }
+
+// TestShapePairOutBuf: outBuf hands out empty buffers of capacity n carved
+// from one slab (one allocation per matchSlab bytes), so that filling one,
+// and appending past its capacity, never changes another; a buffer over a
+// quarter of a slab is its own.
+func TestShapePairOutBuf(t *testing.T) {
+	m := &ShapePairMatcher{}
+	var bufs [][]byte
+	for i := range 200 {
+		b := m.outBuf(300)
+		if len(b) != 0 || cap(b) != 300 {
+			t.Fatalf("buffer %d: len %d cap %d, want 0, 300", i, len(b), cap(b))
+		}
+		b = append(b, bytes.Repeat([]byte{byte(i)}, 300)...)
+		bufs = append(bufs, b)
+	}
+	grown := append(bufs[0], 'x') // past its capacity: copied, not into bufs[1]
+	grown[0] = 0xff
+	for i, b := range bufs {
+		if !bytes.Equal(b, bytes.Repeat([]byte{byte(i)}, 300)) {
+			t.Fatalf("buffer %d changed by another: %v...", i, b[:8])
+		}
+	}
+	if big := m.outBuf(matchSlab/4 + 1); cap(big) != matchSlab/4+1 {
+		t.Fatalf("large buffer's capacity %d", cap(big))
+	}
+	m.slab = nil
+	perSlab := matchSlab / 300
+	if allocs := testing.AllocsPerRun(20, func() {
+		for range perSlab {
+			m.outBuf(300)
+		}
+	}); allocs > 1 {
+		t.Fatalf("%v allocations per %d buffers of 300 bytes, want at most 1 (a slab)", allocs, perSlab)
+	}
+}

@@ -64,6 +64,17 @@ func encode(ctx context.Context, enc Encoder, sink, topic string, rec *runtime.R
 	return nil
 }
 
+// encoded returns rec encoded by enc (encode). It takes and returns the
+// record by value so that only a record that is encoded moves to the heap
+// (an Encoder is an interface: the pointer encode hands it escapes), not
+// every record a sink writes.
+//
+//go:noinline
+func encoded(ctx context.Context, enc Encoder, sink, topic string, rec runtime.Record) (runtime.Record, error) {
+	err := encode(ctx, enc, sink, topic, &rec)
+	return rec, err
+}
+
 // KafkaSink is one sink subtask; it implements runtime.Operator.
 type KafkaSink struct {
 	cfg    Config
@@ -110,8 +121,9 @@ func (s *KafkaSink) ProcessRecord(ctx context.Context, _ int, rec runtime.Record
 	if s.cfg.Changelog == ChangelogUpsert && rec.Change == runtime.ChangeUpdateBefore {
 		return nil // the +U that follows replaces the row
 	}
-	if encodesValue(s.cfg.Changelog, &rec) {
-		if err := encode(ctx, s.cfg.Encode, s.cfg.Name, s.cfg.Topic, &rec); err != nil {
+	if s.cfg.Encode != nil && encodesValue(s.cfg.Changelog, &rec) {
+		var err error
+		if rec, err = encoded(ctx, s.cfg.Encode, s.cfg.Name, s.cfg.Topic, rec); err != nil {
 			return err
 		}
 	}

@@ -387,22 +387,36 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 	if k.cfg.Changelog == ChangelogUpsert && rec.Change == runtime.ChangeUpdateBefore {
 		return nil
 	}
-	if encodesValue(k.cfg.Changelog, &rec) {
-		if err := encode(ctx, k.cfg.Encode, k.cfg.Name, k.cfg.Topic, &rec); err != nil {
-			return err
-		}
+	kr, err := k.kafkaRecord(ctx, rec)
+	if err != nil {
+		return err
 	}
 	s.records++
 	if !rec.Timestamp.IsZero() {
 		s.oldest = append(s.oldest, rec.Timestamp.UnixNano())
+	}
+	k.produce(ctx, s, kr)
+	return nil
+}
+
+// kafkaRecord returns the Kafka record Write produces for rec (not an
+// upsert sink's -U: Write drops it first): encoded with the sink's
+// encoder, if any, as KafkaTxnConfig.Changelog writes it, partitioned by
+// KafkaTxnConfig.Partition, if set. rec does not move to the heap unless
+// it is encoded (TestKafkaRecordDoesNotAllocate).
+func (k *KafkaTxnCommitter) kafkaRecord(ctx context.Context, rec runtime.Record) (*kgo.Record, error) {
+	if k.cfg.Encode != nil && encodesValue(k.cfg.Changelog, &rec) {
+		var err error
+		if rec, err = encoded(ctx, k.cfg.Encode, k.cfg.Name, k.cfg.Topic, rec); err != nil {
+			return nil, err
+		}
 	}
 	kr := k.newRecord()
 	changelogRecord(k.cfg.Changelog, kr, &rec)
 	if k.cfg.Partition != nil {
 		kr.Partition = k.cfg.Partition(rec.Key)
 	}
-	k.produce(ctx, s, kr)
-	return nil
+	return kr, nil
 }
 
 // WriteTo implements TopicWriter: it produces rec into the open
