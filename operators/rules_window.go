@@ -483,15 +483,16 @@ func (rw *ruleWin) flush() error {
 	return rw.agg.Update(rw.w)
 }
 
-// putSlice writes slice k. Slices are cold: a copy in time order reads
-// only the summary, a slice is read again when it expires or a copy out of
+// putSlice writes slice k. Slices outside the min/max deque are cold: a
+// copy in time order reads only the summary (and, for min and max, the
+// deque's members), a slice is read again when it expires or a copy out of
 // time order reaches it, so it is written with state.ColdPutter where the
 // state has it: one slice written per record then does not evict the
 // summaries from the Pebble write cache (at 5M records of the bench's
 // rules-10, 100k summaries read per record behind a stream of slices never
 // read).
 func (rw *ruleWin) putSlice(k int64, s ruleSlice) error {
-	if c, ok := rw.slices.(state.ColdPutter[int64, ruleSlice]); ok {
+	if c, ok := rw.slices.(state.ColdPutter[int64, ruleSlice]); ok && !s.InDeque {
 		return c.PutCold(k, s)
 	}
 	return rw.slices.Put(k, s)
