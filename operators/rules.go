@@ -337,7 +337,26 @@ type routerRule struct {
 	Version ruleVersion   // where it was read
 	Rule    *CompiledRule // nil: deleted
 	Updated time.Time
-	head    []byte // the envelope head of this version, built at its first copy
+	head    []byte  // the envelope head of this version, built at its first copy
+	eq      *ruleEq // the filter as operand == constant, found at its first record
+}
+
+// ruleEq is a rule filter of the form operand == constant
+// (expression.Program.EqualsConstant), op nil when it is not: the routing
+// stage evaluates each distinct operand once per record for every rule
+// comparing it (rules keyed by one field, or by amount % 10 as the bench's
+// rules), and a rule whose constant differs from an int or string operand
+// value is not matched without evaluating its filter.
+type ruleEq struct {
+	op *expression.Program // interned by source (RulesRouter.operands)
+	c  any                 // int64 or string
+}
+
+// operandValue is an operand's value on the record being routed.
+type operandValue struct {
+	op  *expression.Program
+	v   any
+	err error
 }
 
 // maxRuleHistory bounds the versions the routing stage keeps per rule id
@@ -397,6 +416,11 @@ type RulesRouter struct {
 	matched, evalErrors, bad, overflow prometheus.Counter
 	held, updated, waitingGauge        prometheus.Gauge
 	buf                                []byte
+
+	// operands interns the filters' equality operands by source; memo
+	// holds those evaluated on the record being routed.
+	operands map[string]*expression.Program
+	memo     []operandValue
 
 	// now is the clock of the error log's rate limit; lastErrLog when it
 	// last logged, errsUnlogged the failures since.
@@ -620,13 +644,30 @@ func (r *RulesRouter) route(rec runtime.Record, out Collector) error {
 	env := r.env.Reset(&rec)
 	ts := rec.Timestamp.UnixMilli()
 	var recJSON []byte
+	r.memo = r.memo[:0]
 	for _, id := range r.ids {
 		v := r.current(id, ts)
 		if v == nil || v.Rule == nil || v.Rule.Spec.State != RuleActive {
 			continue
 		}
 		cr := v.Rule
-		group, in, ok, err := r.match(cr, env)
+		passed := false
+		if v.eq == nil {
+			v.eq = r.equality(cr)
+		}
+		if v.eq.op != nil {
+			ov := r.operand(v.eq.op, env)
+			switch ov.v.(type) {
+			case int64, string:
+				if ov.err == nil {
+					if ov.v != v.eq.c {
+						continue // the filter is false
+					}
+					passed = true
+				}
+			}
+		}
+		group, in, ok, err := r.match(cr, env, passed)
 		if err != nil {
 			r.evalFailed(id, r.board.counter(id), &rec, err)
 		}
@@ -653,14 +694,50 @@ func (r *RulesRouter) route(rec runtime.Record, out Collector) error {
 	return nil
 }
 
-// match evaluates cr's filter, group_by and of on env; ok is false when the
-// record does not match: the filter is false, or an evaluation failed, err
-// then saying which expression and why.
-func (r *RulesRouter) match(cr *CompiledRule, env *expression.Env) (group []json.RawMessage, in json.RawMessage, ok bool, err error) {
+// equality returns cr's filter as operand == constant, its operand
+// interned (op nil when the filter is not of that form).
+func (r *RulesRouter) equality(cr *CompiledRule) *ruleEq {
+	if !cr.filter.IsSet() {
+		return &ruleEq{}
+	}
+	op, c, ok := cr.filter.Program().EqualsConstant()
+	if !ok {
+		return &ruleEq{}
+	}
+	if r.operands == nil {
+		r.operands = map[string]*expression.Program{}
+	}
+	if known, ok := r.operands[op.Source()]; ok {
+		op = known
+	} else {
+		r.operands[op.Source()] = op
+	}
+	return &ruleEq{op: op, c: c}
+}
+
+// operand returns op's value on the record of env, evaluated once per
+// record (memo, reset by route).
+func (r *RulesRouter) operand(op *expression.Program, env *expression.Env) operandValue {
+	for _, m := range r.memo {
+		if m.op == op {
+			return m
+		}
+	}
+	v, err := op.Eval(env)
+	m := operandValue{op: op, v: v, err: err}
+	r.memo = append(r.memo, m)
+	return m
+}
+
+// match evaluates cr's filter (unless passed: known true), group_by and
+// of on env; ok is false when the record does not match: the filter is
+// false, or an evaluation failed, err then saying which expression and
+// why.
+func (r *RulesRouter) match(cr *CompiledRule, env *expression.Env, passed bool) (group []json.RawMessage, in json.RawMessage, ok bool, err error) {
 	fail := func(field string, err error) ([]json.RawMessage, json.RawMessage, bool, error) {
 		return nil, nil, false, fmt.Errorf("%s: %w", field, err)
 	}
-	if cr.filter.IsSet() {
+	if cr.filter.IsSet() && !passed {
 		res, err := cr.filter.Program().Eval(env)
 		if err != nil {
 			return fail("filter", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/expression"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
 	"github.com/kstreamd/kstreamd/state/keygroup"
@@ -777,4 +779,84 @@ func snapshotRules(t *testing.T, g *rulesRig, p int) []*Restore {
 		old = append(old, ts[0])
 	}
 	return restoresFor(t, old, dir, "", p)
+}
+
+// TestRulesRouterEqualityIndex: the routing stage evaluates a filter of
+// the form operand == constant through its operand, once per record for
+// all rules sharing it (three operands interned for eleven such rules);
+// the copies routed, in rule id order, and each rule's error count and
+// last error are those of evaluating every rule's filter on its own, over
+// records whose operand is an int, a double equal to the constant, a
+// numeric string, null, missing or of the wrong type for %.
+func TestRulesRouterEqualityIndex(t *testing.T) {
+	r := NewRulesRouter(RulesConfig{Operator: "fraud"})
+	if err := r.Open(OpenContext{Operator: "fraud.route"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.InitializeState(FunctionInitializationContext{OperatorStateStore: state.NewOperatorStateStore(nil)}); err != nil {
+		t.Fatal(err)
+	}
+	filters := map[string]string{}
+	for d := range 8 {
+		filters[fmt.Sprintf("mod-%d", d)] = fmt.Sprintf("amount %% 10 == %d", d)
+	}
+	filters["eq-3"] = "amount == 3"
+	filters["eur"] = `currency == "EUR"`
+	filters["eur-rev"] = `"EUR" == currency`
+	filters["gt-5"] = "amount > 5"
+	filters["both"] = `amount % 10 == 3 && currency == "EUR"`
+	var ids []string
+	for id, f := range filters {
+		ids = append(ids, id)
+		v := fmt.Sprintf(`{"id":%q,"filter":%q,"group_by":["key"],"aggregate":{"fn":"count"},"window":"1h","alert_when":"> 100"}`, id, f)
+		if err := r.ProcessBroadcastElement(context.Background(), runtime.Record{Key: []byte(id), Value: []byte(v), Timestamp: time.UnixMilli(1)}, &sliceCollector{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(ids)
+	records := []string{
+		`{"key":"a","amount":13,"currency":"EUR"}`, `{"key":"a","amount":3.0,"currency":"USD"}`,
+		`{"key":"b","amount":"3","currency":3}`, `{"key":"b","amount":null,"currency":null}`,
+		`{"key":"c"}`, `{"key":"c","amount":-7,"currency":"EUR"}`, `{"key":"d","amount":4.5,"currency":["EUR"]}`,
+		`{"key":"d","amount":20,"currency":"eur"}`, `{"key":"e","amount":9223372036854775807,"currency":""}`,
+	}
+	wantErrs := map[string]int64{}
+	wantLast := map[string]string{}
+	for i, js := range records {
+		c := &sliceCollector{}
+		if err := r.ProcessElement(context.Background(), runtime.Record{Value: []byte(js), Timestamp: time.UnixMilli(int64(10 + i))}, c); err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, id := range ids {
+			f, err := CompileExpression(filters[id], expression.ExpectBool())
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := f.Program().Eval(expression.NewEnv(&expression.Input{JSON: []byte(js)}))
+			if err != nil {
+				wantErrs[id]++
+				wantLast[id] = "filter: " + err.Error()
+				continue
+			}
+			if res == true {
+				want = append(want, id)
+			}
+		}
+		var got []string
+		for _, rec := range c.recs {
+			got = append(got, ruleOfKey(rec.Key))
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("record %s routed to %v, want %v", js, got, want)
+		}
+	}
+	for _, st := range r.RuleStatuses() {
+		if st.Errors != wantErrs[st.ID] || st.LastError != wantLast[st.ID] {
+			t.Fatalf("rule %s: %d errors, last %q; want %d, %q", st.ID, st.Errors, st.LastError, wantErrs[st.ID], wantLast[st.ID])
+		}
+	}
+	if len(r.operands) != 3 {
+		t.Fatalf("operands interned: %v, want amount %% 10, amount and currency", slices.Collect(maps.Keys(r.operands)))
+	}
 }

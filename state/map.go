@@ -43,6 +43,19 @@ type MapState[K, V any] interface {
 	Clear() error
 }
 
+// ColdPutter is implemented by every MapState: PutCold is Put of an entry
+// the caller does not expect to read soon (the rules operator's window
+// slice that leaves the key's summary, read again only when it expires or
+// a record out of order reaches it). On Pebble with the write cache the
+// entry joins the cache at its eviction end, so such writes, one per
+// record, do not evict the hot values read per record (Kafka Streams'
+// ThreadCache has no such hint; it is the caller's knowledge of its access
+// pattern); elsewhere, and for values the cache keeps decoded (a
+// HeapSerializer), it is Put. What is stored is the same either way.
+type ColdPutter[K, V any] interface {
+	PutCold(uk K, v V) error
+}
+
 // GetMapState returns the MapState d describes, creating it on first use;
 // errors as GetValueState. The stored serializer name is
 // "<key serializer>/<value serializer>".
@@ -207,6 +220,23 @@ func (s *mapState[K, V]) Put(uk K, v V) error {
 		return s.c.wrapErr("put", err)
 	}
 	return s.c.st.setEntry(k, ukb, blob)
+}
+
+// PutCold implements ColdPutter.
+func (s *mapState[K, V]) PutCold(uk K, v V) error {
+	ps, ok := s.c.st.(*pebbleStore)
+	if !ok || s.heap != nil {
+		return s.Put(uk, v)
+	}
+	k, ukb, err := s.userKey(uk)
+	if err != nil {
+		return err
+	}
+	blob, err := s.vser.Append(s.c.stamp(nil, s.c.now()), v)
+	if err != nil {
+		return s.c.wrapErr("put", err)
+	}
+	return ps.setColdEntry(k, ukb, blob)
 }
 
 func (s *mapState[K, V]) PutAll(entries iter.Seq2[K, V]) error {

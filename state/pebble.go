@@ -265,6 +265,22 @@ func (s *pebbleStore) setNewEntry(k stateKey, uk, v []byte) error {
 	return s.db.Set(key, v, pebble.NoSync)
 }
 
+// setColdEntry is setEntry of an entry the caller does not expect to
+// read soon (writeCache.putCold).
+func (s *pebbleStore) setColdEntry(k stateKey, uk, v []byte) error {
+	key := append(appendStateKey(nil, k), uk...)
+	if s.cache != nil {
+		done, err := s.cache.putCold(s.db, k.id, key, v)
+		if err != nil {
+			return fmt.Errorf("state: pebble write: %w", err)
+		}
+		if done {
+			return nil
+		}
+	}
+	return s.db.Set(key, v, pebble.NoSync)
+}
+
 func (s *pebbleStore) delEntry(k stateKey, uk []byte) error {
 	return s.cachedWrite(k.id, append(appendStateKey(nil, k), uk...), nil, false)
 }

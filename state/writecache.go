@@ -186,6 +186,13 @@ func (c *writeCache) pushFront(e *cacheEntry) {
 	c.lru.next = e
 }
 
+// pushBack links the unlinked e in at the oldest end of the list.
+func (c *writeCache) pushBack(e *cacheEntry) {
+	e.next, e.prev = &c.lru, c.lru.prev
+	c.lru.prev.next = e
+	c.lru.prev = e
+}
+
 // unlink removes e from the map and the recency list.
 func (c *writeCache) unlink(e *cacheEntry) {
 	e.prev.next, e.next.prev = e.next, e.prev
@@ -374,6 +381,30 @@ func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool) 
 	}
 	e := c.entryFor(key)
 	c.setVal(e, v, present)
+	c.markDirty(e)
+	return true, c.maybeEvict(db)
+}
+
+// putCold is put of a present value v the caller does not expect to read
+// soon (MapState PutCold): a new entry joins the recency list at its
+// oldest end, unreferenced, so the next eviction takes it (writing it to
+// Pebble) before any entry that was used; an entry already cached keeps
+// its place and bit. A stream of such writes thus does not push the hot
+// entries out of the cache. False for a state the cache bypasses.
+func (c *writeCache) putCold(db *pebble.DB, id uint32, key, v []byte) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return false, nil
+	}
+	e, ok := c.entries[string(key)]
+	if !ok {
+		e = newCacheEntry(key)
+		c.entries[e.key] = e
+		c.bytes += len(key) + writeCacheEntryOverhead
+		c.pushBack(e)
+	}
+	c.setVal(e, v, true)
 	c.markDirty(e)
 	return true, c.maybeEvict(db)
 }

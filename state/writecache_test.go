@@ -535,3 +535,97 @@ func TestTimerFiredBeforeFlushNotWritten(t *testing.T) {
 		t.Errorf("after reopen: %v, %v, %d timers; want only the timer at 300", tm, ok, rq.Len(EventTime))
 	}
 }
+
+// TestWriteCachePutColdKeepsHotEntries: entries written with PutCold join
+// the write cache at its eviction end, so 400 of them through a cache with
+// room for about 40 entries evict only each other: the ten values written
+// before stay cached, while the same 400 writes with Put evict them. Every cold entry reads back its value
+// (evicted ones from Pebble), also after a snapshot and restore; on the
+// hashmap backend PutCold is Put.
+func TestWriteCachePutColdKeepsHotEntries(t *testing.T) {
+	md := MapStateDescriptor[string, int64]{Name: "m", KeySerializer: StringSerializer{}, ValueSerializer: Int64Serializer{}}
+	run := func(t *testing.T, kind string, cold bool) (KeyedStateBackend, ValueState[int64], MapState[string, int64]) {
+		cfg := testConfig(t, kind)
+		cfg.WriteCacheBytes = 40 * (writeCacheEntryOverhead + 24)
+		b := open(t, cfg)
+		v := must1(GetValueState(b, ckptValue))(t)
+		m := must1(GetMapState(b, md))(t)
+		for i := range 10 {
+			b.SetCurrentKey(u64key(uint64(i)))
+			must(t, v.Update(int64(i)))
+		}
+		for i := range 400 {
+			b.SetCurrentKey(u64key(uint64(i % 10)))
+			put := m.Put
+			if cold {
+				put = m.(ColdPutter[string, int64]).PutCold
+			}
+			must(t, put(fmt.Sprintf("c%03d", i), int64(i)))
+		}
+		return b, v, m
+	}
+	readCold := func(b KeyedStateBackend, m MapState[string, int64]) {
+		for i := range 400 {
+			b.SetCurrentKey(u64key(uint64(i % 10)))
+			got, ok, err := m.Get(fmt.Sprintf("c%03d", i))
+			must(t, err)
+			if !ok || got != int64(i) {
+				t.Fatalf("cold entry %d = %d, %v; want %d", i, got, ok, i)
+			}
+		}
+	}
+	hotCached := func(b KeyedStateBackend, v ValueState[int64]) (n int) {
+		st := b.(interface{ core() *backend }).core().st.(*pebbleStore)
+		c := v.(*valueState[int64]).c
+		for i := range 10 {
+			b.SetCurrentKey(u64key(uint64(i)))
+			k, err := c.stateKey(nil)
+			must(t, err)
+			if st.cache.contains(c.id, appendStateKey(nil, k)) {
+				n++
+			}
+		}
+		return n
+	}
+	t.Run("pebble", func(t *testing.T) {
+		b, v, m := run(t, KindPebble, true)
+		if n := hotCached(b, v); n != 10 {
+			t.Fatalf("%d of the 10 hot values cached after 400 cold puts, want 10", n)
+		}
+		readCold(b, m)
+		root := t.TempDir()
+		ks := snapshotOf(t, b, filepath.Join(root, "1"), filepath.Join(root, "shared"))
+		nb, err := OpenBackendRestored(testConfig(t, KindPebble), []RestoreHandle{{Handle: ks.Handle, Dir: filepath.Join(root, "1"), SharedDir: filepath.Join(root, "shared")}})
+		must(t, err)
+		t.Cleanup(func() { _ = nb.Close() })
+		rv := must1(GetValueState(nb, ckptValue))(t)
+		rm := must1(GetMapState(nb, md))(t)
+		for i := range 400 {
+			nb.SetCurrentKey(u64key(uint64(i % 10)))
+			got, ok, err := rm.Get(fmt.Sprintf("c%03d", i))
+			must(t, err)
+			if !ok || got != int64(i) {
+				t.Fatalf("restored cold entry %d = %d, %v; want %d", i, got, ok, i)
+			}
+		}
+		for i := range 10 {
+			nb.SetCurrentKey(u64key(uint64(i)))
+			got, ok, err := rv.Value()
+			must(t, err)
+			if !ok || got != int64(i) {
+				t.Fatalf("restored hot value %d = %d, %v", i, got, ok)
+			}
+		}
+	})
+	t.Run("pebble-put", func(t *testing.T) {
+		b, v, m := run(t, KindPebble, false)
+		if n := hotCached(b, v); n != 0 {
+			t.Fatalf("%d of the 10 hot values cached after 400 puts, want 0 (evicted)", n)
+		}
+		readCold(b, m)
+	})
+	t.Run("hashmap", func(t *testing.T) {
+		b, _, m := run(t, KindHashmap, true)
+		readCold(b, m)
+	})
+}
