@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unsafe"
 
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
 	"github.com/tidwall/gjson"
 )
 
@@ -97,7 +99,7 @@ func (d *Doc) field(name string) (v any, found, ok bool) {
 			continue
 		}
 		if !f.done {
-			v, err := fromGJSON(gjson.Parse(d.str[f.from:f.to]))
+			v, err := lazyValue(d.str, f.from, f.to)
 			if err != nil {
 				d.state = -1 // DecodeJSON fails on the whole too
 				return nil, false, false
@@ -107,6 +109,138 @@ func (d *Doc) field(name string) (v any, found, ok bool) {
 		return f.value, true, true
 	}
 	return nil, false, true
+}
+
+// lazyValue returns the value of str[from:to], one JSON value of a Doc
+// fieldwise readable (index): an object as a *docObject, read field by
+// field in turn; a scalar as the CEL value of what DecodeJSON gives
+// (types.Int, types.Double, types.String, types.Bool, types.NullValue;
+// CEL takes these as they are, where it converts a Go value to them on
+// every read); an array as DecodeJSON decodes it.
+func lazyValue(str string, from, to uint32) (any, error) {
+	raw := str[from:to]
+	switch raw[0] {
+	case '{':
+		return &docObject{str: str, from: from, to: to}, nil
+	case '[':
+		return fromGJSON(gjson.Parse(raw))
+	case '"':
+		v, err := jsonString(raw)
+		return types.String(v), err
+	case 't':
+		return types.True, nil
+	case 'f':
+		return types.False, nil
+	case 'n':
+		return types.NullValue, nil
+	}
+	v, err := number(raw)
+	switch n := v.(type) {
+	case int64:
+		return types.Int(n), nil
+	case float64:
+		return types.Double(n), nil
+	}
+	return nil, err
+}
+
+// docObject is a JSON object inside a Doc's value (a field's value, or a
+// field's of one): its fields are indexed on the first read of one and
+// each is decoded on its first read, as a Doc's top-level fields are, so
+// that bid.price on a record does not build the bid map. CEL reads a field
+// of it through FindStringKey (its string-key select, bid.price and
+// bid["price"], asks a value for this before converting it); everywhere
+// else (the whole object as a value: size(bid), bid == {...}, "x" in bid,
+// a result) the docAdapter converts it to the CEL map of its whole
+// decoded value, so CEL sees exactly the map DecodeJSON's value would be.
+// The Doc's checks (valid JSON, safe numbers) hold for it.
+type docObject struct {
+	str      string // the Doc's JSON; the object is str[from:to]
+	from, to uint32
+	indexed  bool
+	err      error // a key that did not decode (never on valid JSON)
+	fields   []docField
+	inline   [8]docField
+
+	whole     any // the decoded object, once wholeDone
+	wholeDone bool
+}
+
+// FindStringKey returns the value of the object's field name (the last one
+// when the key repeats, as DecodeJSON's map keeps) and true, or nil and
+// false when it has none.
+func (o *docObject) FindStringKey(name string) (any, bool) {
+	if !o.indexed {
+		o.index()
+	}
+	if o.err != nil {
+		return types.NewErr("%v", o.err), true
+	}
+	for i := len(o.fields) - 1; i >= 0; i-- {
+		f := &o.fields[i]
+		if f.name != name {
+			continue
+		}
+		if !f.done {
+			v, err := lazyValue(o.str, f.from, f.to)
+			if err != nil {
+				return types.NewErr("%v", err), true
+			}
+			f.value, f.done = v, true
+		}
+		return f.value, true
+	}
+	return nil, false
+}
+
+// index lists the object's fields (Doc.index has checked the JSON).
+func (o *docObject) index() {
+	o.indexed = true
+	o.fields = o.inline[:0]
+	base := int(o.from)
+	gjson.Parse(o.str[o.from:o.to]).ForEach(func(k, v gjson.Result) bool {
+		key := k.Raw[1 : len(k.Raw)-1]
+		if strings.ContainsAny(key, "\\") || !isASCII(key) {
+			var err error
+			if key, err = jsonString(k.Raw); err != nil {
+				o.err = err // not on valid JSON (Doc.index checked it)
+				return false
+			}
+		}
+		from := base + v.Index
+		o.fields = append(o.fields, docField{name: key, from: uint32(from), to: uint32(from + len(v.Raw))})
+		return true
+	})
+}
+
+// decoded returns the object as DecodeJSON decodes it, decoding it once.
+func (o *docObject) decoded() (any, error) {
+	if !o.wholeDone {
+		v, err := fromGJSON(gjson.Parse(o.str[o.from:o.to]))
+		if err != nil {
+			return nil, err
+		}
+		o.whole, o.wholeDone = v, true
+	}
+	return o.whole, nil
+}
+
+// docAdapter is the CEL type adapter of every Program: CEL's own
+// (base), with a *docObject converted to the CEL value of its decoded
+// object, so that it is everywhere but in a field read the very map
+// DecodeJSON's value gives.
+type docAdapter struct{ base types.Adapter }
+
+// NativeToValue implements types.Adapter.
+func (a docAdapter) NativeToValue(v any) ref.Val {
+	if o, ok := v.(*docObject); ok {
+		w, err := o.decoded()
+		if err != nil {
+			return types.NewErr("%v", err)
+		}
+		return a.base.NativeToValue(w)
+	}
+	return a.base.NativeToValue(v)
 }
 
 // index checks that the JSON is read field by field as the whole decodes
