@@ -3,7 +3,6 @@ package expression
 import (
 	"math"
 	"strings"
-	"unsafe"
 
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
@@ -197,20 +196,131 @@ func (o *docObject) FindStringKey(name string) (any, bool) {
 func (o *docObject) index() {
 	o.indexed = true
 	o.fields = o.inline[:0]
-	base := int(o.from)
-	gjson.Parse(o.str[o.from:o.to]).ForEach(func(k, v gjson.Result) bool {
-		key := k.Raw[1 : len(k.Raw)-1]
-		if strings.ContainsAny(key, "\\") || !isASCII(key) {
-			var err error
-			if key, err = jsonString(k.Raw); err != nil {
-				o.err = err // not on valid JSON (Doc.index checked it)
-				return false
-			}
+	members(o.str[:o.to], int(o.from), func(keyRaw string, from, to int) bool {
+		key, err := memberKey(keyRaw)
+		if err != nil {
+			o.err = err // not on valid JSON (Doc.index checked it)
+			return false
 		}
-		from := base + v.Index
-		o.fields = append(o.fields, docField{name: key, from: uint32(from), to: uint32(from + len(v.Raw))})
+		o.fields = append(o.fields, docField{name: key, from: uint32(from), to: uint32(to)})
 		return true
 	})
+}
+
+// memberKey returns the key of the JSON string literal raw (quotes
+// included): its bytes between the quotes when plain ASCII without
+// escapes, else as jsonString decodes it.
+func memberKey(raw string) (string, error) {
+	key := raw[1 : len(raw)-1]
+	if strings.IndexByte(key, '\\') < 0 && isASCII(key) {
+		return key, nil
+	}
+	return jsonString(raw)
+}
+
+// members calls fn with each member of the JSON object at s[i] (after
+// white space), in order: the raw key (a string
+// literal, quotes included) and the offsets in s of the member's raw
+// value, s[from:to]. The object must be valid JSON (a Doc checked it);
+// it reads nothing beyond the object. It returns false when fn does, or
+// when s is not an object it can read (then fn may have been called for
+// some members).
+func members(s string, i int, fn func(keyRaw string, from, to int) bool) bool {
+	i = skipSpace(s, i)
+	if i >= len(s) || s[i] != '{' {
+		return false
+	}
+	i++
+	for {
+		i = skipSpace(s, i)
+		if i >= len(s) {
+			return false
+		}
+		switch s[i] {
+		case '}':
+			return true
+		case ',':
+			i = skipSpace(s, i+1)
+		}
+		if i >= len(s) || s[i] != '"' {
+			return false
+		}
+		kStart, kEnd := i, skipString(s, i)
+		if kEnd < 0 {
+			return false
+		}
+		i = skipSpace(s, kEnd)
+		if i >= len(s) || s[i] != ':' {
+			return false
+		}
+		from := skipSpace(s, i+1)
+		to := skipValue(s, from)
+		if to < 0 || !fn(s[kStart:kEnd], from, to) {
+			return false
+		}
+		i = to
+	}
+}
+
+// skipSpace returns the index of the first byte of s from i on that is
+// not JSON white space (len(s) when none).
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the JSON string literal at s[i]
+// ('"'), or -1 when it does not end.
+func skipString(s string, i int) int {
+	for i++; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index just past the valid JSON value at s[i], or
+// -1 when it does not end within s.
+func skipValue(s string, i int) int {
+	if i >= len(s) {
+		return -1
+	}
+	switch s[i] {
+	case '"':
+		return skipString(s, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(s); i++ {
+			switch s[i] {
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			case '"':
+				if i = skipString(s, i); i < 0 {
+					return -1
+				}
+				i-- // the loop's i++ steps past the string
+			}
+		}
+		return -1
+	}
+	// A number, true, false or null: up to the next delimiter.
+	for ; i < len(s); i++ {
+		switch s[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+	}
+	return i
 }
 
 // decoded returns the object as DecodeJSON decodes it, decoding it once.
@@ -254,25 +364,12 @@ func (d *Doc) index() {
 	if d.fields == nil {
 		d.fields = d.inline[:0]
 	}
-	ok := true
-	root := gjson.Parse(d.str)
-	base := len(d.str) - len(root.Raw) // Raw is str from the '{' on
-	root.ForEach(func(k, v gjson.Result) bool {
-		key := k.Raw[1 : len(k.Raw)-1]
-		if strings.ContainsAny(key, "\\") || !isASCII(key) {
-			var err error
-			if key, err = jsonString(k.Raw); err != nil {
-				ok = false
-				return false
-			}
-		}
-		// v.Index is v.Raw's offset in root.Raw; v.Raw is a part of str.
-		from := base + v.Index
-		if from+len(v.Raw) > len(d.str) || unsafe.StringData(d.str[from:]) != unsafe.StringData(v.Raw) {
-			ok = false
+	ok := members(d.str, 0, func(keyRaw string, from, to int) bool {
+		key, err := memberKey(keyRaw)
+		if err != nil {
 			return false
 		}
-		d.fields = append(d.fields, docField{name: key, from: uint32(from), to: uint32(from + len(v.Raw))})
+		d.fields = append(d.fields, docField{name: key, from: uint32(from), to: uint32(to)})
 		return true
 	})
 	if ok {

@@ -164,3 +164,37 @@ func TestNestedFieldReadsOnlyThatField(t *testing.T) {
 		t.Fatalf("whole bid: %#v, %v; want true", v, err)
 	}
 }
+
+// FuzzMembersEqualsGJSON checks the object scanner a Doc indexes with
+// (members) against gjson's ForEach, which it replaced: on every valid
+// JSON object, nested or not, the same keys and raw values in the same
+// order (white space, escapes in strings and keys, nested arrays and
+// objects holding brackets in strings); on anything else it reads no
+// member past what it refuses, and does not panic.
+func FuzzMembersEqualsGJSON(f *testing.F) {
+	for _, s := range []string{`{}`, ` { "a" : 1 , "b":[1,{"c":"]}"}], "\"k\\"":"v\\\"}" ,"d":{"e":[]}, "t":true,"n":null,"x":-1.5e3}`,
+		`{"a":"\u00e9","a":2}`, "{\"a\"\t:\n\"b\"\r}", `[1]`, `{"a":`, `"s"`, `{"a":{"b":{"c":{}}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := string(b)
+		type member struct{ key, val string }
+		var got []member
+		ok := members(s, 0, func(k string, from, to int) bool {
+			got = append(got, member{k, s[from:to]})
+			return true
+		})
+		r := gjson.Parse(s)
+		if !gjson.Valid(s) || !r.IsObject() {
+			return
+		}
+		var want []member
+		r.ForEach(func(k, v gjson.Result) bool {
+			want = append(want, member{k.Raw, v.Raw})
+			return true
+		})
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Fatalf("members(%q) = %q, %v; gjson %q", s, got, ok, want)
+		}
+	})
+}
