@@ -150,6 +150,11 @@ func (JSONFormat) Decode(_ context.Context, rec *runtime.Record) error {
 	return nil
 }
 
+// ChecksJSON implements source.JSONChecker: Decode accepts only valid
+// JSON, so the source marks the values it passes as checked and the
+// operators of the chain do not check them again.
+func (JSONFormat) ChecksJSON() bool { return true }
+
 // Encode implements Format: the value is written as it is.
 func (JSONFormat) Encode(context.Context, string, *runtime.Record) error { return nil }
 

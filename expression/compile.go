@@ -175,6 +175,11 @@ func Compile(src string, opts ...Option) (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("expression: environment: %w", err)
 	}
+	// The adapter CEL converts the record's values with: its own, knowing
+	// a Doc's lazily read objects (docAdapter).
+	if env, err = env.Extend(cel.CustomTypeAdapter(docAdapter{base: env.CELTypeAdapter()})); err != nil {
+		return nil, fmt.Errorf("expression: environment: %w", err)
+	}
 	parsed, iss := env.Parse(src)
 	if iss.Err() != nil {
 		return nil, compileError(src, iss)
@@ -212,12 +217,13 @@ func Compile(src string, opts ...Option) (*Program, error) {
 		return nil, whole("%s", lowerFirst(err.Error()))
 	}
 	return &Program{
-		src:     src,
-		prg:     prg,
-		ast:     checked,
-		expect:  o.expect,
-		limit:   lim.MaxCost,
-		tracked: len(popts) > 0,
+		src:      src,
+		prg:      prg,
+		ast:      checked,
+		expect:   o.expect,
+		limit:    lim.MaxCost,
+		tracked:  len(popts) > 0,
+		fastJSON: true,
 		traced: sync.OnceValues(func() (cel.Program, error) {
 			return env.Program(checked, cel.EvalOptions(cel.OptTrackState),
 				cel.CostLimit(lim.MaxCost), cel.CostTracking(concatCost{}))

@@ -4,7 +4,12 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
+
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/common/types/traits"
 )
 
 // AppendJSON appends to dst the JSON of v, byte for byte what
@@ -192,4 +197,74 @@ func (e *jsonAppender) string(s string) {
 	}
 	b = append(b, s[start:]...)
 	e.buf = append(b, '"')
+}
+
+// refValue appends the JSON of the CEL value v as value appends native(v)
+// (byte for byte: FuzzEvalJSONEqualsEval), without converting v to Go
+// values first: scalars, and maps a map literal built (their keys sorted,
+// as value sorts a Go map's), are written directly, anything else through
+// native. False when v holds what value would not write (NaN, bytes, a
+// timestamp...) or native refuses (a map key that is not a string): the
+// caller then takes the general path, whose result or error counts.
+func (e *jsonAppender) refValue(v ref.Val) bool {
+	switch x := v.(type) {
+	case types.Bool:
+		e.buf = strconv.AppendBool(e.buf, bool(x))
+	case types.Int:
+		e.buf = strconv.AppendInt(e.buf, int64(x), 10)
+	case types.Uint:
+		e.buf = strconv.AppendUint(e.buf, uint64(x), 10)
+	case types.Double:
+		return e.float(float64(x))
+	case types.String:
+		e.string(string(x))
+	case types.Null:
+		e.buf = append(e.buf, "null"...)
+	default:
+		if m, ok := v.Value().(map[ref.Val]ref.Val); ok {
+			if _, isMapper := v.(traits.Mapper); isMapper {
+				return e.refMap(m)
+			}
+		}
+		g, err := native(v)
+		if err != nil {
+			return false
+		}
+		return e.value(g)
+	}
+	return true
+}
+
+// refMap appends the JSON of a CEL map literal's entries m, keys sorted;
+// false when a key is not a string or a value is not written (refValue).
+func (e *jsonAppender) refMap(m map[ref.Val]ref.Val) bool {
+	var small [16]refEntry
+	ents := small[:0]
+	for k, v := range m {
+		s, ok := k.(types.String)
+		if !ok {
+			return false
+		}
+		ents = append(ents, refEntry{string(s), v})
+	}
+	slices.SortFunc(ents, func(a, b refEntry) int { return strings.Compare(a.key, b.key) })
+	e.buf = append(e.buf, '{')
+	for i, en := range ents {
+		if i > 0 {
+			e.buf = append(e.buf, ',')
+		}
+		e.string(en.key)
+		e.buf = append(e.buf, ':')
+		if !e.refValue(en.val) {
+			return false
+		}
+	}
+	e.buf = append(e.buf, '}')
+	return true
+}
+
+// refEntry is one entry of a CEL map refMap writes.
+type refEntry struct {
+	key string
+	val ref.Val
 }

@@ -156,3 +156,57 @@ func TestAppendJSONRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// FuzzEvalJSONEqualsEval checks that EvalJSON, which writes a map
+// literal's result from CEL's values directly, appends exactly what
+// AppendJSON writes of Eval's result, with the same errors, and leaves dst
+// as it was on an error: for map literals of every kind of value (fields,
+// nested objects and arrays of the record, nested literals, lists,
+// doubles integral or not and NaN, uint, bytes, timestamps, durations,
+// strings with escapes and invalid UTF-8, null, optional values, a
+// non-string key, more than 16 keys, unsorted keys, a missing field), and
+// for results that are not map literals, over records fuzzed as bytes.
+// With the direct path off (the general path alone) it returns Eval's
+// result and AppendJSON's roundTrips.
+func FuzzEvalJSONEqualsEval(f *testing.F) {
+	for _, s := range []string{
+		`{"id":17,"key":"k\u00e9","amount":512.5,"note":"a\"b\u2028","bid":{"price":46,"x":[1,{"y":2}],"s":"\ud800"},"l":[1,2.0,null]}`,
+		`{"id":-0,"key":null,"amount":1e300,"note":"","bid":{},"l":[]}`, `{"id":9223372036854775807,"amount":3}`,
+		`{"amount":{"a":1},"id":[1],"note":true}`, `[1]`, `"s"`, `{"bid":{"price":1e400}}`, "{\"note\":\"\xff\",\"id\":1}",
+	} {
+		f.Add([]byte(s))
+	}
+	progs := []string{
+		`{"id": id, "key": key, "amount": amount}`, `{"z": id, "a": note, "m": amount}`, `{"b": bid, "l": l, "p": bid.price}`,
+		`{"n": {"x": id, "y": [note, amount]}, "e": {}}`, `{"d": double(id) / 3.0, "i": double(id), "z": 0.0 / 0.0}`,
+		`{"u": uint(1), "f": 1e-7, "g": 1e21, "h": -0.0}`, `{"b": b"xy"}`, `{"t": timestamp(0)}`, `{"d": duration("1s")}`,
+		`{"s": "a\u2028b\x01", "n": null, "v": value}`, `{"o": optional.of(1), "p": optional.none()}`, `{1: id}`,
+		`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"r":id}`,
+		`{"m": missing}`, `{"p": double(bid.price * 908) / 1000.0, "x": bid.x}`, `value`, `[id, {"a": note}]`, `id`,
+		`{"nested": {"deep": {"deeper": bid}}}`, `{"ts": timestamp}`, `{"x": {id: note}}`, `{"x": [b"a"]}`,
+	}
+	compiled := make([]*Program, len(progs))
+	for i, src := range progs {
+		compiled[i] = mustCompile(f, src)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for i, p := range compiled {
+			env := NewEnv(&Input{JSON: b, Key: []byte("k"), Timestamp: time.UnixMilli(1500)})
+			got, _, _, gerr := p.EvalJSON([]byte("prefix"), env)
+			v, verr := p.Eval(env)
+			want, wsame, werr := []byte("prefix"), false, verr
+			if verr == nil {
+				want, wsame, werr = AppendJSON([]byte("prefix"), v)
+			}
+			if fmt.Sprint(gerr) != fmt.Sprint(werr) || !bytes.Equal(got, want) {
+				t.Fatalf("%s on %q: EvalJSON %q, %v; AppendJSON(Eval) %q, %v", progs[i], b, got, gerr, want, werr)
+			}
+			general := *p
+			general.fastJSON = false
+			got2, v2, same2, gerr2 := general.EvalJSON([]byte("prefix"), NewEnv(&Input{JSON: b, Key: []byte("k"), Timestamp: time.UnixMilli(1500)}))
+			if fmt.Sprint(gerr2) != fmt.Sprint(werr) || !bytes.Equal(got2, want) || fmt.Sprintf("%#v", v2) != fmt.Sprintf("%#v", v) || same2 != wsame { // (NaN is not DeepEqual to itself)
+				t.Fatalf("%s on %q, general path: %q, %#v, %v, %v; want %q, %#v, %v, %v", progs[i], b, got2, v2, same2, gerr2, want, v, wsame, werr)
+			}
+		}
+	})
+}

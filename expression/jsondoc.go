@@ -3,8 +3,9 @@ package expression
 import (
 	"math"
 	"strings"
-	"unsafe"
 
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
 	"github.com/tidwall/gjson"
 )
 
@@ -97,7 +98,7 @@ func (d *Doc) field(name string) (v any, found, ok bool) {
 			continue
 		}
 		if !f.done {
-			v, err := fromGJSON(gjson.Parse(d.str[f.from:f.to]))
+			v, err := lazyValue(d.str, f.from, f.to)
 			if err != nil {
 				d.state = -1 // DecodeJSON fails on the whole too
 				return nil, false, false
@@ -107,6 +108,249 @@ func (d *Doc) field(name string) (v any, found, ok bool) {
 		return f.value, true, true
 	}
 	return nil, false, true
+}
+
+// lazyValue returns the value of str[from:to], one JSON value of a Doc
+// fieldwise readable (index): an object as a *docObject, read field by
+// field in turn; a scalar as the CEL value of what DecodeJSON gives
+// (types.Int, types.Double, types.String, types.Bool, types.NullValue;
+// CEL takes these as they are, where it converts a Go value to them on
+// every read); an array as DecodeJSON decodes it.
+func lazyValue(str string, from, to uint32) (any, error) {
+	raw := str[from:to]
+	switch raw[0] {
+	case '{':
+		return &docObject{str: str, from: from, to: to}, nil
+	case '[':
+		return fromGJSON(gjson.Parse(raw))
+	case '"':
+		v, err := jsonString(raw)
+		return types.String(v), err
+	case 't':
+		return types.True, nil
+	case 'f':
+		return types.False, nil
+	case 'n':
+		return types.NullValue, nil
+	}
+	v, err := number(raw)
+	switch n := v.(type) {
+	case int64:
+		return types.Int(n), nil
+	case float64:
+		return types.Double(n), nil
+	}
+	return nil, err
+}
+
+// docObject is a JSON object inside a Doc's value (a field's value, or a
+// field's of one): its fields are indexed on the first read of one and
+// each is decoded on its first read, as a Doc's top-level fields are, so
+// that bid.price on a record does not build the bid map. CEL reads a field
+// of it through FindStringKey (its string-key select, bid.price and
+// bid["price"], asks a value for this before converting it); everywhere
+// else (the whole object as a value: size(bid), bid == {...}, "x" in bid,
+// a result) the docAdapter converts it to the CEL map of its whole
+// decoded value, so CEL sees exactly the map DecodeJSON's value would be.
+// The Doc's checks (valid JSON, safe numbers) hold for it.
+type docObject struct {
+	str      string // the Doc's JSON; the object is str[from:to]
+	from, to uint32
+	indexed  bool
+	err      error // a key that did not decode (never on valid JSON)
+	fields   []docField
+	inline   [8]docField
+
+	whole     any // the decoded object, once wholeDone
+	wholeDone bool
+}
+
+// FindStringKey returns the value of the object's field name (the last one
+// when the key repeats, as DecodeJSON's map keeps) and true, or nil and
+// false when it has none.
+func (o *docObject) FindStringKey(name string) (any, bool) {
+	if !o.indexed {
+		o.index()
+	}
+	if o.err != nil {
+		return types.NewErr("%v", o.err), true
+	}
+	for i := len(o.fields) - 1; i >= 0; i-- {
+		f := &o.fields[i]
+		if f.name != name {
+			continue
+		}
+		if !f.done {
+			v, err := lazyValue(o.str, f.from, f.to)
+			if err != nil {
+				return types.NewErr("%v", err), true
+			}
+			f.value, f.done = v, true
+		}
+		return f.value, true
+	}
+	return nil, false
+}
+
+// index lists the object's fields (Doc.index has checked the JSON).
+func (o *docObject) index() {
+	o.indexed = true
+	o.fields = o.inline[:0]
+	members(o.str[:o.to], int(o.from), func(keyRaw string, from, to int) bool {
+		key, err := memberKey(keyRaw)
+		if err != nil {
+			o.err = err // not on valid JSON (Doc.index checked it)
+			return false
+		}
+		o.fields = append(o.fields, docField{name: key, from: uint32(from), to: uint32(to)})
+		return true
+	})
+}
+
+// memberKey returns the key of the JSON string literal raw (quotes
+// included): its bytes between the quotes when plain ASCII without
+// escapes, else as jsonString decodes it.
+func memberKey(raw string) (string, error) {
+	key := raw[1 : len(raw)-1]
+	if strings.IndexByte(key, '\\') < 0 && isASCII(key) {
+		return key, nil
+	}
+	return jsonString(raw)
+}
+
+// members calls fn with each member of the JSON object at s[i] (after
+// white space), in order: the raw key (a string
+// literal, quotes included) and the offsets in s of the member's raw
+// value, s[from:to]. The object must be valid JSON (a Doc checked it);
+// it reads nothing beyond the object. It returns false when fn does, or
+// when s is not an object it can read (then fn may have been called for
+// some members).
+func members(s string, i int, fn func(keyRaw string, from, to int) bool) bool {
+	i = skipSpace(s, i)
+	if i >= len(s) || s[i] != '{' {
+		return false
+	}
+	i++
+	for {
+		i = skipSpace(s, i)
+		if i >= len(s) {
+			return false
+		}
+		switch s[i] {
+		case '}':
+			return true
+		case ',':
+			i = skipSpace(s, i+1)
+		}
+		if i >= len(s) || s[i] != '"' {
+			return false
+		}
+		kStart, kEnd := i, skipString(s, i)
+		if kEnd < 0 {
+			return false
+		}
+		i = skipSpace(s, kEnd)
+		if i >= len(s) || s[i] != ':' {
+			return false
+		}
+		from := skipSpace(s, i+1)
+		to := skipValue(s, from)
+		if to < 0 || !fn(s[kStart:kEnd], from, to) {
+			return false
+		}
+		i = to
+	}
+}
+
+// skipSpace returns the index of the first byte of s from i on that is
+// not JSON white space (len(s) when none).
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the JSON string literal at s[i]
+// ('"'), or -1 when it does not end.
+func skipString(s string, i int) int {
+	for i++; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index just past the valid JSON value at s[i], or
+// -1 when it does not end within s.
+func skipValue(s string, i int) int {
+	if i >= len(s) {
+		return -1
+	}
+	switch s[i] {
+	case '"':
+		return skipString(s, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(s); i++ {
+			switch s[i] {
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			case '"':
+				if i = skipString(s, i); i < 0 {
+					return -1
+				}
+				i-- // the loop's i++ steps past the string
+			}
+		}
+		return -1
+	}
+	// A number, true, false or null: up to the next delimiter.
+	for ; i < len(s); i++ {
+		switch s[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+	}
+	return i
+}
+
+// decoded returns the object as DecodeJSON decodes it, decoding it once.
+func (o *docObject) decoded() (any, error) {
+	if !o.wholeDone {
+		v, err := fromGJSON(gjson.Parse(o.str[o.from:o.to]))
+		if err != nil {
+			return nil, err
+		}
+		o.whole, o.wholeDone = v, true
+	}
+	return o.whole, nil
+}
+
+// docAdapter is the CEL type adapter of every Program: CEL's own
+// (base), with a *docObject converted to the CEL value of its decoded
+// object, so that it is everywhere but in a field read the very map
+// DecodeJSON's value gives.
+type docAdapter struct{ base types.Adapter }
+
+// NativeToValue implements types.Adapter.
+func (a docAdapter) NativeToValue(v any) ref.Val {
+	if o, ok := v.(*docObject); ok {
+		w, err := o.decoded()
+		if err != nil {
+			return types.NewErr("%v", err)
+		}
+		return a.base.NativeToValue(w)
+	}
+	return a.base.NativeToValue(v)
 }
 
 // index checks that the JSON is read field by field as the whole decodes
@@ -120,25 +364,12 @@ func (d *Doc) index() {
 	if d.fields == nil {
 		d.fields = d.inline[:0]
 	}
-	ok := true
-	root := gjson.Parse(d.str)
-	base := len(d.str) - len(root.Raw) // Raw is str from the '{' on
-	root.ForEach(func(k, v gjson.Result) bool {
-		key := k.Raw[1 : len(k.Raw)-1]
-		if strings.ContainsAny(key, "\\") || !isASCII(key) {
-			var err error
-			if key, err = jsonString(k.Raw); err != nil {
-				ok = false
-				return false
-			}
-		}
-		// v.Index is v.Raw's offset in root.Raw; v.Raw is a part of str.
-		from := base + v.Index
-		if from+len(v.Raw) > len(d.str) || unsafe.StringData(d.str[from:]) != unsafe.StringData(v.Raw) {
-			ok = false
+	ok := members(d.str, 0, func(keyRaw string, from, to int) bool {
+		key, err := memberKey(keyRaw)
+		if err != nil {
 			return false
 		}
-		d.fields = append(d.fields, docField{name: key, from: uint32(from), to: uint32(from + len(v.Raw))})
+		d.fields = append(d.fields, docField{name: key, from: uint32(from), to: uint32(to)})
 		return true
 	})
 	if ok {

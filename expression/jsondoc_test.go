@@ -24,12 +24,17 @@ func FuzzDocEqualsWholeDecode(f *testing.F) {
 		`{"\u0061mount":3,"id":4}`, "{\"am\xffount\":1,\"id\":2}", `{"amount":5,"big":1e400}`, `{"amount":5,"big":1e4}`,
 		`{"amount":2.5e1,"id":-0}`, `[{"amount":1}]`, `{"amount":1`, `"amount"`, `null`, ``, `{}`,
 		`  {"amount":9223372036854775808,"id":9223372036854775807}`, `{"amount":null,"id":true}`,
-		`{"amount":{"x":[1,2.5,"\u00e9\n"]},"id":"日本"}`, "\n\t {\"id\" : 1 , \"amount\":[1, 2] , \"note\": \"n\" }", "{\"amount\":\"\\ud800\",\"id\":\"\xff\"}",
+		`{"amount":{"x":[1,2.5,"\u00e9\n"]},"id":"日本"}`,
+		`{"bid":{"price":46,"price":47,"x":{"y":{"z":1.5}},"\u0070rice2":"p","e":{},"n":null,"l":[{"a":1}]},"id":1}`,
+		`{"bid":{"x":{"y":[1,{"z":"\u00e9"}],"y":2},"price":-0,"s":"a\"b"},"amount":{"x":1e400}}`,
+		`{"bid":{"price":1e5},"id":2}`, `{"bid":{"price":9223372036854775808,"b":true,"f":false}}`, `{"bid":[1,2],"amount":{}}`,
+		`{"bid":"str","amount":{"x":{"x":{"x":{}}}}}`, `{"bid":{"日":"本","price":2.50}}`, "\n\t {\"id\" : 1 , \"amount\":[1, 2] , \"note\": \"n\" }", "{\"amount\":\"\\ud800\",\"id\":\"\xff\"}",
 	} {
 		f.Add([]byte(s), uint8(0))
 	}
 	progs := []string{`amount`, `id`, `amount.x`, `has(amount.x) ? amount.x : id`, `value`, `[amount, id, value.id]`,
 		`amount < 500`, `{"id": id, "amount": amount}`, `note`, `has(value.id) ? id : 0`}
+	progs = append(progs, nestedProgs...)
 	compiled := make([]*Program, len(progs))
 	for i, src := range progs {
 		p, err := Compile(src)
@@ -75,6 +80,19 @@ func FuzzDocEqualsWholeDecode(f *testing.F) {
 	})
 }
 
+// nestedProgs read objects inside the value (a Doc reads them field by
+// field, docObject) in every way CEL can: a field, a field of a field, a
+// missing one, presence tests, optional selection, an index by a constant
+// and by a computed key, the whole object as a value (equality both ways,
+// size, in, comprehensions, in a list and a map literal, conversions,
+// its type, a string function given it), arithmetic on a field.
+var nestedProgs = []string{`bid.price`, `bid.x.y.z`, `bid.missing`, `has(bid.price)`, `has(bid.x.y)`, `has(bid.nope)`,
+	`bid.?price.orValue(0)`, `bid.?x.?y.?z`, `bid["price"]`, `bid["pr" + "ice"]`, `bid[id]`, `bid == {"price": 47}`,
+	`{"price": 47} == bid`, `bid == bid`, `bid.x == amount`, `size(bid)`, `"price" in bid`, `bid.exists(k, k == "x")`,
+	`bid.filter(k, k != "x").size()`, `bid.all(k, has(bid.price))`, `[bid, bid.x]`, `{"b": bid, "p": bid.price, "l": bid.l}`, `dyn(bid)`, `type(bid) == map`, `string(bid)`,
+	`bid.price * 908`, `double(bid.price * 908) / 1000.0`, `bid.s + "x"`, `bid.l[0].a`, `bid.e`, `bid.n == null`,
+	`amount.x.x`, `bid.price2`, `bid["日"]`, `value.bid.price`, `bid.x.y`, `[bid.x.y, bid.x]`}
+
 // TestDocDecodesOnce: Envs sharing a Doc decode a field once (the second
 // Env gets the very map the first decoded) and the whole value once; an
 // Env whose Doc was decoded whole starts from that value.
@@ -114,4 +132,69 @@ func TestDocDecodesOnce(t *testing.T) {
 	if w, ok := e3.Decoded(); !ok || reflect.ValueOf(w).UnsafePointer() != reflect.ValueOf(w1).UnsafePointer() {
 		t.Errorf("an Env of a decoded Doc: Decoded() = %v, %v; want the Doc's whole value", w, ok)
 	}
+}
+
+// TestNestedFieldReadsOnlyThatField: bid.price on a Doc reads the bid
+// object field by field (a docObject, never decoded whole, only price
+// decoded), gives the last of a repeated key, and an expression using
+// the whole object (size(bid)) then sees the map DecodeJSON makes of it.
+func TestNestedFieldReadsOnlyThatField(t *testing.T) {
+	doc := NewValidDoc([]byte(`{"event_type":2,"bid":{"auction":1,"price":46,"extra":"x","price":47}}`))
+	if v, err := mustCompile(t, `bid.price * 908`).Eval(NewEnv(&Input{Doc: doc})); err != nil || v != int64(47*908) {
+		t.Fatalf("bid.price * 908 = %#v, %v; want %d", v, err, 47*908)
+	}
+	v, found, ok := doc.field("bid")
+	o, isObj := v.(*docObject)
+	if !found || !ok || !isObj {
+		t.Fatalf("bid in the Doc is %#v (found %v, ok %v), want a *docObject", v, found, ok)
+	}
+	if o.wholeDone {
+		t.Error("bid.price decoded the whole bid object")
+	}
+	var done []string
+	for _, f := range o.fields {
+		if f.done {
+			done = append(done, f.name)
+		}
+	}
+	if !reflect.DeepEqual(done, []string{"price"}) {
+		t.Errorf("decoded fields of bid: %v, want [price] (the last one)", done)
+	}
+	if v, err := mustCompile(t, `size(bid) == 3 && bid == {"auction": 1, "price": 47, "extra": "x"}`).Eval(NewEnv(&Input{Doc: doc})); err != nil || v != true {
+		t.Fatalf("whole bid: %#v, %v; want true", v, err)
+	}
+}
+
+// FuzzMembersEqualsGJSON checks the object scanner a Doc indexes with
+// (members) against gjson's ForEach, which it replaced: on every valid
+// JSON object, nested or not, the same keys and raw values in the same
+// order (white space, escapes in strings and keys, nested arrays and
+// objects holding brackets in strings); on anything else it reads no
+// member past what it refuses, and does not panic.
+func FuzzMembersEqualsGJSON(f *testing.F) {
+	for _, s := range []string{`{}`, ` { "a" : 1 , "b":[1,{"c":"]}"}], "\"k\\"":"v\\\"}" ,"d":{"e":[]}, "t":true,"n":null,"x":-1.5e3}`,
+		`{"a":"\u00e9","a":2}`, "{\"a\"\t:\n\"b\"\r}", `[1]`, `{"a":`, `"s"`, `{"a":{"b":{"c":{}}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := string(b)
+		type member struct{ key, val string }
+		var got []member
+		ok := members(s, 0, func(k string, from, to int) bool {
+			got = append(got, member{k, s[from:to]})
+			return true
+		})
+		r := gjson.Parse(s)
+		if !gjson.Valid(s) || !r.IsObject() {
+			return
+		}
+		var want []member
+		r.ForEach(func(k, v gjson.Result) bool {
+			want = append(want, member{k.Raw, v.Raw})
+			return true
+		})
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Fatalf("members(%q) = %q, %v; gjson %q", s, got, ok, want)
+		}
+	})
 }

@@ -22,11 +22,12 @@ func FuzzFieldwiseEqualsWholeDecode(f *testing.F) {
 		`{"\u0061mount":3,"id":4}`, "{\"am\xffount\":1,\"id\":2}", `{"amount":5,"big":1e400}`, `{"amount":5,"big":1e4}`,
 		`{"amount":5,"n":"1e9999"}`, `{"amount":2.5e1,"id":-0}`, `[{"amount":1}]`, `{"amount":1`, `"amount"`, `null`, ``,
 		`  {"amount":9223372036854775808,"id":9223372036854775807}`, `{"id":1}`, `{"amount":null,"id":true}`,
-		`{"amount":[1,2,{"x":1e400}]}`, "{\"amount\":\"\\ud800\",\"id\":\"\xff\"}",
+		`{"amount":[1,2,{"x":1e400}]}`, `{"bid":{"price":46,"x":{"y":{"z":1}},"price":7},"id":"price"}`, `{"bid":{"price":1e400}}`, "{\"amount\":\"\\ud800\",\"id\":\"\xff\"}",
 	} {
 		f.Add([]byte(s))
 	}
 	progs := []string{`amount.x`, `has(amount.x) ? amount.x : id`, `[amount, id, note, value.id]`, `amount == id`, `int(amount) + 1`, `string(amount)`, `size(note) > 1`, `amount`, `amount < 500`, `{"id": id, "amount": amount}`, `amount + amount`, `value.amount == amount`, `has(value.id) ? id : 0`}
+	progs = append(progs, nestedProgs...)
 	compiled := make([]*Program, len(progs))
 	for i, src := range progs {
 		p, err := Compile(src)

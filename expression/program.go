@@ -24,6 +24,9 @@ type Program struct {
 	expect  resultKind
 	limit   uint64
 	tracked bool // evaluation counts cost against limit
+	// fastJSON lets EvalJSON write a map literal's result directly (off
+	// only to test it against the general path).
+	fastJSON bool
 
 	// traced evaluates with every sub-expression's value kept, to explain
 	// a "no such overload" error; built on first need.
@@ -68,6 +71,11 @@ func (p *Program) Eval(env *Env) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return p.result(out)
+}
+
+// result converts the CEL result out to Eval's Go values.
+func (p *Program) result(out ref.Val) (any, error) {
 	v, err := native(out)
 	if err != nil {
 		return nil, p.fail(err)
@@ -78,6 +86,36 @@ func (p *Program) Eval(env *Env) (any, error) {
 		}
 	}
 	return v, nil
+}
+
+// EvalJSON evaluates the expression on the record of env as Eval does and
+// appends its result's JSON to dst as AppendJSON does: the same bytes as
+// AppendJSON(dst, Eval(env)) and the same errors (FuzzEvalJSONEqualsEval),
+// for an operator that only writes the result (map's value). A result
+// built by a map literal ({"id": id, ...}) is written from CEL's values
+// directly, without converting it to Go values first; then v is nil and
+// roundTrips false. Otherwise v is Eval's result and roundTrips is
+// AppendJSON's. A failure of the evaluation, or a result of the wrong
+// kind, is an *EvalError, as in Eval; a result JSON cannot hold is
+// AppendJSON's error (dst is then returned as it was).
+func (p *Program) EvalJSON(dst []byte, env *Env) (out []byte, v any, roundTrips bool, err error) {
+	res, err := p.eval(env)
+	if err != nil {
+		return dst, nil, false, err
+	}
+	if m, ok := res.Value().(map[ref.Val]ref.Val); ok && p.fastJSON {
+		if _, isMapper := res.(traits.Mapper); isMapper {
+			e := jsonAppender{buf: dst}
+			if e.refMap(m) {
+				return e.buf, nil, false, nil
+			}
+		}
+	}
+	if v, err = p.result(res); err != nil {
+		return dst, nil, false, err
+	}
+	out, roundTrips, err = AppendJSON(dst, v)
+	return out, v, roundTrips, err
 }
 
 // EvalBool evaluates a boolean expression, typically a filter, on the

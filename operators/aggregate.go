@@ -191,11 +191,18 @@ type aggregator struct {
 	// changelog input (their value multiset).
 	maps []int
 	env  RecordEnv
+	// names are the aggregates' names as JSON strings, in spec order.
+	names [][]byte
+	// validJSON marks the rows emitted as valid JSON (written here) for
+	// the operator after this one in the chain, without an allocation.
+	validJSON runtime.DecodedSlot
 }
 
 func newAggregator(p AggregateParams, changelog bool) aggregator {
 	a := aggregator{specs: p.Aggregates, emit: p.Emit, ttl: p.StateTTL.Config(), changelog: changelog}
 	for i, s := range a.specs {
+		name, _ := json.Marshal(s.Name) // a string: cannot fail
+		a.names = append(a.names, name)
 		switch {
 		case s.Fn == AggCountDistinct:
 			a.distinct = append(a.distinct, i)
@@ -315,8 +322,10 @@ func appendFloat(dst []byte, f float64) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(dst, "null"...)
 	}
-	b, _ := json.Marshal(f) // finite: cannot fail
-	return append(dst, b...)
+	// Finite: AppendJSON writes it as encoding/json does, without
+	// allocating.
+	b, _, _ := expression.AppendJSON(dst, f)
+	return b
 }
 
 // toNumber returns v as a number when it is a finite integer or double.
@@ -500,7 +509,12 @@ func (a *aggregator) appendResults(b []byte, accs aggregateAccumulators) []byte 
 // appendResult appends `,<name>:<result>` of specs[i] from acc.
 func (a *aggregator) appendResult(b []byte, i int, acc aggAccumulator) []byte {
 	s := a.specs[i]
-	name, _ := json.Marshal(s.Name)
+	var name []byte
+	if i < len(a.names) {
+		name = a.names[i]
+	} else {
+		name, _ = json.Marshal(s.Name) // an aggregator not made by newAggregator
+	}
 	b = append(append(append(b, ','), name...), ':')
 	switch s.Fn {
 	case AggCount:
@@ -521,6 +535,15 @@ func (a *aggregator) appendResult(b []byte, i int, acc aggAccumulator) []byte {
 // input rec: rec's key, timestamp, headers and origin.
 func aggregateRecord(rec runtime.Record, v []byte, c runtime.ChangeKind) runtime.Record {
 	return runtime.Record{Key: rec.Key, Value: v, Timestamp: rec.Timestamp, Headers: rec.Headers, Origin: rec.Origin, Change: c}
+}
+
+// row is aggregateRecord marked as valid JSON (runtime.ValidJSON: output
+// wrote it), so that an operator after this one in the chain (a map of the
+// results) reads its fields without checking the JSON again.
+func (a *aggregator) row(rec runtime.Record, v []byte, c runtime.ChangeKind) runtime.Record {
+	r := aggregateRecord(rec, v, c)
+	r.SetDecodedIn(&a.validJSON, runtime.ValidJSON{})
+	return r
 }
 
 // accDescriptor describes the accumulators' ValueState.

@@ -221,16 +221,16 @@ func (a *aggregator) deletes(found, retract bool, next aggregateAccumulators) bo
 func (a *aggregator) emitChanges(rec runtime.Record, cur aggregateAccumulators, found, retract bool, next aggregateAccumulators, out Collector) error {
 	switch {
 	case !found:
-		return out.Collect(aggregateRecord(rec, a.output(rec.Key, next), runtime.ChangeInsert))
+		return out.Collect(a.row(rec, a.output(rec.Key, next), runtime.ChangeInsert))
 	case a.deletes(found, retract, next):
-		return out.Collect(aggregateRecord(rec, a.output(rec.Key, cur), runtime.ChangeDelete))
+		return out.Collect(a.row(rec, a.output(rec.Key, cur), runtime.ChangeDelete))
 	}
 	before, after := a.output(rec.Key, cur), a.output(rec.Key, next)
 	if a.emit == EmitOnChange && bytes.Equal(before, after) {
 		return nil
 	}
-	if err := out.Collect(aggregateRecord(rec, before, runtime.ChangeUpdateBefore)); err != nil {
+	if err := out.Collect(a.row(rec, before, runtime.ChangeUpdateBefore)); err != nil {
 		return err
 	}
-	return out.Collect(aggregateRecord(rec, after, runtime.ChangeUpdateAfter))
+	return out.Collect(a.row(rec, after, runtime.ChangeUpdateAfter))
 }

@@ -16,8 +16,9 @@ import (
 // value hands on the Doc decoded whole; the next operator of the chain
 // starts from what it is given (here a deliberately wrong decoding, to
 // tell it from the JSON's). A map that replaces the value hands on its
-// result when the result is what the JSON it wrote decodes to, else the
-// mark that the JSON is valid (runtime.ValidJSON), from which the next
+// result when the result is what the JSON it wrote decodes to and not a
+// map literal's (EvalJSON writes that from CEL's values, building no Go
+// value), else the mark that the JSON is valid (runtime.ValidJSON), from which the next
 // operator reads without checking it again; a map that keeps the value
 // hands on the Doc it read; a record whose value changed loses all.
 func TestDecodeOncePerChain(t *testing.T) {
@@ -64,9 +65,23 @@ func TestDecodeOncePerChain(t *testing.T) {
 	if got := string(out.recs[0].Value); got != want {
 		t.Errorf("map after a decoded record gave %s, want %s (the attached value)", got, want)
 	}
-	back, _ := expression.DecodeJSON([]byte(want))
-	if v, ok := out.recs[0].Decoded(); !ok || !reflect.DeepEqual(v, back) {
-		t.Errorf("a map hands on Decoded() = %#v, %v; want its result %#v", v, ok, back)
+	// A map literal's result is written from CEL's values without being
+	// built as Go values (expression.Program.EvalJSON): the map hands on
+	// the mark of valid JSON, from which the next operator reads the
+	// fields it needs.
+	if v, ok := out.recs[0].Decoded(); !ok || v != any(runtime.ValidJSON{}) {
+		t.Errorf("a map of a literal hands on Decoded() = %#v, %v; want runtime.ValidJSON", v, ok)
+	}
+	// A result that is not a literal (an object of the record) is handed
+	// on as it is when it reads back the same.
+	mo := NewMap(&MapParams{Value: mustExpr[Expression](t, `value.inner`)})
+	out = &sliceCollector{}
+	if err := mo.ProcessElement(ctx, testRecord(`{"inner":{"a":7,"s":"é\n","l":[null]}}`), out); err != nil {
+		t.Fatal(err)
+	}
+	back, _ := expression.DecodeJSON([]byte(`{"a":7,"l":[null],"s":"é\n"}`))
+	if v, ok := out.recs[0].Decoded(); !ok || !reflect.DeepEqual(v, back) || string(out.recs[0].Value) != `{"a":7,"l":[null],"s":"é\n"}` {
+		t.Errorf("a map of value.inner gave %s, hands on Decoded() = %#v, %v; want its result %#v", out.recs[0].Value, v, ok, back)
 	}
 
 	// A result that reads back otherwise (2.0 is written 2, an int): the

@@ -2,6 +2,7 @@ package operators
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -110,15 +111,16 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 	env := m.env.Reset(&rec)
 	o := rec
 	if m.value.IsSet() && !(rec.Change == runtime.ChangeDelete && rec.Value == nil) {
-		v, err := m.value.Program().Eval(env)
+		// Evaluated and encoded at once (EvalJSON writes what EncodeJSON
+		// writes of Eval's result; a map literal's straight from CEL's
+		// values), into a new slice: the record may be held downstream
+		// (a sink's buffer) after this returns.
+		b, v, same, err := m.value.Program().EvalJSON(make([]byte, 0, m.sizeHint), env)
 		if err != nil {
-			return EvalRecordError(err)
-		}
-		// Encoded once, directly (expression.AppendJSON writes what
-		// EncodeJSON would), into a new slice: the record may be held
-		// downstream (a sink's buffer) after this returns.
-		b, same, err := expression.AppendJSON(make([]byte, 0, m.sizeHint), v)
-		if err != nil {
+			var ee *expression.EvalError
+			if errors.As(err, &ee) {
+				return EvalRecordError(err)
+			}
 			return resultError(m.value, "value", "is not JSON: "+err.Error())
 		}
 		m.sizeHint = len(b) + len(b)/8

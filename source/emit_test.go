@@ -146,3 +146,49 @@ func BenchmarkEmitJSON(b *testing.B) {
 		})
 	}
 }
+
+// TestEmitMarksCheckedJSON: a record whose value the source's decode
+// checked as JSON reaches the chain marked runtime.ValidJSON (the
+// timestamp expression, the first to see it, reads it as such), whether
+// the source checked it itself (format json, no Decoder) or its Decoder
+// is the json format (connector.JSONFormat, a JSONChecker); a Decoder that
+// does not say it checks JSON (jsonMarker, the string format) leaves it
+// unmarked. Before, a job's sources, which
+// always have their format as Decoder, never marked it, and the first
+// expression of every chain checked the JSON again.
+func TestEmitMarksCheckedJSON(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		format Format
+		dec    Decoder
+		want   bool
+	}{
+		{"format json", FormatJSON, nil, true},
+		{"format string", FormatString, nil, false},
+		{"json format decoder", FormatJSON, connector.JSONFormat{}, true},
+		{"decoder not a checker", FormatJSON, jsonMarker{}, false},
+		{"text format decoder", FormatString, connector.TextFormat{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := runtime.NewChannel(1)
+			var marked, seen bool
+			s := New(Config{
+				Name: "in", Topic: "t", Format: tc.format, Decoder: tc.dec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Output: runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{})),
+				Timestamp: func(rec *runtime.Record) (time.Time, error) {
+					v, ok := rec.Decoded()
+					marked, seen = ok && v == any(runtime.ValidJSON{}), true
+					return time.UnixMilli(1), nil
+				},
+			})
+			s.wms = newWatermarks(WatermarkConfig{})
+			if err := s.emit(context.Background(), &kgo.Record{Topic: "t", Value: []byte(`{"a":1}`)}); err != nil {
+				t.Fatal(err)
+			}
+			<-ch
+			if !seen || marked != tc.want {
+				t.Fatalf("timestamp saw the value marked ValidJSON: %v (called %v), want %v", marked, seen, tc.want)
+			}
+		})
+	}
+}
