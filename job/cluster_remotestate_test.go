@@ -8,6 +8,8 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,12 +17,14 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/checkpoint/s3store"
 	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/state"
 )
 
@@ -290,4 +294,107 @@ func TestClusterRemoteStateTakeover(t *testing.T) {
 	if s1, _ := unitRemoteListing(t, f, 1, 0); len(s1) == 0 {
 		t.Errorf("unit 1/0 holds no remote object: the test proves nothing")
 	}
+}
+
+// TestClusterSavepointRemoteState: a stop-with-savepoint of a cluster job
+// on remote state (three stages, 2 units per stage, 2 members, tables on
+// S3) is self-contained: each keyed subtask's handle names only private
+// files, units/<stage>/<unit>/remote/<object>, copies of the objects its
+// unit's final checkpoint referred to, present in the savepoint. With
+// every unit's remote store emptied afterwards, a single process on
+// remote state restores it: its read_committed output holds, per user,
+// exactly the counts 5..8 after 4 more clicks each.
+func TestClusterSavepointRemoteState(t *testing.T) {
+	f := newUnitFixture(t, "units.yaml", savepointYAML("clicks", 2, "counts"), kfake.SeedTopics(2, "clicks", "counts", "single"))
+	_, _ = s3RemoteUnits(t, f)
+	const users, session = 5, 30 * time.Second
+	committed := func(topic string) []*kgo.Record {
+		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), topic, 10*time.Second)
+	}
+	produceClicks(t, f.opts, 0, 4, users)
+	a := startLiveMember(t, f.st, f.set, f.opts, "a", session)
+	b := startLiveMember(t, f.st, f.set, f.opts, "b", session)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed("counts")) >= users*4 }) {
+		t.Fatalf("the first 4 clicks per user were never counted: %d records", len(committed("counts")))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	drain := f.set
+	drain.CheckpointDir, drain.StateDir = f.dir+"/drain/staging", f.dir+"/drain/state"
+	sp, err := job.StopClusterWithSavepoint(ctx, f.st, drain, job.Deps{ClientOpts: f.opts, Registerer: prometheus.NewRegistry()},
+		job.ClusterSavepointConfig{GroupID: "clicks-cluster", Member: "stopper", Dir: f.dir + "/savepoints"})
+	if err != nil {
+		t.Fatalf("stop with savepoint: %v", err)
+	}
+	a.stop(t)
+	b.stop(t)
+	checkClusterSavepoint(t, sp, f.st, users*4)
+	m, err := checkpoint.ReadMetadata(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := 0
+	for _, name := range []string{"per_user", "recount"} {
+		states, err := checkpoint.DecodeTaskStates(m.Operators[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for u, ts := range states {
+			var h struct {
+				Remote bool `json:"remote"`
+				Files  []struct {
+					Path   string `json:"path"`
+					Shared bool   `json:"shared"`
+				} `json:"files"`
+			}
+			if err := json.Unmarshal(ts.Keyed, &h); err != nil {
+				t.Fatal(err)
+			}
+			if !h.Remote {
+				t.Errorf("%s subtask %d: not a remote state handle", name, u)
+			}
+			for _, file := range h.Files {
+				want := fmt.Sprintf("units/%d/%d/remote/", stageOfTest(name), u)
+				if file.Shared || !strings.HasPrefix(file.Path, want) {
+					t.Errorf("%s subtask %d: file %s (shared %v), want a private copy under %s", name, u, file.Path, file.Shared, want)
+				}
+				if _, err := os.Stat(filepath.Join(sp, file.Path)); err != nil {
+					t.Errorf("%s subtask %d: %v", name, u, err)
+				}
+				copied++
+			}
+		}
+	}
+	if copied == 0 || len(m.SharedFiles) != 0 {
+		t.Errorf("savepoint names %d remote state files and shared files %v, want some of the first, none of the second", copied, m.SharedFiles)
+	}
+	for s := range 3 {
+		for u := range 2 {
+			st, err := f.set.UnitRemoteStore(s, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names, err := st.List("", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range names {
+				if err := st.Delete(n); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+
+	produceClicks(t, f.opts, 4, 8, users)
+	cfg := parseConfig(t, "single.yaml", savepointYAML("single", 0, "single"))
+	g, err := cfg.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := cfg.Settings()
+	set.CheckpointDir, set.StateDir, set.StateBackend = f.dir+"/single/chk", f.dir+"/single/state", state.KindPebble
+	set.RemoteState = &state.RemoteConfig{CacheBytes: -1}
+	runSingle(t, g, set, job.Deps{ClientOpts: f.opts, FromSavepoint: sp}, func() bool { return len(committed("single")) >= users*4 })
+	checkCountsFrom(t, "a single process on remote state from the cluster savepoint", committed("single"), users, 5, 8)
 }
