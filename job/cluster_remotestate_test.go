@@ -59,8 +59,9 @@ func (s countedStore) CreateObject(name string) (io.WriteCloser, error) {
 // (gofakes3) holding both the cluster store (the units' namespaces) and
 // the units' remote state stores next to them
 // (<job>/units/<stage>/<unit>/remote/, as pipeline sets them up). It
-// returns the store and what the units created in their remote stores.
-func s3RemoteUnits(t *testing.T, f *unitFixture) (*s3store.Store, *createdObjects) {
+// returns the store, what the units created in their remote stores and
+// the job.Settings.UnitRemoteStore of another job on the same server.
+func s3RemoteUnits(t *testing.T, f *unitFixture) (*s3store.Store, *createdObjects, func(job string) func(int, int) (remote.Storage, error)) {
 	t.Helper()
 	cfg := s3store.Config{Endpoint: testkit.S3Server(t, "chk", true), Bucket: "chk", Region: "us-east-1",
 		PathStyle: true, AccessKey: testkit.S3AccessKey, SecretKey: testkit.S3SecretKey}
@@ -77,11 +78,14 @@ func s3RemoteUnits(t *testing.T, f *unitFixture) (*s3store.Store, *createdObject
 	f.set.Store = store
 	f.set.StateBackend = state.KindPebble
 	f.set.RemoteState = &state.RemoteConfig{CacheBytes: -1}
-	f.set.UnitRemoteStore = func(stage, index int) (remote.Storage, error) {
-		unit := fmt.Sprintf("%d/%d", stage, index)
-		return countedStore{Storage: state.NewRemotePrefixStore(base, f.st.Job+"/units/"+unit+"/remote/"), unit: unit, c: created}, nil
+	of := func(job string) func(int, int) (remote.Storage, error) {
+		return func(stage, index int) (remote.Storage, error) {
+			unit := fmt.Sprintf("%d/%d", stage, index)
+			return countedStore{Storage: state.NewRemotePrefixStore(base, job+"/units/"+unit+"/remote/"), unit: unit, c: created}, nil
+		}
 	}
-	return store, created
+	f.set.UnitRemoteStore = of(f.st.Job)
+	return store, created, of
 }
 
 // unitRemoteListing lists unit (stage, index)'s remote state store:
@@ -179,7 +183,7 @@ func markerCreator(name string) (marker, object string) {
 // instance only (the planted dead marker and object are gone).
 func TestClusterRemoteStateTakeover(t *testing.T) {
 	f := newUnitFixture(t, "units.yaml", strings.Replace(unitsYAML, "units: 4", "units: 3", 1), kfake.SeedTopics(2, "clicks", "counts"))
-	store, created := s3RemoteUnits(t, f)
+	store, created, _ := s3RemoteUnits(t, f)
 	const users, perUser, session = 5, 20, 30 * time.Second
 	committed := func() []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), "counts", 10*time.Second)
@@ -301,12 +305,14 @@ func TestClusterRemoteStateTakeover(t *testing.T) {
 // S3) is self-contained: each keyed subtask's handle names only private
 // files, units/<stage>/<unit>/remote/<object>, copies of the objects its
 // unit's final checkpoint referred to, present in the savepoint. With
-// every unit's remote store emptied afterwards, a single process on
-// remote state restores it: its read_committed output holds, per user,
-// exactly the counts 5..8 after 4 more clicks each.
+// every unit's remote store emptied afterwards, 4 more clicks per user
+// arrive and it is restored twice: by a cluster of 3 units per stage on
+// remote state (the savepoint's objects copied into the units' stores),
+// whose output completes the first run's to exactly 1..8 per user, and
+// by a single process on remote state, whose output holds exactly 5..8.
 func TestClusterSavepointRemoteState(t *testing.T) {
 	f := newUnitFixture(t, "units.yaml", savepointYAML("clicks", 2, "counts"), kfake.SeedTopics(2, "clicks", "counts", "single"))
-	_, _ = s3RemoteUnits(t, f)
+	_, created, remoteOf := s3RemoteUnits(t, f)
 	const users, session = 5, 30 * time.Second
 	committed := func(topic string) []*kgo.Record {
 		return testkit.ReadTopicWith(t, f.opts, kgo.ReadCommitted(), topic, 10*time.Second)
@@ -387,6 +393,29 @@ func TestClusterSavepointRemoteState(t *testing.T) {
 	}
 
 	produceClicks(t, f.opts, 4, 8, users)
+
+	// Into a cluster of 3 units per stage (key groups redistributed).
+	st2, set2 := f.planned(t, "clicks2", savepointYAML("clicks2", 3, "counts"))
+	set2.StateBackend, set2.RemoteState, set2.UnitRemoteStore = state.KindPebble, f.set.RemoteState, remoteOf("clicks2")
+	if err := job.AdoptClusterSavepoint(ctx, st2, set2.Store, f.opts, sp, "test"); err != nil {
+		t.Fatal(err)
+	}
+	d := startLiveMember(t, st2, set2, f.opts, "d", session)
+	if !testkit.Poll(2*time.Minute, func() bool { return len(committed("counts")) >= users*8 }) {
+		t.Fatalf("the restored cluster never counted the next 4 clicks per user: %d records; d:\n%s", len(committed("counts")), d.logs.String())
+	}
+	d.stop(t)
+	checkCountsFrom(t, "2 units, stopped, then 3 units on remote state", committed("counts"), users, 1, 8)
+	imported := 0
+	for _, n := range created.all() {
+		if strings.Contains(n, "/import-") && !strings.Contains(n, ".ref.") {
+			imported++
+		}
+	}
+	if imported == 0 {
+		t.Errorf("the 3-unit cluster imported no object from the savepoint: %v", created.all())
+	}
+
 	cfg := parseConfig(t, "single.yaml", savepointYAML("single", 0, "single"))
 	g, err := cfg.Plan()
 	if err != nil {
