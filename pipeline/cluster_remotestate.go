@@ -29,8 +29,9 @@ func (c *Config) validateClusterRemoteState(v *validator) {
 // <cluster.store.dir>/<job>/units/<stage>/<index>/remote/ (store
 // filesystem) or under the key prefix
 // <state.remote.s3.prefix><job>/units/<stage>/<index>/remote/ (store
-// s3), next to the unit's namespace of the cluster store, so `cluster gc`
-// of a namespace removes its objects too. nil outside cluster mode.
+// s3), next to the unit's namespace of the cluster store (so `cluster gc`
+// of a namespace removes its objects too when they share the store). nil
+// outside cluster mode.
 func (c *Config) unitRemoteStores(getenv func(string) string) func(stage, index int) (remote.Storage, error) {
 	r := c.State.Remote
 	if r == nil || !c.Cluster.Enabled {
