@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 )
 
 // ErrHeadExists is returned by Heads.Create when the HEAD it would create
@@ -254,6 +256,13 @@ type Namespace struct {
 	// HeadAdopted, HeadOther or HeadUnknown (the job's
 	// kstreamd_cluster_head_unknown_outcomes_total).
 	Resolved func(outcome string)
+	// Remote, if not nil, is the unit's remote state store: the objects
+	// of its disaggregated Pebble backends (state.RemoteConfig.Store),
+	// which its checkpoints name as shared files "../remote/<object>".
+	// Those are referred to, never uploaded or downloaded, and Retain
+	// collects the store's objects no marker and no kept checkpoint
+	// refers to (the store is the unit's alone: docs/scale-out.md).
+	Remote remote.Storage
 }
 
 // How a HEAD create whose outcome was unknown resolved (Namespace.Resolved).
@@ -577,6 +586,9 @@ func (o *Owner) Restore(ctx context.Context, hd Head) (string, *Metadata, error)
 		return "", nil, err
 	}
 	for _, f := range m.SharedFiles {
+		if _, ok := remoteObject(f); ok {
+			continue // an object of the remote state store: restored by reference
+		}
 		dst := filepath.Join(local.SharedDir(), filepath.FromSlash(f))
 		if _, err := os.Stat(dst); err == nil {
 			continue // shared files are immutable and uniquely named
@@ -624,8 +636,8 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 		}
 	}
 	for _, f := range m.SharedFiles {
-		if o.known[f] {
-			continue
+		if _, ok := remoteObject(f); ok || o.known[f] {
+			continue // already uploaded, or an object of the remote state store
 		}
 		err := o.ns.Store.Upload(ctx, o.ns.sharedKey(f), filepath.Join(o.ns.Local.SharedDir(), filepath.FromSlash(f)))
 		if err != nil && !errors.Is(err, fs.ErrExist) { // exists: immutable and uniquely named, the same file
@@ -778,6 +790,10 @@ func (o *Owner) Retain(ctx context.Context, from int64) error {
 		}
 		listed = keys
 	}
+	remoteListed, err := o.listRemote()
+	if err != nil {
+		return err
+	}
 	heads := o.ns.Heads()
 	seqs, err := heads.seqs(ctx)
 	if err != nil {
@@ -864,6 +880,9 @@ func (o *Owner) Retain(ctx context.Context, from int64) error {
 		for _, f := range m.SharedFiles {
 			referenced[f] = true
 		}
+	}
+	if err := o.collectRemote(remoteListed, referenced); err != nil {
+		return err
 	}
 	var del []string
 	inStore := map[string]bool{}

@@ -37,9 +37,12 @@ import (
 // from the one the graph sets explicitly.
 func Build(ctx context.Context, g *graph.Graph, set Settings, deps Deps) (_ *Job, err error) {
 	deps = deps.withDefaults()
+	if set, err = unitRemoteState(set); err != nil { // cluster_remotestate.go
+		return nil, err
+	}
 	sc := newScope(g, set, deps.Logger)
 	storage := checkpoint.NewStorage(sc.chkDir, sc.chkName, set.Retained, sc.logger.With("component", "checkpoint"))
-	if set.RemoteState != nil && set.RemoteState.Store != nil {
+	if set.RemoteState != nil && set.RemoteState.Store != nil && set.Unit == nil { // a unit's Owner collects (cluster_remotestate.go)
 		storage.SetRemoteStore(set.RemoteState.Store) // retention collects the remote state's objects there
 	}
 	rp, err := planRestore(ctx, g, set, sc, storage, deps)

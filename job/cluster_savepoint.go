@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -400,7 +401,7 @@ func drainAndGather(ctx context.Context, st *graph.Stages, set Settings, deps De
 		}
 		logger.Info("stage drained and stopped", "stage", s)
 	}
-	return gatherClusterSavepoint(ctx, st, set.Store, dir)
+	return gatherClusterSavepoint(ctx, st, set.Store, dir, unitRemoteStores(set))
 }
 
 // awaitEmptyGroup returns nil once group has no member (every member
@@ -586,7 +587,7 @@ func recordsFrom(ctx context.Context, opts []kgo.Opt, topic string, partition in
 // parallelism cluster.units. A broadcast source copied into several
 // stages is taken from the lowest. Its id is above every unit's
 // checkpoint id.
-func gatherClusterSavepoint(ctx context.Context, st *graph.Stages, store checkpoint.Store, dir string) (string, error) {
+func gatherClusterSavepoint(ctx context.Context, st *graph.Stages, store checkpoint.Store, dir string, remoteOf unitRemoteOf) (string, error) {
 	type unitCk struct {
 		prefix string
 		hd     checkpoint.Head
@@ -620,7 +621,7 @@ func gatherClusterSavepoint(ctx context.Context, st *graph.Stages, store checkpo
 	for s := range st.Stages {
 		for u, uc := range heads[s] {
 			rel := fmt.Sprintf("units/%d/%d", s, u)
-			um, err := copyUnitCheckpoint(ctx, store, uc.prefix, uc.hd.CheckpointID, spDir, rel)
+			um, err := copyUnitCheckpoint(ctx, store, uc.prefix, uc.hd.CheckpointID, spDir, rel, remoteOf.of(s, u))
 			if err != nil {
 				return "", fmt.Errorf("job: gather savepoint: unit %d/%d: %w", s, u, err)
 			}
@@ -649,7 +650,7 @@ func gatherClusterSavepoint(ctx context.Context, st *graph.Stages, store checkpo
 						gm.Subtasks[i] = json.RawMessage("null")
 					}
 				}
-				sub, err := rebaseTaskState(om.Subtasks[0], rel+"/chk", rel+"/shared")
+				sub, err := rebaseTaskState(om.Subtasks[0], rel+"/chk", rel+"/shared", rel+"/"+remoteSavepointDir)
 				if err != nil {
 					return "", fmt.Errorf("job: gather savepoint: unit %d/%d: operator %q: %w", s, u, name, err)
 				}
@@ -679,7 +680,7 @@ func gatherClusterSavepoint(ctx context.Context, st *graph.Stages, store checkpo
 // store into spDir/rel/chk (its files but the owner marker) and the
 // shared files its metadata names into spDir/rel/shared, and returns its
 // metadata.
-func copyUnitCheckpoint(ctx context.Context, store checkpoint.Store, prefix string, id int64, spDir, rel string) (*checkpoint.Metadata, error) {
+func copyUnitCheckpoint(ctx context.Context, store checkpoint.Store, prefix string, id int64, spDir, rel string, remoteOf func() (remote.Storage, error)) (*checkpoint.Metadata, error) {
 	chk := prefix + "chk-" + strconv.FormatInt(id, 10) + "/"
 	keys, err := store.List(ctx, chk)
 	if err != nil {
@@ -702,7 +703,13 @@ func copyUnitCheckpoint(ctx context.Context, store checkpoint.Store, prefix stri
 	if err != nil {
 		return nil, err
 	}
+	if err := copyRemoteObjects(m, base, remoteOf); err != nil { // cluster_remotestate.go
+		return nil, err
+	}
 	for _, f := range m.SharedFiles {
+		if isRemoteObject(f) {
+			continue // copied above
+		}
 		if err := store.Download(ctx, prefix+"shared/"+f, filepath.Join(base, "shared", filepath.FromSlash(f))); err != nil {
 			return nil, fmt.Errorf("shared file %s: %w", f, err)
 		}
@@ -713,9 +720,9 @@ func copyUnitCheckpoint(ctx context.Context, store checkpoint.Store, prefix stri
 // rebaseTaskState returns the task state raw with its keyed handle's files
 // made private files of the savepoint: a private file's path prefixed
 // with chkRel, a shared one's with sharedRel (and no longer shared). A
-// remote handle (state.remote) is kept as it is: its files are in the
-// remote store.
-func rebaseTaskState(raw json.RawMessage, chkRel, sharedRel string) (json.RawMessage, error) {
+// remote handle's (state.remote) objects, "../remote/<object>", become
+// remoteRel/<object>: copyUnitCheckpoint copied them there.
+func rebaseTaskState(raw json.RawMessage, chkRel, sharedRel, remoteRel string) (json.RawMessage, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return json.RawMessage("null"), nil
 	}
@@ -729,11 +736,6 @@ func rebaseTaskState(raw json.RawMessage, chkRel, sharedRel string) (json.RawMes
 	var h map[string]json.RawMessage
 	if err := json.Unmarshal(ts.Keyed, &h); err != nil {
 		return nil, err
-	}
-	var remote bool
-	_ = json.Unmarshal(h["remote"], &remote)
-	if remote {
-		return raw, nil
 	}
 	var files []map[string]json.RawMessage
 	if f, ok := h["files"]; ok {
@@ -751,6 +753,9 @@ func rebaseTaskState(raw json.RawMessage, chkRel, sharedRel string) (json.RawMes
 		prefix := chkRel
 		if shared {
 			prefix = sharedRel
+		}
+		if obj, ok := remoteObjectName(path); ok && shared {
+			prefix, path = remoteRel, obj
 		}
 		f["path"], _ = json.Marshal(prefix + "/" + path)
 		delete(f, "shared")

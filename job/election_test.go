@@ -35,6 +35,14 @@ type liveMember struct {
 // stopped when the test ends.
 func startLiveMember(t *testing.T, st *graph.Stages, set job.Settings, opts []kgo.Opt, name string, session time.Duration) *liveMember {
 	t.Helper()
+	return startLiveMemberRevoke(t, st, set, opts, name, session, 10*time.Second)
+}
+
+// startLiveMemberRevoke is startLiveMember with the revoke timeout
+// revoke (a tiny one makes a stop leave without final checkpoints, as a
+// killed daemon's units end).
+func startLiveMemberRevoke(t *testing.T, st *graph.Stages, set job.Settings, opts []kgo.Opt, name string, session, revoke time.Duration) *liveMember {
+	t.Helper()
 	set.StateDir += "/" + name
 	set.CheckpointDir += "/" + name
 	ctx, cancel := context.WithCancel(context.Background())
@@ -44,7 +52,7 @@ func startLiveMember(t *testing.T, st *graph.Stages, set job.Settings, opts []kg
 		lm.done <- job.RunMember(ctx, st, set, job.Deps{Registerer: prometheus.NewRegistry(), ClientOpts: opts,
 			Logger: slog.New(slog.NewTextHandler(lm.logs, nil))},
 			job.MemberConfig{GroupID: "clicks-cluster", MemberID: name,
-				SessionTimeout: session, RebalanceTimeout: 20 * time.Second, RevokeTimeout: 10 * time.Second,
+				SessionTimeout: session, RebalanceTimeout: 20 * time.Second, RevokeTimeout: revoke,
 				OnJoined: func(m *job.Member) { joined <- m }})
 	}()
 	select {

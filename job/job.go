@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -41,6 +42,13 @@ type Settings struct {
 	// if Incremental). Its Dir is ignored (set from the checkpoint
 	// storage).
 	RemoteState *state.RemoteConfig
+	// UnitRemoteStore, with Unit and RemoteState, returns the remote
+	// state store of the cluster-mode unit (stage, index): the one store
+	// (a directory of the shared filesystem, or a prefix of an S3 bucket)
+	// every owner of that unit, on any daemon, uses, and only that unit
+	// (docs/scale-out.md "Remote state in cluster mode"). Required then;
+	// RemoteState.Store is ignored for a unit.
+	UnitRemoteStore func(stage, index int) (remote.Storage, error)
 	// Checkpoints configures the coordinator: Interval 0 means no periodic
 	// checkpoints.
 	Interval, Timeout, MinPause time.Duration

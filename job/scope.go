@@ -84,6 +84,8 @@ func (sc scope) findRestore(ctx context.Context, g *graph.Graph, set Settings, s
 	if deps.Metrics != nil {
 		ns.Resolved = deps.Metrics.cluster.headResolved
 	}
+	remote := unitRemoteStore(set)
+	ns.Remote = remote // Retain collects its unreferenced objects (cluster_remotestate.go)
 	var restores func(checkpoint.Head) error
 	if u.Restores != nil {
 		restores = func(hd checkpoint.Head) error { return u.Restores(ctx, hd.Fingerprint) }
@@ -91,6 +93,9 @@ func (sc scope) findRestore(ctx context.Context, g *graph.Graph, set Settings, s
 	owner, head, err := checkpoint.ClaimUpgrade(ctx, ns, u.Member, u.Fingerprint, u.Units, set.Retained, restores)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("job: stage %d unit %d: claim: %w", u.Stage, u.Index, err)
+	}
+	if err := releaseEarlierOwners(remote, sc.logger); err != nil { // cluster_remotestate.go
+		return "", nil, nil, fmt.Errorf("job: stage %d unit %d: %w", u.Stage, u.Index, err)
 	}
 	if head.CheckpointID == 0 {
 		// No checkpoint of its own yet: the job's savepoint origin, if
@@ -110,7 +115,7 @@ func (sc scope) findRestore(ctx context.Context, g *graph.Graph, set Settings, s
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("job: stage %d unit %d: HEAD-%d: %w", u.Stage, u.Index, head.Seq, err)
 	}
-	if err := verify(dir, meta); err != nil {
+	if err := verifyRemote(dir, meta, remote); err != nil {
 		return "", nil, nil, fmt.Errorf("job: restore %s: %w", dir, err)
 	}
 	return dir, meta, owner, nil

@@ -21,9 +21,9 @@ func (r *RemoteStateConfig) setDefaults() {
 	r.S3 = S3StoreConfig{Region: DefaultS3Region, TLS: true, PathStyle: true}
 }
 
-// validateRemoteState checks state.remote: pebble only, not in cluster
-// mode (units do not share the remote store yet), cache and latency in
-// range, a known store with its s3 settings.
+// validateRemoteState checks state.remote: pebble only, cache and
+// latency in range, a known store with its s3 settings, and in cluster
+// mode a store every daemon reaches (validateClusterRemoteState).
 func (c *Config) validateRemoteState(v *validator) {
 	r := c.State.Remote
 	if r == nil {
@@ -32,9 +32,7 @@ func (c *Config) validateRemoteState(v *validator) {
 	if c.State.Backend != StateBackendPebble {
 		v.errorf("state.remote", "applies to the pebble backend only (state.backend is %q)", c.State.Backend)
 	}
-	if c.Cluster.Enabled {
-		v.errorf("state.remote", "not supported in cluster mode yet (the units' checkpoints do not share the remote store)")
-	}
+	c.validateClusterRemoteState(v)
 	if r.CacheBytes < -1 {
 		v.errorf("state.remote.cache_bytes", "must be >= -1 (-1: no cache, 0: the default 64 MiB), got %d", r.CacheBytes)
 	}

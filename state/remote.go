@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -452,24 +451,5 @@ func CollectRemoteGarbage(st remote.Storage, referenced map[string]bool) ([]stri
 	if err != nil {
 		return nil, fmt.Errorf("state: remote store: list: %w", err)
 	}
-	marked := map[string]bool{}
-	for _, n := range names {
-		if obj, ok := markedObject(n); ok {
-			marked[obj] = true
-		}
-	}
-	var deleted []string
-	var errs []error
-	for _, n := range names {
-		if _, ok := markedObject(n); ok || marked[n] || referenced[n] {
-			continue
-		}
-		if err := st.Delete(n); err != nil && !st.IsNotExistError(err) {
-			errs = append(errs, fmt.Errorf("state: remote store: delete %s: %w", n, err))
-			continue
-		}
-		deleted = append(deleted, n)
-	}
-	sort.Strings(deleted)
-	return deleted, errors.Join(errs...)
+	return CollectListedRemoteGarbage(st, names, referenced)
 }
