@@ -274,23 +274,26 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 
 // openRemoteRestored is OpenBackendRestored for a disaggregated backend:
 // it opens a fresh DB (a new creator id) and ingests every table of the
-// snapshots by reference (Pebble's external file ingestion: no download),
+// snapshots by reference (Pebble's external file ingestion: no download;
+// a local Pebble snapshot's tables are listed by localAsRemote and copied
+// into the store first),
 // each clipped to the key groups cfg owns plus the metadata space, one
 // table per ingestion, deepest level first and L0 oldest first, so every
 // ingestion's sequence number orders it above the data it shadows. A
 // snapshot file outside cfg.Remote.Dir (a savepoint, another job's
 // checkpoint) is first copied into the store.
 func openRemoteRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) (KeyedStateBackend, error) {
-	if cfg.Remote == nil {
-		return nil, fmt.Errorf("state: the checkpoint holds disaggregated pebble state (objects on a remote store): configure state.remote to restore it")
-	}
-	for i := range hs {
-		if !hs[i].Remote {
-			return nil, fmt.Errorf("state: the checkpoint holds local pebble state, the backend is disaggregated (state.remote): restoring local state into it is not supported yet")
-		}
-	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	hs = slices.Clone(hs)
+	for i := range hs {
+		if !hs[i].Remote {
+			var err error
+			if hs[i], err = localAsRemote(cfg, handles[i], hs[i]); err != nil {
+				return nil, err
+			}
+		}
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -320,10 +323,18 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 	if err != nil {
 		return err
 	}
-	lo, hi := kgBound(cfg.KeyGroupRange.Start), kgBound(cfg.KeyGroupRange.End+1)
 	known := map[uint64]bool{}
 	imported := map[string]string{} // source path -> object name
 	for i, h := range hs {
+		// A snapshot is authoritative for its own key groups only: a
+		// local one's tables may hold range deletions of the others
+		// (a local rescale deletes the key groups it does not own), which
+		// must not reach the state another snapshot restores.
+		own := cfg.KeyGroupRange.Intersect(h.KeyGroups)
+		lo, hi := kgBound(own.Start), kgBound(own.End+1)
+		if own.Len() <= 0 {
+			lo, hi = keyGroupsStart, keyGroupsStart // the metadata only
+		}
 		files := append([]fileRef(nil), h.Files...)
 		sort.SliceStable(files, func(a, b int) bool {
 			fa, fb := files[a], files[b]
@@ -449,20 +460,20 @@ func clipExternal(f fileRef, lo, hi []byte) (pebble.ExternalFile, bool) {
 		StartKey: bytes.Clone(start), EndKey: bytes.Clone(end), EndKeyIsInclusive: incl, HasPointKey: true}, true
 }
 
-// inspectRemote is the remote config ReadKeyedSnapshot opens a remote
-// snapshot with: the store its objects are in (ingested by reference;
+// inspectRemote is the remote config ReadKeyedSnapshot (and a local
+// backend restoring a remote snapshot) opens a remote snapshot with: the
+// store its objects are in, rh.RemoteStore when set (ingested by reference;
 // the reading instance's markers keep them while it reads), or, for a
 // self-contained snapshot (a savepoint), a scratch store under tmp they
 // are copied into.
 func inspectRemote(rh RestoreHandle, h keyedHandle, tmp string) *RemoteConfig {
-	dir := filepath.Join(tmp, RemoteDirName)
 	for _, f := range h.Files {
 		if f.Shared {
-			dir = filepath.Dir(filepath.Join(rh.SharedDir, filepath.FromSlash(f.Path)))
-			break
+			dir := filepath.Dir(filepath.Join(rh.SharedDir, filepath.FromSlash(f.Path)))
+			return &RemoteConfig{Dir: dir, CacheBytes: -1, Store: rh.RemoteStore}
 		}
 	}
-	return &RemoteConfig{Dir: dir, CacheBytes: -1}
+	return &RemoteConfig{Dir: filepath.Join(tmp, RemoteDirName), CacheBytes: -1}
 }
 
 // remoteObjectOf returns the object of the remote store that file f of a
