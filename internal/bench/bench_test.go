@@ -796,3 +796,24 @@ other_total 3
 		t.Errorf("absent histogram: %v, %+v", err, none)
 	}
 }
+
+// TestStateYAMLRemote: --remote, --remote-cache-bytes, --read-latency and
+// --block-cache-bytes reach a pebble scenario's pipeline as state.remote
+// and state.block_cache_bytes (it decodes as run decodes it); a hashmap
+// scenario's state is unchanged.
+func TestStateYAMLRemote(t *testing.T) {
+	c := Config{RemoteState: true, RemoteCacheBytes: -1, ReadLatency: 2 * time.Millisecond, BlockCacheBytes: 1 << 20}
+	s := keyedCount("keyed-count-pebble-async", "pebble", true)
+	y := pipelineYAML(s, "j", t.TempDir(), []string{"localhost:9092"}, "in", "", "out", ExactlyOnce, 2, "1s", "", c.stateYAML(s.Backend))
+	cfg, err := pipeline.Parse("bench.yaml", []byte(y), nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, y)
+	}
+	r := cfg.State.Remote
+	if r == nil || r.CacheBytes != -1 || r.ReadLatency != 2*time.Millisecond || r.Store != pipeline.RemoteStoreFilesystem || cfg.State.BlockCacheBytes != 1<<20 {
+		t.Fatalf("state %+v remote %+v", cfg.State, r)
+	}
+	if got := c.stateYAML("hashmap"); got != "" {
+		t.Fatalf("hashmap state lines %q, want none", got)
+	}
+}
