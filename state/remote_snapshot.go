@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -316,60 +315,6 @@ func openRemoteRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHa
 	return &pebbleBackend{backend: b, st: st}, nil
 }
 
-// ingestRemote ingests the tables of the snapshots into st's fresh DB.
-func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) error {
-	r := st.remote
-	storeDir, err := filepath.Abs(r.dir)
-	if err != nil {
-		return err
-	}
-	known := map[uint64]bool{}
-	imported := map[string]string{} // source path -> object name
-	for i, h := range hs {
-		// A snapshot is authoritative for its own key groups only: a
-		// local one's tables may hold range deletions of the others
-		// (a local rescale deletes the key groups it does not own), which
-		// must not reach the state another snapshot restores.
-		own := cfg.KeyGroupRange.Intersect(h.KeyGroups)
-		lo, hi := kgBound(own.Start), kgBound(own.End+1)
-		if own.Len() <= 0 {
-			lo, hi = keyGroupsStart, keyGroupsStart // the metadata only
-		}
-		files := append([]fileRef(nil), h.Files...)
-		sort.SliceStable(files, func(a, b int) bool {
-			fa, fb := files[a], files[b]
-			if fa.Level != fb.Level {
-				return fa.Level > fb.Level // deepest first
-			}
-			return fa.Seq < fb.Seq
-		})
-		for _, f := range files {
-			src := filepath.Join(handles[i].Dir, filepath.FromSlash(f.Path))
-			if f.Shared {
-				src = filepath.Join(handles[i].SharedDir, filepath.FromSlash(f.Path))
-			}
-			name, err := r.objectFor(src, storeDir, imported)
-			if err != nil {
-				return fmt.Errorf("state: restore %s: %w", f.Path, err)
-			}
-			for _, span := range [][2][]byte{{lo, hi}, {keyGroupsEnd, nil}} {
-				ef, ok := clipExternal(f, span[0], span[1])
-				if !ok {
-					continue
-				}
-				ef.ObjName = name
-				if _, err := st.db.IngestExternalFiles(context.Background(), []pebble.ExternalFile{ef}); err != nil {
-					return fmt.Errorf("state: restore: ingest %s: %w", name, err)
-				}
-				if err := r.learnExternal(st.db, known, name); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
-}
-
 // objectFor returns the object of the snapshot file at src: its name when
 // src is in the store (after taking this instance's reference on it), or
 // the name of a copy made into the store.
@@ -414,27 +359,6 @@ func (r *remoteObjects) objectFor(src, storeDir string, imported map[string]stri
 	}
 	imported[abs] = name
 	return name, nil
-}
-
-// learnExternal records the object of the external table an ingestion
-// just added (the one backing file number not known before).
-func (r *remoteObjects) learnExternal(db *pebble.DB, known map[uint64]bool, name string) error {
-	levels, err := db.SSTables()
-	if err != nil {
-		return fmt.Errorf("state: restore: list tables: %w", err)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, tables := range levels {
-		for _, ti := range tables {
-			n := uint64(ti.BackingSSTNum)
-			if ti.BackingType == pebble.BackingTypeExternal && !known[n] {
-				known[n] = true
-				r.extNames[n] = name
-			}
-		}
-	}
-	return nil
 }
 
 // clipExternal returns the external file of table f restricted to
