@@ -70,6 +70,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	remoteCache := fs.Int64("remote-cache-bytes", 0, "--remote: local cache of remote blocks, bytes (0: 64 MiB, -1: none)")
 	readLatency := fs.Duration("read-latency", 0, "--remote: delay added to every store read")
 	blockCache := fs.Int64("block-cache-bytes", 0, "the pebble scenarios: state.block_cache_bytes (0: the 64 MiB default)")
+	writeCache := fs.Int64("write-cache-bytes", 0, "the pebble scenarios: state.write_cache_bytes (0: the 16 MiB default, -1: none)")
 	ttl := fs.Duration("ttl", 5*time.Second, "ttl-cleanup: the dedup's ttl")
 	nexmarkRate := fs.Float64("nexmark-rate", bench.DefaultNexmarkRate, "nexmark-q*: events per second of event time of the pre-loaded Nexmark events (the nexmark project's first-event.rate)")
 	daemons := fs.String("daemons", "1,2,3", "cluster: the daemon counts to measure, comma-separated")
@@ -184,6 +185,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		Partitions: *partitions, Parallelism: *parallelism, CheckpointInterval: *interval, LatencyDuration: *latency,
 		Dir: workDir, Registry: reg.Registry, Connectors: reg.Connectors, Logger: logger, Progress: stderr, CPUProfile: *cpuprofile, NexmarkRate: *nexmarkRate,
 		PostgresDSN: *pgDSN, RemoteState: *remoteState, RemoteCacheBytes: *remoteCache, ReadLatency: *readLatency, BlockCacheBytes: *blockCache,
+		WriteCacheBytes: *writeCache,
 	}
 	if *all {
 		cfg.Scenarios = nil

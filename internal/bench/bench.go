@@ -116,7 +116,9 @@ type Config struct {
 	ReadLatency      time.Duration
 	// BlockCacheBytes, when > 0, is state.block_cache_bytes (the pebble
 	// block cache of the job's process); 0 keeps the 64 MiB default.
-	BlockCacheBytes int64
+	// WriteCacheBytes, when not 0, is state.write_cache_bytes (-1: no
+	// write cache).
+	BlockCacheBytes, WriteCacheBytes int64
 }
 
 // stateYAML returns the lines of the state section after its backend for
@@ -129,6 +131,9 @@ func (c *Config) stateYAML(backend string) string {
 	var b strings.Builder
 	if c.BlockCacheBytes > 0 {
 		fmt.Fprintf(&b, "  block_cache_bytes: %d\n", c.BlockCacheBytes)
+	}
+	if c.WriteCacheBytes != 0 {
+		fmt.Fprintf(&b, "  write_cache_bytes: %d\n", c.WriteCacheBytes)
 	}
 	if c.RemoteState {
 		fmt.Fprintf(&b, "  remote:\n    cache_bytes: %d\n    read_latency: %s\n", c.RemoteCacheBytes, c.ReadLatency)

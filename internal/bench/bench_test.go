@@ -798,11 +798,12 @@ other_total 3
 }
 
 // TestStateYAMLRemote: --remote, --remote-cache-bytes, --read-latency and
-// --block-cache-bytes reach a pebble scenario's pipeline as state.remote
-// and state.block_cache_bytes (it decodes as run decodes it); a hashmap
+// --block-cache-bytes and --write-cache-bytes reach a pebble scenario's
+// pipeline as state.remote, state.block_cache_bytes and
+// state.write_cache_bytes (it decodes as run decodes it); a hashmap
 // scenario's state is unchanged.
 func TestStateYAMLRemote(t *testing.T) {
-	c := Config{RemoteState: true, RemoteCacheBytes: -1, ReadLatency: 2 * time.Millisecond, BlockCacheBytes: 1 << 20}
+	c := Config{RemoteState: true, RemoteCacheBytes: -1, ReadLatency: 2 * time.Millisecond, BlockCacheBytes: 1 << 20, WriteCacheBytes: -1}
 	s := keyedCount("keyed-count-pebble-async", "pebble", true)
 	y := pipelineYAML(s, "j", t.TempDir(), []string{"localhost:9092"}, "in", "", "out", ExactlyOnce, 2, "1s", "", c.stateYAML(s.Backend))
 	cfg, err := pipeline.Parse("bench.yaml", []byte(y), nil)
@@ -810,7 +811,7 @@ func TestStateYAMLRemote(t *testing.T) {
 		t.Fatalf("%v\n%s", err, y)
 	}
 	r := cfg.State.Remote
-	if r == nil || r.CacheBytes != -1 || r.ReadLatency != 2*time.Millisecond || r.Store != pipeline.RemoteStoreFilesystem || cfg.State.BlockCacheBytes != 1<<20 {
+	if r == nil || r.CacheBytes != -1 || r.ReadLatency != 2*time.Millisecond || r.Store != pipeline.RemoteStoreFilesystem || cfg.State.BlockCacheBytes != 1<<20 || cfg.State.WriteCacheBytes != -1 || cfg.Settings().StateWriteCacheBytes != -1 {
 		t.Fatalf("state %+v remote %+v", cfg.State, r)
 	}
 	if got := c.stateYAML("hashmap"); got != "" {
