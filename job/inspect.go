@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/state"
 	"github.com/kstreamd/kstreamd/state/keygroup"
@@ -125,12 +127,31 @@ type KeyGroupCount struct {
 	Bytes    int64  `json:"bytes"`
 }
 
+// CheckpointReader reads a checkpoint or savepoint as a restore does
+// (Flink's State Processor API, read side): `kstreamd state` and GET
+// /api/v1/checkpoints/{id}. The zero value reads everything from the
+// filesystem.
+type CheckpointReader struct {
+	// Scratch is where Pebble snapshots are materialized while they are
+	// read ("": os.TempDir()).
+	Scratch string
+	// RemoteStore, if not nil, holds the objects of disaggregated keyed
+	// state (state.remote with store s3) that checkpoints refer to as
+	// "../remote/<object>": they are verified and read there. nil: the
+	// filesystem, the job's checkpoint directory's remote directory.
+	RemoteStore remote.Storage
+}
+
 // openForRead verifies the checkpoint in dir as a restore does
-// (VerifyCheckpoint) and returns its restore plan: the metadata, with the
-// shared files where the metadata says they are.
-func openForRead(dir string) (restorePlan, error) {
-	m, err := VerifyCheckpoint(dir)
+// (VerifyCheckpoint, with remote objects looked up on store when not nil)
+// and returns its restore plan: the metadata, with the shared files where
+// the metadata says they are.
+func openForRead(dir string, store remote.Storage) (restorePlan, error) {
+	m, err := checkpoint.ReadMetadata(dir)
 	if err != nil {
+		return restorePlan{}, err
+	}
+	if err := verifyRemote(dir, m, store); err != nil {
 		return restorePlan{}, err
 	}
 	return restorePlan{dir: dir, meta: m, sharedDir: m.SharedDirOf(dir), maxP: m.MaxParallelism}, nil
@@ -140,7 +161,7 @@ func openForRead(dir string) (restorePlan, error) {
 // that f selects (f.State, f.KeyGroup, f.Key; not f.Operator), in subtask
 // and key order, and returns the states each subtask's snapshot records.
 // scratch is where Pebble snapshots are materialized ("": os.TempDir()).
-func (rp restorePlan) readKeyed(name, scratch string, f StateFilter, fn func(sub int, e state.KeyedEntry) error) ([][]state.KeyedStateInfo, []checkpoint.TaskState, error) {
+func (rp restorePlan) readKeyed(name string, r CheckpointReader, f StateFilter, fn func(sub int, e state.KeyedEntry) error) ([][]state.KeyedStateInfo, []checkpoint.TaskState, error) {
 	old, err := rp.taskStatesOf(name)
 	if err != nil {
 		return nil, nil, err
@@ -158,7 +179,9 @@ func (rp restorePlan) readKeyed(name, scratch string, f StateFilter, fn func(sub
 		if ts.Keyed == nil || ts.KeyGroups == nil || hasKG && !ts.KeyGroups.Contains(kg) {
 			continue
 		}
-		infos[i], err = state.ReadKeyedSnapshot(rp.keyedHandle(ts.Keyed), scratch, func(e state.KeyedEntry) error {
+		rh := rp.keyedHandle(ts.Keyed)
+		rh.RemoteStore = r.RemoteStore
+		infos[i], err = state.ReadKeyedSnapshot(rh, r.Scratch, func(e state.KeyedEntry) error {
 			if f.State != "" && e.State.Name != f.State || hasKG && e.KeyGroup != kg || f.Key != nil && !bytes.Equal(e.Key, f.Key) {
 				return nil
 			}
@@ -198,7 +221,13 @@ func (rp restorePlan) operatorNames(f StateFilter) ([]string, error) {
 // returns its summary; scratch is where Pebble snapshots are materialized
 // while they are read ("": os.TempDir()).
 func SummarizeCheckpoint(dir, scratch string) (*CheckpointSummary, error) {
-	rp, err := openForRead(dir)
+	return CheckpointReader{Scratch: scratch}.Summarize(dir)
+}
+
+// Summarize is SummarizeCheckpoint with r's scratch directory and remote
+// store.
+func (r CheckpointReader) Summarize(dir string) (*CheckpointSummary, error) {
+	rp, err := openForRead(dir, r.RemoteStore)
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +238,7 @@ func SummarizeCheckpoint(dir, scratch string) (*CheckpointSummary, error) {
 	for name, om := range m.Operators {
 		ops := &OperatorSummary{UID: om.UID, Parallelism: om.Parallelism, RequiredStates: om.RequiredStates, Subtasks: make([]SubtaskSummary, len(om.Subtasks))}
 		sums := map[string]*KeyedStateSummary{}
-		infos, old, err := rp.readKeyed(name, scratch, StateFilter{}, func(sub int, e state.KeyedEntry) error {
+		infos, old, err := rp.readKeyed(name, r, StateFilter{}, func(sub int, e state.KeyedEntry) error {
 			s := sums[e.State.Name]
 			if s == nil {
 				s = &KeyedStateSummary{KeyedStateInfo: *e.State}
@@ -298,7 +327,12 @@ func ReadableEntry(stateName string, e []byte) json.RawMessage {
 // by operator name, subtask, then key order; see SummarizeCheckpoint for
 // scratch and the checks.
 func DumpCheckpoint(dir, scratch string, f StateFilter, fn func(DumpedEntry) error) error {
-	rp, err := openForRead(dir)
+	return CheckpointReader{Scratch: scratch}.Dump(dir, f, fn)
+}
+
+// Dump is DumpCheckpoint with r's scratch directory and remote store.
+func (r CheckpointReader) Dump(dir string, f StateFilter, fn func(DumpedEntry) error) error {
+	rp, err := openForRead(dir, r.RemoteStore)
 	if err != nil {
 		return err
 	}
@@ -307,7 +341,7 @@ func DumpCheckpoint(dir, scratch string, f StateFilter, fn func(DumpedEntry) err
 		return err
 	}
 	for _, name := range names {
-		_, _, err := rp.readKeyed(name, scratch, f, func(sub int, e state.KeyedEntry) error {
+		_, _, err := rp.readKeyed(name, r, f, func(sub int, e state.KeyedEntry) error {
 			d, err := e.Decode()
 			if err != nil {
 				return err
@@ -326,7 +360,12 @@ func DumpCheckpoint(dir, scratch string, f StateFilter, fn func(DumpedEntry) err
 // sorted by operator and key group; key groups without entries are left
 // out. See SummarizeCheckpoint for scratch and the checks.
 func CountCheckpoint(dir, scratch string, f StateFilter) ([]KeyGroupCount, error) {
-	rp, err := openForRead(dir)
+	return CheckpointReader{Scratch: scratch}.Count(dir, f)
+}
+
+// Count is CountCheckpoint with r's scratch directory and remote store.
+func (r CheckpointReader) Count(dir string, f StateFilter) ([]KeyGroupCount, error) {
+	rp, err := openForRead(dir, r.RemoteStore)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +376,7 @@ func CountCheckpoint(dir, scratch string, f StateFilter) ([]KeyGroupCount, error
 	var out []KeyGroupCount
 	for _, name := range names {
 		byKG := map[int]*KeyGroupCount{}
-		_, _, err := rp.readKeyed(name, scratch, f, func(_ int, e state.KeyedEntry) error {
+		_, _, err := rp.readKeyed(name, r, f, func(_ int, e state.KeyedEntry) error {
 			c := byKG[e.KeyGroup]
 			if c == nil {
 				c = &KeyGroupCount{Operator: name, KeyGroup: e.KeyGroup}

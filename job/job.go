@@ -36,6 +36,10 @@ type Settings struct {
 	StateBackend string
 	// BlockCacheBytes is the Pebble block cache shared by the process, in bytes.
 	BlockCacheBytes int64
+	// StateWriteCacheBytes is each pebble keyed subtask's write cache
+	// (state.BackendConfig.WriteCacheBytes: 0 the 16 MiB default, -1
+	// none).
+	StateWriteCacheBytes int64
 	// RemoteState, if not nil, makes the pebble backend disaggregated
 	// (state.RemoteConfig): SST files on the object store
 	// <CheckpointDir>/<job>/remote, checkpoints by reference (always, as
@@ -423,13 +427,14 @@ func (j *Job) TriggerSavepoint(ctx context.Context, dir string, stop bool) (stri
 func (j *Job) opener(root, op string, sub int, kgr keygroup.Range, logger *slog.Logger) operators.BackendOpener {
 	return func(restore []state.RestoreHandle) (state.KeyedStateBackend, error) {
 		b, err := state.OpenBackendRestored(state.BackendConfig{
-			Kind:           j.settings.StateBackend,
-			Dir:            filepath.Join(root, op, "subtask-"+strconv.Itoa(sub)),
-			MaxParallelism: j.maxP,
-			KeyGroupRange:  kgr,
-			Cache:          j.cache,
-			Logger:         logger.With("operator", op, "subtask", sub),
-			Remote:         j.remoteState(),
+			Kind:            j.settings.StateBackend,
+			Dir:             filepath.Join(root, op, "subtask-"+strconv.Itoa(sub)),
+			MaxParallelism:  j.maxP,
+			KeyGroupRange:   kgr,
+			Cache:           j.cache,
+			Logger:          logger.With("operator", op, "subtask", sub),
+			Remote:          j.remoteState(),
+			WriteCacheBytes: int(j.settings.StateWriteCacheBytes),
 		}, restore)
 		if err != nil {
 			return nil, err

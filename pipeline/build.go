@@ -37,8 +37,8 @@ func (c *Config) Settings() job.Settings {
 	return job.Settings{
 		CheckpointDir: c.CheckpointDir(), SavepointDir: c.SavepointDir(), StateDir: c.StateDir(),
 		StateBackend: string(c.State.Backend), BlockCacheBytes: c.State.BlockCacheBytes, RemoteState: c.State.Remote.settings(),
-		UnitRemoteStore: c.unitRemoteStores(os.Getenv),
-		Interval:        cp.Interval, Timeout: cp.Timeout, MinPause: cp.MinPause,
+		UnitRemoteStore: c.unitRemoteStores(os.Getenv), StateWriteCacheBytes: c.State.WriteCacheBytes,
+		Interval: cp.Interval, Timeout: cp.Timeout, MinPause: cp.MinPause,
 		TolerableFailures: cp.TolerableFailures, Retained: cp.Retained, Incremental: cp.Incremental,
 		AllowNonRestoredState: cp.AllowNonRestoredState,
 		Restart:               c.Restart.Job(), MarkerInterval: c.Cluster.MarkerInterval, PurgeRepartitions: c.Cluster.PurgeRepartitions,

@@ -269,6 +269,11 @@ type StateConfig struct {
 	// BlockCacheBytes is the size in bytes of the block cache the Pebble
 	// instances of this process share. Default 67108864 (64 MiB); >= 0.
 	BlockCacheBytes int64 `yaml:"block_cache_bytes"`
+	// WriteCacheBytes is the write-back cache of decoded values of each
+	// keyed subtask on pebble (state.BackendConfig.WriteCacheBytes), in
+	// bytes. Default 0 meaning 16 MiB; -1 disables it (every read goes
+	// to Pebble, and with remote state possibly to the store); >= -1.
+	WriteCacheBytes int64 `yaml:"write_cache_bytes"`
 	// Remote, when present, makes the pebble backend disaggregated: its
 	// SST files live on an object store (by default the checkpoints'
 	// directory, <checkpoints dir>/<job>/remote; or an S3-compatible

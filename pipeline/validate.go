@@ -225,6 +225,9 @@ func (c *Config) validateRuntime(v *validator) {
 	if c.State.BlockCacheBytes < 0 {
 		v.errorf("state.block_cache_bytes", "must be >= 0, got %d", c.State.BlockCacheBytes)
 	}
+	if c.State.WriteCacheBytes < -1 {
+		v.errorf("state.write_cache_bytes", "must be >= -1 (-1: no write cache, 0: the default 16 MiB), got %d", c.State.WriteCacheBytes)
+	}
 	c.validateRemoteState(v)
 	c.validateProcess(v)
 	if c.Metrics.Address != "" {

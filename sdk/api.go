@@ -365,7 +365,7 @@ func (s *server) checkpointDetails(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, SavepointResponse{Error: err.Error()})
 		return
 	}
-	sum, err := job.SummarizeCheckpoint(dir, "")
+	sum, err := job.CheckpointReader{RemoteStore: st.RemoteStore()}.Summarize(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		// Retention removed it meanwhile.
 		writeJSON(w, http.StatusNotFound, SavepointResponse{Error: fmt.Sprintf("no completed checkpoint %d", id)})

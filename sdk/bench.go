@@ -66,9 +66,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of each run's throughput phase to `FILE` (with --all or several deliveries, one file per run: FILE with -<scenario>-<delivery> before the extension; cluster: one of each daemon's whole run, FILE with -<n>d-<member> before the extension)")
 	changed := fs.Float64("changed", 0.01, "state-scaling: fraction of the keys changed between checkpoints")
 	rounds := fs.Int("rounds", 5, "state-scaling: incremental checkpoints measured")
-	remoteState := fs.Bool("remote", false, "state-scaling: the disaggregated pebble backend (state.remote), tables on a directory store")
-	remoteCache := fs.Int64("remote-cache-bytes", 0, "state-scaling --remote: local cache of remote blocks, bytes (0: 64 MiB, -1: none)")
-	readLatency := fs.Duration("read-latency", 0, "state-scaling --remote: delay added to every store read")
+	remoteState := fs.Bool("remote", false, "state-scaling and the pebble scenarios: the disaggregated pebble backend (state.remote), tables on a directory store")
+	remoteCache := fs.Int64("remote-cache-bytes", 0, "--remote: local cache of remote blocks, bytes (0: 64 MiB, -1: none)")
+	readLatency := fs.Duration("read-latency", 0, "--remote: delay added to every store read")
+	blockCache := fs.Int64("block-cache-bytes", 0, "the pebble scenarios: state.block_cache_bytes (0: the 64 MiB default)")
+	writeCache := fs.Int64("write-cache-bytes", 0, "the pebble scenarios: state.write_cache_bytes (0: the 16 MiB default, -1: none)")
 	ttl := fs.Duration("ttl", 5*time.Second, "ttl-cleanup: the dedup's ttl")
 	nexmarkRate := fs.Float64("nexmark-rate", bench.DefaultNexmarkRate, "nexmark-q*: events per second of event time of the pre-loaded Nexmark events (the nexmark project's first-event.rate)")
 	daemons := fs.String("daemons", "1,2,3", "cluster: the daemon counts to measure, comma-separated")
@@ -182,7 +184,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		Scenarios: strings.Split(*scenario, ","), Deliveries: []string{*delivery}, Records: *records, Keys: *keys, Zipf: *zipf,
 		Partitions: *partitions, Parallelism: *parallelism, CheckpointInterval: *interval, LatencyDuration: *latency,
 		Dir: workDir, Registry: reg.Registry, Connectors: reg.Connectors, Logger: logger, Progress: stderr, CPUProfile: *cpuprofile, NexmarkRate: *nexmarkRate,
-		PostgresDSN: *pgDSN,
+		PostgresDSN: *pgDSN, RemoteState: *remoteState, RemoteCacheBytes: *remoteCache, ReadLatency: *readLatency, BlockCacheBytes: *blockCache,
+		WriteCacheBytes: *writeCache,
 	}
 	if *all {
 		cfg.Scenarios = nil

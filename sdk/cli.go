@@ -246,7 +246,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, reg *Regi
 		}
 		return 0
 	case "state":
-		return runState(args[1:], stdout, stderr)
+		return runState(args[1:], stdout, stderr, reg)
 	case "cluster":
 		return runCluster(ctx, args[1:], stdout, stderr, reg)
 	case "broker":

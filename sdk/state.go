@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kstreamd/kstreamd/job"
+	"github.com/kstreamd/kstreamd/pipeline"
 )
 
 // stateUsage is the usage of `kstreamd state`.
@@ -32,6 +33,11 @@ commands:
   count [filters] DIR     print the entries and bytes per operator and key
                           group
 
+--config FILE (every command): the job's pipeline FILE; when its
+state.remote section puts remote state on an S3 store (store: s3, with
+AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set), the checkpoint's remote
+objects are verified and read there instead of in DIR's ../remote.
+
 filters (dump, count):
   --operator NAME         an operator's name or uid
   --state NAME            a keyed state
@@ -42,7 +48,7 @@ filters (dump, count):
 // runState runs `kstreamd state ls|dump|count` and returns the exit status:
 // 0 done, 1 the checkpoint cannot be read (or is inconsistent), 2 a usage
 // error.
-func runState(args []string, stdout, stderr io.Writer) int {
+func runState(args []string, stdout, stderr io.Writer, reg *Registry) int {
 	if len(args) == 0 || isHelp(args[0]) {
 		if len(args) == 0 {
 			fmt.Fprint(stderr, stateUsage)
@@ -60,12 +66,13 @@ func runState(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	asJSON := false
 	var f job.StateFilter
+	config := fs.String("config", "", "the job's pipeline `FILE` (its state.remote store holds the checkpoint's remote state)")
 	var key, kg string
 	hasKey := false
-	synopsis := "kstreamd state " + cmd + " [--operator NAME] [--state NAME] [--key-group N] [--key KEY] DIR"
+	synopsis := "kstreamd state " + cmd + " [--config FILE] [--operator NAME] [--state NAME] [--key-group N] [--key KEY] DIR"
 	if cmd == "ls" {
 		fs.BoolVar(&asJSON, "json", false, "print the summary as JSON (GET /api/v1/checkpoints/{id}'s answer)")
-		synopsis = "kstreamd state ls [--json] DIR"
+		synopsis = "kstreamd state ls [--config FILE] [--json] DIR"
 	} else {
 		fs.StringVar(&f.Operator, "operator", "", "only the operator with this `NAME` or uid")
 		fs.StringVar(&f.State, "state", "", "only the keyed state `NAME`")
@@ -107,16 +114,20 @@ func runState(args []string, stdout, stderr io.Writer) int {
 		f.Key = []byte(key)
 	}
 	dir := dirs[0]
-	var err error
+	r, err := stateReader(*config, reg)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
 	switch cmd {
 	case "ls":
-		err = stateList(stdout, dir, asJSON)
+		err = stateList(stdout, r, dir, asJSON)
 	case "dump":
 		enc := json.NewEncoder(stdout)
 		enc.SetEscapeHTML(false)
-		err = job.DumpCheckpoint(dir, "", f, func(e job.DumpedEntry) error { return enc.Encode(e) })
+		err = r.Dump(dir, f, func(e job.DumpedEntry) error { return enc.Encode(e) })
 	case "count":
-		err = stateCount(stdout, dir, f)
+		err = stateCount(stdout, r, dir, f)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "kstreamd state %s: %v\n", cmd, err)
@@ -125,10 +136,30 @@ func runState(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// stateReader returns the checkpoint reader of `kstreamd state`: with the
+// remote state store of the pipeline config at path (its state.remote
+// section with store s3), or of the filesystem when path is empty or the
+// config has no S3 remote state. The config is decoded as run decodes it
+// (errors with FILE:LINE:COL).
+func stateReader(path string, reg *Registry) (job.CheckpointReader, error) {
+	var r job.CheckpointReader
+	if path == "" {
+		return r, nil
+	}
+	cfg, err := pipeline.LoadWith(path, reg.pipelineRegistries())
+	if err != nil {
+		return r, err
+	}
+	if rs := cfg.Settings().RemoteState; rs != nil {
+		r.RemoteStore = rs.Store // nil for the filesystem store
+	}
+	return r, nil
+}
+
 // stateList prints the summary of the checkpoint in dir: JSON, or a header
 // line and one row per operator and state.
-func stateList(w io.Writer, dir string, asJSON bool) error {
-	s, err := job.SummarizeCheckpoint(dir, "")
+func stateList(w io.Writer, r job.CheckpointReader, dir string, asJSON bool) error {
+	s, err := r.Summarize(dir)
 	if err != nil {
 		return err
 	}
@@ -219,8 +250,8 @@ func stateList(w io.Writer, dir string, asJSON bool) error {
 
 // stateCount prints the keyed entries and bytes per operator and key group
 // f selects, and a total per operator.
-func stateCount(w io.Writer, dir string, f job.StateFilter) error {
-	counts, err := job.CountCheckpoint(dir, "", f)
+func stateCount(w io.Writer, r job.CheckpointReader, dir string, f job.StateFilter) error {
+	counts, err := r.Count(dir, f)
 	if err != nil {
 		return err
 	}

@@ -235,8 +235,13 @@ func OpenBackendRestored(cfg BackendConfig, handles []RestoreHandle) (KeyedState
 	if cfg.Kind == KindHashmap {
 		return openHashmapRestored(cfg, handles, hs)
 	}
-	if cfg.Remote != nil || hs[0].Remote {
+	if cfg.Remote != nil {
 		return openRemoteRestored(cfg, handles, hs)
+	}
+	for _, h := range hs {
+		if h.Remote {
+			return openLocalFromRemote(cfg, handles, hs)
+		}
 	}
 	if err := os.RemoveAll(cfg.Dir); err != nil {
 		return nil, err
@@ -385,40 +390,11 @@ func copyRange(db *pebble.DB, rh RestoreHandle, h keyedHandle, cfg BackendConfig
 		return fmt.Errorf("state: restore: open snapshot %s: %w", tmp, err)
 	}
 	defer src.Close()
-	copySpan := func(from, to []byte) error {
-		it, err := src.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: to})
-		if err != nil {
-			return err
-		}
-		batch := db.NewBatch()
-		for it.First(); it.Valid(); it.Next() {
-			v, err := it.ValueAndErr()
-			if err != nil {
-				it.Close()
-				return err
-			}
-			if err := batch.Set(it.Key(), v, nil); err != nil {
-				it.Close()
-				return err
-			}
-			if batch.Len() > 4<<20 {
-				if err := batch.Commit(pebble.NoSync); err != nil {
-					it.Close()
-					return err
-				}
-				batch = db.NewBatch()
-			}
-		}
-		if err := it.Close(); err != nil {
-			return err
-		}
-		return batch.Commit(pebble.NoSync)
-	}
-	if err := copySpan(lo, hi); err != nil {
+	if err := copySpan(src, db, lo, hi); err != nil {
 		return err
 	}
 	// Metadata: states only the other snapshot registered.
-	return copySpan(metaStatePfx, prefixEnd(metaStatePfx))
+	return copySpan(src, db, metaStatePfx, prefixEnd(metaStatePfx))
 }
 
 func openHashmapRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) (KeyedStateBackend, error) {

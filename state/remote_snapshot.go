@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -274,23 +273,26 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 
 // openRemoteRestored is OpenBackendRestored for a disaggregated backend:
 // it opens a fresh DB (a new creator id) and ingests every table of the
-// snapshots by reference (Pebble's external file ingestion: no download),
+// snapshots by reference (Pebble's external file ingestion: no download;
+// a local Pebble snapshot's tables are listed by localAsRemote and copied
+// into the store first),
 // each clipped to the key groups cfg owns plus the metadata space, one
 // table per ingestion, deepest level first and L0 oldest first, so every
 // ingestion's sequence number orders it above the data it shadows. A
 // snapshot file outside cfg.Remote.Dir (a savepoint, another job's
 // checkpoint) is first copied into the store.
 func openRemoteRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) (KeyedStateBackend, error) {
-	if cfg.Remote == nil {
-		return nil, fmt.Errorf("state: the checkpoint holds disaggregated pebble state (objects on a remote store): configure state.remote to restore it")
-	}
-	for i := range hs {
-		if !hs[i].Remote {
-			return nil, fmt.Errorf("state: the checkpoint holds local pebble state, the backend is disaggregated (state.remote): restoring local state into it is not supported yet")
-		}
-	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	hs = slices.Clone(hs)
+	for i := range hs {
+		if !hs[i].Remote {
+			var err error
+			if hs[i], err = localAsRemote(cfg, handles[i], hs[i]); err != nil {
+				return nil, err
+			}
+		}
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -311,52 +313,6 @@ func openRemoteRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHa
 		return nil, err
 	}
 	return &pebbleBackend{backend: b, st: st}, nil
-}
-
-// ingestRemote ingests the tables of the snapshots into st's fresh DB.
-func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) error {
-	r := st.remote
-	storeDir, err := filepath.Abs(r.dir)
-	if err != nil {
-		return err
-	}
-	lo, hi := kgBound(cfg.KeyGroupRange.Start), kgBound(cfg.KeyGroupRange.End+1)
-	known := map[uint64]bool{}
-	imported := map[string]string{} // source path -> object name
-	for i, h := range hs {
-		files := append([]fileRef(nil), h.Files...)
-		sort.SliceStable(files, func(a, b int) bool {
-			fa, fb := files[a], files[b]
-			if fa.Level != fb.Level {
-				return fa.Level > fb.Level // deepest first
-			}
-			return fa.Seq < fb.Seq
-		})
-		for _, f := range files {
-			src := filepath.Join(handles[i].Dir, filepath.FromSlash(f.Path))
-			if f.Shared {
-				src = filepath.Join(handles[i].SharedDir, filepath.FromSlash(f.Path))
-			}
-			name, err := r.objectFor(src, storeDir, imported)
-			if err != nil {
-				return fmt.Errorf("state: restore %s: %w", f.Path, err)
-			}
-			for _, span := range [][2][]byte{{lo, hi}, {keyGroupsEnd, nil}} {
-				ef, ok := clipExternal(f, span[0], span[1])
-				if !ok {
-					continue
-				}
-				ef.ObjName = name
-				if _, err := st.db.IngestExternalFiles(context.Background(), []pebble.ExternalFile{ef}); err != nil {
-					return fmt.Errorf("state: restore: ingest %s: %w", name, err)
-				}
-				if err := r.learnExternal(st.db, known, name); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
 }
 
 // objectFor returns the object of the snapshot file at src: its name when
@@ -405,27 +361,6 @@ func (r *remoteObjects) objectFor(src, storeDir string, imported map[string]stri
 	return name, nil
 }
 
-// learnExternal records the object of the external table an ingestion
-// just added (the one backing file number not known before).
-func (r *remoteObjects) learnExternal(db *pebble.DB, known map[uint64]bool, name string) error {
-	levels, err := db.SSTables()
-	if err != nil {
-		return fmt.Errorf("state: restore: list tables: %w", err)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, tables := range levels {
-		for _, ti := range tables {
-			n := uint64(ti.BackingSSTNum)
-			if ti.BackingType == pebble.BackingTypeExternal && !known[n] {
-				known[n] = true
-				r.extNames[n] = name
-			}
-		}
-	}
-	return nil
-}
-
 // clipExternal returns the external file of table f restricted to
 // [lo, hi) (hi nil: unbounded), and false when they do not overlap.
 func clipExternal(f fileRef, lo, hi []byte) (pebble.ExternalFile, bool) {
@@ -449,20 +384,20 @@ func clipExternal(f fileRef, lo, hi []byte) (pebble.ExternalFile, bool) {
 		StartKey: bytes.Clone(start), EndKey: bytes.Clone(end), EndKeyIsInclusive: incl, HasPointKey: true}, true
 }
 
-// inspectRemote is the remote config ReadKeyedSnapshot opens a remote
-// snapshot with: the store its objects are in (ingested by reference;
+// inspectRemote is the remote config ReadKeyedSnapshot (and a local
+// backend restoring a remote snapshot) opens a remote snapshot with: the
+// store its objects are in, rh.RemoteStore when set (ingested by reference;
 // the reading instance's markers keep them while it reads), or, for a
 // self-contained snapshot (a savepoint), a scratch store under tmp they
 // are copied into.
 func inspectRemote(rh RestoreHandle, h keyedHandle, tmp string) *RemoteConfig {
-	dir := filepath.Join(tmp, RemoteDirName)
 	for _, f := range h.Files {
 		if f.Shared {
-			dir = filepath.Dir(filepath.Join(rh.SharedDir, filepath.FromSlash(f.Path)))
-			break
+			dir := filepath.Dir(filepath.Join(rh.SharedDir, filepath.FromSlash(f.Path)))
+			return &RemoteConfig{Dir: dir, CacheBytes: -1, Store: rh.RemoteStore}
 		}
 	}
-	return &RemoteConfig{Dir: dir, CacheBytes: -1}
+	return &RemoteConfig{Dir: filepath.Join(tmp, RemoteDirName), CacheBytes: -1}
 }
 
 // remoteObjectOf returns the object of the remote store that file f of a

@@ -105,6 +105,40 @@ type Config struct {
 	// table of its own to (created and dropped by each run); required
 	// when that scenario runs.
 	PostgresDSN string
+	// RemoteState runs the scenarios on the pebble backend disaggregated
+	// (state.remote on the filesystem store: tables under the job's
+	// checkpoint directory), with RemoteCacheBytes as its local cache
+	// (state.remote.cache_bytes: 0 the 64 MiB default, -1 none) and
+	// ReadLatency added to every store read (state.remote.read_latency).
+	// Scenarios on the hashmap backend are not changed.
+	RemoteState      bool
+	RemoteCacheBytes int64
+	ReadLatency      time.Duration
+	// BlockCacheBytes, when > 0, is state.block_cache_bytes (the pebble
+	// block cache of the job's process); 0 keeps the 64 MiB default.
+	// WriteCacheBytes, when not 0, is state.write_cache_bytes (-1: no
+	// write cache).
+	BlockCacheBytes, WriteCacheBytes int64
+}
+
+// stateYAML returns the lines of the state section after its backend for
+// a scenario on backend (indented two spaces), from the config's state
+// tuning; "" for none.
+func (c *Config) stateYAML(backend string) string {
+	if backend != "pebble" {
+		return ""
+	}
+	var b strings.Builder
+	if c.BlockCacheBytes > 0 {
+		fmt.Fprintf(&b, "  block_cache_bytes: %d\n", c.BlockCacheBytes)
+	}
+	if c.WriteCacheBytes != 0 {
+		fmt.Fprintf(&b, "  write_cache_bytes: %d\n", c.WriteCacheBytes)
+	}
+	if c.RemoteState {
+		fmt.Fprintf(&b, "  remote:\n    cache_bytes: %d\n    read_latency: %s\n", c.RemoteCacheBytes, c.ReadLatency)
+	}
+	return b.String()
 }
 
 func (c *Config) setDefaults() {
@@ -823,7 +857,7 @@ func (rd *reader) latencies() []time.Duration {
 // buildJob builds scenario s as a job, the way `kstreamd run` does.
 // av, when not nil, is the run's schema registry (an Avro scenario).
 func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string, av *avroRun) (target, error) {
-	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String(), r.cfg.PostgresDSN)
+	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String(), r.cfg.PostgresDSN, r.cfg.stateYAML(s.Backend))
 	if av != nil {
 		y += fmt.Sprintf("schema_registry:\n  urls: [%q]\n", av.url())
 	}

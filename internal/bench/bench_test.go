@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,8 @@ import (
 	"github.com/kstreamd/kstreamd/internal/testkit"
 	"github.com/kstreamd/kstreamd/operators"
 	"github.com/kstreamd/kstreamd/pipeline"
+	"github.com/kstreamd/kstreamd/state"
+	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
 func TestItemValue(t *testing.T) {
@@ -146,6 +149,97 @@ func TestStateScaling(t *testing.T) {
 			t.Errorf("incremental checkpoint %d uploaded %d bytes, want in (0, %d)", i, n, res.FullBytes)
 		}
 	}
+	checkRescaleChain(t, res)
+}
+
+// checkRescaleChain asserts the rescales 1 -> 2 -> 4 -> 1 of a
+// state-scaling result: three steps measured, every key read back from
+// the last checkpoint with its value (StateScaling fails otherwise), and
+// the local disk's high-water marks measured, all instances together at
+// least one.
+func checkRescaleChain(t *testing.T, res StateScalingResult) {
+	t.Helper()
+	if len(res.RescaleSteps) != 3 || res.Rescale != res.RescaleSteps[0] || res.Verify <= 0 {
+		t.Fatalf("rescale steps %v (rescale %v), verify %v: want 3 steps, the first the rescale", res.RescaleSteps, res.Rescale, res.Verify)
+	}
+	for i, d := range res.RescaleSteps {
+		if d <= 0 {
+			t.Errorf("rescale step %d took %v", i, d)
+		}
+	}
+	if res.Verified != res.Keys {
+		t.Errorf("verified %d keys, want %d", res.Verified, res.Keys)
+	}
+	if res.LocalPeakBytes <= 0 || res.LocalPeakAllBytes < res.LocalPeakBytes {
+		t.Errorf("local disk peaks: one instance %d, all %d", res.LocalPeakBytes, res.LocalPeakAllBytes)
+	}
+}
+
+// TestRescaleChainDetectsWrongState: the rescale chain's final check
+// fails when the state read back differs from what was written (a model
+// that expects another value for one key), so the bench's exact_keys
+// column means exact.
+func TestRescaleChainDetectsWrongState(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		dir := t.TempDir()
+		maxP := keygroup.DefaultMaxParallelism(1)
+		cfg := state.BackendConfig{Kind: state.KindPebble, Dir: filepath.Join(dir, "db"), MaxParallelism: maxP,
+			KeyGroupRange: keygroup.RangeFor(maxP, 1, 0), TTLCleanup: state.TTLCleanupConfig{Disabled: true}}
+		shared := filepath.Join(dir, "checkpoints", "shared")
+		if remote {
+			cfg.Remote = &state.RemoteConfig{Dir: filepath.Join(dir, "checkpoints", state.RemoteDirName), CacheBytes: -1}
+		}
+		b, err := state.OpenBackend(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count, err := state.GetValueState(b, operators.KeyedCountState)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const keys = 500
+		key := func(i int) []byte { return strconv.AppendInt([]byte("k"), int64(i), 10) }
+		model := make([]uint8, keys)
+		for i := range keys {
+			b.SetCurrentKey(key(i))
+			if err := count.Update(1); err != nil {
+				t.Fatal(err)
+			}
+			model[i] = 1
+		}
+		chk := filepath.Join(dir, "checkpoints", "chk-1")
+		finish, err := state.SnapshotKeyed(b, state.SnapshotTarget{Dir: chk, TaskPath: "count/0", SharedDir: shared})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := finish(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		h := state.RestoreHandle{Handle: snap.Handle, Dir: chk, SharedDir: shared}
+		c := rescaleChain{cfg: cfg, root: dir, shared: shared, keys: keys, changed: 50, model: model, key: key}
+		rr, err := c.run(context.Background(), h)
+		if err != nil || rr.Verified != keys || len(rr.Steps) != 3 {
+			t.Fatalf("remote %v: chain %+v, %v", remote, rr, err)
+		}
+		// Each step changed up to 50 keys to 100+step.
+		changed := 0
+		for _, v := range model {
+			if v >= 100 {
+				changed++
+			}
+		}
+		if changed == 0 {
+			t.Fatalf("remote %v: no key changed by the rescales", remote)
+		}
+		model[keys/2]++ // the state no longer matches
+		if _, err := c.verify(h); err == nil || !strings.Contains(err.Error(), "value") {
+			t.Fatalf("remote %v: verify against a wrong model: %v, want a value mismatch", remote, err)
+		}
+	}
 }
 
 // TestStateScalingRemote runs the state-scaling path on remote state (a
@@ -173,6 +267,12 @@ func TestStateScalingRemote(t *testing.T) {
 		if n <= 0 || n > res.StoreBytes {
 			t.Errorf("checkpoint %d wrote %d bytes, want in (0, %d]", i, n, res.StoreBytes)
 		}
+	}
+	checkRescaleChain(t, res)
+	// Every instance's local dir stays small (no table is written
+	// locally); up to four are open at once during the rescales.
+	if res.LocalPeakBytes >= 32<<20 || res.LocalPeakAllBytes >= 4*32<<20 {
+		t.Errorf("local disk peaks: one instance %d bytes, all %d: want under 32 MiB each", res.LocalPeakBytes, res.LocalPeakAllBytes)
 	}
 }
 
@@ -694,5 +794,27 @@ other_total 3
 	none, err := parseHistogram(strings.NewReader("other_total 3\n"), checkpointDurationMetric)
 	if err != nil || none.quantile(0.5) != 0 {
 		t.Errorf("absent histogram: %v, %+v", err, none)
+	}
+}
+
+// TestStateYAMLRemote: --remote, --remote-cache-bytes, --read-latency and
+// --block-cache-bytes and --write-cache-bytes reach a pebble scenario's
+// pipeline as state.remote, state.block_cache_bytes and
+// state.write_cache_bytes (it decodes as run decodes it); a hashmap
+// scenario's state is unchanged.
+func TestStateYAMLRemote(t *testing.T) {
+	c := Config{RemoteState: true, RemoteCacheBytes: -1, ReadLatency: 2 * time.Millisecond, BlockCacheBytes: 1 << 20, WriteCacheBytes: -1}
+	s := keyedCount("keyed-count-pebble-async", "pebble", true)
+	y := pipelineYAML(s, "j", t.TempDir(), []string{"localhost:9092"}, "in", "", "out", ExactlyOnce, 2, "1s", "", c.stateYAML(s.Backend))
+	cfg, err := pipeline.Parse("bench.yaml", []byte(y), nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, y)
+	}
+	r := cfg.State.Remote
+	if r == nil || r.CacheBytes != -1 || r.ReadLatency != 2*time.Millisecond || r.Store != pipeline.RemoteStoreFilesystem || cfg.State.BlockCacheBytes != 1<<20 || cfg.State.WriteCacheBytes != -1 || cfg.Settings().StateWriteCacheBytes != -1 {
+		t.Fatalf("state %+v remote %+v", cfg.State, r)
+	}
+	if got := c.stateYAML("hashmap"); got != "" {
+		t.Fatalf("hashmap state lines %q, want none", got)
 	}
 }

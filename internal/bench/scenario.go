@@ -477,12 +477,13 @@ func ScenarioNames() string {
 }
 
 // pipelineYAML returns the pipeline of scenario s for one run.
-func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, out, delivery string, parallelism int, interval, pgDSN string) string {
+// stateExtra are more lines of its state section (Config.stateYAML).
+func pipelineYAML(s Scenario, job, dataDir string, brokers []string, in, rules, out, delivery string, parallelism int, interval, pgDSN, stateExtra string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "job:\n  name: %s\n  parallelism: %d\n", job, parallelism)
 	fmt.Fprintf(&b, "data_dir: %q\n", dataDir)
 	fmt.Fprintf(&b, "kafka:\n  brokers: [%s]\n  client_id: kstreamd-bench\n", strings.Join(brokers, ", "))
-	fmt.Fprintf(&b, "state:\n  backend: %s\n", s.Backend)
+	fmt.Fprintf(&b, "state:\n  backend: %s\n%s", s.Backend, stateExtra)
 	fmt.Fprintf(&b, "checkpoints:\n  interval: %s\n  incremental: true\n  timeout: 1m\n", interval)
 	fmt.Fprintf(&b, "metrics:\n  address: \"\"\n")
 	fmt.Fprintf(&b, "sources:\n  - name: in\n    topic: %s\n    format: %s\n    on_error: fail\n", in, s.format())

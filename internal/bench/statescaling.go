@@ -79,8 +79,26 @@ type StateScalingResult struct {
 	// read one key.
 	Restore time.Duration
 	// Rescale is the time to open two backends, each restoring half of
-	// the key groups from the last checkpoint, and read one key in each.
+	// the key groups from the last checkpoint, and read one key in each
+	// (RescaleSteps[0]).
 	Rescale time.Duration
+	// RescaleSteps are the rescales 1 -> 2 -> 4 -> 1 (rescaleChain): each
+	// the time to open the new parallelism's subtasks from the previous
+	// step's checkpoint and read one key in each, one after the other;
+	// between two steps changed keys are updated and every subtask is
+	// checkpointed.
+	RescaleSteps []time.Duration
+	// Verify is the time to read the last step's checkpoint back whole
+	// (state.ReadKeyedSnapshot) and Verified the keys found there, each
+	// with exactly the value the run wrote last (else StateScaling fails).
+	Verify   time.Duration
+	Verified int
+	// LocalPeakBytes is the high-water mark of the disk use of one
+	// backend instance's local directory over the whole run (sampled
+	// every 100 ms and at each step), LocalPeakAllBytes that of the local
+	// directories of all instances open at once (one subtask per
+	// instance: up to 4 during the rescales).
+	LocalPeakBytes, LocalPeakAllBytes int64
 	// LocalBytes is the disk use of the backend's local directory after
 	// the last checkpoint (for remote state: WAL, MANIFEST, catalog and
 	// the cache of remote blocks); StoreBytes that of the remote store
@@ -94,7 +112,9 @@ type StateScalingResult struct {
 // keys (the keyed_count state: one int64 per key, one subtask owning every
 // key group): a full checkpoint, then cfg.Rounds incremental checkpoints
 // each after updating cfg.Changed of the keys (random ones), then a
-// restore from the last; it prints one table to w. Checkpoints are taken
+// restore from the last, then the rescales 1 -> 2 -> 4 -> 1 with the
+// final state checked key by key (rescaleChain); it prints one table to w
+// (an error when the state read back is not exact). Checkpoints are taken
 // with state.SnapshotKeyed, what a keyed operator's subtask runs for a
 // barrier, into a job-like directory with a shared directory.
 func RunStateScaling(ctx context.Context, cfg StateScalingConfig, w io.Writer) error {
@@ -103,7 +123,7 @@ func RunStateScaling(ctx context.Context, cfg StateScalingConfig, w io.Writer) e
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "state\tkeys\tchanged\tload_s\tdb_MiB\tfull_chk_ms\tfull_sync_ms\tfull_chk_MiB\tincr_p50_ms\tincr_max_ms\tincr_sync_p50_ms\tincr_sync_max_ms\tincr_p50_MiB\tincr_max_MiB\trestore_ms\trescale_ms\tlocal_MiB\tstore_MiB\tpeak_rss_MiB\t")
+	fmt.Fprintln(tw, "state\tkeys\tchanged\tload_s\tdb_MiB\tfull_chk_ms\tfull_sync_ms\tfull_chk_MiB\tincr_p50_ms\tincr_max_ms\tincr_sync_p50_ms\tincr_sync_max_ms\tincr_p50_MiB\tincr_max_MiB\trestore_ms\trescale_ms\trescale_2to4_ms\trescale_4to1_ms\texact_keys\tlocal_MiB\tlocal_peak_MiB\tlocal_peak_all_MiB\tstore_MiB\tpeak_rss_MiB\t")
 	mib := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 	kind := "local"
 	if cfg.Remote {
@@ -112,11 +132,12 @@ func RunStateScaling(ctx context.Context, cfg StateScalingConfig, w io.Writer) e
 			kind += "+" + cfg.ReadLatency.String()
 		}
 	}
-	fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t\n", kind, res.Keys, res.Changed, res.Load.Seconds(), mib(int64(res.DBBytes)),
+	fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.0f\t\n", kind, res.Keys, res.Changed, res.Load.Seconds(), mib(int64(res.DBBytes)),
 		ms(res.Full), ms(res.FullSync), mib(res.FullBytes), ms(quantile(res.Incremental, 0.5)), ms(quantile(res.Incremental, 1)),
 		ms(quantile(res.IncrementalSync, 0.5)), ms(quantile(res.IncrementalSync, 1)),
 		mib(quantile(res.IncrementalBytes, 0.5)), mib(quantile(res.IncrementalBytes, 1)), ms(res.Restore), ms(res.Rescale),
-		mib(res.LocalBytes), mib(res.StoreBytes), float64(res.PeakRSSBytes)/(1<<20))
+		ms(res.RescaleSteps[1]), ms(res.RescaleSteps[2]), res.Verified,
+		mib(res.LocalBytes), mib(res.LocalPeakBytes), mib(res.LocalPeakAllBytes), mib(res.StoreBytes), float64(res.PeakRSSBytes)/(1<<20))
 	return tw.Flush()
 }
 
@@ -130,6 +151,9 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 	}
 	if cfg.Rounds <= 0 {
 		cfg.Rounds = 3
+	}
+	if cfg.Rounds > 90 {
+		return StateScalingResult{}, fmt.Errorf("bench: state-scaling: at most 90 rounds, got %d", cfg.Rounds)
 	}
 	if cfg.BlockCacheBytes <= 0 {
 		cfg.BlockCacheBytes = 64 << 20
@@ -159,11 +183,23 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 	}
 	res := StateScalingResult{Keys: cfg.Keys, Changed: max(1, int(float64(cfg.Keys)*cfg.Changed))}
 	rss := newRSSMeter()
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return res, err
+	}
+	disk := newDiskMeter(root, "checkpoints", 100*time.Millisecond)
+	defer disk.Stop()
 	b, err := state.OpenBackend(bcfg)
 	if err != nil {
 		return res, err
 	}
-	defer func() { _ = b.Close() }()
+	closed := false
+	defer func() {
+		if !closed {
+			_ = b.Close()
+		}
+	}()
+	// model is every key's value as last written (the values are small).
+	model := make([]uint8, cfg.Keys)
 	count, err := state.GetValueState(b, operators.KeyedCountState)
 	if err != nil {
 		return res, err
@@ -181,6 +217,7 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 		if err := count.Update(1); err != nil {
 			return res, err
 		}
+		model[i] = 1
 	}
 	res.Load = time.Since(t0)
 	if du, ok := b.(state.DiskUser); ok {
@@ -215,6 +252,7 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 		}
 		last, lastDir = snap, dir
 		rss.Sample()
+		disk.Sample()
 		return time.Since(start), snap.Bytes, nil
 	}
 	if res.Full, res.FullBytes, err = checkpointOnce(1); err != nil {
@@ -224,10 +262,12 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 	rng := rand.New(rand.NewPCG(5, 6))
 	for r := range cfg.Rounds {
 		for range res.Changed {
-			b.SetCurrentKey(key(rng.IntN(cfg.Keys)))
+			k := rng.IntN(cfg.Keys)
+			b.SetCurrentKey(key(k))
 			if err := count.Update(int64(r + 2)); err != nil {
 				return res, err
 			}
+			model[k] = uint8(r + 2)
 		}
 		d, n, err := checkpointOnce(r + 2)
 		if err != nil {
@@ -247,45 +287,29 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 	if err != nil {
 		return res, fmt.Errorf("bench: state-scaling: restore: %w", err)
 	}
-	defer func() { _ = rb.Close() }()
 	rcount, err := state.GetValueState(rb, operators.KeyedCountState)
-	if err != nil {
-		return res, err
-	}
-	rb.SetCurrentKey(key(cfg.Keys - 1))
-	if _, ok, err := rcount.Value(); err != nil || !ok {
-		return res, fmt.Errorf("bench: state-scaling: restored state lacks key %d: %v", cfg.Keys-1, err)
+	if err == nil {
+		rb.SetCurrentKey(key(cfg.Keys - 1))
+		var ok bool
+		if _, ok, err = rcount.Value(); err == nil && !ok {
+			err = fmt.Errorf("key %d missing", cfg.Keys-1)
+		}
 	}
 	res.Restore = time.Since(start)
-	// Rescale 1 -> 2: each half restores its key groups.
-	start = time.Now()
-	for i := range 2 {
-		hcfg := bcfg
-		hcfg.Dir = filepath.Join(root, "rescaled-"+strconv.Itoa(i))
-		hcfg.KeyGroupRange = keygroup.RangeFor(maxP, 2, i)
-		hb, err := state.OpenBackendRestored(hcfg, []state.RestoreHandle{{Handle: last.Handle, Dir: lastDir, SharedDir: shared}})
-		if err != nil {
-			return res, fmt.Errorf("bench: state-scaling: rescale: %w", err)
-		}
-		hcount, err := state.GetValueState(hb, operators.KeyedCountState)
-		if err == nil {
-			for k := cfg.Keys - 1; k >= 0; k-- { // a key of this half
-				if hcfg.KeyGroupRange.Contains(keygroup.Assign(key(k), maxP)) {
-					hb.SetCurrentKey(key(k))
-					var ok bool
-					if _, ok, err = hcount.Value(); err == nil && !ok {
-						err = fmt.Errorf("key %d missing", k)
-					}
-					break
-				}
-			}
-		}
-		defer func() { _ = hb.Close() }() // after the measurement: Close waits for compactions
-		if err != nil {
-			return res, fmt.Errorf("bench: state-scaling: rescaled state: %w", err)
-		}
+	// The running backend and the restored one stop before the rescales
+	// (their Close, which waits for compactions, is not measured).
+	err = errors.Join(err, rb.Close(), b.Close())
+	closed = true
+	if err != nil {
+		return res, fmt.Errorf("bench: state-scaling: restored state: %w", err)
 	}
-	res.Rescale = time.Since(start)
+	chain := rescaleChain{cfg: bcfg, root: root, shared: shared, keys: cfg.Keys, changed: res.Changed, model: model, key: key}
+	rr, err := chain.run(ctx, state.RestoreHandle{Handle: last.Handle, Dir: lastDir, SharedDir: shared})
+	if err != nil {
+		return res, fmt.Errorf("bench: state-scaling: %w", err)
+	}
+	res.Rescale, res.RescaleSteps, res.Verify, res.Verified = rr.Steps[0], rr.Steps, rr.Verify, rr.Verified
+	res.LocalPeakBytes, res.LocalPeakAllBytes = disk.Stop()
 	res.PeakRSSBytes = rss.Peak()
 	return res, nil
 }
