@@ -630,19 +630,40 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
+	// A FileStore fsyncs each directory once after its last file
+	// (batchStore) instead of once per file; the _metadata comes after.
+	put := o.ns.Store.Upload
+	bs, batch := o.ns.Store.(batchStore)
+	if batch {
+		put = bs.UploadDeferred
+	}
+	var written, uploaded []string
 	for _, rel := range files {
-		if err := o.ns.Store.Upload(ctx, o.ns.chkKey(id, rel), filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+		key := o.ns.chkKey(id, rel)
+		if err := put(ctx, key, filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
+		written = append(written, key)
 	}
 	for _, f := range m.SharedFiles {
 		if _, ok := remoteObject(f); ok || o.known[f] {
 			continue // already uploaded, or an object of the remote state store
 		}
-		err := o.ns.Store.Upload(ctx, o.ns.sharedKey(f), filepath.Join(o.ns.Local.SharedDir(), filepath.FromSlash(f)))
+		key := o.ns.sharedKey(f)
+		err := put(ctx, key, filepath.Join(o.ns.Local.SharedDir(), filepath.FromSlash(f)))
 		if err != nil && !errors.Is(err, fs.ErrExist) { // exists: immutable and uniquely named, the same file
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
+		written = append(written, key) // also when it existed: its writer may have died before its sync
+		uploaded = append(uploaded, f)
+	}
+	if batch {
+		if err := bs.SyncKeys(ctx, written...); err != nil {
+			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+		}
+	}
+	// Known only once durable: a later checkpoint skips known files.
+	for _, f := range uploaded {
 		o.known[f], o.inflight[f] = true, true
 	}
 	if err := o.ns.Store.Upload(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile)); err != nil {

@@ -50,9 +50,40 @@ type Store interface {
 // Upload write a temporary file in the key's directory, fsync it and
 // hard-link it to its name (link(2) fails with EEXIST when the name
 // exists, atomically, so a reader never sees a partial object).
+//
+// A key's new directories are created durably (atomicfile.MkdirAll: the
+// parent of each is fsynced), so an object's directory cannot vanish in a
+// crash while a HEAD names it.
 type FileStore struct {
 	// Root is the store's directory.
 	Root string
+	// hooks, if not nil, replaces the directory fsync (tests count
+	// fsyncs); a pointer so FileStore stays comparable.
+	hooks *fileStoreHooks
+}
+
+// fileStoreHooks are FileStore's test seams.
+type fileStoreHooks struct {
+	syncDir func(dir string) error
+}
+
+// syncDir returns the directory fsync s uses.
+func (s FileStore) syncDir() func(string) error {
+	if s.hooks != nil && s.hooks.syncDir != nil {
+		return s.hooks.syncDir
+	}
+	return atomicfile.SyncDir
+}
+
+// batchStore is a Store that can leave the directory fsync of many
+// create-only writes to one call after the last (FileStore): Owner.upload
+// writes a checkpoint's files with UploadDeferred, then SyncKeys, then the
+// _metadata with Upload, so every file's entry is durable before the
+// _metadata (and the HEAD after it) that names it.
+type batchStore interface {
+	Store
+	UploadDeferred(ctx context.Context, key, path string) error
+	SyncKeys(ctx context.Context, keys ...string) error
 }
 
 // tmpPrefix starts the names of FileStore's temporary files, which List
@@ -71,24 +102,62 @@ func (s FileStore) Create(_ context.Context, key string, data []byte) error {
 
 // Upload implements Store.
 func (s FileStore) Upload(_ context.Context, key, src string) error {
+	return s.upload(key, src, false)
+}
+
+// UploadDeferred is Upload without the fsync of key's directory (the
+// file's own fsync and its new directories' stay): the object is complete
+// or absent to readers, but only SyncKeys makes its name survive a crash.
+// Errors as Upload's.
+func (s FileStore) UploadDeferred(_ context.Context, key, src string) error {
+	return s.upload(key, src, true)
+}
+
+// SyncKeys fsyncs the directory of each of keys once (keys sharing a
+// directory cost one fsync): after it the names UploadDeferred created
+// there are durable.
+func (s FileStore) SyncKeys(_ context.Context, keys ...string) error {
+	var dirs []string
+	for _, k := range keys {
+		if d := filepath.Dir(s.file(k)); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	sync := s.syncDir()
+	for _, d := range dirs {
+		if err := sync(d); err != nil {
+			return fmt.Errorf("checkpoint: sync %s in %s: %w", d, s, err)
+		}
+	}
+	return nil
+}
+
+func (s FileStore) upload(key, src string, deferSync bool) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("checkpoint: upload %s: %w", key, err)
 	}
 	defer in.Close()
-	return s.link(key, func(w io.Writer) error { _, err := io.Copy(w, in); return err })
+	return s.linkWith(key, deferSync, func(w io.Writer) error { _, err := io.Copy(w, in); return err })
 }
 
 // link writes key create-only with atomicfile.Write (NoReplace): a
 // temporary file filled by write and fsynced, hard-linked to key, the
 // directory fsynced.
 func (s FileStore) link(key string, write func(io.Writer) error) error {
+	return s.linkWith(key, false, write)
+}
+
+// linkWith is link, leaving the directory fsync to the caller when
+// deferSync. Missing directories of key are created durably either way.
+func (s FileStore) linkWith(key string, deferSync bool, write func(io.Writer) error) error {
 	name := s.file(key)
 	dir := filepath.Dir(name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := atomicfile.MkdirAll(dir, 0o755, s.syncDir()); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
 	}
-	if err := atomicfile.Write(name, atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true}, write); err != nil {
+	opts := atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true, NoDirSync: deferSync, SyncDir: s.syncDir()}
+	if err := atomicfile.Write(name, opts, write); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
 	}
 	return nil
