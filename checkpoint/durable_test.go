@@ -2,9 +2,11 @@ package checkpoint
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -286,5 +288,82 @@ func TestRetentionReadsOnlyNewMetadata(t *testing.T) {
 	}
 	if m.Bytes != 77 || s2.metadataReads() != 3 {
 		t.Fatalf("replaced chk-4: Bytes %d after %d reads, want 77 after 3", m.Bytes, s2.metadataReads())
+	}
+}
+
+// TestUnitRetentionReadsOnlyNewMetadata: an owner's retention never reads
+// back the _metadata of checkpoints it uploaded (upload caches their
+// shared files), a new owner reads each retained one once and then none,
+// and retention still deletes exactly the checkpoints and shared files no
+// retained checkpoint names.
+func TestUnitRetentionReadsOnlyNewMetadata(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store := FileStore{Root: filepath.Join(root, "store")}
+	staging := func(who string) Namespace {
+		return Namespace{Store: store, Prefix: UnitPrefix("clicks", 0, 0),
+			Local: NewStorage(filepath.Join(root, who), "0", 2, nil)}
+	}
+	checkpoint := func(o *Owner, ns Namespace, id int64) {
+		t.Helper()
+		dir := ns.Local.CheckpointDir(id)
+		f := fmt.Sprintf("inst/%d.sst", id)
+		for _, p := range []string{filepath.Join(dir, "op", "0", "state"), filepath.Join(ns.Local.SharedDir(), f)} {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m := &Metadata{Version: MetadataVersion, Job: "clicks", CheckpointID: id, Operators: map[string]OperatorMetadata{}, SharedFiles: []string{f}}
+		if err := ns.Local.commit(dir, m, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Checkpoint(ctx, id, UnitCommit{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Retain(ctx, o.Seq()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nsA := staging("a")
+	a, _, err := Claim(ctx, nsA, "a", "fp", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 4; id++ {
+		checkpoint(a, nsA, id)
+	}
+	if a.metaReads != 0 || nsA.Local.metadataReads() != 0 {
+		t.Fatalf("owner a read %d store and %d staging _metadata files, want 0 and 0", a.metaReads, nsA.Local.metadataReads())
+	}
+	keys, err := store.List(ctx, nsA.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data []string
+	for _, k := range keys {
+		if rel := strings.TrimPrefix(k, nsA.Prefix); !strings.HasPrefix(rel, HeadPrefix) && !strings.HasSuffix(rel, ClaimFile) {
+			data = append(data, rel)
+		}
+	}
+	want := []string{"chk-3/_metadata", "chk-3/op/0/state", "chk-4/_metadata", "chk-4/op/0/state", "shared/inst/3.sst", "shared/inst/4.sst"}
+	if !slices.Equal(data, want) {
+		t.Fatalf("store after retention holds %q, want %q", data, want)
+	}
+
+	nsB := staging("b")
+	b, _, err := Claim(ctx, nsB, "b", "fp", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkpoint(b, nsB, b.NextCheckpointID())
+	if b.metaReads != 1 {
+		t.Fatalf("new owner's first retention read %d store _metadata files, want 1 (chk-4, the other retained one)", b.metaReads)
+	}
+	checkpoint(b, nsB, b.NextCheckpointID())
+	if b.metaReads != 1 {
+		t.Fatalf("new owner's second retention read %d store _metadata files in all, want still 1", b.metaReads)
 	}
 }
