@@ -170,11 +170,11 @@ func TestUnitUploadSyncsEachDirectoryOnce(t *testing.T) {
 	}
 	p := ns.Prefix[:len(ns.Prefix)-1] // the unit's directory, relative to the store's root
 	want := []string{
-		p, p + "/chk-1", // the owner marker: chk-1's entry, then _claim's
-		p + "/chk-1/op", p + "/chk-1", // creating chk-1/op/0 (deepest first)
-		p + "/chk-1/op",  // creating chk-1/op/1
-		p + "/shared", p, // creating shared/inst
-		p + "/chk-1/op/0", p + "/chk-1/op/1", p + "/shared/inst", // SyncKeys: once per directory
+		p, p + "/chk-1", // the owner marker (Create): chk-1's entry, then _claim's
+		// FileBatch.Sync, once per directory: each written into, then the
+		// parents of the directories created, deepest first per upload.
+		p + "/chk-1/op/0", p + "/chk-1/op", p + "/chk-1", p + "/chk-1/op/1",
+		p + "/shared/inst", p + "/shared", p,
 		p + "/chk-1", // _metadata
 	}
 	if !slices.Equal(beforeHead, want) {

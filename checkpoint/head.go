@@ -638,32 +638,29 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 	// A FileStore fsyncs each directory once after its last file
 	// (batchStore) instead of once per file; the _metadata comes after.
 	put := o.ns.Store.Upload
-	bs, batch := o.ns.Store.(batchStore)
-	if batch {
-		put = bs.UploadDeferred
+	var batch *FileBatch
+	if bs, ok := o.ns.Store.(batchStore); ok {
+		batch = bs.Batch()
+		put = batch.Upload
 	}
-	var written, uploaded []string
+	var uploaded []string
 	for _, rel := range files {
-		key := o.ns.chkKey(id, rel)
-		if err := put(ctx, key, filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+		if err := put(ctx, o.ns.chkKey(id, rel), filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
-		written = append(written, key)
 	}
 	for _, f := range m.SharedFiles {
 		if _, ok := remoteObject(f); ok || o.known[f] {
 			continue // already uploaded, or an object of the remote state store
 		}
-		key := o.ns.sharedKey(f)
-		err := put(ctx, key, filepath.Join(o.ns.Local.SharedDir(), filepath.FromSlash(f)))
+		err := put(ctx, o.ns.sharedKey(f), filepath.Join(o.ns.Local.SharedDir(), filepath.FromSlash(f)))
 		if err != nil && !errors.Is(err, fs.ErrExist) { // exists: immutable and uniquely named, the same file
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
-		written = append(written, key) // also when it existed: its writer may have died before its sync
 		uploaded = append(uploaded, f)
 	}
-	if batch {
-		if err := bs.SyncKeys(ctx, written...); err != nil {
+	if batch != nil {
+		if err := batch.Sync(ctx); err != nil {
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
 	}

@@ -75,15 +75,15 @@ func (s FileStore) syncDir() func(string) error {
 	return atomicfile.SyncDir
 }
 
-// batchStore is a Store that can leave the directory fsync of many
-// create-only writes to one call after the last (FileStore): Owner.upload
-// writes a checkpoint's files with UploadDeferred, then SyncKeys, then the
-// _metadata with Upload, so every file's entry is durable before the
-// _metadata (and the HEAD after it) that names it.
+// batchStore is a Store that can leave the directory fsyncs of many
+// create-only writes to one pass after the last (FileStore): Owner.upload
+// writes a checkpoint's files through a FileBatch, syncs it, then writes
+// the _metadata with Upload, so every file's entry is durable before the
+// _metadata (and the HEAD after it) that names it. A wrapper that embeds
+// FileStore to override Upload must override Batch too.
 type batchStore interface {
 	Store
-	UploadDeferred(ctx context.Context, key, path string) error
-	SyncKeys(ctx context.Context, keys ...string) error
+	Batch() *FileBatch
 }
 
 // tmpPrefix starts the names of FileStore's temporary files, which List
@@ -102,61 +102,83 @@ func (s FileStore) Create(_ context.Context, key string, data []byte) error {
 
 // Upload implements Store.
 func (s FileStore) Upload(_ context.Context, key, src string) error {
-	return s.upload(key, src, false)
-}
-
-// UploadDeferred is Upload without the fsync of key's directory (the
-// file's own fsync and its new directories' stay): the object is complete
-// or absent to readers, but only SyncKeys makes its name survive a crash.
-// Errors as Upload's.
-func (s FileStore) UploadDeferred(_ context.Context, key, src string) error {
-	return s.upload(key, src, true)
-}
-
-// SyncKeys fsyncs the directory of each of keys once (keys sharing a
-// directory cost one fsync): after it the names UploadDeferred created
-// there are durable.
-func (s FileStore) SyncKeys(_ context.Context, keys ...string) error {
-	var dirs []string
-	for _, k := range keys {
-		if d := filepath.Dir(s.file(k)); !slices.Contains(dirs, d) {
-			dirs = append(dirs, d)
-		}
-	}
-	sync := s.syncDir()
-	for _, d := range dirs {
-		if err := sync(d); err != nil {
-			return fmt.Errorf("checkpoint: sync %s in %s: %w", d, s, err)
-		}
-	}
-	return nil
-}
-
-func (s FileStore) upload(key, src string, deferSync bool) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("checkpoint: upload %s: %w", key, err)
 	}
 	defer in.Close()
-	return s.linkWith(key, deferSync, func(w io.Writer) error { _, err := io.Copy(w, in); return err })
+	return s.link(key, func(w io.Writer) error { _, err := io.Copy(w, in); return err })
+}
+
+// Batch returns a FileBatch of s: create-only uploads whose directory
+// fsyncs wait for its Sync.
+func (s FileStore) Batch() *FileBatch { return &FileBatch{s: s} }
+
+// FileBatch writes objects of a FileStore as Upload does, each fsynced,
+// but collects the fsyncs of their directories (and of the parents of the
+// directories they create) for Sync, which runs each once: a checkpoint of
+// many files in few directories costs one fsync per directory, not one per
+// file. Until Sync returns, the objects are complete or absent to readers
+// but may not survive a crash. Not safe for concurrent use.
+type FileBatch struct {
+	s    FileStore
+	dirs []string // to fsync, in first-seen order, once each
+}
+
+func (b *FileBatch) add(dir string) error {
+	if !slices.Contains(b.dirs, dir) {
+		b.dirs = append(b.dirs, dir)
+	}
+	return nil
+}
+
+// Upload writes the local file at path under key, create-only (an error
+// wrapping fs.ErrExist when key exists). The key's directory is synced by
+// Sync also then: the object's writer may have died before its own fsync.
+func (b *FileBatch) Upload(_ context.Context, key, src string) error {
+	name := b.s.file(key)
+	dir := filepath.Dir(name)
+	if err := b.add(dir); err != nil {
+		return err
+	}
+	if err := atomicfile.MkdirAll(dir, 0o755, b.add); err != nil {
+		return fmt.Errorf("checkpoint: create %s in %s: %w", key, b.s, err)
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("checkpoint: upload %s: %w", key, err)
+	}
+	defer in.Close()
+	opts := atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true, NoDirSync: true}
+	if err := atomicfile.Write(name, opts, func(w io.Writer) error { _, err := io.Copy(w, in); return err }); err != nil {
+		return fmt.Errorf("checkpoint: create %s in %s: %w", key, b.s, err)
+	}
+	return nil
+}
+
+// Sync fsyncs every directory the batch's uploads wrote into or created a
+// directory in, once each; after it the batch's objects are durable.
+func (b *FileBatch) Sync(context.Context) error {
+	sync := b.s.syncDir()
+	for _, d := range b.dirs {
+		if err := sync(d); err != nil {
+			return fmt.Errorf("checkpoint: sync %s in %s: %w", d, b.s, err)
+		}
+	}
+	b.dirs = nil
+	return nil
 }
 
 // link writes key create-only with atomicfile.Write (NoReplace): a
 // temporary file filled by write and fsynced, hard-linked to key, the
-// directory fsynced.
+// directory fsynced. Missing directories of key are created durably.
 func (s FileStore) link(key string, write func(io.Writer) error) error {
-	return s.linkWith(key, false, write)
-}
-
-// linkWith is link, leaving the directory fsync to the caller when
-// deferSync. Missing directories of key are created durably either way.
-func (s FileStore) linkWith(key string, deferSync bool, write func(io.Writer) error) error {
 	name := s.file(key)
 	dir := filepath.Dir(name)
 	if err := atomicfile.MkdirAll(dir, 0o755, s.syncDir()); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
 	}
-	opts := atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true, NoDirSync: deferSync, SyncDir: s.syncDir()}
+	opts := atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true, SyncDir: s.syncDir()}
 	if err := atomicfile.Write(name, opts, write); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
 	}
