@@ -57,7 +57,12 @@ func TestCheckpointDirectoriesAreDurable(t *testing.T) {
 		s := NewStorage(filepath.Join(root, "checkpoints"), "job", 3, nil)
 		s.syncDir = log.sync
 		var atCommit [][]string
-		s.beforeCommit = func(int64) error { atCommit = append(atCommit, slices.Clone(log.dirs)); return nil }
+		s.beforeCommit = func(int64) error { // on the coordinator's goroutine
+			log.mu.Lock()
+			atCommit = append(atCommit, slices.Clone(log.dirs))
+			log.mu.Unlock()
+			return nil
+		}
 		j := newFakeJob(2, nil)
 		c := j.coordinator(t, CoordinatorConfig{Job: "job", MaxParallelism: 128, Storage: s, Interval: 100 * time.Millisecond})
 		r := runCoordinator(c)
@@ -77,8 +82,11 @@ func TestCheckpointDirectoriesAreDurable(t *testing.T) {
 			t.Fatalf("checkpoint 1 fsynced %q, want %q", got, want1)
 		}
 		// Everything but the _metadata's own fsync came before the rename.
-		if len(atCommit) != 1 || !slices.Equal(atCommit[0], want1[:6]) {
-			t.Fatalf("fsynced before the metadata rename: %q, want %q", atCommit, want1[:6])
+		log.mu.Lock()
+		commits := slices.Clone(atCommit)
+		log.mu.Unlock()
+		if len(commits) != 1 || !slices.Equal(commits[0], want1[:6]) {
+			t.Fatalf("fsynced before the metadata rename: %q, want %q", commits, want1[:6])
 		}
 		time.Sleep(100 * time.Millisecond)
 		synctest.Wait()
