@@ -512,18 +512,30 @@ func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
 	}
 }
 
-// mkdir creates the directory of b. A cluster-mode unit's checkpoint
-// creates its local staging directory create-only, as its upload writes
-// every object of chk-<id> in the unit's store create-only (Owner): a
-// chk-<id> that exists belongs to another owner (a zombie and the unit's
-// new owner may count the same ids), and writing into it would overwrite
-// that owner's checkpoint; the checkpoint fails instead and the next
-// takes the next id.
+// mkdir creates the directory of b durably (atomicfile.MkdirAll: the
+// parent of each directory it creates is fsynced, so a crash cannot lose
+// chk-<id>/ while a later _metadata or HEAD names it), except a cluster
+// unit's staging copy (b.Staging), which the unit's start wipes. A
+// cluster-mode unit's checkpoint creates its local staging directory
+// create-only, as its upload writes every object of chk-<id> in the unit's
+// store create-only (Owner): a chk-<id> that exists belongs to another
+// owner (a zombie and the unit's new owner may count the same ids), and
+// writing into it would overwrite that owner's checkpoint; the checkpoint
+// fails instead and the next takes the next id.
 func (c *Coordinator) mkdir(b *runtime.Barrier) error {
+	s := c.cfg.Storage
 	if c.cfg.Owner == nil || b.Savepoint {
-		return os.MkdirAll(b.Dir, 0o755)
+		if b.Staging {
+			return os.MkdirAll(b.Dir, 0o755)
+		}
+		return s.mkdirAll(b.Dir)
 	}
-	if err := os.MkdirAll(filepath.Dir(b.Dir), 0o755); err != nil {
+	parent := filepath.Dir(b.Dir)
+	if b.Staging {
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return err
+		}
+	} else if err := s.mkdirAll(parent); err != nil {
 		return err
 	}
 	if err := os.Mkdir(b.Dir, 0o755); err != nil {
@@ -532,7 +544,10 @@ func (c *Coordinator) mkdir(b *runtime.Barrier) error {
 		}
 		return err
 	}
-	return nil
+	if b.Staging {
+		return nil
+	}
+	return s.sync(parent)
 }
 
 func (c *Coordinator) onAck(task runtime.TaskID, id int64, snap runtime.TaskSnapshot) {
@@ -588,7 +603,9 @@ func (c *Coordinator) complete(p *pending) error {
 	// hook runs between the temporary metadata file and its rename.
 	var err error
 	if b.Savepoint {
-		err = writeMetadata(b.Dir, m, nil)
+		if err = c.cfg.Storage.syncEntries(b.Dir, m); err == nil {
+			err = writeMetadataSync(b.Dir, m, nil, false, c.cfg.Storage.syncDir)
+		}
 	} else {
 		err = c.cfg.Storage.commit(b.Dir, m, b.Staging)
 	}

@@ -314,8 +314,13 @@ type Owner struct {
 	chain       map[int64]int64 // checkpoint id named by each HEAD seen (seq -> id)
 	known       map[string]bool // shared files (Metadata.SharedFiles names) in the store
 	inflight    map[string]bool // shared files uploaded since this owner's last HEAD
-	maxChk      int64           // highest chk-<id> in the store at the claim, or reserved since
-	marked      int64           // the chk-<id> whose owner marker is this owner's (0: none yet)
+	// sharedOf caches the SharedFiles of chk-<id>/_metadata in the store
+	// (create-only, so immutable) for Retain; metaReads counts the reads
+	// (tests).
+	sharedOf  map[int64][]string
+	metaReads int
+	maxChk    int64 // highest chk-<id> in the store at the claim, or reserved since
+	marked    int64 // the chk-<id> whose owner marker is this owner's (0: none yet)
 }
 
 // claimAttempts bounds how often Claim re-reads the chain after the
@@ -377,7 +382,7 @@ func claimWith(ctx context.Context, ns Namespace, member, fingerprint string, un
 			return nil, Head{}, fmt.Errorf("checkpoint: unit %s: member %s claimed HEAD-%d first: %w", ns.Prefix, prev.Owner, prev.Seq, ErrHeadExists)
 		}
 		o := &Owner{ns: ns, member: member, fingerprint: fingerprint, units: units, retained: max(retained, 1), token: token,
-			chain: map[int64]int64{}, known: map[string]bool{}, inflight: map[string]bool{}}
+			chain: map[int64]int64{}, known: map[string]bool{}, inflight: map[string]bool{}, sharedOf: map[int64][]string{}}
 		// Listed at every attempt: the previous owner's HEAD that beat the
 		// last one may name a checkpoint it uploaded since.
 		if ns.Local != nil {
@@ -612,7 +617,7 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 		return err
 	}
 	dir := o.ns.Local.CheckpointDir(id)
-	m, err := ReadMetadata(dir)
+	m, err := o.ns.Local.readMetadata(dir) // cached by the staging commit
 	if err != nil {
 		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
@@ -630,8 +635,17 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
+	// A FileStore fsyncs each directory once after its last file
+	// (batchStore) instead of once per file; the _metadata comes after.
+	put := o.ns.Store.Upload
+	var batch *FileBatch
+	if bs, ok := o.ns.Store.(batchStore); ok {
+		batch = bs.Batch()
+		put = batch.Upload
+	}
+	var uploaded []string
 	for _, rel := range files {
-		if err := o.ns.Store.Upload(ctx, o.ns.chkKey(id, rel), filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+		if err := put(ctx, o.ns.chkKey(id, rel), filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
 	}
@@ -639,15 +653,25 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 		if _, ok := remoteObject(f); ok || o.known[f] {
 			continue // already uploaded, or an object of the remote state store
 		}
-		err := o.ns.Store.Upload(ctx, o.ns.sharedKey(f), filepath.Join(o.ns.Local.SharedDir(), filepath.FromSlash(f)))
+		err := put(ctx, o.ns.sharedKey(f), filepath.Join(o.ns.Local.SharedDir(), filepath.FromSlash(f)))
 		if err != nil && !errors.Is(err, fs.ErrExist) { // exists: immutable and uniquely named, the same file
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
+		uploaded = append(uploaded, f)
+	}
+	if batch != nil {
+		if err := batch.Sync(ctx); err != nil {
+			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+		}
+	}
+	// Known only once durable: a later checkpoint skips known files.
+	for _, f := range uploaded {
 		o.known[f], o.inflight[f] = true, true
 	}
 	if err := o.ns.Store.Upload(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile)); err != nil {
 		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
+	o.sharedOf[id] = m.SharedFiles // what the store's chk-<id>/_metadata now holds
 	return nil
 }
 
@@ -868,16 +892,27 @@ func (o *Owner) Retain(ctx context.Context, from int64) error {
 		}
 	}
 	referenced := map[string]bool{}
+	for id := range o.sharedOf {
+		if !named[id] {
+			delete(o.sharedOf, id)
+		}
+	}
 	for id := range named {
-		b, err := o.ns.Store.Read(ctx, o.ns.chkKey(id, MetadataFile))
-		if err != nil {
-			return err // never delete shared files on a partial view
+		files, ok := o.sharedOf[id]
+		if !ok {
+			o.metaReads++
+			b, err := o.ns.Store.Read(ctx, o.ns.chkKey(id, MetadataFile))
+			if err != nil {
+				return err // never delete shared files on a partial view
+			}
+			var m Metadata
+			if err := json.Unmarshal(b, &m); err != nil {
+				return fmt.Errorf("checkpoint: unit %s: chk-%d/%s: %w", o.ns.Prefix, id, MetadataFile, err)
+			}
+			files = m.SharedFiles
+			o.sharedOf[id] = files // immutable: written create-only
 		}
-		var m Metadata
-		if err := json.Unmarshal(b, &m); err != nil {
-			return fmt.Errorf("checkpoint: unit %s: chk-%d/%s: %w", o.ns.Prefix, id, MetadataFile, err)
-		}
-		for _, f := range m.SharedFiles {
+		for _, f := range files {
 			referenced[f] = true
 		}
 	}

@@ -137,13 +137,14 @@ func ReadMetadata(dir string) (*Metadata, error) {
 // its error leaves _metadata.tmp behind as a crash there would (tests
 // inject failures there).
 func writeMetadata(dir string, m *Metadata, beforeRename func() error) error {
-	return writeMetadataSync(dir, m, beforeRename, false)
+	return writeMetadataSync(dir, m, beforeRename, false, nil)
 }
 
 // writeMetadataSync is writeMetadata, without either fsync when noSync (a
 // cluster unit's staging copy, which the unit's start wipes and whose
-// durable copy is the store's: runtime.Barrier.Staging).
-func writeMetadataSync(dir string, m *Metadata, beforeRename func() error, noSync bool) error {
+// durable copy is the store's: runtime.Barrier.Staging); syncDir, if not
+// nil, fsyncs dir (atomicfile.Options.SyncDir).
+func writeMetadataSync(dir string, m *Metadata, beforeRename func() error, noSync bool, syncDir func(string) error) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
@@ -152,5 +153,6 @@ func writeMetadataSync(dir string, m *Metadata, beforeRename func() error, noSyn
 		TempName:     MetadataFile + ".tmp",
 		BeforeRename: beforeRename,
 		NoSync:       noSync,
+		SyncDir:      syncDir,
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
@@ -44,6 +45,121 @@ type Storage struct {
 	// remoteStore is the remote state's object store (SetRemoteStore);
 	// nil: RemoteDir.
 	remoteStore remote.Storage
+	// syncDir fsyncs a directory; nil means atomicfile.SyncDir (tests
+	// count directory fsyncs through it).
+	syncDir func(dir string) error
+	// meta caches the metadata of completed checkpoints (see metaCache).
+	meta metaCache
+	// durableShared holds the shared directories (absolute) whose entries
+	// in their parents are known durable (syncShared).
+	durableShared map[string]bool
+}
+
+// metaCache caches the metadata of the completed checkpoints Storage
+// lists, by directory: a completed checkpoint's _metadata is immutable, so
+// retention after each checkpoint reads only the new one instead of every
+// retained one again. An entry is used only while the directory is the
+// same one (same inode and modification time as when it was read), so a
+// chk-<id> deleted and written again is read again. Safe for concurrent
+// use (List may run from another goroutine than the Coordinator's).
+type metaCache struct {
+	mu      sync.Mutex
+	entries map[string]metaEntry
+	// reads counts the _metadata files read (tests).
+	reads int
+}
+
+type metaEntry struct {
+	dir os.FileInfo
+	m   *Metadata
+}
+
+// get returns the cached metadata of dir (whose current stat is st), or
+// nil.
+func (c *metaCache) get(dir string, st os.FileInfo) *Metadata {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[dir]
+	if !ok || st == nil || !os.SameFile(e.dir, st) || !e.dir.ModTime().Equal(st.ModTime()) {
+		return nil
+	}
+	return e.m
+}
+
+func (c *metaCache) put(dir string, st os.FileInfo, m *Metadata) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[string]metaEntry{}
+	}
+	c.entries[dir] = metaEntry{dir: st, m: m}
+}
+
+// retain drops every entry whose directory is not in keep.
+func (c *metaCache) retain(keep map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for d := range c.entries {
+		if !keep[d] {
+			delete(c.entries, d)
+		}
+	}
+}
+
+func (c *metaCache) drop(dir string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, dir)
+}
+
+func (c *metaCache) countRead() {
+	c.mu.Lock()
+	c.reads++
+	c.mu.Unlock()
+}
+
+// metadataReads returns how many _metadata files s read (tests).
+func (s *Storage) metadataReads() int {
+	s.meta.mu.Lock()
+	defer s.meta.mu.Unlock()
+	return s.meta.reads
+}
+
+// readMetadata is ReadMetadata through s's cache: a completed checkpoint
+// whose directory is unchanged since it was read costs one stat.
+func (s *Storage) readMetadata(dir string) (*Metadata, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, err
+	}
+	return s.readMetadataStat(dir, st)
+}
+
+func (s *Storage) readMetadataStat(dir string, st os.FileInfo) (*Metadata, error) {
+	if m := s.meta.get(dir, st); m != nil {
+		return m, nil
+	}
+	s.meta.countRead()
+	m, err := ReadMetadata(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.meta.put(dir, st, m)
+	return m, nil
+}
+
+// sync fsyncs dir with s.syncDir.
+func (s *Storage) sync(dir string) error {
+	if s.syncDir != nil {
+		return s.syncDir(dir)
+	}
+	return atomicfile.SyncDir(dir)
+}
+
+// mkdirAll is atomicfile.MkdirAll with s's fsync: dir and its new parents
+// exist durably when it returns.
+func (s *Storage) mkdirAll(dir string) error {
+	return atomicfile.MkdirAll(dir, 0o755, s.sync)
 }
 
 // NewStorage returns the storage of job under dir: dir/job holds its
@@ -81,11 +197,32 @@ type Info struct {
 
 // List returns the checkpoints under the job directory, ascending by id. A
 // directory whose metadata is unreadable is listed as incomplete.
-func (s *Storage) List() ([]Info, error) { return ListDir(s.jobDir) }
+// Completed checkpoints' metadata comes from s's cache (metaCache) when
+// their directory is unchanged.
+func (s *Storage) List() ([]Info, error) {
+	seen := map[string]bool{}
+	out, err := listDir(s.jobDir, func(dir string, e fs.DirEntry) (*Metadata, error) {
+		seen[dir] = true
+		st, err := e.Info()
+		if err != nil {
+			return nil, err
+		}
+		return s.readMetadataStat(dir, st)
+	})
+	if err == nil {
+		s.meta.retain(seen)
+	}
+	return out, err
+}
 
 // ListDir lists the checkpoints in a job's checkpoint directory (see
 // Storage.List). A missing directory has no checkpoints.
 func ListDir(jobDir string) ([]Info, error) {
+	return listDir(jobDir, func(dir string, _ fs.DirEntry) (*Metadata, error) { return ReadMetadata(dir) })
+}
+
+// listDir is ListDir reading each checkpoint's metadata with read.
+func listDir(jobDir string, read func(dir string, e fs.DirEntry) (*Metadata, error)) ([]Info, error) {
 	ents, err := os.ReadDir(jobDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -101,7 +238,7 @@ func ListDir(jobDir string) ([]Info, error) {
 		}
 		dir := filepath.Join(jobDir, e.Name())
 		info := Info{ID: id, Dir: dir, State: StateIncomplete}
-		if m, err := ReadMetadata(dir); err == nil {
+		if m, err := read(dir, e); err == nil {
 			info.State, info.Time, info.Bytes, info.Savepoint = StateCompleted, m.Timestamp, m.Bytes, m.Savepoint
 		} else {
 			if st, err := e.Info(); err == nil {
@@ -226,7 +363,7 @@ func (s *Storage) Latest() (string, *Metadata, error) {
 		if infos[i].State != StateCompleted {
 			continue
 		}
-		m, err := ReadMetadata(infos[i].Dir)
+		m, err := s.readMetadata(infos[i].Dir)
 		if err != nil {
 			return "", nil, err
 		}
@@ -251,7 +388,7 @@ const savepointPointer = "latest-savepoint"
 // RecordSavepoint remembers dir as the job's newest savepoint (atomically
 // and durably, with atomicfile.WriteFile), so Latest can resume from it.
 func (s *Storage) RecordSavepoint(dir string) error {
-	if err := os.MkdirAll(s.jobDir, 0o755); err != nil {
+	if err := s.mkdirAll(s.jobDir); err != nil {
 		return err
 	}
 	abs, err := filepath.Abs(dir)
@@ -261,6 +398,7 @@ func (s *Storage) RecordSavepoint(dir string) error {
 	return atomicfile.WriteFile(filepath.Join(s.jobDir, savepointPointer), []byte(abs+"\n"), atomicfile.Options{
 		TempName: savepointPointer + ".tmp",
 		Perm:     0o644,
+		SyncDir:  s.syncDir,
 	})
 }
 
@@ -276,14 +414,85 @@ func (s *Storage) LatestSavepoint() (string, error) {
 
 // commit writes m as the metadata of the checkpoint in dir: the commit
 // point; noSync skips the fsyncs (a cluster unit's staging copy:
-// runtime.Barrier.Staging).
+// runtime.Barrier.Staging). Before the metadata it makes the checkpoint's
+// directories durable (syncEntries), so a _metadata that survives a crash
+// never names a task directory or shared file that did not. The metadata
+// committed is cached: retention does not read it back.
 func (s *Storage) commit(dir string, m *Metadata, noSync bool) error {
+	if !noSync {
+		if err := s.syncEntries(dir, m); err != nil {
+			return fmt.Errorf("checkpoint: commit %d: %w", m.CheckpointID, err)
+		}
+	}
 	var hook func() error
 	if s.beforeCommit != nil {
 		hook = func() error { return s.beforeCommit(m.CheckpointID) }
 	}
-	if err := writeMetadataSync(dir, m, hook, noSync); err != nil {
+	if err := writeMetadataSync(dir, m, hook, noSync, s.syncDir); err != nil {
 		return fmt.Errorf("checkpoint: commit %d: %w", m.CheckpointID, err)
+	}
+	if st, err := os.Stat(dir); err == nil {
+		s.meta.put(dir, st, m)
+	}
+	return nil
+}
+
+// syncEntries makes durable the directory entries a checkpoint's task
+// snapshots created below its directory dir (the backends create
+// <operator>/<subtask>/ with os.MkdirAll and fsync only the directory
+// their files are in): it fsyncs dir and every directory below it that
+// holds a directory, once each. Then, for the shared files m names, it
+// fsyncs the parent of each shared directory not yet known durable (a new
+// backend instance's directory, the shared directory itself), once per
+// Storage.
+func (s *Storage) syncEntries(dir string, m *Metadata) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				return s.sync(p)
+			}
+		}
+		return nil
+	})
+	if err != nil || len(m.SharedFiles) == 0 {
+		return err
+	}
+	shared := absPath(m.SharedDirOf(dir))
+	if !strings.HasPrefix(shared, absPath(s.jobDir)+string(filepath.Separator)) {
+		return nil // another job's shared directory (a restored one): not ours to sync
+	}
+	var parents []string
+	seen := map[string]bool{}
+	for _, f := range m.SharedFiles {
+		if _, ok := remoteObject(f); ok {
+			continue
+		}
+		for d := filepath.Dir(filepath.Join(shared, filepath.FromSlash(f))); len(d) >= len(shared) && !s.durableShared[d]; d = filepath.Dir(d) {
+			if !seen[d] {
+				seen[d] = true
+				if p := filepath.Dir(d); !slices.Contains(parents, p) {
+					parents = append(parents, p)
+				}
+			}
+		}
+	}
+	for _, p := range parents {
+		if err := s.sync(p); err != nil {
+			return err
+		}
+	}
+	if s.durableShared == nil {
+		s.durableShared = map[string]bool{}
+	}
+	for d := range seen {
+		s.durableShared[d] = true
 	}
 	return nil
 }
@@ -321,7 +530,7 @@ func (s *Storage) Prune() error {
 	referenced := map[string]bool{}
 	for _, in := range infos {
 		if keep[in.ID] {
-			m, err := ReadMetadata(in.Dir)
+			m, err := s.readMetadata(in.Dir)
 			if err != nil {
 				return err // never delete shared files on a partial view
 			}
@@ -335,6 +544,7 @@ func (s *Storage) Prune() error {
 		}
 		s.logger.Debug("deleting checkpoint", "checkpoint_id", in.ID, "state", in.State)
 		errs = append(errs, os.RemoveAll(in.Dir))
+		s.meta.drop(in.Dir)
 	}
 	shared := s.SharedDir()
 	err = filepath.WalkDir(shared, func(path string, d fs.DirEntry, err error) error {
@@ -382,7 +592,7 @@ func (s *Storage) SharedRefCounts() (map[string]int, error) {
 		if in.State != StateCompleted {
 			continue
 		}
-		m, err := ReadMetadata(in.Dir)
+		m, err := s.readMetadata(in.Dir)
 		if err != nil {
 			return nil, err
 		}
@@ -438,6 +648,7 @@ func (s *Storage) AdoptShared(dir string, m *Metadata) (int, error) {
 		return 0, nil
 	}
 	n := 0
+	var dirs []string
 	for _, f := range m.SharedFiles {
 		src, dst := filepath.Join(from, filepath.FromSlash(f)), filepath.Join(to, filepath.FromSlash(f))
 		st, err := os.Stat(src)
@@ -450,20 +661,25 @@ func (s *Storage) AdoptShared(dir string, m *Metadata) (int, error) {
 			}
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		if err := s.mkdirAll(filepath.Dir(dst)); err != nil {
 			return n, err
 		}
 		if err := os.Link(src, dst); err != nil {
-			if err := atomicfile.CopyFile(src, dst, atomicfile.Options{Perm: 0o644}); err != nil {
+			if err := atomicfile.CopyFile(src, dst, atomicfile.Options{Perm: 0o644, NoDirSync: true}); err != nil {
 				return n, fmt.Errorf("checkpoint: copy shared file %s of checkpoint %d: %w", f, m.CheckpointID, err)
 			}
 		}
 		n++
+		if !slices.Contains(dirs, filepath.Dir(dst)) {
+			dirs = append(dirs, filepath.Dir(dst))
+		}
 	}
-	if n > 0 {
-		if err := atomicfile.SyncDir(to); err != nil {
+	for _, d := range dirs { // the links and copies, once per directory
+		if err := s.sync(d); err != nil {
 			return n, err
 		}
+	}
+	if n > 0 {
 		s.logger.Info("linked the restored checkpoint's shared files into the job's shared directory",
 			"checkpoint_id", m.CheckpointID, "files", n, "from", from, "to", to)
 	}

@@ -50,9 +50,40 @@ type Store interface {
 // Upload write a temporary file in the key's directory, fsync it and
 // hard-link it to its name (link(2) fails with EEXIST when the name
 // exists, atomically, so a reader never sees a partial object).
+//
+// A key's new directories are created durably (atomicfile.MkdirAll: the
+// parent of each is fsynced), so an object's directory cannot vanish in a
+// crash while a HEAD names it.
 type FileStore struct {
 	// Root is the store's directory.
 	Root string
+	// hooks, if not nil, replaces the directory fsync (tests count
+	// fsyncs); a pointer so FileStore stays comparable.
+	hooks *fileStoreHooks
+}
+
+// fileStoreHooks are FileStore's test seams.
+type fileStoreHooks struct {
+	syncDir func(dir string) error
+}
+
+// syncDir returns the directory fsync s uses.
+func (s FileStore) syncDir() func(string) error {
+	if s.hooks != nil && s.hooks.syncDir != nil {
+		return s.hooks.syncDir
+	}
+	return atomicfile.SyncDir
+}
+
+// batchStore is a Store that can leave the directory fsyncs of many
+// create-only writes to one pass after the last (FileStore): Owner.upload
+// writes a checkpoint's files through a FileBatch, syncs it, then writes
+// the _metadata with Upload, so every file's entry is durable before the
+// _metadata (and the HEAD after it) that names it. A wrapper that embeds
+// FileStore to override Upload must override Batch too.
+type batchStore interface {
+	Store
+	Batch() *FileBatch
 }
 
 // tmpPrefix starts the names of FileStore's temporary files, which List
@@ -79,16 +110,76 @@ func (s FileStore) Upload(_ context.Context, key, src string) error {
 	return s.link(key, func(w io.Writer) error { _, err := io.Copy(w, in); return err })
 }
 
+// Batch returns a FileBatch of s: create-only uploads whose directory
+// fsyncs wait for its Sync.
+func (s FileStore) Batch() *FileBatch { return &FileBatch{s: s} }
+
+// FileBatch writes objects of a FileStore as Upload does, each fsynced,
+// but collects the fsyncs of their directories (and of the parents of the
+// directories they create) for Sync, which runs each once: a checkpoint of
+// many files in few directories costs one fsync per directory, not one per
+// file. Until Sync returns, the objects are complete or absent to readers
+// but may not survive a crash. Not safe for concurrent use.
+type FileBatch struct {
+	s    FileStore
+	dirs []string // to fsync, in first-seen order, once each
+}
+
+func (b *FileBatch) add(dir string) error {
+	if !slices.Contains(b.dirs, dir) {
+		b.dirs = append(b.dirs, dir)
+	}
+	return nil
+}
+
+// Upload writes the local file at path under key, create-only (an error
+// wrapping fs.ErrExist when key exists). The key's directory is synced by
+// Sync also then: the object's writer may have died before its own fsync.
+func (b *FileBatch) Upload(_ context.Context, key, src string) error {
+	name := b.s.file(key)
+	dir := filepath.Dir(name)
+	if err := b.add(dir); err != nil {
+		return err
+	}
+	if err := atomicfile.MkdirAll(dir, 0o755, b.add); err != nil {
+		return fmt.Errorf("checkpoint: create %s in %s: %w", key, b.s, err)
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("checkpoint: upload %s: %w", key, err)
+	}
+	defer in.Close()
+	opts := atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true, NoDirSync: true}
+	if err := atomicfile.Write(name, opts, func(w io.Writer) error { _, err := io.Copy(w, in); return err }); err != nil {
+		return fmt.Errorf("checkpoint: create %s in %s: %w", key, b.s, err)
+	}
+	return nil
+}
+
+// Sync fsyncs every directory the batch's uploads wrote into or created a
+// directory in, once each; after it the batch's objects are durable.
+func (b *FileBatch) Sync(context.Context) error {
+	sync := b.s.syncDir()
+	for _, d := range b.dirs {
+		if err := sync(d); err != nil {
+			return fmt.Errorf("checkpoint: sync %s in %s: %w", d, b.s, err)
+		}
+	}
+	b.dirs = nil
+	return nil
+}
+
 // link writes key create-only with atomicfile.Write (NoReplace): a
 // temporary file filled by write and fsynced, hard-linked to key, the
-// directory fsynced.
+// directory fsynced. Missing directories of key are created durably.
 func (s FileStore) link(key string, write func(io.Writer) error) error {
 	name := s.file(key)
 	dir := filepath.Dir(name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := atomicfile.MkdirAll(dir, 0o755, s.syncDir()); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
 	}
-	if err := atomicfile.Write(name, atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true}, write); err != nil {
+	opts := atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true, SyncDir: s.syncDir()}
+	if err := atomicfile.Write(name, opts, write); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
 	}
 	return nil

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -611,7 +610,7 @@ func gatherClusterSavepoint(ctx context.Context, st *graph.Stages, store checkpo
 	id++
 	now := time.Now().UTC()
 	spDir := filepath.Join(dir, fmt.Sprintf("savepoint-%d-%d", id, now.Unix()))
-	if err := os.MkdirAll(spDir, 0o755); err != nil {
+	if err := atomicfile.MkdirAll(spDir, 0o755, nil); err != nil { // its entry durable before the _metadata that completes it
 		return "", fmt.Errorf("job: gather savepoint: %w", err)
 	}
 	meta := &checkpoint.Metadata{Version: checkpoint.MetadataVersion, Job: st.Job, CheckpointID: id, Savepoint: true,

@@ -308,3 +308,61 @@ func TestConcurrentWritersUniqueTemps(t *testing.T) {
 		t.Fatalf("dir holds %q, want only [shared.sst]", got)
 	}
 }
+
+// TestMkdirAllSyncsTheParentOfEachNewDirectory: MkdirAll creates the
+// missing components and fsyncs the parent of each one it created, once,
+// and nothing when dir exists.
+func TestMkdirAllSyncsTheParentOfEachNewDirectory(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var synced []string
+	sync := func(d string) error { synced = append(synced, d); return SyncDir(d) }
+	dir := filepath.Join(root, "a", "b", "c")
+	if err := MkdirAll(dir, 0o755, sync); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		t.Fatalf("%s not created: %v", dir, err)
+	}
+	want := []string{filepath.Join(root, "a", "b"), filepath.Join(root, "a")}
+	if !slices.Equal(synced, want) {
+		t.Fatalf("synced %q, want %q", synced, want)
+	}
+	synced = nil
+	if err := MkdirAll(dir, 0o755, sync); err != nil {
+		t.Fatal(err)
+	}
+	if len(synced) != 0 {
+		t.Fatalf("existing dir: synced %q, want nothing", synced)
+	}
+	f := filepath.Join(root, "file")
+	if err := os.WriteFile(f, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := MkdirAll(filepath.Join(f, "x"), 0o755, sync); err == nil {
+		t.Fatal("MkdirAll under a file: no error")
+	}
+}
+
+// TestWriteNoDirSyncSkipsOnlyTheDirectoryFsync: NoDirSync publishes dst
+// without calling the directory fsync; without it the SyncDir hook runs
+// once for dst's directory.
+func TestWriteNoDirSyncSkipsOnlyTheDirectoryFsync(t *testing.T) {
+	dir := t.TempDir()
+	var synced []string
+	hook := func(d string) error { synced = append(synced, d); return nil }
+	if err := WriteFile(filepath.Join(dir, "a"), []byte("x"), Options{NoDirSync: true, SyncDir: hook}); err != nil {
+		t.Fatal(err)
+	}
+	if got := content(t, filepath.Join(dir, "a")); got != "x" || len(synced) != 0 {
+		t.Fatalf("NoDirSync: content %q, synced %q; want x and nothing", got, synced)
+	}
+	if err := WriteFile(filepath.Join(dir, "b"), []byte("y"), Options{SyncDir: hook}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(synced, []string{dir}) {
+		t.Fatalf("synced %q, want [%s]", synced, dir)
+	}
+}
