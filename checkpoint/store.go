@@ -49,11 +49,21 @@ type Store interface {
 // mounts: NFS, a shared volume): key k is the file Root/k. Create and
 // Upload write a temporary file in the key's directory, fsync it and
 // hard-link it to its name (link(2) fails with EEXIST when the name
-// exists, atomically, so a reader never sees a partial object).
+// exists, atomically, so a reader never sees a partial object). The
+// directories they create for a key (chk-<id>/, an operator's and a
+// subtask's) are fsynced into their parents too, so an object is durable
+// with its whole path before its Create or Upload returns (before the
+// HEAD that names its checkpoint is written).
 type FileStore struct {
 	// Root is the store's directory.
 	Root string
+	// dirSync, when not nil, replaces atomicfile.SyncDir for the parents
+	// of the directories link creates (tests record them).
+	dirSync dirSyncer
 }
+
+// dirSyncer fsyncs a directory (FileStore.dirSync).
+type dirSyncer interface{ syncDir(dir string) error }
 
 // tmpPrefix starts the names of FileStore's temporary files, which List
 // never returns.
@@ -85,11 +95,41 @@ func (s FileStore) Upload(_ context.Context, key, src string) error {
 func (s FileStore) link(key string, write func(io.Writer) error) error {
 	name := s.file(key)
 	dir := filepath.Dir(name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := s.mkdirAll(dir); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
 	}
 	if err := atomicfile.Write(name, atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true}, write); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, s, err)
+	}
+	return nil
+}
+
+// mkdirAll creates dir and its missing ancestors, then fsyncs the parent
+// of each directory it found missing, deepest first: their entries are
+// durable, not only the key's file and its own directory's entry
+// (atomicfile.Write).
+func (s FileStore) mkdirAll(dir string) error {
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		missing = append(missing, d)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range missing {
+		p := filepath.Dir(d)
+		var err error
+		if s.dirSync != nil {
+			err = s.dirSync.syncDir(p)
+		} else {
+			err = atomicfile.SyncDir(p)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
