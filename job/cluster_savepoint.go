@@ -400,7 +400,7 @@ func drainAndGather(ctx context.Context, st *graph.Stages, set Settings, deps De
 		}
 		logger.Info("stage drained and stopped", "stage", s)
 	}
-	return gatherClusterSavepoint(ctx, st, set.Store, dir, unitRemoteStores(set))
+	return gatherClusterSavepoint(ctx, st, set.Store, dir, unitRemoteStores(set), atomicfile.SyncDir)
 }
 
 // awaitEmptyGroup returns nil once group has no member (every member
@@ -586,7 +586,14 @@ func recordsFrom(ctx context.Context, opts []kgo.Opt, topic string, partition in
 // parallelism cluster.units. A broadcast source copied into several
 // stages is taken from the lowest. Its id is above every unit's
 // checkpoint id.
-func gatherClusterSavepoint(ctx context.Context, st *graph.Stages, store checkpoint.Store, dir string, remoteOf unitRemoteOf) (string, error) {
+//
+// The units' files come through Store.Download and the remote state
+// store's download, which do not fsync (they serve restores' working
+// copies), but the savepoint is a durable copy (the job is stopped; its
+// units' state may be removed): before its _metadata is written, sync
+// (atomicfile.SyncDir, which fsyncs a file as well) is called on every
+// file and directory of the savepoint and on dir (syncSavepointTree).
+func gatherClusterSavepoint(ctx context.Context, st *graph.Stages, store checkpoint.Store, dir string, remoteOf unitRemoteOf, syncPath func(path string) error) (string, error) {
 	type unitCk struct {
 		prefix string
 		hd     checkpoint.Head
@@ -665,6 +672,9 @@ func gatherClusterSavepoint(ctx context.Context, st *graph.Stages, store checkpo
 	if err := verify(spDir, meta); err != nil {
 		return "", fmt.Errorf("job: gather savepoint: %w", err)
 	}
+	if err := syncSavepointTree(spDir, syncPath); err != nil {
+		return "", fmt.Errorf("job: gather savepoint: %w", err)
+	}
 	mb, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
 		return "", err
@@ -673,6 +683,34 @@ func gatherClusterSavepoint(ctx context.Context, st *graph.Stages, store checkpo
 		return "", fmt.Errorf("job: gather savepoint: %w", err)
 	}
 	return spDir, nil
+}
+
+// syncSavepointTree calls syncPath on every regular file under root, then on
+// every directory under it (root included) deepest first, then on root's
+// parent: the files and their names are durable once it returns nil.
+func syncSavepointTree(root string, syncPath func(path string) error) error {
+	var files, dirs []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir():
+			dirs = append(dirs, p)
+		case d.Type().IsRegular():
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	slices.Reverse(dirs) // WalkDir visits a directory before its entries
+	for _, p := range append(append(files, dirs...), filepath.Dir(root)) {
+		if err := syncPath(p); err != nil {
+			return fmt.Errorf("sync %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // copyUnitCheckpoint copies checkpoint id of the unit namespace prefix in

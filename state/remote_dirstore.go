@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+
+	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
 // tmpObjPrefix starts the names of objects being written to a directory
@@ -19,8 +21,26 @@ const tmpObjPrefix = ".kstreamd-tmp-"
 
 // dirStore is a remote.Storage over a directory (a local disk or a shared
 // file system every instance mounts): an object is a file, written to a
-// temporary file and renamed into place, complete, on Close.
-type dirStore struct{ dir string }
+// temporary file and renamed into place, complete, on Close; the rename
+// is fsynced (the directory), so an object a checkpoint names is durable
+// before the checkpoint's HEAD or _metadata is written.
+type dirStore struct {
+	dir string
+	// syncer, when not nil, replaces atomicfile.SyncDir for the directory
+	// fsync after an object's rename (tests record it).
+	syncer dirSyncer
+}
+
+// dirSyncer fsyncs a directory (dirStore.syncer).
+type dirSyncer interface{ syncDir(dir string) error }
+
+// syncDir fsyncs the store's directory.
+func (d dirStore) syncDir() error {
+	if d.syncer != nil {
+		return d.syncer.syncDir(d.dir)
+	}
+	return atomicfile.SyncDir(d.dir)
+}
 
 var _ remote.Storage = dirStore{}
 
@@ -119,8 +139,9 @@ func (w *objWriter) Close() error {
 	}
 	if err != nil {
 		os.Remove(w.f.Name())
+		return err
 	}
-	return err
+	return w.d.syncDir() // the rename itself
 }
 
 // writeEmpty creates the empty file p durably.
