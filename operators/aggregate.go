@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/kstreamd/kstreamd/expression"
 	"github.com/kstreamd/kstreamd/runtime"
@@ -537,6 +538,28 @@ func aggregateRecord(rec runtime.Record, v []byte, c runtime.ChangeKind) runtime
 	return runtime.Record{Key: rec.Key, Value: v, Timestamp: rec.Timestamp, Headers: rec.Headers, Origin: rec.Origin, Change: c}
 }
 
+// outputHead is what aggregateRecord takes of an input record, kept by an
+// async continuation in place of the whole record: a runtime.Record is
+// too large for a closure to capture by value, so capturing one moves it
+// to the heap on every call; an outputHead is captured by value.
+type outputHead struct {
+	key     []byte
+	ts      time.Time
+	headers []runtime.Header
+	origin  runtime.Origin
+}
+
+// outputHeadOf returns rec's outputHead.
+func outputHeadOf(rec runtime.Record) outputHead {
+	return outputHead{key: rec.Key, ts: rec.Timestamp, headers: rec.Headers, origin: rec.Origin}
+}
+
+// record returns a record with h's fields, which aggregateRecord reads
+// as it reads those of the record h was taken from.
+func (h outputHead) record() runtime.Record {
+	return runtime.Record{Key: h.key, Timestamp: h.ts, Headers: h.headers, Origin: h.origin}
+}
+
 // row is aggregateRecord marked as valid JSON (runtime.ValidJSON: output
 // wrote it), so that an operator after this one in the chain (a map of the
 // results) reads its fields without checking the JSON again.
@@ -823,6 +846,7 @@ func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, o
 		return err
 	}
 	retract := rec.Change.Retracts()
+	head := outputHeadOf(rec) // what the continuations keep of rec
 	state.ThenCompose(f.acc.AsyncValue(), func(cur state.Optional[aggregateAccumulators]) (state.StateFuture[state.Void], error) {
 		if retract && !cur.OK {
 			return state.CompletedVoidFuture(), nil
@@ -870,7 +894,7 @@ func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, o
 					writes = append(writes, f.acc.AsyncUpdate(next))
 				}
 				return state.CombineAll(writes).ThenAccept(func([]state.Void) error {
-					return f.emitChanges(rec, cur.Value, cur.OK, retract, next, out)
+					return f.emitChanges(head.record(), cur.Value, cur.OK, retract, next, out)
 				}), nil
 			}), nil
 		}), nil

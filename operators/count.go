@@ -126,6 +126,10 @@ func (c *AsyncCountWindowAverage) ProcessElement(_ context.Context, rec runtime.
 	if err != nil {
 		return err
 	}
+	// The continuations keep only the key and timestamp the output needs,
+	// not the whole record (which would then move to the heap on every
+	// call).
+	key, ts := rec.Key, rec.Timestamp
 	state.ThenCompose(c.sum.AsyncValue(), func(cur state.Optional[CountAndSum]) (state.StateFuture[state.Void], error) {
 		acc := cur.Value
 		acc.Count++
@@ -134,7 +138,7 @@ func (c *AsyncCountWindowAverage) ProcessElement(_ context.Context, rec runtime.
 			return c.sum.AsyncUpdate(acc), nil
 		}
 		return c.sum.AsyncClear().ThenAccept(func(state.Void) error {
-			return out.Collect(averageRecord(rec, acc))
+			return out.Collect(averageRecord(runtime.Record{Key: key, Timestamp: ts}, acc))
 		}), nil
 	})
 	return nil // failures of the chain reach the controller, which fails the task

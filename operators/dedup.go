@@ -227,6 +227,72 @@ type AsyncDedup struct {
 	deduper
 	seen   state.AsyncValueState[int64]
 	seenBy state.AsyncMapState[string, int64]
+	free   []*dedupStep // continuations to reuse (subtask goroutine only)
+}
+
+// dedupStep is the continuation of one record's read in AsyncDedup, as
+// countStep is AsyncKeyedCount's: the record (kept here, not captured by a
+// closure, which would move every record to the heap) and its methods as
+// func values made once. A step is taken from AsyncDedup.free by
+// ProcessElement and given back when its chain is done with the record
+// (the key or by value was seen, or the record was emitted); if the chain
+// fails it is simply not reused.
+type dedupStep struct {
+	d       *AsyncDedup
+	rec     runtime.Record
+	out     Collector
+	by      string
+	ts      int64
+	seenFn  func(bool) (state.StateFuture[state.Void], error)                  // s.afterBy
+	valueFn func(state.Optional[int64]) (state.StateFuture[state.Void], error) // s.afterValue
+	emitFn  func(state.Void) error                                             // s.emit
+}
+
+// step returns a step of d's holding rec, out, by and ts.
+func (d *AsyncDedup) step(rec runtime.Record, out Collector, by string, ts int64) *dedupStep {
+	var s *dedupStep
+	if n := len(d.free); n > 0 {
+		s = d.free[n-1]
+		d.free[n-1] = nil
+		d.free = d.free[:n-1]
+	} else {
+		s = &dedupStep{d: d}
+		s.seenFn, s.valueFn, s.emitFn = s.afterBy, s.afterValue, s.emit
+	}
+	s.rec, s.out, s.by, s.ts = rec, out, by, ts
+	return s
+}
+
+// release clears s and gives it back; nothing may use s after.
+func (s *dedupStep) release() {
+	s.rec, s.out, s.by = runtime.Record{}, nil, ""
+	s.d.free = append(s.d.free, s)
+}
+
+// afterBy continues after the by value's read: a seen value drops the
+// record, else it is marked and the record emitted.
+func (s *dedupStep) afterBy(seen bool) (state.StateFuture[state.Void], error) {
+	if seen {
+		s.release()
+		return state.CompletedVoidFuture(), nil
+	}
+	return s.d.seenBy.AsyncPut(s.by, s.ts).ThenAccept(s.emitFn), nil
+}
+
+// afterValue continues after the key's read, as afterBy.
+func (s *dedupStep) afterValue(cur state.Optional[int64]) (state.StateFuture[state.Void], error) {
+	if cur.OK {
+		s.release()
+		return state.CompletedVoidFuture(), nil
+	}
+	return s.d.seen.AsyncUpdate(s.ts).ThenAccept(s.emitFn), nil
+}
+
+// emit gives s back and emits its record.
+func (s *dedupStep) emit(state.Void) error {
+	rec, out := s.rec, s.out
+	s.release()
+	return out.Collect(rec)
 }
 
 // NewAsyncDedup returns the async dedup function of params p.
@@ -250,25 +316,14 @@ func (d *AsyncDedup) Open(ctx AsyncOpenContext) error {
 // (or by value) was seen; if not, mark it and emit the record.
 func (d *AsyncDedup) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
 	ts := rec.Timestamp.UnixMilli()
-	emit := func(state.Void) error { return out.Collect(rec) }
 	if d.by.IsSet() {
 		by, err := d.byValue(&rec)
 		if err != nil {
 			return err
 		}
-		state.ThenCompose(d.seenBy.AsyncContains(by), func(seen bool) (state.StateFuture[state.Void], error) {
-			if seen {
-				return state.CompletedVoidFuture(), nil
-			}
-			return d.seenBy.AsyncPut(by, ts).ThenAccept(emit), nil
-		})
+		state.ThenCompose(d.seenBy.AsyncContains(by), d.step(rec, out, by, ts).seenFn)
 		return nil
 	}
-	state.ThenCompose(d.seen.AsyncValue(), func(cur state.Optional[int64]) (state.StateFuture[state.Void], error) {
-		if cur.OK {
-			return state.CompletedVoidFuture(), nil
-		}
-		return d.seen.AsyncUpdate(ts).ThenAccept(emit), nil
-	})
+	state.ThenCompose(d.seen.AsyncValue(), d.step(rec, out, "", ts).valueFn)
 	return nil // failures of the chain reach the controller, which fails the task
 }

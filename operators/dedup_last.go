@@ -103,7 +103,53 @@ func (d *DedupLast) ProcessElement(_ context.Context, rec runtime.Record, out Co
 // AsyncDedupLast is DedupLast through the async state API.
 type AsyncDedupLast struct {
 	dedupLast
-	row state.AsyncValueState[dedupLastRow]
+	row  state.AsyncValueState[dedupLastRow]
+	free []*dedupLastStep // continuations to reuse (subtask goroutine only)
+}
+
+// dedupLastStep is the continuation of one record's read in
+// AsyncDedupLast, as dedupStep is AsyncDedup's: the record (not captured
+// by a closure, which would move every record to the heap), the records to
+// emit once the row is written, and its methods as func values made once.
+// It is given back when its chain is done with it; if the chain fails it
+// is simply not reused.
+type dedupLastStep struct {
+	d      *AsyncDedupLast
+	rec    runtime.Record
+	out    Collector
+	emit   []runtime.Record
+	readFn func(state.Optional[dedupLastRow]) (state.StateFuture[state.Void], error) // s.afterRead
+	emitFn func(state.Void) error                                                    // s.emitAll
+}
+
+// release clears s and gives it back; nothing may use s after.
+func (s *dedupLastStep) release() {
+	s.rec, s.out, s.emit = runtime.Record{}, nil, nil
+	s.d.free = append(s.d.free, s)
+}
+
+// afterRead continues after the kept row's read: write the new row, then
+// emit; a record older than the row kept is dropped.
+func (s *dedupLastStep) afterRead(cur state.Optional[dedupLastRow]) (state.StateFuture[state.Void], error) {
+	next, emit := s.d.step(s.rec, cur.Value, cur.OK)
+	if emit == nil {
+		s.release()
+		return state.CompletedVoidFuture(), nil
+	}
+	s.emit = emit
+	return s.d.row.AsyncUpdate(next).ThenAccept(s.emitFn), nil
+}
+
+// emitAll gives s back and emits its records.
+func (s *dedupLastStep) emitAll(state.Void) error {
+	emit, out := s.emit, s.out
+	s.release()
+	for _, r := range emit {
+		if err := out.Collect(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // NewAsyncDedupLast returns the async keep-last dedup function of params
@@ -125,19 +171,16 @@ func (d *AsyncDedupLast) Open(ctx AsyncOpenContext) error {
 // ProcessElement implements AsyncKeyedProcessFunction: read the kept row,
 // write the new one, emit.
 func (d *AsyncDedupLast) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
-	state.ThenCompose(d.row.AsyncValue(), func(cur state.Optional[dedupLastRow]) (state.StateFuture[state.Void], error) {
-		next, emit := d.step(rec, cur.Value, cur.OK)
-		if emit == nil {
-			return state.CompletedVoidFuture(), nil
-		}
-		return d.row.AsyncUpdate(next).ThenAccept(func(state.Void) error {
-			for _, r := range emit {
-				if err := out.Collect(r); err != nil {
-					return err
-				}
-			}
-			return nil
-		}), nil
-	})
+	var s *dedupLastStep
+	if n := len(d.free); n > 0 {
+		s = d.free[n-1]
+		d.free[n-1] = nil
+		d.free = d.free[:n-1]
+	} else {
+		s = &dedupLastStep{d: d}
+		s.readFn, s.emitFn = s.afterRead, s.emitAll
+	}
+	s.rec, s.out = rec, out
+	state.ThenCompose(d.row.AsyncValue(), s.readFn)
 	return nil // failures of the chain reach the controller, which fails the task
 }

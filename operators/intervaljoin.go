@@ -738,12 +738,15 @@ func (j *IntervalJoin) emit(key []byte, left, right *joinRow, ts int64, out Coll
 // {"left": <left>, "right": <right><extra>} (extra: more fields, each
 // starting with a comma), or the result of select over it. Select is
 // evaluated over that object without building it: the expression sees a
-// map of left and right, each row's value decoded on its own (decodeValue:
-// JSON decoded, a text value or a value that is not JSON as a string, nil
-// as null) and the extra fields decoded once per distinct extra, so
-// neither side's JSON is copied into a combined value and parsed again.
-// The row pinned last (the record a join is processing, paired with
-// several rows) is decoded once for all its pairs.
+// map of left and right, each row's value as decodeValue gives it (JSON
+// decoded, a text value or a value that is not JSON as a string, nil as
+// null) but decoded only as far as select reads it (joinSide: a JSON
+// object is a lazyObject, whose field reads decode that field alone), and
+// the extra fields decoded once per distinct extra, so neither side's JSON
+// is copied into a combined value and parsed again. The row pinned last
+// (the record a join is processing, paired with several rows) keeps its
+// side's Doc for all its pairs, so a field is decoded once however many
+// pairs read it.
 type joinOutput struct {
 	sel Expression
 	buf []byte
@@ -754,7 +757,12 @@ type joinOutput struct {
 	// extra is the last extra string and extraVals its fields decoded.
 	extra     string
 	extraVals map[string]any
-	// pinned is the row whose decoded value pinnedVal holds (pinnedOK).
+	// sides are the scratch space of a pair's left and right rows that are
+	// not pinned, pinnedSide that of the pinned row.
+	sides      [2]joinSide
+	pinnedSide joinSide
+	// pinned is the row whose value as select sees it pinnedVal holds
+	// (pinnedOK; a lazyObject of pinnedSide's Doc for an object).
 	pinned    *joinRow
 	pinnedVal any
 	pinnedOK  bool
@@ -766,16 +774,18 @@ func (o *joinOutput) pin(row *joinRow) {
 	o.pinned, o.pinnedVal, o.pinnedOK = row, nil, false
 }
 
-// value returns row's value as select sees it.
-func (o *joinOutput) value(row *joinRow) any {
+// value returns row's value as select sees it (side 0 left, 1 right):
+// what decodeValue returns or a lazyObject standing for it, valid until
+// the next value of that side (the pinned row's: until the next pin).
+func (o *joinOutput) value(row *joinRow, side int) any {
 	if row == nil {
 		return nil
 	}
 	if row != o.pinned {
-		return decodeValue(row.Value, row.Text)
+		return o.sides[side].value(row.Value, row.Text)
 	}
 	if !o.pinnedOK {
-		o.pinnedVal, o.pinnedOK = decodeValue(row.Value, row.Text), true
+		o.pinnedVal, o.pinnedOK = o.pinnedSide.value(row.Value, row.Text), true
 	}
 	return o.pinnedVal
 }
@@ -801,7 +811,7 @@ func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra stri
 			return err
 		}
 	}
-	o.joined["left"], o.joined["right"] = o.value(left), o.value(right)
+	o.joined["left"], o.joined["right"] = o.value(left, 0), o.value(right, 1)
 	o.in = expression.Input{Value: o.joined, Key: key, Timestamp: time.UnixMilli(ts)}
 	o.env.Reset(&o.in)
 	v, err := o.sel.Program().Eval(&o.env)

@@ -172,3 +172,121 @@ func TestLazyObjectDecodesOnlyWhatIsRead(t *testing.T) {
 		t.Errorf("whole %v", l.doc.Whole())
 	}
 }
+
+// joinOutputDecoded is what joinOutput.emit gave before its sides were
+// lazy: select over left and right decoded whole (decodeValue, a nil row
+// null) and the extra fields, the output value or the error's text.
+func joinOutputDecoded(sel Expression, left, right *joinRow, extra string) string {
+	side := func(r *joinRow) any {
+		if r == nil {
+			return nil
+		}
+		return decodeValue(r.Value, r.Text)
+	}
+	joined := map[string]any{"left": side(left), "right": side(right)}
+	if extra != "" {
+		v, err := expression.DecodeJSON([]byte("{" + extra[1:] + "}"))
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		for k, e := range v.(map[string]any) {
+			joined[k] = e
+		}
+	}
+	in := expression.Input{Value: joined, Key: []byte("k"), Timestamp: time.UnixMilli(5)}
+	var env expression.Env
+	env.Reset(&in)
+	v, err := sel.Program().Eval(&env)
+	if err != nil {
+		return "error: " + EvalRecordError(err).Error()
+	}
+	b, err := expression.EncodeJSON(v)
+	if err != nil {
+		return "error: " + resultError(sel, "select", err.Error()).Error()
+	}
+	return string(b)
+}
+
+// TestJoinOutputLazyEqualsDecoded: joinOutput.emit, whose sides are lazy
+// (joinSide), writes for every select of lazySelects and every pair of
+// lazyValues (and a missing row on either side) exactly the value, key and
+// timestamp, or the error, that select over the sides decoded whole gives:
+// with no row pinned, with the left row pinned and paired with every right
+// row twice (its Doc read by earlier pairs), with the right row pinned,
+// and with extra fields (window_join's window_start/window_end).
+func TestJoinOutputLazyEqualsDecoded(t *testing.T) {
+	rows := []*joinRow{nil}
+	for _, v := range lazyValues {
+		r := &joinRow{Value: []byte(v.raw), Text: v.text}
+		if v.raw == "" {
+			r.Value = nil
+		}
+		rows = append(rows, r)
+	}
+	emitted := func(o *joinOutput, left, right *joinRow, extra string) string {
+		var c sliceCollector
+		if err := o.emit([]byte("k"), left, right, 5, extra, &c); err != nil {
+			return "error: " + err.Error()
+		}
+		if len(c.recs) != 1 || string(c.recs[0].Key) != "k" || c.recs[0].Timestamp.UnixMilli() != 5 {
+			return fmt.Sprintf("bad output %v", c.recs)
+		}
+		return string(c.recs[0].Value)
+	}
+	for _, src := range lazySelects {
+		sel, err := CompileExpression(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		o := &joinOutput{sel: sel}
+		for _, extra := range []string{"", `,"window_start":1000,"window_end":2000`} {
+			for _, a := range rows {
+				o.pin(a)
+				for range 2 {
+					for _, b := range rows {
+						if got, want := emitted(o, a, b, extra), joinOutputDecoded(sel, a, b, extra); got != want {
+							t.Fatalf("select %s, extra %q, left %v (pinned), right %v:\n got %s\nwant %s", src, extra, a, b, got, want)
+						}
+					}
+				}
+				o.pin(nil)
+				for _, b := range rows {
+					if got, want := emitted(o, a, b, extra), joinOutputDecoded(sel, a, b, extra); got != want {
+						t.Fatalf("select %s, extra %q, left %v, right %v:\n got %s\nwant %s", src, extra, a, b, got, want)
+					}
+					o.pin(b)
+					if got, want := emitted(o, a, b, extra), joinOutputDecoded(sel, a, b, extra); got != want {
+						t.Fatalf("select %s, extra %q, left %v, right %v (pinned):\n got %s\nwant %s", src, extra, a, b, got, want)
+					}
+					o.pin(nil)
+				}
+			}
+		}
+	}
+}
+
+// TestJoinOutputDecodesOnlyWhatIsRead: a join's select reading two fields
+// of each side decodes those fields, not either side whole.
+func TestJoinOutputDecodesOnlyWhatIsRead(t *testing.T) {
+	sel, err := CompileExpression(`{"id": left.id, "price": right.price}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &joinOutput{sel: sel}
+	left := &joinRow{Value: []byte(`{"id":1,"name":"long","extra":[1,2,3]}`)}
+	right := &joinRow{Value: []byte(`{"price":7,"bidder":9,"url":"u"}`)}
+	var c sliceCollector
+	o.pin(left)
+	if err := o.emit([]byte("k"), left, right, 5, "", &c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.recs) != 1 || string(c.recs[0].Value) != `{"id":1,"price":7}` {
+		t.Fatalf("output %v", c.recs)
+	}
+	if _, whole := o.pinnedSide.doc.Decoded(); whole {
+		t.Error("the pinned left value was decoded whole for one field read")
+	}
+	if _, whole := o.sides[1].doc.Decoded(); whole {
+		t.Error("the right value was decoded whole for one field read")
+	}
+}
