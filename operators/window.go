@@ -176,7 +176,7 @@ func windowFactory() Factory {
 		Doc:         "Per key, tumbling, sliding or session windows on event or processing time with the aggregate operator's functions, emitted as {\"key\", \"window_start\", \"window_end\", <name>: <result>, ...} when the watermark passes the window end; late records to <operator>.late.",
 		Traits:      Traits{Keyed: true},
 		Params:      func() any { return &WindowParams{Time: WindowEventTime} },
-		State:       []string{WindowStateName, state.TimersStateName},
+		State:       []string{WindowStateName, WindowDistinctStateName, state.TimersStateName},
 		SideOutputs: []string{LateOutput},
 		New: func(ctx FactoryContext) (any, error) {
 			p, ok := ctx.Params.(*WindowParams)
@@ -393,6 +393,10 @@ type Window struct {
 	timers  TimerService
 	desc    state.MapStateDescriptor[int64, windowEntry]
 	windows state.MapState[int64, windowEntry]
+	// seen is the counted map of the count_distinct aggregates' values
+	// (WindowDistinctStateName); nil without count_distinct.
+	seen   state.MapState[string, []byte]
+	keyBuf []byte // distinctKey's scratch
 
 	// now is the clock that rate-limits the late-record log; nil: the
 	// timer service's processing time.
@@ -434,6 +438,12 @@ func (w *Window) Open(ctx OpenContext) error {
 		return fmt.Errorf("operators: %s %s: %w", WindowType, ctx.Operator, err)
 	}
 	w.windows = m
+	w.seen = nil
+	if len(w.distinct) > 0 {
+		if w.seen, err = state.GetMapState(ctx.Backend, windowDistinctState()); err != nil {
+			return fmt.Errorf("operators: %s %s: %w", WindowType, ctx.Operator, err)
+		}
+	}
 	if w.now == nil {
 		w.now = w.timers.CurrentProcessingTime
 	}
@@ -650,9 +660,16 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 		return err
 	}
 	merged := windowEntry{End: end} // parts are in start order, as the index
+	var from []int64
 	for _, p := range parts {
 		if err := w.windows.Remove(p.start); err != nil {
 			return err
+		}
+		if w.seen != nil {
+			if err := w.migrateSeen(p.start, p.e.Accs); err != nil {
+				return err
+			}
+			from = append(from, p.start)
 		}
 		w.indexRemove(rec.Key, p.start)
 		if merged.Accs == nil {
@@ -665,6 +682,11 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 		// window that fires on its own).
 		if p.start == start && p.e.End == end && p.e.Fired {
 			merged.Fired = true
+		}
+	}
+	if slices.ContainsFunc(from, func(s int64) bool { return s != start }) {
+		if err := w.mergeDistinct(start, from, merged.Accs); err != nil {
+			return err
 		}
 	}
 	w.addOpen(1 - int64(len(parts)))
@@ -729,8 +751,16 @@ func (w *Window) add(key []byte, start int64, e windowEntry, created bool, in []
 	if len(w.distinct) > 0 {
 		isNew = make([]bool, len(w.distinct))
 	}
+	if w.seen != nil && e.Accs != nil {
+		if err := w.migrateSeen(start, e.Accs); err != nil {
+			return err
+		}
+	}
 	for j, i := range w.distinct {
-		isNew[j] = !slices.Contains(accAt(e.Accs, i).Seen, string(in[i].raw))
+		var err error
+		if isNew[j], err = w.countDistinct(start, i, in[i].raw); err != nil {
+			return err
+		}
 	}
 	first := e.Accs == nil
 	if first {
@@ -741,11 +771,6 @@ func (w *Window) add(key []byte, start int64, e windowEntry, created bool, in []
 	d := 0
 	for i := range w.specs {
 		e.Accs[i] = w.foldOne(i, accAt(e.Accs, i), in[i], isNew, &d)
-	}
-	for j, i := range w.distinct {
-		if isNew[j] {
-			e.Accs[i].Seen = append(e.Accs[i].Seen, string(in[i].raw))
-		}
 	}
 	maxTs := e.End - 1
 	// A window the watermark already passed (a late record within the
@@ -854,6 +879,9 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 			if err := w.windows.Remove(x.start); err != nil {
 				return err
 			}
+			if err := w.dropDistinct(x.start); err != nil {
+				return err
+			}
 			w.indexRemove(tc.Key, x.start)
 			w.addOpen(-1)
 		} else if err := w.windows.Put(x.start, x.e); err != nil {
@@ -918,7 +946,7 @@ func (w *Window) closeAt(key []byte, start, now, lateness int64, out Collector) 
 			return err
 		}
 		w.addOpen(-1)
-		return nil
+		return w.dropDistinct(start)
 	}
 	if changed {
 		return w.windows.Put(start, e)
