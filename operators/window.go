@@ -176,7 +176,7 @@ func windowFactory() Factory {
 		Doc:         "Per key, tumbling, sliding or session windows on event or processing time with the aggregate operator's functions, emitted as {\"key\", \"window_start\", \"window_end\", <name>: <result>, ...} when the watermark passes the window end; late records to <operator>.late.",
 		Traits:      Traits{Keyed: true},
 		Params:      func() any { return &WindowParams{Time: WindowEventTime} },
-		State:       []string{WindowStateName, WindowDistinctStateName, state.TimersStateName},
+		State:       []string{WindowStateName, WindowDistinctStateName, WindowSliceStateName, state.TimersStateName},
 		SideOutputs: []string{LateOutput},
 		New: func(ctx FactoryContext) (any, error) {
 			p, ok := ctx.Params.(*WindowParams)
@@ -373,8 +373,14 @@ func copyWindowEntry(e windowEntry) windowEntry {
 // window end plus allowed_lateness, fall outside int64 milliseconds
 // (event_time_out_of_range).
 //
+// Event-time sliding windows of mergeable functions (slicable) keep one
+// accumulator per key and slice of gcd(size, slide) instead of one per
+// window (Flink's SliceAssigners.sliding, window_slice.go); count_distinct
+// keeps its values in a counted map (window_distinct.go).
+//
 // Metrics (when Metrics is set): kstreamd_window_fired_total,
-// kstreamd_window_open_windows and the late-record counters of lateRecords.
+// kstreamd_window_open_windows (sliced: the slices held) and the
+// late-record counters of lateRecords.
 type Window struct {
 	aggregator
 	// Metrics, if not nil, receives the window and late-record metrics;
@@ -395,7 +401,14 @@ type Window struct {
 	windows state.MapState[int64, windowEntry]
 	// seen is the counted map of the count_distinct aggregates' values
 	// (WindowDistinctStateName); nil without count_distinct.
-	seen   state.MapState[string, []byte]
+	seen state.MapState[string, []byte]
+	// sliced says the windows are computed from slices of g ms
+	// (slicable); slices holds them, and legacy counts the subtask's
+	// windows restored from the per-window layout, still open.
+	sliced bool
+	g      int64
+	slices state.MapState[int64, windowEntry]
+	legacy int64
 	keyBuf []byte // distinctKey's scratch
 
 	// now is the clock that rate-limits the late-record log; nil: the
@@ -422,7 +435,7 @@ func NewWindow(p WindowParams) *Window {
 		aggregator: newAggregator(AggregateParams{Aggregates: p.Aggregates, Emit: EmitEveryUpdate}, false),
 		p:          p, size: p.Size.Milliseconds(), slide: p.Slide.Milliseconds(), gap: p.Gap.Milliseconds(),
 		offset: p.Offset.Milliseconds(), late: p.AllowedLateness.Milliseconds(), early: p.EarlyFiring.Milliseconds(),
-		desc: windowStateOf(p.Aggregates),
+		desc: windowStateOf(p.Aggregates), sliced: slicable(p), g: gcd(p.Size.Milliseconds(), max(p.Slide.Milliseconds(), 1)),
 	}
 }
 
@@ -452,7 +465,23 @@ func (w *Window) Open(ctx OpenContext) error {
 		w.fired = w.Metrics.WindowsFired(ctx.Operator)
 		w.openGauge = w.Metrics.WindowsOpen(ctx.Operator, ctx.Subtask)
 	}
-	w.open = 0
+	w.open, w.legacy = 0, 0
+	if w.sliced {
+		if w.slices, err = state.GetMapState(ctx.Backend, windowSliceStateOf(w.specs)); err != nil {
+			return fmt.Errorf("operators: %s %s: %w", WindowType, ctx.Operator, err)
+		}
+		if err := state.ApplyToAllKeys(ctx.Backend, windowSliceStateOf(w.specs), func(_ []byte, s state.MapState[int64, windowEntry]) error {
+			for _, err := range s.Keys() {
+				if err != nil {
+					return err
+				}
+				w.open++
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("operators: %s %s: counting restored slices: %w", WindowType, ctx.Operator, err)
+		}
+	}
 	w.sessions = nil
 	if w.p.Kind == Session {
 		w.sessions = map[string][][2]int64{}
@@ -473,6 +502,9 @@ func (w *Window) Open(ctx OpenContext) error {
 				return err
 			}
 			w.open++
+			if w.sliced {
+				w.legacy++
+			}
 		}
 		return nil
 	})
@@ -611,6 +643,9 @@ func (w *Window) ProcessElement(_ context.Context, rec runtime.Record, out Colle
 	in, err := w.inputs(&rec)
 	if err != nil {
 		return err
+	}
+	if w.sliced {
+		return w.addSliced(rec, t, live, in, wm, out)
 	}
 	for _, win := range live {
 		e, found, err := w.windows.Get(win[0])
@@ -825,6 +860,9 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 	} else if !w.eventTime() {
 		now = max(now, w.timers.CurrentProcessingTime().UnixMilli())
 	}
+	if w.sliced && tc.Domain == EventTime {
+		return w.closeSliced(tc.Key, ts.UnixMilli(), now, out)
+	}
 	if w.p.Kind != Session && (tc.Domain == EventTime || (!w.eventTime() && w.early == 0)) {
 		return w.closeDue(tc.Key, ts.UnixMilli(), now, out)
 	}
@@ -946,6 +984,9 @@ func (w *Window) closeAt(key []byte, start, now, lateness int64, out Collector) 
 			return err
 		}
 		w.addOpen(-1)
+		if w.sliced {
+			w.legacy--
+		}
 		return w.dropDistinct(start)
 	}
 	if changed {

@@ -82,3 +82,49 @@ func TestSessionCountDistinctMerge(t *testing.T) {
 		})
 	}
 }
+
+// TestSlidingWindowSlices: a sliding window of mergeable functions keeps
+// one accumulator per key and slice of gcd(size, slide) (10s every 2s: a
+// record's slice, not its five windows), registers its windows' timers
+// once per slice, computes each window at its end from its slices, gives
+// the same results after a checkpoint of the slices is restored, and
+// leaves no state once the windows closed.
+func TestSlidingWindowSlices(t *testing.T) {
+	p := WindowParams{Kind: Sliding, Size: 10 * time.Second, Slide: 2 * time.Second, Time: WindowEventTime,
+		Aggregates: []AggregateSpec{{Name: "n", Fn: AggCount}, {Name: "s", Fn: AggSum, Of: compiled(t, "v")}}}
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			h := newWindowHarness(t, kind, t.TempDir(), nil, p)
+			for i := range int64(100) {
+				h.process(ev("a", 10*sec+i)) // one slice [10s, 12s)
+			}
+			if n := h.entries(); n != 6 {
+				t.Fatalf("%d entries, want 6 (one slice, five window timers)", n)
+			}
+			h.process(ev("a", 13*sec)) // the slice [12s, 14s): one more timer
+			if n := h.entries(); n != 8 {
+				t.Fatalf("%d entries, want 8 (two slices, six window timers)", n)
+			}
+			snap := t.TempDir()
+			handle := snapshotWindowTo(t, h, snap)
+			h.finish()
+			h = newWindowHarness(t, kind, t.TempDir(), &Restore{Keyed: []state.RestoreHandle{{Handle: handle, Dir: snap}}}, p)
+			got := h.wm(1 << 40)
+			want := []string{
+				`{"key":"a","window_start":"1970-01-01T00:00:02Z","window_end":"1970-01-01T00:00:12Z","n":100,"s":100}`,
+				`{"key":"a","window_start":"1970-01-01T00:00:04Z","window_end":"1970-01-01T00:00:14Z","n":101,"s":101}`,
+				`{"key":"a","window_start":"1970-01-01T00:00:06Z","window_end":"1970-01-01T00:00:16Z","n":101,"s":101}`,
+				`{"key":"a","window_start":"1970-01-01T00:00:08Z","window_end":"1970-01-01T00:00:18Z","n":101,"s":101}`,
+				`{"key":"a","window_start":"1970-01-01T00:00:10Z","window_end":"1970-01-01T00:00:20Z","n":101,"s":101}`,
+				`{"key":"a","window_start":"1970-01-01T00:00:12Z","window_end":"1970-01-01T00:00:22Z","n":1,"s":1}`,
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("got\n%q\nwant\n%q", got, want)
+			}
+			if n := h.entries(); n != 0 {
+				t.Errorf("%d entries left, want 0", n)
+			}
+			h.finish()
+		})
+	}
+}
