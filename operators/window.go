@@ -176,7 +176,7 @@ func windowFactory() Factory {
 		Doc:         "Per key, tumbling, sliding or session windows on event or processing time with the aggregate operator's functions, emitted as {\"key\", \"window_start\", \"window_end\", <name>: <result>, ...} when the watermark passes the window end; late records to <operator>.late.",
 		Traits:      Traits{Keyed: true},
 		Params:      func() any { return &WindowParams{Time: WindowEventTime} },
-		State:       []string{WindowStateName, state.TimersStateName},
+		State:       []string{WindowStateName, WindowDistinctStateName, WindowSliceStateName, state.TimersStateName},
 		SideOutputs: []string{LateOutput},
 		New: func(ctx FactoryContext) (any, error) {
 			p, ok := ctx.Params.(*WindowParams)
@@ -373,8 +373,14 @@ func copyWindowEntry(e windowEntry) windowEntry {
 // window end plus allowed_lateness, fall outside int64 milliseconds
 // (event_time_out_of_range).
 //
+// Event-time sliding windows of mergeable functions (slicable) keep one
+// accumulator per key and slice of gcd(size, slide) instead of one per
+// window (Flink's SliceAssigners.sliding, window_slice.go); count_distinct
+// keeps its values in a counted map (window_distinct.go).
+//
 // Metrics (when Metrics is set): kstreamd_window_fired_total,
-// kstreamd_window_open_windows and the late-record counters of lateRecords.
+// kstreamd_window_open_windows (sliced: the slices held) and the
+// late-record counters of lateRecords.
 type Window struct {
 	aggregator
 	// Metrics, if not nil, receives the window and late-record metrics;
@@ -393,6 +399,17 @@ type Window struct {
 	timers  TimerService
 	desc    state.MapStateDescriptor[int64, windowEntry]
 	windows state.MapState[int64, windowEntry]
+	// seen is the counted map of the count_distinct aggregates' values
+	// (WindowDistinctStateName); nil without count_distinct.
+	seen state.MapState[string, []byte]
+	// sliced says the windows are computed from slices of g ms
+	// (slicable); slices holds them, and legacy counts the subtask's
+	// windows restored from the per-window layout, still open.
+	sliced bool
+	g      int64
+	slices state.MapState[int64, windowEntry]
+	legacy int64
+	keyBuf []byte // distinctKey's scratch
 
 	// now is the clock that rate-limits the late-record log; nil: the
 	// timer service's processing time.
@@ -418,7 +435,7 @@ func NewWindow(p WindowParams) *Window {
 		aggregator: newAggregator(AggregateParams{Aggregates: p.Aggregates, Emit: EmitEveryUpdate}, false),
 		p:          p, size: p.Size.Milliseconds(), slide: p.Slide.Milliseconds(), gap: p.Gap.Milliseconds(),
 		offset: p.Offset.Milliseconds(), late: p.AllowedLateness.Milliseconds(), early: p.EarlyFiring.Milliseconds(),
-		desc: windowStateOf(p.Aggregates),
+		desc: windowStateOf(p.Aggregates), sliced: slicable(p), g: gcd(p.Size.Milliseconds(), max(p.Slide.Milliseconds(), 1)),
 	}
 }
 
@@ -434,6 +451,12 @@ func (w *Window) Open(ctx OpenContext) error {
 		return fmt.Errorf("operators: %s %s: %w", WindowType, ctx.Operator, err)
 	}
 	w.windows = m
+	w.seen = nil
+	if len(w.distinct) > 0 {
+		if w.seen, err = state.GetMapState(ctx.Backend, windowDistinctState()); err != nil {
+			return fmt.Errorf("operators: %s %s: %w", WindowType, ctx.Operator, err)
+		}
+	}
 	if w.now == nil {
 		w.now = w.timers.CurrentProcessingTime
 	}
@@ -442,7 +465,23 @@ func (w *Window) Open(ctx OpenContext) error {
 		w.fired = w.Metrics.WindowsFired(ctx.Operator)
 		w.openGauge = w.Metrics.WindowsOpen(ctx.Operator, ctx.Subtask)
 	}
-	w.open = 0
+	w.open, w.legacy = 0, 0
+	if w.sliced {
+		if w.slices, err = state.GetMapState(ctx.Backend, windowSliceStateOf(w.specs)); err != nil {
+			return fmt.Errorf("operators: %s %s: %w", WindowType, ctx.Operator, err)
+		}
+		if err := state.ApplyToAllKeys(ctx.Backend, windowSliceStateOf(w.specs), func(_ []byte, s state.MapState[int64, windowEntry]) error {
+			for _, err := range s.Keys() {
+				if err != nil {
+					return err
+				}
+				w.open++
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("operators: %s %s: counting restored slices: %w", WindowType, ctx.Operator, err)
+		}
+	}
 	w.sessions = nil
 	if w.p.Kind == Session {
 		w.sessions = map[string][][2]int64{}
@@ -463,6 +502,9 @@ func (w *Window) Open(ctx OpenContext) error {
 				return err
 			}
 			w.open++
+			if w.sliced {
+				w.legacy++
+			}
 		}
 		return nil
 	})
@@ -602,6 +644,9 @@ func (w *Window) ProcessElement(_ context.Context, rec runtime.Record, out Colle
 	if err != nil {
 		return err
 	}
+	if w.sliced {
+		return w.addSliced(rec, t, live, in, wm, out)
+	}
 	for _, win := range live {
 		e, found, err := w.windows.Get(win[0])
 		if err != nil {
@@ -650,9 +695,16 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 		return err
 	}
 	merged := windowEntry{End: end} // parts are in start order, as the index
+	var from []int64
 	for _, p := range parts {
 		if err := w.windows.Remove(p.start); err != nil {
 			return err
+		}
+		if w.seen != nil {
+			if err := w.migrateSeen(p.start, p.e.Accs); err != nil {
+				return err
+			}
+			from = append(from, p.start)
 		}
 		w.indexRemove(rec.Key, p.start)
 		if merged.Accs == nil {
@@ -665,6 +717,11 @@ func (w *Window) addSession(rec runtime.Record, win [2]int64, wm int64, out Coll
 		// window that fires on its own).
 		if p.start == start && p.e.End == end && p.e.Fired {
 			merged.Fired = true
+		}
+	}
+	if slices.ContainsFunc(from, func(s int64) bool { return s != start }) {
+		if err := w.mergeDistinct(start, from, merged.Accs); err != nil {
+			return err
 		}
 	}
 	w.addOpen(1 - int64(len(parts)))
@@ -729,8 +786,16 @@ func (w *Window) add(key []byte, start int64, e windowEntry, created bool, in []
 	if len(w.distinct) > 0 {
 		isNew = make([]bool, len(w.distinct))
 	}
+	if w.seen != nil && e.Accs != nil {
+		if err := w.migrateSeen(start, e.Accs); err != nil {
+			return err
+		}
+	}
 	for j, i := range w.distinct {
-		isNew[j] = !slices.Contains(accAt(e.Accs, i).Seen, string(in[i].raw))
+		var err error
+		if isNew[j], err = w.countDistinct(start, i, in[i].raw); err != nil {
+			return err
+		}
 	}
 	first := e.Accs == nil
 	if first {
@@ -741,11 +806,6 @@ func (w *Window) add(key []byte, start int64, e windowEntry, created bool, in []
 	d := 0
 	for i := range w.specs {
 		e.Accs[i] = w.foldOne(i, accAt(e.Accs, i), in[i], isNew, &d)
-	}
-	for j, i := range w.distinct {
-		if isNew[j] {
-			e.Accs[i].Seen = append(e.Accs[i].Seen, string(in[i].raw))
-		}
 	}
 	maxTs := e.End - 1
 	// A window the watermark already passed (a late record within the
@@ -800,6 +860,9 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 	} else if !w.eventTime() {
 		now = max(now, w.timers.CurrentProcessingTime().UnixMilli())
 	}
+	if w.sliced && tc.Domain == EventTime {
+		return w.closeSliced(tc.Key, ts.UnixMilli(), now, out)
+	}
 	if w.p.Kind != Session && (tc.Domain == EventTime || (!w.eventTime() && w.early == 0)) {
 		return w.closeDue(tc.Key, ts.UnixMilli(), now, out)
 	}
@@ -852,6 +915,9 @@ func (w *Window) OnTimer(_ context.Context, ts time.Time, tc TimerContext, out C
 		}
 		if maxTs+lateness <= now {
 			if err := w.windows.Remove(x.start); err != nil {
+				return err
+			}
+			if err := w.dropDistinct(x.start); err != nil {
 				return err
 			}
 			w.indexRemove(tc.Key, x.start)
@@ -918,7 +984,10 @@ func (w *Window) closeAt(key []byte, start, now, lateness int64, out Collector) 
 			return err
 		}
 		w.addOpen(-1)
-		return nil
+		if w.sliced {
+			w.legacy--
+		}
+		return w.dropDistinct(start)
 	}
 	if changed {
 		return w.windows.Put(start, e)

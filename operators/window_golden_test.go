@@ -36,11 +36,20 @@ var (
 var windowGoldenShapes = []struct {
 	name string
 	p    WindowParams
+	// mergeable: only the functions that merge (count, sum, min, max,
+	// avg), so that sliding windows are computed from slices.
+	mergeable bool
 }{
-	{"tumbling", WindowParams{Kind: Tumbling, Size: 100 * time.Millisecond}},
-	{"tumbling-late", WindowParams{Kind: Tumbling, Size: 100 * time.Millisecond, Offset: 30 * time.Millisecond, AllowedLateness: 50 * time.Millisecond}},
-	{"sliding-late", WindowParams{Kind: Sliding, Size: 300 * time.Millisecond, Slide: 100 * time.Millisecond, AllowedLateness: 70 * time.Millisecond}},
-	{"session-late", WindowParams{Kind: Session, Gap: 40 * time.Millisecond, AllowedLateness: 30 * time.Millisecond}},
+	{"tumbling", WindowParams{Kind: Tumbling, Size: 100 * time.Millisecond}, false},
+	{"tumbling-late", WindowParams{Kind: Tumbling, Size: 100 * time.Millisecond, Offset: 30 * time.Millisecond, AllowedLateness: 50 * time.Millisecond}, false},
+	{"sliding-late", WindowParams{Kind: Sliding, Size: 300 * time.Millisecond, Slide: 100 * time.Millisecond, AllowedLateness: 70 * time.Millisecond}, false},
+	{"session-late", WindowParams{Kind: Session, Gap: 40 * time.Millisecond, AllowedLateness: 30 * time.Millisecond}, false},
+	// Sliced sliding windows: slices of gcd(size, slide) = slide, and of 60
+	// ms (size 300, slide 120), with an offset and with and without
+	// lateness (70 ms: not a multiple of the slide; 240: two slides).
+	{"sliding-merge", WindowParams{Kind: Sliding, Size: 300 * time.Millisecond, Slide: 100 * time.Millisecond}, true},
+	{"sliding-merge-gcd-late", WindowParams{Kind: Sliding, Size: 300 * time.Millisecond, Slide: 120 * time.Millisecond, Offset: 50 * time.Millisecond, AllowedLateness: 70 * time.Millisecond}, true},
+	{"sliding-merge-late2", WindowParams{Kind: Sliding, Size: 200 * time.Millisecond, Slide: 40 * time.Millisecond, AllowedLateness: 80 * time.Millisecond}, true},
 }
 
 // windowGoldenStep is one step of a golden run: the results the watermark
@@ -139,6 +148,9 @@ func TestWindowGolden(t *testing.T) {
 			t.Run(shape.name+"/"+kind, func(t *testing.T) {
 				p := shape.p
 				p.Time, p.Aggregates = WindowEventTime, windowGoldenAggs(t)
+				if shape.mergeable {
+					p.Aggregates = p.Aggregates[:5]
+				}
 				dir := filepath.Join(*windowGoldenDir, shape.name, kind)
 				end := int64(1 << 40)
 
