@@ -416,8 +416,11 @@ func (s *Storage) LatestSavepoint() (string, error) {
 // point; noSync skips the fsyncs (a cluster unit's staging copy:
 // runtime.Barrier.Staging). Before the metadata it makes the checkpoint's
 // directories durable (syncEntries), so a _metadata that survives a crash
-// never names a task directory or shared file that did not. The metadata
-// committed is cached: retention does not read it back.
+// never names a task directory or shared file that did not. m is not put
+// in the metadata cache: the coordinator goes on using the object after
+// the commit, and caching it lost a rules job's output after kill -9 and
+// restores (cmd/kstreamd TestRulesKillRestore); retention reads the
+// written file once instead.
 func (s *Storage) commit(dir string, m *Metadata, noSync bool) error {
 	if !noSync {
 		if err := s.syncEntries(dir, m); err != nil {
@@ -430,9 +433,6 @@ func (s *Storage) commit(dir string, m *Metadata, noSync bool) error {
 	}
 	if err := writeMetadataSync(dir, m, hook, noSync, s.syncDir); err != nil {
 		return fmt.Errorf("checkpoint: commit %d: %w", m.CheckpointID, err)
-	}
-	if st, err := os.Stat(dir); err == nil {
-		s.meta.put(dir, st, m)
 	}
 	return nil
 }
