@@ -363,7 +363,9 @@ func (s *Storage) Latest() (string, *Metadata, error) {
 		if infos[i].State != StateCompleted {
 			continue
 		}
-		m, err := s.readMetadata(infos[i].Dir)
+		// Read from the file, not the cache: the restore that asks owns
+		// (and may change) the object it gets.
+		m, err := ReadMetadata(infos[i].Dir)
 		if err != nil {
 			return "", nil, err
 		}
