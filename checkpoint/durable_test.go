@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -237,11 +238,10 @@ func TestRetentionReadsOnlyNewMetadata(t *testing.T) {
 	for id := int64(1); id <= 4; id++ {
 		commit(s, id, "i/"+string(rune('a'+id)))
 	}
-	// Each checkpoint's own _metadata is read once, by the retention after
-	// it (commit does not cache the coordinator's object, which it goes on
-	// using); no older one is read again.
-	if n := s.metadataReads(); n != 4 {
-		t.Fatalf("retention after 4 checkpoints read %d _metadata files, want 4 (each once)", n)
+	// commit caches a summary (a copy) of what it wrote: retention reads
+	// no _metadata back.
+	if n := s.metadataReads(); n != 0 {
+		t.Fatalf("retention after 4 checkpoints read %d _metadata files, want 0", n)
 	}
 	if got := listStates(t, s); !slices.Equal(got, []string{"3:completed", "4:completed"}) {
 		t.Fatalf("List = %q, want [3:completed 4:completed]", got)
@@ -346,8 +346,8 @@ func TestUnitRetentionReadsOnlyNewMetadata(t *testing.T) {
 	for id := int64(1); id <= 4; id++ {
 		checkpoint(a, nsA, id)
 	}
-	if a.metaReads != 0 || nsA.Local.metadataReads() != 4 {
-		t.Fatalf("owner a read %d store and %d staging _metadata files, want 0 and 4 (each staging one once)", a.metaReads, nsA.Local.metadataReads())
+	if a.metaReads != 0 || nsA.Local.metadataReads() != 0 {
+		t.Fatalf("owner a read %d store and %d staging _metadata files, want 0 and 0", a.metaReads, nsA.Local.metadataReads())
 	}
 	keys, err := store.List(ctx, nsA.Prefix)
 	if err != nil {
@@ -377,4 +377,108 @@ func TestUnitRetentionReadsOnlyNewMetadata(t *testing.T) {
 	if b.metaReads != 1 {
 		t.Fatalf("new owner's second retention read %d store _metadata files in all, want still 1", b.metaReads)
 	}
+}
+
+// TestMetadataCacheIsolatesCallers: what List and retention see of a
+// completed checkpoint is its _metadata file, whatever a caller does with
+// a Metadata object afterwards: the coordinator's own object after commit
+// (it goes on using it), and the one Latest hands a restore (which owns
+// it). On 0749423 the cache held and handed out those very objects, so
+// changing one after the fact made retention delete the shared files of a
+// retained checkpoint and List report another size.
+func TestMetadataCacheIsolatesCallers(t *testing.T) {
+	dir := t.TempDir()
+	s := NewStorage(dir, "job", 2, nil)
+	commit := func(id int64, shared ...string) *Metadata {
+		t.Helper()
+		d := s.CheckpointDir(id)
+		if err := os.MkdirAll(filepath.Join(d, "op", "0"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range shared {
+			p := filepath.Join(s.SharedDir(), f)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m := &Metadata{Version: MetadataVersion, Job: "job", CheckpointID: id, Timestamp: time.Now(), Bytes: 100 * id,
+			Operators: map[string]OperatorMetadata{}, SharedFiles: shared, SharedDir: DefaultSharedDir}
+		if err := s.commit(d, m, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Prune(); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	sharedLeft := func() []string {
+		t.Helper()
+		var out []string
+		_ = filepath.WalkDir(s.SharedDir(), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				rel, _ := filepath.Rel(s.SharedDir(), p)
+				out = append(out, filepath.ToSlash(rel))
+			}
+			return nil
+		})
+		return out
+	}
+	check := func(when string) {
+		t.Helper()
+		got, err := s.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ListDir(s.JobDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: List %+v, the files say %+v", when, got, want)
+		}
+		for i := range got {
+			if got[i].ID != want[i].ID || got[i].State != want[i].State || got[i].Bytes != want[i].Bytes ||
+				got[i].Savepoint != want[i].Savepoint || !got[i].Time.Equal(want[i].Time) {
+				t.Fatalf("%s: List %+v, the files say %+v", when, got[i], want[i])
+			}
+		}
+	}
+
+	m1 := commit(1, "i/a", "i/shared-by-1-and-2")
+	// The coordinator's object changes after its commit.
+	m1.SharedFiles[0], m1.SharedFiles[1] = "i/other", "i/other2"
+	m1.Bytes, m1.Savepoint = 1, true
+	check("after the coordinator changed chk-1's object")
+	commit(2, "i/b", "i/shared-by-1-and-2")
+	if got, want := sharedLeft(), []string{"i/a", "i/b", "i/shared-by-1-and-2"}; !slices.Equal(got, want) {
+		t.Fatalf("after chk-2's retention the shared dir holds %q, want %q", got, want)
+	}
+
+	// A restore changes the object Latest handed it.
+	_, m, err := s.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.CheckpointID != 2 || !slices.Equal(m.SharedFiles, []string{"i/b", "i/shared-by-1-and-2"}) || m.Bytes != 200 {
+		t.Fatalf("Latest: checkpoint %d, shared %q, %d bytes; want 2, [i/b i/shared-by-1-and-2], 200", m.CheckpointID, m.SharedFiles, m.Bytes)
+	}
+	m.SharedFiles[0], m.SharedFiles[1] = "i/c", "i/d"
+	m.Bytes = 7
+	check("after the restore changed chk-2's object")
+	commit(3, "i/c")
+	// Retained: chk-2 and chk-3. chk-1's i/a goes; chk-2's two stay.
+	if got, want := sharedLeft(), []string{"i/b", "i/c", "i/shared-by-1-and-2"}; !slices.Equal(got, want) {
+		t.Fatalf("after chk-3's retention the shared dir holds %q, want %q", got, want)
+	}
+	refs, err := s.SharedRefCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) != 3 || refs["i/b"] != 1 || refs["i/c"] != 1 || refs["i/shared-by-1-and-2"] != 1 {
+		t.Fatalf("shared refs %v, want i/b, i/c and i/shared-by-1-and-2 once each", refs)
+	}
+	check("at the end")
 }

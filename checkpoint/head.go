@@ -617,7 +617,7 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 		return err
 	}
 	dir := o.ns.Local.CheckpointDir(id)
-	m, err := o.ns.Local.readMetadata(dir) // cached by the staging commit
+	sum, err := o.ns.Local.summary(dir) // cached by the staging commit
 	if err != nil {
 		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
@@ -649,7 +649,7 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
 	}
-	for _, f := range m.SharedFiles {
+	for _, f := range sum.sharedFiles {
 		if _, ok := remoteObject(f); ok || o.known[f] {
 			continue // already uploaded, or an object of the remote state store
 		}
@@ -671,7 +671,7 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 	if err := o.ns.Store.Upload(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile)); err != nil {
 		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
-	o.sharedOf[id] = m.SharedFiles // what the store's chk-<id>/_metadata now holds
+	o.sharedOf[id] = slices.Clone(sum.sharedFiles) // what the store's chk-<id>/_metadata now holds
 	return nil
 }
 

@@ -55,13 +55,22 @@ type Storage struct {
 	durableShared map[string]bool
 }
 
-// metaCache caches the metadata of the completed checkpoints Storage
-// lists, by directory: a completed checkpoint's _metadata is immutable, so
-// retention after each checkpoint reads only the new one instead of every
-// retained one again. An entry is used only while the directory is the
-// same one (same inode and modification time as when it was read), so a
-// chk-<id> deleted and written again is read again. Safe for concurrent
-// use (List may run from another goroutine than the Coordinator's).
+// metaCache caches what Storage itself reads of the completed
+// checkpoints' _metadata (metaSummary), by directory: a completed
+// checkpoint's _metadata is immutable, so retention after each checkpoint
+// reads only the new one instead of every retained one again. An entry is
+// used only while the directory is the same one (same inode and
+// modification time as when it was read), so a chk-<id> deleted and
+// written again is read again.
+//
+// Safe by construction: an entry is a metaSummary built from a copy (the
+// shared file names copied out of the Metadata it was made from, which is
+// then dropped), its fields are unexported and only read in this package,
+// and no *Metadata ever enters or leaves the cache, so neither the
+// coordinator (which goes on using the Metadata it committed) nor a
+// restore (which owns the Metadata Latest hands it) can change what
+// another caller sees. Safe for concurrent use (List may run from another
+// goroutine than the Coordinator's).
 type metaCache struct {
 	mu      sync.Mutex
 	entries map[string]metaEntry
@@ -71,28 +80,55 @@ type metaCache struct {
 
 type metaEntry struct {
 	dir os.FileInfo
-	m   *Metadata
+	sum *metaSummary
 }
 
-// get returns the cached metadata of dir (whose current stat is st), or
+// metaSummary is what List, retention (Prune, SharedRefCounts) and a
+// unit's upload read of a completed checkpoint's _metadata: immutable once
+// made (summaryOf); never handed out of the package.
+type metaSummary struct {
+	timestamp time.Time
+	bytes     int64
+	savepoint bool
+	// sharedFiles is Metadata.SharedFiles, a copy owned by the summary:
+	// read only (callers that keep it copy it).
+	sharedFiles []string
+}
+
+// summaryOf returns the summary of m, sharing nothing with m. Its
+// timestamp is m.Timestamp as ReadMetadata decodes it from the file m
+// was written to (JSON round trip: no monotonic reading, the file's
+// location), so a summary made at commit equals one read back.
+func summaryOf(m *Metadata) *metaSummary {
+	ts := m.Timestamp.Round(0)
+	if b, err := m.Timestamp.MarshalJSON(); err == nil {
+		var u time.Time
+		if u.UnmarshalJSON(b) == nil {
+			ts = u
+		}
+	}
+	return &metaSummary{timestamp: ts, bytes: m.Bytes, savepoint: m.Savepoint, sharedFiles: slices.Clone(m.SharedFiles)}
+}
+
+// get returns the cached summary of dir (whose current stat is st), or
 // nil.
-func (c *metaCache) get(dir string, st os.FileInfo) *Metadata {
+func (c *metaCache) get(dir string, st os.FileInfo) *metaSummary {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[dir]
 	if !ok || st == nil || !os.SameFile(e.dir, st) || !e.dir.ModTime().Equal(st.ModTime()) {
 		return nil
 	}
-	return e.m
+	return e.sum
 }
 
-func (c *metaCache) put(dir string, st os.FileInfo, m *Metadata) {
+func (c *metaCache) put(dir string, st os.FileInfo, sum *metaSummary) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries == nil {
 		c.entries = map[string]metaEntry{}
 	}
-	c.entries[dir] = metaEntry{dir: st, m: m}
+	c.entries[dir] = metaEntry{dir: st, sum: sum}
 }
 
 // retain drops every entry whose directory is not in keep.
@@ -125,27 +161,29 @@ func (s *Storage) metadataReads() int {
 	return s.meta.reads
 }
 
-// readMetadata is ReadMetadata through s's cache: a completed checkpoint
-// whose directory is unchanged since it was read costs one stat.
-func (s *Storage) readMetadata(dir string) (*Metadata, error) {
+// summary is the metaSummary of the completed checkpoint in dir through
+// s's cache: a completed checkpoint whose directory is unchanged since it
+// was read (or committed by s) costs one stat. Errors are ReadMetadata's.
+func (s *Storage) summary(dir string) (*metaSummary, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
 		return nil, err
 	}
-	return s.readMetadataStat(dir, st)
+	return s.summaryStat(dir, st)
 }
 
-func (s *Storage) readMetadataStat(dir string, st os.FileInfo) (*Metadata, error) {
-	if m := s.meta.get(dir, st); m != nil {
-		return m, nil
+func (s *Storage) summaryStat(dir string, st os.FileInfo) (*metaSummary, error) {
+	if sum := s.meta.get(dir, st); sum != nil {
+		return sum, nil
 	}
 	s.meta.countRead()
 	m, err := ReadMetadata(dir)
 	if err != nil {
 		return nil, err
 	}
-	s.meta.put(dir, st, m)
-	return m, nil
+	sum := summaryOf(m)
+	s.meta.put(dir, st, sum)
+	return sum, nil
 }
 
 // sync fsyncs dir with s.syncDir.
@@ -201,13 +239,13 @@ type Info struct {
 // their directory is unchanged.
 func (s *Storage) List() ([]Info, error) {
 	seen := map[string]bool{}
-	out, err := listDir(s.jobDir, func(dir string, e fs.DirEntry) (*Metadata, error) {
+	out, err := listDir(s.jobDir, func(dir string, e fs.DirEntry) (*metaSummary, error) {
 		seen[dir] = true
 		st, err := e.Info()
 		if err != nil {
 			return nil, err
 		}
-		return s.readMetadataStat(dir, st)
+		return s.summaryStat(dir, st)
 	})
 	if err == nil {
 		s.meta.retain(seen)
@@ -218,11 +256,17 @@ func (s *Storage) List() ([]Info, error) {
 // ListDir lists the checkpoints in a job's checkpoint directory (see
 // Storage.List). A missing directory has no checkpoints.
 func ListDir(jobDir string) ([]Info, error) {
-	return listDir(jobDir, func(dir string, _ fs.DirEntry) (*Metadata, error) { return ReadMetadata(dir) })
+	return listDir(jobDir, func(dir string, _ fs.DirEntry) (*metaSummary, error) {
+		m, err := ReadMetadata(dir)
+		if err != nil {
+			return nil, err
+		}
+		return summaryOf(m), nil
+	})
 }
 
 // listDir is ListDir reading each checkpoint's metadata with read.
-func listDir(jobDir string, read func(dir string, e fs.DirEntry) (*Metadata, error)) ([]Info, error) {
+func listDir(jobDir string, read func(dir string, e fs.DirEntry) (*metaSummary, error)) ([]Info, error) {
 	ents, err := os.ReadDir(jobDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -238,8 +282,8 @@ func listDir(jobDir string, read func(dir string, e fs.DirEntry) (*Metadata, err
 		}
 		dir := filepath.Join(jobDir, e.Name())
 		info := Info{ID: id, Dir: dir, State: StateIncomplete}
-		if m, err := read(dir, e); err == nil {
-			info.State, info.Time, info.Bytes, info.Savepoint = StateCompleted, m.Timestamp, m.Bytes, m.Savepoint
+		if sum, err := read(dir, e); err == nil {
+			info.State, info.Time, info.Bytes, info.Savepoint = StateCompleted, sum.timestamp, sum.bytes, sum.savepoint
 		} else {
 			if st, err := e.Info(); err == nil {
 				info.Time = st.ModTime()
@@ -363,8 +407,9 @@ func (s *Storage) Latest() (string, *Metadata, error) {
 		if infos[i].State != StateCompleted {
 			continue
 		}
-		// Read from the file, not the cache: the restore that asks owns
-		// (and may change) the object it gets.
+		// The whole metadata, read from the file: the cache keeps only
+		// summaries, and the restore that asks owns (and may change) the
+		// object it gets. One read per restore.
 		m, err := ReadMetadata(infos[i].Dir)
 		if err != nil {
 			return "", nil, err
@@ -418,11 +463,11 @@ func (s *Storage) LatestSavepoint() (string, error) {
 // point; noSync skips the fsyncs (a cluster unit's staging copy:
 // runtime.Barrier.Staging). Before the metadata it makes the checkpoint's
 // directories durable (syncEntries), so a _metadata that survives a crash
-// never names a task directory or shared file that did not. m is not put
-// in the metadata cache: the coordinator goes on using the object after
-// the commit, and caching it lost a rules job's output after kill -9 and
-// restores (cmd/kstreamd TestRulesKillRestore); retention reads the
-// written file once instead.
+// never names a task directory or shared file that did not. The
+// metadata cache gets a summary of m made right after m was encoded
+// (summaryOf: a copy, equal to what reading the file back gives), never m
+// itself, which the coordinator goes on using: retention does not read
+// the new _metadata back.
 func (s *Storage) commit(dir string, m *Metadata, noSync bool) error {
 	if !noSync {
 		if err := s.syncEntries(dir, m); err != nil {
@@ -435,6 +480,10 @@ func (s *Storage) commit(dir string, m *Metadata, noSync bool) error {
 	}
 	if err := writeMetadataSync(dir, m, hook, noSync, s.syncDir); err != nil {
 		return fmt.Errorf("checkpoint: commit %d: %w", m.CheckpointID, err)
+	}
+	sum := summaryOf(m) // on this goroutine, right after the encoding: what the file holds
+	if st, err := os.Stat(dir); err == nil {
+		s.meta.put(dir, st, sum)
 	}
 	return nil
 }
@@ -532,11 +581,11 @@ func (s *Storage) Prune() error {
 	referenced := map[string]bool{}
 	for _, in := range infos {
 		if keep[in.ID] {
-			m, err := s.readMetadata(in.Dir)
+			sum, err := s.summary(in.Dir)
 			if err != nil {
 				return err // never delete shared files on a partial view
 			}
-			for _, f := range m.SharedFiles {
+			for _, f := range sum.sharedFiles {
 				referenced[f] = true
 			}
 			continue
@@ -594,11 +643,11 @@ func (s *Storage) SharedRefCounts() (map[string]int, error) {
 		if in.State != StateCompleted {
 			continue
 		}
-		m, err := s.readMetadata(in.Dir)
+		sum, err := s.summary(in.Dir)
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range m.SharedFiles {
+		for _, f := range sum.sharedFiles {
 			out[f]++
 		}
 	}

@@ -410,6 +410,7 @@ type RulesRouter struct {
 	waiting  []runtime.Record
 	unsorted bool
 	waitList *state.OperatorListState[waitingRecord]
+	name     string // this stage's operator name (OpenContext.Operator)
 	subtask  int
 	parallel int
 
@@ -466,14 +467,13 @@ func (r *RulesRouter) Open(ctx OpenContext) error {
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)
 	}
-	r.subtask, r.parallel = ctx.Subtask, ctx.Parallelism
+	r.name, r.subtask, r.parallel = ctx.Operator, ctx.Subtask, ctx.Parallelism
 	if m := r.cfg.Metrics; m != nil {
 		r.matched = m.rulesMatched.WithLabelValues(r.cfg.Operator)
 		r.evalErrors = m.rulesEvalErrors.WithLabelValues(r.cfg.Operator)
 		r.bad = m.RulesRejected(ctx.Operator)
 		r.held = m.RulesHeld(ctx.Operator, ctx.Subtask)
 		r.updated = m.LastRuleUpdate(ctx.Operator, ctx.Subtask)
-		r.waitingGauge = m.rulesWaiting.WithLabelValues(ctx.Operator, strconv.Itoa(ctx.Subtask))
 		r.overflow = m.rulesOverflow.WithLabelValues(ctx.Operator)
 	}
 	r.publish()
@@ -569,6 +569,15 @@ func (r *RulesRouter) InitializeState(ctx FunctionInitializationContext) error {
 			Origin: runtime.Origin{Topic: w.Topic, Partition: w.P, Offset: w.O}, Format: w.Format})
 	}
 	r.unsorted = len(r.waiting) > 1
+	// The gauge's series appears only now, with the restored count: made
+	// in Open, it read 0 while a restore still decoded the waiting
+	// records (union state: every subtask decodes all of them), and a
+	// reader waiting for "every subtask's series is 0" (nothing waits)
+	// took that for a release (cmd/kstreamd TestRulesKillRestore read
+	// its alerts before any was routed).
+	if m := r.cfg.Metrics; m != nil && r.waitingGauge == nil {
+		r.waitingGauge = m.rulesWaiting.WithLabelValues(r.name, strconv.Itoa(r.subtask))
+	}
 	r.setWaiting()
 	return nil
 }
