@@ -163,7 +163,8 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 		// Each file is fsynced as it is copied, its directory once after
 		// the last copy into it (before the finisher returns, so before
 		// any _metadata names the files): one directory fsync per
-		// directory and checkpoint instead of one per file.
+		// directory and checkpoint instead of one per file. The shared
+		// directory is synced whenever the snapshot names a shared file.
 		var written []string
 		for _, e := range ents {
 			if err := ctx.Err(); err != nil {
@@ -191,9 +192,13 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 					if err := copySnapshotFileNoDirSync(src, dst, t.NoSync); err != nil {
 						return KeyedSnapshot{}, err
 					}
-					written = appendDir(written, filepath.Dir(dst))
 					snap.Bytes += st.Size()
 				}
+				// Synced even when the file was there already: another
+				// snapshot of this backend (a timed-out checkpoint's
+				// finisher) may have copied it without having synced
+				// the directory yet.
+				written = appendDir(written, filepath.Dir(dst))
 				snap.SharedFiles = append(snap.SharedFiles, ref.Path)
 			} else {
 				ref.Path = filepath.ToSlash(filepath.Join(t.TaskPath, e.Name()))

@@ -503,7 +503,8 @@ func TestRestoreLogsProgress(t *testing.T) {
 // TestPebbleSnapshotSyncsEachDirectoryOnce: a Pebble snapshot fsyncs each
 // directory it copies files into once, after the last file is in place
 // (every file of the handle in that directory is there at the fsync), not
-// once per file; a staging snapshot (NoSync) fsyncs none. Files outside
+// once per file, and the shared directory even when every SST was there
+// already; a staging snapshot (NoSync) fsyncs none. Files outside
 // this test's root (other tests' snapshots) are not counted.
 func TestPebbleSnapshotSyncsEachDirectoryOnce(t *testing.T) {
 	for _, tc := range []struct {
@@ -593,6 +594,22 @@ func TestPebbleSnapshotSyncsEachDirectoryOnce(t *testing.T) {
 						t.Errorf("%s/%s was not in place when %s was fsynced (entries then: %q)", d, f, d, synced[d])
 					}
 				}
+			}
+			if !tc.shared {
+				return
+			}
+			// A second snapshot that copies no new SST (every one is in
+			// the shared directory) still fsyncs the shared directory
+			// once: another snapshot may have copied a file it names
+			// without having synced the directory yet.
+			order = nil
+			mu.Unlock()
+			snapshotTo(t, b, SnapshotTarget{Dir: filepath.Join(root, "chk2"), TaskPath: "op/0", SharedDir: shared})
+			mu.Lock()
+			got = slices.Clone(order)
+			slices.Sort(got)
+			if want := []string{"chk2/op/0", "shared"}; !slices.Equal(got, want) {
+				t.Fatalf("second snapshot fsynced %q, want each of %q once", order, want)
 			}
 		})
 	}
