@@ -160,6 +160,12 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 			return KeyedSnapshot{}, err
 		}
 		var snap KeyedSnapshot
+		// Each file is fsynced as it is copied, its directory once after
+		// the last copy into it (before the finisher returns, so before
+		// any _metadata names the files): one directory fsync per
+		// directory and checkpoint instead of one per file. The shared
+		// directory is synced whenever the snapshot names a shared file.
+		var written []string
 		for _, e := range ents {
 			if err := ctx.Err(); err != nil {
 				return KeyedSnapshot{}, err
@@ -183,20 +189,34 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 				ref.Shared, ref.Path = true, instance+"-"+e.Name()
 				dst := filepath.Join(t.SharedDir, ref.Path)
 				if have, err := os.Stat(dst); err != nil || have.Size() != st.Size() {
-					if err := copySnapshotFile(src, dst, t.NoSync); err != nil {
+					if err := copySnapshotFileNoDirSync(src, dst, t.NoSync); err != nil {
 						return KeyedSnapshot{}, err
 					}
 					snap.Bytes += st.Size()
 				}
+				// Synced even when the file was there already: another
+				// snapshot of this backend (a timed-out checkpoint's
+				// finisher) may have copied it without having synced
+				// the directory yet.
+				written = appendDir(written, filepath.Dir(dst))
 				snap.SharedFiles = append(snap.SharedFiles, ref.Path)
 			} else {
 				ref.Path = filepath.ToSlash(filepath.Join(t.TaskPath, e.Name()))
-				if err := copySnapshotFile(src, filepath.Join(t.Dir, ref.Path), t.NoSync); err != nil {
+				dst := filepath.Join(t.Dir, ref.Path)
+				if err := copySnapshotFileNoDirSync(src, dst, t.NoSync); err != nil {
 					return KeyedSnapshot{}, err
 				}
+				written = appendDir(written, filepath.Dir(dst))
 				snap.Bytes += st.Size()
 			}
 			h.Files = append(h.Files, ref)
+		}
+		if !t.NoSync {
+			for _, dir := range written {
+				if err := syncSnapshotDir(dir); err != nil {
+					return KeyedSnapshot{}, fmt.Errorf("state: snapshot: sync %s: %w", dir, err)
+				}
+			}
 		}
 		if snap.Handle, err = json.Marshal(h); err != nil {
 			return KeyedSnapshot{}, err
@@ -616,4 +636,30 @@ func copySnapshotFile(src, dst string, noSync bool) error {
 		return err
 	}
 	return atomicfile.CopyFile(src, dst, atomicfile.Options{Perm: 0o644, NoSync: noSync})
+}
+
+// copySnapshotFileNoDirSync is copySnapshotFile without the fsync of dst's
+// directory (the file itself is fsynced unless noSync): the caller fsyncs
+// the directory once after its last copy into it (syncSnapshotDir), before
+// anything names the files.
+func copySnapshotFileNoDirSync(src, dst string, noSync bool) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return atomicfile.CopyFile(src, dst, atomicfile.Options{Perm: 0o644, NoSync: noSync, NoDirSync: true})
+}
+
+// syncSnapshotDir fsyncs a directory a Pebble snapshot copied files into
+// (atomicfile.SyncDir; tests replace it to count and order the fsyncs).
+var syncSnapshotDir = atomicfile.SyncDir
+
+// appendDir appends dir to dirs unless it is there already (a snapshot
+// writes into at most two directories: the shared one and its task's).
+func appendDir(dirs []string, dir string) []string {
+	for _, d := range dirs {
+		if d == dir {
+			return dirs
+		}
+	}
+	return append(dirs, dir)
 }

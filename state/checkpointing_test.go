@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -496,5 +497,120 @@ func TestRestoreLogsProgress(t *testing.T) {
 	last := progress[len(progress)-1]
 	if last["bytes_done"] != float64(total) || last["bytes_total"] != float64(total) || last["files_done"] != float64(len(h.Files)) {
 		t.Fatalf("last progress line %v, want bytes_done = bytes_total = %d, files_done %d", last, total, len(h.Files))
+	}
+}
+
+// TestPebbleSnapshotSyncsEachDirectoryOnce: a Pebble snapshot fsyncs each
+// directory it copies files into once, after the last file is in place
+// (every file of the handle in that directory is there at the fsync), not
+// once per file, and the shared directory even when every SST was there
+// already; a staging snapshot (NoSync) fsyncs none. Files outside
+// this test's root (other tests' snapshots) are not counted.
+func TestPebbleSnapshotSyncsEachDirectoryOnce(t *testing.T) {
+	for _, tc := range []struct {
+		shared, noSync bool
+	}{{false, false}, {true, false}, {true, true}} {
+		t.Run(fmt.Sprintf("shared=%v/nosync=%v", tc.shared, tc.noSync), func(t *testing.T) {
+			root := t.TempDir()
+			var mu sync.Mutex
+			synced := map[string][]string{} // directory -> its entries at each fsync
+			var order []string
+			prev := syncSnapshotDir
+			syncSnapshotDir = func(dir string) error {
+				if rel, err := filepath.Rel(root, dir); err == nil && !strings.HasPrefix(rel, "..") {
+					ents, err := os.ReadDir(dir)
+					if err != nil {
+						return err
+					}
+					mu.Lock()
+					order = append(order, filepath.ToSlash(rel))
+					for _, e := range ents {
+						synced[filepath.ToSlash(rel)] = append(synced[filepath.ToSlash(rel)], e.Name())
+					}
+					mu.Unlock()
+				}
+				return prev(dir)
+			}
+			defer func() { syncSnapshotDir = prev }()
+
+			// Several SSTs: three flushes of a third of the keys each (Pebble may
+			// compact some together: at least two stay).
+			b := open(t, testConfig(t, KindPebble))
+			defer b.Close()
+			s := must1(GetValueState(b, ckptValue))(t)
+			pb := b.(*pebbleBackend)
+			for part := range 3 {
+				for i := part * 500; i < (part+1)*500; i++ {
+					b.SetCurrentKey(u64key(uint64(i)))
+					must(t, s.Update(int64(i)))
+				}
+				must(t, pb.st.flushCache())
+				must(t, pb.st.db.Flush())
+			}
+			shared := ""
+			if tc.shared {
+				shared = filepath.Join(root, "shared")
+			}
+			ks := snapshotTo(t, b, SnapshotTarget{Dir: filepath.Join(root, "chk"), TaskPath: "op/0", SharedDir: shared, NoSync: tc.noSync})
+			var h keyedHandle
+			must(t, json.Unmarshal(ks.Handle, &h))
+			want := map[string][]string{} // directory -> the handle's files in it
+			ssts := 0
+			for _, f := range h.Files {
+				dir, p := "chk", f.Path
+				if f.Shared {
+					dir = "shared"
+				}
+				if strings.HasSuffix(f.Name, ".sst") {
+					ssts++
+				}
+				full := filepath.ToSlash(filepath.Join(dir, p))
+				want[path.Dir(full)] = append(want[path.Dir(full)], path.Base(full))
+			}
+			if ssts < 2 {
+				t.Fatalf("the snapshot has %d SSTs, want at least 2 (the test needs several files per directory)", ssts)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.noSync {
+				if len(order) != 0 {
+					t.Fatalf("a staging snapshot fsynced %q, want none", order)
+				}
+				return
+			}
+			wantDirs := make([]string, 0, len(want))
+			for d := range want {
+				wantDirs = append(wantDirs, d)
+			}
+			slices.Sort(wantDirs)
+			got := slices.Clone(order)
+			slices.Sort(got)
+			if !slices.Equal(got, wantDirs) {
+				t.Fatalf("fsynced directories %q, want each of %q once", order, wantDirs)
+			}
+			for d, files := range want {
+				for _, f := range files {
+					if !slices.Contains(synced[d], f) {
+						t.Errorf("%s/%s was not in place when %s was fsynced (entries then: %q)", d, f, d, synced[d])
+					}
+				}
+			}
+			if !tc.shared {
+				return
+			}
+			// A second snapshot that copies no new SST (every one is in
+			// the shared directory) still fsyncs the shared directory
+			// once: another snapshot may have copied a file it names
+			// without having synced the directory yet.
+			order = nil
+			mu.Unlock()
+			snapshotTo(t, b, SnapshotTarget{Dir: filepath.Join(root, "chk2"), TaskPath: "op/0", SharedDir: shared})
+			mu.Lock()
+			got = slices.Clone(order)
+			slices.Sort(got)
+			if want := []string{"chk2/op/0", "shared"}; !slices.Equal(got, want) {
+				t.Fatalf("second snapshot fsynced %q, want each of %q once", order, want)
+			}
+		})
 	}
 }
