@@ -913,3 +913,32 @@ func TestStateYAMLRemote(t *testing.T) {
 		t.Fatalf("hashmap state lines %q, want none", got)
 	}
 }
+
+// TestRunPreloadState: with PreloadState a pebble scenario first runs the
+// job over one record of each key, stops it, and measures the restarted
+// job on the records; every output of both runs and the latency phase is
+// committed exactly once (the preload's count as expected outputs), on
+// remote state with added read latency, sync and async. A scenario on the
+// hashmap backend is refused.
+func TestRunPreloadState(t *testing.T) {
+	const keys, records = 300, 400
+	res := runOnKfake(t, Config{Scenarios: []string{"keyed-count-pebble", "keyed-count-pebble-async"}, Records: records, Keys: keys,
+		LatencyDuration: time.Second, PreloadState: true, RemoteState: true, RemoteCacheBytes: -1, ReadLatency: time.Millisecond,
+		BlockCacheBytes: 256 << 10, WriteCacheBytes: -1}, false)
+	if len(res) != 3 {
+		t.Fatalf("%d rows, want the pipe and 2 scenarios", len(res))
+	}
+	for _, r := range res[1:] {
+		if r.Outputs != r.Expected || r.Expected < keys+records || r.Records != records {
+			t.Errorf("%s: %d outputs, %d expected (records %d): want every one of the %d preloaded and %d measured records' outputs and the latency phase's",
+				r.Scenario, r.Outputs, r.Expected, r.Records, keys, records)
+		}
+	}
+	if pipe := res[0]; pipe.Outputs != pipe.Expected {
+		t.Errorf("pipe: %d outputs, %d expected", pipe.Outputs, pipe.Expected)
+	}
+	_, err := Run(context.Background(), Config{Brokers: []string{"127.0.0.1:1"}, Dir: t.TempDir(), Scenarios: []string{"keyed-count-hashmap"}, PreloadState: true})
+	if err == nil || !strings.Contains(err.Error(), "preloaded state needs a pebble scenario") {
+		t.Fatalf("preload on the hashmap backend: %v, want refused", err)
+	}
+}
