@@ -102,6 +102,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
 		return 2
 	}
+	if *preload {
+		if err := checkPreload(*scenario, *all); err != nil {
+			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			return 2
+		}
+	}
 	if *scenario == bench.PostgresSinkScenario && !*all && *pgDSN == "" {
 		fmt.Fprintln(stderr, "kstreamd bench: --scenario postgres-sink needs --postgres-dsn (a PostgreSQL database, e.g. postgres://user@127.0.0.1:5432/bench)")
 		return 2
@@ -232,6 +238,25 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 // must be >= 1. scenario must name a scenario (unless all), delivery be
 // exactly-once, at-least-once or both, zipf be 0 (uniform) or > 1, changed
 // be in (0, 1], and the durations be positive. The error names the flag.
+// checkPreload refuses --preload-state unless every scenario of --scenario
+// takes it (bench.Scenario.CheckPreload; not with --all or the scenarios
+// run in process of their own).
+func checkPreload(scenario string, all bool) error {
+	if all {
+		return errors.New("--preload-state: not with --all (only the pebble scenarios take it)")
+	}
+	for _, n := range strings.Split(scenario, ",") {
+		s, ok := bench.ScenarioByName(n)
+		if !ok {
+			return fmt.Errorf("--preload-state: scenario %s does not take it (only the pebble scenarios)", n)
+		}
+		if err := s.CheckPreload(); err != nil {
+			return fmt.Errorf("--preload-state: %w", err)
+		}
+	}
+	return nil
+}
+
 func checkBenchFlags(scenario string, all bool, delivery string, zipf, changed float64, interval, latency time.Duration, counts map[string]int) error {
 	names := make([]string, 0, len(counts))
 	for n := range counts {
