@@ -71,6 +71,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	readLatency := fs.Duration("read-latency", 0, "--remote: delay added to every store read")
 	blockCache := fs.Int64("block-cache-bytes", 0, "the pebble scenarios: state.block_cache_bytes (0: the 64 MiB default)")
 	writeCache := fs.Int64("write-cache-bytes", 0, "the pebble scenarios: state.write_cache_bytes (0: the 16 MiB default, -1: none)")
+	preload := fs.Bool("preload-state", false, "the pebble scenarios: before the measured run, a first run of the job writes one record of each of the --keys keys (no added read latency) and stops after a checkpoint; the measured run restores it and its records read stored keys")
 	ttl := fs.Duration("ttl", 5*time.Second, "ttl-cleanup: the dedup's ttl")
 	nexmarkRate := fs.Float64("nexmark-rate", bench.DefaultNexmarkRate, "nexmark-q*: events per second of event time of the pre-loaded Nexmark events (the nexmark project's first-event.rate)")
 	daemons := fs.String("daemons", "1,2,3", "cluster: the daemon counts to measure, comma-separated")
@@ -100,6 +101,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	}); err != nil {
 		fmt.Fprintln(stderr, "kstreamd bench:", benchErr(err))
 		return 2
+	}
+	if *preload {
+		if err := checkPreload(*scenario, *all); err != nil {
+			fmt.Fprintln(stderr, "kstreamd bench:", err)
+			return 2
+		}
 	}
 	if *scenario == bench.PostgresSinkScenario && !*all && *pgDSN == "" {
 		fmt.Fprintln(stderr, "kstreamd bench: --scenario postgres-sink needs --postgres-dsn (a PostgreSQL database, e.g. postgres://user@127.0.0.1:5432/bench)")
@@ -185,7 +192,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 		Partitions: *partitions, Parallelism: *parallelism, CheckpointInterval: *interval, LatencyDuration: *latency,
 		Dir: workDir, Registry: reg.Registry, Connectors: reg.Connectors, Logger: logger, Progress: stderr, CPUProfile: *cpuprofile, NexmarkRate: *nexmarkRate,
 		PostgresDSN: *pgDSN, RemoteState: *remoteState, RemoteCacheBytes: *remoteCache, ReadLatency: *readLatency, BlockCacheBytes: *blockCache,
-		WriteCacheBytes: *writeCache,
+		WriteCacheBytes: *writeCache, PreloadState: *preload,
 	}
 	if *all {
 		cfg.Scenarios = nil
@@ -231,6 +238,25 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 // must be >= 1. scenario must name a scenario (unless all), delivery be
 // exactly-once, at-least-once or both, zipf be 0 (uniform) or > 1, changed
 // be in (0, 1], and the durations be positive. The error names the flag.
+// checkPreload refuses --preload-state unless every scenario of --scenario
+// takes it (bench.Scenario.CheckPreload; not with --all or the scenarios
+// run in process of their own).
+func checkPreload(scenario string, all bool) error {
+	if all {
+		return errors.New("--preload-state: not with --all (only the pebble scenarios take it)")
+	}
+	for _, n := range strings.Split(scenario, ",") {
+		s, ok := bench.ScenarioByName(n)
+		if !ok {
+			return fmt.Errorf("--preload-state: scenario %s does not take it (only the pebble scenarios)", n)
+		}
+		if err := s.CheckPreload(); err != nil {
+			return fmt.Errorf("--preload-state: %w", err)
+		}
+	}
+	return nil
+}
+
 func checkBenchFlags(scenario string, all bool, delivery string, zipf, changed float64, interval, latency time.Duration, counts map[string]int) error {
 	names := make([]string, 0, len(counts))
 	for n := range counts {

@@ -42,6 +42,10 @@ func TestBenchBadFlagsRefused(t *testing.T) {
 		{[]string{"--scenario", "nexmark-q1", "--nexmark-rate", "0"}, "--nexmark-rate"},
 		{[]string{"--scenario", "nexmark-q1", "--nexmark-rate", "-10"}, "--nexmark-rate"},
 		{[]string{"--scenario", "nexmark-q1", "--nexmark-rate", "NaN"}, "--nexmark-rate"},
+		{[]string{"--scenario", "keyed-count-hashmap", "--preload-state"}, "--preload-state"},
+		{[]string{"--scenario", "keyed-count-pebble,rules-10", "--preload-state"}, "--preload-state"},
+		{[]string{"--scenario", "state-scaling", "--preload-state"}, "--preload-state"},
+		{[]string{"--all", "--preload-state"}, "--preload-state"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			args := append([]string{"bench", "--brokers", "127.0.0.1:1", "--latency-duration", "1s"}, tc.args...)

@@ -119,6 +119,17 @@ type Config struct {
 	// WriteCacheBytes, when not 0, is state.write_cache_bytes (-1: no
 	// write cache).
 	BlockCacheBytes, WriteCacheBytes int64
+	// PreloadState writes every key's state before the measured run, so
+	// the measured records read stored keys: a first run of the job (with
+	// no added read latency) consumes one record of each of the Keys keys
+	// and is stopped two checkpoints after their outputs are committed;
+	// the measured run is the same job restarted, which restores that
+	// checkpoint (by reference on remote state: the keys are in the
+	// store's tables, the caches cold) and then reads the Records records.
+	// Their outputs count as expected outputs too. Only the pebble
+	// scenarios whose model counts every output (not Nexmark, not the
+	// rules scenarios) take it (Run fails otherwise).
+	PreloadState bool
 }
 
 // stateYAML returns the lines of the state section after its backend for
@@ -248,6 +259,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, fmt.Errorf("bench: Zipf exponent %v: want > 1, or 0 for uniform keys", cfg.Zipf)
 	}
 	for _, s := range scenarios {
+		if cfg.PreloadState {
+			if err := s.CheckPreload(); err != nil {
+				return nil, fmt.Errorf("bench: %w", err)
+			}
+		}
 		if s.Postgres && cfg.PostgresDSN == "" {
 			return nil, fmt.Errorf("bench: scenario %s needs a PostgreSQL database (Config.PostgresDSN, --postgres-dsn)", s.Name)
 		}
@@ -402,6 +418,12 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 		defer av.close()
 		gen = avroItems{itemSource: gen, a: av}
 	}
+	var exp0 int64 // the preload's outputs
+	if s != nil && cfg.PreloadState {
+		if exp0, err = r.preload(ctx, s, prod, base, dataDir, in, rules, out, delivery, model); err != nil {
+			return res, err
+		}
+	}
 	exp1, err := load(ctx, prod, in, cfg.Partitions, gen, model, cfg.Records)
 	if err != nil {
 		return res, err
@@ -498,8 +520,8 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	}
 	// Both phases' outputs together: a window the first phase's items
 	// opened may close in the second.
-	want := func() bool { return rd.count() >= exp1+exp2 }
-	if err := r.waitFor(ctx, rdr, rss, want, fmt.Sprintf("%s %s: read %d+%d outputs", name, delivery, exp1, exp2), rd.count); err != nil {
+	want := func() bool { return rd.count() >= exp0+exp1+exp2 }
+	if err := r.waitFor(ctx, rdr, rss, want, fmt.Sprintf("%s %s: read %d+%d+%d outputs", name, delivery, exp0, exp1, exp2), rd.count); err != nil {
 		return res, err
 	}
 	// Anything beyond the expected count (duplicates) arrives with it; wait
@@ -527,7 +549,7 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if err := rdr.stop(); err != nil {
 		return res, err
 	}
-	res.Outputs, res.Expected = rd.count(), exp1+exp2
+	res.Outputs, res.Expected = rd.count(), exp0+exp1+exp2
 	if values != nil {
 		res.ValuesChecked, res.ValuesDiff = true, kr.values.diff(values.want)
 	}
@@ -548,6 +570,64 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	}
 	res.Checkpoints, res.CheckpointP50, res.CheckpointMax, res.CheckpointBytesP50, res.CheckpointBytesMax = summarize(t.checkpoints())
 	return res, nil
+}
+
+// preload is Config.PreloadState for scenario s: it produces one record
+// of each key (through the model) to in, runs the job on them with no
+// added read latency until their outputs are committed and two more
+// checkpoints completed (the first may have been triggered before the
+// last record), and stops it. It returns the outputs the model expects of
+// them.
+func (r *runner) preload(ctx context.Context, s *Scenario, prod *kgo.Client, base, dataDir, in, rules, out, delivery string, model Model) (int64, error) {
+	exp, err := load(ctx, prod, in, r.cfg.Partitions, &everyKey{g: NewGenerator(r.cfg.Keys, 0)}, model, r.cfg.Keys)
+	if err != nil {
+		return 0, err
+	}
+	warm := *r
+	warm.cfg.ReadLatency = 0
+	t, err := warm.buildJob(ctx, s, base, dataDir, in, rules, out, delivery, nil)
+	if err != nil {
+		return 0, err
+	}
+	job := goBackground(ctx, t.run)
+	defer job.stop()
+	rss := newRSSMeter()
+	what := fmt.Sprintf("%s %s: preload of %d keys", s.Name, delivery, r.cfg.Keys)
+	if err := r.waitFor(ctx, job, rss, func() bool { return t.committed() >= exp }, what, t.committed); err != nil {
+		return 0, err
+	}
+	k0 := len(t.checkpoints())
+	done := func() int64 { return int64(len(t.checkpoints())) }
+	if err := r.waitFor(ctx, job, rss, func() bool { return done() >= int64(k0+2) }, what+": 2 checkpoints", done); err != nil {
+		return 0, err
+	}
+	if err := job.stop(); err != nil {
+		return 0, fmt.Errorf("bench: %s: %w", what, err)
+	}
+	return exp, nil
+}
+
+// CheckPreload says whether s can run with Config.PreloadState: a pebble
+// scenario whose model counts every output (not Nexmark, not the rules
+// scenarios, whose Processed count would include the preload).
+func (s *Scenario) CheckPreload() error {
+	if s.Backend != "pebble" || s.Nexmark != "" || s.Processed != "" {
+		return fmt.Errorf("scenario %s: preloaded state needs a pebble scenario whose outputs the model counts exactly (not Nexmark, not rules)", s.Name)
+	}
+	return nil
+}
+
+// everyKey is the preload's items: each key of g once, in order.
+type everyKey struct {
+	g    *Generator
+	next int
+}
+
+func (e *everyKey) nextItem(partitions int) Item {
+	it := e.g.Next()
+	it.Key = e.g.names[e.next%len(e.g.names)]
+	e.next++
+	return it.stamp(partitions)
 }
 
 // awaitSettled waits until the job of a scenario whose count of outputs is

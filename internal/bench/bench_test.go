@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -243,6 +244,97 @@ func TestRescaleChainDetectsWrongState(t *testing.T) {
 			t.Fatalf("remote %v: verify against a wrong model: %v, want a value mismatch", remote, err)
 		}
 	}
+}
+
+// TestRescaleChainOpensSubtasksConcurrently: each rescale step opens its
+// subtasks at once, as a job's keyed tasks restore their state (the
+// 2 -> 4 step at 10M keys took the sum of four restores when they were
+// opened one after the other): every open of a step waits until all of
+// the step's opens have started, which a chain opening them one by one
+// never reaches; on remote and local state the chain then ends exact.
+func TestRescaleChainOpensSubtasksConcurrently(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		dir := t.TempDir()
+		maxP := keygroup.DefaultMaxParallelism(1)
+		cfg := state.BackendConfig{Kind: state.KindPebble, Dir: filepath.Join(dir, "db"), MaxParallelism: maxP,
+			KeyGroupRange: keygroup.RangeFor(maxP, 1, 0), TTLCleanup: state.TTLCleanupConfig{Disabled: true}}
+		shared := filepath.Join(dir, "checkpoints", "shared")
+		if remote {
+			cfg.Remote = &state.RemoteConfig{Dir: filepath.Join(dir, "checkpoints", state.RemoteDirName), CacheBytes: -1}
+		}
+		const keys = 2000
+		key := func(i int) []byte { return strconv.AppendInt([]byte("k"), int64(i), 10) }
+		model := make([]uint8, keys)
+		h := writeCountSnapshot(t, cfg, dir, shared, keys, key, model)
+
+		var mu sync.Mutex
+		started := map[int]int{}       // opens started per parallelism
+		all := map[int]chan struct{}{} // closed once all of them started
+		for _, p := range rescaleParallelisms {
+			all[p] = make(chan struct{})
+		}
+		open := func(c state.BackendConfig, hs []state.RestoreHandle) (state.KeyedStateBackend, error) {
+			p := maxP / c.KeyGroupRange.Len() // the ranges split maxP evenly here
+			mu.Lock()
+			if started[p]++; started[p] == p {
+				close(all[p])
+			}
+			mu.Unlock()
+			select {
+			case <-all[p]:
+			case <-time.After(2 * time.Minute): // a hang guard, not a speed assertion
+				mu.Lock()
+				defer mu.Unlock()
+				return nil, fmt.Errorf("parallelism %d: %d of %d opens started: the subtasks are opened one by one", p, started[p], p)
+			}
+			return state.OpenBackendRestored(c, hs)
+		}
+		c := rescaleChain{cfg: cfg, root: dir, shared: shared, keys: keys, changed: 50, model: model, key: key, open: open}
+		rr, err := c.run(context.Background(), h)
+		if err != nil || rr.Verified != keys || len(rr.Steps) != 3 {
+			t.Fatalf("remote %v: chain %+v, %v", remote, rr, err)
+		}
+		for _, p := range rescaleParallelisms {
+			if started[p] != p {
+				t.Errorf("remote %v: parallelism %d: %d opens, want %d", remote, p, started[p], p)
+			}
+		}
+	}
+}
+
+// writeCountSnapshot writes keys keys with count 1 (recorded in model)
+// into a fresh backend of cfg, checkpoints it into dir/checkpoints/chk-1
+// and closes it: the first handle of a rescale chain.
+func writeCountSnapshot(t *testing.T, cfg state.BackendConfig, dir, shared string, keys int, key func(int) []byte, model []uint8) state.RestoreHandle {
+	t.Helper()
+	b, err := state.OpenBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count, err := state.GetValueState(b, operators.KeyedCountState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range keys {
+		b.SetCurrentKey(key(i))
+		if err := count.Update(1); err != nil {
+			t.Fatal(err)
+		}
+		model[i] = 1
+	}
+	chk := filepath.Join(dir, "checkpoints", "chk-1")
+	finish, err := state.SnapshotKeyed(b, state.SnapshotTarget{Dir: chk, TaskPath: "count/0", SharedDir: shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := finish(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return state.RestoreHandle{Handle: snap.Handle, Dir: chk, SharedDir: shared}
 }
 
 // TestStateScalingRemote runs the state-scaling path on remote state (a
@@ -819,5 +911,34 @@ func TestStateYAMLRemote(t *testing.T) {
 	}
 	if got := c.stateYAML("hashmap"); got != "" {
 		t.Fatalf("hashmap state lines %q, want none", got)
+	}
+}
+
+// TestRunPreloadState: with PreloadState a pebble scenario first runs the
+// job over one record of each key, stops it, and measures the restarted
+// job on the records; every output of both runs and the latency phase is
+// committed exactly once (the preload's count as expected outputs), on
+// remote state with added read latency, sync and async. A scenario on the
+// hashmap backend is refused.
+func TestRunPreloadState(t *testing.T) {
+	const keys, records = 300, 400
+	res := runOnKfake(t, Config{Scenarios: []string{"keyed-count-pebble", "keyed-count-pebble-async"}, Records: records, Keys: keys,
+		LatencyDuration: time.Second, PreloadState: true, RemoteState: true, RemoteCacheBytes: -1, ReadLatency: time.Millisecond,
+		BlockCacheBytes: 256 << 10, WriteCacheBytes: -1}, false)
+	if len(res) != 3 {
+		t.Fatalf("%d rows, want the pipe and 2 scenarios", len(res))
+	}
+	for _, r := range res[1:] {
+		if r.Outputs != r.Expected || r.Expected < keys+records || r.Records != records {
+			t.Errorf("%s: %d outputs, %d expected (records %d): want every one of the %d preloaded and %d measured records' outputs and the latency phase's",
+				r.Scenario, r.Outputs, r.Expected, r.Records, keys, records)
+		}
+	}
+	if pipe := res[0]; pipe.Outputs != pipe.Expected {
+		t.Errorf("pipe: %d outputs, %d expected", pipe.Outputs, pipe.Expected)
+	}
+	_, err := Run(context.Background(), Config{Brokers: []string{"127.0.0.1:1"}, Dir: t.TempDir(), Scenarios: []string{"keyed-count-hashmap"}, PreloadState: true})
+	if err == nil || !strings.Contains(err.Error(), "preloaded state needs a pebble scenario") {
+		t.Fatalf("preload on the hashmap backend: %v, want refused", err)
 	}
 }

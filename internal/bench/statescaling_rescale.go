@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -93,9 +94,10 @@ type scaledSubtask struct {
 // from the checkpoint first (one subtask owning every key group), as a
 // job rescaled on restarts does: each step opens the new parallelism's
 // subtasks from the previous step's checkpoint (each subtask gets the
-// snapshots overlapping its key groups), reads one key in each (the
-// step's duration, summed over the subtasks: one process restores them
-// one after the other), closes the previous subtasks, updates changed
+// snapshots overlapping its key groups) and reads one key in each, all
+// subtasks at once as a job's tasks open their state (the step's
+// duration: until the last subtask read its key), closes the previous
+// subtasks, updates changed
 // random keys (value 100 + step, recorded in model) and checkpoints every
 // subtask. The last step's state is then read back whole from its
 // checkpoint (state.ReadKeyedSnapshot, the state tool's path) and must
@@ -108,6 +110,9 @@ type rescaleChain struct {
 	changed int
 	model   []uint8
 	key     func(int) []byte
+	// open opens one subtask's backend; nil is state.OpenBackendRestored
+	// (tests observe the opens through it).
+	open func(state.BackendConfig, []state.RestoreHandle) (state.KeyedStateBackend, error)
 }
 
 // rescaleResult is what rescaleChain measured.
@@ -146,34 +151,9 @@ func (c *rescaleChain) run(ctx context.Context, first state.RestoreHandle) (resc
 		closeAll(prev)
 		prev = nil
 		start := time.Now()
-		subs := make([]scaledSubtask, 0, p)
-		for i := range p {
-			kgs := keygroup.RangeFor(maxP, p, i)
-			var mine []state.RestoreHandle
-			for j, r := range ranges {
-				if r.Intersect(kgs).Len() > 0 {
-					mine = append(mine, handles[j])
-				}
-			}
-			hcfg := c.cfg
-			hcfg.Dir = filepath.Join(c.root, "p"+strconv.Itoa(p)+"-"+strconv.Itoa(step)+"-"+strconv.Itoa(i))
-			hcfg.KeyGroupRange = kgs
-			b, err := state.OpenBackendRestored(hcfg, mine)
-			if err != nil {
-				closeAll(subs)
-				return res, fmt.Errorf("rescale to %d: subtask %d: %w", p, i, err)
-			}
-			s := scaledSubtask{b: b, kgs: kgs}
-			subs = append(subs, s)
-			if s.count, err = state.GetValueState(b, operators.KeyedCountState); err != nil {
-				closeAll(subs)
-				return res, err
-			}
-			subs[i].count = s.count
-			if err := c.readOne(s); err != nil {
-				closeAll(subs)
-				return res, fmt.Errorf("rescale to %d: subtask %d: %w", p, i, err)
-			}
+		subs, err := c.openStep(p, step, ranges, handles)
+		if err != nil {
+			return res, err
 		}
 		res.Steps = append(res.Steps, time.Since(start))
 		prev = subs
@@ -207,6 +187,64 @@ func (c *rescaleChain) run(ctx context.Context, first state.RestoreHandle) (resc
 	n, err := c.verify(handles[0])
 	res.Verify, res.Verified = time.Since(start), n
 	return res, err
+}
+
+// openStep opens the p subtasks of rescale step step from the previous
+// step's snapshots (handles, owning ranges), each in a goroutine of its
+// own, as a job's keyed tasks restore their state concurrently: each
+// subtask has its own local directory and creator id, and they share only
+// the block cache and the store, where each writes its own markers. Each
+// subtask reads one key; on any failure every opened backend is closed.
+func (c *rescaleChain) openStep(p, step int, ranges []keygroup.Range, handles []state.RestoreHandle) ([]scaledSubtask, error) {
+	maxP := c.cfg.MaxParallelism
+	open := c.open
+	if open == nil {
+		open = state.OpenBackendRestored
+	}
+	subs := make([]scaledSubtask, p)
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for i := range p {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kgs := keygroup.RangeFor(maxP, p, i)
+			var mine []state.RestoreHandle
+			for j, r := range ranges {
+				if r.Intersect(kgs).Len() > 0 {
+					mine = append(mine, handles[j])
+				}
+			}
+			hcfg := c.cfg
+			hcfg.Dir = filepath.Join(c.root, "p"+strconv.Itoa(p)+"-"+strconv.Itoa(step)+"-"+strconv.Itoa(i))
+			hcfg.KeyGroupRange = kgs
+			b, err := open(hcfg, mine)
+			if err != nil {
+				errs[i] = fmt.Errorf("rescale to %d: subtask %d: %w", p, i, err)
+				return
+			}
+			s := scaledSubtask{b: b, kgs: kgs}
+			subs[i] = s
+			if s.count, err = state.GetValueState(b, operators.KeyedCountState); err != nil {
+				errs[i] = err
+				return
+			}
+			subs[i].count = s.count
+			if err := c.readOne(s); err != nil {
+				errs[i] = fmt.Errorf("rescale to %d: subtask %d: %w", p, i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, s := range subs {
+			if s.b != nil {
+				_ = s.b.Close()
+			}
+		}
+		return nil, err
+	}
+	return subs, nil
 }
 
 // readOne reads the last key of s's key groups (the restore's first read).
