@@ -170,17 +170,19 @@ checkpoints:
 		t.Fatalf("the sink wrote no match within 10s")
 	}
 	// A checkpoint is stuck when its directory exists and no checkpoint
-	// completes for 50 polls (1 s, 20 intervals).
+	// completes for 1 s (20 intervals) and at least 5 polls. Counted in
+	// time, not polls: each poll scrapes /metrics, which took over 300 ms
+	// a poll at load 50, so 50 polls no longer fitted the window.
 	var stuck int64
-	same := 0
-	if !testkit.Poll(15*time.Second, func() bool {
+	same, since := 0, time.Now()
+	if !testkit.Poll(30*time.Second, func() bool {
 		id := lastID()
 		if _, err := os.Stat(filepath.Join(jobDir, fmt.Sprintf("chk-%d", id+1))); err != nil || id != stuck {
-			stuck, same = id, 0
+			stuck, same, since = id, 0, time.Now()
 			return false
 		}
 		same++
-		return same >= 50
+		return same >= 5 && time.Since(since) >= time.Second
 	}) {
 		t.Fatalf("no checkpoint stuck behind the held sink write (last completed %d)", lastID())
 	}
