@@ -40,6 +40,10 @@ type Settings struct {
 	// (state.BackendConfig.WriteCacheBytes: 0 the 16 MiB default, -1
 	// none).
 	StateWriteCacheBytes int64
+	// StateL0CompactionThreshold is each pebble keyed subtask's L0
+	// compaction threshold (state.BackendConfig.L0CompactionThreshold: 0
+	// the default, 16).
+	StateL0CompactionThreshold int
 	// RemoteState, if not nil, makes the pebble backend disaggregated
 	// (state.RemoteConfig): SST files on the object store
 	// <CheckpointDir>/<job>/remote, checkpoints by reference (always, as
@@ -435,6 +439,8 @@ func (j *Job) opener(root, op string, sub int, kgr keygroup.Range, logger *slog.
 			Logger:          logger.With("operator", op, "subtask", sub),
 			Remote:          j.remoteState(),
 			WriteCacheBytes: int(j.settings.StateWriteCacheBytes),
+
+			L0CompactionThreshold: j.settings.StateL0CompactionThreshold,
 		}, restore)
 		if err != nil {
 			return nil, err

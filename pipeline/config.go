@@ -274,6 +274,12 @@ type StateConfig struct {
 	// bytes. Default 0 meaning 16 MiB; -1 disables it (every read goes
 	// to Pebble, and with remote state possibly to the store); >= -1.
 	WriteCacheBytes int64 `yaml:"write_cache_bytes"`
+	// L0CompactionThreshold is the number of L0 sublevels at which a
+	// keyed subtask's Pebble compacts L0 into its base level
+	// (state.BackendConfig.L0CompactionThreshold; writes stop at 3 times
+	// it). Default 0 meaning 16 (state.DefaultL0CompactionThreshold);
+	// >= 0.
+	L0CompactionThreshold int `yaml:"l0_compaction_threshold"`
 	// Remote, when present, makes the pebble backend disaggregated: its
 	// SST files live on an object store (by default the checkpoints'
 	// directory, <checkpoints dir>/<job>/remote; or an S3-compatible

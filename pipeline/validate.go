@@ -228,6 +228,9 @@ func (c *Config) validateRuntime(v *validator) {
 	if c.State.WriteCacheBytes < -1 {
 		v.errorf("state.write_cache_bytes", "must be >= -1 (-1: no write cache, 0: the default 16 MiB), got %d", c.State.WriteCacheBytes)
 	}
+	if c.State.L0CompactionThreshold < 0 {
+		v.errorf("state.l0_compaction_threshold", "must be >= 0 (0: the default 16), got %d", c.State.L0CompactionThreshold)
+	}
 	c.validateRemoteState(v)
 	c.validateProcess(v)
 	if c.Metrics.Address != "" {

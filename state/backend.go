@@ -151,6 +151,13 @@ type BackendConfig struct {
 	// every snapshot. 0 means DefaultWriteCacheBytes (16 MiB); negative
 	// disables the cache. Ignored by hashmap.
 	WriteCacheBytes int
+	// L0CompactionThreshold is the number of L0 sublevels of a Pebble
+	// backend that starts a compaction of L0 into the base level (Pebble's
+	// Options.L0CompactionThreshold, RocksDB's
+	// level0_file_num_compaction_trigger); writes stop at
+	// L0StopWritesFactor times it. 0 means DefaultL0CompactionThreshold.
+	// Ignored by hashmap.
+	L0CompactionThreshold int
 	// RestoreProgressInterval is the least time between two "restoring
 	// keyed state" Info lines (bytes_done, bytes_total) while
 	// OpenBackendRestored copies or links a Pebble snapshot's files: a

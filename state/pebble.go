@@ -114,6 +114,34 @@ const (
 	CleanupCompactMinShare   = 10
 )
 
+// DefaultL0CompactionThreshold is the default of
+// BackendConfig.L0CompactionThreshold: 16 L0 sublevels, not Pebble's 4.
+// Every checkpoint flushes the memtable (snapshot), so a backend checkpointed
+// every second writes one small L0 table a second whose keys span all its key
+// groups; each compaction of L0 into the base level rewrites every base-level
+// table those keys overlap, which is all of them, so its cost grows with the
+// state. Compacting 16 flushes at once instead of 4 rewrites the base level a
+// quarter as often (the rules operator's rules-10 bench at 500k records:
+// about 10% less CPU per record, smaller incremental checkpoints). The price
+// is up to 16 L0 tables (one bloom filter each) for a point read that misses
+// the write cache and the block cache.
+const DefaultL0CompactionThreshold = 16
+
+// L0StopWritesFactor times the L0 compaction threshold is Pebble's
+// L0StopWritesThreshold: the L0 sublevels at which writes wait for
+// compactions (Pebble's defaults: 4 and 12).
+const L0StopWritesFactor = 3
+
+// setL0Thresholds sets opts' L0 compaction and stop-writes thresholds from
+// BackendConfig.L0CompactionThreshold n (0: the default).
+func setL0Thresholds(opts *pebble.Options, n int) {
+	if n <= 0 {
+		n = DefaultL0CompactionThreshold
+	}
+	opts.L0CompactionThreshold = n
+	opts.L0StopWritesThreshold = L0StopWritesFactor * n
+}
+
 func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, error) {
 	opts := &pebble.Options{
 		Merger:             listMerger,
@@ -125,6 +153,7 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	setL0Thresholds(opts, cfg.L0CompactionThreshold)
 	var ro *remoteObjects
 	dir := cfg.Dir
 	if cfg.Remote != nil {
