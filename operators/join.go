@@ -330,16 +330,23 @@ func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error
 		defer func() { j.known = false }()
 	}
 	before := j.cur
-	if err := j.apply(side, rec, out); err != nil {
-		return err
-	}
+	// The sizes are written even when apply fails: on an upsert side the
+	// stored row is retracted before the new one's pairs are emitted, so a
+	// select failing there (a bad record, the job goes on) leaves the side
+	// one row smaller (TestRegularJoinUpsertSelectFailureKeepsSizes).
+	err := j.apply(side, rec, out)
+	var werr error
 	switch {
 	case !j.known || j.cur == before:
-		return nil
 	case j.cur == joinSizes{}:
-		return j.sizes.Clear()
+		werr = j.sizes.Clear()
+	default:
+		werr = j.sizes.Update(j.cur)
 	}
-	return j.sizes.Update(j.cur)
+	if werr != nil {
+		return werr
+	}
+	return err
 }
 
 // apply is process without the sizes' read and write.

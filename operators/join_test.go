@@ -2,6 +2,7 @@ package operators
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -422,5 +423,48 @@ func TestJoinParamsCheck(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("reports %q, want %q", got, want)
+	}
+}
+
+// TestRegularJoinUpsertSelectFailureKeepsSizes: on an upsert side a +U
+// first retracts the key's row, then adds the new one; when select fails
+// on the new row's pair (a bad record), the retraction stays done, and
+// join.sizes must say so: once the left row is deleted too the key holds
+// no state entry (main left the sizes at one right row, an entry that
+// never left and made every later record of the key scan an empty side).
+// Both backends; the output is the retraction of the old pair only.
+func TestRegularJoinUpsertSelectFailureKeepsSizes(t *testing.T) {
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			p := JoinParams{Join: JoinInner, Upsert: []string{JoinRight}, Select: compiled(t, `{"l": left, "r": right.v}`)}
+			h := newRegularJoinHarness(t, kind, t.TempDir(), newStepClock(), nil, p)
+			bad := &recordErrors{}
+			h.op.SetBadRecordHandlers([]runtime.BadRecordHandler{bad})
+			send := func(side int, rec runtime.Record) {
+				t.Helper()
+				var re *runtime.RecordError
+				switch err := h.op.ProcessRecord(h.ctx, side, rec); {
+				case errors.As(err, &re):
+					_ = bad.HandleBadRecord(h.ctx, rec, re)
+				case err != nil:
+					t.Fatal(err)
+				}
+			}
+			send(0, change(runtime.ChangeInsert, "k", `1`, 1))
+			send(1, change(runtime.ChangeUpdateAfter, "k", `{"v":"x"}`, 2))
+			send(1, change(runtime.ChangeUpdateAfter, "k", `"no fields"`, 3)) // select fails on right.v
+			if len(bad.errs) != 1 {
+				t.Fatalf("%d bad records, want 1 (select on a string's field)", len(bad.errs))
+			}
+			send(0, change(runtime.ChangeDelete, "k", `1`, 4))
+			want := "+I k {\"l\":1,\"r\":\"x\"}\n-D k {\"l\":1,\"r\":\"x\"}\n"
+			if s := joinChangeLines(h.emitted()); s != want {
+				t.Fatalf("changelog:\n%s\nwant:\n%s", s, want)
+			}
+			if n := h.entries(); n != 0 {
+				t.Fatalf("%d state entries left, want 0 (no rows on either side, so no sizes)", n)
+			}
+			h.finish()
+		})
 	}
 }

@@ -2,6 +2,7 @@ package operators
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,11 +17,78 @@ import (
 const WindowJoinType = "window_join"
 
 // The window join's keyed state: per key and side, window start (ms) to
-// the rows of that side in the window. Part of the checkpoint format.
+// the rows of that side in the window, in arrival order. Part of the
+// checkpoint format.
+//
+// WindowJoinLeftRowsState and WindowJoinRightRowsState hold them as
+// appended lists (windowRowsSerializer, "window-join-rows-v1"): a record
+// adds its row with state.MapAppender.AppendValue, never reading the
+// window's rows (on Pebble a merge), and the window's timer reads them
+// once. WindowJoinLeftState and WindowJoinRightState are the layout of
+// before (a list rewritten per record, joinRowsSerializer): a checkpoint
+// holding them is moved to the new states when the join opens
+// (TestWindowJoinRestoresListLayout). Checkpoints written with the new
+// states do not restore into binaries from before them.
 const (
-	WindowJoinLeftState  = "window_join.left"
-	WindowJoinRightState = "window_join.right"
+	WindowJoinLeftState      = "window_join.left"
+	WindowJoinRightState     = "window_join.right"
+	WindowJoinLeftRowsState  = "window_join.left_rows"
+	WindowJoinRightRowsState = "window_join.right_rows"
 )
+
+// windowRowsSerializer encodes a window's rows of a side with no count,
+// so that the encoding of two lists concatenated is the concatenation of
+// theirs (state.ConcatSerializer): per row a flags byte (2 text, 4 nil
+// value), a uvarint length and the value's bytes. Name
+// "window-join-rows-v1". Decoded values share one copy of the bytes.
+type windowRowsSerializer struct{}
+
+func (windowRowsSerializer) Name() string { return "window-join-rows-v1" }
+
+// Concatenates implements state.ConcatSerializer.
+func (windowRowsSerializer) Concatenates() {}
+
+func (windowRowsSerializer) Append(dst []byte, rows []joinRow) ([]byte, error) {
+	for _, r := range rows {
+		var f byte
+		if r.Text {
+			f |= 2
+		}
+		if r.Value == nil {
+			f |= 4
+		}
+		dst = append(dst, f)
+		dst = binary.AppendUvarint(dst, uint64(len(r.Value)))
+		dst = append(dst, r.Value...)
+	}
+	return dst, nil
+}
+
+func (windowRowsSerializer) Decode(b []byte) ([]joinRow, error) {
+	b = append([]byte(nil), b...) // one copy for every value (the caller may reuse b)
+	var rows []joinRow
+	for len(b) > 0 {
+		f := b[0]
+		l, k := binary.Uvarint(b[1:])
+		if k <= 0 || f&^6 != 0 || l > uint64(len(b)-1-k) {
+			return nil, errJoinRows
+		}
+		b = b[1+k:]
+		r := joinRow{Text: f&2 != 0}
+		if f&4 == 0 {
+			r.Value = b[:l:l]
+		}
+		b = b[l:]
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// windowRowsState returns the descriptor of a side's rows by window start
+// in the appended layout.
+func windowRowsState(name string) state.MapStateDescriptor[int64, []joinRow] {
+	return state.MapStateDescriptor[int64, []joinRow]{Name: name, KeySerializer: state.Int64Serializer{}, ValueSerializer: windowRowsSerializer{}}
+}
 
 // WindowJoinParams are the params of window_join:
 //
@@ -85,7 +153,7 @@ func windowJoinFactory() Factory {
 		Doc:         "Joins the left and right records of equal keys in the same tumbling or sliding event-time window (Flink's window join, Nexmark q8); inner, left, right or full outer; each window's rows emitted as select(left, right) when the watermark passes its end, then removed; late records to \\<operator>.late.",
 		Traits:      Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}, EventTime: true},
 		Params:      func() any { return &WindowJoinParams{Join: JoinInner} },
-		State:       []string{WindowJoinLeftState, WindowJoinRightState, state.TimersStateName},
+		State:       []string{WindowJoinLeftRowsState, WindowJoinRightRowsState, state.TimersStateName},
 		SideOutputs: []string{LateOutput},
 		New: func(ctx FactoryContext) (any, error) {
 			p, ok := ctx.Params.(*WindowJoinParams)
@@ -129,6 +197,11 @@ type WindowJoin struct {
 	assigner *Window // assigns windows (tumbling, sliding)
 	timers   TimerService
 	sides    [2]state.MapState[int64, []joinRow]
+	appends  [2]state.MapAppender[int64, []joinRow]
+	row      [1]joinRow // the record being added
+	// rowSer, if not nil, replaces windowRowsSerializer (a test's
+	// counting serializer; it must be a state.ConcatSerializer).
+	rowSer   state.Serializer[[]joinRow]
 	output   joinOutput
 	lateRecs *lateRecords
 	gauge    prometheus.Gauge
@@ -153,13 +226,23 @@ func (j *WindowJoin) Open(ctx OpenContext) error {
 		return fmt.Errorf("operators: %s %s: no timer service", WindowJoinType, ctx.Operator)
 	}
 	j.rows = 0
-	for i, name := range []string{WindowJoinLeftState, WindowJoinRightState} {
-		d := joinSideState(name)
+	for i, name := range []string{WindowJoinLeftRowsState, WindowJoinRightRowsState} {
+		d := windowRowsState(name)
+		if j.rowSer != nil {
+			d.ValueSerializer = j.rowSer
+		}
 		m, err := state.GetMapState(ctx.Backend, d)
 		if err != nil {
 			return fmt.Errorf("operators: %s %s: %w", WindowJoinType, ctx.Operator, err)
 		}
-		j.sides[i] = m
+		a, ok := m.(state.MapAppender[int64, []joinRow])
+		if !ok {
+			return fmt.Errorf("operators: %s %s: map state %T cannot append", WindowJoinType, ctx.Operator, m)
+		}
+		j.sides[i], j.appends[i] = m, a
+		if err := j.migrate(ctx.Backend, i, []string{WindowJoinLeftState, WindowJoinRightState}[i]); err != nil {
+			return fmt.Errorf("operators: %s %s: moving the rows of a checkpoint of the list layout: %w", WindowJoinType, ctx.Operator, err)
+		}
 		err = state.ApplyToAllKeys(ctx.Backend, d, func(_ []byte, s state.MapState[int64, []joinRow]) error {
 			for rows, err := range s.Values() {
 				if err != nil {
@@ -179,6 +262,31 @@ func (j *WindowJoin) Open(ctx OpenContext) error {
 	}
 	j.addRows(0)
 	return nil
+}
+
+// migrate moves the rows of side in the list layout of before (state
+// old, restored from a checkpoint written before the appended layout)
+// into the appended layout, in their order, and clears them. Nothing to
+// do when the backend holds no state old.
+func (j *WindowJoin) migrate(b state.KeyedStateBackend, side int, old string) error {
+	if !state.HasState(b, old) {
+		return nil
+	}
+	d := joinSideState(old)
+	if _, err := state.GetMapState(b, d); err != nil {
+		return err
+	}
+	return state.ApplyToAllKeys(b, d, func(_ []byte, s state.MapState[int64, []joinRow]) error {
+		for e, err := range s.Entries() {
+			if err != nil {
+				return err
+			}
+			if err := j.appends[side].AppendValue(e.Key, e.Value); err != nil {
+				return err
+			}
+		}
+		return s.Clear()
+	})
 }
 
 func (j *WindowJoin) addRows(delta int64) {
@@ -212,18 +320,15 @@ func (j *WindowJoin) process(side int, rec runtime.Record, out Collector) error 
 	if !ok {
 		return j.assigner.outOfRange(rec.Timestamp.UnixMilli())
 	}
-	row := joinRow{Value: rec.Value, Text: rec.Format == runtime.FormatText}
+	j.row[0] = joinRow{Value: rec.Value, Text: rec.Format == runtime.FormatText}
+	defer func() { j.row[0] = joinRow{} }()
 	added := false
 	for _, w := range wins {
 		last := w[1] - 1
 		if wm != runtime.MinWatermark && last <= wm.UnixMilli() {
 			continue
 		}
-		rows, _, err := j.sides[side].Get(w[0])
-		if err != nil {
-			return err
-		}
-		if err := j.sides[side].Put(w[0], append(rows, row)); err != nil {
+		if err := j.appends[side].AppendValue(w[0], j.row[:]); err != nil {
 			return err
 		}
 		j.addRows(1)

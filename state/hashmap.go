@@ -146,6 +146,25 @@ func (s *hashmapStore) setEntry(k stateKey, uk, v []byte) error {
 	return nil
 }
 
+func (s *hashmapStore) mergeEntry(k stateKey, uk, v []byte) error {
+	g := s.group(k.id, k.kg, true)
+	if g.maps == nil {
+		g.maps = map[string]map[string][]byte{}
+	}
+	m, ok := g.maps[string(k.key)]
+	if !ok {
+		m = map[string][]byte{}
+		g.maps[string(k.key)] = m
+	}
+	old, ok := m[string(uk)]
+	if !ok {
+		old = []byte{}
+	}
+	// A snapshot may share old: append writes past its length only.
+	m[string(uk)] = append(old, v...)
+	return nil
+}
+
 func (s *hashmapStore) delEntry(k stateKey, uk []byte) error {
 	g := s.group(k.id, k.kg, false)
 	if g == nil {

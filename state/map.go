@@ -239,6 +239,48 @@ func (s *mapState[K, V]) PutCold(uk K, v V) error {
 	return ps.setColdEntry(k, ukb, blob)
 }
 
+// MapAppender is implemented by every MapState whose values are lists
+// encoded by a ConcatSerializer: AppendValue adds the elements of v after
+// those stored under user key uk without reading them (on Pebble a Merge
+// of v's bytes, as ListState.Add; on hashmap the bytes appended in place),
+// so a list grown one element at a time costs O(1) state work per element
+// instead of a read and a rewrite of the whole list (Flink's
+// MapState<K, List<V>> has no such write; RocksDB's merge operator is what
+// its ListState.add uses). A later Get returns the concatenation. It
+// refuses (an error) a state with TTL, whose per-value timestamp a
+// concatenation would break, and a value serializer that is not a
+// ConcatSerializer.
+type MapAppender[K, V any] interface {
+	AppendValue(uk K, v V) error
+}
+
+// ConcatSerializer marks a Serializer of lists whose encoding of the
+// concatenation of two lists is the concatenation of their encodings
+// (each element framed on its own, no count or header): what MapAppender
+// needs.
+type ConcatSerializer interface {
+	Concatenates()
+}
+
+// AppendValue implements MapAppender.
+func (s *mapState[K, V]) AppendValue(uk K, v V) error {
+	if s.c.ttl != nil {
+		return s.c.wrapErr("append", fmt.Errorf("AppendValue on a state with TTL"))
+	}
+	if _, ok := s.vser.(ConcatSerializer); !ok {
+		return s.c.wrapErr("append", fmt.Errorf("AppendValue with serializer %T, not a ConcatSerializer", s.vser))
+	}
+	k, ukb, err := s.userKey(uk)
+	if err != nil {
+		return err
+	}
+	blob, err := s.vser.Append(nil, v)
+	if err != nil {
+		return s.c.wrapErr("append", err)
+	}
+	return s.c.st.mergeEntry(k, ukb, blob)
+}
+
 func (s *mapState[K, V]) PutAll(entries iter.Seq2[K, V]) error {
 	if entries == nil {
 		return nil

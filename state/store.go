@@ -34,6 +34,9 @@ type store interface {
 	// current one may or may not be visited.
 	getEntry(k stateKey, uk []byte) ([]byte, bool, error)
 	setEntry(k stateKey, uk, v []byte) error
+	// mergeEntry appends v to the entry's bytes (absent: v) without
+	// reading them (a Pebble merge, as merge).
+	mergeEntry(k stateKey, uk, v []byte) error
 	delEntry(k stateKey, uk []byte) error
 	scanEntries(k stateKey, fn func(uk, v []byte) (bool, error)) error
 	// scanRange is scanEntries over the entries whose user key uk lies in
