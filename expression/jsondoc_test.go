@@ -198,3 +198,22 @@ func FuzzMembersEqualsGJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestPlainIntAsNumber: plainInt reads exactly the integers number reads as
+// int64 (and refuses the rest, which number then reads), at the edges of
+// its 18 digits and of int64.
+func TestPlainIntAsNumber(t *testing.T) {
+	for _, s := range []string{"0", "-0", "7", "-7", "255", "256", "123456789012345678", "-123456789012345678",
+		"999999999999999999", "-999999999999999999", "1234567890123456789", "9223372036854775807", "-9223372036854775808",
+		"9223372036854775808", "1.5", "1e3", "-", "", "12a", "1.0", "-1E2"} {
+		n, ok := plainInt(s)
+		v, err := number(s)
+		i, isInt := v.(int64)
+		if ok && (err != nil || !isInt || i != n) {
+			t.Errorf("plainInt(%q) = %d, number gives %v, %v", s, n, v, err)
+		}
+		if !ok && len(s) <= 18 && isInt && s != "" && s != "-" {
+			t.Errorf("plainInt(%q) refused an integer number reads as %d", s, i)
+		}
+	}
+}
