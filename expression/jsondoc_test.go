@@ -2,7 +2,9 @@ package expression
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -214,6 +216,45 @@ func TestPlainIntAsNumber(t *testing.T) {
 		}
 		if !ok && len(s) <= 18 && isInt && s != "" && s != "-" {
 			t.Errorf("plainInt(%q) refused an integer number reads as %d", s, i)
+		}
+	}
+}
+
+// TestObjectOfSafeNumbersFast: objectOfSafeNumbers (exponents found by
+// IndexByte for values of at most 300 bytes) says what the byte-by-byte
+// check says, on random texts around the 300-byte edge and on long digit
+// runs.
+func TestObjectOfSafeNumbersFast(t *testing.T) {
+	ref := func(b []byte) bool {
+		i := 0
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+		return i < len(b) && b[i] == '{' && safeNumbersLoop(b)
+	}
+	const alphabet = "{ 19.eEx\"-\n"
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 20000 {
+		b := make([]byte, rng.IntN(320))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		if n%2 == 0 && len(b) > 0 {
+			b[0] = '{'
+		}
+		if got, want := objectOfSafeNumbers(b), ref(b); got != want {
+			t.Fatalf("objectOfSafeNumbers(%q) = %v, the byte-by-byte check %v", b, got, want)
+		}
+	}
+	for _, digits := range []int{298, 299, 300, 301, 400} {
+		b := []byte(`{"n":` + strings.Repeat("7", digits) + `}`)
+		if got, want := objectOfSafeNumbers(b), digits <= 300; got != want {
+			t.Errorf("%d digits: %v, want %v", digits, got, want)
+		}
+	}
+	for _, s := range []string{`{"a":1e5}`, `{"a":1.E5}`, `{"e":"E"}`, `{"x":"1e"}`, `e{`, ` {"a":.e}`, `{"shape":"CIRCLE","note":"xe"}`} {
+		if got, want := objectOfSafeNumbers([]byte(s)), ref([]byte(s)); got != want {
+			t.Errorf("objectOfSafeNumbers(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
