@@ -133,6 +133,9 @@ func lazyValue(str string, from, to uint32) (any, error) {
 	case 'n':
 		return types.NullValue, nil
 	}
+	if n, ok := plainInt(raw); ok {
+		return types.Int(n), nil
+	}
 	v, err := number(raw)
 	switch n := v.(type) {
 	case int64:
@@ -141,6 +144,32 @@ func lazyValue(str string, from, to uint32) (any, error) {
 		return types.Double(n), nil
 	}
 	return nil, err
+}
+
+// plainInt returns the value of raw when it is an integer of at most 18
+// digits with an optional minus sign and nothing else (it then fits an
+// int64, and number would return the same int64 through ParseInt), for a
+// field read without number's two conversions to an interface.
+func plainInt(raw string) (int64, bool) {
+	s := raw
+	if len(s) > 0 && s[0] == '-' {
+		s = s[1:]
+	}
+	if len(s) == 0 || len(s) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if raw[0] == '-' {
+		n = -n
+	}
+	return n, true
 }
 
 // docObject is a JSON object inside a Doc's value (a field's value, or a

@@ -2,7 +2,9 @@ package expression
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -197,4 +199,62 @@ func FuzzMembersEqualsGJSON(f *testing.F) {
 			t.Fatalf("members(%q) = %q, %v; gjson %q", s, got, ok, want)
 		}
 	})
+}
+
+// TestPlainIntAsNumber: plainInt reads exactly the integers number reads as
+// int64 (and refuses the rest, which number then reads), at the edges of
+// its 18 digits and of int64.
+func TestPlainIntAsNumber(t *testing.T) {
+	for _, s := range []string{"0", "-0", "7", "-7", "255", "256", "123456789012345678", "-123456789012345678",
+		"999999999999999999", "-999999999999999999", "1234567890123456789", "9223372036854775807", "-9223372036854775808",
+		"9223372036854775808", "1.5", "1e3", "-", "", "12a", "1.0", "-1E2"} {
+		n, ok := plainInt(s)
+		v, err := number(s)
+		i, isInt := v.(int64)
+		if ok && (err != nil || !isInt || i != n) {
+			t.Errorf("plainInt(%q) = %d, number gives %v, %v", s, n, v, err)
+		}
+		if !ok && len(s) <= 18 && isInt && s != "" && s != "-" {
+			t.Errorf("plainInt(%q) refused an integer number reads as %d", s, i)
+		}
+	}
+}
+
+// TestObjectOfSafeNumbersFast: objectOfSafeNumbers (exponents found by
+// IndexByte for values of at most 300 bytes) says what the byte-by-byte
+// check says, on random texts around the 300-byte edge and on long digit
+// runs.
+func TestObjectOfSafeNumbersFast(t *testing.T) {
+	ref := func(b []byte) bool {
+		i := 0
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+		return i < len(b) && b[i] == '{' && safeNumbersLoop(b)
+	}
+	const alphabet = "{ 19.eEx\"-\n"
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 20000 {
+		b := make([]byte, rng.IntN(320))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		if n%2 == 0 && len(b) > 0 {
+			b[0] = '{'
+		}
+		if got, want := objectOfSafeNumbers(b), ref(b); got != want {
+			t.Fatalf("objectOfSafeNumbers(%q) = %v, the byte-by-byte check %v", b, got, want)
+		}
+	}
+	for _, digits := range []int{298, 299, 300, 301, 400} {
+		b := []byte(`{"n":` + strings.Repeat("7", digits) + `}`)
+		if got, want := objectOfSafeNumbers(b), digits <= 300; got != want {
+			t.Errorf("%d digits: %v, want %v", digits, got, want)
+		}
+	}
+	for _, s := range []string{`{"a":1e5}`, `{"a":1.E5}`, `{"e":"E"}`, `{"x":"1e"}`, `e{`, ` {"a":.e}`, `{"shape":"CIRCLE","note":"xe"}`} {
+		if got, want := objectOfSafeNumbers([]byte(s)), ref([]byte(s)); got != want {
+			t.Errorf("objectOfSafeNumbers(%q) = %v, want %v", s, got, want)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -206,20 +207,35 @@ func selectJoinOutput(sel Expression, in *expression.Input, env *expression.Env,
 	joined["left"], joined["right"] = left, right
 	*in = expression.Input{Value: joined, Key: rec.Key, Timestamp: rec.Timestamp}
 	env.Reset(in)
-	v, err := sel.Program().Eval(env)
-	if err != nil {
-		joined["left"], joined["right"] = nil, nil
-		return runtime.Record{}, EvalRecordError(err)
-	}
-	o := rec
 	// Cleared after encoding: the result may be joined itself (value).
-	o.Value, err = expression.EncodeJSON(v)
+	value, err := selectJSON(sel, env)
 	joined["left"], joined["right"] = nil, nil
 	if err != nil {
+		var ee *expression.EvalError
+		if errors.As(err, &ee) {
+			return runtime.Record{}, EvalRecordError(err)
+		}
 		return runtime.Record{}, resultError(sel, "select", "is not JSON: "+err.Error())
 	}
+	o := rec
+	o.Value = value
 	o.Format = runtime.FormatJSON
 	return o, nil
+}
+
+// selectJSONHint is the capacity a join's output value starts with.
+const selectJSONHint = 128
+
+// selectJSON evaluates a join's select on env and returns its result's
+// JSON in a new slice: the bytes and errors of Eval then EncodeJSON (an
+// evaluation failure an *expression.EvalError, a result JSON cannot hold
+// EncodeJSON's error), written by Program.EvalJSON, which writes a map
+// literal's result ({"id": left.id, ...}, the usual select) from CEL's
+// values without converting it to Go values first
+// (FuzzEvalJSONEqualsEval; TestSelectJSONEqualsEncode).
+func selectJSON(sel Expression, env *expression.Env) ([]byte, error) {
+	b, _, _, err := sel.Program().EvalJSON(make([]byte, 0, selectJSONHint), env)
+	return b, err
 }
 
 // keyBytes turns a key expression's result into key bytes: a string's

@@ -664,13 +664,15 @@ func (j *IntervalJoin) expireSide(side int, until int64, key []byte, out Collect
 	if n, ok := spilled(rows); ok {
 		return j.expireBucket(side, until, n, key, out)
 	}
-	keep := rows[:0:0]
-	removed := 0
+	// Rows arrive mostly in time order, so the rows removed are mostly
+	// the list's first ones: then the rows kept are the rest of the list
+	// itself (Update copies them), not a new list.
+	removed, prefix := 0, true
 	for i := range rows {
 		if rows[i].TS > until {
-			keep = append(keep, rows[i])
 			continue
 		}
+		prefix = prefix && i == removed
 		removed++
 		if err := j.expire(side, &rows[i], key, out); err != nil {
 			return err
@@ -678,6 +680,15 @@ func (j *IntervalJoin) expireSide(side int, until int64, key []byte, out Collect
 	}
 	if removed == 0 {
 		return nil
+	}
+	keep := rows[removed:]
+	if !prefix {
+		keep = make([]joinRow, 0, len(rows)-removed)
+		for i := range rows {
+			if rows[i].TS > until {
+				keep = append(keep, rows[i])
+			}
+		}
 	}
 	if len(keep) == 0 {
 		err = list.Clear()
@@ -814,15 +825,14 @@ func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra stri
 	o.joined["left"], o.joined["right"] = o.value(left, 0), o.value(right, 1)
 	o.in = expression.Input{Value: o.joined, Key: key, Timestamp: time.UnixMilli(ts)}
 	o.env.Reset(&o.in)
-	v, err := o.sel.Program().Eval(&o.env)
-	if err != nil {
-		o.joined["left"], o.joined["right"] = nil, nil
-		return EvalRecordError(err)
-	}
-	// After encoding: the result may be the joined map itself (value).
-	value, err := expression.EncodeJSON(v)
+	// Cleared after encoding: the result may be the joined map itself (value).
+	value, err := selectJSON(o.sel, &o.env)
 	o.joined["left"], o.joined["right"] = nil, nil
 	if err != nil {
+		var ee *expression.EvalError
+		if errors.As(err, &ee) {
+			return EvalRecordError(err)
+		}
 		return resultError(o.sel, "select", err.Error())
 	}
 	return out.Collect(runtime.Record{Key: key, Value: value, Timestamp: time.UnixMilli(ts)})

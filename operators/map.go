@@ -180,6 +180,8 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 			o.Headers = nil
 		}
 	}
-	m.env.Keep(&o) // only while o's value is rec's (runtime.Record.Decoded)
+	if handsOnDecoded(out) {
+		m.env.Keep(&o) // only while o's value is rec's (runtime.Record.Decoded)
+	}
 	return out.Collect(o)
 }
