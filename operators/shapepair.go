@@ -231,7 +231,13 @@ func (m *ShapePairMatcher) ProcessBroadcastElement(_ context.Context, rec runtim
 // matches share one buffer sized in advance; then each rule's list changes
 // in place once its matches are out (see ShapePairLists).
 func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
-	shape, ok := topLevelString(rec.Value, m.ShapeField)
+	var shape string
+	var ok bool
+	if validJSON(&rec) {
+		shape, ok = checkedTopLevelString(rec.Value, m.ShapeField)
+	} else {
+		shape, ok = topLevelString(rec.Value, m.ShapeField)
+	}
 	if !ok {
 		return nil // not a JSON object, or no shape: matches no rule
 	}
@@ -412,6 +418,20 @@ func listsValue(vs state.ValueState[*ShapePairLists]) (ShapePairLists, error) {
 		return ShapePairLists{}, err
 	}
 	return *p, nil
+}
+
+// validJSON reports whether rec's value is marked valid JSON
+// (runtime.ValidJSON: checked by the source, before a key_by too).
+func validJSON(rec *runtime.Record) bool {
+	if rec.Format != runtime.FormatJSON {
+		return false
+	}
+	v, ok := rec.Decoded()
+	if !ok {
+		return false
+	}
+	_, ok = v.(runtime.ValidJSON)
+	return ok
 }
 
 // ownItem returns the copy of a record's value (valid JSON: topLevelString

@@ -24,6 +24,13 @@ func topLevelString(value []byte, name string) (s string, ok bool) {
 	if !gjson.ValidBytes(value) {
 		return "", false
 	}
+	return checkedTopLevelString(value, name)
+}
+
+// checkedTopLevelString is topLevelString of a value known to be valid
+// JSON (runtime.ValidJSON: the source checked it), without checking it
+// again.
+func checkedTopLevelString(value []byte, name string) (s string, ok bool) {
 	i := skipSpace(value, 0)
 	if i >= len(value) || value[i] != '{' {
 		return "", false

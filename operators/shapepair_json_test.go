@@ -28,6 +28,11 @@ func FuzzTopLevelString(f *testing.F) {
 		if gok != wok || got != want {
 			t.Fatalf("topLevelString(%q) = %q, %v; encoding/json %q, %v", b, got, gok, want, wok)
 		}
+		if json.Valid(b) { // what a source marks runtime.ValidJSON
+			if got, ok := checkedTopLevelString(b, "shape"); ok != wok || got != want {
+				t.Fatalf("checkedTopLevelString(%q) = %q, %v; encoding/json %q, %v", b, got, ok, want, wok)
+			}
+		}
 	})
 }
 

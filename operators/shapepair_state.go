@@ -85,10 +85,14 @@ func findList(lists []pairList, rule string) (int, bool) {
 // from index from on (rule must not come before the list at from-1).
 func (l ShapePairLists) seek(from int, rule string) (int, bool) {
 	for i := from; i < len(l.lists); i++ {
-		switch r := l.lists[i].rule; {
-		case r == rule:
+		r := l.lists[i].rule
+		if len(r) == len(rule) && unsafe.StringData(r) == unsafe.StringData(rule) {
+			return i, true // the rule's own name, given to the list when it was made
+		}
+		switch c := strings.Compare(r, rule); {
+		case c == 0:
 			return i, true
-		case r > rule:
+		case c > 0:
 			return i, false
 		}
 	}

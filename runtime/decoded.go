@@ -5,8 +5,43 @@ package runtime
 // source of format json attaches it once it checked the value, and an
 // operator that wrote the value as JSON itself attaches it, so that the
 // first operator of the chain to read the value does not check it again
-// (the JSON is checked once per record per chain).
+// (the JSON is checked once per record per chain). It is the one decoded
+// form that crosses a channel: a Writer turns it into a mark that holds no
+// pointer into the sending chain (sentValidJSON), and the receiving
+// OperatorTask attaches ValidJSON again in a slot of its own, so an
+// operator after a key_by does not check the JSON again either.
 type ValidJSON struct{}
+
+// sentValidJSON is the decoded form a Writer leaves on a record it sends
+// whose value was marked ValidJSON: shared by every such record, tied to
+// no bytes (n is -1, so Decoded and TakeDecoded never return it), and
+// never written. OperatorTask.record turns it back into ValidJSON for the
+// record's own bytes (DecodedSlot); anything else receiving the record
+// sees no decoded form, as before.
+var sentValidJSON = &decodedValue{n: -1, v: ValidJSON{}}
+
+// sendDecoded returns the decoded form a Writer sends r with: sentValidJSON
+// when r's value is marked ValidJSON, else nil (a decoded value stays
+// within its chain).
+func (r *Record) sendDecoded() *decodedValue {
+	if r.decoded == nil {
+		return nil
+	}
+	if v, ok := r.Decoded(); ok {
+		if _, ok := v.(ValidJSON); ok {
+			return sentValidJSON
+		}
+	}
+	return nil
+}
+
+// receiveDecoded is the receiving side of sendDecoded: a record sent with
+// sentValidJSON gets ValidJSON for its bytes, kept in slot.
+func (r *Record) receiveDecoded(slot *DecodedSlot) {
+	if r.decoded == sentValidJSON {
+		r.SetDecodedIn(slot, ValidJSON{})
+	}
+}
 
 // TakeDecoded gives r the decoded form attached to from (SetDecoded) when
 // from's value is r's (the same bytes, not equal ones); otherwise r is
@@ -24,7 +59,8 @@ func (r *Record) TakeDecoded(from *Record) {
 // bytes; once it holds the next record's, Decoded on an earlier record
 // returns false, as for a record nothing was attached to. Only for the
 // subtask's own goroutine, which runs its chain (a Writer drops the
-// decoded form, so it never crosses a channel).
+// decoded form, so it never crosses a channel; only ValidJSON's mark does,
+// which points to no slot).
 type DecodedSlot struct{ d decodedValue }
 
 // SetDecodedIn is SetDecoded keeping v in slot instead of a new

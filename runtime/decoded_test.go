@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -64,5 +66,80 @@ func TestDecodedSlot(t *testing.T) {
 	d.TakeDecoded(&b)
 	if _, ok := d.Decoded(); ok {
 		t.Error("TakeDecoded gave equal but other bytes the decoded form")
+	}
+}
+
+// decodedRecorder records, for each record it processes, its value and
+// whether it reads ValidJSON as its decoded form.
+type decodedRecorder struct{ seen []string }
+
+func (r *decodedRecorder) Open(context.Context) error { return nil }
+func (r *decodedRecorder) ProcessRecord(_ context.Context, _ int, rec Record) error {
+	v, ok := rec.Decoded()
+	_, valid := v.(ValidJSON)
+	r.seen = append(r.seen, fmt.Sprintf("%s %v", rec.Value, ok && valid))
+	return nil
+}
+func (r *decodedRecorder) EndInput(context.Context) error { return nil }
+func (r *decodedRecorder) Close() error                   { return nil }
+
+// TestValidJSONCrossesAChannel: a record marked ValidJSON keeps the mark
+// over a channel (batched or not): the receiving task's operator reads
+// ValidJSON for the record's bytes, and nothing for a record sent without
+// the mark or with another decoded form; on the channel itself the record
+// reads no decoded form (the mark is tied to no bytes until a task takes
+// it).
+func TestValidJSONCrossesAChannel(t *testing.T) {
+	for _, batch := range []int{0, 4} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			ctx := context.Background()
+			ch := NewChannel(16)
+			w := NewWriter([]Channel{ch}, ForwardPartitioner{})
+			if batch > 0 {
+				w.WithBatching(batch)
+			}
+			var slot DecodedSlot
+			valid := Record{Value: []byte(`{"a":1}`)}
+			valid.SetDecodedIn(&slot, ValidJSON{})
+			other := Record{Value: []byte(`{"b":2}`)}
+			other.SetDecoded("a decoded form")
+			plain := Record{Value: []byte(`{"c":3}`)}
+			for _, r := range []Record{valid, other, plain} {
+				if err := w.Emit(ctx, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var sent []Record
+			for len(sent) < 3 {
+				el := <-ch
+				if el.Kind == KindRecords {
+					sent = append(sent, el.Batch.Records...)
+				} else {
+					sent = append(sent, el.Record)
+				}
+			}
+			for _, r := range sent {
+				if v, ok := r.Decoded(); ok {
+					t.Errorf("%s on the channel reads %v", r.Value, v)
+				}
+			}
+			in := NewChannel(8)
+			for _, r := range sent {
+				in <- Element{Kind: KindRecord, Record: r}
+			}
+			in <- Element{Kind: KindEndOfInput}
+			op := &decodedRecorder{}
+			task := NewOperatorTask(OperatorTaskConfig{ID: TaskID{"op", 0}, Gate: NewInputGate([]InputChannel{{Ch: in}}), Operator: op, BootstrapInput: -1})
+			if err := task.Run(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{`{"a":1} true`, `{"b":2} false`, `{"c":3} false`}
+			if !slices.Equal(op.seen, want) {
+				t.Errorf("the receiving operator saw %q, want %q", op.seen, want)
+			}
+		})
 	}
 }

@@ -101,7 +101,8 @@ type decodedValue struct {
 // the bytes of r.Value: once an operator gives the record another Value,
 // Decoded no longer returns it, so an operator that copies a record and
 // changes its value needs no care. The value v is shared read-only by the
-// operators downstream in the chain; a Writer drops it, so it never
+// operators downstream in the chain; a Writer drops it (all but
+// ValidJSON, which it sends as a mark tied to no bytes), so it never
 // crosses a channel.
 func (r *Record) SetDecoded(v any) {
 	d := &decodedValue{n: len(r.Value), v: v}

@@ -47,6 +47,9 @@ type Operator interface {
 // unblocked, and the snapshot's files are written on another goroutine while
 // records flow again.
 type OperatorTask struct {
+	// validJSON holds the ValidJSON mark of the record being processed
+	// when it was sent with one (Record.receiveDecoded).
+	validJSON DecodedSlot
 	id        TaskID
 	name      string
 	gate      *InputGate
@@ -432,6 +435,7 @@ func (t *OperatorTask) record(ctx context.Context, ch, input int, rec Record) er
 		t.recIn.Inc()
 	}
 	t.valve.Active(ch)
+	rec.receiveDecoded(&t.validJSON) // checked JSON before the channel: not checked again
 	if t.bvalve != nil && input == t.bootstrp {
 		t.bvalve.Active(ch)
 		if err := t.broadcastTimeChanged(ctx); err != nil {

@@ -143,7 +143,7 @@ func (w *Writer) Emit(ctx context.Context, rec Record) error {
 		}
 		rec.Key = k
 	}
-	rec.decoded = nil // a decoded value stays within its chain
+	rec.decoded = rec.sendDecoded() // a decoded value stays within its chain, but for ValidJSON's mark
 	var i int
 	switch p := w.partitioner.(type) {
 	case ForwardPartitioner:

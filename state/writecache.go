@@ -597,7 +597,17 @@ func (c *writeCache) flushLocked(db *pebble.DB) error {
 		c.dirty = c.dirty[:0]
 		return nil
 	}
-	b := db.NewBatch()
+	// The batch sized in advance from the entries' sizes (at least their
+	// keys and values): one allocation instead of a doubling buffer that
+	// copies what it holds at each step (a checkpoint's flush of a keyed
+	// job's working set is megabytes).
+	size := 0
+	for _, e := range c.dirty {
+		if e.dirty && e.present {
+			size += e.size()
+		}
+	}
+	b := db.NewBatchWithSize(size)
 	defer b.Close()
 	for _, e := range c.dirty {
 		if !e.dirty || (!e.present && e.absent) {
