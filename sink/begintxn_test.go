@@ -112,3 +112,83 @@ func TestFailedBeginTransactionFailsWithItsCauseAndRestartIsExact(t *testing.T) 
 		t.Fatalf("an open transaction holds readers back: %s", why)
 	}
 }
+
+// TestFailedCheckpointsInARowAndThePool: every checkpoint that fails after
+// the last completed one keeps its pre-committed transaction, and its
+// transactional id, until a later checkpoint completes. Checkpoint 1
+// completes, checkpoints 2, 3 and 4 fail (their snapshots are taken, as
+// under load when they time out, but they never complete), and the
+// snapshot of checkpoint 5 pre-commits the fourth pending transaction.
+// With pool_size 5 (the default) the BeginTransaction after it finds no
+// free id: checkpoint 5 is declined although it could have completed, and
+// the next write fails the subtask with the cause, although
+// checkpoints.tolerable_failures (default 3) tolerates three failed
+// checkpoints in a row. With pool_size 6 (tolerable_failures + 3)
+// checkpoint 5 completes, commits the transactions of checkpoints 2 to 5,
+// and read_committed holds every record exactly once.
+func TestFailedCheckpointsInARowAndThePool(t *testing.T) {
+	for _, tc := range []struct {
+		pool      int
+		exhausted bool
+	}{{5, true}, {6, false}} {
+		t.Run("pool"+itoa(int64(tc.pool)), func(t *testing.T) {
+			opts := newCluster(t)
+			m, _ := newMetrics(t)
+			logger, _ := testLogger()
+			ctx := context.Background()
+			s, _ := newKafkaSink("out", 0, NewKafkaTxnCommitter(KafkaTxnConfig{
+				Name: "out", Topic: testTopic, TransactionalIDPrefix: "f", PoolSize: tc.pool, TransactionTimeout: time.Minute,
+				ClientOpts: opts, Metrics: m, Logger: logger,
+			}), m, logger)
+			defer s.Close()
+			write := func(v string) error {
+				return s.ProcessRecord(ctx, 0, runtime.Record{Key: []byte(v), Value: []byte(v)})
+			}
+			if err := s.Open(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for id := int64(1); id <= 4; id++ {
+				v := "v" + itoa(id)
+				if err := write(v); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, v)
+				if _, err := s.SnapshotState(ctx, &runtime.Barrier{CheckpointID: id}); err != nil {
+					t.Fatalf("snapshot %d: %v", id, err)
+				}
+				if id == 1 {
+					if err := s.NotifyCheckpointComplete(ctx, 1); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := write("v5"); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, "v5")
+			_, err := s.SnapshotState(ctx, &runtime.Barrier{CheckpointID: 5})
+			if tc.exhausted {
+				if !errors.Is(err, ErrPoolExhausted) || !strings.Contains(err.Error(), "4 pre-committed") {
+					t.Fatalf("snapshot 5 after 3 failed checkpoints, pool 5: %v, want ErrPoolExhausted naming 4 pre-committed", err)
+				}
+				if err := write("v6"); !errors.Is(err, ErrNoOpenTransaction) || !errors.Is(err, ErrPoolExhausted) {
+					t.Fatalf("write after the failed BeginTransaction: %v, want ErrNoOpenTransaction wrapping ErrPoolExhausted", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("snapshot 5 after 3 failed checkpoints, pool %d: %v", tc.pool, err)
+			}
+			if err := s.NotifyCheckpointComplete(ctx, 5); err != nil {
+				t.Fatal(err)
+			}
+			if err := write("v6"); err != nil {
+				t.Fatal(err)
+			}
+			if got := readAll(t, opts, kgo.ReadCommitted()); !slices.Equal(got, want) {
+				t.Fatalf("read_committed = %q, want %q", got, want)
+			}
+		})
+	}
+}

@@ -90,7 +90,18 @@ var ErrFenced = errors.New("sink: transactional producer fenced by a newer produ
 
 // ErrPoolExhausted is returned by BeginTransaction when every transactional
 // id of the subtask's pool is still tied to a pending or recently committed
-// transaction (checkpoints are failing or far apart).
+// transaction (checkpoints are failing or far apart) or retired after an
+// error. Right after checkpoint C completed, C's id waits for checkpoint
+// C+1 and the next transaction takes another; every checkpoint after C
+// that fails (declined, timed out) keeps its pre-committed transaction,
+// and its id, until a later checkpoint completes. So a pool of n ids rides
+// out n-3 failed checkpoints in a row: after n-2 of them, the
+// BeginTransaction after the next checkpoint's pre-commit fails (that
+// checkpoint is declined) and so does the subtask at its next write
+// (ErrNoOpenTransaction), whatever checkpoints.tolerable_failures allows;
+// a pool rides out tolerable_failures failed checkpoints in a row from
+// tolerable_failures + 3 ids (Flink's FlinkKafkaProducer fails alike: "Too
+// many ongoing snapshots").
 var ErrPoolExhausted = errors.New("sink: every transactional id of the pool is in use")
 
 // TransactionalID returns the transactional id of slot of a sink subtask:
@@ -368,18 +379,25 @@ func (k *KafkaTxnCommitter) begin(ctx context.Context) error {
 		}
 	}
 	var s *txnSlot
-	retired := 0
+	retired, pending, committed := 0, 0, 0
 	for _, c := range k.slots {
-		if c.cl == nil {
+		switch {
+		case c.cl == nil:
 			retired++
 			continue
+		case c.state == slotPreCommitted:
+			pending++
+		case c.state == slotCommitted:
+			committed++
 		}
 		if c.state == slotFree && s == nil {
 			s = c
 		}
 	}
 	if s == nil {
-		return fmt.Errorf("sink %s[%d]: %w (pool size %d, %d retired after errors)", k.cfg.Name, k.cfg.Subtask, ErrPoolExhausted, k.cfg.PoolSize, retired)
+		return fmt.Errorf("sink %s[%d]: %w (pool size %d: %d retired after errors, %d pre-committed for checkpoints not completed, %d committed until a later checkpoint completes; "+
+			"each failed checkpoint in a row keeps one more id, so a pool rides out pool_size - 3 of them)",
+			k.cfg.Name, k.cfg.Subtask, ErrPoolExhausted, k.cfg.PoolSize, retired, pending, committed)
 	}
 	if err := s.cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("sink %s: begin transaction on %s: %w", k.cfg.Name, s.id, err)
