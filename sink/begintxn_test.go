@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -188,6 +189,87 @@ func TestFailedCheckpointsInARowAndThePool(t *testing.T) {
 			}
 			if got := readAll(t, opts, kgo.ReadCommitted()); !slices.Equal(got, want) {
 				t.Fatalf("read_committed = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestTransientTransactionErrors: the broker answers the first requests
+// that initialise the transactional ids (InitProducerId, at the sink's
+// first BeginTransaction) with COORDINATOR_LOAD_IN_PROGRESS, or the first
+// Produce requests of a transaction (which, with transactions v2,
+// KIP-890, also add the partition to the transaction: franz-go sends no
+// AddPartitionsToTxn to this broker) with REQUEST_TIMED_OUT, fewer times
+// than franz-go retries a request: the retries absorb them, and read_committed holds
+// every record exactly once with no transaction left open.
+func TestTransientTransactionErrors(t *testing.T) {
+	for _, key := range []kmsg.Key{kmsg.InitProducerID, kmsg.Produce} {
+		t.Run(key.Name(), func(t *testing.T) {
+			c, opts := newClusterHandle(t)
+			var drop, seen atomic.Int32
+			drop.Store(3)
+			c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				seen.Add(1)
+				if drop.Add(-1) < 0 {
+					return nil, nil, false
+				}
+				if key == kmsg.InitProducerID {
+					resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+					resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+					return resp, nil, true
+				}
+				preq := req.(*kmsg.ProduceRequest)
+				resp := preq.ResponseKind().(*kmsg.ProduceResponse)
+				for _, rt := range preq.Topics {
+					st := kmsg.NewProduceResponseTopic()
+					st.Topic, st.TopicID = rt.Topic, rt.TopicID
+					for _, rp := range rt.Partitions {
+						sp := kmsg.NewProduceResponseTopicPartition()
+						sp.Partition, sp.ErrorCode = rp.Partition, kerr.RequestTimedOut.Code
+						st.Partitions = append(st.Partitions, sp)
+					}
+					resp.Topics = append(resp.Topics, st)
+				}
+				return resp, nil, true
+			})
+			opts = append(slices.Clip(opts), kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond }))
+			m, _ := newMetrics(t)
+			logger, _ := testLogger()
+			ctx := context.Background()
+			s, _ := newKafkaSink("out", 0, NewKafkaTxnCommitter(KafkaTxnConfig{
+				Name: "out", Topic: testTopic, TransactionalIDPrefix: "t", PoolSize: 3, TransactionTimeout: time.Minute,
+				ClientOpts: opts, Metrics: m, Logger: logger,
+			}), m, logger)
+			defer s.Close()
+			if err := s.Open(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for id := int64(1); id <= 3; id++ {
+				for i := range 4 {
+					v := "v" + itoa(id) + "-" + itoa(int64(i))
+					if err := s.ProcessRecord(ctx, 0, runtime.Record{Key: []byte(v), Value: []byte(v)}); err != nil {
+						t.Fatal(err)
+					}
+					want = append(want, v)
+				}
+				if _, err := s.SnapshotState(ctx, &runtime.Barrier{CheckpointID: id}); err != nil {
+					t.Fatalf("snapshot %d: %v", id, err)
+				}
+				if err := s.NotifyCheckpointComplete(ctx, id); err != nil {
+					t.Fatalf("commit %d: %v", id, err)
+				}
+			}
+			if n := drop.Load(); n >= 0 {
+				t.Fatalf("%d drops left (%d %s requests): the sink did not meet them", n+1, seen.Load(), key.Name())
+			}
+			slices.Sort(want)
+			if got := readAll(t, opts, kgo.ReadCommitted()); !slices.Equal(got, want) {
+				t.Fatalf("read_committed = %q, want %q", got, want)
+			}
+			if ok, why := stableEqualsEnd(t, opts); !ok {
+				t.Fatalf("an open transaction holds readers back: %s", why)
 			}
 		})
 	}
