@@ -65,8 +65,13 @@ func RepartitionProducerOpts(linger time.Duration) []kgo.Opt {
 
 // ErrNoOpenTransaction is returned by a write or a pre-commit when no
 // transaction is open: the BeginTransaction after the last pre-commit failed
-// (ErrPoolExhausted). The sink subtask then fails (its writes) or declines
-// the checkpoint (its pre-commit) instead of writing outside a transaction.
+// (ErrPoolExhausted, or franz-go's error). The error wraps that
+// BeginTransaction's error too (errors.Is finds ErrPoolExhausted), so the
+// job's failure says why, not only that, no transaction is open. The sink
+// subtask then fails (its writes) or declines the checkpoint (its
+// pre-commit) instead of writing outside a transaction; the restart
+// strategy restarts the job from its last completed checkpoint, whose
+// recovery initialises every id of the pool again.
 var ErrNoOpenTransaction = errors.New("sink: no open transaction (the last BeginTransaction failed)")
 
 // ErrFenced is wrapped by KafkaTxnCommitter.Commit's error when the
@@ -85,7 +90,18 @@ var ErrFenced = errors.New("sink: transactional producer fenced by a newer produ
 
 // ErrPoolExhausted is returned by BeginTransaction when every transactional
 // id of the subtask's pool is still tied to a pending or recently committed
-// transaction (checkpoints are failing or far apart).
+// transaction (checkpoints are failing or far apart) or retired after an
+// error. Right after checkpoint C completed, C's id waits for checkpoint
+// C+1 and the next transaction takes another; every checkpoint after C
+// that fails (declined, timed out) keeps its pre-committed transaction,
+// and its id, until a later checkpoint completes. So a pool of n ids rides
+// out n-3 failed checkpoints in a row: after n-2 of them, the
+// BeginTransaction after the next checkpoint's pre-commit fails (that
+// checkpoint is declined) and so does the subtask at its next write
+// (ErrNoOpenTransaction), whatever checkpoints.tolerable_failures allows;
+// a pool rides out tolerable_failures failed checkpoints in a row from
+// tolerable_failures + 3 ids (Flink's FlinkKafkaProducer fails alike: "Too
+// many ongoing snapshots").
 var ErrPoolExhausted = errors.New("sink: every transactional id of the pool is in use")
 
 // TransactionalID returns the transactional id of slot of a sink subtask:
@@ -176,6 +192,9 @@ type KafkaTxnCommitter struct {
 	slots   []*txnSlot
 	open    *txnSlot
 	started bool // every slot's producer was created and initialised (start)
+	// beginErr is the error of the last BeginTransaction when it failed
+	// (nil once one succeeds): the cause ErrNoOpenTransaction carries.
+	beginErr error
 	// recs is the unused rest of the slab the next produced kgo.Records
 	// are taken from (newRecord).
 	recs []kgo.Record
@@ -339,24 +358,46 @@ func (k *KafkaTxnCommitter) inFlight() {
 // ErrPoolExhausted when no slot with a producer is free (retired slots
 // never are).
 func (k *KafkaTxnCommitter) BeginTransaction(ctx context.Context) error {
+	k.beginErr = k.begin(ctx)
+	return k.beginErr
+}
+
+// noOpen returns ErrNoOpenTransaction for sink subtask's operation what,
+// wrapping the error of the BeginTransaction that failed (beginErr).
+func (k *KafkaTxnCommitter) noOpen(what string) error {
+	if k.beginErr == nil {
+		return fmt.Errorf("sink %s[%d]: %s: %w", k.cfg.Name, k.cfg.Subtask, what, ErrNoOpenTransaction)
+	}
+	return fmt.Errorf("sink %s[%d]: %s: %w: %w", k.cfg.Name, k.cfg.Subtask, what, ErrNoOpenTransaction, k.beginErr)
+}
+
+// begin is BeginTransaction.
+func (k *KafkaTxnCommitter) begin(ctx context.Context) error {
 	if !k.started {
 		if err := k.start(ctx); err != nil {
 			return err
 		}
 	}
 	var s *txnSlot
-	retired := 0
+	retired, pending, committed := 0, 0, 0
 	for _, c := range k.slots {
-		if c.cl == nil {
+		switch {
+		case c.cl == nil:
 			retired++
 			continue
+		case c.state == slotPreCommitted:
+			pending++
+		case c.state == slotCommitted:
+			committed++
 		}
 		if c.state == slotFree && s == nil {
 			s = c
 		}
 	}
 	if s == nil {
-		return fmt.Errorf("sink %s[%d]: %w (pool size %d, %d retired after errors)", k.cfg.Name, k.cfg.Subtask, ErrPoolExhausted, k.cfg.PoolSize, retired)
+		return fmt.Errorf("sink %s[%d]: %w (pool size %d: %d retired after errors, %d pre-committed for checkpoints not completed, %d committed until a later checkpoint completes; "+
+			"each failed checkpoint in a row keeps one more id, so a pool rides out pool_size - 3 of them)",
+			k.cfg.Name, k.cfg.Subtask, ErrPoolExhausted, k.cfg.PoolSize, retired, pending, committed)
 	}
 	if err := s.cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("sink %s: begin transaction on %s: %w", k.cfg.Name, s.id, err)
@@ -379,7 +420,7 @@ func (k *KafkaTxnCommitter) BeginTransaction(ctx context.Context) error {
 func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error {
 	s := k.open
 	if s == nil {
-		return fmt.Errorf("sink %s[%d]: %w", k.cfg.Name, k.cfg.Subtask, ErrNoOpenTransaction)
+		return k.noOpen("write")
 	}
 	if err := s.err(); err != nil {
 		return err
@@ -432,7 +473,7 @@ func (k *KafkaTxnCommitter) WriteTo(ctx context.Context, topic string, rec runti
 		return fmt.Errorf("sink %s: a repartition sink writes only to its own topic, not %q", k.cfg.Name, topic)
 	}
 	if s == nil {
-		return fmt.Errorf("sink %s[%d]: %w", k.cfg.Name, k.cfg.Subtask, ErrNoOpenTransaction)
+		return k.noOpen("write to " + topic)
 	}
 	if err := s.err(); err != nil {
 		return err
@@ -455,7 +496,7 @@ func (k *KafkaTxnCommitter) WriteMarker(ctx context.Context, m runtime.Marker) e
 		return fmt.Errorf("sink %s: markers need a repartition sink (partitioned by key group, with a partition count)", k.cfg.Name)
 	}
 	if s == nil {
-		return fmt.Errorf("sink %s[%d]: %w", k.cfg.Name, k.cfg.Subtask, ErrNoOpenTransaction)
+		return k.noOpen("marker")
 	}
 	if err := s.err(); err != nil {
 		return err
@@ -513,7 +554,7 @@ func (s *txnSlot) err() error {
 func (k *KafkaTxnCommitter) PreCommit(ctx context.Context, checkpointID int64) (Committable, error) {
 	s := k.open
 	if s == nil {
-		return Committable{}, fmt.Errorf("sink %s[%d]: pre-commit of checkpoint %d: %w", k.cfg.Name, k.cfg.Subtask, checkpointID, ErrNoOpenTransaction)
+		return Committable{}, k.noOpen(fmt.Sprintf("pre-commit of checkpoint %d", checkpointID))
 	}
 	if err := s.cl.Flush(ctx); err != nil {
 		return Committable{}, fmt.Errorf("sink %s: flush %s: %w", k.cfg.Name, s.id, err)
