@@ -231,13 +231,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	return 0
 }
 
-// checkBenchFlags refuses flag values bench cannot honour: the library
-// configs take a zero or negative count as "use the default", so an
-// explicit --records 0 would silently run the default number while the
-// header printed 0. counts maps a flag's name to its value, each of which
-// must be >= 1. scenario must name a scenario (unless all), delivery be
-// exactly-once, at-least-once or both, zipf be 0 (uniform) or > 1, changed
-// be in (0, 1], and the durations be positive. The error names the flag.
 // checkPreload refuses --preload-state unless every scenario of --scenario
 // takes it (bench.Scenario.CheckPreload; not with --all or the scenarios
 // run in process of their own).
@@ -257,6 +250,13 @@ func checkPreload(scenario string, all bool) error {
 	return nil
 }
 
+// checkBenchFlags refuses flag values bench cannot honour: the library
+// configs take a zero or negative count as "use the default", so an
+// explicit --records 0 would silently run the default number while the
+// header printed 0. counts maps a flag's name to its value, each of which
+// must be >= 1. scenario must name a scenario (unless all), delivery be
+// exactly-once, at-least-once or both, zipf be 0 (uniform) or > 1, changed
+// be in (0, 1], and the durations be positive. The error names the flag.
 func checkBenchFlags(scenario string, all bool, delivery string, zipf, changed float64, interval, latency time.Duration, counts map[string]int) error {
 	names := make([]string, 0, len(counts))
 	for n := range counts {

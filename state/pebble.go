@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 
@@ -155,13 +156,19 @@ const DefaultL0CompactionThreshold = 16
 const L0StopWritesFactor = 3
 
 // setL0Thresholds sets opts' L0 compaction and stop-writes thresholds from
-// BackendConfig.L0CompactionThreshold n (0: the default).
+// BackendConfig.L0CompactionThreshold n (0: the default). A stop-writes
+// threshold that would overflow an int is the largest int (a wrapped
+// negative would become Pebble's 12, which Pebble then refuses as below
+// the compaction threshold: TestL0ThresholdHuge).
 func setL0Thresholds(opts *pebble.Options, n int) {
 	if n <= 0 {
 		n = DefaultL0CompactionThreshold
 	}
 	opts.L0CompactionThreshold = n
 	opts.L0StopWritesThreshold = L0StopWritesFactor * n
+	if n > math.MaxInt/L0StopWritesFactor {
+		opts.L0StopWritesThreshold = math.MaxInt
+	}
 }
 
 func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, error) {

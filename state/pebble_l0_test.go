@@ -1,6 +1,7 @@
 package state
 
 import (
+	"math"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -19,4 +20,24 @@ func TestL0Thresholds(t *testing.T) {
 			t.Fatalf("n=%d: thresholds %d/%d, want %d/%d", tc.n, o.L0CompactionThreshold, o.L0StopWritesThreshold, tc.compact, tc.stop)
 		}
 	}
+}
+
+// TestL0ThresholdHuge: a threshold whose 3 times overflows an int (the
+// config only refuses negatives) opens a backend, with writes stopping
+// at the largest int, not at a wrapped negative that Pebble replaces by
+// its 12 and then refuses as below the compaction threshold.
+func TestL0ThresholdHuge(t *testing.T) {
+	n := math.MaxInt/L0StopWritesFactor + 1
+	var o pebble.Options
+	setL0Thresholds(&o, n)
+	if o.L0CompactionThreshold != n || o.L0StopWritesThreshold != math.MaxInt {
+		t.Fatalf("n=%d: thresholds %d/%d, want %d/%d", n, o.L0CompactionThreshold, o.L0StopWritesThreshold, n, math.MaxInt)
+	}
+	cfg := testConfig(t, KindPebble)
+	cfg.L0CompactionThreshold = n
+	b, err := OpenBackend(cfg)
+	if err != nil {
+		t.Fatalf("l0 compaction threshold %d: %v", n, err)
+	}
+	must(t, b.Close())
 }
