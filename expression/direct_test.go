@@ -104,7 +104,7 @@ func TestDirectForms(t *testing.T) {
 		`amount < 500`: true, `event_type == 2`: true, `bid.auction % 123 == 0`: true,
 		`{"id": id, "key": key, "amount": amount}`: true,
 		`{"auction": bid.auction, "bidder": bid.bidder, "price": double(bid.price * 908) / 1000.0, "dateTime": bid.dateTime, "extra": bid.extra}`: true,
-		`event_type == 0 ? person.dateTime : event_type == 1 ? auction.dateTime : bid.dateTime`:                                             true,
+		`event_type == 0 ? person.dateTime : event_type == 1 ? auction.dateTime : bid.dateTime`:                                                   true,
 		`size(note) > 3`: false, `has(bid.price)`: false, `{"a": 1, "a": 2}`: false, `{"a": note.split("/")}`: false,
 		`{?"a": optional.none()}`: false, `bid.?price`: false, `[amount]`: false, `{1: amount}`: false,
 	} {
