@@ -3,6 +3,7 @@ package expression
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,4 +118,46 @@ func TestDirectForms(t *testing.T) {
 	if err == nil && p.direct != nil {
 		t.Errorf("a cost-tracked program has a direct form")
 	}
+}
+
+// objectOfSafeNumbersBytewise is objectOfSafeNumbers read byte by byte
+// whatever the length (as it was before records of up to 300 bytes were
+// checked with IndexByte), for FuzzObjectOfSafeNumbers.
+func objectOfSafeNumbersBytewise(b []byte) bool {
+	i := 0
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	if i == len(b) || b[i] != '{' {
+		return false
+	}
+	digits := 0
+	for j, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			digits++
+			if digits > 300 {
+				return false
+			}
+			continue
+		case (c == 'e' || c == 'E') && j > 0 && (b[j-1] == '.' || (b[j-1] >= '0' && b[j-1] <= '9')):
+			return false
+		}
+		digits = 0
+	}
+	return true
+}
+
+// FuzzObjectOfSafeNumbers checks objectOfSafeNumbers' short-record path
+// against the byte-by-byte reading.
+func FuzzObjectOfSafeNumbers(f *testing.F) {
+	for _, s := range []string{`{"a":1e5}`, `{"a":1.E5}`, `{"note":"e","x":2}`, ` {"a":"1e5"}`, `[1e5]`, `{"a":.e}`, `e{`, `{"E":1}`, `{"a":5E`,
+		`{"a":` + strings.Repeat("1", 301) + `}`, `{"a":` + strings.Repeat("1", 290) + `e}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := objectOfSafeNumbers(b), objectOfSafeNumbersBytewise(b); got != want {
+			t.Fatalf("objectOfSafeNumbers(%q) = %v, byte by byte %v", b, got, want)
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package expression
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -237,6 +238,11 @@ func objectOfSafeNumbers(b []byte) bool {
 	if i == len(b) || b[i] != '{' {
 		return false
 	}
+	if len(b) <= 300 {
+		// No run of more than 300 digits fits: only exponents count,
+		// found by IndexByte rather than byte by byte.
+		return !exponentAfterNumber(b, 'e') && !exponentAfterNumber(b, 'E')
+	}
 	digits := 0
 	for j, c := range b {
 		switch {
@@ -252,6 +258,22 @@ func objectOfSafeNumbers(b []byte) bool {
 		digits = 0
 	}
 	return true
+}
+
+// exponentAfterNumber reports whether the byte e ('e' or 'E') occurs in b
+// right after a digit or '.'.
+func exponentAfterNumber(b []byte, e byte) bool {
+	for j := 0; ; {
+		k := bytes.IndexByte(b[j:], e)
+		if k < 0 {
+			return false
+		}
+		j += k
+		if j > 0 && (b[j-1] == '.' || (b[j-1] >= '0' && b[j-1] <= '9')) {
+			return true
+		}
+		j++
+	}
 }
 
 // isASCII reports whether s is plain ASCII.
