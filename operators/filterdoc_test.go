@@ -76,7 +76,7 @@ func TestFilterHandsOnDocWithoutCopy(t *testing.T) {
 	}
 	// What remains per record: the Doc's string of the JSON, the field's
 	// value 317 as an interface, the record copied for the call.
-	if allocs > 3 {
+	if !raceEnabled && allocs > 3 { // the race detector allocates for itself
 		t.Errorf("a filtered record costs %v allocations, want at most 3 (no copy of the Doc)", allocs)
 	}
 }
