@@ -216,7 +216,12 @@ func Compile(src string, opts ...Option) (*Program, error) {
 	if err != nil {
 		return nil, whole("%s", lowerFirst(err.Error()))
 	}
+	var d *direct
+	if len(popts) == 0 {
+		d = compileDirect(checked.NativeRep())
+	}
 	return &Program{
+		direct:   d,
 		src:      src,
 		prg:      prg,
 		ast:      checked,

@@ -27,6 +27,10 @@ type Program struct {
 	// fastJSON lets EvalJSON write a map literal's result directly (off
 	// only to test it against the general path).
 	fastJSON bool
+	// direct evaluates the expression without CEL's interpreter when it
+	// can (direct.go); nil when the expression is not of that form, its
+	// cost is tracked, or (in tests) to compare with the general path.
+	direct *direct
 
 	// traced evaluates with every sub-expression's value kept, to explain
 	// a "no such overload" error; built on first need.
@@ -67,6 +71,11 @@ func (e *EvalError) Unwrap() error { return e.Err }
 // value, or nil when absent. Lists and maps of the record itself are
 // returned as they are, not copied. A failure is an *EvalError.
 func (p *Program) Eval(env *Env) (any, error) {
+	if p.direct != nil && p.expect == anyResult && env != nil {
+		if v, ok := p.direct.value(env); ok {
+			return v, nil
+		}
+	}
 	out, err := p.eval(env)
 	if err != nil {
 		return nil, err
@@ -99,6 +108,18 @@ func (p *Program) result(out ref.Val) (any, error) {
 // kind, is an *EvalError, as in Eval; a result JSON cannot hold is
 // AppendJSON's error (dst is then returned as it was).
 func (p *Program) EvalJSON(dst []byte, env *Env) (out []byte, v any, roundTrips bool, err error) {
+	if p.direct != nil && env != nil {
+		if p.direct.m != nil && p.fastJSON {
+			if b, ok := p.direct.appendJSON(dst, env); ok {
+				return b, nil, false, nil
+			}
+		} else if p.expect == anyResult {
+			if v, ok := p.direct.value(env); ok {
+				out, roundTrips, err = AppendJSON(dst, v)
+				return out, v, roundTrips, err
+			}
+		}
+	}
 	res, err := p.eval(env)
 	if err != nil {
 		return dst, nil, false, err
@@ -122,6 +143,11 @@ func (p *Program) EvalJSON(dst []byte, env *Env) (out []byte, v any, roundTrips 
 // record of env. A result other than a bool is an *EvalError, as is any
 // failure of Eval.
 func (p *Program) EvalBool(env *Env) (bool, error) {
+	if p.direct != nil && env != nil {
+		if b, ok := p.direct.bool(env); ok {
+			return b, nil
+		}
+	}
 	out, err := p.eval(env)
 	if err != nil {
 		return false, err

@@ -129,8 +129,19 @@ type RecordEnv struct {
 	headers []expression.Header
 	env     expression.Env
 	// own is the Doc of a record that came with none, reused from record
-	// to record; Keep hands on a copy.
-	own expression.Doc
+	// to record; Keep hands it on in slot (no copy): a record handed on
+	// earlier (kept by an operator downstream) no longer finds it once
+	// own is Reset for the next record (runtime.DecodedSlot), and decodes
+	// its own bytes again if it is evaluated later.
+	own  expression.Doc
+	slot runtime.DecodedSlot
+}
+
+// resetOwn makes own the Doc of b, first taking it from every record it
+// was handed on with.
+func (e *RecordEnv) resetOwn(b []byte, valid bool) {
+	e.slot.Clear()
+	e.own.Reset(b, valid)
 }
 
 // Reset makes e the environment of rec and returns it.
@@ -147,7 +158,7 @@ func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 		case runtime.ValidJSON:
 			// Checked by the source, or written by an operator: not
 			// checked again.
-			e.own.Reset(rec.Value, true)
+			e.resetOwn(rec.Value, true)
 			e.in.Doc = &e.own
 		default:
 			e.in.Value = v // decoded by an operator before this one in the chain
@@ -155,7 +166,7 @@ func (e *RecordEnv) Reset(rec *runtime.Record) *expression.Env {
 	} else if rec.Value != nil {
 		// Read on first need, and only the fields read: an expression of
 		// key alone never decodes it.
-		e.own.Reset(rec.Value, false)
+		e.resetOwn(rec.Value, false)
 		e.in.Doc = &e.own
 	}
 	e.in.Key = rec.Key
@@ -183,9 +194,9 @@ func (e *RecordEnv) Keep(rec *runtime.Record) {
 		return
 	}
 	if e.in.Doc == &e.own {
-		// The own Doc is reused by the next Reset: hand on a copy.
-		e.in.Doc = e.own.Clone()
-		e.env.Reset(&e.in) // the same record, reading the copy
+		// Reused by the next Reset, which takes it back from rec first.
+		rec.SetDecodedIn(&e.slot, &e.own)
+		return
 	}
 	if e.in.Doc != nil {
 		if v, ok := rec.Decoded(); !ok || v != any(e.in.Doc) {

@@ -63,6 +63,11 @@ func (r *Record) TakeDecoded(from *Record) {
 // which points to no slot).
 type DecodedSlot struct{ d decodedValue }
 
+// Clear makes the slot describe no record: Decoded on every record given
+// the slot returns false from now on, until the slot is given again. For a
+// subtask about to change (reuse) the value it keeps in the slot.
+func (s *DecodedSlot) Clear() { s.d = decodedValue{n: -1} }
+
 // SetDecodedIn is SetDecoded keeping v in slot instead of a new
 // allocation; see DecodedSlot.
 func (r *Record) SetDecodedIn(slot *DecodedSlot, v any) {

@@ -1,0 +1,545 @@
+package expression
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/common/types"
+)
+
+// This file is the direct evaluator: the expressions most pipelines are
+// made of (a filter such as amount < 500 or event_type == 2, a map literal
+// {"id": id, "price": double(bid.price * 908) / 1000.0} of field
+// selections, literals, arithmetic, comparisons, && || ! and ?:) are
+// evaluated on the record without CEL's interpreter, and a map literal's
+// JSON written without CEL building its map. It only ever gives the result
+// CEL gives: on anything else (a missing field, an object or list where a
+// scalar is read, operands of different types, an overflow, a division by
+// zero, NaN, a non-bool condition) it gives up and the Program evaluates
+// the expression with CEL, whose result or error then counts (so errors,
+// their messages and positions are CEL's). FuzzDirectEqualsCEL compares
+// the two paths.
+
+// dkind is the kind of a direct value; dFail means "give up".
+type dkind uint8
+
+const (
+	dFail dkind = iota
+	dNull
+	dBool
+	dInt
+	dDouble
+	dString
+)
+
+// dval is a scalar the direct evaluator computes: the CEL value of kind k
+// (null, bool b, int i, double f, string s), held without allocating.
+type dval struct {
+	k dkind
+	b bool
+	i int64
+	f float64
+	s string
+}
+
+// dnode is one node of a direct program.
+type dnode interface {
+	eval(a *activation) dval
+}
+
+// directMap is a map literal with string keys, distinct, in sorted order,
+// each with its JSON prefix ("key": written once at compile time).
+type directMap struct {
+	prefix [][]byte // `"key":`, with a leading ',' after the first
+	vals   []dnode
+}
+
+// direct is the direct form of a Program: root, or for a map literal m.
+type direct struct {
+	root dnode
+	m    *directMap
+}
+
+// compileDirect returns the direct form of the checked AST x, or nil when
+// x holds anything the direct evaluator does not take.
+func compileDirect(a *celast.AST) *direct {
+	refs := a.ReferenceMap()
+	root := a.Expr()
+	if root.Kind() == celast.MapKind {
+		m := root.AsMap()
+		type ent struct {
+			key string
+			val dnode
+		}
+		var ents []ent
+		for _, e := range m.Entries() {
+			me := e.AsMapEntry()
+			if me.IsOptional() || me.Key().Kind() != celast.LiteralKind {
+				return nil
+			}
+			k, ok := me.Key().AsLiteral().(types.String)
+			if !ok {
+				return nil
+			}
+			v := directNode(me.Value(), refs)
+			if v == nil {
+				return nil
+			}
+			ents = append(ents, ent{string(k), v})
+		}
+		slices.SortFunc(ents, func(x, y ent) int { return strings.Compare(x.key, y.key) })
+		dm := &directMap{}
+		for i, e := range ents {
+			if i > 0 && ents[i-1].key == e.key {
+				return nil // CEL refuses a repeated key at evaluation
+			}
+			w := jsonAppender{}
+			if i > 0 {
+				w.buf = append(w.buf, ',')
+			}
+			w.string(e.key)
+			w.buf = append(w.buf, ':')
+			dm.prefix = append(dm.prefix, w.buf)
+			dm.vals = append(dm.vals, e.val)
+		}
+		return &direct{m: dm}
+	}
+	if n := directNode(root, refs); n != nil {
+		return &direct{root: n}
+	}
+	return nil
+}
+
+// directNode compiles x, or returns nil.
+func directNode(x celast.Expr, refs map[int64]*celast.ReferenceInfo) dnode {
+	switch x.Kind() {
+	case celast.LiteralKind:
+		switch v := x.AsLiteral().(type) {
+		case types.Int:
+			return dconst{dval{k: dInt, i: int64(v)}}
+		case types.Double:
+			return dconst{dval{k: dDouble, f: float64(v)}}
+		case types.String:
+			return dconst{dval{k: dString, s: string(v)}}
+		case types.Bool:
+			return dconst{dval{k: dBool, b: bool(v)}}
+		case types.Null:
+			return dconst{dval{k: dNull}}
+		}
+		return nil
+	case celast.IdentKind, celast.SelectKind:
+		path, ok := selectPath(x, refs)
+		if !ok {
+			return nil
+		}
+		return &dpath{root: path[0], fields: path[1:]}
+	case celast.CallKind:
+		c := x.AsCall()
+		if c.IsMemberFunction() {
+			return nil
+		}
+		if r := refs[x.ID()]; r != nil && r.Value != nil {
+			return nil
+		}
+		args := make([]dnode, len(c.Args()))
+		for i, arg := range c.Args() {
+			if args[i] = directNode(arg, refs); args[i] == nil {
+				return nil
+			}
+		}
+		fn := c.FunctionName()
+		switch {
+		case fn == operators.Conditional && len(args) == 3:
+			return &dcond{args[0], args[1], args[2]}
+		case fn == operators.LogicalAnd && len(args) == 2:
+			return &dlogic{args[0], args[1], false}
+		case fn == operators.LogicalOr && len(args) == 2:
+			return &dlogic{args[0], args[1], true}
+		case fn == operators.LogicalNot && len(args) == 1:
+			return &dnot{args[0]}
+		case fn == operators.Negate && len(args) == 1:
+			return &dneg{args[0]}
+		case fn == "double" && len(args) == 1:
+			return &ddouble{args[0]}
+		case len(args) == 2:
+			switch fn {
+			case operators.Equals, operators.NotEquals, operators.Less, operators.LessEquals,
+				operators.Greater, operators.GreaterEquals:
+				return &dcmp{op: fn, l: args[0], r: args[1]}
+			case operators.Add, operators.Subtract, operators.Multiply, operators.Divide, operators.Modulo:
+				return &darith{op: fn, l: args[0], r: args[1]}
+			}
+		}
+	}
+	return nil
+}
+
+// selectPath returns the identifier and field names of an identifier or a
+// chain of field selections (bid.price: [bid price]); false for anything
+// else (a presence test, a select on a call, a name the checker resolved
+// to a constant or a qualified name).
+func selectPath(x celast.Expr, refs map[int64]*celast.ReferenceInfo) ([]string, bool) {
+	switch x.Kind() {
+	case celast.IdentKind:
+		r := refs[x.ID()]
+		if r == nil || r.Value != nil || r.Name != x.AsIdent() {
+			return nil, false
+		}
+		return []string{x.AsIdent()}, true
+	case celast.SelectKind:
+		if refs[x.ID()] != nil {
+			return nil, false
+		}
+		s := x.AsSelect()
+		if s.IsTestOnly() {
+			return nil, false
+		}
+		p, ok := selectPath(s.Operand(), refs)
+		if !ok {
+			return nil, false
+		}
+		return append(p, s.FieldName()), true
+	}
+	return nil, false
+}
+
+type dconst struct{ v dval }
+
+func (c dconst) eval(*activation) dval { return c.v }
+
+// dpath reads an identifier and selects fields of it, as CEL's attribute
+// does, for a scalar result.
+type dpath struct {
+	root   string
+	fields []string
+}
+
+func (p *dpath) eval(a *activation) dval {
+	v, _ := a.ResolveName(p.root)
+	for _, f := range p.fields {
+		switch o := v.(type) {
+		case *docObject:
+			var found bool
+			if v, found = o.FindStringKey(f); !found {
+				return dval{}
+			}
+		case map[string]any:
+			var found bool
+			if v, found = o[f]; !found {
+				return dval{}
+			}
+		default:
+			return dval{}
+		}
+	}
+	return scalar(v)
+}
+
+// scalar is the direct value of v, a field's value or a reserved name's
+// as the activation gives it, when CEL sees it as a scalar.
+func scalar(v any) dval {
+	switch x := v.(type) {
+	case types.Int:
+		return dval{k: dInt, i: int64(x)}
+	case types.Double:
+		return dval{k: dDouble, f: float64(x)}
+	case types.String:
+		return dval{k: dString, s: string(x)}
+	case types.Bool:
+		return dval{k: dBool, b: bool(x)}
+	case types.Null:
+		return dval{k: dNull}
+	case nil:
+		return dval{k: dNull}
+	case int64:
+		return dval{k: dInt, i: x}
+	case float64:
+		return dval{k: dDouble, f: x}
+	case string:
+		return dval{k: dString, s: x}
+	case bool:
+		return dval{k: dBool, b: x}
+	}
+	return dval{}
+}
+
+// dcond is c ? t : f.
+type dcond struct{ c, t, f dnode }
+
+func (n *dcond) eval(a *activation) dval {
+	c := n.c.eval(a)
+	if c.k != dBool {
+		return dval{}
+	}
+	if c.b {
+		return n.t.eval(a)
+	}
+	return n.f.eval(a)
+}
+
+// dlogic is l && r (or false) or l || r (or true): a left operand equal to
+// the absorbing value decides (CEL's result whatever r is, errors
+// included); otherwise the result is r when it is a bool.
+type dlogic struct {
+	l, r dnode
+	or   bool
+}
+
+func (n *dlogic) eval(a *activation) dval {
+	l := n.l.eval(a)
+	if l.k != dBool {
+		return dval{}
+	}
+	if l.b == n.or {
+		return l
+	}
+	r := n.r.eval(a)
+	if r.k != dBool {
+		return dval{}
+	}
+	return r
+}
+
+type dnot struct{ x dnode }
+
+func (n *dnot) eval(a *activation) dval {
+	v := n.x.eval(a)
+	if v.k != dBool {
+		return dval{}
+	}
+	return dval{k: dBool, b: !v.b}
+}
+
+type dneg struct{ x dnode }
+
+func (n *dneg) eval(a *activation) dval {
+	v := n.x.eval(a)
+	switch {
+	case v.k == dInt && v.i != math.MinInt64:
+		return dval{k: dInt, i: -v.i}
+	case v.k == dDouble:
+		return dval{k: dDouble, f: -v.f}
+	}
+	return dval{}
+}
+
+// ddouble is double(x) of an int or a double.
+type ddouble struct{ x dnode }
+
+func (n *ddouble) eval(a *activation) dval {
+	v := n.x.eval(a)
+	switch v.k {
+	case dInt:
+		return dval{k: dDouble, f: float64(v.i)}
+	case dDouble:
+		return v
+	}
+	return dval{}
+}
+
+// dcmp compares operands of one type: ints, doubles (not NaN), strings
+// (byte order, as CEL), and bools or nulls for == and !=.
+type dcmp struct {
+	op   string
+	l, r dnode
+}
+
+func (n *dcmp) eval(a *activation) dval {
+	l := n.l.eval(a)
+	if l.k == dFail {
+		return l
+	}
+	r := n.r.eval(a)
+	if r.k != l.k {
+		return dval{}
+	}
+	c := 0
+	switch l.k {
+	case dInt:
+		c = cmpOrdered(l.i, r.i)
+	case dDouble:
+		if math.IsNaN(l.f) || math.IsNaN(r.f) {
+			return dval{}
+		}
+		c = cmpOrdered(l.f, r.f)
+	case dString:
+		c = strings.Compare(l.s, r.s)
+	case dBool, dNull:
+		if n.op != operators.Equals && n.op != operators.NotEquals {
+			return dval{}
+		}
+		if l.b != r.b {
+			c = 1
+		}
+	default:
+		return dval{}
+	}
+	var b bool
+	switch n.op {
+	case operators.Equals:
+		b = c == 0
+	case operators.NotEquals:
+		b = c != 0
+	case operators.Less:
+		b = c < 0
+	case operators.LessEquals:
+		b = c <= 0
+	case operators.Greater:
+		b = c > 0
+	case operators.GreaterEquals:
+		b = c >= 0
+	}
+	return dval{k: dBool, b: b}
+}
+
+func cmpOrdered[T int64 | float64](x, y T) int {
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
+
+// darith is + - * / % of two ints (giving up on overflow and on a zero
+// divisor, where CEL fails) or + - * / of two doubles (IEEE, as CEL).
+type darith struct {
+	op   string
+	l, r dnode
+}
+
+func (n *darith) eval(a *activation) dval {
+	l := n.l.eval(a)
+	if l.k == dFail {
+		return l
+	}
+	r := n.r.eval(a)
+	if r.k != l.k {
+		return dval{}
+	}
+	switch l.k {
+	case dInt:
+		x, y := l.i, r.i
+		var z int64
+		switch n.op {
+		case operators.Add:
+			z = x + y
+			if (z > x) != (y > 0) {
+				return dval{}
+			}
+		case operators.Subtract:
+			z = x - y
+			if (z < x) != (y > 0) {
+				return dval{}
+			}
+		case operators.Multiply:
+			if x == 0 || y == 0 {
+				return dval{k: dInt}
+			}
+			z = x * y
+			if (x == -1 && y == math.MinInt64) || (y == -1 && x == math.MinInt64) || z/y != x {
+				return dval{}
+			}
+		case operators.Divide:
+			if y == 0 || (x == math.MinInt64 && y == -1) {
+				return dval{}
+			}
+			z = x / y
+		case operators.Modulo:
+			if y == 0 || (x == math.MinInt64 && y == -1) {
+				return dval{}
+			}
+			z = x % y
+		}
+		return dval{k: dInt, i: z}
+	case dDouble:
+		x, y := l.f, r.f
+		switch n.op {
+		case operators.Add:
+			return dval{k: dDouble, f: x + y}
+		case operators.Subtract:
+			return dval{k: dDouble, f: x - y}
+		case operators.Multiply:
+			return dval{k: dDouble, f: x * y}
+		case operators.Divide:
+			return dval{k: dDouble, f: x / y}
+		}
+	case dString:
+		if n.op == operators.Add {
+			return dval{k: dString, s: l.s + r.s}
+		}
+	}
+	return dval{}
+}
+
+// bool evaluates a boolean program directly; ok false to give up.
+func (d *direct) bool(env *Env) (b, ok bool) {
+	if d.root == nil {
+		return false, false
+	}
+	v := d.root.eval((*activation)(env))
+	return v.b, v.k == dBool
+}
+
+// value evaluates a scalar program directly as Eval's Go value; ok false
+// to give up.
+func (d *direct) value(env *Env) (any, bool) {
+	if d.root == nil {
+		return nil, false
+	}
+	v := d.root.eval((*activation)(env))
+	switch v.k {
+	case dNull:
+		return nil, true
+	case dBool:
+		return v.b, true
+	case dInt:
+		return v.i, true
+	case dDouble:
+		return v.f, true
+	case dString:
+		return v.s, true
+	}
+	return nil, false
+}
+
+// appendJSON appends the JSON of a map literal program (as the general
+// path writes CEL's map: keys sorted) to dst; ok false to give up (dst's
+// contents beyond its length may then have been written).
+func (d *direct) appendJSON(dst []byte, env *Env) ([]byte, bool) {
+	if d.m == nil {
+		return dst, false
+	}
+	a := (*activation)(env)
+	e := jsonAppender{buf: append(dst, '{')}
+	for i, n := range d.m.vals {
+		e.buf = append(e.buf, d.m.prefix[i]...)
+		v := n.eval(a)
+		switch v.k {
+		case dNull:
+			e.buf = append(e.buf, "null"...)
+		case dBool:
+			if v.b {
+				e.buf = append(e.buf, "true"...)
+			} else {
+				e.buf = append(e.buf, "false"...)
+			}
+		case dInt:
+			e.buf = strconv.AppendInt(e.buf, v.i, 10)
+		case dDouble:
+			if !e.float(v.f) {
+				return dst, false
+			}
+		case dString:
+			e.string(v.s)
+		default:
+			return dst, false
+		}
+	}
+	return append(e.buf, '}'), true
+}

@@ -1,0 +1,146 @@
+package expression
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// directPrograms are expressions of the direct evaluator's form (and a few
+// just outside it), for FuzzDirectEqualsCEL.
+var directPrograms = []string{
+	`amount < 500`, `amount <= 500`, `amount > 500.5`, `amount >= -1`, `amount == 317`, `amount != 317`,
+	`event_type == 2`, `bid.auction % 123 == 0`, `bid.price * 908 > 1000000000 && bid.price * 908 < 50000000000`,
+	`note == "x"`, `note < "m"`, `key == "k"`, `key == null`, `flag == true`, `flag != false`, `!flag`, `n == null`,
+	`amount < 500 || note == "x"`, `amount > 500 && note == "x"`, `-amount < 0`, `-d > 0.0`, `d / 0.0 > 1.0`,
+	`amount + 9223372036854775807 > 0`, `amount - 9223372036854775807 < 0`, `amount * 9223372036854775807 > 0`,
+	`amount / 0 == 1`, `amount % 0 == 1`, `amount / 7 == 45`, `amount % -7 == 2`, `d == d`, `0.0 / 0.0 == d`,
+	`bid.price`, `bid.price * 908`, `double(bid.price * 908) / 1000.0`, `double(d)`, `double(note)`, `note + "!"`,
+	`event_type == 0 ? person.dateTime : event_type == 1 ? auction.dateTime : bid.dateTime`, `timestamp`, `topic`, `key`,
+	`{"id": id, "key": key, "amount": amount}`, `{"z": id, "a": note, "m": amount, "n": n, "f": flag}`,
+	`{"auction": bid.auction, "bidder": bid.bidder, "price": double(bid.price * 908) / 1000.0, "dateTime": bid.dateTime, "extra": bid.extra}`,
+	`{"t": bid.dateTime / 3600000 % 24 >= 8 && bid.dateTime / 3600000 % 24 <= 18 ? 'day' : bid.dateTime / 3600000 % 24 <= 6 ? 'night' : 'other'}`,
+	`{"d": d, "i": double(amount), "q": d / 3.0, "e": 1e-7, "g": 1e21, "h": -0.0, "x": 0.0 / 0.0}`,
+	`{"a": 1, "a": 2}`, `{"b": bid}`, `{"m": missing}`, `{"s": note + "\u2028\x01"}`, `{"ts": timestamp, "tp": topic}`,
+	`amount`, `amount < 500.0`, `amount == 317.0`, `bid.missing == 1`, `value.amount < 500`, `headers.h == "v"`,
+}
+
+// FuzzDirectEqualsCEL checks that the direct evaluator gives exactly what
+// CEL's interpreter gives (the general path, direct off): the same Eval
+// result, EvalBool result, EvalJSON bytes, decoded value and roundTrips,
+// and the same errors, over records fuzzed as bytes and read through a
+// Doc known valid, a Doc checked by itself, and the whole decoded value.
+func FuzzDirectEqualsCEL(f *testing.F) {
+	for _, s := range []string{
+		`{"id":123456,"key":"k000042","amount":317,"note":"xxxxxxxxxxxxxxxx"}`,
+		`{"event_type":2,"person":null,"auction":null,"bid":{"auction":1007,"bidder":2001,"price":4617,"channel":"c","url":"u","dateTime":1700000000123,"extra":"cc"}}`,
+		`{"event_type":0,"person":{"dateTime":5},"amount":600,"d":2.5,"flag":true,"n":null,"note":"a\"b\u2028"}`,
+		`{"event_type":1,"auction":{"dateTime":-3},"amount":-9223372036854775808,"d":-0.0,"flag":false,"note":"\xff"}`,
+		`{"amount":1e300,"bid":{"price":9223372036854775807,"dateTime":"x"}}`, `{"amount":"12","d":1,"flag":1}`,
+		`{"amount":{"a":1},"id":[1],"note":true}`, `[1]`, `"s"`, `{"bid":{"price":1e400}}`, `{"amount":3,"amount":4}`,
+		`{"bid":{"price":2.5,"auction":-7}, "amount": 9223372036854775807}`, `{"d": 1e-320, "amount": 0}`, `not json`,
+	} {
+		f.Add([]byte(s))
+	}
+	fast := make([]*Program, len(directPrograms))
+	general := make([]*Program, len(directPrograms))
+	for i, src := range directPrograms {
+		fast[i] = mustCompile(f, src)
+		g := *fast[i]
+		g.direct = nil
+		general[i] = &g
+	}
+	if fast[0].direct == nil || fast[len(directPrograms)-20].direct == nil {
+		f.Fatal("no direct form compiled")
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		valid := gjson.ValidBytes(b)
+		inputs := []func() *Input{
+			func() *Input { return &Input{Doc: NewDoc(b)} },
+			func() *Input { return &Input{JSON: b} },
+		}
+		if valid {
+			inputs = append(inputs, func() *Input { return &Input{Doc: NewValidDoc(b)} })
+			if v, err := DecodeJSON(b); err == nil {
+				inputs = append(inputs, func() *Input { return &Input{Value: v} })
+			}
+		}
+		for i := range fast {
+			for j, mk := range inputs {
+				in := func() *Input {
+					x := mk()
+					x.Key, x.Timestamp, x.Topic = []byte("k"), time.UnixMilli(1500), "tp"
+					x.Headers = []Header{{Key: "h", Value: []byte("v")}}
+					return x
+				}
+				gv, gerr := general[i].Eval(NewEnv(in()))
+				fv, ferr := fast[i].Eval(NewEnv(in()))
+				if fmt.Sprintf("%#v %v", gv, gerr) != fmt.Sprintf("%#v %v", fv, ferr) {
+					t.Fatalf("%s on %q (input %d): Eval direct %#v, %v; CEL %#v, %v", directPrograms[i], b, j, fv, ferr, gv, gerr)
+				}
+				gb, gerr := general[i].EvalBool(NewEnv(in()))
+				fb, ferr := fast[i].EvalBool(NewEnv(in()))
+				if gb != fb || fmt.Sprint(gerr) != fmt.Sprint(ferr) {
+					t.Fatalf("%s on %q (input %d): EvalBool direct %v, %v; CEL %v, %v", directPrograms[i], b, j, fb, ferr, gb, gerr)
+				}
+				gj, gv2, gsame, gerr := general[i].EvalJSON([]byte("prefix"), NewEnv(in()))
+				fj, fv2, fsame, ferr := fast[i].EvalJSON([]byte("prefix"), NewEnv(in()))
+				if !bytes.Equal(gj, fj) || fmt.Sprintf("%#v", gv2) != fmt.Sprintf("%#v", fv2) || gsame != fsame || fmt.Sprint(gerr) != fmt.Sprint(ferr) {
+					t.Fatalf("%s on %q (input %d): EvalJSON direct %q, %#v, %v, %v; CEL %q, %#v, %v, %v", directPrograms[i], b, j, fj, fv2, fsame, ferr, gj, gv2, gsame, gerr)
+				}
+			}
+		}
+	})
+}
+
+// TestDirectForms checks which expressions take the direct evaluator: the
+// filter-map scenario's and Nexmark q0-q2's, and not those it cannot
+// evaluate (a function call, a presence test, a cost-tracked program).
+func TestDirectForms(t *testing.T) {
+	for src, want := range map[string]bool{
+		`amount < 500`: true, `event_type == 2`: true, `bid.auction % 123 == 0`: true,
+		`{"id": id, "key": key, "amount": amount}`: true,
+		`{"auction": bid.auction, "bidder": bid.bidder, "price": double(bid.price * 908) / 1000.0, "dateTime": bid.dateTime, "extra": bid.extra}`: true,
+		`event_type == 0 ? person.dateTime : event_type == 1 ? auction.dateTime : bid.dateTime`:                                                   true,
+		`size(note) > 3`: false, `has(bid.price)`: false, `{"a": 1, "a": 2}`: false, `{"a": note.split("/")}`: false,
+		`{?"a": optional.none()}`: false, `bid.?price`: false, `[amount]`: false, `{1: amount}`: false,
+	} {
+		p := mustCompile(t, src)
+		if got := p.direct != nil; got != want {
+			t.Errorf("%s: direct %v, want %v", src, got, want)
+		}
+	}
+	p, err := Compile(`note + note + note == "x"`, WithLimits(Limits{MaxCost: 1}))
+	if err == nil && p.direct != nil {
+		t.Errorf("a cost-tracked program has a direct form")
+	}
+}
+
+// objectOfSafeNumbersBytewise is objectOfSafeNumbers read byte by byte
+// whatever the length (safeNumbersLoop, as it was before records of up to
+// 300 bytes were checked with IndexByte), for FuzzObjectOfSafeNumbers.
+func objectOfSafeNumbersBytewise(b []byte) bool {
+	i := 0
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i < len(b) && b[i] == '{' && safeNumbersLoop(b)
+}
+
+// FuzzObjectOfSafeNumbers checks objectOfSafeNumbers' short-record path
+// against the byte-by-byte reading.
+func FuzzObjectOfSafeNumbers(f *testing.F) {
+	for _, s := range []string{`{"a":1e5}`, `{"a":1.E5}`, `{"note":"e","x":2}`, ` {"a":"1e5"}`, `[1e5]`, `{"a":.e}`, `e{`, `{"E":1}`, `{"a":5E`,
+		`{"a":` + strings.Repeat("1", 301) + `}`, `{"a":` + strings.Repeat("1", 290) + `e}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := objectOfSafeNumbers(b), objectOfSafeNumbersBytewise(b); got != want {
+			t.Fatalf("objectOfSafeNumbers(%q) = %v, byte by byte %v", b, got, want)
+		}
+	})
+}
