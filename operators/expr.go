@@ -205,22 +205,6 @@ func (e *RecordEnv) Keep(rec *runtime.Record) {
 	}
 }
 
-// DecodedHandOn is the optional interface of a Collector that can tell
-// whether a record's decoded form (runtime.Record.SetDecoded, RecordEnv.Keep)
-// reaches anyone: false when the records go only to other subtasks'
-// channels (runtime.Output.HasChained), which drop it.
-type DecodedHandOn interface {
-	HandsOnDecoded() bool
-}
-
-// handsOnDecoded reports whether a decoded form attached to a record
-// collected to out may be read: true unless out says otherwise
-// (DecodedHandOn).
-func handsOnDecoded(out Collector) bool {
-	h, ok := out.(DecodedHandOn)
-	return !ok || h.HandsOnDecoded()
-}
-
 // Value returns the value of the record e was Reset with as its
 // expressions see it (value): decoded at most once per chain (through the
 // record's expression.Doc), the string of its bytes for a text format or

@@ -70,10 +70,6 @@ func (f *Filter) ProcessElement(_ context.Context, rec runtime.Record, out Colle
 	if !keep {
 		return nil
 	}
-	if handsOnDecoded(out) {
-		// The next operator of the chain reuses the decoded value (a
-		// copy of the env's Doc); nobody reads it across a channel.
-		f.env.Keep(&rec)
-	}
+	f.env.Keep(&rec) // the next operator of the chain reuses the decoded value
 	return out.Collect(rec)
 }

@@ -322,9 +322,6 @@ func (c *collector) SideOutputRead(output string) bool {
 	return c.out != nil && c.out.HasSideWriters(output)
 }
 
-// HandsOnDecoded implements DecodedHandOn.
-func (c *collector) HandsOnDecoded() bool { return c.out.HasChained() }
-
 func (c *collector) Collect(rec runtime.Record) error {
 	if c.out == nil {
 		return nil

@@ -180,8 +180,6 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 			o.Headers = nil
 		}
 	}
-	if handsOnDecoded(out) {
-		m.env.Keep(&o) // only while o's value is rec's (runtime.Record.Decoded)
-	}
+	m.env.Keep(&o) // only while o's value is rec's (runtime.Record.Decoded)
 	return out.Collect(o)
 }

@@ -295,12 +295,6 @@ func (o *Output) AddWriter(w *Writer) {
 // also run c (OperatorTaskConfig.Chain).
 func (o *Output) AddChained(c *ChainedOperator) { o.chained = append(o.chained, c) }
 
-// HasChained reports whether an operator or sink is chained to o
-// (AddChained): only then does a record o emits reach a reader of its
-// decoded form (Record.SetDecoded), as a Writer drops it. An operator that
-// builds a decoded form only to hand it on may skip it otherwise.
-func (o *Output) HasChained() bool { return o != nil && len(o.chained) > 0 }
-
 // AddSideWriter adds a downstream operator's writer to side output tag
 // (Flink's OutputTag): it gets what EmitSide(tag) emits, and every control
 // element.
