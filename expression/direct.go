@@ -341,6 +341,21 @@ func (n *ddouble) eval(a *activation) dval {
 	return dval{}
 }
 
+// evalSameKind evaluates a binary node's operands ln then rn: ok false
+// with l the failed operand when ln fails, with the zero (failed) dval when
+// rn fails or the kinds differ (the caller then returns l: CEL decides).
+func evalSameKind(a *activation, ln, rn dnode) (l, r dval, ok bool) {
+	l = ln.eval(a)
+	if l.k == dFail {
+		return l, l, false
+	}
+	r = rn.eval(a)
+	if r.k != l.k {
+		return dval{}, dval{}, false
+	}
+	return l, r, true
+}
+
 // dcmp compares operands of one type: ints, doubles (not NaN), strings
 // (byte order, as CEL), and bools or nulls for == and !=.
 type dcmp struct {
@@ -349,13 +364,9 @@ type dcmp struct {
 }
 
 func (n *dcmp) eval(a *activation) dval {
-	l := n.l.eval(a)
-	if l.k == dFail {
+	l, r, ok := evalSameKind(a, n.l, n.r)
+	if !ok {
 		return l
-	}
-	r := n.r.eval(a)
-	if r.k != l.k {
-		return dval{}
 	}
 	c := 0
 	switch l.k {
@@ -414,13 +425,9 @@ type darith struct {
 }
 
 func (n *darith) eval(a *activation) dval {
-	l := n.l.eval(a)
-	if l.k == dFail {
+	l, r, ok := evalSameKind(a, n.l, n.r)
+	if !ok {
 		return l
-	}
-	r := n.r.eval(a)
-	if r.k != l.k {
-		return dval{}
 	}
 	switch l.k {
 	case dInt:

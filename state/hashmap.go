@@ -132,7 +132,9 @@ func (s *hashmapStore) getEntry(k stateKey, uk []byte) ([]byte, bool, error) {
 	return append([]byte{}, v...), true, nil
 }
 
-func (s *hashmapStore) setEntry(k stateKey, uk, v []byte) error {
+// entryMap returns the map of user keys to values of k's key, creating
+// it (and its group's maps) when absent.
+func (s *hashmapStore) entryMap(k stateKey) map[string][]byte {
 	g := s.group(k.id, k.kg, true)
 	if g.maps == nil {
 		g.maps = map[string]map[string][]byte{}
@@ -142,20 +144,17 @@ func (s *hashmapStore) setEntry(k stateKey, uk, v []byte) error {
 		m = map[string][]byte{}
 		g.maps[string(k.key)] = m
 	}
+	return m
+}
+
+func (s *hashmapStore) setEntry(k stateKey, uk, v []byte) error {
+	m := s.entryMap(k)
 	m[string(uk)] = v
 	return nil
 }
 
 func (s *hashmapStore) mergeEntry(k stateKey, uk, v []byte) error {
-	g := s.group(k.id, k.kg, true)
-	if g.maps == nil {
-		g.maps = map[string]map[string][]byte{}
-	}
-	m, ok := g.maps[string(k.key)]
-	if !ok {
-		m = map[string][]byte{}
-		g.maps[string(k.key)] = m
-	}
+	m := s.entryMap(k)
 	old, ok := m[string(uk)]
 	if !ok {
 		old = []byte{}
