@@ -43,11 +43,10 @@ type deadLetters struct {
 	// parallelism is the number of writers per dead-letter vertex built so
 	// far (for fencing).
 	parallelism map[string]int
+	// pool is the number of transactional ids of each writer: a sink's
+	// default (sink.PoolSizeFor the job's tolerable checkpoint failures).
+	pool int
 }
-
-// deadLetterPool is the number of transactional ids of a dead-letter
-// writer (sink.DefaultPoolSize, as a sink's default).
-const deadLetterPool = sink.DefaultPoolSize
 
 // deadLetterWriters returns the job's dead-letter writer builder; its on
 // says whether dead letters are transactional (a unit, or a job with an
@@ -55,12 +54,11 @@ const deadLetterPool = sink.DefaultPoolSize
 // exactly-once sinks (sink.DefaultTransactionTimeout when none sets one).
 func (b *build) deadLetterWriters() *deadLetters {
 	d := &deadLetters{g: b.g, sc: b.sc, deps: b.deps, metrics: b.m, logger: b.sc.logger.With("component", "dead-letters"),
-		parallelism: map[string]int{}, on: b.sc.unit != nil, timeout: sink.DefaultTransactionTimeout}
+		parallelism: map[string]int{}, pool: b.poolSize(0), on: b.sc.unit != nil, timeout: sink.DefaultTransactionTimeout}
 	for _, sk := range b.g.Sinks {
 		if sk.Delivery.ExactlyOnce() {
 			d.on = true
-			t, _ := kafkaTxn(sk)
-			d.timeout = max(d.timeout, t)
+			d.timeout = max(d.timeout, kafkaTxnTimeout(sk))
 		}
 	}
 	return d
@@ -87,7 +85,7 @@ func (d *deadLetters) writer(vertex string, sub int) (source.DeadLetterWriter, e
 	prefix, txnSub := d.prefix(vertex, sub)
 	logger := d.logger.With("vertex", vertex)
 	return connector.NewTwoPhaseCommitSink(sink.CommittableType, name, sub, sink.NewKafkaCommitter(name, sink.NewKafkaTxnCommitter(sink.KafkaTxnConfig{
-		Name: name, Subtask: txnSub, TransactionalIDPrefix: prefix, PoolSize: deadLetterPool,
+		Name: name, Subtask: txnSub, TransactionalIDPrefix: prefix, PoolSize: d.pool,
 		TransactionTimeout: d.timeout, ClientOpts: d.deps.ClientOpts, Metrics: d.metrics.sink, Retries: d.metrics.kafka, Logger: logger,
 	}), d.metrics.sink), logger), nil
 }
@@ -139,7 +137,7 @@ func (d *deadLetters) recover(ctx context.Context, rp restorePlan) error {
 		prefix, _ := d.prefix(vertex, 0)
 		if err := sink.RecoverTransactions(ctx, sink.RecoverConfig{
 			Name: name, ClientOpts: d.deps.ClientOpts, Committables: committables,
-			TransactionalIDPrefix: prefix, PoolSize: deadLetterPool, Subtasks: max(oldP, names[name]), FenceOnly: d.sc.fenceOnly(prefix, deadLetterPool),
+			TransactionalIDPrefix: prefix, PoolSize: d.pool, Subtasks: max(oldP, names[name]), FenceOnly: d.sc.fenceOnly(prefix, d.pool),
 			TransactionTimeout: d.timeout, Metrics: d.metrics.sink, Logger: d.logger,
 		}); err != nil {
 			return fmt.Errorf("job: dead letters of %q: %w", vertex, err)

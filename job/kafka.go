@@ -315,11 +315,25 @@ func KafkaSinkFactory() connector.SinkFactory {
 	}
 }
 
+// kafkaTxnTimeout returns the transaction timeout of an exactly-once
+// Kafka sink: as configured, or sink.DefaultTransactionTimeout for 0.
+func kafkaTxnTimeout(sk *graph.Sink) time.Duration {
+	return cmp.Or(sk.TransactionTimeout, sink.DefaultTransactionTimeout)
+}
+
 // kafkaTxn returns the transaction timeout and pool size of an
-// exactly-once Kafka sink: as configured, or the sink's defaults
-// (sink.DefaultTransactionTimeout, sink.DefaultPoolSize) for 0.
-func kafkaTxn(sk *graph.Sink) (time.Duration, int) {
-	return cmp.Or(sk.TransactionTimeout, sink.DefaultTransactionTimeout), cmp.Or(sk.PoolSize, sink.DefaultPoolSize)
+// exactly-once Kafka sink: as configured, or the defaults for 0
+// (kafkaTxnTimeout; sink.PoolSizeFor the job's tolerable checkpoint
+// failures, as pipeline files get it, for a sink built in code and a
+// cluster unit's repartition sinks).
+func (b *build) kafkaTxn(sk *graph.Sink) (time.Duration, int) {
+	return kafkaTxnTimeout(sk), b.poolSize(sk.PoolSize)
+}
+
+// poolSize returns configured, or sink.PoolSizeFor the job's tolerable
+// checkpoint failures when it is 0.
+func (b *build) poolSize(configured int) int {
+	return cmp.Or(configured, sink.PoolSizeFor(b.set.TolerableFailures))
 }
 
 // recoverKafkaSink prepares an exactly-once Kafka sink before its
@@ -329,7 +343,7 @@ func kafkaTxn(sk *graph.Sink) (time.Duration, int) {
 // parallelism; a unit exactly its own).
 func (b *build) recoverKafkaSink(ctx context.Context, rc connector.RecoverContext) error {
 	sk := rc.Sink
-	timeout, pool := kafkaTxn(sk)
+	timeout, pool := b.kafkaTxn(sk)
 	prefix, _ := b.sc.txn(sk.TransactionalIDPrefix, 0)
 	b.m.sink.Init(sk.Name)
 	if err := sink.CheckTransactionTimeout(ctx, b.deps.ClientOpts, sk.Name, timeout); err != nil {
@@ -368,7 +382,7 @@ func (b *build) kafkaSink(ctx connector.SinkContext) (runtime.Operator, error) {
 		}
 		return ks, nil
 	}
-	timeout, pool := kafkaTxn(sk)
+	timeout, pool := b.kafkaTxn(sk)
 	prefix, txnSub := b.sc.txn(sk.TransactionalIDPrefix, sub)
 	var partition func([]byte) int32
 	if sk.Units > 0 {

@@ -520,7 +520,7 @@ func checkTransactionTimeouts(ctx context.Context, opts []kgo.Opt, st *graph.Sta
 			if !sk.Delivery.ExactlyOnce() || (sk.Type != "" && sk.Type != connector.DefaultType) {
 				continue
 			}
-			timeout, _ := kafkaTxn(sk)
+			timeout := kafkaTxnTimeout(sk)
 			if err := sink.CheckTransactionTimeout(ctx, opts, sk.Name, timeout); err != nil {
 				if sk.Units > 0 {
 					return fmt.Errorf("job: cluster.repartition_transaction_timeout: %w", err)

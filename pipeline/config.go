@@ -794,9 +794,11 @@ type SinkConfig struct {
 	// Default "15m", Kafka's default transaction.max.timeout.ms (0 in a
 	// Config built in code means the default).
 	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
-	// PoolSize is the number of transactional ids per sink subtask.
-	// Default 5 (0 in a Config built in code means the default); in
-	// [3, 100].
+	// PoolSize is the number of transactional ids per sink subtask; a
+	// pool of n rides out n - 3 failed checkpoints in a row. Default
+	// max(5, checkpoints.tolerable_failures + 3), at most 100
+	// (sink.PoolSizeFor; 0 in a Config built in code means the default);
+	// in [3, 100].
 	PoolSize int `yaml:"pool_size"`
 	// IgnoreLostTransactions keeps the job running when a pre-committed
 	// transaction can no longer be committed (the broker aborted it after
@@ -824,7 +826,6 @@ type SinkConfig struct {
 func (s *SinkConfig) setDefaults() {
 	s.Delivery = graph.DefaultDelivery
 	s.TransactionTimeout = sink.DefaultTransactionTimeout
-	s.PoolSize = sink.DefaultPoolSize
 }
 
 // TransactionalIDPrefix returns the sink's transactional_id_prefix, or

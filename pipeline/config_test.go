@@ -125,7 +125,7 @@ func minimalGraph() ([]SourceConfig, []OperatorConfig, []SinkConfig) {
 		}, []OperatorConfig{
 			{Name: "matcher", Type: OperatorShapePairMatcher, Input: "items", KeyBy: "color", Broadcast: "rules"},
 		}, []SinkConfig{
-			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 15 * time.Minute, PoolSize: 5},
+			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryAtLeastOnce, TransactionTimeout: 15 * time.Minute, PoolSize: 6},
 		}
 }
 
@@ -276,7 +276,7 @@ func TestColorshapeReferenceJob(t *testing.T) {
 		}},
 		{"matcher params", cfg.params["matcher"], any(&operators.ShapePairParams{PendingTimeout: 10 * time.Minute})},
 		{"sinks", cfg.Sinks, []SinkConfig{
-			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryExactlyOnce, TransactionTimeout: time.Minute, PoolSize: 5},
+			{Name: "matches", Input: "matcher", Topic: "matches", Delivery: DeliveryExactlyOnce, TransactionTimeout: time.Minute, PoolSize: 6},
 		}},
 		{"demo", cfg.Demo, DemoConfig{Enabled: true, ItemsTopic: "items", RulesTopic: "rules", ItemsPerSecond: 5}},
 		{"checkpoints", cfg.Checkpoints, CheckpointsConfig{Interval: 2 * time.Second, Timeout: 30 * time.Second, TolerableFailures: 3, Retained: 3, Incremental: true}},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kstreamd/kstreamd/connector"
 	"github.com/kstreamd/kstreamd/operators"
+	"github.com/kstreamd/kstreamd/sink"
 	"gopkg.in/yaml.v3"
 )
 
@@ -87,6 +88,7 @@ func ParseWith(name string, data []byte, reg Registries) (*Config, error) {
 		return nil, ConfigErrors{d.tooLarge}
 	}
 	c.deriveCheckpointTimeout()
+	c.derivePoolSizes()
 	errs := append(d.errs, c.validate()...)
 	if len(errs) > 0 {
 		errs.sort()
@@ -664,6 +666,18 @@ func editDistance(a, b string) int {
 		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(rb)]
+}
+
+// derivePoolSizes sets the pool_size of every sink that does not set it to
+// sink.PoolSizeFor(checkpoints.tolerable_failures): a pool of n
+// transactional ids rides out n - 3 failed checkpoints in a row, so the
+// default pool rides out as many as the job tolerates.
+func (c *Config) derivePoolSizes() {
+	for i := range c.Sinks {
+		if _, written := c.src.keyWritten(fmt.Sprintf("sinks[%d].pool_size", i)); !written {
+			c.Sinks[i].PoolSize = sink.PoolSizeFor(c.Checkpoints.TolerableFailures)
+		}
+	}
 }
 
 // deriveCheckpointTimeout lowers the default checkpoints.timeout (10m) when

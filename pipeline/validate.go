@@ -16,6 +16,7 @@ import (
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/job"
 	"github.com/kstreamd/kstreamd/operators"
+	"github.com/kstreamd/kstreamd/sink"
 	"github.com/kstreamd/kstreamd/source"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
@@ -661,8 +662,8 @@ func (c *Config) validateSinks(v *validator, stages map[string]stage) {
 		} else if s.BufferThreshold > 0 && s.Delivery != DeliveryAtLeastOnce {
 			v.errorf(p+".buffer_threshold", "buffering applies to at-least-once sinks, this one is %s", s.Delivery)
 		}
-		if s.PoolSize != 0 && (s.PoolSize < 3 || s.PoolSize > 100) {
-			v.errorf(p+".pool_size", "must be in [3, 100], got %d", s.PoolSize)
+		if s.PoolSize != 0 && (s.PoolSize < 3 || s.PoolSize > sink.MaxPoolSize) {
+			v.errorf(p+".pool_size", "must be in [3, %d], got %d", sink.MaxPoolSize, s.PoolSize)
 		}
 		v.parallelism(p+".parallelism", s.Parallelism, 0)
 	}

@@ -19,9 +19,25 @@ import (
 	"github.com/kstreamd/kstreamd/runtime"
 )
 
-// DefaultPoolSize is the number of transactional ids per sink subtask
-// (Flink's FlinkKafkaProducer kafkaProducersPoolSize).
+// DefaultPoolSize is the smallest default number of transactional ids per
+// sink subtask (Flink's FlinkKafkaProducer kafkaProducersPoolSize); see
+// PoolSizeFor for the default a job gets.
 const DefaultPoolSize = 5
+
+// MaxPoolSize is the largest pool of transactional ids per sink subtask
+// (sinks[].pool_size is refused above it).
+const MaxPoolSize = 100
+
+// PoolSizeFor returns the default pool size of a job that tolerates
+// tolerableFailures failed checkpoints in a row: max(DefaultPoolSize,
+// tolerableFailures + 3), at most MaxPoolSize. A pool of n ids rides out
+// n - 3 failed checkpoints in a row: each failed checkpoint keeps its
+// pre-committed id until a later checkpoint completes, the last completed
+// checkpoint's id waits for its commit, and one id takes the records of
+// the checkpoint in progress (TestFailedCheckpointsInARowAndThePool).
+func PoolSizeFor(tolerableFailures int) int {
+	return min(MaxPoolSize, max(DefaultPoolSize, tolerableFailures+3))
+}
 
 // DefaultTransactionTimeout is an exactly-once sink's Kafka transaction
 // timeout when none is configured: 15 minutes, Kafka's default

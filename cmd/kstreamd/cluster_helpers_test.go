@@ -679,7 +679,8 @@ func unitLogs(p *proc, msg string) map[string]int {
 }
 
 // unitTxnIDs returns the transactional ids of unit ("<stage>/<unit>") of
-// the keyed count, one per slot of the sink's pool (sink.DefaultPoolSize):
+// the keyed count, one per slot of the sink's pool (the default for the
+// default checkpoints.tolerable_failures 3, sink.PoolSizeFor(3)):
 // the repartition sink's of a stage-0 unit, the counts sink's of a stage-1
 // unit.
 func unitTxnIDs(unit string) []string {
@@ -689,7 +690,7 @@ func unitTxnIDs(unit string) []string {
 		prefix = "kstreamd-clicks-repartition.1-0-" + index + "-"
 	}
 	var out []string
-	for slot := range sink.DefaultPoolSize {
+	for slot := range sink.PoolSizeFor(3) {
 		out = append(out, prefix+strconv.Itoa(slot))
 	}
 	return out

@@ -75,7 +75,7 @@ func TestExactlyOncePrefixChange(t *testing.T) {
 	}
 	var oldIDs []string
 	for sub := 0; sub < p; sub++ {
-		for slot := 0; slot < sink.DefaultPoolSize; slot++ {
+		for slot := 0; slot < sink.PoolSizeFor(3); slot++ {
 			oldIDs = append(oldIDs, sink.TransactionalID("old-prefix", sub, slot))
 		}
 	}
@@ -141,9 +141,10 @@ func TestExactlyOncePrefixChange(t *testing.T) {
 	if ok, s := stableAtEnd(t, adm, "matches", 4, 20*time.Second); !ok {
 		t.Fatalf("read_committed readers held back after the prefix change: %s\n%s", s, d.out.String())
 	}
-	// Prefixes new-prefix and old-prefix, 2 subtasks, pool 5: 20 ids fenced;
-	// each lingering transaction aborted by its fence.
-	for result, want := range map[string]float64{"fenced": 20, "aborted": float64(lingering), "lost": 0} {
+	// Prefixes new-prefix and old-prefix, 2 subtasks, pool 6 (the default
+	// for tolerable_failures 3): 24 ids fenced; each lingering transaction
+	// aborted by its fence.
+	for result, want := range map[string]float64{"fenced": float64(2 * p * sink.PoolSizeFor(3)), "aborted": float64(lingering), "lost": 0} {
 		if v := d.scrape(t, "kstreamd_sink_transactions_total", map[string]string{"sink": "matches", "result": result}); v != want {
 			t.Errorf("kstreamd_sink_transactions_total{result=%q} = %v, want %v", result, v, want)
 		}
