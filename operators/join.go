@@ -186,7 +186,11 @@ func joinRowOf(k string) *joinRow {
 // With state_ttl each stored row expires ttl after it was last written
 // (per row, as table.exec.state.ttl); a retraction of an expired row still
 // retracts its pairs with the rows still stored. Select failing is a bad
-// record (eval_error, the source's on_error policy).
+// record (eval_error, the source's on_error policy), and all or nothing:
+// a record whose select fails for any of its output rows emits none of
+// them and leaves the state as it was (every output is evaluated before
+// the first is emitted or any row or match count is written), so the
+// changelog and the stored match counts stay consistent.
 type RegularJoin struct {
 	p     JoinParams
 	sides [2]state.MapState[string, joinCount]
@@ -199,6 +203,48 @@ type RegularJoin struct {
 	// sizes is not nil).
 	cur   joinSizes
 	known bool
+	// pending holds the current record's outputs and row writes until
+	// every output of the record evaluated (all or nothing).
+	pending joinPending
+}
+
+// joinPending is a record's outputs and row writes, applied once all of
+// its outputs evaluated.
+type joinPending struct {
+	outs   []runtime.Record
+	writes []joinWrite
+}
+
+// joinWrite is a pending Put (or, with remove, Remove) of row key of side.
+type joinWrite struct {
+	side   int
+	key    string
+	c      joinCount
+	remove bool
+}
+
+// Collect implements Collector: it holds rec for the end of the record.
+func (p *joinPending) Collect(rec runtime.Record) error {
+	p.outs = append(p.outs, rec)
+	return nil
+}
+
+// lookup returns the last pending write of side's row key k.
+func (p *joinPending) lookup(side int, k string) (joinWrite, bool) {
+	for i := len(p.writes) - 1; i >= 0; i-- {
+		if w := p.writes[i]; w.side == side && w.key == k {
+			return w, true
+		}
+	}
+	return joinWrite{}, false
+}
+
+// reset empties p, keeping its slices' capacity (dropping their records'
+// and keys' references).
+func (p *joinPending) reset() {
+	clear(p.outs)
+	clear(p.writes)
+	p.outs, p.writes = p.outs[:0], p.writes[:0]
 }
 
 // NewRegularJoin returns the regular join of params p (checked by
@@ -309,7 +355,7 @@ func (c *changeCollector) Collect(rec runtime.Record) error {
 // emit writes select over the pair of in (a row of side) and other (a row
 // of the other side; either may be nil: null) with change kind kind.
 func (j *RegularJoin) emit(side int, key []byte, in, other *joinRow, ts int64, kind runtime.ChangeKind, out Collector) error {
-	j.change = changeCollector{out: out, kind: kind}
+	j.change = changeCollector{out: &j.pending, kind: kind}
 	if side == 0 {
 		return j.output.emit(key, in, other, ts, "", &j.change)
 	}
@@ -330,11 +376,32 @@ func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error
 		defer func() { j.known = false }()
 	}
 	before := j.cur
-	// The sizes are written even when apply fails: on an upsert side the
-	// stored row is retracted before the new one's pairs are emitted, so a
-	// select failing there (a bad record, the job goes on) leaves the side
-	// one row smaller (TestRegularJoinUpsertSelectFailureKeepsSizes).
-	err := j.apply(side, rec, out)
+	// All or nothing: the outputs and row writes wait in j.pending until
+	// every output evaluated; a failing select (a bad record, the job may
+	// go on) leaves rows, match counts and sizes as they were
+	// (TestRegularJoinSelectFailureAllOrNothing).
+	j.pending.reset()
+	defer j.pending.reset()
+	if err := j.apply(side, rec, out); err != nil {
+		j.cur = before
+		return err
+	}
+	for _, w := range j.pending.writes {
+		var err error
+		if w.remove {
+			err = j.sides[w.side].Remove(w.key)
+		} else {
+			err = j.sides[w.side].Put(w.key, w.c)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, o := range j.pending.outs {
+		if err := out.Collect(o); err != nil {
+			return err
+		}
+	}
 	var werr error
 	switch {
 	case !j.known || j.cur == before:
@@ -343,10 +410,7 @@ func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error
 	default:
 		werr = j.sizes.Update(j.cur)
 	}
-	if werr != nil {
-		return werr
-	}
-	return err
+	return werr
 }
 
 // apply is process without the sizes' read and write.
@@ -409,9 +473,7 @@ func (j *RegularJoin) add(side int, key []byte, k string, ts int64, others []joi
 				}
 			}
 			o.Assoc++
-			if err := j.sides[other].Put(o.key, o.joinCount); err != nil {
-				return err
-			}
+			j.put(other, o.key, o.joinCount)
 		}
 	}
 	for _, o := range others {
@@ -424,12 +486,22 @@ func (j *RegularJoin) add(side int, key []byte, k string, ts int64, others []joi
 	if cur.Count == 0 {
 		j.cur[side]++
 	}
-	return j.sides[side].Put(k, joinCount{Count: cur.Count + 1, Assoc: matches})
+	j.put(side, k, joinCount{Count: cur.Count + 1, Assoc: matches})
+	return nil
+}
+
+// put writes side's row k with counts c when the record's outputs all
+// evaluated (joinPending).
+func (j *RegularJoin) put(side int, k string, c joinCount) {
+	j.pending.writes = append(j.pending.writes, joinWrite{side: side, key: k, c: c})
 }
 
 // stored returns the counts of the current key's row k of side (zero when
 // not stored; not read when the side holds no row).
 func (j *RegularJoin) stored(side int, k string) (joinCount, error) {
+	if w, ok := j.pending.lookup(side, k); ok {
+		return w.c, nil // a removed row's c is zero
+	}
 	if j.known && j.cur[side] == 0 {
 		return joinCount{}, nil
 	}
@@ -474,17 +546,15 @@ func (j *RegularJoin) retract(side int, key []byte, k string, ts int64, others [
 				}
 			}
 			o.Assoc = max(o.Assoc-1, 0)
-			if err := j.sides[other].Put(o.key, o.joinCount); err != nil {
-				return err
-			}
+			j.put(other, o.key, o.joinCount)
 		}
 	}
 	switch {
 	case cur.Count > 1:
-		return j.sides[side].Put(k, joinCount{Count: cur.Count - 1, Assoc: cur.Assoc})
+		j.put(side, k, joinCount{Count: cur.Count - 1, Assoc: cur.Assoc})
 	case cur.Count == 1:
 		j.cur[side] = max(j.cur[side]-1, 0)
-		return j.sides[side].Remove(k)
+		j.pending.writes = append(j.pending.writes, joinWrite{side: side, key: k, remove: true})
 	}
 	return nil
 }

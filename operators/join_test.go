@@ -426,43 +426,77 @@ func TestJoinParamsCheck(t *testing.T) {
 	}
 }
 
-// TestRegularJoinUpsertSelectFailureKeepsSizes: on an upsert side a +U
-// first retracts the key's row, then adds the new one; when select fails
-// on the new row's pair (a bad record), the retraction stays done, and
-// join.sizes must say so: once the left row is deleted too the key holds
-// no state entry (main left the sizes at one right row, an entry that
-// never left and made every later record of the key scan an empty side).
-// Both backends; the output is the retraction of the old pair only.
-func TestRegularJoinUpsertSelectFailureKeepsSizes(t *testing.T) {
+// TestRegularJoinSelectFailureAllOrNothing: a record whose select fails
+// for any of its outputs emits none of them and leaves rows, match counts
+// and sizes as they were, both backends:
+//   - an upsert of the right side whose new pair fails keeps the row it
+//     would have replaced (its retraction is not emitted), so deleting the
+//     left row retracts the old pair, and deleting the right row empties
+//     the state;
+//   - a full outer join where a right row's pair with one of two left rows
+//     fails: neither left row's null-padded output is retracted nor their
+//     match counts raised (on main they were, and the right row was not
+//     stored: deleting a left row then retracted its null-padded row a
+//     second time).
+func TestRegularJoinSelectFailureAllOrNothing(t *testing.T) {
 	for _, kind := range backends {
 		t.Run(kind, func(t *testing.T) {
-			p := JoinParams{Join: JoinInner, Upsert: []string{JoinRight}, Select: compiled(t, `{"l": left, "r": right.v}`)}
-			h := newRegularJoinHarness(t, kind, t.TempDir(), newStepClock(), nil, p)
-			bad := &recordErrors{}
-			h.op.SetBadRecordHandlers([]runtime.BadRecordHandler{bad})
-			send := func(side int, rec runtime.Record) {
+			run := func(p JoinParams, steps func(send func(side int, rec runtime.Record)), wantBad int, want string) *joinHarness {
 				t.Helper()
-				var re *runtime.RecordError
-				switch err := h.op.ProcessRecord(h.ctx, side, rec); {
-				case errors.As(err, &re):
-					_ = bad.HandleBadRecord(h.ctx, rec, re)
-				case err != nil:
-					t.Fatal(err)
+				h := newRegularJoinHarness(t, kind, t.TempDir(), newStepClock(), nil, p)
+				bad := &recordErrors{}
+				h.op.SetBadRecordHandlers([]runtime.BadRecordHandler{bad})
+				steps(func(side int, rec runtime.Record) {
+					t.Helper()
+					var re *runtime.RecordError
+					switch err := h.op.ProcessRecord(h.ctx, side, rec); {
+					case errors.As(err, &re):
+						_ = bad.HandleBadRecord(h.ctx, rec, re)
+					case err != nil:
+						t.Fatal(err)
+					}
+				})
+				if len(bad.errs) != wantBad {
+					t.Fatalf("%d bad records, want %d", len(bad.errs), wantBad)
 				}
+				if s := joinChangeLines(h.emitted()); s != want {
+					t.Fatalf("changelog:\n%s\nwant:\n%s", s, want)
+				}
+				return h
 			}
-			send(0, change(runtime.ChangeInsert, "k", `1`, 1))
-			send(1, change(runtime.ChangeUpdateAfter, "k", `{"v":"x"}`, 2))
-			send(1, change(runtime.ChangeUpdateAfter, "k", `"no fields"`, 3)) // select fails on right.v
-			if len(bad.errs) != 1 {
-				t.Fatalf("%d bad records, want 1 (select on a string's field)", len(bad.errs))
+
+			up := JoinParams{Join: JoinInner, Upsert: []string{JoinRight}, Select: compiled(t, `{"l": left, "r": right.v}`)}
+			h := run(up, func(send func(int, runtime.Record)) {
+				send(0, change(runtime.ChangeInsert, "k", `1`, 1))
+				send(1, change(runtime.ChangeUpdateAfter, "k", `{"v":"x"}`, 2))
+				send(1, change(runtime.ChangeUpdateAfter, "k", `"no fields"`, 3)) // select fails on right.v
+				send(0, change(runtime.ChangeDelete, "k", `1`, 4))
+			}, 1, "+I k {\"l\":1,\"r\":\"x\"}\n-D k {\"l\":1,\"r\":\"x\"}\n")
+			if n := h.entries(); n != 2 {
+				t.Fatalf("%d state entries, want 2 (the right row kept, and the sizes)", n)
 			}
-			send(0, change(runtime.ChangeDelete, "k", `1`, 4))
-			want := "+I k {\"l\":1,\"r\":\"x\"}\n-D k {\"l\":1,\"r\":\"x\"}\n"
-			if s := joinChangeLines(h.emitted()); s != want {
-				t.Fatalf("changelog:\n%s\nwant:\n%s", s, want)
+			if err := h.op.ProcessRecord(h.ctx, 1, change(runtime.ChangeDelete, "k", ``, 5)); err != nil {
+				t.Fatal(err)
 			}
 			if n := h.entries(); n != 0 {
-				t.Fatalf("%d state entries left, want 0 (no rows on either side, so no sizes)", n)
+				t.Fatalf("%d state entries left, want 0", n)
+			}
+			h.finish()
+
+			full := JoinParams{Join: JoinFullOuter, Select: compiled(t, `{"l": left == null ? null : left.v, "s": left == null || right == null ? null : left.v + right.w}`)}
+			h = run(full, func(send func(int, runtime.Record)) {
+				send(0, change(runtime.ChangeInsert, "k", `{"v":1}`, 1))
+				send(0, change(runtime.ChangeInsert, "k", `{"v":"s"}`, 2))
+				send(1, change(runtime.ChangeInsert, "k", `{"w":2}`, 3)) // 1 + 2, then "s" + 2 fails
+				send(0, change(runtime.ChangeDelete, "k", `{"v":"s"}`, 4))
+				send(1, change(runtime.ChangeInsert, "k", `{"w":5}`, 5))
+			}, 1, "+I k {\"l\":1,\"s\":null}\n"+
+				"+I k {\"l\":\"s\",\"s\":null}\n"+
+				"-D k {\"l\":\"s\",\"s\":null}\n"+
+				"-D k {\"l\":1,\"s\":null}\n"+
+				"+I k {\"l\":1,\"s\":6}\n")
+			if n := h.entries(); n != 3 {
+				t.Fatalf("%d state entries, want 3 (one row a side, and the sizes)", n)
 			}
 			h.finish()
 		})
