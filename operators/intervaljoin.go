@@ -374,17 +374,20 @@ func (intervalSidesSerializer) Decode(b []byte) (joinSides, error) {
 	return v, nil
 }
 
-// Copy implements state.HeapSerializer: a side's list that is a list of a
-// known value (the one read, or the one written last: unchanged by the
-// record, e.g. the other side's list of an inner join) is kept as it is;
-// any other is joinRowsSerializer.Copy's, sharing the values of the known
-// lists' rows.
+// Copy implements state.HeapSerializer: a side's list that is a list of
+// the known value read last (known[0]: the join reads a key's rows, then
+// writes them; the other side's list of an inner join is unchanged) is
+// kept as it is; any other is joinRowsSerializer.Copy's, sharing the
+// values of that value's rows. The value written last (known[1]) is
+// another key's as a rule: looking through its rows for the new row's
+// value would find nothing (and read memory no longer in the CPU's
+// cache), so it is not used; a row it shares is copied instead.
 func (intervalSidesSerializer) Copy(v joinSides, known []joinSides) (joinSides, error) {
-	var lists [4][]joinRow
+	var lists [2][]joinRow
 	n := 0
-	for _, k := range known {
-		for _, l := range k {
-			if n < len(lists) && len(l) > 0 {
+	if len(known) > 0 {
+		for _, l := range known[0] {
+			if len(l) > 0 {
 				lists[n] = l
 				n++
 			}
