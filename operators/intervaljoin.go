@@ -22,18 +22,22 @@ import (
 const IntervalJoinType = "interval_join"
 
 // The join input roles (Traits.Inputs) and the interval join's keyed state
-// names. Per key and side the rows live in one of two layouts: a
-// ValueState holding every row in arrival order (IntervalJoinLeftState,
-// IntervalJoinRightState; cheap while a key holds few rows, the common case
-// of many keys) or, once a key's side holds more than spillRows rows (a
-// hot key), a MapState by event time (ms; the rows of one time in arrival
+// names. Per key the rows of both sides live in one ValueState
+// (IntervalJoinRowsState: the left side's list, then the right side's, so
+// a record reads and writes its key's rows once), each side's list holding
+// its rows in arrival order (cheap while a key holds few rows, the common
+// case of many keys) or, once a key's side holds more than spillRows rows
+// (a hot key), only an index row that counts them, the rows then in the
+// side's MapState by event time (ms; the rows of one time in arrival
 // order, as Flink's IntervalJoinOperator's MapState<Long,
-// List<BufferEntry>>), the ValueState then holding only an index row that
-// says so and counts them. The state names are part of the checkpoint
-// format.
+// List<BufferEntry>>). IntervalJoinLeftState and IntervalJoinRightState
+// are the layout of before (one ValueState per side, the same lists):
+// a checkpoint holding them is moved into IntervalJoinRowsState at Open.
+// The state names are part of the checkpoint format.
 const (
 	JoinLeft                     = "left"
 	JoinRight                    = "right"
+	IntervalJoinRowsState        = "interval_join.rows"
 	IntervalJoinLeftState        = "interval_join.left"
 	IntervalJoinRightState       = "interval_join.right"
 	IntervalJoinLeftByTimeState  = "interval_join.left_by_time"
@@ -113,7 +117,7 @@ func intervalJoinFactory() Factory {
 		Doc:         "Joins the left and right records of equal keys whose event times satisfy left.ts + lower <= right.ts <= left.ts + upper (Flink's interval join); inner, left, right or full outer; output select(left, right) keyed by the join key; state bounded by the interval and removed by the watermark; late records to \\<operator>.late.",
 		Traits:      Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}, EventTime: true},
 		Params:      func() any { return &IntervalJoinParams{Join: JoinInner} },
-		State:       []string{IntervalJoinLeftState, IntervalJoinRightState, IntervalJoinLeftByTimeState, IntervalJoinRightByTimeState, state.TimersStateName},
+		State:       []string{IntervalJoinRowsState, IntervalJoinLeftByTimeState, IntervalJoinRightByTimeState, state.TimersStateName},
 		SideOutputs: []string{LateOutput},
 		New: func(ctx FactoryContext) (any, error) {
 			p, ok := ctx.Params.(*IntervalJoinParams)
@@ -177,26 +181,37 @@ func (joinRowsSerializer) Append(dst []byte, rows []joinRow) ([]byte, error) {
 var errJoinRows = errors.New("operators: malformed join rows")
 
 func (joinRowsSerializer) Decode(b []byte) ([]joinRow, error) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)) {
+	// One copy for every value (the caller may reuse b).
+	rows, rest, err := decodeJoinRows(append([]byte(nil), b...))
+	if err != nil || len(rest) != 0 {
 		return nil, errJoinRows
 	}
-	// One copy for every value (the caller may reuse b).
-	b = append([]byte(nil), b[k:]...)
-	rows := make([]joinRow, 0, n)
+	return rows, nil
+}
+
+// decodeJoinRows decodes the list of rows at the start of b (as
+// joinRowsSerializer.Append writes it), whose values share b's memory,
+// and returns the bytes after it.
+func decodeJoinRows(b []byte) (rows []joinRow, rest []byte, err error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, nil, errJoinRows
+	}
+	b = b[k:]
+	rows = make([]joinRow, 0, n)
 	for range n {
 		ts, k := binary.Varint(b)
 		if k <= 0 {
-			return nil, errJoinRows
+			return nil, nil, errJoinRows
 		}
 		b = b[k:]
 		if len(b) < 1 {
-			return nil, errJoinRows
+			return nil, nil, errJoinRows
 		}
 		f := b[0]
 		l, k := binary.Uvarint(b[1:])
 		if k <= 0 || l > uint64(len(b)-1-k) {
-			return nil, errJoinRows
+			return nil, nil, errJoinRows
 		}
 		b = b[1+k:]
 		r := joinRow{TS: ts, Matched: f&1 != 0, Text: f&2 != 0, Index: f&8 != 0}
@@ -206,10 +221,7 @@ func (joinRowsSerializer) Decode(b []byte) ([]joinRow, error) {
 		b = b[l:]
 		rows = append(rows, r)
 	}
-	if len(b) != 0 {
-		return nil, errJoinRows
-	}
-	return rows, nil
+	return rows, b, nil
 }
 
 // Copy implements state.HeapSerializer: a new list of v's rows (nil for
@@ -323,6 +335,101 @@ type intervalRowsSerializer struct{ joinRowsSerializer }
 // View implements state.HeapSerializer: v itself, capacity = length.
 func (intervalRowsSerializer) View(v []joinRow) []joinRow { return v[:len(v):len(v)] }
 
+// joinSides are the interval join's rows of one key: the left side's
+// list, then the right side's (either an index row when that side's rows
+// are by time, or empty).
+type joinSides [2][]joinRow
+
+// intervalSidesSerializer encodes a key's joinSides as the two lists
+// joinRowsSerializer writes, left then right, one after the other (each
+// list says its length). Name "interval-join-sides-v1". Decoded values
+// share one copy of the encoded bytes. It is a state.HeapSerializer, so
+// the Pebble write cache keeps a key's rows decoded; like
+// intervalRowsSerializer its View hands out the kept lists themselves
+// (capacity cut to length): the join never changes a row of a list it
+// read, it builds a new list.
+type intervalSidesSerializer struct{}
+
+func (intervalSidesSerializer) Name() string { return "interval-join-sides-v1" }
+
+func (intervalSidesSerializer) Append(dst []byte, v joinSides) ([]byte, error) {
+	dst, _ = joinRowsSerializer{}.Append(dst, v[0])
+	return joinRowsSerializer{}.Append(dst, v[1])
+}
+
+func (intervalSidesSerializer) Decode(b []byte) (joinSides, error) {
+	var v joinSides
+	// One copy for every value (the caller may reuse b).
+	rest := append([]byte(nil), b...)
+	for side := range v {
+		rows, r, err := decodeJoinRows(rest)
+		if err != nil {
+			return joinSides{}, err
+		}
+		v[side], rest = rows, r
+	}
+	if len(rest) != 0 {
+		return joinSides{}, errJoinRows
+	}
+	return v, nil
+}
+
+// Copy implements state.HeapSerializer: a side's list that is a list of
+// the known value read last (known[0]: the join reads a key's rows, then
+// writes them; the other side's list of an inner join is unchanged) is
+// kept as it is; any other is joinRowsSerializer.Copy's, sharing the
+// values of that value's rows. The value written last (known[1]) is
+// another key's as a rule: looking through its rows for the new row's
+// value would find nothing (and read memory no longer in the CPU's
+// cache), so it is not used; a row it shares is copied instead.
+func (intervalSidesSerializer) Copy(v joinSides, known []joinSides) (joinSides, error) {
+	var lists [2][]joinRow
+	n := 0
+	if len(known) > 0 {
+		for _, l := range known[0] {
+			if len(l) > 0 {
+				lists[n] = l
+				n++
+			}
+		}
+	}
+	var out joinSides
+	for side, rows := range v {
+		if i := slices.IndexFunc(lists[:n], func(l []joinRow) bool { return len(l) == len(rows) && &l[0] == &rows[0] }); i >= 0 {
+			out[side] = lists[i]
+			continue
+		}
+		c, err := joinRowsSerializer{}.Copy(rows, lists[:n])
+		if err != nil {
+			return joinSides{}, err
+		}
+		out[side] = c
+	}
+	return out, nil
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (s intervalSidesSerializer) AppendKept(dst []byte, v joinSides) ([]byte, error) {
+	return s.Append(dst, v)
+}
+
+// View implements state.HeapSerializer: the kept lists themselves, each's
+// capacity = its length (an append copies).
+func (intervalSidesSerializer) View(v joinSides) joinSides {
+	return joinSides{v[0][:len(v[0]):len(v[0])], v[1][:len(v[1]):len(v[1])]}
+}
+
+// Size implements state.HeapSerializer: both lists' rows and values.
+func (intervalSidesSerializer) Size(v joinSides) int {
+	return joinRowsSerializer{}.Size(v[0]) + joinRowsSerializer{}.Size(v[1])
+}
+
+// intervalSidesState returns the descriptor of the interval join's rows
+// of a key (IntervalJoinRowsState).
+func intervalSidesState() state.ValueStateDescriptor[joinSides] {
+	return state.ValueStateDescriptor[joinSides]{Name: IntervalJoinRowsState, Serializer: intervalSidesSerializer{}}
+}
+
 // joinSideState returns the descriptor of a side's rows by time: the
 // window start (window_join) or the event time (interval_join), ms.
 func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
@@ -389,7 +496,7 @@ type IntervalJoin struct {
 	// expiry holds one cleanup entry per buffered row (OnWatermark);
 	// rebuilt from the rows at Open.
 	expiry   expiryQueue
-	lists    [2]state.ValueState[[]joinRow]
+	rows2    state.ValueState[joinSides] // both sides' lists of the current key
 	byTime   [2]state.MapState[int64, []joinRow]
 	output   joinOutput
 	lateRecs *lateRecords
@@ -422,7 +529,11 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 	}
 	j.rows = 0
 	j.backend = ctx.Backend
-	lists := [2]string{IntervalJoinLeftState, IntervalJoinRightState}
+	v, err := state.GetValueState(ctx.Backend, intervalSidesState())
+	if err != nil {
+		return fmt.Errorf("operators: %s %s: %w", IntervalJoinType, ctx.Operator, err)
+	}
+	j.rows2 = v
 	for i, name := range []string{IntervalJoinLeftByTimeState, IntervalJoinRightByTimeState} {
 		d := joinSideState(name)
 		if j.rowSer != nil {
@@ -433,12 +544,11 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 			return fmt.Errorf("operators: %s %s: %w", IntervalJoinType, ctx.Operator, err)
 		}
 		j.byTime[i] = m
-		ld := intervalListState(lists[i])
-		v, err := state.GetValueState(ctx.Backend, ld)
-		if err != nil {
-			return fmt.Errorf("operators: %s %s: %w", IntervalJoinType, ctx.Operator, err)
+	}
+	for side, name := range [2]string{IntervalJoinLeftState, IntervalJoinRightState} {
+		if err := j.migrate(ctx.Backend, side, name); err != nil {
+			return fmt.Errorf("operators: %s %s: moving the rows of a checkpoint of the per-side layout: %w", IntervalJoinType, ctx.Operator, err)
 		}
-		j.lists[i] = v
 	}
 	if err := j.rebuildExpiry(ctx.Backend); err != nil {
 		return fmt.Errorf("operators: %s %s: restored rows: %w", IntervalJoinType, ctx.Operator, err)
@@ -473,6 +583,32 @@ func (j *IntervalJoin) ProcessElement2(ctx context.Context, rec runtime.Record, 
 	return j.process(1, rec, out)
 }
 
+// migrate moves the lists of side in the per-side layout of before (state
+// old: one ValueState per side, restored from a checkpoint written before
+// IntervalJoinRowsState) into the side's list in IntervalJoinRowsState
+// (after the rows already there, if any) and clears them. Nothing to do
+// when the backend holds no state old.
+func (j *IntervalJoin) migrate(b state.KeyedStateBackend, side int, old string) error {
+	if !state.HasState(b, old) {
+		return nil
+	}
+	return state.ApplyToAllValueKeys(b, intervalListState(old), func(_ []byte, s state.ValueState[[]joinRow]) error {
+		rows, ok, err := s.Value()
+		if err != nil || !ok {
+			return err
+		}
+		sides, _, err := j.rows2.Value()
+		if err != nil {
+			return err
+		}
+		sides[side] = append(sides[side], rows...)
+		if err := j.rows2.Update(sides); err != nil {
+			return err
+		}
+		return s.Clear()
+	})
+}
+
 // spilled reports whether rows, a side's list, is an index row: the side's
 // rows are in its by-time state, n of them.
 func spilled(rows []joinRow) (n int64, ok bool) {
@@ -502,8 +638,14 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	}
 	row := &j.row
 	*row = joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText}
+	// Both sides' lists of the key, read once (the state's lists:
+	// intervalSidesSerializer's View; changed lists are new ones).
+	sides, _, err := j.rows2.Value()
+	if err != nil {
+		return err
+	}
 	j.output.pin(row) // decoded once for all its pairs
-	err := j.probe(side, row, rec.Key, lo, hi, out)
+	sides[1-side], err = j.probe(side, row, sides[1-side], rec.Key, lo, hi, out)
 	j.output.pin(nil)
 	if err != nil {
 		return err
@@ -511,7 +653,10 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	if !j.p.Join.outer(side) {
 		row.Matched = false // not tracked for an inner side
 	}
-	if err := j.buffer(side, *row); err != nil {
+	if sides[side], err = j.buffer(side, sides[side], *row); err != nil {
+		return err
+	}
+	if err := j.rows2.Update(sides); err != nil {
 		return err
 	}
 	j.addRows(1)
@@ -520,17 +665,13 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 }
 
 // probe emits the pairs of row (of side) with the other side's rows at
-// times in [lo, hi], marking the rows matched.
-func (j *IntervalJoin) probe(side int, row *joinRow, key []byte, lo, hi int64, out Collector) error {
-	list := j.lists[1-side]
-	rows, _, err := list.Value()
-	if err != nil {
-		return err
-	}
+// times in [lo, hi] (rows: that side's list), marking the rows matched,
+// and returns the other side's list (rows, or a copy with rows marked).
+func (j *IntervalJoin) probe(side int, row *joinRow, rows []joinRow, key []byte, lo, hi int64, out Collector) ([]joinRow, error) {
 	if _, ok := spilled(rows); ok {
-		return j.probeByTime(side, row, key, lo, hi, out)
+		return rows, j.probeByTime(side, row, key, lo, hi, out)
 	}
-	// The list is the state's (intervalRowsSerializer): a row is marked
+	// The list is the state's (intervalSidesSerializer): a row is marked
 	// matched in a copy.
 	outer, copied := j.p.Join.outer(1-side), false
 	for i := range rows {
@@ -541,13 +682,10 @@ func (j *IntervalJoin) probe(side int, row *joinRow, key []byte, lo, hi int64, o
 			rows, copied = slices.Clone(rows), true
 		}
 		if _, err := j.pair(side, row, &rows[i], key, out); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if copied {
-		return list.Update(rows)
-	}
-	return nil
+	return rows, nil
 }
 
 // probeByTime is probe for the other side's rows by time: only its
@@ -594,18 +732,15 @@ func (j *IntervalJoin) pair(side int, row, o *joinRow, key []byte, out Collector
 	return false, nil
 }
 
-// buffer adds row to side's rows: to its list while it holds at most
-// spillRows rows, else to its bucket in the by-time state (moving the
-// list's rows there first).
-func (j *IntervalJoin) buffer(side int, row joinRow) error {
-	list, m := j.lists[side], j.byTime[side]
-	rows, _, err := list.Value()
-	if err != nil {
-		return err
-	}
+// buffer adds row to side's rows (rows: the side's list) and returns the
+// side's new list: row appended while the list holds at most spillRows
+// rows, else an index row, row put in its bucket in the by-time state
+// (the list's rows moved there first).
+func (j *IntervalJoin) buffer(side int, rows []joinRow, row joinRow) ([]joinRow, error) {
+	m := j.byTime[side]
 	n, ok := spilled(rows)
 	if !ok && len(rows) < j.spillRows {
-		return list.Update(append(rows, row))
+		return append(rows, row), nil
 	}
 	if !ok {
 		// Move the list into the by-time state: by time, arrival order
@@ -618,20 +753,20 @@ func (j *IntervalJoin) buffer(side int, row joinRow) error {
 				k++
 			}
 			if err := m.Put(rows[i].TS, rows[i:k:k]); err != nil {
-				return err
+				return nil, err
 			}
 			i = k
 		}
-		return list.Update(indexRow(int64(len(rows))))
+		return indexRow(int64(len(rows))), nil
 	}
 	have, _, err := m.Get(row.TS)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := m.Put(row.TS, append(have, row)); err != nil {
-		return err
+		return nil, err
 	}
-	return list.Update(indexRow(n + 1))
+	return indexRow(n + 1), nil
 }
 
 // OnTimer implements TimerFunction for the event-time timers of a
@@ -656,13 +791,13 @@ func (j *IntervalJoin) OnTimer(ctx context.Context, ts time.Time, tc TimerContex
 // until, emitting the unmatched ones of an outer side first, at their own
 // time: in the by-time layout exactly the bucket at until.
 func (j *IntervalJoin) expireSide(side int, until int64, key []byte, out Collector) error {
-	list := j.lists[side]
-	rows, ok, err := list.Value()
+	sides, ok, err := j.rows2.Value()
 	if err != nil || !ok {
 		return err
 	}
+	rows := sides[side]
 	if n, ok := spilled(rows); ok {
-		return j.expireBucket(side, until, n, key, out)
+		return j.expireBucket(sides, side, until, n, key, out)
 	}
 	// Rows arrive mostly in time order, so the rows removed are mostly
 	// the list's first ones: then the rows kept are the rest of the list
@@ -690,22 +825,28 @@ func (j *IntervalJoin) expireSide(side int, until int64, key []byte, out Collect
 			}
 		}
 	}
-	if len(keep) == 0 {
-		err = list.Clear()
-	} else {
-		err = list.Update(keep)
-	}
-	if err != nil {
+	sides[side] = keep
+	if err := j.writeSides(sides); err != nil {
 		return err
 	}
 	j.addRows(-int64(removed))
 	return nil
 }
 
+// writeSides writes the current key's lists, or clears its entry when
+// both are empty.
+func (j *IntervalJoin) writeSides(sides joinSides) error {
+	if len(sides[0]) == 0 && len(sides[1]) == 0 {
+		return j.rows2.Clear()
+	}
+	return j.rows2.Update(sides)
+}
+
 // expireBucket removes side's by-time rows at time bucket (n rows in the
 // by-time state before), emitting the unmatched ones of an outer side, and
-// puts the side back to an empty list when none are left.
-func (j *IntervalJoin) expireBucket(side int, bucket, n int64, key []byte, out Collector) error {
+// puts the side back to an empty list when none are left (sides: the
+// key's lists).
+func (j *IntervalJoin) expireBucket(sides joinSides, side int, bucket, n int64, key []byte, out Collector) error {
 	m := j.byTime[side]
 	rows, ok, err := m.Get(bucket)
 	if err != nil || !ok {
@@ -720,10 +861,11 @@ func (j *IntervalJoin) expireBucket(side int, bucket, n int64, key []byte, out C
 		return err
 	}
 	j.addRows(-int64(len(rows)))
-	if n -= int64(len(rows)); n <= 0 {
-		return j.lists[side].Clear()
+	sides[side] = nil
+	if n -= int64(len(rows)); n > 0 {
+		sides[side] = indexRow(n)
 	}
-	return j.lists[side].Update(indexRow(n))
+	return j.writeSides(sides)
 }
 
 // expire emits row of side, whose interval the watermark passed, with the

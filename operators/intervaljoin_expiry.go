@@ -144,13 +144,13 @@ func (j *IntervalJoin) OnWatermark(ctx context.Context, wm time.Time, out Collec
 // them for the buffered-rows gauge.
 func (j *IntervalJoin) rebuildExpiry(b state.KeyedStateBackend) error {
 	j.expiry = j.expiry[:0]
-	for side, name := range [2]string{IntervalJoinLeftState, IntervalJoinRightState} {
-		err := state.ApplyToAllValueKeys(b, intervalListState(name), func(key []byte, s state.ValueState[[]joinRow]) error {
-			rows, _, err := s.Value()
-			if err != nil {
-				return err
-			}
-			k := string(key)
+	return state.ApplyToAllValueKeys(b, intervalSidesState(), func(key []byte, s state.ValueState[joinSides]) error {
+		sides, _, err := s.Value()
+		if err != nil {
+			return err
+		}
+		k := string(key)
+		for side, rows := range sides {
 			if n, ok := spilled(rows); ok {
 				j.rows += n
 				for t, err := range j.byTime[side].Keys() {
@@ -159,19 +159,15 @@ func (j *IntervalJoin) rebuildExpiry(b state.KeyedStateBackend) error {
 					}
 					j.expiry.push(joinExpiry{at: j.end(side, t), key: k, side: uint8(side)})
 				}
-				return nil
+				continue
 			}
 			j.rows += int64(len(rows))
 			for i := range rows {
 				j.expiry.push(joinExpiry{at: j.end(side, rows[i].TS), key: k, side: uint8(side)})
 			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 var _ WatermarkFunction = (*IntervalJoin)(nil)

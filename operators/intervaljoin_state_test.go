@@ -133,10 +133,12 @@ func (j *legacyIntervalJoin) OnTimer(_ context.Context, ts time.Time, tc TimerCo
 // the current join with spillRows 1, for every join kind on both
 // backends: the output (pairs before and after the restore, outer rows
 // emitted by the timers the earlier join registered) equals the model
-// exactly; the restored lists are read as they are (the buffered-rows
-// count after the restore equals the count before it, no key holds rows
-// by time after Open) and some hold more than 1 row, so the next record
-// of such a key moves them by time; no state is left at the end.
+// exactly; the restored lists are moved as they are into the one entry
+// per key of both sides (IntervalJoinRowsState; the buffered-rows count
+// after the restore equals the count before it, no key holds rows by time
+// or in the per-side lists after Open) and some hold more than 1 row, so
+// the next record of such a key moves them by time; no state is left at
+// the end.
 func TestIntervalJoinRestoresListLayout(t *testing.T) {
 	events, maxTS := intervalJoinEvents()
 	late, live := intervalJoinLate(t, events)
@@ -159,15 +161,16 @@ func TestIntervalJoinRestoresListLayout(t *testing.T) {
 						t.Errorf("%d keys hold rows by time after Open, want 0", n)
 					}
 					longest := 0
-					for _, name := range []string{IntervalJoinLeftState, IntervalJoinRightState} {
-						err := state.ApplyToAllValueKeys(after.op.backend, intervalListState(name), func(_ []byte, v state.ValueState[[]joinRow]) error {
-							rows, _, err := v.Value()
-							longest = max(longest, len(rows))
-							return err
-						})
-						if err != nil {
-							t.Fatal(err)
-						}
+					err := state.ApplyToAllValueKeys(after.op.backend, intervalSidesState(), func(_ []byte, v state.ValueState[joinSides]) error {
+						sides, _, err := v.Value()
+						longest = max(longest, len(sides[0]), len(sides[1]))
+						return err
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if n := oldLayoutKeys(t, after); n != 0 {
+						t.Errorf("%d keys still hold rows in the per-side lists after Open, want 0 (moved to %s)", n, IntervalJoinRowsState)
 					}
 					if longest <= 1 {
 						t.Errorf("the longest restored list holds %d rows; the test wants some above spillRows 1", longest)
@@ -283,5 +286,67 @@ func TestIntervalRowsViewShares(t *testing.T) {
 	b, _ := joinRowsSerializer{}.Append(nil, kept)
 	if (intervalRowsSerializer{}).Name() != (joinRowsSerializer{}).Name() || string(a) != string(b) {
 		t.Fatal("intervalRowsSerializer's name or bytes differ from joinRowsSerializer's")
+	}
+}
+
+// TestIntervalSidesSerializer: a key's two lists (JSON, text, empty and
+// nil values, an index row) round trip; the bytes are the two lists as
+// joinRowsSerializer writes them, left then right; malformed or trailing
+// bytes are refused; Copy keeps a list of a known value as it is (the
+// other side's list a record did not change) and copies a new row's value
+// while sharing the known rows' values; View cuts each list's capacity to
+// its length.
+func TestIntervalSidesSerializer(t *testing.T) {
+	var s intervalSidesSerializer
+	v := joinSides{
+		{{TS: 5, Value: []byte(`{"a":1}`), Matched: true}, {TS: -3, Value: []byte("text"), Text: true}, {TS: 7, Value: []byte{}}, {TS: 8}},
+		indexRow(40),
+	}
+	b, _ := s.Append(nil, v)
+	l, _ := joinRowsSerializer{}.Append(nil, v[0])
+	r, _ := joinRowsSerializer{}.Append(nil, v[1])
+	if string(b) != string(l)+string(r) {
+		t.Fatalf("Append = %q, want the left list's bytes then the right's", b)
+	}
+	got, err := s.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for side := range v {
+		if len(got[side]) != len(v[side]) {
+			t.Fatalf("side %d: %d rows, want %d", side, len(got[side]), len(v[side]))
+		}
+		for i, w := range v[side] {
+			g := got[side][i]
+			if g.TS != w.TS || string(g.Value) != string(w.Value) || (g.Value == nil) != (w.Value == nil) || g.Text != w.Text || g.Matched != w.Matched || g.Index != w.Index {
+				t.Fatalf("side %d row %d = %+v, want %+v", side, i, g, w)
+			}
+		}
+	}
+	if e, err := s.Decode([]byte{0, 0}); err != nil || len(e[0])+len(e[1]) != 0 {
+		t.Fatalf("Decode(two empty lists) = %v, %v", e, err)
+	}
+	for _, bad := range [][]byte{nil, {0}, append(slices.Clone(b), 0), b[:len(b)-1], {1, 0}} {
+		if _, err := s.Decode(bad); err == nil {
+			t.Errorf("Decode(%v): no error", bad)
+		}
+	}
+
+	kept, _ := s.Copy(got, nil)
+	view := s.View(kept)
+	if cap(view[0]) != len(view[0]) || &view[0][0] != &kept[0][0] {
+		t.Fatal("View: want the kept lists, capacity = length")
+	}
+	next := view
+	next[0] = append(next[0], joinRow{TS: 9, Value: []byte("new")})
+	c, err := s.Copy(next, []joinSides{kept})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &c[1][0] != &kept[1][0] {
+		t.Error("Copy copied the unchanged right list")
+	}
+	if &c[0][0].Value[0] != &kept[0][0].Value[0] || &c[0][4].Value[0] == &next[0][4].Value[0] || string(c[0][4].Value) != "new" {
+		t.Error("Copy: want the known rows' values shared and the new row's value copied")
 	}
 }

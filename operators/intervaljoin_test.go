@@ -348,7 +348,7 @@ func (h *joinHarness) entries() int {
 // TestIntervalJoinCleanupQueue: the join registers no event-time timer per
 // buffered row (its cleanup queue is in memory, rebuilt from the rows at
 // Open): with five rows buffered on two keys the timer service holds none
-// and the state holds only the three keys' lists; the watermark still
+// and the state holds only one entry per key (both sides' rows); the watermark still
 // removes each row exactly when it reaches the row's interval end (left t
 // + upper, right t - lower), emitting the unmatched rows of the outer side
 // then, in order of end time and key, and after a snapshot and restore the
@@ -369,8 +369,8 @@ func TestIntervalJoinCleanupQueue(t *testing.T) {
 			if n := h.op.timers.q.Len(EventTime); n != 0 {
 				t.Fatalf("%d event-time timers registered for 5 rows, want 0", n)
 			}
-			if n := h.entries(); n != 4 {
-				t.Fatalf("%d state entries, want 4 (a left, a right, b left, b right)", n)
+			if n := h.entries(); n != 2 {
+				t.Fatalf("%d state entries, want 2 (a's rows, b's rows: both sides of a key in one)", n)
 			}
 			h.wm(2199)
 			if got := h.emitted(); len(got) != 0 {
