@@ -199,6 +199,7 @@ state:
   backend: pebble
 checkpoints:
   interval: %s
+  incremental: true
   timeout: 1m
 metrics:
   address: %s
