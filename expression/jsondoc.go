@@ -62,6 +62,15 @@ func NewValidDoc(b []byte) *Doc { return &Doc{json: b, valid: true} }
 // JSON returns the bytes d reads.
 func (d *Doc) JSON() []byte { return d.json }
 
+// CheckedJSON reports whether d's bytes are known to be one valid JSON
+// value: d was made valid (NewValidDoc, Reset with valid true) or its
+// fields were indexed, which checks the JSON (a Doc whose fields could
+// not be read one by one reports false even when its JSON is valid). It
+// implements runtime.JSONChecker: a record handed on with d crosses a
+// channel marked runtime.ValidJSON, so the operator after a key_by does
+// not check its JSON again.
+func (d *Doc) CheckedJSON() bool { return d.valid || d.state == 1 }
+
 // Whole returns the whole value decoded by DecodeJSON, or the string of
 // the bytes when DecodeJSON fails; it decodes at most once.
 func (d *Doc) Whole() any {
