@@ -419,8 +419,8 @@ type KafkaSource struct {
 	// changes the value gives the record new bytes, which the Doc is not
 	// tied to. A Writer sends it as runtime.ValidJSON's mark (its
 	// CheckedJSON is true).
-	doc expression.Doc
-	runCtx    context.Context
+	doc    expression.Doc
+	runCtx context.Context
 
 	// Only the subtask goroutine touches these.
 	cl      *kgo.Client
