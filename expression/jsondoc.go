@@ -419,6 +419,13 @@ func (d *Doc) index() {
 // reusing its memory: for an operator that reads record after record and
 // hands none of its Docs on (or hands on a Clone).
 func (d *Doc) Reset(b []byte, valid bool) {
+	if d.state == 0 && !d.wholeDone {
+		// Nothing read since the last Reset (or ever): nothing else to
+		// clear. A source's Doc of a record no operator read (a copy job)
+		// costs two stores, not a clear of the whole struct.
+		d.json, d.valid = b, valid
+		return
+	}
 	clear(d.fields)
 	fields := d.fields[:0]
 	*d = Doc{json: b, valid: valid, fields: fields}
