@@ -167,7 +167,12 @@ func directNode(x celast.Expr, refs map[int64]*celast.ReferenceInfo) dnode {
 			return &ddouble{args[0]}
 		case len(args) == 2:
 			switch fn {
-			case operators.Equals, operators.NotEquals, operators.Less, operators.LessEquals,
+			case operators.Equals, operators.NotEquals:
+				if n := nullTest(c.Args(), args, fn == operators.NotEquals); n != nil {
+					return n
+				}
+				return &dcmp{op: fn, l: args[0], r: args[1]}
+			case operators.Less, operators.LessEquals,
 				operators.Greater, operators.GreaterEquals:
 				return &dcmp{op: fn, l: args[0], r: args[1]}
 			case operators.Add, operators.Subtract, operators.Multiply, operators.Divide, operators.Modulo:
@@ -219,24 +224,80 @@ type dpath struct {
 }
 
 func (p *dpath) eval(a *activation) dval {
-	v, _ := a.ResolveName(p.root)
-	for _, f := range p.fields {
-		switch o := v.(type) {
-		case *docObject:
-			var found bool
-			if v, found = o.FindStringKey(f); !found {
-				return dval{}
-			}
-		case map[string]any:
-			var found bool
-			if v, found = o[f]; !found {
-				return dval{}
-			}
-		default:
-			return dval{}
-		}
+	v, ok := p.raw(a)
+	if !ok {
+		return dval{}
 	}
 	return scalar(v)
+}
+
+// fieldFinder is an object value whose field reads give what its decoded
+// map's would (a join's lazily read side, operators' lazyObject): CEL's
+// string-key select asks it first, as it asks a docObject.
+type fieldFinder interface {
+	FindStringKey(name string) (any, bool)
+}
+
+// raw returns the value p selects as the activation gives it; false when
+// a field is missing or is selected of something other than an object.
+func (p *dpath) raw(a *activation) (any, bool) {
+	v, _ := a.ResolveName(p.root)
+	for _, f := range p.fields {
+		var found bool
+		switch o := v.(type) {
+		case *docObject:
+			v, found = o.FindStringKey(f)
+		case map[string]any:
+			v, found = o[f]
+		case fieldFinder:
+			v, found = o.FindStringKey(f)
+		}
+		if !found {
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// dnull is x == null, or x != null (ne), for x an identifier or a field
+// selection (path): true or false by whether x is null, also when x is an
+// object (never null: CEL's equality of values of different types is
+// false), so that right == null ? ... : right.f of a join's select stays
+// direct; any other x is left to dcmp's rules (a scalar of another kind:
+// CEL decides).
+type dnull struct {
+	path *dpath
+	ne   bool
+}
+
+// nullTest returns the dnull of == or != (ne) with args, the call's
+// arguments and their direct nodes, when one of them is the null literal
+// and the other a path; nil otherwise.
+func nullTest(x []celast.Expr, args []dnode, ne bool) dnode {
+	for i, j := range []int{1, 0} {
+		if c, ok := args[j].(dconst); !ok || c.v.k != dNull || x[j].Kind() != celast.LiteralKind {
+			continue
+		}
+		if p, ok := args[i].(*dpath); ok {
+			return &dnull{path: p, ne: ne}
+		}
+	}
+	return nil
+}
+
+func (n *dnull) eval(a *activation) dval {
+	v, ok := n.path.raw(a)
+	if !ok {
+		return dval{}
+	}
+	switch v.(type) {
+	case map[string]any, *docObject, fieldFinder:
+		return dval{k: dBool, b: n.ne}
+	}
+	if s := scalar(v); s.k == dNull {
+		return dval{k: dBool, b: !n.ne}
+	}
+	return dval{}
 }
 
 // scalar is the direct value of v, a field's value or a reserved name's

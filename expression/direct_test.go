@@ -26,6 +26,8 @@ var directPrograms = []string{
 	`{"t": bid.dateTime / 3600000 % 24 >= 8 && bid.dateTime / 3600000 % 24 <= 18 ? 'day' : bid.dateTime / 3600000 % 24 <= 6 ? 'night' : 'other'}`,
 	`{"d": d, "i": double(amount), "q": d / 3.0, "e": 1e-7, "g": 1e21, "h": -0.0, "x": 0.0 / 0.0}`,
 	`{"a": 1, "a": 2}`, `{"b": bid}`, `{"m": missing}`, `{"s": note + "\u2028\x01"}`, `{"ts": timestamp, "tp": topic}`,
+	`bid == null`, `bid != null`, `null == person`, `person == null ? 0 : person.dateTime`, `{"p": bid != null ? bid.price : null}`,
+	`bid.missing == null`, `amount == null`, `n != null`, `value == null`, `value.bid == null`,
 	`amount`, `amount < 500.0`, `amount == 317.0`, `bid.missing == 1`, `value.amount < 500`, `headers.h == "v"`,
 }
 

@@ -62,6 +62,15 @@ func NewValidDoc(b []byte) *Doc { return &Doc{json: b, valid: true} }
 // JSON returns the bytes d reads.
 func (d *Doc) JSON() []byte { return d.json }
 
+// CheckedJSON reports whether d's bytes are known to be one valid JSON
+// value: d was made valid (NewValidDoc, Reset with valid true) or its
+// fields were indexed, which checks the JSON (a Doc whose fields could
+// not be read one by one reports false even when its JSON is valid). It
+// implements runtime.JSONChecker: a record handed on with d crosses a
+// channel marked runtime.ValidJSON, so the operator after a key_by does
+// not check its JSON again.
+func (d *Doc) CheckedJSON() bool { return d.valid || d.state == 1 }
+
 // Whole returns the whole value decoded by DecodeJSON, or the string of
 // the bytes when DecodeJSON fails; it decodes at most once.
 func (d *Doc) Whole() any {
@@ -410,6 +419,13 @@ func (d *Doc) index() {
 // reusing its memory: for an operator that reads record after record and
 // hands none of its Docs on (or hands on a Clone).
 func (d *Doc) Reset(b []byte, valid bool) {
+	if d.state == 0 && !d.wholeDone {
+		// Nothing read since the last Reset (or ever): nothing else to
+		// clear. A source's Doc of a record no operator read (a copy job)
+		// costs two stores, not a clear of the whole struct.
+		d.json, d.valid = b, valid
+		return
+	}
 	clear(d.fields)
 	fields := d.fields[:0]
 	*d = Doc{json: b, valid: valid, fields: fields}

@@ -45,8 +45,10 @@ func FuzzDocEqualsWholeDecode(f *testing.F) {
 		}
 		compiled[i] = p
 	}
-	// reused reads another record before each input (Doc.Reset).
-	var reused Doc
+	// reused reads another record before each input (Doc.Reset); unread
+	// is Reset to a valid record nobody reads, then to the input (Reset's
+	// path for an unread Doc, as a source's for a record no operator read).
+	var reused, unread Doc
 	f.Fuzz(func(t *testing.T, b []byte, order uint8) {
 		var whole any
 		if v, err := DecodeJSON(b); err == nil {
@@ -67,7 +69,9 @@ func FuzzDocEqualsWholeDecode(f *testing.F) {
 		if _, err := compiled[int(order)%len(compiled)].Eval(NewEnv(&Input{Doc: half})); err != nil && err.Error() == "" {
 			t.Fatal(err)
 		}
-		docs = append(docs, &reused, half.Clone())
+		unread.Reset([]byte(`{"amount":1,"id":2}`), true)
+		unread.Reset(b, false)
+		docs = append(docs, &reused, half.Clone(), &unread)
 		for _, doc := range docs {
 			for j := range compiled {
 				i := (j + int(order)) % len(compiled)

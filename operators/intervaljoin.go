@@ -644,7 +644,7 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	if err != nil {
 		return err
 	}
-	j.output.pin(row) // decoded once for all its pairs
+	j.output.pinChecked(row, rec.CheckedJSON()) // decoded once for all its pairs
 	sides[1-side], err = j.probe(side, row, sides[1-side], rec.Key, lo, hi, out)
 	j.output.pin(nil)
 	if err != nil {
@@ -919,12 +919,24 @@ type joinOutput struct {
 	pinned    *joinRow
 	pinnedVal any
 	pinnedOK  bool
+	// pinnedValid: the pinned row's value is known valid JSON (its
+	// record's runtime.Record.CheckedJSON), not checked again.
+	pinnedValid bool
 }
 
 // pin makes the next emits decode row (the record being processed) once,
 // however many pairs it makes; row must not change until the next pin.
 func (o *joinOutput) pin(row *joinRow) {
-	o.pinned, o.pinnedVal, o.pinnedOK = row, nil, false
+	o.pinned, o.pinnedVal, o.pinnedOK, o.pinnedValid = row, nil, false, false
+}
+
+// pinChecked is pin for the row of a record whose value is known valid
+// JSON when valid is true (runtime.Record.CheckedJSON: checked by its
+// source, the mark crossing the key_by): select reads it without checking
+// the JSON again.
+func (o *joinOutput) pinChecked(row *joinRow, valid bool) {
+	o.pin(row)
+	o.pinnedValid = valid
 }
 
 // value returns row's value as select sees it (side 0 left, 1 right):
@@ -938,7 +950,7 @@ func (o *joinOutput) value(row *joinRow, side int) any {
 		return o.sides[side].value(row.Value, row.Text)
 	}
 	if !o.pinnedOK {
-		o.pinnedVal, o.pinnedOK = o.pinnedSide.value(row.Value, row.Text), true
+		o.pinnedVal, o.pinnedOK = o.pinnedSide.checked(row.Value, row.Text, o.pinnedValid), true
 	}
 	return o.pinnedVal
 }

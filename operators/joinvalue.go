@@ -8,6 +8,7 @@ import (
 	"cel.dev/cel-go/common/types/traits"
 
 	"github.com/kstreamd/kstreamd/expression"
+	"github.com/kstreamd/kstreamd/runtime"
 )
 
 // lazyObject is a JSON object a join's select sees as left or right
@@ -125,11 +126,34 @@ type joinSide struct {
 // value returns the value of raw (text: of a text format) as select sees
 // it, what decodeValue returns or a lazyObject standing for it; valid
 // until the next call.
-func (s *joinSide) value(raw []byte, text bool) any {
+func (s *joinSide) value(raw []byte, text bool) any { return s.checked(raw, text, false) }
+
+// record returns the value of the record rec as select sees it, as value
+// does, without indexing or checking its JSON again where that was done:
+// a Doc rec was handed on with in its chain is read as it is, and a value
+// known valid JSON (runtime.Record.CheckedJSON: checked by its source,
+// the mark crossing the key_by before the join) is not checked again.
+// Valid until the next call.
+func (s *joinSide) record(rec *runtime.Record) any {
+	text := rec.Format == runtime.FormatText
+	if rec.Value == nil || text {
+		return decodeValue(rec.Value, text)
+	}
+	if v, ok := rec.Decoded(); ok {
+		if d, ok := v.(*expression.Doc); ok {
+			return s.of(d)
+		}
+	}
+	return s.checked(rec.Value, false, rec.CheckedJSON())
+}
+
+// checked is value for raw known to be valid JSON when valid is true
+// (runtime.Record.CheckedJSON): its Doc does not check it again.
+func (s *joinSide) checked(raw []byte, text, valid bool) any {
 	if raw == nil || text {
 		return decodeValue(raw, text)
 	}
-	s.doc.Reset(raw, false)
+	s.doc.Reset(raw, valid)
 	return s.of(&s.doc)
 }
 

@@ -325,6 +325,8 @@ func TestSelectJSONEqualsEncode(t *testing.T) {
 		`{"x": left.id / 0}`,
 		`{"l": left.nope}`,
 		`{"r": right == null ? {"k": null} : {"k": right}}`,
+		`{"id": left.id, "amount": left.amount, "last": right == null ? null : right.amount}`,
+		`{"l": left != null, "r": null == right, "n": right.nested == null, "x": right.id != null}`,
 		`{"id": left.id, "amount": left.amount, "l": left, "v": value}`,
 	}, lazySelects...)
 	var l, r joinSide

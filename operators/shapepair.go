@@ -426,12 +426,7 @@ func validJSON(rec *runtime.Record) bool {
 	if rec.Format != runtime.FormatJSON {
 		return false
 	}
-	v, ok := rec.Decoded()
-	if !ok {
-		return false
-	}
-	_, ok = v.(runtime.ValidJSON)
-	return ok
+	return rec.CheckedJSON() // ValidJSON, or a source's checked Doc
 }
 
 // ownItem returns the copy of a record's value (valid JSON: topLevelString

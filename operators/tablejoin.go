@@ -401,7 +401,7 @@ func (j *TableJoin) emit(rec runtime.Record, row tableValue, ok bool, out Collec
 	default:
 		right = decodeValue(row.Value, row.Text)
 	}
-	left := j.sides[0].value(rec.Value, rec.Format == runtime.FormatText)
+	left := j.sides[0].record(&rec)
 	o, err := selectJoinOutput(j.p.Select, &j.in, &j.env, j.joined, rec, left, right)
 	if err != nil {
 		return err

@@ -20,17 +20,44 @@ type ValidJSON struct{}
 // sees no decoded form, as before.
 var sentValidJSON = &decodedValue{n: -1, v: ValidJSON{}}
 
-// sendDecoded returns the decoded form a Writer sends r with: sentValidJSON
-// when r's value is marked ValidJSON, else nil (a decoded value stays
-// within its chain).
-func (r *Record) sendDecoded() *decodedValue {
+// JSONChecker is a decoded form (Record.SetDecoded) that may know its
+// bytes to be one valid JSON value: a Kafka source's shared
+// expression.Doc, or one an operator's expressions read and handed on.
+// CheckedJSON reports whether they are (checked by a source, or read whole
+// or field by field and found valid); a Record whose decoded form says so
+// counts as marked ValidJSON (Record.CheckedJSON), and a Writer sends it
+// with ValidJSON's mark.
+type JSONChecker interface {
+	CheckedJSON() bool
+}
+
+// CheckedJSON reports whether r's value is known to be one valid JSON
+// value: its decoded form is ValidJSON, or a JSONChecker whose CheckedJSON
+// is true. It allocates nothing.
+func (r *Record) CheckedJSON() bool {
 	if r.decoded == nil {
-		return nil
+		return false
 	}
-	if v, ok := r.Decoded(); ok {
-		if _, ok := v.(ValidJSON); ok {
-			return sentValidJSON
-		}
+	v, ok := r.Decoded()
+	if !ok {
+		return false
+	}
+	switch d := v.(type) {
+	case ValidJSON:
+		return true
+	case JSONChecker:
+		return d.CheckedJSON()
+	}
+	return false
+}
+
+// sendDecoded returns the decoded form a Writer sends r with: sentValidJSON
+// when r's value is known valid JSON (CheckedJSON: marked ValidJSON, or a
+// decoded form that checked it), else nil (a decoded value stays within
+// its chain).
+func (r *Record) sendDecoded() *decodedValue {
+	if r.CheckedJSON() {
+		return sentValidJSON
 	}
 	return nil
 }

@@ -83,6 +83,33 @@ func (r *decodedRecorder) ProcessRecord(_ context.Context, _ int, rec Record) er
 func (r *decodedRecorder) EndInput(context.Context) error { return nil }
 func (r *decodedRecorder) Close() error                   { return nil }
 
+// jsonChecker is a decoded form that says whether it checked its JSON.
+type jsonChecker bool
+
+func (c jsonChecker) CheckedJSON() bool { return bool(c) }
+
+// TestCheckedJSON: Record.CheckedJSON is true for ValidJSON and for a
+// JSONChecker that checked its bytes, and only while the decoded form is
+// tied to the record's bytes.
+func TestCheckedJSON(t *testing.T) {
+	for _, tc := range []struct {
+		form any
+		want bool
+	}{{nil, false}, {ValidJSON{}, true}, {jsonChecker(true), true}, {jsonChecker(false), false}, {"decoded", false}} {
+		r := Record{Value: []byte(`{"a":1}`)}
+		if tc.form != nil {
+			r.SetDecoded(tc.form)
+		}
+		if got := r.CheckedJSON(); got != tc.want {
+			t.Errorf("CheckedJSON with %#v = %v, want %v", tc.form, got, tc.want)
+		}
+		r.Value = []byte(`{"a":1}`) // equal, but other bytes
+		if r.CheckedJSON() {
+			t.Errorf("CheckedJSON with %#v true for other bytes", tc.form)
+		}
+	}
+}
+
 // TestValidJSONCrossesAChannel: a record marked ValidJSON keeps the mark
 // over a channel (batched or not): the receiving task's operator reads
 // ValidJSON for the record's bytes, and nothing for a record sent without
@@ -104,7 +131,14 @@ func TestValidJSONCrossesAChannel(t *testing.T) {
 			other := Record{Value: []byte(`{"b":2}`)}
 			other.SetDecoded("a decoded form")
 			plain := Record{Value: []byte(`{"c":3}`)}
-			for _, r := range []Record{valid, other, plain} {
+			// A decoded form that checked its JSON (a source's
+			// expression.Doc) is sent with the mark; one that did not,
+			// without.
+			checked := Record{Value: []byte(`{"d":4}`)}
+			checked.SetDecoded(jsonChecker(true))
+			unchecked := Record{Value: []byte(`{"e":5}`)}
+			unchecked.SetDecoded(jsonChecker(false))
+			for _, r := range []Record{valid, other, plain, checked, unchecked} {
 				if err := w.Emit(ctx, r); err != nil {
 					t.Fatal(err)
 				}
@@ -113,7 +147,7 @@ func TestValidJSONCrossesAChannel(t *testing.T) {
 				t.Fatal(err)
 			}
 			var sent []Record
-			for len(sent) < 3 {
+			for len(sent) < 5 {
 				el := <-ch
 				if el.Kind == KindRecords {
 					sent = append(sent, el.Batch.Records...)
@@ -136,7 +170,7 @@ func TestValidJSONCrossesAChannel(t *testing.T) {
 			if err := task.Run(ctx, nil); err != nil {
 				t.Fatal(err)
 			}
-			want := []string{`{"a":1} true`, `{"b":2} false`, `{"c":3} false`}
+			want := []string{`{"a":1} true`, `{"b":2} false`, `{"c":3} false`, `{"d":4} true`, `{"e":5} false`}
 			if !slices.Equal(op.seen, want) {
 				t.Errorf("the receiving operator saw %q, want %q", op.seen, want)
 			}

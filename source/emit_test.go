@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/connector"
+	"github.com/kstreamd/kstreamd/expression"
 	"github.com/kstreamd/kstreamd/runtime"
 )
 
@@ -148,7 +149,8 @@ func BenchmarkEmitJSON(b *testing.B) {
 }
 
 // TestEmitMarksCheckedJSON: a record whose value the source's decode
-// checked as JSON reaches the chain marked runtime.ValidJSON (the
+// checked as JSON reaches the chain marked checked (runtime.Record.CheckedJSON:
+// the source's valid expression.Doc; the
 // timestamp expression, the first to see it, reads it as such), whether
 // the source checked it itself (format json, no Decoder) or its Decoder
 // is the json format (connector.JSONFormat, a JSONChecker); a Decoder that
@@ -176,8 +178,12 @@ func TestEmitMarksCheckedJSON(t *testing.T) {
 				Name: "in", Topic: "t", Format: tc.format, Decoder: tc.dec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 				Output: runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{})),
 				Timestamp: func(rec *runtime.Record) (time.Time, error) {
-					v, ok := rec.Decoded()
-					marked, seen = ok && v == any(runtime.ValidJSON{}), true
+					marked, seen = rec.CheckedJSON(), true
+					if v, _ := rec.Decoded(); marked {
+						if _, ok := v.(*expression.Doc); !ok {
+							t.Errorf("the checked value's decoded form is %#v, want the source's expression.Doc", v)
+						}
+					}
 					return time.UnixMilli(1), nil
 				},
 			})
@@ -190,5 +196,60 @@ func TestEmitMarksCheckedJSON(t *testing.T) {
 				t.Fatalf("timestamp saw the value marked ValidJSON: %v (called %v), want %v", marked, seen, tc.want)
 			}
 		})
+	}
+}
+
+// docRecorder is a chained operator noting the decoded form of each
+// record it gets.
+type docRecorder struct{ seen []any }
+
+func (r *docRecorder) Open(context.Context) error { return nil }
+func (r *docRecorder) ProcessRecord(_ context.Context, _ int, rec runtime.Record) error {
+	v, _ := rec.Decoded()
+	r.seen = append(r.seen, v)
+	if d, ok := v.(*expression.Doc); ok {
+		d.Field("a") // what a branch's expression reads: once for every branch
+	}
+	return nil
+}
+func (r *docRecorder) EndInput(context.Context) error { return nil }
+func (r *docRecorder) Close() error                   { return nil }
+
+// TestEmitSharesOneDocAcrossAFanOut: every operator chained to the
+// source (the branches of a fan-out) gets the record with one
+// expression.Doc, the source's, valid without a check: the JSON is
+// indexed once per record however many branches read it (before, each
+// branch got the mark of checked JSON and indexed a Doc of its own). The
+// Doc is checked (CheckedJSON), so a record the source sends over a
+// channel still carries runtime.ValidJSON's mark (runtime's
+// TestValidJSONCrossesAChannel).
+func TestEmitSharesOneDocAcrossAFanOut(t *testing.T) {
+	ch := runtime.NewChannel(4)
+	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+	b1, b2 := &docRecorder{}, &docRecorder{}
+	out.AddChained(&runtime.ChainedOperator{ID: runtime.TaskID{Operator: "b1"}, Operator: b1})
+	out.AddChained(&runtime.ChainedOperator{ID: runtime.TaskID{Operator: "b2"}, Operator: b2})
+	s := New(Config{
+		Name: "in", Topic: "t", Format: FormatJSON, Decoder: connector.JSONFormat{},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Output: out,
+	})
+	s.wms = newWatermarks(WatermarkConfig{})
+	for _, v := range []string{`{"a":1}`, `{"a":2,"b":[3]}`} {
+		if err := s.emit(context.Background(), &kgo.Record{Topic: "t", Value: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+		<-ch
+	}
+	for i := range 2 {
+		d, ok := b1.seen[i].(*expression.Doc)
+		if !ok || b2.seen[i] != any(d) || !d.CheckedJSON() {
+			t.Fatalf("record %d: branches got %#v and %#v, want one checked expression.Doc", i, b1.seen[i], b2.seen[i])
+		}
+	}
+	if b1.seen[0] != b1.seen[1] {
+		t.Errorf("the source made a Doc per record (%p, %p), want its one reused Doc", b1.seen[0], b1.seen[1])
+	}
+	if got := string(b1.seen[1].(*expression.Doc).JSON()); got != `{"a":2,"b":[3]}` {
+		t.Errorf("the shared Doc reads %s, want the second record", got)
 	}
 }

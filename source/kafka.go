@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
+	"github.com/kstreamd/kstreamd/expression"
 	"github.com/kstreamd/kstreamd/internal/kafkaretry"
 	"github.com/kstreamd/kstreamd/runtime"
 )
@@ -406,10 +407,20 @@ type KafkaSource struct {
 	// chain are the operators (and sink) chained to the source, run on
 	// its goroutine (HostChain); runCtx is Run's ctx, which they get.
 	chain runtime.Chain
-	// validJSON marks the record being emitted valid JSON for the chain
-	// (runtime.ValidJSON), reused from record to record.
+	// validJSON holds the decoded form of the record being emitted whose
+	// value decode checked: doc, reused from record to record.
 	validJSON runtime.DecodedSlot
-	runCtx    context.Context
+	// doc is that record's expression.Doc, made valid (no check again):
+	// every operator chained to the source reads it (each branch of a
+	// fan-out, the timestamp expression, a key_by's key selector), so the
+	// JSON is indexed, and each field decoded, once per record however
+	// many branches read it (Flink chains a fan-out's operators to their
+	// source as well). Its values are shared read-only; a branch that
+	// changes the value gives the record new bytes, which the Doc is not
+	// tied to. A Writer sends it as runtime.ValidJSON's mark (its
+	// CheckedJSON is true).
+	doc    expression.Doc
+	runCtx context.Context
 
 	// Only the subtask goroutine touches these.
 	cl      *kgo.Client
@@ -1172,8 +1183,12 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 		rec.Change = tableChange(rec.Value)
 	}
 	if s.checkedJSON(len(rec.Value), rec.Format) {
-		// decode checked it: the operators of the chain do not again.
-		rec.SetDecodedIn(&s.validJSON, runtime.ValidJSON{})
+		// decode checked it: the operators of the chain do not again,
+		// and all read one Doc. A record emitted earlier and kept
+		// downstream no longer finds the Doc (the slot now describes
+		// this record's bytes).
+		s.doc.Reset(rec.Value, true)
+		rec.SetDecodedIn(&s.validJSON, &s.doc)
 	}
 	what := "the Kafka timestamp"
 	if s.cfg.Timestamp != nil && rec.Value != nil {
