@@ -142,6 +142,15 @@ const (
 	maxInlineDistinctBytes = 256
 )
 
+// distinctInMap reports whether RulesDistinctState may hold entries of
+// the summary's key: only a count_distinct summary that is not inline
+// writes them, and every summary starts with none (the key's last slice
+// leaving, a shape change and a rebuild clear them). Clearing a map on
+// Pebble empties the whole write cache (state's clearEntries), so the
+// rules operator clears it only when it may hold entries: not for every
+// key whose last slice leaves.
+func (w *ruleWindow) distinctInMap() bool { return w.Fn == AggCountDistinct && !w.DInline }
+
 // inlineCount returns the inline count of distinct input v (0: none).
 func (w *ruleWindow) inlineCount(v []byte) int64 {
 	i, ok := slices.BinarySearchFunc(w.DVals, v, func(d distinctVal, v []byte) int { return strings.Compare(d.V, string(v)) })
@@ -534,8 +543,10 @@ func (rw *ruleWin) flush() error {
 		rw.w.TailSlice = nil
 		rw.has = false
 		clear(rw.dcache)
-		if err := rw.distinct.Clear(); err != nil {
-			return err
+		if rw.w.distinctInMap() {
+			if err := rw.distinct.Clear(); err != nil {
+				return err
+			}
 		}
 		return rw.agg.Clear()
 	}
@@ -933,8 +944,10 @@ func (rw *ruleWin) rebuild(windowMs int64) error {
 			return err
 		}
 	}
-	if err := rw.distinct.Clear(); err != nil {
-		return err
+	if w.distinctInMap() {
+		if err := rw.distinct.Clear(); err != nil {
+			return err
+		}
 	}
 	clear(rw.dcache)
 	w.WindowMs, w.N, w.Ints, w.Floats, w.FSum, w.Distinct, w.DVals = windowMs, 0, number{}, 0, nil, 0, nil
