@@ -1356,7 +1356,7 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 	}
 	w := &rw.w
 	if !rw.has {
-		*w = ruleWindow{Shape: e.Shape, Fn: e.Fn, WindowMs: e.WindowMs}
+		*w = ruleWindow{Shape: e.Shape, Fn: e.Fn, WindowMs: e.WindowMs, DInline: e.Fn == AggCountDistinct}
 	} else if w.WindowMs != e.WindowMs {
 		if err := rw.rebuild(e.WindowMs); err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
+	"strings"
 
 	"github.com/kstreamd/kstreamd/state"
 )
@@ -52,7 +53,10 @@ var RulesAggState = state.ValueStateDescriptor[ruleWindow]{
 
 // RulesDistinctState is the rules operator's per-key counted map of a
 // count_distinct rule: an aggregate input (its JSON) to the number of the
-// window's records carrying it. Part of the checkpoint format.
+// window's records carrying it, for a key whose summary does not hold
+// them inline (ruleWindow.DInline, format version 3: a summary written
+// before, or one whose distinct inputs outgrew maxInlineDistinct). Part
+// of the checkpoint format.
 var RulesDistinctState = state.MapStateDescriptor[string, int64]{
 	Name:            "rules-distinct",
 	KeySerializer:   state.StringSerializer{},
@@ -106,6 +110,54 @@ type ruleWindow struct {
 	// the summary, not in RulesSliceState. Nil in a summary of format
 	// version 1, whose newest slice is in RulesSliceState.
 	TailSlice *ruleSlice
+
+	// DInline says the key's distinct counts (count_distinct) are DVals,
+	// in the summary (format version 3), and RulesDistinctState holds none
+	// of the key's: a copy then reads and writes one entry instead of
+	// three (Flink's small-state-in-the-accumulator), and the distinct
+	// entries no longer crowd the summaries out of the write cache. A new
+	// count_distinct summary starts inline; when its distinct inputs
+	// outgrow maxInlineDistinct values or maxInlineDistinctBytes bytes they
+	// move into RulesDistinctState, where they stay while the key has
+	// slices. A summary of format version 1 or 2 has its counts in the map.
+	DInline bool
+	// DVals are the inline distinct inputs (JSON) with counts > 0, sorted
+	// by input.
+	DVals []distinctVal
+}
+
+// distinctVal is one distinct aggregate input (its JSON) of an inline
+// count_distinct summary and the number of the window's records carrying
+// it.
+type distinctVal struct {
+	V string
+	N int64
+}
+
+// The bounds of ruleWindow.DVals: beyond either, the counts move into
+// RulesDistinctState (the summary is rewritten whole per routed copy, so
+// it stays small).
+const (
+	maxInlineDistinct      = 8
+	maxInlineDistinctBytes = 256
+)
+
+// distinctInMap reports whether RulesDistinctState may hold entries of
+// the summary's key: only a count_distinct summary that is not inline
+// writes them, and every summary starts with none (the key's last slice
+// leaving, a shape change and a rebuild clear them). Clearing a map on
+// Pebble empties the whole write cache (state's clearEntries), so the
+// rules operator clears it only when it may hold entries: not for every
+// key whose last slice leaves.
+func (w *ruleWindow) distinctInMap() bool { return w.Fn == AggCountDistinct && !w.DInline }
+
+// inlineCount returns the inline count of distinct input v (0: none).
+func (w *ruleWindow) inlineCount(v []byte) int64 {
+	i, ok := slices.BinarySearchFunc(w.DVals, v, func(d distinctVal, v []byte) int { return strings.Compare(d.V, string(v)) })
+	if !ok {
+		return 0
+	}
+	return w.DVals[i].N
 }
 
 // fsumPrec is the precision of ruleWindow.FSum: enough bits to hold the
@@ -117,10 +169,16 @@ const fsumPrec = 2200
 // byte: ruleStateV1 for both in the first sliced layout; a ruleWindow
 // holding the newest slice is written as ruleStateV2 (version 1's fields,
 // then a flag byte 1 and the slice's bytes length-prefixed), one without
-// as version 1 (the same bytes as before); both are read.
+// as version 1 (the same bytes as before); one with inline distinct
+// counts (DInline) as ruleStateV3: version 2's fields with the flag byte
+// always there (0: no newest slice), then the number of DVals (uvarint)
+// and each one's input (length-prefixed) and count (varint). All three
+// are read; a version 3 summary does not restore into a binary older than
+// it.
 const (
 	ruleStateV1 = 1
 	ruleStateV2 = 2
+	ruleStateV3 = 3
 )
 
 // ruleSliceSerializer is ruleSlice's binary serializer (name
@@ -187,9 +245,12 @@ type ruleWindowSerializer struct{}
 func (ruleWindowSerializer) Name() string { return "rules-window-v1" }
 
 func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
-	if w.TailSlice == nil {
+	switch {
+	case w.DInline:
+		dst = append(dst, ruleStateV3)
+	case w.TailSlice == nil:
 		dst = append(dst, ruleStateV1) // no newest slice: version 1's bytes
-	} else {
+	default:
 		dst = append(dst, ruleStateV2)
 	}
 	dst = appendBytes(dst, []byte(w.Shape))
@@ -217,22 +278,31 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 		}
 		dst = appendBytes(append(dst, 1), b)
 	}
-	if w.TailSlice == nil {
+	if w.TailSlice != nil {
+		b, err := ruleSliceSerializer{}.Append(nil, *w.TailSlice)
+		if err != nil {
+			return dst, err
+		}
+		dst = appendBytes(append(dst, 1), b)
+	} else if w.DInline {
+		dst = append(dst, 0)
+	}
+	if !w.DInline {
 		return dst, nil
 	}
-	b, err := ruleSliceSerializer{}.Append(nil, *w.TailSlice)
-	if err != nil {
-		return dst, err
+	dst = binary.AppendUvarint(dst, uint64(len(w.DVals)))
+	for _, d := range w.DVals {
+		dst = binary.AppendVarint(appendBytes(dst, []byte(d.V)), d.N)
 	}
-	return appendBytes(append(dst, 1), b), nil
+	return dst, nil
 }
 
 func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 	var w ruleWindow
 	r := binReader{b: b}
 	v := r.byte()
-	if v != ruleStateV1 && v != ruleStateV2 {
-		return w, fmt.Errorf("operators: rules window: format version %d, want %d or %d", v, ruleStateV1, ruleStateV2)
+	if v != ruleStateV1 && v != ruleStateV2 && v != ruleStateV3 {
+		return w, fmt.Errorf("operators: rules window: format version %d, want %d, %d or %d", v, ruleStateV1, ruleStateV2, ruleStateV3)
 	}
 	w.Shape = string(r.bytes())
 	w.Fn = AggregateFn(r.bytes())
@@ -255,7 +325,7 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 		}
 		w.FSum = f.SetPrec(fsumPrec)
 	}
-	if v == ruleStateV2 && r.byte() == 1 {
+	if v >= ruleStateV2 && r.byte() == 1 {
 		tb := r.bytes()
 		if r.err == nil {
 			ts, err := ruleSliceSerializer{}.Decode(tb)
@@ -263,6 +333,21 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 				return ruleWindow{}, fmt.Errorf("operators: rules window: newest slice: %w", err)
 			}
 			w.TailSlice = &ts
+		}
+	}
+	if v == ruleStateV3 {
+		w.DInline = true
+		n := r.uvarint()
+		if n > uint64(len(b)) {
+			return ruleWindow{}, errors.New("operators: rules window: bad distinct count")
+		}
+		if n > 0 {
+			w.DVals = make([]distinctVal, 0, n)
+		}
+		for range n {
+			d := distinctVal{V: string(r.bytes())}
+			d.N = r.varint()
+			w.DVals = append(w.DVals, d)
 		}
 	}
 	if r.err != nil {
@@ -458,10 +543,17 @@ func (rw *ruleWin) flush() error {
 		rw.w.TailSlice = nil
 		rw.has = false
 		clear(rw.dcache)
-		if err := rw.distinct.Clear(); err != nil {
-			return err
+		if rw.w.distinctInMap() {
+			if err := rw.distinct.Clear(); err != nil {
+				return err
+			}
 		}
 		return rw.agg.Clear()
+	}
+	if rw.w.DInline {
+		if err := rw.mergeInline(); err != nil {
+			return err
+		}
 	}
 	for v, n := range rw.dcache {
 		var err error
@@ -481,6 +573,44 @@ func (rw *ruleWin) flush() error {
 		return fmt.Errorf("operators: %s: window state: newest slice %d of the key missing", RulesType, rw.w.Tail)
 	}
 	return rw.agg.Update(rw.w)
+}
+
+// mergeInline moves the distinct counts read or written (dcache) into the
+// inline summary's DVals (a new slice: the one loaded may be the stored
+// value's), or, when they outgrow the inline bounds, every count into
+// RulesDistinctState (left in dcache for flush to write) and the summary
+// out of inline mode.
+func (rw *ruleWin) mergeInline() error {
+	w := &rw.w
+	if len(rw.dcache) == 0 {
+		return nil
+	}
+	vals := make([]distinctVal, 0, len(w.DVals)+len(rw.dcache))
+	size := 0
+	for _, d := range w.DVals {
+		if _, ok := rw.dcache[d.V]; !ok {
+			vals = append(vals, d)
+			size += len(d.V)
+		}
+	}
+	for v, n := range rw.dcache {
+		if n > 0 {
+			vals = append(vals, distinctVal{V: v, N: n})
+			size += len(v)
+		}
+	}
+	if len(vals) > maxInlineDistinct || size > maxInlineDistinctBytes {
+		clear(rw.dcache)
+		for _, d := range vals {
+			rw.dcache[d.V] = d.N
+		}
+		w.DInline, w.DVals = false, nil
+		return nil
+	}
+	slices.SortFunc(vals, func(a, b distinctVal) int { return strings.Compare(a.V, b.V) })
+	w.DVals = vals
+	clear(rw.dcache)
+	return nil
 }
 
 // putSlice writes slice k. Slices outside the min/max deque are cold: a
@@ -517,6 +647,11 @@ func (rw *ruleWin) clearKey() error {
 // distinctCount returns the stored count of distinct input v.
 func (rw *ruleWin) distinctCount(v []byte) (int64, error) {
 	if n, ok := rw.dcache[string(v)]; ok {
+		return n, nil
+	}
+	if rw.w.DInline {
+		n := rw.w.inlineCount(v)
+		rw.dcache[string(v)] = n
 		return n, nil
 	}
 	n, _, err := rw.distinct.Get(string(v))
@@ -809,11 +944,13 @@ func (rw *ruleWin) rebuild(windowMs int64) error {
 			return err
 		}
 	}
-	if err := rw.distinct.Clear(); err != nil {
-		return err
+	if w.distinctInMap() {
+		if err := rw.distinct.Clear(); err != nil {
+			return err
+		}
 	}
 	clear(rw.dcache)
-	w.WindowMs, w.N, w.Ints, w.Floats, w.FSum, w.Distinct = windowMs, 0, number{}, 0, nil, 0
+	w.WindowMs, w.N, w.Ints, w.Floats, w.FSum, w.Distinct, w.DVals = windowMs, 0, number{}, 0, nil, 0, nil
 	if w.Slices == 0 {
 		return nil
 	}
