@@ -665,12 +665,15 @@ func (s accumulatorsSerializer) Copy(v []aggAccumulator, known [][]aggAccumulato
 			return nil, err
 		}
 		value := a.Value
-		out[i] = copyAccumulator(a)
 		for _, k := range known {
 			if i < len(k) && sameBytes(k[i].Value, value) {
-				out[i].Value = value
+				a.Value = nil // not copied
 				break
 			}
+		}
+		out[i] = copyAccumulator(a)
+		if a.Value == nil {
+			out[i].Value = value
 		}
 	}
 	return out, nil
