@@ -197,10 +197,17 @@ type aggregator struct {
 	// validJSON marks the rows emitted as valid JSON (written here) for
 	// the operator after this one in the chain, without an allocation.
 	validJSON runtime.DecodedSlot
+	// accs is the accumulators' serializer (their names, in spec and in
+	// byte order).
+	accs accumulatorsSerializer
+	// rowLen is the length of the longest row output wrote: the room it
+	// leaves after a row for the next one.
+	rowLen int
 }
 
 func newAggregator(p AggregateParams, changelog bool) aggregator {
 	a := aggregator{specs: p.Aggregates, emit: p.Emit, ttl: p.StateTTL.Config(), changelog: changelog}
+	a.accs = accumulatorsSerializer{newWindowEntrySerializer(p.Aggregates)}
 	for i, s := range a.specs {
 		name, _ := json.Marshal(s.Name) // a string: cannot fail
 		a.names = append(a.names, name)
@@ -215,8 +222,11 @@ func newAggregator(p AggregateParams, changelog bool) aggregator {
 	return a
 }
 
-// aggregateAccumulators is the aggregate operator's ValueState: each
-// aggregate's accumulator by name, stored as JSON.
+// aggregateAccumulators is the stored form (the checkpoint format) of a
+// key's accumulators, the aggregate operator's ValueState and a window's:
+// each aggregate's accumulator by name, as JSON. In memory the operators
+// hold them as a []aggAccumulator in the order of their aggregates
+// (accumulatorsSerializer, windowEntrySerializer).
 type aggregateAccumulators map[string]aggAccumulator
 
 // aggAccumulator is the state of one aggregate of one key.
@@ -358,9 +368,14 @@ type aggInput struct {
 // inputs evaluates every aggregate's of on rec, before any state is
 // touched: a failure is a *runtime.RecordError with reason eval_error.
 func (a *aggregator) inputs(rec *runtime.Record) ([]aggInput, error) {
+	return a.inputsInto(make([]aggInput, len(a.specs)), rec)
+}
+
+// inputsInto is inputs writing into in (one per aggregate, overwritten).
+func (a *aggregator) inputsInto(in []aggInput, rec *runtime.Record) ([]aggInput, error) {
 	env := a.env.Reset(rec)
-	in := make([]aggInput, len(a.specs))
 	for i, s := range a.specs {
+		in[i] = aggInput{}
 		if s.Fn == AggCount {
 			continue
 		}
@@ -390,18 +405,27 @@ func (a *aggregator) inputs(rec *runtime.Record) ([]aggInput, error) {
 	return in, nil
 }
 
-// accumulate returns the accumulators after folding one record's inputs in
-// into cur (nil: none yet); isNew as for fold.
-func (a *aggregator) accumulate(cur aggregateAccumulators, in []aggInput, isNew []bool) aggregateAccumulators {
-	next := make(aggregateAccumulators, len(a.specs))
+// accumulate returns the accumulators (in the order of the aggregates)
+// after folding one record's inputs in into cur (nil: none yet), folding
+// in place when cur has one per aggregate; isNew as for foldOne.
+func (a *aggregator) accumulate(cur []aggAccumulator, in []aggInput, isNew []bool) []aggAccumulator {
+	next := a.rowOf(cur)
 	d := 0
-	for i, s := range a.specs {
-		acc, ok := cur[s.Name]
-		if !ok {
-			acc = aggAccumulator{Fn: s.Fn}
-		}
-		next[s.Name] = a.foldOne(i, acc, in[i], isNew, &d)
+	for i := range a.specs {
+		next[i] = a.foldOne(i, next[i], in[i], isNew, &d)
 	}
+	return next
+}
+
+// rowOf returns cur when it holds one accumulator per aggregate (to be
+// changed in place), else a new row holding cur's (nil: none; an absent
+// one, Fn "", starts from zero).
+func (a *aggregator) rowOf(cur []aggAccumulator) []aggAccumulator {
+	if len(cur) == len(a.specs) {
+		return cur
+	}
+	next := make([]aggAccumulator, len(a.specs))
+	copy(next, cur)
 	return next
 }
 
@@ -492,17 +516,27 @@ func mergeAccumulators(fn AggregateFn, x, y aggAccumulator) aggAccumulator {
 }
 
 // output renders {"key": <key as a string>, <name>: <result>, ...} in the
-// order of the aggregates.
-func (a *aggregator) output(key []byte, accs aggregateAccumulators) []byte {
-	k, _ := json.Marshal(string(key)) // a string: cannot fail
-	b := append([]byte(`{"key":`), k...)
-	return append(a.appendResults(b, accs), '}')
+// order of the aggregates, in a new buffer with room after the row for
+// another as long (emitChanges writes the row after an update there).
+func (a *aggregator) output(key []byte, accs []aggAccumulator) []byte {
+	return a.appendOutput(make([]byte, 0, 2*(a.rowLen+len(key))+32), key, accs)
+}
+
+// appendOutput appends the row of output to dst.
+func (a *aggregator) appendOutput(dst []byte, key []byte, accs []aggAccumulator) []byte {
+	start := len(dst)
+	b := appendJSONString(append(dst, `{"key":`...), key)
+	b = append(a.appendResults(b, accs), '}')
+	if n := len(b) - start - len(key); n > a.rowLen {
+		a.rowLen = n
+	}
+	return b
 }
 
 // appendResults appends `,<name>:<result>` for every aggregate, in order.
-func (a *aggregator) appendResults(b []byte, accs aggregateAccumulators) []byte {
-	for i, s := range a.specs {
-		b = a.appendResult(b, i, accs[s.Name])
+func (a *aggregator) appendResults(b []byte, accs []aggAccumulator) []byte {
+	for i := range a.specs {
+		b = a.appendResult(b, i, accAt(accs, i))
 	}
 	return b
 }
@@ -570,50 +604,111 @@ func (a *aggregator) row(rec runtime.Record, v []byte, c runtime.ChangeKind) run
 }
 
 // accDescriptor describes the accumulators' ValueState.
-func (a *aggregator) accDescriptor() state.ValueStateDescriptor[aggregateAccumulators] {
-	return state.ValueStateDescriptor[aggregateAccumulators]{
-		Name: AggregateStateName, Serializer: accumulatorsSerializer{}, TTL: a.ttl,
+func (a *aggregator) accDescriptor() state.ValueStateDescriptor[[]aggAccumulator] {
+	return state.ValueStateDescriptor[[]aggAccumulator]{
+		Name: AggregateStateName, Serializer: a.accs, TTL: a.ttl,
 	}
 }
 
-// accumulatorsSerializer is the aggregate state's serializer:
-// state.JSONSerializer (its name and bytes, so checkpoints are unchanged
-// both ways) and a state.HeapSerializer, so on Pebble with the write cache
-// (and no state_ttl) a key's accumulators stay decoded between its records
-// instead of a JSON decode and encode of every accumulator per record.
+// accumulatorsSerializer is the aggregate state's serializer: a key's
+// accumulators in the order of the aggregates in memory, written as
+// exactly the bytes state.JSONSerializer writes for their stored form
+// (aggregateAccumulators: each under its aggregate's name, names in byte
+// order) under its name, so checkpoints are unchanged both ways; decoding
+// keeps the accumulators of the operator's aggregates and drops those of
+// names it no longer has (a fold would have dropped them). It is a
+// state.HeapSerializer, so on Pebble with the write cache (and no
+// state_ttl) a key's accumulators stay decoded between its records: one
+// slice per copy instead of a JSON decode and encode, or a map, per
+// record.
 type accumulatorsSerializer struct {
-	state.JSONSerializer[aggregateAccumulators]
+	names windowEntrySerializer
 }
 
-// Copy implements state.HeapSerializer: a deep copy of v, or the error
-// Append returns for v (a double sum beyond the float64 range, which JSON
-// cannot hold).
-func (s accumulatorsSerializer) Copy(v aggregateAccumulators, _ []aggregateAccumulators) (aggregateAccumulators, error) {
-	for _, a := range v {
+// Name implements state.Serializer: "json", as state.JSONSerializer.
+func (accumulatorsSerializer) Name() string {
+	return state.JSONSerializer[aggregateAccumulators]{}.Name()
+}
+
+// Append implements state.Serializer: the bytes state.JSONSerializer
+// writes for the stored form of v (null for nil).
+func (s accumulatorsSerializer) Append(dst []byte, v []aggAccumulator) ([]byte, error) {
+	if v == nil {
+		return append(dst, "null"...), nil
+	}
+	return s.names.appendAccs(dst, v)
+}
+
+// Decode implements state.Serializer: the stored form, its accumulators
+// put in the order of the aggregates.
+func (s accumulatorsSerializer) Decode(b []byte) ([]aggAccumulator, error) {
+	m, err := state.JSONSerializer[aggregateAccumulators]{}.Decode(b)
+	if err != nil {
+		return nil, err
+	}
+	return s.names.accsOf(m), nil
+}
+
+// Copy implements state.HeapSerializer: a copy of v, or the error Append
+// returns for v (a double accumulator beyond the float64 range, which JSON
+// cannot hold). A first or last value is shared with a known value holding
+// the same bytes (the operator replaces a value, never writes into one);
+// any other is copied, as is a Big.
+func (s accumulatorsSerializer) Copy(v []aggAccumulator, known [][]aggAccumulator) ([]aggAccumulator, error) {
+	if v == nil {
+		return nil, nil
+	}
+	out := make([]aggAccumulator, len(v))
+	for i, a := range v {
 		if a.Num.IsFloat && (math.IsNaN(a.Num.Float) || math.IsInf(a.Num.Float, 0)) {
 			_, err := s.Append(nil, v)
 			return nil, err
 		}
+		value := a.Value
+		for _, k := range known {
+			if i < len(k) && sameBytes(k[i].Value, value) {
+				a.Value = nil // not copied
+				break
+			}
+		}
+		out[i] = copyAccumulator(a)
+		if a.Value == nil {
+			out[i].Value = value
+		}
 	}
-	return copyAccumulators(v), nil
+	return out, nil
 }
 
 // AppendKept implements state.HeapSerializer: Append.
-func (s accumulatorsSerializer) AppendKept(dst []byte, v aggregateAccumulators) ([]byte, error) {
+func (s accumulatorsSerializer) AppendKept(dst []byte, v []aggAccumulator) ([]byte, error) {
 	return s.Append(dst, v)
 }
 
-// View implements state.HeapSerializer: a deep copy, which the caller may
-// change.
-func (accumulatorsSerializer) View(v aggregateAccumulators) aggregateAccumulators {
-	return copyAccumulators(v)
+// View implements state.HeapSerializer: a copy of the row, which the
+// caller may change (set accumulators); it shares the first and last
+// values and count_distinct's Seen lists, which nobody writes into (the
+// operator replaces them), and copies a Big.
+func (accumulatorsSerializer) View(v []aggAccumulator) []aggAccumulator {
+	if v == nil {
+		return nil
+	}
+	out := slices.Clone(v)
+	for i := range out {
+		if out[i].Num.Big != nil {
+			out[i].Num.Big = new(big.Int).Set(out[i].Num.Big)
+		}
+	}
+	return out
 }
 
 // Size implements state.HeapSerializer: an estimate of v's bytes.
-func (accumulatorsSerializer) Size(v aggregateAccumulators) int {
+func (s accumulatorsSerializer) Size(v []aggAccumulator) int {
 	n := 64
-	for name, a := range v {
-		n += len(name) + accumulatorSize(a)
+	for i, a := range v {
+		if i < len(s.names.names) {
+			n += len(s.names.names[i])
+		}
+		n += accumulatorSize(a)
 	}
 	return n
 }
@@ -628,19 +723,6 @@ func accumulatorSize(a aggAccumulator) int {
 		n += 32 + len(a.Num.Big.Bits())*8
 	}
 	return n
-}
-
-// copyAccumulators returns a copy of v sharing no memory anyone changes
-// (nil stays nil, empty empty, as a JSON round trip keeps them).
-func copyAccumulators(v aggregateAccumulators) aggregateAccumulators {
-	if v == nil {
-		return nil
-	}
-	out := make(aggregateAccumulators, len(v))
-	for name, a := range v {
-		out[name] = copyAccumulator(a)
-	}
-	return out
 }
 
 // copyAccumulator returns a copy of a sharing no memory anyone changes: a
@@ -706,8 +788,9 @@ func (a *aggregator) putSeen() bool {
 // with reason eval_error and leaves the state untouched.
 type Aggregate struct {
 	aggregator
-	acc  state.ValueState[aggregateAccumulators]
+	acc  state.ValueState[[]aggAccumulator]
 	sets []state.MapState[string, []byte] // one per aggregator.maps
+	in   []aggInput                       // a record's inputs (scratch)
 }
 
 // NewAggregate returns the aggregate function of params p (checked by
@@ -739,7 +822,10 @@ func (f *Aggregate) Open(ctx OpenContext) error {
 
 // ProcessElement implements KeyedProcessFunction.
 func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
-	in, err := f.inputs(&rec)
+	if len(f.in) != len(f.specs) {
+		f.in = make([]aggInput, len(f.specs))
+	}
+	in, err := f.inputsInto(f.in, &rec)
 	if err != nil {
 		return err
 	}
@@ -772,6 +858,10 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 			f.rescanExtreme(j, &steps[j], keys)
 		}
 	}
+	var prev []byte
+	if found {
+		prev = f.output(rec.Key, cur) // before apply, which may fold into cur
+	}
 	next := f.apply(cur, in, steps, retract)
 	if f.deletes(found, retract, next) {
 		if err := f.acc.Clear(); err != nil {
@@ -782,7 +872,7 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 				return err
 			}
 		}
-		return f.emitChanges(rec, cur, found, retract, next, out)
+		return f.emitChanges(rec, prev, found, retract, next, out)
 	}
 	for j, st := range steps {
 		v, put, remove := f.mapWrite(j, st)
@@ -799,7 +889,7 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 	if err := f.acc.Update(next); err != nil {
 		return err
 	}
-	return f.emitChanges(rec, cur, found, retract, next, out)
+	return f.emitChanges(rec, prev, found, retract, next, out)
 }
 
 // AsyncAggregate is Aggregate through the async state API: the same state,
@@ -808,7 +898,7 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 // async_state: true.
 type AsyncAggregate struct {
 	aggregator
-	acc  state.AsyncValueState[aggregateAccumulators]
+	acc  state.AsyncValueState[[]aggAccumulator]
 	sets []state.AsyncMapState[string, []byte]
 }
 
@@ -847,7 +937,7 @@ func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, o
 	}
 	retract := rec.Change.Retracts()
 	head := outputHeadOf(rec) // what the continuations keep of rec
-	state.ThenCompose(f.acc.AsyncValue(), func(cur state.Optional[aggregateAccumulators]) (state.StateFuture[state.Void], error) {
+	state.ThenCompose(f.acc.AsyncValue(), func(cur state.Optional[[]aggAccumulator]) (state.StateFuture[state.Void], error) {
 		if retract && !cur.OK {
 			return state.CompletedVoidFuture(), nil
 		}
@@ -875,6 +965,10 @@ func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, o
 						f.rescanExtreme(j, &steps[j], keys[j])
 					}
 				}
+				var prev []byte
+				if cur.OK {
+					prev = f.output(head.key, cur.Value) // before apply, which may fold into cur.Value
+				}
 				next := f.apply(cur.Value, in, steps, retract)
 				var writes []state.StateFuture[state.Void]
 				if f.deletes(cur.OK, retract, next) {
@@ -894,7 +988,7 @@ func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, o
 					writes = append(writes, f.acc.AsyncUpdate(next))
 				}
 				return state.CombineAll(writes).ThenAccept(func([]state.Void) error {
-					return f.emitChanges(head.record(), cur.Value, cur.OK, retract, next, out)
+					return f.emitChanges(head.record(), prev, cur.OK, retract, next, out)
 				}), nil
 			}), nil
 		}), nil

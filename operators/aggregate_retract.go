@@ -62,7 +62,7 @@ func decodeCount(v []byte) int64 {
 // mapStep returns the step of maps[j] for a record (retract: a -U or -D)
 // whose value's entry was v (present: it was in the state); cur are the
 // key's accumulators before the record.
-func (a *aggregator) mapStep(j int, in []aggInput, cur aggregateAccumulators, v []byte, present, retract bool) aggMapStep {
+func (a *aggregator) mapStep(j int, in []aggInput, cur []aggAccumulator, v []byte, present, retract bool) aggMapStep {
 	i := a.maps[j]
 	st := aggMapStep{key: a.mapKey(i, in)}
 	if present {
@@ -77,7 +77,7 @@ func (a *aggregator) mapStep(j int, in []aggInput, cur aggregateAccumulators, v 
 	}
 	st.after = st.before - 1
 	if s := a.specs[i]; st.after == 0 && (s.Fn == AggMin || s.Fn == AggMax) {
-		x := cur[s.Name].Num
+		x := accAt(cur, i).Num
 		st.rescan = !x.less(in[i].num) && !in[i].num.less(x) // the extreme itself
 	}
 	return st
@@ -146,8 +146,9 @@ func (n number) neg() number {
 }
 
 // apply returns the accumulators after one record with its map steps:
-// accumulate for an insert or +U, retract for a -U or -D.
-func (a *aggregator) apply(cur aggregateAccumulators, in []aggInput, steps []aggMapStep, retract bool) aggregateAccumulators {
+// accumulate for an insert or +U, retract for a -U or -D; either may
+// change cur in place.
+func (a *aggregator) apply(cur []aggAccumulator, in []aggInput, steps []aggMapStep, retract bool) []aggAccumulator {
 	if retract {
 		return a.retract(cur, in, steps)
 	}
@@ -164,17 +165,18 @@ func (a *aggregator) apply(cur aggregateAccumulators, in []aggInput, steps []agg
 // from cur: sum and avg subtract, every aggregate's record count
 // decrements, min and max take the extreme a rescan found, count_distinct
 // drops a value whose count reached 0. first and last keep their value
-// (the planner refuses them over a changelog input).
-func (a *aggregator) retract(cur aggregateAccumulators, in []aggInput, steps []aggMapStep) aggregateAccumulators {
+// (the planner refuses them over a changelog input). It retracts in place
+// when cur has one accumulator per aggregate.
+func (a *aggregator) retract(cur []aggAccumulator, in []aggInput, steps []aggMapStep) []aggAccumulator {
 	step := make(map[int]aggMapStep, len(steps))
 	for j, i := range a.maps {
 		step[i] = steps[j]
 	}
-	next := make(aggregateAccumulators, len(a.specs))
+	next := a.rowOf(cur)
 	for i, s := range a.specs {
-		acc, ok := cur[s.Name]
-		if !ok || acc.Fn != s.Fn || acc.Records == 0 {
-			next[s.Name] = aggAccumulator{Fn: s.Fn} // nothing to retract from
+		acc := next[i]
+		if acc.Fn != s.Fn || acc.Records == 0 {
+			next[i] = aggAccumulator{Fn: s.Fn} // nothing to retract from
 			continue
 		}
 		switch s.Fn {
@@ -190,16 +192,16 @@ func (a *aggregator) retract(cur aggregateAccumulators, in []aggInput, steps []a
 			}
 		}
 		acc.Records--
-		next[s.Name] = acc
+		next[i] = acc
 	}
 	return next
 }
 
 // empty reports whether accs hold no row any more: every aggregate's
 // record count is 0 (retractions took back every record).
-func (a *aggregator) empty(accs aggregateAccumulators) bool {
-	for _, s := range a.specs {
-		if accs[s.Name].Records > 0 {
+func (a *aggregator) empty(accs []aggAccumulator) bool {
+	for i := range a.specs {
+		if accAt(accs, i).Records > 0 {
 			return false
 		}
 	}
@@ -209,23 +211,27 @@ func (a *aggregator) empty(accs aggregateAccumulators) bool {
 // deletes reports whether a record empties its key: a retraction (found:
 // the key had accumulators) after which none holds a row. The key's state
 // is then cleared and a -D emitted.
-func (a *aggregator) deletes(found, retract bool, next aggregateAccumulators) bool {
+func (a *aggregator) deletes(found, retract bool, next []aggAccumulator) bool {
 	return found && retract && a.empty(next)
 }
 
 // emitChanges emits the changelog of one record rec of a key whose
-// accumulators went from cur (found: there were some) to next: +I of a new
-// key; -D of the old row when the record deleted the key (deletes); else
-// -U of the old row then +U of the new, with emit on_change only when the
-// row changed.
-func (a *aggregator) emitChanges(rec runtime.Record, cur aggregateAccumulators, found, retract bool, next aggregateAccumulators, out Collector) error {
+// accumulators went from those of row prev (output's, with its room for
+// another row; found: there were some) to next: +I of a new key; -D of the
+// old row when the record deleted the key (deletes); else -U of the old
+// row then +U of the new, with emit on_change only when the row changed.
+func (a *aggregator) emitChanges(rec runtime.Record, prev []byte, found, retract bool, next []aggAccumulator, out Collector) error {
 	switch {
 	case !found:
 		return out.Collect(a.row(rec, a.output(rec.Key, next), runtime.ChangeInsert))
 	case a.deletes(found, retract, next):
-		return out.Collect(a.row(rec, a.output(rec.Key, cur), runtime.ChangeDelete))
+		return out.Collect(a.row(rec, prev, runtime.ChangeDelete))
 	}
-	before, after := a.output(rec.Key, cur), a.output(rec.Key, next)
+	// The new row goes in prev's spare room (a new buffer when it does not
+	// fit); the old one is capped at its length, so that nobody appending
+	// to it writes over the new one.
+	before := prev[:len(prev):len(prev)]
+	after := a.appendOutput(prev[len(prev):], rec.Key, next)
 	if a.emit == EmitOnChange && bytes.Equal(before, after) {
 		return nil
 	}

@@ -33,14 +33,14 @@ func TestAggregateRowsMarkedValidJSON(t *testing.T) {
 	a := newAggregator(AggregateParams{Aggregates: []AggregateSpec{
 		{Name: "n<&>", Fn: AggCount}, {Name: "avg", Fn: AggAvg},
 	}}, true)
-	one := aggregateAccumulators{"n<&>": {Fn: AggCount, Records: 1}, "avg": {Fn: AggAvg, Records: 3, Num: number{Int: 10}}}
-	two := aggregateAccumulators{"n<&>": {Fn: AggCount, Records: 2}, "avg": {Fn: AggAvg, Records: 0, Num: number{Int: 10}}}
+	one := []aggAccumulator{{Fn: AggCount, Records: 1}, {Fn: AggAvg, Records: 3, Num: number{Int: 10}}}
+	two := []aggAccumulator{{Fn: AggCount, Records: 2}, {Fn: AggAvg, Records: 0, Num: number{Int: 10}}}
 	rec := runtime.Record{Key: []byte("k<1>"), Value: []byte(`{}`)}
 	c := &markingCollector{}
 	if err := a.emitChanges(rec, nil, false, false, one, c); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.emitChanges(rec, one, true, false, two, c); err != nil {
+	if err := a.emitChanges(rec, a.output(rec.Key, one), true, false, two, c); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{

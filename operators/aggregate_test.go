@@ -644,14 +644,21 @@ func upserts(t *testing.T, recs []runtime.Record) []runtime.Record {
 }
 
 // TestAccumulatorsSerializer: the aggregate state's serializer keeps a
-// key's accumulators decoded on Pebble (a state.HeapSerializer) and writes
-// exactly the bytes state.JSONSerializer writes, under its name, so
-// checkpoints of main and of this code read in both; Copy and View share
-// nothing the caller changes, and Copy refuses a double JSON cannot hold
-// with the error Append gives.
+// key's accumulators decoded on Pebble (a state.HeapSerializer), in the
+// order of the aggregates, and writes exactly the bytes
+// state.JSONSerializer writes for them as an aggregateAccumulators (the
+// stored form every earlier binary wrote and reads), under its name, so
+// checkpoints of main and of this code read in both: an old state's bytes
+// decode and encode back unchanged, an accumulator of a name no longer
+// configured is dropped, an aggregate the state lacks is absent (Fn "");
+// Copy and View share nothing the caller changes, and Copy refuses a
+// double JSON cannot hold with the error Append gives.
 func TestAccumulatorsSerializer(t *testing.T) {
-	ser := (&aggregator{}).accDescriptor().Serializer
-	heap, ok := ser.(state.HeapSerializer[aggregateAccumulators])
+	a := newAggregator(AggregateParams{Aggregates: []AggregateSpec{
+		{Name: "s", Fn: AggSum}, {Name: "n", Fn: AggCount}, {Name: "f<&>", Fn: AggFirst}, {Name: "a", Fn: AggAvg}, {Name: "new", Fn: AggMax},
+	}}, false)
+	ser := a.accDescriptor().Serializer
+	heap, ok := ser.(state.HeapSerializer[[]aggAccumulator])
 	if !ok {
 		t.Fatal("the aggregate state's serializer is not a state.HeapSerializer")
 	}
@@ -659,38 +666,60 @@ func TestAccumulatorsSerializer(t *testing.T) {
 	if ser.Name() != plain.Name() {
 		t.Fatalf("name %q, want %q", ser.Name(), plain.Name())
 	}
-	v := aggregateAccumulators{
-		"s": {Fn: AggSum, Records: 2, Num: number{Big: new(big.Int).Lsh(big.NewInt(1), 70)}},
-		"f": {Fn: AggFirst, Records: 1, Value: json.RawMessage(`{"x":1}`)},
-		"a": {Fn: AggAvg, Records: 1, Num: number{Float: 2.5, IsFloat: true}},
-		"n": {Fn: AggCount, Records: 7},
+	old := aggregateAccumulators{
+		"s":    {Fn: AggSum, Records: 2, Num: number{Big: new(big.Int).Lsh(big.NewInt(1), 70)}},
+		"f<&>": {Fn: AggFirst, Records: 1, Value: json.RawMessage(`{"x":"<y>"}`)},
+		"a":    {Fn: AggAvg, Records: 1, Num: number{Float: 2.5, IsFloat: true}},
+		"n":    {Fn: AggCount, Records: 7},
 	}
-	for _, x := range []aggregateAccumulators{v, nil, {}} {
-		want, _ := plain.Append(nil, x)
-		kept, err := heap.Copy(x, nil)
+	row := []aggAccumulator{old["s"], old["n"], old["f<&>"], old["a"], {}}
+	for _, c := range []struct {
+		stored aggregateAccumulators
+		row    []aggAccumulator
+	}{{old, row}, {nil, nil}, {aggregateAccumulators{}, make([]aggAccumulator, 5)}} {
+		want, _ := plain.Append(nil, c.stored)
+		if direct, _ := ser.Append(nil, c.row); string(direct) != string(want) {
+			t.Fatalf("bytes %s, want %s", direct, want)
+		}
+		back, err := ser.Decode(want)
+		if err != nil || (back == nil) != (c.row == nil) || len(back) != len(c.row) {
+			t.Fatalf("decoded %v, %v from %s", back, err, want)
+		}
+		kept, err := heap.Copy(back, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _ := heap.AppendKept(nil, kept)
-		if direct, _ := ser.Append(nil, x); string(got) != string(want) || string(direct) != string(want) {
-			t.Fatalf("bytes %s / %s, want %s", got, direct, want)
-		}
-		back, err := ser.Decode(want)
-		if err != nil || (back == nil) != (x == nil) || len(back) != len(x) {
-			t.Fatalf("decoded %v, %v from %s", back, err, want)
+		if got, _ := heap.AppendKept(nil, kept); string(got) != string(want) {
+			t.Fatalf("round trip %s, want %s", got, want)
 		}
 	}
-	want, _ := plain.Append(nil, v)
-	kept, _ := heap.Copy(v, nil)
+	// A name no longer configured is dropped; the others keep their place.
+	gone := aggregateAccumulators{"n": {Fn: AggCount, Records: 3}, "removed": {Fn: AggCount, Records: 9}}
+	b, _ := plain.Append(nil, gone)
+	back, err := ser.Decode(b)
+	if err != nil || len(back) != 5 || back[1].Records != 3 || back[0].Fn != "" {
+		t.Fatalf("decoded %+v, %v from %s", back, err, b)
+	}
+	if got, _ := ser.Append(nil, back); string(got) != `{"n":{"fn":"count","records":3}}` {
+		t.Fatalf("re-encoded %s", got)
+	}
+
+	want, _ := plain.Append(nil, old)
+	kept, _ := heap.Copy(row, nil)
 	view := heap.View(kept)
-	view["s"].Num.Big.SetInt64(1)
-	view["n"] = aggAccumulator{Fn: AggCount, Records: 1}
-	v["f"].Value[2] = 'y'
+	view[0].Num.Big.SetInt64(1)
+	view[1] = aggAccumulator{Fn: AggCount, Records: 1}
+	row[2].Value[2] = 'y' // the caller's own value, not the kept one
 	if got, _ := heap.AppendKept(nil, kept); string(got) != string(want) {
 		t.Fatalf("kept accumulators changed through the view or the original:\n%s\nwant\n%s", got, want)
 	}
-	inf := aggregateAccumulators{"s": {Fn: AggSum, Records: 2, Num: number{Float: math.Inf(1), IsFloat: true}}}
-	_, wantErr := plain.Append(nil, inf)
+	// A known value's first/last bytes are shared, not copied again.
+	again, _ := heap.Copy(view, [][]aggAccumulator{kept})
+	if !sameBytes(again[2].Value, kept[2].Value) {
+		t.Error("Copy copied a first value it knows")
+	}
+	inf := []aggAccumulator{{Fn: AggSum, Records: 2, Num: number{Float: math.Inf(1), IsFloat: true}}}
+	_, wantErr := plain.Append(nil, aggregateAccumulators{"s": inf[0]})
 	if _, err := heap.Copy(inf, nil); err == nil || wantErr == nil || err.Error() != wantErr.Error() {
 		t.Fatalf("Copy of +Inf: %v, want Append's %v", err, wantErr)
 	}

@@ -254,28 +254,54 @@ func (s windowEntrySerializer) Append(dst []byte, v windowEntry) ([]byte, error)
 	if v.Accs == nil {
 		dst = append(dst, `,"acc":null`...)
 	} else {
-		dst = append(dst, `,"acc":{`...)
-		first := true
-		for _, i := range s.sorted {
-			if i >= len(v.Accs) || v.Accs[i].Fn == "" {
-				continue
-			}
-			b, err := json.Marshal(v.Accs[i])
-			if err != nil {
-				return dst, fmt.Errorf("state: json encode: %w", err)
-			}
-			if !first {
-				dst = append(dst, ',')
-			}
-			first = false
-			dst = append(append(append(dst, s.quoted[i]...), ':'), b...)
+		var err error
+		if dst, err = s.appendAccs(append(dst, `,"acc":`...), v.Accs); err != nil {
+			return dst, err
 		}
-		dst = append(dst, '}')
 	}
 	if v.Fired {
 		dst = append(dst, `,"fired":true`...)
 	}
 	return append(dst, '}'), nil
+}
+
+// appendAccs appends accs (in the order of the aggregates; Fn "" absent)
+// as the bytes encoding/json writes for them as an aggregateAccumulators:
+// an object of each present accumulator under its aggregate's name, names
+// in byte order.
+func (s windowEntrySerializer) appendAccs(dst []byte, accs []aggAccumulator) ([]byte, error) {
+	dst = append(dst, '{')
+	first := true
+	for _, i := range s.sorted {
+		if i >= len(accs) || accs[i].Fn == "" {
+			continue
+		}
+		b, err := json.Marshal(accs[i])
+		if err != nil {
+			return dst, fmt.Errorf("state: json encode: %w", err)
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(append(append(dst, s.quoted[i]...), ':'), b...)
+	}
+	return append(dst, '}'), nil
+}
+
+// accsOf returns the accumulators of m in the order of the aggregates,
+// dropping those of names the operator no longer has (nil stays nil).
+func (s windowEntrySerializer) accsOf(m aggregateAccumulators) []aggAccumulator {
+	if m == nil {
+		return nil
+	}
+	accs := make([]aggAccumulator, len(s.names))
+	for name, a := range m {
+		if i, ok := s.index[name]; ok {
+			accs[i] = a
+		}
+	}
+	return accs
 }
 
 // Decode implements state.Serializer: the stored form, its accumulators
@@ -285,16 +311,7 @@ func (s windowEntrySerializer) Decode(b []byte) (windowEntry, error) {
 	if err != nil {
 		return windowEntry{}, err
 	}
-	e := windowEntry{End: j.End, Fired: j.Fired}
-	if j.Acc != nil {
-		e.Accs = make([]aggAccumulator, len(s.names))
-		for name, a := range j.Acc {
-			if i, ok := s.index[name]; ok {
-				e.Accs[i] = a
-			}
-		}
-	}
-	return e, nil
+	return windowEntry{End: j.End, Fired: j.Fired, Accs: s.accsOf(j.Acc)}, nil
 }
 
 // Copy implements state.HeapSerializer: a deep copy of v, or the error

@@ -1,0 +1,75 @@
+package operators
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
+)
+
+// BenchmarkAggregateNexmarkQ17 is the aggregate of Nexmark q17
+// (configs/nexmark/q17.yaml: nine aggregates per auction and day, a row
+// emitted per bid, -U and +U) on Pebble with the write cache, over bids of
+// 2,000 auctions of one day, the output drained as a task's channel is:
+// the operator's cost per bid, without Kafka and the map after it.
+func BenchmarkAggregateNexmarkQ17(b *testing.B) {
+	compiled := func(_ *testing.B, src string) Expression {
+		e, err := CompileExpression(src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return e
+	}
+	t := b
+	p := AggregateParams{Emit: EmitEveryUpdate, Aggregates: []AggregateSpec{
+		{Name: "auction", Fn: AggFirst, Of: compiled(t, "bid.auction")},
+		{Name: "day", Fn: AggFirst, Of: compiled(t, "string(timestamp(bid.dateTime / 1000)).substring(0, 10)")},
+		{Name: "total_bids", Fn: AggCount},
+		{Name: "rank1_bids", Fn: AggSum, Of: compiled(t, "bid.price < 10000 ? 1 : 0")},
+		{Name: "rank2_bids", Fn: AggSum, Of: compiled(t, "bid.price >= 10000 && bid.price < 1000000 ? 1 : 0")},
+		{Name: "rank3_bids", Fn: AggSum, Of: compiled(t, "bid.price >= 1000000 ? 1 : 0")},
+		{Name: "min_price", Fn: AggMin, Of: compiled(t, "bid.price")},
+		{Name: "max_price", Fn: AggMax, Of: compiled(t, "bid.price")},
+		{Name: "sum_price", Fn: AggSum, Of: compiled(t, "bid.price")},
+	}}
+	rng := rand.New(rand.NewPCG(17, 1))
+	recs := make([]runtime.Record, 4096)
+	for i := range recs {
+		auction := 1000 + rng.IntN(2000)
+		v := fmt.Sprintf(`{"event_type":2,"person":null,"auction":null,"bid":{"auction":%d,"bidder":%d,"price":%d,"channel":"Google","url":"https://www.nexmark.com/abc/def/item.htm?query=1","dateTime":%d,"extra":"xyzxyzxyz"}}`,
+			auction, 2000+rng.IntN(5000), rng.IntN(2_000_000), 1_700_000_000_000+int64(i)*100)
+		recs[i] = runtime.Record{Key: fmt.Appendf(nil, "%d|2023-11-14", auction), Value: []byte(v)}
+	}
+	ch := runtime.NewChannel(1024)
+	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+	op := NewKeyedProcessOperator(OpenContext{Operator: "op", Parallelism: 1}, opener(state.KindPebble, b.TempDir()), nil, NewAggregate(p, false), out)
+	ctx := context.Background()
+	if err := op.Open(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer op.Close()
+	drain := func() {
+		for {
+			select {
+			case <-ch:
+			default:
+				return
+			}
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := op.ProcessRecord(ctx, 0, recs[i%len(recs)]); err != nil {
+			b.Fatal(err)
+		}
+		if i%256 == 255 {
+			drain()
+		}
+	}
+	b.StopTimer()
+	drain()
+}
