@@ -65,9 +65,16 @@ type direct struct {
 }
 
 // compileDirect returns the direct form of the checked AST x, or nil when
-// x holds anything the direct evaluator does not take.
-func compileDirect(a *celast.AST) *direct {
+// x holds anything the direct evaluator does not take. bound is 0 for a
+// program without cost tracking; for a cost-tracked one it is the length
+// in bytes up to which every string the program reads from the record
+// keeps its worst-case cost within the limit (Compile checked that with
+// CEL's estimate, boundedSizes): the direct form then gives up on a longer
+// string, and on a string concatenation (whose cost CEL's estimate leaves
+// out: concatCost), so that CEL's cost limit still decides those records.
+func compileDirect(a *celast.AST, bound int) *direct {
 	refs := a.ReferenceMap()
+	c := &dcompiler{refs: refs, bound: bound}
 	root := a.Expr()
 	if root.Kind() == celast.MapKind {
 		m := root.AsMap()
@@ -85,7 +92,7 @@ func compileDirect(a *celast.AST) *direct {
 			if !ok {
 				return nil
 			}
-			v := directNode(me.Value(), refs)
+			v := c.node(me.Value())
 			if v == nil {
 				return nil
 			}
@@ -108,14 +115,22 @@ func compileDirect(a *celast.AST) *direct {
 		}
 		return &direct{m: dm}
 	}
-	if n := directNode(root, refs); n != nil {
+	if n := c.node(root); n != nil {
 		return &direct{root: n}
 	}
 	return nil
 }
 
-// directNode compiles x, or returns nil.
-func directNode(x celast.Expr, refs map[int64]*celast.ReferenceInfo) dnode {
+// dcompiler compiles the nodes of one program: refs are the checker's
+// references, bound compileDirect's.
+type dcompiler struct {
+	refs  map[int64]*celast.ReferenceInfo
+	bound int
+}
+
+// node compiles x, or returns nil.
+func (dc *dcompiler) node(x celast.Expr) dnode {
+	refs := dc.refs
 	switch x.Kind() {
 	case celast.LiteralKind:
 		switch v := x.AsLiteral().(type) {
@@ -136,18 +151,21 @@ func directNode(x celast.Expr, refs map[int64]*celast.ReferenceInfo) dnode {
 		if !ok {
 			return nil
 		}
-		return &dpath{root: path[0], fields: path[1:]}
+		return &dpath{root: path[0], fields: path[1:], bound: dc.bound}
 	case celast.CallKind:
 		c := x.AsCall()
-		if c.IsMemberFunction() {
+		if r := refs[x.ID()]; r != nil && r.Value != nil {
 			return nil
 		}
-		if r := refs[x.ID()]; r != nil && r.Value != nil {
+		if n, handled := dc.stringCall(c); handled {
+			return n
+		}
+		if c.IsMemberFunction() {
 			return nil
 		}
 		args := make([]dnode, len(c.Args()))
 		for i, arg := range c.Args() {
-			if args[i] = directNode(arg, refs); args[i] == nil {
+			if args[i] = dc.node(arg); args[i] == nil {
 				return nil
 			}
 		}
@@ -171,7 +189,7 @@ func directNode(x celast.Expr, refs map[int64]*celast.ReferenceInfo) dnode {
 				operators.Greater, operators.GreaterEquals:
 				return &dcmp{op: fn, l: args[0], r: args[1]}
 			case operators.Add, operators.Subtract, operators.Multiply, operators.Divide, operators.Modulo:
-				return &darith{op: fn, l: args[0], r: args[1]}
+				return &darith{op: fn, l: args[0], r: args[1], noConcat: dc.bound > 0}
 			}
 		}
 	}
@@ -216,6 +234,7 @@ func (c dconst) eval(*activation) dval { return c.v }
 type dpath struct {
 	root   string
 	fields []string
+	bound  int // > 0: give up on a string longer than bound bytes
 }
 
 func (p *dpath) eval(a *activation) dval {
@@ -236,7 +255,11 @@ func (p *dpath) eval(a *activation) dval {
 			return dval{}
 		}
 	}
-	return scalar(v)
+	r := scalar(v)
+	if p.bound > 0 && r.k == dString && len(r.s) > p.bound {
+		return dval{}
+	}
+	return r
 }
 
 // scalar is the direct value of v, a field's value or a reserved name's
@@ -420,8 +443,9 @@ func cmpOrdered[T int64 | float64](x, y T) int {
 // darith is + - * / % of two ints (giving up on overflow and on a zero
 // divisor, where CEL fails) or + - * / of two doubles (IEEE, as CEL).
 type darith struct {
-	op   string
-	l, r dnode
+	op       string
+	l, r     dnode
+	noConcat bool // give up on string + (a cost-tracked program)
 }
 
 func (n *darith) eval(a *activation) dval {
@@ -477,7 +501,7 @@ func (n *darith) eval(a *activation) dval {
 			return dval{k: dDouble, f: x / y}
 		}
 	case dString:
-		if n.op == operators.Add {
+		if n.op == operators.Add && !n.noConcat {
 			return dval{k: dString, s: l.s + r.s}
 		}
 	}
