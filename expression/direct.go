@@ -151,7 +151,9 @@ func (dc *dcompiler) node(x celast.Expr) dnode {
 		if !ok {
 			return nil
 		}
-		return &dpath{root: path[0], fields: path[1:], bound: dc.bound}
+		r := path[0]
+		reserved := r == nameValue || r == nameKey || r == nameTimestamp || r == nameHeaders || r == nameTopic
+		return &dpath{root: r, fields: path[1:], bound: dc.bound, field: !reserved}
 	case celast.CallKind:
 		c := x.AsCall()
 		if r := refs[x.ID()]; r != nil && r.Value != nil {
@@ -231,17 +233,32 @@ func (c dconst) eval(*activation) dval { return c.v }
 
 // dpath reads an identifier and selects fields of it, as CEL's attribute
 // does, for a scalar result.
+// A scalar field of a Doc or of one of its objects is read from its JSON
+// as a dval (Doc.scalarField), not as the boxed CEL value a field read
+// makes.
 type dpath struct {
 	root   string
 	fields []string
-	bound  int // > 0: give up on a string longer than bound bytes
+	bound  int  // > 0: give up on a string longer than bound bytes
+	field  bool // root is a field of the record, not a reserved name
 }
 
 func (p *dpath) eval(a *activation) dval {
+	if len(p.fields) == 0 && p.field && a.pending {
+		if r, found, ok := a.doc.scalarField(p.root); ok {
+			if !found {
+				return dval{} // CEL's missing-field error
+			}
+			return p.bounded(r)
+		}
+	}
 	v, _ := a.ResolveName(p.root)
-	for _, f := range p.fields {
+	for i, f := range p.fields {
 		switch o := v.(type) {
 		case *docObject:
+			if i == len(p.fields)-1 {
+				return p.bounded(o.scalarField(f))
+			}
 			var found bool
 			if v, found = o.FindStringKey(f); !found {
 				return dval{}
@@ -255,11 +272,96 @@ func (p *dpath) eval(a *activation) dval {
 			return dval{}
 		}
 	}
-	r := scalar(v)
+	return p.bounded(scalar(v))
+}
+
+// bounded is r, or a failed dval for a string longer than p.bound.
+func (p *dpath) bounded(r dval) dval {
 	if p.bound > 0 && r.k == dString && len(r.s) > p.bound {
 		return dval{}
 	}
 	return r
+}
+
+// scalarField is Doc.field for the direct evaluator: the field's value as
+// a dval (failed when it is an object or an array), read from the JSON
+// without boxing it when it was not decoded yet (and then not kept);
+// found and ok as Doc.field's (ok false also when the field's JSON does
+// not decode: the caller reads it through Doc.field, which knows what to
+// do then).
+func (d *Doc) scalarField(name string) (v dval, found, ok bool) {
+	if d.state == 0 {
+		d.index()
+	}
+	if d.state < 0 {
+		return dval{}, false, false
+	}
+	for i := len(d.fields) - 1; i >= 0; i-- {
+		f := &d.fields[i]
+		if f.name != name {
+			continue
+		}
+		if f.done {
+			return scalar(f.value), true, true
+		}
+		v, ok := rawScalar(d.str[f.from:f.to])
+		return v, ok, ok
+	}
+	return dval{}, false, true
+}
+
+// scalarField is FindStringKey for the direct evaluator: the field's
+// value as a dval, failed when the object lacks it, when it is an object
+// or an array, or when it does not decode (where FindStringKey gives CEL
+// an error value).
+func (o *docObject) scalarField(name string) dval {
+	if !o.indexed {
+		o.index()
+	}
+	if o.err != nil {
+		return dval{}
+	}
+	for i := len(o.fields) - 1; i >= 0; i-- {
+		f := &o.fields[i]
+		if f.name != name {
+			continue
+		}
+		if f.done {
+			return scalar(f.value)
+		}
+		v, _ := rawScalar(o.str[f.from:f.to])
+		return v
+	}
+	return dval{}
+}
+
+// rawScalar is lazyValue's value of the JSON value raw as a dval: ok
+// false when lazyValue fails on raw, a failed dval (ok true) when raw is
+// an object or an array.
+func rawScalar(raw string) (dval, bool) {
+	switch raw[0] {
+	case '{', '[':
+		return dval{}, true
+	case '"':
+		s, err := jsonString(raw)
+		return dval{k: dString, s: s}, err == nil
+	case 't':
+		return dval{k: dBool, b: true}, true
+	case 'f':
+		return dval{k: dBool}, true
+	case 'n':
+		return dval{k: dNull}, true
+	}
+	if n, ok := plainInt(raw); ok {
+		return dval{k: dInt, i: n}, true
+	}
+	switch n, _ := number(raw); n := n.(type) {
+	case int64:
+		return dval{k: dInt, i: n}, true
+	case float64:
+		return dval{k: dDouble, f: n}, true
+	}
+	return dval{}, false
 }
 
 // scalar is the direct value of v, a field's value or a reserved name's
