@@ -190,6 +190,76 @@ func BenchmarkNexmarkQ1(b *testing.B) {
 	}
 }
 
+// benchNexmarkChain evaluates, per iteration on one bid over a shared Doc
+// as a chain does: the source's timestamp, the filter on event_type, the
+// query's own filter (when not ""), and its map encoded (EvalJSON).
+func benchNexmarkChain(b *testing.B, filterSrc, mapSrc string) {
+	ts := mustCompile(b, `event_type == 0 ? person.dateTime : event_type == 1 ? auction.dateTime : bid.dateTime`)
+	isBid := mustCompile(b, `event_type == 2`)
+	var filter *Program
+	if filterSrc != "" {
+		filter = mustCompile(b, filterSrc)
+	}
+	proj := mustCompile(b, mapSrc)
+	var doc Doc
+	var env Env
+	var buf []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		doc.Reset(nexmarkBid, true)
+		env.Reset(&Input{Doc: &doc})
+		if _, err := ts.Eval(&env); err != nil {
+			b.Fatal(err)
+		}
+		for _, f := range []*Program{isBid, filter} {
+			if f == nil {
+				continue
+			}
+			env.Reset(&Input{Doc: &doc})
+			if ok, err := f.EvalBool(&env); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+		}
+		env.Reset(&Input{Doc: &doc})
+		var err error
+		if buf, _, _, err = proj.EvalJSON(buf[:0], &env); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkNexmarkQ14 is configs/nexmark/q14.yaml's expressions on one bid.
+func BenchmarkNexmarkQ14(b *testing.B) {
+	benchNexmarkChain(b, `bid.price * 908 > 1000000 && bid.price * 908 < 50000000000`,
+		`{"auction": bid.auction, "bidder": bid.bidder, "price": double(bid.price * 908) / 1000.0,
+		"bidTimeType": bid.dateTime / 3600000 % 24 >= 8 && bid.dateTime / 3600000 % 24 <= 18 ? 'dayTime'
+		: bid.dateTime / 3600000 % 24 <= 6 || bid.dateTime / 3600000 % 24 >= 20 ? 'nightTime' : 'otherTime',
+		"dateTime": bid.dateTime, "extra": bid.extra,
+		"c_counts": size(bid.extra) - size(bid.extra.replace('c', ''))}`)
+}
+
+// BenchmarkNexmarkQ21 is configs/nexmark/q21.yaml's expressions on one bid.
+func BenchmarkNexmarkQ21(b *testing.B) {
+	benchNexmarkChain(b, `bid.url.startsWith('channel_id=') || bid.url.contains('&channel_id=')
+		|| bid.channel.lowerAscii() in ['apple', 'google', 'facebook', 'baidu']`,
+		`{"auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "channel": bid.channel,
+		"channel_id": bid.channel.lowerAscii() == 'apple' ? '0'
+		: bid.channel.lowerAscii() == 'google' ? '1'
+		: bid.channel.lowerAscii() == 'facebook' ? '2'
+		: bid.channel.lowerAscii() == 'baidu' ? '3'
+		: bid.url.startsWith('channel_id=') ? bid.url.substring(11).split('&')[0]
+		: bid.url.contains('&channel_id=') ? dyn(bid.url.split('&channel_id=')[1].split('&')[0])
+		: null}`)
+}
+
+// BenchmarkNexmarkQ22 is configs/nexmark/q22.yaml's expressions on one bid.
+func BenchmarkNexmarkQ22(b *testing.B) {
+	benchNexmarkChain(b, "", `{"auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "channel": bid.channel,
+		"dir1": size(bid.url.split('/')) > 3 ? dyn(bid.url.split('/')[3]) : null,
+		"dir2": size(bid.url.split('/')) > 4 ? dyn(bid.url.split('/')[4]) : null,
+		"dir3": size(bid.url.split('/')) > 5 ? dyn(bid.url.split('/')[5]) : null}`)
+}
+
 // BenchmarkFilterMap evaluates the filter-map bench scenario's two
 // expressions on one record over a shared Doc, the map's result encoded (EvalJSON, as map does).
 func BenchmarkFilterMap(b *testing.B) {

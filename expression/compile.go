@@ -218,7 +218,11 @@ func Compile(src string, opts ...Option) (*Program, error) {
 	}
 	var d *direct
 	if len(popts) == 0 {
-		d = compileDirect(checked.NativeRep())
+		d = compileDirect(checked.NativeRep(), 0)
+	} else if b, err := env.EstimateCost(checked, boundedSizes{directStringBound}); err == nil && b.Max <= lim.MaxCost {
+		// Cost-tracked, but within the limit whenever the record's
+		// strings are short: direct on such records (compileDirect).
+		d = compileDirect(checked.NativeRep(), directStringBound)
 	}
 	return &Program{
 		direct:   d,
@@ -410,6 +414,27 @@ type unknownSizes struct{}
 func (unknownSizes) EstimateSize(cost.AstNode) *cost.SizeEstimate { return nil }
 
 func (unknownSizes) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNode) *cost.CallEstimate {
+	return nil
+}
+
+// directStringBound is the length in bytes up to which the direct form of
+// a cost-tracked program reads the record's strings (compileDirect).
+const directStringBound = 4096
+
+// boundedSizes is unknownSizes with every value read from the record (a
+// variable or a path of fields from one: the nodes CEL gives a Path) at
+// most n long: CEL's estimate then
+// bounds the cost of an evaluation on records whose values are that short.
+type boundedSizes struct{ n uint64 }
+
+func (b boundedSizes) EstimateSize(e cost.AstNode) *cost.SizeEstimate {
+	if len(e.Path()) > 0 {
+		return &cost.SizeEstimate{Min: 0, Max: b.n}
+	}
+	return nil
+}
+
+func (boundedSizes) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNode) *cost.CallEstimate {
 	return nil
 }
 

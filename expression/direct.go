@@ -65,9 +65,16 @@ type direct struct {
 }
 
 // compileDirect returns the direct form of the checked AST x, or nil when
-// x holds anything the direct evaluator does not take.
-func compileDirect(a *celast.AST) *direct {
+// x holds anything the direct evaluator does not take. bound is 0 for a
+// program without cost tracking; for a cost-tracked one it is the length
+// in bytes up to which every string the program reads from the record
+// keeps its worst-case cost within the limit (Compile checked that with
+// CEL's estimate, boundedSizes): the direct form then gives up on a longer
+// string, and on a string concatenation (whose cost CEL's estimate leaves
+// out: concatCost), so that CEL's cost limit still decides those records.
+func compileDirect(a *celast.AST, bound int) *direct {
 	refs := a.ReferenceMap()
+	c := &dcompiler{refs: refs, bound: bound}
 	root := a.Expr()
 	if root.Kind() == celast.MapKind {
 		m := root.AsMap()
@@ -85,7 +92,7 @@ func compileDirect(a *celast.AST) *direct {
 			if !ok {
 				return nil
 			}
-			v := directNode(me.Value(), refs)
+			v := c.node(me.Value())
 			if v == nil {
 				return nil
 			}
@@ -108,14 +115,22 @@ func compileDirect(a *celast.AST) *direct {
 		}
 		return &direct{m: dm}
 	}
-	if n := directNode(root, refs); n != nil {
+	if n := c.node(root); n != nil {
 		return &direct{root: n}
 	}
 	return nil
 }
 
-// directNode compiles x, or returns nil.
-func directNode(x celast.Expr, refs map[int64]*celast.ReferenceInfo) dnode {
+// dcompiler compiles the nodes of one program: refs are the checker's
+// references, bound compileDirect's.
+type dcompiler struct {
+	refs  map[int64]*celast.ReferenceInfo
+	bound int
+}
+
+// node compiles x, or returns nil.
+func (dc *dcompiler) node(x celast.Expr) dnode {
+	refs := dc.refs
 	switch x.Kind() {
 	case celast.LiteralKind:
 		switch v := x.AsLiteral().(type) {
@@ -136,18 +151,23 @@ func directNode(x celast.Expr, refs map[int64]*celast.ReferenceInfo) dnode {
 		if !ok {
 			return nil
 		}
-		return &dpath{root: path[0], fields: path[1:]}
+		r := path[0]
+		reserved := r == nameValue || r == nameKey || r == nameTimestamp || r == nameHeaders || r == nameTopic
+		return &dpath{root: r, fields: path[1:], bound: dc.bound, field: !reserved}
 	case celast.CallKind:
 		c := x.AsCall()
-		if c.IsMemberFunction() {
+		if r := refs[x.ID()]; r != nil && r.Value != nil {
 			return nil
 		}
-		if r := refs[x.ID()]; r != nil && r.Value != nil {
+		if n, handled := dc.stringCall(c); handled {
+			return n
+		}
+		if c.IsMemberFunction() {
 			return nil
 		}
 		args := make([]dnode, len(c.Args()))
 		for i, arg := range c.Args() {
-			if args[i] = directNode(arg, refs); args[i] == nil {
+			if args[i] = dc.node(arg); args[i] == nil {
 				return nil
 			}
 		}
@@ -176,7 +196,7 @@ func directNode(x celast.Expr, refs map[int64]*celast.ReferenceInfo) dnode {
 				operators.Greater, operators.GreaterEquals:
 				return &dcmp{op: fn, l: args[0], r: args[1]}
 			case operators.Add, operators.Subtract, operators.Multiply, operators.Divide, operators.Modulo:
-				return &darith{op: fn, l: args[0], r: args[1]}
+				return &darith{op: fn, l: args[0], r: args[1], noConcat: dc.bound > 0}
 			}
 		}
 	}
@@ -218,17 +238,133 @@ func (c dconst) eval(*activation) dval { return c.v }
 
 // dpath reads an identifier and selects fields of it, as CEL's attribute
 // does, for a scalar result.
+// A scalar field of a Doc or of one of its objects is read from its JSON
+// as a dval (Doc.scalarField), not as the boxed CEL value a field read
+// makes.
 type dpath struct {
 	root   string
 	fields []string
+	bound  int  // > 0: give up on a string longer than bound bytes
+	field  bool // root is a field of the record, not a reserved name
 }
 
 func (p *dpath) eval(a *activation) dval {
-	v, ok := p.raw(a)
-	if !ok {
+	if len(p.fields) == 0 && p.field && a.pending {
+		if r, found, ok := a.doc.scalarField(p.root); ok {
+			if !found {
+				return dval{} // CEL's missing-field error
+			}
+			return p.bounded(r)
+		}
+	}
+	v, _ := a.ResolveName(p.root)
+	for i, f := range p.fields {
+		var found bool
+		switch o := v.(type) {
+		case *docObject:
+			if i == len(p.fields)-1 {
+				return p.bounded(o.scalarField(f))
+			}
+			v, found = o.FindStringKey(f)
+		case map[string]any:
+			v, found = o[f]
+		case fieldFinder:
+			v, found = o.FindStringKey(f)
+		}
+		if !found {
+			return dval{}
+		}
+	}
+	return p.bounded(scalar(v))
+}
+
+// bounded is r, or a failed dval for a string longer than p.bound.
+func (p *dpath) bounded(r dval) dval {
+	if p.bound > 0 && r.k == dString && len(r.s) > p.bound {
 		return dval{}
 	}
-	return scalar(v)
+	return r
+}
+
+// scalarField is Doc.field for the direct evaluator: the field's value as
+// a dval (failed when it is an object or an array), read from the JSON
+// without boxing it when it was not decoded yet (and then not kept);
+// found and ok as Doc.field's (ok false also when the field's JSON does
+// not decode: the caller reads it through Doc.field, which knows what to
+// do then).
+func (d *Doc) scalarField(name string) (v dval, found, ok bool) {
+	if d.state == 0 {
+		d.index()
+	}
+	if d.state < 0 {
+		return dval{}, false, false
+	}
+	for i := len(d.fields) - 1; i >= 0; i-- {
+		f := &d.fields[i]
+		if f.name != name {
+			continue
+		}
+		if f.done {
+			return scalar(f.value), true, true
+		}
+		v, ok := rawScalar(d.str[f.from:f.to])
+		return v, ok, ok
+	}
+	return dval{}, false, true
+}
+
+// scalarField is FindStringKey for the direct evaluator: the field's
+// value as a dval, failed when the object lacks it, when it is an object
+// or an array, or when it does not decode (where FindStringKey gives CEL
+// an error value).
+func (o *docObject) scalarField(name string) dval {
+	if !o.indexed {
+		o.index()
+	}
+	if o.err != nil {
+		return dval{}
+	}
+	for i := len(o.fields) - 1; i >= 0; i-- {
+		f := &o.fields[i]
+		if f.name != name {
+			continue
+		}
+		if f.done {
+			return scalar(f.value)
+		}
+		v, _ := rawScalar(o.str[f.from:f.to])
+		return v
+	}
+	return dval{}
+}
+
+// rawScalar is lazyValue's value of the JSON value raw as a dval: ok
+// false when lazyValue fails on raw, a failed dval (ok true) when raw is
+// an object or an array.
+func rawScalar(raw string) (dval, bool) {
+	switch raw[0] {
+	case '{', '[':
+		return dval{}, true
+	case '"':
+		s, err := jsonString(raw)
+		return dval{k: dString, s: s}, err == nil
+	case 't':
+		return dval{k: dBool, b: true}, true
+	case 'f':
+		return dval{k: dBool}, true
+	case 'n':
+		return dval{k: dNull}, true
+	}
+	if n, ok := plainInt(raw); ok {
+		return dval{k: dInt, i: n}, true
+	}
+	switch n, _ := number(raw); n := n.(type) {
+	case int64:
+		return dval{k: dInt, i: n}, true
+	case float64:
+		return dval{k: dDouble, f: n}, true
+	}
+	return dval{}, false
 }
 
 // fieldFinder is an object value whose field reads give what its decoded
@@ -481,8 +617,9 @@ func cmpOrdered[T int64 | float64](x, y T) int {
 // darith is + - * / % of two ints (giving up on overflow and on a zero
 // divisor, where CEL fails) or + - * / of two doubles (IEEE, as CEL).
 type darith struct {
-	op   string
-	l, r dnode
+	op       string
+	l, r     dnode
+	noConcat bool // give up on string + (a cost-tracked program)
 }
 
 func (n *darith) eval(a *activation) dval {
@@ -538,7 +675,7 @@ func (n *darith) eval(a *activation) dval {
 			return dval{k: dDouble, f: x / y}
 		}
 	case dString:
-		if n.op == operators.Add {
+		if n.op == operators.Add && !n.noConcat {
 			return dval{k: dString, s: l.s + r.s}
 		}
 	}

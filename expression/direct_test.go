@@ -29,6 +29,18 @@ var directPrograms = []string{
 	`bid == null`, `bid != null`, `null == person`, `person == null ? 0 : person.dateTime`, `{"p": bid != null ? bid.price : null}`,
 	`bid.missing == null`, `amount == null`, `n != null`, `value == null`, `value.bid == null`,
 	`amount`, `amount < 500.0`, `amount == 317.0`, `bid.missing == 1`, `value.amount < 500`, `headers.h == "v"`,
+	// String functions (directstr.go): Nexmark q14, q21, q22 and their corners.
+	`bid.url.startsWith('channel_id=') || bid.url.contains('&channel_id=') || bid.channel.lowerAscii() in ['apple', 'google', 'facebook', 'baidu']`,
+	`{"auction": bid.auction, "channel": bid.channel, "channel_id": bid.channel.lowerAscii() == 'apple' ? '0' : bid.channel.lowerAscii() == 'baidu' ? '3' : bid.url.startsWith('channel_id=') ? bid.url.substring(11).split('&')[0] : bid.url.contains('&channel_id=') ? dyn(bid.url.split('&channel_id=')[1].split('&')[0]) : null}`,
+	`{"dir1": size(bid.url.split('/')) > 3 ? dyn(bid.url.split('/')[3]) : null, "dir3": size(bid.url.split('/')) > 5 ? dyn(bid.url.split('/')[5]) : null}`,
+	`{"price": double(bid.price * 908) / 1000.0, "c_counts": size(bid.extra) - size(bid.extra.replace('c', ''))}`,
+	`note.startsWith("a")`, `note.endsWith("x")`, `note.contains("")`, `note.contains(url)`, `note.lowerAscii()`, `url.lowerAscii() == "ab"`,
+	`note.substring(2)`, `note.substring(0)`, `note.substring(-1)`, `note.substring(16)`, `note.substring(amount)`, `url.substring(3)`,
+	`note.replace("x", "yy")`, `note.replace("", "-")`, `url.replace("/", note)`, `size(note)`, `note.size()`, `size(url)`, `size(bid)`,
+	`url.split("/")[1]`, `url.split("/")[0]`, `url.split("/")[-1]`, `url.split("/")[9]`, `url.split("")[0]`, `url.split(note)[0]`,
+	`url.split("/")[amount]`, `url.split("/")[dyn(1.0)]`, `size(url.split("/"))`, `size(url.split(""))`, `size(note.split("x")) == 17`,
+	`note in ["a", "xxxxxxxxxxxxxxxx"]`, `amount in ["a"]`, `url in []`, `dyn(note)`, `dyn(amount) + 1`, `note + url`,
+	`{"a": url.split("/")[2], "b": url.substring(1).lowerAscii(), "c": note.contains("x") ? size(note) : -1}`,
 }
 
 // FuzzDirectEqualsCEL checks that the direct evaluator gives exactly what
@@ -45,6 +57,12 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 		`{"amount":1e300,"bid":{"price":9223372036854775807,"dateTime":"x"}}`, `{"amount":"12","d":1,"flag":1}`,
 		`{"amount":{"a":1},"id":[1],"note":true}`, `[1]`, `"s"`, `{"bid":{"price":1e400}}`, `{"amount":3,"amount":4}`,
 		`{"bid":{"price":2.5,"auction":-7}, "amount": 9223372036854775807}`, `{"d": 1e-320, "amount": 0}`, `not json`,
+		`{"event_type":2,"bid":{"auction":1,"price":5000,"channel":"Apple","url":"https://www.nexmark.com/abc/def/ghi/item.htm?query=1&channel_id=1234","extra":"ccaxc"}}`,
+		`{"event_type":2,"bid":{"auction":2,"price":99,"channel":"channel-7","url":"channel_id=77&x=1","extra":""}}`,
+		`{"bid":{"channel":"BAIDU","url":"a&channel_id=&channel_id=5","extra":"\u00e9c"},"url":"/A/b\u00e9/c","note":"\u00e9t\u00e9x/y","amount":2}`,
+		`{"bid":{"channel":"\u00c0pple","url":"channel_id","extra":"c"},"url":"Ab","note":"x","amount":-3}`,
+		"{\"url\":\"a/\xff/b\",\"note\":\"\xffAB\",\"amount\":1,\"bid\":{\"channel\":\"G\xffOOGLE\",\"url\":\"/\xff/\",\"extra\":\"c\xff\"}}",
+		`{"url":"` + strings.Repeat("a/", 2100) + `","note":"` + strings.Repeat("x", 5000) + `","amount":4}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -56,8 +74,10 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 		g.direct = nil
 		general[i] = &g
 	}
-	if fast[0].direct == nil || fast[len(directPrograms)-20].direct == nil {
-		f.Fatal("no direct form compiled")
+	for _, i := range []int{0, 43, 57, 58, 59, 60} { // amount < 500, Nexmark q0, q21 (2), q22, q14
+		if fast[i].direct == nil {
+			f.Fatalf("%s: no direct form compiled", directPrograms[i])
+		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		valid := gjson.ValidBytes(b)
@@ -100,7 +120,8 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 }
 
 // TestDirectForms checks which expressions take the direct evaluator: the
-// filter-map scenario's and Nexmark q0-q2's, and not those it cannot
+// filter-map scenario's, Nexmark q0-q2's and the string functions of
+// q14, q21 and q22 (cost-tracked programs), and not those it cannot
 // evaluate (a function call, a presence test, a cost-tracked program).
 func TestDirectForms(t *testing.T) {
 	for src, want := range map[string]bool{
@@ -108,7 +129,11 @@ func TestDirectForms(t *testing.T) {
 		`{"id": id, "key": key, "amount": amount}`: true,
 		`{"auction": bid.auction, "bidder": bid.bidder, "price": double(bid.price * 908) / 1000.0, "dateTime": bid.dateTime, "extra": bid.extra}`: true,
 		`event_type == 0 ? person.dateTime : event_type == 1 ? auction.dateTime : bid.dateTime`:                                                   true,
-		`size(note) > 3`: false, `has(bid.price)`: false, `{"a": 1, "a": 2}`: false, `{"a": note.split("/")}`: false,
+		`size(note) > 3`: true, `has(bid.price)`: false, `{"a": 1, "a": 2}`: false, `{"a": note.split("/")}`: false,
+		`bid.url.startsWith('channel_id=') || bid.channel.lowerAscii() in ['apple', 'google']`: true,
+		`{"dir1": size(bid.url.split('/')) > 3 ? dyn(bid.url.split('/')[3]) : null}`:           true,
+		`note.split("/")`: false, `note.split("/", 2)[0]`: false, `note.upperAscii()`: false, `note in tags`: false,
+		`note in ["a", 1]`: false, `note.matches("a+")`: false, `[note][0]`: false,
 		`{?"a": optional.none()}`: false, `bid.?price`: false, `[amount]`: false, `{1: amount}`: false,
 	} {
 		p := mustCompile(t, src)
@@ -145,4 +170,26 @@ func FuzzObjectOfSafeNumbers(f *testing.F) {
 			t.Fatalf("objectOfSafeNumbers(%q) = %v, byte by byte %v", b, got, want)
 		}
 	})
+}
+
+// TestDirectStringBound checks that the direct form of a cost-tracked
+// program gives up on a string longer than directStringBound, where CEL's
+// cost limit decides: an error on a long string, the value on a short one.
+func TestDirectStringBound(t *testing.T) {
+	p, err := Compile(`note.contains("a")`, WithLimits(Limits{MaxCost: 1000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.tracked || p.direct == nil {
+		t.Fatalf("tracked %v, direct %v: want a cost-tracked program with a direct form", p.tracked, p.direct != nil)
+	}
+	short := []byte(`{"note":"xxa"}`)
+	if v, err := p.Eval(NewEnv(&Input{Doc: NewValidDoc(short)})); v != true || err != nil {
+		t.Fatalf("short note: %v, %v; want true", v, err)
+	}
+	long := []byte(`{"note":"` + strings.Repeat("x", 100000) + `a"}`)
+	v, err := p.Eval(NewEnv(&Input{Doc: NewValidDoc(long)}))
+	if err == nil || !strings.Contains(err.Error(), "cost") {
+		t.Fatalf("long note: %v, %v; want CEL's cost limit error", v, err)
+	}
 }

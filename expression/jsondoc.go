@@ -310,8 +310,18 @@ func skipSpace(s string, i int) int {
 }
 
 // skipString returns the index just past the JSON string literal at s[i]
-// ('"'), or -1 when it does not end.
+// ('"'), or -1 when it does not end. A string without a backslash before
+// its closing quote (most keys and values) is found with IndexByte; the
+// rest byte by byte (skipStringBytewise).
 func skipString(s string, i int) int {
+	if j := strings.IndexByte(s[i+1:], '"'); j >= 0 && strings.IndexByte(s[i+1:i+1+j], '\\') < 0 {
+		return i + j + 2
+	}
+	return skipStringBytewise(s, i)
+}
+
+// skipStringBytewise is skipString read byte by byte.
+func skipStringBytewise(s string, i int) int {
 	for i++; i < len(s); i++ {
 		switch s[i] {
 		case '\\':

@@ -157,13 +157,26 @@ func TestNestedFieldReadsOnlyThatField(t *testing.T) {
 	if o.wholeDone {
 		t.Error("bid.price decoded the whole bid object")
 	}
-	var done []string
-	for _, f := range o.fields {
-		if f.done {
-			done = append(done, f.name)
+	decoded := func() []string {
+		var done []string
+		for _, f := range o.fields {
+			if f.done {
+				done = append(done, f.name)
+			}
 		}
+		return done
 	}
-	if !reflect.DeepEqual(done, []string{"price"}) {
+	// The direct evaluator reads price from the JSON as it is, keeping
+	// nothing decoded (Doc.scalarField); CEL's interpreter decodes it.
+	if done := decoded(); len(done) != 0 {
+		t.Errorf("decoded fields of bid after the direct evaluator: %v, want none", done)
+	}
+	general := *mustCompile(t, `bid.price * 908`)
+	general.direct = nil
+	if v, err := general.Eval(NewEnv(&Input{Doc: doc})); err != nil || v != int64(47*908) {
+		t.Fatalf("bid.price * 908 through CEL = %#v, %v; want %d", v, err, 47*908)
+	}
+	if done := decoded(); !reflect.DeepEqual(done, []string{"price"}) {
 		t.Errorf("decoded fields of bid: %v, want [price] (the last one)", done)
 	}
 	if v, err := mustCompile(t, `size(bid) == 3 && bid == {"auction": 1, "price": 47, "extra": "x"}`).Eval(NewEnv(&Input{Doc: doc})); err != nil || v != true {

@@ -87,3 +87,21 @@ func TestFieldwiseDecodesOnlyWhatIsRead(t *testing.T) {
 		t.Errorf("after value: Decoded() = %#v, %v; want the whole value", v, decoded)
 	}
 }
+
+// FuzzSkipString checks skipString's IndexByte path against the byte by
+// byte reading on every '"' of the input.
+func FuzzSkipString(f *testing.F) {
+	for _, s := range []string{`"abc"x`, `"a\"b"`, `"a\\"b"`, `"abc`, `"a\`, `"\\\\"`, `""`, `"`, `"x\"`, `"é\u00e9"":`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for i := 0; i < len(s); i++ {
+			if s[i] != '"' {
+				continue
+			}
+			if got, want := skipString(s, i), skipStringBytewise(s, i); got != want {
+				t.Fatalf("skipString(%q, %d) = %d, byte by byte %d", s, i, got, want)
+			}
+		}
+	})
+}
