@@ -45,6 +45,11 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 	if err != nil {
 		return err
 	}
+	for i, h := range hs {
+		for j, f := range h.Files {
+			r.knowSize(names[i][j], f.Size) // the next snapshot asks the store for none of them
+		}
+	}
 	var data []ingestPiece
 	meta := make([][]ingestPiece, len(hs))
 	for i, h := range hs {
