@@ -132,6 +132,7 @@ func TestRemoteRestoreAndCheckpointStoreOps(t *testing.T) {
 			syncs := &atomic.Int64{}
 			cfg := BackendConfig{Kind: KindPebble, Dir: filepath.Join(root, "a"), MaxParallelism: testMaxP,
 				KeyGroupRange: keygroup.Range{Start: 0, End: testMaxP - 1}, WriteCacheBytes: -1,
+				L0CompactionThreshold: 1000, // the flushes stay tables of their own
 				Remote: &RemoteConfig{Dir: filepath.Join(root, RemoteDirName), CacheBytes: 1 << 20, Store: cs,
 					localFS: syncCountFS{vfs.Default, syncs}}}
 			b := open(t, cfg)
