@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // RemoteConfig makes a Pebble backend disaggregated (Flink 2.0's ForSt
@@ -52,6 +53,10 @@ type RemoteConfig struct {
 	// store so the async state API can be measured on one machine. 0 in
 	// production.
 	ReadLatency time.Duration
+
+	// localFS, when not nil, is the file system under the instance's
+	// local directory instead of vfs.Default (tests count its syncs).
+	localFS vfs.FS
 }
 
 // DefaultRemoteCacheBytes is the default of RemoteConfig.CacheBytes
@@ -124,6 +129,10 @@ type remoteObjects struct {
 	// extNames maps the backing file number of an external table to the
 	// object it refers to (Pebble's SSTableInfo does not name it).
 	extNames map[uint64]string
+	// sizes caches the sizes of objects (immutable once written): a
+	// snapshot asks the store only for the objects new since the last
+	// one, and a restore seeds it from the checkpoint's handles.
+	sizes map[string]int64
 	// reads counts ReadAt calls (tests, benchmarks).
 	reads int64
 }
@@ -149,7 +158,7 @@ func newRemoteObjects(cfg *RemoteConfig) (*remoteObjects, error) {
 	}
 	r := &remoteObjects{dir: cfg.Dir, st: st, creator: c,
 		markers: map[string]bool{}, created: map[string]bool{}, held: map[string]int{},
-		deferred: map[string][]string{}, extNames: map[uint64]string{}}
+		deferred: map[string][]string{}, extNames: map[uint64]string{}, sizes: map[string]int64{}}
 	r.latency.Store(int64(cfg.ReadLatency))
 	return r, nil
 }
@@ -214,8 +223,14 @@ func (rr *remoteReader) Close() error { return rr.or.Close() }
 func (r *remoteObjects) CreateObject(name string) (io.WriteCloser, error) {
 	if _, ok := markedObject(name); ok {
 		r.mu.Lock()
+		have := r.markers[name]
 		r.markers[name] = true
 		r.mu.Unlock()
+		if have {
+			// Pebble's marker after a table it created: written before
+			// the table, under the same name (ownMarker).
+			return noopWriter{}, nil
+		}
 		return r.st.CreateObject(name)
 	}
 	marker := r.ownMarker(name)
@@ -321,6 +336,35 @@ func deleteObjects(st remote.Storage, names []string) error {
 	return errors.Join(errs...)
 }
 
+// objectSize returns the size of object name: from the cache, else from
+// the store (then cached).
+func (r *remoteObjects) objectSize(name string) (int64, error) {
+	r.mu.Lock()
+	n, ok := r.sizes[name]
+	r.mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	n, err := r.st.Size(name)
+	if err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	r.sizes[name] = n
+	r.mu.Unlock()
+	return n, nil
+}
+
+// knowSize records the size of object name (a checkpoint recorded it).
+func (r *remoteObjects) knowSize(name string, n int64) {
+	if n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	r.sizes[name] = n
+	r.mu.Unlock()
+}
+
 // Size implements remote.Storage.
 func (r *remoteObjects) Size(name string) (int64, error) { return r.st.Size(name) }
 
@@ -341,6 +385,17 @@ func (r *remoteObjects) hold(names []string) error {
 		r.held[n]++
 		if !r.hasMarkerLocked(n) {
 			remark = append(remark, n)
+		}
+	}
+	// Sizes of objects the snapshot no longer names are dropped: a table
+	// gone from the LSM never comes back.
+	keep := make(map[string]bool, len(names))
+	for _, n := range names {
+		keep[n] = true
+	}
+	for n := range r.sizes {
+		if !keep[n] {
+			delete(r.sizes, n)
 		}
 	}
 	var release []string
@@ -429,6 +484,11 @@ func (r *remoteObjects) sharedObjectName(fn uint64) string {
 // DB on opts.
 func remotePebbleOptions(opts *pebble.Options, cfg *RemoteConfig, r *remoteObjects) {
 	opts.Experimental.RemoteStorage = r
+	fs := cfg.localFS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	opts.FS = unsyncedFS{fs}
 	opts.Experimental.CreateOnShared = remote.CreateOnSharedAll
 	opts.Experimental.CreateOnSharedLocator = remoteLocator
 	switch {

@@ -128,6 +128,9 @@ func (w *objWriter) Close() error {
 		return w.err
 	}
 	if w.f == nil {
+		if _, ok := markedObject(w.name); ok {
+			return writeMarker(w.d.path(w.name))
+		}
 		return writeEmpty(w.d.path(w.name))
 	}
 	err := w.f.Sync()
@@ -142,6 +145,22 @@ func (w *objWriter) Close() error {
 		return err
 	}
 	return w.d.syncDir() // the rename itself
+}
+
+// writeMarker creates the empty file p, a reference marker, without an
+// fsync. A marker keeps an object from retention while the live instance
+// that wrote it may read the object; retention (in this process or any
+// other, on this machine or on a shared file system's other clients) sees
+// the file once it is closed. Its durability would matter only across a
+// crash of the machine, which ends the instance too: its markers are then
+// released anyway (releaseDeadInstances, ReleaseRemoteMarkers). Objects
+// stay fsynced (a checkpoint names them).
+func writeMarker(p string) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // writeEmpty creates the empty file p durably.

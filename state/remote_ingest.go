@@ -30,7 +30,8 @@ type ingestPiece struct {
 // order makes newer data shadow older: the key-group pieces of all
 // snapshots level by level, deepest first, each level (L1-L6) in one
 // ingestion (a level's tables do not overlap, and snapshots own disjoint
-// key groups), then L0 one table at a time, oldest first; then each
+// key groups), then L0 oldest first, consecutive tables with disjoint
+// keys together (l0Batches); then each
 // snapshot's metadata pieces one at a time in the same order. Fewer
 // ingestions mean fewer MANIFEST syncs: a restore costs about one per
 // level instead of one per table. The instance's reference markers on
@@ -44,6 +45,11 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 	names, err := r.objectsFor(handles, hs, storeDir)
 	if err != nil {
 		return err
+	}
+	for i, h := range hs {
+		for j, f := range h.Files {
+			r.knowSize(names[i][j], f.Size) // the next snapshot asks the store for none of them
+		}
 	}
 	var data []ingestPiece
 	meta := make([][]ingestPiece, len(hs))
@@ -106,7 +112,7 @@ func ingestOrder(ps []ingestPiece) []ingestPiece {
 // ingestBatches splits pieces into ingestions in ingestOrder: the pieces
 // of one level above L0 together, sorted by start key, as long as they
 // neither overlap nor repeat an object (else a new ingestion starts);
-// L0 pieces one by one.
+// L0 pieces in runs of disjoint ones (l0Batches).
 func ingestBatches(ps []ingestPiece) [][]ingestPiece {
 	var out [][]ingestPiece
 	ordered := ingestOrder(ps)
@@ -119,9 +125,7 @@ func ingestBatches(ps []ingestPiece) [][]ingestPiece {
 		level := ordered[i:j]
 		i = j
 		if lvl == 0 {
-			for _, p := range level {
-				out = append(out, []ingestPiece{p})
-			}
+			out = append(out, l0Batches(level)...)
 			continue
 		}
 		level = slices.Clone(level)
@@ -140,6 +144,48 @@ func ingestBatches(ps []ingestPiece) [][]ingestPiece {
 			out = append(out, cur)
 		}
 	}
+	return out
+}
+
+// l0Batches splits L0 pieces, oldest first, into ingestions: each a run
+// of consecutive pieces that overlap none of the run's others and repeat
+// no object (sorted by start key), so every piece whose keys overlap an
+// older one's is still ingested after it (its sequence number above the
+// older one's); pieces with disjoint keys need no order among them. The
+// two halves of a rescaled state (disjoint key groups) and a flush split
+// into several tables restore in one ingestion per L0 sublevel instead
+// of one per table.
+func l0Batches(level []ingestPiece) [][]ingestPiece {
+	var out [][]ingestPiece
+	var cur []ingestPiece
+	objs := map[string]bool{}
+	flush := func() {
+		if len(cur) == 0 {
+			return
+		}
+		sort.SliceStable(cur, func(a, b int) bool { return bytes.Compare(cur[a].ef.StartKey, cur[b].ef.StartKey) < 0 })
+		out = append(out, cur)
+		cur, objs = nil, map[string]bool{}
+	}
+	for _, p := range level {
+		clash := objs[p.ef.ObjName]
+		for _, q := range cur {
+			if clash {
+				break
+			}
+			a, b := q.ef, p.ef
+			if bytes.Compare(b.StartKey, a.StartKey) < 0 {
+				a, b = b, a
+			}
+			clash = overlaps(a, b)
+		}
+		if clash {
+			flush()
+		}
+		cur = append(cur, p)
+		objs[p.ef.ObjName] = true
+	}
+	flush()
 	return out
 }
 
