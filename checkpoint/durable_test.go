@@ -2,8 +2,6 @@ package checkpoint
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -139,12 +137,10 @@ func TestSavepointDirectoryIsDurable(t *testing.T) {
 	})
 }
 
-// TestUnitUploadSyncsEachDirectoryOnce: a unit's owner marker (Reserve)
-// and upload into a FileStore fsync the parent of every directory they
-// create and each directory they write files into once, in one pass after
-// the _metadata (not once per file, nor once more for the marker and the
-// _metadata: 7 directory fsyncs here, 10 before), all before the HEAD;
-// then the HEAD's directory. The marker is a create-only lock at once.
+// TestUnitUploadSyncsEachDirectoryOnce: a unit's upload into a FileStore
+// fsyncs the parent of every directory it creates, and each directory it
+// writes files into once after its last file (not once per file), all
+// before the _metadata; then the _metadata's directory and the HEAD's.
 func TestUnitUploadSyncsEachDirectoryOnce(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -157,16 +153,6 @@ func TestUnitUploadSyncsEachDirectoryOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.take()
-	if id, err := o.Reserve(ctx, 1); err != nil || id != 1 {
-		t.Fatalf("Reserve(1) = %d, %v; want 1", id, err)
-	}
-	if got := log.take(); len(got) != 0 {
-		t.Fatalf("Reserve fsynced %q, want nothing before the upload", got)
-	}
-	rival := ClaimMarker{Claim: 9, Owner: "z"}
-	if b, _ := json.Marshal(rival); store.Create(ctx, ns.chkKey(1, ClaimFile), b) == nil {
-		t.Fatal("a second create of the unsynced owner marker succeeded: it must lock chk-1 at once")
-	}
 	dir := local.CheckpointDir(1)
 	write := func(p string) {
 		t.Helper()
@@ -193,13 +179,12 @@ func TestUnitUploadSyncsEachDirectoryOnce(t *testing.T) {
 	}
 	p := ns.Prefix[:len(ns.Prefix)-1] // the unit's directory, relative to the store's root
 	want := []string{
-		// FileBatch.Sync, once per directory, in first-seen order: each
-		// written into, then the parents of the directories created,
-		// deepest first per write. The owner marker's: _claim's, then
-		// chk-1's entry.
-		p + "/chk-1", p,
-		p + "/chk-1/op/0", p + "/chk-1/op", p + "/chk-1/op/1",
-		p + "/shared/inst", p + "/shared",
+		p, p + "/chk-1", // the owner marker (Create): chk-1's entry, then _claim's
+		// FileBatch.Sync, once per directory: each written into, then the
+		// parents of the directories created, deepest first per upload.
+		p + "/chk-1/op/0", p + "/chk-1/op", p + "/chk-1", p + "/chk-1/op/1",
+		p + "/shared/inst", p + "/shared", p,
+		p + "/chk-1", // _metadata
 	}
 	if !slices.Equal(beforeHead, want) {
 		t.Fatalf("upload fsynced %q\nwant %q", beforeHead, want)
@@ -216,63 +201,6 @@ func TestUnitUploadSyncsEachDirectoryOnce(t *testing.T) {
 		ns.Prefix + "chk-1/op/0/c", ns.Prefix + "chk-1/op/1/a", ns.Prefix + "chk-1/op/1/b"}
 	if !slices.Equal(keys, wantKeys) {
 		t.Fatalf("store holds %q, want %q", keys, wantKeys)
-	}
-}
-
-// TestReserveOverForeignMarkerSyncsOnlyOwnDirectories: the owner marker
-// of chk-1 belongs to another claim (a zombie marked the id first), so
-// Reserve moves on to chk-2; that claim's chk-1 is then deleted (its
-// retention) before this owner's upload. The upload's one fsync pass
-// covers only the directories this owner wrote into or created, so the
-// checkpoint completes and its HEAD names chk-2 (a failed marker create
-// leaving chk-1 to the pass would fail every later upload with "no such
-// file or directory").
-func TestReserveOverForeignMarkerSyncsOnlyOwnDirectories(t *testing.T) {
-	ctx := context.Background()
-	root := t.TempDir()
-	log := &syncLog{t: t, root: filepath.Join(root, "store")}
-	store := FileStore{Root: filepath.Join(root, "store"), hooks: &fileStoreHooks{syncDir: log.sync}}
-	local := NewStorage(filepath.Join(root, "staging"), "0", 3, nil)
-	ns := Namespace{Store: store, Prefix: UnitPrefix("clicks", 0, 0), Local: local}
-	o, _, err := Claim(ctx, ns, "a", "fp", 1, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	foreign, _ := json.Marshal(ClaimMarker{Claim: 99, Owner: "z"})
-	if err := store.Create(ctx, ns.chkKey(1, ClaimFile), foreign); err != nil {
-		t.Fatal(err)
-	}
-	id, err := o.Reserve(ctx, 1)
-	if err != nil || id != 2 {
-		t.Fatalf("Reserve(1) over another claim's marker = %d, %v; want 2", id, err)
-	}
-	if err := store.Delete(ctx, ns.chkKey(1, ClaimFile)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(store.Root, filepath.FromSlash(ns.chkKey(1, "")))); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("chk-1 after its only key was deleted: %v; want it gone", err)
-	}
-	dir := local.CheckpointDir(2)
-	if err := os.MkdirAll(filepath.Join(dir, "op", "0"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "op", "0", "a"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeMetadata(dir, &Metadata{Version: MetadataVersion, Job: "clicks", CheckpointID: 2, Operators: map[string]OperatorMetadata{}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	log.take()
-	if err := o.Checkpoint(ctx, 2, UnitCommit{}); err != nil {
-		t.Fatalf("Checkpoint(2) after the foreign chk-1 was deleted: %v", err)
-	}
-	p := ns.Prefix[:len(ns.Prefix)-1]
-	if got, want := log.take(), []string{p + "/chk-2", p, p + "/chk-2/op/0", p + "/chk-2/op", p}; !slices.Equal(got, want) {
-		t.Fatalf("checkpoint 2 fsynced %q, want %q", got, want)
-	}
-	hd, err := ns.Heads().Latest(ctx)
-	if err != nil || hd.CheckpointID != 2 || hd.CheckpointClaim != o.claimSeq {
-		t.Fatalf("latest HEAD %+v, %v; want one naming chk-2 under claim HEAD-%d", hd, err, o.claimSeq)
 	}
 }
 

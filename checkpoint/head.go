@@ -321,21 +321,6 @@ type Owner struct {
 	metaReads int
 	maxChk    int64 // highest chk-<id> in the store at the claim, or reserved since
 	marked    int64 // the chk-<id> whose owner marker is this owner's (0: none yet)
-	// pending collects the directory fsyncs of a FileStore's owner
-	// markers and uploads until upload syncs it once, before the HEAD
-	// (nil: none yet, or a store without batches).
-	pending *FileBatch
-}
-
-// batch returns the FileBatch the owner's markers and uploads go through
-// until upload syncs it, or nil when the store has none (batchStore).
-func (o *Owner) batch() *FileBatch {
-	if o.pending == nil {
-		if bs, ok := o.ns.Store.(batchStore); ok {
-			o.pending = bs.Batch()
-		}
-	}
-	return o.pending
 }
 
 // claimAttempts bounds how often Claim re-reads the chain after the
@@ -464,10 +449,7 @@ func (o *Owner) NextCheckpointID() int64 { return o.maxChk + 1 }
 // returns an error wrapping ErrHeadExists and the owner is fenced: a
 // zombie writes nothing into a checkpoint directory another claim
 // marked. Without a staging Storage (Namespace.Local nil) nothing is
-// uploaded and id is returned as is. In a FileStore the marker is a
-// create-only lock at once and becomes durable with the checkpoint's
-// files in upload's one directory-fsync pass (FileBatch), before the HEAD
-// that names it.
+// uploaded and id is returned as is.
 func (o *Owner) Reserve(ctx context.Context, id int64) (int64, error) {
 	if o.seq == 0 {
 		return 0, fmt.Errorf("checkpoint: unit %s: %w (fenced earlier)", o.ns.Prefix, ErrHeadExists)
@@ -511,11 +493,7 @@ func (o *Owner) mark(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	create := o.ns.Store.Create
-	if fb := o.batch(); fb != nil {
-		create = fb.Create // the directory fsyncs wait for upload's Sync
-	}
-	cerr := create(ctx, o.ns.chkKey(id, ClaimFile), b)
+	cerr := o.ns.Store.Create(ctx, o.ns.chkKey(id, ClaimFile), b)
 	if cerr == nil {
 		o.marked, o.maxChk = id, max(o.maxChk, id)
 		return nil
@@ -633,11 +611,7 @@ func (o *Owner) Restore(ctx context.Context, hd Head) (string, *Metadata, error)
 // then the shared files it refers to that the store does not hold yet,
 // then _metadata. Every write is create-only: a chk-<id> another owner
 // wrote fails the checkpoint instead of being overwritten, and one another
-// claim marked gets nothing at all. In a FileStore every file is fsynced
-// as it is written and each directory written into or created (the
-// marker's too) once after the _metadata (FileBatch.Sync), so all of
-// chk-<id> is durable before the HEAD that names it: the HEAD, not the
-// _metadata, is the commit point (invariant 1).
+// claim marked gets nothing at all.
 func (o *Owner) upload(ctx context.Context, id int64) error {
 	if err := o.mark(ctx, id); err != nil {
 		return err
@@ -661,11 +635,12 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
-	// A FileStore fsyncs each directory once after the _metadata
-	// (batchStore) instead of once per file.
+	// A FileStore fsyncs each directory once after its last file
+	// (batchStore) instead of once per file; the _metadata comes after.
 	put := o.ns.Store.Upload
-	batch := o.batch()
-	if batch != nil {
+	var batch *FileBatch
+	if bs, ok := o.ns.Store.(batchStore); ok {
+		batch = bs.Batch()
 		put = batch.Upload
 	}
 	var uploaded []string
@@ -684,19 +659,17 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 		}
 		uploaded = append(uploaded, f)
 	}
-	if err := put(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile)); err != nil {
-		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
-	}
 	if batch != nil {
 		if err := batch.Sync(ctx); err != nil {
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
 	}
-	// Known only once durable: a later checkpoint skips known files (an
-	// attempt that failed before this point puts them again, and an
-	// existing one is the same file).
+	// Known only once durable: a later checkpoint skips known files.
 	for _, f := range uploaded {
 		o.known[f], o.inflight[f] = true, true
+	}
+	if err := o.ns.Store.Upload(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile)); err != nil {
+		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
 	o.sharedOf[id] = slices.Clone(sum.sharedFiles) // what the store's chk-<id>/_metadata now holds
 	return nil

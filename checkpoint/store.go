@@ -76,12 +76,11 @@ func (s FileStore) syncDir() func(string) error {
 }
 
 // batchStore is a Store that can leave the directory fsyncs of many
-// create-only writes to one pass after the last (FileStore): an Owner
-// creates a checkpoint's owner marker (Reserve) and writes its files and,
-// last, its _metadata (upload) through one FileBatch and syncs it before
-// the HEAD, so every entry the HEAD names is durable before the HEAD is
-// created. A wrapper that embeds FileStore to override Create or Upload
-// must override Batch too.
+// create-only writes to one pass after the last (FileStore): Owner.upload
+// writes a checkpoint's files through a FileBatch, syncs it, then writes
+// the _metadata with Upload, so every file's entry is durable before the
+// _metadata (and the HEAD after it) that names it. A wrapper that embeds
+// FileStore to override Upload must override Batch too.
 type batchStore interface {
 	Store
 	Batch() *FileBatch
@@ -129,33 +128,6 @@ type FileBatch struct {
 func (b *FileBatch) add(dir string) error {
 	if !slices.Contains(b.dirs, dir) {
 		b.dirs = append(b.dirs, dir)
-	}
-	return nil
-}
-
-// Create writes data under key as FileStore.Create does, create-only (an
-// error wrapping fs.ErrExist when key exists; the temporary file fsynced),
-// with the directory fsyncs left to Sync. Until Sync the object works as
-// a create-only lock on the live filesystem (a second writer gets
-// fs.ErrExist) but may not survive a crash: a checkpoint owner marker
-// (Owner.Reserve) needs no more until the HEAD naming its checkpoint,
-// which comes after the Sync. Only a create that succeeded leaves its
-// directories to Sync: a marker another claim holds (fs.ErrExist) is that
-// claim's, and its directory may be gone (its retention) by the Sync.
-func (b *FileBatch) Create(_ context.Context, key string, data []byte) error {
-	name := b.s.file(key)
-	dirs := []string{filepath.Dir(name)}
-	if err := atomicfile.MkdirAll(dirs[0], 0o755, func(d string) error { dirs = append(dirs, d); return nil }); err != nil {
-		return fmt.Errorf("checkpoint: create %s in %s: %w", key, b.s, err)
-	}
-	opts := atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true, NoDirSync: true}
-	if err := atomicfile.Write(name, opts, func(w io.Writer) error { _, err := w.Write(data); return err }); err != nil {
-		return fmt.Errorf("checkpoint: create %s in %s: %w", key, b.s, err)
-	}
-	for _, d := range dirs {
-		if err := b.add(d); err != nil {
-			return err
-		}
 	}
 	return nil
 }
