@@ -193,3 +193,33 @@ func TestDirectStringBound(t *testing.T) {
 		t.Fatalf("long note: %v, %v; want CEL's cost limit error", v, err)
 	}
 }
+
+// TestDirectReplaceBound: a replace whose result would be longer than
+// directStringBound is left to CEL (replacing "" inserts the new string at
+// every rune boundary: a 1,000-byte note and an 8-byte new string make
+// 9,008 bytes), while a short one is evaluated directly; both give CEL's
+// value.
+func TestDirectReplaceBound(t *testing.T) {
+	p, err := Compile(`note.replace("", "abcdefgh")`, WithLimits(Limits{MaxCost: 1000000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.tracked || p.direct == nil {
+		t.Fatalf("tracked %v, direct %v: want a cost-tracked program with a direct form", p.tracked, p.direct != nil)
+	}
+	for _, tc := range []struct {
+		note   string
+		direct bool
+	}{{"xy", true}, {strings.Repeat("x", 1000), false}} {
+		env := NewEnv(&Input{Doc: NewValidDoc([]byte(`{"note":"` + tc.note + `"}`))})
+		dv, ok := p.direct.value(env)
+		if ok != tc.direct {
+			t.Fatalf("note of %d bytes: direct ok %v (%v), want %v", len(tc.note), ok, dv, tc.direct)
+		}
+		want := strings.ReplaceAll(tc.note, "", "abcdefgh")
+		v, err := p.Eval(NewEnv(&Input{Doc: NewValidDoc([]byte(`{"note":"` + tc.note + `"}`))}))
+		if err != nil || v != want {
+			t.Fatalf("note of %d bytes: %d bytes, %v; want %d bytes", len(tc.note), len(fmt.Sprint(v)), err, len(want))
+		}
+	}
+}

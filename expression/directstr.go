@@ -234,6 +234,15 @@ func (n *dreplace) eval(a *activation) dval {
 	if nv.k != dString {
 		return dval{}
 	}
+	// A result longer than directStringBound is left to CEL, whose cost
+	// tracking decides it: replacing "" inserts new at every rune
+	// boundary, so a bounded input could otherwise grow len(s) x len(new).
+	if len(nv.s) > len(old) {
+		count := strings.Count(s, old) // "" counts rune boundaries
+		if len(s)+count*(len(nv.s)-len(old)) > directStringBound {
+			return dval{}
+		}
+	}
 	return dval{k: dString, s: strings.ReplaceAll(s, old, nv.s)}
 }
 
