@@ -257,23 +257,21 @@ func (p *dpath) eval(a *activation) dval {
 			return p.bounded(r)
 		}
 	}
-	v, _ := a.ResolveName(p.root)
-	for i, f := range p.fields {
-		var found bool
-		switch o := v.(type) {
-		case *docObject:
-			if i == len(p.fields)-1 {
-				return p.bounded(o.scalarField(f))
-			}
-			v, found = o.FindStringKey(f)
-		case map[string]any:
-			v, found = o[f]
-		case fieldFinder:
-			v, found = o.FindStringKey(f)
-		}
-		if !found {
-			return dval{}
-		}
+	n := len(p.fields)
+	if n == 0 {
+		v, _ := a.ResolveName(p.root)
+		return p.bounded(scalar(v))
+	}
+	parent, ok := p.walk(a, n-1)
+	if !ok {
+		return dval{}
+	}
+	if o, ok := parent.(*docObject); ok {
+		return p.bounded(o.scalarField(p.fields[n-1]))
+	}
+	v, found := fieldOf(parent, p.fields[n-1])
+	if !found {
+		return dval{}
 	}
 	return p.bounded(scalar(v))
 }
@@ -377,22 +375,36 @@ type fieldFinder interface {
 // raw returns the value p selects as the activation gives it; false when
 // a field is missing or is selected of something other than an object.
 func (p *dpath) raw(a *activation) (any, bool) {
+	return p.walk(a, len(p.fields))
+}
+
+// walk returns the value of p's root with its first n fields selected;
+// false as raw's.
+func (p *dpath) walk(a *activation, n int) (any, bool) {
 	v, _ := a.ResolveName(p.root)
-	for _, f := range p.fields {
+	for _, f := range p.fields[:n] {
 		var found bool
-		switch o := v.(type) {
-		case *docObject:
-			v, found = o.FindStringKey(f)
-		case map[string]any:
-			v, found = o[f]
-		case fieldFinder:
-			v, found = o.FindStringKey(f)
-		}
-		if !found {
+		if v, found = fieldOf(v, f); !found {
 			return nil, false
 		}
 	}
 	return v, true
+}
+
+// fieldOf selects field f of v as CEL's string-key select does: of a
+// docObject, a map or a fieldFinder; false when v has no field f or is
+// none of those.
+func fieldOf(v any, f string) (any, bool) {
+	switch o := v.(type) {
+	case *docObject:
+		return o.FindStringKey(f)
+	case map[string]any:
+		x, found := o[f]
+		return x, found
+	case fieldFinder:
+		return o.FindStringKey(f)
+	}
+	return nil, false
 }
 
 // dnull is x == null, or x != null (ne), for x an identifier or a field
