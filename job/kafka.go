@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/connector"
+	"github.com/kstreamd/kstreamd/expression"
 	"github.com/kstreamd/kstreamd/graph"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/sink"
@@ -280,7 +281,7 @@ func (b *build) kafkaSource(ctx connector.SourceContext) (runtime.SourceTask, er
 		Name:           s.Name, Topic: s.Topic, Partitions: partitions, TopicPartitions: kp.topics, TopicPattern: kp.pattern,
 		Subtask: sub, Parallelism: ctx.Parallelism, Only: only, Upstream: upstream, StartFrom: source.StartFrom(s.StartFrom), Restored: restored,
 		DiscoveryInterval: s.DiscoveryInterval, Group: "kstreamd-" + b.g.Job,
-		Decoder: dec, Tombstones: s.Broadcast, Table: s.Table, Check: s.Check, Changelog: s.Changelog, UpsertChangelog: s.UpsertChangelog,
+		Decoder: dec, NewJSONDoc: newJSONDoc, Tombstones: s.Broadcast, Table: s.Table, Check: s.Check, Changelog: s.Changelog, UpsertChangelog: s.UpsertChangelog,
 		OnError: source.OnError(s.OnError), DeadLetterTopic: s.DeadLetterTopic, PolicySource: s.PolicySource, DeadLetters: dlw, MaxRecordBytes: s.MaxRecordBytes,
 		ClientOpts: b.deps.ClientOpts, Output: ctx.Output, Responder: ctx.Responder,
 		OnCaughtUp: ctx.OnCaughtUp,
@@ -290,6 +291,10 @@ func (b *build) kafkaSource(ctx connector.SourceContext) (runtime.SourceTask, er
 	b.j.sources = append(b.j.sources, src)
 	return src, nil
 }
+
+// newJSONDoc is every Kafka source's source.Config.NewJSONDoc: one
+// expression.Doc per source subtask, shared by the operators chained to it.
+func newJSONDoc() runtime.ReusableJSON { return new(expression.Doc) }
 
 // KafkaSinkFactory returns the kafka sink type (Flink's KafkaSink): one
 // topic, the record key as the Kafka key; exactly-once by one Kafka

@@ -104,3 +104,13 @@ func (r *Record) SetDecodedIn(slot *DecodedSlot, v any) {
 	}
 	r.decoded = &slot.d
 }
+
+// ReusableJSON is a decoded form of a JSON record value that a source
+// resets for each record it emits and hands to every operator chained to
+// it, so the value is indexed once per record however many branches read
+// it (expression.Doc implements it: the source declares what it needs and
+// does not import expression, STYLE.md section 1). Reset ties it to value,
+// whose JSON was checked already when valid is true.
+type ReusableJSON interface {
+	Reset(value []byte, valid bool)
+}

@@ -22,11 +22,16 @@ import (
 // value, and the *RecordError checked after Emit was allocated for every
 // record.
 func TestEmitDoesNotAllocate(t *testing.T) {
-	t.Run("format check", func(t *testing.T) { testEmitDoesNotAllocate(t, nil) })
+	t.Run("format check", func(t *testing.T) { testEmitDoesNotAllocate(t, nil, nil) })
 	// A Decoder (the source's connector.Format) sees the subtask's scratch
 	// record too.
-	t.Run("decoder", func(t *testing.T) { testEmitDoesNotAllocate(t, jsonMarker{}) })
+	t.Run("decoder", func(t *testing.T) { testEmitDoesNotAllocate(t, jsonMarker{}, nil) })
+	// The job's sources reset one expression.Doc per record (NewJSONDoc).
+	t.Run("shared doc", func(t *testing.T) { testEmitDoesNotAllocate(t, nil, newTestDoc) })
 }
+
+// newTestDoc is the job's source.Config.NewJSONDoc.
+func newTestDoc() runtime.ReusableJSON { return new(expression.Doc) }
 
 // jsonMarker is a Decoder that only marks the value JSON, as the json
 // format does for a valid value.
@@ -37,10 +42,10 @@ func (jsonMarker) Decode(_ context.Context, rec *runtime.Record) error {
 	return nil
 }
 
-func testEmitDoesNotAllocate(t *testing.T, dec Decoder) {
+func testEmitDoesNotAllocate(t *testing.T, dec Decoder, newDoc func() runtime.ReusableJSON) {
 	ch := runtime.NewChannel(1)
 	s := New(Config{
-		Name: "in", Topic: "t", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Decoder: dec,
+		Name: "in", Topic: "t", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Decoder: dec, NewJSONDoc: newDoc,
 		Output:    runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{})),
 		Timestamp: func(rec *runtime.Record) (time.Time, error) { return time.UnixMilli(int64(1000 * len(rec.Value))), nil },
 	})
@@ -176,7 +181,8 @@ func TestEmitMarksCheckedJSON(t *testing.T) {
 			var marked, seen bool
 			s := New(Config{
 				Name: "in", Topic: "t", Format: tc.format, Decoder: tc.dec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				Output: runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{})),
+				NewJSONDoc: newTestDoc,
+				Output:     runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{})),
 				Timestamp: func(rec *runtime.Record) (time.Time, error) {
 					marked, seen = rec.CheckedJSON(), true
 					if v, _ := rec.Decoded(); marked {
@@ -231,7 +237,7 @@ func TestEmitSharesOneDocAcrossAFanOut(t *testing.T) {
 	out.AddChained(&runtime.ChainedOperator{ID: runtime.TaskID{Operator: "b2"}, Operator: b2})
 	s := New(Config{
 		Name: "in", Topic: "t", Format: FormatJSON, Decoder: connector.JSONFormat{},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Output: out,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Output: out, NewJSONDoc: newTestDoc,
 	})
 	s.wms = newWatermarks(WatermarkConfig{})
 	for _, v := range []string{`{"a":1}`, `{"a":2,"b":[3]}`} {

@@ -21,7 +21,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
-	"github.com/kstreamd/kstreamd/expression"
 	"github.com/kstreamd/kstreamd/internal/kafkaretry"
 	"github.com/kstreamd/kstreamd/runtime"
 )
@@ -178,6 +177,12 @@ type Config struct {
 	// Decoder, if not nil, decodes each record value instead of Format's
 	// check (the source's format, connector.Format): see Decoder.
 	Decoder Decoder
+	// NewJSONDoc, if not nil, makes the one decoded form the subtask
+	// resets for every record whose JSON its decode checked
+	// (the job passes one of expression.Doc): every operator chained to
+	// the source reads it. Nil: the record carries runtime.ValidJSON's
+	// mark and each operator indexes the value itself.
+	NewJSONDoc func() runtime.ReusableJSON
 	// Tombstones lets records with a null value through (they delete a rule
 	// on a broadcast rules topic); otherwise they are skipped as empty.
 	Tombstones bool
@@ -397,6 +402,14 @@ func (m *Metrics) Skipped(source, reason string) prometheus.Counter {
 	return m.skipped.WithLabelValues(source, reason)
 }
 
+// newJSONDoc returns newDoc's decoded form, or nil when newDoc is nil.
+func newJSONDoc(newDoc func() runtime.ReusableJSON) runtime.ReusableJSON {
+	if newDoc == nil {
+		return nil
+	}
+	return newDoc()
+}
+
 // KafkaSource is one source subtask; it implements runtime.SourceTask.
 type KafkaSource struct {
 	cfg     Config
@@ -410,7 +423,8 @@ type KafkaSource struct {
 	// validJSON holds the decoded form of the record being emitted whose
 	// value decode checked: doc, reused from record to record.
 	validJSON runtime.DecodedSlot
-	// doc is that record's expression.Doc, made valid (no check again):
+	// doc is that record's decoded form (Config.NewJSONDoc; nil: the
+	// runtime.ValidJSON mark instead), made valid (no check again):
 	// every operator chained to the source reads it (each branch of a
 	// fan-out, the timestamp expression, a key_by's key selector), so the
 	// JSON is indexed, and each field decoded, once per record however
@@ -419,7 +433,7 @@ type KafkaSource struct {
 	// changes the value gives the record new bytes, which the Doc is not
 	// tied to. A Writer sends it as runtime.ValidJSON's mark (its
 	// CheckedJSON is true).
-	doc    expression.Doc
+	doc    runtime.ReusableJSON
 	runCtx context.Context
 
 	// Only the subtask goroutine touches these.
@@ -486,6 +500,7 @@ func New(cfg Config) *KafkaSource {
 	s := &KafkaSource{
 		cfg:       cfg,
 		logger:    logger,
+		doc:       newJSONDoc(cfg.NewJSONDoc),
 		mailbox:   runtime.NewMailbox(),
 		committed: map[int64]map[int32]int64{},
 		policy: NewBadRecordPolicy(PolicyConfig{
@@ -1187,8 +1202,12 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 		// and all read one Doc. A record emitted earlier and kept
 		// downstream no longer finds the Doc (the slot now describes
 		// this record's bytes).
-		s.doc.Reset(rec.Value, true)
-		rec.SetDecodedIn(&s.validJSON, &s.doc)
+		if s.doc != nil {
+			s.doc.Reset(rec.Value, true)
+			rec.SetDecodedIn(&s.validJSON, s.doc)
+		} else {
+			rec.SetDecodedIn(&s.validJSON, runtime.ValidJSON{})
+		}
 	}
 	what := "the Kafka timestamp"
 	if s.cfg.Timestamp != nil && rec.Value != nil {
