@@ -135,12 +135,8 @@ func (dc *dcompiler) split(x celast.Expr) (s, sep dnode, ok bool) {
 // strings2 evaluates two string operands x then y; ok false when either is
 // not a string.
 func strings2(a *activation, x, y dnode) (xs, ys string, ok bool) {
-	xv := x.eval(a)
-	if xv.k != dString {
-		return "", "", false
-	}
-	yv := y.eval(a)
-	if yv.k != dString {
+	xv, yv, ok := evalSameKind(a, x, y)
+	if !ok || xv.k != dString {
 		return "", "", false
 	}
 	return xv.s, yv.s, true
