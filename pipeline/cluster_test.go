@@ -354,3 +354,40 @@ func TestPlanStagesRepartitionTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterIncrementalDefault: checkpoints.incremental defaults to true
+// in cluster mode when the file does not set it, stays false in a single
+// process, and a file's explicit value (false too) is kept; the job
+// settings (what run builds from) carry the same value as the parsed
+// config (what validate checks).
+func TestClusterIncrementalDefault(t *testing.T) {
+	single := strings.Replace(clusterYAML, "cluster:\n  enabled: true\n", "cluster:\n  enabled: false\n", 1)
+	for _, tc := range []struct {
+		name, yaml, set string
+		want            bool
+	}{
+		{name: "cluster unset", yaml: clusterYAML, want: true},
+		{name: "cluster false", yaml: clusterYAML, set: "false", want: false},
+		{name: "cluster true", yaml: clusterYAML, set: "true", want: true},
+		{name: "single unset", yaml: single, want: false},
+		{name: "single false", yaml: single, set: "false", want: false},
+		{name: "single true", yaml: single, set: "true", want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			y := tc.yaml
+			if tc.set != "" {
+				y = strings.Replace(y, "  timeout: 1m\n", "  timeout: 1m\n  incremental: "+tc.set+"\n", 1)
+			}
+			cfg, err := Parse("cluster.yaml", []byte(y), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Checkpoints.Incremental != tc.want {
+				t.Errorf("checkpoints.incremental = %v, want %v", cfg.Checkpoints.Incremental, tc.want)
+			}
+			if got := cfg.Settings().Incremental; got != tc.want {
+				t.Errorf("Settings().Incremental = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

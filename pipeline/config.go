@@ -343,7 +343,11 @@ type CheckpointsConfig struct {
 	// Retained is how many completed checkpoints are kept. Default 3; >= 1.
 	Retained int `yaml:"retained"`
 	// Incremental makes Pebble checkpoints upload only the files the
-	// retained checkpoints do not already hold. Default false.
+	// retained checkpoints do not already hold. Default false in a single
+	// process, true in cluster mode (cluster.enabled) when the file does
+	// not set it: there every unit checkpoints, and a full checkpoint
+	// uploads every SST of every unit once per interval. Setting it, to
+	// false too, overrides the default.
 	Incremental bool `yaml:"incremental"`
 	// AllowNonRestoredState lets a restore drop the state of operators
 	// (sources, sinks) the pipeline no longer has, logging each one,

@@ -88,6 +88,7 @@ func ParseWith(name string, data []byte, reg Registries) (*Config, error) {
 		return nil, ConfigErrors{d.tooLarge}
 	}
 	c.deriveCheckpointTimeout()
+	c.deriveIncremental()
 	c.derivePoolSizes()
 	errs := append(d.errs, c.validate()...)
 	if len(errs) > 0 {
@@ -730,6 +731,23 @@ func (c *Config) deriveCheckpointTimeout() {
 			c.derivedTimeout = true
 		}
 	}
+}
+
+// deriveIncremental turns checkpoints.incremental on in cluster mode when
+// the file does not set it: every keyed unit checkpoints once per interval,
+// and a full checkpoint copies and uploads every Pebble SST each time, so
+// cluster jobs pay most for full checkpoints (Flink's
+// execution.checkpointing.incremental, whose default is false, as it is
+// here in a single process). A file that sets it, to false too, keeps its
+// value. validate and run both parse through here, so they agree.
+func (c *Config) deriveIncremental() {
+	if !c.Cluster.Enabled {
+		return
+	}
+	if _, written := c.src.keyWritten("checkpoints.incremental"); written {
+		return
+	}
+	c.Checkpoints.Incremental = true
 }
 
 // minDerivedCheckpointTimeout is the least checkpoints.timeout
