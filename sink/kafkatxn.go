@@ -174,6 +174,13 @@ type KafkaTxnConfig struct {
 	// format); an error fails the job. WriteTo does not encode: a dead
 	// letter is written as it was read.
 	Encode Encoder
+	// BatchBytes is, for a repartition sink (Partition set), the size at
+	// which a partition's exchange batch (runtime.ExchangeBatch: several
+	// records in one Kafka record) is produced: 0 means
+	// RepartitionBatchBytes, < 0 writes one Kafka record per record (the
+	// format before batches, which every repartition source still reads).
+	// Other sinks ignore it.
+	BatchBytes int
 }
 
 // KafkaTxnCommitter is the TwoPhaseCommitter of Kafka transactions: one
@@ -214,6 +221,10 @@ type KafkaTxnCommitter struct {
 	// recs is the unused rest of the slab the next produced kgo.Records
 	// are taken from (newRecord).
 	recs []kgo.Record
+	// xb are a repartition sink's exchange batches of the open
+	// transaction (batches); nil before the first write and for other
+	// sinks.
+	xb *exchangeBatches
 }
 
 // recordSlab is how many kgo.Records newRecord allocates at once: one
@@ -419,6 +430,7 @@ func (k *KafkaTxnCommitter) begin(ctx context.Context) error {
 		return fmt.Errorf("sink %s: begin transaction on %s: %w", k.cfg.Name, s.id, err)
 	}
 	s.state, s.records, s.markers, s.oldest, s.freeAt = slotOpen, 0, 0, s.oldest[:0], 0
+	k.dropBatches() // an aborted transaction's, if any
 	s.mu.Lock()
 	s.writeErr, s.acked = nil, false
 	s.failed.Store(false)
@@ -442,6 +454,16 @@ func (k *KafkaTxnCommitter) Write(ctx context.Context, rec runtime.Record) error
 		return err
 	}
 	if k.cfg.Changelog == ChangelogUpsert && rec.Change == runtime.ChangeUpdateBefore {
+		return nil
+	}
+	if xb := k.batches(); xb != nil {
+		if err := k.writeBatched(ctx, xb, s, rec); err != nil {
+			return err
+		}
+		s.records++
+		if !rec.Timestamp.IsZero() {
+			s.oldest = append(s.oldest, rec.Timestamp.UnixNano())
+		}
 		return nil
 	}
 	kr, err := k.kafkaRecord(ctx, rec)
@@ -517,6 +539,7 @@ func (k *KafkaTxnCommitter) WriteMarker(ctx context.Context, m runtime.Marker) e
 	if err := s.err(); err != nil {
 		return err
 	}
+	k.flushBatches(ctx, s) // the records written before the marker precede it
 	rec := m.Record()
 	for p := range k.cfg.Partitions {
 		s.records++
@@ -572,6 +595,7 @@ func (k *KafkaTxnCommitter) PreCommit(ctx context.Context, checkpointID int64) (
 	if s == nil {
 		return Committable{}, k.noOpen(fmt.Sprintf("pre-commit of checkpoint %d", checkpointID))
 	}
+	k.flushBatches(ctx, s)
 	if err := s.cl.Flush(ctx); err != nil {
 		return Committable{}, fmt.Errorf("sink %s: flush %s: %w", k.cfg.Name, s.id, err)
 	}
@@ -751,6 +775,7 @@ func (k *KafkaTxnCommitter) AbortOpen(ctx context.Context) error {
 	}
 	k.open = nil
 	s.state = slotFree
+	k.dropBatches()
 	if err := s.cl.AbortBufferedRecords(ctx); err != nil {
 		return fmt.Errorf("sink %s: abort %s: %w", k.cfg.Name, s.id, err)
 	}

@@ -165,7 +165,7 @@ func TestKafkaTxnCommitterWriteMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, r := range testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second) {
+	for _, r := range expandExchange(t, testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second)) {
 		var hs []string
 		for _, h := range r.Headers {
 			hs = append(hs, h.Key+"="+string(h.Value))

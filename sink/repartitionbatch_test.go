@@ -43,6 +43,7 @@ func TestRepartitionSinkBatches(t *testing.T) {
 		Name: "repartition.1", Topic: testTopic, TransactionalIDPrefix: "batches", TransactionTimeout: time.Minute,
 		ClientOpts: opts, Logger: logger, Changelog: ChangelogHeader, Linger: 10 * time.Second,
 		Partition: func(key []byte) int32 { n, _ := strconv.Atoi(string(key)); return int32(n % 3) }, Partitions: 3,
+		BatchBytes: -1, // one Kafka record per record: the linger batches them
 	})
 	defer k.Close()
 	if err := k.BeginTransaction(ctx); err != nil {

@@ -486,6 +486,8 @@ type KafkaSource struct {
 	// call only: a pointer to emit's own record would move every record
 	// to the heap (the compiler cannot see through the function value).
 	scratch runtime.Record
+	// exchange is reused by emitFetched across exchange batches.
+	exchange exchangeReader
 }
 
 // New returns the source subtask cfg describes. It does not connect yet.
@@ -836,7 +838,7 @@ func (s *KafkaSource) read(ctx context.Context) error {
 				return
 			}
 			if !r.Attrs.IsControl() {
-				emitErr = s.emit(ctx, r)
+				emitErr = s.emitFetched(ctx, r)
 			}
 			id := s.pid(r.Topic, r.Partition)
 			s.pos[id] = r.Offset + 1

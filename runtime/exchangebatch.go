@@ -1,0 +1,282 @@
+package runtime
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ExchangeBatchMarker is the MarkerHeader value that marks a Kafka record
+// of a cluster-mode repartition topic whose value is an exchange batch:
+// several data records in one Kafka record (docs/scale-out.md, "The
+// exchange batch format"). The record has no other header. A repartition
+// record without it is one data record (the format before batches, still
+// read) or a marker. A kstreamd from before exchange batches takes a batch
+// for a malformed marker (DecodeMarker: a marker without a unit) and fails
+// the unit, which restarts until its daemon is upgraded, rather than
+// reading or skipping it as a data record: during a rolling upgrade output
+// is delayed, never lost.
+const ExchangeBatchMarker = "batch"
+
+// IsExchangeBatch reports whether headers mark an exchange batch (a
+// MarkerHeader of value ExchangeBatchMarker).
+func IsExchangeBatch(headers []Header) bool {
+	for _, h := range headers {
+		if h.Key == MarkerHeader {
+			return string(h.Value) == ExchangeBatchMarker
+		}
+	}
+	return false
+}
+
+// ExchangeBatchVersion is the version byte that starts the value of an
+// exchange batch. A reader refuses another version (ErrExchangeBatch): a
+// batch written by a newer kstreamd is never read as something else.
+const ExchangeBatchVersion byte = 1
+
+// ErrExchangeBatch is wrapped by ExchangeBatchReader's errors: the value
+// is not an exchange batch of ExchangeBatchVersion (another version,
+// truncated, or a length beyond its end). A repartition topic is written by
+// kstreamd only, so its reader fails rather than skipping the record.
+var ErrExchangeBatch = errors.New("runtime: malformed exchange batch")
+
+// Exchange batch layout (ExchangeBatch, ExchangeBatchReader): the version
+// byte, then each record in write order:
+//
+//	flags   byte: bit 0 the key is not nil, bit 1 the value is not nil,
+//	        bit 2 the record has a timestamp; the other bits are 0
+//	ts      varint (zig-zag) ms since the epoch, if bit 2
+//	key     uvarint length, bytes, if bit 0
+//	value   uvarint length, bytes, if bit 1
+//	headers uvarint count, then per header: uvarint key length, key
+//	        bytes, uvarint (value length + 1, 0 for a nil value), bytes
+//
+// A record is what a Kafka record of the format before batches carried:
+// key, value, headers and a timestamp of Kafka's ms precision; a record
+// without a timestamp takes the batch's Kafka timestamp (the producer's
+// clock, as its own Kafka record would have).
+const (
+	exchangeKey   = 1 << 0
+	exchangeValue = 1 << 1
+	exchangeTime  = 1 << 2
+)
+
+// ExchangeBatch encodes the records of one exchange batch. The zero value
+// is empty; Append adds a record, AppendHeader its headers. Not safe for
+// concurrent use.
+type ExchangeBatch struct {
+	buf     []byte
+	n       int // records appended
+	headers int // headers the last record still expects
+}
+
+// Append starts the next record: key and value (nil stays nil, empty
+// stays empty), ts (the zero time: none; else truncated to ms) and the
+// number of headers AppendHeader adds next.
+func (b *ExchangeBatch) Append(ts time.Time, key, value []byte, headers int) {
+	if len(b.buf) == 0 {
+		b.buf = append(b.buf, ExchangeBatchVersion)
+	}
+	var flags byte
+	if key != nil {
+		flags |= exchangeKey
+	}
+	if value != nil {
+		flags |= exchangeValue
+	}
+	if !ts.IsZero() {
+		flags |= exchangeTime
+	}
+	b.buf = append(b.buf, flags)
+	if flags&exchangeTime != 0 {
+		b.buf = binary.AppendVarint(b.buf, ts.UnixMilli())
+	}
+	if key != nil {
+		b.buf = binary.AppendUvarint(b.buf, uint64(len(key)))
+		b.buf = append(b.buf, key...)
+	}
+	if value != nil {
+		b.buf = binary.AppendUvarint(b.buf, uint64(len(value)))
+		b.buf = append(b.buf, value...)
+	}
+	b.buf = binary.AppendUvarint(b.buf, uint64(headers))
+	b.n++
+	b.headers = headers
+}
+
+// AppendHeader adds a header to the record Append started; call it as
+// many times as Append was told.
+func (b *ExchangeBatch) AppendHeader(key string, value []byte) {
+	b.buf = binary.AppendUvarint(b.buf, uint64(len(key)))
+	b.buf = append(b.buf, key...)
+	if value == nil {
+		b.buf = append(b.buf, 0)
+	} else {
+		b.buf = binary.AppendUvarint(b.buf, uint64(len(value))+1)
+		b.buf = append(b.buf, value...)
+	}
+	b.headers--
+}
+
+// Len returns the number of records appended since the last Take.
+func (b *ExchangeBatch) Len() int { return b.n }
+
+// Size returns the encoded size in bytes (0 when empty).
+func (b *ExchangeBatch) Size() int { return len(b.buf) }
+
+// Take returns the encoded batch (nil when empty) and empties b; the
+// bytes are the caller's (the next Append uses a new buffer of capacity
+// hint).
+func (b *ExchangeBatch) Take(hint int) []byte {
+	if b.n == 0 {
+		return nil
+	}
+	out := b.buf
+	b.buf, b.n, b.headers = make([]byte, 0, hint), 0, 0
+	return out
+}
+
+// ExchangeBatchRecord is one record of an exchange batch as
+// ExchangeBatchReader.Next returns it: Key, Value and the header values
+// point into the batch (capacity-limited: appending copies); Timestamp is
+// the zero time when the record had none.
+type ExchangeBatchRecord struct {
+	Timestamp time.Time
+	Key       []byte
+	Value     []byte
+	Headers   []Header
+}
+
+// ExchangeBatchReader reads the records of one exchange batch in order.
+type ExchangeBatchReader struct {
+	b   []byte
+	off int
+}
+
+// NewExchangeBatchReader returns a reader of value, an exchange batch; it
+// fails (wrapping ErrExchangeBatch) when value is empty or starts with
+// another version than ExchangeBatchVersion.
+func NewExchangeBatchReader(value []byte) (ExchangeBatchReader, error) {
+	if len(value) == 0 {
+		return ExchangeBatchReader{}, fmt.Errorf("%w: empty", ErrExchangeBatch)
+	}
+	if value[0] != ExchangeBatchVersion {
+		return ExchangeBatchReader{}, fmt.Errorf("%w: version %d, this kstreamd reads version %d", ErrExchangeBatch, value[0], ExchangeBatchVersion)
+	}
+	return ExchangeBatchReader{b: value, off: 1}, nil
+}
+
+// Next decodes the next record into rec (its Headers slice is reused) and
+// reports false at the end of the batch. An error wraps ErrExchangeBatch
+// and names the byte offset; the reader is then done.
+func (r *ExchangeBatchReader) Next(rec *ExchangeBatchRecord) (bool, error) {
+	if r.off >= len(r.b) {
+		return false, nil
+	}
+	start := r.off
+	ok, err := r.next(rec)
+	if err != nil {
+		r.off = len(r.b)
+		return false, fmt.Errorf("%w: record at byte %d: %w", ErrExchangeBatch, start, err)
+	}
+	return ok, nil
+}
+
+var (
+	errExchangeFlags  = errors.New("unknown flags")
+	errExchangeVarint = errors.New("bad varint")
+	errExchangeLength = errors.New("length beyond the batch")
+)
+
+func (r *ExchangeBatchReader) next(rec *ExchangeBatchRecord) (bool, error) {
+	flags := r.b[r.off]
+	r.off++
+	if flags&^(exchangeKey|exchangeValue|exchangeTime) != 0 {
+		return false, errExchangeFlags
+	}
+	rec.Timestamp, rec.Key, rec.Value, rec.Headers = time.Time{}, nil, nil, rec.Headers[:0]
+	if flags&exchangeTime != 0 {
+		ms, n := binary.Varint(r.b[r.off:])
+		if n <= 0 {
+			return false, errExchangeVarint
+		}
+		r.off += n
+		rec.Timestamp = time.UnixMilli(ms)
+	}
+	var err error
+	if flags&exchangeKey != 0 {
+		if rec.Key, err = r.bytes(0); err != nil {
+			return false, err
+		}
+	}
+	if flags&exchangeValue != 0 {
+		if rec.Value, err = r.bytes(0); err != nil {
+			return false, err
+		}
+	}
+	n, err := r.uvarint()
+	if err != nil {
+		return false, err
+	}
+	// Each header takes at least two bytes: a count beyond that is no
+	// batch, and must not size an allocation.
+	if n > uint64(len(r.b)-r.off)/2 {
+		return false, errExchangeLength
+	}
+	for range n {
+		k, err := r.bytes(0)
+		if err != nil {
+			return false, err
+		}
+		v, err := r.bytes(1)
+		if err != nil {
+			return false, err
+		}
+		rec.Headers = append(rec.Headers, Header{Key: headerKey(k), Value: v})
+	}
+	return true, nil
+}
+
+// bytes reads a uvarint length minus bias and that many bytes; with bias
+// 1 a length of 0 is a nil slice.
+func (r *ExchangeBatchReader) bytes(bias uint64) ([]byte, error) {
+	n, err := r.uvarint()
+	if err != nil {
+		return nil, err
+	}
+	if bias == 1 {
+		if n == 0 {
+			return nil, nil
+		}
+		n--
+	}
+	if n > uint64(len(r.b)-r.off) {
+		return nil, errExchangeLength
+	}
+	end := r.off + int(n)
+	out := r.b[r.off:end:end]
+	r.off = end
+	return out, nil
+}
+
+func (r *ExchangeBatchReader) uvarint() (uint64, error) {
+	v, n := binary.Uvarint(r.b[r.off:])
+	if n <= 0 {
+		return 0, errExchangeVarint
+	}
+	r.off += n
+	return v, nil
+}
+
+// headerKey returns k as a string, without an allocation for the headers
+// every repartition record carries.
+func headerKey(k []byte) string {
+	switch string(k) {
+	case ChangeHeader:
+		return ChangeHeader
+	case ChangelogModeHeader:
+		return ChangelogModeHeader
+	}
+	return string(k)
+}

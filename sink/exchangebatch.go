@@ -1,0 +1,177 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// RepartitionBatchBytes is the size at which a repartition sink's exchange
+// batch of one partition is produced (KafkaTxnConfig.BatchBytes 0): a
+// repartition sink writes its records several to a Kafka record
+// (runtime.ExchangeBatch, docs/scale-out.md "The batch format"), so the
+// per-record costs of a Kafka record (the produce call, its promise, its
+// encoding into the Kafka batch, and downstream its fetch decoding) are
+// paid once per batch. A batch's records stay invisible until the
+// transaction commits, as before, so holding them costs no latency; each
+// open partition holds at most this much plus one record, so a batch stays
+// well within Kafka's default 1 MB message size unless one record alone
+// exceeds it (as it would without batches).
+const RepartitionBatchBytes = 64 << 10
+
+// exchangeBatches are the open transaction's exchange batches of a
+// repartition sink, one per partition of its topic. Only the sink
+// subtask's goroutine uses them.
+type exchangeBatches struct {
+	limit int
+	parts []runtime.ExchangeBatch
+}
+
+// batches returns the committer's exchange batches, made on first use; nil
+// when the committer writes one Kafka record per record (not a repartition
+// sink, or KafkaTxnConfig.BatchBytes < 0).
+func (k *KafkaTxnCommitter) batches() *exchangeBatches {
+	if k.xb != nil || k.cfg.Partition == nil || k.cfg.Partitions <= 0 || k.cfg.BatchBytes < 0 {
+		return k.xb
+	}
+	k.xb = &exchangeBatches{limit: k.cfg.BatchBytes, parts: make([]runtime.ExchangeBatch, k.cfg.Partitions)}
+	if k.xb.limit == 0 {
+		k.xb.limit = RepartitionBatchBytes
+	}
+	return k.xb
+}
+
+// writeBatched adds rec, encoded with the sink's encoder if any and as
+// KafkaTxnConfig.Changelog writes it, to the exchange batch of its
+// partition in slot s's open transaction, producing the batch first when
+// rec would take it past the limit and after when it reached it.
+func (k *KafkaTxnCommitter) writeBatched(ctx context.Context, xb *exchangeBatches, s *txnSlot, rec runtime.Record) error {
+	if k.cfg.Encode != nil && encodesValue(k.cfg.Changelog, &rec) {
+		var err error
+		if rec, err = encoded(ctx, k.cfg.Encode, k.cfg.Name, k.cfg.Topic, rec); err != nil {
+			return err
+		}
+	}
+	p := k.cfg.Partition(rec.Key)
+	if p < 0 || p >= k.cfg.Partitions {
+		return fmt.Errorf("sink %s: partition %d of a record is outside the topic's [0, %d)", k.cfg.Name, p, k.cfg.Partitions)
+	}
+	b := &xb.parts[p]
+	if est := len(rec.Key) + len(rec.Value) + 64; b.Len() > 0 && b.Size()+est > xb.limit {
+		k.produceBatch(ctx, xb, s, p)
+	}
+	appendChangelogRecord(b, k.cfg.Changelog, &rec)
+	if b.Size() >= xb.limit {
+		k.produceBatch(ctx, xb, s, p)
+	}
+	return nil
+}
+
+// appendChangelogRecord appends rec to b as changelogRecord fills a Kafka
+// record with it (the same key, value, timestamp and headers, in the same
+// order; TestExchangeBatchAsChangelogRecord), without making the Kafka
+// record. An upsert sink's -U is dropped by Write before.
+func appendChangelogRecord(b *runtime.ExchangeBatch, mode ChangelogMode, rec *runtime.Record) {
+	if mode == ChangelogUpsert {
+		value := rec.Value
+		if rec.Change == runtime.ChangeDelete {
+			value = nil // a tombstone
+		}
+		b.Append(rec.Timestamp, rec.Key, value, len(rec.Headers))
+		for _, h := range rec.Headers {
+			b.AppendHeader(h.Key, h.Value)
+		}
+		return
+	}
+	n := 1
+	if mode == ChangelogUpsertHeader {
+		n++
+	}
+	for _, h := range rec.Headers {
+		if h.Key != runtime.ChangeHeader && h.Key != runtime.ChangelogModeHeader {
+			n++
+		}
+	}
+	b.Append(rec.Timestamp, rec.Key, rec.Value, n)
+	for _, h := range rec.Headers {
+		if h.Key != runtime.ChangeHeader && h.Key != runtime.ChangelogModeHeader {
+			b.AppendHeader(h.Key, h.Value)
+		}
+	}
+	b.AppendHeader(runtime.ChangeHeader, changeValue(rec.Change))
+	if mode == ChangelogUpsertHeader {
+		b.AppendHeader(runtime.ChangelogModeHeader, upsertModeValue)
+	}
+}
+
+// Header values appendChangelogRecord writes, made once.
+var (
+	upsertModeValue = []byte(runtime.UpsertChangelogMode)
+	insertValue     = []byte(runtime.ChangeInsert.String())
+	updateBefValue  = []byte(runtime.ChangeUpdateBefore.String())
+	updateAftValue  = []byte(runtime.ChangeUpdateAfter.String())
+	deleteValue     = []byte(runtime.ChangeDelete.String())
+)
+
+// changeValue returns c's header value ("+I", "-U", "+U" or "-D").
+func changeValue(c runtime.ChangeKind) []byte {
+	switch c {
+	case runtime.ChangeInsert:
+		return insertValue
+	case runtime.ChangeUpdateBefore:
+		return updateBefValue
+	case runtime.ChangeUpdateAfter:
+		return updateAftValue
+	case runtime.ChangeDelete:
+		return deleteValue
+	}
+	return []byte(c.String())
+}
+
+// produceBatch produces partition p's exchange batch, if it holds a
+// record, into slot s's open transaction as one Kafka record: the value
+// the batch, the header runtime.MarkerHeader of value
+// runtime.ExchangeBatchMarker, no key (the
+// partition is set) and no timestamp (the producer's clock).
+func (k *KafkaTxnCommitter) produceBatch(ctx context.Context, xb *exchangeBatches, s *txnSlot, p int32) {
+	b := &xb.parts[p]
+	if b.Len() == 0 {
+		return
+	}
+	kr := k.newRecord()
+	kr.Value = b.Take(b.Size())
+	kr.Partition = p
+	kr.Headers = exchangeBatchHeaders
+	k.produce(ctx, s, kr)
+}
+
+// exchangeBatchHeaders are the headers of every exchange batch record
+// (franz-go only reads them).
+var exchangeBatchHeaders = []kgo.RecordHeader{{Key: runtime.MarkerHeader, Value: []byte(runtime.ExchangeBatchMarker)}}
+
+// flushBatches produces every partition's exchange batch into slot s's
+// open transaction: before a marker (a partition's records precede the
+// marker written after them) and before the pre-commit's flush.
+func (k *KafkaTxnCommitter) flushBatches(ctx context.Context, s *txnSlot) {
+	xb := k.xb
+	if xb == nil {
+		return
+	}
+	for p := range xb.parts {
+		k.produceBatch(ctx, xb, s, int32(p))
+	}
+}
+
+// dropBatches empties every partition's exchange batch without producing
+// it: the transaction they belonged to ended or is aborted.
+func (k *KafkaTxnCommitter) dropBatches() {
+	if k.xb == nil {
+		return
+	}
+	for p := range k.xb.parts {
+		k.xb.parts[p].Take(0)
+	}
+}

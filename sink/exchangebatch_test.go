@@ -1,0 +1,200 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// expandExchange returns recs with every exchange batch record replaced by
+// its records, as a repartition source reads them: the batch's topic,
+// partition and offset, the record's own key, value, headers and
+// timestamp (else the batch's).
+func expandExchange(t *testing.T, recs []*kgo.Record) []*kgo.Record {
+	t.Helper()
+	var out []*kgo.Record
+	for _, r := range recs {
+		if !slices.ContainsFunc(r.Headers, func(h kgo.RecordHeader) bool {
+			return h.Key == runtime.MarkerHeader && string(h.Value) == runtime.ExchangeBatchMarker
+		}) {
+			out = append(out, r)
+			continue
+		}
+		rd, err := runtime.NewExchangeBatchReader(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var br runtime.ExchangeBatchRecord
+		for {
+			ok, err := rd.Next(&br)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			in := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: br.Key, Value: br.Value, Timestamp: br.Timestamp}
+			if in.Timestamp.IsZero() {
+				in.Timestamp = r.Timestamp
+			}
+			for _, h := range br.Headers {
+				in.Headers = append(in.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+			}
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// TestExchangeBatchAsChangelogRecord: appendChangelogRecord writes into a
+// batch what changelogRecord puts into a Kafka record (key, value, ms
+// timestamp, headers in order, nil values kept nil) for every changelog
+// mode and change kind, with and without headers of the record's own.
+func TestExchangeBatchAsChangelogRecord(t *testing.T) {
+	for _, mode := range []ChangelogMode{ChangelogUpsert, ChangelogHeader, ChangelogUpsertHeader} {
+		for _, change := range []runtime.ChangeKind{runtime.ChangeInsert, runtime.ChangeUpdateBefore, runtime.ChangeUpdateAfter, runtime.ChangeDelete} {
+			for _, headers := range [][]runtime.Header{nil, {{Key: "trace", Value: []byte("t1")}, {Key: runtime.ChangeHeader, Value: []byte("+U")}, {Key: "empty", Value: []byte{}}}} {
+				rec := runtime.Record{Key: []byte("k"), Value: []byte(`{"a":1}`), Timestamp: time.UnixMilli(1700000000123), Change: change, Headers: headers}
+				var want kgo.Record
+				if !changelogRecord(mode, &want, &rec) {
+					continue // an upsert sink's -U, dropped by Write
+				}
+				var b runtime.ExchangeBatch
+				appendChangelogRecord(&b, mode, &rec)
+				rd, err := runtime.NewExchangeBatchReader(b.Take(0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got runtime.ExchangeBatchRecord
+				if ok, err := rd.Next(&got); !ok || err != nil {
+					t.Fatal(ok, err)
+				}
+				name := fmt.Sprintf("%v %v %d headers", mode, change, len(headers))
+				if !bytes.Equal(got.Key, want.Key) || !bytes.Equal(got.Value, want.Value) || (got.Value == nil) != (want.Value == nil) || !got.Timestamp.Equal(want.Timestamp) {
+					t.Errorf("%s: key %q value %q ts %v, want %q %q %v", name, got.Key, got.Value, got.Timestamp, want.Key, want.Value, want.Timestamp)
+				}
+				var gh, wh []string
+				for _, h := range got.Headers {
+					gh = append(gh, h.Key+"="+string(h.Value))
+				}
+				for _, h := range want.Headers {
+					wh = append(wh, h.Key+"="+string(h.Value))
+				}
+				if !slices.Equal(gh, wh) {
+					t.Errorf("%s: headers %v, want %v", name, gh, wh)
+				}
+				if ok, err := rd.Next(&got); ok || err != nil {
+					t.Errorf("%s: a second record: %v %v", name, ok, err)
+				}
+			}
+		}
+	}
+}
+
+// TestRepartitionSinkExchangeBatches: a repartition sink writes its records
+// in exchange batches, one Kafka record per partition's batch (produced
+// when it reaches BatchBytes, before a marker and at the pre-commit),
+// which expand to exactly the records the format before batches wrote, in
+// order per partition, with each marker after the records written before
+// it; the committable and records out count records, not batches.
+func TestRepartitionSinkExchangeBatches(t *testing.T) {
+	ctx := context.Background()
+	logger, _ := testLogger()
+	// write runs a transaction on a cluster of its own and returns the
+	// records read_committed sees, batches expanded, and how many Kafka
+	// records the topic holds.
+	write := func(batchBytes int) ([]string, int) {
+		opts := newCluster(t)
+		k := NewKafkaTxnCommitter(KafkaTxnConfig{
+			Name: "repartition.1", Topic: testTopic, TransactionalIDPrefix: "xb", TransactionTimeout: time.Minute,
+			ClientOpts: opts, Logger: logger, Changelog: ChangelogHeader, BatchBytes: batchBytes,
+			Partition: func(key []byte) int32 { n, _ := strconv.Atoi(string(key)); return int32(n % 3) }, Partitions: 3,
+		})
+		defer k.Close()
+		if err := k.BeginTransaction(ctx); err != nil {
+			t.Fatal(err)
+		}
+		const n = 200
+		for i := range n {
+			rec := runtime.Record{Key: []byte(strconv.Itoa(i)), Value: []byte(`{"i":` + strconv.Itoa(i) + `}`), Timestamp: time.UnixMilli(int64(1000 + i))}
+			if i%7 == 0 {
+				rec.Change = runtime.ChangeUpdateBefore
+			}
+			if i%50 == 0 {
+				rec.Timestamp = time.Time{}
+			}
+			if err := k.Write(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+			if i == 120 {
+				if err := k.WriteMarker(ctx, runtime.Marker{Kind: runtime.MarkerWatermark, Unit: "0/1", Watermark: time.UnixMilli(1100)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		c, err := k.PreCommit(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Records != n+3 {
+			t.Errorf("BatchBytes %d: committable records %d, want %d (records and 3 markers)", batchBytes, c.Records, n+3)
+		}
+		if err := k.Commit(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		raw := testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second)
+		return recordLines(expandExchange(t, raw)), len(raw)
+	}
+	old, n := write(-1)
+	if len(old) != 203 || n != 203 {
+		t.Fatalf("format before batches: %d records in %d Kafka records, want 203 in 203", len(old), n)
+	}
+	small, n := write(256)
+	if !slices.Equal(small, old) {
+		t.Errorf("exchange batches of 256 bytes expand to\n%s\nwant\n%s", strings.Join(small, "\n"), strings.Join(old, "\n"))
+	}
+	// About 30 bytes a record: some 8 records a batch.
+	if n < 3+6+200/10 || n > 3+200/4 {
+		t.Errorf("256-byte batches: %d Kafka records, want about 200/8 and 3 markers", n)
+	}
+	def, n := write(0)
+	if !slices.Equal(def, old) {
+		t.Errorf("exchange batches of RepartitionBatchBytes expand to\n%s\nwant\n%s", strings.Join(def, "\n"), strings.Join(old, "\n"))
+	}
+	// One batch per partition before the marker, one after, and the 3
+	// markers.
+	if n != 9 {
+		t.Errorf("default batches: %d Kafka records, want 9", n)
+	}
+}
+
+// recordLines renders recs per partition, in offset order: partition,
+// key, value, timestamp (ms, or "now" for the producer's clock) and
+// headers.
+func recordLines(recs []*kgo.Record) []string {
+	recs = slices.Clone(recs)
+	slices.SortStableFunc(recs, func(a, b *kgo.Record) int { return int(a.Partition - b.Partition) })
+	var out []string
+	for _, r := range recs {
+		var hs []string
+		for _, h := range r.Headers {
+			hs = append(hs, h.Key+"="+string(h.Value))
+		}
+		ts := strconv.FormatInt(r.Timestamp.UnixMilli(), 10)
+		if r.Timestamp.After(time.UnixMilli(1 << 40)) {
+			ts = "now"
+		}
+		out = append(out, fmt.Sprintf("p%d key=%s value=%s ts=%s %v", r.Partition, r.Key, r.Value, ts, hs))
+	}
+	return out
+}
