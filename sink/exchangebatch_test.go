@@ -113,6 +113,7 @@ func TestRepartitionSinkExchangeBatches(t *testing.T) {
 	// write runs a transaction on a cluster of its own and returns the
 	// records read_committed sees, batches expanded, and how many Kafka
 	// records the topic holds.
+	var data [][]string // per run, the data records testkit.WithoutMarkers decodes
 	write := func(batchBytes int) ([]string, int) {
 		opts := newCluster(t)
 		k := NewKafkaTxnCommitter(KafkaTxnConfig{
@@ -153,6 +154,7 @@ func TestRepartitionSinkExchangeBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 		raw := testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second)
+		data = append(data, recordLines(testkit.WithoutMarkers(raw)))
 		return recordLines(expandExchange(t, raw)), len(raw)
 	}
 	old, n := write(-1)
@@ -175,6 +177,12 @@ func TestRepartitionSinkExchangeBatches(t *testing.T) {
 	// markers.
 	if n != 9 {
 		t.Errorf("default batches: %d Kafka records, want 9", n)
+	}
+	// testkit's decoder of the documented layout agrees.
+	for i, d := range data {
+		if len(d) != 200 || !slices.Equal(d, data[0]) {
+			t.Errorf("run %d: testkit.WithoutMarkers read %d data records, not run 0's %d", i, len(d), len(data[0]))
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ package testkit
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -183,15 +184,80 @@ func ReadTopic(t testing.TB, brokers []string, topic string, timeout time.Durati
 	return ReadTopicWith(t, []kgo.Opt{kgo.SeedBrokers(brokers...)}, kgo.ReadCommitted(), topic, timeout)
 }
 
-// WithoutMarkers returns the records of recs that are not markers of a
-// cluster-mode repartition topic (header "kstreamd-marker",
-// runtime.MarkerHeader), in order: the data records.
+// WithoutMarkers returns the data records of recs, records of a
+// cluster-mode repartition topic, in order: markers (header
+// "kstreamd-marker", runtime.MarkerHeader) are left out, and an exchange
+// batch (that header's value "batch", runtime.ExchangeBatchMarker) is
+// replaced by its records as a repartition source reads them (the batch's
+// topic, partition and offset, each record's own key, value, headers and
+// timestamp, else the batch's). A malformed batch panics: the tests read
+// what kstreamd wrote.
 func WithoutMarkers(recs []*kgo.Record) []*kgo.Record {
 	var out []*kgo.Record
 	for _, r := range recs {
-		if !slices.ContainsFunc(r.Headers, func(h kgo.RecordHeader) bool { return h.Key == "kstreamd-marker" }) {
+		i := slices.IndexFunc(r.Headers, func(h kgo.RecordHeader) bool { return h.Key == "kstreamd-marker" })
+		switch {
+		case i < 0:
 			out = append(out, r)
+		case string(r.Headers[i].Value) == "batch":
+			out = append(out, exchangeRecords(r)...)
 		}
+	}
+	return out
+}
+
+// exchangeRecords returns the records of exchange batch r, decoded from
+// the layout docs/scale-out.md specifies ("The exchange batch format"),
+// independently of runtime.ExchangeBatchReader (testkit imports no
+// kstreamd package), so the tests that read repartition topics also check
+// the written bytes against the documented format.
+func exchangeRecords(r *kgo.Record) []*kgo.Record {
+	b := r.Value
+	if len(b) == 0 || b[0] != 1 {
+		panic(fmt.Sprintf("exchange batch at %s/%d@%d: version byte %v", r.Topic, r.Partition, r.Offset, b[:min(len(b), 1)]))
+	}
+	b = b[1:]
+	uvarint := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			panic(fmt.Sprintf("exchange batch at %s/%d@%d: bad uvarint", r.Topic, r.Partition, r.Offset))
+		}
+		b = b[n:]
+		return v
+	}
+	take := func(n uint64) []byte {
+		out := b[:n:n]
+		b = b[n:]
+		return out
+	}
+	var out []*kgo.Record
+	for len(b) > 0 {
+		flags := b[0]
+		b = b[1:]
+		in := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
+			Attrs: r.Attrs, ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch, LeaderEpoch: r.LeaderEpoch}
+		if flags&4 != 0 {
+			ms, n := binary.Varint(b)
+			if n <= 0 {
+				panic(fmt.Sprintf("exchange batch at %s/%d@%d: bad varint", r.Topic, r.Partition, r.Offset))
+			}
+			b = b[n:]
+			in.Timestamp = time.UnixMilli(ms)
+		}
+		if flags&1 != 0 {
+			in.Key = take(uvarint())
+		}
+		if flags&2 != 0 {
+			in.Value = take(uvarint())
+		}
+		for range uvarint() {
+			h := kgo.RecordHeader{Key: string(take(uvarint()))}
+			if n := uvarint(); n > 0 {
+				h.Value = take(n - 1)
+			}
+			in.Headers = append(in.Headers, h)
+		}
+		out = append(out, in)
 	}
 	return out
 }
