@@ -1,10 +1,15 @@
 package state
 
 import (
+	"encoding/json"
+	"fmt"
 	"math"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
 // TestL0Thresholds: a Pebble backend compacts L0 at
@@ -40,4 +45,73 @@ func TestL0ThresholdHuge(t *testing.T) {
 		t.Fatalf("l0 compaction threshold %d: %v", n, err)
 	}
 	must(t, b.Close())
+}
+
+// TestRemoteRestoreIngestionsPerL0Table counts what a restore of remote
+// state costs per L0 table: 12 overlapping flushes (each spans every key
+// group) left in L0 (threshold 1000) are 12 L0 tables in the checkpoint
+// and 12 ingestions at its restore, one each (overlapping tables cannot
+// share one), plus one per deeper level and one per table holding
+// metadata; with Pebble's threshold of 4 the settled LSM has fewer than 4
+// L0 tables and the restore as many fewer ingestions. Values read back
+// exact both ways.
+func TestRemoteRestoreIngestionsPerL0Table(t *testing.T) {
+	const keys, flushes = 300, 12
+	for _, threshold := range []int{1000, 4} {
+		t.Run(fmt.Sprintf("threshold=%d", threshold), func(t *testing.T) {
+			root := t.TempDir()
+			cfg := BackendConfig{Kind: KindPebble, Dir: filepath.Join(root, "a"), MaxParallelism: testMaxP,
+				KeyGroupRange: keygroup.Range{Start: 0, End: testMaxP - 1}, WriteCacheBytes: -1, L0CompactionThreshold: threshold,
+				Remote: &RemoteConfig{Dir: filepath.Join(root, RemoteDirName), CacheBytes: 1 << 20}}
+			b := open(t, cfg)
+			db := b.(*pebbleBackend).st.db
+			s := must1(GetValueState(b, ValueStateDescriptor[int64]{Name: "count", Serializer: Int64Serializer{}}))(t)
+			for f := range flushes {
+				for i := range keys {
+					b.SetCurrentKey([]byte(fmt.Sprintf("k%06d", i)))
+					must(t, s.Update(int64(f*keys+i)))
+				}
+				must(t, db.Flush())
+			}
+			// Pebble starts an L0 compaction after a flush that reaches
+			// the threshold: wait until none runs and L0 is below it.
+			for {
+				m := db.Metrics()
+				if m.Compact.NumInProgress == 0 && int(m.Levels[0].Sublevels) < threshold {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			rh, _ := remoteCheckpoint(t, b, cfg, 1)
+			var h keyedHandle
+			must(t, json.Unmarshal(rh.Handle, &h))
+			l0, deeper, meta := 0, map[int]bool{}, 0
+			for _, f := range h.Files {
+				if _, ok := clipExternal(f, keyGroupsEnd, nil); ok {
+					meta++
+				}
+				if f.Level == 0 {
+					l0++
+				} else {
+					deeper[f.Level] = true
+				}
+			}
+			switch {
+			case threshold == 1000 && l0 != flushes:
+				t.Errorf("checkpoint names %d L0 tables, want the %d flushes", l0, flushes)
+			case threshold == 4 && l0 >= threshold:
+				t.Errorf("checkpoint names %d L0 tables after the compactions settled, want fewer than %d", l0, threshold)
+			}
+			must(t, b.Close())
+
+			rcfg := cfg
+			rcfg.Dir = filepath.Join(root, "b")
+			nb := must1(OpenBackendRestored(rcfg, []RestoreHandle{rh}))(t)
+			t.Cleanup(func() { _ = nb.Close() })
+			if n, want := nb.(*pebbleBackend).st.remote.ingestions.Load(), int64(len(deeper)+l0+meta); n != want {
+				t.Errorf("restore of %d L0 tables, %d deeper levels and %d metadata tables ran %d ingestions, want %d", l0, len(deeper), meta, n, want)
+			}
+			checkCounts(t, nb, keys, func(i int) (int64, bool) { return int64((flushes-1)*keys + i), true })
+		})
+	}
 }

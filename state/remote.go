@@ -135,6 +135,10 @@ type remoteObjects struct {
 	sizes map[string]int64
 	// reads counts ReadAt calls (tests, benchmarks).
 	reads int64
+	// ingestions counts the IngestExternalFiles calls of this instance's
+	// restore (tests: a restore costs one per level and per overlapping
+	// L0 table).
+	ingestions atomic.Int64
 }
 
 var _ remote.Storage = (*remoteObjects)(nil)

@@ -76,6 +76,7 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 		for k, p := range batch {
 			efs[k] = p.ef
 		}
+		r.ingestions.Add(1)
 		if _, err := st.db.IngestExternalFiles(context.Background(), efs); err != nil {
 			return fmt.Errorf("state: restore: ingest %s: %w", efs[0].ObjName, err)
 		}

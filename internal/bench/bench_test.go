@@ -348,7 +348,7 @@ func TestStateScalingRemote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Full <= 0 || res.FullSync <= 0 || res.FullSync > res.Full || res.Restore <= 0 || res.Rescale <= 0 || len(res.IncrementalSync) != 2 {
+	if res.Full <= 0 || res.FullSync <= 0 || res.FullSync > res.Full || res.Restore <= 0 || res.RestoreIdle <= 0 || res.Rescale <= 0 || len(res.IncrementalSync) != 2 {
 		t.Fatalf("result %+v: a duration is missing or the sync part exceeds the checkpoint", res)
 	}
 	// The local dir holds the WAL (Pebble preallocates its blocks), the

@@ -78,6 +78,12 @@ type StateScalingResult struct {
 	// Restore is the time to open a backend from the last checkpoint and
 	// read one key.
 	Restore time.Duration
+	// RestoreIdle is Restore again once the checkpointed and the restored
+	// backends have closed (their compactions over): a restore after a
+	// failover, with no other instance of the state compacting beside it.
+	// Restore runs while the checkpointed instance still compacts what the
+	// load wrote (at 10M keys, for minutes).
+	RestoreIdle time.Duration
 	// Rescale is the time to open two backends, each restoring half of
 	// the key groups from the last checkpoint, and read one key in each
 	// (RescaleSteps[0]).
@@ -123,7 +129,7 @@ func RunStateScaling(ctx context.Context, cfg StateScalingConfig, w io.Writer) e
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "state\tkeys\tchanged\tload_s\tdb_MiB\tfull_chk_ms\tfull_sync_ms\tfull_chk_MiB\tincr_p50_ms\tincr_max_ms\tincr_sync_p50_ms\tincr_sync_max_ms\tincr_p50_MiB\tincr_max_MiB\trestore_ms\trescale_ms\trescale_2to4_ms\trescale_4to1_ms\texact_keys\tlocal_MiB\tlocal_peak_MiB\tlocal_peak_all_MiB\tstore_MiB\tpeak_rss_MiB\t")
+	fmt.Fprintln(tw, "state\tkeys\tchanged\tload_s\tdb_MiB\tfull_chk_ms\tfull_sync_ms\tfull_chk_MiB\tincr_p50_ms\tincr_max_ms\tincr_sync_p50_ms\tincr_sync_max_ms\tincr_p50_MiB\tincr_max_MiB\trestore_ms\trestore_idle_ms\trescale_ms\trescale_2to4_ms\trescale_4to1_ms\texact_keys\tlocal_MiB\tlocal_peak_MiB\tlocal_peak_all_MiB\tstore_MiB\tpeak_rss_MiB\t")
 	mib := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 	kind := "local"
 	if cfg.Remote {
@@ -132,10 +138,10 @@ func RunStateScaling(ctx context.Context, cfg StateScalingConfig, w io.Writer) e
 			kind += "+" + cfg.ReadLatency.String()
 		}
 	}
-	fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.0f\t\n", kind, res.Keys, res.Changed, res.Load.Seconds(), mib(int64(res.DBBytes)),
+	fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.0f\t\n", kind, res.Keys, res.Changed, res.Load.Seconds(), mib(int64(res.DBBytes)),
 		ms(res.Full), ms(res.FullSync), mib(res.FullBytes), ms(quantile(res.Incremental, 0.5)), ms(quantile(res.Incremental, 1)),
 		ms(quantile(res.IncrementalSync, 0.5)), ms(quantile(res.IncrementalSync, 1)),
-		mib(quantile(res.IncrementalBytes, 0.5)), mib(quantile(res.IncrementalBytes, 1)), ms(res.Restore), ms(res.Rescale),
+		mib(quantile(res.IncrementalBytes, 0.5)), mib(quantile(res.IncrementalBytes, 1)), ms(res.Restore), ms(res.RestoreIdle), ms(res.Rescale),
 		ms(res.RescaleSteps[1]), ms(res.RescaleSteps[2]), res.Verified,
 		mib(res.LocalBytes), mib(res.LocalPeakBytes), mib(res.LocalPeakAllBytes), mib(res.StoreBytes), float64(res.PeakRSSBytes)/(1<<20))
 	return tw.Flush()
@@ -303,6 +309,9 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 	if err != nil {
 		return res, fmt.Errorf("bench: state-scaling: restored state: %w", err)
 	}
+	if res.RestoreIdle, err = restoreOnce(bcfg, filepath.Join(root, "restored-idle"), last.Handle, lastDir, shared, key(cfg.Keys-1)); err != nil {
+		return res, fmt.Errorf("bench: state-scaling: idle restore: %w", err)
+	}
 	chain := rescaleChain{cfg: bcfg, root: root, shared: shared, keys: cfg.Keys, changed: res.Changed, model: model, key: key}
 	rr, err := chain.run(ctx, state.RestoreHandle{Handle: last.Handle, Dir: lastDir, SharedDir: shared})
 	if err != nil {
@@ -312,6 +321,29 @@ func StateScaling(ctx context.Context, cfg StateScalingConfig) (StateScalingResu
 	res.LocalPeakBytes, res.LocalPeakAllBytes = disk.Stop()
 	res.PeakRSSBytes = rss.Peak()
 	return res, nil
+}
+
+// restoreOnce opens a backend of bcfg in dir from a checkpoint's handle,
+// reads key's count (which must be there) and closes it; it returns the
+// time until the read (the close, which waits for compactions, is not
+// measured).
+func restoreOnce(bcfg state.BackendConfig, dir string, handle []byte, chkDir, shared string, key []byte) (time.Duration, error) {
+	bcfg.Dir = dir
+	start := time.Now()
+	b, err := state.OpenBackendRestored(bcfg, []state.RestoreHandle{{Handle: handle, Dir: chkDir, SharedDir: shared}})
+	if err != nil {
+		return 0, err
+	}
+	count, err := state.GetValueState(b, operators.KeyedCountState)
+	if err == nil {
+		b.SetCurrentKey(key)
+		var ok bool
+		if _, ok, err = count.Value(); err == nil && !ok {
+			err = fmt.Errorf("key %s missing", key)
+		}
+	}
+	d := time.Since(start)
+	return d, errors.Join(err, b.Close())
 }
 
 // dirBytes is the disk use of the files under dir (allocated blocks where
