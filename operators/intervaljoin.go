@@ -475,9 +475,10 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // the cleanups have removed all of its by-time rows.
 //
 // A record on whose pair select fails is a bad record (eval_error) under
-// its source's on_error policy: it is not buffered, and the pairs before
-// the failing one were emitted (their rows of the other side may count as
-// matched). Select failing on an unmatched row of an outer join, emitted by
+// its source's on_error policy, all or nothing: it is not buffered, none
+// of its pairs is emitted and no row of the other side counts as matched
+// by it (its outputs and marks are held until every pair succeeded).
+// Select failing on an unmatched row of an outer join, emitted by
 // a cleanup, fails the task.
 //
 // Metrics (when Metrics is set): kstreamd_join_buffered_rows and the
@@ -499,6 +500,7 @@ type IntervalJoin struct {
 	rows2    state.ValueState[joinSides] // both sides' lists of the current key
 	byTime   [2]state.MapState[int64, []joinRow]
 	output   joinOutput
+	pending  intervalPending // the current record's (process)
 	lateRecs *lateRecords
 	gauge    prometheus.Gauge // nil without Metrics
 	rows     int64            // rows buffered by the subtask
@@ -645,11 +647,28 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 		return err
 	}
 	j.output.pinChecked(row, rec.CheckedJSON()) // decoded once for all its pairs
-	sides[1-side], err = j.probe(side, row, sides[1-side], rec.Key, lo, hi, out)
+	// All or nothing: the pairs wait in j.pending, and the other side's
+	// rows marked matched in new lists (a copy of its list, or of its
+	// buckets, written below), until every pair's select succeeded; a
+	// failing select leaves neither an output nor a mark
+	// (TestIntervalJoinSelectFailureAllOrNothing).
+	j.pending.recs = j.pending.recs[:0]
+	sides[1-side], err = j.probe(side, row, sides[1-side], rec.Key, lo, hi, &j.pending)
 	j.output.pin(nil)
 	if err != nil {
+		j.pending.reset()
 		return err
 	}
+	if err := j.putBuckets(1 - side); err != nil {
+		return err
+	}
+	for _, o := range j.pending.recs {
+		if err := out.Collect(o); err != nil {
+			j.pending.reset()
+			return err
+		}
+	}
+	j.pending.reset()
 	if !j.p.Join.outer(side) {
 		row.Matched = false // not tracked for an inner side
 	}
@@ -689,28 +708,69 @@ func (j *IntervalJoin) probe(side int, row *joinRow, rows []joinRow, key []byte,
 }
 
 // probeByTime is probe for the other side's rows by time: only its
-// buckets in [lo, hi] are read and decoded.
+// buckets in [lo, hi] are read and decoded. A bucket in which a row gets
+// its first match is marked in a copy, held in j.pending.buckets and
+// written by putBuckets once every pair succeeded.
 func (j *IntervalJoin) probeByTime(side int, row *joinRow, key []byte, lo, hi int64, out Collector) error {
-	other := j.byTime[1-side]
+	other, outer := j.byTime[1-side], j.p.Join.outer(1-side)
 	for e, err := range state.MapRange(other, lo, hi) {
 		if err != nil {
 			return err
 		}
-		dirty := false
-		for i := range e.Value {
-			d, err := j.pair(side, row, &e.Value[i], key, out)
-			if err != nil {
+		rows, copied := e.Value, false
+		for i := range rows {
+			if outer && !rows[i].Matched && !copied {
+				rows, copied = slices.Clone(rows), true
+			}
+			if _, err := j.pair(side, row, &rows[i], key, out); err != nil {
 				return err
 			}
-			dirty = dirty || d
 		}
-		if dirty {
-			if err := other.Put(e.Key, e.Value); err != nil {
-				return err
-			}
+		if copied {
+			j.pending.buckets = append(j.pending.buckets, pendingBucket{at: e.Key, rows: rows})
 		}
 	}
 	return nil
+}
+
+// putBuckets writes the buckets of side probeByTime marked (the current
+// record's pairs all emitted).
+func (j *IntervalJoin) putBuckets(side int) error {
+	for _, b := range j.pending.buckets {
+		if err := j.byTime[side].Put(b.at, b.rows); err != nil {
+			return err
+		}
+	}
+	j.pending.buckets = j.pending.buckets[:0]
+	return nil
+}
+
+// intervalPending is the current record's outputs and marked buckets,
+// held until every pair's select succeeded (as the regular join's
+// joinPending). It is the Collector the record's pairs are emitted to.
+type intervalPending struct {
+	recs    []runtime.Record
+	buckets []pendingBucket
+}
+
+// pendingBucket is a by-time bucket at time at with rows marked matched.
+type pendingBucket struct {
+	at   int64
+	rows []joinRow
+}
+
+// Collect implements Collector: rec is held.
+func (p *intervalPending) Collect(rec runtime.Record) error {
+	p.recs = append(p.recs, rec)
+	return nil
+}
+
+// reset drops what is held (clearing the references to outputs' values).
+func (p *intervalPending) reset() {
+	clear(p.recs)
+	p.recs = p.recs[:0]
+	clear(p.buckets)
+	p.buckets = p.buckets[:0]
 }
 
 // pair emits the pair of row (of side) and o (of the other side), marks

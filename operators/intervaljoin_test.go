@@ -2,6 +2,7 @@ package operators
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -402,5 +403,61 @@ func TestIntervalJoinCleanupQueue(t *testing.T) {
 			}
 			h.finish()
 		})
+	}
+}
+
+// TestIntervalJoinSelectFailureAllOrNothing: a record on whose second
+// pair select fails is a bad record that leaves nothing behind, in both
+// layouts (the other side's rows in a list, or by time with spillRows 1)
+// on both backends: its first pair is not emitted and the right row of
+// that pair is not marked matched, so the full outer join emits both right
+// rows as unmatched once the watermark passes them (as the regular join's
+// TestRegularJoinSelectFailureAllOrNothing). Before, the first pair was
+// emitted, and in the by-time layout its bucket was written with the row
+// marked matched, so the row was never emitted unmatched.
+func TestIntervalJoinSelectFailureAllOrNothing(t *testing.T) {
+	sel := compiled(t, `{"l": left == null ? null : left.v, "r": right == null ? null : right.w, "s": left == null || right == null ? null : left.v + right.w}`)
+	p := IntervalJoinParams{Lower: -time.Second, Upper: time.Second, Join: JoinFullOuter, Select: sel}
+	rec := func(v string, ts int64) runtime.Record {
+		return runtime.Record{Key: []byte("k"), Value: []byte(v), Timestamp: time.UnixMilli(ts)}
+	}
+	for _, backend := range backends {
+		for _, spill := range []int{intervalJoinSpillRows, 1} {
+			t.Run(fmt.Sprintf("%s/spill%d", backend, spill), func(t *testing.T) {
+				j := NewIntervalJoin(p)
+				j.spillRows = spill
+				h := newJoinHarnessFunc(t, backend, t.TempDir(), nil, j, j)
+				bad := &recordErrors{}
+				h.op.SetBadRecordHandlers([]runtime.BadRecordHandler{bad})
+				h.send(1, rec(`{"w":2}`, 1000))
+				h.send(1, rec(`{"w":"x"}`, 1100))
+				var re *runtime.RecordError
+				// 1 + 2, then 1 + "x" fails.
+				if err := h.op.ProcessRecord(h.ctx, 0, rec(`{"v":1}`, 1050)); !errors.As(err, &re) {
+					t.Fatalf("select failing on the second pair: %v, want a record error", err)
+				}
+				if got := h.emitted(); len(got) != 0 {
+					t.Fatalf("the failed record emitted %q, want nothing", values(got))
+				}
+				if n := h.j.BufferedRows(); n != 2 {
+					t.Fatalf("%d rows buffered, want 2 (the failed record is not)", n)
+				}
+				h.send(1, rec(`{"w":4}`, 5000))
+				h.send(0, rec(`{"v":1}`, 5000))
+				h.wm(10_000)
+				want := []string{
+					`k 1000 {"l":null,"r":2,"s":null}`,
+					`k 1100 {"l":null,"r":"x","s":null}`,
+					`k 5000 {"l":1,"r":4,"s":5}`,
+				}
+				if got := joinOutputs(h.emitted()); !slices.Equal(got, want) {
+					t.Fatalf("output %q, want %q", got, want)
+				}
+				if n, e := h.j.BufferedRows(), h.entries(); n != 0 || e != 0 {
+					t.Fatalf("%d rows, %d entries left, want none", n, e)
+				}
+				h.finish()
+			})
+		}
 	}
 }
