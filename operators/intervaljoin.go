@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -375,9 +376,10 @@ func (intervalSidesSerializer) Decode(b []byte) (joinSides, error) {
 }
 
 // Copy implements state.HeapSerializer: a side's list that is a list of
-// the known value read last (known[0]: the join reads a key's rows, then
-// writes them; the other side's list of an inner join is unchanged) is
-// kept as it is; any other is joinRowsSerializer.Copy's, sharing the
+// the known value read last, or a part of one (known[0]: the join reads a
+// key's rows, then writes them; the other side's list of an inner join is
+// unchanged, a cleanup keeps the rows after those it removed), is kept as
+// it is; any other is joinRowsSerializer.Copy's, sharing the
 // values of that value's rows. The value written last (known[1]) is
 // another key's as a rule: looking through its rows for the new row's
 // value would find nothing (and read memory no longer in the CPU's
@@ -395,8 +397,8 @@ func (intervalSidesSerializer) Copy(v joinSides, known []joinSides) (joinSides, 
 	}
 	var out joinSides
 	for side, rows := range v {
-		if i := slices.IndexFunc(lists[:n], func(l []joinRow) bool { return len(l) == len(rows) && &l[0] == &rows[0] }); i >= 0 {
-			out[side] = lists[i]
+		if slices.ContainsFunc(lists[:n], func(l []joinRow) bool { return joinRowsWithin(rows, l) }) {
+			out[side] = rows[:len(rows):len(rows)]
 			continue
 		}
 		c, err := joinRowsSerializer{}.Copy(rows, lists[:n])
@@ -406,6 +408,17 @@ func (intervalSidesSerializer) Copy(v joinSides, known []joinSides) (joinSides, 
 		out[side] = c
 	}
 	return out, nil
+}
+
+// joinRowsWithin reports whether rows (not empty) are rows of list l
+// itself, in l's memory (a subslice of it).
+func joinRowsWithin(rows, l []joinRow) bool {
+	if len(rows) == 0 || len(l) == 0 {
+		return false
+	}
+	size := unsafe.Sizeof(joinRow{})
+	start, first := uintptr(unsafe.Pointer(&l[0])), uintptr(unsafe.Pointer(&rows[0]))
+	return first >= start && first+uintptr(len(rows))*size <= start+uintptr(len(l))*size
 }
 
 // AppendKept implements state.HeapSerializer: Append.
@@ -453,8 +466,8 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // null at its own time if it matched nothing. State is so bounded by the
 // interval plus the watermark's delay, and empty once the watermark passes
 // the last row's interval. The cleanups are not event-time timers but an
-// in-memory queue (one entry per row: the end of its interval, its key
-// and side), run by OnWatermark when the watermark reaches them, before
+// in-memory queue (expiryQueue: per end of interval, the keys and sides
+// of the rows that end then), run by OnWatermark when the watermark reaches them, before
 // it is forwarded; the queue is not checkpointed but rebuilt from the
 // rows at Open (also after a rescale), so a record writes nothing for its
 // cleanup (Flink's heap timers, kept by the function).
@@ -494,8 +507,8 @@ type IntervalJoin struct {
 	lower, upper int64
 	timers       TimerService
 	backend      state.KeyedStateBackend
-	// expiry holds one cleanup entry per buffered row (OnWatermark);
-	// rebuilt from the rows at Open.
+	// expiry holds the cleanup entries of the buffered rows, per end time
+	// (OnWatermark); rebuilt from the rows at Open.
 	expiry   expiryQueue
 	rows2    state.ValueState[joinSides] // both sides' lists of the current key
 	byTime   [2]state.MapState[int64, []joinRow]
@@ -679,7 +692,7 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 		return err
 	}
 	j.addRows(1)
-	j.expiry.push(joinExpiry{at: j.end(side, t), key: string(rec.Key), side: uint8(side)})
+	j.expiry.push(j.end(side, t), rec.Key, uint8(side))
 	return nil
 }
 

@@ -349,4 +349,19 @@ func TestIntervalSidesSerializer(t *testing.T) {
 	if &c[0][0].Value[0] != &kept[0][0].Value[0] || &c[0][4].Value[0] == &next[0][4].Value[0] || string(c[0][4].Value) != "new" {
 		t.Error("Copy: want the known rows' values shared and the new row's value copied")
 	}
+	// A cleanup keeps the rows after those it removed: the same memory,
+	// not a copy; a list of other memory with equal rows is copied.
+	trimmed := s.View(c)
+	trimmed[0] = trimmed[0][2:]
+	d, err := s.Copy(trimmed, []joinSides{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d[0]) != 3 || &d[0][0] != &c[0][2] || cap(d[0]) != 3 || d[0][2].TS != 9 {
+		t.Errorf("Copy of the list's last 3 rows: %d rows, capacity %d, want c's own rows, capacity = length", len(d[0]), cap(d[0]))
+	}
+	other := joinSides{slices.Clone(c[0][2:]), c[1]}
+	if e, _ := s.Copy(other, []joinSides{c}); &e[0][0] == &other[0][0] || &e[0][0] == &c[0][2] {
+		t.Error("Copy kept a list not in the known value's memory")
+	}
 }

@@ -461,3 +461,57 @@ func TestIntervalJoinSelectFailureAllOrNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestExpiryQueueBuckets: the cleanup queue hands out one bucket per end
+// time, earliest first and only once due, listing each key and side pushed
+// (a repeat of the entry pushed last listed once; sortByKey orders by key,
+// then side, without repeats), and a recycled bucket starts empty.
+func TestExpiryQueueBuckets(t *testing.T) {
+	var q expiryQueue
+	push := func(at int64, key string, side uint8) { q.push(at, []byte(key), side) }
+	push(30, "b", 0)
+	push(10, "c", 1)
+	push(10, "c", 1) // listed once
+	push(30, "a", 1)
+	push(20, "a", 0)
+	push(10, "a", 0)
+	push(30, "b", 0)
+	push(30, "a", 0)
+	list := func(b *expiryBucket) []string {
+		var s []string
+		for i := range b.ents {
+			s = append(s, fmt.Sprintf("%s/%d", b.key(i), b.ents[i].side))
+		}
+		return s
+	}
+	if _, ok := q.popDue(9); ok {
+		t.Fatal("a bucket due at 9, want none before 10")
+	}
+	var got []string
+	for {
+		b, ok := q.popDue(30)
+		if !ok {
+			break
+		}
+		if b.at == 30 {
+			if l, want := list(b), []string{"b/0", "a/1", "b/0", "a/0"}; !slices.Equal(l, want) {
+				t.Fatalf("bucket 30 as pushed: %q, want %q", l, want)
+			}
+			b.sortByKey()
+		}
+		got = append(got, fmt.Sprintf("%d:%v", b.at, list(b)))
+		q.recycle(b)
+	}
+	want := []string{"10:[c/1 a/0]", "20:[a/0]", "30:[a/0 a/1 b/0]"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("buckets %q, want %q", got, want)
+	}
+	push(40, "d", 1)
+	b, ok := q.popDue(40)
+	if !ok || b.at != 40 || !slices.Equal(list(b), []string{"d/1"}) {
+		t.Fatalf("reused bucket: %v %v, want 40 [d/1]", ok, b)
+	}
+	if _, ok := q.popDue(1 << 40); ok || len(q.buckets) != 0 {
+		t.Fatalf("queue not empty: %d buckets", len(q.buckets))
+	}
+}
