@@ -139,6 +139,12 @@ type joinRow struct {
 	Value   []byte
 	Text    bool // runtime.FormatText: seen as a JSON string
 	Matched bool
+	// Valid marks a value known to be valid JSON (checked by the source
+	// of the record it came from: runtime.Record.CheckedJSON), which
+	// select reads without checking it again. Kept in memory only (the
+	// Pebble write cache keeps it with the row), not serialized: a row
+	// decoded from bytes is checked when read.
+	Valid bool
 	// Index marks interval_join's index row: the only row of a side's
 	// list when the side's rows are in its by-time MapState; TS is then
 	// the number of rows there.
@@ -379,8 +385,9 @@ func (intervalSidesSerializer) Decode(b []byte) (joinSides, error) {
 // the known value read last, or a part of one (known[0]: the join reads a
 // key's rows, then writes them; the other side's list of an inner join is
 // unchanged, a cleanup keeps the rows after those it removed), is kept as
-// it is; any other is joinRowsSerializer.Copy's, sharing the
-// values of that value's rows. The value written last (known[1]) is
+// it is; any other is a list the join built for this write, kept too
+// (adoptRows: the join never changes a list it wrote), sharing the values
+// of that value's rows and with the values of its new rows copied. The value written last (known[1]) is
 // another key's as a rule: looking through its rows for the new row's
 // value would find nothing (and read memory no longer in the CPU's
 // cache), so it is not used; a row it shares is copied instead.
@@ -401,13 +408,51 @@ func (intervalSidesSerializer) Copy(v joinSides, known []joinSides) (joinSides, 
 			out[side] = rows[:len(rows):len(rows)]
 			continue
 		}
-		c, err := joinRowsSerializer{}.Copy(rows, lists[:n])
-		if err != nil {
-			return joinSides{}, err
-		}
-		out[side] = c
+		out[side] = adoptRows(rows, lists[:n])
 	}
 	return out, nil
+}
+
+// adoptRows is joinRowsSerializer.Copy for a list the interval join built
+// for this write (a list appended to, marked or with rows removed is a new
+// one: View cuts the kept lists' capacity) and never changes after it:
+// the list itself is kept, not copied, and only the values of its rows
+// that are not rows of a known list (the record just buffered) are copied
+// into one new buffer, their rows pointed at the copies.
+func adoptRows(v []joinRow, known [][]joinRow) []joinRow {
+	if v == nil {
+		return nil
+	}
+	var next [4]int // per known list, the index its next match is looked for from
+	if len(known) > len(next) {
+		known = known[:len(next)]
+	}
+	n := 0
+	var stack [4]int
+	fresh := stack[:0] // the rows whose value is copied
+	for i := range v {
+		val := v[i].Value
+		switch {
+		case val == nil:
+			continue
+		case len(val) == 0:
+			v[i].Value = []byte{}
+			continue
+		case joinRowKnown(val, known, next[:]):
+			continue
+		}
+		n += len(val)
+		fresh = append(fresh, i)
+	}
+	if len(fresh) > 0 {
+		buf := make([]byte, 0, n)
+		for _, i := range fresh {
+			start := len(buf)
+			buf = append(buf, v[i].Value...)
+			v[i].Value = buf[start:len(buf):len(buf)]
+		}
+	}
+	return v[:len(v):len(v)]
 }
 
 // joinRowsWithin reports whether rows (not empty) are rows of list l
@@ -652,14 +697,14 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 		lo, hi = t-j.upper, t-j.lower
 	}
 	row := &j.row
-	*row = joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText}
+	*row = joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText, Valid: rec.CheckedJSON()}
 	// Both sides' lists of the key, read once (the state's lists:
 	// intervalSidesSerializer's View; changed lists are new ones).
 	sides, _, err := j.rows2.Value()
 	if err != nil {
 		return err
 	}
-	j.output.pinChecked(row, rec.CheckedJSON()) // decoded once for all its pairs
+	j.output.pinChecked(row, row.Valid) // decoded once for all its pairs
 	// All or nothing: the pairs wait in j.pending, and the other side's
 	// rows marked matched in new lists (a copy of its list, or of its
 	// buckets, written below), until every pair's select succeeded; a
@@ -1020,7 +1065,7 @@ func (o *joinOutput) value(row *joinRow, side int) any {
 		return nil
 	}
 	if row != o.pinned {
-		return o.sides[side].value(row.Value, row.Text)
+		return o.sides[side].checked(row.Value, row.Text, row.Valid)
 	}
 	if !o.pinnedOK {
 		o.pinnedVal, o.pinnedOK = o.pinnedSide.checked(row.Value, row.Text, o.pinnedValid), true
