@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -138,6 +139,12 @@ type joinRow struct {
 	Value   []byte
 	Text    bool // runtime.FormatText: seen as a JSON string
 	Matched bool
+	// Valid marks a value known to be valid JSON (checked by the source
+	// of the record it came from: runtime.Record.CheckedJSON), which
+	// select reads without checking it again. Kept in memory only (the
+	// Pebble write cache keeps it with the row), not serialized: a row
+	// decoded from bytes is checked when read.
+	Valid bool
 	// Index marks interval_join's index row: the only row of a side's
 	// list when the side's rows are in its by-time MapState; TS is then
 	// the number of rows there.
@@ -375,10 +382,12 @@ func (intervalSidesSerializer) Decode(b []byte) (joinSides, error) {
 }
 
 // Copy implements state.HeapSerializer: a side's list that is a list of
-// the known value read last (known[0]: the join reads a key's rows, then
-// writes them; the other side's list of an inner join is unchanged) is
-// kept as it is; any other is joinRowsSerializer.Copy's, sharing the
-// values of that value's rows. The value written last (known[1]) is
+// the known value read last, or a part of one (known[0]: the join reads a
+// key's rows, then writes them; the other side's list of an inner join is
+// unchanged, a cleanup keeps the rows after those it removed), is kept as
+// it is; any other is a list the join built for this write, kept too
+// (adoptRows: the join never changes a list it wrote), sharing the values
+// of that value's rows and with the values of its new rows copied. The value written last (known[1]) is
 // another key's as a rule: looking through its rows for the new row's
 // value would find nothing (and read memory no longer in the CPU's
 // cache), so it is not used; a row it shares is copied instead.
@@ -395,17 +404,66 @@ func (intervalSidesSerializer) Copy(v joinSides, known []joinSides) (joinSides, 
 	}
 	var out joinSides
 	for side, rows := range v {
-		if i := slices.IndexFunc(lists[:n], func(l []joinRow) bool { return len(l) == len(rows) && &l[0] == &rows[0] }); i >= 0 {
-			out[side] = lists[i]
+		if slices.ContainsFunc(lists[:n], func(l []joinRow) bool { return joinRowsWithin(rows, l) }) {
+			out[side] = rows[:len(rows):len(rows)]
 			continue
 		}
-		c, err := joinRowsSerializer{}.Copy(rows, lists[:n])
-		if err != nil {
-			return joinSides{}, err
-		}
-		out[side] = c
+		out[side] = adoptRows(rows, lists[:n])
 	}
 	return out, nil
+}
+
+// adoptRows is joinRowsSerializer.Copy for a list the interval join built
+// for this write (a list appended to, marked or with rows removed is a new
+// one: View cuts the kept lists' capacity) and never changes after it:
+// the list itself is kept, not copied, and only the values of its rows
+// that are not rows of a known list (the record just buffered) are copied
+// into one new buffer, their rows pointed at the copies.
+func adoptRows(v []joinRow, known [][]joinRow) []joinRow {
+	if v == nil {
+		return nil
+	}
+	var next [4]int // per known list, the index its next match is looked for from
+	if len(known) > len(next) {
+		known = known[:len(next)]
+	}
+	n := 0
+	var stack [4]int
+	fresh := stack[:0] // the rows whose value is copied
+	for i := range v {
+		val := v[i].Value
+		switch {
+		case val == nil:
+			continue
+		case len(val) == 0:
+			v[i].Value = []byte{}
+			continue
+		case joinRowKnown(val, known, next[:]):
+			continue
+		}
+		n += len(val)
+		fresh = append(fresh, i)
+	}
+	if len(fresh) > 0 {
+		buf := make([]byte, 0, n)
+		for _, i := range fresh {
+			start := len(buf)
+			buf = append(buf, v[i].Value...)
+			v[i].Value = buf[start:len(buf):len(buf)]
+		}
+	}
+	return v[:len(v):len(v)]
+}
+
+// joinRowsWithin reports whether rows (not empty) are rows of list l
+// itself, in l's memory (a subslice of it).
+func joinRowsWithin(rows, l []joinRow) bool {
+	if len(rows) == 0 || len(l) == 0 {
+		return false
+	}
+	size := unsafe.Sizeof(joinRow{})
+	start, first := uintptr(unsafe.Pointer(&l[0])), uintptr(unsafe.Pointer(&rows[0]))
+	return first >= start && first+uintptr(len(rows))*size <= start+uintptr(len(l))*size
 }
 
 // AppendKept implements state.HeapSerializer: Append.
@@ -453,8 +511,8 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // null at its own time if it matched nothing. State is so bounded by the
 // interval plus the watermark's delay, and empty once the watermark passes
 // the last row's interval. The cleanups are not event-time timers but an
-// in-memory queue (one entry per row: the end of its interval, its key
-// and side), run by OnWatermark when the watermark reaches them, before
+// in-memory queue (expiryQueue: per end of interval, the keys and sides
+// of the rows that end then), run by OnWatermark when the watermark reaches them, before
 // it is forwarded; the queue is not checkpointed but rebuilt from the
 // rows at Open (also after a rescale), so a record writes nothing for its
 // cleanup (Flink's heap timers, kept by the function).
@@ -475,9 +533,10 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // the cleanups have removed all of its by-time rows.
 //
 // A record on whose pair select fails is a bad record (eval_error) under
-// its source's on_error policy: it is not buffered, and the pairs before
-// the failing one were emitted (their rows of the other side may count as
-// matched). Select failing on an unmatched row of an outer join, emitted by
+// its source's on_error policy, all or nothing: it is not buffered, none
+// of its pairs is emitted and no row of the other side counts as matched
+// by it (its outputs and marks are held until every pair succeeded).
+// Select failing on an unmatched row of an outer join, emitted by
 // a cleanup, fails the task.
 //
 // Metrics (when Metrics is set): kstreamd_join_buffered_rows and the
@@ -493,12 +552,13 @@ type IntervalJoin struct {
 	lower, upper int64
 	timers       TimerService
 	backend      state.KeyedStateBackend
-	// expiry holds one cleanup entry per buffered row (OnWatermark);
-	// rebuilt from the rows at Open.
+	// expiry holds the cleanup entries of the buffered rows, per end time
+	// (OnWatermark); rebuilt from the rows at Open.
 	expiry   expiryQueue
 	rows2    state.ValueState[joinSides] // both sides' lists of the current key
 	byTime   [2]state.MapState[int64, []joinRow]
 	output   joinOutput
+	pending  intervalPending // the current record's (process)
 	lateRecs *lateRecords
 	gauge    prometheus.Gauge // nil without Metrics
 	rows     int64            // rows buffered by the subtask
@@ -637,19 +697,36 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 		lo, hi = t-j.upper, t-j.lower
 	}
 	row := &j.row
-	*row = joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText}
+	*row = joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText, Valid: rec.CheckedJSON()}
 	// Both sides' lists of the key, read once (the state's lists:
 	// intervalSidesSerializer's View; changed lists are new ones).
 	sides, _, err := j.rows2.Value()
 	if err != nil {
 		return err
 	}
-	j.output.pinChecked(row, rec.CheckedJSON()) // decoded once for all its pairs
-	sides[1-side], err = j.probe(side, row, sides[1-side], rec.Key, lo, hi, out)
+	j.output.pinChecked(row, row.Valid) // decoded once for all its pairs
+	// All or nothing: the pairs wait in j.pending, and the other side's
+	// rows marked matched in new lists (a copy of its list, or of its
+	// buckets, written below), until every pair's select succeeded; a
+	// failing select leaves neither an output nor a mark
+	// (TestIntervalJoinSelectFailureAllOrNothing).
+	j.pending.recs = j.pending.recs[:0]
+	sides[1-side], err = j.probe(side, row, sides[1-side], rec.Key, lo, hi, &j.pending)
 	j.output.pin(nil)
 	if err != nil {
+		j.pending.reset()
 		return err
 	}
+	if err := j.putBuckets(1 - side); err != nil {
+		return err
+	}
+	for _, o := range j.pending.recs {
+		if err := out.Collect(o); err != nil {
+			j.pending.reset()
+			return err
+		}
+	}
+	j.pending.reset()
 	if !j.p.Join.outer(side) {
 		row.Matched = false // not tracked for an inner side
 	}
@@ -660,7 +737,7 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 		return err
 	}
 	j.addRows(1)
-	j.expiry.push(joinExpiry{at: j.end(side, t), key: string(rec.Key), side: uint8(side)})
+	j.expiry.push(j.end(side, t), rec.Key, uint8(side))
 	return nil
 }
 
@@ -689,28 +766,69 @@ func (j *IntervalJoin) probe(side int, row *joinRow, rows []joinRow, key []byte,
 }
 
 // probeByTime is probe for the other side's rows by time: only its
-// buckets in [lo, hi] are read and decoded.
+// buckets in [lo, hi] are read and decoded. A bucket in which a row gets
+// its first match is marked in a copy, held in j.pending.buckets and
+// written by putBuckets once every pair succeeded.
 func (j *IntervalJoin) probeByTime(side int, row *joinRow, key []byte, lo, hi int64, out Collector) error {
-	other := j.byTime[1-side]
+	other, outer := j.byTime[1-side], j.p.Join.outer(1-side)
 	for e, err := range state.MapRange(other, lo, hi) {
 		if err != nil {
 			return err
 		}
-		dirty := false
-		for i := range e.Value {
-			d, err := j.pair(side, row, &e.Value[i], key, out)
-			if err != nil {
+		rows, copied := e.Value, false
+		for i := range rows {
+			if outer && !rows[i].Matched && !copied {
+				rows, copied = slices.Clone(rows), true
+			}
+			if _, err := j.pair(side, row, &rows[i], key, out); err != nil {
 				return err
 			}
-			dirty = dirty || d
 		}
-		if dirty {
-			if err := other.Put(e.Key, e.Value); err != nil {
-				return err
-			}
+		if copied {
+			j.pending.buckets = append(j.pending.buckets, pendingBucket{at: e.Key, rows: rows})
 		}
 	}
 	return nil
+}
+
+// putBuckets writes the buckets of side probeByTime marked (the current
+// record's pairs all emitted).
+func (j *IntervalJoin) putBuckets(side int) error {
+	for _, b := range j.pending.buckets {
+		if err := j.byTime[side].Put(b.at, b.rows); err != nil {
+			return err
+		}
+	}
+	j.pending.buckets = j.pending.buckets[:0]
+	return nil
+}
+
+// intervalPending is the current record's outputs and marked buckets,
+// held until every pair's select succeeded (as the regular join's
+// joinPending). It is the Collector the record's pairs are emitted to.
+type intervalPending struct {
+	recs    []runtime.Record
+	buckets []pendingBucket
+}
+
+// pendingBucket is a by-time bucket at time at with rows marked matched.
+type pendingBucket struct {
+	at   int64
+	rows []joinRow
+}
+
+// Collect implements Collector: rec is held.
+func (p *intervalPending) Collect(rec runtime.Record) error {
+	p.recs = append(p.recs, rec)
+	return nil
+}
+
+// reset drops what is held (clearing the references to outputs' values).
+func (p *intervalPending) reset() {
+	clear(p.recs)
+	p.recs = p.recs[:0]
+	clear(p.buckets)
+	p.buckets = p.buckets[:0]
 }
 
 // pair emits the pair of row (of side) and o (of the other side), marks
@@ -947,7 +1065,7 @@ func (o *joinOutput) value(row *joinRow, side int) any {
 		return nil
 	}
 	if row != o.pinned {
-		return o.sides[side].value(row.Value, row.Text)
+		return o.sides[side].checked(row.Value, row.Text, row.Valid)
 	}
 	if !o.pinnedOK {
 		o.pinnedVal, o.pinnedOK = o.pinnedSide.checked(row.Value, row.Text, o.pinnedValid), true

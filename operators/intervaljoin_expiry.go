@@ -1,9 +1,11 @@
 package operators
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"slices"
 	"time"
-	"unsafe"
 
 	"github.com/kstreamd/kstreamd/state"
 )
@@ -22,59 +24,100 @@ type WatermarkFunction interface {
 	OnWatermark(ctx context.Context, wm time.Time, out Collector) error
 }
 
-// joinExpiry is one entry of the interval join's cleanup queue: the rows
-// of key's side (0 left, 1 right) whose interval ends at or before at (ms:
-// a left row at t ends at t + upper, a right row at t - lower) are removed
-// once the watermark reaches at. One entry per buffered row (rows of one
-// key, side and end share their entries' effect: the first one removes
-// them all and the others find nothing).
-type joinExpiry struct {
+// expiryQueue is the interval join's cleanup queue (its in-memory
+// replacement of per-row event-time timers): per end time (ms: a left row
+// at t ends at t + upper, a right row at t - lower) one bucket listing the
+// keys and sides whose rows end then, and a min-heap of the buckets'
+// times. A row's entry costs an append of its key's bytes to its end's
+// bucket (the bucket pushed to last is at hand: rows arrive mostly in time
+// order), not a string and a heap insert comparing keys; a key and side
+// pushed twice in a row to one bucket is listed once (rows of one key,
+// side and end share their entries' effect: the first removes them all).
+// Buckets are reused once run.
+type expiryQueue struct {
+	times   []int64 // min-heap of the buckets' times
+	buckets map[int64]*expiryBucket
+	last    *expiryBucket // the bucket pushed to last, or nil
+	free    []*expiryBucket
+}
+
+// expiryBucket lists the keys and sides whose rows end at at: keys holds
+// the keys one after another, ents per entry the end of its key in keys
+// and its side (0 left, 1 right).
+type expiryBucket struct {
 	at   int64
-	key  string
+	keys []byte
+	ents []expiryEnt
+}
+
+// expiryEnt is one entry of an expiryBucket.
+type expiryEnt struct {
+	end  uint32 // the end of the key in the bucket's keys
 	side uint8
 }
 
-// less orders entries by time, then key, then side: the order main's
-// per-row timers fired in (by time and key, the left side first), and
-// equal entries pop one after another.
-func (e *joinExpiry) less(o *joinExpiry) bool {
-	if e.at != o.at {
-		return e.at < o.at
+// key returns entry i's key, start its start in keys.
+func (b *expiryBucket) key(i int) (key []byte) {
+	start := uint32(0)
+	if i > 0 {
+		start = b.ents[i-1].end
 	}
-	if e.key != o.key {
-		return e.key < o.key
-	}
-	return e.side < o.side
+	return b.keys[start:b.ents[i].end:b.ents[i].end]
 }
 
-// expiryQueue is a binary min-heap of joinExpiry (the interval join's
-// in-memory replacement of its per-row event-time timers).
-type expiryQueue []joinExpiry
+// push queues the cleanup of key's side at at.
+func (q *expiryQueue) push(at int64, key []byte, side uint8) {
+	b := q.last
+	if b == nil || b.at != at {
+		b = q.buckets[at]
+		if b == nil {
+			b = q.bucket(at)
+		}
+		q.last = b
+	}
+	if n := len(b.ents); n > 0 && b.ents[n-1].side == side && string(b.key(n-1)) == string(key) {
+		return
+	}
+	b.keys = append(b.keys, key...)
+	b.ents = append(b.ents, expiryEnt{end: uint32(len(b.keys)), side: side})
+}
 
-func (q *expiryQueue) push(e joinExpiry) {
-	*q = append(*q, e)
-	h := *q
+// bucket adds the empty bucket of time at.
+func (q *expiryQueue) bucket(at int64) *expiryBucket {
+	var b *expiryBucket
+	if n := len(q.free); n > 0 {
+		b, q.free = q.free[n-1], q.free[:n-1]
+	} else {
+		b = &expiryBucket{}
+	}
+	b.at = at
+	if q.buckets == nil {
+		q.buckets = map[int64]*expiryBucket{}
+	}
+	q.buckets[at] = b
+	h := append(q.times, at)
 	for i := len(h) - 1; i > 0; {
 		p := (i - 1) / 2
-		if !h[i].less(&h[p]) {
+		if h[i] >= h[p] {
 			break
 		}
 		h[i], h[p] = h[p], h[i]
 		i = p
 	}
+	q.times = h
+	return b
 }
 
-// popDue removes and returns the earliest entry when it is at or before
-// upTo.
-func (q *expiryQueue) popDue(upTo int64) (joinExpiry, bool) {
-	h := *q
-	if len(h) == 0 || h[0].at > upTo {
-		return joinExpiry{}, false
+// popDue removes and returns the earliest bucket when its time is at or
+// before upTo; the caller hands it back with recycle once done with it.
+func (q *expiryQueue) popDue(upTo int64) (*expiryBucket, bool) {
+	h := q.times
+	if len(h) == 0 || h[0] > upTo {
+		return nil, false
 	}
-	top := h[0]
+	at := h[0]
 	n := len(h) - 1
 	h[0] = h[n]
-	h[n] = joinExpiry{}
 	h = h[:n]
 	for i := 0; ; {
 		l := 2*i + 1
@@ -82,17 +125,63 @@ func (q *expiryQueue) popDue(upTo int64) (joinExpiry, bool) {
 			break
 		}
 		m := l
-		if r := l + 1; r < n && h[r].less(&h[l]) {
+		if r := l + 1; r < n && h[r] < h[l] {
 			m = r
 		}
-		if !h[m].less(&h[i]) {
+		if h[m] >= h[i] {
 			break
 		}
 		h[i], h[m] = h[m], h[i]
 		i = m
 	}
-	*q = h
-	return top, true
+	q.times = h
+	b := q.buckets[at]
+	delete(q.buckets, at)
+	if q.last == b {
+		q.last = nil
+	}
+	return b, true
+}
+
+// recycle keeps b, run, for a later time (a bucket that held many keys is
+// dropped rather than kept large).
+func (q *expiryQueue) recycle(b *expiryBucket) {
+	if cap(b.keys) > 1<<16 || len(q.free) >= 64 {
+		return
+	}
+	b.keys, b.ents = b.keys[:0], b.ents[:0]
+	q.free = append(q.free, b)
+}
+
+// reset empties the queue.
+func (q *expiryQueue) reset() { *q = expiryQueue{} }
+
+// sortByKey orders b's entries by key, then side (the order of main's
+// per-row timers: by time and key, the left side first), an entry
+// pushed more than once listed once.
+func (b *expiryBucket) sortByKey() {
+	type ent struct {
+		key  []byte
+		side uint8
+	}
+	es := make([]ent, len(b.ents))
+	for i := range b.ents {
+		es[i] = ent{b.key(i), b.ents[i].side}
+	}
+	slices.SortFunc(es, func(x, y ent) int {
+		if c := bytes.Compare(x.key, y.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.side, y.side)
+	})
+	es = slices.CompactFunc(es, func(x, y ent) bool { return x.side == y.side && bytes.Equal(x.key, y.key) })
+	keys := make([]byte, 0, len(b.keys))
+	b.ents = b.ents[:0]
+	for _, e := range es {
+		keys = append(keys, e.key...)
+		b.ents = append(b.ents, expiryEnt{end: uint32(len(keys)), side: e.side})
+	}
+	b.keys = keys
 }
 
 // end returns when the rows of side at time t are removed: a left row at
@@ -108,34 +197,38 @@ func (j *IntervalJoin) end(side int, t int64) int64 {
 // OnWatermark implements WatermarkFunction: the rows whose interval the
 // watermark reached are removed, the unmatched ones of an outer side
 // emitted first at their own time (what main's per-row timers did, in the
-// same order: by end time, key, left side first).
+// same order: by end time, key, left side first; an inner join emits
+// nothing there, so its buckets are run in the order pushed).
 func (j *IntervalJoin) OnWatermark(ctx context.Context, wm time.Time, out Collector) error {
 	upTo := wm.UnixMilli()
-	var last joinExpiry
-	first := true
+	outer := j.p.Join != JoinInner
 	for {
-		e, ok := j.expiry.popDue(upTo)
+		b, ok := j.expiry.popDue(upTo)
 		if !ok {
 			return nil
 		}
-		if !first && e == last {
-			continue // the rows of this key, side and end are gone
+		if outer {
+			b.sortByKey()
 		}
-		first, last = false, e
-		// The backend copies the key; an outer row's output gets its own.
-		j.backend.SetCurrentKey(unsafe.Slice(unsafe.StringData(e.key), len(e.key)))
-		j.backend.SetRecordTimestamp(time.Time{})
-		until := e.at - j.upper
-		if e.side == 1 {
-			until = e.at + j.lower
+		for i := range b.ents {
+			side := int(b.ents[i].side)
+			// The backend copies the key; an outer row's output gets its
+			// own (the bucket's memory is reused).
+			j.backend.SetCurrentKey(b.key(i))
+			j.backend.SetRecordTimestamp(time.Time{})
+			until := b.at - j.upper
+			if side == 1 {
+				until = b.at + j.lower
+			}
+			key := j.backend.CurrentKey() // not emitted: valid until the next SetCurrentKey
+			if j.p.Join.outer(side) {
+				key = bytes.Clone(key)
+			}
+			if err := j.expireSide(side, until, key, out); err != nil {
+				return err
+			}
 		}
-		key := j.backend.CurrentKey() // not emitted: valid until the next SetCurrentKey
-		if j.p.Join.outer(int(e.side)) {
-			key = []byte(e.key)
-		}
-		if err := j.expireSide(int(e.side), until, key, out); err != nil {
-			return err
-		}
+		j.expiry.recycle(b)
 	}
 }
 
@@ -143,13 +236,12 @@ func (j *IntervalJoin) OnWatermark(ctx context.Context, wm time.Time, out Collec
 // subtask's key groups (at Open: the queue is not checkpointed) and counts
 // them for the buffered-rows gauge.
 func (j *IntervalJoin) rebuildExpiry(b state.KeyedStateBackend) error {
-	j.expiry = j.expiry[:0]
+	j.expiry.reset()
 	return state.ApplyToAllValueKeys(b, intervalSidesState(), func(key []byte, s state.ValueState[joinSides]) error {
 		sides, _, err := s.Value()
 		if err != nil {
 			return err
 		}
-		k := string(key)
 		for side, rows := range sides {
 			if n, ok := spilled(rows); ok {
 				j.rows += n
@@ -157,13 +249,13 @@ func (j *IntervalJoin) rebuildExpiry(b state.KeyedStateBackend) error {
 					if err != nil {
 						return err
 					}
-					j.expiry.push(joinExpiry{at: j.end(side, t), key: k, side: uint8(side)})
+					j.expiry.push(j.end(side, t), key, uint8(side))
 				}
 				continue
 			}
 			j.rows += int64(len(rows))
 			for i := range rows {
-				j.expiry.push(joinExpiry{at: j.end(side, rows[i].TS), key: k, side: uint8(side)})
+				j.expiry.push(j.end(side, rows[i].TS), key, uint8(side))
 			}
 		}
 		return nil

@@ -338,7 +338,8 @@ func TestIntervalSidesSerializer(t *testing.T) {
 		t.Fatal("View: want the kept lists, capacity = length")
 	}
 	next := view
-	next[0] = append(next[0], joinRow{TS: 9, Value: []byte("new")})
+	fresh := []byte("new")
+	next[0] = append(next[0], joinRow{TS: 9, Value: fresh})
 	c, err := s.Copy(next, []joinSides{kept})
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +347,27 @@ func TestIntervalSidesSerializer(t *testing.T) {
 	if &c[1][0] != &kept[1][0] {
 		t.Error("Copy copied the unchanged right list")
 	}
-	if &c[0][0].Value[0] != &kept[0][0].Value[0] || &c[0][4].Value[0] == &next[0][4].Value[0] || string(c[0][4].Value) != "new" {
+	// The list the join built is kept (adoptRows), capacity = length.
+	if &c[0][0] != &next[0][0] || cap(c[0]) != len(c[0]) {
+		t.Error("Copy copied the new list the join built for the write")
+	}
+	if &c[0][0].Value[0] != &kept[0][0].Value[0] || &c[0][4].Value[0] == &fresh[0] || string(c[0][4].Value) != "new" {
 		t.Error("Copy: want the known rows' values shared and the new row's value copied")
+	}
+	// A cleanup keeps the rows after those it removed: the same memory,
+	// not a copy.
+	trimmed := s.View(c)
+	trimmed[0] = trimmed[0][2:]
+	d, err := s.Copy(trimmed, []joinSides{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d[0]) != 3 || &d[0][0] != &c[0][2] || cap(d[0]) != 3 || d[0][2].TS != 9 {
+		t.Errorf("Copy of the list's last 3 rows: %d rows, capacity %d, want c's own rows, capacity = length", len(d[0]), cap(d[0]))
+	}
+	// A new list of known rows is kept, its values shared.
+	other := joinSides{slices.Clone(c[0][3:]), c[1]}
+	if e, _ := s.Copy(other, []joinSides{c}); &e[0][0] != &other[0][0] || &e[0][1].Value[0] != &c[0][4].Value[0] {
+		t.Error("Copy of a new list of known rows: want the list kept and its values shared")
 	}
 }

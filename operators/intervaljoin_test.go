@@ -2,6 +2,7 @@ package operators
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -402,5 +403,159 @@ func TestIntervalJoinCleanupQueue(t *testing.T) {
 			}
 			h.finish()
 		})
+	}
+}
+
+// TestIntervalJoinSelectFailureAllOrNothing: a record on whose second
+// pair select fails is a bad record that leaves nothing behind, in both
+// layouts (the other side's rows in a list, or by time with spillRows 1)
+// on both backends: its first pair is not emitted and the right row of
+// that pair is not marked matched, so the full outer join emits both right
+// rows as unmatched once the watermark passes them (as the regular join's
+// TestRegularJoinSelectFailureAllOrNothing). Before, the first pair was
+// emitted, and in the by-time layout its bucket was written with the row
+// marked matched, so the row was never emitted unmatched.
+func TestIntervalJoinSelectFailureAllOrNothing(t *testing.T) {
+	sel := compiled(t, `{"l": left == null ? null : left.v, "r": right == null ? null : right.w, "s": left == null || right == null ? null : left.v + right.w}`)
+	p := IntervalJoinParams{Lower: -time.Second, Upper: time.Second, Join: JoinFullOuter, Select: sel}
+	rec := func(v string, ts int64) runtime.Record {
+		return runtime.Record{Key: []byte("k"), Value: []byte(v), Timestamp: time.UnixMilli(ts)}
+	}
+	for _, backend := range backends {
+		for _, spill := range []int{intervalJoinSpillRows, 1} {
+			t.Run(fmt.Sprintf("%s/spill%d", backend, spill), func(t *testing.T) {
+				j := NewIntervalJoin(p)
+				j.spillRows = spill
+				h := newJoinHarnessFunc(t, backend, t.TempDir(), nil, j, j)
+				bad := &recordErrors{}
+				h.op.SetBadRecordHandlers([]runtime.BadRecordHandler{bad})
+				h.send(1, rec(`{"w":2}`, 1000))
+				h.send(1, rec(`{"w":"x"}`, 1100))
+				var re *runtime.RecordError
+				// 1 + 2, then 1 + "x" fails.
+				if err := h.op.ProcessRecord(h.ctx, 0, rec(`{"v":1}`, 1050)); !errors.As(err, &re) {
+					t.Fatalf("select failing on the second pair: %v, want a record error", err)
+				}
+				if got := h.emitted(); len(got) != 0 {
+					t.Fatalf("the failed record emitted %q, want nothing", values(got))
+				}
+				if n := h.j.BufferedRows(); n != 2 {
+					t.Fatalf("%d rows buffered, want 2 (the failed record is not)", n)
+				}
+				h.send(1, rec(`{"w":4}`, 5000))
+				h.send(0, rec(`{"v":1}`, 5000))
+				h.wm(10_000)
+				want := []string{
+					`k 1000 {"l":null,"r":2,"s":null}`,
+					`k 1100 {"l":null,"r":"x","s":null}`,
+					`k 5000 {"l":1,"r":4,"s":5}`,
+				}
+				if got := joinOutputs(h.emitted()); !slices.Equal(got, want) {
+					t.Fatalf("output %q, want %q", got, want)
+				}
+				if n, e := h.j.BufferedRows(), h.entries(); n != 0 || e != 0 {
+					t.Fatalf("%d rows, %d entries left, want none", n, e)
+				}
+				h.finish()
+			})
+		}
+	}
+}
+
+// TestExpiryQueueBuckets: the cleanup queue hands out one bucket per end
+// time, earliest first and only once due, listing each key and side pushed
+// (a repeat of the entry pushed last listed once; sortByKey orders by key,
+// then side, without repeats), and a recycled bucket starts empty.
+func TestExpiryQueueBuckets(t *testing.T) {
+	var q expiryQueue
+	push := func(at int64, key string, side uint8) { q.push(at, []byte(key), side) }
+	push(30, "b", 0)
+	push(10, "c", 1)
+	push(10, "c", 1) // listed once
+	push(30, "a", 1)
+	push(20, "a", 0)
+	push(10, "a", 0)
+	push(30, "b", 0)
+	push(30, "a", 0)
+	list := func(b *expiryBucket) []string {
+		var s []string
+		for i := range b.ents {
+			s = append(s, fmt.Sprintf("%s/%d", b.key(i), b.ents[i].side))
+		}
+		return s
+	}
+	if _, ok := q.popDue(9); ok {
+		t.Fatal("a bucket due at 9, want none before 10")
+	}
+	var got []string
+	for {
+		b, ok := q.popDue(30)
+		if !ok {
+			break
+		}
+		if b.at == 30 {
+			if l, want := list(b), []string{"b/0", "a/1", "b/0", "a/0"}; !slices.Equal(l, want) {
+				t.Fatalf("bucket 30 as pushed: %q, want %q", l, want)
+			}
+			b.sortByKey()
+		}
+		got = append(got, fmt.Sprintf("%d:%v", b.at, list(b)))
+		q.recycle(b)
+	}
+	want := []string{"10:[c/1 a/0]", "20:[a/0]", "30:[a/0 a/1 b/0]"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("buckets %q, want %q", got, want)
+	}
+	push(40, "d", 1)
+	b, ok := q.popDue(40)
+	if !ok || b.at != 40 || !slices.Equal(list(b), []string{"d/1"}) {
+		t.Fatalf("reused bucket: %v %v, want 40 [d/1]", ok, b)
+	}
+	if _, ok := q.popDue(1 << 40); ok || len(q.buckets) != 0 {
+		t.Fatalf("queue not empty: %d buckets", len(q.buckets))
+	}
+}
+
+// TestIntervalJoinCheckedRowsSameOutput: records whose values their source
+// checked (runtime.ValidJSON) give the same output as unmarked ones on
+// both backends, for every join kind, with the stored rows read through
+// the mark (joinRow.Valid) when select pairs them: on Pebble the write
+// cache keeps the mark with the row.
+func TestIntervalJoinCheckedRowsSameOutput(t *testing.T) {
+	sel := compiled(t, `{"l": left == null ? null : left.id, "r": right == null ? null : right.id, "n": right == null ? null : right.n}`)
+	for _, backend := range backends {
+		for _, kind := range []JoinKind{JoinInner, JoinLeftOuter, JoinRightOuter, JoinFullOuter} {
+			t.Run(fmt.Sprintf("%s/%s", backend, kind), func(t *testing.T) {
+				p := IntervalJoinParams{Lower: -time.Second, Upper: time.Second, Join: kind, Select: sel}
+				run := func(mark bool) []string {
+					h := newJoinHarness(t, backend, t.TempDir(), nil, p)
+					for i := range 40 {
+						r := runtime.Record{Key: []byte(fmt.Sprintf("k%d", i%3)), Value: []byte(fmt.Sprintf(`{"id":%d,"n":{"x":[%d]}}`, i, i)), Timestamp: time.UnixMilli(int64(1000 + 300*i))}
+						if mark {
+							r.SetDecoded(runtime.ValidJSON{})
+						}
+						h.send(i%2, r)
+					}
+					if mark && backend == "pebble" {
+						h.op.backend.SetCurrentKey([]byte("k0"))
+						sides, _, err := h.j.rows2.Value()
+						if err != nil {
+							t.Fatal(err)
+						}
+						if len(sides[0])+len(sides[1]) == 0 || !slices.ContainsFunc(append(sides[0], sides[1]...), func(r joinRow) bool { return r.Valid }) {
+							t.Fatalf("k0's rows %+v: want the checked mark kept in the write cache", sides)
+						}
+					}
+					h.wm(1 << 20)
+					out := joinOutputs(h.emitted())
+					h.finish()
+					return out
+				}
+				plain, checked := run(false), run(true)
+				if len(plain) == 0 || !slices.Equal(plain, checked) {
+					t.Fatalf("checked records gave %q, unmarked ones %q", checked, plain)
+				}
+			})
+		}
 	}
 }
