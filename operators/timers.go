@@ -108,6 +108,25 @@ func (s *timerService) RegisterEventTimeTimer(t time.Time) error {
 	return err
 }
 
+// registerNewEventTimeTimer is RegisterEventTimeTimer that reports
+// whether the timer is new (the current key had none at t): a function
+// that keeps state only while a timer is registered learns from it that
+// the state is empty (the window join's rows of a window). Unexported: a
+// function reaches it through newTimerRegisterer when its TimerService is
+// the keyed operator's.
+func (s *timerService) registerNewEventTimeTimer(t time.Time) (bool, error) {
+	k, err := s.key()
+	if err != nil {
+		return false, err
+	}
+	return s.q.Register(EventTime, k, t.UnixMilli())
+}
+
+// newTimerRegisterer is implemented by timerService (registerNewEventTimeTimer).
+type newTimerRegisterer interface {
+	registerNewEventTimeTimer(t time.Time) (bool, error)
+}
+
 func (s *timerService) RegisterProcessingTimeTimer(t time.Time) error {
 	k, err := s.key()
 	if err != nil {

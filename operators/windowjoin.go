@@ -198,7 +198,12 @@ type WindowJoin struct {
 	timers   TimerService
 	sides    [2]state.MapState[int64, []joinRow]
 	appends  [2]state.MapAppender[int64, []joinRow]
-	row      [1]joinRow // the record being added
+	// hints tell the sides' states that a window's rows are absent when
+	// its timer is new (newTimer): on Pebble the window's rows then stay
+	// in the write cache from the first append to the timer's read.
+	hints    [2]state.MapAbsentHinter[int64]
+	newTimer func(time.Time) (bool, error) // nil: the timer service cannot tell
+	row      [1]joinRow                    // the record being added
 	// rowSer, if not nil, replaces windowRowsSerializer (a test's
 	// counting serializer; it must be a state.ConcatSerializer).
 	rowSer   state.Serializer[[]joinRow]
@@ -226,6 +231,10 @@ func (j *WindowJoin) Open(ctx OpenContext) error {
 		return fmt.Errorf("operators: %s %s: no timer service", WindowJoinType, ctx.Operator)
 	}
 	j.rows = 0
+	j.newTimer = nil
+	if r, ok := j.timers.(newTimerRegisterer); ok {
+		j.newTimer = r.registerNewEventTimeTimer
+	}
 	for i, name := range []string{WindowJoinLeftRowsState, WindowJoinRightRowsState} {
 		d := windowRowsState(name)
 		if j.rowSer != nil {
@@ -240,6 +249,7 @@ func (j *WindowJoin) Open(ctx OpenContext) error {
 			return fmt.Errorf("operators: %s %s: map state %T cannot append", WindowJoinType, ctx.Operator, m)
 		}
 		j.sides[i], j.appends[i] = m, a
+		j.hints[i], _ = m.(state.MapAbsentHinter[int64])
 		if err := j.migrate(ctx.Backend, i, []string{WindowJoinLeftState, WindowJoinRightState}[i]); err != nil {
 			return fmt.Errorf("operators: %s %s: moving the rows of a checkpoint of the list layout: %w", WindowJoinType, ctx.Operator, err)
 		}
@@ -328,17 +338,43 @@ func (j *WindowJoin) process(side int, rec runtime.Record, out Collector) error 
 		if wm != runtime.MinWatermark && last <= wm.UnixMilli() {
 			continue
 		}
+		if err := j.registerTimer(w[0], last); err != nil {
+			return err
+		}
 		if err := j.appends[side].AppendValue(w[0], j.row[:]); err != nil {
 			return err
 		}
 		j.addRows(1)
-		if err := j.timers.RegisterEventTimeTimer(time.UnixMilli(last)); err != nil {
-			return err
-		}
 		added = true
 	}
 	if !added {
 		return j.lateRecs.handle(rec, wm, out)
+	}
+	return nil
+}
+
+// registerTimer registers the timer of the window starting at start (ms),
+// which fires at last (ms). A window's rows exist only while its timer is
+// registered (the timer is registered with its first row and removes the
+// rows when it fires; a record reaches no window whose timer has fired,
+// and restores and rescales move rows and timers together), so when the
+// timer is new neither side holds rows of the window, and the sides'
+// states are told so (MapAbsentHinter).
+func (j *WindowJoin) registerTimer(start, last int64) error {
+	if j.newTimer == nil {
+		return j.timers.RegisterEventTimeTimer(time.UnixMilli(last))
+	}
+	isNew, err := j.newTimer(time.UnixMilli(last))
+	if err != nil || !isNew {
+		return err
+	}
+	for _, h := range j.hints {
+		if h == nil {
+			continue
+		}
+		if err := h.HintAbsent(start); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -254,6 +254,35 @@ type MapAppender[K, V any] interface {
 	AppendValue(uk K, v V) error
 }
 
+// MapAbsentHinter is implemented by every MapState: HintAbsent tells the
+// state that user key uk of the current key holds no value, which the
+// caller knows from its own bookkeeping (the window join: a window's
+// timer that was not registered yet means neither side has rows in that
+// window), so that on Pebble with the write cache the entry's later reads
+// and appends (MapAppender) are served from the cache instead of a Pebble
+// Get and Merge (Flink has no such hint: RocksDB's merge operator never
+// reads, and its reads always reach RocksDB). It changes no value: on
+// hashmap, without the write cache, for a bound handle or a state with
+// TTL it does nothing. The caller must be right: hinting a user key that
+// holds a value makes reads miss it and appends overwrite it until the
+// cache evicts the hint.
+type MapAbsentHinter[K any] interface {
+	HintAbsent(uk K) error
+}
+
+// HintAbsent implements MapAbsentHinter.
+func (s *mapState[K, V]) HintAbsent(uk K) error {
+	ps, ok := s.c.st.(*pebbleStore)
+	if !ok || ps.cache == nil || s.key != nil || s.c.ttl != nil {
+		return nil
+	}
+	k, ukb, err := s.userKey(uk)
+	if err != nil {
+		return err
+	}
+	return ps.hintAbsentEntry(k, ukb)
+}
+
 // ConcatSerializer marks a Serializer of lists whose encoding of the
 // concatenation of two lists is the concatenation of their encodings
 // (each element framed on its own, no count or header): what MapAppender

@@ -306,15 +306,38 @@ func (s *pebbleStore) setEntry(k stateKey, uk, v []byte) error {
 	return s.cachedWrite(k.id, append(appendStateKey(nil, k), uk...), v, true)
 }
 
-// mergeEntry is merge of a map entry: it never reads the entry.
+// mergeEntry is merge of a map entry: it never reads the entry. When the
+// write cache knows the entry's whole value (it was read, written, or
+// hinted absent: hintAbsentEntry), v is appended there (writeCache.
+// appendTo); otherwise the entry leaves the cache and v is merged in
+// Pebble.
 func (s *pebbleStore) mergeEntry(k stateKey, uk, v []byte) error {
 	key := append(appendStateKey(nil, k), uk...)
 	if s.cache != nil {
+		done, err := s.cache.appendTo(s.db, k.id, key, v)
+		if err != nil {
+			return fmt.Errorf("state: pebble write: %w", err)
+		}
+		if done {
+			return nil
+		}
 		if err := s.cache.forget(s.db, key); err != nil {
 			return fmt.Errorf("state: pebble write: %w", err)
 		}
 	}
 	return s.db.Merge(key, v, pebble.NoSync)
+}
+
+// hintAbsentEntry tells the write cache that Pebble holds no value for the
+// map entry (writeCache.assumeAbsent); without a cache it does nothing.
+func (s *pebbleStore) hintAbsentEntry(k stateKey, uk []byte) error {
+	if s.cache == nil {
+		return nil
+	}
+	if err := s.cache.assumeAbsent(s.db, k.id, append(appendStateKey(nil, k), uk...)); err != nil {
+		return fmt.Errorf("state: pebble write: %w", err)
+	}
+	return nil
 }
 
 // setNewEntry is setEntry of an entry the caller knows Pebble holds no

@@ -431,6 +431,58 @@ func (c *writeCache) putNew(db *pebble.DB, id uint32, key, v []byte) (bool, erro
 	return true, c.maybeEvict(db)
 }
 
+// appendTo caches a merge of key (MapAppender.AppendValue: v appended to
+// its value) when the cache knows key's whole value: a present serialized
+// value gets v appended in place, a cached delete or a key known absent
+// becomes v. The entry is dirty, and its flush writes the whole value (a
+// Set, which equals Pebble's value with the merge applied). False, and
+// nothing changes, when the cache does not hold key, holds it decoded, or
+// bypasses the state: the caller then merges in Pebble (after forget).
+func (c *writeCache) appendTo(db *pebble.DB, id uint32, key, v []byte) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return false, nil
+	}
+	e, ok := c.entries[string(key)]
+	if !ok || e.codec != nil {
+		return false, nil
+	}
+	c.touch(e)
+	if e.present {
+		// In place: a copy get handed out, or dirtyIn's clone, does not
+		// share the bytes appended to (they lie past its length).
+		e.val = append(e.val, v...)
+		c.bytes += len(v)
+	} else {
+		c.setVal(e, v, true)
+	}
+	c.markDirty(e)
+	return true, c.maybeEvict(db)
+}
+
+// assumeAbsent records that Pebble holds no value for key, which the
+// caller knows (MapState's HintAbsent): a clean entry marked absent, so
+// that a read of key is answered without Pebble and a merge of it stays in
+// the cache (appendTo). Nothing changes when key is cached already or the
+// state is bypassed.
+func (c *writeCache) assumeAbsent(db *pebble.DB, id uint32, key []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bypass[id] {
+		return nil
+	}
+	if _, ok := c.entries[string(key)]; ok {
+		return nil
+	}
+	e := newCacheEntry(key)
+	e.absent = true
+	c.entries[e.key] = e
+	c.touch(e)
+	c.bytes += len(key) + writeCacheEntryOverhead
+	return c.maybeEvict(db)
+}
+
 // forget drops key from the cache after flushing it: the caller is about
 // to write it to Pebble directly (a merge).
 func (c *writeCache) forget(db *pebble.DB, key []byte) error {

@@ -211,7 +211,8 @@ func TestWriteCacheConcurrentReads(t *testing.T) {
 }
 
 // TestWriteCacheModel: a seeded random sequence of the cache's operations
-// (write, delete, read-through fill, merge forget, flush, drop) over 40
+// (write, delete, read-through fill, a Set behind the cache, a merge,
+// a hint of absence, flush, drop) over 40
 // keys, with a limit of a few entries so evictions happen; after every
 // operation a read through the cache, and after every flush Pebble
 // itself, equal a plain map of what was written.
@@ -244,11 +245,24 @@ func TestWriteCacheModel(t *testing.T) {
 					delete(model, string(k))
 				case r < 85:
 					check(op, k)
-				case r < 90: // a merge: the store forgets the key, then writes Pebble
+				case r < 87: // a Set behind the cache: the store forgets the key, then writes Pebble
 					must(t, st.cache.forget(st.db, k))
-					v := fmt.Sprintf("m%d", op)
+					v := fmt.Sprintf("s%d", op)
 					must(t, st.db.Set(k, []byte(v), pebble.NoSync))
 					model[string(k)] = v
+				case r < 89: // a merge (mergeEntry): in the cache when it knows the value, else in Pebble
+					v := fmt.Sprintf("m%d", op)
+					done, err := st.cache.appendTo(st.db, 1, k, []byte(v))
+					must(t, err)
+					if !done {
+						must(t, st.cache.forget(st.db, k))
+						must(t, st.db.Merge(k, []byte(v), pebble.NoSync))
+					}
+					model[string(k)] += v
+				case r < 90: // a hint, true whenever the model lacks the key (a cached delete is no-op'd)
+					if _, ok := model[string(k)]; !ok {
+						must(t, st.cache.assumeAbsent(st.db, 1, k))
+					}
 				case r < 97:
 					must(t, st.flushCache())
 					for i := range 40 {
