@@ -22,10 +22,9 @@ const writeCacheEntryOverhead = 64
 // Streams' caching key-value store with its ThreadCache/NamedCache): point
 // reads and writes of values and map entries are served from it, and the
 // writes reach Pebble in batches of about flushBatchBytes when it is
-// flushed, which the store
-// does before every snapshot, scan, merge, count, cleanup and close. A hot
-// key read and written once per record thus costs two map operations
-// instead of a Pebble Get and Set.
+// flushed, which the store does before every snapshot, scan, merge, count,
+// cleanup and close. A hot key read and written once per record thus
+// costs two map operations instead of a Pebble Get and Set.
 //
 // When the cache outgrows its bytes it evicts entries not used recently
 // until it holds at most 7/8 of them (so an eviction is amortized over
