@@ -643,3 +643,73 @@ func TestWriteCachePutColdKeepsHotEntries(t *testing.T) {
 		readCold(b, m)
 	})
 }
+
+// TestWriteCacheFlushesInBatches: a flush of many dirty entries (a
+// checkpoint's flush of a keyed job's working set) commits them to Pebble
+// in batches of about flushBatchBytes, not in one batch the size of them
+// all (whose buffer was allocated anew at every checkpoint), and every
+// value reaches Pebble: read back from Pebble itself, from the cache, and
+// after a snapshot and restore. A flush of a few entries is one batch.
+func TestWriteCacheFlushesInBatches(t *testing.T) {
+	cfg := testConfig(t, KindPebble)
+	cfg.WriteCacheBytes = 64 << 20 // holds every entry: no eviction writes
+	b := open(t, cfg)
+	desc := ValueStateDescriptor[string]{Name: "big", Serializer: StringSerializer{}}
+	v := must1(GetValueState(b, desc))(t)
+	ps := b.core().st.(*pebbleStore)
+	must(t, ps.flushCache())
+	value := func(i int) string { return fmt.Sprintf("%05d", i) + strings.Repeat("v", 8<<10) }
+	const n = 512 // 4 MiB of values
+	for i := range n {
+		b.SetCurrentKey(u64key(uint64(i)))
+		must(t, v.Update(value(i)))
+	}
+	before := ps.cache.flushBatches
+	must(t, ps.flushCache())
+	// Each batch stays within Pebble's retained batch size (1 MiB), so
+	// Pebble's pool reuses its buffer.
+	entry := len(value(0))
+	if got, least := ps.cache.flushBatches-before, n*entry/(1<<20); got < least {
+		t.Errorf("a flush of %d entries of %d bytes committed %d batches, want at least %d (of at most 1 MiB)", n, entry, got, least)
+	}
+	if ps.cache.ndirty != 0 || len(ps.cache.dirty) != 0 {
+		t.Errorf("after the flush: %d dirty entries, %d in the dirty list; want none", ps.cache.ndirty, len(ps.cache.dirty))
+	}
+	walIn := ps.db.Metrics().WAL.BytesIn
+	must(t, ps.flushCache())
+	if got := ps.db.Metrics().WAL.BytesIn; got != walIn {
+		t.Errorf("a second flush wrote %d WAL bytes, want none (every entry clean)", got-walIn)
+	}
+	b.SetCurrentKey(u64key(1))
+	must(t, v.Update("small"))
+	before = ps.cache.flushBatches
+	must(t, ps.flushCache())
+	if got := ps.cache.flushBatches - before; got != 1 {
+		t.Errorf("a flush of one entry committed %d batches, want 1", got)
+	}
+	check := func(t *testing.T, what string, bk KeyedStateBackend) {
+		t.Helper()
+		rv := must1(GetValueState(bk, desc))(t)
+		for i := range n {
+			want := value(i)
+			if i == 1 {
+				want = "small"
+			}
+			bk.SetCurrentKey(u64key(uint64(i)))
+			if got, ok, err := rv.Value(); err != nil || !ok || got != want {
+				t.Fatalf("%s: key %d: %.12q, %v, %v; want %.12q", what, i, got, ok, err, want)
+			}
+		}
+	}
+	// Pebble itself holds every value: the cache dropped, each read goes
+	// to Pebble.
+	must(t, ps.dropCache())
+	check(t, "from Pebble", b)
+	check(t, "cached again", b)
+	root := t.TempDir()
+	ks := snapshotOf(t, b, filepath.Join(root, "1"), filepath.Join(root, "shared"))
+	rb, err := OpenBackendRestored(testConfig(t, KindPebble), []RestoreHandle{{Handle: ks.Handle, Dir: filepath.Join(root, "1"), SharedDir: filepath.Join(root, "shared")}})
+	must(t, err)
+	t.Cleanup(func() { _ = rb.Close() })
+	check(t, "restored", rb)
+}
