@@ -413,8 +413,8 @@ type unknownSizes struct{}
 
 func (unknownSizes) EstimateSize(cost.AstNode) *cost.SizeEstimate { return nil }
 
-func (unknownSizes) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNode) *cost.CallEstimate {
-	return nil
+func (unknownSizes) EstimateCallCost(_, overload string, _ *cost.AstNode, _ []cost.AstNode) *cost.CallEstimate {
+	return timestampTextEstimate(overload)
 }
 
 // directStringBound is the length in bytes up to which the direct form of
@@ -434,8 +434,8 @@ func (b boundedSizes) EstimateSize(e cost.AstNode) *cost.SizeEstimate {
 	return nil
 }
 
-func (boundedSizes) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNode) *cost.CallEstimate {
-	return nil
+func (boundedSizes) EstimateCallCost(_, overload string, _ *cost.AstNode, _ []cost.AstNode) *cost.CallEstimate {
+	return timestampTextEstimate(overload)
 }
 
 // concatCost charges + on strings and bytes by the length of its result,

@@ -159,6 +159,9 @@ func (dc *dcompiler) node(x celast.Expr) dnode {
 		if r := refs[x.ID()]; r != nil && r.Value != nil {
 			return nil
 		}
+		if n, handled := dc.timeCall(c); handled {
+			return n
+		}
 		if n, handled := dc.stringCall(c); handled {
 			return n
 		}

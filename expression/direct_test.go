@@ -41,6 +41,13 @@ var directPrograms = []string{
 	`url.split("/")[amount]`, `url.split("/")[dyn(1.0)]`, `size(url.split("/"))`, `size(url.split(""))`, `size(note.split("x")) == 17`,
 	`note in ["a", "xxxxxxxxxxxxxxxx"]`, `amount in ["a"]`, `url in []`, `dyn(note)`, `dyn(amount) + 1`, `note + url`,
 	`{"a": url.split("/")[2], "b": url.substring(1).lowerAscii(), "c": note.contains("x") ? size(note) : -1}`,
+	// Date formatting (directtime.go): Nexmark q15-q17's day and q16's minute, and their corners.
+	`string(timestamp(bid.dateTime / 1000)).substring(0, 10)`, `string(timestamp(bid.dateTime / 1000)).substring(11, 16)`,
+	`string(bid.auction) + '|' + string(timestamp(bid.dateTime / 1000)).substring(0, 10)`, `string(timestamp(amount))`,
+	`string(timestamp(amount)).substring(0, 20)`, `string(timestamp(amount)).substring(20, 20)`, `string(timestamp(amount)).substring(3, 21)`,
+	`string(timestamp(amount * 1000000000))`, `string(timestamp(-amount * 100000000)).substring(0, 4)`, `string(timestamp(d))`,
+	`string(timestamp(note)).substring(0, 10)`, `string(timestamp(amount)).substring(5, 2)`, `string(amount)`, `string(note)`, `string(d)`, `string(flag)`, `string(timestamp(amount)).substring(amount, 4)`,
+	`{"day": string(timestamp(bid.dateTime / 1000)).substring(0, 10), "n": string(timestamp(-62135596800 + amount)), "m": string(timestamp(253402300799 + amount))}`,
 }
 
 // FuzzDirectEqualsCEL checks that the direct evaluator gives exactly what
@@ -134,6 +141,9 @@ func TestDirectForms(t *testing.T) {
 		`{"dir1": size(bid.url.split('/')) > 3 ? dyn(bid.url.split('/')[3]) : null}`:           true,
 		`note.split("/")`: false, `note.split("/", 2)[0]`: false, `note.upperAscii()`: false, `note in tags`: false,
 		`note in ["a", 1]`: false, `note.matches("a+")`: false, `[note][0]`: false,
+		`string(timestamp(bid.dateTime / 1000)).substring(0, 10)`: true, `string(bid.auction) + '|' + string(timestamp(bid.dateTime / 1000)).substring(0, 10)`: true,
+		`bid.channel + '|' + string(timestamp(bid.dateTime / 1000)).substring(0, 10)`: true, `string(timestamp(last_time / 1000)).substring(11, 16)`: true,
+		`string(timestamp(amount)).substring(1)`: true, `string(timestamp(amount)).substring(0, amount)`: false, `string(duration(note))`: false,
 		`{?"a": optional.none()}`: false, `bid.?price`: false, `[amount]`: false, `{1: amount}`: false,
 	} {
 		p := mustCompile(t, src)

@@ -160,6 +160,11 @@ type Operator struct {
 	// derived it from the changelog traits upstream); the factory gets it
 	// as FactoryContext.ChangelogInput.
 	ChangelogInput bool
+	// UpdateAfterOnly says the operator emits its changelog without -U
+	// rows (the planner found that only upsert sinks read it, which drop
+	// them: Flink's ONLY_UPDATE_AFTER); the factory gets it as
+	// FactoryContext.UpdateAfterOnly.
+	UpdateAfterOnly bool
 	// ErrorSources name, per logical input (0 main, 1 broadcast or second
 	// role), the source whose on_error policy a bad record met here obeys:
 	// the source the input's records come from.

@@ -468,7 +468,7 @@ func (b *build) operatorSubtask(op *graph.Operator, sub int, restore *operators.
 	logger := b.sc.logger.With("component", "operator", "operator", op.Name, "subtask", sub)
 	fn, err := op.Factory.New(operators.FactoryContext{
 		Operator: op.Name, Subtask: sub, Parallelism: op.Parallelism, Params: op.Params, AsyncState: op.AsyncState,
-		ChangelogInput: op.ChangelogInput, Metrics: b.m.operators, Logger: logger,
+		ChangelogInput: op.ChangelogInput, UpdateAfterOnly: op.UpdateAfterOnly, Metrics: b.m.operators, Logger: logger,
 		SourceSubtask: func(topic string, partition int32) (int, bool) {
 			sub, ok := b.readers[topic][partition]
 			return sub, ok

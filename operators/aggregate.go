@@ -157,8 +157,8 @@ func (p *AggregateParams) CheckChangelogInput(report func(field, msg string)) {
 func aggregateFactory() Factory {
 	return Factory{
 		Type:   AggregateType,
-		Doc:    "Per key, running aggregates (count, sum, min, max, avg, first, last, count_distinct) emitted as {\"key\", <name>: <result>, ...} on every update or on change, as a changelog (+I, then -U old and +U new per update, -D when retractions empty a key); over a changelog input it retracts (see Changelogs).",
-		Traits: Traits{Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Accepts: true, Produces: true}},
+		Doc:    "Per key, running aggregates (count, sum, min, max, avg, first, last, count_distinct) emitted as {\"key\", <name>: <result>, ...} on every update or on change, as a changelog (+I, then -U old and +U new per update, only +U when only upsert sinks read it, -D when retractions empty a key); over a changelog input it retracts (see Changelogs).",
+		Traits: Traits{Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Accepts: true, Produces: true, UpdateAfterOnly: true}},
 		Params: func() any { return &AggregateParams{Emit: EmitEveryUpdate} },
 		State:  []string{AggregateStateName, AggregateStateName + ".<name>"},
 		New: func(ctx FactoryContext) (any, error) {
@@ -170,9 +170,13 @@ func aggregateFactory() Factory {
 				if p.StateTTL.Time == TTLEventTime {
 					return nil, fmt.Errorf("operators: %s %s: state_ttl.time event is not supported with async_state", AggregateType, ctx.Operator)
 				}
-				return NewAsyncAggregate(*p, ctx.ChangelogInput), nil
+				f := NewAsyncAggregate(*p, ctx.ChangelogInput)
+				f.updateAfterOnly = ctx.UpdateAfterOnly
+				return f, nil
 			}
-			return NewAggregate(*p, ctx.ChangelogInput), nil
+			f := NewAggregate(*p, ctx.ChangelogInput)
+			f.updateAfterOnly = ctx.UpdateAfterOnly
+			return f, nil
 		},
 	}
 }
@@ -187,6 +191,10 @@ type aggregator struct {
 	distinct []int // indexes in specs of the count_distinct aggregates
 	// changelog says the input is a changelog: records may retract.
 	changelog bool
+	// updateAfterOnly leaves the -U row of each update out of the output
+	// (FactoryContext.UpdateAfterOnly: only upsert sinks read it, which
+	// drop -U; Flink's ONLY_UPDATE_AFTER).
+	updateAfterOnly bool
 	// maps are the indexes in specs of the aggregates keeping a MapState
 	// (aggregate.<name>): every count_distinct, and min and max over a
 	// changelog input (their value multiset).

@@ -219,7 +219,8 @@ func (a *aggregator) deletes(found, retract bool, next []aggAccumulator) bool {
 // accumulators went from those of row prev (output's, with its room for
 // another row; found: there were some) to next: +I of a new key; -D of the
 // old row when the record deleted the key (deletes); else -U of the old
-// row then +U of the new, with emit on_change only when the row changed.
+// row then +U of the new, with emit on_change only when the row changed
+// (the +U alone with updateAfterOnly).
 func (a *aggregator) emitChanges(rec runtime.Record, prev []byte, found, retract bool, next []aggAccumulator, out Collector) error {
 	switch {
 	case !found:
@@ -235,8 +236,10 @@ func (a *aggregator) emitChanges(rec runtime.Record, prev []byte, found, retract
 	if a.emit == EmitOnChange && bytes.Equal(before, after) {
 		return nil
 	}
-	if err := out.Collect(a.row(rec, before, runtime.ChangeUpdateBefore)); err != nil {
-		return err
+	if !a.updateAfterOnly {
+		if err := out.Collect(a.row(rec, before, runtime.ChangeUpdateBefore)); err != nil {
+			return err
+		}
 	}
 	return out.Collect(a.row(rec, after, runtime.ChangeUpdateAfter))
 }

@@ -119,7 +119,7 @@ func TestDedupCheckParams(t *testing.T) {
 func TestBuiltinsAggregateDedup(t *testing.T) {
 	r := NewBuiltinRegistry()
 	for typ, want := range map[string]Traits{
-		AggregateType: {Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Accepts: true, Produces: true}},
+		AggregateType: {Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Accepts: true, Produces: true, UpdateAfterOnly: true}},
 		DedupType:     {Keyed: true, AsyncState: true, Changelog: ChangelogTraits{Produces: true}},
 	} {
 		f, ok := r.Lookup(typ)

@@ -88,6 +88,13 @@ type ChangelogTraits struct {
 	// as a retracting aggregate does: the planner refuses an upsert input
 	// and points to changelog_normalize.
 	Upsert bool
+	// UpdateAfterOnly: the type can emit its changelog without -U (Flink's
+	// ChangelogMode with UpdateKind ONLY_UPDATE_AFTER: +I, +U and -D
+	// only) when the planner finds that nothing reads the -U rows
+	// (FactoryContext.UpdateAfterOnly), as an aggregate can: every
+	// consumer of its output is an upsert sink, directly or through
+	// operators that only forward the changelog (filter, map, flat_map).
+	UpdateAfterOnly bool
 	// Tables says, per role of a two-input type (Traits.Inputs), whether
 	// that input is read as a table: it must then be a changelog (a table
 	// source, upsert or full, which the type materializes by key, as
@@ -215,6 +222,12 @@ type FactoryContext struct {
 	// same flag): an aggregate then keeps what it needs to retract, such
 	// as min's and max's value multisets.
 	ChangelogInput bool
+	// UpdateAfterOnly says the operator's changelog output may leave out
+	// the -U rows (the planner set it, for a type with
+	// ChangelogTraits.UpdateAfterOnly, because every reader of the output
+	// is an upsert sink that would drop them; graph.Operator has the same
+	// flag).
+	UpdateAfterOnly bool
 	// SourceSubtask returns the subtask of the job's source reading topic
 	// that reads partition at this start (after a restore at another
 	// parallelism: the subtask the restored split went to), false when no

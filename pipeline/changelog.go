@@ -276,3 +276,98 @@ func typesAccepting(reg *operators.Registry) string {
 	s = strings.TrimSuffix(strings.TrimSuffix(s, " does"), " do")
 	return s
 }
+
+// upsertSinksOnly reports whether nothing reads the -U rows of operator
+// name's main output, Flink's changelog-mode inference asking an
+// aggregate for ONLY_UPDATE_AFTER: at least one stage reads that output,
+// and every stage reading it is either a kafka sink in upsert mode (the
+// default, sinks[].changelog: upsert, which drops -U) or a one-input,
+// unkeyed operator without a broadcast input whose type only forwards
+// the changelog (filter, map, flat_map: each -U in gives -U rows out,
+// never state or another kind), whose own main output passes this test
+// in turn and whose side outputs nobody reads. A forwarding operator that
+// drops or maps a -U row changes nothing an upsert sink writes, so the
+// rows written are the same with and without the -U rows. A changelog:
+// header sink, another sink type, a keyed or two-input reader or a
+// retracting aggregate needs them. budget bounds the operators walked
+// through, so that a cycle (reported elsewhere) ends.
+func (c *Config) upsertSinksOnly(name string, budget int) bool {
+	if budget <= 0 {
+		return false
+	}
+	reg := c.registry()
+	readers := 0
+	for i := range c.Sinks {
+		s := &c.Sinks[i]
+		if v, _ := c.SplitInput(s.Input); v != name {
+			continue
+		}
+		readers++
+		kafka := s.Type == "" || s.Type == "kafka"
+		if !kafka || (s.Changelog != "" && s.Changelog != graph.ChangelogUpsert) {
+			return false
+		}
+	}
+	for i := range c.Operators {
+		op := &c.Operators[i]
+		reads := false
+		if op.Broadcast != "" {
+			if v, _ := c.SplitInput(op.Broadcast); v == name {
+				return false
+			}
+		}
+		for _, in := range op.Inputs {
+			if v, _ := c.SplitInput(in.From); v == name {
+				return false
+			}
+		}
+		if v, side := c.SplitInput(op.Input); v == name {
+			if side != "" {
+				continue // a side output of name: its input records
+			}
+			reads = true
+		}
+		if !reads {
+			continue
+		}
+		readers++
+		f, known := reg.Lookup(op.Type)
+		if !known || !f.Traits.Changelog.Forwards || f.Traits.Changelog.Produces || f.Traits.Keyed ||
+			f.Traits.TwoInput() || f.Router != nil || op.Broadcast != "" || op.KeyBy != "" {
+			return false
+		}
+		if po, ok := c.params[op.Name].(operators.ChangelogOutputParams); ok && po.ProducesChangelog() {
+			return false
+		}
+		if c.sideOutputRead(op.Name) || !c.upsertSinksOnly(op.Name, budget-1) {
+			return false
+		}
+	}
+	return readers > 0
+}
+
+// sideOutputRead reports whether a stage reads a side output of operator
+// name ("name.late").
+func (c *Config) sideOutputRead(name string) bool {
+	side := func(input string) bool {
+		v, s := c.SplitInput(input)
+		return v == name && s != ""
+	}
+	for i := range c.Sinks {
+		if side(c.Sinks[i].Input) {
+			return true
+		}
+	}
+	for i := range c.Operators {
+		op := &c.Operators[i]
+		if side(op.Input) || (op.Broadcast != "" && side(op.Broadcast)) {
+			return true
+		}
+		for _, in := range op.Inputs {
+			if side(in.From) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -233,6 +233,7 @@ func (c *Config) buildGraph() *graph.Graph {
 		}
 		kind, _ := c.changelogStream(op.Input)
 		o.ChangelogInput = kind != appendOnly
+		o.UpdateAfterOnly = f.Traits.Changelog.UpdateAfterOnly && c.upsertSinksOnly(op.Name, len(c.Operators)+1)
 		o.ErrorSources[0] = c.lineageSource(c.inputVertex(op.Input))
 		o.ErrorSources[1] = op.Broadcast
 		if f.Traits.TwoInput() {
