@@ -1080,7 +1080,7 @@ type ruleResult struct {
 // value returns the aggregate of fn as a float64 for alert_when and, when
 // withJSON (an alert is emitted), as JSON: sums and averages over doubles
 // are the exact sum of the window's inputs rounded once (to nearest, ties
-// to even). A routed copy that alerts not asks for the number only.
+// to even). A copy that does not alert asks for the number only.
 func (r *ruleResult) value(fn AggregateFn, withJSON bool) ([]byte, float64) {
 	var n number
 	switch fn {
