@@ -338,6 +338,7 @@ type routerRule struct {
 	Rule    *CompiledRule // nil: deleted
 	Updated time.Time
 	head    []byte  // the envelope head of this version, built at its first copy
+	keyHead []byte  // the routing key's start, `[` and the id as JSON, built at its first copy
 	eq      *ruleEq // the filter as operand == constant, found at its first record
 }
 
@@ -686,10 +687,11 @@ func (r *RulesRouter) route(rec runtime.Record, out Collector) error {
 		if recJSON == nil {
 			recJSON = recordJSON(rec)
 		}
-		key := appendRuleKey(nil, id, group)
 		if v.head == nil {
 			v.head = appendEnvelopeHead(nil, cr, v.Version)
+			v.keyHead = appendRuleKeyHead(nil, id)
 		}
+		key := appendRuleKeyGroup(v.keyHead, group)
 		r.buf = appendEnvelope(r.buf[:0], v.head, group, in, recJSON)
 		val := slices.Clone(r.buf)
 		if err := out.Collect(runtime.Record{Key: key, Value: val, Timestamp: rec.Timestamp, Headers: rec.Headers, Origin: rec.Origin}); err != nil {
@@ -838,8 +840,24 @@ func recordJSON(rec runtime.Record) []byte {
 
 // appendRuleKey appends the routing key: the JSON array [id, group...].
 func appendRuleKey(b []byte, id string, group []json.RawMessage) []byte {
+	return appendRuleKeyGroup(appendRuleKeyHead(b, id), group)
+}
+
+// appendRuleKeyHead appends the start of id's routing keys: '[' and the id
+// as JSON.
+func appendRuleKeyHead(b []byte, id string) []byte {
 	idj, _ := json.Marshal(id)
-	b = append(append(b, '['), idj...)
+	return append(append(b, '['), idj...)
+}
+
+// appendRuleKeyGroup returns a new routing key: head (appendRuleKeyHead),
+// the group values and ']', in one allocation of its size.
+func appendRuleKeyGroup(head []byte, group []json.RawMessage) []byte {
+	n := len(head) + 1
+	for _, g := range group {
+		n += 1 + len(g)
+	}
+	b := append(make([]byte, 0, n), head...)
 	for _, g := range group {
 		b = append(append(b, ','), g...)
 	}
@@ -1428,11 +1446,12 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 	if err := rw.flush(); err != nil {
 		return err
 	}
-	value, num := res.value(e.Fn)
+	_, num := res.value(e.Fn, false)
 	cr := CompiledRule{Op: e.Op, Limit: e.Limit}
 	if !cr.meets(num) {
 		return nil
 	}
+	value, _ := res.value(e.Fn, true)
 	counts.alerts.Add(1)
 	if f.alerts != nil {
 		f.alerts.Inc()

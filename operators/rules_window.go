@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -188,6 +189,7 @@ type ruleSliceSerializer struct{}
 func (ruleSliceSerializer) Name() string { return "rules-slice-v1" }
 
 func (ruleSliceSerializer) Append(dst []byte, s ruleSlice) ([]byte, error) {
+	dst = slices.Grow(dst, ruleSliceSizeHint(&s))
 	dst = append(dst, ruleStateV1)
 	var flags byte
 	for i, f := range []bool{s.HasPrev, s.HasNext, s.HasDPrev, s.HasDNext, s.InDeque} {
@@ -227,15 +229,35 @@ func (ruleSliceSerializer) Decode(b []byte) (ruleSlice, error) {
 		return s, errors.New("operators: rules slice: bad input count")
 	}
 	if n > 0 {
+		// The inputs, copied into one allocation (each capped: an append
+		// to one never writes into the next).
 		s.In = make([][]byte, n)
+		rest := r.b
 		for i := range s.In {
-			s.In[i] = slices.Clone(r.bytes())
+			s.In[i] = r.bytes()
+		}
+		buf := make([]byte, 0, len(rest)-len(r.b))
+		for i, in := range s.In {
+			at := len(buf)
+			buf = append(buf, in...)
+			s.In[i] = buf[at:len(buf):len(buf)]
 		}
 	}
 	if r.err != nil {
 		return ruleSlice{}, fmt.Errorf("operators: rules slice: %w", r.err)
 	}
 	return s, nil
+}
+
+// aggregateFnOf returns the AggregateFn spelled b: one of the constants
+// when it is one (no allocation per decoded summary), else a copy.
+func aggregateFnOf(b []byte) AggregateFn {
+	for _, fn := range []AggregateFn{AggCount, AggSum, AggMin, AggMax, AggAvg, AggCountDistinct} {
+		if string(b) == string(fn) {
+			return fn
+		}
+	}
+	return AggregateFn(b)
 }
 
 // ruleWindowSerializer is ruleWindow's binary serializer (name
@@ -245,6 +267,7 @@ type ruleWindowSerializer struct{}
 func (ruleWindowSerializer) Name() string { return "rules-window-v1" }
 
 func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
+	dst = slices.Grow(dst, ruleWindowSizeHint(&w))
 	switch {
 	case w.DInline:
 		dst = append(dst, ruleStateV3)
@@ -279,11 +302,17 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 		dst = appendBytes(append(dst, 1), b)
 	}
 	if w.TailSlice != nil {
-		b, err := ruleSliceSerializer{}.Append(nil, *w.TailSlice)
+		// The slice's bytes, length-prefixed: written after dst's end,
+		// then moved behind their length (no buffer of their own).
+		dst = append(dst, 1)
+		at := len(dst)
+		b, err := ruleSliceSerializer{}.Append(dst, *w.TailSlice)
 		if err != nil {
 			return dst, err
 		}
-		dst = appendBytes(append(dst, 1), b)
+		var lb [binary.MaxVarintLen64]byte
+		ln := binary.PutUvarint(lb[:], uint64(len(b)-at))
+		dst = slices.Insert(b, at, lb[:ln]...)
 	} else if w.DInline {
 		dst = append(dst, 0)
 	}
@@ -305,7 +334,7 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 		return w, fmt.Errorf("operators: rules window: format version %d, want %d, %d or %d", v, ruleStateV1, ruleStateV2, ruleStateV3)
 	}
 	w.Shape = string(r.bytes())
-	w.Fn = AggregateFn(r.bytes())
+	w.Fn = aggregateFnOf(r.bytes())
 	for _, p := range []*int64{&w.WindowMs, &w.Slices, &w.Head, &w.Tail, &w.First, &w.N, &w.Floats, &w.Distinct, &w.DFront, &w.DBack, &w.DLen} {
 		*p = r.varint()
 	}
@@ -355,6 +384,63 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 	}
 	return w, nil
 }
+
+// ruleWindowSizeHint is the bytes ruleWindowSerializer.Append writes for
+// w (about them when its sums are big numbers), so that it allocates its
+// buffer once and no larger than needed (the hashmap backend keeps it).
+func ruleWindowSizeHint(w *ruleWindow) int {
+	n := 1 + bytesLen(len(w.Shape)) + bytesLen(len(w.Fn))
+	for _, v := range []int64{w.WindowMs, w.Slices, w.Head, w.Tail, w.First, w.N, w.Floats, w.Distinct, w.DFront, w.DBack, w.DLen} {
+		n += varintLen(v)
+	}
+	if w.Ints.Big != nil {
+		n += 1 + bytesLen(1+(w.Ints.Big.BitLen()+7)/8)
+	} else {
+		n += 1 + varintLen(w.Ints.Int)
+	}
+	n++
+	if w.FSum != nil {
+		n += bytesLen(16 + fsumPrec/8)
+	}
+	if t := w.TailSlice; t != nil {
+		n += 1 + bytesLen(ruleSliceSizeHint(t))
+	} else if w.DInline {
+		n++
+	}
+	if w.DInline {
+		n += uvarintLen(uint64(len(w.DVals)))
+		for _, d := range w.DVals {
+			n += bytesLen(len(d.V)) + varintLen(d.N)
+		}
+	}
+	return n
+}
+
+// ruleSliceSizeHint is the bytes ruleSliceSerializer.Append writes for s.
+func ruleSliceSizeHint(s *ruleSlice) int {
+	n := 2 + uvarintLen(uint64(len(s.In)))
+	for _, v := range []int64{s.WindowMs, s.N, s.Prev, s.Next, s.DPrev, s.DNext} {
+		n += varintLen(v)
+	}
+	for _, in := range s.In {
+		n += bytesLen(len(in))
+	}
+	return n
+}
+
+// uvarintLen is the length of x as a uvarint, varintLen of x as a varint,
+// bytesLen of n bytes with their length (appendBytes).
+func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
+func varintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return uvarintLen(ux)
+}
+
+func bytesLen(n int) int { return uvarintLen(uint64(n)) + n }
 
 // appendBytes appends b with its length (uvarint).
 func appendBytes(dst, b []byte) []byte {
@@ -460,11 +546,10 @@ func (rw *ruleWin) load() error {
 		return nil
 	}
 	if w.TailSlice != nil {
-		// A copy: the stored summary is not changed in place.
-		t := *w.TailSlice
-		t.In = slices.Clip(t.In)
-		rw.cache[w.Tail] = &t
-		rw.w.TailSlice = &t
+		// Decoded for this read (ruleWindowSerializer is no
+		// state.HeapSerializer: no backend keeps it decoded), so it is
+		// changed in place; its inputs are capped (an append copies).
+		rw.cache[w.Tail] = w.TailSlice
 		return nil
 	}
 	// Format version 1: the newest slice is in the map.
@@ -992,33 +1077,40 @@ type ruleResult struct {
 	ext      number
 }
 
-// value returns the aggregate of fn as JSON and as a float64 for
-// alert_when: sums and averages over doubles are the exact sum of the
-// window's inputs rounded once (to nearest, ties to even).
-func (r *ruleResult) value(fn AggregateFn) ([]byte, float64) {
+// value returns the aggregate of fn as a float64 for alert_when and, when
+// withJSON (an alert is emitted), as JSON: sums and averages over doubles
+// are the exact sum of the window's inputs rounded once (to nearest, ties
+// to even). A copy that does not alert asks for the number only.
+func (r *ruleResult) value(fn AggregateFn, withJSON bool) ([]byte, float64) {
+	var n number
 	switch fn {
 	case AggCount:
-		return appendInt(r.n), float64(r.n)
+		n = number{Int: r.n}
 	case AggCountDistinct:
-		return appendInt(r.distinct), float64(r.distinct)
+		n = number{Int: r.distinct}
 	case AggMin, AggMax:
-		return r.ext.appendJSON(nil), r.ext.float()
+		n = r.ext
+	default:
+		n = r.ints
+		if r.floats > 0 {
+			t := new(big.Float).SetPrec(fsumPrec + 64).SetInt(r.ints.bigInt())
+			t.Add(t, r.fsum)
+			f, _ := t.Float64()
+			n = number{Float: f, IsFloat: true}
+		}
+		if fn == AggAvg {
+			v := n.float() / float64(r.n)
+			if !withJSON {
+				return nil, v
+			}
+			return appendFloat(nil, v), v
+		}
 	}
-	sum := r.ints
-	if r.floats > 0 {
-		t := new(big.Float).SetPrec(fsumPrec + 64).SetInt(r.ints.bigInt())
-		t.Add(t, r.fsum)
-		f, _ := t.Float64()
-		sum = number{Float: f, IsFloat: true}
+	if !withJSON {
+		return nil, n.float()
 	}
-	if fn == AggAvg {
-		v := sum.float() / float64(r.n)
-		return appendFloat(nil, v), v
-	}
-	return sum.appendJSON(nil), sum.float()
+	return n.appendJSON(nil), n.float()
 }
-
-func appendInt(n int64) []byte { return fmt.Appendf(nil, "%d", n) }
 
 // current returns the running aggregate as a result.
 func (rw *ruleWin) current() (ruleResult, error) {
