@@ -206,6 +206,11 @@ func benchNexmarkChain(b *testing.B, filterSrc, mapSrc string) {
 	}
 }
 
+// BenchmarkNexmarkQ0 is configs/nexmark/q0.yaml's expressions on one bid.
+func BenchmarkNexmarkQ0(b *testing.B) {
+	benchNexmarkChain(b, "", `{"auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "dateTime": bid.dateTime, "extra": bid.extra}`)
+}
+
 // BenchmarkNexmarkQ14 is configs/nexmark/q14.yaml's expressions on one bid.
 func BenchmarkNexmarkQ14(b *testing.B) {
 	benchNexmarkChain(b, `bid.price * 908 > 1000000 && bid.price * 908 < 50000000000`,

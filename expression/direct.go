@@ -41,9 +41,13 @@ const (
 type dval struct {
 	k dkind
 	b bool
-	i int64
-	f float64
-	s string
+	// plain: s is written in JSON as it is between quotes (ASCII without
+	// '"', '\\' or control characters: a record's string field read as
+	// its JSON bytes, docField.rawScalar); false when not known.
+	plain bool
+	i     int64
+	f     float64
+	s     string
 }
 
 // dnode is one node of a direct program.
@@ -308,10 +312,32 @@ func (d *Doc) scalarField(name string) (v dval, found, ok bool) {
 		if f.done {
 			return scalar(f.value), true, true
 		}
-		v, ok := rawScalar(d.str[f.from:f.to])
+		v, ok := f.rawScalar(d.str)
 		return v, ok, ok
 	}
 	return dval{}, false, true
+}
+
+// rawScalar is rawScalar of the field's JSON in str, for a field not
+// decoded yet. A string of plain ASCII without escapes (jsonString
+// returns its bytes between the quotes) is marked plain on the first
+// read, read again without looking at its bytes, and written to JSON as
+// it is (dval.plain).
+func (f *docField) rawScalar(str string) (dval, bool) {
+	raw := str[f.from:f.to]
+	if raw[0] != '"' {
+		return rawScalar(raw)
+	}
+	inner := raw[1 : len(raw)-1]
+	if !f.plain {
+		for i := 0; i < len(inner); i++ {
+			if c := inner[i]; c == '\\' || c >= 0x80 {
+				return rawScalar(raw)
+			}
+		}
+		f.plain = true
+	}
+	return dval{k: dString, s: inner, plain: true}, true
 }
 
 // scalarField is FindStringKey for the direct evaluator: the field's
@@ -333,7 +359,7 @@ func (o *docObject) scalarField(name string) dval {
 		if f.done {
 			return scalar(f.value)
 		}
-		v, _ := rawScalar(o.str[f.from:f.to])
+		v, _ := f.rawScalar(o.str)
 		return v
 	}
 	return dval{}
@@ -756,7 +782,11 @@ func (d *direct) appendJSON(dst []byte, env *Env) ([]byte, bool) {
 				return dst, false
 			}
 		case dString:
-			e.string(v.s)
+			if v.plain {
+				e.buf = append(append(append(e.buf, '"'), v.s...), '"')
+			} else {
+				e.string(v.s)
+			}
 		default:
 			return dst, false
 		}

@@ -157,31 +157,6 @@ func TestDirectForms(t *testing.T) {
 	}
 }
 
-// objectOfSafeNumbersBytewise is objectOfSafeNumbers read byte by byte
-// whatever the length (safeNumbersLoop, as it was before records of up to
-// 300 bytes were checked with IndexByte), for FuzzObjectOfSafeNumbers.
-func objectOfSafeNumbersBytewise(b []byte) bool {
-	i := 0
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i < len(b) && b[i] == '{' && safeNumbersLoop(b)
-}
-
-// FuzzObjectOfSafeNumbers checks objectOfSafeNumbers' short-record path
-// against the byte-by-byte reading.
-func FuzzObjectOfSafeNumbers(f *testing.F) {
-	for _, s := range []string{`{"a":1e5}`, `{"a":1.E5}`, `{"note":"e","x":2}`, ` {"a":"1e5"}`, `[1e5]`, `{"a":.e}`, `e{`, `{"E":1}`, `{"a":5E`,
-		`{"a":` + strings.Repeat("1", 301) + `}`, `{"a":` + strings.Repeat("1", 290) + `e}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if got, want := objectOfSafeNumbers(b), objectOfSafeNumbersBytewise(b); got != want {
-			t.Fatalf("objectOfSafeNumbers(%q) = %v, byte by byte %v", b, got, want)
-		}
-	})
-}
-
 // TestDirectStringBound checks that the direct form of a cost-tracked
 // program gives up on a string longer than directStringBound, where CEL's
 // cost limit decides: an error on a long string, the value on a short one.

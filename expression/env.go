@@ -1,7 +1,6 @@
 package expression
 
 import (
-	"bytes"
 	"fmt"
 	"time"
 
@@ -81,9 +80,10 @@ type Env struct {
 	headers  map[string]string // once hdrsDone
 	hdrsDone bool
 
-	// own is the Doc of Input.JSON, reused from record to record. While
-	// the value is pending, a field is read from the JSON alone (Doc).
-	own Doc
+	// own is the Doc of Input.JSON, reused from record to record (made on
+	// first need, so that an Env of a shared Doc resets in a few stores).
+	// While the value is pending, a field is read from the JSON alone.
+	own *Doc
 }
 
 // NewEnv returns the Env of in. A nil in is an empty record.
@@ -97,9 +97,7 @@ func NewEnv(in *Input) *Env {
 // evaluate record after record without allocating an Env each time. A nil
 // in is an empty record.
 func (e *Env) Reset(in *Input) {
-	fields := e.own.fields[:0]
-	clear(e.own.fields)
-	*e = Env{own: Doc{fields: fields}}
+	*e = Env{own: e.own}
 	if in == nil {
 		return
 	}
@@ -109,8 +107,11 @@ func (e *Env) Reset(in *Input) {
 		case in.Doc != nil:
 			e.doc = in.Doc
 		case in.JSON != nil:
-			e.own.json = in.JSON
-			e.doc = &e.own
+			if e.own == nil {
+				e.own = new(Doc)
+			}
+			e.own.Reset(in.JSON, false)
+			e.doc = e.own
 		}
 		if e.doc != nil {
 			e.value, e.pending = e.doc.Decoded()
@@ -220,67 +221,6 @@ func (a *activation) field(name string) (any, bool) {
 		return types.NewErr("%s", missing(map[string]any(nil), name)), true
 	}
 	return v, true
-}
-
-// objectOfSafeNumbers reports whether b, if it is valid JSON, is an object
-// whose fields read one by one give the results DecodeJSON gives for the
-// whole: it starts with '{' (after white space) and holds no number
-// DecodeJSON could find out of range (no exponent after a digit or '.',
-// no run of more than 300 digits; such a number anywhere makes DecodeJSON
-// fail on the whole value, which is then seen as a string). The check is
-// conservative: a string such as "1e5" also sends the record to the whole
-// decode. It does not check that b is valid.
-func objectOfSafeNumbers(b []byte) bool {
-	i := 0
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	if i == len(b) || b[i] != '{' {
-		return false
-	}
-	if len(b) <= 300 {
-		// No run of more than 300 digits fits: only the exponents are
-		// to check, found by IndexByte (vectorized) instead of a loop
-		// over every byte (TestObjectOfSafeNumbersFast).
-		return !exponentIn(b, 'e') && !exponentIn(b, 'E')
-	}
-	return safeNumbersLoop(b)
-}
-
-// exponentIn reports whether the byte c (e or E) follows a digit or '.'
-// somewhere in b.
-func exponentIn(b []byte, c byte) bool {
-	for off := 0; ; {
-		j := bytes.IndexByte(b[off:], c)
-		if j < 0 {
-			return false
-		}
-		j += off
-		if j > 0 && (b[j-1] == '.' || (b[j-1] >= '0' && b[j-1] <= '9')) {
-			return true
-		}
-		off = j + 1
-	}
-}
-
-// safeNumbersLoop is objectOfSafeNumbers' check of the numbers, byte by
-// byte.
-func safeNumbersLoop(b []byte) bool {
-	digits := 0
-	for j, c := range b {
-		switch {
-		case c >= '0' && c <= '9':
-			digits++
-			if digits > 300 {
-				return false
-			}
-			continue
-		case (c == 'e' || c == 'E') && j > 0 && (b[j-1] == '.' || (b[j-1] >= '0' && b[j-1] <= '9')):
-			return false
-		}
-		digits = 0
-	}
-	return true
 }
 
 // isASCII reports whether s is plain ASCII.

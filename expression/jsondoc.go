@@ -36,6 +36,12 @@ type Doc struct {
 	fields []docField
 	// inline holds the fields of a small object: one allocation per Doc.
 	inline [6]docField
+	// sub holds the fields of the top-level fields' object values, listed
+	// in the same pass as the top-level fields (index): a field's
+	// sub0:sub1 when its subOK (bid of {"event_type":2,"bid":{...}} is
+	// then not scanned a second time when bid.price is read).
+	sub       []docField
+	subInline [8]docField
 
 	whole     any // the whole value, once wholeDone
 	wholeDone bool
@@ -44,10 +50,13 @@ type Doc struct {
 // docField is one top-level field of a Doc's object, in the order of the
 // JSON (a repeated key appears twice; the last one counts).
 type docField struct {
-	name     string
-	value    any    // decoded, once done
-	from, to uint32 // the undecoded JSON of the field's value: str[from:to]
-	done     bool
+	name       string
+	value      any    // decoded, once done
+	from, to   uint32 // the undecoded JSON of the field's value: str[from:to]
+	sub0, sub1 uint32 // a top-level object value's fields: Doc.sub[sub0:sub1], when subOK
+	done       bool
+	subOK      bool
+	plain      bool // a string whose value is str[from+1:to-1] (docField.rawScalar)
 }
 
 // NewDoc returns the Doc of the JSON value b (which need not be valid: a
@@ -107,6 +116,14 @@ func (d *Doc) field(name string) (v any, found, ok bool) {
 			continue
 		}
 		if !f.done {
+			if f.subOK {
+				// An object indexed with the Doc: its fields are copied,
+				// so that the docObject stays whole after a Reset.
+				o := &docObject{str: d.str, from: f.from, to: f.to, indexed: true}
+				o.fields = append(o.inline[:0], d.sub[f.sub0:f.sub1]...)
+				f.value, f.done = o, true
+				return o, true, true
+			}
 			v, err := lazyValue(d.str, f.from, f.to)
 			if err != nil {
 				d.state = -1 // DecodeJSON fails on the whole too
@@ -197,7 +214,7 @@ type docObject struct {
 	indexed  bool
 	err      error // a key that did not decode (never on valid JSON)
 	fields   []docField
-	inline   [8]docField
+	inline   [7]docField
 
 	whole     any // the decoded object, once wholeDone
 	wholeDone bool
@@ -403,26 +420,195 @@ func (a docAdapter) NativeToValue(v any) ref.Val {
 
 // index checks that the JSON is read field by field as the whole decodes
 // and lists its top-level fields; state is 1 when it is, -1 otherwise.
+// It reads the JSON once (after gjson's check when it is not known
+// valid): the top-level members, the members of their object values
+// (sub), and every number on the way, which must be safe (safeNumber).
 func (d *Doc) index() {
 	d.state = -1
-	if len(d.json) > math.MaxUint32 || !objectOfSafeNumbers(d.json) || (!d.valid && !gjson.ValidBytes(d.json)) {
+	if len(d.json) > math.MaxUint32 || (!d.valid && !gjson.ValidBytes(d.json)) {
 		return
 	}
 	d.str = string(d.json)
 	if d.fields == nil {
 		d.fields = d.inline[:0]
 	}
-	ok := members(d.str, 0, func(keyRaw string, from, to int) bool {
-		key, err := memberKey(keyRaw)
+	if d.sub == nil {
+		d.sub = d.subInline[:0]
+	}
+	if d.indexMembers(d.str) {
+		d.state = 1
+	}
+}
+
+// indexMembers lists the members of the valid JSON object s (after white
+// space) into d.fields, and those of each member's object value into
+// d.sub; false when s is not an object, a key does not decode, or a
+// number anywhere in s is not safe (then Whole decides).
+func (d *Doc) indexMembers(s string) bool {
+	i := skipSpace(s, 0)
+	if i >= len(s) || s[i] != '{' {
+		return false
+	}
+	i++
+	for {
+		i = skipSpace(s, i)
+		if i >= len(s) {
+			return false
+		}
+		switch s[i] {
+		case '}':
+			return true
+		case ',':
+			i = skipSpace(s, i+1)
+		}
+		if i >= len(s) || s[i] != '"' {
+			return false
+		}
+		kStart, kEnd := i, skipString(s, i)
+		if kEnd < 0 {
+			return false
+		}
+		key, err := memberKey(s[kStart:kEnd])
 		if err != nil {
 			return false
 		}
-		d.fields = append(d.fields, docField{name: key, from: uint32(from), to: uint32(to)})
-		return true
-	})
-	if ok {
-		d.state = 1
+		i = skipSpace(s, kEnd)
+		if i >= len(s) || s[i] != ':' {
+			return false
+		}
+		from := skipSpace(s, i+1)
+		f := docField{name: key, from: uint32(from)}
+		var to int
+		if from < len(s) && s[from] == '{' {
+			f.sub0 = uint32(len(d.sub))
+			to = d.indexSub(s, from)
+			f.sub1, f.subOK = uint32(len(d.sub)), true
+		} else {
+			to = skipSafeValue(s, from)
+		}
+		if to < 0 {
+			return false
+		}
+		f.to = uint32(to)
+		d.fields = append(d.fields, f)
+		i = to
 	}
+}
+
+// indexSub appends the members of the object at s[i] to d.sub, and
+// returns the index just past it; -1 when a key does not decode or a
+// number in it is not safe.
+func (d *Doc) indexSub(s string, i int) int {
+	i++ // '{'
+	for {
+		i = skipSpace(s, i)
+		if i >= len(s) {
+			return -1
+		}
+		switch s[i] {
+		case '}':
+			return i + 1
+		case ',':
+			i = skipSpace(s, i+1)
+		}
+		if i >= len(s) || s[i] != '"' {
+			return -1
+		}
+		kStart, kEnd := i, skipString(s, i)
+		if kEnd < 0 {
+			return -1
+		}
+		key, err := memberKey(s[kStart:kEnd])
+		if err != nil {
+			return -1
+		}
+		i = skipSpace(s, kEnd)
+		if i >= len(s) || s[i] != ':' {
+			return -1
+		}
+		from := skipSpace(s, i+1)
+		to := skipSafeValue(s, from)
+		if to < 0 {
+			return -1
+		}
+		d.sub = append(d.sub, docField{name: key, from: uint32(from), to: uint32(to)})
+		i = to
+	}
+}
+
+// skipSafeValue is skipValue that also checks every number of the value
+// (nested ones included): -1 when one is not safe.
+func skipSafeValue(s string, i int) int {
+	if i >= len(s) {
+		return -1
+	}
+	switch s[i] {
+	case '"':
+		return skipString(s, i)
+	case '{', '[':
+		depth, digits := 0, 0
+		for ; i < len(s); i++ {
+			c := s[i]
+			switch {
+			case c >= '0' && c <= '9':
+				if digits++; digits > 300 {
+					return -1
+				}
+				continue
+			case c == 'e' || c == 'E':
+				// Outside a string, an e after a digit or '.' is an
+				// exponent (true and false have theirs after a letter).
+				if p := s[i-1]; p == '.' || (p >= '0' && p <= '9') {
+					return -1
+				}
+			case c == '{' || c == '[':
+				depth++
+			case c == '}' || c == ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			case c == '"':
+				if i = skipString(s, i); i < 0 {
+					return -1
+				}
+				i-- // the loop's i++ steps past the string
+			}
+			digits = 0
+		}
+		return -1
+	}
+	to := skipValue(s, i)
+	if to < 0 || !safeNumber(s[i:to]) {
+		return -1
+	}
+	return to
+}
+
+// safeNumber reports whether the scalar JSON value raw (a number, true,
+// false or null) decodes as DecodeJSON decodes it inside a whole value:
+// not a number with an exponent (it could be out of the float64 range)
+// nor one with a run of more than 300 digits (which could be); such a
+// number anywhere makes DecodeJSON fail on the whole value, which is then
+// seen as a string. The check is conservative (1e5 also sends the record
+// to the whole decode).
+func safeNumber(raw string) bool {
+	if c := raw[0]; c != '-' && (c < '0' || c > '9') {
+		return true // true, false, null
+	}
+	digits := 0
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c >= '0' && c <= '9':
+			if digits++; digits > 300 {
+				return false
+			}
+			continue
+		case c == 'e' || c == 'E':
+			return false
+		}
+		digits = 0
+	}
+	return true
 }
 
 // Reset makes d the Doc of b (as NewDoc, or NewValidDoc when valid),
@@ -436,12 +622,32 @@ func (d *Doc) Reset(b []byte, valid bool) {
 		d.json, d.valid = b, valid
 		return
 	}
-	clear(d.fields)
-	fields := d.fields[:0]
-	*d = Doc{json: b, valid: valid, fields: fields}
-	if cap(fields) == len(d.inline) {
-		d.fields = nil // it was the old inline array: take d's own again
+	// Only what the last record's reads wrote is cleared, not the whole
+	// struct (its inline arrays are most of it).
+	d.fields = resetFields(d.fields, d.inline[:])
+	d.sub = resetFields(d.sub, d.subInline[:])
+	d.json, d.valid, d.state, d.str = b, valid, 0, ""
+	d.whole, d.wholeDone = nil, false
+}
+
+// resetFields clears the fields listed in s, one of a Doc's lists, and
+// returns it emptied for the Doc's next record; inline is the Doc's own
+// array for it, which holds nothing beyond the fields listed while s is
+// in it (else it is cleared too). Nil when s is empty or another Doc's
+// inline array (the Doc was copied): index then takes inline again.
+func resetFields(s, inline []docField) []docField {
+	clear(s)
+	if cap(s) == 0 {
+		return nil
 	}
+	if &s[:1][0] == &inline[0] {
+		return s[:0]
+	}
+	clear(inline) // s outgrew it: the fields listed before are there
+	if cap(s) == len(inline) {
+		return nil
+	}
+	return s[:0]
 }
 
 // Clone returns a copy of d on the heap sharing what d decoded (read-only),
@@ -453,6 +659,11 @@ func (d *Doc) Clone() *Doc {
 		c.fields = append(c.inline[:0], d.fields...)
 	} else {
 		c.fields = append([]docField(nil), d.fields...)
+	}
+	if len(d.sub) <= len(d.subInline) {
+		c.sub = append(c.subInline[:0], d.sub...)
+	} else {
+		c.sub = append([]docField(nil), d.sub...)
 	}
 	return c
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"cel.dev/cel-go/common/types"
 	"github.com/tidwall/gjson"
 )
 
@@ -237,41 +238,131 @@ func TestPlainIntAsNumber(t *testing.T) {
 	}
 }
 
-// TestObjectOfSafeNumbersFast: objectOfSafeNumbers (exponents found by
-// IndexByte for values of at most 300 bytes) says what the byte-by-byte
-// check says, on random texts around the 300-byte edge and on long digit
-// runs.
-func TestObjectOfSafeNumbersFast(t *testing.T) {
-	ref := func(b []byte) bool {
-		i := 0
-		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-			i++
+// TestDocFieldwiseSafeNumbers: a Doc reads its fields one by one
+// (Fieldwise) exactly when its value is an object holding no unsafe
+// number (one with an exponent or of more than 300 bytes, at any depth:
+// safeNumber), checked against every number gjson finds walking the whole
+// value, on random nested objects and on edge cases. Strings that look
+// like numbers ("1e5") no longer send a record to the whole decode.
+func TestDocFieldwiseSafeNumbers(t *testing.T) {
+	var safe func(r gjson.Result) bool
+	safe = func(r gjson.Result) bool {
+		switch {
+		case r.Type == gjson.Number:
+			for _, run := range strings.FieldsFunc(r.Raw, func(c rune) bool { return c < '0' || c > '9' }) {
+				if len(run) > 300 {
+					return false
+				}
+			}
+			return !strings.ContainsAny(r.Raw, "eE")
+		case r.IsObject(), r.IsArray():
+			ok := true
+			r.ForEach(func(_, v gjson.Result) bool { ok = ok && safe(v); return ok })
+			return ok
 		}
-		return i < len(b) && b[i] == '{' && safeNumbersLoop(b)
+		return true
 	}
-	const alphabet = "{ 19.eEx\"-\n"
-	rng := rand.New(rand.NewPCG(1, 2))
-	for n := range 20000 {
-		b := make([]byte, rng.IntN(320))
-		for i := range b {
-			b[i] = alphabet[rng.IntN(len(alphabet))]
+	ref := func(b []byte) bool { r := gjson.ParseBytes(b); return r.IsObject() && safe(r) }
+	rng := rand.New(rand.NewPCG(3, 4))
+	scalars := []string{`1`, `-0`, `2.5`, `1e5`, `1.5E5`, `2E-3`, `true`, `false`, `null`, `"1e5"`, `"e"`, `"x\"1e5"`,
+		strings.Repeat("7", 300), strings.Repeat("7", 301), "1." + strings.Repeat("5", 299), `"日本"`, "-" + strings.Repeat("7", 301) + ".5"}
+	var value func(depth int) string
+	value = func(depth int) string {
+		switch n := rng.IntN(6); {
+		case n == 0 && depth < 3:
+			var parts []string
+			for i := range rng.IntN(4) {
+				parts = append(parts, fmt.Sprintf(`"k%d":%s`, i%3, value(depth+1)))
+			}
+			return "{" + strings.Join(parts, ",") + "}"
+		case n == 1 && depth < 3:
+			var parts []string
+			for range rng.IntN(4) {
+				parts = append(parts, value(depth+1))
+			}
+			return "[" + strings.Join(parts, ", ") + "]"
 		}
-		if n%2 == 0 && len(b) > 0 {
-			b[0] = '{'
+		return scalars[rng.IntN(len(scalars))]
+	}
+	for range 20000 {
+		b := []byte(value(0))
+		if !gjson.ValidBytes(b) {
+			t.Fatalf("generated invalid JSON %q", b)
 		}
-		if got, want := objectOfSafeNumbers(b), ref(b); got != want {
-			t.Fatalf("objectOfSafeNumbers(%q) = %v, the byte-by-byte check %v", b, got, want)
+		if got, want := NewValidDoc(b).Fieldwise(), ref(b); got != want {
+			t.Fatalf("Fieldwise(%s) = %v, want %v", b, got, want)
 		}
 	}
-	for _, digits := range []int{298, 299, 300, 301, 400} {
-		b := []byte(`{"n":` + strings.Repeat("7", digits) + `}`)
-		if got, want := objectOfSafeNumbers(b), digits <= 300; got != want {
-			t.Errorf("%d digits: %v, want %v", digits, got, want)
+	for s, want := range map[string]bool{
+		`{"a":"1e5"}`: true, `{"a":{"b":"2E3","c":[true,false,"1.e"]}}`: true, `{"a":1e5}`: false,
+		`{"a":{"b":[1,{"c":1.5E5}]}}`: false, `{"a":{"b":1e5}}`: false, `{"e":"E"}`: true, ` {"a":[1.5, -2]} `: true,
+		`{"n":` + strings.Repeat("7", 300) + `}`: true, `{"n":{"m":[` + strings.Repeat("7", 301) + `]}}`: false,
+		`[1]`: false, `"s"`: false,
+	} {
+		if got := NewValidDoc([]byte(s)).Fieldwise(); got != want {
+			t.Errorf("Fieldwise(%s) = %v, want %v", s, got, want)
 		}
 	}
-	for _, s := range []string{`{"a":1e5}`, `{"a":1.E5}`, `{"e":"E"}`, `{"x":"1e"}`, `e{`, ` {"a":.e}`, `{"shape":"CIRCLE","note":"xe"}`} {
-		if got, want := objectOfSafeNumbers([]byte(s)), ref([]byte(s)); got != want {
-			t.Errorf("objectOfSafeNumbers(%q) = %v, want %v", s, got, want)
+}
+
+// TestDocNestedIndexKeptAfterReset: the object value of a top-level field
+// is indexed with the Doc (Doc.sub); the docObject handed out for it keeps
+// its own copy of those fields, so that it reads the same after the Doc
+// is Reset to another record (the values a Doc returns may outlive it).
+func TestDocNestedIndexKeptAfterReset(t *testing.T) {
+	d := NewValidDoc([]byte(`{"event_type":2,"bid":{"auction":1000,"price":46,"url":"u1","x":{"y":1}},"z":{}}`))
+	v, found, ok := d.Field("bid")
+	if !found || !ok {
+		t.Fatalf("bid: found %v, ok %v", found, ok)
+	}
+	o := v.(*docObject)
+	if !o.indexed || len(o.fields) != 4 {
+		t.Fatalf("bid indexed %v with %d fields, want 4 indexed with the Doc", o.indexed, len(o.fields))
+	}
+	d.Reset([]byte(`{"event_type":2,"bid":{"auction":7,"price":8,"url":"u2"},"w":{"q":1,"r":2,"s":3}}`), true)
+	if _, _, ok := d.Field("w"); !ok {
+		t.Fatal("w not read")
+	}
+	for name, want := range map[string]any{"auction": types.Int(1000), "price": types.Int(46), "url": types.String("u1")} {
+		if got, found := o.FindStringKey(name); !found || got != want {
+			t.Errorf("old bid.%s = %v (found %v), want %v", name, got, found, want)
 		}
+	}
+	if got, _, _ := d.Field("bid"); got.(*docObject).scalarField("price").i != 8 {
+		t.Errorf("new bid.price = %v, want 8", got.(*docObject).scalarField("price"))
+	}
+}
+
+// TestDocFieldPlainString: a string field of plain ASCII without escapes
+// is marked plain on its first read and read again as its JSON's bytes
+// (and written to JSON as they are: dval.plain); one with escapes or
+// non-ASCII bytes is decoded on every read; all read the same as
+// jsonString each time.
+func TestDocFieldPlainString(t *testing.T) {
+	d := NewValidDoc([]byte(`{"a":"x\ny","b":"plain","c":"日本","bid":{"u":"https://x/y","e":"\u00e9"}}`))
+	for range 2 {
+		for name, want := range map[string]string{"a": "x\ny", "b": "plain", "c": "日本"} {
+			v, found, ok := d.scalarField(name)
+			if !found || !ok || v.k != dString || v.s != want {
+				t.Fatalf("%s: %+v found %v ok %v, want %q", name, v, found, ok, want)
+			}
+		}
+		o, _, _ := d.Field("bid")
+		for name, want := range map[string]string{"u": "https://x/y", "e": "é"} {
+			if v := o.(*docObject).scalarField(name); v.k != dString || v.s != want {
+				t.Fatalf("bid.%s: %+v, want %q", name, v, want)
+			}
+		}
+	}
+	plain := map[string]bool{}
+	for _, f := range d.fields {
+		plain[f.name] = f.plain
+	}
+	if plain["a"] || !plain["b"] || plain["c"] {
+		t.Errorf("plain marks %v, want b only", plain)
+	}
+	o, _, _ := d.Field("bid")
+	if f := o.(*docObject).fields; !f[0].plain || f[1].plain {
+		t.Errorf("bid plain marks u %v e %v, want u only", f[0].plain, f[1].plain)
 	}
 }
