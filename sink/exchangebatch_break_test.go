@@ -100,7 +100,7 @@ func TestRepartitionSinkOpenBatchesBounded(t *testing.T) {
 	ctx := context.Background()
 	logger, _ := testLogger()
 	const parts, n = 256, 20000
-	const bound = 1 << 20
+	const bound = RepartitionOpenBytes
 	run := func(batchBytes int) []string {
 		t.Helper()
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "wide"))
@@ -125,11 +125,15 @@ func TestRepartitionSinkOpenBatchesBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 			if k.xb != nil {
-				open := 0
+				open, held := 0, 0
 				for p := range k.xb.parts {
 					open += k.xb.parts[p].Size()
+					held += k.xb.parts[p].Cap()
 				}
-				peak = max(peak, open)
+				if held != k.xb.open {
+					t.Fatalf("record %d: open batches hold %d bytes, the sink counts %d", i, held, k.xb.open)
+				}
+				peak = max(peak, open, held)
 			}
 		}
 		if peak > bound {
@@ -138,6 +142,18 @@ func TestRepartitionSinkOpenBatchesBounded(t *testing.T) {
 		cm, err := k.PreCommit(ctx, 1)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if k.xb != nil {
+			// Produced at the pre-commit, the batches keep no buffer
+			// while the partition is idle.
+			for p := range k.xb.parts {
+				if c := k.xb.parts[p].Cap(); c != 0 {
+					t.Fatalf("partition %d holds %d bytes after the pre-commit", p, c)
+				}
+			}
+			if k.xb.open != 0 {
+				t.Errorf("the sink counts %d open bytes after the pre-commit", k.xb.open)
+			}
 		}
 		if err := k.Commit(ctx, cm); err != nil {
 			t.Fatal(err)
