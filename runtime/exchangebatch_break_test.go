@@ -1,6 +1,9 @@
 package runtime
 
 import (
+	"encoding/binary"
+	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -48,5 +51,52 @@ func TestExchangeBatchTakeHoldsNoBuffer(t *testing.T) {
 		if ok, err := rd.Next(&rec); ok || err != nil {
 			t.Errorf("batch %d: a second record: %v %v", i, ok, err)
 		}
+	}
+}
+
+// TestExchangeBatchHugeLengths: lengths and counts near 2^64 (a key, a
+// value, a header count, a header key and a biased header value length)
+// are refused as beyond the batch, without an allocation sized by them.
+func TestExchangeBatchHugeLengths(t *testing.T) {
+	huge := binary.AppendUvarint(nil, math.MaxUint64)
+	half := binary.AppendUvarint(nil, 1<<62)
+	cat := func(parts ...[]byte) []byte {
+		out := []byte{ExchangeBatchVersion}
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		value []byte
+	}{
+		{"key length 2^64-1", cat([]byte{exchangeKey}, huge, []byte("k"))},
+		{"value length 2^64-1", cat([]byte{exchangeValue}, huge, []byte("v"))},
+		{"header count 2^62", cat([]byte{0}, half, []byte{1, 'a', 0})},
+		{"header count 2^64-1", cat([]byte{0}, huge, []byte{1, 'a', 0})},
+		{"header key length 2^64-1", cat([]byte{0, 1}, huge, []byte{'a', 0})},
+		{"header value length 2^64-1", cat([]byte{0, 1, 1, 'a'}, huge, []byte{'v'})},
+		{"header value length 2^62", cat([]byte{0, 1, 1, 'a'}, half, []byte{'v'})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rec ExchangeBatchRecord
+			var err error
+			allocs := testing.AllocsPerRun(10, func() {
+				rd, nerr := NewExchangeBatchReader(tc.value)
+				if nerr != nil {
+					err = nerr
+					return
+				}
+				_, err = rd.Next(&rec)
+			})
+			if !errors.Is(err, ErrExchangeBatch) {
+				t.Fatalf("err %v, want ErrExchangeBatch", err)
+			}
+			// The error's message only (fmt.Errorf and its offset).
+			if allocs > 4 {
+				t.Errorf("%v allocations per decode", allocs)
+			}
+		})
 	}
 }
