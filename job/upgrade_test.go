@@ -86,10 +86,23 @@ func TestUpgradeRestoresFromHeads(t *testing.T) {
 		t.Errorf("the upgrade is not logged:\n%s", up.logs.String())
 	}
 	// Every unit restored a checkpoint the old graph wrote, and its HEADs
-	// record the new graph from then on.
+	// record the new graph from then on. A unit whose partition got no
+	// new clicks completes its first checkpoint after its claim
+	// independently of the output, so it may still be under way when the
+	// output is complete (seen under load): the HEADs are waited for.
 	if n := strings.Count(up.logs.String(), "msg=restoring "); n != 4 {
 		t.Errorf("%d unit restores logged, want 4 (every unit from its HEADs):\n%s", n, up.logs.String())
 	}
+	testkit.Poll(2*time.Minute, func() bool {
+		for s := range 2 {
+			for u := range 2 {
+				if hd, was := latest(s, u), before[[2]int{s, u}]; hd.Seq <= was.Seq || hd.CheckpointID <= was.CheckpointID || hd.Fingerprint != next.Fingerprint {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	for s := range 2 {
 		for u := range 2 {
 			hd, was := latest(s, u), before[[2]int{s, u}]

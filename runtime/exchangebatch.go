@@ -69,6 +69,7 @@ type ExchangeBatch struct {
 	buf     []byte
 	n       int // records appended
 	headers int // headers the last record still expects
+	hint    int // capacity of the buffer the next Append makes (Take)
 }
 
 // Append starts the next record: key and value (nil stays nil, empty
@@ -76,6 +77,9 @@ type ExchangeBatch struct {
 // number of headers AppendHeader adds next.
 func (b *ExchangeBatch) Append(ts time.Time, key, value []byte, headers int) {
 	if len(b.buf) == 0 {
+		if cap(b.buf) == 0 && b.hint > 0 {
+			b.buf = make([]byte, 0, b.hint)
+		}
 		b.buf = append(b.buf, ExchangeBatchVersion)
 	}
 	var flags byte
@@ -125,15 +129,19 @@ func (b *ExchangeBatch) Len() int { return b.n }
 // Size returns the encoded size in bytes (0 when empty).
 func (b *ExchangeBatch) Size() int { return len(b.buf) }
 
+// Cap returns the bytes b's buffer holds (its capacity, 0 when empty):
+// the memory an open batch takes.
+func (b *ExchangeBatch) Cap() int { return cap(b.buf) }
+
 // Take returns the encoded batch (nil when empty) and empties b; the
-// bytes are the caller's (the next Append uses a new buffer of capacity
-// hint).
+// bytes are the caller's. b then holds no buffer (Cap 0): the next Append
+// makes one of capacity hint, so that an idle batch holds no memory.
 func (b *ExchangeBatch) Take(hint int) []byte {
 	if b.n == 0 {
 		return nil
 	}
 	out := b.buf
-	b.buf, b.n, b.headers = make([]byte, 0, hint), 0, 0
+	b.buf, b.n, b.headers, b.hint = nil, 0, 0, hint
 	return out
 }
 

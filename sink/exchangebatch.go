@@ -25,12 +25,28 @@ import (
 // 40-44 ms against 52-173 ms with 64 KiB, in three interleaved rounds).
 const RepartitionBatchBytes = 16 << 10
 
+// RepartitionOpenBytes bounds the memory a repartition sink subtask's open
+// exchange batches hold together (their buffers' capacity): past it, the
+// largest open batch is produced before the next record. A sink writes one
+// batch per partition of its topic, cluster.units of them, and a daemon runs
+// a sink subtask per unit it holds, so without it a daemon's open batches
+// could take units x units x RepartitionBatchBytes (256 units: 4 MiB per
+// subtask, 1 GiB on a daemon holding all of them;
+// TestRepartitionSinkOpenBatchesBounded). Up to 64 partitions the bound is
+// hardly ever reached (64 x 16 KiB); with more, a partition's batches are
+// produced at about RepartitionOpenBytes / partitions on average (256
+// partitions: 4 KiB, still some 40 records of 100 bytes per Kafka record).
+const RepartitionOpenBytes = 1 << 20
+
 // exchangeBatches are the open transaction's exchange batches of a
 // repartition sink, one per partition of its topic. Only the sink
 // subtask's goroutine uses them.
 type exchangeBatches struct {
 	limit int
 	parts []runtime.ExchangeBatch
+	// open is the sum of the parts' Cap, kept at most budget
+	// (RepartitionOpenBytes) after every write.
+	open, budget int
 }
 
 // batches returns the committer's exchange batches, made on first use; nil
@@ -40,7 +56,7 @@ func (k *KafkaTxnCommitter) batches() *exchangeBatches {
 	if k.xb != nil || k.cfg.Partition == nil || k.cfg.Partitions <= 0 || k.cfg.BatchBytes < 0 {
 		return k.xb
 	}
-	k.xb = &exchangeBatches{limit: k.cfg.BatchBytes, parts: make([]runtime.ExchangeBatch, k.cfg.Partitions)}
+	k.xb = &exchangeBatches{limit: k.cfg.BatchBytes, parts: make([]runtime.ExchangeBatch, k.cfg.Partitions), budget: RepartitionOpenBytes}
 	if k.xb.limit == 0 {
 		k.xb.limit = RepartitionBatchBytes
 	}
@@ -50,7 +66,10 @@ func (k *KafkaTxnCommitter) batches() *exchangeBatches {
 // writeBatched adds rec, encoded with the sink's encoder if any and as
 // KafkaTxnConfig.Changelog writes it, to the exchange batch of its
 // partition in slot s's open transaction, producing the batch first when
-// rec would take it past the limit and after when it reached it.
+// rec would take it past the limit and after when it reached it; when the
+// open batches then hold more than their budget (RepartitionOpenBytes),
+// it produces the largest of them, which brings them back within it (the
+// largest holds at least what rec added).
 func (k *KafkaTxnCommitter) writeBatched(ctx context.Context, xb *exchangeBatches, s *txnSlot, rec runtime.Record) error {
 	if k.cfg.Encode != nil && encodesValue(k.cfg.Changelog, &rec) {
 		var err error
@@ -66,11 +85,28 @@ func (k *KafkaTxnCommitter) writeBatched(ctx context.Context, xb *exchangeBatche
 	if est := len(rec.Key) + len(rec.Value) + 64; b.Len() > 0 && b.Size()+est > xb.limit {
 		k.produceBatch(ctx, xb, s, p)
 	}
+	before := b.Cap()
 	appendChangelogRecord(b, k.cfg.Changelog, &rec)
-	if b.Size() >= xb.limit {
+	xb.open += b.Cap() - before
+	switch {
+	case b.Size() >= xb.limit:
 		k.produceBatch(ctx, xb, s, p)
+	case xb.open > xb.budget:
+		k.produceBatch(ctx, xb, s, xb.largest())
 	}
 	return nil
+}
+
+// largest returns the partition whose open batch holds the most memory
+// (Cap).
+func (xb *exchangeBatches) largest() int32 {
+	var at int32
+	for p := range xb.parts {
+		if xb.parts[p].Cap() > xb.parts[at].Cap() {
+			at = int32(p)
+		}
+	}
+	return at
 }
 
 // appendChangelogRecord appends rec to b as changelogRecord fills a Kafka
@@ -145,6 +181,7 @@ func (k *KafkaTxnCommitter) produceBatch(ctx context.Context, xb *exchangeBatche
 		return
 	}
 	kr := k.newRecord()
+	xb.open -= b.Cap()
 	kr.Value = b.Take(b.Size())
 	kr.Partition = p
 	kr.Headers = exchangeBatchHeaders
@@ -177,4 +214,5 @@ func (k *KafkaTxnCommitter) dropBatches() {
 	for p := range k.xb.parts {
 		k.xb.parts[p].Take(0)
 	}
+	k.xb.open = 0
 }

@@ -24,7 +24,11 @@ type exchangeReader struct {
 // of the format before batches would have been (the batch's topic,
 // partition and offset; its own key, value, headers and timestamp, else
 // the batch's); every other record, a record of the format before
-// batches or a marker included, as it is. A malformed batch fails the
+// batches or a marker included, as it is. A batch's records are data,
+// never markers, whatever their headers (emitData): a record carries the
+// headers of the input record it came from, so a "kstreamd-marker" header
+// of the job's input must not be taken for a marker of an upstream unit
+// (TestRepartitionSourceBatchRecordsAreNeverMarkers). A malformed batch fails the
 // subtask, as a malformed marker does: the repartition topic is written by
 // kstreamd only. A source of any other topic never reads a batch.
 func (s *KafkaSource) emitFetched(ctx context.Context, r *kgo.Record) error {
@@ -55,7 +59,7 @@ func (s *KafkaSource) emitFetched(ctx context.Context, r *kgo.Record) error {
 		if x.kr.Timestamp.IsZero() {
 			x.kr.Timestamp = r.Timestamp
 		}
-		if err := s.emit(ctx, &x.kr); err != nil {
+		if err := s.emitData(ctx, &x.kr); err != nil {
 			return err
 		}
 	}

@@ -1169,6 +1169,12 @@ func (s *KafkaSource) emit(ctx context.Context, r *kgo.Record) error {
 			return err
 		}
 	}
+	return s.emitData(ctx, r)
+}
+
+// emitData emits r as a data record, whatever its headers: a record of an
+// exchange batch (emitFetched), or one emit found no marker.
+func (s *KafkaSource) emitData(ctx context.Context, r *kgo.Record) error {
 	if s.cfg.RecordsIn != nil {
 		s.cfg.RecordsIn.Inc()
 	}
