@@ -47,6 +47,10 @@ type FunctionSnapshotContext struct {
 // round-robin). Both run on the subtask goroutine.
 type BroadcastStateful interface {
 	// SnapshotBroadcastState returns each broadcast state by name as JSON.
+	// The caller only reads the bytes and may keep them: a state that did
+	// not change may come back as the same slice (ProcessOperator then
+	// reuses its last encoding), so bytes once returned must never be
+	// written to again.
 	SnapshotBroadcastState() (map[string]json.RawMessage, error)
 	// RestoreBroadcastState loads what SnapshotBroadcastState returned; it
 	// runs after Open.

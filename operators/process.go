@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/runtime"
@@ -36,6 +37,15 @@ type ProcessOperator struct {
 	out     *runtime.Output
 	opStore *state.OperatorStateStore
 	coll    collector
+	// snap is the last snapshot's encoded TaskState when it held no
+	// operator state, and snapBroadcast the broadcast states it encoded
+	// (the function's returned map): while the function returns the same
+	// bytes for every state (GlobalTableJoin's unchanged table), the next
+	// snapshot returns snap as is instead of marshalling (and so
+	// re-compacting) the broadcast JSON again. nil when stale: a record on
+	// the broadcast input and a restore drop it.
+	snap          []byte
+	snapBroadcast map[string]json.RawMessage
 }
 
 // NewProcessOperator returns the operator of one subtask running fn;
@@ -62,6 +72,7 @@ func (o *ProcessOperator) Open(ctx context.Context) error {
 		}
 	}
 	if bs, ok := o.fn.(BroadcastStateful); ok && r.Broadcast != nil {
+		o.dropSnapshot()
 		return bs.RestoreBroadcastState(r.Broadcast)
 	}
 	return nil
@@ -70,6 +81,7 @@ func (o *ProcessOperator) Open(ctx context.Context) error {
 // ProcessRecord implements runtime.Operator.
 func (o *ProcessOperator) ProcessRecord(ctx context.Context, input int, rec runtime.Record) error {
 	if bf, ok := o.fn.(BroadcastProcessFunction); ok && input == 1 {
+		o.dropSnapshot()
 		o.coll.ctx = ctx
 		return bf.ProcessBroadcastElement(ctx, rec, &o.coll)
 	}
@@ -81,7 +93,12 @@ func (o *ProcessOperator) ProcessRecord(ctx context.Context, input int, rec runt
 }
 
 // SnapshotState implements runtime.Snapshotter: the function's
-// SnapshotState, then a copy of the operator state.
+// SnapshotState, then a copy of the operator state and the broadcast
+// states, as a JSON checkpoint.TaskState. When there is no operator state
+// and the function returned the very bytes of the last snapshot for every
+// broadcast state (BroadcastStateful's contract: returned bytes are never
+// changed afterwards), it returns the last snapshot's bytes again, which
+// are those json.Marshal would give.
 func (o *ProcessOperator) SnapshotState(_ context.Context, b *runtime.Barrier) (runtime.SnapshotFinisher, error) {
 	if cf, ok := o.fn.(CheckpointedFunction); ok {
 		if err := cf.SnapshotState(FunctionSnapshotContext{CheckpointID: b.CheckpointID, Timestamp: b.Timestamp}); err != nil {
@@ -99,13 +116,41 @@ func (o *ProcessOperator) SnapshotState(_ context.Context, b *runtime.Barrier) (
 		}
 		ts.Broadcast = m
 	}
+	if ts.Operator == nil && o.snap != nil && sameBroadcast(o.snapBroadcast, ts.Broadcast) {
+		raw := o.snap
+		return func(context.Context) (runtime.TaskSnapshot, error) {
+			return runtime.TaskSnapshot{State: raw, Bytes: int64(len(raw))}, nil
+		}, nil
+	}
 	raw, err := json.Marshal(ts)
 	if err != nil {
 		return nil, err
 	}
+	o.dropSnapshot()
+	if ts.Operator == nil && len(ts.Broadcast) > 0 {
+		o.snap, o.snapBroadcast = raw, ts.Broadcast
+	}
 	return func(context.Context) (runtime.TaskSnapshot, error) {
 		return runtime.TaskSnapshot{State: raw, Bytes: int64(len(raw))}, nil
 	}, nil
+}
+
+// dropSnapshot forgets the cached snapshot (see ProcessOperator.snap).
+func (o *ProcessOperator) dropSnapshot() { o.snap, o.snapBroadcast = nil, nil }
+
+// sameBroadcast reports whether b holds, by name, the very byte slices of a
+// (same start and length), so that their encodings are the same.
+func sameBroadcast(a, b map[string]json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, x := range a {
+		y, ok := b[name]
+		if !ok || len(x) != len(y) || unsafe.SliceData(x) != unsafe.SliceData(y) {
+			return false
+		}
+	}
+	return true
 }
 
 // BroadcastWatermarks implements runtime.BroadcastWatermarkHandler: true

@@ -67,8 +67,12 @@ func parseStateKey(b []byte) (k stateKey, uk []byte, err error) {
 
 // prefixEnd returns the smallest key greater than every key starting with
 // p, or nil when there is none (p is all 0xFF).
-func prefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
+func prefixEnd(p []byte) []byte { return appendPrefixEnd(nil, p) }
+
+// appendPrefixEnd is prefixEnd writing into dst[:0] (p and dst must not
+// overlap); nil when p is all 0xff.
+func appendPrefixEnd(dst, p []byte) []byte {
+	end := append(dst[:0], p...)
 	for i := len(end) - 1; i >= 0; i-- {
 		end[i]++
 		if end[i] != 0 {

@@ -697,7 +697,8 @@ type DiskUser interface {
 }
 
 // cleanup implements store: it scans the (key group, state id) prefixes of
-// the targets in turn with a bounded iterator, resuming after the last key
+// the targets in turn with one iterator whose bounds move from prefix to
+// prefix, resuming after the last key
 // visited, and deletes or rewrites what the target's visit says in one
 // batch. Each seek and each visited entry costs one unit of budget.
 func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budget int) (int, error) {
@@ -717,19 +718,32 @@ func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budge
 	startTI, startKG := c.ti, c.kg
 	b := s.db.NewBatch()
 	defer b.Close()
+	// One iterator serves the whole pass: each (key group, target) step
+	// moves its bounds with SetBounds (which copies them and leaves the
+	// iterator to be repositioned, here by First), instead of opening an
+	// iterator per step. Like the per-step iterators it sees the DB as of
+	// its creation: the batch commits after the pass.
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return 0, fmt.Errorf("state: pebble iter: %w", err)
+	}
+	defer func() {
+		if it != nil {
+			_ = it.Close()
+		}
+	}()
+	var prefix, lower, upper []byte
 	removed := 0
 	roundDone := false
 	for budget > 0 {
 		t := targets[c.ti]
-		prefix := appendGroupPrefix(nil, c.kg, t.id)
-		lower := prefix
+		prefix = appendGroupPrefix(prefix[:0], c.kg, t.id)
+		lower = append(lower[:0], prefix...)
 		if c.after != nil {
-			lower = append(append([]byte(nil), c.after...), 0)
+			lower = append(append(lower[:0], c.after...), 0)
 		}
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
-		if err != nil {
-			return removed, fmt.Errorf("state: pebble iter: %w", err)
-		}
+		upper = appendPrefixEnd(upper, prefix)
+		it.SetBounds(lower, upper)
 		budget--
 		done := true
 		for ok := it.First(); ok; ok = it.Next() {
@@ -740,12 +754,10 @@ func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budge
 			budget--
 			v, err := it.ValueAndErr()
 			if err != nil {
-				_ = it.Close()
 				return removed, fmt.Errorf("state: pebble iter: %w", err)
 			}
 			repl, keep, err := t.visit(v)
 			if err != nil {
-				_ = it.Close()
 				return removed, fmt.Errorf("state: ttl cleanup of key %x: %w", it.Key(), err)
 			}
 			c.visited++
@@ -759,7 +771,7 @@ func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budge
 			}
 			c.after = append(c.after[:0], it.Key()...)
 		}
-		if err := it.Close(); err != nil {
+		if err := it.Error(); err != nil {
 			return removed, fmt.Errorf("state: pebble iter: %w", err)
 		}
 		if !done {
@@ -776,6 +788,11 @@ func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budge
 		if c.ti == startTI && c.kg == startKG {
 			break // a full round in one step
 		}
+	}
+	err = it.Close()
+	it = nil
+	if err != nil {
+		return removed, fmt.Errorf("state: pebble iter: %w", err)
 	}
 	if !b.Empty() {
 		if err := b.Commit(pebble.NoSync); err != nil {
