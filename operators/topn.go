@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -122,8 +123,8 @@ var _ state.HeapSerializer[[]topNRow] = topNRowsSerializer{}
 // would return without the round trip. Rows whose bytes are those of a
 // row of a known ranking (the same memory: the rows that stay in the
 // ranking read with Get) are shared; the others are copied, as json.Marshal
-// writes them (a row it would compact or escape goes through the round
-// trip), or the error Append returns.
+// writes them (compacted and escaped when it would rewrite them), or Copy
+// returns the error Append would return.
 func (s topNRowsSerializer) Copy(v []topNRow, known [][]topNRow) ([]topNRow, error) {
 	if v == nil {
 		return nil, nil
@@ -137,11 +138,13 @@ func (s topNRowsSerializer) Copy(v []topNRow, known [][]topNRow) ([]topNRow, err
 			continue
 		}
 		if !plainJSON(r.Row) {
-			b, err := s.Append(nil, v)
+			row, err := marshalRaw(r.Row)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("state: json encode: %w", err)
 			}
-			return s.Decode(b)
+			out[i] = r
+			out[i].Row = row
+			continue
 		}
 		n += len(r.Row)
 	}
@@ -158,6 +161,19 @@ func (s topNRowsSerializer) Copy(v []topNRow, known [][]topNRow) ([]topNRow, err
 		}
 	}
 	return out, nil
+}
+
+// marshalRaw returns m as json.Marshal writes a json.RawMessage, in new
+// memory: compacted, with <, >, &, U+2028 and U+2029 escaped; or the error
+// for m that is not JSON.
+func marshalRaw(m []byte) (json.RawMessage, error) {
+	var c, e bytes.Buffer
+	if err := json.Compact(&c, m); err != nil {
+		return nil, err
+	}
+	json.HTMLEscape(&e, c.Bytes())
+	b := e.Bytes()
+	return b[:len(b):len(b)], nil
 }
 
 // knownTopNRow returns the row of a known ranking that is the memory of m.
