@@ -30,7 +30,65 @@ func newDedupLast(p DedupParams) dedupLast {
 }
 
 func (d *dedupLast) descriptor() state.ValueStateDescriptor[dedupLastRow] {
-	return state.ValueStateDescriptor[dedupLastRow]{Name: DedupLastStateName, Serializer: state.JSONSerializer[dedupLastRow]{}, TTL: d.ttl}
+	return state.ValueStateDescriptor[dedupLastRow]{Name: DedupLastStateName, Serializer: dedupLastSerializer{}, TTL: d.ttl}
+}
+
+// dedupLastSerializer stores the kept row as state.JSONSerializer does
+// (name "json", the same bytes: checkpoints of either restore in the
+// other) and is a state.HeapSerializer: on Pebble without ttl the write
+// cache keeps a key's row decoded, so a record that replaces it costs no
+// JSON (base64) decode and encode of the row before; the row is encoded
+// once when the cache writes it (before a checkpoint, on eviction).
+type dedupLastSerializer struct {
+	state.JSONSerializer[dedupLastRow]
+}
+
+var _ state.HeapSerializer[dedupLastRow] = dedupLastSerializer{}
+
+// Copy implements state.HeapSerializer: the row Decode(Append(v)) would
+// return, without the round trip: its value and headers copied (a nil
+// value stays nil, an empty one empty; no headers are nil).
+func (dedupLastSerializer) Copy(v dedupLastRow, _ []dedupLastRow) (dedupLastRow, error) {
+	n := len(v.Value)
+	for _, h := range v.Headers {
+		n += len(h.Value)
+	}
+	buf := make([]byte, 0, n)
+	own := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		start := len(buf)
+		buf = append(buf, b...)
+		return buf[start:len(buf):len(buf)]
+	}
+	out := dedupLastRow{Value: own(v.Value), TS: v.TS}
+	if len(v.Headers) > 0 {
+		out.Headers = make([]runtime.Header, len(v.Headers))
+		for i, h := range v.Headers {
+			out.Headers[i] = runtime.Header{Key: h.Key, Value: own(h.Value)}
+		}
+	}
+	return out, nil
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (s dedupLastSerializer) AppendKept(dst []byte, v dedupLastRow) ([]byte, error) {
+	return s.Append(dst, v)
+}
+
+// View implements state.HeapSerializer: the kept row, sharing its value's
+// and headers' memory, which nobody may change in place (the record of its
+// -U carries them: no operator changes a record's bytes in place).
+func (dedupLastSerializer) View(v dedupLastRow) dedupLastRow { return v }
+
+// Size implements state.HeapSerializer: the row's bytes and headers.
+func (dedupLastSerializer) Size(v dedupLastRow) int {
+	n := 80 + len(v.Value)
+	for _, h := range v.Headers {
+		n += 40 + len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 // step returns what rec does given the kept row cur (found: there is

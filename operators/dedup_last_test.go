@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
 )
 
 // dedupLastFn returns the sync or async keep-last dedup of p.
@@ -100,5 +101,48 @@ func TestDedupKeepParams(t *testing.T) {
 		if !reflect.DeepEqual(got, c.want) || c.p.ProducesChangelog() != c.changelog {
 			t.Errorf("keep %s: problems %q changelog %v, want %q %v", c.p.Keep, got, c.p.ProducesChangelog(), c.want, c.changelog)
 		}
+	}
+}
+
+// TestDedupLastSerializer: keep: last's row serializer writes the bytes
+// state.JSONSerializer wrote (name "json"), so checkpoints written before
+// it restore and the other way round, and its Copy is Decode(Append(v))
+// (nil and empty values, headers or none) sharing no memory with v.
+func TestDedupLastSerializer(t *testing.T) {
+	old := state.JSONSerializer[dedupLastRow]{}
+	ser := dedupLastSerializer{}
+	if ser.Name() != old.Name() {
+		t.Fatalf("name %q, want %q", ser.Name(), old.Name())
+	}
+	rows := []dedupLastRow{
+		{Value: []byte(`{"bid":1}`), TS: 7, Headers: []runtime.Header{{Key: "h", Value: []byte("x")}, {Key: "n"}, {Key: "e", Value: []byte{}}}},
+		{Value: []byte{}, TS: 1, Headers: []runtime.Header{}},
+		{TS: -3},
+	}
+	for i, v := range rows {
+		c, err := ser.Copy(v, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := old.Append(nil, v)
+		got, _ := ser.AppendKept(nil, c)
+		if string(got) != string(want) {
+			t.Fatalf("row %d encodes as %s, want %s", i, got, want)
+		}
+		round, _ := old.Decode(want)
+		if !reflect.DeepEqual(c, round) {
+			t.Fatalf("row %d: Copy %#v, want the round trip's %#v", i, c, round)
+		}
+		if len(v.Value) > 0 && sameBytes(c.Value, v.Value) {
+			t.Fatalf("row %d: Copy shares the value's memory", i)
+		}
+	}
+	stored := []byte(`{"value":"eyJiaWQiOjF9","ts":7,"headers":[{"key":"h","value":"eA=="}]}`)
+	v, err := ser.Decode(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(v.Value) != `{"bid":1}` || v.TS != 7 || len(v.Headers) != 1 || string(v.Headers[0].Value) != "x" {
+		t.Fatalf("a row stored before decodes as %#v", v)
 	}
 }

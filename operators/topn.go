@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -102,7 +103,113 @@ type topNRow struct {
 }
 
 var topNState = state.MapStateDescriptor[int64, []topNRow]{
-	Name: TopNStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: state.JSONSerializer[[]topNRow]{},
+	Name: TopNStateName, KeySerializer: state.Int64Serializer{}, ValueSerializer: topNRowsSerializer{},
+}
+
+// topNRowsSerializer stores a ranking as state.JSONSerializer does (name
+// "json", the same bytes: checkpoints of either restore in the other) and
+// is a state.HeapSerializer: on Pebble the write cache keeps a key's
+// ranking decoded, so a record that enters it costs no JSON decode and
+// encode of the whole ranking (Flink's rank operator keeps its heap
+// state's rows as objects); the ranking is encoded once when the cache
+// writes it (before a checkpoint, on eviction).
+type topNRowsSerializer struct {
+	state.JSONSerializer[[]topNRow]
+}
+
+var _ state.HeapSerializer[[]topNRow] = topNRowsSerializer{}
+
+// Copy implements state.HeapSerializer: the ranking Decode(Append(v))
+// would return without the round trip. Rows whose bytes are those of a
+// row of a known ranking (the same memory: the rows that stay in the
+// ranking read with Get) are shared; the others are copied, as json.Marshal
+// writes them (compacted and escaped when it would rewrite them), or Copy
+// returns the error Append would return.
+func (s topNRowsSerializer) Copy(v []topNRow, known [][]topNRow) ([]topNRow, error) {
+	if v == nil {
+		return nil, nil
+	}
+	out := make([]topNRow, len(v))
+	n := 0
+	for i, r := range v {
+		if k, ok := knownTopNRow(r.Row, known); ok {
+			out[i] = r
+			out[i].Row = k
+			continue
+		}
+		if !plainJSON(r.Row) {
+			row, err := marshalRaw(r.Row)
+			if err != nil {
+				return nil, fmt.Errorf("state: json encode: %w", err)
+			}
+			out[i] = r
+			out[i].Row = row
+			continue
+		}
+		n += len(r.Row)
+	}
+	var buf []byte
+	if n > 0 {
+		buf = make([]byte, 0, n)
+	}
+	for i, r := range v {
+		if out[i].Row == nil {
+			start := len(buf)
+			buf = append(buf, r.Row...)
+			out[i] = r
+			out[i].Row = buf[start:len(buf):len(buf)]
+		}
+	}
+	return out, nil
+}
+
+// marshalRaw returns m as json.Marshal writes a json.RawMessage, in new
+// memory: compacted, with <, >, &, U+2028 and U+2029 escaped; or the error
+// for m that is not JSON.
+func marshalRaw(m []byte) (json.RawMessage, error) {
+	var c, e bytes.Buffer
+	if err := json.Compact(&c, m); err != nil {
+		return nil, err
+	}
+	json.HTMLEscape(&e, c.Bytes())
+	b := e.Bytes()
+	return b[:len(b):len(b)], nil
+}
+
+// knownTopNRow returns the row of a known ranking that is the memory of m.
+func knownTopNRow(m []byte, known [][]topNRow) (json.RawMessage, bool) {
+	for _, l := range known {
+		for _, r := range l {
+			if sameBytes(m, r.Row) {
+				return r.Row, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (s topNRowsSerializer) AppendKept(dst []byte, v []topNRow) ([]byte, error) {
+	return s.Append(dst, v)
+}
+
+// View implements state.HeapSerializer: a new slice of the kept rows, so
+// the caller may set or append rows, but must not change a row's bytes in
+// place (they are the state's).
+func (topNRowsSerializer) View(v []topNRow) []topNRow {
+	if v == nil {
+		return nil
+	}
+	return append([]topNRow(nil), v...)
+}
+
+// Size implements state.HeapSerializer: the rows' bytes and headers.
+func (topNRowsSerializer) Size(v []topNRow) int {
+	n := 24
+	for _, r := range v {
+		n += len(r.Row) + 80
+	}
+	return n
 }
 
 // TopN is the top_n operator (Flink's Top-N, ROW_NUMBER() OVER (PARTITION
@@ -204,17 +311,18 @@ func (f *TopN) ProcessElement(_ context.Context, rec runtime.Record, out Collect
 			return err
 		}
 	}
+	k, _ := json.Marshal(string(rec.Key)) // a string: cannot fail
 	for i := pos; i < len(next); i++ {
 		if i < len(cur) {
-			if err := out.Collect(f.rankRecord(rec, start, i, cur[i], runtime.ChangeUpdateBefore)); err != nil {
+			if err := out.Collect(f.rankRecord(rec, k, start, i, cur[i], runtime.ChangeUpdateBefore)); err != nil {
 				return err
 			}
-			if err := out.Collect(f.rankRecord(rec, start, i, next[i], runtime.ChangeUpdateAfter)); err != nil {
+			if err := out.Collect(f.rankRecord(rec, k, start, i, next[i], runtime.ChangeUpdateAfter)); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := out.Collect(f.rankRecord(rec, start, i, next[i], runtime.ChangeInsert)); err != nil {
+		if err := out.Collect(f.rankRecord(rec, k, start, i, next[i], runtime.ChangeInsert)); err != nil {
 			return err
 		}
 	}
@@ -222,10 +330,10 @@ func (f *TopN) ProcessElement(_ context.Context, rec runtime.Record, out Collect
 }
 
 // rankRecord is the output row of rank i (0-based) of window start for
-// input rec.
-func (f *TopN) rankRecord(rec runtime.Record, start int64, i int, r topNRow, c runtime.ChangeKind) runtime.Record {
-	k, _ := json.Marshal(string(rec.Key)) // a string: cannot fail
-	b := append([]byte(`{"key":`), k...)
+// input rec, whose key is k as a JSON string.
+func (f *TopN) rankRecord(rec runtime.Record, k []byte, start int64, i int, r topNRow, c runtime.ChangeKind) runtime.Record {
+	b := make([]byte, 0, len(k)+len(r.Row)+64)
+	b = append(append(b, `{"key":`...), k...)
 	b = append(b, `,"rank":`...)
 	b = strconv.AppendInt(b, int64(i+1), 10)
 	key := append([]byte(nil), rec.Key...)

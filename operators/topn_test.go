@@ -68,29 +68,96 @@ func TestTopNWindow(t *testing.T) {
 }
 
 // TestTopNNoWindowAsc: without window one ranking per key, kept across a
-// checkpoint and restore; order asc ranks the lowest first.
+// checkpoint and restore, on both backends (on Pebble the write cache keeps
+// the ranking decoded; a row json.Marshal would compact leaves the state,
+// as -U, as it does on hashmap); order asc ranks the lowest first.
 func TestTopNNoWindowAsc(t *testing.T) {
 	p := TopNParams{N: 2, By: compiled(t, "price"), Order: TopNAsc}
-	h, err := openStateful(t, state.KindHashmap, "", nil, nil, NewTopN(p))
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			h, err := openStateful(t, kind, t.TempDir(), nil, nil, NewTopN(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			spaced := runtime.Record{Key: []byte("k"), Value: []byte(`{"bid": "e", "price": 2}`), Timestamp: time.UnixMilli(5)}
+			h.process(bid("k", "a", 5, 1), bid("k", "b", 3, 2))
+			first := rankText(h.emitted())
+			h2, err := openStateful(t, kind, t.TempDir(), nil, snapshotRestore(t, h), NewTopN(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h2.process(bid("k", "c", 4, 3), bid("k", "d", 9, 4), spaced, bid("k", "f", 1, 6))
+			got := append(first, rankText(h2.finish())...)
+			want := []string{
+				`+I k#1 {"key":"k","rank":1,"row":{"bid":"a","price":5}}`,
+				`-U k#1 {"key":"k","rank":1,"row":{"bid":"a","price":5}}`, `+U k#1 {"key":"k","rank":1,"row":{"bid":"b","price":3}}`,
+				`+I k#2 {"key":"k","rank":2,"row":{"bid":"a","price":5}}`,
+				`-U k#2 {"key":"k","rank":2,"row":{"bid":"a","price":5}}`, `+U k#2 {"key":"k","rank":2,"row":{"bid":"c","price":4}}`,
+				`-U k#1 {"key":"k","rank":1,"row":{"bid":"b","price":3}}`, `+U k#1 {"key":"k","rank":1,"row":{"bid": "e", "price": 2}}`,
+				`-U k#2 {"key":"k","rank":2,"row":{"bid":"c","price":4}}`, `+U k#2 {"key":"k","rank":2,"row":{"bid":"b","price":3}}`,
+				`-U k#1 {"key":"k","rank":1,"row":{"bid":"e","price":2}}`, `+U k#1 {"key":"k","rank":1,"row":{"bid":"f","price":1}}`,
+				`-U k#2 {"key":"k","rank":2,"row":{"bid":"b","price":3}}`, `+U k#2 {"key":"k","rank":2,"row":{"bid":"e","price":2}}`,
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("changelog\n%q\nwant\n%q", got, want)
+			}
+		})
+	}
+}
+
+// TestTopNRowsSerializer: the ranking's serializer writes the bytes
+// state.JSONSerializer wrote (name "json"), so checkpoints written before
+// it restore and the other way round, and its Copy is Decode(Append(v)):
+// rows shared with a known ranking stay shared, a new row is copied (its
+// record's buffer may be reused), a row json.Marshal compacts or escapes
+// is kept as json.Marshal writes it.
+func TestTopNRowsSerializer(t *testing.T) {
+	old := state.JSONSerializer[[]topNRow]{}
+	ser := topNRowsSerializer{}
+	if ser.Name() != old.Name() {
+		t.Fatalf("name %q, want %q", ser.Name(), old.Name())
+	}
+	stored := []byte(`[{"row":{"bid":"a"},"score":{"int":7},"ts":1},{"row":"x\u003cy","score":{"float":1.5,"is_float":true},"ts":2}]`)
+	kept, err := ser.Decode(stored)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.process(bid("k", "a", 5, 1), bid("k", "b", 3, 2))
-	first := rankText(h.emitted())
-	h2, err := openStateful(t, state.KindHashmap, "", nil, snapshotRestore(t, h), NewTopN(p))
+	fresh := []byte(`{"bid": "n", "p":"<"}`)
+	v := []topNRow{kept[0], {Row: fresh, Score: number{Int: 9}, TS: 3}, kept[1]}
+	c, err := ser.Copy(v, [][]topNRow{kept, nil})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h2.process(bid("k", "c", 4, 3), bid("k", "d", 9, 4))
-	got := append(first, rankText(h2.finish())...)
-	want := []string{
-		`+I k#1 {"key":"k","rank":1,"row":{"bid":"a","price":5}}`,
-		`-U k#1 {"key":"k","rank":1,"row":{"bid":"a","price":5}}`, `+U k#1 {"key":"k","rank":1,"row":{"bid":"b","price":3}}`,
-		`+I k#2 {"key":"k","rank":2,"row":{"bid":"a","price":5}}`,
-		`-U k#2 {"key":"k","rank":2,"row":{"bid":"a","price":5}}`, `+U k#2 {"key":"k","rank":2,"row":{"bid":"c","price":4}}`,
+	copy(fresh, "XXXXXXXXX")
+	if !sameBytes(c[0].Row, kept[0].Row) || !sameBytes(c[2].Row, kept[1].Row) {
+		t.Fatal("rows of the known ranking were copied, want shared")
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("changelog\n%q\nwant\n%q", got, want)
+	want := `[{"row":{"bid":"a"},"score":{"int":7},"ts":1},{"row":{"bid":"n","p":"\u003c"},"score":{"int":9},"ts":3},{"row":"x\u003cy","score":{"float":1.5,"is_float":true},"ts":2}]`
+	got, err := ser.AppendKept(nil, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatalf("kept ranking encodes as\n%s\nwant\n%s", got, want)
+	}
+	plain := []topNRow{kept[0], {Row: []byte(`{"bid":"m"}`), Score: number{Int: 9}, TS: 3}}
+	c, err = ser.Copy(plain, [][]topNRow{kept})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameBytes(c[0].Row, kept[0].Row) {
+		t.Fatal("a row of the known ranking was copied, want shared")
+	}
+	a, _ := ser.AppendKept(nil, c)
+	b, _ := old.Append(nil, plain)
+	if string(a) != string(b) || sameBytes(c[1].Row, plain[1].Row) {
+		t.Fatalf("kept ranking %s (new row shared: %v), want %s with the new row copied", a, sameBytes(c[1].Row, plain[1].Row), b)
+	}
+	if _, err := ser.Copy([]topNRow{{Row: []byte(`{bad`)}}, nil); err == nil {
+		t.Fatal("Copy of a row that is not JSON: no error")
+	}
+	if v := ser.View(c); &v[0] == &c[0] {
+		t.Fatal("View shares the kept slice")
 	}
 }
 
