@@ -275,3 +275,32 @@ func mustCompile(tb testing.TB, src string) *Program {
 	}
 	return p
 }
+
+// BenchmarkNexmarkQ17Key evaluates configs/nexmark/q17.yaml's key_by on
+// one bid over a shared Doc (Eval, as the keyed exchange does): a
+// cost-tracked program (string of a dyn) whose string + the direct form
+// takes (issue 25).
+func BenchmarkNexmarkQ17Key(b *testing.B) {
+	benchNexmarkKey(b, `string(bid.auction) + '|' + string(timestamp(bid.dateTime / 1000)).substring(0, 10)`, "1007|2023-11-14")
+}
+
+// BenchmarkNexmarkQ16Key is configs/nexmark/q16.yaml's key_by on one bid.
+func BenchmarkNexmarkQ16Key(b *testing.B) {
+	benchNexmarkKey(b, `bid.channel + '|' + string(timestamp(bid.dateTime / 1000)).substring(0, 10)`, "channel-5901|2023-11-14")
+}
+
+// benchNexmarkKey evaluates the key expression src on nexmarkBid per
+// iteration, checking it gives want.
+func benchNexmarkKey(b *testing.B, src, want string) {
+	p := mustCompile(b, src)
+	var doc Doc
+	var env Env
+	b.ReportAllocs()
+	for b.Loop() {
+		doc.Reset(nexmarkBid, true)
+		env.Reset(&Input{Doc: &doc})
+		if v, err := p.Eval(&env); err != nil || v != want {
+			b.Fatal(v, err)
+		}
+	}
+}

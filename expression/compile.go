@@ -218,11 +218,11 @@ func Compile(src string, opts ...Option) (*Program, error) {
 	}
 	var d *direct
 	if len(popts) == 0 {
-		d = compileDirect(checked.NativeRep(), 0)
+		d = compileDirect(checked.NativeRep(), 0, 0)
 	} else if b, err := env.EstimateCost(checked, boundedSizes{directStringBound}); err == nil && b.Max <= lim.MaxCost {
 		// Cost-tracked, but within the limit whenever the record's
 		// strings are short: direct on such records (compileDirect).
-		d = compileDirect(checked.NativeRep(), directStringBound)
+		d = compileDirect(checked.NativeRep(), directStringBound, lim.MaxCost-b.Max)
 	}
 	return &Program{
 		direct:   d,

@@ -66,6 +66,7 @@ type directMap struct {
 type direct struct {
 	root dnode
 	m    *directMap
+	adds []*darith // the + nodes, while compileDirect checks their cost
 }
 
 // compileDirect returns the direct form of the checked AST x, or nil when
@@ -74,9 +75,29 @@ type direct struct {
 // in bytes up to which every string the program reads from the record
 // keeps its worst-case cost within the limit (Compile checked that with
 // CEL's estimate, boundedSizes): the direct form then gives up on a longer
-// string, and on a string concatenation (whose cost CEL's estimate leaves
-// out: concatCost), so that CEL's cost limit still decides those records.
-func compileDirect(a *celast.AST, bound int) *direct {
+// string, so that CEL's cost limit still decides those records. slack is
+// the limit less that estimate (unused when bound is 0). CEL's estimate
+// leaves out what concatCost charges a string +: the direct form
+// concatenates strings into a result of at most bound bytes (giving up on
+// a longer one) only when every + charged that much, 1 + bound/10 units,
+// still fits in slack; otherwise it gives up on every string +.
+func compileDirect(a *celast.AST, bound int, slack uint64) *direct {
+	d := compileDirectNodes(a, bound)
+	if d == nil || bound == 0 {
+		return d
+	}
+	if uint64(len(d.adds))*(1+uint64(bound)/10) > slack {
+		for _, n := range d.adds {
+			n.noConcat = true
+		}
+	}
+	d.adds = nil
+	return d
+}
+
+// compileDirectNodes is compileDirect before its check of the cost of
+// string concatenation: the direct form and its + nodes (direct.adds).
+func compileDirectNodes(a *celast.AST, bound int) *direct {
 	refs := a.ReferenceMap()
 	c := &dcompiler{refs: refs, bound: bound}
 	root := a.Expr()
@@ -117,10 +138,10 @@ func compileDirect(a *celast.AST, bound int) *direct {
 			dm.prefix = append(dm.prefix, w.buf)
 			dm.vals = append(dm.vals, e.val)
 		}
-		return &direct{m: dm}
+		return &direct{m: dm, adds: c.adds}
 	}
 	if n := c.node(root); n != nil {
-		return &direct{root: n}
+		return &direct{root: n, adds: c.adds}
 	}
 	return nil
 }
@@ -130,6 +151,7 @@ func compileDirect(a *celast.AST, bound int) *direct {
 type dcompiler struct {
 	refs  map[int64]*celast.ReferenceInfo
 	bound int
+	adds  []*darith // every + compiled
 }
 
 // node compiles x, or returns nil.
@@ -203,7 +225,11 @@ func (dc *dcompiler) node(x celast.Expr) dnode {
 				operators.Greater, operators.GreaterEquals:
 				return &dcmp{op: fn, l: args[0], r: args[1]}
 			case operators.Add, operators.Subtract, operators.Multiply, operators.Divide, operators.Modulo:
-				return &darith{op: fn, l: args[0], r: args[1], noConcat: dc.bound > 0}
+				n := &darith{op: fn, l: args[0], r: args[1], bound: dc.bound}
+				if fn == operators.Add {
+					dc.adds = append(dc.adds, n)
+				}
+				return n
 			}
 		}
 	}
@@ -660,7 +686,8 @@ func cmpOrdered[T int64 | float64](x, y T) int {
 type darith struct {
 	op       string
 	l, r     dnode
-	noConcat bool // give up on string + (a cost-tracked program)
+	bound    int  // give up on a string + longer than this (0: no bound)
+	noConcat bool // give up on every string + (compileDirect)
 }
 
 func (n *darith) eval(a *activation) dval {
@@ -716,7 +743,9 @@ func (n *darith) eval(a *activation) dval {
 			return dval{k: dDouble, f: x / y}
 		}
 	case dString:
-		if n.op == operators.Add && !n.noConcat {
+		// A cost-tracked program's longer result is left to CEL, whose
+		// cost tracking (concatCost) decides it.
+		if n.op == operators.Add && !n.noConcat && (n.bound == 0 || len(l.s)+len(r.s) <= n.bound) {
 			return dval{k: dString, s: l.s + r.s}
 		}
 	}

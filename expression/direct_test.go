@@ -48,6 +48,10 @@ var directPrograms = []string{
 	`string(timestamp(amount * 1000000000))`, `string(timestamp(-amount * 100000000)).substring(0, 4)`, `string(timestamp(d))`,
 	`string(timestamp(note)).substring(0, 10)`, `string(timestamp(amount)).substring(5, 2)`, `string(amount)`, `string(note)`, `string(d)`, `string(flag)`, `string(timestamp(amount)).substring(amount, 4)`,
 	`{"day": string(timestamp(bid.dateTime / 1000)).substring(0, 10), "n": string(timestamp(-62135596800 + amount)), "m": string(timestamp(253402300799 + amount))}`,
+	// string + in cost-tracked programs (issue 25): q16's key, string of
+	// an int or a string, results past directStringBound.
+	`bid.channel + '|' + string(timestamp(bid.dateTime / 1000)).substring(0, 10)`, `string(amount) + '|' + note`,
+	`note + note`, `string(note) + string(amount)`, `{"k": string(bid.auction) + '|' + bid.channel, "n": size(note + url)}`,
 }
 
 // FuzzDirectEqualsCEL checks that the direct evaluator gives exactly what
@@ -70,6 +74,9 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 		`{"bid":{"channel":"\u00c0pple","url":"channel_id","extra":"c"},"url":"Ab","note":"x","amount":-3}`,
 		"{\"url\":\"a/\xff/b\",\"note\":\"\xffAB\",\"amount\":1,\"bid\":{\"channel\":\"G\xffOOGLE\",\"url\":\"/\xff/\",\"extra\":\"c\xff\"}}",
 		`{"url":"` + strings.Repeat("a/", 2100) + `","note":"` + strings.Repeat("x", 5000) + `","amount":4}`,
+		`{"url":"` + strings.Repeat("u", 96) + `","note":"` + strings.Repeat("x", 4000) + `","amount":-9223372036854775808}`,
+		`{"note":"` + strings.Repeat("\u00e9", 1024) + `","amount":12345}`,
+		`{"note":"` + strings.Repeat("y", 2048) + `","amount":7,"bid":{"auction":-1,"channel":"` + strings.Repeat("c", 4090) + `","dateTime":0}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -206,5 +213,76 @@ func TestDirectReplaceBound(t *testing.T) {
 		if err != nil || v != want {
 			t.Fatalf("note of %d bytes: %d bytes, %v; want %d bytes", len(tc.note), len(fmt.Sprint(v)), err, len(want))
 		}
+	}
+}
+
+// TestDirectConcatTracked checks that the direct form of a cost-tracked
+// program concatenates strings (Nexmark q16's and q17's keys: issue 25)
+// into a result of at most directStringBound bytes, and leaves a longer
+// one to CEL; both give CEL's value.
+func TestDirectConcatTracked(t *testing.T) {
+	bid := []byte(`{"event_type":2,"bid":{"auction":1007,"channel":"Apple","dateTime":1700000000123}}`)
+	for src, want := range map[string]string{
+		`string(bid.auction) + '|' + string(timestamp(bid.dateTime / 1000)).substring(0, 10)`: "1007|2023-11-14",
+		`bid.channel + '|' + string(timestamp(bid.dateTime / 1000)).substring(0, 10)`:         "Apple|2023-11-14",
+	} {
+		p, err := Compile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.tracked || p.direct == nil {
+			t.Fatalf("%s: tracked %v, direct %v: want a cost-tracked program with a direct form", src, p.tracked, p.direct != nil)
+		}
+		if v, ok := p.direct.value(NewEnv(&Input{Doc: NewValidDoc(bid)})); !ok || v != want {
+			t.Errorf("%s: direct %v, %v; want %q", src, v, ok, want)
+		}
+		if v, err := p.Eval(NewEnv(&Input{Doc: NewValidDoc(bid)})); err != nil || v != want {
+			t.Errorf("%s: %v, %v; want %q", src, v, err, want)
+		}
+	}
+	p, err := Compile(`note + note`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		n      int
+		direct bool
+	}{{2048, true}, {2049, false}} {
+		note := strings.Repeat("x", tc.n)
+		doc := []byte(`{"note":"` + note + `"}`)
+		if _, ok := p.direct.value(NewEnv(&Input{Doc: NewValidDoc(doc)})); ok != tc.direct {
+			t.Errorf("note of %d bytes: direct ok %v, want %v", tc.n, ok, tc.direct)
+		}
+		if v, err := p.Eval(NewEnv(&Input{Doc: NewValidDoc(doc)})); err != nil || v != note+note {
+			t.Errorf("note of %d bytes: %d bytes, %v; want %d bytes", tc.n, len(fmt.Sprint(v)), err, 2*tc.n)
+		}
+	}
+}
+
+// TestDirectConcatSlack checks that the direct form of a cost-tracked
+// program whose estimate leaves less of the limit than concatCost may
+// charge its string + (1 + directStringBound/10 units) gives up on the +,
+// so that CEL's cost limit decides, and concatenates once the limit leaves
+// that much; where it concatenates, CEL gives the same value and no error.
+func TestDirectConcatSlack(t *testing.T) {
+	doc := []byte(`{"note":"` + strings.Repeat("x", 2000) + `"}`)
+	var gaveUp, concat bool
+	for limit := uint64(1); limit <= 2000; limit++ {
+		p, err := Compile(`size(note + note)`, WithLimits(Limits{MaxCost: limit}))
+		if err != nil || p.direct == nil {
+			continue
+		}
+		v, cerr := p.Eval(NewEnv(&Input{Doc: NewValidDoc(doc)}))
+		dv, ok := p.direct.value(NewEnv(&Input{Doc: NewValidDoc(doc)}))
+		if ok && (cerr != nil || v != dv || dv != int64(4000)) {
+			t.Fatalf("limit %d: direct %v, CEL %v, %v; want 4000", limit, dv, v, cerr)
+		}
+		if ok && !gaveUp {
+			t.Fatalf("limit %d: the first direct form concatenates, want it to give up until the limit leaves %d units", limit, 1+directStringBound/10)
+		}
+		gaveUp, concat = gaveUp || !ok, concat || ok
+	}
+	if !gaveUp || !concat {
+		t.Fatalf("gave up %v, concatenated %v: want both over the limits", gaveUp, concat)
 	}
 }
