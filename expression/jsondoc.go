@@ -287,34 +287,52 @@ func members(s string, i int, fn func(keyRaw string, from, to int) bool) bool {
 	}
 	i++
 	for {
-		i = skipSpace(s, i)
-		if i >= len(s) {
-			return false
+		kStart, kEnd, from, st := nextMember(s, i)
+		if st != memberFound {
+			return st == memberEnd
 		}
-		switch s[i] {
-		case '}':
-			return true
-		case ',':
-			i = skipSpace(s, i+1)
-		}
-		if i >= len(s) || s[i] != '"' {
-			return false
-		}
-		kStart, kEnd := i, skipString(s, i)
-		if kEnd < 0 {
-			return false
-		}
-		i = skipSpace(s, kEnd)
-		if i >= len(s) || s[i] != ':' {
-			return false
-		}
-		from := skipSpace(s, i+1)
 		to := skipValue(s, from)
 		if to < 0 || !fn(s[kStart:kEnd], from, to) {
 			return false
 		}
 		i = to
 	}
+}
+
+// Outcomes of nextMember.
+const (
+	memberBad   = iota // not an object's member list
+	memberEnd          // the object's '}'
+	memberFound        // a member
+)
+
+// nextMember reads an object's next member from s[i] on (i after the '{'
+// or after the previous member's value): for memberFound the bounds of its
+// key as a JSON string literal s[kStart:kEnd] and the index of its value's
+// first byte; for memberEnd from is the index of the closing '}'.
+func nextMember(s string, i int) (kStart, kEnd, from, st int) {
+	i = skipSpace(s, i)
+	if i >= len(s) {
+		return 0, 0, 0, memberBad
+	}
+	switch s[i] {
+	case '}':
+		return 0, 0, i, memberEnd
+	case ',':
+		i = skipSpace(s, i+1)
+	}
+	if i >= len(s) || s[i] != '"' {
+		return 0, 0, 0, memberBad
+	}
+	kStart, kEnd = i, skipString(s, i)
+	if kEnd < 0 {
+		return 0, 0, 0, memberBad
+	}
+	i = skipSpace(s, kEnd)
+	if i >= len(s) || s[i] != ':' {
+		return 0, 0, 0, memberBad
+	}
+	return kStart, kEnd, skipSpace(s, i+1), memberFound
 }
 
 // skipSpace returns the index of the first byte of s from i on that is
@@ -451,32 +469,14 @@ func (d *Doc) indexMembers(s string) bool {
 	}
 	i++
 	for {
-		i = skipSpace(s, i)
-		if i >= len(s) {
-			return false
-		}
-		switch s[i] {
-		case '}':
-			return true
-		case ',':
-			i = skipSpace(s, i+1)
-		}
-		if i >= len(s) || s[i] != '"' {
-			return false
-		}
-		kStart, kEnd := i, skipString(s, i)
-		if kEnd < 0 {
-			return false
+		kStart, kEnd, from, st := nextMember(s, i)
+		if st != memberFound {
+			return st == memberEnd
 		}
 		key, err := memberKey(s[kStart:kEnd])
 		if err != nil {
 			return false
 		}
-		i = skipSpace(s, kEnd)
-		if i >= len(s) || s[i] != ':' {
-			return false
-		}
-		from := skipSpace(s, i+1)
 		f := docField{name: key, from: uint32(from)}
 		var to int
 		if from < len(s) && s[from] == '{' {
@@ -501,32 +501,17 @@ func (d *Doc) indexMembers(s string) bool {
 func (d *Doc) indexSub(s string, i int) int {
 	i++ // '{'
 	for {
-		i = skipSpace(s, i)
-		if i >= len(s) {
-			return -1
-		}
-		switch s[i] {
-		case '}':
-			return i + 1
-		case ',':
-			i = skipSpace(s, i+1)
-		}
-		if i >= len(s) || s[i] != '"' {
-			return -1
-		}
-		kStart, kEnd := i, skipString(s, i)
-		if kEnd < 0 {
+		kStart, kEnd, from, st := nextMember(s, i)
+		switch st {
+		case memberEnd:
+			return from + 1
+		case memberBad:
 			return -1
 		}
 		key, err := memberKey(s[kStart:kEnd])
 		if err != nil {
 			return -1
 		}
-		i = skipSpace(s, kEnd)
-		if i >= len(s) || s[i] != ':' {
-			return -1
-		}
-		from := skipSpace(s, i+1)
 		to := skipSafeValue(s, from)
 		if to < 0 {
 			return -1

@@ -247,37 +247,7 @@ func (joinRowsSerializer) Copy(v []joinRow, known [][]joinRow) ([]joinRow, error
 	}
 	out := make([]joinRow, len(v))
 	copy(out, v)
-	var next [4]int // per known list, the index its next match is looked for from
-	if len(known) > len(next) {
-		known = known[:len(next)]
-	}
-	n := 0
-	var stack [4]int
-	fresh := stack[:0] // the rows whose value is copied
-	for i := range out {
-		val := out[i].Value
-		switch {
-		case val == nil:
-			continue
-		case len(val) == 0:
-			out[i].Value = []byte{}
-			continue
-		case joinRowKnown(val, known, next[:]):
-			continue
-		}
-		n += len(val)
-		fresh = append(fresh, i)
-	}
-	if len(fresh) == 0 {
-		return out, nil
-	}
-	buf := make([]byte, 0, n)
-	for _, i := range fresh {
-		start := len(buf)
-		buf = append(buf, out[i].Value...)
-		out[i].Value = buf[start:len(buf):len(buf)]
-	}
-	return out, nil
+	return adoptRows(out, known), nil
 }
 
 // joinRowKnownSkip is how far past its next row Copy looks for a row in
