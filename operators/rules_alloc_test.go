@@ -102,11 +102,12 @@ func TestRuleStateAllocs(t *testing.T) {
 		TailSlice: &ruleSlice{WindowMs: 2_678_400_000, N: 3, In: [][]byte{[]byte("12"), []byte("985"), []byte("7")}, Prev: 1_700_000_000_500, HasPrev: true, InDeque: true,
 			DPrev: 1_700_000_000_000, HasDPrev: true}}
 	var b []byte
-	if n := testing.AllocsPerRun(100, func() { b, _ = ruleWindowSerializer{}.Append(nil, w) }); n != 1 {
+	// The race detector allocates for itself: the counts hold without it.
+	if n := testing.AllocsPerRun(100, func() { b, _ = ruleWindowSerializer{}.Append(nil, w) }); n != 1 && !raceEnabled {
 		t.Errorf("Append: %v allocations, want 1", n)
 	}
 	var d ruleWindow
-	if n := testing.AllocsPerRun(100, func() { d, _ = ruleWindowSerializer{}.Decode(b) }); n != 4 {
+	if n := testing.AllocsPerRun(100, func() { d, _ = ruleWindowSerializer{}.Decode(b) }); n != 4 && !raceEnabled {
 		t.Errorf("Decode: %v allocations, want 4", n)
 	}
 	if d.Fn != AggMax || !reflect.DeepEqual(d.TailSlice.In, w.TailSlice.In) {

@@ -94,7 +94,7 @@ func TestExchangeBatchHugeLengths(t *testing.T) {
 				t.Fatalf("err %v, want ErrExchangeBatch", err)
 			}
 			// The error's message only (fmt.Errorf and its offset).
-			if allocs > 4 {
+			if !raceEnabled && allocs > 4 { // the race detector allocates for itself
 				t.Errorf("%v allocations per decode", allocs)
 			}
 		})
