@@ -147,8 +147,8 @@ type BackendConfig struct {
 	TTLCleanup TTLCleanupConfig
 	// WriteCacheBytes bounds the write-back cache of a Pebble backend
 	// (keys, values and 64 bytes per entry): point reads and writes of hot
-	// keys are served from memory and reach Pebble in batches (of about
-	// 512 KiB) before every snapshot. 0 means DefaultWriteCacheBytes (16 MiB); negative
+	// keys are served from memory and reach Pebble in one batch before
+	// every snapshot. 0 means DefaultWriteCacheBytes (16 MiB); negative
 	// disables the cache. Ignored by hashmap.
 	WriteCacheBytes int
 	// L0CompactionThreshold is the number of L0 sublevels of a Pebble

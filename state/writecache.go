@@ -21,10 +21,10 @@ const writeCacheEntryOverhead = 64
 // writeCache is the write-back cache in front of a Pebble store (Kafka
 // Streams' caching key-value store with its ThreadCache/NamedCache): point
 // reads and writes of values and map entries are served from it, and the
-// writes reach Pebble in batches of about flushBatchBytes when it is
-// flushed, which the store does before every snapshot, scan, merge, count,
-// cleanup and close. A hot key read and written once per record thus
-// costs two map operations instead of a Pebble Get and Set.
+// writes reach Pebble in one batch when it is flushed, which the store
+// does before every snapshot, scan, merge, count, cleanup and close. A hot
+// key read and written once per record thus costs two map operations
+// instead of a Pebble Get and Set.
 //
 // When the cache outgrows its bytes it evicts entries not used recently
 // until it holds at most 7/8 of them (so an eviction is amortized over
@@ -64,8 +64,6 @@ type writeCache struct {
 	bypass map[uint32]bool
 	// scratch holds a decoded value serialized for a batch (which copies it).
 	scratch []byte
-	// flushBatches counts the batches flushes committed (flushLocked).
-	flushBatches int
 }
 
 // cacheEntry is one cached key: its value (present false: deleted),
@@ -504,9 +502,8 @@ func (c *writeCache) forget(db *pebble.DB, key []byte) error {
 	return nil
 }
 
-// flush writes every dirty entry to Pebble (flushLocked: in batches of
-// about flushBatchBytes, without sync: checkpoints give durability); the
-// entries stay cached, clean.
+// flush writes every dirty entry to Pebble in one batch (without sync:
+// checkpoints give durability); the entries stay cached, clean.
 func (c *writeCache) flush(db *pebble.DB) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -646,73 +643,34 @@ func (c *writeCache) dirtyIn(lower, upper []byte, limit int) (out []dirtyKV, ok 
 	return out, true, nil
 }
 
-// flushBatchBytes is the size at which flushLocked commits the batch it
-// fills and starts the next one: a flush of many dirty entries (a keyed
-// job's working set at every checkpoint, megabytes) is written as several
-// batches of about this size instead of one batch of all of them. Each
-// batch's buffer then stays under Pebble's retained batch size (1 MiB, an
-// entry of up to flushBatchBytes included), so Pebble's batch pool hands
-// the same buffer to the next batch: a checkpoint allocates one buffer
-// instead of one the size of every dirty entry, which the garbage
-// collector had to count (and the allocator zero) at every checkpoint.
-// It also stays under the size at which Pebble would apply a batch as a
-// memtable of its own (half of the 4 MiB memtable).
-const flushBatchBytes = 512 << 10
-
-// flushLocked writes every dirty entry to Pebble, in batches of about
-// flushBatchBytes (see there), and marks them clean once all are written.
-// The batches are not one atomic write: Pebble's local state is never
-// read after a crash (a restore starts from a checkpoint), and an error
-// part-way leaves every entry dirty, so a later flush writes them again.
 func (c *writeCache) flushLocked(db *pebble.DB) error {
 	if c.ndirty == 0 {
 		clear(c.dirty)
 		c.dirty = c.dirty[:0]
 		return nil
 	}
-	// The first batch sized in advance from the entries' sizes (at least
-	// their keys and values), up to twice flushBatchBytes: a flush of few
-	// entries allocates no more than it writes, one of many fills the
-	// batch to flushBatchBytes without growing it.
+	// The batch sized in advance from the entries' sizes (at least their
+	// keys and values): one allocation instead of a doubling buffer that
+	// copies what it holds at each step (a checkpoint's flush of a keyed
+	// job's working set is megabytes).
 	size := 0
 	for _, e := range c.dirty {
 		if e.dirty && e.present {
-			if size += e.size(); size >= 2*flushBatchBytes {
-				size = 2 * flushBatchBytes
-				break
-			}
+			size += e.size()
 		}
 	}
-	var b *pebble.Batch
-	defer func() {
-		if b != nil {
-			b.Close()
-		}
-	}()
+	b := db.NewBatchWithSize(size)
+	defer b.Close()
 	for _, e := range c.dirty {
 		if !e.dirty || (!e.present && e.absent) {
 			continue
 		}
-		if b == nil {
-			b = db.NewBatchWithSize(size)
-		}
 		if err := batchWrite(b, e, &c.scratch); err != nil {
 			return err
 		}
-		if b.Len() >= flushBatchBytes {
-			err := c.commitFlush(b)
-			b = nil
-			if err != nil {
-				return err
-			}
-		}
 	}
-	if b != nil {
-		err := c.commitFlush(b)
-		b = nil
-		if err != nil {
-			return err
-		}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
 	}
 	for _, e := range c.dirty {
 		if e.dirty {
@@ -723,17 +681,6 @@ func (c *writeCache) flushLocked(db *pebble.DB) error {
 	c.dirty = c.dirty[:0]
 	c.ndirty = 0
 	return nil
-}
-
-// commitFlush commits b, one of flushLocked's batches, and closes it (its
-// buffer goes back to Pebble's batch pool).
-func (c *writeCache) commitFlush(b *pebble.Batch) error {
-	c.flushBatches++
-	err := b.Commit(pebble.NoSync)
-	if cerr := b.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // batchWrite adds e's version to b (the batch copies key and value); a
