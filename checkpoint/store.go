@@ -58,13 +58,16 @@ type FileStore struct {
 	// Root is the store's directory.
 	Root string
 	// hooks, if not nil, replaces the directory fsync (tests count
-	// fsyncs); a pointer so FileStore stays comparable.
+	// fsyncs) or watches List's directory reads; a pointer so FileStore
+	// stays comparable.
 	hooks *fileStoreHooks
 }
 
 // fileStoreHooks are FileStore's test seams.
 type fileStoreHooks struct {
 	syncDir func(dir string) error
+	// listDir, if not nil, is called with each directory List reads.
+	listDir func(dir string)
 }
 
 // syncDir returns the directory fsync s uses.
@@ -219,14 +222,28 @@ func (s FileStore) List(_ context.Context, prefix string) ([]string, error) {
 			}
 			return err
 		}
-		if d.IsDir() || strings.HasPrefix(d.Name(), tmpPrefix) {
+		if !d.IsDir() && strings.HasPrefix(d.Name(), tmpPrefix) {
 			return nil
 		}
 		rel, err := filepath.Rel(s.Root, p)
 		if err != nil {
 			return err
 		}
-		if key := filepath.ToSlash(rel); strings.HasPrefix(key, prefix) {
+		key := filepath.ToSlash(rel)
+		if d.IsDir() {
+			// Every key inside starts with key+"/": a directory whose
+			// keys can neither start with prefix nor lead to one is not
+			// read (a unit's "HEAD-" listing reads the unit's directory
+			// only, not its chk-<id> and shared directories).
+			if p != dir && !strings.HasPrefix(key+"/", prefix) && !strings.HasPrefix(prefix, key+"/") {
+				return fs.SkipDir
+			}
+			if s.hooks != nil && s.hooks.listDir != nil {
+				s.hooks.listDir(key)
+			}
+			return nil
+		}
+		if strings.HasPrefix(key, prefix) {
 			out = append(out, key)
 		}
 		return nil
