@@ -66,23 +66,15 @@ const RepartitionLinger = 50 * time.Millisecond
 // RepartitionProducerOpts are the franz-go options a repartition sink's
 // transactional producers add to the job's: records go to the partition
 // the sink picks (the key group's unit), batches linger for linger and are
-// not compressed, and the client pushes no KIP-714 client metrics (its
-// telemetry would be pushed and compressed per producer, several per
-// unit; the daemon's own metrics cover them). No compression is Kafka
-// Streams' default for its repartition topics as well (the producer's
-// compression.type=none): with exchange batches (runtime.ExchangeBatch)
-// every repartition byte is encoded by one unit and decoded by another in
-// the same cluster, and franz-go's default snappy cost the cluster
-// bench's daemon about 7% of its CPU (s2 encode and decode in its
-// profile, BENCHMARKS.md "The exchange's cost") for a topic whose records
-// live only until the downstream unit's checkpoint purges them. The
-// broker stores and serves the uncompressed bytes (about 2-3 times the
-// snappy size for JSON records).
+// compressed with snappy (cheap to encode and decode; the records are
+// JSON, which it shrinks well), and the client pushes no KIP-714 client
+// metrics (its telemetry would be pushed and compressed per producer,
+// several per unit; the daemon's own metrics cover them).
 func RepartitionProducerOpts(linger time.Duration) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(linger),
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.ProducerBatchCompression(kgo.SnappyCompression()),
 		kgo.DisableClientMetrics(),
 	}
 }

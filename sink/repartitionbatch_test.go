@@ -32,7 +32,7 @@ func (b *batchCounter) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, p int32,
 // partition's batch fill for its linger (here 10 s, so that a loaded
 // machine's slow writes stay within it) and the pre-commit flushes what
 // still lingers, so records written over about 200 ms to three partitions
-// are committed, in one uncompressed batch per partition (plus the commit
+// are committed, in one snappy batch per partition (plus the commit
 // markers' control batches). With franz-go's 10 ms default linger the same
 // writes took some 33 batches per partition.
 func TestRepartitionSinkBatches(t *testing.T) {
@@ -78,7 +78,7 @@ func TestRepartitionSinkBatches(t *testing.T) {
 			t.Errorf("partition %d: %d batches, want 2 (the records in one batch, and the commit marker)", p, got)
 		}
 	}
-	if bc.codecs[0] != 6 { // 0: none
-		t.Errorf("batch codecs %v, want all 6 batches uncompressed (0)", bc.codecs)
+	if bc.codecs[2] < 3 { // 2: snappy
+		t.Errorf("batch codecs %v, want the 3 data batches snappy (2)", bc.codecs)
 	}
 }
