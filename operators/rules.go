@@ -1315,14 +1315,9 @@ func (f *RulesEvaluator) Open(ctx OpenContext) error {
 		return fail(err)
 	}
 	f.entries = 0
-	err = state.ApplyToAllValueKeys(f.backend, RulesAggState, func(key []byte, s state.ValueState[ruleWindow]) error {
-		w, _, err := s.Value()
-		if err != nil {
-			return err
-		}
+	err = f.rebuildHint(func(key []byte, w ruleWindow) {
 		f.board.counter(ruleOfKey(key)).entries.Add(w.Slices)
 		f.entries += w.Slices
-		return nil
 	})
 	if err != nil {
 		return err
@@ -1663,7 +1658,7 @@ func (f *RulesEvaluator) removeState(ids func(id string) bool, drop func(shape s
 		if !ids(id) {
 			return nil
 		}
-		w, _, err := s.Value()
+		w, ok, err := s.Value()
 		if err != nil {
 			return err
 		}
@@ -1673,6 +1668,7 @@ func (f *RulesEvaluator) removeState(ids func(id string) bool, drop func(shape s
 		f.board.counter(id).entries.Add(-w.Slices)
 		f.setEntries(-w.Slices)
 		emptied[string(key)] = struct{}{}
+		f.win.stored = ok // clearKey tells the hint
 		return f.win.clearKey()
 	})
 	if err != nil {
