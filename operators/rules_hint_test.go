@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/kstreamd/kstreamd/state"
 )
