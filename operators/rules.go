@@ -1279,8 +1279,9 @@ func NewRulesEvaluator(cfg RulesConfig) *RulesEvaluator {
 }
 
 // Open implements KeyedBroadcastProcessFunction: it registers the window
-// state, migrates state of the earlier layout (migrateBuckets) and counts
-// the slices a restore brought.
+// state, migrates state of the earlier layout (migrateBuckets), counts
+// the slices a restore brought and builds the key hint from the keys that
+// hold a summary (ruleKeyHint: a copy to any other key reads no state).
 func (f *RulesEvaluator) Open(ctx OpenContext) error {
 	f.logger = f.cfg.Logger
 	if f.logger == nil {
