@@ -1279,8 +1279,9 @@ func NewRulesEvaluator(cfg RulesConfig) *RulesEvaluator {
 }
 
 // Open implements KeyedBroadcastProcessFunction: it registers the window
-// state, migrates state of the earlier layout (migrateBuckets) and counts
-// the slices a restore brought.
+// state, migrates state of the earlier layout (migrateBuckets), counts
+// the slices a restore brought and builds the key hint from the keys that
+// hold a summary (ruleKeyHint: a copy to any other key reads no state).
 func (f *RulesEvaluator) Open(ctx OpenContext) error {
 	f.logger = f.cfg.Logger
 	if f.logger == nil {
@@ -1315,14 +1316,9 @@ func (f *RulesEvaluator) Open(ctx OpenContext) error {
 		return fail(err)
 	}
 	f.entries = 0
-	err = state.ApplyToAllValueKeys(f.backend, RulesAggState, func(key []byte, s state.ValueState[ruleWindow]) error {
-		w, _, err := s.Value()
-		if err != nil {
-			return err
-		}
+	err = f.rebuildHint(func(key []byte, w ruleWindow) {
 		f.board.counter(ruleOfKey(key)).entries.Add(w.Slices)
 		f.entries += w.Slices
-		return nil
 	})
 	if err != nil {
 		return err
@@ -1663,7 +1659,7 @@ func (f *RulesEvaluator) removeState(ids func(id string) bool, drop func(shape s
 		if !ids(id) {
 			return nil
 		}
-		w, _, err := s.Value()
+		w, ok, err := s.Value()
 		if err != nil {
 			return err
 		}
@@ -1673,6 +1669,7 @@ func (f *RulesEvaluator) removeState(ids func(id string) bool, drop func(shape s
 		f.board.counter(id).entries.Add(-w.Slices)
 		f.setEntries(-w.Slices)
 		emptied[string(key)] = struct{}{}
+		f.win.stored = ok // clearKey tells the hint
 		return f.win.clearKey()
 	})
 	if err != nil {

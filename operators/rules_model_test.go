@@ -243,6 +243,7 @@ func TestRulesRandomModel(t *testing.T) {
 						}
 						p := 1 + i/500 // 2 -> 2 -> 3
 						g = newRulesRig(t, kind, p, RuleTimeProcessing, snapshotRules(t, g, p), routerState)
+						checkKeyHints(t, g)
 					}
 					want = append(want, model.record(x)...)
 					c := &sliceCollector{}
@@ -258,6 +259,7 @@ func TestRulesRandomModel(t *testing.T) {
 					}
 				}
 				got = append(got, g.alerts()...)
+				checkKeyHints(t, g)
 				slices.Sort(got)
 				slices.Sort(want)
 				if !slices.Equal(got, want) {

@@ -135,6 +135,7 @@ func TestRulesDeleteLeavesNothingInCheckpoint(t *testing.T) {
 				t.Fatalf("before the deletion: buckets %v timers %v, want both rules in both", bb, bt)
 			}
 			g.rule("busy", "", 0)
+			checkKeyHints(t, g)
 			after := checkpointRules(t, g, kind, 2)
 			ab, at := after.rules()
 			if ab["busy"] != 0 || at["busy"] != 0 {
@@ -209,6 +210,7 @@ func TestRulesGroupByChangeDropsOldGroups(t *testing.T) {
 					t.Fatalf("alert of an old group after the update: %s", a)
 				}
 			}
+			checkKeyHints(t, g)
 		})
 	}
 }

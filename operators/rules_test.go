@@ -535,7 +535,9 @@ func TestRulesLifecycle(t *testing.T) {
 			if n := len(g.export); n != 4 {
 				t.Fatalf("export wrote %d rules, want 4", n)
 			}
+			checkKeyHints(t, g)
 			g.rule("", `{"control":"delete_all"}`, 0)
+			checkKeyHints(t, g)
 			if n := g.entries(); len(n) != 0 {
 				t.Fatalf("buckets after delete_all: %v", n)
 			}

@@ -527,6 +527,14 @@ type ruleWin struct {
 	// it there if it is still the newest (then it moves into the summary).
 	mapTail    bool
 	mapTailKey int64
+
+	// hint, when not nil, knows the keys without a summary (ruleKeyHint),
+	// curKey returns the current key, and stored says whether the current
+	// key's summary is in the state (set by load, kept by flush and
+	// clearKey, which tell the hint when it changes).
+	hint   *ruleKeyHint
+	curKey func() []byte
+	stored bool
 }
 
 // load reads the current key's summary and resets the caches.
@@ -537,11 +545,17 @@ func (rw *ruleWin) load() error {
 	clear(rw.cache)
 	clear(rw.dirty)
 	clear(rw.dcache)
-	w, ok, err := rw.agg.Value()
-	if err != nil {
-		return err
+	var (
+		w   ruleWindow
+		ok  bool
+		err error
+	)
+	if rw.hint == nil || rw.hint.mayHold(rw.curKey()) {
+		if w, ok, err = rw.agg.Value(); err != nil {
+			return err
+		}
 	}
-	rw.w, rw.has, rw.mapTail = w, ok, false
+	rw.w, rw.has, rw.mapTail, rw.stored = w, ok, false, ok
 	if !ok || w.Slices == 0 {
 		return nil
 	}
@@ -633,6 +647,7 @@ func (rw *ruleWin) flush() error {
 				return err
 			}
 		}
+		rw.unstore()
 		return rw.agg.Clear()
 	}
 	if rw.w.DInline {
@@ -657,7 +672,19 @@ func (rw *ruleWin) flush() error {
 	if rw.w.TailSlice == nil {
 		return fmt.Errorf("operators: %s: window state: newest slice %d of the key missing", RulesType, rw.w.Tail)
 	}
+	if !rw.stored && rw.hint != nil {
+		rw.hint.add(rw.curKey())
+	}
+	rw.stored = true
 	return rw.agg.Update(rw.w)
+}
+
+// unstore records that the current key's summary is removed.
+func (rw *ruleWin) unstore() {
+	if rw.stored && rw.hint != nil {
+		rw.hint.remove(rw.curKey())
+	}
+	rw.stored = false
 }
 
 // mergeInline moves the distinct counts read or written (dcache) into the
@@ -726,6 +753,7 @@ func (rw *ruleWin) clearKey() error {
 	if err := rw.distinct.Clear(); err != nil {
 		return err
 	}
+	rw.unstore()
 	return rw.agg.Clear()
 }
 
