@@ -86,7 +86,7 @@ func selectOver(sel Expression, left, right any) string {
 // TestLazyObjectEqualsDecoded: select over the sides as joinSide hands them
 // (lazyObject for objects read field by field) gives exactly the output, or
 // the error, select gives over the sides decoded whole (decodeValue), for
-// every expression and every pair of values, and a row's Doc read by one
+// every expression and every pair of values, and a kept table row's decoded value read by one
 // select reads the same for the next.
 func TestLazyObjectEqualsDecoded(t *testing.T) {
 	var l, r joinSide
@@ -109,15 +109,10 @@ func TestLazyObjectEqualsDecoded(t *testing.T) {
 				if got != want {
 					t.Errorf("select %s, left %s, right %s:\n got %s\nwant %s", src, a.raw, b.raw, got, want)
 				}
-				// A kept row's Doc, read again.
-				row := tableValue{Value: rawB, Text: b.text}.withDoc()
+				// A kept row's decoded value, read again.
+				row := tableValue{Value: rawB, Text: b.text}.withRight()
 				for range 2 {
-					var right any
-					if row.doc != nil {
-						right = r.of(row.doc)
-					} else {
-						right = decodeValue(rawB, b.text)
-					}
+					right := row.decoded()
 					if got := selectOver(sel, l.value(rawA, a.text), right); got != want {
 						t.Errorf("select %s over a kept row, left %s, right %s:\n got %s\nwant %s", src, a.raw, b.raw, got, want)
 					}

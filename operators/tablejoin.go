@@ -103,23 +103,45 @@ func tableJoinFactory() Factory {
 // source format is text. Byte format (serializer "table-row-v1"): one flag
 // byte (1: text), then the value's bytes. The serializer is a
 // state.HeapSerializer: on Pebble the write cache keeps the row as it is,
-// with doc, so that the fields select reads of a row are decoded once per
-// row, not once per stream record joined with it.
+// with right, so that the row is decoded for select once per row, not
+// once per stream record joined with it.
 type tableValue struct {
 	Value []byte
 	Text  bool
-	// doc, when not nil, is the row's expression.Doc (of Value), shared
-	// by the copies of the row the state hands out: what select decoded
-	// of the row, kept for its next read. Nil for a text row.
-	doc *expression.Doc
+	// right, when not nil, holds the row as select sees it (decodeValue of
+	// Value), decoded on the first read and shared by the copies of the
+	// row the state hands out (owner goroutine only). Nil for a row made
+	// outside the state (then decodeValue is used).
+	right *tableRight
 }
 
-// withDoc returns v with a Doc of its bytes (a JSON row).
-func (v tableValue) withDoc() tableValue {
-	if !v.Text && v.Value != nil {
-		v.doc = expression.NewDoc(v.Value)
-	}
+// tableRight is a kept row's value as select sees it: what decodeValue
+// returns for the row's bytes, once done. Held as a plain decoded value
+// (a map[string]any for a JSON object), not an expression.Doc: the row
+// is small and read by many stream records, and a Doc is about 1 KiB of
+// pointers per row for the garbage collector, where the map is the size
+// of the row.
+type tableRight struct {
+	v    any
+	done bool
+}
+
+// withRight returns v with an empty holder for its decoded value.
+func (v tableValue) withRight() tableValue {
+	v.right = &tableRight{}
 	return v
+}
+
+// decoded returns the row as select sees it (decodeValue), decoding it on
+// the first call for a kept row.
+func (v tableValue) decoded() any {
+	if v.right == nil {
+		return decodeValue(v.Value, v.Text)
+	}
+	if !v.right.done {
+		v.right.v, v.right.done = decodeValue(v.Value, v.Text), true
+	}
+	return v.right.v
 }
 
 type tableValueSerializer struct{}
@@ -140,13 +162,13 @@ func (tableValueSerializer) Decode(b []byte) (tableValue, error) {
 	if len(b) < 1 || b[0] > 1 {
 		return tableValue{}, errors.New("operators: malformed table row")
 	}
-	return tableValue{Value: append([]byte{}, b[1:]...), Text: b[0] == 1}.withDoc(), nil
+	return tableValue{Value: append([]byte{}, b[1:]...), Text: b[0] == 1}.withRight(), nil
 }
 
-// Copy implements state.HeapSerializer: the row with its own bytes and a
-// new Doc.
+// Copy implements state.HeapSerializer: the row with its own bytes and an
+// empty holder for its decoded value.
 func (tableValueSerializer) Copy(v tableValue, _ []tableValue) (tableValue, error) {
-	return tableValue{Value: append([]byte{}, v.Value...), Text: v.Text}.withDoc(), nil
+	return tableValue{Value: append([]byte{}, v.Value...), Text: v.Text}.withRight(), nil
 }
 
 // AppendKept implements state.HeapSerializer: Append.
@@ -155,11 +177,11 @@ func (s tableValueSerializer) AppendKept(dst []byte, v tableValue) ([]byte, erro
 }
 
 // View implements state.HeapSerializer: the kept row itself, sharing its
-// bytes and Doc (the table join never changes either).
+// bytes and decoded value (the table join never changes either).
 func (tableValueSerializer) View(v tableValue) tableValue { return v }
 
-// Size implements state.HeapSerializer: the row's bytes, twice (the Doc
-// holds its string and decoded fields), and the structs.
+// Size implements state.HeapSerializer: the row's bytes, twice (the
+// decoded value holds its strings and fields), and the structs.
 func (tableValueSerializer) Size(v tableValue) int { return 2*len(v.Value) + 200 }
 
 // tableJoinWaiting is a stream record waiting for the watermark (mode
@@ -216,8 +238,12 @@ type TableJoin struct {
 	in       expression.Input
 	env      expression.Env
 	joined   map[string]any
+	// lastLeft is the *lazyObject joined["left"] holds, if any.
+	lastLeft *lazyObject
 	// sides are the scratch space of select's left and right.
 	sides [2]joinSide
+	// slab is the block the output values are written into (selectValue).
+	slab []byte
 }
 
 // NewTableJoin returns the table join of params p (checked by
@@ -386,25 +412,64 @@ func (j *TableJoin) OnTimer(_ context.Context, ts time.Time, tc TimerContext, ou
 }
 
 // emit writes select(left, right) for stream record rec and the row (ok
-// false: none; dropped on an inner join). Both sides are handed to select
-// decoded only as far as it reads them (joinSide), the row's fields once
-// per row (its Doc).
+// false: none; dropped on an inner join). The stream record is handed to
+// select decoded only as far as it reads it (joinSide), the row decoded
+// once per row (tableValue.decoded).
 func (j *TableJoin) emit(rec runtime.Record, row tableValue, ok bool, out Collector) error {
 	if !ok && !j.left {
 		return nil
 	}
 	var right any
-	switch {
-	case !ok:
-	case row.doc != nil:
-		right = j.sides[1].of(row.doc)
-	default:
-		right = decodeValue(row.Value, row.Text)
+	if ok {
+		right = row.decoded()
 	}
 	left := j.sides[0].record(&rec)
-	o, err := selectJoinOutput(j.p.Select, &j.in, &j.env, j.joined, rec, left, right)
-	if err != nil {
-		return err
+	// joined holds left and right between records: left is mostly the
+	// same *lazyObject (j.sides[0]'s), written again only when it is not.
+	// What the map keeps from the last record is held by the join anyway
+	// (its scratch side, the state's row).
+	if lo, isObj := left.(*lazyObject); !isObj || lo != j.lastLeft {
+		j.joined["left"], j.lastLeft = left, lo
 	}
+	j.joined["right"] = right
+	j.in = expression.Input{Value: j.joined, Key: rec.Key, Timestamp: rec.Timestamp}
+	j.env.Reset(&j.in)
+	value, err := j.selectValue()
+	if err != nil {
+		var ee *expression.EvalError
+		if errors.As(err, &ee) {
+			return EvalRecordError(err)
+		}
+		return resultError(j.p.Select, "select", "is not JSON: "+err.Error())
+	}
+	o := rec
+	o.Value = value
+	o.Format = runtime.FormatJSON
 	return out.Collect(o)
+}
+
+// tableJoinSlabBytes is the size of the blocks the table join writes its
+// output values into (tableJoinSlab).
+const tableJoinSlabBytes = 16 << 10
+
+// selectValue evaluates select on j.env and returns its result's JSON, as
+// selectJSON does, written into j.slab: the output values of about a
+// hundred records share one allocation instead of one each. A value is
+// its own slice of the block (capacity its length, so an append to it
+// copies), never written again; a result that does not fit what is left
+// of the block gets its own allocation from EvalJSON.
+func (j *TableJoin) selectValue() ([]byte, error) {
+	if cap(j.slab)-len(j.slab) < selectJSONHint {
+		j.slab = make([]byte, 0, tableJoinSlabBytes)
+	}
+	free := j.slab[len(j.slab):]
+	b, _, _, err := j.p.Select.Program().EvalJSON(free, &j.env)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > 0 && cap(b) == cap(free) && &b[:1][0] == &free[:1][0] {
+		j.slab = j.slab[:len(j.slab)+len(b)]
+		return b[:len(b):len(b)], nil
+	}
+	return b, nil
 }

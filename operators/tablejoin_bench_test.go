@@ -3,6 +3,7 @@ package operators
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/kstreamd/kstreamd/runtime"
@@ -12,8 +13,56 @@ import (
 // table-join bench scenario runs it: 10,000 keys, every 8th record a table
 // row ({"amount": n}, an aggregate's +U) and the others stream records of
 // the bench's 100-byte shape, select {"id", "amount", "last"}; per op one
-// record, on Pebble.
+// record, on Pebble. A key here gets either table rows or stream records,
+// never both, so every stream record joins null (see
+// BenchmarkTableJoinLatestMatched).
 func BenchmarkTableJoinLatest(b *testing.B) {
+	recs := make([]runtime.Record, 80_000)
+	sides := make([]int, len(recs))
+	for i := range recs {
+		recs[i], sides[i] = tableJoinBenchRecord(i, (i*7919)%tableJoinBenchKeys)
+	}
+	benchTableJoin(b, nil, recs, sides)
+}
+
+// BenchmarkTableJoinLatestMatched is BenchmarkTableJoinLatest with the
+// keys drawn at random (as the bench scenario's generator draws them) and
+// a row for every key written first: nearly every stream record joins a
+// row, as in the scenario after its first records.
+func BenchmarkTableJoinLatestMatched(b *testing.B) {
+	rng := rand.New(rand.NewPCG(12, 34))
+	pre := make([]runtime.Record, tableJoinBenchKeys)
+	for k := range pre {
+		pre[k], _ = tableJoinBenchRecord(0, k)
+	}
+	recs := make([]runtime.Record, 80_000)
+	sides := make([]int, len(recs))
+	for i := range recs {
+		recs[i], sides[i] = tableJoinBenchRecord(i, rng.IntN(tableJoinBenchKeys))
+	}
+	benchTableJoin(b, pre, recs, sides)
+}
+
+// tableJoinBenchKeys is the number of keys of the table join benchmarks.
+const tableJoinBenchKeys = 10_000
+
+// tableJoinBenchRecord returns record i of the table join benchmarks, of
+// key k, and its input (1: a table row, every 8th; 0: a stream record).
+func tableJoinBenchRecord(i, k int) (runtime.Record, int) {
+	key := fmt.Sprintf("key-%d", k)
+	if i%8 == 0 {
+		return runtime.Record{Key: []byte(key), Value: fmt.Appendf(nil, `{"amount":%d}`, i%1000), Change: runtime.ChangeUpdateAfter}, 1
+	}
+	v := fmt.Appendf(nil, `{"id":%d,"key":"%s","shape":"circle","amount":%d,"note":"`, i, key, i%1000)
+	for len(v) < 98 {
+		v = append(v, 'x')
+	}
+	return runtime.Record{Key: []byte(key), Value: append(v, `"}`...)}, 0
+}
+
+// benchTableJoin runs the table join benchmark: the table records pre
+// (input 1) untimed, then per op the next of recs on its input sides[n].
+func benchTableJoin(b *testing.B, pre, recs []runtime.Record, sides []int) {
 	sel, err := CompileExpression(`{"id": left.id, "amount": left.amount, "last": right == null ? null : right.amount}`)
 	if err != nil {
 		b.Fatal(err)
@@ -28,21 +77,10 @@ func BenchmarkTableJoinLatest(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = op.Close() }()
-	const keys = 10_000
-	recs := make([]runtime.Record, 80_000)
-	sides := make([]int, len(recs))
-	for i := range recs {
-		k := fmt.Sprintf("key-%d", (i*7919)%keys)
-		if i%8 == 0 {
-			recs[i] = runtime.Record{Key: []byte(k), Value: fmt.Appendf(nil, `{"amount":%d}`, i%1000), Change: runtime.ChangeUpdateAfter}
-			sides[i] = 1
-			continue
+	for _, rec := range pre {
+		if err := op.ProcessRecord(ctx, 1, rec); err != nil {
+			b.Fatal(err)
 		}
-		v := fmt.Appendf(nil, `{"id":%d,"key":"%s","shape":"circle","amount":%d,"note":"`, i, k, i%1000)
-		for len(v) < 98 {
-			v = append(v, 'x')
-		}
-		recs[i] = runtime.Record{Key: []byte(k), Value: append(v, `"}`...)}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
