@@ -807,7 +807,9 @@ func (a *aggregator) putSeen() bool {
 // max over a changelog input; with state_ttl every one of them expires ttl
 // after its last refresh: a key whose accumulators expired starts again
 // from zero (its maps are cleared), and a count_distinct value is
-// remembered for ttl after its last occurrence.
+// remembered for ttl after its last occurrence. A key whose first record
+// this instance processed reads no map entry of a value it never held
+// (seenFilter, aggregate_seen.go); nothing stored changes.
 //
 // Every of is evaluated before the state is read: a record on which one
 // fails (a missing field, a sum over a string) is a *runtime.RecordError
