@@ -211,6 +211,19 @@ type aggregator struct {
 	// rowLen is the length of the longest row output wrote: the room it
 	// leaves after a row for the next one.
 	rowLen int
+	// seen filters the map entries keys born in this instance wrote, so
+	// that absent values are not read (aggregate_seen.go).
+	seen seenFilter
+}
+
+// markBorn marks the map-backed accumulators of next, a new key's, as
+// born in generation gen (the filter's at the record's start).
+func (a *aggregator) markBorn(next []aggAccumulator, gen uint64) {
+	for _, i := range a.maps {
+		if i < len(next) {
+			next[i].born = gen
+		}
+	}
 }
 
 func newAggregator(p AggregateParams, changelog bool) aggregator {
@@ -254,6 +267,11 @@ type aggAccumulator struct {
 	// keeps them itself: a window's, which must merge (the aggregate
 	// operator keeps them in a MapState instead).
 	Seen []string `json:"seen,omitempty"`
+	// born is the seenFilter generation in which the key's first record
+	// was folded (0: unknown), set on the map-backed aggregates of the
+	// aggregate operator only. It lives in memory only (the decoded
+	// accumulators the write cache keeps): never written to the state.
+	born uint64
 }
 
 // number is an integer or a double, as expression results are. An integer
@@ -789,7 +807,9 @@ func (a *aggregator) putSeen() bool {
 // max over a changelog input; with state_ttl every one of them expires ttl
 // after its last refresh: a key whose accumulators expired starts again
 // from zero (its maps are cleared), and a count_distinct value is
-// remembered for ttl after its last occurrence.
+// remembered for ttl after its last occurrence. A key whose first record
+// this instance processed reads no map entry of a value it never held
+// (seenFilter, aggregate_seen.go); nothing stored changes.
 //
 // Every of is evaluated before the state is read: a record on which one
 // fails (a missing field, a sum over a string) is a *runtime.RecordError
@@ -799,6 +819,10 @@ type Aggregate struct {
 	acc  state.ValueState[[]aggAccumulator]
 	sets []state.MapState[string, []byte] // one per aggregator.maps
 	in   []aggInput                       // a record's inputs (scratch)
+	// sums are the filter's hashes of a record's map entries, where
+	// tracked says the key's entries are added to the filter (scratch).
+	sums    []uint64
+	tracked []bool
 }
 
 // NewAggregate returns the aggregate function of params p (checked by
@@ -818,6 +842,7 @@ func (f *Aggregate) Open(ctx OpenContext) error {
 	}
 	f.acc = acc
 	f.sets = nil
+	f.seen.reset()
 	for _, i := range f.maps {
 		m, err := state.GetMapState(ctx.Backend, f.setDescriptor(i))
 		if err != nil {
@@ -843,6 +868,10 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 		return err
 	}
 	steps := make([]aggMapStep, len(f.maps))
+	if len(f.sums) != len(f.maps) {
+		f.sums, f.tracked = make([]uint64, len(f.maps)), make([]bool, len(f.maps))
+	}
+	gen := f.seen.gen // the generation at the record's start (see bornIn)
 	for j := range f.maps {
 		if !found && f.ttl != nil {
 			if err := f.sets[j].Clear(); err != nil { // values of an expired run of the key
@@ -850,9 +879,19 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 			}
 		}
 		k := f.mapKey(f.maps[j], in)
-		v, present, err := f.sets[j].Get(k)
-		if err != nil {
-			return err
+		var v []byte
+		var present bool
+		born := found && bornIn(cur, f.maps[j], gen)
+		if f.tracked[j] = born || !found; f.tracked[j] {
+			f.sums[j] = f.seen.sum(rec.Key, j, k)
+		}
+		// A new key's maps are empty, and a key born in gen holds only
+		// entries the filter has (aggregate_seen.go).
+		if found && (!born || f.seen.has(f.sums[j])) {
+			v, present, err = f.sets[j].Get(k)
+			if err != nil {
+				return err
+			}
 		}
 		steps[j] = f.mapStep(j, in, cur, v, present, retract)
 		if steps[j].rescan {
@@ -886,6 +925,9 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 		v, put, remove := f.mapWrite(j, st)
 		switch {
 		case put:
+			if f.tracked[j] {
+				f.seen.add(f.sums[j])
+			}
 			err = f.sets[j].Put(st.key, v)
 		case remove:
 			err = f.sets[j].Remove(st.key)
@@ -893,6 +935,9 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 		if err != nil {
 			return err
 		}
+	}
+	if !found {
+		f.markBorn(next, gen)
 	}
 	if err := f.acc.Update(next); err != nil {
 		return err
@@ -924,6 +969,7 @@ func (f *AsyncAggregate) Open(ctx AsyncOpenContext) error {
 	}
 	f.acc = acc
 	f.sets = nil
+	f.seen.reset()
 	for _, i := range f.maps {
 		m, err := state.GetAsyncMapState(ctx.AEC, f.setDescriptor(i))
 		if err != nil {
@@ -950,11 +996,25 @@ func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, o
 			return state.CompletedVoidFuture(), nil
 		}
 		gets := make([]state.StateFuture[state.Optional[[]byte]], len(f.maps))
+		gen := f.seen.gen // the generation at the record's start (see bornIn)
+		sums, tracked := make([]uint64, len(f.maps)), make([]bool, len(f.maps))
 		for j, i := range f.maps {
 			if !cur.OK && f.ttl != nil {
 				f.sets[j].AsyncClear() // ordered before the read below; its failure fails the record
 			}
-			gets[j] = f.sets[j].AsyncGet(f.mapKey(i, in))
+			k := f.mapKey(i, in)
+			born := cur.OK && bornIn(cur.Value, i, gen)
+			if tracked[j] = born || !cur.OK; tracked[j] {
+				sums[j] = f.seen.sum(head.key, j, k)
+			}
+			// A new key's maps are empty (with state_ttl once cleared: the
+			// read stays, after the clear), and a key born in gen holds
+			// only entries the filter has (aggregate_seen.go).
+			if (!cur.OK && f.ttl == nil) || (born && !f.seen.has(sums[j])) {
+				gets[j] = state.CompletedFuture(state.Optional[[]byte]{})
+				continue
+			}
+			gets[j] = f.sets[j].AsyncGet(k)
 		}
 		return state.ThenCompose(state.CombineAll(gets), func(vals []state.Optional[[]byte]) (state.StateFuture[state.Void], error) {
 			steps := make([]aggMapStep, len(f.maps))
@@ -988,10 +1048,16 @@ func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, o
 					for j, st := range steps {
 						switch v, put, remove := f.mapWrite(j, st); {
 						case put:
+							if tracked[j] {
+								f.seen.add(sums[j])
+							}
 							writes = append(writes, f.sets[j].AsyncPut(st.key, v))
 						case remove:
 							writes = append(writes, f.sets[j].AsyncRemove(st.key))
 						}
+					}
+					if !cur.OK {
+						f.markBorn(next, gen)
 					}
 					writes = append(writes, f.acc.AsyncUpdate(next))
 				}

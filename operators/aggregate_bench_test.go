@@ -73,3 +73,90 @@ func BenchmarkAggregateNexmarkQ17(b *testing.B) {
 	b.StopTimer()
 	drain()
 }
+
+// BenchmarkAggregateNexmarkQ16 is the aggregate of Nexmark q16
+// (configs/nexmark/q16.yaml: fifteen aggregates per channel and day, eight
+// of them count_distinct over bidders and auctions, each with its
+// MapState) on Pebble with the write cache, over bids of one day: half of
+// them to 4 hot channels, half to 2,000 others, bidders of 100,000 and
+// auctions of 50,000, so that most count_distinct values are new to their
+// key. A checkpoint every 16,384 bids flushes the write cache into Pebble
+// as the job's checkpoints do. The output is drained as a task's channel
+// is: the operator's cost per bid, without Kafka and the map after it.
+func BenchmarkAggregateNexmarkQ16(b *testing.B) {
+	compiled := func(src string) Expression {
+		e, err := CompileExpression(src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return e
+	}
+	specs := []AggregateSpec{
+		{Name: "channel", Fn: AggFirst, Of: compiled("bid.channel")},
+		{Name: "day", Fn: AggFirst, Of: compiled("string(timestamp(bid.dateTime / 1000)).substring(0, 10)")},
+		{Name: "last_time", Fn: AggMax, Of: compiled("bid.dateTime")},
+		{Name: "total_bids", Fn: AggCount},
+		{Name: "rank1_bids", Fn: AggSum, Of: compiled("bid.price < 10000 ? 1 : 0")},
+		{Name: "rank2_bids", Fn: AggSum, Of: compiled("bid.price >= 10000 && bid.price < 1000000 ? 1 : 0")},
+		{Name: "rank3_bids", Fn: AggSum, Of: compiled("bid.price >= 1000000 ? 1 : 0")},
+	}
+	for _, of := range []string{"bidder", "auction"} {
+		specs = append(specs,
+			AggregateSpec{Name: "total_" + of, Fn: AggCountDistinct, Of: compiled("bid." + of)},
+			AggregateSpec{Name: "rank1_" + of, Fn: AggCountDistinct, Of: compiled("bid.price < 10000 ? bid." + of + " : -1")},
+			AggregateSpec{Name: "rank2_" + of, Fn: AggCountDistinct, Of: compiled("bid.price >= 10000 && bid.price < 1000000 ? bid." + of + " : -1")},
+			AggregateSpec{Name: "rank3_" + of, Fn: AggCountDistinct, Of: compiled("bid.price >= 1000000 ? bid." + of + " : -1")})
+	}
+	p := AggregateParams{Emit: EmitEveryUpdate, Aggregates: specs}
+	rng := rand.New(rand.NewPCG(16, 1))
+	recs := make([]runtime.Record, 1<<16)
+	for i := range recs {
+		channel := []string{"Google", "Facebook", "Baidu", "Apple"}[rng.IntN(4)]
+		if rng.IntN(2) == 0 {
+			channel = fmt.Sprint("channel-", rng.IntN(2000))
+		}
+		v := fmt.Sprintf(`{"event_type":2,"person":null,"auction":null,"bid":{"auction":%d,"bidder":%d,"price":%d,"channel":%q,"url":"https://www.nexmark.com/abc/def/item.htm?query=1","dateTime":%d,"extra":"xyzxyzxyz"}}`,
+			1000+rng.IntN(50_000), 2000+rng.IntN(100_000), rng.IntN(2_000_000), channel, 1_700_000_000_000+int64(i)*100)
+		recs[i] = runtime.Record{Key: []byte(channel + "|2023-11-14"), Value: []byte(v)}
+	}
+	ch := runtime.NewChannel(1024)
+	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+	op := NewKeyedProcessOperator(OpenContext{Operator: "op", Parallelism: 1}, opener(state.KindPebble, b.TempDir()), nil, NewAggregate(p, false), out)
+	ctx := context.Background()
+	if err := op.Open(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer op.Close()
+	drain := func() {
+		for {
+			select {
+			case <-ch:
+			default:
+				return
+			}
+		}
+	}
+	chk := int64(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := op.ProcessRecord(ctx, 0, recs[i%len(recs)]); err != nil {
+			b.Fatal(err)
+		}
+		if i%256 == 255 {
+			drain()
+		}
+		if i%16384 == 16383 {
+			chk++
+			finish, err := op.SnapshotState(ctx, &runtime.Barrier{CheckpointID: chk, Dir: b.TempDir()})
+			if err == nil {
+				_, err = finish(ctx)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	drain()
+}
