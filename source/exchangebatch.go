@@ -16,6 +16,9 @@ type exchangeReader struct {
 	rec     runtime.ExchangeBatchRecord
 	kr      kgo.Record
 	headers []kgo.RecordHeader
+	// inBatch is true while emitData emits a record of an exchange batch:
+	// decode then skips the format's JSON check (trustsBatchJSON).
+	inBatch bool
 }
 
 // emitFetched emits a fetched record: a repartition source's (Config.Upstream)
@@ -59,10 +62,34 @@ func (s *KafkaSource) emitFetched(ctx context.Context, r *kgo.Record) error {
 		if x.kr.Timestamp.IsZero() {
 			x.kr.Timestamp = r.Timestamp
 		}
-		if err := s.emitData(ctx, &x.kr); err != nil {
+		x.inBatch = true
+		err = s.emitData(ctx, &x.kr)
+		x.inBatch = false
+		if err != nil {
 			return err
 		}
 	}
+}
+
+// trustsBatchJSON reports whether decode skips the JSON check of the
+// record being emitted: a record of an exchange batch (emitFetched) read by
+// a source whose format's check is the JSON check only (checkedJSON: the
+// json format, or a Decoder that is a JSONChecker, whose Decode of a valid
+// JSON value only marks it runtime.FormatJSON). Such a record's value was
+// checked once already, upstream: an exchange batch is written only by a
+// kstreamd repartition sink (a repartition topic is kstreamd's own, and
+// only a repartition source, Config.Upstream, reads batches), and the
+// repartition source inherits the format of the job source its records
+// come from (graph.Split), whose check each value passed, or an operator
+// of the upstream stage made the value from JSON it encoded itself; in a
+// single process the same record would reach the downstream operators
+// with no check either. Kafka Streams and Flink likewise never validate
+// their own internal exchange again. A record of the format before
+// batches (one Kafka record each, from a kstreamd not yet upgraded) is
+// checked as before, and so is every record of a job's own input topics,
+// whose sources read no batch.
+func (s *KafkaSource) trustsBatchJSON(n int) bool {
+	return s.exchange.inBatch && s.checkedJSON(n, runtime.FormatJSON)
 }
 
 // isExchangeBatch reports whether r is an exchange batch

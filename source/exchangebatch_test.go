@@ -54,14 +54,25 @@ func exchangeBatchRecord(value []byte) *kgo.Record {
 // headers" and the error Run returned, if it ended.
 func runExchangeSource(t *testing.T, opts []kgo.Opt, upstream []string, n int) ([]string, error) {
 	t.Helper()
+	return runExchangeSourceWith(t, opts, upstream, n, nil)
+}
+
+// runExchangeSourceWith is runExchangeSource with the source's Config
+// changed by set (if not nil).
+func runExchangeSourceWith(t *testing.T, opts []kgo.Opt, upstream []string, n int, set func(*Config)) ([]string, error) {
+	t.Helper()
 	ch := runtime.NewChannel(64)
-	src := New(Config{
+	cfg := Config{
 		Name: "repartition.1", Topic: "rep", Partitions: 1, Subtask: 0, Parallelism: 1, Only: []int32{0},
 		Upstream: upstream, Changelog: true,
 		ClientOpts: opts, Responder: &snapRecorder{snap: make(chan runtime.TaskSnapshot, 1)}, Format: FormatJSON,
 		Output: runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{})),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	if set != nil {
+		set(&cfg)
+	}
+	src := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

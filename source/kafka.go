@@ -292,7 +292,10 @@ type Decoder interface {
 // format does (connector.JSONFormat): when ChecksJSON returns true, every
 // value its Decode leaves with runtime.FormatJSON (and no error) is known
 // to be valid JSON, so the source marks it so (runtime.ValidJSON) and the
-// operators of the chain do not check it again.
+// operators of the chain do not check it again. Its Decode of a valid JSON
+// value must do nothing but mark it runtime.FormatJSON: a repartition
+// source does not call it for the records of an exchange batch, which were
+// checked upstream (trustsBatchJSON).
 type JSONChecker interface {
 	ChecksJSON() bool
 }
@@ -1389,6 +1392,8 @@ func (s *KafkaSource) decode(ctx context.Context, rec *runtime.Record) (reason, 
 		return ReasonTooLarge, fmt.Sprintf("%d bytes, limit %d", len(rec.Value), s.cfg.MaxRecordBytes), nil
 	}
 	switch {
+	case s.trustsBatchJSON(len(rec.Value)):
+		rec.Format = runtime.FormatJSON // what the format's check would have left
 	case s.cfg.Decoder != nil:
 		// Through the subtask's scratch record: rec itself handed to an
 		// interface method would escape to the heap, once per record.
