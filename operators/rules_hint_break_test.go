@@ -167,3 +167,40 @@ func TestRulesKeyHintChurnReturnsToLiveKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestRulesKeyHintRecreatedBetweenCheckpoints: within one checkpoint
+// interval a key's summary is removed (its slice expires) and created
+// again, and another key's is removed and not created again; the
+// checkpoint then holds the re-created key only, and after the restore
+// the hint holds exactly it: its next copy counts 2 (exact alert), the
+// removed key's next copy starts over (no alert). Both backends, 1 -> 2
+// subtasks.
+func TestRulesKeyHintRecreatedBetweenCheckpoints(t *testing.T) {
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			g := newRulesRig(t, kind, 1, RuleTimeProcessing, nil, nil)
+			g.rule("c", hintRuleC, 0)
+			checkAlerts(t, g, "first copies", sendRound(g, 0, 2, 10_000, 0, 1))
+			_ = snapshotRules(t, g, 1) // a checkpoint with g0 and g1
+			g.watermark(11_001)        // both summaries go
+			if s, h := hintKeys(t, g); s != 0 || h != 0 {
+				t.Fatalf("after the expiry: %d keys with a summary, %d hashes, want 0 and 0", s, h)
+			}
+			checkAlerts(t, g, "g0 again", sendRound(g, 0, 1, 12_000, 100, 1)) // g0 re-created
+			checkKeyHints(t, g)
+			rs, err := g.router.SnapshotBroadcastState()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g = newRulesRig(t, kind, 2, RuleTimeProcessing, snapshotRules(t, g, 2), rs)
+			checkKeyHints(t, g)
+			if s, h := hintKeys(t, g); s != 1 || h != 1 {
+				t.Fatalf("after the restore: %d keys with a summary, %d hashes, want 1 and 1", s, h)
+			}
+			g.send(modelRec{id: 200, ts: 12_500, g: "g0", amount: "1"})
+			g.send(modelRec{id: 201, ts: 12_500, g: "g1", amount: "1"})
+			checkAlerts(t, g, "after the restore", []string{`c {"g":"g0"} 2 11500..12500 tx200`})
+			checkKeyHints(t, g)
+		})
+	}
+}
