@@ -350,6 +350,10 @@ func TestRulesMigratesBucketState(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := newRulesRig(t, kind, 1, RuleTimeProcessing, snapshotRules(t, g, 1), routerState)
+			checkKeyHints(t, h) // the migrated keys hold a summary: the hint knows them
+			if n := len(h.fns[0].win.hint.n); n != 3 {
+				t.Fatalf("key hint holds %d hashes after the migration, want 3 (s, m, d of g0)", n)
+			}
 			if got, want := h.entries(), map[string]int{"s": 2, "m": 2, "d": 2}; !maps.Equal(got, want) {
 				t.Fatalf("slices after the migration %v, want %v", got, want)
 			}
