@@ -17,11 +17,13 @@ import (
 // A key whose hash has a count may hold one (two keys can share a hash),
 // and is read as before, so the hint never hides a summary as long as
 // every summary written or removed while it is on goes through add and
-// remove, which ruleWin does on its load/flush transitions. Bulk paths
-// that visit keys without load (removeState, migrateBuckets) run with the
-// hint off and rebuild it afterwards from the state itself, as Open does
-// after a restore: the hint is never checkpointed. It costs about 20 bytes
-// of heap per key held.
+// remove, which ruleWin does on its load/flush transitions. removeState
+// (rule delete, delete_all, group_by change) keeps the hint on and updates
+// it through clearKey; migrateBuckets runs with the hint off, and Open
+// rebuilds the hint afterwards from the state itself, as it does after a
+// restore: the hint is never checkpointed. It costs about 20 bytes of heap
+// per key held; Go maps do not shrink, so after a key churn its memory
+// stays at the peak until the next Open.
 type ruleKeyHint struct {
 	seed maphash.Seed
 	n    map[uint64]uint32
