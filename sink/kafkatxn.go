@@ -218,23 +218,77 @@ type KafkaTxnCommitter struct {
 	// beginErr is the error of the last BeginTransaction when it failed
 	// (nil once one succeeds): the cause ErrNoOpenTransaction carries.
 	beginErr error
-	// recs is the unused rest of the slab the next produced kgo.Records
-	// are taken from (newRecord).
-	recs []kgo.Record
+	// slab is the slab the next produced kgo.Records are taken from
+	// (newRecord), from its record next on; nil before the first.
+	slab *recSlab
+	next int
+	// free are slabs every record of which franz-go finished (their
+	// promises ran), for newRecord to reuse; see recSlab. reused counts
+	// the slabs taken from it.
+	free   chan *recSlab
+	reused int
 	// xb are a repartition sink's exchange batches of the open
 	// transaction (batches); nil before the first write and for other
 	// sinks.
 	xb *exchangeBatches
 }
 
-// recordSlab is how many kgo.Records newRecord allocates at once: one
-// allocation per 128 records (about 20 KiB, a small-object size class)
-// instead of one per record, in memory that was just zeroed and is still
-// in the CPU's cache when the records are filled. (Recycling the records
-// of finished promises through a sync.Pool instead cost more: a recycled
-// record is cold by the time it is reused, and franz-go's first touch of
-// it, in Produce, missed the cache on nearly every record.)
+// recordSlab is how many kgo.Records a recSlab holds: one allocation per
+// 128 records (about 20 KiB, a small-object size class) instead of one per
+// record, and reused once finished. (Recycling single records of finished
+// promises through a sync.Pool instead cost more: a recycled record is
+// cold by the time it is reused, and franz-go's first touch of it, in
+// Produce, missed the cache on nearly every record.)
 const recordSlab = 128
+
+// freeSlabs is how many finished slabs a committer keeps for reuse (about
+// 1.3 MiB of records, zeroed: they hold no key or value); a slab finished
+// while that many wait is left to the garbage collector.
+const freeSlabs = 64
+
+// recSlab is recordSlab kgo.Records that newRecord hands out in turn,
+// reused as a whole once franz-go finished every one of them: a record's
+// produce promise (txnSlot.promise, on a franz-go goroutine, after which
+// franz-go no longer reads or writes the record) zeroes it, so that it
+// keeps no key or value alive, and counts it in finished; the promise
+// that finishes the last record puts the slab in its committer's free
+// list. A record is never handed out again before its own promise ran,
+// so a record franz-go still buffers, sends or retries keeps its key,
+// value and headers (TestRecordSlabReusedOnlyOnceFinished). Every record
+// carries its slab in kgo.Record.Context (franz-go's field for passing
+// data to the promise), which is how the promise finds it: a context that
+// is never done, so the records are cancelled as before, through the
+// Produce context franz-go checks first.
+type recSlab struct {
+	recs     [recordSlab]kgo.Record
+	finished atomic.Int32
+	free     chan *recSlab
+}
+
+// Deadline implements context.Context: none.
+func (*recSlab) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done implements context.Context: never done.
+func (*recSlab) Done() <-chan struct{} { return nil }
+
+// Err implements context.Context: nil, never done.
+func (*recSlab) Err() error { return nil }
+
+// Value implements context.Context: no values.
+func (*recSlab) Value(any) any { return nil }
+
+// release is the end of record r of the slab, called by its produce
+// promise once nothing reads it any more: r is zeroed, and the slab goes
+// to the free list with its last record.
+func (sl *recSlab) release(r *kgo.Record) {
+	*r = kgo.Record{}
+	if sl.finished.Add(1) == recordSlab {
+		select {
+		case sl.free <- sl:
+		default: // enough wait: the garbage collector's
+		}
+	}
+}
 
 type slotState int
 
@@ -281,16 +335,30 @@ type txnSlot struct {
 }
 
 // newRecord returns a zero kgo.Record of the committer's current slab,
-// allocating the next slab when it is used up. A slab stays reachable
-// until franz-go finished every record of it; nothing writes a record
-// after handing it to franz-go.
+// its Context the slab, taking the next slab when it is used up: a
+// finished one from the free list, else a new one (recSlab). Nothing
+// writes a record after handing it to franz-go until its promise.
 func (k *KafkaTxnCommitter) newRecord() *kgo.Record {
-	if len(k.recs) == 0 {
-		k.recs = make([]kgo.Record, recordSlab)
+	if k.slab == nil || k.next == recordSlab {
+		k.slab, k.next = k.takeSlab(), 0
 	}
-	r := &k.recs[0]
-	k.recs = k.recs[1:]
+	r := &k.slab.recs[k.next]
+	k.next++
+	r.Context = k.slab
 	return r
+}
+
+// takeSlab returns a finished slab of the free list, its records zero,
+// or a new one.
+func (k *KafkaTxnCommitter) takeSlab() *recSlab {
+	select {
+	case sl := <-k.free:
+		sl.finished.Store(0)
+		k.reused++
+		return sl
+	default:
+		return &recSlab{free: k.free}
+	}
 }
 
 // NewKafkaTxnCommitter returns the committer of one sink subtask; its
@@ -299,7 +367,7 @@ func NewKafkaTxnCommitter(cfg KafkaTxnConfig) *KafkaTxnCommitter {
 	if cfg.PoolSize <= 0 {
 		cfg.PoolSize = DefaultPoolSize
 	}
-	k := &KafkaTxnCommitter{cfg: cfg}
+	k := &KafkaTxnCommitter{cfg: cfg, free: make(chan *recSlab, freeSlabs)}
 	for i := 0; i < cfg.PoolSize; i++ {
 		s := &txnSlot{index: i, id: TransactionalID(cfg.TransactionalIDPrefix, cfg.Subtask, i)}
 		s.promise = func(r *kgo.Record, err error) { k.finished(s, r, err) }
@@ -558,7 +626,8 @@ func (k *KafkaTxnCommitter) produce(ctx context.Context, s *txnSlot, kr *kgo.Rec
 }
 
 // finished is the produce promise of slot s: it records the first failure
-// and the first acknowledged offset of the open transaction.
+// and the first acknowledged offset of the open transaction, then
+// releases r to its slab, if it has one (newRecord's records).
 func (k *KafkaTxnCommitter) finished(s *txnSlot, r *kgo.Record, err error) {
 	switch {
 	case err != nil:
@@ -575,6 +644,9 @@ func (k *KafkaTxnCommitter) finished(s *txnSlot, r *kgo.Record, err error) {
 			s.ackedOnce.Store(true)
 		}
 		s.mu.Unlock()
+	}
+	if sl, ok := r.Context.(*recSlab); ok {
+		sl.release(r)
 	}
 }
 

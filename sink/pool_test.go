@@ -23,13 +23,23 @@ import (
 // written, each once, and the committable must carry the first
 // acknowledged offset (recorded by the promise). The end-to-end latency histogram gets one sample per record,
 // from its source timestamp (kept as Unix nanoseconds) to the commit.
+// Slabs are reused once every record of theirs finished (recSlab): with
+// a producer buffer of 16 records a slab's records are all finished long
+// before the next slab is needed; with 4 slabs' worth buffered, records of
+// several slabs are in flight at once when a finished slab is reused.
 func TestPooledRecordsReachTheBrokerIntact(t *testing.T) {
+	for _, buffered := range []int{16, 4 * recordSlab} {
+		t.Run(fmt.Sprintf("buffered=%d", buffered), func(t *testing.T) { testPooledRecords(t, buffered) })
+	}
+}
+
+func testPooledRecords(t *testing.T, buffered int) {
 	opts := newCluster(t)
 	logger, _ := testLogger()
 	m, reg := newMetrics(t)
 	k := NewKafkaTxnCommitter(KafkaTxnConfig{
 		Name: "out", Topic: testTopic, TransactionalIDPrefix: "pool", PoolSize: 3, TransactionTimeout: time.Minute,
-		ClientOpts: append(slices.Clip(opts), kgo.ProducerBatchMaxBytes(512), kgo.MaxBufferedRecords(16)), Metrics: m, Logger: logger,
+		ClientOpts: append(slices.Clip(opts), kgo.ProducerBatchMaxBytes(512), kgo.MaxBufferedRecords(buffered)), Metrics: m, Logger: logger,
 	})
 	defer k.Close()
 	ctx := context.Background()
@@ -88,6 +98,9 @@ func TestPooledRecordsReachTheBrokerIntact(t *testing.T) {
 	if !found {
 		t.Fatal("no kstreamd_sink_end_to_end_latency_seconds")
 	}
+	if k.reused == 0 {
+		t.Fatalf("no record slab was reused in %d records (%d slabs): the test does not cover reuse", txns*perTxn, txns*perTxn/recordSlab)
+	}
 	var got []string
 	for _, r := range testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second) {
 		v := string(r.Value)
@@ -115,7 +128,7 @@ func TestNewRecordSlab(t *testing.T) {
 		seen[r] = true
 		r.Value = []byte("v") // as Write fills it
 	}
-	k.recs = nil
+	k.slab = nil
 	allocs := testing.AllocsPerRun(10, func() {
 		for range recordSlab {
 			k.newRecord()
@@ -123,6 +136,60 @@ func TestNewRecordSlab(t *testing.T) {
 	})
 	if allocs != 1 {
 		t.Fatalf("%v allocations per %d records, want 1 (the slab)", allocs, recordSlab)
+	}
+}
+
+// TestRecordSlabReusedOnlyOnceFinished: newRecord's slab of recordSlab
+// records is handed out again only after the produce promise of every one
+// of its records ran (franz-go no longer holds any of them): until then
+// a record keeps the key and value written into it, and newRecord takes
+// a new slab. The promise zeroes its record (no key or value kept alive);
+// the next slab after the last promise is the finished one, its records
+// zero.
+func TestRecordSlabReusedOnlyOnceFinished(t *testing.T) {
+	k := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p"})
+	s := k.slots[0]
+	fill := func(n int) []*kgo.Record { // n records as Write fills them
+		rs := make([]*kgo.Record, n)
+		for i := range rs {
+			rs[i] = k.newRecord()
+			rs[i].Key, rs[i].Value, rs[i].Topic = []byte("k"), fmt.Appendf(nil, "v%d", i), testTopic
+		}
+		return rs
+	}
+	a := fill(recordSlab)
+	slabA := k.slab
+	for _, r := range a {
+		if r.Context != context.Context(slabA) {
+			t.Fatalf("record %p carries context %v, want its slab", r, r.Context)
+		}
+	}
+	fill(1) // the next slab
+	for _, r := range a[:recordSlab-1] {
+		s.promise(r, nil)
+	}
+	if a[0].Value != nil || a[0].Key != nil || a[0].Context != nil {
+		t.Fatalf("finished record not zeroed: %+v", a[0])
+	}
+	last := a[recordSlab-1]
+	fill(recordSlab) // the rest of the second slab, then a third
+	if k.slab == slabA || k.reused != 0 {
+		t.Fatalf("slab reused (%d) while one of its records is not finished", k.reused)
+	}
+	if string(last.Value) != fmt.Sprintf("v%d", recordSlab-1) || string(last.Key) != "k" {
+		t.Fatalf("unfinished record changed: %+v", last)
+	}
+	s.promise(last, fmt.Errorf("failed")) // a failure finishes it as well
+	fill(recordSlab - 1)                  // the rest of the third slab
+	r := k.newRecord()
+	if k.slab != slabA || r != &slabA.recs[0] || k.reused != 1 {
+		t.Fatalf("after every record finished: slab %p record %p (reused %d), want the finished slab %p again", k.slab, r, k.reused, slabA)
+	}
+	if r.Key != nil || r.Value != nil || r.Offset != 0 || r.Topic != "" {
+		t.Fatalf("reused record not zero: %+v", r)
+	}
+	if err := s.err(); err == nil {
+		t.Fatal("the failure a promise reported was lost")
 	}
 }
 
@@ -180,7 +247,7 @@ func TestKafkaRecordDoesNotAllocate(t *testing.T) {
 	k := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p"})
 	rec := runtime.Record{Key: []byte("k"), Value: []byte("v"), Timestamp: time.UnixMilli(5)}
 	var kr *kgo.Record
-	k.recs = make([]kgo.Record, 200)
+	k.slab, k.next = &recSlab{free: k.free}, 0 // room for the 101 records below
 	allocs := testing.AllocsPerRun(100, func() {
 		var err error
 		if kr, err = k.kafkaRecord(ctx, rec); err != nil {
