@@ -27,13 +27,18 @@ import (
 // a producer buffer of 16 records a slab's records are all finished long
 // before the next slab is needed; with 4 slabs' worth buffered, records of
 // several slabs are in flight at once when a finished slab is reused.
+// With CopyValues the caller writes every value into one buffer, which it
+// overwrites after each Write: the committer's copies (in the slabs'
+// value buffers, reused with them) must reach the broker unchanged.
 func TestPooledRecordsReachTheBrokerIntact(t *testing.T) {
 	for _, buffered := range []int{16, 4 * recordSlab} {
-		t.Run(fmt.Sprintf("buffered=%d", buffered), func(t *testing.T) { testPooledRecords(t, buffered) })
+		for _, lent := range []bool{false, true} {
+			t.Run(fmt.Sprintf("buffered=%d/lent=%v", buffered, lent), func(t *testing.T) { testPooledRecords(t, buffered, lent) })
+		}
 	}
 }
 
-func testPooledRecords(t *testing.T, buffered int) {
+func testPooledRecords(t *testing.T, buffered int, lent bool) {
 	opts := newCluster(t)
 	logger, _ := testLogger()
 	m, reg := newMetrics(t)
@@ -42,6 +47,10 @@ func testPooledRecords(t *testing.T, buffered int) {
 		ClientOpts: append(slices.Clip(opts), kgo.ProducerBatchMaxBytes(512), kgo.MaxBufferedRecords(buffered)), Metrics: m, Logger: logger,
 	})
 	defer k.Close()
+	if lent && !k.CopyValues() {
+		t.Fatal("CopyValues() = false for a committer without encoder or partitioner")
+	}
+	var buf []byte // the lent values' one buffer
 	ctx := context.Background()
 	const txns, perTxn = 3, 1500
 	var want []string
@@ -57,8 +66,15 @@ func testPooledRecords(t *testing.T, buffered int) {
 			want = append(want, v)
 			rec := runtime.Record{Key: []byte("k" + v), Value: []byte(v), Timestamp: time.UnixMilli(int64(1000 + i)),
 				Headers: []runtime.Header{{Key: "h", Value: []byte("h" + v)}}}
+			if lent {
+				buf = append(buf[:0], v...)
+				rec.Value = buf
+			}
 			if err := k.Write(ctx, rec); err != nil {
 				t.Fatal(err)
+			}
+			if lent {
+				copy(buf, "XXXXXXXXXXXXXXXX") // the caller's next record
 			}
 		}
 		c, err := k.PreCommit(ctx, int64(tx+1))
@@ -143,9 +159,8 @@ func TestNewRecordSlab(t *testing.T) {
 // records is handed out again only after the produce promise of every one
 // of its records ran (franz-go no longer holds any of them): until then
 // a record keeps the key and value written into it, and newRecord takes
-// a new slab. The promise zeroes its record (no key or value kept alive);
-// the next slab after the last promise is the finished one, its records
-// zero.
+// a new slab. The next slab after the last promise is the finished one,
+// its records zero again.
 func TestRecordSlabReusedOnlyOnceFinished(t *testing.T) {
 	k := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p"})
 	s := k.slots[0]
@@ -168,9 +183,6 @@ func TestRecordSlabReusedOnlyOnceFinished(t *testing.T) {
 	for _, r := range a[:recordSlab-1] {
 		s.promise(r, nil)
 	}
-	if a[0].Value != nil || a[0].Key != nil || a[0].Context != nil {
-		t.Fatalf("finished record not zeroed: %+v", a[0])
-	}
 	last := a[recordSlab-1]
 	fill(recordSlab) // the rest of the second slab, then a third
 	if k.slab == slabA || k.reused != 0 {
@@ -190,6 +202,55 @@ func TestRecordSlabReusedOnlyOnceFinished(t *testing.T) {
 	}
 	if err := s.err(); err == nil {
 		t.Fatal("the failure a promise reported was lost")
+	}
+}
+
+// TestCopyValues: a committer without an encoder or a partitioner agrees
+// to copy values, and then its Kafka records' values are copies in the
+// slab's value buffer (no allocation once the buffers are sized), not the
+// caller's bytes; with an encoder or a partitioner it refuses and keeps
+// writing the bytes it gets.
+func TestCopyValues(t *testing.T) {
+	ctx := context.Background()
+	enc := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p", Encode: upperEncoder{}})
+	part := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p", Partition: func([]byte) int32 { return 0 }})
+	if enc.CopyValues() || part.CopyValues() || enc.copyValues || part.copyValues {
+		t.Fatal("a committer with an encoder or a partitioner agreed to copy values")
+	}
+	k := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p"})
+	if !k.CopyValues() {
+		t.Fatal("CopyValues() = false")
+	}
+	if !NewKafkaCommitter("out", k, nil).CopyValues() {
+		t.Fatal("KafkaCommitter.CopyValues() = false over a copying committer")
+	}
+	val := []byte("value-0123456789")
+	var krs []*kgo.Record
+	for i := range 3 * recordSlab {
+		val[6] = byte('a' + i%26)
+		kr, err := k.kafkaRecord(ctx, runtime.Record{Key: []byte("k"), Value: val})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if &kr.Value[0] == &val[0] || string(kr.Value) != string(val) {
+			t.Fatalf("record %d: value %q at %p, want a copy of %q (caller's at %p)", i, kr.Value, &kr.Value[0], val, &val[0])
+		}
+		krs = append(krs, kr)
+	}
+	for i, kr := range krs {
+		if kr.Value[6] != byte('a'+i%26) {
+			t.Fatalf("record %d: value %q changed after later writes", i, kr.Value)
+		}
+	}
+	k.slab, k.next = k.takeSlab(), 0 // a new slab, its value buffer sized by the last one
+	rec := runtime.Record{Key: []byte("k"), Value: val}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := k.kafkaRecord(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per copied value, want 0", allocs)
 	}
 }
 
