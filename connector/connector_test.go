@@ -312,3 +312,40 @@ func TestTwoPhaseCommitSinkWriteDoesNotAllocate(t *testing.T) {
 		t.Fatalf("with a format: err %v, committer got %q (want \"t:v\"), caller's value now %q (want \"v\")", err, f.last, rec.Value)
 	}
 }
+
+// copyingCommitter is a fakeCommitter that is a runtime.ValueCopier
+// answering ok.
+type copyingCommitter struct {
+	fakeCommitter
+	ok     bool
+	copies bool
+}
+
+func (c *copyingCommitter) CopyValues() bool { c.copies = c.ok; return c.ok }
+
+// TestTwoPhaseCommitSinkCopyValues: the sink copies values when its
+// committer does and it has no format; with a format it neither agrees
+// nor switches the committer to copying.
+func TestTwoPhaseCommitSinkCopyValues(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		name      string
+		committer Committer
+		format    Format
+		want      bool
+	}{
+		{"copying committer", &copyingCommitter{ok: true}, nil, true},
+		{"committer refuses", &copyingCommitter{}, nil, false},
+		{"no copier", &fakeCommitter{}, nil, false},
+		{"with a format", &copyingCommitter{ok: true}, prefixFormat{}, false},
+	} {
+		s := NewTwoPhaseCommitSink("kafka", "out", 0, tc.committer, logger).WithFormat(tc.format, "t")
+		var v runtime.ValueCopier = s
+		if got := v.CopyValues(); got != tc.want {
+			t.Errorf("%s: CopyValues() = %v, want %v", tc.name, got, tc.want)
+		}
+		if c, ok := tc.committer.(*copyingCommitter); ok && c.copies != tc.want {
+			t.Errorf("%s: committer switched to copying: %v, want %v", tc.name, c.copies, tc.want)
+		}
+	}
+}

@@ -108,6 +108,18 @@ func (s *TwoPhaseCommitSink) WithFormat(f Format, topic string) *TwoPhaseCommitS
 	return s
 }
 
+// CopyValues implements runtime.ValueCopier: a sink with no format
+// (records written as they are) copies the values its committer copies
+// (a committer that is a runtime.ValueCopier and agreed); one with a
+// format does not (the format's encoder could keep the value it gets).
+func (s *TwoPhaseCommitSink) CopyValues() bool {
+	if s.format != nil {
+		return false
+	}
+	c, ok := s.committer.(runtime.ValueCopier)
+	return ok && c.CopyValues()
+}
+
 // Open implements runtime.Operator: it opens the first transaction.
 func (s *TwoPhaseCommitSink) Open(ctx context.Context) error {
 	return s.committer.BeginTransaction(ctx)

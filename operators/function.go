@@ -15,6 +15,16 @@ type Collector interface {
 	Collect(rec runtime.Record) error
 }
 
+// ValueLender is implemented by the Collector a function gets: LendsValues
+// reports whether the function may write the Value of a record it
+// collected again once Collect returned (everything downstream copies it;
+// see runtime.Output.LendsValues), so one buffer serves every output
+// instead of a new one each. Ask during processing (the first record),
+// not in Open; the answer holds for the run. Not for CollectSide.
+type ValueLender interface {
+	LendsValues() bool
+}
+
 // SideCollector is implemented by the Collector a function gets: it emits
 // to one of the type's side outputs (Factory.SideOutputs; Flink's
 // ctx.output(outputTag, value)). A side output no vertex reads drops the

@@ -322,6 +322,11 @@ func (c *collector) SideOutputRead(output string) bool {
 	return c.out != nil && c.out.HasSideWriters(output)
 }
 
+// LendsValues implements ValueLender: runtime.Output.LendsValues.
+func (c *collector) LendsValues() bool {
+	return c.out != nil && c.out.LendsValues()
+}
+
 func (c *collector) Collect(rec runtime.Record) error {
 	if c.out == nil {
 		return nil

@@ -68,7 +68,18 @@ type ShapePairMatcher struct {
 	updated prometheus.Gauge
 	bad     prometheus.Counter
 	slab    []byte // outBuf's current slab: its bytes up to len are handed out
+	// lends says whether the collector lends values (ValueLender), asked
+	// at the first match: 0 not yet, lendYes or lendNo. With lendYes
+	// every record's matches are built in lent, one buffer reused.
+	lends int8
+	lent  []byte
 }
+
+// ShapePairMatcher.lends.
+const (
+	lendYes int8 = 1 + iota
+	lendNo
+)
 
 // namedRule is a rule with its name, as ProcessElement visits them;
 // plainName reports plainASCII(name), for appendMatchKept.
@@ -287,7 +298,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 	var buf []byte // every match's bytes; each output owns its slice
 	plainValue := false
 	if outBytes > 0 {
-		buf = m.outBuf(outBytes)
+		buf = m.matchBuf(out, outBytes)
 		plainValue = plainASCII(key) && plainItem(rec.Value)
 	}
 	// Each rule in turn: its matches out, then its list changed (in place
@@ -378,6 +389,25 @@ func (m *ShapePairMatcher) outBuf(n int) []byte {
 	at := len(m.slab)
 	m.slab = m.slab[:at+n]
 	return m.slab[at : at : at+n]
+}
+
+// matchBuf returns an empty buffer of capacity at least n for one
+// record's matches: the lent buffer, emptied, when out lends values (the
+// sink copies each match before Collect returns), else outBuf's.
+func (m *ShapePairMatcher) matchBuf(out Collector, n int) []byte {
+	if m.lends == 0 {
+		m.lends = lendNo
+		if l, ok := out.(ValueLender); ok && l.LendsValues() {
+			m.lends = lendYes
+		}
+	}
+	if m.lends != lendYes {
+		return m.outBuf(n)
+	}
+	if cap(m.lent) < n {
+		m.lent = make([]byte, 0, max(n, 2*cap(m.lent)))
+	}
+	return m.lent[:0]
 }
 
 // storeFailed is storeChanged before ProcessElement returns err: err, or

@@ -19,7 +19,33 @@ import (
 // source marks them (the mark crosses the key_by). Every 50,000 records the backend's write cache is flushed to
 // Pebble (state.EntryCount, which also counts the entries), as the
 // checkpoint before each snapshot does. allocs/op is per record.
-func BenchmarkShapePairMatcher(b *testing.B) {
+func BenchmarkShapePairMatcher(b *testing.B) { benchShapePairMatcher(b, nil) }
+
+// BenchmarkShapePairMatcherChained is BenchmarkShapePairMatcher with the
+// matches going to a chained sink that copies each value before it
+// returns (as the Kafka sink does with CopyValues) into a buffer it
+// reuses: the matcher builds them in its lent buffer, not in slabs of
+// its own.
+func BenchmarkShapePairMatcherChained(b *testing.B) {
+	out := runtime.NewOutput(nil)
+	out.AddChained(&runtime.ChainedOperator{Operator: &benchCopySink{}})
+	benchShapePairMatcher(b, out)
+}
+
+// benchCopySink is a chained sink, a runtime.ValueCopier, that copies
+// every value into one buffer it reuses.
+type benchCopySink struct{ buf []byte }
+
+func (s *benchCopySink) CopyValues() bool               { return true }
+func (s *benchCopySink) Open(context.Context) error     { return nil }
+func (s *benchCopySink) EndInput(context.Context) error { return nil }
+func (s *benchCopySink) Close() error                   { return nil }
+func (s *benchCopySink) ProcessRecord(_ context.Context, _ int, rec runtime.Record) error {
+	s.buf = append(s.buf[:0], rec.Value...)
+	return nil
+}
+
+func benchShapePairMatcher(b *testing.B, out *runtime.Output) {
 	shapes := []string{"CIRCLE", "SQUARE", "TRIANGLE", "RECTANGLE", "HEXAGON"}
 	const nkeys, nrecs, flushEvery = 5000, 1 << 16, 50000
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -34,7 +60,7 @@ func BenchmarkShapePairMatcher(b *testing.B) {
 		recs[i].SetDecoded(runtime.ValidJSON{}) // as the job's source marks them, before the key_by
 	}
 	fn := &ShapePairMatcher{}
-	op := NewKeyedBroadcastOperator(OpenContext{Operator: "matcher", Subtask: 0, Parallelism: 1}, opener(state.KindPebble, b.TempDir()), nil, fn, nil)
+	op := NewKeyedBroadcastOperator(OpenContext{Operator: "matcher", Subtask: 0, Parallelism: 1}, opener(state.KindPebble, b.TempDir()), nil, fn, out)
 	ctx := context.Background()
 	if err := op.Open(ctx); err != nil {
 		b.Fatal(err)

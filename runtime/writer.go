@@ -271,6 +271,7 @@ type Output struct {
 	chained []*ChainedOperator
 	counter interface{ Inc() }
 	times   *IOTimes
+	lends   int8 // LendsValues' answer: 0 before the first call
 }
 
 // NewOutput returns an output over writers; recordsOut, if not nil, is

@@ -218,23 +218,134 @@ type KafkaTxnCommitter struct {
 	// beginErr is the error of the last BeginTransaction when it failed
 	// (nil once one succeeds): the cause ErrNoOpenTransaction carries.
 	beginErr error
-	// recs is the unused rest of the slab the next produced kgo.Records
-	// are taken from (newRecord).
-	recs []kgo.Record
+	// slab is the slab the next produced kgo.Records are taken from
+	// (newRecord), from its record next on; nil before the first.
+	slab *recSlab
+	next int
+	// free are slabs every record of which franz-go finished (their
+	// promises ran), for newRecord to reuse; see recSlab. reused counts
+	// the slabs taken from it.
+	free   *slabStack
+	reused int
+	// copyValues is set by CopyValues: Write copies each value into its
+	// record's slab (recSlab.copyValue); valueHint is the bytes the last
+	// slab's copies took, the size of a new slab's value buffer.
+	copyValues bool
+	valueHint  int
 	// xb are a repartition sink's exchange batches of the open
 	// transaction (batches); nil before the first write and for other
 	// sinks.
 	xb *exchangeBatches
 }
 
-// recordSlab is how many kgo.Records newRecord allocates at once: one
-// allocation per 128 records (about 20 KiB, a small-object size class)
-// instead of one per record, in memory that was just zeroed and is still
-// in the CPU's cache when the records are filled. (Recycling the records
-// of finished promises through a sync.Pool instead cost more: a recycled
-// record is cold by the time it is reused, and franz-go's first touch of
-// it, in Produce, missed the cache on nearly every record.)
+// recordSlab is how many kgo.Records a recSlab holds: one allocation per
+// 128 records (about 20 KiB, a small-object size class) instead of one per
+// record, and reused once finished. (Recycling single records of finished
+// promises through a sync.Pool instead cost more: a recycled record is
+// cold by the time it is reused, and franz-go's first touch of it, in
+// Produce, missed the cache on nearly every record.)
 const recordSlab = 128
+
+// freeSlabs is how many finished slabs a committer keeps for reuse (about
+// 1.3 MiB of records, and the keys and values they still point to); a
+// slab finished while that many wait is left to the garbage collector.
+const freeSlabs = 64
+
+// recSlab is recordSlab kgo.Records that newRecord hands out in turn,
+// reused as a whole once franz-go finished every one of them: a record's
+// produce promise (txnSlot.promise, on a franz-go goroutine, after which
+// franz-go no longer reads or writes the record) counts it in finished;
+// the promise that finishes the last record puts the slab on its
+// committer's free stack, and takeSlab zeroes it before its records are
+// handed out again. A record is never handed out again before its own promise ran,
+// so a record franz-go still buffers, sends or retries keeps its key,
+// value and headers (TestRecordSlabReusedOnlyOnceFinished). Every record
+// carries its slab in kgo.Record.Context (franz-go's field for passing
+// data to the promise), which is how the promise finds it: a context that
+// is never done, so the records are cancelled as before, through the
+// Produce context franz-go checks first.
+//
+// With CopyValues the slab also holds the copies of its records' values
+// (values, carved in turn; a value that does not fit gets a buffer of its
+// own), reused with it: written only by Write before the record is
+// produced, never again before every record of the slab finished. need
+// is the bytes the copies took in the slab's current use, which sizes the
+// next buffers.
+type recSlab struct {
+	recs     [recordSlab]kgo.Record
+	finished atomic.Int32
+	free     *slabStack
+	values   []byte
+	need     int
+}
+
+// maxSlabValues bounds a slab's buffer of value copies (8 KiB per record
+// on average); larger values get buffers of their own.
+const maxSlabValues = 1 << 20
+
+// copyValue returns a copy of v in the slab's value buffer, or in a
+// buffer of its own when the rest of the slab's is too small.
+func (sl *recSlab) copyValue(v []byte) []byte {
+	sl.need += len(v)
+	if cap(sl.values)-len(sl.values) < len(v) {
+		return append([]byte(nil), v...)
+	}
+	at := len(sl.values)
+	sl.values = append(sl.values, v...)
+	return sl.values[at:len(sl.values):len(sl.values)]
+}
+
+// Deadline implements context.Context: none.
+func (*recSlab) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done implements context.Context: never done.
+func (*recSlab) Done() <-chan struct{} { return nil }
+
+// Err implements context.Context: nil, never done.
+func (*recSlab) Err() error { return nil }
+
+// Value implements context.Context: no values.
+func (*recSlab) Value(any) any { return nil }
+
+// release is the end of record r of the slab, called by its produce
+// promise once nothing reads or writes it any more: the slab goes to its
+// free list with its last record.
+func (sl *recSlab) release() {
+	if sl.finished.Add(1) == recordSlab {
+		sl.free.put(sl)
+	}
+}
+
+// slabStack is a committer's finished slabs, the last one finished on
+// top: newRecord takes the one most likely still in the CPU's caches.
+// Safe for concurrent use (promises of several producers put slabs).
+type slabStack struct {
+	mu    sync.Mutex
+	slabs []*recSlab
+}
+
+// put adds sl, or leaves it to the garbage collector when freeSlabs wait.
+func (f *slabStack) put(sl *recSlab) {
+	f.mu.Lock()
+	if len(f.slabs) < freeSlabs {
+		f.slabs = append(f.slabs, sl)
+	}
+	f.mu.Unlock()
+}
+
+// take returns the slab finished last, nil when none waits.
+func (f *slabStack) take() *recSlab {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := len(f.slabs)
+	if n == 0 {
+		return nil
+	}
+	sl := f.slabs[n-1]
+	f.slabs[n-1] = nil
+	f.slabs = f.slabs[:n-1]
+	return sl
+}
 
 type slotState int
 
@@ -281,16 +392,56 @@ type txnSlot struct {
 }
 
 // newRecord returns a zero kgo.Record of the committer's current slab,
-// allocating the next slab when it is used up. A slab stays reachable
-// until franz-go finished every record of it; nothing writes a record
-// after handing it to franz-go.
+// its Context the slab, taking the next slab when it is used up: a
+// finished one from the free list, else a new one (recSlab). Nothing
+// writes a record after handing it to franz-go until its promise.
 func (k *KafkaTxnCommitter) newRecord() *kgo.Record {
-	if len(k.recs) == 0 {
-		k.recs = make([]kgo.Record, recordSlab)
+	if k.slab == nil || k.next == recordSlab {
+		if k.slab != nil {
+			k.valueHint = min(k.slab.need, maxSlabValues)
+		}
+		k.slab, k.next = k.takeSlab(), 0
 	}
-	r := &k.recs[0]
-	k.recs = k.recs[1:]
+	r := &k.slab.recs[k.next]
+	k.next++
+	r.Context = k.slab
 	return r
+}
+
+// takeSlab returns the slab finished last, its records zeroed (as a new
+// slab's are, in the order newRecord hands them out), or a new one.
+func (k *KafkaTxnCommitter) takeSlab() *recSlab {
+	sl := k.free.take()
+	if sl == nil {
+		sl = &recSlab{free: k.free}
+		if k.copyValues && k.valueHint > 0 {
+			sl.values = make([]byte, 0, k.valueHint)
+		}
+		return sl
+	}
+	clear(sl.recs[:])
+	sl.finished.Store(0)
+	if k.copyValues && cap(sl.values) < k.valueHint {
+		sl.values = make([]byte, 0, k.valueHint)
+	}
+	sl.values, sl.need = sl.values[:0], 0
+	k.reused++
+	return sl
+}
+
+// CopyValues implements runtime.ValueCopier: a committer without an
+// encoder that is no repartition sink's copies, from then on, the value
+// of every record Write takes into the value buffer of its kgo.Record's
+// slab (recSlab), so the caller may write the value again once Write
+// returned; the copy lives until franz-go finished every record of the
+// slab. Write without an encoder returns no *RecordError. Others return
+// false (the encoder's or the exchange batch's bytes are their own).
+func (k *KafkaTxnCommitter) CopyValues() bool {
+	if k.cfg.Encode != nil || k.cfg.Partition != nil {
+		return false
+	}
+	k.copyValues = true
+	return true
 }
 
 // NewKafkaTxnCommitter returns the committer of one sink subtask; its
@@ -299,7 +450,7 @@ func NewKafkaTxnCommitter(cfg KafkaTxnConfig) *KafkaTxnCommitter {
 	if cfg.PoolSize <= 0 {
 		cfg.PoolSize = DefaultPoolSize
 	}
-	k := &KafkaTxnCommitter{cfg: cfg}
+	k := &KafkaTxnCommitter{cfg: cfg, free: new(slabStack)}
 	for i := 0; i < cfg.PoolSize; i++ {
 		s := &txnSlot{index: i, id: TransactionalID(cfg.TransactionalIDPrefix, cfg.Subtask, i)}
 		s.promise = func(r *kgo.Record, err error) { k.finished(s, r, err) }
@@ -492,6 +643,9 @@ func (k *KafkaTxnCommitter) kafkaRecord(ctx context.Context, rec runtime.Record)
 	}
 	kr := k.newRecord()
 	changelogRecord(k.cfg.Changelog, kr, &rec)
+	if k.copyValues && len(kr.Value) > 0 {
+		kr.Value = k.slab.copyValue(kr.Value)
+	}
 	if k.cfg.Partition != nil {
 		kr.Partition = k.cfg.Partition(rec.Key)
 	}
@@ -558,7 +712,8 @@ func (k *KafkaTxnCommitter) produce(ctx context.Context, s *txnSlot, kr *kgo.Rec
 }
 
 // finished is the produce promise of slot s: it records the first failure
-// and the first acknowledged offset of the open transaction.
+// and the first acknowledged offset of the open transaction, then
+// releases r to its slab, if it has one (newRecord's records).
 func (k *KafkaTxnCommitter) finished(s *txnSlot, r *kgo.Record, err error) {
 	switch {
 	case err != nil:
@@ -575,6 +730,9 @@ func (k *KafkaTxnCommitter) finished(s *txnSlot, r *kgo.Record, err error) {
 			s.ackedOnce.Store(true)
 		}
 		s.mu.Unlock()
+	}
+	if sl, ok := r.Context.(*recSlab); ok {
+		sl.release()
 	}
 }
 

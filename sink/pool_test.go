@@ -23,15 +23,34 @@ import (
 // written, each once, and the committable must carry the first
 // acknowledged offset (recorded by the promise). The end-to-end latency histogram gets one sample per record,
 // from its source timestamp (kept as Unix nanoseconds) to the commit.
+// Slabs are reused once every record of theirs finished (recSlab): with
+// a producer buffer of 16 records a slab's records are all finished long
+// before the next slab is needed; with 4 slabs' worth buffered, records of
+// several slabs are in flight at once when a finished slab is reused.
+// With CopyValues the caller writes every value into one buffer, which it
+// overwrites after each Write: the committer's copies (in the slabs'
+// value buffers, reused with them) must reach the broker unchanged.
 func TestPooledRecordsReachTheBrokerIntact(t *testing.T) {
+	for _, buffered := range []int{16, 4 * recordSlab} {
+		for _, lent := range []bool{false, true} {
+			t.Run(fmt.Sprintf("buffered=%d/lent=%v", buffered, lent), func(t *testing.T) { testPooledRecords(t, buffered, lent) })
+		}
+	}
+}
+
+func testPooledRecords(t *testing.T, buffered int, lent bool) {
 	opts := newCluster(t)
 	logger, _ := testLogger()
 	m, reg := newMetrics(t)
 	k := NewKafkaTxnCommitter(KafkaTxnConfig{
 		Name: "out", Topic: testTopic, TransactionalIDPrefix: "pool", PoolSize: 3, TransactionTimeout: time.Minute,
-		ClientOpts: append(slices.Clip(opts), kgo.ProducerBatchMaxBytes(512), kgo.MaxBufferedRecords(16)), Metrics: m, Logger: logger,
+		ClientOpts: append(slices.Clip(opts), kgo.ProducerBatchMaxBytes(512), kgo.MaxBufferedRecords(buffered)), Metrics: m, Logger: logger,
 	})
 	defer k.Close()
+	if lent && !k.CopyValues() {
+		t.Fatal("CopyValues() = false for a committer without encoder or partitioner")
+	}
+	var buf []byte // the lent values' one buffer
 	ctx := context.Background()
 	const txns, perTxn = 3, 1500
 	var want []string
@@ -47,8 +66,15 @@ func TestPooledRecordsReachTheBrokerIntact(t *testing.T) {
 			want = append(want, v)
 			rec := runtime.Record{Key: []byte("k" + v), Value: []byte(v), Timestamp: time.UnixMilli(int64(1000 + i)),
 				Headers: []runtime.Header{{Key: "h", Value: []byte("h" + v)}}}
+			if lent {
+				buf = append(buf[:0], v...)
+				rec.Value = buf
+			}
 			if err := k.Write(ctx, rec); err != nil {
 				t.Fatal(err)
+			}
+			if lent {
+				copy(buf, "XXXXXXXXXXXXXXXX") // the caller's next record
 			}
 		}
 		c, err := k.PreCommit(ctx, int64(tx+1))
@@ -88,6 +114,9 @@ func TestPooledRecordsReachTheBrokerIntact(t *testing.T) {
 	if !found {
 		t.Fatal("no kstreamd_sink_end_to_end_latency_seconds")
 	}
+	if k.reused == 0 {
+		t.Fatalf("no record slab was reused in %d records (%d slabs): the test does not cover reuse", txns*perTxn, txns*perTxn/recordSlab)
+	}
 	var got []string
 	for _, r := range testkit.ReadTopicWith(t, opts, kgo.ReadCommitted(), testTopic, 10*time.Second) {
 		v := string(r.Value)
@@ -115,7 +144,7 @@ func TestNewRecordSlab(t *testing.T) {
 		seen[r] = true
 		r.Value = []byte("v") // as Write fills it
 	}
-	k.recs = nil
+	k.slab = nil
 	allocs := testing.AllocsPerRun(10, func() {
 		for range recordSlab {
 			k.newRecord()
@@ -123,6 +152,105 @@ func TestNewRecordSlab(t *testing.T) {
 	})
 	if allocs != 1 {
 		t.Fatalf("%v allocations per %d records, want 1 (the slab)", allocs, recordSlab)
+	}
+}
+
+// TestRecordSlabReusedOnlyOnceFinished: newRecord's slab of recordSlab
+// records is handed out again only after the produce promise of every one
+// of its records ran (franz-go no longer holds any of them): until then
+// a record keeps the key and value written into it, and newRecord takes
+// a new slab. The next slab after the last promise is the finished one,
+// its records zero again.
+func TestRecordSlabReusedOnlyOnceFinished(t *testing.T) {
+	k := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p"})
+	s := k.slots[0]
+	fill := func(n int) []*kgo.Record { // n records as Write fills them
+		rs := make([]*kgo.Record, n)
+		for i := range rs {
+			rs[i] = k.newRecord()
+			rs[i].Key, rs[i].Value, rs[i].Topic = []byte("k"), fmt.Appendf(nil, "v%d", i), testTopic
+		}
+		return rs
+	}
+	a := fill(recordSlab)
+	slabA := k.slab
+	for _, r := range a {
+		if r.Context != context.Context(slabA) {
+			t.Fatalf("record %p carries context %v, want its slab", r, r.Context)
+		}
+	}
+	fill(1) // the next slab
+	for _, r := range a[:recordSlab-1] {
+		s.promise(r, nil)
+	}
+	last := a[recordSlab-1]
+	fill(recordSlab) // the rest of the second slab, then a third
+	if k.slab == slabA || k.reused != 0 {
+		t.Fatalf("slab reused (%d) while one of its records is not finished", k.reused)
+	}
+	if string(last.Value) != fmt.Sprintf("v%d", recordSlab-1) || string(last.Key) != "k" {
+		t.Fatalf("unfinished record changed: %+v", last)
+	}
+	s.promise(last, fmt.Errorf("failed")) // a failure finishes it as well
+	fill(recordSlab - 1)                  // the rest of the third slab
+	r := k.newRecord()
+	if k.slab != slabA || r != &slabA.recs[0] || k.reused != 1 {
+		t.Fatalf("after every record finished: slab %p record %p (reused %d), want the finished slab %p again", k.slab, r, k.reused, slabA)
+	}
+	if r.Key != nil || r.Value != nil || r.Offset != 0 || r.Topic != "" {
+		t.Fatalf("reused record not zero: %+v", r)
+	}
+	if err := s.err(); err == nil {
+		t.Fatal("the failure a promise reported was lost")
+	}
+}
+
+// TestCopyValues: a committer without an encoder or a partitioner agrees
+// to copy values, and then its Kafka records' values are copies in the
+// slab's value buffer (no allocation once the buffers are sized), not the
+// caller's bytes; with an encoder or a partitioner it refuses and keeps
+// writing the bytes it gets.
+func TestCopyValues(t *testing.T) {
+	ctx := context.Background()
+	enc := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p", Encode: upperEncoder{}})
+	part := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p", Partition: func([]byte) int32 { return 0 }})
+	if enc.CopyValues() || part.CopyValues() || enc.copyValues || part.copyValues {
+		t.Fatal("a committer with an encoder or a partitioner agreed to copy values")
+	}
+	k := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p"})
+	if !k.CopyValues() {
+		t.Fatal("CopyValues() = false")
+	}
+	if !NewKafkaCommitter("out", k, nil).CopyValues() {
+		t.Fatal("KafkaCommitter.CopyValues() = false over a copying committer")
+	}
+	val := []byte("value-0123456789")
+	var krs []*kgo.Record
+	for i := range 3 * recordSlab {
+		val[6] = byte('a' + i%26)
+		kr, err := k.kafkaRecord(ctx, runtime.Record{Key: []byte("k"), Value: val})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if &kr.Value[0] == &val[0] || string(kr.Value) != string(val) {
+			t.Fatalf("record %d: value %q at %p, want a copy of %q (caller's at %p)", i, kr.Value, &kr.Value[0], val, &val[0])
+		}
+		krs = append(krs, kr)
+	}
+	for i, kr := range krs {
+		if kr.Value[6] != byte('a'+i%26) {
+			t.Fatalf("record %d: value %q changed after later writes", i, kr.Value)
+		}
+	}
+	k.slab, k.next = k.takeSlab(), 0 // a new slab, its value buffer sized by the last one
+	rec := runtime.Record{Key: []byte("k"), Value: val}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := k.kafkaRecord(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per copied value, want 0", allocs)
 	}
 }
 
@@ -180,7 +308,7 @@ func TestKafkaRecordDoesNotAllocate(t *testing.T) {
 	k := NewKafkaTxnCommitter(KafkaTxnConfig{Name: "out", Topic: testTopic, TransactionalIDPrefix: "p"})
 	rec := runtime.Record{Key: []byte("k"), Value: []byte("v"), Timestamp: time.UnixMilli(5)}
 	var kr *kgo.Record
-	k.recs = make([]kgo.Record, 200)
+	k.slab, k.next = &recSlab{free: k.free}, 0 // room for the 101 records below
 	allocs := testing.AllocsPerRun(100, func() {
 		var err error
 		if kr, err = k.kafkaRecord(ctx, rec); err != nil {

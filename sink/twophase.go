@@ -134,6 +134,16 @@ func (c *KafkaCommitter) BeginTransaction(ctx context.Context) error {
 	return c.k.BeginTransaction(ctx)
 }
 
+// CopyValues implements runtime.ValueCopier: a committer without markers
+// copies values when its TwoPhaseCommitter does (KafkaTxnCommitter).
+func (c *KafkaCommitter) CopyValues() bool {
+	if c.markers != nil {
+		return false
+	}
+	v, ok := c.k.(runtime.ValueCopier)
+	return ok && v.CopyValues()
+}
+
 // Write adds rec to the open transaction. With markers, a record after the
 // idle status is preceded by an active marker.
 func (c *KafkaCommitter) Write(ctx context.Context, rec runtime.Record) error {
