@@ -155,6 +155,11 @@ func (JSONFormat) Decode(_ context.Context, rec *runtime.Record) error {
 // operators of the chain do not check them again.
 func (JSONFormat) ChecksJSON() bool { return true }
 
+// DecodesPlainJSON implements source.PlainJSONDecoder: Decode only
+// checks the value, so a source runs the same check in the pass that
+// indexes the value for its chain (expression.Doc.ResetChecked).
+func (JSONFormat) DecodesPlainJSON() bool { return true }
+
 // Encode implements Format: the value is written as it is.
 func (JSONFormat) Encode(context.Context, string, *runtime.Record) error { return nil }
 

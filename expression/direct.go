@@ -290,6 +290,11 @@ func (p *dpath) eval(a *activation) dval {
 			return p.bounded(r)
 		}
 	}
+	if len(p.fields) == 1 && p.field && a.pending {
+		if r, ok := a.doc.subScalarField(p.root, p.fields[0]); ok {
+			return p.bounded(r)
+		}
+	}
 	n := len(p.fields)
 	if n == 0 {
 		v, _ := a.ResolveName(p.root)
@@ -324,9 +329,7 @@ func (p *dpath) bounded(r dval) dval {
 // not decode: the caller reads it through Doc.field, which knows what to
 // do then).
 func (d *Doc) scalarField(name string) (v dval, found, ok bool) {
-	if d.state == 0 {
-		d.index()
-	}
+	d.look()
 	if d.state < 0 {
 		return dval{}, false, false
 	}
@@ -342,6 +345,45 @@ func (d *Doc) scalarField(name string) (v dval, found, ok bool) {
 		return v, ok, ok
 	}
 	return dval{}, false, true
+}
+
+// subScalarField is the direct evaluator's read of root.name, a field of
+// the top-level field root's object value, from the fields the Doc's
+// index listed of it (Doc.sub), without making root's docObject (the
+// ~500 bytes Doc.field would allocate for it per record): the value as
+// docObject.scalarField gives it (failed when the object lacks name, or
+// when the record lacks root). ok is false when the Doc is not read field
+// by field or root is not an object indexed with it: the caller then
+// reads root as any other value.
+func (d *Doc) subScalarField(root, name string) (v dval, ok bool) {
+	d.look()
+	if d.state < 0 {
+		return dval{}, false
+	}
+	for i := len(d.fields) - 1; i >= 0; i-- {
+		f := &d.fields[i]
+		if f.name != root {
+			continue
+		}
+		if f.done {
+			if o, isObj := f.value.(*docObject); isObj {
+				return o.scalarField(name), true
+			}
+			return dval{}, false
+		}
+		if !f.subOK {
+			return dval{}, false
+		}
+		sub := d.sub[f.sub0:f.sub1]
+		for j := len(sub) - 1; j >= 0; j-- {
+			if sf := &sub[j]; sf.name == name {
+				v, _ := sf.rawScalar(d.str)
+				return v, true
+			}
+		}
+		return dval{}, true
+	}
+	return dval{}, true // no field root: CEL's missing-field error
 }
 
 // rawScalar is rawScalar of the field's JSON in str, for a field not

@@ -101,6 +101,9 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 		}
 		if valid {
 			inputs = append(inputs, func() *Input { return &Input{Doc: NewValidDoc(b)} })
+			// A source's Doc indexed in its check (ResetChecked after a
+			// read of the previous value).
+			inputs = append(inputs, func() *Input { return &Input{Doc: foldedDoc(b)} })
 			if v, err := DecodeJSON(b); err == nil {
 				inputs = append(inputs, func() *Input { return &Input{Value: v} })
 			}

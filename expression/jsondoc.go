@@ -45,6 +45,17 @@ type Doc struct {
 
 	whole     any // the whole value, once wholeDone
 	wholeDone bool
+	// read: a reader looked at the value since the last Reset (look,
+	// Whole), which makes ResetChecked index the next value in its check.
+	read bool
+}
+
+// look notes a read of d and indexes its fields on the first.
+func (d *Doc) look() {
+	d.read = true
+	if d.state == 0 {
+		d.index()
+	}
 }
 
 // docField is one top-level field of a Doc's object, in the order of the
@@ -83,6 +94,7 @@ func (d *Doc) CheckedJSON() bool { return d.valid || d.state == 1 }
 // Whole returns the whole value decoded by DecodeJSON, or the string of
 // the bytes when DecodeJSON fails; it decodes at most once.
 func (d *Doc) Whole() any {
+	d.read = true
 	if !d.wholeDone {
 		v, err := DecodeJSON(d.json)
 		if err != nil {
@@ -104,9 +116,7 @@ func (d *Doc) Decoded() (any, bool) { return d.whole, d.wholeDone }
 // (invalid JSON, not an object, a number DecodeJSON could refuse: see
 // fieldwise), and then the caller decodes the whole value.
 func (d *Doc) field(name string) (v any, found, ok bool) {
-	if d.state == 0 {
-		d.index()
-	}
+	d.look()
 	if d.state < 0 {
 		return nil, false, false
 	}
@@ -612,7 +622,7 @@ func (d *Doc) Reset(b []byte, valid bool) {
 	d.fields = resetFields(d.fields, d.inline[:])
 	d.sub = resetFields(d.sub, d.subInline[:])
 	d.json, d.valid, d.state, d.str = b, valid, 0, ""
-	d.whole, d.wholeDone = nil, false
+	d.whole, d.wholeDone, d.read = nil, false, false
 }
 
 // resetFields clears the fields listed in s, one of a Doc's lists, and

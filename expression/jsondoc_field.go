@@ -10,9 +10,7 @@ package expression
 // string of the bytes). For an operator that hands a record's value to an
 // expression as one field of a larger value (a join's left and right).
 func (d *Doc) Fieldwise() bool {
-	if d.state == 0 {
-		d.index()
-	}
+	d.look()
 	return d.state > 0
 }
 

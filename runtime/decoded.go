@@ -114,3 +114,15 @@ func (r *Record) SetDecodedIn(slot *DecodedSlot, v any) {
 type ReusableJSON interface {
 	Reset(value []byte, valid bool)
 }
+
+// CheckingJSON is a ReusableJSON that can check a value's JSON in the
+// pass that indexes it (expression.Doc does): ResetChecked ties it to
+// value as Reset(value, true) does when value is one valid JSON value, and
+// returns whether it is, with the verdict of encoding/json's Valid (and
+// gjson.ValidBytes); after false the form must not be read. A source that
+// would check the JSON and then hand the record to readers that index it
+// reads the value once instead of twice.
+type CheckingJSON interface {
+	ReusableJSON
+	ResetChecked(value []byte) bool
+}

@@ -300,6 +300,18 @@ type JSONChecker interface {
 	ChecksJSON() bool
 }
 
+// PlainJSONDecoder is implemented by a Decoder whose Decode, when
+// DecodesPlainJSON returns true, does nothing but the json format's check
+// (connector.JSONFormat): it leaves the value's bytes as they are, marks a
+// valid one runtime.FormatJSON, and fails an invalid one with a
+// *runtime.RecordError of reason ReasonMalformedJSON and
+// runtime.JSONSyntaxDetail's detail. The source then runs that check
+// itself, in the pass that indexes the value for the chain
+// (runtime.CheckingJSON), with the same verdict, reason and detail.
+type PlainJSONDecoder interface {
+	DecodesPlainJSON() bool
+}
+
 // Split is a Kafka partition with the offset of the next record to read
 // (Flink's KafkaPartitionSplit); the unit of the source's operator state.
 type Split struct {
@@ -438,6 +450,13 @@ type KafkaSource struct {
 	// CheckedJSON is true).
 	doc    runtime.ReusableJSON
 	runCtx context.Context
+	// checking is doc when it checks JSON in its index pass
+	// (runtime.CheckingJSON) and the source's check is the json
+	// format's alone (no Decoder, or a PlainJSONDecoder): decode then
+	// checks each value through it, and docReady says the doc is already
+	// tied to the record being emitted.
+	checking runtime.CheckingJSON
+	docReady bool
 
 	// Only the subtask goroutine touches these.
 	cl      *kgo.Client
@@ -513,6 +532,9 @@ func New(cfg Config) *KafkaSource {
 			Writer: cfg.DeadLetters, Metrics: cfg.Metrics, Logger: logger,
 		}),
 		pollBound: pollBound,
+	}
+	if c, ok := s.doc.(runtime.CheckingJSON); ok && plainJSON(cfg) {
+		s.checking = c
 	}
 	if cfg.DeadLetters != nil {
 		s.sides = runtime.SideOutputs{{ID: runtime.TaskID{Operator: DeadLetterVertex(cfg.Name), Subtask: cfg.Subtask}, Operator: cfg.DeadLetters}}
@@ -1213,7 +1235,9 @@ func (s *KafkaSource) emitData(ctx context.Context, r *kgo.Record) error {
 		// and all read one Doc. A record emitted earlier and kept
 		// downstream no longer finds the Doc (the slot now describes
 		// this record's bytes).
-		if s.doc != nil {
+		if s.docReady {
+			rec.SetDecodedIn(&s.validJSON, s.doc) // decode checked it with the Doc (ResetChecked)
+		} else if s.doc != nil {
 			s.doc.Reset(rec.Value, true)
 			rec.SetDecodedIn(&s.validJSON, s.doc)
 		} else {
@@ -1348,6 +1372,17 @@ func (s *KafkaSource) emitElement(ctx context.Context, el runtime.Element) error
 // 900 ns), agrees with json.Valid on every input FuzzValidJSON tried.
 func validJSON(b []byte) bool { return gjson.ValidBytes(b) }
 
+// plainJSON reports whether cfg's check of a value is the json format's
+// alone: the source's own (Format json, no Decoder) or a
+// PlainJSONDecoder's.
+func plainJSON(cfg Config) bool {
+	if cfg.Decoder == nil {
+		return cfg.Format == FormatJSON
+	}
+	p, ok := cfg.Decoder.(PlainJSONDecoder)
+	return ok && p.DecodesPlainJSON()
+}
+
 // checkedJSON reports whether decode, which accepted a record whose value
 // is n bytes long and which it left in format f, checked that its value
 // is valid JSON: the source's own check (Format json, no Decoder), or a
@@ -1368,6 +1403,7 @@ func (s *KafkaSource) checkedJSON(n int, f runtime.Format) bool {
 // the bad-record reason (and a detail), or "" if the record is good, or
 // the error of a Decoder that fails the subtask.
 func (s *KafkaSource) decode(ctx context.Context, rec *runtime.Record) (reason, detail string, err error) {
+	s.docReady = false
 	if rec.Value == nil && s.cfg.Changelog && rec.Change == runtime.ChangeDelete {
 		return "", "", nil // a -D whose writer did not know the deleted value
 	}
@@ -1394,6 +1430,14 @@ func (s *KafkaSource) decode(ctx context.Context, rec *runtime.Record) (reason, 
 	switch {
 	case s.trustsBatchJSON(len(rec.Value)):
 		rec.Format = runtime.FormatJSON // what the format's check would have left
+	case s.checking != nil:
+		// The json format's check (the source's own, or a
+		// PlainJSONDecoder's) in the pass that indexes the value.
+		if !s.checking.ResetChecked(rec.Value) {
+			return ReasonMalformedJSON, runtime.JSONSyntaxDetail(rec.Value), nil
+		}
+		rec.Format = runtime.FormatJSON
+		s.docReady = true
 	case s.cfg.Decoder != nil:
 		// Through the subtask's scratch record: rec itself handed to an
 		// interface method would escape to the heap, once per record.

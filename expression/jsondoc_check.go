@@ -1,0 +1,351 @@
+package expression
+
+import (
+	"math"
+
+	"github.com/tidwall/gjson"
+)
+
+// ResetChecked makes d the Doc of b, as Reset does, and checks that b is
+// one JSON value in the pass that indexes it (index), so that a source
+// reads a record once where it read it twice (gjson's check, then the
+// index of the first field read). It returns what gjson.ValidBytes (and
+// encoding/json's Valid) returns on b: the pass accepts only valid JSON,
+// and whatever it does not accept (invalid JSON, but also a key that does
+// not decode or nesting deeper than checkDepth) is judged by
+// gjson.ValidBytes, so the verdict is gjson's on every input
+// (FuzzResetCheckedEqualsValid). After true, d is as Reset(b, true) left
+// it, with its fields indexed when the pass could; after false, d must
+// not be read. It implements runtime.CheckingJSON.
+//
+// The pass indexes only when the previous value was read (a reader
+// looked at its fields or decoded it): a chain that never reads the
+// value (a copy job, a key_by on the Kafka key) keeps gjson's check
+// alone, which does not copy the bytes to a string as the index does.
+func (d *Doc) ResetChecked(b []byte) bool {
+	fold := d.read
+	d.Reset(b, false)
+	if !fold || len(b) > math.MaxUint32 {
+		d.valid = gjson.ValidBytes(b)
+		return d.valid
+	}
+	d.str = string(b)
+	if d.fields == nil {
+		d.fields = d.inline[:0]
+	}
+	if d.sub == nil {
+		d.sub = d.subInline[:0]
+	}
+	ok, fieldwise := d.checkIndex(d.str)
+	if !ok {
+		// Not accepted by the pass: gjson decides, and a valid value is
+		// indexed again from scratch on its first read.
+		d.fields = resetFields(d.fields, d.inline[:])
+		d.sub = resetFields(d.sub, d.subInline[:])
+		d.state, d.str = 0, ""
+		d.valid = gjson.ValidBytes(b)
+		return d.valid
+	}
+	d.valid = true
+	if fieldwise {
+		d.state = 1
+	} else {
+		d.state = -1
+	}
+	return true
+}
+
+// checkDepth bounds the nesting ResetChecked's pass follows; deeper values
+// go to gjson.ValidBytes (the pass recurses once per level).
+const checkDepth = 64
+
+// checkIndex is index and gjson's check in one pass over s: ok is true
+// when s is one valid JSON value (false: not accepted, which is not
+// always invalid JSON, see ResetChecked); fieldwise is true when it is an
+// object read field by field exactly as the whole decodes, as index
+// decides (every key decodes, every number anywhere safeNumber), and then
+// d.fields and d.sub hold what index lists.
+func (d *Doc) checkIndex(s string) (ok, fieldwise bool) {
+	i := skipSpace(s, 0)
+	if i >= len(s) {
+		return false, false
+	}
+	c := checker{safe: true}
+	if s[i] != '{' {
+		end := c.value(s, i, 0)
+		return end >= 0 && skipSpace(s, end) == len(s), false
+	}
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == '}' {
+		return skipSpace(s, i+1) == len(s), true
+	}
+	for {
+		if i >= len(s) || s[i] != '"' {
+			return false, false
+		}
+		kEnd := c.str(s, i)
+		if kEnd < 0 {
+			return false, false
+		}
+		key, err := memberKey(s[i:kEnd])
+		if err != nil {
+			return false, false
+		}
+		if i = skipSpace(s, kEnd); i >= len(s) || s[i] != ':' {
+			return false, false
+		}
+		from := skipSpace(s, i+1)
+		f := docField{name: key, from: uint32(from)}
+		var to int
+		if from < len(s) && s[from] == '{' {
+			f.sub0 = uint32(len(d.sub))
+			to = d.checkSub(&c, s, from)
+			f.sub1, f.subOK = uint32(len(d.sub)), true
+		} else {
+			to = c.value(s, from, 1)
+		}
+		if to < 0 {
+			return false, false
+		}
+		f.to = uint32(to)
+		d.fields = append(d.fields, f)
+		if i = skipSpace(s, to); i >= len(s) {
+			return false, false
+		}
+		switch s[i] {
+		case '}':
+			return skipSpace(s, i+1) == len(s), c.safe
+		case ',':
+			i = skipSpace(s, i+1)
+		default:
+			return false, false
+		}
+	}
+}
+
+// checkSub is indexSub with the check: it appends the members of the
+// object at s[i] to d.sub and returns the index just past it, -1 when it
+// is not valid (or a key does not decode).
+func (d *Doc) checkSub(c *checker, s string, i int) int {
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == '}' {
+		return i + 1
+	}
+	for {
+		if i >= len(s) || s[i] != '"' {
+			return -1
+		}
+		kEnd := c.str(s, i)
+		if kEnd < 0 {
+			return -1
+		}
+		key, err := memberKey(s[i:kEnd])
+		if err != nil {
+			return -1
+		}
+		if i = skipSpace(s, kEnd); i >= len(s) || s[i] != ':' {
+			return -1
+		}
+		from := skipSpace(s, i+1)
+		to := c.value(s, from, 2)
+		if to < 0 {
+			return -1
+		}
+		d.sub = append(d.sub, docField{name: key, from: uint32(from), to: uint32(to)})
+		if i = skipSpace(s, to); i >= len(s) {
+			return -1
+		}
+		switch s[i] {
+		case '}':
+			return i + 1
+		case ',':
+			i = skipSpace(s, i+1)
+		default:
+			return -1
+		}
+	}
+}
+
+// checker checks JSON values (RFC 8259's grammar, as encoding/json's
+// Valid does: a string's bytes are not checked as UTF-8) and notes
+// whether every number it met is safe (safeNumber).
+type checker struct {
+	safe bool
+}
+
+// value returns the index just past the valid JSON value at s[i] (no
+// white space before it), or -1; depth is the nesting of s[i].
+func (c *checker) value(s string, i, depth int) int {
+	if i >= len(s) {
+		return -1
+	}
+	switch s[i] {
+	case '"':
+		return c.str(s, i)
+	case '{':
+		return c.object(s, i, depth+1)
+	case '[':
+		return c.array(s, i, depth+1)
+	case 't':
+		return literal(s, i, "true")
+	case 'f':
+		return literal(s, i, "false")
+	case 'n':
+		return literal(s, i, "null")
+	}
+	return c.number(s, i)
+}
+
+// literal returns the index just past lit at s[i], or -1.
+func literal(s string, i int, lit string) int {
+	if len(s)-i < len(lit) || s[i:i+len(lit)] != lit {
+		return -1
+	}
+	return i + len(lit)
+}
+
+// object returns the index just past the valid object at s[i] ('{'), or -1.
+func (c *checker) object(s string, i, depth int) int {
+	if depth > checkDepth {
+		return -1
+	}
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == '}' {
+		return i + 1
+	}
+	for {
+		if i >= len(s) || s[i] != '"' {
+			return -1
+		}
+		if i = c.str(s, i); i < 0 {
+			return -1
+		}
+		if i = skipSpace(s, i); i >= len(s) || s[i] != ':' {
+			return -1
+		}
+		if i = c.value(s, skipSpace(s, i+1), depth); i < 0 {
+			return -1
+		}
+		if i = skipSpace(s, i); i >= len(s) {
+			return -1
+		}
+		switch s[i] {
+		case '}':
+			return i + 1
+		case ',':
+			i = skipSpace(s, i+1)
+		default:
+			return -1
+		}
+	}
+}
+
+// array returns the index just past the valid array at s[i] ('['), or -1.
+func (c *checker) array(s string, i, depth int) int {
+	if depth > checkDepth {
+		return -1
+	}
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == ']' {
+		return i + 1
+	}
+	for {
+		if i = c.value(s, i, depth); i < 0 {
+			return -1
+		}
+		if i = skipSpace(s, i); i >= len(s) {
+			return -1
+		}
+		switch s[i] {
+		case ']':
+			return i + 1
+		case ',':
+			i = skipSpace(s, i+1)
+		default:
+			return -1
+		}
+	}
+}
+
+// str returns the index just past the valid string literal at s[i] ('"'),
+// or -1: no byte below 0x20, every escape one of \" \\ \/ \b \f \n \r \t
+// \uXXXX.
+func (c *checker) str(s string, i int) int {
+	for i++; i < len(s); i++ {
+		switch b := s[i]; {
+		case b == '"':
+			return i + 1
+		case b < 0x20:
+			return -1
+		case b == '\\':
+			if i++; i >= len(s) {
+				return -1
+			}
+			switch s[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if len(s)-i < 5 || !isHex(s[i+1]) || !isHex(s[i+2]) || !isHex(s[i+3]) || !isHex(s[i+4]) {
+					return -1
+				}
+				i += 4
+			default:
+				return -1
+			}
+		}
+	}
+	return -1
+}
+
+func isHex(b byte) bool {
+	return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F')
+}
+
+// number returns the index just past the valid number at s[i], or -1
+// (-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?); a number with an
+// exponent or a run of more than 300 digits clears c.safe (safeNumber).
+func (c *checker) number(s string, i int) int {
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	if i >= len(s) {
+		return -1
+	}
+	switch {
+	case s[i] == '0':
+		i++
+	case s[i] >= '1' && s[i] <= '9':
+		i = c.digits(s, i)
+	default:
+		return -1
+	}
+	if i < len(s) && s[i] == '.' {
+		if i++; i >= len(s) || s[i] < '0' || s[i] > '9' {
+			return -1
+		}
+		i = c.digits(s, i)
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		c.safe = false
+		if i++; i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if i >= len(s) || s[i] < '0' || s[i] > '9' {
+			return -1
+		}
+		i = c.digits(s, i)
+	}
+	return i
+}
+
+// digits returns the index of the first byte from s[i] on that is not a
+// digit, clearing c.safe when there are more than 300.
+func (c *checker) digits(s string, i int) int {
+	j := i
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
+	}
+	if j-i > 300 {
+		c.safe = false
+	}
+	return j
+}

@@ -1,0 +1,134 @@
+package expression
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// foldedDoc returns a Doc of b reset by ResetChecked after a read of a
+// previous value, so that its check indexes b (as a source's Doc is for a
+// chain that reads every record).
+func foldedDoc(b []byte) *Doc {
+	d := new(Doc)
+	d.ResetChecked([]byte(`{"prev":1}`))
+	d.Field("prev")
+	d.ResetChecked(b)
+	return d
+}
+
+// FuzzResetCheckedEqualsValid checks ResetChecked against encoding/json's
+// Valid, with its index pass folded in and not: the same verdict on every
+// input; the pass itself never accepts invalid JSON (a value it does not
+// accept goes to gjson, so a lenient pass would be hidden by the verdict
+// alone); and a valid value's Doc lists exactly the fields index lists
+// and reads each field as a Doc made valid and indexed on first read.
+func FuzzResetCheckedEqualsValid(f *testing.F) {
+	for _, s := range []string{
+		`{"event_type":2,"bid":{"auction":1007,"bidder":2001,"price":4617,"channel":"c","url":"u","dateTime":1700000000123,"extra":"cc"}}`,
+		`{"id":17,"key":"k000042","shape":"CIRCLE","amount":512,"note":"xx"}`,
+		`[1,2.5e3,"x\u00e9",true,false,null]`, ` 1 `, `"\ud800"`, "\"\xff\"", `-0.1E+2`, `{"a":[{}]}`, ` { } `, `{"a":{}}`,
+		``, ` `, `{`, `{"a":}`, `{"a":1,}`, `[1,]`, `01`, `1.`, `.5`, `-`, `1e`, `"\x"`, "\"a\tb\"", `nul`, `truex`,
+		`{} {}`, `{"a" 1}`, `{1:2}`, `"\u12"`, `NaN`, `+1`, `{"a":1}x`, `{"a":1 "b":2}`, `{"a":{"b":1,}}`, `{"a":{"b" 1}}`,
+		`{"a":-}`, `{"a":0.}`, `{"a":1.5e}`, `{"a":1e+}`, `{"a":-01}`, `{"a":tru}`, `{"a":[1 2]}`, `{"a":"\u00G0"}`,
+		"{\"a\":\"x\x01\"}", "{\"a\x1f\":1}", `{"a\"b":1,"a\u0062":{"c\n":2}}`, `{"a":1e5}`, `{"a":{"b":[1E-2]}}`,
+		`{"a":1,"a":{"x":2},"a":3}`, `{"n":` + strings.Repeat("9", 301) + `}`, `{"n":{"m":0.` + strings.Repeat("1", 301) + `}}`,
+		`{"d":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`, strings.Repeat(`{"a":`, 80) + `1` + strings.Repeat(`}`, 80),
+		`{"d":` + strings.Repeat("[", 70) + strings.Repeat("]", 69) + `}`, "{\"a\":1}\n\t", `{"":""}`, `{"a":null,"b":true,"c":false}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := json.Valid(b)
+		if ok, _ := new(Doc).checkIndex(string(b)); ok && !want {
+			t.Fatalf("the check pass accepts %q, which is not valid JSON", b)
+		}
+		plain := new(Doc)
+		if got := plain.ResetChecked(b); got != want || plain.state != 0 {
+			t.Fatalf("ResetChecked(%q) on an unread Doc = %v (state %d), want %v and nothing indexed", b, got, plain.state, want)
+		}
+		d := new(Doc)
+		d.ResetChecked([]byte(`{"prev":1}`))
+		d.Field("prev")
+		if got := d.ResetChecked(b); got != want {
+			t.Fatalf("ResetChecked(%q) folded = %v, want %v", b, got, want)
+		}
+		if !want {
+			return
+		}
+		if !d.CheckedJSON() {
+			t.Fatalf("%q: a checked Doc is not CheckedJSON", b)
+		}
+		ref := NewValidDoc(b)
+		if d.Fieldwise() != ref.Fieldwise() {
+			t.Fatalf("%q: Fieldwise %v, want %v", b, d.Fieldwise(), ref.Fieldwise())
+		}
+		if !ref.Fieldwise() {
+			if !reflect.DeepEqual(d.Whole(), ref.Whole()) {
+				t.Fatalf("%q: Whole %#v, want %#v", b, d.Whole(), ref.Whole())
+			}
+			return
+		}
+		if !reflect.DeepEqual(d.fields, ref.fields) || !reflect.DeepEqual(d.sub, ref.sub) {
+			t.Fatalf("%q: fields %+v / %+v, want index's %+v / %+v", b, d.fields, d.sub, ref.fields, ref.sub)
+		}
+		for _, f := range ref.fields {
+			gv, gf, gok := d.Field(f.name)
+			wv, wf, wok := ref.Field(f.name)
+			if gf != wf || gok != wok || !reflect.DeepEqual(plainValue(gv), plainValue(wv)) {
+				t.Fatalf("%q: Field(%q) = %#v, %v, %v; want %#v, %v, %v", b, f.name, gv, gf, gok, wv, wf, wok)
+			}
+		}
+	})
+}
+
+// plainValue is v with a docObject replaced by its decoded object.
+func plainValue(v any) any {
+	if o, ok := v.(*docObject); ok {
+		w, err := o.decoded()
+		if err != nil {
+			return err.Error()
+		}
+		return w
+	}
+	return v
+}
+
+// TestResetCheckedIndexesAfterARead: a Doc whose previous value was read
+// indexes the next one in ResetChecked's check (the source reads the
+// record once: state 1 right after it, so the first field read does not
+// scan the JSON again); one whose value nobody read only checks (a copy
+// job's source indexes nothing); an invalid value is refused either way,
+// and a valid value the pass cannot follow (nesting deeper than
+// checkDepth) is accepted by gjson and indexed on first read.
+func TestResetCheckedIndexesAfterARead(t *testing.T) {
+	d := new(Doc)
+	rec := []byte(`{"event_type":2,"bid":{"price":7}}`)
+	if !d.ResetChecked(rec) || d.state != 0 {
+		t.Fatalf("first value: state %d, want checked and not indexed", d.state)
+	}
+	if !d.ResetChecked(rec) || d.state != 0 {
+		t.Fatalf("after an unread value: state %d, want checked and not indexed", d.state)
+	}
+	if v, _, _ := d.Field("event_type"); v == nil {
+		t.Fatal("no event_type")
+	}
+	if !d.ResetChecked(rec) || d.state != 1 || len(d.fields) != 2 || len(d.sub) != 1 {
+		t.Fatalf("after a read value: state %d, fields %+v, sub %+v; want indexed in the check", d.state, d.fields, d.sub)
+	}
+	d.Field("bid")
+	for _, bad := range []string{`{"event_type":2,"bid":{"price":}}`, `{"a":1}}`, "{\"a\":\"\x00\"}"} {
+		if d.ResetChecked([]byte(bad)) {
+			t.Fatalf("ResetChecked(%q) = true, want false", bad)
+		}
+		d.read = true // as if read: the next check folds too
+	}
+	deep := []byte(`{"a":` + strings.Repeat("[", checkDepth+5) + strings.Repeat("]", checkDepth+5) + `,"b":2}`)
+	if !d.ResetChecked(deep) || d.state != 0 {
+		t.Fatalf("deep value: state %d, want valid by gjson and not indexed", d.state)
+	}
+	if v, found, ok := d.Field("b"); !found || !ok || v == nil {
+		t.Fatalf("deep value's b: %v %v %v", v, found, ok)
+	}
+}
