@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,6 +81,13 @@ type keyedHandle struct {
 	// are remote objects with their LSM level and key bounds, restored by
 	// reference (remote_snapshot.go).
 	Remote bool `json:"remote,omitempty"`
+	// Deltas are the delta objects of a delta checkpoint of a
+	// disaggregated backend (remote_delta.go), oldest first: a restore
+	// applies them, each once, after ingesting Files (the tables of the
+	// chain's base checkpoint). Empty for a base checkpoint and for every
+	// snapshot written before delta checkpoints (an older binary ignores
+	// the field: it cannot restore a delta checkpoint correctly).
+	Deltas []fileRef `json:"deltas,omitempty"`
 }
 
 // fileRef is one file of a snapshot.
@@ -589,7 +597,7 @@ func VerifyRestoreHandle(rh RestoreHandle) ([]string, error) {
 		return []string{"keyed state handle lists no file"}, nil
 	}
 	var out []string
-	for _, f := range h.Files {
+	for _, f := range append(slices.Clip(h.Files), h.Deltas...) { // a delta checkpoint's delta objects as well
 		if obj, ok := remoteObjectOf(rh, h, f); ok {
 			size, err := rh.RemoteStore.Size(obj)
 			switch {
