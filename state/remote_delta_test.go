@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"runtime"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,4 +232,84 @@ func testRemoteDeltaCheckpointRestore(t *testing.T, kind string, cache int) {
 	must(t, err)
 	defer fb.Close()
 	check("after the rescale 2 -> 4 -> 1", rawState(t, fb, all), want)
+}
+
+// TestRemoteDeltaFlushBoundary: commits from another goroutine (as the
+// async state API's could make) race every checkpoint of a chain of bases
+// and deltas; the restore of each checkpoint holds exactly the keys
+// committed in an unbroken prefix: every commit that returned before the
+// checkpoint began, none that began after it returned, and no commit
+// lost between a base's flush and its list of tables, nor between two
+// deltas.
+func TestRemoteDeltaFlushBoundary(t *testing.T) {
+	cfg := testConfig(t, kindPebbleRemote)
+	cfg.WriteCacheBytes = -1
+	cfg.Remote.MaxDeltaCheckpoints = 2
+	b := open(t, cfg)
+	st := b.(*pebbleBackend).st
+	key := func(i int64) []byte { return fmt.Appendf(slices.Clone(kgBound(0)), "w%09d", i) }
+	var committed, started atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for i := int64(0); ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			started.Store(i + 1)
+			if err := st.dbSet(key(i), []byte("v"), nil); err != nil {
+				done <- err
+				return
+			}
+			committed.Store(i + 1)
+		}
+	}()
+	type chk struct {
+		rh       RestoreHandle
+		min, max int64
+		deltas   int
+	}
+	var chks []chk
+	after := int64(-1) // started when the last checkpoint returned
+	for id := 1; id <= 9; id++ {
+		for committed.Load() <= after {
+			runtime.Gosched() // a commit that began after the last checkpoint returned
+		}
+		lo := committed.Load()
+		rh, snap := remoteCheckpoint(t, b, cfg, id)
+		after = started.Load()
+		chks = append(chks, chk{rh: rh, min: lo, max: after, deltas: len(handleOf(t, snap).Deltas)})
+	}
+	close(stop)
+	must(t, <-done)
+	for i, c := range chks {
+		if c.deltas != i%3 { // a base, then 2 deltas
+			t.Fatalf("checkpoint %d has %d deltas, want %d", i+1, c.deltas, i%3)
+		}
+	}
+	for i, c := range chks {
+		rc := cfg
+		rc.Dir = t.TempDir()
+		rb, err := OpenBackendRestored(rc, []RestoreHandle{c.rh})
+		must(t, err)
+		raw := rawState(t, rb, cfg.KeyGroupRange)
+		n := int64(0)
+		for ; ; n++ {
+			if _, ok := raw[string(key(n))]; !ok {
+				break
+			}
+		}
+		for k := range raw {
+			if k < string(keyGroupsEnd) && (len(k) != len(key(0)) || k >= string(key(n))) {
+				t.Fatalf("checkpoint %d: key %q restored after a gap at %d", i+1, k, n)
+			}
+		}
+		if n < c.min || n > c.max {
+			t.Fatalf("checkpoint %d restored the first %d commits, want between %d and %d", i+1, n, c.min, c.max)
+		}
+		must(t, rb.Close())
+	}
 }
