@@ -153,7 +153,7 @@ func testRemoteStateRetention(t *testing.T, kind string) {
 				t.Fatal(err)
 			}
 			shared = append(shared, snap.SharedFiles...)
-			if bytes.Contains(snap.Handle, []byte(`"deltas"`)) {
+			if bytes.Contains(snap.Handle, []byte(`"delta":true`)) {
 				deltaSnaps++
 			}
 			c.handles = append(c.handles, state.RestoreHandle{Handle: snap.Handle, Dir: dir, SharedDir: s.SharedDir()})
