@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -41,7 +42,10 @@ func testRemoteStateRetention(t *testing.T, kind string) {
 		rounds = 50
 	)
 	s := NewStorage(t.TempDir(), "job", 3, nil)
-	remoteCfg := &state.RemoteConfig{Dir: s.RemoteDir(), CacheBytes: -1}
+	// At most 3 delta checkpoints after a base: the restores at every 8th
+	// checkpoint and of checkpoint 28 start from delta checkpoints, and
+	// retention sees chains begin and end.
+	remoteCfg := &state.RemoteConfig{Dir: s.RemoteDir(), CacheBytes: -1, MaxDeltaCheckpoints: 3}
 	if kind == "s3" {
 		addr := testkit.S3Server(t, "state", true)
 		cl, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(testkit.S3AccessKey, testkit.S3SecretKey, ""), BucketLookup: minio.BucketLookupPath})
@@ -113,6 +117,7 @@ func testRemoteStateRetention(t *testing.T, kind string) {
 		value   int64
 	}
 	var done []chk
+	deltaSnaps := 0
 	backends := []state.KeyedStateBackend{open(keygroup.Range{Start: 0, End: maxP - 1}, nil)}
 	closeAll := func() {
 		for _, b := range backends {
@@ -148,6 +153,9 @@ func testRemoteStateRetention(t *testing.T, kind string) {
 				t.Fatal(err)
 			}
 			shared = append(shared, snap.SharedFiles...)
+			if bytes.Contains(snap.Handle, []byte(`"delta":true`)) {
+				deltaSnaps++
+			}
 			c.handles = append(c.handles, state.RestoreHandle{Handle: snap.Handle, Dir: dir, SharedDir: s.SharedDir()})
 		}
 		m := &Metadata{Version: MetadataVersion, Job: "job", CheckpointID: id, MaxParallelism: maxP,
@@ -171,6 +179,9 @@ func testRemoteStateRetention(t *testing.T, kind string) {
 		}
 	}
 	closeAll()
+	if deltaSnaps < rounds/2 {
+		t.Fatalf("%d snapshots were delta checkpoints, want at least %d", deltaSnaps, rounds/2)
+	}
 	if err := s.Prune(); err != nil {
 		t.Fatal(err)
 	}
@@ -184,6 +195,9 @@ func testRemoteStateRetention(t *testing.T, kind string) {
 		want = append(want, strings.TrimPrefix(f, "../"+state.RemoteDirName+"/"))
 	}
 	sort.Strings(want)
+	if !slices.ContainsFunc(want, func(n string) bool { return strings.HasPrefix(n, "delta-") }) {
+		t.Fatalf("the kept checkpoints refer to no delta object: %v", want)
+	}
 	got, err := store.List("", "")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,6 +81,71 @@ type keyedHandle struct {
 	// are remote objects with their LSM level and key bounds, restored by
 	// reference (remote_snapshot.go).
 	Remote bool `json:"remote,omitempty"`
+	// Deltas are the delta objects of a delta checkpoint of a
+	// disaggregated backend (remote_delta.go), oldest first: a restore
+	// applies them, each once, after ingesting Files (the tables of the
+	// chain's base checkpoint). Empty for a base checkpoint and for every
+	// snapshot written before delta checkpoints. In JSON they are not a
+	// field of their own: MarshalJSON lists them at the end of "files",
+	// each with "delta": true and bounds over the whole key space, so that
+	// a binary from before delta checkpoints (which would ignore an
+	// unknown field and restore the base without the changes) ingests the
+	// delta object as a table and refuses the restore when it reads the
+	// state's format record from it ("pebble/table: invalid table"; see
+	// REMOTE.md, "Downgrade").
+	Deltas []fileRef `json:"-"`
+}
+
+// deltaEnd is the inclusive upper bound a delta object's entry in
+// "files" gets: above every key (key groups and metadata space), so an
+// older binary's clip keeps it in both its data and its metadata
+// ingestion.
+var deltaEnd = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// keyedHandleJSON is keyedHandle without its JSON methods.
+type keyedHandleJSON keyedHandle
+
+// MarshalJSON writes h with its Deltas appended to "files" (oldest
+// first), each marked "delta": true, at level 0 with the largest
+// sequence number and bounds over every key: an older binary restores
+// every entry of "files" as a table by reference and so fails on a delta
+// object instead of silently restoring without it.
+func (h keyedHandle) MarshalJSON() ([]byte, error) {
+	j := keyedHandleJSON(h)
+	if len(h.Deltas) > 0 {
+		j.Files = slices.Clone(h.Files)
+		for _, d := range h.Deltas {
+			d.Delta = true
+			d.remoteTable = remoteTable{Level: 0, Seq: 1<<56 - 1, End: deltaEnd, EndInclusive: true, RefBytes: uint64(max(d.Size, 1))}
+			j.Files = append(j.Files, d)
+		}
+		j.Deltas = nil
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads a handle written by MarshalJSON (or before delta
+// checkpoints): the entries of "files" marked "delta" become Deltas, in
+// order, without the bounds MarshalJSON gave them.
+func (h *keyedHandle) UnmarshalJSON(b []byte) error {
+	var j keyedHandleJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	files := j.Files[:0:0]
+	for _, f := range j.Files {
+		if f.Delta {
+			f.Delta, f.remoteTable = false, remoteTable{}
+			j.Deltas = append(j.Deltas, f)
+			continue
+		}
+		files = append(files, f)
+	}
+	if len(j.Deltas) > 0 {
+		j.Files = files
+	}
+	*h = keyedHandle(j)
+	return nil
 }
 
 // fileRef is one file of a snapshot.
@@ -92,6 +158,9 @@ type fileRef struct {
 	Path   string `json:"path"`
 	Shared bool   `json:"shared,omitempty"`
 	Size   int64  `json:"size"`
+	// Delta marks, in a handle's JSON only, an entry of "files" that is a
+	// delta object of a delta checkpoint (keyedHandle.MarshalJSON).
+	Delta bool `json:"delta,omitempty"`
 	// The fields below describe a table of a remote snapshot (the table
 	// may be virtual: a part of the object within its bounds).
 	remoteTable
@@ -589,7 +658,7 @@ func VerifyRestoreHandle(rh RestoreHandle) ([]string, error) {
 		return []string{"keyed state handle lists no file"}, nil
 	}
 	var out []string
-	for _, f := range h.Files {
+	for _, f := range append(slices.Clip(h.Files), h.Deltas...) { // a delta checkpoint's delta objects as well
 		if obj, ok := remoteObjectOf(rh, h, f); ok {
 			size, err := rh.RemoteStore.Size(obj)
 			switch {

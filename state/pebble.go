@@ -111,6 +111,10 @@ type pebbleStore struct {
 	// remote is the object store of a disaggregated DB (remote.go); nil
 	// for a local one.
 	remote *remoteObjects
+	// delta is the log of commits for delta checkpoints of a
+	// disaggregated DB (remote_delta.go); nil for a local one. Every
+	// commit goes through commit.
+	delta *deltaLog
 }
 
 // pebbleCursor is where background cleanup resumes: target index, key group
@@ -204,6 +208,7 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 	}
 	st := &pebbleStore{dir: dir, db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}, remote: ro}
 	if ro != nil {
+		st.delta = newDeltaLog(cfg.Remote)
 		if err := db.SetCreatorID(ro.creator); err != nil {
 			_ = db.Close()
 			return nil, fmt.Errorf("state: open pebble in %s: set creator id: %w", cfg.Dir, err)
@@ -214,6 +219,9 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 		st.cache = newWriteCache(DefaultWriteCacheBytes)
 	case cfg.WriteCacheBytes > 0:
 		st.cache = newWriteCache(cfg.WriteCacheBytes)
+	}
+	if st.cache != nil && st.delta != nil {
+		st.cache.commit = st.commit
 	}
 	return st, nil
 }
@@ -245,7 +253,7 @@ func (s *pebbleStore) loadFormat() (formatInfo, bool, error) {
 
 func (s *pebbleStore) saveFormat(f formatInfo) error {
 	v, _ := json.Marshal(f)
-	return s.db.Set(formatKey, v, pebble.Sync)
+	return s.dbSet(formatKey, v, pebble.Sync)
 }
 
 func (s *pebbleStore) loadMetas() ([]stateMeta, error) {
@@ -271,7 +279,7 @@ func (s *pebbleStore) loadMetas() ([]stateMeta, error) {
 
 func (s *pebbleStore) saveMeta(m stateMeta) error {
 	v, _ := json.Marshal(m)
-	return s.db.Set(metaKey(m.Name), v, pebble.Sync)
+	return s.dbSet(metaKey(m.Name), v, pebble.Sync)
 }
 
 func (s *pebbleStore) get(k stateKey) ([]byte, bool, error) {
@@ -291,7 +299,7 @@ func (s *pebbleStore) merge(k stateKey, v []byte) error {
 			return fmt.Errorf("state: pebble write: %w", err)
 		}
 	}
-	return s.db.Merge(key, v, pebble.NoSync)
+	return s.dbMerge(key, v, pebble.NoSync)
 }
 
 func (s *pebbleStore) del(k stateKey) error {
@@ -325,7 +333,7 @@ func (s *pebbleStore) mergeEntry(k stateKey, uk, v []byte) error {
 			return fmt.Errorf("state: pebble write: %w", err)
 		}
 	}
-	return s.db.Merge(key, v, pebble.NoSync)
+	return s.dbMerge(key, v, pebble.NoSync)
 }
 
 // hintAbsentEntry tells the write cache that Pebble holds no value for the
@@ -354,7 +362,7 @@ func (s *pebbleStore) setNewEntry(k stateKey, uk, v []byte) error {
 			return nil
 		}
 	}
-	return s.db.Set(key, v, pebble.NoSync)
+	return s.dbSet(key, v, pebble.NoSync)
 }
 
 // setColdEntry is setEntry of an entry the caller does not expect to
@@ -370,7 +378,7 @@ func (s *pebbleStore) setColdEntry(k stateKey, uk, v []byte) error {
 			return nil
 		}
 	}
-	return s.db.Set(key, v, pebble.NoSync)
+	return s.dbSet(key, v, pebble.NoSync)
 }
 
 func (s *pebbleStore) delEntry(k stateKey, uk []byte) error {
@@ -443,7 +451,7 @@ func (s *pebbleStore) putObject(id uint32, key []byte, obj any, codec *objCodec,
 	if err != nil {
 		return err
 	}
-	return s.db.Set(key, v, pebble.NoSync)
+	return s.dbSet(key, v, pebble.NoSync)
 }
 
 // removeObject deletes key of state id, with putObject's hint.
@@ -455,7 +463,7 @@ func (s *pebbleStore) removeObject(id uint32, key []byte, hint cacheHint) error 
 	if done {
 		return nil
 	}
-	return s.db.Delete(key, pebble.NoSync)
+	return s.dbDelete(key, pebble.NoSync)
 }
 
 // cachedWrite sets (present) or deletes key of state id through the write
@@ -471,9 +479,9 @@ func (s *pebbleStore) cachedWrite(id uint32, key, v []byte, present bool) error 
 		}
 	}
 	if present {
-		return s.db.Set(key, v, pebble.NoSync)
+		return s.dbSet(key, v, pebble.NoSync)
 	}
-	return s.db.Delete(key, pebble.NoSync)
+	return s.dbDelete(key, pebble.NoSync)
 }
 
 // flushCache writes the write cache's dirty entries to Pebble: before
@@ -643,7 +651,7 @@ func (s *pebbleStore) clearEntries(k stateKey) error {
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("state: pebble iter: %w", err)
 	}
-	return b.Commit(pebble.NoSync)
+	return s.commit(b, pebble.NoSync)
 }
 
 func (s *pebbleStore) countEntries() (int, error) {
@@ -795,7 +803,7 @@ func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budge
 		return removed, fmt.Errorf("state: pebble iter: %w", err)
 	}
 	if !b.Empty() {
-		if err := b.Commit(pebble.NoSync); err != nil {
+		if err := s.commit(b, pebble.NoSync); err != nil {
 			return removed, err
 		}
 	}

@@ -53,6 +53,20 @@ type RemoteConfig struct {
 	// store so the async state API can be measured on one machine. 0 in
 	// production.
 	ReadLatency time.Duration
+	// MaxDeltaCheckpoints is how many delta checkpoints may follow a base
+	// checkpoint (remote_delta.go, REMOTE.md "Delta checkpoints"): a delta
+	// checkpoint does not flush Pebble; it refers to the base's tables and
+	// writes the batches committed since the last checkpoint as one delta
+	// object, which a restore applies after ingesting the base. 0 means
+	// DefaultMaxDeltaCheckpoints (8); negative makes every checkpoint a
+	// base (flush and list the tables, as before delta checkpoints).
+	MaxDeltaCheckpoints int
+	// MaxDeltaBytes bounds the delta objects of a chain in bytes: a
+	// checkpoint whose chain would pass it is a base. It also bounds the
+	// memory the changes since the last checkpoint take (past it, the log
+	// stops and the next checkpoint is a base). 0 or negative means
+	// DefaultMaxDeltaBytes (64 MiB).
+	MaxDeltaBytes int64
 
 	// localFS, when not nil, is the file system under the instance's
 	// local directory instead of vfs.Default (tests count its syncs).

@@ -42,7 +42,14 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 	if err != nil {
 		return err
 	}
-	names, err := r.objectsFor(handles, hs, storeDir)
+	// The delta objects of delta checkpoints are resolved (referenced,
+	// or copied into the store) with the tables: after them in each
+	// snapshot's list.
+	withDeltas := slices.Clone(hs)
+	for i := range withDeltas {
+		withDeltas[i].Files = append(slices.Clip(hs[i].Files), hs[i].Deltas...)
+	}
+	names, err := r.objectsFor(handles, withDeltas, storeDir)
 	if err != nil {
 		return err
 	}
@@ -91,6 +98,27 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 		for _, p := range ingestOrder(m) {
 			if err := ingest([]ingestPiece{p}); err != nil {
 				return err
+			}
+		}
+	}
+	// Then each snapshot's deltas, oldest first, each once: committed
+	// after every ingestion, they shadow the base's tables (and their
+	// merge operands follow the base's), clipped to the key groups both
+	// own plus the metadata space, as the tables are.
+	for i, h := range hs {
+		own := cfg.KeyGroupRange.Intersect(h.KeyGroups)
+		lo, hi := kgBound(own.Start), kgBound(own.End+1)
+		if own.Len() <= 0 {
+			lo, hi = keyGroupsStart, keyGroupsStart
+		}
+		whole := own == h.KeyGroups
+		for j, f := range h.Deltas {
+			data, err := r.readDelta(names[i][len(h.Files)+j], f.Size)
+			if err != nil {
+				return err
+			}
+			if err := applyDelta(st.db, data, lo, hi, whole); err != nil {
+				return fmt.Errorf("state: restore: delta %s: %w", f.Name, err)
 			}
 		}
 	}

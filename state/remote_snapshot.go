@@ -159,10 +159,13 @@ func (s *pebbleStore) closeRemote() error {
 }
 
 // snapshotRemote is SnapshotKeyed for a disaggregated backend. The
-// synchronous part flushes the memtable (a new table on the store, the
-// only data it writes) and lists the DB's tables with their levels and
-// bounds (one consistent LSM version), and holds their objects until the
-// next snapshot. The asynchronous part writes nothing for a checkpoint
+// synchronous part of a base checkpoint flushes the memtable (a new table
+// on the store, the only data it writes) and lists the DB's tables with
+// their levels and bounds (one consistent LSM version); that of a delta
+// checkpoint (remote_delta.go) does not flush: it names the base's tables
+// and cuts the log of commits since the last checkpoint into a new delta
+// object, which the asynchronous part writes. Either holds its objects
+// until the next snapshot. The asynchronous part writes nothing for a checkpoint
 // (SharedDir set): the handle refers to the objects in the store, as
 // "<rel>/<object>" relative to SharedDir, and they are the snapshot's
 // SharedFiles. A savepoint (no SharedDir) is self-contained: the objects
@@ -171,53 +174,48 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 	if p.closed {
 		return nil, ErrClosed
 	}
-	r := p.st.remote
+	r, d := p.st.remote, p.st.delta
 	if err := p.st.flushCache(); err != nil {
 		return nil, fmt.Errorf("state: snapshot: %w", err)
 	}
-	if err := p.st.db.Flush(); err != nil {
-		return nil, fmt.Errorf("state: snapshot: flush: %w", err)
-	}
-	levels, err := p.st.db.SSTables()
-	if err != nil {
-		return nil, fmt.Errorf("state: snapshot: list tables: %w", err)
-	}
 	h := keyedHandle{Backend: KindPebble, KeyGroups: p.kgs, MaxParallelism: p.maxP, Remote: true}
-	var names []string
 	r.mu.Lock()
 	prevHeld := map[string]bool{}
 	for _, n := range r.holding {
 		prevHeld[n] = true
 	}
-	for lvl, tables := range levels {
-		for _, ti := range tables {
-			var name string
-			switch ti.BackingType {
-			case pebble.BackingTypeShared:
-				name = r.sharedObjectName(uint64(ti.BackingSSTNum))
-				if !r.created[name] {
-					r.mu.Unlock()
-					return nil, fmt.Errorf("state: snapshot: table %s: object %s was not created by this instance (pebble's object naming changed?)", ti.FileNum, name)
-				}
-			case pebble.BackingTypeExternal:
-				var ok bool
-				if name, ok = r.extNames[uint64(ti.BackingSSTNum)]; !ok {
-					r.mu.Unlock()
-					return nil, fmt.Errorf("state: snapshot: external table %s has an unknown object", ti.FileNum)
-				}
-			default:
-				r.mu.Unlock()
-				return nil, fmt.Errorf("state: snapshot: table %s is not on the remote store (backing type %d)", ti.FileNum, ti.BackingType)
-			}
-			h.Files = append(h.Files, fileRef{Name: name, remoteTable: remoteTable{
-				Level: lvl, Seq: uint64(ti.LargestSeqNum),
-				Start: bytes.Clone(ti.Smallest.UserKey), End: bytes.Clone(ti.Largest.UserKey),
-				EndInclusive: !ti.Largest.IsExclusiveSentinel(), RefBytes: ti.Size,
-			}})
-			names = append(names, name)
-		}
-	}
 	r.mu.Unlock()
+	var cut deltaCut
+	var err error
+	if t.SharedDir == "" {
+		// A savepoint is a full listing; its hold replaces the chain's,
+		// so the next checkpoint is a base.
+		d.mu.Lock()
+		cut.files, cut.names, err = p.listRemoteTables()
+		d.needBase = true
+		d.mu.Unlock()
+	} else {
+		cut, err = d.cutDelta(r.creator, p.listRemoteTables)
+	}
+	if err != nil {
+		return nil, err
+	}
+	h.Files = slices.Clone(cut.files)
+	names := slices.Clone(cut.names)
+	for _, o := range cut.chain {
+		h.Deltas = append(h.Deltas, fileRef{Name: o.name})
+		names = append(names, o.name)
+	}
+	if o := cut.created; o != nil {
+		// The new delta object's marker is this instance's from now (it
+		// is written before the object in the asynchronous part), and it
+		// is deleted when no snapshot holds the object any more.
+		m := r.ownMarker(o.name)
+		r.mu.Lock()
+		r.markers[m] = true
+		r.deferred[o.name] = append(r.deferred[o.name], m)
+		r.mu.Unlock()
+	}
 	if err := r.hold(names); err != nil {
 		return nil, err
 	}
@@ -229,10 +227,21 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 		rel = filepath.ToSlash(rel)
 	}
 	return func(ctx context.Context) (KeyedSnapshot, error) {
+		if o := cut.created; o != nil {
+			if err := r.writeDelta(o); err != nil {
+				return KeyedSnapshot{}, err
+			}
+		}
 		var snap KeyedSnapshot
 		sizes := map[string]int64{}
+		refs := make([]*fileRef, 0, len(h.Files)+len(h.Deltas))
 		for i := range h.Files {
-			f := &h.Files[i]
+			refs = append(refs, &h.Files[i])
+		}
+		for i := range h.Deltas {
+			refs = append(refs, &h.Deltas[i])
+		}
+		for _, f := range refs {
 			if err := ctx.Err(); err != nil {
 				return KeyedSnapshot{}, err
 			}
@@ -244,7 +253,7 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 				}
 				sizes[f.Name] = size
 				if t.SharedDir != "" && !prevHeld[f.Name] {
-					snap.Bytes += size // new since the last snapshot (the flushed memtable, compaction output)
+					snap.Bytes += size // new since the last snapshot (the flushed memtable, compaction output, a delta)
 				}
 			}
 			f.Size = size
@@ -269,6 +278,51 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 		}
 		return snap, nil
 	}, nil
+}
+
+// listRemoteTables flushes the memtable and lists the DB's tables with
+// their levels and bounds (one LSM version): the files of a base
+// checkpoint and their objects. The caller holds the delta log's lock, so
+// no commit falls between the flush and the listing.
+func (p *pebbleBackend) listRemoteTables() ([]fileRef, []string, error) {
+	r := p.st.remote
+	if err := p.st.db.Flush(); err != nil {
+		return nil, nil, fmt.Errorf("state: snapshot: flush: %w", err)
+	}
+	levels, err := p.st.db.SSTables()
+	if err != nil {
+		return nil, nil, fmt.Errorf("state: snapshot: list tables: %w", err)
+	}
+	var files []fileRef
+	var names []string
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for lvl, tables := range levels {
+		for _, ti := range tables {
+			var name string
+			switch ti.BackingType {
+			case pebble.BackingTypeShared:
+				name = r.sharedObjectName(uint64(ti.BackingSSTNum))
+				if !r.created[name] {
+					return nil, nil, fmt.Errorf("state: snapshot: table %s: object %s was not created by this instance (pebble's object naming changed?)", ti.FileNum, name)
+				}
+			case pebble.BackingTypeExternal:
+				var ok bool
+				if name, ok = r.extNames[uint64(ti.BackingSSTNum)]; !ok {
+					return nil, nil, fmt.Errorf("state: snapshot: external table %s has an unknown object", ti.FileNum)
+				}
+			default:
+				return nil, nil, fmt.Errorf("state: snapshot: table %s is not on the remote store (backing type %d)", ti.FileNum, ti.BackingType)
+			}
+			files = append(files, fileRef{Name: name, remoteTable: remoteTable{
+				Level: lvl, Seq: uint64(ti.LargestSeqNum),
+				Start: bytes.Clone(ti.Smallest.UserKey), End: bytes.Clone(ti.Largest.UserKey),
+				EndInclusive: !ti.Largest.IsExclusiveSentinel(), RefBytes: ti.Size,
+			}})
+			names = append(names, name)
+		}
+	}
+	return files, names, nil
 }
 
 // openRemoteRestored is OpenBackendRestored for a disaggregated backend:

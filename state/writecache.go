@@ -42,7 +42,11 @@ const writeCacheEntryOverhead = 64
 // misses reads Pebble without the lock and fills the cache only if no
 // write, eviction or drop happened to the cache meanwhile (gen).
 type writeCache struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// commit, when not nil, commits the cache's batches instead of
+	// Batch.Commit (a disaggregated store's pebbleStore.commit, which
+	// logs them for delta checkpoints).
+	commit  func(*pebble.Batch, *pebble.WriteOptions) error
 	entries map[string]*cacheEntry
 	// lru is the sentinel of the entries' recency list: lru.next is the
 	// entry added (or given a second chance) last, lru.prev the oldest.
@@ -577,7 +581,7 @@ func (c *writeCache) maybeEvict(db *pebble.DB) error {
 		}
 	}
 	if b != nil {
-		if err := b.Commit(pebble.NoSync); err != nil {
+		if err := c.commitBatch(b); err != nil {
 			return err
 		}
 	}
@@ -669,7 +673,7 @@ func (c *writeCache) flushLocked(db *pebble.DB) error {
 			return err
 		}
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
+	if err := c.commitBatch(b); err != nil {
 		return err
 	}
 	for _, e := range c.dirty {
@@ -699,4 +703,12 @@ func batchWrite(b *pebble.Batch, e *cacheEntry, scratch *[]byte) error {
 	}
 	*scratch = v
 	return b.Set(k, v, nil)
+}
+
+// commitBatch commits b with NoSync, through commit when set.
+func (c *writeCache) commitBatch(b *pebble.Batch) error {
+	if c.commit != nil {
+		return c.commit(b, pebble.NoSync)
+	}
+	return b.Commit(pebble.NoSync)
 }
