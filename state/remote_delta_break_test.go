@@ -573,26 +573,7 @@ func TestRemoteDeltaOverlappingFinishers(t *testing.T) {
 	cfg.Remote.MaxDeltaCheckpoints = 4
 	b := open(t, cfg)
 	st := b.(*pebbleBackend).st
-	key := func(i int64) []byte { return fmt.Appendf(slices.Clone(kgBound(0)), "w%09d", i) }
-	var committed, started atomic.Int64
-	stop := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		for i := int64(0); ; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			started.Store(i + 1)
-			if err := st.dbSet(key(i), []byte("v"), nil); err != nil {
-				done <- err
-				return
-			}
-			committed.Store(i + 1)
-		}
-	}()
+	cl := startCommitLoop(st)
 	type chk struct {
 		snap     chan KeyedSnapshot
 		dir      string
@@ -604,13 +585,13 @@ func TestRemoteDeltaOverlappingFinishers(t *testing.T) {
 	deltas := 0
 	for id := 1; id <= 16; id++ {
 		c := &chk{snap: make(chan KeyedSnapshot, 1), dir: filepath.Join(root, fmt.Sprintf("chk-%d", id))}
-		for committed.Load() < int64(id)*50 {
+		for cl.committed.Load() < int64(id)*50 {
 			runtime.Gosched()
 		}
-		c.min = committed.Load()
+		c.min = cl.committed.Load()
 		write, err := SnapshotKeyed(b, SnapshotTarget{Dir: c.dir, TaskPath: "op/0", SharedDir: filepath.Join(root, "shared")})
 		must(t, err)
-		c.max = started.Load()
+		c.max = cl.started.Load()
 		fin := make(chan struct{})
 		wait := prev
 		go func() {
@@ -633,8 +614,7 @@ func TestRemoteDeltaOverlappingFinishers(t *testing.T) {
 		chks = append(chks, c)
 	}
 	<-prev
-	close(stop)
-	must(t, <-done)
+	must(t, cl.halt())
 	for i, c := range chks {
 		snap, ok := <-c.snap
 		if !ok {
@@ -642,21 +622,7 @@ func TestRemoteDeltaOverlappingFinishers(t *testing.T) {
 		}
 		deltas += min(len(handleOf(t, snap).Deltas), 1)
 		rb := restoreRemote(t, cfg, RestoreHandle{Handle: snap.Handle, Dir: c.dir, SharedDir: filepath.Join(root, "shared")})
-		raw := rawState(t, rb, cfg.KeyGroupRange)
-		n := int64(0)
-		for ; ; n++ {
-			if _, ok := raw[string(key(n))]; !ok {
-				break
-			}
-		}
-		for k := range raw {
-			if k < string(keyGroupsEnd) && (len(k) != len(key(0)) || k >= string(key(n))) {
-				t.Fatalf("checkpoint %d: key %q restored after a gap at %d", i+1, k, n)
-			}
-		}
-		if n < c.min || n > c.max {
-			t.Fatalf("checkpoint %d restored the first %d commits, want between %d and %d", i+1, n, c.min, c.max)
-		}
+		cl.checkPrefix(t, i+1, rawState(t, rb, cfg.KeyGroupRange), c.min, c.max)
 		must(t, rb.Close())
 	}
 	t.Logf("%d of %d checkpoints were delta checkpoints", deltas, len(chks))

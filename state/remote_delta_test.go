@@ -247,26 +247,7 @@ func TestRemoteDeltaFlushBoundary(t *testing.T) {
 	cfg.Remote.MaxDeltaCheckpoints = 2
 	b := open(t, cfg)
 	st := b.(*pebbleBackend).st
-	key := func(i int64) []byte { return fmt.Appendf(slices.Clone(kgBound(0)), "w%09d", i) }
-	var committed, started atomic.Int64
-	stop := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		for i := int64(0); ; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			started.Store(i + 1)
-			if err := st.dbSet(key(i), []byte("v"), nil); err != nil {
-				done <- err
-				return
-			}
-			committed.Store(i + 1)
-		}
-	}()
+	cl := startCommitLoop(st)
 	type chk struct {
 		rh       RestoreHandle
 		min, max int64
@@ -275,16 +256,15 @@ func TestRemoteDeltaFlushBoundary(t *testing.T) {
 	var chks []chk
 	after := int64(-1) // started when the last checkpoint returned
 	for id := 1; id <= 9; id++ {
-		for committed.Load() <= after {
+		for cl.committed.Load() <= after {
 			runtime.Gosched() // a commit that began after the last checkpoint returned
 		}
-		lo := committed.Load()
+		lo := cl.committed.Load()
 		rh, snap := remoteCheckpoint(t, b, cfg, id)
-		after = started.Load()
+		after = cl.started.Load()
 		chks = append(chks, chk{rh: rh, min: lo, max: after, deltas: len(handleOf(t, snap).Deltas)})
 	}
-	close(stop)
-	must(t, <-done)
+	must(t, cl.halt())
 	for i, c := range chks {
 		if c.deltas != i%3 { // a base, then 2 deltas
 			t.Fatalf("checkpoint %d has %d deltas, want %d", i+1, c.deltas, i%3)
@@ -295,21 +275,69 @@ func TestRemoteDeltaFlushBoundary(t *testing.T) {
 		rc.Dir = t.TempDir()
 		rb, err := OpenBackendRestored(rc, []RestoreHandle{c.rh})
 		must(t, err)
-		raw := rawState(t, rb, cfg.KeyGroupRange)
-		n := int64(0)
-		for ; ; n++ {
-			if _, ok := raw[string(key(n))]; !ok {
-				break
-			}
-		}
-		for k := range raw {
-			if k < string(keyGroupsEnd) && (len(k) != len(key(0)) || k >= string(key(n))) {
-				t.Fatalf("checkpoint %d: key %q restored after a gap at %d", i+1, k, n)
-			}
-		}
-		if n < c.min || n > c.max {
-			t.Fatalf("checkpoint %d restored the first %d commits, want between %d and %d", i+1, n, c.min, c.max)
-		}
+		cl.checkPrefix(t, i+1, rawState(t, rb, cfg.KeyGroupRange), c.min, c.max)
 		must(t, rb.Close())
+	}
+}
+
+// commitLoop commits key(0), key(1), ... through pebbleStore.dbSet on its
+// own goroutine until halted, as a task's writes would race a checkpoint:
+// started counts the commits begun, committed those that returned.
+type commitLoop struct {
+	committed, started atomic.Int64
+	stop               chan struct{}
+	done               chan error
+}
+
+// commitLoopKey is the key of commit i: in key group 0, ordered by i.
+func commitLoopKey(i int64) []byte {
+	return fmt.Appendf(slices.Clone(kgBound(0)), "w%09d", i)
+}
+
+func startCommitLoop(st *pebbleStore) *commitLoop {
+	c := &commitLoop{stop: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		for i := int64(0); ; i++ {
+			select {
+			case <-c.stop:
+				c.done <- nil
+				return
+			default:
+			}
+			c.started.Store(i + 1)
+			if err := st.dbSet(commitLoopKey(i), []byte("v"), nil); err != nil {
+				c.done <- err
+				return
+			}
+			c.committed.Store(i + 1)
+		}
+	}()
+	return c
+}
+
+// halt stops the loop and returns its commit error, if any.
+func (c *commitLoop) halt() error {
+	close(c.stop)
+	return <-c.done
+}
+
+// checkPrefix fails the test unless raw (a restored state, rawState) holds
+// exactly the first n commits of the loop, with lo <= n <= hi, and no key
+// of the loop after a gap.
+func (c *commitLoop) checkPrefix(t *testing.T, chk int, raw map[string]string, lo, hi int64) {
+	t.Helper()
+	n := int64(0)
+	for ; ; n++ {
+		if _, ok := raw[string(commitLoopKey(n))]; !ok {
+			break
+		}
+	}
+	for k := range raw {
+		if k < string(keyGroupsEnd) && (len(k) != len(commitLoopKey(0)) || k >= string(commitLoopKey(n))) {
+			t.Fatalf("checkpoint %d: key %q restored after a gap at %d", chk, k, n)
+		}
+	}
+	if n < lo || n > hi {
+		t.Fatalf("checkpoint %d restored the first %d commits, want between %d and %d", chk, n, lo, hi)
 	}
 }
