@@ -300,6 +300,19 @@ type RemoteStateConfig struct {
 	// for measuring a slower store on one machine. Default 0; in
 	// [0, 1s].
 	ReadLatency time.Duration `yaml:"read_latency"`
+	// MaxDeltaCheckpoints is how many delta checkpoints (no Pebble flush:
+	// the base checkpoint's tables plus the batches committed since, Flink's
+	// changelog backend) may follow a base checkpoint before the next base
+	// (state.RemoteConfig.MaxDeltaCheckpoints). Default 0 meaning 8; -1:
+	// every checkpoint is a base (no deltas; what a binary older than
+	// session 40 can restore); >= -1. More deltas shorten checkpoints and
+	// lengthen restores, which apply the chain.
+	MaxDeltaCheckpoints int `yaml:"max_delta_checkpoints"`
+	// MaxDeltaBytes bounds a chain's delta objects per keyed subtask, in
+	// bytes: a checkpoint that would pass it is a base; it also bounds the
+	// delta log kept in memory (state.RemoteConfig.MaxDeltaBytes). Default
+	// 0 meaning 67108864 (64 MiB); >= 0.
+	MaxDeltaBytes int64 `yaml:"max_delta_bytes"`
 	// Store is where the SST files live: "filesystem" (the checkpoints'
 	// directory <checkpoints dir>/<job>/remote, a filesystem every
 	// instance mounts) or "s3" (an S3-compatible store, S3). Default

@@ -21,8 +21,8 @@ func (r *RemoteStateConfig) setDefaults() {
 	r.S3 = S3StoreConfig{Region: DefaultS3Region, TLS: true, PathStyle: true}
 }
 
-// validateRemoteState checks state.remote: pebble only, cache and
-// latency in range, a known store with its s3 settings, and in cluster
+// validateRemoteState checks state.remote: pebble only, cache, latency
+// and delta chain limits in range, a known store with its s3 settings, and in cluster
 // mode a store every daemon reaches (validateClusterRemoteState).
 func (c *Config) validateRemoteState(v *validator) {
 	r := c.State.Remote
@@ -38,6 +38,12 @@ func (c *Config) validateRemoteState(v *validator) {
 	}
 	if r.ReadLatency < 0 || r.ReadLatency > time.Second {
 		v.errorf("state.remote.read_latency", "must be in [0, 1s], got %v", r.ReadLatency)
+	}
+	if r.MaxDeltaCheckpoints < -1 {
+		v.errorf("state.remote.max_delta_checkpoints", "must be >= -1 (-1: every checkpoint a base, 0: the default %d), got %d", state.DefaultMaxDeltaCheckpoints, r.MaxDeltaCheckpoints)
+	}
+	if r.MaxDeltaBytes < 0 {
+		v.errorf("state.remote.max_delta_bytes", "must be >= 0 (0: the default %d), got %d", state.DefaultMaxDeltaBytes, r.MaxDeltaBytes)
 	}
 	v.oneOf("state.remote.store", r.Store, RemoteStoreFilesystem, RemoteStoreS3)
 	if r.Store == RemoteStoreS3 {
@@ -70,7 +76,8 @@ func (r *RemoteStateConfig) settings() *state.RemoteConfig {
 	if r == nil {
 		return nil
 	}
-	rc := &state.RemoteConfig{CacheBytes: r.CacheBytes, ReadLatency: r.ReadLatency}
+	rc := &state.RemoteConfig{CacheBytes: r.CacheBytes, ReadLatency: r.ReadLatency,
+		MaxDeltaCheckpoints: r.MaxDeltaCheckpoints, MaxDeltaBytes: r.MaxDeltaBytes}
 	if r.Store == RemoteStoreS3 {
 		rc.Store = r.s3Store(os.Getenv)
 	}

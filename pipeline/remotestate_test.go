@@ -9,7 +9,7 @@ import (
 // TestRemoteStateS3Settings: a state.remote section naming the s3 store
 // gets cluster.store.s3's defaults (region us-east-1, tls and path_style
 // on) for the keys it leaves out, the filesystem store is the default,
-// and the settings' store without credentials in the environment fails
+// the delta chain limits reach state.RemoteConfig, and the settings' store without credentials in the environment fails
 // every operation with a message naming the variables and the bucket.
 func TestRemoteStateS3Settings(t *testing.T) {
 	base, err := os.ReadFile("testdata/remote_state_store.bad.yaml")
@@ -31,6 +31,10 @@ func TestRemoteStateS3Settings(t *testing.T) {
 	}
 	if rc := cfg.Settings().RemoteState; rc == nil || rc.Store != nil || rc.CacheBytes != 1024 {
 		t.Fatalf("settings' remote state = %+v, want a directory store (Store nil), cache 1024", rc)
+	}
+	cfg = parse("    max_delta_checkpoints: -1\n    max_delta_bytes: 1048576\n")
+	if rc := cfg.Settings().RemoteState; rc == nil || rc.MaxDeltaCheckpoints != -1 || rc.MaxDeltaBytes != 1048576 {
+		t.Fatalf("settings' remote state = %+v, want MaxDeltaCheckpoints -1 and MaxDeltaBytes 1048576", rc)
 	}
 	cfg = parse("    store: s3\n    s3:\n      endpoint: minio:9000\n      bucket: state\n      prefix: jobs/\n")
 	want := S3StoreConfig{Endpoint: "minio:9000", Bucket: "state", Prefix: "jobs/", Region: DefaultS3Region, TLS: true, PathStyle: true}
