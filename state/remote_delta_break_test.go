@@ -452,15 +452,7 @@ func TestRemoteDeltaFailedWrite(t *testing.T) {
 func TestRemoteDeltaIntoLocalAndRead(t *testing.T) {
 	const n = 900
 	cfg := testConfig(t, kindPebbleRemote)
-	b := open(t, cfg)
-	for r := 1; r <= 3; r++ {
-		listAppend(t, b, n, r)
-		fillCounts(t, b, n, func(i int) int64 { return int64(r*1000 + i) })
-		if r < 3 {
-			remoteCheckpoint(t, b, cfg, r)
-		}
-	}
-	rh, snap := remoteCheckpoint(t, b, cfg, 3)
+	b, rh, snap := threeRoundChain(t, cfg, n)
 	if len(handleOf(t, snap).Deltas) != 2 {
 		t.Fatalf("checkpoint 3 names %d deltas, want 2", len(handleOf(t, snap).Deltas))
 	}
@@ -671,4 +663,23 @@ func TestRemoteDeltaAfterLocalRestore(t *testing.T) {
 	defer lb2.Close()
 	checkRaw(t, "local restore", rawState(t, lb2, lc2.KeyGroupRange), want)
 	checkLists(t, "local restore", lb2, n, 4)
+}
+
+// threeRoundChain opens a backend of cfg and runs three rounds over n
+// keys (list appends and counts), with a checkpoint after each: a base,
+// then two delta checkpoints (the default chain limits). It returns the
+// backend, still open, and the third checkpoint's restore handle and
+// snapshot.
+func threeRoundChain(t *testing.T, cfg BackendConfig, n int) (KeyedStateBackend, RestoreHandle, KeyedSnapshot) {
+	t.Helper()
+	b := open(t, cfg)
+	for r := 1; r <= 3; r++ {
+		listAppend(t, b, n, r)
+		fillCounts(t, b, n, func(i int) int64 { return int64(r*1000 + i) })
+		if r < 3 {
+			remoteCheckpoint(t, b, cfg, r)
+		}
+	}
+	rh, snap := remoteCheckpoint(t, b, cfg, 3)
+	return b, rh, snap
 }

@@ -26,15 +26,7 @@ import (
 func TestRemoteDeltaOlderBinaryRefuses(t *testing.T) {
 	const n = 600
 	cfg := testConfig(t, kindPebbleRemote)
-	b := open(t, cfg)
-	for r := 1; r <= 3; r++ {
-		listAppend(t, b, n, r)
-		fillCounts(t, b, n, func(i int) int64 { return int64(r*1000 + i) })
-		if r < 3 {
-			remoteCheckpoint(t, b, cfg, r)
-		}
-	}
-	rh, snap := remoteCheckpoint(t, b, cfg, 3)
+	b, rh, snap := threeRoundChain(t, cfg, n)
 	h := handleOf(t, snap)
 	if len(h.Deltas) != 2 || len(h.Files) == 0 {
 		t.Fatalf("checkpoint 3 names %d tables and %d deltas, want some tables and 2 deltas", len(h.Files), len(h.Deltas))

@@ -170,33 +170,11 @@ func testRemoteDeltaCheckpointRestore(t *testing.T, kind string, cache int) {
 	j.round(t, n, 4) // after the checkpoint: not restored
 	must(t, b.Close())
 
-	check := func(step string, got, want map[string]string) {
-		t.Helper()
-		if maps.Equal(got, want) {
-			return
-		}
-		diff := 0
-		for k, v := range want {
-			if g, ok := got[k]; !ok || g != v {
-				if diff++; diff <= 5 {
-					t.Errorf("%s: key %x = %x (present %t), want %x", step, k, g, ok, v)
-				}
-			}
-		}
-		for k := range got {
-			if _, ok := want[k]; !ok {
-				if diff++; diff <= 10 {
-					t.Errorf("%s: key %x restored, not in the checkpoint", step, k)
-				}
-			}
-		}
-		t.Fatalf("%s: %d keys differ (%d restored, %d checkpointed)", step, diff, len(got), len(want))
-	}
 	rc := cfg
 	rc.Dir = t.TempDir()
 	nb, err := OpenBackendRestored(rc, []RestoreHandle{rh})
 	must(t, err)
-	check("restore of the delta checkpoint", rawState(t, nb, all), want)
+	checkRaw(t, "restore of the delta checkpoint", rawState(t, nb, all), want)
 	must(t, nb.Close())
 
 	// Rescale 2 -> 4 -> 1, each step from delta checkpoints of the last.
@@ -210,7 +188,7 @@ func testRemoteDeltaCheckpointRestore(t *testing.T, kind string, cache int) {
 			sc.Dir, sc.KeyGroupRange = t.TempDir(), keygroup.RangeFor(testMaxP, par, sub)
 			sb, err := OpenBackendRestored(sc, handles)
 			must(t, err)
-			check(fmt.Sprintf("parallelism %d subtask %d", par, sub), rawState(t, sb, all), restrictRaw(want, sc.KeyGroupRange)) // no key of another key group
+			checkRaw(t, fmt.Sprintf("parallelism %d subtask %d", par, sub), rawState(t, sb, all), restrictRaw(want, sc.KeyGroupRange)) // no key of another key group
 			sj := newDeltaJob(t, sb, clock)
 			id++
 			remoteCheckpoint(t, sb, sc, id) // the base of this instance
@@ -231,7 +209,7 @@ func testRemoteDeltaCheckpointRestore(t *testing.T, kind string, cache int) {
 	fb, err := OpenBackendRestored(fc, handles)
 	must(t, err)
 	defer fb.Close()
-	check("after the rescale 2 -> 4 -> 1", rawState(t, fb, all), want)
+	checkRaw(t, "after the rescale 2 -> 4 -> 1", rawState(t, fb, all), want)
 }
 
 // TestRemoteDeltaFlushBoundary: commits from another goroutine (as the
