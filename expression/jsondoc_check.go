@@ -9,8 +9,9 @@ import (
 // ResetChecked makes d the Doc of b, as Reset does, and checks that b is
 // one JSON value in the pass that indexes it (index), so that a source
 // reads a record once where it read it twice (gjson's check, then the
-// index of the first field read). It returns what gjson.ValidBytes (and
-// encoding/json's Valid) returns on b: the pass accepts only valid JSON,
+// index of the first field read). It returns what gjson.ValidBytes
+// returns on b (encoding/json's Valid but for nesting deeper than its
+// 10000 levels, which gjson accepts): the pass accepts only valid JSON,
 // and whatever it does not accept (invalid JSON, but also a key that does
 // not decode or nesting deeper than checkDepth) is judged by
 // gjson.ValidBytes, so the verdict is gjson's on every input

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
 )
 
 // foldedDoc returns a Doc of b reset by ResetChecked after a read of a
@@ -18,12 +20,15 @@ func foldedDoc(b []byte) *Doc {
 	return d
 }
 
-// FuzzResetCheckedEqualsValid checks ResetChecked against encoding/json's
-// Valid, with its index pass folded in and not: the same verdict on every
-// input; the pass itself never accepts invalid JSON (a value it does not
-// accept goes to gjson, so a lenient pass would be hidden by the verdict
-// alone); and a valid value's Doc lists exactly the fields index lists
-// and reads each field as a Doc made valid and indexed on first read.
+// FuzzResetCheckedEqualsValid checks ResetChecked against gjson.ValidBytes
+// (the source's check before the pass; encoding/json's Valid but for
+// nesting deeper than encoding/json's bound of 10000 levels, which gjson
+// accepts), with its index pass folded in and not: the same verdict on
+// every input; the pass itself never accepts what encoding/json's Valid
+// refuses (a value it does not accept goes to gjson, so a lenient pass
+// would be hidden by the verdict alone); and a valid value's Doc lists
+// exactly the fields index lists and reads each field as a Doc made valid
+// and indexed on first read.
 func FuzzResetCheckedEqualsValid(f *testing.F) {
 	for _, s := range []string{
 		`{"event_type":2,"bid":{"auction":1007,"bidder":2001,"price":4617,"channel":"c","url":"u","dateTime":1700000000123,"extra":"cc"}}`,
@@ -36,12 +41,13 @@ func FuzzResetCheckedEqualsValid(f *testing.F) {
 		`{"a":1,"a":{"x":2},"a":3}`, `{"n":` + strings.Repeat("9", 301) + `}`, `{"n":{"m":0.` + strings.Repeat("1", 301) + `}}`,
 		`{"d":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`, strings.Repeat(`{"a":`, 80) + `1` + strings.Repeat(`}`, 80),
 		`{"d":` + strings.Repeat("[", 70) + strings.Repeat("]", 69) + `}`, "{\"a\":1}\n\t", `{"":""}`, `{"a":null,"b":true,"c":false}`,
+		`{"d":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`, // gjson: valid; encoding/json: too deep
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		want := json.Valid(b)
-		if ok, _ := new(Doc).checkIndex(string(b)); ok && !want {
+		want := gjson.ValidBytes(b)
+		if ok, _ := new(Doc).checkIndex(string(b)); ok && !json.Valid(b) {
 			t.Fatalf("the check pass accepts %q, which is not valid JSON", b)
 		}
 		plain := new(Doc)
