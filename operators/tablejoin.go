@@ -124,6 +124,11 @@ type tableValue struct {
 type tableRight struct {
 	v    any
 	done bool
+	// json holds the row's fields a raw select writes (rawSelect.rightJSON:
+	// slices of the row's bytes, which are never changed, or of its own),
+	// once jsonDone; nil when it cannot write them.
+	json     [][]byte
+	jsonDone bool
 }
 
 // withRight returns v with an empty holder for its decoded value.
@@ -142,6 +147,20 @@ func (v tableValue) decoded() any {
 		v.right.v, v.right.done = decodeValue(v.Value, v.Text), true
 	}
 	return v.right.v
+}
+
+// rawJSON returns the JSON of the row's fields raw select r writes
+// (rawSelect.rightJSON), found on the first call for a kept row; false
+// when r cannot write them.
+func (v tableValue) rawJSON(r *rawSelect) ([][]byte, bool) {
+	if v.right == nil {
+		return r.rightJSON(v.Value, v.Text)
+	}
+	if !v.right.jsonDone {
+		v.right.json, _ = r.rightJSON(v.Value, v.Text)
+		v.right.jsonDone = true
+	}
+	return v.right.json, v.right.json != nil
 }
 
 type tableValueSerializer struct{}
@@ -244,6 +263,11 @@ type TableJoin struct {
 	sides [2]joinSide
 	// slab is the block the output values are written into (selectValue).
 	slab []byte
+	// raw is select's raw form (tablejoin_raw.go), nil when it has none;
+	// rawLeft and rawNum are leftJSON's scratch space.
+	raw     *rawSelect
+	rawLeft [][]byte
+	rawNum  []byte
 }
 
 // NewTableJoin returns the table join of params p (checked by
@@ -255,7 +279,13 @@ func NewTableJoin(p TableJoinParams) *TableJoin {
 	if p.HistoryRetention <= 0 {
 		p.HistoryRetention = DefaultHistoryRetention
 	}
-	return &TableJoin{p: p, left: p.Join == TableJoinLeft, joined: map[string]any{}}
+	j := &TableJoin{p: p, left: p.Join == TableJoinLeft, joined: map[string]any{}}
+	if p.Select.IsSet() {
+		if j.raw = compileRawSelect(p.Select.Program().Source()); j.raw != nil {
+			j.rawLeft = make([][]byte, len(j.raw.left))
+		}
+	}
+	return j
 }
 
 // Open implements KeyedCoProcessFunction.
@@ -419,6 +449,14 @@ func (j *TableJoin) emit(rec runtime.Record, row tableValue, ok bool, out Collec
 	if !ok && !j.left {
 		return nil
 	}
+	if j.raw != nil {
+		if value, done := j.rawValue(&rec, row, ok); done {
+			o := rec
+			o.Value = value
+			o.Format = runtime.FormatJSON
+			return out.Collect(o)
+		}
+	}
 	var right any
 	if ok {
 		right = row.decoded()
@@ -472,4 +510,69 @@ func (j *TableJoin) selectValue() ([]byte, error) {
 		return b[:len(b):len(b)], nil
 	}
 	return b, nil
+}
+
+// rawValue writes select's result for stream record rec and the row (ok
+// false: none) with the raw select (tablejoin_raw.go) into j.slab, as
+// selectValue would have written it; done false when the raw select gives
+// up (then select is evaluated).
+func (j *TableJoin) rawValue(rec *runtime.Record, row tableValue, ok bool) (value []byte, done bool) {
+	r := j.raw
+	if rec.Format == runtime.FormatText || rec.Value == nil || !rec.CheckedJSON() {
+		return nil, false
+	}
+	var right [][]byte
+	if ok {
+		if right, ok = row.rawJSON(r); !ok {
+			return nil, false
+		}
+		ok = true
+	} else {
+		for _, p := range r.parts {
+			if p.right && !p.orNull {
+				return nil, false // select fails on the missing row
+			}
+		}
+	}
+	j.rawLeft, j.rawNum, done = r.leftJSON(rec.Value, j.rawLeft, j.rawNum)
+	if !done {
+		return nil, false
+	}
+	n := 1
+	for _, p := range r.parts {
+		n += len(p.prefix)
+		switch {
+		case !p.right:
+			n += len(j.rawLeft[p.idx])
+		case ok:
+			n += len(right[p.idx])
+		default:
+			n += len("null")
+		}
+	}
+	var b []byte
+	if n > tableJoinSlabBytes/4 {
+		b = make([]byte, 0, n)
+	} else {
+		if cap(j.slab)-len(j.slab) < n {
+			j.slab = make([]byte, 0, tableJoinSlabBytes)
+		}
+		b = j.slab[len(j.slab):len(j.slab)]
+	}
+	for _, p := range r.parts {
+		b = append(b, p.prefix...)
+		switch {
+		case !p.right:
+			b = append(b, j.rawLeft[p.idx]...)
+		case ok:
+			b = append(b, right[p.idx]...)
+		default:
+			b = append(b, "null"...)
+		}
+	}
+	b = append(b, '}')
+	if n <= tableJoinSlabBytes/4 {
+		j.slab = j.slab[:len(j.slab)+n]
+	}
+	return b[:n:n], true
 }

@@ -43,6 +43,27 @@ func BenchmarkTableJoinLatestMatched(b *testing.B) {
 	benchTableJoin(b, pre, recs, sides)
 }
 
+// BenchmarkTableJoinLatestChecked is BenchmarkTableJoinLatestMatched with
+// the stream records marked valid JSON (runtime.ValidJSON), as records
+// from a json source reach the join across its key_by in the bench
+// scenario.
+func BenchmarkTableJoinLatestChecked(b *testing.B) {
+	rng := rand.New(rand.NewPCG(12, 34))
+	pre := make([]runtime.Record, tableJoinBenchKeys)
+	for k := range pre {
+		pre[k], _ = tableJoinBenchRecord(0, k)
+	}
+	recs := make([]runtime.Record, 80_000)
+	sides := make([]int, len(recs))
+	for i := range recs {
+		recs[i], sides[i] = tableJoinBenchRecord(i, rng.IntN(tableJoinBenchKeys))
+		if sides[i] == 0 {
+			recs[i].SetDecoded(runtime.ValidJSON{})
+		}
+	}
+	benchTableJoin(b, pre, recs, sides)
+}
+
 // tableJoinBenchKeys is the number of keys of the table join benchmarks.
 const tableJoinBenchKeys = 10_000
 
