@@ -687,11 +687,9 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 	// shared-file references, a savepoint's copy) reads one a HEAD names,
 	// and a crash before the Sync leaves a chk-<id> no HEAD names, as a
 	// crash before the _metadata's own fsync did.
-	// A failed _metadata (another writer's, a store error) still leaves
-	// the shared files uploaded and, once synced, known and in flight, as
-	// when the _metadata came after the Sync: retention keeps them and the
-	// next checkpoint need not upload them again.
-	merr := put(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile))
+	if err := put(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile)); err != nil {
+		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+	}
 	if batch != nil {
 		if err := batch.Sync(ctx); err != nil {
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
@@ -700,9 +698,6 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 	// Known only once durable: a later checkpoint skips known files.
 	for _, f := range uploaded {
 		o.known[f], o.inflight[f] = true, true
-	}
-	if merr != nil {
-		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, merr)
 	}
 	o.sharedOf[id] = slices.Clone(sum.sharedFiles) // what the store's chk-<id>/_metadata now holds
 	return nil
