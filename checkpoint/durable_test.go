@@ -137,12 +137,10 @@ func TestSavepointDirectoryIsDurable(t *testing.T) {
 	})
 }
 
-// TestUnitUploadSyncsEachDirectoryOnce: a unit's checkpoint into a
-// FileStore (owner marker, files, shared files, _metadata, in one
-// FileBatch) fsyncs the parent of every directory it creates and each
-// directory it writes into once, after the _metadata's link and before
-// the HEAD (not once per file, nor once more for the marker and the
-// _metadata); then the HEAD's directory.
+// TestUnitUploadSyncsEachDirectoryOnce: a unit's upload into a FileStore
+// fsyncs the parent of every directory it creates, and each directory it
+// writes files into once after its last file (not once per file), all
+// before the _metadata; then the _metadata's directory and the HEAD's.
 func TestUnitUploadSyncsEachDirectoryOnce(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -181,14 +179,12 @@ func TestUnitUploadSyncsEachDirectoryOnce(t *testing.T) {
 	}
 	p := ns.Prefix[:len(ns.Prefix)-1] // the unit's directory, relative to the store's root
 	want := []string{
-		// FileBatch.Sync, once per directory in first-seen order: each
-		// written into, then the parents of the directories created,
-		// deepest first per object: the owner marker's (chk-1, then its
-		// parent the unit's directory), the files', the shared files'; the
-		// _metadata's directory is chk-1 again.
-		p + "/chk-1", p,
-		p + "/chk-1/op/0", p + "/chk-1/op", p + "/chk-1/op/1",
-		p + "/shared/inst", p + "/shared",
+		p, p + "/chk-1", // the owner marker (Create): chk-1's entry, then _claim's
+		// FileBatch.Sync, once per directory: each written into, then the
+		// parents of the directories created, deepest first per upload.
+		p + "/chk-1/op/0", p + "/chk-1/op", p + "/chk-1", p + "/chk-1/op/1",
+		p + "/shared/inst", p + "/shared", p,
+		p + "/chk-1", // _metadata
 	}
 	if !slices.Equal(beforeHead, want) {
 		t.Fatalf("upload fsynced %q\nwant %q", beforeHead, want)

@@ -321,10 +321,6 @@ type Owner struct {
 	metaReads int
 	maxChk    int64 // highest chk-<id> in the store at the claim, or reserved since
 	marked    int64 // the chk-<id> whose owner marker is this owner's (0: none yet)
-	// markBatch, for a batchStore, is the FileBatch the marker of chk-<marked>
-	// was written through: upload writes the checkpoint's files into it too,
-	// so its Sync makes the marker's directory durable with theirs.
-	markBatch *FileBatch
 }
 
 // claimAttempts bounds how often Claim re-reads the chain after the
@@ -497,27 +493,14 @@ func (o *Owner) mark(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	// A FileStore's marker is written through the checkpoint's FileBatch:
-	// the file is fsynced before its link as always, but its directory's
-	// fsync waits for upload's Sync, before the _metadata and the HEAD
-	// (nothing reads a marker as durable before a HEAD names chk-<id>;
-	// fencing rests on the create-only link, not on the fsync).
-	var batch *FileBatch
-	create := o.ns.Store.Create
-	if bs, ok := o.ns.Store.(batchStore); ok {
-		batch = bs.Batch()
-		create = batch.Create
-	}
-	cerr := create(ctx, o.ns.chkKey(id, ClaimFile), b)
+	cerr := o.ns.Store.Create(ctx, o.ns.chkKey(id, ClaimFile), b)
 	if cerr == nil {
-		o.marked, o.maxChk, o.markBatch = id, max(o.maxChk, id), batch
+		o.marked, o.maxChk = id, max(o.maxChk, id)
 		return nil
 	}
 	got, rerr := o.readMarker(ctx, id)
 	if rerr == nil && got == mine {
-		// A create whose answer was lost: sync its directory with the
-		// upload's all the same.
-		o.marked, o.maxChk, o.markBatch = id, max(o.maxChk, id), batch
+		o.marked, o.maxChk = id, max(o.maxChk, id)
 		return nil
 	}
 	if !errors.Is(cerr, fs.ErrExist) {
@@ -657,10 +640,7 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 	put := o.ns.Store.Upload
 	var batch *FileBatch
 	if bs, ok := o.ns.Store.(batchStore); ok {
-		batch = o.markBatch // mark's, holding the marker's directory
-		if batch == nil {
-			batch = bs.Batch()
-		}
+		batch = bs.Batch()
 		put = batch.Upload
 	}
 	var uploaded []string
@@ -679,17 +659,6 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 		}
 		uploaded = append(uploaded, f)
 	}
-	// The _metadata last. In a FileBatch it is linked after every file
-	// of the checkpoint, and the one Sync makes them all durable (its
-	// directory, chk-<id>, synced once for the marker, the files and it)
-	// before the HEAD that names chk-<id> is created: every reader that
-	// takes a _metadata for a complete checkpoint (Restore, retention's
-	// shared-file references, a savepoint's copy) reads one a HEAD names,
-	// and a crash before the Sync leaves a chk-<id> no HEAD names, as a
-	// crash before the _metadata's own fsync did.
-	if err := put(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile)); err != nil {
-		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
-	}
 	if batch != nil {
 		if err := batch.Sync(ctx); err != nil {
 			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
@@ -698,6 +667,9 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 	// Known only once durable: a later checkpoint skips known files.
 	for _, f := range uploaded {
 		o.known[f], o.inflight[f] = true, true
+	}
+	if err := o.ns.Store.Upload(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile)); err != nil {
+		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
 	o.sharedOf[id] = slices.Clone(sum.sharedFiles) // what the store's chk-<id>/_metadata now holds
 	return nil

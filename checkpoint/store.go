@@ -139,24 +139,6 @@ func (b *FileBatch) add(dir string) error {
 // wrapping fs.ErrExist when key exists). The key's directory is synced by
 // Sync also then: the object's writer may have died before its own fsync.
 func (b *FileBatch) Upload(_ context.Context, key, src string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return fmt.Errorf("checkpoint: upload %s: %w", key, err)
-	}
-	defer in.Close()
-	return b.write(key, func(w io.Writer) error { _, err := io.Copy(w, in); return err })
-}
-
-// Create writes data under key, create-only like Upload (the marker of a
-// unit checkpoint), its directory synced by Sync.
-func (b *FileBatch) Create(_ context.Context, key string, data []byte) error {
-	return b.write(key, func(w io.Writer) error { _, err := w.Write(data); return err })
-}
-
-// write is Upload and Create: key's directory (and the parents of the
-// directories it creates) left to Sync, the object written create-only
-// and fsynced.
-func (b *FileBatch) write(key string, write func(io.Writer) error) error {
 	name := b.s.file(key)
 	dir := filepath.Dir(name)
 	if err := b.add(dir); err != nil {
@@ -165,8 +147,13 @@ func (b *FileBatch) write(key string, write func(io.Writer) error) error {
 	if err := atomicfile.MkdirAll(dir, 0o755, b.add); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, b.s, err)
 	}
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("checkpoint: upload %s: %w", key, err)
+	}
+	defer in.Close()
 	opts := atomicfile.Options{TempPattern: tmpPrefix + "*", NoReplace: true, NoDirSync: true}
-	if err := atomicfile.Write(name, opts, write); err != nil {
+	if err := atomicfile.Write(name, opts, func(w io.Writer) error { _, err := io.Copy(w, in); return err }); err != nil {
 		return fmt.Errorf("checkpoint: create %s in %s: %w", key, b.s, err)
 	}
 	return nil
