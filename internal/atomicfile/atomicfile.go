@@ -39,7 +39,13 @@ type Options struct {
 	// NoReplace publishes with link(2) instead of rename(2): Write fails
 	// with an error wrapping fs.ErrExist when dst exists, atomically, and
 	// dst is never replaced (a create-only write, which fences a second
-	// writer of one name). The temporary name is removed afterwards.
+	// writer of one name). Without TempName, where the filesystem has
+	// O_TMPFILE (Linux: ext4, XFS, Btrfs, tmpfs), the temporary file is
+	// an unnamed inode in dst's directory, published with linkat(2)
+	// through /proc/self/fd: no temporary name is created or removed, and
+	// a crash before the link leaves nothing in the directory. Elsewhere
+	// (NFS, other systems, no /proc) the temporary file has a unique name
+	// from TempPattern, removed after the link.
 	NoReplace bool
 	// NoSync skips both fsyncs: dst still appears complete or not at all
 	// to readers of a running system, but a crash may lose it or leave it
@@ -49,7 +55,9 @@ type Options struct {
 	// BeforeRename, if not nil, runs after the temporary file is complete
 	// and synced, just before it is published. If it returns an error,
 	// Write returns that error and leaves the temporary file in place,
-	// exactly as a crash at that point would (tests inject crashes here).
+	// exactly as a crash at that point would (tests inject crashes here);
+	// an unnamed temporary file of NoReplace is discarded, as a crash
+	// discards it.
 	BeforeRename func() error
 	// NoDirSync skips step 4 of Write (the fsync of dst's directory) but
 	// not the file's fsync: the caller writes many files into one
@@ -80,6 +88,13 @@ type Options struct {
 // holds either the old or the new content, each complete. With NoReplace
 // a crash after the link may also leave the temporary name beside dst.
 //
+// An unnamed temporary file (NoReplace, see Options.NoReplace) is never
+// visible: a crash before step 3 leaves the directory as it was (the
+// filesystem frees the inode when its last descriptor closes, and at
+// mount after a crash), and the link of step 3 is the one directory
+// change. Its steps are the same but for the close, which comes after
+// the link.
+//
 // On an error Write removes the temporary file and leaves dst untouched,
 // with two exceptions: an error of BeforeRename leaves the temporary file
 // (see Options.BeforeRename), and an error of the directory fsync comes
@@ -88,6 +103,13 @@ type Options struct {
 // write's error, unwrapped.
 func Write(dst string, opts Options, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(dst)
+	if opts.NoReplace && opts.TempName == "" {
+		f, err := openUnnamed(dir)
+		if err == nil {
+			return writeUnnamed(f, dst, dir, opts, write)
+		}
+		// Not supported here: a named temporary file instead.
+	}
 	var f *os.File
 	if opts.TempName != "" {
 		f, err = os.Create(filepath.Join(dir, opts.TempName))
@@ -142,6 +164,51 @@ func Write(dst string, opts Options, write func(io.Writer) error) (err error) {
 	} else if err = os.Rename(tmp, dst); err == nil {
 		keep = true // tmp is dst now: never remove that name again
 	}
+	if err != nil {
+		return err
+	}
+	if opts.NoSync || opts.NoDirSync {
+		return nil
+	}
+	if opts.SyncDir != nil {
+		return opts.SyncDir(dir)
+	}
+	return SyncDir(dir)
+}
+
+// writeUnnamed is Write's create-only path for f, an unnamed temporary
+// file in dir (openUnnamed): fill, chmod, fsync, BeforeRename, link to
+// dst, close, directory fsync. Until the link nothing of f is visible, so
+// every error before it needs only the close (which frees the inode).
+func writeUnnamed(f *os.File, dst, dir string, opts Options, write func(io.Writer) error) (err error) {
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	if opts.Perm != 0 {
+		if err = f.Chmod(opts.Perm); err != nil {
+			return err
+		}
+	}
+	if err = write(f); err != nil {
+		return err
+	}
+	if !opts.NoSync {
+		if err = f.Sync(); err != nil {
+			return err
+		}
+	}
+	if opts.BeforeRename != nil {
+		if err = opts.BeforeRename(); err != nil {
+			return err
+		}
+	}
+	if err = linkUnnamed(f, dst); err != nil {
+		return err
+	}
+	err = f.Close()
+	f = nil
 	if err != nil {
 		return err
 	}
