@@ -45,6 +45,11 @@ const (
 	IntervalJoinRightByTimeState = "interval_join.right_by_time"
 )
 
+// intervalJoinListRoom is the capacity a side's list gets at least when a
+// row does not fit in it: the next rows are appended in place, without a
+// new list per record, while the cleanups remove the first ones.
+const intervalJoinListRoom = 4
+
 // intervalJoinSpillRows is the most rows a key's side keeps in its list
 // (ValueState) before they move to the by-time MapState: per record the
 // list of the other side and of its own side are decoded whole, so a list
@@ -321,10 +326,18 @@ type joinSides [2][]joinRow
 // joinRowsSerializer writes, left then right, one after the other (each
 // list says its length). Name "interval-join-sides-v1". Decoded values
 // share one copy of the encoded bytes. It is a state.HeapSerializer, so
-// the Pebble write cache keeps a key's rows decoded; like
-// intervalRowsSerializer its View hands out the kept lists themselves
-// (capacity cut to length): the join never changes a row of a list it
-// read, it builds a new list.
+// the Pebble write cache keeps a key's rows decoded. Its View hands out
+// the kept lists themselves with their capacity, and Copy keeps a list
+// the join wrote with its capacity, so that a record's row is appended
+// in place (a slice's append) rather than into a new list per record:
+// the join never changes a row of a list it read (it builds a new list
+// to mark rows or to remove any but the first ones, and sorts a list it
+// moves by time only in a copy), it only appends past a list's end, and
+// a list it read is always the key's newest one (the write cache holds
+// one per key, which a later append past its end leaves as it is; the
+// older values sharing its memory end at or before it: a cleanup keeps
+// the rows after those it removed, an append adds past the end), so an
+// append never writes into the rows of another value.
 type intervalSidesSerializer struct{}
 
 func (intervalSidesSerializer) Name() string { return "interval-join-sides-v1" }
@@ -355,12 +368,16 @@ func (intervalSidesSerializer) Decode(b []byte) (joinSides, error) {
 // the known value read last, or a part of one (known[0]: the join reads a
 // key's rows, then writes them; the other side's list of an inner join is
 // unchanged, a cleanup keeps the rows after those it removed), is kept as
-// it is; any other is a list the join built for this write, kept too
-// (adoptRows: the join never changes a list it wrote), sharing the values
-// of that value's rows and with the values of its new rows copied. The value written last (known[1]) is
-// another key's as a rule: looking through its rows for the new row's
-// value would find nothing (and read memory no longer in the CPU's
-// cache), so it is not used; a row it shares is copied instead.
+// it is; one that is such a list with rows appended in place (a record's
+// row, appended past the end of the list it read) is kept too, the values
+// of the rows past that list copied; any other is a list the join built
+// for this write, kept too (adoptRows), sharing the values of that
+// value's rows and with the values of its new rows copied. Lists are kept
+// with their capacity (see intervalSidesSerializer). The value written
+// last (known[1]) is another key's as a rule: looking through its rows
+// for the new row's value would find nothing (and read memory no longer
+// in the CPU's cache), so it is not used; a row it shares is copied
+// instead.
 func (intervalSidesSerializer) Copy(v joinSides, known []joinSides) (joinSides, error) {
 	var lists [2][]joinRow
 	n := 0
@@ -373,10 +390,14 @@ func (intervalSidesSerializer) Copy(v joinSides, known []joinSides) (joinSides, 
 		}
 	}
 	var out joinSides
+sides:
 	for side, rows := range v {
-		if slices.ContainsFunc(lists[:n], func(l []joinRow) bool { return joinRowsWithin(rows, l) }) {
-			out[side] = rows[:len(rows):len(rows)]
-			continue
+		for _, l := range lists[:n] {
+			if k := joinRowsSharedPrefix(rows, l); k > 0 {
+				adoptRows(rows[k:], nil)
+				out[side] = rows
+				continue sides
+			}
 		}
 		out[side] = adoptRows(rows, lists[:n])
 	}
@@ -384,11 +405,11 @@ func (intervalSidesSerializer) Copy(v joinSides, known []joinSides) (joinSides, 
 }
 
 // adoptRows is joinRowsSerializer.Copy for a list the interval join built
-// for this write (a list appended to, marked or with rows removed is a new
-// one: View cuts the kept lists' capacity) and never changes after it:
-// the list itself is kept, not copied, and only the values of its rows
-// that are not rows of a known list (the record just buffered) are copied
-// into one new buffer, their rows pointed at the copies.
+// for this write (a list marked or with rows removed is a new one) and
+// never changes within its length after it: the list itself is kept, not
+// copied, and only the values of its rows that are not rows of a known
+// list (the record just buffered) are copied into one new buffer, their
+// rows pointed at the copies.
 func adoptRows(v []joinRow, known [][]joinRow) []joinRow {
 	if v == nil {
 		return nil
@@ -406,7 +427,9 @@ func adoptRows(v []joinRow, known [][]joinRow) []joinRow {
 		case val == nil:
 			continue
 		case len(val) == 0:
-			v[i].Value = []byte{}
+			if cap(val) != 0 {
+				v[i].Value = []byte{} // not the record's memory
+			}
 			continue
 		case joinRowKnown(val, known, next[:]):
 			continue
@@ -422,18 +445,24 @@ func adoptRows(v []joinRow, known [][]joinRow) []joinRow {
 			v[i].Value = buf[start:len(buf):len(buf)]
 		}
 	}
-	return v[:len(v):len(v)]
+	return v
 }
 
-// joinRowsWithin reports whether rows (not empty) are rows of list l
-// itself, in l's memory (a subslice of it).
-func joinRowsWithin(rows, l []joinRow) bool {
+// joinRowsSharedPrefix returns how many of the first rows of rows are
+// rows of list l itself, in l's memory: rows starts within l (a part of
+// it from some row on), the rows up to l's end are l's, and any after it
+// were appended in place. 0 when rows is empty or starts outside l.
+func joinRowsSharedPrefix(rows, l []joinRow) int {
 	if len(rows) == 0 || len(l) == 0 {
-		return false
+		return 0
 	}
 	size := unsafe.Sizeof(joinRow{})
 	start, first := uintptr(unsafe.Pointer(&l[0])), uintptr(unsafe.Pointer(&rows[0]))
-	return first >= start && first+uintptr(len(rows))*size <= start+uintptr(len(l))*size
+	end := start + uintptr(len(l))*size
+	if first < start || first >= end {
+		return 0
+	}
+	return min(len(rows), int((end-first)/size))
 }
 
 // AppendKept implements state.HeapSerializer: Append.
@@ -441,15 +470,19 @@ func (s intervalSidesSerializer) AppendKept(dst []byte, v joinSides) ([]byte, er
 	return s.Append(dst, v)
 }
 
-// View implements state.HeapSerializer: the kept lists themselves, each's
-// capacity = its length (an append copies).
-func (intervalSidesSerializer) View(v joinSides) joinSides {
-	return joinSides{v[0][:len(v[0]):len(v[0])], v[1][:len(v[1]):len(v[1])]}
-}
+// View implements state.HeapSerializer: the kept lists themselves, with
+// their capacity (a record's row is appended in place; see
+// intervalSidesSerializer for why that changes no other value).
+func (intervalSidesSerializer) View(v joinSides) joinSides { return v }
 
-// Size implements state.HeapSerializer: both lists' rows and values.
+// Size implements state.HeapSerializer: both lists' rows (their
+// capacity) and values.
 func (intervalSidesSerializer) Size(v joinSides) int {
-	return joinRowsSerializer{}.Size(v[0]) + joinRowsSerializer{}.Size(v[1])
+	n := 0
+	for _, l := range v {
+		n += joinRowsSerializer{}.Size(l) + 48*(cap(l)-len(l))
+	}
+	return n
 }
 
 // intervalSidesState returns the descriptor of the interval join's rows
@@ -828,12 +861,19 @@ func (j *IntervalJoin) buffer(side int, rows []joinRow, row joinRow) ([]joinRow,
 	m := j.byTime[side]
 	n, ok := spilled(rows)
 	if !ok && len(rows) < j.spillRows {
+		if len(rows) == cap(rows) && len(rows) > 0 {
+			// A key with rows buffered gets room for the next ones: they
+			// are appended in place (intervalSidesSerializer) while the
+			// cleanups remove the first ones. A key's first row gets a
+			// list of one (many keys hold one row at a time).
+			rows = append(make([]joinRow, 0, max(2*len(rows), intervalJoinListRoom)), rows...)
+		}
 		return append(rows, row), nil
 	}
 	if !ok {
 		// Move the list into the by-time state: by time, arrival order
-		// kept within a time.
-		rows = append(rows, row)
+		// kept within a time, sorted in a copy (rows are the state's).
+		rows = append(rows[:len(rows):len(rows)], row)
 		slices.SortStableFunc(rows, func(a, b joinRow) int { return cmp.Compare(a.TS, b.TS) })
 		for i := 0; i < len(rows); {
 			k := i + 1
@@ -991,6 +1031,8 @@ func (j *IntervalJoin) emit(key []byte, left, right *joinRow, ts int64, out Coll
 type joinOutput struct {
 	sel Expression
 	buf []byte
+	// slab is the block select's results are written into (selectValue).
+	slab []byte
 
 	in     expression.Input
 	env    expression.Env
@@ -1068,7 +1110,7 @@ func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra stri
 	o.in = expression.Input{Value: o.joined, Key: key, Timestamp: time.UnixMilli(ts)}
 	o.env.Reset(&o.in)
 	// Cleared after encoding: the result may be the joined map itself (value).
-	value, err := selectJSON(o.sel, &o.env)
+	value, err := o.selectValue()
 	o.joined["left"], o.joined["right"] = nil, nil
 	if err != nil {
 		var ee *expression.EvalError
@@ -1078,6 +1120,33 @@ func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra stri
 		return resultError(o.sel, "select", err.Error())
 	}
 	return out.Collect(runtime.Record{Key: key, Value: value, Timestamp: time.UnixMilli(ts)})
+}
+
+// joinSlabBytes is the size of the blocks a join writes its select
+// results into (joinOutput.selectValue).
+const joinSlabBytes = 16 << 10
+
+// selectValue evaluates select on o.env and returns its result's JSON, as
+// selectJSON does, written into o.slab: the output values of about a
+// hundred pairs share one allocation instead of one each (as the table
+// join's selectValue). A value is its own slice of the block (capacity
+// its length, so an append to it copies), never written again; a result
+// that does not fit what is left of the block gets its own allocation
+// from EvalJSON.
+func (o *joinOutput) selectValue() ([]byte, error) {
+	if cap(o.slab)-len(o.slab) < selectJSONHint {
+		o.slab = make([]byte, 0, joinSlabBytes)
+	}
+	free := o.slab[len(o.slab):]
+	b, _, _, err := o.sel.Program().EvalJSON(free, &o.env)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > 0 && cap(b) == cap(free) && &b[:1][0] == &free[:1][0] {
+		o.slab = o.slab[:len(o.slab)+len(b)]
+		return b[:len(b):len(b)], nil
+	}
+	return b, nil
 }
 
 // setExtra makes the joined map's fields besides left and right those of

@@ -128,3 +128,56 @@ func BenchmarkIntervalJoinManyKeys(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIntervalJoinScenario measures the interval join as the
+// interval-join bench scenario runs it: inner, bounds [-20ms, +20ms],
+// select {"l": left.id, "r": right.id}, 10,000 keys, 1,000 records per ms
+// of event time (100 per key per second, even ids left and odd right),
+// a watermark 1 ms behind the newest record after every 1,000 records.
+// A key then holds about two rows per side and a record makes about one
+// pair. Per op one record.
+func BenchmarkIntervalJoinScenario(b *testing.B) {
+	sel, err := CompileExpression(`{"l": left.id, "r": right.id}`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, backend := range backends {
+		b.Run(backend, func(b *testing.B) {
+			ctx := context.Background()
+			ch := runtime.NewChannel(1 << 16)
+			out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+			j := NewIntervalJoin(IntervalJoinParams{Lower: -20 * time.Millisecond, Upper: 20 * time.Millisecond, Select: sel})
+			op := NewKeyedCoProcessOperator(OpenContext{Operator: "j", Parallelism: 1}, opener(backend, b.TempDir()), nil, j, out)
+			op.SetMailbox(runtime.NewMailbox())
+			if err := op.Open(ctx); err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = op.Close() }()
+			step := func(i int) {
+				h := uint64(i) * 0x9E3779B97F4A7C15
+				ts := int64(1_000 + i/1000)
+				rec := runtime.Record{Key: fmt.Appendf(nil, "k%06d", (h>>20)%10_000), Timestamp: time.UnixMilli(ts),
+					Value: fmt.Appendf(nil, `{"id":%d,"key":"k%06d","shape":"CIRCLE","amount":%d,"note":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`, i, (h>>20)%10_000, h%1000)}
+				if err := op.ProcessRecord(ctx, i&1, rec); err != nil {
+					b.Fatal(err)
+				}
+				if i%1000 == 999 {
+					if err := op.ProcessWatermark(ctx, time.UnixMilli(ts-1)); err != nil {
+						b.Fatal(err)
+					}
+					for len(ch) > 0 {
+						<-ch
+					}
+				}
+			}
+			for i := range 200_000 {
+				step(i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				step(200_000 + i)
+			}
+		})
+	}
+}

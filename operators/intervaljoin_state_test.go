@@ -293,9 +293,11 @@ func TestIntervalRowsViewShares(t *testing.T) {
 // nil values, an index row) round trip; the bytes are the two lists as
 // joinRowsSerializer writes them, left then right; malformed or trailing
 // bytes are refused; Copy keeps a list of a known value as it is (the
-// other side's list a record did not change) and copies a new row's value
-// while sharing the known rows' values; View cuts each list's capacity to
-// its length.
+// other side's list a record did not change), keeps a known list with a
+// row appended in place in its memory (copying only the new row's value)
+// and shares the known rows' values of a new list; View hands out the
+// kept lists with their capacity, and appends past their end change no
+// earlier value.
 func TestIntervalSidesSerializer(t *testing.T) {
 	var s intervalSidesSerializer
 	v := joinSides{
@@ -334,11 +336,20 @@ func TestIntervalSidesSerializer(t *testing.T) {
 
 	kept, _ := s.Copy(got, nil)
 	view := s.View(kept)
-	if cap(view[0]) != len(view[0]) || &view[0][0] != &kept[0][0] {
-		t.Fatal("View: want the kept lists, capacity = length")
+	if &view[0][0] != &kept[0][0] || len(view[0]) != len(kept[0]) {
+		t.Fatal("View: want the kept lists")
 	}
 	next := view
 	fresh := []byte("new")
+	if cap(next[0]) == len(next[0]) {
+		next[0] = append(make([]joinRow, 0, 8), next[0]...) // as buffer gives a full list room
+		kept0 := next[0]
+		if kept, _ = s.Copy(joinSides{kept0, kept[1]}, []joinSides{kept}); &kept[0][0] != &kept0[0] || cap(kept[0]) != 8 {
+			t.Fatal("Copy of a list of known rows with room: want it kept with its capacity")
+		}
+		next = s.View(kept)
+	}
+	before := slices.Clone(kept[0])
 	next[0] = append(next[0], joinRow{TS: 9, Value: fresh})
 	c, err := s.Copy(next, []joinSides{kept})
 	if err != nil {
@@ -347,27 +358,96 @@ func TestIntervalSidesSerializer(t *testing.T) {
 	if &c[1][0] != &kept[1][0] {
 		t.Error("Copy copied the unchanged right list")
 	}
-	// The list the join built is kept (adoptRows), capacity = length.
-	if &c[0][0] != &next[0][0] || cap(c[0]) != len(c[0]) {
-		t.Error("Copy copied the new list the join built for the write")
+	// The row appended in place: the list kept in the same memory, with
+	// its capacity; the known value's rows unchanged.
+	if &c[0][0] != &kept[0][0] || cap(c[0]) != cap(kept[0]) || len(c[0]) != 5 {
+		t.Error("Copy copied the list the row was appended to in place")
+	}
+	if !slices.EqualFunc(kept[0], before, func(a, b joinRow) bool {
+		return a.TS == b.TS && (a.Value == nil) == (b.Value == nil) && (len(a.Value) == 0 || sameBytes(a.Value, b.Value))
+	}) {
+		t.Error("the append changed the rows of the value read")
 	}
 	if &c[0][0].Value[0] != &kept[0][0].Value[0] || &c[0][4].Value[0] == &fresh[0] || string(c[0][4].Value) != "new" {
 		t.Error("Copy: want the known rows' values shared and the new row's value copied")
 	}
 	// A cleanup keeps the rows after those it removed: the same memory,
-	// not a copy.
+	// not a copy; the next row appended after them leaves c as it is.
 	trimmed := s.View(c)
 	trimmed[0] = trimmed[0][2:]
 	d, err := s.Copy(trimmed, []joinSides{c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d[0]) != 3 || &d[0][0] != &c[0][2] || cap(d[0]) != 3 || d[0][2].TS != 9 {
-		t.Errorf("Copy of the list's last 3 rows: %d rows, capacity %d, want c's own rows, capacity = length", len(d[0]), cap(d[0]))
+	if len(d[0]) != 3 || &d[0][0] != &c[0][2] || d[0][2].TS != 9 {
+		t.Errorf("Copy of the list's last 3 rows: %d rows, want c's own rows", len(d[0]))
+	}
+	e0 := append(s.View(d)[0], joinRow{TS: 10, Value: []byte("newer")})
+	e, _ := s.Copy(joinSides{e0, d[1]}, []joinSides{d})
+	if &e[0][0] != &c[0][2] || len(e[0]) != 4 || string(e[0][3].Value) != "newer" || len(c[0]) != 5 || c[0][4].TS != 9 || len(d[0]) != 3 {
+		t.Errorf("append after a cleanup: %d rows; c %d rows (last at %d), d %d: want one more row in the same memory, c and d unchanged", len(e[0]), len(c[0]), c[0][4].TS, len(d[0]))
 	}
 	// A new list of known rows is kept, its values shared.
 	other := joinSides{slices.Clone(c[0][3:]), c[1]}
 	if e, _ := s.Copy(other, []joinSides{c}); &e[0][0] != &other[0][0] || &e[0][1].Value[0] != &c[0][4].Value[0] {
 		t.Error("Copy of a new list of known rows: want the list kept and its values shared")
 	}
+}
+
+// TestIntervalJoinAppendsInPlace: on Pebble (the write cache keeps a key's
+// lists decoded) a record's row is appended in place to its key's list
+// once the list has room, not into a new list per record: a key's first
+// row gets a list of one, the second a list with room for four, the next
+// ones go into the same memory; a cleanup keeps the rows after those it
+// removed in that memory, and the rows read back are the rows sent.
+func TestIntervalJoinAppendsInPlace(t *testing.T) {
+	h := newJoinHarness(t, "pebble", t.TempDir(), nil, IntervalJoinParams{Lower: -20 * time.Millisecond, Upper: 20 * time.Millisecond})
+	j := h.j
+	list := func() []joinRow {
+		t.Helper()
+		j.backend.SetCurrentKey([]byte("a"))
+		s, _, err := j.rows2.Value()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s[0]
+	}
+	times := func(rows []joinRow) (ts []int64) {
+		for _, r := range rows {
+			ts = append(ts, r.TS)
+		}
+		return ts
+	}
+	send := func(ms int64) {
+		h.send(0, runtime.Record{Key: []byte("a"), Value: fmt.Appendf(nil, `{"t":%d}`, ms), Timestamp: time.UnixMilli(ms)})
+	}
+	send(1000)
+	if l := list(); len(l) != 1 || cap(l) != 1 {
+		t.Fatalf("first row: list of %d, capacity %d, want 1 and 1", len(l), cap(l))
+	}
+	send(1001)
+	first := list()
+	if len(first) != 2 || cap(first) != intervalJoinListRoom {
+		t.Fatalf("second row: list of %d, capacity %d, want 2 and %d", len(first), cap(first), intervalJoinListRoom)
+	}
+	send(1002)
+	send(1003)
+	l := list()
+	if &l[0] != &first[0] || !slices.Equal(times(l), []int64{1000, 1001, 1002, 1003}) {
+		t.Fatalf("rows %v, in the second row's list's memory: %v; want 1000-1003 appended in place", times(l), &l[0] == &first[0])
+	}
+	h.wm(1020) // the row at 1000 ends
+	l = list()
+	if &l[0] != &first[1] || !slices.Equal(times(l), []int64{1001, 1002, 1003}) {
+		t.Fatalf("after the cleanup: rows %v, the same memory %v; want 1001-1003 where they were", times(l), &l[0] == &first[1])
+	}
+	for i, r := range l {
+		if want := fmt.Sprintf(`{"t":%d}`, r.TS); string(r.Value) != want {
+			t.Fatalf("row %d: value %s, want %s", i, r.Value, want)
+		}
+	}
+	if n := j.BufferedRows(); n != 3 {
+		t.Fatalf("%d rows buffered, want 3", n)
+	}
+	h.finish()
 }

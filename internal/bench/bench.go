@@ -410,6 +410,9 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if s != nil && s.Nexmark != "" || s == nil && r.nexmarkPipe {
 		gen = newNexmarkSource(cfg.Records, cfg.NexmarkRate, time.Now())
 	}
+	if s != nil && s.EventRatePerKey > 0 {
+		gen = newEventTimed(NewGenerator(cfg.Keys, cfg.Zipf), cfg.Records, s.EventRatePerKey*int64(cfg.Keys), time.Now())
+	}
 	var av *avroRun
 	if s != nil && s.Avro {
 		if av, err = startAvroRun(ctx, cfg.Logger, in, out); err != nil {

@@ -676,6 +676,56 @@ func TestIntervalJoinScenario(t *testing.T) {
 		Records: 3000, Keys: 50, LatencyDuration: time.Second}, true)
 }
 
+// TestIntervalJoinEventTimes: the interval-join scenario's items carry
+// event times derived from their ids (100 per key per second, the last
+// of the loaded records at the load's start), so two loads at different
+// times and speeds give the model the same pairs, about one per item;
+// after live (the latency phase) items carry their produce time, never
+// below an earlier event time.
+func TestIntervalJoinEventTimes(t *testing.T) {
+	const keys, records = 100, 20_000
+	s := intervalJoin()
+	rate := s.EventRatePerKey * keys
+	load := func(now time.Time, pause time.Duration) (times []int64, pairs int) {
+		m := s.NewModel(4)
+		e := newEventTimed(NewGenerator(keys, 0), records, rate, now)
+		for i := range records {
+			it := e.nextItem(4)
+			if i == records/2 {
+				time.Sleep(pause) // a loader stalling mid-way changes nothing
+			}
+			times = append(times, it.Time-now.UnixMilli())
+			pairs += m.Outputs(it)
+		}
+		return times, pairs
+	}
+	now := time.Now()
+	t1, p1 := load(now, 0)
+	t2, p2 := load(now.Add(-time.Hour), 30*time.Millisecond)
+	if !slices.Equal(t1, t2) || p1 != p2 {
+		t.Fatalf("two loads differ: %d and %d pairs", p1, p2)
+	}
+	if t1[0] != -(records-1)*1000/rate || t1[records-1] != 0 {
+		t.Fatalf("times from %d to %d ms of the load's start, want %d to 0", t1[0], t1[records-1], -(records-1)*1000/rate)
+	}
+	if p1 < records*8/10 || p1 > records*12/10 {
+		t.Fatalf("%d pairs of %d items, want about one per item", p1, records)
+	}
+	e := newEventTimed(NewGenerator(keys, 0), 10, rate, now.Add(time.Hour)) // event times ahead of the clock
+	first := e.nextItem(4).Time
+	e.live(1000)
+	before := time.Now().UnixMilli()
+	if it := e.nextItem(4); it.Time != first {
+		t.Fatalf("live item at %d after an event at %d: want raised to it", it.Time, first)
+	}
+	e = newEventTimed(NewGenerator(keys, 0), 10, rate, now)
+	e.nextItem(4)
+	e.live(1000)
+	if it := e.nextItem(4); it.Time < before || it.Time > time.Now().UnixMilli() {
+		t.Fatalf("live item at %d, want its produce time (from %d)", it.Time, before)
+	}
+}
+
 // TestTableJoinScenario: the table-join model counts one output per
 // stream item (id not a multiple of 8) and none per table row; the
 // scenario run on a kfake broker, exactly-once, commits exactly one

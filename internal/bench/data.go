@@ -29,9 +29,9 @@ type Item struct {
 	Key    string
 	Shape  string
 	Amount int
-	// Time is the record's timestamp (ms since the epoch, the produce
-	// time) and Partition its partition (partitionOf the key), set when it
-	// is produced.
+	// Time is the record's timestamp (ms since the epoch: the produce
+	// time, or an event time, see eventTimed) and Partition its partition
+	// (partitionOf the key), set when it is produced.
 	Time      int64
 	Partition int32
 	// Nexmark, when set, makes the item a Nexmark event (the other fields
@@ -130,6 +130,41 @@ func (g *Generator) Next() Item {
 	return Item{ID: g.next, Key: g.names[k], Shape: Shapes[g.rng.IntN(len(Shapes))], Amount: g.rng.IntN(1000)}
 }
 
+// eventTimed is a Generator's items with event times (a scenario's
+// EventRatePerKey): until live, the item of id i (ids count from 1) has
+// time base + (i-1)*1000/rate ms, rate items per second, so the times
+// depend on the id alone; after live, its produce time. Times never
+// decrease.
+type eventTimed struct {
+	g      *Generator
+	base   int64 // ms, the first item's time
+	rate   int64 // items per second of event time
+	isLive bool
+	last   int64
+}
+
+// newEventTimed returns the items of g at rate items per second of event
+// time, timed so that the last of the first records is at now: the
+// throughput phase reads a backlog from the past, and the latency
+// phase's produce times come after every event time.
+func newEventTimed(g *Generator, records int, rate int64, now time.Time) *eventTimed {
+	return &eventTimed{g: g, rate: rate, base: now.UnixMilli() - int64(max(records-1, 0))*1000/rate}
+}
+
+func (e *eventTimed) nextItem(partitions int) Item {
+	it := e.g.nextItem(partitions)
+	if !e.isLive {
+		it.Time = e.base + (it.ID-1)*1000/e.rate
+	}
+	it.Time = max(it.Time, e.last)
+	e.last = it.Time
+	return it
+}
+
+// live switches to the produce time: the latency phase measures each
+// output from its records' produce time.
+func (e *eventTimed) live(float64) { e.isLive = true }
+
 // itemSource is what a run produces: the items of a Generator, stamped
 // with the produce time, or a nexmarkSource's events.
 type itemSource interface {
@@ -141,8 +176,9 @@ type itemSource interface {
 func (g *Generator) nextItem(partitions int) Item { return g.Next().stamp(partitions) }
 
 // load produces n items of g to topic, the model m counting the outputs
-// they should cause, and returns that count. Records carry the produce
-// time as timestamp and go to partition partitionOf(key).
+// they should cause, and returns that count. Records carry the item's
+// time as timestamp (the produce time, or an eventTimed's or Nexmark
+// event's time) and go to the item's partition.
 func load(ctx context.Context, cl *kgo.Client, topic string, partitions int, g itemSource, m Model, n int) (int64, error) {
 	var expected int64
 	errs := make(chan error, 1)

@@ -72,6 +72,16 @@ type Scenario struct {
 	// starts (see avroCopy): the job's source and sink use format avro,
 	// and the run decodes the outputs itself and checks their values.
 	Avro bool
+	// EventRatePerKey, when set, gives the throughput phase's items event
+	// times instead of their produce time: EventRatePerKey items per key
+	// per second of event time (times Config.Keys items per second), each
+	// item's time derived from its id alone and the last one at the
+	// load's start (a backlog from the past, as the Nexmark scenarios
+	// load), so which items fall within a time bound of each other, and
+	// the outputs, are the same in every run whatever the loader's speed.
+	// The latency phase's items carry their produce time, as in the other
+	// scenarios. See eventTimed.
+	EventRatePerKey int64
 }
 
 // Rule is a shape-pair rule of the matcher: {"name","first","second"}.
@@ -333,15 +343,26 @@ const (
 	intervalJoinUpper = 20
 )
 
+// intervalJoinRatePerKey is the interval-join scenario's event rate per
+// key (Scenario.EventRatePerKey): 100 items per key per second, so a key
+// has 0.05 items of each side per ms and an item about 41 x 0.05 = 2.05
+// partners within [-20ms, +20ms], half of which arrive after it: about
+// one pair per item, what the produce-time stamps gave on a typical
+// run.
+const intervalJoinRatePerKey = 100
+
 // intervalJoin is an inner interval join of the items with themselves:
 // the items of even id are the left input, those of odd id the right one
 // (two filters of the source), both keyed by key, bounds [-20ms, +20ms]
-// on the record timestamp (the produce time), on Pebble. Each pair is one
-// output, written when its second record arrives. The job is done when the
-// join has received every record and every pair is committed.
+// on the record timestamp, on Pebble. The throughput phase's timestamps
+// are event times derived from the ids (intervalJoinRatePerKey), the
+// latency phase's the produce time. Each pair is one output, written when
+// its second record arrives. The job is done when the join has received
+// every record and every pair is committed.
 func intervalJoin() Scenario {
 	return Scenario{
-		Name: "interval-join", Doc: "interval_join of the even-id (left) and odd-id (right) items by key, bounds [-20ms, +20ms] on the record timestamp, inner, on pebble", Backend: "pebble",
+		Name: "interval-join", Doc: fmt.Sprintf("interval_join of the even-id (left) and odd-id (right) items by key, bounds [-20ms, +20ms] on the record timestamp (an event time from the id, %d items per key per second), inner, on pebble", intervalJoinRatePerKey), Backend: "pebble",
+		EventRatePerKey: intervalJoinRatePerKey,
 		Operators: fmt.Sprintf(`  - name: evens
     type: filter
     input: in
