@@ -83,12 +83,8 @@ func (d *Doc) checkIndex(s string) (ok, fieldwise bool) {
 		if i >= len(s) || s[i] != '"' {
 			return false, false
 		}
-		kEnd := c.str(s, i)
-		if kEnd < 0 {
-			return false, false
-		}
-		key, err := memberKey(s[i:kEnd])
-		if err != nil {
+		kEnd, key, ok := c.key(s, i)
+		if !ok {
 			return false, false
 		}
 		if i = skipSpace(s, kEnd); i >= len(s) || s[i] != ':' {
@@ -135,12 +131,8 @@ func (d *Doc) checkSub(c *checker, s string, i int) int {
 		if i >= len(s) || s[i] != '"' {
 			return -1
 		}
-		kEnd := c.str(s, i)
-		if kEnd < 0 {
-			return -1
-		}
-		key, err := memberKey(s[i:kEnd])
-		if err != nil {
+		kEnd, key, ok := c.key(s, i)
+		if !ok {
 			return -1
 		}
 		if i = skipSpace(s, kEnd); i >= len(s) || s[i] != ':' {
@@ -267,33 +259,91 @@ func (c *checker) array(s string, i, depth int) int {
 	}
 }
 
+// strByte classifies a byte inside a JSON string literal for str and key:
+// strPlain for a byte that stands for itself (0x20 and above, not '"' nor
+// '\\'; bytes from 0x80 on are not checked as UTF-8, as encoding/json's
+// Valid does not), strQuote, strEscape, or strBad (a control byte).
+var strByte = func() (t [256]uint8) {
+	for b := range t {
+		switch {
+		case b == '"':
+			t[b] = strQuote
+		case b == '\\':
+			t[b] = strEscape
+		case b < 0x20:
+			t[b] = strBad
+		}
+	}
+	return t
+}()
+
+const (
+	strPlain = iota
+	strQuote
+	strEscape
+	strBad
+)
+
 // str returns the index just past the valid string literal at s[i] ('"'),
 // or -1: no byte below 0x20, every escape one of \" \\ \/ \b \f \n \r \t
 // \uXXXX.
 func (c *checker) str(s string, i int) int {
-	for i++; i < len(s); i++ {
-		switch b := s[i]; {
-		case b == '"':
-			return i + 1
-		case b < 0x20:
-			return -1
-		case b == '\\':
-			if i++; i >= len(s) {
-				return -1
+	end, _ := strEnd(s, i+1)
+	return end
+}
+
+// key is str for an object's key at s[i]: it also returns the key's
+// value as memberKey does (the bytes between the quotes when there is no
+// escape and every byte is ASCII, else jsonString's decoding), from the
+// same scan; ok is false when the literal is not valid or does not
+// decode (memberKey's error).
+func (c *checker) key(s string, i int) (end int, key string, ok bool) {
+	end, plain := strEnd(s, i+1)
+	if end < 0 {
+		return -1, "", false
+	}
+	if plain {
+		return end, s[i+1 : end-1], true
+	}
+	key, err := jsonString(s[i:end])
+	return end, key, err == nil
+}
+
+// strEnd returns the index just past the closing quote of the string
+// literal whose content starts at s[i], or -1 when it is not valid (see
+// str); plain is true when the content has no escape and no byte from
+// 0x80 on (memberKey and jsonString then take its bytes as they are).
+func strEnd(s string, i int) (end int, plain bool) {
+	var high byte // the OR of the plain bytes: bit 7 set for a non-ASCII one
+	plain = true
+	for ; i < len(s); i++ {
+		b := s[i]
+		switch strByte[b] {
+		case strPlain:
+			high |= b
+			continue
+		case strQuote:
+			return i + 1, plain && high < 0x80
+		case strBad:
+			return -1, false
+		}
+		// An escape.
+		plain = false
+		if i++; i >= len(s) {
+			return -1, false
+		}
+		switch s[i] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		case 'u':
+			if len(s)-i < 5 || !isHex(s[i+1]) || !isHex(s[i+2]) || !isHex(s[i+3]) || !isHex(s[i+4]) {
+				return -1, false
 			}
-			switch s[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if len(s)-i < 5 || !isHex(s[i+1]) || !isHex(s[i+2]) || !isHex(s[i+3]) || !isHex(s[i+4]) {
-					return -1
-				}
-				i += 4
-			default:
-				return -1
-			}
+			i += 4
+		default:
+			return -1, false
 		}
 	}
-	return -1
+	return -1, false
 }
 
 func isHex(b byte) bool {

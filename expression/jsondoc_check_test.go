@@ -132,3 +132,53 @@ func TestResetCheckedIndexesAfterARead(t *testing.T) {
 		t.Fatalf("deep value's b: %v %v %v", v, found, ok)
 	}
 }
+
+// BenchmarkResetChecked measures a source's check of one record folded
+// into the Doc's index pass (ResetChecked after a read): a Nexmark bid
+// event and the bench's flat item.
+func BenchmarkResetChecked(b *testing.B) {
+	for _, bc := range []struct{ name, v string }{
+		{"nexmark-bid", `{"event_type":2,"person":null,"auction":null,"bid":{"auction":1007,"bidder":2001,"price":4617,"channel":"channel-5901","url":"https://www.nexmark.com/aaaa/bbbb/item.htm?query=1&channel_id=1153433600","dateTime":1700000000123,"extra":"ccccccccccccccccccccc"}}`},
+		{"item", `{"id":123456,"key":"k000042","shape":"CIRCLE","amount":317,"note":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			v := []byte(bc.v)
+			d := new(Doc)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				d.look() // the chain read the previous value: the check indexes
+				if !d.ResetChecked(v) {
+					b.Fatal("invalid")
+				}
+			}
+		})
+	}
+}
+
+// TestCheckerKeyEqualsMemberKey checks that the check pass's one-scan key
+// read gives what str and memberKey gave in two scans: the same end, the
+// same key and the same refusal, for plain, escaped, non-ASCII and
+// invalid keys.
+func TestCheckerKeyEqualsMemberKey(t *testing.T) {
+	for _, lit := range []string{
+		`"a"`, `""`, `"event_type"`, `"a\"b"`, `"a\u0062"`, `"\u00e9t\u00e9"`, "\"\xc3\xa9t\xc3\xa9\"", "\"\xff\"",
+		`"\ud800"`, `"a\/b"`, `"a\\"`, `"\n"`, "\"a\tb\"", "\"a\x1fb\"", `"a\x"`, `"a\u12"`, `"abc`, `"a\`, `"`, `"a"bc"`,
+	} {
+		var c checker
+		end, key, ok := c.key(lit, 0)
+		wantEnd := (&checker{}).str(lit, 0)
+		if end != wantEnd {
+			t.Errorf("key(%q) ends at %d, str at %d", lit, end, wantEnd)
+		}
+		if wantEnd < 0 {
+			if ok {
+				t.Errorf("key(%q) = %q, ok; want a refusal (not a string literal)", lit, key)
+			}
+			continue
+		}
+		want, err := memberKey(lit[:wantEnd])
+		if ok != (err == nil) || key != want {
+			t.Errorf("key(%q) = %q, %v; memberKey = %q, %v", lit, key, ok, want, err)
+		}
+	}
+}
