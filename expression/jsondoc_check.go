@@ -2,6 +2,7 @@ package expression
 
 import (
 	"math"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -29,7 +30,9 @@ func (d *Doc) ResetChecked(b []byte) bool {
 		d.valid = gjson.ValidBytes(b)
 		return d.valid
 	}
-	d.str = string(b)
+	// The pass reads b in place; what is read of it later is copied when
+	// it is handed out (lent, own).
+	d.str, d.lent = unsafe.String(unsafe.SliceData(b), len(b)), true
 	if d.fields == nil {
 		d.fields = d.inline[:0]
 	}
@@ -42,7 +45,7 @@ func (d *Doc) ResetChecked(b []byte) bool {
 		// indexed again from scratch on its first read.
 		d.fields = resetFields(d.fields, d.inline[:])
 		d.sub = resetFields(d.sub, d.subInline[:])
-		d.state, d.str = 0, ""
+		d.state, d.str, d.lent = 0, "", false
 		d.valid = gjson.ValidBytes(b)
 		return d.valid
 	}

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"cel.dev/cel-go/common/types"
 )
 
 // foldedDoc returns a Doc of b reset by ResetChecked after a read of a
@@ -180,5 +182,64 @@ func TestCheckerKeyEqualsMemberKey(t *testing.T) {
 		if ok != (err == nil) || key != want {
 			t.Errorf("key(%q) = %q, %v; memberKey = %q, %v", lit, key, ok, want, err)
 		}
+	}
+}
+
+// TestResetCheckedValuesOutliveTheBytes checks that what a reader keeps of
+// a record read through ResetChecked's pass, which reads the bytes in
+// place (Doc.lent), stays whole after the bytes change and the Doc moves
+// on: a field's string, an object field and its members' names and
+// values, a direct expression's string result, a Clone. A source's bytes
+// are not reused, but nothing may tie a kept value to them.
+func TestResetCheckedValuesOutliveTheBytes(t *testing.T) {
+	const rec = `{"name":"alice","n":7,"bid":{"channel":"ch-1","extra":"xyz","p\u0072ice":5},"tag":"t"}`
+	b := []byte(rec)
+	d := foldedDoc(b)
+	prog, err := Compile(`bid.extra`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env Env
+	env.Reset(&Input{Doc: d})
+	extra, err := prog.Eval(&env) // first: no Field read made the Doc own its bytes yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _, _ := d.Field("name")
+	bid, _, _ := d.Field("bid")
+	c := foldedDoc(b).Clone()
+	for i := range b {
+		b[i] = 'X' // the bytes change, then the Doc reads another record
+	}
+	d.ResetChecked([]byte(`{"name":"bob","bid":{"channel":"zz","extra":"qqq"}}`))
+	d.Field("name")
+	if name != types.String("alice") {
+		t.Errorf("Field(name) kept = %v, want alice", name)
+	}
+	if extra != "xyz" {
+		t.Errorf("Eval(bid.extra) kept = %v, want xyz", extra)
+	}
+	o, ok := bid.(*docObject)
+	if !ok {
+		t.Fatalf("Field(bid) = %T, want *docObject", bid)
+	}
+	got, err := o.decoded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"channel": "ch-1", "extra": "xyz", "price": int64(5)}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Field(bid) kept decodes to %#v, want %#v", got, want)
+	}
+	if v := o.scalarField("channel"); v.s != "ch-1" {
+		t.Errorf("bid.channel kept = %q, want ch-1", v.s)
+	}
+	for _, f := range o.fields {
+		if f.name != "channel" && f.name != "extra" && f.name != "price" {
+			t.Errorf("bid kept a member named %q", f.name)
+		}
+	}
+	if v, _, _ := c.Field("tag"); v != types.String("t") {
+		t.Errorf("Clone's Field(tag) = %v, want t", v)
 	}
 }
