@@ -22,7 +22,9 @@ import (
 // The pass indexes only when the previous value was read (a reader
 // looked at its fields or decoded it): a chain that never reads the
 // value (a copy job, a key_by on the Kafka key) keeps gjson's check
-// alone, which does not copy the bytes to a string as the index does.
+// alone. The pass reads b in place, not a string copy of it as index
+// does (Doc.lent): b must not change until the next Reset, and what a
+// reader keeps of the record is copied when it is handed out.
 func (d *Doc) ResetChecked(b []byte) bool {
 	fold := d.read
 	d.Reset(b, false)
