@@ -820,6 +820,10 @@ func (d *direct) value(env *Env) (any, bool) {
 	case dDouble:
 		return v.f, true
 	case dString:
+		if env.doc != nil && env.doc.lent {
+			// v.s may be a slice of the record's bytes (Doc.lent).
+			return strings.Clone(v.s), true
+		}
 		return v.s, true
 	}
 	return nil, false

@@ -3,6 +3,7 @@ package expression
 import (
 	"math"
 	"strings"
+	"unsafe"
 
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
@@ -31,8 +32,15 @@ type Doc struct {
 	// state is 0 until the JSON was looked at, 1 when it is an object
 	// whose fields are read one by one exactly as the whole would decode
 	// (fields is its index), -1 when the whole must be decoded.
-	state  int8
-	str    string // json as a string, once state is 1
+	state int8
+	str   string // json as a string, once state is 1
+	// lent: str is json itself seen as a string (ResetChecked's pass), not
+	// a copy, so nothing read from it may outlive the record: a read that
+	// hands out a value of str (field, Clone) takes a copy first (own),
+	// and the direct evaluator copies a string result it returns. A read
+	// that does not keep what it reads (a comparison, a map literal
+	// written to JSON, a number) reads the record's bytes in place.
+	lent   bool
 	fields []docField
 	// inline holds the fields of a small object: one allocation per Doc.
 	inline [6]docField
@@ -126,6 +134,7 @@ func (d *Doc) field(name string) (v any, found, ok bool) {
 			continue
 		}
 		if !f.done {
+			d.own() // the value (or object) read is handed out
 			if f.subOK {
 				// An object indexed with the Doc: its fields are copied,
 				// so that the docObject stays whole after a Reset.
@@ -621,8 +630,36 @@ func (d *Doc) Reset(b []byte, valid bool) {
 	// struct (its inline arrays are most of it).
 	d.fields = resetFields(d.fields, d.inline[:])
 	d.sub = resetFields(d.sub, d.subInline[:])
-	d.json, d.valid, d.state, d.str = b, valid, 0, ""
+	d.json, d.valid, d.state, d.str, d.lent = b, valid, 0, "", false
 	d.whole, d.wholeDone, d.read = nil, false, false
+}
+
+// own makes str a copy of json when it is lent (the view ResetChecked
+// indexed), moving the fields' names that pointed into the view to the
+// copy, so that what is read from str next may be kept after the record.
+func (d *Doc) own() {
+	if !d.lent {
+		return
+	}
+	view := d.str
+	d.str, d.lent = string(d.json), false
+	if len(view) == 0 {
+		return
+	}
+	base := uintptr(unsafe.Pointer(unsafe.StringData(view)))
+	for _, fs := range [2][]docField{d.fields, d.sub} {
+		for i := range fs {
+			name := fs[i].name
+			if len(name) == 0 {
+				continue
+			}
+			// A key without escapes is a slice of the view; one decoded
+			// by jsonString is a string of its own.
+			if off := uintptr(unsafe.Pointer(unsafe.StringData(name))) - base; off < uintptr(len(view)) {
+				fs[i].name = d.str[off : off+uintptr(len(name))]
+			}
+		}
+	}
 }
 
 // resetFields clears the fields listed in s, one of a Doc's lists, and
@@ -648,6 +685,7 @@ func resetFields(s, inline []docField) []docField {
 // Clone returns a copy of d on the heap sharing what d decoded (read-only),
 // for a Doc reused with Reset to be handed on.
 func (d *Doc) Clone() *Doc {
+	d.own()
 	c := new(Doc)
 	*c = *d
 	if len(d.fields) <= len(d.inline) {

@@ -2,6 +2,7 @@ package expression
 
 import (
 	"math"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -22,7 +23,9 @@ import (
 // The pass indexes only when the previous value was read (a reader
 // looked at its fields or decoded it): a chain that never reads the
 // value (a copy job, a key_by on the Kafka key) keeps gjson's check
-// alone, which does not copy the bytes to a string as the index does.
+// alone. The pass reads b in place, not a string copy of it as index
+// does (Doc.lent): b must not change until the next Reset, and what a
+// reader keeps of the record is copied when it is handed out.
 func (d *Doc) ResetChecked(b []byte) bool {
 	fold := d.read
 	d.Reset(b, false)
@@ -30,7 +33,9 @@ func (d *Doc) ResetChecked(b []byte) bool {
 		d.valid = gjson.ValidBytes(b)
 		return d.valid
 	}
-	d.str = string(b)
+	// The pass reads b in place; what is read of it later is copied when
+	// it is handed out (lent, own).
+	d.str, d.lent = unsafe.String(unsafe.SliceData(b), len(b)), true
 	if d.fields == nil {
 		d.fields = d.inline[:0]
 	}
@@ -43,7 +48,7 @@ func (d *Doc) ResetChecked(b []byte) bool {
 		// indexed again from scratch on its first read.
 		d.fields = resetFields(d.fields, d.inline[:])
 		d.sub = resetFields(d.sub, d.subInline[:])
-		d.state, d.str = 0, ""
+		d.state, d.str, d.lent = 0, "", false
 		d.valid = gjson.ValidBytes(b)
 		return d.valid
 	}
@@ -84,12 +89,8 @@ func (d *Doc) checkIndex(s string) (ok, fieldwise bool) {
 		if i >= len(s) || s[i] != '"' {
 			return false, false
 		}
-		kEnd := c.str(s, i)
-		if kEnd < 0 {
-			return false, false
-		}
-		key, err := memberKey(s[i:kEnd])
-		if err != nil {
+		kEnd, key, ok := c.key(s, i)
+		if !ok {
 			return false, false
 		}
 		if i = skipSpace(s, kEnd); i >= len(s) || s[i] != ':' {
@@ -136,12 +137,8 @@ func (d *Doc) checkSub(c *checker, s string, i int) int {
 		if i >= len(s) || s[i] != '"' {
 			return -1
 		}
-		kEnd := c.str(s, i)
-		if kEnd < 0 {
-			return -1
-		}
-		key, err := memberKey(s[i:kEnd])
-		if err != nil {
+		kEnd, key, ok := c.key(s, i)
+		if !ok {
 			return -1
 		}
 		if i = skipSpace(s, kEnd); i >= len(s) || s[i] != ':' {
@@ -268,33 +265,91 @@ func (c *checker) array(s string, i, depth int) int {
 	}
 }
 
+// strByte classifies a byte inside a JSON string literal for str and key:
+// strPlain for a byte that stands for itself (0x20 and above, not '"' nor
+// '\\'; bytes from 0x80 on are not checked as UTF-8, as encoding/json's
+// Valid does not), strQuote, strEscape, or strBad (a control byte).
+var strByte = func() (t [256]uint8) {
+	for b := range t {
+		switch {
+		case b == '"':
+			t[b] = strQuote
+		case b == '\\':
+			t[b] = strEscape
+		case b < 0x20:
+			t[b] = strBad
+		}
+	}
+	return t
+}()
+
+const (
+	strPlain = iota
+	strQuote
+	strEscape
+	strBad
+)
+
 // str returns the index just past the valid string literal at s[i] ('"'),
 // or -1: no byte below 0x20, every escape one of \" \\ \/ \b \f \n \r \t
 // \uXXXX.
 func (c *checker) str(s string, i int) int {
-	for i++; i < len(s); i++ {
-		switch b := s[i]; {
-		case b == '"':
-			return i + 1
-		case b < 0x20:
-			return -1
-		case b == '\\':
-			if i++; i >= len(s) {
-				return -1
+	end, _ := strEnd(s, i+1)
+	return end
+}
+
+// key is str for an object's key at s[i]: it also returns the key's
+// value as memberKey does (the bytes between the quotes when there is no
+// escape and every byte is ASCII, else jsonString's decoding), from the
+// same scan; ok is false when the literal is not valid or does not
+// decode (memberKey's error).
+func (c *checker) key(s string, i int) (end int, key string, ok bool) {
+	end, plain := strEnd(s, i+1)
+	if end < 0 {
+		return -1, "", false
+	}
+	if plain {
+		return end, s[i+1 : end-1], true
+	}
+	key, err := jsonString(s[i:end])
+	return end, key, err == nil
+}
+
+// strEnd returns the index just past the closing quote of the string
+// literal whose content starts at s[i], or -1 when it is not valid (see
+// str); plain is true when the content has no escape and no byte from
+// 0x80 on (memberKey and jsonString then take its bytes as they are).
+func strEnd(s string, i int) (end int, plain bool) {
+	var high byte // the OR of the plain bytes: bit 7 set for a non-ASCII one
+	plain = true
+	for ; i < len(s); i++ {
+		b := s[i]
+		switch strByte[b] {
+		case strPlain:
+			high |= b
+			continue
+		case strQuote:
+			return i + 1, plain && high < 0x80
+		case strBad:
+			return -1, false
+		}
+		// An escape.
+		plain = false
+		if i++; i >= len(s) {
+			return -1, false
+		}
+		switch s[i] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		case 'u':
+			if len(s)-i < 5 || !isHex(s[i+1]) || !isHex(s[i+2]) || !isHex(s[i+3]) || !isHex(s[i+4]) {
+				return -1, false
 			}
-			switch s[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if len(s)-i < 5 || !isHex(s[i+1]) || !isHex(s[i+2]) || !isHex(s[i+3]) || !isHex(s[i+4]) {
-					return -1
-				}
-				i += 4
-			default:
-				return -1
-			}
+			i += 4
+		default:
+			return -1, false
 		}
 	}
-	return -1
+	return -1, false
 }
 
 func isHex(b byte) bool {

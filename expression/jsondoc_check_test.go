@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"cel.dev/cel-go/common/types"
 	"github.com/tidwall/gjson"
 )
 
@@ -136,5 +137,114 @@ func TestResetCheckedIndexesAfterARead(t *testing.T) {
 	}
 	if v, found, ok := d.Field("b"); !found || !ok || v == nil {
 		t.Fatalf("deep value's b: %v %v %v", v, found, ok)
+	}
+}
+
+// BenchmarkResetChecked measures a source's check of one record folded
+// into the Doc's index pass (ResetChecked after a read): a Nexmark bid
+// event and the bench's flat item.
+func BenchmarkResetChecked(b *testing.B) {
+	for _, bc := range []struct{ name, v string }{
+		{"nexmark-bid", `{"event_type":2,"person":null,"auction":null,"bid":{"auction":1007,"bidder":2001,"price":4617,"channel":"channel-5901","url":"https://www.nexmark.com/aaaa/bbbb/item.htm?query=1&channel_id=1153433600","dateTime":1700000000123,"extra":"ccccccccccccccccccccc"}}`},
+		{"item", `{"id":123456,"key":"k000042","shape":"CIRCLE","amount":317,"note":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			v := []byte(bc.v)
+			d := new(Doc)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				d.look() // the chain read the previous value: the check indexes
+				if !d.ResetChecked(v) {
+					b.Fatal("invalid")
+				}
+			}
+		})
+	}
+}
+
+// TestCheckerKeyEqualsMemberKey checks that the check pass's one-scan key
+// read gives what str and memberKey gave in two scans: the same end, the
+// same key and the same refusal, for plain, escaped, non-ASCII and
+// invalid keys.
+func TestCheckerKeyEqualsMemberKey(t *testing.T) {
+	for _, lit := range []string{
+		`"a"`, `""`, `"event_type"`, `"a\"b"`, `"a\u0062"`, `"\u00e9t\u00e9"`, "\"\xc3\xa9t\xc3\xa9\"", "\"\xff\"",
+		`"\ud800"`, `"a\/b"`, `"a\\"`, `"\n"`, "\"a\tb\"", "\"a\x1fb\"", `"a\x"`, `"a\u12"`, `"abc`, `"a\`, `"`, `"a"bc"`,
+	} {
+		var c checker
+		end, key, ok := c.key(lit, 0)
+		wantEnd := (&checker{}).str(lit, 0)
+		if end != wantEnd {
+			t.Errorf("key(%q) ends at %d, str at %d", lit, end, wantEnd)
+		}
+		if wantEnd < 0 {
+			if ok {
+				t.Errorf("key(%q) = %q, ok; want a refusal (not a string literal)", lit, key)
+			}
+			continue
+		}
+		want, err := memberKey(lit[:wantEnd])
+		if ok != (err == nil) || key != want {
+			t.Errorf("key(%q) = %q, %v; memberKey = %q, %v", lit, key, ok, want, err)
+		}
+	}
+}
+
+// TestResetCheckedValuesOutliveTheBytes checks that what a reader keeps of
+// a record read through ResetChecked's pass, which reads the bytes in
+// place (Doc.lent), stays whole after the bytes change and the Doc moves
+// on: a field's string, an object field and its members' names and
+// values, a direct expression's string result, a Clone. A source's bytes
+// are not reused, but nothing may tie a kept value to them.
+func TestResetCheckedValuesOutliveTheBytes(t *testing.T) {
+	const rec = `{"name":"alice","n":7,"bid":{"channel":"ch-1","extra":"xyz","p\u0072ice":5},"tag":"t"}`
+	b := []byte(rec)
+	d := foldedDoc(b)
+	prog, err := Compile(`bid.extra`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env Env
+	env.Reset(&Input{Doc: d})
+	extra, err := prog.Eval(&env) // first: no Field read made the Doc own its bytes yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _, _ := d.Field("name")
+	bid, _, _ := d.Field("bid")
+	c := foldedDoc(b).Clone()
+	for i := range b {
+		b[i] = 'X' // the bytes change, then the Doc reads another record
+	}
+	d.ResetChecked([]byte(`{"name":"bob","bid":{"channel":"zz","extra":"qqq"}}`))
+	d.Field("name")
+	if name != types.String("alice") {
+		t.Errorf("Field(name) kept = %v, want alice", name)
+	}
+	if extra != "xyz" {
+		t.Errorf("Eval(bid.extra) kept = %v, want xyz", extra)
+	}
+	o, ok := bid.(*docObject)
+	if !ok {
+		t.Fatalf("Field(bid) = %T, want *docObject", bid)
+	}
+	got, err := o.decoded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"channel": "ch-1", "extra": "xyz", "price": int64(5)}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Field(bid) kept decodes to %#v, want %#v", got, want)
+	}
+	if v := o.scalarField("channel"); v.s != "ch-1" {
+		t.Errorf("bid.channel kept = %q, want ch-1", v.s)
+	}
+	for _, f := range o.fields {
+		if f.name != "channel" && f.name != "extra" && f.name != "price" {
+			t.Errorf("bid kept a member named %q", f.name)
+		}
+	}
+	if v, _, _ := c.Field("tag"); v != types.String("t") {
+		t.Errorf("Clone's Field(tag) = %v, want t", v)
 	}
 }
