@@ -153,6 +153,10 @@ type remoteObjects struct {
 	// restore (tests: a restore costs one per level and per overlapping
 	// L0 table).
 	ingestions atomic.Int64
+	// deltaCommits counts the batches a restore of this instance
+	// committed for the delta objects it applied (deltaReplay; read by
+	// tests).
+	deltaCommits atomic.Int64
 }
 
 var _ remote.Storage = (*remoteObjects)(nil)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -262,11 +263,49 @@ func (r *remoteObjects) readDelta(name string, size int64) ([]byte, error) {
 	return buf[len(deltaMagic) : len(buf)-4], nil
 }
 
-// applyDelta commits the batches of a delta object's records (data: the
-// object without magic and CRC) to db in order, each once, keeping only
-// the keys in [lo, hi) (the key groups restored from this snapshot) and
-// the metadata space; all, unchanged, when whole.
-func applyDelta(db *pebble.DB, data []byte, lo, hi []byte, whole bool) error {
+// maxReplayBytes bounds the batch a restore replays the delta chains in
+// (deltaReplay): twice DefaultMaxDeltaBytes, so one default chain, or two
+// snapshots' chains of a rescale, are one commit. A variable for tests.
+var maxReplayBytes = 2 * DefaultMaxDeltaBytes
+
+// deltaReplay applies the delta objects of a restore as one Pebble batch:
+// the records (batch representations) of every delta object of every
+// snapshot, oldest first, are concatenated into one batch representation
+// and committed once. A batch's entries take consecutive sequence
+// numbers in their order, so the concatenation applies exactly what
+// committing the records one after the other did (a later Set, Delete or
+// range deletion shadows the earlier entries; merge operands stay in
+// order). A batch of at least half the memtable size becomes Pebble's
+// flushable batch (sorted once, not inserted key by key into the
+// memtable's skiplist), and one commit never waits for the flush of an
+// earlier one: committing the records one by one stalled each large
+// record behind the flush of the previous one (Pebble stops writes while
+// the queued memtables exceed MemTableStopWritesThreshold memtables).
+type deltaReplay struct {
+	db *pebble.DB
+	// buf is the batch representation being built: header (sequence
+	// number 0, count), then the records' entries; count is its entries.
+	buf     []byte
+	count   uint64
+	scratch *pebble.Batch
+	// sizeHint is the delta objects' total size: the first buffer's
+	// capacity (at most maxReplayBytes).
+	sizeHint int
+	// commits counts the batches committed.
+	commits *atomic.Int64
+}
+
+// newDeltaReplay returns a replay into db of delta objects of sizeHint
+// bytes in all; commits counts its batches.
+func newDeltaReplay(db *pebble.DB, sizeHint int64, commits *atomic.Int64) *deltaReplay {
+	return &deltaReplay{db: db, sizeHint: int(min(sizeHint, int64(maxReplayBytes))), commits: commits}
+}
+
+// add appends the records of a delta object (data: the object without
+// magic and CRC) in order, keeping only the keys in [lo, hi) (the key
+// groups restored from this snapshot) and the metadata space; all,
+// unchanged, when whole.
+func (p *deltaReplay) add(data []byte, lo, hi []byte, whole bool) error {
 	for len(data) > 0 {
 		n, k := binary.Uvarint(data)
 		if k <= 0 || uint64(len(data)-k) < n {
@@ -274,26 +313,73 @@ func applyDelta(db *pebble.DB, data []byte, lo, hi []byte, whole bool) error {
 		}
 		repr := data[k : k+int(n)]
 		data = data[k+int(n):]
-		b := db.NewBatch()
-		if whole {
-			if err := b.SetRepr(bytes.Clone(repr)); err != nil {
-				b.Close()
-				return fmt.Errorf("state: restore: delta record: %v: %w", err, ErrCorrupt)
+		if !whole {
+			if p.scratch == nil {
+				p.scratch = p.db.NewBatch()
 			}
-		} else if err := filterBatch(b, repr, lo, hi); err != nil {
-			b.Close()
-			return err
+			p.scratch.Reset()
+			if err := filterBatch(p.scratch, repr, lo, hi); err != nil {
+				return err
+			}
+			repr = p.scratch.Repr()
 		}
-		var err error
-		if !b.Empty() {
-			err = b.Commit(pebble.NoSync)
+		h, ok := batchrepr.ReadHeader(repr)
+		if !ok {
+			return fmt.Errorf("state: restore: delta record: short batch header: %w", ErrCorrupt)
 		}
-		b.Close()
-		if err != nil {
-			return fmt.Errorf("state: restore: apply delta: %w", err)
+		if h.Count == 0 {
+			continue
 		}
+		body := repr[batchrepr.HeaderLen:]
+		if p.count > 0 && (p.count+uint64(h.Count) > math.MaxUint32 || len(p.buf)+len(body) > maxReplayBytes) {
+			if err := p.commit(); err != nil {
+				return err
+			}
+		}
+		if len(p.buf) == 0 {
+			p.buf = make([]byte, batchrepr.HeaderLen, batchrepr.HeaderLen+max(len(body), p.sizeHint))
+		}
+		p.buf = append(p.buf, body...)
+		p.count += uint64(h.Count)
 	}
 	return nil
+}
+
+// commit commits what add collected as one batch.
+func (p *deltaReplay) commit() error {
+	if p.count == 0 {
+		return nil
+	}
+	binary.LittleEndian.PutUint32(p.buf[8:batchrepr.HeaderLen], uint32(p.count))
+	buf := p.buf
+	p.buf, p.count = nil, 0
+	b := p.db.NewBatch()
+	defer b.Close()
+	if err := b.SetRepr(buf); err != nil {
+		return fmt.Errorf("state: restore: delta batch: %v: %w", err, ErrCorrupt)
+	}
+	p.commits.Add(1)
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("state: restore: apply delta: %w", err)
+	}
+	return nil
+}
+
+// close commits the rest and releases the scratch batch.
+func (p *deltaReplay) close() error {
+	err := p.commit()
+	p.abort()
+	return err
+}
+
+// abort drops what was not committed (a failed restore, whose DB is
+// closed) and releases the scratch batch.
+func (p *deltaReplay) abort() {
+	p.buf, p.count = nil, 0
+	if p.scratch != nil {
+		_ = p.scratch.Close()
+		p.scratch = nil
+	}
 }
 
 // filterBatch adds to b the entries of batch representation repr whose

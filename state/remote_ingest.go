@@ -104,7 +104,15 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 	// Then each snapshot's deltas, oldest first, each once: committed
 	// after every ingestion, they shadow the base's tables (and their
 	// merge operands follow the base's), clipped to the key groups both
-	// own plus the metadata space, as the tables are.
+	// own plus the metadata space, as the tables are; all of them in one
+	// batch (deltaReplay).
+	var deltaBytes int64
+	for _, h := range hs {
+		for _, f := range h.Deltas {
+			deltaBytes += f.Size
+		}
+	}
+	rp := newDeltaReplay(st.db, deltaBytes, &r.deltaCommits)
 	for i, h := range hs {
 		own := cfg.KeyGroupRange.Intersect(h.KeyGroups)
 		lo, hi := kgBound(own.Start), kgBound(own.End+1)
@@ -115,14 +123,16 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 		for j, f := range h.Deltas {
 			data, err := r.readDelta(names[i][len(h.Files)+j], f.Size)
 			if err != nil {
+				rp.abort()
 				return err
 			}
-			if err := applyDelta(st.db, data, lo, hi, whole); err != nil {
+			if err := rp.add(data, lo, hi, whole); err != nil {
+				rp.abort()
 				return fmt.Errorf("state: restore: delta %s: %w", f.Name, err)
 			}
 		}
 	}
-	return nil
+	return rp.close()
 }
 
 // ingestOrder sorts pieces deepest level first, L0 (and any level) by
