@@ -675,34 +675,22 @@ func (s accumulatorsSerializer) Decode(b []byte) ([]aggAccumulator, error) {
 	return s.names.accsOf(m), nil
 }
 
-// Copy implements state.HeapSerializer: a copy of v, or the error Append
+// Copy implements state.HeapSerializer: v itself, or the error Append
 // returns for v (a double accumulator beyond the float64 range, which JSON
-// cannot hold). A first or last value is shared with a known value holding
-// the same bytes (the operator replaces a value, never writes into one);
-// any other is copied, as is a Big.
-func (s accumulatorsSerializer) Copy(v []aggAccumulator, known [][]aggAccumulator) ([]aggAccumulator, error) {
-	if v == nil {
-		return nil, nil
-	}
-	out := make([]aggAccumulator, len(v))
-	for i, a := range v {
+// cannot hold). The row is not copied because the aggregate hands it
+// over: every row it updates is a new one (View's copy of the kept row, or
+// a new key's), and it changes none of a row's memory (the slice, a Big,
+// a first or last value, Seen) once it passed the row to Update, so v
+// shares no memory the caller changes. One copy per record (View's)
+// instead of two; the window operators keep their own serializer.
+func (s accumulatorsSerializer) Copy(v []aggAccumulator, _ [][]aggAccumulator) ([]aggAccumulator, error) {
+	for _, a := range v {
 		if a.Num.IsFloat && (math.IsNaN(a.Num.Float) || math.IsInf(a.Num.Float, 0)) {
 			_, err := s.Append(nil, v)
 			return nil, err
 		}
-		value := a.Value
-		for _, k := range known {
-			if i < len(k) && sameBytes(k[i].Value, value) {
-				a.Value = nil // not copied
-				break
-			}
-		}
-		out[i] = copyAccumulator(a)
-		if a.Value == nil {
-			out[i].Value = value
-		}
 	}
-	return out, nil
+	return v, nil
 }
 
 // AppendKept implements state.HeapSerializer: Append.
@@ -895,18 +883,15 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 		}
 		steps[j] = f.mapStep(j, in, cur, v, present, retract)
 		if steps[j].rescan {
-			var keys []string
-			for uk, err := range f.sets[j].Keys() {
-				if err != nil {
-					return err
-				}
-				keys = append(keys, uk)
+			keys, err := f.mapKeys(j)
+			if err != nil {
+				return err
 			}
 			f.rescanExtreme(j, &steps[j], keys)
 		}
 	}
 	var prev []byte
-	if found {
+	if f.emitsOld(found, retract) {
 		prev = f.output(rec.Key, cur) // before apply, which may fold into cur
 	}
 	next := f.apply(cur, in, steps, retract)
@@ -943,6 +928,21 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 		return err
 	}
 	return f.emitChanges(rec, prev, found, retract, next, out)
+}
+
+// mapKeys returns the keys of the map of aggregate maps[j] (the values of
+// its multiset). It is a function of its own because a return from inside
+// a range-over-func loop moves the result of the function holding it to
+// the heap, on every call (ProcessElement's: an allocation per record).
+func (f *Aggregate) mapKeys(j int) ([]string, error) {
+	var keys []string
+	for uk, err := range f.sets[j].Keys() {
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, uk)
+	}
+	return keys, nil
 }
 
 // AsyncAggregate is Aggregate through the async state API: the same state,
@@ -1034,7 +1034,7 @@ func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, o
 					}
 				}
 				var prev []byte
-				if cur.OK {
+				if f.emitsOld(cur.OK, retract) {
 					prev = f.output(head.key, cur.Value) // before apply, which may fold into cur.Value
 				}
 				next := f.apply(cur.Value, in, steps, retract)

@@ -215,16 +215,30 @@ func (a *aggregator) deletes(found, retract bool, next []aggAccumulator) bool {
 	return found && retract && a.empty(next)
 }
 
+// emitsOld reports whether a record of a key with accumulators (found)
+// needs the key's old row rendered before the fold: for its -U, its -D
+// (retract: the record may delete the key) or emit on_change's
+// comparison. With updateAfterOnly and emit every_update an insertion
+// emits the new row alone, so the old one is not rendered.
+func (a *aggregator) emitsOld(found, retract bool) bool {
+	return found && (retract || !a.updateAfterOnly || a.emit == EmitOnChange)
+}
+
 // emitChanges emits the changelog of one record rec of a key whose
 // accumulators went from those of row prev (output's, with its room for
-// another row; found: there were some) to next: +I of a new key; -D of the
-// old row when the record deleted the key (deletes); else -U of the old
-// row then +U of the new, with emit on_change only when the row changed
-// (the +U alone with updateAfterOnly).
+// another row; nil when emitsOld said it is not needed; found: there were
+// some) to next: +I of a new key; -D of the old row when the record
+// deleted the key (deletes); else -U of the old row then +U of the new,
+// with emit on_change only when the row changed (the +U alone with
+// updateAfterOnly).
 func (a *aggregator) emitChanges(rec runtime.Record, prev []byte, found, retract bool, next []aggAccumulator, out Collector) error {
 	switch {
-	case !found:
-		return out.Collect(a.row(rec, a.output(rec.Key, next), runtime.ChangeInsert))
+	case !found || prev == nil:
+		c := runtime.ChangeUpdateAfter
+		if !found {
+			c = runtime.ChangeInsert
+		}
+		return out.Collect(a.row(rec, a.appendOutput(make([]byte, 0, a.rowLen+len(rec.Key)+8), rec.Key, next), c))
 	case a.deletes(found, retract, next):
 		return out.Collect(a.row(rec, prev, runtime.ChangeDelete))
 	}

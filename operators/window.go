@@ -276,17 +276,69 @@ func (s windowEntrySerializer) appendAccs(dst []byte, accs []aggAccumulator) ([]
 		if i >= len(accs) || accs[i].Fn == "" {
 			continue
 		}
-		b, err := json.Marshal(accs[i])
-		if err != nil {
-			return dst, fmt.Errorf("state: json encode: %w", err)
-		}
 		if !first {
 			dst = append(dst, ',')
 		}
 		first = false
-		dst = append(append(append(dst, s.quoted[i]...), ':'), b...)
+		var err error
+		if dst, err = appendAccumulatorJSON(append(append(dst, s.quoted[i]...), ':'), accs[i]); err != nil {
+			return dst, err
+		}
 	}
 	return append(dst, '}'), nil
+}
+
+// appendAccumulatorJSON appends the bytes json.Marshal writes for a (the
+// stored form of an accumulator), or fails as it fails. The usual
+// accumulator (a function name of plain letters, an integer number, a
+// first or last value without spaces, HTML characters or non-ASCII bytes,
+// no Seen list) is written directly: json.Marshal's reflection and its
+// boxing of the value were most of a checkpoint's cost for q17. Any
+// other goes through json.Marshal (TestAppendAccumulatorJSON compares
+// them). A value is valid JSON (EncodeJSON's or decoded from the state),
+// which json.Marshal checks and this does not.
+func appendAccumulatorJSON(dst []byte, a aggAccumulator) ([]byte, error) {
+	if !plainAccumulator(a) {
+		b, err := json.Marshal(a)
+		if err != nil {
+			return dst, fmt.Errorf("state: json encode: %w", err)
+		}
+		return append(dst, b...), nil
+	}
+	dst = append(append(append(dst, `{"fn":"`...), a.Fn...), `","records":`...)
+	dst = strconv.AppendInt(dst, a.Records, 10)
+	if a.Distinct != 0 {
+		dst = strconv.AppendInt(append(dst, `,"distinct":`...), a.Distinct, 10)
+	}
+	if a.Num.Int != 0 {
+		dst = append(strconv.AppendInt(append(dst, `,"num":{"int":`...), a.Num.Int, 10), '}')
+	}
+	if len(a.Value) > 0 {
+		dst = append(append(dst, `,"value":`...), a.Value...)
+	}
+	return append(dst, '}'), nil
+}
+
+// plainAccumulator reports whether appendAccumulatorJSON writes a
+// directly: json.Marshal would write Fn as it is, Num as {"int":n} (or
+// nothing for a zero), Value as it is (compact, nothing to escape), and
+// no Seen.
+func plainAccumulator(a aggAccumulator) bool {
+	if a.Num.Big != nil || a.Num.IsFloat || math.Float64bits(a.Num.Float) != 0 || len(a.Seen) > 0 || a.Fn == "" {
+		return false
+	}
+	for _, c := range []byte(a.Fn) {
+		if (c < 'a' || c > 'z') && c != '_' {
+			return false
+		}
+	}
+	for _, c := range a.Value {
+		switch {
+		case c >= 0x80, c <= ' ', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // accsOf returns the accumulators of m in the order of the aggregates,
