@@ -1,6 +1,8 @@
 package operators
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -144,5 +146,146 @@ func TestDedupLastSerializer(t *testing.T) {
 	}
 	if string(v.Value) != `{"bid":1}` || v.TS != 7 || len(v.Headers) != 1 || string(v.Headers[0].Value) != "x" {
 		t.Fatalf("a row stored before decodes as %#v", v)
+	}
+}
+
+// countingDedupRow counts the reads of keep-last's row state.
+type countingDedupRow struct {
+	state.ValueState[dedupLastRow]
+	reads int
+}
+
+func (c *countingDedupRow) Value() (dedupLastRow, bool, error) {
+	c.reads++
+	return c.ValueState.Value()
+}
+
+// TestDedupLastKeyHintSkipsAbsentReads: the sync keep-last reads no state
+// for a key that holds no row (100 new keys: 0 reads; fails without the
+// hint: 100), reads every key that holds one, and rebuilds the hint from
+// the state at Open after a restore (keys 50..149: 50 reads, for the
+// restored keys 50..99); the changelog is the same as without a hint.
+// Both backends.
+func TestDedupLastKeyHintSkipsAbsentReads(t *testing.T) {
+	recs := func(from, to int, ms int64) []runtime.Record {
+		var out []runtime.Record
+		for i := from; i < to; i++ {
+			out = append(out, runtime.Record{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte(fmt.Sprintf("v%d-%d", i, ms)), Timestamp: time.UnixMilli(ms)})
+		}
+		return out
+	}
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			d := NewDedupLast(DedupParams{Keep: DedupKeepLast})
+			h, err := openStateful(t, kind, t.TempDir(), nil, nil, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cnt := &countingDedupRow{ValueState: d.row}
+			d.row = cnt
+			h.feed(&recordErrors{}, recs(0, 100, 10)...)
+			if cnt.reads != 0 {
+				t.Fatalf("%d row reads for 100 new keys, want 0", cnt.reads)
+			}
+			got := h.emitted() // the harness's channel holds 256
+			h.feed(&recordErrors{}, recs(0, 100, 20)...)
+			if cnt.reads != 100 {
+				t.Fatalf("%d row reads for 100 keys with a row, want 100", cnt.reads)
+			}
+			if got := keyedChangelog(append(got, h.emitted()...))["k7"]; !reflect.DeepEqual(got, []string{"+I v7-10@10ms", "-U v7-10@10ms", "+U v7-20@20ms"}) {
+				t.Fatalf("k7's changelog %q", got)
+			}
+			d2 := NewDedupLast(DedupParams{Keep: DedupKeepLast})
+			h2, err := openStateful(t, kind, t.TempDir(), nil, snapshotRestore(t, h), d2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cnt = &countingDedupRow{ValueState: d2.row}
+			d2.row = cnt
+			h2.feed(&recordErrors{}, recs(50, 150, 30)...)
+			if cnt.reads != 50 {
+				t.Fatalf("%d row reads after the restore, want 50 (keys k50..k99)", cnt.reads)
+			}
+			got = h2.finish()
+			if g := keyedChangelog(got)["k60"]; !reflect.DeepEqual(g, []string{"-U v60-20@20ms", "+U v60-30@30ms"}) {
+				t.Fatalf("restored k60's changelog %q", g)
+			}
+			if g := keyedChangelog(got)["k120"]; !reflect.DeepEqual(g, []string{"+I v120-30@30ms"}) {
+				t.Fatalf("new k120's changelog %q", g)
+			}
+		})
+	}
+}
+
+// TestDedupLastKeyHintModel: random keys, timestamps, restores and a hint
+// that fills up (and is dropped) give the changelog of a model keeping
+// each key's latest row; both backends, and the hint knows every key that
+// holds a row whenever it is on.
+func TestDedupLastKeyHintModel(t *testing.T) {
+	for _, kind := range backends {
+		for _, maxHint := range []int{dedupHintMaxKeys, 40} {
+			t.Run(fmt.Sprintf("%s/max%d", kind, maxHint), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(7, uint64(maxHint)))
+				model := map[string]int64{}
+				kept := map[string]string{}
+				newFn := func() *DedupLast {
+					d := NewDedupLast(DedupParams{Keep: DedupKeepLast})
+					d.maxHint = maxHint
+					return d
+				}
+				d := newFn()
+				h, err := openStateful(t, kind, t.TempDir(), nil, nil, d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				hinted := false
+				for round := range 6 {
+					var in []runtime.Record
+					var want []string
+					for i := range 200 {
+						k := fmt.Sprintf("k%d", rng.IntN(60))
+						ms := int64(rng.IntN(50))
+						v := fmt.Sprintf("%s-%d-%d", k, round, i)
+						in = append(in, runtime.Record{Key: []byte(k), Value: []byte(v), Timestamp: time.UnixMilli(ms)})
+						old, ok := model[k]
+						switch {
+						case !ok:
+							want = append(want, k+" +I "+v)
+						case ms >= old:
+							want = append(want, k+" -U "+kept[k], k+" +U "+v)
+						default:
+							continue
+						}
+						model[k], kept[k] = ms, v
+					}
+					var got []string
+					for i := 0; i < len(in); i += 50 { // at most 100 records out: the harness's channel holds 256
+						h.feed(&recordErrors{}, in[i:i+50]...)
+						for _, r := range h.emitted() {
+							got = append(got, string(r.Key)+" "+r.Change.String()+" "+string(r.Value))
+						}
+					}
+					if !reflect.DeepEqual(got, want) {
+						t.Fatalf("round %d: changelog %q, want %q", round, got, want)
+					}
+					if d.hint != nil {
+						hinted = true
+						for k := range model {
+							if !d.hint.mayHold([]byte(k)) {
+								t.Fatalf("round %d: the hint says %s holds no row", round, k)
+							}
+						}
+					}
+					d = newFn()
+					if h, err = openStateful(t, kind, t.TempDir(), nil, snapshotRestore(t, h), d); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if (maxHint == 40) == (d.hint != nil) || !hinted && maxHint > 40 {
+					t.Fatalf("hint %v at the end with max %d keys (60 keys held)", d.hint != nil, maxHint)
+				}
+				h.finish()
+			})
+		}
 	}
 }

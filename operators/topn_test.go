@@ -3,6 +3,7 @@ package operators
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,5 +174,68 @@ func TestTopNCheckParams(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("problems %q, want %q", got, want)
+	}
+}
+
+// TestTopNRankField: with rank_field each rank's value is the ranked
+// record's own object with the rank number added last (Flink's Top-N row,
+// Nexmark q19 without a map), keyed "<key>#<rank>" with the same changelog
+// as without it; whitespace and an empty object are handled; a record
+// that is not an object or already has the field is an eval_error; and
+// rank_field with window is refused. Both backends, across a restore.
+func TestTopNRankField(t *testing.T) {
+	p := TopNParams{N: 2, By: compiled(t, "price"), RankField: "rank_number"}
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			h, err := openStateful(t, kind, t.TempDir(), nil, nil, NewTopN(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.process(bid("k", "a", 5, 1), bid("k", "b", 7, 2))
+			first := rankText(h.emitted())
+			h2, err := openStateful(t, kind, t.TempDir(), nil, snapshotRestore(t, h), NewTopN(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := &recordErrors{}
+			h2.feed(bad,
+				runtime.Record{Key: []byte("k"), Value: []byte(`{"bid": "s", "price": 9 } `), Timestamp: time.UnixMilli(3)},
+				runtime.Record{Key: []byte("k"), Value: []byte(`{"price":8,"rank_number":1}`), Timestamp: time.UnixMilli(4)},
+			)
+			got := append(first, rankText(h2.finish())...)
+			want := []string{
+				`+I k#1 {"bid":"a","price":5,"rank_number":1}`,
+				`-U k#1 {"bid":"a","price":5,"rank_number":1}`, `+U k#1 {"bid":"b","price":7,"rank_number":1}`,
+				`+I k#2 {"bid":"a","price":5,"rank_number":2}`,
+				`-U k#1 {"bid":"b","price":7,"rank_number":1}`, `+U k#1 {"bid": "s", "price": 9,"rank_number":1}`,
+				`-U k#2 {"bid":"a","price":5,"rank_number":2}`, `+U k#2 {"bid":"b","price":7,"rank_number":2}`,
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("changelog\n%q\nwant\n%q", got, want)
+			}
+			var errs []string
+			for _, e := range bad.errs {
+				errs = append(errs, string(e.Reason)+": "+e.Detail)
+			}
+			wantErrs := []string{
+				`eval_error: expression "price": top_n rank_field the record already has a field "rank_number"`,
+			}
+			if !reflect.DeepEqual(errs, wantErrs) {
+				t.Fatalf("bad records %q, want %q", errs, wantErrs)
+			}
+		})
+	}
+	f := NewTopN(p)
+	if r := f.rankFieldRecord(bid("e", "x", 1, 1), 2, topNRow{Row: []byte("{ }\n")}, runtime.ChangeInsert); string(r.Key) != "e#3" || string(r.Value) != `{"rank_number":3}` {
+		t.Fatalf("an empty object's rank %s %s", r.Key, r.Value)
+	}
+	if err := f.checkRankRow([]byte(`[1]`)); err == nil || !strings.Contains(err.Error(), "needs a JSON object record, got JSON") {
+		t.Fatalf("an array row: %v", err)
+	}
+	var problems []string
+	q := TopNParams{N: 1, By: compiled(t, "price"), Window: time.Minute, RankField: "r"}
+	q.CheckParams(func(field, msg string) { problems = append(problems, field+": "+msg) })
+	if want := []string{"rank_field: not with window: a window's rows are emitted as {key, rank, window_start, window_end, row}"}; !reflect.DeepEqual(problems, want) {
+		t.Fatalf("problems %q, want %q", problems, want)
 	}
 }
