@@ -2,6 +2,7 @@ package operators
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,8 @@ var rawSelects = []struct {
 	{`{"x": right.amount}`, true},
 	{`{"s": left.s, "n": left.n, "t": left.t, "f": left.f, "z": left.z, "o": left.o}`, true},
 	{"{'k\\x41': left.id, r\"q\": left.s}", true},
+	{`{"a": left.id, "b": left.id, "c": right.amount, "d": right.amount}`, true},
+	{`{"in": (left.id), "a'b/": (right == null) ? null : (right.amount)}`, true},
 	{`{"id": left.id, "id": left.id}`, false},
 	{`{"id": left.id, "n": left.n + 1}`, false},
 	{`{"id": left.nested.a}`, false},
@@ -67,6 +70,12 @@ var rawLefts = []string{
 	`{"id":`,
 	`{"id":1,}`,
 	`{"id":1,"amount":2,"k":"` + string([]byte{0xff}) + `"}`,
+	`{"id":{"a":1},"id":3,"amount":2}`,
+	`{"id":"` + strings.Repeat("x", 5000) + `","amount":2}`,
+	`{"id":1,"amount":2,"n":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`,
+	`{"id":1,"amount":2,"n":{"m":` + strings.Repeat("1", 301) + `}}`,
+	`{"id":1,"amount":2,"n":` + strings.Repeat("1", 300) + `}`,
+	"\t{\"id\"\r\n:\t1,\"amount\":2}\n",
 }
 
 // rawRows are table rows: objects holding each kind of value, and rows
@@ -92,6 +101,13 @@ var rawRows = []struct {
 	{raw: `null`},
 	{raw: `{"amount":`},
 	{raw: `plain`, text: true},
+	{raw: `{"amount":{"a":1},"amount":2}`},
+	{raw: `{"amount":2,"amount":{"a":1}}`},
+	{raw: `{"amount":1,"x":"` + string([]byte{0xff}) + `"}`},
+	{raw: ` {"amount":-0} `},
+	{raw: `{"amount":01}`},
+	{raw: `{"amount":1}{}`},
+	{raw: `{"amount":1,"n":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`},
 }
 
 // tableJoinOutput returns what emit of j writes for the stream value left
