@@ -404,6 +404,10 @@ sides:
 	return out, nil
 }
 
+// emptyRowValue is the value adoptRows gives a row with an empty value:
+// zero bytes in memory of its own, never a slice of the record's buffer.
+var emptyRowValue = []byte{}
+
 // adoptRows is joinRowsSerializer.Copy for a list the interval join built
 // for this write (a list marked or with rows removed is a new one) and
 // never changes within its length after it: the list itself is kept, not
@@ -427,8 +431,13 @@ func adoptRows(v []joinRow, known [][]joinRow) []joinRow {
 		case val == nil:
 			continue
 		case len(val) == 0:
-			if cap(val) != 0 {
-				v[i].Value = []byte{} // not the record's memory
+			if unsafe.SliceData(val) != unsafe.SliceData(emptyRowValue) {
+				// Not the record's memory: an empty slice of it (even
+				// one of capacity 0) keeps its whole buffer alive. A
+				// row already adopted holds emptyRowValue and is not
+				// written again (it may be in a list an older view
+				// reads).
+				v[i].Value = emptyRowValue
 			}
 			continue
 		case joinRowKnown(val, known, next[:]):

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
@@ -450,4 +451,27 @@ func TestIntervalJoinAppendsInPlace(t *testing.T) {
 		t.Fatalf("%d rows buffered, want 3", n)
 	}
 	h.finish()
+}
+
+// TestAdoptRowsEmptyValueOwnMemory: a buffered row whose value is an empty
+// slice of the record's buffer (of capacity 0, which Go points at the
+// buffer's start) must not keep that buffer alive: adoptRows gives it
+// emptyRowValue, and leaves a row that already holds it as it is.
+func TestAdoptRowsEmptyValueOwnMemory(t *testing.T) {
+	buf := make([]byte, 64)
+	lo := uintptr(unsafe.Pointer(&buf[0]))
+	hi := lo + uintptr(len(buf))
+	for _, val := range [][]byte{buf[3:3:3], buf[0:0:0], buf[5:5]} {
+		rows := adoptRows([]joinRow{{Value: val}}, nil)
+		if len(rows[0].Value) != 0 || rows[0].Value == nil {
+			t.Fatalf("value %q, want empty non-nil", rows[0].Value)
+		}
+		if p := uintptr(unsafe.Pointer(unsafe.SliceData(rows[0].Value))); p >= lo && p <= hi {
+			t.Fatalf("empty value of cap %d still points into the record's buffer", cap(val))
+		}
+	}
+	kept := []joinRow{{Value: emptyRowValue}}
+	if got := adoptRows(kept, [][]joinRow{kept}); unsafe.SliceData(got[0].Value) != unsafe.SliceData(emptyRowValue) {
+		t.Fatal("an adopted empty value was replaced")
+	}
 }
