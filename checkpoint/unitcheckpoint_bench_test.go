@@ -5,9 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kstreamd/kstreamd/internal/testkit"
 )
 
 // BenchmarkUnitCheckpoint: one checkpoint of a keyed cluster unit into a
@@ -29,13 +30,6 @@ func BenchmarkUnitCheckpoint(b *testing.B) {
 	}
 	small := make([]byte, 200)
 	sst := make([]byte, 16<<10)
-	var ru syscall.Rusage
-	cpu := func() time.Duration {
-		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-			b.Fatal(err)
-		}
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
 	var spent time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -60,7 +54,7 @@ func BenchmarkUnitCheckpoint(b *testing.B) {
 		if err := writeMetadata(dir, &Metadata{Version: MetadataVersion, Job: "bench", CheckpointID: id, Operators: map[string]OperatorMetadata{}, SharedFiles: []string{shared}}, nil); err != nil {
 			b.Fatal(err)
 		}
-		start := cpu()
+		start := testkit.CPUTime(b)
 		b.StartTimer()
 		if _, err := o.Reserve(ctx, id); err != nil {
 			b.Fatal(err)
@@ -72,7 +66,7 @@ func BenchmarkUnitCheckpoint(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		spent += cpu() - start
+		spent += testkit.CPUTime(b) - start
 		b.StartTimer()
 	}
 	b.StopTimer()

@@ -1041,7 +1041,7 @@ type joinOutput struct {
 	sel Expression
 	buf []byte
 	// slab is the block select's results are written into (selectValue).
-	slab []byte
+	slab outputSlab
 
 	in     expression.Input
 	env    expression.Env
@@ -1131,31 +1131,10 @@ func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra stri
 	return out.Collect(runtime.Record{Key: key, Value: value, Timestamp: time.UnixMilli(ts)})
 }
 
-// joinSlabBytes is the size of the blocks a join writes its select
-// results into (joinOutput.selectValue).
-const joinSlabBytes = 16 << 10
-
-// selectValue evaluates select on o.env and returns its result's JSON, as
-// selectJSON does, written into o.slab: the output values of about a
-// hundred pairs share one allocation instead of one each (as the table
-// join's selectValue). A value is its own slice of the block (capacity
-// its length, so an append to it copies), never written again; a result
-// that does not fit what is left of the block gets its own allocation
-// from EvalJSON.
+// selectValue evaluates select on o.env and returns its result's JSON,
+// written into o.slab (outputSlab.evalJSON).
 func (o *joinOutput) selectValue() ([]byte, error) {
-	if cap(o.slab)-len(o.slab) < selectJSONHint {
-		o.slab = make([]byte, 0, joinSlabBytes)
-	}
-	free := o.slab[len(o.slab):]
-	b, _, _, err := o.sel.Program().EvalJSON(free, &o.env)
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > 0 && cap(b) == cap(free) && &b[:1][0] == &free[:1][0] {
-		o.slab = o.slab[:len(o.slab)+len(b)]
-		return b[:len(b):len(b)], nil
-	}
-	return b, nil
+	return o.slab.evalJSON(o.sel.Program(), &o.env)
 }
 
 // setExtra makes the joined map's fields besides left and right those of

@@ -88,45 +88,13 @@ func BenchmarkIntervalJoinHotKey(b *testing.B) {
 // at the next ms, and every 100th op a watermark 100 ms behind, so a key
 // holds a row or two and most records pair with nothing or one row.
 func BenchmarkIntervalJoinManyKeys(b *testing.B) {
-	for _, backend := range backends {
-		b.Run(backend, func(b *testing.B) {
-			ctx := context.Background()
-			ch := runtime.NewChannel(1 << 16)
-			out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
-			j := NewIntervalJoin(IntervalJoinParams{Lower: -20 * time.Millisecond, Upper: 20 * time.Millisecond})
-			op := NewKeyedCoProcessOperator(OpenContext{Operator: "j", Parallelism: 1}, opener(backend, b.TempDir()), nil, j, out)
-			op.SetMailbox(runtime.NewMailbox())
-			if err := op.Open(ctx); err != nil {
-				b.Fatal(err)
-			}
-			defer func() { _ = op.Close() }()
-			step := func(i int) {
-				h := uint64(i) * 0x9E3779B97F4A7C15
-				ts := int64(1_000 + i)
-				rec := runtime.Record{Key: fmt.Appendf(nil, "key-%05d", (h>>20)%10_000), Timestamp: time.UnixMilli(ts),
-					Value: fmt.Appendf(nil, `{"id":%d,"amount":%d,"ts":%d}`, i, h%1000, ts)}
-				if err := op.ProcessRecord(ctx, int(h>>60)&1, rec); err != nil {
-					b.Fatal(err)
-				}
-				if i%100 == 99 {
-					if err := op.ProcessWatermark(ctx, time.UnixMilli(ts-100)); err != nil {
-						b.Fatal(err)
-					}
-					for len(ch) > 0 {
-						<-ch
-					}
-				}
-			}
-			for i := range 50_000 {
-				step(i)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				step(50_000 + i)
-			}
+	benchIntervalJoinKeys(b, IntervalJoinParams{Lower: -20 * time.Millisecond, Upper: 20 * time.Millisecond},
+		50_000, 100, 100*time.Millisecond, func(i int) (int, runtime.Record) {
+			h := uint64(i) * 0x9E3779B97F4A7C15
+			ts := int64(1_000 + i)
+			return int(h>>60) & 1, runtime.Record{Key: fmt.Appendf(nil, "key-%05d", (h>>20)%10_000), Timestamp: time.UnixMilli(ts),
+				Value: fmt.Appendf(nil, `{"id":%d,"amount":%d,"ts":%d}`, i, h%1000, ts)}
 		})
-	}
 }
 
 // BenchmarkIntervalJoinScenario measures the interval join as the
@@ -141,12 +109,27 @@ func BenchmarkIntervalJoinScenario(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	benchIntervalJoinKeys(b, IntervalJoinParams{Lower: -20 * time.Millisecond, Upper: 20 * time.Millisecond, Select: sel},
+		200_000, 1000, time.Millisecond, func(i int) (int, runtime.Record) {
+			h := uint64(i) * 0x9E3779B97F4A7C15
+			ts := int64(1_000 + i/1000)
+			return i & 1, runtime.Record{Key: fmt.Appendf(nil, "k%06d", (h>>20)%10_000), Timestamp: time.UnixMilli(ts),
+				Value: fmt.Appendf(nil, `{"id":%d,"key":"k%06d","shape":"CIRCLE","amount":%d,"note":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`, i, (h>>20)%10_000, h%1000)}
+		})
+}
+
+// benchIntervalJoinKeys runs an interval join of params on every backend:
+// record i (and its input, 0 left or 1 right) from record, after every
+// wmEvery records a watermark lag behind the last record's timestamp and
+// the output drained. The first warm records are sent before the timer
+// starts; per op one record.
+func benchIntervalJoinKeys(b *testing.B, params IntervalJoinParams, warm, wmEvery int, lag time.Duration, record func(i int) (int, runtime.Record)) {
 	for _, backend := range backends {
 		b.Run(backend, func(b *testing.B) {
 			ctx := context.Background()
 			ch := runtime.NewChannel(1 << 16)
 			out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
-			j := NewIntervalJoin(IntervalJoinParams{Lower: -20 * time.Millisecond, Upper: 20 * time.Millisecond, Select: sel})
+			j := NewIntervalJoin(params)
 			op := NewKeyedCoProcessOperator(OpenContext{Operator: "j", Parallelism: 1}, opener(backend, b.TempDir()), nil, j, out)
 			op.SetMailbox(runtime.NewMailbox())
 			if err := op.Open(ctx); err != nil {
@@ -154,15 +137,12 @@ func BenchmarkIntervalJoinScenario(b *testing.B) {
 			}
 			defer func() { _ = op.Close() }()
 			step := func(i int) {
-				h := uint64(i) * 0x9E3779B97F4A7C15
-				ts := int64(1_000 + i/1000)
-				rec := runtime.Record{Key: fmt.Appendf(nil, "k%06d", (h>>20)%10_000), Timestamp: time.UnixMilli(ts),
-					Value: fmt.Appendf(nil, `{"id":%d,"key":"k%06d","shape":"CIRCLE","amount":%d,"note":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`, i, (h>>20)%10_000, h%1000)}
-				if err := op.ProcessRecord(ctx, i&1, rec); err != nil {
+				side, rec := record(i)
+				if err := op.ProcessRecord(ctx, side, rec); err != nil {
 					b.Fatal(err)
 				}
-				if i%1000 == 999 {
-					if err := op.ProcessWatermark(ctx, time.UnixMilli(ts-1)); err != nil {
+				if i%wmEvery == wmEvery-1 {
+					if err := op.ProcessWatermark(ctx, rec.Timestamp.Add(-lag)); err != nil {
 						b.Fatal(err)
 					}
 					for len(ch) > 0 {
@@ -170,13 +150,13 @@ func BenchmarkIntervalJoinScenario(b *testing.B) {
 					}
 				}
 			}
-			for i := range 200_000 {
+			for i := range warm {
 				step(i)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				step(200_000 + i)
+				step(warm + i)
 			}
 		})
 	}

@@ -262,7 +262,7 @@ type TableJoin struct {
 	// sides are the scratch space of select's left and right.
 	sides [2]joinSide
 	// slab is the block the output values are written into (selectValue).
-	slab []byte
+	slab outputSlab
 	// raw is select's raw form (tablejoin_raw.go), nil when it has none;
 	// rawLeft and rawNum are leftJSON's scratch space.
 	raw     *rawSelect
@@ -486,30 +486,10 @@ func (j *TableJoin) emit(rec runtime.Record, row tableValue, ok bool, out Collec
 	return out.Collect(o)
 }
 
-// tableJoinSlabBytes is the size of the blocks the table join writes its
-// output values into (tableJoinSlab).
-const tableJoinSlabBytes = 16 << 10
-
-// selectValue evaluates select on j.env and returns its result's JSON, as
-// selectJSON does, written into j.slab: the output values of about a
-// hundred records share one allocation instead of one each. A value is
-// its own slice of the block (capacity its length, so an append to it
-// copies), never written again; a result that does not fit what is left
-// of the block gets its own allocation from EvalJSON.
+// selectValue evaluates select on j.env and returns its result's JSON,
+// written into j.slab (outputSlab.evalJSON).
 func (j *TableJoin) selectValue() ([]byte, error) {
-	if cap(j.slab)-len(j.slab) < selectJSONHint {
-		j.slab = make([]byte, 0, tableJoinSlabBytes)
-	}
-	free := j.slab[len(j.slab):]
-	b, _, _, err := j.p.Select.Program().EvalJSON(free, &j.env)
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > 0 && cap(b) == cap(free) && &b[:1][0] == &free[:1][0] {
-		j.slab = j.slab[:len(j.slab)+len(b)]
-		return b[:len(b):len(b)], nil
-	}
-	return b, nil
+	return j.slab.evalJSON(j.p.Select.Program(), &j.env)
 }
 
 // rawValue writes select's result for stream record rec and the row (ok
@@ -551,13 +531,10 @@ func (j *TableJoin) rawValue(rec *runtime.Record, row tableValue, ok bool) (valu
 		}
 	}
 	var b []byte
-	if n > tableJoinSlabBytes/4 {
+	if n > outputSlabBytes/4 {
 		b = make([]byte, 0, n)
 	} else {
-		if cap(j.slab)-len(j.slab) < n {
-			j.slab = make([]byte, 0, tableJoinSlabBytes)
-		}
-		b = j.slab[len(j.slab):len(j.slab)]
+		b = j.slab.reserve(n)
 	}
 	for _, p := range r.parts {
 		b = append(b, p.prefix...)
@@ -571,8 +548,8 @@ func (j *TableJoin) rawValue(rec *runtime.Record, row tableValue, ok bool) (valu
 		}
 	}
 	b = append(b, '}')
-	if n <= tableJoinSlabBytes/4 {
-		j.slab = j.slab[:len(j.slab)+n]
+	if n <= outputSlabBytes/4 {
+		j.slab.commit(n)
 	}
 	return b[:n:n], true
 }

@@ -30,16 +30,7 @@ func BenchmarkTableJoinLatest(b *testing.B) {
 // a row for every key written first: nearly every stream record joins a
 // row, as in the scenario after its first records.
 func BenchmarkTableJoinLatestMatched(b *testing.B) {
-	rng := rand.New(rand.NewPCG(12, 34))
-	pre := make([]runtime.Record, tableJoinBenchKeys)
-	for k := range pre {
-		pre[k], _ = tableJoinBenchRecord(0, k)
-	}
-	recs := make([]runtime.Record, 80_000)
-	sides := make([]int, len(recs))
-	for i := range recs {
-		recs[i], sides[i] = tableJoinBenchRecord(i, rng.IntN(tableJoinBenchKeys))
-	}
+	pre, recs, sides := tableJoinMatchedRecords(false)
 	benchTableJoin(b, pre, recs, sides)
 }
 
@@ -48,20 +39,29 @@ func BenchmarkTableJoinLatestMatched(b *testing.B) {
 // from a json source reach the join across its key_by in the bench
 // scenario.
 func BenchmarkTableJoinLatestChecked(b *testing.B) {
+	pre, recs, sides := tableJoinMatchedRecords(true)
+	benchTableJoin(b, pre, recs, sides)
+}
+
+// tableJoinMatchedRecords returns the records of
+// BenchmarkTableJoinLatestMatched: pre, a table row for every key, then
+// 80,000 records of keys drawn at random and their inputs (sides). With
+// checked the stream records are marked valid JSON (runtime.ValidJSON).
+func tableJoinMatchedRecords(checked bool) (pre, recs []runtime.Record, sides []int) {
 	rng := rand.New(rand.NewPCG(12, 34))
-	pre := make([]runtime.Record, tableJoinBenchKeys)
+	pre = make([]runtime.Record, tableJoinBenchKeys)
 	for k := range pre {
 		pre[k], _ = tableJoinBenchRecord(0, k)
 	}
-	recs := make([]runtime.Record, 80_000)
-	sides := make([]int, len(recs))
+	recs = make([]runtime.Record, 80_000)
+	sides = make([]int, len(recs))
 	for i := range recs {
 		recs[i], sides[i] = tableJoinBenchRecord(i, rng.IntN(tableJoinBenchKeys))
-		if sides[i] == 0 {
+		if checked && sides[i] == 0 {
 			recs[i].SetDecoded(runtime.ValidJSON{})
 		}
 	}
-	benchTableJoin(b, pre, recs, sides)
+	return pre, recs, sides
 }
 
 // tableJoinBenchKeys is the number of keys of the table join benchmarks.

@@ -135,29 +135,17 @@ func Write(dst string, opts Options, write func(io.Writer) error) (err error) {
 			_ = os.Remove(tmp)
 		}
 	}()
-	if opts.Perm != 0 {
-		if err = f.Chmod(opts.Perm); err != nil {
-			return err
-		}
-	}
-	if err = write(f); err != nil {
+	if err = fill(f, opts, write); err != nil {
 		return err
-	}
-	if !opts.NoSync {
-		if err = f.Sync(); err != nil {
-			return err
-		}
 	}
 	err = f.Close()
 	f = nil
 	if err != nil {
 		return err
 	}
-	if opts.BeforeRename != nil {
-		if err = opts.BeforeRename(); err != nil {
-			keep = true
-			return err
-		}
+	if err = beforeRename(opts); err != nil {
+		keep = true
+		return err
 	}
 	if opts.NoReplace {
 		err = os.Link(tmp, dst)
@@ -167,6 +155,39 @@ func Write(dst string, opts Options, write func(io.Writer) error) (err error) {
 	if err != nil {
 		return err
 	}
+	return syncDir(dir, opts)
+}
+
+// fill is the part both create paths of Write share: chmod f to
+// opts.Perm (when set), write its contents, and fsync it unless
+// opts.NoSync. The caller closes f.
+func fill(f *os.File, opts Options, write func(io.Writer) error) error {
+	if opts.Perm != 0 {
+		if err := f.Chmod(opts.Perm); err != nil {
+			return err
+		}
+	}
+	if err := write(f); err != nil {
+		return err
+	}
+	if opts.NoSync {
+		return nil
+	}
+	return f.Sync()
+}
+
+// beforeRename runs opts.BeforeRename, if set, before the file becomes
+// visible under dst (the hook both create paths of Write call).
+func beforeRename(opts Options) error {
+	if opts.BeforeRename == nil {
+		return nil
+	}
+	return opts.BeforeRename()
+}
+
+// syncDir is step 4 of Write, after dst got its name: fsync dir (with
+// opts.SyncDir when set) unless opts.NoSync or opts.NoDirSync.
+func syncDir(dir string, opts Options) error {
 	if opts.NoSync || opts.NoDirSync {
 		return nil
 	}
@@ -186,23 +207,11 @@ func writeUnnamed(f *os.File, dst, dir string, opts Options, write func(io.Write
 			f.Close()
 		}
 	}()
-	if opts.Perm != 0 {
-		if err = f.Chmod(opts.Perm); err != nil {
-			return err
-		}
-	}
-	if err = write(f); err != nil {
+	if err = fill(f, opts, write); err != nil {
 		return err
 	}
-	if !opts.NoSync {
-		if err = f.Sync(); err != nil {
-			return err
-		}
-	}
-	if opts.BeforeRename != nil {
-		if err = opts.BeforeRename(); err != nil {
-			return err
-		}
+	if err = beforeRename(opts); err != nil {
+		return err
 	}
 	if err = linkUnnamed(f, dst); err != nil {
 		return err
@@ -212,13 +221,7 @@ func writeUnnamed(f *os.File, dst, dir string, opts Options, write func(io.Write
 	if err != nil {
 		return err
 	}
-	if opts.NoSync || opts.NoDirSync {
-		return nil
-	}
-	if opts.SyncDir != nil {
-		return opts.SyncDir(dir)
-	}
-	return SyncDir(dir)
+	return syncDir(dir, opts)
 }
 
 // WriteFile writes data to dst atomically, as Write.

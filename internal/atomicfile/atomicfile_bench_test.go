@@ -4,19 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
-)
 
-// cpuTime returns the process's user + system CPU time (getrusage).
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+	"github.com/kstreamd/kstreamd/internal/testkit"
+)
 
 // BenchmarkCreateOnly: one create-only write (NoReplace) of a 200-byte
 // object, as checkpoint.FileStore writes a unit checkpoint's marker, HEAD
@@ -34,7 +25,7 @@ func BenchmarkCreateOnly(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			dir := b.TempDir()
-			start := cpuTime(b)
+			start := testkit.CPUTime(b)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				dst := filepath.Join(dir, "obj-"+strconv.Itoa(i))
@@ -46,7 +37,7 @@ func BenchmarkCreateOnly(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(testkit.CPUTime(b)-start)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
