@@ -517,7 +517,15 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 			if procElapsed == 0 && t.written() >= exp1 && processedAll() {
 				procElapsed = time.Since(t0)
 			}
-			return commitDone()
+			if !commitDone() {
+				return false
+			}
+			if procElapsed == 0 {
+				// The last records arrived between the two looks:
+				// committed implies written (and received, checked).
+				procElapsed = time.Since(t0)
+			}
+			return true
 		}
 	}
 
