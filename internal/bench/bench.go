@@ -196,6 +196,21 @@ type Result struct {
 	RecordsPerSec float64
 	// Ratio is RecordsPerSec over the pipe's with the same delivery.
 	Ratio float64
+	// ProcElapsed is the time from the job's start until its sink had
+	// written the outputs of every record of the throughput phase (into
+	// its open transaction, or handed to the producer at-least-once):
+	// the records processed end to end, the commit that Elapsed waits for
+	// excluded. It is the first sample of the wait loop (every 20 ms) at
+	// which the sink's kstreamd_operator_records_in_total reached the
+	// expected outputs (and, for a scenario with Processed, that operator
+	// had received every record); for the pipe, the first at which its
+	// producer had been handed the last record. ProcRecordsPerSec is
+	// Records over it, ProcRatio that over the pipe's of the same
+	// delivery. All three are 0 where the end is not a count of outputs
+	// (a query whose count is only a lower bound, ExpectedAtLeast).
+	ProcElapsed       time.Duration
+	ProcRecordsPerSec float64
+	ProcRatio         float64
 	// CPUPerMillion is the process's CPU time (user + system) in the
 	// throughput phase per million records.
 	CPUPerMillion time.Duration
@@ -284,6 +299,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			return out, err
 		}
 		pipe.Ratio = 1
+		if pipe.ProcRecordsPerSec > 0 {
+			pipe.ProcRatio = 1
+		}
 		out = append(out, pipe)
 		r.progress(pipe)
 		for i := range scenarios {
@@ -296,6 +314,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			}
 			if pipe.RecordsPerSec > 0 {
 				res.Ratio = res.RecordsPerSec / pipe.RecordsPerSec
+			}
+			if pipe.ProcRecordsPerSec > 0 && res.ProcRecordsPerSec > 0 {
+				res.ProcRatio = res.ProcRecordsPerSec / pipe.ProcRecordsPerSec
 			}
 			out = append(out, res)
 			r.progress(res)
@@ -353,6 +374,11 @@ type target interface {
 	run(ctx context.Context) error
 	// committed returns the outputs committed so far.
 	committed() int64
+	// written returns the outputs written so far: handed to the sink's
+	// producer, into its open transaction (exactly-once) or to be
+	// acknowledged (at-least-once), committed or not. It is never below
+	// committed.
+	written() int64
 	// checkpoints returns the checkpoints completed so far.
 	checkpoints() []checkpointStat
 }
@@ -471,8 +497,36 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	}
 
 	done1, progress1 := func() bool { return t.committed() >= exp1 }, t.committed
+	processedAll := func() bool { return true }
 	if processed != nil {
 		done1, progress1 = processed.waitOn(t, exp1)
+		want := processed.n
+		processedAll = func() bool {
+			jt, ok := t.(*jobTarget)
+			return ok && jt.received(processed.operator) >= want
+		}
+	}
+	// The records processed end to end (proc_rec/s): sampled by done1's
+	// calls, before the commit is looked at, so that it never comes after
+	// the end of Elapsed.
+	var procElapsed time.Duration
+	var t0 time.Time
+	if tab == nil || !tab.atLeast {
+		commitDone := done1
+		done1 = func() bool {
+			if procElapsed == 0 && t.written() >= exp1 && processedAll() {
+				procElapsed = time.Since(t0)
+			}
+			if !commitDone() {
+				return false
+			}
+			if procElapsed == 0 {
+				// The last records arrived between the two looks:
+				// committed implies written (and received, checked).
+				procElapsed = time.Since(t0)
+			}
+			return true
+		}
 	}
 
 	// Throughput phase.
@@ -483,7 +537,8 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	if err != nil {
 		return res, err
 	}
-	cpu0, t0 := cpuTime(), time.Now()
+	cpu0 := cpuTime()
+	t0 = time.Now()
 	job := goBackground(ctx, t.run)
 	defer job.stop()
 	if err := r.waitFor(ctx, job, rss, done1, fmt.Sprintf("%s %s: %d outputs", name, delivery, exp1), progress1); err != nil {
@@ -494,6 +549,10 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	stopProfile()
 	res.RecordsPerSec = float64(cfg.Records) / res.Elapsed.Seconds()
 	res.CPUPerMillion = time.Duration(float64(res.CPUPerMillion) * 1e6 / float64(cfg.Records))
+	if procElapsed > 0 {
+		res.ProcElapsed = procElapsed
+		res.ProcRecordsPerSec = float64(cfg.Records) / res.ProcElapsed.Seconds()
+	}
 
 	// Latency phase: a reader of every committed output (counting the
 	// first phase's too), and a producer at half the measured rate.
@@ -1020,6 +1079,11 @@ func (t *jobTarget) committed() int64 {
 	return int64(n)
 }
 
+// written returns the records the sink operator has received so far,
+// each written at once into the open transaction (or produced,
+// at-least-once): its kstreamd_operator_records_in_total.
+func (t *jobTarget) written() int64 { return t.received("sink") }
+
 // received returns the records operator has received so far: its
 // kstreamd_operator_records_in_total over every subtask.
 func (t *jobTarget) received(operator string) int64 {
@@ -1104,7 +1168,14 @@ func WriteTable(w io.Writer, results []Result) error {
 		if r.Scenario != PipeScenario {
 			chk = []string{ms(r.CheckpointP50), ms(r.CheckpointMax), kib(r.CheckpointBytesP50), kib(r.CheckpointBytesMax)}
 		}
-		cols := []string{r.Scenario, r.Delivery, fmt.Sprintf("%.0f", r.RecordsPerSec), ratioText(r.Ratio),
+		proc, procRatio := "-", "-"
+		if r.ProcRecordsPerSec > 0 {
+			proc = fmt.Sprintf("%.0f", r.ProcRecordsPerSec)
+		}
+		if r.ProcRatio > 0 {
+			procRatio = ratioText(r.ProcRatio)
+		}
+		cols := []string{r.Scenario, r.Delivery, fmt.Sprintf("%.0f", r.RecordsPerSec), ratioText(r.Ratio), proc, procRatio,
 			fmt.Sprintf("%.2f", r.CPUPerMillion.Seconds()), fmt.Sprintf("%.0f", float64(r.PeakRSSBytes)/(1<<20))}
 		cols = append(cols, chk...)
 		exp := fmt.Sprint(r.Expected)
@@ -1118,8 +1189,10 @@ func WriteTable(w io.Writer, results []Result) error {
 	return tw.Flush()
 }
 
-// Columns are the table's column headers, in order.
-var Columns = []string{"scenario", "delivery", "records/s", "vs_pipe", "cpu_s/M", "peak_rss_MiB",
+// Columns are the table's column headers, in order. proc_rec/s and
+// vs_pipe_proc are Result.ProcRecordsPerSec and ProcRatio, "-" where
+// they are not defined.
+var Columns = []string{"scenario", "delivery", "records/s", "vs_pipe", "proc_rec/s", "vs_pipe_proc", "cpu_s/M", "peak_rss_MiB",
 	"chk_p50_ms", "chk_max_ms", "chk_p50_KiB", "chk_max_KiB", "lat_rate/s", "lat_p50_ms", "lat_p99_ms", "outputs", "expected"}
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }

@@ -424,6 +424,41 @@ func TestRatioText(t *testing.T) {
 	}
 }
 
+// TestProcRecordsPerSec: proc_rec/s (the records processed end to end,
+// up to their outputs written into the sink's open transaction) is
+// measured for the pipe and a job, within the wall interval records/s
+// belongs to, and with a one-second checkpoint interval and a tiny input
+// well above records/s: the run waits for a commit at the end of an
+// interval (the pipe cannot commit before one has passed), which proc_rec/s
+// leaves out. The rows also print with both columns (checkTable).
+func TestProcRecordsPerSec(t *testing.T) {
+	const records = 200
+	res := runOnKfake(t, Config{Scenarios: []string{"copy"}, Deliveries: []string{ExactlyOnce},
+		Records: records, Keys: 10, LatencyDuration: 500 * time.Millisecond, CheckpointInterval: time.Second}, true)
+	if len(res) != 2 {
+		t.Fatalf("%d results, want the pipe and copy", len(res))
+	}
+	for _, r := range res {
+		t.Logf("%s: elapsed %v, proc %v: %.0f records/s, proc_rec/s %.0f, vs_pipe %.2f, vs_pipe_proc %.2f",
+			r.Scenario, r.Elapsed, r.ProcElapsed, r.RecordsPerSec, r.ProcRecordsPerSec, r.Ratio, r.ProcRatio)
+		if r.ProcElapsed <= 0 || r.ProcElapsed >= r.Elapsed {
+			t.Errorf("%s: processed after %v, want within (0, %v), the time to the commit", r.Scenario, r.ProcElapsed, r.Elapsed)
+		}
+		if want := float64(records) / r.ProcElapsed.Seconds(); r.ProcRecordsPerSec != want {
+			t.Errorf("%s: proc_rec/s %v, want %d records over %v = %v", r.Scenario, r.ProcRecordsPerSec, records, r.ProcElapsed, want)
+		}
+		if r.ProcRecordsPerSec < 2*r.RecordsPerSec {
+			t.Errorf("%s: proc_rec/s %.0f, want well above (2x) records/s %.0f: the wait for the commit is not left out", r.Scenario, r.ProcRecordsPerSec, r.RecordsPerSec)
+		}
+		if r.ProcRatio <= 0 {
+			t.Errorf("%s: vs_pipe_proc %v, want a ratio", r.Scenario, r.ProcRatio)
+		}
+	}
+	if pipe := res[0]; pipe.Scenario != PipeScenario || pipe.Elapsed < time.Second || pipe.ProcRatio != 1 {
+		t.Errorf("pipe: %s, elapsed %v, vs_pipe_proc %v: want the pipe first, committing after a whole interval (1s), its own ratio 1", pipe.Scenario, pipe.Elapsed, pipe.ProcRatio)
+	}
+}
+
 // TestClusterYAML: the pipeline of RunCluster's daemons is a valid
 // cluster-mode config whose job splits into the two stages measured (the
 // source, the keyed count) with the units asked for.

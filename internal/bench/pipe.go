@@ -23,9 +23,13 @@ type pipe struct {
 	interval time.Duration
 
 	done atomic.Int64
+	// wrote counts the records handed to the producer (into the open
+	// transaction with txn), committed or not.
+	wrote atomic.Int64
 }
 
 func (p *pipe) committed() int64              { return p.done.Load() }
+func (p *pipe) written() int64                { return p.wrote.Load() }
 func (p *pipe) checkpoints() []checkpointStat { return nil }
 
 func (p *pipe) run(ctx context.Context) error {
@@ -72,6 +76,7 @@ func (p *pipe) run(ctx context.Context) error {
 				}
 			}
 			open++
+			p.wrote.Add(1)
 			prod.Produce(ctx, &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: r.Headers}, func(_ *kgo.Record, err error) {
 				if err != nil {
 					fail(err)
