@@ -24,17 +24,43 @@ import (
 //
 // Valid JSON is walked with gjson (about 3x faster than encoding/json's
 // Decoder on 100-byte objects); strings with escapes or non-ASCII bytes,
-// and invalid input, go through encoding/json, so the result and the
-// errors are encoding/json's (FuzzDecodeJSON compares the two).
+// invalid input and values nested deeper than gjsonMaxDepth go through
+// encoding/json, so the result and the errors are encoding/json's
+// (FuzzDecodeJSON compares the two; encoding/json refuses nesting deeper
+// than 10000 levels with an error).
 func DecodeJSON(b []byte) (any, error) {
 	if !gjson.ValidBytes(b) {
 		return decodeJSONStd(b)
 	}
-	return fromGJSON(gjson.ParseBytes(b))
+	v, err := fromGJSON(gjson.ParseBytes(b), 0)
+	if err == errTooDeep {
+		return decodeJSONStd(b)
+	}
+	return v, err
 }
 
-// fromGJSON converts one valid value r as DecodeJSON does.
-func fromGJSON(r gjson.Result) (any, error) {
+// gjsonMaxDepth is the nesting fromGJSON walks: each level of a gjson walk
+// scans the rest of the value again, so a walk costs depth squared (about
+// 0.7 s for 20,000 nested arrays); deeper values are decoded by
+// encoding/json, whose cost is linear.
+const gjsonMaxDepth = 64
+
+// errTooDeep is fromGJSON's signal that a value nests deeper than
+// gjsonMaxDepth; never returned by DecodeJSON.
+var errTooDeep = errors.New("expression: decode json: nested deeper than the gjson walk")
+
+// decodeGJSON is DecodeJSON of raw, one valid JSON value.
+func decodeGJSON(raw string) (any, error) {
+	v, err := fromGJSON(gjson.Parse(raw), 0)
+	if err == errTooDeep {
+		return decodeJSONStd([]byte(raw))
+	}
+	return v, err
+}
+
+// fromGJSON converts one valid value r at nesting depth as DecodeJSON
+// does, or returns errTooDeep past gjsonMaxDepth.
+func fromGJSON(r gjson.Result, depth int) (any, error) {
 	switch r.Type {
 	case gjson.Null:
 		return nil, nil
@@ -47,12 +73,15 @@ func fromGJSON(r gjson.Result) (any, error) {
 	case gjson.String:
 		return jsonString(r.Raw)
 	}
+	if depth++; depth > gjsonMaxDepth {
+		return nil, errTooDeep
+	}
 	var err error
 	if r.IsArray() {
 		out := []any{}
 		r.ForEach(func(_, v gjson.Result) bool {
 			var e any
-			if e, err = fromGJSON(v); err != nil {
+			if e, err = fromGJSON(v, depth); err != nil {
 				return false
 			}
 			out = append(out, e)
@@ -66,7 +95,7 @@ func fromGJSON(r gjson.Result) (any, error) {
 		if key, err = jsonString(k.Raw); err != nil {
 			return false
 		}
-		if out[key], err = fromGJSON(v); err != nil {
+		if out[key], err = fromGJSON(v, depth); err != nil {
 			return false
 		}
 		return true

@@ -167,7 +167,7 @@ func lazyValue(str string, from, to uint32) (any, error) {
 	case '{':
 		return &docObject{str: str, from: from, to: to}, nil
 	case '[':
-		return fromGJSON(gjson.Parse(raw))
+		return decodeGJSON(raw)
 	case '"':
 		v, err := jsonString(raw)
 		return types.String(v), err
@@ -428,7 +428,7 @@ func skipValue(s string, i int) int {
 // decoded returns the object as DecodeJSON decodes it, decoding it once.
 func (o *docObject) decoded() (any, error) {
 	if !o.wholeDone {
-		v, err := fromGJSON(gjson.Parse(o.str[o.from:o.to]))
+		v, err := decodeGJSON(o.str[o.from:o.to])
 		if err != nil {
 			return nil, err
 		}
