@@ -542,7 +542,15 @@ func (d *Doc) indexSub(s string, i int) int {
 
 // skipSafeValue is skipValue that also checks every number of the value
 // (nested ones included): -1 when one is not safe.
-func skipSafeValue(s string, i int) int {
+func skipSafeValue(s string, i int) int { return SkipSafeJSONValue(s, i, 0) }
+
+// SkipSafeJSONValue returns the index just past the JSON value at s[i] (s
+// valid JSON), or -1 when the value does not end within s, nests deeper
+// than maxDepth levels (0: no limit) or holds a number, nested ones
+// included, that is not safe to copy as it is (an exponent, a run of more
+// than 300 digits): the values the direct evaluator and table_join's raw
+// select write without decoding. Strings are skipped whatever they hold.
+func SkipSafeJSONValue(s string, i, maxDepth int) int {
 	if i >= len(s) {
 		return -1
 	}
@@ -566,7 +574,9 @@ func skipSafeValue(s string, i int) int {
 					return -1
 				}
 			case c == '{' || c == '[':
-				depth++
+				if depth++; maxDepth > 0 && depth > maxDepth {
+					return -1
+				}
 			case c == '}' || c == ']':
 				if depth--; depth == 0 {
 					return i + 1

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"cel.dev/cel-go/common"
 	celast "cel.dev/cel-go/common/ast"
@@ -12,6 +13,8 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/parser"
 	"github.com/tidwall/gjson"
+
+	"github.com/kstreamd/kstreamd/expression"
 )
 
 // This file is the table join's raw select: the common select of a join,
@@ -321,100 +324,10 @@ const rawMaxDepth = 64
 // skipRawValue returns the index just past the JSON value at b[i] (valid
 // JSON), or -1 when it does not end within b, nests deeper than
 // rawMaxDepth or holds a number that is not safe (an exponent, a run of
-// more than 300 digits), as the expression package's skipSafeValue.
+// more than 300 digits): expression.SkipSafeJSONValue over b's bytes.
 func skipRawValue(b []byte, i int) int {
-	if i >= len(b) {
+	if len(b) == 0 {
 		return -1
 	}
-	switch b[i] {
-	case '"':
-		return skipRawString(b, i)
-	case '{', '[':
-		depth, digits := 0, 0
-		for ; i < len(b); i++ {
-			c := b[i]
-			switch {
-			case c >= '0' && c <= '9':
-				if digits++; digits > 300 {
-					return -1
-				}
-				continue
-			case c == 'e' || c == 'E':
-				// Outside a string, an e after a digit or '.' is an
-				// exponent (true and false have theirs after a letter).
-				if p := b[i-1]; p == '.' || (p >= '0' && p <= '9') {
-					return -1
-				}
-			case c == '{' || c == '[':
-				if depth++; depth > rawMaxDepth {
-					return -1
-				}
-			case c == '}' || c == ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			case c == '"':
-				j := skipRawString(b, i)
-				if j < 0 {
-					return -1
-				}
-				i = j - 1 // the loop's i++ steps past the string
-			}
-			digits = 0
-		}
-		return -1
-	}
-	// A number, true, false or null: up to the next delimiter.
-	j := i
-	for j < len(b) && !isDelim(b[j]) {
-		j++
-	}
-	digits := 0
-	for _, c := range b[i:j] {
-		switch {
-		case c >= '0' && c <= '9':
-			if digits++; digits > 300 {
-				return -1
-			}
-		case c == 'e' || c == 'E':
-			if b[i] == '-' || (b[i] >= '0' && b[i] <= '9') {
-				return -1
-			}
-		default:
-			digits = 0
-		}
-	}
-	return j
-}
-
-// isDelim reports whether c ends a scalar JSON value.
-func isDelim(c byte) bool {
-	switch c {
-	case ',', '}', ']', ' ', '\t', '\n', '\r':
-		return true
-	}
-	return false
-}
-
-// skipRawString returns the index just past the JSON string at b[i], or
-// -1 when it does not end within b.
-func skipRawString(b []byte, i int) int {
-	for i++; i < len(b); {
-		j := bytes.IndexByte(b[i:], '"')
-		if j < 0 {
-			return -1
-		}
-		// The quote ends the string unless an odd run of backslashes
-		// precedes it.
-		k := i + j
-		n := 0
-		for k-1-n >= i && b[k-1-n] == '\\' {
-			n++
-		}
-		if n%2 == 0 {
-			return k + 1
-		}
-		i = k + 1
-	}
-	return -1
+	return expression.SkipSafeJSONValue(unsafe.String(&b[0], len(b)), i, rawMaxDepth)
 }
