@@ -624,10 +624,10 @@ func (o *Owner) downloadMetadata(ctx context.Context, id int64, dir string) erro
 	if err := json.Unmarshal(b, &m); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, key, err)
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	if m.Version != InlineMetadataVersion {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
 		return atomicfile.WriteFile(filepath.Join(dir, MetadataFile), b, atomicfile.Options{TempName: MetadataFile + ".tmp", NoSync: true})
 	}
 	if err := WriteInlineFiles(dir, m.InlineFiles); err != nil {
