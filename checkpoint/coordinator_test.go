@@ -638,7 +638,12 @@ func TestUnitCheckpointsStaged(t *testing.T) {
 	if m, err := ReadMetadata(s.CheckpointDir(1)); err != nil || m.CheckpointID != 1 {
 		t.Fatalf("staged metadata %+v, %v; want checkpoint 1", m, err)
 	}
-	if got, err := ns.Store.Read(ctx, ns.Prefix+"chk-1/"+MetadataFile); err != nil || !strings.Contains(string(got), `"checkpoint_id": 1`) {
+	got, err := ns.Store.Read(ctx, ns.Prefix+"chk-1/"+MetadataFile)
+	var sm Metadata
+	if err == nil {
+		err = json.Unmarshal(got, &sm)
+	}
+	if err != nil || sm.CheckpointID != 1 {
 		t.Fatalf("store's chk-1/_metadata %q, %v; want checkpoint 1", got, err)
 	}
 

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
@@ -159,7 +160,8 @@ func TestUnitUploadSyncsEachDirectoryOnce(t *testing.T) {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		// Larger than inlineFileMax: an object each, not in the _metadata.
+		if err := os.WriteFile(p, bytes.Repeat([]byte("x"), inlineFileMax+1), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -359,7 +361,7 @@ func TestUnitRetentionReadsOnlyNewMetadata(t *testing.T) {
 			data = append(data, rel)
 		}
 	}
-	want := []string{"chk-3/_metadata", "chk-3/op/0/state", "chk-4/_metadata", "chk-4/op/0/state", "shared/inst/3.sst", "shared/inst/4.sst"}
+	want := []string{"chk-3/_metadata", "chk-4/_metadata", "shared/inst/3.sst", "shared/inst/4.sst"} // op/0/state inline
 	if !slices.Equal(data, want) {
 		t.Fatalf("store after retention holds %q, want %q", data, want)
 	}

@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
+
+	"github.com/kstreamd/kstreamd/internal/atomicfile"
 )
 
 // ErrHeadExists is returned by Heads.Create when the HEAD it would create
@@ -583,7 +585,7 @@ func (o *Owner) Restore(ctx context.Context, hd Head) (string, *Metadata, error)
 			return "", nil, err
 		}
 	}
-	if err := o.ns.Store.Download(ctx, prefix+MetadataFile, filepath.Join(dir, MetadataFile)); err != nil {
+	if err := o.downloadMetadata(ctx, id, dir); err != nil {
 		return "", nil, err
 	}
 	m, err := ReadMetadata(dir)
@@ -605,11 +607,66 @@ func (o *Owner) Restore(ctx context.Context, hd Head) (string, *Metadata, error)
 	return dir, m, nil
 }
 
+// downloadMetadata writes chk-<id>/_metadata of the store into dir, the
+// restore's working directory, without fsyncs (a crash makes the
+// directory worthless anyway, as Download's copies). A version
+// InlineMetadataVersion _metadata (uploadMetadata) has its InlineFiles
+// written into dir first and is written as the version 3 it was staged
+// as, without them: the restored directory is then what the staging
+// directory was. Older _metadata is copied as it is.
+func (o *Owner) downloadMetadata(ctx context.Context, id int64, dir string) error {
+	key := o.ns.chkKey(id, MetadataFile)
+	b, err := o.ns.Store.Read(ctx, key)
+	if err != nil {
+		return err
+	}
+	var m Metadata
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, key, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if m.Version != InlineMetadataVersion {
+		return atomicfile.WriteFile(filepath.Join(dir, MetadataFile), b, atomicfile.Options{TempName: MetadataFile + ".tmp", NoSync: true})
+	}
+	if err := WriteInlineFiles(dir, m.InlineFiles); err != nil {
+		return fmt.Errorf("checkpoint: %s: %w", key, err)
+	}
+	m.Version, m.InlineFiles = MetadataVersion, nil
+	return writeMetadataSync(dir, &m, nil, true, nil)
+}
+
+// WriteInlineFiles writes a unit checkpoint's inline files
+// (Metadata.InlineFiles) into dir, the checkpoint's directory, creating
+// directories as needed, without fsyncs (a restore's or a gather's working
+// copy). A path that is not local to dir (absolute, or with "..") is
+// refused with an error wrapping ErrCorruptMetadata before anything is
+// written.
+func WriteInlineFiles(dir string, files map[string][]byte) error {
+	for rel := range files {
+		if !filepath.IsLocal(filepath.FromSlash(rel)) || rel == MetadataFile {
+			return fmt.Errorf("%w: inline file %q is not a file of the checkpoint's directory", ErrCorruptMetadata, rel)
+		}
+	}
+	for rel, b := range files {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // upload writes checkpoint id from the local staging storage into the
 // store: first the owner marker (mark; Reserve made it already when the
-// coordinator triggered id), then every file of chk-<id>/ but _metadata,
-// then the shared files it refers to that the store does not hold yet,
-// then _metadata. Every write is create-only: a chk-<id> another owner
+// coordinator triggered id), then every file of chk-<id>/ but _metadata
+// and the small ones (see inlineFileMax), then the shared files it refers
+// to that the store does not hold yet, then _metadata, which carries the
+// small files (uploadMetadata). Every write is create-only: a chk-<id> another owner
 // wrote fails the checkpoint instead of being overwritten, and one another
 // claim marked gets nothing at all.
 func (o *Owner) upload(ctx context.Context, id int64) error {
@@ -622,15 +679,28 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
 	var files []string
+	inline := map[string][]byte{}
+	inlined := 0
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		rel, err := filepath.Rel(dir, p)
-		if err == nil && rel != MetadataFile && !strings.HasSuffix(rel, ".tmp") {
-			files = append(files, filepath.ToSlash(rel))
+		if err != nil || rel == MetadataFile || strings.HasSuffix(rel, ".tmp") {
+			return err
 		}
-		return err
+		rel = filepath.ToSlash(rel)
+		if fi, err := d.Info(); err == nil && fi.Size() <= inlineFileMax && inlined+int(fi.Size()) <= inlineTotalMax {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			inline[rel] = b
+			inlined += len(b)
+			return nil
+		}
+		files = append(files, rel)
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
@@ -668,11 +738,47 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 	for _, f := range uploaded {
 		o.known[f], o.inflight[f] = true, true
 	}
-	if err := o.ns.Store.Upload(ctx, o.ns.chkKey(id, MetadataFile), filepath.Join(dir, MetadataFile)); err != nil {
+	if err := o.uploadMetadata(ctx, id, dir, inline); err != nil {
 		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
 	o.sharedOf[id] = slices.Clone(sum.sharedFiles) // what the store's chk-<id>/_metadata now holds
 	return nil
+}
+
+// inlineFileMax and inlineTotalMax bound what Owner.upload puts into a
+// unit checkpoint's _metadata instead of an object each (InlineFiles): a
+// private file of at most inlineFileMax bytes, while the inlined files
+// total at most inlineTotalMax. A stage-1 unit's Pebble checkpoint has
+// four such files (MANIFEST, OPTIONS and two markers, under 10 KiB
+// together); its SSTs are shared files and larger ones stay objects.
+const (
+	inlineFileMax  = 64 << 10
+	inlineTotalMax = 256 << 10
+)
+
+// uploadMetadata writes chk-<id>/_metadata of the staged checkpoint in dir
+// into the store, create-only. With inline files (upload's small private
+// files, by their path relative to dir) it is the staged metadata with
+// InlineFiles set, as version InlineMetadataVersion; without, the staged
+// file as it is. Inlined files cost no object of their own: no create, no
+// fsync of theirs, no directories (a Pebble checkpoint's op/<subtask>/),
+// and being in the _metadata they are as durable, and as fenced by its
+// create-only write, as the commit of the checkpoint itself.
+func (o *Owner) uploadMetadata(ctx context.Context, id int64, dir string, inline map[string][]byte) error {
+	key := o.ns.chkKey(id, MetadataFile)
+	if len(inline) == 0 {
+		return o.ns.Store.Upload(ctx, key, filepath.Join(dir, MetadataFile))
+	}
+	m, err := ReadMetadata(dir)
+	if err != nil {
+		return err
+	}
+	m.Version, m.InlineFiles = InlineMetadataVersion, inline
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return o.ns.Store.Create(ctx, key, b)
 }
 
 // Checkpoint completes checkpoint id of the unit: pre-commit, upload

@@ -252,7 +252,10 @@ func TestUnitCheckpointDirCreateOnly(t *testing.T) {
 	if got := o.NextCheckpointID(); got != 1 {
 		t.Fatalf("first id %d, want 1 (an empty namespace)", got)
 	}
-	const theirs = "clicks/units/1/0/chk-1/op/0/state"
+	// The other owner's commit of chk-1 (written without an owner marker,
+	// as before markers): the tasks' small files go into the _metadata,
+	// so its create is the one that meets it.
+	const theirs = "clicks/units/1/0/chk-1/" + MetadataFile
 	if err := store.Create(ctx, theirs, []byte("the other owner's")); err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +280,7 @@ func TestUnitCheckpointDirCreateOnly(t *testing.T) {
 	}
 	// chk-3 is marked (its checkpoint is triggered and never completes).
 	want := []string{"clicks/units/1/0/HEAD-1", "clicks/units/1/0/HEAD-2",
-		"clicks/units/1/0/chk-2/_claim", "clicks/units/1/0/chk-2/_metadata", "clicks/units/1/0/chk-2/op/0/state", "clicks/units/1/0/chk-2/src/0/state",
+		"clicks/units/1/0/chk-2/_claim", "clicks/units/1/0/chk-2/_metadata",
 		"clicks/units/1/0/chk-3/_claim"}
 	var got []string
 	if !testkit.Poll(time.Minute, func() bool {
@@ -380,7 +383,8 @@ func TestUnitRetentionAfterCommits(t *testing.T) {
 		return keys
 	}
 	chk := func(id int) []string {
-		return []string{fmt.Sprintf("clicks/units/0/0/chk-%d/_claim", id), fmt.Sprintf("clicks/units/0/0/chk-%d/_metadata", id), fmt.Sprintf("clicks/units/0/0/chk-%d/op/0/state", id), fmt.Sprintf("clicks/units/0/0/chk-%d/src/0/state", id)}
+		// The tasks' small state files are in the _metadata (InlineFiles).
+		return []string{fmt.Sprintf("clicks/units/0/0/chk-%d/_claim", id), fmt.Sprintf("clicks/units/0/0/chk-%d/_metadata", id)}
 	}
 	// chk-4 holds only its owner marker: checkpoint 4 is triggered (marked
 	// in the store first, an interval after checkpoint 3's notices, so

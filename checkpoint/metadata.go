@@ -27,6 +27,16 @@ const MetadataVersion = 3
 // MinMetadataVersion is the oldest metadata version ReadMetadata accepts.
 const MinMetadataVersion = 1
 
+// InlineMetadataVersion is the version of a cluster unit's _metadata in
+// the store when it carries the checkpoint's small private files
+// (Metadata.InlineFiles, FORMAT.md): version 3 plus that field. Only
+// Owner.upload writes it, so that a binary older than the field refuses
+// such a checkpoint (its ReadMetadata wants 1 to 3) instead of restoring
+// it without those files. Owner.Restore writes the files back and the
+// local _metadata as version 3 without them, so ReadMetadata and every
+// local directory stay at 1 to 3.
+const InlineMetadataVersion = 4
+
 // DefaultSharedDir is where a checkpoint's shared files are, relative to
 // its directory, when its metadata does not say (version 1): the job's
 // shared directory beside chk-<n>.
@@ -74,6 +84,15 @@ type Metadata struct {
 	SharedDir string `json:"shared_dir,omitempty"`
 	// Bytes is the total size in bytes of the files the checkpoint wrote.
 	Bytes int64 `json:"bytes"`
+	// InlineFiles holds private files of the checkpoint (its own
+	// directory's, not shared ones) by their slash-separated path relative
+	// to that directory, with their bytes (base64 in the JSON), in place of
+	// an object each: only in a cluster unit's _metadata in the store
+	// (version InlineMetadataVersion), where Owner.upload puts a
+	// checkpoint's small files (a Pebble checkpoint's MANIFEST, OPTIONS and
+	// markers) to save their creates and fsyncs, and Owner.Restore writes
+	// them back into the restored directory. Absent everywhere else.
+	InlineFiles map[string][]byte `json:"inline_files,omitempty"`
 }
 
 // OperatorMetadata is one operator's part of the metadata.

@@ -714,7 +714,8 @@ func syncSavepointTree(root string, syncPath func(path string) error) error {
 }
 
 // copyUnitCheckpoint copies checkpoint id of the unit namespace prefix in
-// store into spDir/rel/chk (its files but the owner marker) and the
+// store into spDir/rel/chk (its files but the owner marker, the inline
+// files of its _metadata among them) and the
 // shared files its metadata names into spDir/rel/shared, and returns its
 // metadata.
 func copyUnitCheckpoint(ctx context.Context, store checkpoint.Store, prefix string, id int64, spDir, rel string, remoteOf func() (remote.Storage, error)) (*checkpoint.Metadata, error) {
@@ -739,6 +740,10 @@ func copyUnitCheckpoint(ctx context.Context, store checkpoint.Store, prefix stri
 	m, err := unitMetadata(ctx, store, prefix, id)
 	if err != nil {
 		return nil, err
+	}
+	// The small files a unit's upload put into its _metadata (version 4).
+	if err := checkpoint.WriteInlineFiles(filepath.Join(base, "chk"), m.InlineFiles); err != nil {
+		return nil, fmt.Errorf("%s: %w", strings.TrimSuffix(chk, "/"), err)
 	}
 	if err := copyRemoteObjects(m, base, remoteOf); err != nil { // cluster_remotestate.go
 		return nil, err

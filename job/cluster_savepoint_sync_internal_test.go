@@ -78,3 +78,54 @@ func TestGatherClusterSavepointSyncs(t *testing.T) {
 		t.Errorf("synced after _metadata was written: %q", early)
 	}
 }
+
+// TestGatherClusterSavepointInlineFiles: a unit checkpoint whose small
+// private files are in its store _metadata (version 4, inline_files, as
+// checkpoint.Owner's upload writes them) gathers into a savepoint holding
+// those files with their bytes beside the ones that are objects, each
+// synced before the savepoint's _metadata, which carries no inline files.
+func TestGatherClusterSavepointInlineFiles(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store := checkpoint.FileStore{Root: filepath.Join(root, "store")}
+	st := &graph.Stages{Job: "j", Units: 1, MaxParallelism: 128, Stages: []*graph.Stage{{Index: 0}}}
+	prefix := checkpoint.UnitPrefix("j", 0, 0)
+	ts, _ := json.Marshal(checkpoint.TaskState{Keyed: json.RawMessage(`{"files":[{"path":"count/0/000001.sst","size":7},{"path":"count/0/MANIFEST-000001","size":8}]}`)})
+	m := checkpoint.Metadata{Version: checkpoint.InlineMetadataVersion, Job: "j", CheckpointID: 3, MaxParallelism: 128,
+		Operators:   map[string]checkpoint.OperatorMetadata{"count": {Parallelism: 1, Subtasks: []json.RawMessage{ts}}},
+		InlineFiles: map[string][]byte{"count/0/MANIFEST-000001": []byte("manifest")}}
+	mb, _ := json.Marshal(m)
+	for k, v := range map[string]string{
+		prefix + "chk-3/count/0/000001.sst":         "private",
+		prefix + "chk-3/" + checkpoint.MetadataFile: string(mb),
+	} {
+		if err := store.Create(ctx, k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := (checkpoint.Heads{Store: store, Prefix: prefix}).Create(ctx, checkpoint.Head{Seq: 1, CheckpointID: 3, Owner: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "savepoints")
+	var synced []string
+	sp, err := gatherClusterSavepoint(ctx, st, store, dir, nil, func(p string) error { synced = append(synced, p); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rel, want := range map[string]string{"count/0/000001.sst": "private", "count/0/MANIFEST-000001": "manifest"} {
+		p := filepath.Join(sp, "units/0/0/chk", filepath.FromSlash(rel))
+		if b, err := os.ReadFile(p); err != nil || string(b) != want {
+			t.Errorf("gathered %s: %q, %v; want %q", rel, b, err, want)
+		}
+		if !slices.Contains(synced, p) {
+			t.Errorf("%s was never synced", p)
+		}
+	}
+	got, err := checkpoint.ReadMetadata(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.InlineFiles != nil || got.Version != checkpoint.MetadataVersion {
+		t.Errorf("savepoint metadata version %d with %d inline files, want %d and none", got.Version, len(got.InlineFiles), checkpoint.MetadataVersion)
+	}
+}

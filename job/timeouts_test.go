@@ -19,9 +19,10 @@ import (
 	"github.com/kstreamd/kstreamd/sink"
 )
 
-// slowStore is a checkpoint.Store whose Download blocks, while slow is
-// set, until its context ends: a takeover's state download that never
-// finishes. blocked counts the downloads it held.
+// slowStore is a checkpoint.Store whose Download and Read of a _metadata
+// (a restore reads it; small state files are inline in it) block, while
+// slow is set, until their context ends: a takeover's state download that
+// never finishes. blocked counts the downloads and reads it held.
 type slowStore struct {
 	checkpoint.Store
 	slow    atomic.Bool
@@ -35,6 +36,15 @@ func (s *slowStore) Download(ctx context.Context, key, path string) error {
 		return context.Cause(ctx)
 	}
 	return s.Store.Download(ctx, key, path)
+}
+
+func (s *slowStore) Read(ctx context.Context, key string) ([]byte, error) {
+	if s.slow.Load() && strings.HasSuffix(key, "/"+checkpoint.MetadataFile) {
+		s.blocked.Add(1)
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}
+	return s.Store.Read(ctx, key)
 }
 
 // TestTakeoverTimeoutEnforced: a member takes over the units of a job

@@ -2,6 +2,7 @@ package s3store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,11 +13,19 @@ import (
 	"github.com/kstreamd/kstreamd/checkpoint"
 )
 
-// failUpload is a Store whose Upload of one key fails without writing (a
-// checkpoint whose _metadata upload failed after its shared files).
+// failUpload is a Store whose Upload or Create of one key fails without
+// writing (a checkpoint whose _metadata upload failed after its shared
+// files; a _metadata carrying inline files is a Create).
 type failUpload struct {
 	checkpoint.Store
 	key string
+}
+
+func (s failUpload) Create(ctx context.Context, key string, data []byte) error {
+	if key == s.key {
+		return errors.New("connection reset by peer")
+	}
+	return s.Store.Create(ctx, key, data)
 }
 
 func (s failUpload) Upload(ctx context.Context, key, path string) error {
@@ -93,7 +102,8 @@ func TestOwnerMarker(t *testing.T) {
 			if err := b.Checkpoint(ctx, 2, checkpoint.UnitCommit{}); err != nil {
 				t.Fatal(err)
 			}
-			chk2 := []string{"chk-2/_claim", "chk-2/_metadata", "chk-2/per_user-0/state"}
+			// The small state file is in the _metadata (inline_files).
+			chk2 := []string{"chk-2/_claim", "chk-2/_metadata"}
 			if got := list("chk-2/"); !slices.Equal(got, chk2) {
 				t.Errorf("b's chk-2 holds %q, want %q", got, chk2)
 			}
@@ -115,7 +125,7 @@ func TestOwnerMarker(t *testing.T) {
 			if got := list("chk-2/"); !slices.Equal(got, chk2) {
 				t.Errorf("after the zombie b's chk-2 holds %q, want %q", got, chk2)
 			}
-			if got := read("chk-2/per_user-0/state"); got != "state 2" {
+			if got := inline(read("chk-2/_metadata"), "per_user-0/state"); got != "state 2" {
 				t.Errorf("b's state reads %q", got)
 			}
 			if got := list("shared/"); !slices.Equal(got, []string{"shared/a/1.sst", "shared/b/2.sst"}) {
@@ -170,9 +180,9 @@ func TestOwnerMarker(t *testing.T) {
 				t.Fatal(err)
 			}
 			want = []string{"HEAD-4", "HEAD-5", "HEAD-6",
-				"chk-2/_claim", "chk-2/_metadata", "chk-2/per_user-0/state",
-				"chk-4/_claim", "chk-4/_metadata", "chk-4/per_user-0/state",
-				"chk-5/_claim", "chk-5/per_user-0/state",
+				"chk-2/_claim", "chk-2/_metadata",
+				"chk-4/_claim", "chk-4/_metadata",
+				"chk-5/_claim",
 				"shared/b/2.sst", "shared/c/4.sst", "shared/c/5.sst"}
 			if got := list(""); !slices.Equal(got, want) {
 				t.Errorf("after c's retention the unit holds\n%q\nwant\n%q", got, want)
@@ -274,4 +284,14 @@ func TestRestoreWithoutMarker(t *testing.T) {
 func noToken(hd checkpoint.Head) checkpoint.Head {
 	hd.Token = ""
 	return hd
+}
+
+// inline returns the inline file rel of the store _metadata meta
+// (checkpoint.Metadata.InlineFiles), or "" when it has none such.
+func inline(meta, rel string) string {
+	var m checkpoint.Metadata
+	if err := json.Unmarshal([]byte(meta), &m); err != nil {
+		return ""
+	}
+	return string(m.InlineFiles[rel])
 }
