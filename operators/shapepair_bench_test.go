@@ -19,6 +19,14 @@ import (
 // source marks them (the mark crosses the key_by). Every 50,000 records the backend's write cache is flushed to
 // Pebble (state.EntryCount, which also counts the entries), as the
 // checkpoint before each snapshot does. allocs/op is per record.
+//
+// Each record's key and shape are drawn anew (one of a value per key and
+// shape made in advance), as the bench's generator draws them, so the
+// stored items per key stay bounded however long it runs (a replayed
+// ring of records would give some keys a first shape without its second
+// in every round, whose lists then grow without end until the write
+// cache evicts). items/key reports the stored items per key at the end
+// (about 10), and the run fails if they grew past benchMaxItemsPerKey.
 func BenchmarkShapePairMatcher(b *testing.B) { benchShapePairMatcher(b, nil) }
 
 // BenchmarkShapePairMatcherChained is BenchmarkShapePairMatcher with the
@@ -47,18 +55,20 @@ func (s *benchCopySink) ProcessRecord(_ context.Context, _ int, rec runtime.Reco
 
 func benchShapePairMatcher(b *testing.B, out *runtime.Output) {
 	shapes := []string{"CIRCLE", "SQUARE", "TRIANGLE", "RECTANGLE", "HEXAGON"}
-	const nkeys, nrecs, flushEvery = 5000, 1 << 16, 50000
+	const nkeys, warm, flushEvery = 5000, 1 << 16, 50000
 	rng := rand.New(rand.NewPCG(1, 2))
-	recs := make([]runtime.Record, nrecs)
+	recs := make([]runtime.Record, nkeys*len(shapes)) // key k, shape s at k*len(shapes)+s
 	for i := range recs {
-		k := fmt.Sprintf("k%06d", rng.IntN(nkeys))
-		v := fmt.Appendf(nil, `{"id":%d,"key":"%s","shape":"%s","amount":%d,"note":"`, i, k, shapes[rng.IntN(len(shapes))], rng.IntN(1000))
+		k, s := i/len(shapes), i%len(shapes)
+		key := fmt.Sprintf("k%06d", k)
+		v := fmt.Appendf(nil, `{"id":%d,"key":"%s","shape":"%s","amount":%d,"note":"`, i, key, shapes[s], rng.IntN(1000))
 		for len(v) < 98 {
 			v = append(v, 'x')
 		}
-		recs[i] = runtime.Record{Key: []byte(k), Value: append(v, `"}`...)}
+		recs[i] = runtime.Record{Key: []byte(key), Value: append(v, `"}`...)}
 		recs[i].SetDecoded(runtime.ValidJSON{}) // as the job's source marks them, before the key_by
 	}
+	next := func() runtime.Record { return recs[rng.IntN(nkeys)*len(shapes)+rng.IntN(len(shapes))] }
 	fn := &ShapePairMatcher{}
 	op := NewKeyedBroadcastOperator(OpenContext{Operator: "matcher", Subtask: 0, Parallelism: 1}, opener(state.KindPebble, b.TempDir()), nil, fn, out)
 	ctx := context.Background()
@@ -76,15 +86,15 @@ func benchShapePairMatcher(b *testing.B, out *runtime.Output) {
 			n++
 		}
 	}
-	for i := range recs { // warm the cache and the stored lists
-		if err := op.ProcessRecord(ctx, 0, recs[i]); err != nil {
+	for range warm { // warm the cache and the stored lists
+		if err := op.ProcessRecord(ctx, 0, next()); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if err := op.ProcessRecord(ctx, 0, recs[i%nrecs]); err != nil {
+		if err := op.ProcessRecord(ctx, 0, next()); err != nil {
 			b.Fatal(err)
 		}
 		if i++; i%flushEvery == 0 {
@@ -93,4 +103,28 @@ func benchShapePairMatcher(b *testing.B, out *runtime.Output) {
 			}
 		}
 	}
+	b.StopTimer()
+	keys, items := 0, 0
+	err := state.ApplyToAllValueKeys(fn.backend, ShapePairListsState, func(_ []byte, vs state.ValueState[*ShapePairLists]) error {
+		l, err := listsValue(vs)
+		for _, pl := range l.lists {
+			items += len(pl.items)
+		}
+		keys++
+		return err
+	})
+	if err != nil || keys == 0 {
+		b.Fatalf("counting the stored items: %d keys, %v", keys, err)
+	}
+	b.ReportMetric(float64(items)/float64(keys), "items/key")
+	if items > benchMaxItemsPerKey*keys {
+		b.Fatalf("%d stored items over %d keys: the input let some lists grow without end", items, keys)
+	}
 }
+
+// benchMaxItemsPerKey bounds the stored items per key at the end of
+// benchShapePairMatcher: about 10 with uniform shapes (about one per rule:
+// a rule's first shape is as likely as its second), twice that only when
+// the input lets lists grow (the earlier replayed ring passed 20 at about
+// 500,000 records and kept growing).
+const benchMaxItemsPerKey = 20
