@@ -294,6 +294,61 @@ func fieldsJSON(raw []byte, names []string, vals [][]byte, num []byte) ([][]byte
 	return vals, num, true
 }
 
+// write writes the select's result into slab (a value larger than a
+// quarter of a block gets its own allocation) and returns it, capacity
+// its length: the output object of the fields left and right (as
+// leftJSON and rightJSON give them, in r.left's and r.right's order);
+// hasRight false writes null for each field of the row (the parts are
+// then all orNull or of the left side: the caller checks).
+func (r *rawSelect) write(slab *outputSlab, left, right [][]byte, hasRight bool) []byte {
+	n := 1
+	for _, p := range r.parts {
+		n += len(p.prefix)
+		switch {
+		case !p.right:
+			n += len(left[p.idx])
+		case hasRight:
+			n += len(right[p.idx])
+		default:
+			n += len("null")
+		}
+	}
+	var b []byte
+	if n > outputSlabBytes/4 {
+		b = make([]byte, 0, n)
+	} else {
+		b = slab.reserve(n)
+	}
+	for _, p := range r.parts {
+		b = append(b, p.prefix...)
+		switch {
+		case !p.right:
+			b = append(b, left[p.idx]...)
+		case hasRight:
+			b = append(b, right[p.idx]...)
+		default:
+			b = append(b, "null"...)
+		}
+	}
+	b = append(b, '}')
+	if n <= outputSlabBytes/4 {
+		slab.commit(n)
+	}
+	return b[:n:n]
+}
+
+// rightNeeded reports whether a select needs the row: a part reads a
+// field of it without testing it for null first (select fails on a
+// missing row).
+func (r *rawSelect) rightNeeded() bool {
+	for _, p := range r.parts {
+		if p.right && !p.orNull {
+			return true
+		}
+	}
+	return false
+}
+
 // plainInteger returns the value of the JSON number b when it is an
 // integer of at most 18 digits (which fits int64; what the direct
 // evaluator reads as an int and writes with strconv.AppendInt).
