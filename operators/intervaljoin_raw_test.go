@@ -3,6 +3,8 @@ package operators
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/kstreamd/kstreamd/runtime"
 )
 
 // joinOutputPair emits the pair (left, right) (nil: absent) through o
@@ -152,4 +154,39 @@ func FuzzIntervalJoinRawSelectEqualsEval(f *testing.F) {
 			checkJoinRawSelect(t, o.withRaw, o.eval, left, right, false)
 		}
 	})
+}
+
+// TestIntervalJoinRawSelectAllocs: a pair of rows known valid JSON (the
+// record pinned, a stored row) written by the raw select costs no
+// allocation (the output goes into a shared block); evaluating the same
+// select costs some (the rows' Docs, the string copy of each stored row).
+// Counted without the race detector only (it allocates for itself).
+func TestIntervalJoinRawSelectAllocs(t *testing.T) {
+	withRaw, eval := newJoinOutputs(t, `{"l": left.id, "r": right.id}`)
+	L := rawJoinRow(`{"id":12,"key":"k000042","shape":"CIRCLE","amount":512,"note":"xxxx"}`, false, false)
+	R := rawJoinRow(`{"id":13,"key":"k000042","shape":"CIRCLE","amount":77,"note":"xxxx"}`, false, false)
+	var c sliceCollector
+	c.recs = make([]runtime.Record, 0, 4096)
+	key := []byte("k")
+	pair := func(o *joinOutput) func() {
+		return func() {
+			o.pinChecked(L, true)
+			if err := o.emit(key, L, R, 5, "", &c); err != nil {
+				t.Fatal(err)
+			}
+			if len(c.recs) != 1 || string(c.recs[0].Value) != `{"l":12,"r":13}` {
+				t.Fatalf("outputs %v", c.recs)
+			}
+			c.recs = c.recs[:0]
+		}
+	}
+	if n := testing.AllocsPerRun(200, pair(withRaw)); n != 0 && !raceEnabled {
+		t.Errorf("raw select: %.2f allocations per pair, want 0", n)
+	}
+	if withRaw.rawHits == 0 {
+		t.Fatal("the raw select wrote no output")
+	}
+	if n := testing.AllocsPerRun(200, pair(eval)); n < 1 && !raceEnabled {
+		t.Errorf("evaluated select: %.2f allocations per pair, want at least 1 (the check that the pair measured the raw path)", n)
+	}
 }
