@@ -33,7 +33,10 @@ import (
 // could refuse; a key with an escape; a row that is not an object) it
 // gives up and the join evaluates select as before, whose result or error
 // then counts. TestTableJoinRawSelectEqualsEval and
-// FuzzTableJoinRawSelectEqualsEval compare the two.
+// FuzzTableJoinRawSelectEqualsEval compare the two. The other joins'
+// output (joinOutput: interval_join, window_join, the regular join) uses
+// it too, for both rows (joinOutput.rawValue;
+// TestIntervalJoinRawSelectEqualsEval, FuzzIntervalJoinRawSelectEqualsEval).
 
 // rawSelect is the raw form of a select: the output object's fields in
 // key order, each a field of the stream record (left) or of the row
