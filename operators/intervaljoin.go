@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidwall/gjson"
 
 	"github.com/kstreamd/kstreamd/expression"
 	"github.com/kstreamd/kstreamd/runtime"
@@ -1061,12 +1062,32 @@ type joinOutput struct {
 	// pinnedValid: the pinned row's value is known valid JSON (its
 	// record's runtime.Record.CheckedJSON), not checked again.
 	pinnedValid bool
+
+	// raw is select's raw form (tablejoin_raw.go), compiled on the first
+	// emit (rawDone); nil when it has none, or noRaw (tests: select is
+	// always evaluated). rawVals and rawNum are the scratch space of the
+	// fields of a pair's unpinned left and right rows; pinnedRaw and
+	// pinnedRawNum hold the pinned row's, found once per pin
+	// (pinnedRawSide: the side they were found for, -1 none yet;
+	// pinnedRawOK: the raw select can write them).
+	raw           *rawSelect
+	rawDone       bool
+	noRaw         bool
+	rawVals       [2][][]byte
+	rawNum        [2][]byte
+	pinnedRaw     [][]byte
+	pinnedRawNum  []byte
+	pinnedRawSide int
+	pinnedRawOK   bool
+	// rawHits counts the outputs the raw select wrote (tests).
+	rawHits int
 }
 
 // pin makes the next emits decode row (the record being processed) once,
 // however many pairs it makes; row must not change until the next pin.
 func (o *joinOutput) pin(row *joinRow) {
 	o.pinned, o.pinnedVal, o.pinnedOK, o.pinnedValid = row, nil, false, false
+	o.pinnedRawSide = -1
 }
 
 // pinChecked is pin for the row of a record whose value is known valid
@@ -1107,6 +1128,11 @@ func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra stri
 		o.buf = b
 		return out.Collect(runtime.Record{Key: key, Value: append([]byte(nil), b...), Timestamp: time.UnixMilli(ts)})
 	}
+	if extra == "" {
+		if value, done := o.rawValue(left, right); done {
+			return out.Collect(runtime.Record{Key: key, Value: value, Timestamp: time.UnixMilli(ts)})
+		}
+	}
 	if o.joined == nil {
 		o.joined = map[string]any{}
 	}
@@ -1129,6 +1155,94 @@ func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra stri
 		return resultError(o.sel, "select", err.Error())
 	}
 	return out.Collect(runtime.Record{Key: key, Value: value, Timestamp: time.UnixMilli(ts)})
+}
+
+// rawValue writes select's result for the pair (left, right) with the raw
+// select (tablejoin_raw.go) into o.slab, as selectValue would have
+// written it: no expression.Doc of either row, no evaluation. done false
+// when select has no raw form or the raw select gives up on the pair (a
+// missing left row, a missing right row a field is read of, a text
+// value, a row that is not a valid JSON object or holds a field the raw
+// select does not write: fieldsJSON); select is then evaluated, whose
+// result or error counts.
+func (o *joinOutput) rawValue(left, right *joinRow) (value []byte, done bool) {
+	if !o.rawDone {
+		o.rawDone, o.pinnedRawSide = true, -1
+		if !o.noRaw {
+			o.raw = compileRawSelect(o.sel.Program().Source())
+		}
+	}
+	r := o.raw
+	if r == nil {
+		return nil, false
+	}
+	lv, ok := o.rawFields(left, 0)
+	if !ok {
+		return nil, false
+	}
+	if right == nil {
+		if r.rightNeeded() {
+			return nil, false // select fails on the missing row
+		}
+		o.rawHits++
+		return r.write(&o.slab, lv, nil, false), true
+	}
+	rv, ok := o.rawFields(right, 1)
+	if !ok {
+		return nil, false
+	}
+	o.rawHits++
+	return r.write(&o.slab, lv, rv, true), true
+}
+
+// rawFields returns the JSON of the fields the raw select reads of row as
+// side (0 left, 1 right; fieldsJSON), false when it cannot write them; a
+// side none of whose fields is read needs no row. The pinned row's are
+// found once per pin; they and the others are valid until the next call
+// for that side (the pinned row's: until the next pin).
+func (o *joinOutput) rawFields(row *joinRow, side int) ([][]byte, bool) {
+	names := o.raw.left
+	if side == 1 {
+		names = o.raw.right
+	}
+	if len(names) == 0 {
+		return nil, true
+	}
+	if row == nil || row.Text || row.Value == nil {
+		return nil, false
+	}
+	valid := row.Valid
+	if row == o.pinned {
+		if o.pinnedRawSide < 0 {
+			o.pinnedRawSide = side
+			o.pinnedRaw, o.pinnedRawNum, o.pinnedRawOK = rowFieldsJSON(row.Value, valid || o.pinnedValid, names, o.pinnedRaw, o.pinnedRawNum)
+		}
+		if o.pinnedRawSide == side {
+			return o.pinnedRaw, o.pinnedRawOK
+		}
+		// The pinned row on its other side too (a pair of a row with
+		// itself): found in that side's scratch space, the pinned side's
+		// fields kept.
+		valid = valid || o.pinnedValid
+	}
+	var ok bool
+	o.rawVals[side], o.rawNum[side], ok = rowFieldsJSON(row.Value, valid, names, o.rawVals[side], o.rawNum[side])
+	return o.rawVals[side], ok
+}
+
+// rowFieldsJSON is fieldsJSON of a row's value raw for names, into vals
+// (grown to len(names)) and num, checking raw is valid JSON first unless
+// valid says it is known to be (joinRow.Valid); a value gjson does not
+// find valid is left to select, as rawSelect.rightJSON leaves it.
+func rowFieldsJSON(raw []byte, valid bool, names []string, vals [][]byte, num []byte) ([][]byte, []byte, bool) {
+	if cap(vals) < len(names) {
+		vals = make([][]byte, len(names))
+	}
+	vals = vals[:len(names)]
+	if !valid && !gjson.ValidBytes(raw) {
+		return vals, num, false
+	}
+	return fieldsJSON(raw, names, vals, num)
 }
 
 // selectValue evaluates select on o.env and returns its result's JSON,

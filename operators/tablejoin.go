@@ -507,49 +507,12 @@ func (j *TableJoin) rawValue(rec *runtime.Record, row tableValue, ok bool) (valu
 			return nil, false
 		}
 		ok = true
-	} else {
-		for _, p := range r.parts {
-			if p.right && !p.orNull {
-				return nil, false // select fails on the missing row
-			}
-		}
+	} else if r.rightNeeded() {
+		return nil, false // select fails on the missing row
 	}
 	j.rawLeft, j.rawNum, done = r.leftJSON(rec.Value, j.rawLeft, j.rawNum)
 	if !done {
 		return nil, false
 	}
-	n := 1
-	for _, p := range r.parts {
-		n += len(p.prefix)
-		switch {
-		case !p.right:
-			n += len(j.rawLeft[p.idx])
-		case ok:
-			n += len(right[p.idx])
-		default:
-			n += len("null")
-		}
-	}
-	var b []byte
-	if n > outputSlabBytes/4 {
-		b = make([]byte, 0, n)
-	} else {
-		b = j.slab.reserve(n)
-	}
-	for _, p := range r.parts {
-		b = append(b, p.prefix...)
-		switch {
-		case !p.right:
-			b = append(b, j.rawLeft[p.idx]...)
-		case ok:
-			b = append(b, right[p.idx]...)
-		default:
-			b = append(b, "null"...)
-		}
-	}
-	b = append(b, '}')
-	if n <= outputSlabBytes/4 {
-		j.slab.commit(n)
-	}
-	return b[:n:n], true
+	return r.write(&j.slab, j.rawLeft, right, ok), true
 }

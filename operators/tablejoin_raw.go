@@ -33,7 +33,10 @@ import (
 // could refuse; a key with an escape; a row that is not an object) it
 // gives up and the join evaluates select as before, whose result or error
 // then counts. TestTableJoinRawSelectEqualsEval and
-// FuzzTableJoinRawSelectEqualsEval compare the two.
+// FuzzTableJoinRawSelectEqualsEval compare the two. The other joins'
+// output (joinOutput: interval_join, window_join, the regular join) uses
+// it too, for both rows (joinOutput.rawValue;
+// TestIntervalJoinRawSelectEqualsEval, FuzzIntervalJoinRawSelectEqualsEval).
 
 // rawSelect is the raw form of a select: the output object's fields in
 // key order, each a field of the stream record (left) or of the row
@@ -292,6 +295,61 @@ func fieldsJSON(raw []byte, names []string, vals [][]byte, num []byte) ([][]byte
 		}
 	}
 	return vals, num, true
+}
+
+// write writes the select's result into slab (a value larger than a
+// quarter of a block gets its own allocation) and returns it, capacity
+// its length: the output object of the fields left and right (as
+// leftJSON and rightJSON give them, in r.left's and r.right's order);
+// hasRight false writes null for each field of the row (the parts are
+// then all orNull or of the left side: the caller checks).
+func (r *rawSelect) write(slab *outputSlab, left, right [][]byte, hasRight bool) []byte {
+	n := 1
+	for _, p := range r.parts {
+		n += len(p.prefix)
+		switch {
+		case !p.right:
+			n += len(left[p.idx])
+		case hasRight:
+			n += len(right[p.idx])
+		default:
+			n += len("null")
+		}
+	}
+	var b []byte
+	if n > outputSlabBytes/4 {
+		b = make([]byte, 0, n)
+	} else {
+		b = slab.reserve(n)
+	}
+	for _, p := range r.parts {
+		b = append(b, p.prefix...)
+		switch {
+		case !p.right:
+			b = append(b, left[p.idx]...)
+		case hasRight:
+			b = append(b, right[p.idx]...)
+		default:
+			b = append(b, "null"...)
+		}
+	}
+	b = append(b, '}')
+	if n <= outputSlabBytes/4 {
+		slab.commit(n)
+	}
+	return b[:n:n]
+}
+
+// rightNeeded reports whether a select needs the row: a part reads a
+// field of it without testing it for null first (select fails on a
+// missing row).
+func (r *rawSelect) rightNeeded() bool {
+	for _, p := range r.parts {
+		if p.right && !p.orNull {
+			return true
+		}
+	}
+	return false
 }
 
 // plainInteger returns the value of the JSON number b when it is an

@@ -1,0 +1,192 @@
+package operators
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// joinOutputPair emits the pair (left, right) (nil: absent) through o
+// and returns the output value or the error's text.
+func joinOutputPair(t testing.TB, o *joinOutput, left, right *joinRow) string {
+	var c sliceCollector
+	if err := o.emit([]byte("k"), left, right, 5, "", &c); err != nil {
+		return "error: " + err.Error()
+	}
+	if len(c.recs) != 1 {
+		t.Fatalf("%d outputs", len(c.recs))
+	}
+	if ts := c.recs[0].Timestamp.UnixMilli(); ts != 5 || string(c.recs[0].Key) != "k" {
+		t.Fatalf("output key %q time %d", c.recs[0].Key, ts)
+	}
+	return string(c.recs[0].Value)
+}
+
+// rawJoinRow is a row of value v (nil for ""), marked valid JSON when it
+// is, as a source marks a record (runtime.Record.CheckedJSON), unless
+// unmarked.
+func rawJoinRow(v string, text, unmarked bool) *joinRow {
+	r := &joinRow{TS: 5, Text: text}
+	if v != "" {
+		r.Value = []byte(v)
+	}
+	r.Valid = !text && !unmarked && json.Valid(r.Value)
+	return r
+}
+
+// checkJoinRawSelect compares, for select sel, the outputs of a join
+// output with its raw select (withRaw) and of one evaluating select
+// (eval) for the values l and r as the two rows of a pair in every role:
+// each side pinned (the record being processed) or not, marked valid or
+// not, either side absent, a pinned row paired twice (its fields found
+// once), and each value on the other side. It returns how many of the
+// outputs the raw select wrote (select not evaluated).
+func checkJoinRawSelect(t testing.TB, withRaw, eval *joinOutput, l, r string, rText bool) (raw int) {
+	other := rawJoinRow(`{"id":9,"amount":7,"country":"NL","s":"x","n":1,"t":true,"f":false,"z":null,"o":"o"}`, false, false)
+	type pair struct{ pin, left, right *joinRow }
+	var pairs [][]pair
+	for _, unmarked := range []bool{false, true} {
+		L, R := rawJoinRow(l, false, unmarked), rawJoinRow(r, rText, unmarked)
+		L2, R2 := rawJoinRow(r, rText, unmarked), rawJoinRow(l, false, unmarked)
+		pairs = append(pairs,
+			[]pair{{L, L, R}, {L, L, other}, {L, L, L}, {L, other, L}},
+			[]pair{{R, L, R}, {R, other, R}},
+			[]pair{{nil, L, R}},
+			[]pair{{nil, nil, R}},
+			[]pair{{L, L, nil}},
+			[]pair{{L2, L2, R2}, {L2, L2, other}},
+			[]pair{{nil, L2, nil}},
+		)
+	}
+	for i, ps := range pairs {
+		for k, p := range ps {
+			if k == 0 && p.pin != nil {
+				withRaw.pinChecked(p.pin, p.pin.Valid)
+				eval.pinChecked(p.pin, p.pin.Valid)
+			}
+			want := joinOutputPair(t, eval, p.left, p.right)
+			before := withRaw.rawHits
+			got := joinOutputPair(t, withRaw, p.left, p.right)
+			if got != want {
+				t.Fatalf("select %s, left %q, right %q (form %d.%d):\n got %s\nwant %s", withRaw.sel.Program().Source(), l, r, i, k, got, want)
+			}
+			if withRaw.rawHits > before {
+				raw++
+			}
+		}
+		withRaw.pin(nil)
+		eval.pin(nil)
+	}
+	return raw
+}
+
+// newJoinOutputs returns a join output for select src with its raw
+// select and one that always evaluates select.
+func newJoinOutputs(t testing.TB, src string) (withRaw, eval *joinOutput) {
+	sel, err := CompileExpression(src)
+	if err != nil {
+		t.Fatalf("%s: %v", src, err)
+	}
+	return &joinOutput{sel: sel}, &joinOutput{sel: sel, noRaw: true}
+}
+
+// TestIntervalJoinRawSelectEqualsEval: the joins' output (interval,
+// window and regular join: joinOutput) writes exactly the output (or
+// error) evaluating select gives, for every select of the table join's
+// list, each pair of its stream values and rows in every role
+// (checkJoinRawSelect); and the raw select writes the interval-join
+// bench's outputs and most of the others for a select with a raw form.
+func TestIntervalJoinRawSelectEqualsEval(t *testing.T) {
+	for _, s := range rawSelects {
+		withRaw, eval := newJoinOutputs(t, s.src)
+		raw := 0
+		for _, l := range rawLefts {
+			for _, r := range rawRows {
+				raw += checkJoinRawSelect(t, withRaw, eval, l, r.raw, r.text)
+			}
+		}
+		if (raw > 0) != s.raw {
+			t.Errorf("%s: the raw select wrote %d outputs, want some: %v", s.src, raw, s.raw)
+		}
+		if withRaw.rawHits != raw || eval.rawHits != 0 {
+			t.Fatalf("%s: counted %d/%d raw outputs, want %d/0", s.src, withRaw.rawHits, eval.rawHits, raw)
+		}
+	}
+	// The bench's select and records: every output by the raw select,
+	// the pinned row's field found once for its two pairs.
+	withRaw, eval := newJoinOutputs(t, `{"l": left.id, "r": right.id}`)
+	bench := `{"id":12,"key":"key-3","shape":"circle","amount":437,"note":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`
+	if n := checkJoinRawSelect(t, withRaw, eval, bench, `{"id":13,"key":"key-3"}`, false); n != 18 {
+		t.Errorf("the raw select wrote %d of the bench select's 24 outputs, want 18 (the 6 with a row missing are evaluated: select fails)", n)
+	}
+	L, R := rawJoinRow(bench, false, false), rawJoinRow(`{"id":13}`, false, false)
+	withRaw.pinChecked(L, true)
+	if got := joinOutputPair(t, withRaw, L, R); got != `{"l":12,"r":13}` {
+		t.Fatalf("output %s", got)
+	}
+	L.Value = []byte(`{"id":99}`) // the pinned row's fields are those found at its first pair
+	if got := joinOutputPair(t, withRaw, L, R); got != `{"l":12,"r":13}` {
+		t.Fatalf("output %s, want the pinned row's field found once", got)
+	}
+}
+
+// FuzzIntervalJoinRawSelectEqualsEval: for any two values, the joins'
+// output with its raw select writes what evaluating select writes, for
+// each select of the table join's list that has a raw form.
+func FuzzIntervalJoinRawSelectEqualsEval(f *testing.F) {
+	for _, l := range rawLefts {
+		f.Add(l, `{"amount":7,"country":"NL"}`)
+	}
+	for _, r := range rawRows {
+		f.Add(rawLefts[1], r.raw)
+	}
+	type outs struct{ withRaw, eval *joinOutput }
+	var os []outs
+	for _, s := range rawSelects {
+		if s.raw {
+			w, e := newJoinOutputs(f, s.src)
+			os = append(os, outs{w, e})
+		}
+	}
+	f.Fuzz(func(t *testing.T, left, right string) {
+		for _, o := range os {
+			checkJoinRawSelect(t, o.withRaw, o.eval, left, right, false)
+		}
+	})
+}
+
+// TestIntervalJoinRawSelectAllocs: a pair of rows known valid JSON (the
+// record pinned, a stored row) written by the raw select costs no
+// allocation (the output goes into a shared block); evaluating the same
+// select costs some (the rows' Docs, the string copy of each stored row).
+// Counted without the race detector only (it allocates for itself).
+func TestIntervalJoinRawSelectAllocs(t *testing.T) {
+	withRaw, eval := newJoinOutputs(t, `{"l": left.id, "r": right.id}`)
+	L := rawJoinRow(`{"id":12,"key":"k000042","shape":"CIRCLE","amount":512,"note":"xxxx"}`, false, false)
+	R := rawJoinRow(`{"id":13,"key":"k000042","shape":"CIRCLE","amount":77,"note":"xxxx"}`, false, false)
+	var c sliceCollector
+	c.recs = make([]runtime.Record, 0, 4096)
+	key := []byte("k")
+	pair := func(o *joinOutput) func() {
+		return func() {
+			o.pinChecked(L, true)
+			if err := o.emit(key, L, R, 5, "", &c); err != nil {
+				t.Fatal(err)
+			}
+			if len(c.recs) != 1 || string(c.recs[0].Value) != `{"l":12,"r":13}` {
+				t.Fatalf("outputs %v", c.recs)
+			}
+			c.recs = c.recs[:0]
+		}
+	}
+	if n := testing.AllocsPerRun(200, pair(withRaw)); n != 0 && !raceEnabled {
+		t.Errorf("raw select: %.2f allocations per pair, want 0", n)
+	}
+	if withRaw.rawHits == 0 {
+		t.Fatal("the raw select wrote no output")
+	}
+	if n := testing.AllocsPerRun(200, pair(eval)); n < 1 && !raceEnabled {
+		t.Errorf("evaluated select: %.2f allocations per pair, want at least 1 (the check that the pair measured the raw path)", n)
+	}
+}
