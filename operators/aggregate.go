@@ -172,6 +172,14 @@ func (p *AggregateParams) CheckParams(report func(field, msg string)) {
 	}
 }
 
+// CheckAsyncState implements AsyncStateChecker: mini_batch has no async
+// state version.
+func (p *AggregateParams) CheckAsyncState(report func(field, msg string)) {
+	if p.MiniBatch != nil {
+		report("mini_batch", "not supported with async_state: true (the batch is folded with synchronous state access); drop one of them")
+	}
+}
+
 // CheckChangelogInput implements ChangelogInputChecker: first and last
 // cannot retract a value (Flink keeps every value for its
 // FIRST_VALUE/LAST_VALUE with retraction; this operator keeps one), so
