@@ -25,7 +25,8 @@ type mbStep struct {
 
 // mbRun drives one aggregate operator through steps, restoring at every
 // barrier, and returns every record it emitted (in order, over all its
-// restored incarnations), the upsert table after each barrier, and the
+// restored incarnations), the upsert table after each barrier and each
+// watermark, and the
 // outputs grouped by batch: what was emitted between two batch ends (a
 // size trigger, a barrier, a watermark, the end of input). size is the
 // mini-batch size (0: off).
@@ -120,6 +121,7 @@ func (r *mbRun) run(steps []mbStep) {
 			}
 			r.drain(true)
 			r.buffered = 0
+			r.tables = append(r.tables, upsertTable(r.all)) // the rows before wm were emitted before it
 		default:
 			if err := r.op.ProcessRecord(ctx, 0, s.rec); err != nil {
 				r.t.Fatal(err)
@@ -262,7 +264,8 @@ func mbSteps(rng *rand.Rand, n, keys int, changelog bool) ([]mbStep, mbModel) {
 // and retractions of keys without rows, batch sizes 1 to 1000, barriers
 // (each a snapshot, then a restore into a new operator) and watermarks at
 // random points, emit every_update and on_change, with and without the
-// -U rows. The upsert table at every checkpoint and at the end is the same
+// -U rows. The upsert table at every checkpoint, every watermark and at
+// the end is the same
 // with and without mini_batch, and the final one equals an independent
 // model's; the changelog is consistent (each -U and -D holds the row last
 // emitted, upserts); with mini_batch nothing is emitted inside a batch,
@@ -314,7 +317,7 @@ func TestAggregateMiniBatchModel(t *testing.T) {
 						b := newRun(size)
 						b.run(steps)
 						if !reflect.DeepEqual(b.tables, plain.tables) {
-							t.Fatalf("mini_batch %d: tables at the checkpoints and the end\n%v\nwant (without mini_batch)\n%v", size, b.tables, plain.tables)
+							t.Fatalf("mini_batch %d: tables at the checkpoints, watermarks and the end\n%v\nwant (without mini_batch)\n%v", size, b.tables, plain.tables)
 						}
 						checkChangelog(t, b.all, v.updateAfterOnly)
 						for i, batch := range b.batches {
