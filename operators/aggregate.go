@@ -97,7 +97,35 @@ type AggregateParams struct {
 	Emit AggregateEmit `yaml:"emit" doc:"When to emit: every_update (default: after every record) or on_change (only when some result changed)."`
 	// StateTTL expires a key's aggregates; default: never.
 	StateTTL StateTTLParams `yaml:"state_ttl" doc:"Expire a key's aggregates a time after their last update, so the key starts again from zero; default: never (see state_ttl)."`
+	// MiniBatch buffers records and folds each key's into one state read,
+	// one state write and one output per batch; nil: off (one of each per
+	// record). See MiniBatchParams.
+	MiniBatch *MiniBatchParams `yaml:"mini_batch" doc:"Buffer records in memory and fold each key's records of a batch into one state read, one write and one output row (Flink's mini-batch aggregation); the batch ends at size records, before every checkpoint barrier and watermark, and at end of input; default: off. Not with async_state."`
 }
+
+// MiniBatchParams are the aggregate's mini_batch params (Flink's
+// table.exec.mini-batch.enabled with table.exec.mini-batch.size): records
+// are buffered per key in memory, in arrival order, and a batch ends when
+// Size records are buffered, before every checkpoint barrier is forwarded
+// (so the buffer is empty in every checkpoint: nothing buffered is lost on
+// a crash, the source rereads it), before every watermark is forwarded
+// (the rows precede it), and at end of input. At the end of a batch each
+// key's records are folded in their order into its accumulators, read
+// once and written once, and the key emits one change: +I (new key), -U
+// of the row before the batch and +U of the row after (only +U when only
+// upsert sinks read it; with emit on_change only when the row changed), or
+// -D (retractions emptied it). A read_committed reader of an upsert sink
+// sees the same table at every checkpoint as without mini_batch; only the
+// rows in between are skipped.
+type MiniBatchParams struct {
+	// Size is the records buffered (over all keys of the subtask) that end
+	// a batch; required, 1 to 10,000,000.
+	Size int `yaml:"size" doc:"The records buffered (all keys of a subtask) that end a batch, e.g. 50000 (Flink's table.exec.mini-batch.size); required, 1 to 10000000. The buffer holds each record's aggregate inputs until the batch ends."`
+}
+
+// maxMiniBatchSize bounds MiniBatchParams.Size: the batch is held in
+// memory.
+const maxMiniBatchSize = 10_000_000
 
 // AggregateSpec is one aggregate of AggregateParams.
 type AggregateSpec struct {
@@ -139,6 +167,17 @@ func (p *AggregateParams) CheckParams(report func(field, msg string)) {
 		}
 	}
 	p.StateTTL.Check("state_ttl", report)
+	if p.MiniBatch != nil && (p.MiniBatch.Size < 1 || p.MiniBatch.Size > maxMiniBatchSize) {
+		report("mini_batch.size", fmt.Sprintf("required: the records that end a batch, 1 to %d (e.g. 50000), got %d", maxMiniBatchSize, p.MiniBatch.Size))
+	}
+}
+
+// CheckAsyncState implements AsyncStateChecker: mini_batch has no async
+// state version.
+func (p *AggregateParams) CheckAsyncState(report func(field, msg string)) {
+	if p.MiniBatch != nil {
+		report("mini_batch", "not supported with async_state: true (the batch is folded with synchronous state access); drop one of them")
+	}
 }
 
 // CheckChangelogInput implements ChangelogInputChecker: first and last
@@ -167,6 +206,9 @@ func aggregateFactory() Factory {
 				return nil, fmt.Errorf("operators: %s: params %T, want *AggregateParams", AggregateType, ctx.Params)
 			}
 			if ctx.AsyncState {
+				if p.MiniBatch != nil {
+					return nil, fmt.Errorf("operators: %s %s: mini_batch is not supported with async_state", AggregateType, ctx.Operator)
+				}
 				if p.StateTTL.Time == TTLEventTime {
 					return nil, fmt.Errorf("operators: %s %s: state_ttl.time event is not supported with async_state", AggregateType, ctx.Operator)
 				}
@@ -811,13 +853,22 @@ type Aggregate struct {
 	// tracked says the key's entries are added to the filter (scratch).
 	sums    []uint64
 	tracked []bool
+	// backend is the subtask's keyed state backend (for the keys of a
+	// mini-batch); batch is the mini-batch buffer, nil without mini_batch
+	// (aggregate_minibatch.go).
+	backend state.KeyedStateBackend
+	batch   *aggBatch
 }
 
 // NewAggregate returns the aggregate function of params p (checked by
 // CheckParams); changelog says its input is a changelog (min and max then
 // keep their value multisets, so that they can retract).
 func NewAggregate(p AggregateParams, changelog bool) *Aggregate {
-	return &Aggregate{aggregator: newAggregator(p, changelog)}
+	f := &Aggregate{aggregator: newAggregator(p, changelog)}
+	if p.MiniBatch != nil {
+		f.batch = &aggBatch{size: max(p.MiniBatch.Size, 1)}
+	}
+	return f
 }
 
 // Open implements KeyedProcessFunction. It fails with a
@@ -829,6 +880,8 @@ func (f *Aggregate) Open(ctx OpenContext) error {
 		return fmt.Errorf("operators: %s %s: %w", AggregateType, ctx.Operator, err)
 	}
 	f.acc = acc
+	f.backend = ctx.Backend
+	f.batch.reset()
 	f.sets = nil
 	f.seen.reset()
 	for _, i := range f.maps {
@@ -841,7 +894,8 @@ func (f *Aggregate) Open(ctx OpenContext) error {
 	return nil
 }
 
-// ProcessElement implements KeyedProcessFunction.
+// ProcessElement implements KeyedProcessFunction. With mini_batch it
+// buffers the record's inputs (aggregate_minibatch.go).
 func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
 	if len(f.in) != len(f.specs) {
 		f.in = make([]aggInput, len(f.specs))
@@ -851,9 +905,44 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 		return err
 	}
 	retract := rec.Change.Retracts()
+	if f.batch != nil {
+		return f.buffer(rec, in, retract, out)
+	}
 	cur, found, err := f.acc.Value()
 	if err != nil || (retract && !found) {
 		return err
+	}
+	var prev []byte
+	if f.emitsOld(found, retract) {
+		prev = f.output(rec.Key, cur) // before fold, which may fold into cur
+	}
+	next, kept, err := f.fold(rec.Key, in, retract, cur, found)
+	if err != nil {
+		return err
+	}
+	if kept {
+		err = f.acc.Update(next)
+	} else {
+		err = f.acc.Clear()
+	}
+	if err != nil {
+		return err
+	}
+	return f.emitChanges(rec, prev, found, retract, next, out)
+}
+
+// fold folds one record of the current key, key (its inputs in; retract:
+// a -U or -D), into the key's accumulators cur (found: it has some),
+// making the record's reads and writes of the key's maps, and returns the
+// accumulators after it (cur changed in place, or a new row) and whether
+// the key keeps them (false: a retraction emptied it, and its maps are
+// cleared). It neither reads nor writes the accumulators' ValueState: the
+// caller read cur and writes the result (Update, or Clear when not kept),
+// once per record or, with mini_batch, once per key and batch. A
+// retraction of a key without accumulators changes nothing: cur, false.
+func (f *Aggregate) fold(key []byte, in []aggInput, retract bool, cur []aggAccumulator, found bool) ([]aggAccumulator, bool, error) {
+	if retract && !found {
+		return cur, false, nil
 	}
 	steps := make([]aggMapStep, len(f.maps))
 	if len(f.sums) != len(f.maps) {
@@ -863,7 +952,7 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 	for j := range f.maps {
 		if !found && f.ttl != nil {
 			if err := f.sets[j].Clear(); err != nil { // values of an expired run of the key
-				return err
+				return nil, false, err
 			}
 		}
 		k := f.mapKey(f.maps[j], in)
@@ -871,43 +960,38 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 		var present bool
 		born := found && bornIn(cur, f.maps[j], gen)
 		if f.tracked[j] = born || !found; f.tracked[j] {
-			f.sums[j] = f.seen.sum(rec.Key, j, k)
+			f.sums[j] = f.seen.sum(key, j, k)
 		}
 		// A new key's maps are empty, and a key born in gen holds only
 		// entries the filter has (aggregate_seen.go).
 		if found && (!born || f.seen.has(f.sums[j])) {
+			var err error
 			v, present, err = f.sets[j].Get(k)
 			if err != nil {
-				return err
+				return nil, false, err
 			}
 		}
 		steps[j] = f.mapStep(j, in, cur, v, present, retract)
 		if steps[j].rescan {
 			keys, err := f.mapKeys(j)
 			if err != nil {
-				return err
+				return nil, false, err
 			}
 			f.rescanExtreme(j, &steps[j], keys)
 		}
 	}
-	var prev []byte
-	if f.emitsOld(found, retract) {
-		prev = f.output(rec.Key, cur) // before apply, which may fold into cur
-	}
 	next := f.apply(cur, in, steps, retract)
 	if f.deletes(found, retract, next) {
-		if err := f.acc.Clear(); err != nil {
-			return err
-		}
 		for _, m := range f.sets {
 			if err := m.Clear(); err != nil {
-				return err
+				return nil, false, err
 			}
 		}
-		return f.emitChanges(rec, prev, found, retract, next, out)
+		return next, false, nil
 	}
 	for j, st := range steps {
 		v, put, remove := f.mapWrite(j, st)
+		var err error
 		switch {
 		case put:
 			if f.tracked[j] {
@@ -918,16 +1002,13 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 			err = f.sets[j].Remove(st.key)
 		}
 		if err != nil {
-			return err
+			return nil, false, err
 		}
 	}
 	if !found {
 		f.markBorn(next, gen)
 	}
-	if err := f.acc.Update(next); err != nil {
-		return err
-	}
-	return f.emitChanges(rec, prev, found, retract, next, out)
+	return next, true, nil
 }
 
 // mapKeys returns the keys of the map of aggregate maps[j] (the values of

@@ -78,6 +78,21 @@ type KeyedProcessFunction interface {
 	ProcessElement(ctx context.Context, rec runtime.Record, out Collector) error
 }
 
+// BundleFunction is implemented by a keyed function that buffers records
+// in memory across ProcessElement calls (the aggregate's mini_batch;
+// Flink's mini-batch bundle operators, AbstractMapBundleOperator, whose
+// finishBundle runs on a size trigger, in prepareSnapshotPreBarrier, before
+// a watermark and at the end of input). FinishBundle processes and emits
+// everything buffered, making whatever keys it needs current; afterwards
+// nothing is buffered. The KeyedOperator calls it on the subtask goroutine
+// before it snapshots for a checkpoint barrier (so the buffer is never
+// part of a checkpoint and the rows precede the barrier), before it
+// handles a watermark (the rows precede the watermark), and at end of
+// input. Not for async functions.
+type BundleFunction interface {
+	FinishBundle(ctx context.Context, out Collector) error
+}
+
 // BroadcastProcessFunction processes a stream that is not keyed together
 // with a broadcast stream (Flink's BroadcastProcessFunction): the routing
 // stage of a dynamically keyed type (Factory.Router). It has no keyed state;

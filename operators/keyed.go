@@ -223,7 +223,7 @@ func (o *KeyedOperator) runAsyncElement(arg any) error {
 }
 
 // SnapshotState implements runtime.Snapshotter: on the subtask goroutine it
-// drains the async execution controller of an async function (the snapshot
+// ends a BundleFunction's batch (its rows precede the barrier), drains the async execution controller of an async function (the snapshot
 // then holds the effects of exactly the records before the barrier), runs
 // the function's SnapshotState, copies operator and broadcast state and
 // freezes the keyed state (Pebble: flush and checkpoint; hashmap: an
@@ -232,6 +232,9 @@ func (o *KeyedOperator) runAsyncElement(arg any) error {
 // directory, when incremental) and describes everything as a
 // checkpoint.TaskState.
 func (o *KeyedOperator) SnapshotState(ctx context.Context, b *runtime.Barrier) (runtime.SnapshotFinisher, error) {
+	if err := o.finishBundle(ctx); err != nil {
+		return nil, err
+	}
 	if o.aec != nil {
 		if err := o.aec.Drain(ctx); err != nil {
 			return nil, err
@@ -277,10 +280,13 @@ func (o *KeyedOperator) SnapshotState(ctx context.Context, b *runtime.Barrier) (
 	}, nil
 }
 
-// EndInput implements runtime.Operator: it drains the async execution
-// controller of an async function (the synchronous functions have nothing
-// in flight).
+// EndInput implements runtime.Operator: it ends a BundleFunction's batch
+// and drains the async execution controller of an async function (the
+// synchronous functions have nothing else in flight).
 func (o *KeyedOperator) EndInput(ctx context.Context) error {
+	if err := o.finishBundle(ctx); err != nil {
+		return err
+	}
 	if o.aec == nil {
 		return nil
 	}
@@ -302,6 +308,20 @@ func (o *KeyedOperator) Close() error {
 		return nil
 	}
 	return o.backend.Close()
+}
+
+// finishBundle runs a BundleFunction's FinishBundle (nothing for other
+// functions).
+func (o *KeyedOperator) finishBundle(ctx context.Context) error {
+	bf, ok := o.function().(BundleFunction)
+	if !ok || o.backend == nil {
+		return nil
+	}
+	o.coll = collector{ctx: ctx, out: o.out}
+	if err := bf.FinishBundle(ctx, &o.coll); err != nil {
+		return fmt.Errorf("operators: %s[%d]: mini-batch: %w", o.info.Operator, o.info.Subtask, err)
+	}
+	return nil
 }
 
 type collector struct {

@@ -145,6 +145,16 @@ type ChangelogInputChecker interface {
 	CheckChangelogInput(report func(field, msg string))
 }
 
+// AsyncStateChecker is implemented by a params struct some of whose
+// settings the type's async state version does not support (the
+// aggregate's mini_batch): the validator calls CheckAsyncState when the
+// operator sets async_state: true, and each report (a field path relative
+// to params, as for ParamsChecker, and a lowercase message) refuses the
+// config.
+type AsyncStateChecker interface {
+	CheckAsyncState(report func(field, msg string))
+}
+
 // Factory declares one operator type (an entry of the operator registry,
 // after benthos' ConfigSpec and Environment): its name, its one-line doc,
 // its traits, its params schema and its constructor. Params are decoded

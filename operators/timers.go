@@ -229,12 +229,15 @@ func (o *KeyedOperator) fireProcessingTimers() {
 	o.timers.arm()
 }
 
-// ProcessWatermark implements runtime.WatermarkHandler: the event-time
-// timers at or before wm fire, then a WatermarkFunction's OnWatermark
+// ProcessWatermark implements runtime.WatermarkHandler: a BundleFunction's
+// batch ends, the event-time timers at or before wm fire, then a WatermarkFunction's OnWatermark
 // runs, the backend's event-time TTL clock moves to
 // wm, and a background TTL cleanup step runs when the last one is an
 // interval old (see ttlCleaner).
 func (o *KeyedOperator) ProcessWatermark(ctx context.Context, wm time.Time) error {
+	if err := o.finishBundle(ctx); err != nil { // the batch's rows precede wm
+		return err
+	}
 	if o.aec != nil {
 		return nil // async reads run on other goroutines: no event-time TTL clock, no timers
 	}

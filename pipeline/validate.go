@@ -540,6 +540,9 @@ func (c *Config) validateOperators(v *validator, stages map[string]stage) {
 		if known {
 			c.decodeParams(v, p, op, f)
 			c.checkBroadcastTime(v, p, op)
+			if ac, ok := c.params[op.Name].(operators.AsyncStateChecker); ok && op.AsyncState {
+				ac.CheckAsyncState(func(field, msg string) { v.errorf(p+".params."+field, "%s", msg) })
+			}
 		}
 	}
 	c.validateGraph(v, stages)

@@ -401,7 +401,9 @@ func side(s Scenario) string {
 // channel and day, auction and day; count bids, distinct bidders and
 // auctions in all and per price rank (below 10,000, below 1,000,000,
 // above), q16's minute is the latest HH:mm, q17's avg the truncated
-// integer mean; every bid is one update.
+// integer mean; a group's first bid is one update (the lower bound of
+// the mini-batch aggregate's outputs: one per group and batch), a later
+// one none, and every bid is processed by the aggregate.
 func TestNexmarkDailyModels(t *testing.T) {
 	const day = int64(20_000) * 86_400_000 // 2024-10-04T00:00:00Z
 	bids := []*NexmarkBidEvent{
@@ -410,10 +412,14 @@ func TestNexmarkDailyModels(t *testing.T) {
 		{Auction: 1001, Bidder: 1001, Price: 1_000_000, Channel: "channel-7", DateTime: day + 23*3_600_000 + 59*60_000},
 		{Auction: 1000, Bidder: 1001, Price: 10_002, Channel: "Apple", DateTime: day + 86_400_000}, // the next day
 	}
-	run := func(m *nexmarkDaily) map[string]any {
+	run := func(m *nexmarkDaily, updates ...int) map[string]any {
 		for i, b := range bids {
-			if n := m.Updates(Item{Nexmark: &NexmarkEvent{Type: NexmarkBid, Bid: b}}); n != 1 {
-				t.Fatalf("bid %d: %d updates, want 1", i, n)
+			it := Item{Nexmark: &NexmarkEvent{Type: NexmarkBid, Bid: b}}
+			if n := m.Updates(it); n != updates[i] {
+				t.Fatalf("bid %d: %d updates, want %d", i, n, updates[i])
+			}
+			if n := m.Processed(it); n != 1 {
+				t.Fatalf("bid %d: %d processed, want 1", i, n)
 			}
 		}
 		if n := m.Updates(Item{Nexmark: &NexmarkEvent{Type: NexmarkPerson, Person: &NexmarkPersonEvent{}}}); n != 0 {
@@ -422,16 +428,16 @@ func TestNexmarkDailyModels(t *testing.T) {
 		return m.Final()
 	}
 	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
-	q15 := run(newNexmarkDaily(nexmarkQ15Key, nexmarkQ15Row, true))
+	q15 := run(newNexmarkDaily(nexmarkQ15Key, nexmarkQ15Row, true), 1, 0, 0, 1)
 	if got, want := js(q15), `{"2024-10-04":{"day":"2024-10-04","rank1_auctions":1,"rank1_bidders":1,"rank1_bids":1,"rank2_auctions":1,"rank2_bidders":1,"rank2_bids":1,"rank3_auctions":1,"rank3_bidders":1,"rank3_bids":1,"total_auctions":2,"total_bidders":2,"total_bids":3},`+
 		`"2024-10-05":{"day":"2024-10-05","rank1_auctions":0,"rank1_bidders":0,"rank1_bids":0,"rank2_auctions":1,"rank2_bidders":1,"rank2_bids":1,"rank3_auctions":0,"rank3_bidders":0,"rank3_bids":0,"total_auctions":1,"total_bidders":1,"total_bids":1}}`; got != want {
 		t.Errorf("q15 %s\nwant %s", got, want)
 	}
-	q16 := run(newNexmarkDaily(nexmarkQ16Key, nexmarkQ16Row, true))
+	q16 := run(newNexmarkDaily(nexmarkQ16Key, nexmarkQ16Row, true), 1, 0, 1, 1)
 	if len(q16) != 3 || js(q16["Apple|2024-10-04"].(map[string]any)["minute"]) != `"00:01"` || js(q16["channel-7|2024-10-04"].(map[string]any)["minute"]) != `"23:59"` {
 		t.Errorf("q16 %s", js(q16))
 	}
-	q17 := run(newNexmarkDaily(nexmarkQ17Key, nexmarkQ17Row, false))
+	q17 := run(newNexmarkDaily(nexmarkQ17Key, nexmarkQ17Row, false), 1, 0, 1, 1)
 	if got, want := js(q17["1000|2024-10-04"]), `{"auction":1000,"avg_price":9999,"day":"2024-10-04","max_price":10000,"min_price":9999,"rank1_bids":1,"rank2_bids":1,"rank3_bids":0,"sum_price":19999,"total_bids":2}`; got != want || len(q17) != 3 {
 		t.Errorf("q17 %d groups, 1000|2024-10-04 %s\nwant %s", len(q17), got, want)
 	}

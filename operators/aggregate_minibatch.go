@@ -1,0 +1,169 @@
+package operators
+
+import (
+	"context"
+	"slices"
+
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// This file holds the aggregate operator's mini-batch (the mini_batch
+// param, MiniBatchParams; Flink's MiniBatchGroupAggFunction driven by its
+// bundle operator): records are buffered per key and folded at the end of
+// the batch with one state read, one state write and one output per key.
+//
+// The buffer keeps each record's evaluated aggregate inputs (the of
+// expressions run when the record arrives, so an eval_error still meets
+// the record's on_error policy at once), not a partial accumulator: at the
+// end of a batch each record is folded into the key's accumulators in
+// arrival order exactly as without mini_batch (Aggregate.fold), so sums of
+// doubles round the same, count_distinct and the min and max multisets
+// over a changelog make the same map reads and writes, and retractions
+// work as they do record by record. What the batch saves is the per-record
+// read and write of the accumulators' ValueState, the rendering of a row
+// per record and the operators and sink after the aggregate, which see one
+// row per key and batch.
+
+// aggBatch is the mini-batch buffer of an Aggregate: the records of the
+// keys seen since the batch began, each key's in arrival order. Records
+// are kept in flat slices reused from batch to batch: record r's inputs
+// are inputs[r*n:(r+1)*n] (n the aggregates), retract[r] says it is a -U
+// or -D, next[r] is the key's next record (-1: the last).
+type aggBatch struct {
+	// size is the records that end a batch (MiniBatchParams.Size).
+	size    int
+	inputs  []aggInput
+	retract []bool
+	next    []int32
+	// keys are the batch's keys in the order of their first record;
+	// index finds a key's place in keys.
+	keys  []aggBatchKey
+	index map[string]int32
+}
+
+// aggBatchKey is one key of a batch: its records (first and last index a
+// linked list through aggBatch.next), the head of its latest record, which
+// the key's output takes (as the last row without mini_batch would), and
+// whether any of its records retracts (the row before the batch may then
+// be needed for a -D).
+type aggBatchKey struct {
+	key         []byte
+	head        outputHead
+	first, last int32
+	retracts    bool
+}
+
+// reset empties b for the next batch, keeping its slices' memory (the
+// inputs are zeroed so that the batch's values can be collected).
+func (b *aggBatch) reset() {
+	if b == nil {
+		return
+	}
+	clear(b.inputs)
+	b.inputs, b.retract, b.next = b.inputs[:0], b.retract[:0], b.next[:0]
+	clear(b.keys)
+	b.keys = b.keys[:0]
+	if b.index == nil {
+		b.index = map[string]int32{}
+	}
+	clear(b.index)
+}
+
+// records returns the records buffered.
+func (b *aggBatch) records() int { return len(b.retract) }
+
+// buffer adds rec (its inputs in, retract: a -U or -D) to the batch, and
+// ends the batch when it holds size records.
+func (f *Aggregate) buffer(rec runtime.Record, in []aggInput, retract bool, out Collector) error {
+	b := f.batch
+	r := int32(b.records())
+	b.inputs = append(b.inputs, in...)
+	b.retract = append(b.retract, retract)
+	b.next = append(b.next, -1)
+	head := outputHeadOf(rec)
+	if len(head.headers) > 0 { // the record's memory is not ours after ProcessElement
+		head.headers = slices.Clone(head.headers)
+		for i := range head.headers {
+			head.headers[i].Value = slices.Clone(head.headers[i].Value)
+		}
+	}
+	if k, ok := b.index[string(rec.Key)]; ok {
+		e := &b.keys[k]
+		b.next[e.last] = r
+		e.last = r
+		head.key = e.key
+		e.head = head
+		e.retracts = e.retracts || retract
+	} else {
+		key := slices.Clone(rec.Key)
+		if key == nil {
+			key = []byte{}
+		}
+		head.key = key
+		b.index[string(key)] = int32(len(b.keys))
+		b.keys = append(b.keys, aggBatchKey{key: key, head: head, first: r, last: r, retracts: retract})
+	}
+	if b.records() >= b.size {
+		return f.FinishBundle(context.Background(), out)
+	}
+	return nil
+}
+
+// FinishBundle implements BundleFunction: it ends the mini-batch. For each
+// key of the batch, in the order of its first record: make it current,
+// read its accumulators once, fold its records in (Aggregate.fold: the
+// map reads and writes per record), write the accumulators once (or clear
+// them when retractions emptied the key), and emit the key's one change
+// from the row before the batch to the row after it (emitChanges: +I, -U
+// and +U or +U alone, on_change's comparison, or -D; nothing for a key
+// that had no row before and has none after). The batch is empty after,
+// also when it fails (the task then fails, and restores the last
+// checkpoint, which never holds a batch).
+func (f *Aggregate) FinishBundle(_ context.Context, out Collector) error {
+	b := f.batch
+	if b == nil || b.records() == 0 {
+		return nil
+	}
+	defer b.reset()
+	n := len(f.specs)
+	for k := range b.keys {
+		e := &b.keys[k]
+		f.backend.SetCurrentKey(e.key)
+		f.backend.SetRecordTimestamp(e.head.ts)
+		cur, found, err := f.acc.Value()
+		if err != nil {
+			return err
+		}
+		had := found
+		var prev []byte
+		if had && (e.retracts || f.emitsOld(true, false)) {
+			prev = f.output(e.key, cur) // before the fold, which may fold into cur
+		}
+		for r := e.first; r >= 0; r = b.next[r] {
+			cur, found, err = f.fold(e.key, b.inputs[int(r)*n:int(r+1)*n], b.retract[r], cur, found)
+			if err != nil {
+				return err
+			}
+			if !found {
+				cur = nil // emptied (or never had a row): the next insertion starts from zero, as after a Clear
+			}
+		}
+		switch {
+		case found:
+			err = f.acc.Update(cur)
+		case had:
+			err = f.acc.Clear()
+		default:
+			continue // inserted and retracted within the batch, or only retractions: no row before or after
+		}
+		if err != nil {
+			return err
+		}
+		// As one record would: retract says the key may be deleted (it is
+		// when it has no row left).
+		if err := f.emitChanges(e.head.record(), prev, had, !found, cur, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
