@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -247,5 +248,55 @@ func TestWriteInlineFilesRefusesPathsOutside(t *testing.T) {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("WriteInlineFiles(%q) wrote into %s (%v)", rel, dir, err)
 		}
+	}
+}
+
+// TestWriteInlineFilesRefusesAliases: an inline file named so that it
+// lands on another name (the _metadata or another inline file) or that
+// the filesystem cannot hold (NUL), is refused with ErrCorruptMetadata
+// before anything is written; a symlink in the directory does not lead a
+// write outside it.
+func TestWriteInlineFilesRefusesAliases(t *testing.T) {
+	for _, files := range []map[string][]byte{
+		{"ok/a": []byte("a"), "./" + MetadataFile: []byte("x")},
+		{"ok/a": []byte("a"), "ok/../" + MetadataFile: []byte("x")},
+		{"ok/a": []byte("a"), "ok//b": []byte("x")},
+		{"ok/a": []byte("a"), "ok/./a": []byte("x")}, // the same file twice
+		{"ok/a": []byte("a"), "ok/b/": []byte("x")},
+		{"ok/a": []byte("a"), "ok/b\x00c": []byte("x")},
+	} {
+		dir := filepath.Join(t.TempDir(), "chk-1")
+		err := WriteInlineFiles(dir, files)
+		if !errors.Is(err, ErrCorruptMetadata) {
+			t.Errorf("WriteInlineFiles(%q) = %v, want ErrCorruptMetadata", slices.Sorted(maps.Keys(files)), err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("WriteInlineFiles(%q) wrote into %s (%v)", slices.Sorted(maps.Keys(files)), dir, err)
+		}
+	}
+	root := t.TempDir()
+	dir, outside := filepath.Join(root, "chk-1"), filepath.Join(root, "outside")
+	for _, d := range []string{dir, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "op")); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteInlineFiles(dir, map[string][]byte{"op/0/MANIFEST-000001": []byte("m")}); err == nil {
+		t.Errorf("WriteInlineFiles through a symlink out of the directory succeeded")
+	}
+	if got := readTree(t, outside); len(got) != 0 {
+		t.Errorf("WriteInlineFiles wrote %q outside the directory", slices.Sorted(maps.Keys(got)))
+	}
+	// Well-formed names still write, into nested directories.
+	ok := map[string][]byte{"out/0/MANIFEST-000001": []byte("m"), "out/0/marker": {}, "state": []byte("s")}
+	dir = filepath.Join(t.TempDir(), "chk-2")
+	if err := WriteInlineFiles(dir, ok); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTree(t, dir); !mapsEqualBytes(got, ok) {
+		t.Errorf("WriteInlineFiles wrote %q, want %q", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(ok)))
 	}
 }
