@@ -300,3 +300,37 @@ func TestWriteInlineFilesRefusesAliases(t *testing.T) {
 		t.Errorf("WriteInlineFiles wrote %q, want %q", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(ok)))
 	}
 }
+
+// TestReadMetadataRefusesStoreInlineVersion: a unit's store _metadata
+// (version 4 with inline files), read as a local checkpoint directory
+// (`kstreamd --from-savepoint` or `state inspect` pointed into a FileStore),
+// is refused with ErrCorruptMetadata and a message that says what it is
+// and how to restore it, instead of restoring a checkpoint without its
+// inline files; version 5 stays an unknown version.
+func TestReadMetadataRefusesStoreInlineVersion(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store := FileStore{Root: filepath.Join(root, "store")}
+	ns := Namespace{Store: store, Prefix: UnitPrefix("clicks", 1, 0), Local: NewStorage(filepath.Join(root, "a"), "0", 2, nil)}
+	o, _, err := Claim(ctx, ns, "a", "fp", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stageUnitCheckpoint(t, ns, 1, map[string][]byte{"out/0/MANIFEST-000001": []byte("m"), "out/0/OPTIONS-000003": []byte("o")})
+	if err := o.Checkpoint(ctx, 1, UnitCommit{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(store.Root, filepath.FromSlash(ns.Prefix), "chk-1")
+	_, err = ReadMetadata(dir)
+	want := "version 4 is a cluster unit's checkpoint in its store, with 2 of its files inline in the _metadata: restore it through the cluster (its unit's owner) or gather a cluster savepoint from it, not from this directory"
+	if !errors.Is(err, ErrCorruptMetadata) || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("ReadMetadata of the store's chk-1: %v, want ErrCorruptMetadata ending %q", err, want)
+	}
+	v5 := t.TempDir()
+	if err := os.WriteFile(filepath.Join(v5, MetadataFile), []byte(`{"version":5}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadMetadata(v5); !errors.Is(err, ErrCorruptMetadata) || !strings.HasSuffix(err.Error(), "version 5, want 1 to 3") {
+		t.Errorf("ReadMetadata of version 5: %v", err)
+	}
+}
