@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -640,21 +641,36 @@ func (o *Owner) downloadMetadata(ctx context.Context, id int64, dir string) erro
 // WriteInlineFiles writes a unit checkpoint's inline files
 // (Metadata.InlineFiles) into dir, the checkpoint's directory, creating
 // directories as needed, without fsyncs (a restore's or a gather's working
-// copy). A path that is not local to dir (absolute, or with "..") is
-// refused with an error wrapping ErrCorruptMetadata before anything is
-// written.
+// copy). A path that is not a clean slash-separated path local to dir (so
+// absolute, with "..", ".", an empty or trailing element, or a NUL), or is
+// _metadata itself, is refused with an error wrapping ErrCorruptMetadata
+// before anything is written: Owner.upload writes only clean paths, so a
+// name that would alias another file is a corrupt _metadata. The writes go
+// through an os.Root of dir, so a symlink in dir cannot lead one outside.
 func WriteInlineFiles(dir string, files map[string][]byte) error {
 	for rel := range files {
-		if !filepath.IsLocal(filepath.FromSlash(rel)) || rel == MetadataFile {
+		if !filepath.IsLocal(filepath.FromSlash(rel)) || path.Clean(rel) != rel || strings.ContainsRune(rel, 0) || rel == MetadataFile {
 			return fmt.Errorf("%w: inline file %q is not a file of the checkpoint's directory", ErrCorruptMetadata, rel)
 		}
 	}
+	if len(files) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	for rel, b := range files {
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
+		if d := path.Dir(rel); d != "." {
+			if err := root.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
 		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
+		if err := root.WriteFile(rel, b, 0o644); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -247,5 +248,89 @@ func TestWriteInlineFilesRefusesPathsOutside(t *testing.T) {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("WriteInlineFiles(%q) wrote into %s (%v)", rel, dir, err)
 		}
+	}
+}
+
+// TestWriteInlineFilesRefusesAliases: an inline file named so that it
+// lands on another name (the _metadata or another inline file) or that
+// the filesystem cannot hold (NUL), is refused with ErrCorruptMetadata
+// before anything is written; a symlink in the directory does not lead a
+// write outside it.
+func TestWriteInlineFilesRefusesAliases(t *testing.T) {
+	for _, files := range []map[string][]byte{
+		{"ok/a": []byte("a"), "./" + MetadataFile: []byte("x")},
+		{"ok/a": []byte("a"), "ok/../" + MetadataFile: []byte("x")},
+		{"ok/a": []byte("a"), "ok//b": []byte("x")},
+		{"ok/a": []byte("a"), "ok/./a": []byte("x")}, // the same file twice
+		{"ok/a": []byte("a"), "ok/b/": []byte("x")},
+		{"ok/a": []byte("a"), "ok/b\x00c": []byte("x")},
+	} {
+		dir := filepath.Join(t.TempDir(), "chk-1")
+		err := WriteInlineFiles(dir, files)
+		if !errors.Is(err, ErrCorruptMetadata) {
+			t.Errorf("WriteInlineFiles(%q) = %v, want ErrCorruptMetadata", slices.Sorted(maps.Keys(files)), err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("WriteInlineFiles(%q) wrote into %s (%v)", slices.Sorted(maps.Keys(files)), dir, err)
+		}
+	}
+	root := t.TempDir()
+	dir, outside := filepath.Join(root, "chk-1"), filepath.Join(root, "outside")
+	for _, d := range []string{dir, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "op")); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteInlineFiles(dir, map[string][]byte{"op/0/MANIFEST-000001": []byte("m")}); err == nil {
+		t.Errorf("WriteInlineFiles through a symlink out of the directory succeeded")
+	}
+	if got := readTree(t, outside); len(got) != 0 {
+		t.Errorf("WriteInlineFiles wrote %q outside the directory", slices.Sorted(maps.Keys(got)))
+	}
+	// Well-formed names still write, into nested directories.
+	ok := map[string][]byte{"out/0/MANIFEST-000001": []byte("m"), "out/0/marker": {}, "state": []byte("s")}
+	dir = filepath.Join(t.TempDir(), "chk-2")
+	if err := WriteInlineFiles(dir, ok); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTree(t, dir); !mapsEqualBytes(got, ok) {
+		t.Errorf("WriteInlineFiles wrote %q, want %q", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(ok)))
+	}
+}
+
+// TestReadMetadataRefusesStoreInlineVersion: a unit's store _metadata
+// (version 4 with inline files), read as a local checkpoint directory
+// (`kstreamd --from-savepoint` or `state inspect` pointed into a FileStore),
+// is refused with ErrCorruptMetadata and a message that says what it is
+// and how to restore it, instead of restoring a checkpoint without its
+// inline files; version 5 stays an unknown version.
+func TestReadMetadataRefusesStoreInlineVersion(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store := FileStore{Root: filepath.Join(root, "store")}
+	ns := Namespace{Store: store, Prefix: UnitPrefix("clicks", 1, 0), Local: NewStorage(filepath.Join(root, "a"), "0", 2, nil)}
+	o, _, err := Claim(ctx, ns, "a", "fp", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stageUnitCheckpoint(t, ns, 1, map[string][]byte{"out/0/MANIFEST-000001": []byte("m"), "out/0/OPTIONS-000003": []byte("o")})
+	if err := o.Checkpoint(ctx, 1, UnitCommit{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(store.Root, filepath.FromSlash(ns.Prefix), "chk-1")
+	_, err = ReadMetadata(dir)
+	want := "version 4 is a cluster unit's checkpoint in its store, with 2 of its files inline in the _metadata: restore it through the cluster (its unit's owner) or gather a cluster savepoint from it, not from this directory"
+	if !errors.Is(err, ErrCorruptMetadata) || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("ReadMetadata of the store's chk-1: %v, want ErrCorruptMetadata ending %q", err, want)
+	}
+	v5 := t.TempDir()
+	if err := os.WriteFile(filepath.Join(v5, MetadataFile), []byte(`{"version":5}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadMetadata(v5); !errors.Is(err, ErrCorruptMetadata) || !strings.HasSuffix(err.Error(), "version 5, want 1 to 3") {
+		t.Errorf("ReadMetadata of version 5: %v", err)
 	}
 }

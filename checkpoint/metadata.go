@@ -132,7 +132,8 @@ func (m *Metadata) SharedDirOf(dir string) string {
 // ReadMetadata reads the metadata of the checkpoint or savepoint in dir, of
 // any version from MinMetadataVersion to MetadataVersion (Version tells
 // which). It returns an error wrapping ErrCorruptMetadata when the file
-// cannot be decoded or has an unknown version, and the os error when it cannot be read
+// cannot be decoded or has an unknown version (or is a cluster unit's
+// store _metadata, InlineMetadataVersion, saying so), and the os error when it cannot be read
 // (os.ErrNotExist for a checkpoint that never committed).
 func ReadMetadata(dir string) (*Metadata, error) {
 	b, err := os.ReadFile(filepath.Join(dir, MetadataFile))
@@ -142,6 +143,13 @@ func ReadMetadata(dir string) (*Metadata, error) {
 	var m Metadata
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, dir, err)
+	}
+	if m.Version == InlineMetadataVersion {
+		// Only a cluster unit's _metadata in its store is version 4: it
+		// needs Owner.Restore (or a cluster savepoint gather) to write its
+		// inline files back; read as it is, the checkpoint lacks them.
+		return nil, fmt.Errorf("%w: %s: version %d is a cluster unit's checkpoint in its store, with %d of its files inline in the _metadata: restore it through the cluster (its unit's owner) or gather a cluster savepoint from it, not from this directory",
+			ErrCorruptMetadata, dir, m.Version, len(m.InlineFiles))
 	}
 	if m.Version < MinMetadataVersion || m.Version > MetadataVersion {
 		return nil, fmt.Errorf("%w: %s: version %d, want %d to %d", ErrCorruptMetadata, dir, m.Version, MinMetadataVersion, MetadataVersion)
