@@ -1,0 +1,182 @@
+package operators
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kstreamd/kstreamd/expression"
+	"github.com/kstreamd/kstreamd/runtime"
+)
+
+// TestMapLentValues: chained to a sink that copies values (the Output
+// lends them, runtime.Output.LendsValues), the map writes every record's
+// value into one buffer it reuses, and the sink gets exactly the values
+// it gets when they are not lent (each in a buffer of its own), for a map
+// literal (written by the direct evaluator) and a list (Eval's value,
+// written by AppendJSON), on random bids of growing and shrinking sizes,
+// some failing (a missing field: eval_error, nothing emitted).
+func TestMapLentValues(t *testing.T) {
+	for _, value := range []string{
+		`{"auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "dateTime": bid.dateTime, "extra": bid.extra}`,
+		`[bid.auction, bid.extra, bid.price * 2]`,
+	} {
+		run := func(lend bool) (*copyingSink, *Map, int) {
+			sink := &copyingSink{copies: lend}
+			out := runtime.NewOutput(nil)
+			out.AddChained(&runtime.ChainedOperator{Operator: sink})
+			m := NewMap(&MapParams{Value: compiled(t, value)})
+			op := NewProcessOperator(OpenContext{Operator: "q0", Parallelism: 1}, nil, m, out)
+			ctx := context.Background()
+			if err := op.Open(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(3, 5))
+			failed := 0
+			for i := range 3000 {
+				v := fmt.Appendf(nil, `{"event_type":2,"bid":{"auction":%d,"bidder":%d,"price":%d,"dateTime":%d,"extra":"%s"}}`,
+					rng.IntN(1000), rng.IntN(5000), rng.IntN(1e6), 1_700_000_000_000+int64(i), make([]byte, rng.IntN(300)))
+				if i%97 == 5 {
+					v = fmt.Appendf(nil, `{"event_type":2,"bid":{"auction":%d}}`, i) // no extra, no price: eval_error
+				}
+				rec := runtime.Record{Key: fmt.Appendf(nil, "k%d", i%7), Value: v}
+				rec.SetDecoded(runtime.ValidJSON{})
+				sink.next()
+				if err := op.ProcessRecord(ctx, 0, rec); err != nil {
+					if _, ok := err.(*runtime.RecordError); !ok {
+						t.Fatal(err)
+					}
+					failed++
+				}
+			}
+			return sink, m, failed
+		}
+		lent, lm, lfailed := run(true)
+		own, om, ofailed := run(false)
+		if lm.lends != lendYes || om.lends != lendNo {
+			t.Fatalf("%s: lends = %d with a copying sink, %d without; want %d, %d", value, lm.lends, om.lends, lendYes, lendNo)
+		}
+		if len(own.got) < 2900 || ofailed == 0 || lfailed != ofailed {
+			t.Fatalf("%s: %d values, %d failed (lent: %d failed)", value, len(own.got), ofailed, lfailed)
+		}
+		if !slices.Equal(lent.got, own.got) {
+			t.Fatalf("%s: lent values: %d, own buffers: %d; first difference at %d", value, len(lent.got), len(own.got), firstDifference(lent.got, own.got))
+		}
+		// Lent: one buffer, regrown a few times to the largest value; own
+		// buffers: a new one per record.
+		if distinct(lent.at) > 8 {
+			t.Fatalf("%s: lent: %d values start at %d addresses, want the reused buffer's few", value, len(lent.at), distinct(lent.at))
+		}
+		if distinct(own.at) != len(own.at) {
+			t.Fatalf("%s: own buffers: %d values start at %d addresses", value, len(own.at), distinct(own.at))
+		}
+	}
+}
+
+// TestMapMarksItsValue: the record the map emits reads back its value's
+// decoded form (the JSON marked checked, or the Go value it encodes) while
+// it is the last one written, and a record emitted earlier and kept
+// downstream finds none once the map wrote the next (the mark is kept in
+// the map's runtime.DecodedSlot, not allocated per record), reading its
+// own value again when evaluated.
+func TestMapMarksItsValue(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		value, read string
+		want        func(v any) bool
+	}{
+		{`{"a": amount, "n": note}`, `n`, func(v any) bool { _, ok := v.(runtime.ValidJSON); return ok }},
+		{`[amount, note]`, `value[1]`, func(v any) bool { l, ok := v.([]any); return ok && len(l) == 2 }},
+	} {
+		m := NewMap(&MapParams{Value: compiled(t, tc.value)})
+		kept := &sliceCollector{}
+		for _, v := range []string{`{"amount":17,"note":"first"}`, `{"amount":42,"note":"second"}`} {
+			if err := m.ProcessElement(ctx, testRecord(v), kept); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v, ok := kept.recs[1].Decoded(); !ok || !tc.want(v) {
+			t.Errorf("%s: the last record emitted reads Decoded() = %#v, %v", tc.value, v, ok)
+		}
+		if v, ok := kept.recs[0].Decoded(); ok {
+			t.Errorf("%s: the first record still finds a decoded form %#v after the map wrote the next", tc.value, v)
+		}
+		var env RecordEnv
+		for i, want := range []string{"first", "second"} {
+			got, err := compiled(t, tc.read).Program().Eval(env.Reset(&kept.recs[i]))
+			if err != nil || got != want {
+				t.Errorf("%s: emitted record %d reads %#v, %v; want %q", tc.value, i, got, err, want)
+			}
+		}
+	}
+}
+
+// discardingCopier is a chained sink that copies (runtime.ValueCopier)
+// and keeps nothing: the end of a chain whose values are lent.
+type discardingCopier struct{ n int }
+
+func (s *discardingCopier) CopyValues() bool               { return true }
+func (s *discardingCopier) Open(context.Context) error     { return nil }
+func (s *discardingCopier) EndInput(context.Context) error { return nil }
+func (s *discardingCopier) Close() error                   { return nil }
+func (s *discardingCopier) ProcessRecord(context.Context, int, runtime.Record) error {
+	s.n++
+	return nil
+}
+
+// TestNexmarkQ0ChainAllocs: Nexmark q0's record path after the source's
+// check (configs/nexmark/q0.yaml: the timestamp expression, the filter on
+// event_type, the map literal, a sink that copies values) allocates
+// nothing per bid: the timestamp's int result is not boxed
+// (expression.Program.EvalInt64), the map writes into its lent buffer and
+// marks the value in its slot.
+func TestNexmarkQ0ChainAllocs(t *testing.T) {
+	ctx := context.Background()
+	sink := &discardingCopier{}
+	mapOut := runtime.NewOutput(nil)
+	mapOut.AddChained(&runtime.ChainedOperator{Operator: sink})
+	mapOp := NewProcessOperator(OpenContext{Operator: "q0", Parallelism: 1}, nil,
+		NewMap(&MapParams{Value: compiled(t, `{"auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "dateTime": bid.dateTime, "extra": bid.extra}`)}), mapOut)
+	filterOut := runtime.NewOutput(nil)
+	filterOut.AddChained(&runtime.ChainedOperator{Operator: mapOp})
+	filterOp := NewProcessOperator(OpenContext{Operator: "bid", Parallelism: 1}, nil,
+		NewFilter(&FilterParams{Condition: mustExpr[BoolExpression](t, "event_type == 2")}), filterOut)
+	for _, op := range []*ProcessOperator{mapOp, filterOp} {
+		if err := op.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assign := NewTimestampAssigner(compiled(t, `event_type == 0 ? person.dateTime : event_type == 1 ? auction.dateTime : bid.dateTime`), "")
+	bid := []byte(`{"event_type":2,"person":null,"auction":null,"bid":{"auction":1007,"bidder":2001,"price":4617,"channel":"channel-5901","url":"https://www.nexmark.com/aaaa/bbbb/item.htm?query=1&channel_id=1153433600","dateTime":1700000000123,"extra":"ccccccccccccccccccccc"}}`)
+	var doc expression.Doc
+	var slot runtime.DecodedSlot
+	var rec runtime.Record
+	emit := func() {
+		// As the source emits a record its check indexed
+		// (source/kafka.go: ResetChecked, SetDecodedIn).
+		if !doc.ResetChecked(bid) {
+			t.Fatal("the bid is not valid JSON")
+		}
+		rec = runtime.Record{Value: bid, Format: runtime.FormatJSON}
+		rec.SetDecodedIn(&slot, &doc)
+		ts, err := assign(&rec)
+		if err != nil || ts != time.UnixMilli(1700000000123) {
+			t.Fatalf("timestamp %v, %v", ts, err)
+		}
+		rec.Timestamp = ts
+		if err := filterOp.ProcessRecord(ctx, 0, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	emit() // the first record sizes the buffers and asks whether values are lent
+	allocs := testing.AllocsPerRun(500, emit)
+	if sink.n != 502 {
+		t.Fatalf("the sink got %d records, want 502", sink.n)
+	}
+	if !raceEnabled && allocs != 0 { // the race detector allocates for itself
+		t.Errorf("a q0 bid costs %v allocations, want 0", allocs)
+	}
+}
