@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -127,50 +128,64 @@ func (s *discardingCopier) ProcessRecord(context.Context, int, runtime.Record) e
 	return nil
 }
 
-// TestNexmarkQ0ChainAllocs: Nexmark q0's record path after the source's
-// check (configs/nexmark/q0.yaml: the timestamp expression, the filter on
-// event_type, the map literal, a sink that copies values) allocates
-// nothing per bid: the timestamp's int result is not boxed
-// (expression.Program.EvalInt64), the map writes into its lent buffer and
-// marks the value in its slot.
-func TestNexmarkQ0ChainAllocs(t *testing.T) {
+// q0Chain returns Nexmark q0's record path after the source's check
+// (configs/nexmark/q0.yaml: the timestamp expression, the filter on
+// event_type, the map literal, a sink that copies values, chained) as a
+// function that emits one bid through it, as the source does, and the
+// sink that counts what reached it.
+func q0Chain(tb testing.TB) (emit func(), sink *discardingCopier) {
 	ctx := context.Background()
-	sink := &discardingCopier{}
+	expr := func(src string) Expression {
+		e, err := CompileExpression(src)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return e
+	}
+	sink = &discardingCopier{}
 	mapOut := runtime.NewOutput(nil)
 	mapOut.AddChained(&runtime.ChainedOperator{Operator: sink})
 	mapOp := NewProcessOperator(OpenContext{Operator: "q0", Parallelism: 1}, nil,
-		NewMap(&MapParams{Value: compiled(t, `{"auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "dateTime": bid.dateTime, "extra": bid.extra}`)}), mapOut)
+		NewMap(&MapParams{Value: expr(`{"auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "dateTime": bid.dateTime, "extra": bid.extra}`)}), mapOut)
 	filterOut := runtime.NewOutput(nil)
 	filterOut.AddChained(&runtime.ChainedOperator{Operator: mapOp})
 	filterOp := NewProcessOperator(OpenContext{Operator: "bid", Parallelism: 1}, nil,
-		NewFilter(&FilterParams{Condition: mustExpr[BoolExpression](t, "event_type == 2")}), filterOut)
+		NewFilter(&FilterParams{Condition: BoolExpression{expr("event_type == 2")}}), filterOut)
 	for _, op := range []*ProcessOperator{mapOp, filterOp} {
 		if err := op.Open(ctx); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
-	assign := NewTimestampAssigner(compiled(t, `event_type == 0 ? person.dateTime : event_type == 1 ? auction.dateTime : bid.dateTime`), "")
+	assign := NewTimestampAssigner(expr(`event_type == 0 ? person.dateTime : event_type == 1 ? auction.dateTime : bid.dateTime`), "")
 	bid := []byte(`{"event_type":2,"person":null,"auction":null,"bid":{"auction":1007,"bidder":2001,"price":4617,"channel":"channel-5901","url":"https://www.nexmark.com/aaaa/bbbb/item.htm?query=1&channel_id=1153433600","dateTime":1700000000123,"extra":"ccccccccccccccccccccc"}}`)
 	var doc expression.Doc
 	var slot runtime.DecodedSlot
 	var rec runtime.Record
-	emit := func() {
+	return func() {
 		// As the source emits a record its check indexed
 		// (source/kafka.go: ResetChecked, SetDecodedIn).
 		if !doc.ResetChecked(bid) {
-			t.Fatal("the bid is not valid JSON")
+			tb.Fatal("the bid is not valid JSON")
 		}
 		rec = runtime.Record{Value: bid, Format: runtime.FormatJSON}
 		rec.SetDecodedIn(&slot, &doc)
 		ts, err := assign(&rec)
 		if err != nil || ts != time.UnixMilli(1700000000123) {
-			t.Fatalf("timestamp %v, %v", ts, err)
+			tb.Fatalf("timestamp %v, %v", ts, err)
 		}
 		rec.Timestamp = ts
 		if err := filterOp.ProcessRecord(ctx, 0, rec); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
-	}
+	}, sink
+}
+
+// TestNexmarkQ0ChainAllocs: Nexmark q0's record path after the source's
+// check (q0Chain) allocates nothing per bid: the timestamp's int result is
+// not boxed (expression.Program.EvalInt64), the map writes into its lent
+// buffer and marks the value in its slot.
+func TestNexmarkQ0ChainAllocs(t *testing.T) {
+	emit, sink := q0Chain(t)
 	emit() // the first record sizes the buffers and asks whether values are lent
 	allocs := testing.AllocsPerRun(500, emit)
 	if sink.n != 502 {
@@ -179,4 +194,25 @@ func TestNexmarkQ0ChainAllocs(t *testing.T) {
 	if !raceEnabled && allocs != 0 { // the race detector allocates for itself
 		t.Errorf("a q0 bid costs %v allocations, want 0", allocs)
 	}
+}
+
+// BenchmarkNexmarkQ0Chain measures one bid through q0's record path after
+// the source (q0Chain): the check pass, the timestamp, filter and map;
+// cpu-ns/op is the process's CPU time per bid (getrusage), which load
+// distorts less than ns/op.
+func BenchmarkNexmarkQ0Chain(b *testing.B) {
+	emit, _ := q0Chain(b)
+	b.ReportAllocs()
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	start := cpu()
+	for b.Loop() {
+		emit()
+	}
+	b.ReportMetric(float64(cpu()-start)/float64(b.N), "cpu-ns/op")
 }
