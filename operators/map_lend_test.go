@@ -128,12 +128,31 @@ func (s *discardingCopier) ProcessRecord(context.Context, int, runtime.Record) e
 	return nil
 }
 
-// q0Chain returns Nexmark q0's record path after the source's check
-// (configs/nexmark/q0.yaml: the timestamp expression, the filter on
-// event_type, the map literal, a sink that copies values, chained) as a
-// function that emits one bid through it, as the source does, and the
-// sink that counts what reached it.
-func q0Chain(tb testing.TB) (emit func(), sink *discardingCopier) {
+// chainSpec is a job's record path after the source's check: a
+// timestamp expression ("" for none), a filter's condition and a map's
+// value, and the record the source emits.
+type chainSpec struct {
+	name, ts, filter, value string
+	record                  []byte
+	want                    time.Time // the timestamp's result
+}
+
+// q0 is Nexmark q0's chain (configs/nexmark/q0.yaml) on a bid;
+// filterMap the filter-map scenario's (internal/bench) on an item.
+var (
+	q0 = chainSpec{"nexmark-q0", `event_type == 0 ? person.dateTime : event_type == 1 ? auction.dateTime : bid.dateTime`, "event_type == 2",
+		`{"auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "dateTime": bid.dateTime, "extra": bid.extra}`,
+		[]byte(`{"event_type":2,"person":null,"auction":null,"bid":{"auction":1007,"bidder":2001,"price":4617,"channel":"channel-5901","url":"https://www.nexmark.com/aaaa/bbbb/item.htm?query=1&channel_id=1153433600","dateTime":1700000000123,"extra":"ccccccccccccccccccccc"}}`),
+		time.UnixMilli(1700000000123)}
+	filterMap = chainSpec{"filter-map", "", "amount < 500", `{"id": id, "key": key, "amount": amount}`,
+		[]byte(`{"id":123456,"key":"k000042","shape":"CIRCLE","amount":317,"note":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`), time.Time{}}
+)
+
+// chain returns spec's record path (the timestamp expression, the filter,
+// the map, a sink that copies values, chained) as a function that emits
+// one record through it as the source does, and the sink that counts what
+// reached it.
+func chain(tb testing.TB, spec chainSpec) (emit func(), sink *discardingCopier) {
 	ctx := context.Background()
 	expr := func(src string) Expression {
 		e, err := CompileExpression(src)
@@ -145,74 +164,83 @@ func q0Chain(tb testing.TB) (emit func(), sink *discardingCopier) {
 	sink = &discardingCopier{}
 	mapOut := runtime.NewOutput(nil)
 	mapOut.AddChained(&runtime.ChainedOperator{Operator: sink})
-	mapOp := NewProcessOperator(OpenContext{Operator: "q0", Parallelism: 1}, nil,
-		NewMap(&MapParams{Value: expr(`{"auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "dateTime": bid.dateTime, "extra": bid.extra}`)}), mapOut)
+	mapOp := NewProcessOperator(OpenContext{Operator: "map", Parallelism: 1}, nil, NewMap(&MapParams{Value: expr(spec.value)}), mapOut)
 	filterOut := runtime.NewOutput(nil)
 	filterOut.AddChained(&runtime.ChainedOperator{Operator: mapOp})
-	filterOp := NewProcessOperator(OpenContext{Operator: "bid", Parallelism: 1}, nil,
-		NewFilter(&FilterParams{Condition: BoolExpression{expr("event_type == 2")}}), filterOut)
+	filterOp := NewProcessOperator(OpenContext{Operator: "filter", Parallelism: 1}, nil,
+		NewFilter(&FilterParams{Condition: BoolExpression{expr(spec.filter)}}), filterOut)
 	for _, op := range []*ProcessOperator{mapOp, filterOp} {
 		if err := op.Open(ctx); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	assign := NewTimestampAssigner(expr(`event_type == 0 ? person.dateTime : event_type == 1 ? auction.dateTime : bid.dateTime`), "")
-	bid := []byte(`{"event_type":2,"person":null,"auction":null,"bid":{"auction":1007,"bidder":2001,"price":4617,"channel":"channel-5901","url":"https://www.nexmark.com/aaaa/bbbb/item.htm?query=1&channel_id=1153433600","dateTime":1700000000123,"extra":"ccccccccccccccccccccc"}}`)
+	var assign func(rec *runtime.Record) (time.Time, error)
+	if spec.ts != "" {
+		assign = NewTimestampAssigner(expr(spec.ts), "")
+	}
 	var doc expression.Doc
 	var slot runtime.DecodedSlot
 	var rec runtime.Record
 	return func() {
 		// As the source emits a record its check indexed
 		// (source/kafka.go: ResetChecked, SetDecodedIn).
-		if !doc.ResetChecked(bid) {
-			tb.Fatal("the bid is not valid JSON")
+		if !doc.ResetChecked(spec.record) {
+			tb.Fatal("the record is not valid JSON")
 		}
-		rec = runtime.Record{Value: bid, Format: runtime.FormatJSON}
+		rec = runtime.Record{Value: spec.record, Format: runtime.FormatJSON}
 		rec.SetDecodedIn(&slot, &doc)
-		ts, err := assign(&rec)
-		if err != nil || ts != time.UnixMilli(1700000000123) {
-			tb.Fatalf("timestamp %v, %v", ts, err)
+		if assign != nil {
+			ts, err := assign(&rec)
+			if err != nil || ts != spec.want {
+				tb.Fatalf("timestamp %v, %v", ts, err)
+			}
+			rec.Timestamp = ts
 		}
-		rec.Timestamp = ts
 		if err := filterOp.ProcessRecord(ctx, 0, rec); err != nil {
 			tb.Fatal(err)
 		}
 	}, sink
 }
 
-// TestNexmarkQ0ChainAllocs: Nexmark q0's record path after the source's
-// check (q0Chain) allocates nothing per bid: the timestamp's int result is
-// not boxed (expression.Program.EvalInt64), the map writes into its lent
-// buffer and marks the value in its slot.
-func TestNexmarkQ0ChainAllocs(t *testing.T) {
-	emit, sink := q0Chain(t)
-	emit() // the first record sizes the buffers and asks whether values are lent
-	allocs := testing.AllocsPerRun(500, emit)
-	if sink.n != 502 {
-		t.Fatalf("the sink got %d records, want 502", sink.n)
-	}
-	if !raceEnabled && allocs != 0 { // the race detector allocates for itself
-		t.Errorf("a q0 bid costs %v allocations, want 0", allocs)
+// TestChainAllocs: Nexmark q0's and the filter-map scenario's record
+// paths after the source's check (chain) allocate nothing per record: the
+// timestamp's int result is not boxed (expression.Program.EvalInt64), the
+// map writes into its lent buffer and marks the value in its slot.
+func TestChainAllocs(t *testing.T) {
+	for _, spec := range []chainSpec{q0, filterMap} {
+		emit, sink := chain(t, spec)
+		emit() // the first record sizes the buffers and asks whether values are lent
+		allocs := testing.AllocsPerRun(500, emit)
+		if sink.n != 502 {
+			t.Fatalf("%s: the sink got %d records, want 502", spec.name, sink.n)
+		}
+		if !raceEnabled && allocs != 0 { // the race detector allocates for itself
+			t.Errorf("%s: a record costs %v allocations, want 0", spec.name, allocs)
+		}
 	}
 }
 
-// BenchmarkNexmarkQ0Chain measures one bid through q0's record path after
-// the source (q0Chain): the check pass, the timestamp, filter and map;
-// cpu-ns/op is the process's CPU time per bid (getrusage), which load
-// distorts less than ns/op.
-func BenchmarkNexmarkQ0Chain(b *testing.B) {
-	emit, _ := q0Chain(b)
-	b.ReportAllocs()
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-			b.Fatal(err)
-		}
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+// BenchmarkChain measures one record through Nexmark q0's and the
+// filter-map scenario's record paths after the source (chain): the check
+// pass, the timestamp, filter and map; cpu-ns/op is the process's CPU
+// time per record (getrusage), which load distorts less than ns/op.
+func BenchmarkChain(b *testing.B) {
+	for _, spec := range []chainSpec{q0, filterMap} {
+		b.Run(spec.name, func(b *testing.B) {
+			emit, _ := chain(b, spec)
+			b.ReportAllocs()
+			cpu := func() time.Duration {
+				var ru syscall.Rusage
+				if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+					b.Fatal(err)
+				}
+				return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			}
+			start := cpu()
+			for b.Loop() {
+				emit()
+			}
+			b.ReportMetric(float64(cpu()-start)/float64(b.N), "cpu-ns/op")
+		})
 	}
-	start := cpu()
-	for b.Loop() {
-		emit()
-	}
-	b.ReportMetric(float64(cpu()-start)/float64(b.N), "cpu-ns/op")
 }
