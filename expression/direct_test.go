@@ -122,15 +122,19 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 				if fmt.Sprintf("%#v %v", gv, gerr) != fmt.Sprintf("%#v %v", fv, ferr) {
 					t.Fatalf("%s on %q (input %d): Eval direct %#v, %v; CEL %#v, %v", directPrograms[i], b, j, fv, ferr, gv, gerr)
 				}
-				for k, prg := range []*Program{general[i], fast[i]} {
-					x, isInt, xv, xerr := prg.EvalInt64(NewEnv(in()))
+				// EvalInt64 where the direct form gives a result (where
+				// it gives up, EvalInt64 is CEL's Eval, which
+				// TestEvalInt64 checks: evaluating it again here would
+				// take the largest seeds past the fuzzer's hang limit).
+				if d := fast[i].direct; d != nil && d.root != nil && d.root.eval((*activation)(NewEnv(in()))).k != dFail {
+					x, isInt, xv, xerr := fast[i].EvalInt64(NewEnv(in()))
 					_, evalInt := gv.(int64)
 					got := fmt.Sprintf("%#v %v", xv, xerr)
 					if isInt {
 						got = fmt.Sprintf("%#v %v", x, xerr)
 					}
 					if isInt != evalInt || (isInt && xv != nil) || got != fmt.Sprintf("%#v %v", gv, gerr) {
-						t.Fatalf("%s on %q (input %d, direct %v): EvalInt64 %d, %v, %#v, %v; CEL's Eval %#v, %v", directPrograms[i], b, j, k == 1, x, isInt, xv, xerr, gv, gerr)
+						t.Fatalf("%s on %q (input %d): EvalInt64 %d, %v, %#v, %v; CEL's Eval %#v, %v", directPrograms[i], b, j, x, isInt, xv, xerr, gv, gerr)
 					}
 				}
 				gb, gerr := general[i].EvalBool(NewEnv(in()))
