@@ -809,7 +809,12 @@ func (d *direct) value(env *Env) (any, bool) {
 	if d.root == nil {
 		return nil, false
 	}
-	v := d.root.eval((*activation)(env))
+	return d.native(env, d.root.eval((*activation)(env)))
+}
+
+// native returns v, a result of the program on env, as Eval's Go value;
+// ok false for dFail (give up).
+func (d *direct) native(env *Env, v dval) (any, bool) {
 	switch v.k {
 	case dNull:
 		return nil, true

@@ -56,7 +56,8 @@ var directPrograms = []string{
 
 // FuzzDirectEqualsCEL checks that the direct evaluator gives exactly what
 // CEL's interpreter gives (the general path, direct off): the same Eval
-// result, EvalBool result, EvalJSON bytes, decoded value and roundTrips,
+// result, EvalInt64 result (its int unboxed, Eval's otherwise), EvalBool
+// result, EvalJSON bytes, decoded value and roundTrips,
 // and the same errors, over records fuzzed as bytes and read through a
 // Doc known valid, a Doc checked by itself, and the whole decoded value.
 func FuzzDirectEqualsCEL(f *testing.F) {
@@ -120,6 +121,21 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 				fv, ferr := fast[i].Eval(NewEnv(in()))
 				if fmt.Sprintf("%#v %v", gv, gerr) != fmt.Sprintf("%#v %v", fv, ferr) {
 					t.Fatalf("%s on %q (input %d): Eval direct %#v, %v; CEL %#v, %v", directPrograms[i], b, j, fv, ferr, gv, gerr)
+				}
+				// EvalInt64 where the direct form gives a result (where
+				// it gives up, EvalInt64 is CEL's Eval, which
+				// TestEvalInt64 checks: evaluating it again here would
+				// take the largest seeds past the fuzzer's hang limit).
+				if d := fast[i].direct; d != nil && d.root != nil && d.root.eval((*activation)(NewEnv(in()))).k != dFail {
+					x, isInt, xv, xerr := fast[i].EvalInt64(NewEnv(in()))
+					_, evalInt := gv.(int64)
+					got := fmt.Sprintf("%#v %v", xv, xerr)
+					if isInt {
+						got = fmt.Sprintf("%#v %v", x, xerr)
+					}
+					if isInt != evalInt || (isInt && xv != nil) || got != fmt.Sprintf("%#v %v", gv, gerr) {
+						t.Fatalf("%s on %q (input %d): EvalInt64 %d, %v, %#v, %v; CEL's Eval %#v, %v", directPrograms[i], b, j, x, isInt, xv, xerr, gv, gerr)
+					}
 				}
 				gb, gerr := general[i].EvalBool(NewEnv(in()))
 				fb, ferr := fast[i].EvalBool(NewEnv(in()))
@@ -287,5 +303,47 @@ func TestDirectConcatSlack(t *testing.T) {
 	}
 	if !gaveUp || !concat {
 		t.Fatalf("gave up %v, concatenated %v: want both over the limits", gaveUp, concat)
+	}
+}
+
+// TestEvalInt64 checks EvalInt64 against Eval on results of each kind, on
+// the direct evaluator and on CEL's (a list index, which the direct one
+// does not take): an int comes back unboxed with isInt, anything else,
+// errors too, as Eval gives it.
+func TestEvalInt64(t *testing.T) {
+	doc := []byte(`{"amount":317,"d":2.5,"note":"x","n":null,"big":9223372036854775807}`)
+	for _, tc := range []struct {
+		src    string
+		direct bool
+		want   int64 // when isInt
+		isInt  bool
+	}{
+		{`amount`, true, 317, true},
+		{`big`, true, 9223372036854775807, true},
+		{`amount * 2 - 1`, true, 633, true},
+		{`[amount, 1][0]`, false, 317, true},
+		{`d`, true, 0, false},
+		{`note`, true, 0, false},
+		{`n`, true, 0, false},
+		{`amount > 1`, true, 0, false},
+		{`[amount]`, false, 0, false},
+		{`missing`, true, 0, false},
+		{`big + 1`, true, 0, false},
+	} {
+		p := mustCompile(t, tc.src)
+		if (p.direct != nil) != tc.direct {
+			t.Errorf("%s: direct form %v, want %v", tc.src, p.direct != nil, tc.direct)
+		}
+		want, werr := p.Eval(NewEnv(&Input{Doc: NewValidDoc(doc)}))
+		i, isInt, v, err := p.EvalInt64(NewEnv(&Input{Doc: NewValidDoc(doc)}))
+		if isInt != tc.isInt || i != tc.want || fmt.Sprint(err) != fmt.Sprint(werr) {
+			t.Errorf("%s: EvalInt64 = %d, %v, %#v, %v; want %d, %v (Eval: %#v, %v)", tc.src, i, isInt, v, err, tc.want, tc.isInt, want, werr)
+		}
+		if !isInt && fmt.Sprintf("%#v", v) != fmt.Sprintf("%#v", want) {
+			t.Errorf("%s: EvalInt64's value %#v, Eval's %#v", tc.src, v, want)
+		}
+		if isInt && want != any(i) {
+			t.Errorf("%s: EvalInt64's int %d, Eval's %#v", tc.src, i, want)
+		}
 	}
 }

@@ -83,6 +83,35 @@ func (p *Program) Eval(env *Env) (any, error) {
 	return p.result(out)
 }
 
+// EvalInt64 evaluates the expression on the record of env as Eval does,
+// for a caller that expects an int result (a timestamp in milliseconds):
+// when the result is an int (Eval's int64) it is i, with isInt true and v
+// nil, without the allocation that boxing it in Eval's any costs (the
+// direct evaluator's result is returned as it is); otherwise isInt is
+// false and v and err are Eval's result and error.
+func (p *Program) EvalInt64(env *Env) (i int64, isInt bool, v any, err error) {
+	if d := p.direct; d != nil && d.root != nil && p.expect == anyResult && env != nil {
+		r := d.root.eval((*activation)(env))
+		if r.k == dInt {
+			return r.i, true, nil, nil
+		}
+		if v, ok := d.native(env, r); ok {
+			return 0, false, v, nil
+		}
+	}
+	out, err := p.eval(env)
+	if err != nil {
+		return 0, false, nil, err
+	}
+	if v, err = p.result(out); err != nil {
+		return 0, false, nil, err
+	}
+	if x, ok := v.(int64); ok {
+		return x, true, nil, nil
+	}
+	return 0, false, v, nil
+}
+
 // result converts the CEL result out to Eval's Go values.
 func (p *Program) result(out ref.Val) (any, error) {
 	v, err := native(out)

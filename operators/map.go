@@ -67,6 +67,16 @@ type Map struct {
 	drop       []string     // names removed, those set included
 	env        RecordEnv
 	sizeHint   int // bytes to allocate for the next value: about the last one's
+	// lends is whether the collector lends values (ValueLender), asked
+	// at the first value written: 0 before, then lendYes or lendNo. When
+	// it does, every value is written into lent, one buffer reused from
+	// record to record (everything downstream copies it).
+	lends int8
+	lent  []byte
+	// mark holds the decoded form of the value written last (its JSON
+	// known valid, or the Go value it encodes), attached to its record
+	// without an allocation per record (runtime.DecodedSlot).
+	mark runtime.DecodedSlot
 }
 
 // headerExpr is one header map sets.
@@ -113,9 +123,9 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 	if m.value.IsSet() && !(rec.Change == runtime.ChangeDelete && rec.Value == nil) {
 		// Evaluated and encoded at once (EvalJSON writes what EncodeJSON
 		// writes of Eval's result; a map literal's straight from CEL's
-		// values), into a new slice: the record may be held downstream
-		// (a sink's buffer) after this returns.
-		b, v, same, err := m.value.Program().EvalJSON(make([]byte, 0, m.sizeHint), env)
+		// values), into a new slice (the record may be held downstream,
+		// in a sink's buffer, after this returns) or the lent buffer.
+		b, v, same, err := m.value.Program().EvalJSON(m.valueBuf(out), env)
 		if err != nil {
 			var ee *expression.EvalError
 			if errors.As(err, &ee) {
@@ -123,16 +133,23 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 			}
 			return resultError(m.value, "value", "is not JSON: "+err.Error())
 		}
-		m.sizeHint = len(b) + len(b)/8
+		if m.lends == lendYes {
+			m.lent = b // keeps what it grew to
+		} else {
+			m.sizeHint = len(b) + len(b)/8
+		}
 		o.Value = b
 		o.Format = runtime.FormatJSON
 		// The next operator of the chain reads the result without
 		// decoding it (it is what the JSON decodes to), or at least
-		// without checking the JSON again.
+		// without checking the JSON again. The slot describes only
+		// this record's bytes, so a record held downstream past the
+		// next one finds nothing there, as one never marked.
+		m.mark.Clear()
 		if same {
-			o.SetDecoded(v)
+			o.SetDecodedIn(&m.mark, v)
 		} else {
-			o.SetDecoded(runtime.ValidJSON{})
+			o.SetDecodedIn(&m.mark, runtime.ValidJSON{})
 		}
 	}
 	if m.key.IsSet() {
@@ -182,4 +199,21 @@ func (m *Map) ProcessElement(_ context.Context, rec runtime.Record, out Collecto
 	}
 	m.env.Keep(&o) // only while o's value is rec's (runtime.Record.Decoded)
 	return out.Collect(o)
+}
+
+// valueBuf returns the empty buffer the next value is written into: the
+// lent one when out lends values (ValueLender: the sink chained after the
+// map copies each value before Collect returns), else a new one of about
+// the last value's size.
+func (m *Map) valueBuf(out Collector) []byte {
+	if m.lends == 0 {
+		m.lends = lendNo
+		if l, ok := out.(ValueLender); ok && l.LendsValues() {
+			m.lends = lendYes
+		}
+	}
+	if m.lends == lendYes {
+		return m.lent[:0]
+	}
+	return make([]byte, 0, m.sizeHint)
 }

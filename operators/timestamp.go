@@ -47,11 +47,22 @@ func NewTimestampAssigner(e Expression, unit TimestampUnit) func(rec *runtime.Re
 		unit = TimestampMillis
 	}
 	return func(rec *runtime.Record) (time.Time, error) {
-		v, err := e.Program().Eval(env.Reset(rec))
+		// An int result (ms or s) comes unboxed: no allocation per
+		// record for the usual timestamp field.
+		i, isInt, v, err := e.Program().EvalInt64(env.Reset(rec))
 		if err != nil {
 			return time.Time{}, EvalRecordError(err)
 		}
 		env.Keep(rec) // the operators after the source read what it read
+		if isInt {
+			if unit == TimestampMillis {
+				if re := runtime.CheckEventTime(i, what); re != nil {
+					return time.Time{}, re
+				}
+				return time.UnixMilli(i), nil
+			}
+			v = i // s: as a number below; rfc3339: refused below
+		}
 		bad := func(msg string) (time.Time, error) {
 			return time.Time{}, resultError(e, "timestamp", msg)
 		}
