@@ -236,6 +236,10 @@ type Config struct {
 	// Watermarks configures the watermarks the subtask emits; ignored with
 	// Upstream.
 	Watermarks WatermarkConfig
+	// Alignment, when its MaxDrift is > 0, pauses reading a partition whose
+	// watermark runs ahead of its alignment group's (Flink's watermark
+	// alignment, alignment.go); ignored with Upstream.
+	Alignment WatermarkAlignment
 	// Upstream, if not nil, makes the subtask the repartition source of a
 	// cluster-mode unit (docs/scale-out.md, "Markers"): the upstream units
 	// (runtime.MarkerUnit) whose markers its one partition carries. Marker
@@ -462,6 +466,7 @@ type KafkaSource struct {
 	cl      *kgo.Client
 	pos     map[int32]int64 // partition -> offset of the next record to emit
 	wms     *watermarks
+	align   *aligner             // with Config.Alignment: the partitions paused and the group
 	markers *runtime.MarkerValve // with Config.Upstream: the valve of the one partition read
 	known   map[int32]bool       // every partition of the topics known to the job
 	// topicNames and topicIdx map the topics read to the index in their
@@ -535,6 +540,13 @@ func New(cfg Config) *KafkaSource {
 	}
 	if c, ok := s.doc.(runtime.CheckingJSON); ok && plainJSON(cfg) {
 		s.checking = c
+	}
+	if cfg.Alignment.MaxDrift > 0 && cfg.Upstream == nil {
+		// Joined now, not when Run starts: until its first update the
+		// subtask holds its group at the start (alignment.go), so a
+		// subtask that starts reading first does not run ahead of one that
+		// has not started yet.
+		s.align = newAligner(cfg.Alignment)
 	}
 	if cfg.DeadLetters != nil {
 		s.sides = runtime.SideOutputs{{ID: runtime.TaskID{Operator: DeadLetterVertex(cfg.Name), Subtask: cfg.Subtask}, Operator: cfg.DeadLetters}}
@@ -624,6 +636,7 @@ func (s *KafkaSource) NotifyCheckpointAborted(id int64) {
 // and returns nil. It returns an error only if ctx ends or the output fails.
 func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) (rerr error) {
 	s.runCtx = ctx
+	defer s.align.stop() // a stopped subtask holds its group back no more
 	times := s.cfg.Output.IOTimes()
 	times.Start()
 	defer times.Stop()
@@ -857,6 +870,9 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if !failed {
 			fetchFailing = time.Time{}
 		}
+		if s.align != nil {
+			s.align.fetched(s, fetches)
+		}
 		var emitErr error
 		fetches.EachRecord(func(r *kgo.Record) {
 			if emitErr != nil {
@@ -890,7 +906,12 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if err := s.cfg.Output.Flush(ctx); err != nil {
 			return err
 		}
-		s.wms.seenAt(time.Now())
+		now := time.Now()
+		s.wms.seenAt(now)
+		if s.align != nil {
+			// Before the watermark: a paused partition is not idle.
+			s.align.update(s, now)
+		}
 		if err := s.emitWatermark(ctx); err != nil {
 			return err
 		}
@@ -918,7 +939,7 @@ const pollBound = 500 * time.Millisecond
 // a wake-up cannot signal itself again. Records stay buffered in the client
 // when the poll returns early.
 func (s *KafkaSource) poll(ctx context.Context) kgo.Fetches {
-	pctx, cancel := context.WithTimeout(ctx, s.pollBound)
+	pctx, cancel := context.WithTimeout(ctx, s.align.waitBound(s.pollBound))
 	defer cancel()
 	pctx, release := s.mailbox.Interruptible(pctx)
 	defer release()
