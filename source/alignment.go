@@ -239,6 +239,11 @@ func (a *aligner) update(s *KafkaSource, now time.Time) {
 	}
 	if pause != nil {
 		s.cl.PauseFetchPartitions(pause)
+		n := 0
+		for _, ps := range pause {
+			n += len(ps)
+		}
+		s.cfg.Metrics.alignmentPaused(s.cfg.Name, n)
 	}
 	if resume != nil {
 		s.cl.ResumeFetchPartitions(resume)

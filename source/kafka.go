@@ -354,6 +354,7 @@ type Metrics struct {
 	deadLettered *prometheus.CounterVec
 	lag          *prometheus.GaugeVec
 	unavailable  *prometheus.GaugeVec
+	paused       *prometheus.CounterVec
 }
 
 // NewMetrics registers with reg:
@@ -362,6 +363,7 @@ type Metrics struct {
 //	kstreamd_source_records_dead_lettered_total{source,reason}  bad records written to the dead-letter topic
 //	kstreamd_source_consumer_lag_records{source,partition}      high watermark minus the next offset to read
 //	kstreamd_source_partitions_unavailable{source}              partitions the source cannot read now (no leader, or a retriable offset lookup or fetch error)
+//	kstreamd_source_alignment_pauses_total{source}              partitions paused by watermark alignment (each pause once)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -381,7 +383,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "kstreamd_source_partitions_unavailable",
 		Help: "Partitions a source cannot read now: no leader, or their offset lookup or fetch fails with a retriable error; each is retried on its own while the others are read.",
 	}, []string{"source"})
-	for _, c := range []prometheus.Collector{m.skipped, m.deadLettered, m.lag, m.unavailable} {
+	m.paused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kstreamd_source_alignment_pauses_total",
+		Help: "Partitions a source paused because their watermark ran more than watermark_alignment.max_drift ahead of their alignment group's least (each pause once; resumed when the least catches up).",
+	}, []string{"source"})
+	for _, c := range []prometheus.Collector{m.skipped, m.deadLettered, m.lag, m.unavailable, m.paused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -401,6 +407,15 @@ func (m *Metrics) Init(source string) {
 		m.deadLettered.WithLabelValues(source, r)
 	}
 	m.unavailable.WithLabelValues(source)
+	m.paused.WithLabelValues(source)
+}
+
+// alignmentPaused counts n partitions of a source paused by watermark
+// alignment; m may be nil.
+func (m *Metrics) alignmentPaused(source string, n int) {
+	if m != nil && n > 0 {
+		m.paused.WithLabelValues(source).Add(float64(n))
+	}
 }
 
 // unavailableAdd adds d to a source's unavailable partitions; m may be nil.
