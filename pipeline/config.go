@@ -690,7 +690,8 @@ type WatermarkConfig struct {
 // WatermarkStrategy.withWatermarkAlignment(group, maxAllowedWatermarkDrift,
 // updateInterval)). A partition whose largest event time is more than
 // MaxDrift ahead of the least of its group's partitions that still have
-// records to read is not fetched until that least catches up, so that a
+// records to read has its fetched records held and is not fetched until
+// that least catches up, so that a
 // backlog is read at about the same event time on every partition and
 // the event-time operators downstream (whose watermark is the least of
 // all) buffer less. It changes which partition is read when, never the

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"context"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -18,8 +19,9 @@ const DefaultAlignmentUpdateInterval = 100 * time.Millisecond
 // WatermarkAlignment configures a source's watermark alignment (Flink's
 // FLIP-182 and FLIP-217, WatermarkStrategy.withWatermarkAlignment(group,
 // maxAllowedWatermarkDrift, updateInterval)): a partition whose watermark
-// runs more than MaxDrift ahead of its group's minimum watermark is paused
-// (franz-go's PauseFetchPartitions) until the minimum catches up, so that
+// runs more than MaxDrift ahead of its group's minimum watermark has its
+// fetched records held and is paused (franz-go's PauseFetchPartitions)
+// until the minimum catches up (aligner), so that
 // a source reading a backlog reads its partitions at about the same event
 // time and the operators downstream, whose watermark is the least of them,
 // buffer less. Pausing is not state: a checkpoint holds the offsets
@@ -109,12 +111,23 @@ func (g *AlignmentGroup) min() int64 {
 // aligner is a source subtask's share of watermark alignment. Only the
 // subtask goroutine uses it (New makes it and joins the group, Run leaves
 // it when it returns).
+//
+// The subtask polls every record franz-go has buffered and emits each
+// partition's records, in order, while the partition's largest event time
+// is within MaxDrift of the group's least; the rest are held, in order, and
+// the partition is paused (franz-go's PauseFetchPartitions), so nothing
+// fetched is dropped and fetched again, and what is held is bounded by one
+// fetch per partition. A held partition's position (the offset a checkpoint
+// holds) stays at its next record to emit. The partition is resumed once
+// nothing of it is held and it is no longer ahead.
 type aligner struct {
 	cfg    WatermarkAlignment
 	member *alignMember // nil without a group
-	// paused are the partitions paused now; hwm is each partition's last
-	// stable offset (its high watermark when that is unknown) as of the
-	// last fetch that returned it, absent before.
+	// held are, per partition, the records fetched but not emitted yet, in
+	// offset order; paused the partitions paused now; hwm each partition's
+	// last stable offset (its high watermark when that is unknown) as of
+	// the last fetch that returned it, absent before.
+	held   map[int32][]*kgo.Record
 	paused map[int32]bool
 	hwm    map[int32]int64
 	// pauses and resumes count the partitions paused and resumed (tests).
@@ -125,7 +138,7 @@ func newAligner(cfg WatermarkAlignment) *aligner {
 	if cfg.UpdateInterval <= 0 {
 		cfg.UpdateInterval = DefaultAlignmentUpdateInterval
 	}
-	a := &aligner{cfg: cfg, paused: map[int32]bool{}, hwm: map[int32]int64{}}
+	a := &aligner{cfg: cfg, held: map[int32][]*kgo.Record{}, paused: map[int32]bool{}, hwm: map[int32]int64{}}
 	if cfg.Group != nil {
 		a.member = cfg.Group.join()
 	}
@@ -139,17 +152,72 @@ func (a *aligner) stop() {
 	}
 }
 
-// fetched notes the end offsets a fetch returned.
-func (a *aligner) fetched(s *KafkaSource, fetches kgo.Fetches) {
+// emit takes a poll's records: it notes the end offsets the fetches
+// returned, queues each partition's records behind those it holds, and
+// emits what the group's least watermark allows (emitHeld).
+func (a *aligner) emit(ctx context.Context, s *KafkaSource, fetches kgo.Fetches) error {
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if p.Partition < 0 {
+			return
+		}
+		id := s.pid(p.Topic, p.Partition)
 		end := p.LastStableOffset
 		if end < 0 {
 			end = p.HighWatermark
 		}
-		if p.Partition >= 0 && p.Err == nil && end >= 0 {
-			a.hwm[s.pid(p.Topic, p.Partition)] = end
+		if p.Err == nil && end >= 0 {
+			a.hwm[id] = end
+		}
+		if len(p.Records) > 0 {
+			a.held[id] = append(a.held[id], p.Records...)
 		}
 	})
+	return a.emitHeld(ctx, s)
+}
+
+// emitHeld emits, partition by partition, the held records of each
+// partition whose largest event time is not ahead of the group's least
+// (which it looks at again after each pass that emitted something, as the
+// least moves with what this subtask emits), stopping a partition at its
+// first record that puts it ahead: it may lead by MaxDrift plus the event
+// time one record moves it.
+func (a *aligner) emitHeld(ctx context.Context, s *KafkaSource) error {
+	for len(a.held) > 0 {
+		lowest := a.lowest(s, time.Now())
+		progress := false
+		for id, recs := range a.held {
+			i := 0
+			for i < len(recs) && !a.ahead(s.wms.maxTs[id], lowest) {
+				if err := s.emitRead(ctx, recs[i]); err != nil {
+					return err
+				}
+				i++
+			}
+			if i == len(recs) {
+				delete(a.held, id)
+			} else {
+				clear(recs[:i]) // the emitted records' memory may go
+				a.held[id] = recs[i:]
+			}
+			progress = progress || i > 0
+		}
+		if !progress {
+			break
+		}
+	}
+	return nil
+}
+
+// ahead reports whether a partition whose largest event time is ts is
+// ahead of the group's least watermark lowest.
+func (a *aligner) ahead(ts, lowest int64) bool {
+	switch {
+	case ts == noTimestamp || lowest == noAlignmentWatermark:
+		return false
+	case lowest == noTimestamp:
+		return true // a partition or member holds the group at its start
+	}
+	return ts-lowest > a.cfg.MaxDrift.Milliseconds()
 }
 
 // holds reports whether partition p, whose largest timestamp is ts,
@@ -173,10 +241,14 @@ func (a *aligner) holds(s *KafkaSource, p int32, ts int64, now time.Time) (holds
 	return true, ts == noTimestamp
 }
 
-// behind reports whether partition p has records left to read: below the
-// end offset of the last fetch that returned it, else below the catch-up
-// target looked up at start (or that target is still to be looked up).
+// behind reports whether partition p has records left to emit: held, or
+// below the end offset of the last fetch that returned it, else below the
+// catch-up target looked up at start (or that target is still to be
+// looked up).
 func (a *aligner) behind(s *KafkaSource, p int32) bool {
+	if len(a.held[p]) > 0 {
+		return true
+	}
 	if end, ok := a.hwm[p]; ok {
 		return s.pos[p] < end
 	}
@@ -190,16 +262,11 @@ func (a *aligner) behind(s *KafkaSource, p int32) bool {
 	return l != nil && l.end
 }
 
-// update publishes the subtask's watermark and pauses or resumes its
-// partitions against the group's minimum; the source calls it after every
-// poll (at most 1,000 records; a look at a few partitions and one lock,
-// well under a microsecond). A paused partition is not idle: its
-// last-seen time moves with now, since the subtask, not the partition,
-// stopped its records.
-func (a *aligner) update(s *KafkaSource, now time.Time) {
-	for p := range a.paused {
-		s.wms.lastSeen[p] = now
-	}
+// lowest publishes the least largest-event-time of the subtask's
+// partitions that hold its group back (noTimestamp when one is pending,
+// noAlignmentWatermark when none holds) and returns the group's least
+// (the subtask's own without a group).
+func (a *aligner) lowest(s *KafkaSource, now time.Time) int64 {
 	local := int64(noAlignmentWatermark)
 	for p, ts := range s.wms.maxTs {
 		if holds, pending := a.holds(s, p, ts, now); pending {
@@ -208,26 +275,31 @@ func (a *aligner) update(s *KafkaSource, now time.Time) {
 			local = min(local, ts)
 		}
 	}
-	lowest := local
-	if a.member != nil {
-		a.member.wm.Store(local)
-		lowest = a.member.g.min()
+	if a.member == nil {
+		return local
 	}
+	a.member.wm.Store(local)
+	return a.member.g.min()
+}
+
+// update pauses the partitions it holds records of or that are ahead of
+// the group's least, and resumes the others; the source calls it after
+// every poll, once the poll's records went through emit. A paused
+// partition is not idle: its last-seen time moves with now, since the
+// subtask, not the partition, stopped its records.
+func (a *aligner) update(s *KafkaSource, now time.Time) {
+	for p := range a.paused {
+		s.wms.lastSeen[p] = now
+	}
+	lowest := a.lowest(s, now)
 	var pause, resume map[string][]int32
 	for p, ts := range s.wms.maxTs {
-		ahead := false
-		switch {
-		case ts == noTimestamp || lowest == noAlignmentWatermark:
-		case lowest == noTimestamp:
-			ahead = true // a partition holds the group at its start
-		default:
-			ahead = ts-lowest > a.cfg.MaxDrift.Milliseconds()
-		}
-		if ahead == a.paused[p] {
+		stop := len(a.held[p]) > 0 || a.ahead(ts, lowest)
+		if stop == a.paused[p] {
 			continue
 		}
 		t, part := s.tp(p)
-		if ahead {
+		if stop {
 			a.paused[p] = true
 			pause = addTP(pause, t, part)
 			a.pauses.Add(1)
@@ -252,7 +324,7 @@ func (a *aligner) update(s *KafkaSource, now time.Time) {
 
 // waitBound is how long a poll may wait: UpdateInterval (at least 1ms: a
 // poll whose context is done returns no record) while a partition is
-// paused, as the group's minimum may move without a record of this
+// paused, as the group's least may move without a record of this
 // subtask's; else bound.
 func (a *aligner) waitBound(bound time.Duration) time.Duration {
 	if a != nil && len(a.paused) > 0 {

@@ -28,10 +28,6 @@ const alignBase = int64(1_733_000_000_000)
 // many records per subtask.
 const alignChannel = 16
 
-// pollRecords is how many records one poll of a source subtask returns
-// at most (KafkaSource.poll).
-const pollRecords = 1000
-
 // alignTopic makes topic "items" of len(counts) partitions on a kfake
 // broker, partition p holding counts[p] records of value
 // {"p":p,"i":i} and event time alignBase + start[p] + i*step[p] ms, and returns the
@@ -70,28 +66,30 @@ type alignedRecord struct {
 	ts        int64
 }
 
-// snapshotResponder keeps the task states acknowledged, by checkpoint.
+// snapshotResponder keeps the task states acknowledged, by subtask and
+// checkpoint.
 type snapshotResponder struct {
 	mu     sync.Mutex
-	states map[int64]json.RawMessage
+	states map[[2]int64]json.RawMessage
 }
 
-func (r *snapshotResponder) Acknowledge(_ runtime.TaskID, id int64, s runtime.TaskSnapshot) {
+func (r *snapshotResponder) Acknowledge(task runtime.TaskID, id int64, s runtime.TaskSnapshot) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.states[id] = s.State
+	r.states[[2]int64{int64(task.Subtask), id}] = s.State
 }
 func (r *snapshotResponder) Decline(runtime.TaskID, int64, error)                   {}
 func (r *snapshotResponder) AlignmentDuration(runtime.TaskID, int64, time.Duration) {}
 
-// splits decodes the splits acknowledged for checkpoint id.
-func (r *snapshotResponder) splits(t *testing.T, id int64) []Split {
+// splits decodes the splits subtask sub acknowledged for checkpoint id.
+func (r *snapshotResponder) splits(t *testing.T, sub int, id int64) []Split {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	st := r.states[[2]int64{int64(sub), id}]
 	var ts checkpoint.TaskState
-	if err := json.Unmarshal(r.states[id], &ts); err != nil {
-		t.Fatalf("checkpoint %d state %s: %v", id, r.states[id], err)
+	if err := json.Unmarshal(st, &ts); err != nil {
+		t.Fatalf("subtask %d checkpoint %d state %s: %v", sub, id, st, err)
 	}
 	var out []Split
 	for _, e := range ts.Operator[SplitsState].Entries {
@@ -118,7 +116,7 @@ type alignRun struct {
 func runAligned(t *testing.T, opts []kgo.Opt, parallelism int, align WatermarkAlignment, restored []*Restored,
 	onRecord func(alignedRecord), onControl func(sub int, el runtime.Element), set func(*Config)) *alignRun {
 	t.Helper()
-	run := &alignRun{resp: &snapshotResponder{states: map[int64]json.RawMessage{}}}
+	run := &alignRun{resp: &snapshotResponder{states: map[[2]int64]json.RawMessage{}}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -203,8 +201,12 @@ type driftTracker struct {
 	seen   []int
 	next   []int64 // the next offset expected per partition
 	lead   int64   // the largest lead seen, ms
-	order  string  // the first order violation, if any
-	total  int
+	// slack: a partition counts as having records to come until this many
+	// before its end (a drained view lags the emitted one).
+	slack int
+	at    string // where it was seen
+	order string // the first order violation, if any
+	total int
 }
 
 func newDriftTracker(counts []int, start []int64) *driftTracker {
@@ -225,21 +227,24 @@ func (d *driftTracker) add(r alignedRecord) {
 	d.total++
 	d.maxTs[p] = max(d.maxTs[p], r.ts)
 	for q := range d.counts {
-		if q != int(p) && d.seen[q] < d.counts[q] {
-			d.lead = max(d.lead, d.maxTs[p]-d.maxTs[q])
+		if q != int(p) && d.seen[q] < d.counts[q]-d.slack {
+			if l := d.maxTs[p] - d.maxTs[q]; l > d.lead {
+				d.lead = l
+				d.at = fmt.Sprintf("partition %d at %d (record %d) over partition %d at %d (record %d)", p, d.maxTs[p]-alignBase, d.seen[p], q, d.maxTs[q]-alignBase, d.seen[q])
+			}
 		}
 	}
 }
 
 // TestAlignmentBoundsPartitionDrift: partition 1's event times advance 4x
 // as fast per record as partition 0's (6,000 records each, 24 s against
-// 6 s). With alignment (max drift 50ms), while partition 0 still has records to come, partition 1's
-// largest emitted event time leads partition 0's by at most the drift
-// plus one poll of partition 1 (1,000 records, 4 s) plus the channel's
-// slack: each poll ends with an update that pauses partition 1 once it is
-// ahead. Without alignment the lead reached 6 s (the reader took the two
-// partitions a fetch at a time). Every record is emitted exactly once, in
-// offset order per partition.
+// 6 s). With alignment (max drift 50ms), while the other partition still
+// has records to come, neither partition's largest emitted event time
+// leads the other's by more than the drift plus one record (4 ms): a
+// partition's fetched records are emitted only while it is not ahead, the
+// rest held. Without alignment the lead reached 6 s (the reader took the
+// two partitions a fetch at a time). Every record is emitted exactly
+// once, in offset order per partition.
 func TestAlignmentBoundsPartitionDrift(t *testing.T) {
 	counts, start, step := []int{6000, 6000}, []int64{0, 0}, []int64{1, 4}
 	opts := alignTopic(t, counts, start, step)
@@ -253,24 +258,23 @@ func TestAlignmentBoundsPartitionDrift(t *testing.T) {
 	if d.total != 12000 || d.order != "" || d.seen[0] != 6000 || d.seen[1] != 6000 {
 		t.Fatalf("emitted %d records (%v per partition), order: %q; want 6000 of each, in offset order", d.total, d.seen, d.order)
 	}
-	bound := drift.Milliseconds() + (pollRecords+alignChannel)*step[1]
-	t.Logf("lead %d ms (bound %d), %d pauses", d.lead, bound, run.pauses())
+	bound := drift.Milliseconds() + step[1]
+	t.Logf("lead %d ms (bound %d): %s; %d pauses", d.lead, bound, d.at, run.pauses())
 	if d.lead > bound {
-		t.Errorf("partition 1 led partition 0 by %d ms, want at most %d (max drift plus one poll)", d.lead, bound)
-	}
-	if run.pauses() == 0 {
-		t.Error("no partition was paused")
+		t.Errorf("a partition led the other by %d ms (%s), want at most %d (max drift plus one record)", d.lead, d.at, bound)
 	}
 }
 
 // TestAlignmentGroupAcrossSubtasks: the two partitions of
 // TestAlignmentBoundsPartitionDrift read by two subtasks sharing an
-// alignment group: the fast subtask is held back by the slow one's
-// published watermark, so the lead stays within the drift plus one poll of
-// each (the slow subtask's last poll may not be drained yet) and the
-// channels' slack. Without the group (each subtask aligning its own
-// partition only) the lead reached 23.5 s: the fast subtask read all of
-// its partition before the slow one had read a quarter of its.
+// alignment group: each is held back by the other's published watermark,
+// so the lead stays within the drift plus one record, plus what the
+// slower-drained subtask's channel holds (16 records, the one being sent
+// and the one its source observed before sending: 18 records of at most
+// 4 ms), while the other partition has more than those 18 records to
+// come. Without the group (each subtask aligning its own partition only)
+// the lead reached 23.5 s: the fast subtask read all of its partition
+// before the slow one had read a quarter of its.
 func TestAlignmentGroupAcrossSubtasks(t *testing.T) {
 	if AssignPartition("items", 0, 2) == AssignPartition("items", 1, 2) {
 		t.Fatal("partitions 0 and 1 of items go to one subtask of 2")
@@ -278,6 +282,7 @@ func TestAlignmentGroupAcrossSubtasks(t *testing.T) {
 	counts, start, step := []int{6000, 6000}, []int64{0, 0}, []int64{1, 4}
 	opts := alignTopic(t, counts, start, step)
 	d := newDriftTracker(counts, start)
+	d.slack = alignChannel + 2
 	const drift = 50 * time.Millisecond
 	group := NewAlignmentGroup("src")
 	run := runAligned(t, opts, 2, WatermarkAlignment{Group: group, MaxDrift: drift, UpdateInterval: time.Nanosecond}, nil, d.add, nil, nil)
@@ -288,13 +293,10 @@ func TestAlignmentGroupAcrossSubtasks(t *testing.T) {
 	if d.total != 12000 || d.order != "" {
 		t.Fatalf("emitted %d records (%v per partition), order: %q; want 6000 of each, in offset order", d.total, d.seen, d.order)
 	}
-	bound := drift.Milliseconds() + (pollRecords+alignChannel)*(step[0]+step[1])
-	t.Logf("lead %d ms (bound %d), %d pauses", d.lead, bound, run.pauses())
+	bound := drift.Milliseconds() + (alignChannel+3)*step[1]
+	t.Logf("lead %d ms (bound %d): %s; %d pauses", d.lead, bound, d.at, run.pauses())
 	if d.lead > bound {
-		t.Errorf("partition 1 led partition 0 by %d ms, want at most %d", d.lead, bound)
-	}
-	if run.pauses() == 0 {
-		t.Error("no partition was paused")
+		t.Errorf("a partition led the other by %d ms (%s), want at most %d", d.lead, d.at, bound)
 	}
 	group.mu.Lock()
 	defer group.mu.Unlock()
@@ -323,56 +325,71 @@ func TestAlignmentEndOfPartitionDoesNotBlock(t *testing.T) {
 	}
 }
 
-// TestAlignmentRestore: a checkpoint taken while alignment paused
-// partition 1 restores into a new subtask (alignment on) that emits the
-// records after the checkpoint's offsets: the records before the barrier
-// of run 1 and those of run 2 are every record exactly once, in offset
-// order per partition. Pausing is not state: the splits hold the offsets
-// emitted, and partition 1's is short of its end.
+// TestAlignmentRestore: two subtasks in one group over the partitions of
+// TestAlignmentGroupAcrossSubtasks (2,000 records each), the slow one
+// slowed down (its records drained 1ms apart), so the fast one holds
+// records of its partition, paused; both take checkpoint 1 once 500
+// records were drained. New subtasks restored from it (alignment on, not
+// slowed) emit the records after its offsets: the records each subtask
+// drained before its barrier in run 1 and those of run 2 are every record
+// exactly once, in offset order per partition. Pausing and holding are not
+// state: the fast subtask's split holds the offset of its next record to
+// emit, short of what it had fetched.
 func TestAlignmentRestore(t *testing.T) {
-	counts, start, step := []int{3000, 3000}, []int64{0, 0}, []int64{1, 4}
+	counts, start, step := []int{2000, 2000}, []int64{0, 0}, []int64{1, 4}
 	opts := alignTopic(t, counts, start, step)
-	align := WatermarkAlignment{MaxDrift: 50 * time.Millisecond, UpdateInterval: time.Nanosecond}
+	fast := AssignPartition("items", 1, 2)
+	align := func() WatermarkAlignment {
+		return WatermarkAlignment{Group: NewAlignmentGroup("src"), MaxDrift: 50 * time.Millisecond, UpdateInterval: time.Millisecond}
+	}
 
 	var before []alignedRecord
-	var barrier sync.WaitGroup
-	barrier.Add(1)
-	done := false
+	var barriers sync.WaitGroup
+	barriers.Add(2)
+	done := map[int]bool{}
 	var run1 *alignRun
 	triggered := false
-	run1 = runAligned(t, opts, 1, align, nil, func(r alignedRecord) {
-		if done {
+	run1 = runAligned(t, opts, 2, align(), nil, func(r alignedRecord) {
+		if done[r.sub] {
 			return
 		}
 		before = append(before, r)
-		if len(before) == 1500 && !triggered {
+		if len(before) == 500 && !triggered {
 			triggered = true
-			run1.srcs[0].TriggerCheckpoint(&runtime.Barrier{CheckpointID: 1})
+			for _, src := range run1.srcs {
+				src.TriggerCheckpoint(&runtime.Barrier{CheckpointID: 1})
+			}
 		}
-	}, func(_ int, el runtime.Element) {
-		if el.Kind == runtime.KindBarrier && el.Barrier.CheckpointID == 1 {
-			done = true
-			barrier.Done()
+		if r.partition == 0 {
+			time.Sleep(time.Millisecond) // the slow subtask's downstream is slow
+		}
+	}, func(sub int, el runtime.Element) {
+		if el.Kind == runtime.KindBarrier && el.Barrier.CheckpointID == 1 && !done[sub] {
+			done[sub] = true
+			barriers.Done()
 		}
 	}, nil)
-	barrier.Wait()
+	barriers.Wait()
 	run1.stop()
-	splits := run1.resp.splits(t, 1)
-	if len(splits) != 2 || splits[1].Offset >= 3000 {
-		t.Fatalf("checkpoint 1 splits %+v, want partition 1 short of its end", splits)
+	restored := make([]*Restored, 2)
+	for sub := range restored {
+		restored[sub] = &Restored{Splits: run1.resp.splits(t, sub, 1), Known: []int32{0, 1}}
+	}
+	if sp := restored[fast].Splits; len(sp) != 1 || sp[0].Partition != 1 || sp[0].Offset >= 2000 {
+		t.Fatalf("the fast subtask's checkpoint 1 splits %+v, want partition 1 short of its end", sp)
 	}
 
 	d := newDriftTracker(counts, start)
 	for _, r := range before {
 		d.add(r)
 	}
-	run2 := runAligned(t, opts, 1, align, []*Restored{{Splits: splits, Known: []int32{0, 1}}}, d.add, nil, nil)
-	rest := 6000 - len(before)
+	run2 := runAligned(t, opts, 2, align(), restored, d.add, nil, nil)
+	rest := 4000 - len(before)
 	if !testkit.Poll(60*time.Second, func() bool { return int(run2.emitted.Load()) >= rest }) {
 		t.Fatalf("run 2 emitted %d of %d records", run2.emitted.Load(), rest)
 	}
 	run2.stop()
-	if d.total != 6000 || d.order != "" || !slices.Equal(d.seen, []int{3000, 3000}) {
+	if d.total != 4000 || d.order != "" || !slices.Equal(d.seen, []int{2000, 2000}) {
 		t.Fatalf("emitted %d records (%v per partition) over the restore, order: %q; want each once, in offset order", d.total, d.seen, d.order)
 	}
 }

@@ -885,23 +885,18 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if !failed {
 			fetchFailing = time.Time{}
 		}
-		if s.align != nil {
-			s.align.fetched(s, fetches)
-		}
 		var emitErr error
-		fetches.EachRecord(func(r *kgo.Record) {
-			if emitErr != nil {
-				return
-			}
-			if !r.Attrs.IsControl() {
-				emitErr = s.emitFetched(ctx, r)
-			}
-			id := s.pid(r.Topic, r.Partition)
-			s.pos[id] = r.Offset + 1
-			if target, ok := s.pending[id]; ok && r.Offset+1 >= target {
-				delete(s.pending, id)
-			}
-		})
+		if s.align != nil {
+			// Each partition's records only while it is not ahead of its
+			// group; the rest are held, in order, for a later pass.
+			emitErr = s.align.emit(ctx, s, fetches)
+		} else {
+			fetches.EachRecord(func(r *kgo.Record) {
+				if emitErr == nil {
+					emitErr = s.emitRead(ctx, r)
+				}
+			})
+		}
 		if emitErr != nil {
 			return emitErr
 		}
@@ -943,6 +938,21 @@ func (s *KafkaSource) read(ctx context.Context) error {
 	}
 }
 
+// emitRead emits fetched record r (a control record only moves the
+// position) and moves its partition's position past it.
+func (s *KafkaSource) emitRead(ctx context.Context, r *kgo.Record) error {
+	var err error
+	if !r.Attrs.IsControl() {
+		err = s.emitFetched(ctx, r)
+	}
+	id := s.pid(r.Topic, r.Partition)
+	s.pos[id] = r.Offset + 1
+	if target, ok := s.pending[id]; ok && r.Offset+1 >= target {
+		delete(s.pending, id)
+	}
+	return err
+}
+
 // pollBound is how long one poll waits for records at most, so discovery
 // runs on time.
 const pollBound = 500 * time.Millisecond
@@ -963,6 +973,11 @@ func (s *KafkaSource) poll(ctx context.Context) kgo.Fetches {
 	times := s.cfg.Output.IOTimes()
 	times.BeginIdle()
 	defer times.EndIdle()
+	if s.align != nil {
+		// Every buffered record: alignment holds those of a partition
+		// that runs ahead itself, so a pause drops nothing fetched.
+		return s.cl.PollRecords(pctx, -1)
+	}
 	return s.cl.PollRecords(pctx, 1000)
 }
 
