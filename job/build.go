@@ -125,7 +125,7 @@ type build struct {
 	// srcByName indexes g.Sources.
 	srcByName map[string]*graph.Source
 	// alignGroups are the watermark alignment groups of the kafka
-	// sources built, by name (alignmentGroup).
+	// sources built, by name (build.alignment).
 	alignGroups map[string]*source.AlignmentGroup
 	// readers says which source subtask reads each partition of a topic
 	// at this start, for FactoryContext.SourceSubtask.
