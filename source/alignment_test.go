@@ -394,7 +394,7 @@ func TestAlignmentRestore(t *testing.T) {
 	}
 }
 
-// TestAlignmentPausedIsNotIdle: with watermark.idleness 50ms, the subtask
+// TestAlignmentPausedIsNotIdle: with watermark.idleness 200ms, the subtask
 // reading the fast partition of TestAlignmentGroupAcrossSubtasks (2,000
 // records each) has its one partition paused, after its first poll, for
 // as long as the other subtask reads (slowed down: its records drained
@@ -420,7 +420,7 @@ func TestAlignmentPausedIsNotIdle(t *testing.T) {
 					idleEarly++
 				}
 			}
-		}, func(c *Config) { c.Watermarks.Idleness = 50 * time.Millisecond })
+		}, func(c *Config) { c.Watermarks.Idleness = 200 * time.Millisecond })
 	if !testkit.Poll(60*time.Second, func() bool { return run.emitted.Load() >= 4000 }) {
 		t.Fatalf("emitted %d of 4000 records", run.emitted.Load())
 	}
