@@ -118,6 +118,14 @@ type Source struct {
 	// OutOfOrderness and Idleness configure the watermarks (0: none, never
 	// idle).
 	OutOfOrderness, Idleness time.Duration
+	// AlignmentGroup, AlignmentMaxDrift and AlignmentUpdateInterval are
+	// the source's watermark alignment (source.WatermarkAlignment): its
+	// subtasks and those of the other sources of the same group pause a
+	// partition running more than AlignmentMaxDrift ahead of the group's
+	// least watermark. AlignmentMaxDrift 0: off. A reading policy, not
+	// part of the job's fingerprint.
+	AlignmentGroup                             string
+	AlignmentMaxDrift, AlignmentUpdateInterval time.Duration
 	// MaxAhead, if > 0, bounds how far ahead of the wall clock a record's
 	// event time may be; a record further ahead is a bad record
 	// (source.Config.MaxAhead). 0: off.

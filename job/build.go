@@ -124,6 +124,9 @@ type build struct {
 	admin *kgo.Client
 	// srcByName indexes g.Sources.
 	srcByName map[string]*graph.Source
+	// alignGroups are the watermark alignment groups of the kafka
+	// sources built, by name (build.alignment).
+	alignGroups map[string]*source.AlignmentGroup
 	// readers says which source subtask reads each partition of a topic
 	// at this start, for FactoryContext.SourceSubtask.
 	readers map[string]map[int32]int

@@ -277,6 +277,7 @@ func (b *build) kafkaSource(ctx connector.SourceContext) (runtime.SourceTask, er
 	}
 	src := source.New(source.Config{
 		Timestamp: assigner, MaxAhead: s.MaxAhead, Watermarks: source.WatermarkConfig{OutOfOrderness: s.OutOfOrderness, Idleness: s.Idleness},
+		Alignment:      b.alignment(s),
 		WatermarkGauge: ctx.Watermark,
 		Name:           s.Name, Topic: s.Topic, Partitions: partitions, TopicPartitions: kp.topics, TopicPattern: kp.pattern,
 		Subtask: sub, Parallelism: ctx.Parallelism, Only: only, Upstream: upstream, StartFrom: source.StartFrom(s.StartFrom), Restored: restored,
@@ -290,6 +291,25 @@ func (b *build) kafkaSource(ctx connector.SourceContext) (runtime.SourceTask, er
 	})
 	b.j.sources = append(b.j.sources, src)
 	return src, nil
+}
+
+// alignment returns the watermark alignment of a subtask of source s: off
+// unless s sets a max drift; else with the group of that name, one per
+// build (so per daemon and per run of the job: a restart starts a new
+// one), shared by every subtask of every source naming it.
+func (b *build) alignment(s *graph.Source) source.WatermarkAlignment {
+	if s.AlignmentMaxDrift <= 0 {
+		return source.WatermarkAlignment{}
+	}
+	g := b.alignGroups[s.AlignmentGroup]
+	if g == nil {
+		g = source.NewAlignmentGroup(s.AlignmentGroup)
+		if b.alignGroups == nil {
+			b.alignGroups = map[string]*source.AlignmentGroup{}
+		}
+		b.alignGroups[s.AlignmentGroup] = g
+	}
+	return source.WatermarkAlignment{Group: g, MaxDrift: s.AlignmentMaxDrift, UpdateInterval: s.AlignmentUpdateInterval}
 }
 
 // newJSONDoc is every Kafka source's source.Config.NewJSONDoc: one

@@ -639,6 +639,10 @@ type SourceConfig struct {
 	// Watermark configures the source's watermarks (bounded
 	// out-of-orderness per partition, minimum over partitions).
 	Watermark WatermarkConfig `yaml:"watermark"`
+	// WatermarkAlignment, if set, pauses reading a partition whose
+	// watermark runs more than max_drift ahead of its alignment group's
+	// (Flink's WatermarkStrategy.withWatermarkAlignment). Default: off.
+	WatermarkAlignment *WatermarkAlignmentConfig `yaml:"watermark_alignment"`
 	// Table reads the topic as a table (Kafka Streams' KTable, Flink's
 	// upsert-kafka): a compacted topic whose records upsert the row of
 	// their Kafka key and whose tombstones (null values) delete it. The
@@ -679,6 +683,36 @@ type WatermarkConfig struct {
 	// stops holding the watermark back (Flink's withIdleness). Default 0:
 	// never; otherwise >= 100ms.
 	Idleness time.Duration `yaml:"idleness"`
+}
+
+// WatermarkAlignmentConfig is sources[].watermark_alignment: Flink's
+// watermark alignment (FLIP-182, per split as FLIP-217;
+// WatermarkStrategy.withWatermarkAlignment(group, maxAllowedWatermarkDrift,
+// updateInterval)). A partition whose largest event time is more than
+// MaxDrift ahead of the least of its group's partitions that still have
+// records to read has its fetched records held and is not fetched until
+// that least catches up, so that a
+// backlog is read at about the same event time on every partition and
+// the event-time operators downstream (whose watermark is the least of
+// all) buffer less. It changes which partition is read when, never the
+// records emitted, their order within a partition, the watermark, nor
+// what a checkpoint holds.
+type WatermarkAlignmentConfig struct {
+	// Group names the alignment group: the sources (all their subtasks) of
+	// one group align with each other. Default "": the source's name (its
+	// own subtasks align with each other). In cluster mode a group spans
+	// the subtasks of one daemon.
+	Group string `yaml:"group"`
+	// MaxDrift is how far ahead of its group's least watermark a
+	// partition may read (Flink's maxAllowedWatermarkDrift). Required; >=
+	// 1ms.
+	MaxDrift time.Duration `yaml:"max_drift"`
+	// UpdateInterval is how often a subtask whose partitions are paused
+	// looks at its group's least watermark again while it waits (it also
+	// does after every fetch it reads). Default 0: 100ms (Flink's default
+	// is 1s, a round trip to its coordinator; here the group is in
+	// memory); else >= 1ms.
+	UpdateInterval time.Duration `yaml:"update_interval"`
 }
 
 // OnError is a source's bad-record policy.

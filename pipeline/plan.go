@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"fmt"
 	"reflect"
 	"slices"
@@ -191,6 +192,9 @@ func (c *Config) buildGraph() *graph.Graph {
 			MaxRecordBytes: s.MaxRecordBytes, DiscoveryInterval: s.PartitionDiscoveryInterval,
 			OutOfOrderness: s.Watermark.OutOfOrderness, Idleness: s.Watermark.Idleness,
 			MaxAhead: s.Timestamp.MaxAhead, Changelog: s.Changelog != "", UpsertChangelog: s.Changelog == graph.ChangelogUpsertHeader, Table: s.Table,
+		}
+		if a := s.WatermarkAlignment; a != nil {
+			gs.AlignmentGroup, gs.AlignmentMaxDrift, gs.AlignmentUpdateInterval = cmp.Or(a.Group, s.Name), a.MaxDrift, a.UpdateInterval
 		}
 		if e, unit := s.Timestamp.Expression, s.Timestamp.Unit; e.IsSet() {
 			gs.Timestamp = func() func(*runtime.Record) (time.Time, error) { return operators.NewTimestampAssigner(e, unit) }

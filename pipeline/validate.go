@@ -366,6 +366,20 @@ func (c *Config) validateSources(v *validator) {
 		if d := s.Watermark.Idleness; d != 0 && d < 100*time.Millisecond {
 			v.errorf(p+".watermark.idleness", "must be 0 (never idle) or >= 100ms, got %v", d)
 		}
+		if a := s.WatermarkAlignment; a != nil {
+			ap := p + ".watermark_alignment"
+			switch {
+			case known && f.Type != connector.DefaultType:
+				v.errorf(ap, "applies to kafka sources only, not to source type %s", f.Type)
+			case a.MaxDrift == 0:
+				v.errorf(ap+".max_drift", "required: how far ahead of its group's least watermark a partition may read, e.g. max_drift: 1s")
+			case a.MaxDrift < time.Millisecond:
+				v.errorf(ap+".max_drift", "must be >= 1ms, got %v", a.MaxDrift)
+			}
+			if d := a.UpdateInterval; d != 0 && d < time.Millisecond {
+				v.errorf(ap+".update_interval", "must be 0 (100ms) or >= 1ms, got %v", d)
+			}
+		}
 	}
 }
 

@@ -236,6 +236,10 @@ type Config struct {
 	// Watermarks configures the watermarks the subtask emits; ignored with
 	// Upstream.
 	Watermarks WatermarkConfig
+	// Alignment, when its MaxDrift is > 0, pauses reading a partition whose
+	// watermark runs ahead of its alignment group's (Flink's watermark
+	// alignment, alignment.go); ignored with Upstream.
+	Alignment WatermarkAlignment
 	// Upstream, if not nil, makes the subtask the repartition source of a
 	// cluster-mode unit (docs/scale-out.md, "Markers"): the upstream units
 	// (runtime.MarkerUnit) whose markers its one partition carries. Marker
@@ -350,6 +354,7 @@ type Metrics struct {
 	deadLettered *prometheus.CounterVec
 	lag          *prometheus.GaugeVec
 	unavailable  *prometheus.GaugeVec
+	paused       *prometheus.CounterVec
 }
 
 // NewMetrics registers with reg:
@@ -358,6 +363,7 @@ type Metrics struct {
 //	kstreamd_source_records_dead_lettered_total{source,reason}  bad records written to the dead-letter topic
 //	kstreamd_source_consumer_lag_records{source,partition}      high watermark minus the next offset to read
 //	kstreamd_source_partitions_unavailable{source}              partitions the source cannot read now (no leader, or a retriable offset lookup or fetch error)
+//	kstreamd_source_alignment_pauses_total{source}              partitions paused by watermark alignment (each pause once)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -377,7 +383,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "kstreamd_source_partitions_unavailable",
 		Help: "Partitions a source cannot read now: no leader, or their offset lookup or fetch fails with a retriable error; each is retried on its own while the others are read.",
 	}, []string{"source"})
-	for _, c := range []prometheus.Collector{m.skipped, m.deadLettered, m.lag, m.unavailable} {
+	m.paused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kstreamd_source_alignment_pauses_total",
+		Help: "Partitions a source paused because their watermark ran more than watermark_alignment.max_drift ahead of their alignment group's least (each pause once; resumed when the least catches up).",
+	}, []string{"source"})
+	for _, c := range []prometheus.Collector{m.skipped, m.deadLettered, m.lag, m.unavailable, m.paused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -397,6 +407,15 @@ func (m *Metrics) Init(source string) {
 		m.deadLettered.WithLabelValues(source, r)
 	}
 	m.unavailable.WithLabelValues(source)
+	m.paused.WithLabelValues(source)
+}
+
+// alignmentPaused counts n partitions of a source paused by watermark
+// alignment; m may be nil.
+func (m *Metrics) alignmentPaused(source string, n int) {
+	if m != nil && n > 0 {
+		m.paused.WithLabelValues(source).Add(float64(n))
+	}
 }
 
 // unavailableAdd adds d to a source's unavailable partitions; m may be nil.
@@ -462,6 +481,7 @@ type KafkaSource struct {
 	cl      *kgo.Client
 	pos     map[int32]int64 // partition -> offset of the next record to emit
 	wms     *watermarks
+	align   *aligner             // with Config.Alignment: the partitions paused and the group
 	markers *runtime.MarkerValve // with Config.Upstream: the valve of the one partition read
 	known   map[int32]bool       // every partition of the topics known to the job
 	// topicNames and topicIdx map the topics read to the index in their
@@ -535,6 +555,13 @@ func New(cfg Config) *KafkaSource {
 	}
 	if c, ok := s.doc.(runtime.CheckingJSON); ok && plainJSON(cfg) {
 		s.checking = c
+	}
+	if cfg.Alignment.MaxDrift > 0 && cfg.Upstream == nil {
+		// Joined now, not when Run starts: until its first update the
+		// subtask holds its group at the start (alignment.go), so a
+		// subtask that starts reading first does not run ahead of one that
+		// has not started yet.
+		s.align = newAligner(cfg.Alignment)
 	}
 	if cfg.DeadLetters != nil {
 		s.sides = runtime.SideOutputs{{ID: runtime.TaskID{Operator: DeadLetterVertex(cfg.Name), Subtask: cfg.Subtask}, Operator: cfg.DeadLetters}}
@@ -624,6 +651,7 @@ func (s *KafkaSource) NotifyCheckpointAborted(id int64) {
 // and returns nil. It returns an error only if ctx ends or the output fails.
 func (s *KafkaSource) Run(ctx context.Context, stop <-chan struct{}) (rerr error) {
 	s.runCtx = ctx
+	defer s.align.stop() // a stopped subtask holds its group back no more
 	times := s.cfg.Output.IOTimes()
 	times.Start()
 	defer times.Stop()
@@ -858,19 +886,17 @@ func (s *KafkaSource) read(ctx context.Context) error {
 			fetchFailing = time.Time{}
 		}
 		var emitErr error
-		fetches.EachRecord(func(r *kgo.Record) {
-			if emitErr != nil {
-				return
-			}
-			if !r.Attrs.IsControl() {
-				emitErr = s.emitFetched(ctx, r)
-			}
-			id := s.pid(r.Topic, r.Partition)
-			s.pos[id] = r.Offset + 1
-			if target, ok := s.pending[id]; ok && r.Offset+1 >= target {
-				delete(s.pending, id)
-			}
-		})
+		if s.align != nil {
+			// Each partition's records only while it is not ahead of its
+			// group; the rest are held, in order, for a later pass.
+			emitErr = s.align.emit(ctx, s, fetches)
+		} else {
+			fetches.EachRecord(func(r *kgo.Record) {
+				if emitErr == nil {
+					emitErr = s.emitRead(ctx, r)
+				}
+			})
+		}
 		if emitErr != nil {
 			return emitErr
 		}
@@ -890,7 +916,12 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if err := s.cfg.Output.Flush(ctx); err != nil {
 			return err
 		}
-		s.wms.seenAt(time.Now())
+		now := time.Now()
+		s.wms.seenAt(now)
+		if s.align != nil {
+			// Before the watermark: a paused partition is not idle.
+			s.align.update(s, now)
+		}
 		if err := s.emitWatermark(ctx); err != nil {
 			return err
 		}
@@ -907,6 +938,21 @@ func (s *KafkaSource) read(ctx context.Context) error {
 	}
 }
 
+// emitRead emits fetched record r (a control record only moves the
+// position) and moves its partition's position past it.
+func (s *KafkaSource) emitRead(ctx context.Context, r *kgo.Record) error {
+	var err error
+	if !r.Attrs.IsControl() {
+		err = s.emitFetched(ctx, r)
+	}
+	id := s.pid(r.Topic, r.Partition)
+	s.pos[id] = r.Offset + 1
+	if target, ok := s.pending[id]; ok && r.Offset+1 >= target {
+		delete(s.pending, id)
+	}
+	return err
+}
+
 // pollBound is how long one poll waits for records at most, so discovery
 // runs on time.
 const pollBound = 500 * time.Millisecond
@@ -918,7 +964,7 @@ const pollBound = 500 * time.Millisecond
 // a wake-up cannot signal itself again. Records stay buffered in the client
 // when the poll returns early.
 func (s *KafkaSource) poll(ctx context.Context) kgo.Fetches {
-	pctx, cancel := context.WithTimeout(ctx, s.pollBound)
+	pctx, cancel := context.WithTimeout(ctx, s.align.waitBound(s.pollBound))
 	defer cancel()
 	pctx, release := s.mailbox.Interruptible(pctx)
 	defer release()
@@ -927,6 +973,11 @@ func (s *KafkaSource) poll(ctx context.Context) kgo.Fetches {
 	times := s.cfg.Output.IOTimes()
 	times.BeginIdle()
 	defer times.EndIdle()
+	if s.align != nil {
+		// Every buffered record: alignment holds those of a partition
+		// that runs ahead itself, so a pause drops nothing fetched.
+		return s.cl.PollRecords(pctx, -1)
+	}
 	return s.cl.PollRecords(pctx, 1000)
 }
 

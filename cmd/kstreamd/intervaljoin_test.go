@@ -179,15 +179,19 @@ func joinExpected(orders, payments []joinRec, kind string) (lines []string, rele
 // bounds [-5s, +10s] (inner, left and full outer, each to its own topic,
 // exactly-once; the inner join's late records to topic late), behind
 // filters that drop the tick records, at parallelism p, on state backend
-// backend.
-func intervalJoinConfig(dir, broker, metrics, backend string, p int) string {
+// backend; aligned puts both sources in one watermark alignment group.
+func intervalJoinConfig(dir, broker, metrics, backend string, p int, aligned bool) string {
+	align := ""
+	if aligned {
+		align = ", watermark_alignment: {group: ijoin, max_drift: 1s}"
+	}
 	cfg := jobHead("ijoin", p, dir, brokersKafka(broker), metrics, "info") + `state:
   backend: ` + backend + `
 checkpoints:
   interval: 200ms
 sources:
-  - {name: orders, topic: orders, timestamp: {expression: ts}, watermark: {out_of_orderness: 2s}}
-  - {name: payments, topic: payments, timestamp: {expression: ts}, watermark: {out_of_orderness: 2s}}
+  - {name: orders, topic: orders, timestamp: {expression: ts}, watermark: {out_of_orderness: 2s}` + align + `}
+  - {name: payments, topic: payments, timestamp: {expression: ts}, watermark: {out_of_orderness: 2s}` + align + `}
 operators:
   - {name: o, type: filter, input: orders, params: {condition: "kind == 'order'"}}
   - {name: p, type: filter, input: payments, params: {condition: "kind == 'payment'"}}
@@ -222,18 +226,23 @@ operators:
 // definition (none twice); before the watermark passes the last intervals
 // exactly the unmatched rows whose interval it passed are out; the late
 // records are exactly the late output; and once the watermark passed every
-// interval the joins hold no row (kstreamd_join_buffered_rows 0).
+// interval the joins hold no row (kstreamd_join_buffered_rows 0). The
+// pebble-aligned case runs the same with both sources in one watermark
+// alignment group (max_drift 1s): pausing partitions changes none of it.
 func TestIntervalJoinKillRescale(t *testing.T) {
 	t.Parallel()
-	for _, backend := range []string{"hashmap", "pebble"} {
-		t.Run(backend, func(t *testing.T) {
+	for _, c := range []struct {
+		name, backend string
+		aligned       bool
+	}{{"hashmap", "hashmap", false}, {"pebble", "pebble", false}, {"pebble-aligned", "pebble", true}} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			intervalJoinKillRescale(t, backend)
+			intervalJoinKillRescale(t, c.backend, c.aligned)
 		})
 	}
 }
 
-func intervalJoinKillRescale(t *testing.T, backend string) {
+func intervalJoinKillRescale(t *testing.T, backend string, aligned bool) {
 	_, broker := startKfake(t, []string{"orders", "payments", "inner", "left", "full", "late"})
 	dir, metrics := t.TempDir(), testkit.FreeAddr(t)
 	cl := newClient(t, broker, kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -282,7 +291,7 @@ func intervalJoinKillRescale(t *testing.T, backend string) {
 		return out
 	}
 
-	d := startProc(t, dir, intervalJoinConfig(dir, broker, metrics, backend, 2), broker, metrics)
+	d := startProc(t, dir, intervalJoinConfig(dir, broker, metrics, backend, 2, aligned), broker, metrics)
 	first := half(true)
 	produce(t, cl, first...)
 	if !testkit.Poll(60*time.Second, func() bool {
@@ -292,9 +301,15 @@ func intervalJoinKillRescale(t *testing.T, backend string) {
 		t.Fatalf("the first half was not read:\n%s", d.out.String())
 	}
 	d.checkpointAfter(t)
+	if aligned {
+		for _, src := range []string{"orders", "payments"} {
+			n, err := testkit.Scrape(d.url(), "kstreamd_source_alignment_pauses_total", map[string]string{"source": src})
+			t.Logf("%s: %v partitions paused by alignment (%v)", src, n, err)
+		}
+	}
 	d.kill(t)
 
-	d = startProc(t, dir, intervalJoinConfig(dir, broker, metrics, backend, 3), broker, metrics)
+	d = startProc(t, dir, intervalJoinConfig(dir, broker, metrics, backend, 3, aligned), broker, metrics)
 	if lines := restoreLines(d.out.String()); len(lines) != 1 {
 		t.Fatalf("restart: \"restoring\" lines %q, want one", lines)
 	}

@@ -130,6 +130,22 @@ type Config struct {
 	// scenarios whose model counts every output (not Nexmark, not the
 	// rules scenarios) take it (Run fails otherwise).
 	PreloadState bool
+	// WatermarkAlignment, when not empty, replaces the scenarios' input
+	// source watermark_alignment: "off" for none, else a max_drift (e.g.
+	// "20ms"). Empty keeps each scenario's (Scenario.WatermarkAlignment).
+	WatermarkAlignment string
+}
+
+// alignment returns the watermark_alignment of scenario s's input source
+// in this run (Config.WatermarkAlignment), "" for none.
+func (c *Config) alignment(s *Scenario) string {
+	switch c.WatermarkAlignment {
+	case "":
+		return s.WatermarkAlignment
+	case "off":
+		return ""
+	}
+	return fmt.Sprintf("{max_drift: %s}", c.WatermarkAlignment)
 }
 
 // stateYAML returns the lines of the state section after its backend for
@@ -999,7 +1015,9 @@ func (rd *reader) latencies() []time.Duration {
 // buildJob builds scenario s as a job, the way `kstreamd run` does.
 // av, when not nil, is the run's schema registry (an Avro scenario).
 func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, rules, out, delivery string, av *avroRun) (target, error) {
-	y := pipelineYAML(*s, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String(), r.cfg.PostgresDSN, r.cfg.stateYAML(s.Backend))
+	sc := *s
+	sc.WatermarkAlignment = r.cfg.alignment(s)
+	y := pipelineYAML(sc, name, dataDir, r.cfg.Brokers, in, rules, out, delivery, r.cfg.Parallelism, r.cfg.CheckpointInterval.String(), r.cfg.PostgresDSN, r.cfg.stateYAML(s.Backend))
 	if av != nil {
 		y += fmt.Sprintf("schema_registry:\n  urls: [%q]\n", av.url())
 	}

@@ -1027,3 +1027,40 @@ func TestRunPreloadState(t *testing.T) {
 		t.Fatalf("preload on the hashmap backend: %v, want refused", err)
 	}
 }
+
+// TestIntervalJoinAlignmentYAML: the interval-join scenario's input source
+// runs with watermark_alignment max_drift 20ms; --watermark-alignment off
+// drops it and 50ms replaces it, for any scenario (it decodes as run
+// decodes it); a scenario without it has none.
+func TestIntervalJoinAlignmentYAML(t *testing.T) {
+	var ij, cp Scenario
+	for _, s := range Scenarios {
+		switch s.Name {
+		case "interval-join":
+			ij = s
+		case "copy":
+			cp = s
+		}
+	}
+	for _, c := range []struct {
+		s     Scenario
+		flag  string
+		drift time.Duration
+	}{{ij, "", 20 * time.Millisecond}, {ij, "off", 0}, {ij, "50ms", 50 * time.Millisecond}, {cp, "", 0}, {cp, "5ms", 5 * time.Millisecond}} {
+		cfg := Config{WatermarkAlignment: c.flag}
+		sc := c.s
+		sc.WatermarkAlignment = cfg.alignment(&c.s)
+		y := pipelineYAML(sc, "j", t.TempDir(), []string{"localhost:9092"}, "in", "", "out", ExactlyOnce, 2, "1s", "", cfg.stateYAML(sc.Backend))
+		pc, err := pipeline.Parse("bench.yaml", []byte(y), nil)
+		if err != nil {
+			t.Fatalf("%s %q: %v\n%s", c.s.Name, c.flag, err, y)
+		}
+		var drift time.Duration
+		if a := pc.Sources[0].WatermarkAlignment; a != nil {
+			drift = a.MaxDrift
+		}
+		if drift != c.drift {
+			t.Errorf("%s with --watermark-alignment %q: max_drift %v, want %v", c.s.Name, c.flag, drift, c.drift)
+		}
+	}
+}
