@@ -91,8 +91,9 @@ func TestRuleStateSizeHints(t *testing.T) {
 			t.Fatalf("summary %d: %d older slices, inline %v, want %d, %v", i, len(d.Older), d.DInline, len(w.Older), w.DInline)
 		}
 		for j, o := range w.Older {
-			if d.Older[j].K != o.K || !reflect.DeepEqual(*d.Older[j].S, *o.S) {
-				t.Fatalf("summary %d: older slice %d: %d %+v, want %d %+v", i, j, d.Older[j].K, *d.Older[j].S, o.K, *o.S)
+			ds, err := d.Older[j].slice()
+			if err != nil || d.Older[j].K != o.K || !reflect.DeepEqual(*ds, *o.S) {
+				t.Fatalf("summary %d: older slice %d: %d %+v (%v), want %d %+v", i, j, d.Older[j].K, ds, err, o.K, *o.S)
 			}
 		}
 		w.Ints = number{Big: new(big.Int).Lsh(big.NewInt(int64(i)+1), 100)}

@@ -290,7 +290,11 @@ func toV1Layout(t *testing.T, g *rulesRig) {
 				return err
 			}
 			for _, o := range w.Older {
-				if err := sl.Put(o.K, *o.S); err != nil {
+				s, err := o.slice()
+				if err != nil {
+					return err
+				}
+				if err := sl.Put(o.K, *s); err != nil {
 					return err
 				}
 			}

@@ -136,10 +136,34 @@ type ruleWindow struct {
 	DVals []distinctVal
 }
 
-// inlineSlice is one slice of ruleWindow.Older and its key (ms).
+// inlineSlice is one slice of ruleWindow.Older and its key (ms): decoded
+// (S), or as its bytes (Raw, S nil), which Decode gives and Append writes
+// back as they are, so a routed copy in time order decodes and encodes
+// none of the older slices it does not touch.
 type inlineSlice struct {
-	K int64
-	S *ruleSlice
+	K   int64
+	S   *ruleSlice
+	Raw []byte
+}
+
+// slice returns o's slice, decoding Raw when S is nil.
+func (o inlineSlice) slice() (*ruleSlice, error) {
+	if o.S != nil {
+		return o.S, nil
+	}
+	s, err := ruleSliceSerializer{}.Decode(o.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("operators: rules window: older slice %d: %w", o.K, err)
+	}
+	return &s, nil
+}
+
+// size is the bytes ruleSliceSerializer writes for o's slice.
+func (o inlineSlice) size() int {
+	if o.S != nil {
+		return ruleSliceSizeHint(o.S)
+	}
+	return len(o.Raw)
 }
 
 // The bounds of the slices a summary holds (ruleWindow.TailSlice and
@@ -366,11 +390,13 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(w.Older)))
 	for _, o := range w.Older {
-		if o.K >= w.Tail || o.S == nil {
+		if o.K >= w.Tail || (o.S == nil && o.Raw == nil) {
 			return dst, fmt.Errorf("operators: rules window: older slice %d not below the newest %d", o.K, w.Tail)
 		}
 		dst = binary.AppendUvarint(dst, uint64(w.Tail-o.K))
-		if dst, err = appendSliceBytes(dst, o.S); err != nil {
+		if o.S == nil {
+			dst = appendBytes(dst, o.Raw)
+		} else if dst, err = appendSliceBytes(dst, o.S); err != nil {
 			return dst, err
 		}
 	}
@@ -451,20 +477,20 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 		if n > uint64(len(b)) || w.TailSlice == nil {
 			return ruleWindow{}, errors.New("operators: rules window: bad older slices")
 		}
+		// Kept as bytes (decoded when the key's operation reads them),
+		// copied once: b may be the state's buffer.
+		r.b = slices.Clone(r.b)
 		w.Older = make([]inlineSlice, n)
-		backing := make([]ruleSlice, n)
 		for i := range w.Older {
 			d := r.uvarint()
 			sb := r.bytes()
 			if r.err != nil {
 				break
 			}
-			s, err := ruleSliceSerializer{}.Decode(sb)
-			if err != nil {
-				return ruleWindow{}, fmt.Errorf("operators: rules window: older slice: %w", err)
+			if len(sb) == 0 || d == 0 {
+				return ruleWindow{}, errors.New("operators: rules window: bad older slice")
 			}
-			backing[i] = s
-			w.Older[i] = inlineSlice{K: w.Tail - int64(d), S: &backing[i]}
+			w.Older[i] = inlineSlice{K: w.Tail - int64(d), Raw: sb}
 		}
 	}
 	if r.err != nil {
@@ -504,7 +530,7 @@ func ruleWindowSizeHint(w *ruleWindow) int {
 	if len(w.Older) > 0 {
 		n += 1 + uvarintLen(uint64(len(w.Older)))
 		for _, o := range w.Older {
-			n += uvarintLen(uint64(w.Tail-o.K)) + bytesLen(ruleSliceSizeHint(o.S))
+			n += uvarintLen(uint64(w.Tail-o.K)) + bytesLen(o.size())
 		}
 	}
 	return n
@@ -627,6 +653,10 @@ type ruleWin struct {
 	// older its scratch ruleWindow.Older.
 	picked []int64
 	older  []inlineSlice
+	// raw are the loaded summary's older slices (ruleWindow.Older), as
+	// bytes until the operation reads one (fromSummary decodes it into
+	// the cache and sets its S).
+	raw []inlineSlice
 
 	// hint, when not nil, knows the keys without a summary (ruleKeyHint),
 	// curKey returns the current key, and stored says whether the current
@@ -646,6 +676,7 @@ func (rw *ruleWin) load() error {
 	clear(rw.dirty)
 	clear(rw.dcache)
 	clear(rw.where)
+	rw.raw = nil
 	var (
 		w   ruleWindow
 		ok  bool
@@ -657,7 +688,7 @@ func (rw *ruleWin) load() error {
 		}
 	}
 	rw.w, rw.has, rw.stored = w, ok, ok
-	rw.w.Older = nil // in the cache now; flush picks the summary's slices again
+	rw.w.Older = nil // in rw.raw now; flush picks the summary's slices again
 	if !ok || w.Slices == 0 {
 		return nil
 	}
@@ -668,9 +699,9 @@ func (rw *ruleWin) load() error {
 		rw.cache[w.Tail] = w.TailSlice
 		rw.where[w.Tail] = sliceInSummary
 		for _, o := range w.Older {
-			rw.cache[o.K] = o.S
 			rw.where[o.K] = sliceInSummary
 		}
+		rw.raw = w.Older
 		return nil
 	}
 	// Format version 1: the newest slice is in the map.
@@ -688,10 +719,30 @@ const (
 	sliceInMap     = 2
 )
 
+// fromSummary returns older slice k of the loaded summary when it is
+// still undecoded (rw.raw), decoding it into the cache.
+func (rw *ruleWin) fromSummary(k int64) (*ruleSlice, bool, error) {
+	for i := range rw.raw {
+		if o := &rw.raw[i]; o.K == k && o.S == nil {
+			s, err := o.slice()
+			if err != nil {
+				return nil, false, err
+			}
+			o.S = s
+			rw.cache[k] = s
+			return s, true, nil
+		}
+	}
+	return nil, false, nil
+}
+
 // slice returns slice k (which must exist), cached.
 func (rw *ruleWin) slice(k int64) (*ruleSlice, error) {
 	if s, ok := rw.cache[k]; ok {
 		return s, nil
+	}
+	if s, ok, err := rw.fromSummary(k); ok || err != nil {
+		return s, err
 	}
 	s, ok, err := rw.slices.Get(k)
 	if err != nil {
@@ -713,6 +764,9 @@ func (rw *ruleWin) lookup(k int64) (*ruleSlice, error) {
 	}
 	if put, ok := rw.dirty[k]; ok && !put {
 		return nil, nil
+	}
+	if s, ok, err := rw.fromSummary(k); ok || err != nil {
+		return s, err
 	}
 	s, ok, err := rw.slices.Get(k)
 	if err != nil || !ok {
@@ -757,7 +811,10 @@ func (rw *ruleWin) flush() error {
 		var err error
 		switch {
 		case at == sliceInSummary && !in:
-			err = rw.putSlice(k, *rw.cache[k]) // leaves the summary
+			var s *ruleSlice // leaves the summary
+			if s, err = rw.slice(k); err == nil {
+				err = rw.putSlice(k, *s)
+			}
 		case at == sliceInMap && in:
 			err = rw.slices.Remove(k) // enters it
 		}
@@ -772,7 +829,11 @@ func (rw *ruleWin) flush() error {
 		// operation (no backend keeps a ruleWindow decoded).
 		rw.older = rw.older[:0]
 		for _, k := range keep[1:] {
-			rw.older = append(rw.older, inlineSlice{K: k, S: rw.cache[k]})
+			o := inlineSlice{K: k, S: rw.cache[k]}
+			if o.S == nil {
+				o = rw.rawSlice(k)
+			}
+			rw.older = append(rw.older, o)
 		}
 		rw.w.Older = rw.older
 	}
@@ -832,16 +893,27 @@ func (rw *ruleWin) pickSummarySlices() []int64 {
 		return keep
 	}
 	keep = append(keep, w.Tail)
-	if w.Slices > 1 && w.Slices <= maxInlineSlices && len(rw.cache) > 1 {
+	if w.Slices > 1 && w.Slices <= maxInlineSlices && len(rw.cache)+len(rw.raw) > 1 {
 		for k := range rw.cache {
 			if k != w.Tail {
 				keep = append(keep, k)
 			}
 		}
+		for _, o := range rw.raw {
+			if o.S == nil {
+				keep = append(keep, o.K)
+			}
+		}
 		slices.SortFunc(keep[1:], func(a, b int64) int { return cmp.Compare(b, a) })
 		size := 0
 		for i, k := range keep {
-			if size += ruleSliceSizeHint(rw.cache[k]); i > 0 && size > maxInlineSliceBytes {
+			n := 0
+			if s := rw.cache[k]; s != nil {
+				n = ruleSliceSizeHint(s)
+			} else {
+				n = rw.rawSlice(k).size()
+			}
+			if size += n; i > 0 && size > maxInlineSliceBytes {
 				keep = keep[:i]
 				break
 			}
@@ -850,6 +922,16 @@ func (rw *ruleWin) pickSummarySlices() []int64 {
 	}
 	rw.picked = keep
 	return keep
+}
+
+// rawSlice returns older slice k of the loaded summary, undecoded.
+func (rw *ruleWin) rawSlice(k int64) inlineSlice {
+	for _, o := range rw.raw {
+		if o.K == k {
+			return inlineSlice{K: k, Raw: o.Raw}
+		}
+	}
+	return inlineSlice{K: k}
 }
 
 // unstore records that the current key's summary is removed.
@@ -920,6 +1002,7 @@ func (rw *ruleWin) clearKey() error {
 	clear(rw.dirty)
 	clear(rw.dcache)
 	clear(rw.where)
+	rw.raw = nil
 	rw.w, rw.has = ruleWindow{}, false
 	if err := rw.slices.Clear(); err != nil {
 		return err
