@@ -1,11 +1,16 @@
 package operators
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
 )
 
 // TestRulesSummaryHoldsFewSlices: a key of at most maxInlineSlices slices
@@ -97,4 +102,40 @@ func sorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s
+}
+
+// TestRulesRecordJSONInAlert: the alert's "record" is the record's JSON
+// as it came when it is valid JSON (checked by the routing stage's field
+// reads or by json.Valid), and a JSON string of its bytes when it is not.
+func TestRulesRecordJSONInAlert(t *testing.T) {
+	g := newRulesRig(t, state.KindHashmap, 1, RuleTimeProcessing, nil, nil)
+	g.rule("c", `{"id":"c","aggregate":{"fn":"count"},"window":"1s","alert_when":"> 0"}`, 0)
+	g.rule("f", `{"id":"f","filter":"amount > 1","aggregate":{"fn":"count"},"window":"1s","alert_when":"> 0"}`, 0)
+	for i, v := range []string{`{"amount": 2, "x": [1, {"y": null}]}`, `{"amount": 2,`} {
+		c := &sliceCollector{}
+		if err := g.router.ProcessElement(g.ctx, runtime.Record{Value: []byte(v), Format: runtime.FormatJSON, Timestamp: time.UnixMilli(int64(10 + i))}, c); err != nil {
+			t.Fatal(err)
+		}
+		g.evaluate(c.recs)
+		var got []string
+		for _, ch := range g.outs {
+			for len(ch) > 0 {
+				if el := <-ch; el.Kind == runtime.KindRecord {
+					var a struct{ Rule, Record json.RawMessage }
+					if err := json.Unmarshal(el.Record.Value, &a); err != nil {
+						t.Fatalf("alert %s: %v", el.Record.Value, err)
+					}
+					got = append(got, string(a.Rule)+" "+string(a.Record))
+				}
+			}
+		}
+		slices.Sort(got)
+		want := []string{`"c" ` + v, `"f" ` + v}
+		if i == 1 {
+			want = []string{`"c" "{\"amount\": 2,"`} // not JSON: no field to filter on
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("record %d: alerts %q, want %q", i, got, want)
+		}
+	}
 }
