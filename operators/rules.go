@@ -685,7 +685,7 @@ func (r *RulesRouter) route(rec runtime.Record, out Collector) error {
 			continue
 		}
 		if recJSON == nil {
-			recJSON = recordJSON(rec)
+			recJSON = recordJSON(&rec, env)
 		}
 		if v.head == nil {
 			v.head = appendEnvelopeHead(nil, cr, v.Version)
@@ -829,9 +829,11 @@ func (r *RulesRouter) evalFailed(id string, c *ruleCounters, rec *runtime.Record
 const ruleErrorLogInterval = 10 * time.Second
 
 // recordJSON is rec's value as JSON: as it is when it is JSON, else a JSON
-// string of its bytes.
-func recordJSON(rec runtime.Record) []byte {
-	if rec.Format == runtime.FormatJSON && json.Valid(rec.Value) {
+// string of its bytes. JSON the source or env's expressions already
+// checked (rec.CheckedJSON, the Doc env read the fields from) is not
+// checked again.
+func recordJSON(rec *runtime.Record, env *expression.Env) []byte {
+	if rec.Format == runtime.FormatJSON && (rec.CheckedJSON() || env.Doc() != nil && env.Doc().CheckedJSON() || json.Valid(rec.Value)) {
 		return rec.Value
 	}
 	b, _ := json.Marshal(string(rec.Value)) // a string: cannot fail

@@ -10,7 +10,8 @@ import (
 
 // randomRuleWindow returns a summary with random fields of every kind the
 // serializer writes (negative and 64-bit values, a newest slice or none,
-// inline distinct inputs or none), without big numbers.
+// older slices in the summary or none, inline distinct inputs or none),
+// without big numbers.
 func randomRuleWindow(rng *rand.Rand) ruleWindow {
 	v := func() int64 {
 		switch rng.IntN(4) {
@@ -36,6 +37,15 @@ func randomRuleWindow(rng *rand.Rand) ruleWindow {
 	if rng.IntN(3) > 0 {
 		w.TailSlice = &ruleSlice{WindowMs: v(), N: v(), In: in(), Prev: v(), Next: v(), DPrev: v(), DNext: v(),
 			HasPrev: rng.IntN(2) == 0, HasNext: rng.IntN(2) == 0, HasDPrev: rng.IntN(2) == 0, HasDNext: rng.IntN(2) == 0, InDeque: rng.IntN(2) == 0}
+	}
+	if w.TailSlice != nil && w.Tail > -1<<62 && rng.IntN(2) == 0 {
+		// Older slices (format version 4), oldest first, below Tail.
+		k := w.Tail
+		for range 1 + rng.IntN(maxInlineSlices-1) {
+			k -= 1 + rng.Int64N(1_000_000)
+			s := &ruleSlice{WindowMs: v(), N: v(), In: in(), Prev: v(), Next: v(), HasPrev: rng.IntN(2) == 0, HasNext: true}
+			w.Older = append([]inlineSlice{{K: k, S: s}}, w.Older...)
+		}
 	}
 	if rng.IntN(2) == 0 {
 		w.DInline = true
@@ -75,6 +85,15 @@ func TestRuleStateSizeHints(t *testing.T) {
 			}
 			if !reflect.DeepEqual(d.TailSlice.In, w.TailSlice.In) {
 				t.Fatalf("slice %d: inputs %q, want %q", i, d.TailSlice.In, w.TailSlice.In)
+			}
+		}
+		if len(d.Older) != len(w.Older) || d.DInline != w.DInline || !reflect.DeepEqual(d.DVals, w.DVals) {
+			t.Fatalf("summary %d: %d older slices, inline %v, want %d, %v", i, len(d.Older), d.DInline, len(w.Older), w.DInline)
+		}
+		for j, o := range w.Older {
+			ds, err := d.Older[j].slice()
+			if err != nil || d.Older[j].K != o.K || !reflect.DeepEqual(*ds, *o.S) {
+				t.Fatalf("summary %d: older slice %d: %d %+v (%v), want %d %+v", i, j, d.Older[j].K, ds, err, o.K, *o.S)
 			}
 		}
 		w.Ints = number{Big: new(big.Int).Lsh(big.NewInt(int64(i)+1), 100)}

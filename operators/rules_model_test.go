@@ -271,8 +271,8 @@ func TestRulesRandomModel(t *testing.T) {
 }
 
 // toV1Layout rewrites the window state of g's evaluators into the first
-// sliced layout: every key's newest slice moves from its summary into
-// RulesSliceState and the summary is written in format version 1, the
+// sliced layout: every key's slices in its summary (the newest and Older)
+// move into RulesSliceState and the summary is written in format version 1, the
 // bytes the first sliced layout wrote (TestRuleWindowFormatV1).
 func toV1Layout(t *testing.T, g *rulesRig) {
 	t.Helper()
@@ -289,7 +289,16 @@ func toV1Layout(t *testing.T, g *rulesRig) {
 			if err := sl.Put(w.Tail, *w.TailSlice); err != nil {
 				return err
 			}
-			w.TailSlice = nil
+			for _, o := range w.Older {
+				s, err := o.slice()
+				if err != nil {
+					return err
+				}
+				if err := sl.Put(o.K, *s); err != nil {
+					return err
+				}
+			}
+			w.TailSlice, w.Older = nil, nil
 			return s.Update(w)
 		})
 		if err != nil {

@@ -208,7 +208,8 @@ func (g *rulesRig) alerts() []string {
 }
 
 // entries counts the window slices per rule id over every subtask: those
-// in RulesSliceState and the newest of every key, in its summary.
+// in RulesSliceState and those of every key's summary (the newest and
+// Older).
 func (g *rulesRig) entries() map[string]int {
 	g.t.Helper()
 	n := map[string]int{}
@@ -228,7 +229,7 @@ func (g *rulesRig) entries() map[string]int {
 		err = state.ApplyToAllValueKeys(op.backend, RulesAggState, func(key []byte, s state.ValueState[ruleWindow]) error {
 			w, ok, err := s.Value()
 			if ok && w.TailSlice != nil {
-				n[ruleOfKey(key)]++
+				n[ruleOfKey(key)] += 1 + len(w.Older)
 			}
 			return err
 		})

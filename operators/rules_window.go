@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -111,6 +112,14 @@ type ruleWindow struct {
 	// the summary, not in RulesSliceState. Nil in a summary of format
 	// version 1, whose newest slice is in RulesSliceState.
 	TailSlice *ruleSlice
+	// Older are more of the key's slices kept in the summary (format
+	// version 4), oldest first, all older than Tail and none of them in
+	// RulesSliceState: while a key holds at most maxInlineSlices slices
+	// (and they fit in maxInlineSliceBytes), a routed copy writes no slice
+	// entry at all, and a slice that expires while still in the summary
+	// leaves no entry to remove; a key with more slices keeps only the
+	// newest (TailSlice), as in version 2.
+	Older []inlineSlice
 
 	// DInline says the key's distinct counts (count_distinct) are DVals,
 	// in the summary (format version 3), and RulesDistinctState holds none
@@ -126,6 +135,46 @@ type ruleWindow struct {
 	// by input.
 	DVals []distinctVal
 }
+
+// inlineSlice is one slice of ruleWindow.Older and its key (ms): decoded
+// (S), or as its bytes (Raw, S nil), which Decode gives and Append writes
+// back as they are, so a routed copy in time order decodes and encodes
+// none of the older slices it does not touch.
+type inlineSlice struct {
+	K   int64
+	S   *ruleSlice
+	Raw []byte
+}
+
+// slice returns o's slice, decoding Raw when S is nil.
+func (o inlineSlice) slice() (*ruleSlice, error) {
+	if o.S != nil {
+		return o.S, nil
+	}
+	s, err := ruleSliceSerializer{}.Decode(o.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("operators: rules window: older slice %d: %w", o.K, err)
+	}
+	return &s, nil
+}
+
+// size is the bytes ruleSliceSerializer writes for o's slice.
+func (o inlineSlice) size() int {
+	if o.S != nil {
+		return ruleSliceSizeHint(o.S)
+	}
+	return len(o.Raw)
+}
+
+// The bounds of the slices a summary holds (ruleWindow.TailSlice and
+// Older): a key with more slices than maxInlineSlices keeps only its
+// newest in the summary; the newest ones whose encoded sizes sum to more
+// than maxInlineSliceBytes stay in RulesSliceState. The summary is
+// rewritten whole per routed copy, so these bound what a copy rewrites.
+const (
+	maxInlineSlices     = 8
+	maxInlineSliceBytes = 384
+)
 
 // distinctVal is one distinct aggregate input (its JSON) of an inline
 // count_distinct summary and the number of the window's records carrying
@@ -173,13 +222,20 @@ const fsumPrec = 2200
 // as version 1 (the same bytes as before); one with inline distinct
 // counts (DInline) as ruleStateV3: version 2's fields with the flag byte
 // always there (0: no newest slice), then the number of DVals (uvarint)
-// and each one's input (length-prefixed) and count (varint). All three
-// are read; a version 3 summary does not restore into a binary older than
-// it.
+// and each one's input (length-prefixed) and count (varint). A ruleWindow
+// holding older slices besides the newest (Older) is written as
+// ruleStateV4: version 2's fields with the flag byte always there, a byte
+// DInline (1) or not (0), the DVals as in version 3 when DInline, then
+// the number of older slices (uvarint) and, oldest first, each one's
+// distance below Tail (uvarint) and its bytes (length-prefixed). Every
+// summary without Older is written as before (version 1, 2 or 3). All
+// four are read; a version 3 or 4 summary does not restore into a binary
+// older than it (the older binary's restore fails on the version byte).
 const (
 	ruleStateV1 = 1
 	ruleStateV2 = 2
 	ruleStateV3 = 3
+	ruleStateV4 = 4
 )
 
 // ruleSliceSerializer is ruleSlice's binary serializer (name
@@ -268,7 +324,12 @@ func (ruleWindowSerializer) Name() string { return "rules-window-v1" }
 
 func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 	dst = slices.Grow(dst, ruleWindowSizeHint(&w))
+	if len(w.Older) > 0 && w.TailSlice == nil {
+		return dst, errors.New("operators: rules window: older slices without the newest")
+	}
 	switch {
+	case len(w.Older) > 0:
+		dst = append(dst, ruleStateV4)
 	case w.DInline:
 		dst = append(dst, ruleStateV3)
 	case w.TailSlice == nil:
@@ -301,37 +362,66 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 		}
 		dst = appendBytes(append(dst, 1), b)
 	}
+	v4 := len(w.Older) > 0
+	var err error
 	if w.TailSlice != nil {
-		// The slice's bytes, length-prefixed: written after dst's end,
-		// then moved behind their length (no buffer of their own).
 		dst = append(dst, 1)
-		at := len(dst)
-		b, err := ruleSliceSerializer{}.Append(dst, *w.TailSlice)
-		if err != nil {
+		if dst, err = appendSliceBytes(dst, w.TailSlice); err != nil {
 			return dst, err
 		}
-		var lb [binary.MaxVarintLen64]byte
-		ln := binary.PutUvarint(lb[:], uint64(len(b)-at))
-		dst = slices.Insert(b, at, lb[:ln]...)
 	} else if w.DInline {
 		dst = append(dst, 0)
 	}
-	if !w.DInline {
+	if v4 {
+		var d byte
+		if w.DInline {
+			d = 1
+		}
+		dst = append(dst, d)
+	}
+	if w.DInline {
+		dst = binary.AppendUvarint(dst, uint64(len(w.DVals)))
+		for _, d := range w.DVals {
+			dst = binary.AppendVarint(appendBytes(dst, []byte(d.V)), d.N)
+		}
+	}
+	if !v4 {
 		return dst, nil
 	}
-	dst = binary.AppendUvarint(dst, uint64(len(w.DVals)))
-	for _, d := range w.DVals {
-		dst = binary.AppendVarint(appendBytes(dst, []byte(d.V)), d.N)
+	dst = binary.AppendUvarint(dst, uint64(len(w.Older)))
+	for _, o := range w.Older {
+		if o.K >= w.Tail || (o.S == nil && o.Raw == nil) {
+			return dst, fmt.Errorf("operators: rules window: older slice %d not below the newest %d", o.K, w.Tail)
+		}
+		dst = binary.AppendUvarint(dst, uint64(w.Tail-o.K))
+		if o.S == nil {
+			dst = appendBytes(dst, o.Raw)
+		} else if dst, err = appendSliceBytes(dst, o.S); err != nil {
+			return dst, err
+		}
 	}
 	return dst, nil
+}
+
+// appendSliceBytes appends s's bytes, length-prefixed: written after
+// dst's end, then moved behind their length (no buffer of their own).
+func appendSliceBytes(dst []byte, s *ruleSlice) ([]byte, error) {
+	at := len(dst)
+	b, err := ruleSliceSerializer{}.Append(dst, *s)
+	if err != nil {
+		return dst, err
+	}
+	var lb [binary.MaxVarintLen64]byte
+	ln := binary.PutUvarint(lb[:], uint64(len(b)-at))
+	return slices.Insert(b, at, lb[:ln]...), nil
 }
 
 func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 	var w ruleWindow
 	r := binReader{b: b}
 	v := r.byte()
-	if v != ruleStateV1 && v != ruleStateV2 && v != ruleStateV3 {
-		return w, fmt.Errorf("operators: rules window: format version %d, want %d, %d or %d", v, ruleStateV1, ruleStateV2, ruleStateV3)
+	if v < ruleStateV1 || v > ruleStateV4 {
+		return w, fmt.Errorf("operators: rules window: format version %d, want %d to %d", v, ruleStateV1, ruleStateV4)
 	}
 	w.Shape = string(r.bytes())
 	w.Fn = aggregateFnOf(r.bytes())
@@ -364,7 +454,10 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 			w.TailSlice = &ts
 		}
 	}
-	if v == ruleStateV3 {
+	if v == ruleStateV4 {
+		w.DInline = r.byte() == 1
+	}
+	if v == ruleStateV3 || w.DInline {
 		w.DInline = true
 		n := r.uvarint()
 		if n > uint64(len(b)) {
@@ -377,6 +470,27 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 			d := distinctVal{V: string(r.bytes())}
 			d.N = r.varint()
 			w.DVals = append(w.DVals, d)
+		}
+	}
+	if v == ruleStateV4 {
+		n := r.uvarint()
+		if n > uint64(len(b)) || w.TailSlice == nil {
+			return ruleWindow{}, errors.New("operators: rules window: bad older slices")
+		}
+		// Kept as bytes (decoded when the key's operation reads them),
+		// copied once: b may be the state's buffer.
+		r.b = slices.Clone(r.b)
+		w.Older = make([]inlineSlice, n)
+		for i := range w.Older {
+			d := r.uvarint()
+			sb := r.bytes()
+			if r.err != nil {
+				break
+			}
+			if len(sb) == 0 || d == 0 {
+				return ruleWindow{}, errors.New("operators: rules window: bad older slice")
+			}
+			w.Older[i] = inlineSlice{K: w.Tail - int64(d), Raw: sb}
 		}
 	}
 	if r.err != nil {
@@ -411,6 +525,12 @@ func ruleWindowSizeHint(w *ruleWindow) int {
 		n += uvarintLen(uint64(len(w.DVals)))
 		for _, d := range w.DVals {
 			n += bytesLen(len(d.V)) + varintLen(d.N)
+		}
+	}
+	if len(w.Older) > 0 {
+		n += 1 + uvarintLen(uint64(len(w.Older)))
+		for _, o := range w.Older {
+			n += uvarintLen(uint64(w.Tail-o.K)) + bytesLen(o.size())
 		}
 	}
 	return n
@@ -522,11 +642,21 @@ type ruleWin struct {
 	counts map[string]int64
 	dcache map[string]int64 // distinct counts read or written (before flush)
 
-	// mapTail is set when the summary loaded was of format version 1: its
-	// newest slice, mapTailKey, is in RulesSliceState, and flush removes
-	// it there if it is still the newest (then it moves into the summary).
-	mapTail    bool
-	mapTailKey int64
+	// where says where each slice the operation read was stored: in the
+	// summary loaded (sliceInSummary) or in RulesSliceState
+	// (sliceInMap); a slice the operation made is absent. flush moves a
+	// slice between the two when it enters or leaves the summary (and a
+	// format version 1 summary's newest slice, read from the map, into
+	// the summary).
+	where map[int64]byte
+	// picked is flush's scratch list of the slices the summary keeps,
+	// older its scratch ruleWindow.Older.
+	picked []int64
+	older  []inlineSlice
+	// raw are the loaded summary's older slices (ruleWindow.Older), as
+	// bytes until the operation reads one (fromSummary decodes it into
+	// the cache and sets its S).
+	raw []inlineSlice
 
 	// hint, when not nil, knows the keys without a summary (ruleKeyHint),
 	// curKey returns the current key, and stored says whether the current
@@ -540,11 +670,13 @@ type ruleWin struct {
 // load reads the current key's summary and resets the caches.
 func (rw *ruleWin) load() error {
 	if rw.cache == nil {
-		rw.cache, rw.dirty, rw.dcache = map[int64]*ruleSlice{}, map[int64]bool{}, map[string]int64{}
+		rw.cache, rw.dirty, rw.dcache, rw.where = map[int64]*ruleSlice{}, map[int64]bool{}, map[string]int64{}, map[int64]byte{}
 	}
 	clear(rw.cache)
 	clear(rw.dirty)
 	clear(rw.dcache)
+	clear(rw.where)
+	rw.raw = nil
 	var (
 		w   ruleWindow
 		ok  bool
@@ -555,15 +687,21 @@ func (rw *ruleWin) load() error {
 			return err
 		}
 	}
-	rw.w, rw.has, rw.mapTail, rw.stored = w, ok, false, ok
+	rw.w, rw.has, rw.stored = w, ok, ok
+	rw.w.Older = nil // in rw.raw now; flush picks the summary's slices again
 	if !ok || w.Slices == 0 {
 		return nil
 	}
 	if w.TailSlice != nil {
 		// Decoded for this read (ruleWindowSerializer is no
-		// state.HeapSerializer: no backend keeps it decoded), so it is
-		// changed in place; its inputs are capped (an append copies).
+		// state.HeapSerializer: no backend keeps it decoded), so they are
+		// changed in place; their inputs are capped (an append copies).
 		rw.cache[w.Tail] = w.TailSlice
+		rw.where[w.Tail] = sliceInSummary
+		for _, o := range w.Older {
+			rw.where[o.K] = sliceInSummary
+		}
+		rw.raw = w.Older
 		return nil
 	}
 	// Format version 1: the newest slice is in the map.
@@ -572,14 +710,39 @@ func (rw *ruleWin) load() error {
 		return err
 	}
 	rw.w.TailSlice = t
-	rw.mapTail, rw.mapTailKey = true, w.Tail
 	return nil
+}
+
+// Where a slice read by an operation was stored (ruleWin.where).
+const (
+	sliceInSummary = 1
+	sliceInMap     = 2
+)
+
+// fromSummary returns older slice k of the loaded summary when it is
+// still undecoded (rw.raw), decoding it into the cache.
+func (rw *ruleWin) fromSummary(k int64) (*ruleSlice, bool, error) {
+	for i := range rw.raw {
+		if o := &rw.raw[i]; o.K == k && o.S == nil {
+			s, err := o.slice()
+			if err != nil {
+				return nil, false, err
+			}
+			o.S = s
+			rw.cache[k] = s
+			return s, true, nil
+		}
+	}
+	return nil, false, nil
 }
 
 // slice returns slice k (which must exist), cached.
 func (rw *ruleWin) slice(k int64) (*ruleSlice, error) {
 	if s, ok := rw.cache[k]; ok {
 		return s, nil
+	}
+	if s, ok, err := rw.fromSummary(k); ok || err != nil {
+		return s, err
 	}
 	s, ok, err := rw.slices.Get(k)
 	if err != nil {
@@ -590,6 +753,7 @@ func (rw *ruleWin) slice(k int64) (*ruleSlice, error) {
 	}
 	p := &s
 	rw.cache[k] = p
+	rw.where[k] = sliceInMap
 	return p, nil
 }
 
@@ -601,12 +765,16 @@ func (rw *ruleWin) lookup(k int64) (*ruleSlice, error) {
 	if put, ok := rw.dirty[k]; ok && !put {
 		return nil, nil
 	}
+	if s, ok, err := rw.fromSummary(k); ok || err != nil {
+		return s, err
+	}
 	s, ok, err := rw.slices.Get(k)
 	if err != nil || !ok {
 		return nil, err
 	}
 	p := &s
 	rw.cache[k] = p
+	rw.where[k] = sliceInMap
 	return p, nil
 }
 
@@ -614,30 +782,61 @@ func (rw *ruleWin) touch(k int64) { rw.dirty[k] = true }
 
 // flush writes the changed slices and distinct counts and the summary
 // (cleared with the key's distinct map when no slice is left), the newest
-// slice in the summary.
+// slice and the others pickSummarySlices keeps in the summary, every
+// other changed slice in RulesSliceState: a slice leaving the summary is
+// written there, one entering it (read from there) removed there.
 func (rw *ruleWin) flush() error {
-	inline := rw.w.Slices > 0
+	keep := rw.pickSummarySlices()
 	for k, put := range rw.dirty {
-		if inline && k == rw.w.Tail {
-			continue // in the summary
-		}
 		var err error
-		if put {
+		switch {
+		case put && slices.Contains(keep, k):
+			if rw.where[k] == sliceInMap {
+				err = rw.slices.Remove(k)
+			}
+		case put:
 			err = rw.putSlice(k, *rw.cache[k])
-		} else {
-			err = rw.slices.Remove(k)
+		case rw.where[k] != sliceInSummary:
+			err = rw.slices.Remove(k) // a removed slice the map held
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for k, at := range rw.where {
+		if _, ok := rw.dirty[k]; ok {
+			continue
+		}
+		in := slices.Contains(keep, k)
+		var err error
+		switch {
+		case at == sliceInSummary && !in:
+			var s *ruleSlice // leaves the summary
+			if s, err = rw.slice(k); err == nil {
+				err = rw.putSlice(k, *s)
+			}
+		case at == sliceInMap && in:
+			err = rw.slices.Remove(k) // enters it
 		}
 		if err != nil {
 			return err
 		}
 	}
 	clear(rw.dirty)
-	if inline && rw.mapTail && rw.mapTailKey == rw.w.Tail {
-		if err := rw.slices.Remove(rw.w.Tail); err != nil {
-			return err
+	rw.w.Older = nil
+	if len(keep) > 1 {
+		// In rw's scratch list: the summary is encoded before the next
+		// operation (no backend keeps a ruleWindow decoded).
+		rw.older = rw.older[:0]
+		for _, k := range keep[1:] {
+			o := inlineSlice{K: k, S: rw.cache[k]}
+			if o.S == nil {
+				o = rw.rawSlice(k)
+			}
+			rw.older = append(rw.older, o)
 		}
+		rw.w.Older = rw.older
 	}
-	rw.mapTail = false
 	if rw.w.Slices == 0 {
 		rw.w.TailSlice = nil
 		rw.has = false
@@ -677,6 +876,62 @@ func (rw *ruleWin) flush() error {
 	}
 	rw.stored = true
 	return rw.agg.Update(rw.w)
+}
+
+// pickSummarySlices returns the slices the summary keeps (newest first,
+// in rw.picked): none when the key has none; while the key holds at most
+// maxInlineSlices slices, the newest of those the operation read or made
+// (the summary's own, and any it read from RulesSliceState) whose sizes
+// sum to at most maxInlineSliceBytes; else, and always first, the newest
+// alone (version 2's layout: a key with more slices writes one slice
+// entry per copy, as it would anyway, and its summary stays small).
+func (rw *ruleWin) pickSummarySlices() []int64 {
+	keep := rw.picked[:0]
+	w := &rw.w
+	if w.Slices == 0 {
+		rw.picked = keep
+		return keep
+	}
+	keep = append(keep, w.Tail)
+	if w.Slices > 1 && w.Slices <= maxInlineSlices && len(rw.cache)+len(rw.raw) > 1 {
+		for k := range rw.cache {
+			if k != w.Tail {
+				keep = append(keep, k)
+			}
+		}
+		for _, o := range rw.raw {
+			if o.S == nil {
+				keep = append(keep, o.K)
+			}
+		}
+		slices.SortFunc(keep[1:], func(a, b int64) int { return cmp.Compare(b, a) })
+		size := 0
+		for i, k := range keep {
+			n := 0
+			if s := rw.cache[k]; s != nil {
+				n = ruleSliceSizeHint(s)
+			} else {
+				n = rw.rawSlice(k).size()
+			}
+			if size += n; i > 0 && size > maxInlineSliceBytes {
+				keep = keep[:i]
+				break
+			}
+		}
+		slices.Reverse(keep[1:]) // Older is oldest first
+	}
+	rw.picked = keep
+	return keep
+}
+
+// rawSlice returns older slice k of the loaded summary, undecoded.
+func (rw *ruleWin) rawSlice(k int64) inlineSlice {
+	for _, o := range rw.raw {
+		if o.K == k {
+			return inlineSlice{K: k, Raw: o.Raw}
+		}
+	}
+	return inlineSlice{K: k}
 }
 
 // unstore records that the current key's summary is removed.
@@ -746,7 +1001,9 @@ func (rw *ruleWin) clearKey() error {
 	clear(rw.cache)
 	clear(rw.dirty)
 	clear(rw.dcache)
-	rw.w, rw.has, rw.mapTail = ruleWindow{}, false, false
+	clear(rw.where)
+	rw.raw = nil
+	rw.w, rw.has = ruleWindow{}, false
 	if err := rw.slices.Clear(); err != nil {
 		return err
 	}
