@@ -11,6 +11,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -115,6 +116,10 @@ type pebbleStore struct {
 	// disaggregated DB (remote_delta.go); nil for a local one. Every
 	// commit goes through commit.
 	delta *deltaLog
+	// pending is the commit of a delta checkpoint's captured write-cache
+	// entries still running (commitLater); nil when none. Every access
+	// to db waits for it first (settle).
+	pending atomic.Pointer[pendingCommit]
 }
 
 // pebbleCursor is where background cleanup resumes: target index, key group
@@ -228,6 +233,9 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 
 // getCopy returns a copy of the value of key.
 func (s *pebbleStore) getCopy(key []byte) ([]byte, bool, error) {
+	if err := s.settle(); err != nil {
+		return nil, false, err
+	}
 	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
@@ -487,6 +495,9 @@ func (s *pebbleStore) cachedWrite(id uint32, key, v []byte, present bool) error 
 // flushCache writes the write cache's dirty entries to Pebble: before
 // anything reads Pebble other than by point gets (iterators, snapshots).
 func (s *pebbleStore) flushCache() error {
+	if err := s.settle(); err != nil {
+		return err
+	}
 	if s.cache == nil {
 		return nil
 	}
@@ -499,6 +510,9 @@ func (s *pebbleStore) flushCache() error {
 // dropCache flushes the write cache and empties it: before Pebble is
 // written behind it (a batch of deletes).
 func (s *pebbleStore) dropCache() error {
+	if err := s.settle(); err != nil {
+		return err
+	}
 	if s.cache == nil {
 		return nil
 	}
@@ -556,6 +570,9 @@ func (s *pebbleStore) scanRange(k stateKey, lo, hi []byte, fn func(uk, v []byte)
 				return err
 			}
 		}
+	}
+	if err := s.settle(); err != nil {
+		return err
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
@@ -710,6 +727,9 @@ type DiskUser interface {
 // visited, and deletes or rewrites what the target's visit says in one
 // batch. Each seek and each visited entry costs one unit of budget.
 func (s *pebbleStore) cleanup(targets []cleanupTarget, kgs keygroup.Range, budget int) (int, error) {
+	if err := s.settle(); err != nil {
+		return 0, err
+	}
 	if s.cache != nil {
 		ids := make([]uint32, len(targets))
 		for i, t := range targets {

@@ -106,12 +106,20 @@ func newDeltaLog(cfg *RemoteConfig) *deltaLog {
 // disaggregated instance recording deltas, b's representation is appended
 // to the delta log atomically with the commit.
 func (s *pebbleStore) commit(b *pebble.Batch, o *pebble.WriteOptions) error {
+	if err := s.settle(); err != nil {
+		return err
+	}
 	d := s.delta
 	if d == nil {
 		return b.Commit(o)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.commitLocked(b, o)
+}
+
+// commitLocked is commit with d.mu held.
+func (d *deltaLog) commitLocked(b *pebble.Batch, o *pebble.WriteOptions) error {
 	if !d.recording || d.overflow || b.Empty() {
 		return b.Commit(o)
 	}
@@ -132,6 +140,70 @@ func (s *pebbleStore) commit(b *pebble.Batch, o *pebble.WriteOptions) error {
 		d.buf = d.buf[:mark]
 		return err
 	}
+	return nil
+}
+
+// pendingCommit is the commit to Pebble of a delta checkpoint's captured
+// write-cache entries, running on its own goroutine after the
+// checkpoint's synchronous part (pebbleStore.pending).
+type pendingCommit struct {
+	done chan struct{}
+	// err is the commit's error, read after done is closed.
+	err error
+}
+
+// commitLater commits b (already in the delta log) to Pebble on another
+// goroutine, then closes it: the synchronous part of a delta checkpoint
+// captures the write cache's dirty entries in b and returns without
+// waiting for Pebble (which sorts a large batch as it commits it, tens of
+// milliseconds for the 100k entries of a 10M-key state's interval). Every
+// later access to Pebble waits for it first (settle), so the commits
+// reach Pebble in the order of the delta log and every read sees the
+// captured entries. The caller has no commit pending (settle returned).
+func (s *pebbleStore) commitLater(b *pebble.Batch) {
+	p := &pendingCommit{done: make(chan struct{})}
+	s.pending.Store(p)
+	hook := commitLaterHook
+	go func() {
+		defer close(p.done)
+		if hook != nil {
+			hook()
+		}
+		p.err = b.Commit(pebble.NoSync)
+		if cerr := b.Close(); p.err == nil {
+			p.err = cerr
+		}
+	}()
+}
+
+// failWith makes every later access to Pebble fail with err: the write
+// cache's captured entries reached Pebble nowhere.
+func (s *pebbleStore) failWith(err error) {
+	p := &pendingCommit{done: make(chan struct{}), err: err}
+	close(p.done)
+	s.pending.Store(p)
+}
+
+// commitLaterHook, when set (tests only), runs on commitLater's goroutine
+// before its commit.
+var commitLaterHook func()
+
+// settle waits for the pending commit of a delta checkpoint
+// (commitLater), if any, and returns its error: an instance whose
+// captured entries failed to reach Pebble fails every later access (its
+// task restarts from the checkpoint, which holds them in its delta).
+// Safe for concurrent use (the TTL and asynchronous reads call it on
+// other goroutines).
+func (s *pebbleStore) settle() error {
+	p := s.pending.Load()
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	if p.err != nil {
+		return fmt.Errorf("state: pebble write: %w", p.err)
+	}
+	s.pending.CompareAndSwap(p, nil)
 	return nil
 }
 
@@ -174,6 +246,10 @@ type deltaCut struct {
 	names   []string
 	chain   []*deltaObject
 	created *deltaObject
+	// commitLater says the captured batch is in the log (the new delta)
+	// and not yet in Pebble: the caller commits it (commitLater). lost
+	// says the captured entries reached neither (a failed commit).
+	commitLater, lost bool
 }
 
 // cutDelta decides, under the log's lock, whether this checkpoint is a
@@ -181,17 +257,29 @@ type deltaCut struct {
 // was committed) and returns the base and the chain; if not (ok false)
 // the caller takes a base with the lock held (base is called with d.mu
 // held and must list the tables after flushing).
-func (d *deltaLog) cutDelta(creator uint64, base func() ([]fileRef, []string, error)) (deltaCut, error) {
+func (d *deltaLog) cutDelta(creator uint64, captured *pebble.Batch, base func() ([]fileRef, []string, error)) (deltaCut, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	isBase := !d.recording || d.overflow || d.needBase || len(d.chain) >= d.maxDeltas && len(d.buf) > 0 ||
-		d.chainSize+int64(len(d.buf)) > d.maxBytes
+	pend := 0
+	if captured != nil && !captured.Empty() {
+		pend = len(captured.Repr()) + binary.MaxVarintLen64
+	}
+	isBase := !d.recording || d.overflow || d.needBase || len(d.chain) >= d.maxDeltas && len(d.buf)+pend > 0 ||
+		d.chainSize+int64(len(d.buf)+pend) > d.maxBytes
 	for _, o := range d.chain {
 		if !o.written.Load() {
 			isBase = true
 		}
 	}
 	if isBase {
+		if captured != nil {
+			// A base lists the tables after flushing the memtable: the
+			// captured entries are committed first.
+			if err := d.commitLocked(captured, pebble.NoSync); err != nil {
+				d.recording, d.buf, d.chain, d.chainSize = false, nil, nil, 0
+				return deltaCut{lost: true}, err
+			}
+		}
 		files, names, err := base()
 		if err != nil {
 			d.recording, d.buf, d.chain, d.chainSize = false, nil, nil, 0
@@ -204,6 +292,18 @@ func (d *deltaLog) cutDelta(creator uint64, base func() ([]fileRef, []string, er
 		return deltaCut{files: files, names: names}, nil
 	}
 	c := deltaCut{files: d.base, names: d.baseNames}
+	if pend > 0 {
+		// The captured entries join the log as the commit would have
+		// appended them; the caller commits them to Pebble later
+		// (commitLater).
+		repr := captured.Repr()
+		if len(d.buf) == 0 {
+			d.buf = append(d.buf, deltaMagic...)
+		}
+		d.buf = binary.AppendUvarint(d.buf, uint64(len(repr)))
+		d.buf = append(d.buf, repr...)
+		c.commitLater = true
+	}
 	if len(d.buf) > 0 {
 		o := &deltaObject{name: "delta-" + strconv.FormatUint(creator, 10) + "-" + strconv.Itoa(d.next) + ".kd", data: d.buf}
 		o.size = int64(len(o.data)) + 4
@@ -291,8 +391,10 @@ type deltaReplay struct {
 	// sizeHint is the delta objects' total size: the first buffer's
 	// capacity (at most maxReplayBytes).
 	sizeHint int
-	// commits counts the batches committed.
+	// commits counts the batches committed; objects the delta objects
+	// added (the caller counts).
 	commits *atomic.Int64
+	objects int
 }
 
 // newDeltaReplay returns a replay into db of delta objects of sizeHint

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -36,11 +37,13 @@ type ingestPiece struct {
 // ingestions mean fewer MANIFEST syncs: a restore costs about one per
 // level instead of one per table. The instance's reference markers on
 // the objects are written first, up to 16 at once.
-func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) error {
+func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) (restorePhases, error) {
+	var ph restorePhases
+	t0 := time.Now()
 	r := st.remote
 	storeDir, err := filepath.Abs(r.dir)
 	if err != nil {
-		return err
+		return ph, err
 	}
 	// The delta objects of delta checkpoints are resolved (referenced,
 	// or copied into the store) with the tables: after them in each
@@ -51,8 +54,10 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 	}
 	names, err := r.objectsFor(handles, withDeltas, storeDir)
 	if err != nil {
-		return err
+		return ph, err
 	}
+	ph.markers = time.Since(t0)
+	t0 = time.Now()
 	for i, h := range hs {
 		for j, f := range h.Files {
 			r.knowSize(names[i][j], f.Size) // the next snapshot asks the store for none of them
@@ -79,6 +84,8 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 	}
 	known := map[uint64]bool{}
 	ingest := func(batch []ingestPiece) error {
+		ph.ingestions++
+		ph.tables += len(batch)
 		efs := make([]pebble.ExternalFile, len(batch))
 		for k, p := range batch {
 			efs[k] = p.ef
@@ -91,16 +98,18 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 	}
 	for _, batch := range ingestBatches(data) {
 		if err := ingest(batch); err != nil {
-			return err
+			return ph, err
 		}
 	}
 	for _, m := range meta {
 		for _, p := range ingestOrder(m) {
 			if err := ingest([]ingestPiece{p}); err != nil {
-				return err
+				return ph, err
 			}
 		}
 	}
+	ph.ingest = time.Since(t0)
+	t0 = time.Now()
 	// Then each snapshot's deltas, oldest first, each once: committed
 	// after every ingestion, they shadow the base's tables (and their
 	// merge operands follow the base's), clipped to the key groups both
@@ -124,15 +133,30 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 			data, err := r.readDelta(names[i][len(h.Files)+j], f.Size)
 			if err != nil {
 				rp.abort()
-				return err
+				return ph, err
 			}
+			rp.objects++
 			if err := rp.add(data, lo, hi, whole); err != nil {
 				rp.abort()
-				return fmt.Errorf("state: restore: delta %s: %w", f.Name, err)
+				return ph, fmt.Errorf("state: restore: delta %s: %w", f.Name, err)
 			}
 		}
 	}
-	return rp.close()
+	err = rp.close()
+	ph.deltas, ph.deltaBytes, ph.replay = rp.objects, deltaBytes, time.Since(t0)
+	return ph, err
+}
+
+// restorePhases is where a disaggregated restore's time went (logged by
+// openRemoteRestored): the reference markers (objectsFor), the
+// ingestions of the base tables by reference, the replay of the delta
+// objects.
+type restorePhases struct {
+	markers, ingest, replay time.Duration
+	// ingestions and tables count the ingestions and the pieces they
+	// ingested; deltas and deltaBytes the delta objects replayed.
+	ingestions, tables, deltas int
+	deltaBytes                 int64
 }
 
 // ingestOrder sorts pieces deepest level first, L0 (and any level) by
@@ -337,3 +361,6 @@ func (r *remoteObjects) learnExternal(db *pebble.DB, known map[uint64]bool, efs 
 	}
 	return nil
 }
+
+// logMs is d in milliseconds with a fraction (log fields).
+func logMs(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
@@ -175,7 +176,21 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 		return nil, ErrClosed
 	}
 	r, d := p.st.remote, p.st.delta
-	if err := p.st.flushCache(); err != nil {
+	// A checkpoint captures the write cache's dirty entries in a batch
+	// without committing it: a delta checkpoint puts the batch in its
+	// delta and commits it to Pebble after the synchronous part
+	// (commitLater); a base commits it before flushing. A savepoint
+	// flushes the cache as before.
+	var captured *pebble.Batch
+	if err := p.st.settle(); err != nil {
+		return nil, fmt.Errorf("state: snapshot: %w", err)
+	}
+	if t.SharedDir != "" && p.st.cache != nil {
+		var err error
+		if captured, err = p.st.cache.capture(p.st.db); err != nil {
+			return nil, fmt.Errorf("state: snapshot: %w", err)
+		}
+	} else if err := p.st.flushCache(); err != nil {
 		return nil, fmt.Errorf("state: snapshot: %w", err)
 	}
 	h := keyedHandle{Backend: KindPebble, KeyGroups: p.kgs, MaxParallelism: p.maxP, Remote: true}
@@ -195,7 +210,16 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 		d.needBase = true
 		d.mu.Unlock()
 	} else {
-		cut, err = d.cutDelta(r.creator, p.listRemoteTables)
+		cut, err = d.cutDelta(r.creator, captured, p.listRemoteTables)
+		switch {
+		case cut.commitLater:
+			p.st.commitLater(captured)
+		case captured != nil:
+			if cut.lost {
+				p.st.failWith(err)
+			}
+			_ = captured.Close()
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -353,19 +377,26 @@ func openRemoteRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHa
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("component", "state", "backend", cfg.Kind, "key_groups", cfg.KeyGroupRange.String())
+	start := time.Now()
 	st, err := openPebbleStore(cfg, logger)
 	if err != nil {
 		return nil, err
 	}
-	if err := ingestRemote(st, cfg, handles, hs); err != nil {
+	opened := time.Since(start)
+	ph, err := ingestRemote(st, cfg, handles, hs)
+	if err != nil {
 		_ = st.close()
 		return nil, err
 	}
+	t := time.Now()
 	b, err := newBackend(cfg, st, logger)
 	if err != nil {
 		_ = st.close()
 		return nil, err
 	}
+	logger.Info("remote state restored", "ms", logMs(time.Since(start)), "open_ms", logMs(opened), "markers_ms", logMs(ph.markers),
+		"ingest_ms", logMs(ph.ingest), "ingestions", ph.ingestions, "tables", ph.tables,
+		"replay_ms", logMs(ph.replay), "deltas", ph.deltas, "delta_bytes", ph.deltaBytes, "backend_ms", logMs(time.Since(t)))
 	return &pebbleBackend{backend: b, st: st}, nil
 }
 

@@ -648,10 +648,45 @@ func (c *writeCache) dirtyIn(lower, upper []byte, limit int) (out []dirtyKV, ok 
 }
 
 func (c *writeCache) flushLocked(db *pebble.DB) error {
+	b, err := c.dirtyBatchLocked(db)
+	if b == nil || err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := c.commitBatch(b); err != nil {
+		return err
+	}
+	c.markCleanLocked()
+	return nil
+}
+
+// capture takes every dirty entry into a batch it returns (nil when none
+// is dirty) and marks the entries clean, as flush does, but leaves the
+// commit to the caller (a delta checkpoint commits the batch to Pebble
+// after its synchronous part: pebbleStore.commitLater). The caller owns
+// and closes the batch.
+func (c *writeCache) capture(db *pebble.DB) (*pebble.Batch, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.captureLocked(db)
+}
+
+func (c *writeCache) captureLocked(db *pebble.DB) (*pebble.Batch, error) {
+	b, err := c.dirtyBatchLocked(db)
+	if b == nil || err != nil {
+		return nil, err
+	}
+	c.markCleanLocked()
+	return b, nil
+}
+
+// dirtyBatchLocked returns a batch of every dirty entry's version (nil
+// when none is dirty).
+func (c *writeCache) dirtyBatchLocked(db *pebble.DB) (*pebble.Batch, error) {
 	if c.ndirty == 0 {
 		clear(c.dirty)
 		c.dirty = c.dirty[:0]
-		return nil
+		return nil, nil
 	}
 	// The batch sized in advance from the entries' sizes (at least their
 	// keys and values): one allocation instead of a doubling buffer that
@@ -664,18 +699,21 @@ func (c *writeCache) flushLocked(db *pebble.DB) error {
 		}
 	}
 	b := db.NewBatchWithSize(size)
-	defer b.Close()
 	for _, e := range c.dirty {
 		if !e.dirty || (!e.present && e.absent) {
 			continue
 		}
 		if err := batchWrite(b, e, &c.scratch); err != nil {
-			return err
+			_ = b.Close()
+			return nil, err
 		}
 	}
-	if err := c.commitBatch(b); err != nil {
-		return err
-	}
+	return b, nil
+}
+
+// markCleanLocked marks every dirty entry clean (its version in Pebble,
+// or in a batch bound for it) and forgets the dirty list.
+func (c *writeCache) markCleanLocked() {
 	for _, e := range c.dirty {
 		if e.dirty {
 			e.dirty, e.absent = false, !e.present
@@ -684,7 +722,6 @@ func (c *writeCache) flushLocked(db *pebble.DB) error {
 	clear(c.dirty) // no references to evicted entries
 	c.dirty = c.dirty[:0]
 	c.ndirty = 0
-	return nil
 }
 
 // batchWrite adds e's version to b (the batch copies key and value); a
