@@ -6,12 +6,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/kstreamd/kstreamd/job"
 	kruntime "github.com/kstreamd/kstreamd/runtime"
 )
 
 // gatherSum is the reader the bench used before counterTap: a Gather of
 // the whole registry, filtered to family and operator.
-func gatherSum(t *testing.T, reg *prometheus.Registry, family, operator string) int64 {
+func gatherSum(t testing.TB, reg *prometheus.Registry, family, operator string) int64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -91,4 +92,42 @@ func TestCounterTapMatchesGather(t *testing.T) {
 		t.Fatal("registering the runtime metrics twice: no error")
 	}
 	check("after a refused registration", 1000006, 1000012, 3)
+}
+
+// BenchmarkProgressSample measures one progress sample of a job with 2
+// operators x 2 subtasks registered the way the bench's job registers
+// them (job.NewMetrics, no open Pebble state): the tap's reader against
+// the whole-registry Gather it replaced.
+func BenchmarkProgressSample(b *testing.B) {
+	reg := prometheus.NewRegistry()
+	tap := newCounterTap(reg)
+	if _, err := job.NewMetrics(tap); err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range []string{recordsInFamily, recordsOutFamily} {
+		for _, op := range []string{"source", "sink"} {
+			for _, s := range []string{"0", "1"} {
+				tap.taps[f][0].(*prometheus.CounterVec).WithLabelValues(op, s).Inc()
+			}
+		}
+	}
+	b.Run("tap", func(b *testing.B) {
+		for range b.N {
+			tap.sum(recordsOutFamily, "sink")
+		}
+	})
+	b.Run("gather", func(b *testing.B) {
+		for range b.N {
+			gatherSum(b, reg, recordsOutFamily, "sink")
+		}
+	})
+}
+
+// BenchmarkRSSSample measures the peak-RSS sample the bench takes every
+// 100 ms (a read of /proc/self/status).
+func BenchmarkRSSSample(b *testing.B) {
+	m := newRSSMeter()
+	for range b.N {
+		m.Sample()
+	}
 }
