@@ -1035,7 +1035,7 @@ func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, r
 	if err != nil {
 		return nil, fmt.Errorf("bench: scenario %s: %w\n%s", s.Name, err, y)
 	}
-	reg := prometheus.NewRegistry()
+	reg := newCounterTap(prometheus.NewRegistry())
 	j, err := pipeline.Build(ctx, cfg, pipeline.Deps{Logger: r.cfg.Logger, Registerer: reg, ClientOpts: cfg.ClientOptions()})
 	if err != nil {
 		return nil, fmt.Errorf("bench: scenario %s: build: %w", s.Name, err)
@@ -1051,7 +1051,9 @@ type jobTarget struct {
 		Run(context.Context) error
 		Storage() *checkpoint.Storage
 	}
-	reg *prometheus.Registry
+	// reg is the job's registry; the progress samples read its two
+	// operator record counters only.
+	reg *counterTap
 	// process applies the pipeline's process section (GC pacing, memory
 	// limit) as `kstreamd run` does, for the job's run only: the pipe runs
 	// with Go's defaults.
@@ -1076,26 +1078,7 @@ func (t *jobTarget) run(ctx context.Context) error {
 	return err
 }
 
-func (t *jobTarget) committed() int64 {
-	mfs, err := t.reg.Gather()
-	if err != nil {
-		return 0
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "kstreamd_operator_records_out_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "operator" && l.GetValue() == "sink" {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return int64(n)
-}
+func (t *jobTarget) committed() int64 { return t.reg.sum(recordsOutFamily, "sink") }
 
 // written returns the records the sink operator has received so far,
 // each written at once into the open transaction (or produced,
@@ -1105,24 +1088,7 @@ func (t *jobTarget) written() int64 { return t.received("sink") }
 // received returns the records operator has received so far: its
 // kstreamd_operator_records_in_total over every subtask.
 func (t *jobTarget) received(operator string) int64 {
-	mfs, err := t.reg.Gather()
-	if err != nil {
-		return 0
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "kstreamd_operator_records_in_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "operator" && l.GetValue() == operator {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return int64(n)
+	return t.reg.sum(recordsInFamily, operator)
 }
 
 // pollCheckpoints reads each completed checkpoint's metadata while it is
