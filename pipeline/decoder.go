@@ -214,6 +214,10 @@ type decoder struct {
 	visited int
 	// tooLarge is set once visited exceeds maxDecodeNodes.
 	tooLarge *ConfigError
+	// valueErrs is set by any error other than an unknown, repeated or
+	// non-string key: a field then holds no decoded value, so checks that
+	// read several fields (operators.ParamsChecker) are not run on it.
+	valueErrs bool
 }
 
 // defaulter is implemented by list item types with defaults; the decoder
@@ -244,6 +248,7 @@ var integerRE = regexp.MustCompile(`^[-+]?[0-9]+$`)
 func (d *decoder) fail(path, msg string) {
 	d.errs = append(d.errs, d.o.newError(path, msg))
 	d.o.bad[path] = true
+	d.valueErrs = true
 }
 
 // failAt records a problem at an explicit position.
@@ -397,6 +402,7 @@ func (d *decoder) decodeText(n *yaml.Node, u encoding.TextUnmarshaler, path stri
 			if ok {
 				d.failAt(&yaml.Node{Line: n.Line, Column: column}, path, err.Error())
 				d.o.bad[path] = true
+				d.valueErrs = true
 				return
 			}
 		}
@@ -553,6 +559,7 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		if k.ShortTag() == "!!merge" {
 			d.failAt(k, path, "merge keys (<<) are not supported; write the fields out")
 			d.o.bad[path] = true // the merged fields would be missing
+			d.valueErrs = true
 			continue
 		}
 		fpath := joinPath(path, k.Value)
@@ -578,6 +585,7 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 	for _, s := range suggested {
 		if _, set := seen[s]; !set {
 			d.o.bad[joinPath(path, s)] = true
+			d.valueErrs = true
 		}
 	}
 }

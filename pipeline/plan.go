@@ -87,9 +87,23 @@ func (c *Config) decodeNode(v *validator, ppath string, n *yaml.Node, what strin
 		}
 		if len(d.errs) > 0 {
 			v.errs = append(v.errs, d.errs...)
+			if d.valueErrs || d.tooLarge != nil {
+				return nil, false
+			}
+			// Only keys were wrong (unknown, repeated): every field
+			// written decoded, so its checks still run and every
+			// problem is reported at once.
+			checkParams(v, ppath, pv)
 			return nil, false
 		}
 	}
+	checkParams(v, ppath, pv)
+	return pv, true
+}
+
+// checkParams runs pv's CheckParams (operators.ParamsChecker), if it has
+// one, reporting at ppath.
+func checkParams(v *validator, ppath string, pv any) {
 	if pc, isChecker := pv.(operators.ParamsChecker); isChecker {
 		pc.CheckParams(func(field, msg string) {
 			switch {
@@ -102,7 +116,6 @@ func (c *Config) decodeNode(v *validator, ppath string, n *yaml.Node, what strin
 			}
 		})
 	}
-	return pv, true
 }
 
 // validateGraph checks what spans several operators: cycles, and a
