@@ -6,10 +6,14 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/runtime"
 )
 
 // pausedParts returns the partitions of "items" franz-go has paused.
@@ -91,5 +95,106 @@ func TestAlignmentUnavailablePausesKept(t *testing.T) {
 	s.markAvailable(1)
 	if got := pausedParts(cl); len(got) != 0 {
 		t.Errorf("every partition available and released: paused %v, want none", got)
+	}
+}
+
+// TestAlignmentRestoreRescaled: four partitions (2,000 records each, the
+// odd ones' event times 4x as fast per record) read by two subtasks in one
+// group (one reads the even partitions, the other the odd ones), the even
+// partitions' records drained 1ms apart so that the odd ones' subtask runs
+// ahead and holds records, paused; both take checkpoint 1 once 800 records
+// were drained. The checkpoint is restored twice, its splits moved to the
+// subtasks that own them at the new parallelism: at parallelism 3 with
+// alignment off (a config change) and at parallelism 1 with alignment on
+// (its own group). Each time, the records drained before the barriers in
+// run 1 and those of run 2 are every record exactly once, in offset order
+// per partition: no held record is counted in a checkpoint's offset and
+// lost.
+func TestAlignmentRestoreRescaled(t *testing.T) {
+	counts, start, step := []int{2000, 2000, 2000, 2000}, []int64{0, 0, 0, 0}, []int64{1, 4, 1, 4}
+	opts := alignTopic(t, counts, start, step)
+	parts := func(c *Config) { c.Partitions = 4 }
+
+	var before []alignedRecord
+	var barriers sync.WaitGroup
+	barriers.Add(2)
+	done := map[int]bool{}
+	var run1 *alignRun
+	triggered := false
+	run1 = runAligned(t, opts, 2, WatermarkAlignment{Group: NewAlignmentGroup("src"), MaxDrift: 20 * time.Millisecond, UpdateInterval: time.Millisecond}, nil,
+		func(r alignedRecord) {
+			if done[r.sub] {
+				return
+			}
+			before = append(before, r)
+			if len(before) == 800 && !triggered {
+				triggered = true
+				for _, src := range run1.srcs {
+					src.TriggerCheckpoint(&runtime.Barrier{CheckpointID: 1})
+				}
+			}
+			if r.partition%2 == 0 {
+				time.Sleep(time.Millisecond) // the slow partitions' subtask's downstream is slow
+			}
+		}, func(sub int, el runtime.Element) {
+			if el.Kind == runtime.KindBarrier && el.Barrier.CheckpointID == 1 && !done[sub] {
+				done[sub] = true
+				barriers.Done()
+			}
+		}, parts)
+	barriers.Wait()
+	run1.stop()
+	if run1.pauses() == 0 {
+		t.Fatal("run 1 paused no partition: nothing was held at the checkpoint")
+	}
+	var splits []Split
+	for sub := range 2 {
+		splits = append(splits, run1.resp.splits(t, sub, 1)...)
+	}
+	t.Logf("checkpoint 1 splits %+v, %d pauses, %d drained before", splits, run1.pauses(), len(before))
+	if len(splits) != 4 {
+		t.Fatalf("checkpoint 1 splits %+v, want one per partition", splits)
+	}
+	short := 0
+	for _, sp := range splits {
+		if sp.Offset < 2000 {
+			short++
+		}
+	}
+	if short == 0 {
+		t.Fatalf("checkpoint 1 splits %+v: every partition read to its end, nothing to restore", splits)
+	}
+
+	for _, tc := range []struct {
+		name        string
+		parallelism int
+		align       WatermarkAlignment
+	}{
+		{"p3-alignment-off", 3, WatermarkAlignment{}},
+		{"p1-alignment-on", 1, WatermarkAlignment{MaxDrift: 20 * time.Millisecond, UpdateInterval: time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			restored := make([]*Restored, tc.parallelism)
+			for sub := range restored {
+				restored[sub] = &Restored{Known: []int32{0, 1, 2, 3}}
+			}
+			for _, sp := range splits {
+				sub := AssignPartition("items", sp.Partition, tc.parallelism)
+				restored[sub].Splits = append(restored[sub].Splits, sp)
+			}
+			d := newDriftTracker(counts, start)
+			for _, r := range before {
+				d.add(r)
+			}
+			run2 := runAligned(t, opts, tc.parallelism, tc.align, restored, d.add, nil, parts)
+			rest := 8000 - len(before)
+			if !testkit.Poll(60*time.Second, func() bool { return int(run2.emitted.Load()) >= rest }) {
+				t.Fatalf("run 2 emitted %d of %d records", run2.emitted.Load(), rest)
+			}
+			run2.stop()
+			if d.total != 8000 || d.order != "" || !slices.Equal(d.seen, counts) {
+				t.Fatalf("emitted %d records (%v per partition) over the restore, order: %q; want each once, in offset order", d.total, d.seen, d.order)
+			}
+		})
 	}
 }
