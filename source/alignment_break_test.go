@@ -198,3 +198,42 @@ func TestAlignmentRestoreRescaled(t *testing.T) {
 		})
 	}
 }
+
+// TestAlignmentSkippedEventTimes: partition 0's 3,000 records all fail the
+// timestamp assigner (skipped under on_error skip: they carry no event
+// time), partitions 1 and 2 hold 3,000 good records each, partition 1's
+// event times 4x as fast per record. Partition 0 has no event time while it
+// has records left, so it holds the group at its start until it is read to
+// its end; it never emits and is never ahead, so it is read to its end, and
+// then partitions 1 and 2 are aligned with each other: every good record
+// is emitted once, in offset order, partition 1 never leading partition 2
+// by more than the max drift plus one record while partition 2 has records
+// to come, and no record of partition 0.
+func TestAlignmentSkippedEventTimes(t *testing.T) {
+	counts, start, step := []int{3000, 3000, 3000}, []int64{0, 0, 0}, []int64{1, 4, 1}
+	opts := alignTopic(t, counts, start, step)
+	d := newDriftTracker([]int{0, 3000, 3000}, start)
+	const drift = 50 * time.Millisecond
+	run := runAligned(t, opts, 1, WatermarkAlignment{MaxDrift: drift, UpdateInterval: time.Millisecond}, nil, d.add, nil, func(c *Config) {
+		c.Partitions = 3
+		c.OnError = OnErrorSkip
+		c.Timestamp = func(rec *runtime.Record) (time.Time, error) {
+			if rec.Origin.Partition == 0 {
+				return time.Time{}, errors.New("no event time")
+			}
+			return rec.Timestamp, nil
+		}
+	})
+	if !testkit.Poll(60*time.Second, func() bool { return run.emitted.Load() >= 6000 }) {
+		t.Fatalf("emitted %d of 6000 records (%v per partition)", run.emitted.Load(), d.seen)
+	}
+	run.stop()
+	if d.total != 6000 || d.order != "" || !slices.Equal(d.seen, []int{0, 3000, 3000}) {
+		t.Fatalf("emitted %d records (%v per partition), order: %q; want 0, 3000, 3000 in offset order", d.total, d.seen, d.order)
+	}
+	bound := drift.Milliseconds() + step[1]
+	t.Logf("lead %d ms (bound %d): %s; %d pauses", d.lead, bound, d.at, run.pauses())
+	if d.lead > bound {
+		t.Errorf("a partition led another by %d ms (%s), want at most %d", d.lead, d.at, bound)
+	}
+}
