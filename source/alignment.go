@@ -305,8 +305,12 @@ func (a *aligner) update(s *KafkaSource, now time.Time) {
 			a.pauses.Add(1)
 		} else {
 			delete(a.paused, p)
-			resume = addTP(resume, t, part)
 			a.resumes.Add(1)
+			if s.unavail[p] == nil {
+				// An unavailable partition stays paused until a probe
+				// finds it back (markAvailable resumes it then).
+				resume = addTP(resume, t, part)
+			}
 		}
 	}
 	if pause != nil {

@@ -174,7 +174,9 @@ func (s *KafkaSource) markAvailable(p int32) {
 	delete(s.unavail, p)
 	s.cfg.Metrics.unavailableAdd(s.cfg.Name, -1)
 	t, part := s.tp(p)
-	if s.cl != nil {
+	if s.cl != nil && (s.align == nil || !s.align.paused[p]) {
+		// A partition watermark alignment holds stays paused: its
+		// update resumes it once the group's least catches up.
 		s.cl.ResumeFetchPartitions(map[string][]int32{t: {part}})
 	}
 	if l := s.lookups[p]; l != nil {
