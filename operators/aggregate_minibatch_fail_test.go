@@ -73,3 +73,52 @@ func TestAggregateMiniBatchBarrierFailureFailsTask(t *testing.T) {
 		})
 	}
 }
+
+// keySink is a chained sink keeping "<kind> <value>" of every record.
+type keySink struct{ got []string }
+
+func (s *keySink) Open(context.Context) error     { return nil }
+func (s *keySink) EndInput(context.Context) error { return nil }
+func (s *keySink) Close() error                   { return nil }
+func (s *keySink) ProcessRecord(_ context.Context, _ int, rec runtime.Record) error {
+	s.got = append(s.got, rec.Change.String()+" "+string(rec.Value))
+	return nil
+}
+
+// TestAggregateMiniBatchBadRecordMidBatch: a record whose of fails in
+// the middle of a batch is refused at once with a *runtime.RecordError
+// (reason eval_error; the task's on_error policy skips or dead-letters it
+// in the transaction it arrived in), and the batch keeps the records
+// before and after it: at the barrier the key emits one +I of the two
+// good amounts, 5 + 7.
+func TestAggregateMiniBatchBadRecordMidBatch(t *testing.T) {
+	ctx := context.Background()
+	sink := &keySink{}
+	out := runtime.NewOutput(nil)
+	out.AddChained(&runtime.ChainedOperator{Operator: sink})
+	p := AggregateParams{Aggregates: []AggregateSpec{{Name: "total", Fn: AggSum, Of: compiled(t, "amount")}, {Name: "n", Fn: AggCount}}, MiniBatch: &MiniBatchParams{Size: 100}}
+	op := NewKeyedProcessOperator(OpenContext{Operator: "op", Parallelism: 1}, opener("hashmap", t.TempDir()), nil, NewAggregate(p, false), out)
+	if err := op.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	for i, amount := range []any{5, "x", 7} {
+		err := op.ProcessRecord(ctx, 0, changed(runtime.ChangeInsert, "k1", amount, "u"))
+		var re *runtime.RecordError
+		switch {
+		case i == 1 && !errors.As(err, &re):
+			t.Fatalf("record of amount %q: %v, want a *runtime.RecordError", amount, err)
+		case i != 1 && err != nil:
+			t.Fatal(err)
+		}
+	}
+	if len(sink.got) != 0 {
+		t.Fatalf("emitted within the batch: %q", sink.got)
+	}
+	if _, err := op.SnapshotState(ctx, &runtime.Barrier{CheckpointID: 1, Dir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{`+I {"key":"k1","total":12,"n":2}`}; len(sink.got) != 1 || sink.got[0] != want[0] {
+		t.Fatalf("at the barrier: %q, want %q", sink.got, want)
+	}
+}
