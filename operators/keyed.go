@@ -233,6 +233,16 @@ func (o *KeyedOperator) runAsyncElement(arg any) error {
 // checkpoint.TaskState.
 func (o *KeyedOperator) SnapshotState(ctx context.Context, b *runtime.Barrier) (runtime.SnapshotFinisher, error) {
 	if err := o.finishBundle(ctx); err != nil {
+		// The batch is gone (part of it folded and emitted, the rest
+		// dropped): declining the checkpoint alone would let the task go
+		// on and a later checkpoint commit state without the dropped
+		// records. The task fails, as Flink's prepareSnapshotPreBarrier
+		// failing fails it; it restores the last checkpoint, which holds
+		// no batch. The task checks the mailbox before its next snapshot.
+		if o.mailbox != nil {
+			o.mailbox.Fail(err)
+			o.mailbox.Execute(func() {}) // wakes the task loop, which then fails
+		}
 		return nil, err
 	}
 	if o.aec != nil {
