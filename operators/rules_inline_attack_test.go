@@ -22,7 +22,8 @@ import (
 // 20 records, and a restore every 150 records at parallelism 1, 2 or 3
 // (some from checkpoints rewritten in the first sliced layout, format
 // version 1, beside version 4 summaries of other keys), and a rule
-// deleted and re-added while its keys hold slices; the alerts must
+// deleted and re-added, and one whose shape changes, while their keys
+// hold slices; the alerts must
 // be exactly the brute-force model's, on both backends.
 func TestRulesInlineSlicesRandomModel(t *testing.T) {
 	fns := []string{"count", "sum", "min", "max", "avg", "count_distinct"}
@@ -107,6 +108,28 @@ func TestRulesInlineSlicesRandomModel(t *testing.T) {
 						model.rules = slices.DeleteFunc(slices.Clone(model.rules), func(r modelRule) bool { return r.id == "r0" })
 						for k := range model.held {
 							if strings.HasPrefix(k, "r0/") {
+								delete(model.held, k)
+							}
+						}
+					case 610:
+						// r1's shape changes (another fn; count_distinct of
+						// tag <-> sum of amount) while its keys hold slices:
+						// its old slices count nowhere.
+						r := rules[1]
+						if r.fn == "count_distinct" {
+							r.fn, r.of = "sum", "amount"
+						} else {
+							r.fn, r.of = "count_distinct", "tag"
+						}
+						g.rule("r1", r.json(), x.ts)
+						model.rules = slices.Clone(model.rules)
+						for j := range model.rules {
+							if model.rules[j].id == "r1" {
+								model.rules[j] = r
+							}
+						}
+						for k := range model.held {
+							if strings.HasPrefix(k, "r1/") {
 								delete(model.held, k)
 							}
 						}
