@@ -192,10 +192,16 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 	// without them. This goroutine calls no settle until it is released.
 	var held *pendingCommit
 	if t.SharedDir != "" && p.st.cache != nil {
+		// Stored under the cache's lock: a goroutine holding it (a flush
+		// or an eviction on a read goroutine) settles before the store.
 		held = &pendingCommit{done: make(chan struct{})}
+		c := p.st.cache
+		c.mu.Lock()
 		p.st.pending.Store(held)
 		var err error
-		if captured, err = p.st.cache.capture(p.st.db); err != nil {
+		captured, err = c.captureLocked(p.st.db)
+		c.mu.Unlock()
+		if err != nil {
 			p.st.release(held, nil) // nothing was marked clean
 			return nil, fmt.Errorf("state: snapshot: %w", err)
 		}
