@@ -153,16 +153,15 @@ type pendingCommit struct {
 }
 
 // commitLater commits b (already in the delta log) to Pebble on another
-// goroutine, then closes it: the synchronous part of a delta checkpoint
+// goroutine, then closes it and releases p (pending since before the
+// capture, snapshotRemote): the synchronous part of a delta checkpoint
 // captures the write cache's dirty entries in b and returns without
 // waiting for Pebble (which sorts a large batch as it commits it, tens of
 // milliseconds for the 100k entries of a 10M-key state's interval). Every
 // later access to Pebble waits for it first (settle), so the commits
 // reach Pebble in the order of the delta log and every read sees the
-// captured entries. The caller has no commit pending (settle returned).
-func (s *pebbleStore) commitLater(b *pebble.Batch) {
-	p := &pendingCommit{done: make(chan struct{})}
-	s.pending.Store(p)
+// captured entries.
+func (s *pebbleStore) commitLater(p *pendingCommit, b *pebble.Batch) {
 	hook := commitLaterHook
 	go func() {
 		defer close(p.done)
@@ -176,12 +175,16 @@ func (s *pebbleStore) commitLater(b *pebble.Batch) {
 	}()
 }
 
-// failWith makes every later access to Pebble fail with err: the write
-// cache's captured entries reached Pebble nowhere.
-func (s *pebbleStore) failWith(err error) {
-	p := &pendingCommit{done: make(chan struct{}), err: err}
+// release ends p, pending since before a capture, with err: nil when the
+// captured entries are in Pebble (a base committed them) or there were
+// none; non-nil makes every later access to Pebble fail with it (the
+// captured entries reached Pebble nowhere: sticky).
+func (s *pebbleStore) release(p *pendingCommit, err error) {
+	p.err = err
 	close(p.done)
-	s.pending.Store(p)
+	if err == nil {
+		s.pending.CompareAndSwap(p, nil)
+	}
 }
 
 // commitLaterHook, when set (tests only), runs on commitLater's goroutine

@@ -185,9 +185,24 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 	if err := p.st.settle(); err != nil {
 		return nil, fmt.Errorf("state: snapshot: %w", err)
 	}
+	// held is pending from before the capture until the captured entries
+	// are in Pebble or bound for it (commitLater): a read on another
+	// goroutine (asynchronous state) between the capture, which marks
+	// the entries clean, and the commit would otherwise read Pebble
+	// without them. This goroutine calls no settle until it is released.
+	var held *pendingCommit
 	if t.SharedDir != "" && p.st.cache != nil {
+		// Stored under the cache's lock: a goroutine holding it (a flush
+		// or an eviction on a read goroutine) settles before the store.
+		held = &pendingCommit{done: make(chan struct{})}
+		c := p.st.cache
+		c.mu.Lock()
+		p.st.pending.Store(held)
 		var err error
-		if captured, err = p.st.cache.capture(p.st.db); err != nil {
+		captured, err = c.captureLocked(p.st.db)
+		c.mu.Unlock()
+		if err != nil {
+			p.st.release(held, nil) // nothing was marked clean
 			return nil, fmt.Errorf("state: snapshot: %w", err)
 		}
 	} else if err := p.st.flushCache(); err != nil {
@@ -213,12 +228,16 @@ func (p *pebbleBackend) snapshotRemote(t SnapshotTarget, taskDir string) (func(c
 		cut, err = d.cutDelta(r.creator, captured, p.listRemoteTables)
 		switch {
 		case cut.commitLater:
-			p.st.commitLater(captured)
+			p.st.commitLater(held, captured)
 		case captured != nil:
 			if cut.lost {
-				p.st.failWith(err)
+				p.st.release(held, err)
+			} else {
+				p.st.release(held, nil)
 			}
 			_ = captured.Close()
+		case held != nil:
+			p.st.release(held, nil)
 		}
 	}
 	if err != nil {
