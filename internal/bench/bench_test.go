@@ -1028,10 +1028,10 @@ func TestRunPreloadState(t *testing.T) {
 	}
 }
 
-// TestIntervalJoinAlignmentYAML: the interval-join scenario's input source
-// runs with watermark_alignment max_drift 20ms; --watermark-alignment off
-// drops it and 50ms replaces it, for any scenario (it decodes as run
-// decodes it); a scenario without it has none.
+// TestIntervalJoinAlignmentYAML: no scenario's input source runs with
+// watermark_alignment by default (on a quiet machine it made interval-join
+// slower: BENCHMARKS.md, session 42); --watermark-alignment 20ms sets it,
+// off leaves it out, for any scenario (it decodes as run decodes it).
 func TestIntervalJoinAlignmentYAML(t *testing.T) {
 	var ij, cp Scenario
 	for _, s := range Scenarios {
@@ -1046,7 +1046,7 @@ func TestIntervalJoinAlignmentYAML(t *testing.T) {
 		s     Scenario
 		flag  string
 		drift time.Duration
-	}{{ij, "", 20 * time.Millisecond}, {ij, "off", 0}, {ij, "50ms", 50 * time.Millisecond}, {cp, "", 0}, {cp, "5ms", 5 * time.Millisecond}} {
+	}{{ij, "", 0}, {ij, "off", 0}, {ij, "20ms", 20 * time.Millisecond}, {cp, "", 0}, {cp, "5ms", 5 * time.Millisecond}} {
 		cfg := Config{WatermarkAlignment: c.flag}
 		sc := c.s
 		sc.WatermarkAlignment = cfg.alignment(&c.s)

@@ -355,15 +355,6 @@ const (
 // run.
 const intervalJoinRatePerKey = 100
 
-// intervalJoinAlignment is the interval-join scenario's watermark
-// alignment: a partition reads at most 20ms of event time (the join's
-// bound; about 5,000 records of a partition at the default 10,000 keys)
-// ahead of the least of the source's partitions, so the rows the join
-// keeps until the watermark passes them stay bounded by the interval plus
-// the drift, whatever the speeds the partitions are read at (BENCHMARKS.md,
-// session 42).
-const intervalJoinAlignment = "{max_drift: 20ms}"
-
 // intervalJoin is an inner interval join of the items with themselves:
 // the items of even id are the left input, those of odd id the right one
 // (two filters of the source), both keyed by key, bounds [-20ms, +20ms]
@@ -375,8 +366,7 @@ const intervalJoinAlignment = "{max_drift: 20ms}"
 func intervalJoin() Scenario {
 	return Scenario{
 		Name: "interval-join", Doc: fmt.Sprintf("interval_join of the even-id (left) and odd-id (right) items by key, bounds [-20ms, +20ms] on the record timestamp (an event time from the id, %d items per key per second), inner, on pebble", intervalJoinRatePerKey), Backend: "pebble",
-		EventRatePerKey:    intervalJoinRatePerKey,
-		WatermarkAlignment: intervalJoinAlignment,
+		EventRatePerKey: intervalJoinRatePerKey,
 		Operators: fmt.Sprintf(`  - name: evens
     type: filter
     input: in
