@@ -223,9 +223,10 @@ func (o *KeyedOperator) runAsyncElement(arg any) error {
 }
 
 // SnapshotState implements runtime.Snapshotter: on the subtask goroutine it
-// ends a BundleFunction's batch (its rows precede the barrier), drains the async execution controller of an async function (the snapshot
-// then holds the effects of exactly the records before the barrier), runs
-// the function's SnapshotState, copies operator and broadcast state and
+// ends a BundleFunction's batch (its rows precede the barrier), drains the
+// async execution controller of an async function (the snapshot then
+// holds the effects of exactly the records before the barrier), runs the
+// function's SnapshotState, copies operator and broadcast state and
 // freezes the keyed state (Pebble: flush and checkpoint; hashmap: an
 // in-memory copy, see state.SnapshotKeyed); the returned finisher writes the
 // keyed state's files under the barrier's task directory (and shared

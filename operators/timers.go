@@ -230,9 +230,9 @@ func (o *KeyedOperator) fireProcessingTimers() {
 }
 
 // ProcessWatermark implements runtime.WatermarkHandler: a BundleFunction's
-// batch ends, the event-time timers at or before wm fire, then a WatermarkFunction's OnWatermark
-// runs, the backend's event-time TTL clock moves to
-// wm, and a background TTL cleanup step runs when the last one is an
+// batch ends, the event-time timers at or before wm fire, then a
+// WatermarkFunction's OnWatermark runs, the backend's event-time TTL clock
+// moves to wm, and a background TTL cleanup step runs when the last one is an
 // interval old (see ttlCleaner).
 func (o *KeyedOperator) ProcessWatermark(ctx context.Context, wm time.Time) error {
 	if err := o.finishBundle(ctx); err != nil { // the batch's rows precede wm
