@@ -427,12 +427,16 @@ func (j *Job) TriggerSavepoint(ctx context.Context, dir string, stop bool) (stri
 }
 
 // opener returns the state backend opener of one keyed subtask: its Pebble
-// DB lives in <state dir>/<job>/<operator>/subtask-<i>.
+// DB lives in <state dir>/<job>/<operator>/subtask-<i>, a scratch directory
+// (build clears the state root at every start and restart, and state comes
+// back only from checkpoints), so the DB does not fsync
+// (state.BackendConfig.NoSync).
 func (j *Job) opener(root, op string, sub int, kgr keygroup.Range, logger *slog.Logger) operators.BackendOpener {
 	return func(restore []state.RestoreHandle) (state.KeyedStateBackend, error) {
 		b, err := state.OpenBackendRestored(state.BackendConfig{
 			Kind:            j.settings.StateBackend,
 			Dir:             filepath.Join(root, op, "subtask-"+strconv.Itoa(sub)),
+			NoSync:          true,
 			MaxParallelism:  j.maxP,
 			KeyGroupRange:   kgr,
 			Cache:           j.cache,

@@ -124,6 +124,19 @@ type BackendConfig struct {
 	// reopening a directory restores its state. Required for pebble,
 	// ignored by hashmap.
 	Dir string
+	// NoSync makes every fsync of a local Pebble DB a no-op: its WAL,
+	// memtable flushes, compactions, MANIFEST and the staging directory of
+	// its snapshots (SnapshotKeyed). Set it only when Dir is scratch: never
+	// reopened after a crash, every open starting from an empty directory
+	// or a checkpoint (OpenBackendRestored), as a job's state directory is
+	// (the job clears it at every start and restart). Durability then
+	// comes from checkpoints alone, which copy the files they keep and
+	// sync the copies themselves (or leave it to the store upload with
+	// SnapshotTarget.NoSync), as Flink's RocksDB backend keeps no WAL and
+	// restores only from checkpoints. A remote (disaggregated) DB's local
+	// directory never syncs, whatever NoSync (REMOTE.md). Ignored by
+	// hashmap.
+	NoSync bool
 	// RestoreDir, hashmap only, is a directory written by Snapshot to
 	// restore from; entries of key groups outside KeyGroupRange are
 	// skipped. Empty: start empty.

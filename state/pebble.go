@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
@@ -180,6 +181,10 @@ func setL0Thresholds(opts *pebble.Options, n int) {
 	}
 }
 
+// localFS is the file system of a local (not disaggregated) Pebble DB;
+// tests replace it to see the calls that reach the disk.
+var localFS = vfs.Default
+
 func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, error) {
 	opts := &pebble.Options{
 		Merger:             listMerger,
@@ -198,6 +203,12 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, erro
 		var err error
 		if ro, dir, err = openRemoteDir(cfg, opts); err != nil {
 			return nil, err
+		}
+	}
+	if ro == nil {
+		opts.FS = localFS
+		if cfg.NoSync {
+			opts.FS = unsyncedFS{localFS} // a scratch directory: BackendConfig.NoSync
 		}
 	}
 	if cfg.Cache != nil {

@@ -18,6 +18,8 @@ import (
 // ingestion is one MANIFEST edit, so a restore no longer waits for one
 // fsync per level and per L0 table). Like RocksDB's and Flink's
 // "disableDataSync" for state that a checkpoint restores; see REMOTE.md.
+// A local DB opened with BackendConfig.NoSync uses it too, for the same
+// reason (its directory is scratch).
 type unsyncedFS struct{ vfs.FS }
 
 // unsyncedFile is a file of unsyncedFS: every sync is a no-op.
