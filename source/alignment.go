@@ -70,6 +70,16 @@ func (g *AlignmentGroup) Name() string { return g.name }
 type alignMember struct {
 	g  *AlignmentGroup
 	wm atomic.Int64 // ms; noAlignmentWatermark when it holds nothing back, noTimestamp when it holds the group at its start
+	// need is the least group watermark at which one of the member's
+	// paused partitions may go on (its largest event time minus
+	// MaxDrift), ms; noAlignmentWatermark while it waits for none. A
+	// member that lifts the group's least to need or beyond wakes the
+	// waiting member at once (min), instead of leaving it asleep in its
+	// poll until UpdateInterval ends.
+	need atomic.Int64
+	// wake interrupts the member's wait (the subtask's poll: it posts to
+	// its mailbox); nil: nobody to wake.
+	wake func()
 }
 
 // join adds a member that holds the group at its start (as a partition
@@ -77,6 +87,7 @@ type alignMember struct {
 func (g *AlignmentGroup) join() *alignMember {
 	m := &alignMember{g: g}
 	m.wm.Store(noTimestamp)
+	m.need.Store(noAlignmentWatermark)
 	g.mu.Lock()
 	g.members = append(g.members, m)
 	g.mu.Unlock()
@@ -97,13 +108,22 @@ func (m *alignMember) leave() {
 }
 
 // min returns the least watermark the group's members published, ms
-// (noAlignmentWatermark when none holds anything back).
+// (noAlignmentWatermark when none holds anything back), and wakes each
+// member whose paused partitions wait for a least it reached (need): the
+// member that moved the least looks here right after publishing, so a
+// waiting subtask resumes within the publisher's pass rather than at its
+// next UpdateInterval.
 func (g *AlignmentGroup) min() int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	lowest := int64(noAlignmentWatermark)
 	for _, m := range g.members {
 		lowest = min(lowest, m.wm.Load())
+	}
+	for _, m := range g.members {
+		if need := m.need.Load(); need != noAlignmentWatermark && lowest >= need && m.need.CompareAndSwap(need, noAlignmentWatermark) && m.wake != nil {
+			m.wake()
+		}
 	}
 	return lowest
 }
@@ -169,7 +189,13 @@ func (a *aligner) emit(ctx context.Context, s *KafkaSource, fetches kgo.Fetches)
 			a.hwm[id] = end
 		}
 		if len(p.Records) > 0 {
-			a.held[id] = append(a.held[id], p.Records...)
+			if held := a.held[id]; len(held) > 0 {
+				a.held[id] = append(held, p.Records...)
+			} else {
+				// The poll's slice itself (the caller owns it): no copy
+				// of a fetch's record pointers per poll.
+				a.held[id] = p.Records
+			}
 		}
 	})
 	return a.emitHeld(ctx, s)
@@ -313,6 +339,7 @@ func (a *aligner) update(s *KafkaSource, now time.Time) {
 			}
 		}
 	}
+	a.await(s)
 	if pause != nil {
 		s.cl.PauseFetchPartitions(pause)
 		n := 0
@@ -323,6 +350,30 @@ func (a *aligner) update(s *KafkaSource, now time.Time) {
 	}
 	if resume != nil {
 		s.cl.ResumeFetchPartitions(resume)
+	}
+}
+
+// await tells the group the least watermark the subtask's paused
+// partitions wait for (alignMember.need: the least of their largest event
+// times minus MaxDrift), so that the member whose progress reaches it
+// wakes this subtask's poll; then looks once itself, in case the least
+// moved past it already. Without a group the subtask's own records are
+// all that moves its least, so nothing else could wake it.
+func (a *aligner) await(s *KafkaSource) {
+	if a.member == nil {
+		return
+	}
+	need := int64(noAlignmentWatermark)
+	for p := range a.paused {
+		if ts := s.wms.maxTs[p]; ts != noTimestamp {
+			need = min(need, ts-a.cfg.MaxDrift.Milliseconds())
+		} else {
+			need = min(need, noTimestamp+1) // the group's least leaving its start
+		}
+	}
+	a.member.need.Store(need)
+	if need != noAlignmentWatermark {
+		a.member.g.min()
 	}
 }
 

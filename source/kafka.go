@@ -576,6 +576,12 @@ func New(cfg Config) *KafkaSource {
 		// subtask that starts reading first does not run ahead of one that
 		// has not started yet.
 		s.align = newAligner(cfg.Alignment)
+		if m := s.align.member; m != nil {
+			// A no-op action: posting it cancels the subtask's poll
+			// (Mailbox.Interruptible), and the loop looks at the
+			// group's least again.
+			m.wake = func() { s.mailbox.Execute(func() {}) }
+		}
 	}
 	if cfg.DeadLetters != nil {
 		s.sides = runtime.SideOutputs{{ID: runtime.TaskID{Operator: DeadLetterVertex(cfg.Name), Subtask: cfg.Subtask}, Operator: cfg.DeadLetters}}
