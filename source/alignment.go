@@ -134,12 +134,15 @@ func (g *AlignmentGroup) min() int64 {
 //
 // The subtask polls every record franz-go has buffered and emits each
 // partition's records, in order, while the partition's largest event time
-// is within MaxDrift of the group's least; the rest are held, in order, and
-// the partition is paused (franz-go's PauseFetchPartitions), so nothing
-// fetched is dropped and fetched again, and what is held is bounded by one
-// fetch per partition. A held partition's position (the offset a checkpoint
-// holds) stays at its next record to emit. The partition is resumed once
-// nothing of it is held and it is no longer ahead.
+// is within MaxDrift of the group's least, at most alignEmitBudget a pass;
+// the rest are held, in order, and a partition that is ahead is paused
+// (franz-go's PauseFetchPartitions), so nothing fetched is dropped and
+// fetched again, and what is held is bounded by about two fetches per
+// partition (one held, one in franz-go's buffer: the subtask polls only
+// once no held record may go on). A held partition's position (the offset
+// a checkpoint holds) stays at its next record to emit. The partition is
+// resumed once it is no longer ahead; the subtask that lifts the group's
+// least that far wakes it (alignMember.need).
 type aligner struct {
 	cfg    WatermarkAlignment
 	member *alignMember // nil without a group
@@ -150,6 +153,9 @@ type aligner struct {
 	held   map[int32][]*kgo.Record
 	paused map[int32]bool
 	hwm    map[int32]int64
+	// more says the last emitHeld stopped at alignEmitBudget with held
+	// records that may go on: the source emits them before it polls.
+	more bool
 	// pauses and resumes count the partitions paused and resumed (tests).
 	pauses, resumes atomic.Int64
 }
@@ -207,17 +213,25 @@ func (a *aligner) emit(ctx context.Context, s *KafkaSource, fetches kgo.Fetches)
 // least moves with what this subtask emits), stopping a partition at its
 // first record that puts it ahead: it may lead by MaxDrift plus the event
 // time one record moves it.
+//
+// It emits at most alignEmitBudget records a call; when it stops there
+// with records left that may go on, more is set, and the source's loop
+// runs its mail and calls it again before it polls (a checkpoint barrier
+// waits behind one budget, not behind everything a poll took).
 func (a *aligner) emitHeld(ctx context.Context, s *KafkaSource) error {
+	a.more = false
+	budget := alignEmitBudget
 	for len(a.held) > 0 {
 		lowest := a.lowest(s, time.Now())
 		progress := false
 		for id, recs := range a.held {
 			i := 0
-			for i < len(recs) && !a.ahead(s.wms.maxTs[id], lowest) {
+			for i < len(recs) && budget > 0 && !a.ahead(s.wms.maxTs[id], lowest) {
 				if err := s.emitRead(ctx, recs[i]); err != nil {
 					return err
 				}
 				i++
+				budget--
 			}
 			if i == len(recs) {
 				delete(a.held, id)
@@ -227,12 +241,20 @@ func (a *aligner) emitHeld(ctx context.Context, s *KafkaSource) error {
 			}
 			progress = progress || i > 0
 		}
+		if budget == 0 {
+			a.more = len(a.held) > 0
+			return nil
+		}
 		if !progress {
 			break
 		}
 	}
 	return nil
 }
+
+// alignEmitBudget is how many held records one emitHeld call emits at
+// most: what one poll returns without alignment (PollRecords(1000)).
+const alignEmitBudget = 1000
 
 // ahead reports whether a partition whose largest event time is ts is
 // ahead of the group's least watermark lowest.
@@ -308,8 +330,11 @@ func (a *aligner) lowest(s *KafkaSource, now time.Time) int64 {
 	return a.member.g.min()
 }
 
-// update pauses the partitions it holds records of or that are ahead of
-// the group's least, and resumes the others; the source calls it after
+// update pauses the partitions that are ahead of the group's least, and
+// resumes the others (a partition held only by alignEmitBudget is not
+// paused: franz-go fetches its next records while the held ones go out,
+// and the source polls only once none of those may go on, so what it
+// holds stays within about two fetches); the source calls it after
 // every poll, once the poll's records went through emit. A paused
 // partition is not idle: its last-seen time moves with now, since the
 // subtask, not the partition, stopped its records.
@@ -320,7 +345,7 @@ func (a *aligner) update(s *KafkaSource, now time.Time) {
 	lowest := a.lowest(s, now)
 	var pause, resume map[string][]int32
 	for p, ts := range s.wms.maxTs {
-		stop := len(a.held[p]) > 0 || a.ahead(ts, lowest)
+		stop := a.ahead(ts, lowest)
 		if stop == a.paused[p] {
 			continue
 		}

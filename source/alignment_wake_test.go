@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kstreamd/kstreamd/internal/testkit"
+	"github.com/kstreamd/kstreamd/runtime"
 )
 
 // TestAlignmentGroupWakesAtNeed: a member whose paused partitions wait
@@ -76,4 +77,43 @@ func TestAlignmentWakesWaitingSubtask(t *testing.T) {
 	if d.lead > bound {
 		t.Errorf("a partition led the other by %d ms (%s), want at most %d", d.lead, d.at, bound)
 	}
+}
+
+// TestAlignmentBarrierBetweenBatches: one subtask, two partitions of
+// 10,000 records each (one fetch each), alignment on with a drift of an
+// hour (no partition is ever ahead). A checkpoint triggered when the first
+// record is drained comes out behind at most two emit budgets and the
+// channel's records: held records go out alignEmitBudget at a time with
+// the mailbox run in between. Without the budget the barrier waited
+// behind everything the first poll took (a whole fetch or more).
+func TestAlignmentBarrierBetweenBatches(t *testing.T) {
+	counts, start, step := []int{10000, 10000}, []int64{0, 0}, []int64{1, 1}
+	opts := alignTopic(t, counts, start, step)
+	var run *alignRun
+	drained, before := 0, -1
+	barrier := make(chan struct{})
+	run = runAligned(t, opts, 1, WatermarkAlignment{MaxDrift: time.Hour}, nil, func(r alignedRecord) {
+		drained++
+		if drained == 1 {
+			run.srcs[0].TriggerCheckpoint(&runtime.Barrier{CheckpointID: 1})
+		}
+	}, func(sub int, el runtime.Element) {
+		if el.Kind == runtime.KindBarrier && before < 0 {
+			before = drained
+			close(barrier)
+		}
+	}, nil)
+	select {
+	case <-barrier:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no barrier within a minute")
+	}
+	if !testkit.Poll(60*time.Second, func() bool { return run.emitted.Load() >= 20000 }) {
+		t.Fatalf("emitted %d of 20000 records", run.emitted.Load())
+	}
+	run.stop()
+	if limit := 2*1000 + alignChannel + 2; before > limit { // alignEmitBudget is 1000
+		t.Errorf("the barrier came after %d records, want at most %d (two emit budgets and the channel)", before, limit)
+	}
+	t.Logf("barrier after %d records", before)
 }

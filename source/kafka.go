@@ -858,7 +858,12 @@ func (s *KafkaSource) read(ctx context.Context) error {
 			s.discover(ctx)
 			nextDiscovery = time.Now().Add(s.cfg.DiscoveryInterval)
 		}
-		fetches := s.poll(ctx)
+		var fetches kgo.Fetches
+		if s.align == nil || !s.align.more {
+			// Else held records that may go on are emitted first (the
+			// partitions' next fetches wait in franz-go's buffer).
+			fetches = s.poll(ctx)
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
