@@ -38,10 +38,11 @@ type WatermarkAlignment struct {
 	// MaxDrift is how far ahead of the group's minimum watermark a
 	// partition's may be; 0 turns alignment off.
 	MaxDrift time.Duration
-	// UpdateInterval is how often the subtask publishes its watermark to
-	// the group and pauses or resumes its partitions against the group's
-	// minimum; a subtask whose partitions are all paused wakes up this
-	// often to look. 0 means DefaultAlignmentUpdateInterval.
+	// UpdateInterval is how often a subtask whose partitions are all
+	// paused wakes up to look at the group's minimum again; it also looks
+	// after every poll, and the member whose progress lifts the minimum
+	// far enough wakes it at once (alignMember.need). 0 means
+	// DefaultAlignmentUpdateInterval.
 	UpdateInterval time.Duration
 }
 
