@@ -158,29 +158,3 @@ func TestPartitionEventTimeGauge(t *testing.T) {
 		}
 	}
 }
-
-// TestAlignmentHeldRunOneWatermark: TestAlignmentBarrierBetweenBatches'
-// input (two partitions of 10,000 records, one fetch each, never ahead):
-// the held records go out 1,000 a pass, and the subtask sends a watermark
-// only once a run of passes ends, before it polls again, not after every
-// pass: at most a few watermarks for the 20,000 records (one was seen: a
-// poll or two per partition), where one per pass made 11 (each a
-// broadcast that also sends every half-filled batch).
-func TestAlignmentHeldRunOneWatermark(t *testing.T) {
-	counts, start, step := []int{10000, 10000}, []int64{0, 0}, []int64{1, 1}
-	opts := alignTopic(t, counts, start, step)
-	watermarks := 0
-	run := runAligned(t, opts, 1, WatermarkAlignment{MaxDrift: time.Hour}, nil, func(alignedRecord) {}, func(sub int, el runtime.Element) {
-		if el.Kind == runtime.KindWatermark {
-			watermarks++
-		}
-	}, nil)
-	if !testkit.Poll(60*time.Second, func() bool { return run.emitted.Load() >= 20000 }) {
-		t.Fatalf("emitted %d of 20000 records", run.emitted.Load())
-	}
-	run.stop()
-	t.Logf("%d watermarks", watermarks)
-	if watermarks > 4 {
-		t.Errorf("%d watermarks for 20000 held records, want at most 4 (one per run of passes, not per 1000 records)", watermarks)
-	}
-}

@@ -936,17 +936,10 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		if changed {
 			s.publishReadiness(true)
 		}
-		// With held records that go on at once (alignment's emit budget),
-		// the subtask neither blocks nor sends a watermark before them:
-		// their batches fill up as one poll's would, and the watermark
-		// goes out once, after them (a barrier still flushes before it).
-		more := s.align != nil && s.align.more
 		// The poll's records go on before the next poll blocks (the job's
 		// writers batch them).
-		if !more {
-			if err := s.cfg.Output.Flush(ctx); err != nil {
-				return err
-			}
+		if err := s.cfg.Output.Flush(ctx); err != nil {
+			return err
 		}
 		now := time.Now()
 		s.wms.seenAt(now)
@@ -954,10 +947,8 @@ func (s *KafkaSource) read(ctx context.Context) error {
 			// Before the watermark: a paused partition is not idle.
 			s.align.update(s, now)
 		}
-		if !more {
-			if err := s.emitWatermark(ctx); err != nil {
-				return err
-			}
+		if err := s.emitWatermark(ctx); err != nil {
+			return err
 		}
 		if s.cfg.Metrics != nil {
 			fetches.EachPartition(func(p kgo.FetchTopicPartition) {
