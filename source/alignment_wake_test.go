@@ -93,13 +93,13 @@ func TestAlignmentWakesWaitingSubtask(t *testing.T) {
 func TestAlignmentBarrierBetweenBatches(t *testing.T) {
 	counts, start, step := []int{10000, 10000}, []int64{0, 0}, []int64{1, 1}
 	opts := alignTopic(t, counts, start, step)
-	var run *alignRun
 	drained, before := 0, -1
 	barrier := make(chan struct{})
-	run = runAligned(t, opts, 1, WatermarkAlignment{MaxDrift: time.Hour}, nil, func(r alignedRecord) {
+	src := make(chan *KafkaSource, 1) // handed over once runAligned returned
+	run := runAligned(t, opts, 1, WatermarkAlignment{MaxDrift: time.Hour}, nil, func(r alignedRecord) {
 		drained++
 		if drained == 1 {
-			run.srcs[0].TriggerCheckpoint(&runtime.Barrier{CheckpointID: 1})
+			(<-src).TriggerCheckpoint(&runtime.Barrier{CheckpointID: 1})
 		}
 	}, func(sub int, el runtime.Element) {
 		if el.Kind == runtime.KindBarrier && before < 0 {
@@ -107,6 +107,7 @@ func TestAlignmentBarrierBetweenBatches(t *testing.T) {
 			close(barrier)
 		}
 	}, nil)
+	src <- run.srcs[0]
 	select {
 	case <-barrier:
 	case <-time.After(60 * time.Second):
