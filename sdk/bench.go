@@ -71,7 +71,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, reg 
 	readLatency := fs.Duration("read-latency", 0, "--remote: delay added to every store read")
 	blockCache := fs.Int64("block-cache-bytes", 0, "the pebble scenarios: state.block_cache_bytes (0: the 64 MiB default)")
 	writeCache := fs.Int64("write-cache-bytes", 0, "the pebble scenarios: state.write_cache_bytes (0: the 16 MiB default, -1: none)")
-	alignment := fs.String("watermark-alignment", "", "the input source's watermark_alignment: `off`, or a max_drift (e.g. 20ms); empty: none")
+	alignment := fs.String("watermark-alignment", "", "the input source's watermark_alignment: `off`, or a max_drift (e.g. 20ms); empty: the scenario's (interval-join: 20ms, the others none)")
 	preload := fs.Bool("preload-state", false, "the pebble scenarios: before the measured run, a first run of the job writes one record of each of the --keys keys (no added read latency) and stops after a checkpoint; the measured run restores it and its records read stored keys")
 	ttl := fs.Duration("ttl", 5*time.Second, "ttl-cleanup: the dedup's ttl")
 	nexmarkRate := fs.Float64("nexmark-rate", bench.DefaultNexmarkRate, "nexmark-q*: events per second of event time of the pre-loaded Nexmark events (the nexmark project's first-event.rate)")

@@ -38,10 +38,11 @@ type WatermarkAlignment struct {
 	// MaxDrift is how far ahead of the group's minimum watermark a
 	// partition's may be; 0 turns alignment off.
 	MaxDrift time.Duration
-	// UpdateInterval is how often the subtask publishes its watermark to
-	// the group and pauses or resumes its partitions against the group's
-	// minimum; a subtask whose partitions are all paused wakes up this
-	// often to look. 0 means DefaultAlignmentUpdateInterval.
+	// UpdateInterval is how often a subtask whose partitions are all
+	// paused wakes up to look at the group's minimum again; it also looks
+	// after every poll, and the member whose progress lifts the minimum
+	// far enough wakes it at once (alignMember.need). 0 means
+	// DefaultAlignmentUpdateInterval.
 	UpdateInterval time.Duration
 }
 
@@ -70,6 +71,16 @@ func (g *AlignmentGroup) Name() string { return g.name }
 type alignMember struct {
 	g  *AlignmentGroup
 	wm atomic.Int64 // ms; noAlignmentWatermark when it holds nothing back, noTimestamp when it holds the group at its start
+	// need is the least group watermark at which one of the member's
+	// paused partitions may go on (its largest event time minus
+	// MaxDrift), ms; noAlignmentWatermark while it waits for none. A
+	// member that lifts the group's least to need or beyond wakes the
+	// waiting member at once (min), instead of leaving it asleep in its
+	// poll until UpdateInterval ends.
+	need atomic.Int64
+	// wake interrupts the member's wait (the subtask's poll: it posts to
+	// its mailbox); nil: nobody to wake.
+	wake func()
 }
 
 // join adds a member that holds the group at its start (as a partition
@@ -77,6 +88,7 @@ type alignMember struct {
 func (g *AlignmentGroup) join() *alignMember {
 	m := &alignMember{g: g}
 	m.wm.Store(noTimestamp)
+	m.need.Store(noAlignmentWatermark)
 	g.mu.Lock()
 	g.members = append(g.members, m)
 	g.mu.Unlock()
@@ -97,13 +109,22 @@ func (m *alignMember) leave() {
 }
 
 // min returns the least watermark the group's members published, ms
-// (noAlignmentWatermark when none holds anything back).
+// (noAlignmentWatermark when none holds anything back), and wakes each
+// member whose paused partitions wait for a least it reached (need): the
+// member that moved the least looks here right after publishing, so a
+// waiting subtask resumes within the publisher's pass rather than at its
+// next UpdateInterval.
 func (g *AlignmentGroup) min() int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	lowest := int64(noAlignmentWatermark)
 	for _, m := range g.members {
 		lowest = min(lowest, m.wm.Load())
+	}
+	for _, m := range g.members {
+		if need := m.need.Load(); need != noAlignmentWatermark && lowest >= need && m.need.CompareAndSwap(need, noAlignmentWatermark) && m.wake != nil {
+			m.wake()
+		}
 	}
 	return lowest
 }
@@ -114,12 +135,15 @@ func (g *AlignmentGroup) min() int64 {
 //
 // The subtask polls every record franz-go has buffered and emits each
 // partition's records, in order, while the partition's largest event time
-// is within MaxDrift of the group's least; the rest are held, in order, and
-// the partition is paused (franz-go's PauseFetchPartitions), so nothing
-// fetched is dropped and fetched again, and what is held is bounded by one
-// fetch per partition. A held partition's position (the offset a checkpoint
-// holds) stays at its next record to emit. The partition is resumed once
-// nothing of it is held and it is no longer ahead.
+// is within MaxDrift of the group's least, at most alignEmitBudget a pass;
+// the rest are held, in order, and a partition that is ahead is paused
+// (franz-go's PauseFetchPartitions), so nothing fetched is dropped and
+// fetched again, and what is held is bounded by about two fetches per
+// partition (one held, one in franz-go's buffer: the subtask polls only
+// once no held record may go on). A held partition's position (the offset
+// a checkpoint holds) stays at its next record to emit. The partition is
+// resumed once it is no longer ahead; the subtask that lifts the group's
+// least that far wakes it (alignMember.need).
 type aligner struct {
 	cfg    WatermarkAlignment
 	member *alignMember // nil without a group
@@ -130,6 +154,9 @@ type aligner struct {
 	held   map[int32][]*kgo.Record
 	paused map[int32]bool
 	hwm    map[int32]int64
+	// more says the last emitHeld stopped at alignEmitBudget with held
+	// records that may go on: the source emits them before it polls.
+	more bool
 	// pauses and resumes count the partitions paused and resumed (tests).
 	pauses, resumes atomic.Int64
 }
@@ -169,7 +196,13 @@ func (a *aligner) emit(ctx context.Context, s *KafkaSource, fetches kgo.Fetches)
 			a.hwm[id] = end
 		}
 		if len(p.Records) > 0 {
-			a.held[id] = append(a.held[id], p.Records...)
+			if held := a.held[id]; len(held) > 0 {
+				a.held[id] = append(held, p.Records...)
+			} else {
+				// The poll's slice itself (the caller owns it): no copy
+				// of a fetch's record pointers per poll.
+				a.held[id] = p.Records
+			}
 		}
 	})
 	return a.emitHeld(ctx, s)
@@ -181,17 +214,25 @@ func (a *aligner) emit(ctx context.Context, s *KafkaSource, fetches kgo.Fetches)
 // least moves with what this subtask emits), stopping a partition at its
 // first record that puts it ahead: it may lead by MaxDrift plus the event
 // time one record moves it.
+//
+// It emits at most alignEmitBudget records a call; when it stops there
+// with records left that may go on, more is set, and the source's loop
+// runs its mail and calls it again before it polls (a checkpoint barrier
+// waits behind one budget, not behind everything a poll took).
 func (a *aligner) emitHeld(ctx context.Context, s *KafkaSource) error {
+	a.more = false
+	budget := alignEmitBudget
 	for len(a.held) > 0 {
 		lowest := a.lowest(s, time.Now())
 		progress := false
 		for id, recs := range a.held {
 			i := 0
-			for i < len(recs) && !a.ahead(s.wms.maxTs[id], lowest) {
+			for i < len(recs) && budget > 0 && !a.ahead(s.wms.maxTs[id], lowest) {
 				if err := s.emitRead(ctx, recs[i]); err != nil {
 					return err
 				}
 				i++
+				budget--
 			}
 			if i == len(recs) {
 				delete(a.held, id)
@@ -201,12 +242,20 @@ func (a *aligner) emitHeld(ctx context.Context, s *KafkaSource) error {
 			}
 			progress = progress || i > 0
 		}
+		if budget == 0 {
+			a.more = len(a.held) > 0
+			return nil
+		}
 		if !progress {
 			break
 		}
 	}
 	return nil
 }
+
+// alignEmitBudget is how many held records one emitHeld call emits at
+// most: what one poll returns without alignment (PollRecords(1000)).
+const alignEmitBudget = 1000
 
 // ahead reports whether a partition whose largest event time is ts is
 // ahead of the group's least watermark lowest.
@@ -282,8 +331,11 @@ func (a *aligner) lowest(s *KafkaSource, now time.Time) int64 {
 	return a.member.g.min()
 }
 
-// update pauses the partitions it holds records of or that are ahead of
-// the group's least, and resumes the others; the source calls it after
+// update pauses the partitions that are ahead of the group's least, and
+// resumes the others (a partition held only by alignEmitBudget is not
+// paused: franz-go fetches its next records while the held ones go out,
+// and the source polls only once none of those may go on, so what it
+// holds stays within about two fetches); the source calls it after
 // every poll, once the poll's records went through emit. A paused
 // partition is not idle: its last-seen time moves with now, since the
 // subtask, not the partition, stopped its records.
@@ -294,7 +346,7 @@ func (a *aligner) update(s *KafkaSource, now time.Time) {
 	lowest := a.lowest(s, now)
 	var pause, resume map[string][]int32
 	for p, ts := range s.wms.maxTs {
-		stop := len(a.held[p]) > 0 || a.ahead(ts, lowest)
+		stop := a.ahead(ts, lowest)
 		if stop == a.paused[p] {
 			continue
 		}
@@ -313,6 +365,7 @@ func (a *aligner) update(s *KafkaSource, now time.Time) {
 			}
 		}
 	}
+	a.await(s)
 	if pause != nil {
 		s.cl.PauseFetchPartitions(pause)
 		n := 0
@@ -323,6 +376,30 @@ func (a *aligner) update(s *KafkaSource, now time.Time) {
 	}
 	if resume != nil {
 		s.cl.ResumeFetchPartitions(resume)
+	}
+}
+
+// await tells the group the least watermark the subtask's paused
+// partitions wait for (alignMember.need: the least of their largest event
+// times minus MaxDrift), so that the member whose progress reaches it
+// wakes this subtask's poll; then looks once itself, in case the least
+// moved past it already. Without a group the subtask's own records are
+// all that moves its least, so nothing else could wake it.
+func (a *aligner) await(s *KafkaSource) {
+	if a.member == nil {
+		return
+	}
+	need := int64(noAlignmentWatermark)
+	for p := range a.paused {
+		if ts := s.wms.maxTs[p]; ts != noTimestamp {
+			need = min(need, ts-a.cfg.MaxDrift.Milliseconds())
+		} else {
+			need = min(need, noTimestamp+1) // the group's least leaving its start
+		}
+	}
+	a.member.need.Store(need)
+	if need != noAlignmentWatermark {
+		a.member.g.min()
 	}
 }
 

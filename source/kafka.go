@@ -355,6 +355,7 @@ type Metrics struct {
 	lag          *prometheus.GaugeVec
 	unavailable  *prometheus.GaugeVec
 	paused       *prometheus.CounterVec
+	eventTime    *prometheus.GaugeVec
 }
 
 // NewMetrics registers with reg:
@@ -364,6 +365,7 @@ type Metrics struct {
 //	kstreamd_source_consumer_lag_records{source,partition}      high watermark minus the next offset to read
 //	kstreamd_source_partitions_unavailable{source}              partitions the source cannot read now (no leader, or a retriable offset lookup or fetch error)
 //	kstreamd_source_alignment_pauses_total{source}              partitions paused by watermark alignment (each pause once)
+//	kstreamd_source_partition_event_time_ms{source,partition}   the largest event time emitted from a partition (ms since the epoch)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -387,7 +389,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "kstreamd_source_alignment_pauses_total",
 		Help: "Partitions a source paused because their watermark ran more than watermark_alignment.max_drift ahead of their alignment group's least (each pause once; resumed when the least catches up).",
 	}, []string{"source"})
-	for _, c := range []prometheus.Collector{m.skipped, m.deadLettered, m.lag, m.unavailable, m.paused} {
+	m.eventTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: PartitionEventTimeFamily,
+		Help: "The largest event time (record timestamp) a source emitted from a partition, ms since the epoch, as of its last poll; the spread between a source's partitions is how far one runs ahead of the watermark (watermark_alignment bounds it).",
+	}, []string{"source", "partition"})
+	for _, c := range []prometheus.Collector{m.skipped, m.deadLettered, m.lag, m.unavailable, m.paused, m.eventTime} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -409,6 +415,11 @@ func (m *Metrics) Init(source string) {
 	m.unavailable.WithLabelValues(source)
 	m.paused.WithLabelValues(source)
 }
+
+// PartitionEventTimeFamily is the name of the gauge of each partition's
+// largest emitted event time (NewMetrics), which the bench samples for
+// the spread between partitions.
+const PartitionEventTimeFamily = "kstreamd_source_partition_event_time_ms"
 
 // alignmentPaused counts n partitions of a source paused by watermark
 // alignment; m may be nil.
@@ -478,12 +489,15 @@ type KafkaSource struct {
 	docReady bool
 
 	// Only the subtask goroutine touches these.
-	cl      *kgo.Client
-	pos     map[int32]int64 // partition -> offset of the next record to emit
-	wms     *watermarks
-	align   *aligner             // with Config.Alignment: the partitions paused and the group
-	markers *runtime.MarkerValve // with Config.Upstream: the valve of the one partition read
-	known   map[int32]bool       // every partition of the topics known to the job
+	cl    *kgo.Client
+	pos   map[int32]int64 // partition -> offset of the next record to emit
+	wms   *watermarks
+	align *aligner // with Config.Alignment: the partitions paused and the group
+	// eventTimes are the partitions' kstreamd_source_partition_event_time_ms
+	// gauges, made on first use (publishEventTimes).
+	eventTimes map[int32]prometheus.Gauge
+	markers    *runtime.MarkerValve // with Config.Upstream: the valve of the one partition read
+	known      map[int32]bool       // every partition of the topics known to the job
 	// topicNames and topicIdx map the topics read to the index in their
 	// partition ids (topics.go).
 	topicNames []string
@@ -562,6 +576,12 @@ func New(cfg Config) *KafkaSource {
 		// subtask that starts reading first does not run ahead of one that
 		// has not started yet.
 		s.align = newAligner(cfg.Alignment)
+		if m := s.align.member; m != nil {
+			// A no-op action: posting it cancels the subtask's poll
+			// (Mailbox.Interruptible), and the loop looks at the
+			// group's least again.
+			m.wake = func() { s.mailbox.Execute(func() {}) }
+		}
 	}
 	if cfg.DeadLetters != nil {
 		s.sides = runtime.SideOutputs{{ID: runtime.TaskID{Operator: DeadLetterVertex(cfg.Name), Subtask: cfg.Subtask}, Operator: cfg.DeadLetters}}
@@ -838,7 +858,12 @@ func (s *KafkaSource) read(ctx context.Context) error {
 			s.discover(ctx)
 			nextDiscovery = time.Now().Add(s.cfg.DiscoveryInterval)
 		}
-		fetches := s.poll(ctx)
+		var fetches kgo.Fetches
+		if s.align == nil || !s.align.more {
+			// Else held records that may go on are emitted first (the
+			// partitions' next fetches wait in franz-go's buffer).
+			fetches = s.poll(ctx)
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -931,10 +956,35 @@ func (s *KafkaSource) read(ctx context.Context) error {
 					s.cfg.Metrics.lag.WithLabelValues(s.cfg.Name, s.lagLabel(p.Topic, p.Partition)).Set(float64(max(p.HighWatermark-pos, 0)))
 				}
 			})
+			s.publishEventTimes()
 		}
 		if err := checkCaughtUp(); err != nil {
 			return err
 		}
+	}
+}
+
+// publishEventTimes sets each partition's
+// kstreamd_source_partition_event_time_ms to its largest event time
+// emitted (a partition without one is left unset); a held partition's
+// records may go out in a poll that fetched nothing of it, so every
+// partition is set after every poll. Its gauges are kept per partition
+// (eventTimes), so a poll costs no label lookup.
+func (s *KafkaSource) publishEventTimes() {
+	for p, ts := range s.wms.maxTs {
+		if ts == noTimestamp {
+			continue
+		}
+		g := s.eventTimes[p]
+		if g == nil {
+			if s.eventTimes == nil {
+				s.eventTimes = map[int32]prometheus.Gauge{}
+			}
+			t, part := s.tp(p)
+			g = s.cfg.Metrics.eventTime.WithLabelValues(s.cfg.Name, s.lagLabel(t, part))
+			s.eventTimes[p] = g
+		}
+		g.Set(float64(ts))
 	}
 }
 

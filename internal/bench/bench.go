@@ -27,6 +27,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -258,6 +259,16 @@ type Result struct {
 	// when they were equal, else what differed.
 	ValuesChecked bool
 	ValuesDiff    string
+	// SkewSamples, for a scenario whose input has event times
+	// (EventRatePerKey), are the samples taken every 50 ms of the
+	// throughput phase of the input's watermark skew: the largest minus
+	// the least of its partitions' largest emitted event times
+	// (kstreamd_source_partition_event_time_ms), how far the leading
+	// partition runs ahead of the one the watermark waits for;
+	// SkewP50/P90/Max their median, 90th percentile and largest.
+	// WriteTable prints them below the table.
+	SkewSamples               int
+	SkewP50, SkewP90, SkewMax time.Duration
 }
 
 // ErrOutputMismatch is wrapped by Run's error when a run's committed output
@@ -565,6 +576,13 @@ func (r *runner) run(ctx context.Context, s *Scenario, delivery string, runs int
 	stopProfile()
 	res.RecordsPerSec = float64(cfg.Records) / res.Elapsed.Seconds()
 	res.CPUPerMillion = time.Duration(float64(res.CPUPerMillion) * 1e6 / float64(cfg.Records))
+	if jt, ok := t.(*jobTarget); ok && jt.skewParts > 0 {
+		if sk := jt.takeSkew(); len(sk) > 0 {
+			slices.Sort(sk)
+			res.SkewSamples = len(sk)
+			res.SkewP50, res.SkewP90, res.SkewMax = sk[len(sk)/2], sk[len(sk)*9/10], sk[len(sk)-1]
+		}
+	}
 	if procElapsed > 0 {
 		res.ProcElapsed = procElapsed
 		res.ProcRecordsPerSec = float64(cfg.Records) / res.ProcElapsed.Seconds()
@@ -1040,7 +1058,11 @@ func (r *runner) buildJob(ctx context.Context, s *Scenario, name, dataDir, in, r
 	if err != nil {
 		return nil, fmt.Errorf("bench: scenario %s: build: %w", s.Name, err)
 	}
-	return &jobTarget{j: j, reg: reg, process: cfg.ApplyProcess}, nil
+	t := &jobTarget{j: j, reg: reg, process: cfg.ApplyProcess}
+	if s.EventRatePerKey > 0 {
+		t.skewParts = r.cfg.Partitions
+	}
+	return t, nil
 }
 
 // jobTarget is a kstreamd job: its committed outputs are its sink's
@@ -1061,6 +1083,46 @@ type jobTarget struct {
 
 	mu   sync.Mutex
 	seen map[int64]checkpointStat
+	// skewParts, when not 0, is the input's partition count: the job's
+	// input watermark skew is sampled (sampleSkew) once every partition
+	// has an event time, into skew (under mu).
+	skewParts int
+	skew      []time.Duration
+}
+
+// skewEvery is how often a job whose input has event times samples the
+// skew between its partitions.
+const skewEvery = 50 * time.Millisecond
+
+// sampleSkew samples, every skewEvery until ctx ends, the largest minus
+// the least partition event time of the source "in"
+// (kstreamd_source_partition_event_time_ms): how far the input's leading
+// partition runs ahead of the one the watermark waits for. Samples are
+// taken only once all skewParts partitions have emitted a record.
+func (t *jobTarget) sampleSkew(ctx context.Context) {
+	tick := time.NewTicker(skewEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if d, n := t.reg.spread(eventTimeFamily, "in"); n >= t.skewParts {
+			t.mu.Lock()
+			t.skew = append(t.skew, time.Duration(d)*time.Millisecond)
+			t.mu.Unlock()
+		}
+	}
+}
+
+// takeSkew returns the skew samples taken so far and starts anew.
+func (t *jobTarget) takeSkew() []time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.skew
+	t.skew = nil
+	return s
 }
 
 func (t *jobTarget) run(ctx context.Context) error {
@@ -1071,6 +1133,10 @@ func (t *jobTarget) run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); t.pollCheckpoints(pctx) }()
+	if t.skewParts > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); t.sampleSkew(pctx) }()
+	}
 	err := t.j.Run(ctx)
 	stop()
 	wg.Wait()
@@ -1170,7 +1236,18 @@ func WriteTable(w io.Writer, results []Result) error {
 			fmt.Sprint(r.Outputs), exp)
 		fmt.Fprintln(tw, strings.Join(cols, "\t")+"\t")
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range results {
+		if r.SkewSamples > 0 {
+			if _, err := fmt.Fprintf(w, "# %s %s: input watermark skew (largest minus least partition event time, %d samples every 50 ms of the throughput phase): p50 %s ms, p90 %s ms, max %s ms\n",
+				r.Scenario, r.Delivery, r.SkewSamples, ms(r.SkewP50), ms(r.SkewP90), ms(r.SkewMax)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Columns are the table's column headers, in order. proc_rec/s and

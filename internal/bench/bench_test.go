@@ -98,17 +98,40 @@ func TestRunAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + buf.String())
-	checkTable(t, buf.String(), len(res))
+	checkTable(t, buf.String(), res)
 }
 
 // checkTable parses the table: a header of Columns, then rows whose numeric
 // columns are positive (the pipe's checkpoint columns are "-"), and outputs
 // equal to expected.
-func checkTable(t *testing.T, table string, rows int) {
+func checkTable(t *testing.T, table string, res []Result) {
 	t.Helper()
-	lines := strings.Split(strings.TrimSpace(table), "\n")
-	if len(lines) != rows+1 {
+	var lines, notes []string
+	for _, l := range strings.Split(strings.TrimSpace(table), "\n") {
+		if strings.HasPrefix(l, "# ") {
+			notes = append(notes, l)
+		} else {
+			lines = append(lines, l)
+		}
+	}
+	if rows := len(res); len(lines) != rows+1 {
 		t.Fatalf("%d lines, want %d", len(lines), rows+1)
+	}
+	// Below the table, one skew line per run that sampled its input's
+	// watermark skew, in order.
+	var wantNotes []string
+	for _, r := range res {
+		if r.SkewSamples > 0 {
+			wantNotes = append(wantNotes, fmt.Sprintf("# %s %s: input watermark skew", r.Scenario, r.Delivery))
+		}
+	}
+	if len(notes) != len(wantNotes) {
+		t.Fatalf("%d skew lines below the table, want %d: %q", len(notes), len(wantNotes), notes)
+	}
+	for i, n := range notes {
+		if !strings.HasPrefix(n, wantNotes[i]) {
+			t.Errorf("skew line %q, want it to start %q", n, wantNotes[i])
+		}
 	}
 	if got := strings.Fields(lines[0]); strings.Join(got, " ") != strings.Join(Columns, " ") {
 		t.Fatalf("header %q, want %q", got, Columns)
@@ -868,7 +891,7 @@ func runOnKfake(t *testing.T, cfg Config, table bool) []Result {
 			t.Fatal(err)
 		}
 		t.Log("\n" + buf.String())
-		checkTable(t, buf.String(), len(res))
+		checkTable(t, buf.String(), res)
 	}
 	return res
 }
@@ -1028,10 +1051,11 @@ func TestRunPreloadState(t *testing.T) {
 	}
 }
 
-// TestIntervalJoinAlignmentYAML: no scenario's input source runs with
-// watermark_alignment by default (on a quiet machine it made interval-join
-// slower: BENCHMARKS.md, session 42); --watermark-alignment 20ms sets it,
-// off leaves it out, for any scenario (it decodes as run decodes it).
+// TestIntervalJoinAlignmentYAML: the interval-join scenario's input
+// source runs with watermark_alignment {max_drift: 20ms} by default
+// (BENCHMARKS.md, session 43), the others without; --watermark-alignment
+// off leaves it out and 20ms sets it, for any scenario (it decodes as run
+// decodes it).
 func TestIntervalJoinAlignmentYAML(t *testing.T) {
 	var ij, cp Scenario
 	for _, s := range Scenarios {
@@ -1046,7 +1070,7 @@ func TestIntervalJoinAlignmentYAML(t *testing.T) {
 		s     Scenario
 		flag  string
 		drift time.Duration
-	}{{ij, "", 0}, {ij, "off", 0}, {ij, "20ms", 20 * time.Millisecond}, {cp, "", 0}, {cp, "5ms", 5 * time.Millisecond}} {
+	}{{ij, "", 20 * time.Millisecond}, {ij, "off", 0}, {ij, "5s", 5 * time.Second}, {ij, "20ms", 20 * time.Millisecond}, {cp, "", 0}, {cp, "5ms", 5 * time.Millisecond}} {
 		cfg := Config{WatermarkAlignment: c.flag}
 		sc := c.s
 		sc.WatermarkAlignment = cfg.alignment(&c.s)
@@ -1062,5 +1086,25 @@ func TestIntervalJoinAlignmentYAML(t *testing.T) {
 		if drift != c.drift {
 			t.Errorf("%s with --watermark-alignment %q: max_drift %v, want %v", c.s.Name, c.flag, drift, c.drift)
 		}
+	}
+}
+
+// TestWriteTableSkewLine: a run that sampled its input's watermark skew
+// gets one line below the table, with its p50, p90 and largest sample;
+// a run without samples none.
+func TestWriteTableSkewLine(t *testing.T) {
+	res := []Result{
+		{Scenario: PipeScenario, Delivery: ExactlyOnce},
+		{Scenario: "interval-join", Delivery: ExactlyOnce, SkewSamples: 340, SkewP50: 63 * time.Millisecond, SkewP90: 129 * time.Millisecond, SkewMax: 141500 * time.Microsecond},
+		{Scenario: "copy", Delivery: ExactlyOnce},
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	want := "# interval-join exactly-once: input watermark skew (largest minus least partition event time, 340 samples every 50 ms of the throughput phase): p50 63.0 ms, p90 129.0 ms, max 141.5 ms"
+	if len(lines) != 5 || lines[4] != want {
+		t.Fatalf("table:\n%s\nwant 4 table lines and then %q", buf.String(), want)
 	}
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kstreamd/kstreamd/source"
 )
 
 // Families the bench samples while a job runs (runtime's operator
@@ -13,6 +15,10 @@ import (
 const (
 	recordsInFamily  = "kstreamd_operator_records_in_total"
 	recordsOutFamily = "kstreamd_operator_records_out_total"
+	// eventTimeFamily is the sources' per-partition largest event time
+	// (source.PartitionEventTimeFamily), sampled for the input's
+	// watermark skew.
+	eventTimeFamily = source.PartitionEventTimeFamily
 )
 
 // counterTap is the prometheus.Registerer a bench job registers its
@@ -47,7 +53,7 @@ func (t *counterTap) Register(c prometheus.Collector) error {
 	for d := range ch {
 		// Desc has no name accessor; its String form starts
 		// `Desc{fqName: "name", ...`.
-		for _, f := range []string{recordsInFamily, recordsOutFamily} {
+		for _, f := range []string{recordsInFamily, recordsOutFamily, eventTimeFamily} {
 			if strings.Contains(d.String(), `fqName: "`+f+`"`) {
 				names = append(names, f)
 				descs[d] = f
@@ -118,4 +124,38 @@ func (t *counterTap) sum(family, operator string) int64 {
 		}
 	}
 	return int64(n)
+}
+
+// spread returns the largest minus the least of family's gauges whose
+// source label is src, and how many such gauges there were (the spread
+// is 0 below two).
+func (t *counterTap) spread(family, src string) (float64, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cs, descs := t.taps[family], t.descs
+	lo, hi, n := 0.0, 0.0, 0
+	var m dto.Metric
+	for _, c := range cs {
+		ch := make(chan prometheus.Metric, 64)
+		go func() { c.Collect(ch); close(ch) }()
+		for x := range ch {
+			if descs[x.Desc()] != family {
+				continue
+			}
+			m.Reset()
+			if x.Write(&m) != nil || m.Gauge == nil {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "source" && l.GetValue() == src {
+					v := m.GetGauge().GetValue()
+					if n == 0 {
+						lo, hi = v, v
+					}
+					lo, hi, n = min(lo, v), max(hi, v), n+1
+				}
+			}
+		}
+	}
+	return hi - lo, n
 }

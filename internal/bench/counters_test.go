@@ -8,6 +8,7 @@ import (
 
 	"github.com/kstreamd/kstreamd/job"
 	kruntime "github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/source"
 )
 
 // gatherSum is the reader the bench used before counterTap: a Gather of
@@ -129,5 +130,46 @@ func BenchmarkRSSSample(b *testing.B) {
 	m := newRSSMeter()
 	for range b.N {
 		m.Sample()
+	}
+}
+
+// TestCounterTapSpread checks the tap's reader of the partitions' event
+// time gauges (the input's watermark skew): the largest minus the least
+// of the gauges of one source, how many there were, other sources and
+// families left out.
+func TestCounterTapSpread(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tap := newCounterTap(reg)
+	// The source's own metrics register the family with the tap (its
+	// gauges appear with a source's first poll).
+	if _, err := source.NewMetrics(tap); err != nil {
+		t.Fatal(err)
+	}
+	if len(tap.taps[eventTimeFamily]) != 1 {
+		t.Fatalf("the tap kept %d collectors of %s, want the source's one", len(tap.taps[eventTimeFamily]), eventTimeFamily)
+	}
+	// Values through a vector of the same family in a second tap.
+	reg2 := prometheus.NewRegistry()
+	tap2 := newCounterTap(reg2)
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: eventTimeFamily, Help: "x"}, []string{"source", "partition"})
+	tap2.MustRegister(g)
+	other := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kstreamd_other_ms", Help: "x"}, []string{"source", "partition"})
+	tap2.MustRegister(other)
+	if d, n := tap2.spread(eventTimeFamily, "in"); d != 0 || n != 0 {
+		t.Fatalf("empty: spread %v over %d, want 0 over 0", d, n)
+	}
+	g.WithLabelValues("in", "0").Set(1_000_120)
+	if d, n := tap2.spread(eventTimeFamily, "in"); d != 0 || n != 1 {
+		t.Fatalf("one partition: spread %v over %d, want 0 over 1", d, n)
+	}
+	g.WithLabelValues("in", "1").Set(1_000_050)
+	g.WithLabelValues("in", "2").Set(1_000_200)
+	g.WithLabelValues("rules", "0").Set(5)
+	other.WithLabelValues("in", "3").Set(1)
+	if d, n := tap2.spread(eventTimeFamily, "in"); d != 150 || n != 3 {
+		t.Fatalf("spread %v over %d, want 150 over 3 (rules and the other family left out)", d, n)
+	}
+	if d, n := tap.spread(eventTimeFamily, "in"); d != 0 || n != 0 {
+		t.Fatalf("a source's metrics before any poll: spread %v over %d, want 0 over 0", d, n)
 	}
 }

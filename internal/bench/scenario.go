@@ -355,6 +355,19 @@ const (
 // run.
 const intervalJoinRatePerKey = 100
 
+// intervalJoinAlignment is the interval-join scenario's watermark
+// alignment: a partition reads at most 20ms of event time (the join's
+// bound; about 5,000 records of a partition at the default 10,000 keys)
+// ahead of the least of the source's partitions, so the rows the join
+// keeps until the watermark passes them stay bounded by the interval plus
+// the drift. Without it the partitions drift 60-90 ms apart at the
+// median and up to 150 ms (BENCHMARKS.md, session 43: the input's
+// watermark skew); with it 18-19 ms, for no measurable CPU once a
+// waiting subtask is woken at once (session 42's quiet slowdown was the
+// waiting subtask asleep for update_interval). --watermark-alignment off
+// runs it without.
+const intervalJoinAlignment = "{max_drift: 20ms}"
+
 // intervalJoin is an inner interval join of the items with themselves:
 // the items of even id are the left input, those of odd id the right one
 // (two filters of the source), both keyed by key, bounds [-20ms, +20ms]
@@ -366,7 +379,8 @@ const intervalJoinRatePerKey = 100
 func intervalJoin() Scenario {
 	return Scenario{
 		Name: "interval-join", Doc: fmt.Sprintf("interval_join of the even-id (left) and odd-id (right) items by key, bounds [-20ms, +20ms] on the record timestamp (an event time from the id, %d items per key per second), inner, on pebble", intervalJoinRatePerKey), Backend: "pebble",
-		EventRatePerKey: intervalJoinRatePerKey,
+		EventRatePerKey:    intervalJoinRatePerKey,
+		WatermarkAlignment: intervalJoinAlignment,
 		Operators: fmt.Sprintf(`  - name: evens
     type: filter
     input: in
