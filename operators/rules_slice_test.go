@@ -163,6 +163,16 @@ func TestRulesSliceKeepsOneSlicePerPane(t *testing.T) {
 			if got, want := g.entries()["hop"], 2; got != want {
 				t.Fatalf("hop slices after watermark 13,000: %d, want %d", got, want)
 			}
+			// Another slice is another shape: the groups start afresh.
+			g.rule("hop", `{"id":"hop","aggregate":{"fn":"sum","of":"amount"},"window":"3s","slice":"500ms","alert_when":"> 0"}`, 0)
+			if got, want := g.entries()["hop"], 0; got != want {
+				t.Fatalf("hop slices after its slice changed: %d, want %d", got, want)
+			}
+			g.alerts()
+			g.send(modelRec{id: 103, ts: 13_700, g: "g", tag: "t", amount: "4"})
+			if got, want := g.alerts(), []string{`hop {} 4 11000..13999 tx103`, `ms {} 16 10700..13700 tx103`}; !slices.Equal(got, want) {
+				t.Fatalf("alerts after the slice changed %q, want %q", got, want)
+			}
 		})
 	}
 }
