@@ -887,6 +887,7 @@ type ruleEnvelope struct {
 	Shape     string            `json:"shape"`
 	Fn        AggregateFn       `json:"fn"`
 	WindowMs  int64             `json:"window_ms"`
+	SliceMs   int64             `json:"-"` // binary form only
 	AlertWhen string            `json:"alert_when"`
 	Op        string            `json:"op"`
 	Limit     float64           `json:"limit"`
@@ -904,7 +905,8 @@ const envelopeMagic = 0xB1
 // appendEnvelopeHead appends the part of an envelope that is the same for
 // every copy routed for one version of a rule: id, version, shape, fn,
 // window (ms), alert_when, op, limit (IEEE 754 bits), group_by and emit,
-// each length-prefixed (uvarint) or varint.
+// each length-prefixed (uvarint) or varint, and for a rule with a slice
+// (RuleSpec.Slice) its width in ms (varint).
 func appendEnvelopeHead(b []byte, cr *CompiledRule, v ruleVersion) []byte {
 	b = appendBytes(b, []byte(cr.Spec.ID))
 	b = binary.AppendVarint(b, int64(v.P))
@@ -919,7 +921,13 @@ func appendEnvelopeHead(b []byte, cr *CompiledRule, v ruleVersion) []byte {
 	for _, g := range cr.Spec.GroupBy {
 		b = appendBytes(b, []byte(g))
 	}
-	return appendBytes(b, cr.Spec.Emit)
+	b = appendBytes(b, cr.Spec.Emit)
+	if cr.Slice > 0 {
+		// Only for a hopping rule (a head without it is the earlier
+		// one, byte for byte; an earlier decoder ignores it).
+		b = binary.AppendVarint(b, cr.Slice.Milliseconds())
+	}
+	return b
 }
 
 // appendEnvelope appends the binary envelope of one routed copy: the magic
@@ -942,11 +950,14 @@ func appendEnvelope(b, head []byte, group []json.RawMessage, in, rec []byte) []b
 
 // envelopeHead is a decoded envelope head, cached by the keyed stage.
 type envelopeHead struct {
-	Rule      string
-	Version   ruleVersion
-	Shape     string
-	Fn        AggregateFn
+	Rule    string
+	Version ruleVersion
+	Shape   string
+	Fn      AggregateFn
+	// WindowMs is the windows' reach below their newest slice
+	// (CompiledRule.windowMs): the rule's window less SliceMs.
 	WindowMs  int64
+	SliceMs   int64
 	AlertWhen string
 	Op        string
 	Limit     float64
@@ -986,6 +997,13 @@ func decodeEnvelopeHead(b []byte) (*envelopeHead, error) {
 	if emit := r.bytes(); len(emit) > 0 {
 		h.Emit = slices.Clone(emit)
 	}
+	if r.err == nil && len(r.b) > 0 {
+		h.SliceMs = r.varint()
+		if r.err == nil && (h.SliceMs < 1 || h.SliceMs > h.WindowMs) {
+			r.err = fmt.Errorf("slice %d ms outside (0, window %d ms]", h.SliceMs, h.WindowMs)
+		}
+		h.WindowMs -= h.SliceMs
+	}
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -1023,7 +1041,7 @@ func (f *RulesEvaluator) decodeEnvelope(value []byte, e *ruleEnvelope) error {
 		}
 		f.heads[string(hb)] = h
 	}
-	e.Rule, e.Version, e.Shape, e.Fn, e.WindowMs = h.Rule, h.Version, h.Shape, h.Fn, h.WindowMs
+	e.Rule, e.Version, e.Shape, e.Fn, e.WindowMs, e.SliceMs = h.Rule, h.Version, h.Shape, h.Fn, h.WindowMs, h.SliceMs
 	e.AlertWhen, e.Op, e.Limit, e.GroupBy, e.Emit = h.AlertWhen, h.Op, h.Limit, h.GroupBy, h.Emit
 	n := r.uvarint()
 	if n > uint64(len(value)) {
@@ -1341,9 +1359,10 @@ func (f *RulesEvaluator) setEntries(delta int64) {
 }
 
 // ProcessElement implements KeyedBroadcastProcessFunction: the copy's
-// input joins the slice of its millisecond and the key's running
-// aggregate; the aggregate over [ts - window, ts] is compared with the
-// limit.
+// input joins the slice of its millisecond (of its pane, for a rule with
+// a slice) and the key's running aggregate; the aggregate over
+// [ts - window, ts] (the hopping window ending with the pane) is
+// compared with the limit.
 func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
 	e := &f.env
 	if err := f.decodeEnvelope(rec.Value, e); err != nil {
@@ -1356,6 +1375,10 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 		return nil // routed under a shape the keyed stage already replaced (its slices are gone)
 	}
 	ts := rec.Timestamp.UnixMilli()
+	if e.SliceMs > 0 {
+		// A hopping rule's slice (pane) is its start.
+		ts -= ((ts % e.SliceMs) + e.SliceMs) % e.SliceMs
+	}
 	counts := f.board.counter(e.Rule)
 	rw := &f.win
 	if err := rw.load(); err != nil {
@@ -1475,7 +1498,11 @@ func appendAlert(b []byte, e *ruleEnvelope, value []byte, ts int64) []byte {
 	b = append(append(b, `},"aggregate":`...), str(string(e.Fn))...)
 	b = append(append(append(b, `,"value":`...), value...), `,"alert_when":`...)
 	b = append(b, str(e.AlertWhen)...)
-	b = fmt.Appendf(b, `,"window_start":%d,"window_end":%d,"record":`, ts-e.WindowMs, ts)
+	end := ts // inclusive
+	if e.SliceMs > 0 {
+		end = ts + e.SliceMs - 1 // ts is the pane's start
+	}
+	b = fmt.Appendf(b, `,"window_start":%d,"window_end":%d,"record":`, ts-e.WindowMs, end)
 	b = append(b, e.Record...)
 	if len(e.Emit) > 0 {
 		b = append(append(b, `,"emit":`...), e.Emit...)
@@ -1616,7 +1643,7 @@ func (f *RulesEvaluator) ProcessBroadcastElement(_ context.Context, rec runtime.
 				return err
 			}
 		}
-		if had && rr.Rule.Window < old.Rule.Window && f.board.counter(rr.ID).entries.Load() > 0 {
+		if had && rr.Rule.windowMs() < old.Rule.windowMs() && f.board.counter(rr.ID).entries.Load() > 0 {
 			// A shorter window: the oldest slices may end earlier.
 			if err := f.rearmTimers(func(id string) bool { return id == rr.ID }); err != nil {
 				return err

@@ -22,6 +22,17 @@ type modelRule struct {
 	window     int64 // ms
 	grouped    bool  // group_by ["g"]
 	filtered   bool  // filter id % 3 != 0
+	slice      int64 // ms; 0: none (the sliding window)
+}
+
+// pane returns the start of the slice (pane) of time ts and the reach of
+// r's windows below it: ts and window for the sliding window, for a
+// hopping one (slice) the pane's start and window - slice.
+func (r modelRule) pane(ts int64) (p, reach int64) {
+	if r.slice == 0 {
+		return ts, r.window
+	}
+	return ts - ((ts%r.slice)+r.slice)%r.slice, r.window - r.slice
 }
 
 func (r modelRule) json() string {
@@ -35,6 +46,9 @@ func (r modelRule) json() string {
 	}
 	if r.filtered {
 		s += `,"filter":"id % 3 != 0"`
+	}
+	if r.slice > 0 {
+		s += fmt.Sprintf(`,"slice":"%dms"`, r.slice)
 	}
 	return s + "}"
 }
@@ -66,7 +80,9 @@ type bruteWindows struct {
 
 // record returns the canonical alerts of rec: for every rule whose filter
 // takes it, the aggregate over the held records of its group with
-// timestamps in [ts - window, ts], computed from scratch with exact
+// timestamps in [ts - window, ts] (for a rule with a slice, in the
+// hopping window [p + slice - window, p + slice) of rec's pane p),
+// computed from scratch with exact
 // arithmetic (big.Rat), rounded once.
 func (m *bruteWindows) record(rec modelRec) []string {
 	var out []string
@@ -81,12 +97,17 @@ func (m *bruteWindows) record(rec modelRec) []string {
 		k := r.id + "/" + group
 		m.held[k] = append(m.held[k], rec)
 		var in []modelRec
+		p, reach := r.pane(rec.ts)
 		for _, h := range m.held[k] {
-			if h.ts >= rec.ts-r.window && h.ts <= rec.ts {
+			if hp, _ := r.pane(h.ts); hp >= p-reach && hp <= p {
 				in = append(in, h)
 			}
 		}
-		out = append(out, fmt.Sprintf("%s %s %s %d..%d tx%d", r.id, gjson, bruteValue(r.fn, in), rec.ts-r.window, rec.ts, rec.id))
+		end := p
+		if r.slice > 0 {
+			end = p + r.slice - 1
+		}
+		out = append(out, fmt.Sprintf("%s %s %s %d..%d tx%d", r.id, gjson, bruteValue(r.fn, in), p-reach, end, rec.id))
 	}
 	return out
 }
@@ -149,14 +170,15 @@ func appendModelNumber(b []byte, s string) []byte {
 }
 
 // watermark drops the held records whose window the watermark wm passed
-// (ts + window < wm), as the operator's timers do.
+// (ts + window < wm; for a rule with a slice, pane + window - slice < wm),
+// as the operator's timers do.
 func (m *bruteWindows) watermark(wm int64) {
 	for _, r := range m.rules {
 		for k, hs := range m.held {
 			if len(k) <= len(r.id) || k[:len(r.id)+1] != r.id+"/" {
 				continue
 			}
-			m.held[k] = slices.DeleteFunc(hs, func(h modelRec) bool { return h.ts+r.window < wm })
+			m.held[k] = slices.DeleteFunc(hs, func(h modelRec) bool { p, reach := r.pane(h.ts); return p+reach < wm })
 		}
 	}
 }

@@ -25,11 +25,13 @@ func (s *timerService) registerKeyEventTimer(key []byte, ts int64) error {
 // the longest window a copy written into the slice had.
 func sliceEnd(k, win int64, s *ruleSlice) int64 { return k + max(win, s.WindowMs) }
 
-// ruleWindowMs is the current window (ms) of rule id at the keyed stage:
-// 0 when the rule is not known (deleted, or its broadcast not arrived yet).
+// ruleWindowMs is the current window reach (ms, CompiledRule.windowMs:
+// the window, less the slice of a hopping rule) of rule id at the keyed
+// stage: 0 when the rule is not known (deleted, or its broadcast not
+// arrived yet).
 func (f *RulesEvaluator) ruleWindowMs(id string) int64 {
 	if r, ok := f.rules[id]; ok {
-		return r.Rule.Window.Milliseconds()
+		return r.Rule.windowMs()
 	}
 	return 0
 }

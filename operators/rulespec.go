@@ -100,6 +100,17 @@ type RuleSpec struct {
 	// every record's window is [ts - window, ts] in event time. Required,
 	// in (0, MaxRuleWindow].
 	Window string `json:"window"`
+	// Slice, when set, makes the window a hopping one in panes of this
+	// width (a Go duration, whole milliseconds, dividing window; Flink's
+	// HOP window with slide Slice and size Window, whose panes are the
+	// slices): a record at ts is evaluated over the window
+	// [p + slice - window, p + slice) that ends with its pane
+	// p = ts - ts mod slice (every record of that pane counts, the
+	// later ones that arrived before it too), so a key keeps one slice
+	// per pane, not one per millisecond. Slice equal to window is a
+	// tumbling window. Empty: panes of 1 ms, the sliding window
+	// [ts - window, ts].
+	Slice string `json:"slice,omitempty"`
 	// AlertWhen is the limit: a comparison operator (>, >=, <, <=, ==, !=)
 	// and a number, as "> 500".
 	AlertWhen string `json:"alert_when"`
@@ -207,13 +218,17 @@ type CompiledRule struct {
 	JSON []byte
 	// Window is the window length.
 	Window time.Duration
+	// Slice is the pane width of a hopping window (RuleSpec.Slice); 0:
+	// the exact sliding window.
+	Slice time.Duration
 	// Op and Limit are alert_when's comparison and number.
 	Op    string
 	Limit float64
-	// Shape identifies what the rule's window state means (fn, of and
-	// group_by): state written under another shape is dropped, so an
-	// update that changes them starts the rule's groups afresh, while one
-	// changing only the limit, window, filter, state or emit keeps them.
+	// Shape identifies what the rule's window state means (fn, of,
+	// group_by and slice when set): state written under another shape is
+	// dropped, so an update that changes them starts the rule's groups
+	// afresh, while one changing only the limit, window, filter, state or
+	// emit keeps them.
 	Shape string
 
 	filter  Expression
@@ -303,6 +318,20 @@ func CompileRuleLimits(spec RuleSpec, lim expression.Limits) (*CompiledRule, err
 		return nil, bad("window", "at most %s, got %s", MaxRuleWindow, spec.Window)
 	}
 	r.Window = w
+	if spec.Slice != "" {
+		sl, err := time.ParseDuration(spec.Slice)
+		switch {
+		case err != nil:
+			return nil, bad("slice", "not a duration: %q", spec.Slice)
+		case sl < time.Millisecond:
+			return nil, bad("slice", "must be at least 1ms, got %s", spec.Slice)
+		case sl%time.Millisecond != 0:
+			return nil, bad("slice", "must be whole milliseconds, got %s", spec.Slice)
+		case sl > w || w.Milliseconds()%sl.Milliseconds() != 0:
+			return nil, bad("slice", "must divide the window (%s), got %s", w, spec.Slice)
+		}
+		r.Slice = sl
+	}
 	m := alertWhenRE.FindStringSubmatch(spec.AlertWhen)
 	if m == nil {
 		return nil, bad("alert_when", "must be a comparison (>, >=, <, <=, ==, !=) and a number, as \"> 500\", got %q", spec.AlertWhen)
@@ -318,10 +347,21 @@ func CompileRuleLimits(spec RuleSpec, lim expression.Limits) (*CompiledRule, err
 	}
 	r.Spec = spec
 	r.JSON, _ = json.Marshal(spec) // plain strings and raw JSON: cannot fail
-	shape, _ := json.Marshal([]any{spec.Aggregate.Fn, spec.Aggregate.Of, spec.GroupBy})
+	shapeOf := []any{spec.Aggregate.Fn, spec.Aggregate.Of, spec.GroupBy}
+	if r.Slice > 0 {
+		// Slices keyed by pane, not by millisecond: another state.
+		shapeOf = append(shapeOf, r.Slice.Milliseconds())
+	}
+	shape, _ := json.Marshal(shapeOf)
 	r.Shape = string(shape)
 	return r, nil
 }
+
+// windowMs is the reach (ms) of the rule's windows below the slice
+// (pane) of their newest record: window for the sliding window (its
+// slices are milliseconds), window - slice for a hopping one (the panes
+// [p - windowMs, p] cover [p + slice - window, p + slice)).
+func (r *CompiledRule) windowMs() int64 { return r.Window.Milliseconds() - r.Slice.Milliseconds() }
 
 // meets reports whether value v meets the rule's limit.
 func (r *CompiledRule) meets(v float64) bool {

@@ -398,19 +398,30 @@ func TestStateScalingRemote(t *testing.T) {
 // operator's, and the model counts alerts and routed copies as the
 // operator does: per rule and key, over every item so far.
 func TestRulesScenario(t *testing.T) {
-	s := rules(10)
+	s := rules(10, "")
 	if s.Name != "rules-10" || len(s.RuleRecords) != 10 || s.Processed != "out" {
 		t.Fatalf("scenario %+v", s)
 	}
-	for _, rr := range s.RuleRecords {
-		if _, err := operators.DecodeRuleRecord([]byte(rr.Key), []byte(rr.Value)); err != nil {
+	sl := rules(10, "1h")
+	if sl.Name != "rules-10-slice-1h" || len(sl.RuleRecords) != 10 || sl.Processed != "out" {
+		t.Fatalf("scenario %+v", sl)
+	}
+	for _, rr := range append(s.RuleRecords, sl.RuleRecords...) {
+		r, err := operators.DecodeRuleRecord([]byte(rr.Key), []byte(rr.Value))
+		if err != nil {
 			t.Fatalf("rule %s: %v", rr.Value, err)
+		}
+		if want := map[bool]time.Duration{false: 0, true: time.Hour}[strings.Contains(rr.Value, "slice")]; r.Rule.Slice != want {
+			t.Fatalf("rule %s: slice %s, want %s", rr.Value, r.Rule.Slice, want)
 		}
 	}
 	if got, want := s.RuleRecords[1].Value, `{"id":"big-spender-1","filter":"amount % 10 == 1","group_by":["key"],"aggregate":{"fn":"sum","of":"amount"},"window":"744h","alert_when":"> 3500"}`; got != want {
 		t.Fatalf("rule 1 %s, want %s", got, want)
 	}
-	m := rules(4).NewModel(4).(*rulesModel) // max > 985 on digit 0, sum > 3500 on 1, count > 6 on 2, distinct shapes > 4 on 3
+	if got, want := sl.RuleRecords[1].Value, `{"id":"big-spender-1","filter":"amount % 10 == 1","group_by":["key"],"aggregate":{"fn":"sum","of":"amount"},"window":"744h","slice":"1h","alert_when":"> 3500"}`; got != want {
+		t.Fatalf("rule 1 %s, want %s", got, want)
+	}
+	m := rules(4, "").NewModel(4).(*rulesModel) // max > 985 on digit 0, sum > 3500 on 1, count > 6 on 2, distinct shapes > 4 on 3
 	for i, c := range []struct {
 		it             Item
 		alerts, copies int

@@ -147,9 +147,11 @@ var Scenarios = append([]Scenario{
 	keyedCount("keyed-count-pebble", "pebble", false),
 	keyedCount("keyed-count-pebble-async", "pebble", true),
 	matcher(10),
-	rules(1),
-	rules(10),
-	rules(100),
+	rules(1, ""),
+	rules(10, ""),
+	rules(100, ""),
+	rules(10, "1h"),
+	rules(100, "1h"),
 	tumblingWindow(),
 	{
 		Name: "file-sink", Doc: "map adding the record timestamp, then a file sink: JSON-lines parts in a local directory, published exactly once per checkpoint", Backend: "hashmap",
@@ -583,17 +585,24 @@ func fileSinkDir(dataDir string) string { return filepath.Join(dataDir, "files")
 // the window ending at each item whatever the produce timing, and the
 // model is exact; its buckets never expire during a run. The job is done
 // when the keyed stage "out" has received every routed copy and every
-// alert is committed.
-func rules(n int) Scenario {
+// alert is committed. With slice (a Go duration) the rules have it
+// (hopping windows of 744h in panes of slice, "rules-<n>-slice-<slice>"):
+// every earlier item of a group is still in the window ending with an
+// item's pane, so the model is the same.
+func rules(n int, slice string) Scenario {
 	rs := make([]RuleRecord, n)
 	specs := make([]ruleSpec, n)
 	for i := range rs {
-		sp := ruleSpec{digit: i % 10, fn: i % 4}
+		sp := ruleSpec{digit: i % 10, fn: i % 4, slice: slice}
 		specs[i] = sp
 		rs[i] = RuleRecord{Key: sp.id(i), Value: sp.json(i)}
 	}
+	name, window := fmt.Sprintf("rules-%d", n), "744h window"
+	if slice != "" {
+		name, window = fmt.Sprintf("rules-%d-slice-%s", n, slice), fmt.Sprintf("744h window in %s slices", slice)
+	}
 	return Scenario{
-		Name: fmt.Sprintf("rules-%d", n), Doc: fmt.Sprintf("rules operator with %d active rules (filter, group_by key, 744h window, sum/count/count_distinct/max) on pebble", n),
+		Name: name, Doc: fmt.Sprintf("rules operator with %d active rules (filter, group_by key, %s, sum/count/count_distinct/max) on pebble", n, window),
 		Backend: "pebble",
 		Operators: `  - name: out
     type: rules
@@ -607,8 +616,11 @@ func rules(n int) Scenario {
 }
 
 // ruleSpec is one bench rule: items with amount % 10 == digit, fn one of
-// the four below.
-type ruleSpec struct{ digit, fn int }
+// the four below, slice (the rule's, RuleSpec.Slice) when not empty.
+type ruleSpec struct {
+	digit, fn int
+	slice     string
+}
 
 // The bench rules' aggregates and limits (alert_when).
 const (
@@ -634,7 +646,11 @@ func (r ruleSpec) json(i int) string {
 		`{"fn":"max","of":"amount"}`, `{"fn":"sum","of":"amount"}`, `{"fn":"count"}`, `{"fn":"count_distinct","of":"shape"}`,
 	}[r.fn]
 	limit := []int{ruleMaxLimit, ruleSumLimit, ruleCountLimit, ruleDistinctLimit}[r.fn]
-	return fmt.Sprintf(`{"id":%q,"filter":"amount %% 10 == %d","group_by":["key"],"aggregate":%s,"window":"744h","alert_when":"> %d"}`, r.id(i), r.digit, agg, limit)
+	slice := ""
+	if r.slice != "" {
+		slice = fmt.Sprintf(`,"slice":%q`, r.slice)
+	}
+	return fmt.Sprintf(`{"id":%q,"filter":"amount %% 10 == %d","group_by":["key"],"aggregate":%s,"window":"744h"%s,"alert_when":"> %d"}`, r.id(i), r.digit, agg, slice, limit)
 }
 
 // rulesGroup is one rule's group: the rule index and the key.
