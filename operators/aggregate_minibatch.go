@@ -40,9 +40,9 @@ type aggBatch struct {
 	maxBytes int64
 	bytes    int64
 	latency  time.Duration
-	inputs  []aggInput
-	retract []bool
-	next    []int32
+	inputs   []aggInput
+	retract  []bool
+	next     []int32
 	// keys are the batch's keys in the order of their first record;
 	// index finds a key's place in keys.
 	keys  []aggBatchKey
