@@ -234,6 +234,8 @@ func (r *mbRun) run(steps []mbStep) {
 		}
 		if r.size == 0 {
 			r.prefix = append(r.prefix, upsertTable(r.all))
+		} else if b := r.fn.batch; b.bytes >= b.maxBytes {
+			r.t.Fatalf("mini_batch %d: %d bytes buffered after step %d, max_bytes %d", r.size, b.bytes, i, b.maxBytes)
 		}
 		r.settled(i)
 	}
