@@ -318,6 +318,7 @@ func (o *KeyedOperator) EndInput(ctx context.Context) error {
 func (o *KeyedOperator) Close() error {
 	o.stopCleanup()
 	o.bundle.stop()
+	o.bundle = nil // a wake-up already posted finds no batch clock
 	if o.timers != nil {
 		o.timers.stop()
 	}
