@@ -100,16 +100,22 @@ type AggregateParams struct {
 	// MiniBatch buffers records and folds each key's into one state read,
 	// one state write and one output per batch; nil: off (one of each per
 	// record). See MiniBatchParams.
-	MiniBatch *MiniBatchParams `yaml:"mini_batch" doc:"Buffer records in memory and fold each key's records of a batch into one state read, one write and one output row (Flink's mini-batch aggregation); the batch ends at size records, before every checkpoint barrier and watermark, and at end of input; default: off. Not with async_state."`
+	MiniBatch *MiniBatchParams `yaml:"mini_batch" doc:"Buffer records in memory and fold each key's records of a batch into one state read, one write and one output row (Flink's mini-batch aggregation); the batch ends at size records, at max_bytes buffered, allow_latency after its first record, before every checkpoint barrier, before every watermark (with allow_latency: watermarks are held to the batch's end instead), and at end of input; default: off. Not with async_state."`
 }
 
 // MiniBatchParams are the aggregate's mini_batch params (Flink's
 // table.exec.mini-batch.enabled with table.exec.mini-batch.size): records
 // are buffered per key in memory, in arrival order, and a batch ends when
-// Size records are buffered, before every checkpoint barrier is forwarded
-// (so the buffer is empty in every checkpoint: nothing buffered is lost on
-// a crash, the source rereads it), before every watermark is forwarded
-// (the rows precede it), and at end of input. At the end of a batch each
+// Size records or MaxBytes are buffered, AllowLatency after its first
+// record (processing time, also while no record comes), before every
+// checkpoint barrier is forwarded (so the buffer is empty in every
+// checkpoint: nothing buffered is lost on a crash, the source rereads
+// it), before every watermark is forwarded when AllowLatency is 0 (the
+// rows precede it; with an AllowLatency a watermark arriving mid-batch is
+// held, as Flink's mini-batch assigner forwards watermarks only at batch
+// boundaries: it is forwarded after the batch's rows when the batch ends,
+// so a batch spans many watermarks), before an idle status, and at end of
+// input. At the end of a batch each
 // key's records are folded in their order into its accumulators, read
 // once and written once, and the key emits one change: +I (new key), -U
 // of the row before the batch and +U of the row after (only +U when only
@@ -121,7 +127,21 @@ type MiniBatchParams struct {
 	// Size is the records buffered (over all keys of the subtask) that end
 	// a batch; required, 1 to 10,000,000.
 	Size int `yaml:"size" doc:"The records buffered (all keys of a subtask) that end a batch, e.g. 50000 (Flink's table.exec.mini-batch.size); required, 1 to 10000000. The buffer holds each record's aggregate inputs until the batch ends."`
+	// AllowLatency ends a batch once its first record waited this long
+	// (wall clock), and makes watermarks wait for the batch's end instead
+	// of ending it; 0: no time bound, every watermark ends the batch.
+	AllowLatency time.Duration `yaml:"allow_latency" doc:"End a batch once its first record waited this long, by the wall clock, also while no record comes (Flink's table.exec.mini-batch.allow-latency), e.g. 2s; a watermark arriving within a batch is then held and forwarded after the batch's rows, so batches span watermarks; default 0: no time bound, and every watermark ends the batch; 1ms to 1h."`
+	// MaxBytes ends a batch once its buffered inputs (values, keys,
+	// headers, bookkeeping) reach this many bytes; 0: the default,
+	// defaultMiniBatchBytes.
+	MaxBytes int64 `yaml:"max_bytes" doc:"End a batch once the inputs it buffers (each record's aggregate inputs, keys, headers) reach this many bytes, e.g. 67108864; default 64 MiB; at least 1."`
 }
+
+// defaultMiniBatchBytes is MiniBatchParams.MaxBytes's default: 64 MiB.
+const defaultMiniBatchBytes = 64 << 20
+
+// maxMiniBatchLatency bounds MiniBatchParams.AllowLatency.
+const maxMiniBatchLatency = time.Hour
 
 // maxMiniBatchSize bounds MiniBatchParams.Size: the batch is held in
 // memory.
@@ -169,6 +189,13 @@ func (p *AggregateParams) CheckParams(report func(field, msg string)) {
 	p.StateTTL.Check("state_ttl", report)
 	if p.MiniBatch != nil && (p.MiniBatch.Size < 1 || p.MiniBatch.Size > maxMiniBatchSize) {
 		report("mini_batch.size", fmt.Sprintf("required: the records that end a batch, 1 to %d (e.g. 50000), got %d", maxMiniBatchSize, p.MiniBatch.Size))
+	}
+	if p.MiniBatch != nil && (p.MiniBatch.AllowLatency < 0 || p.MiniBatch.AllowLatency > maxMiniBatchLatency ||
+		p.MiniBatch.AllowLatency%time.Millisecond != 0) {
+		report("mini_batch.allow_latency", fmt.Sprintf("whole milliseconds from 1ms to %s (e.g. 2s), or 0 for none; got %s", maxMiniBatchLatency, p.MiniBatch.AllowLatency))
+	}
+	if p.MiniBatch != nil && p.MiniBatch.MaxBytes < 0 {
+		report("mini_batch.max_bytes", fmt.Sprintf("at least 1 (bytes, e.g. 67108864), or 0 for the default 64 MiB; got %d", p.MiniBatch.MaxBytes))
 	}
 }
 
@@ -866,7 +893,10 @@ type Aggregate struct {
 func NewAggregate(p AggregateParams, changelog bool) *Aggregate {
 	f := &Aggregate{aggregator: newAggregator(p, changelog)}
 	if p.MiniBatch != nil {
-		f.batch = &aggBatch{size: max(p.MiniBatch.Size, 1)}
+		f.batch = &aggBatch{size: max(p.MiniBatch.Size, 1), maxBytes: p.MiniBatch.MaxBytes, latency: p.MiniBatch.AllowLatency}
+		if f.batch.maxBytes <= 0 {
+			f.batch.maxBytes = defaultMiniBatchBytes
+		}
 	}
 	return f
 }

@@ -3,6 +3,8 @@ package operators
 import (
 	"context"
 	"slices"
+	"time"
+	"unsafe"
 
 	"github.com/kstreamd/kstreamd/runtime"
 )
@@ -30,11 +32,17 @@ import (
 // are inputs[r*n:(r+1)*n] (n the aggregates), retract[r] says it is a -U
 // or -D, next[r] is the key's next record (-1: the last).
 type aggBatch struct {
-	// size is the records that end a batch (MiniBatchParams.Size).
-	size    int
-	inputs  []aggInput
-	retract []bool
-	next    []int32
+	// size is the records that end a batch (MiniBatchParams.Size);
+	// maxBytes the bytes (MiniBatchParams.MaxBytes, defaulted), bytes
+	// what the batch holds by batchBytes' count; latency is
+	// MiniBatchParams.AllowLatency (the KeyedOperator keeps the clock).
+	size     int
+	maxBytes int64
+	bytes    int64
+	latency  time.Duration
+	inputs   []aggInput
+	retract  []bool
+	next     []int32
 	// keys are the batch's keys in the order of their first record;
 	// index finds a key's place in keys.
 	keys  []aggBatchKey
@@ -63,6 +71,7 @@ func (b *aggBatch) reset() {
 	b.inputs, b.retract, b.next = b.inputs[:0], b.retract[:0], b.next[:0]
 	clear(b.keys)
 	b.keys = b.keys[:0]
+	b.bytes = 0
 	if b.index == nil {
 		b.index = map[string]int32{}
 	}
@@ -72,19 +81,53 @@ func (b *aggBatch) reset() {
 // records returns the records buffered.
 func (b *aggBatch) records() int { return len(b.retract) }
 
+// The sizes batchBytes counts: a record's bookkeeping (retract flag and
+// next index), one aggregate input, a key's entry (with its index entry,
+// whose map overhead is a rough 48 bytes) and a header.
+const (
+	aggBatchRecordBytes = int64(unsafe.Sizeof(false) + unsafe.Sizeof(int32(0)))
+	aggBatchInputBytes  = int64(unsafe.Sizeof(aggInput{}))
+	aggBatchKeyBytes    = int64(unsafe.Sizeof(aggBatchKey{})) + int64(unsafe.Sizeof("")) + 4 + 48
+	aggBatchHeaderBytes = int64(unsafe.Sizeof(runtime.Header{}))
+)
+
+// AllowLatency implements LatencyBundleFunction:
+// MiniBatchParams.AllowLatency (0 without mini_batch).
+func (f *Aggregate) AllowLatency() time.Duration {
+	if f.batch == nil {
+		return 0
+	}
+	return f.batch.latency
+}
+
+// BundleRecords implements LatencyBundleFunction: the records buffered.
+func (f *Aggregate) BundleRecords() int {
+	if f.batch == nil {
+		return 0
+	}
+	return f.batch.records()
+}
+
 // buffer adds rec (its inputs in, retract: a -U or -D) to the batch, and
-// ends the batch when it holds size records.
+// ends the batch when it holds size records or maxBytes. Headers count
+// per record although only the key's latest are kept: a bound, not an
+// exact figure.
 func (f *Aggregate) buffer(rec runtime.Record, in []aggInput, retract bool, out Collector) error {
 	b := f.batch
 	r := int32(b.records())
 	b.inputs = append(b.inputs, in...)
 	b.retract = append(b.retract, retract)
 	b.next = append(b.next, -1)
+	b.bytes += aggBatchRecordBytes + aggBatchInputBytes*int64(len(in))
+	for i := range in {
+		b.bytes += int64(cap(in[i].raw))
+	}
 	head := outputHeadOf(rec)
 	if len(head.headers) > 0 { // the record's memory is not ours after ProcessElement
 		head.headers = slices.Clone(head.headers)
 		for i := range head.headers {
 			head.headers[i].Value = slices.Clone(head.headers[i].Value)
+			b.bytes += aggBatchHeaderBytes + int64(len(head.headers[i].Key)+len(head.headers[i].Value))
 		}
 	}
 	if k, ok := b.index[string(rec.Key)]; ok {
@@ -100,10 +143,11 @@ func (f *Aggregate) buffer(rec runtime.Record, in []aggInput, retract bool, out 
 			key = []byte{}
 		}
 		head.key = key
+		b.bytes += aggBatchKeyBytes + 2*int64(len(key)) // the key and the index's copy
 		b.index[string(key)] = int32(len(b.keys))
 		b.keys = append(b.keys, aggBatchKey{key: key, head: head, first: r, last: r, retracts: retract})
 	}
-	if b.records() >= b.size {
+	if b.records() >= b.size || b.bytes >= b.maxBytes {
 		return f.FinishBundle(context.Background(), out)
 	}
 	return nil

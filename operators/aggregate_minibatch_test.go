@@ -16,11 +16,14 @@ import (
 )
 
 // mbStep is one step of a mini-batch model run: a record, a checkpoint
-// (snapshot, close, restore into a new operator) or a watermark.
+// (snapshot, close, restore into a new operator), a watermark, or tick:
+// the wall clock moves on by tick and the allow_latency wake-up runs (as
+// from the mailbox).
 type mbStep struct {
 	rec       runtime.Record
 	barrier   bool
 	watermark bool
+	tick      time.Duration
 }
 
 // mbRun drives one aggregate operator through steps, restoring at every
@@ -28,31 +31,60 @@ type mbStep struct {
 // restored incarnations), the upsert table after each barrier and each
 // watermark, and the
 // outputs grouped by batch: what was emitted between two batch ends (a
-// size trigger, a barrier, a watermark, the end of input). size is the
-// mini-batch size (0: off).
+// size or max_bytes trigger, allow_latency, a barrier, a watermark
+// without allow_latency, the end of input). size is the mini-batch size
+// (0: off); latency its allow_latency.
+//
+// Without mini_batch it also keeps the upsert table after every step
+// (prefix); with it, after every step that leaves no batch open, the
+// table must equal the plain run's prefix table of that step (plain).
+// The watermarks forwarded (by the operator at a batch's end, or, when
+// ProcessWatermark returns nil, by the task the test plays) are checked:
+// increasing, after their batch's rows, and none held once no batch is
+// open.
 type mbRun struct {
-	t        *testing.T
-	kind     string
-	newFn    func() *Aggregate
-	op       *KeyedOperator
-	ch       runtime.Channel
-	restore  *Restore
-	all      []runtime.Record
-	tables   []map[string]string
-	batches  [][]runtime.Record
-	buffered int
-	size     int
+	t       *testing.T
+	kind    string
+	newFn   func() *Aggregate
+	fn      *Aggregate
+	op      *KeyedOperator
+	ch      runtime.Channel
+	restore *Restore
+	all     []runtime.Record
+	tables  []map[string]string
+	batches [][]runtime.Record
+	size    int
+	latency time.Duration
+	plain   *mbRun
+	prefix  []map[string]string
+	// clock is the wall clock the operator's batch clock reads; start
+	// when the open batch began by it.
+	clock, start time.Time
+	// wms are the watermarks forwarded; latest the last handed to the
+	// operator.
+	wms    []time.Time
+	latest time.Time
 }
 
 func (r *mbRun) open() {
 	r.t.Helper()
 	r.ch = runtime.NewChannel(1 << 14)
 	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{r.ch}, runtime.ForwardPartitioner{}))
-	r.op = NewKeyedProcessOperator(OpenContext{Operator: "op", Parallelism: 1}, opener(r.kind, r.t.TempDir()), r.restore, r.newFn(), out)
+	r.fn = r.newFn()
+	r.op = NewKeyedProcessOperator(OpenContext{Operator: "op", Parallelism: 1}, opener(r.kind, r.t.TempDir()), r.restore, r.fn, out)
 	if err := r.op.Open(context.Background()); err != nil {
 		r.t.Fatal(err)
 	}
+	if (r.op.bundle != nil) != (r.latency > 0) {
+		r.t.Fatalf("allow_latency %s: batch clock %v", r.latency, r.op.bundle)
+	}
+	if r.op.bundle != nil {
+		r.op.bundle.now = func() time.Time { return r.clock }
+	}
 }
+
+// open reports whether a batch is open.
+func (r *mbRun) batchOpen() bool { return r.fn.BundleRecords() > 0 }
 
 // drain takes what the operator emitted; batchEnd says a batch ended, so
 // the records form one batch (outside one, nothing may have been emitted
@@ -63,10 +95,22 @@ func (r *mbRun) drain(batchEnd bool) {
 	for {
 		select {
 		case el := <-r.ch:
-			if el.Kind == runtime.KindRecord {
+			switch el.Kind {
+			case runtime.KindRecord:
 				rec := el.Record
 				rec.Value = append([]byte(nil), rec.Value...)
 				got = append(got, rec)
+			case runtime.KindWatermark:
+				if r.latency == 0 {
+					r.t.Fatalf("mini_batch %d: the operator forwarded watermark %d itself without allow_latency", r.size, el.Watermark.UnixMilli())
+				}
+				r.forwarded(el.Watermark)
+				if len(r.ch) > 0 {
+					if next := <-r.ch; next.Kind == runtime.KindRecord {
+						r.t.Fatalf("mini_batch %d: a row after the held watermark %d its batch's end forwarded: %s", r.size, el.Watermark.UnixMilli(), next.Record.Value)
+					}
+					r.t.Fatalf("mini_batch %d: more after the held watermark %d", r.size, el.Watermark.UnixMilli())
+				}
 			}
 			continue
 		default:
@@ -81,7 +125,32 @@ func (r *mbRun) drain(batchEnd bool) {
 	case batchEnd:
 		r.batches = append(r.batches, got)
 	case len(got) > 0:
-		r.t.Fatalf("mini_batch %d: %d records emitted within a batch (%d buffered)", r.size, len(got), r.buffered)
+		r.t.Fatalf("mini_batch %d: %d records emitted within a batch (%d buffered)", r.size, len(got), r.fn.BundleRecords())
+	}
+}
+
+// forwarded records watermark wm going downstream; it must be after the
+// last forwarded.
+func (r *mbRun) forwarded(wm time.Time) {
+	r.t.Helper()
+	if n := len(r.wms); n > 0 && !wm.After(r.wms[n-1]) {
+		r.t.Fatalf("mini_batch %d: watermark %d forwarded after %d", r.size, wm.UnixMilli(), r.wms[n-1].UnixMilli())
+	}
+	r.wms = append(r.wms, wm)
+}
+
+// settled checks, after step i, that a run without an open batch shows
+// the plain run's table after the same steps and holds no watermark back.
+func (r *mbRun) settled(i int) {
+	r.t.Helper()
+	if r.plain == nil || r.batchOpen() {
+		return
+	}
+	if got := upsertTable(r.all); !reflect.DeepEqual(got, r.plain.prefix[i]) {
+		r.t.Fatalf("mini_batch %d allow_latency %s: no batch open after step %d, table\n%v\nwant (without mini_batch)\n%v", r.size, r.latency, i, got, r.plain.prefix[i])
+	}
+	if !r.latest.IsZero() && (len(r.wms) == 0 || !r.wms[len(r.wms)-1].Equal(r.latest)) {
+		r.t.Fatalf("mini_batch %d allow_latency %s: no batch open after step %d, watermark %d not forwarded (forwarded %v)", r.size, r.latency, i, r.latest.UnixMilli(), r.wms)
 	}
 }
 
@@ -90,8 +159,22 @@ func (r *mbRun) run(steps []mbStep) {
 	ctx := context.Background()
 	r.open()
 	wm := time.UnixMilli(0)
-	for _, s := range steps {
+	r.clock = time.UnixMilli(1_000_000)
+	for i, s := range steps {
 		switch {
+		case s.tick > 0:
+			r.clock = r.clock.Add(s.tick)
+			if r.op.bundle == nil {
+				break
+			}
+			open := r.batchOpen()
+			due := open && !r.clock.Before(r.start.Add(r.latency))
+			r.op.bundleDue()
+			if open && r.batchOpen() == due || !open && r.batchOpen() {
+				r.t.Fatalf("mini_batch %d allow_latency %s: a batch open since %s at %s: ended %t, want %t", r.size, r.latency,
+					r.start.Sub(time.UnixMilli(1_000_000)), r.clock.Sub(time.UnixMilli(1_000_000)), !r.batchOpen(), due)
+			}
+			r.drain(due)
 		case s.barrier:
 			dir := r.t.TempDir()
 			finish, err := r.op.SnapshotState(ctx, &runtime.Barrier{CheckpointID: 1, Dir: dir})
@@ -103,7 +186,10 @@ func (r *mbRun) run(steps []mbStep) {
 				r.t.Fatal(err)
 			}
 			r.drain(true)
-			r.buffered = 0
+			if r.batchOpen() {
+				r.t.Fatalf("mini_batch %d: a batch open after the snapshot", r.size)
+			}
+			r.settled(i)
 			if err := r.op.Close(); err != nil {
 				r.t.Fatal(err)
 			}
@@ -116,28 +202,48 @@ func (r *mbRun) run(steps []mbStep) {
 			r.open()
 		case s.watermark:
 			wm = wm.Add(time.Second)
-			if err := r.op.ProcessWatermark(ctx, wm); err != nil {
+			r.latest = wm
+			open := r.batchOpen()
+			switch err := r.op.ProcessWatermark(ctx, wm); {
+			case err == runtime.ErrWatermarkHeld:
+				if r.latency == 0 || !open {
+					r.t.Fatalf("mini_batch %d allow_latency %s: watermark held (a batch open before: %t)", r.size, r.latency, open)
+				}
+				r.drain(false)
+			case err != nil:
 				r.t.Fatal(err)
+			default:
+				if r.latency > 0 && open {
+					r.t.Fatalf("mini_batch %d allow_latency %s: watermark not held with a batch open", r.size, r.latency)
+				}
+				r.drain(true)
+				r.forwarded(wm) // the task forwards it
+				if r.latency == 0 {
+					r.tables = append(r.tables, upsertTable(r.all)) // the rows before wm were emitted before it
+				}
 			}
-			r.drain(true)
-			r.buffered = 0
-			r.tables = append(r.tables, upsertTable(r.all)) // the rows before wm were emitted before it
 		default:
+			open := r.batchOpen()
 			if err := r.op.ProcessRecord(ctx, 0, s.rec); err != nil {
 				r.t.Fatal(err)
 			}
-			r.buffered++
-			end := r.size > 0 && r.buffered == r.size
-			if end {
-				r.buffered = 0
+			if !open && r.batchOpen() {
+				r.start = r.clock
 			}
-			r.drain(end || r.size == 0)
+			r.drain(r.size == 0 || !r.batchOpen())
 		}
+		if r.size == 0 {
+			r.prefix = append(r.prefix, upsertTable(r.all))
+		} else if b := r.fn.batch; b.bytes >= b.maxBytes {
+			r.t.Fatalf("mini_batch %d: %d bytes buffered after step %d, max_bytes %d", r.size, b.bytes, i, b.maxBytes)
+		}
+		r.settled(i)
 	}
 	if err := r.op.EndInput(ctx); err != nil {
 		r.t.Fatal(err)
 	}
 	r.drain(true)
+	r.settled(len(steps) - 1)
 	if err := r.op.Close(); err != nil {
 		r.t.Fatal(err)
 	}
@@ -227,8 +333,10 @@ func mbSteps(rng *rand.Rand, n, keys int, changelog bool) ([]mbStep, mbModel) {
 		switch rng.IntN(40) {
 		case 0:
 			steps = append(steps, mbStep{barrier: true})
-		case 1:
+		case 1, 2, 3:
 			steps = append(steps, mbStep{watermark: true})
+		case 4, 5:
+			steps = append(steps, mbStep{tick: time.Duration(1+rng.IntN(15)) * time.Millisecond})
 		}
 		k := fmt.Sprintf("k%d", rng.IntN(keys))
 		rows := m[k]
@@ -297,26 +405,35 @@ func TestAggregateMiniBatchModel(t *testing.T) {
 							AggregateSpec{Name: "first_user", Fn: AggFirst, Of: compiled(t, "user")},
 							AggregateSpec{Name: "last_amount", Fn: AggLast, Of: compiled(t, "amount")})
 					}
-					newRun := func(size int) *mbRun {
-						return &mbRun{t: t, kind: kind, size: size, newFn: func() *Aggregate {
+					newRun := func(mb MiniBatchParams) *mbRun {
+						return &mbRun{t: t, kind: kind, size: mb.Size, latency: mb.AllowLatency, newFn: func() *Aggregate {
 							p := AggregateParams{Emit: v.emit, Aggregates: specs}
-							if size > 0 {
-								p.MiniBatch = &MiniBatchParams{Size: size}
+							if mb.Size > 0 {
+								p.MiniBatch = &mb
 							}
 							f := NewAggregate(p, changelog)
 							f.updateAfterOnly = v.updateAfterOnly
 							return f
 						}}
 					}
-					plain := newRun(0)
+					plain := newRun(MiniBatchParams{})
 					plain.run(steps)
 					if got, want := decodeTable(t, plain.tables[len(plain.tables)-1]), model.table(changelog); !reflect.DeepEqual(got, want) {
 						t.Fatalf("without mini_batch: table\n%v\nwant (model)\n%v", got, want)
 					}
-					for _, size := range []int{1, 2, 3, 5, 17, 1000} {
-						b := newRun(size)
+					for _, mb := range []MiniBatchParams{{Size: 1}, {Size: 2}, {Size: 3}, {Size: 5}, {Size: 17}, {Size: 1000},
+						{Size: 1000, MaxBytes: 700}, {Size: 1000, MaxBytes: 5000},
+						{Size: 5, AllowLatency: 10 * time.Millisecond}, {Size: 17, AllowLatency: 10 * time.Millisecond},
+						{Size: 1000, AllowLatency: 10 * time.Millisecond}, {Size: 1000, AllowLatency: 20 * time.Millisecond, MaxBytes: 3000}} {
+						size := mb.Size
+						b := newRun(mb)
+						b.plain = plain
 						b.run(steps)
-						if !reflect.DeepEqual(b.tables, plain.tables) {
+						if mb.AllowLatency > 0 { // the tables at checkpoints and the end (watermarks do not end a batch)
+							if got, want := b.tables[len(b.tables)-1], plain.tables[len(plain.tables)-1]; !reflect.DeepEqual(got, want) {
+								t.Fatalf("%+v: final table\n%v\nwant (without mini_batch)\n%v", mb, got, want)
+							}
+						} else if !reflect.DeepEqual(b.tables, plain.tables) {
 							t.Fatalf("mini_batch %d: tables at the checkpoints, watermarks and the end\n%v\nwant (without mini_batch)\n%v", size, b.tables, plain.tables)
 						}
 						checkChangelog(t, b.all, v.updateAfterOnly)
@@ -332,6 +449,9 @@ func TestAggregateMiniBatchModel(t *testing.T) {
 									t.Fatalf("mini_batch %d: batch %d: key %s emitted %d changes, want at most 1: %v", size, i, k, n, changelogText(batch))
 								}
 							}
+						}
+						if n := len(b.wms); n != len(plain.wms) && mb.AllowLatency == 0 || n > 0 && !b.wms[n-1].Equal(plain.wms[len(plain.wms)-1]) {
+							t.Fatalf("%+v: watermarks forwarded %v, without mini_batch %v", mb, b.wms, plain.wms)
 						}
 						if size == 1 && len(b.all) != len(plain.all) && v.emit == EmitEveryUpdate && !changelog {
 							t.Fatalf("mini_batch 1: %d records emitted, without %d", len(b.all), len(plain.all))

@@ -93,6 +93,28 @@ type BundleFunction interface {
 	FinishBundle(ctx context.Context, out Collector) error
 }
 
+// LatencyBundleFunction is implemented by a BundleFunction whose batch
+// also ends on processing time and which holds watermarks to the end of
+// its batch (the aggregate's mini_batch with allow_latency; Flink's
+// table.exec.mini-batch.allow-latency, whose MiniBatchAssigner forwards
+// watermarks only at mini-batch boundaries). When AllowLatency (asked once,
+// at Open) is above 0 the KeyedOperator ends a batch once its first record
+// is that old by the wall clock (a wake-up posted to the task's mailbox,
+// so also while no record arrives), and a watermark arriving while
+// BundleRecords is above 0 is held (runtime.ErrWatermarkHeld: no timers
+// fire, the TTL clock stays, nothing is forwarded) until the batch ends,
+// at size, at allow_latency, before a checkpoint barrier's snapshot,
+// before an idle status and at end of input; then the latest held
+// watermark is handled and forwarded after the batch's rows.
+type LatencyBundleFunction interface {
+	BundleFunction
+	// AllowLatency is the longest a batch's first record waits; 0: no
+	// processing-time bound, and every watermark ends the batch.
+	AllowLatency() time.Duration
+	// BundleRecords returns the records buffered (0: no batch is open).
+	BundleRecords() int
+}
+
 // BroadcastProcessFunction processes a stream that is not keyed together
 // with a broadcast stream (Flink's BroadcastProcessFunction): the routing
 // stage of a dynamically keyed type (Factory.Router). It has no keyed state;

@@ -61,6 +61,9 @@ type KeyedOperator struct {
 	bad []runtime.BadRecordHandler
 	// cleaner drives the backend's background TTL cleanup (ttlcleanup.go).
 	cleaner ttlCleaner
+	// bundle is the batch clock of a LatencyBundleFunction with an
+	// allow_latency (bundle.go); nil otherwise.
+	bundle *bundleClock
 }
 
 // SetBadRecordHandlers implements runtime.BadRecordAware.
@@ -145,6 +148,7 @@ func (o *KeyedOperator) Open(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	o.openBundleClock()
 	o.opStore = state.NewOperatorStateStore(r.Operator)
 	if cf, ok := o.function().(CheckpointedFunction); ok {
 		if err := cf.InitializeState(FunctionInitializationContext{OperatorStateStore: o.opStore, Backend: b}); err != nil {
@@ -185,6 +189,10 @@ func (o *KeyedOperator) ProcessRecord(ctx context.Context, input int, rec runtim
 		o.backend.SetRecordTimestamp(rec.Timestamp)
 		if o.broadcast != nil {
 			return o.broadcast.ProcessElement(ctx, rec, &o.coll)
+		}
+		if o.bundle != nil {
+			before := o.bundle.fn.BundleRecords()
+			return o.bundleRecordDone(ctx, before, o.keyed.ProcessElement(ctx, rec, &o.coll))
 		}
 		return o.keyed.ProcessElement(ctx, rec, &o.coll)
 	case input == 1 && o.broadcast != nil:
@@ -233,7 +241,7 @@ func (o *KeyedOperator) runAsyncElement(arg any) error {
 // directory, when incremental) and describes everything as a
 // checkpoint.TaskState.
 func (o *KeyedOperator) SnapshotState(ctx context.Context, b *runtime.Barrier) (runtime.SnapshotFinisher, error) {
-	if err := o.finishBundle(ctx); err != nil {
+	if err := o.endBundle(ctx); err != nil {
 		// The batch is gone (part of it folded and emitted, the rest
 		// dropped): declining the checkpoint alone would let the task go
 		// on and a later checkpoint commit state without the dropped
@@ -295,7 +303,7 @@ func (o *KeyedOperator) SnapshotState(ctx context.Context, b *runtime.Barrier) (
 // and drains the async execution controller of an async function (the
 // synchronous functions have nothing else in flight).
 func (o *KeyedOperator) EndInput(ctx context.Context) error {
-	if err := o.finishBundle(ctx); err != nil {
+	if err := o.endBundle(ctx); err != nil {
 		return err
 	}
 	if o.aec == nil {
@@ -309,6 +317,8 @@ func (o *KeyedOperator) EndInput(ctx context.Context) error {
 // backend.
 func (o *KeyedOperator) Close() error {
 	o.stopCleanup()
+	o.bundle.stop()
+	o.bundle = nil // a wake-up already posted finds no batch clock
 	if o.timers != nil {
 		o.timers.stop()
 	}

@@ -229,15 +229,26 @@ func (o *KeyedOperator) fireProcessingTimers() {
 	o.timers.arm()
 }
 
-// ProcessWatermark implements runtime.WatermarkHandler: a BundleFunction's
+// ProcessWatermark implements runtime.WatermarkHandler: a
+// LatencyBundleFunction with a batch open holds wm back until the batch
+// ends (runtime.ErrWatermarkHeld; bundle.go); otherwise a BundleFunction's
 // batch ends, the event-time timers at or before wm fire, then a
 // WatermarkFunction's OnWatermark runs, the backend's event-time TTL clock
 // moves to wm, and a background TTL cleanup step runs when the last one is an
 // interval old (see ttlCleaner).
 func (o *KeyedOperator) ProcessWatermark(ctx context.Context, wm time.Time) error {
+	if o.holdWatermark(wm) { // forwarded at the batch's end (bundle.go)
+		return runtime.ErrWatermarkHeld
+	}
 	if err := o.finishBundle(ctx); err != nil { // the batch's rows precede wm
 		return err
 	}
+	return o.watermarkReached(ctx, wm)
+}
+
+// watermarkReached is ProcessWatermark after the batch ended: timers,
+// OnWatermark, the TTL clock and cleanup.
+func (o *KeyedOperator) watermarkReached(ctx context.Context, wm time.Time) error {
 	if o.aec != nil {
 		return nil // async reads run on other goroutines: no event-time TTL clock, no timers
 	}

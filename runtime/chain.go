@@ -99,6 +99,10 @@ func (c *ChainedOperator) control(ctx context.Context, el Element) error {
 		}
 		if h, ok := c.Operator.(WatermarkHandler); ok {
 			if err := h.ProcessWatermark(ctx, el.Watermark); err != nil {
+				if err == ErrWatermarkHeld { // the operator forwards it at its batch's end
+					c.Watermark.Set(el.Watermark)
+					return nil
+				}
 				return c.wrap("watermark", err)
 			}
 		}

@@ -537,6 +537,10 @@ func (t *OperatorTask) advanceWatermark(ctx context.Context, wm time.Time) error
 	}
 	if h, ok := t.op.(WatermarkHandler); ok {
 		if err := h.ProcessWatermark(ctx, wm); err != nil {
+			if err == ErrWatermarkHeld { // the operator forwards it at its batch's end
+				t.wmGauge.Set(wm)
+				return nil
+			}
 			return fmt.Errorf("%s: watermark: %w", t.name, err)
 		}
 	}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strconv"
 	"sync"
@@ -26,6 +27,15 @@ var MaxWatermark = time.UnixMilli(math.MaxInt64)
 type WatermarkHandler interface {
 	ProcessWatermark(ctx context.Context, wm time.Time) error
 }
+
+// ErrWatermarkHeld is returned by a WatermarkHandler's ProcessWatermark
+// that holds wm back (the aggregate's mini_batch with allow_latency, as
+// Flink's MiniBatchAssigner forwards watermarks only at mini-batch
+// boundaries): the task (or chain) does not forward wm; the operator
+// forwards it itself later, through the Output it emits to, after the
+// records that end its batch and before any later control element it
+// lets through. The task's watermark gauge still moves to wm.
+var ErrWatermarkHeld = errors.New("runtime: watermark held by the operator until the end of its batch")
 
 // IdleHandler is implemented by operators that act on their input's idle
 // status (a cluster-mode repartition sink writes it to the exchange as a
