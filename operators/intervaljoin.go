@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"time"
 	"unsafe"
@@ -155,6 +156,20 @@ type joinRow struct {
 	// list when the side's rows are in its by-time MapState; TS is then
 	// the number of rows there.
 	Index bool
+	// rawSide, rawAt and rawLen remember where in Value the one field
+	// the join's raw select reads of the row's side is (joinOutput.
+	// rawFields): found when the row was the record being processed
+	// (pinChecked), kept with the row so that its later pairs, as a
+	// buffered row, neither scan nor check its value again. rawSide is 0
+	// (none found), or 1 + the side (0 left, 1 right) the field was
+	// found for; Value[rawAt:rawAt+rawLen] is the field's JSON as
+	// fieldsJSON gives it. Kept in memory only, in the struct's padding
+	// (joinRow stays 40 bytes), not serialized: a row decoded from bytes
+	// has none. Valid because a row's value bytes never change (rows
+	// are moved and their values copied whole: adoptRows).
+	rawSide uint8
+	rawLen  uint8
+	rawAt   uint16
 }
 
 // joinRowsSerializer encodes a list of rows: a uvarint count, then per row
@@ -1062,6 +1077,10 @@ type joinOutput struct {
 	// pinnedValid: the pinned row's value is known valid JSON (its
 	// record's runtime.Record.CheckedJSON), not checked again.
 	pinnedValid bool
+	// pinnedOwn: the pinned row is the join's own copy of the record
+	// being processed (pinChecked), not a buffered row of the state: the
+	// place of its raw field may be written into it (joinRow.rawAt).
+	pinnedOwn bool
 
 	// raw is select's raw form (tablejoin_raw.go), compiled on the first
 	// emit (rawDone); nil when it has none, or noRaw (tests: select is
@@ -1086,17 +1105,19 @@ type joinOutput struct {
 // pin makes the next emits decode row (the record being processed) once,
 // however many pairs it makes; row must not change until the next pin.
 func (o *joinOutput) pin(row *joinRow) {
-	o.pinned, o.pinnedVal, o.pinnedOK, o.pinnedValid = row, nil, false, false
+	o.pinned, o.pinnedVal, o.pinnedOK, o.pinnedValid, o.pinnedOwn = row, nil, false, false, false
 	o.pinnedRawSide = -1
 }
 
 // pinChecked is pin for the row of a record whose value is known valid
 // JSON when valid is true (runtime.Record.CheckedJSON: checked by its
 // source, the mark crossing the key_by): select reads it without checking
-// the JSON again.
+// the JSON again. row is the join's own (not a row of its state, which
+// it must not change in place): the raw select notes in it where its
+// field is (joinRow.rawAt), for the pairs it makes once buffered.
 func (o *joinOutput) pinChecked(row *joinRow, valid bool) {
 	o.pin(row)
-	o.pinnedValid = valid
+	o.pinnedValid, o.pinnedOwn = valid, true
 }
 
 // value returns row's value as select sees it (side 0 left, 1 right):
@@ -1216,6 +1237,9 @@ func (o *joinOutput) rawFields(row *joinRow, side int) ([][]byte, bool) {
 		if o.pinnedRawSide < 0 {
 			o.pinnedRawSide = side
 			o.pinnedRaw, o.pinnedRawNum, o.pinnedRawOK = rowFieldsJSON(row.Value, valid || o.pinnedValid, names, o.pinnedRaw, o.pinnedRawNum)
+			if o.pinnedOwn && o.pinnedRawOK {
+				row.noteRawField(side, o.pinnedRaw)
+			}
 		}
 		if o.pinnedRawSide == side {
 			return o.pinnedRaw, o.pinnedRawOK
@@ -1225,9 +1249,39 @@ func (o *joinOutput) rawFields(row *joinRow, side int) ([][]byte, bool) {
 		// fields kept.
 		valid = valid || o.pinnedValid
 	}
+	if f, ok := row.rawField(side); ok && len(names) == 1 {
+		vals := append(o.rawVals[side][:0], f)
+		o.rawVals[side] = vals
+		return vals, true
+	}
 	var ok bool
 	o.rawVals[side], o.rawNum[side], ok = rowFieldsJSON(row.Value, valid, names, o.rawVals[side], o.rawNum[side])
 	return o.rawVals[side], ok
+}
+
+// noteRawField notes in r where the one field the raw select reads of
+// r as side is in its value (vals: what fieldsJSON found, r.Value's
+// bytes unless re-encoded), when there is one such field and it fits
+// joinRow's rawAt and rawLen; otherwise nothing.
+func (r *joinRow) noteRawField(side int, vals [][]byte) {
+	if len(vals) != 1 || len(vals[0]) == 0 || len(vals[0]) > math.MaxUint8 {
+		return
+	}
+	f, v := vals[0], r.Value
+	at := uintptr(unsafe.Pointer(unsafe.SliceData(f))) - uintptr(unsafe.Pointer(unsafe.SliceData(v)))
+	if len(f) > len(v) || at > uintptr(len(v)-len(f)) || at > math.MaxUint16 {
+		return // not in the value (an integer written again), or too far in
+	}
+	r.rawSide, r.rawAt, r.rawLen = uint8(side)+1, uint16(at), uint8(len(f))
+}
+
+// rawField returns the field noteRawField noted in r for side, false
+// when none was.
+func (r *joinRow) rawField(side int) ([]byte, bool) {
+	if r.rawSide != uint8(side)+1 || int(r.rawAt)+int(r.rawLen) > len(r.Value) {
+		return nil, false
+	}
+	return r.Value[r.rawAt : int(r.rawAt)+int(r.rawLen) : int(r.rawAt)+int(r.rawLen)], true
 }
 
 // rowFieldsJSON is fieldsJSON of a row's value raw for names, into vals

@@ -2,7 +2,9 @@ package operators
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/kstreamd/kstreamd/runtime"
 )
@@ -188,5 +190,84 @@ func TestIntervalJoinRawSelectAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(200, pair(eval)); n < 1 && !raceEnabled {
 		t.Errorf("evaluated select: %.2f allocations per pair, want at least 1 (the check that the pair measured the raw path)", n)
+	}
+}
+
+// TestIntervalJoinRawFieldNoted: the raw select notes in the record's own
+// row (pinChecked) where its one field is, and a later pair of the row,
+// buffered, takes the field from there without scanning or checking the
+// value again (here the value's rest is made invalid JSON: the output
+// stays that of the field noted); a field of the other side, a row of the
+// state pinned with pin (window_join's), a select reading two fields of
+// a side and an integer written again (-0) note nothing; and joinRow
+// stays 40 bytes (the note lives in its padding).
+func TestIntervalJoinRawFieldNoted(t *testing.T) {
+	if n := unsafe.Sizeof(joinRow{}); n != 40 {
+		t.Fatalf("joinRow is %d bytes, want 40", n)
+	}
+	o, _ := newJoinOutputs(t, `{"l": left.id, "r": right.id}`)
+	L := rawJoinRow(`{"key":"k1","id":12,"note":"xx"}`, false, false)
+	R := rawJoinRow(`{"id":13}`, false, false)
+	o.pinChecked(L, true)
+	if got := joinOutputPair(t, o, L, R); got != `{"l":12,"r":13}` {
+		t.Fatalf("output %s", got)
+	}
+	o.pin(nil)
+	if L.rawSide != 1 || string(L.Value[L.rawAt:int(L.rawAt)+int(L.rawLen)]) != "12" {
+		t.Fatalf("noted side %d at %d+%d, want left at the id 12", L.rawSide, L.rawAt, L.rawLen)
+	}
+	if R.rawSide != 0 {
+		t.Fatalf("the buffered row R was changed: side %d noted", R.rawSide)
+	}
+	// The buffered L paired again: the field noted, the rest not read.
+	copy(L.Value[L.rawAt+2:], `}}}}}}}}}}`)
+	L.Valid = false
+	R2 := rawJoinRow(`{"id":15}`, false, false)
+	o.pinChecked(R2, true)
+	if got := joinOutputPair(t, o, L, R2); got != `{"l":12,"r":15}` {
+		t.Fatalf("output %s, want the noted field of the buffered row", got)
+	}
+	if R2.rawSide != 2 || string(R2.Value[R2.rawAt:int(R2.rawAt)+int(R2.rawLen)]) != "15" {
+		t.Fatalf("noted side %d at %d+%d, want right at the id 15", R2.rawSide, R2.rawAt, R2.rawLen)
+	}
+	// The note is of its side only: L as a right row is scanned (and,
+	// its value broken, evaluated: select fails on the invalid JSON).
+	o.pin(nil)
+	if got := joinOutputPair(t, o, R2, L); got == `{"l":15,"r":12}` {
+		t.Fatalf("a left row's note used for the right side: %s", got)
+	}
+	for _, c := range []struct{ sel, v string }{
+		{`{"l": left.id, "r": right.id}`, `{"id":-0}`},                             // written again
+		{`{"l": left.id, "a": left.amount, "r": right.id}`, `{"id":1,"amount":2}`}, // two fields
+	} {
+		o, _ := newJoinOutputs(t, c.sel)
+		L := rawJoinRow(c.v, false, false)
+		o.pinChecked(L, true)
+		joinOutputPair(t, o, L, R)
+		if L.rawSide != 0 {
+			t.Errorf("%s of %s: noted side %d, want none", c.sel, c.v, L.rawSide)
+		}
+	}
+	// A row pinned with pin (a row of the state: window_join) is not
+	// changed.
+	W := rawJoinRow(`{"id":7}`, false, false)
+	o.pin(W)
+	joinOutputPair(t, o, W, R)
+	if W.rawSide != 0 {
+		t.Fatalf("a row pinned with pin was noted: side %d", W.rawSide)
+	}
+}
+
+// TestCanonicalInteger: fieldsJSON keeps an integer's own bytes exactly
+// when strconv.AppendInt writes its value the same.
+func TestCanonicalInteger(t *testing.T) {
+	for _, s := range []string{"0", "7", "-7", "10", "-120", "123456789012345678", "-0", "00", "007", "-01"} {
+		x, ok := plainInteger([]byte(s))
+		if !ok {
+			t.Fatalf("%s: not a plain integer", s)
+		}
+		if got, want := canonicalInteger([]byte(s)), strconv.FormatInt(x, 10) == s; got != want {
+			t.Errorf("canonicalInteger(%s) = %v, want %v", s, got, want)
+		}
 	}
 }

@@ -213,8 +213,9 @@ func (r *rawSelect) leftJSON(raw []byte, vals [][]byte, num []byte) ([][]byte, [
 // fieldsJSON sets vals[i] to the JSON of the top-level field names[i] of
 // the valid JSON value raw (the last one of a repeated name, as
 // DecodeJSON's map keeps it), as the direct evaluator writes the value
-// select reads there; vals' bytes are raw's or, for an integer, appended
-// to num. False when raw is not an object, a field is missing or is not
+// select reads there; vals' bytes are raw's or, for an integer not
+// written as strconv.AppendInt writes it (-0, leading zeros), its value
+// appended to num. False when raw is not an object, a field is missing or is not
 // a plain integer (at most 18 digits), a string of printable ASCII
 // without escapes, true, false or null, or raw holds anything that could
 // make select see it otherwise than its bytes say (a key with an escape;
@@ -289,6 +290,9 @@ func fieldsJSON(raw []byte, names []string, vals [][]byte, num []byte) ([][]byte
 			if !ok {
 				return vals, num, false
 			}
+			if canonicalInteger(v) {
+				continue // what AppendInt writes: raw's bytes themselves
+			}
 			from := len(num)
 			num = strconv.AppendInt(num, x, 10)
 			vals[n] = num[from:len(num):len(num)]
@@ -350,6 +354,17 @@ func (r *rawSelect) rightNeeded() bool {
 		}
 	}
 	return false
+}
+
+// canonicalInteger reports whether the plain integer b (plainInteger
+// accepts it) is written as strconv.AppendInt writes its value: no
+// leading zero but in "0", not "-0".
+func canonicalInteger(b []byte) bool {
+	d := b
+	if d[0] == '-' {
+		d = d[1:]
+	}
+	return d[0] != '0' || (len(d) == 1 && len(b) == 1)
 }
 
 // plainInteger returns the value of the JSON number b when it is an
