@@ -89,7 +89,8 @@ func s3RemoteUnits(t *testing.T, f *unitFixture) (*s3store.Store, *createdObject
 }
 
 // unitRemoteListing lists unit (stage, index)'s remote state store:
-// its objects and its markers, sorted.
+// its objects and its markers, sorted (a reference list as an ext
+// marker on each object it names).
 func unitRemoteListing(t *testing.T, f *unitFixture, stage, index int) (objects, markers []string) {
 	t.Helper()
 	st, err := f.set.UnitRemoteStore(stage, index)
@@ -101,7 +102,27 @@ func unitRemoteListing(t *testing.T, f *unitFixture, stage, index int) (objects,
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		if strings.Contains(n, ".ref.") {
+		if obj, rest, ok := strings.Cut(n, ".ref."); ok && strings.HasPrefix(obj, "refs-") && strings.HasSuffix(rest, ".list") {
+			// A reference list (a restore's reference on every object
+			// it ingested) stands for an ext marker on each object it
+			// names.
+			rd, size, err := st.ReadObject(context.Background(), n)
+			if err != nil && st.IsNotExistError(err) {
+				continue // released since the listing
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, size)
+			err = rd.ReadAt(context.Background(), buf, 0)
+			_ = rd.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range strings.Fields(string(buf)) {
+				markers = append(markers, o+".ref."+strings.TrimSuffix(rest, ".list")+".ext")
+			}
+		} else if strings.Contains(n, ".ref.") {
 			markers = append(markers, n)
 		} else {
 			objects = append(objects, n)

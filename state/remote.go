@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,6 +141,11 @@ type remoteObjects struct {
 	deferred map[string][]string
 	// holding is the names the last snapshot holds.
 	holding []string
+	// listed are the objects this instance's reference lists name
+	// (referenceAll): marked as an ext marker would mark them; lists
+	// numbers the lists written.
+	listed map[string]bool
+	lists  int
 	// extNames maps the backing file number of an external table to the
 	// object it refers to (Pebble's SSTableInfo does not name it).
 	extNames map[uint64]string
@@ -180,7 +186,8 @@ func newRemoteObjects(cfg *RemoteConfig) (*remoteObjects, error) {
 	}
 	r := &remoteObjects{dir: cfg.Dir, st: st, creator: c,
 		markers: map[string]bool{}, created: map[string]bool{}, held: map[string]int{},
-		deferred: map[string][]string{}, extNames: map[uint64]string{}, sizes: map[string]int64{}}
+		deferred: map[string][]string{}, extNames: map[uint64]string{}, sizes: map[string]int64{},
+		listed: map[string]bool{}}
 	r.latency.Store(int64(cfg.ReadLatency))
 	return r, nil
 }
@@ -447,6 +454,9 @@ func (r *remoteObjects) hold(names []string) error {
 }
 
 func (r *remoteObjects) hasMarkerLocked(obj string) bool {
+	if r.listed[obj] {
+		return true
+	}
 	pfx := obj + refInfix
 	for m := range r.markers {
 		if strings.HasPrefix(m, pfx) {
@@ -475,6 +485,79 @@ func (r *remoteObjects) reference(obj string) error {
 	return nil
 }
 
+// refListSuffix ends the name of a reference list
+// ("refs-<creator>-<n>.ref.<creator>.list"): one marker whose content
+// names, one per line, the objects it references.
+const refListSuffix = ".list"
+
+// isRefList reports whether marker name is a reference list.
+func isRefList(name string) bool {
+	_, ok := markedObject(name)
+	return ok && strings.HasSuffix(name, refListSuffix)
+}
+
+// referenceAll takes this instance's reference on every object of objs
+// (objects it is about to ingest by reference at its restore) with one
+// reference list, a single marker object naming them all, instead of an
+// ext marker per object: a restore of a state of many tables writes one
+// object to the store, not one per table. Objects it already marks are
+// left out; with none left nothing is written. Retention
+// (CollectListedRemoteGarbage) reads the lists it finds, and a list
+// goes like any marker: with the instance's Close (release), a dead
+// instance's release, or a cluster owner's ReleaseRemoteMarkers.
+func (r *remoteObjects) referenceAll(objs []string) error {
+	r.mu.Lock()
+	var todo []string
+	for _, o := range objs {
+		if !r.hasMarkerLocked(o) && !slices.Contains(todo, o) {
+			todo = append(todo, o)
+		}
+	}
+	c := strconv.FormatUint(r.creator, 10)
+	name := "refs-" + c + "-" + strconv.Itoa(r.lists) + refInfix + c + refListSuffix
+	r.lists++
+	r.mu.Unlock()
+	if len(todo) == 0 {
+		return nil
+	}
+	w, err := r.st.CreateObject(name)
+	if err == nil {
+		_, err = io.WriteString(w, strings.Join(todo, "\n")+"\n")
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("state: remote store: write reference list %s of %d objects (%s): %w",
+			name, len(todo), strings.Join(todo[:min(3, len(todo))], ", "), err)
+	}
+	r.mu.Lock()
+	r.markers[name] = true
+	for _, o := range todo {
+		r.listed[o] = true
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// readRefList returns the objects reference list name on st names;
+// false when the list is gone (its instance released it).
+func readRefList(st remote.Storage, name string) ([]string, bool, error) {
+	rd, n, err := st.ReadObject(context.Background(), name)
+	if err != nil {
+		if st.IsNotExistError(err) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("state: remote store: read %s: %w", name, err)
+	}
+	defer rd.Close()
+	buf := make([]byte, n)
+	if err := rd.ReadAt(context.Background(), buf, 0); err != nil {
+		return nil, false, fmt.Errorf("state: remote store: read %s: %w", name, err)
+	}
+	return strings.Fields(string(buf)), true, nil
+}
+
 // release deletes every marker of this instance: after its DB closed.
 func (r *remoteObjects) release() error {
 	r.mu.Lock()
@@ -483,6 +566,7 @@ func (r *remoteObjects) release() error {
 		names = append(names, m)
 	}
 	r.markers = map[string]bool{}
+	r.listed = map[string]bool{}
 	r.mu.Unlock()
 	return removeAll(r, names)
 }

@@ -36,7 +36,8 @@ func ReleaseRemoteMarkers(st remote.Storage) (int, error) {
 
 // CollectListedRemoteGarbage is CollectRemoteGarbage over names, a listing
 // of st taken earlier: it deletes every listed object no listed marker
-// refers to and referenced does not name, and returns the deleted names,
+// refers to (nor a listed reference list names) and referenced does not
+// name, and returns the deleted names,
 // sorted. An object created or marked after the listing is never deleted,
 // so a caller that lists first, then checks that it still owns the store,
 // then collects, deletes nothing a later owner needs.
@@ -45,6 +46,18 @@ func CollectListedRemoteGarbage(st remote.Storage, names []string, referenced ma
 	for _, n := range names {
 		if obj, ok := markedObject(n); ok {
 			marked[obj] = true
+		}
+		if isRefList(n) {
+			// A reference list (remoteObjects.referenceAll) marks every
+			// object it names. One gone since the listing was released
+			// with its instance.
+			objs, _, err := readRefList(st, n)
+			if err != nil {
+				return nil, err
+			}
+			for _, o := range objs {
+				marked[o] = true
+			}
 		}
 	}
 	var deleted []string

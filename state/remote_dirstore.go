@@ -133,7 +133,15 @@ func (w *objWriter) Close() error {
 		}
 		return writeEmpty(w.d.path(w.name))
 	}
-	err := w.f.Sync()
+	// A marker with content (a reference list) appears complete by the
+	// rename, without fsyncs: as for an empty marker (writeMarker), its
+	// durability matters only across a crash of the machine, which ends
+	// its instance too.
+	_, marker := markedObject(w.name)
+	var err error
+	if !marker {
+		err = w.f.Sync()
+	}
 	if cerr := w.f.Close(); err == nil {
 		err = cerr
 	}
@@ -143,6 +151,9 @@ func (w *objWriter) Close() error {
 	if err != nil {
 		os.Remove(w.f.Name())
 		return err
+	}
+	if marker {
+		return nil
 	}
 	return w.d.syncDir() // the rename itself
 }

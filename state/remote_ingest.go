@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -36,7 +35,7 @@ type ingestPiece struct {
 // snapshot's metadata pieces one at a time in the same order. Fewer
 // ingestions mean fewer MANIFEST syncs: a restore costs about one per
 // level instead of one per table. The instance's reference markers on
-// the objects are written first, up to 16 at once.
+// the objects are written first (one reference list).
 func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) (restorePhases, error) {
 	var ph restorePhases
 	t0 := time.Now()
@@ -71,10 +70,24 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 		if own.Len() <= 0 {
 			lo, hi = keyGroupsStart, keyGroupsStart // the metadata only
 		}
+		// A single snapshot that is restored up to its last key group
+		// has no key between its key-group pieces and the metadata space
+		// (a state key starts with its key group, below the snapshot's
+		// maximum parallelism): each table is one piece reaching into the
+		// metadata space, in the same order as the metadata pieces would
+		// be ingested, instead of a data piece plus a metadata piece
+		// ingested on its own.
+		joined := len(hs) == 1 && own.Len() > 0 && h.MaxParallelism > 0 && own.End+1 >= h.MaxParallelism
+		if joined {
+			hi = nil
+		}
 		for j, f := range h.Files {
 			if ef, ok := clipExternal(f, lo, hi); ok {
 				ef.ObjName = names[i][j]
 				data = append(data, ingestPiece{ef: ef, level: f.Level, seq: f.Seq})
+			}
+			if joined {
+				continue
 			}
 			if ef, ok := clipExternal(f, keyGroupsEnd, nil); ok {
 				ef.ObjName = names[i][j]
@@ -261,8 +274,8 @@ func overlaps(a, b pebble.ExternalFile) bool {
 
 // objectsFor returns the object of every file of the snapshots (by
 // snapshot and file index) after taking this instance's reference on it:
-// files in the store are referenced (up to 16 markers written at once),
-// other files (a savepoint's, a local snapshot's) are copied into the
+// files in the store are referenced (one reference list for all,
+// referenceAll), other files (a savepoint's, a local snapshot's) are copied into the
 // store, each once.
 func (r *remoteObjects) objectsFor(handles []RestoreHandle, hs []keyedHandle, storeDir string) ([][]string, error) {
 	names := make([][]string, len(hs))
@@ -299,25 +312,18 @@ func (r *remoteObjects) objectsFor(handles []RestoreHandle, hs []keyedHandle, st
 		}
 		srcs[abs] = name
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(inStore))
-	sem := make(chan struct{}, 16)
+	// The objects in the store get this instance's reference in one
+	// reference list (referenceAll), not a marker object each. No Size
+	// (a stat, or a HEAD on S3) per object: a job's restore checked every
+	// object's existence and size before (checkpoint.Verify), and the
+	// table's size is in the handle.
+	objs := make([]string, len(inStore))
 	for k, abs := range inStore {
-		srcs[abs] = filepath.Base(abs)
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if _, err := r.objectFor(abs, storeDir, nil); err != nil {
-				errs[k] = fmt.Errorf("state: restore %s: %w", abs, err)
-			}
-		}()
+		objs[k] = filepath.Base(abs)
+		srcs[abs] = objs[k]
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
+	if err := r.referenceAll(objs); err != nil {
+		return nil, fmt.Errorf("state: restore: %w", err)
 	}
 	for i := range names {
 		for j, abs := range names[i] {
