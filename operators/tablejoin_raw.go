@@ -36,7 +36,12 @@ import (
 // FuzzTableJoinRawSelectEqualsEval compare the two. The other joins'
 // output (joinOutput: interval_join, window_join, the regular join) uses
 // it too, for both rows (joinOutput.rawValue;
-// TestIntervalJoinRawSelectEqualsEval, FuzzIntervalJoinRawSelectEqualsEval).
+// TestIntervalJoinRawSelectEqualsEval, FuzzIntervalJoinRawSelectEqualsEval),
+// and with them the join's own fields: window_join's window_start and
+// window_end, read from the extra fields it passes (Nexmark q8's
+// {"id": left.person.id, "name": left.person.name, "starttime":
+// window_start}; TestWindowJoinRawSelectEqualsEval,
+// FuzzWindowJoinRawSelectEqualsEval).
 
 // rawSelect is the raw form of a select: the output object's fields in
 // key order, each a field of the stream record (left), of the row
