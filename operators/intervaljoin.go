@@ -1182,17 +1182,19 @@ func (o *joinOutput) rawValue(left, right *joinRow, extra string) (value []byte,
 	if r == nil {
 		return nil, false
 	}
-	var ev [][]byte
-	if len(r.extra) > 0 {
-		if extra != o.rawExtra || o.rawExtraVals == nil {
-			o.rawExtra = extra
-			o.rawExtraVals, o.rawExtraNum, o.rawExtraOK = rowFieldsJSON([]byte("{"+extra[min(1, len(extra)):]+"}"), false, r.extra, o.rawExtraVals, o.rawExtraNum)
+	// The extra fields are checked even when select reads none of them:
+	// evaluating select fails on extra fields that do not decode.
+	if extra != o.rawExtra || o.rawExtraVals == nil {
+		o.rawExtra = extra
+		o.rawExtraVals, o.rawExtraNum, o.rawExtraOK = rowFieldsJSON([]byte("{"+extra[min(1, len(extra)):]+"}"), false, r.extra, o.rawExtraVals, o.rawExtraNum)
+		if o.rawExtraVals == nil {
+			o.rawExtraVals = [][]byte{} // found, none read
 		}
-		if !o.rawExtraOK {
-			return nil, false
-		}
-		ev = o.rawExtraVals
 	}
+	if !o.rawExtraOK {
+		return nil, false
+	}
+	ev := o.rawExtraVals
 	lv, ok := o.rawFields(left, 0)
 	if !ok {
 		return nil, false
