@@ -1098,6 +1098,13 @@ type joinOutput struct {
 	pinnedRawNum  []byte
 	pinnedRawSide int
 	pinnedRawOK   bool
+	// rawExtra is the extra string whose fields the raw select reads
+	// rawExtraVals holds (rawExtraOK: it can write them; rawExtraNum
+	// their integers), found once per distinct extra.
+	rawExtra     string
+	rawExtraVals [][]byte
+	rawExtraNum  []byte
+	rawExtraOK   bool
 	// rawHits counts the outputs the raw select wrote (tests).
 	rawHits int
 }
@@ -1149,10 +1156,8 @@ func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra stri
 		o.buf = b
 		return out.Collect(runtime.Record{Key: key, Value: append([]byte(nil), b...), Timestamp: time.UnixMilli(ts)})
 	}
-	if extra == "" {
-		if value, done := o.rawValue(left, right); done {
-			return out.Collect(runtime.Record{Key: key, Value: value, Timestamp: time.UnixMilli(ts)})
-		}
+	if value, done := o.rawValue(left, right, extra); done {
+		return out.Collect(runtime.Record{Key: key, Value: value, Timestamp: time.UnixMilli(ts)})
 	}
 	if o.joined == nil {
 		o.joined = map[string]any{}
@@ -1184,9 +1189,10 @@ func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra stri
 // when select has no raw form or the raw select gives up on the pair (a
 // missing left row, a missing right row a field is read of, a text
 // value, a row that is not a valid JSON object or holds a field the raw
-// select does not write: fieldsJSON); select is then evaluated, whose
-// result or error counts.
-func (o *joinOutput) rawValue(left, right *joinRow) (value []byte, done bool) {
+// select does not write: fieldsJSON; a field of the join's own that
+// extra, as emit takes it, does not hold as such a value); select is
+// then evaluated, whose result or error counts.
+func (o *joinOutput) rawValue(left, right *joinRow, extra string) (value []byte, done bool) {
 	if !o.rawDone {
 		o.rawDone, o.pinnedRawSide = true, -1
 		if !o.noRaw {
@@ -1197,6 +1203,19 @@ func (o *joinOutput) rawValue(left, right *joinRow) (value []byte, done bool) {
 	if r == nil {
 		return nil, false
 	}
+	// The extra fields are checked even when select reads none of them:
+	// evaluating select fails on extra fields that do not decode.
+	if extra != o.rawExtra || o.rawExtraVals == nil {
+		o.rawExtra = extra
+		o.rawExtraVals, o.rawExtraNum, o.rawExtraOK = rowFieldsJSON([]byte("{"+extra[min(1, len(extra)):]+"}"), false, r.extra, o.rawExtraVals, o.rawExtraNum)
+		if o.rawExtraVals == nil {
+			o.rawExtraVals = [][]byte{} // found, none read
+		}
+	}
+	if !o.rawExtraOK {
+		return nil, false
+	}
+	ev := o.rawExtraVals
 	lv, ok := o.rawFields(left, 0)
 	if !ok {
 		return nil, false
@@ -1206,14 +1225,14 @@ func (o *joinOutput) rawValue(left, right *joinRow) (value []byte, done bool) {
 			return nil, false // select fails on the missing row
 		}
 		o.rawHits++
-		return r.write(&o.slab, lv, nil, false), true
+		return r.write(&o.slab, lv, nil, ev, false), true
 	}
 	rv, ok := o.rawFields(right, 1)
 	if !ok {
 		return nil, false
 	}
 	o.rawHits++
-	return r.write(&o.slab, lv, rv, true), true
+	return r.write(&o.slab, lv, rv, ev, true), true
 }
 
 // rawFields returns the JSON of the fields the raw select reads of row as

@@ -52,18 +52,36 @@ var rawBreakValues = []string{
 	`{"id":%[1]d,"x":2,"deep":` + strings.Repeat("[", 70) + "1" + strings.Repeat("]", 70) + `}`,
 	`{"id":%[1]d,"x":2,"big":1e400}`,
 	`{"id":%[1]d,"x":2,"n":` + strings.Repeat("9", 320) + `}`,
+	// The last rawBreakNested have nested fields (a path's objects with a
+	// repeated name, an escaped key, a non-object, an object value).
+	`{"id":%[1]d,"x":2,"p":{"id":%[1]d,"n":"s"}}`,
+	`{"id":%[1]d,"p":{"id":"a","id":%[1]d,"n":null}}`,
+	`{"id":%[1]d,"p":{"i\u0064":%[1]d,"n":1}}`,
+	`{"id":%[1]d,"p":{"id":%[1]d},"p":[%[1]d]}`,
+	`{"id":%[1]d,"p":{"id":{"n":1},"n":-0}}`,
 }
+
+// rawBreakNested is how many of rawBreakValues, the last, have nested
+// fields.
+const rawBreakNested = 5
 
 // rawBreakSelects are selects with a raw form for every join kind (the
 // right row tested for null; one reading no left field, so a missing
-// left row goes through the raw path too) and one without (control).
+// left row goes through the raw path too; nested fields) and one without
+// (control); the window ones read window_join's own fields (window_start,
+// window_end) and run on window_join only.
 var rawBreakSelects = []struct {
-	src   string
-	inner bool // reads the right row without a null test: inner joins only
+	src    string
+	inner  bool // reads the right row without a null test: inner joins only
+	window bool // reads window_start or window_end: window_join only
 }{
-	{`{"l": left.id, "r": right == null ? null : right.id, "x": left.x, "y": null == right ? null : right.x}`, false},
-	{`{"r": right == null ? null : right.id, "y": right != null ? right.x : null}`, false},
-	{`{"z": right.x, "a": left.id, "b": right.id, "c": left.id}`, true},
+	{`{"l": left.id, "r": right == null ? null : right.id, "x": left.x, "y": null == right ? null : right.x}`, false, false},
+	{`{"r": right == null ? null : right.id, "y": right != null ? right.x : null}`, false, false},
+	{`{"z": right.x, "a": left.id, "b": right.id, "c": left.id}`, true, false},
+	{`{"l": left.p.id, "n": left.p.n, "r": right == null ? null : right.p.id}`, false, false},
+	{`{"id": left.p.id, "name": left.p.n, "starttime": window_start}`, false, true},
+	{`{"e": window_end, "s": window_start, "r": right == null ? null : right.id, "x": left.x}`, false, true},
+	{`{"z": right.x, "e": window_end}`, true, true},
 }
 
 // rawBreakInput is one input record of the attack: its side, key, time
@@ -80,7 +98,10 @@ type rawBreakInput struct {
 	change       runtime.ChangeKind
 }
 
-func rawBreakInputs(seed uint64, n int, changes bool) []rawBreakInput {
+// rawBreakInputs returns n random inputs (and watermarks) of seed:
+// retractions of earlier inserts when changes; when nested, half of the
+// values are of the last rawBreakNested (nested fields).
+func rawBreakInputs(seed uint64, n int, changes, nested bool) []rawBreakInput {
 	rng := rand.New(rand.NewPCG(seed, 42))
 	var in []rawBreakInput
 	maxTS := int64(0)
@@ -89,7 +110,10 @@ func rawBreakInputs(seed uint64, n int, changes bool) []rawBreakInput {
 		e := rawBreakInput{side: rng.IntN(2), key: rng.IntN(3), v: rng.IntN(len(rawBreakValues)), ts: ts,
 			text: rng.IntN(25) == 0, mark: rng.IntN(2) == 0, both: rng.IntN(4) == 0, change: runtime.ChangeInsert}
 		if rng.IntN(3) > 0 {
-			e.v = rng.IntN(6) // mostly values with a raw form
+			e.v = rng.IntN(6)              // mostly values with a raw form
+			if nested && rng.IntN(4) > 0 { // or with nested fields
+				e.v = len(rawBreakValues) - 1 - rng.IntN(rawBreakNested)
+			}
 		}
 		e.id = i + 1
 		if changes && i > 10 && rng.IntN(4) == 0 {
@@ -168,21 +192,39 @@ func rawBreakSame(t *testing.T, what string, got, want []string) {
 // itself), records pairing with many rows, values overwritten in the
 // source's buffer after each record, unmarked invalid JSON, text records,
 // and rawBreakValues. The raw select must have written some outputs of
-// interval_join and the regular join (else the comparison tests nothing);
-// window_join always passes its window_start and window_end as extra
-// fields, so its select is still evaluated (compared all the same).
+// each join (else the comparison tests nothing); window_join passes its
+// window_start and window_end as extra fields, which the raw select
+// writes when select reads them.
 func TestJoinsRawSelectEqualsEvalThroughOperators(t *testing.T) {
 	kinds := []JoinKind{JoinInner, JoinLeftOuter, JoinRightOuter, JoinFullOuter}
 	for si, s := range rawBreakSelects {
 		sel := compiled(t, s.src)
+		nested := strings.Contains(s.src, ".p.") // more values with nested fields
 		for _, backend := range backends {
 			for _, kind := range kinds {
 				if s.inner && kind != JoinInner {
 					continue
 				}
 				name := fmt.Sprintf("sel%d/%s/%s", si, backend, kind)
+				t.Run("window/"+name, func(t *testing.T) {
+					inputs := rawBreakInputs(uint64(si*7+5), 120, false, nested)
+					run := func(noRaw bool) ([]string, int) {
+						h, j := newWindowJoinHarness(t, backend, t.TempDir(), nil, WindowJoinParams{Kind: Tumbling, Size: 3 * time.Second, Join: kind, Select: sel})
+						j.output.noRaw = noRaw
+						return runRawBreak(t, h, inputs, nil), j.output.rawHits
+					}
+					want, _ := run(true)
+					got, hits := run(false)
+					rawBreakSame(t, "window join", got, want)
+					if hits == 0 {
+						t.Fatalf("the raw select wrote none of %d outputs", len(got))
+					}
+				})
+				if s.window {
+					continue // reads window_join's own fields
+				}
 				t.Run("interval/"+name, func(t *testing.T) {
-					inputs := rawBreakInputs(uint64(si*7+1), 160, false)
+					inputs := rawBreakInputs(uint64(si*7+1), 160, false, nested)
 					for _, spill := range []int{intervalJoinSpillRows, 2} {
 						run := func(noRaw bool) ([]string, int) {
 							j := NewIntervalJoin(IntervalJoinParams{Lower: -3 * time.Second, Upper: 2 * time.Second, Join: kind, Select: sel})
@@ -200,7 +242,7 @@ func TestJoinsRawSelectEqualsEvalThroughOperators(t *testing.T) {
 				})
 				for _, ttl := range []time.Duration{0, 2 * time.Second} {
 					t.Run(fmt.Sprintf("regular/ttl%v/%s", ttl, name), func(t *testing.T) {
-						inputs := rawBreakInputs(uint64(si*7+3), 120, true)
+						inputs := rawBreakInputs(uint64(si*7+3), 120, true, nested)
 						run := func(noRaw bool) ([]string, int) {
 							j := NewRegularJoin(JoinParams{Join: kind, StateTTL: StateTTLParams{TTL: ttl}, Select: sel})
 							j.output.noRaw = noRaw
@@ -230,17 +272,6 @@ func TestJoinsRawSelectEqualsEvalThroughOperators(t *testing.T) {
 						}
 					})
 				}
-				t.Run("window/"+name, func(t *testing.T) {
-					inputs := rawBreakInputs(uint64(si*7+5), 120, false)
-					run := func(noRaw bool) ([]string, int) {
-						h, j := newWindowJoinHarness(t, backend, t.TempDir(), nil, WindowJoinParams{Kind: Tumbling, Size: 3 * time.Second, Join: kind, Select: sel})
-						j.output.noRaw = noRaw
-						return runRawBreak(t, h, inputs, nil), j.output.rawHits
-					}
-					want, _ := run(true)
-					got, _ := run(false)
-					rawBreakSame(t, "window join", got, want)
-				})
 			}
 		}
 	}

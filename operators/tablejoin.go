@@ -281,7 +281,10 @@ func NewTableJoin(p TableJoinParams) *TableJoin {
 	}
 	j := &TableJoin{p: p, left: p.Join == TableJoinLeft, joined: map[string]any{}}
 	if p.Select.IsSet() {
-		if j.raw = compileRawSelect(p.Select.Program().Source()); j.raw != nil {
+		if j.raw = compileRawSelect(p.Select.Program().Source()); j.raw != nil && len(j.raw.extra) > 0 {
+			j.raw = nil // the table join has no fields of its own
+		}
+		if j.raw != nil {
 			j.rawLeft = make([][]byte, len(j.raw.left))
 		}
 	}
@@ -514,5 +517,5 @@ func (j *TableJoin) rawValue(rec *runtime.Record, row tableValue, ok bool) (valu
 	if !done {
 		return nil, false
 	}
-	return r.write(&j.slab, j.rawLeft, right, ok), true
+	return r.write(&j.slab, j.rawLeft, right, nil, ok), true
 }

@@ -36,23 +36,34 @@ import (
 // FuzzTableJoinRawSelectEqualsEval compare the two. The other joins'
 // output (joinOutput: interval_join, window_join, the regular join) uses
 // it too, for both rows (joinOutput.rawValue;
-// TestIntervalJoinRawSelectEqualsEval, FuzzIntervalJoinRawSelectEqualsEval).
+// TestIntervalJoinRawSelectEqualsEval, FuzzIntervalJoinRawSelectEqualsEval),
+// and with them the join's own fields: window_join's window_start and
+// window_end, read from the extra fields it passes (Nexmark q8's
+// {"id": left.person.id, "name": left.person.name, "starttime":
+// window_start}; TestWindowJoinRawSelectEqualsEval,
+// FuzzWindowJoinRawSelectEqualsEval).
 
 // rawSelect is the raw form of a select: the output object's fields in
-// key order, each a field of the stream record (left) or of the row
-// (right).
+// key order, each a field of the stream record (left), of the row
+// (right) or one of the join's own fields (extra: window_join's
+// window_start and window_end).
 type rawSelect struct {
 	parts []rawPart
 	// left are the distinct names of the stream record's fields read, in
-	// the order rawPart.idx refers to them; right the row's.
-	left, right []string
+	// the order rawPart.idx refers to them; right the row's; a name is a
+	// top-level field or a path of fields through nested objects joined
+	// by dots (left.person.id: "person.id"; fieldsJSON). extra are the
+	// join's own fields read (identifiers of select: the caller gives up
+	// when it has none of that name).
+	left, right, extra []string
 }
 
 // rawPart is one field of a raw select's output.
 type rawPart struct {
 	prefix []byte // `{"key":` for the first field, `,"key":` after
 	right  bool   // a field of the row, else of the stream record
-	idx    int    // the field's index in rawSelect.left or right
+	extra  bool   // one of the join's own fields (rawSelect.extra)
+	idx    int    // the field's index in rawSelect.left, right or extra
 	// orNull: right == null ? null : right.f, null when there is no row
 	// (else a missing row gives up: select fails on it).
 	orNull bool
@@ -62,7 +73,10 @@ type rawPart struct {
 // nil when src is not a map literal whose keys are distinct plain ASCII
 // string literals and whose values are each left.f, right.f or
 // right == null ? null : right.f (also written null == right, or with !=
-// and the branches swapped), f a plain ASCII name.
+// and the branches swapped), f a plain ASCII name or a path of them
+// (left.person.id), or an identifier other than left, right and the
+// expression package's reserved names (value, key, timestamp, headers,
+// topic): one of the join's own fields (rawSelect.extra).
 func compileRawSelect(src string) *rawSelect {
 	a, errs := parser.Parse(common.NewTextSource(src))
 	if errs != nil && len(errs.GetErrors()) > 0 {
@@ -116,6 +130,14 @@ func (r *rawSelect) part(x celast.Expr) (rawPart, bool) {
 	if side, f, ok := sideField(x); ok {
 		return r.field(side, f, false), true
 	}
+	if x.Kind() == celast.IdentKind && rawExtraName(x.AsIdent()) {
+		i := slices.Index(r.extra, x.AsIdent())
+		if i < 0 {
+			i = len(r.extra)
+			r.extra = append(r.extra, x.AsIdent())
+		}
+		return rawPart{extra: true, idx: i}, true
+	}
 	if x.Kind() != celast.CallKind || x.AsCall().FunctionName() != operators.Conditional {
 		return rawPart{}, false
 	}
@@ -158,19 +180,37 @@ func (r *rawSelect) field(side, f string, orNull bool) rawPart {
 	return rawPart{right: side == JoinRight, idx: i, orNull: orNull}
 }
 
-// sideField reports whether x is left.f or right.f (a field selection, not
-// a has() test) and returns the side and f, a plain ASCII name.
+// rawExtraName reports whether the identifier name can be one of the
+// join's own fields: not left or right, not a name the expression
+// package resolves itself, a plain ASCII name.
+func rawExtraName(name string) bool {
+	switch name {
+	case JoinLeft, JoinRight, "value", "key", "timestamp", "headers", "topic":
+		return false
+	}
+	return plainASCII(name) && !strings.Contains(name, ".")
+}
+
+// sideField reports whether x is left.f or right.f, or a path of field
+// selections below them (left.a.b; no has() test), and returns the side
+// and f, plain ASCII names without dots, joined by dots for a path.
 func sideField(x celast.Expr) (side, f string, ok bool) {
-	if x.Kind() != celast.SelectKind {
+	var path []string
+	for x.Kind() == celast.SelectKind {
+		s := x.AsSelect()
+		if s.IsTestOnly() || !plainASCII(s.FieldName()) || strings.Contains(s.FieldName(), ".") {
+			return "", "", false
+		}
+		path = append(path, s.FieldName())
+		x = s.Operand()
+	}
+	if len(path) == 0 {
 		return "", "", false
 	}
-	s := x.AsSelect()
-	if s.IsTestOnly() || !plainASCII(s.FieldName()) {
-		return "", "", false
-	}
+	slices.Reverse(path)
 	for _, side := range []string{JoinLeft, JoinRight} {
-		if isIdent(s.Operand(), side) {
-			return side, s.FieldName(), true
+		if isIdent(x, side) {
+			return side, strings.Join(path, "."), true
 		}
 	}
 	return "", "", false
@@ -212,10 +252,13 @@ func (r *rawSelect) leftJSON(raw []byte, vals [][]byte, num []byte) ([][]byte, [
 
 // fieldsJSON sets vals[i] to the JSON of the top-level field names[i] of
 // the valid JSON value raw (the last one of a repeated name, as
-// DecodeJSON's map keeps it), as the direct evaluator writes the value
-// select reads there; vals' bytes are raw's or, for an integer not
-// written as strconv.AppendInt writes it (-0, leading zeros), its value
-// appended to num. False when raw is not an object, a field is missing or is not
+// DecodeJSON's map keeps it), or of the field at the path names[i]
+// ("a.b": field b of the object in field a, each the last of its name;
+// objectField), as the direct evaluator writes the value select reads
+// there; vals' bytes are raw's or, for an integer not written as
+// strconv.AppendInt writes it (-0, leading zeros), its value appended to
+// num. False when raw is not an object, a field is missing (or an object
+// on a path is not an object or holds a key with an escape) or is not
 // a plain integer (at most 18 digits), a string of printable ASCII
 // without escapes, true, false or null, or raw holds anything that could
 // make select see it otherwise than its bytes say (a key with an escape;
@@ -254,7 +297,7 @@ func fieldsJSON(raw []byte, names []string, vals [][]byte, num []byte) ([][]byte
 			return vals, num, false
 		}
 		for n, name := range names {
-			if string(key) == name {
+			if head, _, _ := strings.Cut(name, "."); string(key) == head {
 				vals[n] = raw[i:to]
 			}
 		}
@@ -272,9 +315,15 @@ func fieldsJSON(raw []byte, names []string, vals [][]byte, num []byte) ([][]byte
 	}
 	num = num[:0]
 	for n, v := range vals {
+		for _, rest, path := strings.Cut(names[n], "."); path && v != nil; {
+			var f string
+			f, rest, path = strings.Cut(rest, ".")
+			v = objectField(v, f)
+		}
 		if v == nil {
 			return vals, num, false
 		}
+		vals[n] = v
 		switch c := v[0]; {
 		case c == '"':
 			for _, b := range v[1 : len(v)-1] {
@@ -301,17 +350,70 @@ func fieldsJSON(raw []byte, names []string, vals [][]byte, num []byte) ([][]byte
 	return vals, num, true
 }
 
+// objectField returns the bytes of the value of field name in the JSON
+// object obj (valid, its numbers and depth checked by skipRawValue; the
+// last of a repeated name), or nil when obj is not an object, has no
+// such field or holds a key with an escape.
+func objectField(obj []byte, name string) []byte {
+	if len(obj) == 0 || obj[0] != '{' {
+		return nil
+	}
+	var v []byte
+	i := skipSpace(obj, 1)
+	if i < len(obj) && obj[i] == '}' {
+		return nil
+	}
+	for i < len(obj) && obj[i] == '"' {
+		end := bytes.IndexByte(obj[i+1:], '"')
+		if end < 0 {
+			return nil
+		}
+		key := obj[i+1 : i+1+end]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return nil
+		}
+		i = skipSpace(obj, i+end+2)
+		if i >= len(obj) || obj[i] != ':' {
+			return nil
+		}
+		i = skipSpace(obj, i+1)
+		to := skipRawValue(obj, i)
+		if to < 0 {
+			return nil
+		}
+		if string(key) == name {
+			v = obj[i:to]
+		}
+		i = skipSpace(obj, to)
+		if i >= len(obj) {
+			return nil
+		}
+		if obj[i] == '}' {
+			return v
+		}
+		if obj[i] != ',' {
+			return nil
+		}
+		i = skipSpace(obj, i+1)
+	}
+	return nil
+}
+
 // write writes the select's result into slab (a value larger than a
 // quarter of a block gets its own allocation) and returns it, capacity
 // its length: the output object of the fields left and right (as
-// leftJSON and rightJSON give them, in r.left's and r.right's order);
-// hasRight false writes null for each field of the row (the parts are
-// then all orNull or of the left side: the caller checks).
-func (r *rawSelect) write(slab *outputSlab, left, right [][]byte, hasRight bool) []byte {
+// leftJSON and rightJSON give them, in r.left's and r.right's order) and
+// extra (the join's own fields, in r.extra's order; the caller gives up
+// when r.extra is not empty and it has none); hasRight false writes null
+// for each field of the row (the parts are then all orNull or of the
+// left side: the caller checks).
+func (r *rawSelect) write(slab *outputSlab, left, right, extra [][]byte, hasRight bool) []byte {
 	n := 1
 	for _, p := range r.parts {
 		n += len(p.prefix)
 		switch {
+		case p.extra:
+			n += len(extra[p.idx])
 		case !p.right:
 			n += len(left[p.idx])
 		case hasRight:
@@ -329,6 +431,8 @@ func (r *rawSelect) write(slab *outputSlab, left, right [][]byte, hasRight bool)
 	for _, p := range r.parts {
 		b = append(b, p.prefix...)
 		switch {
+		case p.extra:
+			b = append(b, extra[p.idx]...)
 		case !p.right:
 			b = append(b, left[p.idx]...)
 		case hasRight:
