@@ -43,8 +43,13 @@ type dval struct {
 	b bool
 	// plain: s is written in JSON as it is between quotes (ASCII without
 	// '"', '\\' or control characters: a record's string field read as
-	// its JSON bytes, docField.rawScalar); false when not known.
+	// its JSON bytes, docField.rawScalar, a string literal, or a string
+	// made of such strings' bytes, isPlainText); false when not known.
 	plain bool
+	// scale > 0 on a double f: f is the double nearest to i / 10^scale,
+	// |i| < 10^15, whose shortest text is that quotient's decimal
+	// (ddecimal); i is unused on a double otherwise.
+	scale uint8
 	i     int64
 	f     float64
 	s     string
@@ -176,7 +181,7 @@ func (dc *dcompiler) compile(x celast.Expr) dnode {
 		case types.Double:
 			return dconst{dval{k: dDouble, f: float64(v)}}
 		case types.String:
-			return dconst{dval{k: dString, s: string(v)}}
+			return dconst{dval{k: dString, s: string(v), plain: isPlainText(string(v))}}
 		case types.Bool:
 			return dconst{dval{k: dBool, b: bool(v)}}
 		case types.Null:
@@ -239,6 +244,9 @@ func (dc *dcompiler) compile(x celast.Expr) dnode {
 				operators.Greater, operators.GreaterEquals:
 				return &dcmp{op: fn, l: args[0], r: args[1]}
 			case operators.Add, operators.Subtract, operators.Multiply, operators.Divide, operators.Modulo:
+				if n := decimalQuotient(fn, args); n != nil {
+					return n
+				}
 				n := &darith{op: fn, l: args[0], r: args[1], bound: dc.bound}
 				if fn == operators.Add {
 					dc.adds = append(dc.adds, n)
@@ -802,7 +810,7 @@ func (n *darith) eval(a *activation) dval {
 		// A cost-tracked program's longer result is left to CEL, whose
 		// cost tracking (concatCost) decides it.
 		if n.op == operators.Add && !n.noConcat && (n.bound == 0 || len(l.s)+len(r.s) <= n.bound) {
-			return dval{k: dString, s: l.s + r.s}
+			return dval{k: dString, s: l.s + r.s, plain: l.plain && r.plain}
 		}
 	}
 	return dval{}
@@ -880,7 +888,9 @@ func (d *direct) appendJSON(dst []byte, env *Env) ([]byte, bool) {
 		case dInt:
 			e.buf = strconv.AppendInt(e.buf, v.i, 10)
 		case dDouble:
-			if !e.float(v.f) {
+			if v.scale > 0 {
+				e.buf = appendDecimal(e.buf, v.i, v.scale)
+			} else if !e.float(v.f) {
 				return dst, false
 			}
 		case dString:

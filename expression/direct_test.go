@@ -75,6 +75,9 @@ var nexmarkStateless = []string{
 	`{"a": amount / 0, "b": amount / 0}`, `(amount + 1) * (amount + 1) > 0`, `{"a": note + url, "b": note + url, "c": size(note + url)}`,
 	`amount % 123 == 0 ? amount % 123 : -amount % 123`, `{"x": bid == null ? 0 : bid.price, "y": bid == null}`,
 	`bid.price * 908 > 1 && bid.price * 908 < 5 || bid.price * 908 == 0`, `d * d + d * d`, `{"u": url, "v": url, "w": size(url)}`,
+	`{"p": double(bid.price * 908) / 1000.0, "q": double(amount) / 1000000.0, "r": double(amount) / 10.0, "s": double(d) / 100.0}`,
+	`double(amount * 3) / 1000.0 < 2.0`, `{"a": double(amount) / 1000.0 + 1.0, "b": -(double(amount) / 1000.0), "c": [double(amount) / 100.0]}`,
+	`{"k": amount % 2 == 0 ? double(amount) / 1000.0 : double(amount) / 10.0, "l": "dayTime", "m": "a\"b", "n": note + "x"}`,
 }
 
 // FuzzDirectEqualsCEL checks that the direct evaluator gives exactly what

@@ -83,3 +83,19 @@ func TestDirectMemoAcrossRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestIsPlainText checks isPlainText byte by byte against what
+// jsonAppender.string writes: a plain string is written between quotes as
+// it is, so the direct evaluator copies it (dval.plain).
+func TestIsPlainText(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		s := string([]byte{'a', byte(c), 'z'})
+		var e jsonAppender
+		e.string(s)
+		if verbatim := string(e.buf) == `"`+s+`"`; isPlainText(s) && !verbatim {
+			t.Errorf("byte %#x: isPlainText, but written %q", c, e.buf)
+		} else if !isPlainText(s) && c < 0x80 && verbatim {
+			t.Errorf("byte %#x: an ASCII byte written as it is, but not isPlainText", c)
+		}
+	}
+}

@@ -192,7 +192,7 @@ func (n *dlower) eval(a *activation) dval {
 			b[i] = c + 'a' - 'A'
 		}
 	}
-	return dval{k: dString, s: string(b)}
+	return dval{k: dString, s: string(b), plain: v.plain}
 }
 
 // dsubstr is s.substring(i): the runes of valid UTF-8 s from the i-th on
@@ -211,7 +211,7 @@ func (n *dsubstr) eval(a *activation) dval {
 	runes := int64(0)
 	for off := range v.s {
 		if runes == i.i {
-			return dval{k: dString, s: v.s[off:]}
+			return dval{k: dString, s: v.s[off:], plain: v.plain}
 		}
 		runes++
 	}
@@ -229,10 +229,10 @@ func (n *dreplace) eval(a *activation) dval {
 	if !ok {
 		return dval{}
 	}
-	if count == 0 && len(old) > 0 {
+	if count == 0 && old != "" {
 		return s // ReplaceAll returns s as it is
 	}
-	return dval{k: dString, s: strings.ReplaceAll(s.s, old, nv)}
+	return dval{k: dString, s: strings.ReplaceAll(s.s, old, nv.s), plain: s.plain && nv.plain}
 }
 
 // operands evaluates s, old and new as dreplace does, giving up (ok
@@ -241,20 +241,20 @@ func (n *dreplace) eval(a *activation) dval {
 // it (replacing "" inserts new at every rune boundary, so a bounded
 // input could otherwise grow len(s) x len(new)). count is the number of
 // old in s (strings.Count; "" counts rune boundaries).
-func (n *dreplace) operands(a *activation) (s dval, old, new string, count int, ok bool) {
+func (n *dreplace) operands(a *activation) (s dval, old string, new dval, count int, ok bool) {
 	s, ov, ok := evalSameKind(a, n.s, n.old)
 	if !ok || s.k != dString {
-		return dval{}, "", "", 0, false
+		return dval{}, "", dval{}, 0, false
 	}
 	nv := n.new.eval(a)
 	if nv.k != dString {
-		return dval{}, "", "", 0, false
+		return dval{}, "", dval{}, 0, false
 	}
 	count = strings.Count(s.s, ov.s)
 	if len(nv.s) > len(ov.s) && len(s.s)+count*(len(nv.s)-len(ov.s)) > directStringBound {
-		return dval{}, "", "", 0, false
+		return dval{}, "", dval{}, 0, false
 	}
-	return s, ov.s, nv.s, count, true
+	return s, ov.s, nv, count, true
 }
 
 // sizeOf is the node of size(x) for x compiled: dsizeReplace when x is a
@@ -292,11 +292,11 @@ func (n *dsizeReplace) eval(a *activation) dval {
 	if !ok {
 		return dval{}
 	}
-	if !validUTF8(s) || !utf8.ValidString(old) || !utf8.ValidString(nv) {
-		return dval{k: dInt, i: int64(utf8.RuneCountInString(strings.ReplaceAll(s.s, old, nv)))}
+	if !validUTF8(s) || !utf8.ValidString(old) || !validUTF8(nv) {
+		return dval{k: dInt, i: int64(utf8.RuneCountInString(strings.ReplaceAll(s.s, old, nv.s)))}
 	}
-	oldRunes, newRunes := int64(utf8.RuneCountInString(old)), int64(utf8.RuneCountInString(nv))
-	return dval{k: dInt, i: runeCount(s) + int64(count)*(newRunes-oldRunes)}
+	oldRunes := int64(utf8.RuneCountInString(old))
+	return dval{k: dInt, i: runeCount(s) + int64(count)*(runeCount(nv)-oldRunes)}
 }
 
 // validUTF8 reports whether v's string is valid UTF-8 (at once for a
@@ -330,10 +330,11 @@ func (n *dsplitSize) eval(a *activation) dval {
 type dsplitIndex struct{ s, sep, i dnode }
 
 func (n *dsplitIndex) eval(a *activation) dval {
-	s, sep, ok := strings2(a, n.s, n.sep)
-	if !ok || sep == "" {
+	sv, sepv, ok := evalSameKind(a, n.s, n.sep)
+	if !ok || sv.k != dString || sepv.s == "" {
 		return dval{}
 	}
+	s, sep := sv.s, sepv.s
 	iv := n.i.eval(a)
 	if iv.k != dInt || iv.i < 0 {
 		return dval{}
@@ -348,7 +349,7 @@ func (n *dsplitIndex) eval(a *activation) dval {
 	if j := strings.Index(s, sep); j >= 0 {
 		s = s[:j]
 	}
-	return dval{k: dString, s: s}
+	return dval{k: dString, s: s, plain: sv.plain}
 }
 
 // dlowerEq is s.lowerAscii() == lit, or != (ne), for a string literal
@@ -440,4 +441,16 @@ func lowerTest(args []dnode, ne bool) dnode {
 		}
 	}
 	return nil
+}
+
+// isPlainText reports whether s is written in JSON as it is between
+// quotes (dval.plain): printable ASCII without '"' and '\\' (what
+// jsonAppender.string writes unchanged).
+func isPlainText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
