@@ -19,6 +19,14 @@ import (
 // result and no error (a give-up is remembered as well). The results are
 // kept in the Env (Env.memo), not in the program, which goroutines share.
 
+// dmemoState is an Env's memo: the results of the repeated
+// subexpressions of the evaluation numbered gen (an entry of another
+// generation is not computed yet); gen only grows.
+type dmemoState struct {
+	gen     uint64
+	entries []dmemoEntry
+}
+
 // dmemoEntry is one repeated subexpression's result in an Env: v,
 // computed in the evaluation numbered gen.
 type dmemoEntry struct {
@@ -34,17 +42,18 @@ type dmemo struct {
 }
 
 func (m *dmemo) eval(a *activation) dval {
-	if m.slot >= len(a.memo) {
+	s := a.memo
+	if s == nil || m.slot >= len(s.entries) {
 		return m.n.eval(a) // an evaluation not begun by direct.eval
 	}
-	e := &a.memo[m.slot]
-	if e.gen == a.memoGen {
+	e := &s.entries[m.slot]
+	if e.gen == s.gen {
 		return e.v
 	}
 	v := m.n.eval(a)
-	// a.memo is not regrown while a program evaluates, so e still
-	// points into it.
-	e.gen, e.v = a.memoGen, v
+	// The entries are not regrown while a program evaluates, so e
+	// still points into them.
+	e.gen, e.v = s.gen, v
 	return v
 }
 
@@ -66,9 +75,13 @@ func (a *activation) begin(slots int) {
 	if slots == 0 {
 		return
 	}
-	a.memoGen++
-	if len(a.memo) < slots {
-		a.memo = make([]dmemoEntry, slots) // every gen 0, below memoGen
+	if a.memo == nil {
+		a.memo = new(dmemoState)
+	}
+	s := a.memo
+	s.gen++
+	if len(s.entries) < slots {
+		s.entries = make([]dmemoEntry, slots) // every gen 0, below s.gen
 	}
 }
 

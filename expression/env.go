@@ -86,11 +86,9 @@ type Env struct {
 	own *Doc
 
 	// memo holds the direct evaluator's results of a program's repeated
-	// subexpressions (dmemo) in the evaluation numbered memoGen: an
-	// entry of another generation is not computed yet. Both are kept
-	// from record to record (memoGen only grows).
-	memo    []dmemoEntry
-	memoGen uint64
+	// subexpressions (dmemo), kept from record to record; nil until a
+	// program with such subexpressions evaluates on the Env.
+	memo *dmemoState
 }
 
 // NewEnv returns the Env of in. A nil in is an empty record.
@@ -104,7 +102,7 @@ func NewEnv(in *Input) *Env {
 // evaluate record after record without allocating an Env each time. A nil
 // in is an empty record.
 func (e *Env) Reset(in *Input) {
-	*e = Env{own: e.own, memo: e.memo, memoGen: e.memoGen}
+	*e = Env{own: e.own, memo: e.memo}
 	if in == nil {
 		return
 	}
