@@ -43,8 +43,13 @@ type dval struct {
 	b bool
 	// plain: s is written in JSON as it is between quotes (ASCII without
 	// '"', '\\' or control characters: a record's string field read as
-	// its JSON bytes, docField.rawScalar); false when not known.
+	// its JSON bytes, docField.rawScalar, a string literal, or a string
+	// made of such strings' bytes, isPlainText); false when not known.
 	plain bool
+	// scale > 0 on a double f: f is the double nearest to i / 10^scale,
+	// |i| < 10^15, whose shortest text is that quotient's decimal
+	// (ddecimal); i is unused on a double otherwise.
+	scale uint8
 	i     int64
 	f     float64
 	s     string
@@ -64,9 +69,10 @@ type directMap struct {
 
 // direct is the direct form of a Program: root, or for a map literal m.
 type direct struct {
-	root dnode
-	m    *directMap
-	adds []*darith // the + nodes, while compileDirect checks their cost
+	root  dnode
+	m     *directMap
+	adds  []*darith // the + nodes, while compileDirect checks their cost
+	slots int       // repeated subexpressions (dmemo): the Env memo's size
 }
 
 // compileDirect returns the direct form of the checked AST x, or nil when
@@ -99,8 +105,9 @@ func compileDirect(a *celast.AST, bound int, slack uint64) *direct {
 // string concatenation: the direct form and its + nodes (direct.adds).
 func compileDirectNodes(a *celast.AST, bound int) *direct {
 	refs := a.ReferenceMap()
-	c := &dcompiler{refs: refs, bound: bound}
+	c := &dcompiler{refs: refs, bound: bound, keys: map[int64]string{}, count: map[string]int{}, shared: map[string]*memoShared{}}
 	root := a.Expr()
+	c.countShared(root)
 	if root.Kind() == celast.MapKind {
 		m := root.AsMap()
 		type ent struct {
@@ -138,10 +145,10 @@ func compileDirectNodes(a *celast.AST, bound int) *direct {
 			dm.prefix = append(dm.prefix, w.buf)
 			dm.vals = append(dm.vals, e.val)
 		}
-		return &direct{m: dm, adds: c.adds}
+		return &direct{m: dm, adds: c.adds, slots: c.slots}
 	}
 	if n := c.node(root); n != nil {
-		return &direct{root: n, adds: c.adds}
+		return &direct{root: n, adds: c.adds, slots: c.slots}
 	}
 	return nil
 }
@@ -151,11 +158,20 @@ func compileDirectNodes(a *celast.AST, bound int) *direct {
 type dcompiler struct {
 	refs  map[int64]*celast.ReferenceInfo
 	bound int
-	adds  []*darith // every + compiled
+	adds  []*darith // every + compiled, once per occurrence
+
+	// The repeated subexpressions (directmemo.go): each expression's
+	// exprKey by id ("" for none), the number of occurrences of each
+	// key, the node compiled for a key occurring more than once (nil
+	// when it has no direct form), and the dmemo slots given out.
+	keys   map[int64]string
+	count  map[string]int
+	shared map[string]*memoShared
+	slots  int
 }
 
-// node compiles x, or returns nil.
-func (dc *dcompiler) node(x celast.Expr) dnode {
+// compile compiles x (its operands through node), or returns nil.
+func (dc *dcompiler) compile(x celast.Expr) dnode {
 	refs := dc.refs
 	switch x.Kind() {
 	case celast.LiteralKind:
@@ -165,7 +181,7 @@ func (dc *dcompiler) node(x celast.Expr) dnode {
 		case types.Double:
 			return dconst{dval{k: dDouble, f: float64(v)}}
 		case types.String:
-			return dconst{dval{k: dString, s: string(v)}}
+			return dconst{dval{k: dString, s: string(v), plain: isPlainText(string(v))}}
 		case types.Bool:
 			return dconst{dval{k: dBool, b: bool(v)}}
 		case types.Null:
@@ -220,11 +236,17 @@ func (dc *dcompiler) node(x celast.Expr) dnode {
 				if n := nullTest(c.Args(), args, fn == operators.NotEquals); n != nil {
 					return n
 				}
+				if n := lowerTest(args, fn == operators.NotEquals); n != nil {
+					return n
+				}
 				return &dcmp{op: fn, l: args[0], r: args[1]}
 			case operators.Less, operators.LessEquals,
 				operators.Greater, operators.GreaterEquals:
 				return &dcmp{op: fn, l: args[0], r: args[1]}
 			case operators.Add, operators.Subtract, operators.Multiply, operators.Divide, operators.Modulo:
+				if n := decimalQuotient(fn, args); n != nil {
+					return n
+				}
 				n := &darith{op: fn, l: args[0], r: args[1], bound: dc.bound}
 				if fn == operators.Add {
 					dc.adds = append(dc.adds, n)
@@ -523,7 +545,7 @@ func nullTest(x []celast.Expr, args []dnode, ne bool) dnode {
 		if c, ok := args[j].(dconst); !ok || c.v.k != dNull || x[j].Kind() != celast.LiteralKind {
 			continue
 		}
-		if p, ok := args[i].(*dpath); ok {
+		if p, ok := unmemo(args[i]).(*dpath); ok {
 			return &dnull{path: p, ne: ne}
 		}
 	}
@@ -788,10 +810,17 @@ func (n *darith) eval(a *activation) dval {
 		// A cost-tracked program's longer result is left to CEL, whose
 		// cost tracking (concatCost) decides it.
 		if n.op == operators.Add && !n.noConcat && (n.bound == 0 || len(l.s)+len(r.s) <= n.bound) {
-			return dval{k: dString, s: l.s + r.s}
+			return dval{k: dString, s: l.s + r.s, plain: l.plain && r.plain}
 		}
 	}
 	return dval{}
+}
+
+// eval evaluates a scalar program (root) directly on env.
+func (d *direct) eval(env *Env) dval {
+	a := (*activation)(env)
+	a.begin(d.slots)
+	return d.root.eval(a)
 }
 
 // bool evaluates a boolean program directly; ok false to give up.
@@ -799,7 +828,7 @@ func (d *direct) bool(env *Env) (b, ok bool) {
 	if d.root == nil {
 		return false, false
 	}
-	v := d.root.eval((*activation)(env))
+	v := d.eval(env)
 	return v.b, v.k == dBool
 }
 
@@ -809,7 +838,7 @@ func (d *direct) value(env *Env) (any, bool) {
 	if d.root == nil {
 		return nil, false
 	}
-	return d.native(env, d.root.eval((*activation)(env)))
+	return d.native(env, d.eval(env))
 }
 
 // native returns v, a result of the program on env, as Eval's Go value;
@@ -842,6 +871,7 @@ func (d *direct) appendJSON(dst []byte, env *Env) ([]byte, bool) {
 		return dst, false
 	}
 	a := (*activation)(env)
+	a.begin(d.slots)
 	e := jsonAppender{buf: append(dst, '{')}
 	for i, n := range d.m.vals {
 		e.buf = append(e.buf, d.m.prefix[i]...)
@@ -858,7 +888,9 @@ func (d *direct) appendJSON(dst []byte, env *Env) ([]byte, bool) {
 		case dInt:
 			e.buf = strconv.AppendInt(e.buf, v.i, 10)
 		case dDouble:
-			if !e.float(v.f) {
+			if v.scale > 0 {
+				e.buf = appendDecimal(e.buf, v.i, v.scale)
+			} else if !e.float(v.f) {
 				return dst, false
 			}
 		case dString:

@@ -3,6 +3,7 @@ package expression
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,31 @@ var directPrograms = []string{
 	`note + note`, `string(note) + string(amount)`, `{"k": string(bid.auction) + '|' + bid.channel, "n": size(note + url)}`,
 }
 
+// nexmarkStateless are configs/nexmark/q14.yaml's, q21.yaml's and
+// q22.yaml's filters and maps as written there (s43-stateless), and
+// forms of the repeated subexpressions (directmemo.go), of
+// s.lowerAscii() compared with literals and of size(s.replace(a, b))
+// that the direct evaluator computes without building their strings,
+// with their corners.
+var nexmarkStateless = []string{
+	`bid.price * 908 > 1000000000 && bid.price * 908 < 50000000000`,
+	`{"auction": bid.auction, "bidder": bid.bidder, "price": double(bid.price * 908) / 1000.0, "bidTimeType": bid.dateTime / 3600000 % 24 >= 8 && bid.dateTime / 3600000 % 24 <= 18 ? 'dayTime' : bid.dateTime / 3600000 % 24 <= 6 || bid.dateTime / 3600000 % 24 >= 20 ? 'nightTime' : 'otherTime', "dateTime": bid.dateTime, "extra": bid.extra, "c_counts": size(bid.extra) - size(bid.extra.replace('c', ''))}`,
+	`bid.url.startsWith('channel_id=') || bid.url.contains('&channel_id=') || bid.channel.lowerAscii() in ['apple', 'google', 'facebook', 'baidu']`,
+	`{"auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "channel": bid.channel, "channel_id": bid.channel.lowerAscii() == 'apple' ? '0' : bid.channel.lowerAscii() == 'google' ? '1' : bid.channel.lowerAscii() == 'facebook' ? '2' : bid.channel.lowerAscii() == 'baidu' ? '3' : bid.url.startsWith('channel_id=') ? bid.url.substring(11).split('&')[0] : bid.url.contains('&channel_id=') ? dyn(bid.url.split('&channel_id=')[1].split('&')[0]) : null}`,
+	`{"auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "channel": bid.channel, "dir1": size(bid.url.split('/')) > 3 ? dyn(bid.url.split('/')[3]) : null, "dir2": size(bid.url.split('/')) > 4 ? dyn(bid.url.split('/')[4]) : null, "dir3": size(bid.url.split('/')) > 5 ? dyn(bid.url.split('/')[5]) : null}`,
+	`note.lowerAscii() == 'xx' || note.lowerAscii() != 'ab'`, `'ab' == url.lowerAscii()`, `url.lowerAscii() != 'Ab'`,
+	`note.lowerAscii() == note`, `url.lowerAscii() in ['ab', 'a/b', '']`, `amount.lowerAscii() == 'x'`, `note.lowerAscii() < 'b'`,
+	`{"a": note.lowerAscii(), "b": note.lowerAscii() == 'x' ? 1 : 2, "c": note.lowerAscii() in ['ab']}`,
+	`size(note) - size(note.replace('x', ''))`, `size(note.replace('', '\u00e9'))`, `note.replace('x', 'yy').size()`,
+	`size(url.replace('\u00e9', 'e'))`, `size(url.replace('/', ''))`, `size(note.replace(url, note))`, `size(note.replace('x', 'x'))`,
+	`{"a": amount / 0, "b": amount / 0}`, `(amount + 1) * (amount + 1) > 0`, `{"a": note + url, "b": note + url, "c": size(note + url)}`,
+	`amount % 123 == 0 ? amount % 123 : -amount % 123`, `{"x": bid == null ? 0 : bid.price, "y": bid == null}`,
+	`bid.price * 908 > 1 && bid.price * 908 < 5 || bid.price * 908 == 0`, `d * d + d * d`, `{"u": url, "v": url, "w": size(url)}`,
+	`{"p": double(bid.price * 908) / 1000.0, "q": double(amount) / 1000000.0, "r": double(amount) / 10.0, "s": double(d) / 100.0}`,
+	`double(amount * 3) / 1000.0 < 2.0`, `{"a": double(amount) / 1000.0 + 1.0, "b": -(double(amount) / 1000.0), "c": [double(amount) / 100.0]}`,
+	`{"k": amount % 2 == 0 ? double(amount) / 1000.0 : double(amount) / 10.0, "l": "dayTime", "m": "a\"b", "n": note + "x"}`,
+}
+
 // FuzzDirectEqualsCEL checks that the direct evaluator gives exactly what
 // CEL's interpreter gives (the general path, direct off): the same Eval
 // result, EvalInt64 result (its int unboxed, Eval's otherwise), EvalBool
@@ -81,6 +107,7 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	directPrograms := append(slices.Clip(directPrograms), nexmarkStateless...)
 	fast := make([]*Program, len(directPrograms))
 	general := make([]*Program, len(directPrograms))
 	for i, src := range directPrograms {
@@ -89,7 +116,11 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 		g.direct = nil
 		general[i] = &g
 	}
-	for _, i := range []int{0, 43, 57, 58, 59, 60} { // amount < 500, Nexmark q0, q21 (2), q22, q14
+	musts := []int{0, 43, 57, 58, 59, 60} // amount < 500, Nexmark q0, q21 (2), q22, q14
+	for i := range 5 {                    // Nexmark q14, q21 and q22 as configured
+		musts = append(musts, len(directPrograms)-len(nexmarkStateless)+i)
+	}
+	for _, i := range musts {
 		if fast[i].direct == nil {
 			f.Fatalf("%s: no direct form compiled", directPrograms[i])
 		}
@@ -126,7 +157,7 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 				// it gives up, EvalInt64 is CEL's Eval, which
 				// TestEvalInt64 checks: evaluating it again here would
 				// take the largest seeds past the fuzzer's hang limit).
-				if d := fast[i].direct; d != nil && d.root != nil && d.root.eval((*activation)(NewEnv(in()))).k != dFail {
+				if d := fast[i].direct; d != nil && d.root != nil && d.eval(NewEnv(in())).k != dFail {
 					x, isInt, xv, xerr := fast[i].EvalInt64(NewEnv(in()))
 					_, evalInt := gv.(int64)
 					got := fmt.Sprintf("%#v %v", xv, xerr)

@@ -57,7 +57,7 @@ func (dc *dcompiler) stringCall(c celast.CallExpr) (n dnode, handled bool) {
 		case "replace":
 			return &dreplace{t, ops[0], ops[1]}, true
 		}
-		return &dsize{t}, true
+		return sizeOf(t), true
 	}
 	switch {
 	case fn == "dyn" && len(args) == 1:
@@ -73,7 +73,7 @@ func (dc *dcompiler) stringCall(c celast.CallExpr) (n dnode, handled bool) {
 		if x == nil {
 			return nil, true
 		}
-		return &dsize{x}, true
+		return sizeOf(x), true
 	case fn == operators.Index && len(args) == 2:
 		s, sep, ok := dc.split(args[0])
 		if !ok || s == nil {
@@ -106,6 +106,9 @@ func (dc *dcompiler) stringCall(c celast.CallExpr) (n dnode, handled bool) {
 		x := dc.node(args[0])
 		if x == nil {
 			return nil, true
+		}
+		if l, ok := unmemo(x).(*dlower); ok {
+			return &dlowerIn{l.s, set}, true
 		}
 		return &din{x, set}, true
 	}
@@ -173,7 +176,7 @@ type dlower struct{ s dnode }
 
 func (n *dlower) eval(a *activation) dval {
 	v := n.s.eval(a)
-	if v.k != dString || !utf8.ValidString(v.s) {
+	if v.k != dString || !validUTF8(v) {
 		return dval{}
 	}
 	i := 0
@@ -189,7 +192,7 @@ func (n *dlower) eval(a *activation) dval {
 			b[i] = c + 'a' - 'A'
 		}
 	}
-	return dval{k: dString, s: string(b)}
+	return dval{k: dString, s: string(b), plain: v.plain}
 }
 
 // dsubstr is s.substring(i): the runes of valid UTF-8 s from the i-th on
@@ -202,13 +205,13 @@ func (n *dsubstr) eval(a *activation) dval {
 		return dval{}
 	}
 	i := n.i.eval(a)
-	if i.k != dInt || i.i < 0 || !utf8.ValidString(v.s) {
+	if i.k != dInt || i.i < 0 || !validUTF8(v) {
 		return dval{}
 	}
 	runes := int64(0)
 	for off := range v.s {
 		if runes == i.i {
-			return dval{k: dString, s: v.s[off:]}
+			return dval{k: dString, s: v.s[off:], plain: v.plain}
 		}
 		runes++
 	}
@@ -222,24 +225,45 @@ func (n *dsubstr) eval(a *activation) dval {
 type dreplace struct{ s, old, new dnode }
 
 func (n *dreplace) eval(a *activation) dval {
-	s, old, ok := strings2(a, n.s, n.old)
+	s, old, nv, count, ok := n.operands(a)
 	if !ok {
 		return dval{}
 	}
+	if count == 0 && old != "" {
+		return s // ReplaceAll returns s as it is
+	}
+	return dval{k: dString, s: strings.ReplaceAll(s.s, old, nv.s), plain: s.plain && nv.plain}
+}
+
+// operands evaluates s, old and new as dreplace does, giving up (ok
+// false) where it does: an operand not a string, or a result longer than
+// directStringBound, which is left to CEL, whose cost tracking decides
+// it (replacing "" inserts new at every rune boundary, so a bounded
+// input could otherwise grow len(s) x len(new)). count is the number of
+// old in s (strings.Count; "" counts rune boundaries).
+func (n *dreplace) operands(a *activation) (s dval, old string, new dval, count int, ok bool) {
+	s, ov, ok := evalSameKind(a, n.s, n.old)
+	if !ok || s.k != dString {
+		return dval{}, "", dval{}, 0, false
+	}
 	nv := n.new.eval(a)
 	if nv.k != dString {
-		return dval{}
+		return dval{}, "", dval{}, 0, false
 	}
-	// A result longer than directStringBound is left to CEL, whose cost
-	// tracking decides it: replacing "" inserts new at every rune
-	// boundary, so a bounded input could otherwise grow len(s) x len(new).
-	if len(nv.s) > len(old) {
-		count := strings.Count(s, old) // "" counts rune boundaries
-		if len(s)+count*(len(nv.s)-len(old)) > directStringBound {
-			return dval{}
-		}
+	count = strings.Count(s.s, ov.s)
+	if len(nv.s) > len(ov.s) && len(s.s)+count*(len(nv.s)-len(ov.s)) > directStringBound {
+		return dval{}, "", dval{}, 0, false
 	}
-	return dval{k: dString, s: strings.ReplaceAll(s, old, nv.s)}
+	return s, ov.s, nv, count, true
+}
+
+// sizeOf is the node of size(x) for x compiled: dsizeReplace when x is a
+// replace, dsize otherwise.
+func sizeOf(x dnode) dnode {
+	if r, ok := unmemo(x).(*dreplace); ok {
+		return &dsizeReplace{r}
+	}
+	return &dsize{x}
 }
 
 // dsize is size(s) of a string: the length of []rune(s), which counts an
@@ -251,7 +275,41 @@ func (n *dsize) eval(a *activation) dval {
 	if v.k != dString {
 		return dval{}
 	}
-	return dval{k: dInt, i: int64(utf8.RuneCountInString(v.s))}
+	return dval{k: dInt, i: runeCount(v)}
+}
+
+// dsizeReplace is size(s.replace(old, new)) (Nexmark q14's count of a
+// character, size(extra) - size(extra.replace('c', ”))): where s, old
+// and new are valid UTF-8, every match of old in s starts and ends at a
+// rune boundary, so the result has runes(s) + count x (runes(new) -
+// runes(old)) runes, counted without building it; otherwise (an invalid
+// byte beside a removed match may join a rune) the size of dreplace's
+// result. It gives up where dreplace does.
+type dsizeReplace struct{ r *dreplace }
+
+func (n *dsizeReplace) eval(a *activation) dval {
+	s, old, nv, count, ok := n.r.operands(a)
+	if !ok {
+		return dval{}
+	}
+	if !validUTF8(s) || !utf8.ValidString(old) || !validUTF8(nv) {
+		return dval{k: dInt, i: int64(utf8.RuneCountInString(strings.ReplaceAll(s.s, old, nv.s)))}
+	}
+	oldRunes := int64(utf8.RuneCountInString(old))
+	return dval{k: dInt, i: runeCount(s) + int64(count)*(runeCount(nv)-oldRunes)}
+}
+
+// validUTF8 reports whether v's string is valid UTF-8 (at once for a
+// plain one: ASCII).
+func validUTF8(v dval) bool { return v.plain || utf8.ValidString(v.s) }
+
+// runeCount is utf8.RuneCountInString of v's string (its length for a
+// plain one: ASCII).
+func runeCount(v dval) int64 {
+	if v.plain {
+		return int64(len(v.s))
+	}
+	return int64(utf8.RuneCountInString(v.s))
 }
 
 // dsplitSize is size(s.split(sep)): strings.Split's number of pieces for
@@ -272,10 +330,11 @@ func (n *dsplitSize) eval(a *activation) dval {
 type dsplitIndex struct{ s, sep, i dnode }
 
 func (n *dsplitIndex) eval(a *activation) dval {
-	s, sep, ok := strings2(a, n.s, n.sep)
-	if !ok || sep == "" {
+	sv, sepv, ok := evalSameKind(a, n.s, n.sep)
+	if !ok || sv.k != dString || sepv.s == "" {
 		return dval{}
 	}
+	s, sep := sv.s, sepv.s
 	iv := n.i.eval(a)
 	if iv.k != dInt || iv.i < 0 {
 		return dval{}
@@ -290,7 +349,63 @@ func (n *dsplitIndex) eval(a *activation) dval {
 	if j := strings.Index(s, sep); j >= 0 {
 		s = s[:j]
 	}
-	return dval{k: dString, s: s}
+	return dval{k: dString, s: s, plain: sv.plain}
+}
+
+// dlowerEq is s.lowerAscii() == lit, or != (ne), for a string literal
+// lit: dlower's result compared with lit byte for byte without building
+// it (lowering A-Z keeps every byte's place); it gives up where dlower
+// does (s not a string, or not valid UTF-8).
+type dlowerEq struct {
+	s   dnode
+	lit string
+	ne  bool
+}
+
+func (n *dlowerEq) eval(a *activation) dval {
+	v := n.s.eval(a)
+	if v.k != dString || !validUTF8(v) {
+		return dval{}
+	}
+	return dval{k: dBool, b: lowerEquals(v.s, n.lit) != n.ne}
+}
+
+// lowerEquals reports whether s with A-Z lowered equals t.
+func lowerEquals(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != t[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// dlowerIn is s.lowerAscii() in [string literals] (Nexmark q21's
+// channel test): dlowerEq's comparison with each, giving up where dlower
+// does.
+type dlowerIn struct {
+	s   dnode
+	set []string
+}
+
+func (n *dlowerIn) eval(a *activation) dval {
+	v := n.s.eval(a)
+	if v.k != dString || !validUTF8(v) {
+		return dval{}
+	}
+	for _, t := range n.set {
+		if lowerEquals(v.s, t) {
+			return dval{k: dBool, b: true}
+		}
+	}
+	return dval{k: dBool}
 }
 
 // din is x in [string literals] for a string x.
@@ -310,4 +425,32 @@ func (n *din) eval(a *activation) dval {
 		}
 	}
 	return dval{k: dBool}
+}
+
+// lowerTest returns the dlowerEq of == or != (ne) with args, the call's
+// direct operands, when one is s.lowerAscii() and the other a string
+// constant; nil otherwise.
+func lowerTest(args []dnode, ne bool) dnode {
+	for i, j := range []int{1, 0} {
+		c, ok := args[j].(dconst)
+		if !ok || c.v.k != dString {
+			continue
+		}
+		if l, ok := unmemo(args[i]).(*dlower); ok {
+			return &dlowerEq{s: l.s, lit: c.v.s, ne: ne}
+		}
+	}
+	return nil
+}
+
+// isPlainText reports whether s is written in JSON as it is between
+// quotes (dval.plain): printable ASCII without '"' and '\\' (what
+// jsonAppender.string writes unchanged).
+func isPlainText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }

@@ -109,7 +109,7 @@ func (n *dtimeText) eval(a *activation) dval {
 	}
 	var b [timestampTextLen]byte
 	appendTimestampText(b[:0], v.i)
-	return dval{k: dString, s: string(b[n.from:n.to])}
+	return dval{k: dString, s: string(b[n.from:n.to]), plain: true}
 }
 
 // appendTimestampText appends the RFC 3339 text of sec seconds since the
@@ -152,7 +152,7 @@ func (n *dstring) eval(a *activation) dval {
 	v := n.x.eval(a)
 	switch v.k {
 	case dInt:
-		return dval{k: dString, s: strconv.FormatInt(v.i, 10)}
+		return dval{k: dString, s: strconv.FormatInt(v.i, 10), plain: true}
 	case dString:
 		return v
 	}

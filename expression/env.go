@@ -84,6 +84,11 @@ type Env struct {
 	// first need, so that an Env of a shared Doc resets in a few stores).
 	// While the value is pending, a field is read from the JSON alone.
 	own *Doc
+
+	// memo holds the direct evaluator's results of a program's repeated
+	// subexpressions (dmemo), kept from record to record; nil until a
+	// program with such subexpressions evaluates on the Env.
+	memo *dmemoState
 }
 
 // NewEnv returns the Env of in. A nil in is an empty record.
@@ -97,7 +102,7 @@ func NewEnv(in *Input) *Env {
 // evaluate record after record without allocating an Env each time. A nil
 // in is an empty record.
 func (e *Env) Reset(in *Input) {
-	*e = Env{own: e.own}
+	*e = Env{own: e.own, memo: e.memo}
 	if in == nil {
 		return
 	}

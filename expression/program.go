@@ -91,7 +91,7 @@ func (p *Program) Eval(env *Env) (any, error) {
 // false and v and err are Eval's result and error.
 func (p *Program) EvalInt64(env *Env) (i int64, isInt bool, v any, err error) {
 	if d := p.direct; d != nil && d.root != nil && p.expect == anyResult && env != nil {
-		r := d.root.eval((*activation)(env))
+		r := d.eval(env)
 		if r.k == dInt {
 			return r.i, true, nil, nil
 		}
