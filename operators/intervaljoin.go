@@ -122,7 +122,7 @@ func (p *IntervalJoinParams) CheckParams(report func(field, msg string)) {
 func intervalJoinFactory() Factory {
 	return Factory{
 		Type:        IntervalJoinType,
-		Doc:         "Joins the left and right records of equal keys whose event times satisfy left.ts + lower <= right.ts <= left.ts + upper (Flink's interval join); inner, left, right or full outer; output select(left, right) keyed by the join key; state bounded by the interval and removed by the watermark; late records to \\<operator>.late.",
+		Doc:         "Joins the left and right records of equal keys whose event times satisfy left.ts + lower <= right.ts <= left.ts + upper (Flink's interval join); inner, left, right or full outer; output select(left, right) keyed by the join key; state bounded by the interval and removed by the watermark; late records to <operator>.late.",
 		Traits:      Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}, EventTime: true},
 		Params:      func() any { return &IntervalJoinParams{Join: JoinInner} },
 		State:       []string{IntervalJoinRowsState, IntervalJoinLeftByTimeState, IntervalJoinRightByTimeState, state.TimersStateName},

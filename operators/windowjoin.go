@@ -150,7 +150,7 @@ func (p *WindowJoinParams) CheckParams(report func(field, msg string)) {
 func windowJoinFactory() Factory {
 	return Factory{
 		Type:        WindowJoinType,
-		Doc:         "Joins the left and right records of equal keys in the same tumbling or sliding event-time window (Flink's window join, Nexmark q8); inner, left, right or full outer; each window's rows emitted as select(left, right) when the watermark passes its end, then removed; late records to \\<operator>.late.",
+		Doc:         "Joins the left and right records of equal keys in the same tumbling or sliding event-time window (Flink's window join, Nexmark q8); inner, left, right or full outer; each window's rows emitted as select(left, right) when the watermark passes its end, then removed; late records to <operator>.late.",
 		Traits:      Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}, EventTime: true},
 		Params:      func() any { return &WindowJoinParams{Join: JoinInner} },
 		State:       []string{WindowJoinLeftRowsState, WindowJoinRightRowsState, state.TimersStateName},
