@@ -154,8 +154,9 @@ type aligner struct {
 	held   map[int32][]*kgo.Record
 	paused map[int32]bool
 	hwm    map[int32]int64
-	// more says the last emitHeld stopped at alignEmitBudget with held
-	// records that may go on: the source emits them before it polls.
+	// more says held records may go on: the last emitHeld stopped at
+	// alignEmitBudget with some left, or update found a held partition no
+	// longer ahead; the source emits them before it polls.
 	more bool
 	// pauses and resumes count the partitions paused and resumed (tests).
 	pauses, resumes atomic.Int64
@@ -363,6 +364,16 @@ func (a *aligner) update(s *KafkaSource, now time.Time) {
 				// finds it back (markAvailable resumes it then).
 				resume = addTP(resume, t, part)
 			}
+		}
+	}
+	for p := range a.held {
+		if !a.ahead(s.wms.maxTs[p], lowest) {
+			// The least moved past this held partition since emitHeld
+			// looked (another subtask's progress): it is not paused and
+			// no wake waits for it, so it goes on before the next poll
+			// rather than behind a poll's whole wait.
+			a.more = true
+			break
 		}
 	}
 	a.await(s)

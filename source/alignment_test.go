@@ -64,6 +64,7 @@ type alignedRecord struct {
 	partition int32
 	offset    int64
 	ts        int64
+	value     []byte // the record's payload, as emitted
 }
 
 // snapshotResponder keeps the task states acknowledged, by subtask and
@@ -148,7 +149,7 @@ func runAligned(t *testing.T, opts []kgo.Opt, parallelism int, align WatermarkAl
 					o := el.Record.Origin
 					run.emitted.Add(1)
 					mu.Lock()
-					onRecord(alignedRecord{sub: sub, partition: o.Partition, offset: o.Offset, ts: el.Record.Timestamp.UnixMilli()})
+					onRecord(alignedRecord{sub: sub, partition: o.Partition, offset: o.Offset, ts: el.Record.Timestamp.UnixMilli(), value: el.Record.Value})
 					mu.Unlock()
 				case runtime.KindBarrier, runtime.KindWatermark:
 					if onControl != nil {
