@@ -328,7 +328,7 @@ func CompileRuleLimits(spec RuleSpec, lim expression.Limits) (*CompiledRule, err
 			return nil, bad("slice", "must be at least 1ms, got %s", spec.Slice)
 		case sl%time.Millisecond != 0:
 			return nil, bad("slice", "must be whole milliseconds, got %s", spec.Slice)
-		case sl > w || w.Milliseconds()%sl.Milliseconds() != 0:
+		case sl > w || w%sl != 0:
 			return nil, bad("slice", "must divide the window (%s), got %s", w, spec.Slice)
 		}
 		if sl > time.Millisecond {
