@@ -29,7 +29,7 @@ type modelRule struct {
 // r's windows below it: ts and window for the sliding window, for a
 // hopping one (slice) the pane's start and window - slice.
 func (r modelRule) pane(ts int64) (p, reach int64) {
-	if r.slice == 0 {
+	if r.slice <= 1 { // "1ms" is the sliding window
 		return ts, r.window
 	}
 	return ts - ((ts%r.slice)+r.slice)%r.slice, r.window - r.slice

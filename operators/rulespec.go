@@ -108,8 +108,9 @@ type RuleSpec struct {
 	// p = ts - ts mod slice (every record of that pane counts, the
 	// later ones that arrived before it too), so a key keeps one slice
 	// per pane, not one per millisecond. Slice equal to window is a
-	// tumbling window. Empty: panes of 1 ms, the sliding window
-	// [ts - window, ts].
+	// tumbling window. Empty or "1ms": panes of 1 ms, the sliding window
+	// [ts - window, ts] (so "1ms" is the rule without a slice exactly:
+	// the same alerts, shape and state).
 	Slice string `json:"slice,omitempty"`
 	// AlertWhen is the limit: a comparison operator (>, >=, <, <=, ==, !=)
 	// and a number, as "> 500".
@@ -219,7 +220,7 @@ type CompiledRule struct {
 	// Window is the window length.
 	Window time.Duration
 	// Slice is the pane width of a hopping window (RuleSpec.Slice); 0:
-	// the exact sliding window.
+	// the exact sliding window (RuleSpec.Slice empty or "1ms").
 	Slice time.Duration
 	// Op and Limit are alert_when's comparison and number.
 	Op    string
@@ -327,10 +328,14 @@ func CompileRuleLimits(spec RuleSpec, lim expression.Limits) (*CompiledRule, err
 			return nil, bad("slice", "must be at least 1ms, got %s", spec.Slice)
 		case sl%time.Millisecond != 0:
 			return nil, bad("slice", "must be whole milliseconds, got %s", spec.Slice)
-		case sl > w || w.Milliseconds()%sl.Milliseconds() != 0:
+		case sl > w || w%sl != 0:
 			return nil, bad("slice", "must divide the window (%s), got %s", w, spec.Slice)
 		}
-		r.Slice = sl
+		if sl > time.Millisecond {
+			// 1 ms panes are the sliding window's own slices: that
+			// rule, its window [ts - window, ts] and its state.
+			r.Slice = sl
+		}
 	}
 	m := alertWhenRE.FindStringSubmatch(spec.AlertWhen)
 	if m == nil {
