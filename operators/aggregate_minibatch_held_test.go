@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
 )
 
 // heldRecorder is an operator chained after the aggregate: it records
@@ -34,10 +35,22 @@ func (r *heldRecorder) EndInput(context.Context) error {
 	return nil
 }
 
+// passOperator emits every record it gets to out (a stateless head the
+// aggregate is chained after).
+type passOperator struct{ out *runtime.Output }
+
+func (p *passOperator) Open(context.Context) error     { return nil }
+func (p *passOperator) Close() error                   { return nil }
+func (p *passOperator) EndInput(context.Context) error { return nil }
+func (p *passOperator) ProcessRecord(ctx context.Context, _ int, rec runtime.Record) error {
+	return p.out.Emit(ctx, rec)
+}
+
 // TestAggregateMiniBatchHeldWatermarkInTask drives the aggregate with
 // allow_latency (1h: only size, barriers, idle and end of input end a
-// batch here) in a real OperatorTask with two input channels, its rows
-// going to a channel and to a chained operator after it. The input is
+// batch here) in a real OperatorTask with two input channels (at the
+// task's head, and chained after a pass-through head), its rows going to
+// a channel and to a chained operator after it. The input is
 // handed over one element at a time (unbuffered channels), so the task
 // sees it in this order:
 //
@@ -59,8 +72,12 @@ func TestAggregateMiniBatchHeldWatermarkInTask(t *testing.T) {
 		`-U {"key":"k1","n":1}`, `+U {"key":"k1","n":2}`, "wm 7", "idle",
 		`+I {"key":"k3","n":1}`, "wm 9", "end-of-input",
 	}
-	for _, kind := range backends {
-		t.Run(kind, func(t *testing.T) {
+	for _, tc := range []struct {
+		kind    string
+		chained bool
+	}{{state.KindHashmap, false}, {state.KindPebble, false}, {state.KindHashmap, true}, {state.KindPebble, true}} {
+		t.Run(fmt.Sprintf("%s/chained=%t", tc.kind, tc.chained), func(t *testing.T) {
+			kind := tc.kind
 			ctx := context.Background()
 			ch0, ch1 := make(runtime.Channel), make(runtime.Channel)
 			down := runtime.NewChannel(256)
@@ -71,12 +88,20 @@ func TestAggregateMiniBatchHeldWatermarkInTask(t *testing.T) {
 			f := NewAggregate(AggregateParams{Aggregates: []AggregateSpec{{Name: "n", Fn: AggCount}},
 				MiniBatch: &MiniBatchParams{Size: 1000, AllowLatency: time.Hour}}, false)
 			op := NewKeyedProcessOperator(OpenContext{Operator: "agg", Parallelism: 1}, opener(kind, t.TempDir()), nil, f, out)
-			task := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
+			cfg := runtime.OperatorTaskConfig{
 				ID:       runtime.TaskID{Operator: "agg"},
 				Gate:     runtime.NewInputGate([]runtime.InputChannel{{Ch: ch0}, {Ch: ch1}}),
 				Operator: op, Output: out, BootstrapInput: -1,
 				Chain: runtime.Chain{after},
-			})
+			}
+			if tc.chained { // the aggregate chained after a pass-through head
+				headOut := runtime.NewOutput(nil)
+				agg := &runtime.ChainedOperator{ID: runtime.TaskID{Operator: "agg"}, Operator: op, Output: out}
+				headOut.AddChained(agg)
+				cfg.ID, cfg.Operator, cfg.Output = runtime.TaskID{Operator: "head"}, &passOperator{out: headOut}, headOut
+				cfg.Chain = runtime.Chain{agg, after}
+			}
+			task := runtime.NewOperatorTask(cfg)
 			done := make(chan error, 1)
 			go func() { done <- task.Run(ctx, nil) }()
 			wm := func(ms int64) runtime.Element {
@@ -170,7 +195,7 @@ func TestAggregateMiniBatchWakeUpInTask(t *testing.T) {
 	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{down}, runtime.ForwardPartitioner{}))
 	f := NewAggregate(AggregateParams{Aggregates: []AggregateSpec{{Name: "n", Fn: AggCount}},
 		MiniBatch: &MiniBatchParams{Size: 1000, AllowLatency: time.Millisecond}}, false)
-	op := NewKeyedProcessOperator(OpenContext{Operator: "agg", Parallelism: 1}, opener("hashmap", t.TempDir()), nil, f, out)
+	op := NewKeyedProcessOperator(OpenContext{Operator: "agg", Parallelism: 1}, opener(state.KindHashmap, t.TempDir()), nil, f, out)
 	task := runtime.NewOperatorTask(runtime.OperatorTaskConfig{
 		ID: runtime.TaskID{Operator: "agg"}, Gate: runtime.NewInputGate([]runtime.InputChannel{{Ch: in}}),
 		Operator: op, Output: out, BootstrapInput: -1,
