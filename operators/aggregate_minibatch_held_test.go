@@ -2,6 +2,7 @@ package operators
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -266,5 +267,54 @@ func TestAggregateMiniBatchWakeUpAfterClose(t *testing.T) {
 				t.Fatalf("the wake-up after Close emitted %q", got)
 			}
 		})
+	}
+}
+
+// TestAggregateMiniBatchWakeUpObservesCancel: the allow_latency wake-up
+// ends the batch with the task's context (the one Open got), not a
+// background one: when the job is cancelled while the downstream channel
+// is full (back-pressure, its reader gone), the wake-up's rows and held
+// watermark give up with the cancellation and fail the task, instead of
+// blocking the subtask goroutine forever (the task could then never
+// close). On 51f097e the mail blocked in the watermark's send.
+func TestAggregateMiniBatchWakeUpObservesCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mb := runtime.NewMailbox()
+	ch := runtime.NewChannel(1)
+	ch <- runtime.Element{Kind: runtime.KindEndOfInput} // full: nobody reads
+	out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
+	f := NewAggregate(AggregateParams{Aggregates: []AggregateSpec{{Name: "n", Fn: AggCount}},
+		MiniBatch: &MiniBatchParams{Size: 1000, AllowLatency: time.Millisecond}}, false)
+	op := NewKeyedProcessOperator(OpenContext{Operator: "op", Parallelism: 1}, opener(state.KindHashmap, t.TempDir()), nil, f, out)
+	op.SetMailbox(mb)
+	if err := op.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	if err := op.ProcessRecord(ctx, 0, changed(runtime.ChangeInsert, "k1", 1, "u")); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.ProcessWatermark(ctx, time.UnixMilli(5)); err != runtime.ErrWatermarkHeld {
+		t.Fatalf("ProcessWatermark = %v, want ErrWatermarkHeld", err)
+	}
+	select {
+	case <-mb.Ready():
+	case <-time.After(time.Minute): // a guard, not a timing check
+		t.Fatal("no allow_latency wake-up in the mailbox")
+	}
+	cancel()
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		mb.TryYieldAll()
+	}()
+	select {
+	case <-ran:
+	case <-time.After(time.Minute): // a guard against the hang this test is about
+		t.Fatal("the wake-up blocked on the full channel after the job was cancelled")
+	}
+	if err := mb.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("mailbox failure %v, want the cancellation", err)
 	}
 }
