@@ -19,6 +19,10 @@ import (
 // Every field is used on the subtask goroutine only (the wake-up's
 // callback only posts fire to the mailbox).
 type bundleClock struct {
+	// ctx is the task's context (Open's): the wake-up ends the batch with
+	// it, so that its rows and watermark give up when the job is
+	// cancelled rather than block the subtask on a full channel.
+	ctx     context.Context
 	fn      LatencyBundleFunction
 	latency time.Duration
 	now     func() time.Time
@@ -36,14 +40,14 @@ type bundleClock struct {
 
 // openBundleClock sets up the bundleClock of a LatencyBundleFunction with
 // an allow_latency (nothing otherwise); Open calls it after the function
-// opened.
-func (o *KeyedOperator) openBundleClock() {
+// opened, with its context.
+func (o *KeyedOperator) openBundleClock(ctx context.Context) {
 	o.bundle = nil
 	fn, ok := o.function().(LatencyBundleFunction)
 	if !ok || o.async != nil || fn.AllowLatency() <= 0 {
 		return
 	}
-	o.bundle = &bundleClock{fn: fn, latency: fn.AllowLatency(), now: time.Now}
+	o.bundle = &bundleClock{ctx: ctx, fn: fn, latency: fn.AllowLatency(), now: time.Now}
 	o.bundle.fire = o.bundleDue
 }
 
@@ -108,7 +112,7 @@ func (o *KeyedOperator) bundleDue() {
 		c.arm(left, o.mailbox)
 		return
 	}
-	if err := o.endBundle(context.Background()); err != nil && o.mailbox != nil {
+	if err := o.endBundle(c.ctx); err != nil && o.mailbox != nil {
 		o.mailbox.Fail(err)
 	}
 }

@@ -148,7 +148,7 @@ func (o *KeyedOperator) Open(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	o.openBundleClock()
+	o.openBundleClock(ctx)
 	o.opStore = state.NewOperatorStateStore(r.Operator)
 	if cf, ok := o.function().(CheckpointedFunction); ok {
 		if err := cf.InitializeState(FunctionInitializationContext{OperatorStateStore: o.opStore, Backend: b}); err != nil {

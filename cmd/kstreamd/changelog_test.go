@@ -196,6 +196,12 @@ func TestChangelogTwoStageCrashRescale(t *testing.T) {
 // miniBatchConfig returns clicksByCountryConfig with mini_batch of size
 // on the aggregates named in ops (per_user, per_country).
 func miniBatchConfig(size int, ops ...string) func(dir, broker, metrics string, p int) string {
+	return miniBatchSpecConfig("size: "+strconv.Itoa(size), ops...)
+}
+
+// miniBatchSpecConfig returns clicksByCountryConfig with mini_batch: {spec}
+// on the aggregates named in ops.
+func miniBatchSpecConfig(spec string, ops ...string) func(dir, broker, metrics string, p int) string {
 	return func(dir, broker, metrics string, p int) string {
 		cfg := clicksByCountryConfig(dir, broker, metrics, p)
 		for _, op := range ops {
@@ -206,7 +212,7 @@ func miniBatchConfig(size int, ops ...string) func(dir, broker, metrics string, 
 				panic("clicks_by_country.yaml has no params of " + op)
 			}
 			at := i + j + len("    params:\n")
-			cfg = cfg[:at] + "      mini_batch: {size: " + strconv.Itoa(size) + "}\n" + cfg[at:]
+			cfg = cfg[:at] + "      mini_batch: {" + spec + "}\n" + cfg[at:]
 		}
 		return cfg
 	}
@@ -250,6 +256,22 @@ func TestChangelogTwoStageMiniBatch(t *testing.T) {
 // the read_committed view is exact each time.
 func TestChangelogTwoStageCrashRescaleMiniBatch(t *testing.T) {
 	changelogCrashRescale(t, miniBatchConfig(1000, "per_user", "per_country"))
+}
+
+// TestChangelogTwoStageCrashRescaleMiniBatchLatency is
+// TestChangelogTwoStageCrashRescaleMiniBatch with allow_latency on both
+// aggregates: 5ms (batches end by the wall clock, from the task's
+// mailbox, between and across checkpoints, watermarks held meanwhile)
+// and 1h (only barriers and end of input end them; every watermark is
+// held to the next barrier). kill -9 with batches open and watermarks
+// held, restores at parallelism 4 and 1: the read_committed view is
+// exactly NL 5, DE 1, then NL 7.
+func TestChangelogTwoStageCrashRescaleMiniBatchLatency(t *testing.T) {
+	for _, latency := range []string{"5ms", "1h"} {
+		t.Run("allow_latency="+latency, func(t *testing.T) {
+			changelogCrashRescale(t, miniBatchSpecConfig("size: 1000, allow_latency: "+latency, "per_user", "per_country"))
+		})
+	}
 }
 
 // changelogCrashRescale is TestChangelogTwoStageCrashRescale's run with
