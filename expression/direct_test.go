@@ -78,6 +78,20 @@ var nexmarkStateless = []string{
 	`{"p": double(bid.price * 908) / 1000.0, "q": double(amount) / 1000000.0, "r": double(amount) / 10.0, "s": double(d) / 100.0}`,
 	`double(amount * 3) / 1000.0 < 2.0`, `{"a": double(amount) / 1000.0 + 1.0, "b": -(double(amount) / 1000.0), "c": [double(amount) / 100.0]}`,
 	`{"k": amount % 2 == 0 ? double(amount) / 1000.0 : double(amount) / 10.0, "l": "dayTime", "m": "a\"b", "n": note + "x"}`,
+	// s43-ebreak's attacks: a repeated subexpression whose evaluation
+	// fails (or gives up) in a branch CEL does not take, or in both;
+	// lowerAscii compared with non-ASCII literals; replace with an empty
+	// or overlapping old; decimals at their bounds; plain strings with
+	// HTML characters and DEL.
+	`amount == 0 || amount / 0 == 1 || amount / 0 == 2`, `amount != 0 && amount / 0 == 1`, `amount / 0 == 1 || true`,
+	`note == 'x' ? url.split('/')[3] : url.split('/')[3] + note`, `amount > 2 ? note.substring(3) : size(note.substring(3)) > 0 ? 'a' : 'b'`,
+	`{"a": amount > 0 ? url.split('/')[amount] : 'n', "b": amount > 1 ? url.split('/')[amount] : 'm'}`,
+	`note.lowerAscii() == '\u00e9t\u00e9x/y' || note.lowerAscii() in ['\u00e9', 'x']`, `url.lowerAscii() == '/a/b\u00e9/c'`, `note.lowerAscii() != '\u00c0'`,
+	`{"a": size('aaa'.replace('aa', 'b')), "b": size(note.replace('xx', 'y')), "c": size(note.replace('\u00e9', '')), "d": size(note.replace('', ''))}`,
+	`{"a": size(url.substring(1).replace('', 'x')), "b": size(url.split('/')[1].replace('b', '\u00e9\u00e9')), "c": size(note.lowerAscii().replace('a', ''))}`,
+	`{"a": double(amount + 999999999999999) / 10.0, "b": double(amount - 999999999999999) / 1000000.0, "c": double(amount * 100000) / 100000.0, "d": double(-amount) / 100.0}`,
+	`{"a": double(amount + 1000000000000000) / 10.0, "b": double(amount) / 1000000.0 * 0.0, "c": double(amount) / 1000000.0 == double(amount) / 1000000.0, "d": double(0 - amount) / 1000.0}`,
+	`{"a": note + '<>&\x7f', "b": url.substring(1), "c": note.split('\u00e9')[0], "d": '\u2028' + url, "e": url.split('/')[1] + '&'}`,
 }
 
 // FuzzDirectEqualsCEL checks that the direct evaluator gives exactly what
@@ -103,6 +117,8 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 		`{"url":"` + strings.Repeat("a/", 2100) + `","note":"` + strings.Repeat("x", 5000) + `","amount":4}`,
 		`{"url":"` + strings.Repeat("u", 96) + `","note":"` + strings.Repeat("x", 4000) + `","amount":-9223372036854775808}`,
 		`{"note":"` + strings.Repeat("\u00e9", 1024) + `","amount":12345}`,
+		`{"note":"aaaa\u00e9\u00e9xx","url":"/A/b\u00e9/c<&>","amount":1,"bid":{"price":-1}}`, `{"note":"","url":"","amount":-999999999999999}`,
+		`{"note":"\u00c0\u00e9","url":"a/b/c/d","amount":999999999999999}`, `{"note":"x","url":"a/b","amount":0}`, `{"amount":-1000000,"note":"\u007f<"}`,
 		`{"note":"` + strings.Repeat("y", 2048) + `","amount":7,"bid":{"auction":-1,"channel":"` + strings.Repeat("c", 4090) + `","dateTime":0}}`,
 	} {
 		f.Add([]byte(s))

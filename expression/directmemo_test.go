@@ -99,3 +99,78 @@ func TestIsPlainText(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectMemoConcurrentEnvs shares every program with repeated
+// subexpressions between two Envs in lockstep and between goroutines,
+// each evaluating records through an Env of its own in its own order, and checks every EvalJSON result
+// against CEL's computed beforehand (s43-ebreak's attack on the memo: the
+// results live in the Env, never in the shared Program; under -race a
+// result kept in the Program would also be a data race).
+func TestDirectMemoConcurrentEnvs(t *testing.T) {
+	records := []string{
+		`{"event_type":2,"bid":{"auction":1107,"bidder":1,"price":3345118,"channel":"Facebook","url":"https://www.nexmark.com/mqt/zsr/aoh/item.htm?query=1&channel_id=1030750208","dateTime":1700000000123,"extra":"cchkc"}}`,
+		`{"event_type":2,"bid":{"auction":7,"bidder":3,"price":21917745,"channel":"BAIDU","url":"a/b","dateTime":-5,"extra":"\u00e9c"}}`,
+		`{"amount":317,"note":"xXab","url":"A/b\u00e9/c","d":2.5}`,
+		`{"amount":0,"note":"aaaa\u00e9\u00e9xx","url":"/A/b\u00e9/c<&>"}`,
+		`{"amount":-3,"note":"ab","url":"ab","d":-0.0}`,
+		`{"amount":2,"note":"x","url":"a/b/c"}`,
+	}
+	var programs []*Program
+	for _, src := range append(append([]string{}, directPrograms...), nexmarkStateless...) {
+		if p := mustCompile(t, src); p.direct != nil && p.direct.slots > 0 {
+			programs = append(programs, p)
+		}
+	}
+	if len(programs) < 20 {
+		t.Fatalf("%d programs with repeated subexpressions, want at least 20", len(programs))
+	}
+	want := make([][]string, len(programs))
+	for i, p := range programs {
+		g := *p
+		g.direct = nil
+		for _, rec := range records {
+			b, _, _, err := g.EvalJSON(nil, NewEnv(&Input{Doc: NewValidDoc([]byte(rec))}))
+			want[i] = append(want[i], fmt.Sprintf("%s %v", b, err))
+		}
+	}
+	// Two Envs in lockstep on one goroutine: their generations are equal
+	// at every evaluation, so a result kept by generation in the Program
+	// would be read by the other Env on another record.
+	var envs [2]Env
+	for k := range len(records) * len(programs) {
+		i := k % len(programs)
+		for j := range envs {
+			r := (k/len(programs) + j) % len(records)
+			envs[j].Reset(&Input{Doc: NewValidDoc([]byte(records[r]))})
+			b, _, _, err := programs[i].EvalJSON(nil, &envs[j])
+			if got := fmt.Sprintf("%s %v", b, err); got != want[i][r] {
+				t.Fatalf("%s on %s through Env %d: %s, CEL %s", programs[i].Source(), records[r], j, got, want[i][r])
+			}
+		}
+	}
+	const workers = 4
+	errs := make(chan string, workers)
+	for w := range workers {
+		go func() {
+			var env Env
+			var bad string
+			for round := range 20 {
+				for k := range len(records) * len(programs) {
+					r := (k + w + round) % len(records)
+					i := (k*(w+3) + round) % len(programs)
+					env.Reset(&Input{Doc: NewValidDoc([]byte(records[r]))})
+					b, _, _, err := programs[i].EvalJSON(nil, &env)
+					if got := fmt.Sprintf("%s %v", b, err); got != want[i][r] && bad == "" {
+						bad = fmt.Sprintf("%s on %s: %s, CEL %s", programs[i].Source(), records[r], got, want[i][r])
+					}
+				}
+			}
+			errs <- bad
+		}()
+	}
+	for range workers {
+		if bad := <-errs; bad != "" {
+			t.Error(bad)
+		}
+	}
+}
