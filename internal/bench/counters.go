@@ -96,14 +96,14 @@ func (t *counterTap) Unregister(c prometheus.Collector) bool {
 	return t.reg.Unregister(c)
 }
 
-// sum returns the sum of family's counters whose operator label is
-// operator, over every subtask: what a Gather of the job's registry
-// filtered the same way returns.
-func (t *counterTap) sum(family, operator string) int64 {
-	t.mu.Lock() // registrations are rare: held over the collection
+// each calls fn with every metric of family whose label name has the
+// value value, over every registered collector, under the tap's lock
+// (registrations are rare: held over the collection). fn's metric is
+// reused between calls.
+func (t *counterTap) each(family, name, value string, fn func(m *dto.Metric)) {
+	t.mu.Lock()
 	defer t.mu.Unlock()
 	cs, descs := t.taps[family], t.descs
-	var n float64
 	var m dto.Metric
 	for _, c := range cs {
 		ch := make(chan prometheus.Metric, 64)
@@ -113,16 +113,28 @@ func (t *counterTap) sum(family, operator string) int64 {
 				continue
 			}
 			m.Reset()
-			if x.Write(&m) != nil || m.Counter == nil {
+			if x.Write(&m) != nil {
 				continue
 			}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "operator" && l.GetValue() == operator {
-					n += m.GetCounter().GetValue()
+				if l.GetName() == name && l.GetValue() == value {
+					fn(&m)
 				}
 			}
 		}
 	}
+}
+
+// sum returns the sum of family's counters whose operator label is
+// operator, over every subtask: what a Gather of the job's registry
+// filtered the same way returns.
+func (t *counterTap) sum(family, operator string) int64 {
+	var n float64
+	t.each(family, "operator", operator, func(m *dto.Metric) {
+		if m.Counter != nil {
+			n += m.GetCounter().GetValue()
+		}
+	})
 	return int64(n)
 }
 
@@ -130,32 +142,16 @@ func (t *counterTap) sum(family, operator string) int64 {
 // source label is src, and how many such gauges there were (the spread
 // is 0 below two).
 func (t *counterTap) spread(family, src string) (float64, int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	cs, descs := t.taps[family], t.descs
 	lo, hi, n := 0.0, 0.0, 0
-	var m dto.Metric
-	for _, c := range cs {
-		ch := make(chan prometheus.Metric, 64)
-		go func() { c.Collect(ch); close(ch) }()
-		for x := range ch {
-			if descs[x.Desc()] != family {
-				continue
-			}
-			m.Reset()
-			if x.Write(&m) != nil || m.Gauge == nil {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "source" && l.GetValue() == src {
-					v := m.GetGauge().GetValue()
-					if n == 0 {
-						lo, hi = v, v
-					}
-					lo, hi, n = min(lo, v), max(hi, v), n+1
-				}
-			}
+	t.each(family, "source", src, func(m *dto.Metric) {
+		if m.Gauge == nil {
+			return
 		}
-	}
+		v := m.GetGauge().GetValue()
+		if n == 0 {
+			lo, hi = v, v
+		}
+		lo, hi, n = min(lo, v), max(hi, v), n+1
+	})
 	return hi - lo, n
 }
