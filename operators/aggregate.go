@@ -188,7 +188,11 @@ func (p *AggregateParams) CheckParams(report func(field, msg string)) {
 	}
 	p.StateTTL.Check("state_ttl", report)
 	if p.MiniBatch != nil && (p.MiniBatch.Size < 1 || p.MiniBatch.Size > maxMiniBatchSize) {
-		report("mini_batch.size", fmt.Sprintf("required: the records that end a batch, 1 to %d (e.g. 50000), got %d", maxMiniBatchSize, p.MiniBatch.Size))
+		what := "out of range"
+		if p.MiniBatch.Size == 0 {
+			what = "required"
+		}
+		report("mini_batch.size", fmt.Sprintf("%s: the records that end a batch, 1 to %d (e.g. 50000); got %d", what, maxMiniBatchSize, p.MiniBatch.Size))
 	}
 	if p.MiniBatch != nil && (p.MiniBatch.AllowLatency < 0 || p.MiniBatch.AllowLatency > maxMiniBatchLatency ||
 		p.MiniBatch.AllowLatency%time.Millisecond != 0) {

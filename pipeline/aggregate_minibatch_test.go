@@ -35,9 +35,9 @@ operators:
 // key, and with async_state; a good one parses and plans.
 func TestAggregateMiniBatchParams(t *testing.T) {
 	for _, tc := range []struct{ name, params, options, want string }{
-		{"no size", "      mini_batch: {}\n", "", "mb.yaml:13:19: operators[0].params.mini_batch.size: required: the records that end a batch, 1 to 10000000 (e.g. 50000), got 0"},
-		{"negative", "      mini_batch: {size: -1}\n", "", "mb.yaml:13:20: operators[0].params.mini_batch.size: required: the records that end a batch, 1 to 10000000 (e.g. 50000), got -1"},
-		{"too big", "      mini_batch: {size: 10000001}\n", "", "mb.yaml:13:20: operators[0].params.mini_batch.size: required: the records that end a batch, 1 to 10000000 (e.g. 50000), got 10000001"},
+		{"no size", "      mini_batch: {}\n", "", "mb.yaml:13:19: operators[0].params.mini_batch.size: required: the records that end a batch, 1 to 10000000 (e.g. 50000); got 0"},
+		{"negative", "      mini_batch: {size: -1}\n", "", "mb.yaml:13:20: operators[0].params.mini_batch.size: out of range: the records that end a batch, 1 to 10000000 (e.g. 50000); got -1"},
+		{"too big", "      mini_batch: {size: 10000001}\n", "", "mb.yaml:13:20: operators[0].params.mini_batch.size: out of range: the records that end a batch, 1 to 10000000 (e.g. 50000); got 10000001"},
 		{"unknown", "      mini_batch: {size: 5, latency: 2s}\n", "", "mb.yaml:13:29: operators[0].params.mini_batch.latency: unknown field; known fields are size, allow_latency, max_bytes"},
 		{"negative latency", "      mini_batch: {size: 5, allow_latency: -1s}\n", "", "mb.yaml:13:29: operators[0].params.mini_batch.allow_latency: whole milliseconds from 1ms to 1h0m0s (e.g. 2s), or 0 for none; got -1s"},
 		{"sub-ms latency", "      mini_batch: {size: 5, allow_latency: 1500us}\n", "", "mb.yaml:13:29: operators[0].params.mini_batch.allow_latency: whole milliseconds from 1ms to 1h0m0s (e.g. 2s), or 0 for none; got 1.5ms"},

@@ -230,3 +230,72 @@ func TestKafkaSourceHostedChainCommits(t *testing.T) {
 		t.Fatalf("sink log %q: want 15 records, then %q", log, want)
 	}
 }
+
+// failingTimerOp is a chained operator that, like a keyed operator's timer
+// or a mini-batch wake-up, reports a failure through the task's mailbox
+// (runtime.MailboxAware, Mailbox.Fail) from an action it posts when it
+// sees record failAt.
+type failingTimerOp struct {
+	txnSink
+	mailbox *runtime.Mailbox
+	failAt  string
+}
+
+func (o *failingTimerOp) SetMailbox(m *runtime.Mailbox) { o.mailbox = m }
+func (o *failingTimerOp) ProcessRecord(ctx context.Context, in int, rec runtime.Record) error {
+	if string(rec.Value) == o.failAt {
+		m := o.mailbox
+		m.Execute(func() { m.Fail(errors.New("timer callback failed")) })
+	}
+	return o.txnSink.ProcessRecord(ctx, in, rec)
+}
+
+// TestKafkaSourceHostedChainMailFailure: a failure a chained operator
+// reports through the mailbox (Mailbox.Fail) fails the source subtask
+// hosting the chain, with that error, as it fails an OperatorTask; before,
+// KafkaSource never read Mailbox.Err, so the subtask went on as if the
+// timer had fired.
+func TestKafkaSourceHostedChainMailFailure(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	opts := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("in"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	for i := range 5 {
+		if err := prod.ProduceSync(context.Background(), &kgo.Record{Value: fmt.Appendf(nil, `"r%d"`, i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op := &failingTimerOp{failAt: `"r2"`}
+	out := runtime.NewOutput(nil)
+	c := &runtime.ChainedOperator{ID: runtime.TaskID{Operator: "timer", Subtask: 0}, Operator: op}
+	out.AddChained(c)
+	src := New(Config{
+		Name: "in", Topic: "in", Partitions: 1, Subtask: 0, Parallelism: 1,
+		ClientOpts: opts, Responder: &ackLog{acks: map[string]int{}}, Format: FormatJSON, Output: out,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	src.HostChain(runtime.Chain{c})
+	if op.mailbox != src.Mailbox() {
+		t.Fatal("the hosted chain's operator was not given the source's mailbox")
+	}
+	done := make(chan error, 1)
+	go func() { done <- src.Run(context.Background(), make(chan struct{})) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "source in: timer callback failed") {
+			t.Fatalf("Run returned %v; want the chained operator's mailbox failure, named by the source", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the source subtask went on for 20 s after its chained operator reported a failure through the mailbox")
+	}
+	if log := op.events(); log[len(log)-1] != "close" {
+		t.Fatalf("operator log %q: want the chain closed after the failure", log)
+	}
+}

@@ -743,6 +743,9 @@ func (s *KafkaSource) awaitPendingCommits(ctx context.Context) error {
 			}
 			return fmt.Errorf("source %s: the final checkpoint did not complete within %v", s.cfg.Name, runtime.FinalCommitTimeout)
 		}
+		if err := s.mailErr(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -1035,6 +1038,9 @@ func (s *KafkaSource) poll(ctx context.Context) kgo.Fetches {
 // notifications), then takes the checkpoints triggered.
 func (s *KafkaSource) runMail(ctx context.Context) error {
 	s.mailbox.TryYieldAll()
+	if err := s.mailErr(); err != nil {
+		return err
+	}
 	if err := s.commitPending(ctx); err != nil {
 		return err
 	}
@@ -1047,6 +1053,19 @@ func (s *KafkaSource) runMail(ctx context.Context) error {
 	}
 	if s.stopAfter {
 		return errStopAfter
+	}
+	return nil
+}
+
+// mailErr returns the first failure an action of the hosted chain reported
+// through the mailbox (runtime.Mailbox.Fail: a chained operator's timer or
+// mini-batch wake-up), wrapped with the source's name, or nil. The task
+// loop of an OperatorTask fails the same way (runtime's runPendingMail);
+// without this check a failure reported by an action run on the source's
+// goroutine would be dropped and the subtask would go on.
+func (s *KafkaSource) mailErr() error {
+	if err := s.mailbox.Err(); err != nil {
+		return fmt.Errorf("source %s: %w", s.cfg.Name, err)
 	}
 	return nil
 }
