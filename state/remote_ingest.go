@@ -96,7 +96,7 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 		}
 	}
 	known := map[uint64]bool{}
-	ingest := func(batch []ingestPiece) error {
+	ingest := func(batch []ingestPiece, into *time.Duration) error {
 		ph.ingestions++
 		ph.tables += len(batch)
 		efs := make([]pebble.ExternalFile, len(batch))
@@ -104,19 +104,32 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 			efs[k] = p.ef
 		}
 		r.ingestions.Add(1)
+		t := time.Now()
 		if _, err := st.db.IngestExternalFiles(context.Background(), efs); err != nil {
 			return fmt.Errorf("state: restore: ingest %s: %w", efs[0].ObjName, err)
 		}
-		return r.learnExternal(st.db, known, efs)
+		d := time.Since(t)
+		*into += d
+		if d > ph.slowest {
+			ph.slowest, ph.slowestLevel, ph.slowestPieces = d, batch[0].level, len(batch)
+		}
+		t = time.Now()
+		err := r.learnExternal(st.db, known, efs)
+		ph.learn += time.Since(t)
+		return err
 	}
 	for _, batch := range ingestBatches(data) {
-		if err := ingest(batch); err != nil {
+		into := &ph.ingestLevels
+		if batch[0].level == 0 {
+			into = &ph.ingestL0
+		}
+		if err := ingest(batch, into); err != nil {
 			return ph, err
 		}
 	}
 	for _, m := range meta {
 		for _, p := range ingestOrder(m) {
-			if err := ingest([]ingestPiece{p}); err != nil {
+			if err := ingest([]ingestPiece{p}, &ph.ingestMeta); err != nil {
 				return ph, err
 			}
 		}
@@ -170,6 +183,15 @@ type restorePhases struct {
 	// ingested; deltas and deltaBytes the delta objects replayed.
 	ingestions, tables, deltas int
 	deltaBytes                 int64
+	// ingestLevels, ingestL0 and ingestMeta split the time inside
+	// Pebble's IngestExternalFiles by what was ingested: the batches of
+	// L1-L6 pieces, the L0 runs, the metadata pieces ingested on their
+	// own; learn is the listing of the new external tables after each
+	// ingestion (learnExternal). slowest is the longest single
+	// ingestion, slowestLevel its pieces' level and slowestPieces their
+	// count. Where a restore's time grows with the table count.
+	ingestLevels, ingestL0, ingestMeta, learn, slowest time.Duration
+	slowestLevel, slowestPieces                        int
 }
 
 // ingestOrder sorts pieces deepest level first, L0 (and any level) by

@@ -415,6 +415,8 @@ func openRemoteRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHa
 	}
 	logger.Info("remote state restored", "ms", logMs(time.Since(start)), "open_ms", logMs(opened), "markers_ms", logMs(ph.markers),
 		"ingest_ms", logMs(ph.ingest), "ingestions", ph.ingestions, "tables", ph.tables,
+		"ingest_levels_ms", logMs(ph.ingestLevels), "ingest_l0_ms", logMs(ph.ingestL0), "ingest_meta_ms", logMs(ph.ingestMeta),
+		"learn_ms", logMs(ph.learn), "slowest_ingest_ms", logMs(ph.slowest), "slowest_ingest_level", ph.slowestLevel, "slowest_ingest_pieces", ph.slowestPieces,
 		"replay_ms", logMs(ph.replay), "deltas", ph.deltas, "delta_bytes", ph.deltaBytes, "backend_ms", logMs(time.Since(t)))
 	return &pebbleBackend{backend: b, st: st}, nil
 }
