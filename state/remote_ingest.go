@@ -36,7 +36,10 @@ type ingestPiece struct {
 // ingestions mean fewer MANIFEST syncs: a restore costs about one per
 // level instead of one per table. The instance's reference markers on
 // the objects are written first (one reference list).
-func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) (restorePhases, error) {
+//
+// sched, when not nil, holds the DB's compactions; it is released before
+// the replay when the replay could wait for one (replayMayStall).
+func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle, sched *restoreScheduler) (restorePhases, error) {
 	var ph restorePhases
 	t0 := time.Now()
 	r := st.remote
@@ -147,6 +150,9 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 			deltaBytes += f.Size
 		}
 	}
+	if sched != nil && replayMayStall(ph.ingestions, deltaBytes, cfg.L0CompactionThreshold) {
+		sched.release()
+	}
 	rp := newDeltaReplay(st.db, deltaBytes, &r.deltaCommits)
 	for i, h := range hs {
 		own := cfg.KeyGroupRange.Intersect(h.KeyGroups)
@@ -171,6 +177,24 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 	err = rp.close()
 	ph.deltas, ph.deltaBytes, ph.replay = rp.objects, deltaBytes, time.Since(t0)
 	return ph, err
+}
+
+// replayMayStall reports whether a replay of deltaBytes after ingestions
+// ingestions could meet Pebble's L0 stop-writes threshold of a backend
+// with L0 compaction threshold l0Threshold (BackendConfig's), and so wait
+// for a compaction. Pebble checks it only before it rotates the memtable;
+// a memtable starts at 256 KiB, so the replay rotates at most once per
+// 256 KiB (and once more), each rotation's flush adds at most one L0
+// sublevel, and each ingestion added at most one (its files do not
+// overlap one another).
+func replayMayStall(ingestions int, deltaBytes int64, l0Threshold int) bool {
+	if deltaBytes <= 0 {
+		return false // nothing to commit
+	}
+	var o pebble.Options
+	setL0Thresholds(&o, l0Threshold)
+	rotations := deltaBytes/(256<<10) + 2
+	return int64(ingestions)+rotations >= int64(o.L0StopWritesThreshold)
 }
 
 // restorePhases is where a disaggregated restore's time went (logged by
