@@ -249,7 +249,7 @@ func OpenBackend(cfg BackendConfig) (KeyedStateBackend, error) {
 		}
 		return &hashmapBackend{backend: b, st: st}, nil
 	default:
-		st, err := openPebbleStore(cfg, logger)
+		st, err := openPebbleStore(cfg, logger, nil)
 		if err != nil {
 			return nil, err
 		}

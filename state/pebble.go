@@ -185,12 +185,16 @@ func setL0Thresholds(opts *pebble.Options, n int) {
 // tests replace it to see the calls that reach the disk.
 var localFS = vfs.Default
 
-func openPebbleStore(cfg BackendConfig, logger *slog.Logger) (*pebbleStore, error) {
+// openPebbleStore opens the DB of cfg; sched, when not nil, is its
+// compaction scheduler (a restore's restoreScheduler), else Pebble's
+// default.
+func openPebbleStore(cfg BackendConfig, logger *slog.Logger, sched pebble.CompactionScheduler) (*pebbleStore, error) {
 	opts := &pebble.Options{
 		Merger:             listMerger,
 		Logger:             pebbleLogger{logger.With("subsystem", "pebble")},
 		FormatMajorVersion: pebble.FormatNewest,
 	}
+	opts.Experimental.CompactionScheduler = sched
 	// Bloom filters on every level: state reads are point gets of one key
 	// (Flink's state.backend.rocksdb.use-bloom-filter, 10 bits per key).
 	for i := range opts.Levels {

@@ -36,7 +36,10 @@ type ingestPiece struct {
 // ingestions mean fewer MANIFEST syncs: a restore costs about one per
 // level instead of one per table. The instance's reference markers on
 // the objects are written first (one reference list).
-func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle) (restorePhases, error) {
+//
+// sched, when not nil, holds the DB's compactions; it is released before
+// the replay when the replay could wait for one (replayMayStall).
+func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, hs []keyedHandle, sched *restoreScheduler) (restorePhases, error) {
 	var ph restorePhases
 	t0 := time.Now()
 	r := st.remote
@@ -96,7 +99,7 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 		}
 	}
 	known := map[uint64]bool{}
-	ingest := func(batch []ingestPiece) error {
+	ingest := func(batch []ingestPiece, into *time.Duration) error {
 		ph.ingestions++
 		ph.tables += len(batch)
 		efs := make([]pebble.ExternalFile, len(batch))
@@ -104,19 +107,32 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 			efs[k] = p.ef
 		}
 		r.ingestions.Add(1)
+		t := time.Now()
 		if _, err := st.db.IngestExternalFiles(context.Background(), efs); err != nil {
 			return fmt.Errorf("state: restore: ingest %s: %w", efs[0].ObjName, err)
 		}
-		return r.learnExternal(st.db, known, efs)
+		d := time.Since(t)
+		*into += d
+		if d > ph.slowest {
+			ph.slowest, ph.slowestLevel, ph.slowestPieces = d, batch[0].level, len(batch)
+		}
+		t = time.Now()
+		err := r.learnExternal(st.db, known, efs)
+		ph.learn += time.Since(t)
+		return err
 	}
 	for _, batch := range ingestBatches(data) {
-		if err := ingest(batch); err != nil {
+		into := &ph.ingestLevels
+		if batch[0].level == 0 {
+			into = &ph.ingestL0
+		}
+		if err := ingest(batch, into); err != nil {
 			return ph, err
 		}
 	}
 	for _, m := range meta {
 		for _, p := range ingestOrder(m) {
-			if err := ingest([]ingestPiece{p}); err != nil {
+			if err := ingest([]ingestPiece{p}, &ph.ingestMeta); err != nil {
 				return ph, err
 			}
 		}
@@ -133,6 +149,9 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 		for _, f := range h.Deltas {
 			deltaBytes += f.Size
 		}
+	}
+	if sched != nil && replayMayStall(ph.ingestions, deltaBytes, cfg.L0CompactionThreshold) {
+		sched.release()
 	}
 	rp := newDeltaReplay(st.db, deltaBytes, &r.deltaCommits)
 	for i, h := range hs {
@@ -160,6 +179,24 @@ func ingestRemote(st *pebbleStore, cfg BackendConfig, handles []RestoreHandle, h
 	return ph, err
 }
 
+// replayMayStall reports whether a replay of deltaBytes after ingestions
+// ingestions could meet Pebble's L0 stop-writes threshold of a backend
+// with L0 compaction threshold l0Threshold (BackendConfig's), and so wait
+// for a compaction. Pebble checks it only before it rotates the memtable;
+// a memtable starts at 256 KiB, so the replay rotates at most once per
+// 256 KiB (and once more), each rotation's flush adds at most one L0
+// sublevel, and each ingestion added at most one (its files do not
+// overlap one another).
+func replayMayStall(ingestions int, deltaBytes int64, l0Threshold int) bool {
+	if deltaBytes <= 0 {
+		return false // nothing to commit
+	}
+	var o pebble.Options
+	setL0Thresholds(&o, l0Threshold)
+	rotations := deltaBytes/(256<<10) + 2
+	return int64(ingestions)+rotations >= int64(o.L0StopWritesThreshold)
+}
+
 // restorePhases is where a disaggregated restore's time went (logged by
 // openRemoteRestored): the reference markers (objectsFor), the
 // ingestions of the base tables by reference, the replay of the delta
@@ -170,6 +207,15 @@ type restorePhases struct {
 	// ingested; deltas and deltaBytes the delta objects replayed.
 	ingestions, tables, deltas int
 	deltaBytes                 int64
+	// ingestLevels, ingestL0 and ingestMeta split the time inside
+	// Pebble's IngestExternalFiles by what was ingested: the batches of
+	// L1-L6 pieces, the L0 runs, the metadata pieces ingested on their
+	// own; learn is the listing of the new external tables after each
+	// ingestion (learnExternal). slowest is the longest single
+	// ingestion, slowestLevel its pieces' level and slowestPieces their
+	// count. Where a restore's time grows with the table count.
+	ingestLevels, ingestL0, ingestMeta, learn, slowest time.Duration
+	slowestLevel, slowestPieces                        int
 }
 
 // ingestOrder sorts pieces deepest level first, L0 (and any level) by

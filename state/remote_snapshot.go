@@ -368,6 +368,11 @@ func (p *pebbleBackend) listRemoteTables() ([]fileRef, []string, error) {
 	return files, names, nil
 }
 
+// restoreHeldHook, when set (tests), sees a restored DB after its
+// ingestions and replay, before its compactions are released, and
+// whether they were still held.
+var restoreHeldHook func(db *pebble.DB, held bool)
+
 // openRemoteRestored is OpenBackendRestored for a disaggregated backend:
 // it opens a fresh DB (a new creator id) and ingests every table of the
 // snapshots by reference (Pebble's external file ingestion: no download;
@@ -397,12 +402,20 @@ func openRemoteRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHa
 	}
 	logger = logger.With("component", "state", "backend", cfg.Kind, "key_groups", cfg.KeyGroupRange.String())
 	start := time.Now()
-	st, err := openPebbleStore(cfg, logger)
+	// Compactions wait until the tables are ingested and the deltas
+	// replayed (restoreScheduler).
+	sched := newRestoreScheduler()
+	st, err := openPebbleStore(cfg, logger, sched)
 	if err != nil {
+		sched.Unregister() // stops its ticker if Pebble registered it and failed later
 		return nil, err
 	}
 	opened := time.Since(start)
-	ph, err := ingestRemote(st, cfg, handles, hs)
+	ph, err := ingestRemote(st, cfg, handles, hs, sched)
+	if h := restoreHeldHook; h != nil && err == nil {
+		h(st.db, sched.isHeld())
+	}
+	sched.release()
 	if err != nil {
 		_ = st.close()
 		return nil, err
@@ -415,6 +428,8 @@ func openRemoteRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHa
 	}
 	logger.Info("remote state restored", "ms", logMs(time.Since(start)), "open_ms", logMs(opened), "markers_ms", logMs(ph.markers),
 		"ingest_ms", logMs(ph.ingest), "ingestions", ph.ingestions, "tables", ph.tables,
+		"ingest_levels_ms", logMs(ph.ingestLevels), "ingest_l0_ms", logMs(ph.ingestL0), "ingest_meta_ms", logMs(ph.ingestMeta),
+		"learn_ms", logMs(ph.learn), "slowest_ingest_ms", logMs(ph.slowest), "slowest_ingest_level", ph.slowestLevel, "slowest_ingest_pieces", ph.slowestPieces,
 		"replay_ms", logMs(ph.replay), "deltas", ph.deltas, "delta_bytes", ph.deltaBytes, "backend_ms", logMs(time.Since(t)))
 	return &pebbleBackend{backend: b, st: st}, nil
 }
