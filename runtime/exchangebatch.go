@@ -133,9 +133,22 @@ func (b *ExchangeBatch) Size() int { return len(b.buf) }
 // the memory an open batch takes.
 func (b *ExchangeBatch) Cap() int { return cap(b.buf) }
 
+// Use gives an empty b (Len 0, Cap 0: new, or after Take) buf's capacity
+// to encode into: the next Append writes from buf[0] on instead of making
+// a buffer, and a Take hands buf back with the batch (a buffer of an
+// earlier batch that nothing reads any more, reused: no allocation, and
+// no zeroing of a fresh buffer, per batch). It does nothing when b holds
+// a buffer or buf has no capacity.
+func (b *ExchangeBatch) Use(buf []byte) {
+	if cap(b.buf) == 0 && b.n == 0 && cap(buf) > 0 {
+		b.buf = buf[:0]
+	}
+}
+
 // Take returns the encoded batch (nil when empty) and empties b; the
 // bytes are the caller's. b then holds no buffer (Cap 0): the next Append
-// makes one of capacity hint, so that an idle batch holds no memory.
+// makes one of capacity hint (unless Use gives it one), so that an idle
+// batch holds no memory.
 func (b *ExchangeBatch) Take(hint int) []byte {
 	if b.n == 0 {
 		return nil

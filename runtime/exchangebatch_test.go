@@ -206,3 +206,33 @@ func TestExchangeBatchIsNoMarker(t *testing.T) {
 		t.Errorf("DecodeMarker of a batch: marker %v, err %v; want a malformed marker", ok, err)
 	}
 }
+
+// TestExchangeBatchUse: an empty batch given a buffer encodes into it
+// from its first byte (stale bytes past its length never show), Take
+// hands it back with the batch, and a batch that holds a buffer ignores
+// Use.
+func TestExchangeBatchUse(t *testing.T) {
+	var want ExchangeBatch
+	want.Append(time.UnixMilli(7), []byte("k"), []byte("v"), 1)
+	want.AppendHeader("h", []byte("x"))
+	wantBytes := want.Take(0)
+
+	buf := bytes.Repeat([]byte{0xff}, 64)
+	var b ExchangeBatch
+	b.Use(buf[:5]) // its length is ignored: only its capacity is used
+	if b.Cap() != 64 || b.Size() != 0 {
+		t.Fatalf("after Use: Cap %d Size %d, want 64 and 0", b.Cap(), b.Size())
+	}
+	b.Append(time.UnixMilli(7), []byte("k"), []byte("v"), 1)
+	b.Use(make([]byte, 0, 128)) // holds a buffer: ignored
+	b.AppendHeader("h", []byte("x"))
+	got := b.Take(0)
+	if &got[0] != &buf[0] || !bytes.Equal(got, wantBytes) {
+		t.Fatalf("Take after Use: %x at %p, want %x in the given buffer %p", got, &got[0], wantBytes, &buf[0])
+	}
+	b.Use(nil) // no capacity: the next Append makes a buffer as before
+	b.Append(time.Time{}, nil, []byte("v"), 0)
+	if got := b.Take(0); len(got) == 0 || got[0] != ExchangeBatchVersion {
+		t.Fatalf("Append after Use(nil): %x", got)
+	}
+}

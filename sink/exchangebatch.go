@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -60,6 +61,10 @@ func (k *KafkaTxnCommitter) batches() *exchangeBatches {
 	if k.xb.limit == 0 {
 		k.xb.limit = RepartitionBatchBytes
 	}
+	// A batch's buffer grows past the limit by at most a record's
+	// estimate before it is produced (writeBatched), so by append's
+	// growth to at most twice it.
+	k.bufs = &batchBuffers{max: 2*k.xb.limit + 1024}
 	return k.xb
 }
 
@@ -86,6 +91,9 @@ func (k *KafkaTxnCommitter) writeBatched(ctx context.Context, xb *exchangeBatche
 		k.produceBatch(ctx, xb, s, p)
 	}
 	before := b.Cap()
+	if before == 0 {
+		b.Use(k.bufs.take())
+	}
 	appendChangelogRecord(b, k.cfg.Changelog, &rec)
 	xb.open += b.Cap() - before
 	switch {
@@ -176,21 +184,102 @@ func changeValue(c runtime.ChangeKind) []byte {
 // runtime.ExchangeBatchMarker, no key (the
 // partition is set) and no timestamp (the producer's clock).
 func (k *KafkaTxnCommitter) produceBatch(ctx context.Context, xb *exchangeBatches, s *txnSlot, p int32) {
+	if kr := k.batchRecord(xb, p); kr != nil {
+		k.produce(ctx, s, kr)
+	}
+}
+
+// batchRecord empties partition p's exchange batch into the Kafka record
+// produceBatch produces (nil when the batch holds no record); its Value is
+// the batch's buffer, the committer's again once the record's promise ran
+// (batchBuffers).
+func (k *KafkaTxnCommitter) batchRecord(xb *exchangeBatches, p int32) *kgo.Record {
 	b := &xb.parts[p]
 	if b.Len() == 0 {
-		return
+		return nil
 	}
 	kr := k.newRecord()
 	xb.open -= b.Cap()
 	kr.Value = b.Take(b.Size())
 	kr.Partition = p
 	kr.Headers = exchangeBatchHeaders
-	k.produce(ctx, s, kr)
+	return kr
 }
 
 // exchangeBatchHeaders are the headers of every exchange batch record
-// (franz-go only reads them).
+// (franz-go only reads them); finished knows a batch's Kafka record by
+// them (isBatchRecord).
 var exchangeBatchHeaders = []kgo.RecordHeader{{Key: runtime.MarkerHeader, Value: []byte(runtime.ExchangeBatchMarker)}}
+
+// isBatchRecord reports whether r is a Kafka record produceBatch made:
+// its headers are exchangeBatchHeaders itself (not an equal copy), so its
+// Value is a batch buffer of the committer's.
+func isBatchRecord(r *kgo.Record) bool {
+	return len(r.Headers) == 1 && &r.Headers[0] == &exchangeBatchHeaders[0]
+}
+
+// freeBatchBuffers is how many finished exchange batch buffers a
+// committer keeps for reuse (batchBuffers): with RepartitionBatchBytes 16
+// KiB about 1 MiB, as much as its open batches may hold
+// (RepartitionOpenBytes); a buffer finished while that many wait is left
+// to the garbage collector.
+const freeBatchBuffers = 64
+
+// batchBuffers are the buffers of a committer's exchange batches whose
+// Kafka records franz-go finished (their produce promise ran: it no
+// longer reads them, whether the record was acknowledged, failed or its
+// transaction aborted), or that dropBatches emptied, for the next batch
+// to encode into (runtime.ExchangeBatch.Use) instead of a new buffer per
+// batch: a 16 KiB allocation, its zeroing and its garbage collection, the
+// pattern of Kafka's own producer, whose BufferPool takes a finished
+// batch's buffer back for the next batch of its size. The last buffer put
+// back is taken first (the one most likely still in the CPU's caches). A
+// buffer is never taken again before its record's promise ran
+// (TestExchangeBatchBufferReusedOnlyOnceFinished). Safe for concurrent
+// use (the promises of several producers put buffers).
+type batchBuffers struct {
+	mu   sync.Mutex
+	bufs [][]byte
+	// max is the largest capacity kept: a buffer that grew past it (one
+	// record larger than the batch limit) is left to the garbage
+	// collector, so that the free buffers stay within about
+	// freeBatchBuffers batches.
+	max int
+	// reused counts the buffers take returned.
+	reused int
+}
+
+// put keeps buf for reuse unless freeBatchBuffers wait already or it is
+// larger than max (or f is nil).
+func (f *batchBuffers) put(buf []byte) {
+	if f == nil || cap(buf) == 0 || cap(buf) > f.max {
+		return
+	}
+	f.mu.Lock()
+	if len(f.bufs) < freeBatchBuffers {
+		f.bufs = append(f.bufs, buf[:0])
+	}
+	f.mu.Unlock()
+}
+
+// take returns the buffer put back last, nil when none waits (or f is
+// nil: the committer batches nothing).
+func (f *batchBuffers) take() []byte {
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := len(f.bufs)
+	if n == 0 {
+		return nil
+	}
+	buf := f.bufs[n-1]
+	f.bufs[n-1] = nil
+	f.bufs = f.bufs[:n-1]
+	f.reused++
+	return buf
+}
 
 // flushBatches produces every partition's exchange batch into slot s's
 // open transaction: before a marker (a partition's records precede the
@@ -212,7 +301,7 @@ func (k *KafkaTxnCommitter) dropBatches() {
 		return
 	}
 	for p := range k.xb.parts {
-		k.xb.parts[p].Take(0)
+		k.bufs.put(k.xb.parts[p].Take(0)) // never produced: nothing reads it
 	}
 	k.xb.open = 0
 }

@@ -206,3 +206,86 @@ func recordLines(recs []*kgo.Record) []string {
 	}
 	return out
 }
+
+// TestExchangeBatchBufferReusedOnlyOnceFinished: a produced exchange
+// batch's buffer is encoded into again only after its Kafka record's
+// produce promise ran (acknowledged or failed), never while franz-go may
+// still read it; a dropped batch's buffer is reused at once; a marker's
+// promise puts nothing back; a buffer that grew past twice the limit is
+// not kept.
+func TestExchangeBatchBufferReusedOnlyOnceFinished(t *testing.T) {
+	ctx := context.Background()
+	k := NewKafkaTxnCommitter(KafkaTxnConfig{
+		Name: "repartition.1", Topic: testTopic, TransactionalIDPrefix: "xb", Changelog: ChangelogUpsert,
+		BatchBytes: 256, Partition: func([]byte) int32 { return 0 }, Partitions: 1,
+	})
+	s := k.slots[0]
+	xb := k.batches()
+	// batch writes n records of value v into the open batch (below the
+	// limit: nothing is produced) and takes it as produceBatch would.
+	batch := func(v string, n int) *kgo.Record {
+		t.Helper()
+		for i := range n {
+			if err := k.writeBatched(ctx, xb, s, runtime.Record{Key: []byte(strconv.Itoa(i)), Value: []byte(v)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return k.batchRecord(xb, 0)
+	}
+	values := func(kr *kgo.Record) []string {
+		t.Helper()
+		var out []string
+		for _, r := range expandExchange(t, []*kgo.Record{kr}) {
+			out = append(out, string(r.Value))
+		}
+		return out
+	}
+	a := batch("aaaa", 4)
+	want := []string{"aaaa", "aaaa", "aaaa", "aaaa"}
+	b := batch("bbbb", 4) // a is in flight: b must not write into a's buffer
+	if &b.Value[0] == &a.Value[0] || k.bufs.reused != 0 {
+		t.Fatalf("batch b took a's buffer (reused %d) before a's promise ran", k.bufs.reused)
+	}
+	if got := values(a); !slices.Equal(got, want) {
+		t.Fatalf("in-flight batch a reads %q after b was written, want %q", got, want)
+	}
+	s.promise(a, nil) // acknowledged: franz-go is done with a
+	c := batch("cccc", 2)
+	if &c.Value[0] != &a.Value[0] || k.bufs.reused != 1 {
+		t.Fatalf("batch c after a's promise: buffer %p (reused %d), want a's %p", &c.Value[0], k.bufs.reused, &a.Value[0])
+	}
+	if got := values(c); !slices.Equal(got, []string{"cccc", "cccc"}) {
+		t.Fatalf("batch c in a's buffer reads %q", got)
+	}
+	if got := values(b); !slices.Equal(got, []string{"bbbb", "bbbb", "bbbb", "bbbb"}) {
+		t.Fatalf("in-flight batch b reads %q after c was written", got)
+	}
+	s.promise(b, fmt.Errorf("failed")) // a failure finishes it as well
+	if err := s.err(); err == nil {
+		t.Fatal("the failure b's promise reported was lost")
+	}
+	// A marker's record (not a batch) puts no buffer back.
+	m := k.newRecord()
+	m.Value, m.Headers = []byte("marker"), []kgo.RecordHeader{{Key: runtime.MarkerHeader, Value: []byte(runtime.ExchangeBatchMarker)}}
+	s.promise(m, nil)
+	// A dropped open batch's buffer (never produced) goes back at once.
+	if err := k.writeBatched(ctx, xb, s, runtime.Record{Key: []byte("k"), Value: []byte("dddd")}); err != nil {
+		t.Fatal(err)
+	}
+	k.dropBatches()
+	if xb.open != 0 || len(k.bufs.bufs) != 1 || k.bufs.reused != 2 {
+		t.Fatalf("after dropBatches: open %d, %d free buffers (reused %d), want 0, 1 (2)", xb.open, len(k.bufs.bufs), k.bufs.reused)
+	}
+	e := batch("eeee", 1)
+	if &e.Value[0] != &b.Value[0] || len(k.bufs.bufs) != 0 {
+		t.Fatalf("batch e after the drop: buffer %p, want b's %p (taken by d, dropped)", &e.Value[0], &b.Value[0])
+	}
+	if got := values(e); !slices.Equal(got, []string{"eeee"}) {
+		t.Fatalf("batch e reads %q", got)
+	}
+	// A buffer larger than twice the limit is left to the collector.
+	k.bufs.put(make([]byte, 0, 4*256))
+	if len(k.bufs.bufs) != 1 {
+		t.Fatalf("%d free buffers after putting an oversized one, want 1", len(k.bufs.bufs))
+	}
+}

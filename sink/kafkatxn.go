@@ -236,6 +236,9 @@ type KafkaTxnCommitter struct {
 	// transaction (batches); nil before the first write and for other
 	// sinks.
 	xb *exchangeBatches
+	// bufs are the exchange batches' finished buffers (batchBuffers),
+	// made with xb; nil for other sinks.
+	bufs *batchBuffers
 }
 
 // recordSlab is how many kgo.Records a recSlab holds: one allocation per
@@ -730,6 +733,9 @@ func (k *KafkaTxnCommitter) finished(s *txnSlot, r *kgo.Record, err error) {
 			s.ackedOnce.Store(true)
 		}
 		s.mu.Unlock()
+	}
+	if isBatchRecord(r) {
+		k.bufs.put(r.Value) // franz-go no longer reads it
 	}
 	if sl, ok := r.Context.(*recSlab); ok {
 		sl.release()

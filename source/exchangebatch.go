@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -19,6 +20,35 @@ type exchangeReader struct {
 	// inBatch is true while emitData emits a record of an exchange batch:
 	// decode then skips the format's JSON check (trustsBatchJSON).
 	inBatch bool
+	// recHeaders is where a changelog source's emitData converts a
+	// record's headers before it strips the changelog ones
+	// (scratchHeaders, ownHeaders).
+	recHeaders []runtime.Header
+}
+
+// scratchHeaders returns n headers of x's scratch for emitData to fill:
+// valid until the next call, so the record must not keep them
+// (ownHeaders).
+func (x *exchangeReader) scratchHeaders(n int) []runtime.Header {
+	if cap(x.recHeaders) < n {
+		x.recHeaders = make([]runtime.Header, n)
+	}
+	return x.recHeaders[:n]
+}
+
+// ownHeaders gives rec headers of its own when they are still
+// scratchHeaders' (no changelog header was stripped, which would have
+// made new ones or none): a copy, since the record may be kept
+// downstream. A changelog source's records, a repartition source's
+// among them (every record of an exchange batch carries the change
+// header, runtime.ChangeHeader, and mostly nothing else), then carry no
+// header slice of their own: no allocation per record, where they had
+// one before the strip.
+func (x *exchangeReader) ownHeaders(rec *runtime.Record) {
+	if len(rec.Headers) > 0 && len(x.recHeaders) > 0 && &rec.Headers[0] == &x.recHeaders[0] {
+		rec.Headers = slices.Clone(rec.Headers)
+	}
+	clear(x.recHeaders) // drop the references to the fetched bytes
 }
 
 // emitFetched emits a fetched record: a repartition source's (Config.Upstream)

@@ -1329,7 +1329,13 @@ func (s *KafkaSource) emitData(ctx context.Context, r *kgo.Record) error {
 		rec.Format = runtime.FormatText
 	}
 	if len(r.Headers) > 0 {
-		rec.Headers = make([]runtime.Header, len(r.Headers))
+		if s.cfg.Changelog {
+			// Into scratch: a changelog's headers are mostly only the
+			// change header, which readChangeHeader strips (ownHeaders).
+			rec.Headers = s.exchange.scratchHeaders(len(r.Headers))
+		} else {
+			rec.Headers = make([]runtime.Header, len(r.Headers))
+		}
 		for i, h := range r.Headers {
 			rec.Headers[i] = runtime.Header{Key: h.Key, Value: h.Value}
 		}
@@ -1338,7 +1344,9 @@ func (s *KafkaSource) emitData(ctx context.Context, r *kgo.Record) error {
 		if upsert := dropChangelogModeHeader(&rec); upsert && !s.cfg.UpsertChangelog {
 			return &UpsertChangelogError{Source: s.cfg.Name, Origin: origin}
 		}
-		if detail := readChangeHeader(&rec); detail != "" {
+		detail := readChangeHeader(&rec)
+		s.exchange.ownHeaders(&rec)
+		if detail != "" {
 			return s.policy.HandleBadRecord(ctx, rec, &runtime.RecordError{Reason: ReasonInvalid, Detail: detail})
 		}
 	}
