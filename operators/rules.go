@@ -1424,8 +1424,9 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 	}
 	s.WindowMs = max(s.WindowMs, e.WindowMs)
 	s.N++
+	val := e.In // the value the running aggregate takes (accValue)
 	if e.In != nil {
-		s.In = append(s.In, slices.Clone(e.In))
+		val = s.fold(w.Fn, e.In)
 	}
 	rw.touch(ts)
 	if newSlice && oldest {
@@ -1438,10 +1439,11 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 		if w.N == 0 || ts < w.First {
 			w.First = ts
 		}
-		if w.Fn == AggCount {
-			w.N++
-		} else if err := rw.accInput(e.In, 1); err != nil {
-			return err
+		w.N++
+		if w.Fn != AggCount && val != nil {
+			if err := rw.accValue(val, 1); err != nil {
+				return err
+			}
 		}
 		if w.minMax() {
 			if err := rw.dqInsert(ts, s); err != nil {

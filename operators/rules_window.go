@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"math/big"
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kstreamd/kstreamd/state"
@@ -65,11 +67,16 @@ var RulesDistinctState = state.MapStateDescriptor[string, int64]{
 	ValueSerializer: state.Int64Serializer{},
 }
 
-// ruleSlice is what one key keeps for the records of one millisecond: the
-// longest window a copy written into it had (ms), the number of records
-// and, for every fn but count, their aggregate inputs (JSON); its
-// neighbours in the key's time-ordered slice list and, for min and max, in
-// the deque.
+// ruleSlice is what one key keeps for the records of one millisecond (of
+// one pane, for a rule with a slice): the longest window a copy written
+// into it had (ms), the number of records N and, for every fn but count,
+// their aggregate inputs (JSON), pre-aggregated as they arrive (fold: for
+// sum and avg one sum of the integer inputs beside every double input, for
+// min and max the extreme, for count_distinct each distinct input once);
+// its neighbours in the key's time-ordered slice list and, for min and
+// max, in the deque. A slice's contribution to an aggregate is N records
+// and the values of In: a slice written before the pre-aggregation (one
+// input per record, format version 1) is one whose inputs were not folded.
 type ruleSlice struct {
 	WindowMs int64
 	N        int64
@@ -231,11 +238,21 @@ const fsumPrec = 2200
 // summary without Older is written as before (version 1, 2 or 3). All
 // four are read; a version 3 or 4 summary does not restore into a binary
 // older than it (the older binary's restore fails on the version byte).
+//
+// A slice whose inputs are pre-aggregated (ruleSlice.fold: fewer inputs
+// than records, for a fn that keeps inputs) is written as ruleSliceFolded,
+// version 1's layout under another version byte: a binary before the
+// pre-aggregation would count one record per input, so it refuses the
+// slice (and a summary holding one) instead of reading it wrong. Every
+// other slice is written as version 1, byte for byte as before; both are
+// read.
 const (
 	ruleStateV1 = 1
 	ruleStateV2 = 2
 	ruleStateV3 = 3
 	ruleStateV4 = 4
+
+	ruleSliceFolded = 2
 )
 
 // ruleSliceSerializer is ruleSlice's binary serializer (name
@@ -246,7 +263,11 @@ func (ruleSliceSerializer) Name() string { return "rules-slice-v1" }
 
 func (ruleSliceSerializer) Append(dst []byte, s ruleSlice) ([]byte, error) {
 	dst = slices.Grow(dst, ruleSliceSizeHint(&s))
-	dst = append(dst, ruleStateV1)
+	if len(s.In) > 0 && int64(len(s.In)) != s.N {
+		dst = append(dst, ruleSliceFolded) // inputs folded (ruleSlice.fold)
+	} else {
+		dst = append(dst, ruleStateV1)
+	}
 	var flags byte
 	for i, f := range []bool{s.HasPrev, s.HasNext, s.HasDPrev, s.HasDNext, s.InDeque} {
 		if f {
@@ -271,8 +292,8 @@ func (ruleSliceSerializer) Append(dst []byte, s ruleSlice) ([]byte, error) {
 func (ruleSliceSerializer) Decode(b []byte) (ruleSlice, error) {
 	var s ruleSlice
 	r := binReader{b: b}
-	if v := r.byte(); v != ruleStateV1 {
-		return s, fmt.Errorf("operators: rules slice: format version %d, want %d", v, ruleStateV1)
+	if v := r.byte(); v != ruleStateV1 && v != ruleSliceFolded {
+		return s, fmt.Errorf("operators: rules slice: format version %d, want %d or %d", v, ruleStateV1, ruleSliceFolded)
 	}
 	flags := r.byte()
 	for i, f := range []*bool{&s.HasPrev, &s.HasNext, &s.HasDPrev, &s.HasDNext, &s.InDeque} {
@@ -1037,23 +1058,25 @@ func (w *ruleWindow) minMax() bool { return w.Fn == AggMin || w.Fn == AggMax }
 
 // accSlice adds (sign 1) or subtracts (sign -1) slice s to or from the
 // running aggregate (not the deque).
+// The slice's records count by s.N, its values by its (pre-aggregated)
+// inputs (ruleSlice.fold).
 func (rw *ruleWin) accSlice(s *ruleSlice, sign int64) error {
+	rw.w.N += sign * s.N
 	if rw.w.Fn == AggCount {
-		rw.w.N += sign * s.N
 		return nil
 	}
 	for _, in := range s.In {
-		if err := rw.accInput(in, sign); err != nil {
+		if err := rw.accValue(in, sign); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// accInput adds or subtracts one aggregate input.
-func (rw *ruleWin) accInput(in []byte, sign int64) error {
+// accValue adds or subtracts the value of one aggregate input (a record's,
+// or a slice's pre-aggregated one) without counting a record.
+func (rw *ruleWin) accValue(in []byte, sign int64) error {
 	w := &rw.w
-	w.N += sign
 	switch w.Fn {
 	case AggSum, AggAvg:
 		x := parseNumber(in)
@@ -1092,16 +1115,73 @@ func (rw *ruleWin) accInput(in []byte, sign int64) error {
 	return nil
 }
 
+// fold adds the aggregate input in (JSON, as the routing stage wrote it)
+// of one more record (counted in N by the caller) to the slice's inputs,
+// pre-aggregated by fn: an integer into the slice's integer sum (sum and
+// avg; appended when the sum would leave int64, or the slice has none
+// yet), a double appended (the exact sum of doubles is the running
+// aggregate's, FSum); for min and max the inputs become the one extreme
+// (the first of equal ones, as sliceExt picks); for count_distinct an
+// input the slice already holds is not added again. It returns the value
+// the running aggregate takes for the record (accValue; nil: none, the
+// slice already had it) and the slice's inputs share no memory with in.
+func (s *ruleSlice) fold(fn AggregateFn, in []byte) []byte {
+	switch fn {
+	case AggSum, AggAvg:
+		x := parseNumber(in)
+		if !x.IsFloat {
+			for i, o := range s.In {
+				y := parseNumber(o)
+				if y.IsFloat {
+					continue
+				}
+				if sum, ok := addInt64(y.Int, x.Int); ok {
+					s.In[i] = strconv.AppendInt(s.In[i][:0:0], sum, 10)
+					return in
+				}
+				break
+			}
+		}
+	case AggMin, AggMax:
+		if len(s.In) > 0 {
+			ext, at := sliceExtAt(fn, s)
+			if !beats(fn, parseNumber(in), ext) {
+				if len(s.In) > 1 {
+					s.In = [][]byte{s.In[at]}
+				}
+				return in
+			}
+			s.In = s.In[:0]
+		}
+	case AggCountDistinct:
+		for _, o := range s.In {
+			if bytes.Equal(o, in) {
+				return nil
+			}
+		}
+	}
+	s.In = append(s.In, slices.Clone(in))
+	return in
+}
+
 // sliceExt is the extreme (min or max, by fn) of slice s's inputs.
 func sliceExt(fn AggregateFn, s *ruleSlice) number {
+	e, _ := sliceExtAt(fn, s)
+	return e
+}
+
+// sliceExtAt is sliceExt and the index in s.In of the input that is the
+// extreme (the first of equal ones).
+func sliceExtAt(fn AggregateFn, s *ruleSlice) (number, int) {
 	var e number
+	at := 0
 	for i, in := range s.In {
 		x := parseNumber(in)
 		if i == 0 || (fn == AggMax && e.less(x)) || (fn == AggMin && x.less(e)) {
-			e = x
+			e, at = x, i
 		}
 	}
-	return e
+	return e, at
 }
 
 // dominates reports whether a slice with extreme a makes an earlier slice
@@ -1510,12 +1590,11 @@ type ruleDelta struct {
 
 func (d *ruleDelta) slice(s *ruleSlice, sign int64) error {
 	fn := d.rw.w.Fn
+	d.r.n += sign * s.N
 	if fn == AggCount {
-		d.r.n += sign * s.N
 		return nil
 	}
 	for _, in := range s.In {
-		d.r.n += sign
 		switch fn {
 		case AggSum, AggAvg:
 			x := parseNumber(in)
