@@ -1117,9 +1117,9 @@ func (rw *ruleWin) accValue(in []byte, sign int64) error {
 
 // fold adds the aggregate input in (JSON, as the routing stage wrote it)
 // of one more record (counted in N by the caller) to the slice's inputs,
-// pre-aggregated by fn: an integer into the slice's integer sum (sum and
-// avg; appended when the sum would leave int64, or the slice has none
-// yet), a double appended (the exact sum of doubles is the running
+// pre-aggregated by fn: an integer into the first of the slice's integer
+// sums it fits into without leaving int64 (sum and avg; appended when
+// none), a double appended (the exact sum of doubles is the running
 // aggregate's, FSum); for min and max the inputs become the one extreme
 // (the first of equal ones, as sliceExt picks); for count_distinct an
 // input the slice already holds is not added again. It returns the value
@@ -1139,7 +1139,6 @@ func (s *ruleSlice) fold(fn AggregateFn, in []byte) []byte {
 					s.In[i] = strconv.AppendInt(s.In[i][:0:0], sum, 10)
 					return in
 				}
-				break
 			}
 		}
 	case AggMin, AggMax:
