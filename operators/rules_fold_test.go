@@ -255,3 +255,42 @@ func TestRuleSliceFoldFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendAlertFromHeadEqualsJSON: an alert written from the envelope
+// head's cached parts is byte for byte the one appendAlertJSON computes
+// (names and ids needing escapes, <, > and &, groups shorter or longer
+// than group_by, emit or none, hopping and sliding windows).
+func TestAppendAlertFromHeadEqualsJSON(t *testing.T) {
+	for i, tc := range []struct {
+		rule, when string
+		fn         AggregateFn
+		groupBy    []string
+		group      []string
+		emit       string
+		slice      int64
+	}{
+		{"big-spender", "> 500", AggSum, []string{"payee_id", "currency"}, []string{`"p7"`, `"EUR"`}, `{"n":1}`, 0},
+		{`r"q\<&>é`, "<= 2.5", AggMax, []string{`a"b`, "<x>"}, []string{`1`, `{"k":[1,2]}`}, "", 3600000},
+		{"c", "> 6", AggCount, nil, nil, "", 0},
+		{"d", "> 4", AggCountDistinct, []string{"g"}, []string{`"x"`, `"extra"`}, `"e"`, 1},
+		{"e", "< 0", AggAvg, []string{"g", "h"}, []string{`"x"`}, "", 0},
+	} {
+		h := &envelopeHead{Rule: tc.rule, Fn: tc.fn, AlertWhen: tc.when, GroupBy: tc.groupBy, WindowMs: 7200000, SliceMs: tc.slice}
+		h.setAlertParts()
+		e := &ruleEnvelope{Rule: h.Rule, Fn: h.Fn, AlertWhen: h.AlertWhen, GroupBy: h.GroupBy, WindowMs: h.WindowMs, SliceMs: h.SliceMs,
+			Record: []byte(`{"id":1,"amount":612.5}`), head: h}
+		for _, g := range tc.group {
+			e.Group = append(e.Group, []byte(g))
+		}
+		if tc.emit != "" {
+			e.Emit = []byte(tc.emit)
+		}
+		for _, ts := range []int64{1_700_000_000_000, -5, 0} {
+			got := appendAlert([]byte("x"), e, []byte("612.5"), ts)
+			want := appendAlertJSON([]byte("x"), e, []byte("612.5"), ts)
+			if !bytes.Equal(got, want) {
+				t.Errorf("case %d ts %d: alert\n%s\nwant\n%s", i, ts, got, want)
+			}
+		}
+	}
+}
