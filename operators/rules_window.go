@@ -158,7 +158,7 @@ func (o inlineSlice) slice() (*ruleSlice, error) {
 	if o.S != nil {
 		return o.S, nil
 	}
-	s, err := ruleSliceSerializer{}.Decode(o.Raw)
+	s, err := decodeSliceAt(o.Raw, o.K)
 	if err != nil {
 		return nil, fmt.Errorf("operators: rules window: older slice %d: %w", o.K, err)
 	}
@@ -168,7 +168,7 @@ func (o inlineSlice) slice() (*ruleSlice, error) {
 // size is the bytes ruleSliceSerializer writes for o's slice.
 func (o inlineSlice) size() int {
 	if o.S != nil {
-		return ruleSliceSizeHint(o.S)
+		return ruleSliceSizeAt(o.S, o.K)
 	}
 	return len(o.Raw)
 }
@@ -245,7 +245,12 @@ const fsumPrec = 2200
 // pre-aggregation would count one record per input, so it refuses the
 // slice (and a summary holding one) instead of reading it wrong. Every
 // other slice is written as version 1, byte for byte as before; both are
-// read.
+// read. The slices a summary holds (its newest and Older) are written as
+// ruleSliceRel (appendSliceAt: links as distances from the slice's own
+// time, only those set), which only a summary holds; a summary read keeps
+// the older slices of version 1 or 2 it holds as they are. A binary before
+// ruleSliceRel refuses a summary holding one (its restore fails on the
+// slice's version byte).
 const (
 	ruleStateV1 = 1
 	ruleStateV2 = 2
@@ -253,6 +258,7 @@ const (
 	ruleStateV4 = 4
 
 	ruleSliceFolded = 2
+	ruleSliceRel    = 3
 )
 
 // ruleSliceSerializer is ruleSlice's binary serializer (name
@@ -290,17 +296,105 @@ func (ruleSliceSerializer) Append(dst []byte, s ruleSlice) ([]byte, error) {
 }
 
 func (ruleSliceSerializer) Decode(b []byte) (ruleSlice, error) {
+	if len(b) > 0 && b[0] == ruleSliceRel {
+		return ruleSlice{}, errors.New("operators: rules slice: a summary's slice (format version 3) outside a summary")
+	}
+	return decodeSliceAt(b, 0)
+}
+
+// appendSliceAt appends slice s of key k (ms) in the layout a summary
+// keeps its slices in (ruleWindow.TailSlice and Older), format version
+// ruleSliceRel: version 1's layout, but each link (Prev, Next, DPrev,
+// DNext) whose flag is set as its distance from k (varint), not as a
+// time (sliceLink.rel): 1-3 bytes instead of 7 for a link to a slice
+// seconds away,
+// so more of a key's slices fit the summary's budget and a summary
+// rewritten per copy is smaller.
+func appendSliceAt(dst []byte, s *ruleSlice, k int64) []byte {
+	dst = slices.Grow(dst, ruleSliceSizeAt(s, k))
+	dst = append(dst, ruleSliceRel, sliceFlags(s))
+	dst = binary.AppendVarint(dst, s.WindowMs)
+	dst = binary.AppendVarint(dst, s.N)
+	for _, l := range sliceLinks(s) {
+		dst = binary.AppendVarint(dst, l.rel(k))
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(s.In)))
+	for _, in := range s.In {
+		dst = binary.AppendUvarint(dst, uint64(len(in)))
+		dst = append(dst, in...)
+	}
+	return dst
+}
+
+// ruleSliceSizeAt is the bytes appendSliceAt writes for slice s of key k.
+func ruleSliceSizeAt(s *ruleSlice, k int64) int {
+	n := 2 + varintLen(s.WindowMs) + varintLen(s.N) + uvarintLen(uint64(len(s.In)))
+	for _, l := range sliceLinks(s) {
+		n += varintLen(l.rel(k))
+	}
+	for _, in := range s.In {
+		n += bytesLen(len(in))
+	}
+	return n
+}
+
+type sliceLink struct {
+	at  int64
+	has bool
+}
+
+// rel is the link as ruleSliceRel writes it for a slice of key k: its
+// distance from k when set, else its value (0 unless left over).
+func (l sliceLink) rel(k int64) int64 {
+	if l.has {
+		return l.at - k
+	}
+	return l.at
+}
+
+// sliceLinks returns s's links in their order in the formats.
+func sliceLinks(s *ruleSlice) [4]sliceLink {
+	return [4]sliceLink{{s.Prev, s.HasPrev}, {s.Next, s.HasNext}, {s.DPrev, s.HasDPrev}, {s.DNext, s.HasDNext}}
+}
+
+// sliceFlags returns s's flag byte.
+func sliceFlags(s *ruleSlice) byte {
+	var flags byte
+	for i, f := range []bool{s.HasPrev, s.HasNext, s.HasDPrev, s.HasDNext, s.InDeque} {
+		if f {
+			flags |= 1 << i
+		}
+	}
+	return flags
+}
+
+// decodeSliceAt decodes slice k (ms) of any of the formats: version 1
+// and ruleSliceFolded (links as times) and ruleSliceRel (links set as
+// distances from k).
+func decodeSliceAt(b []byte, k int64) (ruleSlice, error) {
 	var s ruleSlice
 	r := binReader{b: b}
-	if v := r.byte(); v != ruleStateV1 && v != ruleSliceFolded {
-		return s, fmt.Errorf("operators: rules slice: format version %d, want %d or %d", v, ruleStateV1, ruleSliceFolded)
+	v := r.byte()
+	if v != ruleStateV1 && v != ruleSliceFolded && v != ruleSliceRel {
+		return s, fmt.Errorf("operators: rules slice: format version %d, want %d to %d", v, ruleStateV1, ruleSliceRel)
 	}
 	flags := r.byte()
 	for i, f := range []*bool{&s.HasPrev, &s.HasNext, &s.HasDPrev, &s.HasDNext, &s.InDeque} {
 		*f = flags&(1<<i) != 0
 	}
 	s.WindowMs, s.N = r.varint(), r.varint()
-	s.Prev, s.Next, s.DPrev, s.DNext = r.varint(), r.varint(), r.varint(), r.varint()
+	if v == ruleSliceRel {
+		for _, l := range []struct {
+			at  *int64
+			has bool
+		}{{&s.Prev, s.HasPrev}, {&s.Next, s.HasNext}, {&s.DPrev, s.HasDPrev}, {&s.DNext, s.HasDNext}} {
+			if *l.at = r.varint(); l.has {
+				*l.at += k
+			}
+		}
+	} else {
+		s.Prev, s.Next, s.DPrev, s.DNext = r.varint(), r.varint(), r.varint(), r.varint()
+	}
 	n := r.uvarint()
 	if n > uint64(len(b)) {
 		return s, errors.New("operators: rules slice: bad input count")
@@ -384,12 +478,9 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 		dst = appendBytes(append(dst, 1), b)
 	}
 	v4 := len(w.Older) > 0
-	var err error
 	if w.TailSlice != nil {
 		dst = append(dst, 1)
-		if dst, err = appendSliceBytes(dst, w.TailSlice); err != nil {
-			return dst, err
-		}
+		dst = appendSliceBytes(dst, w.TailSlice, w.Tail)
 	} else if w.DInline {
 		dst = append(dst, 0)
 	}
@@ -417,8 +508,8 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, uint64(w.Tail-o.K))
 		if o.S == nil {
 			dst = appendBytes(dst, o.Raw)
-		} else if dst, err = appendSliceBytes(dst, o.S); err != nil {
-			return dst, err
+		} else {
+			dst = appendSliceBytes(dst, o.S, o.K)
 		}
 	}
 	return dst, nil
@@ -426,15 +517,9 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 
 // appendSliceBytes appends s's bytes, length-prefixed: written after
 // dst's end, then moved behind their length (no buffer of their own).
-func appendSliceBytes(dst []byte, s *ruleSlice) ([]byte, error) {
-	at := len(dst)
-	b, err := ruleSliceSerializer{}.Append(dst, *s)
-	if err != nil {
-		return dst, err
-	}
-	var lb [binary.MaxVarintLen64]byte
-	ln := binary.PutUvarint(lb[:], uint64(len(b)-at))
-	return slices.Insert(b, at, lb[:ln]...), nil
+func appendSliceBytes(dst []byte, s *ruleSlice, k int64) []byte {
+	dst = binary.AppendUvarint(dst, uint64(ruleSliceSizeAt(s, k)))
+	return appendSliceAt(dst, s, k)
 }
 
 func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
@@ -468,7 +553,7 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 	if v >= ruleStateV2 && r.byte() == 1 {
 		tb := r.bytes()
 		if r.err == nil {
-			ts, err := ruleSliceSerializer{}.Decode(tb)
+			ts, err := decodeSliceAt(tb, w.Tail)
 			if err != nil {
 				return ruleWindow{}, fmt.Errorf("operators: rules window: newest slice: %w", err)
 			}
@@ -538,7 +623,7 @@ func ruleWindowSizeHint(w *ruleWindow) int {
 		n += bytesLen(16 + fsumPrec/8)
 	}
 	if t := w.TailSlice; t != nil {
-		n += 1 + bytesLen(ruleSliceSizeHint(t))
+		n += 1 + bytesLen(ruleSliceSizeAt(t, w.Tail))
 	} else if w.DInline {
 		n++
 	}
@@ -930,7 +1015,7 @@ func (rw *ruleWin) pickSummarySlices() []int64 {
 		for i, k := range keep {
 			n := 0
 			if s := rw.cache[k]; s != nil {
-				n = ruleSliceSizeHint(s)
+				n = ruleSliceSizeAt(s, k)
 			} else {
 				n = rw.rawSlice(k).size()
 			}
