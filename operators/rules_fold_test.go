@@ -294,3 +294,91 @@ func TestAppendAlertFromHeadEqualsJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleSummarySlicesRelative: the slices a summary holds are written
+// as ruleSliceRel (links as distances from their own time: a summary of
+// a max key with 4 slices a second apart is less than two thirds of what
+// version 1's absolute links made it) and read back equal, also beside
+// older slices still in version 1's bytes (a summary restored from a
+// checkpoint before ruleSliceRel, whose Raw older slices are written back
+// as they are); the map's slice serializer refuses a ruleSliceRel slice.
+func TestRuleSummarySlicesRelative(t *testing.T) {
+	const t0 = int64(1_700_000_000_000)
+	mk := func(k int64, prev, next bool) *ruleSlice {
+		s := &ruleSlice{WindowMs: 2_678_400_000, N: 1, In: [][]byte{[]byte("42")}, InDeque: true}
+		if prev {
+			s.Prev, s.HasPrev, s.DPrev, s.HasDPrev = k-1000, true, k-1000, true
+		}
+		if next {
+			s.Next, s.HasNext, s.DNext, s.HasDNext = k+1000, true, k+1000, true
+		}
+		return s
+	}
+	w := ruleWindow{Shape: `["max","amount",["key"]]`, Fn: AggMax, WindowMs: 2_678_400_000, Slices: 4, Head: t0, Tail: t0 + 3000,
+		First: t0, N: 4, DFront: t0, DBack: t0 + 3000, DLen: 4, TailSlice: mk(t0+3000, true, false)}
+	for i := range 3 {
+		k := t0 + int64(i)*1000
+		w.Older = append(w.Older, inlineSlice{K: k, S: mk(k, i > 0, true)})
+	}
+	b, err := ruleWindowSerializer{}.Append(nil, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ruleWindowSizeHint(&w); n != len(b) {
+		t.Fatalf("size hint %d, written %d", n, len(b))
+	}
+	abs := 0 // the same slices in version 1's layout
+	for _, s := range append([]*ruleSlice{w.TailSlice}, w.Older[0].S, w.Older[1].S, w.Older[2].S) {
+		v1, _ := ruleSliceSerializer{}.Append(nil, *s)
+		abs += len(v1)
+	}
+	rel := 0
+	for _, s := range []struct {
+		s *ruleSlice
+		k int64
+	}{{w.TailSlice, w.Tail}, {w.Older[0].S, w.Older[0].K}, {w.Older[1].S, w.Older[1].K}, {w.Older[2].S, w.Older[2].K}} {
+		rel += ruleSliceSizeAt(s.s, s.k)
+	}
+	if 3*rel >= 2*abs {
+		t.Fatalf("summary slices %d bytes, version 1 %d: want less than two thirds", rel, abs)
+	}
+	check := func(b []byte) {
+		t.Helper()
+		got, err := ruleWindowSerializer{}.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(*got.TailSlice) != fmt.Sprint(*w.TailSlice) {
+			t.Fatalf("newest slice %+v, want %+v", *got.TailSlice, *w.TailSlice)
+		}
+		for i, o := range got.Older {
+			s, err := o.slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.K != w.Older[i].K || fmt.Sprint(*s) != fmt.Sprint(*w.Older[i].S) {
+				t.Fatalf("older slice %d: %d %+v, want %d %+v", i, o.K, *s, w.Older[i].K, *w.Older[i].S)
+			}
+		}
+	}
+	check(b)
+	// Older slices in version 1's bytes (Raw), as a restored summary
+	// holds them, are written back as they are and read the same.
+	old := w
+	old.Older = nil
+	for _, o := range w.Older {
+		raw, _ := ruleSliceSerializer{}.Append(nil, *o.S)
+		if raw[0] != ruleStateV1 {
+			t.Fatalf("map slice version %d, want %d", raw[0], ruleStateV1)
+		}
+		old.Older = append(old.Older, inlineSlice{K: o.K, Raw: raw})
+	}
+	b2, err := ruleWindowSerializer{}.Append(nil, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(b2)
+	if _, err := (ruleSliceSerializer{}).Decode(appendSliceAt(nil, w.TailSlice, w.Tail)); err == nil {
+		t.Fatal("the map's serializer decoded a summary's slice")
+	}
+}
