@@ -57,7 +57,9 @@ var RulesAggState = state.ValueStateDescriptor[ruleWindow]{
 
 // RulesDistinctState is the rules operator's per-key counted map of a
 // count_distinct rule: an aggregate input (its JSON) to the number of the
-// window's records carrying it, for a key whose summary does not hold
+// window's slices carrying it (a slice holds each distinct input once,
+// ruleSlice.fold; one written before holds it once per record, and
+// counts so), for a key whose summary does not hold
 // them inline (ruleWindow.DInline, format version 3: a summary written
 // before, or one whose distinct inputs outgrew maxInlineDistinct). Part
 // of the checkpoint format.
@@ -184,8 +186,8 @@ const (
 )
 
 // distinctVal is one distinct aggregate input (its JSON) of an inline
-// count_distinct summary and the number of the window's records carrying
-// it.
+// count_distinct summary and the number of the window's slices carrying
+// it (as RulesDistinctState counts).
 type distinctVal struct {
 	V string
 	N int64
