@@ -896,6 +896,8 @@ type ruleEnvelope struct {
 	In        json.RawMessage   `json:"in,omitempty"`
 	Emit      json.RawMessage   `json:"emit,omitempty"`
 	Record    json.RawMessage   `json:"record"`
+
+	head *envelopeHead // the decoded binary head; nil for the JSON form
 }
 
 // envelopeMagic is the first byte of a binary envelope (a JSON envelope
@@ -963,6 +965,24 @@ type envelopeHead struct {
 	Limit     float64
 	GroupBy   []string
 	Emit      json.RawMessage
+
+	// The alert's parts that are the same for every copy of the head
+	// (appendAlert): `{"rule":<id>,"group":{`, each group_by name as a
+	// JSON string and ':', `},"aggregate":<fn>,"value":` and
+	// `,"alert_when":<alert_when>`.
+	alertHead, alertMid, alertWhen []byte
+	alertNames                     [][]byte
+}
+
+// setAlertParts computes h's alert parts (appendAlert) from its fields.
+func (h *envelopeHead) setAlertParts() {
+	h.alertHead = append(append([]byte(`{"rule":`), jsonString(h.Rule)...), `,"group":{`...)
+	h.alertNames = make([][]byte, len(h.GroupBy))
+	for i, name := range h.GroupBy {
+		h.alertNames[i] = append(jsonString(name), ':')
+	}
+	h.alertMid = append(append([]byte(`},"aggregate":`), jsonString(string(h.Fn))...), `,"value":`...)
+	h.alertWhen = append([]byte(`,"alert_when":`), jsonString(h.AlertWhen)...)
 }
 
 // decodeEnvelopeHead decodes what appendEnvelopeHead wrote.
@@ -1007,6 +1027,7 @@ func decodeEnvelopeHead(b []byte) (*envelopeHead, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
+	h.setAlertParts()
 	return h, nil
 }
 
@@ -1022,6 +1043,7 @@ func (f *RulesEvaluator) decodeEnvelope(value []byte, e *ruleEnvelope) error {
 		*e = ruleEnvelope{}
 		return json.Unmarshal(value, e)
 	}
+	e.head = nil
 	if len(value) == 0 || value[0] != envelopeMagic {
 		return errors.New("not a rules envelope")
 	}
@@ -1043,6 +1065,7 @@ func (f *RulesEvaluator) decodeEnvelope(value []byte, e *ruleEnvelope) error {
 	}
 	e.Rule, e.Version, e.Shape, e.Fn, e.WindowMs, e.SliceMs = h.Rule, h.Version, h.Shape, h.Fn, h.WindowMs, h.SliceMs
 	e.AlertWhen, e.Op, e.Limit, e.GroupBy, e.Emit = h.AlertWhen, h.Op, h.Limit, h.GroupBy, h.Emit
+	e.head = h
 	n := r.uvarint()
 	if n > uint64(len(value)) {
 		return errShort
@@ -1424,8 +1447,9 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 	}
 	s.WindowMs = max(s.WindowMs, e.WindowMs)
 	s.N++
+	val := e.In // the value the running aggregate takes (accValue)
 	if e.In != nil {
-		s.In = append(s.In, slices.Clone(e.In))
+		val = s.fold(w.Fn, e.In)
 	}
 	rw.touch(ts)
 	if newSlice && oldest {
@@ -1438,10 +1462,11 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 		if w.N == 0 || ts < w.First {
 			w.First = ts
 		}
-		if w.Fn == AggCount {
-			w.N++
-		} else if err := rw.accInput(e.In, 1); err != nil {
-			return err
+		w.N++
+		if w.Fn != AggCount && val != nil {
+			if err := rw.accValue(val, 1); err != nil {
+				return err
+			}
 		}
 		if w.minMax() {
 			if err := rw.dqInsert(ts, s); err != nil {
@@ -1480,8 +1505,43 @@ func (f *RulesEvaluator) ProcessElement(_ context.Context, rec runtime.Record, o
 	return out.Collect(runtime.Record{Key: rec.Key, Value: appendAlert(nil, e, value, ts), Timestamp: rec.Timestamp, Origin: rec.Origin})
 }
 
-// appendAlert appends the alert JSON of envelope e.
+// appendAlert appends the alert JSON of envelope e: from its head's
+// cached parts (envelopeHead.setAlertParts) for the binary form, the
+// same bytes as appendAlertJSON writes.
 func appendAlert(b []byte, e *ruleEnvelope, value []byte, ts int64) []byte {
+	h := e.head
+	if h == nil || len(h.alertNames) < len(e.Group) {
+		return appendAlertJSON(b, e, value, ts)
+	}
+	n := len(h.alertHead) + len(h.alertMid) + len(value) + len(h.alertWhen) + len(e.Record) + len(e.Emit) + 96
+	for i, g := range e.Group {
+		n += len(h.alertNames[i]) + len(g) + 1
+	}
+	b = slices.Grow(b, n)
+	b = append(b, h.alertHead...)
+	for i, g := range e.Group {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(b, h.alertNames[i]...), g...)
+	}
+	b = append(append(append(append(b, h.alertMid...), value...), h.alertWhen...), `,"window_start":`...)
+	end := ts // inclusive
+	if e.SliceMs > 0 {
+		end = ts + e.SliceMs - 1 // ts is the pane's start
+	}
+	b = strconv.AppendInt(b, ts-e.WindowMs, 10)
+	b = strconv.AppendInt(append(b, `,"window_end":`...), end, 10)
+	b = append(append(b, `,"record":`...), e.Record...)
+	if len(e.Emit) > 0 {
+		b = append(append(b, `,"emit":`...), e.Emit...)
+	}
+	return append(b, '}')
+}
+
+// appendAlertJSON appends the alert JSON of envelope e, computing every
+// part (an envelope of the earlier JSON form).
+func appendAlertJSON(b []byte, e *ruleEnvelope, value []byte, ts int64) []byte {
 	str := jsonString
 	b = append(append(b, `{"rule":`...), str(e.Rule)...)
 	b = append(b, `,"group":{`...)

@@ -1,6 +1,7 @@
 package operators
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"math/big"
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kstreamd/kstreamd/state"
@@ -55,7 +57,9 @@ var RulesAggState = state.ValueStateDescriptor[ruleWindow]{
 
 // RulesDistinctState is the rules operator's per-key counted map of a
 // count_distinct rule: an aggregate input (its JSON) to the number of the
-// window's records carrying it, for a key whose summary does not hold
+// window's slices carrying it (a slice holds each distinct input once,
+// ruleSlice.fold; one written before holds it once per record, and
+// counts so), for a key whose summary does not hold
 // them inline (ruleWindow.DInline, format version 3: a summary written
 // before, or one whose distinct inputs outgrew maxInlineDistinct). Part
 // of the checkpoint format.
@@ -65,11 +69,16 @@ var RulesDistinctState = state.MapStateDescriptor[string, int64]{
 	ValueSerializer: state.Int64Serializer{},
 }
 
-// ruleSlice is what one key keeps for the records of one millisecond: the
-// longest window a copy written into it had (ms), the number of records
-// and, for every fn but count, their aggregate inputs (JSON); its
-// neighbours in the key's time-ordered slice list and, for min and max, in
-// the deque.
+// ruleSlice is what one key keeps for the records of one millisecond (of
+// one pane, for a rule with a slice): the longest window a copy written
+// into it had (ms), the number of records N and, for every fn but count,
+// their aggregate inputs (JSON), pre-aggregated as they arrive (fold: for
+// sum and avg one sum of the integer inputs beside every double input, for
+// min and max the extreme, for count_distinct each distinct input once);
+// its neighbours in the key's time-ordered slice list and, for min and
+// max, in the deque. A slice's contribution to an aggregate is N records
+// and the values of In: a slice written before the pre-aggregation (one
+// input per record, format version 1) is one whose inputs were not folded.
 type ruleSlice struct {
 	WindowMs int64
 	N        int64
@@ -151,7 +160,7 @@ func (o inlineSlice) slice() (*ruleSlice, error) {
 	if o.S != nil {
 		return o.S, nil
 	}
-	s, err := ruleSliceSerializer{}.Decode(o.Raw)
+	s, err := decodeSliceAt(o.Raw, o.K)
 	if err != nil {
 		return nil, fmt.Errorf("operators: rules window: older slice %d: %w", o.K, err)
 	}
@@ -161,7 +170,7 @@ func (o inlineSlice) slice() (*ruleSlice, error) {
 // size is the bytes ruleSliceSerializer writes for o's slice.
 func (o inlineSlice) size() int {
 	if o.S != nil {
-		return ruleSliceSizeHint(o.S)
+		return ruleSliceSizeAt(o.S, o.K)
 	}
 	return len(o.Raw)
 }
@@ -177,8 +186,8 @@ const (
 )
 
 // distinctVal is one distinct aggregate input (its JSON) of an inline
-// count_distinct summary and the number of the window's records carrying
-// it.
+// count_distinct summary and the number of the window's slices carrying
+// it (as RulesDistinctState counts).
 type distinctVal struct {
 	V string
 	N int64
@@ -231,11 +240,27 @@ const fsumPrec = 2200
 // summary without Older is written as before (version 1, 2 or 3). All
 // four are read; a version 3 or 4 summary does not restore into a binary
 // older than it (the older binary's restore fails on the version byte).
+//
+// A slice whose inputs are pre-aggregated (ruleSlice.fold: fewer inputs
+// than records, for a fn that keeps inputs) is written as ruleSliceFolded,
+// version 1's layout under another version byte: a binary before the
+// pre-aggregation would count one record per input, so it refuses the
+// slice (and a summary holding one) instead of reading it wrong. Every
+// other slice is written as version 1, byte for byte as before; both are
+// read. The slices a summary holds (its newest and Older) are written as
+// ruleSliceRel (appendSliceAt: links as distances from the slice's own
+// time, only those set), which only a summary holds; a summary read keeps
+// the older slices of version 1 or 2 it holds as they are. A binary before
+// ruleSliceRel refuses a summary holding one (its restore fails on the
+// slice's version byte).
 const (
 	ruleStateV1 = 1
 	ruleStateV2 = 2
 	ruleStateV3 = 3
 	ruleStateV4 = 4
+
+	ruleSliceFolded = 2
+	ruleSliceRel    = 3
 )
 
 // ruleSliceSerializer is ruleSlice's binary serializer (name
@@ -246,7 +271,11 @@ func (ruleSliceSerializer) Name() string { return "rules-slice-v1" }
 
 func (ruleSliceSerializer) Append(dst []byte, s ruleSlice) ([]byte, error) {
 	dst = slices.Grow(dst, ruleSliceSizeHint(&s))
-	dst = append(dst, ruleStateV1)
+	if len(s.In) > 0 && int64(len(s.In)) != s.N {
+		dst = append(dst, ruleSliceFolded) // inputs folded (ruleSlice.fold)
+	} else {
+		dst = append(dst, ruleStateV1)
+	}
 	var flags byte
 	for i, f := range []bool{s.HasPrev, s.HasNext, s.HasDPrev, s.HasDNext, s.InDeque} {
 		if f {
@@ -269,17 +298,105 @@ func (ruleSliceSerializer) Append(dst []byte, s ruleSlice) ([]byte, error) {
 }
 
 func (ruleSliceSerializer) Decode(b []byte) (ruleSlice, error) {
+	if len(b) > 0 && b[0] == ruleSliceRel {
+		return ruleSlice{}, errors.New("operators: rules slice: a summary's slice (format version 3) outside a summary")
+	}
+	return decodeSliceAt(b, 0)
+}
+
+// appendSliceAt appends slice s of key k (ms) in the layout a summary
+// keeps its slices in (ruleWindow.TailSlice and Older), format version
+// ruleSliceRel: version 1's layout, but each link (Prev, Next, DPrev,
+// DNext) whose flag is set as its distance from k (varint), not as a
+// time (sliceLink.rel): 1-3 bytes instead of 7 for a link to a slice
+// seconds away,
+// so more of a key's slices fit the summary's budget and a summary
+// rewritten per copy is smaller.
+func appendSliceAt(dst []byte, s *ruleSlice, k int64) []byte {
+	dst = slices.Grow(dst, ruleSliceSizeAt(s, k))
+	dst = append(dst, ruleSliceRel, sliceFlags(s))
+	dst = binary.AppendVarint(dst, s.WindowMs)
+	dst = binary.AppendVarint(dst, s.N)
+	for _, l := range sliceLinks(s) {
+		dst = binary.AppendVarint(dst, l.rel(k))
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(s.In)))
+	for _, in := range s.In {
+		dst = binary.AppendUvarint(dst, uint64(len(in)))
+		dst = append(dst, in...)
+	}
+	return dst
+}
+
+// ruleSliceSizeAt is the bytes appendSliceAt writes for slice s of key k.
+func ruleSliceSizeAt(s *ruleSlice, k int64) int {
+	n := 2 + varintLen(s.WindowMs) + varintLen(s.N) + uvarintLen(uint64(len(s.In)))
+	for _, l := range sliceLinks(s) {
+		n += varintLen(l.rel(k))
+	}
+	for _, in := range s.In {
+		n += bytesLen(len(in))
+	}
+	return n
+}
+
+type sliceLink struct {
+	at  int64
+	has bool
+}
+
+// rel is the link as ruleSliceRel writes it for a slice of key k: its
+// distance from k when set, else its value (0 unless left over).
+func (l sliceLink) rel(k int64) int64 {
+	if l.has {
+		return l.at - k
+	}
+	return l.at
+}
+
+// sliceLinks returns s's links in their order in the formats.
+func sliceLinks(s *ruleSlice) [4]sliceLink {
+	return [4]sliceLink{{s.Prev, s.HasPrev}, {s.Next, s.HasNext}, {s.DPrev, s.HasDPrev}, {s.DNext, s.HasDNext}}
+}
+
+// sliceFlags returns s's flag byte.
+func sliceFlags(s *ruleSlice) byte {
+	var flags byte
+	for i, f := range []bool{s.HasPrev, s.HasNext, s.HasDPrev, s.HasDNext, s.InDeque} {
+		if f {
+			flags |= 1 << i
+		}
+	}
+	return flags
+}
+
+// decodeSliceAt decodes slice k (ms) of any of the formats: version 1
+// and ruleSliceFolded (links as times) and ruleSliceRel (links set as
+// distances from k).
+func decodeSliceAt(b []byte, k int64) (ruleSlice, error) {
 	var s ruleSlice
 	r := binReader{b: b}
-	if v := r.byte(); v != ruleStateV1 {
-		return s, fmt.Errorf("operators: rules slice: format version %d, want %d", v, ruleStateV1)
+	v := r.byte()
+	if v != ruleStateV1 && v != ruleSliceFolded && v != ruleSliceRel {
+		return s, fmt.Errorf("operators: rules slice: format version %d, want %d to %d", v, ruleStateV1, ruleSliceRel)
 	}
 	flags := r.byte()
 	for i, f := range []*bool{&s.HasPrev, &s.HasNext, &s.HasDPrev, &s.HasDNext, &s.InDeque} {
 		*f = flags&(1<<i) != 0
 	}
 	s.WindowMs, s.N = r.varint(), r.varint()
-	s.Prev, s.Next, s.DPrev, s.DNext = r.varint(), r.varint(), r.varint(), r.varint()
+	if v == ruleSliceRel {
+		for _, l := range []struct {
+			at  *int64
+			has bool
+		}{{&s.Prev, s.HasPrev}, {&s.Next, s.HasNext}, {&s.DPrev, s.HasDPrev}, {&s.DNext, s.HasDNext}} {
+			if *l.at = r.varint(); l.has {
+				*l.at += k
+			}
+		}
+	} else {
+		s.Prev, s.Next, s.DPrev, s.DNext = r.varint(), r.varint(), r.varint(), r.varint()
+	}
 	n := r.uvarint()
 	if n > uint64(len(b)) {
 		return s, errors.New("operators: rules slice: bad input count")
@@ -363,12 +480,9 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 		dst = appendBytes(append(dst, 1), b)
 	}
 	v4 := len(w.Older) > 0
-	var err error
 	if w.TailSlice != nil {
 		dst = append(dst, 1)
-		if dst, err = appendSliceBytes(dst, w.TailSlice); err != nil {
-			return dst, err
-		}
+		dst = appendSliceBytes(dst, w.TailSlice, w.Tail)
 	} else if w.DInline {
 		dst = append(dst, 0)
 	}
@@ -396,8 +510,8 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, uint64(w.Tail-o.K))
 		if o.S == nil {
 			dst = appendBytes(dst, o.Raw)
-		} else if dst, err = appendSliceBytes(dst, o.S); err != nil {
-			return dst, err
+		} else {
+			dst = appendSliceBytes(dst, o.S, o.K)
 		}
 	}
 	return dst, nil
@@ -405,15 +519,9 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 
 // appendSliceBytes appends s's bytes, length-prefixed: written after
 // dst's end, then moved behind their length (no buffer of their own).
-func appendSliceBytes(dst []byte, s *ruleSlice) ([]byte, error) {
-	at := len(dst)
-	b, err := ruleSliceSerializer{}.Append(dst, *s)
-	if err != nil {
-		return dst, err
-	}
-	var lb [binary.MaxVarintLen64]byte
-	ln := binary.PutUvarint(lb[:], uint64(len(b)-at))
-	return slices.Insert(b, at, lb[:ln]...), nil
+func appendSliceBytes(dst []byte, s *ruleSlice, k int64) []byte {
+	dst = binary.AppendUvarint(dst, uint64(ruleSliceSizeAt(s, k)))
+	return appendSliceAt(dst, s, k)
 }
 
 func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
@@ -447,7 +555,7 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 	if v >= ruleStateV2 && r.byte() == 1 {
 		tb := r.bytes()
 		if r.err == nil {
-			ts, err := ruleSliceSerializer{}.Decode(tb)
+			ts, err := decodeSliceAt(tb, w.Tail)
 			if err != nil {
 				return ruleWindow{}, fmt.Errorf("operators: rules window: newest slice: %w", err)
 			}
@@ -517,7 +625,7 @@ func ruleWindowSizeHint(w *ruleWindow) int {
 		n += bytesLen(16 + fsumPrec/8)
 	}
 	if t := w.TailSlice; t != nil {
-		n += 1 + bytesLen(ruleSliceSizeHint(t))
+		n += 1 + bytesLen(ruleSliceSizeAt(t, w.Tail))
 	} else if w.DInline {
 		n++
 	}
@@ -909,7 +1017,7 @@ func (rw *ruleWin) pickSummarySlices() []int64 {
 		for i, k := range keep {
 			n := 0
 			if s := rw.cache[k]; s != nil {
-				n = ruleSliceSizeHint(s)
+				n = ruleSliceSizeAt(s, k)
 			} else {
 				n = rw.rawSlice(k).size()
 			}
@@ -1037,23 +1145,25 @@ func (w *ruleWindow) minMax() bool { return w.Fn == AggMin || w.Fn == AggMax }
 
 // accSlice adds (sign 1) or subtracts (sign -1) slice s to or from the
 // running aggregate (not the deque).
+// The slice's records count by s.N, its values by its (pre-aggregated)
+// inputs (ruleSlice.fold).
 func (rw *ruleWin) accSlice(s *ruleSlice, sign int64) error {
+	rw.w.N += sign * s.N
 	if rw.w.Fn == AggCount {
-		rw.w.N += sign * s.N
 		return nil
 	}
 	for _, in := range s.In {
-		if err := rw.accInput(in, sign); err != nil {
+		if err := rw.accValue(in, sign); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// accInput adds or subtracts one aggregate input.
-func (rw *ruleWin) accInput(in []byte, sign int64) error {
+// accValue adds or subtracts the value of one aggregate input (a record's,
+// or a slice's pre-aggregated one) without counting a record.
+func (rw *ruleWin) accValue(in []byte, sign int64) error {
 	w := &rw.w
-	w.N += sign
 	switch w.Fn {
 	case AggSum, AggAvg:
 		x := parseNumber(in)
@@ -1092,16 +1202,72 @@ func (rw *ruleWin) accInput(in []byte, sign int64) error {
 	return nil
 }
 
+// fold adds the aggregate input in (JSON, as the routing stage wrote it)
+// of one more record (counted in N by the caller) to the slice's inputs,
+// pre-aggregated by fn: an integer into the first of the slice's integer
+// sums it fits into without leaving int64 (sum and avg; appended when
+// none), a double appended (the exact sum of doubles is the running
+// aggregate's, FSum); for min and max the inputs become the one extreme
+// (the first of equal ones, as sliceExt picks); for count_distinct an
+// input the slice already holds is not added again. It returns the value
+// the running aggregate takes for the record (accValue; nil: none, the
+// slice already had it) and the slice's inputs share no memory with in.
+func (s *ruleSlice) fold(fn AggregateFn, in []byte) []byte {
+	switch fn {
+	case AggSum, AggAvg:
+		x := parseNumber(in)
+		if !x.IsFloat {
+			for i, o := range s.In {
+				y := parseNumber(o)
+				if y.IsFloat {
+					continue
+				}
+				if sum, ok := addInt64(y.Int, x.Int); ok {
+					s.In[i] = strconv.AppendInt(s.In[i][:0:0], sum, 10)
+					return in
+				}
+			}
+		}
+	case AggMin, AggMax:
+		if len(s.In) > 0 {
+			ext, at := sliceExtAt(fn, s)
+			if !beats(fn, parseNumber(in), ext) {
+				if len(s.In) > 1 {
+					s.In = [][]byte{s.In[at]}
+				}
+				return in
+			}
+			s.In = s.In[:0]
+		}
+	case AggCountDistinct:
+		for _, o := range s.In {
+			if bytes.Equal(o, in) {
+				return nil
+			}
+		}
+	}
+	s.In = append(s.In, slices.Clone(in))
+	return in
+}
+
 // sliceExt is the extreme (min or max, by fn) of slice s's inputs.
 func sliceExt(fn AggregateFn, s *ruleSlice) number {
+	e, _ := sliceExtAt(fn, s)
+	return e
+}
+
+// sliceExtAt is sliceExt and the index in s.In of the input that is the
+// extreme (the first of equal ones).
+func sliceExtAt(fn AggregateFn, s *ruleSlice) (number, int) {
 	var e number
+	at := 0
 	for i, in := range s.In {
 		x := parseNumber(in)
 		if i == 0 || (fn == AggMax && e.less(x)) || (fn == AggMin && x.less(e)) {
-			e = x
+			e, at = x, i
 		}
 	}
-	return e
+	return e, at
 }
 
 // dominates reports whether a slice with extreme a makes an earlier slice
@@ -1510,12 +1676,11 @@ type ruleDelta struct {
 
 func (d *ruleDelta) slice(s *ruleSlice, sign int64) error {
 	fn := d.rw.w.Fn
+	d.r.n += sign * s.N
 	if fn == AggCount {
-		d.r.n += sign * s.N
 		return nil
 	}
 	for _, in := range s.In {
-		d.r.n += sign
 		switch fn {
 		case AggSum, AggAvg:
 			x := parseNumber(in)
