@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +101,8 @@ var nexmarkStateless = []string{
 // result, EvalJSON bytes, decoded value and roundTrips,
 // and the same errors, over records fuzzed as bytes and read through a
 // Doc known valid, a Doc checked by itself, and the whole decoded value.
+// Its seeds are small records; the large ones, which take seconds each
+// (the fuzzer would take them for hangs), are TestDirectEqualsCELLarge's.
 func FuzzDirectEqualsCEL(f *testing.F) {
 	for _, s := range []string{
 		`{"id":123456,"key":"k000042","amount":317,"note":"xxxxxxxxxxxxxxxx"}`,
@@ -114,20 +117,50 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 		`{"bid":{"channel":"BAIDU","url":"a&channel_id=&channel_id=5","extra":"\u00e9c"},"url":"/A/b\u00e9/c","note":"\u00e9t\u00e9x/y","amount":2}`,
 		`{"bid":{"channel":"\u00c0pple","url":"channel_id","extra":"c"},"url":"Ab","note":"x","amount":-3}`,
 		"{\"url\":\"a/\xff/b\",\"note\":\"\xffAB\",\"amount\":1,\"bid\":{\"channel\":\"G\xffOOGLE\",\"url\":\"/\xff/\",\"extra\":\"c\xff\"}}",
-		`{"url":"` + strings.Repeat("a/", 2100) + `","note":"` + strings.Repeat("x", 5000) + `","amount":4}`,
-		`{"url":"` + strings.Repeat("u", 96) + `","note":"` + strings.Repeat("x", 4000) + `","amount":-9223372036854775808}`,
-		`{"note":"` + strings.Repeat("\u00e9", 1024) + `","amount":12345}`,
 		`{"note":"aaaa\u00e9\u00e9xx","url":"/A/b\u00e9/c<&>","amount":1,"bid":{"price":-1}}`, `{"note":"","url":"","amount":-999999999999999}`,
 		`{"note":"\u00c0\u00e9","url":"a/b/c/d","amount":999999999999999}`, `{"note":"x","url":"a/b","amount":0}`, `{"amount":-1000000,"note":"\u007f<"}`,
-		`{"note":"` + strings.Repeat("y", 2048) + `","amount":7,"bid":{"auction":-1,"channel":"` + strings.Repeat("c", 4090) + `","dateTime":0}}`,
 	} {
 		f.Add([]byte(s))
 	}
+	fast, general := directEqualsCELPrograms(f)
+	f.Fuzz(func(t *testing.T, b []byte) { directEqualsCEL(t, fast, general, b) })
+}
+
+// largeDirectRecords are FuzzDirectEqualsCEL's records of thousands of
+// bytes (long strings of plain, repeated and non-ASCII bytes against the
+// cost bound, split and replace; a channel of 4,090 bytes): each takes
+// FuzzDirectEqualsCEL's check a second or more (4-5 s for the first under
+// load), so they are not in its corpus, where `go test -fuzz` runs every
+// seed before fuzzing and reports a slow one as a hang.
+var largeDirectRecords = []string{
+	`{"url":"` + strings.Repeat("a/", 2100) + `","note":"` + strings.Repeat("x", 5000) + `","amount":4}`,
+	`{"url":"` + strings.Repeat("u", 96) + `","note":"` + strings.Repeat("x", 4000) + `","amount":-9223372036854775808}`,
+	`{"note":"` + strings.Repeat("\u00e9", 1024) + `","amount":12345}`,
+	`{"note":"` + strings.Repeat("y", 2048) + `","amount":7,"bid":{"auction":-1,"channel":"` + strings.Repeat("c", 4090) + `","dateTime":0}}`,
+}
+
+// TestDirectEqualsCELLarge is FuzzDirectEqualsCEL's check on
+// largeDirectRecords, which were its seeds.
+func TestDirectEqualsCELLarge(t *testing.T) {
+	fast, general := directEqualsCELPrograms(t)
+	for i, s := range largeDirectRecords {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			t.Parallel()
+			directEqualsCEL(t, fast, general, []byte(s))
+		})
+	}
+}
+
+// directEqualsCELPrograms compiles directPrograms and nexmarkStateless
+// twice: with their direct forms (fast) and without (general, CEL's
+// interpreter alone), failing when one known to have a direct form has
+// none.
+func directEqualsCELPrograms(tb testing.TB) (fast, general []*Program) {
 	directPrograms := append(slices.Clip(directPrograms), nexmarkStateless...)
-	fast := make([]*Program, len(directPrograms))
-	general := make([]*Program, len(directPrograms))
+	fast = make([]*Program, len(directPrograms))
+	general = make([]*Program, len(directPrograms))
 	for i, src := range directPrograms {
-		fast[i] = mustCompile(f, src)
+		fast[i] = mustCompile(tb, src)
 		g := *fast[i]
 		g.direct = nil
 		general[i] = &g
@@ -138,65 +171,71 @@ func FuzzDirectEqualsCEL(f *testing.F) {
 	}
 	for _, i := range musts {
 		if fast[i].direct == nil {
-			f.Fatalf("%s: no direct form compiled", directPrograms[i])
+			tb.Fatalf("%s: no direct form compiled", directPrograms[i])
 		}
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		valid := gjson.ValidBytes(b)
-		inputs := []func() *Input{
-			func() *Input { return &Input{Doc: NewDoc(b)} },
-			func() *Input { return &Input{JSON: b} },
+	return fast, general
+}
+
+// directEqualsCEL is FuzzDirectEqualsCEL's check of one record b: every
+// program of fast gives what the same program of general gives, read
+// through every kind of input.
+func directEqualsCEL(t *testing.T, fast, general []*Program, b []byte) {
+	directPrograms := append(slices.Clip(directPrograms), nexmarkStateless...)
+	valid := gjson.ValidBytes(b)
+	inputs := []func() *Input{
+		func() *Input { return &Input{Doc: NewDoc(b)} },
+		func() *Input { return &Input{JSON: b} },
+	}
+	if valid {
+		inputs = append(inputs, func() *Input { return &Input{Doc: NewValidDoc(b)} })
+		// A source's Doc indexed in its check (ResetChecked after a
+		// read of the previous value).
+		inputs = append(inputs, func() *Input { return &Input{Doc: foldedDoc(b)} })
+		if v, err := DecodeJSON(b); err == nil {
+			inputs = append(inputs, func() *Input { return &Input{Value: v} })
 		}
-		if valid {
-			inputs = append(inputs, func() *Input { return &Input{Doc: NewValidDoc(b)} })
-			// A source's Doc indexed in its check (ResetChecked after a
-			// read of the previous value).
-			inputs = append(inputs, func() *Input { return &Input{Doc: foldedDoc(b)} })
-			if v, err := DecodeJSON(b); err == nil {
-				inputs = append(inputs, func() *Input { return &Input{Value: v} })
+	}
+	for i := range fast {
+		for j, mk := range inputs {
+			in := func() *Input {
+				x := mk()
+				x.Key, x.Timestamp, x.Topic = []byte("k"), time.UnixMilli(1500), "tp"
+				x.Headers = []Header{{Key: "h", Value: []byte("v")}}
+				return x
 			}
-		}
-		for i := range fast {
-			for j, mk := range inputs {
-				in := func() *Input {
-					x := mk()
-					x.Key, x.Timestamp, x.Topic = []byte("k"), time.UnixMilli(1500), "tp"
-					x.Headers = []Header{{Key: "h", Value: []byte("v")}}
-					return x
+			gv, gerr := general[i].Eval(NewEnv(in()))
+			fv, ferr := fast[i].Eval(NewEnv(in()))
+			if fmt.Sprintf("%#v %v", gv, gerr) != fmt.Sprintf("%#v %v", fv, ferr) {
+				t.Fatalf("%s on %q (input %d): Eval direct %#v, %v; CEL %#v, %v", directPrograms[i], b, j, fv, ferr, gv, gerr)
+			}
+			// EvalInt64 where the direct form gives a result (where
+			// it gives up, EvalInt64 is CEL's Eval, which
+			// TestEvalInt64 checks: evaluating it again here would
+			// take the largest seeds past the fuzzer's hang limit).
+			if d := fast[i].direct; d != nil && d.root != nil && d.eval(NewEnv(in())).k != dFail {
+				x, isInt, xv, xerr := fast[i].EvalInt64(NewEnv(in()))
+				_, evalInt := gv.(int64)
+				got := fmt.Sprintf("%#v %v", xv, xerr)
+				if isInt {
+					got = fmt.Sprintf("%#v %v", x, xerr)
 				}
-				gv, gerr := general[i].Eval(NewEnv(in()))
-				fv, ferr := fast[i].Eval(NewEnv(in()))
-				if fmt.Sprintf("%#v %v", gv, gerr) != fmt.Sprintf("%#v %v", fv, ferr) {
-					t.Fatalf("%s on %q (input %d): Eval direct %#v, %v; CEL %#v, %v", directPrograms[i], b, j, fv, ferr, gv, gerr)
-				}
-				// EvalInt64 where the direct form gives a result (where
-				// it gives up, EvalInt64 is CEL's Eval, which
-				// TestEvalInt64 checks: evaluating it again here would
-				// take the largest seeds past the fuzzer's hang limit).
-				if d := fast[i].direct; d != nil && d.root != nil && d.eval(NewEnv(in())).k != dFail {
-					x, isInt, xv, xerr := fast[i].EvalInt64(NewEnv(in()))
-					_, evalInt := gv.(int64)
-					got := fmt.Sprintf("%#v %v", xv, xerr)
-					if isInt {
-						got = fmt.Sprintf("%#v %v", x, xerr)
-					}
-					if isInt != evalInt || (isInt && xv != nil) || got != fmt.Sprintf("%#v %v", gv, gerr) {
-						t.Fatalf("%s on %q (input %d): EvalInt64 %d, %v, %#v, %v; CEL's Eval %#v, %v", directPrograms[i], b, j, x, isInt, xv, xerr, gv, gerr)
-					}
-				}
-				gb, gerr := general[i].EvalBool(NewEnv(in()))
-				fb, ferr := fast[i].EvalBool(NewEnv(in()))
-				if gb != fb || fmt.Sprint(gerr) != fmt.Sprint(ferr) {
-					t.Fatalf("%s on %q (input %d): EvalBool direct %v, %v; CEL %v, %v", directPrograms[i], b, j, fb, ferr, gb, gerr)
-				}
-				gj, gv2, gsame, gerr := general[i].EvalJSON([]byte("prefix"), NewEnv(in()))
-				fj, fv2, fsame, ferr := fast[i].EvalJSON([]byte("prefix"), NewEnv(in()))
-				if !bytes.Equal(gj, fj) || fmt.Sprintf("%#v", gv2) != fmt.Sprintf("%#v", fv2) || gsame != fsame || fmt.Sprint(gerr) != fmt.Sprint(ferr) {
-					t.Fatalf("%s on %q (input %d): EvalJSON direct %q, %#v, %v, %v; CEL %q, %#v, %v, %v", directPrograms[i], b, j, fj, fv2, fsame, ferr, gj, gv2, gsame, gerr)
+				if isInt != evalInt || (isInt && xv != nil) || got != fmt.Sprintf("%#v %v", gv, gerr) {
+					t.Fatalf("%s on %q (input %d): EvalInt64 %d, %v, %#v, %v; CEL's Eval %#v, %v", directPrograms[i], b, j, x, isInt, xv, xerr, gv, gerr)
 				}
 			}
+			gb, gerr := general[i].EvalBool(NewEnv(in()))
+			fb, ferr := fast[i].EvalBool(NewEnv(in()))
+			if gb != fb || fmt.Sprint(gerr) != fmt.Sprint(ferr) {
+				t.Fatalf("%s on %q (input %d): EvalBool direct %v, %v; CEL %v, %v", directPrograms[i], b, j, fb, ferr, gb, gerr)
+			}
+			gj, gv2, gsame, gerr := general[i].EvalJSON([]byte("prefix"), NewEnv(in()))
+			fj, fv2, fsame, ferr := fast[i].EvalJSON([]byte("prefix"), NewEnv(in()))
+			if !bytes.Equal(gj, fj) || fmt.Sprintf("%#v", gv2) != fmt.Sprintf("%#v", fv2) || gsame != fsame || fmt.Sprint(gerr) != fmt.Sprint(ferr) {
+				t.Fatalf("%s on %q (input %d): EvalJSON direct %q, %#v, %v, %v; CEL %q, %#v, %v, %v", directPrograms[i], b, j, fj, fv2, fsame, ferr, gj, gv2, gsame, gerr)
+			}
 		}
-	})
+	}
 }
 
 // TestDirectForms checks which expressions take the direct evaluator: the

@@ -2,6 +2,7 @@ package expression
 
 import (
 	"math"
+	"math/bits"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -319,17 +320,34 @@ func (c *checker) key(s string, i int) (end int, key string, ok bool) {
 // literal whose content starts at s[i], or -1 when it is not valid (see
 // str); plain is true when the content has no escape and no byte from
 // 0x80 on (memberKey and jsonString then take its bytes as they are).
+// It reads eight bytes at a time while none of them is a quote, a
+// backslash or a control byte (specialBytes), and byte by byte from the
+// first one that is.
 func strEnd(s string, i int) (end int, plain bool) {
-	var high byte // the OR of the plain bytes: bit 7 set for a non-ASCII one
+	var high uint64 // the OR of the plain bytes: bit 7 of a byte set for a non-ASCII one
 	plain = true
-	for ; i < len(s); i++ {
+	for i < len(s) {
+		if len(s)-i >= 8 {
+			x := load64(s, i)
+			m := specialBytes(x)
+			if m == 0 {
+				high |= x
+				i += 8
+				continue
+			}
+			// The bytes before the first special one are plain.
+			k := bits.TrailingZeros64(m) / 8
+			high |= x & (1<<(8*k) - 1)
+			i += k
+		}
 		b := s[i]
 		switch strByte[b] {
 		case strPlain:
-			high |= b
+			high |= uint64(b)
+			i++
 			continue
 		case strQuote:
-			return i + 1, plain && high < 0x80
+			return i + 1, plain && high&swarHighs == 0
 		case strBad:
 			return -1, false
 		}
@@ -348,8 +366,36 @@ func strEnd(s string, i int) (end int, plain bool) {
 		default:
 			return -1, false
 		}
+		i++
 	}
 	return -1, false
+}
+
+// Byte-parallel constants for eight bytes in a uint64 (specialBytes).
+const (
+	swarOnes  = 0x0101010101010101
+	swarHighs = 0x8080808080808080
+)
+
+// load64 returns s[i:i+8] as a little-endian uint64 (s[i] in the low
+// byte); the compiler makes it one load.
+func load64(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// specialBytes returns, for eight bytes of a string literal's content
+// (load64), a word whose bit 7 of byte k is set when byte k is a quote, a
+// backslash or a control byte (below 0x20), at least for the first such
+// byte: the lowest bit set is exact (a byte above a special one may be
+// flagged when it is not, from the subtraction's borrow), and the word is
+// 0 when none of the eight is special. Bytes from 0x80 on are not
+// special.
+func specialBytes(x uint64) uint64 {
+	q := x ^ (swarOnes * '"')
+	e := x ^ (swarOnes * '\\')
+	return ((q-swarOnes)&^q | (e-swarOnes)&^e | (x-swarOnes*0x20)&^x) & swarHighs
 }
 
 func isHex(b byte) bool {

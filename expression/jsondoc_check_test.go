@@ -2,6 +2,7 @@ package expression
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -246,5 +247,98 @@ func TestResetCheckedValuesOutliveTheBytes(t *testing.T) {
 	}
 	if v, _, _ := c.Field("tag"); v != types.String("t") {
 		t.Errorf("Clone's Field(tag) = %v, want t", v)
+	}
+}
+
+// strEndBytewise is strEnd read one byte at a time (as before it read
+// eight at a time): the reference TestStrEndEqualsBytewise checks it
+// against.
+func strEndBytewise(s string, i int) (end int, plain bool) {
+	var high byte
+	plain = true
+	for ; i < len(s); i++ {
+		b := s[i]
+		switch strByte[b] {
+		case strPlain:
+			high |= b
+			continue
+		case strQuote:
+			return i + 1, plain && high < 0x80
+		case strBad:
+			return -1, false
+		}
+		plain = false
+		if i++; i >= len(s) {
+			return -1, false
+		}
+		switch s[i] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		case 'u':
+			if len(s)-i < 5 || !isHex(s[i+1]) || !isHex(s[i+2]) || !isHex(s[i+3]) || !isHex(s[i+4]) {
+				return -1, false
+			}
+			i += 4
+		default:
+			return -1, false
+		}
+	}
+	return -1, false
+}
+
+// TestStrEndEqualsBytewise checks strEnd's eight-bytes-at-a-time scan
+// against the bytewise one: every content of lengths 0 to 40 made of
+// plain ASCII with one or two bytes of every class (a quote, a
+// backslash and what follows it, a control byte, 0x1f and 0x20 at the
+// class's edge, 0x7f, 0x80 and 0xff) at every position, with and without
+// a closing quote, and 20,000 random strings over those bytes; the same
+// end and the same plain.
+func TestStrEndEqualsBytewise(t *testing.T) {
+	specials := []byte{'"', '\\', 0x00, 0x1f, 0x20, '!', '#', '[', ']', 0x7f, 0x80, 0xc3, 0xff, 'u', 'n', '/'}
+	check := func(s string) {
+		t.Helper()
+		for _, i := range []int{0, 1} {
+			if i > len(s) {
+				continue
+			}
+			end, plain := strEnd(s, i)
+			wantEnd, wantPlain := strEndBytewise(s, i)
+			if end != wantEnd || plain != wantPlain {
+				t.Fatalf("strEnd(%q, %d) = %d, %v; bytewise %d, %v", s, i, end, plain, wantEnd, wantPlain)
+			}
+		}
+	}
+	n := 0
+	for length := 0; length <= 40; length++ {
+		base := []byte(strings.Repeat("abcdefgh", 6)[:length])
+		for _, tail := range []string{`"`, `"xyz`, ""} {
+			check(string(base) + tail)
+			for p := 0; p < length; p++ {
+				for _, c := range specials {
+					b := append([]byte(nil), base...)
+					b[p] = c
+					check(string(b) + tail)
+					for _, c2 := range []byte{'"', '\\', 0x01, 0x80} {
+						for q := p + 1; q < length && q < p+10; q++ {
+							b2 := append([]byte(nil), b...)
+							b2[q] = c2
+							check(string(b2) + tail)
+							n++
+						}
+					}
+				}
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	alphabet := append([]byte("abc0u\\\"/nt"), specials...)
+	for range 20000 {
+		b := make([]byte, r.IntN(50))
+		for j := range b {
+			b[j] = alphabet[r.IntN(len(alphabet))]
+		}
+		check(string(b))
+	}
+	if n < 10000 {
+		t.Fatalf("only %d two-byte cases", n)
 	}
 }
