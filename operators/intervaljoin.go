@@ -503,9 +503,29 @@ func (intervalSidesSerializer) View(v joinSides) joinSides { return v }
 // Size implements state.HeapSerializer: both lists' rows (their
 // capacity) and values.
 func (intervalSidesSerializer) Size(v joinSides) int {
-	n := 0
-	for _, l := range v {
-		n += joinRowsSerializer{}.Size(l) + 48*(cap(l)-len(l))
+	return intervalListSize(v[0]) + intervalListSize(v[1])
+}
+
+// intervalListSize is a side's part of intervalSidesSerializer.Size.
+func intervalListSize(l []joinRow) int {
+	return joinRowsSerializer{}.Size(l) + 48*(cap(l)-len(l))
+}
+
+// Resize implements state.HeapResizer: Size(v) from old (the key's value
+// v replaces, of size oldSize), visiting only the side(s) whose list is
+// not old's own (same rows, length and capacity): a record changes one
+// side of an inner join, a cleanup one side, so the other side's rows,
+// cold in a cleanup, are not read. The rows of a kept list never change
+// within its length (see intervalSidesSerializer), so an unchanged list's
+// size is what it was.
+func (intervalSidesSerializer) Resize(old joinSides, oldSize int, v joinSides) int {
+	n := oldSize
+	for side := range v {
+		o, l := old[side], v[side]
+		if len(o) == len(l) && cap(o) == cap(l) && unsafe.SliceData(o) == unsafe.SliceData(l) {
+			continue
+		}
+		n += intervalListSize(l) - intervalListSize(o)
 	}
 	return n
 }
@@ -597,6 +617,20 @@ type IntervalJoin struct {
 	// rowSer, if not nil, replaces joinRowsSerializer for the by-time
 	// states (same name and bytes; tests count decodes through it).
 	rowSer state.Serializer[[]joinRow]
+	// sidesSer, if not nil, replaces intervalSidesSerializer for
+	// IntervalJoinRowsState (same name and bytes; tests check its Resize
+	// through it).
+	sidesSer state.HeapSerializer[joinSides]
+}
+
+// sidesState returns the descriptor of IntervalJoinRowsState the join
+// uses (intervalSidesState, or with sidesSer).
+func (j *IntervalJoin) sidesState() state.ValueStateDescriptor[joinSides] {
+	d := intervalSidesState()
+	if j.sidesSer != nil {
+		d.Serializer = j.sidesSer
+	}
+	return d
 }
 
 // NewIntervalJoin returns the interval join of params p (checked by
@@ -617,7 +651,7 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 	}
 	j.rows = 0
 	j.backend = ctx.Backend
-	v, err := state.GetValueState(ctx.Backend, intervalSidesState())
+	v, err := state.GetValueState(ctx.Backend, j.sidesState())
 	if err != nil {
 		return fmt.Errorf("operators: %s %s: %w", IntervalJoinType, ctx.Operator, err)
 	}
@@ -740,6 +774,7 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	// (TestIntervalJoinSelectFailureAllOrNothing).
 	j.pending.recs = j.pending.recs[:0]
 	sides[1-side], err = j.probe(side, row, sides[1-side], rec.Key, lo, hi, &j.pending)
+	looked := j.output.pinnedRawSide >= 0 // its raw field, by a pair
 	j.output.pin(nil)
 	if err != nil {
 		j.pending.reset()
@@ -757,6 +792,9 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	j.pending.reset()
 	if !j.p.Join.outer(side) {
 		row.Matched = false // not tracked for an inner side
+	}
+	if !looked {
+		j.output.noteBuffered(row, side)
 	}
 	if sides[side], err = j.buffer(side, sides[side], *row); err != nil {
 		return err
@@ -1193,12 +1231,7 @@ func (o *joinOutput) emit(key []byte, left, right *joinRow, ts int64, extra stri
 // extra, as emit takes it, does not hold as such a value); select is
 // then evaluated, whose result or error counts.
 func (o *joinOutput) rawValue(left, right *joinRow, extra string) (value []byte, done bool) {
-	if !o.rawDone {
-		o.rawDone, o.pinnedRawSide = true, -1
-		if !o.noRaw {
-			o.raw = compileRawSelect(o.sel.Program().Source())
-		}
-	}
+	o.compileRaw()
 	r := o.raw
 	if r == nil {
 		return nil, false
@@ -1233,6 +1266,47 @@ func (o *joinOutput) rawValue(left, right *joinRow, extra string) (value []byte,
 	}
 	o.rawHits++
 	return r.write(&o.slab, lv, rv, ev, true), true
+}
+
+// compileRaw compiles select's raw form on first use (rawDone).
+func (o *joinOutput) compileRaw() {
+	if !o.rawDone {
+		o.rawDone, o.pinnedRawSide = true, -1
+		if !o.noRaw {
+			o.raw = compileRawSelect(o.sel.Program().Source())
+		}
+	}
+}
+
+// noteBuffered notes in row, the join's own copy of the record about to
+// be buffered as side, where the one field the raw select reads of that
+// side is (noteRawField), when the record's pairs did not look for it (it
+// paired with nothing): found now, while its value is in the CPU's
+// cache, rather than by each later pair with it as a buffered row, whose
+// value is cold by then. Only for a value known to be valid JSON
+// (joinRow.Valid, checked by its source): another would be validated for
+// pairs that may never come. Nothing when select has no raw form or
+// reads more than one field of side.
+func (o *joinOutput) noteBuffered(row *joinRow, side int) {
+	if row.rawSide != 0 || !row.Valid || row.Text || row.Value == nil || !o.sel.IsSet() {
+		return
+	}
+	o.compileRaw()
+	if o.raw == nil {
+		return
+	}
+	names := o.raw.left
+	if side == 1 {
+		names = o.raw.right
+	}
+	if len(names) != 1 {
+		return
+	}
+	var ok bool
+	o.rawVals[side], o.rawNum[side], ok = rowFieldsJSON(row.Value, true, names, o.rawVals[side], o.rawNum[side])
+	if ok {
+		row.noteRawField(side, o.rawVals[side])
+	}
 }
 
 // rawFields returns the JSON of the fields the raw select reads of row as

@@ -237,7 +237,7 @@ func (j *IntervalJoin) OnWatermark(ctx context.Context, wm time.Time, out Collec
 // them for the buffered-rows gauge.
 func (j *IntervalJoin) rebuildExpiry(b state.KeyedStateBackend) error {
 	j.expiry.reset()
-	return state.ApplyToAllValueKeys(b, intervalSidesState(), func(key []byte, s state.ValueState[joinSides]) error {
+	return state.ApplyToAllValueKeys(b, j.sidesState(), func(key []byte, s state.ValueState[joinSides]) error {
 		sides, _, err := s.Value()
 		if err != nil {
 			return err

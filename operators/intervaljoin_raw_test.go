@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/kstreamd/kstreamd/runtime"
@@ -268,6 +269,69 @@ func TestCanonicalInteger(t *testing.T) {
 		}
 		if got, want := canonicalInteger([]byte(s)), strconv.FormatInt(x, 10) == s; got != want {
 			t.Errorf("canonicalInteger(%s) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestIntervalJoinNotesUnpairedRow: a record that pairs with nothing when
+// it arrives is buffered with its raw select field noted (noteBuffered,
+// found while its value is hot), so its later pairs as a buffered row
+// read the note; a record whose source did not check its JSON, or a
+// select reading two fields of its side, is buffered without a note; a
+// record that paired is noted by its pairs, as before.
+func TestIntervalJoinNotesUnpairedRow(t *testing.T) {
+	for _, c := range []struct {
+		sel     string
+		checked bool
+		noted   bool
+	}{
+		{`{"l": left.id, "r": right.id}`, true, true},
+		{`{"l": left.id, "r": right.id}`, false, false},
+		{`{"l": left.id, "a": left.amount, "r": right.id}`, true, false},
+	} {
+		j := NewIntervalJoin(IntervalJoinParams{Lower: -time.Second, Upper: time.Second, Select: compiled(t, c.sel)})
+		h := newJoinHarnessFunc(t, "pebble", t.TempDir(), nil, j, j)
+		send := func(side int, ts int64, v string) {
+			rec := runtime.Record{Key: []byte("k"), Value: []byte(v), Timestamp: time.UnixMilli(ts)}
+			if c.checked {
+				rec.SetDecoded(runtime.ValidJSON{})
+			}
+			if err := h.op.ProcessRecord(h.ctx, side, rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows := func() joinSides {
+			j.backend.SetCurrentKey([]byte("k"))
+			sides, _, err := j.rows2.Value()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sides
+		}
+		send(0, 10_000, `{"key":"k","id":12,"amount":3,"note":"xx"}`)
+		if out := h.emitted(); len(out) != 0 {
+			t.Fatalf("%s: %d outputs of an unpaired record", c.sel, len(out))
+		}
+		L := rows()[0][0]
+		f, ok := L.rawField(0)
+		if ok != c.noted || (ok && string(f) != "12") || L.rawSide == 2 {
+			t.Fatalf("%s checked %v: buffered left row noted side %d field %q, want noted %v (the id 12)", c.sel, c.checked, L.rawSide, f, c.noted)
+		}
+		send(1, 10_100, `{"id":13}`)
+		want := `{"l":12,"r":13}`
+		if c.sel != `{"l": left.id, "r": right.id}` {
+			want = `{"a":3,"l":12,"r":13}` // evaluated (two left fields: no raw form)
+		}
+		if out := h.emitted(); len(out) != 1 || string(out[0].Value) != want {
+			t.Fatalf("%s: outputs %v, want one %s", c.sel, rawBreakLines(out), want)
+		}
+		// The right record paired on arrival: noted by its pair.
+		R := rows()[1][0]
+		if f, ok := R.rawField(1); !ok || string(f) != "13" {
+			t.Fatalf("%s checked %v: the paired right row noted %v %q", c.sel, c.checked, ok, f)
+		}
+		if err := h.op.Close(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

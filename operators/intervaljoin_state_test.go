@@ -3,7 +3,9 @@ package operators
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -473,5 +475,83 @@ func TestAdoptRowsEmptyValueOwnMemory(t *testing.T) {
 	kept := []joinRow{{Value: emptyRowValue}}
 	if got := adoptRows(kept, [][]joinRow{kept}); unsafe.SliceData(got[0].Value) != unsafe.SliceData(emptyRowValue) {
 		t.Fatal("an adopted empty value was replaced")
+	}
+}
+
+// resizeCheckSerializer is intervalSidesSerializer counting its Resize
+// calls and those whose result is not Size of the new value, or whose
+// old size is not Size of the old value.
+type resizeCheckSerializer struct {
+	intervalSidesSerializer
+	calls, wrong, wrongOld *int
+}
+
+// Resize implements state.HeapResizer.
+func (s resizeCheckSerializer) Resize(old joinSides, oldSize int, v joinSides) int {
+	*s.calls++
+	if oldSize != s.Size(old) {
+		*s.wrongOld++
+	}
+	n := s.intervalSidesSerializer.Resize(old, oldSize, v)
+	if n != s.Size(v) {
+		*s.wrong++
+	}
+	return n
+}
+
+// TestIntervalJoinResizeEqualsSize: on Pebble every write of a key's
+// rows over its cached rows sizes them with Resize (the unchanged side's
+// list not walked), and Resize always equals Size: records appended in
+// place and into new lists, rows marked matched (outer), cleanups of
+// the first rows and of rows in the middle, spills to the by-time state
+// and back, keys cleared and written again, checkpoints between.
+func TestIntervalJoinResizeEqualsSize(t *testing.T) {
+	for _, kind := range []JoinKind{JoinInner, JoinFullOuter} {
+		for _, spill := range []int{intervalJoinSpillRows, 3} {
+			var calls, wrong, wrongOld int
+			j := NewIntervalJoin(IntervalJoinParams{Lower: -30 * time.Millisecond, Upper: 20 * time.Millisecond, Join: kind})
+			j.spillRows = spill
+			j.sidesSer = resizeCheckSerializer{calls: &calls, wrong: &wrong, wrongOld: &wrongOld}
+			h := newJoinHarnessFunc(t, "pebble", t.TempDir(), nil, j, j)
+			rng := rand.New(rand.NewPCG(uint64(spill), 7))
+			ts := int64(1_000)
+			for i := range 3_000 {
+				ts += rng.Int64N(4)
+				at := ts + rng.Int64N(15) // up to 15 ms out of order, above the watermark
+				v := fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, strings.Repeat("x", rng.IntN(40)))
+				rec := runtime.Record{Key: fmt.Appendf(nil, "k%d", rng.IntN(4)), Value: []byte(v), Timestamp: time.UnixMilli(at)}
+				if err := h.op.ProcessRecord(h.ctx, rng.IntN(2), rec); err != nil {
+					t.Fatal(err)
+				}
+				if i%7 == 6 {
+					if err := h.op.ProcessWatermark(h.ctx, time.UnixMilli(ts-1)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if i%500 == 499 {
+					b := &runtime.Barrier{CheckpointID: int64(i), Timestamp: time.Unix(int64(i), 0), Dir: t.TempDir()}
+					finish, err := h.op.SnapshotState(h.ctx, b)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := finish(h.ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				h.emitted()
+			}
+			if err := h.op.ProcessWatermark(h.ctx, time.UnixMilli(ts+1_000)); err != nil {
+				t.Fatal(err)
+			}
+			if n := j.BufferedRows(); n != 0 {
+				t.Fatalf("%s spill %d: %d rows buffered after the last interval", kind, spill, n)
+			}
+			if calls < 1_000 || wrong != 0 || wrongOld != 0 {
+				t.Fatalf("%s spill %d: %d Resize calls, %d not Size of the new value, %d given an old size not Size of the old value", kind, spill, calls, wrong, wrongOld)
+			}
+			if err := h.op.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

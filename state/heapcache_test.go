@@ -385,3 +385,66 @@ func TestHeapValueStateMatchesSerialized(t *testing.T) {
 		})
 	}
 }
+
+// heapResizing is heapStrings with HeapResizer: Resize counts its calls
+// and returns Size(v) plus extra (a test that the cache counts what
+// Resize returns), Size counts its calls.
+type heapResizing struct {
+	heapStrings
+	resizes, sizes *atomic.Int64
+	extra          int
+}
+
+func (h heapResizing) Size(v []string) int {
+	h.sizes.Add(1)
+	return h.heapStrings.Size(v)
+}
+
+func (h heapResizing) Resize(old []string, oldSize int, v []string) int {
+	h.resizes.Add(1)
+	return h.heapStrings.Size(v) + h.extra
+}
+
+// TestHeapResizerSizesWrites: a write of a key whose decoded value the
+// write cache holds is sized with the serializer's Resize (HeapResizer),
+// not Size; a key written first, or held serialized, with Size; the
+// cache's byte count is the sum of its entries' sizes as so given.
+func TestHeapResizerSizesWrites(t *testing.T) {
+	ser := heapResizing{heapStrings: newHeapStrings(), resizes: new(atomic.Int64), sizes: new(atomic.Int64), extra: 1000}
+	b := open(t, testConfig(t, KindPebble))
+	s := must1(GetValueState(b, ValueStateDescriptor[[]string]{Name: "values", Serializer: ser}))(t)
+	c := b.(*pebbleBackend).st.cache
+	b.SetCurrentKey([]byte("k"))
+	must(t, s.Update([]string{"a"}))
+	if r, z := ser.resizes.Load(), ser.sizes.Load(); r != 0 || z != 1 {
+		t.Fatalf("first write: %d resizes, %d sizes; want 0, 1", r, z)
+	}
+	v, _, err := s.Value()
+	must(t, err)
+	must(t, s.Update(append(v, "b")))
+	must(t, s.Update([]string{"c"}))
+	if r, z := ser.resizes.Load(), ser.sizes.Load(); r != 2 || z != 1 {
+		t.Fatalf("two writes over the cached value: %d resizes, %d sizes; want 2, 1", r, z)
+	}
+	must(t, s.Clear())
+	must(t, s.Update([]string{"d"}))
+	if r, z := ser.resizes.Load(), ser.sizes.Load(); r != 2 || z != 2 {
+		t.Fatalf("a write after a clear: %d resizes, %d sizes; want 2, 2", r, z)
+	}
+	b.SetCurrentKey([]byte("j"))
+	must(t, s.Update([]string{"e", "f"}))
+	must(t, s.Update([]string{"g"}))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := 0
+	for _, e := range c.entries {
+		want += e.size()
+	}
+	if c.bytes != want {
+		t.Fatalf("cache bytes %d, entries' sizes %d", c.bytes, want)
+	}
+	ej := c.entries[string(appendStateKey(nil, must1(s.(*valueState[[]string]).c.stateKey(nil))(t)))]
+	if ej == nil || ej.osize != ser.heapStrings.Size([]string{"g"})+1000 {
+		t.Fatalf("entry of j: %+v, want the size Resize gave", ej)
+	}
+}

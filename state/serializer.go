@@ -159,3 +159,18 @@ type HeapSerializer[T any] interface {
 	View(v T) T
 	Size(v T) int
 }
+
+// HeapResizer is an optional interface of a HeapSerializer: Resize(old,
+// oldSize, v) returns Size(v) from the value v replaces under the same
+// key (old, a value Copy returned, whose Size is oldSize) without
+// visiting what the two values share, e.g. the items of a list that did
+// not change, when they are many or their memory is cold. The write
+// cache calls it instead of Size when an entry that holds old decoded is
+// written with v (ValueState.Update, MapState.Put after a read of the
+// key). It must equal Size(v) (the cache's byte count is then what Size
+// alone makes it) and be safe for concurrent use. Flink's and Kafka
+// Streams' heap caches keep no per-entry size to bound; this keeps the
+// bound's cost off the unchanged part of a write.
+type HeapResizer[T any] interface {
+	Resize(old T, oldSize int, v T) int
+}

@@ -101,11 +101,15 @@ func newValueState[T any](c *stateCore, ser Serializer[T]) *valueState[T] {
 
 // heapCodec is the write cache's objCodec for the values of heap.
 func heapCodec[T any](heap HeapSerializer[T]) *objCodec {
-	return &objCodec{
+	c := &objCodec{
 		encode: func(dst []byte, obj any) ([]byte, error) { return heap.AppendKept(dst, obj.(T)) },
 		decode: func(b []byte) (any, error) { return heap.Decode(b) },
 		size:   func(obj any) int { return heap.Size(obj.(T)) },
 	}
+	if r, ok := heap.(HeapResizer[T]); ok {
+		c.resize = func(old any, oldSize int, obj any) int { return r.Resize(old.(T), oldSize, obj.(T)) }
+	}
+	return c
 }
 
 // objKey returns the Pebble key of the current key's value, in s.scratch

@@ -135,9 +135,16 @@ func (c *writeCache) setVal(e *cacheEntry, v []byte, present bool) {
 	e.obj, e.codec, e.osize, e.present = nil, nil, 0, present
 }
 
-// setObj makes e hold the decoded value obj, keeping c.bytes in step.
+// setObj makes e hold the decoded value obj, keeping c.bytes in step:
+// obj's size from the decoded value it replaces when the codec can derive
+// it (objCodec.resize), else measured.
 func (c *writeCache) setObj(e *cacheEntry, obj any, codec *objCodec) {
-	size := codec.size(obj)
+	var size int
+	if codec.resize != nil && e.codec == codec && e.obj != nil {
+		size = codec.resize(e.obj, e.osize, obj)
+	} else {
+		size = codec.size(obj)
+	}
 	c.bytes += size - len(e.val) - e.osize
 	e.val, e.obj, e.codec, e.osize, e.present = nil, obj, codec, size, true
 }
@@ -163,6 +170,9 @@ type objCodec struct {
 	encode func(dst []byte, obj any) ([]byte, error)
 	decode func(b []byte) (any, error)
 	size   func(obj any) int
+	// resize, if not nil, is size of obj given the decoded value old it
+	// replaces and old's size (HeapResizer).
+	resize func(old any, oldSize int, obj any) int
 }
 
 func newWriteCache(limit int) *writeCache {
