@@ -2,6 +2,7 @@ package expression
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -10,6 +11,7 @@ import (
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/cost"
 	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/common/overloads"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
@@ -434,8 +436,65 @@ func (b boundedSizes) EstimateSize(e cost.AstNode) *cost.SizeEstimate {
 	return nil
 }
 
-func (boundedSizes) EstimateCallCost(_, overload string, _ *cost.AstNode, _ []cost.AstNode) *cost.CallEstimate {
-	return timestampTextEstimate(overload)
+func (b boundedSizes) EstimateCallCost(_, overload string, _ *cost.AstNode, args []cost.AstNode) *cost.CallEstimate {
+	if e := timestampTextEstimate(overload); e != nil {
+		return e
+	}
+	return b.stringConversion(overload, args)
+}
+
+// maxScalarText is the longest text CEL's string() makes of an int, a
+// uint, a double, a bool or a duration: "-9223372036854775808" is 20 bytes,
+// a double's shortest form at most 24 ("-2.2250738585072014e-308"), a
+// duration's seconds with 9 decimals and an "s" at most 32.
+const maxScalarText = 32
+
+// stringConversion is the estimate of string(x) on records whose strings
+// are at most b.n long, nil to leave it to CEL: the conversions of a
+// scalar (cost 1, as CEL's tracker charges every conversion) make at most
+// maxScalarText bytes; string of a string or of bytes makes at most x's
+// size, known when x is read from the record (b.n), has a size CEL
+// computed, or is an arithmetic operation other than + (never a string
+// or bytes: that overload cannot apply). CEL alone leaves the result of
+// a conversion of a dynamically typed x unbounded (x may be a string of
+// any length), so string(a - a % 10) + '@' would have no direct form
+// (Nexmark q8's dedup key).
+func (b boundedSizes) stringConversion(overload string, args []cost.AstNode) *cost.CallEstimate {
+	switch overload {
+	case overloads.IntToString, overloads.UintToString, overloads.DoubleToString,
+		overloads.BoolToString, overloads.DurationToString:
+		return &cost.CallEstimate{CostEstimate: cost.FixedCostEstimate(1), ResultSize: &cost.SizeEstimate{Min: 0, Max: maxScalarText}}
+	case overloads.StringToString, overloads.BytesToString:
+		if len(args) != 1 {
+			return nil
+		}
+		sz := b.operandSize(args[0])
+		if sz == nil {
+			return nil
+		}
+		// bytes to string: CEL charges a traversal, 0.1 a byte.
+		return &cost.CallEstimate{CostEstimate: cost.CostEstimate{Min: 1, Max: 1 + sz.Max/10}, ResultSize: &cost.SizeEstimate{Min: 0, Max: sz.Max}}
+	}
+	return nil
+}
+
+// operandSize bounds the length of a string or bytes operand x on records
+// whose strings are at most b.n long; nil when it is not known.
+func (b boundedSizes) operandSize(x cost.AstNode) *cost.SizeEstimate {
+	if sz := x.ComputedSize(); sz != nil && sz.Max < math.MaxUint64 {
+		return sz
+	}
+	if len(x.Path()) > 0 {
+		return &cost.SizeEstimate{Min: 0, Max: b.n}
+	}
+	if e := x.Expr(); e != nil && e.Kind() == celast.CallKind {
+		switch e.AsCall().FunctionName() {
+		case operators.Subtract, operators.Multiply, operators.Divide, operators.Modulo, operators.Negate:
+			// A number, a timestamp or a duration: never a string or bytes.
+			return &cost.SizeEstimate{Min: 0, Max: 0}
+		}
+	}
+	return nil
 }
 
 // concatCost charges + on strings and bytes by the length of its result,

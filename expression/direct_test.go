@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/ext"
 	"github.com/tidwall/gjson"
 )
 
@@ -54,6 +56,10 @@ var directPrograms = []string{
 	// an int or a string, results past directStringBound.
 	`bid.channel + '|' + string(timestamp(bid.dateTime / 1000)).substring(0, 10)`, `string(amount) + '|' + note`,
 	`note + note`, `string(note) + string(amount)`, `{"k": string(bid.auction) + '|' + bid.channel, "n": size(note + url)}`,
+	// string of an arithmetic result or a scalar in a cost-tracked +
+	// (Nexmark q8's dedup key: s44-src), and their corners.
+	`string(auction.seller) + '@' + string(auction.dateTime - auction.dateTime % 10000)`, `note + string(amount * 2)`,
+	`string(-amount) + string(d / 2.0) + string(flag)`, `string(amount % 0) + note`, `string(d - 1.5) + url`, `string(note - 1) + note`,
 }
 
 // nexmarkStateless are configs/nexmark/q14.yaml's, q21.yaml's and
@@ -360,6 +366,97 @@ func TestDirectConcatTracked(t *testing.T) {
 		}
 		if v, err := p.Eval(NewEnv(&Input{Doc: NewValidDoc(doc)})); err != nil || v != note+note {
 			t.Errorf("note of %d bytes: %d bytes, %v; want %d bytes", tc.n, len(fmt.Sprint(v)), err, 2*tc.n)
+		}
+	}
+}
+
+// TestDirectStringOfArithmetic checks that a cost-tracked program
+// concatenating the string of an arithmetic result (Nexmark q8's dedup
+// key) has a direct form: CEL's estimate leaves string() of a dynamically
+// typed operand unbounded unless it is read from the record, so on
+// a9c897c this key went through CEL's interpreter on every auction. The
+// direct form gives CEL's value, and gives up where CEL fails (a string
+// dateTime: no overload) or the operand is missing, so that the error is
+// CEL's.
+func TestDirectStringOfArithmetic(t *testing.T) {
+	const src = `string(auction.seller) + '@' + string(auction.dateTime - auction.dateTime % 10000)`
+	p, err := Compile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.tracked || p.direct == nil {
+		t.Fatalf("tracked %v, direct %v: want a cost-tracked program with a direct form", p.tracked, p.direct != nil)
+	}
+	g := *p
+	g.direct = nil
+	for _, tc := range []struct {
+		rec, want string
+		direct    bool
+	}{
+		{`{"event_type":1,"auction":{"seller":1234,"dateTime":1700000012345}}`, "1234@1700000010000", true},
+		{`{"auction":{"seller":"s-9","dateTime":-12345}}`, "s-9@-10000", true},
+		{`{"auction":{"seller":1.5,"dateTime":1.5e3}}`, "", false},
+		{`{"auction":{"seller":7,"dateTime":"1700000012345"}}`, "", false},
+		{`{"auction":{"seller":7}}`, "", false},
+	} {
+		env := func() *Env { return NewEnv(&Input{Doc: NewValidDoc([]byte(tc.rec))}) }
+		dv, ok := p.direct.value(env())
+		if ok != tc.direct || (ok && dv != tc.want) {
+			t.Errorf("%s: direct %v, %v; want %q, %v", tc.rec, dv, ok, tc.want, tc.direct)
+		}
+		v, err := p.Eval(env())
+		gv, gerr := g.Eval(env())
+		if v != gv || fmt.Sprint(err) != fmt.Sprint(gerr) {
+			t.Errorf("%s: Eval %v, %v; CEL %v, %v", tc.rec, v, err, gv, gerr)
+		}
+		if tc.direct && (err != nil || v != tc.want) {
+			t.Errorf("%s: Eval %v, %v; want %q", tc.rec, v, err, tc.want)
+		}
+	}
+}
+
+// TestBoundedSizesStringConversion checks the estimate compileDirect's
+// bound rests on for string(x): a scalar's text at most maxScalarText
+// bytes (checked against CEL's own conversion at each kind's longest), a
+// string's or bytes' x's own bound, and an operand whose size nothing
+// bounds left to CEL (nil).
+func TestBoundedSizesStringConversion(t *testing.T) {
+	for _, v := range []string{
+		fmt.Sprint(int64(-9223372036854775808)), fmt.Sprint(uint64(18446744073709551615)),
+	} {
+		if len(v) > maxScalarText {
+			t.Fatalf("%q is longer than %d", v, maxScalarText)
+		}
+	}
+	for _, src := range []string{`string(-9223372036854775807 - 1)`, `string(18446744073709551615u)`, `string(-2.2250738585072014e-308)`,
+		`string(-1.7976931348623157e308)`, `string(duration('-9223372036.854775808s'))`, `string(false)`} {
+		v, err := mustCompile(t, src).Eval(nil)
+		if err != nil || len(v.(string)) > maxScalarText {
+			t.Errorf("%s: %v, %v: want at most %d bytes", src, v, err, maxScalarText)
+		}
+	}
+	// CEL's estimate with every string read from the record at most
+	// directStringBound (4096) bytes: the arithmetic's text is a scalar's
+	// (4 calls, string() 1, the + 1 + 33/10 rounded up); string of a
+	// string read from the record is bounded by that string's 4096 bytes.
+	// On a9c897c the first was unbounded (math.MaxUint64).
+	for src, want := range map[string]uint64{
+		`'@' + string(amount - amount % 10)`: 9,
+		`'@' + string(note)`:                 821,
+		`'@' + string(dyn(note))`:            822,
+		`'@' + string(note + note)`:          2462,
+	} {
+		env, err := cel.NewEnv(cel.OptionalTypes(), ext.Strings(), cel.Variable("amount", cel.DynType), cel.Variable("note", cel.DynType))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, iss := env.Compile(src)
+		if iss.Err() != nil {
+			t.Fatal(iss.Err())
+		}
+		est, err := env.EstimateCost(a, boundedSizes{directStringBound})
+		if err != nil || est.Max != want {
+			t.Errorf("%s: estimate %v, %v; want a maximum of %d", src, est, err, want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/kstreamd/kstreamd/expression"
 	"github.com/kstreamd/kstreamd/runtime"
@@ -78,7 +79,7 @@ func NewFieldKeySelector(path string) *FieldKeySelector {
 
 // SelectKey implements runtime.KeySelector.
 func (s *FieldKeySelector) SelectKey(rec *runtime.Record) ([]byte, error) {
-	if key, ok := fieldKeyFast(rec.Value, s.path); ok {
+	if key, ok := fieldKeyFast(rec.Value, s.path, rec.CheckedJSON()); ok {
 		return key, nil
 	}
 	return s.selectKey(rec.Value)
@@ -159,9 +160,23 @@ func NewExpressionKeySelector(src string) (*ExpressionKeySelector, error) {
 	return &ExpressionKeySelector{expr: e}, nil
 }
 
+// recordEnvs are the environments ExpressionKeySelector evaluates in,
+// one per call at a time: reused from call to call instead of a RecordEnv
+// (a few hundred bytes, with its Doc) allocated per record.
+var recordEnvs = sync.Pool{New: func() any { return new(RecordEnv) }}
+
 // SelectKey implements runtime.KeySelector.
 func (s *ExpressionKeySelector) SelectKey(rec *runtime.Record) ([]byte, error) {
-	var env RecordEnv
+	env := recordEnvs.Get().(*RecordEnv)
+	key, err := s.selectKey(env, rec)
+	recordEnvs.Put(env)
+	return key, err
+}
+
+// selectKey is SelectKey in env. The key it returns is its own copy (a
+// string result's bytes are copied, a number's JSON is new), so env may
+// evaluate the next record at once.
+func (s *ExpressionKeySelector) selectKey(env *RecordEnv, rec *runtime.Record) ([]byte, error) {
 	v, err := s.expr.Program().Eval(env.Reset(rec))
 	if err != nil {
 		return nil, EvalRecordError(err)
