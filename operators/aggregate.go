@@ -912,6 +912,9 @@ func (f *Aggregate) Open(ctx OpenContext) error {
 	f.acc = acc
 	f.backend = ctx.Backend
 	f.batch.reset()
+	if f.batch != nil {
+		f.batch.early = f.foldsEarly()
+	}
 	f.sets = nil
 	f.seen.reset()
 	for _, i := range f.maps {
