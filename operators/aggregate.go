@@ -283,6 +283,13 @@ type aggregator struct {
 	// seen filters the map entries keys born in this instance wrote, so
 	// that absent values are not read (aggregate_seen.go).
 	seen seenFilter
+	// sameOf[i] is the index of the first aggregate before specs[i] whose
+	// of has the same text (q17's min, max and sum of bid.price), whose
+	// value inputsInto takes instead of evaluating it again; -1 for none.
+	// vals holds a record's values of the aggregates others take
+	// (scratch, cleared after each record).
+	sameOf []int
+	vals   []any
 }
 
 // markBorn marks the map-backed accumulators of next, a new key's, as
@@ -307,6 +314,23 @@ func newAggregator(p AggregateParams, changelog bool) aggregator {
 			a.maps = append(a.maps, i)
 		case changelog && (s.Fn == AggMin || s.Fn == AggMax):
 			a.maps = append(a.maps, i)
+		}
+	}
+	a.sameOf = make([]int, len(a.specs))
+	for i, s := range a.specs {
+		a.sameOf[i] = -1
+		if s.Fn == AggCount || !s.Of.IsSet() {
+			continue
+		}
+		for j := range i {
+			if o := a.specs[j]; o.Fn != AggCount && o.Of.IsSet() && o.Of.String() == s.Of.String() {
+				a.sameOf[i] = a.sameOf[j]
+				if a.sameOf[i] < 0 {
+					a.sameOf[i] = j
+				}
+				a.vals = make([]any, len(a.specs))
+				break
+			}
 		}
 	}
 	return a
@@ -467,16 +491,31 @@ func (a *aggregator) inputs(rec *runtime.Record) ([]aggInput, error) {
 }
 
 // inputsInto is inputs writing into in (one per aggregate, overwritten).
+// An of with the same text as an earlier aggregate's is not evaluated
+// again (aggregator.sameOf): a program is a function of the record alone,
+// so its value and its error are the earlier one's, and that one's error
+// came first.
 func (a *aggregator) inputsInto(in []aggInput, rec *runtime.Record) ([]aggInput, error) {
 	env := a.env.Reset(rec)
+	if a.vals != nil {
+		defer clear(a.vals) // no record's values kept past it
+	}
 	for i, s := range a.specs {
 		in[i] = aggInput{}
 		if s.Fn == AggCount {
 			continue
 		}
-		v, err := s.Of.Program().Eval(env)
-		if err != nil {
-			return nil, EvalRecordError(err)
+		var v any
+		if j := a.sameOfAt(i); j >= 0 {
+			v = a.vals[j]
+		} else {
+			var err error
+			if v, err = s.Of.Program().Eval(env); err != nil {
+				return nil, EvalRecordError(err)
+			}
+			if a.vals != nil {
+				a.vals[i] = v
+			}
 		}
 		switch s.Fn {
 		case AggSum, AggMin, AggMax, AggAvg:
@@ -498,6 +537,15 @@ func (a *aggregator) inputsInto(in []aggInput, rec *runtime.Record) ([]aggInput,
 		}
 	}
 	return in, nil
+}
+
+// sameOfAt returns sameOf[i], or -1 for an aggregator without sameOf (one
+// not made by newAggregator).
+func (a *aggregator) sameOfAt(i int) int {
+	if i < len(a.sameOf) {
+		return a.sameOf[i]
+	}
+	return -1
 }
 
 // accumulate returns the accumulators (in the order of the aggregates)
