@@ -933,6 +933,9 @@ type Aggregate struct {
 	// (aggregate_minibatch.go).
 	backend state.KeyedStateBackend
 	batch   *aggBatch
+	// hint knows the keys that hold no accumulators, on a subtask that
+	// began without restored state (aggregate_hint.go).
+	hint aggKeyHint
 }
 
 // NewAggregate returns the aggregate function of params p (checked by
@@ -953,6 +956,7 @@ func NewAggregate(p AggregateParams, changelog bool) *Aggregate {
 // *state.StateMigrationError naming the state when the restored state was
 // written with TTL and the params have none, or the other way round.
 func (f *Aggregate) Open(ctx OpenContext) error {
+	f.hint.reset(!state.HasState(ctx.Backend, AggregateStateName)) // before the state is registered
 	acc, err := state.GetValueState(ctx.Backend, f.accDescriptor())
 	if err != nil {
 		return fmt.Errorf("operators: %s %s: %w", AggregateType, ctx.Operator, err)
@@ -960,9 +964,6 @@ func (f *Aggregate) Open(ctx OpenContext) error {
 	f.acc = acc
 	f.backend = ctx.Backend
 	f.batch.reset()
-	if f.batch != nil {
-		f.batch.early = f.foldsEarly()
-	}
 	f.sets = nil
 	f.seen.reset()
 	for _, i := range f.maps {
@@ -989,7 +990,7 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 	if f.batch != nil {
 		return f.buffer(rec, in, retract, out)
 	}
-	cur, found, err := f.acc.Value()
+	cur, found, err := f.value(rec.Key)
 	if err != nil || (retract && !found) {
 		return err
 	}
@@ -1002,7 +1003,7 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 		return err
 	}
 	if kept {
-		err = f.acc.Update(next)
+		err = f.update(rec.Key, next)
 	} else {
 		err = f.acc.Clear()
 	}
@@ -1010,6 +1011,22 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 		return err
 	}
 	return f.emitChanges(rec, prev, found, retract, next, out)
+}
+
+// value reads the accumulators of the current key, key: none without a
+// read when the hint knows the key holds none.
+func (f *Aggregate) value(key []byte) ([]aggAccumulator, bool, error) {
+	if f.hint.absent(key) {
+		return nil, false, nil
+	}
+	return f.acc.Value()
+}
+
+// update writes the accumulators of the current key, key, and adds it to
+// the hint.
+func (f *Aggregate) update(key []byte, accs []aggAccumulator) error {
+	f.hint.add(key)
+	return f.acc.Update(accs)
 }
 
 // fold folds one record of the current key, key (its inputs in; retract:
