@@ -287,6 +287,13 @@ type aggregator struct {
 	// seen filters the map entries keys born in this instance wrote, so
 	// that absent values are not read (aggregate_seen.go).
 	seen seenFilter
+	// sameOf[i] is the index of the first aggregate before specs[i] whose
+	// of has the same text (q17's min, max and sum of bid.price), whose
+	// value inputsInto takes instead of evaluating it again; -1 for none.
+	// vals holds a record's values of the aggregates others take
+	// (scratch, cleared after each record).
+	sameOf []int
+	vals   []any
 }
 
 // markBorn marks the map-backed accumulators of next, a new key's, as
@@ -311,6 +318,23 @@ func newAggregator(p AggregateParams, changelog bool) aggregator {
 			a.maps = append(a.maps, i)
 		case changelog && (s.Fn == AggMin || s.Fn == AggMax):
 			a.maps = append(a.maps, i)
+		}
+	}
+	a.sameOf = make([]int, len(a.specs))
+	for i, s := range a.specs {
+		a.sameOf[i] = -1
+		if s.Fn == AggCount || !s.Of.IsSet() {
+			continue
+		}
+		for j := range i {
+			if o := a.specs[j]; o.Fn != AggCount && o.Of.IsSet() && o.Of.String() == s.Of.String() {
+				a.sameOf[i] = a.sameOf[j]
+				if a.sameOf[i] < 0 {
+					a.sameOf[i] = j
+				}
+				a.vals = make([]any, len(a.specs))
+				break
+			}
 		}
 	}
 	return a
@@ -471,16 +495,31 @@ func (a *aggregator) inputs(rec *runtime.Record) ([]aggInput, error) {
 }
 
 // inputsInto is inputs writing into in (one per aggregate, overwritten).
+// An of with the same text as an earlier aggregate's is not evaluated
+// again (aggregator.sameOf): a program is a function of the record alone,
+// so its value and its error are the earlier one's, and that one's error
+// came first.
 func (a *aggregator) inputsInto(in []aggInput, rec *runtime.Record) ([]aggInput, error) {
 	env := a.env.Reset(rec)
+	if a.vals != nil {
+		defer clear(a.vals) // no record's values kept past it
+	}
 	for i, s := range a.specs {
 		in[i] = aggInput{}
 		if s.Fn == AggCount {
 			continue
 		}
-		v, err := s.Of.Program().Eval(env)
-		if err != nil {
-			return nil, EvalRecordError(err)
+		var v any
+		if j := a.sameOfAt(i); j >= 0 {
+			v = a.vals[j]
+		} else {
+			var err error
+			if v, err = s.Of.Program().Eval(env); err != nil {
+				return nil, EvalRecordError(err)
+			}
+			if a.vals != nil {
+				a.vals[i] = v
+			}
 		}
 		switch s.Fn {
 		case AggSum, AggMin, AggMax, AggAvg:
@@ -502,6 +541,15 @@ func (a *aggregator) inputsInto(in []aggInput, rec *runtime.Record) ([]aggInput,
 		}
 	}
 	return in, nil
+}
+
+// sameOfAt returns sameOf[i], or -1 for an aggregator without sameOf (one
+// not made by newAggregator).
+func (a *aggregator) sameOfAt(i int) int {
+	if i < len(a.sameOf) {
+		return a.sameOf[i]
+	}
+	return -1
 }
 
 // accumulate returns the accumulators (in the order of the aggregates)
@@ -889,6 +937,9 @@ type Aggregate struct {
 	// (aggregate_minibatch.go).
 	backend state.KeyedStateBackend
 	batch   *aggBatch
+	// hint knows the keys that hold no accumulators, on a subtask that
+	// began without restored state (aggregate_hint.go).
+	hint aggKeyHint
 }
 
 // NewAggregate returns the aggregate function of params p (checked by
@@ -909,6 +960,7 @@ func NewAggregate(p AggregateParams, changelog bool) *Aggregate {
 // *state.StateMigrationError naming the state when the restored state was
 // written with TTL and the params have none, or the other way round.
 func (f *Aggregate) Open(ctx OpenContext) error {
+	f.hint.reset(!state.HasState(ctx.Backend, AggregateStateName)) // before the state is registered
 	acc, err := state.GetValueState(ctx.Backend, f.accDescriptor())
 	if err != nil {
 		return fmt.Errorf("operators: %s %s: %w", AggregateType, ctx.Operator, err)
@@ -942,7 +994,7 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 	if f.batch != nil {
 		return f.buffer(rec, in, retract, out)
 	}
-	cur, found, err := f.acc.Value()
+	cur, found, err := f.value(rec.Key)
 	if err != nil || (retract && !found) {
 		return err
 	}
@@ -955,7 +1007,7 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 		return err
 	}
 	if kept {
-		err = f.acc.Update(next)
+		err = f.update(rec.Key, next)
 	} else {
 		err = f.acc.Clear()
 	}
@@ -963,6 +1015,22 @@ func (f *Aggregate) ProcessElement(_ context.Context, rec runtime.Record, out Co
 		return err
 	}
 	return f.emitChanges(rec, prev, found, retract, next, out)
+}
+
+// value reads the accumulators of the current key, key: none without a
+// read when the hint knows the key holds none.
+func (f *Aggregate) value(key []byte) ([]aggAccumulator, bool, error) {
+	if f.hint.absent(key) {
+		return nil, false, nil
+	}
+	return f.acc.Value()
+}
+
+// update writes the accumulators of the current key, key, and adds it to
+// the hint.
+func (f *Aggregate) update(key []byte, accs []aggAccumulator) error {
+	f.hint.add(key)
+	return f.acc.Update(accs)
 }
 
 // fold folds one record of the current key, key (its inputs in; retract:

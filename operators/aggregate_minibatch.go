@@ -174,7 +174,7 @@ func (f *Aggregate) FinishBundle(_ context.Context, out Collector) error {
 		e := &b.keys[k]
 		f.backend.SetCurrentKey(e.key)
 		f.backend.SetRecordTimestamp(e.head.ts)
-		cur, found, err := f.acc.Value()
+		cur, found, err := f.value(e.key)
 		if err != nil {
 			return err
 		}
@@ -194,7 +194,7 @@ func (f *Aggregate) FinishBundle(_ context.Context, out Collector) error {
 		}
 		switch {
 		case found:
-			err = f.acc.Update(cur)
+			err = f.update(e.key, cur)
 		case had:
 			err = f.acc.Clear()
 		default:
