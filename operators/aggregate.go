@@ -290,7 +290,7 @@ type aggregator struct {
 	filterOf []int
 	passes   []bool
 	ofOf     []int
-	env  RecordEnv
+	env      RecordEnv
 	// names are the aggregates' names as JSON strings, in spec order.
 	names [][]byte
 	// validJSON marks the rows emitted as valid JSON (written here) for
