@@ -162,7 +162,7 @@ type AggregateSpec struct {
 	// still belongs to the key's row). count_distinct aggregates with the
 	// same of share one MapState when some of them are filtered
 	// (aggregate_distinct.go); optional.
-	Filter BoolExpression `yaml:"filter" doc:"count_distinct only: count the value only of records on which this bool expression is true (SQL's COUNT(DISTINCT x) FILTER (WHERE c)), e.g. price < 10000; count_distinct aggregates with the same of share one state entry per value when some of them have a filter; optional."`
+	Filter BoolExpression `yaml:"filter" doc:"count_distinct of the aggregate operator only (a window refuses it): count the value only of records on which this bool expression is true (SQL's COUNT(DISTINCT x) FILTER (WHERE c)), e.g. price < 10000; count_distinct aggregates with the same of share one state entry per value when some of them have a filter; optional."`
 }
 
 // CheckParams implements ParamsChecker.
