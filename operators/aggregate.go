@@ -473,12 +473,12 @@ func toNumber(v any) (number, bool) {
 }
 
 // aggInput is one aggregate's input from one record: the number (sum, min,
-// max, avg) or the JSON of the value (first, last, count_distinct);
-// filtered says a count_distinct's filter was false on the record.
+// max, avg) or the JSON of the value (first, last, count_distinct); a
+// count_distinct with a filter false on the record has no raw (nil:
+// aggregator.filteredOut).
 type aggInput struct {
-	num      number
-	raw      []byte
-	filtered bool
+	num number
+	raw []byte
 }
 
 // inputs evaluates every aggregate's of on rec, before any state is
@@ -495,9 +495,6 @@ func (a *aggregator) inputsInto(in []aggInput, rec *runtime.Record) ([]aggInput,
 	}
 	for i, s := range a.specs {
 		in[i] = aggInput{}
-		if f := a.filterOf[i]; f >= 0 {
-			in[i].filtered = !a.passes[f]
-		}
 		if s.Fn == AggCount {
 			continue
 		}
@@ -526,6 +523,13 @@ func (a *aggregator) inputsInto(in []aggInput, rec *runtime.Record) ([]aggInput,
 				return nil, resultError(s.Of, "aggregate "+s.Name+" ("+string(s.Fn)+")", "has no JSON value: "+err.Error())
 			}
 			in[i].raw = raw
+		}
+	}
+	if len(a.filters) > 0 { // after every of: a filtered aggregate's may be shared
+		for i, f := range a.filterOf {
+			if f >= 0 && !a.passes[f] {
+				in[i].raw = nil
+			}
 		}
 	}
 	return in, nil
@@ -1026,7 +1030,7 @@ func (f *Aggregate) fold(key []byte, in []aggInput, retract bool, cur []aggAccum
 			steps[j], f.tracked[j] = aggMapStep{}, false
 			continue
 		}
-		k := f.mapKey(f.maps[j], in)
+		k := f.slotKey(j, in)
 		var v []byte
 		var present bool
 		born := found && bornIn(cur, f.maps[j], gen)
@@ -1158,7 +1162,7 @@ func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, o
 				gets[j] = state.CompletedFuture(state.Optional[[]byte]{})
 				continue
 			}
-			k := f.mapKey(i, in)
+			k := f.slotKey(j, in)
 			born := cur.OK && bornIn(cur.Value, i, gen)
 			if tracked[j] = born || !cur.OK; tracked[j] {
 				sums[j] = f.seen.sum(head.key, j, k)

@@ -162,18 +162,46 @@ func (a *aggregator) evalFilters(env *expression.Env) error {
 // is bit 0): those without a filter or whose filter is true.
 func (a *aggregator) passMask(j int, in []aggInput) uint64 {
 	if !a.shared(j) {
-		if in[a.maps[j]].filtered {
+		if a.filteredOut(a.maps[j], in) {
 			return 0
 		}
 		return 1
 	}
 	var m uint64
 	for b, i := range a.groups[j].members {
-		if !in[i].filtered {
+		if !a.filteredOut(i, in) {
 			m |= 1 << b
 		}
 	}
 	return m
+}
+
+// filteredOut reports whether aggregate specs[i] has a filter that was
+// false on the record of inputs in (inputsInto then left its raw nil; a
+// value's JSON is never empty).
+func (a *aggregator) filteredOut(i int, in []aggInput) bool {
+	return i < len(a.filterOf) && a.filterOf[i] >= 0 && in[i].raw == nil
+}
+
+// slotKey returns the user key of map j for the record of inputs in (its
+// map step's key).
+func (a *aggregator) slotKey(j int, in []aggInput) string {
+	if a.shared(j) {
+		return a.sharedKey(j, in)
+	}
+	return a.mapKey(a.maps[j], in)
+}
+
+// sharedKey returns the user key of a group's map j for the record of
+// inputs in: the of's JSON, which every member whose filter passed holds
+// (pass is not 0).
+func (a *aggregator) sharedKey(j int, in []aggInput) string {
+	for _, i := range a.groups[j].members {
+		if in[i].raw != nil {
+			return string(in[i].raw)
+		}
+	}
+	return ""
 }
 
 // decodeMembers reads a shared map's entry: the mask of the aggregates
@@ -229,7 +257,7 @@ func encodeMembers(mask uint64, counts []int64) []byte {
 // changelog (or when the stored entry has counts) per-aggregate counts.
 func (a *aggregator) sharedStep(j int, in []aggInput, v []byte, present bool, pass uint64, retract bool) aggMapStep {
 	n := len(a.groups[j].members)
-	st := aggMapStep{key: a.mapKey(a.maps[j], in)}
+	st := aggMapStep{key: a.sharedKey(j, in)}
 	var counts []int64
 	if present {
 		st.had, counts = decodeMembers(v, n)
