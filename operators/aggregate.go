@@ -157,6 +157,12 @@ type AggregateSpec struct {
 	// Of is the expression aggregated, evaluated on each record; required
 	// except for count, which takes none.
 	Of Expression `yaml:"of" doc:"The expression aggregated, evaluated on each record (e.g. amount); required except for count, which takes none."`
+	// Filter, count_distinct only, is SQL's FILTER (WHERE filter): the
+	// values of records on which it is false are not counted (the record
+	// still belongs to the key's row). count_distinct aggregates with the
+	// same of share one MapState when some of them are filtered
+	// (aggregate_distinct.go); optional.
+	Filter BoolExpression `yaml:"filter" doc:"count_distinct of the aggregate operator only (a window refuses it): count the value only of records on which this bool expression is true (SQL's COUNT(DISTINCT x) FILTER (WHERE c)), e.g. price < 10000; count_distinct aggregates with the same of share one state entry per value when some of them have a filter; optional."`
 }
 
 // CheckParams implements ParamsChecker.
@@ -185,6 +191,7 @@ func (p *AggregateParams) CheckParams(report func(field, msg string)) {
 		case a.Fn != AggCount && !a.Of.IsSet():
 			report(at("of"), fmt.Sprintf("required for fn %s (an expression such as amount)", a.Fn))
 		}
+		checkDistinctFilter(i, a, report)
 	}
 	p.StateTTL.Check("state_ttl", report)
 	if p.MiniBatch != nil && (p.MiniBatch.Size < 1 || p.MiniBatch.Size > maxMiniBatchSize) {
@@ -269,10 +276,25 @@ type aggregator struct {
 	// drop -U; Flink's ONLY_UPDATE_AFTER).
 	updateAfterOnly bool
 	// maps are the indexes in specs of the aggregates keeping a MapState
-	// (aggregate.<name>): every count_distinct, and min and max over a
-	// changelog input (their value multiset).
-	maps []int
-	env  RecordEnv
+	// (aggregate.<name>): every count_distinct (a group of them sharing
+	// one: its first's), and min and max over a changelog input (their
+	// value multiset). groups[j] are the members of a shared map j (nil:
+	// the map of maps[j] alone); slotOf and bitOf are each aggregate's map
+	// (-1: none) and its bit in a shared map's entries
+	// (aggregate_distinct.go).
+	maps   []int
+	groups []distinctGroup
+	slotOf []int32
+	bitOf  []uint8
+	// filters are the distinct count_distinct filter expressions (by
+	// text), filterOf each aggregate's (-1: none), passes their results
+	// on the current record; ofOf is the aggregate whose of result an
+	// aggregate of a shared map takes (-1: it evaluates its own).
+	filters  []Expression
+	filterOf []int
+	passes   []bool
+	ofOf     []int
+	env      RecordEnv
 	// names are the aggregates' names as JSON strings, in spec order.
 	names [][]byte
 	// validJSON marks the rows emitted as valid JSON (written here) for
@@ -312,12 +334,8 @@ func newAggregator(p AggregateParams, changelog bool) aggregator {
 	for i, s := range a.specs {
 		name, _ := json.Marshal(s.Name) // a string: cannot fail
 		a.names = append(a.names, name)
-		switch {
-		case s.Fn == AggCountDistinct:
+		if s.Fn == AggCountDistinct {
 			a.distinct = append(a.distinct, i)
-			a.maps = append(a.maps, i)
-		case changelog && (s.Fn == AggMin || s.Fn == AggMax):
-			a.maps = append(a.maps, i)
 		}
 	}
 	a.sameOf = make([]int, len(a.specs))
@@ -337,6 +355,7 @@ func newAggregator(p AggregateParams, changelog bool) aggregator {
 			}
 		}
 	}
+	a.buildMaps()
 	return a
 }
 
@@ -482,7 +501,9 @@ func toNumber(v any) (number, bool) {
 }
 
 // aggInput is one aggregate's input from one record: the number (sum, min,
-// max, avg) or the JSON of the value (first, last, count_distinct).
+// max, avg) or the JSON of the value (first, last, count_distinct); a
+// count_distinct with a filter false on the record has no raw (nil:
+// aggregator.filteredOut).
 type aggInput struct {
 	num number
 	raw []byte
@@ -501,12 +522,19 @@ func (a *aggregator) inputs(rec *runtime.Record) ([]aggInput, error) {
 // came first.
 func (a *aggregator) inputsInto(in []aggInput, rec *runtime.Record) ([]aggInput, error) {
 	env := a.env.Reset(rec)
+	if err := a.evalFilters(env); err != nil {
+		return nil, err
+	}
 	if a.vals != nil {
 		defer clear(a.vals) // no record's values kept past it
 	}
 	for i, s := range a.specs {
 		in[i] = aggInput{}
 		if s.Fn == AggCount {
+			continue
+		}
+		if o := a.ofOf[i]; o >= 0 { // a shared map's: the same of as aggregate o, before it
+			in[i].raw = in[o].raw
 			continue
 		}
 		var v any
@@ -538,6 +566,13 @@ func (a *aggregator) inputsInto(in []aggInput, rec *runtime.Record) ([]aggInput,
 				return nil, resultError(s.Of, "aggregate "+s.Name+" ("+string(s.Fn)+")", "has no JSON value: "+err.Error())
 			}
 			in[i].raw = raw
+		}
+	}
+	if len(a.filters) > 0 { // after every of: a filtered aggregate's may be shared
+		for i, f := range a.filterOf {
+			if f >= 0 && !a.passes[f] {
+				in[i].raw = nil
+			}
 		}
 	}
 	return in, nil
@@ -876,13 +911,18 @@ func copyAccumulator(a aggAccumulator) aggAccumulator {
 	return a
 }
 
-// setDescriptor describes the MapState of the map-backed aggregate
-// specs[i] (a count_distinct, or a min or max over a changelog input): the
-// values' JSON to their count (aggregate_retract.go).
-func (a *aggregator) setDescriptor(i int) state.MapStateDescriptor[string, []byte] {
+// setDescriptor describes map j, the MapState of the map-backed aggregate
+// specs[maps[j]] (a count_distinct, or a min or max over a changelog
+// input): the values' JSON to their count (aggregate_retract.go), or a
+// group's shared map (distinctMembersSerializer, aggregate_distinct.go).
+func (a *aggregator) setDescriptor(j int) state.MapStateDescriptor[string, []byte] {
+	var vs state.Serializer[[]byte] = state.BytesSerializer{}
+	if a.shared(j) {
+		vs = distinctMembersSerializer{}
+	}
 	return state.MapStateDescriptor[string, []byte]{
-		Name: AggregateStateName + "." + a.specs[i].Name, KeySerializer: state.StringSerializer{},
-		ValueSerializer: state.BytesSerializer{}, TTL: a.ttl,
+		Name: AggregateStateName + "." + a.specs[a.maps[j]].Name, KeySerializer: state.StringSerializer{},
+		ValueSerializer: vs, TTL: a.ttl,
 	}
 }
 
@@ -970,8 +1010,8 @@ func (f *Aggregate) Open(ctx OpenContext) error {
 	f.batch.reset()
 	f.sets = nil
 	f.seen.reset()
-	for _, i := range f.maps {
-		m, err := state.GetMapState(ctx.Backend, f.setDescriptor(i))
+	for j := range f.maps {
+		m, err := state.GetMapState(ctx.Backend, f.setDescriptor(j))
 		if err != nil {
 			return fmt.Errorf("operators: %s %s: %w", AggregateType, ctx.Operator, err)
 		}
@@ -1057,7 +1097,12 @@ func (f *Aggregate) fold(key []byte, in []aggInput, retract bool, cur []aggAccum
 				return nil, false, err
 			}
 		}
-		k := f.mapKey(f.maps[j], in)
+		pass := f.passMask(j, in)
+		if pass == 0 { // every aggregate of the map filtered the record out
+			steps[j], f.tracked[j] = aggMapStep{}, false
+			continue
+		}
+		k := f.slotKey(j, in)
 		var v []byte
 		var present bool
 		born := found && bornIn(cur, f.maps[j], gen)
@@ -1073,7 +1118,7 @@ func (f *Aggregate) fold(key []byte, in []aggInput, retract bool, cur []aggAccum
 				return nil, false, err
 			}
 		}
-		steps[j] = f.mapStep(j, in, cur, v, present, retract)
+		steps[j] = f.mapStep(j, in, cur, v, present, pass, retract)
 		if steps[j].rescan {
 			keys, err := f.mapKeys(j)
 			if err != nil {
@@ -1153,8 +1198,8 @@ func (f *AsyncAggregate) Open(ctx AsyncOpenContext) error {
 	f.acc = acc
 	f.sets = nil
 	f.seen.reset()
-	for _, i := range f.maps {
-		m, err := state.GetAsyncMapState(ctx.AEC, f.setDescriptor(i))
+	for j := range f.maps {
+		m, err := state.GetAsyncMapState(ctx.AEC, f.setDescriptor(j))
 		if err != nil {
 			return fmt.Errorf("operators: %s %s: %w", AggregateType, ctx.Operator, err)
 		}
@@ -1185,7 +1230,11 @@ func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, o
 			if !cur.OK && f.ttl != nil {
 				f.sets[j].AsyncClear() // ordered before the read below; its failure fails the record
 			}
-			k := f.mapKey(i, in)
+			if f.passMask(j, in) == 0 { // every aggregate of the map filtered the record out
+				gets[j] = state.CompletedFuture(state.Optional[[]byte]{})
+				continue
+			}
+			k := f.slotKey(j, in)
 			born := cur.OK && bornIn(cur.Value, i, gen)
 			if tracked[j] = born || !cur.OK; tracked[j] {
 				sums[j] = f.seen.sum(head.key, j, k)
@@ -1203,7 +1252,7 @@ func (f *AsyncAggregate) ProcessElement(_ context.Context, rec runtime.Record, o
 			steps := make([]aggMapStep, len(f.maps))
 			scans := make([]state.StateFuture[[]string], len(f.maps))
 			for j := range f.maps {
-				steps[j] = f.mapStep(j, in, cur.Value, vals[j].Value, vals[j].OK, retract)
+				steps[j] = f.mapStep(j, in, cur.Value, vals[j].Value, vals[j].OK, f.passMask(j, in), retract)
 				if steps[j].rescan {
 					scans[j] = state.ToIterable(f.sets[j].AsyncKeys())
 				} else {

@@ -13,16 +13,24 @@ import "hash/maphash"
 // added may hold accumulators (two keys can share a hash, a Clear or TTL
 // may have removed them) and is read as before, so the hint never hides a
 // row. After a restore the hint is off (every key is read), as it is
-// never checkpointed. It costs about 20 bytes of heap per key written.
+// never checkpointed. It costs about 20 bytes of heap per key written, up
+// to max keys (aggHintMaxKeys, about 40 MiB): the key that would pass it
+// turns the hint off for good (its memory is dropped, every key is read
+// as without it), so a job whose keys grow without bound (a key per
+// auction and day, with state_ttl) does not grow the heap with them.
 type aggKeyHint struct {
 	on   bool
 	seed maphash.Seed
 	keys map[uint64]struct{}
+	max  int // aggHintMaxKeys but in tests
 }
+
+// aggHintMaxKeys bounds aggKeyHint: 2^21 keys, as dedupHintMaxKeys.
+const aggHintMaxKeys = 1 << 21
 
 // reset starts the hint empty, on when the subtask has no restored state.
 func (h *aggKeyHint) reset(on bool) {
-	*h = aggKeyHint{on: on}
+	*h = aggKeyHint{on: on, max: aggHintMaxKeys}
 	if on {
 		h.seed, h.keys = maphash.MakeSeed(), map[uint64]struct{}{}
 	}
@@ -37,9 +45,15 @@ func (h *aggKeyHint) absent(key []byte) bool {
 	return !ok
 }
 
-// add records that key's accumulators were written.
+// add records that key's accumulators were written; at the hint's bound
+// it turns the hint off instead (every key read from then on).
 func (h *aggKeyHint) add(key []byte) {
-	if h.on {
-		h.keys[maphash.Bytes(h.seed, key)] = struct{}{}
+	if !h.on {
+		return
 	}
+	if len(h.keys) >= h.max {
+		h.on, h.keys = false, nil
+		return
+	}
+	h.keys[maphash.Bytes(h.seed, key)] = struct{}{}
 }

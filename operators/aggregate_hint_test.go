@@ -86,3 +86,35 @@ func TestAggregateKeyHint(t *testing.T) {
 		}
 	}
 }
+
+// TestAggKeyHintBound: the hint keeps at most max keys; the key that would
+// pass the bound turns it off and drops its memory, and from then on no
+// key is reported absent (every key is read), so a job whose keys grow
+// without bound does not grow the heap with them.
+func TestAggKeyHintBound(t *testing.T) {
+	var h aggKeyHint
+	h.reset(true)
+	if h.max != aggHintMaxKeys {
+		t.Fatalf("max %d, want aggHintMaxKeys %d", h.max, aggHintMaxKeys)
+	}
+	h.max = 3
+	for _, k := range []string{"a", "b", "c"} {
+		h.add([]byte(k))
+	}
+	if !h.on || len(h.keys) != 3 || h.absent([]byte("a")) || !h.absent([]byte("d")) {
+		t.Fatalf("at the bound: on %t, %d keys, absent a %t, d %t; want on, 3, false, true", h.on, len(h.keys), h.absent([]byte("a")), h.absent([]byte("d")))
+	}
+	h.add([]byte("d"))
+	if h.on || h.keys != nil {
+		t.Fatalf("past the bound: on %t, keys %v; want off and dropped", h.on, h.keys)
+	}
+	for _, k := range []string{"a", "d", "e"} {
+		if h.absent([]byte(k)) {
+			t.Fatalf("%s reported absent by a hint turned off", k)
+		}
+	}
+	h.add([]byte("f")) // off: a no-op, no panic on the nil map
+	if h.on || h.keys != nil {
+		t.Fatal("an add after the hint turned off turned it on again")
+	}
+}

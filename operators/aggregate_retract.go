@@ -30,8 +30,17 @@ type aggMapStep struct {
 	// key is the record's value as the map's user key.
 	key string
 	// before and after are the value's count before and after the record
-	// (0: absent).
+	// (0: absent; a shared map's: the aggregates holding it).
 	before, after int64
+	// had and has are the aggregates of the map holding the value before
+	// and after the record (bit b: a shared map's members[b], bit 0 the
+	// aggregate of a map of its own); 0 for a record the map's
+	// aggregates all filtered out. A shared map's changed says its entry
+	// changed, counts are its per-aggregate counts after (nil: the entry
+	// is a mask) (aggregate_distinct.go).
+	had, has uint64
+	changed  bool
+	counts   []int64
 	// rescan: a min or max whose extreme the record retracted for the last
 	// time; extreme (ok false: none left) is the extreme of the other
 	// values, recomputed from the multiset.
@@ -60,22 +69,32 @@ func decodeCount(v []byte) int64 {
 }
 
 // mapStep returns the step of maps[j] for a record (retract: a -U or -D)
-// whose value's entry was v (present: it was in the state); cur are the
-// key's accumulators before the record.
-func (a *aggregator) mapStep(j int, in []aggInput, cur []aggAccumulator, v []byte, present, retract bool) aggMapStep {
+// whose value's entry was v (present: it was in the state); pass are the
+// map's aggregates whose filter the record passed (passMask: 0 leaves the
+// map as it is); cur are the key's accumulators before the record.
+func (a *aggregator) mapStep(j int, in []aggInput, cur []aggAccumulator, v []byte, present bool, pass uint64, retract bool) aggMapStep {
+	switch {
+	case pass == 0:
+		return aggMapStep{}
+	case a.shared(j):
+		return a.sharedStep(j, in, v, present, pass, retract)
+	}
 	i := a.maps[j]
 	st := aggMapStep{key: a.mapKey(i, in)}
 	if present {
-		st.before = decodeCount(v)
+		st.before, st.had = decodeCount(v), 1
 	}
 	if !retract {
-		st.after = st.before + 1
+		st.after, st.has = st.before+1, 1
 		return st
 	}
 	if st.before == 0 {
 		return st // a value never added (or expired): nothing to retract
 	}
 	st.after = st.before - 1
+	if st.after > 0 {
+		st.has = 1
+	}
 	if s := a.specs[i]; st.after == 0 && (s.Fn == AggMin || s.Fn == AggMax) {
 		x := accAt(cur, i).Num
 		st.rescan = !x.less(in[i].num) && !in[i].num.less(x) // the extreme itself
@@ -106,6 +125,8 @@ func (a *aggregator) rescanExtreme(j int, st *aggMapStep, keys []string) {
 // value v, or nothing (put and remove false).
 func (a *aggregator) mapWrite(j int, st aggMapStep) (v []byte, put, remove bool) {
 	switch {
+	case a.shared(j):
+		return a.sharedWrite(st)
 	case st.after == 0:
 		return nil, false, st.before > 0
 	case a.specs[a.maps[j]].Fn == AggCountDistinct && !a.changelog:
@@ -152,13 +173,7 @@ func (a *aggregator) apply(cur []aggAccumulator, in []aggInput, steps []aggMapSt
 	if retract {
 		return a.retract(cur, in, steps)
 	}
-	isNew := make([]bool, 0, len(a.distinct))
-	for j, i := range a.maps {
-		if a.specs[i].Fn == AggCountDistinct {
-			isNew = append(isNew, steps[j].before == 0)
-		}
-	}
-	return a.accumulate(cur, in, isNew)
+	return a.accumulate(cur, in, a.distinctIsNew(steps))
 }
 
 // retract returns the accumulators after retracting one record's inputs in
@@ -187,7 +202,7 @@ func (a *aggregator) retract(cur []aggAccumulator, in []aggInput, steps []aggMap
 				acc.Num = st.extreme
 			}
 		case AggCountDistinct:
-			if st := step[i]; st.before > 0 && st.after == 0 {
+			if a.distinctGone(i, steps) {
 				acc.Distinct--
 			}
 		}

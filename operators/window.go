@@ -105,6 +105,9 @@ func (p *WindowParams) CheckParams(report func(field, msg string)) {
 		if a.Name == "window_start" || a.Name == "window_end" {
 			report(fmt.Sprintf("aggregates[%d].name", i), fmt.Sprintf("%q is an output field of the window; choose another name", a.Name))
 		}
+		if a.Filter.IsSet() {
+			report(fmt.Sprintf("aggregates[%d].filter", i), "a window's aggregates take no filter (only the aggregate operator's count_distinct does)")
+		}
 	}
 	positive := func(field string, d time.Duration, need bool) {
 		switch {
