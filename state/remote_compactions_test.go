@@ -1,12 +1,17 @@
 package state
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kstreamd/kstreamd/state/keygroup"
 )
 
 // manyL0Checkpoint writes n keys (count k = i), compacts them, then
@@ -160,4 +165,183 @@ func TestReplayMayStall(t *testing.T) {
 			t.Errorf("replayMayStall(%d, %d, %d) = %t, want %t", c.ingestions, c.bytes, c.l0, got, c.want)
 		}
 	}
+}
+
+// TestRemoteRestoreHeldReplayLargerThanMemtable: a restore stays held
+// through the replay of a delta larger than Pebble's memtable (4 MiB: the
+// replay commits it as a flushable batch, so the memtable rotates while
+// held) when the bound says the replay cannot meet L0's stop-writes
+// threshold; the replay does not wait, the values are exact, and once
+// released the instance compacts its L0 when later flushes pass the
+// compaction threshold (the scheduler grants compactions after the
+// restore, not only the one Pebble wanted at its end).
+func TestRemoteRestoreHeldReplayLargerThanMemtable(t *testing.T) {
+	cfg := testConfig(t, kindPebbleRemote)
+	cfg.WriteCacheBytes = -1
+	cfg.L0CompactionThreshold = 1000
+	const n, l0, blobs, blobLen = 5_000, 12, 2_500, 2_500
+	src := open(t, cfg)
+	db := src.(*pebbleBackend).st.db
+	fillCounts(t, src, n, func(i int) int64 { return int64(i) })
+	must(t, db.Flush())
+	must(t, db.Compact(t.Context(), keyGroupsStart, []byte{0xff, 0xff}, false))
+	s := must1(GetValueState(src, ValueStateDescriptor[int64]{Name: "count", Serializer: Int64Serializer{}}))(t)
+	for f := range l0 {
+		for i := range 100 {
+			src.SetCurrentKey([]byte(fmt.Sprintf("k%06d", (f*100+i*97)%n)))
+			must(t, s.Update(-1))
+		}
+		must(t, db.Flush())
+	}
+	remoteCheckpoint(t, src, cfg, 1) // the base
+	// The delta: every count again and 2,500 values of 2,500 bytes
+	// (about 6.3 MB).
+	fillCounts(t, src, n, func(i int) int64 { return int64(5 * i) })
+	blob := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, blobLen) }
+	bs := must1(GetValueState(src, ValueStateDescriptor[[]byte]{Name: "blob", Serializer: BytesSerializer{}}))(t)
+	for i := range blobs {
+		src.SetCurrentKey([]byte(fmt.Sprintf("k%06d", i)))
+		must(t, bs.Update(blob(i)))
+	}
+	rh, _ := remoteCheckpoint(t, src, cfg, 2)
+	must(t, src.Close())
+	var h keyedHandle
+	must(t, h.UnmarshalJSON(rh.Handle))
+	var deltaBytes int64
+	for _, f := range h.Deltas {
+		deltaBytes += f.Size
+	}
+	if len(h.Deltas) != 1 || deltaBytes < 6<<20 {
+		t.Fatalf("checkpoint 2 has %d deltas of %d bytes, want 1 of at least 6 MiB", len(h.Deltas), deltaBytes)
+	}
+	type seen struct {
+		held      bool
+		sublevels int
+		compacted int64
+	}
+	var at []seen
+	restoreHeldHook = func(db *pebble.DB, held bool) {
+		m := db.Metrics()
+		at = append(at, seen{held, int(m.Levels[0].Sublevels), m.Compact.Count})
+	}
+	t.Cleanup(func() { restoreHeldHook = nil })
+	rc := cfg
+	rc.Dir = filepath.Join(t.TempDir(), "r")
+	rc.L0CompactionThreshold = 16 // stop writes at 48: 12 L0 runs + the levels + 26 rotations stay below
+	rb, err := OpenBackendRestored(rc, []RestoreHandle{rh})
+	must(t, err)
+	t.Cleanup(func() { _ = rb.Close() })
+	if len(at) != 1 || !at[0].held || at[0].compacted != 0 {
+		t.Fatalf("after the replay: %+v, want one call, held, no compaction", at)
+	}
+	if at[0].sublevels < l0 || at[0].sublevels >= 16 {
+		t.Fatalf("L0 sublevels after the replay %d, want %d..15", at[0].sublevels, l0)
+	}
+	checkCounts(t, rb, n, func(i int) (int64, bool) { return int64(5 * i), true })
+	checkBlobs := func() {
+		t.Helper()
+		bs := must1(GetValueState(rb, ValueStateDescriptor[[]byte]{Name: "blob", Serializer: BytesSerializer{}}))(t)
+		r := rb.KeyGroupRange()
+		got := 0
+		for i := range blobs {
+			k := []byte(fmt.Sprintf("k%06d", i))
+			if !r.Contains(keygroup.Assign(k, testMaxP)) {
+				continue
+			}
+			rb.SetCurrentKey(k)
+			v, ok, err := bs.Value()
+			if err != nil || !ok || !bytes.Equal(v, blob(i)) {
+				t.Fatalf("blob k%06d: %d bytes, %t, %v; want %d bytes of %q", i, len(v), ok, err, blobLen, rune('a'+i%26))
+			}
+			got++
+		}
+		if got != blobs {
+			t.Fatalf("checked %d blobs, want %d", got, blobs)
+		}
+	}
+	checkBlobs()
+	// Released: flushes that pass the compaction threshold are compacted
+	// (a bounded wait on the outcome, no time asserted).
+	rdb := rb.(*pebbleBackend).st.db
+	rs := must1(GetValueState(rb, ValueStateDescriptor[int64]{Name: "count", Serializer: Int64Serializer{}}))(t)
+	for f := range 8 {
+		for i := range 100 {
+			k := (f*100 + i*89) % n
+			rb.SetCurrentKey([]byte(fmt.Sprintf("k%06d", k)))
+			must(t, rs.Update(int64(5*k)))
+		}
+		must(t, rdb.Flush())
+	}
+	for rdb.Metrics().Compact.Count == 0 || rdb.Metrics().Levels[0].Sublevels >= 16 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	checkCounts(t, rb, n, func(i int) (int64, bool) { return int64(5 * i), true })
+	checkBlobs()
+}
+
+// TestRemoteRestoreHeldFailsThenRestores: a restore that fails in its
+// replay (a corrupt delta object) while its compactions are held and
+// Pebble wants one returns ErrCorrupt, leaves no goroutine of its
+// scheduler behind (goleak in TestMain), and a restore of the repaired
+// object is exact and compacts once released.
+func TestRemoteRestoreHeldFailsThenRestores(t *testing.T) {
+	cfg := testConfig(t, kindPebbleRemote)
+	cfg.WriteCacheBytes = -1
+	cfg.L0CompactionThreshold = 1000
+	const n, l0 = 4_000, 6
+	src := open(t, cfg)
+	db := src.(*pebbleBackend).st.db
+	fillCounts(t, src, n, func(i int) int64 { return int64(i) })
+	must(t, db.Flush())
+	must(t, db.Compact(t.Context(), keyGroupsStart, []byte{0xff, 0xff}, false))
+	s := must1(GetValueState(src, ValueStateDescriptor[int64]{Name: "count", Serializer: Int64Serializer{}}))(t)
+	for f := range l0 {
+		for i := range 100 {
+			src.SetCurrentKey([]byte(fmt.Sprintf("k%06d", (f*100+i*97)%n)))
+			must(t, s.Update(-1))
+		}
+		must(t, db.Flush())
+	}
+	remoteCheckpoint(t, src, cfg, 1)
+	fillCounts(t, src, n, func(i int) int64 { return int64(7 * i) })
+	rh, _ := remoteCheckpoint(t, src, cfg, 2)
+	must(t, src.Close())
+	var h keyedHandle
+	must(t, h.UnmarshalJSON(rh.Handle))
+	if len(h.Deltas) != 1 {
+		t.Fatalf("checkpoint 2 has %d deltas, want 1", len(h.Deltas))
+	}
+	obj := filepath.Join(cfg.Remote.Dir, h.Deltas[0].Name)
+	good := must1(os.ReadFile(obj))(t)
+	bad := bytes.Clone(good)
+	bad[len(bad)/2] ^= 0xff
+	must(t, os.WriteFile(obj, bad, 0o644))
+
+	hooked := 0
+	restoreHeldHook = func(*pebble.DB, bool) { hooked++ }
+	t.Cleanup(func() { restoreHeldHook = nil })
+	rc := cfg
+	rc.Dir = filepath.Join(t.TempDir(), "bad")
+	rc.L0CompactionThreshold = 2 // Pebble wants an L0 compaction during the restore
+	if _, err := OpenBackendRestored(rc, []RestoreHandle{rh}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("restore of a corrupt delta: %v, want ErrCorrupt", err)
+	}
+	if hooked != 0 {
+		t.Fatalf("hook ran %d times for a failed restore, want 0", hooked)
+	}
+
+	must(t, os.WriteFile(obj, good, 0o644))
+	rc.Dir = filepath.Join(t.TempDir(), "good")
+	rb, err := OpenBackendRestored(rc, []RestoreHandle{rh})
+	must(t, err)
+	t.Cleanup(func() { _ = rb.Close() })
+	if hooked != 1 {
+		t.Fatalf("hook ran %d times, want 1", hooked)
+	}
+	checkCounts(t, rb, n, func(i int) (int64, bool) { return int64(7 * i), true })
+	rdb := rb.(*pebbleBackend).st.db
+	for rdb.Metrics().Compact.Count == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	checkCounts(t, rb, n, func(i int) (int64, bool) { return int64(7 * i), true })
 }
