@@ -19,9 +19,11 @@ import (
 // place, not copied). checked is true
 // when value is already known to be one valid JSON value
 // (runtime.Record.CheckedJSON: the source's check, or a ValidJSON mark
-// across a key_by): json.Valid, about half of this read, is then skipped.
+// across a key_by): json.Valid, about half of this read, is then skipped
+// but on a value long enough to nest deeper than encoding/json allows
+// (minTooDeepJSON).
 func fieldKeyFast(value []byte, path []string, checked bool) (key []byte, ok bool) {
-	if len(value) == 0 || (!checked && !json.Valid(value)) {
+	if len(value) == 0 || ((!checked || len(value) >= minTooDeepJSON) && !json.Valid(value)) {
 		return nil, false
 	}
 	// gjson reads value in place (ParseBytes would copy it to a string):
@@ -60,6 +62,14 @@ func fieldKeyFast(value []byte, path []string, checked bool) (key []byte, ok boo
 	}
 	return nil, false
 }
+
+// minTooDeepJSON is the length of the shortest JSON value nested deeper
+// than encoding/json's 10000 levels (10001 brackets opened and closed).
+// The check that marks a record checked (gjson's) accepts such nesting and
+// encoding/json, which the general path decodes with, does not: a checked
+// value this long is checked again, so the fast path never reads a key
+// where the general path gives malformed_json.
+const minTooDeepJSON = 2 * 10001
 
 // plainJSONString reports whether raw is a JSON string literal of plain
 // ASCII without escapes: its characters are the bytes between the quotes.
