@@ -71,7 +71,8 @@ func mixedModelRow(k string, rows [][2]int) map[string]any {
 
 // TestAggregateMixedSharedOfModel folds random records (and, over a
 // changelog, -D retractions that empty keys) through mixedSpecs in several
-// orders, sync, async and with mini_batch, on both backends, restoring from
+// orders, sync, async and with mini_batch (the first order on both backends,
+// the others on the first), restoring from
 // a checkpoint between rounds (the key hint off after it), and checks every
 // key's last row against mixedModelRow.
 func TestAggregateMixedSharedOfModel(t *testing.T) {
@@ -83,6 +84,9 @@ func TestAggregateMixedSharedOfModel(t *testing.T) {
 	}
 	for pi, perm := range perms {
 		for _, kind := range backends {
+			if pi > 0 && kind != backends[0] {
+				continue // the other orders on one backend: the orders are the backends' same code
+			}
 			for _, mode := range []string{"sync", "async", "mini_batch"} {
 				for _, changelog := range []bool{false, true} {
 					t.Run(fmt.Sprintf("perm%d/%s/%s/changelog=%t", pi, kind, mode, changelog), func(t *testing.T) {
