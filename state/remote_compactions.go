@@ -37,6 +37,9 @@ type restoreScheduler struct {
 	grantDone  *sync.Cond
 	registered bool
 	stopped    bool
+	// heldAtStop is whether compactions were still held when Unregister
+	// (the DB's Close) stopped the scheduler.
+	heldAtStop bool
 	stop, poke chan struct{}
 	ticker     sync.WaitGroup
 }
@@ -66,6 +69,9 @@ func (s *restoreScheduler) Register(_ int, db pebble.DBForCompaction) {
 // it; no grant runs after it returns.
 func (s *restoreScheduler) Unregister() {
 	s.mu.Lock()
+	if !s.stopped {
+		s.heldAtStop = s.held
+	}
 	if s.stopped || !s.registered {
 		s.stopped = true
 		s.mu.Unlock()

@@ -345,3 +345,56 @@ func TestRemoteRestoreHeldFailsThenRestores(t *testing.T) {
 	}
 	checkCounts(t, rb, n, func(i int) (int64, bool) { return int64(7 * i), true })
 }
+
+// TestRemoteRestoreFailedClosesBeforeRelease: a restore that fails after
+// its ingestions closes the new DB while its compactions are still held,
+// so no compaction the ingestions made Pebble want can start (and write
+// objects into the store) for an instance that is thrown away.
+func TestRemoteRestoreFailedClosesBeforeRelease(t *testing.T) {
+	cfg := testConfig(t, kindPebbleRemote)
+	cfg.WriteCacheBytes = -1
+	cfg.L0CompactionThreshold = 1000
+	const n = 2_000
+	src := open(t, cfg)
+	db := src.(*pebbleBackend).st.db
+	fillCounts(t, src, n, func(i int) int64 { return int64(i) })
+	must(t, db.Flush())
+	remoteCheckpoint(t, src, cfg, 1)
+	fillCounts(t, src, n, func(i int) int64 { return int64(3 * i) })
+	rh, _ := remoteCheckpoint(t, src, cfg, 2)
+	must(t, src.Close())
+	var h keyedHandle
+	must(t, h.UnmarshalJSON(rh.Handle))
+	if len(h.Deltas) != 1 {
+		t.Fatalf("checkpoint 2 has %d deltas, want 1", len(h.Deltas))
+	}
+	obj := filepath.Join(cfg.Remote.Dir, h.Deltas[0].Name)
+	bad := must1(os.ReadFile(obj))(t)
+	bad[len(bad)/2] ^= 0xff
+	must(t, os.WriteFile(obj, bad, 0o644))
+
+	var scheds []*restoreScheduler
+	restoreSchedulerHook = func(s *restoreScheduler) { scheds = append(scheds, s) }
+	t.Cleanup(func() { restoreSchedulerHook = nil })
+	rc := cfg
+	rc.Dir = filepath.Join(t.TempDir(), "bad")
+	if replayMayStall(1, h.Deltas[0].Size, rc.L0CompactionThreshold) {
+		t.Fatal("the replay would release the hold early: the test needs it held until the failure")
+	}
+	if _, err := OpenBackendRestored(rc, []RestoreHandle{rh}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("restore of a corrupt delta: %v, want ErrCorrupt", err)
+	}
+	if len(scheds) != 1 {
+		t.Fatalf("%d restore schedulers, want 1", len(scheds))
+	}
+	s := scheds[0]
+	s.mu.Lock()
+	stopped, heldAtStop, held := s.stopped, s.heldAtStop, s.held
+	s.mu.Unlock()
+	if !stopped || !heldAtStop {
+		t.Fatalf("failed restore: scheduler stopped %v, held when the DB closed %v; want the DB closed while held", stopped, heldAtStop)
+	}
+	if held {
+		t.Fatal("failed restore: the hold was never released")
+	}
+}

@@ -373,6 +373,10 @@ func (p *pebbleBackend) listRemoteTables() ([]fileRef, []string, error) {
 // whether they were still held.
 var restoreHeldHook func(db *pebble.DB, held bool)
 
+// restoreSchedulerHook, when set (tests), sees each restore's compaction
+// scheduler before the restored DB opens.
+var restoreSchedulerHook func(*restoreScheduler)
+
 // openRemoteRestored is OpenBackendRestored for a disaggregated backend:
 // it opens a fresh DB (a new creator id) and ingests every table of the
 // snapshots by reference (Pebble's external file ingestion: no download;
@@ -405,6 +409,9 @@ func openRemoteRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHa
 	// Compactions wait until the tables are ingested and the deltas
 	// replayed (restoreScheduler).
 	sched := newRestoreScheduler()
+	if h := restoreSchedulerHook; h != nil {
+		h(sched)
+	}
 	st, err := openPebbleStore(cfg, logger, sched)
 	if err != nil {
 		sched.Unregister() // stops its ticker if Pebble registered it and failed later
@@ -415,11 +422,14 @@ func openRemoteRestored(cfg BackendConfig, handles []RestoreHandle, hs []keyedHa
 	if h := restoreHeldHook; h != nil && err == nil {
 		h(st.db, sched.isHeld())
 	}
-	sched.release()
 	if err != nil {
+		// Closed while still held: a compaction released now could start
+		// before the close and write objects for an instance nobody keeps.
 		_ = st.close()
+		sched.release()
 		return nil, err
 	}
+	sched.release()
 	t := time.Now()
 	b, err := newBackend(cfg, st, logger)
 	if err != nil {
