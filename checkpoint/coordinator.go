@@ -777,6 +777,14 @@ func (c *Coordinator) abort(reason error) {
 		p.req.reply <- savepointResult{err: fmt.Errorf("checkpoint: %s %d failed: %w", c.kind(p), b.CheckpointID, reason)}
 		return
 	}
+	if errors.Is(reason, ErrForeignClaim) {
+		// A zombie's checkpoint took the id in the store first (its
+		// _metadata or owner marker is there): no failure of this
+		// owner's, whose next id is above it (Owner.Reserve). The zombie
+		// is fenced at its next HEAD, so this happens at most while a
+		// takeover's previous owner still runs.
+		return
+	}
 	c.failures++
 	if c.failures > c.cfg.TolerableFailures {
 		c.fatal = fmt.Errorf("%w: %d failed in a row (tolerable: %d); last: checkpoint %d: %v",
