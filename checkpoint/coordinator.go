@@ -473,10 +473,10 @@ func (c *Coordinator) checkpointBarrier(id int64, stopAfter bool) *runtime.Barri
 
 func (c *Coordinator) trigger(b *runtime.Barrier, req *savepointReq) {
 	if o := c.cfg.Owner; o != nil && !b.Savepoint {
-		// A unit marks chk-<id> in its store as its own before any task
-		// writes state for it (Owner.Reserve): a zombie that marked the id
-		// first moves it on to a higher one, and a zombie finding the new
-		// owner's marker stops here, having written nothing.
+		// A unit's checkpoint id moves above a chk-<n> another claim took
+		// (Owner.Reserve, after a checkpoint that met it failed), and a
+		// fenced owner stops here. The upload makes chk-<id> this owner's
+		// (its owner marker, or its _metadata naming the claim).
 		ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.Timeout)
 		id, err := o.Reserve(ctx, b.CheckpointID)
 		cancel()
@@ -775,6 +775,14 @@ func (c *Coordinator) abort(reason error) {
 	}
 	if p.req != nil {
 		p.req.reply <- savepointResult{err: fmt.Errorf("checkpoint: %s %d failed: %w", c.kind(p), b.CheckpointID, reason)}
+		return
+	}
+	if errors.Is(reason, ErrForeignClaim) {
+		// A zombie's checkpoint took the id in the store first (its
+		// _metadata or owner marker is there): no failure of this
+		// owner's, whose next id is above it (Owner.Reserve). The zombie
+		// is fenced at its next HEAD, so this happens at most while a
+		// takeover's previous owner still runs.
 		return
 	}
 	c.failures++

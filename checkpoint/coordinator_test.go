@@ -582,7 +582,7 @@ func TestTriggerCheckpoint(t *testing.T) {
 	if b := j.triggered(); len(b) != 1 || b[0].Savepoint || !b[0].StopAfter || b[0].Dir != s.CheckpointDir(1) {
 		t.Fatalf("barriers %+v, want one checkpoint barrier with StopAfter into %s", b, s.CheckpointDir(1))
 	}
-	if h, err := heads.Latest(ctx); err != nil || withoutToken(h) != (Head{Seq: 2, CheckpointID: 1, Owner: "a", Fingerprint: "fp", Units: 1, CheckpointClaim: 1}) {
+	if h, err := heads.Latest(ctx); err != nil || withoutToken(h) != (Head{Seq: 2, CheckpointID: 1, Owner: "a", Fingerprint: "fp", Units: 1, MetadataClaim: 1}) {
 		t.Fatalf("newest HEAD %+v (%v), want HEAD-2 naming checkpoint 1", h, err)
 	}
 	for _, tk := range j.tasks {

@@ -57,6 +57,15 @@ type Head struct {
 	// (a HEAD written before markers, one naming no checkpoint, or one of
 	// an Owner without a staging Storage).
 	CheckpointClaim int64 `json:"checkpoint_claim,omitempty"`
+	// MetadataClaim is the claim under which chk-<CheckpointID> was
+	// written when that checkpoint has no owner marker because its
+	// _metadata is the only object in chk-<id> and names the claim itself
+	// (Metadata.Claim; Owner.upload): a restore then checks the _metadata's
+	// claim and downloads nothing else from chk-<id>. CheckpointClaim is
+	// then 0, so a binary older than this field restores the directory as
+	// one written before markers. A claim HEAD copies it from the HEAD it
+	// read. 0: the checkpoint has an owner marker, or none at all.
+	MetadataClaim int64 `json:"metadata_claim,omitempty"`
 	// Token is a random id of the claim (Owner) that wrote the HEAD, the
 	// same in its claim and in each of its checkpoint HEADs: a writer
 	// whose create's outcome is unknown (its answer lost, a retry's
@@ -84,10 +93,11 @@ type ClaimMarker struct {
 	Owner string `json:"owner"`
 }
 
-// ErrForeignClaim is wrapped by the error Reserve and Checkpoint return
-// when chk-<id> carries another claim's marker while this owner still
-// holds the newest HEAD (a zombie took the id first): nothing was written
-// into chk-<id>; the checkpoint must use a higher id (Reserve does).
+// ErrForeignClaim is wrapped by the error Checkpoint returns when chk-<id>
+// carries another claim's owner marker or _metadata while this owner
+// still holds the newest HEAD (a zombie took the id first): nothing was
+// written into chk-<id>; the next checkpoint uses a higher id (Reserve
+// returns one).
 var ErrForeignClaim = errors.New("checkpoint: the checkpoint directory belongs to another claim")
 
 // UnitPrefix returns the key prefix of a unit's namespace in a Store:
@@ -408,7 +418,7 @@ func claimWith(ctx context.Context, ns Namespace, member, fingerprint string, un
 			raced(prev)
 		}
 		claim := Head{Seq: prev.Seq + 1, CheckpointID: prev.CheckpointID, Owner: member, Claim: true, Fingerprint: fingerprint, Units: units,
-			CheckpointClaim: prev.CheckpointClaim, Token: token}
+			CheckpointClaim: prev.CheckpointClaim, MetadataClaim: prev.MetadataClaim, Token: token}
 		if err := heads.Create(ctx, claim); err != nil {
 			// The outcome is unknown (an answer lost, a retry's "exists"):
 			// read HEAD-<k> back. Only this claim's token makes it ours.
@@ -442,51 +452,38 @@ func claimWith(ctx context.Context, ns Namespace, member, fingerprint string, un
 // writes into a chk-<id> a previous owner left.
 func (o *Owner) NextCheckpointID() int64 { return o.maxChk + 1 }
 
-// Reserve makes chk-<id> this owner's before any of its state is written
-// (the coordinator calls it when it triggers checkpoint id): it creates
-// the owner marker chk-<id>/_claim naming this owner's claim, create-only.
-// When another claim's marker is there and this owner still holds the
-// newest HEAD (a zombie took the id first), it moves on above every
-// chk-<n> in the namespace and tries again, up to claimAttempts times; it
-// returns the id reserved. When a HEAD above this owner's exists, it
-// returns an error wrapping ErrHeadExists and the owner is fenced: a
-// zombie writes nothing into a checkpoint directory another claim
-// marked. Without a staging Storage (Namespace.Local nil) nothing is
-// uploaded and id is returned as is.
-func (o *Owner) Reserve(ctx context.Context, id int64) (int64, error) {
+// Reserve returns the id under which the checkpoint the coordinator
+// triggers as id is written into the store: id, or one above every
+// chk-<n> this owner has seen in the namespace when another claim's
+// checkpoint took an id at or above it (upload found another claim's
+// owner marker or _metadata in chk-<n>: a zombie took the id first, and
+// the checkpoint that found it failed). It writes nothing: upload makes
+// chk-<id> this owner's, with the owner marker chk-<id>/_claim when the
+// checkpoint has a private object besides its _metadata, else with the
+// _metadata's own create-only write naming the claim (Metadata.Claim). A
+// fenced owner gets an error wrapping ErrHeadExists. Without a staging
+// Storage (Namespace.Local nil) nothing is uploaded and id is returned as
+// is.
+//
+// Until session 45 Reserve created the marker at every trigger; a
+// checkpoint whose _metadata is its only object in chk-<id> (every unit
+// whose private files are all inline: a stateless stage, a small keyed
+// one) now saves that create, its directory sync and its file. The
+// safety argument is in upload's doc.
+func (o *Owner) Reserve(_ context.Context, id int64) (int64, error) {
 	if o.seq == 0 {
 		return 0, fmt.Errorf("checkpoint: unit %s: %w (fenced earlier)", o.ns.Prefix, ErrHeadExists)
 	}
 	if o.ns.Local == nil {
 		return id, nil
 	}
-	for attempt := 1; ; attempt++ {
-		err := o.mark(ctx, id)
-		if err == nil {
-			return id, nil
-		}
-		if !errors.Is(err, ErrForeignClaim) || attempt == claimAttempts {
-			return 0, err
-		}
-		keys, err := o.ns.Store.List(ctx, o.ns.Prefix+"chk-")
-		if err != nil {
-			return 0, fmt.Errorf("checkpoint: unit %s: %w", o.ns.Prefix, err)
-		}
-		for _, k := range keys {
-			dir, _, _ := strings.Cut(strings.TrimPrefix(k, o.ns.Prefix), "/")
-			if n, ok := parseChkName(dir); ok {
-				o.maxChk = max(o.maxChk, n)
-			}
-		}
-		id = max(id, o.maxChk) + 1
-	}
+	return max(id, o.maxChk+1), nil
 }
 
 // mark creates the owner marker chk-<id>/_claim of this owner's claim
 // (create-only). A marker that exists and names this claim (a create
 // whose answer was lost) is this owner's as well. Another claim's marker
-// leaves chk-<id> alone: the error wraps ErrHeadExists (the owner is
-// fenced) when a HEAD above this owner's exists, else ErrForeignClaim.
+// leaves chk-<id> alone (taken).
 func (o *Owner) mark(ctx context.Context, id int64) error {
 	if o.marked == id {
 		return nil
@@ -512,6 +509,18 @@ func (o *Owner) mark(ctx context.Context, id int64) error {
 	if rerr != nil {
 		return fmt.Errorf("checkpoint: unit %s: owner marker of chk-%d: %w", o.ns.Prefix, id, rerr)
 	}
+	return o.taken(ctx, id, "is marked by", got)
+}
+
+// taken is the outcome of finding chk-<id> another writer's (what it
+// holds: its owner marker, or its _metadata; got names the claim that
+// wrote it, zero for a _metadata that names none). When a HEAD above
+// this owner's exists the owner is a zombie: the error wraps
+// ErrHeadExists and the owner is fenced. Else a zombie took the id
+// first: the error wraps ErrForeignClaim, and the owner moves maxChk up
+// to the highest chk-<n> in the namespace, so that the next Reserve
+// returns an id above it.
+func (o *Owner) taken(ctx context.Context, id int64, what string, got ClaimMarker) error {
 	seqs, err := o.ns.Heads().seqs(ctx)
 	if err != nil {
 		return err
@@ -519,11 +528,36 @@ func (o *Owner) mark(ctx context.Context, id int64) error {
 	if n := len(seqs); n > 0 && seqs[n-1] > o.seq {
 		own := o.seq
 		o.seq = 0
-		return fmt.Errorf("checkpoint: unit %s: chk-%d is marked by claim HEAD-%d (member %s) and HEAD-%d is above this owner's HEAD-%d: %w",
-			o.ns.Prefix, id, got.Claim, got.Owner, seqs[n-1], own, ErrHeadExists)
+		return fmt.Errorf("checkpoint: unit %s: chk-%d %s claim HEAD-%d (member %s) and HEAD-%d is above this owner's HEAD-%d: %w",
+			o.ns.Prefix, id, what, got.Claim, got.Owner, seqs[n-1], own, ErrHeadExists)
 	}
-	return fmt.Errorf("checkpoint: unit %s: chk-%d is marked by claim HEAD-%d (member %s), not this owner's claim HEAD-%d: %w",
-		o.ns.Prefix, id, got.Claim, got.Owner, o.claimSeq, ErrForeignClaim)
+	keys, err := o.ns.Store.List(ctx, o.ns.Prefix+"chk-")
+	if err != nil {
+		return fmt.Errorf("checkpoint: unit %s: %w", o.ns.Prefix, err)
+	}
+	o.maxChk = max(o.maxChk, id)
+	for _, k := range keys {
+		dir, _, _ := strings.Cut(strings.TrimPrefix(k, o.ns.Prefix), "/")
+		if n, ok := parseChkName(dir); ok {
+			o.maxChk = max(o.maxChk, n)
+		}
+	}
+	return fmt.Errorf("checkpoint: unit %s: chk-%d %s claim HEAD-%d (member %s), not this owner's claim HEAD-%d: %w",
+		o.ns.Prefix, id, what, got.Claim, got.Owner, o.claimSeq, ErrForeignClaim)
+}
+
+// readStoreMetadata reads chk-<id>/_metadata from the store.
+func (o *Owner) readStoreMetadata(ctx context.Context, id int64) (*Metadata, error) {
+	key := o.ns.chkKey(id, MetadataFile)
+	b, err := o.ns.Store.Read(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	var m Metadata
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, key, err)
+	}
+	return &m, nil
 }
 
 // readMarker reads chk-<id>/_claim.
@@ -546,7 +580,10 @@ func (o *Owner) readMarker(ctx context.Context, id int64) (ClaimMarker, error) {
 // that wrote the checkpoint (CheckpointClaim), chk-<id>/_claim must name
 // that claim (and, for a HEAD that is not a claim, its owner): a missing
 // or another claim's marker is refused with an error wrapping
-// ErrInconsistent, and nothing is downloaded. A HEAD written before
+// ErrInconsistent, and nothing is downloaded. When hd records the claim
+// in MetadataClaim instead, the store's chk-<id>/_metadata must name that
+// claim (and owner) the same way, and nothing of chk-<id> but the
+// _metadata (with its inline files) is restored. A HEAD written before
 // markers restores its directory as it is. The marker itself is never
 // downloaded. It needs a Namespace with Local.
 func (o *Owner) Restore(ctx context.Context, hd Head) (string, *Metadata, error) {
@@ -564,7 +601,24 @@ func (o *Owner) Restore(ctx context.Context, hd Head) (string, *Metadata, error)
 	if !slices.Contains(keys, prefix+MetadataFile) {
 		return "", nil, fmt.Errorf("checkpoint: restore %d of unit %s: %s has no %s in %s: %w", id, o.ns.Prefix, strings.TrimSuffix(prefix, "/"), MetadataFile, o.ns.Store, fs.ErrNotExist)
 	}
-	if hd.CheckpointClaim != 0 {
+	if hd.MetadataClaim != 0 {
+		// The _metadata is the checkpoint's owner marker and its only
+		// object: it must name the claim, and anything else in chk-<id>
+		// (an owner marker, files) is another writer's, never downloaded.
+		m, err := o.readStoreMetadata(ctx, id)
+		if err != nil {
+			return "", nil, fmt.Errorf("checkpoint: restore %d of unit %s: %w", id, o.ns.Prefix, err)
+		}
+		if m.Claim == nil || m.Claim.Claim != hd.MetadataClaim || (!hd.Claim && m.Claim.Owner != hd.Owner) {
+			var got ClaimMarker
+			if m.Claim != nil {
+				got = *m.Claim
+			}
+			return "", nil, fmt.Errorf("checkpoint: restore %d of unit %s: HEAD-%d names chk-%d written under claim HEAD-%d by %s, but its _metadata names claim HEAD-%d by %q: refusing to restore another writer's checkpoint: %w",
+				id, o.ns.Prefix, hd.Seq, id, hd.MetadataClaim, hd.Owner, got.Claim, got.Owner, ErrInconsistent)
+		}
+		keys = nil
+	} else if hd.CheckpointClaim != 0 {
 		want := ClaimMarker{Claim: hd.CheckpointClaim, Owner: hd.Owner}
 		got, err := o.readMarker(ctx, id)
 		switch {
@@ -634,7 +688,7 @@ func (o *Owner) downloadMetadata(ctx context.Context, id int64, dir string) erro
 	if err := WriteInlineFiles(dir, m.InlineFiles); err != nil {
 		return fmt.Errorf("checkpoint: %s: %w", key, err)
 	}
-	m.Version, m.InlineFiles = MetadataVersion, nil
+	m.Version, m.InlineFiles, m.Claim = MetadataVersion, nil, nil
 	return writeMetadataSync(dir, &m, nil, true, nil)
 }
 
@@ -678,21 +732,43 @@ func WriteInlineFiles(dir string, files map[string][]byte) error {
 }
 
 // upload writes checkpoint id from the local staging storage into the
-// store: first the owner marker (mark; Reserve made it already when the
-// coordinator triggered id), then every file of chk-<id>/ but _metadata
-// and the small ones (see inlineFileMax), then the shared files it refers
-// to that the store does not hold yet, then _metadata, which carries the
-// small files (uploadMetadata). Every write is create-only: a chk-<id> another owner
+// store: the owner marker (mark) when chk-<id> gets an object besides its
+// _metadata, then every file of chk-<id>/ but _metadata and the small ones
+// (see inlineFileMax), then the shared files it refers to that the store
+// does not hold yet, then _metadata, which carries the small files
+// (uploadMetadata). Every write is create-only: a chk-<id> another owner
 // wrote fails the checkpoint instead of being overwritten, and one another
-// claim marked gets nothing at all.
-func (o *Owner) upload(ctx context.Context, id int64) error {
-	if err := o.mark(ctx, id); err != nil {
-		return err
-	}
+// claim marked gets nothing at all. It reports whether the _metadata is
+// the owner marker (metadataClaim: the HEAD records the claim as
+// MetadataClaim, else as CheckpointClaim).
+//
+// When every private file is inline, the _metadata is the only object
+// written into chk-<id>, and it names this owner's claim (Metadata.Claim):
+// its create-only write is the fence, and no _claim is written (one
+// create, its file and directory syncs fewer per checkpoint). Why a HEAD
+// still names a directory whose restored files are its writer's only:
+//   - Two writers of chk-<id> (a zombie and the new owner, whose ids meet
+//     after a takeover) each write one _metadata, create-only: one wins.
+//     The loser reads the winner's back (taken): a HEAD above its own
+//     makes it a zombie, fenced before its HEAD; else it moves its next
+//     id above the namespace's chk-<n>. It wrote nothing else into
+//     chk-<id> when it had no marker, and only its marker and private
+//     files when it had one.
+//   - A HEAD names chk-<id> only after its writer's _metadata was
+//     created. With MetadataClaim, the restore checks the _metadata names
+//     the claim and downloads nothing else of chk-<id> (a losing marked
+//     writer's marker and files may lie beside it, never read). With
+//     CheckpointClaim, the writer's marker was there before its first
+//     private object and a writer without a marker wrote only a
+//     _metadata, which lost: every other object is the marked writer's,
+//     as before.
+//   - Shared files are uniquely named and create-only as before, and
+//     retention deletes a chk-<id> whole.
+func (o *Owner) upload(ctx context.Context, id int64) (metadataClaim bool, err error) {
 	dir := o.ns.Local.CheckpointDir(id)
 	sum, err := o.ns.Local.summary(dir) // cached by the staging commit
 	if err != nil {
-		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+		return false, fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
 	var files []string
 	inline := map[string][]byte{}
@@ -719,7 +795,13 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+		return false, fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+	}
+	metadataClaim = len(files) == 0
+	if !metadataClaim {
+		if err := o.mark(ctx, id); err != nil {
+			return false, err
+		}
 	}
 	// A FileStore fsyncs each directory once after its last file
 	// (batchStore) instead of once per file; the _metadata comes after.
@@ -732,7 +814,7 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 	var uploaded []string
 	for _, rel := range files {
 		if err := put(ctx, o.ns.chkKey(id, rel), filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
-			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+			return false, fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
 	}
 	for _, f := range sum.sharedFiles {
@@ -741,24 +823,25 @@ func (o *Owner) upload(ctx context.Context, id int64) error {
 		}
 		err := put(ctx, o.ns.sharedKey(f), filepath.Join(o.ns.Local.SharedDir(), filepath.FromSlash(f)))
 		if err != nil && !errors.Is(err, fs.ErrExist) { // exists: immutable and uniquely named, the same file
-			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+			return false, fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
 		uploaded = append(uploaded, f)
 	}
 	if batch != nil {
 		if err := batch.Sync(ctx); err != nil {
-			return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+			return false, fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
 	}
 	// Known only once durable: a later checkpoint skips known files.
 	for _, f := range uploaded {
 		o.known[f], o.inflight[f] = true, true
 	}
-	if err := o.uploadMetadata(ctx, id, dir, inline); err != nil {
-		return fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
+	if err := o.uploadMetadata(ctx, id, dir, inline, metadataClaim); err != nil {
+		return false, fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 	}
+	o.maxChk = max(o.maxChk, id)
 	o.sharedOf[id] = slices.Clone(sum.sharedFiles) // what the store's chk-<id>/_metadata now holds
-	return nil
+	return metadataClaim, nil
 }
 
 // inlineFileMax and inlineTotalMax bound what Owner.upload puts into a
@@ -779,10 +862,15 @@ const (
 // file as it is. Inlined files cost no object of their own: no create, no
 // fsync of theirs, no directories (a Pebble checkpoint's op/<subtask>/),
 // and being in the _metadata they are as durable, and as fenced by its
-// create-only write, as the commit of the checkpoint itself.
-func (o *Owner) uploadMetadata(ctx context.Context, id int64, dir string, inline map[string][]byte) error {
+// create-only write, as the commit of the checkpoint itself. With claim
+// (upload wrote no owner marker) it is version InlineMetadataVersion with
+// Claim naming this owner's claim, and a create whose outcome is unknown
+// (an error, or "exists": an S3 retry whose first answer was lost) is
+// read back: this claim's _metadata means created; another writer's is
+// taken's outcome (ErrHeadExists or ErrForeignClaim).
+func (o *Owner) uploadMetadata(ctx context.Context, id int64, dir string, inline map[string][]byte, claim bool) error {
 	key := o.ns.chkKey(id, MetadataFile)
-	if len(inline) == 0 {
+	if len(inline) == 0 && !claim {
 		return o.ns.Store.Upload(ctx, key, filepath.Join(dir, MetadataFile))
 	}
 	m, err := ReadMetadata(dir)
@@ -790,18 +878,41 @@ func (o *Owner) uploadMetadata(ctx context.Context, id int64, dir string, inline
 		return err
 	}
 	m.Version, m.InlineFiles = InlineMetadataVersion, inline
+	mine := ClaimMarker{Claim: o.claimSeq, Owner: o.member}
+	if claim {
+		m.Claim = &mine
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return o.ns.Store.Create(ctx, key, b)
+	cerr := o.ns.Store.Create(ctx, key, b)
+	if cerr == nil || !claim {
+		return cerr
+	}
+	got, rerr := o.readStoreMetadata(ctx, id)
+	switch {
+	case rerr == nil && got.Claim != nil && *got.Claim == mine:
+		return nil // created: the store's answer was lost
+	case !errors.Is(cerr, fs.ErrExist):
+		return cerr
+	case rerr != nil:
+		return fmt.Errorf("checkpoint: unit %s: chk-%d/%s exists and cannot be read back: %w", o.ns.Prefix, id, MetadataFile, rerr)
+	}
+	var other ClaimMarker
+	if got.Claim != nil {
+		other = *got.Claim
+	}
+	return o.taken(ctx, id, "has the _metadata of", other)
 }
 
 // Checkpoint completes checkpoint id of the unit: pre-commit, upload
-// (when the Namespace has Local: the owner marker first, see upload),
-// create HEAD-<seq+1> naming it (and, with Local, this owner's claim as
-// CheckpointClaim), then commit. A chk-<id> another claim marked fails it
-// before anything is written into it: with an error wrapping ErrHeadExists
+// (when the Namespace has Local: the owner marker first when one is
+// needed, see upload), create HEAD-<seq+1> naming it (and, with Local,
+// this owner's claim as CheckpointClaim, or as MetadataClaim when the
+// _metadata is the marker), then commit. A chk-<id> another claim marked
+// (or wrote the _metadata of) fails it before anything else is written
+// into it: with an error wrapping ErrHeadExists
 // when a HEAD above this owner's exists (a zombie; fenced from then on),
 // else ErrForeignClaim. Every checkpoint writes its HEAD, even when every transaction is
 // empty (franz-go's EndTransaction returns nil when nothing was produced,
@@ -821,8 +932,10 @@ func (o *Owner) Checkpoint(ctx context.Context, id int64, steps UnitCommit) erro
 			return err
 		}
 	}
+	metadataClaim := false
 	if o.ns.Local != nil {
-		if err := o.upload(ctx, id); err != nil {
+		var err error
+		if metadataClaim, err = o.upload(ctx, id); err != nil {
 			return err
 		}
 	}
@@ -832,7 +945,10 @@ func (o *Owner) Checkpoint(ctx context.Context, id int64, steps UnitCommit) erro
 		}
 	}
 	hd := Head{Seq: o.seq + 1, CheckpointID: id, Owner: o.member, Fingerprint: o.fingerprint, Units: o.units, Token: o.token}
-	if o.ns.Local != nil {
+	switch {
+	case metadataClaim:
+		hd.MetadataClaim = o.claimSeq // chk-<id>/_metadata names it
+	case o.ns.Local != nil:
 		hd.CheckpointClaim = o.claimSeq // upload marked chk-<id> with it
 	}
 	if err := o.createHead(ctx, &hd); err != nil {

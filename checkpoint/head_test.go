@@ -2,12 +2,14 @@ package checkpoint
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -205,7 +207,7 @@ func TestClaimAfterPreviousOwnersHead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("claim racing the previous owner's checkpoints: %v", err)
 	}
-	if want := (Head{Seq: 4, CheckpointID: 3, Owner: "a", Fingerprint: "fp", Units: 1, CheckpointClaim: 1}); withoutToken(prev) != want {
+	if want := (Head{Seq: 4, CheckpointID: 3, Owner: "a", Fingerprint: "fp", Units: 1, MetadataClaim: 1}); withoutToken(prev) != want {
 		t.Errorf("b restores %+v, want %+v", prev, want)
 	}
 	if b.Seq() != 5 {
@@ -278,10 +280,11 @@ func TestUnitCheckpointDirCreateOnly(t *testing.T) {
 	if h, err := ns.Heads().Latest(ctx); err != nil || h.CheckpointID != 2 || h.Owner != "a" || h.Units != 2 {
 		t.Errorf("newest HEAD %+v (%v), want a's naming checkpoint 2 with 2 units", h, err)
 	}
-	// chk-3 is marked (its checkpoint is triggered and never completes).
+	// Every file of a's checkpoints is inline: chk-2's _metadata is its
+	// owner marker (no _claim), and chk-3, triggered and never completed,
+	// has nothing in the store.
 	want := []string{"clicks/units/1/0/HEAD-1", "clicks/units/1/0/HEAD-2",
-		"clicks/units/1/0/chk-2/_claim", "clicks/units/1/0/chk-2/_metadata",
-		"clicks/units/1/0/chk-3/_claim"}
+		"clicks/units/1/0/chk-2/_metadata"}
 	var got []string
 	if !testkit.Poll(time.Minute, func() bool {
 		if got, err = store.List(ctx, ""); err != nil {
@@ -383,15 +386,16 @@ func TestUnitRetentionAfterCommits(t *testing.T) {
 		return keys
 	}
 	chk := func(id int) []string {
-		// The tasks' small state files are in the _metadata (InlineFiles).
-		return []string{fmt.Sprintf("clicks/units/0/0/chk-%d/_claim", id), fmt.Sprintf("clicks/units/0/0/chk-%d/_metadata", id)}
+		// The tasks' small state files are in the _metadata (InlineFiles),
+		// which is then the checkpoint's owner marker too (no _claim).
+		return []string{fmt.Sprintf("clicks/units/0/0/chk-%d/_metadata", id)}
 	}
-	// chk-4 holds only its owner marker: checkpoint 4 is triggered (marked
-	// in the store first, an interval after checkpoint 3's notices, so
-	// waited for) and never completes. Nothing is deleted meanwhile.
+	// Checkpoint 4 is triggered and never completes: nothing of it is in
+	// the store (its owner marker would be its _metadata). Nothing is
+	// deleted meanwhile.
 	var all []string
 	all = append(append(append(all, "clicks/units/0/0/HEAD-1", "clicks/units/0/0/HEAD-2", "clicks/units/0/0/HEAD-3", "clicks/units/0/0/HEAD-4"), chk(1)...), chk(2)...)
-	all = append(append(all, chk(3)...), "clicks/units/0/0/chk-4/_claim")
+	all = append(all, chk(3)...)
 	slices.Sort(all)
 	var pendingList []string
 	if !testkit.Poll(time.Minute, func() bool { pendingList = list(); return slices.Equal(pendingList, all) }) {
@@ -403,7 +407,7 @@ func TestUnitRetentionAfterCommits(t *testing.T) {
 	if n := sink.release(); n != 3 {
 		t.Errorf("%d completion notices, want 3", n)
 	}
-	want := append(append([]string{"clicks/units/0/0/HEAD-4"}, chk(3)...), "clicks/units/0/0/chk-4/_claim")
+	want := append([]string{"clicks/units/0/0/HEAD-4"}, chk(3)...)
 	var got []string
 	if !testkit.Poll(time.Minute, func() bool { got = list(); return slices.Equal(got, want) }) {
 		t.Errorf("after the commits the store holds\n%q\nwant\n%q", got, want)
@@ -465,12 +469,14 @@ type failing struct{ FileStore }
 
 func (failing) Create(context.Context, string, []byte) error { return errors.New("store unreachable") }
 
-// TestUnitCoordinatorOwnerMarker: a unit's coordinator marks chk-<id> in
-// the store before it sends the barrier. The zombie a, whose next id b
-// (the new owner) marked first, stops at the trigger: its Run returns
-// ErrHeadExists, no task got a barrier and the store holds nothing of a's
-// beyond its claim. The owner c, whose next id 2 a zombie marked first,
-// triggers checkpoint 3 instead and completes it.
+// TestUnitCoordinatorOwnerMarker: a unit whose files are all inline
+// writes no chk-<id>/_claim; its _metadata, create-only and naming its
+// claim, is the owner marker. The zombie a, whose checkpoint 1 meets the
+// _metadata the new owner b wrote into chk-1 first, stops there: its Run
+// returns ErrHeadExists and the store holds nothing of a's beyond its
+// claim. The owner c, whose first id 2 a zombie's _metadata took, fails
+// checkpoint 2 without counting it (it tolerates no failure), triggers 3
+// next and completes it, naming its claim as the HEAD's MetadataClaim.
 func TestUnitCoordinatorOwnerMarker(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -491,16 +497,24 @@ func TestUnitCoordinatorOwnerMarker(t *testing.T) {
 	if id, err := b.Reserve(ctx, b.NextCheckpointID()); err != nil || id != 1 {
 		t.Fatalf("b reserves %d (%v), want 1", id, err)
 	}
+	// b's _metadata of chk-1 (what b's upload writes: its claim HEAD-2).
+	bMeta := func(id int64) []byte {
+		m, err := json.Marshal(Metadata{Version: InlineMetadataVersion, Job: "clicks", CheckpointID: id, Claim: &ClaimMarker{Claim: 2, Owner: "b"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if err := store.Create(ctx, "clicks/units/0/0/chk-1/_metadata", bMeta(1)); err != nil {
+		t.Fatal(err)
+	}
 	j := newFakeJob(1, func(*runtime.Barrier, runtime.TaskID) answer { return ack })
 	ca := j.coordinator(t, CoordinatorConfig{Job: "clicks", MaxParallelism: 8, Storage: nsA.Local, Owner: a, FirstID: a.NextCheckpointID(),
 		Interval: 5 * time.Millisecond, Timeout: time.Hour})
 	r := runCoordinator(ca)
 	<-r.done
-	if want := "checkpoint 1: checkpoint: unit clicks/units/0/0/: chk-1 is marked by claim HEAD-2 (member b) and HEAD-2 is above this owner's HEAD-1: " + ErrHeadExists.Error(); !errors.Is(r.err, ErrHeadExists) || r.err.Error() != want {
-		t.Errorf("zombie coordinator returned\n%v\nwant\n%s", r.err, want)
-	}
-	if got := j.triggeredIDs(); len(got) != 0 {
-		t.Errorf("the zombie triggered barriers %v, want none", got)
+	if want := "chk-1 has the _metadata of claim HEAD-2 (member b) and HEAD-2 is above this owner's HEAD-1: " + ErrHeadExists.Error(); !errors.Is(r.err, ErrHeadExists) || !strings.HasSuffix(r.err.Error(), want) {
+		t.Errorf("zombie coordinator returned\n%v\nwant it to end in\n%s", r.err, want)
 	}
 	list := func() []string {
 		keys, err := store.List(ctx, "")
@@ -509,14 +523,15 @@ func TestUnitCoordinatorOwnerMarker(t *testing.T) {
 		}
 		return keys
 	}
-	if got, want := list(), []string{"clicks/units/0/0/HEAD-1", "clicks/units/0/0/HEAD-2", "clicks/units/0/0/chk-1/_claim"}; !slices.Equal(got, want) {
+	if got, want := list(), []string{"clicks/units/0/0/HEAD-1", "clicks/units/0/0/HEAD-2", "clicks/units/0/0/chk-1/_metadata"}; !slices.Equal(got, want) {
 		t.Errorf("after the zombie the store holds %q, want %q", got, want)
 	}
-	if got, err := store.Read(ctx, "clicks/units/0/0/chk-1/_claim"); err != nil || string(got) != `{"claim":2,"owner":"b"}` {
-		t.Errorf("chk-1/_claim %s (%v), want b's", got, err)
+	if got, err := store.Read(ctx, "clicks/units/0/0/chk-1/_metadata"); err != nil || string(got) != string(bMeta(1)) {
+		t.Errorf("chk-1/_metadata %s (%v), want b's", got, err)
 	}
 
-	// c claims; b, now a zombie, marks chk-2 (c's first id) first.
+	// c claims; b, now a zombie, writes the _metadata of chk-2 (c's first
+	// id) first.
 	nsC := ns("c")
 	c, _, err := Claim(ctx, nsC, "c", "fp", 1, 3)
 	if err != nil {
@@ -525,8 +540,8 @@ func TestUnitCoordinatorOwnerMarker(t *testing.T) {
 	if got := c.NextCheckpointID(); got != 2 {
 		t.Fatalf("c's first id %d, want 2", got)
 	}
-	if id, err := b.Reserve(ctx, 2); err != nil || id != 2 {
-		t.Fatalf("zombie b reserves %d (%v), want 2", id, err)
+	if err := store.Create(ctx, "clicks/units/0/0/chk-2/_metadata", bMeta(2)); err != nil {
+		t.Fatal(err)
 	}
 	j2 := newFakeJob(1, func(bar *runtime.Barrier, _ runtime.TaskID) answer {
 		if bar.CheckpointID > 3 {
@@ -541,11 +556,17 @@ func TestUnitCoordinatorOwnerMarker(t *testing.T) {
 	if !testkit.Poll(time.Minute, func() bool { id, _ := cc.LastCompleted(); return id >= 3 }) {
 		t.Fatal("c's checkpoint 3 never completed")
 	}
-	if got := j2.triggeredIDs(); len(got) < 1 || got[0] != 3 {
-		t.Errorf("c triggered %v, want 3 first (2 is the zombie's)", got)
+	if got := j2.triggeredIDs(); len(got) < 2 || got[0] != 2 || got[1] != 3 {
+		t.Errorf("c triggered %v, want 2 (failing on the zombie's _metadata) then 3", got)
 	}
-	if h, err := nsC.Heads().Latest(ctx); err != nil || withoutToken(h) != (Head{Seq: 4, CheckpointID: 3, Owner: "c", Fingerprint: "fp", Units: 1, CheckpointClaim: 3}) {
+	if h, err := nsC.Heads().Latest(ctx); err != nil || withoutToken(h) != (Head{Seq: 4, CheckpointID: 3, Owner: "c", Fingerprint: "fp", Units: 1, MetadataClaim: 3}) {
 		t.Errorf("newest HEAD %+v (%v), want c's naming chk-3 under its claim HEAD-3", h, err)
+	}
+	// c's retention deletes the zombie's chk-2, which no HEAD names.
+	want := []string{"clicks/units/0/0/HEAD-1", "clicks/units/0/0/HEAD-2", "clicks/units/0/0/HEAD-3", "clicks/units/0/0/HEAD-4", "clicks/units/0/0/chk-3/_metadata"}
+	var got []string
+	if !testkit.Poll(time.Minute, func() bool { got = list(); return slices.Equal(got, want) }) {
+		t.Errorf("after c's checkpoint 3 the store holds %q, want %q", got, want)
 	}
 }
 

@@ -93,6 +93,14 @@ type Metadata struct {
 	// markers) to save their creates and fsyncs, and Owner.Restore writes
 	// them back into the restored directory. Absent everywhere else.
 	InlineFiles map[string][]byte `json:"inline_files,omitempty"`
+	// Claim, only in a cluster unit's _metadata in the store (version
+	// InlineMetadataVersion), names the claim whose owner wrote the
+	// checkpoint when the _metadata is the only object Owner.upload
+	// wrote into chk-<id> (every private file inline): its create-only
+	// write then fences the directory as the owner marker chk-<id>/_claim
+	// does, and no marker is written (HEAD MetadataClaim). nil: the
+	// checkpoint's owner marker, if any, is chk-<id>/_claim.
+	Claim *ClaimMarker `json:"claim,omitempty"`
 }
 
 // OperatorMetadata is one operator's part of the metadata.

@@ -715,7 +715,8 @@ func syncSavepointTree(root string, syncPath func(path string) error) error {
 
 // copyUnitCheckpoint copies checkpoint id of the unit namespace prefix in
 // store into spDir/rel/chk (its files but the owner marker, the inline
-// files of its _metadata among them) and the
+// files of its _metadata among them; only those when the _metadata names
+// its claim, Metadata.Claim) and the
 // shared files its metadata names into spDir/rel/shared, and returns its
 // metadata.
 func copyUnitCheckpoint(ctx context.Context, store checkpoint.Store, prefix string, id int64, spDir, rel string, remoteOf func() (remote.Storage, error)) (*checkpoint.Metadata, error) {
@@ -728,6 +729,16 @@ func copyUnitCheckpoint(ctx context.Context, store checkpoint.Store, prefix stri
 		return nil, fmt.Errorf("%s has no %s in %s", strings.TrimSuffix(chk, "/"), checkpoint.MetadataFile, store)
 	}
 	base := filepath.Join(spDir, filepath.FromSlash(rel))
+	m, err := unitMetadata(ctx, store, prefix, id)
+	if err != nil {
+		return nil, err
+	}
+	if m.Claim != nil {
+		// The _metadata is the checkpoint's owner marker and its only
+		// object (checkpoint.Owner.upload): anything else in chk-<id> is
+		// another writer's.
+		keys = nil
+	}
 	for _, k := range keys {
 		name := strings.TrimPrefix(k, chk)
 		if name == checkpoint.ClaimFile || name == checkpoint.MetadataFile {
@@ -736,10 +747,6 @@ func copyUnitCheckpoint(ctx context.Context, store checkpoint.Store, prefix stri
 		if err := store.Download(ctx, k, filepath.Join(base, "chk", filepath.FromSlash(name))); err != nil {
 			return nil, err
 		}
-	}
-	m, err := unitMetadata(ctx, store, prefix, id)
-	if err != nil {
-		return nil, err
 	}
 	// The small files a unit's upload put into its _metadata (version 4).
 	if err := checkpoint.WriteInlineFiles(filepath.Join(base, "chk"), m.InlineFiles); err != nil {

@@ -185,8 +185,8 @@ func TestUnitRetention(t *testing.T) {
 			}
 			want := []string{
 				"clicks/units/0/0/HEAD-4", "clicks/units/0/0/HEAD-5",
-				"clicks/units/0/0/chk-3/_claim", "clicks/units/0/0/chk-3/_metadata", // per_user-0/state inline
-				"clicks/units/0/0/chk-4/_claim", "clicks/units/0/0/chk-4/_metadata",
+				"clicks/units/0/0/chk-3/_metadata", // per_user-0/state inline: the _metadata is the owner marker
+				"clicks/units/0/0/chk-4/_metadata",
 				"clicks/units/0/0/chk-9/per_user-0/state",
 				"clicks/units/0/0/shared/i/a.sst", "clicks/units/0/0/shared/i/c.sst", "clicks/units/0/0/shared/i/d.sst",
 				"clicks/units/1/0/chk-1/_metadata", "clicks/units/1/0/shared/x/b.sst",

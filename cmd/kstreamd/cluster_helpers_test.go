@@ -510,8 +510,10 @@ func (c *cluster) heads(unit string) []checkpoint.Head {
 // whose unit was taken over never writes another HEAD of it), and every
 // claim names the checkpoint of the HEAD before it. Each checkpoint HEAD
 // names the claim it was written under (a claim HEAD of its owner), and
-// the checkpoint's owner marker chk-<n>/_claim names that claim and owner
-// (the job retains every checkpoint: clusterJob.Retained).
+// the checkpoint's owner marker names that claim and owner: chk-<n>/_claim
+// (HEAD checkpoint_claim) or, for a checkpoint whose only object is its
+// _metadata, the _metadata's claim (HEAD metadata_claim) (the job retains
+// every checkpoint: clusterJob.Retained).
 func (c *cluster) checkChains() {
 	c.t.Helper()
 	ctx := context.Background()
@@ -524,20 +526,40 @@ func (c *cluster) checkChains() {
 				switch {
 				case !h.Claim && h.Owner != prev.Owner:
 					c.t.Errorf("unit %s: HEAD-%d is a checkpoint of %s, but HEAD-%d is %s's: a zombie committed", unit, h.Seq, h.Owner, prev.Seq, prev.Owner)
-				case h.Claim && (h.CheckpointID != prev.CheckpointID || h.CheckpointClaim != prev.CheckpointClaim):
-					c.t.Errorf("unit %s: claim HEAD-%d names checkpoint %d of claim %d, HEAD-%d names %d of claim %d", unit, h.Seq, h.CheckpointID, h.CheckpointClaim, prev.Seq, prev.CheckpointID, prev.CheckpointClaim)
+				case h.Claim && (h.CheckpointID != prev.CheckpointID || h.CheckpointClaim != prev.CheckpointClaim || h.MetadataClaim != prev.MetadataClaim):
+					c.t.Errorf("unit %s: claim HEAD-%d names checkpoint %d of claim %d/%d, HEAD-%d names %d of claim %d/%d", unit, h.Seq, h.CheckpointID, h.CheckpointClaim, h.MetadataClaim, prev.Seq, prev.CheckpointID, prev.CheckpointClaim, prev.MetadataClaim)
 				}
 			}
 			for _, h := range hs {
 				if h.Claim || h.CheckpointID == 0 {
 					continue
 				}
-				if k := h.CheckpointClaim; k < 1 || k >= h.Seq || !hs[k-1].Claim || hs[k-1].Owner != h.Owner {
-					c.t.Errorf("unit %s: HEAD-%d of %s names claim HEAD-%d, not one of its owner's claims", unit, h.Seq, h.Owner, h.CheckpointClaim)
+				k := h.CheckpointClaim
+				if h.MetadataClaim != 0 {
+					k = h.MetadataClaim
+				}
+				if (h.CheckpointClaim == 0) == (h.MetadataClaim == 0) || k < 1 || k >= h.Seq || !hs[k-1].Claim || hs[k-1].Owner != h.Owner {
+					c.t.Errorf("unit %s: HEAD-%d of %s names claim HEAD-%d/%d, not one of its owner's claims", unit, h.Seq, h.Owner, h.CheckpointClaim, h.MetadataClaim)
+					continue
+				}
+				want := fmt.Sprintf(`{"claim":%d,"owner":%q}`, k, h.Owner)
+				if h.MetadataClaim != 0 {
+					b, err := c.chk.Read(ctx, fmt.Sprintf("%schk-%d/%s", c.namespace(unit), h.CheckpointID, checkpoint.MetadataFile))
+					var m checkpoint.Metadata
+					if err == nil {
+						err = json.Unmarshal(b, &m)
+					}
+					var got []byte
+					if err == nil && m.Claim != nil {
+						got, _ = json.Marshal(m.Claim)
+					}
+					if err != nil || string(got) != want {
+						c.t.Errorf("unit %s: chk-%d (HEAD-%d) has a _metadata naming the claim %s (%v), want %s", unit, h.CheckpointID, h.Seq, got, err, want)
+					}
 					continue
 				}
 				b, err := c.chk.Read(ctx, fmt.Sprintf("%schk-%d/%s", c.namespace(unit), h.CheckpointID, checkpoint.ClaimFile))
-				if want := fmt.Sprintf(`{"claim":%d,"owner":%q}`, h.CheckpointClaim, h.Owner); err != nil || string(b) != want {
+				if err != nil || string(b) != want {
 					c.t.Errorf("unit %s: chk-%d (HEAD-%d) has the owner marker %s (%v), want %s", unit, h.CheckpointID, h.Seq, b, err, want)
 				}
 			}
