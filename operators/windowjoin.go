@@ -246,9 +246,10 @@ type WindowJoin struct {
 	newTimer func(time.Time) (bool, error) // nil: the timer service cannot tell
 	row      [1]joinRow                    // the record being added
 	// keepValue says per side whether its rows keep their values: false
-	// when select is set and its raw form reads no field of the side
-	// (set by Open).
+	// when select is set and its raw form reads no field of the side;
+	// set by the first record (keepSet; setKeepValue).
 	keepValue [2]bool
+	keepSet   bool
 	// wins is process's scratch window of a tumbling assignment.
 	wins [1][2]int64
 	// rowSer, if not nil, replaces windowRowsSerializer (a test's
@@ -316,16 +317,7 @@ func (j *WindowJoin) Open(ctx OpenContext) error {
 			return fmt.Errorf("operators: %s %s: counting restored rows: %w", WindowJoinType, ctx.Operator, err)
 		}
 	}
-	j.keepValue = [2]bool{true, true}
-	if j.p.Select.IsSet() {
-		// A raw form is a map literal whose values are fields of left or
-		// right and the join's own fields only: select reads no other
-		// part of a side (tablejoin_raw.go, compileRawSelect).
-		j.output.compileRaw()
-		if r := j.output.raw; r != nil {
-			j.keepValue = [2]bool{len(r.left) > 0, len(r.right) > 0}
-		}
-	}
+	j.keepSet = false
 	j.lateRecs = newLateRecords(ctx.Operator, LateOutput, j.Metrics, j.Logger, j.timers.CurrentProcessingTime)
 	if j.Metrics != nil {
 		j.gauge = j.Metrics.JoinRows(ctx.Operator, ctx.Subtask)
@@ -391,6 +383,9 @@ func (j *WindowJoin) process(side int, rec runtime.Record, out Collector) error 
 	if !ok {
 		return j.assigner.outOfRange(rec.Timestamp.UnixMilli())
 	}
+	if !j.keepSet {
+		j.setKeepValue()
+	}
 	if j.keepValue[side] {
 		j.row[0] = joinRow{Value: rec.Value, Text: rec.Format == runtime.FormatText}
 	} else {
@@ -428,6 +423,22 @@ func (j *WindowJoin) process(side int, rec runtime.Record, out Collector) error 
 		return j.lateRecs.handle(rec, wm, out)
 	}
 	return nil
+}
+
+// setKeepValue sets keepValue: a side keeps its values unless select's
+// raw form reads no field of it. A raw form is a map literal whose values
+// are fields of left or right and the join's own fields only, so select
+// reads no other part of a side (tablejoin_raw.go, compileRawSelect).
+// An output that never writes raw (joinOutput.noRaw: tests comparing the
+// raw select with select evaluated) keeps both.
+func (j *WindowJoin) setKeepValue() {
+	j.keepValue, j.keepSet = [2]bool{true, true}, true
+	if !j.p.Select.IsSet() || j.output.noRaw {
+		return
+	}
+	if r := compileRawSelect(j.p.Select.Program().Source()); r != nil {
+		j.keepValue = [2]bool{len(r.left) > 0, len(r.right) > 0}
+	}
 }
 
 // assign returns the windows of time t (ms) as j.assigner assigns them, a

@@ -227,10 +227,10 @@ func TestWindowJoinUnreadSideKeepsNoValue(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", c.kind, backend), func(t *testing.T) {
 				p := WindowJoinParams{Kind: Tumbling, Size: 10 * time.Second, Join: c.kind, Select: compiled(t, c.sel)}
 				h, j := newWindowJoinHarness(t, backend, t.TempDir(), nil, p)
+				h.send(0, runtime.Record{Key: []byte("a"), Value: []byte(`{"id":1}`), Timestamp: time.UnixMilli(1_000)})
 				if j.keepValue != c.keep {
 					t.Fatalf("keepValue %v, want %v", j.keepValue, c.keep)
 				}
-				h.send(0, runtime.Record{Key: []byte("a"), Value: []byte(`{"id":1}`), Timestamp: time.UnixMilli(1_000)})
 				h.send(1, runtime.Record{Key: []byte("a"), Value: []byte(`{"seller":"a","extra":"xxxxxxxx"}`), Timestamp: time.UnixMilli(2_000)})
 				h.send(1, runtime.Record{Key: []byte("b"), Value: []byte(`{"seller":"b"}`), Timestamp: time.UnixMilli(3_000)})
 				h.send(0, runtime.Record{Key: []byte("c"), Value: []byte(`{"id":2.5}`), Timestamp: time.UnixMilli(4_000)})
@@ -249,18 +249,28 @@ func TestWindowJoinUnreadSideKeepsNoValue(t *testing.T) {
 		}
 	}
 	// Reading the right side (even only testing it for null, or whole)
-	// keeps its values; no raw form keeps both; no select keeps both.
+	// keeps its values; no raw form keeps both; no select keeps both; an
+	// output that never writes raw (the tests' select always evaluated)
+	// keeps both.
 	for _, src := range []string{`{"id": left.id, "s": right == null ? null : right.seller}`, `{"id": left.id, "r": right}`, `[left.id]`, ``} {
 		p := WindowJoinParams{Kind: Tumbling, Size: 10 * time.Second}
 		if src != "" {
 			p.Select = compiled(t, src)
 		}
 		h, j := newWindowJoinHarness(t, state.KindHashmap, t.TempDir(), nil, p)
+		h.send(1, runtime.Record{Key: []byte("a"), Value: []byte(`{"id":1}`), Timestamp: time.UnixMilli(1_000)})
 		if j.keepValue != [2]bool{true, true} {
 			t.Errorf("select %s: keepValue %v, want both", src, j.keepValue)
 		}
 		h.finish()
 	}
+	h, j := newWindowJoinHarness(t, state.KindHashmap, t.TempDir(), nil, WindowJoinParams{Kind: Tumbling, Size: 10 * time.Second, Select: compiled(t, `{"id": left.id}`)})
+	j.output.noRaw = true
+	h.send(1, runtime.Record{Key: []byte("a"), Value: []byte(`{"id":1}`), Timestamp: time.UnixMilli(1_000)})
+	if j.keepValue != [2]bool{true, true} {
+		t.Errorf("select always evaluated: keepValue %v, want both", j.keepValue)
+	}
+	h.finish()
 }
 
 // TestWindowJoinDedupRestoredRows: rows buffered by a join without dedup
