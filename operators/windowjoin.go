@@ -96,14 +96,45 @@ func windowRowsState(name string) state.MapStateDescriptor[int64, []joinRow] {
 //	  kind: tumbling    # or sliding (with slide)
 //	  size: 10s
 //	  join: inner       # inner (default), left, right or full
+//	  dedup: right      # optional: none (default), left, right or both
 //	  select: '{"person": left.id, "auction": right.id, "start": window_start}'
 type WindowJoinParams struct {
-	Kind   WindowKind    `yaml:"kind" doc:"tumbling or sliding; required."`
-	Size   time.Duration `yaml:"size" doc:"The window length, e.g. 10s; required; whole milliseconds."`
-	Slide  time.Duration `yaml:"slide" doc:"How often a sliding window starts; required for sliding, at most size."`
-	Offset time.Duration `yaml:"offset" doc:"Windows start at the epoch plus offset plus a multiple of size (sliding: of slide), as the window operator's offset; default 0; |offset| less than size (sliding: slide)."`
-	Join   JoinKind      `yaml:"join" doc:"inner (default: the pairs of left and right records of a key in one window), left, right or full (also each record of that side, or of both, that has no partner in a window, with the other side null)."`
-	Select Expression    `yaml:"select" doc:"An expression over left and right (each a record's value, null for the missing side of an outer row), window_start and window_end (RFC 3339 strings), key and timestamp, whose result, as JSON, is the output value; default {\"left\": left, \"right\": right, \"window_start\": ..., \"window_end\": ...}."`
+	Kind   WindowKind      `yaml:"kind" doc:"tumbling or sliding; required."`
+	Size   time.Duration   `yaml:"size" doc:"The window length, e.g. 10s; required; whole milliseconds."`
+	Slide  time.Duration   `yaml:"slide" doc:"How often a sliding window starts; required for sliding, at most size."`
+	Offset time.Duration   `yaml:"offset" doc:"Windows start at the epoch plus offset plus a multiple of size (sliding: of slide), as the window operator's offset; default 0; |offset| less than size (sliding: slide)."`
+	Join   JoinKind        `yaml:"join" doc:"inner (default: the pairs of left and right records of a key in one window), left, right or full (also each record of that side, or of both, that has no partner in a window, with the other side null)."`
+	Dedup  WindowJoinDedup `yaml:"dedup" doc:"none (default), left, right or both: that side keeps only its first record (in arrival order) per key and window, Flink's window deduplication (keep first row) of the side before the join, as a GROUP BY of the join key and the window (Nexmark q8's auctions per seller and window); its later records of a key and window are dropped (not late, not buffered)."`
+	Select Expression      `yaml:"select" doc:"An expression over left and right (each a record's value, null for the missing side of an outer row), window_start and window_end (RFC 3339 strings), key and timestamp, whose result, as JSON, is the output value; default {\"left\": left, \"right\": right, \"window_start\": ..., \"window_end\": ...}."`
+}
+
+// WindowJoinDedup is the dedup param of window_join: the sides that keep
+// only their first record per key and window.
+type WindowJoinDedup string
+
+// The values of WindowJoinDedup.
+const (
+	// WindowJoinDedupNone keeps every record of both sides. The default.
+	WindowJoinDedupNone WindowJoinDedup = "none"
+	// WindowJoinDedupLeft keeps the first left record per key and window.
+	WindowJoinDedupLeft WindowJoinDedup = "left"
+	// WindowJoinDedupRight keeps the first right record per key and window.
+	WindowJoinDedupRight WindowJoinDedup = "right"
+	// WindowJoinDedupBoth keeps the first record of each side per key and
+	// window.
+	WindowJoinDedupBoth WindowJoinDedup = "both"
+)
+
+// UnmarshalText implements encoding.TextUnmarshaler, refusing an unknown
+// value.
+func (d *WindowJoinDedup) UnmarshalText(text []byte) error {
+	return setEnum(d, text, WindowJoinDedupNone, WindowJoinDedupLeft, WindowJoinDedupRight, WindowJoinDedupBoth)
+}
+
+// keepsFirst reports whether side (0 left, 1 right) keeps only its first
+// record per key and window.
+func (d WindowJoinDedup) keepsFirst(side int) bool {
+	return d == WindowJoinDedupBoth || (side == 0 && d == WindowJoinDedupLeft) || (side == 1 && d == WindowJoinDedupRight)
 }
 
 // CheckParams implements ParamsChecker.
@@ -152,7 +183,7 @@ func windowJoinFactory() Factory {
 		Type:        WindowJoinType,
 		Doc:         "Joins the left and right records of equal keys in the same tumbling or sliding event-time window (Flink's window join, Nexmark q8); inner, left, right or full outer; each window's rows emitted as select(left, right) when the watermark passes its end, then removed; late records to <operator>.late.",
 		Traits:      Traits{Keyed: true, Inputs: [2]string{JoinLeft, JoinRight}, EventTime: true},
-		Params:      func() any { return &WindowJoinParams{Join: JoinInner} },
+		Params:      func() any { return &WindowJoinParams{Join: JoinInner, Dedup: WindowJoinDedupNone} },
 		State:       []string{WindowJoinLeftRowsState, WindowJoinRightRowsState, state.TimersStateName},
 		SideOutputs: []string{LateOutput},
 		New: func(ctx FactoryContext) (any, error) {
@@ -184,6 +215,16 @@ func windowJoinFactory() Factory {
 // only. Select failing on a window's row fails the task (it runs on a
 // timer).
 //
+// With Dedup, a side keeps only its first record per key and window (the
+// window is assigned, as for every record, and its later records of that
+// key are dropped): Flink's window deduplication keeping the first row,
+// the GROUP BY of a window aggregation on the join key, without a dedup
+// operator and its state in front of the join.
+//
+// A side whose values select does not read (select's raw form reads no
+// field of it: Nexmark q8's auctions) is kept without them: its rows hold
+// a null value (flags and length, 2 bytes), which select never sees.
+//
 // Metrics (when Metrics is set): kstreamd_join_buffered_rows (a record of a
 // sliding window counts once per window) and the late-record counters.
 type WindowJoin struct {
@@ -204,6 +245,13 @@ type WindowJoin struct {
 	hints    [2]state.MapAbsentHinter[int64]
 	newTimer func(time.Time) (bool, error) // nil: the timer service cannot tell
 	row      [1]joinRow                    // the record being added
+	// keepValue says per side whether its rows keep their values: false
+	// when select is set and its raw form reads no field of the side;
+	// set by the first record (keepSet; setKeepValue).
+	keepValue [2]bool
+	keepSet   bool
+	// wins is process's scratch window of a tumbling assignment.
+	wins [1][2]int64
 	// rowSer, if not nil, replaces windowRowsSerializer (a test's
 	// counting serializer; it must be a state.ConcatSerializer).
 	rowSer   state.Serializer[[]joinRow]
@@ -218,6 +266,9 @@ type WindowJoin struct {
 func NewWindowJoin(p WindowJoinParams) *WindowJoin {
 	if p.Join == "" {
 		p.Join = JoinInner
+	}
+	if p.Dedup == "" {
+		p.Dedup = WindowJoinDedupNone
 	}
 	return &WindowJoin{p: p, output: joinOutput{sel: p.Select}, assigner: &Window{
 		p: WindowParams{Kind: p.Kind}, size: p.Size.Milliseconds(), slide: p.Slide.Milliseconds(), offset: p.Offset.Milliseconds(),
@@ -266,6 +317,7 @@ func (j *WindowJoin) Open(ctx OpenContext) error {
 			return fmt.Errorf("operators: %s %s: counting restored rows: %w", WindowJoinType, ctx.Operator, err)
 		}
 	}
+	j.keepSet = false
 	j.lateRecs = newLateRecords(ctx.Operator, LateOutput, j.Metrics, j.Logger, j.timers.CurrentProcessingTime)
 	if j.Metrics != nil {
 		j.gauge = j.Metrics.JoinRows(ctx.Operator, ctx.Subtask)
@@ -320,63 +372,115 @@ func (j *WindowJoin) ProcessElement2(_ context.Context, rec runtime.Record, out 
 	return j.process(1, rec, out)
 }
 
-// process adds rec of side to each of its windows that has not ended.
+// process adds rec of side to each of its windows that has not ended
+// (with Dedup, of those its side has no record of yet).
 func (j *WindowJoin) process(side int, rec runtime.Record, out Collector) error {
 	wm := j.timers.CurrentWatermark()
 	if rec.Timestamp.IsZero() {
 		return j.lateRecs.handle(rec, wm, out)
 	}
-	wins, ok := j.assigner.assign(rec.Timestamp.UnixMilli())
+	wins, ok := j.assign(rec.Timestamp.UnixMilli())
 	if !ok {
 		return j.assigner.outOfRange(rec.Timestamp.UnixMilli())
 	}
-	j.row[0] = joinRow{Value: rec.Value, Text: rec.Format == runtime.FormatText}
+	if !j.keepSet {
+		j.setKeepValue()
+	}
+	if j.keepValue[side] {
+		j.row[0] = joinRow{Value: rec.Value, Text: rec.Format == runtime.FormatText}
+	} else {
+		j.row[0] = joinRow{}
+	}
 	defer func() { j.row[0] = joinRow{} }()
-	added := false
+	first := j.p.Dedup.keepsFirst(side)
+	entered := false
 	for _, w := range wins {
 		last := w[1] - 1
 		if wm != runtime.MinWatermark && last <= wm.UnixMilli() {
 			continue
 		}
-		if err := j.registerTimer(w[0], last); err != nil {
+		entered = true
+		isNew, err := j.registerTimer(w[0], last)
+		if err != nil {
 			return err
+		}
+		if first && !isNew {
+			// The window's timer was there: the side may hold a row.
+			held, err := j.sides[side].Contains(w[0])
+			if err != nil {
+				return err
+			}
+			if held {
+				continue
+			}
 		}
 		if err := j.appends[side].AppendValue(w[0], j.row[:]); err != nil {
 			return err
 		}
 		j.addRows(1)
-		added = true
 	}
-	if !added {
+	if !entered {
 		return j.lateRecs.handle(rec, wm, out)
 	}
 	return nil
 }
 
+// setKeepValue sets keepValue: a side keeps its values unless select's
+// raw form reads no field of it. A raw form is a map literal whose values
+// are fields of left or right and the join's own fields only, so select
+// reads no other part of a side (tablejoin_raw.go, compileRawSelect).
+// An output that never writes raw (joinOutput.noRaw: tests comparing the
+// raw select with select evaluated) keeps both.
+func (j *WindowJoin) setKeepValue() {
+	j.keepValue, j.keepSet = [2]bool{true, true}, true
+	if !j.p.Select.IsSet() || j.output.noRaw {
+		return
+	}
+	if r := compileRawSelect(j.p.Select.Program().Source()); r != nil {
+		j.keepValue = [2]bool{len(r.left) > 0, len(r.right) > 0}
+	}
+}
+
+// assign returns the windows of time t (ms) as j.assigner assigns them, a
+// tumbling window in j's scratch space (no allocation per record).
+func (j *WindowJoin) assign(t int64) ([][2]int64, bool) {
+	if j.assigner.p.Kind != Tumbling {
+		return j.assigner.assign(t)
+	}
+	s, ok := windowStart(t, j.assigner.offset, j.assigner.size)
+	if !ok {
+		return nil, false
+	}
+	e, ok := addInt64(s, j.assigner.size)
+	j.wins[0] = [2]int64{s, e}
+	return j.wins[:], ok
+}
+
 // registerTimer registers the timer of the window starting at start (ms),
-// which fires at last (ms). A window's rows exist only while its timer is
-// registered (the timer is registered with its first row and removes the
-// rows when it fires; a record reaches no window whose timer has fired,
-// and restores and rescales move rows and timers together), so when the
-// timer is new neither side holds rows of the window, and the sides'
-// states are told so (MapAbsentHinter).
-func (j *WindowJoin) registerTimer(start, last int64) error {
+// which fires at last (ms), and reports whether it is new (false when the
+// timer service cannot tell). A window's rows exist only while its timer
+// is registered (the timer is registered with its first row and removes
+// the rows when it fires; a record reaches no window whose timer has
+// fired, and restores and rescales move rows and timers together), so
+// when the timer is new neither side holds rows of the window, and the
+// sides' states are told so (MapAbsentHinter).
+func (j *WindowJoin) registerTimer(start, last int64) (bool, error) {
 	if j.newTimer == nil {
-		return j.timers.RegisterEventTimeTimer(time.UnixMilli(last))
+		return false, j.timers.RegisterEventTimeTimer(time.UnixMilli(last))
 	}
 	isNew, err := j.newTimer(time.UnixMilli(last))
 	if err != nil || !isNew {
-		return err
+		return false, err
 	}
 	for _, h := range j.hints {
 		if h == nil {
 			continue
 		}
 		if err := h.HintAbsent(start); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // OnTimer implements TimerFunction: the window ending at ts + 1ms emits
@@ -391,6 +495,15 @@ func (j *WindowJoin) OnTimer(_ context.Context, ts time.Time, tc TimerContext, o
 			return err
 		}
 		rows[side] = r
+	}
+	var held [2]int
+	for side := range 2 {
+		held[side] = len(rows[side])
+		if j.p.Dedup.keepsFirst(side) && len(rows[side]) > 1 {
+			// Rows buffered before the dedup was set (a restored job):
+			// the side's first row stands for the key and window.
+			rows[side] = rows[side][:1]
+		}
 	}
 	extra := fmt.Sprintf(`,"window_start":%q,"window_end":%q`,
 		time.UnixMilli(start).UTC().Format(time.RFC3339Nano), time.UnixMilli(end).UTC().Format(time.RFC3339Nano))
@@ -426,7 +539,7 @@ func (j *WindowJoin) OnTimer(_ context.Context, ts time.Time, tc TimerContext, o
 		if err := j.sides[side].Remove(start); err != nil {
 			return err
 		}
-		j.addRows(-int64(len(rows[side])))
+		j.addRows(-int64(held[side]))
 	}
 	return nil
 }
