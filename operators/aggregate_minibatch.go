@@ -183,14 +183,19 @@ func (f *Aggregate) FinishBundle(_ context.Context, out Collector) error {
 		if had && (e.retracts || f.emitsOld(true, false)) {
 			prev = f.output(e.key, cur) // before the fold, which may fold into cur
 		}
+		f.local.begin()
 		for r := e.first; r >= 0; r = b.next[r] {
 			cur, found, err = f.fold(e.key, b.inputs[int(r)*n:int(r+1)*n], b.retract[r], cur, found)
 			if err != nil {
+				f.local.on = false
 				return err
 			}
 			if !found {
 				cur = nil // emptied (or never had a row): the next insertion starts from zero, as after a Clear
 			}
+		}
+		if err := f.local.flush(f.sets); err != nil { // the key's map entries, once each
+			return err
 		}
 		switch {
 		case found:
