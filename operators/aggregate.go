@@ -1015,6 +1015,9 @@ func (f *Aggregate) Open(ctx OpenContext) error {
 	f.backend = ctx.Backend
 	f.batch.reset()
 	f.local.init(&f.aggregator)
+	if f.batch != nil {
+		f.batch.early = f.foldsEarly()
+	}
 	f.sets = nil
 	f.seen.reset()
 	for j := range f.maps {
