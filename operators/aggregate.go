@@ -126,7 +126,7 @@ type AggregateParams struct {
 type MiniBatchParams struct {
 	// Size is the records buffered (over all keys of the subtask) that end
 	// a batch; required, 1 to 10,000,000.
-	Size int `yaml:"size" doc:"The records buffered (all keys of a subtask) that end a batch, e.g. 50000 (Flink's table.exec.mini-batch.size); required, 1 to 10000000. The buffer holds each record's aggregate inputs until the batch ends."`
+	Size int `yaml:"size" doc:"The records buffered (all keys of a subtask) that end a batch, e.g. 50000 (Flink's table.exec.mini-batch.size); required, 1 to 10000000. The buffer holds each record's aggregate inputs until the batch ends (an aggregate without count_distinct, without min or max over a changelog and without state_ttl holds each key's row instead, folding records as they come)."`
 	// AllowLatency ends a batch once its first record waited this long
 	// (wall clock), and makes watermarks wait for the batch's end instead
 	// of ending it; 0: no time bound, every watermark ends the batch.
