@@ -126,7 +126,7 @@ type AggregateParams struct {
 type MiniBatchParams struct {
 	// Size is the records buffered (over all keys of the subtask) that end
 	// a batch; required, 1 to 10,000,000.
-	Size int `yaml:"size" doc:"The records buffered (all keys of a subtask) that end a batch, e.g. 50000 (Flink's table.exec.mini-batch.size); required, 1 to 10000000. The buffer holds each record's aggregate inputs until the batch ends."`
+	Size int `yaml:"size" doc:"The records buffered (all keys of a subtask) that end a batch, e.g. 50000 (Flink's table.exec.mini-batch.size); required, 1 to 10000000. The buffer holds each record's aggregate inputs until the batch ends (an aggregate without count_distinct, without min or max over a changelog and without state_ttl holds each key's row instead, folding records as they come)."`
 	// AllowLatency ends a batch once its first record waited this long
 	// (wall clock), and makes watermarks wait for the batch's end instead
 	// of ending it; 0: no time bound, every watermark ends the batch.
@@ -969,9 +969,15 @@ type Aggregate struct {
 	sets []state.MapState[string, []byte] // one per aggregator.maps
 	in   []aggInput                       // a record's inputs (scratch)
 	// sums are the filter's hashes of a record's map entries, where
-	// tracked says the key's entries are added to the filter (scratch).
+	// tracked says the key's entries are added to the filter; steps are
+	// its map steps, localAt their entries in local (-1: none) (scratch).
 	sums    []uint64
 	tracked []bool
+	steps   []aggMapStep
+	localAt []int32
+	// local is the mini-batch's table of the current key's count_distinct
+	// map entries, on while FinishBundle folds a key (aggregate_local.go).
+	local aggLocal
 	// backend is the subtask's keyed state backend (for the keys of a
 	// mini-batch); batch is the mini-batch buffer, nil without mini_batch
 	// (aggregate_minibatch.go).
@@ -1008,6 +1014,10 @@ func (f *Aggregate) Open(ctx OpenContext) error {
 	f.acc = acc
 	f.backend = ctx.Backend
 	f.batch.reset()
+	f.local.init(&f.aggregator)
+	if f.batch != nil {
+		f.batch.early = f.foldsEarly()
+	}
 	f.sets = nil
 	f.seen.reset()
 	for j := range f.maps {
@@ -1086,17 +1096,21 @@ func (f *Aggregate) fold(key []byte, in []aggInput, retract bool, cur []aggAccum
 	if retract && !found {
 		return cur, false, nil
 	}
-	steps := make([]aggMapStep, len(f.maps))
-	if len(f.sums) != len(f.maps) {
-		f.sums, f.tracked = make([]uint64, len(f.maps)), make([]bool, len(f.maps))
+	if len(f.steps) != len(f.maps) {
+		f.steps = make([]aggMapStep, len(f.maps))
+		f.sums, f.tracked, f.localAt = make([]uint64, len(f.maps)), make([]bool, len(f.maps)), make([]int32, len(f.maps))
 	}
+	steps := f.steps
+	clear(steps)
 	gen := f.seen.gen // the generation at the record's start (see bornIn)
 	for j := range f.maps {
 		if !found && f.ttl != nil {
 			if err := f.sets[j].Clear(); err != nil { // values of an expired run of the key
 				return nil, false, err
 			}
+			f.local.cleared(j)
 		}
+		f.localAt[j] = -1
 		pass := f.passMask(j, in)
 		if pass == 0 { // every aggregate of the map filtered the record out
 			steps[j], f.tracked[j] = aggMapStep{}, false
@@ -1109,14 +1123,22 @@ func (f *Aggregate) fold(key []byte, in []aggInput, retract bool, cur []aggAccum
 		if f.tracked[j] = born || !found; f.tracked[j] {
 			f.sums[j] = f.seen.sum(key, j, k)
 		}
+		local := f.local.kept(j)
+		if local {
+			f.localAt[j], v, present = f.local.get(j, k)
+		}
 		// A new key's maps are empty, and a key born in gen holds only
-		// entries the filter has (aggregate_seen.go).
-		if found && (!born || f.seen.has(f.sums[j])) {
+		// entries the filter has (aggregate_seen.go); an entry in the
+		// mini-batch's table is read from there (aggregate_local.go).
+		if f.localAt[j] < 0 && found && (!born || f.seen.has(f.sums[j])) {
 			var err error
 			v, present, err = f.sets[j].Get(k)
 			if err != nil {
 				return nil, false, err
 			}
+		}
+		if local && f.localAt[j] < 0 {
+			f.localAt[j] = f.local.add(j, k, v, present)
 		}
 		steps[j] = f.mapStep(j, in, cur, v, present, pass, retract)
 		if steps[j].rescan {
@@ -1129,10 +1151,11 @@ func (f *Aggregate) fold(key []byte, in []aggInput, retract bool, cur []aggAccum
 	}
 	next := f.apply(cur, in, steps, retract)
 	if f.deletes(found, retract, next) {
-		for _, m := range f.sets {
+		for j, m := range f.sets {
 			if err := m.Clear(); err != nil {
 				return nil, false, err
 			}
+			f.local.cleared(j)
 		}
 		return next, false, nil
 	}
@@ -1144,9 +1167,17 @@ func (f *Aggregate) fold(key []byte, in []aggInput, retract bool, cur []aggAccum
 			if f.tracked[j] {
 				f.seen.add(f.sums[j])
 			}
-			err = f.sets[j].Put(st.key, v)
+			if at := f.localAt[j]; at >= 0 {
+				f.local.set(at, v, true)
+			} else {
+				err = f.sets[j].Put(st.key, v)
+			}
 		case remove:
-			err = f.sets[j].Remove(st.key)
+			if at := f.localAt[j]; at >= 0 {
+				f.local.set(at, nil, false)
+			} else {
+				err = f.sets[j].Remove(st.key)
+			}
 		}
 		if err != nil {
 			return nil, false, err

@@ -25,6 +25,17 @@ import (
 // read and write of the accumulators' ValueState, the rendering of a row
 // per record and the operators and sink after the aggregate, which see one
 // row per key and batch.
+//
+// An aggregate whose keys keep nothing but their accumulators (no
+// count_distinct, no min or max over a changelog: no MapState) and
+// without state_ttl folds early instead (aggBatch.early): a key's
+// accumulators are read when its first record of the batch comes and each
+// record is folded into them at once, in arrival order, by the same
+// Aggregate.fold; the batch keeps one row per key, not the records'
+// inputs, and its end writes and emits each key's row. The state read,
+// the folds, the write and the row are the same as when the batch ends,
+// because nothing else reads or writes a key's accumulators in between
+// (no map, no timer, no TTL clock), so the results are the same bytes.
 
 // aggBatch is the mini-batch buffer of an Aggregate: the records of the
 // keys seen since the batch began, each key's in arrival order. Records
@@ -32,6 +43,12 @@ import (
 // are inputs[r*n:(r+1)*n] (n the aggregates), retract[r] says it is a -U
 // or -D, next[r] is the key's next record (-1: the last).
 type aggBatch struct {
+	// early says records are folded as they come, into their key's row
+	// (aggBatchKey.cur), and inputs, retract and next stay empty (see the
+	// file's comment; Aggregate.foldsEarly).
+	early bool
+	// n is the records of the batch.
+	n int
 	// size is the records that end a batch (MiniBatchParams.Size);
 	// maxBytes the bytes (MiniBatchParams.MaxBytes, defaulted), bytes
 	// what the batch holds by batchBytes' count; latency is
@@ -44,9 +61,11 @@ type aggBatch struct {
 	retract  []bool
 	next     []int32
 	// keys are the batch's keys in the order of their first record;
-	// index finds a key's place in keys.
+	// index finds a key's place in keys (and in rows).
 	keys  []aggBatchKey
 	index map[string]int32
+	// rows are the keys' rows when folding early, one per key.
+	rows []aggBatchRow
 }
 
 // aggBatchKey is one key of a batch: its records (first and last index a
@@ -61,6 +80,17 @@ type aggBatchKey struct {
 	retracts    bool
 }
 
+// aggBatchRow is a key's row in a batch that folds early (aggBatch.early;
+// aggBatch.rows, parallel to keys): the key's accumulators so far, cur
+// (found: it has some; nil after a retraction emptied it), whether it had
+// some before the batch (had), and the row before the batch rendered when
+// the batch's end will need it (prev, see Aggregate.bufferEarly).
+type aggBatchRow struct {
+	cur        []aggAccumulator
+	prev       []byte
+	found, had bool
+}
+
 // reset empties b for the next batch, keeping its slices' memory (the
 // inputs are zeroed so that the batch's values can be collected).
 func (b *aggBatch) reset() {
@@ -71,7 +101,9 @@ func (b *aggBatch) reset() {
 	b.inputs, b.retract, b.next = b.inputs[:0], b.retract[:0], b.next[:0]
 	clear(b.keys)
 	b.keys = b.keys[:0]
-	b.bytes = 0
+	clear(b.rows)
+	b.rows = b.rows[:0]
+	b.bytes, b.n = 0, 0
 	if b.index == nil {
 		b.index = map[string]int32{}
 	}
@@ -79,7 +111,7 @@ func (b *aggBatch) reset() {
 }
 
 // records returns the records buffered.
-func (b *aggBatch) records() int { return len(b.retract) }
+func (b *aggBatch) records() int { return b.n }
 
 // The sizes batchBytes counts: a record's bookkeeping (retract flag and
 // next index), one aggregate input, a key's entry (with its index entry,
@@ -114,7 +146,11 @@ func (f *Aggregate) BundleRecords() int {
 // exact figure.
 func (f *Aggregate) buffer(rec runtime.Record, in []aggInput, retract bool, out Collector) error {
 	b := f.batch
+	if b.early {
+		return f.bufferEarly(rec, in, retract, out)
+	}
 	r := int32(b.records())
+	b.n++
 	b.inputs = append(b.inputs, in...)
 	b.retract = append(b.retract, retract)
 	b.next = append(b.next, -1)
@@ -153,6 +189,84 @@ func (f *Aggregate) buffer(rec runtime.Record, in []aggInput, retract bool, out 
 	return nil
 }
 
+// foldsEarly says the batch can fold records as they come (aggBatch.early):
+// no aggregate keeps a MapState (count_distinct, or min and max over a
+// changelog input) and there is no state_ttl.
+func (f *Aggregate) foldsEarly() bool {
+	return len(f.maps) == 0 && f.ttl == nil
+}
+
+// bufferEarly is buffer folding early (aggBatch.early): a key's first
+// record of the batch reads its accumulators (the current key is the
+// record's) and, when the batch's end will need it, renders the row
+// before the batch (for a -U, emit on_change's comparison, or a -D: a key
+// that had a row, over a changelog input or for a retraction); each record
+// is then folded into the key's row at once. A retraction of a key whose
+// row before the batch was not rendered (a retraction over an input not
+// declared a changelog) ends the batch first, so that it begins the next
+// one and its row is rendered. The bytes counted are those buffer counts,
+// a bound on what the key's row holds.
+func (f *Aggregate) bufferEarly(rec runtime.Record, in []aggInput, retract bool, out Collector) error {
+	b := f.batch
+	k, ok := b.index[string(rec.Key)]
+	if ok && retract && b.rows[k].had && b.rows[k].prev == nil {
+		if err := f.FinishBundle(context.Background(), out); err != nil {
+			return err
+		}
+		ok = false
+	}
+	head := outputHeadOf(rec)
+	if len(head.headers) > 0 { // the record's memory is not ours after ProcessElement
+		head.headers = slices.Clone(head.headers)
+		for i := range head.headers {
+			head.headers[i].Value = slices.Clone(head.headers[i].Value)
+			b.bytes += aggBatchHeaderBytes + int64(len(head.headers[i].Key)+len(head.headers[i].Value))
+		}
+	}
+	var e *aggBatchRow
+	if ok {
+		head.key = b.keys[k].key
+		b.keys[k].head = head
+		e = &b.rows[k]
+	} else {
+		cur, found, err := f.value(rec.Key)
+		if err != nil {
+			return err
+		}
+		key := slices.Clone(rec.Key)
+		if key == nil {
+			key = []byte{}
+		}
+		head.key = key
+		b.bytes += aggBatchKeyBytes + 2*int64(len(key)) // the key and the index's copy
+		b.index[string(key)] = int32(len(b.keys))
+		b.keys = append(b.keys, aggBatchKey{key: key, head: head, first: -1, last: -1})
+		b.rows = append(b.rows, aggBatchRow{cur: cur, found: found, had: found})
+		e = &b.rows[len(b.rows)-1]
+		if found && (retract || f.changelog || f.emitsOld(true, false)) {
+			e.prev = f.output(key, cur) // before the fold, which may fold into cur
+			b.bytes += int64(cap(e.prev))
+		}
+	}
+	b.n++
+	b.bytes += aggBatchRecordBytes + aggBatchInputBytes*int64(len(in))
+	for i := range in {
+		b.bytes += int64(cap(in[i].raw))
+	}
+	cur, found, err := f.fold(head.key, in, retract, e.cur, e.found)
+	if err != nil {
+		return err
+	}
+	if !found {
+		cur = nil // emptied (or never had a row): the next insertion starts from zero, as after a Clear
+	}
+	e.cur, e.found = cur, found
+	if b.records() >= b.size || b.bytes >= b.maxBytes {
+		return f.FinishBundle(context.Background(), out)
+	}
+	return nil
+}
+
 // FinishBundle implements BundleFunction: it ends the mini-batch. For each
 // key of the batch, in the order of its first record: make it current,
 // read its accumulators once, fold its records in (Aggregate.fold: the
@@ -174,24 +288,37 @@ func (f *Aggregate) FinishBundle(_ context.Context, out Collector) error {
 		e := &b.keys[k]
 		f.backend.SetCurrentKey(e.key)
 		f.backend.SetRecordTimestamp(e.head.ts)
-		cur, found, err := f.value(e.key)
-		if err != nil {
-			return err
-		}
-		had := found
+		var cur []aggAccumulator
 		var prev []byte
-		if had && (e.retracts || f.emitsOld(true, false)) {
-			prev = f.output(e.key, cur) // before the fold, which may fold into cur
-		}
-		for r := e.first; r >= 0; r = b.next[r] {
-			cur, found, err = f.fold(e.key, b.inputs[int(r)*n:int(r+1)*n], b.retract[r], cur, found)
-			if err != nil {
+		var found, had bool
+		if b.early {
+			r := b.rows[k]
+			cur, found, had, prev = r.cur, r.found, r.had, r.prev
+		} else {
+			var err error
+			if cur, found, err = f.value(e.key); err != nil {
 				return err
 			}
-			if !found {
-				cur = nil // emptied (or never had a row): the next insertion starts from zero, as after a Clear
+			had = found
+			if had && (e.retracts || f.emitsOld(true, false)) {
+				prev = f.output(e.key, cur) // before the fold, which may fold into cur
+			}
+			f.local.begin()
+			for r := e.first; r >= 0; r = b.next[r] {
+				cur, found, err = f.fold(e.key, b.inputs[int(r)*n:int(r+1)*n], b.retract[r], cur, found)
+				if err != nil {
+					f.local.on = false
+					return err
+				}
+				if !found {
+					cur = nil // emptied (or never had a row): the next insertion starts from zero, as after a Clear
+				}
+			}
+			if err := f.local.flush(f.sets); err != nil { // the key's map entries, once each
+				return err
 			}
 		}
+		var err error
 		switch {
 		case found:
 			err = f.update(e.key, cur)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -378,7 +379,9 @@ func mbSteps(rng *rand.Rand, n, keys int, changelog bool) ([]mbStep, mbModel) {
 // model's; the changelog is consistent (each -U and -D holds the row last
 // emitted, upserts); with mini_batch nothing is emitted inside a batch,
 // and each key emits at most one change per batch (+I, +U, -U then +U,
-// or -D).
+// or -D). Each case runs twice: with every aggregate, and without those
+// keeping a MapState (count_distinct; min and max over a changelog), where
+// the batch folds each record as it comes (aggBatch.early).
 func TestAggregateMiniBatchModel(t *testing.T) {
 	type variant struct {
 		emit            AggregateEmit
@@ -387,77 +390,97 @@ func TestAggregateMiniBatchModel(t *testing.T) {
 	variants := []variant{{EmitEveryUpdate, false}, {EmitEveryUpdate, true}, {EmitOnChange, false}}
 	for _, kind := range backends {
 		for _, changelog := range []bool{false, true} {
-			for vi, v := range variants {
-				name := fmt.Sprintf("%s/changelog=%t/%s/uao=%t", kind, changelog, v.emit, v.updateAfterOnly)
-				t.Run(name, func(t *testing.T) {
-					rng := rand.New(rand.NewPCG(uint64(vi), map[bool]uint64{false: 1, true: 2}[changelog]))
-					steps, model := mbSteps(rng, 400, 6, changelog)
-					specs := []AggregateSpec{
-						{Name: "total", Fn: AggSum, Of: compiled(t, "amount")},
-						{Name: "n", Fn: AggCount},
-						{Name: "lo", Fn: AggMin, Of: compiled(t, "amount")},
-						{Name: "hi", Fn: AggMax, Of: compiled(t, "amount")},
-						{Name: "mean", Fn: AggAvg, Of: compiled(t, "amount")},
-						{Name: "users", Fn: AggCountDistinct, Of: compiled(t, "user")},
-					}
-					if !changelog {
-						specs = append(specs,
-							AggregateSpec{Name: "first_user", Fn: AggFirst, Of: compiled(t, "user")},
-							AggregateSpec{Name: "last_amount", Fn: AggLast, Of: compiled(t, "amount")})
-					}
-					newRun := func(mb MiniBatchParams) *mbRun {
-						return &mbRun{t: t, kind: kind, size: mb.Size, latency: mb.AllowLatency, newFn: func() *Aggregate {
-							p := AggregateParams{Emit: v.emit, Aggregates: specs}
-							if mb.Size > 0 {
-								p.MiniBatch = &mb
-							}
-							f := NewAggregate(p, changelog)
-							f.updateAfterOnly = v.updateAfterOnly
-							return f
-						}}
-					}
-					plain := newRun(MiniBatchParams{})
-					plain.run(steps)
-					if got, want := decodeTable(t, plain.tables[len(plain.tables)-1]), model.table(changelog); !reflect.DeepEqual(got, want) {
-						t.Fatalf("without mini_batch: table\n%v\nwant (model)\n%v", got, want)
-					}
-					for _, mb := range []MiniBatchParams{{Size: 1}, {Size: 2}, {Size: 3}, {Size: 5}, {Size: 17}, {Size: 1000},
-						{Size: 1000, MaxBytes: 700}, {Size: 1000, MaxBytes: 5000},
-						{Size: 5, AllowLatency: 10 * time.Millisecond}, {Size: 17, AllowLatency: 10 * time.Millisecond},
-						{Size: 1000, AllowLatency: 10 * time.Millisecond}, {Size: 1000, AllowLatency: 20 * time.Millisecond, MaxBytes: 3000}} {
-						size := mb.Size
-						b := newRun(mb)
-						b.plain = plain
-						b.run(steps)
-						if mb.AllowLatency > 0 { // the tables at checkpoints and the end (watermarks do not end a batch)
-							if got, want := b.tables[len(b.tables)-1], plain.tables[len(plain.tables)-1]; !reflect.DeepEqual(got, want) {
-								t.Fatalf("%+v: final table\n%v\nwant (without mini_batch)\n%v", mb, got, want)
-							}
-						} else if !reflect.DeepEqual(b.tables, plain.tables) {
-							t.Fatalf("mini_batch %d: tables at the checkpoints, watermarks and the end\n%v\nwant (without mini_batch)\n%v", size, b.tables, plain.tables)
+			for _, maps := range []bool{true, false} {
+				for vi, v := range variants {
+					name := fmt.Sprintf("%s/changelog=%t/maps=%t/%s/uao=%t", kind, changelog, maps, v.emit, v.updateAfterOnly)
+					t.Run(name, func(t *testing.T) {
+						rng := rand.New(rand.NewPCG(uint64(vi), map[bool]uint64{false: 1, true: 2}[changelog]))
+						steps, model := mbSteps(rng, 400, 6, changelog)
+						specs := []AggregateSpec{
+							{Name: "total", Fn: AggSum, Of: compiled(t, "amount")},
+							{Name: "n", Fn: AggCount},
+							{Name: "lo", Fn: AggMin, Of: compiled(t, "amount")},
+							{Name: "hi", Fn: AggMax, Of: compiled(t, "amount")},
+							{Name: "mean", Fn: AggAvg, Of: compiled(t, "amount")},
+							{Name: "users", Fn: AggCountDistinct, Of: compiled(t, "user")},
 						}
-						checkChangelog(t, b.all, v.updateAfterOnly)
-						for i, batch := range b.batches {
-							changes := map[string]int{}
-							for _, r := range batch {
-								if r.Change != runtime.ChangeUpdateBefore { // -U comes with its +U
-									changes[string(r.Key)]++
+						if !changelog {
+							specs = append(specs,
+								AggregateSpec{Name: "first_user", Fn: AggFirst, Of: compiled(t, "user")},
+								AggregateSpec{Name: "last_amount", Fn: AggLast, Of: compiled(t, "amount")})
+						}
+						// dropped: the aggregates left out without maps.
+						dropped := map[string]bool{}
+						if !maps {
+							dropped["users"] = true
+							if changelog {
+								dropped["lo"], dropped["hi"] = true, true
+							}
+							specs = slices.DeleteFunc(specs, func(s AggregateSpec) bool { return dropped[s.Name] })
+						}
+						newRun := func(mb MiniBatchParams) *mbRun {
+							return &mbRun{t: t, kind: kind, size: mb.Size, latency: mb.AllowLatency, newFn: func() *Aggregate {
+								p := AggregateParams{Emit: v.emit, Aggregates: specs}
+								if mb.Size > 0 {
+									p.MiniBatch = &mb
+								}
+								f := NewAggregate(p, changelog)
+								f.updateAfterOnly = v.updateAfterOnly
+								return f
+							}}
+						}
+						if f := newRun(MiniBatchParams{Size: 1}).newFn(); f.foldsEarly() == maps {
+							t.Fatalf("maps=%t: foldsEarly %t", maps, f.foldsEarly())
+						}
+						plain := newRun(MiniBatchParams{})
+						plain.run(steps)
+						want := model.table(changelog)
+						for _, row := range want {
+							for name := range dropped {
+								delete(row, name)
+							}
+						}
+						if got := decodeTable(t, plain.tables[len(plain.tables)-1]); !reflect.DeepEqual(got, want) {
+							t.Fatalf("without mini_batch: table\n%v\nwant (model)\n%v", got, want)
+						}
+						for _, mb := range []MiniBatchParams{{Size: 1}, {Size: 2}, {Size: 3}, {Size: 5}, {Size: 17}, {Size: 1000},
+							{Size: 1000, MaxBytes: 700}, {Size: 1000, MaxBytes: 5000},
+							{Size: 5, AllowLatency: 10 * time.Millisecond}, {Size: 17, AllowLatency: 10 * time.Millisecond},
+							{Size: 1000, AllowLatency: 10 * time.Millisecond}, {Size: 1000, AllowLatency: 20 * time.Millisecond, MaxBytes: 3000}} {
+							size := mb.Size
+							b := newRun(mb)
+							b.plain = plain
+							b.run(steps)
+							if mb.AllowLatency > 0 { // the tables at checkpoints and the end (watermarks do not end a batch)
+								if got, want := b.tables[len(b.tables)-1], plain.tables[len(plain.tables)-1]; !reflect.DeepEqual(got, want) {
+									t.Fatalf("%+v: final table\n%v\nwant (without mini_batch)\n%v", mb, got, want)
+								}
+							} else if !reflect.DeepEqual(b.tables, plain.tables) {
+								t.Fatalf("mini_batch %d: tables at the checkpoints, watermarks and the end\n%v\nwant (without mini_batch)\n%v", size, b.tables, plain.tables)
+							}
+							checkChangelog(t, b.all, v.updateAfterOnly)
+							for i, batch := range b.batches {
+								changes := map[string]int{}
+								for _, r := range batch {
+									if r.Change != runtime.ChangeUpdateBefore { // -U comes with its +U
+										changes[string(r.Key)]++
+									}
+								}
+								for k, n := range changes {
+									if n > 1 {
+										t.Fatalf("mini_batch %d: batch %d: key %s emitted %d changes, want at most 1: %v", size, i, k, n, changelogText(batch))
+									}
 								}
 							}
-							for k, n := range changes {
-								if n > 1 {
-									t.Fatalf("mini_batch %d: batch %d: key %s emitted %d changes, want at most 1: %v", size, i, k, n, changelogText(batch))
-								}
+							if n := len(b.wms); n != len(plain.wms) && mb.AllowLatency == 0 || n > 0 && !b.wms[n-1].Equal(plain.wms[len(plain.wms)-1]) {
+								t.Fatalf("%+v: watermarks forwarded %v, without mini_batch %v", mb, b.wms, plain.wms)
+							}
+							if size == 1 && len(b.all) != len(plain.all) && v.emit == EmitEveryUpdate && !changelog {
+								t.Fatalf("mini_batch 1: %d records emitted, without %d", len(b.all), len(plain.all))
 							}
 						}
-						if n := len(b.wms); n != len(plain.wms) && mb.AllowLatency == 0 || n > 0 && !b.wms[n-1].Equal(plain.wms[len(plain.wms)-1]) {
-							t.Fatalf("%+v: watermarks forwarded %v, without mini_batch %v", mb, b.wms, plain.wms)
-						}
-						if size == 1 && len(b.all) != len(plain.all) && v.emit == EmitEveryUpdate && !changelog {
-							t.Fatalf("mini_batch 1: %d records emitted, without %d", len(b.all), len(plain.all))
-						}
-					}
-				})
+					})
+				}
 			}
 		}
 	}
