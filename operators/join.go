@@ -25,7 +25,13 @@ const JoinType = "join"
 // skips the scan of that side, and one whose own side holds none the read
 // of its row. A key with no rows on either side has no value. Checkpoints
 // written before it existed (rows, no sizes) are migrated when the join
-// opens (TestRegularJoinRestoresWithoutSizes).
+// opens (TestRegularJoinRestoresWithoutSizes). Since format 2 of its value
+// (joinSizesSerializer) it also holds the rows of a side that has held at
+// most joinInlineRows distinct rows since it was last empty (a Nexmark
+// auction's or person's one row), which are then not in the side's
+// MapState: a record of the other side reads them with the sizes it reads
+// anyway, instead of a scan of the MapState (a Pebble iterator per
+// record).
 const (
 	JoinLeftState  = "join.left"
 	JoinRightState = "join.right"
@@ -120,23 +126,118 @@ func (joinCountSerializer) Decode(b []byte) (joinCount, error) {
 }
 
 // joinSizes is the number of distinct rows stored per side (left, right)
-// of a key. Byte format (serializer "join-sizes-v1"): two uvarints.
+// of a key.
 type joinSizes [2]int64
 
+// joinInlineRows is how many distinct rows a side keeps in its key's
+// joinHead (not in its MapState) while it has held no more since it was
+// last empty.
+const joinInlineRows = 1
+
+// joinHead is a key's JoinSizesState value: the number of distinct rows
+// of each side and, for a side whose rows are inline, those rows (sorted
+// by row key, at most joinInlineRows). An inline side has no entries in
+// its MapState; a side that is not inline keeps every row there. A side
+// becomes inline when it is empty and stops being inline (its rows moved
+// to the MapState) when a record would leave it with more than
+// joinInlineRows rows.
+type joinHead struct {
+	sizes  joinSizes
+	inline [2]bool
+	rows   [2][]joinStoredRow
+}
+
+// joinSizesFormat2 is the byte after the two sizes in format 2 of a
+// joinHead.
+const joinSizesFormat2 = 2
+
+// joinSizesSerializer encodes a joinHead. Byte format (serializer name
+// "join-sizes-v1", kept so that checkpoints of format 1 restore): format 1
+// is the two sizes as uvarints (no side inline); format 2 is the same two
+// uvarints, the byte 2, then per side (left, right) a byte (0: not inline,
+// 1: inline) and, when inline, the number of rows and each row as uvarint
+// length, the row key's bytes, uvarint count and uvarint match count. A
+// binary that knows only format 1 refuses a format 2 value (malformed join
+// sizes) instead of missing the inline rows.
 type joinSizesSerializer struct{}
 
 func (joinSizesSerializer) Name() string { return "join-sizes-v1" }
 
-func (joinSizesSerializer) Append(dst []byte, s joinSizes) ([]byte, error) {
-	return binary.AppendUvarint(binary.AppendUvarint(dst, uint64(s[0])), uint64(s[1])), nil
+func (joinSizesSerializer) Append(dst []byte, h joinHead) ([]byte, error) {
+	dst = binary.AppendUvarint(binary.AppendUvarint(dst, uint64(h.sizes[0])), uint64(h.sizes[1]))
+	dst = append(dst, joinSizesFormat2)
+	for side := range 2 {
+		if !h.inline[side] {
+			dst = append(dst, 0)
+			continue
+		}
+		dst = binary.AppendUvarint(append(dst, 1), uint64(len(h.rows[side])))
+		for _, r := range h.rows[side] {
+			dst = append(binary.AppendUvarint(dst, uint64(len(r.key))), r.key...)
+			dst = binary.AppendUvarint(binary.AppendUvarint(dst, uint64(r.Count)), uint64(r.Assoc))
+		}
+	}
+	return dst, nil
 }
 
-func (joinSizesSerializer) Decode(b []byte) (joinSizes, error) {
-	c, err := joinCountSerializer{}.Decode(b)
-	if err != nil {
-		return joinSizes{}, errors.New("operators: malformed join sizes")
+func (joinSizesSerializer) Decode(b []byte) (joinHead, error) {
+	bad := errors.New("operators: malformed join sizes")
+	var h joinHead
+	uv := func() (int64, bool) {
+		v, k := binary.Uvarint(b)
+		if k <= 0 {
+			return 0, false
+		}
+		b = b[k:]
+		return int64(v), true
 	}
-	return joinSizes{c.Count, c.Assoc}, nil
+	var ok0, ok1 bool
+	h.sizes[0], ok0 = uv()
+	h.sizes[1], ok1 = uv()
+	if !ok0 || !ok1 {
+		return joinHead{}, bad
+	}
+	if len(b) == 0 { // format 1
+		return h, nil
+	}
+	if b[0] != joinSizesFormat2 {
+		return joinHead{}, bad
+	}
+	b = b[1:]
+	for side := range 2 {
+		if len(b) == 0 || b[0] > 1 {
+			return joinHead{}, bad
+		}
+		inline := b[0] == 1
+		b = b[1:]
+		if !inline {
+			continue
+		}
+		h.inline[side] = true
+		n, ok := uv()
+		if !ok || n > joinInlineRows || n != h.sizes[side] {
+			return joinHead{}, bad
+		}
+		for range n {
+			l, ok := uv()
+			if !ok || l < 1 || l > int64(len(b)) {
+				return joinHead{}, bad
+			}
+			r := joinStoredRow{key: string(b[:l])}
+			b = b[l:]
+			c, okc := uv()
+			a, oka := uv()
+			if !okc || !oka || c < 1 {
+				return joinHead{}, bad
+			}
+			r.Count, r.Assoc = c, a
+			h.rows[side] = append(h.rows[side], r)
+		}
+	}
+	if len(b) != 0 {
+		return joinHead{}, bad
+	}
+	return h, nil
 }
 
 // joinStoredRow is one distinct row of a side with its counts.
@@ -194,15 +295,21 @@ func joinRowOf(k string) *joinRow {
 type RegularJoin struct {
 	p     JoinParams
 	sides [2]state.MapState[string, joinCount]
-	// sizes counts each key's distinct rows per side; nil with state_ttl
-	// (rows expire unseen: every record scans, as without it).
-	sizes  state.ValueState[joinSizes]
+	// sizes counts each key's distinct rows per side and holds its inline
+	// sides' rows (joinHead); nil with state_ttl (rows expire unseen: every
+	// record scans, as without it).
+	sizes  state.ValueState[joinHead]
 	output joinOutput
 	change changeCollector
 	// cur is the current key's sizes while a record is processed (known:
 	// sizes is not nil).
 	cur   joinSizes
 	known bool
+	// inline and irows are the current key's inline sides and their rows
+	// (joinHead) while a record is processed (known); irows changes only
+	// when the record's writes are applied.
+	inline [2]bool
+	irows  [2][]joinStoredRow
 	// pending holds the current record's outputs and row writes until
 	// every output of the record evaluated (all or nothing).
 	pending joinPending
@@ -274,7 +381,7 @@ func (j *RegularJoin) Open(ctx OpenContext) error {
 	if ttl {
 		return nil
 	}
-	sizes, err := state.GetValueState(ctx.Backend, state.ValueStateDescriptor[joinSizes]{Name: JoinSizesState, Serializer: joinSizesSerializer{}})
+	sizes, err := state.GetValueState(ctx.Backend, state.ValueStateDescriptor[joinHead]{Name: JoinSizesState, Serializer: joinSizesSerializer{}})
 	if err != nil {
 		return fmt.Errorf("operators: %s %s: %w", JoinType, ctx.Operator, err)
 	}
@@ -300,12 +407,12 @@ func (j *RegularJoin) countRows(b state.KeyedStateBackend) error {
 				}
 				n++
 			}
-			sz, _, err := j.sizes.Value()
+			h, _, err := j.sizes.Value()
 			if err != nil {
 				return err
 			}
-			sz[side] = n
-			return j.sizes.Update(sz)
+			h.sizes[side] = n
+			return j.sizes.Update(h)
 		})
 		if err != nil {
 			return err
@@ -329,6 +436,9 @@ func (j *RegularJoin) ProcessElement2(_ context.Context, rec runtime.Record, out
 func (j *RegularJoin) rows(side int) ([]joinStoredRow, error) {
 	if j.known && j.cur[side] == 0 {
 		return nil, nil
+	}
+	if j.known && j.inline[side] {
+		return slices.Clone(j.irows[side]), nil // the caller updates match counts in place
 	}
 	var rows []joinStoredRow
 	for e, err := range j.sides[side].Entries() {
@@ -368,14 +478,21 @@ func (j *RegularJoin) emit(side int, key []byte, in, other *joinRow, ts int64, k
 func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error {
 	j.known = false
 	if j.sizes != nil {
-		sz, _, err := j.sizes.Value()
+		h, _, err := j.sizes.Value()
 		if err != nil {
 			return err
 		}
-		j.cur, j.known = sz, true
-		defer func() { j.known = false }()
+		j.cur, j.known = h.sizes, true
+		j.inline, j.irows = h.inline, h.rows
+		for side := range 2 {
+			if j.cur[side] == 0 { // an empty side's next rows go inline
+				j.inline[side], j.irows[side] = true, nil
+			}
+		}
+		defer func() { j.known, j.irows = false, [2][]joinStoredRow{} }()
 	}
 	before := j.cur
+	inlined := false // an inline side's rows changed
 	// All or nothing: the outputs and row writes wait in j.pending until
 	// every output evaluated; a failing select (a bad record, the job may
 	// go on) leaves rows, match counts and sizes as they were
@@ -387,6 +504,11 @@ func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error
 		return err
 	}
 	for _, w := range j.pending.writes {
+		if j.known && j.inline[w.side] {
+			j.irows[w.side] = inlineWrite(j.irows[w.side], w)
+			inlined = true
+			continue
+		}
 		var err error
 		if w.remove {
 			err = j.sides[w.side].Remove(w.key)
@@ -402,15 +524,53 @@ func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error
 			return err
 		}
 	}
-	var werr error
-	switch {
-	case !j.known || j.cur == before:
-	case j.cur == joinSizes{}:
-		werr = j.sizes.Clear()
-	default:
-		werr = j.sizes.Update(j.cur)
+	if !j.known {
+		return nil
 	}
-	return werr
+	for side := range 2 {
+		if !j.inline[side] || len(j.irows[side]) <= joinInlineRows {
+			continue
+		}
+		// More rows than a head holds: the side's rows move to its
+		// MapState for good (until the side is empty again).
+		for _, r := range j.irows[side] {
+			if err := j.sides[side].Put(r.key, r.joinCount); err != nil {
+				return err
+			}
+		}
+		j.inline[side], j.irows[side] = false, nil
+		inlined = true
+	}
+	switch {
+	case j.cur == before && !inlined:
+		return nil
+	case j.cur == joinSizes{}:
+		return j.sizes.Clear()
+	}
+	h := joinHead{sizes: j.cur}
+	for side := range 2 {
+		if j.inline[side] && j.cur[side] > 0 {
+			h.inline[side], h.rows[side] = true, j.irows[side]
+		}
+	}
+	return j.sizes.Update(h)
+}
+
+// inlineWrite applies w to an inline side's rows (sorted by row key) and
+// returns them.
+func inlineWrite(rows []joinStoredRow, w joinWrite) []joinStoredRow {
+	i, found := slices.BinarySearchFunc(rows, w.key, func(r joinStoredRow, k string) int { return cmp.Compare(r.key, k) })
+	switch {
+	case w.remove && found:
+		return slices.Delete(slices.Clone(rows), i, i+1)
+	case w.remove:
+		return rows
+	case found:
+		rows = slices.Clone(rows)
+		rows[i].joinCount = w.c
+		return rows
+	}
+	return slices.Insert(slices.Clone(rows), i, joinStoredRow{key: w.key, joinCount: w.c})
 }
 
 // apply is process without the sizes' read and write.
@@ -503,6 +663,14 @@ func (j *RegularJoin) stored(side int, k string) (joinCount, error) {
 		return w.c, nil // a removed row's c is zero
 	}
 	if j.known && j.cur[side] == 0 {
+		return joinCount{}, nil
+	}
+	if j.known && j.inline[side] {
+		for _, r := range j.irows[side] {
+			if r.key == k {
+				return r.joinCount, nil
+			}
+		}
 		return joinCount{}, nil
 	}
 	c, _, err := j.sides[side].Get(k)

@@ -472,8 +472,11 @@ func TestRegularJoinSelectFailureAllOrNothing(t *testing.T) {
 				send(1, change(runtime.ChangeUpdateAfter, "k", `"no fields"`, 3)) // select fails on right.v
 				send(0, change(runtime.ChangeDelete, "k", `1`, 4))
 			}, 1, "+I k {\"l\":1,\"r\":\"x\"}\n-D k {\"l\":1,\"r\":\"x\"}\n")
-			if n := h.entries(); n != 2 {
-				t.Fatalf("%d state entries, want 2 (the right row kept, and the sizes)", n)
+			if got, want := regularJoinRows(t, h), "k right \"\\x00{\\\"v\\\":\\\"x\\\"}\" count=1 assoc=1\nk sizes=0,1\n"; got != want {
+				t.Fatalf("rows and sizes\n%s\nwant (the right row kept)\n%s", got, want)
+			}
+			if n := h.entries(); n != 1 {
+				t.Fatalf("%d state entries, want 1 (the sizes, the right row inline in them)", n)
 			}
 			if err := h.op.ProcessRecord(h.ctx, 1, change(runtime.ChangeDelete, "k", ``, 5)); err != nil {
 				t.Fatal(err)
@@ -495,8 +498,13 @@ func TestRegularJoinSelectFailureAllOrNothing(t *testing.T) {
 				"-D k {\"l\":\"s\",\"s\":null}\n"+
 				"-D k {\"l\":1,\"s\":null}\n"+
 				"+I k {\"l\":1,\"s\":6}\n")
-			if n := h.entries(); n != 3 {
-				t.Fatalf("%d state entries, want 3 (one row a side, and the sizes)", n)
+			if got, want := regularJoinRows(t, h), "k left \"\\x00{\\\"v\\\":1}\" count=1 assoc=1\nk right \"\\x00{\\\"w\\\":5}\" count=1 assoc=1\nk sizes=1,1\n"; got != want {
+				t.Fatalf("rows and sizes\n%s\nwant (one row a side)\n%s", got, want)
+			}
+			// The left side held two rows, so its rows moved to its MapState
+			// (and stay there with one); the right row is inline.
+			if n := h.entries(); n != 2 {
+				t.Fatalf("%d state entries, want 2 (the sizes with the right row, the left row)", n)
 			}
 			h.finish()
 		})
