@@ -415,7 +415,14 @@ func (d *Doc) subScalarField(root, name string) (v dval, ok bool) {
 // it is (dval.plain).
 func (f *docField) rawScalar(str string) (dval, bool) {
 	raw := str[f.from:f.to]
-	if raw[0] != '"' {
+	if c := raw[0]; c != '"' {
+		if c == '-' || (c >= '0' && c <= '9') {
+			// Most fields read are integers: rawScalar's own first
+			// step for them, without its call.
+			if n, ok := plainInt(raw); ok {
+				return dval{k: dInt, i: n}, true
+			}
+		}
 		return rawScalar(raw)
 	}
 	inner := raw[1 : len(raw)-1]
