@@ -239,15 +239,15 @@ func (dc *dcompiler) compile(x celast.Expr) dnode {
 				if n := lowerTest(args, fn == operators.NotEquals); n != nil {
 					return n
 				}
-				return &dcmp{op: fn, l: args[0], r: args[1]}
+				return newDcmp(fn, args[0], args[1])
 			case operators.Less, operators.LessEquals,
 				operators.Greater, operators.GreaterEquals:
-				return &dcmp{op: fn, l: args[0], r: args[1]}
+				return newDcmp(fn, args[0], args[1])
 			case operators.Add, operators.Subtract, operators.Multiply, operators.Divide, operators.Modulo:
 				if n := decimalQuotient(fn, args); n != nil {
 					return n
 				}
-				n := &darith{op: fn, l: args[0], r: args[1], bound: dc.bound}
+				n := &darith{op: dopOf(fn), dbinary: newDbinary(args[0], args[1]), bound: dc.bound}
 				if fn == operators.Add {
 					dc.adds = append(dc.adds, n)
 				}
@@ -415,7 +415,14 @@ func (d *Doc) subScalarField(root, name string) (v dval, ok bool) {
 // it is (dval.plain).
 func (f *docField) rawScalar(str string) (dval, bool) {
 	raw := str[f.from:f.to]
-	if raw[0] != '"' {
+	if c := raw[0]; c != '"' {
+		if c == '-' || (c >= '0' && c <= '9') {
+			// Most fields read are integers: rawScalar's own first
+			// step for them, without its call.
+			if n, ok := plainInt(raw); ok {
+				return dval{k: dInt, i: n}, true
+			}
+		}
 		return rawScalar(raw)
 	}
 	inner := raw[1 : len(raw)-1]
@@ -684,15 +691,99 @@ func evalSameKind(a *activation, ln, rn dnode) (l, r dval, ok bool) {
 	return l, r, true
 }
 
+// dop is the operator of a dcmp or a darith, decided at compile time
+// (not compared as CEL's function name on every evaluation).
+type dop uint8
+
+const (
+	dopEq dop = iota
+	dopNe
+	dopLt
+	dopLe
+	dopGt
+	dopGe
+	dopAdd
+	dopSub
+	dopMul
+	dopDiv
+	dopMod
+)
+
+// dopOf returns the dop of CEL's function name fn, one of the comparisons
+// and arithmetic operators compile gives dcmp and darith.
+func dopOf(fn string) dop {
+	switch fn {
+	case operators.Equals:
+		return dopEq
+	case operators.NotEquals:
+		return dopNe
+	case operators.Less:
+		return dopLt
+	case operators.LessEquals:
+		return dopLe
+	case operators.Greater:
+		return dopGt
+	case operators.GreaterEquals:
+		return dopGe
+	case operators.Add:
+		return dopAdd
+	case operators.Subtract:
+		return dopSub
+	case operators.Multiply:
+		return dopMul
+	case operators.Divide:
+		return dopDiv
+	}
+	return dopMod
+}
+
+// dbinary is the two operands of a dcmp or a darith. A constant right
+// operand (id % 2 == 0, amount < 500) is held as its value, rc, and not
+// evaluated as a node.
+type dbinary struct {
+	l, r   dnode
+	rc     dval
+	rconst bool
+}
+
+// newDbinary returns the operands l and r.
+func newDbinary(l, r dnode) dbinary {
+	b := dbinary{l: l, r: r}
+	if c, ok := r.(dconst); ok {
+		b.rc, b.rconst = c.v, true
+	}
+	return b
+}
+
+// operands is evalSameKind of the operands.
+func (b *dbinary) operands(a *activation) (l, r dval, ok bool) {
+	if !b.rconst {
+		return evalSameKind(a, b.l, b.r)
+	}
+	l = b.l.eval(a)
+	if l.k == dFail {
+		return l, l, false
+	}
+	if b.rc.k != l.k {
+		return dval{}, dval{}, false
+	}
+	return l, b.rc, true
+}
+
 // dcmp compares operands of one type: ints, doubles (not NaN), strings
 // (byte order, as CEL), and bools or nulls for == and !=.
 type dcmp struct {
-	op   string
-	l, r dnode
+	op dop
+	dbinary
+}
+
+// newDcmp returns the comparison fn (CEL's function name) of l and r.
+func newDcmp(fn string, l, r dnode) *dcmp {
+	return &dcmp{op: dopOf(fn), dbinary: newDbinary(l, r)}
 }
 
 func (n *dcmp) eval(a *activation) dval {
-	l, r, ok := evalSameKind(a, n.l, n.r)
+	l, r, ok := n.operands(a)
 	if !ok {
 		return l
 	}
@@ -708,7 +799,7 @@ func (n *dcmp) eval(a *activation) dval {
 	case dString:
 		c = strings.Compare(l.s, r.s)
 	case dBool, dNull:
-		if n.op != operators.Equals && n.op != operators.NotEquals {
+		if n.op != dopEq && n.op != dopNe {
 			return dval{}
 		}
 		if l.b != r.b {
@@ -719,17 +810,17 @@ func (n *dcmp) eval(a *activation) dval {
 	}
 	var b bool
 	switch n.op {
-	case operators.Equals:
+	case dopEq:
 		b = c == 0
-	case operators.NotEquals:
+	case dopNe:
 		b = c != 0
-	case operators.Less:
+	case dopLt:
 		b = c < 0
-	case operators.LessEquals:
+	case dopLe:
 		b = c <= 0
-	case operators.Greater:
+	case dopGt:
 		b = c > 0
-	case operators.GreaterEquals:
+	case dopGe:
 		b = c >= 0
 	}
 	return dval{k: dBool, b: b}
@@ -748,14 +839,14 @@ func cmpOrdered[T int64 | float64](x, y T) int {
 // darith is + - * / % of two ints (giving up on overflow and on a zero
 // divisor, where CEL fails) or + - * / of two doubles (IEEE, as CEL).
 type darith struct {
-	op       string
-	l, r     dnode
+	op dop
+	dbinary
 	bound    int  // give up on a string + longer than this (0: no bound)
 	noConcat bool // give up on every string + (compileDirect)
 }
 
 func (n *darith) eval(a *activation) dval {
-	l, r, ok := evalSameKind(a, n.l, n.r)
+	l, r, ok := n.operands(a)
 	if !ok {
 		return l
 	}
@@ -764,17 +855,17 @@ func (n *darith) eval(a *activation) dval {
 		x, y := l.i, r.i
 		var z int64
 		switch n.op {
-		case operators.Add:
+		case dopAdd:
 			z = x + y
 			if (z > x) != (y > 0) {
 				return dval{}
 			}
-		case operators.Subtract:
+		case dopSub:
 			z = x - y
 			if (z < x) != (y > 0) {
 				return dval{}
 			}
-		case operators.Multiply:
+		case dopMul:
 			if x == 0 || y == 0 {
 				return dval{k: dInt}
 			}
@@ -782,12 +873,12 @@ func (n *darith) eval(a *activation) dval {
 			if (x == -1 && y == math.MinInt64) || (y == -1 && x == math.MinInt64) || z/y != x {
 				return dval{}
 			}
-		case operators.Divide:
+		case dopDiv:
 			if y == 0 || (x == math.MinInt64 && y == -1) {
 				return dval{}
 			}
 			z = x / y
-		case operators.Modulo:
+		case dopMod:
 			if y == 0 || (x == math.MinInt64 && y == -1) {
 				return dval{}
 			}
@@ -797,19 +888,19 @@ func (n *darith) eval(a *activation) dval {
 	case dDouble:
 		x, y := l.f, r.f
 		switch n.op {
-		case operators.Add:
+		case dopAdd:
 			return dval{k: dDouble, f: x + y}
-		case operators.Subtract:
+		case dopSub:
 			return dval{k: dDouble, f: x - y}
-		case operators.Multiply:
+		case dopMul:
 			return dval{k: dDouble, f: x * y}
-		case operators.Divide:
+		case dopDiv:
 			return dval{k: dDouble, f: x / y}
 		}
 	case dString:
 		// A cost-tracked program's longer result is left to CEL, whose
 		// cost tracking (concatCost) decides it.
-		if n.op == operators.Add && !n.noConcat && (n.bound == 0 || len(l.s)+len(r.s) <= n.bound) {
+		if n.op == dopAdd && !n.noConcat && (n.bound == 0 || len(l.s)+len(r.s) <= n.bound) {
 			return dval{k: dString, s: l.s + r.s, plain: l.plain && r.plain}
 		}
 	}

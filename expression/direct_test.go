@@ -60,6 +60,12 @@ var directPrograms = []string{
 	// (Nexmark q8's dedup key: s44-src), and their corners.
 	`string(auction.seller) + '@' + string(auction.dateTime - auction.dateTime % 10000)`, `note + string(amount * 2)`,
 	`string(-amount) + string(d / 2.0) + string(flag)`, `string(amount % 0) + note`, `string(d - 1.5) + url`, `string(note - 1) + note`,
+	// A constant right operand, held as its value (dbinary.rc):
+	// interval-join's two filters, operands of other kinds than the
+	// constant's, the int corners.
+	`amount % 2 == 0`, `amount % 2 == 1`, `id % 2 == 0`, `d % 2 == 0`, `note % 2 == 1`, `d < 500`, `d >= 2.5`, `note == 2`,
+	`amount == "x"`, `note < "m"`, `flag == false`, `amount % -1 == 0`, `amount * -1 < 0`, `amount - -9223372036854775807 > 0`,
+	`amount / -1 >= 0`, `d * 2.0 == 5.0`, `d - 0.5 != 1.0`, `note + "" == note`, `amount != 0.0`,
 }
 
 // nexmarkStateless are configs/nexmark/q14.yaml's, q21.yaml's and
@@ -528,5 +534,41 @@ func TestEvalInt64(t *testing.T) {
 		if isInt && want != any(i) {
 			t.Errorf("%s: EvalInt64's int %d, Eval's %#v", tc.src, i, want)
 		}
+	}
+}
+
+// TestDirectConstantOperand: a comparison or arithmetic whose right
+// operand is a literal holds its value (dbinary.rc) and does not
+// evaluate it as a node: interval-join's filter id % 2 == 0 is two
+// nodes that read the record (the field, then the remainder and the
+// comparison) where it was four; each still gives CEL's result
+// (directPrograms' `amount % 2 == 0` and the corners after it).
+func TestDirectConstantOperand(t *testing.T) {
+	p := mustCompile(t, `id % 2 == 0`)
+	if p.direct == nil {
+		t.Fatal("no direct form")
+	}
+	cmp, ok := p.direct.root.(*dcmp)
+	if !ok || !cmp.rconst || cmp.rc != (dval{k: dInt}) || cmp.op != dopEq {
+		t.Fatalf("root %#v, want a dcmp == holding the int 0", p.direct.root)
+	}
+	rem, ok := cmp.l.(*darith)
+	if !ok || !rem.rconst || rem.rc != (dval{k: dInt, i: 2}) || rem.op != dopMod {
+		t.Fatalf("left operand %#v, want a darith %% holding the int 2", cmp.l)
+	}
+	if _, ok := rem.l.(*dpath); !ok {
+		t.Fatalf("dividend %#v, want the field id", rem.l)
+	}
+	for _, c := range []struct {
+		rec  string
+		want bool
+	}{{`{"id":4}`, true}, {`{"id":7}`, false}, {`{"id":-8}`, true}, {`{"id":-9223372036854775808}`, true}} {
+		got, err := p.EvalBool(NewEnv(&Input{Doc: NewDoc([]byte(c.rec))}))
+		if err != nil || got != c.want {
+			t.Fatalf("%s: %v, %v; want %v", c.rec, got, err, c.want)
+		}
+	}
+	if _, err := p.EvalBool(NewEnv(&Input{Doc: NewDoc([]byte(`{"id":4.5}`))})); err == nil {
+		t.Fatal("id 4.5: no error, want CEL's no such overload")
 	}
 }
