@@ -2,14 +2,14 @@ package operators
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/kstreamd/kstreamd/checkpoint"
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
 )
@@ -164,9 +164,11 @@ func TestIntervalJoinRestoresListLayout(t *testing.T) {
 						t.Errorf("%d keys hold rows by time after Open, want 0", n)
 					}
 					longest := 0
-					err := state.ApplyToAllValueKeys(after.op.backend, intervalSidesState(), func(_ []byte, v state.ValueState[joinSides]) error {
-						sides, _, err := v.Value()
-						longest = max(longest, len(sides[0]), len(sides[1]))
+					err := state.ApplyToAllValueKeys(after.op.backend, intervalRowsState(), func(_ []byte, v state.ValueState[*intervalKeyRows]) error {
+						k, _, err := v.Value()
+						if k != nil {
+							longest = max(longest, len(k.sides[0]), len(k.sides[1]))
+						}
 						return err
 					})
 					if err != nil {
@@ -292,131 +294,100 @@ func TestIntervalRowsViewShares(t *testing.T) {
 	}
 }
 
-// TestIntervalSidesSerializer: a key's two lists (JSON, text, empty and
-// nil values, an index row) round trip; the bytes are the two lists as
-// joinRowsSerializer writes them, left then right; malformed or trailing
-// bytes are refused; Copy keeps a list of a known value as it is (the
-// other side's list a record did not change), keeps a known list with a
-// row appended in place in its memory (copying only the new row's value)
-// and shares the known rows' values of a new list; View hands out the
-// kept lists with their capacity, and appends past their end change no
-// earlier value.
-func TestIntervalSidesSerializer(t *testing.T) {
-	var s intervalSidesSerializer
-	v := joinSides{
-		{{TS: 5, Value: []byte(`{"a":1}`), Matched: true}, {TS: -3, Value: []byte("text"), Text: true}, {TS: 7, Value: []byte{}}, {TS: 8}},
-		indexRow(40),
+// TestIntervalKeyRowsSerializer: a key's rows (JSON, text, empty and nil
+// values on the left, more than fit inline; an index row on the right)
+// are written as the bytes 3913bda's serializer of the two lists wrote
+// (interval-join-sides-v1: the left list as joinRowsSerializer writes it,
+// then the right), and those bytes decode back into the same rows, a list
+// of at most intervalInlineRows rows in the object's inline rows, a longer
+// one in a list of its own; malformed or trailing bytes are refused; Copy
+// and View hand over the object itself; Size counts the object, the
+// out-of-line list and the values.
+func TestIntervalKeyRowsSerializer(t *testing.T) {
+	var s intervalKeyRowsSerializer
+	left := []joinRow{{TS: 5, Value: []byte(`{"a":1}`), Matched: true}, {TS: -3, Value: []byte("text"), Text: true}, {TS: 7, Value: []byte{}}, {TS: 8}}
+	v := newIntervalKeyRows()
+	for _, r := range left {
+		r.Value = ownValue(r.Value)
+		v.appendRow(0, r)
 	}
+	v.setIndex(1, 40)
+	// Written by 3913bda's intervalSidesSerializer for the same two lists.
+	const old = "\x04\n\x01\a{\"a\":1}\x05\x02\x04text\x0e\x00\x00\x10\x04\x00\x01P\f\x00"
 	b, _ := s.Append(nil, v)
-	l, _ := joinRowsSerializer{}.Append(nil, v[0])
-	r, _ := joinRowsSerializer{}.Append(nil, v[1])
-	if string(b) != string(l)+string(r) {
-		t.Fatalf("Append = %q, want the left list's bytes then the right's", b)
+	if string(b) != old {
+		t.Fatalf("Append = %q, want 3913bda's bytes %q", b, old)
 	}
-	got, err := s.Decode(b)
+	if s.Name() != "interval-join-sides-v1" {
+		t.Fatalf("Name = %q", s.Name())
+	}
+	got, err := s.Decode([]byte(old))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for side := range v {
-		if len(got[side]) != len(v[side]) {
-			t.Fatalf("side %d: %d rows, want %d", side, len(got[side]), len(v[side]))
+	want := [2][]joinRow{left, {{TS: 40, Index: true}}}
+	for side := range want {
+		if len(got.sides[side]) != len(want[side]) {
+			t.Fatalf("side %d: %d rows, want %d", side, len(got.sides[side]), len(want[side]))
 		}
-		for i, w := range v[side] {
-			g := got[side][i]
+		for i, w := range want[side] {
+			g := got.sides[side][i]
 			if g.TS != w.TS || string(g.Value) != string(w.Value) || (g.Value == nil) != (w.Value == nil) || g.Text != w.Text || g.Matched != w.Matched || g.Index != w.Index {
 				t.Fatalf("side %d row %d = %+v, want %+v", side, i, g, w)
 			}
 		}
 	}
-	if e, err := s.Decode([]byte{0, 0}); err != nil || len(e[0])+len(e[1]) != 0 {
-		t.Fatalf("Decode(two empty lists) = %v, %v", e, err)
+	if got.isInline(0) || !got.isInline(1) {
+		t.Fatalf("decoded: left inline %v, right inline %v; want 4 rows out of line, 1 inline", got.isInline(0), got.isInline(1))
 	}
-	for _, bad := range [][]byte{nil, {0}, append(slices.Clone(b), 0), b[:len(b)-1], {1, 0}} {
+	if e, err := s.Decode([]byte{0, 0}); err != nil || !e.empty() || !e.isInline(0) || !e.isInline(1) {
+		t.Fatalf("Decode(two empty lists) = %+v, %v", e, err)
+	}
+	for _, bad := range [][]byte{nil, {0}, append([]byte(old), 0), []byte(old[:len(old)-1]), {1, 0}} {
 		if _, err := s.Decode(bad); err == nil {
-			t.Errorf("Decode(%v): no error", bad)
+			t.Errorf("Decode(%q): no error", bad)
 		}
 	}
-
-	kept, _ := s.Copy(got, nil)
-	view := s.View(kept)
-	if &view[0][0] != &kept[0][0] || len(view[0]) != len(kept[0]) {
-		t.Fatal("View: want the kept lists")
+	if c, err := s.Copy(got, []*intervalKeyRows{v, nil}); err != nil || c != got || s.View(got) != got {
+		t.Fatal("Copy and View: want the object itself")
 	}
-	next := view
-	fresh := []byte("new")
-	if cap(next[0]) == len(next[0]) {
-		next[0] = append(make([]joinRow, 0, 8), next[0]...) // as buffer gives a full list room
-		kept0 := next[0]
-		if kept, _ = s.Copy(joinSides{kept0, kept[1]}, []joinSides{kept}); &kept[0][0] != &kept0[0] || cap(kept[0]) != 8 {
-			t.Fatal("Copy of a list of known rows with room: want it kept with its capacity")
-		}
-		next = s.View(kept)
+	values := len(`{"a":1}`) + len("text")
+	if n, want := s.Size(got), int(unsafe.Sizeof(intervalKeyRows{}))+24+int(unsafe.Sizeof(joinRow{}))*cap(got.sides[0])+values; n != want {
+		t.Fatalf("Size = %d, want %d", n, want)
 	}
-	before := slices.Clone(kept[0])
-	next[0] = append(next[0], joinRow{TS: 9, Value: fresh})
-	c, err := s.Copy(next, []joinSides{kept})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if &c[1][0] != &kept[1][0] {
-		t.Error("Copy copied the unchanged right list")
-	}
-	// The row appended in place: the list kept in the same memory, with
-	// its capacity; the known value's rows unchanged.
-	if &c[0][0] != &kept[0][0] || cap(c[0]) != cap(kept[0]) || len(c[0]) != 5 {
-		t.Error("Copy copied the list the row was appended to in place")
-	}
-	if !slices.EqualFunc(kept[0], before, func(a, b joinRow) bool {
-		return a.TS == b.TS && (a.Value == nil) == (b.Value == nil) && (len(a.Value) == 0 || sameBytes(a.Value, b.Value))
-	}) {
-		t.Error("the append changed the rows of the value read")
-	}
-	if &c[0][0].Value[0] != &kept[0][0].Value[0] || &c[0][4].Value[0] == &fresh[0] || string(c[0][4].Value) != "new" {
-		t.Error("Copy: want the known rows' values shared and the new row's value copied")
-	}
-	// A cleanup keeps the rows after those it removed: the same memory,
-	// not a copy; the next row appended after them leaves c as it is.
-	trimmed := s.View(c)
-	trimmed[0] = trimmed[0][2:]
-	d, err := s.Copy(trimmed, []joinSides{c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(d[0]) != 3 || &d[0][0] != &c[0][2] || d[0][2].TS != 9 {
-		t.Errorf("Copy of the list's last 3 rows: %d rows, want c's own rows", len(d[0]))
-	}
-	e0 := append(s.View(d)[0], joinRow{TS: 10, Value: []byte("newer")})
-	e, _ := s.Copy(joinSides{e0, d[1]}, []joinSides{d})
-	if &e[0][0] != &c[0][2] || len(e[0]) != 4 || string(e[0][3].Value) != "newer" || len(c[0]) != 5 || c[0][4].TS != 9 || len(d[0]) != 3 {
-		t.Errorf("append after a cleanup: %d rows; c %d rows (last at %d), d %d: want one more row in the same memory, c and d unchanged", len(e[0]), len(c[0]), c[0][4].TS, len(d[0]))
-	}
-	// A new list of known rows is kept, its values shared.
-	other := joinSides{slices.Clone(c[0][3:]), c[1]}
-	if e, _ := s.Copy(other, []joinSides{c}); &e[0][0] != &other[0][0] || &e[0][1].Value[0] != &c[0][4].Value[0] {
-		t.Error("Copy of a new list of known rows: want the list kept and its values shared")
+	if b, _ := s.Append(nil, nil); string(b) != "\x00\x00" {
+		t.Fatalf("Append(nil) = %q, want two empty lists", b)
 	}
 }
 
-// TestIntervalJoinAppendsInPlace: on Pebble (the write cache keeps a key's
-// lists decoded) a record's row is appended in place to its key's list
-// once the list has room, not into a new list per record: a key's first
-// row gets a list of one, the second a list with room for four, the next
-// ones go into the same memory; a cleanup keeps the rows after those it
-// removed in that memory, and the rows read back are the rows sent.
-func TestIntervalJoinAppendsInPlace(t *testing.T) {
+// TestIntervalJoinKeyRowsInPlace: on Pebble (the write cache keeps a key's
+// object) a key's rows stay in one object, changed in place by its
+// records and cleanups (no copy per write): its first intervalInlineRows
+// rows of a side in the object's inline rows, the next ones in a list of
+// their own with room, appended in place; a cleanup moves the rows it
+// keeps down in that list, and back into the inline rows once they fit;
+// the rows read back are the rows sent; the key's entry is removed with
+// its last row.
+func TestIntervalJoinKeyRowsInPlace(t *testing.T) {
 	h := newJoinHarness(t, "pebble", t.TempDir(), nil, IntervalJoinParams{Lower: -20 * time.Millisecond, Upper: 20 * time.Millisecond})
 	j := h.j
-	list := func() []joinRow {
+	read := func() *intervalKeyRows {
 		t.Helper()
 		j.backend.SetCurrentKey([]byte("a"))
-		s, _, err := j.rows2.Value()
+		k, ok, err := j.keyRows.Value()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s[0]
+		if !ok {
+			return nil
+		}
+		return k
 	}
 	times := func(rows []joinRow) (ts []int64) {
-		for _, r := range rows {
+		for i, r := range rows {
+			if want := fmt.Sprintf(`{"t":%d}`, r.TS); string(r.Value) != want {
+				t.Fatalf("row %d: value %s, want %s", i, r.Value, want)
+			}
 			ts = append(ts, r.TS)
 		}
 		return ts
@@ -425,34 +396,132 @@ func TestIntervalJoinAppendsInPlace(t *testing.T) {
 		h.send(0, runtime.Record{Key: []byte("a"), Value: fmt.Appendf(nil, `{"t":%d}`, ms), Timestamp: time.UnixMilli(ms)})
 	}
 	send(1000)
-	if l := list(); len(l) != 1 || cap(l) != 1 {
-		t.Fatalf("first row: list of %d, capacity %d, want 1 and 1", len(l), cap(l))
+	k := read()
+	if k == nil || !k.isInline(0) || !slices.Equal(times(k.sides[0]), []int64{1000}) {
+		t.Fatalf("first row: %+v, want it in the object's inline rows", k)
 	}
 	send(1001)
-	first := list()
-	if len(first) != 2 || cap(first) != intervalJoinListRoom {
-		t.Fatalf("second row: list of %d, capacity %d, want 2 and %d", len(first), cap(first), intervalJoinListRoom)
+	if read() != k || !k.isInline(0) || !slices.Equal(times(k.sides[0]), []int64{1000, 1001}) {
+		t.Fatalf("second row: a new object %v, or rows %v not inline", read() != k, times(k.sides[0]))
 	}
 	send(1002)
+	list := k.sides[0]
+	if read() != k || k.isInline(0) || cap(list) != 2*intervalInlineRows || !slices.Equal(times(list), []int64{1000, 1001, 1002}) {
+		t.Fatalf("third row: a new object %v; rows %v in a list of capacity %d, want 1000-1002 out of line with room for %d", read() != k, times(list), cap(list), 2*intervalInlineRows)
+	}
 	send(1003)
-	l := list()
-	if &l[0] != &first[0] || !slices.Equal(times(l), []int64{1000, 1001, 1002, 1003}) {
-		t.Fatalf("rows %v, in the second row's list's memory: %v; want 1000-1003 appended in place", times(l), &l[0] == &first[0])
+	if l := read().sides[0]; &l[0] != &list[0] || !slices.Equal(times(l), []int64{1000, 1001, 1002, 1003}) {
+		t.Fatalf("fourth row: rows %v, in the list's memory %v; want 1000-1003 appended in place", times(l), &l[0] == &list[0])
 	}
 	h.wm(1020) // the row at 1000 ends
-	l = list()
-	if &l[0] != &first[1] || !slices.Equal(times(l), []int64{1001, 1002, 1003}) {
-		t.Fatalf("after the cleanup: rows %v, the same memory %v; want 1001-1003 where they were", times(l), &l[0] == &first[1])
+	if l := read().sides[0]; read() != k || &l[0] != &list[0] || !slices.Equal(times(l), []int64{1001, 1002, 1003}) {
+		t.Fatalf("after the cleanup: rows %v, in the list's memory %v; want 1001-1003 moved down in place", times(l), &l[0] == &list[0])
 	}
-	for i, r := range l {
-		if want := fmt.Sprintf(`{"t":%d}`, r.TS); string(r.Value) != want {
-			t.Fatalf("row %d: value %s, want %s", i, r.Value, want)
-		}
+	h.wm(1021) // the row at 1001 ends: the two left fit inline
+	if read() != k || !k.isInline(0) || !slices.Equal(times(k.sides[0]), []int64{1002, 1003}) {
+		t.Fatalf("after the second cleanup: rows %v, inline %v; want 1002-1003 back in the inline rows", times(k.sides[0]), k.isInline(0))
 	}
-	if n := j.BufferedRows(); n != 3 {
-		t.Fatalf("%d rows buffered, want 3", n)
+	if n := j.BufferedRows(); n != 2 {
+		t.Fatalf("%d rows buffered, want 2", n)
+	}
+	h.wm(1023)
+	if k := read(); k != nil || h.entries() != 0 {
+		t.Fatalf("after the last row's cleanup: rows %+v, %d state entries; want none", k, h.entries())
 	}
 	h.finish()
+}
+
+// TestIntervalJoinCheckpointIsolatedFromLaterRecords: a checkpoint holds
+// the rows of its barrier although the join changes its keys' objects in
+// place: on TestIntervalJoinModel's records, the snapshot is taken (its
+// synchronous part) at the half, the second half processed by the same
+// join (appending, marking matched, cleaning up the rows the snapshot
+// holds), and only then the snapshot's asynchronous part run; restored
+// from it, the join gives exactly the straight run's second half and ends
+// empty. Inner and full outer, spill limit 2 (by-time sides) and the
+// default (lists in the objects' inline rows and out of line), on both
+// backends.
+func TestIntervalJoinCheckpointIsolatedFromLaterRecords(t *testing.T) {
+	events, maxTS := intervalJoinEvents()
+	half := len(events) / 2
+	for events[half-1].wm == 0 {
+		half++
+	}
+	run := func(h *joinHarness, evs []joinEvent, end int64) []string {
+		for _, e := range evs {
+			if e.wm > 0 {
+				h.wm(e.wm)
+				continue
+			}
+			h.send(e.side, runtime.Record{Key: []byte(e.key), Value: []byte(e.value()), Timestamp: time.UnixMilli(e.ts)})
+		}
+		if end > 0 {
+			h.wm(end)
+		}
+		var out []string
+		for _, r := range h.emitted() {
+			out = append(out, fmt.Sprintf("%s %d %s", r.Key, r.Timestamp.UnixMilli(), r.Value))
+		}
+		for _, r := range h.lateRecords() {
+			out = append(out, fmt.Sprintf("late %s %d %s", r.Key, r.Timestamp.UnixMilli(), r.Value))
+		}
+		return out
+	}
+	for _, shape := range intervalJoinGoldenShapes(t) {
+		end := maxTS + shape.p.Upper.Milliseconds() - shape.p.Lower.Milliseconds() + 1
+		for _, spill := range []int{2, intervalJoinSpillRows} {
+			for _, kind := range backends {
+				t.Run(fmt.Sprintf("%s/spill-%d/%s", shape.name, spill, kind), func(t *testing.T) {
+					harness := func(restore *Restore) *joinHarness {
+						j := NewIntervalJoin(shape.p)
+						j.spillRows = spill
+						return newJoinHarnessFunc(t, kind, t.TempDir(), restore, j, j)
+					}
+					h := harness(nil)
+					run(h, events[:half], 0)
+					straight := run(h, events[half:], end)
+					h.finish()
+
+					h = harness(nil)
+					run(h, events[:half], 0)
+					held := h.j.BufferedRows()
+					dir := t.TempDir()
+					finish, err := h.op.SnapshotState(h.ctx, &runtime.Barrier{CheckpointID: 1, Dir: dir})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := run(h, events[half:], end); !slices.Equal(got, straight) {
+						t.Fatalf("after the snapshot's first part, the second half differs:\n%s", firstDiff(got, straight))
+					}
+					if n := h.j.BufferedRows(); n != 0 || held < 10 {
+						t.Fatalf("%d rows at the snapshot, %d at the end; the test wants some, then none", held, n)
+					}
+					snap, err := finish(h.ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var ts checkpoint.TaskState
+					if err := json.Unmarshal(snap.State, &ts); err != nil {
+						t.Fatal(err)
+					}
+					h.finish()
+
+					r := harness(&Restore{Keyed: []state.RestoreHandle{{Handle: ts.Keyed, Dir: dir}}})
+					if n := r.j.BufferedRows(); n != held {
+						t.Fatalf("restored %d rows, the snapshot's barrier saw %d", n, held)
+					}
+					r.wm(events[half-1].wm)
+					if got := run(r, events[half:], end); !slices.Equal(got, straight) {
+						t.Fatalf("restored, the second half differs:\n%s", firstDiff(got, straight))
+					}
+					if n := r.entries(); n != 0 || r.j.BufferedRows() != 0 {
+						t.Fatalf("restored: %d state entries, %d rows left after every interval ended", n, r.j.BufferedRows())
+					}
+					r.finish()
+				})
+			}
+		}
+	}
 }
 
 // TestAdoptRowsEmptyValueOwnMemory: a buffered row whose value is an empty
@@ -475,83 +544,5 @@ func TestAdoptRowsEmptyValueOwnMemory(t *testing.T) {
 	kept := []joinRow{{Value: emptyRowValue}}
 	if got := adoptRows(kept, [][]joinRow{kept}); unsafe.SliceData(got[0].Value) != unsafe.SliceData(emptyRowValue) {
 		t.Fatal("an adopted empty value was replaced")
-	}
-}
-
-// resizeCheckSerializer is intervalSidesSerializer counting its Resize
-// calls and those whose result is not Size of the new value, or whose
-// old size is not Size of the old value.
-type resizeCheckSerializer struct {
-	intervalSidesSerializer
-	calls, wrong, wrongOld *int
-}
-
-// Resize implements state.HeapResizer.
-func (s resizeCheckSerializer) Resize(old joinSides, oldSize int, v joinSides) int {
-	*s.calls++
-	if oldSize != s.Size(old) {
-		*s.wrongOld++
-	}
-	n := s.intervalSidesSerializer.Resize(old, oldSize, v)
-	if n != s.Size(v) {
-		*s.wrong++
-	}
-	return n
-}
-
-// TestIntervalJoinResizeEqualsSize: on Pebble every write of a key's
-// rows over its cached rows sizes them with Resize (the unchanged side's
-// list not walked), and Resize always equals Size: records appended in
-// place and into new lists, rows marked matched (outer), cleanups of
-// the first rows and of rows in the middle, spills to the by-time state
-// and back, keys cleared and written again, checkpoints between.
-func TestIntervalJoinResizeEqualsSize(t *testing.T) {
-	for _, kind := range []JoinKind{JoinInner, JoinFullOuter} {
-		for _, spill := range []int{intervalJoinSpillRows, 3} {
-			var calls, wrong, wrongOld int
-			j := NewIntervalJoin(IntervalJoinParams{Lower: -30 * time.Millisecond, Upper: 20 * time.Millisecond, Join: kind})
-			j.spillRows = spill
-			j.sidesSer = resizeCheckSerializer{calls: &calls, wrong: &wrong, wrongOld: &wrongOld}
-			h := newJoinHarnessFunc(t, "pebble", t.TempDir(), nil, j, j)
-			rng := rand.New(rand.NewPCG(uint64(spill), 7))
-			ts := int64(1_000)
-			for i := range 3_000 {
-				ts += rng.Int64N(4)
-				at := ts + rng.Int64N(15) // up to 15 ms out of order, above the watermark
-				v := fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, strings.Repeat("x", rng.IntN(40)))
-				rec := runtime.Record{Key: fmt.Appendf(nil, "k%d", rng.IntN(4)), Value: []byte(v), Timestamp: time.UnixMilli(at)}
-				if err := h.op.ProcessRecord(h.ctx, rng.IntN(2), rec); err != nil {
-					t.Fatal(err)
-				}
-				if i%7 == 6 {
-					if err := h.op.ProcessWatermark(h.ctx, time.UnixMilli(ts-1)); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if i%500 == 499 {
-					b := &runtime.Barrier{CheckpointID: int64(i), Timestamp: time.Unix(int64(i), 0), Dir: t.TempDir()}
-					finish, err := h.op.SnapshotState(h.ctx, b)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if _, err := finish(h.ctx); err != nil {
-						t.Fatal(err)
-					}
-				}
-				h.emitted()
-			}
-			if err := h.op.ProcessWatermark(h.ctx, time.UnixMilli(ts+1_000)); err != nil {
-				t.Fatal(err)
-			}
-			if n := j.BufferedRows(); n != 0 {
-				t.Fatalf("%s spill %d: %d rows buffered after the last interval", kind, spill, n)
-			}
-			if calls < 1_000 || wrong != 0 || wrongOld != 0 {
-				t.Fatalf("%s spill %d: %d Resize calls, %d not Size of the new value, %d given an old size not Size of the old value", kind, spill, calls, wrong, wrongOld)
-			}
-			if err := h.op.Close(); err != nil {
-				t.Fatal(err)
-			}
-		}
 	}
 }
