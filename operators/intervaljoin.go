@@ -390,7 +390,7 @@ func adoptRows(v []joinRow, known [][]joinRow) []joinRow {
 // intervalKeyRows holds in its own memory: a key of the many-keys case
 // (a row or two per side at a time) then lives in one allocation; a side
 // with more rows moves them to a list of their own.
-const intervalInlineRows = 2
+const intervalInlineRows = 3
 
 // intervalKeyRows are the interval join's rows of one key, both sides, in
 // one object: sides[0] the left side's list, sides[1] the right side's
@@ -411,7 +411,9 @@ const intervalInlineRows = 2
 // bytes are the row's own (copied when the row is buffered) and never
 // change.
 type intervalKeyRows struct {
-	sides  [2][]joinRow
+	sides [2][]joinRow
+	// values is the bytes of the values of both sides' rows (Size).
+	values int
 	inline [2][intervalInlineRows]joinRow
 }
 
@@ -444,11 +446,18 @@ func (k *intervalKeyRows) appendRow(side int, row joinRow) {
 		}
 	}
 	k.sides[side] = append(rows, row)
+	k.values += len(row.Value)
 }
 
 // setRows makes side's list rows (copied into the inline rows when they
 // fit, else rows itself, which the object then owns).
 func (k *intervalKeyRows) setRows(side int, rows []joinRow) {
+	for i := range k.sides[side] {
+		k.values -= len(k.sides[side][i].Value)
+	}
+	for i := range rows {
+		k.values += len(rows[i].Value)
+	}
 	if len(rows) <= intervalInlineRows {
 		in := k.inline[side][:len(rows):intervalInlineRows]
 		copy(in, rows)
@@ -483,6 +492,8 @@ func (k *intervalKeyRows) removeUntil(side int, until int64) int {
 		if rows[i].TS > until {
 			rows[n] = rows[i]
 			n++
+		} else {
+			k.values -= len(rows[i].Value)
 		}
 	}
 	removed := len(rows) - n
@@ -490,11 +501,10 @@ func (k *intervalKeyRows) removeUntil(side int, until int64) int {
 		return 0
 	}
 	clear(rows[n:]) // no references to removed values
+	k.sides[side] = rows[:n]
 	if !k.isInline(side) && n <= intervalInlineRows {
 		k.setRows(side, rows[:n])
-		return removed
 	}
-	k.sides[side] = rows[:n]
 	return removed
 }
 
@@ -566,18 +576,16 @@ func (s intervalKeyRowsSerializer) AppendKept(dst []byte, v *intervalKeyRows) ([
 func (intervalKeyRowsSerializer) View(v *intervalKeyRows) *intervalKeyRows { return v }
 
 // Size implements state.HeapSerializer: the object, the rows of a list out
-// of its inline rows (their capacity) and the rows' values.
+// of its inline rows (their capacity) and the rows' values (counted by the
+// object as its rows change: no row is visited).
 func (intervalKeyRowsSerializer) Size(v *intervalKeyRows) int {
 	if v == nil {
 		return 0
 	}
-	n := int(unsafe.Sizeof(intervalKeyRows{}))
+	n := int(unsafe.Sizeof(intervalKeyRows{})) + v.values
 	for side, rows := range v.sides {
 		if !v.isInline(side) {
 			n += 24 + int(unsafe.Sizeof(joinRow{}))*cap(rows)
-		}
-		for i := range rows {
-			n += len(rows[i].Value)
 		}
 	}
 	return n

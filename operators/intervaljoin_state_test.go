@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -366,8 +368,8 @@ func TestIntervalKeyRowsSerializer(t *testing.T) {
 // rows of a side in the object's inline rows, the next ones in a list of
 // their own with room, appended in place; a cleanup moves the rows it
 // keeps down in that list, and back into the inline rows once they fit;
-// the rows read back are the rows sent; the key's entry is removed with
-// its last row.
+// the rows read back are the rows sent, the values' bytes counted; the
+// key's entry is removed with its last row.
 func TestIntervalJoinKeyRowsInPlace(t *testing.T) {
 	h := newJoinHarness(t, "pebble", t.TempDir(), nil, IntervalJoinParams{Lower: -20 * time.Millisecond, Upper: 20 * time.Millisecond})
 	j := h.j
@@ -383,52 +385,157 @@ func TestIntervalJoinKeyRowsInPlace(t *testing.T) {
 		}
 		return k
 	}
-	times := func(rows []joinRow) (ts []int64) {
-		for i, r := range rows {
+	check := func(k *intervalKeyRows, from, to int64, inline bool) {
+		t.Helper()
+		var ts []int64
+		values := 0
+		for i, r := range k.sides[0] {
 			if want := fmt.Sprintf(`{"t":%d}`, r.TS); string(r.Value) != want {
 				t.Fatalf("row %d: value %s, want %s", i, r.Value, want)
 			}
 			ts = append(ts, r.TS)
+			values += len(r.Value)
 		}
-		return ts
+		var want []int64
+		for ms := from; ms <= to; ms++ {
+			want = append(want, ms)
+		}
+		if !slices.Equal(ts, want) || k.isInline(0) != inline || len(k.sides[1]) != 0 {
+			t.Fatalf("rows %v, inline %v; want %v, inline %v", ts, k.isInline(0), want, inline)
+		}
+		if k.values != values {
+			t.Fatalf("values counted %d bytes, the rows hold %d", k.values, values)
+		}
 	}
 	send := func(ms int64) {
 		h.send(0, runtime.Record{Key: []byte("a"), Value: fmt.Appendf(nil, `{"t":%d}`, ms), Timestamp: time.UnixMilli(ms)})
 	}
 	send(1000)
 	k := read()
-	if k == nil || !k.isInline(0) || !slices.Equal(times(k.sides[0]), []int64{1000}) {
-		t.Fatalf("first row: %+v, want it in the object's inline rows", k)
+	if k == nil {
+		t.Fatal("no rows after the first record")
 	}
-	send(1001)
-	if read() != k || !k.isInline(0) || !slices.Equal(times(k.sides[0]), []int64{1000, 1001}) {
-		t.Fatalf("second row: a new object %v, or rows %v not inline", read() != k, times(k.sides[0]))
+	check(k, 1000, 1000, true)
+	last := int64(1000)
+	for range intervalInlineRows - 1 {
+		last++
+		send(last)
+		if read() != k {
+			t.Fatal("a record's write made a new object")
+		}
+		check(k, 1000, last, true)
 	}
-	send(1002)
+	last++
+	send(last) // one more than fit inline
 	list := k.sides[0]
-	if read() != k || k.isInline(0) || cap(list) != 2*intervalInlineRows || !slices.Equal(times(list), []int64{1000, 1001, 1002}) {
-		t.Fatalf("third row: a new object %v; rows %v in a list of capacity %d, want 1000-1002 out of line with room for %d", read() != k, times(list), cap(list), 2*intervalInlineRows)
+	if read() != k || cap(list) != 2*intervalInlineRows {
+		t.Fatalf("row %d: a new object %v; a list of capacity %d, want %d", last, read() != k, cap(list), 2*intervalInlineRows)
 	}
-	send(1003)
-	if l := read().sides[0]; &l[0] != &list[0] || !slices.Equal(times(l), []int64{1000, 1001, 1002, 1003}) {
-		t.Fatalf("fourth row: rows %v, in the list's memory %v; want 1000-1003 appended in place", times(l), &l[0] == &list[0])
+	check(k, 1000, last, false)
+	last++
+	send(last)
+	if l := read().sides[0]; &l[0] != &list[0] {
+		t.Fatal("the next row was not appended in place")
 	}
+	check(k, 1000, last, false)
 	h.wm(1020) // the row at 1000 ends
-	if l := read().sides[0]; read() != k || &l[0] != &list[0] || !slices.Equal(times(l), []int64{1001, 1002, 1003}) {
-		t.Fatalf("after the cleanup: rows %v, in the list's memory %v; want 1001-1003 moved down in place", times(l), &l[0] == &list[0])
+	if l := read().sides[0]; read() != k || &l[0] != &list[0] {
+		t.Fatal("after the cleanup: want the same object and list, the rows moved down in place")
 	}
-	h.wm(1021) // the row at 1001 ends: the two left fit inline
-	if read() != k || !k.isInline(0) || !slices.Equal(times(k.sides[0]), []int64{1002, 1003}) {
-		t.Fatalf("after the second cleanup: rows %v, inline %v; want 1002-1003 back in the inline rows", times(k.sides[0]), k.isInline(0))
+	check(k, 1001, last, false)
+	h.wm(1021) // the row at 1001 ends: the rest fit inline
+	if read() != k {
+		t.Fatal("after the second cleanup: a new object")
 	}
-	if n := j.BufferedRows(); n != 2 {
-		t.Fatalf("%d rows buffered, want 2", n)
+	check(k, 1002, last, true)
+	if n := j.BufferedRows(); n != last-1001 {
+		t.Fatalf("%d rows buffered, want %d", n, last-1001)
 	}
-	h.wm(1023)
+	h.wm(last + 20)
 	if k := read(); k != nil || h.entries() != 0 {
 		t.Fatalf("after the last row's cleanup: rows %+v, %d state entries; want none", k, h.entries())
 	}
 	h.finish()
+}
+
+// TestIntervalKeyRowsModel: random appends, removals (prefixes and rows in
+// the middle), index rows and lists set whole, on both sides of one
+// intervalKeyRows, against a model of two slices: after each, the rows
+// are the model's, in the inline rows exactly when they fit there (after a
+// removal or a set) or had not outgrown them, the counted value bytes are
+// the rows', and the removed rows' memory holds no value.
+func TestIntervalKeyRowsModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(45, 1))
+	k := newIntervalKeyRows()
+	var model [2][]joinRow
+	grown := [2]bool{}
+	for op := range 20_000 {
+		side := rng.IntN(2)
+		switch c := rng.IntN(10); {
+		case c < 5:
+			r := joinRow{TS: int64(rng.IntN(100)), Value: ownValue([]byte(strings.Repeat("v", rng.IntN(20))))}
+			if rng.IntN(20) == 0 {
+				r.Value = nil
+			}
+			k.appendRow(side, r)
+			model[side] = append(model[side], r)
+			grown[side] = grown[side] || len(model[side]) > intervalInlineRows
+		case c < 9:
+			until := int64(rng.IntN(100))
+			before := k.sides[side]
+			n := k.removeUntil(side, until)
+			kept := slices.DeleteFunc(slices.Clone(model[side]), func(r joinRow) bool { return r.TS <= until })
+			if n != len(model[side])-len(kept) {
+				t.Fatalf("op %d: removeUntil removed %d, want %d", op, n, len(model[side])-len(kept))
+			}
+			for _, r := range before[len(kept):cap(before)] {
+				if r.Value != nil {
+					t.Fatalf("op %d: a removed row's memory still holds its value", op)
+				}
+			}
+			model[side] = kept
+			if len(kept) <= intervalInlineRows {
+				grown[side] = false
+			}
+		default:
+			var rows []joinRow
+			for range rng.IntN(2 * intervalInlineRows) {
+				rows = append(rows, joinRow{TS: int64(rng.IntN(100)), Value: ownValue([]byte("set"))})
+			}
+			if rng.IntN(3) == 0 {
+				n := int64(rng.IntN(3))
+				k.setIndex(side, n)
+				rows = nil
+				if n > 0 {
+					rows = []joinRow{{TS: n, Index: true}}
+				}
+			} else {
+				k.setRows(side, slices.Clone(rows))
+			}
+			model[side] = rows
+			grown[side] = len(rows) > intervalInlineRows
+		}
+		values := 0
+		for s := range model {
+			if !slices.EqualFunc(k.sides[s], model[s], func(a, b joinRow) bool {
+				return a.TS == b.TS && a.Index == b.Index && string(a.Value) == string(b.Value) && (a.Value == nil) == (b.Value == nil)
+			}) {
+				t.Fatalf("op %d: side %d rows %+v, want %+v", op, s, k.sides[s], model[s])
+			}
+			if k.isInline(s) == grown[s] {
+				t.Fatalf("op %d: side %d of %d rows inline %v", op, s, len(model[s]), k.isInline(s))
+			}
+			for _, r := range model[s] {
+				values += len(r.Value)
+			}
+		}
+		if k.values != values {
+			t.Fatalf("op %d: values counted %d, the rows hold %d", op, k.values, values)
+		}
+		if k.empty() != (len(model[0])+len(model[1]) == 0) {
+			t.Fatalf("op %d: empty %v", op, k.empty())
+		}
+	}
 }
 
 // TestIntervalJoinCheckpointIsolatedFromLaterRecords: a checkpoint holds
