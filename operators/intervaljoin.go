@@ -27,7 +27,8 @@ const IntervalJoinType = "interval_join"
 // The join input roles (Traits.Inputs) and the interval join's keyed state
 // names. Per key the rows of both sides live in one ValueState
 // (IntervalJoinRowsState: the left side's list, then the right side's, so
-// a record reads and writes its key's rows once), each side's list holding
+// a record reads and writes its key's rows once; intervalKeyRows in
+// memory), each side's list holding
 // its rows in arrival order (cheap while a key holds few rows, the common
 // case of many keys) or, once a key's side holds more than spillRows rows
 // (a hot key), only an index row that counts them, the rows then in the
@@ -626,13 +627,18 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // rows at Open (also after a rescale), so a record writes nothing for its
 // cleanup (Flink's heap timers, kept by the function).
 //
-// Layout and cost: a key's side keeps up to spillRows rows in one list (a
-// ValueState, arrival order): a record reads the other side's list and its
-// own and writes its own, all in the backend's write cache for a key seen
-// recently (on Pebble kept decoded there: joinRowsSerializer is a
-// state.HeapSerializer, read without a copy), and a row's cleanup rewrites
-// its side's list; a list created and removed between two checkpoints
-// never reaches Pebble. A side with more rows (a hot key) moves them into a MapState by event time, the list keeping
+// Layout and cost: a key's side keeps up to spillRows rows in one list
+// (arrival order), both sides' lists in one object per key
+// (intervalKeyRows, in one ValueState), the first rows of each side in
+// the object itself: a record reads the key's object, probes the other
+// side's list and appends to its own, a row's cleanup removes it from its
+// side's list, all in place in the object the backend's write cache keeps
+// for a key seen recently (on Pebble: intervalKeyRowsSerializer is a
+// state.HeapSerializer handing the object over as it is, serialized only
+// when the cache writes it), so neither writes anything new but a
+// buffered record's value; a key created and removed between two
+// checkpoints never reaches Pebble. A side with more rows (a hot key)
+// moves them into a MapState by event time, the list keeping
 // an index row with their count: a record then range-reads only the other
 // side's times in its interval (state.MapRange: only those rows decoded)
 // and reads and writes its own time's bucket, a cleanup removes exactly one
