@@ -415,7 +415,13 @@ type intervalKeyRows struct {
 	sides [2][]joinRow
 	// values is the bytes of the values of both sides' rows (Size).
 	values int
-	inline [2][intervalInlineRows]joinRow
+	// borrowed is 1 + the side of the row appended last when its value is
+	// still the record's (appendBorrowed), 0 when every row's value is its
+	// own: Copy makes it the row's own, so that only a state keeping the
+	// object copies it (a backend that serializes it copies the bytes
+	// anyway).
+	borrowed int
+	inline   [2][intervalInlineRows]joinRow
 }
 
 // newIntervalKeyRows returns a key's empty rows.
@@ -448,6 +454,24 @@ func (k *intervalKeyRows) appendRow(side int, row joinRow) {
 	}
 	k.sides[side] = append(rows, row)
 	k.values += len(row.Value)
+}
+
+// appendBorrowed is appendRow of row whose value is the record's (not yet
+// the row's own): intervalKeyRowsSerializer.Copy copies it.
+func (k *intervalKeyRows) appendBorrowed(side int, row joinRow) {
+	k.appendRow(side, row)
+	k.borrowed = side + 1
+}
+
+// ownBorrowed makes the value of the row appendBorrowed appended the
+// row's own.
+func (k *intervalKeyRows) ownBorrowed() {
+	if k.borrowed == 0 {
+		return
+	}
+	rows := k.sides[k.borrowed-1]
+	rows[len(rows)-1].Value = ownValue(rows[len(rows)-1].Value)
+	k.borrowed = 0
 }
 
 // setRows makes side's list rows (copied into the inline rows when they
@@ -562,9 +586,13 @@ func (intervalKeyRowsSerializer) Decode(b []byte) (*intervalKeyRows, error) {
 	return k, nil
 }
 
-// Copy implements state.HeapSerializer: v itself (see intervalKeyRows).
+// Copy implements state.HeapSerializer: v itself (see intervalKeyRows),
+// the value of a row buffered with it borrowed made the row's own.
 // Append cannot fail, so neither does Copy.
 func (intervalKeyRowsSerializer) Copy(v *intervalKeyRows, _ []*intervalKeyRows) (*intervalKeyRows, error) {
+	if v != nil {
+		v.ownBorrowed()
+	}
 	return v, nil
 }
 
@@ -977,7 +1005,8 @@ func (j *IntervalJoin) pair(side int, row, o *joinRow, key []byte, out Collector
 }
 
 // buffer adds row (the join's copy of the record being processed) to
-// side's rows of the current key (k): appended, its value copied, while
+// side's rows of the current key (k): appended (its value copied by the
+// state's Copy when the state keeps k, else serialized), while
 // the side's list holds fewer than spillRows rows, else put in its bucket
 // in the by-time state (the list's rows moved there first), the list
 // then an index row.
@@ -986,8 +1015,7 @@ func (j *IntervalJoin) buffer(side int, k *intervalKeyRows, row joinRow) error {
 	rows := k.sides[side]
 	n, ok := spilled(rows)
 	if !ok && len(rows) < j.spillRows {
-		row.Value = ownValue(row.Value)
-		k.appendRow(side, row)
+		k.appendBorrowed(side, row)
 		return nil
 	}
 	if !ok {

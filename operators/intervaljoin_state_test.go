@@ -407,8 +407,13 @@ func TestIntervalJoinKeyRowsInPlace(t *testing.T) {
 			t.Fatalf("values counted %d bytes, the rows hold %d", k.values, values)
 		}
 	}
+	// One buffer for every record's value, as a source reusing its
+	// buffer: the rows' values must be their own.
+	buf := make([]byte, 0, 64)
 	send := func(ms int64) {
-		h.send(0, runtime.Record{Key: []byte("a"), Value: fmt.Appendf(nil, `{"t":%d}`, ms), Timestamp: time.UnixMilli(ms)})
+		buf = fmt.Appendf(buf[:0], `{"t":%d}`, ms)
+		h.send(0, runtime.Record{Key: []byte("a"), Value: buf, Timestamp: time.UnixMilli(ms)})
+		copy(buf, "xxxxxxxx")
 	}
 	send(1000)
 	k := read()
