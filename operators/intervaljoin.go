@@ -27,7 +27,8 @@ const IntervalJoinType = "interval_join"
 // The join input roles (Traits.Inputs) and the interval join's keyed state
 // names. Per key the rows of both sides live in one ValueState
 // (IntervalJoinRowsState: the left side's list, then the right side's, so
-// a record reads and writes its key's rows once), each side's list holding
+// a record reads and writes its key's rows once; intervalKeyRows in
+// memory), each side's list holding
 // its rows in arrival order (cheap while a key holds few rows, the common
 // case of many keys) or, once a key's side holds more than spillRows rows
 // (a hot key), only an index row that counts them, the rows then in the
@@ -333,93 +334,6 @@ type intervalRowsSerializer struct{ joinRowsSerializer }
 // View implements state.HeapSerializer: v itself, capacity = length.
 func (intervalRowsSerializer) View(v []joinRow) []joinRow { return v[:len(v):len(v)] }
 
-// joinSides are the interval join's rows of one key: the left side's
-// list, then the right side's (either an index row when that side's rows
-// are by time, or empty).
-type joinSides [2][]joinRow
-
-// intervalSidesSerializer encodes a key's joinSides as the two lists
-// joinRowsSerializer writes, left then right, one after the other (each
-// list says its length). Name "interval-join-sides-v1". Decoded values
-// share one copy of the encoded bytes. It is a state.HeapSerializer, so
-// the Pebble write cache keeps a key's rows decoded. Its View hands out
-// the kept lists themselves with their capacity, and Copy keeps a list
-// the join wrote with its capacity, so that a record's row is appended
-// in place (a slice's append) rather than into a new list per record:
-// the join never changes a row of a list it read (it builds a new list
-// to mark rows or to remove any but the first ones, and sorts a list it
-// moves by time only in a copy), it only appends past a list's end, and
-// a list it read is always the key's newest one (the write cache holds
-// one per key, which a later append past its end leaves as it is; the
-// older values sharing its memory end at or before it: a cleanup keeps
-// the rows after those it removed, an append adds past the end), so an
-// append never writes into the rows of another value.
-type intervalSidesSerializer struct{}
-
-func (intervalSidesSerializer) Name() string { return "interval-join-sides-v1" }
-
-func (intervalSidesSerializer) Append(dst []byte, v joinSides) ([]byte, error) {
-	dst, _ = joinRowsSerializer{}.Append(dst, v[0])
-	return joinRowsSerializer{}.Append(dst, v[1])
-}
-
-func (intervalSidesSerializer) Decode(b []byte) (joinSides, error) {
-	var v joinSides
-	// One copy for every value (the caller may reuse b).
-	rest := append([]byte(nil), b...)
-	for side := range v {
-		rows, r, err := decodeJoinRows(rest)
-		if err != nil {
-			return joinSides{}, err
-		}
-		v[side], rest = rows, r
-	}
-	if len(rest) != 0 {
-		return joinSides{}, errJoinRows
-	}
-	return v, nil
-}
-
-// Copy implements state.HeapSerializer: a side's list that is a list of
-// the known value read last, or a part of one (known[0]: the join reads a
-// key's rows, then writes them; the other side's list of an inner join is
-// unchanged, a cleanup keeps the rows after those it removed), is kept as
-// it is; one that is such a list with rows appended in place (a record's
-// row, appended past the end of the list it read) is kept too, the values
-// of the rows past that list copied; any other is a list the join built
-// for this write, kept too (adoptRows), sharing the values of that
-// value's rows and with the values of its new rows copied. Lists are kept
-// with their capacity (see intervalSidesSerializer). The value written
-// last (known[1]) is another key's as a rule: looking through its rows
-// for the new row's value would find nothing (and read memory no longer
-// in the CPU's cache), so it is not used; a row it shares is copied
-// instead.
-func (intervalSidesSerializer) Copy(v joinSides, known []joinSides) (joinSides, error) {
-	var lists [2][]joinRow
-	n := 0
-	if len(known) > 0 {
-		for _, l := range known[0] {
-			if len(l) > 0 {
-				lists[n] = l
-				n++
-			}
-		}
-	}
-	var out joinSides
-sides:
-	for side, rows := range v {
-		for _, l := range lists[:n] {
-			if k := joinRowsSharedPrefix(rows, l); k > 0 {
-				adoptRows(rows[k:], nil)
-				out[side] = rows
-				continue sides
-			}
-		}
-		out[side] = adoptRows(rows, lists[:n])
-	}
-	return out, nil
-}
-
 // emptyRowValue is the value adoptRows gives a row with an empty value:
 // zero bytes in memory of its own, never a slice of the record's buffer.
 var emptyRowValue = []byte{}
@@ -473,67 +387,243 @@ func adoptRows(v []joinRow, known [][]joinRow) []joinRow {
 	return v
 }
 
-// joinRowsSharedPrefix returns how many of the first rows of rows are
-// rows of list l itself, in l's memory: rows starts within l (a part of
-// it from some row on), the rows up to l's end are l's, and any after it
-// were appended in place. 0 when rows is empty or starts outside l.
-func joinRowsSharedPrefix(rows, l []joinRow) int {
-	if len(rows) == 0 || len(l) == 0 {
+// intervalInlineRows is how many rows of each side a key's
+// intervalKeyRows holds in its own memory: a key of the many-keys case
+// (a row or two per side at a time) then lives in one allocation; a side
+// with more rows moves them to a list of their own.
+const intervalInlineRows = 3
+
+// intervalKeyRows are the interval join's rows of one key, both sides, in
+// one object: sides[0] the left side's list, sides[1] the right side's
+// (each in arrival order, an index row when that side's rows are by time,
+// or empty), each held in the object's own inline rows while it fits
+// there. It is what IntervalJoinRowsState holds per key, as a pointer: the
+// Pebble write cache keeps the object itself (no box, no copy per write;
+// intervalKeyRowsSerializer) and the join changes it in place, so a visit of
+// the key (a record's, a cleanup's) reads the cache's entry, then this
+// object, whose rows are next to its header, and writes nothing new but
+// the value of a record it buffers.
+//
+// Ownership: the object belongs to the state. The join changes only the
+// object it has just read with Value for the current key, and writes it
+// back (Update, or Clear once both sides are empty) before it reads
+// another key, so what the cache holds, and serializes when it flushes,
+// is the key's latest rows after every record and cleanup. A row's value
+// bytes are the row's own (copied when the row is buffered) and never
+// change.
+type intervalKeyRows struct {
+	sides [2][]joinRow
+	// values is the bytes of the values of both sides' rows (Size).
+	values int
+	// borrowed is 1 + the side of the row appended last when its value is
+	// still the record's (appendBorrowed), 0 when every row's value is its
+	// own: Copy makes it the row's own, so that only a state keeping the
+	// object copies it (a backend that serializes it copies the bytes
+	// anyway).
+	borrowed int
+	inline   [2][intervalInlineRows]joinRow
+}
+
+// newIntervalKeyRows returns a key's empty rows.
+func newIntervalKeyRows() *intervalKeyRows {
+	k := &intervalKeyRows{}
+	for side := range k.sides {
+		k.sides[side] = k.inline[side][:0:intervalInlineRows]
+	}
+	return k
+}
+
+// empty reports whether neither side holds a row.
+func (k *intervalKeyRows) empty() bool { return len(k.sides[0]) == 0 && len(k.sides[1]) == 0 }
+
+// isInline reports whether side's list is in the object's inline rows.
+func (k *intervalKeyRows) isInline(side int) bool {
+	return unsafe.SliceData(k.sides[side]) == &k.inline[side][0]
+}
+
+// appendRow appends row to side's list, moving the list out of the inline
+// rows (or into a larger list) when it is full. row's value must be the
+// row's own (see intervalKeyRows).
+func (k *intervalKeyRows) appendRow(side int, row joinRow) {
+	rows := k.sides[side]
+	if len(rows) == cap(rows) {
+		rows = append(make([]joinRow, 0, max(2*len(rows), 2*intervalInlineRows)), rows...)
+		if len(k.sides[side]) > 0 && k.isInline(side) {
+			clear(k.inline[side][:])
+		}
+	}
+	k.sides[side] = append(rows, row)
+	k.values += len(row.Value)
+}
+
+// appendBorrowed is appendRow of row whose value is the record's (not yet
+// the row's own): intervalKeyRowsSerializer.Copy copies it.
+func (k *intervalKeyRows) appendBorrowed(side int, row joinRow) {
+	k.appendRow(side, row)
+	k.borrowed = side + 1
+}
+
+// ownBorrowed makes the value of the row appendBorrowed appended the
+// row's own.
+func (k *intervalKeyRows) ownBorrowed() {
+	if k.borrowed == 0 {
+		return
+	}
+	rows := k.sides[k.borrowed-1]
+	rows[len(rows)-1].Value = ownValue(rows[len(rows)-1].Value)
+	k.borrowed = 0
+}
+
+// setRows makes side's list rows (copied into the inline rows when they
+// fit, else rows itself, which the object then owns).
+func (k *intervalKeyRows) setRows(side int, rows []joinRow) {
+	for i := range k.sides[side] {
+		k.values -= len(k.sides[side][i].Value)
+	}
+	for i := range rows {
+		k.values += len(rows[i].Value)
+	}
+	if len(rows) <= intervalInlineRows {
+		in := k.inline[side][:len(rows):intervalInlineRows]
+		copy(in, rows)
+		clear(k.inline[side][len(rows):])
+		k.sides[side] = in
+		return
+	}
+	if k.isInline(side) {
+		clear(k.inline[side][:])
+	}
+	k.sides[side] = rows
+}
+
+// setIndex makes side's list the index row of n rows in the side's
+// by-time state, or empty for n <= 0.
+func (k *intervalKeyRows) setIndex(side int, n int64) {
+	if n <= 0 {
+		k.setRows(side, nil)
+		return
+	}
+	k.setRows(side, []joinRow{{TS: n, Index: true}})
+}
+
+// removeUntil removes side's rows at times at or before until, keeping the
+// others in order, in place: the list's rows after them move down (a
+// list out of the inline rows moves back when the rest fits there). It
+// returns how many it removed.
+func (k *intervalKeyRows) removeUntil(side int, until int64) int {
+	rows := k.sides[side]
+	n := 0
+	for i := range rows {
+		if rows[i].TS > until {
+			rows[n] = rows[i]
+			n++
+		} else {
+			k.values -= len(rows[i].Value)
+		}
+	}
+	removed := len(rows) - n
+	if removed == 0 {
 		return 0
 	}
-	size := unsafe.Sizeof(joinRow{})
-	start, first := uintptr(unsafe.Pointer(&l[0])), uintptr(unsafe.Pointer(&rows[0]))
-	end := start + uintptr(len(l))*size
-	if first < start || first >= end {
-		return 0
+	clear(rows[n:]) // no references to removed values
+	k.sides[side] = rows[:n]
+	if !k.isInline(side) && n <= intervalInlineRows {
+		k.setRows(side, rows[:n])
 	}
-	return min(len(rows), int((end-first)/size))
+	return removed
+}
+
+// ownValue returns a copy of v for a buffered row (nil for nil; an empty
+// value is emptyRowValue, never a slice of the record's buffer).
+func ownValue(v []byte) []byte {
+	switch {
+	case v == nil:
+		return nil
+	case len(v) == 0:
+		return emptyRowValue
+	}
+	return append(make([]byte, 0, len(v)), v...)
+}
+
+// intervalKeyRowsSerializer encodes a key's intervalKeyRows as the two lists
+// joinRowsSerializer writes, left then right, one after the other (each
+// list says its length): the bytes of the layout of before, whose value
+// was the two lists themselves. Name "interval-join-sides-v1". Decoded
+// rows share one copy of the encoded bytes. It is a state.HeapSerializer
+// whose Copy and View hand over the object itself: the Pebble write cache
+// keeps the object the join changes in place (see intervalKeyRows for why
+// that is safe), serializing it only when it writes it to Pebble.
+type intervalKeyRowsSerializer struct{}
+
+func (intervalKeyRowsSerializer) Name() string { return "interval-join-sides-v1" }
+
+// Append implements state.Serializer (nil: two empty lists).
+func (intervalKeyRowsSerializer) Append(dst []byte, k *intervalKeyRows) ([]byte, error) {
+	var sides [2][]joinRow
+	if k != nil {
+		sides = k.sides
+	}
+	dst, _ = joinRowsSerializer{}.Append(dst, sides[0])
+	return joinRowsSerializer{}.Append(dst, sides[1])
+}
+
+// Decode implements state.Serializer.
+func (intervalKeyRowsSerializer) Decode(b []byte) (*intervalKeyRows, error) {
+	k := newIntervalKeyRows()
+	// One copy for every value (the caller may reuse b).
+	rest := append([]byte(nil), b...)
+	for side := range k.sides {
+		rows, r, err := decodeJoinRows(rest)
+		if err != nil {
+			return nil, err
+		}
+		k.setRows(side, rows)
+		rest = r
+	}
+	if len(rest) != 0 {
+		return nil, errJoinRows
+	}
+	return k, nil
+}
+
+// Copy implements state.HeapSerializer: v itself (see intervalKeyRows),
+// the value of a row buffered with it borrowed made the row's own.
+// Append cannot fail, so neither does Copy.
+func (intervalKeyRowsSerializer) Copy(v *intervalKeyRows, _ []*intervalKeyRows) (*intervalKeyRows, error) {
+	if v != nil {
+		v.ownBorrowed()
+	}
+	return v, nil
 }
 
 // AppendKept implements state.HeapSerializer: Append.
-func (s intervalSidesSerializer) AppendKept(dst []byte, v joinSides) ([]byte, error) {
+func (s intervalKeyRowsSerializer) AppendKept(dst []byte, v *intervalKeyRows) ([]byte, error) {
 	return s.Append(dst, v)
 }
 
-// View implements state.HeapSerializer: the kept lists themselves, with
-// their capacity (a record's row is appended in place; see
-// intervalSidesSerializer for why that changes no other value).
-func (intervalSidesSerializer) View(v joinSides) joinSides { return v }
+// View implements state.HeapSerializer: v itself (see intervalKeyRows).
+func (intervalKeyRowsSerializer) View(v *intervalKeyRows) *intervalKeyRows { return v }
 
-// Size implements state.HeapSerializer: both lists' rows (their
-// capacity) and values.
-func (intervalSidesSerializer) Size(v joinSides) int {
-	return intervalListSize(v[0]) + intervalListSize(v[1])
-}
-
-// intervalListSize is a side's part of intervalSidesSerializer.Size.
-func intervalListSize(l []joinRow) int {
-	return joinRowsSerializer{}.Size(l) + 48*(cap(l)-len(l))
-}
-
-// Resize implements state.HeapResizer: Size(v) from old (the key's value
-// v replaces, of size oldSize), visiting only the side(s) whose list is
-// not old's own (same rows, length and capacity): a record changes one
-// side of an inner join, a cleanup one side, so the other side's rows,
-// cold in a cleanup, are not read. The rows of a kept list never change
-// within its length (see intervalSidesSerializer), so an unchanged list's
-// size is what it was.
-func (intervalSidesSerializer) Resize(old joinSides, oldSize int, v joinSides) int {
-	n := oldSize
-	for side := range v {
-		o, l := old[side], v[side]
-		if len(o) == len(l) && cap(o) == cap(l) && unsafe.SliceData(o) == unsafe.SliceData(l) {
-			continue
+// Size implements state.HeapSerializer: the object, the rows of a list out
+// of its inline rows (their capacity) and the rows' values (counted by the
+// object as its rows change: no row is visited).
+func (intervalKeyRowsSerializer) Size(v *intervalKeyRows) int {
+	if v == nil {
+		return 0
+	}
+	n := int(unsafe.Sizeof(intervalKeyRows{})) + v.values
+	for side, rows := range v.sides {
+		if !v.isInline(side) {
+			n += 24 + int(unsafe.Sizeof(joinRow{}))*cap(rows)
 		}
-		n += intervalListSize(l) - intervalListSize(o)
 	}
 	return n
 }
 
-// intervalSidesState returns the descriptor of the interval join's rows
-// of a key (IntervalJoinRowsState).
-func intervalSidesState() state.ValueStateDescriptor[joinSides] {
-	return state.ValueStateDescriptor[joinSides]{Name: IntervalJoinRowsState, Serializer: intervalSidesSerializer{}}
+// intervalRowsState returns the descriptor of the interval join's rows of
+// a key (IntervalJoinRowsState).
+func intervalRowsState() state.ValueStateDescriptor[*intervalKeyRows] {
+	return state.ValueStateDescriptor[*intervalKeyRows]{Name: IntervalJoinRowsState, Serializer: intervalKeyRowsSerializer{}}
 }
 
 // joinSideState returns the descriptor of a side's rows by time: the
@@ -565,13 +655,18 @@ func joinSideState(name string) state.MapStateDescriptor[int64, []joinRow] {
 // rows at Open (also after a rescale), so a record writes nothing for its
 // cleanup (Flink's heap timers, kept by the function).
 //
-// Layout and cost: a key's side keeps up to spillRows rows in one list (a
-// ValueState, arrival order): a record reads the other side's list and its
-// own and writes its own, all in the backend's write cache for a key seen
-// recently (on Pebble kept decoded there: joinRowsSerializer is a
-// state.HeapSerializer, read without a copy), and a row's cleanup rewrites
-// its side's list; a list created and removed between two checkpoints
-// never reaches Pebble. A side with more rows (a hot key) moves them into a MapState by event time, the list keeping
+// Layout and cost: a key's side keeps up to spillRows rows in one list
+// (arrival order), both sides' lists in one object per key
+// (intervalKeyRows, in one ValueState), the first rows of each side in
+// the object itself: a record reads the key's object, probes the other
+// side's list and appends to its own, a row's cleanup removes it from its
+// side's list, all in place in the object the backend's write cache keeps
+// for a key seen recently (on Pebble: intervalKeyRowsSerializer is a
+// state.HeapSerializer handing the object over as it is, serialized only
+// when the cache writes it), so neither writes anything new but a
+// buffered record's value; a key created and removed between two
+// checkpoints never reaches Pebble. A side with more rows (a hot key)
+// moves them into a MapState by event time, the list keeping
 // an index row with their count: a record then range-reads only the other
 // side's times in its interval (state.MapRange: only those rows decoded)
 // and reads and writes its own time's bucket, a cleanup removes exactly one
@@ -603,7 +698,7 @@ type IntervalJoin struct {
 	// expiry holds the cleanup entries of the buffered rows, per end time
 	// (OnWatermark); rebuilt from the rows at Open.
 	expiry   expiryQueue
-	rows2    state.ValueState[joinSides] // both sides' lists of the current key
+	keyRows  state.ValueState[*intervalKeyRows] // both sides' lists of the current key
 	byTime   [2]state.MapState[int64, []joinRow]
 	output   joinOutput
 	pending  intervalPending // the current record's (process)
@@ -617,20 +712,8 @@ type IntervalJoin struct {
 	// rowSer, if not nil, replaces joinRowsSerializer for the by-time
 	// states (same name and bytes; tests count decodes through it).
 	rowSer state.Serializer[[]joinRow]
-	// sidesSer, if not nil, replaces intervalSidesSerializer for
-	// IntervalJoinRowsState (same name and bytes; tests check its Resize
-	// through it).
-	sidesSer state.HeapSerializer[joinSides]
-}
-
-// sidesState returns the descriptor of IntervalJoinRowsState the join
-// uses (intervalSidesState, or with sidesSer).
-func (j *IntervalJoin) sidesState() state.ValueStateDescriptor[joinSides] {
-	d := intervalSidesState()
-	if j.sidesSer != nil {
-		d.Serializer = j.sidesSer
-	}
-	return d
+	// marked is probe's scratch list of the rows it marked matched.
+	marked []int
 }
 
 // NewIntervalJoin returns the interval join of params p (checked by
@@ -651,11 +734,11 @@ func (j *IntervalJoin) Open(ctx OpenContext) error {
 	}
 	j.rows = 0
 	j.backend = ctx.Backend
-	v, err := state.GetValueState(ctx.Backend, j.sidesState())
+	v, err := state.GetValueState(ctx.Backend, intervalRowsState())
 	if err != nil {
 		return fmt.Errorf("operators: %s %s: %w", IntervalJoinType, ctx.Operator, err)
 	}
-	j.rows2 = v
+	j.keyRows = v
 	for i, name := range []string{IntervalJoinLeftByTimeState, IntervalJoinRightByTimeState} {
 		d := joinSideState(name)
 		if j.rowSer != nil {
@@ -719,12 +802,18 @@ func (j *IntervalJoin) migrate(b state.KeyedStateBackend, side int, old string) 
 		if err != nil || !ok {
 			return err
 		}
-		sides, _, err := j.rows2.Value()
+		k, _, err := j.keyRows.Value()
 		if err != nil {
 			return err
 		}
-		sides[side] = append(sides[side], rows...)
-		if err := j.rows2.Update(sides); err != nil {
+		if k == nil {
+			k = newIntervalKeyRows()
+		}
+		for _, r := range rows {
+			r.Value = ownValue(r.Value)
+			k.appendRow(side, r)
+		}
+		if err := j.keyRows.Update(k); err != nil {
 			return err
 		}
 		return s.Clear()
@@ -739,10 +828,6 @@ func spilled(rows []joinRow) (n int64, ok bool) {
 	}
 	return 0, false
 }
-
-// indexRow returns the list of a side whose n rows are in its by-time
-// state.
-func indexRow(n int64) []joinRow { return []joinRow{{TS: n, Index: true}} }
 
 // process buffers rec of side (0 left, 1 right), joins it with the other
 // side's rows in its interval and queues its cleanup.
@@ -760,20 +845,23 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	}
 	row := &j.row
 	*row = joinRow{TS: t, Value: rec.Value, Text: rec.Format == runtime.FormatText, Valid: rec.CheckedJSON()}
-	// Both sides' lists of the key, read once (the state's lists:
-	// intervalSidesSerializer's View; changed lists are new ones).
-	sides, _, err := j.rows2.Value()
+	// Both sides' lists of the key, read once: the state's own object,
+	// changed in place and written back below (intervalKeyRows).
+	k, _, err := j.keyRows.Value()
 	if err != nil {
 		return err
 	}
+	if k == nil {
+		k = newIntervalKeyRows()
+	}
 	j.output.pinChecked(row, row.Valid) // decoded once for all its pairs
 	// All or nothing: the pairs wait in j.pending, and the other side's
-	// rows marked matched in new lists (a copy of its list, or of its
-	// buckets, written below), until every pair's select succeeded; a
-	// failing select leaves neither an output nor a mark
+	// rows are marked matched only once every pair's select succeeded (a
+	// by-time bucket's in a copy, written below); a failing select
+	// leaves neither an output nor a mark
 	// (TestIntervalJoinSelectFailureAllOrNothing).
 	j.pending.recs = j.pending.recs[:0]
-	sides[1-side], err = j.probe(side, row, sides[1-side], rec.Key, lo, hi, &j.pending)
+	err = j.probe(side, row, k.sides[1-side], rec.Key, lo, hi, &j.pending)
 	looked := j.output.pinnedRawSide >= 0 // its raw field, by a pair
 	j.output.pin(nil)
 	if err != nil {
@@ -796,10 +884,10 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 	if !looked {
 		j.output.noteBuffered(row, side)
 	}
-	if sides[side], err = j.buffer(side, sides[side], *row); err != nil {
+	if err := j.buffer(side, k, *row); err != nil {
 		return err
 	}
-	if err := j.rows2.Update(sides); err != nil {
+	if err := j.keyRows.Update(k); err != nil {
 		return err
 	}
 	j.addRows(1)
@@ -808,27 +896,29 @@ func (j *IntervalJoin) process(side int, rec runtime.Record, out Collector) erro
 }
 
 // probe emits the pairs of row (of side) with the other side's rows at
-// times in [lo, hi] (rows: that side's list), marking the rows matched,
-// and returns the other side's list (rows, or a copy with rows marked).
-func (j *IntervalJoin) probe(side int, row *joinRow, rows []joinRow, key []byte, lo, hi int64, out Collector) ([]joinRow, error) {
+// times in [lo, hi] (rows: that side's list, the state's), marking the
+// rows matched when every pair succeeded.
+func (j *IntervalJoin) probe(side int, row *joinRow, rows []joinRow, key []byte, lo, hi int64, out Collector) error {
 	if _, ok := spilled(rows); ok {
-		return rows, j.probeByTime(side, row, key, lo, hi, out)
+		return j.probeByTime(side, row, key, lo, hi, out)
 	}
-	// The list is the state's (intervalSidesSerializer): a row is marked
-	// matched in a copy.
-	outer, copied := j.p.Join.outer(1-side), false
+	outer := j.p.Join.outer(1 - side)
+	j.marked = j.marked[:0]
 	for i := range rows {
 		if rows[i].TS < lo || rows[i].TS > hi {
 			continue
 		}
-		if outer && !rows[i].Matched && !copied {
-			rows, copied = slices.Clone(rows), true
+		if err := j.pair(side, row, &rows[i], key, out); err != nil {
+			return err
 		}
-		if _, err := j.pair(side, row, &rows[i], key, out); err != nil {
-			return nil, err
+		if outer && !rows[i].Matched {
+			j.marked = append(j.marked, i)
 		}
 	}
-	return rows, nil
+	for _, i := range j.marked {
+		rows[i].Matched = true
+	}
+	return nil
 }
 
 // probeByTime is probe for the other side's rows by time: only its
@@ -843,11 +933,14 @@ func (j *IntervalJoin) probeByTime(side int, row *joinRow, key []byte, lo, hi in
 		}
 		rows, copied := e.Value, false
 		for i := range rows {
-			if outer && !rows[i].Matched && !copied {
-				rows, copied = slices.Clone(rows), true
-			}
-			if _, err := j.pair(side, row, &rows[i], key, out); err != nil {
+			if err := j.pair(side, row, &rows[i], key, out); err != nil {
 				return err
+			}
+			if outer && !rows[i].Matched {
+				if !copied {
+					rows, copied = slices.Clone(rows), true
+				}
+				rows[i].Matched = true
 			}
 		}
 		if copied {
@@ -897,67 +990,61 @@ func (p *intervalPending) reset() {
 	p.buckets = p.buckets[:0]
 }
 
-// pair emits the pair of row (of side) and o (of the other side), marks
-// row matched and o too when the other side is an outer one; dirty
-// reports that o changed.
-func (j *IntervalJoin) pair(side int, row, o *joinRow, key []byte, out Collector) (dirty bool, err error) {
+// pair emits the pair of row (of side) and o (of the other side) and
+// marks row matched; the caller marks o once every pair of row succeeded.
+func (j *IntervalJoin) pair(side int, row, o *joinRow, key []byte, out Collector) error {
 	l, r := row, o
 	if side == 1 {
 		l, r = o, row
 	}
 	if err := j.emit(key, l, r, max(row.TS, o.TS), out); err != nil {
-		return false, err
+		return err
 	}
 	row.Matched = true
-	if j.p.Join.outer(1-side) && !o.Matched {
-		o.Matched = true
-		return true, nil
-	}
-	return false, nil
+	return nil
 }
 
-// buffer adds row to side's rows (rows: the side's list) and returns the
-// side's new list: row appended while the list holds at most spillRows
-// rows, else an index row, row put in its bucket in the by-time state
-// (the list's rows moved there first).
-func (j *IntervalJoin) buffer(side int, rows []joinRow, row joinRow) ([]joinRow, error) {
+// buffer adds row (the join's copy of the record being processed) to
+// side's rows of the current key (k): appended (its value copied by the
+// state's Copy when the state keeps k, else serialized), while
+// the side's list holds fewer than spillRows rows, else put in its bucket
+// in the by-time state (the list's rows moved there first), the list
+// then an index row.
+func (j *IntervalJoin) buffer(side int, k *intervalKeyRows, row joinRow) error {
 	m := j.byTime[side]
+	rows := k.sides[side]
 	n, ok := spilled(rows)
 	if !ok && len(rows) < j.spillRows {
-		if len(rows) == cap(rows) && len(rows) > 0 {
-			// A key with rows buffered gets room for the next ones: they
-			// are appended in place (intervalSidesSerializer) while the
-			// cleanups remove the first ones. A key's first row gets a
-			// list of one (many keys hold one row at a time).
-			rows = append(make([]joinRow, 0, max(2*len(rows), intervalJoinListRoom)), rows...)
-		}
-		return append(rows, row), nil
+		k.appendBorrowed(side, row)
+		return nil
 	}
 	if !ok {
 		// Move the list into the by-time state: by time, arrival order
-		// kept within a time, sorted in a copy (rows are the state's).
-		rows = append(rows[:len(rows):len(rows)], row)
+		// kept within a time (the state copies what it is put).
+		rows = append(slices.Clone(rows), row)
 		slices.SortStableFunc(rows, func(a, b joinRow) int { return cmp.Compare(a.TS, b.TS) })
 		for i := 0; i < len(rows); {
-			k := i + 1
-			for k < len(rows) && rows[k].TS == rows[i].TS {
-				k++
+			e := i + 1
+			for e < len(rows) && rows[e].TS == rows[i].TS {
+				e++
 			}
-			if err := m.Put(rows[i].TS, rows[i:k:k]); err != nil {
-				return nil, err
+			if err := m.Put(rows[i].TS, rows[i:e:e]); err != nil {
+				return err
 			}
-			i = k
+			i = e
 		}
-		return indexRow(int64(len(rows))), nil
+		k.setIndex(side, int64(len(rows)))
+		return nil
 	}
 	have, _, err := m.Get(row.TS)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := m.Put(row.TS, append(have, row)); err != nil {
-		return nil, err
+		return err
 	}
-	return indexRow(n + 1), nil
+	k.setIndex(side, n+1)
+	return nil
 }
 
 // OnTimer implements TimerFunction for the event-time timers of a
@@ -982,23 +1069,19 @@ func (j *IntervalJoin) OnTimer(ctx context.Context, ts time.Time, tc TimerContex
 // until, emitting the unmatched ones of an outer side first, at their own
 // time: in the by-time layout exactly the bucket at until.
 func (j *IntervalJoin) expireSide(side int, until int64, key []byte, out Collector) error {
-	sides, ok, err := j.rows2.Value()
+	k, ok, err := j.keyRows.Value()
 	if err != nil || !ok {
 		return err
 	}
-	rows := sides[side]
+	rows := k.sides[side]
 	if n, ok := spilled(rows); ok {
-		return j.expireBucket(sides, side, until, n, key, out)
+		return j.expireBucket(k, side, until, n, key, out)
 	}
-	// Rows arrive mostly in time order, so the rows removed are mostly
-	// the list's first ones: then the rows kept are the rest of the list
-	// itself (Update copies them), not a new list.
-	removed, prefix := 0, true
+	removed := 0
 	for i := range rows {
 		if rows[i].TS > until {
 			continue
 		}
-		prefix = prefix && i == removed
 		removed++
 		if err := j.expire(side, &rows[i], key, out); err != nil {
 			return err
@@ -1007,37 +1090,28 @@ func (j *IntervalJoin) expireSide(side int, until int64, key []byte, out Collect
 	if removed == 0 {
 		return nil
 	}
-	keep := rows[removed:]
-	if !prefix {
-		keep = make([]joinRow, 0, len(rows)-removed)
-		for i := range rows {
-			if rows[i].TS > until {
-				keep = append(keep, rows[i])
-			}
-		}
-	}
-	sides[side] = keep
-	if err := j.writeSides(sides); err != nil {
+	k.removeUntil(side, until)
+	if err := j.writeKey(k); err != nil {
 		return err
 	}
 	j.addRows(-int64(removed))
 	return nil
 }
 
-// writeSides writes the current key's lists, or clears its entry when
-// both are empty.
-func (j *IntervalJoin) writeSides(sides joinSides) error {
-	if len(sides[0]) == 0 && len(sides[1]) == 0 {
-		return j.rows2.Clear()
+// writeKey writes the current key's rows k, or clears its entry when both
+// sides are empty.
+func (j *IntervalJoin) writeKey(k *intervalKeyRows) error {
+	if k.empty() {
+		return j.keyRows.Clear()
 	}
-	return j.rows2.Update(sides)
+	return j.keyRows.Update(k)
 }
 
 // expireBucket removes side's by-time rows at time bucket (n rows in the
 // by-time state before), emitting the unmatched ones of an outer side, and
-// puts the side back to an empty list when none are left (sides: the
-// key's lists).
-func (j *IntervalJoin) expireBucket(sides joinSides, side int, bucket, n int64, key []byte, out Collector) error {
+// puts the side back to an empty list when none are left (k: the key's
+// rows).
+func (j *IntervalJoin) expireBucket(k *intervalKeyRows, side int, bucket, n int64, key []byte, out Collector) error {
 	m := j.byTime[side]
 	rows, ok, err := m.Get(bucket)
 	if err != nil || !ok {
@@ -1052,11 +1126,8 @@ func (j *IntervalJoin) expireBucket(sides joinSides, side int, bucket, n int64, 
 		return err
 	}
 	j.addRows(-int64(len(rows)))
-	sides[side] = nil
-	if n -= int64(len(rows)); n > 0 {
-		sides[side] = indexRow(n)
-	}
-	return j.writeSides(sides)
+	k.setIndex(side, n-int64(len(rows)))
+	return j.writeKey(k)
 }
 
 // expire emits row of side, whose interval the watermark passed, with the

@@ -237,12 +237,12 @@ func (j *IntervalJoin) OnWatermark(ctx context.Context, wm time.Time, out Collec
 // them for the buffered-rows gauge.
 func (j *IntervalJoin) rebuildExpiry(b state.KeyedStateBackend) error {
 	j.expiry.reset()
-	return state.ApplyToAllValueKeys(b, j.sidesState(), func(key []byte, s state.ValueState[joinSides]) error {
-		sides, _, err := s.Value()
-		if err != nil {
+	return state.ApplyToAllValueKeys(b, intervalRowsState(), func(key []byte, s state.ValueState[*intervalKeyRows]) error {
+		k, ok, err := s.Value()
+		if err != nil || !ok {
 			return err
 		}
-		for side, rows := range sides {
+		for side, rows := range k.sides {
 			if n, ok := spilled(rows); ok {
 				j.rows += n
 				for t, err := range j.byTime[side].Keys() {

@@ -27,9 +27,21 @@ import (
 //	cp operators/intervaljoin_golden_test.go /tmp/main-src/operators/
 //	cd /tmp/main-src && go test ./operators -run TestIntervalJoinRestoresPerSideLayout -update-intervaljoin-golden \
 //	    -intervaljoin-golden-dir /path/to/this/operators/testdata/intervaljoin_golden
+//
+// testdata/intervaljoin_golden_sides is the same test's files written by
+// main's interval_join at 3913bda, whose IntervalJoinRowsState value was
+// a key's two lists (joinSides) rather than intervalKeyRows (the same
+// bytes, interval-join-sides-v1), restored by
+// TestIntervalJoinRestoresSidesLayout:
+//
+//	git worktree add /tmp/main-src 3913bda
+//	cp operators/intervaljoin_golden_test.go /tmp/main-src/operators/
+//	cd /tmp/main-src && go test ./operators -run TestIntervalJoinRestoresSidesLayout -update-intervaljoin-golden \
+//	    -intervaljoin-sides-golden-dir /path/to/this/operators/testdata/intervaljoin_golden_sides
 var (
-	updateIntervalJoinGolden = flag.Bool("update-intervaljoin-golden", false, "rewrite testdata/intervaljoin_golden (see intervaljoin_golden_test.go)")
-	intervalJoinGoldenDir    = flag.String("intervaljoin-golden-dir", "testdata/intervaljoin_golden", "where -update-intervaljoin-golden writes")
+	updateIntervalJoinGolden   = flag.Bool("update-intervaljoin-golden", false, "rewrite testdata/intervaljoin_golden or _sides (see intervaljoin_golden_test.go)")
+	intervalJoinGoldenDir      = flag.String("intervaljoin-golden-dir", "testdata/intervaljoin_golden", "where -update-intervaljoin-golden writes TestIntervalJoinRestoresPerSideLayout's files")
+	intervalJoinSidesGoldenDir = flag.String("intervaljoin-sides-golden-dir", "testdata/intervaljoin_golden_sides", "where -update-intervaljoin-golden writes TestIntervalJoinRestoresSidesLayout's files")
 )
 
 // intervalJoinGoldenSpill is the spill limit of the golden joins: low, so
@@ -92,6 +104,22 @@ func newIntervalJoinHarnessRange(t *testing.T, kind, dir string, kgs keygroup.Ra
 // two subtasks by key group, whose outputs together are main's second
 // half.
 func TestIntervalJoinRestoresPerSideLayout(t *testing.T) {
+	testIntervalJoinRestoresGolden(t, *intervalJoinGoldenDir)
+}
+
+// TestIntervalJoinRestoresSidesLayout is TestIntervalJoinRestoresPerSideLayout
+// on the checkpoints of main's interval join at 3913bda
+// (testdata/intervaljoin_golden_sides): the layout of a key's two lists in
+// one entry (interval-join-sides-v1), read back into intervalKeyRows,
+// straight, restored and restored rescaled, on both backends.
+func TestIntervalJoinRestoresSidesLayout(t *testing.T) {
+	testIntervalJoinRestoresGolden(t, *intervalJoinSidesGoldenDir)
+}
+
+// testIntervalJoinRestoresGolden is the restore tests' body over the
+// golden files in goldenDir (or writing them there, with
+// -update-intervaljoin-golden).
+func testIntervalJoinRestoresGolden(t *testing.T, goldenDir string) {
 	events, maxTS := intervalJoinEvents()
 	half := len(events) / 2
 	for events[half-1].wm == 0 { // the snapshot right after a watermark
@@ -137,7 +165,7 @@ func TestIntervalJoinRestoresPerSideLayout(t *testing.T) {
 		end := maxTS + shape.p.Upper.Milliseconds() - shape.p.Lower.Milliseconds() + 1
 		for _, kind := range backends {
 			t.Run(shape.name+"/"+kind, func(t *testing.T) {
-				dir := filepath.Join(*intervalJoinGoldenDir, shape.name, kind)
+				dir := filepath.Join(goldenDir, shape.name, kind)
 				h := newIntervalJoinHarnessRange(t, kind, t.TempDir(), all, 0, 1, nil, shape.p)
 				first := run([]*joinHarness{h}, 0, half, 0)
 				rowsAtHalf := h.j.BufferedRows()

@@ -300,13 +300,13 @@ func TestIntervalJoinNotesUnpairedRow(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		rows := func() joinSides {
+		rows := func() [2][]joinRow {
 			j.backend.SetCurrentKey([]byte("k"))
-			sides, _, err := j.rows2.Value()
-			if err != nil {
-				t.Fatal(err)
+			k, ok, err := j.keyRows.Value()
+			if err != nil || !ok {
+				t.Fatal(ok, err)
 			}
-			return sides
+			return k.sides
 		}
 		send(0, 10_000, `{"key":"k","id":12,"amount":3,"note":"xx"}`)
 		if out := h.emitted(); len(out) != 0 {
