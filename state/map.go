@@ -141,7 +141,7 @@ func (s *mapState[K, V]) getObj(uk K) (V, bool, error) {
 	if !ok {
 		return zero, false, nil
 	}
-	s.known[0] = obj.(V)
+	s.known[0] = *obj.(*V)
 	return s.heap.View(s.known[0]), true, nil
 }
 
@@ -209,7 +209,7 @@ func (s *mapState[K, V]) Put(uk K, v V) error {
 			return s.c.wrapErr("put", err)
 		}
 		s.known[1] = kept
-		return s.ps.putObject(s.c.id, key, kept, s.codec, s.hint)
+		return s.ps.putObject(s.c.id, key, &s.known[1], s.codec, s.hint)
 	}
 	k, ukb, err := s.userKey(uk)
 	if err != nil {

@@ -430,9 +430,10 @@ func (s *pebbleStore) cachedGet(id uint32, key []byte) ([]byte, bool, error) {
 	return v, found, nil
 }
 
-// getObject reads key of state id decoded with codec: from the write
-// cache (shared with it: the caller must not modify it), or from Pebble,
-// decoded and then kept decoded by the cache. hint is set to the cached
+// getObject reads key of state id decoded with codec (a pointer to the
+// value): from the write cache (the entry's own, which the caller must
+// not modify and must copy the value out of before the next write of
+// key), or from Pebble, decoded and then kept decoded by the cache. hint is set to the cached
 // entry found, for a putObject of the same key. Owner goroutine only.
 func (s *pebbleStore) getObject(id uint32, key []byte, codec *objCodec, hint *cacheHint) (any, bool, error) {
 	*hint = cacheHint{}
@@ -458,8 +459,8 @@ func (s *pebbleStore) getObject(id uint32, key []byte, codec *objCodec, hint *ca
 	return obj, found, nil
 }
 
-// putObject writes key of state id as the decoded value obj, which the
-// caller gives up: kept decoded by the write cache, or serialized with
+// putObject writes key of state id as the decoded value obj points to
+// (copied: the caller keeps obj): kept decoded by the write cache, or serialized with
 // codec to Pebble when the cache bypasses the state. hint is what the
 // getObject before it found (or zero).
 func (s *pebbleStore) putObject(id uint32, key []byte, obj any, codec *objCodec, hint cacheHint) error {

@@ -99,15 +99,28 @@ func newValueState[T any](c *stateCore, ser Serializer[T]) *valueState[T] {
 	return s
 }
 
-// heapCodec is the write cache's objCodec for the values of heap.
+// heapCodec is the write cache's objCodec for the values of heap: every
+// obj is a *T (a pointer, so passing one as an any allocates nothing).
 func heapCodec[T any](heap HeapSerializer[T]) *objCodec {
 	c := &objCodec{
-		encode: func(dst []byte, obj any) ([]byte, error) { return heap.AppendKept(dst, obj.(T)) },
-		decode: func(b []byte) (any, error) { return heap.Decode(b) },
-		size:   func(obj any) int { return heap.Size(obj.(T)) },
+		encode: func(dst []byte, obj any) ([]byte, error) { return heap.AppendKept(dst, *obj.(*T)) },
+		decode: func(b []byte) (any, error) {
+			v, err := heap.Decode(b)
+			if err != nil {
+				return nil, err
+			}
+			return &v, nil
+		},
+		size:  func(obj any) int { return heap.Size(*obj.(*T)) },
+		store: func(dst, src any) { *dst.(*T) = *src.(*T) },
+		box: func(src any) any {
+			p := new(T)
+			*p = *src.(*T)
+			return p
+		},
 	}
 	if r, ok := heap.(HeapResizer[T]); ok {
-		c.resize = func(old any, oldSize int, obj any) int { return r.Resize(old.(T), oldSize, obj.(T)) }
+		c.resize = func(old any, oldSize int, obj any) int { return r.Resize(*old.(*T), oldSize, *obj.(*T)) }
 	}
 	return c
 }
@@ -149,7 +162,7 @@ func (s *valueState[T]) Value() (T, bool, error) {
 		if !ok {
 			return zero, false, nil
 		}
-		s.known[0] = obj.(T)
+		s.known[0] = *obj.(*T)
 		return s.heap.View(s.known[0]), true, nil
 	}
 	return readDecoded(s.c, s.key, s.ser, "value")
@@ -169,7 +182,7 @@ func (s *valueState[T]) Update(v T) error {
 			return s.c.wrapErr("update", err)
 		}
 		s.known[1] = kept
-		return s.ps.putObject(s.c.id, key, kept, s.codec, s.hint)
+		return s.ps.putObject(s.c.id, key, &s.known[1], s.codec, s.hint)
 	}
 	k, err := s.c.stateKey(s.key)
 	if err != nil {

@@ -73,9 +73,12 @@ type writeCache struct {
 // cacheEntry is one cached key: its value (present false: deleted),
 // whether Pebble lacks this version, and its place in the recency list.
 // A present value is held either serialized (codec nil: val) or decoded
-// (codec not nil: obj, which the cache never modifies, serialized by the
-// codec only when the entry is written to Pebble or read as bytes; see
-// objCodec).
+// (codec not nil: obj, a pointer to the value that the entry owns,
+// serialized by the codec only when the entry is written to Pebble or
+// read as bytes; see objCodec). A write of a decoded value over a decoded
+// value of the same codec copies it into obj in place (objCodec.store):
+// no allocation per write, and only the owner goroutine, holding mu, ever
+// writes through obj, so a reader under mu never sees a torn value.
 type cacheEntry struct {
 	key     string // the map key
 	obj     any
@@ -135,16 +138,31 @@ func (c *writeCache) setVal(e *cacheEntry, v []byte, present bool) {
 	e.obj, e.codec, e.osize, e.present = nil, nil, 0, present
 }
 
-// setObj makes e hold the decoded value obj, keeping c.bytes in step:
-// obj's size from the decoded value it replaces when the codec can derive
-// it (objCodec.resize), else measured.
+// setObj makes e hold a copy of the decoded value obj points to (the
+// caller keeps obj): copied into the value e holds decoded by codec in
+// place, else into a new one (objCodec.box). c.bytes is kept in step:
+// the value's size from the decoded value it replaces when the codec can
+// derive it (objCodec.resize), else measured.
 func (c *writeCache) setObj(e *cacheEntry, obj any, codec *objCodec) {
-	var size int
-	if codec.resize != nil && e.codec == codec && e.obj != nil {
-		size = codec.resize(e.obj, e.osize, obj)
-	} else {
-		size = codec.size(obj)
+	if e.codec == codec && e.obj != nil {
+		size := e.osize
+		if codec.resize != nil {
+			size = codec.resize(e.obj, e.osize, obj)
+		} else {
+			size = codec.size(obj)
+		}
+		codec.store(e.obj, obj)
+		c.bytes += size - e.osize
+		e.osize, e.present = size, true
+		return
 	}
+	c.adoptObj(e, codec.box(obj), codec)
+}
+
+// adoptObj makes e hold the decoded value obj, a new pointer the cache
+// owns from now on (a value decoded from bytes), keeping c.bytes in step.
+func (c *writeCache) adoptObj(e *cacheEntry, obj any, codec *objCodec) {
+	size := codec.size(obj)
 	c.bytes += size - len(e.val) - e.osize
 	e.val, e.obj, e.codec, e.osize, e.present = nil, obj, codec, size, true
 }
@@ -160,7 +178,8 @@ func (e *cacheEntry) bytesOf() ([]byte, error) {
 
 // objCodec is how the cache holds the decoded values of one state (Flink's
 // heap state, Kafka Streams' caching store before serialization): what
-// the typed state above put is kept as it is, and serialized only when it
+// the typed state above put is kept as it is (copied into a value the
+// entry owns; every obj is a pointer to a value), and serialized only when it
 // is flushed or evicted to Pebble, or read as bytes (a snapshot, a scan,
 // an async read); the bytes are those the typed state's serializer writes
 // (encode), so Pebble and every snapshot hold what they would hold without
@@ -173,6 +192,10 @@ type objCodec struct {
 	// resize, if not nil, is size of obj given the decoded value old it
 	// replaces and old's size (HeapResizer).
 	resize func(old any, oldSize int, obj any) int
+	// store copies the value src points to into the one dst points to.
+	store func(dst, src any)
+	// box returns a pointer to a new copy of the value src points to.
+	box func(src any) any
 }
 
 func newWriteCache(limit int) *writeCache {
@@ -247,9 +270,10 @@ type cacheHint struct {
 	gen uint64
 }
 
-// getObj returns key's cached value decoded with codec, shared with the
-// cache (which never modifies it): a serialized one is decoded and kept
-// decoded. cached false means Pebble must be read, with the generation to
+// getObj returns key's cached value decoded with codec: the pointer the
+// entry holds, which the caller must copy the value out of before the
+// next write of key (that overwrites it in place); a serialized one is
+// decoded and kept decoded. cached false means Pebble must be read, with the generation to
 // pass to fillObj. hint is the entry found. Owner goroutine only: the
 // entry's form changes.
 func (c *writeCache) getObj(id uint32, key []byte, codec *objCodec, hint *cacheHint) (obj any, found, cached bool, gen uint64, err error) {
@@ -277,12 +301,13 @@ func (c *writeCache) getObj(id uint32, key []byte, codec *objCodec, hint *cacheH
 	if err != nil {
 		return nil, false, true, c.gen, err
 	}
-	c.setObj(e, obj, codec)
+	c.adoptObj(e, obj, codec)
 	return obj, true, true, c.gen, nil
 }
 
 // fillObj caches the decoded value of key read from Pebble (found false:
-// absent) after a miss in generation gen, as fill does.
+// absent) after a miss in generation gen, as fill does: obj, a new
+// pointer from codec.decode, is the cache's from then on.
 func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, found bool, codec *objCodec, gen uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -294,7 +319,7 @@ func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, foun
 	}
 	e := newCacheEntry(key)
 	if found {
-		c.setObj(e, obj, codec)
+		c.adoptObj(e, obj, codec)
 	}
 	e.absent = !found
 	c.entries[e.key] = e
@@ -303,8 +328,8 @@ func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, foun
 	return c.maybeEvict(db)
 }
 
-// putObj caches a write of key's decoded value obj, which the cache then
-// owns and never modifies; false for a state the cache bypasses. hint, if
+// putObj caches a write of key's decoded value obj points to (copied: the
+// caller keeps obj); false for a state the cache bypasses. hint, if
 // still valid and of key, saves the map lookup.
 func (c *writeCache) putObj(db *pebble.DB, id uint32, key []byte, obj any, codec *objCodec, hint cacheHint) (bool, error) {
 	c.mu.Lock()
