@@ -204,6 +204,12 @@ func newWriteCache(limit int) *writeCache {
 	return c
 }
 
+// bypassed reports whether the cache never holds state id (without a
+// map lookup in the common case of no bypassed state).
+func (c *writeCache) bypassed(id uint32) bool {
+	return len(c.bypass) != 0 && c.bypass[id]
+}
+
 // touch marks e used: its referenced bit set, or, if new, linked in at
 // the front of the list.
 func (c *writeCache) touch(e *cacheEntry) {
@@ -240,11 +246,13 @@ func (c *writeCache) unlink(e *cacheEntry) {
 
 // get returns a copy of key's cached value (a decoded one serialized);
 // cached false means Pebble must be read, with the generation to pass to
-// fill. err is a decoded value's serialization error.
-func (c *writeCache) get(id uint32, key []byte) (v []byte, found, cached bool, gen uint64, err error) {
+// fill. err is a decoded value's serialization error. hint, if not nil,
+// is set to the entry found (the owner goroutine's read before a write of
+// the same key: put's hint).
+func (c *writeCache) get(id uint32, key []byte, hint *cacheHint) (v []byte, found, cached bool, gen uint64, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return nil, false, false, 0, nil
 	}
 	e, ok := c.entries[string(key)]
@@ -252,6 +260,9 @@ func (c *writeCache) get(id uint32, key []byte) (v []byte, found, cached bool, g
 		return nil, false, false, c.gen, nil
 	}
 	c.touch(e)
+	if hint != nil {
+		*hint = cacheHint{e, c.gen}
+	}
 	if !e.present {
 		return nil, false, true, c.gen, nil
 	}
@@ -279,7 +290,7 @@ type cacheHint struct {
 func (c *writeCache) getObj(id uint32, key []byte, codec *objCodec, hint *cacheHint) (obj any, found, cached bool, gen uint64, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return nil, false, false, 0, nil
 	}
 	e, ok := c.entries[string(key)]
@@ -311,7 +322,7 @@ func (c *writeCache) getObj(id uint32, key []byte, codec *objCodec, hint *cacheH
 func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, found bool, codec *objCodec, gen uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] || c.gen != gen {
+	if c.bypassed(id) || c.gen != gen {
 		return nil
 	}
 	if _, ok := c.entries[string(key)]; ok {
@@ -334,7 +345,7 @@ func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, foun
 func (c *writeCache) putObj(db *pebble.DB, id uint32, key []byte, obj any, codec *objCodec, hint cacheHint) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
 	e := c.hinted(key, hint)
@@ -347,7 +358,7 @@ func (c *writeCache) putObj(db *pebble.DB, id uint32, key []byte, obj any, codec
 func (c *writeCache) removeObj(db *pebble.DB, id uint32, key []byte, hint cacheHint) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
 	e := c.hinted(key, hint)
@@ -393,7 +404,7 @@ func (c *writeCache) markDirty(e *cacheEntry) {
 func (c *writeCache) fill(db *pebble.DB, id uint32, key, v []byte, found bool, gen uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] || c.gen != gen {
+	if c.bypassed(id) || c.gen != gen {
 		return nil
 	}
 	if _, ok := c.entries[string(key)]; ok {
@@ -412,13 +423,15 @@ func (c *writeCache) fill(db *pebble.DB, id uint32, key, v []byte, found bool, g
 
 // put caches a write of key: v, or a delete when present is false. It
 // returns false for a state the cache bypasses (the caller writes Pebble).
-func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool) (bool, error) {
+// hint, if still valid and of key (what a get of key found), saves the
+// map lookup.
+func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool, hint cacheHint) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
-	e := c.entryFor(key)
+	e := c.hinted(key, hint)
 	c.setVal(e, v, present)
 	c.markDirty(e)
 	return true, c.maybeEvict(db)
@@ -433,7 +446,7 @@ func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool) 
 func (c *writeCache) putCold(db *pebble.DB, id uint32, key, v []byte) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
 	e, ok := c.entries[string(key)]
@@ -454,7 +467,7 @@ func (c *writeCache) putCold(db *pebble.DB, id uint32, key, v []byte) (bool, err
 func (c *writeCache) putNew(db *pebble.DB, id uint32, key, v []byte) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
 	e, ok := c.entries[string(key)]
@@ -480,7 +493,7 @@ func (c *writeCache) putNew(db *pebble.DB, id uint32, key, v []byte) (bool, erro
 func (c *writeCache) appendTo(db *pebble.DB, id uint32, key, v []byte) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
 	e, ok := c.entries[string(key)]
@@ -508,7 +521,7 @@ func (c *writeCache) appendTo(db *pebble.DB, id uint32, key, v []byte) (bool, er
 func (c *writeCache) assumeAbsent(db *pebble.DB, id uint32, key []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return nil
 	}
 	if _, ok := c.entries[string(key)]; ok {
