@@ -270,3 +270,106 @@ func TestCachedValueStateAllocs(t *testing.T) {
 		t.Fatalf("read-modify-write of a cached key: %v allocations decoded, %v serialized; want 0 and 1", heapAllocs, plainAllocs)
 	}
 }
+
+// TestCachedMapStateHint: a MapState with plain serializers on Pebble
+// with the write cache builds its entries' Pebble keys and values in the
+// handle's buffers and hands the entry a read found to the write of the
+// same user key after it; a read-modify-write of a cached entry costs one
+// allocation (the read's copy of the value). The entry is never used for
+// another user key, current key or state, nor after an eviction.
+func TestCachedMapStateHint(t *testing.T) {
+	cfg := testConfig(t, KindPebble)
+	cfg.WriteCacheBytes = 2 << 10
+	b := open(t, cfg)
+	desc := MapStateDescriptor[int64, int64]{Name: "m", KeySerializer: Int64Serializer{}, ValueSerializer: Int64Serializer{}}
+	m := must1(GetMapState(b, desc))(t)
+	o := must1(GetMapState(b, MapStateDescriptor[int64, int64]{Name: "o", KeySerializer: Int64Serializer{}, ValueSerializer: Int64Serializer{}}))(t)
+	want := map[string]map[int64]int64{}
+	put := func(st MapState[int64, int64], key string, uk, v int64) {
+		t.Helper()
+		b.SetCurrentKey([]byte(key))
+		must(t, st.Put(uk, v))
+		if st == m {
+			if want[key] == nil {
+				want[key] = map[int64]int64{}
+			}
+			want[key][uk] = v
+		}
+	}
+	get := func(key string, uk int64) int64 {
+		t.Helper()
+		b.SetCurrentKey([]byte(key))
+		v, _, err := m.Get(uk)
+		must(t, err)
+		return v
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, key := range []string{"a", "b", "c"} {
+			b.SetCurrentKey([]byte(key))
+			got := map[int64]int64{}
+			for e, err := range m.Entries() { // a scan: what Pebble holds after the flush
+				must(t, err)
+				got[e.Key] = e.Value
+			}
+			if !maps.Equal(got, want[key]) {
+				t.Fatalf("%s: entries of %s = %v, want %v", when, key, got, want[key])
+			}
+			for uk := range int64(3) {
+				v, ok, err := m.Get(uk)
+				must(t, err)
+				w, wok := want[key][uk]
+				if v != w || ok != wok {
+					t.Fatalf("%s: Get(%s, %d) = %d %v, want %d %v", when, key, uk, v, ok, w, wok)
+				}
+				if c, err := m.Contains(uk); err != nil || c != wok {
+					t.Fatalf("%s: Contains(%s, %d) = %v %v, want %v", when, key, uk, c, err, wok)
+				}
+			}
+		}
+	}
+	put(m, "a", 1, 10)
+	put(m, "a", 2, 20)
+	put(m, "b", 1, 30)
+	get("a", 1)
+	put(m, "a", 2, 21) // another user key
+	get("a", 1)
+	put(m, "b", 1, 31) // another current key
+	get("a", 1)
+	put(o, "a", 1, 99) // another state
+	put(m, "a", 1, get("a", 1)+1)
+	check("after the writes")
+	for i := range 100 { // evictions between the read and the write
+		v := get("c", 0)
+		put(o, "c", int64(i), int64(i))
+		put(m, "c", 0, v+1)
+	}
+	if want["c"][0] != 100 {
+		t.Fatalf("c/0 = %d after 100 increments, want 100", want["c"][0])
+	}
+	check("after writes with evictions")
+	b.SetCurrentKey([]byte("a"))
+	v, _, err := m.Get(2)
+	must(t, err)
+	must(t, m.Remove(2))
+	if v != 21 {
+		t.Fatalf("Get(a, 2) = %d, want 21", v)
+	}
+	delete(want["a"], 2)
+	check("after a Remove")
+	b.SetCurrentKey([]byte("b"))
+	allocs := testing.AllocsPerRun(100, func() {
+		v, _, err := m.Get(1)
+		if err == nil {
+			err = m.Put(1, v+1)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	want["b"][1] += 101
+	check("after the counted writes")
+	if !raceEnabled && allocs != 1 {
+		t.Fatalf("read-modify-write of a cached map entry: %v allocations, want 1", allocs)
+	}
+}
