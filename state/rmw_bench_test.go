@@ -62,8 +62,10 @@ func (benchSidesSerializer) Size(v benchSides) int { return 48 + 8*(len(v[0])+le
 // state access on Pebble with the write cache: SetCurrentKey of a random
 // key among 10,000, then Value and Update of that key's value (every key
 // cached: the steady state of a working set that fits the cache).
-// "serialized" is a ValueState[int64] (KeyedCount), "heap" a value of two
-// lists kept decoded (HeapSerializer: the interval join's rows).
+// "serialized" is a ValueState[int64] (KeyedCount), "map" a Get and Put
+// of one of 4 user keys of a MapState[int64, int64] (a distinct count's
+// map), "heap" a value of two lists kept decoded (HeapSerializer: the
+// interval join's rows).
 func BenchmarkValueReadModifyWrite(b *testing.B) {
 	keys := make([][]byte, rmwKeys)
 	for i := range keys {
@@ -85,6 +87,29 @@ func BenchmarkValueReadModifyWrite(b *testing.B) {
 				b.Fatal(ok, err)
 			}
 			if err := v.Update(n + 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("map", func(b *testing.B) {
+		be := open(b, testConfig(b, KindPebble))
+		m := must1(GetMapState(be, MapStateDescriptor[int64, int64]{Name: "counts", KeySerializer: Int64Serializer{}, ValueSerializer: Int64Serializer{}}))(b)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for _, k := range keys {
+			be.SetCurrentKey(k)
+			for uk := range int64(4) {
+				must(b, m.Put(uk, 1))
+			}
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			r := rng.IntN(4 * rmwKeys)
+			be.SetCurrentKey(keys[r/4])
+			n, ok, err := m.Get(int64(r % 4))
+			if err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+			if err := m.Put(int64(r%4), n+1); err != nil {
 				b.Fatal(err)
 			}
 		}
