@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kstreamd/kstreamd/internal/testkit"
 )
 
 // rmwKeys is the number of distinct keys BenchmarkValueReadModifyWrite
@@ -65,7 +67,8 @@ func (benchSidesSerializer) Size(v benchSides) int { return 48 + 8*(len(v[0])+le
 // "serialized" is a ValueState[int64] (KeyedCount), "map" a Get and Put
 // of one of 4 user keys of a MapState[int64, int64] (a distinct count's
 // map), "heap" a value of two lists kept decoded (HeapSerializer: the
-// interval join's rows).
+// interval join's rows). cpu-ns/op is the process's CPU time per
+// operation (compare it under load, not ns/op).
 func BenchmarkValueReadModifyWrite(b *testing.B) {
 	keys := make([][]byte, rmwKeys)
 	for i := range keys {
@@ -80,6 +83,7 @@ func BenchmarkValueReadModifyWrite(b *testing.B) {
 			must(b, v.Update(1))
 		}
 		b.ReportAllocs()
+		cpu := testkit.CPUTime(b)
 		for b.Loop() {
 			be.SetCurrentKey(keys[rng.IntN(rmwKeys)])
 			n, ok, err := v.Value()
@@ -90,6 +94,7 @@ func BenchmarkValueReadModifyWrite(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		b.ReportMetric(float64(testkit.CPUTime(b)-cpu)/float64(b.N), "cpu-ns/op")
 	})
 	b.Run("map", func(b *testing.B) {
 		be := open(b, testConfig(b, KindPebble))
@@ -102,6 +107,7 @@ func BenchmarkValueReadModifyWrite(b *testing.B) {
 			}
 		}
 		b.ReportAllocs()
+		cpu := testkit.CPUTime(b)
 		for b.Loop() {
 			r := rng.IntN(4 * rmwKeys)
 			be.SetCurrentKey(keys[r/4])
@@ -113,6 +119,7 @@ func BenchmarkValueReadModifyWrite(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		b.ReportMetric(float64(testkit.CPUTime(b)-cpu)/float64(b.N), "cpu-ns/op")
 	})
 	b.Run("heap", func(b *testing.B) {
 		be := open(b, testConfig(b, KindPebble))
@@ -123,6 +130,7 @@ func BenchmarkValueReadModifyWrite(b *testing.B) {
 			must(b, v.Update(benchSides{{int64(i)}, {int64(i), 1}}))
 		}
 		b.ReportAllocs()
+		cpu := testkit.CPUTime(b)
 		for b.Loop() {
 			be.SetCurrentKey(keys[rng.IntN(rmwKeys)])
 			s, ok, err := v.Value()
@@ -133,5 +141,6 @@ func BenchmarkValueReadModifyWrite(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		b.ReportMetric(float64(testkit.CPUTime(b)-cpu)/float64(b.N), "cpu-ns/op")
 	})
 }
