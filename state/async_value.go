@@ -109,7 +109,7 @@ func cachedDecoded[T any](c *stateCore, ser Serializer[T], op string, buf *[]byt
 		return v, false, true, err
 	}
 	*buf = appendStateKey((*buf)[:0], k)
-	blob, found, cached, _, err := ps.cache.get(c.id, *buf)
+	blob, found, cached, _, err := ps.cache.get(c.id, *buf, nil)
 	if err != nil {
 		return v, false, true, c.wrapErr(op, err)
 	}

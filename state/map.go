@@ -80,7 +80,12 @@ func GetMapState[K, V any](b KeyedStateBackend, d MapStateDescriptor[K, V]) (Map
 // (heap not nil; see HeapSerializer): Get, Contains, Put and Remove go
 // through getObject and putObject with the Pebble key built in scratch.
 // Bound handles and every other path use the serialized form, which the
-// cache produces from a decoded value when asked.
+// cache produces from a decoded value when asked. With another value
+// serializer, no TTL and the write cache (cached true), Get, Contains,
+// Put and Remove of the current key read and write the cache's serialized
+// entry with the Pebble key and the written value built in the handle's
+// buffers and the entry a read found handed to the write of the same user
+// key after it, as valueState does.
 type mapState[K, V any] struct {
 	c    *stateCore
 	kser Serializer[K]
@@ -91,15 +96,21 @@ type mapState[K, V any] struct {
 	ps      *pebbleStore
 	codec   *objCodec
 	scratch []byte
+	blob    []byte    // Put's serialized value when cached (the cache copies it)
 	known   [2]V      // the kept values getObj returned and Put stored last, for HeapSerializer.Copy
-	hint    cacheHint // the cache entry getObject found last
+	hint    cacheHint // the cache entry getObject (or, cached, a read) found last
+	cached  bool      // the serialized path through the write cache (see above)
 }
 
 func newMapState[K, V any](c *stateCore, kser Serializer[K], vser Serializer[V]) *mapState[K, V] {
 	s := &mapState[K, V]{c: c, kser: kser, vser: vser}
-	heap, ok := vser.(HeapSerializer[V])
 	ps, pebble := c.st.(*pebbleStore)
-	if !ok || !pebble || ps.cache == nil || c.ttl != nil {
+	if !pebble || ps.cache == nil || c.ttl != nil {
+		return s
+	}
+	heap, ok := vser.(HeapSerializer[V])
+	if !ok {
+		s.ps, s.cached = ps, true
 		return s
 	}
 	s.heap, s.ps, s.codec = heap, ps, heapCodec(heap)
@@ -141,8 +152,19 @@ func (s *mapState[K, V]) getObj(uk K) (V, bool, error) {
 	if !ok {
 		return zero, false, nil
 	}
-	s.known[0] = obj.(V)
+	s.known[0] = *obj.(*V)
 	return s.heap.View(s.known[0]), true, nil
+}
+
+// cachedGet is Get's read of the serialized path (cached): the payload of
+// user key uk under the current key, a copy, with s.hint set to the
+// cache's entry for a write of the same user key after it.
+func (s *mapState[K, V]) cachedGet(uk K) ([]byte, bool, error) {
+	key, err := s.objKey(uk)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.ps.cachedGetHint(s.c.id, key, &s.hint)
 }
 
 // userKey returns the state address and the serialized user key.
@@ -163,6 +185,17 @@ func (s *mapState[K, V]) Get(uk K) (V, bool, error) {
 		return s.getObj(uk)
 	}
 	var zero V
+	if s.cached && s.key == nil {
+		payload, ok, err := s.cachedGet(uk)
+		if err != nil || !ok {
+			return zero, false, err
+		}
+		v, err := s.vser.Decode(payload)
+		if err != nil {
+			return zero, false, s.c.wrapErr("get", err)
+		}
+		return v, true, nil
+	}
 	k, ukb, err := s.userKey(uk)
 	if err != nil {
 		return zero, false, err
@@ -190,6 +223,10 @@ func (s *mapState[K, V]) Contains(uk K) (bool, error) {
 		}
 		return ok, nil
 	}
+	if s.cached && s.key == nil {
+		_, ok, err := s.cachedGet(uk)
+		return ok, err
+	}
 	k, ukb, err := s.userKey(uk)
 	if err != nil {
 		return false, err
@@ -209,7 +246,19 @@ func (s *mapState[K, V]) Put(uk K, v V) error {
 			return s.c.wrapErr("put", err)
 		}
 		s.known[1] = kept
-		return s.ps.putObject(s.c.id, key, kept, s.codec, s.hint)
+		return s.ps.putObject(s.c.id, key, &s.known[1], s.codec, s.hint)
+	}
+	if s.cached && s.key == nil {
+		key, err := s.objKey(uk)
+		if err != nil {
+			return err
+		}
+		blob, err := s.vser.Append(s.blob[:0], v)
+		if err != nil {
+			return s.c.wrapErr("put", err)
+		}
+		s.blob = blob
+		return s.ps.cachedWriteHint(s.c.id, key, blob, true, s.hint)
 	}
 	k, ukb, err := s.userKey(uk)
 	if err != nil {
@@ -329,6 +378,13 @@ func (s *mapState[K, V]) Remove(uk K) error {
 			return err
 		}
 		return s.ps.removeObject(s.c.id, key, s.hint)
+	}
+	if s.cached && s.key == nil {
+		key, err := s.objKey(uk)
+		if err != nil {
+			return err
+		}
+		return s.ps.cachedWriteHint(s.c.id, key, nil, false, s.hint)
 	}
 	k, ukb, err := s.userKey(uk)
 	if err != nil {

@@ -410,10 +410,20 @@ func (s *pebbleStore) delEntry(k stateKey, uk []byte) error {
 
 // cachedGet reads key of state id through the write cache.
 func (s *pebbleStore) cachedGet(id uint32, key []byte) ([]byte, bool, error) {
+	return s.cachedGetHint(id, key, nil)
+}
+
+// cachedGetHint is cachedGet setting hint (when not nil) to the cached
+// entry found (zero when none), for a cachedWriteHint of the same key.
+// Owner goroutine only when hint is not nil.
+func (s *pebbleStore) cachedGetHint(id uint32, key []byte, hint *cacheHint) ([]byte, bool, error) {
+	if hint != nil {
+		*hint = cacheHint{}
+	}
 	if s.cache == nil {
 		return s.getCopy(key)
 	}
-	v, found, cached, gen, err := s.cache.get(id, key)
+	v, found, cached, gen, err := s.cache.get(id, key, hint)
 	if err != nil {
 		return nil, false, fmt.Errorf("state: write cache: %w", err)
 	}
@@ -430,9 +440,10 @@ func (s *pebbleStore) cachedGet(id uint32, key []byte) ([]byte, bool, error) {
 	return v, found, nil
 }
 
-// getObject reads key of state id decoded with codec: from the write
-// cache (shared with it: the caller must not modify it), or from Pebble,
-// decoded and then kept decoded by the cache. hint is set to the cached
+// getObject reads key of state id decoded with codec (a pointer to the
+// value): from the write cache (the entry's own, which the caller must
+// not modify and must copy the value out of before the next write of
+// key), or from Pebble, decoded and then kept decoded by the cache. hint is set to the cached
 // entry found, for a putObject of the same key. Owner goroutine only.
 func (s *pebbleStore) getObject(id uint32, key []byte, codec *objCodec, hint *cacheHint) (any, bool, error) {
 	*hint = cacheHint{}
@@ -458,8 +469,8 @@ func (s *pebbleStore) getObject(id uint32, key []byte, codec *objCodec, hint *ca
 	return obj, found, nil
 }
 
-// putObject writes key of state id as the decoded value obj, which the
-// caller gives up: kept decoded by the write cache, or serialized with
+// putObject writes key of state id as the decoded value obj points to
+// (copied: the caller keeps obj): kept decoded by the write cache, or serialized with
 // codec to Pebble when the cache bypasses the state. hint is what the
 // getObject before it found (or zero).
 func (s *pebbleStore) putObject(id uint32, key []byte, obj any, codec *objCodec, hint cacheHint) error {
@@ -492,8 +503,14 @@ func (s *pebbleStore) removeObject(id uint32, key []byte, hint cacheHint) error 
 // cachedWrite sets (present) or deletes key of state id through the write
 // cache.
 func (s *pebbleStore) cachedWrite(id uint32, key, v []byte, present bool) error {
+	return s.cachedWriteHint(id, key, v, present, cacheHint{})
+}
+
+// cachedWriteHint is cachedWrite with what the cachedGetHint of key before
+// it found (or zero).
+func (s *pebbleStore) cachedWriteHint(id uint32, key, v []byte, present bool, hint cacheHint) error {
 	if s.cache != nil {
-		done, err := s.cache.put(s.db, id, key, v, present)
+		done, err := s.cache.put(s.db, id, key, v, present, hint)
 		if err != nil {
 			return fmt.Errorf("state: pebble write: %w", err)
 		}

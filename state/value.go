@@ -72,7 +72,12 @@ func typedHandle[H any](h any, name string) (H, error) {
 // With a HeapSerializer, no TTL and the Pebble write cache, the handle of
 // the current key keeps its values decoded in the cache as mapState does
 // (heap not nil): Value, Update and Clear go through getObject and
-// putObject; bound handles use the serialized form.
+// putObject; bound handles use the serialized form. With another
+// serializer, no TTL and the write cache, the handle of the current key
+// reads and writes the cache's serialized value with the Pebble key kept
+// in scratch across the calls of one current key and the entry a Value
+// found handed to the Update after it (cached true): one cache lookup
+// and no key or value allocation per read-modify-write.
 type valueState[T any] struct {
 	c   *stateCore
 	ser Serializer[T]
@@ -82,32 +87,51 @@ type valueState[T any] struct {
 	ps      *pebbleStore
 	codec   *objCodec
 	scratch []byte
+	blob    []byte    // Update's serialized value when cached (the cache copies it)
 	seq     uint64    // the backend's keySeq scratch holds the current key's Pebble key for; 0: none
 	known   [2]T      // the kept values Value returned and Update stored last, for HeapSerializer.Copy
-	hint    cacheHint // the cache entry getObject found last
+	hint    cacheHint // the cache entry getObject (or, cached, Value) found last
 	nilable bool      // T's zero value is nil: Update checks for nil
+	cached  bool      // the serialized path through the write cache (see above)
 }
 
 func newValueState[T any](c *stateCore, ser Serializer[T]) *valueState[T] {
 	s := &valueState[T]{c: c, ser: ser, nilable: nilableType[T]()}
-	heap, ok := ser.(HeapSerializer[T])
 	ps, pebble := c.st.(*pebbleStore)
-	if !ok || !pebble || ps.cache == nil || c.ttl != nil {
+	if !pebble || ps.cache == nil || c.ttl != nil {
+		return s
+	}
+	heap, ok := ser.(HeapSerializer[T])
+	if !ok {
+		s.ps, s.cached = ps, true
 		return s
 	}
 	s.heap, s.ps, s.codec = heap, ps, heapCodec(heap)
 	return s
 }
 
-// heapCodec is the write cache's objCodec for the values of heap.
+// heapCodec is the write cache's objCodec for the values of heap: every
+// obj is a *T (a pointer, so passing one as an any allocates nothing).
 func heapCodec[T any](heap HeapSerializer[T]) *objCodec {
 	c := &objCodec{
-		encode: func(dst []byte, obj any) ([]byte, error) { return heap.AppendKept(dst, obj.(T)) },
-		decode: func(b []byte) (any, error) { return heap.Decode(b) },
-		size:   func(obj any) int { return heap.Size(obj.(T)) },
+		encode: func(dst []byte, obj any) ([]byte, error) { return heap.AppendKept(dst, *obj.(*T)) },
+		decode: func(b []byte) (any, error) {
+			v, err := heap.Decode(b)
+			if err != nil {
+				return nil, err
+			}
+			return &v, nil
+		},
+		size:  func(obj any) int { return heap.Size(*obj.(*T)) },
+		store: func(dst, src any) { *dst.(*T) = *src.(*T) },
+		box: func(src any) any {
+			p := new(T)
+			*p = *src.(*T)
+			return p
+		},
 	}
 	if r, ok := heap.(HeapResizer[T]); ok {
-		c.resize = func(old any, oldSize int, obj any) int { return r.Resize(old.(T), oldSize, obj.(T)) }
+		c.resize = func(old any, oldSize int, obj any) int { return r.Resize(*old.(*T), oldSize, *obj.(*T)) }
 	}
 	return c
 }
@@ -149,8 +173,24 @@ func (s *valueState[T]) Value() (T, bool, error) {
 		if !ok {
 			return zero, false, nil
 		}
-		s.known[0] = obj.(T)
+		s.known[0] = *obj.(*T)
 		return s.heap.View(s.known[0]), true, nil
+	}
+	if s.cached && s.key == nil {
+		var zero T
+		key, err := s.objKey()
+		if err != nil {
+			return zero, false, err
+		}
+		blob, ok, err := s.ps.cachedGetHint(s.c.id, key, &s.hint)
+		if err != nil || !ok {
+			return zero, false, err
+		}
+		v, err := s.ser.Decode(blob)
+		if err != nil {
+			return zero, false, s.c.wrapErr("value", err)
+		}
+		return v, true, nil
 	}
 	return readDecoded(s.c, s.key, s.ser, "value")
 }
@@ -169,7 +209,19 @@ func (s *valueState[T]) Update(v T) error {
 			return s.c.wrapErr("update", err)
 		}
 		s.known[1] = kept
-		return s.ps.putObject(s.c.id, key, kept, s.codec, s.hint)
+		return s.ps.putObject(s.c.id, key, &s.known[1], s.codec, s.hint)
+	}
+	if s.cached && s.key == nil {
+		key, err := s.objKey()
+		if err != nil {
+			return err
+		}
+		blob, err := s.ser.Append(s.blob[:0], v)
+		if err != nil {
+			return s.c.wrapErr("update", err)
+		}
+		s.blob = blob
+		return s.ps.cachedWriteHint(s.c.id, key, blob, true, s.hint)
 	}
 	k, err := s.c.stateKey(s.key)
 	if err != nil {
@@ -189,6 +241,13 @@ func (s *valueState[T]) Clear() error {
 			return err
 		}
 		return s.ps.removeObject(s.c.id, key, s.hint)
+	}
+	if s.cached && s.key == nil {
+		key, err := s.objKey()
+		if err != nil {
+			return err
+		}
+		return s.ps.cachedWriteHint(s.c.id, key, nil, false, s.hint)
 	}
 	k, err := s.c.stateKey(s.key)
 	if err != nil {

@@ -73,9 +73,12 @@ type writeCache struct {
 // cacheEntry is one cached key: its value (present false: deleted),
 // whether Pebble lacks this version, and its place in the recency list.
 // A present value is held either serialized (codec nil: val) or decoded
-// (codec not nil: obj, which the cache never modifies, serialized by the
-// codec only when the entry is written to Pebble or read as bytes; see
-// objCodec).
+// (codec not nil: obj, a pointer to the value that the entry owns,
+// serialized by the codec only when the entry is written to Pebble or
+// read as bytes; see objCodec). A write of a decoded value over a decoded
+// value of the same codec copies it into obj in place (objCodec.store):
+// no allocation per write, and only the owner goroutine, holding mu, ever
+// writes through obj, so a reader under mu never sees a torn value.
 type cacheEntry struct {
 	key     string // the map key
 	obj     any
@@ -135,16 +138,31 @@ func (c *writeCache) setVal(e *cacheEntry, v []byte, present bool) {
 	e.obj, e.codec, e.osize, e.present = nil, nil, 0, present
 }
 
-// setObj makes e hold the decoded value obj, keeping c.bytes in step:
-// obj's size from the decoded value it replaces when the codec can derive
-// it (objCodec.resize), else measured.
+// setObj makes e hold a copy of the decoded value obj points to (the
+// caller keeps obj): copied into the value e holds decoded by codec in
+// place, else into a new one (objCodec.box). c.bytes is kept in step:
+// the value's size from the decoded value it replaces when the codec can
+// derive it (objCodec.resize), else measured.
 func (c *writeCache) setObj(e *cacheEntry, obj any, codec *objCodec) {
-	var size int
-	if codec.resize != nil && e.codec == codec && e.obj != nil {
-		size = codec.resize(e.obj, e.osize, obj)
-	} else {
-		size = codec.size(obj)
+	if e.codec == codec && e.obj != nil {
+		size := e.osize
+		if codec.resize != nil {
+			size = codec.resize(e.obj, e.osize, obj)
+		} else {
+			size = codec.size(obj)
+		}
+		codec.store(e.obj, obj)
+		c.bytes += size - e.osize
+		e.osize, e.present = size, true
+		return
 	}
+	c.adoptObj(e, codec.box(obj), codec)
+}
+
+// adoptObj makes e hold the decoded value obj, a new pointer the cache
+// owns from now on (a value decoded from bytes), keeping c.bytes in step.
+func (c *writeCache) adoptObj(e *cacheEntry, obj any, codec *objCodec) {
+	size := codec.size(obj)
 	c.bytes += size - len(e.val) - e.osize
 	e.val, e.obj, e.codec, e.osize, e.present = nil, obj, codec, size, true
 }
@@ -160,7 +178,8 @@ func (e *cacheEntry) bytesOf() ([]byte, error) {
 
 // objCodec is how the cache holds the decoded values of one state (Flink's
 // heap state, Kafka Streams' caching store before serialization): what
-// the typed state above put is kept as it is, and serialized only when it
+// the typed state above put is kept as it is (copied into a value the
+// entry owns; every obj is a pointer to a value), and serialized only when it
 // is flushed or evicted to Pebble, or read as bytes (a snapshot, a scan,
 // an async read); the bytes are those the typed state's serializer writes
 // (encode), so Pebble and every snapshot hold what they would hold without
@@ -173,12 +192,22 @@ type objCodec struct {
 	// resize, if not nil, is size of obj given the decoded value old it
 	// replaces and old's size (HeapResizer).
 	resize func(old any, oldSize int, obj any) int
+	// store copies the value src points to into the one dst points to.
+	store func(dst, src any)
+	// box returns a pointer to a new copy of the value src points to.
+	box func(src any) any
 }
 
 func newWriteCache(limit int) *writeCache {
 	c := &writeCache{entries: map[string]*cacheEntry{}, limit: limit, bypass: map[uint32]bool{}}
 	c.lru.next, c.lru.prev = &c.lru, &c.lru
 	return c
+}
+
+// bypassed reports whether the cache never holds state id (without a
+// map lookup in the common case of no bypassed state).
+func (c *writeCache) bypassed(id uint32) bool {
+	return len(c.bypass) != 0 && c.bypass[id]
 }
 
 // touch marks e used: its referenced bit set, or, if new, linked in at
@@ -217,11 +246,13 @@ func (c *writeCache) unlink(e *cacheEntry) {
 
 // get returns a copy of key's cached value (a decoded one serialized);
 // cached false means Pebble must be read, with the generation to pass to
-// fill. err is a decoded value's serialization error.
-func (c *writeCache) get(id uint32, key []byte) (v []byte, found, cached bool, gen uint64, err error) {
+// fill. err is a decoded value's serialization error. hint, if not nil,
+// is set to the entry found (the owner goroutine's read before a write of
+// the same key: put's hint).
+func (c *writeCache) get(id uint32, key []byte, hint *cacheHint) (v []byte, found, cached bool, gen uint64, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return nil, false, false, 0, nil
 	}
 	e, ok := c.entries[string(key)]
@@ -229,6 +260,9 @@ func (c *writeCache) get(id uint32, key []byte) (v []byte, found, cached bool, g
 		return nil, false, false, c.gen, nil
 	}
 	c.touch(e)
+	if hint != nil {
+		*hint = cacheHint{e, c.gen}
+	}
 	if !e.present {
 		return nil, false, true, c.gen, nil
 	}
@@ -247,15 +281,16 @@ type cacheHint struct {
 	gen uint64
 }
 
-// getObj returns key's cached value decoded with codec, shared with the
-// cache (which never modifies it): a serialized one is decoded and kept
-// decoded. cached false means Pebble must be read, with the generation to
+// getObj returns key's cached value decoded with codec: the pointer the
+// entry holds, which the caller must copy the value out of before the
+// next write of key (that overwrites it in place); a serialized one is
+// decoded and kept decoded. cached false means Pebble must be read, with the generation to
 // pass to fillObj. hint is the entry found. Owner goroutine only: the
 // entry's form changes.
 func (c *writeCache) getObj(id uint32, key []byte, codec *objCodec, hint *cacheHint) (obj any, found, cached bool, gen uint64, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return nil, false, false, 0, nil
 	}
 	e, ok := c.entries[string(key)]
@@ -277,16 +312,17 @@ func (c *writeCache) getObj(id uint32, key []byte, codec *objCodec, hint *cacheH
 	if err != nil {
 		return nil, false, true, c.gen, err
 	}
-	c.setObj(e, obj, codec)
+	c.adoptObj(e, obj, codec)
 	return obj, true, true, c.gen, nil
 }
 
 // fillObj caches the decoded value of key read from Pebble (found false:
-// absent) after a miss in generation gen, as fill does.
+// absent) after a miss in generation gen, as fill does: obj, a new
+// pointer from codec.decode, is the cache's from then on.
 func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, found bool, codec *objCodec, gen uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] || c.gen != gen {
+	if c.bypassed(id) || c.gen != gen {
 		return nil
 	}
 	if _, ok := c.entries[string(key)]; ok {
@@ -294,7 +330,7 @@ func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, foun
 	}
 	e := newCacheEntry(key)
 	if found {
-		c.setObj(e, obj, codec)
+		c.adoptObj(e, obj, codec)
 	}
 	e.absent = !found
 	c.entries[e.key] = e
@@ -303,13 +339,13 @@ func (c *writeCache) fillObj(db *pebble.DB, id uint32, key []byte, obj any, foun
 	return c.maybeEvict(db)
 }
 
-// putObj caches a write of key's decoded value obj, which the cache then
-// owns and never modifies; false for a state the cache bypasses. hint, if
+// putObj caches a write of key's decoded value obj points to (copied: the
+// caller keeps obj); false for a state the cache bypasses. hint, if
 // still valid and of key, saves the map lookup.
 func (c *writeCache) putObj(db *pebble.DB, id uint32, key []byte, obj any, codec *objCodec, hint cacheHint) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
 	e := c.hinted(key, hint)
@@ -322,7 +358,7 @@ func (c *writeCache) putObj(db *pebble.DB, id uint32, key []byte, obj any, codec
 func (c *writeCache) removeObj(db *pebble.DB, id uint32, key []byte, hint cacheHint) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
 	e := c.hinted(key, hint)
@@ -368,7 +404,7 @@ func (c *writeCache) markDirty(e *cacheEntry) {
 func (c *writeCache) fill(db *pebble.DB, id uint32, key, v []byte, found bool, gen uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] || c.gen != gen {
+	if c.bypassed(id) || c.gen != gen {
 		return nil
 	}
 	if _, ok := c.entries[string(key)]; ok {
@@ -387,13 +423,15 @@ func (c *writeCache) fill(db *pebble.DB, id uint32, key, v []byte, found bool, g
 
 // put caches a write of key: v, or a delete when present is false. It
 // returns false for a state the cache bypasses (the caller writes Pebble).
-func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool) (bool, error) {
+// hint, if still valid and of key (what a get of key found), saves the
+// map lookup.
+func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool, hint cacheHint) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
-	e := c.entryFor(key)
+	e := c.hinted(key, hint)
 	c.setVal(e, v, present)
 	c.markDirty(e)
 	return true, c.maybeEvict(db)
@@ -408,7 +446,7 @@ func (c *writeCache) put(db *pebble.DB, id uint32, key, v []byte, present bool) 
 func (c *writeCache) putCold(db *pebble.DB, id uint32, key, v []byte) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
 	e, ok := c.entries[string(key)]
@@ -429,7 +467,7 @@ func (c *writeCache) putCold(db *pebble.DB, id uint32, key, v []byte) (bool, err
 func (c *writeCache) putNew(db *pebble.DB, id uint32, key, v []byte) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
 	e, ok := c.entries[string(key)]
@@ -455,7 +493,7 @@ func (c *writeCache) putNew(db *pebble.DB, id uint32, key, v []byte) (bool, erro
 func (c *writeCache) appendTo(db *pebble.DB, id uint32, key, v []byte) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return false, nil
 	}
 	e, ok := c.entries[string(key)]
@@ -483,7 +521,7 @@ func (c *writeCache) appendTo(db *pebble.DB, id uint32, key, v []byte) (bool, er
 func (c *writeCache) assumeAbsent(db *pebble.DB, id uint32, key []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bypass[id] {
+	if c.bypassed(id) {
 		return nil
 	}
 	if _, ok := c.entries[string(key)]; ok {
