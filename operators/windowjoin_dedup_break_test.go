@@ -184,3 +184,112 @@ func TestWindowJoinDedupKeepsFirstArrival(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowJoinDedupOffRestoresRescaled takes a checkpoint half-way of a
+// window_join with dedup (right, or both with select reading no field of
+// either side: rows stored without values) on the seeded input of
+// TestWindowJoinRestoresListLayout, and restores it with dedup switched
+// off: into one subtask, and rescaled into two by key group. Both hold
+// the rows the checkpoint held (fewer than the same join without dedup
+// held there), and the rescaled output and late records of the second
+// half equal, sorted, the single subtask's; nothing is left at the end.
+func TestWindowJoinDedupOffRestoresRescaled(t *testing.T) {
+	events := windowJoinGoldenInput()
+	half := len(events) / 2
+	for events[half-1].wm == 0 {
+		half++
+	}
+	lastWM := events[half-1].wm
+	run := func(hs []*joinHarness, from, to int) []string {
+		var out, late []runtime.Record
+		for _, e := range events[from:to] {
+			if e.wm > 0 {
+				for _, h := range hs {
+					h.wm(e.wm)
+				}
+				continue
+			}
+			h := hs[0]
+			if len(hs) > 1 {
+				h = hs[keygroup.SubtaskForKey(e.rec.Key, testMaxP, len(hs))]
+			}
+			h.send(e.side, e.rec)
+		}
+		for _, h := range hs {
+			out = append(out, h.emitted()...)
+			late = append(late, h.lateRecords()...)
+		}
+		return slices.Sorted(slices.Values(strings.Split(windowJoinGoldenLines(out, late), "\n")))
+	}
+	shapes := windowJoinGoldenShapes(t)
+	for _, c := range []struct {
+		shape int
+		dedup WindowJoinDedup
+		sel   string
+	}{
+		{0, WindowJoinDedupRight, ""},
+		{1, WindowJoinDedupBoth, `{"w": window_start}`},
+	} {
+		for _, kind := range backends {
+			t.Run(fmt.Sprintf("%s/%s/%s", shapes[c.shape].name, c.dedup, kind), func(t *testing.T) {
+				p := shapes[c.shape].p
+				if c.sel != "" {
+					p.Select = compiled(t, c.sel)
+				}
+				h, j := newWindowJoinHarness(t, kind, t.TempDir(), nil, p)
+				run([]*joinHarness{h}, 0, half)
+				without := j.BufferedRows()
+				h.finish()
+				p.Dedup = c.dedup
+				h, j = newWindowJoinHarness(t, kind, t.TempDir(), nil, p)
+				run([]*joinHarness{h}, 0, half)
+				held := j.BufferedRows()
+				if held == 0 || held >= without {
+					t.Fatalf("%d rows held with dedup, %d without: the test wants fewer, not none", held, without)
+				}
+				snapDir := t.TempDir()
+				handle := snapshotHarnessTo(t, h.harness, snapDir)
+				h.finish()
+
+				p.Dedup = WindowJoinDedupNone
+				r := &Restore{Keyed: []state.RestoreHandle{{Handle: handle, Dir: copyTree(t, snapDir)}}}
+				h, j = newWindowJoinHarness(t, kind, t.TempDir(), r, p)
+				if n := j.BufferedRows(); n != held {
+					t.Fatalf("restored %d rows, the checkpoint held %d", n, held)
+				}
+				h.wm(lastWM)
+				want := run([]*joinHarness{h}, half, len(events))
+				if n := h.entries(); n != 0 || j.BufferedRows() != 0 {
+					t.Fatalf("restored: %d state entries, %d rows left", n, j.BufferedRows())
+				}
+				h.finish()
+				if len(want) < 30 {
+					t.Fatalf("%d lines after the half: the test wants more", len(want))
+				}
+
+				var hs []*joinHarness
+				var js []*WindowJoin
+				rows := int64(0)
+				for i, kgs := range []keygroup.Range{{Start: 0, End: testMaxP/2 - 1}, {Start: testMaxP / 2, End: testMaxP - 1}} {
+					r := &Restore{Keyed: []state.RestoreHandle{{Handle: handle, Dir: copyTree(t, snapDir)}}}
+					h, j := newWindowJoinHarnessRange(t, kind, t.TempDir(), kgs, i, r, p)
+					h.wm(lastWM)
+					rows += j.BufferedRows()
+					hs, js = append(hs, h), append(js, j)
+				}
+				if rows != held {
+					t.Fatalf("restored rescaled: %d rows, the checkpoint held %d", rows, held)
+				}
+				if got := run(hs, half, len(events)); !slices.Equal(got, want) {
+					t.Fatalf("restored rescaled, the second half differs (sorted):\n%s", firstDiff(got, want))
+				}
+				for i, h := range hs {
+					if n := h.entries(); n != 0 || js[i].BufferedRows() != 0 {
+						t.Fatalf("subtask %d: %d state entries, %d rows counted at the end", i, n, js[i].BufferedRows())
+					}
+					h.finish()
+				}
+			})
+		}
+	}
+}
