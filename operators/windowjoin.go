@@ -104,7 +104,7 @@ type WindowJoinParams struct {
 	Slide  time.Duration   `yaml:"slide" doc:"How often a sliding window starts; required for sliding, at most size."`
 	Offset time.Duration   `yaml:"offset" doc:"Windows start at the epoch plus offset plus a multiple of size (sliding: of slide), as the window operator's offset; default 0; |offset| less than size (sliding: slide)."`
 	Join   JoinKind        `yaml:"join" doc:"inner (default: the pairs of left and right records of a key in one window), left, right or full (also each record of that side, or of both, that has no partner in a window, with the other side null)."`
-	Dedup  WindowJoinDedup `yaml:"dedup" doc:"none (default), left, right or both: that side keeps only its first record (in arrival order) per key and window, Flink's window deduplication (keep first row) of the side before the join, as a GROUP BY of the join key and the window (Nexmark q8's auctions per seller and window); its later records of a key and window are dropped (not late, not buffered)."`
+	Dedup  WindowJoinDedup `yaml:"dedup" doc:"none (default), left, right or both: that side keeps only its first record in arrival order per key and window, as a GROUP BY of the join key and the window on that side (Nexmark q8's auctions per seller and window); its later records of a key and window are dropped (not late, not buffered). Flink's window deduplication keeping the first row keeps the row of the smallest time instead: another row only when the side's records of a key arrive out of time order, the same output when select reads no field of the side."`
 	Select Expression      `yaml:"select" doc:"An expression over left and right (each a record's value, null for the missing side of an outer row), window_start and window_end (RFC 3339 strings), key and timestamp, whose result, as JSON, is the output value; default {\"left\": left, \"right\": right, \"window_start\": ..., \"window_end\": ...}."`
 }
 
@@ -217,9 +217,13 @@ func windowJoinFactory() Factory {
 //
 // With Dedup, a side keeps only its first record per key and window (the
 // window is assigned, as for every record, and its later records of that
-// key are dropped): Flink's window deduplication keeping the first row,
-// the GROUP BY of a window aggregation on the join key, without a dedup
-// operator and its state in front of the join.
+// key are dropped): the GROUP BY of a window aggregation on the join key,
+// without a dedup operator and its state in front of the join. It is
+// Flink's window deduplication keeping the first row except that "first"
+// is in arrival order, where Flink's orders by the time attribute (the
+// row of the smallest time): they keep different rows only when a side's
+// records of a key and window arrive out of time order, and give the
+// same output when select reads no field of the side (q8).
 //
 // A side whose values select does not read (select's raw form reads no
 // field of it: Nexmark q8's auctions) is kept without them: its rows hold

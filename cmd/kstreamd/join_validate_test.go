@@ -178,6 +178,30 @@ func TestJoinConfigErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "window_join: an unknown dedup, block and flow style",
+			body: `operators:
+  - name: j
+    type: window_join
+    inputs:
+      left: {from: clicks, key_by: user}
+      right: {from: wide, key_by: user}
+    params:
+      kind: tumbling
+      size: 10s
+      dedup: rigth
+  - name: k
+    type: window_join
+    inputs:
+      left: {from: clicks, key_by: user}
+      right: {from: wide, key_by: user}
+    params: {kind: tumbling, size: 10s, dedup: first}
+` + joinSinks,
+			want: []string{
+				`22:7: operators[0].params.dedup: must be one of none, left, right, both, got "rigth"`,
+				`28:41: operators[1].params.dedup: must be one of none, left, right, both, got "first"`,
+			},
+		},
+		{
 			name: "a cycle through the right input",
 			body: `operators:
   - name: j
