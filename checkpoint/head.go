@@ -867,28 +867,45 @@ const (
 // Claim naming this owner's claim, and a create whose outcome is unknown
 // (an error, or "exists": an S3 retry whose first answer was lost) is
 // read back: this claim's _metadata means created; another writer's is
-// taken's outcome (ErrHeadExists or ErrForeignClaim).
+// taken's outcome (ErrHeadExists or ErrForeignClaim). Without claim
+// (upload marked chk-<id>) an "exists" is read back too: a _metadata
+// naming a claim is an unmarked writer's (a zombie's all-inline
+// checkpoint of the same id, or the new owner's when this owner is the
+// zombie), which took chk-<id> before this owner's marker made it its
+// own: taken's outcome as well.
 func (o *Owner) uploadMetadata(ctx context.Context, id int64, dir string, inline map[string][]byte, claim bool) error {
 	key := o.ns.chkKey(id, MetadataFile)
-	if len(inline) == 0 && !claim {
-		return o.ns.Store.Upload(ctx, key, filepath.Join(dir, MetadataFile))
-	}
-	m, err := ReadMetadata(dir)
-	if err != nil {
-		return err
-	}
-	m.Version, m.InlineFiles = InlineMetadataVersion, inline
 	mine := ClaimMarker{Claim: o.claimSeq, Owner: o.member}
-	if claim {
-		m.Claim = &mine
+	var cerr error
+	if len(inline) == 0 && !claim {
+		cerr = o.ns.Store.Upload(ctx, key, filepath.Join(dir, MetadataFile))
+	} else {
+		m, err := ReadMetadata(dir)
+		if err != nil {
+			return err
+		}
+		m.Version, m.InlineFiles = InlineMetadataVersion, inline
+		if claim {
+			m.Claim = &mine
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		cerr = o.ns.Store.Create(ctx, key, b)
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
+	if cerr == nil {
+		return nil
 	}
-	cerr := o.ns.Store.Create(ctx, key, b)
-	if cerr == nil || !claim {
-		return cerr
+	if !claim {
+		if !errors.Is(cerr, fs.ErrExist) {
+			return cerr
+		}
+		got, rerr := o.readStoreMetadata(ctx, id)
+		if rerr != nil || got.Claim == nil || *got.Claim == mine {
+			return cerr
+		}
+		return o.taken(ctx, id, "has the _metadata of", *got.Claim)
 	}
 	got, rerr := o.readStoreMetadata(ctx, id)
 	switch {
