@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -546,6 +547,24 @@ func (o *Owner) taken(ctx context.Context, id int64, what string, got ClaimMarke
 		o.ns.Prefix, id, what, got.Claim, got.Owner, o.claimSeq, ErrForeignClaim)
 }
 
+// storedAs reports whether the store's object key holds exactly want
+// (nil: the file at path), read back after its create-only write said it
+// exists. Under this owner's own marker an object of chk-<id> that exists
+// with this owner's bytes is its own write whose answer was lost (an S3
+// retry meeting its first PUT: 412); other bytes, or a failed read, are
+// not.
+func (o *Owner) storedAs(ctx context.Context, key, path string, want []byte) bool {
+	if want == nil {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		want = b
+	}
+	got, err := o.ns.Store.Read(ctx, key)
+	return err == nil && bytes.Equal(got, want)
+}
+
 // readStoreMetadata reads chk-<id>/_metadata from the store.
 func (o *Owner) readStoreMetadata(ctx context.Context, id int64) (*Metadata, error) {
 	key := o.ns.chkKey(id, MetadataFile)
@@ -813,7 +832,8 @@ func (o *Owner) upload(ctx context.Context, id int64) (metadataClaim bool, err e
 	}
 	var uploaded []string
 	for _, rel := range files {
-		if err := put(ctx, o.ns.chkKey(id, rel), filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+		key, path := o.ns.chkKey(id, rel), filepath.Join(dir, filepath.FromSlash(rel))
+		if err := put(ctx, key, path); err != nil && !(errors.Is(err, fs.ErrExist) && o.storedAs(ctx, key, path, nil)) {
 			return false, fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
 	}
@@ -877,6 +897,7 @@ func (o *Owner) uploadMetadata(ctx context.Context, id int64, dir string, inline
 	key := o.ns.chkKey(id, MetadataFile)
 	mine := ClaimMarker{Claim: o.claimSeq, Owner: o.member}
 	var cerr error
+	var sent []byte // the _metadata created, nil when uploaded from dir
 	if len(inline) == 0 && !claim {
 		cerr = o.ns.Store.Upload(ctx, key, filepath.Join(dir, MetadataFile))
 	} else {
@@ -892,7 +913,7 @@ func (o *Owner) uploadMetadata(ctx context.Context, id int64, dir string, inline
 		if err != nil {
 			return err
 		}
-		cerr = o.ns.Store.Create(ctx, key, b)
+		cerr, sent = o.ns.Store.Create(ctx, key, b), b
 	}
 	if cerr == nil {
 		return nil
@@ -902,10 +923,13 @@ func (o *Owner) uploadMetadata(ctx context.Context, id int64, dir string, inline
 			return cerr
 		}
 		got, rerr := o.readStoreMetadata(ctx, id)
-		if rerr != nil || got.Claim == nil || *got.Claim == mine {
-			return cerr
+		switch {
+		case rerr == nil && got.Claim != nil && *got.Claim != mine:
+			return o.taken(ctx, id, "has the _metadata of", *got.Claim)
+		case o.storedAs(ctx, key, filepath.Join(dir, MetadataFile), sent):
+			return nil // created: the store's answer was lost
 		}
-		return o.taken(ctx, id, "has the _metadata of", *got.Claim)
+		return cerr
 	}
 	got, rerr := o.readStoreMetadata(ctx, id)
 	switch {
