@@ -757,7 +757,9 @@ func WriteInlineFiles(dir string, files map[string][]byte) error {
 // does not hold yet, then _metadata, which carries the small files
 // (uploadMetadata). Every write is create-only: a chk-<id> another owner
 // wrote fails the checkpoint instead of being overwritten, and one another
-// claim marked gets nothing at all. It reports whether the _metadata is
+// claim marked gets nothing at all. A private object that exists with
+// this owner's bytes, under its own marker, is its own write whose answer
+// was lost (storedAs). It reports whether the _metadata is
 // the owner marker (metadataClaim: the HEAD records the claim as
 // MetadataClaim, else as CheckpointClaim).
 //
@@ -892,7 +894,8 @@ const (
 // naming a claim is an unmarked writer's (a zombie's all-inline
 // checkpoint of the same id, or the new owner's when this owner is the
 // zombie), which took chk-<id> before this owner's marker made it its
-// own: taken's outcome as well.
+// own: taken's outcome as well; one holding this owner's bytes is its own
+// create whose answer was lost (storedAs).
 func (o *Owner) uploadMetadata(ctx context.Context, id int64, dir string, inline map[string][]byte, claim bool) error {
 	key := o.ns.chkKey(id, MetadataFile)
 	mine := ClaimMarker{Claim: o.claimSeq, Owner: o.member}
