@@ -64,14 +64,15 @@ type CoordinatorConfig struct {
 	Storage *Storage
 	// Owner, if not nil, makes every checkpoint a cluster-mode unit's
 	// fenced commit (docs/scale-out.md, invariant 1): before the barrier
-	// the Owner marks chk-<id> in the unit's store as its claim's
-	// (Owner.Reserve; an id another claim marked first is replaced by a
-	// higher one); after the metadata is written the Owner uploads the
-	// checkpoint and creates the unit's next HEAD, and only then notifies
-	// the tasks (which commit their transactions) and applies retention.
-	// When a newer HEAD exists (found by the marker or by the HEAD create)
-	// Run returns an error wrapping ErrHeadExists at once: nothing is
-	// written into the new owner's checkpoint, committed or deleted.
+	// the Owner picks the id (Owner.Reserve: above any chk-<n> another
+	// claim took); after the metadata is written the Owner uploads the
+	// checkpoint, making chk-<id> its claim's (its owner marker, or its
+	// _metadata naming the claim), and creates the unit's next HEAD, and
+	// only then notifies the tasks (which commit their transactions) and
+	// applies retention. When a newer HEAD exists (found at the marker,
+	// the _metadata or the HEAD create) Run returns an error wrapping
+	// ErrHeadExists at once: nothing of this owner's is restored from the
+	// new owner's checkpoints, committed or deleted.
 	Owner *Owner
 	// Fault, if not nil, is a fault-injection seam for tests of the
 	// cluster-mode commit order (docs/scale-out.md, invariant 1); no

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -546,6 +547,24 @@ func (o *Owner) taken(ctx context.Context, id int64, what string, got ClaimMarke
 		o.ns.Prefix, id, what, got.Claim, got.Owner, o.claimSeq, ErrForeignClaim)
 }
 
+// storedAs reports whether the store's object key holds exactly want
+// (nil: the file at path), read back after its create-only write said it
+// exists. Under this owner's own marker an object of chk-<id> that exists
+// with this owner's bytes is its own write whose answer was lost (an S3
+// retry meeting its first PUT: 412); other bytes, or a failed read, are
+// not.
+func (o *Owner) storedAs(ctx context.Context, key, path string, want []byte) bool {
+	if want == nil {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		want = b
+	}
+	got, err := o.ns.Store.Read(ctx, key)
+	return err == nil && bytes.Equal(got, want)
+}
+
 // readStoreMetadata reads chk-<id>/_metadata from the store.
 func (o *Owner) readStoreMetadata(ctx context.Context, id int64) (*Metadata, error) {
 	key := o.ns.chkKey(id, MetadataFile)
@@ -738,7 +757,9 @@ func WriteInlineFiles(dir string, files map[string][]byte) error {
 // does not hold yet, then _metadata, which carries the small files
 // (uploadMetadata). Every write is create-only: a chk-<id> another owner
 // wrote fails the checkpoint instead of being overwritten, and one another
-// claim marked gets nothing at all. It reports whether the _metadata is
+// claim marked gets nothing at all. A private object that exists with
+// this owner's bytes, under its own marker, is its own write whose answer
+// was lost (storedAs). It reports whether the _metadata is
 // the owner marker (metadataClaim: the HEAD records the claim as
 // MetadataClaim, else as CheckpointClaim).
 //
@@ -813,7 +834,8 @@ func (o *Owner) upload(ctx context.Context, id int64) (metadataClaim bool, err e
 	}
 	var uploaded []string
 	for _, rel := range files {
-		if err := put(ctx, o.ns.chkKey(id, rel), filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+		key, path := o.ns.chkKey(id, rel), filepath.Join(dir, filepath.FromSlash(rel))
+		if err := put(ctx, key, path); err != nil && !(errors.Is(err, fs.ErrExist) && o.storedAs(ctx, key, path, nil)) {
 			return false, fmt.Errorf("checkpoint: upload %d of unit %s: %w", id, o.ns.Prefix, err)
 		}
 	}
@@ -867,27 +889,49 @@ const (
 // Claim naming this owner's claim, and a create whose outcome is unknown
 // (an error, or "exists": an S3 retry whose first answer was lost) is
 // read back: this claim's _metadata means created; another writer's is
-// taken's outcome (ErrHeadExists or ErrForeignClaim).
+// taken's outcome (ErrHeadExists or ErrForeignClaim). Without claim
+// (upload marked chk-<id>) an "exists" is read back too: a _metadata
+// naming a claim is an unmarked writer's (a zombie's all-inline
+// checkpoint of the same id, or the new owner's when this owner is the
+// zombie), which took chk-<id> before this owner's marker made it its
+// own: taken's outcome as well; one holding this owner's bytes is its own
+// create whose answer was lost (storedAs).
 func (o *Owner) uploadMetadata(ctx context.Context, id int64, dir string, inline map[string][]byte, claim bool) error {
 	key := o.ns.chkKey(id, MetadataFile)
-	if len(inline) == 0 && !claim {
-		return o.ns.Store.Upload(ctx, key, filepath.Join(dir, MetadataFile))
-	}
-	m, err := ReadMetadata(dir)
-	if err != nil {
-		return err
-	}
-	m.Version, m.InlineFiles = InlineMetadataVersion, inline
 	mine := ClaimMarker{Claim: o.claimSeq, Owner: o.member}
-	if claim {
-		m.Claim = &mine
+	var cerr error
+	var sent []byte // the _metadata created, nil when uploaded from dir
+	if len(inline) == 0 && !claim {
+		cerr = o.ns.Store.Upload(ctx, key, filepath.Join(dir, MetadataFile))
+	} else {
+		m, err := ReadMetadata(dir)
+		if err != nil {
+			return err
+		}
+		m.Version, m.InlineFiles = InlineMetadataVersion, inline
+		if claim {
+			m.Claim = &mine
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		cerr, sent = o.ns.Store.Create(ctx, key, b), b
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
+	if cerr == nil {
+		return nil
 	}
-	cerr := o.ns.Store.Create(ctx, key, b)
-	if cerr == nil || !claim {
+	if !claim {
+		if !errors.Is(cerr, fs.ErrExist) {
+			return cerr
+		}
+		got, rerr := o.readStoreMetadata(ctx, id)
+		switch {
+		case rerr == nil && got.Claim != nil && *got.Claim != mine:
+			return o.taken(ctx, id, "has the _metadata of", *got.Claim)
+		case o.storedAs(ctx, key, filepath.Join(dir, MetadataFile), sent):
+			return nil // created: the store's answer was lost
+		}
 		return cerr
 	}
 	got, rerr := o.readStoreMetadata(ctx, id)
