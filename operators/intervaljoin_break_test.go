@@ -126,8 +126,12 @@ func TestIntervalJoinInPlaceRescaleModel(t *testing.T) {
 		}
 		slices.Sort(want)
 		for _, backend := range backends {
-			for _, spill := range []int{intervalJoinSpillRows, 3} {
-				t.Run(fmt.Sprintf("%s/%s/spill%d", kind, backend, spill), func(t *testing.T) {
+			for _, run := range []struct{ spill, cache int }{{intervalJoinSpillRows, 0}, {3, 0}, {intervalJoinSpillRows, 1 << 11}, {3, 1 << 11}} {
+				spill := run.spill
+				if run.cache != 0 && backend != state.KindPebble {
+					continue // the write cache is Pebble's
+				}
+				t.Run(fmt.Sprintf("%s/%s/spill%d/cache%d", kind, backend, spill, run.cache), func(t *testing.T) {
 					ctx := context.Background()
 					p := IntervalJoinParams{Lower: time.Duration(lower) * time.Millisecond, Upper: time.Duration(upper) * time.Millisecond, Join: kind, Select: sel}
 					root := t.TempDir()
@@ -137,6 +141,7 @@ func TestIntervalJoinInPlaceRescaleModel(t *testing.T) {
 							cfg := state.BackendConfig{Kind: backend, MaxParallelism: testMaxP, KeyGroupRange: keygroup.RangeFor(testMaxP, n, i)}
 							if backend == state.KindPebble {
 								cfg.Dir = filepath.Join(root, fmt.Sprintf("db-%d-%d", stage, i))
+								cfg.WriteCacheBytes = run.cache // 2 KiB: entries evicted between a key's read and its write
 							}
 							j := NewIntervalJoin(p)
 							j.spillRows = spill
