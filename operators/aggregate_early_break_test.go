@@ -1,7 +1,11 @@
 package operators
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/kstreamd/kstreamd/runtime"
 )
@@ -45,5 +49,84 @@ func TestAggregateEarlyFoldRetractEndsBatchKey(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAggregateMiniBatchDistinctChurn: over a changelog, two keys whose
+// few values (amounts 3, 9 and 13: each of the filters' ranges; users u0
+// and u1) are inserted, retracted (-D, or -U then +U) and inserted again
+// many times within one batch, with checkpoints (snapshot and restore) at
+// random points, through the count_distinct aggregates with filters and a
+// shared map (distinctFilterSpecs), with and without state_ttl (an hour,
+// never reached): with mini_batch (sizes 2, 7 and 1000; the batch's table
+// of entries) the upsert table at every checkpoint and at the end is the
+// one without mini_batch, and the final one the model's (distinctModelRow).
+func TestAggregateMiniBatchDistinctChurn(t *testing.T) {
+	amounts := []int{3, 9, 13}
+	for _, kind := range backends {
+		for _, ttl := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/ttl=%t", kind, ttl), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(45, 7))
+				rows := map[string][][2]int{}
+				var steps []mbStep
+				rec := func(c runtime.ChangeKind, k string, r [2]int) {
+					steps = append(steps, mbStep{rec: changed(c, k, r[0], fmt.Sprintf("u%d", r[1]))})
+				}
+				for range 200 {
+					if rng.IntN(60) == 0 {
+						steps = append(steps, mbStep{barrier: true})
+					}
+					k := fmt.Sprintf("k%d", rng.IntN(2))
+					if n := len(rows[k]); n > 0 && rng.IntN(2) == 0 {
+						i := rng.IntN(n)
+						old := rows[k][i]
+						rows[k] = append(rows[k][:i:i], rows[k][i+1:]...)
+						if rng.IntN(2) == 0 {
+							rec(runtime.ChangeDelete, k, old)
+							continue
+						}
+						rec(runtime.ChangeUpdateBefore, k, old)
+						r := [2]int{amounts[rng.IntN(3)], rng.IntN(2)}
+						rows[k] = append(rows[k], r)
+						rec(runtime.ChangeUpdateAfter, k, r)
+						continue
+					}
+					r := [2]int{amounts[rng.IntN(3)], rng.IntN(2)}
+					rows[k] = append(rows[k], r)
+					rec(runtime.ChangeInsert, k, r)
+				}
+				newRun := func(size int) *mbRun {
+					return &mbRun{t: t, kind: kind, size: size, newFn: func() *Aggregate {
+						p := AggregateParams{Aggregates: distinctFilterSpecs(t, true)}
+						if size > 0 {
+							p.MiniBatch = &MiniBatchParams{Size: size}
+						}
+						if ttl {
+							p.StateTTL = StateTTLParams{TTL: time.Hour}
+						}
+						return NewAggregate(p, true)
+					}}
+				}
+				plain := newRun(0)
+				plain.run(steps)
+				want := map[string]string{}
+				for k, rs := range rows {
+					if len(rs) > 0 {
+						want[k] = distinctModelRow(k, rs, true)
+					}
+				}
+				if got := plain.tables[len(plain.tables)-1]; !reflect.DeepEqual(got, want) {
+					t.Fatalf("without mini_batch: table\n%v\nwant (model)\n%v", got, want)
+				}
+				for _, size := range []int{2, 7, 1000} {
+					b := newRun(size)
+					b.plain = plain
+					b.run(steps)
+					if !reflect.DeepEqual(b.tables, plain.tables) {
+						t.Fatalf("mini_batch %d: tables at the checkpoints and the end\n%v\nwant (without mini_batch)\n%v", size, b.tables, plain.tables)
+					}
+				}
+			})
+		}
 	}
 }
