@@ -130,3 +130,53 @@ func TestAggregateMiniBatchDistinctChurn(t *testing.T) {
 		}
 	}
 }
+
+// TestAggregateEarlyFoldEvalErrorMidBatch: a record whose of fails (a sum
+// over a string, a missing field) in the middle of an early-folding
+// batch is a bad record (eval_error) and folds nothing: the records
+// before and after it in the batch are folded, and the rows are exactly
+// those without mini_batch.
+func TestAggregateEarlyFoldEvalErrorMidBatch(t *testing.T) {
+	for _, kind := range backends {
+		t.Run(kind, func(t *testing.T) {
+			run := func(mb *MiniBatchParams) (map[string]string, int) {
+				p := AggregateParams{MiniBatch: mb, Aggregates: []AggregateSpec{
+					{Name: "total", Fn: AggSum, Of: compiled(t, "amount")},
+					{Name: "n", Fn: AggCount},
+					{Name: "lo", Fn: AggMin, Of: compiled(t, "amount")},
+					{Name: "hi", Fn: AggMax, Of: compiled(t, "amount")},
+					{Name: "mean", Fn: AggAvg, Of: compiled(t, "amount")},
+					{Name: "last_user", Fn: AggLast, Of: compiled(t, "user")},
+				}}
+				agg := NewAggregate(p, false)
+				if mb != nil && !agg.foldsEarly() {
+					t.Fatal("the aggregate does not fold early")
+				}
+				h, err := openStateful(t, kind, t.TempDir(), nil, nil, agg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bad := &recordErrors{}
+				h.feed(bad, payment("a", 5, "u1"))
+				h.feed(bad, payment("a", 4, "u2"), payment("a", "x", "u3"), payment("b", 1, "u1"),
+					runtime.Record{Key: []byte("a"), Value: []byte(`{"user":"u4"}`)}, payment("a", 2, "u5"))
+				for _, e := range bad.errs {
+					if e.Reason != runtime.ReasonEvalError {
+						t.Fatalf("bad record %v, want an eval_error", e)
+					}
+				}
+				return lastRows(h.finish()), len(bad.errs)
+			}
+			want := map[string]string{
+				"a": `{"key":"a","total":11,"n":3,"lo":2,"hi":5,"mean":3.6666666666666665,"last_user":"u5"}`,
+				"b": `{"key":"b","total":1,"n":1,"lo":1,"hi":1,"mean":1,"last_user":"u1"}`,
+			}
+			for _, mb := range []*MiniBatchParams{nil, {Size: 1000}, {Size: 2}} {
+				got, nbad := run(mb)
+				if nbad != 2 || len(got) != len(want) || got["a"] != want["a"] || got["b"] != want["b"] {
+					t.Fatalf("mini_batch %v: %d bad records, rows %v, want 2 and %v", mb, nbad, got, want)
+				}
+			}
+		})
+	}
+}
