@@ -213,6 +213,10 @@ func (f *Aggregate) bufferEarly(rec runtime.Record, in []aggInput, retract bool,
 		if err := f.FinishBundle(context.Background(), out); err != nil {
 			return err
 		}
+		// The batch's end made its keys current in turn: the record's key
+		// is made current again before its accumulators are read.
+		f.backend.SetCurrentKey(rec.Key)
+		f.backend.SetRecordTimestamp(rec.Timestamp)
 		ok = false
 	}
 	head := outputHeadOf(rec)
