@@ -3,9 +3,11 @@ package operators
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -39,9 +41,25 @@ const (
 // windowRowsSerializer encodes a window's rows of a side with no count,
 // so that the encoding of two lists concatenated is the concatenation of
 // theirs (state.ConcatSerializer): per row a flags byte (2 text, 4 nil
-// value), a uvarint length and the value's bytes. Name
-// "window-join-rows-v1". Decoded values share one copy of the bytes.
+// value, 8 value not kept: noValue), a uvarint length and the value's
+// bytes. Name "window-join-rows-v1"; flag 8 is newer than the name (a
+// binary from before it refuses such rows as malformed rather than read
+// them as null). Decoded values share one copy of the bytes.
 type windowRowsSerializer struct{}
+
+// noValue is the value of a row buffered without its value (a side
+// select does not read: WindowJoin.setKeepValue), told apart from a
+// record's null value by its identity (isNoValue).
+var noValue = make([]byte, 0, 1)
+
+// errRowsWithoutValues is the error of a window whose rows were buffered
+// without their values while the job's select now reads them.
+var errRowsWithoutValues = errors.New("operators: window_join rows without values")
+
+// isNoValue reports whether v is noValue.
+func isNoValue(v []byte) bool {
+	return len(v) == 0 && cap(v) == 1 && unsafe.SliceData(v) == unsafe.SliceData(noValue)
+}
 
 func (windowRowsSerializer) Name() string { return "window-join-rows-v1" }
 
@@ -54,7 +72,10 @@ func (windowRowsSerializer) Append(dst []byte, rows []joinRow) ([]byte, error) {
 		if r.Text {
 			f |= 2
 		}
-		if r.Value == nil {
+		switch {
+		case isNoValue(r.Value):
+			f |= 8
+		case r.Value == nil:
 			f |= 4
 		}
 		dst = append(dst, f)
@@ -70,12 +91,15 @@ func (windowRowsSerializer) Decode(b []byte) ([]joinRow, error) {
 	for len(b) > 0 {
 		f := b[0]
 		l, k := binary.Uvarint(b[1:])
-		if k <= 0 || f&^6 != 0 || l > uint64(len(b)-1-k) {
+		if k <= 0 || f&^14 != 0 || f&12 == 12 || (f&8 != 0 && l != 0) || l > uint64(len(b)-1-k) {
 			return nil, errJoinRows
 		}
 		b = b[1+k:]
 		r := joinRow{Text: f&2 != 0}
-		if f&4 == 0 {
+		switch {
+		case f&8 != 0:
+			r.Value = noValue
+		case f&4 == 0:
 			r.Value = b[:l:l]
 		}
 		b = b[l:]
@@ -227,7 +251,9 @@ func windowJoinFactory() Factory {
 //
 // A side whose values select does not read (select's raw form reads no
 // field of it: Nexmark q8's auctions) is kept without them: its rows hold
-// a null value (flags and length, 2 bytes), which select never sees.
+// no value (flags and length, 2 bytes), which select never sees. Such
+// rows restored into a job whose select reads the side fail the job at
+// their window's end (errRowsWithoutValues) rather than join as null.
 //
 // Metrics (when Metrics is set): kstreamd_join_buffered_rows (a record of a
 // sliding window counts once per window) and the late-record counters.
@@ -393,7 +419,7 @@ func (j *WindowJoin) process(side int, rec runtime.Record, out Collector) error 
 	if j.keepValue[side] {
 		j.row[0] = joinRow{Value: rec.Value, Text: rec.Format == runtime.FormatText}
 	} else {
-		j.row[0] = joinRow{}
+		j.row[0] = joinRow{Value: noValue}
 	}
 	defer func() { j.row[0] = joinRow{} }()
 	first := j.p.Dedup.keepsFirst(side)
@@ -499,6 +525,20 @@ func (j *WindowJoin) OnTimer(_ context.Context, ts time.Time, tc TimerContext, o
 			return err
 		}
 		rows[side] = r
+	}
+	if !j.keepSet {
+		j.setKeepValue()
+	}
+	for side := range 2 {
+		if !j.keepValue[side] {
+			continue
+		}
+		for i := range rows[side] {
+			if isNoValue(rows[side][i].Value) {
+				return fmt.Errorf("window_join: the %s rows of key %q and the window from %s were buffered without their values (select read no %s field when the checkpoint was taken) and select now reads them: restore from a checkpoint taken with this select, or run the earlier select until these windows have closed: %w",
+					[2]string{"left", "right"}[side], tc.Key, time.UnixMilli(start).UTC().Format(time.RFC3339Nano), [2]string{"left", "right"}[side], errRowsWithoutValues)
+			}
+		}
 	}
 	var held [2]int
 	for side := range 2 {

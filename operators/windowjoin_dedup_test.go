@@ -1,6 +1,8 @@
 package operators
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -182,6 +184,10 @@ func storedRows(t *testing.T, h *joinHarness) [2][]string {
 					return err
 				}
 				for _, r := range rs {
+					if isNoValue(r.Value) {
+						rows[side] = append(rows[side], `"" no value`)
+						continue
+					}
 					rows[side] = append(rows[side], fmt.Sprintf("%q nil %v", r.Value, r.Value == nil))
 				}
 			}
@@ -213,10 +219,10 @@ func TestWindowJoinUnreadSideKeepsNoValue(t *testing.T) {
 		want     []string
 	}{
 		{`{"id": left.id, "start": window_start}`, JoinInner, [2]bool{true, false},
-			[2][]string{{`"{\"id\":1}" nil false`, `"{\"id\":2.5}" nil false`}, {`"" nil true`, `"" nil true`, `"" nil true`}},
+			[2][]string{{`"{\"id\":1}" nil false`, `"{\"id\":2.5}" nil false`}, {`"" no value`, `"" no value`, `"" no value`}},
 			[]string{`a 9999 {"id":1,` + start + `}`, `c 9999 {"id":2.5,` + start + `}`}},
 		{`{"end": window_end, "start": window_start}`, JoinFullOuter, [2]bool{false, false},
-			[2][]string{{`"" nil true`, `"" nil true`}, {`"" nil true`, `"" nil true`, `"" nil true`}},
+			[2][]string{{`"" no value`, `"" no value`}, {`"" no value`, `"" no value`, `"" no value`}},
 			[]string{
 				`a 9999 {"end":"1970-01-01T00:00:10Z",` + start + `}`,
 				`b 9999 {"end":"1970-01-01T00:00:10Z",` + start + `}`,
@@ -323,5 +329,75 @@ func TestWindowJoinDedupParam(t *testing.T) {
 	var d WindowJoinDedup
 	if err := d.UnmarshalText([]byte("first")); err == nil || !strings.Contains(err.Error(), "first") {
 		t.Errorf("dedup first: %v, want an error naming it", err)
+	}
+}
+
+// TestWindowJoinRestoredRowsWithoutValues: rows a join buffered without
+// their values (its select read no right field) restored into a job whose
+// select reads the right side fail the job at their window's end, naming
+// the key and window, instead of joining as null; restored with the same
+// select they join exactly; a record whose value is null is still a null
+// row (flag 4), not one without a value. Without the no-value flag the
+// changed select wrote "seller":null for every right row.
+func TestWindowJoinRestoredRowsWithoutValues(t *testing.T) {
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			p := WindowJoinParams{Kind: Tumbling, Size: 10 * time.Second, Select: compiled(t, `{"id": left.id, "start": window_start}`)}
+			h, j := newWindowJoinHarness(t, backend, t.TempDir(), nil, p)
+			h.send(0, runtime.Record{Key: []byte("a"), Value: []byte(`{"id":1}`), Timestamp: time.UnixMilli(1_000)})
+			h.send(1, runtime.Record{Key: []byte("a"), Value: []byte(`{"seller":"a"}`), Timestamp: time.UnixMilli(2_000)})
+			h.send(0, runtime.Record{Key: []byte("n"), Value: []byte(`{"id":2}`), Timestamp: time.UnixMilli(3_000)})
+			h.send(1, runtime.Record{Key: []byte("n"), Value: nil, Timestamp: time.UnixMilli(4_000)})
+			if j.keepValue != [2]bool{true, false} {
+				t.Fatalf("keepValue %v, want left only", j.keepValue)
+			}
+			snapDir := t.TempDir()
+			handle := snapshotHarnessTo(t, h.harness, snapDir)
+			h.finish()
+
+			// The same select: exact.
+			r := &Restore{Keyed: []state.RestoreHandle{{Handle: handle, Dir: copyTree(t, snapDir)}}}
+			h, _ = newWindowJoinHarness(t, backend, t.TempDir(), r, p)
+			if rows := storedRows(t, h); !slices.Equal(rows[1], []string{`"" no value`, `"" no value`}) {
+				t.Fatalf("restored right rows %q, want two without values", rows[1])
+			}
+			h.wm(20_000)
+			start := `"start":"1970-01-01T00:00:00Z"`
+			want := []string{`a 9999 {"id":1,` + start + `}`, `n 9999 {"id":2,` + start + `}`}
+			if got := joinOutputs(h.emitted()); !slices.Equal(got, want) {
+				t.Fatalf("outputs %q, want %q", got, want)
+			}
+			h.finish()
+
+			// A select that reads the right side: refused at the window's end.
+			p.Select = compiled(t, `{"id": left.id, "seller": right.seller}`)
+			r = &Restore{Keyed: []state.RestoreHandle{{Handle: handle, Dir: copyTree(t, snapDir)}}}
+			h, _ = newWindowJoinHarness(t, backend, t.TempDir(), r, p)
+			err := h.op.ProcessWatermark(h.ctx, time.UnixMilli(20_000))
+			if !errors.Is(err, errRowsWithoutValues) || !strings.Contains(err.Error(), `the right rows of key "a" and the window from 1970-01-01T00:00:00Z`) {
+				t.Fatalf("watermark past the restored window: %v, want the rows-without-values error for key a", err)
+			}
+			if got := joinOutputs(h.emitted()); len(got) != 0 {
+				t.Fatalf("outputs %q before the error, want none", got)
+			}
+			h.finish()
+		})
+	}
+	// A null value is not a row without a value.
+	b, err := windowRowsSerializer{}.Append(nil, []joinRow{{Value: nil}, {Value: noValue}, {Value: []byte(`1`), Text: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []byte{4, 0, 8, 0, 2, 1, '1'}; !bytes.Equal(b, want) {
+		t.Fatalf("encoded %v, want %v", b, want)
+	}
+	rows, err := windowRowsSerializer{}.Decode(b)
+	if err != nil || len(rows) != 3 || rows[0].Value != nil || !isNoValue(rows[1].Value) || string(rows[2].Value) != "1" || !rows[2].Text {
+		t.Fatalf("decoded %+v, %v", rows, err)
+	}
+	for _, bad := range [][]byte{{12, 0}, {8, 1, 'x'}, {16, 0}} {
+		if _, err := (windowRowsSerializer{}).Decode(bad); !errors.Is(err, errJoinRows) {
+			t.Errorf("decode %v: %v, want errJoinRows", bad, err)
+		}
 	}
 }
