@@ -273,7 +273,7 @@ func TestWindowRowsSerializer(t *testing.T) {
 	if rows, err := s.Decode(nil); err != nil || len(rows) != 0 {
 		t.Fatalf("Decode(empty) = %v, %v; want no rows", rows, err)
 	}
-	for _, bad := range [][]byte{{0}, {0, 5, 'x'}, {8, 0}, {0, 0x80}} {
+	for _, bad := range [][]byte{{0}, {0, 5, 'x'}, {16, 0}, {12, 0}, {8, 1, 'x'}, {0, 0x80}} {
 		if _, err := s.Decode(bad); err == nil {
 			t.Errorf("Decode(%v): no error", bad)
 		}
