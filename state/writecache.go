@@ -145,7 +145,7 @@ func (c *writeCache) setVal(e *cacheEntry, v []byte, present bool) {
 // derive it (objCodec.resize), else measured.
 func (c *writeCache) setObj(e *cacheEntry, obj any, codec *objCodec) {
 	if e.codec == codec && e.obj != nil {
-		size := e.osize
+		var size int
 		if codec.resize != nil {
 			size = codec.resize(e.obj, e.osize, obj)
 		} else {
