@@ -26,7 +26,8 @@ import (
 // ring of records would give some keys a first shape without its second
 // in every round, whose lists then grow without end until the write
 // cache evicts). items/key reports the stored items per key at the end
-// (about 10), and the run fails if they grew past benchMaxItemsPerKey.
+// (about 10), and the run fails if they grew past benchMaxItemsPerKey;
+// cpu-ns/op is the process's CPU time per record (getrusage).
 func BenchmarkShapePairMatcher(b *testing.B) { benchShapePairMatcher(b, nil) }
 
 // BenchmarkShapePairMatcherChained is BenchmarkShapePairMatcher with the
@@ -93,6 +94,7 @@ func benchShapePairMatcher(b *testing.B, out *runtime.Output) {
 	}
 	b.ReportAllocs()
 	i := 0
+	cpu := processCPU()
 	for b.Loop() {
 		if err := op.ProcessRecord(ctx, 0, next()); err != nil {
 			b.Fatal(err)
@@ -104,6 +106,9 @@ func benchShapePairMatcher(b *testing.B, out *runtime.Output) {
 		}
 	}
 	b.StopTimer()
+	// CPU per record (the process's, Pebble's goroutines included):
+	// steadier than ns/op on a loaded machine.
+	b.ReportMetric(float64(processCPU()-cpu)/float64(i), "cpu-ns/op")
 	keys, items := 0, 0
 	err := state.ApplyToAllValueKeys(fn.backend, ShapePairListsState, func(_ []byte, vs state.ValueState[*ShapePairLists]) error {
 		l, err := listsValue(vs)
