@@ -333,7 +333,7 @@ func (m *ShapePairMatcher) ProcessElement(_ context.Context, rec runtime.Record,
 		// No else: with First == Second the item closes a pair and opens one.
 		if shape == v.rule.First {
 			if item == nil {
-				if item, err = l.ownItem(rec.Value); err != nil {
+				if item, err = ownItem(rec.Value); err != nil {
 					return m.storeFailed(err, kept, l, changes, false)
 				}
 			}
@@ -460,17 +460,12 @@ func validJSON(rec *runtime.Record) bool {
 }
 
 // ownItem returns the copy of a record's value (valid JSON: topLevelString
-// checked it) that l keeps, as json.Marshal writes it, in l's arena
-// (keep).
-func (l *ShapePairLists) ownItem(value json.RawMessage) (json.RawMessage, error) {
+// checked it) that ShapePairLists keep, as json.Marshal writes it.
+func ownItem(value json.RawMessage) (json.RawMessage, error) {
 	if plainItem(value) {
-		return l.keep(value), nil
+		return append(json.RawMessage(nil), value...), nil
 	}
-	c, err := canonicalItem(value)
-	if err != nil {
-		return nil, err
-	}
-	return l.keep(c), nil
+	return canonicalItem(value)
 }
 
 // ruleVisit is what ProcessElement's first pass found for one rule naming

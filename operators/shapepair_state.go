@@ -30,11 +30,6 @@ import (
 type ShapePairLists struct {
 	lists []pairList // rule order, no rule twice; a list may be empty
 	size  int        // the sum of listSize over lists, for Size
-	// arena holds the items ProcessElement stored since it was made,
-	// one after another (see keep): a key's items lie together in
-	// memory instead of in one allocation each. Its bytes up to len are
-	// items' and never written again.
-	arena []byte
 }
 
 // pairList is one rule's stored items under a key.
@@ -104,96 +99,6 @@ func (l ShapePairLists) seek(from int, rule string) (int, bool) {
 	return len(l.lists), false
 }
 
-// arenaMin is the least capacity of a new ShapePairLists arena (a few
-// of the bench's 100-byte items).
-const arenaMin = 512
-
-// keep returns a copy of item (as json.Marshal writes it) in l's arena,
-// as ProcessElement stores a record's item. When the arena has no room,
-// a new one is made with room for twice the live items' bytes plus
-// item, and every stored item is moved into it first (an item in
-// several lists once): the old arena, and what a Decode's buffer held,
-// is then referenced by no list, so an arena keeps at most about as
-// many dead bytes as live ones alive. The lists' arrays are changed in
-// place (the items, not their bytes), as ProcessElement changes them.
-func (l *ShapePairLists) keep(item json.RawMessage) json.RawMessage {
-	if cap(l.arena)-len(l.arena) < len(item) {
-		l.moveToArena(len(item))
-	}
-	at := len(l.arena)
-	l.arena = append(l.arena, item...)
-	return json.RawMessage(l.arena[at:len(l.arena):len(l.arena)])
-}
-
-// moveToArena makes l a new arena with room for twice the stored items'
-// bytes plus extra, at least arenaMin, and moves the stored items into
-// it: an item in several lists (the same bytes, stored under several
-// rules by one record) stays one copy.
-func (l *ShapePairLists) moveToArena(extra int) {
-	n := 0
-	for _, pl := range l.lists {
-		n += len(pl.items)
-	}
-	var small [32]movedItem
-	moved := small[:0]
-	var big map[*byte]int // past len(small) items: item's first byte -> its index in moved
-	if n > len(small) {
-		moved = make([]movedItem, 0, n)
-		big = make(map[*byte]int, n)
-	}
-	live := 0
-	for _, pl := range l.lists { // the distinct items, for the arena's size
-		for _, it := range pl.items {
-			if len(it) > 0 && movedIndex(moved, big, it) < 0 {
-				if big != nil {
-					big[unsafe.SliceData(it)] = len(moved)
-				}
-				moved = append(moved, movedItem{from: it})
-				live += len(it)
-			}
-		}
-	}
-	arena := make([]byte, 0, max(arenaMin, 2*live+extra))
-	for i := range moved {
-		at := len(arena)
-		arena = append(arena, moved[i].from...)
-		moved[i].to = arena[at:len(arena):len(arena)]
-	}
-	for _, pl := range l.lists {
-		for j, it := range pl.items {
-			if len(it) > 0 {
-				pl.items[j] = moved[movedIndex(moved, big, it)].to
-			}
-		}
-	}
-	l.arena = arena
-}
-
-// movedIndex returns the index in moved of the item with it's bytes (the
-// same first byte and length), or -1; big, when not nil, indexes moved by
-// first byte.
-func movedIndex(moved []movedItem, big map[*byte]int, it json.RawMessage) int {
-	p := unsafe.SliceData(it)
-	if big != nil {
-		if i, ok := big[p]; ok && len(moved[i].from) == len(it) {
-			return i
-		}
-		return -1
-	}
-	for i := range moved {
-		if unsafe.SliceData(moved[i].from) == p && len(moved[i].from) == len(it) {
-			return i
-		}
-	}
-	return -1
-}
-
-// movedItem is an item moveToArena moves: its bytes and their copy in
-// the new arena.
-type movedItem struct {
-	from, to json.RawMessage
-}
-
 // listAdd is a list for ShapePairLists.with to add: rule, which l has no
 // list for, with items, at the index seek returned for it.
 type listAdd struct {
@@ -212,7 +117,7 @@ func (l ShapePairLists) with(adds []listAdd) ShapePairLists {
 		size += listSize(a.rule, a.items)
 		next = a.at
 	}
-	return ShapePairLists{lists: append(out, l.lists[next:]...), size: size, arena: l.arena}
+	return ShapePairLists{lists: append(out, l.lists[next:]...), size: size}
 }
 
 // pairEdit builds the ShapePairLists that follows base by changes one
@@ -480,8 +385,8 @@ func (ShapePairListsSerializer) Copy(v ShapePairLists, _ []ShapePairLists) (Shap
 func (ShapePairListsSerializer) View(v ShapePairLists) ShapePairLists { return v }
 
 // Size implements state.HeapSerializer: the lists' and items' headers and
-// bytes (an item in two lists counts twice) and the arena's free room.
+// bytes (an item in two lists counts twice).
 // The edit that built v counted it: Size does not walk the items.
 func (ShapePairListsSerializer) Size(v ShapePairLists) int {
-	return 56 + v.size + cap(v.arena) - len(v.arena)
+	return 56 + v.size
 }
