@@ -164,6 +164,12 @@ func FuzzExchangeBatchReader(f *testing.F) {
 	f.Add(encodeExchange(exchangeRecords[1:2]))
 	f.Add([]byte{ExchangeBatchVersion})
 	f.Add([]byte{2, 0, 0})
+	f.Add([]byte{1, exchangeChange, 0})
+	var change ExchangeBatch
+	change.AppendChange(time.UnixMilli(7), []byte("k"), []byte("v"), 1, ChangeUpdateBefore, true)
+	change.AppendHeader("h", nil)
+	change.AppendChange(time.Time{}, nil, nil, 0, ChangeDelete, false)
+	f.Add(change.Take(0))
 	f.Add([]byte(`{"user":"a"}`))
 	f.Fuzz(func(t *testing.T, value []byte) {
 		recs, err := decodeExchange(value)
