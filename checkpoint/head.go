@@ -206,6 +206,15 @@ func (h Heads) Purge(ctx context.Context, keepFrom int64) error {
 	if err != nil {
 		return err
 	}
+	return h.purgeListed(ctx, seqs, keepFrom)
+}
+
+// purgeListed is Purge with the HEADs already listed (seqs, ascending):
+// Owner.Retain's own listing, taken after the namespace's. A HEAD created
+// since is above the owner's (retention returned before) or its own newer
+// one, never below keepFrom, so the listing holds every HEAD Purge would
+// delete.
+func (h Heads) purgeListed(ctx context.Context, seqs []int64, keepFrom int64) error {
 	var del []string
 	for _, k := range seqs {
 		if k < keepFrom {
@@ -1158,7 +1167,7 @@ func (o *Owner) Retain(ctx context.Context, from int64) error {
 			delete(o.chain, k)
 		}
 	}
-	if err := heads.Purge(ctx, keepFrom); err != nil {
+	if err := heads.purgeListed(ctx, seqs, keepFrom); err != nil { // no second listing of the HEADs
 		return err
 	}
 	if o.ns.Local == nil || len(kept) == 0 {

@@ -31,9 +31,18 @@ func IsExchangeBatch(headers []Header) bool {
 }
 
 // ExchangeBatchVersion is the version byte that starts the value of an
-// exchange batch. A reader refuses another version (ErrExchangeBatch): a
-// batch written by a newer kstreamd is never read as something else.
-const ExchangeBatchVersion byte = 1
+// exchange batch. A reader refuses a version it does not know
+// (ErrExchangeBatch): a batch written by a newer kstreamd is never read as
+// something else. Version 2 adds a record's change kind in its flags
+// (exchangeChange); this kstreamd writes 2 and reads 1 and 2, and a
+// kstreamd that reads only 1 fails the unit on a version-2 batch (it
+// restarts until its daemon is upgraded: output is delayed, never lost).
+const ExchangeBatchVersion byte = 2
+
+// exchangeBatchVersion1 is the version before the change kind in the
+// flags: its records carry the change kind as a header, and its flags
+// have only the three low bits.
+const exchangeBatchVersion1 byte = 1
 
 // ErrExchangeBatch is wrapped by ExchangeBatchReader's errors: the value
 // is not an exchange batch of ExchangeBatchVersion (another version,
@@ -45,7 +54,10 @@ var ErrExchangeBatch = errors.New("runtime: malformed exchange batch")
 // byte, then each record in write order:
 //
 //	flags   byte: bit 0 the key is not nil, bit 1 the value is not nil,
-//	        bit 2 the record has a timestamp; the other bits are 0
+//	        bit 2 the record has a timestamp; version 2 also: bit 3 the
+//	        record's change kind is bits 4-5 (runtime.ChangeKind: 0 +I,
+//	        1 -U, 2 +U, 3 -D), bit 6 (only with bit 3) the record has an
+//	        upsert changelog mode header; the other bits are 0
 //	ts      varint (zig-zag) ms since the epoch, if bit 2
 //	key     uvarint length, bytes, if bit 0
 //	value   uvarint length, bytes, if bit 1
@@ -55,11 +67,23 @@ var ErrExchangeBatch = errors.New("runtime: malformed exchange batch")
 // A record is what a Kafka record of the format before batches carried:
 // key, value, headers and a timestamp of Kafka's ms precision; a record
 // without a timestamp takes the batch's Kafka timestamp (the producer's
-// clock, as its own Kafka record would have).
+// clock, as its own Kafka record would have). A record with bit 3 carries
+// the change header (ChangeHeader: the kind's short form) in its flags
+// instead of as a header of ~20 bytes, and with bit 6 the changelog mode
+// header (ChangelogModeHeader: UpsertChangelogMode) too: the reader
+// gives it back those headers after the record's own, in that order,
+// exactly where a version-1 record had them.
 const (
-	exchangeKey   = 1 << 0
-	exchangeValue = 1 << 1
-	exchangeTime  = 1 << 2
+	exchangeKey        = 1 << 0
+	exchangeValue      = 1 << 1
+	exchangeTime       = 1 << 2
+	exchangeChange     = 1 << 3
+	exchangeKindShift  = 4
+	exchangeKindMask   = 3 << exchangeKindShift
+	exchangeUpsertMode = 1 << 6
+
+	exchangeFlagsV1 = exchangeKey | exchangeValue | exchangeTime
+	exchangeFlagsV2 = exchangeFlagsV1 | exchangeChange | exchangeKindMask | exchangeUpsertMode
 )
 
 // ExchangeBatch encodes the records of one exchange batch. The zero value
@@ -76,13 +100,34 @@ type ExchangeBatch struct {
 // stays empty), ts (the zero time: none; else truncated to ms) and the
 // number of headers AppendHeader adds next.
 func (b *ExchangeBatch) Append(ts time.Time, key, value []byte, headers int) {
+	b.append(ts, key, value, headers, 0)
+}
+
+// AppendChange is Append for a record of a changelog whose change kind is
+// change (ChangeInsert to ChangeDelete) and, with upsertMode, whose
+// changelog mode header says UpsertChangelogMode: the reader gives the
+// record its ChangeHeader and then its ChangelogModeHeader after the
+// headers AppendHeader adds (which must include neither), as if they
+// had been appended last, for two bits of the flags byte instead of
+// ~20 bytes each. Another kind panics (the caller writes it as a header).
+func (b *ExchangeBatch) AppendChange(ts time.Time, key, value []byte, headers int, change ChangeKind, upsertMode bool) {
+	if change > ChangeDelete {
+		panic(fmt.Sprintf("runtime: exchange batch: change kind %d", change))
+	}
+	flags := byte(exchangeChange) | byte(change)<<exchangeKindShift
+	if upsertMode {
+		flags |= exchangeUpsertMode
+	}
+	b.append(ts, key, value, headers, flags)
+}
+
+func (b *ExchangeBatch) append(ts time.Time, key, value []byte, headers int, flags byte) {
 	if len(b.buf) == 0 {
 		if cap(b.buf) == 0 && b.hint > 0 {
 			b.buf = make([]byte, 0, b.hint)
 		}
 		b.buf = append(b.buf, ExchangeBatchVersion)
 	}
-	var flags byte
 	if key != nil {
 		flags |= exchangeKey
 	}
@@ -171,8 +216,9 @@ type ExchangeBatchRecord struct {
 
 // ExchangeBatchReader reads the records of one exchange batch in order.
 type ExchangeBatchReader struct {
-	b   []byte
-	off int
+	b     []byte
+	off   int
+	flags byte // the flags bits the batch's version allows
 }
 
 // NewExchangeBatchReader returns a reader of value, an exchange batch; it
@@ -182,10 +228,13 @@ func NewExchangeBatchReader(value []byte) (ExchangeBatchReader, error) {
 	if len(value) == 0 {
 		return ExchangeBatchReader{}, fmt.Errorf("%w: empty", ErrExchangeBatch)
 	}
-	if value[0] != ExchangeBatchVersion {
-		return ExchangeBatchReader{}, fmt.Errorf("%w: version %d, this kstreamd reads version %d", ErrExchangeBatch, value[0], ExchangeBatchVersion)
+	switch value[0] {
+	case ExchangeBatchVersion:
+		return ExchangeBatchReader{b: value, off: 1, flags: exchangeFlagsV2}, nil
+	case exchangeBatchVersion1:
+		return ExchangeBatchReader{b: value, off: 1, flags: exchangeFlagsV1}, nil
 	}
-	return ExchangeBatchReader{b: value, off: 1}, nil
+	return ExchangeBatchReader{}, fmt.Errorf("%w: version %d, this kstreamd reads versions %d and %d", ErrExchangeBatch, value[0], exchangeBatchVersion1, ExchangeBatchVersion)
 }
 
 // Next decodes the next record into rec (its Headers slice is reused) and
@@ -213,7 +262,8 @@ var (
 func (r *ExchangeBatchReader) next(rec *ExchangeBatchRecord) (bool, error) {
 	flags := r.b[r.off]
 	r.off++
-	if flags&^(exchangeKey|exchangeValue|exchangeTime) != 0 {
+	if flags&^r.flags != 0 || flags&(exchangeChange|exchangeUpsertMode) == exchangeUpsertMode ||
+		flags&exchangeChange == 0 && flags&exchangeKindMask != 0 {
 		return false, errExchangeFlags
 	}
 	rec.Timestamp, rec.Key, rec.Value, rec.Headers = time.Time{}, nil, nil, rec.Headers[:0]
@@ -256,8 +306,30 @@ func (r *ExchangeBatchReader) next(rec *ExchangeBatchRecord) (bool, error) {
 		}
 		rec.Headers = append(rec.Headers, Header{Key: headerKey(k), Value: v})
 	}
+	if flags&exchangeChange != 0 {
+		kind := (flags & exchangeKindMask) >> exchangeKindShift
+		rec.Headers = append(rec.Headers, Header{Key: ChangeHeader, Value: exchangeChangeValues[kind]})
+		if flags&exchangeUpsertMode != 0 {
+			rec.Headers = append(rec.Headers, Header{Key: ChangelogModeHeader, Value: exchangeUpsertModeValue})
+		}
+	}
 	return true, nil
 }
+
+// The header values a version-2 record's flags stand for, shared by every
+// record read (capacity-limited, as the values that point into a batch:
+// appending copies; nothing writes into a record's header values).
+var (
+	exchangeChangeValues = [4][]byte{
+		ChangeInsert:       exchangeValueOf(ChangeInsert.String()),
+		ChangeUpdateBefore: exchangeValueOf(ChangeUpdateBefore.String()),
+		ChangeUpdateAfter:  exchangeValueOf(ChangeUpdateAfter.String()),
+		ChangeDelete:       exchangeValueOf(ChangeDelete.String()),
+	}
+	exchangeUpsertModeValue = exchangeValueOf(UpsertChangelogMode)
+)
+
+func exchangeValueOf(s string) []byte { b := []byte(s); return b[:len(b):len(b)] }
 
 // bytes reads a uvarint length minus bias and that many bytes; with bias
 // 1 a length of 0 is a nil slice.

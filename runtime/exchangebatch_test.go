@@ -115,9 +115,13 @@ func TestExchangeBatchRefuses(t *testing.T) {
 		value []byte
 	}{
 		{"empty", nil},
-		{"version 2", append([]byte{2}, good[1:]...)},
+		{"version 3", append([]byte{3}, good[1:]...)},
 		{"version 0", append([]byte{0}, good[1:]...)},
-		{"unknown flag", []byte{ExchangeBatchVersion, 0x08, 0}},
+		{"unknown flag", []byte{ExchangeBatchVersion, 0x80, 0}},
+		{"version 1 with a change kind", []byte{1, exchangeChange, 0}},
+		{"version 1 with the upsert mode", []byte{1, exchangeChange | exchangeUpsertMode, 0}},
+		{"upsert mode without a change kind", []byte{ExchangeBatchVersion, exchangeUpsertMode, 0}},
+		{"kind bits without a change kind", []byte{ExchangeBatchVersion, 2 << exchangeKindShift, 0}},
 		{"no header count", []byte{ExchangeBatchVersion, 0}},
 		{"key beyond the end", []byte{ExchangeBatchVersion, exchangeKey, 5, 'a'}},
 		{"header count beyond the end", []byte{ExchangeBatchVersion, 0, 100, 0, 0}},
@@ -160,6 +164,12 @@ func FuzzExchangeBatchReader(f *testing.F) {
 	f.Add(encodeExchange(exchangeRecords[1:2]))
 	f.Add([]byte{ExchangeBatchVersion})
 	f.Add([]byte{2, 0, 0})
+	f.Add([]byte{1, exchangeChange, 0})
+	var change ExchangeBatch
+	change.AppendChange(time.UnixMilli(7), []byte("k"), []byte("v"), 1, ChangeUpdateBefore, true)
+	change.AppendHeader("h", nil)
+	change.AppendChange(time.Time{}, nil, nil, 0, ChangeDelete, false)
+	f.Add(change.Take(0))
 	f.Add([]byte(`{"user":"a"}`))
 	f.Fuzz(func(t *testing.T, value []byte) {
 		recs, err := decodeExchange(value)
@@ -234,5 +244,46 @@ func TestExchangeBatchUse(t *testing.T) {
 	b.Append(time.Time{}, nil, []byte("v"), 0)
 	if got := b.Take(0); len(got) == 0 || got[0] != ExchangeBatchVersion {
 		t.Fatalf("Append after Use(nil): %x", got)
+	}
+}
+
+// TestExchangeBatchChangeInFlags: AppendChange writes a record's change
+// kind (and the upsert changelog mode) as bits of its flags byte, and the
+// reader gives the record back exactly the headers the version-1 form
+// wrote (its own, then ChangeHeader with the kind's short form, then
+// ChangelogModeHeader "upsert"); a version-1 batch written with the
+// headers still reads the same.
+func TestExchangeBatchChangeInFlags(t *testing.T) {
+	for _, kind := range []ChangeKind{ChangeInsert, ChangeUpdateBefore, ChangeUpdateAfter, ChangeDelete} {
+		for _, upsert := range []bool{false, true} {
+			want := ExchangeBatchRecord{Timestamp: time.UnixMilli(42), Key: []byte("k"), Value: []byte("v"),
+				Headers: []Header{{Key: "h", Value: []byte("1")}, {Key: ChangeHeader, Value: []byte(kind.String())}}}
+			if upsert {
+				want.Headers = append(want.Headers, Header{Key: ChangelogModeHeader, Value: []byte(UpsertChangelogMode)})
+			}
+			var b ExchangeBatch
+			b.AppendChange(want.Timestamp, want.Key, want.Value, 1, kind, upsert)
+			b.AppendHeader("h", []byte("1"))
+			v := b.Take(0)
+			flags := byte(exchangeKey|exchangeValue|exchangeTime|exchangeChange) | byte(kind)<<exchangeKindShift
+			if upsert {
+				flags |= exchangeUpsertMode
+			}
+			exact := []byte{ExchangeBatchVersion, flags, 84, 1, 'k', 1, 'v', 1, 1, 'h', 2, '1'}
+			if !bytes.Equal(v, exact) {
+				t.Fatalf("%s upsert=%v: encoded %v, want %v", kind, upsert, v, exact)
+			}
+			old := encodeExchange([]ExchangeBatchRecord{want})
+			old[0] = 1 // the version-1 form: the same record with its headers written out
+			if len(old)-len(v) < 19 {
+				t.Fatalf("%s upsert=%v: %d bytes, the header form %d", kind, upsert, len(v), len(old))
+			}
+			for _, value := range [][]byte{v, old} {
+				got, err := decodeExchange(value)
+				if err != nil || len(got) != 1 || !sameExchange(got[0], want) {
+					t.Fatalf("%s upsert=%v: version %d read %+v %v, want %+v", kind, upsert, value[0], got, err, want)
+				}
+			}
+		}
 	}
 }

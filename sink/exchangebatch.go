@@ -133,20 +133,32 @@ func appendChangelogRecord(b *runtime.ExchangeBatch, mode ChangelogMode, rec *ru
 		}
 		return
 	}
-	n := 1
-	if mode == ChangelogUpsertHeader {
-		n++
-	}
+	n := 0
 	for _, h := range rec.Headers {
 		if h.Key != runtime.ChangeHeader && h.Key != runtime.ChangelogModeHeader {
 			n++
 		}
 	}
-	b.Append(rec.Timestamp, rec.Key, rec.Value, n)
+	// The change header, and the mode header after it, go into the
+	// record's flags (ExchangeBatch.AppendChange): the reader gives them
+	// back after the record's own headers, where they were written before.
+	inFlags := rec.Change <= runtime.ChangeDelete
+	if inFlags {
+		b.AppendChange(rec.Timestamp, rec.Key, rec.Value, n, rec.Change, mode == ChangelogUpsertHeader)
+	} else {
+		n++
+		if mode == ChangelogUpsertHeader {
+			n++
+		}
+		b.Append(rec.Timestamp, rec.Key, rec.Value, n)
+	}
 	for _, h := range rec.Headers {
 		if h.Key != runtime.ChangeHeader && h.Key != runtime.ChangelogModeHeader {
 			b.AppendHeader(h.Key, h.Value)
 		}
+	}
+	if inFlags {
+		return
 	}
 	b.AppendHeader(runtime.ChangeHeader, changeValue(rec.Change))
 	if mode == ChangelogUpsertHeader {

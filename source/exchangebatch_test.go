@@ -162,7 +162,7 @@ func TestRepartitionSourceRefusesBadBatch(t *testing.T) {
 		name  string
 		value []byte
 	}{
-		{"version 2", []byte{2, 0, 0}},
+		{"version 3", []byte{3, 0, 0}},
 		{"truncated", []byte{runtime.ExchangeBatchVersion, 2, 10, '"'}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -258,7 +258,7 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 				ref.Shared, ref.Path = true, instance+"-"+e.Name()
 				dst := filepath.Join(t.SharedDir, ref.Path)
 				if have, err := os.Stat(dst); err != nil || have.Size() != st.Size() {
-					if err := copySnapshotFileNoDirSync(src, dst, t.NoSync); err != nil {
+					if err := placeSnapshotFile(src, dst, t.NoSync); err != nil {
 						return KeyedSnapshot{}, err
 					}
 					snap.Bytes += st.Size()
@@ -272,7 +272,7 @@ func (p *pebbleBackend) snapshot(t SnapshotTarget) (func(context.Context) (Keyed
 			} else {
 				ref.Path = filepath.ToSlash(filepath.Join(t.TaskPath, e.Name()))
 				dst := filepath.Join(t.Dir, ref.Path)
-				if err := copySnapshotFileNoDirSync(src, dst, t.NoSync); err != nil {
+				if err := placeSnapshotFile(src, dst, t.NoSync); err != nil {
 					return KeyedSnapshot{}, err
 				}
 				written = appendDir(written, filepath.Dir(dst))
@@ -716,6 +716,33 @@ func copySnapshotFileNoDirSync(src, dst string, noSync bool) error {
 		return err
 	}
 	return atomicfile.CopyFile(src, dst, atomicfile.Options{Perm: 0o644, NoSync: noSync, NoDirSync: true})
+}
+
+// placeSnapshotFile puts src, a file of a Pebble snapshot's own staging
+// checkpoint (which the snapshot's finisher deletes when it returns), at
+// dst without a directory fsync (the caller syncs the directory once,
+// syncSnapshotDir). With noSync (SnapshotTarget.NoSync: a cluster unit's
+// staging copy, neither fsynced nor the durable copy) it renames src to
+// dst instead of copying its bytes: an SST in the staging checkpoint is a
+// hard link to the DB's own file, which Pebble never writes into again
+// (it only unlinks it once compacted), so dst shares that immutable file
+// as the staging checkpoint did; any other file there (MANIFEST, OPTIONS,
+// markers) is the staging checkpoint's own copy. The rename is atomic, so
+// dst is complete or absent to readers as with the copy, and it replaces
+// a dst of the same name (the same shared SST, which the caller copies
+// only when its size differs). When the rename fails (dst on another
+// filesystem), or without noSync (a durable checkpoint copies and fsyncs
+// its own bytes), it copies with copySnapshotFileNoDirSync.
+func placeSnapshotFile(src, dst string, noSync bool) error {
+	if noSync {
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if os.Rename(src, dst) == nil {
+			return nil
+		}
+	}
+	return copySnapshotFileNoDirSync(src, dst, noSync)
 }
 
 // syncSnapshotDir fsyncs a directory a Pebble snapshot copied files into

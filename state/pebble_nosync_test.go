@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,6 +118,75 @@ func BenchmarkPebbleUnitSnapshot(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(spent)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// TestPebbleStagedSnapshotSharesFiles: a staged snapshot
+// (SnapshotTarget.NoSync, a cluster unit's) moves the files of its Pebble
+// checkpoint into place instead of copying their bytes: each shared SST is
+// the DB's own immutable file (os.SameFile), and the private files are
+// there with exactly the staging checkpoint's bytes, which restore whole.
+// A durable snapshot (no NoSync) still writes copies of its own.
+func TestPebbleStagedSnapshotSharesFiles(t *testing.T) {
+	for _, staged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("staged=%v", staged), func(t *testing.T) {
+			cfg := testConfig(t, KindPebble)
+			b := open(t, cfg)
+			defer b.Close()
+			s := must1(GetValueState(b, ckptValue))(t)
+			const n = 2000
+			for i := range n {
+				b.SetCurrentKey(u64key(uint64(i)))
+				must(t, s.Update(int64(3*i)))
+			}
+			root := t.TempDir()
+			shared := filepath.Join(root, "shared")
+			ks := snapshotTo(t, b, SnapshotTarget{Dir: filepath.Join(root, "chk-1"), TaskPath: "op/0", SharedDir: shared, NoSync: staged})
+			if len(ks.SharedFiles) == 0 {
+				t.Fatal("the snapshot names no shared SST: the test proves nothing")
+			}
+			for _, f := range ks.SharedFiles {
+				got, err := os.Stat(filepath.Join(shared, f))
+				must(t, err)
+				_, name, _ := strings.Cut(f, "-")
+				own, err := os.Stat(filepath.Join(cfg.Dir, name))
+				must(t, err)
+				if os.SameFile(got, own) != staged {
+					t.Fatalf("shared %s is the DB's own file: %v, want %v", f, os.SameFile(got, own), staged)
+				}
+			}
+			private, err := os.ReadDir(filepath.Join(root, "chk-1", "op", "0"))
+			must(t, err)
+			var names []string
+			for _, e := range private {
+				names = append(names, e.Name())
+			}
+			if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "MANIFEST-") }) ||
+				!slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "OPTIONS-") }) {
+				t.Fatalf("private files %v lack the MANIFEST or OPTIONS", names)
+			}
+			left, err := filepath.Glob(filepath.Join(filepath.Dir(cfg.Dir), filepath.Base(cfg.Dir)+".snapshot-*"))
+			must(t, err)
+			if len(left) != 0 {
+				t.Fatalf("the snapshot's staging checkpoint is still there: %v", left)
+			}
+			for i := range n { // the DB goes on; the snapshot must not change
+				b.SetCurrentKey(u64key(uint64(i)))
+				must(t, s.Update(-1))
+			}
+			snapshotTo(t, b, SnapshotTarget{Dir: filepath.Join(root, "chk-2"), TaskPath: "op/0", SharedDir: shared, NoSync: staged})
+			r, err := OpenBackendRestored(testConfig(t, KindPebble), []RestoreHandle{{Handle: ks.Handle, Dir: filepath.Join(root, "chk-1"), SharedDir: shared}})
+			must(t, err)
+			defer r.Close()
+			rs := must1(GetValueState(r, ckptValue))(t)
+			for i := range n {
+				r.SetCurrentKey(u64key(uint64(i)))
+				v, ok, err := rs.Value()
+				if err != nil || !ok || v != int64(3*i) {
+					t.Fatalf("restored key %d: %d %v %v, want %d", i, v, ok, err, 3*i)
+				}
+			}
 		})
 	}
 }

@@ -213,7 +213,7 @@ func WithoutMarkers(recs []*kgo.Record) []*kgo.Record {
 // the written bytes against the documented format.
 func exchangeRecords(r *kgo.Record) []*kgo.Record {
 	b := r.Value
-	if len(b) == 0 || b[0] != 1 {
+	if len(b) == 0 || b[0] != 1 && b[0] != 2 {
 		panic(fmt.Sprintf("exchange batch at %s/%d@%d: version byte %v", r.Topic, r.Partition, r.Offset, b[:min(len(b), 1)]))
 	}
 	b = b[1:]
@@ -256,6 +256,13 @@ func exchangeRecords(r *kgo.Record) []*kgo.Record {
 				h.Value = take(n - 1)
 			}
 			in.Headers = append(in.Headers, h)
+		}
+		if flags&8 != 0 { // version 2: the change kind in bits 4-5, bit 6 the upsert mode header
+			kind := []string{"+I", "-U", "+U", "-D"}[flags>>4&3]
+			in.Headers = append(in.Headers, kgo.RecordHeader{Key: "kstreamd-change", Value: []byte(kind)})
+			if flags&64 != 0 {
+				in.Headers = append(in.Headers, kgo.RecordHeader{Key: "kstreamd-changelog", Value: []byte("upsert")})
+			}
 		}
 		out = append(out, in)
 	}
