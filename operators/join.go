@@ -240,6 +240,53 @@ func (joinSizesSerializer) Decode(b []byte) (joinHead, error) {
 	return h, nil
 }
 
+var _ state.HeapSerializer[joinHead] = joinSizesSerializer{}
+
+// Copy implements state.HeapSerializer: h with its own rows slices, except
+// a side's slice that is a known value's (the head a record read, written
+// back with the same inline rows: Nexmark q4's auction row, kept while each
+// bid only changes the sizes). The rows' keys are strings (immutable).
+func (joinSizesSerializer) Copy(h joinHead, known []joinHead) (joinHead, error) {
+	for side := range 2 {
+		if len(h.rows[side]) == 0 {
+			h.rows[side] = nil
+			continue
+		}
+		if !slices.ContainsFunc(known, func(k joinHead) bool { return sameRows(k.rows[side], h.rows[side]) }) {
+			h.rows[side] = slices.Clone(h.rows[side])
+		}
+	}
+	return h, nil
+}
+
+// sameRows reports whether a and b are the same slice (same first element
+// and length), not merely equal.
+func sameRows(a, b []joinStoredRow) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (s joinSizesSerializer) AppendKept(dst []byte, h joinHead) ([]byte, error) {
+	return s.Append(dst, h)
+}
+
+// View implements state.HeapSerializer: the kept head, sharing its rows
+// slices, which the join never changes in place (rows and inlineWrite
+// clone them before a change).
+func (joinSizesSerializer) View(h joinHead) joinHead { return h }
+
+// Size implements state.HeapSerializer: the struct, and per inline row its
+// key's bytes and its slice element.
+func (joinSizesSerializer) Size(h joinHead) int {
+	n := 96
+	for side := range 2 {
+		for _, r := range h.rows[side] {
+			n += len(r.key) + 40
+		}
+	}
+	return n
+}
+
 // joinStoredRow is one distinct row of a side with its counts.
 type joinStoredRow struct {
 	key string // the map key: rowKey
