@@ -571,7 +571,7 @@ func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error
 			err = j.sides[w.side].Remove(w.key)
 		} else {
 			if j.known {
-				j.filter.rows.add(j.filter.hash(rec.Key, w.side, w.key))
+				j.filter.add(rec.Key, w.side, w.key)
 			}
 			err = j.sides[w.side].Put(w.key, w.c)
 		}
@@ -596,7 +596,7 @@ func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error
 		// was empty (the side was inline), so from here every row in it
 		// passes the filter (joinRowFilter).
 		for _, r := range j.irows[side] {
-			j.filter.rows.add(j.filter.hash(rec.Key, side, r.key))
+			j.filter.add(rec.Key, side, r.key)
 			if err := j.sides[side].Put(r.key, r.joinCount); err != nil {
 				return err
 			}
@@ -743,7 +743,7 @@ func (j *RegularJoin) stored(side int, key []byte, k string) (joinCount, error) 
 		}
 		return joinCount{}, nil
 	}
-	if j.known && j.spilled&(1<<side) != 0 && !j.filter.rows.mayContain(j.filter.hash(key, side, k)) {
+	if j.known && j.filter.absent(j.spilled, key, side, k) {
 		return joinCount{}, nil
 	}
 	c, _, err := j.sides[side].Get(k)

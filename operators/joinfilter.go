@@ -22,19 +22,57 @@ import (
 // from a checkpoint with its rows already in the MapState is not in
 // spilled (its rows were never added) and keeps reading the state; a side
 // that becomes empty leaves spilled (it is inline again).
+//
+// Its memory is bounded: past joinFilterMaxKeys spilled keys or
+// joinFilterMaxRows rows it is dropped (off) and every row is read, as
+// without it, until the next Open.
 type joinRowFilter struct {
 	seed maphash.Seed
 	// spilled has, per join key, bit 1<<side for each side spilled since
 	// Open.
 	spilled map[string]uint8
 	rows    splitBlockFilter
+	added   int  // rows added since Open
+	off     bool // dropped: answers for no side
+	// maxKeys and maxRows are the bounds: joinFilterMaxKeys and
+	// joinFilterMaxRows but in tests.
+	maxKeys, maxRows int
 }
+
+// The bounds of a joinRowFilter: about 50 bytes of heap a spilled key and
+// 2 a row (some 100 MiB at both bounds).
+const (
+	joinFilterMaxKeys = 1 << 20
+	joinFilterMaxRows = 1 << 24
+)
 
 // reset empties f (at Open: the state may have been restored).
 func (f *joinRowFilter) reset() {
-	f.seed = maphash.MakeSeed()
-	f.spilled = map[string]uint8{}
-	f.rows = splitBlockFilter{}
+	*f = joinRowFilter{seed: maphash.MakeSeed(), spilled: map[string]uint8{}, maxKeys: joinFilterMaxKeys, maxRows: joinFilterMaxRows}
+}
+
+// add adds row key k of side of join key key; past maxRows rows the
+// filter is dropped.
+func (f *joinRowFilter) add(key []byte, side int, k string) {
+	if f.off {
+		return
+	}
+	if f.added++; f.added > f.maxRows {
+		f.drop()
+		return
+	}
+	f.rows.add(f.hash(key, side, k))
+}
+
+// absent reports whether row key k of side of join key key is certainly
+// not stored, given spilled, key's spilled sides (sides).
+func (f *joinRowFilter) absent(spilled uint8, key []byte, side int, k string) bool {
+	return !f.off && spilled&(1<<side) != 0 && !f.rows.mayContain(f.hash(key, side, k))
+}
+
+// drop turns f off until the next reset, freeing its memory.
+func (f *joinRowFilter) drop() {
+	*f = joinRowFilter{off: true}
 }
 
 // hash returns the filter hash of row key k of side of join key key.
@@ -50,11 +88,15 @@ func (f *joinRowFilter) hash(key []byte, side int, k string) uint64 {
 	return h.Sum64()
 }
 
-// sides returns the bits of key's spilled sides.
+// sides returns the bits of key's spilled sides (none when off).
 func (f *joinRowFilter) sides(key []byte) uint8 { return f.spilled[string(key)] }
 
-// setSpilled records whether side of key is spilled since Open.
+// setSpilled records whether side of key is spilled since Open; past
+// joinFilterMaxKeys keys the filter is dropped.
 func (f *joinRowFilter) setSpilled(key []byte, side int, on bool) {
+	if f.off {
+		return
+	}
 	bits := f.spilled[string(key)]
 	nb := bits &^ (1 << side)
 	if on {
@@ -64,6 +106,8 @@ func (f *joinRowFilter) setSpilled(key []byte, side int, on bool) {
 	case nb == bits:
 	case nb == 0:
 		delete(f.spilled, string(key))
+	case bits == 0 && len(f.spilled) >= f.maxKeys:
+		f.drop()
 	default:
 		f.spilled[string(key)] = nb
 	}

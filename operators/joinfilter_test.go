@@ -177,3 +177,58 @@ func TestSplitBlockFilter(t *testing.T) {
 		t.Fatalf("%d of %d absent hashes found", fp, probes)
 	}
 }
+
+// TestRegularJoinRowFilterBounds: past its bound of rows, or of spilled
+// keys, the row filter is dropped and every row is read again (a Get per
+// new row), with the same changelog and counts.
+func TestRegularJoinRowFilterBounds(t *testing.T) {
+	for _, bound := range []string{"rows", "keys"} {
+		t.Run(bound, func(t *testing.T) {
+			p := JoinParams{Join: JoinInner, Select: compiled(t, `{"a": left.a, "b": right.b}`)}
+			h := newRegularJoinHarness(t, "pebble", t.TempDir(), nil, nil, p)
+			gets := countJoinGets(t, h)
+			j := h.op.co.(*RegularJoin)
+			if bound == "rows" {
+				j.filter.maxRows = 20
+			} else {
+				j.filter.maxKeys = 2
+			}
+			keys := []string{"k1", "k2", "k3"}
+			for _, k := range keys {
+				h.send(0, change(runtime.ChangeInsert, k, `{"a":1}`, 1))
+			}
+			// 2 right rows a key: each key's right side spills (6 rows).
+			for _, k := range keys {
+				for i := range 2 {
+					h.send(1, change(runtime.ChangeInsert, k, fmt.Sprintf(`{"b":%d}`, i), 2))
+				}
+			}
+			if bound == "keys" && (!j.filter.off || gets[1].gets != 0) {
+				t.Fatalf("off %v after a third spilled key past 2, %d Gets; want off, 0", j.filter.off, gets[1].gets)
+			}
+			for i := 2; i < 10; i++ {
+				for _, k := range keys {
+					h.send(1, change(runtime.ChangeInsert, k, fmt.Sprintf(`{"b":%d}`, i), 3))
+				}
+			}
+			// rows: 6 rows added at the spills, then 15 new rows without a
+			// Get (the 21st row added drops the filter after its check); the
+			// other 9 are read.
+			want := 9
+			if bound == "keys" {
+				want = 24 // all new rows after the spills are read
+			}
+			if !j.filter.off || gets[1].gets != want {
+				t.Fatalf("off %v, %d Gets; want off, %d", j.filter.off, gets[1].gets, want)
+			}
+			h.send(1, change(runtime.ChangeInsert, "k2", `{"b":4}`, 4))
+			if !strings.Contains(regularJoinRows(t, h), "k2 right \"\\x00{\\\"b\\\":4}\" count=2") {
+				t.Fatalf("a duplicate after the drop:\n%s", regularJoinRows(t, h))
+			}
+			if got := len(h.emitted()); got != 31 {
+				t.Fatalf("%d pairs, want 31", got)
+			}
+			h.finish()
+		})
+	}
+}
