@@ -240,6 +240,53 @@ func (joinSizesSerializer) Decode(b []byte) (joinHead, error) {
 	return h, nil
 }
 
+var _ state.HeapSerializer[joinHead] = joinSizesSerializer{}
+
+// Copy implements state.HeapSerializer: h with its own rows slices, except
+// a side's slice that is a known value's (the head a record read, written
+// back with the same inline rows: Nexmark q4's auction row, kept while each
+// bid only changes the sizes). The rows' keys are strings (immutable).
+func (joinSizesSerializer) Copy(h joinHead, known []joinHead) (joinHead, error) {
+	for side := range 2 {
+		if len(h.rows[side]) == 0 {
+			h.rows[side] = nil
+			continue
+		}
+		if !slices.ContainsFunc(known, func(k joinHead) bool { return sameRows(k.rows[side], h.rows[side]) }) {
+			h.rows[side] = slices.Clone(h.rows[side])
+		}
+	}
+	return h, nil
+}
+
+// sameRows reports whether a and b are the same slice (same first element
+// and length), not merely equal.
+func sameRows(a, b []joinStoredRow) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
+}
+
+// AppendKept implements state.HeapSerializer: Append.
+func (s joinSizesSerializer) AppendKept(dst []byte, h joinHead) ([]byte, error) {
+	return s.Append(dst, h)
+}
+
+// View implements state.HeapSerializer: the kept head, sharing its rows
+// slices, which the join never changes in place (rows and inlineWrite
+// clone them before a change).
+func (joinSizesSerializer) View(h joinHead) joinHead { return h }
+
+// Size implements state.HeapSerializer: the struct, and per inline row its
+// key's bytes and its slice element.
+func (joinSizesSerializer) Size(h joinHead) int {
+	n := 96
+	for side := range 2 {
+		for _, r := range h.rows[side] {
+			n += len(r.key) + 40
+		}
+	}
+	return n
+}
+
 // joinStoredRow is one distinct row of a side with its counts.
 type joinStoredRow struct {
 	key string // the map key: rowKey
@@ -313,6 +360,11 @@ type RegularJoin struct {
 	// pending holds the current record's outputs and row writes until
 	// every output of the record evaluated (all or nothing).
 	pending joinPending
+	// filter tells a row certainly absent from a spilled side's MapState
+	// without reading it (joinRowFilter; only with sizes); spilled is the
+	// current key's sides it answers for while a record is processed.
+	filter  joinRowFilter
+	spilled uint8
 }
 
 // joinPending is a record's outputs and row writes, applied once all of
@@ -365,6 +417,7 @@ func NewRegularJoin(p JoinParams) *RegularJoin {
 
 // Open implements KeyedCoProcessFunction.
 func (j *RegularJoin) Open(ctx OpenContext) error {
+	j.filter.reset() // the state may be a restored one: no side spilled since Open
 	ttl := j.p.StateTTL.Config() != nil
 	// Before registering: a checkpoint of the layout without sizes.
 	migrate := !ttl && !state.HasState(ctx.Backend, JoinSizesState) &&
@@ -489,6 +542,10 @@ func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error
 				j.inline[side], j.irows[side] = true, nil
 			}
 		}
+		j.spilled = 0
+		if !j.inline[0] || !j.inline[1] {
+			j.spilled = j.filter.sides(rec.Key)
+		}
 		defer func() { j.known, j.irows = false, [2][]joinStoredRow{} }()
 	}
 	before := j.cur
@@ -513,6 +570,9 @@ func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error
 		if w.remove {
 			err = j.sides[w.side].Remove(w.key)
 		} else {
+			if j.known {
+				j.filter.add(rec.Key, w.side, w.key)
+			}
 			err = j.sides[w.side].Put(w.key, w.c)
 		}
 		if err != nil {
@@ -532,14 +592,23 @@ func (j *RegularJoin) process(side int, rec runtime.Record, out Collector) error
 			continue
 		}
 		// More rows than a head holds: the side's rows move to its
-		// MapState for good (until the side is empty again).
+		// MapState for good (until the side is empty again). The MapState
+		// was empty (the side was inline), so from here every row in it
+		// passes the filter (joinRowFilter).
 		for _, r := range j.irows[side] {
+			j.filter.add(rec.Key, side, r.key)
 			if err := j.sides[side].Put(r.key, r.joinCount); err != nil {
 				return err
 			}
 		}
+		j.filter.setSpilled(rec.Key, side, true)
 		j.inline[side], j.irows[side] = false, nil
 		inlined = true
+	}
+	for side := range 2 {
+		if j.cur[side] == 0 && j.spilled&(1<<side) != 0 {
+			j.filter.setSpilled(rec.Key, side, false) // empty: inline again
+		}
 	}
 	switch {
 	case j.cur == before && !inlined:
@@ -613,7 +682,7 @@ func (j *RegularJoin) add(side int, key []byte, k string, ts int64, others []joi
 	for _, o := range others {
 		matches += o.Count
 	}
-	cur, err := j.stored(side, k)
+	cur, err := j.stored(side, key, k)
 	if err != nil {
 		return err
 	}
@@ -656,9 +725,10 @@ func (j *RegularJoin) put(side int, k string, c joinCount) {
 	j.pending.writes = append(j.pending.writes, joinWrite{side: side, key: k, c: c})
 }
 
-// stored returns the counts of the current key's row k of side (zero when
-// not stored; not read when the side holds no row).
-func (j *RegularJoin) stored(side int, k string) (joinCount, error) {
+// stored returns the counts of the current key's (key's) row k of side
+// (zero when not stored; not read when the side holds no row or the row
+// filter knows it absent).
+func (j *RegularJoin) stored(side int, key []byte, k string) (joinCount, error) {
 	if w, ok := j.pending.lookup(side, k); ok {
 		return w.c, nil // a removed row's c is zero
 	}
@@ -671,6 +741,9 @@ func (j *RegularJoin) stored(side int, k string) (joinCount, error) {
 				return r.joinCount, nil
 			}
 		}
+		return joinCount{}, nil
+	}
+	if j.known && j.filter.absent(j.spilled, key, side, k) {
 		return joinCount{}, nil
 	}
 	c, _, err := j.sides[side].Get(k)
@@ -687,7 +760,7 @@ func (j *RegularJoin) retract(side int, key []byte, k string, ts int64, others [
 	for _, o := range others {
 		matches += o.Count
 	}
-	cur, err := j.stored(side, k)
+	cur, err := j.stored(side, key, k)
 	if err != nil {
 		return err
 	}
