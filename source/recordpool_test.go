@@ -96,36 +96,41 @@ func TestFetchRecordPoolReusesBatchSlices(t *testing.T) {
 	}
 }
 
-// TestFetchRecordPoolBestFitAndBound checks GetRecords hands out the
-// smallest pooled slice that fits, makes a new one with an eighth to
-// spare when none does, and PutRecords keeps no more than
+// TestFetchRecordPoolClasses checks GetRecords hands out slices of a
+// power-of-two capacity from 64 records (a pooled one of the class when
+// there is one), a batch larger than the largest class a slice of its
+// own, and PutRecords keeps slices of the classes only, up to
 // maxPooledFetchRecords records.
-func TestFetchRecordPoolBestFitAndBound(t *testing.T) {
+func TestFetchRecordPoolClasses(t *testing.T) {
 	var p fetchRecordPool
-	if s := p.GetRecords(800); len(s) != 0 || cap(s) != 900 {
-		t.Fatalf("new slice: len %d cap %d, want 0 and 900", len(s), cap(s))
+	for _, c := range []struct{ n, cap int }{{0, 64}, {1, 64}, {64, 64}, {65, 128}, {800, 1024}, {1024, 1024}, {1025, 2048}, {1 << 17, 1 << 17}, {1<<17 + 1, 1<<17 + 1}} {
+		if s := p.GetRecords(c.n); len(s) != 0 || cap(s) != c.cap {
+			t.Fatalf("GetRecords(%d): len %d cap %d, want 0 and %d", c.n, len(s), cap(s), c.cap)
+		}
 	}
-	p.PutRecords(make([]kgo.Record, 1000))
-	p.PutRecords(make([]kgo.Record, 100))
-	p.PutRecords(make([]kgo.Record, 500))
-	if s := p.GetRecords(400); cap(s) != 500 || len(s) != 0 {
-		t.Fatalf("GetRecords(400): len %d cap %d, want 0 and 500 (the smallest that fits)", len(s), cap(s))
+	p.PutRecords(make([]kgo.Record, 1024))
+	p.PutRecords(make([]kgo.Record, 128))
+	p.PutRecords(make([]kgo.Record, 1000))    // not a class's capacity: dropped
+	p.PutRecords(make([]kgo.Record, 1<<17+1)) // larger than every class: dropped
+	if p.records != 1024+128 {
+		t.Fatalf("pool holds %d records, want %d", p.records, 1024+128)
 	}
-	if s := p.GetRecords(2000); cap(s) != 2250 {
-		t.Fatalf("GetRecords(2000): cap %d, want a new 2250", cap(s))
+	if s := p.GetRecords(600); cap(s) != 1024 {
+		t.Fatalf("GetRecords(600): cap %d, want the pooled 1024", cap(s))
 	}
-	if s := p.GetRecords(50); cap(s) != 100 {
-		t.Fatalf("GetRecords(50): cap %d, want 100", cap(s))
+	if s := p.GetRecords(600); cap(s) != 1024 {
+		t.Fatalf("GetRecords(600) again: cap %d, want a new 1024", cap(s))
 	}
-	if p.records != 1000 || len(p.free) != 1 {
-		t.Fatalf("pool holds %d records in %d slices, want 1000 in 1", p.records, len(p.free))
+	if s := p.GetRecords(100); cap(s) != 128 || p.records != 0 {
+		t.Fatalf("GetRecords(100): cap %d, pool left with %d records; want the pooled 128 and none", cap(s), p.records)
 	}
-	p.PutRecords(make([]kgo.Record, maxPooledFetchRecords-1000))
-	p.PutRecords(make([]kgo.Record, 1)) // over the bound: dropped
-	if p.records != maxPooledFetchRecords || len(p.free) != 2 {
-		t.Fatalf("pool holds %d records in %d slices, want %d in 2", p.records, len(p.free), maxPooledFetchRecords)
+	p.PutRecords(make([]kgo.Record, maxPooledFetchRecords/2))
+	p.PutRecords(make([]kgo.Record, maxPooledFetchRecords/2))
+	p.PutRecords(make([]kgo.Record, 64)) // over the bound: dropped
+	if p.records != maxPooledFetchRecords {
+		t.Fatalf("pool holds %d records, want %d", p.records, maxPooledFetchRecords)
 	}
-	if g, r := p.gets.Load(), p.reuses.Load(); g != 4 || r != 2 {
-		t.Fatalf("gets %d reuses %d, want 4 and 2", g, r)
+	if g, r, d := p.gets.Load(), p.reuses.Load(), p.drops.Load(); g != 12 || r != 2 || d != 3 {
+		t.Fatalf("gets %d reuses %d drops %d, want 12, 2 and 3", g, r, d)
 	}
 }
