@@ -544,9 +544,6 @@ type KafkaSource struct {
 	scratch runtime.Record
 	// exchange is reused by emitFetched across exchange batches.
 	exchange exchangeReader
-	// recs is the client's pool of fetched batches' record slices (its
-	// kgo.WithPools); emitRead recycles each record into it.
-	recs fetchRecordPool
 }
 
 // New returns the source subtask cfg describes. It does not connect yet.
@@ -814,10 +811,6 @@ func (s *KafkaSource) read(ctx context.Context) error {
 		// partition; a short wait bounds how late the new partition's first
 		// records arrive.
 		kgo.FetchMaxWait(500*time.Millisecond),
-		// Each fetched batch's records are decoded into a slice of the
-		// source's pool, which they go back to as emitRead recycles
-		// them (fetchRecordPool).
-		kgo.WithPools(&s.recs),
 	)
 	if s.cl, err = kgo.NewClient(opts...); err != nil {
 		return fmt.Errorf("source %s: client: %w", s.cfg.Name, err)
@@ -999,8 +992,7 @@ func (s *KafkaSource) publishEventTimes() {
 }
 
 // emitRead emits fetched record r (a control record only moves the
-// position) and moves its partition's position past it, then recycles r
-// (fetchRecordPool): nothing reads r after it.
+// position) and moves its partition's position past it.
 func (s *KafkaSource) emitRead(ctx context.Context, r *kgo.Record) error {
 	var err error
 	if !r.Attrs.IsControl() {
@@ -1011,7 +1003,6 @@ func (s *KafkaSource) emitRead(ctx context.Context, r *kgo.Record) error {
 	if target, ok := s.pending[id]; ok && r.Offset+1 >= target {
 		delete(s.pending, id)
 	}
-	r.Recycle()
 	return err
 }
 
