@@ -150,11 +150,12 @@ func (a *aggregator) evalFilters(env *expression.Env) error {
 		a.passes = make([]bool, len(a.filters))
 	}
 	for f, e := range a.filters {
-		if b, err := e.Program().EvalBool(env); err == nil {
+		p := a.filterProgram(f)
+		if b, err := p.EvalBool(env); err == nil {
 			a.passes[f] = b
 			continue
 		}
-		v, err := e.Program().Eval(env)
+		v, err := p.Eval(env)
 		if err != nil {
 			return EvalRecordError(err)
 		}
