@@ -39,7 +39,9 @@ import (
 // reads one entry (the summary) and writes two (the summary and the slice
 // it displaced as the newest), never reading a slice; a restore of version
 // 1 (the newest slice in this map) moves it key by key when the key is
-// next touched (ruleWin.load). Part of the checkpoint format; it replaced
+// next touched (ruleWin.load); slices an operation moves out of a summary
+// two or more at once go to RulesPageState instead, as one page. Part of
+// the checkpoint format; it replaced
 // RulesWindowState (JSON buckets, scanned per record), whose state a
 // restore migrates (RulesEvaluator.Open).
 var RulesSliceState = state.MapStateDescriptor[int64, ruleSlice]{
