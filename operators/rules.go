@@ -161,7 +161,7 @@ func rulesFactory() Factory {
 		Doc:         "Dynamic rules from a broadcast topic (Flink's fraud-detection pattern): per rule a filter, group_by, windowed aggregate and limit; alerts at once.",
 		Traits:      Traits{Keyed: true, Broadcast: true},
 		Params:      params,
-		State:       []string{RulesSliceState.Name, RulesAggState.Name, RulesDistinctState.Name, state.TimersStateName, "rules (broadcast)"},
+		State:       []string{RulesSliceState.Name, RulesPageState.Name, RulesAggState.Name, RulesDistinctState.Name, state.TimersStateName, "rules (broadcast)"},
 		SideOutputs: []string{RulesExportOutput},
 		CheckBroadcast: func(key, value []byte) error {
 			_, err := DecodeRuleRecord(key, value)
@@ -1343,7 +1343,11 @@ func (f *RulesEvaluator) Open(ctx OpenContext) error {
 	if err != nil {
 		return fail(err)
 	}
-	f.win = ruleWin{slices: sl, agg: agg, distinct: dist}
+	pg, err := state.GetMapState(ctx.Backend, RulesPageState)
+	if err != nil {
+		return fail(err)
+	}
+	f.win = ruleWin{slices: sl, pages: pg, agg: agg, distinct: dist}
 	f.backend, f.subtask = ctx.Backend, ctx.Subtask
 	if f.timers = ctx.TimerService(); f.timers == nil {
 		return fmt.Errorf("operators: %s %s: needs the timer service", RulesType, ctx.Operator)

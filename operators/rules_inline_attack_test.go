@@ -76,15 +76,15 @@ func TestRulesInlineSlicesRandomModel(t *testing.T) {
 					g.rule(r.id, r.json(), 0)
 				}
 				maxTS, wm := int64(0), int64(0)
-				maxInline, spilled := 0, 0
+				maxInline, spilled, pagedKeys := 0, 0, 0
 				for i, x := range recs {
 					if i%50 == 49 {
-						mi, sp := inlineStats(t, g)
+						mi, sp := inlineStatsPaged(t, g, &pagedKeys)
 						maxInline, spilled = max(maxInline, mi), spilled+sp
 					}
 					if i > 0 && i%150 == 0 {
 						got = append(got, g.alerts()...)
-						mi, sp := inlineStats(t, g)
+						mi, sp := inlineStatsPaged(t, g, &pagedKeys)
 						maxInline, spilled = max(maxInline, mi), spilled+sp
 						if i%450 == 0 {
 							toV1Layout(t, g)
@@ -152,9 +152,12 @@ func TestRulesInlineSlicesRandomModel(t *testing.T) {
 				}
 				got = append(got, g.alerts()...)
 				checkKeyHints(t, g)
-				mi, sp := inlineStats(t, g)
+				mi, sp := inlineStatsPaged(t, g, &pagedKeys)
 				maxInline, spilled = max(maxInline, mi), spilled+sp
-				t.Logf("most slices inline %d, keys spilled %d (summed over checks)", maxInline, spilled)
+				t.Logf("most slices inline %d, keys spilled %d, keys with pages %d (summed over checks)", maxInline, spilled, pagedKeys)
+				if pagedKeys == 0 {
+					t.Errorf("no key held a page (the test no longer reaches RulesPageState)")
+				}
 				slices.Sort(got)
 				slices.Sort(want)
 				if !slices.Equal(got, want) {
@@ -166,14 +169,44 @@ func TestRulesInlineSlicesRandomModel(t *testing.T) {
 }
 
 // inlineStats checks that every key's slices are each in exactly one
-// place (the summary's TailSlice and Older, or RulesSliceState: none in
-// both, none lost, their number the summary's Slices) and returns the
-// most slices a summary held and how many keys had slices in the map.
+// place (the summary's TailSlice and Older, RulesSliceState, or a page of
+// RulesPageState the summary lists, within its range: none in two, none
+// lost, their number the summary's Slices; no page the summary does not
+// list) and returns the most slices a summary held and how many keys had
+// slices in the map or pages; pagedKeys counts the keys seen with pages.
 func inlineStats(t *testing.T, g *rulesRig) (maxInline, spilled int) {
+	return inlineStatsPaged(t, g, new(int))
+}
+
+func inlineStatsPaged(t *testing.T, g *rulesRig, pagedKeysOut *int) (maxInline, spilled int) {
 	t.Helper()
 	for _, op := range g.evals {
 		inMap := map[string][]int64{}
-		err := state.ApplyToAllKeys(op.backend, RulesSliceState, func(key []byte, s state.MapState[int64, ruleSlice]) error {
+		pageKeys := map[string][]int64{}
+		paged := map[string]map[int64][]int64{}
+		err := state.ApplyToAllKeys(op.backend, RulesPageState, func(key []byte, s state.MapState[int64, rulePage]) error {
+			for e, err := range s.Entries() {
+				if err != nil {
+					return err
+				}
+				k, p := e.Key, e.Value
+				pageKeys[string(key)] = append(pageKeys[string(key)], k)
+				if paged[string(key)] == nil {
+					paged[string(key)] = map[int64][]int64{}
+				}
+				for _, o := range p.Slices {
+					if _, err := o.slice(); err != nil {
+						return err
+					}
+					paged[string(key)][k] = append(paged[string(key)][k], o.K)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = state.ApplyToAllKeys(op.backend, RulesSliceState, func(key []byte, s state.MapState[int64, ruleSlice]) error {
 			for k, err := range s.Keys() {
 				if err != nil {
 					return err
@@ -197,14 +230,42 @@ func inlineStats(t *testing.T, g *rulesRig) (maxInline, spilled int) {
 			for _, o := range w.Older {
 				in = append(in, o.K)
 			}
-			m := inMap[string(key)]
+			m := slices.Clone(inMap[string(key)])
+			var refs []int64
+			for _, ref := range w.Pages {
+				refs = append(refs, ref.K)
+				ks := paged[string(key)][ref.K]
+				if len(ks) == 0 {
+					t.Errorf("key %q: page %d of the summary missing or empty", key, ref.K)
+				}
+				for _, k := range ks {
+					if k < ref.K || k > ref.Hi {
+						t.Errorf("key %q: page %d [%d, %d] holds slice %d", key, ref.K, ref.K, ref.Hi, k)
+					}
+				}
+				m = append(m, ks...)
+			}
+			pk := slices.Clone(pageKeys[string(key)])
+			slices.Sort(pk)
+			slices.Sort(refs)
+			if !slices.Equal(pk, refs) {
+				t.Errorf("key %q: pages %v stored, the summary lists %v", key, pk, refs)
+			}
+			delete(pageKeys, string(key))
 			for _, k := range in {
 				if slices.Contains(m, k) {
-					t.Errorf("key %q: slice %d both in the summary and in the map", key, k)
+					t.Errorf("key %q: slice %d both in the summary and in the map or a page", key, k)
 				}
 			}
+			slices.Sort(m)
+			if len(slices.Compact(slices.Clone(m))) != len(m) {
+				t.Errorf("key %q: a slice twice in the map and pages: %v", key, m)
+			}
 			if int64(len(in)+len(m)) != w.Slices {
-				t.Errorf("key %q: %d slices inline, %d in the map, summary says %d", key, len(in), len(m), w.Slices)
+				t.Errorf("key %q: %d slices inline, %d in the map and pages, summary says %d", key, len(in), len(m), w.Slices)
+			}
+			if len(w.Pages) > 0 {
+				*pagedKeysOut++
 			}
 			maxInline = max(maxInline, len(in))
 			if len(m) > 0 {
@@ -214,6 +275,9 @@ func inlineStats(t *testing.T, g *rulesRig) (maxInline, spilled int) {
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+		for key, ks := range pageKeys {
+			t.Errorf("key %q: pages %v stored without a summary", key, ks)
 		}
 	}
 	return maxInline, spilled

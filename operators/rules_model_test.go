@@ -294,12 +294,16 @@ func TestRulesRandomModel(t *testing.T) {
 
 // toV1Layout rewrites the window state of g's evaluators into the first
 // sliced layout: every key's slices in its summary (the newest and Older)
-// move into RulesSliceState and the summary is written in format version 1, the
+// and in its pages (RulesPageState) move into RulesSliceState and the summary is written in format version 1, the
 // bytes the first sliced layout wrote (TestRuleWindowFormatV1).
 func toV1Layout(t *testing.T, g *rulesRig) {
 	t.Helper()
 	for _, op := range g.evals {
 		sl, err := state.GetMapState(op.backend, RulesSliceState)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pg, err := state.GetMapState(op.backend, RulesPageState)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +315,18 @@ func toV1Layout(t *testing.T, g *rulesRig) {
 			if err := sl.Put(w.Tail, *w.TailSlice); err != nil {
 				return err
 			}
-			for _, o := range w.Older {
+			older := w.Older
+			for _, ref := range w.Pages {
+				p, ok, err := pg.Get(ref.K)
+				if err != nil || !ok {
+					return fmt.Errorf("page %d: %v %v", ref.K, ok, err)
+				}
+				older = append(older, p.Slices...)
+				if err := pg.Remove(ref.K); err != nil {
+					return err
+				}
+			}
+			for _, o := range older {
 				s, err := o.slice()
 				if err != nil {
 					return err
@@ -320,7 +335,7 @@ func toV1Layout(t *testing.T, g *rulesRig) {
 					return err
 				}
 			}
-			w.TailSlice, w.Older = nil, nil
+			w.TailSlice, w.Older, w.Pages = nil, nil, nil
 			return s.Update(w)
 		})
 		if err != nil {

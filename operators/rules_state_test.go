@@ -85,6 +85,18 @@ func checkpointRules(t *testing.T, g *rulesRig, kind string, id int64) checkpoin
 	if err != nil {
 		t.Fatal(err)
 	}
+	err = state.ApplyToAllKeys(b, RulesPageState, func(key []byte, s state.MapState[int64, rulePage]) error {
+		for e, err := range s.Entries() {
+			if err != nil {
+				return err
+			}
+			out.buckets[string(key)] += len(e.Value.Slices)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	err = state.ApplyToAllValueKeys(b, RulesAggState, func(key []byte, s state.ValueState[ruleWindow]) error {
 		w, ok, err := s.Value()
 		if ok && w.TailSlice != nil {

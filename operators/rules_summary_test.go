@@ -16,8 +16,9 @@ import (
 // TestRulesSummaryHoldsFewSlices: a key of at most maxInlineSlices slices
 // keeps them all in its summary (format version 4), so its copies write
 // no RulesSliceState entry (on 706ff2d the map held every slice but the
-// newest); the key's next slice beyond the bound moves them into the map
-// (the summary keeps the newest, as in version 2); slices the watermark
+// newest); the key's next slice beyond the bound moves them out as one
+// page of RulesPageState (the summary keeps the newest, as in version 2;
+// before session 46 they went to the map one entry each); slices the watermark
 // expires while in the summary leave nothing; the alerts are the sums of
 // the window's records throughout, also after a restore at another
 // parallelism; slices too big for maxInlineSliceBytes stay in the map.
@@ -49,8 +50,11 @@ func TestRulesSummaryHoldsFewSlices(t *testing.T) {
 			if got, want := g.alerts(), []string{`s {"g":"g0"} 19 -910..90 tx9`}; !slices.Equal(got, want) {
 				t.Fatalf("alerts %v, want %v", got, want)
 			}
-			if got, want := mapSlices(t, g), map[string]int{`["s","g0"]`: maxInlineSlices}; !maps.Equal(got, want) {
-				t.Fatalf("slice entries %v, want %v", got, want)
+			if got, want := storedSlices(t, g), map[string]int{`["s","g0"]`: maxInlineSlices}; !maps.Equal(got, want) {
+				t.Fatalf("slices outside the summary %v, want %v", got, want)
+			}
+			if p, n := pageEntries(t, g); p != 1 || n != maxInlineSlices {
+				t.Fatalf("%d pages of %d slices, want the %d slices moved out in one page", p, n, maxInlineSlices)
 			}
 			// Ends 1010 and 1020 pass: 7 slices left, those the timer read
 			// (30, whose link changed) back in the summary.
@@ -58,8 +62,8 @@ func TestRulesSummaryHoldsFewSlices(t *testing.T) {
 			if got, want := g.entries(), map[string]int{"s": 7}; !maps.Equal(got, want) {
 				t.Fatalf("slices after watermark 1021: %v, want %v", got, want)
 			}
-			if got, want := mapSlices(t, g), map[string]int{`["s","g0"]`: 5}; !maps.Equal(got, want) {
-				t.Fatalf("slice entries after watermark 1021: %v, want %v", got, want)
+			if got, want := storedSlices(t, g), map[string]int{`["s","g0"]`: 5}; !maps.Equal(got, want) {
+				t.Fatalf("slices outside the summary after watermark 1021: %v, want %v", got, want)
 			}
 			h := newRulesRig(t, kind, 2, RuleTimeProcessing, snapshotRules(t, g, 2), nil)
 			h.rule(r.id, r.json(), 0)
@@ -75,8 +79,8 @@ func TestRulesSummaryHoldsFewSlices(t *testing.T) {
 			if got := h.entries(); len(got) != 0 {
 				t.Fatalf("slices after watermark 3000: %v, want none", got)
 			}
-			if got := mapSlices(t, h); len(got) != 0 {
-				t.Fatalf("slice entries after watermark 3000: %v, want none", got)
+			if got := storedSlices(t, h); len(got) != 0 {
+				t.Fatalf("slices outside the summary after watermark 3000: %v, want none", got)
 			}
 
 			// Big inputs: the newest slice alone fills the bytes bound.

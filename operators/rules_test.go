@@ -226,6 +226,18 @@ func (g *rulesRig) entries() map[string]int {
 		if err != nil {
 			g.t.Fatal(err)
 		}
+		err = state.ApplyToAllKeys(op.backend, RulesPageState, func(key []byte, s state.MapState[int64, rulePage]) error {
+			for e, err := range s.Entries() {
+				if err != nil {
+					return err
+				}
+				n[ruleOfKey(key)] += len(e.Value.Slices)
+			}
+			return nil
+		})
+		if err != nil {
+			g.t.Fatal(err)
+		}
 		err = state.ApplyToAllValueKeys(op.backend, RulesAggState, func(key []byte, s state.ValueState[ruleWindow]) error {
 			w, ok, err := s.Value()
 			if ok && w.TailSlice != nil {

@@ -233,6 +233,28 @@ func TestRulesRestoresFirstSlicedLayout(t *testing.T) {
 	}
 }
 
+// storedSlices counts the slices outside the summaries per routing key:
+// the entries of RulesSliceState and the slices of RulesPageState's pages.
+func storedSlices(t *testing.T, g *rulesRig) map[string]int {
+	t.Helper()
+	n := mapSlices(t, g)
+	for _, op := range g.evals {
+		err := state.ApplyToAllKeys(op.backend, RulesPageState, func(key []byte, s state.MapState[int64, rulePage]) error {
+			for e, err := range s.Entries() {
+				if err != nil {
+					return err
+				}
+				n[string(key)] += len(e.Value.Slices)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
 // mapSlices counts the entries of RulesSliceState per routing key.
 func mapSlices(t *testing.T, g *rulesRig) map[string]int {
 	t.Helper()

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"math/bits"
 	"slices"
@@ -38,7 +39,9 @@ import (
 // reads one entry (the summary) and writes two (the summary and the slice
 // it displaced as the newest), never reading a slice; a restore of version
 // 1 (the newest slice in this map) moves it key by key when the key is
-// next touched (ruleWin.load). Part of the checkpoint format; it replaced
+// next touched (ruleWin.load); slices an operation moves out of a summary
+// two or more at once go to RulesPageState instead, as one page. Part of
+// the checkpoint format; it replaced
 // RulesWindowState (JSON buckets, scanned per record), whose state a
 // restore migrates (RulesEvaluator.Open).
 var RulesSliceState = state.MapStateDescriptor[int64, ruleSlice]{
@@ -53,6 +56,22 @@ var RulesSliceState = state.MapStateDescriptor[int64, ruleSlice]{
 var RulesAggState = state.ValueStateDescriptor[ruleWindow]{
 	Name:       "rules-agg",
 	Serializer: ruleWindowSerializer{},
+}
+
+// RulesPageState is the rules operator's keyed page state: per key, the
+// time (ms) of a page's oldest slice at its writing to a page of the
+// key's slices (a rulePage, binary). When one operation moves two or more
+// slices out of a key's summary at once (the key's ninth slice moves the
+// eight its summary held), they are written as one page, one state entry
+// instead of one per slice (Flink's RocksDB state keeps a list in one
+// entry the same way); the summary lists its pages (ruleWindow.Pages) and
+// a slice read looks there before RulesSliceState. A page loses its
+// slices as they expire or move back into the summary and is removed
+// with its last. Part of the checkpoint format (session 46).
+var RulesPageState = state.MapStateDescriptor[int64, rulePage]{
+	Name:            "rules-pages",
+	KeySerializer:   state.Int64Serializer{},
+	ValueSerializer: rulePageSerializer{},
 }
 
 // RulesDistinctState is the rules operator's per-key counted map of a
@@ -143,6 +162,108 @@ type ruleWindow struct {
 	// DVals are the inline distinct inputs (JSON) with counts > 0, sorted
 	// by input.
 	DVals []distinctVal
+	// Pages are the key's pages in RulesPageState (format version 5),
+	// each with the range of its slices' times: a slice in that range may
+	// be in the page (else it is in RulesSliceState). Ranges may overlap.
+	Pages []pageRef
+}
+
+// pageRef is one page of ruleWindow.Pages: its key in RulesPageState
+// (the time of its oldest slice when written, ms) and the time of its
+// newest slice (Hi); every slice the page holds is in [K, Hi].
+type pageRef struct {
+	K, Hi int64
+}
+
+// rulePage is a page of one key's slices (RulesPageState), oldest first,
+// each decoded (S) or as the bytes it was read or moved as (Raw: a
+// summary's slice layout, decodeSliceAt at its K), so moving the
+// summary's older slices into a page decodes none of them.
+type rulePage struct {
+	Slices []inlineSlice
+}
+
+// minPageSlices is the fewest slices one operation moves out of a
+// summary that it writes as a page (fewer go to RulesSliceState one
+// entry each, as before pages: a key past maxInlineSlices moves its
+// displaced newest slice there per copy).
+const minPageSlices = 2
+
+// rulePageVersion is rulePage's format version byte.
+const rulePageVersion = 1
+
+// rulePageSerializer is rulePage's binary serializer (name
+// "rules-page-v1"): the version byte rulePageVersion, the number of
+// slices (uvarint), then per slice, oldest first, its time (the first as
+// a varint, the others as their distance above the one before, uvarint)
+// and its bytes (length-prefixed) in the layout the summary keeps its
+// slices in (appendSliceAt; or the version 1 or 2 bytes a summary held).
+type rulePageSerializer struct{}
+
+func (rulePageSerializer) Name() string { return "rules-page-v1" }
+
+func (rulePageSerializer) Append(dst []byte, p rulePage) ([]byte, error) {
+	n := 2 + uvarintLen(uint64(len(p.Slices)))
+	for _, o := range p.Slices {
+		n += 10 + bytesLen(o.size())
+	}
+	dst = slices.Grow(dst, n)
+	dst = append(dst, rulePageVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(p.Slices)))
+	for i, o := range p.Slices {
+		switch {
+		case o.S == nil && len(o.Raw) == 0:
+			return dst, fmt.Errorf("operators: rules page: slice %d without its bytes", o.K)
+		case i == 0:
+			dst = binary.AppendVarint(dst, o.K)
+		case o.K <= p.Slices[i-1].K:
+			return dst, fmt.Errorf("operators: rules page: slice %d not above %d", o.K, p.Slices[i-1].K)
+		default:
+			dst = binary.AppendUvarint(dst, uint64(o.K-p.Slices[i-1].K))
+		}
+		if o.S != nil {
+			dst = appendSliceBytes(dst, o.S, o.K)
+		} else {
+			dst = appendBytes(dst, o.Raw)
+		}
+	}
+	return dst, nil
+}
+
+func (rulePageSerializer) Decode(b []byte) (rulePage, error) {
+	r := binReader{b: slices.Clone(b)} // the slices keep their bytes: b may be the state's buffer
+	if v := r.byte(); v != rulePageVersion {
+		return rulePage{}, fmt.Errorf("operators: rules page: format version %d, want %d", v, rulePageVersion)
+	}
+	n := r.uvarint()
+	if n == 0 || n > uint64(len(b)) {
+		return rulePage{}, errors.New("operators: rules page: bad slice count")
+	}
+	p := rulePage{Slices: make([]inlineSlice, n)}
+	for i := range p.Slices {
+		var k int64
+		if i == 0 {
+			k = r.varint()
+		} else {
+			d := r.uvarint()
+			if d == 0 {
+				return rulePage{}, errors.New("operators: rules page: slices out of order")
+			}
+			k = p.Slices[i-1].K + int64(d)
+		}
+		sb := r.bytes()
+		if r.err != nil {
+			break
+		}
+		if len(sb) == 0 {
+			return rulePage{}, errors.New("operators: rules page: empty slice")
+		}
+		p.Slices[i] = inlineSlice{K: k, Raw: sb}
+	}
+	if r.err != nil {
+		return rulePage{}, fmt.Errorf("operators: rules page: %w", r.err)
+	}
+	return p, nil
 }
 
 // inlineSlice is one slice of ruleWindow.Older and its key (ms): decoded
@@ -237,9 +358,14 @@ const fsumPrec = 2200
 // DInline (1) or not (0), the DVals as in version 3 when DInline, then
 // the number of older slices (uvarint) and, oldest first, each one's
 // distance below Tail (uvarint) and its bytes (length-prefixed). Every
-// summary without Older is written as before (version 1, 2 or 3). All
-// four are read; a version 3 or 4 summary does not restore into a binary
-// older than it (the older binary's restore fails on the version byte).
+// summary without Older is written as before (version 1, 2 or 3). A
+// ruleWindow with pages (Pages) is written as ruleStateV5: version 4's
+// layout (the older slices' number may be 0), then the number of pages
+// (uvarint) and each one's key as its distance below Tail (varint) and
+// its range (Hi - K, uvarint); every summary without pages is written as
+// before. All five are read; a version 3, 4 or 5 summary does not restore
+// into a binary older than it (the older binary's restore fails on the
+// version byte).
 //
 // A slice whose inputs are pre-aggregated (ruleSlice.fold: fewer inputs
 // than records, for a fn that keeps inputs) is written as ruleSliceFolded,
@@ -258,6 +384,7 @@ const (
 	ruleStateV2 = 2
 	ruleStateV3 = 3
 	ruleStateV4 = 4
+	ruleStateV5 = 5
 
 	ruleSliceFolded = 2
 	ruleSliceRel    = 3
@@ -444,7 +571,12 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 	if len(w.Older) > 0 && w.TailSlice == nil {
 		return dst, errors.New("operators: rules window: older slices without the newest")
 	}
+	if (len(w.Older) > 0 || len(w.Pages) > 0) && w.TailSlice == nil {
+		return dst, errors.New("operators: rules window: pages without the newest slice")
+	}
 	switch {
+	case len(w.Pages) > 0:
+		dst = append(dst, ruleStateV5)
 	case len(w.Older) > 0:
 		dst = append(dst, ruleStateV4)
 	case w.DInline:
@@ -479,7 +611,7 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 		}
 		dst = appendBytes(append(dst, 1), b)
 	}
-	v4 := len(w.Older) > 0
+	v4 := len(w.Older) > 0 || len(w.Pages) > 0
 	if w.TailSlice != nil {
 		dst = append(dst, 1)
 		dst = appendSliceBytes(dst, w.TailSlice, w.Tail)
@@ -514,6 +646,17 @@ func (ruleWindowSerializer) Append(dst []byte, w ruleWindow) ([]byte, error) {
 			dst = appendSliceBytes(dst, o.S, o.K)
 		}
 	}
+	if len(w.Pages) == 0 {
+		return dst, nil
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(w.Pages)))
+	for _, p := range w.Pages {
+		if p.Hi < p.K {
+			return dst, fmt.Errorf("operators: rules window: page %d ends at %d", p.K, p.Hi)
+		}
+		dst = binary.AppendVarint(dst, w.Tail-p.K)
+		dst = binary.AppendUvarint(dst, uint64(p.Hi-p.K))
+	}
 	return dst, nil
 }
 
@@ -528,8 +671,8 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 	var w ruleWindow
 	r := binReader{b: b}
 	v := r.byte()
-	if v < ruleStateV1 || v > ruleStateV4 {
-		return w, fmt.Errorf("operators: rules window: format version %d, want %d to %d", v, ruleStateV1, ruleStateV4)
+	if v < ruleStateV1 || v > ruleStateV5 {
+		return w, fmt.Errorf("operators: rules window: format version %d, want %d to %d", v, ruleStateV1, ruleStateV5)
 	}
 	w.Shape = string(r.bytes())
 	w.Fn = aggregateFnOf(r.bytes())
@@ -562,7 +705,7 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 			w.TailSlice = &ts
 		}
 	}
-	if v == ruleStateV4 {
+	if v >= ruleStateV4 {
 		w.DInline = r.byte() == 1
 	}
 	if v == ruleStateV3 || w.DInline {
@@ -580,7 +723,7 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 			w.DVals = append(w.DVals, d)
 		}
 	}
-	if v == ruleStateV4 {
+	if v >= ruleStateV4 {
 		n := r.uvarint()
 		if n > uint64(len(b)) || w.TailSlice == nil {
 			return ruleWindow{}, errors.New("operators: rules window: bad older slices")
@@ -599,6 +742,24 @@ func (ruleWindowSerializer) Decode(b []byte) (ruleWindow, error) {
 				return ruleWindow{}, errors.New("operators: rules window: bad older slice")
 			}
 			w.Older[i] = inlineSlice{K: w.Tail - int64(d), Raw: sb}
+		}
+		if len(w.Older) == 0 {
+			w.Older = nil
+		}
+	}
+	if v == ruleStateV5 && r.err == nil {
+		n := r.uvarint()
+		if n == 0 || n > uint64(len(b)) {
+			return ruleWindow{}, errors.New("operators: rules window: bad page count")
+		}
+		w.Pages = make([]pageRef, n)
+		for i := range w.Pages {
+			k := w.Tail - r.varint()
+			hi := r.uvarint()
+			if hi > math.MaxInt64/2 {
+				return ruleWindow{}, errors.New("operators: rules window: bad page range")
+			}
+			w.Pages[i] = pageRef{K: k, Hi: k + int64(hi)}
 		}
 	}
 	if r.err != nil {
@@ -635,10 +796,16 @@ func ruleWindowSizeHint(w *ruleWindow) int {
 			n += bytesLen(len(d.V)) + varintLen(d.N)
 		}
 	}
-	if len(w.Older) > 0 {
+	if len(w.Older) > 0 || len(w.Pages) > 0 {
 		n += 1 + uvarintLen(uint64(len(w.Older)))
 		for _, o := range w.Older {
 			n += uvarintLen(uint64(w.Tail-o.K)) + bytesLen(o.size())
+		}
+	}
+	if len(w.Pages) > 0 {
+		n += uvarintLen(uint64(len(w.Pages)))
+		for _, p := range w.Pages {
+			n += varintLen(w.Tail-p.K) + uvarintLen(uint64(p.Hi-p.K))
 		}
 	}
 	return n
@@ -740,6 +907,7 @@ func (r *binReader) bytes() []byte {
 // caches the slices it reads, and writes what changed with flush.
 type ruleWin struct {
 	slices   state.MapState[int64, ruleSlice]
+	pages    state.MapState[int64, rulePage]
 	agg      state.ValueState[ruleWindow]
 	distinct state.MapState[string, int64]
 
@@ -765,6 +933,12 @@ type ruleWin struct {
 	// bytes until the operation reads one (fromSummary decodes it into
 	// the cache and sets its S).
 	raw []inlineSlice
+	// loaded are the pages (RulesPageState) the operation read, by key,
+	// their slices decoded as the operation reads them (fromPage);
+	// spill is flush's scratch list of the slices it moves out of the
+	// summary.
+	loaded map[int64]*rulePage
+	spill  []int64
 
 	// hint, when not nil, knows the keys without a summary (ruleKeyHint),
 	// curKey returns the current key, and stored says whether the current
@@ -779,7 +953,9 @@ type ruleWin struct {
 func (rw *ruleWin) load() error {
 	if rw.cache == nil {
 		rw.cache, rw.dirty, rw.dcache, rw.where = map[int64]*ruleSlice{}, map[int64]bool{}, map[string]int64{}, map[int64]byte{}
+		rw.loaded = map[int64]*rulePage{}
 	}
+	clear(rw.loaded)
 	clear(rw.cache)
 	clear(rw.dirty)
 	clear(rw.dcache)
@@ -825,6 +1001,7 @@ func (rw *ruleWin) load() error {
 const (
 	sliceInSummary = 1
 	sliceInMap     = 2
+	sliceInPage    = 3
 )
 
 // fromSummary returns older slice k of the loaded summary when it is
@@ -844,12 +1021,54 @@ func (rw *ruleWin) fromSummary(k int64) (*ruleSlice, bool, error) {
 	return nil, false, nil
 }
 
+// fromPage returns slice k from a page of the key (ruleWindow.Pages)
+// whose range holds k and which holds k, reading the page once per
+// operation (rw.loaded) and decoding the slice into the cache.
+func (rw *ruleWin) fromPage(k int64) (*ruleSlice, bool, error) {
+	for _, ref := range rw.w.Pages {
+		if k < ref.K || k > ref.Hi {
+			continue
+		}
+		p := rw.loaded[ref.K]
+		if p == nil {
+			v, ok, err := rw.pages.Get(ref.K)
+			if err != nil {
+				return nil, false, err
+			}
+			if !ok {
+				return nil, false, fmt.Errorf("operators: %s: window state: page %d of the key missing", RulesType, ref.K)
+			}
+			p = &v
+			rw.loaded[ref.K] = p
+		}
+		i, found := slices.BinarySearchFunc(p.Slices, k, func(o inlineSlice, k int64) int { return cmp.Compare(o.K, k) })
+		if !found {
+			continue
+		}
+		o := &p.Slices[i]
+		if o.S == nil {
+			s, err := o.slice()
+			if err != nil {
+				return nil, false, err
+			}
+			o.S = s
+		}
+		rw.cache[k] = o.S
+		rw.where[k] = sliceInPage
+		return o.S, true, nil
+	}
+	return nil, false, nil
+}
+
 // slice returns slice k (which must exist), cached.
 func (rw *ruleWin) slice(k int64) (*ruleSlice, error) {
 	if s, ok := rw.cache[k]; ok {
 		return s, nil
 	}
 	if s, ok, err := rw.fromSummary(k); ok || err != nil {
+		return s, err
+	}
+	if s, ok, err := rw.fromPage(k); ok || err != nil {
 		return s, err
 	}
 	s, ok, err := rw.slices.Get(k)
@@ -876,6 +1095,9 @@ func (rw *ruleWin) lookup(k int64) (*ruleSlice, error) {
 	if s, ok, err := rw.fromSummary(k); ok || err != nil {
 		return s, err
 	}
+	if s, ok, err := rw.fromPage(k); ok || err != nil {
+		return s, err
+	}
 	s, ok, err := rw.slices.Get(k)
 	if err != nil || !ok {
 		return nil, err
@@ -895,16 +1117,21 @@ func (rw *ruleWin) touch(k int64) { rw.dirty[k] = true }
 // written there, one entering it (read from there) removed there.
 func (rw *ruleWin) flush() error {
 	keep := rw.pickSummarySlices()
+	spill := rw.spill[:0]
 	for k, put := range rw.dirty {
 		var err error
-		switch {
+		switch at := rw.where[k]; {
+		case at == sliceInPage:
+			// flushPages writes the page.
 		case put && slices.Contains(keep, k):
-			if rw.where[k] == sliceInMap {
+			if at == sliceInMap {
 				err = rw.slices.Remove(k)
 			}
-		case put:
+		case put && at == sliceInMap:
 			err = rw.putSlice(k, *rw.cache[k])
-		case rw.where[k] != sliceInSummary:
+		case put:
+			spill = append(spill, k) // made by the operation or leaves the summary
+		case at != sliceInSummary:
 			err = rw.slices.Remove(k) // a removed slice the map held
 		}
 		if err != nil {
@@ -919,16 +1146,20 @@ func (rw *ruleWin) flush() error {
 		var err error
 		switch {
 		case at == sliceInSummary && !in:
-			var s *ruleSlice // leaves the summary
-			if s, err = rw.slice(k); err == nil {
-				err = rw.putSlice(k, *s)
-			}
+			spill = append(spill, k) // leaves the summary
 		case at == sliceInMap && in:
 			err = rw.slices.Remove(k) // enters it
 		}
 		if err != nil {
 			return err
 		}
+	}
+	rw.spill = spill
+	if err := rw.flushPages(keep); err != nil {
+		return err
+	}
+	if err := rw.spillSlices(spill); err != nil {
+		return err
 	}
 	clear(rw.dirty)
 	rw.w.Older = nil
@@ -946,6 +1177,11 @@ func (rw *ruleWin) flush() error {
 		rw.w.Older = rw.older
 	}
 	if rw.w.Slices == 0 {
+		for _, p := range rw.w.Pages {
+			// Every slice left through the operation (flushPages removed
+			// their pages): none is left to remove here.
+			return fmt.Errorf("operators: %s: window state: page %d left without slices", RulesType, p.K)
+		}
 		rw.w.TailSlice = nil
 		rw.has = false
 		clear(rw.dcache)
@@ -984,6 +1220,113 @@ func (rw *ruleWin) flush() error {
 	}
 	rw.stored = true
 	return rw.agg.Update(rw.w)
+}
+
+// flushPages writes each page the operation read whose slices changed,
+// without the slices it removed or the summary now keeps, with the
+// others as they are now (decoded or as read), and removes a page left
+// without slices (and its ruleWindow.Pages entry).
+func (rw *ruleWin) flushPages(keep []int64) error {
+	for pk, p := range rw.loaded {
+		changed := false
+		rest := p.Slices[:0]
+		for _, o := range p.Slices {
+			put, touched := rw.dirty[o.K]
+			if (touched && !put) || slices.Contains(keep, o.K) {
+				changed = true
+				continue
+			}
+			if touched {
+				changed = true
+			}
+			if s := rw.cache[o.K]; s != nil && rw.where[o.K] == sliceInPage {
+				o.S = s
+			}
+			rest = append(rest, o)
+		}
+		p.Slices = rest
+		if !changed {
+			continue
+		}
+		i := slices.IndexFunc(rw.w.Pages, func(r pageRef) bool { return r.K == pk })
+		if i < 0 {
+			return fmt.Errorf("operators: %s: window state: page %d not in the summary", RulesType, pk)
+		}
+		if len(rest) == 0 {
+			rw.w.Pages = slices.Delete(rw.w.Pages, i, i+1)
+			if len(rw.w.Pages) == 0 {
+				rw.w.Pages = nil
+			}
+			if err := rw.pages.Remove(pk); err != nil {
+				return err
+			}
+			continue
+		}
+		rw.w.Pages[i].Hi = rest[len(rest)-1].K
+		if err := rw.putPage(pk, *p); err != nil {
+			return err
+		}
+	}
+	clear(rw.loaded)
+	return nil
+}
+
+// spillSlices writes the slices ks that leave the summary (or that the
+// operation made and the summary does not keep): as one page
+// (RulesPageState) when they are at least minPageSlices and no page of
+// the key has the oldest one's key, else one entry each in
+// RulesSliceState. Slices still as the summary's bytes are moved as
+// they are.
+func (rw *ruleWin) spillSlices(ks []int64) error {
+	if len(ks) < minPageSlices || slices.ContainsFunc(rw.w.Pages, func(r pageRef) bool { return slices.Contains(ks, r.K) }) {
+		for _, k := range ks {
+			s, err := rw.slice(k)
+			if err != nil {
+				return err
+			}
+			if err := rw.putSlice(k, *s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	slices.Sort(ks)
+	p := rulePage{Slices: make([]inlineSlice, len(ks))}
+	for i, k := range ks {
+		o := inlineSlice{K: k, S: rw.cache[k]}
+		if o.S == nil {
+			if o = rw.rawSlice(k); o.Raw == nil {
+				return fmt.Errorf("operators: %s: window state: slice %d of the key missing", RulesType, k)
+			}
+		}
+		p.Slices[i] = o
+	}
+	rw.w.Pages = append(rw.w.Pages, pageRef{K: ks[0], Hi: ks[len(ks)-1]})
+	return rw.putPage(ks[0], p)
+}
+
+// putPage writes page k: cold (as putSlice) unless it holds a member of
+// the min/max deque.
+func (rw *ruleWin) putPage(k int64, p rulePage) error {
+	c, ok := rw.pages.(state.ColdPutter[int64, rulePage])
+	for _, o := range p.Slices {
+		if ok && o.inDeque() {
+			ok = false
+		}
+	}
+	if ok {
+		return c.PutCold(k, p)
+	}
+	return rw.pages.Put(k, p)
+}
+
+// inDeque reports whether o's slice is in the min/max deque (its flag
+// byte's bit, ruleSlice.InDeque, when still bytes).
+func (o inlineSlice) inDeque() bool {
+	if o.S != nil {
+		return o.S.InDeque
+	}
+	return len(o.Raw) > 1 && o.Raw[1]&(1<<4) != 0
 }
 
 // pickSummarySlices returns the slices the summary keeps (newest first,
@@ -1111,8 +1454,12 @@ func (rw *ruleWin) clearKey() error {
 	clear(rw.dcache)
 	clear(rw.where)
 	rw.raw = nil
+	clear(rw.loaded)
 	rw.w, rw.has = ruleWindow{}, false
 	if err := rw.slices.Clear(); err != nil {
+		return err
+	}
+	if err := rw.pages.Clear(); err != nil {
 		return err
 	}
 	if err := rw.distinct.Clear(); err != nil {
