@@ -183,11 +183,16 @@ func (j *GlobalTableJoin) ProcessElement(_ context.Context, rec runtime.Record, 
 	if err != nil {
 		return EvalRecordError(err)
 	}
-	k, err := keyBytes(j.key, "table key", kv)
-	if err != nil {
-		return err
+	var row *tableRow
+	if ks, ok := kv.(string); ok { // the usual key: looked up without a copy to bytes
+		row = j.rows[ks]
+	} else {
+		k, err := keyBytes(j.key, "table key", kv)
+		if err != nil {
+			return err
+		}
+		row = j.rows[string(k)]
 	}
-	row := j.rows[string(k)]
 	if row == nil && !j.left {
 		return nil
 	}
