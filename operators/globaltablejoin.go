@@ -286,8 +286,8 @@ type globalTableSnapshot struct {
 // is nil), uvarint(len(value)) value. One JSON string instead of a list
 // of objects: the table is in every subtask's part of every checkpoint's
 // _metadata (indented JSON, re-read by whoever reads the metadata), where
-// the list of Nexmark q13's 10,000 rows took 1.8 MB a subtask and this
-// takes ~0.5 MB.
+// the list made Nexmark q13's checkpoints (10,000 rows, two subtasks)
+// 3.6 MB and this makes them 1.8 MB.
 type globalTableRows struct {
 	Format int    `json:"format"`
 	Rows   []byte `json:"rows"`
