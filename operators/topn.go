@@ -176,8 +176,14 @@ func (s topNRowsSerializer) Copy(v []topNRow, known [][]topNRow) ([]topNRow, err
 
 // marshalRaw returns m as json.Marshal writes a json.RawMessage, in new
 // memory: compacted, with <, >, &, U+2028 and U+2029 escaped; or the error
-// for m that is not JSON.
+// for m that is not JSON. Valid JSON is rewritten in one pass
+// (compactEscape: a Nexmark bid's url holds '&'); anything else goes
+// through json.Compact for its error.
 func marshalRaw(m []byte) (json.RawMessage, error) {
+	if gjson.ValidBytes(m) {
+		b := compactEscape(make([]byte, 0, len(m)+16), m)
+		return b[:len(b):len(b)], nil
+	}
 	var c, e bytes.Buffer
 	if err := json.Compact(&c, m); err != nil {
 		return nil, err
@@ -185,6 +191,49 @@ func marshalRaw(m []byte) (json.RawMessage, error) {
 	json.HTMLEscape(&e, c.Bytes())
 	b := e.Bytes()
 	return b[:len(b):len(b)], nil
+}
+
+// compactEscape appends the valid JSON m to dst as json.Compact then
+// json.HTMLEscape write it: whitespace outside strings dropped, <, > and
+// & written \u003c, \u003e and \u0026, U+2028 and U+2029 \u2028 and
+// \u2029 (TestTopNCompactEscape compares it with them).
+func compactEscape(dst, m []byte) []byte {
+	const hex = "0123456789abcdef"
+	inString, escaped := false, false
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		switch {
+		case c == '<' || c == '>' || c == '&':
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			escaped = false
+			continue
+		case c == 0xE2 && i+2 < len(m) && m[i+1] == 0x80 && m[i+2]&^1 == 0xA8:
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[m[i+2]&0xF])
+			i += 2
+			escaped = false
+			continue
+		}
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			dst = append(dst, c)
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"':
+			inString = true
+		}
+		dst = append(dst, c)
+	}
+	return dst
 }
 
 // knownTopNRow returns the row of a known ranking that is the memory of m.
@@ -199,9 +248,45 @@ func knownTopNRow(m []byte, known [][]topNRow) (json.RawMessage, bool) {
 	return nil, false
 }
 
-// AppendKept implements state.HeapSerializer: Append.
+// AppendKept implements state.HeapSerializer: Append of a ranking Copy
+// returned, whose rows are as json.Marshal writes them, written without
+// reflection or checking the rows again: the same bytes as Append
+// (TestTopNRowsAppendKept), `[{"row":...,"score":...,"ts":...},...]`. A
+// score that is not a plain int64 (a double, a big integer) is written by
+// json.Marshal.
 func (s topNRowsSerializer) AppendKept(dst []byte, v []topNRow) ([]byte, error) {
-	return s.Append(dst, v)
+	if v == nil {
+		return append(dst, "null"...), nil
+	}
+	dst = append(dst, '[')
+	for i, r := range v {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"row":`...)
+		if r.Row == nil {
+			dst = append(dst, "null"...)
+		} else {
+			dst = append(dst, r.Row...)
+		}
+		dst = append(dst, `,"score":`...)
+		switch sc := r.Score; {
+		case sc.Big == nil && !sc.IsFloat && sc.Float == 0 && sc.Int == 0:
+			dst = append(dst, "{}"...)
+		case sc.Big == nil && !sc.IsFloat && sc.Float == 0:
+			dst = strconv.AppendInt(append(dst, `{"int":`...), sc.Int, 10)
+			dst = append(dst, '}')
+		default:
+			b, err := json.Marshal(sc)
+			if err != nil {
+				return dst, fmt.Errorf("state: json encode: %w", err)
+			}
+			dst = append(dst, b...)
+		}
+		dst = strconv.AppendInt(append(dst, `,"ts":`...), r.TS, 10)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']'), nil
 }
 
 // View implements state.HeapSerializer: a new slice of the kept rows, so
@@ -290,6 +375,7 @@ func (f *TopN) better(a, b number) bool {
 
 // ProcessElement implements KeyedProcessFunction.
 func (f *TopN) ProcessElement(_ context.Context, rec runtime.Record, out Collector) error {
+	checked := rec.CheckedJSON() // the mark of a json source or map, across the key_by
 	v, err := f.p.By.Program().Eval(f.env.Reset(&rec))
 	if err != nil {
 		return EvalRecordError(err)
@@ -322,7 +408,7 @@ func (f *TopN) ProcessElement(_ context.Context, rec runtime.Record, out Collect
 		return nil
 	}
 	row := json.RawMessage(rec.Value)
-	if rec.Format != runtime.FormatJSON || !json.Valid(rec.Value) {
+	if rec.Format != runtime.FormatJSON || (!checked && !json.Valid(rec.Value)) {
 		row, _ = json.Marshal(string(rec.Value)) // a string: cannot fail
 	}
 	if f.rankMember != nil {
@@ -363,6 +449,11 @@ func (f *TopN) ProcessElement(_ context.Context, rec runtime.Record, out Collect
 // checkRankRow returns the eval_error of a row that RankField cannot be
 // added to: not a JSON object, or one with a member of that name.
 func (f *TopN) checkRankRow(row []byte) error {
+	if i := firstNonSpace(row); i < len(row) && row[i] == '{' && bytes.IndexByte(row, '\\') < 0 && bytes.IndexByte(f.rankMember, '\\') < 0 && !bytes.Contains(row, f.rankMember[1:len(f.rankMember)-1]) {
+		// A valid JSON object without any escape holds a member of
+		// that name (plain in JSON too) only as its quoted bytes.
+		return nil
+	}
 	r := gjson.ParseBytes(row)
 	if !r.IsObject() {
 		return resultError(f.p.By, "top_n rank_field", "needs a JSON object record, got "+r.Type.String())
@@ -376,6 +467,16 @@ func (f *TopN) checkRankRow(row []byte) error {
 		return resultError(f.p.By, "top_n rank_field", fmt.Sprintf("the record already has a field %q", f.p.RankField))
 	}
 	return nil
+}
+
+// firstNonSpace returns the index of b's first byte that is not JSON
+// whitespace (len(b) if none).
+func firstNonSpace(b []byte) int {
+	i := 0
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 // rankRecord is the output row of rank i (0-based) of window start for

@@ -1,7 +1,12 @@
 package operators
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -237,5 +242,103 @@ func TestTopNRankField(t *testing.T) {
 	q.CheckParams(func(field, msg string) { problems = append(problems, field+": "+msg) })
 	if want := []string{"rank_field: not with window: a window's rows are emitted as {key, rank, window_start, window_end, row}"}; !reflect.DeepEqual(problems, want) {
 		t.Fatalf("problems %q, want %q", problems, want)
+	}
+}
+
+// TestTopNRowsAppendKept: AppendKept of a ranking Copy returned writes
+// exactly the bytes state.JSONSerializer's json.Marshal writes for the
+// ranking (the checkpoint format), over random rankings: integer scores
+// (zero, negative, the int64 bounds), doubles, a big integer, rows with
+// whitespace, <, >, &, U+2028 and U+2029, strings; a nil ranking.
+func TestTopNRowsAppendKept(t *testing.T) {
+	old := state.JSONSerializer[[]topNRow]{}
+	ser := topNRowsSerializer{}
+	rng := rand.New(rand.NewPCG(19, 9))
+	rows := []string{
+		`{"auction":1000,"url":"https://x.com/a?b=1&c=2","extra":"<p>"}`,
+		`{ "a" : [1, 2 ,{"b":"c d"}] ,"e":"\u2028 ` + "\u2028\u2029" + `"}`,
+		`"plain"`, `"x\"y\\z"`, `12.50`, `null`, `true`, `[]`, `{}`,
+		`{"bid":{"auction":1,"price":2},"rank":"a&b"}`,
+	}
+	scores := []number{
+		{}, {Int: 7}, {Int: -3}, {Int: math.MaxInt64}, {Int: math.MinInt64},
+		{Float: 1.5, IsFloat: true}, {Float: 1e21, IsFloat: true}, {Float: -0.000001, IsFloat: true}, {IsFloat: true},
+		{Big: new(big.Int).Lsh(big.NewInt(1), 70)},
+	}
+	for n := range 500 {
+		var v []topNRow
+		if n > 0 {
+			v = make([]topNRow, rng.IntN(12))
+		}
+		for i := range v {
+			v[i] = topNRow{Row: []byte(rows[rng.IntN(len(rows))]), Score: scores[rng.IntN(len(scores))], TS: rng.Int64N(1<<42) - 1<<40}
+		}
+		want, err := old.Append(nil, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := ser.Copy(v, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ser.AppendKept([]byte("x"), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got[1:]) != string(want) || got[0] != 'x' {
+			t.Fatalf("ranking %d: AppendKept\n%s\nwant\n%s", n, got, want)
+		}
+	}
+}
+
+// TestTopNCompactEscape: compactEscape writes what json.Compact then
+// json.HTMLEscape write, for valid JSON with whitespace inside and outside
+// strings, escapes, <, >, &, U+2028, U+2029 and other UTF-8; and
+// marshalRaw still refuses what is not JSON.
+func TestTopNCompactEscape(t *testing.T) {
+	for _, in := range []string{
+		`{}`, ` { "a" : 1 } `, "{\n\t\"a b\": \"c\\\" d\\\\\",\r\n \"e\": [ 1 , 2 ]}",
+		`{"url":"https://www.nexmark.com/a/b?c=1&channel_id=2","x":"<script>"}`,
+		`"\u2028` + "\u2028\u2029\u2027\u202a é 日本" + `"`, `[ "a&b" , "<>" , null , true , -1.5e3 ]`,
+		`"\\"`, `"\\\"&"`,
+	} {
+		var c, e bytes.Buffer
+		if err := json.Compact(&c, []byte(in)); err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		json.HTMLEscape(&e, c.Bytes())
+		if got := compactEscape(nil, []byte(in)); string(got) != e.String() {
+			t.Fatalf("%q: compactEscape %q, want %q", in, got, e.String())
+		}
+		got, err := marshalRaw([]byte(in))
+		if err != nil || string(got) != e.String() {
+			t.Fatalf("%q: marshalRaw %q %v, want %q", in, got, err, e.String())
+		}
+	}
+	if _, err := marshalRaw([]byte(`{"a":`)); err == nil {
+		t.Fatal("marshalRaw of a row that is not JSON: no error")
+	}
+}
+
+// TestTopNRankFieldEscapedName: the rank field is found in a record that
+// writes its name with an escape, and a name JSON escapes (a<b) is found
+// written plainly; a record without it passes.
+func TestTopNRankFieldEscapedName(t *testing.T) {
+	f := NewTopN(TopNParams{N: 1, By: compiled(t, "price"), RankField: "rank_number"})
+	if err := f.checkRankRow([]byte(`{"price":1,"r\u0061nk_number":2}`)); err == nil || !strings.Contains(err.Error(), `already has a field "rank_number"`) {
+		t.Fatalf("an escaped member name: %v", err)
+	}
+	if err := f.checkRankRow([]byte(` {"price":1,"rank_number_2":"rank_numbe"}`)); err != nil {
+		t.Fatalf("a record without the field: %v", err)
+	}
+	if err := f.checkRankRow([]byte(`{"price":1,"x":"\"rank_number\""}`)); err != nil {
+		t.Fatalf("the name inside a string value: %v", err)
+	}
+	g := NewTopN(TopNParams{N: 1, By: compiled(t, "price"), RankField: "a<b"})
+	if err := g.checkRankRow([]byte(`{"price":1,"a<b":2}`)); err == nil || !strings.Contains(err.Error(), `already has a field "a<b"`) {
+		t.Fatalf("a name JSON escapes, written plainly: %v", err)
+	}
+	if err := g.checkRankRow([]byte(`{"price":1}`)); err != nil {
+		t.Fatalf("a record without the field: %v", err)
 	}
 }
