@@ -184,6 +184,21 @@ func setL0Thresholds(opts *pebble.Options, n int) {
 	}
 }
 
+// MaxManifestBytes is the size past which a local Pebble DB starts a new
+// MANIFEST (Pebble's MaxManifestFileSize, default 128 MiB), writing its
+// current version there once the edits since the last such start outweigh
+// it (Pebble's rule: at most about half of what it writes is for the
+// rotation). Every snapshot copies the whole MANIFEST twice (Pebble's
+// checkpoint, then into the checkpoint as a private file), and a DB
+// checkpointed every second appends about 100 bytes a checkpoint (a flush
+// and the compactions' edits): with Pebble's default a day-old job's
+// every checkpoint would copy megabytes of old edits; this keeps it under
+// about this size.
+const MaxManifestBytes = 64 << 10
+
+// maxManifestBytes is MaxManifestBytes; tests lower it.
+var maxManifestBytes int64 = MaxManifestBytes
+
 // localFS is the file system of a local (not disaggregated) Pebble DB;
 // tests replace it to see the calls that reach the disk.
 var localFS = vfs.Default
@@ -213,6 +228,7 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger, sched pebble.Compac
 		}
 	}
 	if ro == nil {
+		opts.MaxManifestFileSize = maxManifestBytes
 		opts.FS = localFS
 		if cfg.NoSync {
 			// A scratch directory (BackendConfig.NoSync): never reopened,
