@@ -124,9 +124,11 @@ type BackendConfig struct {
 	// reopening a directory restores its state. Required for pebble,
 	// ignored by hashmap.
 	Dir string
-	// NoSync makes every fsync of a local Pebble DB a no-op: its WAL,
-	// memtable flushes, compactions, MANIFEST and the staging directory of
-	// its snapshots (SnapshotKeyed). Set it only when Dir is scratch: never
+	// NoSync makes every fsync of a local Pebble DB a no-op (its memtable
+	// flushes, compactions, MANIFEST and the staging directory of its
+	// snapshots, SnapshotKeyed) and turns its WAL off (Pebble's
+	// DisableWAL: Close flushes the memtable instead; after a crash the
+	// writes since the last memtable flush are gone). Set it only when Dir is scratch: never
 	// reopened after a crash, every open starting from an empty directory
 	// or a checkpoint (OpenBackendRestored), as a job's state directory is
 	// (the job clears it at every start and restart). Durability then

@@ -110,6 +110,9 @@ type pebbleStore struct {
 	// cache is the write-back cache of values and map entries; nil when
 	// BackendConfig.WriteCacheBytes < 0.
 	cache *writeCache
+	// noWAL says the DB writes no WAL (BackendConfig.NoSync): its memtable
+	// reaches the disk only by a flush.
+	noWAL bool
 	// remote is the object store of a disaggregated DB (remote.go); nil
 	// for a local one.
 	remote *remoteObjects
@@ -181,6 +184,21 @@ func setL0Thresholds(opts *pebble.Options, n int) {
 	}
 }
 
+// MaxManifestBytes is the size past which a local Pebble DB starts a new
+// MANIFEST (Pebble's MaxManifestFileSize, default 128 MiB), writing its
+// current version there once the edits since the last such start outweigh
+// it (Pebble's rule: at most about half of what it writes is for the
+// rotation). Every snapshot copies the whole MANIFEST twice (Pebble's
+// checkpoint, then into the checkpoint as a private file), and a DB
+// checkpointed every second appends about 100 bytes a checkpoint (a flush
+// and the compactions' edits): with Pebble's default a day-old job's
+// every checkpoint would copy megabytes of old edits; this keeps it under
+// about this size.
+const MaxManifestBytes = 64 << 10
+
+// maxManifestBytes is MaxManifestBytes; tests lower it.
+var maxManifestBytes int64 = MaxManifestBytes
+
 // localFS is the file system of a local (not disaggregated) Pebble DB;
 // tests replace it to see the calls that reach the disk.
 var localFS = vfs.Default
@@ -210,9 +228,19 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger, sched pebble.Compac
 		}
 	}
 	if ro == nil {
+		opts.MaxManifestFileSize = maxManifestBytes
 		opts.FS = localFS
 		if cfg.NoSync {
-			opts.FS = unsyncedFS{localFS} // a scratch directory: BackendConfig.NoSync
+			// A scratch directory (BackendConfig.NoSync): never reopened,
+			// so its writes need no WAL, as Flink's RocksDB backend writes
+			// none: durability comes from checkpoints, whose snapshot
+			// flushes the memtable first and copies no WAL file. Without
+			// it every commit (the write cache's flush and evictions)
+			// also went to the log, and every snapshot's Pebble checkpoint
+			// copied the fresh (recycled, full-sized) log file only to
+			// skip it.
+			opts.FS = unsyncedFS{localFS}
+			opts.DisableWAL = true
 		}
 	}
 	if cfg.Cache != nil {
@@ -226,7 +254,7 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger, sched pebble.Compac
 	if err != nil {
 		return nil, fmt.Errorf("state: open pebble in %s: %w", cfg.Dir, err)
 	}
-	st := &pebbleStore{dir: dir, db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}, remote: ro}
+	st := &pebbleStore{dir: dir, db: db, cur: pebbleCursor{kg: cfg.KeyGroupRange.Start}, remote: ro, noWAL: opts.DisableWAL}
 	if ro != nil {
 		st.delta = newDeltaLog(cfg.Remote)
 		if err := db.SetCreatorID(ro.creator); err != nil {
@@ -244,6 +272,16 @@ func openPebbleStore(cfg BackendConfig, logger *slog.Logger, sched pebble.Compac
 		st.cache.commit = st.commit
 	}
 	return st, nil
+}
+
+// metaSync is the write option of the format and metadata records: synced,
+// but without a WAL (BackendConfig.NoSync, whose syncs are no-ops anyway)
+// Pebble refuses a synced write, so they go unsynced as every other write.
+func (s *pebbleStore) metaSync() *pebble.WriteOptions {
+	if s.noWAL {
+		return pebble.NoSync
+	}
+	return pebble.Sync
 }
 
 // getCopy returns a copy of the value of key.
@@ -276,7 +314,7 @@ func (s *pebbleStore) loadFormat() (formatInfo, bool, error) {
 
 func (s *pebbleStore) saveFormat(f formatInfo) error {
 	v, _ := json.Marshal(f)
-	return s.dbSet(formatKey, v, pebble.Sync)
+	return s.dbSet(formatKey, v, s.metaSync())
 }
 
 func (s *pebbleStore) loadMetas() ([]stateMeta, error) {
@@ -302,7 +340,7 @@ func (s *pebbleStore) loadMetas() ([]stateMeta, error) {
 
 func (s *pebbleStore) saveMeta(m stateMeta) error {
 	v, _ := json.Marshal(m)
-	return s.dbSet(metaKey(m.Name), v, pebble.Sync)
+	return s.dbSet(metaKey(m.Name), v, s.metaSync())
 }
 
 func (s *pebbleStore) get(k stateKey) ([]byte, bool, error) {
@@ -723,6 +761,9 @@ func (s *pebbleStore) concurrentReads() bool { return true }
 func (s *pebbleStore) close() error {
 	s.waitCompaction(true)
 	ferr := s.flushCache() // a reopened directory sees every write
+	if ferr == nil && s.noWAL {
+		ferr = s.db.Flush() // the memtable, which no WAL holds
+	}
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
