@@ -30,7 +30,8 @@ var gbreakAmounts = []string{
 // filter, so that its inputs are one group and its numbers are read as
 // ints without boxing) over random records whose amount and bid.price
 // take every JSON number form, with and without retractions (-U, +U, -D
-// on a changelog input) and mini_batch, and checks every row and every
+// on a changelog input) and mini_batch (and async_state: the same as
+// the synchronous), and checks every row and every
 // record's error against the golden file testdata/aggregate_grouped_break,
 // written by the base f2a2eb3 (the boxed, ungrouped evaluation):
 // GBREAK_UPDATE=1 rewrites it.
@@ -77,12 +78,16 @@ func TestAggregateGroupedInputsAsBase(t *testing.T) {
 		}
 		recs = append(recs, r)
 	}
-	run := func(changelog bool, mb *MiniBatchParams) []string {
+	run := func(recs []runtime.Record, changelog bool, mb *MiniBatchParams, async bool) []string {
 		ctx := context.Background()
 		ch := runtime.NewChannel(4096)
 		out := runtime.NewOutput(nil, runtime.NewWriter([]runtime.Channel{ch}, runtime.ForwardPartitioner{}))
-		f := NewAggregate(AggregateParams{Emit: EmitEveryUpdate, Aggregates: specs, MiniBatch: mb}, changelog)
-		op := NewKeyedProcessOperator(OpenContext{Operator: "op", Parallelism: 1}, opener(state.KindHashmap, t.TempDir()), nil, f, out)
+		info := OpenContext{Operator: "op", Parallelism: 1}
+		mailbox := runtime.NewMailbox()
+		op := NewKeyedProcessOperator(info, opener(state.KindHashmap, t.TempDir()), nil, NewAggregate(AggregateParams{Emit: EmitEveryUpdate, Aggregates: specs, MiniBatch: mb}, changelog), out)
+		if async {
+			op = NewAsyncKeyedProcessOperator(info, opener(state.KindHashmap, t.TempDir()), nil, NewAsyncAggregate(AggregateParams{Emit: EmitEveryUpdate, Aggregates: specs}, changelog), out, mailbox)
+		}
 		if err := op.Open(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -100,6 +105,7 @@ func TestAggregateGroupedInputsAsBase(t *testing.T) {
 			if err := op.ProcessRecord(ctx, 0, r); err != nil {
 				got = append(got, fmt.Sprintf("record %d: %v", i, err))
 			}
+			mailbox.TryYieldAll()
 			for j := range buf {
 				buf[j] = ' '
 			}
@@ -114,7 +120,7 @@ func TestAggregateGroupedInputsAsBase(t *testing.T) {
 	for _, changelog := range []bool{false, true} {
 		for _, mb := range []*MiniBatchParams{nil, {Size: 7}} {
 			got = append(got, fmt.Sprintf("== changelog %t, mini_batch %v", changelog, mb != nil))
-			got = append(got, run(changelog, mb)...)
+			got = append(got, run(recs, changelog, mb, false)...)
 		}
 	}
 	text := strings.Join(got, "\n") + "\n"
@@ -136,6 +142,24 @@ func TestAggregateGroupedInputsAsBase(t *testing.T) {
 			}
 		}
 		t.Fatalf("%d lines, want %d", len(g), len(w))
+	}
+	// The async aggregate (async_state) evaluates its inputs as the
+	// synchronous one does: the same rows, on the records that do not
+	// fail (an async record's error fails the job: state.ErrAsync...).
+	var good []runtime.Record
+	for i, r := range recs {
+		if !strings.Contains(text, fmt.Sprintf("\nrecord %d: ", i)) {
+			good = append(good, r)
+		}
+	}
+	if len(good) < 80 {
+		t.Fatalf("%d records without an error", len(good))
+	}
+	for _, changelog := range []bool{false, true} {
+		sync, async := run(good, changelog, nil, false), run(good, changelog, nil, true)
+		if strings.Join(async, "\n") != strings.Join(sync, "\n") {
+			t.Errorf("changelog %t: async_state\n%s\nwant (sync)\n%s", changelog, strings.Join(async, "\n"), strings.Join(sync, "\n"))
+		}
 	}
 	errs, rows := 0, 0
 	for _, s := range got {
