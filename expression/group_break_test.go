@@ -189,3 +189,51 @@ func TestGroupedConcurrent(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// FuzzGroupedEqualsCEL is TestGroupedRandomProgramsAgreeWithCEL with the
+// programs drawn from seed and the JSON text of a, b and bid.price
+// fuzzed: twelve random programs grouped, evaluated in a seed's order on
+// two records through one Env (the second record's values swapped), each
+// result and error CEL's.
+func FuzzGroupedEqualsCEL(f *testing.F) {
+	for i, v := range ebreakNumberForms {
+		f.Add(uint64(i%6), v, `3`)
+		f.Add(uint64(i%6), `-9223372036854775808`, v)
+	}
+	type set struct{ orig, general, grouped []*Program }
+	sets := map[uint64]set{} // by seed: compiling is most of the work
+	f.Fuzz(func(t *testing.T, seed uint64, a, b string) {
+		r := rand.New(rand.NewPCG(seed, 46))
+		s, ok := sets[seed]
+		for tries := 0; !ok && len(s.orig) < 12 && tries < 200; tries++ {
+			p, err := Compile(gbreakExpr(r, 3))
+			if err != nil || p.direct == nil || p.tracked {
+				continue
+			}
+			g := *p
+			g.direct = nil
+			s.orig, s.general = append(s.orig, p), append(s.general, &g)
+		}
+		if !ok {
+			s.grouped = Grouped(s.orig)
+			sets[seed] = s
+		}
+		orig, general, grouped := s.orig, s.general, s.grouped
+		order := rand.New(rand.NewPCG(seed, 47)) // apart from r: the same whether the programs were cached
+		recs := [][]byte{
+			[]byte(`{"a":` + a + `,"b":` + b + `,"s":"x","bid":{"price":` + b + `,"s":` + a + `}}`),
+			[]byte(`{"a":` + b + `,"b":` + a + `,"bid":{"price":` + a + `}}`),
+		}
+		var env Env
+		for _, rec := range recs {
+			in := func() *Input { return &Input{JSON: rec, Key: []byte("k")} }
+			env.Reset(in())
+			for _, i := range order.Perm(len(orig)) {
+				want := gbreakResults(general[i], NewEnv(in()))
+				if got := gbreakResults(grouped[i], &env); got != want {
+					t.Fatalf("%s on %s: grouped %s\nCEL: %s", orig[i].Source(), rec, got, want)
+				}
+			}
+		}
+	})
+}
