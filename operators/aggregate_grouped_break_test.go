@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kstreamd/kstreamd/runtime"
 	"github.com/kstreamd/kstreamd/state"
@@ -52,32 +54,7 @@ func TestAggregateGroupedInputsAsBase(t *testing.T) {
 		{Name: "pmean", Fn: AggAvg, Of: compiled(t, "bid.price")},
 		{Name: "last", Fn: AggLast, Of: compiled(t, "amount")},
 	}
-	rng := rand.New(rand.NewPCG(46, 46))
-	var recs []runtime.Record
-	for i := range 160 {
-		f := []string{fmt.Sprintf(`"user":"u%d"`, rng.IntN(4))}
-		// Mostly ints (each form's row stays comparable for a while),
-		// every form now and then.
-		amount := fmt.Sprint(rng.IntN(2000000) - 1000)
-		if rng.IntN(3) == 0 {
-			amount = gbreakAmounts[rng.IntN(len(gbreakAmounts))]
-		}
-		if amount != "" {
-			f = append(f, `"amount":`+amount)
-		}
-		price := fmt.Sprint(rng.IntN(100000))
-		if rng.IntN(4) == 0 {
-			price = gbreakAmounts[rng.IntN(len(gbreakAmounts))]
-		}
-		if price != "" {
-			f = append(f, `"bid":{"price":`+price+`}`)
-		}
-		r := runtime.Record{Key: []byte(fmt.Sprintf("k%d", rng.IntN(3))), Value: []byte("{" + strings.Join(f, ",") + "}")}
-		if i%5 == 4 {
-			r.Change = []runtime.ChangeKind{runtime.ChangeUpdateBefore, runtime.ChangeUpdateAfter, runtime.ChangeDelete}[rng.IntN(3)]
-		}
-		recs = append(recs, r)
-	}
+	recs := gbreakRecords()
 	run := func(recs []runtime.Record, changelog bool, mb *MiniBatchParams, async bool) []string {
 		ctx := context.Background()
 		ch := runtime.NewChannel(4096)
@@ -172,5 +149,95 @@ func TestAggregateGroupedInputsAsBase(t *testing.T) {
 	}
 	if errs < 40 || rows < 200 {
 		t.Fatalf("%d errors and %d rows: want both kinds in number", errs, rows)
+	}
+}
+
+// gbreakRecords are TestAggregateGroupedInputsAsBase's 160 records: keys
+// k0-k2, amount and bid.price mostly ints, a third of them (a quarter of
+// the prices) in one of gbreakAmounts' forms, every fifth a -U, +U or -D,
+// 100 ms apart from 0.
+func gbreakRecords() []runtime.Record {
+	rng := rand.New(rand.NewPCG(46, 46))
+	var recs []runtime.Record
+	for i := range 160 {
+		f := []string{fmt.Sprintf(`"user":"u%d"`, rng.IntN(4))}
+		// Mostly ints (each form's row stays comparable for a while),
+		// every form now and then.
+		amount := fmt.Sprint(rng.IntN(2000000) - 1000)
+		if rng.IntN(3) == 0 {
+			amount = gbreakAmounts[rng.IntN(len(gbreakAmounts))]
+		}
+		if amount != "" {
+			f = append(f, `"amount":`+amount)
+		}
+		price := fmt.Sprint(rng.IntN(100000))
+		if rng.IntN(4) == 0 {
+			price = gbreakAmounts[rng.IntN(len(gbreakAmounts))]
+		}
+		if price != "" {
+			f = append(f, `"bid":{"price":`+price+`}`)
+		}
+		r := runtime.Record{Key: []byte(fmt.Sprintf("k%d", rng.IntN(3))), Value: []byte("{" + strings.Join(f, ",") + "}")}
+		if i%5 == 4 {
+			r.Change = []runtime.ChangeKind{runtime.ChangeUpdateBefore, runtime.ChangeUpdateAfter, runtime.ChangeDelete}[rng.IntN(3)]
+		}
+		r.Timestamp = time.UnixMilli(int64(i) * 100)
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// TestWindowGroupedInputsAsBase is TestAggregateGroupedInputsAsBase for a
+// tumbling window's aggregates (grouped and read as ints too, with no
+// filter: a window refuses count_distinct's), on the records as inserts:
+// every record's error and every window's row, as f2a2eb3 wrote them
+// (testdata/window_grouped_break; GBREAK_UPDATE=1 rewrites it).
+func TestWindowGroupedInputsAsBase(t *testing.T) {
+	p := WindowParams{Kind: Tumbling, Size: 2 * time.Second, Time: WindowEventTime, Aggregates: []AggregateSpec{
+		{Name: "n", Fn: AggCount},
+		{Name: "total", Fn: AggSum, Of: compiled(t, "amount")},
+		{Name: "first", Fn: AggFirst, Of: compiled(t, "amount")},
+		{Name: "lo", Fn: AggMin, Of: compiled(t, "amount")},
+		{Name: "hi", Fn: AggMax, Of: compiled(t, "amount")},
+		{Name: "mean", Fn: AggAvg, Of: compiled(t, "amount")},
+		{Name: "r1", Fn: AggSum, Of: compiled(t, "amount < 10000 ? 1 : 0")},
+		{Name: "r2", Fn: AggSum, Of: compiled(t, "amount >= 10000 && amount < 1000000 ? 1 : 0")},
+		{Name: "p2", Fn: AggSum, Of: compiled(t, "bid.price * 2 - bid.price")},
+		{Name: "last", Fn: AggLast, Of: compiled(t, "bid.price")},
+	}}
+	h := newWindowHarness(t, state.KindHashmap, t.TempDir(), nil, p)
+	var got []string
+	for i, r := range gbreakRecords() {
+		r.Change = runtime.ChangeInsert
+		if err := h.op.ProcessRecord(h.ctx, 0, r); err != nil {
+			got = append(got, fmt.Sprintf("record %d: %v", i, err))
+		}
+		if i%20 == 19 {
+			out := h.wm(int64(i) * 100)
+			slices.Sort(out)
+			got = append(got, fmt.Sprintf("wm %d", i*100))
+			got = append(got, out...)
+		}
+	}
+	out := h.wm(1 << 40)
+	slices.Sort(out)
+	got = append(got, out...)
+	h.finish()
+	text := strings.Join(got, "\n") + "\n"
+	golden := filepath.Join("testdata", "window_grouped_break")
+	if os.Getenv("GBREAK_UPDATE") != "" {
+		if err := os.WriteFile(golden, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text != string(want) {
+		t.Fatalf("got\n%s\nwant\n%s", text, want)
+	}
+	if n := strings.Count(text, "window_start"); n < 12 {
+		t.Fatalf("%d windows emitted", n)
 	}
 }
