@@ -35,7 +35,10 @@ import (
 // sides inline at once) and goes on with random inserts, -U/+U and
 // deletes of four values on four keys (400 records); for inner, left and full outer
 // joins, with and without an upsert left side, on the heap backend (and
-// Pebble for the full outer join).
+// Pebble for the full outer join). One subtask opened in three gets its
+// row filter (joinRowFilter) tiny bounds (a few rows, or two spilled keys
+// and a few bytes of keys), so that filters are dropped in the middle of
+// the stream, between restores; the others keep the default bounds.
 func TestRegularJoinInlineAgainstScanRescale(t *testing.T) {
 	type ev struct {
 		side int
@@ -146,6 +149,8 @@ func TestRegularJoinInlineAgainstScanRescale(t *testing.T) {
 					ctx := context.Background()
 					p := JoinParams{Join: jk, Upsert: upsertRoles}
 					root := t.TempDir()
+					opens := 0
+					var joins []*RegularJoin // the subtasks' joins with tiny filter bounds
 					open := func(name string, p JoinParams, n int, restores []*Restore) []*joinHarness {
 						subs := make([]*joinHarness, n)
 						for i := range subs {
@@ -165,6 +170,16 @@ func TestRegularJoinInlineAgainstScanRescale(t *testing.T) {
 							h.op.SetMailbox(h.mb)
 							if err := h.op.Open(ctx); err != nil {
 								t.Fatal(err)
+							}
+							if j := h.op.co.(*RegularJoin); name != "ref" {
+								switch opens++; opens % 6 {
+								case 2:
+									j.filter.maxRows = 3 + opens%11
+									joins = append(joins, j)
+								case 5:
+									j.filter.maxKeys, j.filter.maxKeyBytes = 2, 1+opens%3
+									joins = append(joins, j)
+								}
 							}
 							subs[i] = h
 						}
@@ -312,6 +327,15 @@ func TestRegularJoinInlineAgainstScanRescale(t *testing.T) {
 					}
 					if restored == 0 {
 						t.Fatal("no restore at a parallelism above 1")
+					}
+					dropped := 0
+					for _, j := range joins {
+						if j.filter.off {
+							dropped++
+						}
+					}
+					if dropped == 0 || dropped == len(joins) {
+						t.Fatalf("%d of %d filters with tiny bounds dropped, want some but not all", dropped, len(joins))
 					}
 					for _, k := range slices.Sorted(maps.Keys(want)) {
 						if g, w := strings.Join(got[k], "\n"), strings.Join(want[k], "\n"); g != w {

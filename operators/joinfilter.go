@@ -23,32 +23,36 @@ import (
 // spilled (its rows were never added) and keeps reading the state; a side
 // that becomes empty leaves spilled (it is inline again).
 //
-// Its memory is bounded: past joinFilterMaxKeys spilled keys or
-// joinFilterMaxRows rows it is dropped (off) and every row is read, as
-// without it, until the next Open.
+// Its memory is bounded: past joinFilterMaxKeys spilled keys,
+// joinFilterMaxKeyBytes bytes of their keys (a join key may be large: a
+// Kafka key of up to a MiB) or joinFilterMaxRows rows it is dropped (off)
+// and every row is read, as without it, until the next Open.
 type joinRowFilter struct {
 	seed maphash.Seed
 	// spilled has, per join key, bit 1<<side for each side spilled since
 	// Open.
-	spilled map[string]uint8
-	rows    splitBlockFilter
-	added   int  // rows added since Open
-	off     bool // dropped: answers for no side
-	// maxKeys and maxRows are the bounds: joinFilterMaxKeys and
-	// joinFilterMaxRows but in tests.
-	maxKeys, maxRows int
+	spilled  map[string]uint8
+	rows     splitBlockFilter
+	added    int  // rows added since Open
+	keyBytes int  // the bytes of the keys in spilled
+	off      bool // dropped: answers for no side
+	// maxKeys, maxKeyBytes and maxRows are the bounds: joinFilterMaxKeys,
+	// joinFilterMaxKeyBytes and joinFilterMaxRows but in tests.
+	maxKeys, maxKeyBytes, maxRows int
 }
 
-// The bounds of a joinRowFilter: about 50 bytes of heap a spilled key and
-// 2 a row (some 100 MiB at both bounds).
+// The bounds of a joinRowFilter: about 50 bytes of heap a spilled key
+// besides its bytes, and 2 a row (some 130 MiB at all three bounds).
 const (
-	joinFilterMaxKeys = 1 << 20
-	joinFilterMaxRows = 1 << 24
+	joinFilterMaxKeys     = 1 << 20
+	joinFilterMaxKeyBytes = 1 << 25
+	joinFilterMaxRows     = 1 << 24
 )
 
 // reset empties f (at Open: the state may have been restored).
 func (f *joinRowFilter) reset() {
-	*f = joinRowFilter{seed: maphash.MakeSeed(), spilled: map[string]uint8{}, maxKeys: joinFilterMaxKeys, maxRows: joinFilterMaxRows}
+	*f = joinRowFilter{seed: maphash.MakeSeed(), spilled: map[string]uint8{},
+		maxKeys: joinFilterMaxKeys, maxKeyBytes: joinFilterMaxKeyBytes, maxRows: joinFilterMaxRows}
 }
 
 // add adds row key k of side of join key key; past maxRows rows the
@@ -92,7 +96,7 @@ func (f *joinRowFilter) hash(key []byte, side int, k string) uint64 {
 func (f *joinRowFilter) sides(key []byte) uint8 { return f.spilled[string(key)] }
 
 // setSpilled records whether side of key is spilled since Open; past
-// joinFilterMaxKeys keys the filter is dropped.
+// maxKeys keys or maxKeyBytes bytes of keys the filter is dropped.
 func (f *joinRowFilter) setSpilled(key []byte, side int, on bool) {
 	if f.off {
 		return
@@ -106,9 +110,13 @@ func (f *joinRowFilter) setSpilled(key []byte, side int, on bool) {
 	case nb == bits:
 	case nb == 0:
 		delete(f.spilled, string(key))
-	case bits == 0 && len(f.spilled) >= f.maxKeys:
+		f.keyBytes -= len(key)
+	case bits == 0 && (len(f.spilled) >= f.maxKeys || f.keyBytes+len(key) > f.maxKeyBytes):
 		f.drop()
 	default:
+		if bits == 0 {
+			f.keyBytes += len(key)
+		}
 		f.spilled[string(key)] = nb
 	}
 }
