@@ -408,7 +408,7 @@ func (f *TopN) ProcessElement(_ context.Context, rec runtime.Record, out Collect
 		return nil
 	}
 	row := json.RawMessage(rec.Value)
-	if rec.Format != runtime.FormatJSON || (!checked && !json.Valid(rec.Value)) {
+	if rec.Format != runtime.FormatJSON || ((!checked || len(rec.Value) > topNCheckedJSONMax) && !json.Valid(rec.Value)) {
 		row, _ = json.Marshal(string(rec.Value)) // a string: cannot fail
 	}
 	if f.rankMember != nil {
@@ -445,6 +445,16 @@ func (f *TopN) ProcessElement(_ context.Context, rec runtime.Record, out Collect
 	}
 	return nil
 }
+
+// topNCheckedJSONMax is the longest record value whose mark of valid JSON
+// (runtime.Record.CheckedJSON) top_n takes for encoding/json's check. The
+// mark is a source's gjson check, which accepts values nested deeper than
+// the 10,000 levels encoding/json decodes (it agrees with json.Valid
+// otherwise: source's FuzzValidJSON); such a value holds at least 10,001
+// brackets and their closers, so a shorter one is valid to both. A ranked
+// row must be valid to encoding/json, which decodes the ranking's state
+// (TestTopNDeepCheckedRecord).
+const topNCheckedJSONMax = 2 * 10000
 
 // checkRankRow returns the eval_error of a row that RankField cannot be
 // added to: not a JSON object, or one with a member of that name.
