@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kstreamd/kstreamd/runtime"
+	"github.com/kstreamd/kstreamd/state"
 )
 
 // TestRulesPagesEveryStepRandomModel attacks RulesPageState (session 46's
@@ -157,6 +158,71 @@ func TestRulesPagesEveryStepRandomModel(t *testing.T) {
 				slices.Sort(want)
 				if !slices.Equal(got, want) {
 					t.Fatalf("%d alerts, want %d; %s", len(got), len(want), firstDiff(got, want))
+				}
+			})
+		}
+	}
+}
+
+// TestRulesPageMissingOrCorruptFailsLoudly: a summary listing a page that
+// is not stored (a checkpoint missing its RulesPageState entry), or a page
+// whose slice bytes are corrupt, makes the copy that reads it (out of
+// time order) and the timer that expires it fail with an error naming
+// the page or the slice, never drop the slices silently; on both backends.
+func TestRulesPageMissingOrCorruptFailsLoudly(t *testing.T) {
+	rule := modelRule{id: "s", fn: "sum", of: "amount", window: 1000, grouped: true}
+	for _, kind := range backends {
+		for _, harm := range []string{"missing", "corrupt"} {
+			t.Run(kind+"/"+harm, func(t *testing.T) {
+				g := newRulesRig(t, kind, 1, RuleTimeProcessing, nil, nil)
+				g.rule(rule.id, rule.json(), 0)
+				send := func(id int, ts int64) error {
+					x := modelRec{id: id, ts: ts, g: "g", amount: "5", value: 5}
+					c := &sliceCollector{}
+					if err := g.router.ProcessElement(g.ctx, runtime.Record{Value: x.json(), Format: runtime.FormatJSON, Timestamp: time.UnixMilli(ts)}, c); err != nil {
+						t.Fatal(err)
+					}
+					if len(c.recs) != 1 {
+						t.Fatalf("%d copies routed, want 1", len(c.recs))
+					}
+					return g.evals[0].ProcessRecord(g.ctx, 0, c.recs[0])
+				}
+				for i := range maxInlineSlices + 1 {
+					if err := send(i, 10_000+int64(i)*10); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if p, n := pageEntries(t, g); p != 1 || n != maxInlineSlices {
+					t.Fatalf("%d pages holding %d slices, want 1 holding %d", p, n, maxInlineSlices)
+				}
+				op := g.evals[0]
+				err := state.ApplyToAllKeys(op.backend, RulesPageState, func(_ []byte, s state.MapState[int64, rulePage]) error {
+					if harm == "missing" {
+						return s.Clear()
+					}
+					p, ok, err := s.Get(10_000)
+					if err != nil || !ok {
+						return fmt.Errorf("page 10000: %v %v", ok, err)
+					}
+					for i := range p.Slices {
+						p.Slices[i] = inlineSlice{K: p.Slices[i].K, Raw: []byte{0x7f, 0xff, 0xff}}
+					}
+					return s.Put(10_000, p)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := "page 10000 of the key missing"
+				if harm == "corrupt" {
+					want = "rules slice"
+				}
+				// Out of time order: the copy reads slice 10030 in the page.
+				if err := send(100, 10_030); err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("copy out of order: error %v, want one containing %q", err, want)
+				}
+				// The timer of the oldest slice (in the page) fails too.
+				if err := op.ProcessWatermark(g.ctx, time.UnixMilli(20_000)); err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("watermark: error %v, want one containing %q", err, want)
 				}
 			})
 		}
