@@ -73,9 +73,6 @@ type direct struct {
 	m     *directMap
 	adds  []*darith // the + nodes, while compileDirect checks their cost
 	slots int       // repeated subexpressions (dmemo): the Env memo's size
-	// group is the group of programs whose memo the program shares
-	// (Grouped; group.go), nil for a program on its own.
-	group *dgroup
 }
 
 // compileDirect returns the direct form of the checked AST x, or nil when
@@ -107,16 +104,10 @@ func compileDirect(a *celast.AST, bound int, slack uint64) *direct {
 // compileDirectNodes is compileDirect before its check of the cost of
 // string concatenation: the direct form and its + nodes (direct.adds).
 func compileDirectNodes(a *celast.AST, bound int) *direct {
-	c := &dcompiler{refs: a.ReferenceMap(), bound: bound, keys: map[int64]string{}, count: map[string]int{}, shared: map[string]*memoShared{}}
+	refs := a.ReferenceMap()
+	c := &dcompiler{refs: refs, bound: bound, keys: map[int64]string{}, count: map[string]int{}, shared: map[string]*memoShared{}}
 	root := a.Expr()
 	c.countShared(root)
-	return c.compileRoot(root)
-}
-
-// compileRoot compiles the root expression of a program whose repeated
-// subexpressions dc counted (countShared), or returns nil: a map literal
-// with constant string keys becomes direct.m, anything else direct.root.
-func (dc *dcompiler) compileRoot(root celast.Expr) *direct {
 	if root.Kind() == celast.MapKind {
 		m := root.AsMap()
 		type ent struct {
@@ -133,7 +124,7 @@ func (dc *dcompiler) compileRoot(root celast.Expr) *direct {
 			if !ok {
 				return nil
 			}
-			v := dc.node(me.Value())
+			v := c.node(me.Value())
 			if v == nil {
 				return nil
 			}
@@ -154,10 +145,10 @@ func (dc *dcompiler) compileRoot(root celast.Expr) *direct {
 			dm.prefix = append(dm.prefix, w.buf)
 			dm.vals = append(dm.vals, e.val)
 		}
-		return &direct{m: dm, adds: dc.adds, slots: dc.slots}
+		return &direct{m: dm, adds: c.adds, slots: c.slots}
 	}
-	if n := dc.node(root); n != nil {
-		return &direct{root: n, adds: dc.adds, slots: dc.slots}
+	if n := c.node(root); n != nil {
+		return &direct{root: n, adds: c.adds, slots: c.slots}
 	}
 	return nil
 }
@@ -919,18 +910,8 @@ func (n *darith) eval(a *activation) dval {
 // eval evaluates a scalar program (root) directly on env.
 func (d *direct) eval(env *Env) dval {
 	a := (*activation)(env)
-	d.begin(a)
-	return d.root.eval(a)
-}
-
-// begin starts an evaluation of d on a: its own memo (activation.begin),
-// or its group's (activation.beginGroup).
-func (d *direct) begin(a *activation) {
-	if d.group != nil {
-		a.beginGroup(d.group)
-		return
-	}
 	a.begin(d.slots)
+	return d.root.eval(a)
 }
 
 // bool evaluates a boolean program directly; ok false to give up.
@@ -981,7 +962,7 @@ func (d *direct) appendJSON(dst []byte, env *Env) ([]byte, bool) {
 		return dst, false
 	}
 	a := (*activation)(env)
-	d.begin(a)
+	a.begin(d.slots)
 	e := jsonAppender{buf: append(dst, '{')}
 	for i, n := range d.m.vals {
 		e.buf = append(e.buf, d.m.prefix[i]...)

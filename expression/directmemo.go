@@ -21,14 +21,10 @@ import (
 
 // dmemoState is an Env's memo: the results of the repeated
 // subexpressions of the evaluation numbered gen (an entry of another
-// generation is not computed yet); gen only grows. group is the group of
-// programs (group.go) whose results of the Env's current record the
-// generation holds, nil when it is one program's evaluation (or none):
-// Env.Reset and a program's own begin clear it.
+// generation is not computed yet); gen only grows.
 type dmemoState struct {
 	gen     uint64
 	entries []dmemoEntry
-	group   *dgroup
 }
 
 // dmemoEntry is one repeated subexpression's result in an Env: v,
@@ -94,7 +90,6 @@ func (a *activation) beginMemo(slots int) {
 	}
 	s := a.memo
 	s.gen++
-	s.group = nil
 	if len(s.entries) < slots {
 		s.entries = make([]dmemoEntry, slots) // every gen 0, below s.gen
 	}

@@ -103,9 +103,6 @@ func NewEnv(in *Input) *Env {
 // in is an empty record.
 func (e *Env) Reset(in *Input) {
 	*e = Env{own: e.own, memo: e.memo}
-	if e.memo != nil {
-		e.memo.group = nil // a group's results were of the record before
-	}
 	if in == nil {
 		return
 	}

@@ -313,19 +313,9 @@ type aggregator struct {
 	// of has the same text (q17's min, max and sum of bid.price), whose
 	// value inputsInto takes instead of evaluating it again; -1 for none.
 	// vals holds a record's values of the aggregates others take
-	// (scratch, cleared after each record); intOf[j] says aggregate j's
-	// value was an int, held in its input's num (numeric fns evaluate
-	// with EvalInt64) and not in vals.
+	// (scratch, cleared after each record).
 	sameOf []int
 	vals   []any
-	intOf  []bool
-	// progs are the programs inputsInto and evalFilters evaluate, the
-	// aggregates' of (by spec; nil for none) then the filters (by
-	// filter), made one group (expression.Grouped): a field several of
-	// them read (q17's bid.price, read by four) is read once per record.
-	// nil for an aggregator not made by newAggregator, which evaluates
-	// the specs' own programs.
-	progs []*expression.Program
 }
 
 // markBorn marks the map-backed accumulators of next, a new key's, as
@@ -361,49 +351,12 @@ func newAggregator(p AggregateParams, changelog bool) aggregator {
 					a.sameOf[i] = j
 				}
 				a.vals = make([]any, len(a.specs))
-				a.intOf = make([]bool, len(a.specs))
 				break
 			}
 		}
 	}
 	a.buildMaps()
-	a.groupPrograms()
 	return a
-}
-
-// groupPrograms sets a.progs: the programs of the of expressions
-// inputsInto evaluates (not those of count, of an aggregate that takes
-// an earlier one's value, sameOf and ofOf) and of the filters, grouped.
-func (a *aggregator) groupPrograms() {
-	progs := make([]*expression.Program, len(a.specs)+len(a.filters))
-	for i, s := range a.specs {
-		if s.Fn != AggCount && s.Of.IsSet() && a.sameOf[i] < 0 && a.ofOf[i] < 0 {
-			progs[i] = s.Of.Program()
-		}
-	}
-	for f, e := range a.filters {
-		progs[len(a.specs)+f] = e.Program()
-	}
-	a.progs = expression.Grouped(progs)
-}
-
-// ofProgram returns the program of specs[i].Of that inputsInto evaluates.
-func (a *aggregator) ofProgram(i int) *expression.Program {
-	if a.progs != nil {
-		if p := a.progs[i]; p != nil {
-			return p
-		}
-	}
-	return a.specs[i].Of.Program()
-}
-
-// filterProgram returns the program of filter f that evalFilters
-// evaluates.
-func (a *aggregator) filterProgram(f int) *expression.Program {
-	if a.progs != nil {
-		return a.progs[len(a.specs)+f]
-	}
-	return a.filters[f].Program()
 }
 
 // aggregateAccumulators is the stored form (the checkpoint format) of a
@@ -573,10 +526,7 @@ func (a *aggregator) inputsInto(in []aggInput, rec *runtime.Record) ([]aggInput,
 		return nil, err
 	}
 	if a.vals != nil {
-		defer func() { // no record's values kept past it
-			clear(a.vals)
-			clear(a.intOf)
-		}()
+		defer clear(a.vals) // no record's values kept past it
 	}
 	for i, s := range a.specs {
 		in[i] = aggInput{}
@@ -587,38 +537,13 @@ func (a *aggregator) inputsInto(in []aggInput, rec *runtime.Record) ([]aggInput,
 			in[i].raw = in[o].raw
 			continue
 		}
-		numeric := s.Fn == AggSum || s.Fn == AggMin || s.Fn == AggMax || s.Fn == AggAvg
 		var v any
 		if j := a.sameOfAt(i); j >= 0 {
-			switch {
-			case !a.intOf[j]:
-				v = a.vals[j]
-			case numeric:
-				in[i].num = in[j].num // j's value: an int, in[j].num as toNumber makes it
-				continue
-			default:
-				v = in[j].num.Int
-			}
+			v = a.vals[j]
 		} else {
-			if numeric {
-				// An int result (bid.price) without boxing it into an any.
-				x, isInt, w, err := a.ofProgram(i).EvalInt64(env)
-				if err != nil {
-					return nil, EvalRecordError(err)
-				}
-				if isInt {
-					in[i].num = number{Int: x}
-					if a.vals != nil {
-						a.intOf[i] = true // vals[i] left unset
-					}
-					continue
-				}
-				v = w
-			} else {
-				var err error
-				if v, err = a.ofProgram(i).Eval(env); err != nil {
-					return nil, EvalRecordError(err)
-				}
+			var err error
+			if v, err = s.Of.Program().Eval(env); err != nil {
+				return nil, EvalRecordError(err)
 			}
 			if a.vals != nil {
 				a.vals[i] = v

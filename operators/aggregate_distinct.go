@@ -150,12 +150,11 @@ func (a *aggregator) evalFilters(env *expression.Env) error {
 		a.passes = make([]bool, len(a.filters))
 	}
 	for f, e := range a.filters {
-		p := a.filterProgram(f)
-		if b, err := p.EvalBool(env); err == nil {
+		if b, err := e.Program().EvalBool(env); err == nil {
 			a.passes[f] = b
 			continue
 		}
-		v, err := p.Eval(env)
+		v, err := e.Program().Eval(env)
 		if err != nil {
 			return EvalRecordError(err)
 		}
